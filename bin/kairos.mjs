@@ -1,0 +1,5 @@
+#!/usr/bin/env node
+// Entry point for the `kairos` bin: runs the TypeScript CLI through tsx.
+import { register } from "tsx/esm/api";
+register();
+await import("../src/cli/main.ts");

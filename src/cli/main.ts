@@ -1,0 +1,26 @@
+/**
+ * The `kairos` command line. Each area registers its own sub-commands; this file only wires
+ * them together and turns errors into a message and an exit code.
+ */
+import { Command, CommanderError } from "commander";
+import { isKairosError } from "../lib/errors.ts";
+import { registerCronCommands } from "./cron.ts";
+
+const program = new Command("kairos")
+  .description("Kairos: a distributed job scheduler")
+  .showHelpAfterError()
+  .exitOverride();
+
+registerCronCommands(program);
+
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  if (e instanceof CommanderError) process.exit(e.exitCode);
+  if (isKairosError(e)) {
+    console.error(`kairos: ${e.message}`);
+    process.exit(2);
+  }
+  console.error(e);
+  process.exit(1);
+}

@@ -1,0 +1,52 @@
+/**
+ * Time is injected. Production code receives a `Clock`; tests receive a `FakeClock` and move it.
+ * Only this module (and entry points) may read the wall clock or arm host timers.
+ */
+export interface Clock {
+  /** Milliseconds since the Unix epoch. */
+  now(): number;
+  /** Arms a one-shot host timer; returns a cancel function. */
+  setTimer(delayMs: number, fn: () => void): () => void;
+}
+
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimer(delayMs, fn) {
+    const t = setTimeout(fn, Math.max(0, delayMs));
+    t.unref?.();
+    return () => clearTimeout(t);
+  },
+};
+
+/** A clock that only moves when told to; timers fire synchronously inside `advance`. */
+export class FakeClock implements Clock {
+  #now: number;
+  #timers: { at: number; seq: number; fn: () => void }[] = [];
+  #seq = 0;
+  constructor(startMs = 0) {
+    this.#now = startMs;
+  }
+  now(): number {
+    return this.#now;
+  }
+  setTimer(delayMs: number, fn: () => void): () => void {
+    const entry = { at: this.#now + Math.max(0, delayMs), seq: this.#seq++, fn };
+    this.#timers.push(entry);
+    return () => {
+      this.#timers = this.#timers.filter((t) => t !== entry);
+    };
+  }
+  /** Moves time forward by `ms`, firing due timers in order. */
+  advance(ms: number): void {
+    const target = this.#now + ms;
+    for (;;) {
+      this.#timers.sort((a, b) => a.at - b.at || a.seq - b.seq);
+      const next = this.#timers[0];
+      if (!next || next.at > target) break;
+      this.#timers.shift();
+      this.#now = next.at;
+      next.fn();
+    }
+    this.#now = target;
+  }
+}

@@ -1,0 +1,55 @@
+/**
+ * The error catalogue. Every error Kairos raises across a module boundary is a `KairosError`
+ * with a stable `code` (branch on it, never on the message), a `retryable` flag and an
+ * optional `field` naming the offending input. HTTP maps codes to statuses in one place.
+ */
+export const ErrorCodes = {
+  invalid_argument: { retryable: false },
+  invalid_schedule: { retryable: false },
+  not_found: { retryable: false },
+  conflict: { retryable: true },
+  precondition_failed: { retryable: false },
+  unauthenticated: { retryable: false },
+  payload_too_large: { retryable: false },
+  quota_exceeded: { retryable: true },
+  overloaded: { retryable: true },
+  no_owner: { retryable: true },
+  not_owner: { retryable: true },
+  stale_fence: { retryable: false },
+  lease_lost: { retryable: false },
+  timeout: { retryable: true },
+  unavailable: { retryable: true },
+  unsupported: { retryable: false },
+  internal: { retryable: false },
+} as const;
+
+export type ErrorCode = keyof typeof ErrorCodes;
+
+export interface KairosErrorOptions {
+  field?: string;
+  cause?: unknown;
+  retryable?: boolean;
+}
+
+export class KairosError extends Error {
+  override readonly name = "KairosError";
+  readonly code: ErrorCode;
+  readonly retryable: boolean;
+  readonly field: string | undefined;
+  constructor(code: ErrorCode, message: string, opts: KairosErrorOptions = {}) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.code = code;
+    this.retryable = opts.retryable ?? ErrorCodes[code].retryable;
+    this.field = opts.field;
+  }
+  /** Plain form for the wire (NATS replies, HTTP bodies). */
+  toJSON(): { code: ErrorCode; message: string; field?: string } {
+    return this.field === undefined
+      ? { code: this.code, message: this.message }
+      : { code: this.code, message: this.message, field: this.field };
+  }
+}
+
+export function isKairosError(e: unknown, code?: ErrorCode): e is KairosError {
+  return e instanceof KairosError && (code === undefined || e.code === code);
+}
