@@ -1,0 +1,69 @@
+/**
+ * In-memory KV for pure and simulation tests. It honours the same contract as `NatsKv`
+ * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
+ * create succeeds over a deleted key) and passes the same conformance suite.
+ */
+import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import { keyMatches } from "./kv.ts";
+
+export class MemoryKv implements KvStore {
+  readonly bucket: string;
+  #seq = 0;
+  #data = new Map<string, KvEntry>();
+  #lastRevision = new Map<string, number>();
+  #watchers = new Set<{ filter: string; fn: (c: KvChange) => void }>();
+
+  constructor(bucket = "memory") {
+    this.bucket = bucket;
+  }
+
+  async get(key: string): Promise<KvEntry | null> {
+    return this.#data.get(key) ?? null;
+  }
+
+  async create(key: string, value: Uint8Array): Promise<WriteResult> {
+    if (this.#data.has(key)) return { ok: false, conflict: "exists" };
+    return { ok: true, revision: this.#write(key, value) };
+  }
+
+  async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
+    if ((this.#lastRevision.get(key) ?? 0) !== expectedRevision) {
+      return { ok: false, conflict: "revision_mismatch" };
+    }
+    return { ok: true, revision: this.#write(key, value) };
+  }
+
+  async put(key: string, value: Uint8Array): Promise<number> {
+    return this.#write(key, value);
+  }
+
+  async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
+    if (expectedRevision !== undefined && (this.#lastRevision.get(key) ?? 0) !== expectedRevision) {
+      return { ok: false, conflict: "revision_mismatch" };
+    }
+    return { ok: true, revision: this.#write(key, null) };
+  }
+
+  async list(filter: string): Promise<KvEntry[]> {
+    return [...this.#data.values()]
+      .filter((e) => keyMatches(filter, e.key))
+      .sort((a, b) => a.revision - b.revision);
+  }
+
+  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+    for (const e of await this.list(filter)) onChange({ key: e.key, value: e.value, revision: e.revision });
+    onReady?.();
+    const w = { filter, fn: onChange };
+    this.#watchers.add(w);
+    return { stop: () => this.#watchers.delete(w) };
+  }
+
+  #write(key: string, value: Uint8Array | null): number {
+    const revision = ++this.#seq;
+    this.#lastRevision.set(key, revision);
+    if (value === null) this.#data.delete(key);
+    else this.#data.set(key, { key, value: value.slice(), revision });
+    for (const w of this.#watchers) if (keyMatches(w.filter, key)) w.fn({ key, value, revision });
+    return revision;
+  }
+}

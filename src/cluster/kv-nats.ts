@@ -1,0 +1,164 @@
+/**
+ * `KvStore` over a JetStream KV bucket (nats.js v3). Maps the client's exceptions onto the port's
+ * contract: a wrong-last-sequence error is a conflict value, a timeout is `KairosError("timeout")`
+ * (outcome unknown: read back), anything else is `KairosError("unavailable")`.
+ */
+import type { KV } from "@nats-io/kv";
+import type { JetStreamManager } from "@nats-io/jetstream";
+import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
+import { TimeoutError } from "@nats-io/transport-node";
+import { KairosError } from "../lib/errors.ts";
+import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "./kv.ts";
+
+function isTimeout(e: unknown): boolean {
+  for (let c: unknown = e, i = 0; c instanceof Error && i < 5; c = c.cause, i++) {
+    if (c instanceof TimeoutError || c.name === "TimeoutError") return true;
+  }
+  return false;
+}
+
+function isWrongSequence(e: unknown): boolean {
+  return (
+    e instanceof JetStreamApiError &&
+    (e.code === JetStreamApiCodes.StreamWrongLastSequence ||
+      e.code === JetStreamApiCodes.StreamWrongLastSequenceUnknown)
+  );
+}
+
+function transportError(op: string, key: string, e: unknown): KairosError {
+  if (isTimeout(e)) return new KairosError("timeout", `kv ${op} ${key}: timed out (outcome unknown)`, { cause: e });
+  const msg = e instanceof Error ? e.message : String(e);
+  return new KairosError("unavailable", `kv ${op} ${key}: ${msg}`, { cause: e });
+}
+
+export class NatsKv implements KvStore {
+  readonly bucket: string;
+  readonly #kv: KV;
+  readonly #jsm: JetStreamManager;
+  readonly #timeoutMs: number;
+
+  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000) {
+    this.bucket = bucket;
+    this.#kv = kv;
+    this.#jsm = jsm;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  /** How many keys (live or deleted) match: the number of entries a new watcher replays first. */
+  async #initialCount(filter: string): Promise<number> {
+    const info = await this.#jsm.streams.info(`KV_${this.bucket}`, {
+      subjects_filter: `$KV.${this.bucket}.${filter}`,
+    });
+    return Object.keys(info.state.subjects ?? {}).length;
+  }
+
+  async get(key: string): Promise<KvEntry | null> {
+    try {
+      const e = await this.#kv.get(key);
+      if (!e || e.operation !== "PUT") return null;
+      return { key, value: e.value, revision: e.revision };
+    } catch (err) {
+      throw transportError("get", key, err);
+    }
+  }
+
+  async create(key: string, value: Uint8Array): Promise<WriteResult> {
+    try {
+      return { ok: true, revision: await this.#kv.create(key, value) };
+    } catch (err) {
+      if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
+      throw transportError("create", key, err);
+    }
+  }
+
+  async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
+    try {
+      const revision = await this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs });
+      return { ok: true, revision };
+    } catch (err) {
+      if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
+      throw transportError("update", key, err);
+    }
+  }
+
+  async put(key: string, value: Uint8Array): Promise<number> {
+    try {
+      return await this.#kv.put(key, value, { timeout: this.#timeoutMs });
+    } catch (err) {
+      throw transportError("put", key, err);
+    }
+  }
+
+  async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
+    try {
+      await this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision });
+      // The client does not return the marker's revision; read it back (never needed for fencing).
+      return { ok: true, revision: 0 };
+    } catch (err) {
+      if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
+      throw transportError("delete", key, err);
+    }
+  }
+
+  async list(filter: string): Promise<KvEntry[]> {
+    const out = new Map<string, KvEntry>();
+    await new Promise<void>((resolve, reject) => {
+      let w: KvWatch | undefined;
+      let ready = false;
+      this.watch(
+        filter,
+        (c) => {
+          if (ready) return;
+          if (c.value === null) out.delete(c.key);
+          else out.set(c.key, { key: c.key, value: c.value, revision: c.revision });
+        },
+        () => {
+          ready = true;
+          w?.stop();
+          resolve();
+        },
+      ).then(
+        (watch) => {
+          w = watch;
+          if (ready) watch.stop();
+        },
+        reject,
+      );
+    });
+    return [...out.values()].sort((a, b) => a.revision - b.revision);
+  }
+
+  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+    let readyCalled = false;
+    const ready = () => {
+      if (!readyCalled) {
+        readyCalled = true;
+        onReady?.();
+      }
+    };
+    let iter;
+    let initial: number;
+    try {
+      // Count before subscribing: a watcher replays at least these (more if writes race in,
+      // which only delays `onReady` by the racing writes).
+      initial = await this.#initialCount(filter);
+      iter = await this.#kv.watch({ key: filter });
+    } catch (err) {
+      throw transportError("watch", filter, err);
+    }
+    if (initial === 0) ready();
+    const it = iter;
+    let seen = 0;
+    void (async () => {
+      try {
+        for await (const e of it) {
+          onChange({ key: e.key, value: e.operation === "PUT" ? e.value : null, revision: e.revision });
+          if (!readyCalled && (++seen >= initial || e.delta === 0)) ready();
+        }
+      } catch {
+        // The watcher ends when the connection closes; owners re-create watches on restart.
+      }
+    })();
+    return { stop: () => it.stop() };
+  }
+}

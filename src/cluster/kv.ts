@@ -1,0 +1,74 @@
+/**
+ * The KV port: the only way Kairos reads and writes durable state.
+ *
+ * Conditional writes are the concurrency primitive and a conflict is a value, not an exception:
+ * `create` and `update` return `{ ok: false, conflict }` when the key exists / moved on. Only
+ * transport failures throw (`KairosError` `unavailable`), and a timeout throws `KairosError`
+ * `timeout`: its outcome is unknown — the write may have been applied — so the caller must read
+ * the key back (values carry a writer id for that) before deciding anything.
+ *
+ * Two implementations pass the same conformance suite (test/integration/kv-conformance.test.ts):
+ * `NatsKv` over JetStream KV (production, integration, chaos) and `MemoryKv` (simulation only).
+ */
+
+/** One stored value with the revision that wrote it (the stream sequence in JetStream). */
+export interface KvEntry {
+  readonly key: string;
+  readonly value: Uint8Array;
+  readonly revision: number;
+}
+
+export type WriteResult =
+  | { readonly ok: true; readonly revision: number }
+  | { readonly ok: false; readonly conflict: "exists" | "revision_mismatch" };
+
+/** A change seen by a watcher; `value` is null for a delete or purge. */
+export interface KvChange {
+  readonly key: string;
+  readonly value: Uint8Array | null;
+  readonly revision: number;
+}
+
+export interface KvWatch {
+  stop(): void;
+}
+
+export interface KvStore {
+  readonly bucket: string;
+  /** Latest value, or null when absent or deleted. May be slightly stale (see DESIGN.md). */
+  get(key: string): Promise<KvEntry | null>;
+  /** Writes only if the key has no live value. */
+  create(key: string, value: Uint8Array): Promise<WriteResult>;
+  /** Writes only if the key's latest revision is `expectedRevision`. */
+  update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult>;
+  /** Unconditional write; use only for values nobody races on (heartbeats, caches). */
+  put(key: string, value: Uint8Array): Promise<number>;
+  /** Deletes if the latest revision is `expectedRevision` (or blindly when omitted). */
+  delete(key: string, expectedRevision?: number): Promise<WriteResult>;
+  /** Every live entry whose key matches the subject-style filter (`a.*.c`, `a.>`). */
+  list(filter: string): Promise<KvEntry[]>;
+  /**
+   * Calls `onChange` for the current value of every matching key, then `onReady` once, then for
+   * every later change, in revision order.
+   */
+  watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch>;
+}
+
+/** Tests a key against a NATS-subject-style filter (`*` one token, `>` the rest). */
+export function keyMatches(filter: string, key: string): boolean {
+  const f = filter.split(".");
+  const k = key.split(".");
+  for (let i = 0; i < f.length; i++) {
+    const t = f[i];
+    if (t === ">") return k.length > i;
+    if (i >= k.length) return false;
+    if (t !== "*" && t !== k[i]) return false;
+  }
+  return f.length === k.length;
+}
+
+const KEY_RE = /^[-/_=.a-zA-Z0-9]+$/;
+/** True when `key` is a legal KV key (NATS subject tokens, no empty token). */
+export function isValidKey(key: string): boolean {
+  return KEY_RE.test(key) && !key.startsWith(".") && !key.endsWith(".") && !key.includes("..");
+}

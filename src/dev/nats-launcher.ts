@@ -1,0 +1,138 @@
+/**
+ * Starts `nats-server` child processes on free loopback ports: used by `kairos dev` (one server
+ * with JetStream, data in a local folder) and by the test harness (single servers and 3-server
+ * clusters). Readiness is an event ("Server is ready" on stderr), never a sleep.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { KairosError } from "../lib/errors.ts";
+
+export interface NatsServerHandle {
+  readonly url: string;
+  readonly port: number;
+  readonly pid: number;
+  readonly storeDir: string;
+  /** Sends SIGTERM and waits for exit (SIGKILL after `graceMs`). */
+  stop(graceMs?: number): Promise<void>;
+  /** Sends a signal without waiting (chaos tests: SIGKILL, SIGSTOP, SIGCONT). */
+  signal(sig: NodeJS.Signals): void;
+  readonly exited: Promise<number | null>;
+}
+
+/** Asks the OS for a free TCP port on 127.0.0.1. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const addr = srv.address();
+      const port = typeof addr === "object" && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+export interface LaunchOptions {
+  storeDir: string;
+  port?: number;
+  serverName?: string;
+  /** Cluster routing: this server's route port and every member's route URL. */
+  cluster?: { name: string; port: number; routes: string[] };
+  /** Wait for this stderr pattern too (e.g. a JetStream meta leader in a cluster). */
+  readyPattern?: RegExp;
+  readyTimeoutMs?: number;
+  /** Called with every stderr line (logs). */
+  onLog?: (line: string) => void;
+}
+
+const live = new Set<ChildProcess>();
+let exitHookInstalled = false;
+function installExitHook(): void {
+  if (exitHookInstalled) return;
+  exitHookInstalled = true;
+  process.on("exit", () => {
+    for (const c of live) c.kill("SIGKILL");
+  });
+}
+
+export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerHandle> {
+  installExitHook();
+  mkdirSync(opts.storeDir, { recursive: true });
+  const port = opts.port ?? (await freePort());
+  const args = ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
+  if (opts.serverName) args.push("--name", opts.serverName);
+  if (opts.cluster) {
+    args.push(
+      "--cluster_name", opts.cluster.name,
+      "--cluster", `nats://127.0.0.1:${opts.cluster.port}`,
+      "--routes", opts.cluster.routes.join(","),
+    );
+  }
+  const child = spawn("nats-server", args, { stdio: ["ignore", "ignore", "pipe"] });
+  live.add(child);
+  const exited = new Promise<number | null>((resolve) => {
+    child.on("exit", (code) => {
+      live.delete(child);
+      resolve(code);
+    });
+  });
+  const timeoutMs = opts.readyTimeoutMs ?? 20_000;
+  await new Promise<void>((resolve, reject) => {
+    let buf = "";
+    let serverReady = false;
+    let patternSeen = opts.readyPattern === undefined;
+    let tail: string[] = [];
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new KairosError("unavailable", `nats-server on port ${port} not ready in ${timeoutMs} ms:\n${tail.join("\n")}`));
+    }, timeoutMs);
+    child.on("error", (e) => {
+      clearTimeout(timer);
+      reject(new KairosError("unavailable", `cannot start nats-server: ${e.message} (run scripts/bootstrap.sh)`, { cause: e }));
+    });
+    let settled = false;
+    child.on("exit", (code) => {
+      if (settled) return;
+      clearTimeout(timer);
+      reject(new KairosError("unavailable", `nats-server exited with ${code}:\n${tail.join("\n")}`));
+    });
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (chunk: string) => {
+      buf += chunk;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        opts.onLog?.(line);
+        tail = [...tail.slice(-19), line];
+        if (line.includes("Server is ready")) serverReady = true;
+        if (opts.readyPattern?.test(line)) patternSeen = true;
+        if (serverReady && patternSeen && !settled) {
+          settled = true;
+          clearTimeout(timer);
+          resolve();
+        }
+      }
+    });
+  });
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    pid: child.pid!,
+    storeDir: opts.storeDir,
+    exited,
+    signal: (sig) => {
+      child.kill(sig);
+    },
+    async stop(graceMs = 5000) {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGCONT");
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
