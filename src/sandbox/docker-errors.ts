@@ -1,0 +1,69 @@
+/**
+ * Classifies Docker Engine failures (dockerode errors) into the sandbox's error classes.
+ * The engine answers 404 for a missing image, 400 for a configuration it rejects, and
+ * 400/500 with an OCI runtime message when the command cannot be executed; anything else
+ * (socket down, 5xx, timeouts) is an `executor_failure` worth retrying elsewhere.
+ */
+import type { ExecutionError } from "./types.ts";
+import type { Clock } from "../lib/clock.ts";
+import { messageOf } from "./settle.ts";
+
+export type EnginePhase = "pull" | "create" | "start" | "run";
+
+/** HTTP status of a dockerode error, if it has one. */
+export function statusOf(e: unknown): number | undefined {
+  if (typeof e === "object" && e !== null && "statusCode" in e) {
+    const s = e.statusCode;
+    return typeof s === "number" ? s : undefined;
+  }
+  return undefined;
+}
+
+/** The engine's own message (dockerode puts the body's `message` into `json`). */
+export function engineMessage(e: unknown): string {
+  if (typeof e === "object" && e !== null && "json" in e) {
+    const j = e.json;
+    if (typeof j === "object" && j !== null && "message" in j && typeof j.message === "string") return j.message;
+  }
+  return messageOf(e);
+}
+
+const NOT_EXECUTABLE = /executable file not found|no such file or directory|exec format error|not a directory/i;
+
+export function classifyEngineError(e: unknown, phase: EnginePhase, image: string): ExecutionError {
+  const status = statusOf(e);
+  const msg = engineMessage(e);
+  if (status === undefined) {
+    return { class: "executor_failure", message: `Docker engine unreachable during ${phase}: ${msg}`, retryable: true };
+  }
+  if ((phase === "create" || phase === "pull") && status === 404) {
+    return { class: "image_not_found", message: `image ${image} not found on this worker: ${msg}`, retryable: false };
+  }
+  if (phase === "start" && NOT_EXECUTABLE.test(msg)) {
+    return { class: "invalid_task", message: `cannot execute the task's command in ${image}: ${msg}`, retryable: false };
+  }
+  if (/permission denied/i.test(msg) && phase === "start") {
+    return { class: "permission_denied", message: `permission denied starting the task in ${image}: ${msg}`, retryable: false };
+  }
+  if (status === 400 && phase !== "run") {
+    return { class: "invalid_task", message: `the engine rejected the task's container configuration: ${msg}`, retryable: false };
+  }
+  return { class: "executor_failure", message: `Docker engine error during ${phase} (HTTP ${status}): ${msg}`, retryable: true };
+}
+
+/** Rejects with a labelled error if `p` does not settle within `ms` (the engine may hang). */
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string, clock: Clock): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const cancel = clock.setTimer(ms, () => reject(new Error(`Docker engine did not answer ${what} within ${ms} ms`)));
+    p.then(
+      (v) => {
+        cancel();
+        resolve(v);
+      },
+      (e: unknown) => {
+        cancel();
+        reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  });
+}

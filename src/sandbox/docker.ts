@@ -1,0 +1,236 @@
+/**
+ * The `docker` executor: one locked-down container per attempt (settings in docker-spec.ts,
+ * reasons in docs/sandbox.md), driven through dockerode.
+ *
+ * Life of an attempt: [pull if missing and allowed] → create → attach (before start, so no
+ * output is lost) → start → timer(timeoutS) → wait → inspect on failure (OOMKilled) →
+ * drain output → remove (force). Every engine call is awaited inside one try/catch, so an
+ * engine failure becomes `outcome: "error"`, never an unhandled rejection.
+ *
+ * Gotchas: `kill()` may arrive in any phase; before start the container is removed without
+ * running. The timeout and `kill()` send SIGKILL (a shell as PID 1 ignores SIGTERM). A note
+ * naming the reason is appended to the output tail for oom, timed_out and killed attempts.
+ */
+import { Writable } from "node:stream";
+import type Dockerode from "dockerode";
+import type { Execution, ExecutionResult, Executor, Outcome, RunIdentity, TaskSpec } from "./types.ts";
+import type { ExecutorConfig } from "./options.ts";
+import { OutputTail } from "./output-tail.ts";
+import { validateTask } from "./identity.ts";
+import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
+import { LABEL, containerSpec, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
+import { classifyEngineError, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
+import { ensureImage } from "./docker-image.ts";
+import { KairosError } from "../lib/errors.ts";
+
+/** After the container exits, how long to wait for the attach stream to deliver the rest. */
+const OUTPUT_DRAIN_MS = 2000;
+
+type StopReason = "timed_out" | "killed";
+
+class PhaseError extends Error {
+  constructor(
+    readonly phase: EnginePhase,
+    override readonly cause: unknown,
+  ) {
+    super(`${phase}: ${messageOf(cause)}`);
+  }
+}
+
+class DockerExecution implements Execution {
+  readonly result: Promise<ExecutionResult>;
+  readonly #latch = new ResultLatch();
+  readonly #docker: Dockerode;
+  readonly #cfg: ExecutorConfig;
+  readonly #task: TaskSpec;
+  readonly #tail: OutputTail;
+  #container: Dockerode.Container | undefined;
+  #running = false;
+  #stopReason: StopReason | undefined;
+  #startedAtMs: number;
+
+  constructor(docker: Dockerode, cfg: ExecutorConfig, task: TaskSpec, id: RunIdentity, limits: ResolvedLimits) {
+    this.#docker = docker;
+    this.#cfg = cfg;
+    this.#task = task;
+    this.#tail = new OutputTail(cfg.outputTailBytes);
+    this.#startedAtMs = cfg.clock.now();
+    this.result = this.#latch.promise;
+    void this.#run(id, limits).then((r) => this.#latch.settle(r));
+  }
+
+  /** The container id once created (for tests and diagnostics). */
+  get containerId(): string | undefined {
+    return this.#container?.id;
+  }
+
+  kill(_reason: string): Promise<void> {
+    this.#stop("killed");
+    return this.result.then(() => undefined);
+  }
+
+  #quick<T>(p: Promise<T>, what: string): Promise<T> {
+    return withTimeout(p, this.#cfg.docker.engineTimeoutMs, what, this.#cfg.clock);
+  }
+
+  #stop(reason: StopReason): void {
+    if (this.#latch.settled || this.#stopReason !== undefined) return;
+    this.#stopReason = reason;
+    if (this.#running) void this.#killContainer();
+  }
+
+  async #killContainer(): Promise<void> {
+    try {
+      await this.#quick(this.#container!.kill(), "kill");
+    } catch {
+      // 404/409: already gone or not running. Otherwise wait() still ends it or remove(force) will.
+    }
+  }
+
+  async #run(id: RunIdentity, limits: ResolvedLimits): Promise<ExecutionResult> {
+    const clock = this.#cfg.clock;
+    let phase: EnginePhase = "pull";
+    try {
+      if (this.#cfg.docker.pull === "if_missing") await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
+      phase = "create";
+      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId);
+      this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
+      if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
+      phase = "run";
+      const { drained } = await this.#attach(this.#container);
+      phase = "start";
+      this.#startedAtMs = clock.now();
+      await this.#quick(this.#container.start(), "start");
+      this.#running = true;
+      phase = "run";
+      const cancelTimer = clock.setTimer(this.#task.timeoutS * 1000, () => this.#stop("timed_out"));
+      if (this.#stopReason !== undefined) void this.#killContainer(); // kill() raced with start
+      const waited = (await this.#container.wait()) as { StatusCode?: number };
+      cancelTimer();
+      this.#running = false;
+      const exitCode = typeof waited.StatusCode === "number" ? waited.StatusCode : null;
+      const oom = exitCode !== 0 && (await this.#oomKilled(this.#container));
+      await Promise.race([drained, new Promise<void>((resolve) => clock.setTimer(OUTPUT_DRAIN_MS, resolve))]);
+      return this.#ended(this.#stopReason ?? (oom ? "oom" : "exited"), exitCode);
+    } catch (e) {
+      const cause = e instanceof PhaseError ? e.cause : e;
+      const err = classifyEngineError(cause, e instanceof PhaseError ? e.phase : phase, this.#task.image);
+      return { ...errorResult(err.class, err.message, clock.now(), err.retryable), startedAtMs: this.#startedAtMs, output: this.#tail.text() };
+    } finally {
+      this.#running = false;
+      await this.#remove();
+    }
+  }
+
+  /** Attaches to stdout+stderr before start; resolves the returned promise when the stream ends. */
+  async #attach(container: Dockerode.Container): Promise<{ drained: Promise<void> }> {
+    const stream = await this.#quick(container.attach({ stream: true, stdout: true, stderr: true, logs: false }), "attach");
+    const sink = new Writable({
+      write: (chunk: Buffer, _enc, cb) => {
+        this.#tail.write(chunk);
+        cb();
+      },
+    });
+    this.#docker.modem.demuxStream(stream, sink, sink);
+    const drained = new Promise<void>((resolve) => {
+      stream.once("end", () => resolve());
+      stream.once("close", () => resolve());
+      stream.once("error", () => resolve());
+    });
+    return { drained };
+  }
+
+  async #oomKilled(container: Dockerode.Container): Promise<boolean> {
+    try {
+      const info = await this.#quick(container.inspect(), "inspect");
+      return info.State.OOMKilled === true;
+    } catch {
+      return false; // the exit code still reports the failure
+    }
+  }
+
+  async #remove(): Promise<void> {
+    if (!this.#container) return;
+    try {
+      await this.#quick(this.#container.remove({ force: true, v: true }), "remove");
+    } catch {
+      // 404: already gone. Otherwise the orphan reaper finds it by its labels.
+    }
+  }
+
+  #ended(outcome: Outcome, exitCode: number | null): ExecutionResult {
+    const note =
+      outcome === "oom"
+        ? `container killed: out of memory (OOM, limit ${this.#task.resources?.memoryMb ?? this.#cfg.docker.defaultMemoryMb} MiB)`
+        : outcome === "timed_out"
+          ? `container killed: timeout of ${this.#task.timeoutS}s exceeded`
+          : outcome === "killed"
+            ? "container killed: attempt stopped by the worker (lease lost or cancelled)"
+            : undefined;
+    if (note !== undefined) this.#tail.write(`\n[kairos] ${note}\n`);
+    return { outcome, exitCode, output: this.#tail.text(), startedAtMs: this.#startedAtMs, finishedAtMs: this.#cfg.clock.now() };
+  }
+}
+
+/** Runs each attempt in its own locked-down container. Construct through `createExecutor("docker", …)`. */
+export class DockerExecutor implements Executor {
+  readonly kind = "docker" as const;
+  readonly #docker: Dockerode;
+  readonly #cfg: ExecutorConfig;
+  readonly #live = new Map<Execution, { runId: string; attempt: number }>();
+  #closed = false;
+
+  constructor(docker: Dockerode, cfg: ExecutorConfig) {
+    this.#docker = docker;
+    this.#cfg = cfg;
+  }
+
+  start(task: TaskSpec, id: RunIdentity): Execution {
+    const now = this.#cfg.clock.now();
+    if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", now));
+    const invalid = validateTask(task, false);
+    if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, now));
+    if (typeof task.image !== "string" || task.image.trim() === "") return finishedExecution(errorResult("invalid_task", "task.image is required", now));
+    const limits = resolveLimits(task, this.#cfg.docker);
+    if ("class" in limits) return finishedExecution(errorResult(limits.class, limits.message, now));
+    const exec = new DockerExecution(this.#docker, this.#cfg, task, id, limits);
+    this.#live.set(exec, { runId: id.runId, attempt: id.attempt });
+    void exec.result.then(() => this.#live.delete(exec));
+    return exec;
+  }
+
+  async reapOrphans(isLive: (runId: string, attempt: number) => boolean): Promise<number> {
+    let list: Dockerode.ContainerInfo[];
+    try {
+      list = await withTimeout(
+        this.#docker.listContainers({ all: true, filters: { label: [`${LABEL.managed}=true`, `${LABEL.workerId}=${this.#cfg.workerId}`] } }),
+        this.#cfg.docker.engineTimeoutMs,
+        "list containers",
+        this.#cfg.clock,
+      );
+    } catch (e) {
+      throw new KairosError("unavailable", `could not list this worker's containers: ${messageOf(e)}`, { cause: e });
+    }
+    const mine = new Map([...this.#live].map(([exec, k]) => [`${k.runId}/${k.attempt}`, exec]));
+    let reaped = 0;
+    for (const c of list) {
+      const runId = c.Labels[LABEL.runId] ?? "";
+      const attempt = Number(c.Labels[LABEL.attempt]);
+      if (isLive(runId, attempt)) continue;
+      const exec = mine.get(`${runId}/${attempt}`);
+      try {
+        if (exec) await exec.kill("orphan: lease no longer held");
+        else await withTimeout(this.#docker.getContainer(c.Id).remove({ force: true, v: true }), this.#cfg.docker.engineTimeoutMs, "remove", this.#cfg.clock);
+        reaped++;
+      } catch (e) {
+        if (statusOf(e) === 404) reaped++; // removed concurrently: it is gone either way
+      }
+    }
+    return reaped;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    await Promise.all([...this.#live.keys()].map((e) => e.kill("executor closed")));
+  }
+}

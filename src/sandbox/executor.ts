@@ -1,0 +1,92 @@
+/**
+ * The sandbox's entry points: the contract (re-exported from types.ts), the factory that
+ * builds an executor of an explicit kind, and the detection that tells `kairos dev` which
+ * kind this machine supports and why. The process executor is never a silent fallback:
+ * `createExecutor("docker", …)` fails loudly when no engine answers.
+ */
+import Dockerode from "dockerode";
+import { KairosError } from "../lib/errors.ts";
+import { systemClock } from "../lib/clock.ts";
+import type { Executor, ExecutorKind } from "./types.ts";
+import { resolveExecutorOptions, type ExecutorOptions } from "./options.ts";
+import { ProcessExecutor } from "./process.ts";
+import { NoopExecutor } from "./noop.ts";
+import { DockerExecutor } from "./docker.ts";
+import { engineMessage, withTimeout } from "./docker-errors.ts";
+
+export type {
+  ErrorClass,
+  Execution,
+  ExecutionError,
+  ExecutionResult,
+  Executor,
+  ExecutorKind,
+  Outcome,
+  RunIdentity,
+  TaskSpec,
+} from "./types.ts";
+export { isRetryable } from "./types.ts";
+export type { ExecutorOptions, DockerOptions, ProcessOptions, NoopOptions, PullPolicy } from "./options.ts";
+
+const PING_TIMEOUT_MS = 3000;
+
+function dockerClient(socketPath: string | undefined): Dockerode {
+  return socketPath === undefined ? new Dockerode() : new Dockerode({ socketPath });
+}
+
+/** Where dockerode will connect (for messages). */
+function engineAddress(socketPath: string | undefined): string {
+  return socketPath ?? process.env["DOCKER_HOST"] ?? "/var/run/docker.sock";
+}
+
+/** Asks the engine for its version; resolves to it, or rejects with the reason it did not answer. */
+async function pingEngine(docker: Dockerode, timeoutMs: number): Promise<string> {
+  const v = await withTimeout(docker.version(), timeoutMs, "version", systemClock);
+  return `${v.Version} (API ${v.ApiVersion})`;
+}
+
+/**
+ * Builds an executor of `kind`. Options are validated first (`invalid_argument`); for
+ * "docker" the engine must answer, else `KairosError("unavailable")` with the address tried.
+ */
+export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions): Promise<Executor> {
+  const cfg = resolveExecutorOptions(opts);
+  switch (kind) {
+    case "process":
+      return new ProcessExecutor(cfg);
+    case "noop":
+      return new NoopExecutor(cfg);
+    case "docker": {
+      const docker = dockerClient(cfg.docker.socketPath);
+      try {
+        await pingEngine(docker, Math.min(PING_TIMEOUT_MS, cfg.docker.engineTimeoutMs));
+      } catch (e) {
+        throw new KairosError(
+          "unavailable",
+          `the docker executor needs a Docker engine, but none answered at ${engineAddress(cfg.docker.socketPath)}: ${engineMessage(e)}`,
+          { cause: e },
+        );
+      }
+      return new DockerExecutor(docker, cfg);
+    }
+    default:
+      throw new KairosError("invalid_argument", `unknown executor kind ${JSON.stringify(kind)}`, { field: "executor" });
+  }
+}
+
+/**
+ * Which executor this machine supports: "docker" when an engine answers, else "process",
+ * with a sentence for the operator saying why (printed by `kairos dev`).
+ */
+export async function detectExecutor(opts: { socketPath?: string } = {}): Promise<{ kind: "docker" | "process"; reason: string }> {
+  const where = engineAddress(opts.socketPath);
+  try {
+    const version = await pingEngine(dockerClient(opts.socketPath), PING_TIMEOUT_MS);
+    return { kind: "docker", reason: `a Docker engine ${version} answered at ${where}; tasks run in locked-down containers` };
+  } catch (e) {
+    return {
+      kind: "process",
+      reason: `no Docker engine answered at ${where} (${engineMessage(e)}); tasks run as local processes WITHOUT isolation (development only)`,
+    };
+  }
+}

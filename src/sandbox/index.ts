@@ -1,0 +1,7 @@
+/**
+ * Public surface of the sandbox area: import from here (or executor.ts), not from the
+ * executor implementations.
+ */
+export * from "./executor.ts";
+export { OutputTail, DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
+export { LABEL as DOCKER_LABEL } from "./docker-spec.ts";

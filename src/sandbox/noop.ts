@@ -1,0 +1,68 @@
+/**
+ * The `noop` executor: every attempt "exits 0" with empty output, immediately or after
+ * `noop.durationMs` on the injected clock. It measures the scheduler, not the sandbox
+ * (benchmarks). `kill()` ends a pending attempt as `killed`.
+ */
+import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "./types.ts";
+import type { ExecutorConfig } from "./options.ts";
+import { ResultLatch, errorResult, finishedExecution } from "./settle.ts";
+import { validateTask } from "./identity.ts";
+
+/** Completes every task successfully without running anything. */
+export class NoopExecutor implements Executor {
+  readonly kind = "noop" as const;
+  readonly #cfg: ExecutorConfig;
+  readonly #live = new Map<() => void, { runId: string; attempt: number }>();
+  #closed = false;
+
+  constructor(cfg: ExecutorConfig) {
+    this.#cfg = cfg;
+  }
+
+  start(task: TaskSpec, id: RunIdentity): Execution {
+    const clock = this.#cfg.clock;
+    const startedAtMs = clock.now();
+    if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", startedAtMs));
+    const invalid = validateTask(task, false);
+    if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, startedAtMs));
+    const done = (outcome: "exited" | "killed"): ExecutionResult => ({
+      outcome,
+      exitCode: outcome === "exited" ? 0 : null,
+      output: "",
+      startedAtMs,
+      finishedAtMs: clock.now(),
+    });
+    if (this.#cfg.noop.durationMs === 0) return finishedExecution(done("exited"));
+    const latch = new ResultLatch();
+    const kill = (): void => {
+      cancel();
+      latch.settle(done("killed"));
+    };
+    const cancel = clock.setTimer(this.#cfg.noop.durationMs, () => latch.settle(done("exited")));
+    this.#live.set(kill, { runId: id.runId, attempt: id.attempt });
+    void latch.promise.then(() => this.#live.delete(kill));
+    return {
+      result: latch.promise,
+      kill: async () => {
+        kill();
+        await latch.promise;
+      },
+    };
+  }
+
+  async reapOrphans(isLive: (runId: string, attempt: number) => boolean): Promise<number> {
+    let n = 0;
+    for (const [kill, k] of [...this.#live]) {
+      if (!isLive(k.runId, k.attempt)) {
+        kill();
+        n++;
+      }
+    }
+    return n;
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const kill of [...this.#live.keys()]) kill();
+  }
+}

@@ -1,0 +1,141 @@
+/**
+ * Executor options → defaults → one validated, frozen config (STYLE.md habit 10). Units are
+ * in the names. Invalid options are a `KairosError("invalid_argument")` at construction,
+ * never a surprise at the first run.
+ */
+import { KairosError } from "../lib/errors.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
+import { DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
+
+/** Whether the docker executor pulls an image that is not on the worker host. */
+export type PullPolicy = "never" | "if_missing";
+
+export interface ProcessOptions {
+  /** Time between SIGTERM and SIGKILL of the task's process group. Default 2000. */
+  killGraceMs?: number;
+  /** Working directory of spawned tasks. Default: the worker's cwd. */
+  cwd?: string;
+}
+
+export interface NoopOptions {
+  /** How long each noop "run" takes (via the clock). Default 0: completes immediately. */
+  durationMs?: number;
+}
+
+export interface DockerOptions {
+  /** Engine socket; default: DOCKER_HOST or /var/run/docker.sock (dockerode's rules). */
+  socketPath?: string;
+  /** Default "never": images are provisioned on worker hosts ahead of time (docs/sandbox.md). */
+  pull?: PullPolicy;
+  /** Defaults applied when a task does not ask. */
+  defaultMemoryMb?: number;
+  defaultCpus?: number;
+  defaultPids?: number;
+  /** Node maximums; a task asking for more is invalid_task. */
+  maxMemoryMb?: number;
+  maxCpus?: number;
+  maxPids?: number;
+  /** Size of the writable /tmp tmpfs. Default 16. */
+  tmpfsSizeMb?: number;
+  /** uid:gid the task runs as. Default "65534:65534" (nobody). */
+  user?: string;
+  /** Engine calls that should be quick (ping, inspect, remove) give up after this. Default 10000. */
+  engineTimeoutMs?: number;
+}
+
+export interface ExecutorOptions {
+  /** This worker's id: labels docker containers and scopes orphan reaping. */
+  workerId: string;
+  clock?: Clock;
+  /** Bound of the output tail kept per attempt. Default 4096. */
+  outputTailBytes?: number;
+  process?: ProcessOptions;
+  noop?: NoopOptions;
+  docker?: DockerOptions;
+}
+
+export interface DockerConfig {
+  readonly socketPath: string | undefined;
+  readonly pull: PullPolicy;
+  readonly defaultMemoryMb: number;
+  readonly defaultCpus: number;
+  readonly defaultPids: number;
+  readonly maxMemoryMb: number;
+  readonly maxCpus: number;
+  readonly maxPids: number;
+  readonly tmpfsSizeMb: number;
+  readonly user: string;
+  readonly engineTimeoutMs: number;
+}
+
+export interface ExecutorConfig {
+  readonly workerId: string;
+  readonly clock: Clock;
+  readonly outputTailBytes: number;
+  readonly process: { readonly killGraceMs: number; readonly cwd: string | undefined };
+  readonly noop: { readonly durationMs: number };
+  readonly docker: DockerConfig;
+}
+
+function positive(field: string, value: number | undefined, fallback: number, integer: boolean): number {
+  const v = value ?? fallback;
+  if (!Number.isFinite(v) || v <= 0 || (integer && !Number.isInteger(v))) {
+    throw new KairosError("invalid_argument", `${field} must be a positive ${integer ? "integer" : "number"}, got ${v}`, { field });
+  }
+  return v;
+}
+
+function resolveDocker(d: DockerOptions): DockerConfig {
+  const maxMemoryMb = positive("docker.maxMemoryMb", d.maxMemoryMb, 2048, true);
+  const maxCpus = positive("docker.maxCpus", d.maxCpus, 2, false);
+  const maxPids = positive("docker.maxPids", d.maxPids, 512, true);
+  const cfg: DockerConfig = {
+    socketPath: d.socketPath,
+    pull: d.pull ?? "never",
+    defaultMemoryMb: positive("docker.defaultMemoryMb", d.defaultMemoryMb, Math.min(256, maxMemoryMb), true),
+    defaultCpus: positive("docker.defaultCpus", d.defaultCpus, Math.min(1, maxCpus), false),
+    defaultPids: positive("docker.defaultPids", d.defaultPids, Math.min(64, maxPids), true),
+    maxMemoryMb,
+    maxCpus,
+    maxPids,
+    tmpfsSizeMb: positive("docker.tmpfsSizeMb", d.tmpfsSizeMb, 16, true),
+    user: d.user ?? "65534:65534",
+    engineTimeoutMs: positive("docker.engineTimeoutMs", d.engineTimeoutMs, 10_000, true),
+  };
+  if (cfg.pull !== "never" && cfg.pull !== "if_missing") {
+    throw new KairosError("invalid_argument", `docker.pull must be "never" or "if_missing", got ${String(cfg.pull)}`, { field: "docker.pull" });
+  }
+  if (cfg.defaultMemoryMb > maxMemoryMb || cfg.defaultCpus > maxCpus || cfg.defaultPids > maxPids) {
+    throw new KairosError("invalid_argument", "docker defaults must not exceed the node maximums", { field: "docker" });
+  }
+  if (cfg.user.startsWith("0:") || cfg.user === "0" || cfg.user === "root") {
+    throw new KairosError("invalid_argument", "docker.user must not be root", { field: "docker.user" });
+  }
+  return Object.freeze(cfg);
+}
+
+/** Validates and freezes executor options. */
+export function resolveExecutorOptions(opts: ExecutorOptions): ExecutorConfig {
+  if (typeof opts.workerId !== "string" || opts.workerId.length === 0) {
+    throw new KairosError("invalid_argument", "workerId is required", { field: "workerId" });
+  }
+  const tail = opts.outputTailBytes ?? DEFAULT_OUTPUT_TAIL_BYTES;
+  if (!Number.isInteger(tail) || tail < 0 || tail > 1 << 20) {
+    throw new KairosError("invalid_argument", `outputTailBytes must be an integer in [0, 1 MiB], got ${tail}`, { field: "outputTailBytes" });
+  }
+  const duration = opts.noop?.durationMs ?? 0;
+  if (!Number.isFinite(duration) || duration < 0) {
+    throw new KairosError("invalid_argument", `noop.durationMs must be >= 0, got ${duration}`, { field: "noop.durationMs" });
+  }
+  return Object.freeze({
+    workerId: opts.workerId,
+    clock: opts.clock ?? systemClock,
+    outputTailBytes: tail,
+    process: Object.freeze({
+      killGraceMs: positive("process.killGraceMs", opts.process?.killGraceMs, 2000, true),
+      cwd: opts.process?.cwd,
+    }),
+    noop: Object.freeze({ durationMs: duration }),
+    docker: resolveDocker(opts.docker ?? {}),
+  });
+}

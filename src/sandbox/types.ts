@@ -1,0 +1,105 @@
+/**
+ * The sandbox contract: what a worker hands an executor (`TaskSpec` + `RunIdentity`) and
+ * what it gets back (`ExecutionResult`). Every executor (`process`, `noop`, `docker`)
+ * implements `Executor`; the WorkerActor codes only against these types.
+ *
+ * Gotchas: `start` never throws — every failure (bad task, missing image, engine down)
+ * comes back as `outcome: "error"` with a classified `error`, so the caller has one path.
+ * `kill()` resolves only once the process/container is gone and the result has settled.
+ */
+
+/** What to run. `image` is ignored by the process and noop executors. */
+export interface TaskSpec {
+  image: string;
+  /** The command. For `process`, `args[0]` is the program (no shell). For `docker`, the container's Cmd (empty = image default). */
+  args: string[];
+  /** Extra environment; keys starting with `KAIROS_` are reserved (→ invalid_task). */
+  env: Record<string, string>;
+  /** Wall-clock limit in seconds, counted from the moment the task starts. */
+  timeoutS: number;
+  /** Per-job limits, each within the executor's node maximums (docker only). */
+  resources?: { memoryMb?: number; cpus?: number; pids?: number };
+}
+
+/** Who this attempt is: exported to the task as KAIROS_* variables and (docker) labels. */
+export interface RunIdentity {
+  runId: string;
+  attempt: number;
+  jobId: string;
+  tenantId: string;
+  /** RFC 3339 UTC instant of the occurrence. */
+  scheduledFor: string;
+  workerId: string;
+}
+
+/** Why an attempt could not run at all (as opposed to ran and failed). */
+export type ErrorClass = "image_not_found" | "invalid_task" | "permission_denied" | "executor_failure";
+
+/** How an attempt ended. `killed` means `kill()` was called (lease lost, cancel, orphan reaping). */
+export type Outcome = "exited" | "timed_out" | "killed" | "oom" | "error";
+
+export interface ExecutionError {
+  class: ErrorClass;
+  message: string;
+  retryable: boolean;
+}
+
+export interface ExecutionResult {
+  outcome: Outcome;
+  /** The process's exit code when known (also for timed_out/killed/oom when the engine reports one). */
+  exitCode: number | null;
+  /** Bounded tail of stdout and stderr interleaved (UTF-8 safe; default 4096 bytes). */
+  output: string;
+  /** Present exactly when `outcome === "error"`. */
+  error?: ExecutionError;
+  startedAtMs: number;
+  finishedAtMs: number;
+}
+
+/** A running attempt. */
+export interface Execution {
+  /** Settles exactly once; never rejects. */
+  readonly result: Promise<ExecutionResult>;
+  /** Stops the attempt (outcome `killed` unless it already ended); resolves when it is gone. Never rejects. */
+  kill(reason: string): Promise<void>;
+}
+
+export type ExecutorKind = "process" | "noop" | "docker";
+
+export interface Executor {
+  readonly kind: ExecutorKind;
+  /** Starts one attempt. Never throws; failures come back as outcome "error". */
+  start(task: TaskSpec, id: RunIdentity): Execution;
+  /**
+   * Kills and removes containers/processes of this worker whose (runId, attempt) `isLive`
+   * says are no longer leased. Returns how many were removed.
+   */
+  reapOrphans(isLive: (runId: string, attempt: number) => boolean): Promise<number>;
+  /** Kills what is still running, waits for it, and refuses further starts. */
+  close(): Promise<void>;
+}
+
+/**
+ * The retry rule of DESIGN.md ("Retries"): a non-zero exit, a timeout, an OOM kill and a
+ * kill (lost lease) are retryable; an error is retryable when its class says so; exit 0 is done.
+ */
+export function isRetryable(r: ExecutionResult): boolean {
+  switch (r.outcome) {
+    case "exited":
+      return r.exitCode !== 0;
+    case "timed_out":
+    case "oom":
+    case "killed":
+      return true;
+    case "error":
+      return r.error?.retryable ?? false;
+  }
+}
+
+/** Default retryability per error class (executor_failure: the engine or host hiccuped). */
+export const ERROR_CLASS_RETRYABLE: Readonly<Record<ErrorClass, boolean>> = {
+  image_not_found: false,
+  invalid_task: false,
+  permission_denied: false,
+  executor_failure: true,
+};

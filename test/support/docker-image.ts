@@ -1,0 +1,93 @@
+/**
+ * Test support for the Docker suites: whether they run, and the local test image.
+ *
+ * - `dockerSkip()`: Docker tests are skipped only when neither KAIROS_DOCKER=1 nor
+ *   KAIROS_REQUIRE_DOCKER=1 is set; with either set and no engine they fail (CI).
+ * - `ensureTestImage()`: no registry is reachable, so the image `kairos-test/busybox:1` is
+ *   built locally by importing a tarball of Debian's busybox-static (/bin/busybox) plus
+ *   applet symlinks. Idempotent (skips when the tag exists) and memoized per process; two
+ *   processes racing both import identical content under the same tag, which is harmless.
+ */
+import { execFile } from "node:child_process";
+import { chmod, mkdir, mkdtemp, copyFile, rm, symlink, access } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import Dockerode from "dockerode";
+
+export const TEST_IMAGE = "kairos-test/busybox:1";
+const BUSYBOX = "/bin/busybox";
+const APPLETS = [
+  "sh", "echo", "sleep", "cat", "yes", "head", "tail", "dd", "wget", "nc", "touch", "id", "ls", "seq",
+  "true", "false", "env", "ip", "ps", "wc", "printf", "test", "mkdir", "rm", "grep", "tr", "kill",
+] as const;
+
+const run = promisify(execFile);
+
+/** A reason to skip Docker tests, or false when they must run. */
+export function dockerSkip(): string | false {
+  const on = process.env["KAIROS_DOCKER"] === "1" || process.env["KAIROS_REQUIRE_DOCKER"] === "1";
+  return on ? false : "Docker tests need KAIROS_DOCKER=1 (or KAIROS_REQUIRE_DOCKER=1)";
+}
+
+export function dockerClient(): Dockerode {
+  return new Dockerode();
+}
+
+let building: Promise<string> | undefined;
+
+/** Builds the busybox test image once; resolves to its tag. */
+export function ensureTestImage(): Promise<string> {
+  building ??= build().catch((e: unknown) => {
+    building = undefined;
+    throw e;
+  });
+  return building;
+}
+
+async function build(): Promise<string> {
+  const docker = dockerClient();
+  try {
+    await docker.getImage(TEST_IMAGE).inspect();
+    return TEST_IMAGE;
+  } catch (e) {
+    if ((e as { statusCode?: number }).statusCode !== 404) throw e;
+  }
+  await access(BUSYBOX).catch(() => {
+    throw new Error(`${BUSYBOX} is missing: apt-get install -y busybox-static`);
+  });
+  const dir = await mkdtemp(join(tmpdir(), "kairos-img-"));
+  try {
+    const root = join(dir, "root");
+    await mkdir(join(root, "bin"), { recursive: true });
+    await mkdir(join(root, "tmp"));
+    await mkdir(join(root, "etc"));
+    await chmod(root, 0o755);
+    await chmod(join(root, "tmp"), 0o1777); // the tmpfs copies the image's /tmp mode
+    await copyFile(BUSYBOX, join(root, "bin", "busybox"));
+    await chmod(join(root, "bin", "busybox"), 0o755);
+    for (const a of APPLETS) await symlink("busybox", join(root, "bin", a));
+    const tar = join(dir, "rootfs.tar");
+    await run("tar", ["-C", root, "--numeric-owner", "--owner=0", "--group=0", "-cf", tar, "."]);
+    const stream = await docker.importImage(tar, { repo: "kairos-test/busybox", tag: "1" });
+    await new Promise<void>((resolve, reject) => {
+      docker.modem.followProgress(stream, (err: unknown) => (err ? reject(err instanceof Error ? err : new Error("import failed")) : resolve()));
+    });
+    await docker.getImage(TEST_IMAGE).inspect();
+    return TEST_IMAGE;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Containers (any state) carrying `kairos.run_id=<runId>`. */
+export async function containersOfRun(runId: string): Promise<Dockerode.ContainerInfo[]> {
+  return dockerClient().listContainers({ all: true, filters: { label: [`kairos.run_id=${runId}`] } });
+}
+
+/** Removes every container of the given worker id (test clean-up). */
+export async function removeWorkerContainers(workerId: string): Promise<void> {
+  const docker = dockerClient();
+  const list = await docker.listContainers({ all: true, filters: { label: [`kairos.worker_id=${workerId}`] } });
+  await Promise.all(list.map((c) => docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined)));
+}
