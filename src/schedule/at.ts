@@ -1,0 +1,39 @@
+/**
+ * One-shot `at` instants and instant parsing. `at` must be an RFC 3339 date-time with an
+ * offset or `Z` (a local time without offset is ambiguous and rejected); its one occurrence
+ * is that instant, millisecond precision kept. Whether a past `at` is an error depends on the
+ * caller (creating a job: yes; replaying a stored one: no), hence `assertFuture`.
+ */
+import { Temporal } from "@js-temporal/polyfill";
+import { FIELD_AT, scheduleError } from "./errors.ts";
+
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** Epoch ms of an RFC 3339 instant; throws `invalid_schedule` with field `schedule.at`. */
+export function parseAt(text: string): number {
+  if (typeof text !== "string" || !RFC3339.test(text)) {
+    throw scheduleError(FIELD_AT, `at must be an RFC 3339 instant with an offset or Z, e.g. 2026-03-08T07:00:00Z (got ${JSON.stringify(text)})`);
+  }
+  try {
+    return Temporal.Instant.from(text).epochMilliseconds;
+  } catch (e) {
+    throw scheduleError(FIELD_AT, `at ${JSON.stringify(text)} is not a valid instant (${e instanceof Error ? e.message : String(e)})`, e);
+  }
+}
+
+/**
+ * Epoch ms of an ISO 8601 instant with an offset or Z (seconds optional), as the CLI's
+ * `--from` takes it; throws `invalid_schedule` naming `field`.
+ */
+export function parseInstant(text: string, field: string): number {
+  try {
+    return Temporal.Instant.from(text).epochMilliseconds;
+  } catch (e) {
+    throw scheduleError(field, `${JSON.stringify(text)} is not an ISO 8601 instant with an offset or Z, e.g. 2026-03-07T12:00:00Z`, e);
+  }
+}
+
+/** UTC ISO form with whole seconds and Z, e.g. 2026-03-08T07:00:00Z (sub-seconds dropped). */
+export function formatUtc(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.000Z$/, "Z");
+}
