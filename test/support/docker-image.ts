@@ -19,7 +19,7 @@ export const TEST_IMAGE = "kairos-test/busybox:1";
 const BUSYBOX = "/bin/busybox";
 const APPLETS = [
   "sh", "echo", "sleep", "cat", "yes", "head", "tail", "dd", "wget", "nc", "touch", "id", "ls", "seq",
-  "true", "false", "env", "ip", "ps", "wc", "printf", "test", "mkdir", "rm", "grep", "tr", "kill",
+  "true", "false", "env", "ip", "ps", "wc", "printf", "test", "mkdir", "rm", "grep", "tr", "kill", "cp", "chmod",
 ] as const;
 
 const run = promisify(execFile);
@@ -90,4 +90,31 @@ export async function removeWorkerContainers(workerId: string): Promise<void> {
   const docker = dockerClient();
   const list = await docker.listContainers({ all: true, filters: { label: [`kairos.worker_id=${workerId}`] } });
   await Promise.all(list.map((c) => docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined)));
+}
+
+/**
+ * Arms a waiter for a container event (e.g. "start") of the given run, before acting.
+ * `await` the returned arm call first; then await `.event` after starting the run.
+ */
+export async function armContainerEvent(runId: string, event: string, timeoutMs = 30_000): Promise<{ event: Promise<void>; cancel: () => void }> {
+  const stream = (await dockerClient().getEvents({
+    filters: { type: ["container"], event: [event], label: [`kairos.run_id=${runId}`] },
+  })) as NodeJS.ReadableStream & { destroy?: () => void };
+  let timer: NodeJS.Timeout | undefined;
+  const cancel = (): void => {
+    if (timer) clearTimeout(timer);
+    stream.destroy?.();
+  };
+  const seen = new Promise<void>((resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`no container ${event} event for run ${runId} within ${timeoutMs} ms`)), timeoutMs);
+    stream.on("data", () => {
+      cancel();
+      resolve();
+    });
+    stream.on("error", (e: Error) => {
+      cancel();
+      reject(e);
+    });
+  });
+  return { event: seen, cancel };
 }
