@@ -34,7 +34,7 @@ export function classifyEngineError(e: unknown, phase: EnginePhase, image: strin
   const status = statusOf(e);
   const msg = engineMessage(e);
   if (status === undefined) {
-    return { class: "executor_failure", message: `Docker engine unreachable during ${phase}: ${msg}`, retryable: true };
+    return { class: "executor_failure", message: `Docker engine unreachable during ${phase} (image ${image}): ${msg}`, retryable: true };
   }
   if ((phase === "create" || phase === "pull") && status === 404) {
     return { class: "image_not_found", message: `image ${image} not found on this worker: ${msg}`, retryable: false };
@@ -48,7 +48,7 @@ export function classifyEngineError(e: unknown, phase: EnginePhase, image: strin
   if (status === 400 && phase !== "run") {
     return { class: "invalid_task", message: `the engine rejected the task's container configuration: ${msg}`, retryable: false };
   }
-  return { class: "executor_failure", message: `Docker engine error during ${phase} (HTTP ${status}): ${msg}`, retryable: true };
+  return { class: "executor_failure", message: `Docker engine error during ${phase} (image ${image}, HTTP ${status}): ${msg}`, retryable: true };
 }
 
 /** Rejects with a labelled error if `p` does not settle within `ms` (the engine may hang). */

@@ -117,6 +117,23 @@ describe("docker executor: runs", { skip: dockerSkip() }, () => {
     }
   });
 
+  it('pull "if_missing" uses a present image and reports an unreachable registry as retryable', async () => {
+    const pulling = await createExecutor("docker", { workerId, docker: { pull: "if_missing" } });
+    try {
+      const ok = await pulling.start(t(["true"]), identity(workerId)).result;
+      assert.equal(ok.outcome, "exited", JSON.stringify(ok));
+      const id = identity(workerId);
+      const r = await pulling.start(t(["true"], { image: "127.0.0.1:1/kairos/missing:1" }), id).result;
+      assert.equal(r.outcome, "error");
+      assert.equal(r.error?.class, "executor_failure");
+      assert.equal(r.error?.retryable, true);
+      assert.match(r.error?.message ?? "", /127\.0\.0\.1:1\/kairos\/missing:1/);
+      assert.deepEqual(await containersOfRun(id.runId), []);
+    } finally {
+      await pulling.close();
+    }
+  });
+
   it("refuses to create a docker executor when no engine answers", async () => {
     await assert.rejects(
       createExecutor("docker", { workerId, docker: { socketPath: "/nonexistent/docker.sock" } }),
