@@ -4,7 +4,10 @@
  */
 import { Command, CommanderError } from "commander";
 import { isKairosError } from "../lib/errors.ts";
+import { registerClusterCommands } from "./cluster.ts";
 import { registerCronCommands } from "./cron.ts";
+import { registerDevCommand } from "./dev.ts";
+import { registerNodeCommand } from "./node.ts";
 
 const program = new Command("kairos")
   .description("Kairos: a distributed job scheduler")
@@ -12,6 +15,9 @@ const program = new Command("kairos")
   .exitOverride();
 
 registerCronCommands(program);
+registerDevCommand(program);
+registerNodeCommand(program);
+registerClusterCommands(program);
 
 try {
   await program.parseAsync(process.argv);

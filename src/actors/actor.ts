@@ -1,0 +1,47 @@
+/**
+ * What an actor type is: a pure behaviour `(state, message, context) → decision` plus how its
+ * state is named and initialised. The host (src/actors/host.ts) is the imperative shell that
+ * loads state, serialises messages, persists with CAS and performs the effects.
+ *
+ * Core actor files import nothing from nats, dockerode or hono, and never read the clock.
+ */
+
+/** Effects every host performs; actor types add their own with `perform` (see ActorDefinition). */
+export type HostEffect<M> =
+  | { kind: "timer"; name: string; atMs: number; msg: M }
+  | { kind: "cancel_timer"; name: string }
+  | { kind: "send"; to: { type: string; id: string }; msg: unknown };
+
+export interface ActorContext {
+  readonly id: string;
+  readonly nowMs: number;
+}
+
+export interface Decision<S, R, E> {
+  /** The next state; return the same object to skip the write. */
+  readonly state: S;
+  readonly reply: R;
+  /** Host effects, performed after the state write succeeded. */
+  readonly effects?: readonly HostEffect<unknown>[];
+  /**
+   * Type-specific effects, performed by `perform` BEFORE the state write (so a crash between the
+   * two repeats the effect, which must therefore be idempotent, e.g. a KV create).
+   */
+  readonly pre?: readonly E[];
+}
+
+export interface ActorDefinition<S, M, R, E = never> {
+  readonly type: string;
+  initialState(id: string): S;
+  /** Pure. Must not mutate `state`. */
+  receive(state: S, msg: M, ctx: ActorContext): Decision<S, R, E>;
+  /** Effects to perform on activation (e.g. re-arm timers from persisted state). */
+  onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
+  /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
+  readonly loadOnAcquire?: boolean;
+  /** Validates a decoded message; throw a KairosError for bad input. */
+  parse?(raw: unknown): M;
+}
+
+/** Type-erased definition, as the host registry stores them. */
+export type AnyActorDefinition = ActorDefinition<unknown, unknown, unknown, unknown>;

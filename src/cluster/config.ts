@@ -1,0 +1,61 @@
+/**
+ * Node configuration: options → defaults → one validated, frozen object. Units are in the names.
+ * The environment is parsed once, at the entry point (src/cli), never here.
+ */
+import { KairosError } from "../lib/errors.ts";
+
+export const ROLES = ["api", "scheduler", "worker"] as const;
+export type Role = (typeof ROLES)[number];
+
+export interface NodeConfig {
+  readonly natsUrl: string;
+  readonly clusterName: string;
+  readonly nodeId: string;
+  readonly roles: readonly Role[];
+  /** Used only when the cluster is first created; afterwards the stored count wins. */
+  readonly partitions: number;
+  readonly replicas: number;
+  readonly heartbeatIntervalMs: number;
+  readonly failureTimeoutMs: number;
+  readonly leaseTtlMs: number;
+  readonly leaseRenewIntervalMs: number;
+  readonly leaseSafetyMarginMs: number;
+  readonly partitionTickMs: number;
+  readonly actorIdleMs: number;
+  readonly mailboxLimit: number;
+  readonly requestDeadlineMs: number;
+}
+
+export const DEFAULTS = {
+  clusterName: "kairos",
+  roles: ["api", "scheduler", "worker"] as readonly Role[],
+  partitions: 64,
+  replicas: 1,
+  heartbeatIntervalMs: 500,
+  failureTimeoutMs: 3000,
+  leaseTtlMs: 4000,
+  leaseRenewIntervalMs: 1000,
+  leaseSafetyMarginMs: 1000,
+  partitionTickMs: 250,
+  actorIdleMs: 60_000,
+  mailboxLimit: 1024,
+  requestDeadlineMs: 15_000,
+};
+
+const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
+
+export function makeNodeConfig(o: Partial<NodeConfig> & { natsUrl: string; nodeId: string }): NodeConfig {
+  const c: NodeConfig = { ...DEFAULTS, ...o };
+  const bad = (field: string, why: string) => new KairosError("invalid_argument", `${field}: ${why}`, { field });
+  if (!NAME_RE.test(c.nodeId)) throw bad("node_id", `"${c.nodeId}" must be 1-64 of [A-Za-z0-9_-]`);
+  if (!NAME_RE.test(c.clusterName)) throw bad("cluster", `"${c.clusterName}" must be 1-64 of [A-Za-z0-9_-]`);
+  if (c.roles.length === 0) throw bad("roles", "at least one role is required");
+  for (const r of c.roles) if (!ROLES.includes(r)) throw bad("roles", `unknown role "${String(r)}" (expected ${ROLES.join(", ")})`);
+  if (!Number.isInteger(c.partitions) || c.partitions < 1 || c.partitions > 4096) throw bad("partitions", "must be an integer 1-4096");
+  if (![1, 3, 5].includes(c.replicas)) throw bad("replicas", "must be 1, 3 or 5");
+  if (c.leaseRenewIntervalMs * 2 > c.leaseTtlMs - c.leaseSafetyMarginMs) {
+    throw bad("lease_renew_interval_ms", "must leave room for two renewals inside the trust window (ttl - margin)");
+  }
+  if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs) throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
+  return Object.freeze({ ...c, roles: Object.freeze([...c.roles]) });
+}

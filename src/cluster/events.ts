@@ -1,0 +1,30 @@
+/**
+ * Typed lifecycle events of a node. Production code emits them; tests await them (arm the waiter
+ * before acting) instead of sleeping; `kairos node --events` prints them as JSON lines so tests
+ * of real processes can await them too.
+ */
+export type NodeEvent =
+  | { type: "node_started"; nodeId: string; incarnation: string; roles: string[] }
+  | { type: "node_stopping"; nodeId: string }
+  | { type: "member_joined"; nodeId: string; roles: string[] }
+  | { type: "member_left"; nodeId: string; reason: "leave" | "timeout" }
+  | { type: "partition_acquired"; partition: number; epoch: number }
+  | { type: "partition_released"; partition: number }
+  | { type: "partition_lost"; partition: number; reason: string }
+  | { type: "actor_activated"; actorType: string; id: string; partition: number }
+  | { type: "actor_passivated"; actorType: string; id: string }
+  | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string };
+
+export type NodeEventListener = (e: NodeEvent) => void;
+
+/** A tiny synchronous event bus (no EventEmitter string typing). */
+export class EventBus {
+  #listeners = new Set<NodeEventListener>();
+  on(fn: NodeEventListener): () => void {
+    this.#listeners.add(fn);
+    return () => this.#listeners.delete(fn);
+  }
+  emit(e: NodeEvent): void {
+    for (const fn of this.#listeners) fn(e);
+  }
+}

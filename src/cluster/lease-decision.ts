@@ -1,0 +1,75 @@
+/**
+ * Partition lease decisions, pure. Given what this node holds, what the lease bucket says (as
+ * mirrored by a watch, with the local time each lease last changed), who is live and where
+ * placement wants each partition, decide what to acquire, steal and release.
+ *
+ *   unowned ──create──▶ held ──renew (CAS)──▶ held
+ *      ▲                  │ placement moved: release (finish messages, passivate, delete lease)
+ *      │                  │ CAS conflict or trust window over: lost (stop at once, write nothing)
+ *      └──────────────────┘
+ *   held by a dead node, unrenewed for leaseTtlMs (local observation) ──steal (CAS)──▶ held
+ *
+ * Safety rests on the CAS writes, not on this view: a stale view only costs a failed write.
+ */
+
+/** A lease as mirrored from KV. */
+export interface LeaseView {
+  owner: string;
+  incarnation: string;
+  revision: number;
+  /** Local clock time when this node saw the revision change last. */
+  changedAtMs: number;
+}
+
+export interface LeaseInputs {
+  me: string;
+  incarnation: string;
+  partitions: number;
+  /** Placement: desired owner per partition among live scheduler nodes. */
+  desired: readonly (string | undefined)[];
+  /** Leases by partition; absent = no live lease (never written, released, or deleted). */
+  leases: ReadonlyMap<number, LeaseView>;
+  /** Partitions this node holds and trusts now. */
+  held: ReadonlySet<number>;
+  /** Partitions with a write or release in flight (left alone this round). */
+  busy: ReadonlySet<number>;
+  isLive: (nodeId: string, incarnation: string) => boolean;
+  nowMs: number;
+  leaseTtlMs: number;
+}
+
+export interface LeaseActions {
+  acquire: number[];
+  steal: { partition: number; expectedRevision: number }[];
+  release: number[];
+}
+
+export function decideLeases(i: LeaseInputs): LeaseActions {
+  const out: LeaseActions = { acquire: [], steal: [], release: [] };
+  for (let p = 0; p < i.partitions; p++) {
+    if (i.busy.has(p)) continue;
+    const mine = i.desired[p] === i.me;
+    const held = i.held.has(p);
+    if (held) {
+      if (!mine) out.release.push(p);
+      continue;
+    }
+    if (!mine) continue;
+    const lease = i.leases.get(p);
+    if (!lease) {
+      out.acquire.push(p);
+      continue;
+    }
+    const ownerIsMe = lease.owner === i.me && lease.incarnation === i.incarnation;
+    if (ownerIsMe) continue; // a held lease we lost track of is resolved by the renew loop
+    const ownerLive = i.isLive(lease.owner, lease.incarnation);
+    const expired = i.nowMs - lease.changedAtMs >= i.leaseTtlMs;
+    if (!ownerLive && expired) out.steal.push({ partition: p, expectedRevision: lease.revision });
+  }
+  return out;
+}
+
+/** The local trust window: act as owner only until `renewStartedMs + ttl - margin`. */
+export function trustedUntil(renewStartedMs: number, leaseTtlMs: number, safetyMarginMs: number): number {
+  return renewStartedMs + leaseTtlMs - safetyMarginMs;
+}

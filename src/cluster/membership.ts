@@ -1,0 +1,157 @@
+/**
+ * Node membership. Each node publishes a heartbeat on `kairos.<cluster>.node.hb` every
+ * `heartbeatIntervalMs` and a goodbye on `…node.leave` when it stops; every node keeps a view of
+ * its peers and declares one gone after `failureTimeoutMs` without a heartbeat (crash or pause).
+ * The view is local: two nodes may briefly disagree, which placement tolerates because
+ * ownership itself is decided by partition leases, not by the view.
+ *
+ * Node records are also written to the `nodes` bucket (TTL) for `kairos cluster status`.
+ */
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Clock } from "../lib/clock.ts";
+import { decode, encode } from "./codec.ts";
+import type { EventBus } from "./events.ts";
+import type { KvStore } from "./kv.ts";
+
+export interface MemberInfo {
+  nodeId: string;
+  incarnation: string;
+  roles: string[];
+  startedAtMs: number;
+  /** Where the node's HTTP API listens, when it has the api role. */
+  apiUrl?: string;
+}
+
+export interface Peer extends MemberInfo {
+  lastSeenMs: number;
+}
+
+/** Pure: the live members at `nowMs` (sorted ids). */
+export function liveMembers(peers: Iterable<Peer>, nowMs: number, failureTimeoutMs: number, role?: string): string[] {
+  const out: string[] = [];
+  for (const p of peers) {
+    if (nowMs - p.lastSeenMs <= failureTimeoutMs && (role === undefined || p.roles.includes(role))) out.push(p.nodeId);
+  }
+  return out.sort();
+}
+
+export interface MembershipOptions {
+  nc: NatsConnection;
+  clusterName: string;
+  self: MemberInfo;
+  clock: Clock;
+  events: EventBus;
+  nodesKv: KvStore;
+  heartbeatIntervalMs: number;
+  failureTimeoutMs: number;
+  onChange: () => void;
+}
+
+export class Membership {
+  readonly #o: MembershipOptions;
+  readonly #peers = new Map<string, Peer>();
+  #subs: Subscription[] = [];
+  #cancelTimer: (() => void) | undefined;
+  #stopped = false;
+  #beats = 0;
+
+  constructor(o: MembershipOptions) {
+    this.#o = o;
+    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: o.clock.now() });
+  }
+
+  get subjectPrefix(): string {
+    return `kairos.${this.#o.clusterName}.node`;
+  }
+
+  start(): void {
+    const { nc } = this.#o;
+    this.#subs.push(
+      nc.subscribe(`${this.subjectPrefix}.hb`, { callback: (_e, m) => this.#onBeat(decode<MemberInfo>(m.data)) }),
+      nc.subscribe(`${this.subjectPrefix}.leave`, {
+        callback: (_e, m) => this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data)),
+      }),
+    );
+    this.#tick();
+  }
+
+  /** Live members, optionally only those with `role`. Always includes self while running. */
+  live(role?: string): string[] {
+    return liveMembers(this.#peers.values(), this.#o.clock.now(), this.#o.failureTimeoutMs, role);
+  }
+
+  peers(): Peer[] {
+    return [...this.#peers.values()];
+  }
+
+  isLive(nodeId: string, incarnation?: string): boolean {
+    const p = this.#peers.get(nodeId);
+    if (!p) return false;
+    if (incarnation !== undefined && p.incarnation !== incarnation) return false;
+    return this.#o.clock.now() - p.lastSeenMs <= this.#o.failureTimeoutMs;
+  }
+
+  /** Stops heartbeating and tells the others at once, so placement moves without waiting. */
+  async leave(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#cancelTimer?.();
+    const { nc, self } = this.#o;
+    if (!nc.isClosed()) {
+      nc.publish(`${this.subjectPrefix}.leave`, encode({ nodeId: self.nodeId, incarnation: self.incarnation }));
+      await nc.flush().catch(() => undefined);
+      await this.#o.nodesKv.delete(self.nodeId).catch(() => undefined);
+    }
+  }
+
+  async stop(): Promise<void> {
+    await this.leave();
+    for (const s of this.#subs) s.unsubscribe();
+    this.#subs = [];
+  }
+
+  #tick(): void {
+    if (this.#stopped) return;
+    const { nc, self, clock } = this.#o;
+    const now = clock.now();
+    this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
+    if (!nc.isClosed()) {
+      nc.publish(`${this.subjectPrefix}.hb`, encode(self));
+      if (this.#beats++ % 4 === 0) {
+        this.#o.nodesKv.put(self.nodeId, encode({ ...self, lastSeenMs: now })).catch(() => undefined);
+      }
+    }
+    this.#expire(now);
+    this.#cancelTimer = clock.setTimer(this.#o.heartbeatIntervalMs, () => this.#tick());
+  }
+
+  #expire(now: number): void {
+    let changed = false;
+    for (const [id, p] of this.#peers) {
+      if (id !== this.#o.self.nodeId && now - p.lastSeenMs > this.#o.failureTimeoutMs) {
+        this.#peers.delete(id);
+        this.#o.events.emit({ type: "member_left", nodeId: id, reason: "timeout" });
+        changed = true;
+      }
+    }
+    if (changed) this.#o.onChange();
+  }
+
+  #onBeat(info: MemberInfo): void {
+    if (info.nodeId === this.#o.self.nodeId) return;
+    const prev = this.#peers.get(info.nodeId);
+    this.#peers.set(info.nodeId, { ...info, lastSeenMs: this.#o.clock.now() });
+    if (!prev || prev.incarnation !== info.incarnation) {
+      this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
+      this.#o.onChange();
+    }
+  }
+
+  #onLeave(info: { nodeId: string; incarnation: string }): void {
+    const p = this.#peers.get(info.nodeId);
+    if (!p || p.incarnation !== info.incarnation || info.nodeId === this.#o.self.nodeId) return;
+    this.#peers.delete(info.nodeId);
+    this.#o.events.emit({ type: "member_left", nodeId: info.nodeId, reason: "leave" });
+    this.#o.onChange();
+  }
+}

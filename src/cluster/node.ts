@@ -1,0 +1,207 @@
+/**
+ * A Kairos node: one process that joins the cluster with some roles. It wires the pieces —
+ * NATS connection, buckets, membership, partition leases, the actor host and the router — and
+ * owns their start and graceful stop. Scheduler nodes own partitions and host actors; every
+ * node can send to actors through the router.
+ */
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import { randomUUID } from "node:crypto";
+import type { Clock } from "../lib/clock.ts";
+import { KairosError, isKairosError } from "../lib/errors.ts";
+import type { Random } from "../lib/random.ts";
+import { ActorHost, type ActorRegistration } from "../actors/host.ts";
+import { openBuckets, type Buckets } from "./buckets.ts";
+import { decode, encode } from "./codec.ts";
+import type { NodeConfig } from "./config.ts";
+import { EventBus } from "./events.ts";
+import { Membership } from "./membership.ts";
+import { connectNats } from "./nats.ts";
+import { PartitionManager } from "./partition-manager.ts";
+import { assign } from "./placement.ts";
+import { ActorRouter, partitionSubject, type ActorReply, type ActorRequest } from "./router.ts";
+
+export interface NodeDeps {
+  clock: Clock;
+  random: Random;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/** Reads the cluster's partition count, creating it on first start. */
+async function clusterPartitions(b: Buckets, wanted: number): Promise<number> {
+  for (let i = 0; i < 5; i++) {
+    const e = await b.cluster.get("config");
+    if (e) return decode<{ partitions: number }>(e.value).partitions;
+    const r = await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" }));
+    if (r.ok) return wanted;
+  }
+  throw new KairosError("unavailable", "cannot read the cluster config");
+}
+
+export class KairosNode {
+  readonly config: NodeConfig;
+  readonly incarnation = randomUUID().slice(0, 8);
+  readonly events = new EventBus();
+  readonly #deps: NodeDeps;
+  readonly #registrations: ActorRegistration[] = [];
+  #nc: NatsConnection | undefined;
+  #buckets: Buckets | undefined;
+  #partitions = 0;
+  #membership: Membership | undefined;
+  #leases: PartitionManager | undefined;
+  #host: ActorHost | undefined;
+  #router: ActorRouter | undefined;
+  #subs = new Map<number, Subscription>();
+  #cancelSweep: (() => void) | undefined;
+  #stopping = false;
+  /** Extra fields published in heartbeats (e.g. the API URL). */
+  advertised: { apiUrl?: string } = {};
+
+  constructor(config: NodeConfig, deps: NodeDeps) {
+    this.config = config;
+    this.#deps = deps;
+  }
+
+  /** Registers an actor type; call before start(). */
+  register(reg: ActorRegistration): void {
+    this.#registrations.push(reg);
+  }
+
+  get nc(): NatsConnection {
+    if (!this.#nc) throw new KairosError("unavailable", "node not started");
+    return this.#nc;
+  }
+  get buckets(): Buckets {
+    if (!this.#buckets) throw new KairosError("unavailable", "node not started");
+    return this.#buckets;
+  }
+  get router(): ActorRouter {
+    if (!this.#router) throw new KairosError("unavailable", "node not started");
+    return this.#router;
+  }
+  get partitions(): number {
+    return this.#partitions;
+  }
+  get membership(): Membership | undefined {
+    return this.#membership;
+  }
+  get host(): ActorHost | undefined {
+    return this.#host;
+  }
+  heldPartitions(): number[] {
+    return this.#leases?.heldPartitions() ?? [];
+  }
+
+  async start(): Promise<void> {
+    const { config: c, events } = this;
+    const { clock, log } = this.#deps;
+    this.#nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}` });
+    this.#buckets = await openBuckets(this.#nc, {
+      clusterName: c.clusterName,
+      replicas: c.replicas,
+      warn: (m) => log("warn", m),
+    });
+    this.#partitions = await clusterPartitions(this.#buckets, c.partitions);
+    this.#router = new ActorRouter({
+      nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
+      partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
+    });
+    const isScheduler = c.roles.includes("scheduler");
+    this.#membership = new Membership({
+      nc: this.#nc, clusterName: c.clusterName, clock, events,
+      self: { nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles], startedAtMs: clock.now(), ...this.advertised },
+      nodesKv: this.#buckets.nodes,
+      heartbeatIntervalMs: c.heartbeatIntervalMs,
+      failureTimeoutMs: c.failureTimeoutMs,
+      onChange: () => this.#leases?.poke(),
+    });
+    this.#membership.start();
+    if (isScheduler) await this.#startScheduler();
+    events.emit({ type: "node_started", nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles] });
+  }
+
+  async #startScheduler(): Promise<void> {
+    const { config: c, events } = this;
+    const { clock } = this.#deps;
+    const membership = this.#membership!;
+    const host = new ActorHost({
+      nodeId: c.nodeId, clock, events, kv: this.buckets.actors, partitions: this.#partitions,
+      isTrusted: (p) => this.#leases?.isTrusted(p) ?? false,
+      epochOf: (p) => this.#leases?.epochOf(p),
+      send: (to, msg) => this.router.request(to, msg),
+      mailboxLimit: c.mailboxLimit, idleMs: c.actorIdleMs,
+      onError: (m, e) => this.#deps.log("warn", m, { err: String(e) }),
+    });
+    for (const r of this.#registrations) host.register(r);
+    this.#host = host;
+    this.#leases = new PartitionManager({
+      leases: this.buckets.leases, clock, events,
+      me: c.nodeId, incarnation: this.incarnation, partitions: this.#partitions,
+      leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs,
+      safetyMarginMs: c.leaseSafetyMarginMs, tickMs: c.partitionTickMs,
+      desired: () => assign(this.#partitions, membership.live("scheduler")),
+      isLive: (n, inc) => membership.isLive(n, inc),
+      callbacks: {
+        onAcquired: async (p) => {
+          await host.acquire(p);
+          this.#subscribe(p);
+        },
+        onReleasing: async (p) => {
+          this.#subs.get(p)?.unsubscribe();
+          this.#subs.delete(p);
+          await host.release(p);
+        },
+        onLost: (p) => {
+          this.#subs.get(p)?.unsubscribe();
+          this.#subs.delete(p);
+          host.lose(p);
+        },
+      },
+      onError: (m, e) => this.#deps.log("warn", m, { err: String(e) }),
+    });
+    await this.#leases.start();
+    const sweep = () => {
+      host.sweep();
+      this.#cancelSweep = clock.setTimer(Math.max(1000, c.actorIdleMs / 4), sweep);
+    };
+    sweep();
+  }
+
+  #subscribe(p: number): void {
+    if (this.#subs.has(p)) return;
+    const host = this.#host!;
+    const sub = this.nc.subscribe(partitionSubject(this.config.clusterName, p), {
+      queue: "owners",
+      callback: (_err, m) => {
+        let req: ActorRequest;
+        try {
+          req = decode<ActorRequest>(m.data);
+        } catch {
+          m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
+          return;
+        }
+        host.deliver(req.t, req.i, req.m).then(
+          (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
+          (e: unknown) => {
+            const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };
+            if (!isKairosError(e)) this.#deps.log("error", `actor ${req.t}/${req.i} failed`, { err: String(e) });
+            m.respond(encode({ ok: false, e: err } satisfies ActorReply));
+          },
+        );
+      },
+    });
+    this.#subs.set(p, sub);
+  }
+
+  /** Graceful stop: hand partitions off, say goodbye, drain NATS. */
+  async stop(): Promise<void> {
+    if (this.#stopping) return;
+    this.#stopping = true;
+    this.events.emit({ type: "node_stopping", nodeId: this.config.nodeId });
+    this.#cancelSweep?.();
+    await this.#membership?.leave();
+    await this.#leases?.stop();
+    this.#host?.stop();
+    await this.#membership?.stop();
+    if (this.#nc && !this.#nc.isClosed()) await this.#nc.drain();
+  }
+}

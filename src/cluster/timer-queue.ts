@@ -1,0 +1,162 @@
+/**
+ * One timer structure per node: a binary min-heap of (dueMs, seq) with lazy cancellation, driven
+ * by a single host timer armed for the earliest entry. Holds a million pending timers cheaply
+ * (one small object each; no host timer per entry). Scheduling a key again replaces its timer.
+ */
+import type { Clock } from "../lib/clock.ts";
+
+interface Entry<T> {
+  dueMs: number;
+  seq: number;
+  key: string;
+  payload: T;
+  live: boolean;
+}
+
+export class TimerQueue<T> {
+  readonly #clock: Clock;
+  readonly #onFire: (key: string, payload: T) => void;
+  #heap: Entry<T>[] = [];
+  #byKey = new Map<string, Entry<T>>();
+  #seq = 0;
+  #armedFor = Number.POSITIVE_INFINITY;
+  #cancelHost: (() => void) | undefined;
+  #stopped = false;
+  /** Longest single host-timer wait; long delays re-arm in steps (host timers are 32-bit). */
+  static readonly MAX_WAIT_MS = 2 ** 30;
+
+  constructor(clock: Clock, onFire: (key: string, payload: T) => void) {
+    this.#clock = clock;
+    this.#onFire = onFire;
+  }
+
+  get size(): number {
+    return this.#byKey.size;
+  }
+
+  /** Arms (or re-arms) the timer named `key` to fire at `dueMs` (epoch ms). */
+  schedule(key: string, dueMs: number, payload: T): void {
+    const old = this.#byKey.get(key);
+    if (old) old.live = false;
+    const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true };
+    this.#byKey.set(key, e);
+    this.#push(e);
+    if (dueMs < this.#armedFor) this.#arm();
+  }
+
+  cancel(key: string): boolean {
+    const e = this.#byKey.get(key);
+    if (!e) return false;
+    e.live = false;
+    this.#byKey.delete(key);
+    return true;
+  }
+
+  /** Cancels every timer whose key starts with `prefix` (e.g. all timers of a partition). */
+  cancelPrefix(prefix: string): number {
+    let n = 0;
+    for (const [k, e] of this.#byKey) {
+      if (k.startsWith(prefix)) {
+        e.live = false;
+        this.#byKey.delete(k);
+        n++;
+      }
+    }
+    return n;
+  }
+
+  dueOf(key: string): number | undefined {
+    return this.#byKey.get(key)?.dueMs;
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#cancelHost?.();
+    this.#cancelHost = undefined;
+  }
+
+  /** Fires everything due now; returns how many fired. Called by the host timer. */
+  fireDue(): number {
+    const now = this.#clock.now();
+    let fired = 0;
+    for (;;) {
+      const top = this.#heap[0];
+      if (!top) break;
+      if (!top.live) {
+        this.#pop();
+        continue;
+      }
+      if (top.dueMs > now) break;
+      this.#pop();
+      this.#byKey.delete(top.key);
+      fired++;
+      this.#onFire(top.key, top.payload);
+    }
+    if (this.#heap.length > 2 * this.#byKey.size + 1024) this.#compact();
+    return fired;
+  }
+
+  #arm(): void {
+    if (this.#stopped) return;
+    while (this.#heap[0] && !this.#heap[0].live) this.#pop();
+    const top = this.#heap[0];
+    this.#cancelHost?.();
+    this.#cancelHost = undefined;
+    if (!top) {
+      this.#armedFor = Number.POSITIVE_INFINITY;
+      return;
+    }
+    this.#armedFor = top.dueMs;
+    const wait = Math.min(Math.max(0, top.dueMs - this.#clock.now()), TimerQueue.MAX_WAIT_MS);
+    this.#cancelHost = this.#clock.setTimer(wait, () => {
+      this.#cancelHost = undefined;
+      this.#armedFor = Number.POSITIVE_INFINITY;
+      this.fireDue();
+      this.#arm();
+    });
+  }
+
+  #compact(): void {
+    this.#heap = this.#heap.filter((e) => e.live);
+    for (let i = (this.#heap.length >> 1) - 1; i >= 0; i--) this.#down(i);
+  }
+
+  #less(a: Entry<T>, b: Entry<T>): boolean {
+    return a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
+  }
+
+  #push(e: Entry<T>): void {
+    const h = this.#heap;
+    h.push(e);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.#less(h[i]!, h[p]!)) break;
+      [h[i], h[p]] = [h[p]!, h[i]!];
+      i = p;
+    }
+  }
+
+  #pop(): void {
+    const h = this.#heap;
+    const last = h.pop();
+    if (h.length > 0 && last) {
+      h[0] = last;
+      this.#down(0);
+    }
+  }
+
+  #down(i: number): void {
+    const h = this.#heap;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < h.length && this.#less(h[l]!, h[m]!)) m = l;
+      if (r < h.length && this.#less(h[r]!, h[m]!)) m = r;
+      if (m === i) return;
+      [h[i], h[m]] = [h[m]!, h[i]!];
+      i = m;
+    }
+  }
+}
