@@ -46,6 +46,7 @@ class DockerExecution implements Execution {
   readonly #tail: OutputTail;
   #container: Dockerode.Container | undefined;
   #running = false;
+  #exited = false;
   #stopReason: StopReason | undefined;
   #startedAtMs: number;
 
@@ -74,7 +75,7 @@ class DockerExecution implements Execution {
   }
 
   #stop(reason: StopReason): void {
-    if (this.#latch.settled || this.#stopReason !== undefined) return;
+    if (this.#latch.settled || this.#exited || this.#stopReason !== undefined) return;
     this.#stopReason = reason;
     if (this.#running) void this.#killContainer();
   }
@@ -108,9 +109,12 @@ class DockerExecution implements Execution {
       const waited = (await this.#container.wait()) as { StatusCode?: number };
       cancelTimer();
       this.#running = false;
+      this.#exited = true; // from here on the outcome is fixed; a late kill() only waits
       const exitCode = typeof waited.StatusCode === "number" ? waited.StatusCode : null;
       const oom = exitCode !== 0 && (await this.#oomKilled(this.#container));
-      await Promise.race([drained, new Promise<void>((resolve) => clock.setTimer(OUTPUT_DRAIN_MS, resolve))]);
+      let cancelDrain = (): void => {};
+      await Promise.race([drained, new Promise<void>((resolve) => (cancelDrain = clock.setTimer(OUTPUT_DRAIN_MS, resolve)))]);
+      cancelDrain();
       return this.#ended(this.#stopReason ?? (oom ? "oom" : "exited"), exitCode);
     } catch (e) {
       const cause = e instanceof PhaseError ? e.cause : e;
