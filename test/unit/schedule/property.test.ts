@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { Temporal } from "@js-temporal/polyfill";
 import { compileSchedule, isKairosErrorCode } from "./helpers.ts";
-import { bruteNext, cronAstArb, renderCron, ZONES } from "./brute-force.ts";
+import { bruteNext, cronAstArb, renderCron, ZONES, type CronAst } from "./brute-force.ts";
 
 const SEED = Number(process.env.KAIROS_FC_SEED ?? 20260308);
 const FROM_MS = Date.UTC(2020, 0, 1);
@@ -33,19 +33,35 @@ function transitions(tz: string): number[] {
 }
 
 const zoneArb = fc.constantFrom(...ZONES);
-/** An instant 2020-2035, or (half the time) within 2 days before a transition of the zone. */
+/** An instant 2020-2035, or (half the time) up to 2 days or 3 hours before a transition of the zone. */
 function afterArb(tz: string): fc.Arbitrary<number> {
   const ts = transitions(tz);
   const uniform = fc.integer({ min: FROM_MS, max: TO_MS });
   if (ts.length === 0) return uniform;
-  const near = fc.tuple(fc.integer({ min: 0, max: ts.length - 1 }), fc.integer({ min: 0, max: 2 * 86_400 }), fc.integer({ min: 0, max: 999 }))
+  const before = fc.oneof(fc.integer({ min: 0, max: 2 * 86_400 }), fc.integer({ min: 0, max: 3 * 3600 }));
+  const near = fc.tuple(fc.integer({ min: 0, max: ts.length - 1 }), before, fc.integer({ min: 0, max: 999 }))
     .map(([i, s, ms]) => (ts[i] ?? FROM_MS) - s * 1000 + (ms < 500 ? 0 : ms));
   return fc.oneof(uniform, near);
 }
 
-function checkAgainstBruteForce(withSeconds: boolean, numRuns: number): void {
-  const arb = fc.tuple(cronAstArb(withSeconds), fc.integer({ min: 0, max: 2 ** 30 - 1 }), zoneArb)
+/** A zone with transitions and an instant up to 3 hours before one of them. */
+const nearTransitionArb = fc.constantFrom(...ZONES.filter((z) => z !== "UTC" && z !== "Asia/Kolkata")).chain((tz) => {
+  const ts = transitions(tz);
+  return fc.tuple(fc.constant(tz), fc.integer({ min: 0, max: ts.length - 1 }), fc.integer({ min: 0, max: 3 * 3600 }))
+    .map(([zone, i, s]) => [zone, (ts[i] ?? FROM_MS) - s * 1000] as const);
+});
+
+function everyHour(ast: CronAst): CronAst {
+  return { ...ast, hour: [{ kind: "star" }], dom: [{ kind: "star" }], month: [{ kind: "star" }], dow: [{ kind: "star" }] };
+}
+
+function checkAgainstBruteForce(withSeconds: boolean, numRuns: number, nearTransitions = false): void {
+  const base = fc.tuple(cronAstArb(withSeconds), fc.integer({ min: 0, max: 2 ** 30 - 1 }), zoneArb)
     .chain(([ast, style, tz]) => fc.tuple(fc.constant(ast), fc.constant(style), fc.constant(tz), afterArb(tz), fc.integer({ min: 1, max: 6 })));
+  // Every hour of every day, so the random minutes (and seconds) meet the gap or the repeat.
+  const dense = fc.tuple(cronAstArb(withSeconds), fc.integer({ min: 0, max: 2 ** 30 - 1 }), nearTransitionArb, fc.integer({ min: 1, max: 30 }))
+    .map(([ast, style, [tz, after], count]) => [everyHour(ast), style, tz, after, count] as const);
+  const arb = nearTransitions ? dense : base;
   fc.assert(
     fc.property(arb, ([ast, style, tz, afterMs, count]) => {
       const cron = renderCron(ast, style);
@@ -73,6 +89,8 @@ function iso(ms: number): string {
 describe("next agrees with brute-force enumeration of wall times", () => {
   it("5-field expressions", () => checkAgainstBruteForce(false, 300));
   it("6-field expressions with sparse seconds", () => checkAgainstBruteForce(true, 150));
+  it("every hour, random minutes, up to 3 h before a transition", () => checkAgainstBruteForce(false, 200, true));
+  it("every hour, random minutes and seconds, up to 3 h before a transition", () => checkAgainstBruteForce(true, 100, true));
 });
 
 describe("structural properties", () => {
