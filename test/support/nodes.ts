@@ -1,0 +1,133 @@
+/**
+ * Test harness for real `kairos node` processes. Each node logs its lifecycle events as JSON
+ * lines on stdout (`evt` field); `waitFor` resolves on the first matching event (already seen or
+ * future) so tests wait on events, never sleeps. Every process is killed when the test process
+ * exits, whatever happened.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { createInterface } from "node:readline";
+import type { NodeEvent } from "../../src/cluster/events.ts";
+
+export interface NodeProc {
+  readonly nodeId: string;
+  readonly pid: number;
+  readonly events: NodeEvent[];
+  /** Resolves with the first event matching `pred` (searching already-seen events first). */
+  waitFor(pred: (e: NodeEvent) => boolean, timeoutMs: number, phase: string): Promise<NodeEvent>;
+  /** Partitions currently held according to this node's events. */
+  held(): Set<number>;
+  signal(sig: NodeJS.Signals): void;
+  /** SIGTERM and wait for exit. */
+  stop(): Promise<number | null>;
+  readonly exited: Promise<number | null>;
+}
+
+const procs = new Set<ChildProcess>();
+process.on("exit", () => {
+  for (const p of procs) p.kill("SIGKILL");
+});
+
+export interface SpawnOptions {
+  natsUrl: string;
+  nodeId: string;
+  roles?: string;
+  partitions?: number;
+  leaseTtlMs?: number;
+  extraArgs?: string[];
+  env?: Record<string, string>;
+}
+
+export function spawnNode(o: SpawnOptions): NodeProc {
+  const args = [
+    "--import", "tsx", "src/cli/main.ts", "node",
+    "--nats", o.natsUrl, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
+    "--partitions", String(o.partitions ?? 32),
+    ...(o.leaseTtlMs ? ["--lease-ttl-ms", String(o.leaseTtlMs)] : []),
+    ...(o.extraArgs ?? []),
+  ];
+  const child = spawn(process.execPath, args, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, KAIROS_LOG_LEVEL: "info", ...o.env },
+  });
+  procs.add(child);
+  const events: NodeEvent[] = [];
+  const waiters = new Set<{ pred: (e: NodeEvent) => boolean; resolve: (e: NodeEvent) => void }>();
+  const held = new Set<number>();
+  const stderr: string[] = [];
+  child.stderr.setEncoding("utf8").on("data", (d: string) => stderr.push(d));
+  createInterface({ input: child.stdout }).on("line", (line) => {
+    let rec: { evt?: string } & Record<string, unknown>;
+    try {
+      rec = JSON.parse(line) as typeof rec;
+    } catch {
+      return;
+    }
+    if (!rec.evt) return;
+    const e = { ...rec, type: rec.evt } as unknown as NodeEvent;
+    events.push(e);
+    if (e.type === "partition_acquired") held.add(e.partition);
+    if (e.type === "partition_released" || e.type === "partition_lost") held.delete(e.partition);
+    for (const w of [...waiters]) {
+      if (w.pred(e)) {
+        waiters.delete(w);
+        w.resolve(e);
+      }
+    }
+  });
+  const exited = new Promise<number | null>((resolve) => {
+    child.on("exit", (code) => {
+      procs.delete(child);
+      resolve(code);
+    });
+  });
+  return {
+    nodeId: o.nodeId,
+    pid: child.pid!,
+    events,
+    exited,
+    held: () => new Set(held),
+    waitFor(pred, timeoutMs, phase) {
+      const seen = events.find(pred);
+      if (seen) return Promise.resolve(seen);
+      return new Promise((resolve, reject) => {
+        const w = { pred, resolve: (e: NodeEvent) => { clearTimeout(t); resolve(e); } };
+        const t = setTimeout(() => {
+          waiters.delete(w);
+          reject(new Error(`${o.nodeId}: timed out after ${timeoutMs} ms waiting for ${phase}; last events: ${JSON.stringify(events.slice(-5))}; stderr: ${stderr.join("").slice(-500)}`));
+        }, timeoutMs);
+        waiters.add(w);
+      });
+    },
+    signal: (sig) => child.kill(sig),
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill("SIGCONT");
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      const code = await exited;
+      clearTimeout(t);
+      return code;
+    },
+  };
+}
+
+/**
+ * Resolves when `check()` holds. The check reads state that node events and test traffic update;
+ * a short poll only wakes us up to re-read it (the assertion is on state, not on elapsed time).
+ */
+export function until(_nodes: readonly NodeProc[], check: () => boolean, timeoutMs: number, phase: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (check()) return resolve();
+    const t = setTimeout(() => {
+      clearInterval(poll);
+      reject(new Error(`timed out after ${timeoutMs} ms waiting for ${phase}`));
+    }, timeoutMs);
+    const poll = setInterval(() => {
+      if (check()) {
+        clearTimeout(t);
+        clearInterval(poll);
+        resolve();
+      }
+    }, 20);
+  });
+}
