@@ -5,6 +5,7 @@
  *
  * Core actor files import nothing from nats, dockerode or hono, and never read the clock.
  */
+import type { ErrorCode } from "../lib/errors.ts";
 
 /** Effects every host performs; actor types add their own with `perform` (see ActorDefinition). */
 export type HostEffect<M> =
@@ -21,6 +22,8 @@ export interface Decision<S, R, E> {
   /** The next state; return the same object to skip the write. */
   readonly state: S;
   readonly reply: R;
+  /** When set, the caller gets this error instead of `reply` (after the state write, if any). */
+  readonly fail?: { readonly code: ErrorCode; readonly message: string; readonly field?: string };
   /** Host effects, performed after the state write succeeded. */
   readonly effects?: readonly HostEffect<unknown>[];
   /**
@@ -28,6 +31,8 @@ export interface Decision<S, R, E> {
    * two repeats the effect, which must therefore be idempotent, e.g. a KV create).
    */
   readonly pre?: readonly E[];
+  /** Type-specific effects performed AFTER the state write (sends that need the shell, I/O). */
+  readonly post?: readonly E[];
 }
 
 export interface ActorDefinition<S, M, R, E = never> {

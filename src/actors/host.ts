@@ -27,12 +27,19 @@ export interface ShellContext {
   readonly partition: number;
   readonly epoch: number;
   readonly nodeId: string;
+  /** Sends a message to this same actor (it queues behind the current one). */
+  tell(msg: unknown): void;
 }
 
 export interface ActorRegistration {
   readonly definition: AnyActorDefinition;
-  /** Performs the decision's `pre` effects before the state write. */
-  perform?(pre: readonly unknown[], ctx: ShellContext): Promise<void>;
+  /**
+   * Performs the decision's `pre` effects before the state write. May return follow-up messages,
+   * which this actor processes next, before anything else in its mailbox.
+   */
+  perform?(pre: readonly unknown[], ctx: ShellContext): Promise<readonly unknown[] | void>;
+  /** Performs the decision's `post` effects after the state write (not awaited by the reply). */
+  performPost?(post: readonly unknown[], ctx: ShellContext): void;
 }
 
 /** Stored form of actor state: the state, the epoch and node that wrote it. */
@@ -132,6 +139,7 @@ export class ActorHost {
       if (!reg.definition.loadOnAcquire) continue;
       const entries = await this.#o.kv.list(`${reg.definition.type}.${partition}.>`);
       for (const e of entries) {
+        if (!this.#accepting.has(partition)) return; // lost while loading
         const id = e.key.slice(reg.definition.type.length + String(partition).length + 2);
         const inst = this.#instance(reg, reg.definition.type, id, partition);
         if (!inst.loaded) this.#adopt(inst, e.value, e.revision);
@@ -235,10 +243,18 @@ export class ActorHost {
     const def = inst.reg.definition;
     const d = def.receive(inst.state, msg, { id: inst.id, nowMs: this.#o.clock.now() });
     const epoch = this.#o.epochOf(inst.partition);
-    const ctx: ShellContext = { address: { type: inst.type, id: inst.id }, partition: inst.partition, epoch: epoch ?? 0, nodeId: this.#o.nodeId };
+    const ctx: ShellContext = {
+      address: { type: inst.type, id: inst.id }, partition: inst.partition, epoch: epoch ?? 0, nodeId: this.#o.nodeId,
+      tell: (m) => {
+        this.deliver(inst.type, inst.id, m).catch((e: unknown) => {
+          if (!isKairosError(e, "not_owner")) this.#o.onError(`tell ${inst.type}/${inst.id}`, e);
+        });
+      },
+    };
+    let followUps: readonly unknown[] = [];
     if (d.pre && d.pre.length > 0) {
       this.#checkTrusted(inst, "before effects");
-      await inst.reg.perform?.(d.pre, ctx);
+      followUps = (await inst.reg.perform?.(d.pre, ctx)) ?? [];
     }
     if (d.state !== inst.state) {
       this.#checkTrusted(inst, "before write");
@@ -260,6 +276,13 @@ export class ActorHost {
       inst.revision = r.revision;
     }
     this.#hostEffects(inst, d.effects ?? []);
+    if (d.post && d.post.length > 0) inst.reg.performPost?.(d.post, ctx);
+    for (let i = followUps.length - 1; i >= 0; i--) {
+      inst.mailbox.unshift({ msg: followUps[i], resolve: () => undefined, reject: (e) => this.#o.onError(`follow-up of ${inst.type}/${inst.id}`, e) });
+    }
+    if (d.fail) {
+      throw new KairosError(d.fail.code, d.fail.message, d.fail.field === undefined ? {} : { field: d.fail.field });
+    }
     return d.reply;
   }
 

@@ -51,7 +51,9 @@ export class MemoryKv implements KvStore {
   }
 
   async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
-    for (const e of await this.list(filter)) onChange({ key: e.key, value: e.value, revision: e.revision });
+    // Synchronous snapshot + registration: no write can fall between them.
+    const current = [...this.#data.values()].filter((e) => keyMatches(filter, e.key)).sort((a, b) => a.revision - b.revision);
+    for (const e of current) onChange({ key: e.key, value: e.value, revision: e.revision });
     onReady?.();
     const w = { filter, fn: onChange };
     this.#watchers.add(w);

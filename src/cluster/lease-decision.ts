@@ -61,7 +61,11 @@ export function decideLeases(i: LeaseInputs): LeaseActions {
       continue;
     }
     const ownerIsMe = lease.owner === i.me && lease.incarnation === i.incarnation;
-    if (ownerIsMe) continue; // a held lease we lost track of is resolved by the renew loop
+    if (ownerIsMe) {
+      // Our lease, but we stopped trusting it (trust window ran out): take it back with CAS.
+      out.steal.push({ partition: p, expectedRevision: lease.revision });
+      continue;
+    }
     const ownerLive = i.isLive(lease.owner, lease.incarnation);
     const expired = i.nowMs - lease.changedAtMs >= i.leaseTtlMs;
     if (!ownerLive && expired) out.steal.push({ partition: p, expectedRevision: lease.revision });

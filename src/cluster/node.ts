@@ -143,7 +143,7 @@ export class KairosNode {
       callbacks: {
         onAcquired: async (p) => {
           await host.acquire(p);
-          this.#subscribe(p);
+          if (this.#leases?.isTrusted(p)) this.#subscribe(p);
         },
         onReleasing: async (p) => {
           this.#subs.get(p)?.unsubscribe();

@@ -61,6 +61,8 @@ export class PartitionManager {
   readonly #mirror = new Map<number, LeaseView>();
   readonly #held = new Map<number, Held>();
   readonly #busy = new Set<number>();
+  /** Partitions whose actors are loading: not released or re-acquired meanwhile, but renewed. */
+  readonly #loading = new Set<number>();
   #watch: KvWatch | undefined;
   #cancelTick: (() => void) | undefined;
   #stopped = false;
@@ -155,7 +157,7 @@ export class PartitionManager {
         desired: this.#o.desired(),
         leases: this.#mirror,
         held: new Set(this.#held.keys()),
-        busy: this.#busy,
+        busy: new Set([...this.#busy, ...this.#loading]),
         isLive: this.#o.isLive,
         nowMs: now,
         leaseTtlMs: this.#o.leaseTtlMs,
@@ -190,7 +192,14 @@ export class PartitionManager {
       };
       this.#held.set(p, held);
       this.#o.events.emit({ type: "partition_acquired", partition: p, epoch: r.revision });
-      await this.#o.callbacks.onAcquired(p, r.revision);
+      // Loading may take longer than a renew interval: let the renew loop run meanwhile.
+      this.#busy.delete(p);
+      this.#loading.add(p);
+      try {
+        await this.#o.callbacks.onAcquired(p, r.revision);
+      } finally {
+        this.#loading.delete(p);
+      }
     } catch (e) {
       // Timeout: outcome unknown. The watch will show our lease if it was applied; the renew
       // loop cannot adopt it without the revision, so it simply expires and is re-acquired.
