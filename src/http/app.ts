@@ -1,0 +1,54 @@
+/**
+ * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json), then for /v1/*
+ * authentication and the body limit, then the job and run routes. Errors of every route are
+ * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`.
+ */
+import { Hono } from "hono";
+import type { JobsService, TenantDirectory } from "../jobs/service.ts";
+import type { Clock } from "../lib/clock.ts";
+import { KairosError } from "../lib/errors.ts";
+import { type ApiEnv, bearerAuth } from "./auth.ts";
+import { DEFAULT_MAX_BODY_BYTES, limitBody } from "./body.ts";
+import { toHttpError } from "./errors.ts";
+import { openApiDocument } from "./openapi.ts";
+import { registerJobRoutes } from "./routes/jobs.ts";
+import { registerRunRoutes } from "./routes/runs.ts";
+
+/** What the API needs. */
+export interface AppDeps {
+  jobs: JobsService;
+  tenants: TenantDirectory;
+  clock: Clock;
+  /** Largest accepted request body; default 64 KiB. */
+  maxBodyBytes?: number;
+  /** Receives errors that became a 500 (default: stderr). */
+  logError?: (err: unknown, req: { method: string; path: string }) => void;
+}
+
+const defaultLogError = (err: unknown, req: { method: string; path: string }): void => {
+  console.error(`kairos api: internal error on ${req.method} ${req.path}:`, err);
+};
+
+/** Builds the API application; serve it with `serveApi` or call `app.request()` in tests. */
+export function createApp(deps: AppDeps): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>();
+  const logError = deps.logError ?? defaultLogError;
+
+  app.onError((err, c) => {
+    const e = toHttpError(err, (x) => logError(x, { method: c.req.method, path: c.req.path }));
+    for (const [k, v] of Object.entries(e.headers)) c.header(k, v);
+    return c.json(e.body, e.status);
+  });
+  app.notFound((c) => {
+    const e = toHttpError(new KairosError("not_found", `no route ${c.req.method} ${c.req.path.slice(0, 200)}`), () => undefined);
+    return c.json(e.body, e.status);
+  });
+
+  app.get("/healthz", (c) => c.json({ ok: true }));
+  app.get("/openapi.json", (c) => c.json(openApiDocument()));
+
+  app.use("/v1/*", bearerAuth(deps.tenants), limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES));
+  registerJobRoutes(app, { jobs: deps.jobs, clock: deps.clock });
+  registerRunRoutes(app, deps.jobs);
+  return app;
+}
