@@ -4,6 +4,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { isKairosError } from "../lib/errors.ts";
+import { registerAdminCommands } from "./admin.ts";
 import { registerClusterCommands } from "./cluster.ts";
 import { registerCronCommands } from "./cron.ts";
 import { registerDevCommand } from "./dev.ts";
@@ -18,6 +19,7 @@ registerCronCommands(program);
 registerDevCommand(program);
 registerNodeCommand(program);
 registerClusterCommands(program);
+registerAdminCommands(program);
 
 try {
   await program.parseAsync(process.argv);

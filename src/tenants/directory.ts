@@ -1,0 +1,176 @@
+/**
+ * Tenants and API keys over the `tenants` KV bucket (the KvStore port only).
+ *
+ * Keys in the bucket:
+ *   t.<tenant_id>        → TenantRecord
+ *   n.<sha256(lower(name)) first 32 hex> → { tenant_id }      (name uniqueness, CAS create)
+ *   k.<sha256(api key) hex> → KeyRecord { tenant_id, key_id, revoked, created_at }
+ *   kid.<key_id>         → { hash, tenant_id }                 (revoke by id)
+ *
+ * The plain API key is returned once and never stored. Write order is crash-safe without
+ * transactions: a tenant is written before its name is claimed (a crash leaves an unnamed,
+ * keyless tenant: harmless) and a key's `kid.` record before its `k.` hash (a crash leaves a
+ * revocable id pointing at no key). Two concurrent creates of one name race on `create` of
+ * `n.…`: exactly one wins, the other is `conflict` and removes its orphan tenant record.
+ *
+ * Gotcha: successful authentications are cached for `authCacheTtlMs` (default 5 s) in a
+ * bounded LRU, so a revoked key keeps working for up to that long on other API nodes (this
+ * node drops it at once). Failed lookups are not cached: junk keys cannot evict good ones.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import type { Tenant, TenantDirectory } from "../jobs/service.ts";
+import type { Clock } from "../lib/clock.ts";
+import { KairosError } from "../lib/errors.ts";
+import { formatUtc } from "../schedule/index.ts";
+import { LruCache } from "./lru.ts";
+
+/** What is stored under `t.<tenant_id>`. */
+export type TenantRecord = Tenant;
+
+/** What is stored under `k.<sha256 of the key>`. */
+export interface KeyRecord {
+  tenant_id: string;
+  key_id: string;
+  revoked: boolean;
+  created_at: string;
+}
+
+interface KeyIdRecord {
+  hash: string;
+  tenant_id: string;
+}
+
+/** Defaults of a new tenant. */
+export const TENANT_DEFAULTS = { max_concurrent_runs: 100, max_jobs: 10_000, weight: 1, webhook_url: null } as const;
+
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
+const API_KEY = /^kai_[A-Za-z0-9_-]{43}$/;
+const TENANT_ID = /^t[a-z2-7]{16}$/;
+const KEY_ID = /^k[a-z2-7]{16}$/;
+const MAX_CAS_RETRIES = 10;
+
+/** Tunables of the directory. */
+export interface TenantDirectoryOptions {
+  clock: Clock;
+  /** How long a successful authentication is trusted without a KV read (default 5000). */
+  authCacheTtlMs?: number;
+  /** Most cached authentications (default 10000). */
+  authCacheMax?: number;
+}
+
+/** `TenantDirectory` over the `tenants` bucket. */
+export class KvTenantDirectory implements TenantDirectory {
+  readonly #kv: KvStore;
+  readonly #clock: Clock;
+  readonly #ttlMs: number;
+  readonly #cache: LruCache<string, { tenant: Tenant; expiresAtMs: number }>;
+
+  constructor(kv: KvStore, opts: TenantDirectoryOptions) {
+    this.#kv = kv;
+    this.#clock = opts.clock;
+    this.#ttlMs = opts.authCacheTtlMs ?? 5000;
+    this.#cache = new LruCache(opts.authCacheMax ?? 10_000);
+  }
+
+  async authenticate(apiKey: string): Promise<Tenant | null> {
+    if (!API_KEY.test(apiKey)) return null;
+    const hash = sha256(apiKey);
+    const now = this.#clock.now();
+    const hit = this.#cache.get(hash);
+    if (hit !== undefined && hit.expiresAtMs > now) return hit.tenant;
+    const entry = await this.#kv.get(`k.${hash}`);
+    if (entry === null) return null;
+    const key = decode<KeyRecord>(entry.value);
+    if (key.revoked) {
+      this.#cache.delete(hash);
+      return null;
+    }
+    const tenant = await this.getTenant(key.tenant_id);
+    if (tenant === null) return null;
+    this.#cache.set(hash, { tenant, expiresAtMs: now + this.#ttlMs });
+    return tenant;
+  }
+
+  async createTenant(name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }> {
+    if (!NAME.test(name)) {
+      throw new KairosError("invalid_argument", `tenant name must be 1-63 letters, digits, ".", "_" or "-", starting with a letter or digit, got ${JSON.stringify(name.slice(0, 80))}`, { field: "name" });
+    }
+    const tenant: Tenant = { tenant_id: newId("t"), name, created_at: formatUtc(this.#clock.now()), ...TENANT_DEFAULTS };
+    const t = await this.#kv.create(`t.${tenant.tenant_id}`, encode(tenant));
+    if (!t.ok) throw new KairosError("conflict", `tenant id ${tenant.tenant_id} already exists; retry`);
+    const claim = await this.#kv.create(nameKey(name), encode({ tenant_id: tenant.tenant_id }));
+    if (!claim.ok) {
+      await this.#kv.delete(`t.${tenant.tenant_id}`, t.revision);
+      throw new KairosError("conflict", `a tenant named ${JSON.stringify(name)} already exists`, { field: "name", retryable: false });
+    }
+    const { apiKey, keyId } = await this.#writeKey(tenant.tenant_id);
+    return { tenant, apiKey, keyId };
+  }
+
+  async createKey(tenantId: string): Promise<{ apiKey: string; keyId: string }> {
+    if ((await this.getTenant(tenantId)) === null) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+    return this.#writeKey(tenantId);
+  }
+
+  async revokeKey(keyId: string): Promise<void> {
+    const idEntry = KEY_ID.test(keyId) ? await this.#kv.get(`kid.${keyId}`) : null;
+    if (idEntry === null) throw new KairosError("not_found", `key ${keyId} not found`, { field: "key_id" });
+    const { hash } = decode<KeyIdRecord>(idEntry.value);
+    this.#cache.delete(hash);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const entry = await this.#kv.get(`k.${hash}`);
+      if (entry === null) return; // the key was never completed (crash between the two writes)
+      const rec = decode<KeyRecord>(entry.value);
+      if (rec.revoked) return;
+      const r = await this.#kv.update(`k.${hash}`, encode({ ...rec, revoked: true }), entry.revision);
+      if (r.ok) return;
+    }
+    throw new KairosError("conflict", `key ${keyId} kept changing; retry the revocation`);
+  }
+
+  async getTenant(tenantId: string): Promise<Tenant | null> {
+    if (!TENANT_ID.test(tenantId)) return null;
+    const e = await this.#kv.get(`t.${tenantId}`);
+    return e === null ? null : decode<TenantRecord>(e.value);
+  }
+
+  async findTenantByName(name: string): Promise<Tenant | null> {
+    if (!NAME.test(name)) return null;
+    const e = await this.#kv.get(nameKey(name));
+    if (e === null) return null;
+    return this.getTenant(decode<{ tenant_id: string }>(e.value).tenant_id);
+  }
+
+  /** Writes `kid.` then `k.`: see the header for why this order. */
+  async #writeKey(tenantId: string): Promise<{ apiKey: string; keyId: string }> {
+    const apiKey = `kai_${randomBytes(32).toString("base64url")}`;
+    const keyId = newId("k");
+    const hash = sha256(apiKey);
+    const a = await this.#kv.create(`kid.${keyId}`, encode({ hash, tenant_id: tenantId } satisfies KeyIdRecord));
+    if (!a.ok) throw new KairosError("conflict", `key id ${keyId} already exists; retry`);
+    const rec: KeyRecord = { tenant_id: tenantId, key_id: keyId, revoked: false, created_at: formatUtc(this.#clock.now()) };
+    const b = await this.#kv.create(`k.${hash}`, encode(rec));
+    if (!b.ok) throw new KairosError("conflict", "API key collision; retry");
+    return { apiKey, keyId };
+  }
+}
+
+/** `prefix` + 16 random base32 characters (80 bits) from the OS CSPRNG. */
+export function newId(prefix: string): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
+  const bytes = randomBytes(16);
+  let out = prefix;
+  for (const b of bytes) out += alphabet.charAt(b & 31);
+  return out;
+}
+
+function sha256(s: string): string {
+  return createHash("sha256").update(s).digest("hex");
+}
+
+/** Names are unique ignoring case. */
+function nameKey(name: string): string {
+  return `n.${sha256(name.toLowerCase()).slice(0, 32)}`;
+}
