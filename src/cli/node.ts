@@ -3,13 +3,10 @@
  * Also the shared start-up used by `kairos dev`.
  */
 import type { Command } from "commander";
-import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
-import { createLogger } from "../lib/log.ts";
-import { systemRandom } from "../lib/random.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
-import { KairosNode } from "../cluster/node.ts";
-import { actorRegistrations } from "../actors/index.ts";
+import { detectExecutor, type ExecutorKind } from "../sandbox/index.ts";
+import { startKairos, type KairosProcess } from "../server/start.ts";
 import { resolveNatsUrl } from "./dev-file.ts";
 import { hostname } from "node:os";
 
@@ -48,18 +45,34 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
   });
 }
 
-/** Starts a node, logging its events as JSON lines; resolves once started. */
-export async function startNode(config: NodeConfig): Promise<KairosNode> {
-  const log = createLogger(config.nodeId);
-  const node = new KairosNode(config, {
-    clock: systemClock,
-    random: systemRandom,
-    log: (level, msg, extra) => log[level](extra ?? {}, msg),
+/** Process options shared by `kairos node` and `kairos dev`. */
+export interface ProcessFlags {
+  executor?: string;
+  slots?: string;
+  apiHost?: string;
+  apiPort?: string;
+}
+
+/** Resolves the executor: an explicit choice, else docker when an engine answers, else process. */
+export async function chooseExecutor(flag: string | undefined): Promise<{ kind: ExecutorKind; reason: string }> {
+  if (flag !== undefined) {
+    if (flag !== "process" && flag !== "noop" && flag !== "docker") {
+      throw new KairosError("invalid_argument", `--executor: "${flag}" is not one of process, noop, docker`, { field: "executor" });
+    }
+    return { kind: flag, reason: "chosen with --executor" };
+  }
+  return detectExecutor();
+}
+
+export async function startProcess(config: NodeConfig, f: ProcessFlags, defaults: { apiPort: number }): Promise<KairosProcess & { executor: { kind: ExecutorKind; reason: string } }> {
+  const executor = config.roles.includes("worker") ? await chooseExecutor(f.executor) : { kind: "noop" as const, reason: "no worker role" };
+  const p = await startKairos(config, {
+    executor: executor.kind,
+    workerSlots: int(f.slots, "slots") ?? 4,
+    apiHost: f.apiHost ?? "127.0.0.1",
+    apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
   });
-  for (const r of actorRegistrations()) node.register(r);
-  node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
-  await node.start();
-  return node;
+  return Object.assign(p, { executor });
 }
 
 /** Stops `stop` on the first SIGINT/SIGTERM, then exits. */
@@ -91,10 +104,16 @@ export function registerNodeCommand(program: Command): void {
     .option("--partitions <n>", "partition count when the cluster is first created")
     .option("--replicas <n>", "KV replicas (1, or 3 on a 3-server NATS cluster)")
     .option("--lease-ttl-ms <ms>", "partition lease TTL")
-    .action(async (f: NodeFlags) => {
+    .option("--executor <kind>", "worker executor: docker, process or noop (default: docker if an engine answers)")
+    .option("--slots <n>", "worker slots (concurrent attempts)", "4")
+    .option("--api-host <host>", "API listen address", "127.0.0.1")
+    .option("--api-port <port>", "API port (0: any free port)", "0")
+    .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });
-      const node = await startNode(nodeConfigFromFlags(f, url));
-      onShutdown(() => node.stop());
+      const p = await startProcess(nodeConfigFromFlags(f, url), f, { apiPort: 0 });
+      if (p.api) console.error(`kairos node: api on ${p.api.url}`);
+      if (p.worker) console.error(`kairos node: worker executor ${p.executor.kind} (${p.executor.reason})`);
+      onShutdown(() => p.stop());
     });
 }

@@ -61,9 +61,15 @@ export class KairosNode {
     this.#deps = deps;
   }
 
-  /** Registers an actor type; call before start(). */
+  /** Registers an actor type; call before start() or from an `onConnected` hook. */
   register(reg: ActorRegistration): void {
     this.#registrations.push(reg);
+  }
+
+  readonly #connectedHooks: ((node: KairosNode) => void | Promise<void>)[] = [];
+  /** Runs once NATS, the buckets and the router are ready, before partitions are taken. */
+  onConnected(fn: (node: KairosNode) => void | Promise<void>): void {
+    this.#connectedHooks.push(fn);
   }
 
   get nc(): NatsConnection {
@@ -105,6 +111,7 @@ export class KairosNode {
       nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
       partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
     });
+    for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
       nc: this.#nc, clusterName: c.clusterName, clock, events,

@@ -1,0 +1,46 @@
+/**
+ * Identifiers. A job id is `j` + 16 lowercase base-36 characters; a job actor is addressed as
+ * `job/<tenant_id>.<job_id>`. A run id is derived from its job and occurrence —
+ * `<job_id>-<scheduled_for ms in base 36>` (manual runs add `m<n>`) — so one occurrence can only
+ * ever have one run key: the unique-key safety net of DESIGN.md.
+ */
+const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+const JOB_ID_RE = /^j[0-9a-z]{16}$/;
+
+export const JOB_ACTOR = "job";
+export const TENANT_ACTOR = "tenant";
+
+export function isValidId(s: string): boolean {
+  return ID_RE.test(s);
+}
+
+/** A new job id from 16 random values in [0, 1). */
+export function newJobId(random: () => number): string {
+  let s = "j";
+  for (let i = 0; i < 16; i++) s += Math.floor(random() * 36).toString(36);
+  return s;
+}
+
+export function jobActorId(tenantId: string, jobId: string): string {
+  return `${tenantId}.${jobId}`;
+}
+
+export function splitJobActorId(id: string): { tenantId: string; jobId: string } {
+  const i = id.indexOf(".");
+  return { tenantId: id.slice(0, i), jobId: id.slice(i + 1) };
+}
+
+export function runIdFor(jobId: string, scheduledForMs: number, manualSeq?: number): string {
+  return `${jobId}-${scheduledForMs.toString(36)}${manualSeq === undefined ? "" : `m${manualSeq}`}`;
+}
+
+/** The job id inside a run id, or null when the run id is malformed. */
+export function jobIdOfRun(runId: string): string | null {
+  const jobId = runId.split("-")[0] ?? "";
+  return JOB_ID_RE.test(jobId) && /^j[0-9a-z]{16}-[0-9a-z]+(m\d+)?$/.test(runId) ? jobId : null;
+}
+
+/** KV key of a run record: `<partition>.<tenant>.<job>.<run>`, so a job's runs list by filter. */
+export function runKey(partition: number, tenantId: string, jobId: string, runId: string): string {
+  return `${partition}.${tenantId}.${jobId}.${runId}`;
+}

@@ -1,0 +1,550 @@
+/**
+ * The job actor's pure core: `(state, message, now) → decision`. One actor per job holds the
+ * definition, `next_run_at`, the active runs with their leases, and decides every transition:
+ * firing occurrences (misfire and overlap policies), claiming worker slots, leases and fences,
+ * heartbeats, completion, retries with backoff, dead letters, pause/resume, change, delete.
+ *
+ * Crash-safe ordering (DESIGN.md): run records are written first (`pre` effects: a `create` for a
+ * new occurrence, which fails harmlessly if it exists), then the job state with CAS. A crash in
+ * between re-fires the same occurrence, finds its run and advances: no duplicate, no skip.
+ *
+ * Leases live in memory as timers (`lease:<run>`), not in KV: heartbeats re-arm them; a new owner
+ * re-arms them with a fresh grace period on activation.
+ */
+import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../actors/actor.ts";
+import { KairosError, type ErrorCode } from "../lib/errors.ts";
+import { compileSchedule, formatUtc, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
+import { retryDelayMs } from "./backoff.ts";
+import { JOB_ACTOR, runIdFor, splitJobActorId } from "./ids.ts";
+import { activeRunView, emptyJobState, jobView, terminalRunView, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import type { AttemptOutcome, JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
+
+export interface JobActorConfig {
+  leaseTtlMs: number;
+  /** Runs are created and matched to workers this long before they are due. */
+  lookaheadMs: number;
+  /** An occurrence fired later than this after its due time is a misfire. */
+  misfireGraceMs: number;
+  maxActiveRuns: number;
+  queueLimit: number;
+  catchUpLimit: number;
+  redispatchDelayMs: number;
+}
+
+export const DEFAULT_JOB_CONFIG: JobActorConfig = {
+  leaseTtlMs: 10_000,
+  lookaheadMs: 5_000,
+  misfireGraceMs: 10_000,
+  maxActiveRuns: 100,
+  queueLimit: 10,
+  catchUpLimit: 100,
+  redispatchDelayMs: 1_000,
+};
+
+/** What a worker reports when an attempt ends. */
+export interface Completion {
+  outcome: "exited" | "timed_out" | "killed" | "oom" | "error";
+  exit_code: number | null;
+  output: string;
+  error: { class: string; message: string; retryable: boolean } | null;
+  started_at_ms: number;
+  finished_at_ms: number;
+}
+
+export type JobMsg =
+  | { kind: "create"; tenant_id: string; job_id: string; spec: JobSpec; request_hash: string }
+  | { kind: "get" }
+  | { kind: "patch"; patch: JobPatch; if_match?: number }
+  | { kind: "delete" }
+  | { kind: "run_now" }
+  | { kind: "fire" }
+  | { kind: "slot_granted"; run_id: string }
+  | { kind: "redispatch"; run_id: string }
+  | { kind: "claimed"; run_id: string; fence: number; worker: string }
+  | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
+  | { kind: "retry_later"; run_id: string }
+  | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
+  | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
+  | { kind: "lease_expired"; run_id: string; fence: number }
+  | { kind: "retry_due"; run_id: string };
+
+/** Work handed to the shell (src/jobs/job-shell.ts). */
+export type JobEffect =
+  | { kind: "put_run"; record: RunView; create: boolean }
+  | { kind: "acquire_slot"; run_id: string; timeout_s: number }
+  | { kind: "release_slot"; run_id: string }
+  | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
+  | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
+  | { kind: "dead_letter"; record: RunView };
+
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; ok?: true } | null;
+type D = Decision<JobState, JobReply, JobEffect>;
+
+const schedules = new Map<string, CompiledSchedule>();
+function scheduleOf(spec: JobSpec): CompiledSchedule {
+  const k = JSON.stringify(spec.schedule);
+  let s = schedules.get(k);
+  if (!s) {
+    s = compileSchedule("cron" in spec.schedule ? { cron: spec.schedule.cron, time_zone: spec.schedule.time_zone } : { at: spec.schedule.at });
+    if (schedules.size > 10_000) schedules.clear();
+    schedules.set(k, s);
+  }
+  return s;
+}
+
+/** A mutable working copy of the state plus the effects decided so far. */
+class Tx {
+  readonly s: JobState;
+  readonly pre: JobEffect[] = [];
+  readonly post: JobEffect[] = [];
+  readonly fx: HostEffect<JobMsg>[] = [];
+  changed = false;
+  constructor(
+    readonly orig: JobState,
+    readonly now: number,
+    readonly cfg: JobActorConfig,
+  ) {
+    this.s = { ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued] };
+  }
+  get job(): JobRecord {
+    return this.s.job!;
+  }
+  done(reply: JobReply, fail?: { code: ErrorCode; message: string; field?: string }): D {
+    return {
+      state: this.changed ? this.s : this.orig,
+      reply,
+      effects: this.fx,
+      pre: this.pre,
+      post: this.post,
+      ...(fail ? { fail } : {}),
+    };
+  }
+  run(runId: string): ActiveRun | undefined {
+    return this.s.runs.find((r) => r.run_id === runId);
+  }
+  putRun(r: ActiveRun, create = false): void {
+    this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), create });
+  }
+  timer(name: string, atMs: number, msg: JobMsg): void {
+    this.fx.push({ kind: "timer", name, atMs, msg });
+  }
+  cancelTimer(name: string): void {
+    this.fx.push({ kind: "cancel_timer", name });
+  }
+  armFire(): void {
+    if (this.s.next_run_at_ms === null) this.cancelTimer("fire");
+    else this.timer("fire", this.s.next_run_at_ms - lookahead(this.cfg, this.s), { kind: "fire" });
+  }
+}
+
+const iso = (ms: number): string => formatUtc(ms);
+/**
+ * Look-ahead applies only to overlap=allow: the other policies must see which earlier runs are
+ * still active when an occurrence falls due, which is only known at its due time.
+ */
+function lookahead(cfg: JobActorConfig, s: JobState): number {
+  return s.job?.spec.overlap === "allow" ? cfg.lookaheadMs : 0;
+}
+
+const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });
+
+// ---------------------------------------------------------------------------------------------
+// Occurrences: misfire, overlap, run creation
+
+function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string): void {
+  const spec = tx.job.spec;
+  const r: ActiveRun = {
+    run_id: runId,
+    scheduled_for_ms: scheduledForMs,
+    start_at_ms: scheduledForMs + spreadOffsetMs(tx.job.job_id, scheduledForMs, spec.flex_window_s),
+    trigger,
+    status: "queued",
+    attempt: 0,
+    fence: 0,
+    worker: null,
+    slot: false,
+    created_at_ms: tx.now,
+    started_at_ms: null,
+    next_attempt_at_ms: null,
+    attempts: [],
+  };
+  tx.s.runs.push(r);
+  tx.putRun(r, true);
+  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: spec.task.timeout_s });
+  tx.changed = true;
+}
+
+function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], status: "skipped" | "missed", reason: string): void {
+  const run_id = runIdFor(tx.job.job_id, scheduledForMs);
+  tx.pre.push({
+    kind: "put_run",
+    create: true,
+    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now }, status, tx.now, { reason }),
+  });
+}
+
+/** Applies the overlap policy to one occurrence that is due to run. */
+function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): void {
+  const active = tx.s.runs.length > 0;
+  const runId = runIdFor(tx.job.job_id, scheduledForMs);
+  if (tx.s.runs.some((r) => r.run_id === runId)) return; // re-fired after a crash: already there
+  if (tx.s.runs.length >= tx.cfg.maxActiveRuns) {
+    recordTerminal(tx, scheduledForMs, trigger, "skipped", `too many active runs (${tx.cfg.maxActiveRuns})`);
+    return;
+  }
+  switch (tx.job.spec.overlap) {
+    case "allow":
+      return createRun(tx, scheduledForMs, trigger, runId);
+    case "skip":
+      if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
+      return createRun(tx, scheduledForMs, trigger, runId);
+    case "queue":
+      if (!active) return createRun(tx, scheduledForMs, trigger, runId);
+      if (tx.s.queued.length >= tx.cfg.queueLimit) {
+        return recordTerminal(tx, scheduledForMs, trigger, "skipped", `overlap: queue full (${tx.cfg.queueLimit})`);
+      }
+      tx.s.queued.push(scheduledForMs);
+      tx.changed = true;
+      return;
+    case "replace":
+      for (const r of [...tx.s.runs]) finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
+      return createRun(tx, scheduledForMs, trigger, runId);
+  }
+}
+
+function fire(tx: Tx): void {
+  const s = tx.s;
+  if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
+  const sched = scheduleOf(s.job.spec);
+  const horizon = tx.now + lookahead(tx.cfg, s);
+  const due: number[] = [];
+  let cursor = s.next_run_at_ms;
+  let truncated = false;
+  while (cursor <= horizon) {
+    if (due.length >= tx.cfg.catchUpLimit) {
+      truncated = true;
+      break;
+    }
+    due.push(cursor);
+    cursor = sched.next(cursor, 1)[0] ?? Number.POSITIVE_INFINITY;
+  }
+  if (due.length === 0) return tx.armFire();
+  const { policy, starting_deadline_s } = s.job.spec.misfire;
+  const late = due.filter((o) => tx.now - o > tx.cfg.misfireGraceMs);
+  const onTime = due.filter((o) => tx.now - o <= tx.cfg.misfireGraceMs);
+  const pastDeadline = (o: number) => starting_deadline_s !== null && tx.now - o > starting_deadline_s * 1000;
+  late.forEach((o, i) => {
+    if (pastDeadline(o)) return recordTerminal(tx, o, "catch_up", "missed", `misfire: past starting deadline (${starting_deadline_s} s)`);
+    if (policy === "run_all" || (policy === "run_once" && i === late.length - 1)) return occur(tx, o, "catch_up");
+    recordTerminal(tx, o, "catch_up", "missed", `misfire (${policy})`);
+  });
+  for (const o of onTime) occur(tx, o, "schedule");
+  s.next_run_at_ms = truncated ? (sched.next(tx.now, 1)[0] ?? null) : Number.isFinite(cursor) ? cursor : null;
+  tx.changed = true;
+  tx.armFire();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runs: slots, claims, leases, completion, retries
+
+function dispatch(tx: Tx, r: ActiveRun): void {
+  r.fence = ++tx.s.fence_seq;
+  tx.changed = true;
+  tx.post.push({
+    kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
+    start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,
+  });
+}
+
+/** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
+function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled", reason: string | null, result: RunView["result"]): void {
+  tx.s.runs = tx.s.runs.filter((x) => x !== r);
+  tx.changed = true;
+  tx.cancelTimer(`lease:${r.run_id}`);
+  tx.cancelTimer(`retry:${r.run_id}`);
+  tx.cancelTimer(`dispatch:${r.run_id}`);
+  if ((r.status === "leased" || r.status === "running") && status === "cancelled" && r.worker) {
+    tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+  }
+  if (r.slot) tx.post.push({ kind: "release_slot", run_id: r.run_id });
+  const record = terminalRunView(tx.job, r, status, tx.now, {
+    attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
+  });
+  tx.pre.push({ kind: "put_run", record, create: false });
+  if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
+  if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted) {
+    const next = tx.s.queued.shift()!;
+    occur(tx, next, "schedule");
+  }
+}
+
+function mapOutcome(c: Completion): AttemptOutcome {
+  switch (c.outcome) {
+    case "exited": return c.exit_code === 0 ? "succeeded" : "failed";
+    case "timed_out": return "timed_out";
+    case "oom": return "oom";
+    case "killed": return "cancelled";
+    case "error": return "error";
+  }
+}
+
+/** After a failed attempt: retry with backoff, or dead-letter. */
+function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: boolean, why: string, result: RunView["result"]): void {
+  const retry = tx.job.spec.retry;
+  tx.cancelTimer(`lease:${r.run_id}`);
+  if (retryable && r.attempt < retry.max_attempts) {
+    r.status = "retry_wait";
+    r.worker = null;
+    r.next_attempt_at_ms = tx.now + retryDelayMs(retry, r.attempt, r.run_id);
+    if (r.slot) {
+      tx.post.push({ kind: "release_slot", run_id: r.run_id });
+      r.slot = false;
+    }
+    tx.timer(`retry:${r.run_id}`, r.next_attempt_at_ms, { kind: "retry_due", run_id: r.run_id });
+    tx.putRun(r);
+    tx.changed = true;
+    return;
+  }
+  const reason = retryable ? `dead-lettered after ${r.attempt} attempt(s): ${why}` : `not retryable: ${why}`;
+  finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", reason, result);
+}
+
+function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
+  const r = tx.run(m.run_id);
+  if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
+    return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} is not the current lease`));
+  }
+  const outcome = mapOutcome(m);
+  const a = r.attempts[r.attempts.length - 1];
+  const errorText = m.error?.message ?? (outcome === "oom" ? "killed: out of memory" : outcome === "timed_out" ? "timed out" : null);
+  if (a) {
+    a.started_at ??= iso(m.started_at_ms);
+    a.finished_at = iso(m.finished_at_ms);
+    a.exit_code = m.exit_code;
+    a.outcome = outcome;
+    a.error = outcome === "succeeded" ? null : errorText ?? `exit code ${m.exit_code}`;
+  }
+  r.started_at_ms ??= m.started_at_ms;
+  const result = { exit_code: m.exit_code, output: m.output };
+  if (outcome === "succeeded") finish(tx, r, "succeeded", null, result);
+  else {
+    const retryable = m.error ? m.error.retryable : outcome !== "cancelled";
+    failAttempt(tx, r, outcome, retryable, a?.error ?? outcome, result);
+  }
+  return tx.done({ ok: true });
+}
+
+function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
+  const r = tx.run(m.run_id);
+  switch (m.kind) {
+    case "slot_granted":
+      if (!r || r.slot) {
+        if (!r) tx.post.push({ kind: "release_slot", run_id: m.run_id });
+        return tx.done(null);
+      }
+      r.slot = true;
+      if (r.status === "queued") dispatch(tx, r);
+      tx.changed = true;
+      return tx.done(null);
+    case "redispatch":
+      if (!r || r.status !== "queued") return tx.done(null);
+      if (!r.slot) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+      else dispatch(tx, r);
+      return tx.done(null);
+    case "claimed":
+      if (!r || r.fence !== m.fence || r.status !== "queued") {
+        // The worker holds a claim we no longer want: tell it to stop.
+        tx.post.push({ kind: "cancel_on_worker", worker: m.worker, run_id: m.run_id, fence: m.fence });
+        return tx.done(null);
+      }
+      r.status = "leased";
+      r.attempt += 1;
+      r.worker = m.worker;
+      r.next_attempt_at_ms = null;
+      r.attempts.push({ attempt: r.attempt, worker: m.worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
+      tx.putRun(r);
+      tx.changed = true;
+      tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      return tx.done(null);
+    case "dispatch_failed":
+      if (r && r.fence === m.fence && r.status === "queued") {
+        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+      }
+      return tx.done(null);
+    case "retry_later":
+      if (r && r.status === "queued") {
+        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+      }
+      return tx.done(null);
+    case "heartbeat":
+      if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
+        return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} is gone`));
+      }
+      tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      if (r.status === "leased" && m.started_at_ms !== undefined) {
+        r.status = "running";
+        r.started_at_ms ??= m.started_at_ms;
+        const a = r.attempts[r.attempts.length - 1];
+        if (a) a.started_at = iso(m.started_at_ms);
+        tx.putRun(r);
+        tx.changed = true;
+      }
+      return tx.done({ ok: true });
+    case "lease_expired":
+      if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) return tx.done(null);
+      {
+        const a = r.attempts[r.attempts.length - 1];
+        if (a) {
+          a.finished_at = iso(tx.now);
+          a.outcome = "lease_lost";
+          a.error = `lease expired on worker ${r.worker ?? "?"}`;
+        }
+        if (r.attempt < tx.job.spec.retry.max_attempts) {
+          // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
+          r.status = "queued";
+          r.worker = null;
+          tx.putRun(r);
+          if (r.slot) dispatch(tx, r);
+          else tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+          tx.changed = true;
+        } else {
+          finish(tx, r, "failed", `dead-lettered after ${r.attempt} attempt(s): lease lost`, null);
+        }
+      }
+      return tx.done(null);
+    case "retry_due":
+      if (!r || r.status !== "retry_wait") return tx.done(null);
+      r.status = "queued";
+      r.next_attempt_at_ms = null;
+      r.start_at_ms = tx.now;
+      tx.putRun(r);
+      tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+      tx.changed = true;
+      return tx.done(null);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Job commands
+
+function nextRuns(s: JobState, count: number): number[] {
+  if (!s.job || s.next_run_at_ms === null) return [];
+  const sched = scheduleOf(s.job.spec);
+  return [s.next_run_at_ms, ...sched.next(s.next_run_at_ms, count - 1)];
+}
+
+function firstAfter(spec: JobSpec, nowMs: number): number | null {
+  return spec.enabled ? (scheduleOf(spec).next(nowMs, 1)[0] ?? null) : null;
+}
+
+function validSchedule(spec: JobSpec): { code: ErrorCode; message: string; field?: string } | null {
+  try {
+    scheduleOf(spec);
+    return null;
+  } catch (e) {
+    if (e instanceof KairosError) return fail(e.code, e.message, e.field);
+    throw e;
+  }
+}
+
+function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" }>): D {
+  const s = tx.s;
+  if (m.kind === "create") {
+    if (s.job) {
+      if (!s.deleted && s.job.request_hash === m.request_hash) return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+      return tx.done(null, fail("conflict", `job ${m.job_id} already exists`));
+    }
+    const bad = validSchedule(m.spec);
+    if (bad) return tx.done(null, bad);
+    s.job = { tenant_id: m.tenant_id, job_id: m.job_id, spec: m.spec, version: 1, created_at_ms: tx.now, updated_at_ms: tx.now, request_hash: m.request_hash };
+    s.next_run_at_ms = firstAfter(m.spec, tx.now);
+    tx.changed = true;
+    tx.armFire();
+    return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+  }
+  if (!s.job || s.deleted) return tx.done(null, fail("not_found", "job not found"));
+  switch (m.kind) {
+    case "get":
+      return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    case "patch": {
+      if (m.if_match !== undefined && m.if_match !== s.job.version) {
+        return tx.done(null, fail("precondition_failed", `If-Match: job is at version ${s.job.version}, not ${m.if_match}`, "If-Match"));
+      }
+      const before = s.job.spec;
+      const spec: JobSpec = { ...before, ...m.patch };
+      const bad = validSchedule(spec);
+      if (bad) return tx.done(null, bad);
+      s.job = { ...s.job, spec, version: s.job.version + 1, updated_at_ms: tx.now };
+      const scheduleChanged = JSON.stringify(before.schedule) !== JSON.stringify(spec.schedule);
+      if (!spec.enabled) s.next_run_at_ms = null;
+      else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now); // resume: no catch-up
+      if (!spec.enabled || spec.overlap !== "queue") s.queued = [];
+      tx.changed = true;
+      tx.armFire();
+      return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    }
+    case "delete":
+      for (const r of [...s.runs]) finish(tx, r, "cancelled", "job deleted", null);
+      s.deleted = true;
+      s.next_run_at_ms = null;
+      s.queued = [];
+      tx.changed = true;
+      tx.armFire();
+      return tx.done({ ok: true });
+    case "run_now": {
+      if (s.runs.length >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs`));
+      const seq = ++s.manual_seq;
+      const runId = runIdFor(s.job.job_id, tx.now, seq);
+      createRun(tx, tx.now, "manual", runId);
+      return tx.done({ run: activeRunView(s.job, tx.run(runId)!) });
+    }
+  }
+}
+
+/** Re-arms timers from persisted state when the actor is (re)activated on a node. */
+function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
+  const fx: HostEffect<JobMsg>[] = [];
+  if (!s.job || s.deleted) return fx;
+  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: s.next_run_at_ms - lookahead(cfg, s), msg: { kind: "fire" } });
+  for (const r of s.runs) {
+    if (r.status === "leased" || r.status === "running") {
+      // A fresh grace period: live workers re-heartbeat with the same fence.
+      fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });
+    } else if (r.status === "retry_wait" && r.next_attempt_at_ms !== null) {
+      fx.push({ kind: "timer", name: `retry:${r.run_id}`, atMs: r.next_attempt_at_ms, msg: { kind: "retry_due", run_id: r.run_id } });
+    } else if (r.status === "queued") {
+      fx.push({ kind: "timer", name: `dispatch:${r.run_id}`, atMs: ctx.nowMs, msg: { kind: "redispatch", run_id: r.run_id } });
+    }
+  }
+  return fx;
+}
+
+export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDefinition<JobState, JobMsg, JobReply, JobEffect> {
+  return {
+    type: JOB_ACTOR,
+    loadOnAcquire: true,
+    initialState: () => emptyJobState(),
+    onActivate: (s, ctx) => onActivate(s, ctx, cfg),
+    receive(state, msg, ctx) {
+      const tx = new Tx(state, ctx.nowMs, cfg);
+      if (msg.kind !== "create" && !state.job) {
+        return tx.done(null, fail("not_found", `job ${splitJobActorId(ctx.id).jobId} not found`));
+      }
+      switch (msg.kind) {
+        case "create":
+        case "get":
+        case "patch":
+        case "delete":
+        case "run_now":
+          return command(tx, msg);
+        case "fire":
+          fire(tx);
+          return tx.done(null);
+        case "complete":
+          return complete(tx, msg);
+        default:
+          return onRunMessage(tx, msg);
+      }
+    },
+  };
+}

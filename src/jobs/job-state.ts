@@ -1,0 +1,118 @@
+/**
+ * The job actor's persisted state and its conversions to API views. Times are epoch ms inside,
+ * RFC 3339 strings outside. Active (non-terminal) runs live in the job state, with their
+ * attempts, so every run transition is decided by the job actor alone and written to the run's
+ * own record (runs bucket) before the job state: the record is what the API shows.
+ */
+import { formatUtc } from "../schedule/index.ts";
+import type { AttemptView, JobSpec, JobView, RunStatus, RunView } from "./model.ts";
+
+export interface JobRecord {
+  tenant_id: string;
+  job_id: string;
+  spec: JobSpec;
+  version: number;
+  created_at_ms: number;
+  updated_at_ms: number;
+  /** Hash of the create request, so a retried create is answered, a different one refused. */
+  request_hash: string;
+}
+
+export type ActiveStatus = Extract<RunStatus, "queued" | "leased" | "running" | "retry_wait">;
+
+export interface ActiveRun {
+  run_id: string;
+  scheduled_for_ms: number;
+  /** When the worker should start it (scheduled_for + flexible-window spread). */
+  start_at_ms: number;
+  trigger: RunView["trigger"];
+  status: ActiveStatus;
+  attempt: number;
+  /** Fence of the current claim (0 = none yet); see ARCHITECTURE.md "Fences". */
+  fence: number;
+  worker: string | null;
+  /** A tenant slot is held for this run. */
+  slot: boolean;
+  created_at_ms: number;
+  started_at_ms: number | null;
+  next_attempt_at_ms: number | null;
+  attempts: AttemptView[];
+}
+
+export interface JobState {
+  job: JobRecord | null;
+  deleted: boolean;
+  next_run_at_ms: number | null;
+  runs: ActiveRun[];
+  /** Occurrences held back by overlap=queue (oldest first, bounded). */
+  queued: number[];
+  /** Last fence handed out; grows with every claim. */
+  fence_seq: number;
+  manual_seq: number;
+}
+
+export const emptyJobState = (): JobState => ({
+  job: null, deleted: false, next_run_at_ms: null, runs: [], queued: [], fence_seq: 0, manual_seq: 0,
+});
+
+const iso = (ms: number | null): string | null => (ms === null ? null : formatUtc(ms));
+
+export function jobView(s: JobState, nextRuns?: number[]): JobView {
+  const j = s.job!;
+  return {
+    job_id: j.job_id,
+    tenant_id: j.tenant_id,
+    ...j.spec,
+    version: j.version,
+    created_at: formatUtc(j.created_at_ms),
+    updated_at: formatUtc(j.updated_at_ms),
+    next_run_at: iso(s.next_run_at_ms),
+    ...(nextRuns ? { next_runs: nextRuns.map(formatUtc) } : {}),
+  };
+}
+
+/** The record of an active run, as stored and shown. */
+export function activeRunView(j: JobRecord, r: ActiveRun): RunView {
+  return {
+    run_id: r.run_id,
+    job_id: j.job_id,
+    tenant_id: j.tenant_id,
+    scheduled_for: formatUtc(r.scheduled_for_ms),
+    trigger: r.trigger,
+    status: r.status,
+    attempt: r.attempt,
+    attempts: r.attempts,
+    created_at: formatUtc(r.created_at_ms),
+    started_at: iso(r.started_at_ms),
+    finished_at: null,
+    next_attempt_at: iso(r.next_attempt_at_ms),
+    result: null,
+    reason: null,
+  };
+}
+
+/** A terminal record for an occurrence that never ran (skipped, missed) or a finished run. */
+export function terminalRunView(
+  j: JobRecord,
+  base: { run_id: string; scheduled_for_ms: number; trigger: RunView["trigger"]; created_at_ms: number },
+  status: Exclude<RunStatus, ActiveStatus>,
+  nowMs: number,
+  extra: Partial<Pick<RunView, "attempt" | "attempts" | "started_at" | "result" | "reason">> = {},
+): RunView {
+  return {
+    run_id: base.run_id,
+    job_id: j.job_id,
+    tenant_id: j.tenant_id,
+    scheduled_for: formatUtc(base.scheduled_for_ms),
+    trigger: base.trigger,
+    status,
+    attempt: extra.attempt ?? 0,
+    attempts: extra.attempts ?? [],
+    created_at: formatUtc(base.created_at_ms),
+    started_at: extra.started_at ?? null,
+    finished_at: formatUtc(nowMs),
+    next_attempt_at: null,
+    result: extra.result ?? null,
+    reason: extra.reason ?? null,
+  };
+}

@@ -1,0 +1,133 @@
+/**
+ * `JobsService` over the cluster: commands go to job actors through the router (so they are
+ * serialised with the schedule and the runs), reads of lists come from KV. Idempotency keys are
+ * KV records `<tenant>.<sha256(key)>` → `{job_id, request_hash}` (24 h bucket TTL): the job id is
+ * fixed before the job actor is asked, so a retried create — even after a crash in between —
+ * reaches the same actor, which answers with the job it made.
+ */
+import { createHash } from "node:crypto";
+import { KairosError } from "../lib/errors.ts";
+import type { Random } from "../lib/random.ts";
+import type { Buckets } from "../cluster/buckets.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import { partitionOf } from "../cluster/placement.ts";
+import type { ActorRouter } from "../cluster/router.ts";
+import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "./ids.ts";
+import type { JobReply } from "./job-actor.ts";
+import { jobView, type JobState } from "./job-state.ts";
+import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
+import type { JobsService } from "./service.ts";
+
+const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
+
+/** Stable JSON (sorted keys) so equal requests hash equally. */
+function canonical(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (v && typeof v === "object") {
+    return `{${Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
+  }
+  return JSON.stringify(v) ?? "null";
+}
+
+function encodeCursor(parts: string[]): string {
+  return Buffer.from(parts.join("\n")).toString("base64url");
+}
+function decodeCursor(c: string, n: number): string[] {
+  const parts = Buffer.from(c, "base64url").toString("utf8").split("\n");
+  if (parts.length !== n) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
+  return parts;
+}
+
+export class NatsJobsService implements JobsService {
+  constructor(
+    private readonly router: ActorRouter,
+    private readonly buckets: Buckets,
+    private readonly partitions: number,
+    private readonly random: Random,
+  ) {}
+
+  #job(tenantId: string, jobId: string) {
+    if (!isValidId(jobId)) throw new KairosError("not_found", "job not found");
+    return { type: JOB_ACTOR, id: jobActorId(tenantId, jobId) };
+  }
+
+  async createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }> {
+    const requestHash = sha256(canonical(spec));
+    let jobId = newJobId(() => this.random.next());
+    let created = true;
+    if (idempotencyKey !== undefined) {
+      const key = `${tenantId}.${sha256(idempotencyKey)}`;
+      const r = await this.buckets.idempotency.create(key, encode({ job_id: jobId, request_hash: requestHash }));
+      if (!r.ok) {
+        const e = await this.buckets.idempotency.get(key);
+        const prior = e ? decode<{ job_id: string; request_hash: string }>(e.value) : null;
+        if (!prior) throw new KairosError("conflict", "Idempotency-Key: a request with this key is in flight; retry", { field: "Idempotency-Key" });
+        if (prior.request_hash !== requestHash) {
+          throw new KairosError("conflict", "Idempotency-Key: already used with a different request body", { field: "Idempotency-Key" });
+        }
+        jobId = prior.job_id;
+        created = false;
+      }
+    }
+    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
+      kind: "create", tenant_id: tenantId, job_id: jobId, spec, request_hash: requestHash,
+    });
+    return { job: reply!.job!, created };
+  }
+
+  async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
+    const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
+    const entries = await this.buckets.actors.list(`${JOB_ACTOR}.*.${tenantId}.*`);
+    const jobs = entries
+      .map((e) => decode<{ s: JobState }>(e.value).s)
+      .filter((s) => s.job && !s.deleted && s.job.tenant_id === tenantId && s.job.job_id > after)
+      .sort((a, b) => a.job!.job_id.localeCompare(b.job!.job_id));
+    const page = jobs.slice(0, opts.limit).map((s) => jobView(s));
+    const more = jobs.length > opts.limit;
+    return { items: page, next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null };
+  }
+
+  async getJob(tenantId: string, jobId: string): Promise<JobView> {
+    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "get" }))!.job!;
+  }
+
+  async patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView> {
+    const msg = ifMatch === undefined ? { kind: "patch", patch } : { kind: "patch", patch, if_match: ifMatch };
+    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
+  }
+
+  async deleteJob(tenantId: string, jobId: string): Promise<void> {
+    await this.router.request(this.#job(tenantId, jobId), { kind: "delete" });
+  }
+
+  async runNow(tenantId: string, jobId: string): Promise<RunView> {
+    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "run_now" }))!.run!;
+  }
+
+  async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
+    await this.getJob(tenantId, jobId); // 404 for unknown or foreign jobs
+    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
+    let cur: [string, string] | undefined;
+    if (opts.cursor !== undefined) {
+      const [a, b] = decodeCursor(opts.cursor, 2);
+      cur = [a!, b!];
+    }
+    const runs = (await this.buckets.runs.list(`${p}.${tenantId}.${jobId}.*`))
+      .map((e) => decode<RunView>(e.value))
+      .filter((r) => opts.status === undefined || r.status === opts.status)
+      .sort((a, b) => b.scheduled_for.localeCompare(a.scheduled_for) || b.run_id.localeCompare(a.run_id))
+      .filter((r) => !cur || r.scheduled_for < cur[0] || (r.scheduled_for === cur[0] && r.run_id < cur[1]));
+    const page = runs.slice(0, opts.limit);
+    const last = page[page.length - 1];
+    return { items: page, next_cursor: runs.length > opts.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };
+  }
+
+  async getRun(tenantId: string, runId: string): Promise<RunView> {
+    const jobId = jobIdOfRun(runId);
+    if (!jobId) throw new KairosError("not_found", "run not found");
+    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
+    const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
+    if (!e) throw new KairosError("not_found", "run not found");
+    return decode<RunView>(e.value);
+  }
+}

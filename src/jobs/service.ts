@@ -1,0 +1,46 @@
+/**
+ * The jobs service: what the API layer calls. Every method takes the tenant from authentication,
+ * never from the request body; another tenant's job or run is `not_found`. Errors are
+ * `KairosError`s (validation: `invalid_argument` with `field`; ETag mismatch:
+ * `precondition_failed`; idempotency key reused with another body: `conflict`).
+ */
+import type { JobPatch, JobView, Page, RunStatus, RunView } from "./model.ts";
+
+/** A validated create request (defaults applied by the validator). */
+export type { JobSpec as CreateJobInput } from "./model.ts";
+import type { JobSpec } from "./model.ts";
+
+export interface JobsService {
+  /** `created` is false when an idempotency key replayed an earlier create. */
+  createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }>;
+  listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>>;
+  /** The job with `next_runs`. */
+  getJob(tenantId: string, jobId: string): Promise<JobView>;
+  /** `ifMatch` is the expected version (bare number) when the client sent If-Match. */
+  patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView>;
+  deleteJob(tenantId: string, jobId: string): Promise<void>;
+  runNow(tenantId: string, jobId: string): Promise<RunView>;
+  listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>>;
+  getRun(tenantId: string, runId: string): Promise<RunView>;
+}
+
+export interface Tenant {
+  tenant_id: string;
+  name: string;
+  created_at: string;
+  max_concurrent_runs: number;
+  max_jobs: number;
+  weight: number;
+  webhook_url: string | null;
+}
+
+/** Tenants and API keys (keys stored as SHA-256 hashes; the plain key is shown once). */
+export interface TenantDirectory {
+  /** The tenant of a valid, unrevoked key, or null. */
+  authenticate(apiKey: string): Promise<Tenant | null>;
+  createTenant(name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }>;
+  createKey(tenantId: string): Promise<{ apiKey: string; keyId: string }>;
+  revokeKey(keyId: string): Promise<void>;
+  getTenant(tenantId: string): Promise<Tenant | null>;
+  findTenantByName(name: string): Promise<Tenant | null>;
+}

@@ -1,0 +1,92 @@
+/**
+ * The composition root: builds one Kairos process from a node config and its role options —
+ * the cluster node (every role), job and tenant actors (scheduler), the worker with its sandbox
+ * executor (worker), and the HTTP API (api). `kairos node` and `kairos dev` both start here.
+ */
+import { systemClock } from "../lib/clock.ts";
+import { createLogger } from "../lib/log.ts";
+import { systemRandom } from "../lib/random.ts";
+import type { NodeConfig } from "../cluster/config.ts";
+import { KairosNode } from "../cluster/node.ts";
+import { actorRegistrations } from "../actors/index.ts";
+import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
+import { jobRegistration } from "../jobs/job-shell.ts";
+import { makeTenantActor } from "../jobs/tenant-actor.ts";
+import { NatsJobsService } from "../jobs/nats-service.ts";
+import { WorkerDirectory } from "../worker/directory.ts";
+import { Worker } from "../worker/worker.ts";
+import { createExecutor, type ExecutorKind } from "../sandbox/index.ts";
+import { createApp, serveApi, type ApiServer } from "../http/index.ts";
+import { KvTenantDirectory } from "../tenants/index.ts";
+
+export interface ProcessOptions {
+  executor: ExecutorKind;
+  workerSlots: number;
+  apiHost: string;
+  apiPort: number;
+  job?: Partial<JobActorConfig>;
+  workerHeartbeatMs?: number;
+}
+
+export interface KairosProcess {
+  readonly node: KairosNode;
+  readonly api: ApiServer | undefined;
+  readonly worker: Worker | undefined;
+  readonly tenants: KvTenantDirectory;
+  stop(): Promise<void>;
+}
+
+export async function startKairos(config: NodeConfig, opts: ProcessOptions): Promise<KairosProcess> {
+  const log = createLogger(config.nodeId);
+  const logFn = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => log[level](extra ?? {}, msg);
+  const node = new KairosNode(config, { clock: systemClock, random: systemRandom, log: logFn });
+  node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
+  const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
+  const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
+  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
+  for (const r of actorRegistrations()) node.register(r);
+  node.onConnected((n) => {
+    directory.start(n.nc, config.clusterName);
+    n.register(jobRegistration(jobCfg, {
+      nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
+    }));
+    n.register({ definition: makeTenantActor() });
+  });
+  await node.start();
+
+  const tenants = new KvTenantDirectory(node.buckets.tenants, { clock: systemClock });
+  let worker: Worker | undefined;
+  if (config.roles.includes("worker")) {
+    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock });
+    worker = new Worker({
+      workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
+      heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
+      nc: node.nc, router: node.router, executor, clock: systemClock, log: logFn,
+      onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
+    });
+    await worker.start();
+  }
+  let api: ApiServer | undefined;
+  if (config.roles.includes("api")) {
+    const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
+    const app = createApp({ jobs, tenants, clock: systemClock, logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    try {
+      api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
+    } catch (e) {
+      await worker?.stop();
+      directory.stop();
+      await node.stop();
+      throw e;
+    }
+    log.info({ api_url: api.url }, "api listening");
+  }
+  return {
+    node, api, worker, tenants,
+    async stop() {
+      await api?.close();
+      await worker?.stop();
+      directory.stop();
+      await node.stop();
+    },
+  };
+}

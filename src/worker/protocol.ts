@@ -1,0 +1,25 @@
+/** Messages between job actors and workers (NATS subjects `kairos.<cluster>.worker.<id>.*`). */
+import type { TaskInput } from "../jobs/model.ts";
+
+/** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
+export interface StartRequest {
+  job_actor: string;
+  tenant_id: string;
+  job_id: string;
+  run_id: string;
+  attempt: number;
+  fence: number;
+  scheduled_for_ms: number;
+  start_at_ms: number;
+  task: TaskInput;
+}
+
+export interface StartReply {
+  accepted: boolean;
+  reason?: string;
+}
+
+export interface CancelRequest {
+  run_id: string;
+  fence: number;
+}

@@ -1,0 +1,184 @@
+/**
+ * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
+ * attempts offered by job actors (the claim), starts each at its due time from its own timer,
+ * runs it through the sandbox executor, heartbeats it to the owning job actor, kills it on
+ * `lease_lost`, and reports completion with the fence (accepting `stale_fence`: someone else
+ * owns the run now). On start it kills containers of its own left by an earlier incarnation.
+ */
+import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Clock } from "../lib/clock.ts";
+import { isKairosError } from "../lib/errors.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { ActorRouter } from "../cluster/router.ts";
+import type { Completion } from "../jobs/job-actor.ts";
+import { JOB_ACTOR } from "../jobs/ids.ts";
+import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
+import { formatUtc } from "../schedule/index.ts";
+import { workerSubject } from "./directory.ts";
+import type { CancelRequest, StartReply, StartRequest } from "./protocol.ts";
+
+export interface WorkerOptions {
+  workerId: string;
+  clusterName: string;
+  slots: number;
+  heartbeatIntervalMs: number;
+  /** How long completion reports are retried before giving up (the lease then expires). */
+  completionDeadlineMs: number;
+  nc: NatsConnection;
+  router: ActorRouter;
+  executor: Executor;
+  clock: Clock;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** Test hook: observe lifecycle (accepted, started, lease_lost, completed, stale_fence). */
+  onEvent?: (e: { type: string; run_id: string; attempt: number }) => void;
+}
+
+interface Lease {
+  req: StartRequest;
+  cancelStart?: () => void;
+  execution?: Execution;
+  startedAtMs?: number;
+  lost: boolean;
+}
+
+export class Worker {
+  readonly #o: WorkerOptions;
+  readonly #leases = new Map<string, Lease>();
+  #subs: Subscription[] = [];
+  #cancelBeat: (() => void) | undefined;
+  #stopping = false;
+
+  constructor(o: WorkerOptions) {
+    this.#o = o;
+  }
+
+  get running(): number {
+    return this.#leases.size;
+  }
+
+  async start(): Promise<void> {
+    const { nc, clusterName, workerId } = this.#o;
+    const reaped = await this.#o.executor.reapOrphans(() => false);
+    if (reaped > 0) this.#o.log("warn", `killed ${reaped} orphaned task(s) of an earlier incarnation`);
+    this.#subs.push(
+      nc.subscribe(workerSubject(clusterName, workerId, "start"), {
+        callback: (_e, m) => {
+          m.respond(encode(this.#offer(decode<StartRequest>(m.data))));
+        },
+      }),
+      nc.subscribe(workerSubject(clusterName, workerId, "cancel"), {
+        callback: (_e, m) => this.#cancel(decode<CancelRequest>(m.data)),
+      }),
+    );
+    this.#beat();
+  }
+
+  /** Stops taking work; running attempts are killed (their leases expire and they are retried). */
+  async stop(): Promise<void> {
+    this.#stopping = true;
+    this.#cancelBeat?.();
+    for (const s of this.#subs) s.unsubscribe();
+    await Promise.all([...this.#leases.values()].map((l) => this.#kill(l, "worker stopping")));
+    await this.#o.executor.close();
+  }
+
+  #key(runId: string, attempt: number): string {
+    return `${runId}#${attempt}`;
+  }
+
+  #offer(req: StartRequest): StartReply {
+    if (this.#stopping) return { accepted: false, reason: "stopping" };
+    const k = this.#key(req.run_id, req.attempt);
+    const existing = this.#leases.get(k);
+    if (existing) {
+      if (existing.req.fence === req.fence) return { accepted: true };
+      return { accepted: false, reason: "attempt already running here" };
+    }
+    if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
+    const lease: Lease = { req, lost: false };
+    this.#leases.set(k, lease);
+    const delay = Math.max(0, req.start_at_ms - this.#o.clock.now());
+    lease.cancelStart = this.#o.clock.setTimer(delay, () => this.#run(lease));
+    this.#o.onEvent?.({ type: "accepted", run_id: req.run_id, attempt: req.attempt });
+    return { accepted: true };
+  }
+
+  #run(lease: Lease): void {
+    if (lease.lost || this.#stopping) return;
+    const { req } = lease;
+    lease.startedAtMs = this.#o.clock.now();
+    lease.execution = this.#o.executor.start(
+      { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
+        ...(req.task.resources ? { resources: { ...(req.task.resources.memory_mb ? { memoryMb: req.task.resources.memory_mb } : {}), ...(req.task.resources.cpus ? { cpus: req.task.resources.cpus } : {}), ...(req.task.resources.pids ? { pids: req.task.resources.pids } : {}) } } : {}) },
+      { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId },
+    );
+    this.#o.onEvent?.({ type: "started", run_id: req.run_id, attempt: req.attempt });
+    void this.#heartbeat(lease);
+    lease.execution.result.then(
+      (r) => this.#complete(lease, r),
+      (e: unknown) => this.#o.log("error", "execution failed unexpectedly", { run_id: req.run_id, err: String(e) }),
+    );
+  }
+
+  async #heartbeat(lease: Lease): Promise<void> {
+    const { req } = lease;
+    try {
+      await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
+        kind: "heartbeat", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId,
+        ...(lease.startedAtMs !== undefined ? { started_at_ms: lease.startedAtMs } : {}),
+      }, { deadlineMs: this.#o.heartbeatIntervalMs * 2 });
+    } catch (e) {
+      if (isKairosError(e, "lease_lost") || isKairosError(e, "not_found")) {
+        this.#o.onEvent?.({ type: "lease_lost", run_id: req.run_id, attempt: req.attempt });
+        await this.#kill(lease, "lease lost");
+      }
+      // Other failures (owner moving): keep running; the next heartbeat tries again.
+    }
+  }
+
+  async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
+    const { req } = lease;
+    this.#leases.delete(this.#key(req.run_id, req.attempt));
+    if (lease.lost) return;
+    const c: Completion = {
+      outcome: r.outcome, exit_code: r.exitCode, output: r.output,
+      error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
+      started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
+    };
+    try {
+      await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
+        kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...c,
+      }, { deadlineMs: this.#o.completionDeadlineMs });
+      this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
+    } catch (e) {
+      if (isKairosError(e, "stale_fence") || isKairosError(e, "not_found")) {
+        this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
+        return;
+      }
+      this.#o.log("warn", "could not report completion; the lease will expire and the run be retried", { run_id: req.run_id, err: String(e) });
+    }
+  }
+
+  #cancel(c: CancelRequest): void {
+    for (const l of this.#leases.values()) {
+      if (l.req.run_id === c.run_id && l.req.fence === c.fence) void this.#kill(l, "cancelled by the scheduler");
+    }
+  }
+
+  async #kill(lease: Lease, why: string): Promise<void> {
+    lease.lost = true;
+    lease.cancelStart?.();
+    this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
+    if (lease.execution) await lease.execution.kill(why);
+  }
+
+  #beat(): void {
+    if (this.#stopping) return;
+    const { nc, clusterName, workerId, slots } = this.#o;
+    if (!nc.isClosed()) {
+      nc.publish(`kairos.${clusterName}.worker.hb`, encode({ worker_id: workerId, slots, free: Math.max(0, slots - this.#leases.size), executor: this.#o.executor.kind }));
+    }
+    for (const l of this.#leases.values()) if (l.execution && !l.lost) void this.#heartbeat(l);
+    this.#cancelBeat = this.#o.clock.setTimer(this.#o.heartbeatIntervalMs, () => this.#beat());
+  }
+}
