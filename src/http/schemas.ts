@@ -250,6 +250,7 @@ function article(t: string): string {
 }
 
 function typeName(v: unknown): string {
+  if (v === undefined) return "nothing";
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "object") return "an object";
@@ -304,6 +305,7 @@ function describe(iss: Issue, prefix: readonly PropertyKey[]): { field: string; 
 function describeSchedule(iss: Extract<Issue, { code: "invalid_union" }>, path: PropertyKey[]): { field: string; message: string } {
   const input: unknown = iss.input;
   const field = fieldOf(path);
+  if (input === undefined) return { field, message: "required" };
   if (typeof input !== "object" || input === null || Array.isArray(input)) {
     return { field, message: `must be an object {cron, time_zone} or {at}, got ${typeName(input)}` };
   }
