@@ -13,10 +13,10 @@
  */
 import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../actors/actor.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
-import { compileSchedule, formatUtc, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
+import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { JOB_ACTOR, runIdFor, splitJobActorId } from "./ids.ts";
-import { activeRunView, emptyJobState, jobView, terminalRunView, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import { activeRunView, emptyJobState, instant, jobView, terminalRunView, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
 import type { AttemptOutcome, JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 
 export interface JobActorConfig {
@@ -137,7 +137,7 @@ class Tx {
   }
 }
 
-const iso = (ms: number): string => formatUtc(ms);
+const iso = (ms: number): string => instant(ms);
 /**
  * Look-ahead applies only to overlap=allow: the other policies must see which earlier runs are
  * still active when an occurrence falls due, which is only known at its due time.
@@ -476,6 +476,15 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
       if (bad) return tx.done(null, bad);
       s.job = { ...s.job, spec, version: s.job.version + 1, updated_at_ms: tx.now };
       const scheduleChanged = JSON.stringify(before.schedule) !== JSON.stringify(spec.schedule);
+      if (!spec.enabled || scheduleChanged) {
+        // Runs created ahead of their due time (look-ahead) for occurrences that the pause or
+        // the new schedule no longer calls for are cancelled before they start.
+        for (const r of [...s.runs]) {
+          if (r.trigger !== "manual" && r.scheduled_for_ms > tx.now && (r.status === "queued" || r.status === "leased")) {
+            finish(tx, r, "cancelled", spec.enabled ? "schedule changed before it started" : "job paused before it started", null);
+          }
+        }
+      }
       if (!spec.enabled) s.next_run_at_ms = null;
       else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now); // resume: no catch-up
       if (!spec.enabled || spec.overlap !== "queue") s.queued = [];

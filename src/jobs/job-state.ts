@@ -55,7 +55,9 @@ export const emptyJobState = (): JobState => ({
   job: null, deleted: false, next_run_at_ms: null, runs: [], queued: [], fence_seq: 0, manual_seq: 0,
 });
 
-const iso = (ms: number | null): string | null => (ms === null ? null : formatUtc(ms));
+/** Event times (created, started, finished) keep milliseconds; occurrence times are whole seconds. */
+export const instant = (ms: number): string => new Date(ms).toISOString();
+const iso = (ms: number | null): string | null => (ms === null ? null : instant(ms));
 
 export function jobView(s: JobState, nextRuns?: number[]): JobView {
   const j = s.job!;
@@ -82,7 +84,7 @@ export function activeRunView(j: JobRecord, r: ActiveRun): RunView {
     status: r.status,
     attempt: r.attempt,
     attempts: r.attempts,
-    created_at: formatUtc(r.created_at_ms),
+    created_at: instant(r.created_at_ms),
     started_at: iso(r.started_at_ms),
     finished_at: null,
     next_attempt_at: iso(r.next_attempt_at_ms),
@@ -108,9 +110,9 @@ export function terminalRunView(
     status,
     attempt: extra.attempt ?? 0,
     attempts: extra.attempts ?? [],
-    created_at: formatUtc(base.created_at_ms),
+    created_at: instant(base.created_at_ms),
     started_at: extra.started_at ?? null,
-    finished_at: formatUtc(nowMs),
+    finished_at: instant(nowMs),
     next_attempt_at: null,
     result: extra.result ?? null,
     reason: extra.reason ?? null,

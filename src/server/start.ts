@@ -78,7 +78,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       await node.stop();
       throw e;
     }
-    log.info({ api_url: api.url }, "api listening");
+    log.info({ evt: "api_listening", api_url: api.url }, "api listening");
   }
   return {
     node, api, worker, tenants,

@@ -106,6 +106,12 @@ export class Worker {
   #run(lease: Lease): void {
     if (lease.lost || this.#stopping) return;
     const { req } = lease;
+    const early = req.start_at_ms - this.#o.clock.now();
+    if (early > 0) {
+      // Host timers may fire a millisecond early; never start before the due time.
+      lease.cancelStart = this.#o.clock.setTimer(early, () => this.#run(lease));
+      return;
+    }
     lease.startedAtMs = this.#o.clock.now();
     lease.execution = this.#o.executor.start(
       { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
