@@ -1,0 +1,263 @@
+/**
+ * A tiny simulated shell for the job actor's pure core. It keeps the state, applies each
+ * decision the way the real shell does (src/jobs/job-shell.ts) and runs on a simulated clock:
+ *
+ * - `pre` put_run effects go into a run-record map (by run_id); `create: true` never overwrites
+ *   an existing record, exactly like a KV create.
+ * - host `effects` (timer / cancel_timer by name) are kept and fired in time order by `advance`.
+ * - `post` effects are answered as the shell would: acquire_slot → `slot_granted` (or held back
+ *   when `autoGrant` is off), dispatch → `claimed` by worker w1 (or held back when `autoClaim`
+ *   is off), release_slot drops the slot; every post effect is logged for assertions.
+ *
+ * The driver also records invariant violations it can see from the outside (a terminal record
+ * revived by a later write, an active run whose record is terminal, a slot held by no run).
+ */
+import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
+import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-actor.ts";
+import type { JobState } from "../../../src/jobs/job-state.ts";
+import { TERMINAL, type JobSpec, type RunView } from "../../../src/jobs/model.ts";
+
+export const TENANT = "t1";
+export const JOB = "j0123456789abcdef";
+export const ACTOR_ID = `${TENANT}.${JOB}`;
+/** 2026-01-01T00:00:00.500Z: half a second past a whole second, so "after now" is unambiguous. */
+export const T0 = Date.UTC(2026, 0, 1, 0, 0, 0) + 500;
+export const WORKER = "w1";
+
+export function spec(over: Partial<JobSpec> = {}): JobSpec {
+  return {
+    name: null,
+    schedule: { cron: "*/2 * * * * *", time_zone: "UTC" },
+    task: { image: "busybox", args: ["true"], env: {}, timeout_s: 60 },
+    retry: { max_attempts: 1, backoff: "exponential", base_s: 1, max_s: 60 },
+    overlap: "skip",
+    misfire: { policy: "run_once", starting_deadline_s: null },
+    flex_window_s: 0,
+    enabled: true,
+    ...over,
+  };
+}
+
+export function cfg(over: Partial<JobActorConfig> = {}): JobActorConfig {
+  return { ...DEFAULT_JOB_CONFIG, ...over };
+}
+
+type D = Decision<JobState, JobReply, JobEffect>;
+type Timer = { atMs: number; seq: number; msg: JobMsg };
+export type DispatchFx = Extract<JobEffect, { kind: "dispatch" }>;
+
+export interface DriverOptions {
+  autoGrant?: boolean;
+  autoClaim?: boolean;
+  /** Answer every accepted claim at once with this completion (e.g. exit 0). */
+  autoComplete?: ((runId: string) => Partial<Completion>) | null;
+  /** Deep-freeze the state handed to `receive`, to prove the core does not mutate it. */
+  freeze?: boolean;
+}
+
+function deepFreeze<T>(o: T): T {
+  if (o !== null && typeof o === "object" && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o as object)) deepFreeze(v);
+  }
+  return o;
+}
+
+export class Driver {
+  readonly actor;
+  state: JobState;
+  now: number;
+  readonly records = new Map<string, RunView>();
+  readonly timers = new Map<string, Timer>();
+  /** Runs holding a tenant slot (acquired and not released). */
+  readonly slots = new Set<string>();
+  /** Runs whose acquire_slot is outstanding (only when autoGrant is off). */
+  readonly pendingSlots: string[] = [];
+  /** Dispatches not yet claimed (only when autoClaim is off). */
+  readonly pendingClaims: DispatchFx[] = [];
+  readonly posts: JobEffect[] = [];
+  readonly dispatches: DispatchFx[] = [];
+  readonly violations: string[] = [];
+  readonly decisions: { msg: JobMsg; d: D }[] = [];
+  #seq = 0;
+  #inbox: JobMsg[] = [];
+  #busy = false;
+
+  constructor(
+    config: JobActorConfig = cfg(),
+    readonly opts: DriverOptions = {},
+    startMs = T0,
+  ) {
+    this.actor = makeJobActor(config);
+    this.state = this.actor.initialState(ACTOR_ID);
+    this.now = startMs;
+  }
+
+  get autoGrant(): boolean {
+    return this.opts.autoGrant ?? true;
+  }
+  get autoClaim(): boolean {
+    return this.opts.autoClaim ?? true;
+  }
+
+  /** Delivers one message, then everything the simulated shell answers; returns its decision. */
+  send(msg: JobMsg): D {
+    const d = this.#apply(msg);
+    if (!this.#busy) {
+      this.#busy = true;
+      try {
+        for (let m = this.#inbox.shift(); m !== undefined; m = this.#inbox.shift()) this.#apply(m);
+      } finally {
+        this.#busy = false;
+      }
+    }
+    return d;
+  }
+
+  create(s: JobSpec = spec(), requestHash = "h1"): D {
+    return this.send({ kind: "create", tenant_id: TENANT, job_id: JOB, spec: s, request_hash: requestHash });
+  }
+
+  #apply(msg: JobMsg): D {
+    const input = this.opts.freeze ? deepFreeze(this.state) : this.state;
+    const d = this.actor.receive(input, msg, { id: ACTOR_ID, nowMs: this.now });
+    this.decisions.push({ msg, d });
+    for (const fx of d.pre ?? []) this.#pre(fx);
+    this.state = d.state;
+    for (const fx of d.effects ?? []) this.#effect(fx);
+    for (const fx of d.post ?? []) this.#post(fx);
+    const auto = this.opts.autoComplete;
+    if (auto && msg.kind === "claimed" && this.run(msg.run_id)?.fence === msg.fence && this.run(msg.run_id)?.status === "leased") {
+      this.#inbox.push({
+        kind: "complete", run_id: msg.run_id, fence: msg.fence, worker: WORKER,
+        outcome: "exited", exit_code: 0, output: "ok", error: null, started_at_ms: this.now, finished_at_ms: this.now, ...auto(msg.run_id),
+      });
+    }
+    return d;
+  }
+
+  /**
+   * A crash between the run-record writes and the job state write: the `pre` effects land, the
+   * state, timers and post effects are lost. Returns the lost decision.
+   */
+  crashAfterPre(msg: JobMsg): D {
+    const d = this.actor.receive(this.state, msg, { id: ACTOR_ID, nowMs: this.now });
+    for (const fx of d.pre ?? []) this.#pre(fx);
+    return d;
+  }
+
+  #pre(fx: JobEffect): void {
+    if (fx.kind !== "put_run") throw new Error(`unexpected pre effect ${fx.kind}`);
+    const old = this.records.get(fx.record.run_id);
+    if (old && TERMINAL.has(old.status) && !TERMINAL.has(fx.record.status)) {
+      this.violations.push(`terminal record ${old.run_id} (${old.status}) would be revived as ${fx.record.status} (create=${fx.create})`);
+    }
+    if (fx.create && old) return; // KV create: the key exists, nothing written
+    if (!fx.create && old && TERMINAL.has(old.status)) {
+      this.violations.push(`terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`);
+    }
+    this.records.set(fx.record.run_id, fx.record);
+  }
+
+  #effect(fx: HostEffect<unknown>): void {
+    switch (fx.kind) {
+      case "timer":
+        this.timers.set(fx.name, { atMs: fx.atMs, seq: this.#seq++, msg: fx.msg as JobMsg });
+        return;
+      case "cancel_timer":
+        this.timers.delete(fx.name);
+        return;
+      case "send":
+        throw new Error("the job actor sends nothing directly");
+    }
+  }
+
+  #post(fx: JobEffect): void {
+    this.posts.push(fx);
+    switch (fx.kind) {
+      case "acquire_slot":
+        if (this.autoGrant) {
+          this.slots.add(fx.run_id);
+          this.#inbox.push({ kind: "slot_granted", run_id: fx.run_id });
+        } else if (!this.pendingSlots.includes(fx.run_id) && !this.slots.has(fx.run_id)) {
+          this.pendingSlots.push(fx.run_id);
+        }
+        return;
+      case "release_slot":
+        this.slots.delete(fx.run_id);
+        return;
+      case "dispatch":
+        this.dispatches.push(fx);
+        if (this.autoClaim) this.#inbox.push({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: WORKER });
+        else this.pendingClaims.push(fx);
+        return;
+      case "cancel_on_worker":
+      case "dead_letter":
+      case "put_run":
+        return;
+    }
+  }
+
+  /** The tenant grants the oldest (or the named) waiting slot request. */
+  grant(runId?: string): void {
+    const i = runId === undefined ? 0 : this.pendingSlots.indexOf(runId);
+    const id = this.pendingSlots[i];
+    if (i < 0 || id === undefined) throw new Error(`no pending slot request ${runId ?? ""}`);
+    this.pendingSlots.splice(i, 1);
+    this.slots.add(id);
+    this.send({ kind: "slot_granted", run_id: id });
+  }
+
+  /** The worker accepts the oldest pending dispatch. */
+  claim(): D {
+    const fx = this.pendingClaims.shift();
+    if (!fx) throw new Error("no pending dispatch");
+    return this.send({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: WORKER });
+  }
+
+  /** Moves the clock forward, firing due timers in time order (ties in arming order). */
+  advance(ms: number): void {
+    const target = this.now + ms;
+    for (;;) {
+      let best: [string, Timer] | undefined;
+      for (const e of this.timers) {
+        if (e[1].atMs <= target && (!best || e[1].atMs < best[1].atMs || (e[1].atMs === best[1].atMs && e[1].seq < best[1].seq))) best = e;
+      }
+      if (!best) break;
+      this.timers.delete(best[0]);
+      this.now = Math.max(this.now, best[1].atMs);
+      this.send(best[1].msg);
+    }
+    this.now = target;
+  }
+
+  /** Downtime: the clock moves, no timer fires. */
+  skipTime(ms: number): void {
+    this.now += ms;
+  }
+
+  run(runId: string) {
+    return this.state.runs.find((r) => r.run_id === runId);
+  }
+
+  heartbeat(runId: string, fence?: number, startedAtMs?: number): D {
+    const f = fence ?? this.run(runId)?.fence ?? 0;
+    return this.send({ kind: "heartbeat", run_id: runId, fence: f, worker: WORKER, ...(startedAtMs === undefined ? {} : { started_at_ms: startedAtMs }) });
+  }
+
+  complete(runId: string, c: Partial<Completion> = {}, fence?: number): D {
+    const f = fence ?? this.run(runId)?.fence ?? 0;
+    return this.send({
+      kind: "complete", run_id: runId, fence: f, worker: WORKER,
+      outcome: "exited", exit_code: 0, output: "ok", error: null, started_at_ms: this.now, finished_at_ms: this.now, ...c,
+    });
+  }
+
+  postsOf<K extends JobEffect["kind"]>(kind: K): Extract<JobEffect, { kind: K }>[] {
+    return this.posts.filter((p): p is Extract<JobEffect, { kind: K }> => p.kind === kind);
+  }
+
+  recordsByStatus(status: RunView["status"]): RunView[] {
+    return [...this.records.values()].filter((r) => r.status === status).sort((a, b) => a.scheduled_for.localeCompare(b.scheduled_for));
+  }
+}

@@ -1,0 +1,216 @@
+/**
+ * Job actor commands on a simulated clock: create (next_run_at, idempotent replay, conflict,
+ * invalid schedule), pause/resume without catch-up, If-Match, schedule change, delete, run now.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { compileSchedule } from "../../../src/schedule/index.ts";
+import { runIdFor } from "../../../src/jobs/ids.ts";
+import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
+
+const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
+const ms = (iso: string) => Date.parse(iso);
+/** Compares instants, not their spelling ("Z" or "Z"). */
+const at = (iso: string | null | undefined) => (iso === null || iso === undefined ? iso : Date.parse(iso));
+
+describe("job actor: create", () => {
+  it("sets next_run_at to the first occurrence strictly after now and arms the fire timer", () => {
+    const d = new Driver();
+    const r = d.create();
+    assert.equal(r.fail, undefined);
+    assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:00:02Z"));
+    assert.equal(d.state.next_run_at_ms, every2s.next(T0, 1)[0]);
+    assert.equal(r.reply?.job?.version, 1);
+    assert.deepEqual(r.reply?.job?.next_runs?.map(at), [2, 4, 6, 8, 10].map((sec) => Date.UTC(2026, 0, 1, 0, 0, sec)));
+    assert.equal(d.timers.get("fire")?.atMs, ms("2026-01-01T00:00:02Z"));
+  });
+
+  it("on an exact occurrence, next_run_at is the following one", () => {
+    const d = new Driver(cfg(), {}, Date.UTC(2026, 0, 1, 0, 0, 4));
+    d.create();
+    assert.equal(d.state.next_run_at_ms, Date.UTC(2026, 0, 1, 0, 0, 6));
+  });
+
+  it("a disabled job has no next_run_at and no fire timer", () => {
+    const d = new Driver();
+    const r = d.create(spec({ enabled: false }));
+    assert.equal(r.reply?.job?.next_run_at, null);
+    assert.equal(d.timers.has("fire"), false);
+  });
+
+  it("a one-shot `at` job fires once, then has no next_run_at", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({}) });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:30Z" } }));
+    assert.equal(d.state.next_run_at_ms, ms("2026-01-01T00:00:30Z"));
+    d.advance(60_000);
+    assert.equal(d.recordsByStatus("succeeded").length, 1);
+    assert.equal(d.state.next_run_at_ms, null);
+    assert.equal(d.timers.has("fire"), false);
+  });
+
+  it("a replayed create with the same request hash returns the same job and changes nothing", () => {
+    const d = new Driver();
+    const first = d.create(spec(), "hash-a");
+    const before = d.state;
+    d.advance(700);
+    const again = d.create(spec(), "hash-a");
+    assert.equal(again.fail, undefined);
+    assert.deepEqual(again.reply?.job, first.reply?.job);
+    assert.equal(d.state, before, "no state write");
+  });
+
+  it("a create with a different request hash fails with conflict", () => {
+    const d = new Driver();
+    d.create(spec(), "hash-a");
+    const r = d.create(spec({ name: "other" }), "hash-b");
+    assert.equal(r.fail?.code, "conflict");
+    assert.equal(d.state.job?.spec.name, null);
+  });
+
+  it("an invalid schedule fails with invalid_schedule naming the field, and creates nothing", () => {
+    for (const [schedule, field] of [
+      [{ cron: "61 * * * *", time_zone: "UTC" }, "schedule.cron"],
+      [{ cron: "* * * * *", time_zone: "Mars/Olympus" }, "schedule.time_zone"],
+      [{ at: "yesterday" }, "schedule.at"],
+    ] as const) {
+      const d = new Driver();
+      const r = d.create(spec({ schedule }));
+      assert.equal(r.fail?.code, "invalid_schedule", JSON.stringify(schedule));
+      assert.equal(r.fail.field, field);
+      assert.equal(d.state.job, null);
+      assert.equal(d.timers.size, 0);
+    }
+  });
+
+  it("messages to a job that was never created fail not_found", () => {
+    const d = new Driver();
+    for (const msg of [{ kind: "get" }, { kind: "fire" }, { kind: "run_now" }, { kind: "heartbeat", run_id: "x", fence: 1, worker: "w" }] as const) {
+      assert.equal(d.send(msg).fail?.code, "not_found", msg.kind);
+    }
+  });
+});
+
+describe("job actor: pause, resume, patch", () => {
+  it("pause clears next_run_at and creates no run while paused; resume starts after the resume time without catch-up", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({}) });
+    d.create();
+    d.advance(5_000); // 00:00:05.5 → runs at :02 and :04
+    assert.equal(d.records.size, 2);
+    const paused = d.send({ kind: "patch", patch: { enabled: false } });
+    assert.equal(paused.reply?.job?.next_run_at, null);
+    assert.equal(d.timers.has("fire"), false);
+    d.advance(60_000);
+    assert.equal(d.records.size, 2, "nothing while paused");
+    assert.equal(d.send({ kind: "fire" }).fail, undefined);
+    assert.equal(d.records.size, 2, "a stray fire while paused does nothing");
+    const resumeAt = d.now; // 00:01:05.5
+    const resumed = d.send({ kind: "patch", patch: { enabled: true } });
+    assert.equal(at(resumed.reply?.job?.next_run_at), ms("2026-01-01T00:01:06Z"));
+    assert.equal(d.state.next_run_at_ms, every2s.next(resumeAt, 1)[0]);
+    d.advance(1_000); // 00:01:06.5
+    const runs = [...d.records.values()];
+    assert.equal(runs.length, 3, "one new run, no catch-up of the paused minute");
+    assert.ok(runs.every((r) => r.status === "succeeded" && r.trigger === "schedule"));
+    assert.equal(d.recordsByStatus("missed").length, 0);
+  });
+
+  it("a stale If-Match fails precondition_failed on field If-Match; the current version passes and bumps it", () => {
+    const d = new Driver();
+    d.create();
+    const ok = d.send({ kind: "patch", patch: { name: "a" }, if_match: 1 });
+    assert.equal(ok.reply?.job?.version, 2);
+    const stale = d.send({ kind: "patch", patch: { name: "b" }, if_match: 1 });
+    assert.equal(stale.fail?.code, "precondition_failed");
+    assert.equal(stale.fail.field, "If-Match");
+    assert.equal(d.state.job?.spec.name, "a");
+    assert.equal(d.send({ kind: "patch", patch: { name: "c" } }).reply?.job?.version, 3, "If-Match is optional");
+  });
+
+  it("a schedule change recomputes next_run_at from now; an invalid one is refused with its field", () => {
+    const d = new Driver();
+    d.create();
+    d.advance(1_000);
+    const r = d.send({ kind: "patch", patch: { schedule: { cron: "*/15 * * * * *", time_zone: "UTC" } } });
+    assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:00:15Z"));
+    assert.equal(d.timers.get("fire")?.atMs, ms("2026-01-01T00:00:15Z"));
+    const bad = d.send({ kind: "patch", patch: { schedule: { cron: "* * * * *", time_zone: "Nowhere/City" } } });
+    assert.equal(bad.fail?.code, "invalid_schedule");
+    assert.equal(bad.fail.field, "schedule.time_zone");
+    assert.equal(d.state.job?.version, 2);
+  });
+
+  it("a patch that leaves the schedule alone keeps next_run_at", () => {
+    const d = new Driver();
+    d.create();
+    d.advance(300);
+    const before = d.state.next_run_at_ms;
+    d.send({ kind: "patch", patch: { task: { image: "x", args: [], env: {}, timeout_s: 5 } } });
+    assert.equal(d.state.next_run_at_ms, before);
+  });
+});
+
+describe("job actor: delete and run now", () => {
+  it("delete cancels active runs (cancel_on_worker with the fence, release_slot) and later messages are not_found", () => {
+    const d = new Driver(cfg(), { autoClaim: true });
+    d.create(spec({ overlap: "allow" }));
+    d.advance(2_000);
+    const active = d.state.runs.map((r) => ({ id: r.run_id, fence: r.fence }));
+    assert.ok(active.length >= 1);
+    const r = d.send({ kind: "delete" });
+    assert.deepEqual(r.reply, { ok: true });
+    for (const a of active) {
+      assert.ok(d.postsOf("cancel_on_worker").some((c) => c.run_id === a.id && c.fence === a.fence && c.worker === "w1"));
+      assert.ok(d.postsOf("release_slot").some((c) => c.run_id === a.id));
+      assert.equal(d.records.get(a.id)?.status, "cancelled");
+      assert.equal(d.records.get(a.id)?.reason, "job deleted");
+    }
+    assert.equal(d.state.runs.length, 0);
+    assert.equal(d.slots.size, 0);
+    assert.equal(d.timers.size, 0, "fire and lease timers cancelled");
+    for (const msg of [{ kind: "get" }, { kind: "patch", patch: { enabled: true } }, { kind: "delete" }, { kind: "run_now" }] as const) {
+      assert.equal(d.send(msg).fail?.code, "not_found", msg.kind);
+    }
+    const count = d.records.size;
+    d.send({ kind: "fire" });
+    d.advance(60_000);
+    assert.equal(d.records.size, count, "a deleted job never fires");
+    const hb = d.heartbeat(active[0]!.id, active[0]!.fence);
+    assert.equal(hb.fail?.code, "lease_lost");
+    assert.equal(d.create().fail?.code, "conflict", "a deleted job id is not re-created");
+  });
+
+  it("run_now creates a manual run with a distinct id that is dispatched, without touching next_run_at", () => {
+    const d = new Driver();
+    d.create(spec({ schedule: { cron: "0 0 * * *", time_zone: "UTC" } }));
+    const next = d.state.next_run_at_ms;
+    const a = d.send({ kind: "run_now" });
+    const b = d.send({ kind: "run_now" });
+    const ra = a.reply?.run;
+    const rb = b.reply?.run;
+    assert.ok(ra && rb);
+    assert.equal(ra.trigger, "manual");
+    assert.notEqual(ra.run_id, rb.run_id);
+    assert.notEqual(ra.run_id, runIdFor(JOB, T0), "distinct from a scheduled occurrence at the same instant");
+    assert.equal(ra.run_id, runIdFor(JOB, T0, 1));
+    assert.equal(d.records.get(ra.run_id)?.status, "leased");
+    assert.equal(d.state.next_run_at_ms, next);
+    assert.equal(d.dispatches.length, 2);
+  });
+
+  it("run_now refuses past maxActiveRuns with quota_exceeded", () => {
+    const d = new Driver(cfg({ maxActiveRuns: 2 }));
+    d.create(spec({ schedule: { cron: "0 0 * * *", time_zone: "UTC" } }));
+    d.send({ kind: "run_now" });
+    d.send({ kind: "run_now" });
+    assert.equal(d.send({ kind: "run_now" }).fail?.code, "quota_exceeded");
+  });
+
+  it("get answers the job with next_runs and does not write state", () => {
+    const d = new Driver();
+    d.create();
+    const s = d.state;
+    const r = d.send({ kind: "get" });
+    assert.equal(r.reply?.job?.next_runs?.length, 5);
+    assert.equal(d.state, s);
+  });
+});

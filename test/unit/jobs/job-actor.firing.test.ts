@@ -1,0 +1,236 @@
+/**
+ * Firing, overlap and misfire on a simulated clock: one run per occurrence with fresh fences,
+ * crash re-fires without duplicates, the four overlap policies, and the misfire policies after
+ * simulated downtime (the clock moves, no timer fires, then `fire` is delivered).
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { runIdFor } from "../../../src/jobs/ids.ts";
+import { compileSchedule } from "../../../src/schedule/index.ts";
+import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
+
+const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
+const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
+const at = (iso: string) => Date.parse(iso);
+
+describe("job actor: firing", () => {
+  it("a */2 6-field job over 20 s makes exactly one run per occurrence, each with a fresh increasing fence", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({}) });
+    d.create(spec());
+    d.advance(20_000); // to 00:00:20.5
+    const expected = every2s.next(T0, 10);
+    assert.equal(expected.at(-1), sec(20));
+    const runs = [...d.records.values()].sort((a, b) => at(a.scheduled_for) - at(b.scheduled_for));
+    assert.deepEqual(runs.map((r) => at(r.scheduled_for)), expected, "no occurrence skipped or doubled");
+    assert.deepEqual(runs.map((r) => r.run_id), expected.map((o) => runIdFor(JOB, o)));
+    assert.ok(runs.every((r) => r.status === "succeeded" && r.trigger === "schedule" && r.attempt === 1));
+    assert.equal(d.dispatches.length, 10);
+    assert.deepEqual(d.dispatches.map((x) => x.run_id), runs.map((r) => r.run_id));
+    d.dispatches.forEach((x, i) => {
+      if (i > 0) assert.ok(x.fence > d.dispatches[i - 1]!.fence, "fences strictly increase");
+      assert.equal(x.scheduled_for_ms, expected[i]);
+      assert.equal(x.attempt, 1);
+    });
+    assert.equal(d.state.fence_seq, d.dispatches.at(-1)!.fence);
+    assert.equal(d.state.next_run_at_ms, sec(22));
+    assert.equal(d.timers.get("fire")?.atMs, sec(22));
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("each run is created when it falls due (no look-ahead for overlap=skip)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }), { autoComplete: () => ({}) });
+    d.create(spec());
+    d.advance(1_499); // 00:00:01.999
+    assert.equal(d.records.size, 0);
+    d.advance(1);
+    assert.equal(d.records.size, 1);
+    assert.equal(d.now, sec(2));
+  });
+
+  it("re-delivering fire creates no duplicate and skips nothing", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({}) });
+    d.create(spec());
+    for (let i = 0; i < 10; i++) {
+      d.advance(2_000);
+      d.send({ kind: "fire" });
+      d.send({ kind: "fire" });
+    }
+    assert.deepEqual([...d.records.keys()].sort(), every2s.next(T0, 10).map((o) => runIdFor(JOB, o)).sort());
+    assert.equal(d.dispatches.length, 10);
+  });
+
+  it("a crash after the run record write and before the state write re-fires the same occurrence: one record, next_run_at advances", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({}) });
+    d.create(spec());
+    d.skipTime(1_500); // 00:00:02
+    const lost = d.crashAfterPre({ kind: "fire" });
+    assert.deepEqual(lost.pre?.map((p) => p.kind), ["put_run"]);
+    assert.equal(d.records.size, 1);
+    assert.equal(d.state.next_run_at_ms, sec(2), "the state write was lost");
+    d.advance(0); // the fire timer is still armed: the re-fire
+    assert.equal(d.records.size, 1);
+    assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "succeeded");
+    assert.equal(d.state.next_run_at_ms, sec(4));
+    assert.deepEqual(d.violations, []);
+  });
+});
+
+describe("job actor: overlap", () => {
+  it("skip: while a run is active, later occurrences are recorded skipped with the reason", () => {
+    const d = new Driver();
+    d.create(spec({ overlap: "skip" }));
+    d.advance(7_600); // 00:00:08.1 — the :02 run never completes
+    const first = runIdFor(JOB, sec(2));
+    assert.equal(d.records.get(first)?.status, "leased");
+    const skipped = d.recordsByStatus("skipped");
+    assert.deepEqual(skipped.map((r) => at(r.scheduled_for)), [sec(4), sec(6), sec(8)]);
+    assert.ok(skipped.every((r) => r.reason === "overlap: an earlier run is still active" && r.run_id === runIdFor(JOB, at(r.scheduled_for))));
+    assert.equal(d.dispatches.length, 1);
+    d.complete(first);
+    d.advance(2_000);
+    assert.equal(d.records.get(runIdFor(JOB, sec(10)))?.status, "leased", "runs again once the active run ended");
+  });
+
+  it("queue: occurrences are held (bounded by queueLimit) and started one by one as the previous run ends", () => {
+    const d = new Driver(cfg({ queueLimit: 2 }));
+    d.create(spec({ overlap: "queue" }));
+    d.advance(7_600); // :02 runs; :04, :06 queued; :08 queue full
+    assert.deepEqual(d.state.queued, [sec(4), sec(6)]);
+    assert.equal(d.records.has(runIdFor(JOB, sec(4))), false, "a queued occurrence has no record yet");
+    const full = d.records.get(runIdFor(JOB, sec(8)));
+    assert.equal(full?.status, "skipped");
+    assert.equal(full.reason, "overlap: queue full (2)");
+    d.complete(runIdFor(JOB, sec(2)));
+    assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "succeeded");
+    assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "leased", "the next queued occurrence starts at once");
+    assert.deepEqual(d.state.queued, [sec(6)]);
+    d.complete(runIdFor(JOB, sec(4)));
+    assert.equal(d.records.get(runIdFor(JOB, sec(6)))?.status, "leased");
+    assert.deepEqual(d.state.queued, []);
+    assert.deepEqual(d.dispatches.map((x) => x.scheduled_for_ms), [sec(2), sec(4), sec(6)]);
+  });
+
+  it("allow: runs overlap, and are created look-ahead before they are due with start_at = scheduled_for", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "allow" }));
+    assert.equal(d.timers.get("fire")?.atMs, sec(2) - 5_000, "fire timer armed look-ahead");
+    d.advance(0);
+    assert.deepEqual([...d.records.values()].map((r) => at(r.scheduled_for)).sort(), [sec(2), sec(4)], "due within now + look-ahead");
+    d.advance(6_000); // 00:00:06.5
+    assert.equal(d.state.runs.length, d.records.size);
+    assert.ok(d.state.runs.length >= 5, "several runs active at once");
+    assert.ok(d.state.runs.every((r) => r.status === "leased"));
+    for (const x of d.dispatches) assert.equal(x.start_at_ms, x.scheduled_for_ms);
+    assert.equal(new Set(d.dispatches.map((x) => x.fence)).size, d.dispatches.length);
+  });
+
+  it("replace: the active run is cancelled on its worker with its fence, its slot released, and the new one started", () => {
+    const d = new Driver();
+    d.create(spec({ overlap: "replace" }));
+    d.advance(1_500); // :02
+    const old = d.state.runs[0]!;
+    d.heartbeat(old.run_id, old.fence, d.now);
+    d.advance(2_000); // :04
+    assert.deepEqual(d.postsOf("cancel_on_worker"), [{ kind: "cancel_on_worker", worker: "w1", run_id: old.run_id, fence: old.fence }]);
+    assert.ok(d.postsOf("release_slot").some((p) => p.run_id === old.run_id));
+    const rec = d.records.get(old.run_id);
+    assert.equal(rec?.status, "cancelled");
+    assert.equal(rec.reason, "replaced by a newer occurrence");
+    assert.deepEqual(d.state.runs.map((r) => r.run_id), [runIdFor(JOB, sec(4))]);
+    assert.equal(d.state.runs[0]?.status, "leased");
+    assert.ok(d.state.runs[0].fence > old.fence);
+    assert.equal(d.heartbeat(old.run_id, old.fence).fail?.code, "lease_lost");
+    assert.equal(d.complete(old.run_id, {}, old.fence).fail?.code, "stale_fence");
+    assert.deepEqual([...d.slots], [runIdFor(JOB, sec(4))]);
+  });
+
+  it("maxActiveRuns bounds even overlap=allow: extra occurrences are skipped", () => {
+    const d = new Driver(cfg({ maxActiveRuns: 2, lookaheadMs: 0 }));
+    d.create(spec({ overlap: "allow" }));
+    d.advance(6_000);
+    assert.equal(d.state.runs.length, 2);
+    assert.equal(d.recordsByStatus("skipped")[0]?.reason, "too many active runs (2)");
+  });
+});
+
+describe("job actor: misfire after downtime", () => {
+  /** Created at 00:00:00.5, down until 00:01:01.5: occurrences :02 … 1:00 (30) are all late. */
+  function downFor(policy: "run_once" | "run_all" | "skip", over: { deadline?: number; catchUpLimit?: number } = {}) {
+    const d = new Driver(cfg({ misfireGraceMs: 1_000, lookaheadMs: 0, maxActiveRuns: 1_000, ...(over.catchUpLimit === undefined ? {} : { catchUpLimit: over.catchUpLimit }) }));
+    d.create(spec({ overlap: "allow", misfire: { policy, starting_deadline_s: over.deadline ?? null } }));
+    d.skipTime(61_000);
+    d.send({ kind: "fire" });
+    return d;
+  }
+  const missed = every2s.next(T0, 30);
+
+  it("run_once: one catch_up run for the latest missed occurrence, the rest recorded missed", () => {
+    const d = downFor("run_once");
+    const runs = d.state.runs;
+    assert.deepEqual(runs.map((r) => [r.scheduled_for_ms, r.trigger]), [[sec(60), "catch_up"]]);
+    const m = d.recordsByStatus("missed");
+    assert.deepEqual(m.map((r) => at(r.scheduled_for)), missed.slice(0, 29));
+    assert.ok(m.every((r) => r.reason === "misfire (run_once)" && r.trigger === "catch_up"));
+    assert.equal(d.records.size, 30);
+    assert.equal(d.state.next_run_at_ms, sec(62));
+  });
+
+  it("run_all: every missed occurrence runs (trigger catch_up)", () => {
+    const d = downFor("run_all");
+    assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms).sort((a, b) => a - b), missed);
+    assert.ok(d.state.runs.every((r) => r.trigger === "catch_up"));
+    assert.equal(d.recordsByStatus("missed").length, 0);
+    assert.equal(d.state.next_run_at_ms, sec(62));
+  });
+
+  it("run_all is bounded by catchUpLimit; next_run_at moves past now", () => {
+    const d = downFor("run_all", { catchUpLimit: 5 });
+    assert.equal(d.state.runs.length, 5);
+    assert.ok(d.state.runs.every((r) => r.trigger === "catch_up"));
+    assert.equal(d.state.next_run_at_ms, sec(62));
+  });
+
+  it("skip: every missed occurrence is recorded missed, none runs, the job waits for the next", () => {
+    const d = downFor("skip");
+    assert.equal(d.state.runs.length, 0);
+    assert.deepEqual(d.recordsByStatus("missed").map((r) => at(r.scheduled_for)), missed);
+    assert.ok(d.recordsByStatus("missed").every((r) => r.reason === "misfire (skip)"));
+    assert.equal(d.dispatches.length, 0);
+    assert.equal(d.state.next_run_at_ms, sec(62));
+    d.advance(1_000);
+    assert.equal(d.state.runs[0]?.scheduled_for_ms, sec(62));
+    assert.equal(d.state.runs[0]?.trigger, "schedule");
+  });
+
+  it("starting_deadline_s: occurrences older than the deadline are missed, younger ones caught up", () => {
+    const d = downFor("run_all", { deadline: 20 }); // now 1:01.5 → older than 0:41.5 is past the deadline
+    assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms).sort((a, b) => a - b), missed.filter((o) => o >= sec(42)));
+    const m = d.recordsByStatus("missed");
+    assert.deepEqual(m.map((r) => at(r.scheduled_for)), missed.filter((o) => o < sec(42)));
+    assert.ok(m.every((r) => r.reason === "misfire: past starting deadline (20 s)"));
+  });
+
+  it("run_once with the latest missed occurrence past the deadline runs nothing", () => {
+    const d = new Driver(cfg({ misfireGraceMs: 1_000 }));
+    d.create(spec({ misfire: { policy: "run_once", starting_deadline_s: 5 } }));
+    d.skipTime(9_000); // 00:00:09.5; :08 is 1.5 s late (> grace), within the deadline
+    d.send({ kind: "fire" });
+    assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms), [sec(8)]);
+    const d2 = new Driver(cfg({ misfireGraceMs: 1_000 }));
+    d2.create(spec({ misfire: { policy: "run_once", starting_deadline_s: 1 } }));
+    d2.skipTime(9_000);
+    d2.send({ kind: "fire" });
+    assert.equal(d2.state.runs.length, 0);
+    assert.equal(d2.recordsByStatus("missed").length, 4);
+  });
+
+  it("a delay within misfireGraceMs is not a misfire: the occurrence runs with trigger schedule", () => {
+    const d = new Driver(cfg({ misfireGraceMs: 10_000 }));
+    d.create(spec({ misfire: { policy: "skip", starting_deadline_s: null } }));
+    d.skipTime(5_000); // :02 and :04 are up to 3.5 s late
+    d.send({ kind: "fire" });
+    assert.equal(d.recordsByStatus("missed").length, 0);
+    assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.trigger, "schedule");
+    assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "skipped", "overlap=skip still applies");
+  });
+});

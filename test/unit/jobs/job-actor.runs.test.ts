@@ -1,0 +1,257 @@
+/**
+ * Runs after they are created: tenant slots, claims, leases and fences (heartbeat, completion,
+ * lease expiry and re-queue), retries with backoff, dead letters, timeouts.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { retryDelayMs } from "../../../src/jobs/backoff.ts";
+import { runIdFor } from "../../../src/jobs/ids.ts";
+import { Driver, JOB, cfg, spec } from "./driver.ts";
+
+const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
+const at = (iso: string | null | undefined) => Date.parse(iso ?? "");
+const RUN = runIdFor(JOB, sec(2));
+const hourly = { cron: "0 * * * *", time_zone: "UTC" };
+
+/** A job whose first run (:02) is leased to w1; nothing else fires for a while. */
+function leased(maxAttempts = 3, leaseTtlMs = 10_000) {
+  const d = new Driver(cfg({ leaseTtlMs }));
+  d.create(spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }));
+  d.advance(1_500);
+  d.send({ kind: "patch", patch: { schedule: hourly } });
+  const r = d.run(RUN);
+  assert.equal(r?.status, "leased");
+  return d;
+}
+
+describe("job actor: slots and claims", () => {
+  it("a run waits in queued until the tenant grants its slot, then is dispatched and claimed", () => {
+    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    d.create(spec());
+    d.advance(1_500);
+    assert.equal(d.run(RUN)?.status, "queued");
+    assert.deepEqual(d.pendingSlots, [RUN]);
+    assert.equal(d.dispatches.length, 0);
+    d.grant();
+    assert.equal(d.run(RUN)?.slot, true);
+    assert.equal(d.dispatches.length, 1);
+    assert.equal(d.run(RUN)?.status, "queued", "still queued until the worker claims");
+    d.claim();
+    assert.equal(d.run(RUN)?.status, "leased");
+    assert.equal(d.run(RUN)?.worker, "w1");
+    assert.equal(d.records.get(RUN)?.status, "leased");
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, d.now + 10_000);
+  });
+
+  it("a slot granted to a run that no longer exists is released at once", () => {
+    const d = new Driver();
+    d.create(spec());
+    d.slots.add("ghost");
+    d.send({ kind: "slot_granted", run_id: "ghost" });
+    assert.deepEqual(d.postsOf("release_slot"), [{ kind: "release_slot", run_id: "ghost" }]);
+    assert.equal(d.slots.size, 0);
+  });
+
+  it("a duplicate slot grant does not dispatch twice", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec());
+    d.advance(1_500);
+    d.send({ kind: "slot_granted", run_id: RUN });
+    assert.equal(d.dispatches.length, 1);
+  });
+
+  it("a claim with a fence that is not the current dispatch is cancelled on that worker", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec());
+    d.advance(1_500);
+    const first = d.pendingClaims[0]!;
+    d.send({ kind: "dispatch_failed", run_id: RUN, fence: first.fence, reason: "no worker with a free slot" });
+    assert.equal(d.timers.get(`dispatch:${RUN}`)?.atMs, d.now + 1_000);
+    d.advance(1_000); // redispatch with a new fence
+    assert.equal(d.pendingClaims.length, 2);
+    const second = d.pendingClaims[1]!;
+    assert.ok(second.fence > first.fence);
+    d.send({ kind: "claimed", run_id: RUN, fence: first.fence, worker: "w9" });
+    assert.deepEqual(d.postsOf("cancel_on_worker"), [{ kind: "cancel_on_worker", worker: "w9", run_id: RUN, fence: first.fence }]);
+    assert.equal(d.run(RUN)?.status, "queued");
+    d.send({ kind: "claimed", run_id: RUN, fence: second.fence, worker: "w1" });
+    assert.equal(d.run(RUN)?.status, "leased");
+    assert.equal(d.run(RUN)?.attempt, 1);
+  });
+
+  it("retry_later (the tenant could not be asked) re-tries the slot after redispatchDelayMs", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec());
+    d.advance(1_500);
+    d.pendingSlots.length = 0; // the request was lost
+    d.send({ kind: "retry_later", run_id: RUN });
+    d.advance(1_000);
+    assert.deepEqual(d.pendingSlots, [RUN]);
+    d.grant();
+    assert.equal(d.run(RUN)?.status, "leased");
+  });
+});
+
+describe("job actor: leases and fences", () => {
+  it("a heartbeat with the current fence is ok, marks the run running and re-arms the lease", () => {
+    const d = leased();
+    const fence = d.run(RUN)!.fence;
+    d.advance(4_000);
+    const hb = d.heartbeat(RUN, fence, sec(2) + 100);
+    assert.deepEqual(hb.reply, { ok: true });
+    assert.equal(hb.fail, undefined);
+    assert.equal(d.run(RUN)?.status, "running");
+    assert.equal(d.records.get(RUN)?.status, "running");
+    assert.equal(at(d.records.get(RUN)?.started_at), sec(2) + 100);
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, d.now + 10_000);
+    d.advance(9_000);
+    assert.deepEqual(d.heartbeat(RUN, fence).reply, { ok: true }, "kept alive by heartbeats");
+    d.advance(9_000);
+    assert.equal(d.run(RUN)?.attempt, 1, "never expired");
+  });
+
+  it("a heartbeat with an old fence fails lease_lost; a completion with an old fence fails stale_fence", () => {
+    const d = leased();
+    const fence = d.run(RUN)!.fence;
+    assert.equal(d.heartbeat(RUN, fence - 1).fail?.code, "lease_lost");
+    assert.equal(d.heartbeat(RUN, fence + 1).fail?.code, "lease_lost");
+    assert.equal(d.complete(RUN, {}, fence - 1).fail?.code, "stale_fence");
+    assert.equal(d.run(RUN)?.status, "leased", "unchanged");
+    assert.equal(d.heartbeat("nope", fence).fail?.code, "lease_lost");
+  });
+
+  it("lease expiry re-queues with a new fence while attempts remain; the old worker's heartbeat and completion are refused", () => {
+    const d = leased(3);
+    const old = d.run(RUN)!.fence;
+    d.advance(10_000); // lease expires; slot still held → re-dispatched and claimed (attempt 2)
+    const r = d.run(RUN)!;
+    assert.ok(r.fence > old);
+    assert.equal(r.attempt, 2);
+    assert.equal(r.status, "leased");
+    assert.equal(r.attempts[0]?.outcome, "lease_lost");
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1");
+    assert.equal(d.heartbeat(RUN, old).fail?.code, "lease_lost");
+    assert.equal(d.complete(RUN, {}, old).fail?.code, "stale_fence");
+    assert.equal(d.run(RUN)?.status, "leased");
+    assert.deepEqual(d.complete(RUN).reply, { ok: true });
+    assert.equal(d.records.get(RUN)?.status, "succeeded");
+    assert.deepEqual(d.records.get(RUN)?.attempts.map((a) => a.outcome), ["lease_lost", "succeeded"]);
+  });
+
+  it("a lease_expired with a stale fence does nothing", () => {
+    const d = leased(3);
+    const r = d.run(RUN)!;
+    const before = d.state;
+    d.send({ kind: "lease_expired", run_id: RUN, fence: r.fence - 1 });
+    assert.equal(d.state, before);
+  });
+
+  it("lease expiry on the last attempt fails the run and dead-letters it", () => {
+    const d = leased(2);
+    d.advance(20_000);
+    assert.equal(d.run(RUN), undefined);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "failed");
+    assert.equal(rec.attempt, 2);
+    assert.equal(rec.reason, "dead-lettered after 2 attempt(s): lease lost");
+    assert.deepEqual(d.postsOf("dead_letter").map((x) => x.record.run_id), [RUN]);
+    assert.equal(d.slots.size, 0);
+    assert.equal(d.timers.has(`lease:${RUN}`), false);
+  });
+
+  it("expiry while the slot is still held re-dispatches at once with a new fence, without asking the tenant again", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec({ retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    d.advance(1_500);
+    d.grant();
+    const f = d.run(RUN)!.fence;
+    const asked = d.postsOf("acquire_slot").length;
+    d.send({ kind: "lease_expired", run_id: RUN, fence: f });
+    assert.equal(d.postsOf("acquire_slot").length, asked);
+    assert.equal(d.run(RUN)?.status, "leased", "slot held: re-dispatched at once");
+    assert.ok(d.run(RUN)!.fence > f);
+  });
+});
+
+describe("job actor: retries and dead letters", () => {
+  it("exit 3 with max_attempts 3: three attempts with growing backoff, then failed and dead-lettered", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({ exit_code: 3, output: "boom" }) });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 } }));
+    d.advance(1_500);
+    const r1 = d.run(RUN)!;
+    assert.equal(r1.status, "retry_wait");
+    assert.equal(r1.attempt, 1);
+    assert.equal(r1.next_attempt_at_ms, d.now + retryDelayMs({ max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 }, 1, RUN));
+    const wait1 = r1.next_attempt_at_ms - d.now;
+    assert.ok(wait1 >= 2_000 && wait1 < 4_000, `${wait1}`);
+    assert.equal(at(d.records.get(RUN)?.next_attempt_at), Math.floor(r1.next_attempt_at_ms));
+    assert.equal(d.records.get(RUN)?.status, "retry_wait");
+    assert.equal(d.slots.size, 0, "no slot held while waiting");
+    d.advance(wait1 - 2);
+    assert.equal(d.run(RUN)?.attempt, 1);
+    d.advance(2);
+    const r2 = d.run(RUN)!;
+    assert.equal(r2.attempt, 2);
+    assert.equal(r2.status, "retry_wait");
+    const wait2 = r2.next_attempt_at_ms! - d.now;
+    assert.ok(wait2 >= 4_000 && wait2 < 8_000, `${wait2}`);
+    assert.ok(wait2 > wait1);
+    d.advance(wait2);
+    assert.equal(d.run(RUN), undefined);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "failed");
+    assert.equal(rec.attempt, 3);
+    assert.deepEqual(rec.attempts.map((a) => [a.attempt, a.outcome, a.exit_code, a.error]), [
+      [1, "failed", 3, "exit code 3"], [2, "failed", 3, "exit code 3"], [3, "failed", 3, "exit code 3"],
+    ]);
+    const starts = rec.attempts.map((a) => at(a.started_at));
+    assert.ok(starts[2]! - starts[1]! > starts[1]! - starts[0]!, "gaps grow");
+    assert.equal(rec.reason, "dead-lettered after 3 attempt(s): exit code 3");
+    assert.deepEqual(rec.result, { exit_code: 3, output: "boom" });
+    assert.deepEqual(d.postsOf("dead_letter").map((x) => x.record), [rec]);
+    assert.deepEqual(d.dispatches.map((x) => x.attempt), [1, 2, 3]);
+    assert.equal(d.slots.size, 0);
+  });
+
+  it("a non-retryable error fails after one attempt", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({ outcome: "error", exit_code: null, error: { class: "image_not_found", message: "no such image", retryable: false } }) });
+    d.create(spec({ retry: { max_attempts: 5, backoff: "exponential", base_s: 1, max_s: 60 } }));
+    d.advance(1_500);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "failed");
+    assert.equal(rec.attempt, 1);
+    assert.equal(rec.reason, "not retryable: no such image");
+    assert.equal(rec.attempts[0]?.outcome, "error");
+    assert.equal(d.postsOf("dead_letter").length, 1);
+  });
+
+  it("a timeout is retryable, and the final status of a run whose last attempt timed out is timed_out", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({ outcome: "timed_out", exit_code: null }) });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 60 } }));
+    d.advance(10_000);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "timed_out");
+    assert.equal(rec.attempt, 2);
+    assert.deepEqual(rec.attempts.map((a) => [a.outcome, a.error]), [["timed_out", "timed out"], ["timed_out", "timed out"]]);
+    assert.equal(d.postsOf("dead_letter")[0]?.record.status, "timed_out");
+  });
+
+  it("success on a retry ends succeeded with every attempt kept", () => {
+    let n = 0;
+    const d = new Driver(cfg(), { autoComplete: () => (++n < 2 ? { exit_code: 1 } : { exit_code: 0 }) });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 60 } }));
+    d.advance(10_000);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "succeeded");
+    assert.deepEqual(rec.attempts.map((a) => a.outcome), ["failed", "succeeded"]);
+    assert.equal(d.postsOf("dead_letter").length, 0);
+  });
+
+  it("a completion without an error object: killed is not retried", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({ outcome: "killed", exit_code: 137 }) });
+    d.create(spec({ retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 60 } }));
+    d.advance(1_500);
+    assert.equal(d.records.get(RUN)?.status, "failed");
+    assert.equal(d.records.get(RUN)?.attempt, 1);
+  });
+});
