@@ -48,12 +48,10 @@ export async function startKairosFixture(opts: { partitions?: number } = {}): Pr
   const nats = await startNats();
   const nc = await connectNats({ url: nats.url, name: "e2e" });
   const nodes: NodeProc[] = [];
-  let tenants: KvTenantDirectory | undefined;
+  const b = await openBuckets(nc, { clusterName: "kairos", replicas: 1 });
+  const tenants = new KvTenantDirectory(b.tenants, { clock: systemClock, authCacheTtlMs: 0 });
   const fx: KairosFixture = {
-    nats, nodes, nc,
-    get tenants() {
-      return tenants!;
-    },
+    nats, nodes, nc, tenants,
     spawn(nodeId, roles, extra = []) {
       const n = spawnNode({ natsUrl: nats.url, nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
       nodes.push(n);
@@ -73,8 +71,6 @@ export async function startKairosFixture(opts: { partitions?: number } = {}): Pr
       await nats.stop();
     },
   };
-  const b = await openBuckets(nc, { clusterName: "kairos", replicas: 1 });
-  tenants = new KvTenantDirectory(b.tenants, { clock: systemClock, authCacheTtlMs: 0 });
   return fx;
 }
 
@@ -89,7 +85,7 @@ export async function eventually<T>(fn: () => Promise<T | undefined>, timeoutMs:
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${phase}${last ? `: ${String(last)}` : ""}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${phase}${last instanceof Error ? `: ${last.message}` : ""}`);
     await new Promise((r) => setTimeout(r, 100));
   }
 }
