@@ -78,6 +78,8 @@ export class Driver {
   readonly posts: JobEffect[] = [];
   readonly dispatches: DispatchFx[] = [];
   readonly violations: string[] = [];
+  /** `create: true` writes that met an existing record (legit only when re-firing after a crash). */
+  dupCreates = 0;
   readonly decisions: { msg: JobMsg; d: D }[] = [];
   #seq = 0;
   #inbox: JobMsg[] = [];
@@ -152,7 +154,10 @@ export class Driver {
     if (old && TERMINAL.has(old.status) && !TERMINAL.has(fx.record.status)) {
       this.violations.push(`terminal record ${old.run_id} (${old.status}) would be revived as ${fx.record.status} (create=${fx.create})`);
     }
-    if (fx.create && old) return; // KV create: the key exists, nothing written
+    if (fx.create && old) {
+      this.dupCreates++;
+      return; // KV create: the key exists, nothing written
+    }
     if (!fx.create && old && TERMINAL.has(old.status)) {
       this.violations.push(`terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`);
     }

@@ -1,0 +1,82 @@
+/** The worker directory on a FakeClock and a seeded Random: pick, reservations, markFull, expiry. */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { FakeClock } from "../../../src/lib/clock.ts";
+import { seededRandom } from "../../../src/lib/random.ts";
+import { WorkerDirectory, workerSubject } from "../../../src/worker/directory.ts";
+
+const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
+
+describe("worker directory", () => {
+  it("picks the worker with the most free slots, counting its own reservations", () => {
+    const clock = new FakeClock(1_000);
+    const dir = new WorkerDirectory(clock, seededRandom(1), 5_000);
+    dir.observe(advert("a", 1));
+    dir.observe(advert("b", 3));
+    const picks = Array.from({ length: 4 }, () => dir.pick());
+    // b:3 → b (2 left) → b or a tie (2 vs 1: b) → then a/b tie at 1 → ...; 4 slots in all
+    assert.equal(picks[0], "b");
+    assert.equal(picks[1], "b");
+    assert.deepEqual([...picks].sort(), ["a", "b", "b", "b"]);
+    assert.equal(dir.pick(), undefined, "all reserved");
+  });
+
+  it("a heartbeat resets the reservations; a worker with no free slot is never picked", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(2), 5_000);
+    dir.observe(advert("a", 0));
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 1));
+    assert.equal(dir.pick(), "a");
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 1));
+    assert.equal(dir.pick(), "a");
+  });
+
+  it("exclude skips workers that just refused", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(3), 5_000);
+    dir.observe(advert("a", 4));
+    dir.observe(advert("b", 1));
+    assert.equal(dir.pick(new Set(["a"])), "b");
+    assert.equal(dir.pick(new Set(["a", "b"])), undefined);
+  });
+
+  it("markFull stops offering a worker until its next heartbeat", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(4), 5_000);
+    dir.observe(advert("a", 4));
+    dir.observe(advert("b", 1));
+    dir.markFull("a");
+    assert.equal(dir.pick(), "b");
+    assert.equal(dir.pick(), undefined);
+    dir.markFull("nobody");
+    dir.observe(advert("a", 4));
+    assert.equal(dir.pick(), "a");
+  });
+
+  it("forgets a worker after expireAfterMs without a heartbeat", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(5), 5_000);
+    dir.observe(advert("a", 2));
+    clock.advance(5_000);
+    assert.equal(dir.size, 1);
+    assert.equal(dir.pick(), "a", "exactly at the limit it is still alive");
+    clock.advance(1);
+    assert.equal(dir.pick(), undefined);
+    assert.equal(dir.size, 0);
+  });
+
+  it("ties are broken by the seeded random, so both equal workers get picked over many rounds", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(6), 5_000);
+    const seen = new Set<string>();
+    for (let i = 0; i < 20; i++) {
+      dir.observe(advert("a", 1));
+      dir.observe(advert("b", 1));
+      seen.add(dir.pick()!);
+    }
+    assert.deepEqual([...seen].sort(), ["a", "b"]);
+  });
+
+  it("worker subjects are per cluster and worker", () => {
+    assert.equal(workerSubject("c1", "w7", "start"), "kairos.c1.worker.w7.start");
+  });
+});

@@ -1,0 +1,120 @@
+/**
+ * The tenant actor's pure core: slot grants up to max_concurrent, a FIFO of waiting requests,
+ * grants on release (a send to the job actor), grant expiry, the waiting bound, idempotency.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { Decision } from "../../../src/actors/actor.ts";
+import { makeTenantActor, WAITING_LIMIT, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
+
+class Tenant {
+  readonly actor = makeTenantActor(2);
+  state: TenantState = this.actor.initialState("t1");
+  now = 1_000;
+  send(msg: TenantMsg): Decision<TenantState, TenantReply, never> {
+    const d = this.actor.receive(this.state, msg, { id: "t1", nowMs: this.now });
+    this.state = d.state;
+    return d;
+  }
+  acquire(run: string, ttl = 10_000) {
+    return this.send({ kind: "acquire", run_id: run, job: `t1.job-${run}`, ttl_ms: ttl });
+  }
+  grants(d: Decision<TenantState, TenantReply, never>): string[] {
+    return (d.effects ?? []).filter((e) => e.kind === "send").map((e) => {
+      assert.equal(e.kind === "send" && e.to.type, "job");
+      return e.kind === "send" ? `${e.to.id}:${(e.msg as { run_id: string }).run_id}` : "";
+    });
+  }
+}
+
+describe("tenant actor", () => {
+  it("grants up to max_concurrent, then queues FIFO", () => {
+    const t = new Tenant();
+    assert.deepEqual(t.acquire("a").reply, { granted: true });
+    assert.deepEqual(t.acquire("b").reply, { granted: true });
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    assert.deepEqual(t.acquire("d").reply, { granted: false });
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 2 });
+    assert.deepEqual(t.state.waiting.map((w) => w.run_id), ["c", "d"]);
+  });
+
+  it("release grants the oldest waiter by a send of slot_granted to its job actor", () => {
+    const t = new Tenant();
+    for (const r of ["a", "b", "c", "d"]) t.acquire(r);
+    const d = t.send({ kind: "release", run_id: "a" });
+    assert.deepEqual(t.grants(d), ["t1.job-c:c"]);
+    const send = d.effects?.find((e) => e.kind === "send");
+    assert.deepEqual(send?.kind === "send" && send.msg, { kind: "slot_granted", run_id: "c" });
+    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c"]);
+    assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "b" })), ["t1.job-d:d"]);
+    assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "c" })), []);
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 });
+  });
+
+  it("a new request never jumps the queue, even when a slot is free", () => {
+    const t = new Tenant();
+    t.acquire("a");
+    t.acquire("b");
+    t.acquire("c");
+    t.send({ kind: "set_quota", max_concurrent: 3 }); // grants c
+    assert.deepEqual(Object.keys(t.state.running).sort(), ["a", "b", "c"]);
+    t.acquire("d");
+    t.send({ kind: "release", run_id: "a" });
+    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c", "d"]);
+  });
+
+  it("releasing a waiting request removes it from the queue", () => {
+    const t = new Tenant();
+    for (const r of ["a", "b", "c", "d"]) t.acquire(r);
+    t.send({ kind: "release", run_id: "c" });
+    assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "a" })), ["t1.job-d:d"]);
+  });
+
+  it("grants expire after their ttl, freeing the slot for a waiter; the expire timer tracks the earliest grant", () => {
+    const t = new Tenant();
+    const first = t.acquire("a", 5_000);
+    assert.deepEqual(first.effects, [{ kind: "timer", name: "expire", atMs: 6_000, msg: { kind: "expire" } }]);
+    t.acquire("b", 20_000);
+    t.acquire("c", 1_000);
+    t.now = 5_999;
+    assert.deepEqual(t.grants(t.send({ kind: "expire" })), []);
+    t.now = 6_000;
+    const d = t.send({ kind: "expire" });
+    assert.deepEqual(t.grants(d), ["t1.job-c:c"]);
+    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c"]);
+    assert.ok(d.effects?.some((e) => e.kind === "timer" && e.atMs === 7_000));
+  });
+
+  it("a duplicate acquire is idempotent: a held grant is refreshed, a waiting one is not queued twice", () => {
+    const t = new Tenant();
+    t.acquire("a", 5_000);
+    t.now = 3_000;
+    assert.deepEqual(t.acquire("a", 5_000).reply, { granted: true });
+    assert.equal(t.state.running.a, 8_000);
+    t.acquire("b");
+    t.acquire("c");
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    assert.equal(t.state.waiting.length, 1);
+    assert.equal(Object.keys(t.state.running).length, 2);
+  });
+
+  it("the waiting queue is bounded: past WAITING_LIMIT an acquire fails overloaded", () => {
+    const t = new Tenant();
+    t.state = { max_concurrent: 1, running: { r: 1e12 }, waiting: Array.from({ length: WAITING_LIMIT }, (_, i) => ({ run_id: `w${i}`, job: "t1.j", ttl_ms: 1 })) };
+    const d = t.acquire("one-too-many");
+    assert.equal(d.fail?.code, "overloaded");
+    assert.equal(t.state.waiting.length, WAITING_LIMIT);
+  });
+
+  it("set_quota is clamped to at least 1; status writes no state", () => {
+    const t = new Tenant();
+    t.send({ kind: "set_quota", max_concurrent: 0 });
+    assert.equal(t.state.max_concurrent, 1);
+    const s = t.state;
+    t.send({ kind: "status" });
+    t.send({ kind: "expire" });
+    assert.equal(t.state, s);
+    t.send({ kind: "release", run_id: "nobody" });
+    assert.deepEqual(t.state, s, "a release of an unknown run changes nothing");
+  });
+});
