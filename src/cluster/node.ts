@@ -18,7 +18,7 @@ import { Membership } from "./membership.ts";
 import { connectNats } from "./nats.ts";
 import { PartitionManager } from "./partition-manager.ts";
 import { assign } from "./placement.ts";
-import { ActorRouter, partitionSubject, type ActorReply, type ActorRequest } from "./router.ts";
+import { ActorRouter, MAX_BATCH, partitionSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "./router.ts";
 
 export interface NodeDeps {
   clock: Clock;
@@ -179,18 +179,27 @@ export class KairosNode {
     const sub = this.nc.subscribe(partitionSubject(this.config.clusterName, p), {
       queue: "owners",
       callback: (_err, m) => {
-        let req: ActorRequest;
+        let req: ActorRequest | BatchRequest;
         try {
-          req = decode<ActorRequest>(m.data);
+          req = decode<ActorRequest | BatchRequest>(m.data);
         } catch {
           m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
           return;
         }
-        host.deliver(req.t, req.i, req.m).then(
+        if ("b" in req) {
+          const items = req.b.slice(0, MAX_BATCH);
+          void Promise.all(items.map((it) => host.deliver(it.t, it.i, it.m).then(
+            (v): ItemResult => ({ ok: true, v }),
+            (e: unknown): ItemResult => ({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
+          ))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+          return;
+        }
+        const one = req;
+        host.deliver(one.t, one.i, one.m).then(
           (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
           (e: unknown) => {
             const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };
-            if (!isKairosError(e)) this.#deps.log("error", `actor ${req.t}/${req.i} failed`, { err: String(e) });
+            if (!isKairosError(e)) this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
             m.respond(encode({ ok: false, e: err } satisfies ActorReply));
           },
         );

@@ -20,11 +20,21 @@ export interface ActorRequest {
   m: unknown;
 }
 
+/** Several requests for actors of one partition in one NATS message (e.g. worker heartbeats). */
+export interface BatchRequest {
+  b: ActorRequest[];
+}
+
+/** One item's outcome in a batch reply. */
+export type ItemResult = { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string } };
+
 export type ActorReply =
   | { ok: true; v: unknown }
   | { ok: false; e: { code: ErrorCode; message: string; field?: string } };
 
 const RETRY_CODES = new Set<ErrorCode>(["not_owner", "no_owner"]);
+/** Most items in one batch request. */
+export const MAX_BATCH = 256;
 
 export interface RouterOptions {
   nc: NatsConnection;
@@ -77,5 +87,49 @@ export class ActorRouter {
       await new Promise<void>((r) => clock.setTimer(Math.min(backoff * (0.5 + this.#o.random.next()), Math.max(0, deadline - clock.now())), r));
     }
     throw new KairosError("no_owner", `no owner answered for ${addr.type}/${addr.id} (partition ${p}) within the deadline: ${last}`);
+  }
+
+  /**
+   * Sends many messages with one NATS request per partition (bounded to `MAX_BATCH` items each)
+   * and returns one result per item, in input order. A partition that does not answer within
+   * `deadlineMs` yields `no_owner` for its items; callers retry on their next round.
+   */
+  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number } = {}): Promise<ItemResult[]> {
+    const { nc, clock } = this.#o;
+    const results: ItemResult[] = new Array<ItemResult>(items.length);
+    const groups = new Map<number, number[]>();
+    items.forEach((it, i) => {
+      const p = partitionOf(it.to, this.#o.partitions);
+      groups.set(p, [...(groups.get(p) ?? []), i]);
+    });
+    const deadline = clock.now() + (opts.deadlineMs ?? this.#o.deadlineMs);
+    await Promise.all([...groups].flatMap(([p, idx]) => {
+      const chunks: number[][] = [];
+      for (let i = 0; i < idx.length; i += MAX_BATCH) chunks.push(idx.slice(i, i + MAX_BATCH));
+      return chunks.map(async (chunk) => {
+        const body = encode({ b: chunk.map((i) => ({ t: items[i]!.to.type, i: items[i]!.to.id, m: items[i]!.msg })) } satisfies BatchRequest);
+        let last = "no attempt made";
+        for (let attempt = 0; clock.now() < deadline; attempt++) {
+          try {
+            const m = await nc.request(partitionSubject(this.#o.clusterName, p), body, { timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())) });
+            const reply = decode<ActorReply>(m.data);
+            if (reply.ok) {
+              const out = reply.v as ItemResult[];
+              chunk.forEach((i, k) => (results[i] = out[k] ?? { ok: false, e: { code: "internal", message: "missing batch item" } }));
+              return;
+            }
+            last = reply.e.message;
+            if (!RETRY_CODES.has(reply.e.code)) break;
+          } catch (e) {
+            last = e instanceof Error ? e.message : String(e);
+            if (nc.isClosed()) break;
+          }
+          const backoff = Math.min(1000, 20 * 2 ** Math.min(attempt, 6));
+          await new Promise<void>((r) => clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r));
+        }
+        for (const i of chunk) results[i] = { ok: false, e: { code: "no_owner", message: `partition ${p}: ${last}` } };
+      });
+    }));
+    return results;
   }
 }

@@ -11,5 +11,5 @@ export function retryDelayMs(policy: RetryPolicy, failedAttempt: number, runId: 
   const baseMs = policy.base_s * 1000;
   const core = policy.backoff === "fixed" ? baseMs : baseMs * 2 ** Math.min(failedAttempt - 1, 30);
   const jitter = (hash32(`${runId}#${failedAttempt}`) / 2 ** 32) * core;
-  return Math.min(core + jitter, policy.max_s * 1000);
+  return Math.floor(Math.min(core + jitter, policy.max_s * 1000));
 }

@@ -212,6 +212,9 @@ function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): voi
   }
 }
 
+/** Most due occurrences one `fire` enumerates; older ones beyond it are dropped (logged by count). */
+export const MAX_ENUMERATED = 100_000;
+
 function fire(tx: Tx): void {
   const s = tx.s;
   if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
@@ -219,27 +222,36 @@ function fire(tx: Tx): void {
   const horizon = tx.now + lookahead(tx.cfg, s);
   const due: number[] = [];
   let cursor = s.next_run_at_ms;
-  let truncated = false;
+  let dropped = 0;
   while (cursor <= horizon) {
-    if (due.length >= tx.cfg.catchUpLimit) {
-      truncated = true;
-      break;
+    if (due.length >= MAX_ENUMERATED) {
+      due.shift();
+      dropped++;
     }
     due.push(cursor);
     cursor = sched.next(cursor, 1)[0] ?? Number.POSITIVE_INFINITY;
   }
   if (due.length === 0) return tx.armFire();
   const { policy, starting_deadline_s } = s.job.spec.misfire;
-  const late = due.filter((o) => tx.now - o > tx.cfg.misfireGraceMs);
-  const onTime = due.filter((o) => tx.now - o <= tx.cfg.misfireGraceMs);
   const pastDeadline = (o: number) => starting_deadline_s !== null && tx.now - o > starting_deadline_s * 1000;
-  late.forEach((o, i) => {
-    if (pastDeadline(o)) return recordTerminal(tx, o, "catch_up", "missed", `misfire: past starting deadline (${starting_deadline_s} s)`);
-    if (policy === "run_all" || (policy === "run_once" && i === late.length - 1)) return occur(tx, o, "catch_up");
-    recordTerminal(tx, o, "catch_up", "missed", `misfire (${policy})`);
-  });
-  for (const o of onTime) occur(tx, o, "schedule");
-  s.next_run_at_ms = truncated ? (sched.next(tx.now, 1)[0] ?? null) : Number.isFinite(cursor) ? cursor : null;
+  const isLate = (o: number) => tx.now - o > tx.cfg.misfireGraceMs;
+  const late = due.filter((o) => isLate(o) && !pastDeadline(o));
+  // Bounded catch-up: at most `catchUpLimit` records for occurrences that will not run (the
+  // newest ones), and with run_all at most `catchUpLimit` runs (the newest ones).
+  const toRun = new Set(policy === "run_all" ? late.slice(-tx.cfg.catchUpLimit) : policy === "run_once" ? late.slice(-1) : []);
+  const notRun = due.filter((o) => (isLate(o) || pastDeadline(o)) && !toRun.has(o));
+  const recorded = new Set(notRun.slice(-tx.cfg.catchUpLimit));
+  const unrecorded = notRun.length - recorded.size + dropped;
+  for (const o of due) {
+    if (toRun.has(o)) occur(tx, o, "catch_up");
+    else if (recorded.has(o)) {
+      const why = pastDeadline(o) ? `misfire: past starting deadline (${starting_deadline_s} s)` : `misfire (${policy})`;
+      const extra = o === notRun[notRun.length - recorded.size] && unrecorded > 0 ? `; ${unrecorded} earlier occurrence(s) not recorded (limit ${tx.cfg.catchUpLimit})` : "";
+      recordTerminal(tx, o, "catch_up", "missed", why + extra);
+    } else if (!isLate(o) && !pastDeadline(o)) occur(tx, o, "schedule");
+  }
+  s.last_occurrence_ms = Math.max(s.last_occurrence_ms ?? 0, due[due.length - 1]!);
+  s.next_run_at_ms = Number.isFinite(cursor) ? cursor : null;
   tx.changed = true;
   tx.armFire();
 }
@@ -276,6 +288,13 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
     const next = tx.s.queued.shift()!;
     occur(tx, next, "schedule");
   }
+}
+
+/** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */
+function dropQueued(tx: Tx, why: string): void {
+  for (const o of tx.s.queued) recordTerminal(tx, o, "schedule", "skipped", `overlap queue dropped: ${why}`);
+  if (tx.s.queued.length > 0) tx.changed = true;
+  tx.s.queued = [];
 }
 
 function mapOutcome(c: Completion): AttemptOutcome {
@@ -433,8 +452,9 @@ function nextRuns(s: JobState, count: number): number[] {
   return [s.next_run_at_ms, ...sched.next(s.next_run_at_ms, count - 1)];
 }
 
-function firstAfter(spec: JobSpec, nowMs: number): number | null {
-  return spec.enabled ? (scheduleOf(spec).next(nowMs, 1)[0] ?? null) : null;
+/** The next occurrence after now that has not been handled yet (never re-fires an old one). */
+function firstAfter(spec: JobSpec, nowMs: number, s?: JobState): number | null {
+  return spec.enabled ? (scheduleOf(spec).next(Math.max(nowMs, s?.last_occurrence_ms ?? 0), 1)[0] ?? null) : null;
 }
 
 function validSchedule(spec: JobSpec): { code: ErrorCode; message: string; field?: string } | null {
@@ -486,17 +506,17 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
         }
       }
       if (!spec.enabled) s.next_run_at_ms = null;
-      else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now); // resume: no catch-up
-      if (!spec.enabled || spec.overlap !== "queue") s.queued = [];
+      else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now, s); // resume: no catch-up
+      if (!spec.enabled || spec.overlap !== "queue") dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
       tx.changed = true;
       tx.armFire();
       return tx.done({ job: jobView(s, nextRuns(s, 5)) });
     }
     case "delete":
-      for (const r of [...s.runs]) finish(tx, r, "cancelled", "job deleted", null);
       s.deleted = true;
+      dropQueued(tx, "job deleted");
+      for (const r of [...s.runs]) finish(tx, r, "cancelled", "job deleted", null);
       s.next_run_at_ms = null;
-      s.queued = [];
       tx.changed = true;
       tx.armFire();
       return tx.done({ ok: true });

@@ -49,6 +49,8 @@ export interface JobState {
   /** Last fence handed out; grows with every claim. */
   fence_seq: number;
   manual_seq: number;
+  /** The latest occurrence already handled (run, skipped or missed); never fired again. */
+  last_occurrence_ms?: number;
 }
 
 export const emptyJobState = (): JobState => ({
@@ -68,7 +70,7 @@ export function jobView(s: JobState, nextRuns?: number[]): JobView {
     version: j.version,
     created_at: formatUtc(j.created_at_ms),
     updated_at: formatUtc(j.updated_at_ms),
-    next_run_at: iso(s.next_run_at_ms),
+    next_run_at: s.next_run_at_ms === null ? null : formatUtc(s.next_run_at_ms),
     ...(nextRuns ? { next_runs: nextRuns.map(formatUtc) } : {}),
   };
 }

@@ -59,7 +59,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           break;
         case "release":
           delete running[msg.run_id];
-          waiting = waiting.filter((w) => w.run_id !== msg.run_id);
+          if (waiting.some((w) => w.run_id === msg.run_id)) waiting = waiting.filter((w) => w.run_id !== msg.run_id);
           break;
         case "set_quota":
           max = Math.max(1, Math.floor(msg.max_concurrent));

@@ -1,7 +1,8 @@
 /**
  * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
  * attempts offered by job actors (the claim), starts each at its due time from its own timer,
- * runs it through the sandbox executor, heartbeats it to the owning job actor, kills it on
+ * runs it through the sandbox executor, heartbeats its attempts in batches (one request per
+ * partition, src/cluster/router.ts `requestMany`) to the owning job actors, kills one on
  * `lease_lost`, and reports completion with the fence (accepting `stale_fence`: someone else
  * owns the run now). On start it kills containers of its own left by an earlier incarnation.
  */
@@ -142,6 +143,26 @@ export class Worker {
     }
   }
 
+  /** One batched heartbeat for every running attempt: one NATS request per partition. */
+  async #heartbeatAll(): Promise<void> {
+    const live = [...this.#leases.values()].filter((l) => l.execution && !l.lost);
+    if (live.length === 0) return;
+    const results = await this.#o.router.requestMany(
+      live.map((l) => ({
+        to: { type: JOB_ACTOR, id: l.req.job_actor },
+        msg: { kind: "heartbeat", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId, ...(l.startedAtMs !== undefined ? { started_at_ms: l.startedAtMs } : {}) },
+      })),
+      { deadlineMs: this.#o.heartbeatIntervalMs },
+    );
+    await Promise.all(results.map(async (r, i) => {
+      const l = live[i]!;
+      if (!r.ok && (r.e.code === "lease_lost" || r.e.code === "not_found")) {
+        this.#o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
+        await this.#kill(l, "lease lost");
+      }
+    }));
+  }
+
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
     const { req } = lease;
     this.#leases.delete(this.#key(req.run_id, req.attempt));
@@ -184,7 +205,7 @@ export class Worker {
     if (!nc.isClosed()) {
       nc.publish(`kairos.${clusterName}.worker.hb`, encode({ worker_id: workerId, slots, free: Math.max(0, slots - this.#leases.size), executor: this.#o.executor.kind }));
     }
-    for (const l of this.#leases.values()) if (l.execution && !l.lost) void this.#heartbeat(l);
+    void this.#heartbeatAll();
     this.#cancelBeat = this.#o.clock.setTimer(this.#o.heartbeatIntervalMs, () => this.#beat());
   }
 }
