@@ -33,6 +33,8 @@ export interface JobShellDeps {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Slot grants outlive the run's timeout by this much. */
   slotGraceMs?: number;
+  /** The tenant's maximum of concurrent runs (from its record; cached by the caller). */
+  tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
@@ -92,8 +94,10 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     const tenant = { type: TENANT_ACTOR, id: splitJobActorId(ctx.address.id).tenantId };
     switch (fx.kind) {
       case "acquire_slot": {
+        const max = await deps.tenantMaxConcurrent?.(tenant.id);
         const reply = await deps.router().request<{ granted: boolean }>(tenant, {
           kind: "acquire", run_id: fx.run_id, job: ctx.address.id, ttl_ms: fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000),
+          ...(max !== undefined ? { max_concurrent: max } : {}),
         });
         if (reply.granted) ctx.tell({ kind: "slot_granted", run_id: fx.run_id });
         return;

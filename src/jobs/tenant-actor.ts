@@ -18,7 +18,7 @@ export interface TenantState {
 }
 
 export type TenantMsg =
-  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number }
+  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number }
   | { kind: "release"; run_id: string }
   | { kind: "set_quota"; max_concurrent: number }
   | { kind: "expire" }
@@ -40,6 +40,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
       const effects: HostEffect<TenantMsg>[] = [];
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
+      if (msg.kind === "acquire" && msg.max_concurrent !== undefined) max = Math.max(1, Math.floor(msg.max_concurrent));
       switch (msg.kind) {
         case "acquire":
           if (running[msg.run_id] !== undefined) {

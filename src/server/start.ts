@@ -47,8 +47,19 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   for (const r of actorRegistrations()) node.register(r);
   node.onConnected((n) => {
     directory.start(n.nc, config.clusterName);
+    const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
+    const quotaCache = new Map<string, { max: number | undefined; atMs: number }>();
+    const tenantMaxConcurrent = async (tenantId: string): Promise<number | undefined> => {
+      const hit = quotaCache.get(tenantId);
+      if (hit && systemClock.now() - hit.atMs < 10_000) return hit.max;
+      const max = (await quotas.getTenant(tenantId).catch(() => null))?.max_concurrent_runs;
+      if (quotaCache.size > 10_000) quotaCache.clear();
+      quotaCache.set(tenantId, { max, atMs: systemClock.now() });
+      return max;
+    };
     n.register(jobRegistration(jobCfg, {
       nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
+      tenantMaxConcurrent,
     }));
     n.register({ definition: makeTenantActor() });
   });

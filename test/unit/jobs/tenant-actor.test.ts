@@ -118,3 +118,14 @@ describe("tenant actor", () => {
     assert.deepEqual(t.state, s, "a release of an unknown run changes nothing");
   });
 });
+
+describe("tenant actor: quota from the tenant record", () => {
+  it("an acquire carrying max_concurrent sets the tenant's maximum", () => {
+    const t = new Tenant();
+    assert.deepEqual(t.send({ kind: "acquire", run_id: "a", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 }).reply, { granted: true });
+    assert.deepEqual(t.send({ kind: "acquire", run_id: "b", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 }).reply, { granted: false });
+    assert.equal(t.state.max_concurrent, 1);
+    const d = t.send({ kind: "release", run_id: "a" });
+    assert.deepEqual(t.grants(d), ["t1.j:b"]);
+  });
+});
