@@ -1,0 +1,377 @@
+# Kairos on Nomad: schedulers, API nodes and workers, each a group of `kairos node` processes
+# with one role, against the NATS cluster of deploy/nomad/nats.nomad.hcl. Read docs/deploy.md.
+#
+# How the code gets onto the host: an `artifact` stanza downloads a release tarball (the repo's
+# bin/, src/, package.json, package-lock.json and node_modules from `npm ci` — dev
+# dependencies included, because bin/kairos.mjs runs the TypeScript through tsx) and Nomad
+# unpacks it into the task's local/ directory; the task runs the host's Node 20 on
+# bin/kairos.mjs. There is no release script in the repo yet: build the tarball in CI with
+# `npm ci && tar czf kairos-<version>.tar.gz bin src package.json package-lock.json node_modules`
+# and serve it from an artifact store the Nomad clients can reach. Nothing is downloaded from
+# a package registry at start.
+#
+#   * scheduler and api use the `exec` driver (chroot + cgroups; Node must be installed on the
+#     host at var.node_bin, which the chroot's /usr copy carries along).
+#   * worker uses `raw_exec`: it must reach the host's Docker socket, and any process that can
+#     talk to that socket is root-equivalent on the host, so exec's chroot would add nothing
+#     real. raw_exec must be enabled on worker hosts (plugin "raw_exec" { config { enabled =
+#     true } }); keep it disabled elsewhere.
+#
+# A container image is the alternative where a registry is reachable (none is in the sandbox
+# this was written in, and the repo ships no Dockerfile yet): see the commented `docker`
+# stanzas in each task.
+#
+# Every node — whatever its role — creates the cluster's buckets and partition config if they
+# do not exist yet, so every group passes the same --cluster, --partitions and --replicas.
+# Validate before use: `nomad job validate deploy/nomad/kairos.nomad.hcl`.
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["dc1"]
+}
+
+variable "kairos_artifact_url" {
+  # The release tarball (see the header). Replace with your artifact store's URL.
+  type    = string
+  default = "https://artifacts.example.com/kairos/kairos-0.1.0.tar.gz"
+}
+
+variable "kairos_artifact_checksum" {
+  # "sha256:<hex>" of the tarball; Nomad refuses a download that does not match.
+  type    = string
+  default = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+}
+
+variable "node_bin" {
+  # Node.js >= 20 on every Kairos host.
+  type    = string
+  default = "/usr/bin/node"
+}
+
+variable "cluster_name" {
+  # Bucket and subject prefix (`kairos node --cluster`). Fixed for the life of the cluster.
+  type    = string
+  default = "kairos"
+}
+
+variable "partitions" {
+  # Used only when the cluster is first created (stored in the `<cluster>_cluster` bucket);
+  # afterwards the stored count wins and this value is ignored. Cannot be changed later
+  # without a migration, which is not implemented. Choose ~16-32x the largest number of
+  # schedulers you expect to run: 128 serves up to 8 schedulers at 16 partitions each.
+  type    = number
+  default = 128
+}
+
+variable "worker_count" {
+  type    = number
+  default = 3
+}
+
+variable "worker_slots" {
+  # Concurrent attempts per worker. Size it with `npm run bench -- sandbox` on a worker host
+  # (the Docker engine, not Kairos, is usually the limit) and with the host's memory: each
+  # attempt's container may use up to its task's memory limit (default 256 MiB, node max
+  # 2048 MiB), OUTSIDE this job's Nomad resources.
+  type    = number
+  default = 8
+}
+
+variable "log_level" {
+  type    = string
+  default = "info"
+}
+
+job "kairos" {
+  datacenters = var.datacenters
+  type        = "service"
+
+  # ---------------------------------------------------------------------------------------
+  # Schedulers: own the partitions (leases in KV) and host the job and tenant actors.
+  # SIGTERM → the node releases its partition leases, finishes in-flight actor messages and
+  # says goodbye; the remaining schedulers acquire the partitions (about 2 s). A killed
+  # scheduler's partitions move only after failure detection (3 s) and the lease TTL (4 s).
+  # ---------------------------------------------------------------------------------------
+  group "scheduler" {
+    count = 3
+
+    # A host failure should take at most one scheduler.
+    constraint {
+      operator = "distinct_hosts"
+      value    = "true"
+    }
+
+    # One scheduler at a time: each stop moves ~1/n of the partitions, and the next one
+    # waits until the new allocation has run for min_healthy_time. Schedulers expose no
+    # readiness endpoint (not implemented), so the task staying up for 20 s stands in for
+    # "partitions have settled" (acquisition takes a few seconds).
+    update {
+      max_parallel     = 1
+      health_check     = "task_states"
+      min_healthy_time = "20s"
+      healthy_deadline = "3m"
+      auto_revert      = true
+    }
+
+    task "kairos" {
+      driver = "exec"
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
+
+      artifact {
+        source      = var.kairos_artifact_url
+        destination = "local/kairos"
+        options {
+          checksum = var.kairos_artifact_checksum
+        }
+      }
+
+      template {
+        destination = "secrets/nats.env"
+        env         = true
+        # NATS clients learn the whole cluster from the server they reach; a changed server
+        # list only matters at the next start, so do not restart every node when it changes.
+        change_mode = "noop"
+        data        = <<-EOT
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+        EOT
+      }
+
+      env {
+        KAIROS_LOG_LEVEL = var.log_level
+      }
+
+      config {
+        command = var.node_bin
+        args = [
+          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--roles", "scheduler",
+          # Unique per allocation: a replacement allocation must never share a node id with
+          # one that may still be running on a partitioned host.
+          "--node-id", "scheduler-${NOMAD_SHORT_ALLOC_ID}",
+          "--cluster", var.cluster_name,
+          "--partitions", "${var.partitions}",
+          "--replicas", "3",
+        ]
+      }
+
+      # Container alternative (registry reachable, image built from the same tarball):
+      # driver = "docker"
+      # config {
+      #   image = "registry.example.com/kairos:0.1.0"
+      #   args  = ["node", "--roles", "scheduler", "--node-id", "scheduler-${NOMAD_SHORT_ALLOC_ID}",
+      #            "--cluster", var.cluster_name, "--partitions", "${var.partitions}", "--replicas", "3"]
+      # }
+
+      resources {
+        cpu        = 1000
+        memory     = 512
+        memory_max = 1024
+      }
+    }
+  }
+
+  # ---------------------------------------------------------------------------------------
+  # API: the HTTP API (Hono). Put a TLS-terminating load balancer in front of the service.
+  # ---------------------------------------------------------------------------------------
+  group "api" {
+    count = 2
+
+    network {
+      port "http" {}
+    }
+
+    update {
+      max_parallel     = 1
+      health_check     = "checks"
+      min_healthy_time = "10s"
+      healthy_deadline = "3m"
+      auto_revert      = true
+    }
+
+    service {
+      name     = "kairos-api"
+      port     = "http"
+      provider = "nomad"
+
+      # /healthz is liveness only: it answers 200 while the process serves HTTP, even when
+      # NATS is unreachable (a readiness check is not implemented).
+      check {
+        name     = "kairos-api-healthz"
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    task "kairos" {
+      driver = "exec"
+
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
+      # Deregister from the service catalogue first, so the load balancer stops sending new
+      # requests before the process closes its listener.
+      shutdown_delay = "5s"
+
+      artifact {
+        source      = var.kairos_artifact_url
+        destination = "local/kairos"
+        options {
+          checksum = var.kairos_artifact_checksum
+        }
+      }
+
+      template {
+        destination = "secrets/nats.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+        EOT
+      }
+
+      env {
+        KAIROS_LOG_LEVEL = var.log_level
+      }
+
+      config {
+        command = var.node_bin
+        args = [
+          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--roles", "api",
+          "--node-id", "api-${NOMAD_SHORT_ALLOC_ID}",
+          "--cluster", var.cluster_name,
+          "--partitions", "${var.partitions}",
+          "--replicas", "3",
+          "--api-host", "${NOMAD_IP_http}",
+          "--api-port", "${NOMAD_PORT_http}",
+        ]
+      }
+
+      # Container alternative:
+      # driver = "docker"
+      # config {
+      #   image = "registry.example.com/kairos:0.1.0"
+      #   ports = ["http"]
+      #   args  = ["node", "--roles", "api", "--node-id", "api-${NOMAD_SHORT_ALLOC_ID}",
+      #            "--cluster", var.cluster_name, "--partitions", "${var.partitions}", "--replicas", "3",
+      #            "--api-host", "0.0.0.0", "--api-port", "${NOMAD_PORT_http}"]
+      # }
+
+      resources {
+        cpu        = 500
+        memory     = 256
+        memory_max = 512
+      }
+    }
+  }
+
+  # ---------------------------------------------------------------------------------------
+  # Workers: run each attempt in a locked-down Docker container (docs/sandbox.md).
+  #
+  # SECURITY: the worker process talks to the host's Docker engine through
+  # /var/run/docker.sock. Whoever controls that socket controls the host (it can start a
+  # privileged container that mounts /), so the worker itself is privileged relative to the
+  # host: treat worker hosts as a separate trust zone, run nothing else sensitive on them, and
+  # keep the Kairos artifact's integrity (checksum above). The TASKS are not privileged: their
+  # containers get no network, a read-only root, no capabilities, no-new-privileges, a
+  # non-root user and never the Docker socket (docs/sandbox.md, Lock-down).
+  #
+  # Task containers are started by the engine, not by Nomad: their CPU and memory are not in
+  # this group's `resources`. Reserve host capacity for them (client `reserved` block, or
+  # dedicated worker hosts) of about worker_slots × the per-task memory limit.
+  # ---------------------------------------------------------------------------------------
+  group "worker" {
+    count = var.worker_count
+
+    # One worker per Docker engine. The worker id is derived from the Nomad node, so a
+    # restarted or replaced worker on the same host has the same id and kills the orphaned
+    # containers of its predecessor (containers are labelled with the worker id).
+    constraint {
+      operator = "distinct_hosts"
+      value    = "true"
+    }
+
+    constraint {
+      attribute = "${driver.raw_exec}"
+      value     = "1"
+    }
+
+    update {
+      max_parallel     = 1
+      health_check     = "task_states"
+      min_healthy_time = "10s"
+      healthy_deadline = "3m"
+      auto_revert      = true
+    }
+
+    task "kairos" {
+      driver = "raw_exec"
+
+      # On SIGTERM a worker stops taking attempts and kills the containers it is running;
+      # their leases expire and the runs are retried elsewhere as new attempts (a
+      # wait-for-running-attempts drain is not implemented). The timeout only has to cover
+      # the container kills.
+      kill_signal  = "SIGTERM"
+      kill_timeout = "30s"
+
+      artifact {
+        source      = var.kairos_artifact_url
+        destination = "local/kairos"
+        options {
+          checksum = var.kairos_artifact_checksum
+        }
+      }
+
+      template {
+        destination = "secrets/nats.env"
+        env         = true
+        change_mode = "noop"
+        data        = <<-EOT
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+        EOT
+      }
+
+      env {
+        KAIROS_LOG_LEVEL = var.log_level
+        # The engine socket is dockerode's default, /var/run/docker.sock; set DOCKER_HOST
+        # here to use another one.
+      }
+
+      config {
+        command = var.node_bin
+        args = [
+          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--roles", "worker",
+          "--node-id", "worker-${node.unique.id}",
+          "--cluster", var.cluster_name,
+          "--partitions", "${var.partitions}",
+          "--replicas", "3",
+          # Explicit: a worker never falls back to the unisolated process executor.
+          "--executor", "docker",
+          "--slots", "${var.worker_slots}",
+        ]
+      }
+
+      # Container alternative (the docker plugin must allow volumes: plugin "docker" { config {
+      # volumes { enabled = true } } }); the socket mount makes the container root-equivalent
+      # on the host, exactly like raw_exec:
+      # driver = "docker"
+      # config {
+      #   image   = "registry.example.com/kairos:0.1.0"
+      #   volumes = ["/var/run/docker.sock:/var/run/docker.sock"]
+      #   args    = ["node", "--roles", "worker", "--node-id", "worker-${node.unique.id}",
+      #              "--cluster", var.cluster_name, "--partitions", "${var.partitions}", "--replicas", "3",
+      #              "--executor", "docker", "--slots", "${var.worker_slots}"]
+      # }
+
+      resources {
+        cpu        = 500
+        memory     = 512
+        memory_max = 1024
+      }
+    }
+  }
+}
