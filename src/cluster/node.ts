@@ -26,15 +26,25 @@ export interface NodeDeps {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 }
 
-/** Reads the cluster's partition count, creating it on first start. */
-async function clusterPartitions(b: Buckets, wanted: number): Promise<number> {
-  for (let i = 0; i < 5; i++) {
-    const e = await b.cluster.get("config");
-    if (e) return decode<{ partitions: number }>(e.value).partitions;
-    const r = await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" }));
-    if (r.ok) return wanted;
+/**
+ * Reads the cluster's partition count, creating it on first start. A bucket another node has
+ * just created may not have a leader yet (no responders): retried with backoff, bounded.
+ */
+async function clusterPartitions(b: Buckets, wanted: number, clock: Clock): Promise<number> {
+  let last: unknown;
+  for (let i = 0; i < 40; i++) {
+    try {
+      const e = await b.cluster.get("config");
+      if (e) return decode<{ partitions: number }>(e.value).partitions;
+      const r = await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" }));
+      if (r.ok) return wanted;
+    } catch (err) {
+      if (!isKairosError(err, "unavailable") && !isKairosError(err, "timeout")) throw err;
+      last = err;
+    }
+    await new Promise<void>((r) => clock.setTimer(Math.min(1000, 50 * 2 ** Math.min(i, 5)), r));
   }
-  throw new KairosError("unavailable", "cannot read the cluster config");
+  throw new KairosError("unavailable", `cannot read the cluster config: ${String(last)}`, { cause: last });
 }
 
 export class KairosNode {
@@ -106,7 +116,7 @@ export class KairosNode {
       replicas: c.replicas,
       warn: (m) => log("warn", m),
     });
-    this.#partitions = await clusterPartitions(this.#buckets, c.partitions);
+    this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock);
     this.#router = new ActorRouter({
       nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
       partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
