@@ -328,8 +328,21 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
   finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", reason, result);
 }
 
+/** A worker holds the attempt with the run's current fence: leased, lease timer armed. */
+function claim(tx: Tx, r: ActiveRun, worker: string): void {
+  r.status = "leased";
+  r.attempt += 1;
+  r.worker = worker;
+  r.next_attempt_at_ms = null;
+  r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
+  tx.putRun(r);
+  tx.changed = true;
+  tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+}
+
 function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   const r = tx.run(m.run_id);
+  if (r && r.fence === m.fence && r.status === "queued" && r.fence > 0) claim(tx, r, m.worker);
   if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
     return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} is not the current lease`));
   }
@@ -371,19 +384,15 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       else dispatch(tx, r);
       return tx.done(null);
     case "claimed":
+      if (r && r.fence === m.fence && r.worker === m.worker && (r.status === "leased" || r.status === "running")) {
+        return tx.done(null); // already claimed implicitly by the worker's first heartbeat
+      }
       if (!r || r.fence !== m.fence || r.status !== "queued") {
         // The worker holds a claim we no longer want: tell it to stop.
         tx.post.push({ kind: "cancel_on_worker", worker: m.worker, run_id: m.run_id, fence: m.fence });
         return tx.done(null);
       }
-      r.status = "leased";
-      r.attempt += 1;
-      r.worker = m.worker;
-      r.next_attempt_at_ms = null;
-      r.attempts.push({ attempt: r.attempt, worker: m.worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
-      tx.putRun(r);
-      tx.changed = true;
-      tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      claim(tx, r, m.worker);
       return tx.done(null);
     case "dispatch_failed":
       if (r && r.fence === m.fence && r.status === "queued") {
@@ -396,6 +405,9 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       }
       return tx.done(null);
     case "heartbeat":
+      // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
+      // the current fence proves the claim.
+      if (r && r.fence === m.fence && r.status === "queued" && r.fence > 0) claim(tx, r, m.worker);
       if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
         return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} is gone`));
       }

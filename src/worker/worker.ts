@@ -135,7 +135,9 @@ export class Worker {
         ...(lease.startedAtMs !== undefined ? { started_at_ms: lease.startedAtMs } : {}),
       }, { deadlineMs: this.#o.heartbeatIntervalMs * 2 });
     } catch (e) {
-      if (isKairosError(e, "lease_lost") || isKairosError(e, "not_found")) {
+      // A lease already completed here is not lost: the heartbeat merely raced the completion.
+      const tracked = this.#leases.get(this.#key(req.run_id, req.attempt)) === lease;
+      if (tracked && (isKairosError(e, "lease_lost") || isKairosError(e, "not_found"))) {
         this.#o.onEvent?.({ type: "lease_lost", run_id: req.run_id, attempt: req.attempt });
         await this.#kill(lease, "lease lost");
       }
@@ -156,7 +158,8 @@ export class Worker {
     );
     await Promise.all(results.map(async (r, i) => {
       const l = live[i]!;
-      if (!r.ok && (r.e.code === "lease_lost" || r.e.code === "not_found")) {
+      const tracked = this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) === l;
+      if (tracked && !r.ok && (r.e.code === "lease_lost" || r.e.code === "not_found")) {
         this.#o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
         await this.#kill(l, "lease lost");
       }

@@ -72,3 +72,29 @@ it("regression: occurrences held by overlap=queue vanish without a record on pau
   d.send({ kind: "patch", patch: { enabled: false } });
   assert.ok(d.records.has(runIdFor(JOB, sec(4))), ":04 has a record (e.g. skipped or cancelled)");
 });
+
+it("regression: a worker's first heartbeat may arrive before its acceptance (claimed): it claims the attempt", () => {
+  const d = new Driver(cfg(), { autoClaim: false });
+  d.create(spec({ schedule: { at: "2026-01-01T01:00:00Z" } }));
+  const run = d.send({ kind: "run_now" }).reply!.run!;
+  const fence = d.run(run.run_id)!.fence;
+  assert.ok(fence > 0);
+  const hb = d.heartbeat(run.run_id, fence, d.now);
+  assert.equal(hb.fail, undefined, "heartbeat with the current fence is accepted");
+  assert.equal(d.run(run.run_id)?.status, "running");
+  const cancelsBefore = d.postsOf("cancel_on_worker").length;
+  d.claim(); // the acceptance arrives late
+  assert.equal(d.postsOf("cancel_on_worker").length, cancelsBefore, "the late claimed message does not cancel the attempt");
+  assert.equal(d.complete(run.run_id, {}, fence).fail, undefined);
+  assert.equal(d.records.get(run.run_id)?.status, "succeeded");
+});
+
+it("regression: a completion before the acceptance arrives is accepted with the current fence", () => {
+  const d = new Driver(cfg(), { autoClaim: false });
+  d.create(spec({ schedule: { at: "2026-01-01T01:00:00Z" } }));
+  const run = d.send({ kind: "run_now" }).reply!.run!;
+  const fence = d.run(run.run_id)!.fence;
+  assert.equal(d.complete(run.run_id, {}, fence).fail, undefined);
+  assert.equal(d.records.get(run.run_id)?.status, "succeeded");
+  assert.equal(d.records.get(run.run_id)?.attempts.length, 1);
+});
