@@ -42,6 +42,11 @@ export interface ActorDefinition<S, M, R, E = never> {
   receive(state: S, msg: M, ctx: ActorContext): Decision<S, R, E>;
   /** Effects to perform on activation (e.g. re-arm timers from persisted state). */
   onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
+  /**
+   * `false`: the state is soft and lives in memory only (never written to KV); it starts from
+   * `initialState` after every activation. For state that is rebuilt by its senders (slot grants).
+   */
+  readonly persist?: boolean;
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
   readonly loadOnAcquire?: boolean;
   /** Validates a decoded message; throw a KairosError for bad input. */

@@ -235,6 +235,7 @@ export class ActorHost {
   }
 
   async #handle(inst: Instance, msg: unknown): Promise<unknown> {
+    if (!inst.loaded && inst.reg.definition.persist === false) this.#adopt(inst, null, 0);
     if (!inst.loaded) {
       const e = await this.#o.kv.get(inst.key);
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
@@ -256,7 +257,10 @@ export class ActorHost {
       this.#checkTrusted(inst, "before effects");
       followUps = (await inst.reg.perform?.(d.pre, ctx)) ?? [];
     }
-    if (d.state !== inst.state) {
+    if (d.state !== inst.state && def.persist === false) {
+      this.#checkTrusted(inst, "before a soft-state change");
+      inst.state = d.state;
+    } else if (d.state !== inst.state) {
       this.#checkTrusted(inst, "before write");
       const value = encode({ s: d.state, e: epoch ?? 0, w: this.#o.nodeId } satisfies Stored);
       let r;

@@ -52,6 +52,7 @@ export interface ProcessFlags {
   apiHost?: string;
   apiPort?: string;
   runLeaseTtlMs?: string;
+  lookaheadMs?: string;
 }
 
 /** Resolves the executor: an explicit choice, else docker when an engine answers, else process. */
@@ -72,7 +73,10 @@ export async function startProcess(config: NodeConfig, f: ProcessFlags, defaults
     workerSlots: int(f.slots, "slots") ?? 4,
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
-    ...(f.runLeaseTtlMs !== undefined ? { job: { leaseTtlMs: int(f.runLeaseTtlMs, "run-lease-ttl-ms")! } } : {}),
+    job: {
+      ...(f.runLeaseTtlMs !== undefined ? { leaseTtlMs: int(f.runLeaseTtlMs, "run-lease-ttl-ms")! } : {}),
+      ...(f.lookaheadMs !== undefined ? { lookaheadMs: int(f.lookaheadMs, "lookahead-ms")! } : {}),
+    },
   });
   return Object.assign(p, { executor });
 }
@@ -111,6 +115,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--api-host <host>", "API listen address", "127.0.0.1")
     .option("--api-port <port>", "API port (0: any free port)", "0")
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
+    .option("--lookahead-ms <ms>", "how far ahead overlap=allow runs are created and claimed (default 5000); workers hold slots for claimed runs until they start")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });

@@ -56,7 +56,7 @@ export class ActorRouter {
   readonly #o: Required<RouterOptions>;
 
   constructor(o: RouterOptions) {
-    this.#o = { attemptTimeoutMs: 3000, deadlineMs: 15_000, ...o };
+    this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, ...o };
   }
 
   async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {

@@ -63,6 +63,7 @@ export type JobMsg =
   | { kind: "claimed"; run_id: string; fence: number; worker: string }
   | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
   | { kind: "retry_later"; run_id: string }
+  | { kind: "slot_check"; run_id: string }
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   | { kind: "lease_expired"; run_id: string; fence: number }
@@ -170,7 +171,7 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);
-  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: spec.task.timeout_s });
+  askSlot(tx, r);
   tx.changed = true;
 }
 
@@ -268,6 +269,15 @@ function dispatch(tx: Tx, r: ActiveRun): void {
   });
 }
 
+/** How often a run still waiting for a tenant slot asks again (tenant slot state is soft). */
+export const SLOT_RECHECK_MS = 30_000;
+
+/** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
+function askSlot(tx: Tx, r: ActiveRun): void {
+  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+  tx.timer(`slot:${r.run_id}`, tx.now + SLOT_RECHECK_MS, { kind: "slot_check", run_id: r.run_id });
+}
+
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
 function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled", reason: string | null, result: RunView["result"]): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
@@ -275,6 +285,7 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
   tx.cancelTimer(`lease:${r.run_id}`);
   tx.cancelTimer(`retry:${r.run_id}`);
   tx.cancelTimer(`dispatch:${r.run_id}`);
+  tx.cancelTimer(`slot:${r.run_id}`);
   if ((r.status === "leased" || r.status === "running") && status === "cancelled" && r.worker) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
   }
@@ -375,13 +386,17 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         return tx.done(null);
       }
       r.slot = true;
+      tx.cancelTimer(`slot:${r.run_id}`);
       if (r.status === "queued") dispatch(tx, r);
       tx.changed = true;
       return tx.done(null);
     case "redispatch":
       if (!r || r.status !== "queued") return tx.done(null);
-      if (!r.slot) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+      if (!r.slot) askSlot(tx, r);
       else dispatch(tx, r);
+      return tx.done(null);
+    case "slot_check":
+      if (r && r.status === "queued" && !r.slot) askSlot(tx, r);
       return tx.done(null);
     case "claimed":
       if (r && r.fence === m.fence && r.worker === m.worker && (r.status === "leased" || r.status === "running")) {
@@ -436,7 +451,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
           r.worker = null;
           tx.putRun(r);
           if (r.slot) dispatch(tx, r);
-          else tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+          else askSlot(tx, r);
           tx.changed = true;
         } else {
           finish(tx, r, "failed", `dead-lettered after ${r.attempt} attempt(s): lease lost`, null);
@@ -449,7 +464,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       r.next_attempt_at_ms = null;
       r.start_at_ms = tx.now;
       tx.putRun(r);
-      tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+      askSlot(tx, r);
       tx.changed = true;
       return tx.done(null);
   }

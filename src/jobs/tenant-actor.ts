@@ -4,6 +4,11 @@
  * bounded FIFO and are granted (by a message to the job actor) as slots come back. A grant
  * expires after the run's timeout plus a grace, so a job actor that vanished cannot leak slots.
  *
+ * The state is soft (never written to KV): grants are leases that expire, and job actors whose
+ * runs wait for a slot ask again every `SLOT_RECHECK_MS` (the acquire is idempotent), so a tenant
+ * actor that moved to another node rebuilds its view within that time. Persisting it would cost
+ * a KV write of the whole grant table per acquire — the bottleneck of a burst.
+ *
  * Weighted fair sharing between tenants builds on this same path (a later issue): the pool
  * will be shared max-min fairly by weight across tenant actors.
  */
@@ -31,6 +36,7 @@ export const WAITING_LIMIT = 100_000;
 export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply> {
   return {
     type: TENANT_ACTOR,
+    persist: false,
     initialState: () => ({ max_concurrent: defaultMaxConcurrent, running: {}, waiting: [] }),
     receive(state, msg, ctx) {
       const now = ctx.nowMs;

@@ -36,7 +36,6 @@ export interface WorkerOptions {
 
 interface Lease {
   req: StartRequest;
-  cancelStart?: () => void;
   execution?: Execution;
   startedAtMs?: number;
   lost: boolean;
@@ -98,21 +97,39 @@ export class Worker {
     if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
     const lease: Lease = { req, lost: false };
     this.#leases.set(k, lease);
-    const delay = Math.max(0, req.start_at_ms - this.#o.clock.now());
-    lease.cancelStart = this.#o.clock.setTimer(delay, () => this.#run(lease));
+    this.#enqueueStart(lease, req.start_at_ms);
     this.#o.onEvent?.({ type: "accepted", run_id: req.run_id, attempt: req.attempt });
     return { accepted: true };
+  }
+
+  /** Attempts due at the same instant share one timer and start in one tight loop (bursts). */
+  readonly #due = new Map<number, Lease[]>();
+  #enqueueStart(lease: Lease, atMs: number): void {
+    const group = this.#due.get(atMs);
+    if (group) {
+      group.push(lease);
+      return;
+    }
+    this.#due.set(atMs, [lease]);
+    const fire = () => {
+      const early = atMs - this.#o.clock.now();
+      if (early > 0) {
+        // Host timers may fire a millisecond early; never start before the due time.
+        this.#o.clock.setTimer(early, fire);
+        return;
+      }
+      const leases = this.#due.get(atMs) ?? [];
+      this.#due.delete(atMs);
+      for (const l of leases) this.#run(l);
+      // One batched heartbeat reports every start (status running, started_at).
+      void this.#heartbeatAll();
+    };
+    this.#o.clock.setTimer(Math.max(0, atMs - this.#o.clock.now()), fire);
   }
 
   #run(lease: Lease): void {
     if (lease.lost || this.#stopping) return;
     const { req } = lease;
-    const early = req.start_at_ms - this.#o.clock.now();
-    if (early > 0) {
-      // Host timers may fire a millisecond early; never start before the due time.
-      lease.cancelStart = this.#o.clock.setTimer(early, () => this.#run(lease));
-      return;
-    }
     lease.startedAtMs = this.#o.clock.now();
     lease.execution = this.#o.executor.start(
       { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
@@ -120,29 +137,10 @@ export class Worker {
       { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId },
     );
     this.#o.onEvent?.({ type: "started", run_id: req.run_id, attempt: req.attempt });
-    void this.#heartbeat(lease);
     lease.execution.result.then(
       (r) => this.#complete(lease, r),
       (e: unknown) => this.#o.log("error", "execution failed unexpectedly", { run_id: req.run_id, err: String(e) }),
     );
-  }
-
-  async #heartbeat(lease: Lease): Promise<void> {
-    const { req } = lease;
-    try {
-      await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
-        kind: "heartbeat", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId,
-        ...(lease.startedAtMs !== undefined ? { started_at_ms: lease.startedAtMs } : {}),
-      }, { deadlineMs: this.#o.heartbeatIntervalMs * 2 });
-    } catch (e) {
-      // A lease already completed here is not lost: the heartbeat merely raced the completion.
-      const tracked = this.#leases.get(this.#key(req.run_id, req.attempt)) === lease;
-      if (tracked && (isKairosError(e, "lease_lost") || isKairosError(e, "not_found"))) {
-        this.#o.onEvent?.({ type: "lease_lost", run_id: req.run_id, attempt: req.attempt });
-        await this.#kill(lease, "lease lost");
-      }
-      // Other failures (owner moving): keep running; the next heartbeat tries again.
-    }
   }
 
   /** One batched heartbeat for every running attempt: one NATS request per partition. */
@@ -197,7 +195,6 @@ export class Worker {
 
   async #kill(lease: Lease, why: string): Promise<void> {
     lease.lost = true;
-    lease.cancelStart?.();
     this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
     if (lease.execution) await lease.execution.kill(why);
   }

@@ -1,0 +1,100 @@
+/**
+ * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--slots 100000] [--lookahead-ms 60000] [--no-md]`): the
+ * headline "on time" figure. N jobs, all due at the same instant T (a one-shot `at`, overlap
+ * allow, so look-ahead applies), on one in-process scheduler node and one worker process with the
+ * `noop` executor, on a real nats-server. Dispatch lag = the attempt's actual start − scheduled_for, from the run
+ * records. Jobs are created through the jobs service (job actors), not HTTP, to keep set-up short;
+ * the tenant's maximum of concurrent runs is raised to N by rewriting its record (there is no
+ * admin command for quotas yet).
+ */
+import { appendFile } from "node:fs/promises";
+import { cpus } from "node:os";
+import { performance } from "node:perf_hooks";
+import { systemClock } from "../src/lib/clock.ts";
+import { systemRandom } from "../src/lib/random.ts";
+import { decode, encode } from "../src/cluster/codec.ts";
+import { makeNodeConfig } from "../src/cluster/config.ts";
+import { NatsJobsService } from "../src/jobs/nats-service.ts";
+import type { JobSpec, RunView } from "../src/jobs/model.ts";
+import { startKairos } from "../src/server/start.ts";
+import { startNats } from "../test/support/nats.ts";
+import { spawnNode } from "../test/support/nodes.ts";
+
+function arg(args: string[], name: string, dflt: number): number {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? Number(args[i + 1]) : dflt;
+}
+const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+
+export async function run(args: string[]): Promise<void> {
+  const jobs = arg(args, "jobs", 10_000);
+  const slots = arg(args, "slots", 100_000);
+  const lookaheadMs = arg(args, "lookahead-ms", 60_000);
+  process.env["KAIROS_LOG_LEVEL"] ??= "warn";
+  const nats = await startNats();
+  const proc = await startKairos(
+    makeNodeConfig({ natsUrl: nats.url, nodeId: "burst", roles: ["scheduler"], partitions: 64, mailboxLimit: 100_000 }),
+    { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
+  );
+  // The worker is its own process, as in production (its event loop only starts and reports runs).
+  const worker = spawnNode({ natsUrl: nats.url, nodeId: "burst-worker", roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(slots)] });
+  try {
+    await worker.waitFor((e) => e.type === "node_started", 30_000, "worker started");
+    const held = async () => proc.node.heldPartitions().length === proc.node.partitions;
+    while (!(await held())) await new Promise((r) => setTimeout(r, 50));
+    const { tenant } = await proc.tenants.createTenant("burst");
+    const tkv = proc.node.buckets.tenants;
+    const e = (await tkv.get(`t.${tenant.tenant_id}`))!;
+    await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs }), e.revision);
+    const svc = new NatsJobsService(proc.node.router, proc.node.buckets, proc.node.partitions, systemRandom);
+    // Creation runs at ~2,500 jobs/s here; the runs are then prepared during the look-ahead.
+    const setupS = lookaheadMs / 1000 + 10 + Math.ceil(jobs / 1000);
+    const dueMs = Math.ceil((systemClock.now() + setupS * 1000) / 1000) * 1000;
+    const spec: JobSpec = {
+      name: null, schedule: { at: new Date(dueMs).toISOString() },
+      task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 },
+      retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
+      overlap: "allow", misfire: { policy: "run_once", starting_deadline_s: null }, flex_window_s: 0, enabled: true,
+    };
+    const t0 = performance.now();
+    let next = 0;
+    await Promise.all(Array.from({ length: 64 }, async () => {
+      while (next < jobs) {
+        next++;
+        await svc.createJob(tenant.tenant_id, spec);
+      }
+    }));
+    const createS = (performance.now() - t0) / 1000;
+    console.log(`created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`);
+    if (systemClock.now() > dueMs - lookaheadMs) console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
+    let runs: RunView[] = [];
+    const deadline = dueMs + 120_000;
+    while (systemClock.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 1000));
+      if (systemClock.now() < dueMs) continue;
+      runs = (await proc.node.buckets.runs.list(">")).map((x) => decode<RunView>(x.value));
+      if (runs.filter((r) => r.status === "succeeded").length >= jobs) break;
+    }
+    const lags = runs.filter((r) => r.attempts[0]?.started_at).map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+    const done = runs.filter((r) => r.status === "succeeded").length;
+    const lines = [
+      `jobs due in the same second: ${jobs}; started: ${lags.length}; succeeded: ${done}`,
+      `dispatch lag (start − scheduled_for) ms: p50 ${pct(lags, 50)}, p90 ${pct(lags, 90)}, p99 ${pct(lags, 99)}, max ${lags[lags.length - 1]}, min ${lags[0]}`,
+    ];
+    for (const l of lines) console.log(l);
+    if (!args.includes("--no-md")) {
+      const cpu = cpus()[0]?.model ?? "unknown";
+      await appendFile("BENCHMARKS.md", [
+        "", `## burst (top-of-the-second dispatch lag, noop executor)`, "",
+        `- date: ${new Date().toISOString()}; machine: ${cpus().length} cores, ${cpu}, node ${process.version}`,
+        `- command: \`npm run bench -- burst --jobs ${jobs} --lookahead-ms ${lookaheadMs}\` (one scheduler node in-process, 64 partitions; one worker process, noop executor, ${slots} slots; one nats-server; all on this machine)`,
+        `- job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
+        ...lines.map((l) => `- ${l}`), "",
+      ].join("\n"));
+    }
+  } finally {
+    await worker.stop();
+    await proc.stop();
+    await nats.stop();
+  }
+}
