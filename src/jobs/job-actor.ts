@@ -134,7 +134,7 @@ class Tx {
   }
   armFire(): void {
     if (this.s.next_run_at_ms === null) this.cancelTimer("fire");
-    else this.timer("fire", this.s.next_run_at_ms - lookahead(this.cfg, this.s), { kind: "fire" });
+    else this.timer("fire", fireAt(this.cfg, this.s), { kind: "fire" });
   }
 }
 
@@ -145,6 +145,18 @@ const iso = (ms: number): string => instant(ms);
  */
 function lookahead(cfg: JobActorConfig, s: JobState): number {
   return s.job?.spec.overlap === "allow" ? cfg.lookaheadMs : 0;
+}
+
+/**
+ * When to fire for `next_run_at`: the start of the look-ahead window plus a deterministic spread
+ * over its first half (hash of job and occurrence), so that many jobs due at the same instant
+ * prepare their runs across the window instead of all at once.
+ */
+function fireAt(cfg: JobActorConfig, s: JobState): number {
+  const la = lookahead(cfg, s);
+  const due = s.next_run_at_ms!;
+  if (la <= 0 || !s.job) return due;
+  return due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
 }
 
 const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });
@@ -561,7 +573,7 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
   if (!s.job || s.deleted) return fx;
-  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: s.next_run_at_ms - lookahead(cfg, s), msg: { kind: "fire" } });
+  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s), msg: { kind: "fire" } });
   for (const r of s.runs) {
     if (r.status === "leased" || r.status === "running") {
       // A fresh grace period: live workers re-heartbeat with the same fence.
