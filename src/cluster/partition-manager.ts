@@ -61,6 +61,8 @@ export class PartitionManager {
   readonly #mirror = new Map<number, LeaseView>();
   readonly #held = new Map<number, Held>();
   readonly #busy = new Set<number>();
+  /** Renewals in flight: a release waits for them so it deletes the lease at its latest revision. */
+  readonly #renewing = new Map<number, Promise<void>>();
   /** Partitions whose actors are loading: not released or re-acquired meanwhile, but renewed. */
   readonly #loading = new Set<number>();
   #watch: KvWatch | undefined;
@@ -148,7 +150,10 @@ export class PartitionManager {
       const now = this.#o.clock.now();
       for (const [p, h] of this.#held) {
         if (now >= h.trustedUntilMs) this.#lose(p, "trust window over before renewal");
-        else if (now - h.lastRenewMs >= this.#o.renewIntervalMs && !this.#busy.has(p)) void this.#renew(p);
+        else if (now - h.lastRenewMs >= this.#o.renewIntervalMs && !this.#busy.has(p)) {
+          const r = this.#renew(p).finally(() => this.#renewing.delete(p));
+          this.#renewing.set(p, r);
+        }
       }
       const actions = decideLeases({
         me: this.#o.me,
@@ -238,8 +243,21 @@ export class PartitionManager {
     this.#busy.add(p);
     try {
       await this.#o.callbacks.onReleasing(p);
+      await this.#renewing.get(p);
       this.#held.delete(p);
-      await this.#o.leases.delete(key(p), h.revision).catch(() => undefined);
+      // Delete at the latest revision; if it moved (a renewal we did not see), re-read and, if
+      // the lease is still ours, delete at that revision — otherwise the next owner would wait
+      // for the TTL instead of taking over at once.
+      let rev = h.revision;
+      for (let i = 0; i < 3; i++) {
+        const r = await this.#o.leases.delete(key(p), rev).catch(() => null);
+        if (!r || r.ok) break;
+        const e = await this.#o.leases.get(key(p)).catch(() => null);
+        if (!e) break;
+        const v = decode<LeaseValue>(e.value);
+        if (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation) break;
+        rev = e.revision;
+      }
       this.#o.events.emit({ type: "partition_released", partition: p });
     } finally {
       this.#busy.delete(p);
