@@ -64,6 +64,25 @@ export function registerAdminCommands(program: Command): void {
       console.error("The API key is shown only once: store it now. Revoke it with `kairos admin key revoke <key id>`.");
     });
 
+  common(tenant.command("webhook <tenant_id> [url]"))
+    .description("set the dead-letter webhook (omit url, or pass --clear, to remove it); prints the signing secret")
+    .option("--clear", "remove the webhook")
+    .option("--json", "print {tenant_id, webhook_url, webhook_secret}")
+    .action(async (tenantId: string, url: string | undefined, f: AdminFlags & { clear?: boolean }) => {
+      const target = f.clear || url === undefined ? null : url;
+      const r = await withDirectory(f, (dir) => dir.setWebhook(tenantId, target));
+      if (f.json) {
+        console.log(JSON.stringify({ tenant_id: tenantId, webhook_url: target, webhook_secret: r.secret }));
+        return;
+      }
+      if (target === null) console.log(`webhook of ${tenantId} removed`);
+      else {
+        console.log(`webhook  ${target}`);
+        console.log(`secret   ${r.secret}`);
+        console.error("Verify Kairos-Signature: t=<unix s>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`)). The secret is shown only once.");
+      }
+    });
+
   const key = admin.command("key").description("API keys");
   common(key.command("create <tenant_id>"))
     .description("create another API key for a tenant (e.g. to rotate keys)")

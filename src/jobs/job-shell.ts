@@ -8,7 +8,7 @@
  *   acceptance comes back to the actor as `claimed`, a refusal from every worker as
  *   `dispatch_failed` (the core re-tries after a delay).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
- * - `dead_letter`: logged (and, with a tenant webhook, notified — see README).
+ * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
@@ -23,6 +23,7 @@ import type { JobEffect, JobActorConfig } from "./job-actor.ts";
 import { makeJobActor } from "./job-actor.ts";
 import type { RunView } from "./model.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
+import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 
 export interface JobShellDeps {
   nc: NatsConnection;
@@ -35,6 +36,11 @@ export interface JobShellDeps {
   slotGraceMs?: number;
   /** The tenant's maximum of concurrent runs (from its record; cached by the caller). */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
+  /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
+  tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  /** Wall-clock seconds and a sleep, for webhook signatures and retries. */
+  nowS?: () => number;
+  sleep?: (ms: number) => Promise<void>;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
@@ -110,9 +116,14 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       case "cancel_on_worker":
         deps.nc.publish(workerSubject(deps.clusterName, fx.worker, "cancel"), encode({ run_id: fx.run_id, fence: fx.fence }));
         return;
-      case "dead_letter":
+      case "dead_letter": {
         deps.log("warn", "run dead-lettered", { run_id: fx.record.run_id, job_id: fx.record.job_id, status: fx.record.status, reason: fx.record.reason });
+        const target = await deps.tenantWebhook?.(fx.record.tenant_id);
+        if (!target || !deps.nowS || !deps.sleep) return;
+        const r = await notifyDeadLetter(target, fx.record, { nowS: deps.nowS, sleep: deps.sleep });
+        if (!r.ok) deps.log("warn", "dead-letter webhook failed", { run_id: fx.record.run_id, status: r.status, err: r.error });
         return;
+      }
       case "put_run":
         return;
     }

@@ -32,6 +32,8 @@ export interface Tenant {
   max_jobs: number;
   weight: number;
   webhook_url: string | null;
+  /** HMAC-SHA256 key for webhook signatures (never shown after it is set). */
+  webhook_secret?: string;
 }
 
 /** Tenants and API keys (keys stored as SHA-256 hashes; the plain key is shown once). */
@@ -43,4 +45,6 @@ export interface TenantDirectory {
   revokeKey(keyId: string): Promise<void>;
   getTenant(tenantId: string): Promise<Tenant | null>;
   findTenantByName(name: string): Promise<Tenant | null>;
+  /** Sets (or clears, with null) the dead-letter webhook; returns the new signing secret. */
+  setWebhook(tenantId: string, url: string | null): Promise<{ secret: string | null }>;
 }

@@ -18,6 +18,7 @@ import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind } from "../sandbox/index.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
+import type { Tenant } from "../jobs/service.ts";
 
 export interface ProcessOptions {
   executor: ExecutorKind;
@@ -48,18 +49,25 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   node.onConnected((n) => {
     directory.start(n.nc, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
-    const quotaCache = new Map<string, { max: number | undefined; atMs: number }>();
-    const tenantMaxConcurrent = async (tenantId: string): Promise<number | undefined> => {
-      const hit = quotaCache.get(tenantId);
-      if (hit && systemClock.now() - hit.atMs < 10_000) return hit.max;
-      const max = (await quotas.getTenant(tenantId).catch(() => null))?.max_concurrent_runs;
-      if (quotaCache.size > 10_000) quotaCache.clear();
-      quotaCache.set(tenantId, { max, atMs: systemClock.now() });
-      return max;
+    // Tenant records change rarely: read through a 10 s cache (bounded).
+    const cache = new Map<string, { t: Tenant | null; atMs: number }>();
+    const tenant = async (tenantId: string): Promise<Tenant | null> => {
+      const hit = cache.get(tenantId);
+      if (hit && systemClock.now() - hit.atMs < 10_000) return hit.t;
+      const t = await quotas.getTenant(tenantId).catch(() => null);
+      if (cache.size > 10_000) cache.clear();
+      cache.set(tenantId, { t, atMs: systemClock.now() });
+      return t;
     };
     n.register(jobRegistration(jobCfg, {
       nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
-      tenantMaxConcurrent,
+      tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+      tenantWebhook: async (id) => {
+        const t = await tenant(id);
+        return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret } : undefined;
+      },
+      nowS: () => Math.floor(systemClock.now() / 1000),
+      sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
     }));
     n.register({ definition: makeTenantActor() });
   });

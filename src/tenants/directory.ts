@@ -136,6 +136,32 @@ export class KvTenantDirectory implements TenantDirectory {
     return e === null ? null : decode<TenantRecord>(e.value);
   }
 
+  async setWebhook(tenantId: string, url: string | null): Promise<{ secret: string | null }> {
+    if (url !== null) {
+      let u: URL;
+      try {
+        u = new URL(url);
+      } catch {
+        throw new KairosError("invalid_argument", `webhook_url: "${url}" is not a URL`, { field: "webhook_url" });
+      }
+      if (u.protocol !== "https:" && u.protocol !== "http:") {
+        throw new KairosError("invalid_argument", "webhook_url: must be http or https", { field: "webhook_url" });
+      }
+    }
+    const secret = url === null ? null : `whsec_${randomBytes(24).toString("base64url")}`;
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
+      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+      const t = decode<TenantRecord>(e.value);
+      const next: TenantRecord = { ...t, webhook_url: url };
+      if (secret === null) delete next.webhook_secret;
+      else next.webhook_secret = secret;
+      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
+      if (r.ok) return { secret };
+    }
+    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+  }
+
   async findTenantByName(name: string): Promise<Tenant | null> {
     if (!NAME.test(name)) return null;
     const e = await this.#kv.get(nameKey(name));

@@ -138,6 +138,9 @@ export class FakeTenants implements TenantDirectory {
     throw new KairosError("unsupported", "fake");
   }
   async revokeKey(): Promise<void> {}
+  async setWebhook(): Promise<never> {
+    throw new KairosError("unsupported", "fake");
+  }
   async getTenant(id: string): Promise<Tenant | null> {
     return [...this.#tenants.values()].find((t) => t.tenant_id === id) ?? null;
   }
