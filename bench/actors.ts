@@ -20,8 +20,6 @@
  * Appends a section with the machine and the measured figures to BENCHMARKS.md (unless --no-md).
  */
 import { execFile } from "node:child_process";
-import { appendFile, readFile } from "node:fs/promises";
-import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { promisify } from "node:util";
 import { setFlagsFromString } from "node:v8";
@@ -40,6 +38,7 @@ import { TimerQueue } from "../src/cluster/timer-queue.ts";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
 import { startNats } from "../test/support/nats.ts";
+import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
 
@@ -412,28 +411,11 @@ export async function run(args: string[]): Promise<void> {
   const totalS = (performance.now() - t0) / 1000;
   console.log(`total ${totalS.toFixed(1)} s`);
   if (!o.md) return;
-  const [date, nats] = await Promise.all([
-    exec("date", ["-u"]),
-    exec("nats-server", ["--version"]),
-  ]);
-  const cpuinfo = await readFile("/proc/cpuinfo", "utf8");
-  const model = /model name\s*:\s*(.+)/.exec(cpuinfo)?.[1]?.trim() ?? cpus()[0]?.model ?? "unknown";
-  const nproc = (await exec("nproc")).stdout.trim();
-  const section = [
-    "",
-    "## actors (runtime: request/reply, timers, activation)",
-    "",
-    `- date: ${date.stdout.trim()}`,
-    `- machine: nproc ${nproc}, ${model}, node ${process.version}, ${nats.stdout.trim()}`,
-    `- command: \`npm run bench -- actors${args.length ? " " + args.join(" ") : ""}\` (whole run ${totalS.toFixed(0)} s)`,
-    "- one nats-server (JetStream, file store in a temp dir, R1 buckets) started for the run; nodes, clients and the",
-    "  server share the same 2 cores",
-    "",
-    "```",
-    ...out,
-    "```",
-    "",
-  ].join("\n");
-  await appendFile(new URL("../BENCHMARKS.md", import.meta.url), section);
-  console.log("appended a section to BENCHMARKS.md");
+  const nats = await exec("nats-server", ["--version"]);
+  await appendSection("actors (runtime: request/reply, timers, activation)", [
+    `date: ${new Date().toUTCString()}`,
+    `machine: ${machine()}, ${nats.stdout.trim()}`,
+    `command: \`npm run bench -- actors${args.length ? " " + args.join(" ") : ""}\` (whole run ${totalS.toFixed(0)} s)`,
+    "one nats-server (JetStream, file store in a temp dir, R1 buckets) started for the run; nodes, clients and the\n  server share the same 2 cores",
+  ], out);
 }

@@ -7,8 +7,6 @@
  * the tenant's maximum of concurrent runs is raised to N by rewriting its record (there is no
  * admin command for quotas yet).
  */
-import { appendFile } from "node:fs/promises";
-import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
@@ -19,6 +17,7 @@ import type { JobSpec, RunView } from "../src/jobs/model.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { spawnNode } from "../test/support/nodes.ts";
+import { appendSection, machine } from "./report.ts";
 
 function arg(args: string[], name: string, dflt: number): number {
   const i = args.indexOf(`--${name}`);
@@ -93,14 +92,11 @@ export async function run(args: string[]): Promise<void> {
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
     for (const l of lines) console.log(l);
     if (!args.includes("--no-md")) {
-      const cpu = cpus()[0]?.model ?? "unknown";
-      await appendFile("BENCHMARKS.md", [
-        "", `## burst (top-of-the-second dispatch lag, noop executor)`, "",
-        `- date: ${new Date().toISOString()}; machine: ${cpus().length} cores, ${cpu}, node ${process.version}`,
-        `- command: \`npm run bench -- burst --jobs ${jobs} --lookahead-ms ${lookaheadMs} --tenants ${tenantCount}\` (one scheduler node in-process, 64 partitions; one worker process, noop executor, ${slots} slots; one nats-server; all on this machine)`,
-        `- job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
-        ...lines.map((l) => `- ${l}`), "",
-      ].join("\n"));
+      await appendSection("burst (top-of-the-second dispatch lag, noop executor)", [
+        `date: ${new Date().toISOString()}; machine: ${machine()}`,
+        `command: \`npm run bench -- burst --jobs ${jobs} --lookahead-ms ${lookaheadMs} --tenants ${tenantCount}\` (one scheduler node in-process, 64 partitions; one worker process, noop executor, ${slots} slots; one nats-server; all on this machine)`,
+        `job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
+      ], lines, false);
     }
   } finally {
     await worker.stop();

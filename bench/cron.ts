@@ -8,11 +8,10 @@
  *
  * Prints a table; `--append` also appends a section with the machine to BENCHMARKS.md.
  */
-import { execFileSync } from "node:child_process";
-import { appendFile, readFile } from "node:fs/promises";
-import { cpus, loadavg } from "node:os";
+import { loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import { compileSchedule, type CompiledSchedule } from "../src/schedule/index.ts";
+import { appendSection, machine } from "./report.ts";
 
 const CASES: readonly { cron: string; tz: string }[] = [
   { cron: "*/5 * * * *", tz: "Europe/London" },
@@ -93,26 +92,13 @@ export async function run(args: string[]): Promise<void> {
   const load = loadavg().map((l) => l.toFixed(2)).join(" ");
   console.log(`next(after, 1) chained, one core, ~${seconds} s per case after warm-up (load average ${load})\n`);
   console.log(lines.join("\n"));
-  if (args.includes("--append")) await appendSection(lines, seconds, load);
+  if (args.includes("--append")) await appendCronSection(lines, seconds, load);
 }
 
-async function appendSection(lines: string[], seconds: number, load: string): Promise<void> {
-  const date = execFileSync("date", ["-u"], { encoding: "utf8" }).trim();
-  const cpuModel = (await readFile("/proc/cpuinfo", "utf8")).match(/^model name\s*:\s*(.*)$/m)?.[1] ?? cpus()[0]?.model ?? "unknown";
-  const nproc = execFileSync("nproc", { encoding: "utf8" }).trim();
-  const section = [
-    "",
-    "## cron (schedule engine, `next(after, 1)` per second)",
-    "",
-    `- date: ${date}`,
-    `- machine: nproc ${nproc}, ${cpuModel}, node ${process.version}; load average at the end ${load} (other work was running)`,
-    `- command: \`npm run bench -- cron${seconds === 1 ? "" : ` --seconds ${seconds}`}\` — one process, one core; \`after\` chained from 2026-02-20, wrapped at 2040`,
-    "",
-    "```",
-    ...lines,
-    "```",
-    "",
-  ].join("\n");
-  await appendFile(new URL("../BENCHMARKS.md", import.meta.url), section);
-  console.log("\nappended to BENCHMARKS.md");
+async function appendCronSection(lines: string[], seconds: number, load: string): Promise<void> {
+  await appendSection("cron (schedule engine, `next(after, 1)` per second)", [
+    `date: ${new Date().toUTCString()}`,
+    `machine: ${machine()}; load average at the end ${load} (other work was running)`,
+    `command: \`npm run bench -- cron${seconds === 1 ? "" : ` --seconds ${seconds}`}\` — one process, one core; \`after\` chained from 2026-02-20, wrapped at 2040`,
+  ], lines);
 }

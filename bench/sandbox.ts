@@ -7,13 +7,12 @@
  * Appends a section with the machine and the measured figures to BENCHMARKS.md.
  */
 import { execFile, spawn } from "node:child_process";
-import { appendFile } from "node:fs/promises";
-import { cpus } from "node:os";
 import { performance } from "node:perf_hooks";
 import { promisify } from "node:util";
 import { randomUUID } from "node:crypto";
 import { createExecutor, type Executor, type RunIdentity } from "../src/sandbox/index.ts";
 import { ensureTestImage, removeWorkerContainers } from "../test/support/docker-image.ts";
+import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
 
@@ -70,11 +69,9 @@ async function throughput(ex: Executor, image: string, workerId: string, n: numb
   return n / ((performance.now() - t0) / 1000);
 }
 
-async function machine(): Promise<string> {
-  const out = async (cmd: string, args: string[]): Promise<string> => (await exec(cmd, args)).stdout.trim();
-  const cpu = cpus()[0]?.model ?? "unknown";
-  const docker = await out("docker", ["version", "--format", "server {{.Server.Version}}, client {{.Client.Version}}"]);
-  return `${cpus().length} CPUs (nproc ${await out("nproc", [])}), ${cpu}, node ${process.version}, docker ${docker}`;
+async function machineWithDocker(): Promise<string> {
+  const docker = (await exec("docker", ["version", "--format", "server {{.Server.Version}}, client {{.Client.Version}}"])).stdout.trim();
+  return `${machine()}, docker ${docker}`;
 }
 
 const f = (x: number): string => x.toFixed(1);
@@ -108,22 +105,12 @@ export async function run(args: string[]): Promise<void> {
       `  concurrency 4: ${rate4.toFixed(2)} containers/s`,
     ];
     console.log(lines.join("\n"));
-    const section = [
-      "",
-      "## sandbox (docker executor)",
-      "",
-      `- date: ${date}`,
-      `- machine: ${await machine()}`,
-      `- command: \`npm run bench -- sandbox${args.length ? " " + args.join(" ") : ""}\``,
-      `- image: ${image} (busybox-static imported locally); each executor run creates, attaches, starts, waits for and force-removes one container`,
-      "",
-      "```",
-      ...lines,
-      "```",
-      "",
-    ].join("\n");
-    const path = new URL("../BENCHMARKS.md", import.meta.url);
-    await appendFile(path, section);
+    await appendSection("sandbox (docker executor)", [
+      `date: ${date}`,
+      `machine: ${await machineWithDocker()}`,
+      `command: \`npm run bench -- sandbox${args.length ? " " + args.join(" ") : ""}\``,
+      `image: ${image} (busybox-static imported locally); each executor run creates, attaches, starts, waits for and force-removes one container`,
+    ], lines);
   } finally {
     await ex.close();
     await removeWorkerContainers(workerId);

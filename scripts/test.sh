@@ -10,7 +10,13 @@ if [ "$(id -u)" = 0 ] || [ "${KAIROS_REQUIRE_DOCKER:-0}" = 1 ]; then docker_flag
 bash scripts/bootstrap.sh "${docker_flag[@]}"
 
 dockerd_pid=""
-cleanup() { if [ -n "$dockerd_pid" ]; then kill "$dockerd_pid" 2>/dev/null || true; wait "$dockerd_pid" 2>/dev/null || true; fi; }
+# dockerd is not our child (docker-up.sh started it), so `wait` cannot be used: poll until it is gone.
+cleanup() {
+  if [ -n "$dockerd_pid" ]; then
+    kill "$dockerd_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$dockerd_pid" 2>/dev/null || break; sleep 0.2; done
+  fi
+}
 trap cleanup EXIT
 if out=$(bash scripts/docker-up.sh); then
   dockerd_pid="$out"

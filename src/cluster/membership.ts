@@ -18,8 +18,6 @@ export interface MemberInfo {
   incarnation: string;
   roles: string[];
   startedAtMs: number;
-  /** Where the node's HTTP API listens, when it has the api role. */
-  apiUrl?: string;
 }
 
 export interface Peer extends MemberInfo {
@@ -78,10 +76,6 @@ export class Membership {
   /** Live members, optionally only those with `role`. Always includes self while running. */
   live(role?: string): string[] {
     return liveMembers(this.#peers.values(), this.#o.clock.now(), this.#o.failureTimeoutMs, role);
-  }
-
-  peers(): Peer[] {
-    return [...this.#peers.values()];
   }
 
   isLive(nodeId: string, incarnation?: string): boolean {

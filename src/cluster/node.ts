@@ -63,8 +63,6 @@ export class KairosNode {
   #subs = new Map<number, Subscription>();
   #cancelSweep: (() => void) | undefined;
   #stopping = false;
-  /** Extra fields published in heartbeats (e.g. the API URL). */
-  advertised: { apiUrl?: string } = {};
 
   constructor(config: NodeConfig, deps: NodeDeps) {
     this.config = config;
@@ -125,7 +123,7 @@ export class KairosNode {
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
       nc: this.#nc, clusterName: c.clusterName, clock, events,
-      self: { nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles], startedAtMs: clock.now(), ...this.advertised },
+      self: { nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles], startedAtMs: clock.now() },
       nodesKv: this.#buckets.nodes,
       heartbeatIntervalMs: c.heartbeatIntervalMs,
       failureTimeoutMs: c.failureTimeoutMs,

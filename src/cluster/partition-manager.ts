@@ -97,14 +97,6 @@ export class PartitionManager {
     return [...this.#held.keys()].sort((a, b) => a - b);
   }
 
-  /** Leases as mirrored: partition → owner and epoch (for status). */
-  leaseTable(): { partition: number; owner: string | null; revision: number }[] {
-    return Array.from({ length: this.#o.partitions }, (_, p) => {
-      const l = this.#mirror.get(p);
-      return { partition: p, owner: l?.owner ?? null, revision: l?.revision ?? 0 };
-    });
-  }
-
   /** Nudges the loop (membership changed). */
   poke(): void {
     this.#schedule(0);

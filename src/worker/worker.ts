@@ -52,10 +52,6 @@ export class Worker {
     this.#o = o;
   }
 
-  get running(): number {
-    return this.#leases.size;
-  }
-
   async start(): Promise<void> {
     const { nc, clusterName, workerId } = this.#o;
     const reaped = await this.#o.executor.reapOrphans(() => false);
