@@ -282,7 +282,7 @@ function dispatch(tx: Tx, r: ActiveRun): void {
 }
 
 /** How often a run still waiting for a tenant slot asks again (tenant slot state is soft). */
-export const SLOT_RECHECK_MS = 30_000;
+export const SLOT_RECHECK_MS = 10_000;
 
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 function askSlot(tx: Tx, r: ActiveRun): void {
