@@ -9,6 +9,7 @@ import { Kvm } from "@nats-io/kv";
 import { NatsKv } from "./kv-nats.ts";
 import type { KvStore } from "./kv.ts";
 import { checkServerVersion } from "./server-version.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
 
 export interface Buckets {
   /** Cluster-wide settings (`config`: partition count). */
@@ -34,6 +35,8 @@ export interface BucketOptions {
   maxBytes?: number;
   /** Server version warnings go here. */
   warn?: (msg: string) => void;
+  /** Paces retries while a new NATS cluster settles (default: the system clock). */
+  clock?: Clock;
 }
 
 const NODE_TTL_MS = 30_000;
@@ -42,17 +45,28 @@ const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Promise<Buckets> {
   const warning = checkServerVersion(nc.info?.version ?? "0.0.0", opts.replicas);
   if (warning) opts.warn?.(warning);
+  const clock = opts.clock ?? systemClock;
   const jsm = await jetstreamManager(nc);
   const kvm = new Kvm(nc);
   const open = async (suffix: string, ttl = 0, history = 1): Promise<KvStore> => {
     const name = `${opts.clusterName}_${suffix}`;
-    const kv = await kvm.create(name, {
+    const settings = {
       replicas: opts.replicas,
       history,
       ...(ttl > 0 ? { ttl } : {}),
       ...(opts.maxBytes ? { max_bytes: opts.maxBytes } : {}),
-    });
-    return new NatsKv(name, kv, jsm);
+    };
+    // A NATS cluster that has just elected its JetStream leader may not know every peer yet:
+    // replicated streams then fail with "no suitable peers for placement". Retry, bounded.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return new NatsKv(name, await kvm.create(name, settings), jsm);
+      } catch (e) {
+        const transient = e instanceof Error && /no suitable peers|insufficient resources/i.test(e.message);
+        if (!transient || attempt >= 40) throw e;
+        await new Promise<void>((r) => clock.setTimer(250, r));
+      }
+    }
   };
   const [cluster, leases, nodes, actors, runs, tenants, idempotency] = await Promise.all([
     open("cluster"),
