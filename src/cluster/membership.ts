@@ -7,7 +7,7 @@
  *
  * Node records are also written to the `nodes` bucket (TTL) for `kairos cluster status`.
  */
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Bus, BusSubscription } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
@@ -34,7 +34,7 @@ export function liveMembers(peers: Iterable<Peer>, nowMs: number, failureTimeout
 }
 
 export interface MembershipOptions {
-  nc: NatsConnection;
+  nc: Bus;
   clusterName: string;
   self: MemberInfo;
   clock: Clock;
@@ -48,7 +48,7 @@ export interface MembershipOptions {
 export class Membership {
   readonly #o: MembershipOptions;
   readonly #peers = new Map<string, Peer>();
-  #subs: Subscription[] = [];
+  #subs: BusSubscription[] = [];
   #cancelTimer: (() => void) | undefined;
   #stopped = false;
   #beats = 0;

@@ -6,7 +6,7 @@
  * fails with `no_owner`. A timeout is an unknown outcome and is retried too, so actor messages
  * must be idempotent (they carry request ids where it matters).
  */
-import type { NatsConnection } from "@nats-io/transport-node";
+import type { Bus } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
@@ -37,7 +37,7 @@ const RETRY_CODES = new Set<ErrorCode>(["not_owner", "no_owner"]);
 export const MAX_BATCH = 256;
 
 export interface RouterOptions {
-  nc: NatsConnection;
+  nc: Bus;
   clusterName: string;
   clock: Clock;
   random: Random;

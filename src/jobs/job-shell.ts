@@ -10,7 +10,7 @@
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
  */
-import type { NatsConnection } from "@nats-io/transport-node";
+import type { Bus } from "../cluster/bus.ts";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
 import { KairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -26,7 +26,7 @@ import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 
 export interface JobShellDeps {
-  nc: NatsConnection;
+  nc: Bus;
   clusterName: string;
   runs: KvStore;
   router: () => ActorRouter;

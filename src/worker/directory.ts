@@ -4,7 +4,7 @@
  * `expireAfterMs` without one. `pick()` chooses the worker with the most free slots, counting
  * local reservations made since its last heartbeat so one burst does not pile onto one worker.
  */
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
@@ -27,14 +27,14 @@ export function workerSubject(cluster: string, workerId: string, verb: "start" |
 
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
-  #sub: Subscription | undefined;
+  #sub: BusSubscription | undefined;
   constructor(
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
   ) {}
 
-  start(nc: NatsConnection, cluster: string): void {
+  start(nc: Bus, cluster: string): void {
     this.#sub = nc.subscribe(`kairos.${cluster}.worker.hb`, {
       callback: (_e, m) => this.observe(decode<WorkerAdvert>(m.data)),
     });

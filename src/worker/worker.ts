@@ -6,7 +6,7 @@
  * `lease_lost`, and reports completion with the fence (accepting `stale_fence`: someone else
  * owns the run now). On start it kills containers of its own left by an earlier incarnation.
  */
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
+import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -25,7 +25,7 @@ export interface WorkerOptions {
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;
-  nc: NatsConnection;
+  nc: Bus;
   router: ActorRouter;
   executor: Executor;
   clock: Clock;
@@ -44,7 +44,7 @@ interface Lease {
 export class Worker {
   readonly #o: WorkerOptions;
   readonly #leases = new Map<string, Lease>();
-  #subs: Subscription[] = [];
+  #subs: BusSubscription[] = [];
   #cancelBeat: (() => void) | undefined;
   #stopping = false;
 
