@@ -36,7 +36,7 @@ function parseN(args: string[]): number {
 }
 
 function ident(workerId: string): RunIdentity {
-  return { runId: `bench-${randomUUID()}`, attempt: 1, jobId: "bench", tenantId: "bench", scheduledFor: new Date(0).toISOString(), workerId };
+  return { runId: `bench-${randomUUID()}`, attempt: 1, jobId: "bench", tenantId: "bench", scheduledFor: new Date(0).toISOString(), workerId, fence: 1 };
 }
 
 async function executorRun(ex: Executor, image: string, workerId: string): Promise<number> {

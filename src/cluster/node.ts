@@ -4,12 +4,12 @@
  * owns their start and graceful stop. Scheduler nodes own partitions and host actors; every
  * node can send to actors through the router.
  */
-import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import { randomUUID } from "node:crypto";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
+import type { Bus, BusSubscription } from "./bus.ts";
 import { openBuckets, type Buckets } from "./buckets.ts";
 import { decode, encode } from "./codec.ts";
 import type { NodeConfig } from "./config.ts";
@@ -24,6 +24,11 @@ export interface NodeDeps {
   clock: Clock;
   random: Random;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /**
+   * A ready transport instead of connecting to `config.natsUrl` (the simulation's in-process bus
+   * and fault-injecting KV). Production and every real-process test leave it unset.
+   */
+  transport?: { bus: Bus; buckets: Buckets; close?: () => Promise<void> };
 }
 
 /**
@@ -53,15 +58,16 @@ export class KairosNode {
   readonly events = new EventBus();
   readonly #deps: NodeDeps;
   readonly #registrations: ActorRegistration[] = [];
-  #nc: NatsConnection | undefined;
+  #nc: Bus | undefined;
   #buckets: Buckets | undefined;
   #partitions = 0;
   #membership: Membership | undefined;
   #leases: PartitionManager | undefined;
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
-  #subs = new Map<number, Subscription>();
+  #subs = new Map<number, BusSubscription>();
   #cancelSweep: (() => void) | undefined;
+  #drain: (() => Promise<void>) | undefined;
   #stopping = false;
 
   constructor(config: NodeConfig, deps: NodeDeps) {
@@ -80,7 +86,7 @@ export class KairosNode {
     this.#connectedHooks.push(fn);
   }
 
-  get nc(): NatsConnection {
+  get nc(): Bus {
     if (!this.#nc) throw new KairosError("unavailable", "node not started");
     return this.#nc;
   }
@@ -108,12 +114,20 @@ export class KairosNode {
   async start(): Promise<void> {
     const { config: c, events } = this;
     const { clock, log } = this.#deps;
-    this.#nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}` });
-    this.#buckets = await openBuckets(this.#nc, {
-      clusterName: c.clusterName,
-      replicas: c.replicas,
-      warn: (m) => log("warn", m),
-    });
+    const t = this.#deps.transport;
+    if (t) {
+      this.#nc = t.bus;
+      this.#buckets = t.buckets;
+    } else {
+      const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}` });
+      this.#nc = nc;
+      this.#drain = () => nc.drain();
+      this.#buckets = await openBuckets(nc, {
+        clusterName: c.clusterName,
+        replicas: c.replicas,
+        warn: (m) => log("warn", m),
+      });
+    }
     this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock);
     this.#router = new ActorRouter({
       nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
@@ -226,6 +240,6 @@ export class KairosNode {
     await this.#leases?.stop();
     this.#host?.stop();
     await this.#membership?.stop();
-    if (this.#nc && !this.#nc.isClosed()) await this.#nc.drain();
+    if (this.#nc && !this.#nc.isClosed()) await (this.#drain ?? this.#deps.transport?.close)?.();
   }
 }

@@ -17,6 +17,7 @@ export const LABEL = {
   jobId: "kairos.job_id",
   tenantId: "kairos.tenant_id",
   workerId: "kairos.worker_id",
+  fence: "kairos.fence",
 } as const;
 
 /** The engine refuses memory limits under 6 MiB. */
@@ -54,6 +55,7 @@ export function runLabels(id: RunIdentity, workerId: string): Record<string, str
     [LABEL.jobId]: id.jobId,
     [LABEL.tenantId]: id.tenantId,
     [LABEL.workerId]: workerId,
+    [LABEL.fence]: String(id.fence),
   };
 }
 

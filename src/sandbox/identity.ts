@@ -12,6 +12,8 @@ export function identityEnv(id: RunIdentity): Record<string, string> {
     KAIROS_ATTEMPT: String(id.attempt),
     KAIROS_JOB_ID: id.jobId,
     KAIROS_SCHEDULED_FOR: id.scheduledFor,
+    KAIROS_FENCE: String(id.fence),
+    KAIROS_WORKER_ID: id.workerId,
   };
 }
 

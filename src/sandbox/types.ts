@@ -30,6 +30,8 @@ export interface RunIdentity {
   /** RFC 3339 UTC instant of the occurrence. */
   scheduledFor: string;
   workerId: string;
+  /** The attempt's fence (the lease it runs under); a ledger of executions can tell offers apart by it. */
+  fence: number;
 }
 
 /** Why an attempt could not run at all (as opposed to ran and failed). */

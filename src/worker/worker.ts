@@ -130,7 +130,7 @@ export class Worker {
     lease.execution = this.#o.executor.start(
       { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
         ...(req.task.resources ? { resources: { ...(req.task.resources.memory_mb ? { memoryMb: req.task.resources.memory_mb } : {}), ...(req.task.resources.cpus ? { cpus: req.task.resources.cpus } : {}), ...(req.task.resources.pids ? { pids: req.task.resources.pids } : {}) } } : {}) },
-      { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId },
+      { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId, fence: req.fence },
     );
     this.#o.onEvent?.({ type: "started", run_id: req.run_id, attempt: req.attempt });
     lease.execution.result.then(

@@ -12,6 +12,7 @@ export function identity(workerId: string, attempt = 1): RunIdentity {
     tenantId: "tenant-1",
     scheduledFor: "2026-03-08T07:00:00Z",
     workerId,
+    fence: 1,
   };
 }
 
