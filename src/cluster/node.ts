@@ -29,6 +29,8 @@ export interface NodeDeps {
    * and fault-injecting KV). Production and every real-process test leave it unset.
    */
   transport?: { bus: Bus; buckets: Buckets; close?: () => Promise<void> };
+  /** This run's incarnation id (the simulation passes a seeded one); random when unset. */
+  incarnation?: string;
 }
 
 /**
@@ -54,7 +56,7 @@ async function clusterPartitions(b: Buckets, wanted: number, clock: Clock): Prom
 
 export class KairosNode {
   readonly config: NodeConfig;
-  readonly incarnation = randomUUID().slice(0, 8);
+  readonly incarnation: string;
   readonly events = new EventBus();
   readonly #deps: NodeDeps;
   readonly #registrations: ActorRegistration[] = [];
@@ -73,6 +75,7 @@ export class KairosNode {
   constructor(config: NodeConfig, deps: NodeDeps) {
     this.config = config;
     this.#deps = deps;
+    this.incarnation = deps.incarnation ?? randomUUID().slice(0, 8);
   }
 
   /** Registers an actor type; call before start() or from an `onConnected` hook. */
