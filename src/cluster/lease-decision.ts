@@ -7,7 +7,7 @@
  *      ▲                  │ placement moved: release (finish messages, passivate, delete lease)
  *      │                  │ CAS conflict or trust window over: lost (stop at once, write nothing)
  *      └──────────────────┘
- *   held by a dead node, unrenewed for leaseTtlMs (local observation) ──steal (CAS)──▶ held
+ *   unrenewed for leaseTtlMs (local, monotonic observation), owner dead or alive ──steal (CAS)──▶ held
  *
  * Safety rests on the CAS writes, not on this view: a stale view only costs a failed write.
  */
@@ -33,7 +33,6 @@ export interface LeaseInputs {
   held: ReadonlySet<number>;
   /** Partitions with a write or release in flight (left alone this round). */
   busy: ReadonlySet<number>;
-  isLive: (nodeId: string, incarnation: string) => boolean;
   nowMs: number;
   leaseTtlMs: number;
 }
@@ -66,9 +65,12 @@ export function decideLeases(i: LeaseInputs): LeaseActions {
       out.steal.push({ partition: p, expectedRevision: lease.revision });
       continue;
     }
-    const ownerLive = i.isLive(lease.owner, lease.incarnation);
+    // A lease nobody renewed for a whole TTL is dead whether or not its owner is alive: an owner
+    // trusts its lease only until renewal start + TTL − margin, which is before we see it expire.
+    // (Waiting for the owner to be dead too orphaned partitions whose owner lost trust in a NATS
+    // blip and then was placed elsewhere: alive, not renewing, never stolen.)
     const expired = i.nowMs - lease.changedAtMs >= i.leaseTtlMs;
-    if (!ownerLive && expired) out.steal.push({ partition: p, expectedRevision: lease.revision });
+    if (expired) out.steal.push({ partition: p, expectedRevision: lease.revision });
   }
   return out;
 }

@@ -171,7 +171,6 @@ export class KairosNode {
       leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs,
       safetyMarginMs: c.leaseSafetyMarginMs, tickMs: c.partitionTickMs,
       desired: () => assign(this.#partitions, membership.live("scheduler")),
-      isLive: (n, inc) => membership.isLive(n, inc),
       callbacks: {
         onAcquired: async (p) => {
           await host.acquire(p);

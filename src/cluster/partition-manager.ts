@@ -6,6 +6,10 @@
  *
  * Lease key `p.<n>`; value `{ owner, incarnation, epoch, renewedAtMs }`. The epoch is the revision
  * of the write that acquired the lease; renewals keep it (they bump the revision only).
+ *
+ * Every duration here (trust window, "unchanged for a TTL") is measured on the monotonic clock
+ * (`Clock.monoMs`), so a wall-clock step cannot stretch a trust window; `renewedAtMs` in the value
+ * is the wall clock, for people only.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
@@ -42,7 +46,6 @@ export interface PartitionManagerOptions {
   safetyMarginMs: number;
   tickMs: number;
   desired: () => readonly (string | undefined)[];
-  isLive: (nodeId: string, incarnation: string) => boolean;
   callbacks: PartitionCallbacks;
   onError: (msg: string, err: unknown) => void;
 }
@@ -86,7 +89,7 @@ export class PartitionManager {
   /** True while this node may act as the partition's owner (lease held, trust window open). */
   isTrusted(p: number): boolean {
     const h = this.#held.get(p);
-    return h !== undefined && this.#o.clock.now() < h.trustedUntilMs;
+    return h !== undefined && this.#o.clock.monoMs() < h.trustedUntilMs;
   }
 
   epochOf(p: number): number | undefined {
@@ -119,7 +122,7 @@ export class PartitionManager {
       return;
     }
     const v = decode<LeaseValue>(value);
-    this.#mirror.set(p, { owner: v.owner, incarnation: v.incarnation, revision, changedAtMs: this.#o.clock.now() });
+    this.#mirror.set(p, { owner: v.owner, incarnation: v.incarnation, revision, changedAtMs: this.#o.clock.monoMs() });
     const h = this.#held.get(p);
     if (h && revision > h.revision && (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation)) {
       this.#lose(p, "lease taken by another node");
@@ -139,7 +142,7 @@ export class PartitionManager {
     if (this.#ticking || this.#stopped) return;
     this.#ticking = true;
     try {
-      const now = this.#o.clock.now();
+      const now = this.#o.clock.monoMs();
       for (const [p, h] of this.#held) {
         if (now >= h.trustedUntilMs) this.#lose(p, "trust window over before renewal");
         else if (now - h.lastRenewMs >= this.#o.renewIntervalMs && !this.#busy.has(p)) {
@@ -155,7 +158,6 @@ export class PartitionManager {
         leases: this.#mirror,
         held: new Set(this.#held.keys()),
         busy: new Set([...this.#busy, ...this.#loading]),
-        isLive: this.#o.isLive,
         nowMs: now,
         leaseTtlMs: this.#o.leaseTtlMs,
       });
@@ -174,9 +176,9 @@ export class PartitionManager {
 
   async #acquire(p: number, expectedRevision: number | undefined): Promise<void> {
     this.#busy.add(p);
-    const started = this.#o.clock.now();
+    const started = this.#o.clock.monoMs();
     try {
-      const v = this.#value(0, started);
+      const v = this.#value(0, this.#o.clock.now());
       const r = expectedRevision === undefined
         ? await this.#o.leases.create(key(p), v)
         : await this.#o.leases.update(key(p), v, expectedRevision);
@@ -210,9 +212,9 @@ export class PartitionManager {
     const h = this.#held.get(p);
     if (!h) return;
     this.#busy.add(p);
-    const started = this.#o.clock.now();
+    const started = this.#o.clock.monoMs();
     try {
-      const r = await this.#o.leases.update(key(p), this.#value(h.epoch, started), h.revision);
+      const r = await this.#o.leases.update(key(p), this.#value(h.epoch, this.#o.clock.now()), h.revision);
       if (this.#held.get(p) !== h) return;
       if (!r.ok) {
         this.#lose(p, "lease renewal conflict");

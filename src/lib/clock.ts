@@ -5,12 +5,18 @@
 export interface Clock {
   /** Milliseconds since the Unix epoch. */
   now(): number;
+  /**
+   * Monotonic milliseconds (any origin): for durations that must not jump with the wall clock —
+   * trust windows and leases. Compare only with other readings of the same clock.
+   */
+  monoMs(): number;
   /** Arms a one-shot host timer; returns a cancel function. */
   setTimer(delayMs: number, fn: () => void): () => void;
 }
 
 export const systemClock: Clock = {
   now: () => Date.now(),
+  monoMs: () => performance.now(),
   setTimer(delayMs, fn) {
     const t = setTimeout(fn, Math.max(0, delayMs));
     t.unref?.();
@@ -27,6 +33,9 @@ export class FakeClock implements Clock {
     this.#now = startMs;
   }
   now(): number {
+    return this.#now;
+  }
+  monoMs(): number {
     return this.#now;
   }
   setTimer(delayMs: number, fn: () => void): () => void {

@@ -24,7 +24,7 @@ it("partition lost by trust window is re-acquired once KV is healthy again", asy
   const bus = new EventBus(); bus.on((e) => events.push(e.type));
   const pm = new PartitionManager({ leases: kv, clock, events: bus, me: "n1", incarnation: "i1", partitions: 1,
     leaseTtlMs: 4000, renewIntervalMs: 1000, safetyMarginMs: 1000, tickMs: 250,
-    desired: () => ["n1"], isLive: (n) => n === "n1",
+    desired: () => ["n1"],
     callbacks: { onAcquired: async () => undefined, onReleasing: async () => undefined, onLost: () => undefined },
     onError: () => undefined });
   await pm.start();
@@ -47,7 +47,7 @@ it("a slow onAcquired (loading actors) does not lose the partition", async () =>
   let release!: () => void; const gate = new Promise<void>((r) => (release = r));
   const pm = new PartitionManager({ leases: kv, clock, events: bus, me: "n1", incarnation: "i1", partitions: 1,
     leaseTtlMs: 4000, renewIntervalMs: 1000, safetyMarginMs: 1000, tickMs: 250,
-    desired: () => ["n1"], isLive: (n) => n === "n1",
+    desired: () => ["n1"],
     callbacks: { onAcquired: () => gate, onReleasing: async () => undefined, onLost: () => undefined },
     onError: () => undefined });
   await pm.start();
@@ -55,4 +55,34 @@ it("a slow onAcquired (loading actors) does not lose the partition", async () =>
   for (let t = 0; t < 5000; t += 250) { clock.advance(250); await flush(); }
   release(); await flush();
   assert.deepEqual(lost, [], "lost while loading");
+});
+
+// Hole 4 (orphaned partitions): n1 loses trust in a blip and stops renewing, while placement now
+// wants n2. Both stay alive. Before the fix n2 never stole (the owner was live) and nobody owned
+// the partition; now n2 steals once the lease has gone unrenewed for a TTL.
+it("a partition whose live owner stopped renewing is stolen by the node placement now wants", async () => {
+  const clock = new FakeClock(0);
+  const shared = new FlakyKv("leases");
+  let want = "n1";
+  const mk = (me: string) => new PartitionManager({ leases: shared, clock, events: new EventBus(), me, incarnation: `${me}-i`, partitions: 1,
+    leaseTtlMs: 4000, renewIntervalMs: 1000, safetyMarginMs: 1000, tickMs: 250,
+    desired: () => [want],
+    callbacks: { onAcquired: async () => undefined, onReleasing: async () => undefined, onLost: () => undefined },
+    onError: () => undefined });
+  const n1 = mk("n1");
+  const n2 = mk("n2");
+  await n1.start();
+  await n2.start();
+  clock.advance(0); await flush();
+  assert.deepEqual(n1.heldPartitions(), [0]);
+  shared.failUpdates = true; // renewals time out: n1's trust window closes
+  for (let t = 0; t < 3500; t += 250) { clock.advance(250); await flush(); }
+  assert.deepEqual(n1.heldPartitions(), [], "n1 stopped trusting its lease");
+  want = "n2";
+  shared.failUpdates = false;
+  for (let t = 0; t < 8000; t += 250) { clock.advance(250); await flush(); }
+  assert.deepEqual(n2.heldPartitions(), [0], "n2 took the partition over");
+  assert.deepEqual(n1.heldPartitions(), []);
+  await n1.stop();
+  await n2.stop();
 });
