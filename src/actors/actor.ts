@@ -16,6 +16,12 @@ export type HostEffect<M> =
 export interface ActorContext {
   readonly id: string;
   readonly nowMs: number;
+  /**
+   * When the host last saw a message with this arrival key (see `arrivalKey`) reach the node,
+   * before it queued in the mailbox: liveness judged from arrivals cannot queue behind the
+   * actor's own backlog ("busy is not dead").
+   */
+  arrivalMs?(key: string): number | undefined;
 }
 
 export interface Decision<S, R, E> {
@@ -51,6 +57,14 @@ export interface ActorDefinition<S, M, R, E = never> {
   readonly loadOnAcquire?: boolean;
   /** Validates a decoded message; throw a KairosError for bad input. */
   parse?(raw: unknown): M;
+  /** Messages whose arrival time the host records (keyed), e.g. lease heartbeats. */
+  arrivalKey?(msg: M): string | undefined;
+  /**
+   * A read-only answer from the last committed state, given at arrival without queueing (e.g. a
+   * heartbeat for a lease already recorded). `undefined`: queue the message as usual. With
+   * `alsoQueue` the message is queued as well (its reply then goes nowhere).
+   */
+  query?(state: S, msg: M, ctx: ActorContext): { reply: R; alsoQueue: boolean } | undefined;
 }
 
 /** Type-erased definition, as the host registry stores them. */

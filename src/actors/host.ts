@@ -9,7 +9,13 @@
  *   conflict means another owner wrote: the actor is dropped here (no further writes) and the
  *   caller gets `not_owner`, so it retries and reaches the real owner.
  * - Timers live in the node's single TimerQueue and survive passivation (reminders); timers of a
- *   partition are dropped when it is lost or released.
+ *   partition are dropped when it is lost or released. A timer message whose handling fails (KV
+ *   timeout, full mailbox, a trust blip) is delivered again with backoff while the partition is
+ *   held: at-least-once, so handlers must be idempotent (they are: they re-check state).
+ * - Epoch fencing: the first message an actor handles under a new partition epoch first rewrites
+ *   its state with CAS stamped with that epoch. A write of an earlier owner still in flight (it
+ *   passed its trust check, then the process stalled) then fails instead of landing over ours.
+ * - Post effects run only while the partition is still trusted (a stale owner stays silent).
  * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory.
  */
 import type { Clock } from "../lib/clock.ts";
@@ -27,9 +33,25 @@ export interface ShellContext {
   readonly partition: number;
   readonly epoch: number;
   readonly nodeId: string;
+  /** True while this node may still act for the actor (partition trusted, instance current). */
+  stillOwner(): boolean;
   /** Sends a message to this same actor (it queues behind the current one). */
   tell(msg: unknown): void;
 }
+
+interface TimerPayload {
+  type: string;
+  id: string;
+  msg: unknown;
+  /** Failed deliveries so far (for backoff). */
+  failures?: number;
+}
+
+/** Backoff of a timer message whose handling failed (at-least-once reminders). */
+const TIMER_RETRY_BASE_MS = 250;
+const TIMER_RETRY_MAX_MS = 5_000;
+/** Most arrival keys remembered per actor. */
+const ARRIVALS_LIMIT = 1_024;
 
 export interface ActorRegistration {
   readonly definition: AnyActorDefinition;
@@ -40,6 +62,11 @@ export interface ActorRegistration {
   perform?(pre: readonly unknown[], ctx: ShellContext): Promise<readonly unknown[] | void>;
   /** Performs the decision's `post` effects after the state write (not awaited by the reply). */
   performPost?(post: readonly unknown[], ctx: ShellContext): void;
+  /**
+   * For soft-state types (`persist: false`) whose state is rebuilt from elsewhere on activation
+   * (e.g. a tenant's slot grants, one KV key each): resolves to the state to start from.
+   */
+  loadSoft?(id: string, partition: number): Promise<unknown>;
 }
 
 /** Stored form of actor state: the state, the epoch and node that wrote it. */
@@ -63,7 +90,11 @@ interface Instance {
   readonly reg: ActorRegistration;
   state: unknown;
   revision: number;
+  /** Partition epoch stamped in the stored state (0: never written or unknown). */
+  storedEpoch: number;
   loaded: boolean;
+  /** Arrival times by arrival key (bounded), see ActorContext.arrivalMs. */
+  arrivals: Map<string, number>;
   mailbox: Envelope[];
   running: boolean;
   dropped: boolean;
@@ -89,15 +120,27 @@ export class ActorHost {
   readonly #o: HostOptions;
   readonly #types = new Map<string, ActorRegistration>();
   readonly #actors = new Map<string, Instance>();
-  readonly #timers: TimerQueue<{ type: string; id: string; msg: unknown }>;
+  readonly #timers: TimerQueue<TimerPayload>;
   readonly #accepting = new Set<number>();
 
   constructor(o: HostOptions) {
     this.#o = o;
-    this.#timers = new TimerQueue(o.clock, (_k, t) => {
-      this.deliver(t.type, t.id, t.msg).catch((e: unknown) => {
-        if (!isKairosError(e, "not_owner")) o.onError(`timer for ${t.type}/${t.id}`, e);
-      });
+    this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t));
+  }
+
+  /**
+   * Delivers a timer's message; if handling fails while the partition is still ours, delivers it
+   * again with capped backoff (unless the timer was re-armed meanwhile). Timers are reminders.
+   */
+  #fireTimer(key: string, t: TimerPayload): void {
+    this.deliver(t.type, t.id, t.msg).catch((e: unknown) => {
+      const partition = partitionOf({ type: t.type, id: t.id }, this.#o.partitions);
+      if (!this.#accepting.has(partition)) return; // a new owner re-arms from state on activation
+      if (!isKairosError(e, "not_owner") && !isKairosError(e, "overloaded")) this.#o.onError(`timer for ${t.type}/${t.id} (will retry)`, e);
+      if (this.#timers.dueOf(key) !== undefined) return; // re-armed meanwhile: that one wins
+      const failures = t.failures ?? 0;
+      const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
+      this.#timers.schedule(key, this.#o.clock.now() + delay, { ...t, failures: failures + 1 });
     });
   }
 
@@ -121,15 +164,32 @@ export class ActorHost {
     if (!this.#accepting.has(partition) || !this.#o.isTrusted(partition)) {
       throw new KairosError("not_owner", `partition ${partition} is not served by ${this.#o.nodeId}`);
     }
-    const msg = reg.definition.parse ? reg.definition.parse(raw) : raw;
+    const def = reg.definition;
+    const msg = def.parse ? def.parse(raw) : raw;
     const inst = this.#instance(reg, type, id, partition);
+    const now = this.#o.clock.now();
+    const arrival = def.arrivalKey?.(msg);
+    if (arrival !== undefined) {
+      if (inst.arrivals.size >= ARRIVALS_LIMIT && !inst.arrivals.has(arrival)) inst.arrivals.delete(inst.arrivals.keys().next().value!);
+      inst.arrivals.set(arrival, now);
+      inst.lastActiveMs = now;
+    }
+    // Fast path: answer from the last committed state, fenced under the current epoch.
+    let fast: { reply: unknown; alsoQueue: boolean } | undefined;
+    if (def.query && inst.loaded && !inst.dropped && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
+      fast = def.query(inst.state, msg, this.#ctx(inst, now));
+      if (fast && !fast.alsoQueue) return fast.reply;
+    }
     if (inst.mailbox.length >= this.#o.mailboxLimit) {
       throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${this.#o.mailboxLimit})`);
     }
-    return new Promise((resolve, reject) => {
+    const queued = new Promise((resolve, reject) => {
       inst.mailbox.push({ msg, resolve, reject });
       if (!inst.running) void this.#drain(inst);
     });
+    if (!fast) return queued;
+    queued.catch(() => undefined); // its reply went out already
+    return fast.reply;
   }
 
   /** Partition acquired: accept messages and activate the types that carry reminders. */
@@ -183,7 +243,7 @@ export class ActorHost {
     if (!inst) {
       inst = {
         type, id, key, partition, reg,
-        state: undefined, revision: 0, loaded: false,
+        state: undefined, revision: 0, storedEpoch: 0, loaded: false, arrivals: new Map(),
         mailbox: [], running: false, dropped: false,
         lastActiveMs: this.#o.clock.now(),
       };
@@ -192,12 +252,18 @@ export class ActorHost {
     return inst;
   }
 
-  #adopt(inst: Instance, value: Uint8Array | null, revision: number): void {
-    inst.state = value ? decode<Stored>(value).s : inst.reg.definition.initialState(inst.id);
+  #ctx(inst: Instance, nowMs: number): { id: string; nowMs: number; arrivalMs: (k: string) => number | undefined } {
+    return { id: inst.id, nowMs, arrivalMs: (k) => inst.arrivals.get(k) };
+  }
+
+  #adopt(inst: Instance, value: Uint8Array | null, revision: number, soft?: unknown): void {
+    const stored = value ? decode<Stored>(value) : null;
+    inst.state = stored ? stored.s : soft !== undefined ? soft : inst.reg.definition.initialState(inst.id);
+    inst.storedEpoch = stored?.e ?? 0;
     inst.revision = revision;
     inst.loaded = true;
     this.#o.events.emit({ type: "actor_activated", actorType: inst.type, id: inst.id, partition: inst.partition });
-    const fx = inst.reg.definition.onActivate?.(inst.state, { id: inst.id, nowMs: this.#o.clock.now() }) ?? [];
+    const fx = inst.reg.definition.onActivate?.(inst.state, this.#ctx(inst, this.#o.clock.now())) ?? [];
     this.#hostEffects(inst, fx);
   }
 
@@ -235,17 +301,23 @@ export class ActorHost {
   }
 
   async #handle(inst: Instance, msg: unknown): Promise<unknown> {
-    if (!inst.loaded && inst.reg.definition.persist === false) this.#adopt(inst, null, 0);
+    if (!inst.loaded && inst.reg.definition.persist === false) {
+      const soft = inst.reg.loadSoft ? await inst.reg.loadSoft(inst.id, inst.partition) : undefined;
+      if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
+      if (!inst.loaded) this.#adopt(inst, null, 0, soft);
+    }
     if (!inst.loaded) {
       const e = await this.#o.kv.get(inst.key);
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
       if (!inst.loaded) this.#adopt(inst, e?.value ?? null, e?.revision ?? 0);
     }
     const def = inst.reg.definition;
-    const d = def.receive(inst.state, msg, { id: inst.id, nowMs: this.#o.clock.now() });
     const epoch = this.#o.epochOf(inst.partition);
+    if (def.persist !== false && inst.revision > 0 && epoch !== undefined && inst.storedEpoch !== epoch) await this.#fence(inst, epoch);
+    const d = def.receive(inst.state, msg, this.#ctx(inst, this.#o.clock.now()));
     const ctx: ShellContext = {
       address: { type: inst.type, id: inst.id }, partition: inst.partition, epoch: epoch ?? 0, nodeId: this.#o.nodeId,
+      stillOwner: () => !inst.dropped && this.#accepting.has(inst.partition) && this.#o.isTrusted(inst.partition) && this.#o.epochOf(inst.partition) === epoch,
       tell: (m) => {
         this.deliver(inst.type, inst.id, m).catch((e: unknown) => {
           if (!isKairosError(e, "not_owner")) this.#o.onError(`tell ${inst.type}/${inst.id}`, e);
@@ -278,9 +350,11 @@ export class ActorHost {
       }
       inst.state = d.state;
       inst.revision = r.revision;
+      inst.storedEpoch = epoch ?? 0;
     }
     this.#hostEffects(inst, d.effects ?? []);
-    if (d.post && d.post.length > 0) inst.reg.performPost?.(d.post, ctx);
+    // A stale owner (trust lapsed while it worked) performs no post effects.
+    if (d.post && d.post.length > 0 && ctx.stillOwner()) inst.reg.performPost?.(d.post, ctx);
     for (let i = followUps.length - 1; i >= 0; i--) {
       inst.mailbox.unshift({ msg: followUps[i], resolve: () => undefined, reject: (e) => this.#o.onError(`follow-up of ${inst.type}/${inst.id}`, e) });
     }
@@ -288,6 +362,29 @@ export class ActorHost {
       throw new KairosError(d.fail.code, d.fail.message, d.fail.field === undefined ? {} : { field: d.fail.field });
     }
     return d.reply;
+  }
+
+  /**
+   * Stamps the stored state with the current epoch (CAS) before the first decision under it, so a
+   * write of an earlier owner that is still in flight can no longer land (its revision is gone).
+   */
+  async #fence(inst: Instance, epoch: number): Promise<void> {
+    this.#checkTrusted(inst, "before fencing");
+    const value = encode({ s: inst.state, e: epoch, w: this.#o.nodeId } satisfies Stored);
+    let r;
+    try {
+      r = await this.#o.kv.update(inst.key, value, inst.revision);
+    } catch (e) {
+      this.#drop(inst, "fence outcome unknown");
+      throw e;
+    }
+    if (!r.ok) {
+      this.#o.events.emit({ type: "write_fenced", actorType: inst.type, id: inst.id, partition: inst.partition, reason: `epoch fence: ${r.conflict}` });
+      this.#drop(inst, r.conflict);
+      throw new KairosError("not_owner", `${inst.type}/${inst.id} was written by another owner; retry`);
+    }
+    inst.revision = r.revision;
+    inst.storedEpoch = epoch;
   }
 
   #checkTrusted(inst: Instance, when: string): void {
