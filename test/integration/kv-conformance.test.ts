@@ -7,6 +7,9 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
+import { systemClock } from "../../src/lib/clock.ts";
+import { seededRandom } from "../../src/lib/random.ts";
+import { FaultyKv, KvView } from "../sim/faulty-kv.ts";
 import type { KvChange, KvStore } from "../../src/cluster/kv.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
@@ -127,6 +130,12 @@ function conformance(name: string, getKv: () => KvStore): void {
 }
 
 conformance("memory", () => new MemoryKv());
+{
+  // The simulation's fault-injecting view, faults off, over its shared MemoryKv.
+  const view = new KvView({ clock: systemClock, random: seededRandom(1) });
+  const kv = new FaultyKv(new MemoryKv("faulty"), view);
+  conformance("FaultyKv (faults off)", () => kv);
+}
 
 for (const shape of ["single server", "3-server cluster, R3"] as const) {
   let fx: NatsFixture;

@@ -1,0 +1,171 @@
+/**
+ * A fault-injecting view of a shared `MemoryKv`: what one simulated process sees of the KV store.
+ * The cluster shares one MemoryKv per bucket; each process gets its own `KvView` (its own faults),
+ * so a paused, partitioned or crashed process's writes are delayed, fail, or hang.
+ *
+ * Faults (all off by default, then FaultyKv behaves exactly like the MemoryKv it wraps and
+ * passes the KV conformance suite):
+ * - `delayMs`: every operation waits a random delay (simulation clock) before it is applied;
+ * - `timeout`: probability that an operation times out: it is applied (half of the time, at a
+ *   random point of the wait) or not, and then throws `KairosError("timeout")` — the unknown
+ *   outcome of the KvStore contract (src/cluster/kv.ts);
+ * - `unavailable`: operations throw `KairosError("unavailable")`, never applied; watch events
+ *   are held and delivered, in order, once the store is reachable again.
+ * Process semantics (sim-clock.ts `SimProcess`): an operation starts only while its process
+ * runs (a paused process issues nothing) and its result is delivered through the process gate
+ * (a paused process sees it on resume; a crashed one never). A write already on its way when
+ * the process stops still lands.
+ */
+import type { Buckets } from "../../src/cluster/buckets.ts";
+import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "../../src/cluster/kv.ts";
+import type { MemoryKv } from "../../src/cluster/kv-memory.ts";
+import type { Clock } from "../../src/lib/clock.ts";
+import { KairosError } from "../../src/lib/errors.ts";
+import type { Random } from "../../src/lib/random.ts";
+import type { EndpointHost } from "./sim-bus.ts";
+
+export interface KvFaults {
+  delayMs: readonly [number, number];
+  /** Probability that one operation times out (outcome unknown). */
+  timeout: number;
+  /** How long a timed-out operation makes its caller wait. */
+  timeoutMs: number;
+  unavailable: boolean;
+}
+
+export const NO_KV_FAULTS: KvFaults = Object.freeze({ delayMs: [0, 0] as const, timeout: 0, timeoutMs: 2000, unavailable: false });
+
+/** Observes fault decisions (for the simulation's trace). */
+export type KvTap = (e: { kind: "timeout_applied" | "timeout_lost" | "unavailable"; bucket: string; op: string; key: string }) => void;
+
+/** One process's connection to the KV store: its faults, its gate, its watches. */
+export class KvView {
+  faults: KvFaults;
+  tap: KvTap | undefined;
+  readonly host: EndpointHost;
+  readonly clock: Clock;
+  readonly random: Random;
+  /** Owned by a simulated process: every operation passes its gate, even with faults off. */
+  readonly gated: boolean;
+  readonly #held: (() => void)[] = [];
+
+  constructor(o: { clock: Clock; random: Random; host?: EndpointHost; faults?: KvFaults }) {
+    this.clock = o.clock;
+    this.random = o.random;
+    this.host = o.host ?? { clock: o.clock, gate: (fn) => fn() };
+    this.gated = o.host !== undefined;
+    this.faults = o.faults ?? NO_KV_FAULTS;
+  }
+
+  setUnavailable(v: boolean): void {
+    this.faults = { ...this.faults, unavailable: v };
+    if (!v) for (const fn of this.#held.splice(0)) fn();
+  }
+
+  /** @internal Delivers a watch event now, or once the store is reachable again. */
+  deliver(fn: () => void): void {
+    if (this.faults.unavailable) this.#held.push(fn);
+    else queueMicrotask(() => this.host.gate(fn));
+  }
+
+  /** Wraps every bucket of a cluster. */
+  buckets(shared: Buckets): Buckets {
+    const w = (kv: KvStore) => new FaultyKv(kv as MemoryKv, this);
+    return {
+      cluster: w(shared.cluster), leases: w(shared.leases), nodes: w(shared.nodes), actors: w(shared.actors),
+      runs: w(shared.runs), tenants: w(shared.tenants), idempotency: w(shared.idempotency),
+    };
+  }
+}
+
+export class FaultyKv implements KvStore {
+  readonly bucket: string;
+  readonly #inner: MemoryKv;
+  readonly #view: KvView;
+
+  constructor(inner: MemoryKv, view: KvView) {
+    this.#inner = inner;
+    this.bucket = inner.bucket;
+    this.#view = view;
+  }
+
+  get(key: string): Promise<KvEntry | null> {
+    return this.#op("get", key, () => this.#inner.get(key));
+  }
+  create(key: string, value: Uint8Array): Promise<WriteResult> {
+    return this.#op("create", key, () => this.#inner.create(key, value));
+  }
+  update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
+    return this.#op("update", key, () => this.#inner.update(key, value, expectedRevision));
+  }
+  put(key: string, value: Uint8Array): Promise<number> {
+    return this.#op("put", key, () => this.#inner.put(key, value));
+  }
+  delete(key: string, expectedRevision?: number): Promise<WriteResult> {
+    return this.#op("delete", key, () => this.#inner.delete(key, expectedRevision));
+  }
+  list(filter: string): Promise<KvEntry[]> {
+    return this.#op("list", filter, () => this.#inner.list(filter));
+  }
+
+  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+    await this.#enter();
+    if (this.#view.faults.unavailable) throw new KairosError("unavailable", `kv ${this.bucket} unavailable`);
+    let stopped = false;
+    const w = await this.#inner.watch(
+      filter,
+      (c) => this.#view.deliver(() => !stopped && onChange(c)),
+      () => this.#view.deliver(() => !stopped && onReady?.()),
+    );
+    return {
+      stop: () => {
+        stopped = true;
+        w.stop();
+      },
+    };
+  }
+
+  /** Resolves when the process runs (never, if it crashed). */
+  #enter(): Promise<void> {
+    return new Promise((r) => this.#view.host.gate(r));
+  }
+
+  #sleep(ms: number): Promise<void> {
+    return new Promise((r) => this.#view.clock.setTimer(ms, r));
+  }
+
+  async #op<T>(op: string, key: string, apply: () => Promise<T>): Promise<T> {
+    const v = this.#view;
+    const f = v.faults;
+    const faulty = v.gated || f.unavailable || f.timeout > 0 || f.delayMs[1] > 0;
+    if (!faulty) return apply();
+    await this.#enter();
+    if (f.unavailable) {
+      await this.#sleep(5);
+      v.tap?.({ kind: "unavailable", bucket: this.bucket, op, key });
+      await this.#enter();
+      throw new KairosError("unavailable", `kv ${this.bucket}: no connection`);
+    }
+    const [lo, hi] = f.delayMs;
+    const delay = hi > 0 ? lo + Math.floor(v.random.next() * (hi - lo + 1)) : 0;
+    if (f.timeout > 0 && v.random.next() < f.timeout) {
+      const applied = op !== "get" && op !== "list" && v.random.next() < 0.5;
+      const at = Math.floor(v.random.next() * f.timeoutMs);
+      await this.#sleep(at);
+      if (applied) await apply();
+      await this.#sleep(f.timeoutMs - at);
+      v.tap?.({ kind: applied ? "timeout_applied" : "timeout_lost", bucket: this.bucket, op, key });
+      await this.#enter();
+      throw new KairosError("timeout", `kv ${this.bucket}: ${op} ${key} timed out`);
+    }
+    if (delay > 0) await this.#sleep(delay);
+    // Became unreachable while on the way: not applied.
+    if (v.faults.unavailable) {
+      await this.#enter();
+      throw new KairosError("unavailable", `kv ${this.bucket}: connection lost`);
+    }
+    const r = await apply();
+    await this.#enter();
+    return r;
+  }
+}

@@ -1,0 +1,161 @@
+/**
+ * Simulated time and simulated processes.
+ *
+ * `SimClock` is the one clock of a simulation: a min-heap of timers ordered by (due time, arming
+ * order), and `runUntil`, which fires them one at a time and drains every pending microtask
+ * between two firings, so each timer's async consequences happen "at" its instant, before the
+ * next timer. Nothing in a simulation uses host timers or Math.random, so a seed replays exactly.
+ *
+ * `SimProcess` is one simulated OS process (a scheduler node or a worker). Everything that makes
+ * its code run — its timers, bus deliveries, KV replies, watch events — passes through `gate`:
+ * - running: the callback runs;
+ * - paused (SIGSTOP): callbacks queue up and run, in order, when it resumes (its backlog);
+ * - dead (crash): callbacks are dropped; the process never runs again.
+ * Its clock reads the simulation's time plus a small per-process skew (wall clock only; the
+ * monotonic reading has no skew, like a real host's).
+ */
+import type { Clock } from "../../src/lib/clock.ts";
+
+interface Timer {
+  at: number;
+  seq: number;
+  fn: () => void;
+  live: boolean;
+}
+
+/** Resolves after every microtask queued so far (and the ones they queue) has run. */
+export function drainMicrotasks(): Promise<void> {
+  return new Promise((r) => setImmediate(r));
+}
+
+export class SimClock implements Clock {
+  #now: number;
+  #seq = 0;
+  #heap: Timer[] = [];
+
+  constructor(startMs: number) {
+    this.#now = startMs;
+  }
+
+  now(): number {
+    return this.#now;
+  }
+
+  monoMs(): number {
+    return this.#now;
+  }
+
+  setTimer(delayMs: number, fn: () => void): () => void {
+    const t: Timer = { at: this.#now + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0), seq: this.#seq++, fn, live: true };
+    this.#push(t);
+    return () => {
+      t.live = false;
+    };
+  }
+
+  /** Fires every timer due up to `targetMs`, one at a time, draining microtasks after each. */
+  async runUntil(targetMs: number, afterEach?: () => void): Promise<void> {
+    for (;;) {
+      const t = this.#peek();
+      if (!t || t.at > targetMs) break;
+      this.#pop();
+      if (!t.live) continue;
+      this.#now = Math.max(this.#now, t.at);
+      t.fn();
+      await drainMicrotasks();
+      afterEach?.();
+    }
+    this.#now = Math.max(this.#now, targetMs);
+    await drainMicrotasks();
+  }
+
+  get pending(): number {
+    return this.#heap.length;
+  }
+
+  #peek(): Timer | undefined {
+    return this.#heap[0];
+  }
+
+  #less(a: Timer, b: Timer): boolean {
+    return a.at < b.at || (a.at === b.at && a.seq < b.seq);
+  }
+
+  #push(t: Timer): void {
+    const h = this.#heap;
+    h.push(t);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.#less(h[i]!, h[p]!)) break;
+      [h[i], h[p]] = [h[p]!, h[i]!];
+      i = p;
+    }
+  }
+
+  #pop(): void {
+    const h = this.#heap;
+    const last = h.pop()!;
+    if (h.length === 0) return;
+    h[0] = last;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      const r = l + 1;
+      let m = i;
+      if (l < h.length && this.#less(h[l]!, h[m]!)) m = l;
+      if (r < h.length && this.#less(h[r]!, h[m]!)) m = r;
+      if (m === i) break;
+      [h[i], h[m]] = [h[m]!, h[i]!];
+      i = m;
+    }
+  }
+}
+
+export type ProcessState = "running" | "paused" | "dead";
+
+export class SimProcess {
+  readonly name: string;
+  readonly clock: Clock;
+  #state: ProcessState = "running";
+  #backlog: (() => void)[] = [];
+  readonly #sim: SimClock;
+
+  constructor(sim: SimClock, name: string, skewMs: number) {
+    this.#sim = sim;
+    this.name = name;
+    this.clock = {
+      now: () => sim.now() + skewMs,
+      monoMs: () => sim.monoMs(),
+      setTimer: (delayMs, fn) => sim.setTimer(delayMs, () => this.gate(fn)),
+    };
+  }
+
+  get state(): ProcessState {
+    return this.#state;
+  }
+
+  /** Runs `fn` as this process: now, later (paused), or never (dead). */
+  gate(fn: () => void): void {
+    if (this.#state === "running") fn();
+    else if (this.#state === "paused") this.#backlog.push(fn);
+  }
+
+  pause(): void {
+    if (this.#state === "running") this.#state = "paused";
+  }
+
+  /** Resumes; the backlog runs in order, one callback per simulation step. */
+  resume(): void {
+    if (this.#state !== "paused") return;
+    this.#state = "running";
+    const backlog = this.#backlog;
+    this.#backlog = [];
+    for (const fn of backlog) this.#sim.setTimer(0, () => this.gate(fn));
+  }
+
+  kill(): void {
+    this.#state = "dead";
+    this.#backlog = [];
+  }
+}
