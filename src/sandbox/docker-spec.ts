@@ -8,6 +8,29 @@ import type Dockerode from "dockerode";
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
 import type { DockerConfig } from "./options.ts";
 import { invalidTask, taskEnv } from "./identity.ts";
+import { CONTAINER_BUSYBOX, DOCKER_SUPERVISOR, DOCKER_SUPERVISOR_PIDS } from "./supervisor.ts";
+
+/** The in-container deadline trails the executor's own timer by this much (the executor normally wins). */
+export const CONTAINER_DEADLINE_GRACE_S = 2;
+
+/** What the container runs and until when (see supervisor.ts). */
+export interface ContainerRun {
+  /** The effective command: the task's args, or the image's Entrypoint + Cmd; an image Entrypoint is kept before args. */
+  command: string[];
+  /** Epoch ms of the deadline label (create time + timeout + grace). */
+  deadlineAtMs: number;
+}
+
+/** The effective command of a task in an image with `entrypoint` and `cmd` (docker's own rule). */
+export function effectiveCommand(args: string[], entrypoint: string | string[] | null | undefined, cmd: string[] | null | undefined): string[] {
+  const ep = typeof entrypoint === "string" ? [entrypoint] : (entrypoint ?? []);
+  return [...ep, ...(args.length > 0 ? args : (cmd ?? []))];
+}
+
+/** Seconds the in-container watchdog sleeps before killing the task. */
+export function containerDeadlineS(task: TaskSpec): string {
+  return String(Math.round((task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000) / 1000);
+}
 
 /** Label keys. `kairos.managed=true` + `kairos.worker_id` scope orphan reaping to one worker. */
 export const LABEL = {
@@ -18,6 +41,8 @@ export const LABEL = {
   tenantId: "kairos.tenant_id",
   workerId: "kairos.worker_id",
   fence: "kairos.fence",
+  /** Epoch ms after which the container must not be running (its own deadline has passed). */
+  deadlineMs: "kairos.deadline_ms",
 } as const;
 
 /** The engine refuses memory limits under 6 MiB. */
@@ -47,7 +72,7 @@ export function resolveLimits(task: TaskSpec, cfg: DockerConfig): ResolvedLimits
 }
 
 /** Labels for one attempt; `workerId` is the executor's own (what reapOrphans filters on). */
-export function runLabels(id: RunIdentity, workerId: string): Record<string, string> {
+export function runLabels(id: RunIdentity, workerId: string, deadlineAtMs: number): Record<string, string> {
   return {
     [LABEL.managed]: "true",
     [LABEL.runId]: id.runId,
@@ -56,6 +81,7 @@ export function runLabels(id: RunIdentity, workerId: string): Record<string, str
     [LABEL.tenantId]: id.tenantId,
     [LABEL.workerId]: workerId,
     [LABEL.fence]: String(id.fence),
+    [LABEL.deadlineMs]: String(Math.ceil(deadlineAtMs)),
   };
 }
 
@@ -66,13 +92,16 @@ export function containerSpec(
   limits: ResolvedLimits,
   cfg: DockerConfig,
   workerId: string,
+  run: ContainerRun,
 ): Dockerode.ContainerCreateOptions {
   const memoryBytes = limits.memoryMb * 1024 * 1024;
   const spec: Dockerode.ContainerCreateOptions = {
     Image: task.image,
     Env: Object.entries(taskEnv(task, id)).map(([k, v]) => `${k}=${v}`),
     User: cfg.user,
-    Labels: runLabels(id, workerId),
+    Labels: runLabels(id, workerId, run.deadlineAtMs),
+    // PID 1 is the host's static busybox running DOCKER_SUPERVISOR: the deadline holds without the worker.
+    Entrypoint: [CONTAINER_BUSYBOX, "sh", "-c", DOCKER_SUPERVISOR, "kairos-supervisor", containerDeadlineS(task), ...run.command],
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
@@ -87,10 +116,11 @@ export function containerSpec(
       SecurityOpt: ["no-new-privileges"],
       Privileged: false,
       Binds: [],
-      Mounts: [],
+      // The only host path: one static binary, read-only (the in-container deadline's supervisor).
+      Mounts: [{ Type: "bind", Source: cfg.busyboxPath, Target: CONTAINER_BUSYBOX, ReadOnly: true }],
       Devices: [],
       IpcMode: "private",
-      PidsLimit: limits.pids,
+      PidsLimit: limits.pids + DOCKER_SUPERVISOR_PIDS, // the task keeps its whole budget
       Memory: memoryBytes,
       MemorySwap: memoryBytes,
       NanoCpus: Math.round(limits.cpus * 1e9),
@@ -99,6 +129,5 @@ export function containerSpec(
       LogConfig: { Type: "json-file", Config: { "max-size": LOG_MAX_SIZE, "max-file": "1" } },
     },
   };
-  if (task.args.length > 0) spec.Cmd = [...task.args];
   return spec;
 }

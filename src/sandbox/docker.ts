@@ -2,9 +2,11 @@
  * The `docker` executor: one locked-down container per attempt (settings in docker-spec.ts,
  * reasons in docs/sandbox.md), driven through dockerode.
  *
- * Life of an attempt: [pull if missing and allowed] → create → attach (before start, so no
- * output is lost) → start → timer(timeoutS) → wait → inspect on failure (OOMKilled) →
- * drain output → remove (force). Every engine call is awaited inside one try/catch, so an
+ * Life of an attempt: [pull if missing and allowed] → image inspect (Entrypoint/Cmd) → create
+ * → attach (before start, so no output is lost) → start → timer(timeoutS) → wait → inspect on
+ * failure (OOMKilled) → drain output → remove (force). The container carries its own deadline
+ * (supervisor.ts: PID 1 is a mounted static busybox that kills the task at timeoutS + grace)
+ * and a `kairos.deadline_ms` label; every executor sweeps expired containers of ANY worker. Every engine call is awaited inside one try/catch, so an
  * engine failure becomes `outcome: "error"`, never an unhandled rejection.
  *
  * Gotchas: `kill()` may arrive in any phase; before start the container is removed without
@@ -18,13 +20,18 @@ import type { ExecutorConfig } from "./options.ts";
 import { OutputTail } from "./output-tail.ts";
 import { validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
-import { LABEL, containerSpec, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
+import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
+import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND } from "./supervisor.ts";
 import { classifyEngineError, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
 import { ensureImage } from "./docker-image.ts";
 import { KairosError } from "../lib/errors.ts";
 
 /** After the container exits, how long to wait for the attach stream to deliver the rest. */
 const OUTPUT_DRAIN_MS = 2000;
+/** How long past its deadline label a container may linger before any worker's sweep removes it. */
+export const SWEEP_MARGIN_MS = 30_000;
+/** Bytes of output kept apart from the tail to read the supervisor's marker line. */
+const PROBE_BYTES = 512;
 
 type StopReason = "timed_out" | "killed";
 
@@ -44,6 +51,7 @@ class DockerExecution implements Execution {
   readonly #cfg: ExecutorConfig;
   readonly #task: TaskSpec;
   readonly #tail: OutputTail;
+  readonly #probe = new OutputTail(PROBE_BYTES);
   #container: Dockerode.Container | undefined;
   #running = false;
   #exited = false;
@@ -94,7 +102,13 @@ class DockerExecution implements Execution {
     try {
       if (this.#cfg.docker.pull === "if_missing") await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
       phase = "create";
-      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId);
+      const image = await this.#quick(this.#docker.getImage(this.#task.image).inspect(), "image inspect");
+      const command = effectiveCommand(this.#task.args, image.Config?.Entrypoint, image.Config?.Cmd);
+      if (command.length === 0) {
+        return errorResult("invalid_task", `no command: the task has no args and image ${this.#task.image} defines none`, clock.now());
+      }
+      const deadlineAtMs = clock.now() + (this.#task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000 + 2 * this.#cfg.docker.engineTimeoutMs;
+      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, { command, deadlineAtMs });
       this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
       if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
       phase = "run";
@@ -115,7 +129,11 @@ class DockerExecution implements Execution {
       let cancelDrain = (): void => {};
       await Promise.race([drained, new Promise<void>((resolve) => (cancelDrain = clock.setTimer(OUTPUT_DRAIN_MS, resolve)))]);
       cancelDrain();
-      return this.#ended(this.#stopReason ?? (oom ? "oom" : "exited"), exitCode);
+      const unrunnable = this.#stopReason === undefined ? this.#unrunnable(exitCode) : undefined;
+      if (unrunnable) return { ...unrunnable, startedAtMs: this.#startedAtMs, output: this.#tail.text() };
+      // SIGKILL after the timeout with no stop of ours: the container's own deadline fired first.
+      const ownDeadline = exitCode === 137 && clock.now() - this.#startedAtMs >= this.#task.timeoutS * 1000;
+      return this.#ended(this.#stopReason ?? (oom ? "oom" : ownDeadline ? "timed_out" : "exited"), exitCode);
     } catch (e) {
       const cause = e instanceof PhaseError ? e.cause : e;
       const err = classifyEngineError(cause, e instanceof PhaseError ? e.phase : phase, this.#task.image);
@@ -132,6 +150,7 @@ class DockerExecution implements Execution {
     const sink = new Writable({
       write: (chunk: Buffer, _enc, cb) => {
         this.#tail.write(chunk);
+        this.#probe.write(chunk);
         cb();
       },
     });
@@ -142,6 +161,19 @@ class DockerExecution implements Execution {
       stream.once("error", () => resolve());
     });
     return { drained };
+  }
+
+  /** The supervisor's verdict that the command cannot run (exit 127/126 + its marker line), as today's start error. */
+  #unrunnable(exitCode: number | null): ExecutionResult | undefined {
+    const last = this.#probe.text().trimEnd().split("\n").pop() ?? "";
+    const now = this.#cfg.clock.now();
+    if (exitCode === 127 && last.startsWith(MARK_NOT_FOUND)) {
+      return errorResult("invalid_task", `cannot execute the task's command in ${this.#task.image}: not found: ${last.slice(MARK_NOT_FOUND.length)}`, now);
+    }
+    if (exitCode === 126 && last.startsWith(MARK_NOT_EXECUTABLE)) {
+      return errorResult("permission_denied", `permission denied starting the task in ${this.#task.image}: ${last.slice(MARK_NOT_EXECUTABLE.length)} is not executable`, now);
+    }
+    return undefined;
   }
 
   async #oomKilled(container: Dockerode.Container): Promise<boolean> {
@@ -183,10 +215,50 @@ export class DockerExecutor implements Executor {
   readonly #cfg: ExecutorConfig;
   readonly #live = new Map<Execution, { runId: string; attempt: number }>();
   #closed = false;
+  #cancelSweep: () => void = () => {};
 
   constructor(docker: Dockerode, cfg: ExecutorConfig) {
     this.#docker = docker;
     this.#cfg = cfg;
+    if (cfg.docker.sweepIntervalMs > 0) this.#scheduleSweep(0);
+  }
+
+  #scheduleSweep(delayMs: number): void {
+    this.#cancelSweep = this.#cfg.clock.setTimer(delayMs, () => {
+      void this.sweepExpired()
+        .catch(() => 0) // engine down: the next sweep tries again
+        .then(() => {
+          if (!this.#closed) this.#scheduleSweep(this.#cfg.docker.sweepIntervalMs);
+        });
+    });
+  }
+
+  /**
+   * Second line of defence behind the in-container deadline: force-removes every Kairos
+   * container of ANY worker on this engine whose `kairos.deadline_ms` label is more than
+   * SWEEP_MARGIN_MS in the past (running past its deadline, or exited and never removed
+   * because its worker died). Runs at construction and every `docker.sweepIntervalMs`.
+   */
+  async sweepExpired(): Promise<number> {
+    const list = await withTimeout(
+      this.#docker.listContainers({ all: true, filters: { label: [`${LABEL.managed}=true`, LABEL.deadlineMs] } }),
+      this.#cfg.docker.engineTimeoutMs,
+      "list containers",
+      this.#cfg.clock,
+    );
+    const cutoff = this.#cfg.clock.now() - SWEEP_MARGIN_MS;
+    let removed = 0;
+    for (const c of list) {
+      const deadline = Number(c.Labels[LABEL.deadlineMs]);
+      if (!Number.isFinite(deadline) || deadline > cutoff) continue;
+      try {
+        await withTimeout(this.#docker.getContainer(c.Id).remove({ force: true, v: true }), this.#cfg.docker.engineTimeoutMs, "remove", this.#cfg.clock);
+        removed++;
+      } catch {
+        // 404: removed concurrently (e.g. by another worker's sweep); otherwise the next sweep retries.
+      }
+    }
+    return removed;
   }
 
   start(task: TaskSpec, id: RunIdentity): Execution {
@@ -235,6 +307,7 @@ export class DockerExecutor implements Executor {
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#cancelSweep();
     await Promise.all([...this.#live.keys()].map((e) => e.kill("executor closed")));
   }
 }

@@ -13,6 +13,7 @@ import { ProcessExecutor } from "./process.ts";
 import { NoopExecutor } from "./noop.ts";
 import { DockerExecutor } from "./docker.ts";
 import { engineMessage, withTimeout } from "./docker-errors.ts";
+import { staticBusyboxProblem } from "./supervisor.ts";
 
 export type {
   ErrorClass,
@@ -66,6 +67,12 @@ export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions):
           `the docker executor needs a Docker engine, but none answered at ${engineAddress(cfg.docker.socketPath)}: ${engineMessage(e)}`,
           { cause: e },
         );
+      }
+      const problem = await staticBusyboxProblem(cfg.docker.busyboxPath);
+      if (problem !== undefined) {
+        throw new KairosError("unavailable", `the docker executor mounts a static busybox into every container to enforce its deadline: ${problem}`, {
+          field: "docker.busyboxPath",
+        });
       }
       return new DockerExecutor(docker, cfg);
     }

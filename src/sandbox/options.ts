@@ -41,6 +41,14 @@ export interface DockerOptions {
   user?: string;
   /** Engine calls that should be quick (ping, inspect, remove) give up after this. Default 10000. */
   engineTimeoutMs?: number;
+  /**
+   * A statically linked busybox on the engine's host, mounted read-only into every container
+   * to enforce its deadline without the worker (docs/sandbox.md). Default "/bin/busybox"
+   * (Debian: busybox-static).
+   */
+  busyboxPath?: string;
+  /** How often the executor removes expired containers of any worker (by label). Default 30000; 0 = never. */
+  sweepIntervalMs?: number;
 }
 
 export interface ExecutorOptions {
@@ -66,6 +74,8 @@ export interface DockerConfig {
   readonly tmpfsSizeMb: number;
   readonly user: string;
   readonly engineTimeoutMs: number;
+  readonly busyboxPath: string;
+  readonly sweepIntervalMs: number;
 }
 
 export interface ExecutorConfig {
@@ -101,7 +111,15 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     tmpfsSizeMb: positive("docker.tmpfsSizeMb", d.tmpfsSizeMb, 16, true),
     user: d.user ?? "65534:65534",
     engineTimeoutMs: positive("docker.engineTimeoutMs", d.engineTimeoutMs, 10_000, true),
+    busyboxPath: d.busyboxPath ?? "/bin/busybox",
+    sweepIntervalMs: d.sweepIntervalMs ?? 30_000,
   };
+  if (typeof cfg.busyboxPath !== "string" || !cfg.busyboxPath.startsWith("/")) {
+    throw new KairosError("invalid_argument", `docker.busyboxPath must be an absolute path, got ${String(cfg.busyboxPath)}`, { field: "docker.busyboxPath" });
+  }
+  if (!Number.isInteger(cfg.sweepIntervalMs) || cfg.sweepIntervalMs < 0) {
+    throw new KairosError("invalid_argument", `docker.sweepIntervalMs must be an integer >= 0, got ${cfg.sweepIntervalMs}`, { field: "docker.sweepIntervalMs" });
+  }
   if (cfg.pull !== "never" && cfg.pull !== "if_missing") {
     throw new KairosError("invalid_argument", `docker.pull must be "never" or "if_missing", got ${String(cfg.pull)}`, { field: "docker.pull" });
   }

@@ -2,11 +2,16 @@
  * The `process` executor: each attempt is a child process, for development and tests where no
  * Docker engine runs. NOT a sandbox: the task runs with the worker's user and sees its host.
  *
- * - `args[0]` is the program, spawned directly (no shell); `task.image` is ignored.
+ * - `args[0]` is the program, exec'd with its args as they are (no shell parsing); `task.image` is ignored.
  * - Environment: only PATH (the worker's), `task.env` and the KAIROS_* identity.
  * - The child leads its own process group (detached), so a timeout or `kill()` reaches the
  *   whole tree: SIGTERM, then SIGKILL after `process.killGraceMs`.
  * - Container semantics: when the main process exits, what is left of its group is killed.
+ * - The task never outlives its worker: it is started through PROCESS_SUPERVISOR
+ *   (supervisor.ts), whose watchdog in the task's group SIGKILLs the group when the worker
+ *   process is gone or at timeoutS + killGraceMs + SUPERVISOR_SLACK_MS, even if this
+ *   process is frozen. Spawn errors are found up front (`checkProgram`), since the shell,
+ *   not node, executes the program.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { constants as osConstants } from "node:os";
@@ -15,9 +20,15 @@ import type { ExecutorConfig } from "./options.ts";
 import { OutputTail } from "./output-tail.ts";
 import { taskEnv, validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
+import { PROCESS_SUPERVISOR, checkProgram } from "./supervisor.ts";
 
 /** After the main process exits, how long to wait for stdio to close before giving up on it. */
 const STDIO_DRAIN_MS = 1000;
+/** The supervisor's deadline trails the executor's own (timeout, then grace) by this much. */
+export const SUPERVISOR_SLACK_MS = 1000;
+const DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin";
+/** The name the supervising shell runs under ($0; shows in error messages of the shell). */
+const SUPERVISOR_NAME = "kairos-supervisor";
 
 type StopReason = "timed_out" | "killed";
 
@@ -33,6 +44,7 @@ class ProcessExecution implements Execution {
   readonly #cfg: ExecutorConfig;
   readonly #tail: OutputTail;
   readonly #child: ChildProcess;
+  readonly #timeoutMs: number;
   #startedAtMs: number;
   #stopReason: StopReason | undefined;
   #exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
@@ -43,9 +55,12 @@ class ProcessExecution implements Execution {
     this.result = this.#latch.promise;
     this.#tail = new OutputTail(cfg.outputTailBytes);
     this.#startedAtMs = cfg.clock.now();
+    this.#timeoutMs = task.timeoutS * 1000;
     const [program, ...rest] = task.args as [string, ...string[]];
-    const env: Record<string, string> = { PATH: process.env["PATH"] ?? "/usr/local/bin:/usr/bin:/bin", ...taskEnv(task, id) };
-    this.#child = spawn(program, rest, {
+    const workerPath = process.env["PATH"] ?? DEFAULT_PATH;
+    const env: Record<string, string> = { PATH: workerPath, ...taskEnv(task, id) };
+    const deadlineS = ((task.timeoutS * 1000 + cfg.process.killGraceMs + SUPERVISOR_SLACK_MS) / 1000).toFixed(3);
+    this.#child = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, SUPERVISOR_NAME, workerPath, deadlineS, program, ...rest], {
       env,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
@@ -54,7 +69,7 @@ class ProcessExecution implements Execution {
     const child = this.#child;
     child.stdout?.on("data", (d: Buffer) => this.#tail.write(d));
     child.stderr?.on("data", (d: Buffer) => this.#tail.write(d));
-    child.on("error", (e: NodeJS.ErrnoException) => this.#onError(e, program));
+    child.on("error", (e: NodeJS.ErrnoException) => this.#onError(e));
     child.once("spawn", () => {
       this.#startedAtMs = cfg.clock.now();
       this.#cancels.push(cfg.clock.setTimer(task.timeoutS * 1000, () => this.#stop("timed_out")));
@@ -72,15 +87,10 @@ class ProcessExecution implements Execution {
     return this.result.then(() => undefined);
   }
 
-  #onError(e: NodeJS.ErrnoException, program: string): void {
+  #onError(e: NodeJS.ErrnoException): void {
     if (this.#child.pid !== undefined) return; // a late signalling error; exit/close still come
-    const now = this.#cfg.clock.now();
-    const r =
-      e.code === "ENOENT"
-        ? errorResult("invalid_task", `program not found: ${program}`, now)
-        : e.code === "EACCES"
-          ? errorResult("permission_denied", `permission denied executing ${program}`, now)
-          : errorResult("executor_failure", `could not spawn ${program}: ${messageOf(e)}`, now);
+    // The program itself was checked in start(); what failed here is the supervising shell.
+    const r = errorResult("executor_failure", `could not spawn the supervisor /bin/sh: ${messageOf(e)}`, this.#cfg.clock.now());
     this.#settle({ ...r, startedAtMs: this.#startedAtMs });
   }
 
@@ -104,10 +114,12 @@ class ProcessExecution implements Execution {
   #finish(): void {
     if (this.#exit === undefined) return; // "close" without "exit" only follows a spawn error
     const { code, signal } = this.#exit;
+    // SIGKILL after the timeout with no stop of ours: the supervisor's deadline fired first.
+    const supervisorDeadline = signal === "SIGKILL" && this.#cfg.clock.now() - this.#startedAtMs >= this.#timeoutMs;
     this.#child.stdout?.destroy();
     this.#child.stderr?.destroy();
     this.#settle({
-      outcome: this.#stopReason ?? "exited",
+      outcome: this.#stopReason ?? (supervisorDeadline ? "timed_out" : "exited"),
       exitCode: code ?? signalExitCode(signal),
       output: this.#tail.text(),
       startedAtMs: this.#startedAtMs,
@@ -137,6 +149,9 @@ export class ProcessExecutor implements Executor {
     if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", now));
     const invalid = validateTask(task, true);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, now));
+    const path = task.env["PATH"] ?? process.env["PATH"] ?? DEFAULT_PATH;
+    const unrunnable = checkProgram(task.args[0]!, path, this.#cfg.process.cwd ?? process.cwd());
+    if (unrunnable) return finishedExecution(errorResult(unrunnable.class, unrunnable.message, now));
     let exec: ProcessExecution;
     try {
       exec = new ProcessExecution(this.#cfg, task, id);

@@ -1,0 +1,179 @@
+/**
+ * Deadlines that hold without the worker: the small supervisors each executor wraps a task in.
+ *
+ * - process: the task is spawned as `/bin/sh -c PROCESS_SUPERVISOR …`. The shell starts a
+ *   watchdog subshell in the background and then `exec`s the task, so the task keeps the
+ *   spawned pid, leads its process group and exits with its own status. The watchdog (in the
+ *   same group, ignoring SIGTERM) kills the whole group with SIGKILL when the deadline passes
+ *   or when the worker is gone: it reads the task's parent pid from /proc every 250 ms (the
+ *   task is reparented when the worker dies, so a reused pid cannot fool it), or falls back to
+ *   `kill -0 <worker pid>` where there is no /proc.
+ * - docker: the host's static busybox is bind-mounted read-only at `CONTAINER_BUSYBOX` and
+ *   is PID 1: `busybox sh -c DOCKER_SUPERVISOR …` resolves the command (see below), starts a
+ *   watchdog that sleeps until the deadline and then SIGKILLs every process of the container
+ *   but PID 1, and runs the task in the foreground; PID 1 exits with the task's status, which
+ *   ends the container. The engine enforces it whether or not a worker still exists.
+ *
+ * Gotchas: Debian's busybox prefers its applets to PATH lookups, so the docker supervisor
+ * resolves the command through PATH itself and runs it by its path (argv[0] becomes that
+ * path). Missing or non-executable commands are reported by a marker line and exit 127/126,
+ * which the docker executor maps back to invalid_task/permission_denied.
+ */
+import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { open } from "node:fs/promises";
+import { delimiter, isAbsolute, join, resolve } from "node:path";
+import type { ExecutionError } from "./types.ts";
+
+/** How often the process watchdog checks that its worker still exists. */
+export const WATCHDOG_POLL_S = 0.25;
+
+/**
+ * `sh -c` script of the process supervisor. $0 = name, $1 = PATH for the watchdog's own
+ * `sleep`, $2 = deadline in seconds, $3… = the task's program and arguments. Nothing is
+ * assigned in the main shell, so the task's environment reaches the task unchanged.
+ */
+export const PROCESS_SUPERVISOR = `(
+  trap '' TERM INT HUP QUIT PIPE
+  exec </dev/null >/dev/null
+  PATH=$1
+  kairos_w=$PPID
+  if [ -r /proc/$$/stat ]; then
+    kairos_alive() {
+      { read -r kairos_s </proc/$$/stat; } 2>/dev/null || return 1
+      kairos_s=\${kairos_s##*) }
+      set -- $kairos_s
+      [ "$2" = "$kairos_w" ]
+    }
+  else
+    kairos_alive() { kill -0 "$kairos_w" 2>/dev/null; }
+  fi
+  ( while kairos_alive; do sleep ${WATCHDOG_POLL_S}; done; kill -KILL 0 ) &
+  sleep "$2"
+  printf '\\n[kairos] task killed by its supervisor: deadline passed\\n' >&2
+  kill -KILL 0
+) &
+shift 2
+exec "$@"
+`;
+
+/** Where the docker executor mounts the host's static busybox inside every container. */
+export const CONTAINER_BUSYBOX = "/.kairos/busybox";
+
+/** Processes the docker supervisor adds to a container (PID 1, watchdog, its sleep): added to PidsLimit. */
+export const DOCKER_SUPERVISOR_PIDS = 3;
+
+/** Marker lines (stderr) of the docker supervisor when the command cannot be run. */
+export const MARK_NOT_FOUND = "[kairos] command not found: ";
+export const MARK_NOT_EXECUTABLE = "[kairos] command not executable: ";
+
+/**
+ * `busybox sh -c` script, PID 1 of every container. $0 = name, $1 = deadline in seconds,
+ * $2… = the command (the task's args, or the image's Entrypoint + Cmd).
+ */
+export const DOCKER_SUPERVISOR = `kairos_b=${CONTAINER_BUSYBOX}
+kairos_d=$1
+shift
+kairos_p=$1
+case $1 in
+  */*) ;;
+  *)
+    kairos_p=
+    kairos_seen=
+    kairos_ifs=$IFS
+    IFS=:
+    set -f
+    for kairos_dir in \${PATH:-/usr/local/bin:/usr/bin:/bin}; do
+      kairos_f=\${kairos_dir:-.}/$1
+      if [ -f "$kairos_f" ] && [ -x "$kairos_f" ]; then kairos_p=$kairos_f; break; fi
+      if [ -z "$kairos_seen" ] && [ -e "$kairos_f" ]; then kairos_seen=$kairos_f; fi
+    done
+    set +f
+    IFS=$kairos_ifs
+    if [ -z "$kairos_p" ]; then kairos_p=\${kairos_seen:-$1}; fi
+    ;;
+esac
+case $kairos_p in
+  */*) ;;
+  *) printf '%s%s\\n' '${MARK_NOT_FOUND}' "$1" >&2; exit 127 ;;
+esac
+if [ ! -e "$kairos_p" ]; then printf '%s%s\\n' '${MARK_NOT_FOUND}' "$1" >&2; exit 127; fi
+if [ ! -f "$kairos_p" ] || [ ! -x "$kairos_p" ]; then printf '%s%s\\n' '${MARK_NOT_EXECUTABLE}' "$1" >&2; exit 126; fi
+shift
+(
+  trap '' TERM INT HUP QUIT PIPE
+  exec </dev/null >/dev/null
+  "$kairos_b" sleep "$kairos_d"
+  printf '\\n[kairos] container killed by its own deadline\\n' >&2
+  kill -KILL -1
+) &
+"$kairos_p" "$@"
+exit $?
+`;
+
+/**
+ * The checks execvp would make for `program` (PATH search when it has no slash), so the
+ * process executor can still tell a missing program (invalid_task) from a non-executable
+ * one (permission_denied) although the shell, not node, now executes it.
+ */
+export function checkProgram(program: string, pathEnv: string, cwd: string): ExecutionError | undefined {
+  const candidates = program.includes("/")
+    ? [isAbsolute(program) ? program : resolve(cwd, program)]
+    : pathEnv.split(delimiter).map((dir) => resolve(cwd, join(dir === "" ? "." : dir, program)));
+  let denied = false;
+  for (const file of candidates) {
+    let isFile: boolean;
+    try {
+      isFile = statSync(file).isFile();
+    } catch {
+      continue; // ENOENT, ENOTDIR, ELOOP: not here
+    }
+    try {
+      if (!isFile) throw new Error("not a regular file");
+      accessSync(file, fsConstants.X_OK);
+      return undefined;
+    } catch {
+      denied = true;
+    }
+  }
+  return denied
+    ? { class: "permission_denied", message: `permission denied executing ${program}`, retryable: false }
+    : { class: "invalid_task", message: `program not found: ${program}`, retryable: false };
+}
+
+const PT_INTERP = 3;
+
+/**
+ * Why `path` cannot serve as the in-container supervisor, or undefined when it can: it must be
+ * a statically linked ELF executable (no PT_INTERP), since it runs inside arbitrary images.
+ * Debian's dynamically linked `busybox` package would fail in every container.
+ */
+export async function staticBusyboxProblem(path: string): Promise<string | undefined> {
+  let fh;
+  try {
+    fh = await open(path, "r");
+  } catch (e) {
+    return `${path} cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)}); install a static busybox there (apt-get install -y busybox-static)`;
+  }
+  try {
+    const st = await fh.stat();
+    if (!st.isFile() || (st.mode & 0o111) === 0) return `${path} is not an executable file`;
+    const head = Buffer.alloc(64);
+    await fh.read(head, 0, 64, 0);
+    if (head.readUInt32BE(0) !== 0x7f454c46) return `${path} is not an ELF executable`;
+    const is64 = head[4] === 2;
+    const le = head[5] === 1;
+    const u16 = (b: Buffer, o: number): number => (le ? b.readUInt16LE(o) : b.readUInt16BE(o));
+    const u32 = (b: Buffer, o: number): number => (le ? b.readUInt32LE(o) : b.readUInt32BE(o));
+    const phoff = is64 ? Number(le ? head.readBigUInt64LE(32) : head.readBigUInt64BE(32)) : u32(head, 28);
+    const phentsize = u16(head, is64 ? 54 : 42);
+    const phnum = u16(head, is64 ? 56 : 44);
+    const table = Buffer.alloc(phentsize * phnum);
+    await fh.read(table, 0, table.length, phoff);
+    for (let i = 0; i < phnum; i++) {
+      if (u32(table, i * phentsize) === PT_INTERP) return `${path} is dynamically linked; the containers need a static busybox (apt-get install -y busybox-static)`;
+    }
+    return undefined;
+  } finally {
+    await fh.close();
+  }
+}
