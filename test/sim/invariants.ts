@@ -1,0 +1,183 @@
+/**
+ * The simulation's invariants (DESIGN.md "The promises", "Runs, leases and fences"), checked
+ * incrementally as events happen (ledger starts and ends, KV writes seen on the shared store) and
+ * once at the end (run records against the schedules).
+ *
+ *  a  attempt_on_two_workers  one (run, fence) executed on two workers
+ *  b  run_overlap             two executions of one run overlapping in time
+ *  c  occurrence_lost / occurrence_duplicated / unexpected_run
+ *                             every occurrence in the window has exactly one run record (or is
+ *                             held in its job's overlap queue); no record for a non-occurrence
+ *  d  stale_epoch_key         an actor write carrying a lower epoch than one already written for
+ *                             that key
+ *     stale_epoch_partition   an actor write landing after a newer lease epoch of its partition
+ *  e  tenant_cap              more executions of one tenant at once than its max_concurrent
+ *  f  run_stuck               a run still non-terminal long after faults stopped
+ */
+import type { Buckets } from "../../src/cluster/buckets.ts";
+import { decode } from "../../src/cluster/codec.ts";
+import type { LeaseValue } from "../../src/cluster/partition-manager.ts";
+import type { JobState } from "../../src/jobs/job-state.ts";
+import { TERMINAL, type JobSpec, type RunView } from "../../src/jobs/model.ts";
+import { compileSchedule } from "../../src/schedule/index.ts";
+import type { Ledger, LedgerEntry } from "./executor.ts";
+
+export interface Violation {
+  readonly invariant: string;
+  readonly atMs: number;
+  readonly detail: string;
+  readonly trace: readonly string[];
+}
+
+/** The last events of a simulation, for the report of a violation. */
+export class Trace {
+  readonly #lines: string[] = [];
+  constructor(
+    private readonly now: () => number,
+    private readonly startMs: number,
+    private readonly limit = 200,
+  ) {}
+  /** Every event is also passed here (e.g. printed with `--trace`). */
+  echo: ((line: string) => void) | undefined;
+  add(text: string): void {
+    const line = `${fmt(this.now() - this.startMs)} ${text}`;
+    this.echo?.(line);
+    this.#lines.push(line);
+    if (this.#lines.length > this.limit) this.#lines.splice(0, this.#lines.length - this.limit);
+  }
+  last(n: number): string[] {
+    return this.#lines.slice(-n);
+  }
+}
+
+export const fmt = (ms: number): string => `t+${(ms / 1000).toFixed(3)}s`;
+
+export interface JobUnderTest {
+  tenant: string;
+  jobId: string;
+  spec: JobSpec;
+}
+
+export class Checker {
+  readonly violations: Violation[] = [];
+  readonly #seen = new Set<string>();
+  readonly #maxEpochOfKey = new Map<string, number>();
+  readonly #maxEpochOfPartition = new Map<number, number>();
+  readonly #workersOfAttempt = new Map<string, string>();
+
+  constructor(
+    private readonly trace: Trace,
+    private readonly now: () => number,
+    private readonly startMs: number,
+    private readonly caps: ReadonlyMap<string, number>,
+  ) {}
+
+  /** Records a violation (the first of each invariant and subject only). */
+  fail(invariant: string, subject: string, detail: string): void {
+    const k = `${invariant}|${subject}`;
+    if (this.#seen.has(k)) return;
+    this.#seen.add(k);
+    this.trace.add(`!! VIOLATION ${invariant}: ${detail}`);
+    this.violations.push({ invariant, atMs: this.now() - this.startMs, detail, trace: this.trace.last(30) });
+  }
+
+  watchLedger(ledger: Ledger): void {
+    ledger.onStart = (x, active) => {
+      this.trace.add(`start ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}`);
+      const k = `${x.runId}|${x.fence}`;
+      const other = this.#workersOfAttempt.get(k);
+      if (other !== undefined && other !== x.worker) {
+        this.fail("attempt_on_two_workers", k, `run ${x.runId} fence ${x.fence} executed on ${other} and ${x.worker}`);
+      }
+      this.#workersOfAttempt.set(k, x.worker);
+      const overlap = [...active].find((y) => y !== x && y.runId === x.runId);
+      if (overlap) {
+        this.fail("run_overlap", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started while attempt ${overlap.attempt} (fence ${overlap.fence}) on ${overlap.worker} still ran (since ${fmt(overlap.startMs - this.startMs)})`);
+      }
+      const cap = this.caps.get(x.tenant);
+      const n = [...active].filter((y) => y.tenant === x.tenant).length;
+      if (cap !== undefined && n > cap) {
+        this.fail("tenant_cap", `${x.tenant}|${x.runId}`, `tenant ${x.tenant} has ${n} executions at once (cap ${cap}): ${[...active].filter((y) => y.tenant === x.tenant).map(label).join(", ")}`);
+      }
+    };
+    ledger.onEnd = (x) => this.trace.add(`end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`);
+  }
+
+  /** Watches the shared (fault-free) store: every lease and actor write as it lands. */
+  async watchStore(shared: Buckets): Promise<void> {
+    await shared.leases.watch("p.*", (c) => {
+      if (!c.value) return;
+      const v = decode<LeaseValue>(c.value);
+      const p = Number(c.key.slice(2));
+      const epoch = v.epoch === 0 ? c.revision : v.epoch;
+      if (epoch > (this.#maxEpochOfPartition.get(p) ?? 0)) {
+        this.#maxEpochOfPartition.set(p, epoch);
+        this.trace.add(`lease p.${p} epoch ${epoch} → ${v.owner}/${v.incarnation}`);
+      }
+    });
+    await shared.actors.watch(">", (c) => {
+      if (!c.value) return;
+      const v = decode<{ e: number; w: string }>(c.value);
+      const p = Number(c.key.split(".")[1]);
+      const maxKey = this.#maxEpochOfKey.get(c.key) ?? 0;
+      if (v.e < maxKey) {
+        this.fail("stale_epoch_key", c.key, `${c.key} written by ${v.w} under epoch ${v.e} after epoch ${maxKey} had written it (revision ${c.revision})`);
+      }
+      this.#maxEpochOfKey.set(c.key, Math.max(maxKey, v.e));
+      const maxP = this.#maxEpochOfPartition.get(p) ?? 0;
+      if (v.e < maxP) {
+        this.fail("stale_epoch_partition", `${c.key}|${v.e}`, `${c.key} written by ${v.w} under epoch ${v.e} while partition ${p} was at epoch ${maxP} (revision ${c.revision})`);
+      }
+    });
+  }
+
+  /**
+   * End of the simulation: every occurrence due in (created, windowEndMs] has one run record (or
+   * sits in its job's overlap queue), and no run scheduled before `stuckBeforeMs` is still active.
+   */
+  async final(shared: Buckets, jobs: readonly JobUnderTest[], windowEndMs: number, stuckBeforeMs: number): Promise<void> {
+    for (const j of jobs) {
+      const states = await shared.actors.list(`job.*.${j.tenant}.${j.jobId}`);
+      const state = states[0] ? decode<{ s: JobState }>(states[0].value).s : undefined;
+      if (!state?.job) {
+        this.fail("occurrence_lost", j.jobId, `job ${j.tenant}/${j.jobId} has no state: its create never landed`);
+        continue;
+      }
+      const sched = compileSchedule(j.spec.schedule);
+      const expected: number[] = [];
+      for (let t = sched.next(state.job.created_at_ms, 1)[0]; t !== undefined && t <= windowEndMs; t = sched.next(t, 1)[0]) expected.push(t);
+      const records = (await shared.runs.list(`*.${j.tenant}.${j.jobId}.*`)).map((e) => decode<RunView>(e.value));
+      const byTime = new Map<number, RunView[]>();
+      for (const r of records) {
+        const t = Date.parse(r.scheduled_for);
+        byTime.set(t, [...(byTime.get(t) ?? []), r]);
+      }
+      const want = new Set(expected);
+      for (const o of expected) {
+        const n = byTime.get(o)?.length ?? 0;
+        if (n === 0 && !state.queued.includes(o)) {
+          this.fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId} (${describe(j.spec)}): occurrence ${new Date(o).toISOString()} has no run record`);
+        } else if (n > 1) {
+          this.fail("occurrence_duplicated", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${new Date(o).toISOString()} has ${n} run records`);
+        }
+      }
+      for (const r of records) {
+        const t = Date.parse(r.scheduled_for);
+        if (t <= windowEndMs && !want.has(t) && r.trigger !== "manual") {
+          this.fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`);
+        }
+        if (!TERMINAL.has(r.status) && t <= stuckBeforeMs) {
+          this.fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} still ${r.status} (attempt ${r.attempt}) at the end`);
+        }
+      }
+    }
+  }
+}
+
+function label(x: LedgerEntry): string {
+  return `${x.runId}#${x.attempt}/f${x.fence}@${x.worker}`;
+}
+
+function describe(spec: JobSpec): string {
+  return "cron" in spec.schedule ? `cron ${spec.schedule.cron}, overlap ${spec.overlap}` : `at ${spec.schedule.at}`;
+}

@@ -1,0 +1,48 @@
+/**
+ * The deterministic cluster simulation (test/sim/) under `npm test`: a fixed set of seeds plus a
+ * few random ones (printed, so a failure can be replayed with `npm run sim -- --seeds 1 --seed S`),
+ * and self-tests proving the invariants can fail.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { runSimulation } from "../sim/cluster.ts";
+import { report } from "../sim/report.ts";
+
+const FIXED = [1, 3, 8];
+const RANDOM = Array.from({ length: 2 }, () => Math.floor(Math.random() * 2 ** 31));
+
+describe("cluster simulation", { timeout: 110_000 }, () => {
+  it("is deterministic: one seed replays to the same ledger", async () => {
+    const a = await runSimulation({ seed: 42, durationMs: 40_000, quietTailMs: 15_000 });
+    const b = await runSimulation({ seed: 42, durationMs: 40_000, quietTailMs: 15_000 });
+    assert.equal(a.stats.executions, b.stats.executions);
+    assert.deepEqual(a.violations.map((v) => v.detail), b.violations.map((v) => v.detail));
+  });
+
+  for (const seed of [...FIXED, ...RANDOM]) {
+    it(`seed ${seed}: every invariant holds`, async (t) => {
+      t.diagnostic(`replay: npm run sim -- --seeds 1 --seed ${seed}`);
+      const r = await runSimulation({ seed });
+      const lines: string[] = [];
+      report(r, (s) => lines.push(s));
+      assert.equal(r.violations.length, 0, lines.join("\n"));
+    });
+  }
+
+  it("self-test: a broken executor (one fence on several workers) is caught by invariant (a)", async () => {
+    const r = await runSimulation({ seed: 1, durationMs: 30_000, quietTailMs: 10_000, brokenExecutor: true, noFaults: true });
+    assert.ok(r.violations.some((v) => v.invariant === "attempt_on_two_workers"), "invariant (a) did not fire");
+  });
+
+  // HOLE 1 PLACEHOLDER — for the lead to wire: when the test-only switch that re-enables "one fence
+  // offered to several workers" exists, pass it through SimOptions.reopenHole1 (see the marked spot
+  // in test/sim/cluster.ts #composeScheduler) and drop `todo`.
+  it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", { todo: "needs the lead's hole-1 switch" }, async () => {
+    let found = false;
+    for (let seed = 1; seed <= 20 && !found; seed++) {
+      const r = await runSimulation({ seed, reopenHole1: true });
+      found = r.violations.some((v) => v.invariant === "attempt_on_two_workers");
+    }
+    assert.ok(found, "hole 1 re-opened but invariant (a) never fired in 20 seeds");
+  });
+});
