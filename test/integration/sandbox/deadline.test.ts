@@ -63,7 +63,7 @@ function startWorker(kind: "process" | "docker", options: ExecutorOptions, t: Ta
   const child = spawn(process.execPath, ["--import", "tsx", CHILD, JSON.stringify({ kind, options, task: t, identity: id })], {
     stdio: ["ignore", "pipe", "inherit"],
   });
-  const lines = createInterface({ input: child.stdout! });
+  const lines = createInterface({ input: child.stdout });
   let onStarted: () => void = () => {};
   const started = new Promise<void>((resolve, reject) => {
     onStarted = resolve;
