@@ -51,7 +51,7 @@ export interface SimOptions {
 export interface SimResult {
   seed: number;
   violations: Violation[];
-  stats: { executions: number; runs: number; faults: string[]; simMs: number };
+  stats: { executions: number; runs: number; faults: string[]; simMs: number; digest: string };
 }
 
 const CLUSTER = "sim";
@@ -359,5 +359,13 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - 30_000);
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;
-  return { seed: o.seed, violations: c.checker.violations, stats: { executions: c.ledger.all.length, runs, faults: c.faultLog, simMs: duration } };
+  const digest = fnv(c.ledger.all.map((x) => `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`).join("\n"));
+  return { seed: o.seed, violations: c.checker.violations, stats: { executions: c.ledger.all.length, runs, faults: c.faultLog, simMs: duration, digest } };
+}
+
+/** FNV-1a of the ledger: two runs of one seed must agree on it (determinism). */
+function fnv(s: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h.toString(16);
 }

@@ -15,7 +15,8 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   it("is deterministic: one seed replays to the same ledger", async () => {
     const a = await runSimulation({ seed: 42, durationMs: 40_000, quietTailMs: 15_000 });
     const b = await runSimulation({ seed: 42, durationMs: 40_000, quietTailMs: 15_000 });
-    assert.equal(a.stats.executions, b.stats.executions);
+    assert.ok(a.stats.executions > 0, "nothing ran");
+    assert.equal(a.stats.digest, b.stats.digest, "the ledgers differ");
     assert.deepEqual(a.violations.map((v) => v.detail), b.violations.map((v) => v.detail));
   });
 
@@ -37,7 +38,7 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   // HOLE 1 PLACEHOLDER — for the lead to wire: when the test-only switch that re-enables "one fence
   // offered to several workers" exists, pass it through SimOptions.reopenHole1 (see the marked spot
   // in test/sim/cluster.ts #composeScheduler) and drop `todo`.
-  it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", { todo: "needs the lead's hole-1 switch" }, async () => {
+  it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", { skip: "needs the lead's hole-1 switch" }, async () => {
     let found = false;
     for (let seed = 1; seed <= 20 && !found; seed++) {
       const r = await runSimulation({ seed, reopenHole1: true });
