@@ -83,6 +83,15 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
     }
   });
 
+  it("mounts the deadline supervisor's busybox read-only", async () => {
+    const r = await run(["sh", "-c", "echo x > /.kairos/busybox || echo BB-RO; grep -c ' /.kairos/busybox ' /proc/self/mounts; grep ' /.kairos/busybox ' /proc/self/mounts"]);
+    assert.equal(r.outcome, "exited", JSON.stringify(r));
+    assert.match(r.output, /Read-only file system/);
+    assert.match(r.output, /BB-RO/);
+    assert.match(r.output, /^1$/m);
+    assert.match(r.output, /\/\.kairos\/busybox \S+ ro[ ,]/);
+  });
+
   it("runs as nobody without capabilities and with no-new-privileges", async () => {
     const r = await run(["sh", "-c", "echo uid=$(id -u) gid=$(id -g); grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status"]);
     assert.match(r.output, /uid=65534 gid=65534/);
