@@ -213,7 +213,7 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     }
     const sweeper = (await createExecutor("docker", { workerId, docker: { sweepIntervalMs: 0 } })) as DockerExecutor;
     executors.push(sweeper);
-    assert.ok((await sweeper.sweepExpired()) >= 1);
+    await sweeper.sweepExpired(); // (another worker's sweep on this engine may get there first: either way it goes)
     assert.deepEqual(await containersOfRun(expired), []);
     assert.equal((await containersOfRun(current)).length, 1, "a container within its deadline is left alone");
   });
