@@ -17,6 +17,7 @@ import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import { ActorRouter } from "../../src/cluster/router.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-actor.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
+import { TENANT_ACTOR } from "../../src/jobs/ids.ts";
 import { makeTenantActor } from "../../src/jobs/tenant-actor.ts";
 import { NatsJobsService } from "../../src/jobs/nats-service.ts";
 import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
@@ -101,6 +102,7 @@ export class SimCluster {
   readonly procs = new Map<string, Proc>();
   readonly jobs: JobUnderTest[] = [];
   readonly faultLog: string[] = [];
+  router: ActorRouter | undefined;
   readonly #o: SimOptions;
   readonly #caps = new Map<string, number>();
   #streams = 100;
@@ -305,12 +307,15 @@ export class SimCluster {
       retry: { max_attempts: 3, backoff: "exponential", base_s: 1, max_s: 4 },
       misfire: { policy: "run_all", starting_deadline_s: null },
     });
-    const cron = () => ({ cron: `*/${pick(r, [3, 4, 5, 6])} * * * * *`, time_zone: "UTC" });
+    // Overlap=queue needs a period above the mean task time, or its backlog grows without bound.
+    const cron = (o: Overlap) => ({ cron: `*/${pick(r, o === "queue" ? [5, 6] : [3, 4, 5, 6])} * * * * *`, time_zone: "UTC" });
     const out: { tenant: string; spec: JobSpec }[] = [];
-    for (const overlap of ["allow", "skip", "queue"] as const) out.push({ tenant: "ta", spec: spec(cron(), overlap) });
-    out.push({ tenant: "tb", spec: spec(cron(), pick(r, ["allow", "skip", "queue"] as const)) });
+    for (const overlap of ["allow", "skip", "queue"] as const) out.push({ tenant: "ta", spec: spec(cron(overlap), overlap) });
+    const tb = pick(r, ["allow", "skip", "queue"] as const);
+    out.push({ tenant: "tb", spec: spec(cron(tb), tb) });
     out.push({ tenant: "tb", spec: spec({ at: new Date(START_MS + between(r, 20, 60) * 1000).toISOString() }, "skip") });
-    if (tenants.includes("tc")) out.push({ tenant: "tc", spec: spec(cron(), pick(r, ["allow", "skip", "queue"] as const)) });
+    const tc = pick(r, ["allow", "skip", "queue"] as const);
+    if (tenants.includes("tc")) out.push({ tenant: "tc", spec: spec(cron(tc), tc) });
     return out;
   }
 
@@ -320,6 +325,7 @@ export class SimCluster {
     const client = new SimProcess(this.sim, "client", 0);
     const ep = this.bus.endpoint("client", client);
     const router = new ActorRouter({ nc: ep, clusterName: CLUSTER, clock: client.clock, random: this.#rng(), partitions: PARTITIONS, deadlineMs: 10_000 });
+    this.router = router;
     const service = new NatsJobsService(router, this.shared, PARTITIONS, this.#rng());
     for (const { tenant, spec } of this.planJobs(r)) {
       for (let attempt = 0; attempt < 20; attempt++) {
@@ -355,8 +361,16 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   void creating.then(() => (created = true));
   await c.sim.runUntil(START_MS + duration);
   if (!created) c.checker.fail("occurrence_lost", "create", "the jobs were not all created within the simulation");
+  // For the report: what each tenant actor believes at the end (slots held, runs waiting).
+  const status = Promise.all([...new Set(c.jobs.map((j) => j.tenant))].map(async (t) => {
+    const s = await c.router?.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 }).catch((e: unknown) => String(e));
+    c.trace.add(`tenant ${t} at the end: ${JSON.stringify(s)}`);
+  }));
+  await c.sim.runUntil(START_MS + duration + 2000);
+  await status;
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
-  await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - 30_000);
+  // A run created before faults stopped has had 3 × (task 4 s + lease 4 s) + backoffs + slack.
+  await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - quiet);
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;
   const digest = fnv(c.ledger.all.map((x) => `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`).join("\n"));

@@ -133,7 +133,7 @@ export class Checker {
 
   /**
    * End of the simulation: every occurrence due in (created, windowEndMs] has one run record (or
-   * sits in its job's overlap queue), and no run scheduled before `stuckBeforeMs` is still active.
+   * sits in its job's overlap queue), and no run created before `stuckBeforeMs` is still active.
    */
   async final(shared: Buckets, jobs: readonly JobUnderTest[], windowEndMs: number, stuckBeforeMs: number): Promise<void> {
     for (const j of jobs) {
@@ -166,8 +166,9 @@ export class Checker {
         if (t <= windowEndMs && !want.has(t) && r.trigger !== "manual") {
           this.fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`);
         }
-        if (!TERMINAL.has(r.status) && t <= stuckBeforeMs) {
-          this.fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} still ${r.status} (attempt ${r.attempt}) at the end`);
+        // Judged from the record's creation: an overlap=queue occurrence is created when it leaves the queue.
+        if (!TERMINAL.has(r.status) && Date.parse(r.created_at) <= stuckBeforeMs) {
+          this.fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} (created ${r.created_at}) still ${r.status} (attempt ${r.attempt}) at the end`);
         }
       }
     }
