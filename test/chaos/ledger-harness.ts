@@ -63,6 +63,8 @@ export interface ChaosOptions {
   faultEveryMs: number;
   /** Task body duration range (seconds, between start and end lines). */
   taskSeconds: [number, number];
+  /** Every `every`-th job runs longer than the run lease TTL (heartbeats must keep it alive). */
+  longTasks?: { every: number; seconds: number };
   /** Cron second steps to pick from (each divides 60). */
   steps: number[];
   log: (line: string) => void;
@@ -111,6 +113,8 @@ export interface ChaosReport {
   runs: number;
   runsByStatus: Record<string, number>;
   attempts: number;
+  /** Attempt outcomes in the run records (lease_lost shows the faults bit). */
+  attemptOutcomes: Record<string, number>;
   executions: number;
   openExecutions: number;
   invariants: { a_attempt_twice: number; b_run_overlap: number; c_missing: number; c_duplicate: number; d_stuck: number; e_over_cap: number | null };
@@ -530,9 +534,14 @@ export function checkAttempts(execs: Exec[], faults: FaultRecord[], ttl: number)
         const x = sorted[i]!;
         const y = sorted[j]!;
         if (y.startMs < (x.endMs ?? Number.POSITIVE_INFINITY)) {
+          const why = x.fence === y.fence
+            ? "the same attempt twice"
+            : x.fence > y.fence
+              ? "an older attempt started after a newer one was running"
+              : "a newer attempt started while an older execution was still running";
           b.push({
             invariant: "b",
-            text: `run ${run}: ${desc(x)} overlaps ${desc(y)} by ${(x.endMs ?? 0) - y.startMs} ms`,
+            text: `run ${run}: ${desc(x)} overlaps ${desc(y)} by ${(x.endMs ?? 0) - y.startMs} ms (${why})`,
             faults: faultsNear(faults, y.startMs, [x.worker, y.worker], ttl),
           });
         }
@@ -623,7 +632,8 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
         const step = pick(rng, o.steps);
         const overlap = OVERLAPS[(jobs.length + i) % OVERLAPS.length]!;
         const misfire = pick(rng, MISFIRES);
-        const secs = between(rng, o.taskSeconds[0], o.taskSeconds[1]);
+        const long = o.longTasks !== undefined && jobs.length % o.longTasks.every === o.longTasks.every - 1;
+        const secs = long ? o.longTasks!.seconds : between(rng, o.taskSeconds[0], o.taskSeconds[1]);
         const job = await call<{ job_id: string; next_run_at: string }>(c, keys.get(t.name)!, "POST", "/v1/jobs", {
           name: `${t.name}-${i}`, schedule: { cron: `*/${step} * * * * *`, time_zone: "UTC" },
           task: taskFor(o, t.name, secs, c.ledger), overlap, misfire: { policy: misfire },
@@ -689,7 +699,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     o.log(`jobs paused; ${ended()} executions finished so far`);
 
     // (d): every run terminal within lease TTL + retry bound (+ a slot re-ask period and slack).
-    const maxTask = o.taskSeconds[1] * 1000 + (o.executor === "docker" ? 3000 : 0);
+    const maxTask = Math.max(o.taskSeconds[1], o.longTasks?.seconds ?? 0) * 1000 + (o.executor === "docker" ? 3000 : 0);
     const boundMs = 2 * o.runLeaseTtlMs + MAX_ATTEMPTS * (BACKOFF_S * 2000 + o.runLeaseTtlMs + maxTask + 1000) + 10_000 + 5_000;
     const runsOf = new Map<string, RunRec[]>();
     const allTerminal = await pollUntil(async () => {
@@ -747,6 +757,8 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     const runs = [...runsOf.values()].flat();
     const runsByStatus: Record<string, number> = {};
     for (const r of runs) runsByStatus[r.status] = (runsByStatus[r.status] ?? 0) + 1;
+    const attemptOutcomes: Record<string, number> = {};
+    for (const r of runs) for (const x of r.attempts) attemptOutcomes[x.outcome ?? "none"] = (attemptOutcomes[x.outcome ?? "none"] ?? 0) + 1;
     const faultCounts: Record<string, number> = {};
     for (const f of faults) faultCounts[f.kind] = (faultCounts[f.kind] ?? 0) + 1;
     const tenantMaxConcurrent: ChaosReport["tenantMaxConcurrent"] = {};
@@ -760,6 +772,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       faults: faultCounts, faultsTotal: faults.length, recoveryTimeouts,
       jobs: jobs.length, occurrences, runs: runs.length, runsByStatus,
       attempts: runs.reduce((n, r) => n + r.attempts.length, 0),
+      attemptOutcomes,
       executions: execs.length, openExecutions,
       invariants: {
         a_attempt_twice: a.length, b_run_overlap: b.length, c_missing: cMissing, c_duplicate: cDup,
@@ -836,7 +849,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
   lines.push(`== ledger chaos (${r.executor}), seed ${r.seed}, ${(r.wallMs / 1000).toFixed(0)} s wall, fault phase ${(r.faultPhaseMs / 1000).toFixed(0)} s`);
   lines.push(`faults: ${r.faultsTotal} (${Object.entries(r.faults).map(([k, n]) => `${k} ${n}`).join(", ")}); recovery timeouts ${r.recoveryTimeouts}`);
   lines.push(`jobs ${r.jobs}, occurrences checked ${r.occurrences}, run records ${r.runs} (${Object.entries(r.runsByStatus).map(([k, n]) => `${k} ${n}`).join(", ")})`);
-  lines.push(`attempts (API) ${r.attempts}, executions (ledger) ${r.executions}, executions never closed ${r.openExecutions}`);
+  lines.push(`attempts (API) ${r.attempts} (${Object.entries(r.attemptOutcomes).map(([k, n]) => `${k} ${n}`).join(", ")}), executions (ledger) ${r.executions}, executions never closed ${r.openExecutions}`);
   const inv = r.invariants;
   lines.push(`(a) attempt executed twice:        ${inv.a_attempt_twice}`);
   lines.push(`(b) executions of a run overlap:   ${inv.b_run_overlap}`);

@@ -36,7 +36,7 @@ try {
     seed, executor: "process", schedulers: 3, workers: Number(values.workers), slots: 8, partitions: 16,
     tenants: [{ name: "alpha", jobs: 9 }, { name: "beta", jobs: 9 }, { name: "capped", jobs: 4, cap: 2 }],
     runLeaseTtlMs: 3000, faults: { durationMs: minutes * 60_000, kinds: FAULT_KINDS }, faultEveryMs: Number(values["every-s"]) * 1000,
-    taskSeconds: [1, 2], steps: [3, 4, 5, 6],
+    taskSeconds: [1, 2], longTasks: { every: 6, seconds: 4.5 }, steps: [3, 4, 5, 6],
     log: (l) => console.error(`[${new Date().toISOString()}] ${l}`),
   }, (s) => { stopCluster = s; });
   console.log(formatReport(report, Number(values.examples)));

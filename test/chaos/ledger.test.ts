@@ -12,7 +12,10 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { dockerSkip, ensureTestImage } from "../support/docker-image.ts";
-import { FAULT_KINDS, formatReport, ledgerClockWorks, prng, runLedgerChaos, type ChaosOptions, type FaultKind } from "./ledger-harness.ts";
+import {
+  FAULT_KINDS, checkAttempts, checkTenantCaps, closeOpen, formatReport, ledgerClockWorks, prng, runLedgerChaos,
+  type ChaosOptions, type Exec, type FaultKind,
+} from "./ledger-harness.ts";
 
 const SEED = Number(process.env["KAIROS_CHAOS_SEED"] ?? 7321);
 
@@ -33,13 +36,32 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     await Promise.all(stops.map((s) => s()));
   });
 
+  it("the ledger checks flag what they must, and only that", () => {
+    const x = (run: string, fence: number, worker: string, startMs: number, endMs: number | undefined, tenant = "t"): Exec =>
+      ({ run, attempt: fence, fence, worker, tenant, key: `${run}/${fence}/${worker}/${startMs}`, startMs, endMs, how: endMs === undefined ? "open" : "end" });
+    const execs = [
+      x("r1", 1, "w1", 0, 1000), x("r1", 2, "w2", 1000, 2000), // back to back: fine
+      x("r2", 1, "w1", 0, 3000), x("r2", 2, "w2", 2500, 4000), // overlap
+      x("r3", 5, "w1", 0, 500), x("r3", 5, "w2", 600, 900), // one attempt twice, no overlap
+      x("r4", 1, "w3", 0, undefined), x("r4", 2, "w1", 5000, 6000), // w3 killed at 4000: fine
+    ];
+    assert.equal(closeOpen(execs, new Map([["w3", [4000]]]), 10_000), 0);
+    const { a, b } = checkAttempts(execs, [], 3000);
+    assert.deepEqual(a.map((v) => v.text.split(" ")[1]), ["r3/5"]);
+    assert.equal(b.length, 1);
+    assert.match(b[0]!.text, /^run r2: .* by 500 ms \(a newer attempt started while an older execution was still running\)$/);
+    const caps = checkTenantCaps([x("a", 1, "w1", 0, 100, "c"), x("b", 1, "w1", 50, 150, "c"), x("c", 1, "w2", 60, 70, "c"), x("c", 2, "w2", 100, 200, "c")], new Map([["c", 2]]), [], 3000);
+    assert.equal(caps.max.get("c"), 3);
+    assert.equal(caps.e.length, 1);
+  });
+
   it("process executor: every fault kind once; attempts run once, runs never overlap, occurrences recorded once, nothing stuck, caps held", { timeout: 240_000 }, async () => {
     assert.ok(ledgerClockWorks(), "`date +%s%3N` must print epoch milliseconds");
     const o: ChaosOptions = {
       seed: SEED, executor: "process", schedulers: 3, workers: 3, slots: 8, partitions: 16,
       tenants: [{ name: "alpha", jobs: 9 }, { name: "beta", jobs: 9 }, { name: "capped", jobs: 4, cap: 2 }],
       runLeaseTtlMs: 3000, faults: { list: shuffled(SEED) }, faultEveryMs: 10_000,
-      taskSeconds: [1, 2], steps: [3, 4, 5, 6],
+      taskSeconds: [1, 2], longTasks: { every: 6, seconds: 4.5 }, steps: [3, 4, 5, 6],
       log: (l) => console.log(`# ${l}`),
     };
     const r = await runLedgerChaos(o, (s) => stops.push(s));
