@@ -630,7 +630,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     for (const t of o.tenants) {
       for (let i = 0; i < t.jobs; i++) {
         const step = pick(rng, o.steps);
-        const overlap = OVERLAPS[(jobs.length + i) % OVERLAPS.length]!;
+        const overlap = OVERLAPS[jobs.length % OVERLAPS.length]!;
         const misfire = pick(rng, MISFIRES);
         const long = o.longTasks !== undefined && jobs.length % o.longTasks.every === o.longTasks.every - 1;
         const secs = long ? o.longTasks!.seconds : between(rng, o.taskSeconds[0], o.taskSeconds[1]);
