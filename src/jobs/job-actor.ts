@@ -10,6 +10,17 @@
  *
  * Leases live in memory as timers (`lease:<run>`), not in KV: heartbeats re-arm them; a new owner
  * re-arms them with a fresh grace period on activation.
+ *
+ * Fences (ARCHITECTURE.md "Fences"): every offer of an attempt to a worker gets a fence of its own
+ * (`fence_seq` grows), offered to exactly one worker. The first heartbeat or acceptance with that
+ * fence records the claim (status leased, `worker`); from then on heartbeats and completions must
+ * carry both the fence and that worker. An offer that failed or timed out is dead: the next offer
+ * has a new fence, and the worker (which starts an attempt only after an acknowledged heartbeat,
+ * src/worker/worker.ts) hears `lease_lost` for the old one. A re-queued run has fence 0 (no offer).
+ *
+ * Liveness of a lease is judged from heartbeat ARRIVAL times recorded by the host before the
+ * mailbox (`ctx.arrivalMs`), so a lease does not expire while its heartbeats wait behind the
+ * owner's own backlog. Retried commands carry request ids and are answered with their first result.
  */
 import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../actors/actor.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
@@ -29,6 +40,13 @@ export interface JobActorConfig {
   queueLimit: number;
   catchUpLimit: number;
   redispatchDelayMs: number;
+  /** How long a worker has to accept an offer; a new owner waits this long for an old offer's claim. */
+  offerTimeoutMs: number;
+  /**
+   * TEST ONLY: re-opens hole 1 (one fence offered to several workers, heartbeats and completions
+   * checked by fence alone), so the simulation can prove it finds it. Never set in production.
+   */
+  testOnlyHole1?: boolean;
 }
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
@@ -39,7 +57,14 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   queueLimit: 10,
   catchUpLimit: 100,
   redispatchDelayMs: 1_000,
+  offerTimeoutMs: 2_000,
 };
+
+/** Most request ids a job remembers (retried run-now and patch requests answer their first result). */
+export const RECENT_REQUESTS = 8;
+
+/** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
+export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
 
 /** What a worker reports when an attempt ends. */
 export interface Completion {
@@ -54,9 +79,9 @@ export interface Completion {
 export type JobMsg =
   | { kind: "create"; tenant_id: string; job_id: string; spec: JobSpec; request_hash: string }
   | { kind: "get" }
-  | { kind: "patch"; patch: JobPatch; if_match?: number }
+  | { kind: "patch"; patch: JobPatch; if_match?: number; request_id?: string }
   | { kind: "delete" }
-  | { kind: "run_now" }
+  | { kind: "run_now"; request_id?: string }
   | { kind: "fire" }
   | { kind: "slot_granted"; run_id: string }
   | { kind: "redispatch"; run_id: string }
@@ -71,14 +96,21 @@ export type JobMsg =
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =
-  | { kind: "put_run"; record: RunView; create: boolean }
+  /**
+   * Writes a run record. `create`: a new occurrence (an existing key is a re-fire: fine).
+   * `update`: CAS at the known revision; on a conflict re-read, refuse if a later epoch wrote it.
+   * `terminal`: a record for an occurrence that does not run (skipped, missed, cancelled): created,
+   * or written over an orphaned non-terminal record left by a crash before the job state advanced.
+   * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
+   */
+  | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
   | { kind: "acquire_slot"; run_id: string; timeout_s: number }
   | { kind: "release_slot"; run_id: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; ok?: true } | null;
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true } | null;
 type D = Decision<JobState, JobReply, JobEffect>;
 
 const schedules = new Map<string, CompiledSchedule>();
@@ -104,8 +136,12 @@ class Tx {
     readonly orig: JobState,
     readonly now: number,
     readonly cfg: JobActorConfig,
+    readonly arrivalMs: (key: string) => number | undefined = () => undefined,
   ) {
-    this.s = { ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued] };
+    this.s = {
+      ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],
+      ...(orig.recent ? { recent: [...orig.recent] } : {}),
+    };
   }
   get job(): JobRecord {
     return this.s.job!;
@@ -124,7 +160,14 @@ class Tx {
     return this.s.runs.find((r) => r.run_id === runId);
   }
   putRun(r: ActiveRun, create = false): void {
-    this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), create });
+    this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: create ? "create" : "update" });
+  }
+  remember(entry: { id: string; run_id?: string; version?: number }): void {
+    this.s.recent = [...(this.s.recent ?? []), entry].slice(-RECENT_REQUESTS);
+    this.changed = true;
+  }
+  recalled(id: string | undefined): { id: string; run_id?: string; version?: number } | undefined {
+    return id === undefined ? undefined : this.s.recent?.find((e) => e.id === id);
   }
   timer(name: string, atMs: number, msg: JobMsg): void {
     this.fx.push({ kind: "timer", name, atMs, msg });
@@ -174,6 +217,7 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
     status: "queued",
     attempt: 0,
     fence: 0,
+    offered_at_ms: null,
     worker: null,
     slot: false,
     created_at_ms: tx.now,
@@ -191,7 +235,7 @@ function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigge
   const run_id = runIdFor(tx.job.job_id, scheduledForMs);
   tx.pre.push({
     kind: "put_run",
-    create: true,
+    mode: "terminal",
     record: terminalRunView(tx.job, { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now }, status, tx.now, { reason }),
   });
 }
@@ -272,8 +316,10 @@ function fire(tx: Tx): void {
 // ---------------------------------------------------------------------------------------------
 // Runs: slots, claims, leases, completion, retries
 
+/** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = ++tx.s.fence_seq;
+  r.offered_at_ms = tx.now;
   tx.changed = true;
   tx.post.push({
     kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
@@ -305,12 +351,27 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
   });
-  tx.pre.push({ kind: "put_run", record, create: false });
+  tx.pre.push({ kind: "put_run", record, mode: "update" });
   if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
   if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted) {
     const next = tx.s.queued.shift()!;
     occur(tx, next, "schedule");
   }
+}
+
+/**
+ * The occurrence at `next_run_at` will not fire now. If a crash struck between creating its run
+ * record and advancing the job state, that record is still `queued`: settle it (one read).
+ */
+function settleNext(tx: Tx, why: string): void {
+  const o = tx.s.next_run_at_ms;
+  if (o === null || !tx.s.job) return;
+  const run_id = runIdFor(tx.job.job_id, o);
+  if (tx.run(run_id)) return;
+  tx.pre.push({
+    kind: "put_run", mode: "settle",
+    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now }, "cancelled", tx.now, { reason: `${why} before the occurrence started` }),
+  });
 }
 
 /** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */
@@ -337,6 +398,7 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
   if (retryable && r.attempt < retry.max_attempts) {
     r.status = "retry_wait";
     r.worker = null;
+    r.fence = 0;
     r.next_attempt_at_ms = tx.now + retryDelayMs(retry, r.attempt, r.run_id);
     if (r.slot) {
       tx.post.push({ kind: "release_slot", run_id: r.run_id });
@@ -356,6 +418,7 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   r.status = "leased";
   r.attempt += 1;
   r.worker = worker;
+  r.offered_at_ms = null;
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
   tx.putRun(r);
@@ -363,11 +426,23 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
 }
 
+/** The attempt with this fence is the run's current lease, and `worker` holds it. */
+function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): boolean {
+  if (r.fence !== fence || (r.status !== "leased" && r.status !== "running")) return false;
+  return r.worker === worker || tx.cfg.testOnlyHole1 === true;
+}
+
+/** When the lease of `r` ends: the latest heartbeat arrival (or its start) plus the TTL. */
+function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
+  const seen = r.worker === null ? undefined : tx.arrivalMs(heartbeatKey(r.run_id, r.fence, r.worker));
+  return Math.max(armedAtMs, seen ?? 0, r.start_at_ms) + tx.cfg.leaseTtlMs;
+}
+
 function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   const r = tx.run(m.run_id);
   if (r && r.fence === m.fence && r.status === "queued" && r.fence > 0) claim(tx, r, m.worker);
-  if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
-    return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} is not the current lease`));
+  if (!r || !holds(tx, r, m.fence, m.worker)) {
+    return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} of worker ${m.worker} is not the current lease`));
   }
   const outcome = mapOutcome(m);
   const a = r.attempts[r.attempts.length - 1];
@@ -393,25 +468,31 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
   const r = tx.run(m.run_id);
   switch (m.kind) {
     case "slot_granted":
-      if (!r || r.slot) {
-        if (!r) tx.post.push({ kind: "release_slot", run_id: m.run_id });
+      if (!r) {
+        tx.post.push({ kind: "release_slot", run_id: m.run_id });
+        return tx.done(null);
+      }
+      if (r.slot) {
+        // A grant for a run that already holds its slot (a re-ask answered twice, or one that
+        // arrived during retry_wait): start it if it waits for nothing else.
+        if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
         return tx.done(null);
       }
       r.slot = true;
       tx.cancelTimer(`slot:${r.run_id}`);
-      if (r.status === "queued") dispatch(tx, r);
+      if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
       tx.changed = true;
       return tx.done(null);
     case "redispatch":
       if (!r || r.status !== "queued") return tx.done(null);
       if (!r.slot) askSlot(tx, r);
-      else dispatch(tx, r);
+      else dispatch(tx, r); // a new fence: the earlier offer (if any) is dead
       return tx.done(null);
     case "slot_check":
       if (r && r.status === "queued" && !r.slot) askSlot(tx, r);
       return tx.done(null);
     case "claimed":
-      if (r && r.fence === m.fence && r.worker === m.worker && (r.status === "leased" || r.status === "running")) {
+      if (r && holds(tx, r, m.fence, m.worker)) {
         return tx.done(null); // already claimed implicitly by the worker's first heartbeat
       }
       if (!r || r.fence !== m.fence || r.status !== "queued") {
@@ -435,10 +516,10 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
       // the current fence proves the claim.
       if (r && r.fence === m.fence && r.status === "queued" && r.fence > 0) claim(tx, r, m.worker);
-      if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) {
-        return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} is gone`));
+      if (!r || !holds(tx, r, m.fence, m.worker)) {
+        return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
       }
-      tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
       if (r.status === "leased" && m.started_at_ms !== undefined) {
         r.status = "running";
         r.started_at_ms ??= m.started_at_ms;
@@ -451,6 +532,13 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
     case "lease_expired":
       if (!r || r.fence !== m.fence || (r.status !== "leased" && r.status !== "running")) return tx.done(null);
       {
+        // Busy is not dead: a heartbeat that arrived (even if still queued behind this timer)
+        // extends the lease; re-arm for its end instead of expiring.
+        const end = leaseEndMs(tx, r, 0);
+        if (end > tx.now) {
+          tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+          return tx.done(null);
+        }
         const a = r.attempts[r.attempts.length - 1];
         if (a) {
           a.finished_at = iso(tx.now);
@@ -461,6 +549,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
           // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
           r.status = "queued";
           r.worker = null;
+          r.fence = 0; // the lost lease's fence is dead; the next offer gets a new one
           tx.putRun(r);
           if (r.slot) dispatch(tx, r);
           else askSlot(tx, r);
@@ -475,8 +564,11 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       r.status = "queued";
       r.next_attempt_at_ms = null;
       r.start_at_ms = tx.now;
+      r.fence = 0;
       tx.putRun(r);
-      askSlot(tx, r);
+      // A grant may have arrived during retry_wait: then the slot is held and the run goes now.
+      if (r.slot) dispatch(tx, r);
+      else askSlot(tx, r);
       tx.changed = true;
       return tx.done(null);
   }
@@ -526,6 +618,7 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
     case "get":
       return tx.done({ job: jobView(s, nextRuns(s, 5)) });
     case "patch": {
+      if (tx.recalled(m.request_id)) return tx.done({ job: jobView(s, nextRuns(s, 5)) }); // a retry of a patch that applied
       if (m.if_match !== undefined && m.if_match !== s.job.version) {
         return tx.done(null, fail("precondition_failed", `If-Match: job is at version ${s.job.version}, not ${m.if_match}`, "If-Match"));
       }
@@ -544,9 +637,11 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
           }
         }
       }
+      if ((!spec.enabled && before.enabled) || scheduleChanged) settleNext(tx, spec.enabled ? "schedule changed" : "job paused");
       if (!spec.enabled) s.next_run_at_ms = null;
       else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now, s); // resume: no catch-up
       if (!spec.enabled || spec.overlap !== "queue") dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
+      if (m.request_id !== undefined) tx.remember({ id: m.request_id, version: s.job.version });
       tx.changed = true;
       tx.armFire();
       return tx.done({ job: jobView(s, nextRuns(s, 5)) });
@@ -554,16 +649,24 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
     case "delete":
       s.deleted = true;
       dropQueued(tx, "job deleted");
+      settleNext(tx, "job deleted");
       for (const r of [...s.runs]) finish(tx, r, "cancelled", "job deleted", null);
       s.next_run_at_ms = null;
       tx.changed = true;
       tx.armFire();
       return tx.done({ ok: true });
     case "run_now": {
+      const prior = tx.recalled(m.request_id);
+      if (prior?.run_id !== undefined) {
+        // A retry of a run-now that was applied (its reply was lost): answer with that run.
+        const active = tx.run(prior.run_id);
+        return tx.done(active ? { run: activeRunView(s.job, active) } : { run_id: prior.run_id });
+      }
       if (s.runs.length >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs`));
       const seq = ++s.manual_seq;
       const runId = runIdFor(s.job.job_id, tx.now, seq);
       createRun(tx, tx.now, "manual", runId);
+      if (m.request_id !== undefined) tx.remember({ id: m.request_id, run_id: runId });
       return tx.done({ run: activeRunView(s.job, tx.run(runId)!) });
     }
   }
@@ -581,7 +684,11 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
     } else if (r.status === "retry_wait" && r.next_attempt_at_ms !== null) {
       fx.push({ kind: "timer", name: `retry:${r.run_id}`, atMs: r.next_attempt_at_ms, msg: { kind: "retry_due", run_id: r.run_id } });
     } else if (r.status === "queued") {
-      fx.push({ kind: "timer", name: `dispatch:${r.run_id}`, atMs: ctx.nowMs, msg: { kind: "redispatch", run_id: r.run_id } });
+      // An offer of the previous owner may have been accepted: give its worker the offer timeout
+      // to claim it by heartbeat before offering again under a new fence. (It cannot be running
+      // unclaimed: workers start only after an acknowledged heartbeat.)
+      const wait = r.fence > 0 ? cfg.offerTimeoutMs : 0;
+      fx.push({ kind: "timer", name: `dispatch:${r.run_id}`, atMs: ctx.nowMs + wait, msg: { kind: "redispatch", run_id: r.run_id } });
     }
   }
   return fx;
@@ -594,7 +701,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     initialState: () => emptyJobState(),
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
     receive(state, msg, ctx) {
-      const tx = new Tx(state, ctx.nowMs, cfg);
+      const tx = new Tx(state, ctx.nowMs, cfg, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined);
       if (msg.kind !== "create" && !state.job) {
         return tx.done(null, fail("not_found", `job ${splitJobActorId(ctx.id).jobId} not found`));
       }

@@ -1,12 +1,15 @@
 /**
  * The job actor's shell: performs the effects its pure core decides.
- * - `put_run` (before the job state write): the run record in the `runs` bucket — `create` for a
- *   new occurrence (an existing key means a crash re-fired it: fine), otherwise CAS on the
- *   record's revision (cached per node, read back on a miss or conflict).
+ * - `put_run` (before the job state write): the run record in the `runs` bucket, stamped with the
+ *   partition epoch (`_e`) — `create` for a new occurrence (an existing key means a crash
+ *   re-fired it: fine); `update` with CAS on the record's revision (cached per node); on a
+ *   conflict it re-reads and refuses (`not_owner`) if a later epoch wrote the record — never a
+ *   blind overwrite; `terminal`/`settle` settle an orphaned non-terminal record (see JobEffect).
  * - `acquire_slot` / `release_slot`: requests to the tenant actor.
- * - `dispatch`: offer the run to a worker with a free slot (worker directory); the worker's
- *   acceptance comes back to the actor as `claimed`, a refusal from every worker as
- *   `dispatch_failed` (the core re-tries after a delay).
+ * - `dispatch`: offer the attempt to ONE worker with a free slot (worker directory) under the
+ *   offer's own fence; its acceptance comes back to the actor as `claimed`, a refusal or a
+ *   timeout as `dispatch_failed` (the core offers again later under a new fence).
+ * Every network effect first checks that this node still owns the actor (`stillOwner`).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
  */
@@ -19,6 +22,8 @@ import type { ActorRouter } from "../cluster/router.ts";
 import type { WorkerDirectory } from "../worker/directory.ts";
 import { workerSubject } from "../worker/directory.ts";
 import { TENANT_ACTOR, runKey, splitJobActorId } from "./ids.ts";
+import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
+import { TERMINAL } from "./model.ts";
 import type { JobEffect, JobActorConfig } from "./job-actor.ts";
 import { makeJobActor } from "./job-actor.ts";
 import type { RunView } from "./model.ts";
@@ -52,18 +57,30 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     revisions.set(key, rev);
   };
 
-  async function putRun(ctx: ShellContext, record: RunView, create: boolean): Promise<void> {
+  /** Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it. */
+  async function putRun(ctx: ShellContext, record: RunView, mode: "create" | "update" | "terminal" | "settle"): Promise<void> {
     const key = runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id);
-    const value = encode(record);
-    if (create) {
+    const value = encodeRunRecord(record, ctx.epoch);
+    if (mode === "create" || mode === "terminal") {
       const r = await deps.runs.create(key, value);
-      if (r.ok) remember(key, r.revision);
-      return;
+      if (r.ok) return remember(key, r.revision);
+      if (mode === "create") return; // re-fired after a crash: the record is there
     }
     for (let i = 0; i < 3; i++) {
-      let rev = revisions.get(key);
-      if (rev === undefined) rev = (await deps.runs.get(key))?.revision ?? 0;
-      const r = await deps.runs.update(key, value, rev);
+      let rev = mode === "update" ? revisions.get(key) : undefined;
+      if (rev === undefined) {
+        const e = await deps.runs.get(key);
+        if (!e) {
+          if (mode === "update") rev = 0;
+          else return; // settle: nothing was left behind
+        } else {
+          const stored = decodeRunRecord(e.value);
+          if (stored.epoch > ctx.epoch) throw new KairosError("not_owner", `run record ${record.run_id} was written under a later epoch (${stored.epoch} > ${ctx.epoch})`);
+          if (mode !== "update" && TERMINAL.has(stored.record.status)) return; // already settled
+          rev = e.revision;
+        }
+      }
+      const r = rev === 0 ? await deps.runs.create(key, value) : await deps.runs.update(key, value, rev);
       if (r.ok) return remember(key, r.revision);
       revisions.delete(key);
     }
@@ -73,16 +90,20 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
     const { tenantId, jobId } = splitJobActorId(ctx.address.id);
     const tried = new Set<string>();
-    for (let i = 0; i < 3; i++) {
+    // One fence, one worker. (The test-only hole 1 offers it to up to three, as before the fix.)
+    const tries = cfg.testOnlyHole1 ? 3 : 1;
+    for (let i = 0; i < tries; i++) {
       const worker = deps.workers.pick(tried);
       if (!worker) break;
       tried.add(worker);
+      if (!ctx.stillOwner()) return;
       const req: StartRequest = {
         job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
         fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task: fx.task,
+        lease_ttl_ms: cfg.leaseTtlMs,
       };
       try {
-        const m = await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: 2000 });
+        const m = await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs });
         const reply = decode<StartReply>(m.data);
         if (reply.accepted) {
           ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
@@ -90,13 +111,15 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         }
         deps.workers.markFull(worker);
       } catch {
+        // No answer in time: the offer is dead (the worker cannot start it without our ack).
         deps.workers.markFull(worker);
       }
     }
-    ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: tried.size === 0 ? "no worker with a free slot" : "workers refused" });
+    ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer" });
   }
 
   async function post(ctx: ShellContext, fx: JobEffect): Promise<void> {
+    if (!ctx.stillOwner()) return; // a stale owner stays silent
     const tenant = { type: TENANT_ACTOR, id: splitJobActorId(ctx.address.id).tenantId };
     switch (fx.kind) {
       case "acquire_slot": {
@@ -132,7 +155,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   return {
     definition: makeJobActor(cfg),
     async perform(pre, ctx) {
-      for (const fx of pre as JobEffect[]) if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.create);
+      for (const fx of pre as JobEffect[]) if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.mode);
     },
     performPost(effects, ctx) {
       for (const fx of effects as JobEffect[]) {

@@ -28,8 +28,10 @@ export interface ActiveRun {
   trigger: RunView["trigger"];
   status: ActiveStatus;
   attempt: number;
-  /** Fence of the current claim (0 = none yet); see ARCHITECTURE.md "Fences". */
+  /** Fence of the current offer or claim (0 = none); see ARCHITECTURE.md "Fences". */
   fence: number;
+  /** When the current offer (status queued, fence > 0) was made; null once claimed or with no offer. */
+  offered_at_ms?: number | null;
   worker: string | null;
   /** A tenant slot is held for this run. */
   slot: boolean;
@@ -51,6 +53,8 @@ export interface JobState {
   manual_seq: number;
   /** The latest occurrence already handled (run, skipped or missed); never fired again. */
   last_occurrence_ms?: number;
+  /** Request ids of recent run-now and patch commands and what they did (bounded). */
+  recent?: { id: string; run_id?: string; version?: number }[];
 }
 
 export const emptyJobState = (): JobState => ({

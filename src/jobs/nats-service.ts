@@ -15,6 +15,7 @@ import type { ActorRouter } from "../cluster/router.ts";
 import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "./ids.ts";
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
+import { runView } from "./run-record.ts";
 import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
 import type { JobsService } from "./service.ts";
 
@@ -92,7 +93,10 @@ export class NatsJobsService implements JobsService {
   }
 
   async patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView> {
-    const msg = ifMatch === undefined ? { kind: "patch", patch } : { kind: "patch", patch, if_match: ifMatch };
+    // A request id, so the router's retry of a patch whose reply was lost is answered with its
+    // first result, not 412 (If-Match) or a second application.
+    const request_id = this.#requestId();
+    const msg = ifMatch === undefined ? { kind: "patch", patch, request_id } : { kind: "patch", patch, if_match: ifMatch, request_id };
     return (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
   }
 
@@ -101,7 +105,13 @@ export class NatsJobsService implements JobsService {
   }
 
   async runNow(tenantId: string, jobId: string): Promise<RunView> {
-    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "run_now" }))!.run!;
+    // The router retries on timeouts; the request id makes a retry answer with the first run.
+    const reply = (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "run_now", request_id: this.#requestId() }))!;
+    return reply.run ?? (await this.getRun(tenantId, reply.run_id!));
+  }
+
+  #requestId(): string {
+    return newJobId(() => this.random.next()).slice(1);
   }
 
   async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
@@ -113,7 +123,7 @@ export class NatsJobsService implements JobsService {
       cur = [a!, b!];
     }
     const runs = (await this.buckets.runs.list(`${p}.${tenantId}.${jobId}.*`))
-      .map((e) => decode<RunView>(e.value))
+      .map((e) => runView(e.value))
       .filter((r) => opts.status === undefined || r.status === opts.status)
       .sort((a, b) => b.scheduled_for.localeCompare(a.scheduled_for) || b.run_id.localeCompare(a.run_id))
       .filter((r) => !cur || r.scheduled_for < cur[0] || (r.scheduled_for === cur[0] && r.run_id < cur[1]));
@@ -128,6 +138,6 @@ export class NatsJobsService implements JobsService {
     const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
     const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
     if (!e) throw new KairosError("not_found", "run not found");
-    return decode<RunView>(e.value);
+    return runView(e.value);
   }
 }

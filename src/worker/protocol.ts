@@ -12,6 +12,12 @@ export interface StartRequest {
   scheduled_for_ms: number;
   start_at_ms: number;
   task: TaskInput;
+  /**
+   * The owner's lease TTL: the worker starts the attempt only after a heartbeat for it was
+   * acknowledged, and kills it once its last acknowledged heartbeat (send time) is older than
+   * this minus its safety margin — the worker's half of "both sides of a lease keep time".
+   */
+  lease_ttl_ms: number;
 }
 
 export interface StartReply {

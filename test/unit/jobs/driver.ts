@@ -151,15 +151,24 @@ export class Driver {
   #pre(fx: JobEffect): void {
     if (fx.kind !== "put_run") throw new Error(`unexpected pre effect ${fx.kind}`);
     const old = this.records.get(fx.record.run_id);
-    if (old && TERMINAL.has(old.status) && !TERMINAL.has(fx.record.status)) {
-      this.violations.push(`terminal record ${old.run_id} (${old.status}) would be revived as ${fx.record.status} (create=${fx.create})`);
-    }
-    if (fx.create && old) {
-      this.dupCreates++;
-      return; // KV create: the key exists, nothing written
-    }
-    if (!fx.create && old && TERMINAL.has(old.status)) {
-      this.violations.push(`terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`);
+    // Models the shell (src/jobs/job-shell.ts putRun) mode by mode.
+    switch (fx.mode) {
+      case "create":
+        if (old) {
+          this.dupCreates++;
+          return; // KV create: the key exists, nothing written
+        }
+        break;
+      case "terminal":
+      case "settle":
+        if (old && TERMINAL.has(old.status)) return; // already settled
+        if (!old && fx.mode === "settle") return;
+        break;
+      case "update":
+        if (old && TERMINAL.has(old.status)) {
+          this.violations.push(`terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`);
+        }
+        break;
     }
     this.records.set(fx.record.run_id, fx.record);
   }

@@ -167,6 +167,8 @@ describe("job actor: leases and fences", () => {
     const f = d.run(RUN)!.fence;
     const asked = d.postsOf("acquire_slot").length;
     d.send({ kind: "lease_expired", run_id: RUN, fence: f });
+    assert.equal(d.run(RUN)!.fence, f, "a lease_expired before the lease's end only re-arms its timer");
+    d.advance(cfg().leaseTtlMs); // no heartbeat arrives: the lease timer fires for real
     assert.equal(d.postsOf("acquire_slot").length, asked);
     assert.equal(d.run(RUN)?.status, "leased", "slot held: re-dispatched at once");
     assert.ok(d.run(RUN)!.fence > f);
