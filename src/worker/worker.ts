@@ -1,10 +1,22 @@
 /**
  * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
- * attempts offered by job actors (the claim), starts each at its due time from its own timer,
- * runs it through the sandbox executor, heartbeats its attempts in batches (one request per
- * partition, src/cluster/router.ts `requestMany`) to the owning job actors, kills one on
- * `lease_lost`, and reports completion with the fence (accepting `stale_fence`: someone else
- * owns the run now). On start it kills containers of its own left by an earlier incarnation.
+ * attempts offered by job actors (the claim), heartbeats its attempts in batches (one request per
+ * partition, src/cluster/router.ts `requestMany`) to the owning job actors, runs each through the
+ * sandbox executor, and reports completion with the fence. On start it kills containers of its
+ * own left by an earlier incarnation.
+ *
+ * The worker's half of a lease ("both sides of a lease keep time", DESIGN.md), on the monotonic
+ * clock:
+ * - An accepted offer is only a claim. The worker STARTS an attempt only while a heartbeat for it
+ *   has been acknowledged by the owner — whose acknowledgement means it recorded this worker and
+ *   fence as the run's lease — and that acknowledgement is fresh: valid until the heartbeat's SEND
+ *   time + lease TTL − safety margin. An offer never acknowledged within that time is dropped.
+ *   So a worker that was paused or cut off wakes up harmless: it starts nothing stale.
+ * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
+ *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
+ * - A completion whose request fails without a verdict (timeout: unknown outcome) is retried on
+ *   every heartbeat round, and the attempt keeps heartbeating meanwhile, until the owner answers
+ *   ok or `stale_fence`, bounded by `completionDeadlineMs`.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -25,6 +37,8 @@ export interface WorkerOptions {
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;
+  /** Safety margin of self-fencing (default: 20% of the lease TTL, 250 ms to 2 s). */
+  leaseSafetyMarginMs?: number;
   nc: Bus;
   router: ActorRouter;
   executor: Executor;
@@ -36,10 +50,22 @@ export interface WorkerOptions {
 
 interface Lease {
   req: StartRequest;
+  /** Monotonic time of acceptance: an offer never acknowledged by then + TTL − margin is dropped. */
+  acceptedAtMono: number;
+  /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
+  validUntilMono?: number;
+  /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
+  due: boolean;
   execution?: Execution;
   startedAtMs?: number;
+  /** The attempt ended; its completion is not acknowledged yet (retried each round). */
+  completion?: Completion;
+  completionSinceMono?: number;
   lost: boolean;
 }
+
+/** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
+const BEAT_SOON_MS = 20;
 
 export class Worker {
   readonly #o: WorkerOptions;
@@ -73,6 +99,8 @@ export class Worker {
   async stop(): Promise<void> {
     this.#stopping = true;
     this.#cancelBeat?.();
+    this.#cancelFence?.();
+    this.#cancelSoon?.();
     for (const s of this.#subs) s.unsubscribe();
     await Promise.all([...this.#leases.values()].map((l) => this.#kill(l, "worker stopping")));
     await this.#o.executor.close();
@@ -88,13 +116,17 @@ export class Worker {
     const existing = this.#leases.get(k);
     if (existing) {
       if (existing.req.fence === req.fence) return { accepted: true };
-      return { accepted: false, reason: "attempt already running here" };
+      if (existing.execution || existing.completion) return { accepted: false, reason: "attempt already running here" };
+      // A newer offer of the same attempt supersedes one that never started (its fence is dead).
+      existing.lost = true;
+      this.#leases.delete(k);
     }
     if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
-    const lease: Lease = { req, lost: false };
+    const lease: Lease = { req, acceptedAtMono: this.#o.clock.monoMs(), due: false, lost: false };
     this.#leases.set(k, lease);
     this.#enqueueStart(lease, req.start_at_ms);
     this.#o.onEvent?.({ type: "accepted", run_id: req.run_id, attempt: req.attempt });
+    this.#beatSoon(); // the acknowledged heartbeat that confirms the claim
     return { accepted: true };
   }
 
@@ -116,15 +148,33 @@ export class Worker {
       }
       const leases = this.#due.get(atMs) ?? [];
       this.#due.delete(atMs);
-      for (const l of leases) this.#run(l);
+      let waiting = false;
+      for (const l of leases) {
+        if (this.#fresh(l)) this.#run(l);
+        else if (!l.lost) {
+          l.due = true; // starts when a heartbeat is acknowledged, if ever
+          waiting = true;
+        }
+      }
       // One batched heartbeat reports every start (status running, started_at).
-      void this.#heartbeatAll();
+      if (waiting) void this.#heartbeatAll();
+      else this.#beatSoon();
     };
     this.#o.clock.setTimer(Math.max(0, atMs - this.#o.clock.now()), fire);
   }
 
+  #margin(l: Lease): number {
+    return this.#o.leaseSafetyMarginMs ?? Math.min(2000, Math.max(250, l.req.lease_ttl_ms * 0.2));
+  }
+
+  /** The owner's acknowledgement still covers this attempt. */
+  #fresh(l: Lease): boolean {
+    return !l.lost && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
+  }
+
   #run(lease: Lease): void {
-    if (lease.lost || this.#stopping) return;
+    if (lease.lost || this.#stopping || lease.execution) return;
+    lease.due = false;
     const { req } = lease;
     lease.startedAtMs = this.#o.clock.now();
     lease.execution = this.#o.executor.start(
@@ -139,10 +189,16 @@ export class Worker {
     );
   }
 
-  /** One batched heartbeat for every running attempt: one NATS request per partition. */
+  /**
+   * One batched heartbeat for every attempt this worker holds (accepted, running, or waiting for
+   * its completion to be acknowledged): one NATS request per partition. Acknowledgements extend
+   * each attempt's validity from the SEND time; `lease_lost`/`not_found` kill it.
+   */
   async #heartbeatAll(): Promise<void> {
-    const live = [...this.#leases.values()].filter((l) => l.execution && !l.lost);
+    this.#enforce();
+    const live = [...this.#leases.values()].filter((l) => !l.lost);
     if (live.length === 0) return;
+    const sentAt = this.#o.clock.monoMs();
     const results = await this.#o.router.requestMany(
       live.map((l) => ({
         to: { type: JOB_ACTOR, id: l.req.job_actor },
@@ -152,34 +208,97 @@ export class Worker {
     );
     await Promise.all(results.map(async (r, i) => {
       const l = live[i]!;
-      const tracked = this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) === l;
-      if (tracked && !r.ok && (r.e.code === "lease_lost" || r.e.code === "not_found")) {
+      if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
+      if (r.ok) {
+        l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
+        if (l.due && this.#fresh(l)) this.#run(l);
+        if (l.completion) await this.#report(l);
+      } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
         this.#o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
         await this.#kill(l, "lease lost");
       }
     }));
+    this.#armFence();
+  }
+
+  /**
+   * Self-fencing: drops offers never acknowledged in time and kills attempts whose last
+   * acknowledgement ran out (the owner may already have offered the run elsewhere).
+   */
+  #enforce(): void {
+    const now = this.#o.clock.monoMs();
+    for (const l of [...this.#leases.values()]) {
+      if (l.lost || l.completion) continue;
+      const until = l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l);
+      if (now < until) continue;
+      this.#o.onEvent?.({ type: l.execution ? "self_fenced" : "offer_expired", run_id: l.req.run_id, attempt: l.req.attempt });
+      void this.#kill(l, "self-fenced: no acknowledged heartbeat within the lease");
+    }
+  }
+
+  #cancelFence: (() => void) | undefined;
+  /** A timer at the earliest moment an attempt's acknowledgement runs out. */
+  #armFence(): void {
+    this.#cancelFence?.();
+    this.#cancelFence = undefined;
+    let earliest = Number.POSITIVE_INFINITY;
+    for (const l of this.#leases.values()) {
+      if (l.lost || l.completion) continue;
+      earliest = Math.min(earliest, l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l));
+    }
+    if (!Number.isFinite(earliest) || this.#stopping) return;
+    this.#cancelFence = this.#o.clock.setTimer(Math.max(0, earliest - this.#o.clock.monoMs()) + 1, () => {
+      this.#enforce();
+      this.#armFence();
+    });
+  }
+
+  #cancelSoon: (() => void) | undefined;
+  /** A heartbeat round shortly (coalesces the acknowledgements of a burst of offers). */
+  #beatSoon(): void {
+    if (this.#cancelSoon || this.#stopping) return;
+    this.#cancelSoon = this.#o.clock.setTimer(BEAT_SOON_MS, () => {
+      this.#cancelSoon = undefined;
+      void this.#heartbeatAll();
+    });
   }
 
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
-    const { req } = lease;
-    this.#leases.delete(this.#key(req.run_id, req.attempt));
-    if (lease.lost) return;
-    const c: Completion = {
+    if (lease.lost) {
+      this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
+      return;
+    }
+    lease.completion = {
       outcome: r.outcome, exit_code: r.exitCode, output: r.output,
       error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
       started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
     };
+    lease.completionSinceMono = this.#o.clock.monoMs();
+    await this.#report(lease);
+  }
+
+  /** Reports a completion; keeps it (and its heartbeats) for the next round when the outcome is unknown. */
+  async #report(lease: Lease): Promise<void> {
+    const { req } = lease;
+    const k = this.#key(req.run_id, req.attempt);
     try {
       await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
-        kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...c,
-      }, { deadlineMs: this.#o.completionDeadlineMs });
+        kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...lease.completion!,
+      }, { deadlineMs: Math.min(this.#o.completionDeadlineMs, Math.max(1000, this.#o.heartbeatIntervalMs * 2)) });
+      if (this.#leases.get(k) === lease) this.#leases.delete(k);
       this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
     } catch (e) {
       if (isKairosError(e, "stale_fence") || isKairosError(e, "not_found")) {
+        if (this.#leases.get(k) === lease) this.#leases.delete(k);
         this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
         return;
       }
-      this.#o.log("warn", "could not report completion; the lease will expire and the run be retried", { run_id: req.run_id, err: String(e) });
+      if (this.#o.clock.monoMs() - (lease.completionSinceMono ?? 0) > this.#o.completionDeadlineMs) {
+        if (this.#leases.get(k) === lease) this.#leases.delete(k);
+        this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: String(e) });
+        return;
+      }
+      // Unknown outcome: retried on the next heartbeat round (which also keeps the lease alive).
     }
   }
 
@@ -191,7 +310,8 @@ export class Worker {
 
   async #kill(lease: Lease, why: string): Promise<void> {
     lease.lost = true;
-    this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
+    const k = this.#key(lease.req.run_id, lease.req.attempt);
+    if (this.#leases.get(k) === lease) this.#leases.delete(k);
     if (lease.execution) await lease.execution.kill(why);
   }
 
