@@ -321,6 +321,9 @@ function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = ++tx.s.fence_seq;
   r.offered_at_ms = tx.now;
   tx.changed = true;
+  // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
+  // outlives one timeout (the tenant would then grant the slot twice).
+  if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
   tx.post.push({
     kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
     start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,

@@ -4,10 +4,13 @@
  * bounded FIFO and are granted (by a message to the job actor) as slots come back. A grant
  * expires after the run's timeout plus a grace, so a job actor that vanished cannot leak slots.
  *
- * The state is soft (never written to KV): grants are leases that expire, and job actors whose
- * runs wait for a slot ask again every `SLOT_RECHECK_MS` (the acquire is idempotent), so a tenant
- * actor that moved to another node rebuilds its view within that time. Persisting it would cost
- * a KV write of the whole grant table per acquire — the bottleneck of a burst.
+ * Grants are durable, one KV key each (`grant.<partition>.<tenant>.<run_id>`, written by the
+ * shell in src/jobs/tenant-shell.ts before the reply): a tenant actor that is passivated, moves
+ * or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft grants
+ * a moved tenant actor forgot its running runs and could run twice its maximum). One small key
+ * per grant instead of the whole grant table per write keeps a burst cheap: a put per grant, a
+ * delete per release. The waiting list stays soft: waiting job actors ask again every
+ * `SLOT_RECHECK_MS` (acquire is idempotent).
  *
  * Weighted fair sharing between tenants builds on this same path (a later issue): the pool
  * will be shared max-min fairly by weight across tenant actors.
@@ -29,11 +32,14 @@ export type TenantMsg =
   | { kind: "expire" }
   | { kind: "status" };
 
+/** Grant writes, performed before the reply (see the module header). */
+export type TenantEffect = { kind: "put_grant"; run_id: string; expires_at_ms: number } | { kind: "del_grant"; run_id: string };
+
 export type TenantReply = { granted: boolean } | { running: number; waiting: number; max_concurrent: number } | null;
 
 export const WAITING_LIMIT = 100_000;
 
-export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply> {
+export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
     type: TENANT_ACTOR,
     persist: false,
@@ -94,7 +100,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
         Object.keys(running).length === Object.keys(state.running).length &&
         Object.entries(running).every(([k, v]) => state.running[k] === v);
       const next = same ? state : { max_concurrent: max, running, waiting };
-      return { state: next, reply, effects, ...(fail ? { fail } : {}) };
+      const pre: TenantEffect[] = [];
+      for (const [run_id, exp] of Object.entries(running)) {
+        if (state.running[run_id] !== exp) pre.push({ kind: "put_grant", run_id, expires_at_ms: exp });
+      }
+      for (const run_id of Object.keys(state.running)) if (running[run_id] === undefined) pre.push({ kind: "del_grant", run_id });
+      return { state: next, reply, effects, pre, ...(fail ? { fail } : {}) };
     },
   };
 }

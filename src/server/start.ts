@@ -11,7 +11,7 @@ import { KairosNode } from "../cluster/node.ts";
 import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
-import { makeTenantActor } from "../jobs/tenant-actor.ts";
+import { tenantRegistration } from "../jobs/tenant-shell.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
@@ -69,7 +69,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       nowS: () => Math.floor(systemClock.now() / 1000),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
     }));
-    n.register({ definition: makeTenantActor() });
+    n.register(tenantRegistration(n.buckets.actors));
   });
   await node.start();
 

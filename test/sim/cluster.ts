@@ -18,7 +18,7 @@ import { ActorRouter } from "../../src/cluster/router.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-actor.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
 import { TENANT_ACTOR } from "../../src/jobs/ids.ts";
-import { makeTenantActor } from "../../src/jobs/tenant-actor.ts";
+import { tenantRegistration } from "../../src/jobs/tenant-shell.ts";
 import { NatsJobsService } from "../../src/jobs/nats-service.ts";
 import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
 import { seededRandom, type Random } from "../../src/lib/random.ts";
@@ -165,15 +165,14 @@ export class SimCluster {
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
-      // HOLE 1 SWITCH: pass the test-only option that re-opens hole 1 here when
-      // this.#o.reopenHole1 is set (e.g. `...(this.#o.reopenHole1 ? { <switch>: true } : {})`).
-      n.register(jobRegistration(JOB_CFG, {
+      // The test-only switch that re-opens hole 1 (src/jobs/job-actor.ts testOnlyHole1).
+      n.register(jobRegistration(this.#o.reopenHole1 ? { ...JOB_CFG, testOnlyHole1: true } : JOB_CFG, {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
         sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
       }));
-      n.register({ definition: makeTenantActor() });
+      n.register(tenantRegistration(n.buckets.actors));
     });
   }
 

@@ -5,13 +5,13 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
-import { makeTenantActor, WAITING_LIMIT, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
+import { makeTenantActor, WAITING_LIMIT, type TenantEffect, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 class Tenant {
   readonly actor = makeTenantActor(2);
   state: TenantState = this.actor.initialState("t1");
   now = 1_000;
-  send(msg: TenantMsg): Decision<TenantState, TenantReply, never> {
+  send(msg: TenantMsg): Decision<TenantState, TenantReply, TenantEffect> {
     const d = this.actor.receive(this.state, msg, { id: "t1", nowMs: this.now });
     this.state = d.state;
     return d;
@@ -19,7 +19,7 @@ class Tenant {
   acquire(run: string, ttl = 10_000) {
     return this.send({ kind: "acquire", run_id: run, job: `t1.job-${run}`, ttl_ms: ttl });
   }
-  grants(d: Decision<TenantState, TenantReply, never>): string[] {
+  grants(d: Decision<TenantState, TenantReply, TenantEffect>): string[] {
     return (d.effects ?? []).filter((e) => e.kind === "send").map((e) => {
       assert.equal(e.kind === "send" && e.to.type, "job");
       return e.kind === "send" ? `${e.to.id}:${(e.msg as { run_id: string }).run_id}` : "";
@@ -127,5 +127,37 @@ describe("tenant actor: quota from the tenant record", () => {
     assert.equal(t.state.max_concurrent, 1);
     const d = t.send({ kind: "release", run_id: "a" });
     assert.deepEqual(t.grants(d), ["t1.j:b"]);
+  });
+});
+
+describe("tenant actor: durable grants (hole 8)", () => {
+  it("every grant, refresh, release and expiry becomes a grant write before the reply", () => {
+    const t = new Tenant();
+    const a = t.acquire("r1");
+    assert.deepEqual(a.pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 11_000 }]);
+    const again = t.acquire("r1");
+    assert.deepEqual(again.pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 11_000 }].filter(() => false), "same expiry: nothing to write");
+    t.now = 2_000;
+    assert.deepEqual(t.acquire("r1").pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 12_000 }], "a refresh extends the stored grant");
+    assert.deepEqual(t.send({ kind: "release", run_id: "r1" }).pre, [{ kind: "del_grant", run_id: "r1" }]);
+    t.acquire("r2", 500);
+    t.now = 3_000;
+    assert.deepEqual(t.send({ kind: "expire" }).pre, [{ kind: "del_grant", run_id: "r2" }]);
+  });
+
+  it("a tenant actor reloaded from its grants keeps the cap (before the fix it started empty)", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { tenantRegistration } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const reg = tenantRegistration(kv, 2);
+    const ctx = { address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner: () => true, tell: () => undefined };
+    const t = new Tenant();
+    for (const run of ["r1", "r2"]) await reg.perform!(t.acquire(run).pre!, ctx);
+    // The actor moves: a new activation loads the two running grants and refuses a third run.
+    const reloaded = (await reg.loadSoft!("t1", 3)) as TenantState;
+    assert.deepEqual(Object.keys(reloaded.running).sort(), ["r1", "r2"]);
+    const moved = new Tenant();
+    moved.state = reloaded;
+    assert.deepEqual(moved.acquire("r3").reply, { granted: false });
   });
 });

@@ -1,0 +1,36 @@
+/**
+ * The tenant actor's shell: its slot grants are durable, one key each in the actors bucket,
+ * `grant.<partition>.<tenant_id>.<run_id>` → `{ exp }` (grant expiry, ms). Grants are written
+ * before the reply (so a grant the job actor hears of is on disk), and reloaded when the actor
+ * activates — after passivation, a move or a restart — so a tenant's maximum of concurrent runs
+ * holds across all of them. Expired grants are dropped by the core and deleted here.
+ */
+import type { ActorRegistration } from "../actors/host.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { makeTenantActor, type TenantEffect, type TenantState } from "./tenant-actor.ts";
+
+export const GRANT_PREFIX = "grant";
+const grantKey = (partition: number, tenantId: string, runId: string) => `${GRANT_PREFIX}.${partition}.${tenantId}.${runId}`;
+
+export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100): ActorRegistration {
+  const definition = makeTenantActor(defaultMaxConcurrent);
+  return {
+    definition,
+    async loadSoft(id, partition): Promise<TenantState> {
+      const state = definition.initialState(id);
+      const prefix = `${GRANT_PREFIX}.${partition}.${id}.`;
+      for (const e of await kv.list(`${prefix}*`)) {
+        state.running[e.key.slice(prefix.length)] = decode<{ exp: number }>(e.value).exp;
+      }
+      return state;
+    },
+    async perform(pre, ctx) {
+      await Promise.all((pre as TenantEffect[]).map(async (fx) => {
+        const key = grantKey(ctx.partition, ctx.address.id, fx.run_id);
+        if (fx.kind === "put_grant") await kv.put(key, encode({ exp: fx.expires_at_ms }));
+        else await kv.delete(key);
+      }));
+    },
+  };
+}
