@@ -214,6 +214,8 @@ class Cluster {
   /** kill -9 times of each worker (closing the executions it left without an end line). */
   readonly killTimes = new Map<string, number[]>();
   apiUrl = "";
+  /** Cut-offs so far: they alternate between a silent black hole and a reset. */
+  cuts = 0;
   #stopped = false;
 
   constructor(readonly o: ChaosOptions, readonly tag: string) {
@@ -833,7 +835,7 @@ async function injectFault(c: Cluster, o: ChaosOptions, rng: () => number, kind:
     }
     case "cut_worker": {
       const w = pick(rng, c.workers);
-      const mode: CutMode = rng() < 0.5 ? "blackhole" : "reset";
+      const mode: CutMode = c.cuts++ % 2 === 0 ? "blackhole" : "reset";
       const hold = Math.round(ttl + between(rng, 1500, 4000));
       w.proxy!.cut(mode);
       await delay(hold);

@@ -11,7 +11,10 @@
  */
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { createConnection, createServer, type Socket } from "node:net";
+import { once } from "node:events";
 import { dockerSkip, ensureTestImage } from "../support/docker-image.ts";
+import { startTcpProxy } from "../support/tcp-proxy.ts";
 import {
   FAULT_KINDS, checkAttempts, checkTenantCaps, closeOpen, formatReport, ledgerClockWorks, prng, runLedgerChaos,
   type ChaosOptions, type Exec, type FaultKind,
@@ -37,6 +40,47 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
   const stops: (() => Promise<void>)[] = [];
   after(async () => {
     await Promise.all(stops.map((s) => s()));
+  });
+
+  it("the TCP proxy forwards, black-holes (holding bytes until healed) and resets", async () => {
+    const echo = createServer((s) => s.pipe(s));
+    echo.listen(0, "127.0.0.1");
+    await once(echo, "listening");
+    const proxy = await startTcpProxy((echo.address() as { port: number }).port);
+    const sockets: Socket[] = [];
+    try {
+      const client = createConnection({ port: proxy.port, host: "127.0.0.1" });
+      sockets.push(client);
+      await once(client, "connect");
+      let got = "";
+      client.setEncoding("utf8").on("data", (d: string) => (got += d));
+      const received = async (want: string) => {
+        const deadline = Date.now() + 5000;
+        while (got !== want && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+        assert.equal(got, want);
+      };
+      client.write("a");
+      await received("a");
+      proxy.cut("blackhole");
+      client.write("b");
+      const late = createConnection({ port: proxy.port, host: "127.0.0.1" }); // accepted, never forwarded
+      sockets.push(late);
+      await once(late, "connect");
+      await new Promise((r) => setTimeout(r, 200));
+      assert.equal(got, "a", "nothing crosses a cut");
+      assert.deepEqual(proxy.stats(), { pairs: 1, blackholed: 1 });
+      const lateClosed = once(late, "close");
+      proxy.heal();
+      await received("ab");
+      await lateClosed;
+      proxy.cut("reset");
+      await once(client, "close");
+      proxy.heal();
+    } finally {
+      for (const s of sockets) s.destroy();
+      await proxy.close();
+      echo.close();
+    }
   });
 
   it("the ledger checks flag what they must, and only that", () => {
