@@ -89,6 +89,8 @@ export type JobMsg =
   | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
   | { kind: "retry_later"; run_id: string }
   | { kind: "slot_check"; run_id: string }
+  /** The tenant asks whether this run still holds the slot it granted (lost releases). */
+  | { kind: "slot_audit"; run_id: string }
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   | { kind: "lease_expired"; run_id: string; fence: number }
@@ -467,25 +469,36 @@ function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   return tx.done({ ok: true });
 }
 
+/** The tenant granted `r` its slot (or confirmed it): start it if it waits for nothing else. */
+function granted(tx: Tx, r: ActiveRun): D {
+  // A grant for a run that already holds its slot (a re-ask answered twice, or one that arrived
+  // during retry_wait) changes nothing but may let a queued run go.
+  if (!r.slot) {
+    r.slot = true;
+    tx.cancelTimer(`slot:${r.run_id}`);
+    tx.changed = true;
+  }
+  if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
+  return tx.done(null);
+}
+
 function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
   const r = tx.run(m.run_id);
   switch (m.kind) {
+    case "slot_audit":
+      if (r?.slot) return tx.done(null);
+      if (!r || r.status !== "queued") {
+        // Not this run's slot (finished, or waiting to retry): release the grant the tenant kept.
+        tx.post.push({ kind: "release_slot", run_id: m.run_id });
+        return tx.done(null);
+      }
+      return granted(tx, r); // a queued run that never heard of its grant takes it
     case "slot_granted":
       if (!r) {
         tx.post.push({ kind: "release_slot", run_id: m.run_id });
         return tx.done(null);
       }
-      if (r.slot) {
-        // A grant for a run that already holds its slot (a re-ask answered twice, or one that
-        // arrived during retry_wait): start it if it waits for nothing else.
-        if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
-        return tx.done(null);
-      }
-      r.slot = true;
-      tx.cancelTimer(`slot:${r.run_id}`);
-      if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
-      tx.changed = true;
-      return tx.done(null);
+      return granted(tx, r);
     case "redispatch":
       if (!r || r.status !== "queued") return tx.done(null);
       if (!r.slot) askSlot(tx, r);

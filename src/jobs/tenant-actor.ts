@@ -16,13 +16,15 @@
  * will be shared max-min fairly by weight across tenant actors.
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
-import { JOB_ACTOR, TENANT_ACTOR } from "./ids.ts";
+import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun } from "./ids.ts";
 
 export interface TenantState {
   max_concurrent: number;
   /** run_id → grant expiry (ms). */
   running: Record<string, number>;
   waiting: { run_id: string; job: string; ttl_ms: number }[];
+  /** When the next grant audit is due (armed while runs wait); see `audit`. */
+  audit_at_ms?: number;
 }
 
 export type TenantMsg =
@@ -30,6 +32,7 @@ export type TenantMsg =
   | { kind: "release"; run_id: string }
   | { kind: "set_quota"; max_concurrent: number }
   | { kind: "expire" }
+  | { kind: "audit" }
   | { kind: "status" };
 
 /** Grant writes, performed before the reply (see the module header). */
@@ -38,6 +41,14 @@ export type TenantEffect = { kind: "put_grant"; run_id: string; expires_at_ms: n
 export type TenantReply = { granted: boolean } | { running: number; waiting: number; max_concurrent: number } | null;
 
 export const WAITING_LIMIT = 100_000;
+/**
+ * While runs wait, every this often the tenant asks the job actor of each grant whether its run
+ * still holds the slot (`slot_audit`); a grant whose release was lost (a crash, a dropped
+ * message) is released then, instead of blocking the tenant until it expires.
+ */
+export const SLOT_AUDIT_MS = 10_000;
+/** Most grants audited per round. */
+export const AUDIT_LIMIT = 1_000;
 
 export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
@@ -79,6 +90,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           break;
         case "expire":
           break;
+        case "audit":
+          for (const run_id of Object.keys(running).slice(0, AUDIT_LIMIT)) {
+            const jobId = jobIdOfRun(run_id);
+            if (jobId) effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id } });
+          }
+          break;
         case "status":
           reply = { running: Object.keys(running).length, waiting: waiting.length, max_concurrent: max };
           break;
@@ -93,13 +110,18 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
         }
         waiting = rest;
       }
+      let auditAt = msg.kind === "audit" ? undefined : state.audit_at_ms;
+      if (waiting.length > 0 && (auditAt === undefined || auditAt <= now)) {
+        auditAt = now + SLOT_AUDIT_MS;
+        effects.push({ kind: "timer", name: "audit", atMs: auditAt, msg: { kind: "audit" } });
+      }
       const expiries = Object.values(running);
       if (expiries.length > 0) effects.push({ kind: "timer", name: "expire", atMs: Math.min(...expiries), msg: { kind: "expire" } });
       const same =
-        max === state.max_concurrent && waiting === state.waiting &&
+        max === state.max_concurrent && waiting === state.waiting && auditAt === state.audit_at_ms &&
         Object.keys(running).length === Object.keys(state.running).length &&
         Object.entries(running).every(([k, v]) => state.running[k] === v);
-      const next = same ? state : { max_concurrent: max, running, waiting };
+      const next: TenantState = same ? state : { max_concurrent: max, running, waiting, ...(auditAt !== undefined ? { audit_at_ms: auditAt } : {}) };
       const pre: TenantEffect[] = [];
       for (const [run_id, exp] of Object.entries(running)) {
         if (state.running[run_id] !== exp) pre.push({ kind: "put_grant", run_id, expires_at_ms: exp });

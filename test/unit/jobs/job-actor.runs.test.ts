@@ -257,3 +257,18 @@ describe("job actor: retries and dead letters", () => {
     assert.equal(d.records.get(RUN)?.attempt, 1);
   });
 });
+
+describe("job actor: slot audit", () => {
+  it("a grant for a run the job no longer has is released; a queued run that missed its grant takes it", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec({ retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    d.advance(1_500);
+    const before = d.postsOf("release_slot").length;
+    d.send({ kind: "slot_audit", run_id: `${RUN}x` });
+    assert.equal(d.postsOf("release_slot").length, before + 1);
+    assert.equal(d.run(RUN)?.status, "queued");
+    d.send({ kind: "slot_audit", run_id: RUN });
+    assert.equal(d.run(RUN)?.slot, true);
+    assert.ok(d.run(RUN)!.fence > 0, "offered under the grant it missed");
+  });
+});

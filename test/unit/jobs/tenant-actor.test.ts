@@ -161,3 +161,18 @@ describe("tenant actor: durable grants (hole 8)", () => {
     assert.deepEqual(moved.acquire("r3").reply, { granted: false });
   });
 });
+
+describe("tenant actor: grant audit (lost releases)", () => {
+  it("while runs wait, audits every grant with its job actor every SLOT_AUDIT_MS", async () => {
+    const { SLOT_AUDIT_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new Tenant();
+    t.acquire("jaaaaaaaaaaaaaaaa-1");
+    t.acquire("jbbbbbbbbbbbbbbbb-2");
+    const d = t.acquire("jcccccccccccccccc-3"); // over the cap of 2: waits, arms the audit
+    const timer = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "audit");
+    assert.ok(timer && timer.kind === "timer" && timer.atMs === t.now + SLOT_AUDIT_MS);
+    const audit = t.send({ kind: "audit" });
+    const asked = (audit.effects ?? []).flatMap((e) => (e.kind === "send" ? [`${e.to.id}:${(e.msg as { kind: string }).kind}`] : []));
+    assert.deepEqual(asked.sort(), ["t1.jaaaaaaaaaaaaaaaa:slot_audit", "t1.jbbbbbbbbbbbbbbbb:slot_audit"]);
+  });
+});
