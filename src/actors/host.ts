@@ -197,12 +197,31 @@ export class ActorHost {
     this.#accepting.add(partition);
     for (const reg of this.#types.values()) {
       if (!reg.definition.loadOnAcquire) continue;
-      const entries = await this.#o.kv.list(`${reg.definition.type}.${partition}.>`);
+      const entries = await this.#listWhileHeld(partition, `${reg.definition.type}.${partition}.>`);
+      if (entries === null) return; // lost while loading
       for (const e of entries) {
         if (!this.#accepting.has(partition)) return; // lost while loading
         const id = e.key.slice(reg.definition.type.length + String(partition).length + 2);
         const inst = this.#instance(reg, reg.definition.type, id, partition);
         if (!inst.loaded) this.#adopt(inst, e.value, e.revision);
+      }
+    }
+  }
+
+  /**
+   * Lists a partition's reminder-bearing actors, retrying failures with backoff for as long as
+   * the partition is ours: a failed list must not leave a held partition whose timers were never
+   * armed (its jobs would never fire again). Null when the partition is gone meanwhile.
+   */
+  async #listWhileHeld(partition: number, filter: string): Promise<{ key: string; value: Uint8Array; revision: number }[] | null> {
+    for (let failures = 0; ; failures++) {
+      if (!this.#accepting.has(partition)) return null;
+      try {
+        return await this.#o.kv.list(filter);
+      } catch (e) {
+        this.#o.onError(`loading partition ${partition} (will retry)`, e);
+        const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
+        await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
       }
     }
   }

@@ -10,7 +10,11 @@
  *                             held in its job's overlap queue); no record for a non-occurrence
  *  d  stale_epoch_key         an actor write carrying a lower epoch than one already written for
  *                             that key
- *     stale_epoch_partition   an actor write landing after a newer lease epoch of its partition
+ *     (counted, not a violation: `staleLandedUnfenced`) an actor write of an older epoch landing
+ *     on a key the new owner has not fenced yet. The host fences a key (CAS with the new epoch)
+ *     before its first decision under an epoch, so such a write is read, never overwritten: the
+ *     new owner's fence conflicts and it reloads. Preventing even that would cost a write per
+ *     actor per takeover, before any message (see ARCHITECTURE.md, promises).
  *  e  tenant_cap              more executions of one tenant at once than its max_concurrent
  *  f  run_stuck               a run still non-terminal long after faults stopped
  */
@@ -63,6 +67,8 @@ export class Checker {
   readonly #seen = new Set<string>();
   readonly #maxEpochOfKey = new Map<string, number>();
   readonly #maxEpochOfPartition = new Map<number, number>();
+  /** Writes of an older epoch that landed on a key not yet fenced under the newer one. */
+  staleLandedUnfenced = 0;
   readonly #workersOfAttempt = new Map<string, string>();
 
   constructor(
@@ -125,9 +131,7 @@ export class Checker {
       }
       this.#maxEpochOfKey.set(c.key, Math.max(maxKey, v.e));
       const maxP = this.#maxEpochOfPartition.get(p) ?? 0;
-      if (v.e < maxP) {
-        this.fail("stale_epoch_partition", `${c.key}|${v.e}`, `${c.key} written by ${v.w} under epoch ${v.e} while partition ${p} was at epoch ${maxP} (revision ${c.revision})`);
-      }
+      if (v.e < maxP) this.staleLandedUnfenced++;
     });
   }
 
