@@ -44,3 +44,16 @@ export function jobIdOfRun(runId: string): string | null {
 export function runKey(partition: number, tenantId: string, jobId: string, runId: string): string {
   return `${partition}.${tenantId}.${jobId}.${runId}`;
 }
+
+/**
+ * A tenant slot grant is named by its run AND by how many times the run has given a slot back
+ * (`slot_seq`): a release of an earlier grant that arrives after the run asked again (messages
+ * through the router can overtake each other) then cannot delete the newer grant.
+ */
+export const grantId = (r: { run_id: string; slot_seq?: number }): string => `${r.run_id}_${r.slot_seq ?? 0}`;
+
+export function splitGrant(id: string): { run_id: string; seq: number } {
+  const i = id.lastIndexOf("_");
+  const seq = i < 0 ? 0 : Number(id.slice(i + 1));
+  return i < 0 || !Number.isInteger(seq) ? { run_id: id, seq: 0 } : { run_id: id.slice(0, i), seq };
+}

@@ -26,7 +26,7 @@ import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../act
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
 import { retryDelayMs } from "./backoff.ts";
-import { JOB_ACTOR, runIdFor, splitJobActorId } from "./ids.ts";
+import { JOB_ACTOR, grantId, runIdFor, splitGrant, splitJobActorId } from "./ids.ts";
 import { activeRunView, emptyJobState, instant, jobView, terminalRunView, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
 import type { AttemptOutcome, JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 
@@ -83,6 +83,7 @@ export type JobMsg =
   | { kind: "delete" }
   | { kind: "run_now"; request_id?: string }
   | { kind: "fire" }
+  /** `run_id` is the grant id (`<run_id>_<slot_seq>`, see `grantId`). */
   | { kind: "slot_granted"; run_id: string }
   | { kind: "redispatch"; run_id: string }
   | { kind: "claimed"; run_id: string; fence: number; worker: string }
@@ -106,8 +107,8 @@ export type JobEffect =
    * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
    */
   | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
-  | { kind: "acquire_slot"; run_id: string; timeout_s: number }
-  | { kind: "release_slot"; run_id: string }
+  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number }
+  | { kind: "release_slot"; grant: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   | { kind: "dead_letter"; record: RunView };
@@ -325,7 +326,7 @@ function dispatch(tx: Tx, r: ActiveRun): void {
   tx.changed = true;
   // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
   // outlives one timeout (the tenant would then grant the slot twice).
-  if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+  if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
   tx.post.push({
     kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
     start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,
@@ -337,7 +338,7 @@ export const SLOT_RECHECK_MS = 10_000;
 
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 function askSlot(tx: Tx, r: ActiveRun): void {
-  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, timeout_s: tx.job.spec.task.timeout_s });
+  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
   tx.timer(`slot:${r.run_id}`, tx.now + SLOT_RECHECK_MS, { kind: "slot_check", run_id: r.run_id });
 }
 
@@ -352,7 +353,7 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
   if ((r.status === "leased" || r.status === "running") && status === "cancelled" && r.worker) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
   }
-  if (r.slot) tx.post.push({ kind: "release_slot", run_id: r.run_id });
+  if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
   });
@@ -406,8 +407,9 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
     r.fence = 0;
     r.next_attempt_at_ms = tx.now + retryDelayMs(retry, r.attempt, r.run_id);
     if (r.slot) {
-      tx.post.push({ kind: "release_slot", run_id: r.run_id });
+      tx.post.push({ kind: "release_slot", grant: grantId(r) });
       r.slot = false;
+      r.slot_seq = (r.slot_seq ?? 0) + 1; // the next grant has a new name
     }
     tx.timer(`retry:${r.run_id}`, r.next_attempt_at_ms, { kind: "retry_due", run_id: r.run_id });
     tx.putRun(r);
@@ -482,23 +484,23 @@ function granted(tx: Tx, r: ActiveRun): D {
   return tx.done(null);
 }
 
+/** A grant (or an audit of one): only the run's current grant counts; any other is released. */
+function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slot_audit" }>): D {
+  const { run_id, seq } = splitGrant(m.run_id);
+  const r = tx.run(run_id);
+  const keep = r !== undefined && seq === (r.slot_seq ?? 0) && (m.kind === "slot_granted" || r.slot || r.status === "queued");
+  if (!keep) {
+    // Not this run's live slot (finished, superseded by a later grant, waiting to retry).
+    tx.post.push({ kind: "release_slot", grant: m.run_id });
+    return tx.done(null);
+  }
+  return granted(tx, r); // an audited queued run that never heard of its grant takes it
+}
+
 function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
+  if (m.kind === "slot_granted" || m.kind === "slot_audit") return onGrant(tx, m);
   const r = tx.run(m.run_id);
   switch (m.kind) {
-    case "slot_audit":
-      if (r?.slot) return tx.done(null);
-      if (!r || r.status !== "queued") {
-        // Not this run's slot (finished, or waiting to retry): release the grant the tenant kept.
-        tx.post.push({ kind: "release_slot", run_id: m.run_id });
-        return tx.done(null);
-      }
-      return granted(tx, r); // a queued run that never heard of its grant takes it
-    case "slot_granted":
-      if (!r) {
-        tx.post.push({ kind: "release_slot", run_id: m.run_id });
-        return tx.done(null);
-      }
-      return granted(tx, r);
     case "redispatch":
       if (!r || r.status !== "queued") return tx.done(null);
       if (!r.slot) askSlot(tx, r);

@@ -125,14 +125,14 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       case "acquire_slot": {
         const max = await deps.tenantMaxConcurrent?.(tenant.id);
         const reply = await deps.router().request<{ granted: boolean }>(tenant, {
-          kind: "acquire", run_id: fx.run_id, job: ctx.address.id, ttl_ms: fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000),
+          kind: "acquire", run_id: fx.grant, job: ctx.address.id, ttl_ms: fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000),
           ...(max !== undefined ? { max_concurrent: max } : {}),
         });
-        if (reply.granted) ctx.tell({ kind: "slot_granted", run_id: fx.run_id });
+        if (reply.granted) ctx.tell({ kind: "slot_granted", run_id: fx.grant });
         return;
       }
       case "release_slot":
-        await deps.router().request(tenant, { kind: "release", run_id: fx.run_id });
+        await deps.router().request(tenant, { kind: "release", run_id: fx.grant });
         return;
       case "dispatch":
         return dispatch(ctx, fx);

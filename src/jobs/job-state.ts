@@ -35,6 +35,8 @@ export interface ActiveRun {
   worker: string | null;
   /** A tenant slot is held for this run. */
   slot: boolean;
+  /** Slots given back so far: names the current grant (see `grantId` in job-actor.ts). */
+  slot_seq?: number;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

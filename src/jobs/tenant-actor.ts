@@ -16,7 +16,7 @@
  * will be shared max-min fairly by weight across tenant actors.
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
-import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun } from "./ids.ts";
+import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./ids.ts";
 
 export interface TenantState {
   max_concurrent: number;
@@ -92,7 +92,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           break;
         case "audit":
           for (const run_id of Object.keys(running).slice(0, AUDIT_LIMIT)) {
-            const jobId = jobIdOfRun(run_id);
+            const jobId = jobIdOfRun(splitGrant(run_id).run_id);
             if (jobId) effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id } });
           }
           break;

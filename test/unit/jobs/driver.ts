@@ -15,6 +15,7 @@
 import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
 import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-actor.ts";
 import type { JobState } from "../../../src/jobs/job-state.ts";
+import { splitGrant } from "../../../src/jobs/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/jobs/model.ts";
 
 export const TENANT = "t1";
@@ -73,6 +74,8 @@ export class Driver {
   readonly slots = new Set<string>();
   /** Runs whose acquire_slot is outstanding (only when autoGrant is off). */
   readonly pendingSlots: string[] = [];
+  /** The grant id each run last asked for (slots and pendingSlots are keyed by run id). */
+  readonly #grants = new Map<string, string>();
   /** Dispatches not yet claimed (only when autoClaim is off). */
   readonly pendingClaims: DispatchFx[] = [];
   readonly posts: JobEffect[] = [];
@@ -190,15 +193,16 @@ export class Driver {
     this.posts.push(fx);
     switch (fx.kind) {
       case "acquire_slot":
+        this.#grants.set(fx.run_id, fx.grant);
         if (this.autoGrant) {
           this.slots.add(fx.run_id);
-          this.#inbox.push({ kind: "slot_granted", run_id: fx.run_id });
+          this.#inbox.push({ kind: "slot_granted", run_id: fx.grant });
         } else if (!this.pendingSlots.includes(fx.run_id) && !this.slots.has(fx.run_id)) {
           this.pendingSlots.push(fx.run_id);
         }
         return;
       case "release_slot":
-        this.slots.delete(fx.run_id);
+        this.slots.delete(splitGrant(fx.grant).run_id);
         return;
       case "dispatch":
         this.dispatches.push(fx);
@@ -219,7 +223,7 @@ export class Driver {
     if (i < 0 || id === undefined) throw new Error(`no pending slot request ${runId ?? ""}`);
     this.pendingSlots.splice(i, 1);
     this.slots.add(id);
-    this.send({ kind: "slot_granted", run_id: id });
+    this.send({ kind: "slot_granted", run_id: this.#grants.get(id) ?? `${id}_0` });
   }
 
   /** The worker accepts the oldest pending dispatch. */

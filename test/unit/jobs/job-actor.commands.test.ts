@@ -5,6 +5,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
+import { splitGrant } from "../../../src/jobs/ids.ts";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
@@ -160,7 +161,7 @@ describe("job actor: delete and run now", () => {
     assert.deepEqual(r.reply, { ok: true });
     for (const a of active) {
       assert.ok(d.postsOf("cancel_on_worker").some((c) => c.run_id === a.id && c.fence === a.fence && c.worker === "w1"));
-      assert.ok(d.postsOf("release_slot").some((c) => c.run_id === a.id));
+      assert.ok(d.postsOf("release_slot").some((c) => splitGrant(c.grant).run_id === a.id));
       assert.equal(d.records.get(a.id)?.status, "cancelled");
       assert.equal(d.records.get(a.id)?.reason, "job deleted");
     }

@@ -48,7 +48,7 @@ describe("job actor: slots and claims", () => {
     d.create(spec());
     d.slots.add("ghost");
     d.send({ kind: "slot_granted", run_id: "ghost" });
-    assert.deepEqual(d.postsOf("release_slot"), [{ kind: "release_slot", run_id: "ghost" }]);
+    assert.deepEqual(d.postsOf("release_slot"), [{ kind: "release_slot", grant: "ghost" }]);
     assert.equal(d.slots.size, 0);
   });
 
@@ -270,5 +270,19 @@ describe("job actor: slot audit", () => {
     d.send({ kind: "slot_audit", run_id: RUN });
     assert.equal(d.run(RUN)?.slot, true);
     assert.ok(d.run(RUN)!.fence > 0, "offered under the grant it missed");
+  });
+});
+
+describe("job actor: grants are named per hold", () => {
+  it("a late release of an earlier grant cannot take the slot of the retry (the sim's seed 40)", () => {
+    const d = new Driver(cfg(), { autoComplete: () => ({ exit_code: 1, output: "" }) });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    d.advance(1_500);
+    const releases = d.postsOf("release_slot").map((p) => p.grant);
+    const asks = d.postsOf("acquire_slot").map((p) => p.grant);
+    assert.equal(d.run(RUN)?.status, "retry_wait");
+    assert.deepEqual(releases, [`${RUN}_0`], "attempt 1 gives back grant _0");
+    d.advance(2_500); // retry_due asks again, under a new name
+    assert.ok(d.postsOf("acquire_slot").map((p) => p.grant).slice(asks.length).every((g) => g === `${RUN}_1`));
   });
 });
