@@ -42,7 +42,7 @@ export interface SimOptions {
   noFaults?: boolean;
   /**
    * Re-opens hole 1 (one fence offered to several workers) through the production code's
-   * test-only switch. NOT WIRED YET: see the HOLE 1 SWITCH mark in #composeScheduler.
+   * test-only switch JobActorConfig.testOnlyHole1 (src/jobs/job-actor.ts).
    */
   reopenHole1?: boolean;
   /** Receives every trace event as it happens. */
