@@ -1,0 +1,200 @@
+/**
+ * The job actor's shell (src/jobs/job-shell.ts) at the depth of issue 8's holes 1 and 7: the run
+ * record writes (`put_run` modes, epoch `_e` in the stored record) on the in-memory KV, and the
+ * worker offer (`dispatch`) over a Bus that records requests. The shell is driven directly through
+ * its registration (`perform` / `performPost`) with a hand-made ShellContext.
+ *
+ * Checked against the pre-fix code (f27166f, adapting only what its API lacked: `put_run` had a
+ * boolean `create` instead of `mode`, so a non-create mode ran its CAS-update path):
+ * - FAILED before: "7: update refuses not_owner …later epoch", "7: a stale owner whose cached
+ *   revision conflicts …", "7: terminal … leaves a terminal one alone", "7: settle never creates",
+ *   "1: … exactly one worker, even when it refuses", "1: an offer that times out …".
+ * - "7: update overwrites … earlier epoch" failed before only on the `_e` stamp (no epoch in the
+ *   record); "7: terminal settles an orphaned non-terminal record" and "1: an accepted offer …"
+ *   passed before (controls).
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { ShellContext } from "../../../src/actors/host.ts";
+import type { Bus } from "../../../src/cluster/bus.ts";
+import { decode, encode } from "../../../src/cluster/codec.ts";
+import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import { jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { runKey } from "../../../src/jobs/ids.ts";
+import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
+import { FakeClock } from "../../../src/lib/clock.ts";
+import { isKairosError } from "../../../src/lib/errors.ts";
+import { seededRandom } from "../../../src/lib/random.ts";
+import { WorkerDirectory, workerSubject } from "../../../src/worker/directory.ts";
+import type { StartReply, StartRequest } from "../../../src/worker/protocol.ts";
+
+const CLUSTER = "c";
+const PARTITION = 3;
+const ACTOR_ID = "t1.j1";
+
+function run(status: RunStatus, over: Partial<RunView> = {}): RunView {
+  return {
+    run_id: "r1", job_id: "j1", tenant_id: "t1", scheduled_for: "2024-01-01T00:00:00Z", trigger: "schedule",
+    status, attempt: 1, attempts: [], created_at: "2024-01-01T00:00:00Z", started_at: null, finished_at: null,
+    next_attempt_at: null, result: null, reason: null, ...over,
+  };
+}
+const KEY = runKey(PARTITION, "t1", "j1", "r1");
+
+type Responder = (subject: string, req: StartRequest) => Promise<StartReply>;
+
+function setup(respond: Responder = async () => ({ accepted: true })) {
+  const clock = new FakeClock(1_000_000);
+  const runs = new MemoryKv("runs");
+  const requests: { subject: string; req: StartRequest; timeout: number }[] = [];
+  const bus: Bus = {
+    publish: () => undefined,
+    async request(subject, data, opts) {
+      const req = decode<StartRequest>(data);
+      requests.push({ subject, req, timeout: opts.timeout });
+      return { data: encode(await respond(subject, req)) };
+    },
+    subscribe: () => ({ unsubscribe: () => undefined }),
+    flush: async () => undefined,
+    isClosed: () => false,
+  };
+  const workers = new WorkerDirectory(clock, seededRandom(1), 60_000);
+  for (const w of ["w1", "w2", "w3", "w4"]) workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
+  const logs: string[] = [];
+  const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
+    nc: bus, clusterName: CLUSTER, runs, workers,
+    router: () => {
+      throw new Error("no router in this test");
+    },
+    log: (_l, m, x) => logs.push(`${m} ${JSON.stringify(x ?? {})}`),
+  });
+  const told: unknown[] = [];
+  let onTell: (() => void) | undefined;
+  const ctx = (epoch: number, stillOwner: () => boolean = () => true): ShellContext => ({
+    address: { type: "job", id: ACTOR_ID }, partition: PARTITION, epoch, nodeId: `node-e${epoch}`, stillOwner,
+    tell: (m) => {
+      told.push(m);
+      onTell?.();
+    },
+  });
+  /** Resolves once the shell told its actor something (arm before acting). */
+  const nextTell = () => new Promise<void>((r) => (onTell = r));
+  const putRun = (c: ShellContext, record: RunView, mode: "create" | "update" | "terminal" | "settle") =>
+    reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], c);
+  const stored = async () => {
+    const e = await runs.get(KEY);
+    return e ? decode<RunView & { _e?: number }>(e.value) : null;
+  };
+  /** A record as written by the owner of `epoch` (the stored form: the view plus `_e`). */
+  const seed = (record: RunView, epoch: number) => runs.put(KEY, encode({ ...record, _e: epoch }));
+  return { clock, runs, requests, workers, reg, told, ctx, nextTell, putRun, stored, seed, logs };
+}
+
+const notOwner = (e: unknown) => {
+  assert.ok(isKairosError(e, "not_owner"), `expected not_owner, got ${String(e)}`);
+  return true;
+};
+
+describe("job shell: putRun (hole 7)", () => {
+  it("7: update refuses not_owner when the stored record carries a later epoch, and leaves it alone", async () => {
+    const t = setup();
+    await t.seed(run("succeeded"), 9);
+    await assert.rejects(t.putRun(t.ctx(5), run("queued"), "update"), notOwner);
+    const s = await t.stored();
+    assert.equal(s?.status, "succeeded");
+    assert.equal(s?._e, 9);
+  });
+
+  it("7: a stale owner whose cached revision conflicts re-reads and refuses; succeeded is not turned back into queued", async () => {
+    const t = setup();
+    const old = t.ctx(5);
+    await t.putRun(old, run("queued"), "create");
+    await t.putRun(old, run("running"), "update"); // the old owner caches the record's revision
+    // The new owner (epoch 6, another node: its own registration and revision cache) settles it.
+    const freshReg = jobRegistration(DEFAULT_JOB_CONFIG, {
+      nc: {} as Bus, clusterName: CLUSTER, runs: t.runs, workers: t.workers, router: () => { throw new Error("unused"); }, log: () => undefined,
+    });
+    await freshReg.perform!([{ kind: "put_run", record: run("succeeded"), mode: "update" } satisfies JobEffect], t.ctx(6));
+    assert.equal((await t.stored())?.status, "succeeded");
+    // The stalled old owner's write lands now: CAS conflict on its cached revision, then re-read.
+    await assert.rejects(t.putRun(old, run("queued"), "update"), notOwner);
+    const s = await t.stored();
+    assert.equal(s?.status, "succeeded");
+    assert.equal(s?._e, 6);
+  });
+
+  it("7: update overwrites a record of an earlier epoch, stamping its own", async () => {
+    const t = setup();
+    await t.seed(run("queued"), 3);
+    await t.putRun(t.ctx(5), run("running"), "update");
+    const s = await t.stored();
+    assert.equal(s?.status, "running");
+    assert.equal(s?._e, 5);
+  });
+
+  it("7: terminal settles an orphaned non-terminal record", async () => {
+    const t = setup();
+    await t.seed(run("queued"), 3);
+    await t.putRun(t.ctx(5), run("missed", { reason: "missed" }), "terminal");
+    assert.equal((await t.stored())?.status, "missed");
+  });
+
+  it("7: terminal leaves a terminal record alone", async () => {
+    const t = setup();
+    await t.seed(run("succeeded"), 3);
+    await t.putRun(t.ctx(5), run("missed", { reason: "missed" }), "terminal");
+    const s = await t.stored();
+    assert.equal(s?.status, "succeeded");
+    assert.equal(s?._e, 3);
+  });
+
+  it("7: settle never creates a record", async () => {
+    const t = setup();
+    await t.putRun(t.ctx(5), run("cancelled"), "settle");
+    assert.equal(await t.stored(), null);
+  });
+});
+
+describe("job shell: dispatch (hole 1)", () => {
+  const dispatchFx = (fence: number): JobEffect => ({
+    kind: "dispatch", run_id: "r1", fence, attempt: 1, start_at_ms: 1_000_000, scheduled_for_ms: 1_000_000,
+    task: { image: "i", args: ["true"], env: {}, timeout_s: 30 },
+  });
+
+  it("1: an accepted offer goes to one worker and comes back as `claimed` with that worker and fence", async () => {
+    const t = setup();
+    const told = t.nextTell();
+    t.reg.performPost!([dispatchFx(11)], t.ctx(5));
+    await told;
+    assert.equal(t.requests.length, 1);
+    const [r] = t.requests;
+    assert.equal(r!.req.fence, 11);
+    const worker = r!.subject.split(".")[3];
+    assert.equal(r!.subject, workerSubject(CLUSTER, worker!, "start"));
+    assert.deepEqual(t.told, [{ kind: "claimed", run_id: "r1", fence: 11, worker }]);
+  });
+
+  it("1: one fence is offered to exactly one worker, even when it refuses (several are free)", async () => {
+    const t = setup(async () => ({ accepted: false, reason: "no free slot" }));
+    const told = t.nextTell();
+    t.reg.performPost!([dispatchFx(12)], t.ctx(5));
+    await told;
+    assert.equal(t.requests.length, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
+    assert.equal(t.told.length, 1);
+    assert.ok((t.told[0] as { kind: string }).kind === "dispatch_failed", JSON.stringify(t.told));
+  });
+
+  it("1: an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence", async () => {
+    const t = setup(async () => {
+      throw new Error("TIMEOUT");
+    });
+    const told = t.nextTell();
+    t.reg.performPost!([dispatchFx(13)], t.ctx(5));
+    await told;
+    assert.equal(t.requests.length, 1, `the fence went to ${t.requests.map((r) => r.subject).join(", ")}`);
+    assert.equal(t.told.length, 1);
+    const m = t.told[0] as { kind: string; run_id: string; fence: number };
+    assert.deepEqual({ kind: m.kind, run_id: m.run_id, fence: m.fence }, { kind: "dispatch_failed", run_id: "r1", fence: 13 });
+  });
+});
