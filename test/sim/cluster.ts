@@ -26,7 +26,7 @@ import { WorkerDirectory } from "../../src/worker/directory.ts";
 import { Worker } from "../../src/worker/worker.ts";
 import { Ledger, SimExecutor } from "./executor.ts";
 import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
-import { Checker, Trace, type JobUnderTest, type Violation } from "./invariants.ts";
+import { Checker, Trace, saturatedTenants, type JobUnderTest, type Violation } from "./invariants.ts";
 import { SimBus, type BusFaults, type SimEndpoint } from "./sim-bus.ts";
 import { SimClock, SimProcess } from "./sim-clock.ts";
 
@@ -105,6 +105,9 @@ export class SimCluster {
   router: ActorRouter | undefined;
   readonly #o: SimOptions;
   readonly #caps = new Map<string, number>();
+  get caps(): ReadonlyMap<string, number> {
+    return this.#caps;
+  }
   #streams = 100;
   #busFaults: BusFaults = { loss: 0, dup: 0, delayMs: [0, 15] };
   #kvFaults: KvFaults = { ...NO_KV_FAULTS, delayMs: [0, 4] };
@@ -369,7 +372,8 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   await status;
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
   // A run created before faults stopped has had 3 × (task 4 s + lease 4 s) + backoffs + slack.
-  await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - quiet);
+  const saturated = saturatedTenants(c.ledger.all, c.caps, START_MS + duration);
+  await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - quiet, saturated);
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;
   const digest = fnv(c.ledger.all.map((x) => `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`).join("\n"));
