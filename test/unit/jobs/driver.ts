@@ -81,6 +81,8 @@ export class Driver {
   readonly posts: JobEffect[] = [];
   readonly dispatches: DispatchFx[] = [];
   readonly violations: string[] = [];
+  /** Heartbeat arrival times the host recorded before the mailbox (ctx.arrivalMs), by arrival key. */
+  readonly arrivals = new Map<string, number>();
   /** `create: true` writes that met an existing record (legit only when re-firing after a crash). */
   dupCreates = 0;
   readonly decisions: { msg: JobMsg; d: D }[] = [];
@@ -125,7 +127,7 @@ export class Driver {
 
   #apply(msg: JobMsg): D {
     const input = this.opts.freeze ? deepFreeze(this.state) : this.state;
-    const d = this.actor.receive(input, msg, { id: ACTOR_ID, nowMs: this.now });
+    const d = this.actor.receive(input, msg, this.#ctx());
     this.decisions.push({ msg, d });
     for (const fx of d.pre ?? []) this.#pre(fx);
     this.state = d.state;
@@ -146,9 +148,25 @@ export class Driver {
    * state, timers and post effects are lost. Returns the lost decision.
    */
   crashAfterPre(msg: JobMsg): D {
-    const d = this.actor.receive(this.state, msg, { id: ACTOR_ID, nowMs: this.now });
+    const d = this.actor.receive(this.state, msg, this.#ctx());
     for (const fx of d.pre ?? []) this.#pre(fx);
     return d;
+  }
+
+  #ctx() {
+    return { id: ACTOR_ID, nowMs: this.now, arrivalMs: (k: string) => this.arrivals.get(k) };
+  }
+
+  /**
+   * A takeover: a new owner loads the persisted state; the old owner's timers are gone and
+   * `onActivate` re-arms them (offers already made stay in `pendingClaims`: their worker may
+   * still accept). Returns the activation effects.
+   */
+  activate(): readonly HostEffect<unknown>[] {
+    this.timers.clear();
+    const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
+    for (const e of fx) this.#effect(e);
+    return fx;
   }
 
   #pre(fx: JobEffect): void {
