@@ -284,6 +284,15 @@ export class SimCluster {
   #restart(id: string, kind: Proc["kind"]): void {
     const p = this.procs.get(id);
     if (p?.up) return;
+    if (p && p.process.state !== "dead") {
+      // A graceful stop that has not finished (e.g. it met a paused process): a restart of the
+      // service kills what is left of the old process first, as a supervisor would. (Left
+      // alive, its paused endpoint kept queue subscriptions that swallowed requests forever.)
+      p.process.kill();
+      p.ep.close();
+      p.executor?.crashAll();
+      this.trace.add(`${id} old incarnation killed before restart`);
+    }
     this.start(id, kind);
   }
 
