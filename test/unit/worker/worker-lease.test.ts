@@ -1,0 +1,252 @@
+/**
+ * The worker's half of a lease (src/worker/worker.ts) at the depth of issue 8's holes 2 and 9:
+ * a real Worker with a fake executor that records start/kill, on the simulation bus and clock
+ * (test/sim), heartbeating through a real ActorRouter to a responder this test controls on the
+ * partition subjects (the owner's side: batch heartbeats `{b: [...]}` answered with one
+ * ItemResult per item, single `complete` requests answered with an ActorReply). "Silent" means
+ * the responder never answers (the request times out: an unknown outcome).
+ *
+ * - hole 2: an accepted offer is started only under a fresh acknowledged heartbeat; a running
+ *   attempt is killed by the worker itself (`self_fenced`) once TTL − margin passed since the
+ *   send time of its last acknowledged heartbeat, with no `lease_lost` reply; an offer never
+ *   acknowledged is dropped (`offer_expired`).
+ * - hole 9: a completion whose request timed out is kept (and heartbeated) and reported again on
+ *   the next round until the owner answers ok or stale_fence.
+ *
+ * Checked against the pre-fix code (f27166f): the file ran unchanged there (test/sim/sim-bus.ts and
+ * sim-clock.ts copied in; the old worker ignored the extra `leaseSafetyMarginMs` option and
+ * `lease_ttl_ms` offer field). ALL five tests FAILED before: the offer started at its start time
+ * without any acknowledgement; the never-acknowledged offer was neither dropped nor kept from
+ * starting; nothing killed the attempt once heartbeats went unanswered; and an attempt whose
+ * completion report timed out was no longer heartbeated (both hole 9 tests).
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { decode, encode } from "../../../src/cluster/codec.ts";
+import { partitionSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../../../src/cluster/router.ts";
+import { ActorRouter } from "../../../src/cluster/router.ts";
+import type { BusMsg } from "../../../src/cluster/bus.ts";
+import { seededRandom } from "../../../src/lib/random.ts";
+import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../../src/sandbox/types.ts";
+import { workerSubject } from "../../../src/worker/directory.ts";
+import type { StartReply, StartRequest } from "../../../src/worker/protocol.ts";
+import { Worker } from "../../../src/worker/worker.ts";
+import { SimBus } from "../../sim/sim-bus.ts";
+import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
+
+const CLUSTER = "c";
+const PARTITIONS = 4;
+const TTL = 5_000;
+const MARGIN = 1_000;
+const HB = 1_000;
+const T0 = 1_000_000;
+const T = { timeout: 20_000 };
+
+/** Records every start and kill, with the simulated time; results are settled by the test. */
+class RecordingExecutor implements Executor {
+  readonly kind = "noop" as const;
+  readonly log: { what: "start" | "kill"; key: string; at: number }[] = [];
+  readonly #live = new Map<string, (r: ExecutionResult) => void>();
+  constructor(private readonly clock: SimClock) {}
+  start(_task: TaskSpec, id: RunIdentity): Execution {
+    const key = `${id.runId}#${id.attempt}`;
+    this.log.push({ what: "start", key, at: this.clock.now() });
+    const startedAtMs = this.clock.now();
+    let settle!: (r: ExecutionResult) => void;
+    const result = new Promise<ExecutionResult>((r) => (settle = r));
+    let done = false;
+    const finish = (r: ExecutionResult) => {
+      if (done) return;
+      done = true;
+      this.#live.delete(key);
+      settle(r);
+    };
+    this.#live.set(key, finish);
+    return {
+      result,
+      kill: async () => {
+        this.log.push({ what: "kill", key, at: this.clock.now() });
+        finish({ outcome: "killed", exitCode: null, output: "", startedAtMs, finishedAtMs: this.clock.now() });
+        await result;
+      },
+    };
+  }
+  /** The task exits 0 now. */
+  exit(key: string): void {
+    const f = this.#live.get(key);
+    assert.ok(f, `${key} is not running`);
+    f({ outcome: "exited", exitCode: 0, output: "ok", startedAtMs: T0, finishedAtMs: this.clock.now() });
+  }
+  starts(): number {
+    return this.log.filter((e) => e.what === "start").length;
+  }
+  async reapOrphans(): Promise<number> {
+    return 0;
+  }
+  async close(): Promise<void> {}
+}
+
+type HbMode = "ok" | "silent" | "lease_lost";
+type CompleteMode = "ok" | "silent" | "stale_fence";
+
+/** The owner's side on the partition subjects. */
+class Owner {
+  hb: HbMode = "ok";
+  complete: CompleteMode = "ok";
+  readonly heartbeats: { run_id: string; at: number; answered: boolean }[] = [];
+  readonly completes: { run_id: string; at: number; mode: CompleteMode }[] = [];
+  constructor(private readonly clock: SimClock) {}
+  handle(m: BusMsg): void {
+    const req = decode<ActorRequest | BatchRequest>(m.data);
+    if ("b" in req) {
+      const answered = this.hb !== "silent";
+      for (const it of req.b) this.heartbeats.push({ run_id: (it.m as { run_id: string }).run_id, at: this.clock.now(), answered });
+      if (!answered) return;
+      const v: ItemResult[] = req.b.map(() => (this.hb === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e: { code: "lease_lost", message: "lease lost" } }));
+      m.respond(encode({ ok: true, v } satisfies ActorReply));
+      return;
+    }
+    const msg = req.m as { kind: string; run_id: string };
+    assert.equal(msg.kind, "complete");
+    this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete });
+    if (this.complete === "silent") return;
+    m.respond(encode((this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e: { code: "stale_fence", message: "stale fence" } }) satisfies ActorReply));
+  }
+  acked(runId: string): { at: number }[] {
+    return this.heartbeats.filter((h) => h.run_id === runId && h.answered);
+  }
+}
+
+async function setup() {
+  const sim = new SimClock(T0);
+  const bus = new SimBus({ clock: sim, random: seededRandom(1) });
+  const workerEp = bus.endpoint("worker");
+  const ownerEp = bus.endpoint("owner");
+  const schedEp = bus.endpoint("sched");
+  const owner = new Owner(sim);
+  ownerEp.subscribe(`kairos.${CLUSTER}.p.*`, { queue: "owners", callback: (_e, m) => owner.handle(m) });
+  assert.equal(partitionSubject(CLUSTER, 0), `kairos.${CLUSTER}.p.0`);
+  const router = new ActorRouter({ nc: workerEp, clusterName: CLUSTER, clock: sim, random: seededRandom(2), partitions: PARTITIONS });
+  const executor = new RecordingExecutor(sim);
+  const events: { type: string; run_id: string; at: number }[] = [];
+  const worker = new Worker({
+    workerId: "w1", clusterName: CLUSTER, slots: 4, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
+    leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined,
+    onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
+  });
+  await worker.start();
+  await drainMicrotasks();
+  /** Offers attempt 1 of `runId` (fence 1) starting `startInMs` from now; resolves with the reply. */
+  const offer = async (runId: string, startInMs: number): Promise<StartReply> => {
+    const req: StartRequest = {
+      job_actor: "t1.j1", tenant_id: "t1", job_id: "j1", run_id: runId, attempt: 1, fence: 1,
+      scheduled_for_ms: sim.now() + startInMs, start_at_ms: sim.now() + startInMs,
+      task: { image: "i", args: ["true"], env: {}, timeout_s: 600 }, lease_ttl_ms: TTL,
+    };
+    const p = schedEp.request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 2_000 });
+    await drainMicrotasks();
+    return decode<StartReply>((await p).data);
+  };
+  const runFor = (ms: number) => sim.runUntil(sim.now() + ms);
+  const runTo = (at: number) => sim.runUntil(at);
+  const evs = (type: string) => events.filter((e) => e.type === type);
+  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo };
+}
+
+describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
+  it("2: an accepted offer whose start time passes before any acknowledgement is not started; it starts on the acknowledgement", T, async () => {
+    const t = await setup();
+    t.owner.hb = "silent";
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 900); // start_at (T0+100) passed long ago
+    assert.ok(t.owner.heartbeats.some((h) => h.run_id === "r1"), "the worker asked for an acknowledgement");
+    assert.equal(t.executor.starts(), 0, "started without an acknowledged heartbeat");
+    t.owner.hb = "ok";
+    await t.runTo(T0 + 3_000);
+    assert.equal(t.executor.starts(), 1, "started once acknowledged");
+    const firstAck = t.owner.acked("r1")[0]!.at;
+    assert.ok(t.executor.log[0]!.at >= firstAck, `started at ${t.executor.log[0]!.at}, first acknowledgement at ${firstAck}`);
+    await t.worker.stop();
+  });
+
+  it("2: an offer never acknowledged is dropped (offer_expired) and not started when an acknowledgement would come later", T, async () => {
+    const t = await setup();
+    t.owner.hb = "silent";
+    assert.deepEqual(await t.offer("r1", 10_000), { accepted: true });
+    await t.runTo(T0 + TTL - MARGIN + 500);
+    assert.deepEqual(t.evs("offer_expired").map((e) => e.run_id), ["r1"]);
+    assert.ok(t.evs("offer_expired")[0]!.at >= T0 + TTL - MARGIN, "not dropped before its acceptance + TTL − margin");
+    t.owner.hb = "ok";
+    const asked = t.owner.heartbeats.length;
+    await t.runTo(T0 + 15_000); // past start_at
+    assert.equal(t.executor.starts(), 0, "a dropped offer was started");
+    assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0, "a dropped offer is no longer heartbeated");
+    await t.worker.stop();
+  });
+
+  it("2: a running attempt is killed by the worker itself once no heartbeat was acknowledged for TTL − margin (no lease_lost reply)", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    t.owner.hb = "silent"; // cut off: heartbeats are no longer answered
+    const lastAck = Math.max(...t.owner.acked("r1").map((h) => h.at));
+    const fenceAt = lastAck + TTL - MARGIN;
+    await t.runTo(fenceAt - 1);
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0, "killed before its acknowledgement ran out");
+    await t.runTo(fenceAt + 50);
+    const kills = t.executor.log.filter((e) => e.what === "kill");
+    assert.equal(kills.length, 1, "the worker did not fence itself");
+    assert.ok(kills[0]!.at >= fenceAt && kills[0]!.at <= fenceAt + 50, `killed at ${kills[0]!.at}, due at ${fenceAt}`);
+    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(t.evs("lease_lost"), [], "no lease_lost reply was involved");
+    await t.worker.stop();
+  });
+});
+
+describe("worker: a completion with an unknown outcome is retried (hole 9)", () => {
+  it("9: a completion whose request times out is kept, heartbeated and reported again until the owner answers ok", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    t.owner.complete = "silent";
+    t.executor.exit("r1#1");
+    const exitedAt = t.sim.now();
+    await t.runTo(exitedAt + 3_500); // the report times out (2 s deadline); the next rounds come
+    assert.ok(t.owner.completes.length >= 1, "the completion was reported");
+    assert.deepEqual(t.evs("completed"), []);
+    const hbAfter = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + 2_000);
+    assert.ok(hbAfter.length >= 1, "the attempt whose completion is unacknowledged is still heartbeated (its lease kept)");
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
+    t.owner.complete = "ok";
+    const reported = t.owner.completes.length;
+    await t.runTo(t.sim.now() + 2 * HB + 100);
+    assert.ok(t.owner.completes.length > reported, "reported again on a later round");
+    assert.equal(t.evs("completed").length, 1);
+    const asked = t.owner.heartbeats.length;
+    await t.runTo(t.sim.now() + 3 * HB);
+    assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0, "dropped once acknowledged");
+    assert.deepEqual(t.evs("self_fenced"), [], "a finished attempt waiting for its report is not self-fenced");
+    await t.worker.stop();
+  });
+
+  it("9: a completion whose request timed out is dropped on a stale_fence verdict, not before", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.complete = "silent";
+    t.executor.exit("r1#1");
+    await t.runTo(t.sim.now() + 3_500);
+    assert.deepEqual(t.evs("stale_fence"), []);
+    assert.ok(t.owner.heartbeats.some((h) => h.run_id === "r1" && h.at > t.sim.now() - HB - 10), "still heartbeated");
+    t.owner.complete = "stale_fence";
+    await t.runTo(t.sim.now() + 2 * HB + 100);
+    assert.equal(t.evs("stale_fence").length, 1);
+    assert.deepEqual(t.evs("completed"), []);
+    const asked = t.owner.heartbeats.length;
+    await t.runTo(t.sim.now() + 3 * HB);
+    assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0);
+    await t.worker.stop();
+  });
+});
