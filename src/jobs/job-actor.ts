@@ -718,6 +718,16 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     loadOnAcquire: true,
     initialState: () => emptyJobState(),
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
+    // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
+    // recorded is acknowledged from the committed state without queueing (busy is not dead).
+    arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
+    query: (s, m) => {
+      if (m.kind !== "heartbeat") return undefined;
+      const r = s.runs.find((x) => x.run_id === m.run_id);
+      if (!r || r.fence !== m.fence || r.worker !== m.worker || (r.status !== "leased" && r.status !== "running")) return undefined;
+      // The first heartbeat after the start still goes through the mailbox (status running).
+      return { reply: { ok: true }, alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
+    },
     receive(state, msg, ctx) {
       const tx = new Tx(state, ctx.nowMs, cfg, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined);
       if (msg.kind !== "create" && !state.job) {

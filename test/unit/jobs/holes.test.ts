@@ -23,7 +23,8 @@
  * another worker is cancelled; 3: fence 0 redispatches at once; 6b: a pause with no orphan writes
  * no record; 9: lease expiry with the slot held re-offers under a new fence; 10: expiry without a
  * recent arrival, and arrivals under another worker's or fence's key do not keep the lease.
- * The `todo` test in hole 10 pins a bug found here, outside the core's receive (see its note).
+ * Hole 10's arrival-key test found that the job actor declared no arrival key (so the host never
+ * recorded arrivals in production); fixed with the read-only `query` fast path in the same commit.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -342,14 +343,20 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
-  it(
-    "10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all",
-    { todo: "BUG: makeJobActor defines no arrivalKey, so Host.deliver never records heartbeat arrivals and ctx.arrivalMs is always undefined in production" },
-    () => {
-      const def = makeJobActor(cfg());
-      assert.equal(def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), heartbeatKey(RUN, 3, "w1"));
-    },
-  );
+  it("10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all", () => {
+    const def = makeJobActor(cfg());
+    assert.equal(def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), heartbeatKey(RUN, 3, "w1"));
+  });
+
+  it("10: a heartbeat for a recorded lease is acknowledged from the committed state without queueing", () => {
+    const d = leased();
+    const def = makeJobActor(cfg());
+    const f = d.run(RUN)!.fence;
+    const ctx = { id: "t.j", nowMs: d.now };
+    assert.deepEqual(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w1" }, ctx), { reply: { ok: true }, alsoQueue: false });
+    assert.equal(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w2" }, ctx), undefined, "another worker: queued, answered lease_lost");
+    assert.equal(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f - 1, worker: "w1" }, ctx), undefined, "an old fence: queued");
+  });
 
   it("10: an arrival from another worker or under an old fence does not keep the lease alive", () => {
     const d = leased();
