@@ -8,7 +8,9 @@
  * boolean `create` instead of `mode`, so a non-create mode ran its CAS-update path):
  * - FAILED before: "7: update refuses not_owner …later epoch", "7: a stale owner whose cached
  *   revision conflicts …", "7: terminal … leaves a terminal one alone", "7: settle never creates",
- *   "1: … exactly one worker, even when it refuses", "1: an offer that times out …".
+ *   "1: … exactly one worker, even when it refuses", "1: an offer that times out …",
+ *   "7: a stale owner (stillOwner false) offers nothing" (the old ShellContext had no
+ *   `stillOwner`; the offer went out).
  * - "7: update overwrites … earlier epoch" failed before only on the `_e` stamp (no epoch in the
  *   record); "7: terminal settles an orphaned non-terminal record" and "1: an accepted offer …"
  *   passed before (controls).
@@ -183,6 +185,14 @@ describe("job shell: dispatch (hole 1)", () => {
     assert.equal(t.requests.length, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
     assert.equal(t.told.length, 1);
     assert.ok((t.told[0] as { kind: string }).kind === "dispatch_failed", JSON.stringify(t.told));
+  });
+
+  it("7: a stale owner (stillOwner false) offers nothing", async () => {
+    const t = setup();
+    t.reg.performPost!([dispatchFx(14)], t.ctx(5, () => false));
+    for (let i = 0; i < 3; i++) await new Promise<void>((r) => setImmediate(r));
+    assert.deepEqual(t.requests, []);
+    assert.deepEqual(t.told, []);
   });
 
   it("1: an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence", async () => {
