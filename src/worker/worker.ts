@@ -228,7 +228,16 @@ export class Worker {
   #enforce(): void {
     const now = this.#o.clock.monoMs();
     for (const l of [...this.#leases.values()]) {
-      if (l.lost || l.completion) continue;
+      if (l.completion) {
+        // A worker cut off for longer than the completion deadline gives the report up (the slot
+        // comes back; the owner's lease expires and the run is retried).
+        if (now - (l.completionSinceMono ?? now) > this.#o.completionDeadlineMs) {
+          this.#leases.delete(this.#key(l.req.run_id, l.req.attempt));
+          this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: l.req.run_id });
+        }
+        continue;
+      }
+      if (l.lost) continue;
       const until = l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l);
       if (now < until) continue;
       this.#o.onEvent?.({ type: l.execution ? "self_fenced" : "offer_expired", run_id: l.req.run_id, attempt: l.req.attempt });
