@@ -161,7 +161,8 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       for (const fx of effects as JobEffect[]) {
         post(ctx, fx).catch((e: unknown) => {
           deps.log("warn", `job effect ${fx.kind} failed`, { job: ctx.address.id, err: String(e) });
-          if (fx.kind === "acquire_slot") ctx.tell({ kind: "retry_later", run_id: fx.run_id });
+          // No immediate re-ask: the run's slot_check timer asks again (SLOT_RECHECK_MS). Re-asking
+          // at once after a timeout turned an overloaded tenant actor into a retry storm.
         });
       }
     },

@@ -25,6 +25,8 @@ export interface TenantState {
   waiting: { run_id: string; job: string; ttl_ms: number }[];
   /** When the next grant audit is due (armed while runs wait); see `audit`. */
   audit_at_ms?: number;
+  /** When the `expire` timer is armed for (the earliest grant expiry). */
+  expire_at_ms?: number;
 }
 
 export type TenantMsg =
@@ -50,6 +52,14 @@ export const SLOT_AUDIT_MS = 10_000;
 /** Most grants audited per round. */
 export const AUDIT_LIMIT = 1_000;
 
+/** Grant counts by grant table (tables are immutable once built), so a message costs O(1), not O(grants). */
+const counts = new WeakMap<Record<string, number>, number>();
+const countOf = (r: Record<string, number>): number => {
+  let n = counts.get(r);
+  if (n === undefined) counts.set(r, (n = Object.keys(r).length));
+  return n;
+};
+
 export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
     type: TENANT_ACTOR,
@@ -57,9 +67,34 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
     initialState: () => ({ max_concurrent: defaultMaxConcurrent, running: {}, waiting: [] }),
     receive(state, msg, ctx) {
       const now = ctx.nowMs;
-      const running = Object.fromEntries(Object.entries(state.running).filter(([, exp]) => exp > now));
+      // The grant table is copied once, on the first change (one O(grants) copy at most per
+      // message); counts and the next expiry are kept incrementally.
+      let running = state.running;
+      let n = countOf(running);
+      let copied = false;
+      const pre: TenantEffect[] = [];
+      const own = () => {
+        if (!copied) {
+          running = { ...running };
+          copied = true;
+        }
+      };
+      const put = (id: string, exp: number) => {
+        own();
+        if (running[id] === undefined) n++;
+        running[id] = exp;
+        pre.push({ kind: "put_grant", run_id: id, expires_at_ms: exp });
+      };
+      const del = (id: string) => {
+        if (running[id] === undefined) return;
+        own();
+        delete running[id];
+        n--;
+        pre.push({ kind: "del_grant", run_id: id });
+      };
       let waiting = state.waiting;
       let max = state.max_concurrent;
+      let expireAt = state.expire_at_ms;
       const effects: HostEffect<TenantMsg>[] = [];
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
@@ -67,10 +102,10 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
       switch (msg.kind) {
         case "acquire":
           if (running[msg.run_id] !== undefined) {
-            running[msg.run_id] = now + msg.ttl_ms;
+            if (running[msg.run_id] !== now + msg.ttl_ms) put(msg.run_id, now + msg.ttl_ms);
             reply = { granted: true };
-          } else if (Object.keys(running).length < max && waiting.length === 0) {
-            running[msg.run_id] = now + msg.ttl_ms;
+          } else if (n < max && waiting.length === 0) {
+            put(msg.run_id, now + msg.ttl_ms);
             reply = { granted: true };
           } else if (waiting.some((w) => w.run_id === msg.run_id)) {
             reply = { granted: false };
@@ -82,13 +117,15 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           }
           break;
         case "release":
-          delete running[msg.run_id];
+          del(msg.run_id);
           if (waiting.some((w) => w.run_id === msg.run_id)) waiting = waiting.filter((w) => w.run_id !== msg.run_id);
           break;
         case "set_quota":
           max = Math.max(1, Math.floor(msg.max_concurrent));
           break;
         case "expire":
+          for (const [id, exp] of Object.entries(running)) if (exp <= now) del(id);
+          expireAt = undefined;
           break;
         case "audit":
           for (const run_id of Object.keys(running).slice(0, AUDIT_LIMIT)) {
@@ -97,36 +134,36 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           }
           break;
         case "status":
-          reply = { running: Object.keys(running).length, waiting: waiting.length, max_concurrent: max };
+          reply = { running: n, waiting: waiting.length, max_concurrent: max };
           break;
       }
       // Grant waiting requests while there is room.
-      if (waiting.length > 0 && Object.keys(running).length < max) {
+      if (waiting.length > 0 && n < max) {
         const rest = [...waiting];
-        while (rest.length > 0 && Object.keys(running).length < max) {
+        while (rest.length > 0 && n < max) {
           const w = rest.shift()!;
-          running[w.run_id] = now + w.ttl_ms;
+          put(w.run_id, now + w.ttl_ms);
           effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id: w.run_id } });
         }
         waiting = rest;
       }
+      // The expiry timer: at the earliest grant expiry (recomputed only after an `expire`).
+      if (expireAt === undefined && n > 0) expireAt = Object.values(running).reduce((a, b) => Math.min(a, b), Number.POSITIVE_INFINITY);
+      for (const fx of pre) if (fx.kind === "put_grant" && (expireAt === undefined || fx.expires_at_ms < expireAt)) expireAt = fx.expires_at_ms;
+      if (n === 0) expireAt = undefined;
+      if (expireAt !== undefined && expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: expireAt, msg: { kind: "expire" } });
       let auditAt = msg.kind === "audit" ? undefined : state.audit_at_ms;
       if (waiting.length > 0 && (auditAt === undefined || auditAt <= now)) {
         auditAt = now + SLOT_AUDIT_MS;
         effects.push({ kind: "timer", name: "audit", atMs: auditAt, msg: { kind: "audit" } });
       }
-      const expiries = Object.values(running);
-      if (expiries.length > 0) effects.push({ kind: "timer", name: "expire", atMs: Math.min(...expiries), msg: { kind: "expire" } });
-      const same =
-        max === state.max_concurrent && waiting === state.waiting && auditAt === state.audit_at_ms &&
-        Object.keys(running).length === Object.keys(state.running).length &&
-        Object.entries(running).every(([k, v]) => state.running[k] === v);
-      const next: TenantState = same ? state : { max_concurrent: max, running, waiting, ...(auditAt !== undefined ? { audit_at_ms: auditAt } : {}) };
-      const pre: TenantEffect[] = [];
-      for (const [run_id, exp] of Object.entries(running)) {
-        if (state.running[run_id] !== exp) pre.push({ kind: "put_grant", run_id, expires_at_ms: exp });
-      }
-      for (const run_id of Object.keys(state.running)) if (running[run_id] === undefined) pre.push({ kind: "del_grant", run_id });
+      if (copied) counts.set(running, n);
+      const same = !copied && max === state.max_concurrent && waiting === state.waiting && auditAt === state.audit_at_ms && expireAt === state.expire_at_ms;
+      const next: TenantState = same ? state : {
+        max_concurrent: max, running, waiting,
+        ...(auditAt !== undefined ? { audit_at_ms: auditAt } : {}),
+        ...(expireAt !== undefined ? { expire_at_ms: expireAt } : {}),
+      };
       return { state: next, reply, effects, pre, ...(fail ? { fail } : {}) };
     },
   };

@@ -3,7 +3,9 @@
  * `grant.<partition>.<tenant_id>.<run_id>` → `{ exp }` (grant expiry, ms). Grants are written
  * before the reply (so a grant the job actor hears of is on disk), and reloaded when the actor
  * activates — after passivation, a move or a restart — so a tenant's maximum of concurrent runs
- * holds across all of them. Expired grants are dropped by the core and deleted here.
+ * holds across all of them. Expired grants are dropped by the core and deleted here. Writes are
+ * pipelined (ActorRegistration.pipelinePre): a burst of acquires does not wait one KV round trip
+ * per message, yet no grant is announced before its key is written.
  */
 import type { ActorRegistration } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -17,6 +19,8 @@ export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100): Act
   const definition = makeTenantActor(defaultMaxConcurrent);
   return {
     definition,
+    // Grant writes are pipelined: each reply waits for its own write, the next message does not.
+    pipelinePre: true,
     async loadSoft(id, partition): Promise<TenantState> {
       const state = definition.initialState(id);
       const prefix = `${GRANT_PREFIX}.${partition}.${id}.`;

@@ -194,7 +194,25 @@ export class Worker {
    * its completion to be acknowledged): one NATS request per partition. Acknowledgements extend
    * each attempt's validity from the SEND time; `lease_lost`/`not_found` kill it.
    */
-  async #heartbeatAll(): Promise<void> {
+  #round: Promise<void> | undefined;
+  #roundAgain = false;
+  /** One heartbeat round in flight at a time; calls meanwhile coalesce into one more round after it. */
+  #heartbeatAll(): Promise<void> {
+    if (this.#round) {
+      this.#roundAgain = true;
+      return this.#round;
+    }
+    this.#round = this.#heartbeatRound().finally(() => {
+      this.#round = undefined;
+      if (this.#roundAgain && !this.#stopping) {
+        this.#roundAgain = false;
+        void this.#heartbeatAll();
+      }
+    });
+    return this.#round;
+  }
+
+  async #heartbeatRound(): Promise<void> {
     this.#enforce();
     const live = [...this.#leases.values()].filter((l) => !l.lost);
     if (live.length === 0) return;
