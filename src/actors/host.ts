@@ -364,7 +364,14 @@ export class ActorHost {
         this.#checkTrusted(inst, "before a soft-state change");
         inst.state = d.state;
       }
-      return new Deferred(Promise.resolve(started).then(() => {
+      // A failed (or unknown) write must not leave memory ahead of the store: drop the actor so
+      // the next message reloads what is durable (sim seed 55: an audit confirmed a grant whose
+      // write had timed out; after a move the tenant ran one over its cap).
+      const durable = Promise.resolve(started).catch((e: unknown) => {
+        this.#drop(inst, "pipelined write failed");
+        throw e;
+      });
+      return new Deferred(durable.then(() => {
         if (!ctx.stillOwner()) throw new KairosError("not_owner", `partition ${inst.partition} no longer owned by ${this.#o.nodeId}`);
         this.#hostEffects(inst, d.effects ?? []);
         if (d.post && d.post.length > 0) inst.reg.performPost?.(d.post, ctx);

@@ -494,7 +494,10 @@ function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slot_audit
     tx.post.push({ kind: "release_slot", grant: m.run_id });
     return tx.done(null);
   }
-  return granted(tx, r); // an audited queued run that never heard of its grant takes it
+  // An audit never hands a slot over: the grant it names may not be written yet. A queued run
+  // that missed its grant gets it from its own re-ask (acquire is idempotent and durable first).
+  if (m.kind === "slot_audit") return tx.done(null);
+  return granted(tx, r);
 }
 
 function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
