@@ -86,3 +86,29 @@ it("a partition whose live owner stopped renewing is stolen by the node placemen
   await n1.stop();
   await n2.stop();
 });
+
+// Hole 7 (part): the trust window was measured on the wall clock, so a wall-clock step back
+// stretched it (a node kept acting past its lease). It is measured on the monotonic clock now.
+it("the trust window ignores wall-clock steps: it ends on the monotonic clock", async () => {
+  class SteppedClock extends FakeClock {
+    wallOffsetMs = 0;
+    override now(): number {
+      return super.now() + this.wallOffsetMs;
+    }
+  }
+  const clock = new SteppedClock(0);
+  const kv = new FlakyKv("leases");
+  const pm = new PartitionManager({ leases: kv, clock, events: new EventBus(), me: "n1", incarnation: "i1", partitions: 1,
+    leaseTtlMs: 4000, renewIntervalMs: 1000, safetyMarginMs: 1000, tickMs: 250,
+    desired: () => ["n1"],
+    callbacks: { onAcquired: async () => undefined, onReleasing: async () => undefined, onLost: () => undefined },
+    onError: () => undefined });
+  await pm.start();
+  clock.advance(0); await flush();
+  assert.equal(pm.isTrusted(0), true);
+  kv.failUpdates = true; // no renewal succeeds from now on: trust must end 3 s after the last one
+  clock.wallOffsetMs = -3_600_000; // the wall clock steps back an hour
+  clock.advance(3_000); await flush();
+  assert.equal(pm.isTrusted(0), false, "trusted past renewal + TTL − margin because the wall clock stepped back");
+  await pm.stop();
+});
