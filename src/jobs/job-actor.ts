@@ -60,6 +60,9 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   offerTimeoutMs: 2_000,
 };
 
+/** Attempts that expired before they started and so do not count against max_attempts (a bound). */
+export const MAX_UNSTARTED_ATTEMPTS = 10;
+
 /** Most request ids a job remembers (retried run-now and patch requests answer their first result). */
 export const RECENT_REQUESTS = 8;
 
@@ -401,7 +404,7 @@ function mapOutcome(c: Completion): AttemptOutcome {
 function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: boolean, why: string, result: RunView["result"]): void {
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
-  if (retryable && r.attempt < retry.max_attempts) {
+  if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
     r.status = "retry_wait";
     r.worker = null;
     r.fence = 0;
@@ -416,7 +419,7 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
     tx.changed = true;
     return;
   }
-  const reason = retryable ? `dead-lettered after ${r.attempt} attempt(s): ${why}` : `not retryable: ${why}`;
+  const reason = retryable ? `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): ${why}` : `not retryable: ${why}`;
   finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", reason, result);
 }
 
@@ -560,13 +563,20 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
           tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
           return tx.done(null);
         }
+        // An attempt whose lease ran out before it started never executed (the worker did not
+        // get our acknowledgement in time — e.g. this scheduler was saturated by a burst — and
+        // never starts without one): it does not count against max_attempts, up to a bound.
+        const neverStarted = r.status === "leased" && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
         const a = r.attempts[r.attempts.length - 1];
         if (a) {
           a.finished_at = iso(tx.now);
           a.outcome = "lease_lost";
-          a.error = `lease expired on worker ${r.worker ?? "?"}`;
+          a.error = neverStarted
+            ? `lease expired on worker ${r.worker ?? "?"} before the attempt started (not counted)`
+            : `lease expired on worker ${r.worker ?? "?"}`;
         }
-        if (r.attempt < tx.job.spec.retry.max_attempts) {
+        if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
+        if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
           // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
           r.status = "queued";
           r.worker = null;
@@ -576,7 +586,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
           else askSlot(tx, r);
           tx.changed = true;
         } else {
-          finish(tx, r, "failed", `dead-lettered after ${r.attempt} attempt(s): lease lost`, null);
+          finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
         }
       }
       return tx.done(null);

@@ -37,6 +37,8 @@ export interface ActiveRun {
   slot: boolean;
   /** Slots given back so far: names the current grant (see `grantId` in job-actor.ts). */
   slot_seq?: number;
+  /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
+  unstarted?: number;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

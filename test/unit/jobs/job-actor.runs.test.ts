@@ -129,7 +129,7 @@ describe("job actor: leases and fences", () => {
     assert.equal(r.attempt, 2);
     assert.equal(r.status, "leased");
     assert.equal(r.attempts[0]?.outcome, "lease_lost");
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1");
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1 before the attempt started (not counted)");
     assert.equal(d.heartbeat(RUN, old).fail?.code, "lease_lost");
     assert.equal(d.complete(RUN, {}, old).fail?.code, "stale_fence");
     assert.equal(d.run(RUN)?.status, "leased");
@@ -146,9 +146,12 @@ describe("job actor: leases and fences", () => {
     assert.equal(d.state, before);
   });
 
-  it("lease expiry on the last attempt fails the run and dead-letters it", () => {
+  it("lease expiry of a STARTED last attempt fails the run and dead-letters it", () => {
     const d = leased(2);
-    d.advance(20_000);
+    d.heartbeat(RUN, undefined, d.now); // attempt 1 started
+    d.advance(10_000); // expires; attempt 2 offered and claimed
+    d.heartbeat(RUN, undefined, d.now); // attempt 2 started
+    d.advance(10_000);
     assert.equal(d.run(RUN), undefined);
     const rec = d.records.get(RUN)!;
     assert.equal(rec.status, "failed");
@@ -284,5 +287,20 @@ describe("job actor: grants are named per hold", () => {
     assert.deepEqual(releases, [`${RUN}_0`], "attempt 1 gives back grant _0");
     d.advance(2_500); // retry_due asks again, under a new name
     assert.ok(d.postsOf("acquire_slot").map((p) => p.grant).slice(asks.length).every((g) => g === `${RUN}_1`));
+  });
+});
+
+describe("job actor: attempts that never started", () => {
+  it("a lease that expires before its attempt started does not use up max_attempts (bounded)", async () => {
+    const { MAX_UNSTARTED_ATTEMPTS } = await import("../../../src/jobs/job-actor.ts");
+    const d = leased(1);
+    d.advance(10_000); // never started: re-offered, not dead-lettered
+    assert.equal(d.run(RUN)?.status, "leased");
+    assert.equal(d.run(RUN)?.attempt, 2);
+    assert.equal(d.postsOf("dead_letter").length, 0);
+    for (let i = 1; i < MAX_UNSTARTED_ATTEMPTS; i++) d.advance(10_000);
+    assert.equal(d.postsOf("dead_letter").length, 0, `${MAX_UNSTARTED_ATTEMPTS} unstarted attempts are forgiven`);
+    d.advance(10_000);
+    assert.equal(d.postsOf("dead_letter").length, 1, "then the bound dead-letters it");
   });
 });
