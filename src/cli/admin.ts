@@ -2,6 +2,10 @@
  * `kairos admin`: tenants and API keys.
  *
  *   kairos admin tenant create <name> [--json]   → tenant id and a new API key (shown once)
+ *   kairos admin tenant get <tenant_id> [--json] → the tenant record (never a key hash or the
+ *                                                  webhook secret) and its job count
+ *   kairos admin tenant quota <tenant_id> [--max-concurrent N] [--max-jobs N] [--weight W]
+ *                                                → sets quotas on the tenant record (CAS)
  *   kairos admin key create <tenant_id> [--json] → a new API key for the tenant
  *   kairos admin key revoke <key_id>             → the key stops working (within the API's
  *                                                  authentication cache TTL, 5 s by default)
@@ -11,10 +15,11 @@
 import type { Command } from "commander";
 import { openBuckets } from "../cluster/buckets.ts";
 import { connectNats } from "../cluster/nats.ts";
-import type { TenantDirectory } from "../jobs/service.ts";
+import { readJobCount } from "../jobs/job-quota.ts";
 import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
-import { KvTenantDirectory } from "../tenants/directory.ts";
+import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from "../tenants/directory.ts";
+import type { KvStore } from "../cluster/kv.ts";
 import { readDevFile, resolveNatsUrl } from "./dev-file.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
@@ -26,17 +31,51 @@ interface AdminFlags {
 }
 
 /** Opens the tenant directory of the cluster the flags point at, runs `fn`, disconnects. */
-async function withDirectory<T>(f: AdminFlags, fn: (dir: TenantDirectory) => Promise<T>): Promise<T> {
+async function withDirectory<T>(f: AdminFlags, fn: (dir: KvTenantDirectory, tenants: KvStore) => Promise<T>): Promise<T> {
   const url = resolveNatsUrl(f.nats);
   if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`", { field: "nats" });
   const clusterName = f.cluster ?? readDevFile()?.cluster ?? "kairos";
   const nc = await connectNats({ url, name: "kairos-admin" });
   try {
     const buckets = await openBuckets(nc, { clusterName, replicas: 1 });
-    return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }));
+    return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }), buckets.tenants);
   } finally {
     await nc.close();
   }
+}
+
+interface QuotaFlags {
+  maxConcurrent?: string;
+  maxJobs?: string;
+  weight?: string;
+}
+
+const POSITIVE_INT = /^[1-9][0-9]*$/;
+const POSITIVE_NUMBER = /^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/;
+
+/**
+ * The quota flags as a `QuotaUpdate`, validated: `--max-concurrent` and `--max-jobs` positive
+ * integers, `--weight` a positive number at most 1000, at least one flag. Throws
+ * `invalid_argument` naming the flag.
+ */
+export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
+  const q: QuotaUpdate = {};
+  const int = (raw: string, flag: string): number => {
+    const v = Number(raw);
+    if (!POSITIVE_INT.test(raw.trim()) || !Number.isSafeInteger(v)) throw new KairosError("invalid_argument", `${flag}: must be a positive integer, got ${JSON.stringify(raw)}`, { field: flag });
+    return v;
+  };
+  if (f.maxConcurrent !== undefined) q.max_concurrent_runs = int(f.maxConcurrent, "--max-concurrent");
+  if (f.maxJobs !== undefined) q.max_jobs = int(f.maxJobs, "--max-jobs");
+  if (f.weight !== undefined) {
+    const w = Number(f.weight);
+    if (!POSITIVE_NUMBER.test(f.weight.trim()) || !(w > 0 && w <= 1000)) {
+      throw new KairosError("invalid_argument", `--weight: must be a positive number at most 1000, got ${JSON.stringify(f.weight)}`, { field: "--weight" });
+    }
+    q.weight = w;
+  }
+  validateQuota(q);
+  return q;
 }
 
 function common(cmd: Command): Command {
@@ -62,6 +101,44 @@ export function registerAdminCommands(program: Command): void {
       console.log(`api key  ${r.apiKey}`);
       console.log(`key id   ${r.keyId}`);
       console.error("The API key is shown only once: store it now. Revoke it with `kairos admin key revoke <key id>`.");
+    });
+
+  common(tenant.command("get <tenant_id>"))
+    .description("show a tenant: quotas, webhook URL, job count (never key hashes or the webhook secret)")
+    .option("--json", "print the tenant record and job_count as one JSON object")
+    .action(async (tenantId: string, f: AdminFlags) => {
+      const r = await withDirectory(f, async (dir, kv) => {
+        const t = await dir.getTenant(tenantId);
+        if (t === null) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+        return { ...publicTenant(t), job_count: await readJobCount(kv, tenantId) };
+      });
+      if (f.json) {
+        console.log(JSON.stringify(r));
+        return;
+      }
+      console.log(`tenant              ${r.tenant_id} (${r.name})`);
+      console.log(`created             ${r.created_at}`);
+      console.log(`max concurrent runs ${r.max_concurrent_runs}`);
+      console.log(`max jobs            ${r.max_jobs}`);
+      console.log(`weight              ${r.weight}`);
+      console.log(`jobs                ${r.job_count ?? "not counted yet (counted from the first create)"}`);
+      console.log(`webhook             ${r.webhook_url ?? "none"}`);
+    });
+
+  common(tenant.command("quota <tenant_id>"))
+    .description("set a tenant's quotas (positive integers; weight a positive number ≤ 1000)")
+    .option("--max-concurrent <n>", "most runs of the tenant at once")
+    .option("--max-jobs <n>", "most jobs (a create over it answers 422 quota_exceeded; existing jobs stay)")
+    .option("--weight <w>", "share of the fleet relative to other tenants")
+    .option("--json", "print the updated tenant record")
+    .action(async (tenantId: string, f: AdminFlags & QuotaFlags) => {
+      const q = parseQuotaFlags(f);
+      const t = publicTenant(await withDirectory(f, (dir) => dir.setQuota(tenantId, q)));
+      if (f.json) {
+        console.log(JSON.stringify(t));
+        return;
+      }
+      console.log(`tenant ${t.tenant_id}: max_concurrent_runs ${t.max_concurrent_runs}, max_jobs ${t.max_jobs}, weight ${t.weight}`);
     });
 
   common(tenant.command("webhook <tenant_id> [url]"))

@@ -4,6 +4,9 @@
  * KV records `<tenant>.<sha256(key)>` → `{job_id, request_hash}` (24 h bucket TTL): the job id is
  * fixed before the job actor is asked, so a retried create — even after a crash in between —
  * reaches the same actor, which answers with the job it made.
+ *
+ * The tenant's `max_jobs` quota is checked and counted on create and uncounted on delete by
+ * `TenantJobCounter` (job-quota.ts): O(1) KV operations per create, 422 `quota_exceeded` over it.
  */
 import { createHash } from "node:crypto";
 import { KairosError } from "../lib/errors.ts";
@@ -12,6 +15,7 @@ import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
+import { TenantJobCounter } from "./job-quota.ts";
 import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "./ids.ts";
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
@@ -40,12 +44,24 @@ function decodeCursor(c: string, n: number): string[] {
 }
 
 export class NatsJobsService implements JobsService {
+  readonly #quota: TenantJobCounter;
+
   constructor(
     private readonly router: ActorRouter,
     private readonly buckets: Buckets,
     private readonly partitions: number,
     private readonly random: Random,
-  ) {}
+  ) {
+    this.#quota = new TenantJobCounter(buckets.tenants, async (tenantId) => (await this.#liveJobs(tenantId)).length);
+  }
+
+  /** Every live job state of a tenant (a list of its job actors' state). */
+  async #liveJobs(tenantId: string): Promise<JobState[]> {
+    const entries = await this.buckets.actors.list(`${JOB_ACTOR}.*.${tenantId}.*`);
+    return entries
+      .map((e) => decode<{ s: JobState }>(e.value).s)
+      .filter((s) => s.job && !s.deleted && s.job.tenant_id === tenantId);
+  }
 
   #job(tenantId: string, jobId: string) {
     if (!isValidId(jobId)) throw new KairosError("not_found", "job not found");
@@ -56,10 +72,12 @@ export class NatsJobsService implements JobsService {
     const requestHash = sha256(canonical(spec));
     let jobId = newJobId(() => this.random.next());
     let created = true;
+    let idem: { key: string; revision: number } | undefined;
     if (idempotencyKey !== undefined) {
       const key = `${tenantId}.${sha256(idempotencyKey)}`;
       const r = await this.buckets.idempotency.create(key, encode({ job_id: jobId, request_hash: requestHash }));
-      if (!r.ok) {
+      if (r.ok) idem = { key, revision: r.revision };
+      else {
         const e = await this.buckets.idempotency.get(key);
         const prior = e ? decode<{ job_id: string; request_hash: string }>(e.value) : null;
         if (!prior) throw new KairosError("conflict", "Idempotency-Key: a request with this key is in flight; retry", { field: "Idempotency-Key" });
@@ -70,18 +88,36 @@ export class NatsJobsService implements JobsService {
         created = false;
       }
     }
-    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
-      kind: "create", tenant_id: tenantId, job_id: jobId, spec, request_hash: requestHash,
-    });
+    // Only a fresh job id is counted: a replay was counted by the create it replays.
+    let counted = false;
+    if (created) {
+      try {
+        counted = await this.#quota.reserve(tenantId);
+      } catch (e) {
+        // Forget the key, so a retry after the quota was raised or a job deleted is a new create
+        // (checked again) rather than a replay of a create that never happened.
+        if (idem) await this.buckets.idempotency.delete(idem.key, idem.revision).catch(() => undefined);
+        throw e;
+      }
+    }
+    let reply: JobReply | null;
+    try {
+      reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
+        kind: "create", tenant_id: tenantId, job_id: jobId, spec, request_hash: requestHash,
+      });
+    } catch (e) {
+      // A definite refusal (e.g. invalid_schedule) made no job: uncount it. After a timeout the
+      // job may exist, so the reservation stays (an over-count, never an under-count).
+      if (counted && e instanceof KairosError && !e.retryable) await this.#quota.release(tenantId).catch(() => undefined);
+      throw e;
+    }
     return { job: reply!.job!, created };
   }
 
   async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
     const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
-    const entries = await this.buckets.actors.list(`${JOB_ACTOR}.*.${tenantId}.*`);
-    const jobs = entries
-      .map((e) => decode<{ s: JobState }>(e.value).s)
-      .filter((s) => s.job && !s.deleted && s.job.tenant_id === tenantId && s.job.job_id > after)
+    const jobs = (await this.#liveJobs(tenantId))
+      .filter((s) => s.job!.job_id > after)
       .sort((a, b) => a.job!.job_id.localeCompare(b.job!.job_id));
     const page = jobs.slice(0, opts.limit).map((s) => jobView(s));
     const more = jobs.length > opts.limit;
@@ -102,6 +138,8 @@ export class NatsJobsService implements JobsService {
 
   async deleteJob(tenantId: string, jobId: string): Promise<void> {
     await this.router.request(this.#job(tenantId, jobId), { kind: "delete" });
+    // The job is gone: uncount it. A failure here leaves an over-count (stricter, never exceeded).
+    await this.#quota.release(tenantId).catch(() => undefined);
   }
 
   async runNow(tenantId: string, jobId: string): Promise<RunView> {

@@ -6,6 +6,7 @@
  *   n.<sha256(lower(name)) first 32 hex> → { tenant_id }      (name uniqueness, CAS create)
  *   k.<sha256(api key) hex> → KeyRecord { tenant_id, key_id, revoked, created_at }
  *   kid.<key_id>         → { hash, tenant_id }                 (revoke by id)
+ *   jc.<tenant_id>       → { jobs }   the max_jobs counter (src/jobs/job-quota.ts)
  *
  * The plain API key is returned once and never stored. Write order is crash-safe without
  * transactions: a tenant is written before its name is claimed (a crash leaves an unnamed,
@@ -50,6 +51,38 @@ const API_KEY = /^kai_[A-Za-z0-9_-]{43}$/;
 const TENANT_ID = /^t[a-z2-7]{16}$/;
 const KEY_ID = /^k[a-z2-7]{16}$/;
 const MAX_CAS_RETRIES = 10;
+
+/** A quota change: the fields to set (at least one). */
+export interface QuotaUpdate {
+  max_concurrent_runs?: number;
+  max_jobs?: number;
+  weight?: number;
+}
+
+/** Largest accepted weight. */
+export const MAX_WEIGHT = 1000;
+
+/** Throws `invalid_argument` naming the field unless every given quota value is valid. */
+export function validateQuota(q: QuotaUpdate): void {
+  const fields = Object.keys(q).filter((k) => q[k as keyof QuotaUpdate] !== undefined);
+  if (fields.length === 0) throw new KairosError("invalid_argument", "nothing to change: pass --max-concurrent, --max-jobs and/or --weight", { field: "quota" });
+  for (const f of ["max_concurrent_runs", "max_jobs"] as const) {
+    const v = q[f];
+    if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1)) {
+      throw new KairosError("invalid_argument", `${f}: must be a positive integer, got ${String(v)}`, { field: f });
+    }
+  }
+  const w = q.weight;
+  if (w !== undefined && !(Number.isFinite(w) && w > 0 && w <= MAX_WEIGHT)) {
+    throw new KairosError("invalid_argument", `weight: must be a positive number at most ${MAX_WEIGHT}, got ${String(w)}`, { field: "weight" });
+  }
+}
+
+/** The tenant record without secrets (what `kairos admin tenant get` shows). */
+export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
+  const { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url } = t;
+  return { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url };
+}
 
 /** Tunables of the directory. */
 export interface TenantDirectoryOptions {
@@ -158,6 +191,25 @@ export class KvTenantDirectory implements TenantDirectory {
       else next.webhook_secret = secret;
       const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
       if (r.ok) return { secret };
+    }
+    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+  }
+
+  /**
+   * Sets quota fields of a tenant with CAS on its record (read, update at that revision, retry on
+   * a concurrent change, at most 10 times). Returns the new record.
+   */
+  async setQuota(tenantId: string, q: QuotaUpdate): Promise<Tenant> {
+    validateQuota(q);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
+      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+      const next: TenantRecord = { ...decode<TenantRecord>(e.value) };
+      if (q.max_concurrent_runs !== undefined) next.max_concurrent_runs = q.max_concurrent_runs;
+      if (q.max_jobs !== undefined) next.max_jobs = q.max_jobs;
+      if (q.weight !== undefined) next.weight = q.weight;
+      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
+      if (r.ok) return next;
     }
     throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
   }

@@ -16,6 +16,7 @@ import type { KvStore } from "../../src/cluster/kv.ts";
 import { FakeClock } from "../../src/lib/clock.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 import { KvTenantDirectory, ensureDevTenant } from "../../src/tenants/index.ts";
+import { TenantJobCounter, jobCountKey, readJobCount } from "../../src/jobs/job-quota.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
 let nats: NatsFixture;
@@ -114,6 +115,70 @@ describe("KvTenantDirectory on NATS", () => {
   });
 });
 
+describe("tenant quotas on NATS", () => {
+  it("setQuota writes only the given fields; concurrent updates of different fields all land (CAS retry)", async () => {
+    const { kv } = await freshBucket();
+    const dirs = Array.from({ length: 3 }, () => new KvTenantDirectory(kv, { clock: new FakeClock() }));
+    const { tenant } = await dirs[0]!.createTenant("quota");
+    await dirs[0]!.setWebhook(tenant.tenant_id, "https://example.com/hook");
+    const updated = await dirs[0]!.setQuota(tenant.tenant_id, { max_jobs: 5 });
+    assert.equal(updated.max_jobs, 5);
+    assert.equal(updated.max_concurrent_runs, 100);
+    await Promise.all([
+      dirs[0]!.setQuota(tenant.tenant_id, { max_concurrent_runs: 7 }),
+      dirs[1]!.setQuota(tenant.tenant_id, { weight: 2.5 }),
+      dirs[2]!.setQuota(tenant.tenant_id, { max_jobs: 9 }),
+    ]);
+    const t = (await dirs[0]!.getTenant(tenant.tenant_id))!;
+    assert.equal(t.max_concurrent_runs, 7);
+    assert.equal(t.weight, 2.5);
+    assert.equal(t.max_jobs, 9);
+    assert.equal(t.webhook_url, "https://example.com/hook");
+    assert.match(t.webhook_secret ?? "", /^whsec_/, "the quota update keeps the webhook secret");
+  });
+
+  it("setQuota: unknown tenant is not_found, bad values are invalid_argument and change nothing", async () => {
+    const { kv } = await freshBucket();
+    const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
+    await assert.rejects(dir.setQuota("tzzzzzzzzzzzzzzzz", { max_jobs: 3 }), (e) => isKairosError(e, "not_found") && /tenant tzzzzzzzzzzzzzzzz not found/.test(e.message));
+    await assert.rejects(dir.setQuota("../x", { max_jobs: 3 }), (e) => isKairosError(e, "not_found"));
+    const { tenant } = await dir.createTenant("bad-values");
+    for (const q of [{}, { max_jobs: 0 }, { max_concurrent_runs: -1 }, { max_jobs: 1.5 }, { weight: 0 }, { weight: 1001 }, { weight: Number.NaN }]) {
+      await assert.rejects(dir.setQuota(tenant.tenant_id, q), (e) => isKairosError(e, "invalid_argument"), JSON.stringify(q));
+    }
+    assert.deepEqual(await dir.getTenant(tenant.tenant_id), tenant);
+  });
+
+  it("the max_jobs counter: reserve up to the quota, then quota_exceeded; release frees a place; concurrent reserves never exceed", async () => {
+    const { kv } = await freshBucket();
+    const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
+    const { tenant } = await dir.createTenant("counted");
+    await dir.setQuota(tenant.tenant_id, { max_jobs: 5 });
+    let seeds = 0;
+    const counter = new TenantJobCounter(kv, async () => {
+      seeds++;
+      return 2; // two jobs existed before the counter
+    });
+    const results = await Promise.allSettled(Array.from({ length: 8 }, () => counter.reserve(tenant.tenant_id)));
+    assert.equal(results.filter((r) => r.status === "fulfilled").length, 3, "2 existing + 3 = max_jobs 5");
+    for (const r of results) {
+      if (r.status === "rejected") assert.ok(isKairosError(r.reason, "quota_exceeded") && /has 5 jobs and its max_jobs quota is 5/.test(r.reason.message), String(r.reason));
+    }
+    assert.ok(seeds >= 1);
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 5);
+    await counter.release(tenant.tenant_id);
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 4);
+    assert.equal(await counter.reserve(tenant.tenant_id), true);
+    await assert.rejects(counter.reserve(tenant.tenant_id), (e) => isKairosError(e, "quota_exceeded"));
+    await dir.setQuota(tenant.tenant_id, { max_jobs: 6 });
+    assert.equal(await counter.reserve(tenant.tenant_id), true, "raising the quota lets the next create in");
+    for (let i = 0; i < 10; i++) await counter.release(tenant.tenant_id);
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 0, "never below zero");
+    assert.equal(await counter.reserve("tnotarecordxxxxxx"), false, "no tenant record: no quota, nothing counted");
+    assert.equal(await kv.get(jobCountKey("tnotarecordxxxxxx")), null);
+  });
+});
+
 interface CliResult { code: number | null; stdout: string; stderr: string }
 
 function runCli(args: string[], stateDir: string): Promise<CliResult> {
@@ -165,6 +230,44 @@ describe("kairos admin CLI", () => {
     const human = await runCli(["admin", "tenant", "create", "beta", ...flags], stateDir);
     assert.equal(human.code, 0, human.stderr);
     assert.match(human.stdout, /^tenant +t[a-z2-7]{16} \(beta\)\napi key +kai_\S+\nkey id +k[a-z2-7]{16}\n$/);
+  });
+
+  it("tenant quota sets the record with validation; tenant get --json shows it without secrets", async () => {
+    const cluster = `cli${++clusterSeq}`;
+    const flags = ["--nats", nats.url, "--cluster", cluster];
+    const created = await runCli(["admin", "tenant", "create", "quota-cli", "--json", ...flags], stateDir);
+    assert.equal(created.code, 0, created.stderr);
+    const { tenant_id } = JSON.parse(created.stdout) as { tenant_id: string };
+    const hook = await runCli(["admin", "tenant", "webhook", tenant_id, "https://example.com/h", "--json", ...flags], stateDir);
+    assert.equal(hook.code, 0, hook.stderr);
+    const { webhook_secret } = JSON.parse(hook.stdout) as { webhook_secret: string };
+
+    const set = await runCli(["admin", "tenant", "quota", tenant_id, "--max-concurrent", "4", "--max-jobs", "20", "--weight", "2", ...flags], stateDir);
+    assert.equal(set.code, 0, set.stderr);
+    assert.match(set.stdout, /max_concurrent_runs 4, max_jobs 20, weight 2/);
+
+    const got = await runCli(["admin", "tenant", "get", tenant_id, "--json", ...flags], stateDir);
+    assert.equal(got.code, 0, got.stderr);
+    const rec = JSON.parse(got.stdout) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(rec).sort(), ["created_at", "job_count", "max_concurrent_runs", "max_jobs", "name", "tenant_id", "webhook_url", "weight"]);
+    assert.deepEqual({ ...rec, created_at: null }, { tenant_id, name: "quota-cli", created_at: null, max_concurrent_runs: 4, max_jobs: 20, weight: 2, webhook_url: "https://example.com/h", job_count: null });
+    assert.ok(!got.stdout.includes(webhook_secret), "the webhook secret is never printed");
+
+    const bad = await runCli(["admin", "tenant", "quota", tenant_id, "--max-jobs", "0", ...flags], stateDir);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--max-jobs: must be a positive integer, got "0"/);
+    const heavy = await runCli(["admin", "tenant", "quota", tenant_id, "--weight", "1001", ...flags], stateDir);
+    assert.equal(heavy.code, 2);
+    assert.match(heavy.stderr, /--weight: must be a positive number at most 1000/);
+    const none = await runCli(["admin", "tenant", "quota", tenant_id, ...flags], stateDir);
+    assert.equal(none.code, 2);
+    assert.match(none.stderr, /nothing to change/);
+    const unknown = await runCli(["admin", "tenant", "quota", "tzzzzzzzzzzzzzzzz", "--max-jobs", "3", ...flags], stateDir);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /tenant tzzzzzzzzzzzzzzzz not found/);
+    const unknownGet = await runCli(["admin", "tenant", "get", "tzzzzzzzzzzzzzzzz", "--json", ...flags], stateDir);
+    assert.equal(unknownGet.code, 2);
+    assert.match(unknownGet.stderr, /not found/);
   });
 
   it("without --nats and no dev cluster it says how to find one", async () => {

@@ -267,6 +267,17 @@ describe("error mapping", () => {
     });
   }
 
+  it("POST /v1/jobs over the tenant's max_jobs: 422 quota_exceeded with the service's message, no Location", async () => {
+    const h = harness();
+    const msg = "max_jobs: tenant ta has 2 jobs and its max_jobs quota is 2; delete a job or raise the quota (kairos admin tenant quota ta --max-jobs N)";
+    h.jobs.failWith = new KairosError("quota_exceeded", msg, { retryable: false });
+    const res = await h.req("POST", "/v1/jobs", { body: validJob(), headers: { "idempotency-key": "q-1" } });
+    assert.equal(res.headers.get("location"), null);
+    assert.equal(res.headers.get("retry-after"), null);
+    const e = await expectError(res, 422, "quota_exceeded");
+    assert.equal(e.message, msg);
+  });
+
   it("an unknown error is a 500 with a generic message; the detail is logged, not sent", async () => {
     const h = harness();
     h.jobs.failWith = new Error("secret internal detail");

@@ -1,0 +1,93 @@
+/**
+ * The `max_jobs` quota: a per-tenant job counter `jc.<tenant_id>` → `{ jobs }` in the `tenants`
+ * bucket, kept with CAS so a create costs O(1) KV operations (read the tenant record, read the
+ * counter, one CAS update) whatever the number of jobs.
+ *
+ * - `reserve` counts a new job before its job actor is asked, and refuses with `quota_exceeded`
+ *   (HTTP 422) when the count already is at the tenant's `max_jobs`. A replay of an earlier create
+ *   (same Idempotency-Key) does not reserve again: the service reserves only for a fresh job id.
+ * - `release` uncounts a job (after a delete, or a create that certainly made nothing). It never
+ *   goes below zero.
+ * - The first use for a tenant seeds the counter from the jobs that exist (one list of that
+ *   tenant's job actors, once per tenant), so tenants that had jobs before the counter existed are
+ *   counted right. Concurrent seeds race on `create`: one wins, the others re-read.
+ * - A tenant without a record (the simulation, bare tests) has no quota and no counter.
+ *
+ * Approximate (see the service): a create whose job actor did not answer (timeout) keeps its
+ * reservation (it may exist), and a delete whose reply was lost is not uncounted; both over-count,
+ * which can only make the cap stricter, never exceed it.
+ */
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { KairosError } from "../lib/errors.ts";
+import type { Tenant } from "./service.ts";
+
+interface JobCount {
+  jobs: number;
+}
+
+const MAX_CAS_RETRIES = 20;
+
+/** The counter's key in the `tenants` bucket. */
+export function jobCountKey(tenantId: string): string {
+  return `jc.${tenantId}`;
+}
+
+/** Reads a tenant's job count, or null when it was never counted. */
+export async function readJobCount(tenants: KvStore, tenantId: string): Promise<number | null> {
+  const e = await tenants.get(jobCountKey(tenantId));
+  return e === null ? null : decode<JobCount>(e.value).jobs;
+}
+
+export class TenantJobCounter {
+  constructor(
+    private readonly tenants: KvStore,
+    /** How many live jobs the tenant has now (used once, to seed a missing counter). */
+    private readonly countExisting: (tenantId: string) => Promise<number>,
+  ) {}
+
+  /**
+   * Counts one more job for the tenant, or throws `quota_exceeded`. Returns false (nothing
+   * counted) when the tenant has no record.
+   */
+  async reserve(tenantId: string): Promise<boolean> {
+    const t = await this.tenants.get(`t.${tenantId}`);
+    if (t === null) return false;
+    const max = decode<Tenant>(t.value).max_jobs;
+    const key = jobCountKey(tenantId);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      let e = await this.tenants.get(key);
+      if (e === null) {
+        const seeded = await this.tenants.create(key, encode({ jobs: await this.countExisting(tenantId) } satisfies JobCount));
+        if (!seeded.ok) continue; // another create seeded it first
+        e = await this.tenants.get(key);
+        if (e === null) continue;
+      }
+      const n = decode<JobCount>(e.value).jobs;
+      if (n >= max) {
+        throw new KairosError(
+          "quota_exceeded",
+          `max_jobs: tenant ${tenantId} has ${n} jobs and its max_jobs quota is ${max}; delete a job or raise the quota (kairos admin tenant quota ${tenantId} --max-jobs N)`,
+          { retryable: false },
+        );
+      }
+      const r = await this.tenants.update(key, encode({ jobs: n + 1 } satisfies JobCount), e.revision);
+      if (r.ok) return true;
+    }
+    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+  }
+
+  /** Uncounts one job (never below zero; nothing when the counter does not exist). */
+  async release(tenantId: string): Promise<void> {
+    const key = jobCountKey(tenantId);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const e = await this.tenants.get(key);
+      if (e === null) return;
+      const n = decode<JobCount>(e.value).jobs;
+      if (n <= 0) return;
+      const r = await this.tenants.update(key, encode({ jobs: n - 1 } satisfies JobCount), e.revision);
+      if (r.ok) return;
+    }
+    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+  }
+}
