@@ -182,7 +182,10 @@ export class ActorHost {
     const now = this.#o.clock.now();
     const arrival = def.arrivalKey?.(msg);
     if (arrival !== undefined) {
-      if (inst.arrivals.size >= ARRIVALS_LIMIT && !inst.arrivals.has(arrival)) inst.arrivals.delete(inst.arrivals.keys().next().value!);
+      // Least recently ARRIVED first out: re-inserting moves a live lease's key to the end, so a
+      // long-running lease is never evicted by many short ones.
+      inst.arrivals.delete(arrival);
+      if (inst.arrivals.size >= ARRIVALS_LIMIT) inst.arrivals.delete(inst.arrivals.keys().next().value!);
       inst.arrivals.set(arrival, now);
       inst.lastActiveMs = now;
     }
@@ -193,6 +196,7 @@ export class ActorHost {
       if (fast && !fast.alsoQueue) return fast.reply;
     }
     if (inst.mailbox.length >= this.#o.mailboxLimit) {
+      if (fast) return fast.reply; // acknowledged already; the state change comes with a later one
       throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${this.#o.mailboxLimit})`);
     }
     const queued = new Promise((resolve, reject) => {

@@ -20,6 +20,9 @@ import { PartitionManager } from "./partition-manager.ts";
 import { assign } from "./placement.ts";
 import { ActorRouter, MAX_BATCH, partitionSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "./router.ts";
 
+/** How long one item of a batch request may take before the batch answers it as pending. */
+export const BATCH_ITEM_BUDGET_MS = 500;
+
 export interface NodeDeps {
   clock: Clock;
   random: Random;
@@ -212,10 +215,16 @@ export class KairosNode {
         }
         if ("b" in req) {
           const items = req.b.slice(0, MAX_BATCH);
-          void Promise.all(items.map((it) => host.deliver(it.t, it.i, it.m).then(
-            (v): ItemResult => ({ ok: true, v }),
-            (e: unknown): ItemResult => ({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
-          ))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+          // Each item has a budget: one item queued behind a busy actor (a claim that needs a
+          // write) must not hold back the acknowledgements of the others (answered from memory).
+          // An item past its budget answers `unavailable` (pending): the sender simply retries it.
+          void Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
+            const cancel = this.#deps.clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
+            host.deliver(it.t, it.i, it.m).then(
+              (v) => resolve({ ok: true, v }),
+              (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
+            ).finally(cancel);
+          }))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
           return;
         }
         const one = req;

@@ -8,8 +8,9 @@
  * new occurrence, which fails harmlessly if it exists), then the job state with CAS. A crash in
  * between re-fires the same occurrence, finds its run and advances: no duplicate, no skip.
  *
- * Leases live in memory as timers (`lease:<run>`), not in KV: heartbeats re-arm them; a new owner
- * re-arms them with a fresh grace period on activation.
+ * Leases live in memory as timers (`lease:<run>`), not in KV: a lease ends at its last heartbeat
+ * ARRIVAL + TTL (the timer re-arms itself from the arrival table); a new owner re-arms them with a
+ * fresh grace period on activation.
  *
  * Fences (ARCHITECTURE.md "Fences"): every offer of an attempt to a worker gets a fence of its own
  * (`fence_seq` grows), offered to exactly one worker. The first heartbeat or acceptance with that
@@ -327,6 +328,9 @@ function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = ++tx.s.fence_seq;
   r.offered_at_ms = tx.now;
   tx.changed = true;
+  // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
+  // dropped instance): after the offer timeout the offer is dead and the run is offered again.
+  tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
   // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
   // outlives one timeout (the tenant would then grant the slot twice).
   if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
@@ -429,6 +433,7 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   r.attempt += 1;
   r.worker = worker;
   r.offered_at_ms = null;
+  tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
   tx.putRun(r);

@@ -155,7 +155,11 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   return {
     definition: makeJobActor(cfg),
     async perform(pre, ctx) {
-      for (const fx of pre as JobEffect[]) if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.mode);
+      for (const fx of pre as JobEffect[]) {
+        // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
+        if (!ctx.stillOwner()) throw new KairosError("not_owner", `${ctx.address.type}/${ctx.address.id}: no longer the owner`);
+        if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.mode);
+      }
     },
     performPost(effects, ctx) {
       for (const fx of effects as JobEffect[]) {

@@ -1,10 +1,13 @@
 /**
  * The tenant actor's pure core: one per tenant, it hands out worker slots to the tenant's job
  * actors within the tenant's maximum of concurrent runs. Requests beyond the maximum wait in a
- * bounded FIFO and are granted (by a message to the job actor) as slots come back. A grant
- * expires after the run's timeout plus a grace, so a job actor that vanished cannot leak slots.
+ * bounded FIFO and are granted (by a message to the job actor) as slots come back. A grant past
+ * its expiry (the run's timeout plus a grace) is extended and audited with its job actor, which
+ * releases it unless its run still holds it; audits also run every SLOT_AUDIT_MS while runs wait,
+ * so a vanished release cannot leak slots, yet a run waiting for a flexible start keeps its slot.
  *
- * Grants are durable, one KV key each (`grant.<partition>.<tenant>.<run_id>`, written by the
+ * Grants are durable, one KV key each (`grant.<partition>.<tenant>.<grant_id>`, the grant id being
+ * `<run_id>_<slot_seq>`, see ids.ts `grantId`; written by the
  * shell in src/jobs/tenant-shell.ts before the reply): a tenant actor that is passivated, moves
  * or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft grants
  * a moved tenant actor forgot its running runs and could run twice its maximum). One small key
@@ -20,7 +23,7 @@ import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./i
 
 export interface TenantState {
   max_concurrent: number;
-  /** run_id → grant expiry (ms). */
+  /** grant id (`<run_id>_<slot_seq>`) → grant expiry (ms). */
   running: Record<string, number>;
   waiting: { run_id: string; job: string; ttl_ms: number }[];
   /** When the next grant audit is due (armed while runs wait); see `audit`. */
@@ -49,6 +52,8 @@ export const WAITING_LIMIT = 100_000;
  * message) is released then, instead of blocking the tenant until it expires.
  */
 export const SLOT_AUDIT_MS = 10_000;
+/** How long an expired grant is extended while its job actor is asked whether it still holds it. */
+export const EXPIRED_GRANT_GRACE_MS = 60_000;
 /** Most grants audited per round. */
 export const AUDIT_LIMIT = 1_000;
 
@@ -124,7 +129,18 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           max = Math.max(1, Math.floor(msg.max_concurrent));
           break;
         case "expire":
-          for (const [id, exp] of Object.entries(running)) if (exp <= now) del(id);
+          // A grant past its expiry is not dropped blindly (its run may still wait for a flexible
+          // start or a free worker): it is extended and audited; the job releases it if unheld.
+          for (const [id, exp] of Object.entries(running)) {
+            if (exp > now) continue;
+            const jobId = jobIdOfRun(splitGrant(id).run_id);
+            if (!jobId) {
+              del(id);
+              continue;
+            }
+            put(id, now + EXPIRED_GRANT_GRACE_MS);
+            effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id: id } });
+          }
           expireAt = undefined;
           break;
         case "audit":

@@ -1,6 +1,6 @@
 /**
  * The tenant actor's shell: its slot grants are durable, one key each in the actors bucket,
- * `grant.<partition>.<tenant_id>.<run_id>` → `{ exp }` (grant expiry, ms). Grants are written
+ * `grant.<partition>.<tenant_id>.<grant_id>` → `{ exp }` (grant expiry, ms; grant id = `<run_id>_<slot_seq>`). Grants are written
  * before the reply (so a grant the job actor hears of is on disk), and reloaded when the actor
  * activates — after passivation, a move or a restart — so a tenant's maximum of concurrent runs
  * holds across all of them. Expired grants are dropped by the core and deleted here. Writes are

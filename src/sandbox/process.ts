@@ -82,8 +82,9 @@ class ProcessExecution implements Execution {
     child.once("close", () => this.#finish());
   }
 
-  kill(_reason: string): Promise<void> {
+  kill(_reason: string, opts?: { immediate?: boolean }): Promise<void> {
     this.#stop("killed");
+    if (opts?.immediate) this.#signalGroup("SIGKILL");
     return this.result.then(() => undefined);
   }
 

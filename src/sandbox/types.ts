@@ -63,7 +63,11 @@ export interface Execution {
   /** Settles exactly once; never rejects. */
   readonly result: Promise<ExecutionResult>;
   /** Stops the attempt (outcome `killed` unless it already ended); resolves when it is gone. Never rejects. */
-  kill(reason: string): Promise<void>;
+  /**
+   * `immediate`: SIGKILL at once, no grace — for a worker fencing itself, whose lease margin
+   * must not be spent waiting for a task to handle SIGTERM.
+   */
+  kill(reason: string, opts?: { immediate?: boolean }): Promise<void>;
 }
 
 export type ExecutorKind = "process" | "noop" | "docker";

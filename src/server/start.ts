@@ -54,7 +54,9 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     const tenant = async (tenantId: string): Promise<Tenant | null> => {
       const hit = cache.get(tenantId);
       if (hit && systemClock.now() - hit.atMs < 10_000) return hit.t;
-      const t = await quotas.getTenant(tenantId).catch(() => null);
+      // A failed read is not cached and not guessed: the caller fails (a slot request without its
+      // cap would let a freshly activated tenant actor apply the default) and asks again later.
+      const t = await quotas.getTenant(tenantId);
       if (cache.size > 10_000) cache.clear();
       cache.set(tenantId, { t, atMs: systemClock.now() });
       return t;

@@ -61,6 +61,8 @@ interface Lease {
   /** The attempt ended; its completion is not acknowledged yet (retried each round). */
   completion?: Completion;
   completionSinceMono?: number;
+  /** A completion report is in flight (one at a time). */
+  reporting?: boolean;
   lost: boolean;
 }
 
@@ -224,16 +226,17 @@ export class Worker {
       })),
       { deadlineMs: this.#o.heartbeatIntervalMs },
     );
+    this.#enforce(); // a lease that lapsed while the round was out is not revived by its reply
     await Promise.all(results.map(async (r, i) => {
       const l = live[i]!;
       if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
       if (r.ok) {
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
         if (l.due && this.#fresh(l)) this.#run(l);
-        if (l.completion) await this.#report(l);
+        if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
       } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
         this.#o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
-        await this.#kill(l, "lease lost");
+        await this.#kill(l, "lease lost", true);
       }
     }));
     this.#armFence();
@@ -259,7 +262,7 @@ export class Worker {
       const until = l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l);
       if (now < until) continue;
       this.#o.onEvent?.({ type: l.execution ? "self_fenced" : "offer_expired", run_id: l.req.run_id, attempt: l.req.attempt });
-      void this.#kill(l, "self-fenced: no acknowledged heartbeat within the lease");
+      void this.#kill(l, "self-fenced: no acknowledged heartbeat within the lease", true);
     }
   }
 
@@ -306,6 +309,16 @@ export class Worker {
 
   /** Reports a completion; keeps it (and its heartbeats) for the next round when the outcome is unknown. */
   async #report(lease: Lease): Promise<void> {
+    if (lease.reporting) return;
+    lease.reporting = true;
+    try {
+      await this.#reportOnce(lease);
+    } finally {
+      lease.reporting = false;
+    }
+  }
+
+  async #reportOnce(lease: Lease): Promise<void> {
     const { req } = lease;
     const k = this.#key(req.run_id, req.attempt);
     try {
@@ -335,11 +348,12 @@ export class Worker {
     }
   }
 
-  async #kill(lease: Lease, why: string): Promise<void> {
+  /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
+  async #kill(lease: Lease, why: string, immediate = false): Promise<void> {
     lease.lost = true;
     const k = this.#key(lease.req.run_id, lease.req.attempt);
     if (this.#leases.get(k) === lease) this.#leases.delete(k);
-    if (lease.execution) await lease.execution.kill(why);
+    if (lease.execution) await lease.execution.kill(why, { immediate });
   }
 
   #beat(): void {

@@ -368,3 +368,15 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 });
+
+describe("review finding 7: an offer has a reminder", () => {
+  it("an offer whose answer never comes back is offered again under a new fence after the offer timeout", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
+    d.advance(1_500);
+    const f = d.run(RUN)!.fence;
+    assert.ok(f > 0 && d.run(RUN)?.status === "queued", "offered");
+    d.advance(cfg().offerTimeoutMs + cfg().redispatchDelayMs + 10); // no claimed, no dispatch_failed
+    assert.ok(d.run(RUN)!.fence > f, "offered again under a new fence");
+  });
+});

@@ -176,3 +176,17 @@ describe("tenant actor: grant audit (lost releases)", () => {
     assert.deepEqual(asked.sort(), ["t1.jaaaaaaaaaaaaaaaa:slot_audit", "t1.jbbbbbbbbbbbbbbbb:slot_audit"]);
   });
 });
+
+describe("tenant actor: an expired grant is audited, not dropped (review finding 4)", () => {
+  it("past its expiry a grant of a real run is extended and its job actor asked; only a release frees it", async () => {
+    const { EXPIRED_GRANT_GRACE_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new Tenant();
+    const id = "jaaaaaaaaaaaaaaaa-1_0";
+    t.acquire(id, 500);
+    t.now += 1_000;
+    const d = t.send({ kind: "expire" });
+    assert.deepEqual(d.pre, [{ kind: "put_grant", run_id: id, expires_at_ms: t.now + EXPIRED_GRANT_GRACE_MS }]);
+    assert.ok((d.effects ?? []).some((e) => e.kind === "send" && (e.msg as { kind: string }).kind === "slot_audit"));
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 }, "a run waiting for its flexible start keeps its slot");
+  });
+});

@@ -221,7 +221,8 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
     t.owner.complete = "ok";
     const reported = t.owner.completes.length;
-    await t.runTo(t.sim.now() + 2 * HB + 100);
+    // One report in flight at a time (it may still be waiting out its 2 s deadline), then again.
+    await t.runTo(t.sim.now() + 2_000 + 2 * HB + 100);
     assert.ok(t.owner.completes.length > reported, "reported again on a later round");
     assert.equal(t.evs("completed").length, 1);
     const asked = t.owner.heartbeats.length;
@@ -241,7 +242,7 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     assert.deepEqual(t.evs("stale_fence"), []);
     assert.ok(t.owner.heartbeats.some((h) => h.run_id === "r1" && h.at > t.sim.now() - HB - 10), "still heartbeated");
     t.owner.complete = "stale_fence";
-    await t.runTo(t.sim.now() + 2 * HB + 100);
+    await t.runTo(t.sim.now() + 2_000 + 2 * HB + 100); // the report in flight may wait out its deadline first
     assert.equal(t.evs("stale_fence").length, 1);
     assert.deepEqual(t.evs("completed"), []);
     const asked = t.owner.heartbeats.length;
