@@ -16,9 +16,9 @@
  *     new owner's fence conflicts and it reloads. Preventing even that would cost a write per
  *     actor per takeover, before any message (see ARCHITECTURE.md, promises).
  *  e  tenant_cap              more executions of one tenant at once than its max_concurrent
- *  f  run_stuck               a run still non-terminal long after faults stopped — except a queued
- *                             run of a tenant whose backlog behind max_concurrent still moves at
- *                             the end (see `saturatedTenants`)
+ *  f  run_stuck               a run still non-terminal long after faults stopped — except a run of a
+ *                             tenant whose backlog behind max_concurrent still moves at the end
+ *                             (see `saturatedTenants`)
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { decode } from "../../src/cluster/codec.ts";
@@ -173,7 +173,9 @@ export class Checker {
           this.fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`);
         }
         // Judged from the record's creation: an overlap=queue occurrence is created when it leaves the queue.
-        const backlog = r.status === "queued" && saturated.has(j.tenant);
+        // A tenant whose backlog behind its cap still moves: its runs wait (queued), back off
+        // between attempts (retry_wait) or have only just got their turn (leased/running).
+        const backlog = saturated.has(j.tenant);
         if (!TERMINAL.has(r.status) && !backlog && Date.parse(r.created_at) <= stuckBeforeMs) {
           this.fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} (created ${r.created_at}) still ${r.status} (attempt ${r.attempt}) at the end`);
         }
