@@ -91,7 +91,7 @@ export interface Exec {
   startMs: number;
   endMs: number | undefined;
   /** How the execution ended: its own end line, a TERM trap, the test's kill -9, or not at all. */
-  how: "end" | "killed" | "kill9" | "open";
+  how: "end" | "killed" | "kill9" | "gone" | "open";
 }
 
 export interface Violation {
@@ -405,7 +405,60 @@ function grid(step: number, fromMs: number, toMs: number): number[] {
 // ---------------------------------------------------------------------------------------------
 // Ledger
 
-function readProcessLedger(path: string): Exec[] {
+/**
+ * Watches the pids of started tasks that wrote no end line yet and records when each is gone: a
+ * task killed with SIGKILL (a worker fencing itself kills without grace) cannot write a `killed`
+ * line, so its end is taken from the OS (within one poll interval, i.e. conservatively late).
+ */
+class PidWatcher {
+  readonly gone = new Map<string, number>();
+  #timer: NodeJS.Timeout | undefined;
+  #offset = 0;
+  readonly #open = new Map<string, number>();
+  constructor(private readonly path: string) {}
+  start(): void {
+    this.#timer = setInterval(() => this.#poll(), 100);
+    this.#timer.unref();
+  }
+  stop(): void {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#poll();
+  }
+  #poll(): void {
+    let text = "";
+    try {
+      const all = readFileSync(this.path, "utf8");
+      text = all.slice(this.#offset);
+      const last = text.lastIndexOf("\n");
+      if (last < 0) text = "";
+      else {
+        text = text.slice(0, last + 1);
+        this.#offset += last + 1;
+      }
+    } catch {
+      return;
+    }
+    for (const line of text.split("\n")) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 8) continue;
+      const [kind, run, , fence, worker, , , pid] = f as [string, string, string, string, string, string, string, string];
+      const key = `${run}/${fence}/${worker}/${pid}`;
+      if (kind === "start") this.#open.set(key, Number(pid));
+      else this.#open.delete(key);
+    }
+    const now = Date.now();
+    for (const [key, pid] of this.#open) {
+      try {
+        process.kill(pid, 0);
+      } catch {
+        this.gone.set(key, now);
+        this.#open.delete(key);
+      }
+    }
+  }
+}
+
+function readProcessLedger(path: string, gone?: ReadonlyMap<string, number>): Exec[] {
   const execs = new Map<string, Exec>();
   for (const line of readFileSync(path, "utf8").split("\n")) {
     const f = line.trim().split(/\s+/);
@@ -420,6 +473,13 @@ function readProcessLedger(path: string): Exec[] {
         e.endMs = Number(ms);
         e.how = kind;
       }
+    }
+  }
+  for (const e of execs.values()) {
+    const g = gone?.get(e.key);
+    if (e.endMs === undefined && g !== undefined) {
+      e.endMs = g;
+      e.how = "gone";
     }
   }
   return [...execs.values()];
@@ -646,7 +706,9 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     }
     o.log(`${jobs.length} jobs created for ${o.tenants.length} tenants`);
 
-    const executions = (): Exec[] => (dockerLedger ? [...dockerLedger.execs.values()] : readProcessLedger(c.ledger));
+    const pids = dockerLedger ? undefined : new PidWatcher(c.ledger);
+    pids?.start();
+    const executions = (): Exec[] => (dockerLedger ? [...dockerLedger.execs.values()] : readProcessLedger(c.ledger, pids?.gone));
     const ended = () => executions().filter((e) => e.endMs !== undefined).length;
     const progress = async (n: number, timeoutMs: number): Promise<boolean> => {
       const target = ended() + n;
@@ -723,6 +785,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       await pollUntil(() => (dockerLedger.open() === 0 ? true : undefined), 15_000, 200);
       dockerLedger.stop();
     }
+    pids?.stop();
     const endMs = Date.now();
     const execs = executions();
     const openExecutions = closeOpen(execs, c.killTimes, endMs);
