@@ -5,7 +5,9 @@
  *   watchdog subshell in the background and then `exec`s the task, so the task keeps the
  *   spawned pid, leads its process group and exits with its own status. The watchdog (in the
  *   same group, ignoring SIGTERM) kills the whole group with SIGKILL when the deadline passes
- *   or when the worker is gone: it reads the task's parent pid from /proc every 250 ms (the
+ *   or when the worker is gone or frozen (stopped, e.g. SIGSTOP: it cannot fence itself, and the
+ *   run may be offered elsewhere after the lease): it reads the task's parent pid and the
+ *   worker's state from /proc every 250 ms (the
  *   task is reparented when the worker dies, so a reused pid cannot fool it), or falls back to
  *   `kill -0 <worker pid>` where there is no /proc.
  * - docker: the host's static busybox is bind-mounted read-only at `CONTAINER_BUSYBOX` and
@@ -42,7 +44,11 @@ export const PROCESS_SUPERVISOR = `(
       { read -r kairos_s </proc/$$/stat; } 2>/dev/null || return 1
       kairos_s=\${kairos_s##*) }
       set -- $kairos_s
-      [ "$2" = "$kairos_w" ]
+      [ "$2" = "$kairos_w" ] || return 1
+      { read -r kairos_p </proc/$kairos_w/stat; } 2>/dev/null || return 1
+      kairos_p=\${kairos_p##*) }
+      set -- $kairos_p
+      [ "$1" != "T" ] && [ "$1" != "t" ]
     }
   else
     kairos_alive() { kill -0 "$kairos_w" 2>/dev/null; }

@@ -3,7 +3,7 @@
  * worker; the tests kill it with SIGKILL or freeze it with SIGSTOP mid-task and watch the task:
  *
  * - process executor: the task's process group dies soon after its worker is killed, and at
- *   its deadline when the worker is alive but frozen (its own timer cannot fire);
+ *   at once when the worker is frozen (SIGSTOP: it cannot fence itself);
  * - docker executor: the container exits by its own deadline (exit 137) after its worker was
  *   killed, and a sweep by any executor removes expired Kairos containers of any worker;
  *   empty args still run the image's Entrypoint + Cmd through the supervisor.
@@ -134,21 +134,20 @@ describe("process executor: the deadline holds without the worker", () => {
     assert.equal(await w.result, undefined, "the killed worker reported nothing");
   });
 
-  it("kills the task at its deadline while the worker is frozen (its own timer cannot fire)", async () => {
-    const { w, pgid } = await longTask("frozen", { timeoutS: 1 }, 200);
+  it("kills the task as soon as its worker is frozen (SIGSTOP: it can no longer fence itself)", async () => {
+    const { w, pgid } = await longTask("frozen", { timeoutS: 30 }, 200);
     const t0 = Date.now();
     w.child.kill("SIGSTOP");
     try {
-      // Supervisor deadline: timeout 1 s + grace 0.2 s + slack 1 s after spawn.
-      await waitFor(`process group ${pgid} to be gone`, 10_000, async () => (await groupMembers(pgid)).length === 0);
+      // The watchdog polls every 250 ms; a frozen worker's task must not outlive the lease.
+      await waitFor(`process group ${pgid} to be gone`, 5_000, async () => (await groupMembers(pgid)).length === 0);
       const elapsed = Date.now() - t0;
-      assert.ok(elapsed >= 1_000 - 200, `died after ${elapsed} ms, before its timeout`);
-      assert.ok(elapsed < 6_000, `died after ${elapsed} ms`);
+      assert.ok(elapsed < 2_000, `died ${elapsed} ms after its worker froze`);
     } finally {
       w.child.kill("SIGCONT");
     }
     const r = await w.result;
-    assert.equal(r?.outcome, "timed_out", JSON.stringify(r));
+    assert.ok(r !== undefined, "the resumed worker reports the killed task");
   });
 });
 
