@@ -96,6 +96,9 @@ export async function run(args: string[]): Promise<void> {
     const byStatus = new Map<string, number>();
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
+    const reasons = new Map<string, number>();
+    for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
+    if (reasons.size > 0) lines.push(`attempt errors: ${[...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; ")}`);
     for (const l of lines) console.log(l);
     const summary = {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,

@@ -28,6 +28,10 @@ interface JobCount {
 
 const MAX_CAS_RETRIES = 20;
 
+/** A pause after the i-th CAS conflict with another process: 1–2 ms doubling, at most ~100 ms. */
+const backoff = (i: number): Promise<void> =>
+  new Promise((r) => setTimeout(r, Math.min(100, 2 ** Math.min(i, 6)) * (1 + Math.random())));
+
 /** The counter's key in the `tenants` bucket. */
 export function jobCountKey(tenantId: string): string {
   return `jc.${tenantId}`;
@@ -40,6 +44,9 @@ export async function readJobCount(tenants: KvStore, tenantId: string): Promise<
 }
 
 export class TenantJobCounter {
+  /** Per tenant, the tail of this process's queue of counter updates (see `serial`). */
+  readonly #tails = new Map<string, Promise<unknown>>();
+
   constructor(
     private readonly tenants: KvStore,
     /** How many live jobs the tenant has now (used once, to seed a missing counter). */
@@ -50,7 +57,28 @@ export class TenantJobCounter {
    * Counts one more job for the tenant, or throws `quota_exceeded`. Returns false (nothing
    * counted) when the tenant has no record.
    */
-  async reserve(tenantId: string): Promise<boolean> {
+  reserve(tenantId: string): Promise<boolean> {
+    return this.serial(tenantId, () => this.#reserve(tenantId));
+  }
+
+  /**
+   * Counter updates of one tenant are serialised within this process: concurrent creates would
+   * otherwise race on one CAS key and exhaust their retries (64 parallel creates did). Across
+   * processes, conflicts are retried with a growing, jittered pause.
+   */
+  private async serial<T>(tenantId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#tails.get(tenantId) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.#tails.set(tenantId, tail);
+    try {
+      return await next;
+    } finally {
+      if (this.#tails.get(tenantId) === tail) this.#tails.delete(tenantId);
+    }
+  }
+
+  async #reserve(tenantId: string): Promise<boolean> {
     const t = await this.tenants.get(`t.${tenantId}`);
     if (t === null) return false;
     const max = decode<Tenant>(t.value).max_jobs;
@@ -73,12 +101,17 @@ export class TenantJobCounter {
       }
       const r = await this.tenants.update(key, encode({ jobs: n + 1 } satisfies JobCount), e.revision);
       if (r.ok) return true;
+      await backoff(i);
     }
     throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
   }
 
   /** Uncounts one job (never below zero; nothing when the counter does not exist). */
-  async release(tenantId: string): Promise<void> {
+  release(tenantId: string): Promise<void> {
+    return this.serial(tenantId, () => this.#release(tenantId));
+  }
+
+  async #release(tenantId: string): Promise<void> {
     const key = jobCountKey(tenantId);
     for (let i = 0; i < MAX_CAS_RETRIES; i++) {
       const e = await this.tenants.get(key);
@@ -87,6 +120,7 @@ export class TenantJobCounter {
       if (n <= 0) return;
       const r = await this.tenants.update(key, encode({ jobs: n - 1 } satisfies JobCount), e.revision);
       if (r.ok) return;
+      await backoff(i);
     }
     throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
   }

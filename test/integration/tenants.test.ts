@@ -177,6 +177,19 @@ describe("tenant quotas on NATS", () => {
     assert.equal(await counter.reserve("tnotarecordxxxxxx"), false, "no tenant record: no quota, nothing counted");
     assert.equal(await kv.get(jobCountKey("tnotarecordxxxxxx")), null);
   });
+
+  it("the max_jobs counter under a burst: 200 concurrent creates of one tenant (and a second process) all count, none fails with conflict", async () => {
+    const { kv } = await freshBucket();
+    const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
+    const { tenant } = await dir.createTenant("burst");
+    await dir.setQuota(tenant.tenant_id, { max_jobs: 1_000 });
+    // Two counters on one bucket stand for two API processes racing on the same CAS key.
+    const a = new TenantJobCounter(kv, async () => 0);
+    const b = new TenantJobCounter(kv, async () => 0);
+    const results = await Promise.allSettled(Array.from({ length: 200 }, (_, i) => (i % 2 ? a : b).reserve(tenant.tenant_id)));
+    assert.deepEqual(results.filter((r) => r.status === "rejected").map((r) => String((r as PromiseRejectedResult).reason)), []);
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 200);
+  });
 });
 
 interface CliResult { code: number | null; stdout: string; stderr: string }
