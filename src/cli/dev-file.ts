@@ -10,6 +10,8 @@ export interface DevFile {
   api_url?: string;
   api_key?: string;
   tenant_id?: string;
+  /** Prometheus metrics of the dev node (`<api_url>/metrics`). */
+  metrics_url?: string;
   cluster?: string;
   pid?: number;
 }

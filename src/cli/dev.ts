@@ -1,19 +1,35 @@
 /**
- * `kairos dev` (behind `npm start`): the embedded default. Starts `nats-server -js` as a child on a
- * free loopback port with data under `.kairos/nats` (unless --nats / KAIROS_NATS_URL is given),
- * plus one node with every role; creates a dev tenant on first start; records
- * `{nats_url, api_url, api_key, tenant_id}` in `.kairos/dev.json` so other `kairos` commands and
- * curl examples find the cluster; stops both on Ctrl-C / SIGTERM. State survives a restart because
- * the data folder does.
+ * `kairos dev` (behind `npm start`): the embedded default. In order:
+ *
+ * 1. a Docker engine: when none answers but `dockerd` is installed (and we are root), starts one
+ *    (src/dev/docker-engine.ts) and stops it on exit; skipped with --executor process|noop;
+ * 2. the quick start's image `busybox:latest`, imported from the host's static busybox when
+ *    missing (src/dev/busybox-image.ts), so the README's example runs in a container verbatim;
+ * 3. `nats-server -js` as a child on a free loopback port with data under `.kairos/nats` (unless
+ *    --nats / KAIROS_NATS_URL is given);
+ * 4. one node with every role; a dev tenant on first start; `.kairos/dev.json` records
+ *    `{nats_url, api_url, api_key, tenant_id, metrics_url}` for other commands and curl.
+ *
+ * On a terminal the node's logs are condensed for a person (src/dev/console.ts); otherwise they
+ * stay JSON lines. Ctrl-C / SIGTERM stop the node, then nats-server, then dockerd (if started
+ * here). nats-server and dockerd run in their own process groups so the terminal's Ctrl-C does
+ * not kill them under the node's feet. State survives a restart because the data folder does.
  */
 import type { Command } from "commander";
 import { join } from "node:path";
+import Dockerode from "dockerode";
 import { launchNatsServer, type NatsServerHandle } from "../dev/nats-launcher.ts";
+import { ensureDockerEngine, type DockerEngine } from "../dev/docker-engine.ts";
+import { ensureQuickStartImage } from "../dev/busybox-image.ts";
+import { DevConsole } from "../dev/console.ts";
+import { setLogDestination } from "../lib/log.ts";
 import { ensureDevTenant } from "../tenants/index.ts";
 import { nodeConfigFromFlags, onShutdown, startProcess, type NodeFlags, type ProcessFlags } from "./node.ts";
 import { readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
 
 export const DEV_API_PORT = 7700;
+
+const say = (m: string): void => console.error(`kairos dev: ${m}`);
 
 export function registerDevCommand(program: Command): void {
   program
@@ -21,34 +37,72 @@ export function registerDevCommand(program: Command): void {
     .description("single-node dev cluster: embedded nats-server + one node with all roles")
     .option("--nats <url>", "use this NATS instead of starting one (env KAIROS_NATS_URL)")
     .option("--partitions <n>", "partition count when the cluster is first created", "16")
-    .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers, else process)")
+    .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers or can be started, else process)")
     .option("--slots <n>", "worker slots", "4")
     .option("--api-port <port>", `API port (default ${DEV_API_PORT}, any free port if taken)`)
+    .option("--image-policy <entries>", "images the dev tenant may name, comma-separated (default: any)")
+    .option("--webhook-allow-http", "allow plain-http dead-letter webhooks")
+    .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
     .action(async (f: NodeFlags & ProcessFlags) => {
+      let engine: DockerEngine | undefined;
       let nats: NatsServerHandle | undefined;
-      let url = f.nats ?? process.env["KAIROS_NATS_URL"];
-      if (!url) {
-        nats = await launchNatsServer({ storeDir: join(stateDir(), "nats") });
-        url = nats.url;
-        console.error(`kairos dev: nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir})`);
-      }
-      const config = nodeConfigFromFlags({ ...f, nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
-      let p;
-      try {
-        p = await startProcess(config, f, { apiPort: DEV_API_PORT });
-      } catch (e) {
-        if (f.apiPort !== undefined || !String(e).includes("EADDRINUSE")) throw e;
-        p = await startProcess(config, { ...f, apiPort: "0" }, { apiPort: 0 });
-      }
-      const tenant = await ensureDevTenant(p.tenants, readDevFile()?.api_key);
-      writeDevFile({ nats_url: url, api_url: p.api!.url, api_key: tenant.api_key, tenant_id: tenant.tenant_id, cluster: config.clusterName, pid: process.pid });
-      console.error(`kairos dev: node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
-      console.error(`kairos dev: API ${p.api!.url}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
-      console.error(`kairos dev: try  curl -H "Authorization: Bearer ${tenant.api_key}" ${p.api!.url}/v1/jobs`);
-      onShutdown(async () => {
-        console.error("kairos dev: stopping");
-        await p.stop();
+      // Everything started so far, stopped in reverse order if start-up fails half-way.
+      const undo = async (): Promise<void> => {
         await nats?.stop();
-      });
+        await engine?.stop();
+      };
+      try {
+        if (f.executor === undefined || f.executor === "docker") {
+          engine = await ensureDockerEngine({ stateDir: stateDir() });
+          say(`docker: ${engine.note}`);
+          if (engine.started || engine.note.startsWith("a Docker engine")) {
+            try {
+              say(`docker: ${await ensureQuickStartImage(new Dockerode())}`);
+            } catch (e) {
+              say(`docker: could not provide the quick start image busybox:latest: ${String(e)}`);
+            }
+          }
+        }
+        let url = f.nats ?? process.env["KAIROS_NATS_URL"];
+        if (!url) {
+          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true });
+          url = nats.url;
+          say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir})`);
+        }
+        const config = nodeConfigFromFlags({ ...f, nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
+        const devConsole = process.stdout.isTTY ? new DevConsole() : undefined;
+        setLogDestination(devConsole);
+        let p;
+        try {
+          p = await startProcess(config, f, { apiPort: DEV_API_PORT }, { processFallback: true });
+        } catch (e) {
+          if (f.apiPort !== undefined || !String(e).includes("EADDRINUSE")) throw e;
+          p = await startProcess(config, { ...f, apiPort: "0" }, { apiPort: 0 }, { processFallback: true });
+        }
+        const proc = p;
+        devConsole?.setPartitionCount(() => proc.node.partitions);
+        const tenant = await ensureDevTenant(p.tenants, readDevFile()?.api_key);
+        const apiUrl = p.api!.url;
+        writeDevFile({
+          nats_url: url, api_url: apiUrl, api_key: tenant.api_key, tenant_id: tenant.tenant_id,
+          metrics_url: `${apiUrl}/metrics`, cluster: config.clusterName, pid: process.pid,
+        });
+        say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
+        say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
+        say(`health ${apiUrl}/readyz  metrics ${apiUrl}/metrics`);
+        say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
+        onShutdown(async () => {
+          say("stopping node");
+          await proc.stop();
+          if (nats) say("stopping nats-server");
+          await nats?.stop();
+          if (engine?.started) say("stopping dockerd");
+          await engine?.stop();
+          say("stopped");
+        });
+      } catch (e) {
+        await undo();
+        throw e;
+      }
     });
 }

@@ -45,6 +45,11 @@ export interface LaunchOptions {
   readyTimeoutMs?: number;
   /** Called with every stderr line (logs). */
   onLog?: (line: string) => void;
+  /**
+   * Own process group (`kairos dev`): a terminal's Ctrl-C then reaches only the parent, which
+   * stops its node before this server instead of both dying at once.
+   */
+  detached?: boolean;
 }
 
 const live = new Set<ChildProcess>();
@@ -70,7 +75,7 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
       "--routes", opts.cluster.routes.join(","),
     );
   }
-  const child = spawn("nats-server", args, { stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn("nats-server", args, { stdio: ["ignore", "ignore", "pipe"], detached: opts.detached ?? false });
   live.add(child);
   const exited = new Promise<number | null>((resolve) => {
     child.on("exit", (code) => {
