@@ -3,6 +3,10 @@
  * The engine answers 404 for a missing image, 400 for a configuration it rejects, and
  * 400/500 with an OCI runtime message when the command cannot be executed; anything else
  * (socket down, 5xx, timeouts) is an `executor_failure` worth retrying elsewhere.
+ *
+ * The messages go to tenants (a run's `attempts[].error`), so they never carry the engine's own
+ * text: it can name host paths, runtime versions, storage drivers, other images or registry
+ * hosts. The executor logs the engine's message for the operator (`ExecutorOptions.log`).
  */
 import type { ExecutionError } from "./types.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -34,21 +38,21 @@ export function classifyEngineError(e: unknown, phase: EnginePhase, image: strin
   const status = statusOf(e);
   const msg = engineMessage(e);
   if (status === undefined) {
-    return { class: "executor_failure", message: `Docker engine unreachable during ${phase} (image ${image}): ${msg}`, retryable: true };
+    return { class: "executor_failure", message: `the worker's container engine did not answer during ${phase} (image ${image}); retryable`, retryable: true };
   }
   if ((phase === "create" || phase === "pull") && status === 404) {
-    return { class: "image_not_found", message: `image ${image} not found on this worker: ${msg}`, retryable: false };
+    return { class: "image_not_found", message: `image ${image} is not available on this worker`, retryable: false };
   }
   if (phase === "start" && NOT_EXECUTABLE.test(msg)) {
-    return { class: "invalid_task", message: `cannot execute the task's command in ${image}: ${msg}`, retryable: false };
+    return { class: "invalid_task", message: `cannot execute the task's command in ${image} (not found or not executable)`, retryable: false };
   }
   if (/permission denied/i.test(msg) && phase === "start") {
-    return { class: "permission_denied", message: `permission denied starting the task in ${image}: ${msg}`, retryable: false };
+    return { class: "permission_denied", message: `permission denied starting the task in ${image}`, retryable: false };
   }
   if (status === 400 && phase !== "run") {
-    return { class: "invalid_task", message: `the engine rejected the task's container configuration: ${msg}`, retryable: false };
+    return { class: "invalid_task", message: `the container engine rejected the task's container configuration (image ${image})`, retryable: false };
   }
-  return { class: "executor_failure", message: `Docker engine error during ${phase} (image ${image}, HTTP ${status}): ${msg}`, retryable: true };
+  return { class: "executor_failure", message: `container engine error during ${phase} (image ${image}, HTTP ${status}); retryable`, retryable: true };
 }
 
 /** Rejects with a labelled error if `p` does not settle within `ms` (the engine may hang). */

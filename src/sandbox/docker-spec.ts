@@ -19,6 +19,50 @@ export interface ContainerRun {
   command: string[];
   /** Epoch ms of the deadline label (create time + timeout + grace). */
   deadlineAtMs: number;
+  /** The image's `VOLUME` paths: each gets a bounded tmpfs instead of an anonymous volume. */
+  volumes?: readonly string[];
+}
+
+const TMPFS_OPTS = "rw,noexec,nosuid,nodev";
+
+/**
+ * The tmpfs mounts of a container: `/tmp`, and one per image `VOLUME` path (bounded, in
+ * memory, gone with the container) — a tmpfs at a volume's path replaces the anonymous volume
+ * the engine would otherwise create on the host's disk without any size limit. The mode of a
+ * volume's tmpfs comes from the image's directory (the engine copies it up), so a path the
+ * image leaves root-owned stays read-only for the task's user.
+ */
+export function tmpfsMounts(cfg: DockerConfig, volumes: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = { "/tmp": `${TMPFS_OPTS},size=${cfg.tmpfsSizeMb}m,mode=1777` };
+  for (const v of volumes) {
+    const path = normaliseVolumePath(v);
+    if (path !== undefined && !(path in out)) out[path] = `${TMPFS_OPTS},size=${cfg.volumeTmpfsSizeMb}m`;
+  }
+  return out;
+}
+
+/** An image VOLUME path as a clean absolute path, or undefined for one the engine would reject anyway. */
+function normaliseVolumePath(v: string): string | undefined {
+  if (!v.startsWith("/") || v.includes(",") || v.includes(":")) return undefined;
+  const clean = v.replace(/\/+/g, "/").replace(/\/$/, "");
+  return clean === "" ? undefined : clean;
+}
+
+/** The image's VOLUME paths within the node's bound, or an invalid_task error. */
+export function imageVolumes(volumes: Record<string, unknown> | null | undefined, image: string, cfg: DockerConfig): string[] | ExecutionError {
+  const paths = Object.keys(volumes ?? {});
+  if (paths.length > cfg.maxImageVolumes) return invalidTask(`image ${image} declares ${paths.length} VOLUME paths; this node allows at most ${cfg.maxImageVolumes}`);
+  const bad = paths.find((p) => normaliseVolumePath(p) === undefined);
+  if (bad !== undefined) return invalidTask(`image ${image} declares an unsupported VOLUME path ${JSON.stringify(bad.slice(0, 100))}`);
+  return paths;
+}
+
+/** Per-process limits: open files bounded, core dumps off (a dump could hold secrets and fill the disk). */
+export function ulimits(cfg: DockerConfig): { Name: string; Soft: number; Hard: number }[] {
+  return [
+    { Name: "nofile", Soft: cfg.nofileLimit, Hard: cfg.nofileLimit },
+    { Name: "core", Soft: 0, Hard: 0 },
+  ];
 }
 
 /** The effective command of a task in an image with `entrypoint` and `cmd` (docker's own rule). */
@@ -111,7 +155,8 @@ export function containerSpec(
     HostConfig: {
       NetworkMode: "none",
       ReadonlyRootfs: true,
-      Tmpfs: { "/tmp": `rw,noexec,nosuid,nodev,size=${cfg.tmpfsSizeMb}m,mode=1777` },
+      Tmpfs: tmpfsMounts(cfg, run.volumes ?? []),
+      Ulimits: ulimits(cfg),
       CapDrop: ["ALL"],
       SecurityOpt: ["no-new-privileges"],
       Privileged: false,

@@ -20,9 +20,10 @@ import type { ExecutorConfig } from "./options.ts";
 import { OutputTail } from "./output-tail.ts";
 import { validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
-import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
+import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, imageVolumes, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
 import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND } from "./supervisor.ts";
-import { classifyEngineError, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
+import { classifyEngineError, engineMessage, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
+import { imageCarriesName } from "./image-policy.ts";
 import { ensureImage } from "./docker-image.ts";
 import { KairosError } from "../lib/errors.ts";
 
@@ -103,12 +104,19 @@ class DockerExecution implements Execution {
       if (this.#cfg.docker.pull === "if_missing") await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
       phase = "create";
       const image = await this.#quick(this.#docker.getImage(this.#task.image).inspect(), "image inspect");
+      if (!imageCarriesName(this.#task.image, image.RepoTags, image.RepoDigests)) {
+        // The engine resolved the reference as an image ID (prefix), which could be any tenant's image.
+        this.#cfg.log("warn", "task image resolved to an image that does not carry its name; refused", { run_id: id.runId, image: this.#task.image, image_id: image.Id });
+        return errorResult("image_not_found", `image ${this.#task.image} is not available on this worker (name images by repository and tag or digest, not by ID)`, clock.now());
+      }
+      const volumes = imageVolumes(image.Config?.Volumes, this.#task.image, this.#cfg.docker);
+      if (!Array.isArray(volumes)) return errorResult(volumes.class, volumes.message, clock.now());
       const command = effectiveCommand(this.#task.args, image.Config?.Entrypoint, image.Config?.Cmd);
       if (command.length === 0) {
         return errorResult("invalid_task", `no command: the task has no args and image ${this.#task.image} defines none`, clock.now());
       }
       const deadlineAtMs = clock.now() + (this.#task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000 + 2 * this.#cfg.docker.engineTimeoutMs;
-      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, { command, deadlineAtMs });
+      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, { command, deadlineAtMs, volumes });
       this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
       if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
       phase = "run";
@@ -136,7 +144,10 @@ class DockerExecution implements Execution {
       return this.#ended(this.#stopReason ?? (oom ? "oom" : ownDeadline ? "timed_out" : "exited"), exitCode);
     } catch (e) {
       const cause = e instanceof PhaseError ? e.cause : e;
-      const err = classifyEngineError(cause, e instanceof PhaseError ? e.phase : phase, this.#task.image);
+      const failedPhase = e instanceof PhaseError ? e.phase : phase;
+      const err = classifyEngineError(cause, failedPhase, this.#task.image);
+      // The tenant sees err.message; the engine's own words stay in the operator's log.
+      this.#cfg.log("warn", "docker attempt failed", { run_id: id.runId, attempt: id.attempt, image: this.#task.image, phase: failedPhase, class: err.class, engine_status: statusOf(cause), engine_message: engineMessage(cause) });
       return { ...errorResult(err.class, err.message, clock.now(), err.retryable), startedAtMs: this.#startedAtMs, output: this.#tail.text() };
     } finally {
       this.#running = false;

@@ -2,7 +2,8 @@
  * The sandbox's entry points: the contract (re-exported from types.ts), the factory that
  * builds an executor of an explicit kind, and the detection that tells `kairos dev` which
  * kind this machine supports and why. The process executor is never a silent fallback:
- * `createExecutor("docker", …)` fails loudly when no engine answers.
+ * `createExecutor("docker", …)` fails loudly when no engine answers, and refuses an engine
+ * that runs containers without seccomp (its syscall filter is part of the lock-down).
  */
 import Dockerode from "dockerode";
 import { KairosError } from "../lib/errors.ts";
@@ -27,7 +28,7 @@ export type {
   TaskSpec,
 } from "./types.ts";
 export { isRetryable } from "./types.ts";
-export type { ExecutorOptions, DockerOptions, ProcessOptions, NoopOptions, PullPolicy } from "./options.ts";
+export type { ExecutorOptions, ExecutorLog, DockerOptions, ProcessOptions, NoopOptions, PullPolicy } from "./options.ts";
 
 const PING_TIMEOUT_MS = 3000;
 
@@ -44,6 +45,18 @@ function engineAddress(socketPath: string | undefined): string {
 async function pingEngine(docker: Dockerode, timeoutMs: number): Promise<string> {
   const v = await withTimeout(docker.version(), timeoutMs, "version", systemClock);
   return `${v.Version} (API ${v.ApiVersion})`;
+}
+
+/**
+ * Why an engine's `docker info` SecurityOptions (e.g. `["name=seccomp,profile=default"]`) do not
+ * give containers a seccomp filter, or undefined when they do.
+ */
+export function seccompProblem(securityOptions: readonly string[] | null | undefined): string | undefined {
+  const opts = securityOptions ?? [];
+  const seccomp = opts.find((o) => o.split(",").includes("name=seccomp"));
+  if (seccomp === undefined) return `the engine reports no seccomp support (SecurityOptions: ${JSON.stringify(opts)})`;
+  if (/(^|,)profile=unconfined(,|$)/.test(seccomp)) return `the engine's default seccomp profile is unconfined (${seccomp})`;
+  return undefined;
 }
 
 /**
@@ -67,6 +80,21 @@ export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions):
           `the docker executor needs a Docker engine, but none answered at ${engineAddress(cfg.docker.socketPath)}: ${engineMessage(e)}`,
           { cause: e },
         );
+      }
+      if (cfg.docker.requireSeccomp) {
+        let secOpts: string[] | undefined;
+        try {
+          const info = (await withTimeout(docker.info(), cfg.docker.engineTimeoutMs, "info", systemClock)) as { SecurityOptions?: string[] };
+          secOpts = info.SecurityOptions;
+        } catch (e) {
+          throw new KairosError("unavailable", `the docker executor could not read the engine's security options: ${engineMessage(e)}`, { cause: e });
+        }
+        const noSeccomp = seccompProblem(secOpts);
+        if (noSeccomp !== undefined) {
+          throw new KairosError("unavailable", `the docker executor refuses to run tenant code on this engine: ${noSeccomp}. Run the engine with seccomp (the default), or set docker.requireSeccomp=false knowingly`, {
+            field: "docker.requireSeccomp",
+          });
+        }
       }
       const problem = await staticBusyboxProblem(cfg.docker.busyboxPath);
       if (problem !== undefined) {

@@ -37,6 +37,20 @@ export interface DockerOptions {
   maxPids?: number;
   /** Size of the writable /tmp tmpfs. Default 16. */
   tmpfsSizeMb?: number;
+  /**
+   * Size of the tmpfs laid over each `VOLUME` path of the image (instead of an unbounded
+   * anonymous volume on the host's disk). Default 16.
+   */
+  volumeTmpfsSizeMb?: number;
+  /** Most `VOLUME` paths an image may declare; an image with more is `invalid_task`. Default 8. */
+  maxImageVolumes?: number;
+  /** Open files per process in the container (soft = hard `nofile` ulimit). Default 1024. Core dumps are always off. */
+  nofileLimit?: number;
+  /**
+   * Refuse to start unless the engine reports seccomp enabled (`docker info` SecurityOptions,
+   * not `profile=unconfined`). Default true; false only for engines that cannot have it.
+   */
+  requireSeccomp?: boolean;
   /** uid:gid the task runs as. Default "65534:65534" (nobody). */
   user?: string;
   /** Engine calls that should be quick (ping, inspect, remove) give up after this. Default 10000. */
@@ -51,10 +65,15 @@ export interface DockerOptions {
   sweepIntervalMs?: number;
 }
 
+/** Where an executor writes what tenants must not see (engine messages): the operator's log. */
+export type ExecutorLog = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+
 export interface ExecutorOptions {
   /** This worker's id: labels docker containers and scopes orphan reaping. */
   workerId: string;
   clock?: Clock;
+  /** The operator's log (engine details of failed attempts). Default: stderr. */
+  log?: ExecutorLog;
   /** Bound of the output tail kept per attempt. Default 4096. */
   outputTailBytes?: number;
   process?: ProcessOptions;
@@ -72,6 +91,10 @@ export interface DockerConfig {
   readonly maxCpus: number;
   readonly maxPids: number;
   readonly tmpfsSizeMb: number;
+  readonly volumeTmpfsSizeMb: number;
+  readonly maxImageVolumes: number;
+  readonly nofileLimit: number;
+  readonly requireSeccomp: boolean;
   readonly user: string;
   readonly engineTimeoutMs: number;
   readonly busyboxPath: string;
@@ -81,6 +104,7 @@ export interface DockerConfig {
 export interface ExecutorConfig {
   readonly workerId: string;
   readonly clock: Clock;
+  readonly log: ExecutorLog;
   readonly outputTailBytes: number;
   readonly process: { readonly killGraceMs: number; readonly cwd: string | undefined };
   readonly noop: { readonly durationMs: number };
@@ -109,6 +133,10 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     maxCpus,
     maxPids,
     tmpfsSizeMb: positive("docker.tmpfsSizeMb", d.tmpfsSizeMb, 16, true),
+    volumeTmpfsSizeMb: positive("docker.volumeTmpfsSizeMb", d.volumeTmpfsSizeMb, 16, true),
+    maxImageVolumes: positive("docker.maxImageVolumes", d.maxImageVolumes, 8, true),
+    nofileLimit: positive("docker.nofileLimit", d.nofileLimit, 1024, true),
+    requireSeccomp: d.requireSeccomp ?? true,
     user: d.user ?? "65534:65534",
     engineTimeoutMs: positive("docker.engineTimeoutMs", d.engineTimeoutMs, 10_000, true),
     busyboxPath: d.busyboxPath ?? "/bin/busybox",
@@ -132,6 +160,8 @@ function resolveDocker(d: DockerOptions): DockerConfig {
   return Object.freeze(cfg);
 }
 
+const stderrLog: ExecutorLog = (level, msg, extra) => console.error(`kairos sandbox ${level}: ${msg}`, extra ?? "");
+
 /** Validates and freezes executor options. */
 export function resolveExecutorOptions(opts: ExecutorOptions): ExecutorConfig {
   if (typeof opts.workerId !== "string" || opts.workerId.length === 0) {
@@ -148,6 +178,7 @@ export function resolveExecutorOptions(opts: ExecutorOptions): ExecutorConfig {
   return Object.freeze({
     workerId: opts.workerId,
     clock: opts.clock ?? systemClock,
+    log: opts.log ?? stderrLog,
     outputTailBytes: tail,
     process: Object.freeze({
       killGraceMs: positive("process.killGraceMs", opts.process?.killGraceMs, 2000, true),
