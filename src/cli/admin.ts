@@ -6,6 +6,8 @@
  *                                                  webhook secret) and its job count
  *   kairos admin tenant quota <tenant_id> [--max-concurrent N] [--max-jobs N] [--weight W]
  *                                                → sets quotas on the tenant record (CAS)
+ *   kairos admin tenant images <tenant_id> [entries...] [--clear]
+ *                                                → the images the tenant may name (CAS)
  *   kairos admin key create <tenant_id> [--json] → a new API key for the tenant
  *   kairos admin key revoke <key_id>             → the key stops working (within the API's
  *                                                  authentication cache TTL, 5 s by default)
@@ -123,6 +125,22 @@ export function registerAdminCommands(program: Command): void {
       console.log(`weight              ${r.weight}`);
       console.log(`jobs                ${r.job_count ?? "not counted yet (counted from the first create)"}`);
       console.log(`webhook             ${r.webhook_url ?? "none"}`);
+      console.log(`image policy        ${r.image_policy?.join(" ") ?? "the operator's default (kairos node --image-policy)"}`);
+    });
+
+  common(tenant.command("images <tenant_id> [entries...]"))
+    .description("set the images a tenant may name: \"*\", registry/namespace prefixes ending in \"/\", repo@sha256:<digest> or repo:tag (docs/security.md); --clear: the operator's default")
+    .option("--clear", "remove the tenant's own policy")
+    .option("--json", "print the updated tenant record")
+    .action(async (tenantId: string, entries: string[], f: AdminFlags & { clear?: boolean }) => {
+      if (!f.clear && entries.length === 0) throw new KairosError("invalid_argument", "give at least one entry, or --clear", { field: "entries" });
+      const t = publicTenant(await withDirectory(f, (dir) => dir.setImagePolicy(tenantId, f.clear ? null : entries)));
+      if (f.json) {
+        console.log(JSON.stringify(t));
+        return;
+      }
+      console.log(`tenant ${t.tenant_id}: image policy ${t.image_policy?.join(" ") ?? "the operator's default"}`);
+      console.error("Existing jobs keep their images until patched; new creates and patches are checked (API nodes apply it within 5 s).");
     });
 
   common(tenant.command("quota <tenant_id>"))

@@ -13,12 +13,18 @@ import { toHttpError } from "./errors.ts";
 import { openApiDocument } from "./openapi.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
+import { ALLOW_ANY_IMAGE, type ImagePolicy } from "../sandbox/image-policy.ts";
 
 /** What the API needs. */
 export interface AppDeps {
   jobs: JobsService;
   tenants: TenantDirectory;
   clock: Clock;
+  /**
+   * The operator's image policy: which images a tenant without its own `image_policy` may name
+   * (checked at create and patch, 422 `policy_denied`). Default: any image.
+   */
+  imagePolicy?: ImagePolicy;
   /** Largest accepted request body; default 64 KiB. */
   maxBodyBytes?: number;
   /** Receives errors that became a 500 (default: stderr). */
@@ -48,7 +54,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
 
   app.use("/v1/*", bearerAuth(deps.tenants), limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES));
-  registerJobRoutes(app, { jobs: deps.jobs, clock: deps.clock });
+  registerJobRoutes(app, { jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE });
   registerRunRoutes(app, deps.jobs);
   return app;
 }

@@ -30,6 +30,7 @@ const STATUS: Partial<Record<ErrorCode, ContentfulStatusCode>> = {
   precondition_failed: 412,
   payload_too_large: 413,
   quota_exceeded: 422,
+  policy_denied: 422,
   overloaded: 429,
   no_owner: 503,
   not_owner: 503,

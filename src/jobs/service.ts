@@ -32,6 +32,11 @@ export interface Tenant {
   max_jobs: number;
   weight: number;
   webhook_url: string | null;
+  /**
+   * Images this tenant may name (src/sandbox/image-policy.ts); absent or null: the operator's
+   * default (`kairos node --image-policy`). Set with `kairos admin tenant images`.
+   */
+  image_policy?: string[] | null;
   /** HMAC-SHA256 key for webhook signatures (never shown after it is set). */
   webhook_secret?: string;
 }

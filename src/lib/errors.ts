@@ -12,6 +12,8 @@ export const ErrorCodes = {
   unauthenticated: { retryable: false },
   payload_too_large: { retryable: false },
   quota_exceeded: { retryable: true },
+  /** An operator/tenant policy refuses the request (e.g. an image outside the tenant's image policy). */
+  policy_denied: { retryable: false },
   overloaded: { retryable: true },
   no_owner: { retryable: true },
   not_owner: { retryable: true },

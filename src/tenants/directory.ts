@@ -26,6 +26,7 @@ import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { LruCache } from "./lru.ts";
+import { parseImagePolicy } from "../sandbox/image-policy.ts";
 
 /** What is stored under `t.<tenant_id>`. */
 export type TenantRecord = Tenant;
@@ -80,8 +81,10 @@ export function validateQuota(q: QuotaUpdate): void {
 
 /** The tenant record without secrets (what `kairos admin tenant get` shows). */
 export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
-  const { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url } = t;
-  return { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url };
+  const { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url, image_policy } = t;
+  const out: Omit<Tenant, "webhook_secret"> = { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url };
+  if (image_policy) out.image_policy = image_policy;
+  return out;
 }
 
 /** Tunables of the directory. */
@@ -208,6 +211,25 @@ export class KvTenantDirectory implements TenantDirectory {
       if (q.max_concurrent_runs !== undefined) next.max_concurrent_runs = q.max_concurrent_runs;
       if (q.max_jobs !== undefined) next.max_jobs = q.max_jobs;
       if (q.weight !== undefined) next.weight = q.weight;
+      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
+      if (r.ok) return next;
+    }
+    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+  }
+
+  /**
+   * Sets the tenant's image policy (validated: src/sandbox/image-policy.ts), or clears it with
+   * null (back to the operator's default). CAS on the tenant record; returns the new record.
+   * API nodes see the change within their authentication cache TTL (5 s).
+   */
+  async setImagePolicy(tenantId: string, entries: string[] | null): Promise<Tenant> {
+    if (entries !== null) parseImagePolicy(entries);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
+      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+      const next: TenantRecord = { ...decode<TenantRecord>(e.value) };
+      if (entries === null) delete next.image_policy;
+      else next.image_policy = [...entries];
       const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
       if (r.ok) return next;
     }

@@ -3,10 +3,13 @@
  * get (with `next_runs`), patch (optional If-Match), delete (204) and run now (202). Every
  * response carrying a job also carries its version as `ETag`. Validation happens here; the
  * service receives a complete `JobSpec` / `JobPatch` and the tenant from authentication.
+ * A task's image is checked against the tenant's image policy (its own, else the operator's)
+ * at create and patch: 422 `policy_denied` (src/sandbox/image-policy.ts).
  */
 import type { Context, Hono } from "hono";
 import type { JobView } from "../../jobs/model.ts";
-import type { JobsService } from "../../jobs/service.ts";
+import type { JobsService, Tenant } from "../../jobs/service.ts";
+import { checkImage, parseImagePolicy, type ImagePolicy } from "../../sandbox/image-policy.ts";
 import type { Clock } from "../../lib/clock.ts";
 import type { ApiEnv } from "../auth.ts";
 import { readJson } from "../body.ts";
@@ -17,6 +20,15 @@ import { parseCreateBody, parsePatchBody } from "../schemas.ts";
 export interface JobRouteDeps {
   jobs: JobsService;
   clock: Clock;
+  /** The operator's default image policy (a tenant's own `image_policy` replaces it). */
+  imagePolicy: ImagePolicy;
+}
+
+/** Throws `policy_denied` (422) unless the tenant may name `image`. */
+function checkTenantImage(tenant: Tenant, fallback: ImagePolicy, image: string): void {
+  const policy = tenant.image_policy ? parseImagePolicy(tenant.image_policy, "tenant image_policy") : fallback;
+  const denied = checkImage(policy, image);
+  if (denied) throw denied;
 }
 
 /** Sends a job with its ETag. */
@@ -32,6 +44,7 @@ export function registerJobRoutes(app: Hono<ApiEnv>, deps: JobRouteDeps): void {
   app.post("/v1/jobs", async (c) => {
     const idempotencyKey = parseIdempotencyKey(c.req.header("idempotency-key"));
     const spec = parseCreateBody(await readJson(c), clock.now());
+    checkTenantImage(c.get("tenant"), deps.imagePolicy, spec.task.image);
     const tenantId = c.get("tenant").tenant_id;
     const { job, created } = idempotencyKey === undefined
       ? await jobs.createJob(tenantId, spec)
@@ -57,6 +70,7 @@ export function registerJobRoutes(app: Hono<ApiEnv>, deps: JobRouteDeps): void {
     const jobId = pathId(c.req.param("job_id"), "job");
     const ifMatch = parseIfMatch(c.req.header("if-match"));
     const patch = parsePatchBody(await readJson(c), clock.now());
+    if (patch.task !== undefined) checkTenantImage(c.get("tenant"), deps.imagePolicy, patch.task.image);
     const tenantId = c.get("tenant").tenant_id;
     const job = ifMatch === undefined
       ? await jobs.patchJob(tenantId, jobId, patch)
