@@ -5,7 +5,7 @@
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
-import { detectExecutor, type ExecutorKind } from "../sandbox/index.ts";
+import { detectExecutor, parseImagePolicy, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { resolveNatsUrl } from "./dev-file.ts";
 import { hostname } from "node:os";
@@ -53,22 +53,61 @@ export interface ProcessFlags {
   apiPort?: string;
   runLeaseTtlMs?: string;
   lookaheadMs?: string;
+  imagePolicy?: string;
+  webhookAllowHttp?: boolean;
+  webhookAllowPrivate?: boolean;
 }
 
-/** Resolves the executor: an explicit choice, else docker when an engine answers, else process. */
-export async function chooseExecutor(flag: string | undefined): Promise<{ kind: ExecutorKind; reason: string }> {
+/** What `kairos dev` may do that `kairos node` may not. */
+export interface StartMode {
+  /** Fall back to the unisolated process executor when no Docker engine answers (dev only). */
+  processFallback: boolean;
+}
+
+/** Printed (stderr and log) whenever tenant code will run without isolation. */
+export const UNISOLATED_WARNING =
+  "WARNING: the process executor runs tenant code as plain child processes of this worker, WITHOUT ANY ISOLATION (same user, files and network). Never use it with untrusted tenants.";
+
+/**
+ * Resolves the executor: an explicit `--executor`, else docker. Only `kairos dev`
+ * (`processFallback`) falls back to the unisolated process executor when no engine answers;
+ * a `kairos node` worker without an engine fails to start (createExecutor says why).
+ */
+export async function chooseExecutor(flag: string | undefined, mode: StartMode = { processFallback: false }): Promise<{ kind: ExecutorKind; reason: string }> {
   if (flag !== undefined) {
     if (flag !== "process" && flag !== "noop" && flag !== "docker") {
       throw new KairosError("invalid_argument", `--executor: "${flag}" is not one of process, noop, docker`, { field: "executor" });
     }
-    return { kind: flag, reason: "chosen with --executor" };
+    return { kind: flag, reason: flag === "process" ? `chosen with --executor process. ${UNISOLATED_WARNING}` : "chosen with --executor" };
   }
-  return detectExecutor();
+  if (mode.processFallback) {
+    const d = await detectExecutor();
+    return d.kind === "process" ? { kind: d.kind, reason: `${d.reason}. ${UNISOLATED_WARNING}` } : d;
+  }
+  return { kind: "docker", reason: "the default (no automatic fallback outside `kairos dev`; --executor process is the explicit, unisolated choice)" };
 }
 
-export async function startProcess(config: NodeConfig, f: ProcessFlags, defaults: { apiPort: number }): Promise<KairosProcess & { executor: { kind: ExecutorKind; reason: string } }> {
-  const executor = config.roles.includes("worker") ? await chooseExecutor(f.executor) : { kind: "noop" as const, reason: "no worker role" };
+/** The operator's image policy from `--image-policy a,b,c` (undefined: any image, with a warning). */
+export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | undefined {
+  if (flag === undefined) return undefined;
+  return parseImagePolicy(flag.split(",").map((s) => s.trim()).filter(Boolean), "--image-policy");
+}
+
+export async function startProcess(
+  config: NodeConfig,
+  f: ProcessFlags,
+  defaults: { apiPort: number },
+  mode: StartMode = { processFallback: false },
+): Promise<KairosProcess & { executor: { kind: ExecutorKind; reason: string } }> {
+  const executor = config.roles.includes("worker") ? await chooseExecutor(f.executor, mode) : { kind: "noop" as const, reason: "no worker role" };
+  if (executor.kind === "process") console.error(`kairos: ${UNISOLATED_WARNING}`);
+  const imagePolicy = imagePolicyFromFlag(f.imagePolicy);
+  if (imagePolicy === undefined && config.roles.includes("api")) {
+    console.error("kairos: no --image-policy: tenants without their own image policy may name ANY image present on the workers (docs/security.md)");
+  }
   const p = await startKairos(config, {
+    ...(imagePolicy !== undefined ? { imagePolicy } : {}),
+    webhook: { allowHttp: f.webhookAllowHttp === true, allowPrivateAddresses: f.webhookAllowPrivate === true },
     executor: executor.kind,
     workerSlots: int(f.slots, "slots") ?? 4,
     apiHost: f.apiHost ?? "127.0.0.1",
@@ -110,12 +149,15 @@ export function registerNodeCommand(program: Command): void {
     .option("--partitions <n>", "partition count when the cluster is first created")
     .option("--replicas <n>", "KV replicas (1, or 3 on a 3-server NATS cluster)")
     .option("--lease-ttl-ms <ms>", "partition lease TTL")
-    .option("--executor <kind>", "worker executor: docker, process or noop (default: docker if an engine answers)")
+    .option("--executor <kind>", "worker executor: docker (default; the node fails to start without an engine), noop, or process (UNISOLATED: tenant code runs as plain processes)")
     .option("--slots <n>", "worker slots (concurrent attempts)", "4")
     .option("--api-host <host>", "API listen address", "127.0.0.1")
     .option("--api-port <port>", "API port (0: any free port)", "0")
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
     .option("--lookahead-ms <ms>", "how far ahead overlap=allow runs are created and claimed (default 5000); workers hold slots for claimed runs until they start")
+    .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
+    .option("--webhook-allow-http", "scheduler: allow plain-http dead-letter webhooks (default: https only)")
+    .option("--webhook-allow-private", "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });

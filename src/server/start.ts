@@ -15,7 +15,8 @@ import { tenantRegistration } from "../jobs/tenant-shell.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
-import { createExecutor, type ExecutorKind } from "../sandbox/index.ts";
+import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
+import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
@@ -27,6 +28,10 @@ export interface ProcessOptions {
   apiPort: number;
   job?: Partial<JobActorConfig>;
   workerHeartbeatMs?: number;
+  /** api: the operator's default image policy (default: any image). */
+  imagePolicy?: ImagePolicy;
+  /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
+  webhook?: Partial<WebhookPolicy>;
 }
 
 export interface KairosProcess {
@@ -43,6 +48,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const node = new KairosNode(config, { clock: systemClock, random: systemRandom, log: logFn });
   node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
+  const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
   for (const r of actorRegistrations()) node.register(r);
@@ -66,7 +72,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
       tenantWebhook: async (id) => {
         const t = await tenant(id);
-        return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret } : undefined;
+        return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
       },
       nowS: () => Math.floor(systemClock.now() / 1000),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
@@ -78,7 +84,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const tenants = new KvTenantDirectory(node.buckets.tenants, { clock: systemClock });
   let worker: Worker | undefined;
   if (config.roles.includes("worker")) {
-    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock });
+    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn });
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
@@ -90,7 +96,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   let api: ApiServer | undefined;
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
-    const app = createApp({ jobs, tenants, clock: systemClock, logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
     } catch (e) {

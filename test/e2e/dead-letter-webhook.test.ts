@@ -1,6 +1,7 @@
 /**
  * Dead letters reach the tenant's webhook: a run that fails its last attempt is POSTed, signed
- * with HMAC-SHA256, to a receiver on 127.0.0.1 that checks the signature.
+ * with HMAC-SHA256, to a receiver on 127.0.0.1 that checks the signature (the node is started
+ * with --webhook-allow-http --webhook-allow-private: by default both would be refused).
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -32,7 +33,8 @@ describe("dead-letter webhook", { timeout: 120_000 }, () => {
     const addr = server.address();
     const port = typeof addr === "object" && addr ? addr.port : 0;
     fx = await startKairosFixture();
-    const node = fx.spawn("wh-1", "api,scheduler,worker");
+    // The receiver is plain http on loopback: both are refused unless the operator allows them.
+    const node = fx.spawn("wh-1", "api,scheduler,worker", ["--webhook-allow-http", "--webhook-allow-private"]);
     const t = await fx.newTenant("hooked");
     tenantId = t.tenant_id;
     secret = (await fx.tenants.setWebhook(tenantId, `http://127.0.0.1:${port}/kairos`)).secret!;
