@@ -45,7 +45,7 @@ const errors = (...codes: number[]): Json => {
     409: errorResponse("conflict: e.g. Idempotency-Key reused with a different body"),
     412: errorResponse("precondition_failed: If-Match does not match the job's version"),
     413: errorResponse(`payload_too_large: body over ${DEFAULT_MAX_BODY_BYTES} bytes`),
-    422: errorResponse("quota_exceeded: e.g. the tenant's max_jobs"),
+    422: errorResponse("quota_exceeded (e.g. the tenant's max_jobs) or policy_denied (task.image outside the tenant's image policy)"),
   };
   const out: Json = {};
   for (const c of [...codes, 401]) if (all[c]) out[String(c)] = all[c];
@@ -87,7 +87,7 @@ function paths(): Json {
         summary: "Change a job: each top-level field sent replaces the job's field",
         parameters: [jobId, param("If-Match", "header", { type: "string" }, 'expected version: "3", W/"3" or 3')],
         requestBody: { required: true, content: { "application/json": { schema: ref("PatchJobRequest") } } },
-        responses: { "200": json(ref("Job"), "the changed job", etag), ...errors(400, 404, 412, 413) },
+        responses: { "200": json(ref("Job"), "the changed job", etag), ...errors(400, 404, 412, 413, 422) },
       },
       delete: { summary: "Delete a job (active runs are cancelled)", parameters: [jobId], responses: { "204": { description: "deleted" }, ...errors(404) } },
     },
