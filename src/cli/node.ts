@@ -45,6 +45,13 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
   });
 }
 
+/** A TCP port flag: an integer 0-65535 (0: any free port). */
+export function portFlag(v: string | undefined, field: string): number | undefined {
+  const n = int(v, field);
+  if (n !== undefined && (n < 0 || n > 65535)) throw new KairosError("invalid_argument", `--${field}: ${n} is not a port (0-65535)`, { field });
+  return n;
+}
+
 /** Process options shared by `kairos node` and `kairos dev`. */
 export interface ProcessFlags {
   executor?: string;
@@ -53,6 +60,8 @@ export interface ProcessFlags {
   apiPort?: string;
   runLeaseTtlMs?: string;
   lookaheadMs?: string;
+  metricsHost?: string;
+  metricsPort?: string;
   imagePolicy?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
@@ -110,6 +119,8 @@ export async function startProcess(
     webhook: { allowHttp: f.webhookAllowHttp === true, allowPrivateAddresses: f.webhookAllowPrivate === true },
     executor: executor.kind,
     workerSlots: int(f.slots, "slots") ?? 4,
+    ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
+    ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -153,6 +164,8 @@ export function registerNodeCommand(program: Command): void {
     .option("--slots <n>", "worker slots (concurrent attempts)", "4")
     .option("--api-host <host>", "API listen address", "127.0.0.1")
     .option("--api-port <port>", "API port (0: any free port)", "0")
+    .option("--metrics-port <port>", "serve /healthz, /readyz and /metrics on this port too (0: any free port); API nodes also serve them on the API port")
+    .option("--metrics-host <host>", "metrics listen address (default: --api-host)")
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
     .option("--lookahead-ms <ms>", "how far ahead overlap=allow runs are created and claimed (default 5000); workers hold slots for claimed runs until they start")
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
@@ -163,6 +176,7 @@ export function registerNodeCommand(program: Command): void {
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });
       const p = await startProcess(nodeConfigFromFlags(f, url), f, { apiPort: 0 });
       if (p.api) console.error(`kairos node: api on ${p.api.url}`);
+      if (p.metrics) console.error(`kairos node: health and metrics on ${p.metrics.url} (/healthz, /readyz, /metrics)`);
       if (p.worker) console.error(`kairos node: worker executor ${p.executor.kind} (${p.executor.reason})`);
       onShutdown(() => p.stop());
     });

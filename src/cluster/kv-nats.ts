@@ -9,6 +9,17 @@ import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
 import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import { startKvOp, type KvOp } from "../metrics/index.ts";
+
+/** Times `fn` as one KV operation (kairos_kv_op_seconds{op}), whether it succeeds or throws. */
+async function timed<T>(op: KvOp, fn: () => Promise<T>): Promise<T> {
+  const done = startKvOp(op);
+  try {
+    return await fn();
+  } finally {
+    done();
+  }
+}
 
 function isTimeout(e: unknown): boolean {
   for (let c: unknown = e, i = 0; c instanceof Error && i < 5; c = c.cause, i++) {
@@ -53,79 +64,91 @@ export class NatsKv implements KvStore {
   }
 
   async get(key: string): Promise<KvEntry | null> {
-    try {
-      const e = await this.#kv.get(key);
-      if (!e || e.operation !== "PUT") return null;
-      return { key, value: e.value, revision: e.revision };
-    } catch (err) {
-      throw transportError("get", key, err);
-    }
+    return timed("get", async (): Promise<KvEntry | null> => {
+      try {
+        const e = await this.#kv.get(key);
+        if (!e || e.operation !== "PUT") return null;
+        return { key, value: e.value, revision: e.revision };
+      } catch (err) {
+        throw transportError("get", key, err);
+      }
+    });
   }
 
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
-    try {
-      return { ok: true, revision: await this.#kv.create(key, value) };
-    } catch (err) {
-      if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
-      throw transportError("create", key, err);
-    }
+    return timed("create", async (): Promise<WriteResult> => {
+      try {
+        return { ok: true, revision: await this.#kv.create(key, value) };
+      } catch (err) {
+        if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
+        throw transportError("create", key, err);
+      }
+    });
   }
 
   async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
-    try {
-      const revision = await this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs });
-      return { ok: true, revision };
-    } catch (err) {
-      if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
-      throw transportError("update", key, err);
-    }
+    return timed("update", async (): Promise<WriteResult> => {
+      try {
+        const revision = await this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs });
+        return { ok: true, revision };
+      } catch (err) {
+        if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
+        throw transportError("update", key, err);
+      }
+    });
   }
 
   async put(key: string, value: Uint8Array): Promise<number> {
-    try {
-      return await this.#kv.put(key, value, { timeout: this.#timeoutMs });
-    } catch (err) {
-      throw transportError("put", key, err);
-    }
+    return timed("put", async (): Promise<number> => {
+      try {
+        return await this.#kv.put(key, value, { timeout: this.#timeoutMs });
+      } catch (err) {
+        throw transportError("put", key, err);
+      }
+    });
   }
 
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
-    try {
-      await this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision });
-      // The client does not return the marker's revision; read it back (never needed for fencing).
-      return { ok: true, revision: 0 };
-    } catch (err) {
-      if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
-      throw transportError("delete", key, err);
-    }
+    return timed("delete", async (): Promise<WriteResult> => {
+      try {
+        await this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision });
+        // The client does not return the marker's revision; read it back (never needed for fencing).
+        return { ok: true, revision: 0 };
+      } catch (err) {
+        if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
+        throw transportError("delete", key, err);
+      }
+    });
   }
 
   async list(filter: string): Promise<KvEntry[]> {
-    const out = new Map<string, KvEntry>();
-    await new Promise<void>((resolve, reject) => {
-      let w: KvWatch | undefined;
-      let ready = false;
-      this.watch(
-        filter,
-        (c) => {
-          if (ready) return;
-          if (c.value === null) out.delete(c.key);
-          else out.set(c.key, { key: c.key, value: c.value, revision: c.revision });
-        },
-        () => {
-          ready = true;
-          w?.stop();
-          resolve();
-        },
-      ).then(
-        (watch) => {
-          w = watch;
-          if (ready) watch.stop();
-        },
-        reject,
-      );
+    return timed("list", async (): Promise<KvEntry[]> => {
+      const out = new Map<string, KvEntry>();
+      await new Promise<void>((resolve, reject) => {
+        let w: KvWatch | undefined;
+        let ready = false;
+        this.watch(
+          filter,
+          (c) => {
+            if (ready) return;
+            if (c.value === null) out.delete(c.key);
+            else out.set(c.key, { key: c.key, value: c.value, revision: c.revision });
+          },
+          () => {
+            ready = true;
+            w?.stop();
+            resolve();
+          },
+        ).then(
+          (watch) => {
+            w = watch;
+            if (ready) watch.stop();
+          },
+          reject,
+        );
+      });
+      return [...out.values()].sort((a, b) => a.revision - b.revision);
     });
-    return [...out.values()].sort((a, b) => a.revision - b.revision);
   }
 
   async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {

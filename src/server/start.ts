@@ -18,6 +18,8 @@ import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
+import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
+import { nodeOps } from "./ops.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 
@@ -28,6 +30,13 @@ export interface ProcessOptions {
   apiPort: number;
   job?: Partial<JobActorConfig>;
   workerHeartbeatMs?: number;
+  /**
+   * A separate HTTP listener for /healthz, /readyz and /metrics (0: any free port); unset: none
+   * (API nodes serve them on the API port anyway).
+   */
+  metricsPort?: number;
+  /** Address of the metrics listener (default: `apiHost`). */
+  metricsHost?: string;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
@@ -39,6 +48,8 @@ export interface KairosProcess {
   readonly api: ApiServer | undefined;
   readonly worker: Worker | undefined;
   readonly tenants: KvTenantDirectory;
+  /** The `--metrics-port` listener, when one was asked for. */
+  readonly metrics: ApiServer | undefined;
   stop(): Promise<void>;
 }
 
@@ -93,27 +104,46 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     });
     await worker.start();
   }
+  const ops = nodeOps(node, config, worker ? opts.executor : undefined);
+  let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
+  const cleanUp = async (): Promise<void> => {
+    await metrics?.close();
+    await worker?.stop();
+    directory.stop();
+    ops.close();
+    await node.stop();
+  };
+  if (opts.metricsPort !== undefined) {
+    try {
+      metrics = await serveApi(createOpsApp(ops), { host: opts.metricsHost ?? opts.apiHost, port: opts.metricsPort });
+    } catch (e) {
+      await cleanUp();
+      throw e;
+    }
+    log.info({ evt: "metrics_listening", metrics_url: `${metrics.url}/metrics` }, "metrics listening");
+  }
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
     const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    registerOpsRoutes(app, ops);
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
     } catch (e) {
-      await worker?.stop();
-      directory.stop();
-      await node.stop();
+      await cleanUp();
       throw e;
     }
     log.info({ evt: "api_listening", api_url: api.url }, "api listening");
   }
   return {
-    node, api, worker, tenants,
+    node, api, worker, tenants, metrics,
     async stop() {
       await api?.close();
       await worker?.stop();
       directory.stop();
       await node.stop();
+      await metrics?.close();
+      ops.close();
     },
   };
 }

@@ -1,0 +1,168 @@
+/**
+ * Prometheus metrics of a Kairos process (prom-client), served at `/metrics` on the API port of
+ * API nodes and on `--metrics-port` (src/http/ops.ts). The metric names and labels are a contract
+ * (issue 11): dashboards and alerts are built on them; add, never rename.
+ *
+ * | metric | type | labels | meaning |
+ * | --- | --- | --- | --- |
+ * | kairos_dispatch_lag_seconds | histogram | tenant | attempt start − scheduled_for, observed once per run (its first start) |
+ * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
+ * | kairos_lease_expiries_total | counter | – | attempt leases that expired (worker died, stopped, or was cut off) |
+ * | kairos_attempts_total | counter | tenant, outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
+ * | kairos_retries_total | counter | tenant | attempts scheduled again after a retryable failure |
+ * | kairos_dead_letters_total | counter | tenant | runs dead-lettered (failed after their last attempt) |
+ * | kairos_partitions_held | gauge | – | partitions whose lease this node holds |
+ * | kairos_actors_active | gauge | – | actors (jobs, tenants) active in memory on this node |
+ * | kairos_mailbox_depth | gauge | – | messages queued in actor mailboxes on this node |
+ * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list) | JetStream KV operation latency, failures included |
+ * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
+ *
+ * Plus prom-client's default process metrics (`process_*`, `nodejs_*`).
+ *
+ * One registry per process. Gauges that describe a node's state (partitions held, actors active)
+ * are read at scrape time from the sources the node registers (`addGaugeSource`), summed when
+ * several nodes share a process (tests). Counters and histograms are recorded by the typed
+ * functions below; the run path calls them (the mapping of call to place is in ARCHITECTURE.md,
+ * "Metrics"). Label values are bounded: tenant ids (bounded by tenants) and closed unions.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+export const registry = new Registry();
+collectDefaultMetrics({ register: registry });
+
+/** The metric names (the contract). */
+export const METRICS = {
+  dispatchLag: "kairos_dispatch_lag_seconds",
+  runsWaiting: "kairos_runs_waiting",
+  leaseExpiries: "kairos_lease_expiries_total",
+  attempts: "kairos_attempts_total",
+  retries: "kairos_retries_total",
+  deadLetters: "kairos_dead_letters_total",
+  partitionsHeld: "kairos_partitions_held",
+  actorsActive: "kairos_actors_active",
+  mailboxDepth: "kairos_mailbox_depth",
+  kvOp: "kairos_kv_op_seconds",
+  forecast: "kairos_forecast_runs_due",
+} as const;
+
+export type WaitReason = "slot" | "worker";
+export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
+export type KvOp = "get" | "create" | "update" | "put" | "delete" | "list";
+export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
+
+const sources: Record<GaugeSourceName, Set<() => number>> = {
+  partitions_held: new Set(),
+  actors_active: new Set(),
+  mailbox_depth: new Set(),
+};
+const sum = (name: GaugeSourceName): number => {
+  let n = 0;
+  for (const f of sources[name]) n += f();
+  return n;
+};
+
+/** Reads a node's state at scrape time; returns the function that removes the source (on stop). */
+export function addGaugeSource(name: GaugeSourceName, read: () => number): () => void {
+  sources[name].add(read);
+  return () => sources[name].delete(read);
+}
+
+const dispatchLag = new Histogram({
+  name: METRICS.dispatchLag,
+  help: "Dispatch lag: attempt start minus scheduled_for, seconds (once per run, at its first start)",
+  labelNames: ["tenant"] as const,
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+  registers: [registry],
+});
+const runsWaiting = new Gauge({
+  name: METRICS.runsWaiting,
+  help: "Runs due but not started, by what they wait for: a tenant slot (slot) or a worker slot (worker)",
+  labelNames: ["reason"] as const,
+  registers: [registry],
+});
+const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that expired without completion", registers: [registry] });
+const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
+const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });
+const deadLetters = new Counter({ name: METRICS.deadLetters, help: "Runs dead-lettered after their last attempt", labelNames: ["tenant"] as const, registers: [registry] });
+const pullGauge = (name: string, help: string, source: GaugeSourceName): Gauge =>
+  new Gauge({
+    name,
+    help,
+    registers: [registry],
+    collect() {
+      if (sources[source].size > 0) this.set(sum(source));
+    },
+  });
+pullGauge(METRICS.partitionsHeld, "Partitions whose lease this node holds", "partitions_held");
+pullGauge(METRICS.actorsActive, "Actors active in memory on this node", "actors_active");
+const mailboxDepth = pullGauge(METRICS.mailboxDepth, "Messages queued in actor mailboxes on this node", "mailbox_depth");
+const kvOp = new Histogram({
+  name: METRICS.kvOp,
+  help: "JetStream KV operation latency in seconds, failures included",
+  labelNames: ["op"] as const,
+  buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
+  registers: [registry],
+});
+const forecast = new Gauge({
+  name: METRICS.forecast,
+  help: "Runs due in each minute of the next hour (minute 0 = the current minute), from the schedules of the partitions this node owns",
+  labelNames: ["minute"] as const,
+  registers: [registry],
+});
+
+/** A run's first attempt started `lagSeconds` after its scheduled_for (negative lags count as 0). */
+export function observeDispatchLag(tenant: string, lagSeconds: number): void {
+  dispatchLag.observe({ tenant }, Math.max(0, lagSeconds));
+}
+
+/** `delta` runs started (+1) or stopped (−1) waiting for `reason`. */
+export function addRunsWaiting(reason: WaitReason, delta: number): void {
+  runsWaiting.inc({ reason }, delta);
+}
+
+/** An attempt's lease expired (its worker did not heartbeat or complete in time). */
+export function countLeaseExpiry(): void {
+  leaseExpiries.inc();
+}
+
+/** An attempt ended with `outcome`. */
+export function countAttempt(tenant: string, outcome: AttemptOutcomeLabel): void {
+  attempts.inc({ tenant, outcome });
+}
+
+/** A failed attempt is retried (a next attempt was scheduled). */
+export function countRetry(tenant: string): void {
+  retries.inc({ tenant });
+}
+
+/** A run was dead-lettered. */
+export function countDeadLetter(tenant: string): void {
+  deadLetters.inc({ tenant });
+}
+
+/**
+ * Sets the mailbox depth directly, for a caller that tracks it itself (instead of a source
+ * registered with `addGaugeSource("mailbox_depth", …)`; a registered source wins at scrape).
+ */
+export function setMailboxDepth(n: number): void {
+  mailboxDepth.set(n);
+}
+
+/** Starts timing one KV operation; call the returned function when it settles (ok or not). */
+export function startKvOp(op: KvOp): () => void {
+  const end = kvOp.startTimer({ op });
+  return () => {
+    end();
+  };
+}
+
+/** Replaces the forecast: `perMinute[m]` runs due in minute m (0–59) of the next hour. */
+export function setForecastRunsDue(perMinute: readonly number[]): void {
+  forecast.reset();
+  for (let m = 0; m < 60; m++) forecast.set({ minute: String(m) }, perMinute[m] ?? 0);
+}
+
+/** The exposition text and its content type. */
+export async function metricsText(): Promise<{ body: string; contentType: string }> {
+  return { body: await registry.metrics(), contentType: registry.contentType };
+}
