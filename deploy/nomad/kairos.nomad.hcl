@@ -63,6 +63,14 @@ variable "partitions" {
   default = 128
 }
 
+variable "image_policy" {
+  # Images tenants without their own policy may name (`kairos node --image-policy`, API nodes):
+  # comma-separated "registry/namespace/" prefixes, "repo@sha256:<digest>", "repo:tag", or "*".
+  # No default on purpose: choose it (docs/security.md). Give each tenant its own namespace
+  # with `kairos admin tenant images <tenant_id> registry.example.com/<tenant>/`.
+  type = string
+}
+
 variable "worker_count" {
   type    = number
   default = 3
@@ -247,6 +255,7 @@ job "kairos" {
           "--replicas", "3",
           "--api-host", "${NOMAD_IP_http}",
           "--api-port", "${NOMAD_PORT_http}",
+          "--image-policy", var.image_policy,
         ]
       }
 
@@ -257,7 +266,7 @@ job "kairos" {
       #   ports = ["http"]
       #   args  = ["node", "--roles", "api", "--node-id", "api-${NOMAD_SHORT_ALLOC_ID}",
       #            "--cluster", var.cluster_name, "--partitions", "${var.partitions}", "--replicas", "3",
-      #            "--api-host", "0.0.0.0", "--api-port", "${NOMAD_PORT_http}"]
+      #            "--api-host", "0.0.0.0", "--api-port", "${NOMAD_PORT_http}", "--image-policy", var.image_policy]
       # }
 
       resources {
