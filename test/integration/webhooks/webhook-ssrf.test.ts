@@ -91,6 +91,19 @@ describe("webhook destinations (SSRF)", () => {
     assert.equal(rx.connections, before);
   });
 
+  it("https goes through the same checked lookup (a rebinding answer is refused, not resolved again)", async () => {
+    let calls = 0;
+    // A resolver whose answer changes between calls. There is exactly one resolution, inside the
+    // TLS socket's lookup, and the socket may only use what it returned (here: private, refused);
+    // with the system resolver this name would not exist at all (ENOTFOUND, not a refusal).
+    const resolve: Resolve = async () => (calls++ === 0 ? [{ address: "10.0.0.1", family: 4 }] : [{ address: "93.184.216.34", family: 4 }]);
+    const sender = new WebhookSender({}, { resolve });
+    const r = await notifyDeadLetter({ url: "https://hooks.example.test/hook", secret: "s", sender }, run, opts);
+    assert.equal(r.refused, true, JSON.stringify(r));
+    assert.match(r.error ?? "", /resolves only to non-public addresses \(10\.0\.0\.1\)/);
+    assert.equal(calls, 1, "resolved once; the refusal is not retried");
+  });
+
   it("connects to the address that was checked (the resolver's answer is what the socket uses)", async () => {
     // The receiver is on loopback, so private addresses are allowed here; the point is that the
     // socket goes where the checked lookup said, not to a second resolution of the name.
