@@ -109,16 +109,49 @@ job "kairos" {
       value    = "true"
     }
 
+    # /healthz, /readyz and /metrics on a port of their own (--metrics-port).
+    network {
+      port "metrics" {}
+    }
+
     # One scheduler at a time: each stop moves ~1/n of the partitions, and the next one
-    # waits until the new allocation has run for min_healthy_time. Schedulers expose no
-    # readiness endpoint (not implemented), so the task staying up for 20 s stands in for
-    # "partitions have settled" (acquisition takes a few seconds).
+    # starts only once the new allocation is ready — /readyz answers 200 when NATS answers and
+    # every partition placement assigns to it is held (docs/operations.md).
     update {
       max_parallel     = 1
-      health_check     = "task_states"
-      min_healthy_time = "20s"
+      health_check     = "checks"
+      min_healthy_time = "10s"
       healthy_deadline = "3m"
       auto_revert      = true
+    }
+
+    service {
+      name     = "kairos-scheduler"
+      port     = "metrics"
+      provider = "nomad"
+      tags     = ["metrics"]
+
+      # Readiness: NATS connected and placement settled.
+      check {
+        name     = "kairos-scheduler-readyz"
+        type     = "http"
+        path     = "/readyz"
+        interval = "5s"
+        timeout  = "3s"
+      }
+
+      # Liveness: restart a process that no longer serves HTTP at all.
+      check {
+        name     = "kairos-scheduler-healthz"
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+        check_restart {
+          limit = 3
+          grace = "30s"
+        }
+      }
     }
 
     task "kairos" {
@@ -161,6 +194,8 @@ job "kairos" {
           "--cluster", var.cluster_name,
           "--partitions", "${var.partitions}",
           "--replicas", "3",
+          "--metrics-host", "${NOMAD_IP_metrics}",
+          "--metrics-port", "${NOMAD_PORT_metrics}",
         ]
       }
 
@@ -203,14 +238,27 @@ job "kairos" {
       port     = "http"
       provider = "nomad"
 
-      # /healthz is liveness only: it answers 200 while the process serves HTTP, even when
-      # NATS is unreachable (a readiness check is not implemented).
+      # Readiness: /readyz answers 503 while this node cannot reach NATS, so the service is
+      # unhealthy (and out of the load balancer's list) until it can.
+      check {
+        name     = "kairos-api-readyz"
+        type     = "http"
+        path     = "/readyz"
+        interval = "5s"
+        timeout  = "3s"
+      }
+
+      # Liveness: /healthz answers while the process serves HTTP, even with NATS down.
       check {
         name     = "kairos-api-healthz"
         type     = "http"
         path     = "/healthz"
         interval = "10s"
         timeout  = "2s"
+        check_restart {
+          limit = 3
+          grace = "30s"
+        }
       }
     }
 
@@ -308,12 +356,44 @@ job "kairos" {
       value     = "1"
     }
 
+    network {
+      port "metrics" {}
+    }
+
     update {
       max_parallel     = 1
-      health_check     = "task_states"
+      health_check     = "checks"
       min_healthy_time = "10s"
       healthy_deadline = "3m"
       auto_revert      = true
+    }
+
+    service {
+      name     = "kairos-worker"
+      port     = "metrics"
+      provider = "nomad"
+      tags     = ["metrics"]
+
+      # Readiness: NATS connected and the Docker engine answers.
+      check {
+        name     = "kairos-worker-readyz"
+        type     = "http"
+        path     = "/readyz"
+        interval = "5s"
+        timeout  = "3s"
+      }
+
+      check {
+        name     = "kairos-worker-healthz"
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+        check_restart {
+          limit = 3
+          grace = "30s"
+        }
+      }
     }
 
     task "kairos" {
@@ -361,6 +441,8 @@ job "kairos" {
           # Explicit: a worker never falls back to the unisolated process executor.
           "--executor", "docker",
           "--slots", "${var.worker_slots}",
+          "--metrics-host", "${NOMAD_IP_metrics}",
+          "--metrics-port", "${NOMAD_PORT_metrics}",
         ]
       }
 

@@ -74,12 +74,36 @@ const dispatchLag = new Histogram({
   buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
   registers: [registry],
 });
+const waitingSources = new Set<() => Readonly<Record<WaitReason, number>>>();
 const runsWaiting = new Gauge({
   name: METRICS.runsWaiting,
   help: "Runs due but not started, by what they wait for: a tenant slot (slot) or a worker slot (worker)",
   labelNames: ["reason"] as const,
   registers: [registry],
+  collect() {
+    if (waitingSources.size === 0) return;
+    let slot = 0;
+    let worker = 0;
+    for (const read of waitingSources) {
+      const w = read();
+      slot += w.slot;
+      worker += w.worker;
+    }
+    this.set({ reason: "slot" }, slot);
+    this.set({ reason: "worker" }, worker);
+  },
 });
+runsWaiting.set({ reason: "slot" }, 0);
+runsWaiting.set({ reason: "worker" }, 0);
+
+/**
+ * Reads runs waiting at scrape time (e.g. summed over the active job actors of a node); returns
+ * the remover. With a source registered, `addRunsWaiting` deltas are overwritten at scrape.
+ */
+export function addRunsWaitingSource(read: () => Readonly<Record<WaitReason, number>>): () => void {
+  waitingSources.add(read);
+  return () => waitingSources.delete(read);
+}
 const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that expired without completion", registers: [registry] });
 const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
 const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });

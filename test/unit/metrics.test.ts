@@ -1,0 +1,102 @@
+/**
+ * The metrics contract (src/metrics) and the readiness checks (src/health): every metric name of
+ * issue 11 is exposed with its labels, the typed recorders move the right series, gauge sources
+ * are read at scrape time, and placement readiness names what is missing.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import {
+  METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
+  metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
+} from "../../src/metrics/index.ts";
+import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
+
+const value = (text: string, series: string): number | undefined => {
+  const line = text.split("\n").find((l) => l.startsWith(series + " "));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+};
+
+describe("metrics", () => {
+  it("exposes every metric of the contract with its type", async () => {
+    const { body, contentType } = await metricsText();
+    assert.match(contentType, /^text\/plain/);
+    const types: Record<string, string> = {
+      [METRICS.dispatchLag]: "histogram", [METRICS.runsWaiting]: "gauge", [METRICS.leaseExpiries]: "counter",
+      [METRICS.attempts]: "counter", [METRICS.retries]: "counter", [METRICS.deadLetters]: "counter",
+      [METRICS.partitionsHeld]: "gauge", [METRICS.actorsActive]: "gauge", [METRICS.mailboxDepth]: "gauge",
+      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge",
+    };
+    assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
+    for (const [name, type] of Object.entries(types)) assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
+  });
+
+  it("records run-path events under their labels", async () => {
+    observeDispatchLag("tA", 0.2);
+    observeDispatchLag("tA", -1); // clock skew: counted as 0
+    countAttempt("tA", "succeeded");
+    countAttempt("tA", "lease_lost");
+    countLeaseExpiry();
+    countRetry("tA");
+    countDeadLetter("tA");
+    startKvOp("update")();
+    setForecastRunsDue([3, 0, 7]);
+    const { body } = await metricsText();
+    assert.equal(value(body, 'kairos_dispatch_lag_seconds_count{tenant="tA"}'), 2);
+    assert.equal(value(body, 'kairos_dispatch_lag_seconds_bucket{le="0.005",tenant="tA"}'), 1);
+    assert.equal(value(body, 'kairos_attempts_total{tenant="tA",outcome="succeeded"}'), 1);
+    assert.equal(value(body, 'kairos_attempts_total{tenant="tA",outcome="lease_lost"}'), 1);
+    assert.equal(value(body, "kairos_lease_expiries_total"), 1);
+    assert.equal(value(body, 'kairos_retries_total{tenant="tA"}'), 1);
+    assert.equal(value(body, 'kairos_dead_letters_total{tenant="tA"}'), 1);
+    assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update"}'), 1);
+    assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
+    assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
+    assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
+  });
+
+  it("reads gauge sources at scrape time and sums several nodes", async () => {
+    let held = 3;
+    const off1 = addGaugeSource("partitions_held", () => held);
+    const off2 = addGaugeSource("partitions_held", () => 2);
+    const off3 = addRunsWaitingSource(() => ({ slot: 4, worker: 1 }));
+    try {
+      assert.equal(value((await metricsText()).body, "kairos_partitions_held"), 5);
+      held = 10;
+      const body = (await metricsText()).body;
+      assert.equal(value(body, "kairos_partitions_held"), 12);
+      assert.equal(value(body, 'kairos_runs_waiting{reason="slot"}'), 4);
+      assert.equal(value(body, 'kairos_runs_waiting{reason="worker"}'), 1);
+    } finally {
+      off1();
+      off2();
+      off3();
+    }
+  });
+});
+
+describe("readiness", () => {
+  it("placement is settled when every partition assigned here is held", async () => {
+    const desired = ["a", "b", "a", undefined, "a"];
+    let held: number[] = [0, 2];
+    const check = partitionsCheck("a", () => desired, () => held);
+    const r1 = await check.run();
+    assert.equal(r1.ok, false);
+    assert.match(r1.detail, /not yet held: 4$/);
+    held = [0, 2, 4, 1]; // holding one more (being handed off) is fine
+    assert.equal((await check.run()).ok, true);
+    assert.equal((await partitionsCheck("c", () => desired, () => []).run()).ok, true, "nothing assigned: settled");
+  });
+
+  it("a check that hangs or throws fails within its budget; the others still answer", async () => {
+    const hang: ReadinessCheck = { name: "nats", run: () => new Promise(() => undefined) };
+    const boom: ReadinessCheck = { name: "executor", run: () => Promise.reject(new Error("engine down")) };
+    const fine: ReadinessCheck = { name: "partitions", run: async () => ({ ok: true, detail: "ok" }) };
+    const r = await checkReadiness([hang, boom, fine], 50);
+    assert.equal(r.ready, false);
+    assert.deepEqual(r.checks, {
+      nats: { ok: false, detail: "no answer within 50 ms" },
+      executor: { ok: false, detail: "engine down" },
+      partitions: { ok: true, detail: "ok" },
+    });
+  });
+});
