@@ -13,7 +13,7 @@
  */
 import type { LogDestination } from "../lib/log.ts";
 
-const QUIET_EVENTS = new Set(["actor_activated", "actor_passivated", "node_started", "api_listening"]);
+const QUIET_EVENTS = new Set(["actor_activated", "actor_passivated", "node_started", "node_stopping", "api_listening", "metrics_listening"]);
 const LEVELS: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
 const SKIP_FIELDS = new Set(["level", "time", "node", "name", "msg", "evt", "type", "pid", "hostname"]);
 
