@@ -47,8 +47,9 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
 
 /** A TCP port flag: an integer 0-65535 (0: any free port). */
 export function portFlag(v: string | undefined, field: string): number | undefined {
-  const n = int(v, field);
-  if (n !== undefined && (n < 0 || n > 65535)) throw new KairosError("invalid_argument", `--${field}: ${n} is not a port (0-65535)`, { field });
+  if (v === undefined) return undefined;
+  const n = /^\d{1,5}$/.test(v) ? Number(v) : NaN;
+  if (!(n >= 0 && n <= 65535)) throw new KairosError("invalid_argument", `--${field}: "${v}" is not a port (0-65535)`, { field });
   return n;
 }
 
