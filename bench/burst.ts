@@ -8,7 +8,7 @@
  * the tenant's maximum of concurrent runs is raised to N by rewriting its record (there is no
  * admin command for quotas yet).
  */
-import { performance } from "node:perf_hooks";
+import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
 import { decode, encode } from "../src/cluster/codec.ts";
@@ -78,6 +78,9 @@ export async function run(args: string[]): Promise<void> {
     console.log(`created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`);
     if (systemClock.now() > dueMs - lookaheadMs) console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
     let runs: RunView[] = [];
+    // The scheduler's event loop: a long stall starves lease renewals and heartbeats.
+    const loop = monitorEventLoopDelay({ resolution: 10 });
+    loop.enable();
     const deadline = dueMs + 120_000;
     while (systemClock.now() < deadline) {
       await new Promise((r) => setTimeout(r, 1000));
@@ -89,12 +92,15 @@ export async function run(args: string[]): Promise<void> {
     const done = runs.filter((r) => r.status === "succeeded").length;
     const failed = runs.filter((r) => r.status === "failed" || r.status === "timed_out").length;
     const leaseLost = runs.filter((r) => r.attempts.some((a) => a.outcome === "lease_lost")).length;
+    loop.disable();
+    const loopMs = { p99: Math.round(loop.percentile(99) / 1e6), max: Math.round(loop.max / 1e6) };
     const lines = [
       `jobs due in the same second: ${jobs} (overlap ${overlap}, ${tenantCount} tenants); started: ${lags.length}; succeeded: ${done}; dead-lettered: ${failed}; runs with a lease_lost attempt: ${leaseLost}`,
       `dispatch lag (start − scheduled_for) ms: p50 ${pct(lags, 50)}, p90 ${pct(lags, 90)}, p99 ${pct(lags, 99)}, max ${lags[lags.length - 1]}, min ${lags[0]}`,
     ];
     const byStatus = new Map<string, number>();
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
+    lines.push(`scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`);
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
     const reasons = new Map<string, number>();
     for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
@@ -103,6 +109,7 @@ export async function run(args: string[]): Promise<void> {
     const summary = {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.length > 1).length,
+      event_loop_ms: loopMs,
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
     };
     if (!args.includes("--no-md")) {

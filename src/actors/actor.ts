@@ -51,6 +51,9 @@ export interface ActorDefinition<S, M, R, E = never> {
   /**
    * `false`: the state is soft and lives in memory only (never written to KV); it starts from
    * `initialState` after every activation. For state that is rebuilt by its senders (slot grants).
+   * A soft core may mutate its state in place and return it (O(1) per message instead of a copy):
+   * the host never rolls a soft decision back — any failure after `receive` (a failed write, a
+   * lapsed trust window) drops the actor, so the next message reloads what is durable.
    */
   readonly persist?: boolean;
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */

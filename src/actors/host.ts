@@ -364,10 +364,9 @@ export class ActorHost {
     let followUps: readonly unknown[] = [];
     if (inst.reg.pipelinePre && def.persist === false) {
       const started = d.pre && d.pre.length > 0 ? (this.#checkTrusted(inst, "before effects"), inst.reg.perform?.(d.pre, ctx)) : undefined;
-      if (d.state !== inst.state) {
-        this.#checkTrusted(inst, "before a soft-state change");
-        inst.state = d.state;
-      }
+      // Checked even when the state object is the same: a soft core may mutate it in place.
+      this.#checkTrusted(inst, "before a soft-state change");
+      inst.state = d.state;
       // A failed (or unknown) write must not leave memory ahead of the store: drop the actor so
       // the next message reloads what is durable (sim seed 55: an audit confirmed a grant whose
       // write had timed out; after a move the tenant ran one over its cap).
@@ -387,8 +386,8 @@ export class ActorHost {
       this.#checkTrusted(inst, "before effects");
       followUps = (await inst.reg.perform?.(d.pre, ctx)) ?? [];
     }
-    if (d.state !== inst.state && def.persist === false) {
-      this.#checkTrusted(inst, "before a soft-state change");
+    if (def.persist === false) {
+      this.#checkTrusted(inst, "before a soft-state change"); // (also for a state mutated in place)
       inst.state = d.state;
     } else if (d.state !== inst.state) {
       this.#checkTrusted(inst, "before write");

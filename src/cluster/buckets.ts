@@ -4,9 +4,10 @@
  * Never delete and recreate a live bucket: revisions would restart and fences would go backwards.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { NatsKv } from "./kv-nats.ts";
+import { InFlightLimiter } from "./in-flight.ts";
 import type { KvStore } from "./kv.ts";
 import { checkServerVersion } from "./server-version.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
@@ -37,7 +38,17 @@ export interface BucketOptions {
   warn?: (msg: string) => void;
   /** Paces retries while a new NATS cluster settles (default: the system clock). */
   clock?: Clock;
+  /**
+   * The control plane: partition leases and node records on a connection of their own, so a
+   * lease renewal never waits behind a burst of data writes on the same socket (busy is not
+   * dead). Default: the data connection.
+   */
+  control?: NatsConnection;
+  /** Most data-bucket operations (actors, runs, tenants, idem) in flight at once (default 512). */
+  maxInFlight?: number;
 }
+
+export const DEFAULT_MAX_IN_FLIGHT = 512;
 
 const NODE_TTL_MS = 30_000;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
@@ -46,9 +57,10 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   const warning = checkServerVersion(nc.info?.version ?? "0.0.0", opts.replicas);
   if (warning) opts.warn?.(warning);
   const clock = opts.clock ?? systemClock;
-  const jsm = await jetstreamManager(nc);
-  const kvm = new Kvm(nc);
-  const open = async (suffix: string, ttl = 0, history = 1): Promise<KvStore> => {
+  const limiter = new InFlightLimiter(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
+  const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(nc), limiter };
+  const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(opts.control), limiter: undefined } : { ...data, limiter: undefined };
+  const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
     const name = `${opts.clusterName}_${suffix}`;
     const settings = {
       replicas: opts.replicas,
@@ -60,7 +72,7 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     // replicated streams then fail with "no suitable peers for placement". Retry, bounded.
     for (let attempt = 0; ; attempt++) {
       try {
-        return new NatsKv(name, await kvm.create(name, settings), jsm);
+        return new NatsKv(name, await plane.kvm.create(name, settings), plane.jsm, undefined, plane.limiter);
       } catch (e) {
         const transient = e instanceof Error && /no suitable peers|insufficient resources/i.test(e.message);
         if (!transient || attempt >= 40) throw e;
@@ -69,9 +81,9 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     }
   };
   const [cluster, leases, nodes, actors, runs, tenants, idempotency] = await Promise.all([
-    open("cluster"),
-    open("leases"),
-    open("nodes", NODE_TTL_MS),
+    open("cluster", 0, 1, control),
+    open("leases", 0, 1, control),
+    open("nodes", NODE_TTL_MS, 1, control),
     open("actors", 0, 4),
     open("runs"),
     open("tenants"),

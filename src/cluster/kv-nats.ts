@@ -20,6 +20,7 @@ async function timed<T>(op: KvOp, fn: () => Promise<T>): Promise<T> {
     done();
   }
 }
+import type { InFlightLimiter } from "./in-flight.ts";
 
 function isTimeout(e: unknown): boolean {
   for (let c: unknown = e, i = 0; c instanceof Error && i < 5; c = c.cause, i++) {
@@ -47,12 +48,15 @@ export class NatsKv implements KvStore {
   readonly #kv: KV;
   readonly #jsm: JetStreamManager;
   readonly #timeoutMs: number;
+  readonly #limit: <T>(op: () => Promise<T>) => Promise<T>;
 
-  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000) {
+  /** `limiter` bounds this bucket's reads and writes in flight (shared between buckets). */
+  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000, limiter?: InFlightLimiter) {
     this.bucket = bucket;
     this.#kv = kv;
     this.#jsm = jsm;
     this.#timeoutMs = timeoutMs;
+    this.#limit = limiter ? (op) => limiter.run(op) : (op) => op();
   }
 
   /** How many keys (live or deleted) match: the number of entries a new watcher replays first. */
@@ -66,7 +70,7 @@ export class NatsKv implements KvStore {
   async get(key: string): Promise<KvEntry | null> {
     return timed("get", async (): Promise<KvEntry | null> => {
       try {
-        const e = await this.#kv.get(key);
+        const e = await this.#limit(() => this.#kv.get(key));
         if (!e || e.operation !== "PUT") return null;
         return { key, value: e.value, revision: e.revision };
       } catch (err) {
@@ -78,7 +82,7 @@ export class NatsKv implements KvStore {
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
     return timed("create", async (): Promise<WriteResult> => {
       try {
-        return { ok: true, revision: await this.#kv.create(key, value) };
+        return { ok: true, revision: await this.#limit(() => this.#kv.create(key, value)) };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
         throw transportError("create", key, err);
@@ -89,7 +93,7 @@ export class NatsKv implements KvStore {
   async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
     return timed("update", async (): Promise<WriteResult> => {
       try {
-        const revision = await this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs });
+        const revision = await this.#limit(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs }));
         return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
@@ -101,7 +105,7 @@ export class NatsKv implements KvStore {
   async put(key: string, value: Uint8Array): Promise<number> {
     return timed("put", async (): Promise<number> => {
       try {
-        return await this.#kv.put(key, value, { timeout: this.#timeoutMs });
+        return await this.#limit(() => this.#kv.put(key, value, { timeout: this.#timeoutMs }));
       } catch (err) {
         throw transportError("put", key, err);
       }
@@ -111,7 +115,7 @@ export class NatsKv implements KvStore {
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
     return timed("delete", async (): Promise<WriteResult> => {
       try {
-        await this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision });
+        await this.#limit(() => this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision }));
         // The client does not return the marker's revision; read it back (never needed for fencing).
         return { ok: true, revision: 0 };
       } catch (err) {

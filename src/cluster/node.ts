@@ -73,6 +73,8 @@ export class KairosNode {
   #subs = new Map<number, BusSubscription>();
   #cancelSweep: (() => void) | undefined;
   #drain: (() => Promise<void>) | undefined;
+  /** The control-plane connection (membership, leases); the data connection under an injected transport. */
+  #control: Bus | undefined;
   #stopping = false;
 
   constructor(config: NodeConfig, deps: NodeDeps) {
@@ -126,12 +128,22 @@ export class KairosNode {
       this.#buckets = t.buckets;
     } else {
       const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}` });
+      // The control plane (leases, membership) has a socket of its own: see openBuckets.
+      const control = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}-control` }).catch(async (e: unknown) => {
+        await nc.close();
+        throw e;
+      });
       this.#nc = nc;
-      this.#drain = () => nc.drain();
+      this.#control = control;
+      this.#drain = async () => {
+        await nc.drain();
+        if (!control.isClosed()) await control.drain();
+      };
       this.#buckets = await openBuckets(nc, {
         clusterName: c.clusterName,
         replicas: c.replicas,
         warn: (m) => log("warn", m),
+        control,
       });
     }
     this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock);
@@ -142,7 +154,7 @@ export class KairosNode {
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
-      nc: this.#nc, clusterName: c.clusterName, clock, events,
+      nc: this.#control ?? this.#nc, clusterName: c.clusterName, clock, events,
       self: { nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles], startedAtMs: clock.now() },
       nodesKv: this.#buckets.nodes,
       heartbeatIntervalMs: c.heartbeatIntervalMs,

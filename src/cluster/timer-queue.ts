@@ -24,6 +24,12 @@ export class TimerQueue<T> {
   #stopped = false;
   /** Longest single host-timer wait; long delays re-arm in steps (host timers are 32-bit). */
   static readonly MAX_WAIT_MS = 2 ** 30;
+  /**
+   * Most timers fired in one turn of the event loop; the rest fire on the next turn. Ten thousand
+   * jobs due at one instant otherwise ran ten thousand actor turns in one synchronous stretch,
+   * starving lease renewals and every socket of the process (busy is not dead).
+   */
+  static readonly SLICE = 256;
 
   constructor(clock: Clock, onFire: (key: string, payload: T) => void) {
     this.#clock = clock;
@@ -75,11 +81,11 @@ export class TimerQueue<T> {
     this.#cancelHost = undefined;
   }
 
-  /** Fires everything due now; returns how many fired. Called by the host timer. */
-  fireDue(): number {
+  /** Fires what is due now, at most `limit` timers; returns how many fired. */
+  fireDue(limit = Number.POSITIVE_INFINITY): number {
     const now = this.#clock.now();
     let fired = 0;
-    for (;;) {
+    while (fired < limit) {
       const top = this.#heap[0];
       if (!top) break;
       if (!top.live) {
@@ -111,8 +117,8 @@ export class TimerQueue<T> {
     this.#cancelHost = this.#clock.setTimer(wait, () => {
       this.#cancelHost = undefined;
       this.#armedFor = Number.POSITIVE_INFINITY;
-      this.fireDue();
-      this.#arm();
+      this.fireDue(TimerQueue.SLICE);
+      this.#arm(); // more due: wait 0, i.e. after the I/O of this turn
     });
   }
 

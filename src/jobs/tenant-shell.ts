@@ -25,7 +25,7 @@ export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100): Act
       const state = definition.initialState(id);
       const prefix = `${GRANT_PREFIX}.${partition}.${id}.`;
       for (const e of await kv.list(`${prefix}*`)) {
-        state.running[e.key.slice(prefix.length)] = decode<{ exp: number }>(e.value).exp;
+        state.running.set(e.key.slice(prefix.length), decode<{ exp: number }>(e.value).exp);
       }
       return state;
     },

@@ -35,7 +35,7 @@ describe("tenant actor", () => {
     assert.deepEqual(t.acquire("c").reply, { granted: false });
     assert.deepEqual(t.acquire("d").reply, { granted: false });
     assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 2 });
-    assert.deepEqual(t.state.waiting.map((w) => w.run_id), ["c", "d"]);
+    assert.deepEqual([...t.state.waiting.keys()], ["c", "d"]);
   });
 
   it("release grants the oldest waiter by a send of slot_granted to its job actor", () => {
@@ -45,7 +45,7 @@ describe("tenant actor", () => {
     assert.deepEqual(t.grants(d), ["t1.job-c:c"]);
     const send = d.effects?.find((e) => e.kind === "send");
     assert.deepEqual(send?.kind === "send" && send.msg, { kind: "slot_granted", run_id: "c" });
-    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c"]);
+    assert.deepEqual([...t.state.running.keys()].sort(), ["b", "c"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "b" })), ["t1.job-d:d"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "c" })), []);
     assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 });
@@ -57,10 +57,10 @@ describe("tenant actor", () => {
     t.acquire("b");
     t.acquire("c");
     t.send({ kind: "set_quota", max_concurrent: 3 }); // grants c
-    assert.deepEqual(Object.keys(t.state.running).sort(), ["a", "b", "c"]);
+    assert.deepEqual([...t.state.running.keys()].sort(), ["a", "b", "c"]);
     t.acquire("d");
     t.send({ kind: "release", run_id: "a" });
-    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c", "d"]);
+    assert.deepEqual([...t.state.running.keys()].sort(), ["b", "c", "d"]);
   });
 
   it("releasing a waiting request removes it from the queue", () => {
@@ -81,7 +81,7 @@ describe("tenant actor", () => {
     t.now = 6_000;
     const d = t.send({ kind: "expire" });
     assert.deepEqual(t.grants(d), ["t1.job-c:c"]);
-    assert.deepEqual(Object.keys(t.state.running).sort(), ["b", "c"]);
+    assert.deepEqual([...t.state.running.keys()].sort(), ["b", "c"]);
     assert.ok(d.effects?.some((e) => e.kind === "timer" && e.atMs === 7_000));
   });
 
@@ -90,32 +90,48 @@ describe("tenant actor", () => {
     t.acquire("a", 5_000);
     t.now = 3_000;
     assert.deepEqual(t.acquire("a", 5_000).reply, { granted: true });
-    assert.equal(t.state.running.a, 8_000);
+    assert.equal(t.state.running.get("a"), 8_000);
     t.acquire("b");
     t.acquire("c");
     assert.deepEqual(t.acquire("c").reply, { granted: false });
-    assert.equal(t.state.waiting.length, 1);
-    assert.equal(Object.keys(t.state.running).length, 2);
+    assert.equal(t.state.waiting.size, 1);
+    assert.equal(t.state.running.size, 2);
   });
 
   it("the waiting queue is bounded: past WAITING_LIMIT an acquire fails overloaded", () => {
     const t = new Tenant();
-    t.state = { max_concurrent: 1, running: { r: 1e12 }, waiting: Array.from({ length: WAITING_LIMIT }, (_, i) => ({ run_id: `w${i}`, job: "t1.j", ttl_ms: 1 })) };
+    t.state = { max_concurrent: 1, running: new Map([["r", 1e12]]), waiting: new Map(Array.from({ length: WAITING_LIMIT }, (_, i) => [`w${i}`, { job: "t1.j", ttl_ms: 1 }])) };
     const d = t.acquire("one-too-many");
     assert.equal(d.fail?.code, "overloaded");
-    assert.equal(t.state.waiting.length, WAITING_LIMIT);
+    assert.equal(t.state.waiting.size, WAITING_LIMIT);
   });
 
-  it("set_quota is clamped to at least 1; status writes no state", () => {
+  it("set_quota is clamped to at least 1; status, an idle expire and an unknown release change nothing and write nothing", () => {
     const t = new Tenant();
     t.send({ kind: "set_quota", max_concurrent: 0 });
     assert.equal(t.state.max_concurrent, 1);
-    const s = t.state;
-    t.send({ kind: "status" });
-    t.send({ kind: "expire" });
-    assert.equal(t.state, s);
-    t.send({ kind: "release", run_id: "nobody" });
-    assert.deepEqual(t.state, s, "a release of an unknown run changes nothing");
+    const snap = () => JSON.stringify({ ...t.state, running: [...t.state.running], waiting: [...t.state.waiting] });
+    const before = snap();
+    for (const m of [{ kind: "status" }, { kind: "expire" }, { kind: "release", run_id: "nobody" }] as TenantMsg[]) {
+      assert.deepEqual(t.send(m).pre ?? [], [], m.kind);
+    }
+    assert.equal(snap(), before);
+  });
+
+  it("a long queue: 20,000 waiting requests are granted once each, oldest first, as 21,000 releases come", () => {
+    const t = new Tenant();
+    t.send({ kind: "set_quota", max_concurrent: 1_000 });
+    for (let i = 0; i < 21_000; i++) t.acquire(`r${i}`);
+    assert.equal(t.state.running.size, 1_000);
+    assert.equal(t.state.waiting.size, 20_000);
+    let granted = 0;
+    for (let i = 0; i < 21_000; i++) {
+      const g = t.grants(t.send({ kind: "release", run_id: `r${i}` }));
+      if (i + 1_000 < 21_000) assert.deepEqual(g, [`t1.job-r${i + 1_000}:r${i + 1_000}`]);
+      granted += g.length;
+    }
+    assert.equal(granted, 20_000, "every waiter granted once, in order");
+    assert.equal(t.state.running.size, 0);
   });
 });
 
@@ -155,7 +171,7 @@ describe("tenant actor: durable grants (hole 8)", () => {
     for (const run of ["r1", "r2"]) await reg.perform!(t.acquire(run).pre!, ctx);
     // The actor moves: a new activation loads the two running grants and refuses a third run.
     const reloaded = (await reg.loadSoft!("t1", 3)) as TenantState;
-    assert.deepEqual(Object.keys(reloaded.running).sort(), ["r1", "r2"]);
+    assert.deepEqual([...reloaded.running.keys()].sort(), ["r1", "r2"]);
     const moved = new Tenant();
     moved.state = reloaded;
     assert.deepEqual(moved.acquire("r3").reply, { granted: false });

@@ -1,0 +1,35 @@
+/**
+ * A bound on operations in flight (a counting semaphore with a FIFO queue). The data-plane KV
+ * buckets of a node share one: a burst of 10,000 actor turns otherwise put 20,000 KV writes on
+ * the wire at once, each with its own 5 s timeout running while it waits in the server's queue —
+ * timeouts (unknown outcomes) then multiplied the work. Queued here, an operation has not been
+ * sent: no timeout runs and nothing is unknown.
+ */
+export class InFlightLimiter {
+  #active = 0;
+  readonly #queue: (() => void)[] = [];
+
+  constructor(readonly limit: number) {
+    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`in-flight limit must be a positive integer, got ${limit}`);
+  }
+
+  /** Operations running now and waiting for a turn. */
+  get active(): number {
+    return this.#active;
+  }
+  get waiting(): number {
+    return this.#queue.length;
+  }
+
+  async run<T>(op: () => Promise<T>): Promise<T> {
+    if (this.#active >= this.limit) await new Promise<void>((r) => this.#queue.push(r));
+    else this.#active++;
+    try {
+      return await op();
+    } finally {
+      const next = this.#queue.shift();
+      if (next) next(); // the slot passes straight to the next waiter
+      else this.#active--;
+    }
+  }
+}
