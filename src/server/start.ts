@@ -12,6 +12,9 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
+import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
+import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
+import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
@@ -41,7 +44,15 @@ export interface ProcessOptions {
   imagePolicy?: ImagePolicy;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
   webhook?: Partial<WebhookPolicy>;
+  /**
+   * worker: on stop, how long running attempts may go on finishing before they are handed back
+   * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
+   */
+  drainTimeoutMs?: number;
 }
+
+/** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
+export const DEFAULT_DRAIN_TIMEOUT_MS = 60_000;
 
 export interface KairosProcess {
   readonly node: KairosNode;
@@ -50,7 +61,10 @@ export interface KairosProcess {
   readonly tenants: KvTenantDirectory;
   /** The `--metrics-port` listener, when one was asked for. */
   readonly metrics: ApiServer | undefined;
+  /** Drains the worker (if any), then stops everything. */
   stop(): Promise<void>;
+  /** During `stop()`: hand running attempts back now instead of waiting for the drain timeout. */
+  hurry(): void;
 }
 
 export async function startKairos(config: NodeConfig, opts: ProcessOptions): Promise<KairosProcess> {
@@ -63,6 +77,10 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
   for (const r of actorRegistrations()) node.register(r);
+  // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
+  node.guard(JOB_ACTOR, jobAddressGuard);
+  node.guard(TENANT_ACTOR, tenantAddressGuard);
+  node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
   node.onConnected((n) => {
     directory.start(n.nc, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
@@ -99,12 +117,12 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: node.nc, router: node.router, executor, clock: systemClock, log: logFn,
+      nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     });
     await worker.start();
   }
-  const ops = nodeOps(node, config, worker ? opts.executor : undefined);
+  const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined);
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
   const cleanUp = async (): Promise<void> => {
@@ -139,11 +157,17 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     node, api, worker, tenants, metrics,
     async stop() {
       await api?.close();
+      // Drain first: the scheduler side (if this node has it) and NATS keep serving the attempts'
+      // heartbeats and completions meanwhile.
+      await worker?.drain(opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
       await worker?.stop();
       directory.stop();
       await node.stop();
       await metrics?.close();
       ops.close();
+    },
+    hurry() {
+      worker?.hurry();
     },
   };
 }
