@@ -12,9 +12,6 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
-import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
-import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
-import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
@@ -77,10 +74,6 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
   for (const r of actorRegistrations()) node.register(r);
-  // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
-  node.guard(JOB_ACTOR, jobAddressGuard);
-  node.guard(TENANT_ACTOR, tenantAddressGuard);
-  node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
   node.onConnected((n) => {
     directory.start(n.nc, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
@@ -117,7 +110,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
+      nc: node.nc, router: node.router, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     });
     await worker.start();
