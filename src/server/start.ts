@@ -20,6 +20,7 @@ import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
 import { nodeOps } from "./ops.ts";
+import { ForecastService } from "./forecast.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 
@@ -115,10 +116,16 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     });
     await worker.start();
   }
+  // scheduler: kairos_forecast_runs_due over the jobs of the partitions held here.
+  const forecast = config.roles.includes("scheduler")
+    ? new ForecastService({ actors: () => node.buckets.actors, held: () => node.heldPartitions(), events: node.events, clock: systemClock, log: logFn })
+    : undefined;
+  forecast?.start();
   const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined);
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
   const cleanUp = async (): Promise<void> => {
+    forecast?.stop();
     await metrics?.close();
     await worker?.stop();
     directory.stop();
@@ -155,6 +162,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       await worker?.drain(opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
       await worker?.stop();
       directory.stop();
+      forecast?.stop();
       await node.stop();
       await metrics?.close();
       ops.close();
