@@ -25,11 +25,11 @@ import { KairosError } from "../lib/errors.ts";
 import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from "../tenants/directory.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { clusterForecast, formatForecast, parseForecastFlags } from "./forecast.ts";
-import { readDevFile, resolveNatsUrl } from "./dev-file.ts";
+import { readDevFile, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
-interface AdminFlags {
+interface AdminFlags extends NatsAuthFlags {
   nats?: string;
   cluster?: string;
   json?: boolean;
@@ -40,7 +40,7 @@ async function withDirectory<T>(f: AdminFlags, fn: (dir: KvTenantDirectory, tena
   const url = resolveNatsUrl(f.nats);
   if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`", { field: "nats" });
   const clusterName = f.cluster ?? readDevFile()?.cluster ?? "kairos";
-  const nc = await connectNats({ url, name: "kairos-admin" });
+  const nc = await connectNats({ url, name: "kairos-admin", ...resolveNatsAuth(f, url, "admin") });
   try {
     const buckets = await openBuckets(nc, { clusterName, replicas: 1 });
     return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }), buckets.tenants, buckets);
@@ -86,6 +86,10 @@ export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
 function common(cmd: Command): Command {
   return cmd
     .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
+    .option("--nats-creds <file>", "NATS credentials file of the admin user (env KAIROS_NATS_CREDS; default: the dev cluster's)")
+    .option("--nats-tls-ca <file>", "CA (PEM) for a TLS NATS server (env KAIROS_NATS_TLS_CA)")
+    .option("--nats-tls-cert <file>", "client certificate (PEM) (env KAIROS_NATS_TLS_CERT)")
+    .option("--nats-tls-key <file>", "client key (PEM) (env KAIROS_NATS_TLS_KEY)")
     .option("--cluster <name>", "cluster name (default: the dev cluster's, else kairos)");
 }
 
