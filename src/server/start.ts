@@ -12,6 +12,9 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
+import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
+import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
+import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
@@ -80,8 +83,13 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   // Run-path metrics from the run records and effects of this node's job actors.
   const runsWaiting = new RunsWaiting(() => systemClock.now());
   const runMetrics = new RunMetrics(prometheusSink, BASELINE_LIMIT, runsWaiting);
+  // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
+  node.guard(JOB_ACTOR, jobAddressGuard);
+  node.guard(TENANT_ACTOR, tenantAddressGuard);
+  node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
   node.onConnected((n) => {
-    directory.start(n.nc, config.clusterName);
+    // Only job actors (schedulers) pick workers; other identities may not read the adverts.
+    if (config.roles.includes("scheduler")) directory.start(n.nc, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
     // Tenant records change rarely: read through a 10 s cache (bounded).
     const cache = new Map<string, { t: Tenant | null; atMs: number }>();
@@ -117,7 +125,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: node.nc, router: node.router, executor, clock: systemClock, log: logFn,
+      nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     });
     await worker.start();
