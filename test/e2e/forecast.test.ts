@@ -70,7 +70,7 @@ describe("capacity forecast on a real cluster", { timeout: 180_000 }, () => {
   });
 
   it("kairos admin forecast --hours 2 --json: the cluster's forecast per minute and per tenant", async () => {
-    const { stdout } = await run(process.execPath, ["--import", "tsx", "src/cli/main.ts", "admin", "forecast", "--nats", fx.nats.url, "--hours", "2", "--json"]);
+    const { stdout } = await run(process.execPath, ["--import", "tsx", "src/cli/main.ts", "admin", "forecast", "--nats", fx.nats.url, "--nats-creds", fx.nats.credsFor("admin"), "--hours", "2", "--json"]);
     const r = JSON.parse(stdout) as { from: string; minutes: number; total: number; per_minute: number[]; per_hour: number[]; tenants: { tenant_id: string; total: number; per_minute: number[] }[]; jobs_scanned: number; truncated: boolean };
     const startMs = Date.parse(r.from);
     assert.equal(startMs % 60_000, 0);
