@@ -63,6 +63,8 @@ export interface LaunchOptions {
    * written (a cluster's servers share one set).
    */
   auth?: { dir: string; clusters?: readonly string[] } | NatsAuthFiles;
+  /** Serve clients over TLS only, with this certificate and key (PEM files). */
+  tls?: { certFile: string; keyFile: string };
 }
 
 const live = new Set<ChildProcess>();
@@ -83,6 +85,7 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
   // The config file holds only `authorization`; the flags below win over anything else in it.
   const args = [...(auth ? ["-c", auth.configFile] : []), "-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
   if (opts.serverName) args.push("--name", opts.serverName);
+  if (opts.tls) args.push("--tls", "--tlscert", opts.tls.certFile, "--tlskey", opts.tls.keyFile);
   if (opts.cluster) {
     args.push(
       "--cluster_name", opts.cluster.name,
