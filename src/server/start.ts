@@ -21,6 +21,7 @@ import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
+import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
 import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
@@ -45,6 +46,8 @@ export interface ProcessOptions {
   metricsHost?: string;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
+  /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
+  rateLimits?: Partial<RateLimitOptions>;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
   webhook?: Partial<WebhookPolicy>;
   /**
@@ -157,7 +160,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   }
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
-    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     registerOpsRoutes(app, ops);
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
