@@ -74,6 +74,7 @@ export interface ProcessFlags {
   rateLimitBurst?: string;
   authFailureLimit?: string;
   drainTimeoutMs?: string;
+  noopDurationMs?: string;
 }
 
 /** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
@@ -167,6 +168,7 @@ export async function startProcess(
     ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
+    ...(f.noopDurationMs !== undefined ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! } : {}),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -226,6 +228,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--rate-limit <rps>", "api: requests per second per tenant on this node (0: none; default 100); over it: 429 rate_limited with Retry-After")
     .option("--rate-limit-burst <n>", "api: largest burst per tenant (default: twice --rate-limit, 200)")
     .option("--auth-failure-limit <per-second>", "api: failed authentications per second per client address before 429 (0: none; default 10, bursts of 5 s worth)")
+    .option("--noop-duration-ms <ms>", "worker, --executor noop: how long each run occupies its slot (benchmarks; default 0)")
     .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);

@@ -12,6 +12,8 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
+import { fleetRegistration } from "../jobs/fleet-shell.ts";
+import { FAIR_REPORT_MS } from "../jobs/fleet-actor.ts";
 import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
 import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
 import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
@@ -55,6 +57,8 @@ export interface ProcessOptions {
    * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
    */
   drainTimeoutMs?: number;
+  /** worker, noop executor: how long each run takes (benchmarks); default 0. */
+  noopDurationMs?: number;
 }
 
 /** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
@@ -109,6 +113,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     n.register(jobRegistration(jobCfg, {
       nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
       tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+      tenantWeight: async (id) => (await tenant(id))?.weight,
       tenantWebhook: async (id) => {
         const t = await tenant(id);
         return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
@@ -117,14 +122,16 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
     }));
-    n.register(tenantRegistration(n.buckets.actors));
+    // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
+    n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
+    n.register(fleetRegistration(() => directory.capacity()));
   });
   await node.start();
 
   const tenants = new KvTenantDirectory(node.buckets.tenants, { clock: systemClock });
   let worker: Worker | undefined;
   if (config.roles.includes("worker")) {
-    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn });
+    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn, ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}) });
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,

@@ -78,6 +78,18 @@ export class WorkerDirectory {
     if (w) w.reserved = w.free;
   }
 
+  /**
+   * The fleet's capacity as this node sees it: the slots advertised by workers heard from within
+   * `expireAfterMs` (busy or not; a draining worker still counts until it stops advertising).
+   * The fleet actor shares this between tenants (src/jobs/fleet-actor.ts). O(workers).
+   */
+  capacity(): number {
+    const now = this.clock.now();
+    let slots = 0;
+    for (const w of this.#workers.values()) if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
+    return slots;
+  }
+
   get size(): number {
     return this.#workers.size;
   }

@@ -76,6 +76,18 @@ describe("worker directory", () => {
     assert.deepEqual([...seen].sort(), ["a", "b"]);
   });
 
+  it("capacity: the slots of workers heard from within expireAfterMs, busy or not", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(7), 5_000);
+    assert.equal(dir.capacity(), 0);
+    dir.observe(advert("a", 0, 8));
+    clock.advance(3_000);
+    dir.observe(advert("b", 2, 4));
+    assert.equal(dir.capacity(), 12);
+    clock.advance(2_001);
+    assert.equal(dir.capacity(), 4, "a is silent for too long");
+  });
+
   it("worker subjects are per cluster and worker", () => {
     assert.equal(workerSubject("c1", "w7", "start"), "kairos.c1.worker.w7.start");
   });
