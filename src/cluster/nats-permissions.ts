@@ -5,7 +5,8 @@
  *
  * | subject | api | scheduler | worker |
  * | --- | --- | --- | --- |
- * | `kairos.<c>.node.hb`, `….node.leave` (membership) | pub, sub | pub, sub | pub, sub |
+ * | `kairos.<c>.node.hb.n`, `….node.leave.n` (membership) | pub, sub | sub | pub, sub |
+ * | `kairos.<c>.node.hb.s`, `….node.leave.s` (scheduler membership: placement) | sub | pub, sub | sub |
  * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
  * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
  * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
@@ -122,12 +123,15 @@ export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_
   const k = `kairos.${c}`;
   const base: Grant = {
     pub: [
-      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`), `${k}.node.hb`, `${k}.node.leave`,
+      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
       ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
     ],
-    sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb`, `${k}.node.leave`],
+    sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb.*`, `${k}.node.leave.*`],
     responds: false,
   };
+  // Membership: a node speaks on `.s` when it has the scheduler role, else on `.n` (membership.ts).
+  const voice = roles.includes("scheduler") ? "s" : "n";
+  base.pub.push(`${k}.node.hb.${voice}`, `${k}.node.leave.${voice}`);
   const grants = [base, ...roles.map((r) => roleGrant(c, r, workerId))];
   const uniq = (xs: string[]) => [...new Set(xs)];
   const perms: SubjectPermissions = {
