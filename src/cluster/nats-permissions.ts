@@ -113,18 +113,32 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
   }
 }
 
-/**
- * The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`.
- * `workerId` pins a worker user to its own start/cancel subjects (default `*`: any worker id).
- */
-export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, workerId = "*"): SubjectPermissions {
-  const user = natsUserFor(roles);
+/** A worker user pinned to one worker id (`pinnedWorkerUser`): `worker-<id>`. */
+export function pinnedWorkerUser(workerId: string): string {
+  return `worker-${workerId}`;
+}
+
+export interface PermissionOptions {
+  /**
+   * Pins a worker user to one worker id: only its own start/cancel subjects and its own `nodes`
+   * record (default: any worker id, one shared `worker` user).
+   */
+  workerId?: string;
+  /** The user's name, for its inbox prefix (default `natsUserFor(roles)`). */
+  user?: string;
+}
+
+/** The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`. */
+export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, opts: PermissionOptions = {}): SubjectPermissions {
+  const user = opts.user ?? natsUserFor(roles);
+  const workerId = opts.workerId ?? "*";
   if (roles === NATS_ADMIN) return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
   const k = `kairos.${c}`;
   const base: Grant = {
     pub: [
       "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
-      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
+      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"),
+      ...writeBucket(c, "nodes", [opts.workerId !== undefined && roles.length === 1 ? opts.workerId : ">"]),
     ],
     sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb.*`, `${k}.node.leave.*`],
     responds: false,

@@ -43,7 +43,7 @@ describe("NATS authorization", () => {
   let node: KairosProcess;
 
   before(async () => {
-    nats = await startNats();
+    nats = await startNats({ workers: ["pw1"] });
     admin = await nats.connect("auth-test-admin");
     await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
     node = await startKairos(
@@ -185,6 +185,28 @@ describe("NATS authorization", () => {
     } finally {
       await nc.close();
     }
+  });
+
+  it("a worker user pinned to its id runs its node and cannot take another worker's offers", async () => {
+    const worker = await startKairos(
+      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.auth.credsForWorker("pw1") }, nodeId: "pw1", roles: ["worker"] }),
+      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
+    );
+    try {
+      const nc = await connectNats({ url: nats.url, name: "auth-test-pinned", credsFile: nats.auth.credsForWorker("pw1") });
+      try {
+        const violation = nextPermissionError(nc);
+        nc.subscribe("kairos.kairos.worker.other.start");
+        const v = await violation;
+        assert.equal(v.operation, "subscription");
+        assert.equal(v.subject, "kairos.kairos.worker.other.start");
+      } finally {
+        await nc.close();
+      }
+    } finally {
+      await worker.stop();
+    }
+    assert.deepEqual(nats.violations().filter((l) => l.includes('User "worker-pw1"') && !l.includes("worker.other.start")), [], "the pinned worker node itself needed nothing more");
   });
 
   // Last but one: it adds a (fake) second scheduler, which moves partitions away from the node.
