@@ -32,7 +32,7 @@ export const FLEET_STALE_MS = 5_000;
 /** Shares are recomputed at most this often while only demands change. */
 export const FLEET_RECOMPUTE_MS = 100;
 /** A fresh fleet actor listens this long before it answers (every busy tenant reports by then). */
-export const FLEET_WARMUP_MS = 3 * FAIR_REPORT_MS;
+export const FLEET_WARMUP_MS = 2 * FAIR_REPORT_MS;
 /** Most tenants in a status reply. */
 export const STATUS_LIMIT = 1_000;
 

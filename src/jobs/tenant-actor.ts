@@ -24,9 +24,11 @@
  * (running + waiting), it reports it with its weight to the fleet actor every `reportMs`
  * (fleet-actor.ts) and hears back its weighted max-min share of the fleet's slots. It grants only
  * while running < min(max_concurrent, share) — the share floored at 1, so no tenant with demand
- * starves on rounding. No share (none heard yet, none for SHARE_TTL_MS, no fleet actor, or the
- * fleet knows no worker) means max_concurrent: losing the fleet degrades to capping each tenant
- * alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
+ * starves on rounding. A tenant becoming busy grants one run at once and the rest when its first
+ * share arrives (one round trip: a burst from idle does not take the fleet before the fleet
+ * has a say). No share — no answer within SHARE_WAIT_MS, none confirmed for SHARE_TTL_MS, or the
+ * fleet knows no worker (null) — means max_concurrent: losing the fleet degrades to capping each
+ * tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
  * by durable grants. The report is the peak demand over the last two report intervals, capped at
  * max_concurrent, so a bursty small tenant keeps room for its bursts. A tenant held back by a
  * share it had already filled (its demand grew past what it last reported) reports again early,
@@ -44,6 +46,8 @@ export interface TenantState {
   share?: number;
   /** When the share was heard; after SHARE_TTL_MS without one it is dropped. */
   share_at_ms?: number;
+  /** Set when the tenant became busy and has no answer yet (one grant until then, see limit). */
+  awaiting_since_ms?: number;
   /** When the next demand report is due (armed while the tenant has demand). */
   report_at_ms?: number;
   /** When the last report went out, and the demand it carried. */
@@ -90,6 +94,8 @@ export const EXPIRED_GRANT_GRACE_MS = 60_000;
 export const AUDIT_LIMIT = 1_000;
 /** A share not confirmed for this long is dropped (the fleet actor is gone or moving). */
 export const SHARE_TTL_MS = 5_000;
+/** A busy tenant without an answer for this long stops waiting for one (the cap applies). */
+export const SHARE_WAIT_MS = 2_000;
 /** Least time between two reports when a filled share holds back a grown demand. */
 export const EARLY_REPORT_MS = 50;
 
@@ -126,7 +132,10 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       if (msg.kind === "acquire" && msg.max_concurrent !== undefined) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
       if ((msg.kind === "acquire" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
       // Grants are made while running < limit(): the cap, and the fair share when there is one.
-      const limit = () => (state.share === undefined ? state.max_concurrent : Math.min(state.max_concurrent, Math.max(1, state.share)));
+      const limit = () => {
+        if (state.share !== undefined) return Math.min(state.max_concurrent, Math.max(1, state.share));
+        return state.awaiting_since_ms !== undefined ? 1 : state.max_concurrent;
+      };
       switch (msg.kind) {
         case "acquire": {
           const held = running.get(msg.run_id);
@@ -190,6 +199,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           else if (Number.isInteger(msg.share) && msg.share >= 0) state.share = msg.share;
           else break;
           state.share_at_ms = now;
+          delete state.awaiting_since_ms;
           break;
         case "fair_report":
           if (fair) report(state, fair, now, effects, ctx.id);
@@ -227,6 +237,7 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
     delete state.share; // not confirmed for too long: the fleet actor is gone
     delete state.share_at_ms;
   }
+  if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS) delete state.awaiting_since_ms; // no answer: the cap
   effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight } });
   state.reported = demand;
   state.reported_at_ms = now;
@@ -238,6 +249,7 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
     delete state.report_at_ms;
     delete state.share;
     delete state.share_at_ms;
+    delete state.awaiting_since_ms;
   }
 }
 
@@ -247,7 +259,10 @@ function armReport(state: TenantState, fair: TenantFairOptions, now: number, eff
   if (current > state.peak) state.peak = current;
   if (current === 0) return;
   let at = state.report_at_ms;
-  if (at === undefined) at = now;
+  if (at === undefined) {
+    at = now; // busy from idle: report now, grant one run until the answer
+    if (state.share === undefined) state.awaiting_since_ms = now;
+  }
   else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
     // Held back by a share it had filled: its demand grew, so ask again soon.
     at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));

@@ -270,8 +270,10 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
 
   it("a smaller share grants nothing new until releases bring running under it (no preemption)", () => {
     const t = new FairTenant();
-    for (const r of ["a", "b", "c", "d", "e"]) t.acquire(r);
+    t.acquire("a");
     t.report();
+    t.send({ kind: "share", share: 5 });
+    for (const r of ["b", "c", "d", "e"]) t.acquire(r);
     t.send({ kind: "share", share: 2 });
     assert.equal(t.state.running.size, 5);
     assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "a" })), []);
@@ -279,6 +281,24 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     t.send({ kind: "release", run_id: "b" });
     t.send({ kind: "release", run_id: "c" });
     assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "d" })), ["f"], "running 1 < 2");
+  });
+
+  it("busy from idle: one grant at once, the rest when the share arrives; no answer within SHARE_WAIT_MS: the cap", async () => {
+    const { SHARE_WAIT_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new FairTenant();
+    assert.deepEqual(t.acquire("a").reply, { granted: true });
+    assert.deepEqual(t.acquire("b").reply, { granted: false }, "awaiting the first share");
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    t.report();
+    t.now += SHARE_WAIT_MS - 1;
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), []);
+    t.now += 1;
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), ["b", "c"], "the fleet is silent: today's behaviour");
+    // a share of null (the fleet knows no worker) also means the cap
+    const u = new FairTenant();
+    u.acquire("a");
+    u.acquire("b");
+    assert.deepEqual(u.granted(u.send({ kind: "share", share: null })), ["b"]);
   });
 
   it("a share of 0 is floored at 1 (no tenant with demand starves on rounding)", () => {
@@ -320,25 +340,29 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     assert.equal(t.state.share, undefined);
     t.send({ kind: "share", share: 1 });
     assert.equal(t.state.share, undefined, "late answer ignored");
-    // a new burst is not held back by a stale share, and reports again at once
+    // a new burst is not held back by a stale share: one run at once, the rest with the answer
     const d = t.acquire("b");
     assert.deepEqual(d.reply, { granted: true });
     assert.equal(t.fairTimer(d), t.now);
-    assert.deepEqual(t.acquire("c").reply, { granted: true });
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    assert.deepEqual(t.granted(t.send({ kind: "share", share: 4 })), ["c"]);
   });
 
   it("a share not confirmed for SHARE_TTL_MS is dropped at the next report: the cap applies alone", async () => {
     const { SHARE_TTL_MS } = await import("../../../src/jobs/tenant-actor.ts");
     const t = new FairTenant();
-    for (const r of ["a", "b", "c"]) t.acquire(r);
+    t.acquire("a");
     t.report();
+    t.send({ kind: "share", share: 3 });
+    for (const r of ["b", "c"]) t.acquire(r);
     t.send({ kind: "share", share: 1 });
     t.send({ kind: "release", run_id: "a" });
     assert.equal(t.state.running.size, 2);
+    assert.deepEqual(t.acquire("d").reply, { granted: false });
     t.now += SHARE_TTL_MS + 1;
-    t.report();
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), ["d"]);
     assert.equal(t.state.share, undefined);
-    assert.deepEqual(t.acquire("d").reply, { granted: true });
+    assert.deepEqual(t.acquire("e").reply, { granted: true });
   });
 
   it("held back by a share it had filled, a tenant whose demand grew reports early (EARLY_REPORT_MS after the last)", async () => {
