@@ -29,8 +29,9 @@
  * has a say). No share — no answer within SHARE_WAIT_MS, none confirmed for SHARE_TTL_MS, or the
  * fleet knows no worker (null) — means max_concurrent: losing the fleet degrades to capping each
  * tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
- * by durable grants. The report is the peak demand over the last two report intervals, capped at
- * max_concurrent, so a bursty small tenant keeps room for its bursts. A tenant held back by a
+ * by durable grants. The report is the peak demand over the last DEMAND_WINDOW_REPORTS intervals
+ * (3 s), capped at max_concurrent, so a bursty small tenant (a run every 2 s) keeps room for its
+ * bursts instead of finding its slots taken by the large tenants each time. A tenant held back by a
  * share it had already filled (its demand grew past what it last reported) reports again early,
  * at most every EARLY_REPORT_MS, instead of waiting out the interval.
  */
@@ -54,8 +55,8 @@ export interface TenantState {
   reported_at_ms?: number;
   reported?: number;
   /** Peak running + waiting since the last report, and over the interval before it. */
-  peak: number;
-  peak_prev: number;
+  /** Peak running + waiting per report interval, the current one first (DEMAND_WINDOW_REPORTS). */
+  peaks: number[];
   /** grant id (`<run_id>_<slot_seq>`) → grant expiry (ms). */
   running: Map<string, number>;
   /** Waiting requests in arrival order (a Map keeps insertion order: FIFO with O(1) removal). */
@@ -96,6 +97,8 @@ export const AUDIT_LIMIT = 1_000;
 export const SHARE_TTL_MS = 5_000;
 /** A busy tenant without an answer for this long stops waiting for one (the cap applies). */
 export const SHARE_WAIT_MS = 2_000;
+/** A tenant's reported demand is its peak over this many report intervals. */
+export const DEMAND_WINDOW_REPORTS = 6;
 /** Least time between two reports when a filled share holds back a grown demand. */
 export const EARLY_REPORT_MS = 50;
 
@@ -111,7 +114,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
   return {
     type: TENANT_ACTOR,
     persist: false,
-    initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peak: 0, peak_prev: 0, running: new Map(), waiting: new Map() }),
+    initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
     receive(state, msg, ctx) {
       const now = ctx.nowMs;
       const { running, waiting } = state;
@@ -227,12 +230,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
   };
 }
 
-/** The `fair_report` timer: sends the demand (peak of two intervals, capped) to the fleet actor. */
+/** The `fair_report` timer: sends the demand (peak of the window, capped) to the fleet actor. */
 function report(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[], tenant: string): void {
   const current = state.running.size + state.waiting.size;
-  const demand = Math.min(state.max_concurrent, Math.max(state.peak, state.peak_prev, current));
-  state.peak_prev = state.peak;
-  state.peak = current;
+  const demand = Math.min(state.max_concurrent, Math.max(current, ...state.peaks));
+  state.peaks.unshift(current);
+  if (state.peaks.length > DEMAND_WINDOW_REPORTS) state.peaks.length = DEMAND_WINDOW_REPORTS;
   if (state.share_at_ms !== undefined && now - state.share_at_ms > SHARE_TTL_MS) {
     delete state.share; // not confirmed for too long: the fleet actor is gone
     delete state.share_at_ms;
@@ -256,7 +259,7 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
 /** After every message: track the peak demand; arm the first report, or an early one. O(1). */
 function armReport(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[]): void {
   const current = state.running.size + state.waiting.size;
-  if (current > state.peak) state.peak = current;
+  if (current > (state.peaks[0] ?? 0)) state.peaks[0] = current;
   if (current === 0) return;
   let at = state.report_at_ms;
   if (at === undefined) {

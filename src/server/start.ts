@@ -85,7 +85,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
-  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
+  // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
+  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, { optimistic: true });
   for (const r of actorRegistrations()) node.register(r);
   // Run-path metrics from the run records and effects of this node's job actors.
   const runsWaiting = new RunsWaiting(() => systemClock.now());

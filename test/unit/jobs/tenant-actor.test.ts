@@ -311,26 +311,30 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     assert.deepEqual(t.acquire("c").reply, { granted: false });
   });
 
-  it("reports the peak demand of the last two intervals, capped at max_concurrent", () => {
+  it("reports the peak demand of the last DEMAND_WINDOW_REPORTS intervals, capped at max_concurrent", async () => {
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/jobs/tenant-actor.ts");
     const t = new FairTenant();
     for (const r of ["a", "b", "c"]) t.acquire(r);
     for (const r of ["a", "b"]) t.send({ kind: "release", run_id: r });
     assert.equal(t.report().demand, 3, "peak since the last report");
-    t.now += REPORT_MS;
-    assert.equal(t.report().demand, 3, "and the interval before");
+    for (let i = 1; i < DEMAND_WINDOW_REPORTS; i++) {
+      t.now += REPORT_MS;
+      assert.equal(t.report().demand, 3, `and over the window (${i})`);
+    }
     t.now += REPORT_MS;
     assert.equal(t.report().demand, 1);
     for (let i = 0; i < 30; i++) t.acquire(`w${i}`);
     assert.equal(t.report().demand, 10, "capped at max_concurrent");
   });
 
-  it("idle: a last report of 0 leaves the fleet and stops reporting; the share is forgotten and a late one ignored", () => {
+  it("idle: a last report of 0 leaves the fleet and stops reporting; the share is forgotten and a late one ignored", async () => {
     const t = new FairTenant();
     t.acquire("a");
     t.report();
     t.send({ kind: "share", share: 1 });
     t.send({ kind: "release", run_id: "a" });
-    for (let i = 0; i < 2; i++) {
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/jobs/tenant-actor.ts");
+    for (let i = 0; i < DEMAND_WINDOW_REPORTS; i++) {
       t.now += REPORT_MS;
       assert.equal(t.report().demand, 1, "the trailing window still holds the run");
     }
