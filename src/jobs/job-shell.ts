@@ -55,6 +55,8 @@ export interface JobShellDeps {
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
+/** How long to wait before offering again to a worker that had no free slot (see dispatch). */
+const OFFER_RACE_RETRY_MS = 25;
 
 export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
   const revisions = new Map<string, number>();
@@ -117,8 +119,16 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         lease_ttl_ms: cfg.leaseTtlMs,
       };
       try {
-        const m = await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs });
-        const reply = decode<StartReply>(m.data);
+        const offer = async () => decode<StartReply>((await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs })).data);
+        let reply = await offer();
+        // A worker frees a slot only once its completion is acknowledged, so an offer for the
+        // slot that completion released can arrive first: ask the same worker (same fence) once
+        // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
+        if (!reply.accepted && reply.reason === "no free slot" && deps.sleep) {
+          await deps.sleep(OFFER_RACE_RETRY_MS);
+          if (!ctx.stillOwner()) return;
+          reply = await offer();
+        }
         if (reply.accepted) {
           ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
           return;
