@@ -12,6 +12,9 @@
  * Every network effect first checks that this node still owns the actor (`stillOwner`).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
+ *   With `deadLetters`, durably: the terminal record's write is followed (still before the state
+ *   write) by the run's dead-letter and outbox keys, and the POST goes through the outbox
+ *   (dead-letters.ts), so a crash re-delivers.
  * Run-path metrics are derived from the records `putRun` writes (run-metrics.ts).
  */
 import type { Bus } from "../cluster/bus.ts";
@@ -31,6 +34,7 @@ import type { RunView } from "./model.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 import { RunMetrics } from "./run-metrics.ts";
+import { isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "./dead-letters.ts";
 
 export interface JobShellDeps {
   nc: Bus;
@@ -52,6 +56,8 @@ export interface JobShellDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Counts run transitions from the records written (default: into the Prometheus registry). */
   runMetrics?: RunMetrics;
+  /** The durable dead-letter list and webhook outbox (dead-letters.ts); without it, in memory. */
+  deadLetters?: DeadLetterOutbox;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
@@ -166,6 +172,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         return;
       case "dead_letter": {
         deps.log("warn", "run dead-lettered", { run_id: fx.record.run_id, job_id: fx.record.job_id, status: fx.record.status, reason: fx.record.reason });
+        if (deps.deadLetters) return deps.deadLetters.kick(ctx.partition, fx.record.tenant_id, fx.record.run_id);
         const target = await deps.tenantWebhook?.(fx.record.tenant_id);
         if (!target || !deps.nowS || !deps.sleep) return;
         const r = await notifyDeadLetter(target, fx.record, { nowS: deps.nowS, sleep: deps.sleep });
@@ -184,6 +191,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
         if (!ctx.stillOwner()) throw new KairosError("not_owner", `${ctx.address.type}/${ctx.address.id}: no longer the owner`);
         if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.mode);
+        if (fx.kind === "put_run" && fx.mode === "update" && deps.deadLetters && isDeadLetter(fx.record)) await recordDeadLetter(deps.runs, ctx.partition, fx.record);
       }
     },
     performPost(effects, ctx) {

@@ -20,6 +20,7 @@ import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "./run-record.ts";
+import { deadLetterKey } from "./dead-letters.ts";
 import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
 import type { JobsService } from "./service.ts";
 
@@ -168,6 +169,18 @@ export class NatsJobsService implements JobsService {
     const page = runs.slice(0, opts.limit);
     const last = page[page.length - 1];
     return { items: page, next_cursor: runs.length > opts.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };
+  }
+
+  async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {
+    let after = 0;
+    if (opts.cursor !== undefined) {
+      const [kind, rev] = decodeCursor(opts.cursor, 2);
+      after = Number(rev);
+      if (kind !== "dl" || !Number.isSafeInteger(after) || after < 0) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
+    }
+    // Keys dl.<tenant>.<run> (dead-letters.ts), in the order they were written.
+    const page = await this.buckets.runs.scan(deadLetterKey(tenantId, "*"), after, opts.limit);
+    return { items: page.entries.map((e) => runView(e.value)), next_cursor: page.next === null ? null : encodeCursor(["dl", String(page.next)]) };
   }
 
   async getRun(tenantId: string, runId: string): Promise<RunView> {
