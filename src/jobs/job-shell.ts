@@ -10,6 +10,8 @@
  *   offer's own fence; its acceptance comes back to the actor as `claimed`, a refusal or a
  *   timeout as `dispatch_failed` (the core offers again later under a new fence).
  * Every network effect first checks that this node still owns the actor (`stillOwner`).
+ *   A task with `sealed_env` has its secrets opened into its env for that one offer
+ *   (`secrets`, secret-env.ts); without them the offer is not made (`dispatch_failed`).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
  *   With `deadLetters`, durably: the terminal record's write is followed (still before the state
@@ -30,7 +32,8 @@ import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
 import { TERMINAL } from "./model.ts";
 import type { JobEffect, JobActorConfig } from "./job-actor.ts";
 import { makeJobActor } from "./job-actor.ts";
-import type { RunView } from "./model.ts";
+import type { RunView, TaskInput } from "./model.ts";
+import type { SecretEnvStore } from "./secret-env.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 import { RunMetrics } from "./run-metrics.ts";
@@ -58,6 +61,8 @@ export interface JobShellDeps {
   runMetrics?: RunMetrics;
   /** The durable dead-letter list and webhook outbox (dead-letters.ts); without it, in memory. */
   deadLetters?: DeadLetterOutbox;
+  /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
+  secrets?: SecretEnvStore;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
@@ -109,8 +114,26 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     throw new KairosError("conflict", `run record ${record.run_id} keeps changing under this owner`);
   }
 
+  /** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
+  async function offeredTask(tenantId: string, jobId: string, task: TaskInput): Promise<TaskInput | null> {
+    if (!task.sealed_env) return task;
+    const { sealed_env: sealed, ...rest } = task;
+    try {
+      if (!deps.secrets) throw new KairosError("unsupported", "this scheduler has no secret key (--secret-key-file)");
+      return { ...rest, env: { ...rest.env, ...(await deps.secrets.open(tenantId, jobId, sealed)) } };
+    } catch (e) {
+      deps.log("error", "secret_env cannot be opened: the run is not offered", { job: `${tenantId}.${jobId}`, err: String(e) });
+      return null;
+    }
+  }
+
   async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
     const { tenantId, jobId } = splitJobActorId(ctx.address.id);
+    const task = await offeredTask(tenantId, jobId, fx.task);
+    if (!task) {
+      ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: "secret_env cannot be opened on this scheduler" });
+      return;
+    }
     const tried = new Set<string>();
     // One fence, one worker. (The test-only hole 1 offers it to up to three, as before the fix.)
     const tries = cfg.testOnlyHole1 ? 3 : 1;
@@ -121,7 +144,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       if (!ctx.stillOwner()) return;
       const req: StartRequest = {
         job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
-        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task: fx.task,
+        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task,
         lease_ttl_ms: cfg.leaseTtlMs,
       };
       try {

@@ -23,6 +23,7 @@ import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../jobs/webhook.ts";
 import { DeadLetterOutbox } from "../jobs/dead-letters.ts";
+import { SecretEnvStore } from "../jobs/secret-env.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
@@ -60,6 +61,11 @@ export interface ProcessOptions {
   drainTimeoutMs?: number;
   /** worker, noop executor: how long each run takes (benchmarks); default 0. */
   noopDurationMs?: number;
+  /**
+   * api and scheduler: the cluster secret key (32 bytes) that seals and opens `task.secret_env`
+   * (secret-env.ts); the same on every api and scheduler node. Without it secrets are refused.
+   */
+  secretKey?: Buffer;
 }
 
 /** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
@@ -96,6 +102,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   node.guard(JOB_ACTOR, jobAddressGuard);
   node.guard(TENANT_ACTOR, tenantAddressGuard);
   node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
+  // api and scheduler: task secrets, sealed at the API and opened for an offer (secret-env.ts).
+  const secrets = opts.secretKey ? new SecretEnvStore(opts.secretKey, () => node.buckets.tenants) : undefined;
   // scheduler: dead letters' webhook deliveries, kept in KV until done (dead-letters.ts).
   let webhookOf: ((tenantId: string) => Promise<WebhookTarget | undefined>) | undefined;
   const outbox = new DeadLetterOutbox({
@@ -131,6 +139,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
       deadLetters: outbox,
+      ...(secrets ? { secrets } : {}),
     }));
     // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
     n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
@@ -178,7 +187,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     log.info({ evt: "metrics_listening", metrics_url: `${metrics.url}/metrics` }, "metrics listening");
   }
   if (config.roles.includes("api")) {
-    const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
+    const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom, secrets);
     const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     registerOpsRoutes(app, ops);
     try {
