@@ -11,7 +11,8 @@
  * 4. one node with every role (NATS user `api_scheduler_worker`); a dev tenant on first start,
  *    created as `admin`; `.kairos/dev.json` records `{nats_url, nats_creds, api_url, api_key,
  *    tenant_id, metrics_url}` for other commands and curl. `nats_url` carries no secret;
- *    `nats_creds` maps each NATS user to its credentials file.
+ *    `nats_creds` maps each NATS user to its credentials file. The cluster key for
+ *    `task.secret_env` is `.kairos/secret.key` (made once, mode 0600) unless one is given.
  *
  * On a terminal the node's logs are condensed for a person (src/dev/console.ts); otherwise they
  * stay JSON lines. Ctrl-C / SIGTERM stop the node, then nats-server, then dockerd (if started
@@ -20,6 +21,8 @@
  */
 import type { Command } from "commander";
 import { join } from "node:path";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import Dockerode from "dockerode";
 import { launchNatsServer, type NatsServerHandle } from "../dev/nats-launcher.ts";
 import { ensureDockerEngine, type DockerEngine } from "../dev/docker-engine.ts";
@@ -60,6 +63,7 @@ export function registerDevCommand(program: Command): void {
     .option("--image-policy <entries>", "images the dev tenant may name, comma-separated (default: any)")
     .option("--webhook-allow-http", "allow plain-http dead-letter webhooks")
     .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
+    .option("--secret-key-file <path>", "the cluster key for task.secret_env (default: .kairos/secret.key, made on first start)")
     .option("--drain-timeout-ms <ms>", "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)")
     .action(async (f: NodeFlags & ProcessFlags) => {
       let engine: DockerEngine | undefined;
@@ -91,12 +95,13 @@ export function registerDevCommand(program: Command): void {
         const config = nodeConfigFromFlags({ ...f, ...(natsCreds ? { natsCreds } : {}), nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
         const devConsole = process.stdout.isTTY ? new DevConsole() : undefined;
         setLogDestination(devConsole);
+        const withKey = { ...f, secretKeyFile: f.secretKeyFile ?? process.env["KAIROS_SECRET_KEY_FILE"] ?? ensureDevSecretKey() };
         let p;
         try {
-          p = await startProcess(config, f, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
+          p = await startProcess(config, withKey, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
         } catch (e) {
           if (f.apiPort !== undefined || !String(e).includes("EADDRINUSE")) throw e;
-          p = await startProcess(config, { ...f, apiPort: "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
+          p = await startProcess(config, { ...withKey, apiPort: "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
         }
         const proc = p;
         devConsole?.setPartitionCount(() => proc.node.partitions);
@@ -127,4 +132,14 @@ export function registerDevCommand(program: Command): void {
         throw e;
       }
     });
+}
+
+/** The dev cluster's secret key file (`.kairos/secret.key`), made once with 32 random bytes. */
+function ensureDevSecretKey(): string {
+  const path = join(stateDir(), "secret.key");
+  if (!existsSync(path)) {
+    mkdirSync(stateDir(), { recursive: true });
+    writeFileSync(path, `${randomBytes(32).toString("base64")}\n`, { mode: 0o600, flag: "wx" });
+  }
+  return path;
 }

@@ -61,7 +61,7 @@ export interface DeadLetterOutboxOptions {
   sweepMs?: number;
   /** Deliveries tried (each up to 3 POSTs) before an entry is given up (default 10). */
   maxTries?: number;
-  /** Entries handled per partition per sweep (default 200). */
+  /** Entries handled per sweep (default 200; the rest wait for the next sweep). */
   maxPerSweep?: number;
   /** POSTs per delivery (default 3, with backoff between them). */
   postAttempts?: number;
@@ -99,19 +99,23 @@ export class DeadLetterOutbox {
     if (e) await this.#deliver(partition, e);
   }
 
-  /** One pass over the held partitions' pending entries that are due. */
+  /**
+   * One pass over the held partitions' pending entries that are due: ONE list of the whole
+   * outbox (normally empty: entries live only until delivered), filtered to the held partitions,
+   * so a node's sweep costs one KV operation however many partitions it holds.
+   */
   async sweep(): Promise<void> {
     if (this.#sweeping) return;
     this.#sweeping = true;
     try {
       const now = this.#o.clock.now();
-      for (const p of this.#o.held()) {
-        if (this.#stopped) return;
-        const due = (await this.#o.runs().list(`ob.${p}.>`))
-          .filter((e) => decode<OutboxEntry>(e.value).next_at_ms <= now)
-          .slice(0, this.#o.maxPerSweep ?? 200);
-        await Promise.all(due.map((e) => this.#deliver(p, e)));
-      }
+      const held = new Set(this.#o.held());
+      if (held.size === 0 || this.#stopped) return;
+      const due = (await this.#o.runs().list("ob.>"))
+        .map((e) => ({ e, p: Number(e.key.split(".")[1]) }))
+        .filter(({ e, p }) => held.has(p) && decode<OutboxEntry>(e.value).next_at_ms <= now)
+        .slice(0, this.#o.maxPerSweep ?? 200);
+      await Promise.all(due.map(({ e, p }) => this.#deliver(p, e)));
     } finally {
       this.#sweeping = false;
     }
@@ -142,6 +146,9 @@ export class DeadLetterOutbox {
         sleep: (ms) => new Promise((done) => this.#o.clock.setTimer(ms, done)),
         ...(this.#o.postAttempts !== undefined ? { attempts: this.#o.postAttempts } : {}),
       });
+      // Not sent at all (the tenant's deliveries on this node are at their bound): not a try;
+      // the entry stays as it is for the next sweep.
+      if (!r.ok && r.status === undefined && r.error?.startsWith("dropped:")) return;
       const tries = entry.tries + 1;
       const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, tries };
       if (r.ok || r.refused || (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)) {

@@ -21,7 +21,7 @@ import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "./run-record.ts";
 import { deadLetterKey } from "./dead-letters.ts";
-import { publicJob, purgeSecretEnv, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
+import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
 import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
 import type { JobsService } from "./service.ts";
 
@@ -72,7 +72,7 @@ export class NatsJobsService implements JobsService {
     return { type: JOB_ACTOR, id: jobActorId(tenantId, jobId) };
   }
 
-  /** The task's secrets: the store that seals them, or a 422 when this node has no key. */
+  /** The task's secrets: the store that seals them, or a 400 when this node has no key. */
   #secretStore(task: { secret_env?: Record<string, string> } | undefined): SecretEnvStore | undefined {
     if (task?.secret_env === undefined || Object.keys(task.secret_env).length === 0) return undefined;
     if (!this.secrets) throw new KairosError("invalid_argument", "task.secret_env: this cluster has no secret key configured (--secret-key-file), so it cannot store secrets", { field: "task.secret_env" });
@@ -160,6 +160,10 @@ export class NatsJobsService implements JobsService {
     // A new task replaces the secrets too: a new sealed version, or none.
     const secrets = patch.task ? this.#secretStore(patch.task) : undefined;
     this.#job(tenantId, jobId);
+    // The versions stored before this patch: once it applied, all but the one the job uses go.
+    // (Not versions sealed meanwhile by a concurrent patch, which may yet apply after this one.)
+    const prefix = secretKeyPrefix(tenantId, jobId);
+    const earlier = patch.task ? (await this.buckets.tenants.list(`${prefix}.*`)).map((e) => e.key) : [];
     const sealed = secrets ? await secrets.seal(tenantId, jobId, patch.task!.secret_env!) : undefined;
     const stored = patch.task ? { ...patch, task: NatsJobsService.#sealedTask(patch.task, sealed) } : patch;
     const msg = ifMatch === undefined ? { kind: "patch", patch: stored, request_id } : { kind: "patch", patch: stored, if_match: ifMatch, request_id };
@@ -170,15 +174,22 @@ export class NatsJobsService implements JobsService {
       if (sealed && e instanceof KairosError && !e.retryable) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
       throw e;
     }
-    // The job now uses the new version (or none): earlier versions go.
-    if (patch.task) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, job.task.sealed_env ? { keep: job.task.sealed_env.ref } : {}).catch(() => undefined);
+    const current = job.task.sealed_env ? `${prefix}.${job.task.sealed_env.ref}` : undefined;
+    for (const key of earlier) if (key !== current) await this.buckets.tenants.delete(key).catch(() => undefined);
     return publicJob(job);
   }
 
   async deleteJob(tenantId: string, jobId: string): Promise<void> {
-    await this.router.request(this.#job(tenantId, jobId), { kind: "delete" });
-    // Its secrets go with it, now (secret-env.ts); a failure here is the delete's failure, so a
-    // retried delete purges them.
+    const job = this.#job(tenantId, jobId); // a valid id: the purge below stays within this job
+    try {
+      await this.router.request(job, { kind: "delete" });
+    } catch (e) {
+      // Already deleted (a retry of a delete whose purge failed): purge its secrets anyway.
+      if (e instanceof KairosError && e.code === "not_found") await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
+      throw e;
+    }
+    // Its secrets go with it, now (secret-env.ts); if this fails the delete fails, and a retry
+    // (404, above) purges them.
     await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
     // The job is gone: uncount it. A failure here leaves an over-count (stricter, never exceeded).
     await this.#quota.release(tenantId).catch(() => undefined);

@@ -15,8 +15,9 @@
  * is offered, as it must to run them, and nothing else (docs/security.md, "Secrets").
  *
  * Deleting a job deletes its `sk.<tenant>.<job>.*` keys (the bucket keeps one revision, so the
- * delete marker replaces the ciphertext). A patch that replaces the task writes a new version
- * and deletes the others once the job has changed.
+ * delete marker replaces the ciphertext); a retried delete (404) purges them too. A patch that
+ * replaces the task writes a new version and, once the job has changed, deletes the versions
+ * stored before it except the one the job uses.
  */
 import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
 import { KairosError } from "../lib/errors.ts";

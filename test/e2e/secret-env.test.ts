@@ -89,8 +89,17 @@ describe("secret_env", { timeout: 120_000 }, () => {
     assert.equal(after.length, 1);
     assert.notEqual(after[0]!.key, versions[0]!.key, "the earlier version is gone");
 
+    // A task without secret_env drops them (write-only: a patch of task must send them again).
+    const plain = await api.call<{ task: Record<string, unknown> }>("PATCH", `/v1/jobs/${jobId}`, { task: { image: "busybox", args: ["/bin/true"], timeout_s: 10 } });
+    assert.equal(plain.status, 200, JSON.stringify(plain.body));
+    assert.equal(plain.body.task.secret_env_names, undefined);
+    assert.deepEqual(await buckets.tenants.list(`sk.${tenantId}.${jobId}.*`), [], "no version left once the job has none");
+    await api.call("PATCH", `/v1/jobs/${jobId}`, { task: { image: "busybox", args: ["/bin/true"], timeout_s: 10, secret_env: { AGAIN: "y" } } });
+    assert.equal((await buckets.tenants.list(`sk.${tenantId}.${jobId}.*`)).length, 1);
+
     assert.equal((await api.call("DELETE", `/v1/jobs/${jobId}`)).status, 204);
     assert.deepEqual(await buckets.tenants.list(`sk.${tenantId}.${jobId}.*`), [], "purged with the job");
+    assert.equal((await api.call("DELETE", `/v1/jobs/${jobId}`)).status, 404);
   });
 
   it("an API node without the cluster key refuses secret_env (and a name both plain and secret is refused)", async () => {

@@ -147,6 +147,25 @@ describe("dead letters: the outbox", () => {
     }
   });
 
+  it("a delivery dropped by the per-tenant bound is not a try: the entry stays as it was", async () => {
+    const t = outboxSetup(() => ({ status: 204 }));
+    t.sender.limit = async () => undefined; // the tenant's wait list is full
+    await recordDeadLetter(t.runs, 3, run("failed"));
+    const before = (await t.runs.get(outboxKey(3, "t1", "r1")))!;
+    await t.outbox.sweep();
+    assert.deepEqual(await t.runs.get(outboxKey(3, "t1", "r1")), before);
+  });
+
+  it("one sweep delivers the due entries of every held partition, and only those", async () => {
+    const t = outboxSetup(() => ({ status: 204 }), { held: [3, 5] });
+    await recordDeadLetter(t.runs, 3, run("failed", "r1"));
+    await recordDeadLetter(t.runs, 5, run("failed", "r2"));
+    await recordDeadLetter(t.runs, 4, run("failed", "r3"));
+    await t.outbox.sweep();
+    assert.deepEqual(t.sender.sent.map((x) => x.headers["kairos-delivery-id"]).sort(), ["r1", "r2"]);
+    assert.deepEqual((await t.runs.list("ob.>")).map((e) => e.key), [outboxKey(4, "t1", "r3")]);
+  });
+
   it("gives up after maxTries failed deliveries (logged)", async () => {
     const t = outboxSetup(() => ({ error: "connection reset" }), { maxTries: 3 });
     await recordDeadLetter(t.runs, 3, run("failed"));
