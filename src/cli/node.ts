@@ -6,6 +6,7 @@ import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
+import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
 import { detectExecutor, parseImagePolicy, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsUserFor } from "../cluster/nats-permissions.ts";
@@ -78,6 +79,22 @@ export interface ProcessFlags {
   drainTimeoutMs?: string;
   noopDurationMs?: string;
   secretKeyFile?: string;
+  keepRuns?: string;
+  keepRunsDays?: string;
+}
+
+/** `--keep-runs N` (0: no count limit) and `--keep-runs-days D` (0: no age limit), validated. */
+export function retentionFromFlags(f: ProcessFlags): Partial<RetentionConfig> {
+  const keepRuns = int(f.keepRuns, "keep-runs");
+  const days = int(f.keepRunsDays, "keep-runs-days");
+  const out = { ...(keepRuns !== undefined ? { keepRuns } : {}), ...(days !== undefined ? { maxAgeMs: days * 86_400_000 } : {}) };
+  try {
+    retentionConfig(out);
+  } catch (e) {
+    const field = keepRuns !== undefined && !(keepRuns >= 0 && keepRuns <= 1_000_000) ? "keep-runs" : "keep-runs-days";
+    throw new KairosError("invalid_argument", `--${field}: ${e instanceof Error ? e.message : String(e)}`, { field, cause: e });
+  }
+  return out;
 }
 
 /** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
@@ -190,6 +207,7 @@ export async function startProcess(
     ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
+    retention: retentionFromFlags(f),
     ...(f.noopDurationMs !== undefined ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! } : {}),
     ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
     apiHost: f.apiHost ?? "127.0.0.1",
@@ -254,6 +272,8 @@ export function registerNodeCommand(program: Command): void {
     .option("--noop-duration-ms <ms>", "worker, --executor noop: how long each run occupies its slot (benchmarks; default 0)")
     .option("--secret-key-file <path>", "api, scheduler: the cluster key that encrypts task.secret_env (32 bytes, base64 or hex; the same on every api and scheduler node; workers do not need it; env KAIROS_SECRET_KEY_FILE). Without it, jobs with secret_env are refused")
     .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")
+    .option("--keep-runs <n>", "scheduler: terminal run records kept per job, newest first (0: no count limit; default 1000)")
+    .option("--keep-runs-days <days>", "scheduler: run records older than this many days are deleted (0: no age limit; default 30)")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });

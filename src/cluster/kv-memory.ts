@@ -3,7 +3,7 @@
  * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
  * create succeeds over a deleted key) and passes the same conformance suite.
  */
-import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
 import { keyMatches } from "./kv.ts";
 
 export class MemoryKv implements KvStore {
@@ -54,6 +54,19 @@ export class MemoryKv implements KvStore {
     const all = (await this.list(filter)).filter((e) => e.revision > afterRevision);
     const entries = all.slice(0, limit);
     return { entries, next: all.length > limit ? entries[entries.length - 1]!.revision : null };
+  }
+
+  async keys(filter: string): Promise<KvKey[]> {
+    return [...this.#data.values()].filter((e) => keyMatches(filter, e.key)).map((e) => ({ key: e.key, revision: e.revision }));
+  }
+
+  /** Like a stream purge: no marker, no watcher notification, and the key's revision is gone. */
+  async purge(filter: string, beforeRevision?: number): Promise<void> {
+    for (const [k, rev] of [...this.#lastRevision]) {
+      if (!keyMatches(filter, k) || (beforeRevision !== undefined && rev >= beforeRevision)) continue;
+      this.#data.delete(k);
+      this.#lastRevision.delete(k);
+    }
   }
 
   async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {

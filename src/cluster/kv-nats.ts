@@ -8,7 +8,7 @@ import type { JetStreamManager } from "@nats-io/jetstream";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
-import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
 /** Times `fn` as one KV operation (kairos_kv_op_seconds{op}), whether it succeeds or throws. */
@@ -194,7 +194,46 @@ export class NatsKv implements KvStore {
     });
   }
 
-  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+  async keys(filter: string): Promise<KvKey[]> {
+    return timed("keys", async (): Promise<KvKey[]> => {
+      const out = new Map<string, number>();
+      await new Promise<void>((resolve, reject) => {
+        let w: KvWatch | undefined;
+        let ready = false;
+        this.#watch(filter, true, (c) => {
+          if (ready) return;
+          if (c.value === null) out.delete(c.key);
+          else out.set(c.key, c.revision);
+        }, () => {
+          ready = true;
+          w?.stop();
+          resolve();
+        }).then((watch) => {
+          w = watch;
+          if (ready) watch.stop();
+        }, reject);
+      });
+      return [...out].map(([key, revision]) => ({ key, revision }));
+    });
+  }
+
+  async purge(filter: string, beforeRevision?: number): Promise<void> {
+    return timed("purge", async (): Promise<void> => {
+      const subject = `$KV.${this.bucket}.${filter}`;
+      try {
+        await this.#limit(() => this.#jsm.streams.purge(`KV_${this.bucket}`, beforeRevision === undefined ? { filter: subject } : { filter: subject, seq: beforeRevision }));
+      } catch (err) {
+        throw transportError("purge", filter, err);
+      }
+    });
+  }
+
+  watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+    return this.#watch(filter, false, onChange, onReady);
+  }
+
+  /** A watch; `headersOnly`: values are not sent (come as empty arrays), deletes still as null. */
+  async #watch(filter: string, headersOnly: boolean, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
     let readyCalled = false;
     const ready = () => {
       if (!readyCalled) {
@@ -208,7 +247,7 @@ export class NatsKv implements KvStore {
       // Count before subscribing: a watcher replays at least these (more if writes race in,
       // which only delays `onReady` by the racing writes).
       initial = await this.#initialCount(filter);
-      iter = await this.#kv.watch({ key: filter });
+      iter = await this.#kv.watch({ key: filter, ...(headersOnly ? { headers_only: true } : {}) });
     } catch (err) {
       throw transportError("watch", filter, err);
     }

@@ -36,6 +36,12 @@ export interface KvPage {
   readonly next: number | null;
 }
 
+/** A key and the revision of its latest value (`KvStore.keys`). */
+export interface KvKey {
+  readonly key: string;
+  readonly revision: number;
+}
+
 export interface KvWatch {
   stop(): void;
 }
@@ -67,6 +73,31 @@ export interface KvStore {
    * every later change, in revision order.
    */
   watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch>;
+  /**
+   * The live keys matching the filter with their latest revisions, without values (cheaper than
+   * `list`: JetStream sends headers only). Unordered. Optional: callers use `kvKeys`, which
+   * falls back to `list`.
+   */
+  keys?(filter: string): Promise<KvKey[]>;
+  /**
+   * Removes the stored revisions of the keys matching the filter — all of them, or those below
+   * `beforeRevision` — and leaves NO delete marker (a JetStream stream purge: one request however
+   * many keys match). Watchers are not told. Unconditional: use only for values nobody writes any
+   * more (old run records, a deleted job's state). Optional: callers use `kvPurge`, which falls
+   * back to a `delete` (a marker) per matching key.
+   */
+  purge?(filter: string, beforeRevision?: number): Promise<void>;
+}
+
+/** `kv.keys(filter)`, or the keys of `kv.list(filter)` for a store without `keys`. */
+export async function kvKeys(kv: KvStore, filter: string): Promise<KvKey[]> {
+  return kv.keys ? kv.keys(filter) : (await kv.list(filter)).map((e) => ({ key: e.key, revision: e.revision }));
+}
+
+/** `kv.purge(filter, before)`, or a blind `delete` of each matching key for a store without `purge`. */
+export async function kvPurge(kv: KvStore, filter: string, beforeRevision?: number): Promise<void> {
+  if (kv.purge) return kv.purge(filter, beforeRevision);
+  for (const k of await kvKeys(kv, filter)) if (beforeRevision === undefined || k.revision < beforeRevision) await kv.delete(k.key);
 }
 
 /** Tests a key against a NATS-subject-style filter (`*` one token, `>` the rest). */

@@ -101,6 +101,8 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           `${k}.p.*`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, ...createStreams(c),
           ...(["cluster", "leases", "actors", "runs", "tenants"] as const).flatMap((b) => readBucket(c, b)),
           ...(["cluster", "leases", "actors", "runs"] as const).flatMap((b) => writeBucket(c, b)),
+          // Run retention and deleted jobs: old run records and a deleted job's state are purged.
+          `$JS.API.STREAM.PURGE.KV_${c}_runs`, `$JS.API.STREAM.PURGE.KV_${c}_actors`,
         ],
         sub: [`${k}.p.*`, `${k}.w.*`, `${k}.worker.hb`],
         responds: true,

@@ -18,6 +18,8 @@
  *   write) by the run's dead-letter and outbox keys, and the POST goes through the outbox
  *   (dead-letters.ts), so a crash re-delivers.
  * Run-path metrics are derived from the records `putRun` writes (run-metrics.ts).
+ * With `retention`, the actor is wrapped by `withRetention` and its `prune_runs` / `purge_job`
+ * effects go to `RunRetention` (bounded history: retention.ts, run-retention.ts).
  */
 import type { Bus } from "../cluster/bus.ts";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
@@ -37,6 +39,8 @@ import type { SecretEnvStore } from "./secret-env.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 import { RunMetrics } from "./run-metrics.ts";
+import { isRetentionEffect, withRetention, type RetentionEffect } from "./retention.ts";
+import type { RunRetention } from "./run-retention.ts";
 import { isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "./dead-letters.ts";
 
 export interface JobShellDeps {
@@ -59,6 +63,8 @@ export interface JobShellDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Counts run transitions from the records written (default: into the Prometheus registry). */
   runMetrics?: RunMetrics;
+  /** Bounded history (run retention, deleted jobs purged); none: records are kept forever. */
+  retention?: RunRetention;
   /** The durable dead-letter list and webhook outbox (dead-letters.ts); without it, in memory. */
   deadLetters?: DeadLetterOutbox;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
@@ -208,7 +214,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   }
 
   return {
-    definition: makeJobActor(cfg),
+    definition: deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg),
     async perform(pre, ctx) {
       for (const fx of pre as JobEffect[]) {
         // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
@@ -218,7 +224,13 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       }
     },
     performPost(effects, ctx) {
-      for (const fx of effects as JobEffect[]) {
+      for (const fx of effects as (JobEffect | RetentionEffect)[]) {
+        if (isRetentionEffect(fx)) {
+          deps.retention?.perform(ctx.partition, ctx.address.id, fx).catch((e: unknown) => {
+            deps.log("warn", `job effect ${fx.kind} failed`, { job: ctx.address.id, err: String(e) });
+          });
+          continue;
+        }
         metrics.effect(fx, () => ctx.stillOwner());
         post(ctx, fx).catch((e: unknown) => {
           deps.log("warn", `job effect ${fx.kind} failed`, { job: ctx.address.id, err: String(e) });

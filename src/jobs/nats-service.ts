@@ -7,12 +7,18 @@
  *
  * The tenant's `max_jobs` quota is checked and counted on create and uncounted on delete by
  * `TenantJobCounter` (job-quota.ts): O(1) KV operations per create, 422 `quota_exceeded` over it.
+ *
+ * Pages read KEYS, not values, to find and order a page (a job's run keys carry the occurrence
+ * time; a tenant's job state keys carry the job id), then read the values of that page only:
+ * O(keys) cheap header reads + O(page) values. A job's keys are bounded by run retention
+ * (retention.ts), a tenant's by its max_jobs quota (docs/operations.md, "History").
  */
 import { createHash } from "node:crypto";
 import { KairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
+import { kvKeys, type KvEntry, type KvStore } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "./job-quota.ts";
@@ -20,6 +26,7 @@ import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "./run-record.ts";
+import { orderRunKeys } from "./retention.ts";
 import { deadLetterKey } from "./dead-letters.ts";
 import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
 import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
@@ -43,6 +50,23 @@ function decodeCursor(c: string, n: number): string[] {
   const parts = Buffer.from(c, "base64url").toString("utf8").split("\n");
   if (parts.length !== n) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
   return parts;
+}
+
+/**
+ * Reads the values of `keys` in order, a chunk at a time, until `want` of them pass `pick` (null:
+ * skip; a key gone meanwhile is skipped too). Without a filter that is one chunk of `want` reads.
+ */
+async function readPage<T>(kv: KvStore, keys: readonly { key: string }[], want: number, pick: (e: KvEntry) => T | null): Promise<T[]> {
+  const out: T[] = [];
+  for (let i = 0; i < keys.length && out.length < want; ) {
+    const chunk = keys.slice(i, i + want - out.length);
+    i += chunk.length;
+    for (const e of await Promise.all(chunk.map((k) => kv.get(k.key)))) {
+      const v = e ? pick(e) : null;
+      if (v !== null) out.push(v);
+    }
+  }
+  return out;
 }
 
 export class NatsJobsService implements JobsService {
@@ -141,9 +165,14 @@ export class NatsJobsService implements JobsService {
 
   async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
     const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
-    const jobs = (await this.#liveJobs(tenantId))
-      .filter((s) => s.job!.job_id > after)
-      .sort((a, b) => a.job!.job_id.localeCompare(b.job!.job_id));
+    const keys = (await kvKeys(this.buckets.actors, `${JOB_ACTOR}.*.${tenantId}.*`))
+      .map(({ key }) => ({ key, id: key.slice(key.lastIndexOf(".") + 1) }))
+      .filter((k) => k.id > after)
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const jobs = (await readPage(this.buckets.actors, keys, opts.limit + 1, (e) => {
+      const s = decode<{ s: JobState }>(e.value).s;
+      return s.job && !s.deleted && s.job.tenant_id === tenantId ? s : null; // deleted: a tombstone until purged
+    }));
     const page = jobs.slice(0, opts.limit).map((s) => publicJob(jobView(s)));
     const more = jobs.length > opts.limit;
     return { items: page, next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null };
@@ -213,11 +242,13 @@ export class NatsJobsService implements JobsService {
       const [a, b] = decodeCursor(opts.cursor, 2);
       cur = [a!, b!];
     }
-    const runs = (await this.buckets.runs.list(`${p}.${tenantId}.${jobId}.*`))
-      .map((e) => runView(e.value))
-      .filter((r) => opts.status === undefined || r.status === opts.status)
-      .sort((a, b) => b.scheduled_for.localeCompare(a.scheduled_for) || b.run_id.localeCompare(a.run_id))
-      .filter((r) => !cur || r.scheduled_for < cur[0] || (r.scheduled_for === cur[0] && r.run_id < cur[1]));
+    // Newest first by (scheduled_for, run_id), both read from the keys (ids.ts runIdFor).
+    const keys = orderRunKeys((await kvKeys(this.buckets.runs, `${p}.${tenantId}.${jobId}.*`)).map((k) => k.key))
+      .filter((k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]));
+    const runs = await readPage(this.buckets.runs, keys, opts.limit + 1, (e) => {
+      const r = runView(e.value);
+      return opts.status === undefined || r.status === opts.status ? r : null;
+    });
     const page = runs.slice(0, opts.limit);
     const last = page[page.length - 1];
     return { items: page, next_cursor: runs.length > opts.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };

@@ -47,7 +47,7 @@ export const METRICS = {
 
 export type WaitReason = "slot" | "worker";
 export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
-export type KvOp = "get" | "create" | "update" | "put" | "delete" | "list";
+export type KvOp = "get" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
 
 const sources: Record<GaugeSourceName, Set<() => number>> = {

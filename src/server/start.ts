@@ -31,6 +31,8 @@ import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
 import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../jobs/run-metrics.ts";
 import { RunsWaiting } from "../jobs/run-waiting.ts";
+import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
+import { RunRetention } from "../jobs/run-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 
@@ -59,6 +61,8 @@ export interface ProcessOptions {
    * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
    */
   drainTimeoutMs?: number;
+  /** scheduler: run-record retention per job and deleted-job purge (defaults: src/jobs/retention.ts). */
+  retention?: Partial<RetentionConfig>;
   /** worker, noop executor: how long each run takes (benchmarks); default 0. */
   noopDurationMs?: number;
   /**
@@ -90,6 +94,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const node = new KairosNode(config, { clock: systemClock, random: systemRandom, log: logFn });
   node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
+  const retention = retentionConfig(opts.retention); // validated before anything starts
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
@@ -138,6 +143,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       nowS: () => Math.floor(systemClock.now() / 1000),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
+      retention: new RunRetention(retention, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => systemClock.now(), log: logFn }),
       deadLetters: outbox,
       ...(secrets ? { secrets } : {}),
     }));

@@ -142,6 +142,33 @@ function conformance(name: string, getKv: () => KvStore): void {
       w.stop();
       assert.equal(ready, true);
     });
+
+    it("keys lists live keys without values; purge leaves no marker, fences a stale CAS, and create works again", async (t) => {
+      const kv = getKv();
+      if (!kv.keys || !kv.purge) return t.skip("optional keys/purge not offered (the simulation's FaultyKv)");
+      const base = k("p");
+      const one = await kv.put(`${base}.a.1`, enc("1"));
+      const two = await kv.put(`${base}.a.2`, enc("2"));
+      await kv.put(`${base}.b.3`, enc("3"));
+      const gone = await kv.create(`${base}.a.4`, enc("4"));
+      assert.ok(gone.ok);
+      await kv.delete(`${base}.a.4`);
+      const names = async (f: string) => (await kv.keys!(f)).map((x) => x.key).sort();
+      assert.deepEqual((await kv.keys(`${base}.a.*`)).sort((a, b) => a.revision - b.revision), [{ key: `${base}.a.1`, revision: one }, { key: `${base}.a.2`, revision: two }]);
+      await kv.purge(`${base}.a.2`);
+      assert.equal(await kv.get(`${base}.a.2`), null);
+      assert.deepEqual(await names(`${base}.a.*`), [`${base}.a.1`]);
+      assert.deepEqual(await kv.update(`${base}.a.2`, enc("x"), two), { ok: false, conflict: "revision_mismatch" });
+      // Below a revision: only older keys go.
+      const five = await kv.put(`${base}.a.5`, enc("5"));
+      await kv.purge(`${base}.a.*`, five);
+      assert.deepEqual(await names(`${base}.>`), [`${base}.a.5`, `${base}.b.3`]);
+      await kv.purge(`${base}.a.*`);
+      assert.deepEqual(await names(`${base}.>`), [`${base}.b.3`]);
+      assert.deepEqual((await kv.list(`${base}.>`)).map((e) => e.key), [`${base}.b.3`]);
+      assert.ok((await kv.create(`${base}.a.2`, enc("again"))).ok);
+      assert.deepEqual(await names(`${k("none")}.>`), []);
+    });
   });
 }
 

@@ -1,0 +1,111 @@
+/**
+ * Bounded history, the I/O part: performs the job actor's retention effects (retention.ts).
+ *
+ * - `prune_runs`: counts terminal records per job on this node; once `pruneEveryRuns` piled up
+ *   (or at the first one after the job came to this node, whose count is unknown, or on the
+ *   daily sweep) it lists the job's run KEYS with their revisions (headers only, no values) and
+ *   picks what retention drops. Records are written roughly in occurrence order, so almost all
+ *   of them lie below the oldest revision retention keeps: ONE stream purge of the job's keys
+ *   below that revision removes them and leaves no delete marker. The few dropped records written
+ *   later (a long run that finished after newer ones) are deleted one by one (CAS on their
+ *   revision; a delete leaves a marker, which a later pass's purge removes once every kept record
+ *   is newer). A purge per key would be simpler, but each costs the server work that grows with
+ *   the stream (the history benchmark measured ~500/s against a 100,000-message stream).
+ *   Amortised per `pruneEveryRuns` runs: one key listing of at most keepRuns + slack keys and
+ *   one purge request.
+ * - `purge_job`: a deleted job's run records (one purge by filter) and its actor state.
+ *
+ * Effects start after the state write, while this node owns the job. A failure is logged
+ * and left to the next pass (or, for a deleted job, the next activation). A record purged while
+ * its run was still active (it cannot be: active run ids are excluded) would be re-created by
+ * the run's next write, which falls back to create when the key is gone.
+ */
+import type { KvKey, KvStore } from "../cluster/kv.ts";
+import { kvKeys, kvPurge } from "../cluster/kv.ts";
+import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
+import { runsToPrune, type RetentionConfig, type RetentionEffect } from "./retention.ts";
+
+/** Most jobs whose count this node remembers; a forgotten job prunes at its next terminal run. */
+const COUNT_LIMIT = 100_000;
+/** Deletes of late-written dropped records in flight per pass. */
+const DELETE_CONCURRENCY = 8;
+
+export interface RunRetentionDeps {
+  runs: KvStore;
+  /** The actors bucket, for a deleted job's state (without it only its records are purged). */
+  actors?: KvStore;
+  nowMs: () => number;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+}
+
+export class RunRetention {
+  readonly #since = new Map<string, number>();
+  readonly #busy = new Set<string>();
+
+  constructor(
+    readonly config: RetentionConfig,
+    private readonly deps: RunRetentionDeps,
+  ) {}
+
+  /** Performs one retention effect of the job actor `actorId` (`<tenant>.<job>`) in `partition`. */
+  async perform(partition: number, actorId: string, fx: RetentionEffect): Promise<void> {
+    if (fx.kind === "purge_job") return this.purgeJob(partition, actorId);
+    const since = (this.#since.get(actorId) ?? this.config.pruneEveryRuns) + fx.settled;
+    if ((!fx.force && since < this.config.pruneEveryRuns) || this.#busy.has(actorId)) return this.#count(actorId, since);
+    this.#busy.add(actorId);
+    try {
+      this.#count(actorId, 0);
+      const left = await this.prune(partition, actorId, new Set(fx.active));
+      if (left > 0) this.#count(actorId, this.config.pruneEveryRuns); // due again at the next terminal run
+    } catch (e) {
+      this.#count(actorId, since);
+      throw e;
+    } finally {
+      this.#busy.delete(actorId);
+    }
+  }
+
+  /** One pass over a job's records; resolves to how many retention still drops after it. */
+  async prune(partition: number, actorId: string, active: ReadonlySet<string>): Promise<number> {
+    const { tenantId, jobId } = splitJobActorId(actorId);
+    const filter = `${partition}.${tenantId}.${jobId}.*`;
+    const keys = await kvKeys(this.deps.runs, filter);
+    const dropped = new Set(runsToPrune(keys.map((k) => k.key), active, this.config, this.deps.nowMs()));
+    // Everything of the job below the oldest revision kept goes in one purge (no markers left).
+    let floor = Number.MAX_SAFE_INTEGER;
+    let newest = 0;
+    for (const k of keys) {
+      newest = Math.max(newest, k.revision);
+      if (!dropped.has(k.key)) floor = Math.min(floor, k.revision);
+    }
+    if (floor === Number.MAX_SAFE_INTEGER) floor = newest + 1; // nothing kept: all of it
+    // (It also removes the delete markers of earlier passes' late records once all kept are newer.)
+    if (keys.some((k) => dropped.has(k.key) && k.revision < floor)) await kvPurge(this.deps.runs, filter, floor);
+    const late: KvKey[] = keys.filter((k) => dropped.has(k.key) && k.revision >= floor);
+    const batch = late.slice(0, this.config.maxDeletesPerPass);
+    let next = 0;
+    const lane = async () => {
+      while (next < batch.length) {
+        const k = batch[next++]!;
+        await this.deps.runs.delete(k.key, k.revision); // a conflict: rewritten meanwhile, kept
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(DELETE_CONCURRENCY, batch.length) }, lane));
+    return late.length - batch.length;
+  }
+
+  /** A deleted job: its run records, then its actor state (`job.<partition>.<tenant>.<job>`). */
+  async purgeJob(partition: number, actorId: string): Promise<void> {
+    const { tenantId, jobId } = splitJobActorId(actorId);
+    await kvPurge(this.deps.runs, `${partition}.${tenantId}.${jobId}.*`);
+    if (this.deps.actors) await kvPurge(this.deps.actors, `${JOB_ACTOR}.${partition}.${actorId}`);
+    this.#since.delete(actorId);
+    this.deps.log("info", "deleted job purged", { job: actorId, partition });
+  }
+
+  #count(actorId: string, n: number): void {
+    this.#since.delete(actorId);
+    if (this.#since.size >= COUNT_LIMIT) this.#since.delete(this.#since.keys().next().value!);
+    this.#since.set(actorId, n);
+  }
+}
