@@ -48,7 +48,7 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     // `sleep 0.05` is a child of a shell that then execs `sleep 30`, which never reaps it.
     const parent = spawn("/bin/sh", ["-c", "sleep 0.05 & echo $!; exec sleep 30"], { stdio: ["ignore", "pipe", "ignore"] });
     try {
-      const [line] = (await once(parent.stdout!, "data")) as [Buffer];
+      const [line] = (await once(parent.stdout, "data")) as [Buffer];
       const pid = Number(line.toString().trim());
       assert.ok(executing(parent.pid!), "a live process executes");
       const deadline = Date.now() + 5000;
