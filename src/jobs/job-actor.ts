@@ -99,7 +99,9 @@ export type JobMsg =
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   | { kind: "lease_expired"; run_id: string; fence: number }
-  | { kind: "retry_due"; run_id: string };
+  | { kind: "retry_due"; run_id: string }
+  /** A gated run's due instant: skip it if another run of the job is still active. */
+  | { kind: "gate"; run_id: string };
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =
@@ -117,7 +119,8 @@ export type JobEffect =
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true } | null;
+/** `hold`: (heartbeat) keep the attempt, do not start it yet (a gated run; see `holdOf`). */
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true; hold?: true } | null;
 type D = Decision<JobState, JobReply, JobEffect>;
 
 const schedules = new Map<string, CompiledSchedule>();
@@ -184,17 +187,48 @@ class Tx {
   }
   armFire(): void {
     if (this.s.next_run_at_ms === null) this.cancelTimer("fire");
-    else this.timer("fire", fireAt(this.cfg, this.s), { kind: "fire" });
+    else this.timer("fire", fireAt(this.cfg, this.s, this.now), { kind: "fire" });
   }
 }
 
 const iso = (ms: number): string => instant(ms);
 /**
- * Look-ahead applies only to overlap=allow: the other policies must see which earlier runs are
- * still active when an occurrence falls due, which is only known at its due time.
+ * Look-ahead: runs are created, given a slot and a worker before they are due.
+ * - `allow`: every occurrence within the window.
+ * - `skip` (the default): the NEXT occurrence only, prepared with a gate (`ActiveRun.gate`): its
+ *   worker holds it and starts it from its own timer, but only on a heartbeat reply without
+ *   `hold`, which the owner gives from memory once the run is due and no other run of the job is
+ *   active (`holdOf`); at the due instant the owner skips it if another run is still active
+ *   (`gate` timer). One gated run at a time: while it waits, the window is closed.
+ * - `queue`, `replace`: none (they act on other runs at the due instant).
  */
-function lookahead(cfg: JobActorConfig, s: JobState): number {
-  return s.job?.spec.overlap === "allow" ? cfg.lookaheadMs : 0;
+function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
+  switch (s.job?.spec.overlap) {
+    case "allow":
+      return cfg.lookaheadMs;
+    case "skip":
+      return undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+    default:
+      return 0;
+  }
+}
+
+/** The due instant of the gated run prepared ahead and not yet due, if any (at most one). */
+function undecided(s: JobState, now: number): number | undefined {
+  let at: number | undefined;
+  for (const r of s.runs) if (r.gate && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
+  return at;
+}
+
+/**
+ * Whether a gated run's worker must keep holding it (not start it) now: before its due instant,
+ * and while another run of the job is active. Monotone once due (a run that ended stays ended,
+ * and no earlier run can appear), so a `go` (no hold) is never followed by a skip.
+ */
+export function holdOf(s: JobState, r: ActiveRun, now: number): boolean {
+  if (!r.gate || s.job?.spec.overlap !== "skip") return false;
+  // A later occurrence prepared meanwhile does not count: it is held itself while this one runs.
+  return now < r.scheduled_for_ms || s.runs.some((x) => x !== r && !(x.gate && x.scheduled_for_ms > r.scheduled_for_ms));
 }
 
 /**
@@ -202,11 +236,15 @@ function lookahead(cfg: JobActorConfig, s: JobState): number {
  * over its first half (hash of job and occurrence), so that many jobs due at the same instant
  * prepare their runs across the window instead of all at once.
  */
-function fireAt(cfg: JobActorConfig, s: JobState): number {
-  const la = lookahead(cfg, s);
+function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
-  if (la <= 0 || !s.job) return due;
-  return due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
+  if (!s.job) return due;
+  // A gated run waiting for its due instant closes the window until then (one ahead at a time).
+  const la = s.job.spec.overlap === "skip" ? cfg.lookaheadMs : lookahead(cfg, s, now);
+  if (la <= 0) return due;
+  const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
+  const waitFor = s.job.spec.overlap === "skip" ? undecided(s, now) : undefined;
+  return waitFor === undefined ? at : Math.min(due, Math.max(at, waitFor));
 }
 
 const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });
@@ -214,7 +252,7 @@ const fail = (code: ErrorCode, message: string, field?: string) => (field === un
 // ---------------------------------------------------------------------------------------------
 // Occurrences: misfire, overlap, run creation
 
-function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string): void {
+function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false): void {
   const spec = tx.job.spec;
   const r: ActiveRun = {
     run_id: runId,
@@ -231,9 +269,12 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
     started_at_ms: null,
     next_attempt_at_ms: null,
     attempts: [],
+    ...(gate ? { gate: true as const } : {}),
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);
+  // The decision at the due instant (skip if another run is active then): see `holdOf`.
+  if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
   tx.changed = true;
 }
@@ -247,7 +288,7 @@ function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigge
   });
 }
 
-/** Applies the overlap policy to one occurrence that is due to run. */
+/** Applies the overlap policy to one occurrence that is due to run (or, gated, prepared ahead). */
 function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): void {
   const active = tx.s.runs.length > 0;
   const runId = runIdFor(tx.job.job_id, scheduledForMs);
@@ -260,6 +301,8 @@ function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): voi
     case "allow":
       return createRun(tx, scheduledForMs, trigger, runId);
     case "skip":
+      // Not due yet (look-ahead): prepared under a gate, decided at the due instant.
+      if (scheduledForMs > tx.now) return createRun(tx, scheduledForMs, trigger, runId, true);
       if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
       return createRun(tx, scheduledForMs, trigger, runId);
     case "queue":
@@ -283,11 +326,13 @@ function fire(tx: Tx): void {
   const s = tx.s;
   if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
   const sched = scheduleOf(s.job.spec);
-  const horizon = tx.now + lookahead(tx.cfg, s);
+  const horizon = tx.now + lookahead(tx.cfg, s, tx.now);
+  // Gated look-ahead (skip) prepares only the next occurrence ahead of time.
+  const onlyOneAhead = s.job.spec.overlap === "skip";
   const due: number[] = [];
   let cursor = s.next_run_at_ms;
   let dropped = 0;
-  while (cursor <= horizon) {
+  while (cursor <= horizon && !(onlyOneAhead && due.length > 0 && due[due.length - 1]! > tx.now)) {
     if (due.length >= MAX_ENUMERATED) {
       due.shift();
       dropped++;
@@ -350,14 +395,15 @@ function askSlot(tx: Tx, r: ActiveRun): void {
 }
 
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
-function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled", reason: string | null, result: RunView["result"]): void {
+function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   tx.changed = true;
   tx.cancelTimer(`lease:${r.run_id}`);
   tx.cancelTimer(`retry:${r.run_id}`);
   tx.cancelTimer(`dispatch:${r.run_id}`);
   tx.cancelTimer(`slot:${r.run_id}`);
-  if ((r.status === "leased" || r.status === "running") && status === "cancelled" && r.worker) {
+  if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
+  if ((r.status === "leased" || r.status === "running") && (status === "cancelled" || status === "skipped") && r.worker) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
   }
   if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
@@ -549,6 +595,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
       }
       tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r, tx.now)) return tx.done({ ok: true, hold: true });
       if (r.status === "leased" && m.started_at_ms !== undefined) {
         r.status = "running";
         r.started_at_ms ??= m.started_at_ms;
@@ -593,6 +640,14 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         } else {
           finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
         }
+      }
+      return tx.done(null);
+    case "gate":
+      // The due instant of a gated run. Another run still active: skip this occurrence (its
+      // worker has only ever heard `hold`, so it never started). Otherwise it goes — heartbeats
+      // now answer without `hold` — and nothing changes here.
+      if (r && r.gate && r.started_at_ms === null && (r.status === "queued" || r.status === "leased") && holdOf(tx.s, r, tx.now)) {
+        finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
       }
       return tx.done(null);
     case "retry_due":
@@ -712,8 +767,9 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
   if (!s.job || s.deleted) return fx;
-  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s), msg: { kind: "fire" } });
+  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {
+    if (r.gate && r.started_at_ms === null) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
     if (r.status === "leased" || r.status === "running") {
       // A fresh grace period: live workers re-heartbeat with the same fence.
       fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });
@@ -739,11 +795,12 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
-    query: (s, m) => {
+    query: (s, m, ctx) => {
       if (m.kind !== "heartbeat") return undefined;
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || (r.status !== "leased" && r.status !== "running")) return undefined;
       // The first heartbeat after the start still goes through the mailbox (status running).
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(s, r, ctx.nowMs)) return { reply: { ok: true, hold: true }, alsoQueue: false };
       return { reply: { ok: true }, alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {

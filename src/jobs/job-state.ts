@@ -39,6 +39,12 @@ export interface ActiveRun {
   slot_seq?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
+  /**
+   * Prepared ahead of its due time under overlap `skip` (look-ahead): its worker holds it but may
+   * start it only once the owner's heartbeat reply no longer says `hold` — at the due instant, if
+   * no other run of the job is active then; otherwise the owner skips it (see `holdOf`).
+   */
+  gate?: true;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

@@ -54,6 +54,8 @@ interface Lease {
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
   validUntilMono?: number;
+  /** The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run). */
+  held?: boolean;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
   due: boolean;
   execution?: Execution;
@@ -171,7 +173,7 @@ export class Worker {
 
   /** The owner's acknowledgement still covers this attempt. */
   #fresh(l: Lease): boolean {
-    return !l.lost && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
+    return !l.lost && !l.held && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
   }
 
   #run(lease: Lease): void {
@@ -235,6 +237,10 @@ export class Worker {
       if (r.ok) {
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
         l.execution?.renewLease?.(l.validUntilMono - this.#o.clock.monoMs());
+        // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
+        // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
+        l.held = !l.execution && (r.v as { hold?: boolean } | null)?.hold === true;
+        if (l.due && l.held) this.#beatSoon();
         if (l.due && this.#fresh(l)) this.#run(l);
         if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
       } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
