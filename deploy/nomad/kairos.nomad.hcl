@@ -399,12 +399,12 @@ job "kairos" {
     task "kairos" {
       driver = "raw_exec"
 
-      # On SIGTERM a worker stops taking attempts and kills the containers it is running;
-      # their leases expire and the runs are retried elsewhere as new attempts (a
-      # wait-for-running-attempts drain is not implemented). The timeout only has to cover
-      # the container kills.
+      # On SIGTERM a worker drains (docs/operations.md, "Drain"): no new attempts, running ones
+      # finish for up to --drain-timeout-ms (60 s below), the rest are handed back and retried
+      # elsewhere. The kill timeout covers the drain plus the kills and the hand-back reports;
+      # the Nomad client's max_kill_timeout must allow it.
       kill_signal  = "SIGTERM"
-      kill_timeout = "30s"
+      kill_timeout = "75s"
 
       artifact {
         source      = var.kairos_artifact_url
@@ -441,6 +441,7 @@ job "kairos" {
           # Explicit: a worker never falls back to the unisolated process executor.
           "--executor", "docker",
           "--slots", "${var.worker_slots}",
+          "--drain-timeout-ms", "60000",
           "--metrics-host", "${NOMAD_IP_metrics}",
           "--metrics-port", "${NOMAD_PORT_metrics}",
         ]

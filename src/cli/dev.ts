@@ -43,6 +43,7 @@ export function registerDevCommand(program: Command): void {
     .option("--image-policy <entries>", "images the dev tenant may name, comma-separated (default: any)")
     .option("--webhook-allow-http", "allow plain-http dead-letter webhooks")
     .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
+    .option("--drain-timeout-ms <ms>", "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)")
     .action(async (f: NodeFlags & ProcessFlags) => {
       let engine: DockerEngine | undefined;
       let nats: NatsServerHandle | undefined;
@@ -74,10 +75,10 @@ export function registerDevCommand(program: Command): void {
         setLogDestination(devConsole);
         let p;
         try {
-          p = await startProcess(config, f, { apiPort: DEV_API_PORT }, { processFallback: true });
+          p = await startProcess(config, f, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
         } catch (e) {
           if (f.apiPort !== undefined || !String(e).includes("EADDRINUSE")) throw e;
-          p = await startProcess(config, { ...f, apiPort: "0" }, { apiPort: 0 }, { processFallback: true });
+          p = await startProcess(config, { ...f, apiPort: "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
         }
         const proc = p;
         devConsole?.setPartitionCount(() => proc.node.partitions);
@@ -99,7 +100,7 @@ export function registerDevCommand(program: Command): void {
           if (engine?.started) say("stopping dockerd");
           await engine?.stop();
           say("stopped");
-        });
+        }, () => proc.hurry());
       } catch (e) {
         await undo();
         throw e;

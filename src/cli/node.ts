@@ -66,6 +66,20 @@ export interface ProcessFlags {
   imagePolicy?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
+  drainTimeoutMs?: string;
+}
+
+/** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
+export const MAX_DRAIN_TIMEOUT_MS = 3_600_000;
+
+/** `--drain-timeout-ms`: an integer 0-3600000 (0: hand running attempts back at once). */
+export function drainTimeoutFlag(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  const n = /^\d{1,7}$/.test(v) ? Number(v) : NaN;
+  if (!(n >= 0 && n <= MAX_DRAIN_TIMEOUT_MS)) {
+    throw new KairosError("invalid_argument", `--drain-timeout-ms: "${v}" is not a whole number of milliseconds 0-${MAX_DRAIN_TIMEOUT_MS}`, { field: "drain-timeout-ms" });
+  }
+  return n;
 }
 
 /** What `kairos dev` may do that `kairos node` may not. */
@@ -106,9 +120,10 @@ export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | und
 export async function startProcess(
   config: NodeConfig,
   f: ProcessFlags,
-  defaults: { apiPort: number },
+  defaults: { apiPort: number; drainTimeoutMs?: number },
   mode: StartMode = { processFallback: false },
 ): Promise<KairosProcess & { executor: { kind: ExecutorKind; reason: string } }> {
+  const drainTimeoutMs = drainTimeoutFlag(f.drainTimeoutMs) ?? defaults.drainTimeoutMs;
   const executor = config.roles.includes("worker") ? await chooseExecutor(f.executor, mode) : { kind: "noop" as const, reason: "no worker role" };
   if (executor.kind === "process") console.error(`kairos: ${UNISOLATED_WARNING}`);
   const imagePolicy = imagePolicyFromFlag(f.imagePolicy);
@@ -122,6 +137,7 @@ export async function startProcess(
     workerSlots: int(f.slots, "slots") ?? 4,
     ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
+    ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -132,11 +148,17 @@ export async function startProcess(
   return Object.assign(p, { executor });
 }
 
-/** Stops `stop` on the first SIGINT/SIGTERM, then exits. */
-export function onShutdown(stop: () => Promise<void>): void {
+/**
+ * Runs `stop` on the first SIGINT/SIGTERM, then exits. A second signal during the stop calls
+ * `hurry` (a draining worker hands its running attempts back at once).
+ */
+export function onShutdown(stop: () => Promise<void>, hurry?: () => void): void {
   let stopping = false;
   const handler = (sig: string) => {
-    if (stopping) return;
+    if (stopping) {
+      hurry?.();
+      return;
+    }
     stopping = true;
     stop().then(
       () => process.exit(0),
@@ -172,6 +194,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
     .option("--webhook-allow-http", "scheduler: allow plain-http dead-letter webhooks (default: https only)")
     .option("--webhook-allow-private", "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)")
+    .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "--nats is required (or KAIROS_NATS_URL, or a running `kairos dev`)", { field: "nats" });
@@ -179,6 +202,6 @@ export function registerNodeCommand(program: Command): void {
       if (p.api) console.error(`kairos node: api on ${p.api.url}`);
       if (p.metrics) console.error(`kairos node: health and metrics on ${p.metrics.url} (/healthz, /readyz, /metrics)`);
       if (p.worker) console.error(`kairos node: worker executor ${p.executor.kind} (${p.executor.reason})`);
-      onShutdown(() => p.stop());
+      onShutdown(() => p.stop(), () => p.hurry());
     });
 }

@@ -12,6 +12,7 @@
  * Every network effect first checks that this node still owns the actor (`stillOwner`).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
+ * Run-path metrics are derived from the records `putRun` writes (run-metrics.ts).
  */
 import type { Bus } from "../cluster/bus.ts";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
@@ -29,6 +30,7 @@ import { makeJobActor } from "./job-actor.ts";
 import type { RunView } from "./model.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
+import { RunMetrics } from "./run-metrics.ts";
 
 export interface JobShellDeps {
   nc: Bus;
@@ -46,12 +48,15 @@ export interface JobShellDeps {
   /** Wall-clock seconds and a sleep, for webhook signatures and retries. */
   nowS?: () => number;
   sleep?: (ms: number) => Promise<void>;
+  /** Counts run transitions from the records written (default: into the Prometheus registry). */
+  runMetrics?: RunMetrics;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
 
 export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
   const revisions = new Map<string, number>();
+  const metrics = deps.runMetrics ?? new RunMetrics();
   const remember = (key: string, rev: number) => {
     if (revisions.size >= REVISION_CACHE_LIMIT) revisions.delete(revisions.keys().next().value!);
     revisions.set(key, rev);
@@ -63,7 +68,10 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     const value = encodeRunRecord(record, ctx.epoch);
     if (mode === "create" || mode === "terminal") {
       const r = await deps.runs.create(key, value);
-      if (r.ok) return remember(key, r.revision);
+      if (r.ok) {
+        metrics.written(key, record, true);
+        return remember(key, r.revision);
+      }
       if (mode === "create") return; // re-fired after a crash: the record is there
     }
     for (let i = 0; i < 3; i++) {
@@ -75,13 +83,17 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
           else return; // settle: nothing was left behind
         } else {
           const stored = decodeRunRecord(e.value);
+          metrics.known(key, stored.record);
           if (stored.epoch > ctx.epoch) throw new KairosError("not_owner", `run record ${record.run_id} was written under a later epoch (${stored.epoch} > ${ctx.epoch})`);
           if (mode !== "update" && TERMINAL.has(stored.record.status)) return; // already settled
           rev = e.revision;
         }
       }
       const r = rev === 0 ? await deps.runs.create(key, value) : await deps.runs.update(key, value, rev);
-      if (r.ok) return remember(key, r.revision);
+      if (r.ok) {
+        metrics.written(key, record, rev === 0);
+        return remember(key, r.revision);
+      }
       revisions.delete(key);
     }
     throw new KairosError("conflict", `run record ${record.run_id} keeps changing under this owner`);

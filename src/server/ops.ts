@@ -7,6 +7,15 @@ import type { KairosNode } from "../cluster/node.ts";
 import { assign } from "../cluster/placement.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { checkReadiness, executorCheck, natsCheck, partitionsCheck, type ReadinessCheck } from "../health/readiness.ts";
+
+/** The worker's `executor` check; a draining worker (SIGTERM) fails it: it takes no new attempts. */
+function workerCheck(kind: ExecutorKind, draining: () => boolean): ReadinessCheck {
+  const inner = executorCheck(executorProbe(kind));
+  return {
+    name: inner.name,
+    run: () => (draining() ? Promise.resolve({ ok: false, detail: "draining: taking no new attempts" }) : inner.run()),
+  };
+}
 import { addGaugeSource, metricsText } from "../metrics/index.ts";
 import type { OpsDeps } from "../http/ops.ts";
 import type { ExecutorKind } from "../sandbox/types.ts";
@@ -17,7 +26,13 @@ export interface NodeOps extends OpsDeps {
   close(): void;
 }
 
-export function nodeOps(node: KairosNode, config: NodeConfig, executor: ExecutorKind | undefined): NodeOps {
+/** The worker side of a node, for its readiness: the executor kind and whether it is draining. */
+export interface WorkerOps {
+  kind: ExecutorKind;
+  draining: () => boolean;
+}
+
+export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps | undefined): NodeOps {
   const checks: ReadinessCheck[] = [natsCheck(() => node.nc)];
   const removers: (() => void)[] = [];
   if (config.roles.includes("scheduler")) {
@@ -25,7 +40,9 @@ export function nodeOps(node: KairosNode, config: NodeConfig, executor: Executor
     removers.push(addGaugeSource("partitions_held", () => node.heldPartitions().length));
     removers.push(addGaugeSource("actors_active", () => node.host?.activeCount ?? 0));
   }
-  if (config.roles.includes("worker") && executor !== undefined) checks.push(executorCheck(executorProbe(executor)));
+  if (config.roles.includes("worker") && worker !== undefined) {
+    checks.push(workerCheck(worker.kind, worker.draining));
+  }
   return {
     readiness: () => checkReadiness(checks),
     metrics: metricsText,

@@ -41,7 +41,15 @@ export interface ProcessOptions {
   imagePolicy?: ImagePolicy;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
   webhook?: Partial<WebhookPolicy>;
+  /**
+   * worker: on stop, how long running attempts may go on finishing before they are handed back
+   * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
+   */
+  drainTimeoutMs?: number;
 }
+
+/** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
+export const DEFAULT_DRAIN_TIMEOUT_MS = 60_000;
 
 export interface KairosProcess {
   readonly node: KairosNode;
@@ -50,7 +58,10 @@ export interface KairosProcess {
   readonly tenants: KvTenantDirectory;
   /** The `--metrics-port` listener, when one was asked for. */
   readonly metrics: ApiServer | undefined;
+  /** Drains the worker (if any), then stops everything. */
   stop(): Promise<void>;
+  /** During `stop()`: hand running attempts back now instead of waiting for the drain timeout. */
+  hurry(): void;
 }
 
 export async function startKairos(config: NodeConfig, opts: ProcessOptions): Promise<KairosProcess> {
@@ -104,7 +115,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     });
     await worker.start();
   }
-  const ops = nodeOps(node, config, worker ? opts.executor : undefined);
+  const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined);
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
   const cleanUp = async (): Promise<void> => {
@@ -139,11 +150,17 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     node, api, worker, tenants, metrics,
     async stop() {
       await api?.close();
+      // Drain first: the scheduler side (if this node has it) and NATS keep serving the attempts'
+      // heartbeats and completions meanwhile.
+      await worker?.drain(opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
       await worker?.stop();
       directory.stop();
       await node.stop();
       await metrics?.close();
       ops.close();
+    },
+    hurry() {
+      worker?.hurry();
     },
   };
 }

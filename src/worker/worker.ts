@@ -17,6 +17,12 @@
  * - A completion whose request fails without a verdict (timeout: unknown outcome) is retried on
  *   every heartbeat round, and the attempt keeps heartbeating meanwhile, until the owner answers
  *   ok or `stale_fence`, bounded by `completionDeadlineMs`.
+ *
+ * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, drops
+ * accepted offers that have not started (their leases expire unstarted: re-offered elsewhere, not
+ * counted as attempts), lets running attempts finish and report — heartbeats go on as usual —
+ * until the drain timeout, then hands back the rest: kills each and reports it as a retryable
+ * error, so its owner retries it at once on another worker (as a new attempt).
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -66,7 +72,20 @@ interface Lease {
   /** A completion report is in flight (one at a time). */
   reporting?: boolean;
   lost: boolean;
+  /** Killed by the drain timeout: its result is reported as a retryable error (handed back). */
+  handedBack?: boolean;
 }
+
+/** What a drain did: attempts that finished during it, and attempts handed back at its timeout. */
+export interface DrainResult {
+  finished: number;
+  handedBack: number;
+  /** Accepted offers dropped before they started (re-offered elsewhere by their owners). */
+  dropped: number;
+}
+
+/** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
+export const HAND_BACK_REPORT_MS = 5_000;
 
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
@@ -77,6 +96,11 @@ export class Worker {
   #subs: BusSubscription[] = [];
   #cancelBeat: (() => void) | undefined;
   #stopping = false;
+  #draining = false;
+  /** Called whenever a lease goes away (the drain waits for none to be left). */
+  #onLeaseGone: (() => void) | undefined;
+  /** Ends the drain's wait for running attempts early (a second SIGTERM/SIGINT). */
+  #hurry: (() => void) | undefined;
 
   constructor(o: WorkerOptions) {
     this.#o = o;
@@ -99,6 +123,60 @@ export class Worker {
     this.#beat();
   }
 
+  get draining(): boolean {
+    return this.#draining;
+  }
+
+  /**
+   * Drains (see the module header): resolves once no attempt is left — every running one finished
+   * (or was handed back at `timeoutMs`) and its completion was acknowledged or given up. Bounded
+   * by `timeoutMs` + the kill + `HAND_BACK_REPORT_MS`. Call `stop()` after it.
+   */
+  async drain(timeoutMs: number): Promise<DrainResult> {
+    this.#draining = true;
+    this.#advertise(); // schedulers stop picking this worker now, not at the next heartbeat
+    let dropped = 0;
+    for (const l of [...this.#leases.values()]) {
+      if (l.execution || l.completion || l.lost) continue;
+      l.lost = true; // never started here: the owner's lease expires unstarted and it re-offers
+      this.#leases.delete(this.#key(l.req.run_id, l.req.attempt));
+      dropped++;
+    }
+    const running = this.#leases.size;
+    this.#o.log("info", "worker draining", { evt: "worker_draining", running, dropped, timeout_ms: timeoutMs });
+    await this.#settle(timeoutMs, true);
+    const rest = [...this.#leases.values()].filter((l) => l.execution && !l.completion && !l.lost);
+    for (const l of rest) l.handedBack = true;
+    await Promise.all(rest.map((l) => l.execution!.kill("worker drained: drain timeout", { immediate: true })));
+    await this.#settle(HAND_BACK_REPORT_MS, false);
+    const result: DrainResult = { finished: running - rest.length, handedBack: rest.length, dropped };
+    this.#o.log("info", "worker drained", { evt: "worker_drained", finished: result.finished, handed_back: result.handedBack, dropped, left: this.#leases.size });
+    return result;
+  }
+
+  /** Ends a drain's wait for running attempts now: they are handed back (a second signal). */
+  hurry(): void {
+    this.#hurry?.();
+  }
+
+  /** Resolves when no lease is left, after `ms`, or (when `hurryable`) on `hurry()`. */
+  #settle(ms: number, hurryable: boolean): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.#leases.size === 0) return resolve();
+      const done = () => {
+        cancel();
+        this.#onLeaseGone = undefined;
+        this.#hurry = undefined;
+        resolve();
+      };
+      const cancel = this.#o.clock.setTimer(ms, done);
+      this.#onLeaseGone = () => {
+        if (this.#leases.size === 0) done();
+      };
+      if (hurryable) this.#hurry = done;
+    });
+  }
+
   /** Stops taking work; running attempts are killed (their leases expire and they are retried). */
   async stop(): Promise<void> {
     this.#stopping = true;
@@ -115,7 +193,7 @@ export class Worker {
   }
 
   #offer(req: StartRequest): StartReply {
-    if (this.#stopping) return { accepted: false, reason: "stopping" };
+    if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
     const k = this.#key(req.run_id, req.attempt);
     const existing = this.#leases.get(k);
     if (existing) {
@@ -263,6 +341,7 @@ export class Worker {
         // comes back; the owner's lease expires and the run is retried).
         if (now - (l.completionSinceMono ?? now) > this.#o.completionDeadlineMs) {
           this.#leases.delete(this.#key(l.req.run_id, l.req.attempt));
+          this.#onLeaseGone?.();
           this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: l.req.run_id });
         }
         continue;
@@ -305,13 +384,21 @@ export class Worker {
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
     if (lease.lost) {
       this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
+      this.#onLeaseGone?.();
       return;
     }
-    lease.completion = {
-      outcome: r.outcome, exit_code: r.exitCode, output: r.output,
-      error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
-      started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
-    };
+    lease.completion = lease.handedBack && r.outcome === "killed"
+      ? {
+        // Handed back by a drain: a retryable error, so the owner retries it elsewhere at once.
+        outcome: "error", exit_code: r.exitCode, output: r.output,
+        error: { class: "executor_failure", message: "worker drained: the attempt was still running at the drain timeout and was handed back", retryable: true },
+        started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
+      }
+      : {
+        outcome: r.outcome, exit_code: r.exitCode, output: r.output,
+        error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
+        started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
+      };
     lease.completionSinceMono = this.#o.clock.monoMs();
     await this.#report(lease);
   }
@@ -324,6 +411,7 @@ export class Worker {
       await this.#reportOnce(lease);
     } finally {
       lease.reporting = false;
+      this.#onLeaseGone?.();
     }
   }
 
@@ -362,15 +450,21 @@ export class Worker {
     lease.lost = true;
     const k = this.#key(lease.req.run_id, lease.req.attempt);
     if (this.#leases.get(k) === lease) this.#leases.delete(k);
+    this.#onLeaseGone?.();
     if (lease.execution) await lease.execution.kill(why, { immediate });
+  }
+
+  /** The slot advert; a draining worker advertises no free slot. */
+  #advertise(): void {
+    const { nc, clusterName, workerId, slots } = this.#o;
+    if (nc.isClosed()) return;
+    const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
+    nc.publish(`kairos.${clusterName}.worker.hb`, encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
   }
 
   #beat(): void {
     if (this.#stopping) return;
-    const { nc, clusterName, workerId, slots } = this.#o;
-    if (!nc.isClosed()) {
-      nc.publish(`kairos.${clusterName}.worker.hb`, encode({ worker_id: workerId, slots, free: Math.max(0, slots - this.#leases.size), executor: this.#o.executor.kind }));
-    }
+    this.#advertise();
     void this.#heartbeatAll();
     this.#cancelBeat = this.#o.clock.setTimer(this.#o.heartbeatIntervalMs, () => this.#beat());
   }

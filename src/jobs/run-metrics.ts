@@ -1,0 +1,113 @@
+/**
+ * Run-path metrics derived from the run records the job shell writes (src/jobs/job-shell.ts
+ * `putRun`), so the pure job core stays free of them (it may be re-run; a decision counts only
+ * once its record is written).
+ *
+ * Each write is compared with the record it replaces, and every transition is counted once:
+ *
+ * | transition in the record | metric |
+ * | --- | --- |
+ * | `started_at` goes from null to set (the run's first start) | `kairos_dispatch_lag_seconds{tenant}` observes started_at − scheduled_for |
+ * | an attempt gets its `outcome` | `kairos_attempts_total{tenant,outcome}`; `lease_lost` also `kairos_lease_expiries_total` |
+ * | status becomes `retry_wait`, or `queued` from `leased`/`running` (lease expired, re-queued) | `kairos_retries_total{tenant}` |
+ * | status becomes `failed` or `timed_out` (dead letter) | `kairos_dead_letters_total{tenant}` |
+ *
+ * The record it replaces (the baseline) is the last one this node wrote for the key, or the one
+ * it read: the shell reads the stored record whenever it lacks a cached revision — after an owner
+ * move, a conflict, or a cache eviction — and reports it with `known`. So a new owner compares
+ * with what the old one made durable, and a transition recorded once is not counted again by
+ * the next writer. A record this node `create`d has an empty baseline. A write whose baseline is
+ * unknown (cached revision but baseline evicted: both maps are bounded alike) counts nothing.
+ * Each node counts the transitions it wrote; sum across nodes in PromQL.
+ */
+import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
+import type { AttemptOutcome, RunStatus, RunView } from "./model.ts";
+import { TERMINAL } from "./model.ts";
+
+/** Where the counts go (the Prometheus recorders; a test passes its own). */
+export interface RunMetricsSink {
+  dispatchLag(tenant: string, seconds: number): void;
+  attempt(tenant: string, outcome: AttemptOutcome): void;
+  leaseExpiry(): void;
+  retry(tenant: string): void;
+  deadLetter(tenant: string): void;
+}
+
+export const prometheusSink: RunMetricsSink = {
+  dispatchLag: observeDispatchLag,
+  attempt: countAttempt,
+  leaseExpiry: countLeaseExpiry,
+  retry: countRetry,
+  deadLetter: countDeadLetter,
+};
+
+/** What a transition is judged on. */
+interface Baseline {
+  started: boolean;
+  /** Attempts with an outcome. */
+  ended: number;
+  status: RunStatus | null;
+}
+
+const EMPTY: Baseline = { started: false, ended: 0, status: null };
+
+/** Most baselines kept (as many as the shell's revision cache); oldest evicted first. */
+export const BASELINE_LIMIT = 100_000;
+
+const summary = (r: RunView): Baseline => ({
+  started: r.started_at !== null,
+  ended: r.attempts.filter((a) => a.outcome !== null).length,
+  status: r.status,
+});
+
+export class RunMetrics {
+  readonly #baselines = new Map<string, Baseline>();
+
+  constructor(
+    private readonly sink: RunMetricsSink = prometheusSink,
+    private readonly limit = BASELINE_LIMIT,
+  ) {}
+
+  /** The stored record of `key`, as read by the shell: the baseline of its next write. */
+  known(key: string, stored: RunView): void {
+    this.#keep(key, summary(stored));
+  }
+
+  /** This node wrote `record` under `key` (`created`: the write created the key). Counts what changed. */
+  written(key: string, record: RunView, created: boolean): void {
+    const before = created ? EMPTY : this.#baselines.get(key);
+    if (before !== undefined) this.#count(before, record);
+    if (TERMINAL.has(record.status)) this.#baselines.delete(key);
+    else this.#keep(key, summary(record));
+  }
+
+  /** Baselines held (for tests: terminal runs leave none). */
+  get size(): number {
+    return this.#baselines.size;
+  }
+
+  #keep(key: string, b: Baseline): void {
+    this.#baselines.delete(key);
+    if (this.#baselines.size >= this.limit) this.#baselines.delete(this.#baselines.keys().next().value!);
+    this.#baselines.set(key, b);
+  }
+
+  #count(before: Baseline, r: RunView): void {
+    const tenant = r.tenant_id;
+    if (!before.started && r.started_at !== null) {
+      this.sink.dispatchLag(tenant, (Date.parse(r.started_at) - Date.parse(r.scheduled_for)) / 1000);
+    }
+    let seen = 0;
+    for (const a of r.attempts) {
+      if (a.outcome === null) continue;
+      if (seen++ < before.ended) continue;
+      this.sink.attempt(tenant, a.outcome);
+      if (a.outcome === "lease_lost") this.sink.leaseExpiry();
+    }
+    if (r.status !== before.status) {
+      const requeued = r.status === "queued" && (before.status === "leased" || before.status === "running");
+      if (r.status === "retry_wait" || requeued) this.sink.retry(tenant);
+      if (r.status === "failed" || r.status === "timed_out") this.sink.deadLetter(tenant);
+    }
+  }
+}
