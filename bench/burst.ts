@@ -19,6 +19,17 @@ import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
+import { registry } from "../src/metrics/index.ts";
+
+/** KV operations this process has made so far, by op (kairos_kv_op_seconds counts; the scheduler runs in-process). */
+async function kvOps(): Promise<Record<string, number>> {
+  const m = (await registry.getMetricsAsJSON()).find((x) => x.name === "kairos_kv_op_seconds");
+  const out: Record<string, number> = {};
+  for (const v of (m?.values ?? []) as { metricName?: string; labels: Record<string, string | number>; value: number }[]) {
+    if (v.metricName?.endsWith("_count")) out[String(v.labels["op"])] = (out[String(v.labels["op"])] ?? 0) + v.value;
+  }
+  return out;
+}
 
 function arg(args: string[], name: string, dflt: number): number {
   const i = args.indexOf(`--${name}`);
@@ -75,6 +86,7 @@ export async function run(args: string[]): Promise<void> {
       }
     }));
     const createS = (performance.now() - t0) / 1000;
+    const opsBefore = await kvOps();
     console.log(`created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`);
     if (systemClock.now() > dueMs - lookaheadMs) console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
     let runs: RunView[] = [];
@@ -93,6 +105,10 @@ export async function run(args: string[]): Promise<void> {
     const failed = runs.filter((r) => r.status === "failed" || r.status === "timed_out").length;
     const leaseLost = runs.filter((r) => r.attempts.some((a) => a.outcome === "lease_lost")).length;
     loop.disable();
+    const opsAfter = await kvOps();
+    // The scheduler's KV operations from the end of set-up to the end (reads, writes, grant keys),
+    // per started run; `list` (this benchmark polling the runs bucket) is left out.
+    const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
     const loopMs = { p99: Math.round(loop.percentile(99) / 1e6), max: Math.round(loop.max / 1e6) };
     const lines = [
       `jobs due in the same second: ${jobs} (overlap ${overlap}, ${tenantCount} tenants); started: ${lags.length}; succeeded: ${done}; dead-lettered: ${failed}; runs with a lease_lost attempt: ${leaseLost}`,
@@ -110,6 +126,8 @@ export async function run(args: string[]): Promise<void> {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.length > 1).length,
       event_loop_ms: loopMs,
+      kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
+      kv_ops_by_op: kvByOp,
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
     };
     if (!args.includes("--no-md")) {

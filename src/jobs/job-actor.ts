@@ -52,7 +52,8 @@ export interface JobActorConfig {
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   leaseTtlMs: 10_000,
-  lookaheadMs: 5_000,
+  // DESIGN.md: the slow work (KV writes, slot matching) happens in the minute before.
+  lookaheadMs: 60_000,
   misfireGraceMs: 10_000,
   maxActiveRuns: 100,
   queueLimit: 10,
