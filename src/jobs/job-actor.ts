@@ -197,10 +197,11 @@ const iso = (ms: number): string => instant(ms);
  * Look-ahead: runs are created, given a slot and a worker before they are due.
  * - `allow`: every occurrence within the window.
  * - `skip` (the default): the NEXT occurrence only, prepared with a gate (`ActiveRun.gate`): its
- *   worker holds it and starts it from its own timer, but only on a heartbeat reply without
- *   `hold`, which the owner gives from memory once the run is due and no other run of the job is
- *   active (`holdOf`); at the due instant the owner skips it if another run is still active
- *   (`gate` timer). One gated run at a time: while it waits, the window is closed.
+ *   worker starts it from its own timer at its due time only if its last heartbeat reply did not
+ *   say `hold`; the owner says `hold` (from memory) while a run that blocks it is active
+ *   (`holdOf`), and at the due instant skips it if one still is (`gate` timer). In the common case
+ *   nothing blocks it from preparation on, and it starts on time with no round trip at the due
+ *   instant. One gated run at a time: while it waits, the window is closed.
  * - `queue`, `replace`: none (they act on other runs at the due instant).
  */
 function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
@@ -222,14 +223,17 @@ function undecided(s: JobState, now: number): number | undefined {
 }
 
 /**
- * Whether a gated run's worker must keep holding it (not start it) now: before its due instant,
- * and while another run of the job is active. Monotone once due (a run that ended stays ended,
- * and no earlier run can appear), so a `go` (no hold) is never followed by a skip.
+ * Whether a gated run's worker must keep holding it (not start it) now: while a run that BLOCKS it
+ * is active — one created before it (an earlier occurrence, a retry, a manual run from before it
+ * was prepared), or created with it for an earlier instant (catch-up). Runs created later (the
+ * next prepared occurrence, a manual run from after it was prepared) never block it. The blocking
+ * set only shrinks, so the answer is monotone: once no blocking run is left — at preparation in
+ * the common case — the worker may start it at its due time from its own timer with no further
+ * round trip, and the `gate` reminder at the due instant (same rule) can never contradict a go.
  */
-export function holdOf(s: JobState, r: ActiveRun, now: number): boolean {
+export function holdOf(s: JobState, r: ActiveRun): boolean {
   if (!r.gate || s.job?.spec.overlap !== "skip") return false;
-  // A later occurrence prepared meanwhile does not count: it is held itself while this one runs.
-  return now < r.scheduled_for_ms || s.runs.some((x) => x !== r && !(x.gate && x.scheduled_for_ms > r.scheduled_for_ms));
+  return s.runs.some((x) => x !== r && (x.created_at_ms < r.created_at_ms || (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)));
 }
 
 /**
@@ -274,7 +278,7 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);
-  // The decision at the due instant (skip if another run is active then): see `holdOf`.
+  // The decision at the due instant (skip if a blocking run is still active then): see `holdOf`.
   if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
   tx.changed = true;
@@ -596,7 +600,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
       }
       tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r, tx.now)) return tx.done({ ok: true, hold: true });
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r)) return tx.done({ ok: true, hold: true });
       if (r.status === "leased" && m.started_at_ms !== undefined) {
         r.status = "running";
         r.started_at_ms ??= m.started_at_ms;
@@ -644,10 +648,9 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       }
       return tx.done(null);
     case "gate":
-      // The due instant of a gated run. Another run still active: skip this occurrence (its
-      // worker has only ever heard `hold`, so it never started). Otherwise it goes — heartbeats
-      // now answer without `hold` — and nothing changes here.
-      if (r && r.gate && r.started_at_ms === null && (r.status === "queued" || r.status === "leased") && holdOf(tx.s, r, tx.now)) {
+      // The due instant of a gated run. A blocking run still active: skip this occurrence (its
+      // worker has only ever heard `hold`, so it never started). Otherwise it goes (or went).
+      if (r && r.gate && r.started_at_ms === null && (r.status === "queued" || r.status === "leased") && holdOf(tx.s, r)) {
         finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
       }
       return tx.done(null);
@@ -801,7 +804,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || (r.status !== "leased" && r.status !== "running")) return undefined;
       // The first heartbeat after the start still goes through the mailbox (status running).
-      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(s, r, ctx.nowMs)) return { reply: { ok: true, hold: true }, alsoQueue: false };
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(s, r)) return { reply: { ok: true, hold: true }, alsoQueue: false };
       return { reply: { ok: true }, alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {

@@ -38,7 +38,7 @@ describe("job actor: firing", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("skip with look-ahead: the next occurrence is prepared ahead under a gate — its worker hears `hold` until the due instant, then may start it", () => {
+  it("skip with look-ahead: the next occurrence is prepared ahead under a gate; with nothing blocking it, its worker may start it at its due time (no hold, no round trip then)", () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec());
     d.advance(0);
@@ -47,17 +47,35 @@ describe("job actor: firing", () => {
     assert.equal(r.gate, true);
     assert.equal(r.status, "leased", "slot and worker matched before it is due");
     assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "the worker starts it from its own timer at scheduled_for");
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true, hold: true }, "before the due instant: hold");
-    const query = d.actor.query!(d.state, { kind: "heartbeat", run_id: r.run_id, fence: r.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
-    assert.deepEqual(query?.reply, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
-    d.advance(sec(2) - d.now); // the due instant: nothing else active → go
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true });
-    assert.deepEqual(d.actor.query!(d.state, { kind: "heartbeat", run_id: r.run_id, fence: r.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now })?.reply, { ok: true });
-    d.heartbeat(r.run_id, r.fence, d.now); // started
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "nothing blocks it: no hold");
+    d.advance(sec(2) - d.now);
+    d.heartbeat(r.run_id, r.fence, d.now); // started at the due time
     assert.equal(d.records.get(r.run_id)?.status, "running");
-    // The window reopened at the due instant: the following occurrence is prepared ahead too.
+    // The window reopened at the due instant: the following occurrence is prepared ahead, held
+    // while this one runs (the earlier run blocks it).
     assert.deepEqual(d.state.runs.map((x) => x.scheduled_for_ms), [sec(2), sec(4)]);
-    assert.deepEqual(d.heartbeat(d.state.runs[1]!.run_id).reply, { ok: true, hold: true });
+    const next = d.state.runs[1]!;
+    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true, hold: true });
+    const query = d.actor.query!(d.state, { kind: "heartbeat", run_id: next.run_id, fence: next.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
+    assert.deepEqual(query?.reply, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
+    d.complete(r.run_id);
+    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true }, "the blocking run ended before the due time: go");
+    d.advance(sec(4) - d.now);
+    assert.notEqual(d.records.get(next.run_id)?.status, "skipped");
+  });
+
+  it("skip with look-ahead: a manual run started after an occurrence was prepared does not block it (the rule that keeps the answer monotone)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true });
+    d.advance(100);
+    d.send({ kind: "run_now" });
+    assert.equal(d.state.runs.length, 2);
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "still go: a later run never blocks it");
+    d.advance(sec(2) - d.now);
+    assert.notEqual(d.records.get(r.run_id)?.status, "skipped");
   });
 
   it("skip with look-ahead: a prepared occurrence falling due while an earlier run is active is skipped at the due instant; its worker never heard go", () => {
