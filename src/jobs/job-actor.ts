@@ -799,7 +799,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
-    query: (s, m, ctx) => {
+    query: (s, m) => {
       if (m.kind !== "heartbeat") return undefined;
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || (r.status !== "leased" && r.status !== "running")) return undefined;
