@@ -93,7 +93,6 @@ export type JobMsg =
   | { kind: "redispatch"; run_id: string }
   | { kind: "claimed"; run_id: string; fence: number; worker: string }
   | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
-  | { kind: "retry_later"; run_id: string }
   | { kind: "slot_check"; run_id: string }
   /** The tenant asks whether this run still holds the slot it granted (lost releases). */
   | { kind: "slot_audit"; run_id: string }
@@ -267,7 +266,6 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
     status: "queued",
     attempt: 0,
     fence: 0,
-    offered_at_ms: null,
     worker: null,
     slot: false,
     created_at_ms: tx.now,
@@ -376,7 +374,6 @@ function fire(tx: Tx): void {
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = ++tx.s.fence_seq;
-  r.offered_at_ms = tx.now;
   tx.changed = true;
   // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
   // dropped instance): after the offer timeout the offer is dead and the run is offered again.
@@ -483,7 +480,6 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   r.status = "leased";
   r.attempt += 1;
   r.worker = worker;
-  r.offered_at_ms = null;
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
@@ -584,11 +580,6 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
       return tx.done(null);
     case "dispatch_failed":
       if (r && r.fence === m.fence && r.status === "queued") {
-        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
-      }
-      return tx.done(null);
-    case "retry_later":
-      if (r && r.status === "queued") {
         tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
       }
       return tx.done(null);

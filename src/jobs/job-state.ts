@@ -30,8 +30,6 @@ export interface ActiveRun {
   attempt: number;
   /** Fence of the current offer or claim (0 = none); see ARCHITECTURE.md "Fences". */
   fence: number;
-  /** When the current offer (status queued, fence > 0) was made; null once claimed or with no offer. */
-  offered_at_ms?: number | null;
   worker: string | null;
   /** A tenant slot is held for this run. */
   slot: boolean;
