@@ -31,13 +31,12 @@ import { openBuckets } from "../src/cluster/buckets.ts";
 import { encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig, type NodeConfig } from "../src/cluster/config.ts";
 import type { NodeEvent } from "../src/cluster/events.ts";
-import { connectNats } from "../src/cluster/nats.ts";
 import { KairosNode } from "../src/cluster/node.ts";
 import { assign, partitionOf } from "../src/cluster/placement.ts";
 import { TimerQueue } from "../src/cluster/timer-queue.ts";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
-import { startNats } from "../test/support/nats.ts";
+import { startNats, type NatsFixture } from "../test/support/nats.ts";
 import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
@@ -142,7 +141,7 @@ function until(
 }
 
 function makeNode(
-  url: string,
+  nats: NatsFixture,
   cluster: string,
   nodeId: string,
   partitions: number,
@@ -151,7 +150,8 @@ function makeNode(
 ): KairosNode {
   const node = new KairosNode(
     makeNodeConfig({
-      natsUrl: url,
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsFor(["scheduler"]) },
       clusterName: cluster,
       nodeId,
       roles: ["scheduler"],
@@ -177,9 +177,9 @@ const mb = (bytes: number) => (bytes / 1024 / 1024).toFixed(1);
 
 // --- 1. request/reply ---------------------------------------------------------------------------
 
-async function requestReply(url: string, o: Options, out: string[]): Promise<void> {
+async function requestReply(nats: NatsFixture, o: Options, out: string[]): Promise<void> {
   const ids = ["bench-a", "bench-b", "bench-c"];
-  const nodes = ids.map((id) => makeNode(url, "rr", id, o.partitions, actorRegistrations()));
+  const nodes = ids.map((id) => makeNode(nats, "rr", id, o.partitions, actorRegistrations()));
   const tStart = performance.now();
   for (const n of nodes) await n.start();
   const P = nodes[0]!.partitions;
@@ -325,10 +325,10 @@ const LOADER_LEASE = {
   leaseSafetyMarginMs: 10_000,
 } as const;
 
-async function activation(url: string, o: Options, out: string[]): Promise<void> {
+async function activation(nats: NatsFixture, o: Options, out: string[]): Promise<void> {
   const cluster = "act";
   const P = o.partitions;
-  const nc = await connectNats({ url, name: "bench-writer" });
+  const nc = await nats.connect("bench-writer");
   const buckets = await openBuckets(nc, { clusterName: cluster, replicas: 1 });
   await buckets.cluster.create("config", encode({ partitions: P, createdBy: "bench" }));
   const tw = performance.now();
@@ -353,7 +353,7 @@ async function activation(url: string, o: Options, out: string[]): Promise<void>
   // runs, so with the default 4 s lease a load longer than ttl - margin (3 s) loses every
   // partition for good (reported as a runtime bug). 60 s keeps this a measure of loading.
   const node = makeNode(
-    url,
+    nats,
     cluster,
     "bench-loader",
     P,
@@ -393,14 +393,14 @@ async function activation(url: string, o: Options, out: string[]): Promise<void>
 
 export async function run(args: string[]): Promise<void> {
   const o = parseArgs(args);
-  const fixture = await startNats();
+  const fixture = await startNats({ clusters: ["rr", "act"] });
   const out: string[] = [];
   const t0 = performance.now();
   try {
-    await requestReply(fixture.url, o, out);
+    await requestReply(fixture, o, out);
     console.log(out.join("\n"));
     const mark = out.length;
-    await activation(fixture.url, o, out);
+    await activation(fixture, o, out);
     console.log(out.slice(mark).join("\n"));
     const mark2 = out.length;
     await timers(o, out);

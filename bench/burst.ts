@@ -48,11 +48,11 @@ export async function run(args: string[]): Promise<void> {
   process.env["KAIROS_LOG_LEVEL"] ??= "warn";
   const nats = await startNats();
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, nodeId: "burst", roles: ["scheduler"], partitions: 64, mailboxLimit: 100_000 }),
+    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "burst", roles: ["scheduler"], partitions: 64, mailboxLimit: 100_000 }),
     { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
   );
   // The worker is its own process, as in production (its event loop only starts and reports runs).
-  const worker = spawnNode({ natsUrl: nats.url, nodeId: "burst-worker", roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(slots)] });
+  const worker = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "burst-worker", roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(slots)] });
   try {
     await worker.waitFor((e) => e.type === "node_started", 30_000, "worker started");
     const held = async () => proc.node.heldPartitions().length === proc.node.partitions;

@@ -21,8 +21,17 @@
 # this was written in, and the repo ships no Dockerfile yet): see the commented `docker`
 # stanzas in each task.
 #
-# Every node — whatever its role — creates the cluster's buckets and partition config if they
-# do not exist yet, so every group passes the same --cluster, --partitions and --replicas.
+# Scheduler and API nodes create the cluster's buckets if they do not exist yet, and the first
+# scheduler writes the partition config; a worker's NATS user may do neither, so workers wait
+# (bounded, then restart) for a scheduler. Every group passes the same --cluster, --partitions
+# and --replicas.
+#
+# NATS security (docs/security.md, "The bus"): every node connects over TLS with the NATS user of
+# its role. Both come from Nomad Variables, written once by the operator (docs/deploy.md):
+#   nomad/jobs/kairos : nats_ca (PEM of the CA that signed the NATS servers' certificates),
+#                       creds_scheduler, creds_api, creds_worker (the JSON files that
+#                       `kairos nats-auth <dir> --cluster <name>` writes under <dir>/creds/).
+# Each task renders only its own role's credentials into its secrets/ directory.
 # Validate before use: `nomad job validate deploy/nomad/kairos.nomad.hcl`.
 
 variable "datacenters" {
@@ -175,7 +184,27 @@ job "kairos" {
         # list only matters at the next start, so do not restart every node when it changes.
         change_mode = "noop"
         data        = <<-EOT
-          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
+          KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
+        EOT
+      }
+
+      # This role's NATS user (scheduler) and the CA of the NATS servers, from Nomad Variables.
+      template {
+        destination = "secrets/nats-creds.json"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_scheduler }}{{ end }}
+        EOT
+      }
+
+      template {
+        destination = "secrets/nats-ca.pem"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .nats_ca }}{{ end }}
         EOT
       }
 
@@ -284,7 +313,27 @@ job "kairos" {
         env         = true
         change_mode = "noop"
         data        = <<-EOT
-          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
+          KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
+        EOT
+      }
+
+      # This role's NATS user (api) and the CA of the NATS servers, from Nomad Variables.
+      template {
+        destination = "secrets/nats-creds.json"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_api }}{{ end }}
+        EOT
+      }
+
+      template {
+        destination = "secrets/nats-ca.pem"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .nats_ca }}{{ end }}
         EOT
       }
 
@@ -419,7 +468,27 @@ job "kairos" {
         env         = true
         change_mode = "noop"
         data        = <<-EOT
-          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}nats://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
+          KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
+          KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
+        EOT
+      }
+
+      # This role's NATS user (worker) and the CA of the NATS servers, from Nomad Variables.
+      template {
+        destination = "secrets/nats-creds.json"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_worker }}{{ end }}
+        EOT
+      }
+
+      template {
+        destination = "secrets/nats-ca.pem"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .nats_ca }}{{ end }}
         EOT
       }
 

@@ -11,36 +11,39 @@
  *   kairos admin key create <tenant_id> [--json] → a new API key for the tenant
  *   kairos admin key revoke <key_id>             → the key stops working (within the API's
  *                                                  authentication cache TTL, 5 s by default)
+ *   kairos admin forecast [--hours H] [--json]  → runs due per minute over the next H hours,
+ *                                                  cluster-wide, per tenant (src/cli/forecast.ts)
  *
  * They find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json, like every command.
  */
 import type { Command } from "commander";
-import { openBuckets } from "../cluster/buckets.ts";
+import { openBuckets, type Buckets } from "../cluster/buckets.ts";
 import { connectNats } from "../cluster/nats.ts";
 import { readJobCount } from "../jobs/job-quota.ts";
 import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from "../tenants/directory.ts";
 import type { KvStore } from "../cluster/kv.ts";
-import { readDevFile, resolveNatsUrl } from "./dev-file.ts";
+import { clusterForecast, formatForecast, parseForecastFlags } from "./forecast.ts";
+import { readDevFile, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
-interface AdminFlags {
+interface AdminFlags extends NatsAuthFlags {
   nats?: string;
   cluster?: string;
   json?: boolean;
 }
 
 /** Opens the tenant directory of the cluster the flags point at, runs `fn`, disconnects. */
-async function withDirectory<T>(f: AdminFlags, fn: (dir: KvTenantDirectory, tenants: KvStore) => Promise<T>): Promise<T> {
+async function withDirectory<T>(f: AdminFlags, fn: (dir: KvTenantDirectory, tenants: KvStore, buckets: Buckets) => Promise<T>): Promise<T> {
   const url = resolveNatsUrl(f.nats);
   if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`", { field: "nats" });
   const clusterName = f.cluster ?? readDevFile()?.cluster ?? "kairos";
-  const nc = await connectNats({ url, name: "kairos-admin" });
+  const nc = await connectNats({ url, name: "kairos-admin", ...resolveNatsAuth(f, url, "admin") });
   try {
     const buckets = await openBuckets(nc, { clusterName, replicas: 1 });
-    return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }), buckets.tenants);
+    return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }), buckets.tenants, buckets);
   } finally {
     await nc.close();
   }
@@ -83,12 +86,16 @@ export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
 function common(cmd: Command): Command {
   return cmd
     .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
+    .option("--nats-creds <file>", "NATS credentials file of the admin user (env KAIROS_NATS_CREDS; default: the dev cluster's)")
+    .option("--nats-tls-ca <file>", "CA (PEM) for a TLS NATS server (env KAIROS_NATS_TLS_CA)")
+    .option("--nats-tls-cert <file>", "client certificate (PEM) (env KAIROS_NATS_TLS_CERT)")
+    .option("--nats-tls-key <file>", "client key (PEM) (env KAIROS_NATS_TLS_KEY)")
     .option("--cluster <name>", "cluster name (default: the dev cluster's, else kairos)");
 }
 
 /** Registers `kairos admin …`. */
 export function registerAdminCommands(program: Command): void {
-  const admin = program.command("admin").description("tenants and API keys");
+  const admin = program.command("admin").description("tenants, API keys and the capacity forecast");
   const tenant = admin.command("tenant").description("tenants");
   common(tenant.command("create <name>"))
     .description("create a tenant and its first API key")
@@ -176,6 +183,17 @@ export function registerAdminCommands(program: Command): void {
         console.log(`secret   ${r.secret}`);
         console.error("Verify Kairos-Signature: t=<unix s>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`)). The secret is shown only once.");
       }
+    });
+
+  common(admin.command("forecast"))
+    .description("runs due per minute over the next hours, across the cluster, per tenant (from the jobs' schedules)")
+    .option("--hours <h>", "hours ahead, 1-168", "1")
+    .option("--max-jobs <n>", "most jobs read (past it the forecast is marked truncated)")
+    .option("--json", "print the forecast as one JSON object (docs/cli.md)")
+    .action(async (f: AdminFlags & { hours?: string; maxJobs?: string }) => {
+      const o = parseForecastFlags(f);
+      const r = await withDirectory(f, (_dir, _tenants, buckets) => clusterForecast(buckets, systemClock.now(), o));
+      console.log(f.json ? JSON.stringify(r) : formatForecast(r));
     });
 
   const key = admin.command("key").description("API keys");

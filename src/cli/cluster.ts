@@ -3,18 +3,18 @@ import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import { openBuckets } from "../cluster/buckets.ts";
 import { decode } from "../cluster/codec.ts";
-import { connectNats } from "../cluster/nats.ts";
+import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import type { LeaseValue } from "../cluster/partition-manager.ts";
 import type { MemberInfo } from "../cluster/membership.ts";
-import { resolveNatsUrl } from "./dev-file.ts";
+import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 
 export interface ClusterStatus {
   nodes: { node_id: string; roles: string[]; incarnation: string; last_heartbeat: string }[];
   partitions: { partition: number; owner: string | null; epoch: number | null }[];
 }
 
-export async function readClusterStatus(natsUrl: string, clusterName: string): Promise<ClusterStatus> {
-  const nc = await connectNats({ url: natsUrl, name: "kairos-cli" });
+export async function readClusterStatus(natsUrl: string, clusterName: string, auth: NatsAuthOptions = {}): Promise<ClusterStatus> {
+  const nc = await connectNats({ url: natsUrl, name: "kairos-cli", ...auth });
   try {
     const b = await openBuckets(nc, { clusterName, replicas: 1 });
     const cfg = await b.cluster.get("config");
@@ -38,16 +38,15 @@ export async function readClusterStatus(natsUrl: string, clusterName: string): P
 
 export function registerClusterCommands(program: Command): void {
   const cluster = program.command("cluster").description("cluster inspection");
-  cluster
-    .command("status")
+  natsAuthOptions(cluster.command("status"))
     .description("nodes and partition owners")
     .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
     .option("--cluster <name>", "cluster name", "kairos")
     .option("--json", "machine-readable output")
-    .action(async (f: { nats?: string; cluster: string; json?: boolean }) => {
+    .action(async (f: { nats?: string; cluster: string; json?: boolean } & NatsAuthFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats or start `kairos dev`", { field: "nats" });
-      const s = await readClusterStatus(url, f.cluster);
+      const s = await readClusterStatus(url, f.cluster, resolveNatsAuth(f, url, "admin"));
       if (f.json) {
         console.log(JSON.stringify(s));
         return;

@@ -4,9 +4,14 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { KairosError } from "../lib/errors.ts";
+import type { NatsAuthOptions } from "../cluster/nats.ts";
 
 export interface DevFile {
+  /** Never holds a secret: the credentials are in the files `nats_creds` points to. */
   nats_url: string;
+  /** NATS user → its credentials file (`admin`, `api`, `scheduler`, `worker`, `api_scheduler_worker`, …). */
+  nats_creds?: Record<string, string>;
   api_url?: string;
   api_key?: string;
   tenant_id?: string;
@@ -40,4 +45,39 @@ export function writeDevFile(d: DevFile): void {
 /** The NATS URL from a flag, the environment, or the dev file, in that order. */
 export function resolveNatsUrl(flag: string | undefined): string | undefined {
   return flag ?? process.env["KAIROS_NATS_URL"] ?? readDevFile()?.nats_url;
+}
+
+/** `--nats-creds` and `--nats-tls-*`, shared by every command that connects to NATS. */
+export interface NatsAuthFlags {
+  natsCreds?: string;
+  natsTlsCa?: string;
+  natsTlsCert?: string;
+  natsTlsKey?: string;
+}
+
+/** Adds the NATS credentials and TLS options to a command. */
+export function natsAuthOptions<C extends { option(flags: string, description: string): C }>(cmd: C): C {
+  return cmd
+    .option("--nats-creds <file>", "NATS credentials file {user, password} (env KAIROS_NATS_CREDS; default: the dev cluster's, for this command's identity)")
+    .option("--nats-tls-ca <file>", "CA (PEM) the NATS server's certificate must chain to; turns TLS on (env KAIROS_NATS_TLS_CA)")
+    .option("--nats-tls-cert <file>", "client certificate (PEM) for a NATS server that verifies clients (env KAIROS_NATS_TLS_CERT)")
+    .option("--nats-tls-key <file>", "the client certificate's key (PEM) (env KAIROS_NATS_TLS_KEY)");
+}
+
+/**
+ * The NATS credentials and TLS of a command: flags, else the environment, else — when `url` is
+ * the dev cluster's — the dev file's credentials file of `user` (the node's role set, or admin).
+ */
+export function resolveNatsAuth(f: NatsAuthFlags, url: string, user: string): NatsAuthOptions {
+  const env = process.env;
+  const dev = readDevFile();
+  const creds = f.natsCreds ?? env["KAIROS_NATS_CREDS"] ?? (dev?.nats_url === url ? dev.nats_creds?.[user] : undefined);
+  const ca = f.natsTlsCa ?? env["KAIROS_NATS_TLS_CA"];
+  const cert = f.natsTlsCert ?? env["KAIROS_NATS_TLS_CERT"];
+  const key = f.natsTlsKey ?? env["KAIROS_NATS_TLS_KEY"];
+  for (const [flag, v] of [["nats-creds", creds], ["nats-tls-ca", ca], ["nats-tls-cert", cert], ["nats-tls-key", key]] as const) {
+    if (v !== undefined && v.trim() === "") throw new KairosError("invalid_argument", `--${flag}: a file path is required`, { field: flag });
+  }
+  const tls = { ...(ca ? { caFile: ca } : {}), ...(cert ? { certFile: cert } : {}), ...(key ? { keyFile: key } : {}) };
+  return { ...(creds ? { credsFile: creds } : {}), ...(Object.keys(tls).length ? { tls } : {}) };
 }

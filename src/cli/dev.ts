@@ -6,9 +6,12 @@
  * 2. the quick start's image `busybox:latest`, imported from the host's static busybox when
  *    missing (src/dev/busybox-image.ts), so the README's example runs in a container verbatim;
  * 3. `nats-server -js` as a child on a free loopback port with data under `.kairos/nats` (unless
- *    --nats / KAIROS_NATS_URL is given);
- * 4. one node with every role; a dev tenant on first start; `.kairos/dev.json` records
- *    `{nats_url, api_url, api_key, tenant_id, metrics_url}` for other commands and curl.
+ *    --nats / KAIROS_NATS_URL is given), with authorization on: fresh users and passwords per
+ *    role on every start (`.kairos/nats-auth/`: `auth.conf` and `creds/<user>.json`, mode 0600);
+ * 4. one node with every role (NATS user `api_scheduler_worker`); a dev tenant on first start,
+ *    created as `admin`; `.kairos/dev.json` records `{nats_url, nats_creds, api_url, api_key,
+ *    tenant_id, metrics_url}` for other commands and curl. `nats_url` carries no secret;
+ *    `nats_creds` maps each NATS user to its credentials file.
  *
  * On a terminal the node's logs are condensed for a person (src/dev/console.ts); otherwise they
  * stay JSON lines. Ctrl-C / SIGTERM stop the node, then nats-server, then dockerd (if started
@@ -23,19 +26,33 @@ import { ensureDockerEngine, type DockerEngine } from "../dev/docker-engine.ts";
 import { ensureQuickStartImage } from "../dev/busybox-image.ts";
 import { DevConsole } from "../dev/console.ts";
 import { setLogDestination } from "../lib/log.ts";
-import { ensureDevTenant } from "../tenants/index.ts";
+import { KvTenantDirectory, ensureDevTenant } from "../tenants/index.ts";
+import { openBuckets } from "../cluster/buckets.ts";
+import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
+import { systemClock } from "../lib/clock.ts";
 import { nodeConfigFromFlags, onShutdown, startProcess, type NodeFlags, type ProcessFlags } from "./node.ts";
-import { readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
+import { natsAuthOptions, readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
 
 export const DEV_API_PORT = 7700;
 
 const say = (m: string): void => console.error(`kairos dev: ${m}`);
 
+/** Runs `fn` with a tenant directory over an admin connection, then disconnects. */
+async function withTenantAdmin<T>(url: string, clusterName: string, auth: NatsAuthOptions, fn: (dir: KvTenantDirectory) => Promise<T>): Promise<T> {
+  const nc = await connectNats({ url, name: "kairos-dev-admin", ...auth });
+  try {
+    const b = await openBuckets(nc, { clusterName, replicas: 1 });
+    return await fn(new KvTenantDirectory(b.tenants, { clock: systemClock }));
+  } finally {
+    await nc.close();
+  }
+}
+
 export function registerDevCommand(program: Command): void {
-  program
+  natsAuthOptions(program
     .command("dev")
     .description("single-node dev cluster: embedded nats-server + one node with all roles")
-    .option("--nats <url>", "use this NATS instead of starting one (env KAIROS_NATS_URL)")
+    .option("--nats <url>", "use this NATS instead of starting one (env KAIROS_NATS_URL)"))
     .option("--partitions <n>", "partition count when the cluster is first created", "16")
     .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers or can be started, else process)")
     .option("--slots <n>", "worker slots", "4")
@@ -66,11 +83,12 @@ export function registerDevCommand(program: Command): void {
         }
         let url = f.nats ?? process.env["KAIROS_NATS_URL"];
         if (!url) {
-          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true });
+          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true, auth: { dir: join(stateDir(), "nats-auth") } });
           url = nats.url;
-          say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir})`);
+          say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir}, authorization on: credentials in ${join(stateDir(), "nats-auth", "creds")})`);
         }
-        const config = nodeConfigFromFlags({ ...f, nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
+        const natsCreds = f.natsCreds ?? nats?.auth?.credsFor(["api", "scheduler", "worker"]);
+        const config = nodeConfigFromFlags({ ...f, ...(natsCreds ? { natsCreds } : {}), nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
         const devConsole = process.stdout.isTTY ? new DevConsole() : undefined;
         setLogDestination(devConsole);
         let p;
@@ -82,10 +100,13 @@ export function registerDevCommand(program: Command): void {
         }
         const proc = p;
         devConsole?.setPartitionCount(() => proc.node.partitions);
-        const tenant = await ensureDevTenant(p.tenants, readDevFile()?.api_key);
+        // Tenants and keys are written as admin: the node's own identity may not mint keys.
+        const tenant = nats?.auth
+          ? await withTenantAdmin(url, config.clusterName, { credsFile: nats.auth.credsFor("admin") }, (dir) => ensureDevTenant(dir, readDevFile()?.api_key))
+          : await ensureDevTenant(p.tenants, readDevFile()?.api_key);
         const apiUrl = p.api!.url;
         writeDevFile({
-          nats_url: url, api_url: apiUrl, api_key: tenant.api_key, tenant_id: tenant.tenant_id,
+          nats_url: url, ...(nats?.auth ? { nats_creds: { ...nats.auth.creds } } : {}), api_url: apiUrl, api_key: tenant.api_key, tenant_id: tenant.tenant_id,
           metrics_url: `${apiUrl}/metrics`, cluster: config.clusterName, pid: process.pid,
         });
         say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);

@@ -9,6 +9,7 @@ import { registerClusterCommands } from "./cluster.ts";
 import { registerCronCommands } from "./cron.ts";
 import { registerDevCommand } from "./dev.ts";
 import { registerNodeCommand } from "./node.ts";
+import { registerNatsAuthCommand } from "./nats-auth.ts";
 
 const program = new Command("kairos")
   .description("Kairos: a distributed job scheduler")
@@ -20,6 +21,7 @@ registerDevCommand(program);
 registerNodeCommand(program);
 registerClusterCommands(program);
 registerAdminCommands(program);
+registerNatsAuthCommand(program);
 
 try {
   await program.parseAsync(process.argv);

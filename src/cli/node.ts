@@ -7,10 +7,11 @@ import { KairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
 import { detectExecutor, parseImagePolicy, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
-import { resolveNatsUrl } from "./dev-file.ts";
+import { natsUserFor } from "../cluster/nats-permissions.ts";
+import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 import { hostname } from "node:os";
 
-export interface NodeFlags {
+export interface NodeFlags extends NatsAuthFlags {
   nats?: string;
   roles?: string;
   nodeId?: string;
@@ -34,6 +35,8 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
   const leaseTtlMs = int(f.leaseTtlMs, "lease-ttl-ms");
   return makeNodeConfig({
     natsUrl,
+    // Flags, env, or the dev cluster's credentials file for this role set (`api_scheduler`, …).
+    natsAuth: resolveNatsAuth(f, natsUrl, natsUserFor(roles)),
     nodeId: f.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 40)}-${process.pid}`,
     roles,
     ...(f.cluster ? { clusterName: f.cluster } : {}),
@@ -173,10 +176,10 @@ export function onShutdown(stop: () => Promise<void>, hurry?: () => void): void 
 }
 
 export function registerNodeCommand(program: Command): void {
-  program
+  natsAuthOptions(program
     .command("node")
     .description("run one Kairos node against an existing NATS cluster")
-    .option("--nats <url>", "NATS URL(s), comma-separated (env KAIROS_NATS_URL)")
+    .option("--nats <url>", "NATS URL(s), comma-separated (env KAIROS_NATS_URL)"))
     .option("--roles <list>", "roles: any of api,scheduler,worker", "api,scheduler,worker")
     .option("--node-id <id>", "stable node id (default: host-pid)")
     .option("--cluster <name>", "cluster name (bucket and subject prefix)", "kairos")

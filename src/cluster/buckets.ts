@@ -46,6 +46,11 @@ export interface BucketOptions {
   control?: NatsConnection;
   /** Most data-bucket operations (actors, runs, tenants, idem) in flight at once (default 512). */
   maxInFlight?: number;
+  /**
+   * May this identity create missing buckets (default true)? A worker's may not (NATS
+   * permissions): it waits, bounded, for an api or scheduler node to create them.
+   */
+  createStreams?: boolean;
 }
 
 export const DEFAULT_MAX_IN_FLIGHT = 512;
@@ -72,10 +77,12 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     // replicated streams then fail with "no suitable peers for placement". Retry, bounded.
     for (let attempt = 0; ; attempt++) {
       try {
+        if (opts.createStreams === false) await plane.jsm.streams.info(`KV_${name}`);
         return new NatsKv(name, await plane.kvm.create(name, settings), plane.jsm, undefined, plane.limiter);
       } catch (e) {
-        const transient = e instanceof Error && /no suitable peers|insufficient resources/i.test(e.message);
-        if (!transient || attempt >= 40) throw e;
+        const missing = opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
+        const transient = missing || (e instanceof Error && /no suitable peers|insufficient resources/i.test(e.message));
+        if (!transient || attempt >= (missing ? 120 : 40)) throw e;
         await new Promise<void>((r) => clock.setTimer(250, r));
       }
     }

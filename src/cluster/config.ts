@@ -3,12 +3,15 @@
  * The environment is parsed once, at the entry point (src/cli), never here.
  */
 import { KairosError } from "../lib/errors.ts";
+import type { NatsAuthOptions } from "./nats.ts";
 
 export const ROLES = ["api", "scheduler", "worker"] as const;
 export type Role = (typeof ROLES)[number];
 
 export interface NodeConfig {
   readonly natsUrl: string;
+  /** Credentials file and TLS of both NATS connections (data and control); `{}`: none. */
+  readonly natsAuth: NatsAuthOptions;
   readonly clusterName: string;
   readonly nodeId: string;
   readonly roles: readonly Role[];
@@ -28,6 +31,7 @@ export interface NodeConfig {
 
 export const DEFAULTS = {
   clusterName: "kairos",
+  natsAuth: {} as NatsAuthOptions,
   roles: ["api", "scheduler", "worker"] as readonly Role[],
   partitions: 64,
   replicas: 1,
@@ -56,6 +60,13 @@ export function makeNodeConfig(o: Partial<NodeConfig> & { natsUrl: string; nodeI
   if (c.leaseRenewIntervalMs * 2 > c.leaseTtlMs - c.leaseSafetyMarginMs) {
     throw bad("lease_renew_interval_ms", "must leave room for two renewals inside the trust window (ttl - margin)");
   }
+  for (const [field, v] of [["nats_creds", c.natsAuth.credsFile], ["nats_tls_ca", c.natsAuth.tls?.caFile], ["nats_tls_cert", c.natsAuth.tls?.certFile], ["nats_tls_key", c.natsAuth.tls?.keyFile]] as const) {
+    if (v !== undefined && v.trim() === "") throw bad(field, "must be a file path (empty given)");
+  }
+  if ((c.natsAuth.tls?.certFile === undefined) !== (c.natsAuth.tls?.keyFile === undefined)) {
+    throw bad("nats_tls_cert", "a client certificate and its key go together (--nats-tls-cert and --nats-tls-key)");
+  }
   if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs) throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
-  return Object.freeze({ ...c, roles: Object.freeze([...c.roles]) });
+  const natsAuth = Object.freeze({ ...c.natsAuth, ...(c.natsAuth.tls ? { tls: Object.freeze({ ...c.natsAuth.tls }) } : {}) });
+  return Object.freeze({ ...c, natsAuth, roles: Object.freeze([...c.roles]) });
 }

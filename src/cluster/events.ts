@@ -13,7 +13,9 @@ export type NodeEvent =
   | { type: "partition_lost"; partition: number; reason: string }
   | { type: "actor_activated"; actorType: string; id: string; partition: number }
   | { type: "actor_passivated"; actorType: string; id: string }
-  | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string };
+  | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string }
+  /** The bus boundary refused a message (worker plane, or a forged tenant: node.ts `guard`). */
+  | { type: "message_refused"; actor: string; reason: string };
 
 export type NodeEventListener = (e: NodeEvent) => void;
 

@@ -65,9 +65,10 @@ export class Membership {
   start(): void {
     const { nc } = this.#o;
     this.#subs.push(
-      nc.subscribe(`${this.subjectPrefix}.hb`, { callback: (_e, m) => this.#onBeat(decode<MemberInfo>(m.data)) }),
+      // A subscription error (permission violation) arrives as a callback with an empty message.
+      nc.subscribe(`${this.subjectPrefix}.hb`, { callback: (e, m) => e ? undefined : this.#onBeat(decode<MemberInfo>(m.data)) }),
       nc.subscribe(`${this.subjectPrefix}.leave`, {
-        callback: (_e, m) => this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data)),
+        callback: (e, m) => e ? undefined : this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data)),
       }),
     );
     this.#tick();

@@ -1,11 +1,42 @@
 /**
  * NATS connection handling: reconnect forever with jitter, name the connection after the node,
  * and drain on shutdown so in-flight replies are delivered before the socket closes.
+ *
+ * Authentication: a credentials file (`NatsCredentials`, JSON, mode 0600) names the NATS user,
+ * its password and its inbox prefix (replies go to `_INBOX_<user>.>`, the only inbox its
+ * permissions allow: see nats-permissions.ts). TLS: a CA to verify the server, and a client
+ * certificate and key when the server asks for one.
  */
+import { readFileSync } from "node:fs";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
+import { inboxPrefixFor } from "./nats-permissions.ts";
 
-export interface ConnectOptions {
+/** What a credentials file holds. */
+export interface NatsCredentials {
+  user: string;
+  password: string;
+  /** Default `_INBOX_<user>`. */
+  inbox_prefix?: string;
+}
+
+export interface NatsTlsOptions {
+  /** CA certificate(s) (PEM) the server's certificate must chain to. */
+  readonly caFile?: string;
+  /** Client certificate and key (PEM) for servers that verify clients. */
+  readonly certFile?: string;
+  readonly keyFile?: string;
+}
+
+/** How a process authenticates to NATS; part of the validated node config. */
+export interface NatsAuthOptions {
+  /** A credentials file (`NatsCredentials` as JSON). Unset: no credentials (refused by a secured server). */
+  readonly credsFile?: string;
+  /** TLS for the client connection. Unset: plain TCP unless the URL says `tls://`. */
+  readonly tls?: NatsTlsOptions;
+}
+
+export interface ConnectOptions extends NatsAuthOptions {
   /** One URL or a comma-separated list (every server of the cluster). */
   url: string;
   name: string;
@@ -13,7 +44,25 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
 }
 
+const USER_RE = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Reads and validates a credentials file. */
+export function readNatsCredentials(path: string): NatsCredentials {
+  let c: Partial<NatsCredentials>;
+  try {
+    c = JSON.parse(readFileSync(path, "utf8")) as Partial<NatsCredentials>;
+  } catch (e) {
+    throw new KairosError("invalid_argument", `NATS credentials ${path}: ${(e as Error).message}`, { field: "nats-creds", cause: e });
+  }
+  if (typeof c.user !== "string" || !USER_RE.test(c.user) || typeof c.password !== "string" || c.password.length === 0) {
+    throw new KairosError("invalid_argument", `NATS credentials ${path}: expected {"user": "<1-64 of [A-Za-z0-9_-]>", "password": "<non-empty>"}`, { field: "nats-creds" });
+  }
+  return { user: c.user, password: c.password, inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user) };
+}
+
 export async function connectNats(opts: ConnectOptions): Promise<NatsConnection> {
+  const creds = opts.credsFile !== undefined ? readNatsCredentials(opts.credsFile) : undefined;
+  const tls = opts.tls;
   try {
     return await connect({
       servers: opts.url.split(",").map((s) => s.trim()).filter(Boolean),
@@ -27,8 +76,13 @@ export async function connectNats(opts: ConnectOptions): Promise<NatsConnection>
       // Without this, every request builds an Error up front for a possible async stack trace:
       // 21% of a scheduler's CPU in a 10,000-run burst (profile in BENCHMARKS.md).
       noAsyncTraces: true,
+      ...(creds ? { user: creds.user, pass: creds.password, inboxPrefix: creds.inbox_prefix! } : {}),
+      ...(tls
+        ? { tls: { ...(tls.caFile ? { caFile: tls.caFile } : {}), ...(tls.certFile ? { certFile: tls.certFile } : {}), ...(tls.keyFile ? { keyFile: tls.keyFile } : {}) } }
+        : {}),
     });
   } catch (e) {
-    throw new KairosError("unavailable", `cannot connect to NATS at ${opts.url}: ${(e as Error).message}`, { cause: e });
+    const who = creds ? ` as "${creds.user}"` : " without credentials";
+    throw new KairosError("unavailable", `cannot connect to NATS at ${opts.url}${who}: ${(e as Error).message}`, { cause: e });
   }
 }

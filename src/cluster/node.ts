@@ -9,7 +9,7 @@ import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
-import type { Bus, BusSubscription } from "./bus.ts";
+import type { Bus, BusMsg, BusSubscription } from "./bus.ts";
 import { openBuckets, type Buckets } from "./buckets.ts";
 import { decode, encode } from "./codec.ts";
 import type { NodeConfig } from "./config.ts";
@@ -18,7 +18,13 @@ import { Membership } from "./membership.ts";
 import { connectNats } from "./nats.ts";
 import { PartitionManager } from "./partition-manager.ts";
 import { assign } from "./placement.ts";
-import { ActorRouter, MAX_BATCH, partitionSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "./router.ts";
+import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "./router.ts";
+
+/**
+ * Checks an actor message at the bus boundary before the host sees it: returns why it is refused
+ * (e.g. its `tenant_id` is not the address's tenant), or undefined to admit it.
+ */
+export type MessageGuard = (id: string, msg: unknown) => string | undefined;
 
 /** How long one item of a batch request may take before the batch answers it as pending. */
 export const BATCH_ITEM_BUDGET_MS = 500;
@@ -40,13 +46,14 @@ export interface NodeDeps {
  * Reads the cluster's partition count, creating it on first start. A bucket another node has
  * just created may not have a leader yet (no responders): retried with backoff, bounded.
  */
-async function clusterPartitions(b: Buckets, wanted: number, clock: Clock): Promise<number> {
-  let last: unknown;
+async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCreate: boolean): Promise<number> {
+  let last: unknown = "no scheduler node has created the cluster config yet";
   for (let i = 0; i < 40; i++) {
     try {
       const e = await b.cluster.get("config");
       if (e) return decode<{ partitions: number }>(e.value).partitions;
-      const r = await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" }));
+      // Only scheduler identities may write the cluster bucket: other nodes wait for one.
+      const r = mayCreate ? await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" })) : { ok: false };
       if (r.ok) return wanted;
     } catch (err) {
       if (!isKairosError(err, "unavailable") && !isKairosError(err, "timeout")) throw err;
@@ -70,7 +77,11 @@ export class KairosNode {
   #leases: PartitionManager | undefined;
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
-  #subs = new Map<number, BusSubscription>();
+  #workerRouter: ActorRouter | undefined;
+  /** Per held partition: its actor-command and worker-plane subscriptions. */
+  #subs = new Map<number, BusSubscription[]>();
+  readonly #guards = new Map<string, MessageGuard>();
+  readonly #workerKinds = new Map<string, ReadonlySet<string>>();
   #cancelSweep: (() => void) | undefined;
   #drain: (() => Promise<void>) | undefined;
   /** The control-plane connection (membership, leases); the data connection under an injected transport. */
@@ -86,6 +97,20 @@ export class KairosNode {
   /** Registers an actor type; call before start() or from an `onConnected` hook. */
   register(reg: ActorRegistration): void {
     this.#registrations.push(reg);
+  }
+
+  /** Adds a check of every message to actors of `type` arriving over NATS (see `MessageGuard`). */
+  guard(type: string, fn: MessageGuard): void {
+    this.#guards.set(type, fn);
+  }
+
+  /**
+   * The messages (by `kind`) that actors of `type` accept on the worker plane
+   * (`kairos.<c>.w.<n>`, where worker identities may publish). Anything else sent there is
+   * refused with `permission_denied`.
+   */
+  allowFromWorkers(type: string, kinds: readonly string[]): void {
+    this.#workerKinds.set(type, new Set(kinds));
   }
 
   readonly #connectedHooks: ((node: KairosNode) => void | Promise<void>)[] = [];
@@ -105,6 +130,11 @@ export class KairosNode {
   get router(): ActorRouter {
     if (!this.#router) throw new KairosError("unavailable", "node not started");
     return this.#router;
+  }
+  /** The router a worker uses: heartbeats and completions on the worker plane. */
+  get workerRouter(): ActorRouter {
+    if (!this.#workerRouter) throw new KairosError("unavailable", "node not started");
+    return this.#workerRouter;
   }
   get partitions(): number {
     return this.#partitions;
@@ -127,9 +157,9 @@ export class KairosNode {
       this.#nc = t.bus;
       this.#buckets = t.buckets;
     } else {
-      const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}` });
+      const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}`, ...c.natsAuth });
       // The control plane (leases, membership) has a socket of its own: see openBuckets.
-      const control = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}-control` }).catch(async (e: unknown) => {
+      const control = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}-control`, ...c.natsAuth }).catch(async (e: unknown) => {
         await nc.close();
         throw e;
       });
@@ -144,13 +174,17 @@ export class KairosNode {
         replicas: c.replicas,
         warn: (m) => log("warn", m),
         control,
+        // A worker identity may not create streams: it waits for an api or scheduler node to.
+        createStreams: c.roles.includes("api") || c.roles.includes("scheduler"),
       });
     }
-    this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock);
-    this.#router = new ActorRouter({
+    this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock, c.roles.includes("scheduler"));
+    const routing = {
       nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
       partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
-    });
+    };
+    this.#router = new ActorRouter(routing);
+    this.#workerRouter = new ActorRouter({ ...routing, plane: "workers" });
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
@@ -192,13 +226,11 @@ export class KairosNode {
           if (this.#leases?.isTrusted(p)) this.#subscribe(p);
         },
         onReleasing: async (p) => {
-          this.#subs.get(p)?.unsubscribe();
-          this.#subs.delete(p);
+          this.#unsubscribe(p);
           await host.release(p);
         },
         onLost: (p) => {
-          this.#subs.get(p)?.unsubscribe();
-          this.#subs.delete(p);
+          this.#unsubscribe(p);
           host.lose(p);
         },
       },
@@ -212,45 +244,73 @@ export class KairosNode {
     sweep();
   }
 
+  #unsubscribe(p: number): void {
+    for (const sub of this.#subs.get(p) ?? []) sub.unsubscribe();
+    this.#subs.delete(p);
+  }
+
+  /** Why an item may not reach its actor (undefined: admitted); see `guard`, `allowFromWorkers`. */
+  #refusal(it: ActorRequest, fromWorkers: boolean): string | undefined {
+    if (fromWorkers) {
+      const kind = (it.m as { kind?: unknown } | null)?.kind;
+      if (!this.#workerKinds.get(it.t)?.has(typeof kind === "string" ? kind : "")) {
+        return `${it.t} message "${String(kind)}" is not accepted on the worker plane`;
+      }
+    }
+    return this.#guards.get(it.t)?.(it.i, it.m);
+  }
+
   #subscribe(p: number): void {
     if (this.#subs.has(p)) return;
+    this.#subs.set(p, [
+      this.nc.subscribe(partitionSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, false) }),
+      this.nc.subscribe(workerPlaneSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true) }),
+    ]);
+  }
+
+  #serve(err: Error | null, m: BusMsg, fromWorkers: boolean): void {
+    if (err) {
+      // A subscription refused by the server (permissions): the callback gets an empty message.
+      this.#deps.log("error", "partition subscription failed", { err: String(err) });
+      return;
+    }
     const host = this.#host!;
-    const sub = this.nc.subscribe(partitionSubject(this.config.clusterName, p), {
-      queue: "owners",
-      callback: (_err, m) => {
-        let req: ActorRequest | BatchRequest;
-        try {
-          req = decode<ActorRequest | BatchRequest>(m.data);
-        } catch {
-          m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
-          return;
-        }
-        if ("b" in req) {
-          const items = req.b.slice(0, MAX_BATCH);
-          // Each item has a budget: one item queued behind a busy actor (a claim that needs a
-          // write) must not hold back the acknowledgements of the others (answered from memory).
-          // An item past its budget answers `unavailable` (pending): the sender simply retries it.
-          void Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
-            const cancel = this.#deps.clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
-            host.deliver(it.t, it.i, it.m).then(
-              (v) => resolve({ ok: true, v }),
-              (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
-            ).finally(cancel);
-          }))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
-          return;
-        }
-        const one = req;
-        host.deliver(one.t, one.i, one.m).then(
-          (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
-          (e: unknown) => {
-            const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };
-            if (!isKairosError(e)) this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
-            m.respond(encode({ ok: false, e: err } satisfies ActorReply));
-          },
-        );
+    let req: ActorRequest | BatchRequest;
+    try {
+      req = decode<ActorRequest | BatchRequest>(m.data);
+    } catch {
+      m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
+      return;
+    }
+    const deliver = (it: ActorRequest): Promise<unknown> => {
+      const why = this.#refusal(it, fromWorkers);
+      if (why === undefined) return host.deliver(it.t, it.i, it.m);
+      this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
+      return Promise.reject(new KairosError("permission_denied", why));
+    };
+    if ("b" in req) {
+      const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
+      // Each item has a budget: one item queued behind a busy actor (a claim that needs a
+      // write) must not hold back the acknowledgements of the others (answered from memory).
+      // An item past its budget answers `unavailable` (pending): the sender simply retries it.
+      void Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
+        const cancel = this.#deps.clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
+        deliver(it).then(
+          (v) => resolve({ ok: true, v }),
+          (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
+        ).finally(cancel);
+      }))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+      return;
+    }
+    const one = req;
+    deliver(one).then(
+      (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
+      (e: unknown) => {
+        const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };
+        if (!isKairosError(e)) this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
+        m.respond(encode({ ok: false, e: err } satisfies ActorReply));
       },
-    });
-    this.#subs.set(p, sub);
+    );
   }
 
   /** Graceful stop: hand partitions off, say goodbye, drain NATS. */

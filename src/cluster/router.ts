@@ -5,6 +5,11 @@
  * answers `not_owner`: the sender retries with capped exponential backoff until `deadlineMs`, then
  * fails with `no_owner`. A timeout is an unknown outcome and is retried too, so actor messages
  * must be idempotent (they carry request ids where it matters).
+ *
+ * Two planes share the partitions: actor commands on `kairos.<cluster>.p.<n>` (api and scheduler
+ * identities only), and the worker plane `kairos.<cluster>.w.<n>`, where the owner accepts only
+ * the messages a worker may send (heartbeats and completions: `KairosNode.allowFromWorkers`).
+ * NATS permissions let a worker publish on the second and not the first.
  */
 import type { Bus } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -46,23 +51,32 @@ export interface RouterOptions {
   attemptTimeoutMs?: number;
   /** Overall bound for one request, retries included. */
   deadlineMs?: number;
+  /** `workers`: send on the worker plane (`kairos.<c>.w.<n>`); default `actors` (`….p.<n>`). */
+  plane?: "actors" | "workers";
 }
 
 export function partitionSubject(clusterName: string, p: number): string {
   return `kairos.${clusterName}.p.${p}`;
 }
 
+/** The worker plane of partition `p`: heartbeats and completions from workers. */
+export function workerPlaneSubject(clusterName: string, p: number): string {
+  return `kairos.${clusterName}.w.${p}`;
+}
+
 export class ActorRouter {
   readonly #o: Required<RouterOptions>;
+  readonly #subject: (clusterName: string, p: number) => string;
 
   constructor(o: RouterOptions) {
-    this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, ...o };
+    this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, plane: "actors", ...o };
+    this.#subject = this.#o.plane === "workers" ? workerPlaneSubject : partitionSubject;
   }
 
   async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {
     const { nc, clock } = this.#o;
     const p = partitionOf(addr, this.#o.partitions);
-    const subject = partitionSubject(this.#o.clusterName, p);
+    const subject = this.#subject(this.#o.clusterName, p);
     const body = encode({ t: addr.type, i: addr.id, m: msg } satisfies ActorRequest);
     const deadline = clock.now() + (opts.deadlineMs ?? this.#o.deadlineMs);
     let attempt = 0;
@@ -111,7 +125,7 @@ export class ActorRouter {
         let last = "no attempt made";
         for (let attempt = 0; clock.now() < deadline; attempt++) {
           try {
-            const m = await nc.request(partitionSubject(this.#o.clusterName, p), body, { timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())) });
+            const m = await nc.request(this.#subject(this.#o.clusterName, p), body, { timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())) });
             const reply = decode<ActorReply>(m.data);
             if (reply.ok) {
               const out = reply.v as ItemResult[];

@@ -2,17 +2,24 @@
  * Starts `nats-server` child processes on free loopback ports: used by `kairos dev` (one server
  * with JetStream, data in a local folder) and by the test harness (single servers and 3-server
  * clusters). Readiness is an event ("Server is ready" on stderr), never a sleep.
+ *
+ * With `auth` (the default of `kairos dev` and of every test harness) the server requires a user:
+ * `authorization` comes from a generated config file (src/dev/nats-auth-files.ts) and each role's
+ * credentials file is on the handle. Monitoring is never enabled here.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createServer } from "node:net";
 import { KairosError } from "../lib/errors.ts";
+import { writeNatsAuthFiles, type NatsAuthFiles } from "./nats-auth-files.ts";
 
 export interface NatsServerHandle {
   readonly url: string;
   readonly port: number;
   readonly pid: number;
   readonly storeDir: string;
+  /** The users and their credentials files when the server was launched with `auth`. */
+  readonly auth: NatsAuthFiles | undefined;
   /** Sends SIGTERM and waits for exit (SIGKILL after `graceMs`). */
   stop(graceMs?: number): Promise<void>;
   /** Sends a signal without waiting (chaos tests: SIGKILL, SIGSTOP, SIGCONT). */
@@ -50,6 +57,14 @@ export interface LaunchOptions {
    * stops its node before this server instead of both dying at once.
    */
   detached?: boolean;
+  /**
+   * Require authentication: generate users per role for these Kairos cluster names (their
+   * subjects and buckets), with config and credentials under `dir`; or reuse files already
+   * written (a cluster's servers share one set).
+   */
+  auth?: { dir: string; clusters?: readonly string[] } | NatsAuthFiles;
+  /** Serve clients over TLS only, with this certificate and key (PEM files). */
+  tls?: { certFile: string; keyFile: string };
 }
 
 const live = new Set<ChildProcess>();
@@ -66,8 +81,11 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
   installExitHook();
   mkdirSync(opts.storeDir, { recursive: true });
   const port = opts.port ?? (await freePort());
-  const args = ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
+  const auth = opts.auth === undefined ? undefined : "configFile" in opts.auth ? opts.auth : writeNatsAuthFiles(opts.auth.dir, opts.auth.clusters);
+  // The config file holds only `authorization`; the flags below win over anything else in it.
+  const args = [...(auth ? ["-c", auth.configFile] : []), "-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
   if (opts.serverName) args.push("--name", opts.serverName);
+  if (opts.tls) args.push("--tls", "--tlscert", opts.tls.certFile, "--tlskey", opts.tls.keyFile);
   if (opts.cluster) {
     args.push(
       "--cluster_name", opts.cluster.name,
@@ -127,6 +145,7 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
     port,
     pid: child.pid!,
     storeDir: opts.storeDir,
+    auth,
     exited,
     signal: (sig) => {
       child.kill(sig);

@@ -69,7 +69,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     if (mode === "create" || mode === "terminal") {
       const r = await deps.runs.create(key, value);
       if (r.ok) {
-        metrics.written(key, record, true);
+        metrics.written(key, record, true, () => ctx.stillOwner());
         return remember(key, r.revision);
       }
       if (mode === "create") return; // re-fired after a crash: the record is there
@@ -91,7 +91,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       }
       const r = rev === 0 ? await deps.runs.create(key, value) : await deps.runs.update(key, value, rev);
       if (r.ok) {
-        metrics.written(key, record, rev === 0);
+        metrics.written(key, record, rev === 0, () => ctx.stillOwner());
         return remember(key, r.revision);
       }
       revisions.delete(key);
@@ -175,6 +175,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     },
     performPost(effects, ctx) {
       for (const fx of effects as JobEffect[]) {
+        metrics.effect(fx, () => ctx.stillOwner());
         post(ctx, fx).catch((e: unknown) => {
           deps.log("warn", `job effect ${fx.kind} failed`, { job: ctx.address.id, err: String(e) });
           // No immediate re-ask: the run's slot_check timer asks again (SLOT_RECHECK_MS). Re-asking

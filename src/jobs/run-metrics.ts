@@ -19,10 +19,15 @@
  * the next writer. A record this node `create`d has an empty baseline. A write whose baseline is
  * unknown (cached revision but baseline evicted: both maps are bounded alike) counts nothing.
  * Each node counts the transitions it wrote; sum across nodes in PromQL.
+ *
+ * It also feeds `kairos_runs_waiting` (run-waiting.ts) when given a `RunsWaiting`: from the
+ * records written and the post effects performed (`effect`).
  */
 import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "./model.ts";
 import { TERMINAL } from "./model.ts";
+import type { JobEffect } from "./job-actor.ts";
+import type { RunsWaiting } from "./run-waiting.ts";
 
 /** Where the counts go (the Prometheus recorders; a test passes its own). */
 export interface RunMetricsSink {
@@ -66,6 +71,7 @@ export class RunMetrics {
   constructor(
     private readonly sink: RunMetricsSink = prometheusSink,
     private readonly limit = BASELINE_LIMIT,
+    private readonly waiting?: RunsWaiting,
   ) {}
 
   /** The stored record of `key`, as read by the shell: the baseline of its next write. */
@@ -74,11 +80,18 @@ export class RunMetrics {
   }
 
   /** This node wrote `record` under `key` (`created`: the write created the key). Counts what changed. */
-  written(key: string, record: RunView, created: boolean): void {
+  written(key: string, record: RunView, created: boolean, stillOwner: () => boolean = () => true): void {
+    this.waiting?.record(record, stillOwner);
     const before = created ? EMPTY : this.#baselines.get(key);
     if (before !== undefined) this.#count(before, record);
     if (TERMINAL.has(record.status)) this.#baselines.delete(key);
     else this.#keep(key, summary(record));
+  }
+
+  /** A post effect the shell performs: a slot request or a worker offer means the run waits for it. */
+  effect(fx: JobEffect, stillOwner: () => boolean): void {
+    if (fx.kind === "acquire_slot") this.waiting?.effect(fx.run_id, "slot", stillOwner);
+    else if (fx.kind === "dispatch") this.waiting?.effect(fx.run_id, "worker", stillOwner, fx.scheduled_for_ms);
   }
 
   /** Baselines held (for tests: terminal runs leave none). */

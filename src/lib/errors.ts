@@ -14,6 +14,11 @@ export const ErrorCodes = {
   quota_exceeded: { retryable: true },
   /** An operator/tenant policy refuses the request (e.g. an image outside the tenant's image policy). */
   policy_denied: { retryable: false },
+  /**
+   * The bus refused a message its sender may not send: a worker-plane message that is not a
+   * heartbeat or completion, or an actor message whose tenant is not the address's tenant.
+   */
+  permission_denied: { retryable: false },
   overloaded: { retryable: true },
   no_owner: { retryable: true },
   not_owner: { retryable: true },

@@ -1,7 +1,7 @@
 /**
  * Operations wiring of one process: its readiness checks (by role) and the gauges read from the
- * node at scrape time (partitions held, actors active). `startKairos` builds it once the node is
- * up and serves it on the API port and/or `--metrics-port` (src/http/ops.ts).
+ * node at scrape time (partitions held, actors active, runs waiting). `startKairos` builds it
+ * once the node is up and serves it on the API port and/or `--metrics-port` (src/http/ops.ts).
  */
 import type { KairosNode } from "../cluster/node.ts";
 import { assign } from "../cluster/placement.ts";
@@ -16,7 +16,7 @@ function workerCheck(kind: ExecutorKind, draining: () => boolean): ReadinessChec
     run: () => (draining() ? Promise.resolve({ ok: false, detail: "draining: taking no new attempts" }) : inner.run()),
   };
 }
-import { addGaugeSource, metricsText } from "../metrics/index.ts";
+import { addGaugeSource, addRunsWaitingSource, metricsText, type WaitReason } from "../metrics/index.ts";
 import type { OpsDeps } from "../http/ops.ts";
 import type { ExecutorKind } from "../sandbox/types.ts";
 import { executorProbe } from "../sandbox/probe.ts";
@@ -32,13 +32,17 @@ export interface WorkerOps {
   draining: () => boolean;
 }
 
-export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps | undefined): NodeOps {
+/**
+ * `runsWaiting`: the scheduler's runs waiting, by reason, read at scrape time (src/jobs/run-waiting.ts).
+ */
+export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps | undefined, runsWaiting?: () => Record<WaitReason, number>): NodeOps {
   const checks: ReadinessCheck[] = [natsCheck(() => node.nc)];
   const removers: (() => void)[] = [];
   if (config.roles.includes("scheduler")) {
     checks.push(partitionsCheck(config.nodeId, () => assign(node.partitions, node.membership?.live("scheduler") ?? []), () => node.heldPartitions()));
     removers.push(addGaugeSource("partitions_held", () => node.heldPartitions().length));
     removers.push(addGaugeSource("actors_active", () => node.host?.activeCount ?? 0));
+    if (runsWaiting) removers.push(addRunsWaitingSource(runsWaiting));
   }
   if (config.roles.includes("worker") && worker !== undefined) {
     checks.push(workerCheck(worker.kind, worker.draining));

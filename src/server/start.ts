@@ -12,6 +12,9 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
+import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
+import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
+import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
@@ -20,6 +23,9 @@ import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
 import { nodeOps } from "./ops.ts";
+import { ForecastService } from "./forecast.ts";
+import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../jobs/run-metrics.ts";
+import { RunsWaiting } from "../jobs/run-waiting.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 
@@ -74,8 +80,16 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
   for (const r of actorRegistrations()) node.register(r);
+  // Run-path metrics from the run records and effects of this node's job actors.
+  const runsWaiting = new RunsWaiting(() => systemClock.now());
+  const runMetrics = new RunMetrics(prometheusSink, BASELINE_LIMIT, runsWaiting);
+  // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
+  node.guard(JOB_ACTOR, jobAddressGuard);
+  node.guard(TENANT_ACTOR, tenantAddressGuard);
+  node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
   node.onConnected((n) => {
-    directory.start(n.nc, config.clusterName);
+    // Only job actors (schedulers) pick workers; other identities may not read the adverts.
+    if (config.roles.includes("scheduler")) directory.start(n.nc, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
     // Tenant records change rarely: read through a 10 s cache (bounded).
     const cache = new Map<string, { t: Tenant | null; atMs: number }>();
@@ -98,6 +112,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       },
       nowS: () => Math.floor(systemClock.now() / 1000),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
+      runMetrics,
     }));
     n.register(tenantRegistration(n.buckets.actors));
   });
@@ -110,15 +125,21 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: node.nc, router: node.router, executor, clock: systemClock, log: logFn,
+      nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     });
     await worker.start();
   }
-  const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined);
+  // scheduler: kairos_forecast_runs_due over the jobs of the partitions held here.
+  const forecast = config.roles.includes("scheduler")
+    ? new ForecastService({ actors: () => node.buckets.actors, held: () => node.heldPartitions(), events: node.events, clock: systemClock, log: logFn })
+    : undefined;
+  forecast?.start();
+  const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined, () => runsWaiting.count(systemClock.now()));
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
   const cleanUp = async (): Promise<void> => {
+    forecast?.stop();
     await metrics?.close();
     await worker?.stop();
     directory.stop();
@@ -155,6 +176,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       await worker?.drain(opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
       await worker?.stop();
       directory.stop();
+      forecast?.stop();
       await node.stop();
       await metrics?.close();
       ops.close();

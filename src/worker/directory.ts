@@ -36,7 +36,10 @@ export class WorkerDirectory {
 
   start(nc: Bus, cluster: string): void {
     this.#sub = nc.subscribe(`kairos.${cluster}.worker.hb`, {
-      callback: (_e, m) => this.observe(decode<WorkerAdvert>(m.data)),
+      // An error (a permission violation) comes with an empty message: nothing to observe.
+      callback: (e, m) => {
+        if (!e) this.observe(decode<WorkerAdvert>(m.data));
+      },
     });
   }
 

@@ -1,6 +1,13 @@
 /** Messages between job actors and workers (NATS subjects `kairos.<cluster>.worker.<id>.*`). */
 import type { TaskInput } from "../jobs/model.ts";
 
+/**
+ * The job actor messages a worker sends (on the worker plane, `kairos.<cluster>.w.<n>`): the
+ * only ones a worker identity can deliver. Everything else a job actor accepts comes from api and
+ * scheduler identities on `….p.<n>`.
+ */
+export const WORKER_TO_JOB_KINDS = ["heartbeat", "complete"] as const;
+
 /** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
 export interface StartRequest {
   job_actor: string;

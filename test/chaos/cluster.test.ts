@@ -34,8 +34,8 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
 
   before(async () => {
     nats = await startNats();
-    nodes = ["n1", "n2", "n3"].map((id) => spawnNode({ natsUrl: nats.url, nodeId: id, partitions: P }));
-    client = await testClient(nats.url, P);
+    nodes = ["n1", "n2", "n3"].map((id) => spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: id, partitions: P }));
+    client = await testClient(nats, P);
   });
   after(async () => {
     await client?.close();
@@ -50,7 +50,7 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
     let agreed = false;
     let last = "";
     for (let i = 0; i < 100 && !agreed; i++) {
-      const status = await readClusterStatus(nats.url, "kairos");
+      const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") });
       const m = owners(nodes);
       assert.equal(status.partitions.length, P);
       agreed = fullyOwned(nodes) && status.partitions.every((row) => m.get(row.partition)?.length === 1 && m.get(row.partition)![0] === row.owner);
@@ -81,7 +81,7 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
   });
 
   it("a joining node takes about a third of the partitions", async () => {
-    const n4 = spawnNode({ natsUrl: nats.url, nodeId: "n4", partitions: P });
+    const n4 = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: "n4", partitions: P });
     nodes = [...nodes, n4];
     await until(nodes, () => fullyOwned(nodes) && n4.held().size > 0, 30_000, "n4 owns partitions");
     // Placement settles once every node has seen n4; wait for the handoffs to finish.

@@ -11,7 +11,6 @@ import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { decode } from "../../src/cluster/codec.ts";
-import { connectNats } from "../../src/cluster/nats.ts";
 import type { KvWatch } from "../../src/cluster/kv.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 import { spawnNode, until, type NodeProc } from "../support/nodes.ts";
@@ -33,10 +32,10 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
 
   before(async () => {
     nats = await startNats();
-    const spawnOne = (id: string) => spawnNode({ natsUrl: nats.url, nodeId: id, partitions: P, leaseTtlMs: LEASE_TTL_MS });
+    const spawnOne = (id: string) => spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: id, partitions: P, leaseTtlMs: LEASE_TTL_MS });
     nodes = ["a", "b", "c"].map(spawnOne);
-    client = await testClient(nats.url, P, 60_000);
-    watchNc = await connectNats({ url: nats.url, name: "fencing-watch" });
+    client = await testClient(nats, P, 60_000);
+    watchNc = await nats.connect("fencing-watch");
     await until(nodes, () => nodes.reduce((n, x) => n + x.held().size, 0) === P, 30_000, "partitions owned");
     const b = await openBuckets(watchNc, { clusterName: "kairos", replicas: 1 });
     watch = await b.actors.watch("counter.>", (c) => {
@@ -90,7 +89,7 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
     await c.exited;
     await progress(200, "after kill -9");
     // 2. add a node.
-    const d = spawnNode({ natsUrl: nats.url, nodeId: "d", partitions: P, leaseTtlMs: LEASE_TTL_MS });
+    const d = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: "d", partitions: P, leaseTtlMs: LEASE_TTL_MS });
     nodes = [a, b, d];
     await d.waitFor((e) => e.type === "partition_acquired", 30_000, "d acquires");
     await progress(200, "after join");

@@ -33,6 +33,8 @@ import { openBuckets } from "../../src/cluster/buckets.ts";
 import { decode, encode } from "../../src/cluster/codec.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
 import { launchNatsServer, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
+import { writeNatsAuthFiles, type NatsAuthFiles } from "../../src/dev/nats-auth-files.ts";
+import type { Role } from "../../src/cluster/config.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import type { TenantRecord } from "../../src/tenants/directory.ts";
@@ -207,6 +209,7 @@ class Cluster {
   readonly ledger: string;
   readonly marker: string;
   nats!: NatsServerHandle;
+  natsAuth: NatsAuthFiles | undefined;
   natsPort = 0;
   readonly schedulers: Slot[] = [];
   readonly workers: Slot[] = [];
@@ -226,7 +229,9 @@ class Cluster {
   }
 
   async startNats(): Promise<void> {
-    this.nats = await launchNatsServer({ storeDir: join(this.dir, "nats"), ...(this.natsPort ? { port: this.natsPort } : {}) });
+    // Authorization on, as in production; a restart on the same port keeps the same users.
+    this.natsAuth ??= writeNatsAuthFiles(join(this.dir, "nats-auth"));
+    this.nats = await launchNatsServer({ storeDir: join(this.dir, "nats"), auth: this.natsAuth, ...(this.natsPort ? { port: this.natsPort } : {}) });
     this.natsPort = this.nats.port;
   }
 
@@ -240,6 +245,7 @@ class Cluster {
     const worker = slot.roles.includes("worker");
     const proc = spawnNode({
       natsUrl: slot.proxy ? slot.proxy.url : this.nats.url,
+      creds: this.natsAuth!.credsFor(slot.roles.split(",") as Role[]),
       nodeId: slot.id, roles: slot.roles, partitions: this.o.partitions, extraArgs: this.#args(worker),
     });
     this.all.push(proc);
@@ -682,7 +688,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     o.log(`cluster up: ${o.schedulers} schedulers, ${o.workers} workers (${o.executor}) in ${Date.now() - t0} ms`);
 
     // Tenants (through the real tenant directory), one with a low cap set on its record.
-    const nc = await connectNats({ url: c.nats.url, name: "ledger-chaos" });
+    const nc = await connectNats({ url: c.nats.url, name: "ledger-chaos", credsFile: c.natsAuth!.credsFor("admin") });
     const keys = new Map<string, string>();
     const tenantIds = new Map<string, string>();
     const caps = new Map<string, number>();

@@ -3,7 +3,8 @@
  * two tenants' workload, then `/metrics` scraped from the scheduler: the dispatch-lag histogram
  * counts exactly the runs started per tenant, attempts are counted by outcome, a run that fails
  * its last attempt raises the dead-letter counter (its earlier failure the retry counter), and a
- * worker killed with SIGKILL mid-attempt raises the lease-expiry counter.
+ * worker killed with SIGKILL mid-attempt raises the lease-expiry counter; runs due with no free
+ * slot of their tenant, or no worker, show in kairos_runs_waiting by reason until they start.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -109,5 +110,24 @@ describe("run-path metrics after a workload", { timeout: 180_000 }, () => {
     assert.equal(sample(text, "kairos_attempts_total", { tenant: tenants.a, outcome: "lease_lost" }), 1);
     assert.equal(sample(text, "kairos_retries_total", { tenant: tenants.a }), 1);
     assert.equal(sample(text, "kairos_dispatch_lag_seconds_count", { tenant: tenants.a }), startedA + 1, "a run is observed once, at its first start");
+  });
+
+  it("runs waiting: by reason (tenant slot, worker) while due and not started, 0 once started", async () => {
+    await fx.nodes.find((n) => n.nodeId === "w2")!.stop(); // no worker left
+    const tc = await fx.newTenant("metrics-c");
+    await fx.tenants.setQuota(tc.tenant_id, { max_concurrent_runs: 1 });
+    const c = apiClient(base, tc.api_key);
+    const ids = [await runNow(c, "echo c"), await runNow(c, "echo c"), await runNow(c, "echo c")];
+    const waiting = async (): Promise<[number, number]> => {
+      const text = await scrape();
+      return [sample(text, "kairos_runs_waiting", { reason: "slot" }), sample(text, "kairos_runs_waiting", { reason: "worker" })];
+    };
+    // One run holds the tenant's only slot and waits for a worker; the other two wait for the slot.
+    await eventually(async () => ((await waiting()).join() === "2,1" ? true : undefined), 20_000, "runs_waiting slot=2 worker=1");
+    const w3 = fx.spawn("w3", "worker", TTL);
+    await w3.waitFor((e) => e.type === "node_started", 30_000, "w3 started");
+    const done = await Promise.all(ids.map((id) => finished(c, id)));
+    assert.deepEqual(done.map((r) => r.status), ["succeeded", "succeeded", "succeeded"]);
+    assert.deepEqual(await waiting(), [0, 0]);
   });
 });

@@ -37,7 +37,7 @@ describe("actor host on real NATS", { timeout: 60_000 }, () => {
   before(async () => {
     nats = await startNats();
     node = new KairosNode(
-      makeNodeConfig({ natsUrl: nats.url, nodeId: "solo", roles: ["scheduler"], partitions: 4, actorIdleMs: 300 }),
+      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "solo", roles: ["scheduler"], partitions: 4, actorIdleMs: 300 }),
       { clock: systemClock, random: seededRandom(1), log: () => undefined },
     );
     for (const r of actorRegistrations()) node.register(r);

@@ -7,7 +7,6 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Bus, BusMsg } from "../../src/cluster/bus.ts";
-import { connectNats } from "../../src/cluster/nats.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { seededRandom } from "../../src/lib/random.ts";
 import { SimBus } from "../sim/sim-bus.ts";
@@ -173,8 +172,8 @@ describe("nats-server", () => {
   let b: NatsConnection;
   before(async () => {
     fx = await startNats();
-    a = await connectNats({ url: fx.url, name: "bus-conf-a" });
-    b = await connectNats({ url: fx.url, name: "bus-conf-b" });
+    a = await fx.connect("bus-conf-a");
+    b = await fx.connect("bus-conf-b");
   });
   after(async () => {
     await a?.close();

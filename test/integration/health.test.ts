@@ -19,7 +19,7 @@ let nats: NatsFixture;
 let restarted: NatsServerHandle | undefined;
 
 before(async () => {
-  nats = await startNats();
+  nats = await startNats({ clusters: ["health"] });
 });
 
 after(async () => {
@@ -53,7 +53,7 @@ describe("health and readiness", () => {
   it("a scheduler+worker node is ready, not ready while NATS is down, ready again after", async () => {
     const server = nats.servers[0]!;
     p = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, nodeId: "health-1", clusterName: "health", roles: ["scheduler", "worker"], partitions: 4 }),
+      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler", "worker"]) }, nodeId: "health-1", clusterName: "health", roles: ["scheduler", "worker"], partitions: 4 }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, metricsPort: 0 },
     );
     assert.equal(p.api, undefined);
@@ -72,14 +72,14 @@ describe("health and readiness", () => {
     assert.equal(down.checks["nats"]?.ok, false);
     assert.equal((await get(`${base}/healthz`)).status, 200, "liveness does not depend on NATS");
 
-    restarted = await launchNatsServer({ storeDir: server.storeDir, port: server.port });
+    restarted = await launchNatsServer({ storeDir: server.storeDir, port: server.port, auth: nats.auth });
     await waitForStatus(`${base}/readyz`, 200, "NATS restarted", 30_000);
     await p.stop();
   });
 
   it("an API node serves /healthz, /readyz and /metrics on its API port", async () => {
     const api = await startKairos(
-      makeNodeConfig({ natsUrl: restarted?.url ?? nats.url, nodeId: "health-api", clusterName: "health", roles: ["api"] }),
+      makeNodeConfig({ natsUrl: restarted?.url ?? nats.url, natsAuth: { credsFile: nats.credsFor(["api"]) }, nodeId: "health-api", clusterName: "health", roles: ["api"] }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
     );
     try {

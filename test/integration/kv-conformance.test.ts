@@ -12,7 +12,6 @@ import { seededRandom } from "../../src/lib/random.ts";
 import { FaultyKv, KvView } from "../sim/faulty-kv.ts";
 import type { KvChange, KvStore } from "../../src/cluster/kv.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
-import { connectNats } from "../../src/cluster/nats.ts";
 import { startNats, startNatsCluster, type NatsFixture } from "../support/nats.ts";
 
 const enc = (s: string) => new TextEncoder().encode(s);
@@ -144,7 +143,7 @@ for (const shape of ["single server", "3-server cluster, R3"] as const) {
   describe(`nats: ${shape}`, () => {
     before(async () => {
       fx = shape === "single server" ? await startNats() : await startNatsCluster(3);
-      nc = await connectNats({ url: fx.url, name: "conformance" });
+      nc = await fx.connect("conformance");
       const buckets = await openBuckets(nc, { clusterName: "conf", replicas: shape === "single server" ? 1 : 3 });
       kv = buckets.actors;
     });

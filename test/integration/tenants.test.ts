@@ -11,7 +11,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { openBuckets } from "../../src/cluster/buckets.ts";
-import { connectNats } from "../../src/cluster/nats.ts";
 import type { KvStore } from "../../src/cluster/kv.ts";
 import { FakeClock } from "../../src/lib/clock.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
@@ -31,7 +30,7 @@ async function freshBucket(): Promise<{ kv: KvStore; cluster: string }> {
 
 before(async () => {
   nats = await startNats();
-  nc = await connectNats({ url: nats.url, name: "tenants-test" });
+  nc = await nats.connect("tenants-test");
 });
 
 after(async () => {
@@ -217,7 +216,7 @@ describe("kairos admin CLI", () => {
 
   it("tenant create --json prints a key that authenticates; key create/revoke work; a duplicate name fails", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = ["--nats", nats.url, "--cluster", cluster];
+    const flags = ["--nats", nats.url, "--nats-creds", nats.credsFor("admin"), "--cluster", cluster];
     const created = await runCli(["admin", "tenant", "create", "acme", "--json", ...flags], stateDir);
     assert.equal(created.code, 0, created.stderr);
     const out = JSON.parse(created.stdout) as { tenant_id: string; api_key: string; key_id: string };
@@ -247,7 +246,7 @@ describe("kairos admin CLI", () => {
 
   it("tenant quota sets the record with validation; tenant get --json shows it without secrets", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = ["--nats", nats.url, "--cluster", cluster];
+    const flags = ["--nats", nats.url, "--nats-creds", nats.credsFor("admin"), "--cluster", cluster];
     const created = await runCli(["admin", "tenant", "create", "quota-cli", "--json", ...flags], stateDir);
     assert.equal(created.code, 0, created.stderr);
     const { tenant_id } = JSON.parse(created.stdout) as { tenant_id: string };

@@ -5,7 +5,6 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { systemClock } from "../../src/lib/clock.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
-import { connectNats } from "../../src/cluster/nats.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import { startNats, type NatsFixture } from "./nats.ts";
 import { spawnNode, type NodeProc } from "./nodes.ts";
@@ -46,14 +45,14 @@ export interface KairosFixture {
 
 export async function startKairosFixture(opts: { partitions?: number } = {}): Promise<KairosFixture> {
   const nats = await startNats();
-  const nc = await connectNats({ url: nats.url, name: "e2e" });
+  const nc = await nats.connect("e2e");
   const nodes: NodeProc[] = [];
   const b = await openBuckets(nc, { clusterName: "kairos", replicas: 1 });
   const tenants = new KvTenantDirectory(b.tenants, { clock: systemClock, authCacheTtlMs: 0 });
   const fx: KairosFixture = {
     nats, nodes, nc, tenants,
     spawn(nodeId, roles, extra = []) {
-      const n = spawnNode({ natsUrl: nats.url, nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
+      const n = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(roles), nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
       nodes.push(n);
       return n;
     },
@@ -68,6 +67,9 @@ export async function startKairosFixture(opts: { partitions?: number } = {}): Pr
     async stop() {
       await Promise.all(nodes.map((n) => n.stop()));
       await nc.close();
+      // Every node ran with its role's NATS user: a violation is a permission the role lacks.
+      const v = nats.violations();
+      if (v.length > 0) console.error(`nats-server reported ${v.length} permission violation(s) by Kairos nodes:\n${v.slice(0, 20).join("\n")}`);
       await nats.stop();
     },
   };

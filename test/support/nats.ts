@@ -2,34 +2,84 @@
  * Test harness: real nats-server processes on free loopback ports, cleaned up after each suite.
  * `startNats()` gives one JetStream server; `startNatsCluster(3)` gives a routed cluster ready
  * for R3 buckets (waits until JetStream has a meta leader).
+ *
+ * Authorization is always on, as in production: each Kairos role set has its own NATS user with
+ * least-privilege permissions (src/cluster/nats-permissions.ts) for the given cluster names.
+ * Connect with `fx.connect(name)` (admin: fixtures and assertions) and start nodes with
+ * `fx.credsFor(roles)`, so every test exercises the permissions of the roles it runs.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { Role } from "../../src/cluster/config.ts";
+import { connectNats } from "../../src/cluster/nats.ts";
+import { writeNatsAuthFiles, type NatsAuthFiles } from "../../src/dev/nats-auth-files.ts";
 import { freePort, launchNatsServer, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
 
 export interface NatsFixture {
   readonly servers: NatsServerHandle[];
   /** Comma-separated client URLs of every server. */
   readonly url: string;
+  readonly auth: NatsAuthFiles;
+  /** The credentials file of a node with these roles (or of `admin`). */
+  credsFor(roles: readonly Role[] | string): string;
+  /** The permission violations the servers logged so far (a Kairos node should cause none). */
+  violations(): string[];
+  /** A connection as `who` (default `admin`). */
+  connect(name: string, who?: readonly Role[] | "admin"): Promise<NatsConnection>;
   stop(): Promise<void>;
 }
 
-export async function startNats(): Promise<NatsFixture> {
-  const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
-  const server = await launchNatsServer({ storeDir: dir });
+export interface NatsFixtureOptions {
+  /** Kairos cluster names whose subjects and buckets the role users may use (default ["kairos"]). */
+  clusters?: readonly string[];
+}
+
+/** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */
+function credsOf(auth: NatsAuthFiles, roles: readonly Role[] | string): string {
+  if (roles === "admin") return auth.credsFor("admin");
+  const list = typeof roles === "string" ? (roles.split(",").map((r) => r.trim()).filter(Boolean) as Role[]) : roles;
+  return auth.credsFor(list);
+}
+
+/** Collects the server's "Publish Violation" / "Subscription Violation" log lines. */
+function violationLog(): { onLog: (line: string) => void; lines: string[] } {
+  const lines: string[] = [];
+  return { lines, onLog: (line) => void (/Violation/.test(line) && lines.length < 1000 && lines.push(line)) };
+}
+
+function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, log: { lines: string[] }): NatsFixture {
+  const url = servers.map((s) => s.url).join(",");
   return {
-    servers: [server],
-    url: server.url,
+    servers,
+    url,
+    auth,
+    violations: () => [...log.lines],
+    credsFor: (roles) => credsOf(auth, roles),
+    connect: (name, who = "admin") => connectNats({ url, name, credsFile: credsOf(auth, who) }),
     async stop() {
-      await server.stop();
+      await Promise.all(servers.map((s) => s.stop()));
       rmSync(dir, { recursive: true, force: true });
     },
   };
 }
 
-export async function startNatsCluster(size = 3): Promise<NatsFixture> {
+export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
+  const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters);
+  const log = violationLog();
+  const server = await launchNatsServer({ storeDir: join(dir, "data"), auth, onLog: log.onLog }).catch((e: unknown) => {
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  });
+  return fixture([server], auth, dir, log);
+}
+
+export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-natsc-"));
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters);
+  const log = violationLog();
   const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);
   const servers = await Promise.all(
@@ -40,18 +90,13 @@ export async function startNatsCluster(size = 3): Promise<NatsFixture> {
         cluster: { name: "kairos-test", port, routes },
         readyPattern: /JetStream cluster new metadata leader|Self is new JetStream cluster metadata leader/,
         readyTimeoutMs: 30_000,
+        auth,
+        onLog: log.onLog,
       }),
     ),
   ).catch(async (e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
     throw e;
   });
-  return {
-    servers,
-    url: servers.map((s) => s.url).join(","),
-    async stop() {
-      await Promise.all(servers.map((s) => s.stop()));
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
+  return fixture(servers, auth, dir, log);
 }

@@ -29,6 +29,8 @@ process.on("exit", () => {
 
 export interface SpawnOptions {
   natsUrl: string;
+  /** The NATS credentials file of the node's role set (`NatsFixture.credsFor(roles)`). */
+  creds: string;
   nodeId: string;
   roles?: string;
   partitions?: number;
@@ -40,7 +42,7 @@ export interface SpawnOptions {
 export function spawnNode(o: SpawnOptions): NodeProc {
   const args = [
     "--import", "tsx", "src/cli/main.ts", "node",
-    "--nats", o.natsUrl, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
+    "--nats", o.natsUrl, "--nats-creds", o.creds, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
     "--partitions", String(o.partitions ?? 32),
     ...(o.leaseTtlMs ? ["--lease-ttl-ms", String(o.leaseTtlMs)] : []),
     ...(o.extraArgs ?? []),

@@ -1,0 +1,166 @@
+/**
+ * Who may do what on the bus: the NATS subject permissions of each Kairos identity (pure).
+ *
+ * Every subject Kairos uses is listed here, per role, and nothing else is allowed:
+ *
+ * | subject | api | scheduler | worker |
+ * | --- | --- | --- | --- |
+ * | `kairos.<c>.node.hb`, `….node.leave` (membership) | pub, sub | pub, sub | pub, sub |
+ * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
+ * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
+ * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
+ * | `kairos.<c>.worker.<id>.start` / `.cancel` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
+ * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
+ *
+ * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
+ * info, direct get, ordered consumers and their flow control); writing is publishing to
+ * `$KV.<c>_<suffix>.<key>`. Workers read `cluster` and read/write `nodes` only: never the
+ * tenants bucket, never actor state or runs. API nodes write only `idem` and the job counters
+ * `jc.*` of the tenants bucket (never a tenant or key record: minting keys is `admin`).
+ *
+ * Replies go to a per-user inbox prefix (`_INBOX_<user>`), not the shared `_INBOX.>`: a
+ * subscription to `_INBOX.>` would otherwise let any identity read every reply on the bus (KV
+ * reads of tenant records included). Responders answer with `allow_responses` (only to the reply
+ * subject of a request they received), so no role may publish into another's inbox.
+ *
+ * `admin` (the operator's CLI, test fixtures) may do anything.
+ */
+import type { Role } from "./config.ts";
+
+export const NATS_ADMIN = "admin";
+
+export interface SubjectPermissions {
+  publish: { allow: string[]; deny?: string[] };
+  subscribe: { allow: string[]; deny?: string[] };
+  /** Responders may publish to the reply subject of each request they received (once). */
+  allow_responses?: boolean;
+}
+
+/** The NATS user of a set of roles: `api`, `scheduler_worker`, … (roles sorted), or `admin`. */
+export function natsUserFor(roles: readonly Role[] | typeof NATS_ADMIN): string {
+  if (roles === NATS_ADMIN) return NATS_ADMIN;
+  return [...new Set(roles)].sort().join("_");
+}
+
+/** The inbox prefix a user's replies go to (its permissions allow no other). */
+export function inboxPrefixFor(user: string): string {
+  return `_INBOX_${user}`;
+}
+
+const BUCKETS = ["cluster", "leases", "nodes", "actors", "runs", "tenants", "idem"] as const;
+type Bucket = (typeof BUCKETS)[number];
+
+/** The JetStream API subjects that read a KV bucket (get, list, watch). */
+function readBucket(c: string, b: Bucket): string[] {
+  const s = `KV_${c}_${b}`;
+  return [
+    `$JS.API.DIRECT.GET.${s}`, `$JS.API.DIRECT.GET.${s}.>`, `$JS.API.STREAM.MSG.GET.${s}`,
+    `$JS.API.CONSUMER.CREATE.${s}`, `$JS.API.CONSUMER.CREATE.${s}.>`,
+    `$JS.API.CONSUMER.DELETE.${s}.>`, `$JS.API.CONSUMER.INFO.${s}.>`, `$JS.FC.${s}.>`,
+  ];
+}
+
+/** Publishing to `$KV.<bucket>.<key>` is a KV write (put, create, update, delete). */
+function writeBucket(c: string, b: Bucket, keys: readonly string[] = [">"]): string[] {
+  return keys.map((k) => `$KV.${c}_${b}.${k}`);
+}
+
+/**
+ * Creating the cluster's buckets on first start (api and scheduler nodes; `kvm.create` asks for
+ * the stream's info first and creates only when it is missing). Stream names are one subject
+ * token, so no wildcard can stand for "every bucket of cluster c": each is listed.
+ */
+function createStreams(c: string): string[] {
+  return BUCKETS.map((b) => `$JS.API.STREAM.CREATE.KV_${c}_${b}`);
+}
+
+interface Grant {
+  pub: string[];
+  sub: string[];
+  responds: boolean;
+}
+
+function roleGrant(c: string, role: Role, workerId: string): Grant {
+  const k = `kairos.${c}`;
+  switch (role) {
+    case "api":
+      return {
+        pub: [
+          `${k}.p.*`, ...createStreams(c),
+          ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
+          ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*"]),
+        ],
+        sub: [],
+        responds: false,
+      };
+    case "scheduler":
+      return {
+        pub: [
+          `${k}.p.*`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, ...createStreams(c),
+          ...(["cluster", "leases", "actors", "runs", "tenants"] as const).flatMap((b) => readBucket(c, b)),
+          ...(["cluster", "leases", "actors", "runs"] as const).flatMap((b) => writeBucket(c, b)),
+        ],
+        sub: [`${k}.p.*`, `${k}.w.*`, `${k}.worker.hb`],
+        responds: true,
+      };
+    case "worker":
+      return {
+        pub: [`${k}.w.*`, `${k}.worker.hb`],
+        sub: [`${k}.worker.${workerId}.start`, `${k}.worker.${workerId}.cancel`],
+        responds: true,
+      };
+  }
+}
+
+/**
+ * The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`.
+ * `workerId` pins a worker user to its own start/cancel subjects (default `*`: any worker id).
+ */
+export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, workerId = "*"): SubjectPermissions {
+  const user = natsUserFor(roles);
+  if (roles === NATS_ADMIN) return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
+  const k = `kairos.${c}`;
+  const base: Grant = {
+    pub: [
+      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`), `${k}.node.hb`, `${k}.node.leave`,
+      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
+    ],
+    sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb`, `${k}.node.leave`],
+    responds: false,
+  };
+  const grants = [base, ...roles.map((r) => roleGrant(c, r, workerId))];
+  const uniq = (xs: string[]) => [...new Set(xs)];
+  const perms: SubjectPermissions = {
+    publish: { allow: uniq(grants.flatMap((g) => g.pub)) },
+    subscribe: { allow: uniq(grants.flatMap((g) => g.sub)) },
+  };
+  if (!roles.includes("scheduler") && !roles.includes("api")) {
+    // Spelled out for readers of the server config: a worker can neither command actors nor
+    // touch the tenants bucket (the allow list already excludes both).
+    perms.publish.deny = [`${k}.p.>`, `$KV.${c}_tenants.>`, `$KV.${c}_actors.>`, `$KV.${c}_runs.>`];
+  }
+  if (grants.some((g) => g.responds)) perms.allow_responses = true;
+  return perms;
+}
+
+/** Every non-empty set of roles (7), for generating one user per combination a node may run. */
+export function roleSets(): Role[][] {
+  const all: Role[] = ["api", "scheduler", "worker"];
+  const out: Role[][] = [];
+  for (let mask = 1; mask < 1 << all.length; mask++) out.push(all.filter((_, i) => (mask >> i) & 1));
+  return out;
+}
+
+export interface NatsUserEntry {
+  user: string;
+  password: string;
+  permissions: SubjectPermissions;
+}
+
+/**
+ * The nats-server `authorization` block for these users (JSON is valid nats-server config; every
+ * string is quoted, so `$JS…` is not read as a variable).
+ */
+export function renderAuthorization(users: readonly NatsUserEntry[]): string {
+  return `authorization: ${JSON.stringify({ users }, null, 2)}\n`;
+}

@@ -1,0 +1,122 @@
+/**
+ * The forecast service of a scheduler node: keeps `kairos_forecast_runs_due{minute}` (runs due
+ * in each minute of the next hour) over the jobs of the partitions this node holds. It lists
+ * those jobs' stored states from the actors bucket (`job.<p>.*.*`, one list per held partition)
+ * and computes the pure forecast (src/jobs/forecast.ts) at the start of every minute, and a
+ * couple of seconds after the held partitions change (acquired, released, lost).
+ *
+ * Cost: one KV list of each held partition per minute, decoding every job state in it, bounded
+ * by `maxJobs` (default 100,000 per node; past it the forecast is an undercount and a warning is
+ * logged once per refresh) and by the forecast's occurrence budget. The gauge is process-wide:
+ * with several nodes in one process (tests) the last refresh wins.
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { decode } from "../cluster/codec.ts";
+import type { EventBus } from "../cluster/events.ts";
+import { JOB_ACTOR } from "../jobs/ids.ts";
+import type { JobState } from "../jobs/job-state.ts";
+import { DEFAULT_MAX_JOBS, forecastJobOf, forecastRunsDue, type Forecast, type ForecastJob } from "../jobs/forecast.ts";
+import { setForecastRunsDue } from "../metrics/index.ts";
+
+export interface ForecastServiceOptions {
+  actors: () => KvStore;
+  held: () => readonly number[];
+  events: EventBus;
+  clock: Clock;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  maxJobs?: number;
+  /** Delay of the refresh after a partition change (coalesces a burst of acquisitions). */
+  settleMs?: number;
+  /** Where the per-minute counts go (default: the gauge). */
+  publish?: (perMinute: readonly number[]) => void;
+}
+
+const MINUTE_MS = 60_000;
+
+/** Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`). */
+export async function readForecastJobs(actors: KvStore, partitions: Iterable<number | "*">, maxJobs: number): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
+  const jobs: ForecastJob[] = [];
+  for (const p of partitions) {
+    for (const e of await actors.list(`${JOB_ACTOR}.${p}.*.*`)) {
+      if (jobs.length >= maxJobs) return { jobs, truncated: true };
+      const j = forecastJobOf(decode<{ s: JobState }>(e.value).s);
+      if (j) jobs.push(j);
+    }
+  }
+  return { jobs, truncated: false };
+}
+
+export class ForecastService {
+  readonly #o: ForecastServiceOptions;
+  #cancelTimer: (() => void) | undefined;
+  #cancelSettle: (() => void) | undefined;
+  #offEvents: (() => void) | undefined;
+  #running: Promise<void> | undefined;
+  #again = false;
+  #stopped = false;
+
+  constructor(o: ForecastServiceOptions) {
+    this.#o = o;
+  }
+
+  start(): void {
+    this.#offEvents = this.#o.events.on((e) => {
+      if (e.type === "partition_acquired" || e.type === "partition_released" || e.type === "partition_lost") this.#soon();
+    });
+    this.#tick();
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#offEvents?.();
+    this.#cancelTimer?.();
+    this.#cancelSettle?.();
+  }
+
+  /** Recomputes now (one refresh at a time; a request meanwhile runs once more after it). */
+  refresh(): Promise<void> {
+    if (this.#running) {
+      this.#again = true;
+      return this.#running;
+    }
+    this.#running = this.#compute()
+      .then(
+        (f) => (this.#o.publish ?? setForecastRunsDue)(f.perMinute),
+        (e: unknown) => this.#o.log("warn", "forecast refresh failed; the previous forecast stays", { err: String(e) }),
+      )
+      .finally(() => {
+        this.#running = undefined;
+        if (this.#again && !this.#stopped) {
+          this.#again = false;
+          void this.refresh();
+        }
+      });
+    return this.#running;
+  }
+
+  async #compute(): Promise<Forecast> {
+    const maxJobs = this.#o.maxJobs ?? DEFAULT_MAX_JOBS;
+    const read = await readForecastJobs(this.#o.actors(), [...this.#o.held()].sort((a, b) => a - b), maxJobs);
+    const f = forecastRunsDue(read.jobs, this.#o.clock.now(), { minutes: 60, maxJobs });
+    if (read.truncated || f.truncated) this.#o.log("warn", "forecast truncated: more jobs or occurrences than its bounds (an undercount)", { jobs_scanned: f.jobsScanned, max_jobs: maxJobs });
+    return f;
+  }
+
+  /** At the start of every minute (plus 1 s), so minute 0 of the gauge is the current minute. */
+  #tick(): void {
+    if (this.#stopped) return;
+    void this.refresh();
+    const now = this.#o.clock.now();
+    const delay = MINUTE_MS - (now % MINUTE_MS) + 1000;
+    this.#cancelTimer = this.#o.clock.setTimer(delay, () => this.#tick());
+  }
+
+  #soon(): void {
+    if (this.#stopped || this.#cancelSettle) return;
+    this.#cancelSettle = this.#o.clock.setTimer(this.#o.settleMs ?? 2000, () => {
+      this.#cancelSettle = undefined;
+      void this.refresh();
+    });
+  }
+}

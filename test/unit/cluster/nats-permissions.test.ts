@@ -1,0 +1,62 @@
+/** The permission table (pure): what each role's NATS user may publish and subscribe to. */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { inboxPrefixFor, natsPermissions, natsUserFor, renderAuthorization, roleSets } from "../../../src/cluster/nats-permissions.ts";
+
+/** NATS subject matching: `*` one token, `>` the rest. */
+function matches(pattern: string, subject: string): boolean {
+  const p = pattern.split(".");
+  const s = subject.split(".");
+  for (let i = 0; i < p.length; i++) {
+    if (p[i] === ">") return s.length > i;
+    if (i >= s.length || (p[i] !== "*" && p[i] !== s[i])) return false;
+  }
+  return p.length === s.length;
+}
+const allowed = (list: { allow: string[]; deny?: string[] }, subject: string) =>
+  list.allow.some((a) => matches(a, subject)) && !(list.deny ?? []).some((d) => matches(d, subject));
+
+describe("NATS permissions per role", () => {
+  it("names users by sorted role set; admin is admin", () => {
+    assert.equal(natsUserFor(["worker", "api"]), "api_worker");
+    assert.equal(natsUserFor(["scheduler", "scheduler"]), "scheduler");
+    assert.equal(natsUserFor("admin"), "admin");
+    assert.equal(roleSets().length, 7);
+    assert.equal(inboxPrefixFor("api"), "_INBOX_api");
+  });
+
+  it("a worker: its start/cancel, heartbeats and completions, membership; no actor commands, no tenants", () => {
+    const w = natsPermissions("k", ["worker"], "w1");
+    for (const s of ["kairos.k.w.3", "kairos.k.worker.hb", "kairos.k.node.hb", "$KV.k_nodes.w1"]) assert.ok(allowed(w.publish, s), s);
+    for (const s of ["kairos.k.p.3", "$KV.k_tenants.k.abc", "$KV.k_tenants.t.x", "$KV.k_actors.job.1.t.j", "$KV.k_runs.1.t.j.r", "$KV.k_cluster.config",
+      "$JS.API.DIRECT.GET.KV_k_tenants.$KV.k_tenants.t.x", "$JS.API.STREAM.CREATE.KV_k_tenants", "_INBOX.abc", "kairos.k.worker.w2.start"]) {
+      assert.ok(!allowed(w.publish, s), s);
+    }
+    assert.ok(allowed(w.subscribe, "kairos.k.worker.w1.start"));
+    assert.ok(!allowed(w.subscribe, "kairos.k.worker.w2.start"), "pinned to its own id");
+    assert.ok(!allowed(w.subscribe, "_INBOX.x"));
+    assert.ok(allowed(w.subscribe, "_INBOX_worker.x"));
+    assert.ok(!allowed(w.subscribe, "kairos.k.p.1"));
+    assert.equal(w.allow_responses, true);
+  });
+
+  it("api writes idem and job counters only; scheduler serves partitions and writes actor state", () => {
+    const a = natsPermissions("k", ["api"]);
+    assert.ok(allowed(a.publish, "kairos.k.p.0"));
+    assert.ok(allowed(a.publish, "$KV.k_tenants.jc.t1"));
+    assert.ok(!allowed(a.publish, "$KV.k_tenants.k.hash"));
+    assert.ok(!allowed(a.publish, "$KV.k_actors.job.1.t.j"));
+    assert.ok(!allowed(a.subscribe, "kairos.k.p.0"));
+    const s = natsPermissions("k", ["scheduler"]);
+    assert.ok(allowed(s.subscribe, "kairos.k.p.0") && allowed(s.subscribe, "kairos.k.w.0"));
+    assert.ok(allowed(s.publish, "$KV.k_actors.job.1.t.j") && allowed(s.publish, "kairos.k.worker.w9.start"));
+    assert.ok(!allowed(s.publish, "$KV.k_tenants.t.x"));
+    assert.ok(!allowed(s.publish, "kairos.other.p.0"), "another cluster's subjects");
+  });
+
+  it("renders a config where every subject is quoted (no $variable expansion)", () => {
+    const text = renderAuthorization([{ user: "worker", password: "pw", permissions: natsPermissions("k", ["worker"]) }]);
+    assert.match(text, /^authorization: \{/);
+    assert.match(text, /"\$JS\.API\.INFO"/);
+  });
+});
