@@ -5,6 +5,7 @@
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
+import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { detectExecutor, parseImagePolicy, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsUserFor } from "../cluster/nats-permissions.ts";
@@ -69,7 +70,11 @@ export interface ProcessFlags {
   imagePolicy?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
+  rateLimit?: string;
+  rateLimitBurst?: string;
+  authFailureLimit?: string;
   drainTimeoutMs?: string;
+  noopDurationMs?: string;
 }
 
 /** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
@@ -83,6 +88,27 @@ export function drainTimeoutFlag(v: string | undefined): number | undefined {
     throw new KairosError("invalid_argument", `--drain-timeout-ms: "${v}" is not a whole number of milliseconds 0-${MAX_DRAIN_TIMEOUT_MS}`, { field: "drain-timeout-ms" });
   }
   return n;
+}
+
+/** A non-negative decimal flag (`--rate-limit 2.5`); undefined when not given. */
+function rateFlag(v: string | undefined, field: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = /^\d{1,6}(\.\d{1,3})?$/.test(v) ? Number(v) : NaN;
+  if (!Number.isFinite(n)) throw new KairosError("invalid_argument", `--${field}: "${v}" is not a number >= 0`, { field });
+  return n;
+}
+
+/** `--rate-limit`, `--rate-limit-burst`, `--auth-failure-limit` → the API's limits (unset: defaults). */
+export function rateLimitsFromFlags(f: ProcessFlags): Partial<RateLimitOptions> {
+  const perSecond = rateFlag(f.rateLimit, "rate-limit");
+  const burst = int(f.rateLimitBurst, "rate-limit-burst");
+  const failures = rateFlag(f.authFailureLimit, "auth-failure-limit");
+  if (burst !== undefined && burst < 1) throw new KairosError("invalid_argument", `--rate-limit-burst: must be at least 1`, { field: "rate-limit-burst" });
+  return {
+    ...(perSecond !== undefined ? { tenantPerSecond: perSecond, tenantBurst: burst ?? Math.max(1, Math.ceil(perSecond * 2)) } : {}),
+    ...(burst !== undefined ? { tenantBurst: burst } : {}),
+    ...(failures !== undefined ? { authFailuresPerSecond: failures, authFailuresBurst: Math.max(1, Math.ceil(failures * 5)) } : {}),
+  };
 }
 
 /** What `kairos dev` may do that `kairos node` may not. */
@@ -136,11 +162,13 @@ export async function startProcess(
   const p = await startKairos(config, {
     ...(imagePolicy !== undefined ? { imagePolicy } : {}),
     webhook: { allowHttp: f.webhookAllowHttp === true, allowPrivateAddresses: f.webhookAllowPrivate === true },
+    rateLimits: rateLimitsFromFlags(f),
     executor: executor.kind,
     workerSlots: int(f.slots, "slots") ?? 4,
     ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
+    ...(f.noopDurationMs !== undefined ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! } : {}),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -197,6 +225,10 @@ export function registerNodeCommand(program: Command): void {
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
     .option("--webhook-allow-http", "scheduler: allow plain-http dead-letter webhooks (default: https only)")
     .option("--webhook-allow-private", "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)")
+    .option("--rate-limit <rps>", "api: requests per second per tenant on this node (0: none; default 100); over it: 429 rate_limited with Retry-After")
+    .option("--rate-limit-burst <n>", "api: largest burst per tenant (default: twice --rate-limit, 200)")
+    .option("--auth-failure-limit <per-second>", "api: failed authentications per second per client address before 429 (0: none; default 10, bursts of 5 s worth)")
+    .option("--noop-duration-ms <ms>", "worker, --executor noop: how long each run occupies its slot (benchmarks; default 0)")
     .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);

@@ -1,7 +1,13 @@
 /**
- * Node membership. Each node publishes a heartbeat on `kairos.<cluster>.node.hb` every
- * `heartbeatIntervalMs` and a goodbye on `…node.leave` when it stops; every node keeps a view of
- * its peers and declares one gone after `failureTimeoutMs` without a heartbeat (crash or pause).
+ * Node membership. Each node publishes a heartbeat on `kairos.<cluster>.node.hb.<s|n>` every
+ * `heartbeatIntervalMs` and a goodbye on `…node.leave.<s|n>` when it stops; every node keeps a view
+ * of its peers and declares one gone after `failureTimeoutMs` without a heartbeat (crash or pause).
+ *
+ * The last token says who may speak there: `s` only scheduler identities (NATS permissions,
+ * nats-permissions.ts), `n` everyone else. Placement counts as schedulers only nodes heard on
+ * `s`, and nothing said on `n` (a beat with other roles, a goodbye) can change a scheduler's
+ * record: otherwise any worker credential could invent schedulers that own partitions nobody
+ * serves, or make real ones flap out of placement.
  * The view is local: two nodes may briefly disagree, which placement tolerates because
  * ownership itself is decided by partition leases, not by the view.
  *
@@ -62,13 +68,19 @@ export class Membership {
     return `kairos.${this.#o.clusterName}.node`;
   }
 
+  /** `s` when this node speaks as a scheduler (its identity may publish there), else `n`. */
+  get #voice(): "s" | "n" {
+    return this.#o.self.roles.includes("scheduler") ? "s" : "n";
+  }
+
   start(): void {
     const { nc } = this.#o;
+    const fromScheduler = (subject: string) => subject.endsWith(".s");
     this.#subs.push(
       // A subscription error (permission violation) arrives as a callback with an empty message.
-      nc.subscribe(`${this.subjectPrefix}.hb`, { callback: (e, m) => e ? undefined : this.#onBeat(decode<MemberInfo>(m.data)) }),
-      nc.subscribe(`${this.subjectPrefix}.leave`, {
-        callback: (e, m) => e ? undefined : this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data)),
+      nc.subscribe(`${this.subjectPrefix}.hb.*`, { callback: (e, m) => e ? undefined : this.#onBeat(decode<MemberInfo>(m.data), fromScheduler(m.subject)) }),
+      nc.subscribe(`${this.subjectPrefix}.leave.*`, {
+        callback: (e, m) => e ? undefined : this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data), fromScheduler(m.subject)),
       }),
     );
     this.#tick();
@@ -93,7 +105,7 @@ export class Membership {
     this.#cancelTimer?.();
     const { nc, self } = this.#o;
     if (!nc.isClosed()) {
-      nc.publish(`${this.subjectPrefix}.leave`, encode({ nodeId: self.nodeId, incarnation: self.incarnation }));
+      nc.publish(`${this.subjectPrefix}.leave.${this.#voice}`, encode({ nodeId: self.nodeId, incarnation: self.incarnation }));
       await nc.flush().catch(() => undefined);
       await this.#o.nodesKv.delete(self.nodeId).catch(() => undefined);
     }
@@ -111,7 +123,7 @@ export class Membership {
     const now = clock.now();
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
     if (!nc.isClosed()) {
-      nc.publish(`${this.subjectPrefix}.hb`, encode(self));
+      nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode(self));
       if (this.#beats++ % 4 === 0) {
         this.#o.nodesKv.put(self.nodeId, encode({ ...self, lastSeenMs: now })).catch(() => undefined);
       }
@@ -132,9 +144,16 @@ export class Membership {
     if (changed) this.#o.onChange();
   }
 
-  #onBeat(info: MemberInfo): void {
-    if (info.nodeId === this.#o.self.nodeId) return;
-    const prev = this.#peers.get(info.nodeId);
+  /** A live peer heard as a scheduler: only a scheduler identity may change its record. */
+  #isScheduler(p: Peer | undefined): boolean {
+    return p !== undefined && p.roles.includes("scheduler") && this.#o.clock.now() - p.lastSeenMs <= this.#o.failureTimeoutMs;
+  }
+
+  #onBeat(raw: MemberInfo, fromScheduler: boolean): void {
+    if (raw.nodeId === this.#o.self.nodeId) return;
+    const prev = this.#peers.get(raw.nodeId);
+    if (!fromScheduler && this.#isScheduler(prev)) return;
+    const info = fromScheduler ? raw : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
     this.#peers.set(info.nodeId, { ...info, lastSeenMs: this.#o.clock.now() });
     if (!prev || prev.incarnation !== info.incarnation) {
       this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
@@ -142,9 +161,10 @@ export class Membership {
     }
   }
 
-  #onLeave(info: { nodeId: string; incarnation: string }): void {
+  #onLeave(info: { nodeId: string; incarnation: string }, fromScheduler: boolean): void {
     const p = this.#peers.get(info.nodeId);
     if (!p || p.incarnation !== info.incarnation || info.nodeId === this.#o.self.nodeId) return;
+    if (!fromScheduler && this.#isScheduler(p)) return;
     this.#peers.delete(info.nodeId);
     this.#o.events.emit({ type: "member_left", nodeId: info.nodeId, reason: "leave" });
     this.#o.onChange();

@@ -5,7 +5,8 @@
  *
  * | subject | api | scheduler | worker |
  * | --- | --- | --- | --- |
- * | `kairos.<c>.node.hb`, `….node.leave` (membership) | pub, sub | pub, sub | pub, sub |
+ * | `kairos.<c>.node.hb.n`, `….node.leave.n` (membership) | pub, sub | sub | pub, sub |
+ * | `kairos.<c>.node.hb.s`, `….node.leave.s` (scheduler membership: placement) | sub | pub, sub | sub |
  * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
  * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
  * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
@@ -112,22 +113,39 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
   }
 }
 
-/**
- * The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`.
- * `workerId` pins a worker user to its own start/cancel subjects (default `*`: any worker id).
- */
-export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, workerId = "*"): SubjectPermissions {
-  const user = natsUserFor(roles);
+/** A worker user pinned to one worker id (`pinnedWorkerUser`): `worker-<id>`. */
+export function pinnedWorkerUser(workerId: string): string {
+  return `worker-${workerId}`;
+}
+
+export interface PermissionOptions {
+  /**
+   * Pins a worker user to one worker id: only its own start/cancel subjects and its own `nodes`
+   * record (default: any worker id, one shared `worker` user).
+   */
+  workerId?: string;
+  /** The user's name, for its inbox prefix (default `natsUserFor(roles)`). */
+  user?: string;
+}
+
+/** The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`. */
+export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, opts: PermissionOptions = {}): SubjectPermissions {
+  const user = opts.user ?? natsUserFor(roles);
+  const workerId = opts.workerId ?? "*";
   if (roles === NATS_ADMIN) return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
   const k = `kairos.${c}`;
   const base: Grant = {
     pub: [
-      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`), `${k}.node.hb`, `${k}.node.leave`,
-      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
+      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
+      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"),
+      ...writeBucket(c, "nodes", [opts.workerId !== undefined && roles.length === 1 ? opts.workerId : ">"]),
     ],
-    sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb`, `${k}.node.leave`],
+    sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb.*`, `${k}.node.leave.*`],
     responds: false,
   };
+  // Membership: a node speaks on `.s` when it has the scheduler role, else on `.n` (membership.ts).
+  const voice = roles.includes("scheduler") ? "s" : "n";
+  base.pub.push(`${k}.node.hb.${voice}`, `${k}.node.leave.${voice}`);
   const grants = [base, ...roles.map((r) => roleGrant(c, r, workerId))];
   const uniq = (xs: string[]) => [...new Set(xs)];
   const perms: SubjectPermissions = {

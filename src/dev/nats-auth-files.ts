@@ -15,7 +15,7 @@ import { join } from "node:path";
 import type { Role } from "../cluster/config.ts";
 import type { NatsCredentials } from "../cluster/nats.ts";
 import {
-  NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, renderAuthorization, roleSets,
+  NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, pinnedWorkerUser, renderAuthorization, roleSets,
   type NatsUserEntry, type SubjectPermissions,
 } from "../cluster/nats-permissions.ts";
 
@@ -26,6 +26,8 @@ export interface NatsAuthFiles {
   readonly creds: Readonly<Record<string, string>>;
   /** The credentials file for a node with these roles, or for `admin`. */
   credsFor(roles: readonly Role[] | typeof NATS_ADMIN): string;
+  /** The credentials file of a worker user pinned to `workerId` (generated with `workers`). */
+  credsForWorker(workerId: string): string;
 }
 
 /** Merges the permissions of several clusters (a test server may host more than one). */
@@ -39,16 +41,26 @@ function union(ps: SubjectPermissions[]): SubjectPermissions {
   };
 }
 
-export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["kairos"]): NatsAuthFiles {
+/**
+ * `workers`: also one user per worker id, `worker-<id>`, pinned to that id's start/cancel
+ * subjects and `nodes` record (nats-permissions.ts `workerId`).
+ */
+export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["kairos"], workers: readonly string[] = []): NatsAuthFiles {
   const credsDir = join(dir, "creds");
   mkdirSync(credsDir, { recursive: true, mode: 0o700 });
   const who: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
   const users: NatsUserEntry[] = [];
   const creds: Record<string, string> = {};
-  for (const w of who) {
-    const user = natsUserFor(w);
+  const entries: { user: string; perms: () => SubjectPermissions }[] = [
+    ...who.map((w) => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))) })),
+    ...workers.map((id) => {
+      const user = pinnedWorkerUser(id);
+      return { user, perms: () => union(clusters.map((c) => natsPermissions(c, ["worker"], { workerId: id, user }))) };
+    }),
+  ];
+  for (const { user, perms } of entries) {
     const password = randomBytes(32).toString("base64url");
-    users.push({ user, password, permissions: union(clusters.map((c) => natsPermissions(c, w))) });
+    users.push({ user, password, permissions: perms() });
     const file = join(credsDir, `${user}.json`);
     writeFileSync(file, JSON.stringify({ user, password, inbox_prefix: inboxPrefixFor(user) } satisfies NatsCredentials, null, 2) + "\n", { mode: 0o600 });
     creds[user] = file;
@@ -59,5 +71,10 @@ export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["
     configFile,
     creds,
     credsFor: (roles) => creds[natsUserFor(roles)]!,
+    credsForWorker: (id) => {
+      const f = creds[pinnedWorkerUser(id)];
+      if (f === undefined) throw new Error(`no pinned user for worker ${id}: generate it with workers: ["${id}"]`);
+      return f;
+    },
   };
 }

@@ -1,15 +1,17 @@
 /**
  * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json), then for /v1/*
- * authentication and the body limit, then the job and run routes. Errors of every route are
+ * authentication (with throttled failures), the per-tenant rate limit and the body limit, then
+ * the job and run routes. Errors of every route are
  * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`.
  */
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
 import type { JobsService, TenantDirectory } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { type ApiEnv, bearerAuth } from "./auth.ts";
 import { DEFAULT_MAX_BODY_BYTES, limitBody } from "./body.ts";
 import { toHttpError } from "./errors.ts";
+import { DEFAULT_RATE_LIMITS, TokenBuckets, rateLimited, type RateLimitOptions } from "./rate-limit.ts";
 import { openApiDocument } from "./openapi.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
@@ -27,6 +29,10 @@ export interface AppDeps {
   imagePolicy?: ImagePolicy;
   /** Largest accepted request body; default 64 KiB. */
   maxBodyBytes?: number;
+  /** Per-tenant request limit and failed-authentication throttle (rate-limit.ts; defaults there). */
+  rateLimits?: Partial<RateLimitOptions>;
+  /** The client's address for the failure throttle (default: the TCP peer of @hono/node-server). */
+  clientAddress?: (c: Context) => string | undefined;
   /** Receives errors that became a 500 (default: stderr). */
   logError?: (err: unknown, req: { method: string; path: string }) => void;
 }
@@ -34,6 +40,12 @@ export interface AppDeps {
 const defaultLogError = (err: unknown, req: { method: string; path: string }): void => {
   console.error(`kairos api: internal error on ${req.method} ${req.path}:`, err);
 };
+
+/** The TCP peer's address under @hono/node-server (`c.env.incoming`); undefined without a socket. */
+function socketAddress(c: Context): string | undefined {
+  const env = c.env as { incoming?: { socket?: { remoteAddress?: string } } } | undefined;
+  return env?.incoming?.socket?.remoteAddress;
+}
 
 /** Builds the API application; serve it with `serveApi` or call `app.request()` in tests. */
 export function createApp(deps: AppDeps): Hono<ApiEnv> {
@@ -53,7 +65,20 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
 
-  app.use("/v1/*", bearerAuth(deps.tenants), limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES));
+  const limits = { ...DEFAULT_RATE_LIMITS, ...deps.rateLimits };
+  const perTenant = new TokenBuckets(limits.tenantPerSecond, limits.tenantBurst);
+  const failures = new TokenBuckets(limits.authFailuresPerSecond, limits.authFailuresBurst);
+  const nowMs = () => deps.clock.monoMs();
+  app.use(
+    "/v1/*",
+    bearerAuth(deps.tenants, { failures, clientAddress: deps.clientAddress ?? socketAddress, nowMs }),
+    async (c, next) => {
+      const wait = perTenant.take(c.get("tenant").tenant_id, nowMs());
+      if (wait > 0) throw rateLimited(`rate limit of ${limits.tenantPerSecond} requests/s for this tenant exceeded`, wait);
+      await next();
+    },
+    limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
+  );
   registerJobRoutes(app, { jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE });
   registerRunRoutes(app, deps.jobs);
   return app;

@@ -3,8 +3,13 @@
  * request context. The tenant id comes only from the key, never from the path or body. Every
  * failure (no header, another scheme, unknown or revoked key) is the same 401, so a caller
  * cannot tell a revoked key from a made-up one.
+ *
+ * Failed authentications are throttled per client address (rate-limit.ts): once a client has
+ * spent its failure budget it gets 429 `rate_limited` before any key lookup.
  */
-import type { MiddlewareHandler } from "hono";
+import type { Context, MiddlewareHandler } from "hono";
+import type { TokenBuckets } from "./rate-limit.ts";
+import { rateLimited } from "./rate-limit.ts";
 import { KairosError } from "../lib/errors.ts";
 import type { Tenant, TenantDirectory } from "../jobs/service.ts";
 
@@ -16,16 +21,33 @@ export interface ApiEnv {
 /** Longest Authorization header considered; longer ones are rejected without a lookup. */
 const MAX_AUTH_HEADER_CHARS = 512;
 
-/** Middleware that authenticates the request or throws `unauthenticated`. */
-export function bearerAuth(tenants: TenantDirectory): MiddlewareHandler<ApiEnv> {
+/** Throttling of failed authentications (absent: none). */
+export interface AuthThrottle {
+  failures: TokenBuckets;
+  /** The client's address (undefined: not throttled, e.g. `app.request()` without a socket). */
+  clientAddress: (c: Context) => string | undefined;
+  nowMs: () => number;
+}
+
+/** Middleware that authenticates the request or throws `unauthenticated` (or `rate_limited`). */
+export function bearerAuth(tenants: TenantDirectory, throttle?: AuthThrottle): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
+    const client = throttle?.clientAddress(c);
+    if (client !== undefined) {
+      const wait = throttle!.failures.waitMs(client, throttle!.nowMs());
+      if (wait > 0) throw rateLimited("too many failed authentications from this address", wait);
+    }
+    const fail = (why: string): KairosError => {
+      if (client !== undefined) throttle!.failures.charge(client, throttle!.nowMs());
+      return new KairosError("unauthenticated", why);
+    };
     const header = c.req.header("authorization");
-    if (header === undefined) throw new KairosError("unauthenticated", "missing Authorization: Bearer <api key>");
+    if (header === undefined) throw fail("missing Authorization: Bearer <api key>");
     const m = header.length <= MAX_AUTH_HEADER_CHARS ? /^Bearer +(\S+) *$/i.exec(header) : null;
     const key = m?.[1];
-    if (key === undefined) throw new KairosError("unauthenticated", "Authorization must be: Bearer <api key>");
+    if (key === undefined) throw fail("Authorization must be: Bearer <api key>");
     const tenant = await tenants.authenticate(key);
-    if (tenant === null) throw new KairosError("unauthenticated", "invalid or revoked API key");
+    if (tenant === null) throw fail("invalid or revoked API key");
     c.set("tenant", tenant);
     await next();
   };

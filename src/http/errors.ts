@@ -32,6 +32,7 @@ const STATUS: Partial<Record<ErrorCode, ContentfulStatusCode>> = {
   quota_exceeded: 422,
   policy_denied: 422,
   overloaded: 429,
+  rate_limited: 429,
   no_owner: 503,
   not_owner: 503,
   unavailable: 503,
@@ -57,7 +58,8 @@ export function toHttpError(e: unknown, log: (err: unknown) => void): HttpError 
     log(e);
     return { status: 500, body: { error: { code: "internal", message: "internal error" } }, headers: {} };
   }
-  const headers: Record<string, string> = status === 429 || status === 503 ? { "Retry-After": String(RETRY_AFTER_S) } : {};
+  const retryAfterS = k.retryAfterMs === undefined ? RETRY_AFTER_S : Math.max(1, Math.ceil(k.retryAfterMs / 1000));
+  const headers: Record<string, string> = status === 429 || status === 503 ? { "Retry-After": String(retryAfterS) } : {};
   if (status === 401) headers["WWW-Authenticate"] = 'Bearer realm="kairos"';
   return { status, body: { error: k.toJSON() }, headers };
 }

@@ -49,7 +49,7 @@ const errors = (...codes: number[]): Json => {
   };
   const out: Json = {};
   for (const c of [...codes, 401]) if (all[c]) out[String(c)] = all[c];
-  out["429"] = { ...errorResponse("overloaded: retry after Retry-After seconds"), headers: retryAfter };
+  out["429"] = { ...errorResponse("rate_limited (the tenant's request rate, or too many failed authentications from this address) or overloaded: retry after Retry-After seconds"), headers: retryAfter };
   out["503"] = { ...errorResponse("unavailable / no_owner / timeout: retry after Retry-After seconds"), headers: retryAfter };
   out["500"] = errorResponse("internal error");
   return out;

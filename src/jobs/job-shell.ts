@@ -43,6 +43,8 @@ export interface JobShellDeps {
   slotGraceMs?: number;
   /** The tenant's maximum of concurrent runs (from its record; cached by the caller). */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
+  /** The tenant's weight for fair shares (from its record; cached by the caller). */
+  tenantWeight?: (tenantId: string) => Promise<number | undefined>;
   /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
   tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
   /** Wall-clock seconds and a sleep, for webhook signatures and retries. */
@@ -136,9 +138,10 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     switch (fx.kind) {
       case "acquire_slot": {
         const max = await deps.tenantMaxConcurrent?.(tenant.id);
+        const weight = await deps.tenantWeight?.(tenant.id);
         const reply = await deps.router().request<{ granted: boolean }>(tenant, {
           kind: "acquire", run_id: fx.grant, job: ctx.address.id, ttl_ms: fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000),
-          ...(max !== undefined ? { max_concurrent: max } : {}),
+          ...(max !== undefined ? { max_concurrent: max } : {}), ...(weight !== undefined ? { weight } : {}),
         });
         if (reply.granted) ctx.tell({ kind: "slot_granted", run_id: fx.grant });
         return;

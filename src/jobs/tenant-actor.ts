@@ -20,14 +20,43 @@
  * rolled back); `expire` and `audit` are O(grants) and rare. (Copying the grant table per message
  * cost 21% of a scheduler's CPU in a 10,000-run burst.)
  *
- * Weighted fair sharing between tenants builds on this same path (a later issue): the pool
- * will be shared max-min fairly by weight across tenant actors.
+ * Fair shares (with `fair` options; ARCHITECTURE.md "Fairness"): while the tenant has demand
+ * (running + waiting), it reports it with its weight to the fleet actor every `reportMs`
+ * (fleet-actor.ts) and hears back its weighted max-min share of the fleet's slots. It grants only
+ * while running < min(max_concurrent, share) — the share floored at 1, so no tenant with demand
+ * starves on rounding. A tenant becoming busy grants one run at once and the rest when its first
+ * share arrives (one round trip: a burst from idle does not take the fleet before the fleet
+ * has a say). No share — no answer within SHARE_WAIT_MS, none confirmed for SHARE_TTL_MS, or the
+ * fleet knows no worker (null) — means max_concurrent: losing the fleet degrades to capping each
+ * tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
+ * by durable grants. The report is the peak demand over the last DEMAND_WINDOW_REPORTS intervals
+ * (3 s), capped at max_concurrent, so a bursty small tenant (a run every 2 s) keeps room for its
+ * bursts instead of finding its slots taken by the large tenants each time. A tenant held back by a
+ * share it had already filled (its demand grew past what it last reported) reports again early,
+ * at most every EARLY_REPORT_MS, instead of waiting out the interval.
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./ids.ts";
+import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
 
 export interface TenantState {
   max_concurrent: number;
+  /** The tenant's weight (from its record, with each acquire). */
+  weight: number;
+  /** Fair share of the fleet's slots (soft; absent: max_concurrent applies alone). */
+  share?: number;
+  /** When the share was heard; after SHARE_TTL_MS without one it is dropped. */
+  share_at_ms?: number;
+  /** Set when the tenant became busy and has no answer yet (one grant until then, see limit). */
+  awaiting_since_ms?: number;
+  /** When the next demand report is due (armed while the tenant has demand). */
+  report_at_ms?: number;
+  /** When the last report went out, and the demand it carried. */
+  reported_at_ms?: number;
+  reported?: number;
+  /** Peak running + waiting since the last report, and over the interval before it. */
+  /** Peak running + waiting per report interval, the current one first (DEMAND_WINDOW_REPORTS). */
+  peaks: number[];
   /** grant id (`<run_id>_<slot_seq>`) → grant expiry (ms). */
   running: Map<string, number>;
   /** Waiting requests in arrival order (a Map keeps insertion order: FIFO with O(1) removal). */
@@ -39,9 +68,11 @@ export interface TenantState {
 }
 
 export type TenantMsg =
-  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number }
+  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number; weight?: number }
   | { kind: "release"; run_id: string }
-  | { kind: "set_quota"; max_concurrent: number }
+  | { kind: "set_quota"; max_concurrent: number; weight?: number }
+  | { kind: "fair_report" }
+  | { kind: "share"; share: number | null }
   | { kind: "expire" }
   | { kind: "audit" }
   | { kind: "status" };
@@ -49,7 +80,7 @@ export type TenantMsg =
 /** Grant writes, performed before the reply (see the module header). */
 export type TenantEffect = { kind: "put_grant"; run_id: string; expires_at_ms: number } | { kind: "del_grant"; run_id: string };
 
-export type TenantReply = { granted: boolean } | { running: number; waiting: number; max_concurrent: number } | null;
+export type TenantReply = { granted: boolean } | { running: number; waiting: number; max_concurrent: number; share?: number } | null;
 
 export const WAITING_LIMIT = 100_000;
 /**
@@ -62,12 +93,28 @@ export const SLOT_AUDIT_MS = 10_000;
 export const EXPIRED_GRANT_GRACE_MS = 60_000;
 /** Most grants audited per round. */
 export const AUDIT_LIMIT = 1_000;
+/** A share not confirmed for this long is dropped (the fleet actor is gone or moving). */
+export const SHARE_TTL_MS = 5_000;
+/** A busy tenant without an answer for this long stops waiting for one (the cap applies). */
+export const SHARE_WAIT_MS = 2_000;
+/** A tenant's reported demand is its peak over this many report intervals. */
+export const DEMAND_WINDOW_REPORTS = 6;
+/** Least time between two reports when a filled share holds back a grown demand. */
+export const EARLY_REPORT_MS = 50;
 
-export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
+/** Fair sharing between tenants (see the module header); without it the tenant caps itself only. */
+export interface TenantFairOptions {
+  /** How often a tenant with demand reports it to the fleet actor (FAIR_REPORT_MS). */
+  reportMs: number;
+}
+
+const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 && w <= 1e6;
+
+export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
     type: TENANT_ACTOR,
     persist: false,
-    initialState: () => ({ max_concurrent: defaultMaxConcurrent, running: new Map(), waiting: new Map() }),
+    initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
     receive(state, msg, ctx) {
       const now = ctx.nowMs;
       const { running, waiting } = state;
@@ -86,13 +133,19 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
       if (msg.kind === "acquire" && msg.max_concurrent !== undefined) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+      if ((msg.kind === "acquire" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
+      // Grants are made while running < limit(): the cap, and the fair share when there is one.
+      const limit = () => {
+        if (state.share !== undefined) return Math.min(state.max_concurrent, Math.max(1, state.share));
+        return state.awaiting_since_ms !== undefined ? 1 : state.max_concurrent;
+      };
       switch (msg.kind) {
         case "acquire": {
           const held = running.get(msg.run_id);
           if (held !== undefined) {
             if (held !== now + msg.ttl_ms) put(msg.run_id, now + msg.ttl_ms);
             reply = { granted: true };
-          } else if (running.size < state.max_concurrent && waiting.size === 0) {
+          } else if (running.size < limit() && waiting.size === 0) {
             put(msg.run_id, now + msg.ttl_ms);
             reply = { granted: true };
           } else if (waiting.has(msg.run_id)) {
@@ -141,11 +194,22 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
           break;
         }
         case "status":
-          reply = { running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent };
+          reply = { running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent, ...(state.share !== undefined ? { share: state.share } : {}) };
+          break;
+        case "share":
+          if (!fair || state.report_at_ms === undefined) break; // a late answer to an idle tenant
+          if (msg.share === null) delete state.share;
+          else if (Number.isInteger(msg.share) && msg.share >= 0) state.share = msg.share;
+          else break;
+          state.share_at_ms = now;
+          delete state.awaiting_since_ms;
+          break;
+        case "fair_report":
+          if (fair) report(state, fair, now, effects, ctx.id);
           break;
       }
       // Grant waiting requests while there is room (oldest first).
-      while (waiting.size > 0 && running.size < state.max_concurrent) {
+      while (waiting.size > 0 && running.size < limit()) {
         const [run_id, w] = waiting.entries().next().value!;
         waiting.delete(run_id);
         put(run_id, now + w.ttl_ms);
@@ -160,7 +224,53 @@ export function makeTenantActor(defaultMaxConcurrent = 100): ActorDefinition<Ten
         state.audit_at_ms = now + SLOT_AUDIT_MS;
         effects.push({ kind: "timer", name: "audit", atMs: state.audit_at_ms, msg: { kind: "audit" } });
       }
+      if (fair) armReport(state, fair, now, effects);
       return { state, reply, effects, pre, ...(fail ? { fail } : {}) };
     },
   };
+}
+
+/** The `fair_report` timer: sends the demand (peak of the window, capped) to the fleet actor. */
+function report(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[], tenant: string): void {
+  const current = state.running.size + state.waiting.size;
+  const demand = Math.min(state.max_concurrent, Math.max(current, ...state.peaks));
+  state.peaks.unshift(current);
+  if (state.peaks.length > DEMAND_WINDOW_REPORTS) state.peaks.length = DEMAND_WINDOW_REPORTS;
+  if (state.share_at_ms !== undefined && now - state.share_at_ms > SHARE_TTL_MS) {
+    delete state.share; // not confirmed for too long: the fleet actor is gone
+    delete state.share_at_ms;
+  }
+  if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS) delete state.awaiting_since_ms; // no answer: the cap
+  effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight } });
+  state.reported = demand;
+  state.reported_at_ms = now;
+  if (demand > 0) {
+    state.report_at_ms = now + fair.reportMs;
+    effects.push({ kind: "timer", name: "fair", atMs: state.report_at_ms, msg: { kind: "fair_report" } });
+  } else {
+    // Idle: out of the fleet's computation; a new burst starts unconstrained by a stale share.
+    delete state.report_at_ms;
+    delete state.share;
+    delete state.share_at_ms;
+    delete state.awaiting_since_ms;
+  }
+}
+
+/** After every message: track the peak demand; arm the first report, or an early one. O(1). */
+function armReport(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[]): void {
+  const current = state.running.size + state.waiting.size;
+  if (current > (state.peaks[0] ?? 0)) state.peaks[0] = current;
+  if (current === 0) return;
+  let at = state.report_at_ms;
+  if (at === undefined) {
+    at = now; // busy from idle: report now, grant one run until the answer
+    if (state.share === undefined) state.awaiting_since_ms = now;
+  }
+  else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
+    // Held back by a share it had filled: its demand grew, so ask again soon.
+    at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));
+  }
+  if (at === state.report_at_ms) return;
+  state.report_at_ms = at;
+  effects.push({ kind: "timer", name: "fair", atMs: at, msg: { kind: "fair_report" } });
 }

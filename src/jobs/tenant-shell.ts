@@ -10,13 +10,14 @@
 import type { ActorRegistration } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
-import { makeTenantActor, type TenantEffect, type TenantState } from "./tenant-actor.ts";
+import { makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
 
 export const GRANT_PREFIX = "grant";
 const grantKey = (partition: number, tenantId: string, runId: string) => `${GRANT_PREFIX}.${partition}.${tenantId}.${runId}`;
 
-export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100): ActorRegistration {
-  const definition = makeTenantActor(defaultMaxConcurrent);
+/** `fair`: report demand to the fleet actor and grant within the fair share (tenant-actor.ts). */
+export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorRegistration {
+  const definition = makeTenantActor(defaultMaxConcurrent, fair);
   return {
     definition,
     // Grant writes are pipelined: each reply waits for its own write, the next message does not.

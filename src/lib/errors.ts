@@ -20,6 +20,8 @@ export const ErrorCodes = {
    */
   permission_denied: { retryable: false },
   overloaded: { retryable: true },
+  /** A per-tenant or per-client request limit (HTTP 429 with Retry-After from `retryAfterMs`). */
+  rate_limited: { retryable: true },
   no_owner: { retryable: true },
   not_owner: { retryable: true },
   stale_fence: { retryable: false },
@@ -36,6 +38,8 @@ export interface KairosErrorOptions {
   field?: string;
   cause?: unknown;
   retryable?: boolean;
+  /** When retrying makes sense again (rate limits), in milliseconds from now. */
+  retryAfterMs?: number;
 }
 
 export class KairosError extends Error {
@@ -43,11 +47,13 @@ export class KairosError extends Error {
   readonly code: ErrorCode;
   readonly retryable: boolean;
   readonly field: string | undefined;
+  readonly retryAfterMs: number | undefined;
   constructor(code: ErrorCode, message: string, opts: KairosErrorOptions = {}) {
     super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
     this.code = code;
     this.retryable = opts.retryable ?? ErrorCodes[code].retryable;
     this.field = opts.field;
+    this.retryAfterMs = opts.retryAfterMs;
   }
   /** Plain form for the wire (NATS replies, HTTP bodies). */
   toJSON(): { code: ErrorCode; message: string; field?: string } {

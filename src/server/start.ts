@@ -12,6 +12,8 @@ import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../jobs/tenant-shell.ts";
+import { fleetRegistration } from "../jobs/fleet-shell.ts";
+import { FAIR_REPORT_MS } from "../jobs/fleet-actor.ts";
 import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
 import { JOB_ACTOR, TENANT_ACTOR } from "../jobs/ids.ts";
 import { WORKER_TO_JOB_KINDS } from "../worker/protocol.ts";
@@ -21,6 +23,7 @@ import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
+import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
 import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
@@ -45,6 +48,8 @@ export interface ProcessOptions {
   metricsHost?: string;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
+  /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
+  rateLimits?: Partial<RateLimitOptions>;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
   webhook?: Partial<WebhookPolicy>;
   /**
@@ -52,6 +57,8 @@ export interface ProcessOptions {
    * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
    */
   drainTimeoutMs?: number;
+  /** worker, noop executor: how long each run takes (benchmarks); default 0. */
+  noopDurationMs?: number;
 }
 
 /** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
@@ -78,7 +85,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
-  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3);
+  // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
+  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, { optimistic: true });
   for (const r of actorRegistrations()) node.register(r);
   // Run-path metrics from the run records and effects of this node's job actors.
   const runsWaiting = new RunsWaiting(() => systemClock.now());
@@ -106,6 +114,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     n.register(jobRegistration(jobCfg, {
       nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
       tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+      tenantWeight: async (id) => (await tenant(id))?.weight,
       tenantWebhook: async (id) => {
         const t = await tenant(id);
         return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
@@ -114,14 +123,16 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
     }));
-    n.register(tenantRegistration(n.buckets.actors));
+    // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
+    n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
+    n.register(fleetRegistration(() => directory.capacity()));
   });
   await node.start();
 
   const tenants = new KvTenantDirectory(node.buckets.tenants, { clock: systemClock });
   let worker: Worker | undefined;
   if (config.roles.includes("worker")) {
-    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn });
+    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn, ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}) });
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
@@ -157,7 +168,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   }
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
-    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     registerOpsRoutes(app, ops);
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });

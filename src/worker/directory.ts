@@ -3,6 +3,13 @@
  * heartbeat on `kairos.<cluster>.worker.hb`; the directory forgets a worker after
  * `expireAfterMs` without one. `pick()` chooses the worker with the most free slots, counting
  * local reservations made since its last heartbeat so one burst does not pile onto one worker.
+ *
+ * `optimistic`: a heartbeat's free count is a snapshot, and slots free up between two (a run of
+ * 200 ms on a 500 ms heartbeat). When every worker's advertised free slots are reserved, pick
+ * still offers to a worker that has not refused since its last heartbeat (at most its slot
+ * count per heartbeat); a refusal (`markFull`) stops that until the next heartbeat. With fair
+ * shares (tenant grants ≤ the fleet's slots) such an offer usually finds the slot its run's
+ * grant stands for, instead of waiting a redispatch delay for the next heartbeat to reveal it.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -19,6 +26,8 @@ export interface WorkerAdvert {
 interface Entry extends WorkerAdvert {
   seenMs: number;
   reserved: number;
+  /** Refused an offer since its last heartbeat. */
+  refused: boolean;
 }
 
 export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel"): string {
@@ -32,6 +41,7 @@ export class WorkerDirectory {
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
+    private readonly opts: { optimistic?: boolean } = {},
   ) {}
 
   start(nc: Bus, cluster: string): void {
@@ -48,7 +58,7 @@ export class WorkerDirectory {
   }
 
   observe(a: WorkerAdvert): void {
-    this.#workers.set(a.worker_id, { ...a, seenMs: this.clock.now(), reserved: 0 });
+    this.#workers.set(a.worker_id, { ...a, seenMs: this.clock.now(), reserved: 0, refused: false });
   }
 
   /** Workers believed to have a free slot, best first; `exclude` skips ones that just refused. */
@@ -56,6 +66,7 @@ export class WorkerDirectory {
     const now = this.clock.now();
     let best: Entry | undefined;
     let bestFree = 0;
+    let hope: Entry | undefined; // optimistic: the least over-reserved worker that has not refused
     for (const [id, w] of this.#workers) {
       if (now - w.seenMs > this.expireAfterMs) {
         this.#workers.delete(id);
@@ -67,7 +78,9 @@ export class WorkerDirectory {
         best = w;
         bestFree = free;
       }
+      if (this.opts.optimistic && !best && !w.refused && w.reserved < w.slots && (!hope || free > hope.free - hope.reserved)) hope = w;
     }
+    best ??= hope;
     if (best) best.reserved++;
     return best?.worker_id;
   }
@@ -75,7 +88,21 @@ export class WorkerDirectory {
   /** A worker refused (full): stop offering it work until its next heartbeat. */
   markFull(workerId: string): void {
     const w = this.#workers.get(workerId);
-    if (w) w.reserved = w.free;
+    if (!w) return;
+    w.reserved = Math.max(w.reserved, w.free);
+    w.refused = true;
+  }
+
+  /**
+   * The fleet's capacity as this node sees it: the slots advertised by workers heard from within
+   * `expireAfterMs` (busy or not; a draining worker still counts until it stops advertising).
+   * The fleet actor shares this between tenants (src/jobs/fleet-actor.ts). O(workers).
+   */
+  capacity(): number {
+    const now = this.clock.now();
+    let slots = 0;
+    for (const w of this.#workers.values()) if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
+    return slots;
   }
 
   get size(): number {

@@ -34,6 +34,8 @@ export interface NatsFixture {
 export interface NatsFixtureOptions {
   /** Kairos cluster names whose subjects and buckets the role users may use (default ["kairos"]). */
   clusters?: readonly string[];
+  /** Worker ids that also get a user pinned to their own subjects (`auth.credsForWorker(id)`). */
+  workers?: readonly string[];
 }
 
 /** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */
@@ -67,7 +69,7 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
 
 export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters);
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers);
   const log = violationLog();
   const server = await launchNatsServer({ storeDir: join(dir, "data"), auth, onLog: log.onLog }).catch((e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
@@ -78,7 +80,7 @@ export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixt
 
 export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-natsc-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters);
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers);
   const log = violationLog();
   const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);

@@ -1,7 +1,7 @@
 /** `kairos node` flag validation for the health and metrics listener (`--metrics-port`). */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { portFlag } from "../../src/cli/node.ts";
+import { nodeConfigFromFlags, portFlag, rateLimitsFromFlags } from "../../src/cli/node.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 
 describe("--metrics-port", () => {
@@ -16,5 +16,28 @@ describe("--metrics-port", () => {
     for (const bad of ["65536", "-1", "9.5", "abc", ""]) {
       assert.throws(() => portFlag(bad, "metrics-port"), (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith("--metrics-port:"), bad);
     }
+  });
+});
+
+describe("--rate-limit, --rate-limit-burst, --auth-failure-limit", () => {
+  it("map to the API's limits; absent flags leave the defaults", () => {
+    assert.deepEqual(rateLimitsFromFlags({}), {});
+    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5" }), { tenantPerSecond: 5, tenantBurst: 10 });
+    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5", rateLimitBurst: "7" }), { tenantPerSecond: 5, tenantBurst: 7 });
+    assert.deepEqual(rateLimitsFromFlags({ authFailureLimit: "0" }), { authFailuresPerSecond: 0, authFailuresBurst: 1 });
+  });
+  it("refuse non-numbers and a burst below 1", () => {
+    for (const f of [{ rateLimit: "-1" }, { rateLimit: "" }, { rateLimit: "1e9" }, { rateLimitBurst: "0" }, { authFailureLimit: "x" }]) {
+      assert.throws(() => rateLimitsFromFlags(f), (e: unknown) => isKairosError(e, "invalid_argument"), JSON.stringify(f));
+    }
+  });
+});
+
+describe("--nats-creds, --nats-tls-*", () => {
+  it("go into the node config; a client certificate needs its key", () => {
+    const c = nodeConfigFromFlags({ natsCreds: "/etc/kairos/worker.json", natsTlsCa: "/etc/kairos/ca.pem", roles: "worker", nodeId: "w1" }, "tls://nats:4222");
+    assert.deepEqual(c.natsAuth, { credsFile: "/etc/kairos/worker.json", tls: { caFile: "/etc/kairos/ca.pem" } });
+    assert.throws(() => nodeConfigFromFlags({ natsTlsCert: "/c.pem", nodeId: "w1" }, "tls://nats:4222"), (e: unknown) => isKairosError(e, "invalid_argument"));
+    assert.throws(() => nodeConfigFromFlags({ natsCreds: " ", nodeId: "w1" }, "nats://x"), (e: unknown) => isKairosError(e, "invalid_argument"));
   });
 });

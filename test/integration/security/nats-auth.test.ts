@@ -43,7 +43,7 @@ describe("NATS authorization", () => {
   let node: KairosProcess;
 
   before(async () => {
-    nats = await startNats();
+    nats = await startNats({ workers: ["pw1"] });
     admin = await nats.connect("auth-test-admin");
     await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
     node = await startKairos(
@@ -184,6 +184,70 @@ describe("NATS authorization", () => {
       assert.ok(ok.job, "created");
     } finally {
       await nc.close();
+    }
+  });
+
+  it("a worker user pinned to its id runs its node and cannot take another worker's offers", async () => {
+    const worker = await startKairos(
+      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.auth.credsForWorker("pw1") }, nodeId: "pw1", roles: ["worker"] }),
+      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
+    );
+    try {
+      const nc = await connectNats({ url: nats.url, name: "auth-test-pinned", credsFile: nats.auth.credsForWorker("pw1") });
+      try {
+        const violation = nextPermissionError(nc);
+        nc.subscribe("kairos.kairos.worker.other.start");
+        const v = await violation;
+        assert.equal(v.operation, "subscription");
+        assert.equal(v.subject, "kairos.kairos.worker.other.start");
+      } finally {
+        await nc.close();
+      }
+    } finally {
+      await worker.stop();
+    }
+    assert.deepEqual(nats.violations().filter((l) => l.includes('User "worker-pw1"') && !l.includes("worker.other.start")), [], "the pinned worker node itself needed nothing more");
+  });
+
+  // Last but one: it adds a (fake) second scheduler, which moves partitions away from the node.
+  it("a worker cannot pose as a scheduler in membership, nor make a real one leave", async () => {
+    const worker = await nats.connect("auth-test-worker-member", ["worker"]);
+    const sched = await nats.connect("auth-test-sched-member", ["scheduler"]);
+    const membership = node.node.membership!;
+    const joined = (id: string) => new Promise<void>((resolve) => {
+      const off = node.node.events.on((e) => {
+        if (e.type === "member_joined" && e.nodeId === id) {
+          off();
+          resolve();
+        }
+      });
+    });
+    try {
+      const violation = nextPermissionError(worker);
+      worker.publish("kairos.kairos.node.hb.s", encode({ nodeId: "ghost", incarnation: "x", roles: ["scheduler"], startedAtMs: 0 }));
+      assert.equal((await violation).subject, "kairos.kairos.node.hb.s");
+      // On the subject workers may use, a claim to be a scheduler is not believed.
+      const ghost2 = joined("ghost2");
+      worker.publish("kairos.kairos.node.hb.n", encode({ nodeId: "ghost2", incarnation: "x", roles: ["scheduler", "worker"], startedAtMs: 0 }));
+      await ghost2;
+      assert.deepEqual(membership.live("scheduler"), ["auth-sched"]);
+      assert.ok(membership.live("worker").includes("ghost2"));
+      // A real second scheduler (its own identity) is believed; a worker cannot make it leave or
+      // rewrite its roles.
+      const s2 = { nodeId: "sched-2", incarnation: "i2", roles: ["scheduler"], startedAtMs: 0 };
+      const joined2 = joined("sched-2");
+      sched.publish("kairos.kairos.node.hb.s", encode(s2));
+      await joined2;
+      worker.publish("kairos.kairos.node.leave.n", encode({ nodeId: "sched-2", incarnation: "i2" }));
+      worker.publish("kairos.kairos.node.hb.n", encode({ ...s2, incarnation: "i3", roles: ["worker"] }));
+      const ghost3 = joined("ghost3"); // same publisher, same subscriber connection: in order
+      worker.publish("kairos.kairos.node.hb.n", encode({ nodeId: "ghost3", incarnation: "x", roles: ["worker"], startedAtMs: 0 }));
+      await ghost3;
+      assert.deepEqual(membership.live("scheduler"), ["auth-sched", "sched-2"]);
+      assert.ok(membership.isLive("sched-2", "i2"));
+    } finally {
+      await worker.close();
+      await sched.close();
     }
   });
 

@@ -26,16 +26,18 @@ describe("NATS permissions per role", () => {
   });
 
   it("a worker: its start/cancel, heartbeats and completions, membership; no actor commands, no tenants", () => {
-    const w = natsPermissions("k", ["worker"], "w1");
-    for (const s of ["kairos.k.w.3", "kairos.k.worker.hb", "kairos.k.node.hb", "$KV.k_nodes.w1"]) assert.ok(allowed(w.publish, s), s);
+    const w = natsPermissions("k", ["worker"], { workerId: "w1", user: "worker-w1" });
+    for (const s of ["kairos.k.w.3", "kairos.k.worker.hb", "kairos.k.node.hb.n", "$KV.k_nodes.w1"]) assert.ok(allowed(w.publish, s), s);
     for (const s of ["kairos.k.p.3", "$KV.k_tenants.k.abc", "$KV.k_tenants.t.x", "$KV.k_actors.job.1.t.j", "$KV.k_runs.1.t.j.r", "$KV.k_cluster.config",
-      "$JS.API.DIRECT.GET.KV_k_tenants.$KV.k_tenants.t.x", "$JS.API.STREAM.CREATE.KV_k_tenants", "_INBOX.abc", "kairos.k.worker.w2.start"]) {
+      "$JS.API.DIRECT.GET.KV_k_tenants.$KV.k_tenants.t.x", "$JS.API.STREAM.CREATE.KV_k_tenants", "_INBOX.abc", "kairos.k.worker.w2.start",
+      "kairos.k.node.hb.s", "kairos.k.node.leave.s"]) {
       assert.ok(!allowed(w.publish, s), s);
     }
     assert.ok(allowed(w.subscribe, "kairos.k.worker.w1.start"));
     assert.ok(!allowed(w.subscribe, "kairos.k.worker.w2.start"), "pinned to its own id");
     assert.ok(!allowed(w.subscribe, "_INBOX.x"));
-    assert.ok(allowed(w.subscribe, "_INBOX_worker.x"));
+    assert.ok(allowed(w.subscribe, "_INBOX_worker-w1.x"));
+    assert.ok(!allowed(w.publish, "$KV.k_nodes.w2"), "pinned to its own nodes record");
     assert.ok(!allowed(w.subscribe, "kairos.k.p.1"));
     assert.equal(w.allow_responses, true);
   });

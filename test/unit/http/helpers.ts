@@ -19,7 +19,9 @@ export function harness(maxBodyBytes?: number): Harness {
   const clock = new FakeClock(NOW);
   const jobs = new FakeJobs(clock);
   const errors: unknown[] = [];
-  const app = createApp({ jobs, tenants: new FakeTenants(), clock, logError: (e) => errors.push(e), ...(maxBodyBytes ? { maxBodyBytes } : {}) });
+  // Route tests send hundreds of requests at one frozen instant: no per-tenant limit here (the
+  // limits have their own tests, rate-limit.test.ts).
+  const app = createApp({ jobs, tenants: new FakeTenants(), clock, rateLimits: { tenantPerSecond: 0 }, logError: (e) => errors.push(e), ...(maxBodyBytes ? { maxBodyBytes } : {}) });
   return {
     app, jobs, clock, errors,
     req(method, path, opts = {}) {

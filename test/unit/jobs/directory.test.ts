@@ -76,6 +76,34 @@ describe("worker directory", () => {
     assert.deepEqual([...seen].sort(), ["a", "b"]);
   });
 
+  it("capacity: the slots of workers heard from within expireAfterMs, busy or not", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(7), 5_000);
+    assert.equal(dir.capacity(), 0);
+    dir.observe(advert("a", 0, 8));
+    clock.advance(3_000);
+    dir.observe(advert("b", 2, 4));
+    assert.equal(dir.capacity(), 12);
+    clock.advance(2_001);
+    assert.equal(dir.capacity(), 4, "a is silent for too long");
+  });
+
+  it("optimistic: with every advertised slot reserved, offers still go to a worker that has not refused (≤ its slots per heartbeat)", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(8), 5_000, { optimistic: true });
+    dir.observe(advert("a", 1, 3));
+    dir.observe(advert("b", 0, 2));
+    assert.equal(dir.pick(), "a", "an advertised free slot first");
+    const hopeful = [dir.pick(), dir.pick(), dir.pick(), dir.pick()];
+    assert.deepEqual([...hopeful].sort(), ["a", "a", "b", "b"], "then the least over-reserved, up to each worker's slots");
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 0, 3));
+    dir.markFull("a");
+    assert.equal(dir.pick(), undefined, "a refused since its heartbeat; b is at its slots");
+    dir.observe(advert("a", 0, 3));
+    assert.equal(dir.pick(), "a", "a new heartbeat clears the refusal");
+  });
+
   it("worker subjects are per cluster and worker", () => {
     assert.equal(workerSubject("c1", "w7", "start"), "kairos.c1.worker.w7.start");
   });

@@ -100,7 +100,7 @@ describe("tenant actor", () => {
 
   it("the waiting queue is bounded: past WAITING_LIMIT an acquire fails overloaded", () => {
     const t = new Tenant();
-    t.state = { max_concurrent: 1, running: new Map([["r", 1e12]]), waiting: new Map(Array.from({ length: WAITING_LIMIT }, (_, i) => [`w${i}`, { job: "t1.j", ttl_ms: 1 }])) };
+    t.state = { ...t.actor.initialState("t1"), max_concurrent: 1, running: new Map([["r", 1e12]]), waiting: new Map(Array.from({ length: WAITING_LIMIT }, (_, i) => [`w${i}`, { job: "t1.j", ttl_ms: 1 }])) };
     const d = t.acquire("one-too-many");
     assert.equal(d.fail?.code, "overloaded");
     assert.equal(t.state.waiting.size, WAITING_LIMIT);
@@ -204,5 +204,194 @@ describe("tenant actor: an expired grant is audited, not dropped (review finding
     assert.deepEqual(d.pre, [{ kind: "put_grant", run_id: id, expires_at_ms: t.now + EXPIRED_GRANT_GRACE_MS }]);
     assert.ok((d.effects ?? []).some((e) => e.kind === "send" && (e.msg as { kind: string }).kind === "slot_audit"));
     assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 }, "a run waiting for its flexible start keeps its slot");
+  });
+});
+
+describe("tenant actor: fair shares of the fleet (with fair options)", () => {
+  const REPORT_MS = 500;
+  class FairTenant {
+    readonly actor = makeTenantActor(10, { reportMs: REPORT_MS });
+    state: TenantState = this.actor.initialState("t1");
+    now = 1_000;
+    send(msg: TenantMsg): Decision<TenantState, TenantReply, TenantEffect> {
+      const d = this.actor.receive(this.state, msg, { id: "t1", nowMs: this.now });
+      this.state = d.state;
+      return d;
+    }
+    acquire(run: string, extra: { max_concurrent?: number; weight?: number } = {}) {
+      return this.send({ kind: "acquire", run_id: run, job: `t1.job-${run}`, ttl_ms: 60_000, ...extra });
+    }
+    fairTimer(d: Decision<TenantState, TenantReply, TenantEffect>): number | undefined {
+      const t = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "fair");
+      return t?.kind === "timer" ? t.atMs : undefined;
+    }
+    /** The demand report a `fair_report` sends to the fleet actor. */
+    report(): { demand: number; weight: number; next?: number } {
+      const d = this.send({ kind: "fair_report" });
+      const s = (d.effects ?? []).filter((e) => e.kind === "send");
+      assert.equal(s.length, 1);
+      assert.ok(s[0]!.kind === "send");
+      assert.deepEqual(s[0]!.to, { type: "fleet", id: "fleet" });
+      const m = s[0]!.msg as { kind: string; tenant: string; demand: number; weight: number };
+      assert.equal(m.kind, "demand");
+      assert.equal(m.tenant, "t1");
+      const next = this.fairTimer(d);
+      return { demand: m.demand, weight: m.weight, ...(next !== undefined ? { next } : {}) };
+    }
+    granted(d: Decision<TenantState, TenantReply, TenantEffect>): string[] {
+      return (d.effects ?? []).flatMap((e) => (e.kind === "send" && (e.msg as { kind: string }).kind === "slot_granted" ? [(e.msg as { run_id: string }).run_id] : []));
+    }
+  }
+
+  it("the first demand arms a report at once; each report carries demand and weight and re-arms while there is demand", () => {
+    const t = new FairTenant();
+    const d = t.acquire("a", { weight: 3 });
+    assert.equal(t.fairTimer(d), t.now, "first report: now");
+    assert.equal(t.fairTimer(t.acquire("b")), undefined, "armed already");
+    assert.deepEqual(t.report(), { demand: 2, weight: 3, next: t.now + REPORT_MS });
+  });
+
+  it("grants only while running < min(max_concurrent, share); a larger share grants the waiters", () => {
+    const t = new FairTenant();
+    t.acquire("a");
+    t.report();
+    t.send({ kind: "share", share: 2 });
+    assert.deepEqual(t.acquire("b").reply, { granted: true });
+    assert.deepEqual(t.acquire("c").reply, { granted: false }, "share of 2 filled");
+    assert.deepEqual(t.acquire("d").reply, { granted: false });
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 10, share: 2 });
+    assert.deepEqual(t.granted(t.send({ kind: "share", share: 3 })), ["c"], "FIFO: the oldest waiter");
+    assert.deepEqual(t.granted(t.send({ kind: "share", share: 50 })), ["d"]);
+    // the cap still holds over a larger share
+    for (const r of ["e", "f", "g", "h", "i", "j", "k", "l"]) t.acquire(r);
+    assert.equal(t.state.running.size, 10);
+    assert.equal(t.state.waiting.size, 2);
+  });
+
+  it("a smaller share grants nothing new until releases bring running under it (no preemption)", () => {
+    const t = new FairTenant();
+    t.acquire("a");
+    t.report();
+    t.send({ kind: "share", share: 5 });
+    for (const r of ["b", "c", "d", "e"]) t.acquire(r);
+    t.send({ kind: "share", share: 2 });
+    assert.equal(t.state.running.size, 5);
+    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "a" })), []);
+    assert.deepEqual(t.acquire("f").reply, { granted: false });
+    t.send({ kind: "release", run_id: "b" });
+    t.send({ kind: "release", run_id: "c" });
+    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "d" })), ["f"], "running 1 < 2");
+  });
+
+  it("busy from idle: one grant at once, the rest when the share arrives; no answer within SHARE_WAIT_MS: the cap", async () => {
+    const { SHARE_WAIT_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new FairTenant();
+    assert.deepEqual(t.acquire("a").reply, { granted: true });
+    assert.deepEqual(t.acquire("b").reply, { granted: false }, "awaiting the first share");
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    t.report();
+    t.now += SHARE_WAIT_MS - 1;
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), []);
+    t.now += 1;
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), ["b", "c"], "the fleet is silent: today's behaviour");
+    // a share of null (the fleet knows no worker) also means the cap
+    const u = new FairTenant();
+    u.acquire("a");
+    u.acquire("b");
+    assert.deepEqual(u.granted(u.send({ kind: "share", share: null })), ["b"]);
+  });
+
+  it("a share of 0 is floored at 1 (no tenant with demand starves on rounding)", () => {
+    const t = new FairTenant();
+    t.acquire("a");
+    t.report();
+    t.send({ kind: "share", share: 0 });
+    t.send({ kind: "release", run_id: "a" });
+    assert.deepEqual(t.acquire("b").reply, { granted: true });
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+  });
+
+  it("reports the peak demand of the last DEMAND_WINDOW_REPORTS intervals, capped at max_concurrent", async () => {
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new FairTenant();
+    for (const r of ["a", "b", "c"]) t.acquire(r);
+    for (const r of ["a", "b"]) t.send({ kind: "release", run_id: r });
+    assert.equal(t.report().demand, 3, "peak since the last report");
+    for (let i = 1; i < DEMAND_WINDOW_REPORTS; i++) {
+      t.now += REPORT_MS;
+      assert.equal(t.report().demand, 3, `and over the window (${i})`);
+    }
+    t.now += REPORT_MS;
+    assert.equal(t.report().demand, 1);
+    for (let i = 0; i < 30; i++) t.acquire(`w${i}`);
+    assert.equal(t.report().demand, 10, "capped at max_concurrent");
+  });
+
+  it("idle: a last report of 0 leaves the fleet and stops reporting; the share is forgotten and a late one ignored", async () => {
+    const t = new FairTenant();
+    t.acquire("a");
+    t.report();
+    t.send({ kind: "share", share: 1 });
+    t.send({ kind: "release", run_id: "a" });
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/jobs/tenant-actor.ts");
+    for (let i = 0; i < DEMAND_WINDOW_REPORTS; i++) {
+      t.now += REPORT_MS;
+      assert.equal(t.report().demand, 1, "the trailing window still holds the run");
+    }
+    t.now += REPORT_MS;
+    const last = t.report();
+    assert.deepEqual(last, { demand: 0, weight: 1 }, "no next report armed");
+    assert.equal(t.state.share, undefined);
+    t.send({ kind: "share", share: 1 });
+    assert.equal(t.state.share, undefined, "late answer ignored");
+    // a new burst is not held back by a stale share: one run at once, the rest with the answer
+    const d = t.acquire("b");
+    assert.deepEqual(d.reply, { granted: true });
+    assert.equal(t.fairTimer(d), t.now);
+    assert.deepEqual(t.acquire("c").reply, { granted: false });
+    assert.deepEqual(t.granted(t.send({ kind: "share", share: 4 })), ["c"]);
+  });
+
+  it("a share not confirmed for SHARE_TTL_MS is dropped at the next report: the cap applies alone", async () => {
+    const { SHARE_TTL_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new FairTenant();
+    t.acquire("a");
+    t.report();
+    t.send({ kind: "share", share: 3 });
+    for (const r of ["b", "c"]) t.acquire(r);
+    t.send({ kind: "share", share: 1 });
+    t.send({ kind: "release", run_id: "a" });
+    assert.equal(t.state.running.size, 2);
+    assert.deepEqual(t.acquire("d").reply, { granted: false });
+    t.now += SHARE_TTL_MS + 1;
+    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), ["d"]);
+    assert.equal(t.state.share, undefined);
+    assert.deepEqual(t.acquire("e").reply, { granted: true });
+  });
+
+  it("held back by a share it had filled, a tenant whose demand grew reports early (EARLY_REPORT_MS after the last)", async () => {
+    const { EARLY_REPORT_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new FairTenant();
+    t.acquire("a");
+    const sentAt = t.now;
+    assert.equal(t.report().demand, 1);
+    t.send({ kind: "share", share: 1 });
+    const d = t.acquire("b"); // waits: share 1 filled, demand 2 > reported 1
+    assert.deepEqual(d.reply, { granted: false });
+    assert.equal(t.fairTimer(d), sentAt + EARLY_REPORT_MS);
+    // a tenant already wanting more than its share (unsatisfied) does not report early
+    t.now += EARLY_REPORT_MS;
+    assert.equal(t.report().demand, 2);
+    t.send({ kind: "share", share: 1 });
+    assert.equal(t.fairTimer(t.acquire("c")), undefined);
+  });
+
+  it("without fair options: no reports, and share messages change nothing", () => {
+    const t = new Tenant();
+    const d = t.acquire("a");
+    assert.ok(!(d.effects ?? []).some((e) => e.kind === "timer" && e.name === "fair"));
+    t.send({ kind: "share", share: 0 });
+    assert.deepEqual(t.acquire("b").reply, { granted: true });
+    assert.deepEqual(t.send({ kind: "fair_report" }).effects, []);
   });
 });
