@@ -1,12 +1,14 @@
 /**
  * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots 100000]
- * [--lookahead-ms 60000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline "on time" figure. N jobs, all due
- * at the same instant T (a one-shot `at`; overlap `skip` by default, the API's default — only
- * `allow` gets look-ahead today), on one in-process scheduler node and one worker process with the
- * `noop` executor, on a real nats-server. Dispatch lag = the attempt's actual start − scheduled_for, from the run
- * records. Jobs are created through the jobs service (job actors), not HTTP, to keep set-up short;
- * the tenant's maximum of concurrent runs is raised to N by rewriting its record (there is no
- * admin command for quotas yet).
+ * [--lookahead-ms 60000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
+ * "on time" figure. N one-shot `at` jobs, all due at the same instant T (overlap `skip` by
+ * default, the API's default; both policies get look-ahead, the product default of 60 s), on one
+ * in-process scheduler node (plus S − 1 spawned ones) and W worker processes with the `noop`
+ * executor, on a real nats-server with authorization on. Dispatch lag = the attempt's actual
+ * start − scheduled_for, from the run records. Tenants, their quotas (max_concurrent_runs and
+ * max_jobs raised to N) and the jobs are set up through an admin connection and the jobs service
+ * (job actors), not HTTP, to keep set-up short. Last line: one JSON object (jobs, overlap,
+ * started, succeeded, failed, duplicates, lost, lag_ms, kv_ops_per_run, …).
  */
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
@@ -99,7 +101,7 @@ export async function run(args: string[]): Promise<void> {
       const { tenant } = await tenantDir.createTenant(`burst${i}`);
       const tkv = admin.tenants;
       const e = (await tkv.get(`t.${tenant.tenant_id}`))!;
-      await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs }), e.revision);
+      await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs, max_jobs: jobs }), e.revision);
       tenants.push(tenant.tenant_id);
     }
     const svc = new NatsJobsService(adminRouter, admin, proc.node.partitions, systemRandom);
