@@ -151,7 +151,8 @@ export class NatsKv implements KvStore {
             reject(new KairosError("timeout", `kv list ${filter}: no progress for ${this.#listIdleMs} ms`));
           });
         };
-        stall();
+        // Armed once the watch is set up (counting a large filter's keys first may take long;
+        // that request has its own timeout), re-armed by every entry.
         this.watch(
           filter,
           (c) => {
@@ -171,6 +172,7 @@ export class NatsKv implements KvStore {
           (watch) => {
             w = watch;
             if (ready) watch.stop();
+            else stall();
           },
           (e: unknown) => {
             clearIdle();

@@ -194,7 +194,7 @@ class Tx {
 const iso = (ms: number): string => instant(ms);
 /**
  * Look-ahead: runs are created, given a slot and a worker before they are due.
- * - `allow`: every occurrence within the window.
+ * - `allow`: the NEXT occurrence only (a prepared run holds a worker slot until it ends).
  * - `skip` (the default): the NEXT occurrence only, prepared with a gate (`ActiveRun.gate`): its
  *   worker starts it from its own timer at its due time only if its last heartbeat reply did not
  *   say `hold`; the owner says `hold` (from memory) while a run that blocks it is active
@@ -206,7 +206,6 @@ const iso = (ms: number): string => instant(ms);
 function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
   switch (s.job?.spec.overlap) {
     case "allow":
-      return cfg.lookaheadMs;
     case "skip":
       return undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
     default:
@@ -214,10 +213,15 @@ function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
   }
 }
 
-/** The due instant of the gated run prepared ahead and not yet due, if any (at most one). */
+/**
+ * The due instant of the run prepared ahead and not yet due, if any: at most one per job, since a
+ * prepared run holds a worker slot until it ends (preparing a whole 60 s window of a job due every
+ * 3 s took 20 worker slots per job; the ledger chaos run's fleet of 24 slots then starved the
+ * other jobs).
+ */
 function undecided(s: JobState, now: number): number | undefined {
   let at: number | undefined;
-  for (const r of s.runs) if (r.gate && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
+  for (const r of s.runs) if (r.trigger !== "manual" && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
   return at;
 }
 
@@ -243,11 +247,12 @@ export function holdOf(s: JobState, r: ActiveRun): boolean {
 function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
   if (!s.job) return due;
-  // A gated run waiting for its due instant closes the window until then (one ahead at a time).
-  const la = s.job.spec.overlap === "skip" ? cfg.lookaheadMs : lookahead(cfg, s, now);
+  // A run prepared ahead closes the window until its due instant (one ahead at a time).
+  const ahead = s.job.spec.overlap === "skip" || s.job.spec.overlap === "allow";
+  const la = ahead ? cfg.lookaheadMs : 0;
   if (la <= 0) return due;
   const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
-  const waitFor = s.job.spec.overlap === "skip" ? undecided(s, now) : undefined;
+  const waitFor = undecided(s, now);
   return waitFor === undefined ? at : Math.min(due, Math.max(at, waitFor));
 }
 
@@ -330,12 +335,11 @@ function fire(tx: Tx): void {
   if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
   const sched = scheduleOf(s.job.spec);
   const horizon = tx.now + lookahead(tx.cfg, s, tx.now);
-  // Gated look-ahead (skip) prepares only the next occurrence ahead of time.
-  const onlyOneAhead = s.job.spec.overlap === "skip";
+  // Look-ahead prepares only the next occurrence ahead of time (see `undecided`).
   const due: number[] = [];
   let cursor = s.next_run_at_ms;
   let dropped = 0;
-  while (cursor <= horizon && !(onlyOneAhead && due.length > 0 && due[due.length - 1]! > tx.now)) {
+  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now)) {
     if (due.length >= MAX_ENUMERATED) {
       due.shift();
       dropped++;
