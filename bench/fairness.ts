@@ -91,7 +91,7 @@ export async function run(args: string[]): Promise<void> {
   const durationMs = arg(args, "duration-ms", 1000);
   const backlog = arg(args, "backlog", 100_000);
   const warmupS = arg(args, "warmup-s", 5);
-  process.env["KAIROS_LOG_LEVEL"] ??= "warn";
+  process.env["KAIROS_LOG_LEVEL"] ??= "error";
   const throughput = slots / (durationMs / 1000); // runs/s the whole fleet can start
   const outlast = Math.ceil(throughput * (seconds + warmupS + 30));
   const plans: TenantPlan[] = [
@@ -107,6 +107,7 @@ export async function run(args: string[]): Promise<void> {
     makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fairness", roles: ["api", "scheduler"], partitions: PARTITIONS, mailboxLimit: 100_000 }),
     { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0, workerHeartbeatMs: 500, job: { leaseTtlMs: 2_000 } },
   );
+  let summary: Record<string, unknown> | undefined;
   const worker = spawnNode({
     natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "fairness-worker", roles: "worker", partitions: PARTITIONS,
     extraArgs: ["--executor", "noop", "--slots", String(slots), "--noop-duration-ms", String(durationMs), "--run-lease-ttl-ms", "2000"],
@@ -250,15 +251,17 @@ export async function run(args: string[]): Promise<void> {
         `command: \`npm run bench -- fairness --seconds ${seconds} --slots ${slots} --duration-ms ${durationMs} --backlog ${backlog} --warmup-s ${warmupS}\` (one scheduler node in-process, ${PARTITIONS} partitions; one worker process; one nats-server; all on this machine)`,
       ], lines);
     }
-    console.log(JSON.stringify({
+    summary = {
       shares, max_share_error: +maxErr.toFixed(4), cap_exceeded: capExceeded,
       small_tenant_p99_lag_ms: pct(lags, 99),
       slots, seconds, utilisation: +(used / slots).toFixed(3), large_a_waiting_min: waitingA.length > 0 ? Math.min(...waitingA) : null,
-    }));
+    };
   } finally {
     await worker.stop();
     await proc.stop();
     await adminNc.close();
     await nats.stop();
   }
+  // Last, after everything has stopped (nothing may print after it).
+  console.log(JSON.stringify(summary));
 }

@@ -11,6 +11,8 @@ import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsUserFor } from "../cluster/nats-permissions.ts";
 import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 import { hostname } from "node:os";
+import { readFileSync } from "node:fs";
+import { parseSecretKey } from "../jobs/secret-env.ts";
 
 export interface NodeFlags extends NatsAuthFlags {
   nats?: string;
@@ -75,6 +77,7 @@ export interface ProcessFlags {
   authFailureLimit?: string;
   drainTimeoutMs?: string;
   noopDurationMs?: string;
+  secretKeyFile?: string;
 }
 
 /** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
@@ -140,6 +143,25 @@ export async function chooseExecutor(flag: string | undefined, mode: StartMode =
   return { kind: "docker", reason: "the default (no automatic fallback outside `kairos dev`; --executor process is the explicit, unisolated choice)" };
 }
 
+/**
+ * The cluster secret key for `task.secret_env` from `--secret-key-file` (or KAIROS_SECRET_KEY_FILE):
+ * a file holding 32 random bytes, base64 or hex (`openssl rand -base64 32 > key`). Read once, here.
+ */
+export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffer } {
+  if (path === undefined || path === "") return {};
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new KairosError("invalid_argument", `--secret-key-file: cannot read ${path}: ${(e as Error).message}`, { field: "secret-key-file" });
+  }
+  try {
+    return { secretKey: parseSecretKey(text) };
+  } catch (e) {
+    throw new KairosError("invalid_argument", `--secret-key-file ${path}: ${(e as Error).message}`, { field: "secret-key-file" });
+  }
+}
+
 /** The operator's image policy from `--image-policy a,b,c` (undefined: any image, with a warning). */
 export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | undefined {
   if (flag === undefined) return undefined;
@@ -169,6 +191,7 @@ export async function startProcess(
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
     ...(f.noopDurationMs !== undefined ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! } : {}),
+    ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -229,6 +252,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--rate-limit-burst <n>", "api: largest burst per tenant (default: twice --rate-limit, 200)")
     .option("--auth-failure-limit <per-second>", "api: failed authentications per second per client address before 429 (0: none; default 10, bursts of 5 s worth)")
     .option("--noop-duration-ms <ms>", "worker, --executor noop: how long each run occupies its slot (benchmarks; default 0)")
+    .option("--secret-key-file <path>", "api, scheduler: the cluster key that encrypts task.secret_env (32 bytes, base64 or hex; the same on every api and scheduler node; workers do not need it; env KAIROS_SECRET_KEY_FILE). Without it, jobs with secret_env are refused")
     .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")
     .action(async (f: NodeFlags & ProcessFlags) => {
       const url = resolveNatsUrl(f.nats);

@@ -3,7 +3,7 @@
  * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
  * create succeeds over a deleted key) and passes the same conformance suite.
  */
-import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
 import { keyMatches } from "./kv.ts";
 
 export class MemoryKv implements KvStore {
@@ -48,6 +48,12 @@ export class MemoryKv implements KvStore {
     return [...this.#data.values()]
       .filter((e) => keyMatches(filter, e.key))
       .sort((a, b) => a.revision - b.revision);
+  }
+
+  async scan(filter: string, afterRevision: number, limit: number): Promise<KvPage> {
+    const all = (await this.list(filter)).filter((e) => e.revision > afterRevision);
+    const entries = all.slice(0, limit);
+    return { entries, next: all.length > limit ? entries[entries.length - 1]!.revision : null };
   }
 
   async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {

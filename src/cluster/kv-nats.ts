@@ -9,7 +9,7 @@ import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
-import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
 /** Times `fn` as one KV operation (kairos_kv_op_seconds{op}), whether it succeeds or throws. */
@@ -46,6 +46,9 @@ function transportError(op: string, key: string, e: unknown): KairosError {
   const msg = e instanceof Error ? e.message : String(e);
   return new KairosError("unavailable", `kv ${op} ${key}: ${msg}`, { cause: e });
 }
+
+/** Deletes `scan` skips in one call before it returns a short page (see `KvStore.scan`). */
+const SCAN_SKIP_LIMIT = 1000;
 
 export class NatsKv implements KvStore {
   readonly bucket: string;
@@ -182,6 +185,42 @@ export class NatsKv implements KvStore {
         );
       });
       return [...out.values()].sort((a, b) => a.revision - b.revision);
+    });
+  }
+
+  async scan(filter: string, afterRevision: number, limit: number): Promise<KvPage> {
+    return timed("list", async () => {
+      const stream = `KV_${this.bucket}`;
+      const prefix = `$KV.${this.bucket}.`;
+      const entries: KvEntry[] = [];
+      // Deletes and superseded revisions met on the way are skipped; at most this many, so one
+      // page stays bounded.
+      let skips = SCAN_SKIP_LIMIT;
+      for (let seq = afterRevision + 1; ;) {
+        let m;
+        try {
+          m = await this.#limit(() => this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }));
+        } catch (err) {
+          throw transportError("scan", filter, err);
+        }
+        if (!m) return { entries, next: null };
+        seq = m.seq + 1;
+        const op = m.header?.get("KV-Operation");
+        if (op === "DEL" || op === "PURGE") {
+          if (--skips <= 0) return { entries, next: m.seq };
+          continue;
+        }
+        // In a bucket that keeps history, this may be an older revision of a key that was
+        // rewritten or deleted since: only the key's latest revision counts.
+        const key = m.subject.slice(prefix.length);
+        const latest = await this.get(key);
+        if (latest?.revision !== m.seq) {
+          if (--skips <= 0) return { entries, next: m.seq };
+          continue;
+        }
+        if (entries.length === limit) return { entries, next: entries[limit - 1]!.revision };
+        entries.push(latest);
+      }
     });
   }
 

@@ -29,6 +29,13 @@ export interface KvChange {
   readonly revision: number;
 }
 
+/** A page of `KvStore.scan`. */
+export interface KvPage {
+  readonly entries: KvEntry[];
+  /** Pass as `afterRevision` for the next page; null when nothing matches past this page. */
+  readonly next: number | null;
+}
+
 export interface KvWatch {
   stop(): void;
 }
@@ -47,6 +54,14 @@ export interface KvStore {
   delete(key: string, expectedRevision?: number): Promise<WriteResult>;
   /** Every live entry whose key matches the subject-style filter (`a.*.c`, `a.>`). */
   list(filter: string): Promise<KvEntry[]>;
+  /**
+   * One page of live entries matching `filter` whose revision is above `afterRevision`, in
+   * revision order, at most `limit` (1..1000). Costs O(limit + deletes skipped), not O(all
+   * matches): the store is read from that revision on (NATS: direct gets with `next_by_subj`).
+   * `next` is the revision to scan after for the next page, null at the end.
+   * Meant for keys written once and never rewritten (a rewrite moves a key to a later revision).
+   */
+  scan(filter: string, afterRevision: number, limit: number): Promise<KvPage>;
   /**
    * Calls `onChange` for the current value of every matching key, then `onReady` once, then for
    * every later change, in revision order.

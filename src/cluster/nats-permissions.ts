@@ -16,8 +16,9 @@
  * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
  * info, direct get, ordered consumers and their flow control); writing is publishing to
  * `$KV.<c>_<suffix>.<key>`. Workers read `cluster` and read/write `nodes` only: never the
- * tenants bucket, never actor state or runs. API nodes write only `idem` and the job counters
- * `jc.*` of the tenants bucket (never a tenant or key record: minting keys is `admin`).
+ * tenants bucket, never actor state or runs. API nodes write only `idem`, the job counters
+ * `jc.*` and the sealed task secrets `sk.>` of the tenants bucket (never a tenant or key record:
+ * minting keys is `admin`).
  *
  * Replies go to a per-user inbox prefix (`_INBOX_<user>`), not the shared `_INBOX.>`: a
  * subscription to `_INBOX.>` would otherwise let any identity read every reply on the bus (KV
@@ -89,7 +90,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
         pub: [
           `${k}.p.*`, ...createStreams(c),
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
-          ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*"]),
+          ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*", "sk.>"]),
         ],
         sub: [],
         responds: false,

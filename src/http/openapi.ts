@@ -99,6 +99,13 @@ function paths(): Json {
         responses: { "200": json(ref("RunPage"), "a page of runs"), ...errors(400, 404) },
       },
     },
+    "/v1/runs": {
+      get: {
+        summary: "List the tenant's dead-lettered runs (ended failed or timed out), oldest first",
+        parameters: [param("status", "query", { type: "string", enum: ["dead_lettered"] }, "required: dead_lettered (other statuses are listed per job)", true), cursor, limit],
+        responses: { "200": json(ref("RunPage"), "a page of dead-lettered runs"), ...errors(400) },
+      },
+    },
     "/v1/runs/{run_id}": { get: { summary: "Get a run", parameters: [runId], responses: { "200": json(ref("Run"), "the run"), ...errors(404) } } },
   };
 }

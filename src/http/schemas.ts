@@ -80,13 +80,32 @@ const resourcesSchema = z.strictObject({
   pids: intIn(8, 4096).optional(),
 });
 
-/** The task: what runs, for how long. */
-export const TaskSchema = z.strictObject({
+const TaskFields = {
   image: z.string().min(1).max(LIMITS.imageChars).meta({ examples: ["busybox:latest"] }),
   args: z.array(z.string().max(LIMITS.argChars)).min(1).max(LIMITS.args).meta({ description: "args[0] is the program", examples: [["sh", "-c", "echo hello"]] }),
   env: envSchema.default({}),
   timeout_s: intIn(1, LIMITS.timeoutS),
   resources: resourcesSchema.optional(),
+};
+
+/** The task: what runs, for how long. */
+export const TaskSchema = z
+  .strictObject({
+    ...TaskFields,
+    secret_env: envSchema.optional().meta({
+      description: "Write-only environment variables for secrets: encrypted at rest, never returned (responses show secret_env_names), deleted with the job. A PATCH of task replaces them too: send them again, or the job has none",
+    }),
+  })
+  .superRefine((t, ctx) => {
+    for (const name of Object.keys(t.secret_env ?? {})) {
+      if (name in t.env) ctx.addIssue({ code: "custom", path: ["secret_env", name], input: name, message: "is also in task.env: a name is either plain or secret" });
+    }
+  });
+
+/** The task as responses show it: secret names, never secret values. */
+export const TaskViewSchema = z.strictObject({
+  ...TaskFields,
+  secret_env_names: z.array(z.string()).optional().meta({ description: "names of the task's secret_env (values are never returned)" }),
 });
 
 /** Retries; `max_s` defaults to max(3600, base_s). */
@@ -198,6 +217,7 @@ function checkSchedule(s: ParsedSchedule, nowMs: number): ScheduleInput {
 
 function toTask(t: ParsedTask): TaskInput {
   const task: TaskInput = { image: t.image, args: t.args, env: t.env, timeout_s: t.timeout_s };
+  if (t.secret_env !== undefined && Object.keys(t.secret_env).length > 0) task.secret_env = t.secret_env;
   if (t.resources !== undefined) {
     const r: NonNullable<TaskInput["resources"]> = {};
     if (t.resources.memory_mb !== undefined) r.memory_mb = t.resources.memory_mb;

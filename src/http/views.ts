@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { BACKOFFS, MISFIRES, OVERLAPS, RUN_STATUSES } from "../jobs/model.ts";
-import { ScheduleSchema, TaskSchema } from "./schemas.ts";
+import { ScheduleSchema, TaskViewSchema } from "./schemas.ts";
 
 const instant = z.string().meta({ format: "date-time", description: "RFC 3339 UTC", examples: ["2030-01-01T09:00:00Z"] });
 
@@ -17,7 +17,7 @@ export const JobViewSchema = z
     version: z.int().min(1),
     name: z.string().nullable(),
     schedule: ScheduleSchema,
-    task: TaskSchema,
+    task: TaskViewSchema,
     retry: z.object({ max_attempts: z.int(), backoff: z.enum(BACKOFFS), base_s: z.int(), max_s: z.int() }),
     overlap: z.enum(OVERLAPS),
     misfire: z.object({ policy: z.enum(MISFIRES), starting_deadline_s: z.int().nullable() }),

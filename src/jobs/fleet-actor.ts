@@ -7,13 +7,19 @@
  *
  * Each tenant actor with demand (running + waiting grants, at most its cap) reports it; the
  * fleet records it, recomputes the shares (at most every FLEET_RECOMPUTE_MS, at once when a tenant,
- * a weight or the capacity is new) and answers the reporter with its share by a message. The
+ * a weight or the capacity is new) and answers the reporter with its share by a message. Slots
+ * nobody asked for (total demand below capacity) are added to the shares by weight as headroom,
+ * so a tenant can grow into idle capacity without waiting for its next report; under overload
+ * there is none and the shares are exactly max-min. The
  * capacity is the sum of slots advertised by live workers; the shell puts the value its node's
  * worker directory holds into every message (fleet-shell.ts), so this core stays pure.
  *
  * Soft state, by design: shares are advice. A tenant not heard from for FLEET_STALE_MS drops
- * out (its actor moved or died); a fresh fleet actor (moved, restarted) records reports for
- * FLEET_WARMUP_MS before it answers, so it does not hand the whole fleet to the first reporter.
+ * out (its actor moved or died). A fresh fleet actor (moved, restarted) records the reports of
+ * tenants that still hold a share from its predecessor (`held`) for FLEET_WARMUP_MS before it
+ * answers them — they keep that share meanwhile — so it does not hand the whole fleet to the first
+ * of them to report. A tenant without a share (busy from idle) is answered at once: its demand
+ * starts small and grows report by report.
  * Without a fleet (or with no worker known, capacity 0) tenants fall back to their caps — the
  * hard limit (`max_concurrent`), which tenant actors enforce from durable grants.
  */
@@ -56,7 +62,7 @@ export interface FleetState {
 }
 
 /** What arrives on the bus. */
-export type FleetWireMsg = { kind: "demand"; tenant: string; demand: number; weight: number } | { kind: "status" };
+export type FleetWireMsg = { kind: "demand"; tenant: string; demand: number; weight: number; held?: boolean } | { kind: "status" };
 /** What the core receives: the shell adds the capacity it observes (fleet-shell.ts). */
 export type FleetMsg = FleetWireMsg & { capacity: number };
 
@@ -82,13 +88,21 @@ function parse(raw: unknown): FleetWireMsg {
   }
   if (typeof demand !== "number" || !Number.isInteger(demand) || demand < 0 || demand > 1e9) throw new KairosError("invalid_argument", "demand must be a whole number 0-1e9", { field: "demand" });
   if (typeof weight !== "number" || !(weight > 0 && weight <= 1e6)) throw new KairosError("invalid_argument", "weight must be a number in (0, 1e6]", { field: "weight" });
-  return { kind: "demand", tenant, demand, weight };
+  return { kind: "demand", tenant, demand, weight, ...(m["held"] === true ? { held: true } : {}) };
 }
 
 function recompute(state: FleetState, now: number, capacity: number): void {
   for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
   const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
   state.shares = maxMinShares(capacity, demands);
+  // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
+  let spare = capacity;
+  let weights = 0;
+  for (const d of demands) {
+    spare -= state.shares.get(d.tenant)!;
+    weights += d.weight;
+  }
+  if (spare > 0 && weights > 0) for (const d of demands) state.shares.set(d.tenant, state.shares.get(d.tenant)! + Math.floor((spare * d.weight) / weights));
   state.capacity = capacity;
   state.computed_at_ms = now;
   state.dirty = false;
@@ -131,7 +145,7 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
       const fresh = !known || known.weight !== msg.weight;
       if (!known || known.demand !== msg.demand || known.weight !== msg.weight) state.dirty = true;
       state.tenants.set(msg.tenant, { demand: msg.demand, weight: msg.weight, seen_ms: now });
-      if (now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
+      if (msg.held && now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
       const due = state.computed_at_ms === undefined || fresh || capacity !== state.capacity
         || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS;
       if (due) recompute(state, now, capacity);

@@ -10,8 +10,13 @@
  *   offer's own fence; its acceptance comes back to the actor as `claimed`, a refusal or a
  *   timeout as `dispatch_failed` (the core offers again later under a new fence).
  * Every network effect first checks that this node still owns the actor (`stillOwner`).
+ *   A task with `sealed_env` has its secrets opened into its env for that one offer
+ *   (`secrets`, secret-env.ts); without them the offer is not made (`dispatch_failed`).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `dead_letter`: logged, and POSTed (HMAC-signed) to the tenant's webhook when it has one.
+ *   With `deadLetters`, durably: the terminal record's write is followed (still before the state
+ *   write) by the run's dead-letter and outbox keys, and the POST goes through the outbox
+ *   (dead-letters.ts), so a crash re-delivers.
  * Run-path metrics are derived from the records `putRun` writes (run-metrics.ts).
  */
 import type { Bus } from "../cluster/bus.ts";
@@ -27,10 +32,12 @@ import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
 import { TERMINAL } from "./model.ts";
 import type { JobEffect, JobActorConfig } from "./job-actor.ts";
 import { makeJobActor } from "./job-actor.ts";
-import type { RunView } from "./model.ts";
+import type { RunView, TaskInput } from "./model.ts";
+import type { SecretEnvStore } from "./secret-env.ts";
 import type { StartRequest, StartReply } from "../worker/protocol.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 import { RunMetrics } from "./run-metrics.ts";
+import { isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "./dead-letters.ts";
 
 export interface JobShellDeps {
   nc: Bus;
@@ -52,9 +59,15 @@ export interface JobShellDeps {
   sleep?: (ms: number) => Promise<void>;
   /** Counts run transitions from the records written (default: into the Prometheus registry). */
   runMetrics?: RunMetrics;
+  /** The durable dead-letter list and webhook outbox (dead-letters.ts); without it, in memory. */
+  deadLetters?: DeadLetterOutbox;
+  /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
+  secrets?: SecretEnvStore;
 }
 
 const REVISION_CACHE_LIMIT = 100_000;
+/** How long to wait before offering again to a worker that had no free slot (see dispatch). */
+const OFFER_RACE_RETRY_MS = 25;
 
 export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
   const revisions = new Map<string, number>();
@@ -101,8 +114,26 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     throw new KairosError("conflict", `run record ${record.run_id} keeps changing under this owner`);
   }
 
+  /** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
+  async function offeredTask(tenantId: string, jobId: string, task: TaskInput): Promise<TaskInput | null> {
+    if (!task.sealed_env) return task;
+    const { sealed_env: sealed, ...rest } = task;
+    try {
+      if (!deps.secrets) throw new KairosError("unsupported", "this scheduler has no secret key (--secret-key-file)");
+      return { ...rest, env: { ...rest.env, ...(await deps.secrets.open(tenantId, jobId, sealed)) } };
+    } catch (e) {
+      deps.log("error", "secret_env cannot be opened: the run is not offered", { job: `${tenantId}.${jobId}`, err: String(e) });
+      return null;
+    }
+  }
+
   async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
     const { tenantId, jobId } = splitJobActorId(ctx.address.id);
+    const task = await offeredTask(tenantId, jobId, fx.task);
+    if (!task) {
+      ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: "secret_env cannot be opened on this scheduler" });
+      return;
+    }
     const tried = new Set<string>();
     // One fence, one worker. (The test-only hole 1 offers it to up to three, as before the fix.)
     const tries = cfg.testOnlyHole1 ? 3 : 1;
@@ -113,12 +144,20 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       if (!ctx.stillOwner()) return;
       const req: StartRequest = {
         job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
-        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task: fx.task,
+        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task,
         lease_ttl_ms: cfg.leaseTtlMs,
       };
       try {
-        const m = await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs });
-        const reply = decode<StartReply>(m.data);
+        const offer = async () => decode<StartReply>((await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs })).data);
+        let reply = await offer();
+        // A worker frees a slot only once its completion is acknowledged, so an offer for the
+        // slot that completion released can arrive first: ask the same worker (same fence) once
+        // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
+        if (!reply.accepted && reply.reason === "no free slot" && deps.sleep) {
+          await deps.sleep(OFFER_RACE_RETRY_MS);
+          if (!ctx.stillOwner()) return;
+          reply = await offer();
+        }
         if (reply.accepted) {
           ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
           return;
@@ -156,6 +195,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         return;
       case "dead_letter": {
         deps.log("warn", "run dead-lettered", { run_id: fx.record.run_id, job_id: fx.record.job_id, status: fx.record.status, reason: fx.record.reason });
+        if (deps.deadLetters) return deps.deadLetters.kick(ctx.partition, fx.record.tenant_id, fx.record.run_id);
         const target = await deps.tenantWebhook?.(fx.record.tenant_id);
         if (!target || !deps.nowS || !deps.sleep) return;
         const r = await notifyDeadLetter(target, fx.record, { nowS: deps.nowS, sleep: deps.sleep });
@@ -174,6 +214,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
         if (!ctx.stillOwner()) throw new KairosError("not_owner", `${ctx.address.type}/${ctx.address.id}: no longer the owner`);
         if (fx.kind === "put_run") await putRun(ctx, fx.record, fx.mode);
+        if (fx.kind === "put_run" && fx.mode === "update" && deps.deadLetters && isDeadLetter(fx.record)) await recordDeadLetter(deps.runs, ctx.partition, fx.record);
       }
     },
     performPost(effects, ctx) {

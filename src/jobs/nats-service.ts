@@ -20,6 +20,8 @@ import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "./run-record.ts";
+import { deadLetterKey } from "./dead-letters.ts";
+import { publicJob, purgeSecretEnv, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
 import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
 import type { JobsService } from "./service.ts";
 
@@ -51,6 +53,8 @@ export class NatsJobsService implements JobsService {
     private readonly buckets: Buckets,
     private readonly partitions: number,
     private readonly random: Random,
+    /** Seals `task.secret_env` (needs the cluster secret key); none: secrets are refused. */
+    private readonly secrets?: SecretEnvStore,
   ) {
     this.#quota = new TenantJobCounter(buckets.tenants, async (tenantId) => (await this.#liveJobs(tenantId)).length);
   }
@@ -68,8 +72,23 @@ export class NatsJobsService implements JobsService {
     return { type: JOB_ACTOR, id: jobActorId(tenantId, jobId) };
   }
 
+  /** The task's secrets: the store that seals them, or a 422 when this node has no key. */
+  #secretStore(task: { secret_env?: Record<string, string> } | undefined): SecretEnvStore | undefined {
+    if (task?.secret_env === undefined || Object.keys(task.secret_env).length === 0) return undefined;
+    if (!this.secrets) throw new KairosError("invalid_argument", "task.secret_env: this cluster has no secret key configured (--secret-key-file), so it cannot store secrets", { field: "task.secret_env" });
+    return this.secrets;
+  }
+
+  /** The task as stored: secrets replaced by the reference to their sealed version. */
+  static #sealedTask<T extends JobSpec["task"]>(task: T, sealed: SealedEnvRef | undefined): T {
+    const { secret_env: _plain, sealed_env: _old, ...rest } = task;
+    return (sealed ? { ...rest, sealed_env: sealed } : rest) as T;
+  }
+
   async createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }> {
-    const requestHash = sha256(canonical(spec));
+    const secrets = this.#secretStore(spec.task);
+    // Hashed for idempotency with a keyed digest in place of the secret values (the hash is stored).
+    const requestHash = sha256(canonical(secrets ? { ...spec, task: { ...spec.task, secret_env: secrets.digest(spec.task.secret_env!) } } : spec));
     let jobId = newJobId(() => this.random.next());
     let created = true;
     let idem: { key: string; revision: number } | undefined;
@@ -101,17 +120,23 @@ export class NatsJobsService implements JobsService {
       }
     }
     let reply: JobReply | null;
+    let sealed: SealedEnvRef | undefined;
     try {
+      sealed = secrets ? await secrets.seal(tenantId, jobId, spec.task.secret_env!) : undefined;
       reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
-        kind: "create", tenant_id: tenantId, job_id: jobId, spec, request_hash: requestHash,
+        kind: "create", tenant_id: tenantId, job_id: jobId, spec: sealed ? { ...spec, task: NatsJobsService.#sealedTask(spec.task, sealed) } : spec, request_hash: requestHash,
       });
     } catch (e) {
       // A definite refusal (e.g. invalid_schedule) made no job: uncount it. After a timeout the
       // job may exist, so the reservation stays (an over-count, never an under-count).
       if (counted && e instanceof KairosError && !e.retryable) await this.#quota.release(tenantId).catch(() => undefined);
+      if (sealed && e instanceof KairosError && !e.retryable) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
       throw e;
     }
-    return { job: reply!.job!, created };
+    const job = reply!.job!;
+    // A replayed create answers with the job made first: the version sealed now is not its.
+    if (sealed && job.task.sealed_env?.ref !== sealed.ref) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
+    return { job: publicJob(job), created };
   }
 
   async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
@@ -119,25 +144,42 @@ export class NatsJobsService implements JobsService {
     const jobs = (await this.#liveJobs(tenantId))
       .filter((s) => s.job!.job_id > after)
       .sort((a, b) => a.job!.job_id.localeCompare(b.job!.job_id));
-    const page = jobs.slice(0, opts.limit).map((s) => jobView(s));
+    const page = jobs.slice(0, opts.limit).map((s) => publicJob(jobView(s)));
     const more = jobs.length > opts.limit;
     return { items: page, next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null };
   }
 
   async getJob(tenantId: string, jobId: string): Promise<JobView> {
-    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "get" }))!.job!;
+    return publicJob((await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "get" }))!.job!);
   }
 
   async patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView> {
     // A request id, so the router's retry of a patch whose reply was lost is answered with its
     // first result, not 412 (If-Match) or a second application.
     const request_id = this.#requestId();
-    const msg = ifMatch === undefined ? { kind: "patch", patch, request_id } : { kind: "patch", patch, if_match: ifMatch, request_id };
-    return (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
+    // A new task replaces the secrets too: a new sealed version, or none.
+    const secrets = patch.task ? this.#secretStore(patch.task) : undefined;
+    this.#job(tenantId, jobId);
+    const sealed = secrets ? await secrets.seal(tenantId, jobId, patch.task!.secret_env!) : undefined;
+    const stored = patch.task ? { ...patch, task: NatsJobsService.#sealedTask(patch.task, sealed) } : patch;
+    const msg = ifMatch === undefined ? { kind: "patch", patch: stored, request_id } : { kind: "patch", patch: stored, if_match: ifMatch, request_id };
+    let job: JobView;
+    try {
+      job = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
+    } catch (e) {
+      if (sealed && e instanceof KairosError && !e.retryable) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
+      throw e;
+    }
+    // The job now uses the new version (or none): earlier versions go.
+    if (patch.task) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, job.task.sealed_env ? { keep: job.task.sealed_env.ref } : {}).catch(() => undefined);
+    return publicJob(job);
   }
 
   async deleteJob(tenantId: string, jobId: string): Promise<void> {
     await this.router.request(this.#job(tenantId, jobId), { kind: "delete" });
+    // Its secrets go with it, now (secret-env.ts); a failure here is the delete's failure, so a
+    // retried delete purges them.
+    await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
     // The job is gone: uncount it. A failure here leaves an over-count (stricter, never exceeded).
     await this.#quota.release(tenantId).catch(() => undefined);
   }
@@ -168,6 +210,18 @@ export class NatsJobsService implements JobsService {
     const page = runs.slice(0, opts.limit);
     const last = page[page.length - 1];
     return { items: page, next_cursor: runs.length > opts.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };
+  }
+
+  async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {
+    let after = 0;
+    if (opts.cursor !== undefined) {
+      const [kind, rev] = decodeCursor(opts.cursor, 2);
+      after = Number(rev);
+      if (kind !== "dl" || !Number.isSafeInteger(after) || after < 0) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
+    }
+    // Keys dl.<tenant>.<run> (dead-letters.ts), in the order they were written.
+    const page = await this.buckets.runs.scan(deadLetterKey(tenantId, "*"), after, opts.limit);
+    return { items: page.entries.map((e) => runView(e.value)), next_cursor: page.next === null ? null : encodeCursor(["dl", String(page.next)]) };
   }
 
   async getRun(tenantId: string, runId: string): Promise<RunView> {

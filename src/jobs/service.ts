@@ -22,6 +22,11 @@ export interface JobsService {
   runNow(tenantId: string, jobId: string): Promise<RunView>;
   listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>>;
   getRun(tenantId: string, runId: string): Promise<RunView>;
+  /**
+   * The tenant's dead-lettered runs (ended failed or timed out), oldest first, as they were when
+   * dead-lettered; O(page). `GET /v1/runs?status=dead_lettered`.
+   */
+  listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>>;
 }
 
 export interface Tenant {

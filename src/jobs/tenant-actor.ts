@@ -241,7 +241,7 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
     delete state.share_at_ms;
   }
   if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS) delete state.awaiting_since_ms; // no answer: the cap
-  effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight } });
+  effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight, ...(state.share !== undefined ? { held: true } : {}) } });
   state.reported = demand;
   state.reported_at_ms = now;
   if (demand > 0) {

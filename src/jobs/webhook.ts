@@ -2,8 +2,8 @@
  * Dead-letter notifications: an HMAC-signed POST to the tenant's webhook when a run is
  * dead-lettered. Body `{"type": "run.dead_lettered", "run": <run as the API shows it>}`; header
  * `Kairos-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>` (verify it and
- * reject old timestamps to stop replays). At-least-once while the sending node lives: up to
- * `attempts` tries with backoff, then logged; a receiver should dedupe on `run.run_id`.
+ * reject old timestamps to stop replays). Up to `attempts` tries with backoff per call; a
+ * receiver should dedupe on `run.run_id`.
  *
  * The URL is tenant-chosen, so a delivery is an SSRF risk from the scheduler nodes. Unless the
  * operator relaxes it (`WebhookPolicy`):
@@ -18,8 +18,8 @@
  *   waiting; beyond that a delivery is dropped and reported (a slow receiver cannot tie up the
  *   node's sockets).
  *
- * Gotcha: deliveries live in this process only — a crash loses the ones in flight. The durable
- * outbox needs a write in the job shell before the delivery (issue "Security", item 4).
+ * Durability is the caller's: the dead-letter outbox (dead-letters.ts) keeps each delivery in KV
+ * until it succeeds, so a crash re-delivers (header `Kairos-Delivery-Id: <run_id>` to dedupe).
  */
 import { createHmac } from "node:crypto";
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
@@ -261,7 +261,8 @@ export async function notifyDeadLetter(
     let last: WebhookOutcome = { ok: false, error: "not sent" };
     for (let i = 0; i < (opts.attempts ?? 3); i++) {
       if (i > 0) await opts.sleep(500 * 2 ** (i - 1));
-      const headers = { "content-type": "application/json", "kairos-signature": signWebhook(target.secret, opts.nowS(), body) };
+      // The delivery id is the run id: the same on every redelivery (the outbox is at-least-once).
+      const headers = { "content-type": "application/json", "kairos-signature": signWebhook(target.secret, opts.nowS(), body), "kairos-delivery-id": run.run_id };
       const r = await sender.post(url, headers, body, opts.timeoutMs ?? 5000);
       if ("refused" in r) return { ok: false, refused: true, error: `refused: ${r.refused}` };
       if ("error" in r) {

@@ -21,7 +21,9 @@ import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../worker/directory.ts";
 import { Worker } from "../worker/worker.ts";
 import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
-import { WebhookSender, type WebhookPolicy } from "../jobs/webhook.ts";
+import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../jobs/webhook.ts";
+import { DeadLetterOutbox } from "../jobs/dead-letters.ts";
+import { SecretEnvStore } from "../jobs/secret-env.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
@@ -59,6 +61,11 @@ export interface ProcessOptions {
   drainTimeoutMs?: number;
   /** worker, noop executor: how long each run takes (benchmarks); default 0. */
   noopDurationMs?: number;
+  /**
+   * api and scheduler: the cluster secret key (32 bytes) that seals and opens `task.secret_env`
+   * (secret-env.ts); the same on every api and scheduler node. Without it secrets are refused.
+   */
+  secretKey?: Buffer;
 }
 
 /** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
@@ -95,6 +102,14 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   node.guard(JOB_ACTOR, jobAddressGuard);
   node.guard(TENANT_ACTOR, tenantAddressGuard);
   node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
+  // api and scheduler: task secrets, sealed at the API and opened for an offer (secret-env.ts).
+  const secrets = opts.secretKey ? new SecretEnvStore(opts.secretKey, () => node.buckets.tenants) : undefined;
+  // scheduler: dead letters' webhook deliveries, kept in KV until done (dead-letters.ts).
+  let webhookOf: ((tenantId: string) => Promise<WebhookTarget | undefined>) | undefined;
+  const outbox = new DeadLetterOutbox({
+    runs: () => node.buckets.runs, held: () => node.heldPartitions(), clock: systemClock, log: logFn,
+    webhook: async (id) => webhookOf?.(id),
+  });
   node.onConnected((n) => {
     // Only job actors (schedulers) pick workers; other identities may not read the adverts.
     if (config.roles.includes("scheduler")) directory.start(n.nc, config.clusterName);
@@ -111,17 +126,20 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       cache.set(tenantId, { t, atMs: systemClock.now() });
       return t;
     };
+    webhookOf = async (id) => {
+      const t = await tenant(id);
+      return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
+    };
     n.register(jobRegistration(jobCfg, {
       nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
       tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
       tenantWeight: async (id) => (await tenant(id))?.weight,
-      tenantWebhook: async (id) => {
-        const t = await tenant(id);
-        return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
-      },
+      tenantWebhook: webhookOf,
       nowS: () => Math.floor(systemClock.now() / 1000),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
+      deadLetters: outbox,
+      ...(secrets ? { secrets } : {}),
     }));
     // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
     n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
@@ -146,11 +164,13 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     ? new ForecastService({ actors: () => node.buckets.actors, held: () => node.heldPartitions(), events: node.events, clock: systemClock, log: logFn })
     : undefined;
   forecast?.start();
+  if (config.roles.includes("scheduler")) outbox.start();
   const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined, () => runsWaiting.count(systemClock.now()));
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
   const cleanUp = async (): Promise<void> => {
     forecast?.stop();
+    outbox.stop();
     await metrics?.close();
     await worker?.stop();
     directory.stop();
@@ -167,7 +187,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     log.info({ evt: "metrics_listening", metrics_url: `${metrics.url}/metrics` }, "metrics listening");
   }
   if (config.roles.includes("api")) {
-    const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom);
+    const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom, secrets);
     const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     registerOpsRoutes(app, ops);
     try {
@@ -188,6 +208,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       await worker?.stop();
       directory.stop();
       forecast?.stop();
+      outbox.stop();
       await node.stop();
       await metrics?.close();
       ops.close();

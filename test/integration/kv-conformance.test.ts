@@ -84,6 +84,23 @@ function conformance(name: string, getKv: () => KvStore): void {
       assert.deepEqual(await kv.list(`${base}.zzz.>`), []);
     });
 
+    it("scan pages live entries after a revision, in revision order, skipping deletes", async () => {
+      const kv = getKv();
+      const base = k("s");
+      const revs: number[] = [];
+      for (const n of ["1", "2", "3", "4", "5"]) revs.push(await kv.put(`${base}.a.${n}`, enc(n)));
+      await kv.put(`${base}.b.9`, enc("9"));
+      await kv.delete(`${base}.a.3`);
+      const p1 = await kv.scan(`${base}.a.*`, 0, 2);
+      assert.deepEqual(p1.entries.map((e) => dec(e.value)), ["1", "2"]);
+      assert.equal(p1.next, revs[1]);
+      const p2 = await kv.scan(`${base}.a.*`, p1.next, 2);
+      assert.deepEqual(p2.entries.map((e) => [e.key, dec(e.value)]), [[`${base}.a.4`, "4"], [`${base}.a.5`, "5"]]);
+      assert.equal(p2.next, null);
+      assert.deepEqual(await kv.scan(`${base}.a.*`, revs[4]!, 2), { entries: [], next: null });
+      assert.deepEqual(await kv.scan(`${base}.zzz.>`, 0, 10), { entries: [], next: null });
+    });
+
     it("watch replays current values, signals ready, then streams changes and deletes", async () => {
       const kv = getKv();
       const base = k("w");

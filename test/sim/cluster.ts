@@ -19,6 +19,8 @@ import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-acto
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
 import { TENANT_ACTOR } from "../../src/jobs/ids.ts";
 import { tenantRegistration } from "../../src/jobs/tenant-shell.ts";
+import { fleetRegistration } from "../../src/jobs/fleet-shell.ts";
+import { FAIR_REPORT_MS } from "../../src/jobs/fleet-actor.ts";
 import { NatsJobsService } from "../../src/jobs/nats-service.ts";
 import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
 import { seededRandom, type Random } from "../../src/lib/random.ts";
@@ -161,10 +163,10 @@ export class SimCluster {
     this.trace.add(`${id} started (incarnation ${id}-${gen})`);
   }
 
-  /** Mirrors src/server/start.ts: job and tenant actors, the worker directory. */
+  /** Mirrors src/server/start.ts: job, tenant and fleet actors (fair shares), the worker directory. */
   #composeScheduler(p: Proc): void {
     const { process } = p;
-    const directory = new WorkerDirectory(process.clock, this.#rng(), WORKER_HB_MS * 3);
+    const directory = new WorkerDirectory(process.clock, this.#rng(), WORKER_HB_MS * 3, { optimistic: true });
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
@@ -175,7 +177,8 @@ export class SimCluster {
         nowS: () => Math.floor(process.clock.now() / 1000),
         sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
       }));
-      n.register(tenantRegistration(n.buckets.actors));
+      n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
+      n.register(fleetRegistration(() => directory.capacity()));
     });
   }
 

@@ -17,7 +17,7 @@
  * the process stops still lands.
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
-import type { KvChange, KvEntry, KvStore, KvWatch, WriteResult } from "../../src/cluster/kv.ts";
+import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "../../src/cluster/kv.ts";
 import type { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { KairosError } from "../../src/lib/errors.ts";
@@ -106,6 +106,9 @@ export class FaultyKv implements KvStore {
   }
   list(filter: string): Promise<KvEntry[]> {
     return this.#op("list", filter, () => this.#inner.list(filter));
+  }
+  scan(filter: string, afterRevision: number, limit: number): Promise<KvPage> {
+    return this.#op("list", filter, () => this.#inner.scan(filter, afterRevision, limit));
   }
 
   async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {

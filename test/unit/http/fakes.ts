@@ -111,6 +111,15 @@ export class FakeJobs implements JobsService {
     return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
   }
 
+  async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {
+    this.#enter("listDeadLetters", tenantId, opts);
+    const all = [...this.#runs.values()]
+      .filter((r) => r.tenant_id === tenantId && (r.status === "failed" || r.status === "timed_out") && (opts.cursor === undefined || r.run_id > opts.cursor))
+      .sort((a, b) => a.run_id.localeCompare(b.run_id));
+    const items = all.slice(0, opts.limit);
+    return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
+  }
+
   async getRun(tenantId: string, runId: string): Promise<RunView> {
     this.#enter("getRun", tenantId, runId);
     const r = this.#runs.get(runId);

@@ -171,6 +171,18 @@ describe("jobs routes", () => {
     assert.equal(page2.runs[0]?.run_id, run.run_id);
   });
 
+  it("GET /v1/runs?status=dead_lettered pages the tenant's dead letters; any other status is 400", async () => {
+    const h = harness();
+    const res = await h.req("GET", "/v1/runs?status=dead_lettered&limit=5&cursor=abc");
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { runs: [], next_cursor: null });
+    const call = h.jobs.calls.at(-1);
+    assert.equal(call?.method, "listDeadLetters");
+    assert.deepEqual(call?.args[0], { limit: 5, cursor: "abc" });
+    await expectError(await h.req("GET", "/v1/runs"), 400, "invalid_argument", "status");
+    await expectError(await h.req("GET", "/v1/runs?status=failed"), 400, "invalid_argument", "status");
+  });
+
   it("GET runs validates status against the run statuses", async () => {
     const h = harness();
     const job = await create(h);

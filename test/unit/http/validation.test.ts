@@ -146,7 +146,7 @@ describe("/openapi.json", () => {
     const routes = Object.entries(served.paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m.toUpperCase()} ${p}`)).sort();
     assert.deepEqual(routes, [
       "DELETE /v1/jobs/{job_id}", "GET /healthz", "GET /openapi.json", "GET /v1/jobs", "GET /v1/jobs/{job_id}", "GET /v1/jobs/{job_id}/runs",
-      "GET /v1/runs/{run_id}", "PATCH /v1/jobs/{job_id}", "POST /v1/jobs", "POST /v1/jobs/{job_id}/runs",
+      "GET /v1/runs", "GET /v1/runs/{run_id}", "PATCH /v1/jobs/{job_id}", "POST /v1/jobs", "POST /v1/jobs/{job_id}/runs",
     ]);
     assert.deepEqual(served.components.securitySchemes, { bearer: { type: "http", scheme: "bearer", description: "API key from `kairos admin tenant create`" } });
     for (const id of ["CreateJobRequest", "PatchJobRequest", "Job", "Run", "JobPage", "RunPage", "Error"]) assert.ok(served.components.schemas[id], id);

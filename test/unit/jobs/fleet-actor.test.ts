@@ -21,12 +21,12 @@ class Fleet {
     this.state = d.state;
     return d;
   }
-  report(tenant: string, demand: number, weight = 1) {
-    return this.send({ tenant, demand, weight });
+  report(tenant: string, demand: number, weight = 1, held = false) {
+    return this.send({ tenant, demand, weight, ...(held ? { held } : {}) });
   }
-  /** Every tenant reports, past the warm-up; returns each one's share as sent to it. */
+  /** Every tenant reports (holding shares of a predecessor), past the warm-up; returns each one's share as sent to it. */
   warm(reports: [string, number, number][]): Record<string, number | null> {
-    for (const [t, dmd, w] of reports) this.report(t, dmd, w);
+    for (const [t, dmd, w] of reports) this.report(t, dmd, w, true);
     this.now += FLEET_WARMUP_MS;
     return this.round(reports);
   }
@@ -49,12 +49,27 @@ class Fleet {
 }
 
 describe("fleet actor", () => {
-  it("listens for FLEET_WARMUP_MS after activation, then answers each reporter with its share", () => {
+  it("a fresh fleet listens FLEET_WARMUP_MS to tenants holding a predecessor's share, then answers each with its share", () => {
     const f = new Fleet();
-    const early = f.report("a", 100);
+    const early = f.report("a", 100, 1, true);
     assert.deepEqual(early.reply, { share: null });
-    assert.equal((early.effects ?? []).length, 0, "no answer during the warm-up");
+    assert.equal((early.effects ?? []).length, 0, "no answer during the warm-up: a keeps its old share");
     assert.deepEqual(f.warm([["a", 100, 1], ["b", 100, 3]]), { a: 10, b: 30 });
+  });
+
+  it("a tenant without a share (busy from idle) is answered at once, even during the warm-up", () => {
+    const f = new Fleet();
+    assert.deepEqual(f.round([["a", 3, 1]]), { a: 40 }, "its demand plus all the headroom");
+  });
+
+  it("slots nobody asked for are added to the shares by weight (headroom); under overload there is none", () => {
+    const f = new Fleet();
+    // max-min: 5 and 10; 25 spare → +6 (25·1/4) and +18 (25·3/4), floors
+    assert.deepEqual(f.warm([["a", 5, 1], ["b", 10, 3]]), { a: 11, b: 28 });
+    f.now += FLEET_RECOMPUTE_MS;
+    f.round([["a", 50, 1], ["b", 50, 3]]);
+    f.now += FLEET_RECOMPUTE_MS;
+    assert.deepEqual(f.round([["a", 50, 1], ["b", 50, 3]]), { a: 10, b: 30 });
   });
 
   it("weighted max-min: a small tenant gets what it asks; a capped tenant's demand is its cap", () => {

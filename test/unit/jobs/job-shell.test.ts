@@ -46,7 +46,7 @@ const KEY = runKey(PARTITION, "t1", "j1", "r1");
 
 type Responder = (subject: string, req: StartRequest) => Promise<StartReply>;
 
-function setup(respond: Responder = async () => ({ accepted: true })) {
+function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (ms: number) => Promise<void>) {
   const clock = new FakeClock(1_000_000);
   const runs = new MemoryKv("runs");
   const requests: { subject: string; req: StartRequest; timeout: number }[] = [];
@@ -70,6 +70,7 @@ function setup(respond: Responder = async () => ({ accepted: true })) {
       throw new Error("no router in this test");
     },
     log: (_l, m, x) => logs.push(`${m} ${JSON.stringify(x ?? {})}`),
+    ...(sleep ? { sleep } : {}),
   });
   const told: unknown[] = [];
   let onTell: (() => void) | undefined;
@@ -185,6 +186,29 @@ describe("job shell: dispatch (hole 1)", () => {
     assert.equal(t.requests.length, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
     assert.equal(t.told.length, 1);
     assert.ok((t.told[0] as { kind: string }).kind === "dispatch_failed", JSON.stringify(t.told));
+  });
+
+  it("a worker with no free slot (its completion not yet acknowledged) is asked once more, same worker and fence", async () => {
+    const slept: number[] = [];
+    const sleep = async (ms: number) => void slept.push(ms);
+    let n = 0;
+    const t = setup(async () => (n++ === 0 ? { accepted: false, reason: "no free slot" } : { accepted: true }), sleep);
+    const told = t.nextTell();
+    t.reg.performPost!([dispatchFx(15)], t.ctx(5));
+    await told;
+    assert.equal(t.requests.length, 2);
+    assert.equal(t.requests[0]!.subject, t.requests[1]!.subject, "the same worker");
+    assert.deepEqual(t.requests.map((r) => r.req.fence), [15, 15]);
+    assert.equal(slept.length, 1);
+    assert.equal((t.told[0] as { kind: string }).kind, "claimed");
+    // refused twice: dispatch_failed, and no third offer
+    const u = setup(async () => ({ accepted: false, reason: "no free slot" }), sleep);
+    const failed = u.nextTell();
+    u.reg.performPost!([dispatchFx(16)], u.ctx(5));
+    await failed;
+    assert.equal(u.requests.length, 2);
+    assert.equal(u.requests[0]!.subject, u.requests[1]!.subject);
+    assert.equal((u.told[0] as { kind: string }).kind, "dispatch_failed");
   });
 
   it("7: a stale owner (stillOwner false) offers nothing", async () => {

@@ -1,0 +1,164 @@
+/**
+ * Dead letters, durably: a list per tenant and an outbox for the tenant's webhook.
+ *
+ * When the job shell writes the terminal record of a dead-lettered run (status `failed` or
+ * `timed_out`), and before the job state moves on, it `create`s two keys in the runs bucket:
+ * - `dl.<tenant>.<run_id>` → the run as the API shows it. Written once, never rewritten, so
+ *   its revision orders a tenant's dead letters by the time they were dead-lettered and is the
+ *   cursor of `GET /v1/runs?status=dead_lettered` (`KvStore.scan`: O(page), not O(all)).
+ * - `ob.<partition>.<tenant>.<run_id>` → `{run, tries, next_at_ms}`: a pending webhook delivery.
+ *
+ * The write is a pre effect (ordered before the state write): if the node dies before it, the
+ * state did not move on and the finish is decided and written again by the next owner; `create`
+ * over an existing key is a no-op, so a replay writes nothing twice. The `dead_letter` post
+ * effect then asks this node's `DeadLetterOutbox` to deliver at once; if the node dies before
+ * or during the delivery, the entry is still there, and the sweeper of whichever scheduler holds
+ * the partition next delivers it. An entry is deleted (CAS on its revision) only after a 2xx,
+ * a refusal that retrying cannot fix (SSRF rule, redirect, 4xx other than 429), no webhook, or
+ * `maxTries` failed deliveries (logged; the dead letter stays listable). So delivery is
+ * at-least-once: receivers dedupe on `run.run_id` (also sent as the `Kairos-Delivery-Id` header).
+ *
+ * Gotcha: during a partition move two nodes may both believe they hold it for a moment and both
+ * deliver: that is a duplicate, which at-least-once allows.
+ */
+import type { Clock } from "../lib/clock.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvEntry, KvStore } from "../cluster/kv.ts";
+import type { RunView } from "./model.ts";
+import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
+
+export const deadLetterKey = (tenantId: string, runId: string): string => `dl.${tenantId}.${runId}`;
+export const outboxKey = (partition: number, tenantId: string, runId: string): string => `ob.${partition}.${tenantId}.${runId}`;
+
+/** A run is dead-lettered when it ends failed or timed out (its retries, if any, are spent). */
+export function isDeadLetter(run: RunView): boolean {
+  return run.status === "failed" || run.status === "timed_out";
+}
+
+interface OutboxEntry {
+  run: RunView;
+  tries: number;
+  next_at_ms: number;
+}
+
+/**
+ * Records a dead letter and its pending delivery (see the module header). Idempotent; throws
+ * only on transport failures (the caller's pre effect then fails and is decided again).
+ */
+export async function recordDeadLetter(runs: KvStore, partition: number, run: RunView): Promise<void> {
+  await runs.create(deadLetterKey(run.tenant_id, run.run_id), encode(run));
+  await runs.create(outboxKey(partition, run.tenant_id, run.run_id), encode({ run, tries: 0, next_at_ms: 0 } satisfies OutboxEntry));
+}
+
+export interface DeadLetterOutboxOptions {
+  runs: () => KvStore;
+  /** The partitions this node holds now: only their entries are delivered from here. */
+  held: () => readonly number[];
+  webhook: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  clock: Clock;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** How often pending entries are looked for (default 5 s). */
+  sweepMs?: number;
+  /** Deliveries tried (each up to 3 POSTs) before an entry is given up (default 10). */
+  maxTries?: number;
+  /** Entries handled per partition per sweep (default 200). */
+  maxPerSweep?: number;
+  /** POSTs per delivery (default 3, with backoff between them). */
+  postAttempts?: number;
+}
+
+const BACKOFF_BASE_MS = 5_000;
+const BACKOFF_MAX_MS = 600_000;
+
+export class DeadLetterOutbox {
+  readonly #o: DeadLetterOutboxOptions;
+  readonly #inFlight = new Set<string>();
+  #cancel: (() => void) | undefined;
+  #stopped = false;
+  #sweeping = false;
+
+  constructor(o: DeadLetterOutboxOptions) {
+    this.#o = o;
+  }
+
+  start(): void {
+    this.#stopped = false;
+    this.#arm();
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#cancel?.();
+    this.#cancel = undefined;
+  }
+
+  /** Delivers one run's pending entry now (from the job shell, right after it dead-lettered it). */
+  async kick(partition: number, tenantId: string, runId: string): Promise<void> {
+    const key = outboxKey(partition, tenantId, runId);
+    const e = await this.#o.runs().get(key);
+    if (e) await this.#deliver(partition, e);
+  }
+
+  /** One pass over the held partitions' pending entries that are due. */
+  async sweep(): Promise<void> {
+    if (this.#sweeping) return;
+    this.#sweeping = true;
+    try {
+      const now = this.#o.clock.now();
+      for (const p of this.#o.held()) {
+        if (this.#stopped) return;
+        const due = (await this.#o.runs().list(`ob.${p}.>`))
+          .filter((e) => decode<OutboxEntry>(e.value).next_at_ms <= now)
+          .slice(0, this.#o.maxPerSweep ?? 200);
+        await Promise.all(due.map((e) => this.#deliver(p, e)));
+      }
+    } finally {
+      this.#sweeping = false;
+    }
+  }
+
+  #arm(): void {
+    if (this.#stopped) return;
+    this.#cancel = this.#o.clock.setTimer(this.#o.sweepMs ?? 5_000, () => {
+      this.sweep()
+        .catch((e: unknown) => this.#o.log("warn", "dead-letter outbox sweep failed", { err: String(e) }))
+        .finally(() => this.#arm());
+    });
+  }
+
+  async #deliver(partition: number, e: KvEntry): Promise<void> {
+    if (this.#inFlight.has(e.key) || !this.#o.held().includes(partition)) return;
+    this.#inFlight.add(e.key);
+    try {
+      const entry = decode<OutboxEntry>(e.value);
+      const runs = this.#o.runs();
+      const target = await this.#o.webhook(entry.run.tenant_id);
+      if (!target) {
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      const r = await notifyDeadLetter(target, entry.run, {
+        nowS: () => Math.floor(this.#o.clock.now() / 1000),
+        sleep: (ms) => new Promise((done) => this.#o.clock.setTimer(ms, done)),
+        ...(this.#o.postAttempts !== undefined ? { attempts: this.#o.postAttempts } : {}),
+      });
+      const tries = entry.tries + 1;
+      const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, tries };
+      if (r.ok || r.refused || (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)) {
+        if (!r.ok) this.#o.log("warn", "dead-letter webhook refused; not retried", { ...ids, status: r.status, err: r.error });
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      if (tries >= (this.#o.maxTries ?? 10)) {
+        this.#o.log("warn", "dead-letter webhook given up", { ...ids, status: r.status, err: r.error });
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      this.#o.log("warn", "dead-letter webhook failed; will retry", { ...ids, status: r.status, err: r.error });
+      const next_at_ms = this.#o.clock.now() + Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** (tries - 1));
+      await runs.update(e.key, encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry), e.revision);
+    } finally {
+      this.#inFlight.delete(e.key);
+    }
+  }
+}
