@@ -1,12 +1,14 @@
 /**
  * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots 100000]
- * [--lookahead-ms 60000] [--tenants 10] [--no-md]`): the headline "on time" figure. N jobs, all due
- * at the same instant T (a one-shot `at`; overlap `skip` by default, the API's default — only
- * `allow` gets look-ahead today), on one in-process scheduler node and one worker process with the
- * `noop` executor, on a real nats-server. Dispatch lag = the attempt's actual start − scheduled_for, from the run
- * records. Jobs are created through the jobs service (job actors), not HTTP, to keep set-up short;
- * the tenant's maximum of concurrent runs is raised to N by rewriting its record (there is no
- * admin command for quotas yet).
+ * [--lookahead-ms 60000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
+ * "on time" figure. N one-shot `at` jobs, all due at the same instant T (overlap `skip` by
+ * default, the API's default; both policies get look-ahead, the product default of 60 s), on one
+ * in-process scheduler node (plus S − 1 spawned ones) and W worker processes with the `noop`
+ * executor, on a real nats-server with authorization on. Dispatch lag = the attempt's actual
+ * start − scheduled_for, from the run records. Tenants, their quotas (max_concurrent_runs and
+ * max_jobs raised to N) and the jobs are set up through an admin connection and the jobs service
+ * (job actors), not HTTP, to keep set-up short. Last line: one JSON object (jobs, overlap,
+ * started, succeeded, failed, duplicates, lost, lag_ms, kv_ops_per_run, …).
  */
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
@@ -19,6 +21,21 @@ import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
+import { registry } from "../src/metrics/index.ts";
+import { freePort } from "../src/dev/nats-launcher.ts";
+import { openBuckets } from "../src/cluster/buckets.ts";
+import { ActorRouter } from "../src/cluster/router.ts";
+import { KvTenantDirectory } from "../src/tenants/index.ts";
+
+/** KV operations this process has made so far, by op (kairos_kv_op_seconds counts; the scheduler runs in-process). */
+async function kvOps(): Promise<Record<string, number>> {
+  const m = (await registry.getMetricsAsJSON()).find((x) => x.name === "kairos_kv_op_seconds");
+  const out: Record<string, number> = {};
+  for (const v of (m?.values ?? []) as { metricName?: string; labels: Record<string, string | number>; value: number }[]) {
+    if (v.metricName?.endsWith("_count")) out[String(v.labels["op"])] = (out[String(v.labels["op"])] ?? 0) + v.value;
+  }
+  return out;
+}
 
 function arg(args: string[], name: string, dflt: number): number {
   const i = args.indexOf(`--${name}`);
@@ -31,6 +48,9 @@ export async function run(args: string[]): Promise<void> {
   const slots = arg(args, "slots", 100_000);
   const lookaheadMs = arg(args, "lookahead-ms", 60_000);
   const tenantCount = arg(args, "tenants", 10);
+  const workerCount = arg(args, "workers", 1);
+  const schedulerCount = arg(args, "schedulers", 1);
+  if (!Number.isInteger(workerCount) || workerCount < 1 || !Number.isInteger(schedulerCount) || schedulerCount < 1) throw new Error("--workers and --schedulers must be integers >= 1");
   const oi = args.indexOf("--overlap");
   const overlap = oi >= 0 ? args[oi + 1] : "skip";
   if (overlap !== "skip" && overlap !== "allow") throw new Error(`--overlap must be skip or allow, got ${overlap}`);
@@ -41,22 +61,50 @@ export async function run(args: string[]): Promise<void> {
     { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
   );
   // The worker is its own process, as in production (its event loop only starts and reports runs).
-  const worker = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "burst-worker", roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(slots)] });
+  const perWorker = Math.ceil(slots / workerCount);
+  const workers = Array.from({ length: workerCount }, (_, i) =>
+    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `burst-worker${i}`, roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(perWorker)] }));
+  // Further scheduler nodes are processes of their own (placement spreads the partitions); their
+  // KV operations are read from their /metrics.
+  const metricsPorts = await Promise.all(Array.from({ length: schedulerCount - 1 }, () => freePort()));
+  const schedulers = metricsPorts.map((port, i) =>
+    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: `burst-sched${i + 1}`, roles: "scheduler", partitions: 64, extraArgs: ["--metrics-port", String(port), "--metrics-host", "127.0.0.1"] }));
+  const kvOpsAll = async (): Promise<Record<string, number>> => {
+    const out = await kvOps();
+    for (const port of metricsPorts) {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      for (const m of text.matchAll(/^kairos_kv_op_seconds_count\{op="([a-z]+)"\} (\d+)/gm)) out[m[1]!] = (out[m[1]!] ?? 0) + Number(m[2]);
+    }
+    return out;
+  };
+  const closers: (() => Promise<void>)[] = [];
   try {
-    await worker.waitFor((e) => e.type === "node_started", 30_000, "worker started");
-    const held = async () => proc.node.heldPartitions().length === proc.node.partitions;
-    while (!(await held())) await new Promise((r) => setTimeout(r, 50));
+    for (const w of workers) await w.waitFor((e) => e.type === "node_started", 30_000, "worker started");
+    for (const x of schedulers) await x.waitFor((e) => e.type === "node_started", 30_000, "scheduler started");
+    // Placement settled: every partition held, by exactly one of the scheduler nodes.
+    const settled = () => {
+      const sets = [new Set(proc.node.heldPartitions()), ...schedulers.map((x) => x.held())];
+      return sets.reduce((a, x) => a + x.size, 0) === proc.node.partitions && new Set(sets.flatMap((x) => [...x])).size === proc.node.partitions;
+    };
+    while (!settled()) await new Promise((r) => setTimeout(r, 100));
+    // Set-up as an operator and an API node would do it: tenants, quotas and jobs through an admin
+    // connection (the scheduler's own credentials may not write tenants).
+    const adminNc = await nats.connect("burst-admin", "admin");
+    closers.push(() => adminNc.drain());
+    const admin = await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 });
+    const tenantDir = new KvTenantDirectory(admin.tenants, { clock: systemClock });
+    const adminRouter = new ActorRouter({ nc: adminNc, clusterName: "kairos", clock: systemClock, random: systemRandom, partitions: proc.node.partitions });
     // Jobs spread over several tenants: one tenant actor hands out its tenant's slots serially,
     // and its grant table costs O(grants) per request (see BENCHMARKS.md).
     const tenants: string[] = [];
     for (let i = 0; i < tenantCount; i++) {
-      const { tenant } = await proc.tenants.createTenant(`burst${i}`);
-      const tkv = proc.node.buckets.tenants;
+      const { tenant } = await tenantDir.createTenant(`burst${i}`);
+      const tkv = admin.tenants;
       const e = (await tkv.get(`t.${tenant.tenant_id}`))!;
-      await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs }), e.revision);
+      await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs, max_jobs: jobs }), e.revision);
       tenants.push(tenant.tenant_id);
     }
-    const svc = new NatsJobsService(proc.node.router, proc.node.buckets, proc.node.partitions, systemRandom);
+    const svc = new NatsJobsService(adminRouter, admin, proc.node.partitions, systemRandom);
     // Creation runs at ~2,500 jobs/s here; the runs are then prepared during the look-ahead.
     const setupS = lookaheadMs / 1000 + 10 + Math.ceil(jobs / 1000);
     const dueMs = Math.ceil((systemClock.now() + setupS * 1000) / 1000) * 1000;
@@ -75,6 +123,7 @@ export async function run(args: string[]): Promise<void> {
       }
     }));
     const createS = (performance.now() - t0) / 1000;
+    const opsBefore = await kvOpsAll();
     console.log(`created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`);
     if (systemClock.now() > dueMs - lookaheadMs) console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
     let runs: RunView[] = [];
@@ -93,9 +142,13 @@ export async function run(args: string[]): Promise<void> {
     const failed = runs.filter((r) => r.status === "failed" || r.status === "timed_out").length;
     const leaseLost = runs.filter((r) => r.attempts.some((a) => a.outcome === "lease_lost")).length;
     loop.disable();
+    const opsAfter = await kvOpsAll();
+    // The scheduler's KV operations from the end of set-up to the end (reads, writes, grant keys),
+    // per started run; `list` (this benchmark polling the runs bucket) is left out.
+    const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
     const loopMs = { p99: Math.round(loop.percentile(99) / 1e6), max: Math.round(loop.max / 1e6) };
     const lines = [
-      `jobs due in the same second: ${jobs} (overlap ${overlap}, ${tenantCount} tenants); started: ${lags.length}; succeeded: ${done}; dead-lettered: ${failed}; runs with a lease_lost attempt: ${leaseLost}`,
+      `jobs due in the same second: ${jobs} (overlap ${overlap}, ${tenantCount} tenants, ${schedulerCount} scheduler(s), ${workerCount} worker(s)); started: ${lags.length}; succeeded: ${done}; dead-lettered: ${failed}; runs with a lease_lost attempt: ${leaseLost}`,
       `dispatch lag (start − scheduled_for) ms: p50 ${pct(lags, 50)}, p90 ${pct(lags, 90)}, p99 ${pct(lags, 99)}, max ${lags[lags.length - 1]}, min ${lags[0]}`,
     ];
     const byStatus = new Map<string, number>();
@@ -110,18 +163,21 @@ export async function run(args: string[]): Promise<void> {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.length > 1).length,
       event_loop_ms: loopMs,
+      kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
+      kv_ops_by_op: kvByOp,
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
     };
     if (!args.includes("--no-md")) {
       await appendSection("burst (top-of-the-second dispatch lag, noop executor)", [
         `date: ${new Date().toISOString()}; machine: ${machine()}`,
-        `command: \`npm run bench -- burst --jobs ${jobs} --overlap ${overlap} --lookahead-ms ${lookaheadMs} --tenants ${tenantCount}\` (one scheduler node in-process, 64 partitions; one worker process, noop executor, ${slots} slots; one nats-server; all on this machine)`,
+        `command: \`npm run bench -- burst --jobs ${jobs} --overlap ${overlap} --tenants ${tenantCount} --schedulers ${schedulerCount} --workers ${workerCount}\` (look-ahead ${lookaheadMs} ms; ${schedulerCount} scheduler node(s), one in-process, 64 partitions; ${workerCount} worker process(es), noop executor, ${slots} slots in all; one nats-server; all on this machine)`,
         `job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
       ], lines, false);
     }
     console.log(JSON.stringify(summary));
   } finally {
-    await worker.stop();
+    for (const c of closers) await c().catch(() => undefined);
+    await Promise.all([...workers, ...schedulers].map((x) => x.stop()));
     await proc.stop();
     await nats.stop();
   }

@@ -14,3 +14,6 @@ if (typeof mod.run !== "function") {
   process.exit(2);
 }
 await mod.run(args);
+// The benchmark has printed its figures and stopped what it started; a stopped NATS client's
+// watcher timers (idle-heartbeat monitors of closed connections) must not keep the process alive.
+process.exit(0);

@@ -164,6 +164,13 @@ export class ActorHost {
     return this.#actors.size;
   }
 
+  /** Messages queued in the mailboxes of this node's actors (O(actors); read at scrape time). */
+  get mailboxDepth(): number {
+    let n = 0;
+    for (const inst of this.#actors.values()) n += inst.mailbox.length;
+    return n;
+  }
+
   get pendingTimers(): number {
     return this.#timers.size;
   }

@@ -8,6 +8,7 @@ import type { JetStreamManager } from "@nats-io/jetstream";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
+import { systemClock } from "../lib/clock.ts";
 import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
@@ -21,6 +22,9 @@ async function timed<T>(op: KvOp, fn: () => Promise<T>): Promise<T> {
   }
 }
 import type { InFlightLimiter } from "./in-flight.ts";
+
+/** A listing that receives nothing for this long fails with `timeout` (see `list`). */
+export const LIST_IDLE_TIMEOUT_MS = 15_000;
 
 function isTimeout(e: unknown): boolean {
   for (let c: unknown = e, i = 0; c instanceof Error && i < 5; c = c.cause, i++) {
@@ -53,8 +57,11 @@ export class NatsKv implements KvStore {
   readonly #timeoutMs: number;
   readonly #limit: <T>(op: () => Promise<T>) => Promise<T>;
 
+  readonly #listIdleMs: number;
+
   /** `limiter` bounds this bucket's reads and writes in flight (shared between buckets). */
-  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000, limiter?: InFlightLimiter) {
+  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000, limiter?: InFlightLimiter, listIdleMs = LIST_IDLE_TIMEOUT_MS) {
+    this.#listIdleMs = listIdleMs;
     this.bucket = bucket;
     this.#kv = kv;
     this.#jsm = jsm;
@@ -134,15 +141,33 @@ export class NatsKv implements KvStore {
       await new Promise<void>((resolve, reject) => {
         let w: KvWatch | undefined;
         let ready = false;
+        // A listing that stops making progress (its connection closed or cut mid-way: the watch
+        // then neither ends nor fails) is a timeout, not a hang: callers retry or give up.
+        let cancelIdle: (() => void) | undefined;
+        const clearIdle = () => cancelIdle?.();
+        const stall = () => {
+          clearIdle();
+          cancelIdle = systemClock.setTimer(this.#listIdleMs, () => {
+            if (ready) return;
+            ready = true;
+            w?.stop();
+            reject(new KairosError("timeout", `kv list ${filter}: no progress for ${this.#listIdleMs} ms`));
+          });
+        };
+        // Armed once the watch is set up (counting a large filter's keys first may take long;
+        // that request has its own timeout), re-armed by every entry.
         this.watch(
           filter,
           (c) => {
             if (ready) return;
+            stall();
             if (c.value === null) out.delete(c.key);
             else out.set(c.key, { key: c.key, value: c.value, revision: c.revision });
           },
           () => {
+            if (ready) return;
             ready = true;
+            clearIdle();
             w?.stop();
             resolve();
           },
@@ -150,8 +175,13 @@ export class NatsKv implements KvStore {
           (watch) => {
             w = watch;
             if (ready) watch.stop();
+            else stall();
           },
-          reject,
+          (e: unknown) => {
+            clearIdle();
+            ready = true;
+            reject(e instanceof Error ? e : new Error(String(e)));
+          },
         );
       });
       return [...out.values()].sort((a, b) => a.revision - b.revision);

@@ -6,7 +6,8 @@
  *
  * Minute 0 is the minute containing `nowMs` (from its start); minute m covers
  * [start + m min, start + (m + 1) min). A job counts its occurrences (due times, before any
- * flexible-window spread) from its `next_run_at` on — earlier ones were already handled — and
+ * flexible-window spread) from its `next_run_at` on — earlier ones were already handled, except an
+ * occurrence prepared ahead that has not started (see `forecastJobOf`) — and
  * nothing when it is paused, deleted or has no next run (a past one-shot). Manual runs, retries
  * and misfire catch-ups are not forecast.
  *
@@ -54,7 +55,13 @@ const CHUNK = 256;
 /** The forecast input of a stored job actor state (undefined for a deleted or empty one). */
 export function forecastJobOf(s: JobState): ForecastJob | undefined {
   if (!s.job || s.deleted) return undefined;
-  return { tenant_id: s.job.tenant_id, schedule: s.job.spec.schedule, enabled: s.job.spec.enabled, next_run_at_ms: s.next_run_at_ms };
+  // An occurrence prepared ahead (look-ahead) already has its run and `next_run_at` moved past
+  // it; until it starts it is still to come, so the forecast counts from it.
+  let next = s.next_run_at_ms;
+  for (const r of s.runs) {
+    if (r.trigger !== "manual" && r.started_at_ms === null && (next === null || r.scheduled_for_ms < next)) next = r.scheduled_for_ms;
+  }
+  return { tenant_id: s.job.tenant_id, schedule: s.job.spec.schedule, enabled: s.job.spec.enabled, next_run_at_ms: next };
 }
 
 export function forecastRunsDue(jobs: Iterable<ForecastJob>, nowMs: number, o: ForecastOptions): Forecast {

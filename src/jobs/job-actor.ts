@@ -52,7 +52,8 @@ export interface JobActorConfig {
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   leaseTtlMs: 10_000,
-  lookaheadMs: 5_000,
+  // DESIGN.md: the slow work (KV writes, slot matching) happens in the minute before.
+  lookaheadMs: 60_000,
   misfireGraceMs: 10_000,
   maxActiveRuns: 100,
   queueLimit: 10,
@@ -92,14 +93,15 @@ export type JobMsg =
   | { kind: "redispatch"; run_id: string }
   | { kind: "claimed"; run_id: string; fence: number; worker: string }
   | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
-  | { kind: "retry_later"; run_id: string }
   | { kind: "slot_check"; run_id: string }
   /** The tenant asks whether this run still holds the slot it granted (lost releases). */
   | { kind: "slot_audit"; run_id: string }
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   | { kind: "lease_expired"; run_id: string; fence: number }
-  | { kind: "retry_due"; run_id: string };
+  | { kind: "retry_due"; run_id: string }
+  /** A gated run's due instant: skip it if another run of the job is still active. */
+  | { kind: "gate"; run_id: string };
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =
@@ -117,7 +119,8 @@ export type JobEffect =
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true } | null;
+/** `hold`: (heartbeat) keep the attempt, do not start it yet (a gated run; see `holdOf`). */
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true; hold?: true } | null;
 type D = Decision<JobState, JobReply, JobEffect>;
 
 const schedules = new Map<string, CompiledSchedule>();
@@ -184,17 +187,56 @@ class Tx {
   }
   armFire(): void {
     if (this.s.next_run_at_ms === null) this.cancelTimer("fire");
-    else this.timer("fire", fireAt(this.cfg, this.s), { kind: "fire" });
+    else this.timer("fire", fireAt(this.cfg, this.s, this.now), { kind: "fire" });
   }
 }
 
 const iso = (ms: number): string => instant(ms);
 /**
- * Look-ahead applies only to overlap=allow: the other policies must see which earlier runs are
- * still active when an occurrence falls due, which is only known at its due time.
+ * Look-ahead: runs are created, given a slot and a worker before they are due.
+ * - `allow`: the NEXT occurrence only (a prepared run holds a worker slot until it ends).
+ * - `skip` (the default): the NEXT occurrence only, prepared with a gate (`ActiveRun.gate`): its
+ *   worker starts it from its own timer at its due time only if its last heartbeat reply did not
+ *   say `hold`; the owner says `hold` (from memory) while a run that blocks it is active
+ *   (`holdOf`), and at the due instant skips it if one still is (`gate` timer). In the common case
+ *   nothing blocks it from preparation on, and it starts on time with no round trip at the due
+ *   instant. One gated run at a time: while it waits, the window is closed.
+ * - `queue`, `replace`: none (they act on other runs at the due instant).
  */
-function lookahead(cfg: JobActorConfig, s: JobState): number {
-  return s.job?.spec.overlap === "allow" ? cfg.lookaheadMs : 0;
+function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
+  switch (s.job?.spec.overlap) {
+    case "allow":
+    case "skip":
+      return undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+    default:
+      return 0;
+  }
+}
+
+/**
+ * The due instant of the run prepared ahead and not yet due, if any: at most one per job, since a
+ * prepared run holds a worker slot until it ends (preparing a whole 60 s window of a job due every
+ * 3 s took 20 worker slots per job; the ledger chaos run's fleet of 24 slots then starved the
+ * other jobs).
+ */
+function undecided(s: JobState, now: number): number | undefined {
+  let at: number | undefined;
+  for (const r of s.runs) if (r.trigger !== "manual" && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
+  return at;
+}
+
+/**
+ * Whether a gated run's worker must keep holding it (not start it) now: while a run that BLOCKS it
+ * is active — one created before it (an earlier occurrence, a retry, a manual run from before it
+ * was prepared), or created with it for an earlier instant (catch-up). Runs created later (the
+ * next prepared occurrence, a manual run from after it was prepared) never block it. The blocking
+ * set only shrinks, so the answer is monotone: once no blocking run is left — at preparation in
+ * the common case — the worker may start it at its due time from its own timer with no further
+ * round trip, and the `gate` reminder at the due instant (same rule) can never contradict a go.
+ */
+export function holdOf(s: JobState, r: ActiveRun): boolean {
+  if (!r.gate || s.job?.spec.overlap !== "skip") return false;
+  return s.runs.some((x) => x !== r && (x.created_at_ms < r.created_at_ms || (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)));
 }
 
 /**
@@ -202,11 +244,16 @@ function lookahead(cfg: JobActorConfig, s: JobState): number {
  * over its first half (hash of job and occurrence), so that many jobs due at the same instant
  * prepare their runs across the window instead of all at once.
  */
-function fireAt(cfg: JobActorConfig, s: JobState): number {
-  const la = lookahead(cfg, s);
+function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
-  if (la <= 0 || !s.job) return due;
-  return due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
+  if (!s.job) return due;
+  // A run prepared ahead closes the window until its due instant (one ahead at a time).
+  const ahead = s.job.spec.overlap === "skip" || s.job.spec.overlap === "allow";
+  const la = ahead ? cfg.lookaheadMs : 0;
+  if (la <= 0) return due;
+  const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
+  const waitFor = undecided(s, now);
+  return waitFor === undefined ? at : Math.min(due, Math.max(at, waitFor));
 }
 
 const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });
@@ -214,7 +261,7 @@ const fail = (code: ErrorCode, message: string, field?: string) => (field === un
 // ---------------------------------------------------------------------------------------------
 // Occurrences: misfire, overlap, run creation
 
-function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string): void {
+function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false): void {
   const spec = tx.job.spec;
   const r: ActiveRun = {
     run_id: runId,
@@ -224,16 +271,18 @@ function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], 
     status: "queued",
     attempt: 0,
     fence: 0,
-    offered_at_ms: null,
     worker: null,
     slot: false,
     created_at_ms: tx.now,
     started_at_ms: null,
     next_attempt_at_ms: null,
     attempts: [],
+    ...(gate ? { gate: true as const } : {}),
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);
+  // The decision at the due instant (skip if a blocking run is still active then): see `holdOf`.
+  if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
   tx.changed = true;
 }
@@ -247,7 +296,7 @@ function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigge
   });
 }
 
-/** Applies the overlap policy to one occurrence that is due to run. */
+/** Applies the overlap policy to one occurrence that is due to run (or, gated, prepared ahead). */
 function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): void {
   const active = tx.s.runs.length > 0;
   const runId = runIdFor(tx.job.job_id, scheduledForMs);
@@ -260,6 +309,8 @@ function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): voi
     case "allow":
       return createRun(tx, scheduledForMs, trigger, runId);
     case "skip":
+      // Not due yet (look-ahead): prepared under a gate, decided at the due instant.
+      if (scheduledForMs > tx.now) return createRun(tx, scheduledForMs, trigger, runId, true);
       if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
       return createRun(tx, scheduledForMs, trigger, runId);
     case "queue":
@@ -283,11 +334,12 @@ function fire(tx: Tx): void {
   const s = tx.s;
   if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
   const sched = scheduleOf(s.job.spec);
-  const horizon = tx.now + lookahead(tx.cfg, s);
+  const horizon = tx.now + lookahead(tx.cfg, s, tx.now);
+  // Look-ahead prepares only the next occurrence ahead of time (see `undecided`).
   const due: number[] = [];
   let cursor = s.next_run_at_ms;
   let dropped = 0;
-  while (cursor <= horizon) {
+  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now)) {
     if (due.length >= MAX_ENUMERATED) {
       due.shift();
       dropped++;
@@ -326,7 +378,6 @@ function fire(tx: Tx): void {
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = ++tx.s.fence_seq;
-  r.offered_at_ms = tx.now;
   tx.changed = true;
   // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
   // dropped instance): after the offer timeout the offer is dead and the run is offered again.
@@ -350,14 +401,15 @@ function askSlot(tx: Tx, r: ActiveRun): void {
 }
 
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
-function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled", reason: string | null, result: RunView["result"]): void {
+function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   tx.changed = true;
   tx.cancelTimer(`lease:${r.run_id}`);
   tx.cancelTimer(`retry:${r.run_id}`);
   tx.cancelTimer(`dispatch:${r.run_id}`);
   tx.cancelTimer(`slot:${r.run_id}`);
-  if ((r.status === "leased" || r.status === "running") && status === "cancelled" && r.worker) {
+  if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
+  if ((r.status === "leased" || r.status === "running") && (status === "cancelled" || status === "skipped") && r.worker) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
   }
   if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
@@ -432,7 +484,6 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   r.status = "leased";
   r.attempt += 1;
   r.worker = worker;
-  r.offered_at_ms = null;
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
@@ -536,11 +587,6 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
       }
       return tx.done(null);
-    case "retry_later":
-      if (r && r.status === "queued") {
-        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
-      }
-      return tx.done(null);
     case "heartbeat":
       // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
       // the current fence proves the claim.
@@ -549,6 +595,7 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
       }
       tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r)) return tx.done({ ok: true, hold: true });
       if (r.status === "leased" && m.started_at_ms !== undefined) {
         r.status = "running";
         r.started_at_ms ??= m.started_at_ms;
@@ -593,6 +640,13 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
         } else {
           finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
         }
+      }
+      return tx.done(null);
+    case "gate":
+      // The due instant of a gated run. A blocking run still active: skip this occurrence (its
+      // worker has only ever heard `hold`, so it never started). Otherwise it goes (or went).
+      if (r && r.gate && r.started_at_ms === null && (r.status === "queued" || r.status === "leased") && holdOf(tx.s, r)) {
+        finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
       }
       return tx.done(null);
     case "retry_due":
@@ -712,8 +766,9 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
   if (!s.job || s.deleted) return fx;
-  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s), msg: { kind: "fire" } });
+  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {
+    if (r.gate && r.started_at_ms === null) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
     if (r.status === "leased" || r.status === "running") {
       // A fresh grace period: live workers re-heartbeat with the same fence.
       fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });
@@ -744,6 +799,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || (r.status !== "leased" && r.status !== "running")) return undefined;
       // The first heartbeat after the start still goes through the mailbox (status running).
+      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(s, r)) return { reply: { ok: true, hold: true }, alsoQueue: false };
       return { reply: { ok: true }, alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {

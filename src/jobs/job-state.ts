@@ -30,8 +30,6 @@ export interface ActiveRun {
   attempt: number;
   /** Fence of the current offer or claim (0 = none); see ARCHITECTURE.md "Fences". */
   fence: number;
-  /** When the current offer (status queued, fence > 0) was made; null once claimed or with no offer. */
-  offered_at_ms?: number | null;
   worker: string | null;
   /** A tenant slot is held for this run. */
   slot: boolean;
@@ -39,6 +37,12 @@ export interface ActiveRun {
   slot_seq?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
+  /**
+   * Prepared ahead of its due time under overlap `skip` (look-ahead): its worker holds it but may
+   * start it only once the owner's heartbeat reply no longer says `hold` — at the due instant, if
+   * no other run of the job is active then; otherwise the owner skips it (see `holdOf`).
+   */
+  gate?: true;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

@@ -8,7 +8,7 @@ import type Dockerode from "dockerode";
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
 import type { DockerConfig } from "./options.ts";
 import { invalidTask, taskEnv } from "./identity.ts";
-import { CONTAINER_BUSYBOX, DOCKER_SUPERVISOR, DOCKER_SUPERVISOR_PIDS } from "./supervisor.ts";
+import { CONTAINER_BUSYBOX, CONTAINER_LEASE_DIR, DOCKER_SUPERVISOR, DOCKER_SUPERVISOR_PIDS } from "./supervisor.ts";
 
 /** The in-container deadline trails the executor's own timer by this much (the executor normally wins). */
 export const CONTAINER_DEADLINE_GRACE_S = 2;
@@ -21,6 +21,8 @@ export interface ContainerRun {
   deadlineAtMs: number;
   /** The image's `VOLUME` paths: each gets a bounded tmpfs instead of an anonymous volume. */
   volumes?: readonly string[];
+  /** Host directory holding the attempt's lease file (mounted read-only), when it has a lease. */
+  leaseDir?: string;
 }
 
 const TMPFS_OPTS = "rw,noexec,nosuid,nodev";
@@ -145,7 +147,7 @@ export function containerSpec(
     User: cfg.user,
     Labels: runLabels(id, workerId, run.deadlineAtMs),
     // PID 1 is the host's static busybox running DOCKER_SUPERVISOR: the deadline holds without the worker.
-    Entrypoint: [CONTAINER_BUSYBOX, "sh", "-c", DOCKER_SUPERVISOR, "kairos-supervisor", containerDeadlineS(task), ...run.command],
+    Entrypoint: [CONTAINER_BUSYBOX, "sh", "-c", DOCKER_SUPERVISOR, "kairos-supervisor", containerDeadlineS(task), run.leaseDir === undefined ? "0" : "1", ...run.command],
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
@@ -161,8 +163,12 @@ export function containerSpec(
       SecurityOpt: ["no-new-privileges"],
       Privileged: false,
       Binds: [],
-      // The only host path: one static binary, read-only (the in-container deadline's supervisor).
-      Mounts: [{ Type: "bind", Source: cfg.busyboxPath, Target: CONTAINER_BUSYBOX, ReadOnly: true }],
+      // The only host paths, read-only: one static binary (the in-container supervisor) and the
+      // attempt's lease directory (its lease file, renewed by the worker).
+      Mounts: [
+        { Type: "bind", Source: cfg.busyboxPath, Target: CONTAINER_BUSYBOX, ReadOnly: true },
+        ...(run.leaseDir === undefined ? [] : [{ Type: "bind" as const, Source: run.leaseDir, Target: CONTAINER_LEASE_DIR, ReadOnly: true }]),
+      ],
       Devices: [],
       IpcMode: "private",
       PidsLimit: limits.pids + DOCKER_SUPERVISOR_PIDS, // the task keeps its whole budget

@@ -14,6 +14,8 @@
  * naming the reason is appended to the output tail for oom, timed_out and killed attempts.
  */
 import { Writable } from "node:stream";
+import { chmodSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import type Dockerode from "dockerode";
 import type { Execution, ExecutionResult, Executor, Outcome, RunIdentity, TaskSpec } from "./types.ts";
 import type { ExecutorConfig } from "./options.ts";
@@ -21,7 +23,7 @@ import { OutputTail } from "./output-tail.ts";
 import { validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
 import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, imageVolumes, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
-import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND } from "./supervisor.ts";
+import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent } from "./supervisor.ts";
 import { classifyEngineError, engineMessage, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
 import { imageCarriesName } from "./image-policy.ts";
 import { ensureImage } from "./docker-image.ts";
@@ -66,7 +68,10 @@ class DockerExecution implements Execution {
     this.#tail = new OutputTail(cfg.outputTailBytes);
     this.#startedAtMs = cfg.clock.now();
     this.result = this.#latch.promise;
-    void this.#run(id, limits).then((r) => this.#latch.settle(r));
+    void this.#run(id, limits).then((r) => {
+      this.#latch.settle(r);
+      if (this.#leaseDir !== undefined) rmSync(this.#leaseDir, { recursive: true, force: true });
+    });
   }
 
   /** The container id once created (for tests and diagnostics). */
@@ -77,6 +82,30 @@ class DockerExecution implements Execution {
   kill(_reason: string): Promise<void> {
     this.#stop("killed");
     return this.result.then(() => undefined);
+  }
+
+  // The lease file (TaskSpec.leaseMs, supervisor.ts): renewed in place by rename, so the
+  // container's watchdog never reads a half-written value.
+  #leaseDir: string | undefined;
+  #leaseSeq = 0;
+  #leaseUntilMono = 0;
+
+  renewLease(validForMs: number): void {
+    this.#leaseUntilMono = this.#cfg.clock.monoMs() + validForMs;
+    this.#writeLease();
+  }
+
+  #writeLease(): void {
+    const dir = this.#leaseDir;
+    if (dir === undefined || this.#latch.settled) return;
+    try {
+      const tmp = join(dir, `until.${++this.#leaseSeq}`);
+      writeFileSync(tmp, leaseFileContent(this.#leaseSeq, this.#leaseUntilMono - this.#cfg.clock.monoMs()));
+      renameSync(tmp, join(dir, "until"));
+    } catch (e) {
+      // Not renewed: the container's countdown runs out and kills it (safe, never longer).
+      this.#cfg.log("warn", "could not renew a container's lease file", { dir, err: messageOf(e) });
+    }
   }
 
   #quick<T>(p: Promise<T>, what: string): Promise<T> {
@@ -116,7 +145,16 @@ class DockerExecution implements Execution {
         return errorResult("invalid_task", `no command: the task has no args and image ${this.#task.image} defines none`, clock.now());
       }
       const deadlineAtMs = clock.now() + (this.#task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000 + 2 * this.#cfg.docker.engineTimeoutMs;
-      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, { command, deadlineAtMs, volumes });
+      if (this.#task.leaseMs !== undefined) {
+        mkdirSync(this.#cfg.docker.leaseRoot, { recursive: true, mode: 0o755 });
+        this.#leaseDir = mkdtempSync(join(this.#cfg.docker.leaseRoot, `${id.runId}-${id.attempt}-`));
+        chmodSync(this.#leaseDir, 0o755); // the container's (unprivileged) user reads it
+        if (this.#leaseUntilMono === 0) this.#leaseUntilMono = clock.monoMs() + this.#task.leaseMs;
+        this.#writeLease();
+      }
+      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, {
+        command, deadlineAtMs, volumes, ...(this.#leaseDir !== undefined ? { leaseDir: this.#leaseDir } : {}),
+      });
       this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
       if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
       phase = "run";
@@ -125,6 +163,8 @@ class DockerExecution implements Execution {
       this.#startedAtMs = clock.now();
       await this.#quick(this.#container.start(), "start");
       this.#running = true;
+      // The countdown began somewhere during start: restate what is left from now.
+      this.#writeLease();
       phase = "run";
       const cancelTimer = clock.setTimer(this.#task.timeoutS * 1000, () => this.#stop("timed_out"));
       if (this.#stopReason !== undefined) void this.#killContainer(); // kill() raced with start

@@ -3,6 +3,8 @@
  * in the names. Invalid options are a `KairosError("invalid_argument")` at construction,
  * never a surprise at the first run.
  */
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
@@ -61,6 +63,8 @@ export interface DockerOptions {
    * (Debian: busybox-static).
    */
   busyboxPath?: string;
+  /** Host directory under which each leased attempt gets its lease directory (default: <tmpdir>/kairos-lease). */
+  leaseRoot?: string;
   /** How often the executor removes expired containers of any worker (by label). Default 30000; 0 = never. */
   sweepIntervalMs?: number;
 }
@@ -98,6 +102,7 @@ export interface DockerConfig {
   readonly user: string;
   readonly engineTimeoutMs: number;
   readonly busyboxPath: string;
+  readonly leaseRoot: string;
   readonly sweepIntervalMs: number;
 }
 
@@ -140,8 +145,12 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     user: d.user ?? "65534:65534",
     engineTimeoutMs: positive("docker.engineTimeoutMs", d.engineTimeoutMs, 10_000, true),
     busyboxPath: d.busyboxPath ?? "/bin/busybox",
+    leaseRoot: d.leaseRoot ?? join(tmpdir(), "kairos-lease"),
     sweepIntervalMs: d.sweepIntervalMs ?? 30_000,
   };
+  if (typeof cfg.leaseRoot !== "string" || !cfg.leaseRoot.startsWith("/")) {
+    throw new KairosError("invalid_argument", `docker.leaseRoot must be an absolute path, got ${String(cfg.leaseRoot)}`, { field: "docker.leaseRoot" });
+  }
   if (typeof cfg.busyboxPath !== "string" || !cfg.busyboxPath.startsWith("/")) {
     throw new KairosError("invalid_argument", `docker.busyboxPath must be an absolute path, got ${String(cfg.busyboxPath)}`, { field: "docker.busyboxPath" });
   }

@@ -15,6 +15,12 @@
  *   watchdog that sleeps until the deadline and then SIGKILLs every process of the container
  *   but PID 1, and runs the task in the foreground; PID 1 exits with the task's status, which
  *   ends the container. The engine enforces it whether or not a worker still exists.
+ *   With a lease (`TaskSpec.leaseMs`), a second watchdog counts the lease down in quarter seconds
+ *   and kills the container when it reaches zero; the worker renews it by rewriting
+ *   `CONTAINER_LEASE_DIR/until` ("<seq> <quarters>", replaced by rename) on every acknowledged
+ *   heartbeat. A worker that is killed, frozen (SIGSTOP) or cut off stops renewing, so its
+ *   container dies when the lease the worker last saw runs out — before the owner offers the run
+ *   again (the owner waits the full TTL; the worker's view ends TTL − margin after the send).
  *
  * Gotchas: Debian's busybox prefers its applets to PATH lookups, so the docker supervisor
  * resolves the command through PATH itself and runs it by its path (argv[0] becomes that
@@ -65,8 +71,27 @@ exec "$@"
 /** Where the docker executor mounts the host's static busybox inside every container. */
 export const CONTAINER_BUSYBOX = "/.kairos/busybox";
 
-/** Processes the docker supervisor adds to a container (PID 1, watchdog, its sleep): added to PidsLimit. */
-export const DOCKER_SUPERVISOR_PIDS = 3;
+/** Where a container finds its lease file (`until`), a read-only bind of a per-attempt host directory. */
+export const CONTAINER_LEASE_DIR = "/.kairos/lease";
+
+/**
+ * Processes the docker supervisor adds to a container (PID 1, deadline watchdog and its sleep,
+ * lease watchdog and its sleep): added to PidsLimit.
+ */
+export const DOCKER_SUPERVISOR_PIDS = 5;
+
+/** The lease watchdog's tick. */
+export const LEASE_TICK_MS = 250;
+
+/**
+ * The content of a lease file: a sequence number (a new value restarts the countdown) and the
+ * lease left, in watchdog ticks, rounded down with room for the ticks' drift (each tick is a
+ * `sleep 0.25` plus a fork, so a countdown runs slow) — the container dies before `validForMs`.
+ */
+export function leaseFileContent(seq: number, validForMs: number): string {
+  const ticks = Math.max(0, Math.floor((validForMs * 0.9) / LEASE_TICK_MS) - 1);
+  return `${seq} ${ticks}\n`;
+}
 
 /** Marker lines (stderr) of the docker supervisor when the command cannot be run. */
 export const MARK_NOT_FOUND = "[kairos] command not found: ";
@@ -74,11 +99,13 @@ export const MARK_NOT_EXECUTABLE = "[kairos] command not executable: ";
 
 /**
  * `busybox sh -c` script, PID 1 of every container. $0 = name, $1 = deadline in seconds,
- * $2… = the command (the task's args, or the image's Entrypoint + Cmd).
+ * $2 = 1 when a lease file is mounted at CONTAINER_LEASE_DIR (else 0), $3… = the command (the
+ * task's args, or the image's Entrypoint + Cmd).
  */
 export const DOCKER_SUPERVISOR = `kairos_b=${CONTAINER_BUSYBOX}
 kairos_d=$1
-shift
+kairos_l=$2
+shift 2
 kairos_p=$1
 case $1 in
   */*) ;;
@@ -112,6 +139,25 @@ shift
   printf '\\n[kairos] container killed by its own deadline\\n' >&2
   kill -KILL -1
 ) &
+if [ "$kairos_l" = 1 ]; then
+  (
+    trap '' TERM INT HUP QUIT PIPE
+    exec </dev/null >/dev/null
+    kairos_seq=
+    kairos_left=0
+    while :; do
+      kairos_s=
+      kairos_q=
+      { read -r kairos_s kairos_q <${CONTAINER_LEASE_DIR}/until; } 2>/dev/null
+      if [ -n "$kairos_s" ] && [ "$kairos_s" != "$kairos_seq" ]; then kairos_seq=$kairos_s; kairos_left=$kairos_q; fi
+      [ "$kairos_left" -gt 0 ] 2>/dev/null || break
+      kairos_left=$((kairos_left - 1))
+      "$kairos_b" sleep ${LEASE_TICK_MS / 1000}
+    done
+    printf '\n[kairos] container killed: its worker stopped renewing the lease\n' >&2
+    kill -KILL -1
+  ) &
+fi
 "$kairos_p" "$@"
 exit $?
 `;

@@ -19,6 +19,12 @@ export interface TaskSpec {
   timeoutS: number;
   /** Per-job limits, each within the executor's node maximums (docker only). */
   resources?: { memoryMb?: number; cpus?: number; pids?: number };
+  /**
+   * How long the attempt may run without its worker renewing the lease (`Execution.renewLease`).
+   * Docker enforces it inside the container, so it holds when the worker is killed, frozen or cut
+   * off; the process executor's supervisor watches the worker itself instead. Absent: no lease.
+   */
+  leaseMs?: number;
 }
 
 /** Who this attempt is: exported to the task as KAIROS_* variables and (docker) labels. */
@@ -68,6 +74,8 @@ export interface Execution {
    * must not be spent waiting for a task to handle SIGTERM.
    */
   kill(reason: string, opts?: { immediate?: boolean }): Promise<void>;
+  /** The worker's lease was acknowledged: the attempt may run `validForMs` more (see TaskSpec.leaseMs). */
+  renewLease?(validForMs: number): void;
 }
 
 export type ExecutorKind = "process" | "noop" | "docker";

@@ -42,6 +42,7 @@ export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps 
     checks.push(partitionsCheck(config.nodeId, () => assign(node.partitions, node.membership?.live("scheduler") ?? []), () => node.heldPartitions()));
     removers.push(addGaugeSource("partitions_held", () => node.heldPartitions().length));
     removers.push(addGaugeSource("actors_active", () => node.host?.activeCount ?? 0));
+    removers.push(addGaugeSource("mailbox_depth", () => node.host?.mailboxDepth ?? 0));
     if (runsWaiting) removers.push(addRunsWaitingSource(runsWaiting));
   }
   if (config.roles.includes("worker") && worker !== undefined) {

@@ -60,6 +60,8 @@ interface Lease {
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
   validUntilMono?: number;
+  /** The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run). */
+  held?: boolean;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
   due: boolean;
   execution?: Execution;
@@ -249,7 +251,7 @@ export class Worker {
 
   /** The owner's acknowledgement still covers this attempt. */
   #fresh(l: Lease): boolean {
-    return !l.lost && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
+    return !l.lost && !l.held && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
   }
 
   #run(lease: Lease): void {
@@ -259,6 +261,8 @@ export class Worker {
     lease.startedAtMs = this.#o.clock.now();
     lease.execution = this.#o.executor.start(
       { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
+        // What is left of the acknowledged lease: the container dies when it runs out unrenewed.
+        leaseMs: Math.max(0, (lease.validUntilMono ?? 0) - this.#o.clock.monoMs()),
         ...(req.task.resources ? { resources: { ...(req.task.resources.memory_mb ? { memoryMb: req.task.resources.memory_mb } : {}), ...(req.task.resources.cpus ? { cpus: req.task.resources.cpus } : {}), ...(req.task.resources.pids ? { pids: req.task.resources.pids } : {}) } } : {}) },
       { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId, fence: req.fence },
     );
@@ -310,6 +314,11 @@ export class Worker {
       if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
       if (r.ok) {
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
+        l.execution?.renewLease?.(l.validUntilMono - this.#o.clock.monoMs());
+        // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
+        // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
+        l.held = !l.execution && (r.v as { hold?: boolean } | null)?.hold === true;
+        if (l.due && l.held) this.#beatSoon();
         if (l.due && this.#fresh(l)) this.#run(l);
         if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
       } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {

@@ -26,7 +26,7 @@
  *   (e) no tenant has more distinct runs executing at once than its max_concurrent_runs.
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openBuckets } from "../../src/cluster/buckets.ts";
@@ -454,12 +454,30 @@ class PidWatcher {
     }
     const now = Date.now();
     for (const [key, pid] of this.#open) {
-      try {
-        process.kill(pid, 0);
-      } catch {
+      if (!executing(pid)) {
         this.gone.set(key, now);
         this.#open.delete(key);
       }
+    }
+  }
+}
+
+/**
+ * Whether a task process still executes. A zombie does not: a task SIGKILLed by its supervisor
+ * while its worker is frozen (SIGSTOP) stays a zombie until the worker resumes and reaps it, and
+ * `kill(pid, 0)` still succeeds on it — that made every frozen-worker kill look like an overlap.
+ */
+export function executing(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch {
+    try {
+      process.kill(pid, 0); // no /proc: the best this platform offers
+      return !existsSync("/proc/self/stat");
+    } catch {
+      return false;
     }
   }
 }

@@ -346,6 +346,7 @@ export class SimCluster {
         try {
           const { job } = await service.createJob(tenant, spec, `sim-${this.jobs.length}`);
           this.jobs.push({ tenant, jobId: job.job_id, spec });
+          if (spec.overlap === "skip") this.checker.skipJobs.add(job.job_id);
           this.trace.add(`created job ${tenant}/${job.job_id} (${"cron" in spec.schedule ? spec.schedule.cron : spec.schedule.at}, ${spec.overlap})`);
           break;
         } catch (e) {

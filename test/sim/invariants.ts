@@ -19,6 +19,8 @@
  *  f  run_stuck               a run still non-terminal long after faults stopped — except a run of a
  *                             tenant whose backlog behind max_concurrent still moves at the end
  *                             (see `saturatedTenants`)
+ *  g  skip_overlap            two runs of an overlap=skip job executing at once (the look-ahead
+ *                             gate must decide skip/go at the due instant, see job-actor.ts holdOf)
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { decode } from "../../src/cluster/codec.ts";
@@ -26,6 +28,7 @@ import type { LeaseValue } from "../../src/cluster/partition-manager.ts";
 import type { JobState } from "../../src/jobs/job-state.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../src/jobs/model.ts";
 import { compileSchedule } from "../../src/schedule/index.ts";
+import { jobIdOfRun } from "../../src/jobs/ids.ts";
 import type { Ledger, LedgerEntry } from "./executor.ts";
 
 export interface Violation {
@@ -72,6 +75,8 @@ export class Checker {
   /** Writes of an older epoch that landed on a key not yet fenced under the newer one. */
   staleLandedUnfenced = 0;
   readonly #workersOfAttempt = new Map<string, string>();
+  /** Jobs with overlap=skip (filled as the simulation creates them). */
+  readonly skipJobs = new Set<string>();
 
   constructor(
     private readonly trace: Trace,
@@ -101,6 +106,11 @@ export class Checker {
       const overlap = [...active].find((y) => y !== x && y.runId === x.runId);
       if (overlap) {
         this.fail("run_overlap", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started while attempt ${overlap.attempt} (fence ${overlap.fence}) on ${overlap.worker} still ran (since ${fmt(overlap.startMs - this.startMs)})`);
+      }
+      const jobId = jobIdOfRun(x.runId);
+      if (jobId !== null && this.skipJobs.has(jobId)) {
+        const other = [...active].find((y) => y !== x && y.runId !== x.runId && jobIdOfRun(y.runId) === jobId);
+        if (other) this.fail("skip_overlap", x.runId, `job ${jobId} (overlap skip): run ${x.runId} started while run ${other.runId} still ran (since ${fmt(other.startMs - this.startMs)})`);
       }
       const cap = this.caps.get(x.tenant);
       const n = [...active].filter((y) => y.tenant === x.tenant).length;

@@ -193,6 +193,59 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     assert.ok(Number(info.Config.Labels[DOCKER_LABEL.deadlineMs]) >= Date.parse(info.State.StartedAt) + timeoutS * 1000);
   });
 
+  it("a container's lease: renewed, it keeps running; unrenewed (worker killed, frozen or cut off), it dies when the lease runs out — long before its timeout", async () => {
+    const executor = await createExecutor("docker", { workerId, docker: { sweepIntervalMs: 0 } });
+    executors.push(executor);
+    const id = identity(workerId);
+    const started = await armContainerEvent(id.runId, "start");
+    const died = await armContainerEvent(id.runId, "die", 30_000);
+    const leaseMs = 1_500;
+    const exec = executor.start({ image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs }, id);
+    await started.event;
+    const startedAt = Date.now();
+    // Renewed every 400 ms for 4 s (well past the first lease): still running.
+    const renew = setInterval(() => exec.renewLease?.(leaseMs), 400);
+    try {
+      await new Promise((r) => setTimeout(r, 4_000));
+      const [c] = await containersOfRun(id.runId);
+      assert.ok(c, "container exists");
+      assert.equal((await dockerClient().getContainer(c.Id).inspect()).State.Status, "running", "a renewed lease keeps the container alive");
+    } finally {
+      clearInterval(renew);
+    }
+    const lastRenewal = Date.now();
+    await died.event;
+    const diedAfterMs = Date.now() - lastRenewal;
+    assert.ok(diedAfterMs <= leaseMs + 1_000, `died ${diedAfterMs} ms after the last renewal (lease ${leaseMs} ms)`);
+    assert.ok(Date.now() - startedAt >= 4_000);
+    const r = await exec.result;
+    assert.notEqual(r.outcome, "timed_out");
+    const [c] = await containersOfRun(id.runId);
+    if (c) {
+      const logs = (await dockerClient().getContainer(c.Id).logs({ stdout: true, stderr: true })).toString("utf8");
+      assert.match(logs, /its worker stopped renewing the lease/);
+    } else {
+      assert.match(r.output, /its worker stopped renewing the lease/);
+    }
+  });
+
+  it("a container whose worker was frozen (SIGSTOP) dies when the lease it last saw runs out", async () => {
+    const id = identity(workerId);
+    const started = await armContainerEvent(id.runId, "start");
+    const died = await armContainerEvent(id.runId, "die", 30_000);
+    const w = startWorker("docker", { workerId, docker: { sweepIntervalMs: 0 } }, { image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs: 2_000 }, id);
+    workers.push(w);
+    await started.event;
+    const frozenAt = Date.now();
+    w.child.kill("SIGSTOP");
+    try {
+      await died.event;
+      assert.ok(Date.now() - frozenAt < 2_000 + 1_000, `died ${Date.now() - frozenAt} ms after the freeze`);
+    } finally {
+      w.child.kill("SIGCONT");
+    }
+  });
+
   it("any worker's sweep removes expired containers of other workers, and only those", async () => {
     const docker = dockerClient();
     const labels = (runId: string, deadlineMs: number): Record<string, string> => ({

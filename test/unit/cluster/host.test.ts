@@ -206,6 +206,21 @@ async function acquireAll(host: ActorHost): Promise<void> {
 // --- tests ------------------------------------------------------------------------------------
 
 describe("ActorHost", () => {
+  it("mailboxDepth counts the messages waiting behind a busy actor (kairos_mailbox_depth)", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    assert.equal(t.host.mailboxDepth, 0);
+    const rs = [1, 2, 3].map((n) => t.host.deliver("gate", "depth", { n }));
+    await t.gates.startedP(1);
+    assert.equal(t.host.mailboxDepth, 2, "two wait behind the first");
+    for (const n of [1, 2, 3]) {
+      if (n > 1) await t.gates.startedP(n);
+      t.gates.release(n);
+      await rs[n - 1];
+    }
+    assert.equal(t.host.mailboxDepth, 0);
+  });
+
   it("processes one message at a time per actor: the second does not start before the first finishes", async () => {
     const t = setup();
     await acquireAll(t.host);

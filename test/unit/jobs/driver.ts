@@ -39,8 +39,12 @@ export function spec(over: Partial<JobSpec> = {}): JobSpec {
   };
 }
 
+/**
+ * The job config of these tests: the defaults, but no look-ahead unless a test asks for it (most
+ * tests are about what happens at the due instant; look-ahead has its own tests).
+ */
 export function cfg(over: Partial<JobActorConfig> = {}): JobActorConfig {
-  return { ...DEFAULT_JOB_CONFIG, ...over };
+  return { ...DEFAULT_JOB_CONFIG, lookaheadMs: 0, ...over };
 }
 
 type D = Decision<JobState, JobReply, JobEffect>;

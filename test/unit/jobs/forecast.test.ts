@@ -9,6 +9,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { Driver, cfg, spec } from "./driver.ts";
 import { forecastJobOf, forecastRunsDue, type ForecastJob } from "../../../src/jobs/forecast.ts";
 import { emptyJobState } from "../../../src/jobs/job-state.ts";
 
@@ -77,5 +78,16 @@ describe("forecast of runs due per minute", () => {
 
   it("reads a stored job actor state: deleted and empty states forecast nothing", () => {
     assert.equal(forecastJobOf(emptyJobState()), undefined);
+  });
+
+  it("an occurrence prepared ahead (look-ahead moved next_run_at past it) is still forecast until it starts", () => {
+    const d = new Driver(cfg({ lookaheadMs: 60_000 }), { autoClaim: true });
+    d.create(spec());
+    d.advance(0);
+    const prepared = d.state.runs[0]!;
+    assert.ok(d.state.next_run_at_ms! > prepared.scheduled_for_ms, "next_run_at already past the prepared occurrence");
+    assert.equal(forecastJobOf(d.state)?.next_run_at_ms, prepared.scheduled_for_ms);
+    d.heartbeat(prepared.run_id, prepared.fence, prepared.scheduled_for_ms); // started: handled
+    assert.equal(forecastJobOf(d.state)?.next_run_at_ms, d.state.next_run_at_ms);
   });
 });

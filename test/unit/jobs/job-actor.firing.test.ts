@@ -38,14 +38,78 @@ describe("job actor: firing", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("each run is created when it falls due (no look-ahead for overlap=skip)", () => {
-    const d = new Driver(cfg({ lookaheadMs: 5_000 }), { autoComplete: () => ({}) });
+  it("skip with look-ahead: the next occurrence is prepared ahead under a gate; with nothing blocking it, its worker may start it at its due time (no hold, no round trip then)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec());
-    d.advance(1_499); // 00:00:01.999
-    assert.equal(d.records.size, 0);
-    d.advance(1);
-    assert.equal(d.records.size, 1);
-    assert.equal(d.now, sec(2));
+    d.advance(0);
+    assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms), [sec(2)], "one occurrence prepared ahead, not the whole window");
+    const r = d.state.runs[0]!;
+    assert.equal(r.gate, true);
+    assert.equal(r.status, "leased", "slot and worker matched before it is due");
+    assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "the worker starts it from its own timer at scheduled_for");
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "nothing blocks it: no hold");
+    d.advance(sec(2) - d.now);
+    d.heartbeat(r.run_id, r.fence, d.now); // started at the due time
+    assert.equal(d.records.get(r.run_id)?.status, "running");
+    // The window reopened at the due instant: the following occurrence is prepared ahead, held
+    // while this one runs (the earlier run blocks it).
+    assert.deepEqual(d.state.runs.map((x) => x.scheduled_for_ms), [sec(2), sec(4)]);
+    const next = d.state.runs[1]!;
+    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true, hold: true });
+    const query = d.actor.query!(d.state, { kind: "heartbeat", run_id: next.run_id, fence: next.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
+    assert.deepEqual(query?.reply, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
+    d.complete(r.run_id);
+    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true }, "the blocking run ended before the due time: go");
+    d.advance(sec(4) - d.now);
+    assert.notEqual(d.records.get(next.run_id)?.status, "skipped");
+  });
+
+  it("skip with look-ahead: a manual run started after an occurrence was prepared does not block it (the rule that keeps the answer monotone)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true });
+    d.advance(100);
+    d.send({ kind: "run_now" });
+    assert.equal(d.state.runs.length, 2);
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "still go: a later run never blocks it");
+    d.advance(sec(2) - d.now);
+    assert.notEqual(d.records.get(r.run_id)?.status, "skipped");
+  });
+
+  it("skip with look-ahead: a prepared occurrence falling due while an earlier run is active is skipped at the due instant; its worker never heard go", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(sec(2) - d.now);
+    const first = d.state.runs[0]!;
+    d.heartbeat(first.run_id, first.fence, d.now); // started, and keeps running past :04
+    const next = d.state.runs.find((x) => x.scheduled_for_ms === sec(4))!;
+    assert.ok(next?.gate, "the :04 occurrence is prepared ahead");
+    const replies: unknown[] = [];
+    for (let t = d.now; t < sec(4); t += 500) {
+      d.advance(Math.min(500, sec(4) - d.now - 1));
+      d.heartbeat(first.run_id, first.fence);
+      replies.push(d.heartbeat(next.run_id).reply);
+    }
+    assert.ok(replies.every((x) => JSON.stringify(x) === JSON.stringify({ ok: true, hold: true })), JSON.stringify(replies));
+    d.advance(sec(4) - d.now);
+    const rec = d.records.get(next.run_id);
+    assert.equal(rec?.status, "skipped");
+    assert.equal(rec.reason, "overlap: an earlier run is still active");
+    assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => [p.run_id, p.fence]), [[next.run_id, next.fence]], "its worker is told to drop it");
+    assert.ok(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === next.run_id), "its slot is released");
+    assert.equal(d.heartbeat(next.run_id).fail?.code, "lease_lost");
+    assert.equal(d.records.get(first.run_id)?.status, "running", "the earlier run is untouched");
+  });
+
+  it("skip with look-ahead: re-activation re-arms the gate of a prepared run (the decision is a reminder, not a one-shot)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    const fx = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
+    assert.ok(fx.some((e) => e.kind === "timer" && e.name === `gate:${r.run_id}` && e.atMs === sec(2)));
   });
 
   it("re-delivering fire creates no duplicate and skips nothing", () => {
@@ -117,10 +181,10 @@ describe("job actor: overlap", () => {
     const fireAt = d.timers.get("fire")?.atMs ?? Number.NaN;
     assert.ok(fireAt >= sec(2) - 5_000 && fireAt < sec(2) - 2_500, `fire timer armed look-ahead, spread over the window's first half: ${fireAt - sec(2)}`);
     d.advance(0);
-    assert.deepEqual([...d.records.values()].map((r) => at(r.scheduled_for)).sort(), [sec(2), sec(4)], "due within now + look-ahead");
+    assert.deepEqual([...d.records.values()].map((r) => at(r.scheduled_for)).sort(), [sec(2)], "the next occurrence only: a prepared run holds a worker slot");
     d.advance(6_000); // 00:00:06.5
     assert.equal(d.state.runs.length, d.records.size);
-    assert.ok(d.state.runs.length >= 5, "several runs active at once");
+    assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms), [sec(2), sec(4), sec(6), sec(8)], "runs overlap (none completes here); one prepared ahead (:08)");
     assert.ok(d.state.runs.every((r) => r.status === "leased"));
     for (const x of d.dispatches) assert.equal(x.start_at_ms, x.scheduled_for_ms);
     assert.equal(new Set(d.dispatches.map((x) => x.fence)).size, d.dispatches.length);

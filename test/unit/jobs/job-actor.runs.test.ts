@@ -79,20 +79,6 @@ describe("job actor: slots and claims", () => {
     assert.equal(d.run(RUN)?.attempt, 1);
   });
 
-  it("retry_later (the tenant could not be asked) re-tries the slot after redispatchDelayMs", () => {
-    const d = new Driver(cfg(), { autoGrant: false });
-    d.create(spec());
-    d.advance(1_500);
-    d.pendingSlots.length = 0; // the request was lost
-    d.send({ kind: "retry_later", run_id: RUN });
-    d.advance(1_000);
-    assert.deepEqual(d.pendingSlots, [RUN]);
-    d.grant();
-    assert.equal(d.run(RUN)?.status, "leased");
-  });
-});
-
-describe("job actor: leases and fences", () => {
   it("a heartbeat with the current fence is ok, marks the run running and re-arms the lease", () => {
     const d = leased();
     const fence = d.run(RUN)!.fence;

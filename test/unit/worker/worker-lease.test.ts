@@ -86,7 +86,7 @@ class RecordingExecutor implements Executor {
   async close(): Promise<void> {}
 }
 
-type HbMode = "ok" | "silent" | "lease_lost";
+type HbMode = "ok" | "silent" | "lease_lost" | "hold";
 type CompleteMode = "ok" | "silent" | "stale_fence";
 
 /** The owner's side on the partition subjects. */
@@ -102,7 +102,8 @@ class Owner {
       const answered = this.hb !== "silent";
       for (const it of req.b) this.heartbeats.push({ run_id: (it.m as { run_id: string }).run_id, at: this.clock.now(), answered });
       if (!answered) return;
-      const v: ItemResult[] = req.b.map(() => (this.hb === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e: { code: "lease_lost", message: "lease lost" } }));
+      const v: ItemResult[] = req.b.map(() =>
+        this.hb === "ok" ? { ok: true, v: { ok: true } } : this.hb === "hold" ? { ok: true, v: { ok: true, hold: true } } : { ok: false, e: { code: "lease_lost", message: "lease lost" } });
       m.respond(encode({ ok: true, v } satisfies ActorReply));
       return;
     }
@@ -166,6 +167,21 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     assert.equal(t.executor.starts(), 1, "started once acknowledged");
     const firstAck = t.owner.acked("r1")[0]!.at;
     assert.ok(t.executor.log[0]!.at >= firstAck, `started at ${t.executor.log[0]!.at}, first acknowledgement at ${firstAck}`);
+    await t.worker.stop();
+  });
+
+  it("look-ahead gate: an attempt acknowledged with `hold` is kept (not started, not dropped) past its start time; it starts on the first acknowledgement without hold, asking again promptly", T, async () => {
+    const t = await setup();
+    t.owner.hb = "hold";
+    assert.deepEqual(await t.offer("r1", 500), { accepted: true });
+    await t.runTo(T0 + 4 * TTL); // many rounds, all `hold`: the lease stays alive, nothing starts
+    assert.equal(t.executor.starts(), 0, "started while the owner said hold");
+    assert.deepEqual(t.evs("offer_expired"), [], "a held attempt is still acknowledged: not dropped");
+    t.owner.hb = "ok";
+    const goAt = t.sim.now();
+    await t.runTo(goAt + 200);
+    assert.equal(t.executor.starts(), 1, "started on the first acknowledgement without hold");
+    assert.ok(t.executor.log[0]!.at - goAt < HB, `a due held attempt asks again soon, not at the next periodic round (${t.executor.log[0]!.at - goAt} ms)`);
     await t.worker.stop();
   });
 
