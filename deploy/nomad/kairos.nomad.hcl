@@ -1,14 +1,14 @@
 # Kairos on Nomad: schedulers, API nodes and workers, each a group of `kairos node` processes
 # with one role, against the NATS cluster of deploy/nomad/nats.nomad.hcl. Read docs/deploy.md.
 #
-# How the code gets onto the host: an `artifact` stanza downloads a release tarball (the repo's
-# bin/, src/, package.json, package-lock.json and node_modules from `npm ci` — dev
-# dependencies included, because bin/kairos.mjs runs the TypeScript through tsx) and Nomad
-# unpacks it into the task's local/ directory; the task runs the host's Node 20 on
-# bin/kairos.mjs. There is no release script in the repo yet: build the tarball in CI with
-# `npm ci && tar czf kairos-<version>.tar.gz bin src package.json package-lock.json node_modules`
-# and serve it from an artifact store the Nomad clients can reach. Nothing is downloaded from
-# a package registry at start.
+# How the code gets onto the host: an `artifact` stanza downloads the release tarball that
+# `npm run release` builds (scripts/release.sh: a commit's bin/, src/, package.json,
+# package-lock.json and node_modules from `npm ci` — dev dependencies included, because
+# bin/kairos.mjs runs the TypeScript through tsx — in dist/kairos-<version>-linux-x64.tar.gz,
+# next to its .sha256), Nomad checks it against var.kairos_artifact_checksum and unpacks it into
+# the task's local/kairos directory; the task runs the host's Node 20 on bin/kairos.mjs. Serve
+# the tarball from an artifact store the Nomad clients can reach. Nothing is downloaded from a
+# package registry at start. docs/deploy.md, "Release artefact".
 #
 #   * scheduler and api use the `exec` driver (chroot + cgroups; Node must be installed on the
 #     host at var.node_bin, which the chroot's /usr copy carries along).
@@ -40,13 +40,14 @@ variable "datacenters" {
 }
 
 variable "kairos_artifact_url" {
-  # The release tarball (see the header). Replace with your artifact store's URL.
+  # The release tarball (`npm run release`, see the header). Replace with your artifact store's URL.
   type    = string
-  default = "https://artifacts.example.com/kairos/kairos-0.1.0.tar.gz"
+  default = "https://artifacts.example.com/kairos/kairos-0.1.0-linux-x64.tar.gz"
 }
 
 variable "kairos_artifact_checksum" {
-  # "sha256:<hex>" of the tarball; Nomad refuses a download that does not match.
+  # "sha256:<hex>" of the tarball: `npm run release` prints it (and writes it, sha256sum format,
+  # to the tarball's .sha256 file). Nomad refuses a download that does not match.
   type    = string
   default = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
 }
