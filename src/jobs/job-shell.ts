@@ -135,7 +135,8 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
 
   async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
     const { tenantId, jobId } = splitJobActorId(ctx.address.id);
-    const task = await offeredTask(tenantId, jobId, fx.task);
+    // Only a task with secrets waits for a read (no await otherwise: offers keep their timing).
+    const task = fx.task.sealed_env ? await offeredTask(tenantId, jobId, fx.task) : fx.task;
     if (!task) {
       ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: "secret_env cannot be opened on this scheduler" });
       return;
