@@ -134,7 +134,12 @@ export async function run(args: string[]): Promise<void> {
     while (systemClock.now() < deadline) {
       await new Promise((r) => setTimeout(r, 1000));
       if (systemClock.now() < dueMs) continue;
-      runs = (await proc.node.buckets.runs.list(">")).map((x) => decode<RunView>(x.value));
+      // One listing per partition: a single listing of 200,000 records timed out counting its keys.
+      const all: RunView[] = [];
+      for (let p = 0; p < proc.node.partitions; p++) {
+        for (const x of await proc.node.buckets.runs.list(`${p}.>`)) if (!x.key.startsWith("dl.") && !x.key.startsWith("ob.")) all.push(decode<RunView>(x.value));
+      }
+      runs = all;
       if (runs.filter((r) => r.status === "succeeded").length >= jobs) break;
     }
     const lags = runs.filter((r) => r.attempts[0]?.started_at).map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
