@@ -38,6 +38,7 @@ import type { Role } from "../../src/cluster/config.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import type { TenantRecord } from "../../src/tenants/directory.ts";
+import { runIdFor } from "../../src/jobs/ids.ts";
 import { apiClient } from "../support/kairos.ts";
 import { spawnNode, type NodeProc } from "../support/nodes.ts";
 import { startTcpProxy, type CutMode, type TcpProxy } from "../support/tcp-proxy.ts";
@@ -802,6 +803,17 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     o.log(`${allTerminal ? "all runs terminal" : `${stuck.length} runs still active`} ${Date.now() - pausedAt} ms after pausing (bound ${boundMs} ms)`);
     // Re-read everything once more for the final picture.
     for (const j of jobs) runsOf.set(j.jobId, await allRuns(c, keys.get(j.tenant)!, j.jobId));
+    // An occurrence the listing lacks is looked up by its run id too: a record the listing missed
+    // and a record never written are different bugs.
+    const direct = new Map<string, string>();
+    for (const j of jobs) {
+      const listed = new Set((runsOf.get(j.jobId) ?? []).map((r) => Date.parse(r.scheduled_for)));
+      for (const t of grid(j.step, j.firstMs, j.lastCheckedMs)) {
+        if (listed.has(t)) continue;
+        const runId = runIdFor(j.jobId, t);
+        direct.set(`${j.jobId}@${t}`, await call<RunRec>(c, keys.get(j.tenant)!, "GET", `/v1/runs/${runId}`).then((r) => `GET ${runId}: ${r.status}`, (e: unknown) => `GET ${runId}: ${String(e).slice(0, 120)}`));
+      }
+    }
 
     // Stop the cluster (remaining tasks are killed: their TERM trap / die event closes them).
     await c.stop();
@@ -830,7 +842,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
         const n = bySched.get(t)?.length ?? 0;
         if (n === 0) {
           cMissing++;
-          violations.push({ invariant: "c", text: `job ${j.jobId} (${j.tenant}, */${j.step}, overlap ${j.overlap}, misfire ${j.misfire}): no run record for ${iso(t)}`, faults: faultsNear(faults, t, [], o.runLeaseTtlMs) });
+          violations.push({ invariant: "c", text: `job ${j.jobId} (${j.tenant}, */${j.step}, overlap ${j.overlap}, misfire ${j.misfire}): no run record for ${iso(t)} (${direct.get(`${j.jobId}@${t}`) ?? "?"})`, faults: faultsNear(faults, t, [], o.runLeaseTtlMs) });
         } else if (n > 1) {
           cDup++;
           violations.push({ invariant: "c", text: `job ${j.jobId}: ${n} run records for ${iso(t)}: ${bySched.get(t)!.map((r) => `${r.run_id} ${r.status}`).join(", ")}`, faults: faultsNear(faults, t, [], o.runLeaseTtlMs) });

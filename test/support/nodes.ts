@@ -2,9 +2,11 @@
  * Test harness for real `kairos node` processes. Each node logs its lifecycle events as JSON
  * lines on stdout (`evt` field); `waitFor` resolves on the first matching event (already seen or
  * future) so tests wait on events, never sleeps. Every process is killed when the test process
- * exits, whatever happened.
+ * exits, whatever happened. KAIROS_TEST_NODE_LOGS=<dir> keeps each node's output in <dir>.
  */
 import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream } from "node:fs";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 
@@ -52,6 +54,14 @@ export function spawnNode(o: SpawnOptions): NodeProc {
     env: { ...process.env, KAIROS_LOG_LEVEL: "info", ...o.env },
   });
   procs.add(child);
+  // KAIROS_TEST_NODE_LOGS=<dir>: every node's stdout and stderr, kept for a post-mortem.
+  const logDir = process.env["KAIROS_TEST_NODE_LOGS"];
+  if (logDir) {
+    const out = createWriteStream(join(logDir, `${o.nodeId}-${child.pid}.log`));
+    child.stdout.pipe(out, { end: false });
+    child.stderr.pipe(out, { end: false });
+    child.on("exit", () => out.end());
+  }
   const events: NodeEvent[] = [];
   const waiters = new Set<{ pred: (e: NodeEvent) => boolean; resolve: (e: NodeEvent) => void }>();
   const held = new Set<number>();
