@@ -1,8 +1,11 @@
 /**
  * Identifiers. A job id is `j` + 16 lowercase base-36 characters; a job actor is addressed as
  * `job/<tenant_id>.<job_id>`. A run id is derived from its job and occurrence —
- * `<job_id>-<scheduled_for ms in base 36>` (manual runs add `m<n>`) — so one occurrence can only
- * ever have one run key: the unique-key safety net of DESIGN.md.
+ * `<job_id>-<scheduled_for ms in base 36>` (manual runs add `-m<n>`) — so one occurrence can only
+ * ever have one run key: the unique-key safety net of DESIGN.md. The `-` before a manual run's
+ * sequence is what keeps the id unambiguous: base 36 has both `m` and digits, so a time such as
+ * `mx6qm100` (2026-12-02T23:08:42Z) read with an optional `m<n>` suffix parsed as `mx6q` + run
+ * 100 — a time in 1970, which retention then deleted as older than its age limit.
  */
 const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
 const JOB_ID_RE = /^j[0-9a-z]{16}$/;
@@ -31,13 +34,23 @@ export function splitJobActorId(id: string): { tenantId: string; jobId: string }
 }
 
 export function runIdFor(jobId: string, scheduledForMs: number, manualSeq?: number): string {
-  return `${jobId}-${scheduledForMs.toString(36)}${manualSeq === undefined ? "" : `m${manualSeq}`}`;
+  return `${jobId}-${scheduledForMs.toString(36)}${manualSeq === undefined ? "" : `-m${manualSeq}`}`;
+}
+
+const RUN_ID_RE = /^(j[0-9a-z]{16})-([0-9a-z]{1,11})(?:-m(\d{1,15}))?$/;
+
+/** The parts of a run id: its job, its occurrence time and its manual sequence (0: scheduled). */
+export function parseRunId(runId: string): { jobId: string; ms: number; seq: number } | null {
+  const m = RUN_ID_RE.exec(runId);
+  if (!m) return null;
+  const ms = parseInt(m[2]!, 36);
+  const seq = m[3] === undefined ? 0 : Number(m[3]);
+  return Number.isSafeInteger(ms) && Number.isSafeInteger(seq) ? { jobId: m[1]!, ms, seq } : null;
 }
 
 /** The job id inside a run id, or null when the run id is malformed. */
 export function jobIdOfRun(runId: string): string | null {
-  const jobId = runId.split("-")[0] ?? "";
-  return JOB_ID_RE.test(jobId) && /^j[0-9a-z]{16}-[0-9a-z]+(m\d+)?$/.test(runId) ? jobId : null;
+  return parseRunId(runId)?.jobId ?? null;
 }
 
 /** KV key of a run record: `<partition>.<tenant>.<job>.<run>`, so a job's runs list by filter. */

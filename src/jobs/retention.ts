@@ -23,6 +23,7 @@ import { formatUtc } from "../schedule/index.ts";
 import type { JobEffect, JobMsg, JobReply, makeJobActor } from "./job-actor.ts";
 import type { JobState } from "./job-state.ts";
 import { TERMINAL } from "./model.ts";
+import { parseRunId } from "./ids.ts";
 
 export interface RetentionConfig {
   /** Newest terminal runs kept per job; 0: no count limit. */
@@ -75,12 +76,10 @@ export function retentionConfig(opts: Partial<RetentionConfig> = {}): RetentionC
 const PURGE_AFTER_CREATE_MS = 24 * 3_600_000 + 10 * 60_000;
 const DAY_MS = 86_400_000;
 
-/** Occurrence time and manual sequence of a run id (`<job>-<ms base 36>[m<seq>]`), or null. */
+/** Occurrence time and manual sequence of a run id (ids.ts `parseRunId`), or null. */
 export function runTime(runId: string): { ms: number; seq: number } | null {
-  const m = /^j[0-9a-z]{16}-([0-9a-z]+?)(?:m(\d+))?$/.exec(runId);
-  if (!m) return null;
-  const ms = parseInt(m[1]!, 36);
-  return Number.isSafeInteger(ms) ? { ms, seq: m[2] === undefined ? 0 : Number(m[2]) } : null;
+  const p = parseRunId(runId);
+  return p ? { ms: p.ms, seq: p.seq } : null;
 }
 
 /** A run key with its order fields: runs pages sort by (scheduled_for, run_id), newest first. */

@@ -3,7 +3,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { retryDelayMs } from "../../../src/jobs/backoff.ts";
-import { isValidId, jobActorId, jobIdOfRun, newJobId, runIdFor, splitJobActorId } from "../../../src/jobs/ids.ts";
+import { isValidId, jobActorId, jobIdOfRun, newJobId, parseRunId, runIdFor, splitJobActorId } from "../../../src/jobs/ids.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import type { RetryPolicy } from "../../../src/jobs/model.ts";
 
@@ -21,6 +21,21 @@ describe("ids", () => {
       }),
       { seed: 7, numRuns: 500 },
     );
+  });
+
+  it("parseRunId gives back exactly the job, time and manual sequence runIdFor was given", () => {
+    fc.assert(
+      fc.property(jobIdArb, msArb, fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined }), (job, ms, seq) => {
+        assert.deepEqual(parseRunId(runIdFor(job, ms, seq)), { jobId: job, ms, seq: seq ?? 0 });
+      }),
+      { seed: 9, numRuns: 2000 },
+    );
+    // A time whose base-36 form ends in `m` and digits (2026-12-02T23:08:42Z is `mx6qm100`) is
+    // a scheduled run's time, not a time plus a manual sequence: read so, retention deleted it.
+    const at = Date.parse("2026-12-02T23:08:42Z");
+    assert.equal(at.toString(36), "mx6qm100");
+    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at)), { jobId: "j0123456789abcdef", ms: at, seq: 0 });
+    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at, 3)), { jobId: "j0123456789abcdef", ms: at, seq: 3 });
   });
 
   it("distinct occurrences of one job get distinct run ids", () => {

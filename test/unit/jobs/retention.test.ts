@@ -77,6 +77,15 @@ describe("retention: which records a job keeps", () => {
     assert.deepEqual(runsToPrune([b, a, `${P}.${TENANT}.${JOB}.garbage`], new Set(), cfg, T0), [a]);
   });
 
+  it("keeps a recent run whose base-36 time ends in m and digits (ledger chaos: such records were deleted as 1970's)", () => {
+    const at = Date.parse("2026-12-02T23:08:42Z"); // `mx6qm100`
+    const ks = [at - 3000, at, at + 3000].map((ms) => runKey(P, TENANT, JOB, runIdFor(JOB, ms)));
+    assert.deepEqual(runsToPrune(ks, new Set(), DEFAULT_RETENTION, at + 60_000), []);
+    // Every time of one day, every second: none is mistaken for an old one.
+    const day = Array.from({ length: 86_400 }, (_, i) => runKey(P, TENANT, JOB, runIdFor(JOB, at + i * 1000)));
+    assert.deepEqual(runsToPrune(day, new Set(), retentionConfig({ keepRuns: 0 }), at + DAY), []);
+  });
+
   it("config: defaults are 1,000 runs and 30 days; out-of-range values are refused with their field", () => {
     assert.equal(DEFAULT_RETENTION.keepRuns, 1_000);
     assert.equal(DEFAULT_RETENTION.maxAgeMs, 30 * DAY);
