@@ -28,7 +28,7 @@ import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { JOB_ACTOR, grantId, runIdFor, splitGrant, splitJobActorId } from "./ids.ts";
-import { activeRunView, emptyJobState, instant, jobView, terminalRunView, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import { activeRunView, emptyJobState, instant, jobView, terminalRunView, type ActiveRun, type Draining, type JobRecord, type JobState } from "./job-state.ts";
 import type { AttemptOutcome, JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 
 export interface JobActorConfig {
@@ -43,6 +43,11 @@ export interface JobActorConfig {
   redispatchDelayMs: number;
   /** How long a worker has to accept an offer; a new owner waits this long for an old offer's claim. */
   offerTimeoutMs: number;
+  /**
+   * A cancelled run's slot is held until its worker reports the attempt ended, at most the lease
+   * TTL plus this (the executor's kill grace: SIGTERM, then SIGKILL) — see `JobState.draining`.
+   */
+  drainGraceMs: number;
   /**
    * TEST ONLY: re-opens hole 1 (one fence offered to several workers, heartbeats and completions
    * checked by fence alone), so the simulation can prove it finds it. Never set in production.
@@ -60,7 +65,11 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   catchUpLimit: 100,
   redispatchDelayMs: 1_000,
   offerTimeoutMs: 2_000,
+  drainGraceMs: 10_000,
 };
+
+/** Most cancelled runs a job keeps a slot for while their workers kill them. */
+export const MAX_DRAINING = 64;
 
 /** Attempts that expired before they started and so do not count against max_attempts (a bound). */
 export const MAX_UNSTARTED_ATTEMPTS = 10;
@@ -101,7 +110,9 @@ export type JobMsg =
   | { kind: "lease_expired"; run_id: string; fence: number }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */
-  | { kind: "gate"; run_id: string };
+  | { kind: "gate"; run_id: string }
+  /** A cancelled run's drain bound: its worker has stopped it by now; give its slot back. */
+  | { kind: "drained"; run_id: string; fence: number };
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =
@@ -151,6 +162,7 @@ class Tx {
     this.s = {
       ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],
       ...(orig.recent ? { recent: [...orig.recent] } : {}),
+      ...(orig.draining ? { draining: [...orig.draining] } : {}),
     };
   }
   get job(): JobRecord {
@@ -409,10 +421,15 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
   tx.cancelTimer(`dispatch:${r.run_id}`);
   tx.cancelTimer(`slot:${r.run_id}`);
   if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
-  if ((r.status === "leased" || r.status === "running") && (status === "cancelled" || status === "skipped") && r.worker) {
-    tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+  const onWorker = (r.status === "leased" || r.status === "running") && r.worker !== null;
+  if (onWorker && (status === "cancelled" || status === "skipped")) {
+    tx.post.push({ kind: "cancel_on_worker", worker: r.worker!, run_id: r.run_id, fence: r.fence });
   }
-  if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+  // A cancelled attempt may still be executing until its worker has killed it: its slot is held
+  // until then (`drain`). A gated run skipped at its due instant never started (its worker only
+  // ever heard `hold`), so its slot goes back at once.
+  if (r.slot && onWorker && status === "cancelled") drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: tx.now + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
+  else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
   });
@@ -422,6 +439,34 @@ function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_ou
     const next = tx.s.queued.shift()!;
     occur(tx, next, "schedule");
   }
+}
+
+/** Holds a cancelled run's slot until its worker reports the attempt ended or `until_ms` passes. */
+function drain(tx: Tx, d: Draining): void {
+  const list = (tx.s.draining ??= []);
+  // Bounded: beyond it the oldest gives its slot back early (a tenant then may briefly run one
+  // over its cap — only with more than MAX_DRAINING cancels of one job within a lease TTL).
+  while (list.length >= MAX_DRAINING) {
+    const old = list.shift()!;
+    tx.cancelTimer(`drain:${old.run_id}`);
+    tx.post.push({ kind: "release_slot", grant: old.grant });
+  }
+  list.push(d);
+  tx.timer(`drain:${d.run_id}`, d.until_ms, { kind: "drained", run_id: d.run_id, fence: d.fence });
+  tx.changed = true;
+}
+
+/** Ends a drain (the attempt ended, or its bound passed): the slot goes back to the tenant. */
+function drained(tx: Tx, runId: string, fence: number): boolean {
+  const list = tx.s.draining ?? [];
+  const i = list.findIndex((d) => d.run_id === runId && d.fence === fence);
+  if (i < 0) return false;
+  const [d] = list.splice(i, 1);
+  if (list.length === 0) delete tx.s.draining;
+  tx.cancelTimer(`drain:${runId}`);
+  tx.post.push({ kind: "release_slot", grant: d!.grant });
+  tx.changed = true;
+  return true;
 }
 
 /**
@@ -505,6 +550,11 @@ function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
 }
 
 function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
+  // The end of a cancelled attempt: its slot goes back now (the record is already terminal).
+  if (tx.s.draining?.some((d) => d.run_id === m.run_id && d.fence === m.fence && d.worker === m.worker)) {
+    drained(tx, m.run_id, m.fence);
+    return tx.done({ ok: true });
+  }
   const r = tx.run(m.run_id);
   if (r && r.fence === m.fence && r.status === "queued" && r.fence > 0) claim(tx, r, m.worker);
   if (!r || !holds(tx, r, m.fence, m.worker)) {
@@ -548,6 +598,8 @@ function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slot_audit
   const { run_id, seq } = splitGrant(m.run_id);
   const r = tx.run(run_id);
   const keep = r !== undefined && seq === (r.slot_seq ?? 0) && (m.kind === "slot_granted" || r.slot || r.status === "queued");
+  // A cancelled run's slot is still in use until its worker has killed it.
+  if (!keep && tx.s.draining?.some((d) => d.grant === m.run_id)) return tx.done(null);
   if (!keep) {
     // Not this run's live slot (finished, superseded by a later grant, waiting to retry).
     tx.post.push({ kind: "release_slot", grant: m.run_id });
@@ -641,6 +693,9 @@ function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "pat
           finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
         }
       }
+      return tx.done(null);
+    case "drained":
+      drained(tx, m.run_id, m.fence);
       return tx.done(null);
     case "gate":
       // The due instant of a gated run. A blocking run still active: skip this occurrence (its
@@ -765,6 +820,7 @@ function command(tx: Tx, m: Extract<JobMsg, { kind: "create" | "get" | "patch" |
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
+  for (const d of s.draining ?? []) fx.push({ kind: "timer", name: `drain:${d.run_id}`, atMs: Math.max(d.until_ms, ctx.nowMs), msg: { kind: "drained", run_id: d.run_id, fence: d.fence } });
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {

@@ -63,6 +63,22 @@ export interface JobState {
   last_occurrence_ms?: number;
   /** Request ids of recent run-now and patch commands and what they did (bounded). */
   recent?: { id: string; run_id?: string; version?: number }[];
+  /**
+   * Cancelled runs whose worker may still be killing them: each keeps its tenant slot until the
+   * worker reports the attempt ended, or until `until_ms` (the worker's lease plus its kill grace
+   * has run out: it has stopped the task by then), so a cancel never lets the tenant start one
+   * run more than its cap while the old one still executes (bounded, oldest first).
+   */
+  draining?: Draining[];
+}
+
+export interface Draining {
+  run_id: string;
+  fence: number;
+  worker: string;
+  /** The slot grant the run holds (`grantId`). */
+  grant: string;
+  until_ms: number;
 }
 
 export const emptyJobState = (): JobState => ({

@@ -74,6 +74,11 @@ interface Lease {
   lost: boolean;
   /** Killed by the drain timeout: its result is reported as a retryable error (handed back). */
   handedBack?: boolean;
+  /**
+   * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
+   * and its end is reported once (the owner holds the tenant slot until then; job-actor `drain`).
+   */
+  cancelled?: boolean;
 }
 
 /** What a drain did: attempts that finished during it, and attempts handed back at its timeout. */
@@ -382,6 +387,7 @@ export class Worker {
   }
 
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
+    if (lease.cancelled) return this.#reportCancelled(lease, r);
     if (lease.lost) {
       this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
       this.#onLeaseGone?.();
@@ -440,8 +446,37 @@ export class Worker {
   }
 
   #cancel(c: CancelRequest): void {
-    for (const l of this.#leases.values()) {
-      if (l.req.run_id === c.run_id && l.req.fence === c.fence) void this.#kill(l, "cancelled by the scheduler");
+    for (const l of [...this.#leases.values()]) {
+      // (An attempt that already ended is reported by its completion, which ends the drain too.)
+      if (l.req.run_id !== c.run_id || l.req.fence !== c.fence || l.lost || l.completion) continue;
+      l.lost = true; // no more heartbeats, never started from here on
+      l.cancelled = true;
+      // Never started: nothing to wait for. Running: its slot stays taken until the task is gone.
+      if (!l.execution) void this.#reportCancelled(l, null);
+      else void l.execution.kill("cancelled by the scheduler", { immediate: false });
+    }
+  }
+
+  /**
+   * A cancelled attempt ended (or never started): report it once, so the owner gives the tenant
+   * slot back now rather than at its drain bound; then free the worker slot. The owner answers
+   * ok (it was draining it) or stale_fence; a lost report only delays the slot to that bound.
+   */
+  async #reportCancelled(lease: Lease, r: ExecutionResult | null): Promise<void> {
+    const { req } = lease;
+    const now = this.#o.clock.now();
+    try {
+      await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
+        kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId,
+        outcome: "killed", exit_code: r?.exitCode ?? null, output: r?.output ?? "", error: null,
+        started_at_ms: r?.startedAtMs ?? now, finished_at_ms: r?.finishedAtMs ?? now,
+      }, { deadlineMs: Math.max(1000, this.#o.heartbeatIntervalMs * 2) });
+    } catch {
+      // stale_fence (not draining it), or no answer: its drain bound gives the slot back.
+    } finally {
+      const k = this.#key(req.run_id, req.attempt);
+      if (this.#leases.get(k) === lease) this.#leases.delete(k);
+      this.#onLeaseGone?.();
     }
   }
 

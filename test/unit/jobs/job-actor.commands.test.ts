@@ -151,23 +151,34 @@ describe("job actor: pause, resume, patch", () => {
 });
 
 describe("job actor: delete and run now", () => {
-  it("delete cancels active runs (cancel_on_worker with the fence, release_slot) and later messages are not_found", () => {
+  it("delete cancels active runs (cancel_on_worker with the fence; each slot held until its worker reports the kill or the drain bound passes) and later messages are not_found", () => {
     const d = new Driver(cfg(), { autoClaim: true });
     d.create(spec({ overlap: "allow" }));
     d.advance(2_000);
+    d.send({ kind: "run_now" });
+    d.advance(10);
     const active = d.state.runs.map((r) => ({ id: r.run_id, fence: r.fence }));
-    assert.ok(active.length >= 1);
+    assert.ok(active.length >= 2 && d.state.runs.every((r) => r.status === "leased"));
     const r = d.send({ kind: "delete" });
     assert.deepEqual(r.reply, { ok: true });
     for (const a of active) {
       assert.ok(d.postsOf("cancel_on_worker").some((c) => c.run_id === a.id && c.fence === a.fence && c.worker === "w1"));
-      assert.ok(d.postsOf("release_slot").some((c) => splitGrant(c.grant).run_id === a.id));
       assert.equal(d.records.get(a.id)?.status, "cancelled");
       assert.equal(d.records.get(a.id)?.reason, "job deleted");
     }
     assert.equal(d.state.runs.length, 0);
+    // The tasks may still be executing until their worker has killed them: slots stay taken.
+    assert.equal(d.postsOf("release_slot").length, 0);
+    assert.equal(d.slots.size, active.length);
+    // The worker reports the first kill: its slot goes back at once (the record stays cancelled).
+    assert.deepEqual(d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).reply, { ok: true });
+    assert.equal(d.records.get(active[0]!.id)?.status, "cancelled");
+    assert.ok(!d.slots.has(active[0]!.id));
+    assert.equal(d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).fail?.code, "stale_fence", "once");
+    // The others' reports are lost: their slots come back at the drain bound (lease TTL + kill grace).
+    d.advance(cfg().leaseTtlMs + cfg().drainGraceMs + 1);
     assert.equal(d.slots.size, 0);
-    assert.equal(d.timers.size, 0, "fire and lease timers cancelled");
+    assert.equal(d.timers.size, 0, "fire, lease and drain timers done");
     for (const msg of [{ kind: "get" }, { kind: "patch", patch: { enabled: true } }, { kind: "delete" }, { kind: "run_now" }] as const) {
       assert.equal(d.send(msg).fail?.code, "not_found", msg.kind);
     }

@@ -198,7 +198,8 @@ describe("job actor: overlap", () => {
     d.heartbeat(old.run_id, old.fence, d.now);
     d.advance(2_000); // :04
     assert.deepEqual(d.postsOf("cancel_on_worker"), [{ kind: "cancel_on_worker", worker: "w1", run_id: old.run_id, fence: old.fence }]);
-    assert.ok(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === old.run_id));
+    // Its slot is held until the worker reports the kill (a cap never exceeded during it).
+    assert.ok(!d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === old.run_id));
     const rec = d.records.get(old.run_id);
     assert.equal(rec?.status, "cancelled");
     assert.equal(rec.reason, "replaced by a newer occurrence");
@@ -206,6 +207,9 @@ describe("job actor: overlap", () => {
     assert.equal(d.state.runs[0]?.status, "leased");
     assert.ok(d.state.runs[0].fence > old.fence);
     assert.equal(d.heartbeat(old.run_id, old.fence).fail?.code, "lease_lost");
+    assert.deepEqual([...d.slots].sort(), [old.run_id, runIdFor(JOB, sec(4))].sort());
+    assert.deepEqual(d.complete(old.run_id, { outcome: "killed", exit_code: null }, old.fence).reply, { ok: true }, "the kill, reported: the drain ends");
+    assert.ok(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === old.run_id));
     assert.equal(d.complete(old.run_id, {}, old.fence).fail?.code, "stale_fence");
     assert.deepEqual([...d.slots], [runIdFor(JOB, sec(4))]);
   });

@@ -47,6 +47,8 @@ class RecordingExecutor implements Executor {
   readonly kind = "noop" as const;
   readonly log: { what: "start" | "kill"; key: string; at: number }[] = [];
   readonly #live = new Map<string, (r: ExecutionResult) => void>();
+  /** A kill only signals: the task ends when the test calls `exit` (a task that takes its grace). */
+  slowKill = false;
   constructor(private readonly clock: SimClock) {}
   start(_task: TaskSpec, id: RunIdentity): Execution {
     const key = `${id.runId}#${id.attempt}`;
@@ -66,6 +68,7 @@ class RecordingExecutor implements Executor {
       result,
       kill: async () => {
         this.log.push({ what: "kill", key, at: this.clock.now() });
+        if (this.slowKill) return;
         finish({ outcome: "killed", exitCode: null, output: "", startedAtMs, finishedAtMs: this.clock.now() });
         await result;
       },
@@ -94,7 +97,7 @@ class Owner {
   hb: HbMode = "ok";
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean }[] = [];
-  readonly completes: { run_id: string; at: number; mode: CompleteMode }[] = [];
+  readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
   constructor(private readonly clock: SimClock) {}
   handle(m: BusMsg): void {
     const req = decode<ActorRequest | BatchRequest>(m.data);
@@ -107,9 +110,9 @@ class Owner {
       m.respond(encode({ ok: true, v } satisfies ActorReply));
       return;
     }
-    const msg = req.m as { kind: string; run_id: string };
+    const msg = req.m as { kind: string; run_id: string; outcome: string };
     assert.equal(msg.kind, "complete");
-    this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete });
+    this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete, outcome: msg.outcome });
     if (this.complete === "silent") return;
     m.respond(encode((this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e: { code: "stale_fence", message: "stale fence" } }) satisfies ActorReply));
   }
@@ -148,10 +151,13 @@ async function setup() {
     await drainMicrotasks();
     return decode<StartReply>((await p).data);
   };
+  const adverts: number[] = [];
+  ownerEp.subscribe(`kairos.${CLUSTER}.worker.hb`, { callback: (_e, m) => adverts.push(decode<{ free: number }>(m.data).free) });
+  const cancel = (runId: string) => schedEp.publish(workerSubject(CLUSTER, "w1", "cancel"), encode({ run_id: runId, fence: 1 }));
   const runFor = (ms: number) => sim.runUntil(sim.now() + ms);
   const runTo = (at: number) => sim.runUntil(at);
   const evs = (type: string) => events.filter((e) => e.type === type);
-  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo };
+  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel };
 }
 
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
@@ -216,6 +222,44 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     assert.ok(kills[0]!.at >= fenceAt && kills[0]!.at <= fenceAt + 50, `killed at ${kills[0]!.at}, due at ${fenceAt}`);
     assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
     assert.deepEqual(t.evs("lease_lost"), [], "no lease_lost reply was involved");
+    await t.worker.stop();
+  });
+});
+
+describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
+  it("keeps its worker slot until the task is gone, is no longer heartbeated, and its end is reported once as killed", T, async () => {
+    const t = await setup();
+    t.executor.slowKill = true;
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    t.cancel("r1");
+    await t.runFor(10);
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 1, "killed on the cancel");
+    const cancelledAt = t.sim.now();
+    t.adverts.length = 0;
+    await t.runFor(3 * HB); // the task takes its kill grace
+    const allFree = (n: number): boolean => t.adverts.length > 0 && t.adverts.every((free) => free === n);
+    assert.ok(allFree(3), `the slot stays taken while the task runs: ${t.adverts.join(",")}`);
+    assert.equal(t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > cancelledAt).length, 0, "not heartbeated after the cancel");
+    assert.equal(t.owner.completes.length, 0, "nothing reported while the task still runs");
+    t.executor.exit("r1#1");
+    await t.runFor(10);
+    assert.deepEqual(t.owner.completes.map((c) => [c.run_id, c.outcome]), [["r1", "killed"]], "the end reported once, as killed");
+    t.adverts.length = 0;
+    await t.runFor(2 * HB);
+    assert.ok(allFree(4), `the slot is free once the task is gone: ${t.adverts.join(",")}`);
+    await t.worker.stop();
+  });
+
+  it("an accepted attempt not started yet is dropped at once and reported", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r2", 10_000), { accepted: true });
+    await t.runFor(500);
+    t.cancel("r2");
+    await t.runTo(T0 + 15_000);
+    assert.equal(t.executor.starts(), 0, "a cancelled attempt never starts");
+    assert.deepEqual(t.owner.completes.map((c) => [c.run_id, c.outcome]), [["r2", "killed"]]);
     await t.worker.stop();
   });
 });
