@@ -29,6 +29,8 @@ import { Worker } from "../../src/worker/worker.ts";
 import { Ledger, SimExecutor } from "./executor.ts";
 import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
 import { Checker, Trace, saturatedTenants, type JobUnderTest, type Violation } from "./invariants.ts";
+import { DEFAULT_RETENTION } from "../../src/jobs/retention.ts";
+import { RunRetention } from "../../src/jobs/run-retention.ts";
 import { SimBus, type BusFaults, type SimEndpoint } from "./sim-bus.ts";
 import { SimClock, SimProcess } from "./sim-clock.ts";
 
@@ -163,7 +165,7 @@ export class SimCluster {
     this.trace.add(`${id} started (incarnation ${id}-${gen})`);
   }
 
-  /** Mirrors src/server/start.ts: job, tenant and fleet actors (fair shares), the worker directory. */
+  /** Mirrors src/server/start.ts: job actors (with retention), tenant and fleet actors (fair shares), the worker directory. */
   #composeScheduler(p: Proc): void {
     const { process } = p;
     const directory = new WorkerDirectory(process.clock, this.#rng(), WORKER_HB_MS * 3, { optimistic: true });
@@ -176,6 +178,9 @@ export class SimCluster {
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
         sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
+        // Bounded history as production runs it: a prune pass on the first terminal run after
+        // a job comes to a node, among the run path's own writes.
+        retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
       }));
       n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
       n.register(fleetRegistration(() => directory.capacity()));
@@ -377,15 +382,19 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   await c.sim.runUntil(START_MS + duration);
   if (!created) c.checker.fail("occurrence_lost", "create", "the jobs were not all created within the simulation");
   // For the report: what each tenant actor believes at the end (slots held, runs waiting).
+  // A tenant's effective cap is the lower of its max_concurrent and its fair share of the fleet.
+  const limits = new Map(c.caps);
   const status = Promise.all([...new Set(c.jobs.map((j) => j.tenant))].map(async (t) => {
     const s = await c.router?.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 }).catch((e: unknown) => String(e));
     c.trace.add(`tenant ${t} at the end: ${JSON.stringify(s)}`);
+    const share = (s as { share?: number } | undefined)?.share;
+    if (typeof share === "number" && share > 0 && share < (limits.get(t) ?? Infinity)) limits.set(t, share);
   }));
   await c.sim.runUntil(START_MS + duration + 2000);
   await status;
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
   // A run created before faults stopped has had 3 × (task 4 s + lease 4 s) + backoffs + slack.
-  const saturated = saturatedTenants(c.ledger.all, c.caps, START_MS + duration);
+  const saturated = saturatedTenants(c.ledger.all, limits, START_MS + duration);
   await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - quiet, saturated);
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;

@@ -108,8 +108,12 @@ export class SimExecutor implements Executor {
     this.#live.set(x, () => finish("killed", null));
     return {
       result,
-      kill: async () => {
-        finish("killed", null);
+      // A graceful kill (a cancel) takes the task's grace: SIGTERM, the task's trap, exit — up to
+      // 600 ms here; a self-fencing kill (immediate: SIGKILL) is instant. A cap or overlap check
+      // that forgets the grace is caught (a cancel released the tenant slot at once before).
+      kill: async (_why, opts) => {
+        if (opts?.immediate) return finish("killed", null);
+        sim.setTimer(Math.floor(random.next() * 600), () => finish("killed", null));
       },
     };
   }

@@ -205,8 +205,9 @@ function describe(spec: JobSpec): string {
 /**
  * Tenants with a backlog that still moves: at least `cap` of their executions started in the last
  * 15 s of the run and they had one running at least 60% of that time (sampled every 250 ms from
- * the ledger). Their queued runs wait behind max_concurrent; they are not stuck. A tenant stalled
- * by leaked grants starts nothing and is not exempted.
+ * the ledger). Their queued runs wait behind their cap — max_concurrent, or their fair share of
+ * the fleet when that is lower (the caller passes the lower) — they are not stuck. A tenant
+ * stalled by leaked grants starts nothing and is not exempted.
  */
 export function saturatedTenants(ledger: readonly LedgerEntry[], caps: ReadonlyMap<string, number>, endMs: number): Set<string> {
   const out = new Set<string>();
