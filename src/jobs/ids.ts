@@ -8,7 +8,6 @@
  * 100 — a time in 1970, which retention then deleted as older than its age limit.
  */
 const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
-const JOB_ID_RE = /^j[0-9a-z]{16}$/;
 
 export const JOB_ACTOR = "job";
 export const TENANT_ACTOR = "tenant";

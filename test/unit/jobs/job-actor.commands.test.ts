@@ -5,7 +5,6 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
-import { splitGrant } from "../../../src/jobs/ids.ts";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
