@@ -60,6 +60,12 @@ export interface ChaosOptions {
   /** Jobs per tenant; the last tenant gets `cap` as max_concurrent_runs. */
   tenants: { name: string; jobs: number; cap?: number }[];
   runLeaseTtlMs: number;
+  /**
+   * `--keep-runs` for scheduler nodes (run retention per job). Unset: the product default (1,000
+   * finished runs per job), which holds a job's whole ledger for runs up to about 50 minutes at
+   * the smallest step; a longer run passes more, or its checker would see pruned records as lost.
+   */
+  keepRuns?: number;
   /** Faults: either a fixed list (run in this order) or a duration with random kinds. */
   faults: { list: FaultKind[] } | { durationMs: number; kinds: readonly FaultKind[] };
   /** Time between the starts of two faults (a fault also waits for the previous recovery). */
@@ -239,6 +245,7 @@ class Cluster {
   #args(worker: boolean): string[] {
     const a = ["--run-lease-ttl-ms", String(this.o.runLeaseTtlMs)];
     if (worker) a.push("--executor", this.o.executor, "--slots", String(this.o.slots));
+    else if (this.o.keepRuns !== undefined) a.push("--keep-runs", String(this.o.keepRuns));
     return a;
   }
 

@@ -31,12 +31,17 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
+// Retention stays on (it is part of the run path under test) but keeps every run of the session:
+// one run per job every min(steps) seconds, plus margin; the product default (1,000) when that is enough.
+const steps = [3, 4, 5, 6];
+const keepRuns = Math.max(1000, Math.ceil((minutes * 60) / Math.min(...steps)) + 200);
+
 try {
   const report = await runLedgerChaos({
     seed, executor: "process", schedulers: 3, workers: Number(values.workers), slots: 8, partitions: 16,
     tenants: [{ name: "alpha", jobs: 9 }, { name: "beta", jobs: 9 }, { name: "capped", jobs: 4, cap: 2 }],
     runLeaseTtlMs: 3000, faults: { durationMs: minutes * 60_000, kinds: FAULT_KINDS }, faultEveryMs: Number(values["every-s"]) * 1000,
-    taskSeconds: [1, 2], longTasks: { every: 6, seconds: 4.5 }, steps: [3, 4, 5, 6],
+    taskSeconds: [1, 2], longTasks: { every: 6, seconds: 4.5 }, steps, ...(keepRuns > 1000 ? { keepRuns } : {}),
     log: (l) => console.error(`[${new Date().toISOString()}] ${l}`),
   }, (s) => { stopCluster = s; });
   console.log(formatReport(report, Number(values.examples)));
