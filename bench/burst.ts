@@ -57,7 +57,7 @@ export async function run(args: string[]): Promise<void> {
   process.env["KAIROS_LOG_LEVEL"] ??= "warn";
   const nats = await startNats();
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "burst", roles: ["scheduler"], partitions: 64, mailboxLimit: 100_000 }),
+    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "burst", roles: ["scheduler"], partitions: 64 }),
     { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
   );
   // The worker is its own process, as in production (its event loop only starts and reports runs).

@@ -104,7 +104,7 @@ export async function run(args: string[]): Promise<void> {
   const adminNc = await nats.connect("fairness-admin");
   const tenants = new KvTenantDirectory((await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants, { clock: systemClock });
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fairness", roles: ["api", "scheduler"], partitions: PARTITIONS, mailboxLimit: 100_000 }),
+    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fairness", roles: ["api", "scheduler"], partitions: PARTITIONS }),
     { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0, workerHeartbeatMs: 500, job: { leaseTtlMs: 2_000 } },
   );
   let summary: Record<string, unknown> | undefined;

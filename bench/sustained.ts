@@ -136,7 +136,7 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
     nodes.push(worker);
     if (!o.spawn) {
       const proc = await startKairos(
-        makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "sustained", roles: ["api", "scheduler"], partitions: PARTITIONS, mailboxLimit: 100_000 }),
+        makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "sustained", roles: ["api", "scheduler"], partitions: PARTITIONS }),
         { executor: "noop", workerSlots: o.slots, apiHost: "127.0.0.1", apiPort: 0, job },
       );
       procs.push(proc);

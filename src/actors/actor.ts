@@ -56,6 +56,12 @@ export interface ActorDefinition<S, M, R, E = never> {
    * lapsed trust window) drops the actor, so the next message reloads what is durable.
    */
   readonly persist?: boolean;
+  /**
+   * This type's mailbox bound, overriding the node's `mailboxLimit`: for a fan-in actor that every
+   * job actor of a tenant writes to (a tenant's slot economy), sized to its own waiting bound, so
+   * a burst queues up to what the actor accepts instead of failing at the node-wide default.
+   */
+  readonly mailboxLimit?: number;
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
   readonly loadOnAcquire?: boolean;
   /** Validates a decoded message; throw a KairosError for bad input. */

@@ -202,9 +202,10 @@ export class ActorHost {
       fast = def.query(inst.state, msg, this.#ctx(inst, now));
       if (fast && !fast.alsoQueue) return fast.reply;
     }
-    if (inst.mailbox.length >= this.#o.mailboxLimit) {
+    const limit = def.mailboxLimit ?? this.#o.mailboxLimit;
+    if (inst.mailbox.length >= limit) {
       if (fast) return fast.reply; // acknowledged already; the state change comes with a later one
-      throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${this.#o.mailboxLimit})`);
+      throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${limit})`);
     }
     const queued = new Promise((resolve, reject) => {
       inst.mailbox.push({ msg, resolve, reject });

@@ -114,6 +114,9 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
   return {
     type: TENANT_ACTOR,
     persist: false,
+    // Every job actor of the tenant asks it for slots: in a burst its queue may hold one acquire
+    // per waiting run, which it bounds itself (WAITING_LIMIT), not the node-wide default.
+    mailboxLimit: WAITING_LIMIT,
     initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
     receive(state, msg, ctx) {
       const now = ctx.nowMs;

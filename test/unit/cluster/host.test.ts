@@ -94,9 +94,9 @@ class Gates {
   release(n: number): void {
     this.#get(this.open, n).resolve();
   }
-  registration(): ActorRegistration {
+  registration(definition: ActorRegistration["definition"] = gateActor as ActorRegistration["definition"]): ActorRegistration {
     return {
-      definition: gateActor,
+      definition,
       perform: async (pre) => {
         for (const n of pre as number[]) {
           this.trace.push(`start ${n}`);
@@ -413,6 +413,20 @@ describe("ActorHost", () => {
     // Room again once drained.
     t.gates.release(5);
     assert.equal(await t.host.deliver("gate", id, { n: 5 }), 5);
+  });
+
+  it("mailbox limit: a type's own `mailboxLimit` overrides the node's (fan-in actors)", async () => {
+    const t = setup({ mailboxLimit: 2 });
+    t.host.register(t.gates.registration({ ...gateActor, type: "wide", mailboxLimit: 4 } as ActorRegistration["definition"]));
+    await acquireAll(t.host);
+    const id = "fan-in";
+    const running = t.host.deliver("wide", id, { n: 1 });
+    await t.gates.startedP(1);
+    // Four queued behind the running one: twice the node's limit, within the type's.
+    const queued = [2, 3, 4, 5].map((n) => t.host.deliver("wide", id, { n }));
+    await rejectsWith(t.host.deliver("wide", id, { n: 6 }), "overloaded");
+    for (const n of [1, 2, 3, 4, 5]) t.gates.release(n);
+    assert.deepEqual(await Promise.all([running, ...queued]), [1, 2, 3, 4, 5]);
   });
 
   it("timers survive passivation and are delivered after reactivation from KV", async () => {
