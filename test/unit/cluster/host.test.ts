@@ -94,7 +94,7 @@ class Gates {
   release(n: number): void {
     this.#get(this.open, n).resolve();
   }
-  registration(definition: ActorRegistration["definition"] = gateActor as ActorRegistration["definition"]): ActorRegistration {
+  registration(definition: ActorRegistration["definition"] = gateActor): ActorRegistration {
     return {
       definition,
       perform: async (pre) => {
@@ -417,7 +417,7 @@ describe("ActorHost", () => {
 
   it("mailbox limit: a type's own `mailboxLimit` overrides the node's (fan-in actors)", async () => {
     const t = setup({ mailboxLimit: 2 });
-    t.host.register(t.gates.registration({ ...gateActor, type: "wide", mailboxLimit: 4 } as ActorRegistration["definition"]));
+    t.host.register(t.gates.registration({ ...gateActor, type: "wide", mailboxLimit: 4 }));
     await acquireAll(t.host);
     const id = "fan-in";
     const running = t.host.deliver("wide", id, { n: 1 });
