@@ -28,7 +28,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["src/actors/**/*.ts", "src/cluster/**/*.ts", "src/schedule/**/*.ts"],
+    files: ["src/actors/**/*.ts", "src/cluster/**/*.ts", "src/schedule/**/*.ts", "src/server/node.ts"],
     rules: {
       "no-restricted-properties": ["error", ...ambient],
       "no-restricted-globals": [

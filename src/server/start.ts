@@ -7,7 +7,7 @@ import { systemClock } from "../lib/clock.ts";
 import { createLogger } from "../lib/log.ts";
 import { systemRandom } from "../lib/random.ts";
 import type { NodeConfig } from "../cluster/config.ts";
-import { KairosNode } from "../cluster/node.ts";
+import { KairosNode } from "./node.ts";
 import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";

@@ -10,7 +10,7 @@
  * duplication and delay) and every random choice inside the pieces. Faults stop before the end
  * (a quiet tail), then the final invariants run (invariants.ts).
  */
-import { KairosNode } from "../../src/cluster/node.ts";
+import { KairosNode } from "../../src/server/node.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { makeNodeConfig, type NodeConfig } from "../../src/cluster/config.ts";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
