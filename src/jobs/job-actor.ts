@@ -30,6 +30,7 @@ import { retryDelayMs } from "./backoff.ts";
 import { JOB_ACTOR, grantId, runIdFor, splitGrant, splitJobActorId } from "./ids.ts";
 import { activeRunView, emptyJobState, instant, jobView, terminalRunView, type ActiveRun, type Draining, type JobRecord, type JobState } from "./job-state.ts";
 import type { AttemptOutcome, JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
+import type { Completion } from "../protocol/worker.ts";
 
 export interface JobActorConfig {
   leaseTtlMs: number;
@@ -80,15 +81,8 @@ export const RECENT_REQUESTS = 8;
 /** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
 export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
 
-/** What a worker reports when an attempt ends. */
-export interface Completion {
-  outcome: "exited" | "timed_out" | "killed" | "oom" | "error";
-  exit_code: number | null;
-  output: string;
-  error: { class: string; message: string; retryable: boolean } | null;
-  started_at_ms: number;
-  finished_at_ms: number;
-}
+/** What a worker reports when an attempt ends (defined with the worker protocol). */
+export type { Completion };
 
 export type JobMsg =
   | { kind: "create"; tenant_id: string; job_id: string; spec: JobSpec; request_hash: string }

@@ -24,7 +24,7 @@ import { FAIR_REPORT_MS } from "../../src/jobs/fleet-actor.ts";
 import { NatsJobsService } from "../../src/jobs/nats-service.ts";
 import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
 import { seededRandom, type Random } from "../../src/lib/random.ts";
-import { WorkerDirectory } from "../../src/worker/directory.ts";
+import { WorkerDirectory } from "../../src/jobs/worker-directory.ts";
 import { Worker } from "../../src/worker/worker.ts";
 import { Ledger, SimExecutor } from "./executor.ts";
 import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
