@@ -73,7 +73,7 @@ interface Lease {
   handedBack?: boolean;
   /**
    * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
-   * and its end is reported once (the owner holds the tenant slot until then; job-actor `drain`).
+   * and its end is reported once (the owner holds the tenant slot until then; src/jobs/run-dispatch.ts `drain`).
    */
   cancelled?: boolean;
 }
