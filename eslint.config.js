@@ -8,7 +8,7 @@ const ambient = [
 ];
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", "bin/**"] },
+  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", ".dependency-cruiser.cjs", "bin/**"] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
