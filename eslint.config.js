@@ -8,7 +8,7 @@ const ambient = [
 ];
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", "bin/**"] },
+  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", ".dependency-cruiser.cjs", "bin/**"] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
@@ -28,7 +28,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["src/actors/**/*.ts", "src/cluster/**/*.ts", "src/schedule/**/*.ts"],
+    files: ["src/actors/**/*.ts", "src/cluster/**/*.ts", "src/schedule/**/*.ts", "src/server/node.ts"],
     rules: {
       "no-restricted-properties": ["error", ...ambient],
       "no-restricted-globals": [

@@ -31,7 +31,7 @@ import { openBuckets } from "../src/cluster/buckets.ts";
 import { encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig, type NodeConfig } from "../src/cluster/config.ts";
 import type { NodeEvent } from "../src/cluster/events.ts";
-import { KairosNode } from "../src/cluster/node.ts";
+import { KairosNode } from "../src/server/node.ts";
 import { assign, partitionOf } from "../src/cluster/placement.ts";
 import { TimerQueue } from "../src/cluster/timer-queue.ts";
 import { systemClock } from "../src/lib/clock.ts";

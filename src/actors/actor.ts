@@ -7,6 +7,13 @@
  */
 import type { ErrorCode } from "../lib/errors.ts";
 
+/**
+ * Checks an actor message at the bus boundary before the host sees it: returns why it is refused
+ * (e.g. its `tenant_id` is not the address's tenant), or undefined to admit it (see
+ * `KairosNode.guard`, src/server/node.ts).
+ */
+export type MessageGuard = (id: string, msg: unknown) => string | undefined;
+
 /** Effects every host performs; actor types add their own with `perform` (see ActorDefinition). */
 export type HostEffect<M> =
   | { kind: "timer"; name: string; atMs: number; msg: M }

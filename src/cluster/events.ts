@@ -14,7 +14,7 @@ export type NodeEvent =
   | { type: "actor_activated"; actorType: string; id: string; partition: number }
   | { type: "actor_passivated"; actorType: string; id: string }
   | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string }
-  /** The bus boundary refused a message (worker plane, or a forged tenant: node.ts `guard`). */
+  /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/node.ts `guard`). */
   | { type: "message_refused"; actor: string; reason: string };
 
 export type NodeEventListener = (e: NodeEvent) => void;

@@ -3,12 +3,12 @@
  * an actor of that tenant. The API derives both from the caller's API key, so an honest sender
  * never trips this; a forged message on the bus (`create` to `job/<A>.<job>` carrying
  * `tenant_id: B`, or a slot request of tenant A naming tenant B's job) is refused with
- * `permission_denied` before the actor sees it (`KairosNode.guard`, src/cluster/node.ts).
+ * `permission_denied` before the actor sees it (`KairosNode.guard`, src/server/node.ts).
  *
  * The check is on the wire, where messages arrive from other processes; the host itself
  * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process.
  */
-import type { MessageGuard } from "../cluster/node.ts";
+import type { MessageGuard } from "../actors/actor.ts";
 import { splitJobActorId } from "./ids.ts";
 
 /** A value for a refusal message (JSON, bounded). */

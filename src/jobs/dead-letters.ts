@@ -24,6 +24,7 @@
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvEntry, KvStore } from "../cluster/kv.ts";
+import type { JobShellDeps } from "./job-shell.ts";
 import type { RunView } from "./model.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 
@@ -168,4 +169,21 @@ export class DeadLetterOutbox {
       this.#inFlight.delete(e.key);
     }
   }
+}
+
+/** What `deliverDeadLetter` needs from the job shell. */
+export type DeadLetterDeps = Pick<JobShellDeps, "log" | "deadLetters" | "tenantWebhook" | "nowS" | "sleep">;
+
+/**
+ * The job shell's `dead_letter` effect: logged, then POSTed (HMAC-signed) to the tenant's webhook
+ * when it has one — through the durable outbox when there is one (its keys were written with the
+ * terminal record, before the state; a crash re-delivers), otherwise at once from memory.
+ */
+export async function deliverDeadLetter(deps: DeadLetterDeps, partition: number, record: RunView): Promise<void> {
+  deps.log("warn", "run dead-lettered", { run_id: record.run_id, job_id: record.job_id, status: record.status, reason: record.reason });
+  if (deps.deadLetters) return deps.deadLetters.kick(partition, record.tenant_id, record.run_id);
+  const target = await deps.tenantWebhook?.(record.tenant_id);
+  if (!target || !deps.nowS || !deps.sleep) return;
+  const r = await notifyDeadLetter(target, record, { nowS: deps.nowS, sleep: deps.sleep });
+  if (!r.ok) deps.log("warn", "dead-letter webhook failed", { run_id: record.run_id, status: r.status, err: r.error });
 }

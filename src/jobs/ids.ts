@@ -9,7 +9,8 @@
  */
 const ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
 
-export const JOB_ACTOR = "job";
+/** Defined with the worker protocol, which addresses job actors by it. */
+export { JOB_ACTOR } from "../protocol/worker.ts";
 export const TENANT_ACTOR = "tenant";
 
 export function isValidId(s: string): boolean {

@@ -33,7 +33,7 @@ export interface ActiveRun {
   worker: string | null;
   /** A tenant slot is held for this run. */
   slot: boolean;
-  /** Slots given back so far: names the current grant (see `grantId` in job-actor.ts). */
+  /** Slots given back so far: names the current grant (see `grantId` in ids.ts). */
   slot_seq?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;

@@ -10,24 +10,12 @@
  *   skipped (overlap) and missed (misfire) are recorded terminal at creation.
  */
 
+import type { TaskInput } from "../protocol/worker.ts";
+
 export type ScheduleInput = { cron: string; time_zone: string } | { at: string };
 
-export interface TaskInput {
-  image: string;
-  args: string[];
-  env: Record<string, string>;
-  timeout_s: number;
-  resources?: { memory_mb?: number; cpus?: number; pids?: number };
-  /**
-   * Write-only secrets, in plaintext only between the API's validator and the jobs service,
-   * which seals them (secret-env.ts) before the job leaves the API node; never stored or shown.
-   */
-  secret_env?: Record<string, string>;
-  /** What a job stores of its secrets: their names and which sealed version holds the values. */
-  sealed_env?: { names: string[]; ref: string };
-  /** Responses only: the names of the job's secrets (their values are never returned). */
-  secret_env_names?: string[];
-}
+/** The task shape is part of the worker protocol (a leaf module both jobs and workers import). */
+export type { TaskInput };
 
 export const BACKOFFS = ["exponential", "fixed"] as const;
 export const OVERLAPS = ["skip", "queue", "allow", "replace"] as const;

@@ -3,7 +3,7 @@
  * node at scrape time (partitions held, actors active, runs waiting). `startKairos` builds it
  * once the node is up and serves it on the API port and/or `--metrics-port` (src/http/ops.ts).
  */
-import type { KairosNode } from "../cluster/node.ts";
+import type { KairosNode } from "./node.ts";
 import { assign } from "../cluster/placement.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { checkReadiness, executorCheck, natsCheck, partitionsCheck, type ReadinessCheck } from "../health/readiness.ts";

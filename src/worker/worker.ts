@@ -29,12 +29,9 @@ import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter } from "../cluster/router.ts";
-import type { Completion } from "../jobs/job-actor.ts";
-import { JOB_ACTOR } from "../jobs/ids.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
-import { workerSubject } from "./directory.ts";
-import type { CancelRequest, StartReply, StartRequest } from "./protocol.ts";
+import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
 export interface WorkerOptions {
   workerId: string;
@@ -76,7 +73,7 @@ interface Lease {
   handedBack?: boolean;
   /**
    * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
-   * and its end is reported once (the owner holds the tenant slot until then; job-actor `drain`).
+   * and its end is reported once (the owner holds the tenant slot until then; src/jobs/run-dispatch.ts `drain`).
    */
   cancelled?: boolean;
 }
@@ -494,7 +491,7 @@ export class Worker {
     const { nc, clusterName, workerId, slots } = this.#o;
     if (nc.isClosed()) return;
     const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
-    nc.publish(`kairos.${clusterName}.worker.hb`, encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
+    nc.publish(workerAdvertSubject(clusterName), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
   }
 
   #beat(): void {

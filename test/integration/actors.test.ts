@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { systemClock } from "../../src/lib/clock.ts";
 import { seededRandom } from "../../src/lib/random.ts";
 import { makeNodeConfig } from "../../src/cluster/config.ts";
-import { KairosNode } from "../../src/cluster/node.ts";
+import { KairosNode } from "../../src/server/node.ts";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import { actorRegistrations } from "../../src/actors/index.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";

@@ -10,7 +10,7 @@
  * duplication and delay) and every random choice inside the pieces. Faults stop before the end
  * (a quiet tail), then the final invariants run (invariants.ts).
  */
-import { KairosNode } from "../../src/cluster/node.ts";
+import { KairosNode } from "../../src/server/node.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { makeNodeConfig, type NodeConfig } from "../../src/cluster/config.ts";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
@@ -24,7 +24,7 @@ import { FAIR_REPORT_MS } from "../../src/jobs/fleet-actor.ts";
 import { NatsJobsService } from "../../src/jobs/nats-service.ts";
 import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
 import { seededRandom, type Random } from "../../src/lib/random.ts";
-import { WorkerDirectory } from "../../src/worker/directory.ts";
+import { WorkerDirectory } from "../../src/jobs/worker-directory.ts";
 import { Worker } from "../../src/worker/worker.ts";
 import { Ledger, SimExecutor } from "./executor.ts";
 import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { connectNats } from "../../../src/cluster/nats.ts";
 import { makeNodeConfig } from "../../../src/cluster/config.ts";
-import { KairosNode } from "../../../src/cluster/node.ts";
+import { KairosNode } from "../../../src/server/node.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { systemClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";

@@ -19,7 +19,7 @@ import { WebhookSender } from "../../../src/jobs/webhook.ts";
 import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/worker/directory.ts";
+import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
 
 function run(status: RunStatus, runId = "r1", tenantId = "t1"): RunView {
   return {

@@ -3,7 +3,8 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory, workerSubject } from "../../../src/worker/directory.ts";
+import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
+import { workerSubject } from "../../../src/protocol/worker.ts";
 
 const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
 

@@ -28,8 +28,9 @@ import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory, workerSubject } from "../../../src/worker/directory.ts";
-import type { StartReply, StartRequest } from "../../../src/worker/protocol.ts";
+import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
+import { workerSubject } from "../../../src/protocol/worker.ts";
+import type { StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 
 const CLUSTER = "c";
 const PARTITION = 3;

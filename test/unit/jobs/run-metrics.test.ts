@@ -15,7 +15,7 @@ import type { AttemptView, RunStatus, RunView } from "../../../src/jobs/model.ts
 import { RunMetrics, type RunMetricsSink } from "../../../src/jobs/run-metrics.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/worker/directory.ts";
+import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
 
 class Recorder implements RunMetricsSink {
   readonly lags: [string, number][] = [];

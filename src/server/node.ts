@@ -8,23 +8,18 @@ import { randomUUID } from "node:crypto";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
+import type { MessageGuard } from "../actors/actor.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
-import type { Bus, BusMsg, BusSubscription } from "./bus.ts";
-import { openBuckets, type Buckets } from "./buckets.ts";
-import { decode, encode } from "./codec.ts";
-import type { NodeConfig } from "./config.ts";
-import { EventBus } from "./events.ts";
-import { Membership } from "./membership.ts";
-import { connectNats } from "./nats.ts";
-import { PartitionManager } from "./partition-manager.ts";
-import { assign } from "./placement.ts";
-import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "./router.ts";
-
-/**
- * Checks an actor message at the bus boundary before the host sees it: returns why it is refused
- * (e.g. its `tenant_id` is not the address's tenant), or undefined to admit it.
- */
-export type MessageGuard = (id: string, msg: unknown) => string | undefined;
+import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
+import { openBuckets, type Buckets } from "../cluster/buckets.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { NodeConfig } from "../cluster/config.ts";
+import { EventBus } from "../cluster/events.ts";
+import { Membership } from "../cluster/membership.ts";
+import { connectNats } from "../cluster/nats.ts";
+import { PartitionManager } from "../cluster/partition-manager.ts";
+import { assign } from "../cluster/placement.ts";
+import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
 
 /** How long one item of a batch request may take before the batch answers it as pending. */
 export const BATCH_ITEM_BUDGET_MS = 500;

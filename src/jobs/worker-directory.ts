@@ -1,5 +1,5 @@
 /**
- * The worker directory each scheduler node keeps: workers advertise their free slots by
+ * The worker directory each scheduler node keeps (the dispatcher's view of the fleet): workers advertise their free slots by
  * heartbeat on `kairos.<cluster>.worker.hb`; the directory forgets a worker after
  * `expireAfterMs` without one. `pick()` chooses the worker with the most free slots, counting
  * local reservations made since its last heartbeat so one burst does not pile onto one worker.
@@ -15,13 +15,8 @@ import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
+import { workerAdvertSubject, type WorkerAdvert } from "../protocol/worker.ts";
 
-export interface WorkerAdvert {
-  worker_id: string;
-  slots: number;
-  free: number;
-  executor: string;
-}
 
 interface Entry extends WorkerAdvert {
   seenMs: number;
@@ -30,9 +25,6 @@ interface Entry extends WorkerAdvert {
   refused: boolean;
 }
 
-export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel"): string {
-  return `kairos.${cluster}.worker.${workerId}.${verb}`;
-}
 
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
@@ -45,7 +37,7 @@ export class WorkerDirectory {
   ) {}
 
   start(nc: Bus, cluster: string): void {
-    this.#sub = nc.subscribe(`kairos.${cluster}.worker.hb`, {
+    this.#sub = nc.subscribe(workerAdvertSubject(cluster), {
       // An error (a permission violation) comes with an empty message: nothing to observe.
       callback: (e, m) => {
         if (!e) this.observe(decode<WorkerAdvert>(m.data));

@@ -1,0 +1,33 @@
+// Dependency rules, checked by `npm run lint` (and so by `npm test` and CI): see CONTRIBUTING.md,
+// "Shape of the code". Run `npx depcruise src` to check by hand.
+/** @type {import("dependency-cruiser").IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: "no-area-cycle",
+      severity: "error",
+      comment:
+        "An area of src/ (a top-level folder: lib, schedule, cluster, actors, protocol, jobs, worker, ...) must not " +
+        "depend on itself through another area. Move the shared piece down to the lower area " +
+        "(as src/protocol/ holds what jobs and worker both need).",
+      scope: "folder",
+      from: { path: "^src/" },
+      to: { circular: true },
+    },
+    {
+      name: "no-module-cycle",
+      severity: "error",
+      comment:
+        "A module must not import itself through others at run time (ES module initialisation order). " +
+        "Cycles made only of type imports are erased by the compiler and allowed.",
+      from: { path: "^src/" },
+      to: { circular: true, viaOnly: { dependencyTypesNot: ["type-only"] } },
+    },
+  ],
+  options: {
+    includeOnly: "^src/",
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: "tsconfig.json" },
+    doNotFollow: { path: "node_modules" },
+  },
+};

@@ -1,0 +1,86 @@
+/**
+ * The dispatcher: performs the job actor's `dispatch` effects — it offers one attempt to ONE
+ * worker with a free slot (the worker directory's pick) under the offer's own fence. Its
+ * acceptance comes back to the actor as `claimed`; a refusal or no answer within the offer
+ * timeout as `dispatch_failed` (the core offers again later, under a new fence). A task with
+ * `sealed_env` has its secrets opened into its env for that one offer (secret-env.ts); without
+ * them the offer is not made (`dispatch_failed`).
+ *
+ * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
+ * slot a completion has just released may not be advertised yet); ownership is re-checked before
+ * each request; only a task with secrets awaits anything before its offer, so offers keep their
+ * timing. The test-only hole 1 offers one fence to up to three workers, as before its fix.
+ */
+import type { ShellContext } from "../actors/host.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import { KairosError } from "../lib/errors.ts";
+import { workerSubject, type StartReply, type StartRequest, type TaskInput } from "../protocol/worker.ts";
+import { splitJobActorId } from "./ids.ts";
+import type { JobActorConfig, JobEffect } from "./job-actor.ts";
+import type { JobShellDeps } from "./job-shell.ts";
+
+/** How long to wait before offering again to a worker that had no free slot (see dispatch). */
+const OFFER_RACE_RETRY_MS = 25;
+
+export type DispatchDeps = Pick<JobShellDeps, "nc" | "clusterName" | "workers" | "log" | "sleep" | "secrets">;
+
+/** The `dispatch` effect's performer for one job actor type's shell. */
+export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {
+  /** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
+  async function offeredTask(tenantId: string, jobId: string, task: TaskInput): Promise<TaskInput | null> {
+    if (!task.sealed_env) return task;
+    const { sealed_env: sealed, ...rest } = task;
+    try {
+      if (!deps.secrets) throw new KairosError("unsupported", "this scheduler has no secret key (--secret-key-file)");
+      return { ...rest, env: { ...rest.env, ...(await deps.secrets.open(tenantId, jobId, sealed)) } };
+    } catch (e) {
+      deps.log("error", "secret_env cannot be opened: the run is not offered", { job: `${tenantId}.${jobId}`, err: String(e) });
+      return null;
+    }
+  }
+
+  return async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
+    const { tenantId, jobId } = splitJobActorId(ctx.address.id);
+    // Only a task with secrets waits for a read (no await otherwise: offers keep their timing).
+    const task = fx.task.sealed_env ? await offeredTask(tenantId, jobId, fx.task) : fx.task;
+    if (!task) {
+      ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: "secret_env cannot be opened on this scheduler" });
+      return;
+    }
+    const tried = new Set<string>();
+    // One fence, one worker. (The test-only hole 1 offers it to up to three, as before the fix.)
+    const tries = cfg.testOnlyHole1 ? 3 : 1;
+    for (let i = 0; i < tries; i++) {
+      const worker = deps.workers.pick(tried);
+      if (!worker) break;
+      tried.add(worker);
+      if (!ctx.stillOwner()) return;
+      const req: StartRequest = {
+        job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
+        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task,
+        lease_ttl_ms: cfg.leaseTtlMs,
+      };
+      try {
+        const offer = async () => decode<StartReply>((await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs })).data);
+        let reply = await offer();
+        // A worker frees a slot only once its completion is acknowledged, so an offer for the
+        // slot that completion released can arrive first: ask the same worker (same fence) once
+        // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
+        if (!reply.accepted && reply.reason === "no free slot" && deps.sleep) {
+          await deps.sleep(OFFER_RACE_RETRY_MS);
+          if (!ctx.stillOwner()) return;
+          reply = await offer();
+        }
+        if (reply.accepted) {
+          ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
+          return;
+        }
+        deps.workers.markFull(worker);
+      } catch {
+        // No answer in time: the offer is dead (the worker cannot start it without our ack).
+        deps.workers.markFull(worker);
+      }
+    }
+    ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer" });
+  };
+}

@@ -1,0 +1,128 @@
+/**
+ * The job's commands (from the API, through the router): create, get, patch (pause, resume,
+ * change), delete and run-now. Each validates, changes the job record, and settles what the change
+ * leaves behind: runs prepared ahead for occurrences no longer called for are cancelled, the
+ * occurrence at `next_run_at` settled, `queue`d occurrences dropped, the `fire` timer re-armed.
+ *
+ * Gotchas: commands are idempotent — a retried create with the same request hash is answered,
+ * patch and run-now carry request ids answered with their first result (the last
+ * `RECENT_REQUESTS`); resuming a paused job does not catch up (`firstAfter` from now).
+ */
+import { assertNever } from "../lib/assert.ts";
+import { KairosError, type ErrorCode } from "../lib/errors.ts";
+import { runIdFor } from "./ids.ts";
+import type { JobMsg } from "./job-actor.ts";
+import { activeRunView, jobView } from "./job-state.ts";
+import type { JobSpec } from "./model.ts";
+import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
+import { createRun, dropQueued, settleNext } from "./occurrences.ts";
+import { finish } from "./run-lifecycle.ts";
+import { fail, type D, type Tx } from "./tx.ts";
+
+type CommandMsg = Extract<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" }>;
+type Command<K extends CommandMsg["kind"]> = Extract<CommandMsg, { kind: K }>;
+
+/** Null when the spec's schedule compiles; otherwise why not (as a command failure). */
+function validSchedule(spec: JobSpec): { code: ErrorCode; message: string; field?: string } | null {
+  try {
+    scheduleOf(spec);
+    return null;
+  } catch (e) {
+    if (e instanceof KairosError) return fail(e.code, e.message, e.field);
+    throw e;
+  }
+}
+
+export function command(tx: Tx, m: CommandMsg): D {
+  const s = tx.s;
+  if (m.kind === "create") return create(tx, m);
+  if (!s.job || s.deleted) return tx.done(null, fail("not_found", "job not found"));
+  switch (m.kind) {
+    case "get":
+      return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    case "patch":
+      return patch(tx, m);
+    case "delete":
+      return remove(tx);
+    case "run_now":
+      return runNow(tx, m);
+    default:
+      return assertNever(m, "job command");
+  }
+}
+
+function create(tx: Tx, m: Command<"create">): D {
+  const s = tx.s;
+  if (s.job) {
+    if (!s.deleted && s.job.request_hash === m.request_hash) return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    return tx.done(null, fail("conflict", `job ${m.job_id} already exists`));
+  }
+  const bad = validSchedule(m.spec);
+  if (bad) return tx.done(null, bad);
+  s.job = { tenant_id: m.tenant_id, job_id: m.job_id, spec: m.spec, version: 1, created_at_ms: tx.now, updated_at_ms: tx.now, request_hash: m.request_hash };
+  s.next_run_at_ms = firstAfter(m.spec, tx.now);
+  tx.changed = true;
+  tx.armFire();
+  return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+}
+
+function patch(tx: Tx, m: Command<"patch">): D {
+  const s = tx.s;
+  const job = s.job!;
+  if (tx.recalled(m.request_id)) return tx.done({ job: jobView(s, nextRuns(s, 5)) }); // a retry of a patch that applied
+  if (m.if_match !== undefined && m.if_match !== job.version) {
+    return tx.done(null, fail("precondition_failed", `If-Match: job is at version ${job.version}, not ${m.if_match}`, "If-Match"));
+  }
+  const before = job.spec;
+  const spec: JobSpec = { ...before, ...m.patch };
+  const bad = validSchedule(spec);
+  if (bad) return tx.done(null, bad);
+  s.job = { ...job, spec, version: job.version + 1, updated_at_ms: tx.now };
+  const scheduleChanged = JSON.stringify(before.schedule) !== JSON.stringify(spec.schedule);
+  if (!spec.enabled || scheduleChanged) {
+    // Runs created ahead of their due time (look-ahead) for occurrences that the pause or
+    // the new schedule no longer calls for are cancelled before they start.
+    for (const r of [...s.runs]) {
+      if (r.trigger !== "manual" && r.scheduled_for_ms > tx.now && (r.status === "queued" || r.status === "leased")) {
+        finish(tx, r, "cancelled", spec.enabled ? "schedule changed before it started" : "job paused before it started", null);
+      }
+    }
+  }
+  if ((!spec.enabled && before.enabled) || scheduleChanged) settleNext(tx, spec.enabled ? "schedule changed" : "job paused");
+  if (!spec.enabled) s.next_run_at_ms = null;
+  else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now, s); // resume: no catch-up
+  if (!spec.enabled || spec.overlap !== "queue") dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
+  if (m.request_id !== undefined) tx.remember({ id: m.request_id, version: s.job.version });
+  tx.changed = true;
+  tx.armFire();
+  return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+}
+
+function remove(tx: Tx): D {
+  const s = tx.s;
+  s.deleted = true;
+  dropQueued(tx, "job deleted");
+  settleNext(tx, "job deleted");
+  for (const r of [...s.runs]) finish(tx, r, "cancelled", "job deleted", null);
+  s.next_run_at_ms = null;
+  tx.changed = true;
+  tx.armFire();
+  return tx.done({ ok: true });
+}
+
+function runNow(tx: Tx, m: Command<"run_now">): D {
+  const s = tx.s;
+  const job = s.job!;
+  const prior = tx.recalled(m.request_id);
+  if (prior?.run_id !== undefined) {
+    // A retry of a run-now that was applied (its reply was lost): answer with that run.
+    const active = tx.run(prior.run_id);
+    return tx.done(active ? { run: activeRunView(job, active) } : { run_id: prior.run_id });
+  }
+  if (s.runs.length >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs`));
+  const seq = ++s.manual_seq;
+  const runId = runIdFor(job.job_id, tx.now, seq);
+  createRun(tx, tx.now, "manual", runId);
+  if (m.request_id !== undefined) tx.remember({ id: m.request_id, run_id: runId });
+  return tx.done({ run: activeRunView(job, tx.run(runId)!) });
+}

@@ -1,0 +1,102 @@
+/**
+ * Occurrence planning, as pure functions of the job state: when the job actor fires (`fireAt`,
+ * with look-ahead and a deterministic spread), how far ahead it prepares runs (`lookahead`,
+ * `undecided`), whether a gated run must still hold (`holdOf`), and the schedule's next instants
+ * (`nextRuns`, `firstAfter`). Nothing here changes state: occurrences.ts acts on these answers.
+ *
+ * Gotchas: compiled schedules are cached by their JSON (bounded, cleared past 10,000); `holdOf`
+ * must stay monotone (its blocking set only shrinks) — workers start a gated run from their own
+ * timer once they have heard "go", with no further round trip.
+ */
+import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
+import type { JobActorConfig } from "./job-actor.ts";
+import type { ActiveRun, JobState } from "./job-state.ts";
+import type { JobSpec } from "./model.ts";
+
+const schedules = new Map<string, CompiledSchedule>();
+export function scheduleOf(spec: JobSpec): CompiledSchedule {
+  const k = JSON.stringify(spec.schedule);
+  let s = schedules.get(k);
+  if (!s) {
+    s = compileSchedule("cron" in spec.schedule ? { cron: spec.schedule.cron, time_zone: spec.schedule.time_zone } : { at: spec.schedule.at });
+    if (schedules.size > 10_000) schedules.clear();
+    schedules.set(k, s);
+  }
+  return s;
+}
+
+/**
+ * Look-ahead: runs are created, given a slot and a worker before they are due.
+ * - `allow`: the NEXT occurrence only (a prepared run holds a worker slot until it ends).
+ * - `skip` (the default): the NEXT occurrence only, prepared with a gate (`ActiveRun.gate`): its
+ *   worker starts it from its own timer at its due time only if its last heartbeat reply did not
+ *   say `hold`; the owner says `hold` (from memory) while a run that blocks it is active
+ *   (`holdOf`), and at the due instant skips it if one still is (`gate` timer). In the common case
+ *   nothing blocks it from preparation on, and it starts on time with no round trip at the due
+ *   instant. One gated run at a time: while it waits, the window is closed.
+ * - `queue`, `replace`: none (they act on other runs at the due instant).
+ */
+export function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
+  switch (s.job?.spec.overlap) {
+    case "allow":
+    case "skip":
+      return undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+    default:
+      return 0;
+  }
+}
+
+/**
+ * The due instant of the run prepared ahead and not yet due, if any: at most one per job, since a
+ * prepared run holds a worker slot until it ends (preparing a whole 60 s window of a job due every
+ * 3 s took 20 worker slots per job; the ledger chaos run's fleet of 24 slots then starved the
+ * other jobs).
+ */
+function undecided(s: JobState, now: number): number | undefined {
+  let at: number | undefined;
+  for (const r of s.runs) if (r.trigger !== "manual" && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
+  return at;
+}
+
+/**
+ * Whether a gated run's worker must keep holding it (not start it) now: while a run that BLOCKS it
+ * is active — one created before it (an earlier occurrence, a retry, a manual run from before it
+ * was prepared), or created with it for an earlier instant (catch-up). Runs created later (the
+ * next prepared occurrence, a manual run from after it was prepared) never block it. The blocking
+ * set only shrinks, so the answer is monotone: once no blocking run is left — at preparation in
+ * the common case — the worker may start it at its due time from its own timer with no further
+ * round trip, and the `gate` reminder at the due instant (same rule) can never contradict a go.
+ */
+export function holdOf(s: JobState, r: ActiveRun): boolean {
+  if (!r.gate || s.job?.spec.overlap !== "skip") return false;
+  return s.runs.some((x) => x !== r && (x.created_at_ms < r.created_at_ms || (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)));
+}
+
+/**
+ * When to fire for `next_run_at`: the start of the look-ahead window plus a deterministic spread
+ * over its first half (hash of job and occurrence), so that many jobs due at the same instant
+ * prepare their runs across the window instead of all at once.
+ */
+export function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
+  const due = s.next_run_at_ms!;
+  if (!s.job) return due;
+  // A run prepared ahead closes the window until its due instant (one ahead at a time).
+  const ahead = s.job.spec.overlap === "skip" || s.job.spec.overlap === "allow";
+  const la = ahead ? cfg.lookaheadMs : 0;
+  if (la <= 0) return due;
+  const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
+  const waitFor = undecided(s, now);
+  return waitFor === undefined ? at : Math.min(due, Math.max(at, waitFor));
+}
+
+/** The next `count` occurrences from `next_run_at` (for the job view). */
+export function nextRuns(s: JobState, count: number): number[] {
+  if (!s.job || s.next_run_at_ms === null) return [];
+  const sched = scheduleOf(s.job.spec);
+  return [s.next_run_at_ms, ...sched.next(s.next_run_at_ms, count - 1)];
+}
+
+/** The next occurrence after now that has not been handled yet (never re-fires an old one). */
+export function firstAfter(spec: JobSpec, nowMs: number, s?: JobState): number | null {
+  return spec.enabled ? (scheduleOf(spec).next(Math.max(nowMs, s?.last_occurrence_ms ?? 0), 1)[0] ?? null) : null;
+}

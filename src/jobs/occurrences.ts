@@ -1,0 +1,155 @@
+/**
+ * Occurrences become runs: `fire` enumerates the due occurrences (and, with look-ahead, the next
+ * one ahead), applies the misfire policy with bounded catch-up, and hands each to `occur`, which
+ * applies the overlap policy — a new run (`createRun`, which asks for a slot at once), a terminal
+ * `skipped`/`missed` record (`recordTerminal`), a place in the `queue`, or, for `replace`, the end
+ * of the active runs. `settleNext` and `dropQueued` record occurrences that will now never run.
+ *
+ * Gotchas: records are `pre` effects, written before the job state (crash-safe order: a re-fire
+ * finds the record and advances); a run id is derived from job and occurrence, so `occur` on an
+ * occurrence already active is a no-op; `last_occurrence_ms` is a high-water mark, never lowered.
+ */
+import { spreadOffsetMs } from "../schedule/index.ts";
+import { runIdFor } from "./ids.ts";
+import { terminalRunView, type ActiveRun } from "./job-state.ts";
+import type { RunView } from "./model.ts";
+import { lookahead, scheduleOf } from "./occurrence-plan.ts";
+import { askSlot } from "./run-dispatch.ts";
+import { finish } from "./run-lifecycle.ts";
+import type { Tx } from "./tx.ts";
+
+/** A new active run for an occurrence (or a manual run): its record created first, then a slot asked for. */
+export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false): void {
+  const spec = tx.job.spec;
+  const r: ActiveRun = {
+    run_id: runId,
+    scheduled_for_ms: scheduledForMs,
+    start_at_ms: scheduledForMs + spreadOffsetMs(tx.job.job_id, scheduledForMs, spec.flex_window_s),
+    trigger,
+    status: "queued",
+    attempt: 0,
+    fence: 0,
+    worker: null,
+    slot: false,
+    created_at_ms: tx.now,
+    started_at_ms: null,
+    next_attempt_at_ms: null,
+    attempts: [],
+    ...(gate ? { gate: true as const } : {}),
+  };
+  tx.s.runs.push(r);
+  tx.putRun(r, true);
+  // The decision at the due instant (skip if a blocking run is still active then): see `holdOf`.
+  if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
+  askSlot(tx, r);
+  tx.changed = true;
+}
+
+/** A terminal record for an occurrence that does not run. */
+function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], status: "skipped" | "missed", reason: string): void {
+  const run_id = runIdFor(tx.job.job_id, scheduledForMs);
+  tx.pre.push({
+    kind: "put_run",
+    mode: "terminal",
+    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now }, status, tx.now, { reason }),
+  });
+}
+
+/** Applies the overlap policy to one occurrence that is due to run (or, gated, prepared ahead). */
+export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]): void {
+  const active = tx.s.runs.length > 0;
+  const runId = runIdFor(tx.job.job_id, scheduledForMs);
+  if (tx.s.runs.some((r) => r.run_id === runId)) return; // re-fired after a crash: already there
+  if (tx.s.runs.length >= tx.cfg.maxActiveRuns) {
+    recordTerminal(tx, scheduledForMs, trigger, "skipped", `too many active runs (${tx.cfg.maxActiveRuns})`);
+    return;
+  }
+  switch (tx.job.spec.overlap) {
+    case "allow":
+      return createRun(tx, scheduledForMs, trigger, runId);
+    case "skip":
+      // Not due yet (look-ahead): prepared under a gate, decided at the due instant.
+      if (scheduledForMs > tx.now) return createRun(tx, scheduledForMs, trigger, runId, true);
+      if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
+      return createRun(tx, scheduledForMs, trigger, runId);
+    case "queue":
+      if (!active) return createRun(tx, scheduledForMs, trigger, runId);
+      if (tx.s.queued.length >= tx.cfg.queueLimit) {
+        return recordTerminal(tx, scheduledForMs, trigger, "skipped", `overlap: queue full (${tx.cfg.queueLimit})`);
+      }
+      tx.s.queued.push(scheduledForMs);
+      tx.changed = true;
+      return;
+    case "replace":
+      for (const r of [...tx.s.runs]) finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
+      return createRun(tx, scheduledForMs, trigger, runId);
+  }
+}
+
+/** Most due occurrences one `fire` enumerates; older ones beyond it are dropped (logged by count). */
+export const MAX_ENUMERATED = 100_000;
+
+/** The `fire` timer: the due occurrences (and one ahead) through misfire and overlap; `next_run_at` advanced. */
+export function fire(tx: Tx): void {
+  const s = tx.s;
+  if (!s.job || s.deleted || !s.job.spec.enabled || s.next_run_at_ms === null) return;
+  const sched = scheduleOf(s.job.spec);
+  const horizon = tx.now + lookahead(tx.cfg, s, tx.now);
+  // Look-ahead prepares only the next occurrence ahead of time (see `undecided`).
+  const due: number[] = [];
+  let cursor = s.next_run_at_ms;
+  let dropped = 0;
+  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now)) {
+    if (due.length >= MAX_ENUMERATED) {
+      due.shift();
+      dropped++;
+    }
+    due.push(cursor);
+    cursor = sched.next(cursor, 1)[0] ?? Number.POSITIVE_INFINITY;
+  }
+  if (due.length === 0) return tx.armFire();
+  const { policy, starting_deadline_s } = s.job.spec.misfire;
+  const pastDeadline = (o: number) => starting_deadline_s !== null && tx.now - o > starting_deadline_s * 1000;
+  const isLate = (o: number) => tx.now - o > tx.cfg.misfireGraceMs;
+  const late = due.filter((o) => isLate(o) && !pastDeadline(o));
+  // Bounded catch-up: at most `catchUpLimit` records for occurrences that will not run (the
+  // newest ones), and with run_all at most `catchUpLimit` runs (the newest ones).
+  const toRun = new Set(policy === "run_all" ? late.slice(-tx.cfg.catchUpLimit) : policy === "run_once" ? late.slice(-1) : []);
+  const notRun = due.filter((o) => (isLate(o) || pastDeadline(o)) && !toRun.has(o));
+  const recorded = new Set(notRun.slice(-tx.cfg.catchUpLimit));
+  const unrecorded = notRun.length - recorded.size + dropped;
+  for (const o of due) {
+    if (toRun.has(o)) occur(tx, o, "catch_up");
+    else if (recorded.has(o)) {
+      const why = pastDeadline(o) ? `misfire: past starting deadline (${starting_deadline_s} s)` : `misfire (${policy})`;
+      const extra = o === notRun[notRun.length - recorded.size] && unrecorded > 0 ? `; ${unrecorded} earlier occurrence(s) not recorded (limit ${tx.cfg.catchUpLimit})` : "";
+      recordTerminal(tx, o, "catch_up", "missed", why + extra);
+    } else if (!isLate(o) && !pastDeadline(o)) occur(tx, o, "schedule");
+  }
+  s.last_occurrence_ms = Math.max(s.last_occurrence_ms ?? 0, due[due.length - 1]!);
+  s.next_run_at_ms = Number.isFinite(cursor) ? cursor : null;
+  tx.changed = true;
+  tx.armFire();
+}
+
+/**
+ * The occurrence at `next_run_at` will not fire now. If a crash struck between creating its run
+ * record and advancing the job state, that record is still `queued`: settle it (one read).
+ */
+export function settleNext(tx: Tx, why: string): void {
+  const o = tx.s.next_run_at_ms;
+  if (o === null || !tx.s.job) return;
+  const run_id = runIdFor(tx.job.job_id, o);
+  if (tx.run(run_id)) return;
+  tx.pre.push({
+    kind: "put_run", mode: "settle",
+    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now }, "cancelled", tx.now, { reason: `${why} before the occurrence started` }),
+  });
+}
+
+/** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */
+export function dropQueued(tx: Tx, why: string): void {
+  for (const o of tx.s.queued) recordTerminal(tx, o, "schedule", "skipped", `overlap queue dropped: ${why}`);
+  if (tx.s.queued.length > 0) tx.changed = true;
+  tx.s.queued = [];
+}

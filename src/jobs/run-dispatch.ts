@@ -1,0 +1,102 @@
+/**
+ * Getting a run to a worker, the job actor's half of the slot economy: ask the tenant actor for a
+ * slot (`askSlot`, re-asked every `SLOT_RECHECK_MS` — tenant waiting lists are soft), take a
+ * grant (`onGrant`, `granted`), then offer the attempt to one worker under a fence of its own
+ * (`dispatch`; the shell picks the worker). A cancelled run keeps its slot until its worker has
+ * killed the attempt (`drain`, `drained`).
+ *
+ * Gotchas: a grant is named per hold (`grantId`: `<run_id>_<slot_seq>`), so only the run's
+ * current grant counts and any other is released; an audit never hands a slot over (the grant it
+ * names may not be written yet). Every offer gets a new fence: an earlier offer is dead.
+ */
+import { grantId, splitGrant } from "./ids.ts";
+import type { JobMsg } from "./job-actor.ts";
+import type { ActiveRun, Draining } from "./job-state.ts";
+import type { D, Tx } from "./tx.ts";
+
+/** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
+export function dispatch(tx: Tx, r: ActiveRun): void {
+  r.fence = ++tx.s.fence_seq;
+  tx.changed = true;
+  // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
+  // dropped instance): after the offer timeout the offer is dead and the run is offered again.
+  tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+  // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
+  // outlives one timeout (the tenant would then grant the slot twice).
+  if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
+  tx.post.push({
+    kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
+    start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,
+  });
+}
+
+/** How often a run still waiting for a tenant slot asks again (tenant slot state is soft). */
+export const SLOT_RECHECK_MS = 10_000;
+
+/** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
+export function askSlot(tx: Tx, r: ActiveRun): void {
+  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
+  tx.timer(`slot:${r.run_id}`, tx.now + SLOT_RECHECK_MS, { kind: "slot_check", run_id: r.run_id });
+}
+
+/** Most cancelled runs a job keeps a slot for while their workers kill them. */
+export const MAX_DRAINING = 64;
+
+/** Holds a cancelled run's slot until its worker reports the attempt ended or `until_ms` passes. */
+export function drain(tx: Tx, d: Draining): void {
+  const list = (tx.s.draining ??= []);
+  // Bounded: beyond it the oldest gives its slot back early (a tenant then may briefly run one
+  // over its cap — only with more than MAX_DRAINING cancels of one job within a lease TTL).
+  while (list.length >= MAX_DRAINING) {
+    const old = list.shift()!;
+    tx.cancelTimer(`drain:${old.run_id}`);
+    tx.post.push({ kind: "release_slot", grant: old.grant });
+  }
+  list.push(d);
+  tx.timer(`drain:${d.run_id}`, d.until_ms, { kind: "drained", run_id: d.run_id, fence: d.fence });
+  tx.changed = true;
+}
+
+/** Ends a drain (the attempt ended, or its bound passed): the slot goes back to the tenant. */
+export function drained(tx: Tx, runId: string, fence: number): boolean {
+  const list = tx.s.draining ?? [];
+  const i = list.findIndex((d) => d.run_id === runId && d.fence === fence);
+  if (i < 0) return false;
+  const [d] = list.splice(i, 1);
+  if (list.length === 0) delete tx.s.draining;
+  tx.cancelTimer(`drain:${runId}`);
+  tx.post.push({ kind: "release_slot", grant: d!.grant });
+  tx.changed = true;
+  return true;
+}
+
+/** The tenant granted `r` its slot (or confirmed it): start it if it waits for nothing else. */
+function granted(tx: Tx, r: ActiveRun): D {
+  // A grant for a run that already holds its slot (a re-ask answered twice, or one that arrived
+  // during retry_wait) changes nothing but may let a queued run go.
+  if (!r.slot) {
+    r.slot = true;
+    tx.cancelTimer(`slot:${r.run_id}`);
+    tx.changed = true;
+  }
+  if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
+  return tx.done(null);
+}
+
+/** A grant (or an audit of one): only the run's current grant counts; any other is released. */
+export function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slot_audit" }>): D {
+  const { run_id, seq } = splitGrant(m.run_id);
+  const r = tx.run(run_id);
+  const keep = r !== undefined && seq === (r.slot_seq ?? 0) && (m.kind === "slot_granted" || r.slot || r.status === "queued");
+  // A cancelled run's slot is still in use until its worker has killed it.
+  if (!keep && tx.s.draining?.some((d) => d.grant === m.run_id)) return tx.done(null);
+  if (!keep) {
+    // Not this run's live slot (finished, superseded by a later grant, waiting to retry).
+    tx.post.push({ kind: "release_slot", grant: m.run_id });
+    return tx.done(null);
+  }
+  // An audit never hands a slot over: the grant it names may not be written yet. A queued run
+  // that missed its grant gets it from its own re-ask (acquire is idempotent and durable first).
+  if (m.kind === "slot_audit") return tx.done(null);
+  return granted(tx, r);
+}

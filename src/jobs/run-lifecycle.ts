@@ -1,0 +1,294 @@
+/**
+ * The run lifecycle: claims, leases and heartbeats, completion, retries with backoff, lease
+ * expiry, the gate of a run prepared ahead, and the end of a run (`finish`: its terminal record,
+ * its slot given back or drained, its worker told to stop, a dead letter, a queued occurrence
+ * started). Status changes go through the transition table (run-status.ts); `onRunMessage`
+ * handles every run message in an exhaustive `switch`.
+ *
+ * Gotchas (ARCHITECTURE.md "Fences"): a heartbeat or completion counts only with the run's current
+ * fence AND the worker that claimed it (`holds`); the first one under an offer's fence claims the
+ * run even before the acceptance arrives. A lease ends at the last heartbeat ARRIVAL + TTL
+ * (`leaseEndMs`, arrivals recorded by the host before the mailbox): busy is not dead. An attempt
+ * whose lease ran out before it started does not count against `max_attempts` (bounded).
+ */
+import { assertNever } from "../lib/assert.ts";
+import type { Completion } from "../protocol/worker.ts";
+import { retryDelayMs } from "./backoff.ts";
+import { grantId } from "./ids.ts";
+import type { JobMsg } from "./job-actor.ts";
+import { terminalRunView, type ActiveRun } from "./job-state.ts";
+import type { AttemptOutcome, RunView } from "./model.ts";
+import { holdOf } from "./occurrence-plan.ts";
+import { askSlot, dispatch, drain, drained, onGrant } from "./run-dispatch.ts";
+import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
+import { fail, iso, type D, type Tx } from "./tx.ts";
+
+/** Attempts that expired before they started and so do not count against max_attempts (a bound). */
+export const MAX_UNSTARTED_ATTEMPTS = 10;
+
+/** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
+export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
+
+/** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
+export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
+  tx.s.runs = tx.s.runs.filter((x) => x !== r);
+  tx.changed = true;
+  tx.cancelTimer(`lease:${r.run_id}`);
+  tx.cancelTimer(`retry:${r.run_id}`);
+  tx.cancelTimer(`dispatch:${r.run_id}`);
+  tx.cancelTimer(`slot:${r.run_id}`);
+  if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
+  const onWorker = isLeased(r) && r.worker !== null;
+  if (onWorker && (status === "cancelled" || status === "skipped")) {
+    tx.post.push({ kind: "cancel_on_worker", worker: r.worker!, run_id: r.run_id, fence: r.fence });
+  }
+  // A cancelled attempt may still be executing until its worker has killed it: its slot is held
+  // until then (`drain`). A gated run skipped at its due instant never started (its worker only
+  // ever heard `hold`), so its slot goes back at once.
+  if (r.slot && onWorker && status === "cancelled") drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: tx.now + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
+  else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+  const record = terminalRunView(tx.job, r, status, tx.now, {
+    attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
+  });
+  tx.pre.push({ kind: "put_run", record, mode: "update" });
+  if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
+  if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted) {
+    const next = tx.s.queued.shift()!;
+    tx.occur(next, "schedule");
+  }
+}
+
+function mapOutcome(c: Completion): AttemptOutcome {
+  switch (c.outcome) {
+    case "exited": return c.exit_code === 0 ? "succeeded" : "failed";
+    case "timed_out": return "timed_out";
+    case "oom": return "oom";
+    case "killed": return "cancelled";
+    case "error": return "error";
+  }
+}
+
+/** After a failed attempt: retry with backoff, or dead-letter. */
+function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: boolean, why: string, result: RunView["result"]): void {
+  const retry = tx.job.spec.retry;
+  tx.cancelTimer(`lease:${r.run_id}`);
+  if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
+    moveRun(r, "retry");
+    r.worker = null;
+    r.fence = 0;
+    r.next_attempt_at_ms = tx.now + retryDelayMs(retry, r.attempt, r.run_id);
+    if (r.slot) {
+      tx.post.push({ kind: "release_slot", grant: grantId(r) });
+      r.slot = false;
+      r.slot_seq = (r.slot_seq ?? 0) + 1; // the next grant has a new name
+    }
+    tx.timer(`retry:${r.run_id}`, r.next_attempt_at_ms, { kind: "retry_due", run_id: r.run_id });
+    tx.putRun(r);
+    tx.changed = true;
+    return;
+  }
+  const reason = retryable ? `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): ${why}` : `not retryable: ${why}`;
+  finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", reason, result);
+}
+
+/** A worker holds the attempt with the run's current fence: leased, lease timer armed. */
+function claim(tx: Tx, r: ActiveRun, worker: string): void {
+  moveRun(r, "claim");
+  r.attempt += 1;
+  r.worker = worker;
+  tx.cancelTimer(`dispatch:${r.run_id}`);
+  r.next_attempt_at_ms = null;
+  r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
+  tx.putRun(r);
+  tx.changed = true;
+  tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+}
+
+/** The attempt with this fence is the run's current lease, and `worker` holds it. */
+function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): boolean {
+  if (r.fence !== fence || !isLeased(r)) return false;
+  return r.worker === worker || tx.cfg.testOnlyHole1 === true;
+}
+
+/** When the lease of `r` ends: the latest heartbeat arrival (or its start) plus the TTL. */
+function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
+  const seen = r.worker === null ? undefined : tx.arrivalMs(heartbeatKey(r.run_id, r.fence, r.worker));
+  return Math.max(armedAtMs, seen ?? 0, r.start_at_ms) + tx.cfg.leaseTtlMs;
+}
+
+/** A worker reports an attempt ended: success, a retry, a dead letter — or the end of a drain. */
+export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
+  // The end of a cancelled attempt: its slot goes back now (the record is already terminal).
+  if (tx.s.draining?.some((d) => d.run_id === m.run_id && d.fence === m.fence && d.worker === m.worker)) {
+    drained(tx, m.run_id, m.fence);
+    return tx.done({ ok: true });
+  }
+  const r = tx.run(m.run_id);
+  if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
+  if (!r || !holds(tx, r, m.fence, m.worker)) {
+    return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} of worker ${m.worker} is not the current lease`));
+  }
+  const outcome = mapOutcome(m);
+  const a = r.attempts[r.attempts.length - 1];
+  const errorText = m.error?.message ?? (outcome === "oom" ? "killed: out of memory" : outcome === "timed_out" ? "timed out" : null);
+  if (a) {
+    a.started_at ??= iso(m.started_at_ms);
+    a.finished_at = iso(m.finished_at_ms);
+    a.exit_code = m.exit_code;
+    a.outcome = outcome;
+    a.error = outcome === "succeeded" ? null : errorText ?? `exit code ${m.exit_code}`;
+  }
+  r.started_at_ms ??= m.started_at_ms;
+  const result = { exit_code: m.exit_code, output: m.output };
+  if (outcome === "succeeded") finish(tx, r, "succeeded", null, result);
+  else {
+    const retryable = m.error ? m.error.retryable : outcome !== "cancelled";
+    failAttempt(tx, r, outcome, retryable, a?.error ?? outcome, result);
+  }
+  return tx.done({ ok: true });
+}
+
+type RunMsg<K extends JobMsg["kind"]> = Extract<JobMsg, { kind: K }>;
+
+/** Every run message but `complete` (see `complete`), each in its own handler. */
+export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
+  switch (m.kind) {
+    case "slot_granted":
+    case "slot_audit":
+      return onGrant(tx, m);
+    case "redispatch":
+      return onRedispatch(tx, tx.run(m.run_id));
+    case "slot_check": {
+      const r = tx.run(m.run_id);
+      if (actsOn("slot_check", r) && !r.slot) askSlot(tx, r);
+      return tx.done(null);
+    }
+    case "claimed":
+      return onClaimed(tx, m);
+    case "dispatch_failed": {
+      const r = tx.run(m.run_id);
+      if (actsOn("dispatch_failed", r) && r.fence === m.fence) {
+        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+      }
+      return tx.done(null);
+    }
+    case "heartbeat":
+      return onHeartbeat(tx, m);
+    case "lease_expired":
+      return onLeaseExpired(tx, m);
+    case "drained":
+      drained(tx, m.run_id, m.fence);
+      return tx.done(null);
+    case "gate":
+      return onGate(tx, tx.run(m.run_id));
+    case "retry_due":
+      return onRetryDue(tx, tx.run(m.run_id));
+    default:
+      return assertNever(m, "run message");
+  }
+}
+
+function onRedispatch(tx: Tx, r: ActiveRun | undefined): D {
+  if (!actsOn("redispatch", r)) return tx.done(null);
+  if (!r.slot) askSlot(tx, r);
+  else dispatch(tx, r); // a new fence: the earlier offer (if any) is dead
+  return tx.done(null);
+}
+
+function onClaimed(tx: Tx, m: RunMsg<"claimed">): D {
+  const r = tx.run(m.run_id);
+  if (r && holds(tx, r, m.fence, m.worker)) {
+    return tx.done(null); // already claimed implicitly by the worker's first heartbeat
+  }
+  if (!actsOn("claimed", r) || r.fence !== m.fence) {
+    // The worker holds a claim we no longer want: tell it to stop.
+    tx.post.push({ kind: "cancel_on_worker", worker: m.worker, run_id: m.run_id, fence: m.fence });
+    return tx.done(null);
+  }
+  claim(tx, r, m.worker);
+  return tx.done(null);
+}
+
+function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
+  const r = tx.run(m.run_id);
+  // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
+  // the current fence proves the claim.
+  if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
+  if (!r || !holds(tx, r, m.fence, m.worker)) {
+    return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
+  }
+  tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+  if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r)) return tx.done({ ok: true, hold: true });
+  if (canMove(r, "start") && m.started_at_ms !== undefined) {
+    moveRun(r, "start");
+    r.started_at_ms ??= m.started_at_ms;
+    const a = r.attempts[r.attempts.length - 1];
+    if (a) a.started_at = iso(m.started_at_ms);
+    tx.putRun(r);
+    tx.changed = true;
+  }
+  return tx.done({ ok: true });
+}
+
+function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
+  const r = tx.run(m.run_id);
+  if (!actsOn("lease_expired", r) || r.fence !== m.fence) return tx.done(null);
+  // Busy is not dead: a heartbeat that arrived (even if still queued behind this timer)
+  // extends the lease; re-arm for its end instead of expiring.
+  const end = leaseEndMs(tx, r, 0);
+  if (end > tx.now) {
+    tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+    return tx.done(null);
+  }
+  // An attempt whose lease ran out before it started never executed (the worker did not
+  // get our acknowledgement in time — e.g. this scheduler was saturated by a burst — and
+  // never starts without one): it does not count against max_attempts, up to a bound.
+  const neverStarted = r.status === "leased" && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
+  const a = r.attempts[r.attempts.length - 1];
+  if (a) {
+    a.finished_at = iso(tx.now);
+    a.outcome = "lease_lost";
+    a.error = neverStarted
+      ? `lease expired on worker ${r.worker ?? "?"} before the attempt started (not counted)`
+      : `lease expired on worker ${r.worker ?? "?"}`;
+  }
+  if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
+  if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
+    // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
+    moveRun(r, "requeue");
+    r.worker = null;
+    r.fence = 0; // the lost lease's fence is dead; the next offer gets a new one
+    tx.putRun(r);
+    if (r.slot) dispatch(tx, r);
+    else askSlot(tx, r);
+    tx.changed = true;
+  } else {
+    finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
+  }
+  return tx.done(null);
+}
+
+/**
+ * The due instant of a gated run. A blocking run still active: skip this occurrence (its worker
+ * has only ever heard `hold`, so it never started). Otherwise it goes (or went).
+ */
+function onGate(tx: Tx, r: ActiveRun | undefined): D {
+  if (actsOn("gate", r) && r.gate && r.started_at_ms === null && holdOf(tx.s, r)) {
+    finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
+  }
+  return tx.done(null);
+}
+
+function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
+  if (!actsOn("retry_due", r)) return tx.done(null);
+  moveRun(r, "retry_due");
+  r.next_attempt_at_ms = null;
+  r.start_at_ms = tx.now;
+  r.fence = 0;
+  tx.putRun(r);
+  // A grant may have arrived during retry_wait: then the slot is held and the run goes now.
+  if (r.slot) dispatch(tx, r);
+  else askSlot(tx, r);
+  tx.changed = true;
+  return tx.done(null);
+}

@@ -1,0 +1,91 @@
+/**
+ * `Tx`: one decision of the job actor in the making — a mutable working copy of the state plus
+ * the effects decided so far (`pre`: run record writes before the state write; `post`: network
+ * effects after it; `fx`: timers), closed by `done` into the `Decision` the host performs. Every
+ * module of the core (occurrences, run lifecycle and dispatch, commands) works on a `Tx`.
+ *
+ * Gotchas: the copy is deep only for what handlers mutate (runs and their attempts, the queued,
+ * recent and draining lists); set `changed` whenever the state is touched, or the write is
+ * skipped. `occur` reaches the overlap policy (occurrences.ts) through the transaction so that the
+ * run lifecycle, which occurrences.ts builds on, need not import it back.
+ */
+import type { Decision, HostEffect } from "../actors/actor.ts";
+import type { ErrorCode } from "../lib/errors.ts";
+import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-actor.ts";
+import { activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import type { RunView } from "./model.ts";
+import { fireAt } from "./occurrence-plan.ts";
+
+/** Most request ids a job remembers (retried run-now and patch requests answer their first result). */
+export const RECENT_REQUESTS = 8;
+
+export type D = Decision<JobState, JobReply, JobEffect>;
+
+/** The overlap policy for one occurrence (occurrences.ts `occur`). */
+export type OverlapPolicy = (tx: Tx, scheduledForMs: number, trigger: RunView["trigger"]) => void;
+
+/** A mutable working copy of the state plus the effects decided so far. */
+export class Tx {
+  readonly s: JobState;
+  readonly pre: JobEffect[] = [];
+  readonly post: JobEffect[] = [];
+  readonly fx: HostEffect<JobMsg>[] = [];
+  changed = false;
+  constructor(
+    readonly orig: JobState,
+    readonly now: number,
+    readonly cfg: JobActorConfig,
+    private readonly policy: OverlapPolicy,
+    readonly arrivalMs: (key: string) => number | undefined = () => undefined,
+  ) {
+    this.s = {
+      ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],
+      ...(orig.recent ? { recent: [...orig.recent] } : {}),
+      ...(orig.draining ? { draining: [...orig.draining] } : {}),
+    };
+  }
+  get job(): JobRecord {
+    return this.s.job!;
+  }
+  done(reply: JobReply, fail?: { code: ErrorCode; message: string; field?: string }): D {
+    return {
+      state: this.changed ? this.s : this.orig,
+      reply,
+      effects: this.fx,
+      pre: this.pre,
+      post: this.post,
+      ...(fail ? { fail } : {}),
+    };
+  }
+  run(runId: string): ActiveRun | undefined {
+    return this.s.runs.find((r) => r.run_id === runId);
+  }
+  putRun(r: ActiveRun, create = false): void {
+    this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: create ? "create" : "update" });
+  }
+  remember(entry: { id: string; run_id?: string; version?: number }): void {
+    this.s.recent = [...(this.s.recent ?? []), entry].slice(-RECENT_REQUESTS);
+    this.changed = true;
+  }
+  recalled(id: string | undefined): { id: string; run_id?: string; version?: number } | undefined {
+    return id === undefined ? undefined : this.s.recent?.find((e) => e.id === id);
+  }
+  timer(name: string, atMs: number, msg: JobMsg): void {
+    this.fx.push({ kind: "timer", name, atMs, msg });
+  }
+  cancelTimer(name: string): void {
+    this.fx.push({ kind: "cancel_timer", name });
+  }
+  /** Applies the overlap policy to an occurrence (see the module header). */
+  occur(scheduledForMs: number, trigger: RunView["trigger"]): void {
+    this.policy(this, scheduledForMs, trigger);
+  }
+  armFire(): void {
+    if (this.s.next_run_at_ms === null) this.cancelTimer("fire");
+    else this.timer("fire", fireAt(this.cfg, this.s, this.now), { kind: "fire" });
+  }
+}
+
+export const iso = (ms: number): string => instant(ms);
+
+export const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });

@@ -1,0 +1,97 @@
+/**
+ * The worker protocol: what job actors (src/jobs) and workers (src/worker) say to each other. A
+ * leaf module — it imports nothing — so both sides depend on it and neither on the other.
+ *
+ * - Workers advertise their slots on `kairos.<cluster>.worker.hb` (`WorkerAdvert`).
+ * - A job actor's shell offers an attempt to ONE worker on `…worker.<id>.start` (`StartRequest`,
+ *   answered by `StartReply`) and stops one on `…worker.<id>.cancel` (`CancelRequest`).
+ * - Workers send `heartbeat` and `complete` (with a `Completion`) to the job actor
+ *   (`JOB_ACTOR`/`StartRequest.job_actor`) over the worker plane; those are the only job actor
+ *   messages a worker identity may deliver (`WORKER_TO_JOB_KINDS`).
+ *
+ * Gotcha: these shapes travel as msgpack between processes of different versions during a
+ * rolling upgrade; add optional fields, never rename or repurpose one.
+ */
+
+/** The actor type of a job actor: workers address heartbeats and completions to it. */
+export const JOB_ACTOR = "job";
+
+/**
+ * The job actor messages a worker sends (on the worker plane, `kairos.<cluster>.w.<n>`): the
+ * only ones a worker identity can deliver. Everything else a job actor accepts comes from api and
+ * scheduler identities on `….p.<n>`.
+ */
+export const WORKER_TO_JOB_KINDS = ["heartbeat", "complete"] as const;
+
+/** A job's task, as stored in its spec and offered to a worker. */
+export interface TaskInput {
+  image: string;
+  args: string[];
+  env: Record<string, string>;
+  timeout_s: number;
+  resources?: { memory_mb?: number; cpus?: number; pids?: number };
+  /**
+   * Write-only secrets, in plaintext only between the API's validator and the jobs service,
+   * which seals them (secret-env.ts) before the job leaves the API node; never stored or shown.
+   */
+  secret_env?: Record<string, string>;
+  /** What a job stores of its secrets: their names and which sealed version holds the values. */
+  sealed_env?: { names: string[]; ref: string };
+  /** Responses only: the names of the job's secrets (their values are never returned). */
+  secret_env_names?: string[];
+}
+
+/** What a worker reports when an attempt ends. */
+export interface Completion {
+  outcome: "exited" | "timed_out" | "killed" | "oom" | "error";
+  exit_code: number | null;
+  output: string;
+  error: { class: string; message: string; retryable: boolean } | null;
+  started_at_ms: number;
+  finished_at_ms: number;
+}
+
+/** A worker's slot advert (heartbeat), on `workerAdvertSubject`. */
+export interface WorkerAdvert {
+  worker_id: string;
+  slots: number;
+  free: number;
+  executor: string;
+}
+
+export function workerAdvertSubject(cluster: string): string {
+  return `kairos.${cluster}.worker.hb`;
+}
+
+export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel"): string {
+  return `kairos.${cluster}.worker.${workerId}.${verb}`;
+}
+
+/** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
+export interface StartRequest {
+  job_actor: string;
+  tenant_id: string;
+  job_id: string;
+  run_id: string;
+  attempt: number;
+  fence: number;
+  scheduled_for_ms: number;
+  start_at_ms: number;
+  task: TaskInput;
+  /**
+   * The owner's lease TTL: the worker starts the attempt only after a heartbeat for it was
+   * acknowledged, and kills it once its last acknowledged heartbeat (send time) is older than
+   * this minus its safety margin — the worker's half of "both sides of a lease keep time".
+   */
+  lease_ttl_ms: number;
+}
+
+export interface StartReply {
+  accepted: boolean;
+  reason?: string;
+}
+
+export interface CancelRequest {
+  run_id: string;
+  fence: number;
+}
