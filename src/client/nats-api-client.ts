@@ -127,16 +127,22 @@ export class NatsApiClient {
   }
 }
 
-/** No responders: no API node serves the subject (or the credentials may not publish there). */
+/**
+ * The transport's failures as catalogue errors: no responders (no API node serves the subject)
+ * is `unavailable`, a timeout `timeout` (unknown outcome), a publish the server refused (the
+ * credentials are pinned to another tenant's subjects) `permission_denied`. nats.js wraps the
+ * cause of a failed request in a `RequestError`.
+ */
 function transportError(e: unknown, op: string): KairosError {
-  if (e instanceof natsErrors.NoRespondersError || (e instanceof natsErrors.RequestError && e.isNoResponders())) {
+  const cause: unknown = e instanceof natsErrors.RequestError && e.cause !== undefined ? e.cause : e;
+  if (cause instanceof natsErrors.NoRespondersError || (e instanceof natsErrors.RequestError && e.isNoResponders())) {
     return new KairosError("unavailable", `${op}: no API node answers the NATS API`, { cause: e });
   }
-  if (e instanceof natsErrors.TimeoutError) {
+  if (cause instanceof natsErrors.TimeoutError) {
     return new KairosError("timeout", `${op}: no reply in time (unknown outcome: the operation may have happened)`, { cause: e });
   }
-  if (e instanceof natsErrors.PermissionViolationError) {
-    return new KairosError("permission_denied", `${op}: these NATS credentials may not use this subject (${e.message})`, { cause: e });
+  if (cause instanceof natsErrors.PermissionViolationError) {
+    return new KairosError("permission_denied", `${op}: these NATS credentials may not use this subject (${cause.message})`, { cause: e });
   }
   return new KairosError("unavailable", `${op}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
 }

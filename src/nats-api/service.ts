@@ -33,12 +33,18 @@ export class NatsApiService {
   readonly #opts: NatsApiServiceOptions;
   #sub: Subscription | undefined;
   #inFlight = 0;
+  #answered = 0;
   readonly #pending = new Set<Promise<void>>();
 
   constructor(nc: NatsConnection, handle: NatsApiHandler, opts: NatsApiServiceOptions) {
     this.#nc = nc;
     this.#handle = handle;
     this.#opts = opts;
+  }
+
+  /** Requests answered by this node so far (including error replies). */
+  get answered(): number {
+    return this.#answered;
   }
 
   /** The subject served. */
@@ -66,6 +72,7 @@ export class NatsApiService {
     if (this.#inFlight >= this.#opts.maxInFlight) {
       const e = new KairosError("overloaded", `this API node is handling ${this.#opts.maxInFlight} NATS API requests; retry`);
       msg.respond(encodeReply(errorReply(e, () => undefined)));
+      this.#answered++;
       return;
     }
     this.#inFlight++;
@@ -77,6 +84,7 @@ export class NatsApiService {
     })
       .then((reply) => {
         msg.respond(encodeReply(reply), { headers: statusHeaders(reply.status) });
+        this.#answered++;
       })
       .catch((e: unknown) => this.#opts.log("error", "nats api reply failed", { err: String(e), subject: msg.subject.slice(0, 200) }))
       .finally(() => {

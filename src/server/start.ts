@@ -94,6 +94,8 @@ export interface KairosProcess {
   readonly tenants: KvTenantDirectory;
   /** The `--metrics-port` listener, when one was asked for. */
   readonly metrics: ApiServer | undefined;
+  /** The internal NATS API's responder (api nodes, unless disabled). */
+  readonly natsApi: NatsApiService | undefined;
   /** Drains the worker (if any), then stops everything. */
   stop(): Promise<void>;
   /** During `stop()`: hand running attempts back now instead of waiting for the drain timeout. */
@@ -242,6 +244,9 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   }
   return {
     node, api, worker, tenants, metrics,
+    get natsApi() {
+      return natsApi?.service;
+    },
     async stop() {
       await api?.close();
       await stopNatsApi();
