@@ -78,6 +78,18 @@ describe("NATS API subjects", () => {
   });
 });
 
+describe("NATS API config", () => {
+  it("defaults are REST's limits; bad values are invalid_argument naming the option; frozen", () => {
+    const c = natsApiConfig();
+    assert.equal(c.enabled, true);
+    assert.equal(c.maxBodyBytes, 64 * 1024);
+    assert.ok(Object.isFrozen(c));
+    for (const bad of [{ maxBodyBytes: 2 * 1024 * 1024 }, { maxInFlight: 0 }, { tenantPerSecond: -1 }, { tenantBurst: 0.5 }, { tenantCacheMs: -1 }]) {
+      assert.throws(() => natsApiConfig(bad), (e: unknown) => e instanceof KairosError && e.code === "invalid_argument" && (e.field ?? "").startsWith("nats_api."), JSON.stringify(bad));
+    }
+  });
+});
+
 describe("NATS API handler: operations", () => {
   it("create (201, tenant from the subject), replay with Idempotency-Key (200), conflict (409)", async () => {
     const h = nh();
