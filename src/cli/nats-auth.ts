@@ -4,12 +4,38 @@
  * credentials file per user (`<dir>/creds/<user>.json`, mode 0600) for the given cluster names.
  * The same generator `kairos dev` and the tests use (src/dev/nats-auth-files.ts). Run it once,
  * distribute each role's file to its nodes (`--nats-creds`), keep admin's for `kairos admin`.
+ * `--service <name>:<tenant_id>` adds a tenant's internal service user for the NATS API
+ * (docs/nats-api.md). Every run writes new passwords for every user.
  */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
-import { writeNatsAuthFiles } from "../dev/nats-auth-files.ts";
+import { writeNatsAuthFiles, type ServiceIdentity } from "../dev/nats-auth-files.ts";
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
+/** A service name leaves room for the `service-` prefix within NATS user names of 64 characters. */
+const SERVICE_RE = /^[A-Za-z0-9_-]{1,48}$/;
+/** A tenant id is one subject token of the service's permission: no dots, no wildcards. */
+const TENANT_RE = /^[A-Za-z0-9_-]{1,64}$/;
+/** Most service users per run (each is one entry in the server's authorization block). */
+export const MAX_SERVICES = 1000;
+
+/** `--service name:tenant_id` (repeatable, or comma-separated) → the service identities, validated. */
+export function parseServiceFlags(values: readonly string[]): ServiceIdentity[] {
+  const items = values.flatMap((v) => v.split(",")).map((s) => s.trim()).filter(Boolean);
+  if (items.length > MAX_SERVICES) throw new KairosError("invalid_argument", `--service: at most ${MAX_SERVICES} services`, { field: "service" });
+  const out: ServiceIdentity[] = [];
+  const seen = new Set<string>();
+  for (const item of items) {
+    const [name = "", tenantId = "", ...rest] = item.split(":");
+    if (!SERVICE_RE.test(name) || !TENANT_RE.test(tenantId) || rest.length > 0) {
+      throw new KairosError("invalid_argument", `--service: "${item.slice(0, 120)}" must be <name>:<tenant_id> (name 1-48 of [A-Za-z0-9_-], the tenant id as \`kairos admin tenant create\` printed it)`, { field: "service" });
+    }
+    if (seen.has(name)) throw new KairosError("invalid_argument", `--service: "${name}" given twice`, { field: "service" });
+    seen.add(name);
+    out.push({ name, tenantId });
+  }
+  return out;
+}
 
 export function registerNatsAuthCommand(program: Command): void {
   program
@@ -17,7 +43,8 @@ export function registerNatsAuthCommand(program: Command): void {
     .description("write a NATS authorization block (users per role, least-privilege permissions) and their credentials files")
     .option("--cluster <names>", "Kairos cluster name(s) the users serve, comma-separated", "kairos")
     .option("--workers <ids>", "also one user per worker id (worker-<id>), pinned to that worker's own start/cancel subjects; comma-separated node ids")
-    .action((dir: string, f: { cluster: string; workers?: string }) => {
+    .option("--service <name:tenant_id...>", "also one user per tenant service (service-<name>) that may use only the NATS API of that tenant (docs/nats-api.md); repeatable or comma-separated")
+    .action((dir: string, f: { cluster: string; workers?: string; service?: string[] }) => {
       const clusters = f.cluster.split(",").map((s) => s.trim()).filter(Boolean);
       const bad = clusters.find((c) => !NAME_RE.test(c));
       if (clusters.length === 0 || bad !== undefined) {
@@ -26,7 +53,7 @@ export function registerNatsAuthCommand(program: Command): void {
       const workers = (f.workers ?? "").split(",").map((s) => s.trim()).filter(Boolean);
       const badWorker = workers.find((w) => !NAME_RE.test(w));
       if (badWorker !== undefined) throw new KairosError("invalid_argument", `--workers: "${badWorker}" must be 1-64 of [A-Za-z0-9_-]`, { field: "workers" });
-      const files = writeNatsAuthFiles(dir, clusters, workers);
+      const files = writeNatsAuthFiles(dir, clusters, workers, parseServiceFlags(f.service ?? []));
       console.log(`wrote ${files.configFile} (include it in nats-server's config) and ${Object.keys(files.creds).length} credentials files:`);
       for (const [user, file] of Object.entries(files.creds)) console.log(`  ${user.padEnd(22)} ${file}`);
     });

@@ -81,6 +81,8 @@ export interface ProcessFlags {
   secretKeyFile?: string;
   keepRuns?: string;
   keepRunsDays?: string;
+  /** `--no-nats-api` makes this false (commander's negated option). */
+  natsApi?: boolean;
 }
 
 /** `--keep-runs N` (0: no count limit) and `--keep-runs-days D` (0: no age limit), validated. */
@@ -208,6 +210,7 @@ export async function startProcess(
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
     retention: retentionFromFlags(f),
+    natsApi: { enabled: f.natsApi !== false },
     ...(f.noopDurationMs !== undefined ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! } : {}),
     ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
     apiHost: f.apiHost ?? "127.0.0.1",
@@ -269,6 +272,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--rate-limit <rps>", "api: requests per second per tenant on this node (0: none; default 100); over it: 429 rate_limited with Retry-After")
     .option("--rate-limit-burst <n>", "api: largest burst per tenant (default: twice --rate-limit, 200)")
     .option("--auth-failure-limit <per-second>", "api: failed authentications per second per client address before 429 (0: none; default 10, bursts of 5 s worth)")
+    .option("--no-nats-api", "api: do not serve the internal NATS API (kairos.<cluster>.api.<tenant>.>, docs/nats-api.md) on this node")
     .option("--noop-duration-ms <ms>", "worker, --executor noop: how long each run occupies its slot (benchmarks; default 0)")
     .option("--secret-key-file <path>", "api, scheduler: the cluster key that encrypts task.secret_env (32 bytes, base64 or hex; the same on every api and scheduler node; workers do not need it; env KAIROS_SECRET_KEY_FILE). Without it, jobs with secret_env are refused")
     .option("--drain-timeout-ms <ms>", "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once")

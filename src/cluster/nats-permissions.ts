@@ -11,6 +11,7 @@
  * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
  * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
  * | `kairos.<c>.worker.<id>.start` / `.cancel` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
+ * | `kairos.<c>.api.<tenant>.>` (the internal NATS API, docs/nats-api.md) | sub (queue), responds | — | — |
  * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
  *
  * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
@@ -26,6 +27,12 @@
  * subject of a request they received), so no role may publish into another's inbox.
  *
  * `admin` (the operator's CLI, test fixtures) may do anything.
+ *
+ * A **service user** (`service-<name>`, `servicePermissions`) is a tenant's internal service
+ * speaking the NATS API: it may publish only requests on `kairos.<c>.api.<its tenant>.>` and
+ * receive replies on its own inbox — no bucket, no actor subject, no other tenant's API
+ * subjects. The API node takes the tenant from that subject token, so the permission is the
+ * tenant check.
  */
 import type { Role } from "./config.ts";
 
@@ -92,8 +99,9 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
           ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*", "sk.>"]),
         ],
-        sub: [],
-        responds: false,
+        // The internal NATS API: requests of every tenant's service users, answered once each.
+        sub: [`${k}.api.*.>`],
+        responds: true,
       };
     case "scheduler":
       return {
@@ -162,6 +170,22 @@ export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_
   }
   if (grants.some((g) => g.responds)) perms.allow_responses = true;
   return perms;
+}
+
+/** The NATS user of a tenant's internal service `name` (`servicePermissions`): `service-<name>`. */
+export function serviceUser(name: string): string {
+  return `service-${name}`;
+}
+
+/**
+ * The permissions of a tenant's service user in cluster `c`: requests to the NATS API of
+ * `tenantId` only, replies on its own inbox. `allow_responses` is not granted: it answers nobody.
+ */
+export function servicePermissions(c: string, tenantId: string, user: string): SubjectPermissions {
+  return {
+    publish: { allow: [`kairos.${c}.api.${tenantId}.>`] },
+    subscribe: { allow: [`${inboxPrefixFor(user)}.>`] },
+  };
 }
 
 /** Every non-empty set of roles (7), for generating one user per combination a node may run. */

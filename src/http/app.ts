@@ -1,10 +1,12 @@
 /**
  * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json), then for /v1/*
  * authentication (with throttled failures), the per-tenant rate limit and the body limit, then
- * the job and run routes. Errors of every route are
+ * the job and run routes (thin: the operations are src/app/operations.ts, shared with the
+ * internal NATS API). Errors of every route are
  * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`.
  */
 import { Hono, type Context } from "hono";
+import { createOperations } from "../app/operations.ts";
 import type { JobsService, TenantDirectory } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -79,7 +81,8 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     },
     limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
   );
-  registerJobRoutes(app, { jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE });
-  registerRunRoutes(app, deps.jobs);
+  const ops = createOperations({ jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE });
+  registerJobRoutes(app, ops);
+  registerRunRoutes(app, ops);
   return app;
 }

@@ -28,7 +28,14 @@ export async function readJson(c: Context): Promise<unknown> {
   if (type === undefined || !/^application\/json\s*(;|$)/i.test(type)) {
     throw invalid("Content-Type", `must be application/json, got ${show(type)} (curl: -H 'Content-Type: application/json')`);
   }
-  const text = await c.req.text();
+  return parseJsonText(await c.req.text());
+}
+
+/**
+ * Parses a JSON request body (any transport): empty is `body: required`, malformed JSON is
+ * `body: malformed JSON (…)`, both `invalid_argument`.
+ */
+export function parseJsonText(text: string): unknown {
   if (text.trim() === "") throw invalid("body", "required: a JSON object");
   try {
     return JSON.parse(text) as unknown;

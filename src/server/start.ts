@@ -1,7 +1,8 @@
 /**
  * The composition root: builds one Kairos process from a node config and its role options —
  * the cluster node (every role), job and tenant actors (scheduler), the worker with its sandbox
- * executor (worker), and the HTTP API (api). `kairos node` and `kairos dev` both start here.
+ * executor (worker), and the HTTP API and the internal NATS API (api; both over the one set of
+ * operations, src/app/operations.ts). `kairos node` and `kairos dev` both start here.
  */
 import { systemClock } from "../lib/clock.ts";
 import { createLogger } from "../lib/log.ts";
@@ -35,6 +36,12 @@ import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
 import { RunRetention } from "../jobs/run-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
+import { connectNats } from "../cluster/nats.ts";
+import { createOperations } from "../app/operations.ts";
+import { ALLOW_ANY_IMAGE } from "../sandbox/image-policy.ts";
+import { natsApiConfig, type NatsApiConfig } from "../nats-api/config.ts";
+import { createNatsApiHandler } from "../nats-api/handler.ts";
+import { NatsApiService } from "../nats-api/service.ts";
 
 export interface ProcessOptions {
   executor: ExecutorKind;
@@ -70,6 +77,11 @@ export interface ProcessOptions {
    * (secret-env.ts); the same on every api and scheduler node. Without it secrets are refused.
    */
   secretKey?: Buffer;
+  /**
+   * api: the internal NATS API (docs/nats-api.md; defaults in src/nats-api/config.ts: on, 64 KiB
+   * payloads, 256 requests in flight). Its per-tenant rate defaults to `rateLimits`'.
+   */
+  natsApi?: Partial<NatsApiConfig>;
 }
 
 /** How long a stopping worker lets running attempts finish (docs/operations.md, "Drain"). */
@@ -82,6 +94,8 @@ export interface KairosProcess {
   readonly tenants: KvTenantDirectory;
   /** The `--metrics-port` listener, when one was asked for. */
   readonly metrics: ApiServer | undefined;
+  /** The internal NATS API's responder (api nodes, unless disabled). */
+  readonly natsApi: NatsApiService | undefined;
   /** Drains the worker (if any), then stops everything. */
   stop(): Promise<void>;
   /** During `stop()`: hand running attempts back now instead of waiting for the drain timeout. */
@@ -95,6 +109,11 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
   const retention = retentionConfig(opts.retention); // validated before anything starts
+  const natsApiCfg = natsApiConfig({
+    ...(opts.rateLimits?.tenantPerSecond !== undefined ? { tenantPerSecond: opts.rateLimits.tenantPerSecond } : {}),
+    ...(opts.rateLimits?.tenantBurst !== undefined ? { tenantBurst: opts.rateLimits.tenantBurst } : {}),
+    ...opts.natsApi,
+  });
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
@@ -174,7 +193,14 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const ops = nodeOps(node, config, worker ? { kind: opts.executor, draining: () => worker?.draining ?? false } : undefined, () => runsWaiting.count(systemClock.now()));
   let metrics: ApiServer | undefined;
   let api: ApiServer | undefined;
+  let natsApi: { service: NatsApiService; close: () => Promise<void> } | undefined;
+  const stopNatsApi = async (): Promise<void> => {
+    await natsApi?.service.stop();
+    await natsApi?.close();
+  };
   const cleanUp = async (): Promise<void> => {
+    await api?.close();
+    await stopNatsApi();
     forecast?.stop();
     outbox.stop();
     await metrics?.close();
@@ -203,11 +229,27 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       throw e;
     }
     log.info({ evt: "api_listening", api_url: api.url }, "api listening");
+    if (natsApiCfg.enabled) {
+      try {
+        natsApi = await startNatsApi(config, natsApiCfg, {
+          operations: createOperations({ jobs, clock: systemClock, imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE }),
+          tenants, log: logFn,
+        });
+      } catch (e) {
+        await cleanUp();
+        throw e;
+      }
+      log.info({ evt: "nats_api_listening", subject: natsApi.service.subject }, "nats api listening");
+    }
   }
   return {
     node, api, worker, tenants, metrics,
+    get natsApi() {
+      return natsApi?.service;
+    },
     async stop() {
       await api?.close();
+      await stopNatsApi();
       // Drain first: the scheduler side (if this node has it) and NATS keep serving the attempts'
       // heartbeats and completions meanwhile.
       await worker?.drain(opts.drainTimeoutMs ?? DEFAULT_DRAIN_TIMEOUT_MS);
@@ -223,4 +265,27 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       worker?.hurry();
     },
   };
+}
+
+/**
+ * The internal NATS API on its own connection (named `kairos-<node>-api`, the node's credentials):
+ * its requests carry headers, which the node's bus port does not, and it drains on its own.
+ */
+async function startNatsApi(
+  config: NodeConfig, cfg: NatsApiConfig,
+  deps: { operations: ReturnType<typeof createOperations>; tenants: KvTenantDirectory; log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void },
+): Promise<{ service: NatsApiService; close: () => Promise<void> }> {
+  const nc = await connectNats({ url: config.natsUrl, name: `kairos-${config.nodeId}-api`, ...config.natsAuth });
+  const handler = createNatsApiHandler({
+    clusterName: config.clusterName, operations: deps.operations, tenants: deps.tenants, clock: systemClock, config: cfg,
+    logError: (err, op) => deps.log("error", "nats api internal error", { err: String(err), op }),
+  });
+  const service = new NatsApiService(nc, handler, { clusterName: config.clusterName, maxInFlight: cfg.maxInFlight, log: deps.log });
+  try {
+    await service.start();
+  } catch (e) {
+    await nc.close();
+    throw e;
+  }
+  return { service, close: async () => (nc.isClosed() ? undefined : nc.drain()) };
 }

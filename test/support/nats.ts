@@ -14,7 +14,7 @@ import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
-import { writeNatsAuthFiles, type NatsAuthFiles } from "../../src/dev/nats-auth-files.ts";
+import { writeNatsAuthFiles, type NatsAuthFiles, type ServiceIdentity } from "../../src/dev/nats-auth-files.ts";
 import { freePort, launchNatsServer, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
 
 export interface NatsFixture {
@@ -28,6 +28,8 @@ export interface NatsFixture {
   violations(): string[];
   /** A connection as `who` (default `admin`). */
   connect(name: string, who?: readonly Role[] | "admin"): Promise<NatsConnection>;
+  /** A connection as the service user `service-<name>` (generated with `services`). */
+  connectService(name: string): Promise<NatsConnection>;
   stop(): Promise<void>;
 }
 
@@ -36,6 +38,8 @@ export interface NatsFixtureOptions {
   clusters?: readonly string[];
   /** Worker ids that also get a user pinned to their own subjects (`auth.credsForWorker(id)`). */
   workers?: readonly string[];
+  /** Tenant services that get a NATS API user (`auth.credsForService(name)`, `connectService`). */
+  services?: readonly ServiceIdentity[];
 }
 
 /** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */
@@ -60,6 +64,7 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
     violations: () => [...log.lines],
     credsFor: (roles) => credsOf(auth, roles),
     connect: (name, who = "admin") => connectNats({ url, name, credsFile: credsOf(auth, who) }),
+    connectService: (name) => connectNats({ url, name: `svc-${name}`, credsFile: auth.credsForService(name) }),
     async stop() {
       await Promise.all(servers.map((s) => s.stop()));
       rmSync(dir, { recursive: true, force: true });
@@ -69,7 +74,7 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
 
 export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers);
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
   const log = violationLog();
   const server = await launchNatsServer({ storeDir: join(dir, "data"), auth, onLog: log.onLog }).catch((e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
@@ -80,7 +85,7 @@ export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixt
 
 export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-natsc-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers);
+  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
   const log = violationLog();
   const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);

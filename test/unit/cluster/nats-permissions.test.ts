@@ -1,7 +1,8 @@
 /** The permission table (pure): what each role's NATS user may publish and subscribe to. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { inboxPrefixFor, natsPermissions, natsUserFor, renderAuthorization, roleSets } from "../../../src/cluster/nats-permissions.ts";
+import { inboxPrefixFor, natsPermissions, natsUserFor, renderAuthorization, roleSets, servicePermissions, serviceUser } from "../../../src/cluster/nats-permissions.ts";
+import { parseServiceFlags } from "../../../src/cli/nats-auth.ts";
 
 /** NATS subject matching: `*` one token, `>` the rest. */
 function matches(pattern: string, subject: string): boolean {
@@ -54,6 +55,36 @@ describe("NATS permissions per role", () => {
     assert.ok(allowed(s.publish, "$KV.k_actors.job.1.t.j") && allowed(s.publish, "kairos.k.worker.w9.start"));
     assert.ok(!allowed(s.publish, "$KV.k_tenants.t.x"));
     assert.ok(!allowed(s.publish, "kairos.other.p.0"), "another cluster's subjects");
+  });
+
+  it("a tenant's service user: only its tenant's NATS API subjects and its own inbox; API nodes serve them", () => {
+    const user = serviceUser("billing");
+    assert.equal(user, "service-billing");
+    const p = servicePermissions("k", "ta", user);
+    assert.ok(allowed(p.publish, "kairos.k.api.ta.jobs.create"));
+    assert.ok(allowed(p.publish, "kairos.k.api.ta.jobs.get.j1"));
+    for (const s of ["kairos.k.api.tb.jobs.create", "kairos.k.api.*.jobs.create", "kairos.k.p.0", "kairos.other.api.ta.jobs.list",
+      "$KV.k_tenants.t.ta", "$JS.API.DIRECT.GET.KV_k_actors", "_INBOX_service-billing.x", "kairos.k.worker.hb"]) {
+      assert.ok(!allowed(p.publish, s), s);
+    }
+    assert.ok(allowed(p.subscribe, "_INBOX_service-billing.abc"));
+    assert.ok(!allowed(p.subscribe, "_INBOX.abc") && !allowed(p.subscribe, "kairos.k.api.ta.jobs.create") && !allowed(p.subscribe, "_INBOX_api.x"));
+    assert.equal(p.allow_responses, undefined, "it answers nobody");
+    const a = natsPermissions("k", ["api"]);
+    assert.ok(allowed(a.subscribe, "kairos.k.api.ta.jobs.create"));
+    assert.equal(a.allow_responses, true);
+    assert.ok(!allowed(natsPermissions("k", ["worker"]).subscribe, "kairos.k.api.ta.jobs.create"));
+    assert.ok(!allowed(natsPermissions("k", ["scheduler"]).subscribe, "kairos.k.api.ta.jobs.create"));
+  });
+
+  it("--service name:tenant flags are validated (no wildcards or dots in the tenant token)", () => {
+    assert.deepEqual(parseServiceFlags(["billing:tabc", "etl:tdef,ops:tabc"]), [
+      { name: "billing", tenantId: "tabc" }, { name: "etl", tenantId: "tdef" }, { name: "ops", tenantId: "tabc" },
+    ]);
+    for (const bad of ["billing", "billing:", ":ta", "b:t.a", "b:*", "b:>", "b:ta:x", `${"n".repeat(49)}:ta`, "a b:ta"]) {
+      assert.throws(() => parseServiceFlags([bad]), /--service/, bad);
+    }
+    assert.throws(() => parseServiceFlags(["x:ta", "x:tb"]), /twice/);
   });
 
   it("renders a config where every subject is quoted (no $variable expansion)", () => {

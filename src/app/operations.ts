@@ -1,0 +1,135 @@
+/**
+ * The customer operations, transport-agnostic: one function per operation, shared by the HTTP
+ * routes (src/http/routes/) and the internal NATS API (src/nats-api/). Each takes the caller's
+ * tenant — resolved by the transport from its credentials (an API key, a NATS identity), never
+ * from the request — and the request's inputs in their raw form, validates them with the one set
+ * of parsers and schemas (src/http/params.ts, src/http/schemas.ts), checks the image policy, and
+ * calls the jobs service. Results are plain values; failures are `KairosError`s with catalogue
+ * codes, which each transport renders in its own envelope (HTTP: errors.ts; NATS: nats-api/wire.ts).
+ *
+ * Raw inputs are what a URL or a header carries: strings (`limit: "20"`), or undefined when absent.
+ * Bodies are read lazily (`body()`), after the other inputs are checked, so the order of errors is
+ * the same on every transport: ids, then headers (Idempotency-Key, If-Match), then the body.
+ */
+import type { JobView, Page, RunStatus, RunView } from "../jobs/model.ts";
+import type { JobsService, Tenant } from "../jobs/service.ts";
+import type { Clock } from "../lib/clock.ts";
+import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
+import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "../http/params.ts";
+import { parseCreateBody, parsePatchBody } from "../http/schemas.ts";
+
+/** What the operations need. */
+export interface OperationDeps {
+  jobs: JobsService;
+  clock: Clock;
+  /** The operator's default image policy (a tenant's own `image_policy` replaces it). */
+  imagePolicy: ImagePolicy;
+}
+
+/** Reads the request body (JSON, parsed; schema validation is the operation's). */
+export type BodyReader = () => Promise<unknown>;
+
+/** Paging inputs of list operations, raw. */
+export interface PageInput {
+  limit?: string | undefined;
+  cursor?: string | undefined;
+}
+
+export interface CreateJobInput {
+  idempotencyKey?: string | undefined;
+  body: BodyReader;
+}
+
+export interface PatchJobInput {
+  jobId: string | undefined;
+  ifMatch?: string | undefined;
+  body: BodyReader;
+}
+
+export interface ListRunsInput extends PageInput {
+  jobId: string | undefined;
+  status?: string | undefined;
+}
+
+/** A created (or, with an idempotency key, replayed) job. */
+export interface CreateJobResult {
+  job: JobView;
+  /** False when an Idempotency-Key replayed an earlier create. */
+  created: boolean;
+}
+
+/** The customer operations of one API node. */
+export interface Operations {
+  createJob(tenant: Tenant, input: CreateJobInput): Promise<CreateJobResult>;
+  listJobs(tenant: Tenant, input: PageInput): Promise<Page<JobView>>;
+  getJob(tenant: Tenant, jobId: string | undefined): Promise<JobView>;
+  patchJob(tenant: Tenant, input: PatchJobInput): Promise<JobView>;
+  deleteJob(tenant: Tenant, jobId: string | undefined): Promise<void>;
+  runNow(tenant: Tenant, jobId: string | undefined): Promise<RunView>;
+  listRuns(tenant: Tenant, input: ListRunsInput): Promise<Page<RunView>>;
+  getRun(tenant: Tenant, runId: string | undefined): Promise<RunView>;
+  /** The tenant's dead-lettered runs, oldest first (`status` must be `dead_lettered`). */
+  listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;
+}
+
+/** Throws `policy_denied` (422) unless the tenant may name `image`. */
+function checkTenantImage(tenant: Tenant, fallback: ImagePolicy, image: string): void {
+  const policy = tenant.image_policy ? parseImagePolicy(tenant.image_policy, "tenant image_policy") : fallback;
+  const denied = checkImage(policy, image);
+  if (denied) throw denied;
+}
+
+/** `{limit, cursor?}` from raw paging inputs. */
+function pageOf(input: PageInput): { limit: number; cursor?: string } {
+  const limit = parseLimit(input.limit);
+  const cursor = parseCursor(input.cursor);
+  return cursor === undefined ? { limit } : { limit, cursor };
+}
+
+/** The operations over a jobs service. */
+export function createOperations(deps: OperationDeps): Operations {
+  const { jobs, clock } = deps;
+  return {
+    async createJob(tenant, input) {
+      const idempotencyKey = parseIdempotencyKey(input.idempotencyKey);
+      const spec = parseCreateBody(await input.body(), clock.now());
+      checkTenantImage(tenant, deps.imagePolicy, spec.task.image);
+      return idempotencyKey === undefined
+        ? jobs.createJob(tenant.tenant_id, spec)
+        : jobs.createJob(tenant.tenant_id, spec, idempotencyKey);
+    },
+    async listJobs(tenant, input) {
+      return jobs.listJobs(tenant.tenant_id, pageOf(input));
+    },
+    async getJob(tenant, jobId) {
+      return jobs.getJob(tenant.tenant_id, pathId(jobId, "job"));
+    },
+    async patchJob(tenant, input) {
+      const jobId = pathId(input.jobId, "job");
+      const ifMatch = parseIfMatch(input.ifMatch);
+      const patch = parsePatchBody(await input.body(), clock.now());
+      if (patch.task !== undefined) checkTenantImage(tenant, deps.imagePolicy, patch.task.image);
+      return ifMatch === undefined
+        ? jobs.patchJob(tenant.tenant_id, jobId, patch)
+        : jobs.patchJob(tenant.tenant_id, jobId, patch, ifMatch);
+    },
+    async deleteJob(tenant, jobId) {
+      await jobs.deleteJob(tenant.tenant_id, pathId(jobId, "job"));
+    },
+    async runNow(tenant, jobId) {
+      return jobs.runNow(tenant.tenant_id, pathId(jobId, "job"));
+    },
+    async listRuns(tenant, input) {
+      const jobId = pathId(input.jobId, "job");
+      const page = pageOf(input);
+      const status: RunStatus | undefined = parseRunStatus(input.status);
+      return jobs.listRuns(tenant.tenant_id, jobId, status === undefined ? page : { ...page, status });
+    },
+    async getRun(tenant, runId) {
+      return jobs.getRun(tenant.tenant_id, pathId(runId, "run"));
+    },
+    async listDeadLetters(tenant, input) {
+      return jobs.listDeadLetters(tenant.tenant_id, pageOf(input));
+    },
+  };
+}

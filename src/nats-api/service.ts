@@ -1,0 +1,111 @@
+/**
+ * The internal NATS API's responder on an API node: one queue subscription
+ * (`kairos.<c>.api.*.>`, group `kairos-api`), so each request reaches exactly one API node and
+ * several nodes share the load. Each request goes to the handler (handler.ts) and gets one reply.
+ *
+ * Bounded: at most `maxInFlight` requests are handled at once; past that a request is answered
+ * 429 `overloaded` at once (it never queues without bound, and never goes unanswered). Messages
+ * without a reply subject (plain publishes) are dropped: there is nobody to answer. NATS itself
+ * bounds a payload by the server's `max_payload` (1 MiB by default); the handler refuses more
+ * than `maxBodyBytes`.
+ *
+ * Why not `@nats-io/services`: its discovery and stats subjects (`$SRV.PING|INFO|STATS…`) answer
+ * anyone allowed to publish there with every endpoint and counters of every tenant's traffic;
+ * tenant service users must not get them, operators have the node's /metrics and logs, and the
+ * queue subscription it would give us is these few lines. It is also not a dependency yet.
+ */
+import { Match, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import { KairosError } from "../lib/errors.ts";
+import { errorReply, type NatsApiHandler } from "./handler.ts";
+import { API_QUEUE_GROUP, apiWildcard } from "./subjects.ts";
+import { encodeReply } from "./wire.ts";
+
+export interface NatsApiServiceOptions {
+  clusterName: string;
+  maxInFlight: number;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/** A running responder. */
+export class NatsApiService {
+  readonly #nc: NatsConnection;
+  readonly #handle: NatsApiHandler;
+  readonly #opts: NatsApiServiceOptions;
+  #sub: Subscription | undefined;
+  #inFlight = 0;
+  #answered = 0;
+  readonly #pending = new Set<Promise<void>>();
+
+  constructor(nc: NatsConnection, handle: NatsApiHandler, opts: NatsApiServiceOptions) {
+    this.#nc = nc;
+    this.#handle = handle;
+    this.#opts = opts;
+  }
+
+  /** Requests answered by this node so far (including error replies). */
+  get answered(): number {
+    return this.#answered;
+  }
+
+  /** The subject served. */
+  get subject(): string {
+    return apiWildcard(this.#opts.clusterName);
+  }
+
+  /** Subscribes; resolves once the server has the subscription. */
+  async start(): Promise<void> {
+    this.#sub = this.#nc.subscribe(this.subject, {
+      queue: API_QUEUE_GROUP,
+      callback: (err, msg) => {
+        if (err) {
+          this.#opts.log("error", "nats api subscription error", { err: String(err) });
+          return;
+        }
+        this.#receive(msg);
+      },
+    });
+    await this.#nc.flush();
+  }
+
+  #receive(msg: Msg): void {
+    if (!msg.reply) return; // a plain publish: nobody to answer
+    if (this.#inFlight >= this.#opts.maxInFlight) {
+      const e = new KairosError("overloaded", `this API node is handling ${this.#opts.maxInFlight} NATS API requests; retry`);
+      msg.respond(encodeReply(errorReply(e, () => undefined)));
+      this.#answered++;
+      return;
+    }
+    this.#inFlight++;
+    const h = msg.headers;
+    const p = this.#handle({
+      subject: msg.subject,
+      data: msg.data,
+      header: (name) => (h !== undefined && h.has(name, Match.IgnoreCase) ? h.get(name, Match.IgnoreCase) : undefined),
+    })
+      .then((reply) => {
+        msg.respond(encodeReply(reply), { headers: statusHeaders(reply.status) });
+        this.#answered++;
+      })
+      .catch((e: unknown) => this.#opts.log("error", "nats api reply failed", { err: String(e), subject: msg.subject.slice(0, 200) }))
+      .finally(() => {
+        this.#inFlight--;
+        this.#pending.delete(p);
+      });
+    this.#pending.add(p);
+  }
+
+  /** Stops taking requests and waits for those in flight to be answered. */
+  async stop(): Promise<void> {
+    const sub = this.#sub;
+    this.#sub = undefined;
+    if (sub !== undefined && !this.#nc.isClosed()) await sub.drain();
+    await Promise.allSettled([...this.#pending]);
+  }
+}
+
+/** `Kairos-Status: <http status>` on every reply, for tools that read headers only. */
+function statusHeaders(status: number) {
+  const h = natsHeaders();
+  h.set("Kairos-Status", String(status));
+  return h;
+}

@@ -1,0 +1,95 @@
+/**
+ * Subjects of the internal NATS API (pure; shared by the service and the client).
+ *
+ *   kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]
+ *
+ * | operation | subject tail | REST equivalent |
+ * | --- | --- | --- |
+ * | `jobs.create` | `jobs.create` | `POST /v1/jobs` |
+ * | `jobs.list` | `jobs.list` | `GET /v1/jobs` |
+ * | `jobs.get` | `jobs.get.<job_id>` | `GET /v1/jobs/{job_id}` |
+ * | `jobs.patch` | `jobs.patch.<job_id>` | `PATCH /v1/jobs/{job_id}` |
+ * | `jobs.delete` | `jobs.delete.<job_id>` | `DELETE /v1/jobs/{job_id}` |
+ * | `jobs.run` | `jobs.run.<job_id>` | `POST /v1/jobs/{job_id}/runs` (run now) |
+ * | `runs.list` | `runs.list.<job_id>` | `GET /v1/jobs/{job_id}/runs` |
+ * | `runs.get` | `runs.get.<run_id>` | `GET /v1/runs/{run_id}` |
+ * | `runs.dead_lettered` | `runs.dead_lettered` | `GET /v1/runs?status=dead_lettered` |
+ *
+ * The tenant is a subject token so that NATS permissions can pin it: a per-tenant service user
+ * may publish only on `kairos.<cluster>.api.<its tenant>.>` (nats-permissions.ts), and the
+ * server takes the tenant from that token, never from the body. Ids are path-like tokens, as in
+ * the REST paths; a malformed one is `not_found`, as there.
+ */
+
+/** Every operation, and what its last subject token names (none: no id token). */
+export const API_OPERATIONS = {
+  "jobs.create": "none",
+  "jobs.list": "none",
+  "jobs.get": "job",
+  "jobs.patch": "job",
+  "jobs.delete": "job",
+  "jobs.run": "job",
+  "runs.list": "job",
+  "runs.get": "run",
+  "runs.dead_lettered": "none",
+} as const;
+
+export type ApiOperation = keyof typeof API_OPERATIONS;
+
+/** The queue group every API node's responder joins: each request reaches one node. */
+export const API_QUEUE_GROUP = "kairos-api";
+
+/** Header names (the same names and formats as the REST headers). */
+export const API_HEADERS = { idempotencyKey: "Idempotency-Key", ifMatch: "If-Match" } as const;
+
+/** `kairos.<cluster>.api` */
+export function apiPrefix(cluster: string): string {
+  return `kairos.${cluster}.api`;
+}
+
+/** What an API node subscribes to (every tenant, every operation). */
+export function apiWildcard(cluster: string): string {
+  return `${apiPrefix(cluster)}.*.>`;
+}
+
+/** What a service user of `tenantId` may publish to. */
+export function tenantApiWildcard(cluster: string, tenantId: string): string {
+  return `${apiPrefix(cluster)}.${tenantId}.>`;
+}
+
+/** The subject of one request. `id` is required exactly when the operation names one. */
+export function apiSubject(cluster: string, tenantId: string, op: ApiOperation, id?: string): string {
+  return id === undefined ? `${apiPrefix(cluster)}.${tenantId}.${op}` : `${apiPrefix(cluster)}.${tenantId}.${op}.${id}`;
+}
+
+/** A parsed request subject. `op` undefined: no such operation (answered `not_found`). */
+export interface ParsedApiSubject {
+  tenantToken: string;
+  op: ApiOperation | undefined;
+  /** The id token (job or run id), when the operation takes one. */
+  id: string | undefined;
+  /** The operation as sent, for error messages (bounded). */
+  raw: string;
+}
+
+function isOperation(s: string): s is ApiOperation {
+  return Object.prototype.hasOwnProperty.call(API_OPERATIONS, s);
+}
+
+/**
+ * Parses `kairos.<cluster>.api.<tenant>.<resource>.<verb>[.<id>]`; null when the subject is not
+ * under this cluster's API prefix at all.
+ */
+export function parseApiSubject(cluster: string, subject: string): ParsedApiSubject | null {
+  const prefix = `${apiPrefix(cluster)}.`;
+  if (!subject.startsWith(prefix)) return null;
+  const tokens = subject.slice(prefix.length).split(".");
+  const [tenantToken, resource, verb, id, ...extra] = tokens;
+  if (tenantToken === undefined || tenantToken === "") return null;
+  const name = `${resource ?? ""}.${verb ?? ""}`;
+  const raw = tokens.slice(1).join(".").slice(0, 200);
+  if (!isOperation(name) || extra.length > 0) return { tenantToken, op: undefined, id: undefined, raw };
+  const takesId = API_OPERATIONS[name] !== "none";
+  if (takesId !== (id !== undefined)) return { tenantToken, op: undefined, id: undefined, raw };
+  return { tenantToken, op: name, id, raw };
+}
