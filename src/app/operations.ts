@@ -15,8 +15,8 @@ import type { JobView, Page, RunStatus, RunView } from "../jobs/model.ts";
 import type { JobsService, Tenant } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
-import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "../http/params.ts";
-import { parseCreateBody, parsePatchBody } from "../http/schemas.ts";
+import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "./params.ts";
+import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 
 /** What the operations need. */
 export interface OperationDeps {

@@ -6,8 +6,8 @@
 import { z } from "zod";
 import { RUN_STATUSES } from "../jobs/model.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
-import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "./params.ts";
-import { CreateJobSchema, PatchJobSchema } from "./schemas.ts";
+import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
+import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
 import { ErrorSchema, JobPageSchema, JobViewSchema, RunPageSchema, RunViewSchema } from "./views.ts";
 
 type Json = Record<string, unknown>;

@@ -5,7 +5,7 @@
  */
 import { z } from "zod";
 import { BACKOFFS, MISFIRES, OVERLAPS, RUN_STATUSES } from "../jobs/model.ts";
-import { ScheduleSchema, TaskViewSchema } from "./schemas.ts";
+import { ScheduleSchema, TaskViewSchema } from "../app/schemas.ts";
 
 const instant = z.string().meta({ format: "date-time", description: "RFC 3339 UTC", examples: ["2030-01-01T09:00:00Z"] });
 

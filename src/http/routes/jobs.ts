@@ -11,7 +11,7 @@ import type { Operations } from "../../app/operations.ts";
 import type { JobView } from "../../jobs/model.ts";
 import type { ApiEnv } from "../auth.ts";
 import { readJson } from "../body.ts";
-import { etagOf } from "../params.ts";
+import { etagOf } from "../../app/params.ts";
 
 /** Sends a job with its ETag. */
 function sendJob(c: Context<ApiEnv>, job: JobView, status: 200 | 201): Response {

@@ -8,7 +8,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { openApiDocument } from "../../../src/http/openapi.ts";
-import { parseCreateBody } from "../../../src/http/schemas.ts";
+import { parseCreateBody } from "../../../src/app/schemas.ts";
 import { expectError, harness, NOW, validJob } from "./helpers.ts";
 import { validates } from "./json-schema-lite.ts";
 

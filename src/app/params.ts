@@ -6,7 +6,7 @@
  */
 import { KairosError } from "../lib/errors.ts";
 import { RUN_STATUSES, type RunStatus } from "../jobs/model.ts";
-import { invalid, show } from "./errors.ts";
+import { invalid, show } from "./input.ts";
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;
 

@@ -16,7 +16,7 @@ import { z } from "zod";
 import { BACKOFFS, MISFIRES, OVERLAPS, type JobPatch, type JobSpec, type RetryPolicy, type MisfireSpec, type ScheduleInput, type TaskInput } from "../jobs/model.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { assertFuture, compileSchedule } from "../schedule/index.ts";
-import { invalid, show } from "./errors.ts";
+import { invalid, show } from "./input.ts";
 
 /** Limits on a job's fields; documented in docs/api.md. */
 export const LIMITS = {
