@@ -30,7 +30,9 @@
 # its role. Both come from Nomad Variables, written once by the operator (docs/deploy.md):
 #   nomad/jobs/kairos : nats_ca (PEM of the CA that signed the NATS servers' certificates),
 #                       creds_scheduler, creds_api, creds_worker (the JSON files that
-#                       `kairos nats-auth <dir> --cluster <name>` writes under <dir>/creds/).
+#                       `kairos nats-auth <dir> --cluster <name>` writes under <dir>/creds/),
+#                       secret_key (the cluster key of task.secret_env, api and scheduler nodes:
+#                       `openssl rand -base64 32`; the same for the life of the cluster).
 # Each task renders only its own role's credentials into its secrets/ directory.
 # Validate before use: `nomad job validate deploy/nomad/kairos.nomad.hcl`.
 
@@ -187,7 +189,19 @@ job "kairos" {
         data        = <<-EOT
           KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
           KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
+          KAIROS_SECRET_KEY_FILE={{ env "NOMAD_SECRETS_DIR" }}/secret.key
           KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
+        EOT
+      }
+
+      # The cluster key that seals and opens task.secret_env (api seals, scheduler opens; workers
+      # never hold it). From Nomad Variables; without it, jobs with secret_env are refused.
+      template {
+        destination = "secrets/secret.key"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .secret_key }}{{ end }}
         EOT
       }
 
@@ -316,7 +330,19 @@ job "kairos" {
         data        = <<-EOT
           KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
           KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
+          KAIROS_SECRET_KEY_FILE={{ env "NOMAD_SECRETS_DIR" }}/secret.key
           KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
+        EOT
+      }
+
+      # The cluster key that seals and opens task.secret_env (api seals, scheduler opens; workers
+      # never hold it). From Nomad Variables; without it, jobs with secret_env are refused.
+      template {
+        destination = "secrets/secret.key"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos" }}{{ .secret_key }}{{ end }}
         EOT
       }
 
