@@ -27,6 +27,7 @@ import type { KvEntry, KvStore } from "../cluster/kv.ts";
 import type { JobShellDeps } from "./job-shell.ts";
 import type { RunView } from "./model.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
+import { DEFAULT_DEAD_LETTER_RETENTION, pruneDeadLetters, type DeadLetterRetention } from "./dead-letter-retention.ts";
 
 export const deadLetterKey = (tenantId: string, runId: string): string => `dl.${tenantId}.${runId}`;
 export const outboxKey = (partition: number, tenantId: string, runId: string): string => `ob.${partition}.${tenantId}.${runId}`;
@@ -66,6 +67,10 @@ export interface DeadLetterOutboxOptions {
   maxPerSweep?: number;
   /** POSTs per delivery (default 3, with backoff between them). */
   postAttempts?: number;
+  /** The tenants' dead-letter lists' bounds (dead-letter-retention.ts; default 10,000 per tenant, 30 days). */
+  retention?: DeadLetterRetention;
+  /** Time between two retention passes of this node (default a day; the first a minute after start). */
+  retentionEveryMs?: number;
 }
 
 const BACKOFF_BASE_MS = 5_000;
@@ -75,6 +80,7 @@ export class DeadLetterOutbox {
   readonly #o: DeadLetterOutboxOptions;
   readonly #inFlight = new Set<string>();
   #cancel: (() => void) | undefined;
+  #cancelPrune: (() => void) | undefined;
   #stopped = false;
   #sweeping = false;
 
@@ -85,12 +91,31 @@ export class DeadLetterOutbox {
   start(): void {
     this.#stopped = false;
     this.#arm();
+    this.#armPrune(60_000);
   }
 
   stop(): void {
     this.#stopped = true;
     this.#cancel?.();
     this.#cancel = undefined;
+    this.#cancelPrune?.();
+    this.#cancelPrune = undefined;
+  }
+
+  /** One dead-letter retention pass now (also run daily once started); the number dropped. */
+  async prune(): Promise<number> {
+    const dropped = await pruneDeadLetters(this.#o.runs(), this.#o.retention ?? DEFAULT_DEAD_LETTER_RETENTION, this.#o.clock.now());
+    if (dropped > 0) this.#o.log("info", "dead letters pruned", { dropped });
+    return dropped;
+  }
+
+  #armPrune(ms: number): void {
+    if (this.#stopped) return;
+    this.#cancelPrune = this.#o.clock.setTimer(ms, () => {
+      this.prune()
+        .catch((e: unknown) => this.#o.log("warn", "dead-letter retention pass failed", { err: String(e) }))
+        .finally(() => this.#armPrune(this.#o.retentionEveryMs ?? 86_400_000));
+    });
   }
 
   /** Delivers one run's pending entry now (from the job shell, right after it dead-lettered it). */

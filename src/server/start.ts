@@ -34,6 +34,7 @@ import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../jobs/run-metrics.
 import { RunsWaiting } from "../jobs/run-waiting.ts";
 import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
 import { RunRetention } from "../jobs/run-retention.ts";
+import { deadLetterRetention } from "../jobs/dead-letter-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 import { connectNats } from "../cluster/nats.ts";
@@ -133,6 +134,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const outbox = new DeadLetterOutbox({
     runs: () => node.buckets.runs, held: () => node.heldPartitions(), clock: systemClock, log: logFn,
     webhook: async (id) => webhookOf?.(id),
+    // Dead letters age out with the run records (--keep-runs-days); at most 10,000 per tenant.
+    retention: deadLetterRetention({ maxAgeMs: retention.maxAgeMs }),
   });
   node.onConnected((n) => {
     // Only job actors (schedulers) pick workers; other identities may not read the adverts.
