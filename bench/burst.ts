@@ -136,9 +136,16 @@ export async function run(args: string[]): Promise<void> {
       if (systemClock.now() < dueMs) continue;
       // One listing per partition: a single listing of 200,000 records timed out counting its keys.
       const all: RunView[] = [];
-      for (let p = 0; p < proc.node.partitions; p++) {
-        // (`<p>.>` holds run records only: the dead-letter keys start with `dl.`/`ob.`.)
-        for (const x of await proc.node.buckets.runs.list(`${p}.>`)) all.push(decode<RunView>(x.value));
+      try {
+        for (let p = 0; p < proc.node.partitions; p++) {
+          // (`<p>.>` holds run records only: the dead-letter keys start with `dl.`/`ob.`.)
+          for (const x of await proc.node.buckets.runs.list(`${p}.>`)) all.push(decode<RunView>(x.value));
+        }
+      } catch (e) {
+        // The server is as busy as the scheduler: a listing that times out is tried again next
+        // second (the 200,000-job run died here once), the last complete listing counts.
+        console.log(`listing the run records failed (${String(e)}); trying again`);
+        continue;
       }
       runs = all;
       if (runs.filter((r) => r.status === "succeeded").length >= jobs) break;
