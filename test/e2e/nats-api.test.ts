@@ -10,10 +10,10 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { NatsApiClient, NatsApiError } from "../../src/client/nats-api-client.ts";
-import { isKairosError } from "../../src/lib/errors.ts";
 import { apiSubject } from "../../src/nats-api/subjects.ts";
 import type { ApiReply } from "../../src/nats-api/wire.ts";
 import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import { rejectsWith } from "../support/errors.ts";
 
 // Service users name their tenant in their permissions, so the ids are fixed before the server starts.
 const TA = "tnatsapiaaaaaaaaa";
@@ -36,15 +36,6 @@ function expectErr(r: ApiReply, status: number, code: string, field?: string): v
   assert.equal(e.status, status, JSON.stringify(r));
   assert.equal(e.error.code, code, JSON.stringify(r));
   if (field !== undefined) assert.equal(e.error.field, field, JSON.stringify(r));
-}
-
-async function rejectsWith(p: Promise<unknown>, code: string, field?: string): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isKairosError(e), String(e));
-    assert.equal(e.code, code, e.message);
-    if (field !== undefined) assert.equal(e.field, field);
-    return true;
-  });
 }
 
 describe("internal NATS API end to end (single node, process executor)", { timeout: 300_000 }, () => {

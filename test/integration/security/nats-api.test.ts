@@ -10,7 +10,6 @@ import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { PermissionViolationError } from "@nats-io/nats-core";
 import { Kvm } from "@nats-io/kv";
-import { isKairosError } from "../../../src/lib/errors.ts";
 import { openBuckets, type Buckets } from "../../../src/cluster/buckets.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
@@ -20,6 +19,7 @@ import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
 import type { Tenant } from "../../../src/jobs/service.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
+import { rejectsWith } from "../../support/errors.ts";
 
 const TA = "tsecaaaaaaaaaaaaa";
 const TB = "tsecbbbbbbbbbbbbb";
@@ -34,15 +34,6 @@ function nextPermissionError(nc: NatsConnection): Promise<PermissionViolationErr
     }
     throw new Error("connection closed before a permission violation was reported");
   })();
-}
-
-async function rejectsWith(p: Promise<unknown>, code: string, field?: string): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(isKairosError(e), String(e));
-    assert.equal(e.code, code, e.message);
-    if (field !== undefined) assert.equal(e.field, field);
-    return true;
-  });
 }
 
 describe("NATS API identities", { timeout: 120_000 }, () => {
