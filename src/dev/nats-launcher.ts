@@ -109,7 +109,8 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
     let tail: string[] = [];
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new KairosError("unavailable", `nats-server on port ${port} not ready in ${timeoutMs} ms:\n${tail.join("\n")}`));
+      const unmet = [serverReady ? "" : "'Server is ready' not logged", patternSeen ? "" : `no line matched ${String(opts.readyPattern)}`].filter(Boolean).join("; ");
+      reject(new KairosError("unavailable", `nats-server on port ${port} not ready in ${timeoutMs} ms (${unmet}):\n${tail.join("\n")}`));
     }, timeoutMs);
     child.on("error", (e) => {
       clearTimeout(timer);

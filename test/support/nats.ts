@@ -1,7 +1,7 @@
 /**
  * Test harness: real nats-server processes on free loopback ports, cleaned up after each suite.
  * `startNats()` gives one JetStream server; `startNatsCluster(3)` gives a routed cluster ready
- * for R3 buckets (waits until JetStream has a meta leader).
+ * for R3 buckets (waits until every server answers a JetStream API request).
  *
  * Authorization is always on, as in production: each Kairos role set has its own NATS user with
  * least-privilege permissions (src/cluster/nats-permissions.ts) for the given cluster names.
@@ -11,6 +11,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
@@ -95,7 +96,6 @@ export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}):
         storeDir: join(dir, `s${i}`),
         serverName: `s${i}`,
         cluster: { name: "kairos-test", port, routes },
-        readyPattern: /JetStream cluster new metadata leader|Self is new JetStream cluster metadata leader/,
         readyTimeoutMs: 30_000,
         auth,
         onLog: log.onLog,
@@ -105,5 +105,38 @@ export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}):
     rmSync(dir, { recursive: true, force: true });
     throw e;
   });
+  try {
+    await Promise.all(servers.map((s) => awaitJetStream(s, auth, 30_000)));
+  } catch (e) {
+    await Promise.all(servers.map((s) => s.stop()));
+    rmSync(dir, { recursive: true, force: true });
+    throw e;
+  }
   return fixture(servers, auth, dir, log);
+}
+
+/**
+ * Waits until this server answers a JetStream API request (it knows the meta leader and its
+ * routes are up). A log line is not enough: a server that joins after the election, or whose
+ * routes raced ("Duplicate Route"), may never log one, and the wait then timed out at random.
+ */
+async function awaitJetStream(server: NatsServerHandle, auth: NatsAuthFiles, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const nc = await connectNats({ url: server.url, name: "fixture-ready", credsFile: auth.credsFor("admin") });
+  let last = "no answer";
+  try {
+    for (;;) {
+      try {
+        const jsm = await jetstreamManager(nc, { timeout: 2000 });
+        await jsm.getAccountInfo();
+        return;
+      } catch (e) {
+        last = e instanceof Error ? e.message : String(e);
+      }
+      if (Date.now() > deadline) throw new Error(`nats-server ${server.url}: JetStream not ready in ${timeoutMs} ms (last: ${last})`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  } finally {
+    await nc.close();
+  }
 }
