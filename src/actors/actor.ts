@@ -46,6 +46,13 @@ export interface Decision<S, R, E> {
   readonly pre?: readonly E[];
   /** Type-specific effects performed AFTER the state write (sends that need the shell, I/O). */
   readonly post?: readonly E[];
+  /**
+   * The state change is recoverable if lost (its senders or timers redo it after a reload): keep
+   * it in memory without a KV write; the next decision that writes carries it along. A drop or
+   * passivation before then loses it, and the actor must be correct from the stored state alone.
+   * Ignored for soft actors (`persist: false`), which never write.
+   */
+  readonly deferWrite?: boolean;
 }
 
 export interface ActorDefinition<S, M, R, E = never> {
@@ -53,6 +60,11 @@ export interface ActorDefinition<S, M, R, E = never> {
   initialState(id: string): S;
   /** Pure. Must not mutate `state`. */
   receive(state: S, msg: M, ctx: ActorContext): Decision<S, R, E>;
+  /**
+   * Pure. Adjusts a state just read from KV before its first use (e.g. moves counters past what
+   * deferred writes of an earlier incarnation may have handed out). Persisted actors only.
+   */
+  onLoad?(state: S): S;
   /** Effects to perform on activation (e.g. re-arm timers from persisted state). */
   onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
   /**

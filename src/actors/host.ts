@@ -17,6 +17,8 @@
  *   passed its trust check, then the process stalled) then fails instead of landing over ours.
  * - Post effects run only while the partition is still trusted (a stale owner stays silent).
  * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory.
+ * - Deferred writes (`Decision.deferWrite`): a recoverable state change stays in memory and goes
+ *   to KV with the next write; `onLoad` lets a type adjust a state read back (lost changes).
  */
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
@@ -301,7 +303,8 @@ export class ActorHost {
 
   #adopt(inst: Instance, value: Uint8Array | null, revision: number, soft?: unknown): void {
     const stored = value ? decode<Stored>(value) : null;
-    inst.state = stored ? stored.s : soft !== undefined ? soft : inst.reg.definition.initialState(inst.id);
+    const def = inst.reg.definition;
+    inst.state = stored ? (def.onLoad ? def.onLoad(stored.s) : stored.s) : soft !== undefined ? soft : def.initialState(inst.id);
     inst.storedEpoch = stored?.e ?? 0;
     inst.revision = revision;
     inst.loaded = true;
@@ -396,6 +399,10 @@ export class ActorHost {
     }
     if (def.persist === false) {
       this.#checkTrusted(inst, "before a soft-state change"); // (also for a state mutated in place)
+      inst.state = d.state;
+    } else if (d.state !== inst.state && d.deferWrite === true) {
+      // Recoverable if lost (see Decision.deferWrite): memory only, written with the next write.
+      this.#checkTrusted(inst, "before a deferred state change");
       inst.state = d.state;
     } else if (d.state !== inst.state) {
       this.#checkTrusted(inst, "before write");

@@ -35,7 +35,7 @@
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import type { Completion } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
-import { emptyJobState, type JobState, type jobView } from "./job-state.ts";
+import { activeRunViews, emptyJobState, loadJobState, type JobState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
 import { fireAt, holdOf } from "./occurrence-plan.ts";
@@ -94,6 +94,8 @@ export type { Completion };
 export type JobMsg =
   | { kind: "create"; tenant_id: string; job_id: string; spec: JobSpec; request_hash: string }
   | { kind: "get" }
+  /** The job's active runs as the API shows them (their records are written only at creation and end). */
+  | { kind: "active_runs" }
   | { kind: "patch"; patch: JobPatch; if_match?: number; request_id?: string }
   | { kind: "delete" }
   | { kind: "run_now"; request_id?: string }
@@ -125,6 +127,8 @@ export type JobEffect =
    * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
    */
   | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
+  /** A run transition short of its end, not written (see `Tx.putRun`): run metrics only. */
+  | { kind: "note_run"; record: RunView }
   | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number }
   | { kind: "release_slot"; grant: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
@@ -132,7 +136,7 @@ export type JobEffect =
   | { kind: "dead_letter"; record: RunView };
 
 /** `hold`: (heartbeat) keep the attempt, do not start it yet (a gated run; see `holdOf`). */
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; run_id?: string; ok?: true; hold?: true } | null;
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?: RunView[]; run_id?: string; ok?: true; hold?: true } | null;
 
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
@@ -167,7 +171,10 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
+    onLoad: loadJobState,
     query: (s, m) => {
+      // Read-only, from memory (deferred changes included): no queueing behind a burst.
+      if (m.kind === "active_runs") return s.job && !s.deleted ? { reply: { runs: activeRunViews(s) }, alsoQueue: false } : undefined;
       if (m.kind !== "heartbeat") return undefined;
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || !isLeased(r)) return undefined;
@@ -183,6 +190,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       switch (msg.kind) {
         case "create":
         case "get":
+        case "active_runs":
         case "patch":
         case "delete":
         case "run_now":

@@ -12,14 +12,14 @@ import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { runIdFor } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
-import { activeRunView, jobView } from "./job-state.ts";
+import { activeRunView, activeRunViews, jobView } from "./job-state.ts";
 import type { JobSpec } from "./model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
 import { finish } from "./run-lifecycle.ts";
 import { fail, type D, type Tx } from "./tx.ts";
 
-type CommandMsg = Extract<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" }>;
+type CommandMsg = Extract<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" }>;
 type Command<K extends CommandMsg["kind"]> = Extract<CommandMsg, { kind: K }>;
 
 /** Null when the spec's schedule compiles; otherwise why not (as a command failure). */
@@ -40,6 +40,8 @@ export function command(tx: Tx, m: CommandMsg): D {
   switch (m.kind) {
     case "get":
       return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    case "active_runs":
+      return tx.done({ runs: activeRunViews(s) });
     case "patch":
       return patch(tx, m);
     case "delete":

@@ -2,13 +2,15 @@
  * The job actor's shell: performs the effects its pure core decides (job-actor.ts), each through
  * the module of its concern. Every network effect first checks that this node still owns the
  * actor (`stillOwner`): a stale owner stays silent.
- * - `put_run` (pre, before the job state write): the run-record store (run-record-store.ts) —
+ * - `put_run` (pre, before the job state write; a run's creation and its end): the run-record
+ *   store (run-record-store.ts) —
  *   epoch-stamped records, CAS on revisions, never a blind overwrite; a dead-lettered run's
  *   terminal record is followed (still before the state write) by its dead-letter and outbox keys
  *   when `deadLetters` is set (dead-letters.ts).
  * - `acquire_slot` / `release_slot`: requests to the tenant actor (slot-requests.ts).
  * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
+ * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
  * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
  *   there is one (`deliverDeadLetter`, dead-letters.ts).
  * Run-path metrics are derived from the records written and the effects performed (run-metrics.ts).
@@ -87,6 +89,8 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         return;
       case "dead_letter":
         return deliverDeadLetter(deps, ctx.partition, fx.record);
+      case "note_run":
+        return records.note(ctx, fx.record);
       case "put_run":
         return;
       default:

@@ -56,8 +56,15 @@ export interface JobState {
   runs: ActiveRun[];
   /** Occurrences held back by overlap=queue (oldest first, bounded). */
   queued: number[];
-  /** Last fence handed out; grows with every claim. */
+  /** Last fence handed out; grows with every offer. */
   fence_seq: number;
+  /**
+   * Fences up to here may be handed out without a state write (an offer's state change is
+   * deferred, see tx.ts `dispatch`): every write reserves the next FENCE_BLOCK, and a state read
+   * back starts above it (`loadJobState`), so an offer lost with unwritten state never has its
+   * fence handed out again. Absent in states written before deferral: the first offer writes.
+   */
+  fence_reserved?: number;
   manual_seq: number;
   /** The latest occurrence already handled (run, skipped or missed); never fired again. */
   last_occurrence_ms?: number;
@@ -79,6 +86,19 @@ export interface Draining {
   /** The slot grant the run holds (`grantId`). */
   grant: string;
   until_ms: number;
+}
+
+/** The API views of a job's active runs. */
+export function activeRunViews(s: JobState): RunView[] {
+  return s.job ? s.runs.map((r) => activeRunView(s.job!, r)) : [];
+}
+
+/** Fences reserved by each state write (see `JobState.fence_reserved`). */
+export const FENCE_BLOCK = 1_024;
+
+/** A state read back from KV: fences continue above everything an earlier incarnation reserved. */
+export function loadJobState(s: JobState): JobState {
+  return s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq ? { ...s, fence_seq: s.fence_reserved } : s;
 }
 
 export const emptyJobState = (): JobState => ({

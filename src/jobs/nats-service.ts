@@ -14,7 +14,7 @@
  * (retention.ts), a tenant's by its max_jobs quota (docs/operations.md, "History").
  */
 import { createHash } from "node:crypto";
-import { KairosError } from "../lib/errors.ts";
+import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -29,7 +29,7 @@ import { runView } from "./run-record.ts";
 import { orderRunKeys } from "./retention.ts";
 import { deadLetterKey } from "./dead-letters.ts";
 import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
-import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "./model.ts";
+import { TERMINAL, type JobPatch, type JobSpec, type JobView, type Page, type RunStatus, type RunView } from "./model.ts";
 import type { JobsService } from "./service.ts";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -245,8 +245,9 @@ export class NatsJobsService implements JobsService {
     // Newest first by (scheduled_for, run_id), both read from the keys (ids.ts runIdFor).
     const keys = orderRunKeys((await kvKeys(this.buckets.runs, `${p}.${tenantId}.${jobId}.*`)).map((k) => k.key))
       .filter((k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]));
+    const live = await this.#activeRuns(tenantId, jobId);
     const runs = await readPage(this.buckets.runs, keys, opts.limit + 1, (e) => {
-      const r = runView(e.value);
+      const r = withLive(runView(e.value), live);
       return opts.status === undefined || r.status === opts.status ? r : null;
     });
     const page = runs.slice(0, opts.limit);
@@ -272,6 +273,26 @@ export class NatsJobsService implements JobsService {
     const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
     const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
     if (!e) throw new KairosError("not_found", "run not found");
-    return runView(e.value);
+    const r = runView(e.value);
+    return TERMINAL.has(r.status) ? r : withLive(r, await this.#activeRuns(tenantId, jobId));
   }
+
+  /**
+   * The job's active runs from its actor (their records are written at creation and at their
+   * end only; the actor holds every transition in between). Empty if the job has none.
+   */
+  async #activeRuns(tenantId: string, jobId: string): Promise<Map<string, RunView>> {
+    try {
+      const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" });
+      return new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
+    } catch (e) {
+      if (isKairosError(e, "not_found")) return new Map(); // a deleted job: its records are all there is
+      throw e;
+    }
+  }
+}
+
+/** A record as the API shows it: an active run's live view from its job actor, if it has one. */
+function withLive(record: RunView, live: ReadonlyMap<string, RunView>): RunView {
+  return TERMINAL.has(record.status) ? record : (live.get(record.run_id) ?? record);
 }

@@ -4,8 +4,9 @@
  *
  * - Retention per job: the newest `keepRuns` terminal runs (by occurrence time, read from the run
  *   id, so choosing needs no record values) and none whose occurrence is older than `maxAgeMs`.
- *   Active runs are never pruned. A job's records therefore stay below keepRuns + pruneEveryRuns
- *   + its active runs, which is what makes a runs page cheap (docs/operations.md, "History").
+ *   Active runs are never pruned. A job's records therefore stay below keepRuns + 2 ×
+ *   pruneEveryRuns + its active runs (the first pass on a node comes after 1..pruneEveryRuns runs,
+ *   run-retention.ts `firstCount`), which is what makes a runs page cheap (docs/operations.md, "History").
  * - The wrapped actor counts terminal records per decision and hands the count, with its active
  *   run ids, to the shell (`prune_runs`); the shell prunes once `pruneEveryRuns` piled up. A daily
  *   `retention_sweep` timer per job applies the age limit to jobs that no longer run.

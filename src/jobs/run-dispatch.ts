@@ -16,8 +16,9 @@ import type { D, Tx } from "./tx.ts";
 
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 export function dispatch(tx: Tx, r: ActiveRun): void {
-  r.fence = ++tx.s.fence_seq;
-  tx.changed = true;
+  // Deferred within the reserved block (JobState.fence_reserved): an offer lost with its state
+  // is recovered by the run's timers (redispatch, slot check) under a fence never handed out.
+  r.fence = tx.nextFence();
   // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
   // dropped instance): after the offer timeout the offer is dead and the run is offered again.
   tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
@@ -77,7 +78,9 @@ function granted(tx: Tx, r: ActiveRun): D {
   if (!r.slot) {
     r.slot = true;
     tx.cancelTimer(`slot:${r.run_id}`);
-    tx.changed = true;
+    // Deferred: lost, the run re-asks (slot_check / redispatch) and the tenant, which holds the
+    // grant durably under the same name, grants it again.
+    tx.defer();
   }
   if (r.status === "queued" && r.fence === 0) dispatch(tx, r);
   return tx.done(null);

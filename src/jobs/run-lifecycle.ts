@@ -151,7 +151,7 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
 type RunMsg<K extends JobMsg["kind"]> = Extract<JobMsg, { kind: K }>;
 
 /** Every run message but `complete` (see `complete`), each in its own handler. */
-export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
+export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
   switch (m.kind) {
     case "slot_granted":
     case "slot_audit":
@@ -225,7 +225,9 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
     const a = r.attempts[r.attempts.length - 1];
     if (a) a.started_at = iso(m.started_at_ms);
     tx.putRun(r);
-    tx.changed = true;
+    // Deferred: the claim (written) is what lets the worker start; a lost start is learnt again
+    // from the completion (it carries started_at) and, at worst, an expired lease counts it unstarted.
+    tx.defer();
   }
   return tx.done({ ok: true });
 }

@@ -35,6 +35,11 @@ export class RunRecordStore {
     this.#revisions.set(key, rev);
   }
 
+  /** A transition of an active run that is not written (`note_run`): counted as if it were. */
+  note(ctx: ShellContext, record: RunView): void {
+    this.metrics.written(runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id), record, false, () => ctx.stillOwner());
+  }
+
   /** Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it. */
   async put(ctx: ShellContext, record: RunView, mode: PutRunMode): Promise<void> {
     const key = runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id);

@@ -2,8 +2,9 @@
  * Bounded history, the I/O part: performs the job actor's retention effects (retention.ts).
  *
  * - `prune_runs`: counts terminal records per job on this node; once `pruneEveryRuns` piled up
- *   (or at the first one after the job came to this node, whose count is unknown, or on the
- *   daily sweep) it lists the job's run KEYS with their revisions (headers only, no values) and
+ *   (a job that came to this node, whose count is unknown, starts at a count spread by its id over
+ *   [0, pruneEveryRuns), so a burst of jobs new to the node does not list every job's keys at its
+ *   first terminal run; or on the daily sweep) it lists the job's run KEYS with their revisions (headers only, no values) and
  *   picks what retention drops. Records are written roughly in occurrence order, so almost all
  *   of them lie below the oldest revision retention keeps: ONE stream purge of the job's keys
  *   below that revision removes them and leaves no delete marker. The few dropped records written
@@ -21,6 +22,7 @@
  * the run's next write, which falls back to create when the key is gone.
  */
 import type { KvKey, KvStore } from "../cluster/kv.ts";
+import { hash32 } from "../cluster/hash.ts";
 import { kvKeys, kvPurge } from "../cluster/kv.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { runsToPrune, type RetentionConfig, type RetentionEffect } from "./retention.ts";
@@ -38,6 +40,17 @@ export interface RunRetentionDeps {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 }
 
+/**
+ * The count a job new to this node starts at: spread by its id over [0, pruneEveryRuns), so its
+ * first pass comes after 1..pruneEveryRuns terminal runs (its history stays below keepRuns + 2 ×
+ * pruneEveryRuns across moves) and only one job in pruneEveryRuns lists its keys at its first
+ * run — in a burst of 200,000 once-jobs that was one key listing per run (a third of the KV
+ * operations of the run path besides the writes).
+ */
+export function firstCount(actorId: string, pruneEveryRuns: number): number {
+  return hash32(actorId) % pruneEveryRuns;
+}
+
 export class RunRetention {
   readonly #since = new Map<string, number>();
   readonly #busy = new Set<string>();
@@ -50,7 +63,7 @@ export class RunRetention {
   /** Performs one retention effect of the job actor `actorId` (`<tenant>.<job>`) in `partition`. */
   async perform(partition: number, actorId: string, fx: RetentionEffect): Promise<void> {
     if (fx.kind === "purge_job") return this.purgeJob(partition, actorId);
-    const since = (this.#since.get(actorId) ?? this.config.pruneEveryRuns) + fx.settled;
+    const since = (this.#since.get(actorId) ?? firstCount(actorId, this.config.pruneEveryRuns)) + fx.settled;
     if ((!fx.force && since < this.config.pruneEveryRuns) || this.#busy.has(actorId)) return this.#count(actorId, since);
     this.#busy.add(actorId);
     try {

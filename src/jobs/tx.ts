@@ -12,7 +12,7 @@
 import type { Decision, HostEffect } from "../actors/actor.ts";
 import type { ErrorCode } from "../lib/errors.ts";
 import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-actor.ts";
-import { activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import { FENCE_BLOCK, activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
 import type { RunView } from "./model.ts";
 import { fireAt } from "./occurrence-plan.ts";
 
@@ -30,7 +30,10 @@ export class Tx {
   readonly pre: JobEffect[] = [];
   readonly post: JobEffect[] = [];
   readonly fx: HostEffect<JobMsg>[] = [];
+  /** The state changed and must be written (before the reply and the post effects). */
   changed = false;
+  /** The state changed in a way that is recoverable if lost: kept in memory, written later. */
+  deferred = false;
   constructor(
     readonly orig: JobState,
     readonly now: number,
@@ -48,8 +51,11 @@ export class Tx {
     return this.s.job!;
   }
   done(reply: JobReply, fail?: { code: ErrorCode; message: string; field?: string }): D {
+    // Every write reserves the next block of fences (see JobState.fence_reserved).
+    if (this.changed && (this.s.fence_reserved ?? 0) < this.s.fence_seq + FENCE_BLOCK / 2) this.s.fence_reserved = this.s.fence_seq + FENCE_BLOCK;
     return {
-      state: this.changed ? this.s : this.orig,
+      state: this.changed || this.deferred ? this.s : this.orig,
+      ...(this.deferred && !this.changed ? { deferWrite: true } : {}),
       reply,
       effects: this.fx,
       pre: this.pre,
@@ -57,11 +63,28 @@ export class Tx {
       ...(fail ? { fail } : {}),
     };
   }
+  /** A recoverable state change (see `deferred`): an offer, a grant, a start. */
+  defer(): void {
+    this.deferred = true;
+  }
+  /** The next fence: deferred while within the reserved block, else a write that reserves more. */
+  nextFence(): number {
+    const fence = ++this.s.fence_seq;
+    if (fence <= (this.s.fence_reserved ?? 0)) this.defer();
+    else this.changed = true;
+    return fence;
+  }
   run(runId: string): ActiveRun | undefined {
     return this.s.runs.find((r) => r.run_id === runId);
   }
+  /**
+   * A run's record: written when it is created (before the state); a later transition short of
+   * its end is not written (`note_run`: counted by run metrics; the API reads an active run from
+   * this actor) — the record is written again only with its end (`finish`).
+   */
   putRun(r: ActiveRun, create = false): void {
-    this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: create ? "create" : "update" });
+    if (create) this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
+    else this.post.push({ kind: "note_run", record: activeRunView(this.job, r) });
   }
   remember(entry: { id: string; run_id?: string; version?: number }): void {
     this.s.recent = [...(this.s.recent ?? []), entry].slice(-RECENT_REQUESTS);

@@ -3,7 +3,11 @@
  * decision the way the real shell does (src/jobs/job-shell.ts) and runs on a simulated clock:
  *
  * - `pre` put_run effects go into a run-record map (by run_id); `create: true` never overwrites
- *   an existing record, exactly like a KV create.
+ *   an existing record, exactly like a KV create. `records` is what the API shows (a `note_run`
+ *   post effect updates an active run's view, as the API's overlay from the actor does);
+ *   `written` holds only what was written to KV, `recordWrites` / `stateWrites` count writes.
+ * - The state a decision changes with `deferWrite` stays in memory (`state`), not in `stored`,
+ *   as the host does; `activate()` reloads `stored` (deferred changes are lost, as in a takeover).
  * - host `effects` (timer / cancel_timer by name) are kept and fired in time order by `advance`.
  * - `post` effects are answered as the shell would: acquire_slot → `slot_granted` (or held back
  *   when `autoGrant` is off), dispatch → `claimed` by worker w1 (or held back when `autoClaim`
@@ -73,6 +77,12 @@ export class Driver {
   state: JobState;
   now: number;
   readonly records = new Map<string, RunView>();
+  /** The run records as written to KV (no `note_run` overlay). */
+  readonly written = new Map<string, RunView>();
+  /** The state as last written (a decision with `deferWrite` does not write). */
+  stored: JobState;
+  recordWrites = 0;
+  stateWrites = 0;
   readonly timers = new Map<string, Timer>();
   /** Runs holding a tenant slot (acquired and not released). */
   readonly slots = new Set<string>();
@@ -101,6 +111,7 @@ export class Driver {
   ) {
     this.actor = makeJobActor(config);
     this.state = this.actor.initialState(ACTOR_ID);
+    this.stored = this.state;
     this.now = startMs;
   }
 
@@ -134,6 +145,10 @@ export class Driver {
     const d = this.actor.receive(input, msg, this.#ctx());
     this.decisions.push({ msg, d });
     for (const fx of d.pre ?? []) this.#pre(fx);
+    if (d.state !== this.state && d.deferWrite !== true) {
+      this.stored = d.state;
+      this.stateWrites++;
+    }
     this.state = d.state;
     for (const fx of d.effects ?? []) this.#effect(fx);
     for (const fx of d.post ?? []) this.#post(fx);
@@ -157,6 +172,12 @@ export class Driver {
     return d;
   }
 
+  /** A later write carried the deferred changes along (the state in memory is now stored). */
+  flush(): void {
+    if (this.stored !== this.state) this.stateWrites++;
+    this.stored = this.state;
+  }
+
   #ctx() {
     return { id: ACTOR_ID, nowMs: this.now, arrivalMs: (k: string) => this.arrivals.get(k) };
   }
@@ -168,6 +189,7 @@ export class Driver {
    */
   activate(): readonly HostEffect<unknown>[] {
     this.timers.clear();
+    this.state = this.actor.onLoad ? this.actor.onLoad(this.stored) : this.stored;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
     for (const e of fx) this.#effect(e);
     return fx;
@@ -196,6 +218,8 @@ export class Driver {
         break;
     }
     this.records.set(fx.record.run_id, fx.record);
+    this.written.set(fx.record.run_id, fx.record);
+    this.recordWrites++;
   }
 
   #effect(fx: HostEffect<unknown>): void {
@@ -231,6 +255,11 @@ export class Driver {
         if (this.autoClaim) this.#inbox.push({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: WORKER });
         else this.pendingClaims.push(fx);
         return;
+      case "note_run": {
+        const old = this.records.get(fx.record.run_id);
+        if (old && !TERMINAL.has(old.status)) this.records.set(fx.record.run_id, fx.record);
+        return;
+      }
       case "cancel_on_worker":
       case "dead_letter":
       case "put_run":

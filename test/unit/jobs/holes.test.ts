@@ -98,6 +98,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoClaim: false });
     d.create(spec());
     d.advance(1_500); // :02 offered, not yet accepted
+    d.flush(); // the offer's deferred state was written (a later write carried it along)
     const r = d.run(RUN)!;
     assert.equal(r.status, "queued");
     assert.ok(r.fence > 0);
@@ -119,6 +120,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     d.create(spec());
     d.advance(1_500);
     const offer = d.pendingClaims[0]!;
+    d.flush(); // the offer's deferred state was written
     d.activate();
     d.advance(0);
     d.advance(1_000);
@@ -127,6 +129,22 @@ describe("hole 3: takeover re-dispatches at once", () => {
     d.advance(5_000);
     assert.equal(d.dispatches.length, 1, "offered once only");
     assert.equal(d.run(RUN)?.fence, offer.fence);
+  });
+
+  it("3: a takeover that lost a deferred offer offers again at once, under a fence never handed out; the old offer's worker gets lease_lost and never starts", () => {
+    const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoClaim: false });
+    d.create(spec());
+    d.advance(1_500); // :02 offered (deferred: not written), not yet accepted
+    const offer = d.pendingClaims[0]!;
+    assert.equal(d.stored.runs.find((x) => x.run_id === RUN)?.fence ?? 0, 0, "the offer was not written");
+    d.activate(); // the old owner died: its offer is gone from the state
+    d.advance(0);
+    const again = d.dispatches.at(-1)!;
+    assert.equal(d.dispatches.length, 2, "offered again at once");
+    assert.ok(again.fence > offer.fence, `the new fence ${again.fence} was never handed out (old ${offer.fence})`);
+    // The old offer's worker accepted it and asks to start: no acknowledgement, so it never starts.
+    assert.equal(d.heartbeat(RUN, offer.fence).reply, null);
+    assert.equal(d.heartbeat(RUN, again.fence).reply?.ok, true, "the new offer's worker holds the lease");
   });
 
   it("3: onActivate of a queued run with no offer (fence 0) arms its redispatch at once", () => {

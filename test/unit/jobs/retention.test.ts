@@ -18,7 +18,7 @@ import type { JobSpec, RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
 import { DEFAULT_RETENTION, retentionConfig, runsToPrune, withRetention, type RetentionMsg } from "../../../src/jobs/retention.ts";
 import { encodeRunRecord } from "../../../src/jobs/run-record.ts";
-import { RunRetention } from "../../../src/jobs/run-retention.ts";
+import { RunRetention, firstCount } from "../../../src/jobs/run-retention.ts";
 import { formatUtc } from "../../../src/schedule/index.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
@@ -97,7 +97,7 @@ describe("retention: which records a job keeps", () => {
 });
 
 describe("retention: the shell keeps the configured number", () => {
-  it("a job's records never exceed keepRuns + pruneEveryRuns, and a prune leaves exactly keepRuns (the newest)", async () => {
+  it("a job's records never exceed keepRuns + 2 × pruneEveryRuns, and a prune leaves exactly keepRuns (the newest)", async () => {
     const runs = new MemoryKv("runs");
     const cfg = retentionConfig({ keepRuns: 50, pruneEveryRuns: 10, maxAgeMs: 0 });
     const r = new RunRetention(cfg, { runs, nowMs: () => T0, log: () => undefined });
@@ -107,7 +107,8 @@ describe("retention: the shell keeps the configured number", () => {
       const before = (await jobKeys(runs)).length;
       await r.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [], force: false });
       const after = (await jobKeys(runs)).length;
-      assert.ok(after <= cfg.keepRuns + cfg.pruneEveryRuns, `run ${i}: ${after} records`);
+      // The first pass on this node comes after 1..pruneEveryRuns runs (firstCount), then every pruneEveryRuns.
+      assert.ok(after <= cfg.keepRuns + 2 * cfg.pruneEveryRuns, `run ${i}: ${after} records`);
       if (after < before) {
         pruned++;
         assert.equal(after, cfg.keepRuns, `run ${i}: a prune leaves keepRuns`);
@@ -117,11 +118,24 @@ describe("retention: the shell keeps the configured number", () => {
     const kept = await jobKeys(runs);
     const newest = Array.from({ length: 300 }, (_, i) => runKey(P, TENANT, JOB, runIdFor(JOB, T0 + i * 60_000))).slice(-kept.length).sort();
     assert.deepEqual(kept, newest);
-    // The first terminal run after a job comes to a node prunes at once (its count is unknown).
+    // A job new to a node starts at a count spread by its id (firstCount): its first pass comes
+    // after exactly pruneEveryRuns − firstCount terminal runs, not at once.
     const fresh = new RunRetention(cfg, { runs, nowMs: () => T0, log: () => undefined });
-    await writeRun(runs, 300);
-    await fresh.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [], force: false });
+    const wait = cfg.pruneEveryRuns - firstCount(ACTOR, cfg.pruneEveryRuns);
+    const start = (await jobKeys(runs)).length;
+    for (let i = 0; i < wait; i++) {
+      assert.equal((await jobKeys(runs)).length, start + i, `no pass before run ${wait}`);
+      await writeRun(runs, 300 + i);
+      await fresh.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [], force: false });
+    }
     assert.equal((await jobKeys(runs)).length, cfg.keepRuns);
+  });
+
+  it("jobs new to a node list their keys at their first terminal run only one time in pruneEveryRuns (a burst of once-jobs)", () => {
+    const n = 10_000;
+    let first = 0;
+    for (let i = 0; i < n; i++) if (firstCount(`t1.j${i}`, 100) === 99) first++;
+    assert.ok(first > 50 && first < 150, `${first} of ${n} would list at their first run (expected about 100)`);
   });
 
   it("records written after the oldest kept one are deleted one by one, maxDeletesPerPass a pass; the next terminal run continues; active runs stay", async () => {
@@ -129,8 +143,9 @@ describe("retention: the shell keeps the configured number", () => {
     const cfg = retentionConfig({ keepRuns: 10, pruneEveryRuns: 100, maxDeletesPerPass: 40, maxAgeMs: 0 });
     const r = new RunRetention(cfg, { runs, nowMs: () => T0, log: () => undefined });
     const oldest = await writeRun(runs, 0, P, "running");
+    // Forced passes (as the daily sweep asks): this test is about what one pass deletes.
     for (let i = 1; i < 100; i++) await writeRun(runs, i);
-    await r.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [oldest], force: false });
+    await r.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [oldest], force: true });
     assert.equal((await jobKeys(runs)).length, 100 - 40);
     await r.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [oldest], force: false });
     await r.perform(P, ACTOR, { kind: "prune_runs", settled: 1, active: [oldest], force: false });
