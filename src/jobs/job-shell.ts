@@ -13,6 +13,8 @@
  * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
  * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
  *   there is one (`deliverDeadLetter`, dead-letters.ts).
+ * - `write_run_index` (pre, after the decision's records): a chunk of the job's runs index, every
+ *   RUN_INDEX_CHUNK created records (`withRunIndex`, run-index.ts; run-index-store.ts).
  * Run-path metrics are derived from the records written and the effects performed (run-metrics.ts).
  * With `retention`, the actor is wrapped by `withRetention` and its `prune_runs` / `purge_job`
  * effects go to `RunRetention` (bounded history: retention.ts, run-retention.ts).
@@ -33,6 +35,8 @@ import { makeDispatcher } from "./dispatcher.ts";
 import { TENANT_ACTOR, splitJobActorId } from "./ids.ts";
 import { makeJobActor, type JobActorConfig, type JobEffect } from "./job-actor.ts";
 import { isRetentionEffect, withRetention, type RetentionEffect } from "./retention.ts";
+import { isRunIndexEffect, withRunIndex, type RunIndexEffect } from "./run-index.ts";
+import { writeRunIndexChunk } from "./run-index-store.ts";
 import { RunMetrics } from "./run-metrics.ts";
 import { RunRecordStore } from "./run-record-store.ts";
 import type { RunRetention } from "./run-retention.ts";
@@ -99,11 +103,15 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   }
 
   return {
-    definition: deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg),
+    definition: withRunIndex(deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg)),
     async perform(pre, ctx) {
-      for (const fx of pre as JobEffect[]) {
+      for (const fx of pre as (JobEffect | RunIndexEffect)[]) {
         // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
         if (!ctx.stillOwner()) throw new KairosError("not_owner", `${ctx.address.type}/${ctx.address.id}: no longer the owner`);
+        if (isRunIndexEffect(fx)) {
+          await writeRunIndexChunk(deps.runs, ctx, fx);
+          continue;
+        }
         if (fx.kind === "put_run") await records.put(ctx, fx.record, fx.mode);
         if (fx.kind === "put_run" && fx.mode === "update" && deps.deadLetters && isDeadLetter(fx.record)) await recordDeadLetter(deps.runs, ctx.partition, fx.record);
       }

@@ -77,6 +77,19 @@ export interface JobState {
    * run more than its cap while the old one still executes (bounded, oldest first).
    */
   draining?: Draining[];
+  /**
+   * The runs index (run-index.ts): chunks of run ids written so far and the ids created since
+   * (fewer than RUN_INDEX_CHUNK). Absent on jobs created before the index (key listing instead).
+   */
+  index?: RunIndexState;
+}
+
+/** A job's runs index in its state (run-index.ts). */
+export interface RunIndexState {
+  /** Chunk records written so far (`ix.<p>.<tenant>.<job>.<seq>`, seq 0 … this − 1). */
+  seq: number;
+  /** Ids of the records created since, oldest first, without the `<job_id>-` prefix. */
+  pending: string[];
 }
 
 export interface Draining {

@@ -8,17 +8,18 @@
  * The tenant's `max_jobs` quota is checked and counted on create and uncounted on delete by
  * `TenantJobCounter` (job-quota.ts): O(1) KV operations per create, 422 `quota_exceeded` over it.
  *
- * Pages read KEYS, not values, to find and order a page (a job's run keys carry the occurrence
- * time; a tenant's job state keys carry the job id), then read the values of that page only:
- * O(keys) cheap header reads + O(page) values. A job's keys are bounded by run retention
- * (retention.ts), a tenant's by its max_jobs quota (docs/operations.md, "History").
+ * A runs page reads the job's runs index (run-pages.ts, run-index.ts): O(page), newest first by
+ * creation, whatever the job's history. A jobs page reads KEYS, not values, to find and order the
+ * page (a tenant's job state keys carry the job id), then the values of that page only: O(keys)
+ * cheap header reads + O(page) values, bounded by the tenant's max_jobs quota (docs/operations.md,
+ * "History").
  */
 import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import { kvKeys, type KvEntry, type KvStore } from "../cluster/kv.ts";
+import { kvKeys } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "./job-quota.ts";
@@ -26,7 +27,7 @@ import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "./run-record.ts";
-import { orderRunKeys } from "./retention.ts";
+import { decodeCursor, encodeCursor, indexedRunsPage, legacyRunsPage, readPage } from "./run-pages.ts";
 import { deadLetterKey } from "./dead-letters.ts";
 import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
 import { TERMINAL, type JobPatch, type JobSpec, type JobView, type Page, type RunStatus, type RunView } from "./model.ts";
@@ -41,32 +42,6 @@ function canonical(v: unknown): string {
     return `{${Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
   }
   return JSON.stringify(v) ?? "null";
-}
-
-function encodeCursor(parts: string[]): string {
-  return Buffer.from(parts.join("\n")).toString("base64url");
-}
-function decodeCursor(c: string, n: number): string[] {
-  const parts = Buffer.from(c, "base64url").toString("utf8").split("\n");
-  if (parts.length !== n) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
-  return parts;
-}
-
-/**
- * Reads the values of `keys` in order, a chunk at a time, until `want` of them pass `pick` (null:
- * skip; a key gone meanwhile is skipped too). Without a filter that is one chunk of `want` reads.
- */
-async function readPage<T>(kv: KvStore, keys: readonly { key: string }[], want: number, pick: (e: KvEntry) => T | null): Promise<T[]> {
-  const out: T[] = [];
-  for (let i = 0; i < keys.length && out.length < want; ) {
-    const chunk = keys.slice(i, i + want - out.length);
-    i += chunk.length;
-    for (const e of await Promise.all(chunk.map((k) => kv.get(k.key)))) {
-      const v = e ? pick(e) : null;
-      if (v !== null) out.push(v);
-    }
-  }
-  return out;
 }
 
 export class NatsJobsService implements JobsService {
@@ -235,24 +210,22 @@ export class NatsJobsService implements JobsService {
   }
 
   async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
-    await this.getJob(tenantId, jobId); // 404 for unknown or foreign jobs
-    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
-    let cur: [string, string] | undefined;
-    if (opts.cursor !== undefined) {
-      const [a, b] = decodeCursor(opts.cursor, 2);
-      cur = [a!, b!];
+    const job = this.#job(tenantId, jobId);
+    const p = partitionOf(job, this.partitions);
+    // The job's state straight from KV (one read): its runs index, and the 404 check.
+    const e = await this.buckets.actors.get(`${JOB_ACTOR}.${p}.${job.id}`);
+    const s = e ? decode<{ s: JobState }>(e.value).s : null;
+    if (!s?.job || s.deleted || s.job.tenant_id !== tenantId) {
+      // Not there, or a stale read: the job actor is the authority (404 for unknown or foreign
+      // jobs); a job it knows whose state this read missed has no runs to show yet.
+      await this.getJob(tenantId, jobId);
+      return { items: [], next_cursor: null };
     }
-    // Newest first by (scheduled_for, run_id), both read from the keys (ids.ts runIdFor).
-    const keys = orderRunKeys((await kvKeys(this.buckets.runs, `${p}.${tenantId}.${jobId}.*`)).map((k) => k.key))
-      .filter((k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]));
+    // Active runs as their job actor holds them (records are written at creation and end only).
     const live = await this.#activeRuns(tenantId, jobId);
-    const runs = await readPage(this.buckets.runs, keys, opts.limit + 1, (e) => {
-      const r = withLive(runView(e.value), live);
-      return opts.status === undefined || r.status === opts.status ? r : null;
-    });
-    const page = runs.slice(0, opts.limit);
-    const last = page[page.length - 1];
-    return { items: page, next_cursor: runs.length > opts.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };
+    const q = { ...opts, view: (r: RunView) => withLive(r, live) };
+    if (s.index) return indexedRunsPage(this.buckets.runs, p, { ...s, index: s.index }, q);
+    return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
   }
 
   async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {

@@ -13,8 +13,11 @@
  *   is newer). A purge per key would be simpler, but each costs the server work that grows with
  *   the stream (the history benchmark measured ~500/s against a 100,000-message stream).
  *   Amortised per `pruneEveryRuns` runs: one key listing of at most keepRuns + slack keys and
- *   one purge request.
- * - `purge_job`: a deleted job's run records (one purge by filter) and its actor state.
+ *   one purge request. The runs index (run-index.ts) follows: its oldest chunks whose runs are
+ *   all gone are purged too (a listing of the job's chunk keys, ~1/64 of its records, plus a read
+ *   per chunk removed and one more).
+ * - `purge_job`: a deleted job's run records and index chunks (one purge by filter each) and its
+ *   actor state.
  *
  * Effects start after the state write, while this node owns the job. A failure is logged
  * and left to the next pass (or, for a deleted job, the next activation). A record purged while
@@ -26,6 +29,7 @@ import { hash32 } from "../cluster/hash.ts";
 import { kvKeys, kvPurge } from "../cluster/kv.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { runsToPrune, type RetentionConfig, type RetentionEffect } from "./retention.ts";
+import { listRunIndex, pruneRunIndex, purgeRunIndex } from "./run-index-store.ts";
 
 /** Most jobs whose count this node remembers; a forgotten job prunes at its next terminal run. */
 const COUNT_LIMIT = 100_000;
@@ -82,6 +86,9 @@ export class RunRetention {
   async prune(partition: number, actorId: string, active: ReadonlySet<string>): Promise<number> {
     const { tenantId, jobId } = splitJobActorId(actorId);
     const filter = `${partition}.${tenantId}.${jobId}.*`;
+    // The index's chunks are listed BEFORE the run keys (pruneRunIndex: a later chunk may name
+    // records this listing misses).
+    const chunks = await listRunIndex(this.deps.runs, partition, tenantId, jobId);
     const keys = await kvKeys(this.deps.runs, filter);
     const dropped = new Set(runsToPrune(keys.map((k) => k.key), active, this.config, this.deps.nowMs()));
     // Everything of the job below the oldest revision kept goes in one purge (no markers left).
@@ -104,6 +111,10 @@ export class RunRetention {
       }
     };
     await Promise.all(Array.from({ length: Math.min(DELETE_CONCURRENCY, batch.length) }, lane));
+    // The oldest chunks of the runs index whose runs are all gone now go too.
+    const gone = new Set([...keys.filter((k) => dropped.has(k.key) && k.revision < floor), ...batch].map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)));
+    const remaining = new Set(keys.map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)).filter((id) => !gone.has(id)));
+    await pruneRunIndex(this.deps.runs, partition, tenantId, jobId, chunks, (id) => remaining.has(id));
     return late.length - batch.length;
   }
 
@@ -111,6 +122,7 @@ export class RunRetention {
   async purgeJob(partition: number, actorId: string): Promise<void> {
     const { tenantId, jobId } = splitJobActorId(actorId);
     await kvPurge(this.deps.runs, `${partition}.${tenantId}.${jobId}.*`);
+    await purgeRunIndex(this.deps.runs, partition, tenantId, jobId);
     if (this.deps.actors) await kvPurge(this.deps.actors, `${JOB_ACTOR}.${partition}.${actorId}`);
     this.#since.delete(actorId);
     this.deps.log("info", "deleted job purged", { job: actorId, partition });

@@ -225,8 +225,11 @@ describe("NatsJobsService pages from keys", () => {
     return { buckets, service, p, runs: buckets.runs as MemoryKv };
   }
 
-  it("runs: newest first, cursor pages, status filter, reading only the page's values", async () => {
+  it("runs of a job created before the runs index: newest first, cursor pages, status filter, reading only the page's values", async () => {
     const h = setup();
+    // A state without `index` (run-index.ts): the key listing, bounded by retention.
+    const legacy: JobState = { ...emptyJobState(), job: { tenant_id: TENANT, job_id: JOB, spec: SPEC, version: 1, created_at_ms: T0, updated_at_ms: T0, request_hash: "h" } };
+    await h.buckets.actors.put(`${JOB_ACTOR}.${h.p}.${ACTOR}`, encode({ s: legacy }));
     for (let i = 0; i < 25; i++) await writeRun(h.runs, i, h.p, i % 5 === 0 ? "failed" : "succeeded");
     let gets = 0;
     const get = h.runs.get.bind(h.runs);
