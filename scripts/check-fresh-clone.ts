@@ -27,7 +27,7 @@
  * node). Polling (readiness, process exit) is bounded by deadlines; there is no fixed sleep.
  */
 import { execFile, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, readlinkSync, writeFileSync } from "node:fs";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -82,13 +82,17 @@ export function userEnv(from: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEn
   return env;
 }
 
-/** Terminal output as lines: ANSI sequences removed, carriage returns resolved. */
+/**
+ * Terminal output as a person sees it, roughly: lines of text, where a carriage return or a
+ * "cursor to column 1" (npm's spinner: `⠙ ESC[1G ESC[0K`) lets what follows overwrite the line.
+ */
 export function terminalLines(raw: string): string[] {
-  const plain = raw.replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, "").replace(/\x1b[()][0-9A-Za-z]/g, "");
-  return plain.split("\n").map((l) => {
-    const parts = l.replace(/\r+$/, "").split("\r");
-    return parts[parts.length - 1] ?? "";
-  });
+  const plain = raw
+    .replace(/\r\n/g, "\n")
+    .replace(/\x1b\[1?G/g, "\r")
+    .replace(/\x1b\[[0-9;?]*[ -/]*[@-~]/g, "")
+    .replace(/\x1b[()][0-9A-Za-z]/g, "");
+  return plain.split("\n").map((l) => l.split("\r").at(-1) ?? "");
 }
 
 /** What the README says to run and expect, found by its markers (the text the user reads). */
@@ -376,7 +380,8 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
         const ls = lines();
         const json = ls.filter((l) => /^\s*\{.*\}\s*$/.test(l));
         const errors = ls.filter((l) => /\berror\b|\bERR!/i.test(l));
-        const problems = [...json.map((l) => `JSON line: ${l}`), ...errors.map((l) => `error line: ${l}`)];
+        const unformatted = ls.filter((l) => /\bundefined\b|\[object Object\]/.test(l));
+        const problems = [...json.map((l) => `JSON line: ${l}`), ...errors.map((l) => `error line: ${l}`), ...unformatted.map((l) => `badly formatted line: ${l}`)];
         if (!ls.some((l) => /kairos dev: stopped$/.test(l))) problems.push("no 'kairos dev: stopped' line");
         if (problems.length > 0) throw new StepFailed(`${problems.join("\n")}\n--- terminal:\n${tail(60)}`);
         const warns = ls.filter((l) => /\bWARN\b/.test(l)).length;
@@ -431,6 +436,7 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       }
     }
     term?.stdin?.destroy();
+    if (work && raw) writeFileSync(join(work, "terminal.log"), raw);
     // nats-server and dockerd run in their own process groups: stop them by their pids.
     for (const name of ["kairos dev", "nats-server", "dockerd"]) {
       const pid = pids[name];
