@@ -382,7 +382,16 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
         const errors = ls.filter((l) => /\berror\b|\bERR!/i.test(l));
         const unformatted = ls.filter((l) => /\bundefined\b|\[object Object\]/.test(l));
         const problems = [...json.map((l) => `JSON line: ${l}`), ...errors.map((l) => `error line: ${l}`), ...unformatted.map((l) => `badly formatted line: ${l}`)];
-        if (!ls.some((l) => /kairos dev: stopped$/.test(l))) problems.push("no 'kairos dev: stopped' line");
+        // Ctrl-C stops the node, then nats-server, then dockerd (if it started it), and nothing
+        // of the node's is printed once nats-server is being stopped.
+        const at = (s: string): number => ls.findIndex((l) => l.endsWith(`kairos dev: ${s}`));
+        const order = ["stopping node", "stopping nats-server", ...(pids["dockerd"] ? ["stopping dockerd"] : []), "stopped"];
+        const idx = order.map(at);
+        if (idx.some((i) => i < 0) || idx.some((i, k) => k > 0 && i <= (idx[k - 1] ?? -1))) {
+          problems.push(`Ctrl-C should print ${order.map((o) => `'kairos dev: ${o}'`).join(", ")} in this order`);
+        }
+        const afterNats = ls.slice(at("stopping nats-server") + 1).filter((l) => l.trim() && !/^kairos dev: /.test(l));
+        if (at("stopping nats-server") >= 0 && afterNats.length > 0) problems.push(`printed after 'stopping nats-server': ${afterNats.join(" | ")}`);
         if (problems.length > 0) throw new StepFailed(`${problems.join("\n")}\n--- terminal:\n${tail(60)}`);
         const warns = ls.filter((l) => /\bWARN\b/.test(l)).length;
         return `${ls.filter((l) => l.trim()).length} lines, no JSON line, no error line${warns ? `, ${warns} WARN line(s)` : ""}; last: ${ls.filter((l) => l.trim()).slice(-1)[0] ?? ""}`;
