@@ -2,7 +2,8 @@
 # Installs what Kairos needs on a fresh Debian bookworm machine, idempotently:
 #   - npm packages (npm ci / npm install) when node_modules is missing or stale
 #   - nats-server >= 2.10.23 (Debian trixie's package; bookworm's 2.9.10 has a CAS bug)
-#   - docker.io and busybox-static (only with --docker)
+#   - docker.io and busybox-static, and curl and jq for the README's quick start (only with
+#     --docker, which `npm start` passes)
 # As root it installs through apt; otherwise it prints exactly what to install and exits 1.
 # Usage: scripts/bootstrap.sh [--docker] [--quiet]
 set -euo pipefail
@@ -73,6 +74,9 @@ if [ "$want_docker" = 1 ]; then
   missing=()
   command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
   dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+  # The quick start (README) talks to the API with curl and reads .kairos/dev.json with jq.
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v jq >/dev/null 2>&1 || missing+=(jq)
   if [ "${#missing[@]}" -gt 0 ]; then
     if is_root; then
       say "installing ${missing[*]}"

@@ -121,6 +121,7 @@ export function registerDevCommand(program: Command): void {
         onShutdown(async () => {
           say("stopping node");
           await proc.stop();
+          devConsole?.flush();
           if (nats) say("stopping nats-server");
           await nats?.stop();
           if (engine?.started) say("stopping dockerd");

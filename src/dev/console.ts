@@ -5,11 +5,13 @@
  * - partition events become one summary line once they settle ("holding 16/16 partitions"),
  *   instead of a line per partition; a lost partition is printed at once;
  * - actor activation and passivation (frequent, internal) are not printed;
- * - worker events become "run <id> attempt <n> <what>";
+ * - worker events become "run <id> attempt <n> <what>" (the worker's own, such as draining on
+ *   Ctrl-C, "worker <what>" with their fields);
  * - anything at warn or above is printed with its fields.
  *
  * Gotcha: a summary is printed after 300 ms without partition events (a host timer, fine here:
- * this is an entry-point concern, not actor or cluster logic).
+ * this is an entry-point concern, not actor or cluster logic); `flush()` prints a pending one at
+ * once, so the partitions released by Ctrl-C are reported before "stopping nats-server".
  */
 import type { LogDestination } from "../lib/log.ts";
 
@@ -67,7 +69,10 @@ export class DevConsole implements LogDestination {
     }
     if (level < 40 && evt !== undefined && QUIET_EVENTS.has(evt)) return;
     if (level < 40 && evt?.startsWith("worker_")) {
-      this.#out(`${t} run ${String(o["run_id"])} attempt ${String(o["attempt"])} ${evt.slice("worker_".length).replace(/_/g, " ")}`);
+      const what = evt.slice("worker_".length).replace(/_/g, " ");
+      // Attempt events name their run; the worker's own (draining, drained) are printed with their fields.
+      if (typeof o["run_id"] === "string") this.#out(`${t} run ${o["run_id"]} attempt ${String(o["attempt"])} ${what}`);
+      else this.#out(`${t} worker ${what}${fields(o) ? "  " + fields(o) : ""}`);
       return;
     }
     if (level < 40 && (evt === "member_joined" || evt === "member_left")) {
@@ -79,15 +84,24 @@ export class DevConsole implements LogDestination {
     this.#out(`${t} ${label}${typeof o["msg"] === "string" ? o["msg"] : (evt ?? "")}${rest ? "  " + rest : ""}`);
   }
 
+  /** Prints a pending partition summary now (the node has stopped: nothing more will settle). */
+  flush(): void {
+    if (!this.#summaryTimer) return;
+    clearTimeout(this.#summaryTimer);
+    this.#summarise();
+  }
+
   #armSummary(): void {
     if (this.#summaryTimer) clearTimeout(this.#summaryTimer);
-    this.#summaryTimer = setTimeout(() => {
-      this.#summaryTimer = undefined;
-      const total = this.#partitions();
-      const s = `scheduler: holding ${this.#held.size}${total > 0 ? `/${total}` : ""} partitions`;
-      if (s !== this.#lastSummary) this.#out(`${new Date().toISOString().slice(11, 19)} ${s}`);
-      this.#lastSummary = s;
-    }, 300);
+    this.#summaryTimer = setTimeout(() => this.#summarise(), 300);
     this.#summaryTimer.unref();
+  }
+
+  #summarise(): void {
+    this.#summaryTimer = undefined;
+    const total = this.#partitions();
+    const s = `scheduler: holding ${this.#held.size}${total > 0 ? `/${total}` : ""} partitions`;
+    if (s !== this.#lastSummary) this.#out(`${new Date().toISOString().slice(11, 19)} ${s}`);
+    this.#lastSummary = s;
   }
 }

@@ -32,4 +32,25 @@ describe("kairos dev console", () => {
     c.write("not json\n");
     assert.deepEqual(out, ["10:11:12 run r1 attempt 2 started", "10:11:12 WARN lease renew failed  err=timeout", "not json"]);
   });
+
+  it("prints the worker's own events (drain on Ctrl-C) without a run", () => {
+    const out: string[] = [];
+    const c = new DevConsole((l) => out.push(l));
+    c.write(line({ evt: "worker_draining", running: 0, dropped: 0, timeout_ms: 0, msg: "worker draining" }));
+    c.write(line({ evt: "worker_drained", finished: 0, handed_back: 0, dropped: 0, left: 0, msg: "worker drained" }));
+    assert.deepEqual(out, [
+      "10:11:12 worker draining  running=0 dropped=0 timeout_ms=0",
+      "10:11:12 worker drained  finished=0 handed_back=0 dropped=0 left=0",
+    ]);
+  });
+
+  it("flush prints a pending partition summary at once", () => {
+    const out: string[] = [];
+    const c = new DevConsole((l) => out.push(l), () => 16);
+    c.write(line({ evt: "partition_released", partition: 3, msg: "partition_released" }));
+    assert.equal(out.length, 0, "not yet: the summary waits for partition events to settle");
+    c.flush();
+    c.flush();
+    assert.deepEqual(out.map((l) => l.replace(/^\d\d:\d\d:\d\d /, "")), ["scheduler: holding 0/16 partitions"]);
+  });
 });
