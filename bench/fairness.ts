@@ -44,6 +44,24 @@ import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
+import { isKairosError } from "../src/lib/errors.ts";
+
+/**
+ * A set-up request, tried again on a retryable failure (no owner answered in time, overloaded):
+ * creating a 100,000-run backlog saturates the node, and one such error ended the whole run. An
+ * unknown outcome retried may add one run to a backlog of 100,000 (no effect on the shares).
+ */
+async function setUpStep<T>(step: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await step();
+    } catch (e) {
+      const retryable = isKairosError(e, "no_owner") || isKairosError(e, "not_owner") || isKairosError(e, "overloaded") || isKairosError(e, "unavailable") || isKairosError(e, "rate_limited");
+      if (!retryable || attempt >= 20) throw e;
+      await new Promise((r) => setTimeout(r, Math.min(2_000, 50 * 2 ** attempt)));
+    }
+  }
+}
 
 const PARTITIONS = 32;
 const RUNS_PER_JOB = 10;
@@ -138,14 +156,14 @@ export async function run(args: string[]): Promise<void> {
       await Promise.all(Array.from({ length: 64 }, async () => {
         while (next < jobs) {
           next++;
-          ids.push((await svc.createJob(p.id!, backlogSpec)).job.job_id);
+          ids.push((await setUpStep(() => svc.createJob(p.id!, backlogSpec))).job.job_id);
         }
       }));
       let made = 0;
       await Promise.all(Array.from({ length: 64 }, async () => {
         while (made < p.backlog) {
           const i = made++;
-          await svc.runNow(p.id!, ids[i % ids.length]!);
+          await setUpStep(() => svc.runNow(p.id!, ids[i % ids.length]!));
         }
       }));
       console.log(`${p.name}: ${p.backlog} runs queued on ${jobs} jobs (${((performance.now() - t0) / 1000).toFixed(1)} s since set-up began)`);
