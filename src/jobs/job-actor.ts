@@ -35,7 +35,7 @@
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import type { Completion } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
-import { activeRunViews, emptyJobState, loadJobState, type JobState, type jobView } from "./job-state.ts";
+import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
 import { fireAt, holdOf } from "./occurrence-plan.ts";
@@ -136,7 +136,8 @@ export type JobEffect =
   | { kind: "dead_letter"; record: RunView };
 
 /** `hold`: (heartbeat) keep the attempt, do not start it yet (a gated run; see `holdOf`). */
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?: RunView[]; run_id?: string; ok?: true; hold?: true } | null;
+/** `runs` and `index` answer `active_runs`: the active runs' views and the runs index (run-index.ts). */
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?: RunView[]; index?: RunIndexState; run_id?: string; ok?: true; hold?: true } | null;
 
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
@@ -174,7 +175,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     onLoad: loadJobState,
     query: (s, m) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.
-      if (m.kind === "active_runs") return s.job && !s.deleted ? { reply: { runs: activeRunViews(s) }, alsoQueue: false } : undefined;
+      if (m.kind === "active_runs") return s.job && !s.deleted ? { reply: activeRunsReply(s), alsoQueue: false } : undefined;
       if (m.kind !== "heartbeat") return undefined;
       const r = s.runs.find((x) => x.run_id === m.run_id);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || !isLeased(r)) return undefined;

@@ -12,7 +12,7 @@ import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { runIdFor } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
-import { activeRunView, activeRunViews, jobView } from "./job-state.ts";
+import { activeRunView, activeRunsReply, jobView } from "./job-state.ts";
 import type { JobSpec } from "./model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
@@ -41,7 +41,7 @@ export function command(tx: Tx, m: CommandMsg): D {
     case "get":
       return tx.done({ job: jobView(s, nextRuns(s, 5)) });
     case "active_runs":
-      return tx.done({ runs: activeRunViews(s) });
+      return tx.done(activeRunsReply(s));
     case "patch":
       return patch(tx, m);
     case "delete":

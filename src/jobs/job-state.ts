@@ -106,6 +106,11 @@ export function activeRunViews(s: JobState): RunView[] {
   return s.job ? s.runs.map((r) => activeRunView(s.job!, r)) : [];
 }
 
+/** The answer to `active_runs`: the active runs and the runs index, from memory. */
+export function activeRunsReply(s: JobState): { runs: RunView[]; index?: RunIndexState } {
+  return { runs: activeRunViews(s), ...(s.index ? { index: s.index } : {}) };
+}
+
 /** Fences reserved by each state write (see `JobState.fence_reserved`). */
 export const FENCE_BLOCK = 1_024;
 

@@ -210,21 +210,15 @@ export class NatsJobsService implements JobsService {
   }
 
   async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
-    const job = this.#job(tenantId, jobId);
-    const p = partitionOf(job, this.partitions);
-    // The job's state straight from KV (one read): its runs index, and the 404 check.
-    const e = await this.buckets.actors.get(`${JOB_ACTOR}.${p}.${job.id}`);
-    const s = e ? decode<{ s: JobState }>(e.value).s : null;
-    if (!s?.job || s.deleted || s.job.tenant_id !== tenantId) {
-      // Not there, or a stale read: the job actor is the authority (404 for unknown or foreign
-      // jobs); a job it knows whose state this read missed has no runs to show yet.
-      await this.getJob(tenantId, jobId);
-      return { items: [], next_cursor: null };
-    }
-    // Active runs as their job actor holds them (records are written at creation and end only).
-    const live = await this.#activeRuns(tenantId, jobId);
+    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
+    // One request to the job actor, answered from memory (404 for unknown, deleted or foreign
+    // jobs): its active runs as it holds them (records are written at creation and end only)
+    // and its runs index — in memory, since a `fire`'s state change (and the index entries of
+    // the records it creates) is deferred until the job's next state write.
+    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" });
+    const live = new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
     const q = { ...opts, view: (r: RunView) => withLive(r, live) };
-    if (s.index) return indexedRunsPage(this.buckets.runs, p, { ...s, index: s.index }, q);
+    if (reply?.index) return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
     return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
   }
 

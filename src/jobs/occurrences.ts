@@ -6,7 +6,8 @@
  * of the active runs. `settleNext` and `dropQueued` record occurrences that will now never run.
  *
  * Gotchas: records are `pre` effects, written before the job state (crash-safe order: a re-fire
- * finds the record and advances); a run id is derived from job and occurrence, so `occur` on an
+ * finds the record and advances); the state change of a `fire` is deferred (not written until the
+ * next write, e.g. the claim; tx.ts), since a re-fire redoes it; a run id is derived from job and occurrence, so `occur` on an
  * occurrence already active is a no-op; `last_occurrence_ms` is a high-water mark, never lowered.
  */
 import { spreadOffsetMs } from "../schedule/index.ts";
@@ -31,6 +32,10 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
     fence: 0,
     worker: null,
     slot: false,
+    // A grant name never used before (fences are never handed out twice): a run re-created after
+    // its deferred creation was lost asks for a new grant, so a late grant or release of the lost
+    // one cannot be mistaken for the new one's.
+    slot_seq: tx.nextFence(),
     created_at_ms: tx.now,
     started_at_ms: null,
     next_attempt_at_ms: null,
@@ -42,7 +47,10 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
   // The decision at the due instant (skip if a blocking run is still active then): see `holdOf`.
   if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
-  tx.changed = true;
+  // Deferred when nothing else in the decision must be written (a run-now remembers its request
+  // id, a replace finishes runs: those write): lost, the record stays and the re-fire of the
+  // occurrence (the state's next_run_at was not advanced either) finds it and re-creates the run.
+  tx.defer();
 }
 
 /** A terminal record for an occurrence that does not run. */
@@ -128,7 +136,11 @@ export function fire(tx: Tx): void {
   }
   s.last_occurrence_ms = Math.max(s.last_occurrence_ms ?? 0, due[due.length - 1]!);
   s.next_run_at_ms = Number.isFinite(cursor) ? cursor : null;
-  tx.changed = true;
+  // Deferred (unless an occurrence queued or a run finished: those write). Lost with its state,
+  // the same occurrences fire again from the state written last, before which nothing of this
+  // decision was claimed (a claim writes and would have carried it): their records exist, a run
+  // is re-created over its `queued` record, a `skipped`/`missed` decision written over it.
+  tx.defer();
   tx.armFire();
 }
 

@@ -1,8 +1,9 @@
 /**
  * A job's runs page, newest first by creation, read in O(page) through the runs index
- * (run-index.ts): the job state (one read: `seq` and the pending ids), the chunks the page spans
- * backward by direct key (one read per RUN_INDEX_CHUNK positions), then the page's run records —
- * about `limit + 1 + limit / 64 + 2` reads whatever the job's history, never a listing.
+ * (run-index.ts): the job's index as its actor holds it (`seq` and the pending ids, from the
+ * caller: nats-service.ts asks the actor), the chunks the page spans backward by direct key (one
+ * read per RUN_INDEX_CHUNK positions), then the page's run records — about
+ * `limit + 1 + limit / 64 + 1` reads whatever the job's history, never a listing.
  *
  * - Cursor: the position of the last run returned (`["ix", position]`); a position's run never
  *   changes, so pages stay exact while runs are created (they appear on a new first page) and
@@ -19,7 +20,6 @@
  */
 import { KairosError } from "../lib/errors.ts";
 import { kvKeys, type KvEntry, type KvStore } from "../cluster/kv.ts";
-import type { JobState } from "./job-state.ts";
 import type { Page, RunStatus, RunView } from "./model.ts";
 import { orderRunKeys } from "./retention.ts";
 import { runKey } from "./ids.ts";
@@ -74,9 +74,9 @@ const matches = (q: RunsPageQuery) => (e: KvEntry): RunView | null => {
 };
 
 /** A page of an indexed job (see the module header). */
-export async function indexedRunsPage(runs: KvStore, partition: number, state: JobState & { index: RunIndexState }, q: RunsPageQuery): Promise<Page<RunView>> {
-  const { tenant_id: tenantId, job_id: jobId } = state.job!;
-  const ix = state.index;
+export async function indexedRunsPage(runs: KvStore, partition: number, job: { tenantId: string; jobId: string; index: RunIndexState }, q: RunsPageQuery): Promise<Page<RunView>> {
+  const { tenantId, jobId } = job;
+  const ix = job.index;
   let next = indexLength(ix) - 1; // the next position to examine
   if (q.cursor !== undefined) {
     const [kind, pos] = decodeCursor(q.cursor, 2);

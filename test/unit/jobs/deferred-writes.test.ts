@@ -25,24 +25,25 @@ function claimed(): Driver {
 }
 
 describe("deferred writes: what one run costs", () => {
-  it("a run from its occurrence to success writes its record twice (created, ended) and the job state three times (fire, claim, end)", () => {
+  it("a run from its occurrence to success writes its record twice (created, ended) and the job state twice (claim, end)", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec());
     const [records, states] = [d.recordWrites, d.stateWrites];
-    d.advance(1_500); // fire: record created + state; grant and offer deferred
+    d.advance(1_500); // fire: record created; the state change, the grant and the offer deferred
     assert.equal(d.recordWrites - records, 1, "the record is created");
-    assert.equal(d.stateWrites - states, 1, "fire writes the state; the grant and the offer do not");
-    d.claim(); // the claim is written: only then may the worker start
-    assert.equal(d.stateWrites - states, 2);
+    assert.equal(d.stateWrites - states, 0, "neither the fire nor the grant nor the offer writes the state");
+    d.claim(); // the claim is written (carrying the deferred changes): only then may the worker start
+    assert.equal(d.stateWrites - states, 1);
+    assert.equal(d.stored.runs[0]?.status, "leased");
     d.heartbeat(RUN, undefined, d.now); // the start: deferred
     assert.equal(d.run(RUN)?.status, "running");
-    assert.equal(d.stateWrites - states, 2, "the start is not written");
+    assert.equal(d.stateWrites - states, 1, "the start is not written");
     assert.equal(d.recordWrites - records, 1, "neither the claim nor the start writes the record");
     assert.equal(d.written.get(RUN)?.status, "queued", "the stored record still says queued");
     assert.equal(d.records.get(RUN)?.status, "running", "what the API shows comes from the actor");
     d.complete(RUN);
     assert.equal(d.recordWrites - records, 2, "the record is written at the end");
-    assert.equal(d.stateWrites - states, 3);
+    assert.equal(d.stateWrites - states, 2);
     assert.equal(d.written.get(RUN)?.status, "succeeded");
     assert.deepEqual(d.violations, []);
   });
@@ -73,19 +74,46 @@ describe("deferred writes: what one run costs", () => {
     assert.equal(d.written.get(RUN)?.attempts.length, 1, "one attempt, not a retry");
   });
 
-  it("a takeover that lost a deferred grant asks the tenant again and runs once", () => {
-    const d = new Driver(cfg(), { autoClaim: false });
+  it("a takeover that lost a deferred grant (the fire written) asks the tenant again under the same grant name and runs once", () => {
+    const d = new Driver(cfg(), { autoClaim: false, autoGrant: false });
     d.create(spec());
-    d.advance(1_500); // granted and offered, neither written
+    d.advance(1_500); // fired (deferred) and asked for a slot
+    d.flush(); // the fire was written by a later write…
+    d.grant(); // …the grant and the offer were not
     assert.equal(d.stored.runs[0]?.slot, false);
     d.activate();
     d.advance(0);
-    assert.ok(d.postsOf("acquire_slot").length >= 2, "the slot is asked for again (same grant name)");
-    assert.equal(new Set(d.postsOf("acquire_slot").map((a) => a.grant)).size, 1);
+    const asks = d.postsOf("acquire_slot").map((a) => a.grant);
+    assert.ok(asks.length >= 2, "the slot is asked for again");
+    assert.equal(new Set(asks).size, 1, "under the same name: the tenant's durable grant answers it");
+    d.send({ kind: "slot_granted", run_id: asks[0]! }); // the tenant holds it: granted again at once
     d.claim(); // the first offer's worker is too late…
     d.claim(); // …the second one's claim counts
     d.complete(RUN);
     assert.equal([...d.written.values()].filter((r) => r.status === "succeeded").length, 1);
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("a takeover that lost a deferred fire fires the occurrence again: its record is found, the run re-created under a new grant name (the lost one's grant is released), and runs once", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
+    d.advance(1_500); // fired, granted, offered: nothing written but the record
+    assert.equal(d.stored.runs.length, 0, "the fire was not written");
+    const lostGrant = d.postsOf("acquire_slot")[0]!.grant;
+    d.activate();
+    d.advance(0); // the fire timer re-armed from the stored state fires at once
+    assert.equal(d.dupCreates, 1, "the re-fire met the record (a KV create of an existing key)");
+    const newGrant = d.postsOf("acquire_slot").at(-1)!.grant;
+    assert.notEqual(newGrant, lostGrant, "a new grant name");
+    d.send({ kind: "slot_granted", run_id: lostGrant }); // the lost run's grant, late
+    assert.ok(d.postsOf("release_slot").some((r) => r.grant === lostGrant), "is given back");
+    assert.equal(d.run(RUN)?.slot, true, "the new run keeps its own slot");
+    d.claim(); // the lost offer's worker: its fence was never handed out again…
+    assert.equal(d.run(RUN)?.status, "queued");
+    d.claim(); // …the new offer's claim counts
+    d.complete(RUN);
+    assert.equal([...d.written.values()].filter((r) => r.status === "succeeded").length, 1);
+    assert.equal(d.written.size, 1, "one record");
     assert.deepEqual(d.violations, []);
   });
 

@@ -152,6 +152,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     d.create(spec());
     d.advance(1_500); // :02 created, waiting for its tenant slot
     assert.equal(d.run(RUN)?.fence, 0);
+    d.flush(); // the fire's deferred state was written (a later write carried it)
     const fx = d.activate();
     const redispatch = fx.find((e) => e.kind === "timer" && e.name === `dispatch:${RUN}`);
     assert.ok(redispatch && redispatch.kind === "timer");
