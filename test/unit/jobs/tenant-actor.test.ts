@@ -8,8 +8,12 @@ import type { Decision } from "../../../src/actors/actor.ts";
 import { makeTenantActor, WAITING_LIMIT, type TenantEffect, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 class Tenant {
-  readonly actor = makeTenantActor(2);
-  state: TenantState = this.actor.initialState("t1");
+  readonly actor;
+  state: TenantState;
+  constructor(maxConcurrent = 2) {
+    this.actor = makeTenantActor(maxConcurrent);
+    this.state = this.actor.initialState("t1");
+  }
   now = 1_000;
   send(msg: TenantMsg): Decision<TenantState, TenantReply, TenantEffect> {
     const d = this.actor.receive(this.state, msg, { id: "t1", nowMs: this.now });
@@ -168,6 +172,7 @@ describe("tenant actor: durable grants (hole 8)", () => {
     const reg = tenantRegistration(kv, 2);
     const ctx = { address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner: () => true, tell: () => undefined };
     const t = new Tenant();
+    await reg.loadSoft!("t1", 3); // the host loads before the first decision
     for (const run of ["r1", "r2"]) await reg.perform!(t.acquire(run).pre!, ctx);
     // The actor moves: a new activation loads the two running grants and refuses a third run.
     const reloaded = (await reg.loadSoft!("t1", 3)) as TenantState;
@@ -175,6 +180,58 @@ describe("tenant actor: durable grants (hole 8)", () => {
     const moved = new Tenant();
     moved.state = reloaded;
     assert.deepEqual(moved.acquire("r3").reply, { granted: false });
+  });
+});
+
+describe("tenant shell: grants in shards, group-committed", () => {
+  const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
+
+  it("a burst of grants and releases decided while a batch is in flight goes out in the next batch: at most GRANT_SHARDS puts for hundreds of changes, each reply after its batch", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { tenantRegistration, GRANT_SHARDS } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const reg = tenantRegistration(kv, 1_000);
+    await reg.loadSoft!("t1", 3);
+    const table = reg.tables.get("3.t1")!;
+    const t = new Tenant(1_000);
+    const ctx = ctxOf();
+    const order: string[] = [];
+    const first = reg.perform!(t.acquire("r0").pre!, ctx).then(() => order.push("r0"));
+    const rest = Array.from({ length: 500 }, (_, i) => reg.perform!(t.acquire(`r${i + 1}`).pre!, ctx).then(() => order.push(`r${i + 1}`)));
+    const releases = Array.from({ length: 200 }, (_, i) => reg.perform!(t.send({ kind: "release", run_id: `r${i + 1}` }).pre!, ctx));
+    await Promise.all([first, ...rest, ...releases]);
+    assert.ok(table.batches <= 2, `${table.batches} batches for 701 changes`);
+    assert.ok(table.puts <= 1 + GRANT_SHARDS, `${table.puts} puts for 701 changes`);
+    assert.equal(order[0], "r0");
+    const reloaded = (await reg.loadSoft!("t1", 3)) as TenantState;
+    assert.equal(reloaded.running.size, 301, "501 granted, 200 released");
+    assert.ok(!reloaded.running.has("r1") && reloaded.running.has("r201") && reloaded.running.has("r0"));
+  });
+
+  it("a batch of an earlier incarnation cannot undo the grants a later one wrote (CAS per shard); a batch is not started by a node that no longer owns the tenant", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const old = new GrantTable(kv, 3, "t1");
+    await old.load(new Map());
+    await old.apply([{ kind: "put_grant", run_id: "a", expires_at_ms: 1 }], ctxOf());
+    // A later incarnation loads and grants "b" in the same shard as "a" would be rewritten.
+    const later = new GrantTable(kv, 3, "t1");
+    const running = new Map<string, number>();
+    await later.load(running);
+    assert.deepEqual([...running.keys()], ["a"]);
+    await later.apply([{ kind: "put_grant", run_id: "b", expires_at_ms: 1 }, { kind: "put_grant", run_id: "a", expires_at_ms: 2 }], ctxOf());
+    // The earlier incarnation's late batch (its shard revision is stale) is refused.
+    await assert.rejects(old.apply([{ kind: "del_grant", run_id: "a" }, { kind: "put_grant", run_id: "c", expires_at_ms: 1 }], ctxOf()), /another incarnation/);
+    const after = new Map<string, number>();
+    await new GrantTable(kv, 3, "t1").load(after);
+    // What the later incarnation wrote stands. (A grant the earlier one adds in a shard the later
+    // one has not rewritten may land: an over-count, released by the audit — never an under-count.)
+    assert.ok(after.has("a") && after.has("b"), `kept: ${[...after.keys()].join(",")}`);
+    assert.equal(after.get("a"), 2, "the later expiry of a, not the earlier incarnation's delete");
+    const gone = new GrantTable(kv, 3, "t1");
+    await gone.load(new Map());
+    await assert.rejects(gone.apply([{ kind: "put_grant", run_id: "d", expires_at_ms: 1 }], ctxOf(() => false)), /no longer the owner/);
   });
 });
 
