@@ -10,9 +10,12 @@
  * (ActorRegistration.pipelinePre: the next message does not wait for the last one's write) and
  * batched: one batch in flight per tenant, each shard written with CAS on its revision; every grant and release decided meanwhile goes into
  * the next batch, which rewrites only the shards they touched, and each reply waits for the batch
- * that holds its change. In a burst a batch carries hundreds of grants and releases in at most
- * `GRANT_SHARDS` puts, instead of a put per grant and a delete per release (two KV operations
- * per run); when idle a change costs one put, as before.
+ * that holds its change. A release is not written on its own: it leaves the shard with the next
+ * grant written there (a release is safe to lose: a grant still on disk after a reload counts
+ * against the cap until the audit — `slot_audit` — asks its job actor and frees it; the cap can
+ * be under-used for a while after a move, never exceeded). In a burst a batch carries hundreds
+ * of grants in at most `GRANT_SHARDS` puts, instead of a put per grant and a delete per release
+ * (two KV operations per run); when idle a grant costs one put and its release none.
  *
  * Gotchas: a failed batch (a CAS conflict too) rejects every reply waiting for it, and the host then drops the actor
  * (pipelined write failed), whose next activation reloads the table from KV (`loadSoft` replaces
@@ -66,12 +69,19 @@ export class GrantTable {
     }
   }
 
-  /** Applies the changes; resolves once a batch holding them is written. */
+  /**
+   * Applies the changes; resolves once a batch holding them is written. A release (`del_grant`)
+   * alone starts no batch: it leaves its shard at the next batch that writes the shard (a lost
+   * release over-counts after a reload — never under — until the grant audit frees it).
+   */
   apply(fx: readonly TenantEffect[], ctx: ShellContext): Promise<void> {
     for (const f of fx) {
       const shard = grantShard(f.run_id);
-      if (f.kind === "put_grant") this.#shards[shard]!.set(f.run_id, f.expires_at_ms);
-      else if (!this.#shards[shard]!.delete(f.run_id)) continue;
+      if (f.kind === "del_grant") {
+        this.#shards[shard]!.delete(f.run_id);
+        continue;
+      }
+      this.#shards[shard]!.set(f.run_id, f.expires_at_ms);
       this.#dirty.add(shard);
     }
     if (this.#dirty.size === 0) return Promise.resolve();
