@@ -70,6 +70,13 @@ export interface ActorRegistration {
    */
   loadSoft?(id: string, partition: number): Promise<unknown>;
   /**
+   * For persisted types: adjusts a state just read back from KV (after the definition's `onLoad`)
+   * with what other keys say, before the actor's first decision and its `onActivate` — e.g. a
+   * job's runs whose end was a deferred state change (their terminal records say they ended).
+   * A failure fails the activation (retried like any load).
+   */
+  reconcile?(state: unknown, at: { partition: number; id: string }): Promise<unknown>;
+  /**
    * For soft-state types: `pre` effects are started in message order and the state applied at
    * once, so the next message does not wait for them; this message's reply, host effects (sends,
    * timers) and post effects wait until its `pre` effects are done. Durable before visible,
@@ -81,6 +88,12 @@ export interface ActorRegistration {
 /** A reply that waits for its pipelined `pre` effects (see ActorRegistration.pipelinePre). */
 class Deferred {
   constructor(readonly reply: Promise<unknown>) {}
+}
+
+/** A stored state read back (see `#readBack`): the state as the actor starts from it, and its epoch. */
+interface ReadBack {
+  s: unknown;
+  e: number;
 }
 
 /** Stored form of actor state: the state, the epoch and node that wrote it. */
@@ -229,7 +242,10 @@ export class ActorHost {
         if (!this.#accepting.has(partition)) return; // lost while loading
         const id = e.key.slice(reg.definition.type.length + String(partition).length + 2);
         const inst = this.#instance(reg, reg.definition.type, id, partition);
-        if (!inst.loaded) this.#adopt(inst, e.value, e.revision);
+        if (inst.loaded) continue;
+        const state = await this.#readBackWhileHeld(inst, e.value);
+        if (state === null) return; // lost while loading
+        if (!inst.loaded) this.#adopt(inst, state, e.revision);
       }
     }
   }
@@ -250,6 +266,29 @@ export class ActorHost {
         await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
       }
     }
+  }
+
+  /** `#readBack` for a partition being loaded: retried with backoff while it is held (null: lost). */
+  async #readBackWhileHeld(inst: Instance, value: Uint8Array): Promise<ReadBack | null> {
+    for (let failures = 0; ; failures++) {
+      if (!this.#accepting.has(inst.partition)) return null;
+      try {
+        return await this.#readBack(inst, value);
+      } catch (e) {
+        this.#o.onError(`loading ${inst.type}/${inst.id} (will retry)`, e);
+        const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
+        await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
+      }
+    }
+  }
+
+  /** A stored value read back: its state through the type's `onLoad` and the registration's `reconcile`. */
+  async #readBack(inst: Instance, value: Uint8Array): Promise<ReadBack> {
+    const stored = decode<Stored>(value);
+    const def = inst.reg.definition;
+    let state = def.onLoad ? def.onLoad(stored.s) : stored.s;
+    if (inst.reg.reconcile) state = await inst.reg.reconcile(state, { partition: inst.partition, id: inst.id });
+    return { s: state, e: stored.e };
   }
 
   /** Graceful release: refuse new messages, let mailboxes drain, passivate. */
@@ -301,10 +340,9 @@ export class ActorHost {
     return { id: inst.id, nowMs, arrivalMs: (k) => inst.arrivals.get(k) };
   }
 
-  #adopt(inst: Instance, value: Uint8Array | null, revision: number, soft?: unknown): void {
-    const stored = value ? decode<Stored>(value) : null;
+  #adopt(inst: Instance, stored: ReadBack | null, revision: number, soft?: unknown): void {
     const def = inst.reg.definition;
-    inst.state = stored ? (def.onLoad ? def.onLoad(stored.s) : stored.s) : soft !== undefined ? soft : def.initialState(inst.id);
+    inst.state = stored ? stored.s : soft !== undefined ? soft : def.initialState(inst.id);
     inst.storedEpoch = stored?.e ?? 0;
     inst.revision = revision;
     inst.loaded = true;
@@ -356,8 +394,9 @@ export class ActorHost {
     }
     if (!inst.loaded) {
       const e = await this.#o.kv.get(inst.key);
+      const stored = e && !inst.loaded ? await this.#readBack(inst, e.value) : null;
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
-      if (!inst.loaded) this.#adopt(inst, e?.value ?? null, e?.revision ?? 0);
+      if (!inst.loaded) this.#adopt(inst, stored, e?.revision ?? 0);
     }
     const def = inst.reg.definition;
     const epoch = this.#o.epochOf(inst.partition);

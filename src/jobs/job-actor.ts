@@ -115,7 +115,13 @@ export type JobMsg =
   /** A gated run's due instant: skip it if another run of the job is still active. */
   | { kind: "gate"; run_id: string }
   /** A cancelled run's drain bound: its worker has stopped it by now; give its slot back. */
-  | { kind: "drained"; run_id: string; fence: number };
+  | { kind: "drained"; run_id: string; fence: number }
+  /**
+   * From the shell: creating this run's record met a terminal one — the occurrence was fired and
+   * ended in decisions whose state change was lost (deferred), so the re-fire re-created a run
+   * that must not run again: it is dropped (run-lifecycle.ts `onAlreadyEnded`).
+   */
+  | { kind: "already_ended"; run_id: string };
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =

@@ -125,6 +125,7 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
   const seq = ++s.manual_seq;
   const runId = runIdFor(job.job_id, tx.now, seq);
   createRun(tx, tx.now, "manual", runId);
+  tx.changed = true; // written: manual_seq names the next manual run (a fire's creation is deferred, this is not)
   if (m.request_id !== undefined) tx.remember({ id: m.request_id, run_id: runId });
   return tx.done({ run: activeRunView(job, tx.run(runId)!) });
 }

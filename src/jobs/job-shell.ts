@@ -32,13 +32,16 @@ import { KairosError } from "../lib/errors.ts";
 import { workerSubject } from "../protocol/worker.ts";
 import { deliverDeadLetter, isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "./dead-letters.ts";
 import { makeDispatcher } from "./dispatcher.ts";
-import { TENANT_ACTOR, splitJobActorId } from "./ids.ts";
-import { makeJobActor, type JobActorConfig, type JobEffect } from "./job-actor.ts";
+import { TENANT_ACTOR, runKey, splitJobActorId } from "./ids.ts";
+import { makeJobActor, type JobActorConfig, type JobEffect, type JobMsg } from "./job-actor.ts";
 import { isRetentionEffect, withRetention, type RetentionEffect } from "./retention.ts";
 import { isRunIndexEffect, withRunIndex, type RunIndexEffect } from "./run-index.ts";
 import { writeRunIndexChunk } from "./run-index-store.ts";
 import { RunMetrics } from "./run-metrics.ts";
 import { RunRecordStore } from "./run-record-store.ts";
+import { decodeRunRecord } from "./run-record.ts";
+import type { JobState } from "./job-state.ts";
+import { TERMINAL } from "./model.ts";
 import type { RunRetention } from "./run-retention.ts";
 import type { SecretEnvStore } from "./secret-env.ts";
 import { acquireSlot, releaseSlot } from "./slot-requests.ts";
@@ -104,7 +107,27 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
 
   return {
     definition: withRunIndex(deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg)),
+    /**
+     * A job state read back may still list runs whose end was a deferred change (`finish`): the
+     * terminal record was written, the state not. One read per active run finds them; they are
+     * dropped (the state is written with the next write). Without this a completed run would be
+     * given a fresh lease and, its worker long gone, run again when the lease expired.
+     */
+    async reconcile(raw, at) {
+      const s = raw as JobState;
+      if (!s.job || s.runs.length === 0) return s;
+      const { tenantId, jobId } = splitJobActorId(at.id);
+      const ended = new Set<string>();
+      await Promise.all(s.runs.map(async (r) => {
+        const e = await deps.runs.get(runKey(at.partition, tenantId, jobId, r.run_id));
+        if (e && TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
+      }));
+      if (ended.size === 0) return s;
+      deps.log("info", "runs ended before the job state was written: dropped on load", { job: at.id, runs: [...ended] });
+      return { ...s, runs: s.runs.filter((r) => !ended.has(r.run_id)) };
+    },
     async perform(pre, ctx) {
+      const followUps: JobMsg[] = [];
       for (const fx of pre as (JobEffect | RunIndexEffect)[]) {
         // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
         if (!ctx.stillOwner()) throw new KairosError("not_owner", `${ctx.address.type}/${ctx.address.id}: no longer the owner`);
@@ -112,9 +135,12 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
           await writeRunIndexChunk(deps.runs, ctx, fx);
           continue;
         }
-        if (fx.kind === "put_run") await records.put(ctx, fx.record, fx.mode);
+        if (fx.kind === "put_run" && (await records.put(ctx, fx.record, fx.mode)) === "ended") {
+          followUps.push({ kind: "already_ended", run_id: fx.record.run_id } satisfies JobMsg);
+        }
         if (fx.kind === "put_run" && fx.mode === "update" && deps.deadLetters && isDeadLetter(fx.record)) await recordDeadLetter(deps.runs, ctx.partition, fx.record);
       }
+      return followUps;
     },
     performPost(effects, ctx) {
       for (const fx of effects as (JobEffect | RetentionEffect)[]) {

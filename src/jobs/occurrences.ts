@@ -89,6 +89,8 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
       tx.changed = true;
       return;
     case "replace":
+      // Written (not deferred): the replaced runs' workers are told to stop and their slots drain.
+      if (tx.s.runs.length > 0) tx.changed = true;
       for (const r of [...tx.s.runs]) finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
       return createRun(tx, scheduledForMs, trigger, runId);
   }

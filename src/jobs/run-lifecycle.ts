@@ -32,7 +32,11 @@ export const heartbeatKey = (runId: string, fence: number, worker: string): stri
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
 export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
-  tx.changed = true;
+  // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
+  // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What
+  // else a finish does writes: a drain (below), a queued occurrence started; and its callers
+  // write when they must (commands, replace, a lease expiry).
+  tx.defer();
   tx.cancelTimer(`lease:${r.run_id}`);
   tx.cancelTimer(`retry:${r.run_id}`);
   tx.cancelTimer(`dispatch:${r.run_id}`);
@@ -55,6 +59,7 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted) {
     const next = tx.s.queued.shift()!;
     tx.occur(next, "schedule");
+    tx.changed = true; // the queue is durable state (no record holds a queued occurrence)
   }
 }
 
@@ -183,6 +188,8 @@ export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get"
       return onGate(tx, tx.run(m.run_id));
     case "retry_due":
       return onRetryDue(tx, tx.run(m.run_id));
+    case "already_ended":
+      return onAlreadyEnded(tx, tx.run(m.run_id));
     default:
       return assertNever(m, "run message");
   }
@@ -266,6 +273,7 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
     tx.changed = true;
   } else {
     finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
+    tx.changed = true;
   }
   return tx.done(null);
 }
@@ -278,6 +286,21 @@ function onGate(tx: Tx, r: ActiveRun | undefined): D {
   if (actsOn("gate", r) && r.gate && r.started_at_ms === null && holdOf(tx.s, r)) {
     finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
   }
+  return tx.done(null);
+}
+
+/**
+ * A run re-created over a record that had already ended (see `already_ended`): dropped before it
+ * goes anywhere — no record written (the terminal one stands), its slot or slot request given
+ * back, its timers cancelled. Only a run not yet offered (the follow-up comes before any other
+ * message); one already claimed is left to its lifecycle.
+ */
+function onAlreadyEnded(tx: Tx, r: ActiveRun | undefined): D {
+  if (!r || r.attempt > 0 || isLeased(r)) return tx.done(null);
+  tx.s.runs = tx.s.runs.filter((x) => x !== r);
+  for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${r.run_id}`);
+  if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+  tx.defer();
   return tx.done(null);
 }
 

@@ -40,8 +40,12 @@ export class RunRecordStore {
     this.metrics.written(runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id), record, false, () => ctx.stillOwner());
   }
 
-  /** Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it. */
-  async put(ctx: ShellContext, record: RunView, mode: PutRunMode): Promise<void> {
+  /**
+   * Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it.
+   * Resolves to `"ended"` when a `create` met a record that is already terminal (the occurrence
+   * was fired before, and ended, in a decision whose state change was lost: see `already_ended`).
+   */
+  async put(ctx: ShellContext, record: RunView, mode: PutRunMode): Promise<"ended" | void> {
     const key = runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id);
     const value = encodeRunRecord(record, ctx.epoch);
     if (mode === "create" || mode === "terminal") {
@@ -50,7 +54,11 @@ export class RunRecordStore {
         this.metrics.written(key, record, true, () => ctx.stillOwner());
         return this.#remember(key, r.revision);
       }
-      if (mode === "create") return; // re-fired after a crash: the record is there
+      if (mode === "create") {
+        // Re-fired after a lost state change: the record is there. One read says whether it ended.
+        const e = await this.runs.get(key);
+        return e && TERMINAL.has(decodeRunRecord(e.value).record.status) ? "ended" : undefined;
+      }
     }
     for (let i = 0; i < 3; i++) {
       let rev = mode === "update" ? this.#revisions.get(key) : undefined;

@@ -25,7 +25,7 @@ function claimed(): Driver {
 }
 
 describe("deferred writes: what one run costs", () => {
-  it("a run from its occurrence to success writes its record twice (created, ended) and the job state twice (claim, end)", () => {
+  it("a run from its occurrence to success writes its record twice (created, ended) and the job state once (the claim)", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec());
     const [records, states] = [d.recordWrites, d.stateWrites];
@@ -43,7 +43,8 @@ describe("deferred writes: what one run costs", () => {
     assert.equal(d.records.get(RUN)?.status, "running", "what the API shows comes from the actor");
     d.complete(RUN);
     assert.equal(d.recordWrites - records, 2, "the record is written at the end");
-    assert.equal(d.stateWrites - states, 2);
+    assert.equal(d.stateWrites - states, 1, "the end is deferred: the terminal record is the durable fact");
+    assert.equal(d.stored.runs.length, 1, "the state written last still lists the run");
     assert.equal(d.written.get(RUN)?.status, "succeeded");
     assert.deepEqual(d.violations, []);
   });
@@ -114,6 +115,39 @@ describe("deferred writes: what one run costs", () => {
     d.complete(RUN);
     assert.equal([...d.written.values()].filter((r) => r.status === "succeeded").length, 1);
     assert.equal(d.written.size, 1, "one record");
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("a takeover after a deferred end drops the ended run on load (its record says it ended): no new lease, no second execution", () => {
+    const d = claimed();
+    d.heartbeat(RUN, undefined, d.now);
+    d.complete(RUN); // acknowledged to the worker; only the record is written
+    assert.equal(d.stored.runs[0]?.status, "leased");
+    d.activate(); // the new owner reconciles the state it reads with the run records
+    assert.equal(d.run(RUN), undefined, "dropped on load");
+    d.advance(60_000); // well past any lease
+    assert.equal(d.dispatches.filter((x) => x.run_id === RUN).length, 1, "never offered again");
+    assert.equal(d.written.get(RUN)?.status, "succeeded");
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("a re-fire that meets a record that already ended (the fire and the end both lost) drops the re-created run before it is offered", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
+    d.advance(1_500); // fired, granted, offered: deferred
+    // The run ends without a claim being written (a gated skip at its due instant ends it so):
+    // here its terminal record is written directly, as such a decision's pre effect would.
+    const r = d.run(RUN)!;
+    d.crashAfterPre({ kind: "delete" }); // a decision that wrote the run's terminal record, then the node died
+    assert.equal(d.written.get(RUN)?.status, "cancelled");
+    assert.equal(d.stored.runs.length, 0, "the fire was never written");
+    const offers = d.dispatches.length;
+    d.activate();
+    d.advance(0); // the re-fire meets the ended record
+    assert.equal(d.run(RUN), undefined, "the re-created run is dropped");
+    assert.equal(d.dispatches.length, offers, "and never offered");
+    assert.equal(d.written.get(RUN)?.status, "cancelled", "the terminal record stands");
+    assert.ok(r.run_id === RUN);
     assert.deepEqual(d.violations, []);
   });
 

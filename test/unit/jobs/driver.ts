@@ -189,7 +189,10 @@ export class Driver {
    */
   activate(): readonly HostEffect<unknown>[] {
     this.timers.clear();
-    this.state = this.actor.onLoad ? this.actor.onLoad(this.stored) : this.stored;
+    const loaded = this.actor.onLoad ? this.actor.onLoad(this.stored) : this.stored;
+    // The shell's reconcile (job-shell.ts): runs whose record ended are dropped on load.
+    const ended = (id: string) => TERMINAL.has(this.written.get(id)?.status ?? "queued");
+    this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)) } : loaded;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
     for (const e of fx) this.#effect(e);
     return fx;
@@ -203,6 +206,8 @@ export class Driver {
       case "create":
         if (old) {
           this.dupCreates++;
+          // The shell tells the actor when the record it met had ended (`already_ended`).
+          if (TERMINAL.has(this.written.get(fx.record.run_id)?.status ?? "queued")) this.#inbox.unshift({ kind: "already_ended", run_id: fx.record.run_id });
           return; // KV create: the key exists, nothing written
         }
         break;
