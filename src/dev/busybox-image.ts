@@ -18,9 +18,12 @@ export const QUICK_START_IMAGE = { repo: "busybox", tag: "latest" } as const;
 
 const run = promisify(execFile);
 
-/** Ensures `busybox:latest` exists; resolves to a sentence saying what was found or done. */
-export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/busybox"): Promise<string> {
-  const ref = `${QUICK_START_IMAGE.repo}:${QUICK_START_IMAGE.tag}`;
+/**
+ * Ensures `busybox:latest` (or `image`: a test imports under its own name) exists; resolves to a
+ * sentence saying what was found or done.
+ */
+export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/busybox", image: { repo: string; tag: string } = QUICK_START_IMAGE): Promise<string> {
+  const ref = `${image.repo}:${image.tag}`;
   try {
     await docker.getImage(ref).inspect();
     return `image ${ref} present`;
@@ -41,7 +44,7 @@ export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/b
     for (const a of applets) await symlink("busybox", join(root, "bin", a));
     const tar = join(dir, "rootfs.tar");
     await run("tar", ["-C", root, "--numeric-owner", "--owner=0", "--group=0", "-cf", tar, "."]);
-    const stream = await docker.importImage(tar, { repo: QUICK_START_IMAGE.repo, tag: QUICK_START_IMAGE.tag });
+    const stream = await docker.importImage(tar, { repo: image.repo, tag: image.tag });
     await new Promise<void>((resolve, reject) => {
       docker.modem.followProgress(stream, (err: unknown) => (err ? reject(err instanceof Error ? err : new Error("image import failed")) : resolve()));
     });
