@@ -109,8 +109,10 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     definition: withRunIndex(deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg)),
     /**
      * A job state read back may still list runs whose end was a deferred change (`finish`): the
-     * terminal record was written, the state not. One read per active run finds them; they are
-     * dropped (the state is written with the next write). Without this a completed run would be
+     * terminal record was written, the state not — and retention may have pruned that record
+     * since (the state of a one-shot job is never written again). One read per active run finds
+     * them: a terminal record or none means ended; they are dropped (the state is written with
+     * the next write). Without this a completed run would be
      * given a fresh lease and, its worker long gone, run again when the lease expired.
      */
     async reconcile(raw, at) {
@@ -120,7 +122,10 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       const ended = new Set<string>();
       await Promise.all(s.runs.map(async (r) => {
         const e = await deps.runs.get(runKey(at.partition, tenantId, jobId, r.run_id));
-        if (e && TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
+        // No record: it ended and retention pruned it (a stored state lists a run only after its
+        // record was created, and retention prunes terminal records only; once the end is
+        // deferred, the state may list the run long after — review finding, one-shot jobs).
+        if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
       }));
       if (ended.size === 0) return s;
       deps.log("info", "runs ended before the job state was written: dropped on load", { job: at.id, runs: [...ended] });

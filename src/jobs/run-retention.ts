@@ -20,9 +20,10 @@
  *   actor state.
  *
  * Effects start after the state write, while this node owns the job. A failure is logged
- * and left to the next pass (or, for a deleted job, the next activation). A record purged while
- * its run was still active (it cannot be: active run ids are excluded) would be re-created by
- * the run's next write, which falls back to create when the key is gone.
+ * and left to the next pass (or, for a deleted job, the next activation). The active run ids
+ * excluded are those in the owner's memory: a run whose end was deferred (job-shell.ts) may still
+ * be listed by the stored job state after its terminal record is pruned — a state read back then
+ * treats the missing record as ended (`reconcile`), never as a run to lease again.
  */
 import type { KvKey, KvStore } from "../cluster/kv.ts";
 import { hash32 } from "../cluster/hash.ts";

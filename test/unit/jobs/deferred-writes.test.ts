@@ -131,6 +131,23 @@ describe("deferred writes: what one run costs", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  it("a one-shot job whose ended run's record retention pruned (the stored state still lists the run): a reload drops the run, never leases it again (review finding)", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
+    d.advance(1_500);
+    d.claim();
+    d.heartbeat(RUN, undefined, d.now);
+    d.complete(RUN); // the end is deferred; a one-shot job never writes its state again
+    assert.equal(d.stored.runs[0]?.run_id, RUN, "the stored state still lists the run");
+    d.activate(); // the daily sweep reloads it: dropped in memory only
+    d.written.delete(RUN); // 30 days later retention prunes the terminal record
+    d.records.delete(RUN);
+    d.activate(); // the next reload: no record at all
+    assert.equal(d.run(RUN), undefined, "a missing record means the run ended");
+    d.advance(60_000);
+    assert.equal(d.dispatches.filter((x) => x.run_id === RUN).length, 1, "never offered again");
+  });
+
   it("a re-fire that meets a record that already ended (the fire and the end both lost) drops the re-created run before it is offered", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));

@@ -191,7 +191,7 @@ export class Driver {
     this.timers.clear();
     const loaded = this.actor.onLoad ? this.actor.onLoad(this.stored) : this.stored;
     // The shell's reconcile (job-shell.ts): runs whose record ended are dropped on load.
-    const ended = (id: string) => TERMINAL.has(this.written.get(id)?.status ?? "queued");
+    const ended = (id: string) => { const w = this.written.get(id); return w === undefined || TERMINAL.has(w.status); };
     this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)) } : loaded;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
     for (const e of fx) this.#effect(e);

@@ -233,3 +233,30 @@ describe("job shell: dispatch (hole 1)", () => {
     assert.deepEqual({ kind: m.kind, run_id: m.run_id, fence: m.fence }, { kind: "dispatch_failed", run_id: "r1", fence: 13 });
   });
 });
+
+describe("job shell: reconcile a state read back (deferred ends)", () => {
+  it("drops the active runs whose record ended or is gone (pruned after a deferred end), keeps the others, and reads one record per active run", async () => {
+    const { runs, reg } = setup();
+    const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
+    const { encodeRunRecord } = await import("../../../src/jobs/run-record.ts");
+    const active = (run_id: string) => ({
+      run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "schedule" as const, status: "leased" as const, attempt: 1, fence: 5,
+      worker: "w1", slot: true, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [],
+    });
+    await runs.put(runKey(PARTITION, "t1", "j1", "ended"), encodeRunRecord(run("succeeded", { run_id: "ended" }), 1));
+    await runs.put(runKey(PARTITION, "t1", "j1", "live"), encodeRunRecord(run("queued", { run_id: "live" }), 1));
+    const state = {
+      ...emptyJobState(),
+      job: { tenant_id: "t1", job_id: "j1", spec: {} as never, version: 1, created_at_ms: 0, updated_at_ms: 0, request_hash: "h" },
+      runs: [active("ended"), active("pruned"), active("live")],
+    };
+    let gets = 0;
+    const get = runs.get.bind(runs);
+    runs.get = async (k: string) => (gets++, get(k));
+    const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
+    assert.deepEqual(out.runs.map((r) => r.run_id), ["live"]);
+    assert.equal(gets, 3);
+    const none = { ...state, runs: [] };
+    assert.equal(await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }), none, "no active runs: no read, the same state");
+  });
+});
