@@ -236,14 +236,14 @@ export class ActorHost {
     this.#accepting.add(partition);
     for (const reg of this.#types.values()) {
       if (!reg.definition.loadOnAcquire) continue;
-      const entries = await this.#listWhileHeld(partition, `${reg.definition.type}.${partition}.>`);
+      const entries = await this.#whileHeld(partition, `partition ${partition}`, () => this.#o.kv.list(`${reg.definition.type}.${partition}.>`));
       if (entries === null) return; // lost while loading
       for (const e of entries) {
         if (!this.#accepting.has(partition)) return; // lost while loading
         const id = e.key.slice(reg.definition.type.length + String(partition).length + 2);
         const inst = this.#instance(reg, reg.definition.type, id, partition);
         if (inst.loaded) continue;
-        const state = await this.#readBackWhileHeld(inst, e.value);
+        const state = await this.#whileHeld(partition, `${inst.type}/${inst.id}`, () => this.#readBack(inst, e.value));
         if (state === null) return; // lost while loading
         if (!inst.loaded) this.#adopt(inst, state, e.revision);
       }
@@ -251,31 +251,18 @@ export class ActorHost {
   }
 
   /**
-   * Lists a partition's reminder-bearing actors, retrying failures with backoff for as long as
-   * the partition is ours: a failed list must not leave a held partition whose timers were never
-   * armed (its jobs would never fire again). Null when the partition is gone meanwhile.
+   * Runs `step` (loading a partition: listing its reminder-bearing actors, reading one back),
+   * retrying failures with backoff for as long as the partition is ours: a failed load must not
+   * leave a held partition whose timers were never armed (its jobs would never fire again). Null
+   * when the partition is gone meanwhile.
    */
-  async #listWhileHeld(partition: number, filter: string): Promise<{ key: string; value: Uint8Array; revision: number }[] | null> {
+  async #whileHeld<T>(partition: number, what: string, step: () => Promise<T>): Promise<T | null> {
     for (let failures = 0; ; failures++) {
       if (!this.#accepting.has(partition)) return null;
       try {
-        return await this.#o.kv.list(filter);
+        return await step();
       } catch (e) {
-        this.#o.onError(`loading partition ${partition} (will retry)`, e);
-        const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
-        await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
-      }
-    }
-  }
-
-  /** `#readBack` for a partition being loaded: retried with backoff while it is held (null: lost). */
-  async #readBackWhileHeld(inst: Instance, value: Uint8Array): Promise<ReadBack | null> {
-    for (let failures = 0; ; failures++) {
-      if (!this.#accepting.has(inst.partition)) return null;
-      try {
-        return await this.#readBack(inst, value);
-      } catch (e) {
-        this.#o.onError(`loading ${inst.type}/${inst.id} (will retry)`, e);
+        this.#o.onError(`loading ${what} (will retry)`, e);
         const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
         await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
       }

@@ -216,7 +216,7 @@ export class NatsJobsService implements JobsService {
     // and its runs index — in memory, since a `fire`'s state change (and the index entries of
     // the records it creates) is deferred until the job's next state write.
     const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" });
-    const live = new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
+    const live = liveRuns(reply);
     const q = { ...opts, view: (r: RunView) => withLive(r, live) };
     if (reply?.index) return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
     return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
@@ -250,14 +250,16 @@ export class NatsJobsService implements JobsService {
    */
   async #activeRuns(tenantId: string, jobId: string): Promise<Map<string, RunView>> {
     try {
-      const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" });
-      return new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
+      return liveRuns(await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" }));
     } catch (e) {
       if (isKairosError(e, "not_found")) return new Map(); // a deleted job: its records are all there is
       throw e;
     }
   }
 }
+
+/** The active runs of an `active_runs` reply, by run id. */
+const liveRuns = (reply: JobReply | undefined): Map<string, RunView> => new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
 
 /** A record as the API shows it: an active run's live view from its job actor, if it has one. */
 function withLive(record: RunView, live: ReadonlyMap<string, RunView>): RunView {

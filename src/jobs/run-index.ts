@@ -13,9 +13,11 @@
  * position = seq · CHUNK + offset, and a position's run never changes, so a cursor (a position)
  * stays valid while pending ids move into a chunk between two pages.
  *
- * Cost on the run path: NO extra KV operation per run — the ids ride on the job state write the
- * decision that creates a record makes anyway (a few bytes each: the run id without its job id) —
- * plus one chunk write per CHUNK records.
+ * Cost on the run path: NO extra KV operation per run — the ids ride on the job state (a few
+ * bytes each: the run id without its job id), written with the job's next state write (a `fire`'s
+ * own change is deferred: tx.ts; readers therefore ask the job actor for its index, which it
+ * answers from memory) — plus one chunk write per CHUNK records. A fire lost with its deferred
+ * state fires again and re-adds the ids of the records it meets.
  *
  * Crash safety: the chunk is a `pre` effect, written before the state write that drops its ids
  * from `pending`. A crash (or a lost CAS) in between leaves the state at the same `seq` with the
