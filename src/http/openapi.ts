@@ -94,7 +94,7 @@ function paths(): Json {
     "/v1/jobs/{job_id}/runs": {
       post: { summary: "Run now", parameters: [jobId], responses: { "202": json(ref("Run"), "the run, queued", { Location: { schema: { type: "string" } } }), ...errors(404, 422) } },
       get: {
-        summary: "List a job's runs, newest first",
+        summary: "List a job's runs, newest first by creation (a status filter may return a short page with a cursor: follow it until null)",
         parameters: [jobId, param("status", "query", { type: "string", enum: [...RUN_STATUSES] }, "only runs in this status"), cursor, limit],
         responses: { "200": json(ref("RunPage"), "a page of runs"), ...errors(400, 404) },
       },
