@@ -34,9 +34,17 @@ export const jobAddressGuard: MessageGuard = (id, msg) => {
 export const tenantAddressGuard: MessageGuard = (id, msg) => {
   const t = field(msg, "tenant_id");
   if (t !== undefined && t !== id) return `message for tenant ${shown(t)} addressed to tenant ${id}`;
-  const job = field(msg, "job");
-  if (job !== undefined && (typeof job !== "string" || splitJobActorId(job).tenantId !== id)) {
-    return `slot message for job ${shown(job)} addressed to tenant ${id}`;
+  const jobs = [field(msg, "job")];
+  // A `slots` batch (slot-broker.ts) names a job per acquire: every one must be of this tenant.
+  const asks = field(msg, "acquire");
+  if (asks !== undefined) {
+    if (!Array.isArray(asks)) return `slot message with acquire ${shown(asks)}: not a list`;
+    for (const a of asks) jobs.push(field(a, "job") ?? null);
+  }
+  for (const job of jobs) {
+    if (job !== undefined && (typeof job !== "string" || splitJobActorId(job).tenantId !== id)) {
+      return `slot message for job ${shown(job)} addressed to tenant ${id}`;
+    }
   }
   return undefined;
 };

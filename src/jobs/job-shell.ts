@@ -7,7 +7,8 @@
  *   epoch-stamped records, CAS on revisions, never a blind overwrite; a dead-lettered run's
  *   terminal record is followed (still before the state write) by its dead-letter and outbox keys
  *   when `deadLetters` is set (dead-letters.ts).
- * - `acquire_slot` / `release_slot`: requests to the tenant actor (slot-requests.ts).
+ * - `acquire_slot` / `release_slot`: to the tenant actor, batched per tenant by the node's slot
+ *   broker (slot-broker.ts; a grant given at once comes back as `slot_granted`).
  * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
@@ -44,7 +45,7 @@ import type { JobState } from "./job-state.ts";
 import { TERMINAL } from "./model.ts";
 import type { RunRetention } from "./run-retention.ts";
 import type { SecretEnvStore } from "./secret-env.ts";
-import { acquireSlot, releaseSlot } from "./slot-requests.ts";
+import { SlotBroker } from "./slot-broker.ts";
 import type { WebhookTarget } from "./webhook.ts";
 import type { WorkerDirectory } from "./worker-directory.ts";
 
@@ -72,6 +73,10 @@ export interface JobShellDeps {
   retention?: RunRetention;
   /** The durable dead-letter list and webhook outbox (dead-letters.ts); without it, in memory. */
   deadLetters?: DeadLetterOutbox;
+  /** The node's slot broker (default: one for this registration, see slot-broker.ts). */
+  slots?: SlotBroker;
+  /** Runs `fn` on a later turn of the event loop (default `setImmediate`; the simulation's clock). */
+  defer?: (fn: () => void) => void;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
   secrets?: SecretEnvStore;
 }
@@ -80,15 +85,22 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   const metrics = deps.runMetrics ?? new RunMetrics();
   const records = new RunRecordStore(deps.runs, metrics);
   const dispatch = makeDispatcher(cfg, deps);
+  const slots = deps.slots ?? new SlotBroker({
+    request: (to, msg) => deps.router().request(to, msg),
+    defer: (fn) => (deps.defer ?? ((f: () => void) => setImmediate(f)))(fn),
+    log: deps.log,
+    ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
+    ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
+  });
 
   async function post(ctx: ShellContext, fx: JobEffect): Promise<void> {
     if (!ctx.stillOwner()) return; // a stale owner stays silent
     const tenant = { type: TENANT_ACTOR, id: splitJobActorId(ctx.address.id).tenantId };
     switch (fx.kind) {
       case "acquire_slot":
-        return acquireSlot(deps, ctx, tenant, fx);
+        return slots.acquire(tenant.id, { grant: fx.grant, job: ctx.address.id, ttl_ms: fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000) }, () => ctx.tell({ kind: "slot_granted", run_id: fx.grant }));
       case "release_slot":
-        return releaseSlot(deps, tenant, fx);
+        return slots.release(tenant.id, fx.grant);
       case "dispatch":
         return dispatch(ctx, fx);
       case "cancel_on_worker":

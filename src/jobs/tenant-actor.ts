@@ -70,6 +70,8 @@ export interface TenantState {
 export type TenantMsg =
   | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number; weight?: number }
   | { kind: "release"; run_id: string }
+  /** Many acquires and releases from one node's slot broker (slot-broker.ts), in one decision. */
+  | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number }
   | { kind: "set_quota"; max_concurrent: number; weight?: number }
   | { kind: "fair_report" }
   | { kind: "share"; share: number | null }
@@ -78,9 +80,23 @@ export type TenantMsg =
   | { kind: "status" };
 
 /** Grant writes, performed before the reply (see the module header). */
-export type TenantEffect = { kind: "put_grant"; run_id: string; expires_at_ms: number } | { kind: "del_grant"; run_id: string };
+export type TenantEffect =
+  | { kind: "put_grant"; run_id: string; expires_at_ms: number }
+  | { kind: "del_grant"; run_id: string }
+  /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
+  | { kind: "sync_grant"; run_id: string };
 
-export type TenantReply = { granted: boolean } | { running: number; waiting: number; max_concurrent: number; share?: number } | null;
+/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime. */
+export interface SlotAsk {
+  run_id: string;
+  job: string;
+  ttl_ms: number;
+}
+
+/** Most acquires plus releases in one `slots` message (the broker's batch bound). */
+export const MAX_SLOT_BATCH = 1_024;
+
+export type TenantReply = { granted: boolean } | { granted: string[] } | { running: number; waiting: number; max_concurrent: number; share?: number } | null;
 
 export const WAITING_LIMIT = 100_000;
 /**
@@ -109,6 +125,11 @@ export interface TenantFairOptions {
 }
 
 const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 && w <= 1e6;
+const validCap = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
+const validAsk = (a: unknown): a is SlotAsk => {
+  const x = a as Partial<SlotAsk> | null;
+  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0;
+};
 
 export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
@@ -135,30 +156,53 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       };
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
-      if (msg.kind === "acquire" && msg.max_concurrent !== undefined) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
-      if ((msg.kind === "acquire" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
+      if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+      if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
       // Grants are made while running < limit(): the cap, and the fair share when there is one.
       const limit = () => {
         if (state.share !== undefined) return Math.min(state.max_concurrent, Math.max(1, state.share));
         return state.awaiting_since_ms !== undefined ? 1 : state.max_concurrent;
       };
+      /** One acquire (idempotent per grant id): granted, waiting (FIFO), or refused (list full). */
+      const acquire = (id: string, job: string, ttlMs: number): "granted" | "waiting" | "overloaded" => {
+        const held = running.get(id);
+        if (held !== undefined) {
+          if (held !== now + ttlMs) put(id, now + ttlMs);
+          else pre.push({ kind: "sync_grant", run_id: id }); // its write may still be in flight
+          return "granted";
+        }
+        if (running.size < limit() && waiting.size === 0) {
+          put(id, now + ttlMs);
+          return "granted";
+        }
+        if (waiting.has(id)) return "waiting";
+        if (waiting.size >= WAITING_LIMIT) return "overloaded";
+        waiting.set(id, { job, ttl_ms: ttlMs });
+        return "waiting";
+      };
       switch (msg.kind) {
         case "acquire": {
-          const held = running.get(msg.run_id);
-          if (held !== undefined) {
-            if (held !== now + msg.ttl_ms) put(msg.run_id, now + msg.ttl_ms);
-            reply = { granted: true };
-          } else if (running.size < limit() && waiting.size === 0) {
-            put(msg.run_id, now + msg.ttl_ms);
-            reply = { granted: true };
-          } else if (waiting.has(msg.run_id)) {
-            reply = { granted: false };
-          } else if (waiting.size >= WAITING_LIMIT) {
-            fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
-          } else {
-            waiting.set(msg.run_id, { job: msg.job, ttl_ms: msg.ttl_ms });
-            reply = { granted: false };
+          const got = acquire(msg.run_id, msg.job, msg.ttl_ms);
+          if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
+          else reply = { granted: got === "granted" };
+          break;
+        }
+        case "slots": {
+          // Releases first (they make room), then the acquires in order; a malformed item is
+          // skipped (its run asks again), an overloaded one is simply not granted.
+          const granted: string[] = [];
+          const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
+          for (const id of rel) {
+            if (typeof id !== "string") continue;
+            del(id);
+            waiting.delete(id);
           }
+          const asks = Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : [];
+          for (const a of asks) {
+            if (!validAsk(a)) continue;
+            if (acquire(a.run_id, a.job, a.ttl_ms) === "granted") granted.push(a.run_id);
+          }
+          reply = { granted };
           break;
         }
         case "release":

@@ -27,6 +27,7 @@ import type { ActorRegistration, ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import { hash32 } from "../cluster/hash.ts";
 import type { KvStore } from "../cluster/kv.ts";
+import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
 import { makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
 
@@ -75,16 +76,28 @@ export class GrantTable {
    * release over-counts after a reload — never under — until the grant audit frees it).
    */
   apply(fx: readonly TenantEffect[], ctx: ShellContext): Promise<void> {
+    let sync = false;
     for (const f of fx) {
       const shard = grantShard(f.run_id);
-      if (f.kind === "del_grant") {
-        this.#shards[shard]!.delete(f.run_id);
-        continue;
+      switch (f.kind) {
+        case "del_grant":
+          this.#shards[shard]!.delete(f.run_id);
+          break;
+        case "sync_grant":
+          sync = true;
+          break;
+        case "put_grant":
+          this.#shards[shard]!.set(f.run_id, f.expires_at_ms);
+          this.#dirty.add(shard);
+          break;
+        default:
+          assertNever(f, "tenant effect");
       }
-      this.#shards[shard]!.set(f.run_id, f.expires_at_ms);
-      this.#dirty.add(shard);
     }
-    if (this.#dirty.size === 0) return Promise.resolve();
+    // A grant confirmed unchanged (a duplicate acquire) is answered only once no batch that may
+    // hold it is still being written: a failed batch then fails this reply too, instead of the
+    // job holding a grant the reloaded tenant never saw (review finding, "Known gaps").
+    if (this.#dirty.size === 0) return sync ? (this.#next ?? this.#inFlight) : Promise.resolve();
     this.#next ??= this.#inFlight.catch(() => undefined).then(() => this.#write(ctx));
     return this.#next;
   }

@@ -156,7 +156,7 @@ describe("tenant actor: durable grants (hole 8)", () => {
     const a = t.acquire("r1");
     assert.deepEqual(a.pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 11_000 }]);
     const again = t.acquire("r1");
-    assert.deepEqual(again.pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 11_000 }].filter(() => false), "same expiry: nothing to write");
+    assert.deepEqual(again.pre, [{ kind: "sync_grant", run_id: "r1" }], "same expiry: nothing to write, the reply waits for the grant's batch");
     t.now = 2_000;
     assert.deepEqual(t.acquire("r1").pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 12_000 }], "a refresh extends the stored grant");
     assert.deepEqual(t.send({ kind: "release", run_id: "r1" }).pre, [{ kind: "del_grant", run_id: "r1" }]);
@@ -229,6 +229,35 @@ describe("tenant shell: grants in shards, group-committed", () => {
     const after = new Map<string, number>();
     await new GrantTable(kv, 3, "t1").load(after);
     assert.deepEqual([...after.keys()], [other]);
+  });
+
+  it("a duplicate acquire of a held grant is answered only after the batch writing it (closed known gap: a failed batch fails the duplicate's reply too)", async () => {
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const kv = new MemoryKv("actors");
+    const t = new Tenant(10);
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    // A KV whose first write hangs until released, then fails: the batch writing "a" fails.
+    let failWrite!: () => void;
+    const hung = new Promise<void>((_, reject) => (failWrite = () => reject(new Error("write lost"))));
+    const create = kv.create.bind(kv);
+    kv.create = async (...a: Parameters<typeof kv.create>) => {
+      await hung;
+      return create(...a);
+    };
+    const first = table.apply(t.acquire("a").pre!, ctxOf());
+    const dup = t.acquire("a"); // the same millisecond: nothing to write
+    assert.deepEqual(dup.reply, { granted: true });
+    assert.deepEqual(dup.pre, [{ kind: "sync_grant", run_id: "a" }]);
+    let dupSettled: "ok" | "failed" | undefined;
+    const second = table.apply(dup.pre!, ctxOf()).then(() => (dupSettled = "ok"), () => (dupSettled = "failed"));
+    await new Promise((r) => setImmediate(r));
+    assert.equal(dupSettled, undefined, "the duplicate's reply waits for the batch");
+    failWrite();
+    await assert.rejects(first, /write lost/);
+    await second;
+    assert.equal(dupSettled, "failed", "and fails with it (the host drops and reloads the tenant; the job re-asks)");
   });
 
   it("a batch of an earlier incarnation cannot undo the grants a later one wrote (CAS per shard); a batch is not started by a node that no longer owns the tenant", async () => {

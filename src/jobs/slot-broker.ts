@@ -1,0 +1,152 @@
+/**
+ * The node's slot broker: the job actors of one scheduler node ask their tenant actors for worker
+ * slots through it (the slot economy, tenant-actor.ts). Every `acquire_slot` and `release_slot`
+ * decided on this node for one tenant within one turn of the event loop rides in ONE `slots`
+ * message to the tenant actor (at most `MAX_SLOT_BATCH` items), which decides them all in one
+ * receive and writes their grants in one group commit (tenant-shell.ts) — instead of a NATS
+ * request, an actor message and a reply per run each way. A grant given at once comes back to
+ * its job actor as `slot_granted` (in-process, `tell`); a later one arrives from the tenant actor
+ * itself, as before.
+ *
+ * What it does not change: each grant is still an entry in the tenant's durable grant table,
+ * named per hold (`<run_id>_<slot_seq>`), so the cap's proof across moves and restarts is the
+ * tenant's, as before (ARCHITECTURE.md "Slots"). The broker holds nothing that must survive: its
+ * queues are requests not yet sent.
+ *
+ * Gotchas: a failed batch (timeout, no owner, overloaded) drops its acquires — each run's
+ * `slot_check` timer asks again (SLOT_RECHECK_MS; re-asking at once after a timeout turned an
+ * overloaded tenant actor into a retry storm) — and puts its releases back for the next batch (a
+ * lost release is safe but under-uses the cap until the tenant's audit). A release cancels an
+ * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
+ * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's).
+ */
+import type { ActorAddress } from "../cluster/placement.ts";
+import { TENANT_ACTOR } from "./ids.ts";
+import { MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./tenant-actor.ts";
+
+/** Batches in flight per tenant from one node. */
+export const IN_FLIGHT_PER_TENANT = 4;
+/** Most requests queued per tenant on one node (beyond it an acquire is dropped; the run re-asks). */
+export const MAX_QUEUED_PER_TENANT = WAITING_LIMIT;
+
+export interface SlotBrokerDeps {
+  /** An actor request (the router's, with its retries until the deadline). */
+  request: (to: ActorAddress, msg: TenantMsg) => Promise<unknown>;
+  /** Runs `fn` on a later turn of the event loop (a 0 ms timer): asks decided together ride together. */
+  defer: (fn: () => void) => void;
+  /** The tenant's cap and weight, sent with each batch (from its record; cached by the caller). */
+  tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
+  tenantWeight?: (tenantId: string) => Promise<number | undefined>;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+}
+
+interface Ask {
+  job: string;
+  ttl_ms: number;
+  granted: () => void;
+}
+
+/** One tenant's queue on this node. */
+interface Lane {
+  asks: Map<string, Ask>;
+  releases: Set<string>;
+  inFlight: number;
+  scheduled: boolean;
+}
+
+export class SlotBroker {
+  readonly #lanes = new Map<string, Lane>();
+  /** Batches sent and items carried (for tests and the cost accounting). */
+  batches = 0;
+  items = 0;
+
+  constructor(private readonly deps: SlotBrokerDeps) {}
+
+  /** Asks for grant `grant` of job actor `job`; `granted` is called if the tenant grants it now. */
+  acquire(tenantId: string, a: { grant: string; job: string; ttl_ms: number }, granted: () => void): void {
+    const lane = this.#lane(tenantId);
+    lane.releases.delete(a.grant);
+    if (!lane.asks.has(a.grant) && lane.asks.size >= MAX_QUEUED_PER_TENANT) return; // the run re-asks
+    lane.asks.set(a.grant, { job: a.job, ttl_ms: a.ttl_ms, granted });
+    this.#kick(tenantId, lane);
+  }
+
+  /** Gives grant `grant` back (a queued acquire of it is cancelled). */
+  release(tenantId: string, grant: string): void {
+    const lane = this.#lane(tenantId);
+    lane.asks.delete(grant);
+    if (lane.releases.size >= MAX_QUEUED_PER_TENANT) return; // lost release: the tenant's audit frees it
+    lane.releases.add(grant);
+    this.#kick(tenantId, lane);
+  }
+
+  /** Requests queued and not yet sent (for tests). */
+  queued(tenantId: string): number {
+    const lane = this.#lanes.get(tenantId);
+    return lane ? lane.asks.size + lane.releases.size : 0;
+  }
+
+  #lane(tenantId: string): Lane {
+    let lane = this.#lanes.get(tenantId);
+    if (!lane) {
+      lane = { asks: new Map(), releases: new Set(), inFlight: 0, scheduled: false };
+      this.#lanes.set(tenantId, lane);
+    }
+    return lane;
+  }
+
+  #kick(tenantId: string, lane: Lane): void {
+    if (lane.scheduled || lane.inFlight >= IN_FLIGHT_PER_TENANT) return;
+    if (lane.asks.size === 0 && lane.releases.size === 0) {
+      if (lane.inFlight === 0 && this.#lanes.get(tenantId) === lane) this.#lanes.delete(tenantId);
+      return;
+    }
+    lane.scheduled = true;
+    this.deps.defer(() => {
+      lane.scheduled = false;
+      void this.#send(tenantId, lane);
+    });
+  }
+
+  async #send(tenantId: string, lane: Lane): Promise<void> {
+    // Releases first (they make room at the tenant), then acquires in the order they were asked.
+    const release: string[] = [];
+    for (const g of lane.releases) {
+      if (release.length >= MAX_SLOT_BATCH) break;
+      release.push(g);
+    }
+    for (const g of release) lane.releases.delete(g);
+    const acquire: SlotAsk[] = [];
+    const asked: Ask[] = [];
+    for (const [g, a] of lane.asks) {
+      if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+      acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms });
+      asked.push(a);
+    }
+    for (const a of acquire) lane.asks.delete(a.run_id);
+    if (release.length + acquire.length === 0) return this.#kick(tenantId, lane);
+    lane.inFlight++;
+    this.batches++;
+    this.items += release.length + acquire.length;
+    // More queued than one batch holds: the next goes out now, without waiting for this reply.
+    this.#kick(tenantId, lane);
+    try {
+      const max = await this.deps.tenantMaxConcurrent?.(tenantId);
+      const weight = await this.deps.tenantWeight?.(tenantId);
+      const reply = (await this.deps.request({ type: TENANT_ACTOR, id: tenantId }, {
+        kind: "slots", acquire, release, ...(max !== undefined ? { max_concurrent: max } : {}), ...(weight !== undefined ? { weight } : {}),
+      })) as { granted?: unknown } | null;
+      const granted = new Set(Array.isArray(reply?.granted) ? reply.granted : []);
+      acquire.forEach((a, i) => {
+        if (granted.has(a.run_id)) asked[i]!.granted();
+      });
+    } catch (e) {
+      // Acquires are asked again by their runs' slot checks; releases go out with the next batch.
+      for (const g of release) if (lane.releases.size < MAX_QUEUED_PER_TENANT) lane.releases.add(g);
+      this.deps.log("warn", "slot batch failed", { tenant: tenantId, acquires: acquire.length, releases: release.length, err: String(e) });
+    } finally {
+      lane.inFlight--;
+      this.#kick(tenantId, lane);
+    }
+  }
+}
