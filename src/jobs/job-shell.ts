@@ -89,6 +89,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     request: (to, msg) => deps.router().request(to, msg),
     defer: (fn) => (deps.defer ?? ((f: () => void) => setImmediate(f)))(fn),
     log: deps.log,
+    fleetSlots: () => deps.workers.capacity(),
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });

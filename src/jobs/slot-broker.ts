@@ -37,6 +37,8 @@ export interface SlotBrokerDeps {
   /** The tenant's cap and weight, sent with each batch (from its record; cached by the caller). */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
+  /** The fleet's worker slots as this node sees them (0: unknown), sent with each batch. */
+  fleetSlots?: () => number;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 }
 
@@ -133,8 +135,10 @@ export class SlotBroker {
     try {
       const max = await this.deps.tenantMaxConcurrent?.(tenantId);
       const weight = await this.deps.tenantWeight?.(tenantId);
+      const fleet = this.deps.fleetSlots?.();
       const reply = (await this.deps.request({ type: TENANT_ACTOR, id: tenantId }, {
         kind: "slots", acquire, release, ...(max !== undefined ? { max_concurrent: max } : {}), ...(weight !== undefined ? { weight } : {}),
+        ...(fleet !== undefined ? { fleet_slots: fleet } : {}),
       })) as { granted?: unknown } | null;
       const granted = new Set(Array.isArray(reply?.granted) ? reply.granted : []);
       acquire.forEach((a, i) => {

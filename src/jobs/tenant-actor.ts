@@ -43,6 +43,12 @@ export interface TenantState {
   max_concurrent: number;
   /** The tenant's weight (from its record, with each acquire). */
   weight: number;
+  /**
+   * The fleet's worker slots as the asking node's worker directory sees them (with each `slots`
+   * batch; absent or 0: unknown). Without a share, grants stop there too: a grant beyond every
+   * worker slot only makes a run hold a slot of the tenant while it waits for a worker.
+   */
+  fleet_slots?: number;
   /** Fair share of the fleet's slots (soft; absent: max_concurrent applies alone). */
   share?: number;
   /** When the share was heard; after SHARE_TTL_MS without one it is dropped. */
@@ -71,7 +77,7 @@ export type TenantMsg =
   | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number; weight?: number }
   | { kind: "release"; run_id: string }
   /** Many acquires and releases from one node's slot broker (slot-broker.ts), in one decision. */
-  | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number }
+  | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number; fleet_slots?: number }
   | { kind: "set_quota"; max_concurrent: number; weight?: number }
   | { kind: "fair_report" }
   | { kind: "share"; share: number | null }
@@ -158,10 +164,15 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       let fail: { code: "overloaded"; message: string } | undefined;
       if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
       if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
+      if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
+        if (msg.fleet_slots > 0) state.fleet_slots = msg.fleet_slots;
+        else delete state.fleet_slots;
+      }
       // Grants are made while running < limit(): the cap, and the fair share when there is one.
       const limit = () => {
         if (state.share !== undefined) return Math.min(state.max_concurrent, Math.max(1, state.share));
-        return state.awaiting_since_ms !== undefined ? 1 : state.max_concurrent;
+        if (state.awaiting_since_ms !== undefined) return 1;
+        return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
       };
       /** One acquire (idempotent per grant id): granted, waiting (FIFO), or refused (list full). */
       const acquire = (id: string, job: string, ttlMs: number): "granted" | "waiting" | "overloaded" => {

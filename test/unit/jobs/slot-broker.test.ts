@@ -174,6 +174,21 @@ describe("tenant actor: a slots batch", () => {
     assert.deepEqual([...second!.state.waiting.keys()], ["d"]);
   });
 
+  it("without a share, grants stop at the fleet's slots the asking node sees (0: unknown, the cap alone)", () => {
+    const asks = (from: number, n: number) => Array.from({ length: n }, (_, i) => ({ run_id: `r${from + i}`, job: "t1.j", ttl_ms: 10_000 }));
+    const actor = makeTenantActor(1_000);
+    const state = actor.initialState("t1");
+    const slots = (m: Omit<Extract<TenantMsg, { kind: "slots" }>, "kind">) => {
+      const d = actor.receive(state, { kind: "slots", ...m }, { id: "t1", nowMs: 1_000 });
+      const sent = (d.effects ?? []).filter((e) => e.kind === "send").length;
+      return { granted: (d.reply as { granted: string[] }).granted.length + sent, running: d.state.running.size, waiting: d.state.waiting.size };
+    };
+    assert.deepEqual(slots({ acquire: asks(0, 10), release: [], fleet_slots: 4 }), { granted: 4, running: 4, waiting: 6 }, "4 worker slots in the fleet: 4 grants, the rest wait");
+    // Fleet unknown (no worker heard): the cap applies alone — the 6 waiting first, then the 10 new.
+    assert.deepEqual(slots({ acquire: asks(10, 10), release: [], fleet_slots: 0 }), { granted: 16, running: 20, waiting: 0 });
+    assert.deepEqual(slots({ acquire: asks(20, 1), release: ["r0", "r1"], fleet_slots: 6 }), { granted: 0, running: 18, waiting: 1 }, "6 slots again: nothing more while 18 are held");
+  });
+
   it("skips malformed items and bounds a batch", () => {
     const bad = [null, 7, { run_id: "x" }, { run_id: "y", job: "t1.j", ttl_ms: -1 }, { run_id: "z", job: "t1.j", ttl_ms: Number.NaN }];
     const ok = Array.from({ length: MAX_SLOT_BATCH + 10 }, (_, i) => ({ run_id: `r${i}`, job: "t1.j", ttl_ms: 10_000 }));
