@@ -251,7 +251,7 @@ describe("tenant shell: grants in shards, group-committed", () => {
     assert.deepEqual(dup.reply, { granted: true });
     assert.deepEqual(dup.pre, [{ kind: "sync_grant", run_id: "a" }]);
     let dupSettled: "ok" | "failed" | undefined;
-    const second = table.apply(dup.pre!, ctxOf()).then(() => (dupSettled = "ok"), () => (dupSettled = "failed"));
+    const second = table.apply(dup.pre, ctxOf()).then(() => (dupSettled = "ok"), () => (dupSettled = "failed"));
     await new Promise((r) => setImmediate(r));
     assert.equal(dupSettled, undefined, "the duplicate's reply waits for the batch");
     failWrite();
