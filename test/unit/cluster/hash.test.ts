@@ -30,6 +30,20 @@ describe("hash32 (frozen, placement version 1)", () => {
     });
   }
 
+  it("the ASCII fast path equals the UTF-8 encoder's hash (mixed and long inputs)", () => {
+    const viaBytes = (text: string) => {
+      let h = 0x811c9dc5;
+      for (const b of new TextEncoder().encode(text)) h = Math.imul(h ^ b, 0x01000193);
+      h ^= h >>> 16;
+      h = Math.imul(h, 0x85ebca6b);
+      h ^= h >>> 13;
+      h = Math.imul(h, 0xc2b2ae35);
+      h ^= h >>> 16;
+      return h >>> 0;
+    };
+    for (const s of ["job/t1.jabc", "ascii then é", "é first", "\u007f\u0080", "z".repeat(500), "tenant/t_x✓"]) assert.equal(hash32(s), viaBytes(s), s);
+  });
+
   it("returns an unsigned 32-bit integer", () => {
     for (const s of ["x", "counter/999999", "a".repeat(1000)]) {
       const h = hash32(s);
