@@ -18,6 +18,13 @@ export class TimerQueue<T> {
   readonly #onFire: (key: string, payload: T) => void;
   #heap: Entry<T>[] = [];
   #byKey = new Map<string, Entry<T>>();
+  /**
+   * Live keys by group — a key's text up to and including its first `|` (the host's keys are
+   * `<partition>|…`) — so cancelling a partition's timers visits that partition's keys only
+   * (scanning every key per partition lost took 4 s of one CPU when a node dropped 64 partitions
+   * holding 400,000 timers).
+   */
+  #groups = new Map<string, Set<string>>();
   #seq = 0;
   #armedFor = Number.POSITIVE_INFINITY;
   #cancelHost: (() => void) | undefined;
@@ -46,6 +53,7 @@ export class TimerQueue<T> {
     if (old) old.live = false;
     const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true };
     this.#byKey.set(key, e);
+    if (!old) this.#group(key, true);
     this.#push(e);
     if (dueMs < this.#armedFor) this.#arm();
   }
@@ -55,20 +63,32 @@ export class TimerQueue<T> {
     if (!e) return false;
     e.live = false;
     this.#byKey.delete(key);
+    this.#group(key, false);
     return true;
+  }
+
+  /** Adds `key` to its group's set, or removes it. */
+  #group(key: string, add: boolean): void {
+    const i = key.indexOf("|");
+    if (i < 0) return;
+    const g = key.slice(0, i + 1);
+    let set = this.#groups.get(g);
+    if (add) {
+      if (!set) this.#groups.set(g, (set = new Set()));
+      set.add(key);
+    } else if (set) {
+      set.delete(key);
+      if (set.size === 0) this.#groups.delete(g);
+    }
   }
 
   /** Cancels every timer whose key starts with `prefix` (e.g. all timers of a partition). */
   cancelPrefix(prefix: string): number {
-    let n = 0;
-    for (const [k, e] of this.#byKey) {
-      if (k.startsWith(prefix)) {
-        e.live = false;
-        this.#byKey.delete(k);
-        n++;
-      }
-    }
-    return n;
+    const i = prefix.indexOf("|");
+    // A whole group (`<group>|`): its keys only. Any other prefix: a scan of every key.
+    const keys = i === prefix.length - 1 ? [...(this.#groups.get(prefix) ?? [])] : [...this.#byKey.keys()].filter((k) => k.startsWith(prefix));
+    for (const k of keys) this.cancel(k);
+    return keys.length;
   }
 
   dueOf(key: string): number | undefined {
@@ -95,6 +115,7 @@ export class TimerQueue<T> {
       if (top.dueMs > now) break;
       this.#pop();
       this.#byKey.delete(top.key);
+      this.#group(top.key, false);
       fired++;
       this.#onFire(top.key, top.payload);
     }

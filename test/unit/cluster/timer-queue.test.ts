@@ -154,11 +154,12 @@ type Op =
   | { op: "cancelPrefix"; prefix: string }
   | { op: "advance"; ms: number };
 
-const keyArb = fc.tuple(fc.constantFrom("a", "b", "c"), fc.integer({ min: 0, max: 5 })).map(([p, i]) => `${p}${i}`);
+// Keys with and without a group (`<group>|…`, the host's partition prefix, indexed for cancelPrefix).
+const keyArb = fc.tuple(fc.constantFrom("a", "b", "c", "a|", "b|", "a1|"), fc.integer({ min: 0, max: 5 })).map(([p, i]) => `${p}${i}`);
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ op: fc.constant("schedule" as const), key: keyArb, delay: fc.integer({ min: -20, max: 200 }) }) },
   { weight: 2, arbitrary: fc.record({ op: fc.constant("cancel" as const), key: keyArb }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant("cancelPrefix" as const), prefix: fc.constantFrom("a", "b", "c", "a1") }) },
+  { weight: 1, arbitrary: fc.record({ op: fc.constant("cancelPrefix" as const), prefix: fc.constantFrom("a", "b", "c", "a1", "a|", "b|", "a1|", "a|1") }) },
   { weight: 3, arbitrary: fc.record({ op: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 150 }) }) },
 );
 
