@@ -1,7 +1,8 @@
 /**
  * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
  * attempts offered by job actors (the claim), heartbeats its attempts in batches (one request per
- * partition, src/cluster/router.ts `requestMany`) to the owning job actors, runs each through the
+ * partition, src/cluster/router.ts `requestMany`) to the owning job actors — an attempt prepared
+ * ahead only at its claim and as its start nears (`#needsBeat`) — runs each through the
  * sandbox executor, and reports completion with the fence. On start it kills containers of its
  * own left by an earlier incarnation.
  *
@@ -300,7 +301,8 @@ export class Worker {
 
   async #heartbeatRound(): Promise<void> {
     this.#enforce();
-    const live = [...this.#leases.values()].filter((l) => !l.lost);
+    const wallNow = this.#o.clock.now();
+    const live = [...this.#leases.values()].filter((l) => !l.lost && this.#needsBeat(l, wallNow));
     if (live.length === 0) return;
     const sentAt = this.#o.clock.monoMs();
     const results = await this.#o.router.requestMany(
@@ -332,11 +334,40 @@ export class Worker {
   }
 
   /**
+   * Whether this round heartbeats `l`. An attempt acknowledged once and waiting for a start more
+   * than half a lease TTL away is left out: nothing is at stake before it starts (it starts only
+   * under a fresh acknowledgement, and its owner's lease runs until start_at + TTL — run-lifecycle.ts
+   * `leaseEndMs`), so a run prepared 60 s ahead costs ~3 heartbeats instead of one per round
+   * (~24: at 200,000 prepared runs the waiting heartbeats were most of the scheduler's messages).
+   * The rounds within the last half TTL (at least two) make its acknowledgement fresh at start_at
+   * and tell a gated run `hold` or go.
+   */
+  #needsBeat(l: Lease, wallNow: number): boolean {
+    if (l.execution || l.completion || l.due || l.held || l.validUntilMono === undefined) return true;
+    // At least two rounds before start_at, each acknowledgement still fresh at start_at.
+    const window = Math.min(l.req.lease_ttl_ms - this.#margin(l), Math.max(l.req.lease_ttl_ms / 2, 2 * this.#o.heartbeatIntervalMs));
+    return l.req.start_at_ms - wallNow <= window;
+  }
+
+  /**
+   * Monotonic time at which an attempt not ended is dropped (`#enforce`): its last acknowledgement
+   * + TTL − margin — an offer never acknowledged counts from its acceptance — except that an
+   * acknowledged attempt not started yet is kept until start_at + TTL, when its owner's lease ends
+   * (it is not heartbeated before its start nears, see `#needsBeat`, and never starts stale).
+   */
+  #dropAtMono(l: Lease, monoNow: number, wallNow: number): number {
+    if (l.validUntilMono === undefined) return l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l);
+    if (l.execution) return l.validUntilMono;
+    return Math.max(l.validUntilMono, monoNow + l.req.start_at_ms + l.req.lease_ttl_ms - wallNow);
+  }
+
+  /**
    * Self-fencing: drops offers never acknowledged in time and kills attempts whose last
    * acknowledgement ran out (the owner may already have offered the run elsewhere).
    */
   #enforce(): void {
     const now = this.#o.clock.monoMs();
+    const wallNow = this.#o.clock.now();
     for (const l of [...this.#leases.values()]) {
       if (l.completion) {
         // A worker cut off for longer than the completion deadline gives the report up (the slot
@@ -349,8 +380,7 @@ export class Worker {
         continue;
       }
       if (l.lost) continue;
-      const until = l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l);
-      if (now < until) continue;
+      if (now < this.#dropAtMono(l, now, wallNow)) continue;
       this.#o.onEvent?.({ type: l.execution ? "self_fenced" : "offer_expired", run_id: l.req.run_id, attempt: l.req.attempt });
       void this.#kill(l, "self-fenced: no acknowledged heartbeat within the lease", true);
     }
@@ -362,9 +392,11 @@ export class Worker {
     this.#cancelFence?.();
     this.#cancelFence = undefined;
     let earliest = Number.POSITIVE_INFINITY;
+    const monoNow = this.#o.clock.monoMs();
+    const wallNow = this.#o.clock.now();
     for (const l of this.#leases.values()) {
       if (l.lost || l.completion) continue;
-      earliest = Math.min(earliest, l.validUntilMono ?? l.acceptedAtMono + l.req.lease_ttl_ms - this.#margin(l));
+      earliest = Math.min(earliest, this.#dropAtMono(l, monoNow, wallNow));
     }
     if (!Number.isFinite(earliest) || this.#stopping) return;
     this.#cancelFence = this.#o.clock.setTimer(Math.max(0, earliest - this.#o.clock.monoMs()) + 1, () => {

@@ -191,6 +191,46 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
+  it("an attempt prepared a minute ahead is heartbeated at its claim and as its start nears only, is not dropped meanwhile, and starts on time under a fresh acknowledgement", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 60_000), { accepted: true });
+    await t.runTo(T0 + 60_000 + 200);
+    assert.equal(t.executor.starts(), 1);
+    assert.ok(t.executor.log[0]!.at >= T0 + 60_000 && t.executor.log[0]!.at < T0 + 60_000 + 50, `started at +${t.executor.log[0]!.at - T0} ms`);
+    assert.deepEqual(t.evs("offer_expired"), []);
+    const before = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at < T0 + 60_000).map((h) => h.at - T0);
+    const claim = before.filter((at) => at < HB);
+    const nearing = before.filter((at) => at >= HB);
+    assert.ok(claim.length >= 1, "the claim is confirmed at once");
+    assert.ok(nearing.length >= 2 && nearing.length <= 4, `a few rounds as the start nears, not one per round for a minute: ${JSON.stringify(before)}`);
+    assert.ok(nearing.every((at) => at >= 60_000 - Math.max(TTL / 2, 2 * HB)), `none long before the start: ${JSON.stringify(nearing)}`);
+    await t.worker.stop();
+  });
+
+  it("an attempt prepared ahead whose owner re-offered it elsewhere learns it at its first heartbeat as its start nears and never starts", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 30_000), { accepted: true });
+    await t.runTo(T0 + 10_000);
+    t.owner.hb = "lease_lost";
+    await t.runTo(T0 + 31_000);
+    assert.equal(t.executor.starts(), 0);
+    assert.deepEqual(t.evs("lease_lost").map((e) => e.run_id), ["r1"]);
+    await t.worker.stop();
+  });
+
+  it("an attempt prepared ahead whose owner stays silent as its start nears does not start, and is dropped at start_at + TTL", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 30_000), { accepted: true });
+    await t.runTo(T0 + 10_000);
+    t.owner.hb = "silent";
+    await t.runTo(T0 + 30_000 + TTL - 10);
+    assert.equal(t.executor.starts(), 0, "never started without a fresh acknowledgement");
+    assert.deepEqual(t.evs("offer_expired"), [], "kept while its owner's lease runs");
+    await t.runTo(T0 + 30_000 + TTL + 100);
+    assert.deepEqual(t.evs("offer_expired").map((e) => e.run_id), ["r1"]);
+    await t.worker.stop();
+  });
+
   it("2: an offer never acknowledged is dropped (offer_expired) and not started when an acknowledgement would come later", T, async () => {
     const t = await setup();
     t.owner.hb = "silent";
