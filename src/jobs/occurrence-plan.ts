@@ -34,15 +34,29 @@ export function scheduleOf(spec: JobSpec): CompiledSchedule {
  *   (`holdOf`), and at the due instant skips it if one still is (`gate` timer). In the common case
  *   nothing blocks it from preparation on, and it starts on time with no round trip at the due
  *   instant. One gated run at a time: while it waits, the window is closed.
- * - `queue`, `replace`: none (they act on other runs at the due instant).
+ * - `queue`, `replace`: the NEXT occurrence only, prepared gated, while the job has no active run
+ *   (the common case: the last run ended long before the next is due). What they decide at the
+ *   due instant about other runs is then about runs created after the preparation (a run started
+ *   by hand meanwhile): `replace` cancels such a run scheduled before it at its `gate`; `queue`,
+ *   like `skip`, lets a run created later not block it. With a run active at the start of the
+ *   window, they fire at the due instant as without look-ahead (`aheadFor`).
  */
 export function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
+  return aheadFor(s, now) && undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+}
+
+/** Whether the job prepares its next occurrence ahead now (see `lookahead`). */
+function aheadFor(s: JobState, now: number): boolean {
   switch (s.job?.spec.overlap) {
     case "allow":
     case "skip":
-      return undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+      return true;
+    case "queue":
+    case "replace":
+      // No active run but the one prepared ahead and not yet due (its window waits for it).
+      return s.runs.every((r) => r.gate === true && r.scheduled_for_ms > now);
     default:
-      return 0;
+      return false;
   }
 }
 
@@ -81,8 +95,7 @@ export function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
   if (!s.job) return due;
   // A run prepared ahead closes the window until its due instant (one ahead at a time).
-  const ahead = s.job.spec.overlap === "skip" || s.job.spec.overlap === "allow";
-  const la = ahead ? cfg.lookaheadMs : 0;
+  const la = aheadFor(s, now) ? cfg.lookaheadMs : 0;
   if (la <= 0) return due;
   const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
   const waitFor = undecided(s, now);

@@ -81,7 +81,9 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
       if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
       return createRun(tx, scheduledForMs, trigger, runId);
     case "queue":
-      if (!active) return createRun(tx, scheduledForMs, trigger, runId);
+      // Not due yet (look-ahead, only with no run active — occurrence-plan.ts `lookahead`):
+      // prepared gated; a queued occurrence leaving the queue before its due instant likewise.
+      if (!active) return createRun(tx, scheduledForMs, trigger, runId, scheduledForMs > tx.now);
       if (tx.s.queued.length >= tx.cfg.queueLimit) {
         return recordTerminal(tx, scheduledForMs, trigger, "skipped", `overlap: queue full (${tx.cfg.queueLimit})`);
       }
@@ -89,6 +91,9 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
       tx.changed = true;
       return;
     case "replace":
+      // Not due yet (look-ahead, only with no run active): prepared gated; at its due instant its
+      // `gate` cancels any run scheduled before it that is still active (run-lifecycle.ts onGate).
+      if (scheduledForMs > tx.now && !active) return createRun(tx, scheduledForMs, trigger, runId, true);
       // Written (not deferred): the replaced runs' workers are told to stop and their slots drain.
       if (tx.s.runs.length > 0) tx.changed = true;
       for (const r of [...tx.s.runs]) finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
@@ -109,7 +114,10 @@ export function fire(tx: Tx): void {
   const due: number[] = [];
   let cursor = s.next_run_at_ms;
   let dropped = 0;
-  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now)) {
+  // queue/replace act on the runs active at a due instant: one prepared ahead never rides with
+  // occurrences due now (they may start runs it would then have to queue behind or replace).
+  const aheadWithDue = s.job.spec.overlap === "allow" || s.job.spec.overlap === "skip";
+  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now) && !(cursor > tx.now && due.length > 0 && !aheadWithDue)) {
     if (due.length >= MAX_ENUMERATED) {
       due.shift();
       dropped++;

@@ -61,6 +61,10 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
     tx.occur(next, "schedule");
     tx.changed = true; // the queue is durable state (no record holds a queued occurrence)
   }
+  // queue/replace prepare ahead only while no run is active (occurrence-plan.ts `lookahead`):
+  // the last one ended, so the next occurrence's window opens now instead of at its due instant.
+  const overlap = tx.job.spec.overlap;
+  if (tx.s.runs.length === 0 && (overlap === "queue" || overlap === "replace") && !tx.s.deleted && tx.job.spec.enabled) tx.armFire();
 }
 
 function mapOutcome(c: Completion): AttemptOutcome {
@@ -285,6 +289,13 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
 function onGate(tx: Tx, r: ActiveRun | undefined): D {
   if (actsOn("gate", r) && r.gate && r.started_at_ms === null && holdOf(tx.s, r)) {
     finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
+  }
+  // overlap=replace prepared ahead: the due occurrence replaces every run scheduled before it
+  // that is still active (one started by hand since the preparation). Written, as a replace is.
+  if (r?.gate && tx.job.spec.overlap === "replace" && tx.run(r.run_id)) {
+    const older = tx.s.runs.filter((x) => x !== r && x.scheduled_for_ms < r.scheduled_for_ms);
+    for (const x of older) finish(tx, x, "cancelled", "replaced by a newer occurrence", null);
+    if (older.length > 0) tx.changed = true;
   }
   return tx.done(null);
 }

@@ -175,6 +175,69 @@ describe("job actor: overlap", () => {
     assert.deepEqual(d.dispatches.map((x) => x.scheduled_for_ms), [sec(2), sec(4), sec(6)]);
   });
 
+  it("queue with look-ahead: with no run active the next occurrence is prepared gated; one falling due while a run is active waits in the queue and starts when it ends — never two at once", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "queue" }));
+    d.advance(0);
+    const first = d.state.runs[0]!;
+    assert.equal(first.scheduled_for_ms, sec(2), "prepared ahead");
+    assert.equal(first.gate, true);
+    assert.equal(first.status, "leased", "slot and worker matched before it is due");
+    assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "its worker starts it at scheduled_for");
+    assert.deepEqual(d.heartbeat(first.run_id).reply, { ok: true });
+    d.advance(sec(2) - d.now);
+    d.heartbeat(first.run_id, first.fence, d.now); // started, and runs past :04
+    assert.deepEqual(d.state.runs.map((r) => r.run_id), [first.run_id], "a run is active: nothing prepared ahead");
+    assert.ok((d.timers.get("fire")?.atMs ?? 0) >= sec(4), "the next fires at its due instant");
+    d.advance(sec(4) - d.now);
+    assert.deepEqual(d.state.queued, [sec(4)], ":04 fell due while :02 runs: queued");
+    assert.equal(d.state.runs.length, 1);
+    d.complete(first.run_id);
+    const next = d.state.runs[0]!;
+    assert.equal(next.scheduled_for_ms, sec(4));
+    assert.equal(next.status, "leased", "the queued occurrence starts when the earlier run ends");
+    d.complete(next.run_id);
+    // Idle again: :06 is prepared ahead once more.
+    d.advance(sec(6) - 1 - d.now);
+    assert.deepEqual(d.state.runs.map((r) => [r.scheduled_for_ms, r.gate]), [[sec(6), true]]);
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("replace with look-ahead: prepared gated with no run active; a run started by hand after the preparation is cancelled at the due instant, and the prepared one was never held", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "replace" }));
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    assert.equal(r.gate, true);
+    assert.equal(r.status, "leased");
+    d.advance(100);
+    d.send({ kind: "run_now" });
+    const manual = d.state.runs.find((x) => x.trigger === "manual")!;
+    d.heartbeat(manual.run_id, manual.fence, d.now); // started
+    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "go: replace never holds its own occurrence");
+    d.advance(sec(2) - d.now);
+    const rec = d.records.get(manual.run_id);
+    assert.equal(rec?.status, "cancelled");
+    assert.equal(rec.reason, "replaced by a newer occurrence");
+    assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => p.run_id), [manual.run_id]);
+    assert.deepEqual(d.state.runs.map((x) => x.run_id).filter((id) => id !== r.run_id && id !== runIdFor(JOB, sec(4))), [], "only the occurrence (and the next prepared) remain");
+    assert.notEqual(d.records.get(r.run_id)?.status, "cancelled");
+  });
+
+  it("replace with look-ahead: a run active at the window's start is replaced at the due instant, as without look-ahead", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "replace" }));
+    d.advance(sec(2) - d.now);
+    const old = d.state.runs[0]!;
+    d.heartbeat(old.run_id, old.fence, d.now); // started, runs long
+    d.advance(sec(4) - 1 - d.now);
+    assert.deepEqual(d.state.runs.map((x) => x.run_id), [old.run_id], "nothing prepared while a run is active");
+    d.advance(1);
+    assert.equal(d.records.get(old.run_id)?.status, "cancelled");
+    assert.deepEqual(d.state.runs.map((x) => x.scheduled_for_ms), [sec(4)]);
+    assert.equal(d.state.runs[0]?.status, "leased");
+  });
+
   it("allow: runs overlap, and are created look-ahead before they are due with start_at = scheduled_for", () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec({ overlap: "allow" }));
