@@ -152,7 +152,7 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {
-    if (r.gate && r.started_at_ms === null) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
+    if (r.gate && (r.started_at_ms === null || s.job?.spec.overlap === "replace")) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
     if (isLeased(r)) {
       // A fresh grace period: live workers re-heartbeat with the same fence.
       fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });

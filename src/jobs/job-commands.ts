@@ -10,7 +10,7 @@
  */
 import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
-import { runIdFor } from "./ids.ts";
+import { grantId, runIdFor } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
 import { activeRunView, activeRunsReply, jobView } from "./job-state.ts";
 import type { JobSpec } from "./model.ts";
@@ -112,6 +112,26 @@ function remove(tx: Tx): D {
   return tx.done({ ok: true });
 }
 
+/**
+ * overlap=queue: an occurrence prepared ahead (look-ahead, occurrence-plan.ts) goes back into the
+ * queue when a run is started by hand before it, so it waits for that run as it would have
+ * without look-ahead (it starts when the manual run ends, or at its due time if that is later).
+ * Its record stays `queued`; its worker is told to drop the attempt and its slot goes back. Only
+ * one more than a lease TTL from its due time (a worker's clock running ahead cannot have started
+ * it; closer than that it is left to run as prepared).
+ */
+function unprepareQueued(tx: Tx): void {
+  const s = tx.s;
+  for (const r of [...s.runs]) {
+    if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs) continue;
+    s.runs = s.runs.filter((x) => x !== r);
+    for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${r.run_id}`);
+    if (r.worker !== null && r.fence > 0) tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+    if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+    if (!s.queued.includes(r.scheduled_for_ms)) s.queued = [r.scheduled_for_ms, ...s.queued].sort((a, b) => a - b);
+  }
+}
+
 function runNow(tx: Tx, m: Command<"run_now">): D {
   const s = tx.s;
   const job = s.job!;
@@ -122,6 +142,7 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
     return tx.done(active ? { run: activeRunView(job, active) } : { run_id: prior.run_id });
   }
   if (s.runs.length >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs`));
+  if (job.spec.overlap === "queue") unprepareQueued(tx);
   const seq = ++s.manual_seq;
   const runId = runIdFor(job.job_id, tx.now, seq);
   createRun(tx, tx.now, "manual", runId);

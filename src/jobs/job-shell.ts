@@ -75,8 +75,8 @@ export interface JobShellDeps {
   deadLetters?: DeadLetterOutbox;
   /** The node's slot broker (default: one for this registration, see slot-broker.ts). */
   slots?: SlotBroker;
-  /** Runs `fn` on a later turn of the event loop (default `setImmediate`; the simulation's clock). */
-  defer?: (fn: () => void) => void;
+  /** Runs `fn` after `ms`, 0: on a later turn of the event loop (default `setImmediate`/`setTimeout`; the simulation's clock). */
+  defer?: (fn: () => void, ms: number) => void;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
   secrets?: SecretEnvStore;
 }
@@ -87,7 +87,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   const dispatch = makeDispatcher(cfg, deps);
   const slots = deps.slots ?? new SlotBroker({
     request: (to, msg) => deps.router().request(to, msg),
-    defer: (fn) => (deps.defer ?? ((f: () => void) => setImmediate(f)))(fn),
+    defer: (fn, ms) => (deps.defer ?? ((f: () => void, wait: number) => (wait > 0 ? setTimeout(f, wait) : setImmediate(f))))(fn, ms),
     log: deps.log,
     fleetSlots: () => deps.workers.capacity(),
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),

@@ -81,8 +81,8 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
       if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
       return createRun(tx, scheduledForMs, trigger, runId);
     case "queue":
-      // Not due yet (look-ahead, only with no run active — occurrence-plan.ts `lookahead`):
-      // prepared gated; a queued occurrence leaving the queue before its due instant likewise.
+      // Not due yet (look-ahead, only with no run active — occurrence-plan.ts `lookahead`; or an
+      // occurrence sent back to the queue by a run-now, job-commands.ts): prepared gated.
       if (!active) return createRun(tx, scheduledForMs, trigger, runId, scheduledForMs > tx.now);
       if (tx.s.queued.length >= tx.cfg.queueLimit) {
         return recordTerminal(tx, scheduledForMs, trigger, "skipped", `overlap: queue full (${tx.cfg.queueLimit})`);

@@ -295,7 +295,13 @@ function onGate(tx: Tx, r: ActiveRun | undefined): D {
   if (r?.gate && tx.job.spec.overlap === "replace" && tx.run(r.run_id)) {
     const older = tx.s.runs.filter((x) => x !== r && x.scheduled_for_ms < r.scheduled_for_ms);
     for (const x of older) finish(tx, x, "cancelled", "replaced by a newer occurrence", null);
+    // Decided: the gate is not re-armed on a later activation (job-actor.ts onActivate re-arms a
+    // replace gate until then, even once the run has started).
+    delete r.gate;
+    // Written when it replaced runs (as a replace at the due instant is); else deferred — lost,
+    // the gate is re-armed on activation and decides the same again.
     if (older.length > 0) tx.changed = true;
+    else tx.defer();
   }
   return tx.done(null);
 }

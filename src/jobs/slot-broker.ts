@@ -15,8 +15,9 @@
  *
  * Gotchas: a failed batch (timeout, no owner, overloaded) drops its acquires — each run's
  * `slot_check` timer asks again (SLOT_RECHECK_MS; re-asking at once after a timeout turned an
- * overloaded tenant actor into a retry storm) — and puts its releases back for the next batch (a
- * lost release is safe but under-uses the cap until the tenant's audit). A release cancels an
+ * overloaded tenant actor into a retry storm) — and puts its releases back for a later batch,
+ * sent after a capped exponential backoff, each release at most RELEASE_ATTEMPTS times (a lost
+ * release is safe but under-uses the cap until the tenant's audit). A release cancels an
  * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
  * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's).
  */
@@ -32,8 +33,8 @@ export const MAX_QUEUED_PER_TENANT = WAITING_LIMIT;
 export interface SlotBrokerDeps {
   /** An actor request (the router's, with its retries until the deadline). */
   request: (to: ActorAddress, msg: TenantMsg) => Promise<unknown>;
-  /** Runs `fn` on a later turn of the event loop (a 0 ms timer): asks decided together ride together. */
-  defer: (fn: () => void) => void;
+  /** Runs `fn` after `ms` (0: a later turn of the event loop — asks decided together ride together). */
+  defer: (fn: () => void, ms: number) => void;
   /** The tenant's cap and weight, sent with each batch (from its record; cached by the caller). */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
@@ -51,9 +52,20 @@ interface Ask {
 /** One tenant's queue on this node. */
 interface Lane {
   asks: Map<string, Ask>;
-  releases: Set<string>;
+  /** Releases to send, with how many batches carrying each have failed. */
+  releases: Map<string, number>;
   inFlight: number;
   scheduled: boolean;
+  /** Consecutive failed batches: the next one waits `retryDelayMs(failures)` (0: at once). */
+  failures: number;
+}
+
+/** A failed release is sent again at most this many times, then left to the tenant's audit. */
+export const RELEASE_ATTEMPTS = 5;
+
+/** After `failures` failed batches in a row, the next waits this long (capped exponential). */
+export function retryDelayMs(failures: number): number {
+  return failures === 0 ? 0 : Math.min(5_000, 100 * 2 ** Math.min(failures - 1, 6));
 }
 
 export class SlotBroker {
@@ -78,7 +90,7 @@ export class SlotBroker {
     const lane = this.#lane(tenantId);
     lane.asks.delete(grant);
     if (lane.releases.size >= MAX_QUEUED_PER_TENANT) return; // lost release: the tenant's audit frees it
-    lane.releases.add(grant);
+    lane.releases.set(grant, 0);
     this.#kick(tenantId, lane);
   }
 
@@ -91,7 +103,7 @@ export class SlotBroker {
   #lane(tenantId: string): Lane {
     let lane = this.#lanes.get(tenantId);
     if (!lane) {
-      lane = { asks: new Map(), releases: new Set(), inFlight: 0, scheduled: false };
+      lane = { asks: new Map(), releases: new Map(), inFlight: 0, scheduled: false, failures: 0 };
       this.#lanes.set(tenantId, lane);
     }
     return lane;
@@ -107,15 +119,17 @@ export class SlotBroker {
     this.deps.defer(() => {
       lane.scheduled = false;
       void this.#send(tenantId, lane);
-    });
+    }, retryDelayMs(lane.failures));
   }
 
   async #send(tenantId: string, lane: Lane): Promise<void> {
     // Releases first (they make room at the tenant), then acquires in the order they were asked.
     const release: string[] = [];
-    for (const g of lane.releases) {
+    const tries = new Map<string, number>();
+    for (const [g, n] of lane.releases) {
       if (release.length >= MAX_SLOT_BATCH) break;
       release.push(g);
+      tries.set(g, n);
     }
     for (const g of release) lane.releases.delete(g);
     const acquire: SlotAsk[] = [];
@@ -144,10 +158,19 @@ export class SlotBroker {
       acquire.forEach((a, i) => {
         if (granted.has(a.run_id)) asked[i]!.granted();
       });
+      lane.failures = 0;
     } catch (e) {
-      // Acquires are asked again by their runs' slot checks; releases go out with the next batch.
-      for (const g of release) if (lane.releases.size < MAX_QUEUED_PER_TENANT) lane.releases.add(g);
-      this.deps.log("warn", "slot batch failed", { tenant: tenantId, acquires: acquire.length, releases: release.length, err: String(e) });
+      // Acquires are asked again by their runs' slot checks; releases go out with a later batch,
+      // after a backoff (a tenant that fails at once — overloaded, its write failed, the
+      // connection closed — is not hammered), each at most RELEASE_ATTEMPTS times.
+      lane.failures++;
+      for (const g of release) {
+        const n = (tries.get(g) ?? 0) + 1;
+        if (n < RELEASE_ATTEMPTS && lane.releases.size < MAX_QUEUED_PER_TENANT && !lane.releases.has(g)) lane.releases.set(g, n);
+      }
+      if (lane.failures === 1 || lane.failures % 10 === 0) {
+        this.deps.log("warn", "slot batch failed", { tenant: tenantId, acquires: acquire.length, releases: release.length, failures: lane.failures, err: String(e) });
+      }
     } finally {
       lane.inFlight--;
       this.#kick(tenantId, lane);

@@ -27,8 +27,9 @@
  * starves on rounding. A tenant becoming busy grants one run at once and the rest when its first
  * share arrives (one round trip: a burst from idle does not take the fleet before the fleet
  * has a say). No share — no answer within SHARE_WAIT_MS, none confirmed for SHARE_TTL_MS, or the
- * fleet knows no worker (null) — means max_concurrent: losing the fleet degrades to capping each
- * tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
+ * fleet knows no worker (null) — means max_concurrent, bounded by the fleet's worker slots the
+ * asking node's directory sees (`fleet_slots`, with each `slots` batch; the last one heard):
+ * losing the fleet actor degrades to capping each tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
  * by durable grants. The report is the peak demand over the last DEMAND_WINDOW_REPORTS intervals
  * (3 s), capped at max_concurrent, so a bursty small tenant (a run every 2 s) keeps room for its
  * bursts instead of finding its slots taken by the large tenants each time. A tenant held back by a

@@ -339,8 +339,10 @@ export class Worker {
    * under a fresh acknowledgement, and its owner's lease runs until start_at + TTL — run-lifecycle.ts
    * `leaseEndMs`), so a run prepared 60 s ahead costs ~3 heartbeats instead of one per round
    * (~24: at 200,000 prepared runs the waiting heartbeats were most of the scheduler's messages).
-   * The rounds within the last half TTL (at least two) make its acknowledgement fresh at start_at
-   * and tell a gated run `hold` or go.
+   * The rounds within the last window before it (half the TTL, at least two heartbeat intervals,
+   * at most TTL − margin: two rounds with the defaults) make its acknowledgement fresh at
+   * start_at and tell a gated run `hold` or go; if none is, it asks at start_at and starts on the
+   * acknowledgement.
    */
   #needsBeat(l: Lease, wallNow: number): boolean {
     if (l.execution || l.completion || l.due || l.held || l.validUntilMono === undefined) return true;

@@ -178,7 +178,7 @@ export class SimCluster {
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
         sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
-        defer: (fn) => void process.clock.setTimer(0, fn),
+        defer: (fn, ms) => void process.clock.setTimer(ms, fn),
         // Bounded history as production runs it: a prune pass on the first terminal run after
         // a job comes to a node, among the run path's own writes.
         retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),

@@ -203,6 +203,31 @@ describe("job actor: overlap", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  it("queue with look-ahead: a run started by hand before a prepared occurrence sends it back to the queue; it starts when the manual run ends — never two at once", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000, leaseTtlMs: 1_000 }));
+    d.create(spec({ overlap: "queue" }));
+    d.advance(0);
+    const prepared = d.state.runs[0]!;
+    assert.equal(prepared.gate, true);
+    const fence = prepared.fence;
+    d.send({ kind: "run_now" });
+    const manual = d.state.runs.find((x) => x.trigger === "manual")!;
+    assert.deepEqual(d.state.runs.map((x) => x.run_id), [manual.run_id], "the prepared occurrence left the active runs");
+    assert.deepEqual(d.state.queued, [sec(2)], "and waits in the queue");
+    assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => [p.run_id, p.fence]), [[prepared.run_id, fence]], "its worker drops the attempt");
+    assert.ok(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === prepared.run_id), "its slot goes back");
+    assert.equal(d.heartbeat(prepared.run_id, fence).fail?.code, "lease_lost");
+    d.heartbeat(manual.run_id, manual.fence, d.now); // the manual run starts and runs past :02
+    d.advance(sec(2) + 500 - d.now);
+    assert.equal(d.state.runs.length, 1, "nothing else started at :02");
+    d.complete(manual.run_id);
+    const next = d.state.runs[0]!;
+    assert.equal(next.run_id, prepared.run_id, "the occurrence starts when the manual run ends");
+    assert.equal(next.status, "leased");
+    assert.ok(next.fence > fence);
+    assert.deepEqual(d.violations, []);
+  });
+
   it("replace with look-ahead: prepared gated with no run active; a run started by hand after the preparation is cancelled at the due instant, and the prepared one was never held", () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec({ overlap: "replace" }));
@@ -222,6 +247,21 @@ describe("job actor: overlap", () => {
     assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => p.run_id), [manual.run_id]);
     assert.deepEqual(d.state.runs.map((x) => x.run_id).filter((id) => id !== r.run_id && id !== runIdFor(JOB, sec(4))), [], "only the occurrence (and the next prepared) remain");
     assert.notEqual(d.records.get(r.run_id)?.status, "cancelled");
+    assert.equal(d.state.runs.find((x) => x.run_id === r.run_id)?.gate, undefined, "decided: the gate is not re-armed");
+    const fx = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
+    assert.ok(!fx.some((e) => e.kind === "timer" && e.name === `gate:${r.run_id}`));
+  });
+
+  it("replace with look-ahead: a prepared run that started before its gate was decided still has its gate re-armed on activation", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "replace" }));
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    d.heartbeat(r.run_id, r.fence, d.now); // its worker's clock ran ahead: started early
+    const started = d.state.runs.find((x) => x.run_id === r.run_id)!;
+    assert.ok(started.started_at_ms !== null && started.gate, JSON.stringify(started));
+    const fx = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
+    assert.ok(fx.some((e) => e.kind === "timer" && e.name === `gate:${r.run_id}`), "a replace is decided even when the run started");
   });
 
   it("replace with look-ahead: a run active at the window's start is replaced at the due instant, as without look-ahead", () => {

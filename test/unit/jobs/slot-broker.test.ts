@@ -8,7 +8,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { tenantAddressGuard } from "../../../src/jobs/address-guard.ts";
-import { IN_FLIGHT_PER_TENANT, SlotBroker } from "../../../src/jobs/slot-broker.ts";
+import { IN_FLIGHT_PER_TENANT, RELEASE_ATTEMPTS, SlotBroker, retryDelayMs } from "../../../src/jobs/slot-broker.ts";
 import { makeTenantActor, MAX_SLOT_BATCH, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 /** A tenant actor core behind a request function; `hold` keeps replies back until released. */
@@ -50,8 +50,9 @@ function tenant(max: number) {
 /** Runs deferred flushes by hand, so a test decides what "one turn" holds. */
 function broker(t: ReturnType<typeof tenant>) {
   const turn: (() => void)[] = [];
+  const waits: number[] = [];
   const logs: string[] = [];
-  const b = new SlotBroker({ request: (to, msg) => t.request(to, msg), defer: (fn) => turn.push(fn), log: (_l, m) => logs.push(m), tenantMaxConcurrent: async () => undefined });
+  const b = new SlotBroker({ request: (to, msg) => t.request(to, msg), defer: (fn, ms) => (turn.push(fn), waits.push(ms)), log: (_l, m) => logs.push(m), tenantMaxConcurrent: async () => undefined });
   /** Runs every deferred flush and lets the replies come back, until nothing more is deferred. */
   const flush = async () => {
     do {
@@ -59,7 +60,7 @@ function broker(t: ReturnType<typeof tenant>) {
       for (let i = 0; i < 20; i++) await new Promise((r) => setImmediate(r));
     } while (turn.length > 0);
   };
-  return { b, flush, logs, turn };
+  return { b, flush, logs, turn, waits };
 }
 
 describe("slot broker", () => {
@@ -120,7 +121,7 @@ describe("slot broker", () => {
 
   it("a failed batch drops its acquires and sends its releases again", async () => {
     const t = tenant(5);
-    const { b, flush, logs } = broker(t);
+    const { b, flush, logs, waits } = broker(t);
     b.acquire("t1", { grant: "a_0", job: "t1.j", ttl_ms: 60_000 }, () => assert.fail("not granted"));
     await flush();
     assert.equal(t.state.running.size, 1);
@@ -137,6 +138,25 @@ describe("slot broker", () => {
     assert.ok(last.kind === "slots");
     assert.deepEqual(last.release, ["a_0"]);
     assert.deepEqual(last.acquire, [], "the failed acquire is not resent (its run's slot check asks again)");
+    assert.deepEqual(waits.slice(-2), [0, retryDelayMs(1)], "the failed batch went at once, its resend after a backoff");
+    assert.ok(retryDelayMs(1) > 0);
+  });
+
+  it("a release whose batches keep failing is given up after RELEASE_ATTEMPTS (the tenant's audit frees it), with backoff growing to its cap", async () => {
+    const t = tenant(5);
+    const { b, flush, waits, logs } = broker(t);
+    let fails = 0;
+    t.request = async () => {
+      fails++;
+      throw new Error("closed connection");
+    };
+    b.release("t1", "a_0");
+    await flush();
+    assert.equal(fails, RELEASE_ATTEMPTS);
+    assert.equal(b.queued("t1"), 0);
+    assert.deepEqual(waits, [0, ...Array.from({ length: RELEASE_ATTEMPTS - 1 }, (_, i) => retryDelayMs(i + 1))]);
+    assert.equal(logs.length, 1, "logged once, not per failure");
+    assert.equal(retryDelayMs(50), 5_000);
   });
 
   it("keeps one queue per tenant", async () => {
