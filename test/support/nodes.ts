@@ -42,7 +42,11 @@ export interface SpawnOptions {
 }
 
 export function spawnNode(o: SpawnOptions): NodeProc {
+  // KAIROS_TEST_NODE_CPU_PROF=<dir>: every spawned node writes a CPU profile there when it exits
+  // (profiling a benchmark's worker process, BENCHMARKS.md).
+  const profDir = process.env["KAIROS_TEST_NODE_CPU_PROF"];
   const args = [
+    ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []),
     "--import", "tsx", "src/cli/main.ts", "node",
     "--nats", o.natsUrl, "--nats-creds", o.creds, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
     "--partitions", String(o.partitions ?? 32),
