@@ -401,6 +401,10 @@ export class Worker {
     const wallNow = this.#o.clock.now();
     for (const l of this.#leases.values()) {
       if (l.lost || l.completion) continue;
+      // An acknowledged attempt waiting for its start is dropped by a heartbeat round's #enforce
+      // (every interval), not by this timer: its drop time (start_at + TTL) differs per attempt,
+      // and at 5,000 runs/s prepared ahead this O(attempts) timer fired every millisecond.
+      if (!l.execution && l.validUntilMono !== undefined) continue;
       earliest = Math.min(earliest, this.#dropAtMono(l, monoNow, wallNow));
     }
     if (!Number.isFinite(earliest) || this.#stopping) return;
