@@ -60,6 +60,12 @@ export async function run(args: string[]): Promise<void> {
     makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "burst", roles: ["scheduler"], partitions: 64 }),
     { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
   );
+  // Partitions the in-process scheduler lost, with the reason and when (a lost partition's jobs
+  // are reloaded: under saturation this decides how many runs start).
+  const lostPartitions: { atMs: number; reason: string }[] = [];
+  proc.node.events.on((e) => {
+    if (e.type === "partition_lost") lostPartitions.push({ atMs: systemClock.now(), reason: e.reason });
+  });
   // The worker is its own process, as in production (its event loop only starts and reports runs).
   const perWorker = Math.ceil(slots / workerCount);
   const workers = Array.from({ length: workerCount }, (_, i) =>
@@ -168,6 +174,12 @@ export async function run(args: string[]): Promise<void> {
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
     lines.push(`scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`);
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
+    if (lostPartitions.length > 0) {
+      const why = new Map<string, number>();
+      for (const l of lostPartitions) why.set(l.reason, (why.get(l.reason) ?? 0) + 1);
+      const rel = (ms: number) => `${((ms - dueMs) / 1000).toFixed(1)} s`;
+      lines.push(`partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`);
+    }
     const reasons = new Map<string, number>();
     for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
     if (reasons.size > 0) lines.push(`attempt errors: ${[...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; ")}`);
@@ -176,6 +188,7 @@ export async function run(args: string[]): Promise<void> {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.length > 1).length,
       event_loop_ms: loopMs,
+      partitions_lost: lostPartitions.length,
       kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
       kv_ops_by_op: kvByOp,
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
