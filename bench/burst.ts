@@ -176,9 +176,16 @@ export async function run(args: string[]): Promise<void> {
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
     if (lostPartitions.length > 0) {
       const why = new Map<string, number>();
-      for (const l of lostPartitions) why.set(l.reason, (why.get(l.reason) ?? 0) + 1);
+      // Reasons with their numbers (ms) folded, and the largest number seen per reason.
+      const most = new Map<string, number>();
+      for (const l of lostPartitions) {
+        const k = l.reason.replace(/\d+ ms/g, "# ms");
+        why.set(k, (why.get(k) ?? 0) + 1);
+        const n = Number(/(\d+) ms/.exec(l.reason)?.[1] ?? Number.NaN);
+        if (Number.isFinite(n)) most.set(k, Math.max(most.get(k) ?? 0, n));
+      }
       const rel = (ms: number) => `${((ms - dueMs) / 1000).toFixed(1)} s`;
-      lines.push(`partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`);
+      lines.push(`partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}${most.has(k) ? ` [largest # ${most.get(k)}]` : ""}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`);
     }
     const reasons = new Map<string, number>();
     for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }

@@ -66,6 +66,8 @@ export class PartitionManager {
   readonly #busy = new Set<number>();
   /** Renewals in flight: a release waits for them so it deletes the lease at its latest revision. */
   readonly #renewing = new Map<number, Promise<void>>();
+  /** When the renewal in flight for a partition began (monotonic ms): says why trust lapsed. */
+  readonly #renewSince = new Map<number, number>();
   /** Partitions whose actors are loading: not released or re-acquired meanwhile, but renewed. */
   readonly #loading = new Set<number>();
   #watch: KvWatch | undefined;
@@ -144,7 +146,13 @@ export class PartitionManager {
     try {
       const now = this.#o.clock.monoMs();
       for (const [p, h] of this.#held) {
-        if (now >= h.trustedUntilMs) this.#lose(p, "trust window over before renewal");
+        if (now >= h.trustedUntilMs) {
+          // Which side was late: the renewal's KV write (in flight), or this timer (none began).
+          const since = this.#renewSince.get(p);
+          this.#lose(p, since !== undefined
+            ? `trust window over before renewal (a renewal in flight for ${Math.round(now - since)} ms)`
+            : `trust window over before renewal (none in flight; the last began ${Math.round(now - h.lastRenewMs)} ms ago)`);
+        }
         else if (now - h.lastRenewMs >= this.#o.renewIntervalMs && !this.#busy.has(p)) {
           const r = this.#renew(p).finally(() => this.#renewing.delete(p));
           this.#renewing.set(p, r);
@@ -213,6 +221,7 @@ export class PartitionManager {
     if (!h) return;
     this.#busy.add(p);
     const started = this.#o.clock.monoMs();
+    this.#renewSince.set(p, started);
     try {
       const r = await this.#o.leases.update(key(p), this.#value(h.epoch, this.#o.clock.now()), h.revision);
       if (this.#held.get(p) !== h) return;
@@ -228,6 +237,7 @@ export class PartitionManager {
       if (!isKairosError(e)) this.#o.onError(`renew partition ${p}`, e);
     } finally {
       this.#busy.delete(p);
+      this.#renewSince.delete(p);
     }
   }
 
