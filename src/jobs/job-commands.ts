@@ -16,7 +16,7 @@ import { activeRunView, activeRunsReply, jobView } from "./job-state.ts";
 import type { JobSpec } from "./model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
-import { finish } from "./run-lifecycle.ts";
+import { cancelRunTimers, finish } from "./run-lifecycle.ts";
 import { fail, type D, type Tx } from "./tx.ts";
 
 type CommandMsg = Extract<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" }>;
@@ -125,7 +125,7 @@ function unprepareQueued(tx: Tx): void {
   for (const r of [...s.runs]) {
     if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs) continue;
     s.runs = s.runs.filter((x) => x !== r);
-    for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${r.run_id}`);
+    cancelRunTimers(tx, r.run_id);
     if (r.worker !== null && r.fence > 0) tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
     if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
     if (!s.queued.includes(r.scheduled_for_ms)) s.queued = [r.scheduled_for_ms, ...s.queued].sort((a, b) => a - b);

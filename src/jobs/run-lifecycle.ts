@@ -29,6 +29,11 @@ export const MAX_UNSTARTED_ATTEMPTS = 10;
 /** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
 export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
 
+/** Cancels every timer a run may have armed (a run dropped without a terminal record). */
+export function cancelRunTimers(tx: Tx, runId: string): void {
+  for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${runId}`);
+}
+
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
 export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
@@ -315,7 +320,7 @@ function onGate(tx: Tx, r: ActiveRun | undefined): D {
 function onAlreadyEnded(tx: Tx, r: ActiveRun | undefined): D {
   if (!r || r.attempt > 0 || isLeased(r)) return tx.done(null);
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
-  for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${r.run_id}`);
+  cancelRunTimers(tx, r.run_id);
   if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   tx.defer();
   return tx.done(null);
