@@ -55,6 +55,9 @@ export interface BucketOptions {
 
 export const DEFAULT_MAX_IN_FLIGHT = 512;
 
+/** A cluster's bucket name (`<cluster>_<suffix>`, e.g. `kairos_leases`). */
+export const bucketName = (clusterName: string, suffix: string): string => `${clusterName}_${suffix}`;
+
 const NODE_TTL_MS = 30_000;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 
@@ -66,7 +69,7 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(nc), limiter };
   const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(opts.control), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
-    const name = `${opts.clusterName}_${suffix}`;
+    const name = bucketName(opts.clusterName, suffix);
     const settings = {
       replicas: opts.replicas,
       history,

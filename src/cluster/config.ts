@@ -24,6 +24,14 @@ export interface NodeConfig {
   readonly leaseRenewIntervalMs: number;
   readonly leaseSafetyMarginMs: number;
   readonly partitionTickMs: number;
+  /**
+   * Who renews partition leases: `thread` (a worker thread with a NATS connection of its own, so
+   * a busy main event loop keeps its leases; lease-keeper-thread.ts) or `inline` (the main loop).
+   * An injected transport (tests, simulation) always renews inline.
+   */
+  readonly leaseRenewer: "thread" | "inline";
+  /** The lease thread stops renewing once the main event loop has shown no life this long. */
+  readonly leaseMainStallMs: number;
   readonly actorIdleMs: number;
   readonly mailboxLimit: number;
   readonly requestDeadlineMs: number;
@@ -41,6 +49,8 @@ export const DEFAULTS = {
   leaseRenewIntervalMs: 1000,
   leaseSafetyMarginMs: 1000,
   partitionTickMs: 250,
+  leaseRenewer: "thread" as "thread" | "inline",
+  leaseMainStallMs: 15_000,
   actorIdleMs: 60_000,
   mailboxLimit: 1024,
   requestDeadlineMs: 15_000,
@@ -65,6 +75,10 @@ export function makeNodeConfig(o: Partial<NodeConfig> & { natsUrl: string; nodeI
   }
   if ((c.natsAuth.tls?.certFile === undefined) !== (c.natsAuth.tls?.keyFile === undefined)) {
     throw bad("nats_tls_cert", "a client certificate and its key go together (--nats-tls-cert and --nats-tls-key)");
+  }
+  if (c.leaseRenewer !== "thread" && c.leaseRenewer !== "inline") throw bad("lease_renewer", `"${String(c.leaseRenewer)}" must be thread or inline`);
+  if (!Number.isFinite(c.leaseMainStallMs) || c.leaseMainStallMs < c.leaseTtlMs || c.leaseMainStallMs > 600_000) {
+    throw bad("lease_main_stall_ms", "must be at least the lease TTL and at most 600000");
   }
   if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs) throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
   const natsAuth = Object.freeze({ ...c.natsAuth, ...(c.natsAuth.tls ? { tls: Object.freeze({ ...c.natsAuth.tls }) } : {}) });

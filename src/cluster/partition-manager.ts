@@ -10,20 +10,21 @@
  * Every duration here (trust window, "unchanged for a TTL") is measured on the monotonic clock
  * (`Clock.monoMs`), so a wall-clock step cannot stretch a trust window; `renewedAtMs` in the value
  * is the wall clock, for people only.
+ *
+ * Renewals are a `LeaseKeeper`'s (lease-keeper.ts): inline on this event loop by default, from a
+ * worker thread in production (lease-keeper-thread.ts), so a busy main loop keeps its leases.
+ * This class still decides the loss: at each tick a lease whose trust window is over, or which
+ * the keeper found taken (renewal conflict), is lost.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
-import { decode, encode } from "./codec.ts";
+import { decode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
 import type { KvStore, KvWatch } from "./kv.ts";
 import { decideLeases, trustedUntil, type LeaseView } from "./lease-decision.ts";
+import { InlineLeaseKeeper, leaseKey as key, leaseValue, type LeaseKeeper, type LeaseValue } from "./lease-keeper.ts";
 
-export interface LeaseValue {
-  owner: string;
-  incarnation: string;
-  epoch: number;
-  renewedAtMs: number;
-}
+export type { LeaseValue } from "./lease-keeper.ts";
 
 export interface PartitionCallbacks {
   /** The partition is ours under `epoch`: subscribe, load reminder-bearing actors. */
@@ -48,26 +49,20 @@ export interface PartitionManagerOptions {
   desired: () => readonly (string | undefined)[];
   callbacks: PartitionCallbacks;
   onError: (msg: string, err: unknown) => void;
+  /** Renews held leases (default: inline, from this manager's tick, on `leases` and `clock`). */
+  keeper?: LeaseKeeper;
 }
 
 interface Held {
   epoch: number;
-  revision: number;
-  trustedUntilMs: number;
-  lastRenewMs: number;
 }
-
-const key = (p: number) => `p.${p}`;
 
 export class PartitionManager {
   readonly #o: PartitionManagerOptions;
   readonly #mirror = new Map<number, LeaseView>();
   readonly #held = new Map<number, Held>();
   readonly #busy = new Set<number>();
-  /** Renewals in flight: a release waits for them so it deletes the lease at its latest revision. */
-  readonly #renewing = new Map<number, Promise<void>>();
-  /** When the renewal in flight for a partition began (monotonic ms): says why trust lapsed. */
-  readonly #renewSince = new Map<number, number>();
+  readonly #keeper: LeaseKeeper;
   /** Partitions whose actors are loading: not released or re-acquired meanwhile, but renewed. */
   readonly #loading = new Set<number>();
   #watch: KvWatch | undefined;
@@ -77,6 +72,7 @@ export class PartitionManager {
 
   constructor(o: PartitionManagerOptions) {
     this.#o = o;
+    this.#keeper = o.keeper ?? new InlineLeaseKeeper(o.leases, o.clock, { me: o.me, incarnation: o.incarnation, leaseTtlMs: o.leaseTtlMs, renewIntervalMs: o.renewIntervalMs, safetyMarginMs: o.safetyMarginMs }, o.onError);
   }
 
   async start(): Promise<void> {
@@ -90,8 +86,7 @@ export class PartitionManager {
 
   /** True while this node may act as the partition's owner (lease held, trust window open). */
   isTrusted(p: number): boolean {
-    const h = this.#held.get(p);
-    return h !== undefined && this.#o.clock.monoMs() < h.trustedUntilMs;
+    return this.#held.has(p) && this.#o.clock.monoMs() < this.#keeper.trustedUntilMs(p);
   }
 
   epochOf(p: number): number | undefined {
@@ -113,6 +108,7 @@ export class PartitionManager {
     this.#cancelTick?.();
     await Promise.all([...this.#held.keys()].map((p) => this.#release(p)));
     this.#watch?.stop();
+    await this.#keeper.stop();
   }
 
   #onLeaseChange(k: string, value: Uint8Array | null, revision: number): void {
@@ -125,8 +121,8 @@ export class PartitionManager {
     }
     const v = decode<LeaseValue>(value);
     this.#mirror.set(p, { owner: v.owner, incarnation: v.incarnation, revision, changedAtMs: this.#o.clock.monoMs() });
-    const h = this.#held.get(p);
-    if (h && revision > h.revision && (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation)) {
+    const h = this.#keeper.view(p);
+    if (this.#held.has(p) && h && revision > h.revision && (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation)) {
       this.#lose(p, "lease taken by another node");
     }
   }
@@ -145,17 +141,18 @@ export class PartitionManager {
     this.#ticking = true;
     try {
       const now = this.#o.clock.monoMs();
-      for (const [p, h] of this.#held) {
-        if (now >= h.trustedUntilMs) {
-          // Which side was late: the renewal's KV write (in flight), or this timer (none began).
-          const since = this.#renewSince.get(p);
-          this.#lose(p, since !== undefined
-            ? `trust window over before renewal (a renewal in flight for ${Math.round(now - since)} ms)`
-            : `trust window over before renewal (none in flight; the last began ${Math.round(now - h.lastRenewMs)} ms ago)`);
-        }
-        else if (now - h.lastRenewMs >= this.#o.renewIntervalMs && !this.#busy.has(p)) {
-          const r = this.#renew(p).finally(() => this.#renewing.delete(p));
-          this.#renewing.set(p, r);
+      this.#keeper.tick(now);
+      for (const p of [...this.#held.keys()]) {
+        const v = this.#keeper.view(p);
+        if (v?.lost !== undefined) this.#lose(p, v.lost);
+        else if (v === undefined || now >= v.trustedUntilMs) {
+          // Which side was late: the renewal's KV write (in flight), this timer (none began), or
+          // the main loop (the keeper's thread paused its renewals).
+          this.#lose(p, v?.stalledMs !== undefined
+            ? `trust window over before renewal (renewals paused: the main event loop silent for ${Math.round(v.stalledMs)} ms)`
+            : v?.renewingSinceMs !== undefined
+              ? `trust window over before renewal (a renewal in flight for ${Math.round(now - v.renewingSinceMs)} ms)`
+              : `trust window over before renewal (none in flight; the last began ${Math.round(now - (v?.lastRenewMs ?? now))} ms ago)`);
         }
       }
       const actions = decideLeases({
@@ -179,7 +176,7 @@ export class PartitionManager {
   }
 
   #value(epoch: number, now: number): Uint8Array {
-    return encode({ owner: this.#o.me, incarnation: this.#o.incarnation, epoch, renewedAtMs: now } satisfies LeaseValue);
+    return leaseValue(this.#o, epoch, now);
   }
 
   async #acquire(p: number, expectedRevision: number | undefined): Promise<void> {
@@ -191,13 +188,8 @@ export class PartitionManager {
         ? await this.#o.leases.create(key(p), v)
         : await this.#o.leases.update(key(p), v, expectedRevision);
       if (!r.ok) return; // someone else won; the watch shows who
-      const held: Held = {
-        epoch: r.revision,
-        revision: r.revision,
-        lastRenewMs: started,
-        trustedUntilMs: trustedUntil(started, this.#o.leaseTtlMs, this.#o.safetyMarginMs),
-      };
-      this.#held.set(p, held);
+      this.#held.set(p, { epoch: r.revision });
+      this.#keeper.hold(p, { epoch: r.revision, revision: r.revision, lastRenewMs: started, trustedUntilMs: trustedUntil(started, this.#o.leaseTtlMs, this.#o.safetyMarginMs) });
       this.#o.events.emit({ type: "partition_acquired", partition: p, epoch: r.revision });
       // Loading may take longer than a renew interval: let the renew loop run meanwhile.
       this.#busy.delete(p);
@@ -216,43 +208,18 @@ export class PartitionManager {
     }
   }
 
-  async #renew(p: number): Promise<void> {
-    const h = this.#held.get(p);
-    if (!h) return;
-    this.#busy.add(p);
-    const started = this.#o.clock.monoMs();
-    this.#renewSince.set(p, started);
-    try {
-      const r = await this.#o.leases.update(key(p), this.#value(h.epoch, this.#o.clock.now()), h.revision);
-      if (this.#held.get(p) !== h) return;
-      if (!r.ok) {
-        this.#lose(p, "lease renewal conflict");
-        return;
-      }
-      h.revision = r.revision;
-      h.lastRenewMs = started;
-      h.trustedUntilMs = trustedUntil(started, this.#o.leaseTtlMs, this.#o.safetyMarginMs);
-    } catch (e) {
-      // Unknown outcome or transport failure: keep trusting only until the window closes.
-      if (!isKairosError(e)) this.#o.onError(`renew partition ${p}`, e);
-    } finally {
-      this.#busy.delete(p);
-      this.#renewSince.delete(p);
-    }
-  }
-
   async #release(p: number): Promise<void> {
-    const h = this.#held.get(p);
-    if (!h) return;
+    if (!this.#held.has(p)) return;
     this.#busy.add(p);
     try {
+      // The keeper renews meanwhile: passivating a partition's actors may outlast a trust window.
       await this.#o.callbacks.onReleasing(p);
-      await this.#renewing.get(p);
-      this.#held.delete(p);
+      const last = await this.#keeper.release(p);
+      if (!this.#held.delete(p) || last === undefined) return; // lost meanwhile
       // Delete at the latest revision; if it moved (a renewal we did not see), re-read and, if
       // the lease is still ours, delete at that revision — otherwise the next owner would wait
       // for the TTL instead of taking over at once.
-      let rev = h.revision;
+      let rev = last;
       for (let i = 0; i < 3; i++) {
         const r = await this.#o.leases.delete(key(p), rev).catch(() => null);
         if (!r || r.ok) break;
@@ -270,6 +237,7 @@ export class PartitionManager {
 
   #lose(p: number, reason: string): void {
     if (!this.#held.delete(p)) return;
+    this.#keeper.drop(p);
     this.#o.events.emit({ type: "partition_lost", partition: p, reason });
     this.#o.callbacks.onLost(p);
   }

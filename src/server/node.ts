@@ -5,18 +5,19 @@
  * node can send to actors through the router.
  */
 import { randomUUID } from "node:crypto";
-import type { Clock } from "../lib/clock.ts";
+import { systemClock, type Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { MessageGuard } from "../actors/actor.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
 import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
-import { openBuckets, type Buckets } from "../cluster/buckets.ts";
+import { bucketName, openBuckets, type Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { EventBus } from "../cluster/events.ts";
 import { Membership } from "../cluster/membership.ts";
 import { connectNats } from "../cluster/nats.ts";
+import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
@@ -209,7 +210,19 @@ export class KairosNode {
     });
     for (const r of this.#registrations) host.register(r);
     this.#host = host;
+    const keeperOptions = { me: c.nodeId, incarnation: this.incarnation, leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs, safetyMarginMs: c.leaseSafetyMarginMs };
+    const onError = (m: string, e: unknown) => this.#deps.log("warn", m, { err: String(e) });
+    // Renewals from a thread of their own need a real connection and the system clock.
+    const keeper = c.leaseRenewer === "thread" && this.#deps.transport === undefined && clock === systemClock
+      ? await ThreadLeaseKeeper.start({
+        keeper: keeperOptions, partitions: this.#partitions, natsUrl: c.natsUrl, natsAuth: c.natsAuth,
+        connectionName: `kairos-${c.nodeId}-leases`, bucket: bucketName(c.clusterName, "leases"),
+        tickMs: c.partitionTickMs, mainStallMs: c.leaseMainStallMs, startTimeoutMs: 10_000,
+        clock, leases: this.buckets.leases, onError,
+      })
+      : undefined;
     this.#leases = new PartitionManager({
+      ...(keeper ? { keeper } : {}),
       leases: this.buckets.leases, clock, events,
       me: c.nodeId, incarnation: this.incarnation, partitions: this.#partitions,
       leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs,
