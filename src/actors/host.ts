@@ -412,7 +412,12 @@ export class ActorHost {
         throw e;
       });
       return new Deferred(durable.then(() => {
-        if (!ctx.stillOwner()) throw new KairosError("not_owner", `partition ${inst.partition} no longer owned by ${this.#o.nodeId}`);
+        if (!ctx.stillOwner()) {
+          // Its effects (sends, timers) are skipped: drop it, so that the next message reloads
+          // it and re-arms its timers, instead of a loaded actor whose timer is gone for good.
+          this.#drop(inst, "not owner after its write");
+          throw new KairosError("not_owner", `partition ${inst.partition} no longer owned by ${this.#o.nodeId}`);
+        }
         this.#hostEffects(inst, d.effects ?? []);
         if (d.post && d.post.length > 0) inst.reg.performPost?.(d.post, ctx);
         if (d.fail) throw new KairosError(d.fail.code, d.fail.message, d.fail.field === undefined ? {} : { field: d.fail.field });

@@ -89,6 +89,11 @@ export class PartitionManager {
     return this.#held.has(p) && this.#o.clock.monoMs() < this.#keeper.trustedUntilMs(p);
   }
 
+  /** True while this node holds the partition's lease (trusted or in a blip before the loss). */
+  holds(p: number): boolean {
+    return this.#held.has(p);
+  }
+
   epochOf(p: number): number | undefined {
     return this.#held.get(p)?.epoch;
   }

@@ -325,6 +325,10 @@ function armReport(state: TenantState, fair: TenantFairOptions, now: number, eff
     at = now; // busy from idle: report now, grant one run until the answer
     if (state.share === undefined) state.awaiting_since_ms = now;
   }
+  // Overdue: its timer was lost (a timer set in a turn whose effects were skipped, e.g. the
+  // partition's trust lapsed meanwhile). Without this, the tenant never reports again while it
+  // stays loaded, and the fleet forgets it (fairness benchmark: only the small tenant listed).
+  else if (at < now - fair.reportMs) at = now;
   else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
     // Held back by a share it had filled: its demand grew, so ask again soon.
     at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));

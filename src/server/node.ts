@@ -231,7 +231,9 @@ export class KairosNode {
       callbacks: {
         onAcquired: async (p) => {
           await host.acquire(p);
-          if (this.#leases?.isTrusted(p)) this.#subscribe(p);
+          // Subscribe while held, even in a trust blip (deliveries check trust themselves): a
+          // partition held but never subscribed answers "no responders" until its next loss.
+          if (this.#leases?.holds(p)) this.#subscribe(p);
         },
         onReleasing: async (p) => {
           this.#unsubscribe(p);

@@ -509,3 +509,39 @@ describe("ActorHost", () => {
     assert.deepEqual(t.errors, []);
   });
 });
+
+describe("actor host: pipelined soft actors", () => {
+  it("an actor whose pipelined write lands after its partition's trust lapsed is dropped (its skipped timers come back with the reload)", async () => {
+    const { host, untrusted } = setup();
+    let loads = 0;
+    const writes: Deferred[] = [];
+    const def: ActorDefinition<{ n: number }, { kind: "inc" }, number, string> = {
+      type: "softpipe",
+      persist: false,
+      initialState: () => ({ n: 0 }),
+      receive: (s) => ({ state: { n: s.n + 1 }, reply: s.n + 1, pre: ["w"], effects: [{ kind: "timer", name: "t", atMs: 2_000_000, msg: { kind: "inc" } }] }),
+    };
+    const reg: ActorRegistration = {
+      definition: def,
+      pipelinePre: true,
+      loadSoft: async () => { loads++; return { n: 0 }; },
+      perform: () => { const d = deferred(); writes.push(d); return d.promise; },
+    };
+    host.register(reg);
+    await acquireAll(host);
+    const id = idIn("softpipe", 1);
+    let spins = 0;
+    const turnBounded = async () => { assert.ok(++spins < 1000, "perform never called"); await turn(); };
+    const first = host.deliver("softpipe", id, { kind: "inc" });
+    while (writes.length < 1) await turnBounded();
+    untrusted.add(1); // the trust window lapses while the write is in flight
+    writes[0]!.resolve();
+    await rejectsWith(first, "not_owner");
+    untrusted.delete(1); // back (a blip, not a loss): the partition is still this node's
+    const second = host.deliver("softpipe", id, { kind: "inc" });
+    while (writes.length < 2) await turnBounded();
+    writes[1]!.resolve();
+    assert.equal(await second, 1, "reloaded: the state starts again from what is durable");
+    assert.equal(loads, 2, "the instance was dropped and reloaded (before the fix: kept, its timer gone)");
+  });
+});

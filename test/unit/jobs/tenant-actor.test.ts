@@ -360,6 +360,16 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     assert.deepEqual(t.report(), { demand: 2, weight: 3, next: t.now + REPORT_MS });
   });
 
+  it("a report overdue (its timer effect lost) is re-armed by the next message, not left silent for good", () => {
+    const t = new FairTenant();
+    assert.equal(t.fairTimer(t.acquire("a")), t.now, "first report armed; this turn's timer effect is lost");
+    t.now += REPORT_MS / 2;
+    assert.equal(t.fairTimer(t.acquire("b")), undefined, "not overdue yet: the timer may still fire");
+    t.now += 2 * REPORT_MS;
+    assert.equal(t.fairTimer(t.acquire("c")), t.now, "overdue: re-armed at once (before the fix: never again)");
+    assert.equal(t.fairTimer(t.acquire("d")), undefined, "armed once");
+  });
+
   it("grants only while running < min(max_concurrent, share); a larger share grants the waiters", () => {
     const t = new FairTenant();
     t.acquire("a");
