@@ -15,7 +15,8 @@
  * - no responders (an empty 503 status reply): `RequestError("no responders: '<subject>'")` whose
  *   `cause` is a `NoRespondersError` (`isNoResponders()` is true);
  * - no reply in time: `TimeoutError`;
- * - the connection closes with the request pending: `RequestError("connection closed")`;
+ * - the connection closes with the request pending: `RequestError("connection closed")` (its
+ *   `cause` another such, as nats-core wraps it);
  * - closed or draining before the request: `ClosedConnectionError` / `DrainingConnectionError`;
  * - a permission violation (publishing the request, or subscribing the inbox): a `RequestError`
  *   whose `cause` is the `PermissionViolationError`.
@@ -66,7 +67,11 @@ export class RequestMux {
     this.#nc = nc;
     this.#clock = opts.clock ?? systemClock;
     this.#prefix = opts.inboxPrefix ?? clientInboxPrefix(nc) ?? "_INBOX";
-    void nc.closed().then(() => this.#failAll(() => new errors.RequestError("connection closed")));
+    void nc.closed().then(() => {
+      if (this.#pending.size === 0) return;
+      const closed = new errors.RequestError("connection closed");
+      this.#failAll(() => new errors.RequestError(closed.message, { cause: closed }));
+    });
     void this.#watchPublishViolations();
   }
 
