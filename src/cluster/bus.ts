@@ -1,6 +1,7 @@
 /**
  * The bus port: the only way Kairos sends messages between processes. A `NatsConnection`
- * satisfies it as it is (production, integration, chaos); the simulation's in-process bus
+ * satisfies it as it is; a node wraps its own with `muxedBus` (request-mux.ts: requests that
+ * build no Error on success) in production, integration and chaos; the simulation's in-process bus
  * (test/sim/sim-bus.ts) injects loss, delay, duplication, reordering and partitions behind the
  * same interface. Both pass the same conformance suite (test/integration/bus-conformance.test.ts).
  *

@@ -19,6 +19,7 @@ import { Membership } from "../cluster/membership.ts";
 import { connectNats } from "../cluster/nats.ts";
 import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
+import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
 
@@ -159,7 +160,8 @@ export class KairosNode {
         await nc.close();
         throw e;
       });
-      this.#nc = nc;
+      // Requests go through Kairos's own mux: nc.request builds a discarded Error per reply (request-mux.ts).
+      this.#nc = muxedBus(nc, clock);
       this.#control = control;
       this.#drain = async () => {
         await nc.drain();

@@ -9,6 +9,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { Bus, BusMsg } from "../../src/cluster/bus.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { seededRandom } from "../../src/lib/random.ts";
+import { muxedBus } from "../../src/cluster/request-mux.ts";
 import { SimBus } from "../sim/sim-bus.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
@@ -181,4 +182,6 @@ describe("nats-server", () => {
     await fx?.stop();
   });
   conformance("NATS", () => ({ a, b }));
+  // What Kairos nodes use: the same connections, requests through src/cluster/request-mux.ts.
+  conformance("NATS with the request mux", () => ({ a: muxedBus(a), b: muxedBus(b) }));
 });
