@@ -6,17 +6,17 @@
  * releases it unless its run still holds it; audits also run every SLOT_AUDIT_MS while runs wait,
  * so a vanished release cannot leak slots, yet a run waiting for a flexible start keeps its slot.
  *
- * Grants are durable, one KV key each (`grant.<partition>.<tenant>.<grant_id>`, the grant id being
- * `<run_id>_<slot_seq>`, see ids.ts `grantId`; written by the
- * shell in src/jobs/tenant-shell.ts before the reply): a tenant actor that is passivated, moves
- * or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft grants
- * a moved tenant actor forgot its running runs and could run twice its maximum). One small key
- * per grant instead of the whole grant table per write keeps a burst cheap: a put per grant, a
- * delete per release. The waiting list stays soft: waiting job actors ask again every
+ * Grants are durable (the grant id being `<run_id>_<slot_seq>`, see ids.ts `grantId`), in
+ * append-only segment keys per tenant (`grants.<partition>.<tenant>.s<seq>`) that the shell in
+ * src/jobs/tenant-shell.ts group-commits before the reply: a tenant actor that is passivated,
+ * moves or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft
+ * grants a moved tenant actor forgot its running runs and could run twice its maximum). A batch
+ * writes only its own new grants (not the grants held), and releases are written lazily by later
+ * batches, so a burst stays cheap. The waiting list stays soft: waiting job actors ask again every
  * `SLOT_RECHECK_MS` (acquire is idempotent).
  *
  * Cost: O(1) per acquire and release (maps mutated in place — the state is soft and an actor
- * whose grant write fails is dropped and reloaded from its grant keys, so no decision is ever
+ * whose grant write fails is dropped and reloaded from its grant segments, so no decision is ever
  * rolled back); `expire` and `audit` are O(grants) and rare. (Copying the grant table per message
  * cost 21% of a scheduler's CPU in a 10,000-run burst.)
  *

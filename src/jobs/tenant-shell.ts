@@ -1,52 +1,106 @@
 /**
- * The tenant actor's shell: its slot grants are durable, in `GRANT_SHARDS` shard keys per tenant
- * in the actors bucket, `grants.<partition>.<tenant_id>.<shard>` → `{ <grant_id>: exp }` (grant
- * expiry, ms; grant id = `<run_id>_<slot_seq>`, its shard a hash of the id). Grants are written
- * before the reply (so a grant the job actor hears of is on disk), and reloaded when the actor
- * activates — after passivation, a move or a restart — so a tenant's maximum of concurrent runs
- * holds across all of them. Expired grants are dropped by the core and removed here.
+ * The tenant actor's shell: its slot grants are durable, in append-only **segments** per tenant in
+ * the actors bucket, `grants.<partition>.<tenant_id>.s<seq>` → `{ <grant_id>: exp }` (grant
+ * expiry, ms; grant id = `<run_id>_<slot_seq>`; seq an integer growing per tenant). Grants are
+ * written before the reply (so a grant the job actor hears of is on disk), and reloaded when the
+ * actor activates — after passivation, a move or a restart — so a tenant's maximum of concurrent
+ * runs holds across all of them. A grant id may be in more than one segment (a refresh or a fold
+ * writes it again in a later one): the highest seq holds its current expiry.
  *
  * **Group commit** (`GrantTable`): the writes of a tenant's decisions are pipelined
  * (ActorRegistration.pipelinePre: the next message does not wait for the last one's write) and
- * batched: one batch in flight per tenant, each shard written with CAS on its revision; every grant and release decided meanwhile goes into
- * the next batch, which rewrites only the shards they touched, and each reply waits for the batch
- * that holds its change. A release is not written on its own: it leaves the shard with the next
- * grant written there (a release is safe to lose: a grant still on disk after a reload counts
- * against the cap until the audit — `slot_audit` — asks its job actor and frees it; the cap can
- * be under-used for a while after a move, never exceeded). In a burst a batch carries hundreds
- * of grants in at most `GRANT_SHARDS` puts, instead of a put per grant and a delete per release
- * (two KV operations per run); when idle a grant costs one put and its release none.
+ * batched: one batch in flight per tenant; every grant decided meanwhile goes into the next batch,
+ * and each reply waits for the batch that holds its change. A batch costs O(its grants), not
+ * O(grants held) (the 16 rewritten shards before cost ~15 % of a scheduler's CPU, 20,000 held):
+ * - its **head write** puts only its new grants: into the tail segment (the highest seq) while
+ *   that holds fewer than `APPEND_MAX` grants on disk — a CAS update rewriting the tail's live
+ *   grants plus the new ones (an idle tenant: one put per grant, as before) — else into a new
+ *   segment tail+1, `create`d (it must not exist).
+ * - a release is not written on its own (it is safe to lose: a grant still on disk after a reload
+ *   counts against the cap until the audit — `slot_audit` — asks its job actor and frees it; the
+ *   cap can be under-used for a while after a move, never exceeded). It leaves KV with the
+ *   cleanup that rides on a later batch: a segment with no live grant left (other than the tail)
+ *   is deleted, and while the dead grants on disk exceed a quarter of the live ones (plus
+ *   `COMPACT_SLACK`) the segments with the most dead per grant written are rewritten with their
+ *   live grants only (CAS update; at most `MAX_COMPACTIONS` a batch). A compaction costs its live
+ *   grants, at most 4 × the dead ones it drops, so O(1) per release amortized; and a reload
+ *   over-counts by at most that quarter (+ slack).
+ * - bound: a tenant has at most `MAX_SEGMENTS` live segments (a load reads them all): a batch that
+ *   creates one more folds the smallest into its new segment, deleted after the head write. (With
+ *   grants held long and batches tiny, a fold costs ~held/MAX_SEGMENTS: the one cost left that
+ *   grows with the grants held.)
+ * A grant refreshed (put again) leaves its old segment only once the batch with its new expiry is
+ * written, so a cleanup never drops the only durable copy of a live grant.
  *
- * Gotchas: a failed batch (a CAS conflict too) rejects every reply waiting for it, and the host then drops the actor
- * (pipelined write failed), whose next activation reloads the table from KV (`loadSoft` replaces
- * this instance's table). A batch is not started once this node no longer owns the tenant.
- * Grant keys of the per-grant layout before shards (`grant.<p>.<tenant>.<grant>`) are not read:
- * no migration (no release shipped with them).
+ * **Two incarnations** (an old one, dropped with a batch in flight, and a new one loaded meanwhile)
+ * never both write grants unseen by the other: every batch's head write is a CAS on the tenant's
+ * tail, chosen from the tail's on-disk state alone (its seq, revision and count: update at that
+ * revision, or create seq+1), and the tail is never deleted (an empty one waits for a later tail).
+ * So the new incarnation, having loaded tail n at revision r, and the old one's stray batch aim at
+ * the same precondition: if the stray lands first, the new one's next head write fails (update of
+ * n at r, or create of n+1: it exists) and it reloads and sees the stray's grants; if the new one
+ * writes first, the stray fails. A grant is only granted in a batch with a head write, so the new
+ * incarnation grants nothing without having seen, or failed, the stray. If it never writes again,
+ * the stray's grants stay unseen until its next reload — but it grants nothing meanwhile, so the
+ * cap holds (the stray's grants over-count nothing the new one counts). The shard layout before
+ * had the same window and a wider one: a stray shard write was seen only at the new incarnation's
+ * next write to that shard; its writes to the 15 others succeeded meanwhile. Left: `create` also
+ * succeeds over a deleted key, so a stray create delayed in transit until after the new
+ * incarnation had written, emptied and deleted that very seq (it deletes only below its tail)
+ * would land unseen — a request outliving at least two later batches; its replies then go out.
+ *
+ * Gotchas: a failed batch (a CAS conflict too) rejects every reply waiting for it, and the host
+ * then drops the actor (pipelined write failed), whose next activation reloads the table from KV
+ * (`loadSoft` replaces this instance's table); this table then fails every later batch too. A
+ * batch is not started once this node no longer owns the tenant. Keys of earlier layouts — one key
+ * per grant (`grant.<p>.<tenant>.<grant>`) and 16 hash shards (`grants.<p>.<tenant>.<0..15>`,
+ * never parsed as segments: those start with `s`) — are not read: no migration (no release
+ * shipped with them; version 0.1.0, untagged).
  */
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import { hash32 } from "../cluster/hash.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
 import { makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
 
 export const GRANT_PREFIX = "grants";
-/** Shard keys per tenant: bounds a shard's size (a tenant's grants / shards) and a batch's puts. */
-export const GRANT_SHARDS = 16;
-const shardKey = (partition: number, tenantId: string, shard: number) => `${GRANT_PREFIX}.${partition}.${tenantId}.${shard}`;
-export const grantShard = (grantId: string): number => hash32(grantId) % GRANT_SHARDS;
+/** The tail segment is rewritten (appended to) while it holds fewer grants than this on disk. */
+export const APPEND_MAX = 256;
+/** Most live segments per tenant (bounds a load's keys); more are folded into the new one. */
+export const MAX_SEGMENTS = 32;
+/** Dead grants on disk tolerated beyond a quarter of the live ones before compacting. */
+export const COMPACT_SLACK = 64;
+/** Most segments compacted by one batch. */
+export const MAX_COMPACTIONS = 4;
+export const segmentKey = (partition: number, tenantId: string, seq: number) => `${GRANT_PREFIX}.${partition}.${tenantId}.s${seq}`;
+const SEGMENT_TOKEN = /^s([1-9][0-9]{0,14})$/;
 
-/** One tenant's durable grants on this node: the shards as written, and the next batch. */
+/** One segment as this table last read or wrote it. */
+interface Segment {
+  /** Its revision (0 while its create is in flight). */
+  rev: number;
+  /** Grants in it on disk. */
+  written: number;
+  /** Those of them that are live and current here (not released, not written again later), with their expiry as written here. */
+  readonly live: Map<string, number>;
+}
+
+/** One tenant's durable grants on this node: its segments as written, and the next batch. */
 export class GrantTable {
-  readonly #shards: Map<string, number>[] = Array.from({ length: GRANT_SHARDS }, () => new Map<string, number>());
-  /** Each shard's revision as this table last read or wrote it (0: absent). */
-  readonly #revs: number[] = new Array<number>(GRANT_SHARDS).fill(0);
-  readonly #dirty = new Set<number>();
+  readonly #segs = new Map<number, Segment>();
+  /** Live grant → the segment holding its current copy (absent: new, not in a batch yet). */
+  readonly #where = new Map<string, number>();
+  /** Grants decided since the last batch started (new, or refreshed) → expiry. */
+  readonly #pending = new Map<string, number>();
+  /** The highest seq loaded or written (0: none). Never deleted while the tail. */
+  #tail = 0;
+  /** Set by a failed batch: this instance is dropped, every later batch fails too. */
+  #broken = false;
   #inFlight: Promise<void> = Promise.resolve();
   /** The batch that will carry the changes made now (not started yet), if any. */
   #next: Promise<void> | null = null;
-  /** Batches written and KV puts made (for tests and the cost accounting). */
+  /** Batches written and KV writes made (for tests and the cost accounting). */
   batches = 0;
   puts = 0;
 
@@ -56,15 +110,31 @@ export class GrantTable {
     private readonly tenantId: string,
   ) {}
 
-  /** Reads the tenant's shards into `running` (grant id → expiry). */
+  /** Live segments (for tests and the cost accounting). */
+  get segments(): number {
+    return this.#segs.size;
+  }
+
+  /** Reads the tenant's segments into `running` (grant id → expiry; the highest seq wins). */
   async load(running: Map<string, number>): Promise<void> {
     const prefix = `${GRANT_PREFIX}.${this.partition}.${this.tenantId}.`;
+    const found: { seq: number; rev: number; grants: Record<string, number> }[] = [];
     for (const e of await this.kv.list(`${prefix}*`)) {
-      const shard = Number(e.key.slice(prefix.length));
-      if (!Number.isInteger(shard) || shard < 0 || shard >= GRANT_SHARDS) continue;
-      this.#revs[shard] = e.revision;
-      for (const [id, exp] of Object.entries(decode<Record<string, number>>(e.value))) {
-        this.#shards[shard]!.set(id, exp);
+      const m = SEGMENT_TOKEN.exec(e.key.slice(prefix.length));
+      if (!m) continue; // the 16-shard layout's keys (never shipped): not read
+      found.push({ seq: Number(m[1]), rev: e.revision, grants: decode<Record<string, number>>(e.value) });
+    }
+    found.sort((a, b) => a.seq - b.seq);
+    for (const f of found) {
+      const seg: Segment = { rev: f.rev, written: 0, live: new Map() };
+      this.#segs.set(f.seq, seg);
+      this.#tail = f.seq;
+      for (const [id, exp] of Object.entries(f.grants)) {
+        seg.written++;
+        const before = this.#where.get(id);
+        if (before !== undefined) this.#segs.get(before)!.live.delete(id);
+        this.#where.set(id, f.seq);
+        seg.live.set(id, exp);
         running.set(id, exp);
       }
     }
@@ -72,23 +142,26 @@ export class GrantTable {
 
   /**
    * Applies the changes; resolves once a batch holding them is written. A release (`del_grant`)
-   * alone starts no batch: it leaves its shard at the next batch that writes the shard (a lost
-   * release over-counts after a reload — never under — until the grant audit frees it).
+   * alone starts no batch: it leaves KV with the cleanup of a later batch (a lost release
+   * over-counts after a reload — never under — until the grant audit frees it).
    */
   apply(fx: readonly TenantEffect[], ctx: ShellContext): Promise<void> {
     let sync = false;
     for (const f of fx) {
-      const shard = grantShard(f.run_id);
       switch (f.kind) {
-        case "del_grant":
-          this.#shards[shard]!.delete(f.run_id);
+        case "del_grant": {
+          const seq = this.#where.get(f.run_id);
+          if (seq !== undefined) this.#segs.get(seq)?.live.delete(f.run_id);
+          this.#where.delete(f.run_id);
+          this.#pending.delete(f.run_id);
           break;
+        }
         case "sync_grant":
           sync = true;
           break;
         case "put_grant":
-          this.#shards[shard]!.set(f.run_id, f.expires_at_ms);
-          this.#dirty.add(shard);
+          // A refresh stays in its old segment until the batch with its new expiry is written.
+          this.#pending.set(f.run_id, f.expires_at_ms);
           break;
         default:
           assertNever(f, "tenant effect");
@@ -97,29 +170,111 @@ export class GrantTable {
     // A grant confirmed unchanged (a duplicate acquire) is answered only once no batch that may
     // hold it is still being written: a failed batch then fails this reply too, instead of the
     // job holding a grant the reloaded tenant never saw (review finding, "Known gaps").
-    if (this.#dirty.size === 0) return sync ? (this.#next ?? this.#inFlight) : Promise.resolve();
+    if (this.#pending.size === 0) return sync ? (this.#next ?? this.#inFlight) : Promise.resolve();
     this.#next ??= this.#inFlight.catch(() => undefined).then(() => this.#write(ctx));
     return this.#next;
   }
 
   async #write(ctx: ShellContext): Promise<void> {
-    const shards = [...this.#dirty];
-    this.#dirty.clear();
     this.#inFlight = this.#next!;
     this.#next = null;
-    if (!ctx.stillOwner()) throw new KairosError("not_owner", `tenant ${this.tenantId}: no longer the owner`);
+    if (this.#broken) throw new KairosError("not_owner", `tenant ${this.tenantId}: an earlier grant batch failed; reload`);
+    if (!ctx.stillOwner()) {
+      this.#broken = true;
+      throw new KairosError("not_owner", `tenant ${this.tenantId}: no longer the owner`);
+    }
+    if (this.#pending.size === 0) return; // everything decided was released again
+    try {
+      await this.#commit();
+    } catch (e) {
+      this.#broken = true;
+      throw e;
+    }
+  }
+
+  /** One batch: the head write, then (in parallel with it) cleanup, then the folded segments' deletes. */
+  async #commit(): Promise<void> {
+    const batch = new Map(this.#pending);
+    this.#pending.clear();
+    const oldTail = this.#tail;
+    const tail = this.#segs.get(oldTail);
+    // The head write, from the tail's on-disk state alone (see "Two incarnations").
+    const append = tail !== undefined && tail.written < APPEND_MAX;
+    const headSeq = append ? oldTail : oldTail + 1;
+    const head: Segment = append ? tail : { rev: 0, written: 0, live: new Map() };
+    const folded: [number, Segment][] = [];
+    if (!append) {
+      const full = [...this.#segs].filter(([, s]) => s.live.size > 0);
+      const excess = full.length + 1 - MAX_SEGMENTS;
+      if (excess > 0) folded.push(...full.sort((a, b) => a[1].live.size - b[1].live.size).slice(0, excess));
+      this.#segs.set(headSeq, head);
+      this.#tail = headSeq;
+    }
+    for (const [seq, s] of folded) {
+      this.#segs.delete(seq);
+      for (const [id, exp] of s.live) {
+        this.#where.set(id, headSeq);
+        head.live.set(id, exp);
+      }
+    }
+    /** Grants whose older copy leaves its segment once the head is written. */
+    const moved: [string, number][] = [];
+    for (const [id, exp] of batch) {
+      const before = this.#where.get(id);
+      if (before !== undefined && before !== headSeq) moved.push([id, before]);
+      this.#where.set(id, headSeq);
+      head.live.set(id, exp);
+    }
+    const headValue = encode(Object.fromEntries(head.live));
+    head.written = head.live.size;
+    // Cleanup: segments emptied by releases (or by moves already written), below the tail.
+    const ops: Promise<void>[] = [];
+    const fail = (what: string) => new KairosError("not_owner", `tenant ${this.tenantId}: grant segment ${what} was written by another incarnation; reload`);
+    for (const [seq, s] of [...this.#segs]) {
+      if (seq >= oldTail || s.live.size > 0) continue;
+      this.#segs.delete(seq);
+      ops.push(this.#delete(seq, s.rev).then((ok) => { if (!ok) throw fail(`${seq} (delete)`); }));
+    }
+    // Compaction: while the dead grants on disk exceed a quarter of the live ones (+ slack); an
+    // empty segment kept (the old tail) is not counted: the next batch deletes it.
+    let live = 0;
+    let dead = 0;
+    for (const s of this.#segs.values()) {
+      if (s.live.size === 0) continue;
+      live += s.live.size;
+      dead += s.written - s.live.size;
+    }
+    const candidates = [...this.#segs].filter(([seq, s]) => seq !== headSeq && s.live.size > 0 && s.written > s.live.size)
+      .sort((a, b) => (b[1].written - b[1].live.size) / b[1].written - (a[1].written - a[1].live.size) / a[1].written);
+    for (const [seq, s] of candidates.slice(0, MAX_COMPACTIONS)) {
+      if (dead <= live / 4 + COMPACT_SLACK) break;
+      dead -= s.written - s.live.size;
+      const value = encode(Object.fromEntries(s.live));
+      s.written = s.live.size;
+      this.puts++;
+      ops.push(this.kv.update(segmentKey(this.partition, this.tenantId, seq), value, s.rev).then((r) => {
+        if (!r.ok) throw fail(`${seq} (compaction)`);
+        s.rev = r.revision;
+      }));
+    }
     this.batches++;
-    this.puts += shards.length;
-    await Promise.all(shards.map(async (s) => {
-      // CAS: a write of an earlier incarnation of this tenant (dropped, its batch still in flight)
-      // can never land over grants a later one wrote, nor a later one over the earlier's unseen.
-      const key = shardKey(this.partition, this.tenantId, s);
-      const value = encode(Object.fromEntries(this.#shards[s]!));
-      const rev = this.#revs[s]!;
-      const r = rev === 0 ? await this.kv.create(key, value) : await this.kv.update(key, value, rev);
-      if (!r.ok) throw new KairosError("not_owner", `tenant ${this.tenantId}: grant shard ${s} was written by another incarnation; reload`);
-      this.#revs[s] = r.revision;
+    this.puts++;
+    const key = segmentKey(this.partition, this.tenantId, headSeq);
+    const written = (append ? this.kv.update(key, headValue, head.rev) : this.kv.create(key, headValue)).then((r) => {
+      if (!r.ok) throw fail(`${headSeq}`);
+      head.rev = r.revision;
+    });
+    await Promise.all([written, ...ops]);
+    for (const [id, seq] of moved) this.#segs.get(seq)?.live.delete(id);
+    // Folded segments go only now: their grants are in the head.
+    await Promise.all(folded.map(async ([seq, s]) => {
+      if (!(await this.#delete(seq, s.rev))) throw fail(`${seq} (fold)`);
     }));
+  }
+
+  async #delete(seq: number, rev: number): Promise<boolean> {
+    this.puts++;
+    return (await this.kv.delete(segmentKey(this.partition, this.tenantId, seq), rev)).ok;
   }
 }
 

@@ -183,12 +183,28 @@ describe("tenant actor: durable grants (hole 8)", () => {
   });
 });
 
-describe("tenant shell: grants in shards, group-committed", () => {
+describe("tenant shell: grants in append-only segments, group-committed", () => {
   const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
+  const puts = (ids: Iterable<string>, exp = 1): TenantEffect[] => [...ids].map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
+  const dels = (ids: Iterable<string>): TenantEffect[] => [...ids].map((id) => ({ kind: "del_grant", run_id: id }));
+  const range = (p: string, from: number, n: number) => Array.from({ length: n }, (_, i) => `${p}${from + i}`);
+  /** The tenant's segment keys on disk, seq → grants in it. */
+  const disk = async (kv: import("../../../src/cluster/kv-memory.ts").MemoryKv) => {
+    const { decode } = await import("../../../src/cluster/codec.ts");
+    const out = new Map<number, Record<string, number>>();
+    for (const e of await kv.list("grants.3.t1.*")) out.set(Number(e.key.split(".").pop()!.slice(1)), decode<Record<string, number>>(e.value));
+    return out;
+  };
+  const reload = async (kv: import("../../../src/cluster/kv-memory.ts").MemoryKv) => {
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
+    const running = new Map<string, number>();
+    await new GrantTable(kv, 3, "t1").load(running);
+    return running;
+  };
 
-  it("a burst of grants and releases decided while a batch is in flight goes out in the next batch: at most GRANT_SHARDS puts for hundreds of changes, each reply after its batch", async () => {
+  it("a burst of grants and releases decided while a batch is in flight goes out in the next batch: one write for hundreds of changes, each reply after its batch", async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
-    const { tenantRegistration, GRANT_SHARDS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { tenantRegistration } = await import("../../../src/jobs/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const reg = tenantRegistration(kv, 1_000);
     await reg.loadSoft!("t1", 3);
@@ -201,34 +217,161 @@ describe("tenant shell: grants in shards, group-committed", () => {
     const releases = Array.from({ length: 200 }, (_, i) => reg.perform!(t.send({ kind: "release", run_id: `r${i + 1}` }).pre!, ctx));
     await Promise.all([first, ...rest, ...releases]);
     assert.ok(table.batches <= 2, `${table.batches} batches for 701 changes`);
-    assert.ok(table.puts <= 1 + GRANT_SHARDS, `${table.puts} puts for 701 changes`);
+    assert.equal(table.puts, table.batches, `${table.puts} writes for 701 changes`);
     assert.equal(order[0], "r0");
     const reloaded = (await reg.loadSoft!("t1", 3)) as TenantState;
-    // Releases ride along with the grants of their batch: gone from every shard rewritten since.
-    assert.ok(reloaded.running.has("r201") && reloaded.running.has("r0"));
-    assert.ok(reloaded.running.size >= 301 && reloaded.running.size <= 501, `${reloaded.running.size}`);
+    // A later batch appends to the (small) tail: its live grants plus the new ones.
+    assert.deepEqual([...reloaded.running.keys()].sort(), ["r0", ...range("r", 201, 300)].sort());
   });
 
-  it("a release alone writes nothing; it leaves KV with the next grant written to its shard; a lost release over-counts after a reload (never under)", async () => {
+  it("a release alone writes nothing; it leaves KV with a later batch; a lost release over-counts after a reload (never under)", async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
-    const { GrantTable, grantShard } = await import("../../../src/jobs/tenant-shell.ts");
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const table = new GrantTable(kv, 3, "t1");
     await table.load(new Map());
-    await table.apply([{ kind: "put_grant", run_id: "a", expires_at_ms: 1 }], ctxOf());
-    const puts = table.puts;
-    await table.apply([{ kind: "del_grant", run_id: "a" }], ctxOf());
-    assert.equal(table.puts, puts, "no write for a release");
-    const stale = new Map<string, number>();
-    await new GrantTable(kv, 3, "t1").load(stale);
-    assert.ok(stale.has("a"), "reloaded now, the released grant still counts (the audit frees it)");
-    // Another grant in a's shard rewrites the shard without a.
-    let other = "b0";
-    for (let i = 1; grantShard(other) !== grantShard("a"); i++) other = `b${i}`;
-    await table.apply([{ kind: "put_grant", run_id: other, expires_at_ms: 1 }], ctxOf());
-    const after = new Map<string, number>();
-    await new GrantTable(kv, 3, "t1").load(after);
-    assert.deepEqual([...after.keys()], [other]);
+    await table.apply(puts(["a"]), ctxOf());
+    const before = table.puts;
+    await table.apply(dels(["a"]), ctxOf());
+    assert.equal(table.puts, before, "no write for a release");
+    assert.ok((await reload(kv)).has("a"), "reloaded now, the released grant still counts (the audit frees it)");
+    await table.apply(puts(["b"]), ctxOf());
+    assert.deepEqual([...(await reload(kv)).keys()], ["b"], "the next batch rewrote the small tail without a");
+    assert.equal(table.puts, before + 1, "an idle grant: one write, its release none");
+  });
+
+  it("a batch writes only its own grants: with 20,000 held, a batch of 10 writes one segment of 10", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
+    const { decode } = await import("../../../src/cluster/codec.ts");
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    for (let b = 0; b < 20; b++) await table.apply(puts(range(`b${b}-`, 0, 1_000)), ctxOf());
+    const written: number[] = [];
+    const create = kv.create.bind(kv);
+    const update = kv.update.bind(kv);
+    kv.create = async (k, v) => (written.push(Object.keys(decode<object>(v)).length), create(k, v));
+    kv.update = async (k, v, r) => (written.push(Object.keys(decode<object>(v)).length), update(k, v, r));
+    const before = table.puts;
+    await table.apply(puts(range("new", 0, 10)), ctxOf());
+    assert.deepEqual(written, [10]);
+    assert.equal(table.puts, before + 1);
+    assert.equal((await reload(kv)).size, 20_010);
+  });
+
+  it("a segment with no live grant left is deleted by a later batch (never the tail); one mostly released is compacted", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable, APPEND_MAX } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    const n = APPEND_MAX + 44; // each batch of n fills its segment: the next batch creates one
+    await table.apply(puts(range("a", 0, n)), ctxOf()); // s1
+    await table.apply(puts(range("b", 0, n)), ctxOf()); // s2
+    await table.apply(dels(range("a", 0, n)), ctxOf());
+    await table.apply(dels(range("b", 0, n)), ctxOf());
+    assert.deepEqual([...(await disk(kv)).keys()], [1, 2], "releases alone write nothing");
+    await table.apply(puts(["c0"]), ctxOf()); // s3; s1 deleted, s2 (the tail until now) kept
+    assert.deepEqual([...(await disk(kv)).keys()].sort(), [2, 3]);
+    await table.apply(puts(["c1"]), ctxOf()); // appended to s3; s2 deleted
+    assert.deepEqual([...(await disk(kv)).keys()], [3]);
+    assert.deepEqual([...(await reload(kv)).keys()].sort(), ["c0", "c1"]);
+    // Compaction: s3 gets the 1,000 d (appended: it held 2), s4 the 1,000 e; 700 d released →
+    // s3 rewritten with its 302 by the next batch (which creates s5: s4 is full).
+    await table.apply(puts(range("d", 0, 1_000)), ctxOf());
+    await table.apply(puts(range("e", 0, 1_000)), ctxOf());
+    await table.apply(dels(range("d", 0, 700)), ctxOf());
+    await table.apply(puts(["f0"]), ctxOf());
+    const sizes = [...(await disk(kv))].map(([seq, g]) => [seq, Object.keys(g).length]);
+    assert.deepEqual(sizes.sort((a, b) => a[0]! - b[0]!), [[3, 302], [4, 1_000], [5, 1]], "s3 compacted to its live grants");
+    assert.equal((await reload(kv)).size, 302 + 1_000 + 1);
+  });
+
+  it("a reload after many batches (grants, refreshes, releases) holds every live grant at its latest expiry, over-counting by at most a quarter plus slack", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable, COMPACT_SLACK, MAX_SEGMENTS } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    const live = new Map<string, number>();
+    let seed = 7;
+    const rnd = (n: number) => ((seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31), seed % n);
+    let next = 0;
+    for (let b = 0; b < 300; b++) {
+      const fx: TenantEffect[] = [];
+      const ids = [...live.keys()];
+      for (let i = rnd(400); i > 0; i--) {
+        const id = `g${next++}`;
+        live.set(id, b);
+        fx.push({ kind: "put_grant", run_id: id, expires_at_ms: b });
+      }
+      for (let i = rnd(40); i > 0 && ids.length > 0; i--) {
+        const id = ids[rnd(ids.length)]!;
+        if (!live.has(id)) continue;
+        live.set(id, 1_000 + b);
+        fx.push({ kind: "put_grant", run_id: id, expires_at_ms: 1_000 + b });
+      }
+      for (let i = rnd(450); i > 0 && ids.length > 0; i--) {
+        const id = ids[rnd(ids.length)]!;
+        if (live.delete(id)) fx.push({ kind: "del_grant", run_id: id });
+      }
+      await table.apply(fx, ctxOf());
+      assert.ok(table.segments <= MAX_SEGMENTS + 1, `${table.segments} segments`);
+    }
+    const back = await reload(kv);
+    for (const [id, exp] of live) assert.equal(back.get(id), exp, id);
+    const extra = back.size - live.size;
+    assert.ok(extra <= live.size / 4 + COMPACT_SLACK + 450, `${extra} released grants still on disk, ${live.size} live`);
+    assert.ok((await disk(kv)).size <= MAX_SEGMENTS + 1);
+  });
+
+  it("live segments stay bounded: a batch that would exceed MAX_SEGMENTS folds the smallest into its new segment", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable, APPEND_MAX, MAX_SEGMENTS } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    let n = 0;
+    for (let b = 0; b < MAX_SEGMENTS * 2; b++) {
+      await table.apply(puts(range("g", n, APPEND_MAX + b)), ctxOf()); // nothing released
+      n += APPEND_MAX + b;
+      assert.ok((await disk(kv)).size <= MAX_SEGMENTS, `batch ${b}: ${(await disk(kv)).size} segments`);
+    }
+    assert.equal((await reload(kv)).size, n, "no grant lost by a fold");
+  });
+
+  it("a refreshed grant keeps its older copy until its new one is written: a failed batch loses no grant", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable, APPEND_MAX } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1");
+    await table.load(new Map());
+    const n = APPEND_MAX + 44;
+    await table.apply(puts(["g", ...range("a", 1, n - 1)]), ctxOf()); // s1
+    await table.apply(puts(range("b", 0, n)), ctxOf()); // s2
+    await table.apply(dels(range("a", 1, n - 1)), ctxOf()); // s1: only g left
+    kv.create = async () => ({ ok: false, conflict: "exists" });
+    await assert.rejects(table.apply(puts(["g"], 5), ctxOf()), /another incarnation/);
+    assert.equal((await reload(kv)).get("g"), 1, "g's old copy is still on disk");
+    await assert.rejects(table.apply(puts(["h"]), ctxOf()), /earlier grant batch failed/, "the dropped table writes no more");
+  });
+
+  it("two incarnations that loaded the same tail race on it: the one that writes second fails (create of the next segment, or update of the tail)", async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable, APPEND_MAX } = await import("../../../src/jobs/tenant-shell.ts");
+    const kv = new MemoryKv("actors");
+    const first = new GrantTable(kv, 3, "t1");
+    await first.load(new Map());
+    await first.apply(puts(range("a", 0, APPEND_MAX)), ctxOf()); // a full tail: the next batch creates s2
+    const old = new GrantTable(kv, 3, "t1");
+    await old.load(new Map());
+    const later = new GrantTable(kv, 3, "t1");
+    await later.load(new Map());
+    await old.apply(puts(["x"]), ctxOf()); // the old incarnation's stray batch lands first
+    await assert.rejects(later.apply(puts(["y"]), ctxOf()), /another incarnation/, "the later one's create of s2 fails: it reloads");
+    const back = await reload(kv);
+    assert.ok(back.has("x") && !back.has("y"));
   });
 
   it("a duplicate acquire of a held grant is answered only after the batch writing it (closed known gap: a failed batch fails the duplicate's reply too)", async () => {
@@ -260,27 +403,27 @@ describe("tenant shell: grants in shards, group-committed", () => {
     assert.equal(dupSettled, "failed", "and fails with it (the host drops and reloads the tenant; the job re-asks)");
   });
 
-  it("a batch of an earlier incarnation cannot undo the grants a later one wrote (CAS per shard); a batch is not started by a node that no longer owns the tenant", async () => {
+  it("a batch of an earlier incarnation cannot undo the grants a later one wrote (CAS on the tail); a batch is not started by a node that no longer owns the tenant", async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
     const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const old = new GrantTable(kv, 3, "t1");
     await old.load(new Map());
     await old.apply([{ kind: "put_grant", run_id: "a", expires_at_ms: 1 }], ctxOf());
-    // A later incarnation loads and grants "b" in the same shard as "a" would be rewritten.
+    // A later incarnation loads and grants "b" (and refreshes "a"): it rewrites the small tail.
     const later = new GrantTable(kv, 3, "t1");
     const running = new Map<string, number>();
     await later.load(running);
     assert.deepEqual([...running.keys()], ["a"]);
     await later.apply([{ kind: "put_grant", run_id: "b", expires_at_ms: 1 }, { kind: "put_grant", run_id: "a", expires_at_ms: 2 }], ctxOf());
-    // The earlier incarnation's late batch (its shard revision is stale) is refused.
+    // The earlier incarnation's late batch (its tail revision is stale) is refused.
     await assert.rejects(old.apply([{ kind: "put_grant", run_id: "a", expires_at_ms: 9 }, { kind: "put_grant", run_id: "c", expires_at_ms: 1 }], ctxOf()), /another incarnation/);
     const after = new Map<string, number>();
     await new GrantTable(kv, 3, "t1").load(after);
-    // What the later incarnation wrote stands. (A grant the earlier one adds in a shard the later
-    // one has not rewritten may land: an over-count, released by the audit — never an under-count.)
+    // What the later incarnation wrote stands, and nothing of the earlier one's refused batch.
     assert.ok(after.has("a") && after.has("b"), `kept: ${[...after.keys()].join(",")}`);
     assert.equal(after.get("a"), 2, "the later incarnation's expiry of a, not the earlier one's");
+    assert.ok(!after.has("c"));
     const gone = new GrantTable(kv, 3, "t1");
     await gone.load(new Map());
     await assert.rejects(gone.apply([{ kind: "put_grant", run_id: "d", expires_at_ms: 1 }], ctxOf(() => false)), /no longer the owner/);
