@@ -23,6 +23,7 @@ export interface NodeFlags extends NatsAuthFlags {
   partitions?: string;
   replicas?: string;
   leaseTtlMs?: string;
+  leaseRenewer?: string;
 }
 
 function int(v: string | undefined, field: string): number | undefined {
@@ -49,6 +50,7 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
     ...(leaseTtlMs !== undefined
       ? { leaseTtlMs, leaseRenewIntervalMs: Math.floor(leaseTtlMs / 4), leaseSafetyMarginMs: Math.floor(leaseTtlMs / 4) }
       : {}),
+    ...(f.leaseRenewer !== undefined ? { leaseRenewer: f.leaseRenewer as NodeConfig["leaseRenewer"] } : {}),
   });
 }
 
@@ -258,6 +260,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--partitions <n>", "partition count when the cluster is first created")
     .option("--replicas <n>", "KV replicas (1, or 3 on a 3-server NATS cluster)")
     .option("--lease-ttl-ms <ms>", "partition lease TTL")
+    .option("--lease-renewer <where>", "who renews partition leases: thread (default: a worker thread, so a busy event loop keeps them) or inline")
     .option("--executor <kind>", "worker executor: docker (default; the node fails to start without an engine), noop, or process (UNISOLATED: tenant code runs as plain processes)")
     .option("--slots <n>", "worker slots (concurrent attempts)", "4")
     .option("--api-host <host>", "API listen address", "127.0.0.1")

@@ -21,6 +21,13 @@ function rejects(o: Partial<NodeConfig>, field: string, text: RegExp): void {
 }
 
 describe("makeNodeConfig", () => {
+  it("lease renewals: a thread by default; an unknown renewer or a main-loop stall limit below the lease TTL is refused", () => {
+    assert.equal(makeNodeConfig(base).leaseRenewer, "thread");
+    assert.equal(makeNodeConfig({ ...base, leaseRenewer: "inline" }).leaseRenewer, "inline");
+    rejects({ leaseRenewer: "fiber" as NodeConfig["leaseRenewer"] }, "lease_renewer", /thread or inline/);
+    rejects({ leaseMainStallMs: 1000 }, "lease_main_stall_ms", /at least the lease TTL/);
+  });
+
   it("applies the defaults and returns a frozen object", () => {
     const c = makeNodeConfig(base);
     assert.equal(c.partitions, DEFAULTS.partitions);
