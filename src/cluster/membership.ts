@@ -58,10 +58,31 @@ export class Membership {
   #cancelTimer: (() => void) | undefined;
   #stopped = false;
   #beats = 0;
+  /** When this node's own heartbeat loop last ran (its clock): how far its listening reaches. */
+  #lastTickMs: number;
 
   constructor(o: MembershipOptions) {
     this.#o = o;
-    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: o.clock.now() });
+    this.#lastTickMs = o.clock.now();
+    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: this.#lastTickMs });
+  }
+
+  /**
+   * The time peers are judged at: now, but no later than one interval past this node's own last
+   * heartbeat tick. A node whose event loop stalled for seconds heard nobody meanwhile (their
+   * heartbeats wait in its socket): that proves nothing about them, and it must not drop its
+   * peers — nor itself — from placement (a 200,000-run burst: the scheduler released all its
+   * partitions after a 4.7 s stall, then spent minutes reloading them).
+   */
+  #judgeAt(): number {
+    return Math.min(this.#o.clock.now(), this.#lastTickMs + this.#o.heartbeatIntervalMs);
+  }
+
+  /** While running, this node is live to itself whatever its loop did. */
+  #touchSelf(): void {
+    if (this.#stopped) return;
+    const me = this.#peers.get(this.#o.self.nodeId);
+    if (me) me.lastSeenMs = Math.max(me.lastSeenMs, this.#judgeAt());
   }
 
   get subjectPrefix(): string {
@@ -88,14 +109,16 @@ export class Membership {
 
   /** Live members, optionally only those with `role`. Always includes self while running. */
   live(role?: string): string[] {
-    return liveMembers(this.#peers.values(), this.#o.clock.now(), this.#o.failureTimeoutMs, role);
+    this.#touchSelf();
+    return liveMembers(this.#peers.values(), this.#judgeAt(), this.#o.failureTimeoutMs, role);
   }
 
   isLive(nodeId: string, incarnation?: string): boolean {
+    this.#touchSelf();
     const p = this.#peers.get(nodeId);
     if (!p) return false;
     if (incarnation !== undefined && p.incarnation !== incarnation) return false;
-    return this.#o.clock.now() - p.lastSeenMs <= this.#o.failureTimeoutMs;
+    return this.#judgeAt() - p.lastSeenMs <= this.#o.failureTimeoutMs;
   }
 
   /** Stops heartbeating and tells the others at once, so placement moves without waiting. */
@@ -121,6 +144,11 @@ export class Membership {
     if (this.#stopped) return;
     const { nc, self, clock } = this.#o;
     const now = clock.now();
+    // This loop ran late (the event loop stalled): credit every peer with the time this node
+    // could not listen, so the next expiry judges only time it did.
+    const deaf = now - this.#lastTickMs - this.#o.heartbeatIntervalMs;
+    if (deaf > this.#o.heartbeatIntervalMs) for (const p of this.#peers.values()) p.lastSeenMs = Math.min(now, p.lastSeenMs + deaf);
+    this.#lastTickMs = now;
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
     if (!nc.isClosed()) {
       nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode(self));
@@ -146,7 +174,7 @@ export class Membership {
 
   /** A live peer heard as a scheduler: only a scheduler identity may change its record. */
   #isScheduler(p: Peer | undefined): boolean {
-    return p !== undefined && p.roles.includes("scheduler") && this.#o.clock.now() - p.lastSeenMs <= this.#o.failureTimeoutMs;
+    return p !== undefined && p.roles.includes("scheduler") && this.#judgeAt() - p.lastSeenMs <= this.#o.failureTimeoutMs;
   }
 
   #onBeat(raw: MemberInfo, fromScheduler: boolean): void {

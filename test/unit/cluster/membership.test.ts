@@ -1,0 +1,79 @@
+/**
+ * Membership on a hand-driven clock: a node whose own event loop stalled (its heartbeat timer
+ * ran late, nobody's heartbeat processed meanwhile) keeps itself and its peers live; a peer that
+ * stays silent while this node listens is still dropped after the failure timeout.
+ */
+import { it } from "node:test";
+import assert from "node:assert/strict";
+import type { Bus, BusSubscribeOptions } from "../../../src/cluster/bus.ts";
+import { encode } from "../../../src/cluster/codec.ts";
+import { EventBus } from "../../../src/cluster/events.ts";
+import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
+import { Membership } from "../../../src/cluster/membership.ts";
+import type { Clock } from "../../../src/lib/clock.ts";
+
+/** A clock whose time moves only when told, and whose timers run only when told (a stalled loop). */
+class StallClock implements Clock {
+  t = 0;
+  timers: (() => void)[] = [];
+  now(): number { return this.t; }
+  monoMs(): number { return this.t; }
+  setTimer(_ms: number, fn: () => void): () => void {
+    this.timers.push(fn);
+    return () => undefined;
+  }
+  runTimers(): void {
+    const due = this.timers;
+    this.timers = [];
+    for (const f of due) f();
+  }
+}
+
+function setup() {
+  const clock = new StallClock();
+  const subs = new Map<string, BusSubscribeOptions>();
+  const bus: Bus = {
+    publish: () => undefined,
+    request: () => Promise.reject(new Error("unused")),
+    subscribe: (subject, opts) => { subs.set(subject, opts); return { unsubscribe: () => undefined }; },
+    flush: async () => undefined,
+    isClosed: () => false,
+  };
+  const left: string[] = [];
+  const events = new EventBus();
+  events.on((e) => { if (e.type === "member_left") left.push(e.nodeId); });
+  const m = new Membership({
+    nc: bus, clusterName: "kairos", clock, events, nodesKv: new MemoryKv("nodes"),
+    self: { nodeId: "n1", incarnation: "i1", roles: ["scheduler"], startedAtMs: 0 },
+    heartbeatIntervalMs: 500, failureTimeoutMs: 3000, onChange: () => undefined,
+  });
+  m.start();
+  const beatFrom = (nodeId: string) => {
+    const cb = subs.get("kairos.kairos.node.hb.*")!.callback;
+    cb(null, { subject: "kairos.kairos.node.hb.s", data: encode({ nodeId, incarnation: `${nodeId}-i`, roles: ["scheduler"], startedAtMs: 0 }), respond: () => undefined });
+  };
+  return { clock, m, left, beatFrom };
+}
+
+it("a node whose event loop stalled past the failure timeout keeps itself and its peers live", () => {
+  const { clock, m, left, beatFrom } = setup();
+  beatFrom("n2");
+  assert.deepEqual(m.live("scheduler"), ["n1", "n2"]);
+  clock.t = 4700; // 4.7 s without a turn: no tick, no heartbeat processed
+  assert.deepEqual(m.live("scheduler"), ["n1", "n2"], "before the fix: [] — the node released every partition");
+  assert.ok(m.isLive("n2"));
+  clock.runTimers(); // the late heartbeat tick
+  assert.deepEqual(left, [], "a peer dropped for time this node could not listen");
+  assert.deepEqual(m.live("scheduler"), ["n1", "n2"]);
+});
+
+it("a peer silent while this node listens is dropped after the failure timeout", () => {
+  const { clock, m, left, beatFrom } = setup();
+  beatFrom("n2");
+  for (let t = 500; t <= 3500; t += 500) {
+    clock.t = t;
+    clock.runTimers();
+  }
+  assert.deepEqual(left, ["n2"]);
+  assert.deepEqual(m.live("scheduler"), ["n1"]);
+});
