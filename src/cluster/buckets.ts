@@ -4,9 +4,9 @@
  * Never delete and recreate a live bucket: revisions would restart and fences would go backwards.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { NatsKv } from "./kv-nats.ts";
+import { LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
 import { InFlightLimiter } from "./in-flight.ts";
 import type { KvStore } from "./kv.ts";
 import { checkServerVersion } from "./server-version.ts";
@@ -66,8 +66,10 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   if (warning) opts.warn?.(warning);
   const clock = opts.clock ?? systemClock;
   const limiter = new InFlightLimiter(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
-  const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(nc), limiter };
-  const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(opts.control), limiter: undefined } : { ...data, limiter: undefined };
+  // The library's own timeouts are longer than NatsKv's stall-aware deadline (kv-nats.ts).
+  const js = (c: NatsConnection) => jetstream(c, { timeout: LIBRARY_TIMEOUT_FACTOR * 5000 });
+  const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(js(nc)), limiter };
+  const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
     const name = bucketName(opts.clusterName, suffix);
     const settings = {

@@ -7,6 +7,7 @@ import type { KV } from "@nats-io/kv";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
+import { withDeadline } from "./deadline.ts";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
 import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
@@ -47,6 +48,12 @@ function transportError(op: string, key: string, e: unknown): KairosError {
   return new KairosError("unavailable", `kv ${op} ${key}: ${msg}`, { cause: e });
 }
 
+/**
+ * The client library's timeout as a multiple of ours: ours (stall-aware, deadline.ts) decides; the
+ * library's only ends a request ours gave up on. Buckets open with a JetStream client this slow.
+ */
+export const LIBRARY_TIMEOUT_FACTOR = 3;
+
 /** Deletes `scan` skips in one call before it returns a short page (see `KvStore.scan`). */
 const SCAN_SKIP_LIMIT = 1000;
 
@@ -69,6 +76,14 @@ export class NatsKv implements KvStore {
     this.#limit = limiter ? (op) => limiter.run(op) : (op) => op();
   }
 
+  /**
+   * The operation's deadline (`timeoutMs`), stall-aware (deadline.ts): the library's own timeout
+   * is `LIBRARY_TIMEOUT_FACTOR` times longer, so this one decides.
+   */
+  #deadline<T>(op: Promise<T>): Promise<T> {
+    return withDeadline(op, systemClock, this.#timeoutMs, () => new TimeoutError());
+  }
+
   /** How many keys (live or deleted) match: the number of entries a new watcher replays first. */
   async #initialCount(filter: string): Promise<number> {
     const info = await this.#jsm.streams.info(`KV_${this.bucket}`, {
@@ -80,7 +95,7 @@ export class NatsKv implements KvStore {
   async get(key: string): Promise<KvEntry | null> {
     return timed("get", async (): Promise<KvEntry | null> => {
       try {
-        const e = await this.#limit(() => this.#kv.get(key));
+        const e = await this.#limit(() => this.#deadline(this.#kv.get(key)));
         if (!e || e.operation !== "PUT") return null;
         return { key, value: e.value, revision: e.revision };
       } catch (err) {
@@ -92,7 +107,7 @@ export class NatsKv implements KvStore {
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
     return timed("create", async (): Promise<WriteResult> => {
       try {
-        return { ok: true, revision: await this.#limit(() => this.#kv.create(key, value)) };
+        return { ok: true, revision: await this.#limit(() => this.#deadline(this.#kv.create(key, value))) };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
         throw transportError("create", key, err);
@@ -103,7 +118,7 @@ export class NatsKv implements KvStore {
   async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
     return timed("update", async (): Promise<WriteResult> => {
       try {
-        const revision = await this.#limit(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: this.#timeoutMs }));
+        const revision = await this.#limit(() => this.#deadline(this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs })));
         return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
@@ -115,7 +130,7 @@ export class NatsKv implements KvStore {
   async put(key: string, value: Uint8Array): Promise<number> {
     return timed("put", async (): Promise<number> => {
       try {
-        return await this.#limit(() => this.#kv.put(key, value, { timeout: this.#timeoutMs }));
+        return await this.#limit(() => this.#deadline(this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs })));
       } catch (err) {
         throw transportError("put", key, err);
       }
@@ -125,7 +140,7 @@ export class NatsKv implements KvStore {
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
     return timed("delete", async (): Promise<WriteResult> => {
       try {
-        await this.#limit(() => this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision }));
+        await this.#limit(() => this.#deadline(this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision })));
         // The client does not return the marker's revision; read it back (never needed for fencing).
         return { ok: true, revision: 0 };
       } catch (err) {

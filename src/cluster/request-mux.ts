@@ -32,6 +32,7 @@
 import { createInbox, errors, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import type { Bus } from "./bus.ts";
+import { armDeadline } from "./deadline.ts";
 
 export interface MuxRequestOptions {
   /** Milliseconds (`nc.request`'s default of 1000 when 0). */
@@ -99,7 +100,8 @@ export class RequestMux {
     const token = (this.#next++).toString(36);
     const reply = this.#base + token;
     return new Promise<Msg>((resolve, reject) => {
-      const cancel = this.#clock.setTimer(timeout, () => {
+      // Stall-aware (deadline.ts): a reply waiting in the socket while this loop stalled counts.
+      const cancel = armDeadline(this.#clock, timeout, () => {
         if (this.#pending.delete(token)) reject(new errors.TimeoutError());
       });
       this.#pending.set(token, { resolve, reject, cancel, subject });
