@@ -26,6 +26,8 @@ import { freePort } from "../src/dev/nats-launcher.ts";
 import { openBuckets } from "../src/cluster/buckets.ts";
 import { ActorRouter } from "../src/cluster/router.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
+import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/jobs/fleet-actor.ts";
+import { TENANT_ACTOR } from "../src/jobs/ids.ts";
 
 /** KV operations this process has made so far, by op (kairos_kv_op_seconds counts; the scheduler runs in-process). */
 async function kvOps(): Promise<Record<string, number>> {
@@ -137,9 +139,18 @@ export async function run(args: string[]): Promise<void> {
     const loop = monitorEventLoopDelay({ resolution: 10 });
     loop.enable();
     const deadline = dueMs + 120_000;
+    // The slot economy seen from inside, 10 s after the due second: the fleet's capacity and
+    // shares, each tenant's grants (a throttle shows here first).
+    let economy: unknown;
     while (systemClock.now() < deadline) {
       await new Promise((r) => setTimeout(r, 1000));
       if (systemClock.now() < dueMs) continue;
+      if (economy === undefined && systemClock.now() >= dueMs + 10_000) {
+        const fleet = await proc.node.router.request<FleetStatus>({ type: FLEET_ACTOR, id: FLEET_ID }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e));
+        const perTenant = await Promise.all(tenants.map((t) => proc.node.router.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e))));
+        economy = { fleet, tenants: perTenant };
+        console.log(`slot economy at due + 10 s: ${JSON.stringify(economy)}`);
+      }
       // One listing per partition: a single listing of 200,000 records timed out counting its keys.
       const all: RunView[] = [];
       try {

@@ -103,7 +103,7 @@ export interface SlotAsk {
 /** Most acquires plus releases in one `slots` message (the broker's batch bound). */
 export const MAX_SLOT_BATCH = 1_024;
 
-export type TenantReply = { granted: boolean } | { granted: string[] } | { running: number; waiting: number; max_concurrent: number; share?: number } | null;
+export type TenantReply = { granted: boolean } | { granted: string[] } | { running: number; waiting: number; max_concurrent: number; limit: number; share?: number; fleet_slots?: number; awaiting_share_ms?: number } | null;
 
 export const WAITING_LIMIT = 100_000;
 /**
@@ -124,6 +124,8 @@ export const SHARE_WAIT_MS = 2_000;
 export const DEMAND_WINDOW_REPORTS = 6;
 /** Least time between two reports when a filled share holds back a grown demand. */
 export const EARLY_REPORT_MS = 50;
+/** A report this overdue is taken as lost (its timer effect skipped) and re-armed by the next message. */
+export const REPORT_LOST_MS = 10_000;
 
 /** Fair sharing between tenants (see the module header); without it the tenant caps itself only. */
 export interface TenantFairOptions {
@@ -170,9 +172,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         else delete state.fleet_slots;
       }
       // Grants are made while running < limit(): the cap, and the fair share when there is one.
+      // The share's expiry and the wait for a first answer are judged here too, not only when the
+      // report timer runs: that timer can lag far behind in a saturated node (200,000 burst: ten
+      // tenants granted one run at a time for 97 s, their first report never sent).
       const limit = () => {
-        if (state.share !== undefined) return Math.min(state.max_concurrent, Math.max(1, state.share));
-        if (state.awaiting_since_ms !== undefined) return 1;
+        if (state.share !== undefined && (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)) return Math.min(state.max_concurrent, Math.max(1, state.share));
+        if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
         return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
       };
       /** One acquire (idempotent per grant id): granted, waiting (FIFO), or refused (list full). */
@@ -253,7 +258,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           break;
         }
         case "status":
-          reply = { running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent, ...(state.share !== undefined ? { share: state.share } : {}) };
+          reply = {
+            running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent, limit: limit(),
+            ...(state.share !== undefined ? { share: state.share } : {}),
+            ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),
+            ...(state.awaiting_since_ms !== undefined ? { awaiting_share_ms: now - state.awaiting_since_ms } : {}),
+          };
           break;
         case "share":
           if (!fair || state.report_at_ms === undefined) break; // a late answer to an idle tenant
@@ -328,7 +338,9 @@ function armReport(state: TenantState, fair: TenantFairOptions, now: number, eff
   // Overdue: its timer was lost (a timer set in a turn whose effects were skipped, e.g. the
   // partition's trust lapsed meanwhile). Without this, the tenant never reports again while it
   // stays loaded, and the fleet forgets it (fairness benchmark: only the small tenant listed).
-  else if (at < now - fair.reportMs) at = now;
+  // Only when overdue by far more than any timer lag of a working node: re-arming moves the
+  // timer behind every overdue timer of the node, so re-arming it often would starve it.
+  else if (at < now - REPORT_LOST_MS) at = now;
   else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
     // Held back by a share it had filled: its demand grew, so ask again soon.
     at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));

@@ -5,7 +5,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
-import { makeTenantActor, WAITING_LIMIT, type TenantEffect, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
+import { makeTenantActor, REPORT_LOST_MS, SHARE_TTL_MS, SHARE_WAIT_MS, WAITING_LIMIT, type TenantEffect, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 class Tenant {
   readonly actor;
@@ -38,7 +38,7 @@ describe("tenant actor", () => {
     assert.deepEqual(t.acquire("b").reply, { granted: true });
     assert.deepEqual(t.acquire("c").reply, { granted: false });
     assert.deepEqual(t.acquire("d").reply, { granted: false });
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 2 });
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 2, limit: 2 });
     assert.deepEqual([...t.state.waiting.keys()], ["c", "d"]);
   });
 
@@ -52,7 +52,7 @@ describe("tenant actor", () => {
     assert.deepEqual([...t.state.running.keys()].sort(), ["b", "c"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "b" })), ["t1.job-d:d"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "c" })), []);
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 });
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2, limit: 2 });
   });
 
   it("a new request never jumps the queue, even when a slot is free", () => {
@@ -455,7 +455,7 @@ describe("tenant actor: an expired grant is audited, not dropped (review finding
     const d = t.send({ kind: "expire" });
     assert.deepEqual(d.pre, [{ kind: "put_grant", run_id: id, expires_at_ms: t.now + EXPIRED_GRANT_GRACE_MS }]);
     assert.ok((d.effects ?? []).some((e) => e.kind === "send" && (e.msg as { kind: string }).kind === "slot_audit"));
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2 }, "a run waiting for its flexible start keeps its slot");
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2, limit: 2 }, "a run waiting for its flexible start keeps its slot");
   });
 });
 
@@ -506,11 +506,24 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
   it("a report overdue (its timer effect lost) is re-armed by the next message, not left silent for good", () => {
     const t = new FairTenant();
     assert.equal(t.fairTimer(t.acquire("a")), t.now, "first report armed; this turn's timer effect is lost");
-    t.now += REPORT_MS / 2;
-    assert.equal(t.fairTimer(t.acquire("b")), undefined, "not overdue yet: the timer may still fire");
-    t.now += 2 * REPORT_MS;
+    t.now += REPORT_LOST_MS / 2;
+    assert.equal(t.fairTimer(t.acquire("b")), undefined, "late, not lost: the timer may still fire (re-arming it would move it behind every overdue timer)");
+    t.now += REPORT_LOST_MS;
     assert.equal(t.fairTimer(t.acquire("c")), t.now, "overdue: re-armed at once (before the fix: never again)");
     assert.equal(t.fairTimer(t.acquire("d")), undefined, "armed once");
+  });
+
+  it("the wait for a first share and a share's expiry are judged at every grant, not only when the report timer runs (it can lag)", () => {
+    const t = new FairTenant();
+    t.acquire("a");
+    assert.deepEqual(t.granted(t.acquire("b")), [], "awaiting the first share: one run");
+    t.now += SHARE_WAIT_MS;
+    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "zzz" })), ["b"], "no answer within SHARE_WAIT_MS: the cap, without a report (before: one run for as long as the timer lagged)");
+    t.send({ kind: "share", share: 2 });
+    t.acquire("c"); t.acquire("d");
+    assert.equal(t.send({ kind: "status" }).reply && (t.send({ kind: "status" }).reply as { running: number }).running, 2, "the share: 2");
+    t.now += SHARE_TTL_MS + 1;
+    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "zzz" })), ["c", "d"], "a share not confirmed for SHARE_TTL_MS no longer limits");
   });
 
   it("grants only while running < min(max_concurrent, share); a larger share grants the waiters", () => {
@@ -521,7 +534,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     assert.deepEqual(t.acquire("b").reply, { granted: true });
     assert.deepEqual(t.acquire("c").reply, { granted: false }, "share of 2 filled");
     assert.deepEqual(t.acquire("d").reply, { granted: false });
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 10, share: 2 });
+    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 10, limit: 2, share: 2 });
     assert.deepEqual(t.granted(t.send({ kind: "share", share: 3 })), ["c"], "FIFO: the oldest waiter");
     assert.deepEqual(t.granted(t.send({ kind: "share", share: 50 })), ["d"]);
     // the cap still holds over a larger share
