@@ -148,11 +148,19 @@ export class ActorHost {
   readonly #types = new Map<string, ActorRegistration>();
   readonly #actors = new Map<string, Instance>();
   readonly #timers: TimerQueue<TimerPayload>;
+  /** Timers of `urgentTimers` types (control plane: tenant and fleet actors), fired on their own. */
+  readonly #urgent: TimerQueue<TimerPayload>;
   readonly #accepting = new Set<number>();
 
   constructor(o: HostOptions) {
     this.#o = o;
     this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t));
+    this.#urgent = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t));
+  }
+
+  /** The queue of a type's timers (see `ActorDefinition.urgentTimers`). */
+  #queue(type: string): TimerQueue<TimerPayload> {
+    return this.#types.get(type)?.definition.urgentTimers === true ? this.#urgent : this.#timers;
   }
 
   /**
@@ -164,10 +172,11 @@ export class ActorHost {
       const partition = partitionOf({ type: t.type, id: t.id }, this.#o.partitions);
       if (!this.#accepting.has(partition)) return; // a new owner re-arms from state on activation
       if (!isKairosError(e, "not_owner") && !isKairosError(e, "overloaded")) this.#o.onError(`timer for ${t.type}/${t.id} (will retry)`, e);
-      if (this.#timers.dueOf(key) !== undefined) return; // re-armed meanwhile: that one wins
+      const queue = this.#queue(t.type);
+      if (queue.dueOf(key) !== undefined) return; // re-armed meanwhile: that one wins
       const failures = t.failures ?? 0;
       const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
-      this.#timers.schedule(key, this.#o.clock.now() + delay, { ...t, failures: failures + 1 });
+      queue.schedule(key, this.#o.clock.now() + delay, { ...t, failures: failures + 1 });
     });
   }
 
@@ -187,7 +196,7 @@ export class ActorHost {
   }
 
   get pendingTimers(): number {
-    return this.#timers.size;
+    return this.#timers.size + this.#urgent.size;
   }
 
   /** Delivers a message to a local actor and resolves with its reply. */
@@ -305,6 +314,7 @@ export class ActorHost {
 
   stop(): void {
     this.#timers.stop();
+    this.#urgent.stop();
     for (const p of [...this.#accepting]) this.lose(p);
   }
 
@@ -502,10 +512,10 @@ export class ActorHost {
     for (const fx of effects) {
       switch (fx.kind) {
         case "timer":
-          this.#timers.schedule(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`, fx.atMs, { type: inst.type, id: inst.id, msg: fx.msg });
+          this.#queue(inst.type).schedule(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`, fx.atMs, { type: inst.type, id: inst.id, msg: fx.msg });
           break;
         case "cancel_timer":
-          this.#timers.cancel(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`);
+          this.#queue(inst.type).cancel(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`);
           break;
         case "send":
           this.#o.send(fx.to, fx.msg).catch((e: unknown) => this.#o.onError(`send from ${inst.type}/${inst.id} to ${fx.to.type}/${fx.to.id}`, e));
@@ -521,6 +531,7 @@ export class ActorHost {
 
   #dropPartition(partition: number, _why: string): void {
     this.#timers.cancelPrefix(`${partition}|`);
+    this.#urgent.cancelPrefix(`${partition}|`);
     for (const a of [...this.#actors.values()]) {
       if (a.partition === partition) this.#drop(a, _why);
     }

@@ -144,6 +144,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
   return {
     type: TENANT_ACTOR,
     persist: false,
+    urgentTimers: true, // its demand report must not wait behind a burst's preparation timers
     // Every job actor of the tenant asks it for slots: in a burst its queue may hold one acquire
     // per waiting run, which it bounds itself (WAITING_LIMIT), not the node-wide default.
     mailboxLimit: WAITING_LIMIT,

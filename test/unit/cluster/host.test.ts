@@ -161,6 +161,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number } = {}) {
   host.register({ definition: counterActor });
   host.register(gates.registration());
   host.register({ definition: timedActor("timed", false) });
+  host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
@@ -446,6 +447,25 @@ describe("ActorHost", () => {
     t.clock.advance(58_000);
     await activated;
     assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
+    assert.equal(t.host.pendingTimers, 0);
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("an urgentTimers type's timers (own queue) fire, count as pending, and are dropped with their partition", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const a = idIn("urgent", 1);
+    const b = idIn("urgent", 2);
+    const due = t.clock.now() + 1_000;
+    await t.host.deliver("urgent", a, { kind: "arm", atMs: due });
+    await t.host.deliver("urgent", b, { kind: "arm", atMs: due });
+    await t.host.deliver("timed", idIn("timed", 2), { kind: "arm", atMs: due });
+    assert.equal(t.host.pendingTimers, 3, "both queues counted");
+    t.host.lose(1);
+    assert.equal(t.host.pendingTimers, 2, "the urgent queue is dropped per partition too");
+    const bFired = await t.written<TimedState>(`urgent.2.${b}`, (s) => s.fired === 1);
+    t.clock.advance(1_000);
+    await bFired.done;
     assert.equal(t.host.pendingTimers, 0);
     assert.deepEqual(t.errors, []);
   });
