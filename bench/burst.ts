@@ -19,7 +19,7 @@ import { NatsJobsService } from "../src/jobs/nats-service.ts";
 import type { JobSpec, RunView } from "../src/jobs/model.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
-import { spawnNode } from "../test/support/nodes.ts";
+import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 import { registry } from "../src/metrics/index.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
@@ -71,7 +71,7 @@ export async function run(args: string[]): Promise<void> {
   // The worker is its own process, as in production (its event loop only starts and reports runs).
   const perWorker = Math.ceil(slots / workerCount);
   const workers = Array.from({ length: workerCount }, (_, i) =>
-    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `burst-worker${i}`, roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(perWorker)] }));
+    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `burst-worker${i}`, roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(perWorker)], ignoreLines: RUN_LINES }));
   // Further scheduler nodes are processes of their own (placement spreads the partitions); their
   // KV operations are read from their /metrics.
   const metricsPorts = await Promise.all(Array.from({ length: schedulerCount - 1 }, () => freePort()));

@@ -42,7 +42,7 @@ import { TENANT_ACTOR } from "../src/jobs/ids.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
-import { spawnNode } from "../test/support/nodes.ts";
+import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 import { isKairosError } from "../src/lib/errors.ts";
 
@@ -129,6 +129,7 @@ export async function run(args: string[]): Promise<void> {
   const worker = spawnNode({
     natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "fairness-worker", roles: "worker", partitions: PARTITIONS,
     extraArgs: ["--executor", "noop", "--slots", String(slots), "--noop-duration-ms", String(durationMs), "--run-lease-ttl-ms", "2000"],
+    ignoreLines: RUN_LINES,
   });
   try {
     await worker.waitFor((e) => e.type === "node_started", 30_000, "worker started");

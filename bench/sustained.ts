@@ -43,7 +43,7 @@ import { registry } from "../src/metrics/index.ts";
 import { startKairos, type KairosProcess } from "../src/server/start.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
 import { startNats, type NatsFixture } from "../test/support/nats.ts";
-import { spawnNode, type NodeProc } from "../test/support/nodes.ts";
+import { RUN_LINES, spawnNode, type NodeProc } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 
 const PARTITIONS = 64;
@@ -155,7 +155,7 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
   };
   try {
     // The worker is its own process, as in production (its event loop only starts and reports runs).
-    const worker = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "sustained-worker", roles: "worker", partitions: PARTITIONS, extraArgs: ["--executor", "noop", "--slots", String(o.slots)] });
+    const worker = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "sustained-worker", roles: "worker", partitions: PARTITIONS, extraArgs: ["--executor", "noop", "--slots", String(o.slots)], ignoreLines: RUN_LINES });
     nodes.push(worker);
     if (!o.spawn) {
       const proc = await startKairos(

@@ -17,6 +17,22 @@ export interface LogDestination {
 
 let destination: LogDestination | undefined;
 
+/** Most bytes of log lines buffered for stdout; beyond it lines are dropped, not waited for. */
+export const STDOUT_BUFFER_BYTES = 16 * 1024 * 1024;
+
+/**
+ * stdout, written asynchronously (flushed at exit by pino). pino's default writes synchronously
+ * and, when the reader of a pipe falls behind, sleeps 100 ms per retry on EAGAIN — blocking the
+ * event loop: a benchmark's worker (three info lines per run) froze at the due second of a
+ * 200,000-run burst while its reader was busy. A slow log reader now costs log lines (beyond
+ * STDOUT_BUFFER_BYTES), never the node.
+ */
+let stdout: ReturnType<typeof pino.destination> | undefined;
+function stdoutDestination(): ReturnType<typeof pino.destination> {
+  stdout ??= pino.destination({ dest: 1, sync: false, maxLength: STDOUT_BUFFER_BYTES });
+  return stdout;
+}
+
 /** Process-wide: loggers created after this call write to `d` (undefined: stdout again). */
 export function setLogDestination(d: LogDestination | undefined): void {
   destination = d;
@@ -24,5 +40,5 @@ export function setLogDestination(d: LogDestination | undefined): void {
 
 export function createLogger(name: string, level = process.env["KAIROS_LOG_LEVEL"] ?? "info"): Logger {
   const opts = { name, level, base: { node: name }, timestamp: pino.stdTimeFunctions.isoTime };
-  return destination ? pino(opts, destination) : pino(opts);
+  return pino(opts, destination ?? stdoutDestination());
 }
