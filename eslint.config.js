@@ -8,7 +8,8 @@ const ambient = [
 ];
 
 export default tseslint.config(
-  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", ".dependency-cruiser.cjs", "bin/**"] },
+  // *.mjs: plain-JS entry shims (bin/kairos.mjs, the lease thread's boot) that only register tsx.
+  { ignores: ["node_modules/**", ".kairos/**", "dist/**", "eslint.config.js", ".dependency-cruiser.cjs", "bin/**", "src/**/*.mjs"] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
