@@ -148,7 +148,7 @@ export class ActorHost {
   readonly #types = new Map<string, ActorRegistration>();
   readonly #actors = new Map<string, Instance>();
   readonly #timers: TimerQueue<TimerPayload>;
-  /** Timers of `urgentTimers` types (control plane: tenant and fleet actors), fired on their own. */
+  /** Timers of `urgentTimers` types (the control plane: tenant actors), fired on their own. */
   readonly #urgent: TimerQueue<TimerPayload>;
   readonly #accepting = new Set<number>();
 

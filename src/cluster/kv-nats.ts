@@ -84,6 +84,22 @@ export class NatsKv implements KvStore {
     return withDeadline(op, systemClock, this.#timeoutMs, () => new TimeoutError());
   }
 
+  /**
+   * An operation in the in-flight limiter with our deadline: the caller's answer is bounded by
+   * the deadline, but the limiter's slot is held until the request itself settles (the library
+   * may keep it on the wire up to its own, longer timeout), so no more than the limit are ever on
+   * the wire (review: releasing at our deadline let ~3 x 512 out under overload).
+   */
+  #bounded<T>(op: () => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.#limit(() => {
+        const p = op();
+        this.#deadline(p).then(resolve, reject);
+        return p.then(() => undefined, () => undefined);
+      }).catch(reject);
+    });
+  }
+
   /** How many keys (live or deleted) match: the number of entries a new watcher replays first. */
   async #initialCount(filter: string): Promise<number> {
     const info = await this.#jsm.streams.info(`KV_${this.bucket}`, {
@@ -95,7 +111,7 @@ export class NatsKv implements KvStore {
   async get(key: string): Promise<KvEntry | null> {
     return timed("get", async (): Promise<KvEntry | null> => {
       try {
-        const e = await this.#limit(() => this.#deadline(this.#kv.get(key)));
+        const e = await this.#bounded(() => this.#kv.get(key));
         if (!e || e.operation !== "PUT") return null;
         return { key, value: e.value, revision: e.revision };
       } catch (err) {
@@ -107,7 +123,7 @@ export class NatsKv implements KvStore {
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
     return timed("create", async (): Promise<WriteResult> => {
       try {
-        return { ok: true, revision: await this.#limit(() => this.#deadline(this.#kv.create(key, value))) };
+        return { ok: true, revision: await this.#bounded(() => this.#kv.create(key, value)) };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
         throw transportError("create", key, err);
@@ -118,7 +134,7 @@ export class NatsKv implements KvStore {
   async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
     return timed("update", async (): Promise<WriteResult> => {
       try {
-        const revision = await this.#limit(() => this.#deadline(this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs })));
+        const revision = await this.#bounded(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }));
         return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
@@ -130,7 +146,7 @@ export class NatsKv implements KvStore {
   async put(key: string, value: Uint8Array): Promise<number> {
     return timed("put", async (): Promise<number> => {
       try {
-        return await this.#limit(() => this.#deadline(this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs })));
+        return await this.#bounded(() => this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }));
       } catch (err) {
         throw transportError("put", key, err);
       }
@@ -140,7 +156,7 @@ export class NatsKv implements KvStore {
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
     return timed("delete", async (): Promise<WriteResult> => {
       try {
-        await this.#limit(() => this.#deadline(this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision })));
+        await this.#bounded(() => this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision }));
         // The client does not return the marker's revision; read it back (never needed for fencing).
         return { ok: true, revision: 0 };
       } catch (err) {

@@ -89,6 +89,13 @@ async function main(): Promise<void> {
       }
     }
   });
+  // A connection closed for good (not by `stop`) ends the thread: the keeper then falls back to
+  // renewing inline instead of a thread whose every renewal fails (review finding 1).
+  void nc.closed().then(() => {
+    if (stopped) return;
+    send({ t: "error", message: "lease thread: its NATS connection closed", err: "closed" });
+    process.exit(1);
+  });
   send({ t: "ready" });
   loop();
 }

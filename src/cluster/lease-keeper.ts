@@ -132,7 +132,8 @@ export class InlineLeaseKeeper implements LeaseKeeper {
 
   tick(nowMs: number): void {
     for (const [p, k] of this.#held) {
-      if (k.inFlight === undefined && k.lost === undefined && nowMs - k.lastRenewMs >= this.o.renewIntervalMs) {
+      // Not once its trust window is over: the partition manager gives such a lease up.
+      if (k.inFlight === undefined && k.lost === undefined && nowMs < k.trustedUntilMs && nowMs - k.lastRenewMs >= this.o.renewIntervalMs) {
         k.inFlight = this.#renew(p, k).finally(() => (k.inFlight = undefined));
       }
     }

@@ -28,6 +28,8 @@ export interface MemberInfo {
 
 export interface Peer extends MemberInfo {
   lastSeenMs: number;
+  /** When its heartbeat was last actually heard (`lastSeenMs` may be credited beyond it). */
+  heardMs?: number;
 }
 
 /** Pure: the live members at `nowMs` (sorted ids). */
@@ -147,7 +149,11 @@ export class Membership {
     // This loop ran late (the event loop stalled): credit every peer with the time this node
     // could not listen, so the next expiry judges only time it did.
     const deaf = now - this.#lastTickMs - this.#o.heartbeatIntervalMs;
-    if (deaf > this.#o.heartbeatIntervalMs) for (const p of this.#peers.values()) p.lastSeenMs = Math.min(now, p.lastSeenMs + deaf);
+    // At most one failure timeout of credit since it was last heard: a node whose timers keep
+    // running late still drops a dead peer within two failure timeouts (review finding 3).
+    if (deaf > this.#o.heartbeatIntervalMs) {
+      for (const p of this.#peers.values()) p.lastSeenMs = Math.min(now, p.lastSeenMs + deaf, (p.heardMs ?? p.lastSeenMs) + this.#o.failureTimeoutMs);
+    }
     this.#lastTickMs = now;
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
     if (!nc.isClosed()) {
@@ -182,7 +188,8 @@ export class Membership {
     const prev = this.#peers.get(raw.nodeId);
     if (!fromScheduler && this.#isScheduler(prev)) return;
     const info = fromScheduler ? raw : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
-    this.#peers.set(info.nodeId, { ...info, lastSeenMs: this.#o.clock.now() });
+    const heard = this.#o.clock.now();
+    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard });
     if (!prev || prev.incarnation !== info.incarnation) {
       this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
       this.#o.onChange();

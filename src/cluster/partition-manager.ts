@@ -146,7 +146,6 @@ export class PartitionManager {
     this.#ticking = true;
     try {
       const now = this.#o.clock.monoMs();
-      this.#keeper.tick(now);
       for (const p of [...this.#held.keys()]) {
         const v = this.#keeper.view(p);
         if (v?.lost !== undefined) this.#lose(p, v.lost);
@@ -160,6 +159,8 @@ export class PartitionManager {
               : `trust window over before renewal (none in flight; the last began ${Math.round(now - (v?.lastRenewMs ?? now))} ms ago)`);
         }
       }
+      // After the losses: no renewal starts for a lease this node has just given up.
+      this.#keeper.tick(now);
       const actions = decideLeases({
         me: this.#o.me,
         incarnation: this.#o.incarnation,

@@ -77,3 +77,13 @@ it("a peer silent while this node listens is dropped after the failure timeout",
   assert.deepEqual(left, ["n2"]);
   assert.deepEqual(m.live("scheduler"), ["n1"]);
 });
+
+it("a dead peer is still dropped within two failure timeouts when this node's own ticks keep running late", () => {
+  const { clock, left, beatFrom } = setup();
+  beatFrom("n2"); // heard at 0, never again
+  for (let t = 2000; t <= 8000; t += 2000) { // every tick 1.5 s late: "deaf" credit each time
+    clock.t = t;
+    clock.runTimers();
+  }
+  assert.deepEqual(left, ["n2"], "credited without bound, it stayed live (7 ticks at 600 ms late; minutes at 20 s)");
+});
