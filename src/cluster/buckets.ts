@@ -6,7 +6,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
+import { KV_TIMEOUT_MS, LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
 import { InFlightLimiter } from "./in-flight.ts";
 import type { KvStore } from "./kv.ts";
 import { checkServerVersion } from "./server-version.ts";
@@ -67,7 +67,7 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   const clock = opts.clock ?? systemClock;
   const limiter = new InFlightLimiter(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
   // The library's own timeouts are longer than NatsKv's stall-aware deadline (kv-nats.ts).
-  const js = (c: NatsConnection) => jetstream(c, { timeout: LIBRARY_TIMEOUT_FACTOR * 5000 });
+  const js = (c: NatsConnection) => jetstream(c, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
   const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(js(nc)), limiter };
   const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {

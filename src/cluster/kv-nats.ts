@@ -54,6 +54,9 @@ function transportError(op: string, key: string, e: unknown): KairosError {
  */
 export const LIBRARY_TIMEOUT_FACTOR = 3;
 
+/** NatsKv's own deadline per operation, unless its constructor is given another. */
+export const KV_TIMEOUT_MS = 5000;
+
 /** Deletes `scan` skips in one call before it returns a short page (see `KvStore.scan`). */
 const SCAN_SKIP_LIMIT = 1000;
 
@@ -67,7 +70,7 @@ export class NatsKv implements KvStore {
   readonly #listIdleMs: number;
 
   /** `limiter` bounds this bucket's reads and writes in flight (shared between buckets). */
-  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = 5000, limiter?: InFlightLimiter, listIdleMs = LIST_IDLE_TIMEOUT_MS) {
+  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = KV_TIMEOUT_MS, limiter?: InFlightLimiter, listIdleMs = LIST_IDLE_TIMEOUT_MS) {
     this.#listIdleMs = listIdleMs;
     this.bucket = bucket;
     this.#kv = kv;

@@ -52,20 +52,6 @@ export type FromThread =
   | { t: "error"; message: string; err: string }
   | { t: "released"; id: number; revision: number | undefined };
 
-export interface ThreadData {
-  sab: SharedArrayBuffer;
-  partitions: number;
-  keeper: LeaseKeeperOptions;
-  natsUrl: string;
-  natsAuth: NatsAuthOptions;
-  connectionName: string;
-  bucket: string;
-  tickMs: number;
-  mainStallMs: number;
-  /** Main clock ms − hrtime ms (constant: both are the process's monotonic clock). */
-  offsetMs: number;
-}
-
 export interface ThreadLeaseKeeperOptions {
   keeper: LeaseKeeperOptions;
   partitions: number;
@@ -85,6 +71,13 @@ export interface ThreadLeaseKeeperOptions {
   leases: KvStore;
   onError: (msg: string, err: unknown) => void;
 }
+
+/** What the thread is started with: its part of the options, the shared memory, the clock offset. */
+export type ThreadData = Pick<ThreadLeaseKeeperOptions, "keeper" | "partitions" | "natsUrl" | "natsAuth" | "connectionName" | "bucket" | "tickMs" | "mainStallMs"> & {
+  sab: SharedArrayBuffer;
+  /** Main clock ms − hrtime ms (constant: both are the process's monotonic clock). */
+  offsetMs: number;
+};
 
 export const hrMs = (): number => Number(process.hrtime.bigint()) / 1e6;
 
@@ -170,13 +163,16 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
       if (v && v.lost === undefined) inline.hold(p, v);
     }
     this.#fallback = inline;
-    for (const [id, resolve] of this.#releases) {
-      resolve(undefined);
-      this.#releases.delete(id);
-    }
+    this.#settleReleases();
     const w = this.#worker;
     this.#worker = undefined;
     if (w) void w.terminate();
+  }
+
+  /** Releases the thread will never answer (it is gone): the caller takes the last known revision. */
+  #settleReleases(): void {
+    for (const resolve of this.#releases.values()) resolve(undefined);
+    this.#releases.clear();
   }
 
   #post(m: ToThread): void {
@@ -259,9 +255,6 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     await exited;
     cancel();
     this.#worker = undefined;
-    for (const [id, resolve] of this.#releases) {
-      resolve(undefined);
-      this.#releases.delete(id);
-    }
+    this.#settleReleases();
   }
 }

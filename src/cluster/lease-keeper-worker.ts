@@ -10,7 +10,7 @@ import { Kvm } from "@nats-io/kv";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { systemClock } from "../lib/clock.ts";
 import { connectNats } from "./nats.ts";
-import { LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
+import { KV_TIMEOUT_MS, LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
 import { InlineLeaseKeeper } from "./lease-keeper.ts";
 import { hrMs, Layout, type FromThread, type ThreadData, type ToThread } from "./lease-keeper-thread.ts";
 
@@ -24,7 +24,7 @@ const int = (ms: number) => BigInt(Math.floor(ms));
 
 async function main(): Promise<void> {
   const nc = await connectNats({ url: data.natsUrl, name: data.connectionName, ...data.natsAuth });
-  const kv = new NatsKv(data.bucket, await new Kvm(jetstream(nc, { timeout: LIBRARY_TIMEOUT_FACTOR * 5000 })).open(data.bucket), await jetstreamManager(nc));
+  const kv = new NatsKv(data.bucket, await new Kvm(jetstream(nc, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS })).open(data.bucket), await jetstreamManager(nc));
   const gens = new Map<number, number>();
   const keeper = new InlineLeaseKeeper(
     kv,
