@@ -64,6 +64,8 @@ interface Lease {
   due: boolean;
   execution?: Execution;
   startedAtMs?: number;
+  /** An acknowledged heartbeat carried `started_at_ms`: the owner knows the attempt started. */
+  startAcked?: boolean;
   /** The attempt ended; its completion is not acknowledged yet (retried each round). */
   completion?: Completion;
   completionSinceMono?: number;
@@ -308,6 +310,7 @@ export class Worker {
     const live = [...this.#leases.values()].filter((l) => !l.lost && this.#needsBeat(l, wallNow));
     if (live.length === 0) return;
     const sentAt = this.#o.clock.monoMs();
+    const reportsStart = live.map((l) => l.startedAtMs !== undefined);
     const results = await this.#o.router.requestMany(
       live.map((l) => ({
         to: { type: JOB_ACTOR, id: l.req.job_actor },
@@ -321,6 +324,7 @@ export class Worker {
       if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
       if (r.ok) {
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
+        if (reportsStart[i]) l.startAcked = true;
         l.execution?.renewLease?.(l.validUntilMono - this.#o.clock.monoMs());
         // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
         // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
@@ -348,7 +352,14 @@ export class Worker {
    * acknowledgement.
    */
   #needsBeat(l: Lease, wallNow: number): boolean {
-    if (l.execution || l.completion || l.due || l.held || l.validUntilMono === undefined) return true;
+    if (l.due || l.held || l.validUntilMono === undefined) return true;
+    if (l.startedAtMs !== undefined && !l.startAcked) return true; // the start is news for the owner
+    // At most one heartbeat per lease per half interval: rounds also run back to back (a burst of
+    // offers, starts and completions each asks for one soon), and re-sending every lease in each
+    // of them flooded the owners (a 200,000-run burst: 67,000 leases re-sent per round).
+    const sinceAck = this.#o.clock.monoMs() - (l.validUntilMono - (l.req.lease_ttl_ms - this.#margin(l)));
+    if (sinceAck < this.#o.heartbeatIntervalMs / 2) return false;
+    if (l.execution || l.completion) return true;
     // At least two rounds before start_at, each acknowledgement still fresh at start_at.
     const window = Math.min(l.req.lease_ttl_ms - this.#margin(l), Math.max(l.req.lease_ttl_ms / 2, 2 * this.#o.heartbeatIntervalMs));
     return l.req.start_at_ms - wallNow <= window;

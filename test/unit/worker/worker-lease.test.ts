@@ -207,6 +207,28 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
+  it("a running attempt is heartbeated at most once per half interval while rounds run back to back (a burst of offers each asks for a round soon), and its start is reported at once", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 150);
+    assert.equal(t.executor.starts(), 1);
+    await t.runTo(T0 + 1_100);
+    const started = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= T0 + 100 && h.at < T0 + 1_100);
+    assert.ok(started.length >= 1, "the start is reported without waiting for the next periodic round");
+    // Offers arriving every 100 ms: each asks for a heartbeat round soon (their claims).
+    const from = t.sim.now();
+    for (let i = 0; i < 3; i++) {
+      assert.deepEqual(await t.offer(`x${i}`, 60_000), { accepted: true });
+      await t.runFor(100);
+    }
+    await t.runTo(from + 4 * HB);
+    const r1 = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= from).map((h) => h.at - from);
+    assert.ok(r1.length >= 3 && r1.length <= 5, `about one per interval, not one per round: ${JSON.stringify(r1)}`);
+    for (let i = 1; i < r1.length; i++) assert.ok(r1[i]! - r1[i - 1]! >= HB / 2, `two within half an interval: ${JSON.stringify(r1)}`);
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0, "the lease stayed fresh");
+    await t.worker.stop();
+  });
+
   it("an attempt prepared ahead whose owner re-offered it elsewhere learns it at its first heartbeat as its start nears and never starts", T, async () => {
     const t = await setup();
     assert.deepEqual(await t.offer("r1", 30_000), { accepted: true });
