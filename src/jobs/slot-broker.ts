@@ -14,8 +14,9 @@
  * queues are requests not yet sent.
  *
  * Gotchas: a failed batch (timeout, no owner, overloaded) drops its acquires — each run's
- * `slot_check` timer asks again (SLOT_RECHECK_MS; re-asking at once after a timeout turned an
- * overloaded tenant actor into a retry storm) — and puts its releases back for a later batch,
+ * `slot_check` timer asks again (SLOT_RECHECK_MS, longer for a run that has waited long:
+ * run-dispatch.ts; re-asking at once after a timeout turned an overloaded tenant actor into a
+ * retry storm) — and puts its releases back for a later batch,
  * sent after a capped exponential backoff, each release at most RELEASE_ATTEMPTS times (a lost
  * release is safe but under-uses the cap until the tenant's audit). A release cancels an
  * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
