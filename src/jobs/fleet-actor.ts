@@ -7,7 +7,10 @@
  *
  * Each tenant actor with demand (running + waiting grants, at most its cap) reports it; the
  * fleet records it, recomputes the shares (at most every FLEET_RECOMPUTE_MS, at once when a tenant,
- * a weight or the capacity is new) and answers the reporter with its share by a message. Slots
+ * a weight or the capacity is new) and answers the reporter with its share by a message; a
+ * tenant whose share a recomputation made smaller is told at once too (at most PUSH_LIMIT a
+ * time), so a newcomer's part of the fleet is not granted away meanwhile (a small tenant back
+ * from idle found every worker slot taken by large tenants still holding its part). Slots
  * nobody asked for (total demand below capacity) are added to the shares by weight as headroom,
  * so a tenant can grow into idle capacity without waiting for its next report; under overload
  * there is none and the shares are exactly max-min. The
@@ -39,6 +42,8 @@ export const FLEET_STALE_MS = 5_000;
 export const FLEET_RECOMPUTE_MS = 100;
 /** A fresh fleet actor listens this long before it answers (every busy tenant reports by then). */
 export const FLEET_WARMUP_MS = 2 * FAIR_REPORT_MS;
+/** Most tenants told of a smaller share by one recomputation (the rest hear it at their next report). */
+export const PUSH_LIMIT = 1_000;
 /** Most tenants in a status reply. */
 export const STATUS_LIMIT = 1_000;
 
@@ -91,7 +96,9 @@ function parse(raw: unknown): FleetWireMsg {
   return { kind: "demand", tenant, demand, weight, ...(m["held"] === true ? { held: true } : {}) };
 }
 
-function recompute(state: FleetState, now: number, capacity: number): void {
+/** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
+function recompute(state: FleetState, now: number, capacity: number): string[] {
+  const before = state.capacity > 0 ? state.shares : new Map<string, number>();
   for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
   const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
   state.shares = maxMinShares(capacity, demands);
@@ -106,6 +113,14 @@ function recompute(state: FleetState, now: number, capacity: number): void {
   state.capacity = capacity;
   state.computed_at_ms = now;
   state.dirty = false;
+  const shrunk: string[] = [];
+  if (capacity === 0) return shrunk;
+  for (const [tenant, share] of state.shares) {
+    if (shrunk.length >= PUSH_LIMIT) break;
+    const was = before.get(tenant);
+    if (was !== undefined && share < was) shrunk.push(tenant);
+  }
+  return shrunk;
 }
 
 function status(state: FleetState, capacity: number): FleetStatus {
@@ -148,9 +163,14 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
       if (msg.held && now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
       const due = state.computed_at_ms === undefined || fresh || capacity !== state.capacity
         || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS;
-      if (due) recompute(state, now, capacity);
+      const shrunk = due ? recompute(state, now, capacity) : [];
       const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
       effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: msg.tenant }, msg: { kind: "share", share } satisfies ShareMsg });
+      // The others' smaller shares take effect now, not at their next reports (up to
+      // FAIR_REPORT_MS later, meanwhile granting into the reporter's part of the fleet).
+      for (const t of shrunk) {
+        if (t !== msg.tenant) effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: t }, msg: { kind: "share", share: state.shares.get(t)! } satisfies ShareMsg });
+      }
       return { state, reply: { share }, effects };
     },
   };

@@ -1,6 +1,8 @@
 /**
  * Getting a run to a worker, the job actor's half of the slot economy: ask the tenant actor for a
- * slot (`askSlot`, re-asked every `SLOT_RECHECK_MS` — tenant waiting lists are soft), take a
+ * slot (`askSlot`, re-asked after `SLOT_RECHECK_MS`, then less often the longer the run has
+ * waited, at most every `SLOT_RECHECK_MAX_MS` — tenant waiting lists are soft; an audit of a
+ * grant the run never heard of re-asks at once), take a
  * grant (`onGrant`, `granted`), then offer the attempt to one worker under a fence of its own
  * (`dispatch`; the shell picks the worker). A cancelled run keeps its slot until its worker has
  * killed the attempt (`drain`, `drained`).
@@ -31,13 +33,34 @@ export function dispatch(tx: Tx, r: ActiveRun): void {
   });
 }
 
-/** How often a run still waiting for a tenant slot asks again (tenant slot state is soft). */
+/**
+ * How soon a run still waiting for a tenant slot asks again, at first. The tenant's waiting list
+ * is soft (lost when its actor reloads) and a grant it sends may be lost: the re-ask recovers
+ * both. A run that waits is granted from the tenant's FIFO by a message when a slot frees, not by
+ * this timer.
+ */
 export const SLOT_RECHECK_MS = 10_000;
+/**
+ * The longest interval between two asks: a run that has waited long asks again as often as it
+ * has waited so far, at most this often. Every run re-asking every SLOT_RECHECK_MS made a backlog
+ * a steady load of its own — 96,000 waiting runs: 9,600 job-actor turns and acquires a second,
+ * each through the tenant's NATS request (fairness benchmark) — which delayed every timer of the
+ * node (a small tenant's occurrences by ~12 s). Kept under the actor idle time (60 s), so a job
+ * actor whose runs only wait is not passivated and reloaded between two asks.
+ */
+export const SLOT_RECHECK_MAX_MS = 30_000;
+
+/** The re-ask interval of a run that has waited `waitedMs` for its slot (see SLOT_RECHECK_MAX_MS). */
+export function slotRecheckMs(waitedMs: number): number {
+  return Math.min(SLOT_RECHECK_MAX_MS, Math.max(SLOT_RECHECK_MS, waitedMs));
+}
 
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 export function askSlot(tx: Tx, r: ActiveRun): void {
   tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
-  tx.timer(`slot:${r.run_id}`, tx.now + SLOT_RECHECK_MS, { kind: "slot_check", run_id: r.run_id });
+  // Waiting since its creation, or since its retry was due (an earlier attempt held a slot).
+  const waited = tx.now - Math.max(r.created_at_ms, r.next_attempt_at_ms ?? 0);
+  tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), { kind: "slot_check", run_id: r.run_id });
 }
 
 /** Most cancelled runs a job keeps a slot for while their workers kill them. */
@@ -99,7 +122,12 @@ export function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slo
     return tx.done(null);
   }
   // An audit never hands a slot over: the grant it names may not be written yet. A queued run
-  // that missed its grant gets it from its own re-ask (acquire is idempotent and durable first).
-  if (m.kind === "slot_audit") return tx.done(null);
+  // that missed its grant (the tenant's message lost) re-asks now rather than at its slot check
+  // (up to SLOT_RECHECK_MAX_MS away): acquire is idempotent and answers only once the grant is
+  // durable.
+  if (m.kind === "slot_audit") {
+    if (!r.slot && r.status === "queued") askSlot(tx, r);
+    return tx.done(null);
+  }
   return granted(tx, r);
 }

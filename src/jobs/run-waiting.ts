@@ -8,7 +8,8 @@
  *   status (leased, running, retry_wait, terminal) → it no longer waits here;
  * - a post effect (`effect`): `acquire_slot` → waiting for a slot; `dispatch` (an offer to a
  *   worker, after the grant) → waiting for a worker. A run that keeps waiting is touched again by
- *   its re-asks (every 10 s) and re-offers (every second).
+ *   its re-asks (every 10 s at first, at most every 30 s: run-dispatch.ts) and re-offers (every
+ *   second); STALE_MS is longer than both.
  *
  * Read at scrape time (`count(now)`): runs not yet due (look-ahead) are not counted, nor runs of
  * actors this node no longer owns (`stillOwner`); such an entry untouched for `STALE_MS` is

@@ -14,12 +14,14 @@
  * queues are requests not yet sent.
  *
  * Gotchas: a failed batch (timeout, no owner, overloaded) drops its acquires — each run's
- * `slot_check` timer asks again (SLOT_RECHECK_MS; re-asking at once after a timeout turned an
- * overloaded tenant actor into a retry storm) — and puts its releases back for a later batch,
+ * `slot_check` timer asks again (SLOT_RECHECK_MS, longer for a run that has waited long:
+ * run-dispatch.ts; re-asking at once after a timeout turned an overloaded tenant actor into a
+ * retry storm) — and puts its releases back for a later batch,
  * sent after a capped exponential backoff, each release at most RELEASE_ATTEMPTS times (a lost
  * release is safe but under-uses the cap until the tenant's audit). A release cancels an
  * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
- * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's).
+ * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's),
+ * plus `RELEASE_IN_FLIGHT` carrying releases only, so a release never waits behind acquires.
  */
 import type { ActorAddress } from "../cluster/placement.ts";
 import { TENANT_ACTOR } from "./ids.ts";
@@ -27,6 +29,13 @@ import { MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./t
 
 /** Batches in flight per tenant from one node. */
 export const IN_FLIGHT_PER_TENANT = 4;
+/**
+ * Beyond those, batches of releases only (no acquires) that may be in flight: a release is what
+ * lets the tenant grant its next waiting run, so it does not queue behind a backlog's re-asks
+ * (fairness benchmark: 96,000 waiting runs re-asking filled the tenant's lane, and its runs used
+ * a smaller part of their grants than the other tenants').
+ */
+export const RELEASE_IN_FLIGHT = 1;
 /** Most requests queued per tenant on one node (beyond it an acquire is dropped; the run re-asks). */
 export const MAX_QUEUED_PER_TENANT = WAITING_LIMIT;
 
@@ -110,7 +119,8 @@ export class SlotBroker {
   }
 
   #kick(tenantId: string, lane: Lane): void {
-    if (lane.scheduled || lane.inFlight >= IN_FLIGHT_PER_TENANT) return;
+    if (lane.scheduled) return;
+    if (lane.inFlight >= IN_FLIGHT_PER_TENANT && (lane.releases.size === 0 || lane.inFlight >= IN_FLIGHT_PER_TENANT + RELEASE_IN_FLIGHT)) return;
     if (lane.asks.size === 0 && lane.releases.size === 0) {
       if (lane.inFlight === 0 && this.#lanes.get(tenantId) === lane) this.#lanes.delete(tenantId);
       return;
@@ -134,8 +144,10 @@ export class SlotBroker {
     for (const g of release) lane.releases.delete(g);
     const acquire: SlotAsk[] = [];
     const asked: Ask[] = [];
+    // The lane's acquire batches are all in flight: this one carries releases only.
+    const releasesOnly = lane.inFlight >= IN_FLIGHT_PER_TENANT;
     for (const [g, a] of lane.asks) {
-      if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+      if (releasesOnly || release.length + acquire.length >= MAX_SLOT_BATCH) break;
       acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms });
       asked.push(a);
     }

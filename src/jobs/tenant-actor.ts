@@ -12,8 +12,9 @@
  * moves or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft
  * grants a moved tenant actor forgot its running runs and could run twice its maximum). A batch
  * writes only its own new grants (not the grants held), and releases are written lazily by later
- * batches, so a burst stays cheap. The waiting list stays soft: waiting job actors ask again every
- * `SLOT_RECHECK_MS` (acquire is idempotent).
+ * batches, so a burst stays cheap. The waiting list stays soft: waiting job actors ask again
+ * (acquire is idempotent), after `SLOT_RECHECK_MS` and then less often the longer they wait
+ * (run-dispatch.ts); a waiter is granted by a message when a slot frees, never by that timer.
  *
  * Cost: O(1) per acquire and release (maps mutated in place — the state is soft and an actor
  * whose grant write fails is dropped and reloaded from its grant segments, so no decision is ever

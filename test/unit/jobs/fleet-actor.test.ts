@@ -34,7 +34,8 @@ class Fleet {
     const out: Record<string, number | null> = {};
     for (const [t, dmd, w] of reports) {
       const d = this.report(t, dmd, w);
-      const sends = (d.effects ?? []).filter((e) => e.kind === "send");
+      // Its own answer; any other send tells another tenant of a smaller share (see below).
+      const sends = (d.effects ?? []).filter((e) => e.kind === "send" && e.to.id === t);
       assert.equal(sends.length, 1);
       const s = sends[0]!;
       assert.ok(s.kind === "send");
@@ -91,6 +92,23 @@ describe("fleet actor", () => {
     const st = f.send("status").reply as FleetStatus;
     assert.deepEqual(st.tenants, [{ tenant: "a", demand: 100, weight: 1, share: 75 }, { tenant: "b", demand: 5, weight: 3, share: 5 }]);
     assert.equal(st.capacity, 80);
+  });
+
+  it("a recomputation that shrinks other tenants' shares tells them at once, not at their next reports (the small tenant back from idle)", () => {
+    const f = new Fleet();
+    assert.deepEqual(f.warm([["a", 500, 1], ["b", 500, 1], ["c", 16, 2]]), { a: 12, b: 12, c: 16 }, "the whole fleet, as in the fairness benchmark");
+    const d = f.report("small", 4, 1);
+    const sends = (d.effects ?? []).flatMap((e) => (e.kind === "send" ? [[e.to.id, (e.msg as { kind: string; share: number }).share] as const] : []));
+    assert.deepEqual(d.reply, { share: 4 });
+    assert.deepEqual(Object.fromEntries(sends), { small: 4, a: 10, b: 10 }, "c keeps 16: not told; before the fix only small heard (a and b granted on to 12 until their next reports)");
+    for (const e of d.effects ?? []) assert.ok(e.kind === "send" && (e.msg as { kind: string }).kind === "share");
+    // Unchanged or grown shares are not pushed: they are heard with the next report.
+    f.now += FLEET_RECOMPUTE_MS;
+    assert.equal((f.report("a", 500, 1).effects ?? []).length, 1, "no change: only the reporter");
+    f.report("small", 0);
+    f.now += FLEET_RECOMPUTE_MS;
+    assert.equal((f.report("b", 500, 1).effects ?? []).length, 1, "b's share grew back: only the reporter hears");
+    assert.deepEqual((f.send("status").reply as FleetStatus).tenants.map((t) => [t.tenant, t.share]), [["a", 12], ["b", 12], ["c", 16]]);
   });
 
   it("a tenant reporting no demand leaves (no answer); a silent one is dropped after FLEET_STALE_MS", () => {

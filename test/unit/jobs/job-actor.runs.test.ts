@@ -256,9 +256,38 @@ describe("job actor: slot audit", () => {
     d.send({ kind: "slot_audit", run_id: `${RUN}x` });
     assert.equal(d.postsOf("release_slot").length, before + 1);
     assert.equal(d.run(RUN)?.status, "queued");
+    const asks = d.postsOf("acquire_slot").length;
     d.send({ kind: "slot_audit", run_id: grantId(d.run(RUN)!) });
-    assert.equal(d.run(RUN)?.slot, false, "the grant may not be written yet: the run waits for its own re-ask");
+    assert.equal(d.run(RUN)?.slot, false, "the grant may not be written yet: the run gets it from its own re-ask");
     assert.equal(d.postsOf("release_slot").length, before + 1, "and the grant is kept");
+    assert.deepEqual(d.postsOf("acquire_slot").slice(asks).map((p) => p.grant), [grantId(d.run(RUN)!)], "the re-ask goes out now, not at the slot check (before: nothing until then)");
+  });
+});
+
+describe("job actor: a run waiting for its slot re-asks less often the longer it waits", () => {
+  it("first after SLOT_RECHECK_MS, then as long as it has waited, at most every SLOT_RECHECK_MAX_MS (before: every 10 s for as long as it waited)", async () => {
+    const { SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS } = await import("../../../src/jobs/run-dispatch.ts");
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
+    d.advance(1_500);
+    assert.equal(d.run(RUN)?.status, "queued");
+    const times: number[] = [];
+    const n0 = d.postsOf("acquire_slot").length;
+    const createdAt = d.run(RUN)!.created_at_ms;
+    for (let t = 0; t < 600_000; t += 1_000) {
+      const n = d.postsOf("acquire_slot").length;
+      d.advance(1_000);
+      for (let i = n; i < d.postsOf("acquire_slot").length; i++) times.push(d.now);
+    }
+    assert.equal(d.postsOf("acquire_slot").length - n0, times.length);
+    const gaps = [createdAt, ...times].slice(1).map((t, i) => t - [createdAt, ...times][i]!);
+    assert.deepEqual(gaps.slice(0, 4), [SLOT_RECHECK_MS, SLOT_RECHECK_MS, 2 * SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS].map((g) => Math.ceil(g / 1_000) * 1_000));
+    assert.ok(gaps.every((g) => g <= SLOT_RECHECK_MAX_MS + 1_000), `never longer than SLOT_RECHECK_MAX_MS: ${gaps.join(",")}`);
+    assert.ok(times.length <= 22, `10 minutes of waiting: ${times.length} re-asks (every 10 s: 60)`);
+    // Granted from the tenant's waiting list by a message, whenever that comes: no timer involved.
+    d.grant();
+    assert.equal(d.run(RUN)?.slot, true);
+    assert.equal(d.timers.has(`slot:${RUN}`), false);
   });
 });
 

@@ -8,7 +8,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { tenantAddressGuard } from "../../../src/jobs/address-guard.ts";
-import { IN_FLIGHT_PER_TENANT, RELEASE_ATTEMPTS, SlotBroker, retryDelayMs } from "../../../src/jobs/slot-broker.ts";
+import { IN_FLIGHT_PER_TENANT, RELEASE_ATTEMPTS, RELEASE_IN_FLIGHT, SlotBroker, retryDelayMs } from "../../../src/jobs/slot-broker.ts";
 import { makeTenantActor, MAX_SLOT_BATCH, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 /** A tenant actor core behind a request function; `hold` keeps replies back until released. */
@@ -97,6 +97,33 @@ describe("slot broker", () => {
     assert.equal(t.seen.length, IN_FLIGHT_PER_TENANT + 2);
     assert.ok(t.seen.every((m) => m.kind === "slots" && m.acquire.length <= MAX_SLOT_BATCH));
     assert.equal(t.peakInFlight, IN_FLIGHT_PER_TENANT);
+  });
+
+  it("a release does not wait behind a backlog's acquires: with every acquire batch in flight it goes out alone", async () => {
+    const t = tenant(1);
+    const { b, flush } = broker(t);
+    b.acquire("t1", { grant: "a_0", job: "t1.j", ttl_ms: 60_000 }, () => undefined);
+    await flush();
+    assert.deepEqual([...t.state.running.keys()], ["a_0"]);
+    t.hold = true; // a backlog's re-asks: every acquire batch in flight, more queued
+    const n = MAX_SLOT_BATCH * (IN_FLIGHT_PER_TENANT + 1);
+    for (let i = 0; i < n; i++) b.acquire("t1", { grant: `w${i}_0`, job: "t1.j", ttl_ms: 60_000 }, () => undefined);
+    await flush();
+    assert.equal(t.seen.length, 1 + IN_FLIGHT_PER_TENANT);
+    t.hold = false;
+    b.release("t1", "a_0");
+    await flush();
+    assert.equal(t.seen.length, 2 + IN_FLIGHT_PER_TENANT, "sent now (before: only once an acquire batch had come back)");
+    const last = t.seen.at(-1)!;
+    assert.ok(last.kind === "slots");
+    assert.deepEqual([last.release, last.acquire], [["a_0"], []], "releases only: the acquires keep their order in the lane");
+    assert.deepEqual([...t.state.running.keys()], [], "the slot is back at the tenant while the backlog's batches are still in flight");
+    assert.equal(b.queued("t1"), MAX_SLOT_BATCH);
+    assert.equal(t.peakInFlight, IN_FLIGHT_PER_TENANT + RELEASE_IN_FLIGHT);
+    t.held.splice(0).forEach((r) => r());
+    await flush();
+    assert.equal(b.queued("t1"), 0);
+    assert.equal(t.state.running.size, 1);
   });
 
   it("a release cancels an acquire of the same grant still queued, and goes first in its batch", async () => {
