@@ -96,9 +96,10 @@ export interface ActorDefinition<S, M, R, E = never> {
   /**
    * A read-only answer from the last committed state, given at arrival without queueing (e.g. a
    * heartbeat for a lease already recorded). `undefined`: queue the message as usual. With
-   * `alsoQueue` the message is queued as well (its reply then goes nowhere).
+   * `alsoQueue` the message is queued as well (its reply then goes nowhere). `fail`: a definitive
+   * refusal from memory (nothing the mailbox holds could change it), answered as that error.
    */
-  query?(state: S, msg: M, ctx: ActorContext): { reply: R; alsoQueue: boolean } | undefined;
+  query?(state: S, msg: M, ctx: ActorContext): { reply: R; alsoQueue: boolean } | { fail: NonNullable<Decision<S, R, unknown>["fail"]> } | undefined;
 }
 
 /** Type-erased definition, as the host registry stores them. */

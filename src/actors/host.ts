@@ -223,7 +223,9 @@ export class ActorHost {
     // Fast path: answer from the last committed state, fenced under the current epoch.
     let fast: { reply: unknown; alsoQueue: boolean } | undefined;
     if (def.query && inst.loaded && !inst.dropped && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
-      fast = def.query(inst.state, msg, this.#ctx(inst, now));
+      const q = def.query(inst.state, msg, this.#ctx(inst, now));
+      if (q && "fail" in q) throw new KairosError(q.fail.code, q.fail.message, q.fail.field === undefined ? {} : { field: q.fail.field });
+      fast = q;
       if (fast && !fast.alsoQueue) return fast.reply;
     }
     const limit = def.mailboxLimit ?? this.#o.mailboxLimit;

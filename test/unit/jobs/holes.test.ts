@@ -374,7 +374,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     const ctx = { id: "t.j", nowMs: d.now };
     assert.deepEqual(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w1" }, ctx), { reply: { ok: true }, alsoQueue: false });
     assert.equal(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w2" }, ctx), undefined, "another worker: queued, answered lease_lost");
-    assert.equal(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f - 1, worker: "w1" }, ctx), undefined, "an old fence: queued");
+    assert.deepEqual(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f - 1, worker: "w1" }, ctx), { fail: { code: "lease_lost", message: `run ${RUN}: lease with fence ${f - 1} of worker w1 is gone` } }, "an old fence: refused from memory (no mailbox turn), as the mailbox would");
   });
 
   it("10: an arrival from another worker or under an old fence does not keep the lease alive", () => {

@@ -57,7 +57,7 @@ describe("job actor: firing", () => {
     const next = d.state.runs[1]!;
     assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true, hold: true });
     const query = d.actor.query!(d.state, { kind: "heartbeat", run_id: next.run_id, fence: next.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
-    assert.deepEqual(query?.reply, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
+    assert.deepEqual(query && "reply" in query ? query.reply : query, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
     d.complete(r.run_id);
     assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true }, "the blocking run ended before the due time: go");
     d.advance(sec(4) - d.now);

@@ -106,6 +106,20 @@ describe("job actor: slots and claims", () => {
     assert.equal(d.heartbeat("nope", fence).fail?.code, "lease_lost");
   });
 
+  it("the fast path (no mailbox) answers a dead offer's heartbeat lease_lost, as the mailbox does, and leaves a claimable or current one to the mailbox", () => {
+    const d = leased();
+    const fence = d.run(RUN)!.fence;
+    const q = (run_id: string, f: number) => d.actor.query!(d.state, { kind: "heartbeat", run_id, fence: f, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
+    for (const [run, f] of [[RUN, fence - 1], [RUN, fence + 1], ["nope", fence]] as const) {
+      const fast = q(run, f);
+      assert.ok(fast && "fail" in fast, `fast answer for ${run}@${f}: ${JSON.stringify(fast)}`);
+      assert.equal(fast.fail.code, "lease_lost");
+      assert.equal(d.heartbeat(run, f).fail?.code, fast.fail.code, "the mailbox answers the same");
+    }
+    const live = q(RUN, fence);
+    assert.ok(live === undefined || !("fail" in live), "the current lease is not refused");
+  });
+
   it("lease expiry re-queues with a new fence while attempts remain; the old worker's heartbeat and completion are refused", () => {
     const d = leased(3);
     const old = d.run(RUN)!.fence;
