@@ -3,6 +3,7 @@
  * Bucket names carry the cluster name so several clusters can share one NATS account.
  * Never delete and recreate a live bucket: revisions would restart and fences would go backwards.
  */
+import { withMuxedRequests } from "./request-mux.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -67,7 +68,9 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   const clock = opts.clock ?? systemClock;
   const limiter = new InFlightLimiter(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
   // The library's own timeouts are longer than NatsKv's stall-aware deadline (kv-nats.ts).
-  const js = (c: NatsConnection) => jetstream(c, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
+  // KV reads and writes are JetStream requests: through the connection's request mux (no Error
+  // built per request, stall-aware deadlines: request-mux.ts).
+  const js = (c: NatsConnection) => jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
   const data = { jsm: await jetstreamManager(nc), kvm: new Kvm(js(nc)), limiter };
   const control = opts.control ? { jsm: await jetstreamManager(opts.control), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {

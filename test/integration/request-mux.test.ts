@@ -11,6 +11,7 @@ import { errors, headers, type Msg, type NatsConnection } from "@nats-io/transpo
 import { partitionSubject } from "../../src/cluster/router.ts";
 import { RequestMux, muxedBus, requestMux } from "../../src/cluster/request-mux.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
+import { openBuckets } from "../../src/cluster/buckets.ts";
 
 const enc = (s: string) => new TextEncoder().encode(s);
 const dec = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -210,4 +211,29 @@ describe("request mux", () => {
     assert.deepEqual(shape(after), shape(theirsAfter));
     sub.unsubscribe();
   });
+
+  it("the KV buckets' JetStream requests (reads, writes, CAS conflicts) go through the mux, never nc.request", async () => {
+    const nc = await fx.connect("mux-kv", ["scheduler"]);
+    const buckets = await openBuckets(nc, { clusterName: "kairos", replicas: 1 });
+    let raw = 0;
+    const original = nc.request.bind(nc);
+    (nc as { request: typeof nc.request }).request = (...a: Parameters<typeof nc.request>) => {
+      raw++;
+      return original(...a);
+    };
+    const before = requestMux(nc).pending;
+    const kv = buckets.actors;
+    const c = await kv.create("job.1.a", enc("v1"));
+    assert.ok(c.ok);
+    assert.equal(dec((await kv.get("job.1.a"))!.value), "v1");
+    const u = await kv.update("job.1.a", enc("v2"), c.revision);
+    assert.ok(u.ok);
+    const stale = await kv.update("job.1.a", enc("v3"), c.revision);
+    assert.equal(stale.ok, false, "a CAS conflict is still told apart");
+    assert.equal(await kv.get("job.1.nope"), null);
+    assert.equal(raw, 0, "a KV operation used nc.request");
+    assert.equal(requestMux(nc).pending, before);
+    await nc.close();
+  });
 });
+
