@@ -2,8 +2,9 @@
  * The forecast service of a scheduler node: keeps `kairos_forecast_runs_due{minute}` (runs due
  * in each minute of the next hour) over the jobs of the partitions this node holds. It lists
  * those jobs' stored states from the actors bucket (`job.<p>.*.*`, one list per held partition)
- * and computes the pure forecast (src/jobs/forecast.ts) at the start of every minute, and a
- * couple of seconds after the held partitions change (acquired, released, lost).
+ * and computes the pure forecast (src/jobs/forecast.ts) in the middle of every minute (away from
+ * the top-of-the-minute bursts), and a couple of seconds after the held partitions change
+ * (acquired, released, lost). Minute 0 of the gauge is the current minute: what is still due in it.
  *
  * Cost: one KV list of each held partition per minute, decoding every job state in it, bounded
  * by `maxJobs` (default 100,000 per node; past it the forecast is an undercount and a warning is
@@ -33,6 +34,8 @@ export interface ForecastServiceOptions {
 }
 
 const MINUTE_MS = 60_000;
+/** Where in each minute the periodic refresh runs (see `#tick`). */
+export const REFRESH_AT_MS = 30_000;
 
 /** Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`). */
 export async function readForecastJobs(actors: KvStore, partitions: Iterable<number | "*">, maxJobs: number): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
@@ -103,12 +106,17 @@ export class ForecastService {
     return f;
   }
 
-  /** At the start of every minute (plus 1 s), so minute 0 of the gauge is the current minute. */
+  /**
+   * In the middle of every minute (at :30), never at its start: runs are due at the start of a
+   * minute (cron), and a refresh at :01 listed and decoded every job state of the node on its own
+   * connection in the very second of a top-of-the-minute burst (a 200,000-run burst: the listing
+   * plus a second of parsing schedules, each minute, on the burst's CPU).
+   */
   #tick(): void {
     if (this.#stopped) return;
     void this.refresh();
     const now = this.#o.clock.now();
-    const delay = MINUTE_MS - (now % MINUTE_MS) + 1000;
+    const delay = (MINUTE_MS + REFRESH_AT_MS - (now % MINUTE_MS)) % MINUTE_MS || MINUTE_MS;
     this.#cancelTimer = this.#o.clock.setTimer(delay, () => this.#tick());
   }
 
