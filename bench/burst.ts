@@ -85,13 +85,19 @@ export async function run(args: string[]): Promise<void> {
     }
     return out;
   };
-  // Attempts ended so far (kairos_attempts_total, all outcomes), in this process and the others.
-  const attemptsEnded = async (): Promise<number> => {
-    const m = (await registry.getMetricsAsJSON()).find((x) => x.name === "kairos_attempts_total");
-    let n = (m?.values ?? []).reduce((a, v) => a + v.value, 0);
+  // Runs ended so far: attempts that succeeded plus runs dead-lettered (kairos_attempts_total
+  // {outcome="succeeded"}, kairos_dead_letters_total), in this process and the others. (All
+  // attempts would count a run twice when an unstarted attempt's lease expired first.) A
+  // scheduler whose /metrics does not answer counts nothing this time.
+  const runsEnded = async (): Promise<number> => {
+    const json = await registry.getMetricsAsJSON();
+    const sum = (name: string, pick: (labels: Record<string, string | number>) => boolean) =>
+      ((json.find((x) => x.name === name)?.values ?? []) as { labels: Record<string, string | number>; value: number }[]).filter((v) => pick(v.labels)).reduce((a, v) => a + v.value, 0);
+    let n = sum("kairos_attempts_total", (l) => l["outcome"] === "succeeded") + sum("kairos_dead_letters_total", () => true);
     for (const port of metricsPorts) {
-      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-      for (const x of text.matchAll(/^kairos_attempts_total\{[^}]*\} (\d+)/gm)) n += Number(x[1]);
+      const text = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text(), () => "");
+      for (const x of text.matchAll(/^kairos_attempts_total\{[^}]*outcome="succeeded"[^}]*\} (\d+)/gm)) n += Number(x[1]);
+      for (const x of text.matchAll(/^kairos_dead_letters_total\{[^}]*\} (\d+)/gm)) n += Number(x[1]);
     }
     return n;
   };
@@ -163,7 +169,7 @@ export async function run(args: string[]): Promise<void> {
     while (systemClock.now() < deadline) {
       await new Promise((r) => setTimeout(r, 1000));
       if (systemClock.now() < dueMs) continue;
-      if ((await attemptsEnded()) >= jobs) break;
+      if ((await runsEnded()) >= jobs) break;
     }
     clearTimeout(economyAt);
     loop.disable();

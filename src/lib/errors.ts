@@ -48,7 +48,7 @@ export interface KairosErrorOptions {
  * was a fifth of a saturated scheduler's CPU (200,000-run burst profile). Their code and message
  * say everything.
  */
-const PROTOCOL_ANSWERS: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["not_owner", "no_owner", "stale_fence", "lease_lost", "overloaded", "unavailable"]);
+const PROTOCOL_ANSWERS: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["not_owner", "no_owner", "stale_fence", "lease_lost", "overloaded"]);
 
 export class KairosError extends Error {
   override readonly name = "KairosError";

@@ -4,7 +4,8 @@
  * those jobs' stored states from the actors bucket (`job.<p>.*.*`, one list per held partition)
  * and computes the pure forecast (src/jobs/forecast.ts) in the middle of every minute (away from
  * the top-of-the-minute bursts), and a couple of seconds after the held partitions change
- * (acquired, released, lost). Minute 0 of the gauge is the current minute: what is still due in it.
+ * (acquired, released, lost). It computes 61 minutes and re-publishes the gauge shifted by one at
+ * each minute's start (from memory), so minute 0 is always the current minute.
  *
  * Cost: one KV list of each held partition per minute, decoding every job state in it, bounded
  * by `maxJobs` (default 100,000 per node; past it the forecast is an undercount and a warning is
@@ -36,6 +37,8 @@ export interface ForecastServiceOptions {
 const MINUTE_MS = 60_000;
 /** Where in each minute the periodic refresh runs (see `#tick`). */
 export const REFRESH_AT_MS = 30_000;
+/** The minute's start is passed by this much before the gauge shifts (timers may fire early). */
+const SHIFT_SLACK_MS = 10;
 
 /** Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`). */
 export async function readForecastJobs(actors: KvStore, partitions: Iterable<number | "*">, maxJobs: number): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
@@ -58,6 +61,9 @@ export class ForecastService {
   #running: Promise<void> | undefined;
   #again = false;
   #stopped = false;
+  /** The last forecast (61 minutes from its start), re-published shifted at each minute's start. */
+  #last: { startMs: number; perMinute: readonly number[] } | undefined;
+  #cancelShift: (() => void) | undefined;
 
   constructor(o: ForecastServiceOptions) {
     this.#o = o;
@@ -68,6 +74,7 @@ export class ForecastService {
       if (e.type === "partition_acquired" || e.type === "partition_released" || e.type === "partition_lost") this.#soon();
     });
     this.#tick();
+    this.#shiftAtMinute();
   }
 
   stop(): void {
@@ -75,6 +82,7 @@ export class ForecastService {
     this.#offEvents?.();
     this.#cancelTimer?.();
     this.#cancelSettle?.();
+    this.#cancelShift?.();
   }
 
   /** Recomputes now (one refresh at a time; a request meanwhile runs once more after it). */
@@ -85,7 +93,10 @@ export class ForecastService {
     }
     this.#running = this.#compute()
       .then(
-        (f) => (this.#o.publish ?? setForecastRunsDue)(f.perMinute),
+        (f) => {
+          this.#last = { startMs: f.startMs, perMinute: f.perMinute };
+          this.#publish();
+        },
         (e: unknown) => this.#o.log("warn", "forecast refresh failed; the previous forecast stays", { err: String(e) }),
       )
       .finally(() => {
@@ -101,9 +112,29 @@ export class ForecastService {
   async #compute(): Promise<Forecast> {
     const maxJobs = this.#o.maxJobs ?? DEFAULT_MAX_JOBS;
     const read = await readForecastJobs(this.#o.actors(), [...this.#o.held()].sort((a, b) => a - b), maxJobs);
-    const f = forecastRunsDue(read.jobs, this.#o.clock.now(), { minutes: 60, maxJobs });
+    // One minute more than the gauge shows: at the next minute's start it is shifted by one.
+    const f = forecastRunsDue(read.jobs, this.#o.clock.now(), { minutes: 61, maxJobs });
     if (read.truncated || f.truncated) this.#o.log("warn", "forecast truncated: more jobs or occurrences than its bounds (an undercount)", { jobs_scanned: f.jobsScanned, max_jobs: maxJobs });
     return f;
+  }
+
+  /** The gauge from the last forecast: 60 minutes from the current one (zeros past its end). */
+  #publish(): void {
+    const last = this.#last;
+    if (!last) return;
+    const offset = Math.max(0, Math.floor((this.#o.clock.now() - last.startMs) / MINUTE_MS));
+    const out = Array.from({ length: 60 }, (_, i) => last.perMinute[offset + i] ?? 0);
+    (this.#o.publish ?? setForecastRunsDue)(out);
+  }
+
+  /** At each minute's start: minute 0 becomes the new current minute (no listing, no parsing). */
+  #shiftAtMinute(): void {
+    if (this.#stopped) return;
+    const now = this.#o.clock.now();
+    this.#cancelShift = this.#o.clock.setTimer(MINUTE_MS - (now % MINUTE_MS) + SHIFT_SLACK_MS, () => {
+      this.#publish();
+      this.#shiftAtMinute();
+    });
   }
 
   /**
@@ -116,7 +147,9 @@ export class ForecastService {
     if (this.#stopped) return;
     void this.refresh();
     const now = this.#o.clock.now();
-    const delay = (MINUTE_MS + REFRESH_AT_MS - (now % MINUTE_MS)) % MINUTE_MS || MINUTE_MS;
+    let delay = (MINUTE_MS + REFRESH_AT_MS - (now % MINUTE_MS)) % MINUTE_MS;
+    // A timer may fire a little early: never a second listing right after this one.
+    if (delay < 1000) delay += MINUTE_MS;
     this.#cancelTimer = this.#o.clock.setTimer(delay, () => this.#tick());
   }
 

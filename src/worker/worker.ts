@@ -288,26 +288,31 @@ export class Worker {
    */
   #round: Promise<void> | undefined;
   #roundAgain = false;
+  /** A periodic round was asked for while one was in flight: the next round is periodic. */
+  #periodicAgain = false;
   /** One heartbeat round in flight at a time; calls meanwhile coalesce into one more round after it. */
-  #heartbeatAll(): Promise<void> {
+  #heartbeatAll(periodic = false): Promise<void> {
     if (this.#round) {
       this.#roundAgain = true;
+      this.#periodicAgain ||= periodic;
       return this.#round;
     }
-    this.#round = this.#heartbeatRound().finally(() => {
+    this.#round = this.#heartbeatRound(periodic).finally(() => {
       this.#round = undefined;
       if (this.#roundAgain && !this.#stopping) {
+        const again = this.#periodicAgain;
         this.#roundAgain = false;
-        void this.#heartbeatAll();
+        this.#periodicAgain = false;
+        void this.#heartbeatAll(again);
       }
     });
     return this.#round;
   }
 
-  async #heartbeatRound(): Promise<void> {
+  async #heartbeatRound(periodic: boolean): Promise<void> {
     this.#enforce();
     const wallNow = this.#o.clock.now();
-    const live = [...this.#leases.values()].filter((l) => !l.lost && this.#needsBeat(l, wallNow));
+    const live = [...this.#leases.values()].filter((l) => !l.lost && this.#needsBeat(l, wallNow, periodic));
     if (live.length === 0) return;
     const sentAt = this.#o.clock.monoMs();
     const reportsStart = live.map((l) => l.startedAtMs !== undefined);
@@ -351,14 +356,17 @@ export class Worker {
    * start_at and tell a gated run `hold` or go; if none is, it asks at start_at and starts on the
    * acknowledgement.
    */
-  #needsBeat(l: Lease, wallNow: number): boolean {
+  #needsBeat(l: Lease, wallNow: number, periodic: boolean): boolean {
     if (l.due || l.held || l.validUntilMono === undefined) return true;
     if (l.startedAtMs !== undefined && !l.startAcked) return true; // the start is news for the owner
-    // At most one heartbeat per lease per half interval: rounds also run back to back (a burst of
-    // offers, starts and completions each asks for one soon), and re-sending every lease in each
-    // of them flooded the owners (a 200,000-run burst: 67,000 leases re-sent per round).
-    const sinceAck = this.#o.clock.monoMs() - (l.validUntilMono - (l.req.lease_ttl_ms - this.#margin(l)));
-    if (sinceAck < this.#o.heartbeatIntervalMs / 2) return false;
+    // Every periodic round (each interval) carries every lease it always did. The rounds asked
+    // for in between (a burst of offers, starts and completions each asks for one soon; they also
+    // run back to back) carry a lease at most once per half interval: re-sending every lease in
+    // each of them flooded the owners (a 200,000-run burst: 67,000 leases re-sent per round).
+    if (!periodic) {
+      const sinceAck = this.#o.clock.monoMs() - (l.validUntilMono - (l.req.lease_ttl_ms - this.#margin(l)));
+      if (sinceAck < this.#o.heartbeatIntervalMs / 2) return false;
+    }
     if (l.execution || l.completion) return true;
     // At least two rounds before start_at, each acknowledgement still fresh at start_at.
     const window = Math.min(l.req.lease_ttl_ms - this.#margin(l), Math.max(l.req.lease_ttl_ms / 2, 2 * this.#o.heartbeatIntervalMs));
@@ -549,7 +557,7 @@ export class Worker {
   #beat(): void {
     if (this.#stopping) return;
     this.#advertise();
-    void this.#heartbeatAll();
+    void this.#heartbeatAll(true);
     this.#cancelBeat = this.#o.clock.setTimer(this.#o.heartbeatIntervalMs, () => this.#beat());
   }
 }
