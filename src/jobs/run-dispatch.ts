@@ -58,8 +58,9 @@ export function slotRecheckMs(waitedMs: number): number {
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 export function askSlot(tx: Tx, r: ActiveRun): void {
   tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
-  // Waiting since its creation, or since its retry was due (an earlier attempt held a slot).
-  const waited = tx.now - Math.max(r.created_at_ms, r.next_attempt_at_ms ?? 0);
+  // Waiting since it could start: its start time (a run prepared ahead waits from its due time,
+  // a retry from when it was due), or its creation if later.
+  const waited = tx.now - Math.max(r.created_at_ms, r.start_at_ms);
   tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), { kind: "slot_check", run_id: r.run_id });
 }
 
