@@ -25,7 +25,7 @@
  * owner's own backlog. Retried commands carry request ids and are answered with their first result.
  *
  * The modules of the core (all pure, no I/O):
- * - occurrence-plan.ts: when to fire, look-ahead, the gate's `holdOf`, next instants (read-only);
+ * - occurrence-plan.ts: when to fire, look-ahead, the gate's `holdOf` and `needsGate`, next instants (read-only);
  * - occurrences.ts: `fire`, misfire and overlap policies, run creation, terminal records;
  * - run-status.ts: the run status transition table; run-lifecycle.ts: claims, leases,
  *   heartbeats, completion, retries, lease expiry, the gate, `finish`;
@@ -38,7 +38,7 @@ import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
-import { fireAt, holdOf } from "./occurrence-plan.ts";
+import { fireAt, holdOf, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
 import { complete, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
 import { isLeased } from "./run-status.ts";
@@ -152,7 +152,7 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {
-    if (r.gate && (r.started_at_ms === null || s.job?.spec.overlap === "replace")) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
+    if (needsGate(s, r)) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
     if (isLeased(r)) {
       // A fresh grace period: live workers re-heartbeat with the same fence.
       fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });

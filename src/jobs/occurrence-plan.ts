@@ -1,7 +1,8 @@
 /**
  * Occurrence planning, as pure functions of the job state: when the job actor fires (`fireAt`,
  * with look-ahead and a deterministic spread), how far ahead it prepares runs (`lookahead`,
- * `undecided`), whether a gated run must still hold (`holdOf`), and the schedule's next instants
+ * `undecided`), whether a gated run must still hold (`holdOf`) and needs its due-instant decision
+ * (`needsGate`), and the schedule's next instants
  * (`nextRuns`, `firstAfter`). Nothing here changes state: occurrences.ts acts on these answers.
  *
  * Gotchas: compiled schedules are cached by their JSON (bounded, cleared past 10,000); `holdOf`
@@ -84,6 +85,25 @@ function undecided(s: JobState, now: number): number | undefined {
 export function holdOf(s: JobState, r: ActiveRun): boolean {
   if (!r.gate || s.job?.spec.overlap !== "skip") return false;
   return s.runs.some((x) => x !== r && (x.created_at_ms < r.created_at_ms || (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)));
+}
+
+/**
+ * Whether a gated run needs its `gate` timer at its due instant. `replace` always decides there
+ * (it cancels runs started by hand since the preparation). `skip` only while a run blocks it:
+ * `holdOf` is monotone, so a run nothing blocks now is not skipped at its due instant either, and
+ * the timer would be one actor turn per run at the busiest instant for nothing. `queue` never:
+ * its gate decides nothing (a run created later does not block it).
+ */
+export function needsGate(s: JobState, r: ActiveRun): boolean {
+  if (!r.gate) return false;
+  switch (s.job?.spec.overlap) {
+    case "replace":
+      return true;
+    case "skip":
+      return r.started_at_ms === null && holdOf(s, r);
+    default:
+      return false;
+  }
 }
 
 /**

@@ -14,7 +14,7 @@ import { spreadOffsetMs } from "../schedule/index.ts";
 import { runIdFor } from "./ids.ts";
 import { terminalRunView, type ActiveRun } from "./job-state.ts";
 import type { RunView } from "./model.ts";
-import { lookahead, scheduleOf } from "./occurrence-plan.ts";
+import { lookahead, needsGate, scheduleOf } from "./occurrence-plan.ts";
 import { askSlot } from "./run-dispatch.ts";
 import { finish } from "./run-lifecycle.ts";
 import type { Tx } from "./tx.ts";
@@ -44,8 +44,9 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);
-  // The decision at the due instant (skip if a blocking run is still active then): see `holdOf`.
-  if (gate) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
+  // The decision at the due instant (skip if a blocking run is still active then; replace the
+  // runs started since): only when there is one to take (`needsGate`).
+  if (needsGate(tx.s, r)) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
   // Deferred when nothing else in the decision must be written (a run-now remembers its request
   // id, a replace finishes runs: those write): lost, the record stays and the re-fire of the

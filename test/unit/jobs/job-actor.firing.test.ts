@@ -103,13 +103,44 @@ describe("job actor: firing", () => {
     assert.equal(d.records.get(first.run_id)?.status, "running", "the earlier run is untouched");
   });
 
-  it("skip with look-ahead: re-activation re-arms the gate of a prepared run (the decision is a reminder, not a one-shot)", () => {
+  it("skip with look-ahead: a prepared run nothing blocks gets no gate timer, at preparation or on re-activation (the answer is monotone: nothing to decide at the due instant)", () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec());
     d.advance(0);
     const r = d.state.runs[0]!;
+    assert.equal(r.gate, true);
+    assert.equal(d.timers.has(`gate:${r.run_id}`), false, "no turn at the due instant");
     const fx = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
-    assert.ok(fx.some((e) => e.kind === "timer" && e.name === `gate:${r.run_id}` && e.atMs === sec(2)));
+    assert.ok(!fx.some((e) => e.kind === "timer" && e.name === `gate:${r.run_id}`));
+    d.advance(sec(2) - d.now);
+    d.heartbeat(r.run_id, r.fence, d.now);
+    assert.equal(d.records.get(r.run_id)?.status, "running", "it starts on time without the gate");
+  });
+
+  it("skip with look-ahead: a prepared run an earlier run blocks has its gate armed, and re-activation re-arms it (the decision is a reminder, not a one-shot)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(sec(2) - d.now);
+    const first = d.state.runs[0]!;
+    d.heartbeat(first.run_id, first.fence, d.now); // started, still running when :04 is prepared
+    const next = d.state.runs.find((x) => x.scheduled_for_ms === sec(4))!;
+    assert.ok(next?.gate);
+    assert.equal(d.timers.get(`gate:${next.run_id}`)?.atMs, sec(4), "armed at preparation: a run blocks it");
+    const fx = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
+    assert.ok(fx.some((e) => e.kind === "timer" && e.name === `gate:${next.run_id}` && e.atMs === sec(4)));
+    d.complete(first.run_id);
+    const after = d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now });
+    assert.ok(!after.some((e) => e.kind === "timer" && e.name === `gate:${next.run_id}`), "once nothing blocks it, re-activation arms none");
+  });
+
+  it("queue with look-ahead: the prepared run gets no gate timer (its gate decides nothing)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec({ overlap: "queue" }));
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    assert.equal(r.gate, true);
+    assert.equal(d.timers.has(`gate:${r.run_id}`), false);
+    assert.ok(!d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now }).some((e) => e.kind === "timer" && e.name.startsWith("gate:")));
   });
 
   it("re-delivering fire creates no duplicate and skips nothing", () => {
