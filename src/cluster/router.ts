@@ -114,7 +114,9 @@ export class ActorRouter {
     const groups = new Map<number, number[]>();
     items.forEach((it, i) => {
       const p = partitionOf(it.to, this.#o.partitions);
-      groups.set(p, [...(groups.get(p) ?? []), i]);
+      const g = groups.get(p);
+      if (g) g.push(i);
+      else groups.set(p, [i]);
     });
     const deadline = clock.now() + (opts.deadlineMs ?? this.#o.deadlineMs);
     await Promise.all([...groups].flatMap(([p, idx]) => {

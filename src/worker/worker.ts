@@ -64,8 +64,6 @@ interface Lease {
   due: boolean;
   execution?: Execution;
   startedAtMs?: number;
-  /** An acknowledged heartbeat carried `started_at_ms`: the owner knows the attempt started. */
-  startAcked?: boolean;
   /** The attempt ended; its completion is not acknowledged yet (retried each round). */
   completion?: Completion;
   completionSinceMono?: number;
@@ -243,9 +241,9 @@ export class Worker {
           waiting = true;
         }
       }
-      // One batched heartbeat reports every start (status running, started_at).
+      // The starts themselves ask for no round (see `#needsBeat`): the next periodic round or each
+      // attempt's completion reports them.
       if (waiting) void this.#heartbeatAll();
-      else this.#beatSoon();
     };
     this.#o.clock.setTimer(Math.max(0, atMs - this.#o.clock.now()), fire);
   }
@@ -315,11 +313,13 @@ export class Worker {
     const live = [...this.#leases.values()].filter((l) => !l.lost && this.#needsBeat(l, wallNow, periodic));
     if (live.length === 0) return;
     const sentAt = this.#o.clock.monoMs();
-    const reportsStart = live.map((l) => l.startedAtMs !== undefined);
+    // A completion carries started_at itself: a heartbeat of an attempt that ended does not also
+    // report its start (that would be one more actor turn and run-record write for nothing).
+    const reportsStart = live.map((l) => l.startedAtMs !== undefined && !l.completion);
     const results = await this.#o.router.requestMany(
-      live.map((l) => ({
+      live.map((l, i) => ({
         to: { type: JOB_ACTOR, id: l.req.job_actor },
-        msg: { kind: "heartbeat", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId, ...(l.startedAtMs !== undefined ? { started_at_ms: l.startedAtMs } : {}) },
+        msg: { kind: "heartbeat", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId, ...(reportsStart[i] ? { started_at_ms: l.startedAtMs } : {}) },
       })),
       { deadlineMs: this.#o.heartbeatIntervalMs },
     );
@@ -329,7 +329,6 @@ export class Worker {
       if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
       if (r.ok) {
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
-        if (reportsStart[i]) l.startAcked = true;
         l.execution?.renewLease?.(l.validUntilMono - this.#o.clock.monoMs());
         // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
         // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
@@ -358,7 +357,11 @@ export class Worker {
    */
   #needsBeat(l: Lease, wallNow: number, periodic: boolean): boolean {
     if (l.due || l.held || l.validUntilMono === undefined) return true;
-    if (l.startedAtMs !== undefined && !l.startAcked) return true; // the start is news for the owner
+    // A start is not news that cannot wait: the owner learns it from the next round that carries
+    // the lease (the periodic one at the latest), or from the completion if the attempt ends
+    // first. A burst's short runs then cost their owners one message each, not two (the start
+    // notice was an actor turn and a run-record write per run at the due second). Until then the
+    // owner's lease runs from start_at (run-lifecycle.ts `leaseEndMs`), as for any started run.
     // Every periodic round (each interval) carries every lease it always did. The rounds asked
     // for in between (a burst of offers, starts and completions each asks for one soon; they also
     // run back to back) carry a lease at most once per half interval: re-sending every lease in

@@ -96,14 +96,17 @@ type CompleteMode = "ok" | "silent" | "stale_fence";
 class Owner {
   hb: HbMode = "ok";
   complete: CompleteMode = "ok";
-  readonly heartbeats: { run_id: string; at: number; answered: boolean }[] = [];
+  readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
   readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
   constructor(private readonly clock: SimClock) {}
   handle(m: BusMsg): void {
     const req = decode<ActorRequest | BatchRequest>(m.data);
     if ("b" in req) {
       const answered = this.hb !== "silent";
-      for (const it of req.b) this.heartbeats.push({ run_id: (it.m as { run_id: string }).run_id, at: this.clock.now(), answered });
+      for (const it of req.b) {
+        const hb = it.m as { run_id: string; started_at_ms?: number };
+        this.heartbeats.push({ run_id: hb.run_id, at: this.clock.now(), answered, started: hb.started_at_ms !== undefined });
+      }
       if (!answered) return;
       const v: ItemResult[] = req.b.map(() =>
         this.hb === "ok" ? { ok: true, v: { ok: true } } : this.hb === "hold" ? { ok: true, v: { ok: true, hold: true } } : { ok: false, e: { code: "lease_lost", message: "lease lost" } });
@@ -207,14 +210,17 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
-  it("a running attempt is heartbeated by every periodic round and at most once per half interval by the rounds in between (a burst of offers each asks for a round soon), and its start is reported at once", T, async () => {
+  it("a running attempt is heartbeated by every periodic round and at most once per half interval by the rounds in between (a burst of offers each asks for a round soon); its start asks for no round of its own and goes with the next periodic one", T, async () => {
     const t = await setup();
     assert.deepEqual(await t.offer("r1", 100), { accepted: true });
     await t.runTo(T0 + 150);
     assert.equal(t.executor.starts(), 1);
+    const startedAt = t.executor.log[0]!.at;
     await t.runTo(T0 + 1_100);
-    const started = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= T0 + 100 && h.at < T0 + 1_100);
-    assert.ok(started.length >= 1, "the start is reported without waiting for the next periodic round");
+    const afterStart = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= startedAt);
+    assert.equal(afterStart.filter((h) => h.at < startedAt + HB / 2).length, 0, `the start asked for no round: ${JSON.stringify(afterStart)}`);
+    assert.ok(afterStart.length >= 1 && afterStart.every((h) => h.started), `the next round (periodic) reports the start: ${JSON.stringify(afterStart)}`);
+    assert.ok(afterStart[0]!.at <= startedAt + HB, "within one interval");
     // Offers arriving every 100 ms: each asks for a heartbeat round soon (their claims).
     const from = t.sim.now();
     for (let i = 0; i < 3; i++) {
@@ -355,6 +361,21 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     await t.runTo(t.sim.now() + 3 * HB);
     assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0, "dropped once acknowledged");
     assert.deepEqual(t.evs("self_fenced"), [], "a finished attempt waiting for its report is not self-fenced");
+    await t.worker.stop();
+  });
+
+  it("a short attempt's start goes with its completion: no heartbeat reports the start of an attempt that already ended", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 100);
+    assert.equal(t.executor.starts(), 1);
+    t.executor.exit("r1#1"); // ends at once (before any round after its start)
+    await drainMicrotasks();
+    await t.runTo(T0 + 100 + 3 * HB);
+    assert.equal(t.owner.completes.length, 1, "one completion, carrying started_at");
+    assert.equal(t.evs("completed").length, 1);
+    const startedReports = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.started);
+    assert.deepEqual(startedReports, [], "the start was not also reported by a heartbeat");
     await t.worker.stop();
   });
 
