@@ -230,7 +230,7 @@ job "kairos" {
       config {
         command = var.node_bin
         args = [
-          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--max-semi-space-size=64", "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
           "--roles", "scheduler",
           # Unique per allocation: a replacement allocation must never share a node id with
           # one that may still be running on a partitioned host.
@@ -371,7 +371,7 @@ job "kairos" {
       config {
         command = var.node_bin
         args = [
-          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--max-semi-space-size=64", "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
           "--roles", "api",
           "--node-id", "api-${NOMAD_SHORT_ALLOC_ID}",
           "--cluster", var.cluster_name,
@@ -528,7 +528,7 @@ job "kairos" {
       config {
         command = var.node_bin
         args = [
-          "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
+          "--max-semi-space-size=64", "${NOMAD_TASK_DIR}/kairos/bin/kairos.mjs", "node",
           "--roles", "worker",
           "--node-id", "worker-${node.unique.id}",
           "--cluster", var.cluster_name,

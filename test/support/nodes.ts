@@ -56,6 +56,8 @@ export function spawnNode(o: SpawnOptions): NodeProc {
   const profDir = process.env["KAIROS_TEST_NODE_CPU_PROF"];
   const args = [
     ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []),
+    // As a deployed node runs (package.json, bin/kairos.mjs, the Nomad job): docs/operations.md.
+    "--max-semi-space-size=64",
     "--import", "tsx", "src/cli/main.ts", "node",
     "--nats", o.natsUrl, "--nats-creds", o.creds, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
     "--partitions", String(o.partitions ?? 32),
