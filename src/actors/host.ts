@@ -141,7 +141,20 @@ export interface HostOptions {
   mailboxLimit: number;
   idleMs: number;
   onError: (msg: string, err: unknown) => void;
+  /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
+  timerTurnsInFlight?: number;
 }
+
+/**
+ * Back-pressure on timers: at most this many timer-driven actor turns (a burst's `fire`s) are in
+ * flight on a node; the rest wait in the timer queue, in due order. Delivered all at once, a
+ * 200,000-job burst put every `fire` (its state read, its record create) in the KV queue at once:
+ * hundreds of thousands of operations waited there, and the tenant actors' slot batches and the
+ * fleet's reports behind them ran past their deadlines and were done again. The data-plane KV
+ * limiter allows 512 operations in flight (buckets.ts); a turn is mostly one or two of them.
+ * The control plane's timers (`urgentTimers`) are not bounded by it.
+ */
+export const TIMER_TURNS_IN_FLIGHT = 512;
 
 export class ActorHost {
   readonly #o: HostOptions;
@@ -152,10 +165,22 @@ export class ActorHost {
   readonly #urgent: TimerQueue<TimerPayload>;
   readonly #accepting = new Set<number>();
 
+  /** Data-plane timer deliveries in flight (see `TIMER_TURNS_IN_FLIGHT`). */
+  #timerTurns = 0;
+  readonly #timerTurnLimit: number;
+
   constructor(o: HostOptions) {
     this.#o = o;
-    this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t));
-    this.#urgent = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t));
+    this.#timerTurnLimit = o.timerTurnsInFlight ?? TIMER_TURNS_IN_FLIGHT;
+    if (!Number.isInteger(this.#timerTurnLimit) || this.#timerTurnLimit < 1) throw new RangeError(`timerTurnsInFlight must be a positive integer, got ${this.#timerTurnLimit}`);
+    this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t, true));
+    this.#timers.admitWith(() => this.#timerTurns < this.#timerTurnLimit);
+    this.#urgent = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t, false));
+  }
+
+  /** Timer-driven turns in flight on the data-plane queue, and whether due timers wait for them. */
+  get timerTurns(): { inFlight: number; held: boolean } {
+    return { inFlight: this.#timerTurns, held: this.#timers.held };
   }
 
   /** The queue of a type's timers (see `ActorDefinition.urgentTimers`). */
@@ -167,8 +192,16 @@ export class ActorHost {
    * Delivers a timer's message; if handling fails while the partition is still ours, delivers it
    * again with capped backoff (unless the timer was re-armed meanwhile). Timers are reminders.
    */
-  #fireTimer(key: string, t: TimerPayload): void {
-    this.deliver(t.type, t.id, t.msg).catch((e: unknown) => {
+  #fireTimer(key: string, t: TimerPayload, bounded: boolean): void {
+    let delivery = this.deliver(t.type, t.id, t.msg);
+    if (bounded) {
+      this.#timerTurns++;
+      delivery = delivery.finally(() => {
+        this.#timerTurns--;
+        this.#timers.resume();
+      });
+    }
+    delivery.catch((e: unknown) => {
       const partition = partitionOf({ type: t.type, id: t.id }, this.#o.partitions);
       if (!this.#accepting.has(partition)) return; // a new owner re-arms from state on activation
       if (!isKairosError(e, "not_owner") && !isKairosError(e, "overloaded")) this.#o.onError(`timer for ${t.type}/${t.id} (will retry)`, e);

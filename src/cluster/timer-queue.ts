@@ -29,6 +29,10 @@ export class TimerQueue<T> {
   #armedFor = Number.POSITIVE_INFINITY;
   #cancelHost: (() => void) | undefined;
   #stopped = false;
+  /** Admission (`admitWith`): while it answers false, due timers wait in due order. */
+  #admit: (() => boolean) | undefined;
+  /** A due timer was held back by admission: nothing is armed until `resume()`. */
+  #held = false;
   /** Longest single host-timer wait; long delays re-arm in steps (host timers are 32-bit). */
   static readonly MAX_WAIT_MS = 2 ** 30;
   /**
@@ -97,6 +101,28 @@ export class TimerQueue<T> {
     return keys.length;
   }
 
+  /**
+   * Back-pressure: before each due timer fires, `admit` is asked; while it answers false the
+   * timer stays queued (in due order, nothing fires out of turn) and no host timer is armed for
+   * it — the owner calls `resume()` when capacity comes back.
+   */
+  admitWith(admit: () => boolean): void {
+    this.#admit = admit;
+  }
+
+  /** Whether due timers are waiting for admission. */
+  get held(): boolean {
+    return this.#held;
+  }
+
+  /** Capacity came back (see `admitWith`): fires what is due now, then re-arms. */
+  resume(): void {
+    if (!this.#held || this.#stopped) return;
+    this.#held = false;
+    this.fireDue(TimerQueue.SLICE);
+    this.#arm();
+  }
+
   dueOf(key: string): number | undefined {
     return this.#byKey.get(key)?.dueMs;
   }
@@ -119,6 +145,10 @@ export class TimerQueue<T> {
         continue;
       }
       if (top.dueMs > now) break;
+      if (this.#admit !== undefined && !this.#admit()) {
+        this.#held = true;
+        break;
+      }
       this.#pop();
       this.#byKey.delete(top.key);
       this.#group(top.key, false);
@@ -130,7 +160,7 @@ export class TimerQueue<T> {
   }
 
   #arm(): void {
-    if (this.#stopped) return;
+    if (this.#stopped || this.#held) return;
     while (this.#heap[0] && !this.#heap[0].live) this.#pop();
     const top = this.#heap[0];
     this.#cancelHost?.();

@@ -134,9 +134,20 @@ function timedActor(type: string, loadOnAcquire: boolean): ActorDefinition<Timed
   };
 }
 
+/** Arms a timer that, when it fires, appends n and performs `pre` n (held by the test's gate). */
+type GatedTimerMsg = { kind: "arm"; atMs: number; n: number } | { kind: "go"; n: number };
+const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number> = {
+  type: "gtimer",
+  initialState: () => ({ log: [] }),
+  receive(s, m) {
+    if (m.kind === "arm") return { state: s, reply: 0, effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "go", n: m.n } }] };
+    return { state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] };
+  },
+};
+
 // --- fixture ----------------------------------------------------------------------------------
 
-function setup(o: { idleMs?: number; mailboxLimit?: number } = {}) {
+function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number } = {}) {
   const clock = new FakeClock(1_000_000);
   const kv = new CountingKv("actors");
   const events = new EventBus();
@@ -157,8 +168,10 @@ function setup(o: { idleMs?: number; mailboxLimit?: number } = {}) {
     mailboxLimit: o.mailboxLimit ?? 16,
     idleMs: o.idleMs ?? 10_000,
     onError: (m, e) => errors.push(`${m}: ${String(e)}`),
+    ...(o.timerTurnsInFlight !== undefined ? { timerTurnsInFlight: o.timerTurnsInFlight } : {}),
   });
   host.register({ definition: counterActor });
+  host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
@@ -448,6 +461,46 @@ describe("ActorHost", () => {
     await activated;
     assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
     assert.equal(t.host.pendingTimers, 0);
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("back-pressure: at most timerTurnsInFlight timer-driven turns run at once; the rest wait in due order and all are delivered", async () => {
+    const t = setup({ timerTurnsInFlight: 2 });
+    await acquireAll(t.host);
+    const base = t.clock.now() + 1_000;
+    // Five actors, due in the order 0..4 (armed out of order).
+    for (const n of [3, 0, 4, 1, 2]) await t.host.deliver("gtimer", `g${n}`, { kind: "arm", atMs: base + n, n });
+    t.clock.advance(1_000 + 10);
+    await Promise.all([t.gates.startedP(0), t.gates.startedP(1)]);
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(t.gates.trace, ["start 0", "start 1"], "two in flight, none beyond the bound");
+    assert.deepEqual(t.host.timerTurns, { inFlight: 2, held: true });
+    assert.equal(t.host.pendingTimers, 3, "the rest wait in the queue");
+    t.gates.release(1);
+    await t.gates.startedP(2);
+    assert.deepEqual(t.gates.trace, ["start 0", "start 1", "end 1", "start 2"], "the next in due order as one ends");
+    for (const n of [0, 2]) t.gates.release(n);
+    await t.gates.startedP(3);
+    await t.gates.startedP(4);
+    t.gates.release(3);
+    t.gates.release(4);
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(t.gates.trace.filter((x) => x.startsWith("start")), ["start 0", "start 1", "start 2", "start 3", "start 4"]);
+    assert.equal(t.host.pendingTimers, 0);
+    assert.deepEqual(t.host.timerTurns, { inFlight: 0, held: false });
+    // The urgent queue is not bounded by it: its timers fire while data-plane turns are stuck.
+    const due = t.clock.now() + 100;
+    await t.host.deliver("gtimer", "g9", { kind: "arm", atMs: due, n: 9 });
+    await t.host.deliver("gtimer", "g10", { kind: "arm", atMs: due, n: 10 });
+    await t.host.deliver("gtimer", "g11", { kind: "arm", atMs: due, n: 11 });
+    const u = idIn("urgent", 3);
+    await t.host.deliver("urgent", u, { kind: "arm", atMs: due });
+    const uFired = await t.written<TimedState>(`urgent.3.${u}`, (s) => s.fired === 1);
+    t.clock.advance(100);
+    await uFired.done;
+    assert.equal(t.host.timerTurns.held, true, "g11 waits while g9 and g10 are stuck");
+    for (const n of [9, 10, 11]) t.gates.release(n);
+    await t.gates.startedP(11);
     assert.deepEqual(t.errors, []);
   });
 

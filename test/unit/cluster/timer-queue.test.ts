@@ -36,6 +36,46 @@ describe("TimerQueue", () => {
     assert.equal(q.size, 0);
   });
 
+  it("admission: while admitWith answers false nothing fires and no host timer spins; resume() fires the rest in due order", () => {
+    const clock = new FakeClock(1_000);
+    let arms = 0;
+    const setTimer = clock.setTimer.bind(clock);
+    clock.setTimer = (ms, fn) => {
+      arms++;
+      return setTimer(ms, fn);
+    };
+    const fired: string[] = [];
+    let room = 2; // two places; each firing takes one until the test gives it back
+    const q = new TimerQueue<string>(clock, (key) => {
+      fired.push(key);
+      room--;
+    });
+    q.admitWith(() => room > 0);
+    for (const [k, at] of [["c", 1_030], ["a", 1_010], ["b", 1_020], ["d", 1_040]] as const) q.schedule(k, at, k);
+    clock.advance(50);
+    assert.deepEqual(fired, ["a", "b"], "two admitted, in due order");
+    assert.equal(q.held, true);
+    const armsBefore = arms;
+    clock.advance(10_000);
+    assert.deepEqual(fired, ["a", "b"], "held: nothing fires, however long");
+    assert.equal(arms, armsBefore, "no host timer armed while held (no spin)");
+    q.schedule("e", clock.now() + 10, "e");
+    clock.advance(20);
+    assert.deepEqual(fired, ["a", "b"], "a new due timer waits too");
+    room = 1;
+    q.resume();
+    assert.deepEqual(fired, ["a", "b", "c"], "one place back: the next in due order");
+    room = 10;
+    q.resume();
+    assert.deepEqual(fired, ["a", "b", "c", "d", "e"]);
+    assert.equal(q.held, false);
+    assert.equal(q.size, 0);
+    q.resume(); // not held: a no-op
+    q.schedule("f", clock.now() + 5, "f");
+    clock.advance(5);
+    assert.deepEqual(fired.at(-1), "f", "armed again once resumed");
+  });
+
   it("fires ties in insertion order", () => {
     const { clock, fired, q } = setup();
     for (const k of ["x", "y", "z", "w"]) q.schedule(k, 1_050, k);
