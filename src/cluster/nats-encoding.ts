@@ -22,21 +22,21 @@ interface Encoders {
   TE: { encode(s?: string): Uint8Array; encodeInto?: (s: string, into: Uint8Array) => { read: number; written: number }; readonly encoding: string };
 }
 
+const textEncoder = new TextEncoder();
 const fast = {
   encoding: "utf-8",
   encode: (s = ""): Uint8Array => Buffer.from(s, "utf8"),
-  encodeInto: (s: string, into: Uint8Array) => new TextEncoder().encodeInto(s, into),
+  encodeInto: (s: string, into: Uint8Array) => textEncoder.encodeInto(s, into),
 } as const;
 
-let installed = false;
+let encoders: Encoders | undefined;
 
 /** Makes nats-core encode strings with `Buffer.from` (idempotent). Returns the module's encoder. */
 export function useBufferEncoder(): Encoders["TE"] {
-  const require = createRequire(import.meta.url);
-  const encoders = require(join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js")) as Encoders;
-  if (!installed) {
+  if (!encoders) {
+    const require = createRequire(import.meta.url);
+    encoders = require(join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js")) as Encoders;
     encoders.TE = fast;
-    installed = true;
   }
   return encoders.TE;
 }
