@@ -1,5 +1,5 @@
 /**
- * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots 100000]
+ * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots max(100000, jobs)]
  * [--lookahead-ms 60000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
  * "on time" figure. N one-shot `at` jobs, all due at the same instant T (overlap `skip` by
  * default, the API's default; both policies get look-ahead, the product default of 60 s), on one
@@ -47,7 +47,9 @@ const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, 
 
 export async function run(args: string[]): Promise<void> {
   const jobs = arg(args, "jobs", 10_000);
-  const slots = arg(args, "slots", 100_000);
+  // The fleet's slots: by default enough for every due run at once (a prepared run holds its
+  // worker slot until it starts), at least 100,000.
+  const slots = arg(args, "slots", Math.max(100_000, jobs));
   const lookaheadMs = arg(args, "lookahead-ms", 60_000);
   const tenantCount = arg(args, "tenants", 10);
   const workerCount = arg(args, "workers", 1);
@@ -77,10 +79,11 @@ export async function run(args: string[]): Promise<void> {
   const metricsPorts = await Promise.all(Array.from({ length: schedulerCount - 1 }, () => freePort()));
   const schedulers = metricsPorts.map((port, i) =>
     spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: `burst-sched${i + 1}`, roles: "scheduler", partitions: 64, extraArgs: ["--metrics-port", String(port), "--metrics-host", "127.0.0.1"] }));
+  // The spawned schedulers' /metrics texts (one that does not answer gives "": it counts nothing this time).
+  const scrapeAll = () => Promise.all(metricsPorts.map((port) => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text(), () => "")));
   const kvOpsAll = async (): Promise<Record<string, number>> => {
     const out = await kvOps();
-    for (const port of metricsPorts) {
-      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    for (const text of await scrapeAll()) {
       for (const m of text.matchAll(/^kairos_kv_op_seconds_count\{op="([a-z]+)"\} (\d+)/gm)) out[m[1]!] = (out[m[1]!] ?? 0) + Number(m[2]);
     }
     return out;
@@ -94,8 +97,7 @@ export async function run(args: string[]): Promise<void> {
     const sum = (name: string, pick: (labels: Record<string, string | number>) => boolean) =>
       ((json.find((x) => x.name === name)?.values ?? []) as { labels: Record<string, string | number>; value: number }[]).filter((v) => pick(v.labels)).reduce((a, v) => a + v.value, 0);
     let n = sum("kairos_attempts_total", (l) => l["outcome"] === "succeeded") + sum("kairos_dead_letters_total", () => true);
-    for (const port of metricsPorts) {
-      const text = await fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text(), () => "");
+    for (const text of await scrapeAll()) {
       for (const x of text.matchAll(/^kairos_attempts_total\{[^}]*outcome="succeeded"[^}]*\} (\d+)/gm)) n += Number(x[1]);
       for (const x of text.matchAll(/^kairos_dead_letters_total\{[^}]*\} (\d+)/gm)) n += Number(x[1]);
     }

@@ -87,6 +87,14 @@ export interface ActorDefinition<S, M, R, E = never> {
    * timers in the one queue (it did: 97 s in a 200,000-run burst).
    */
   readonly urgentTimers?: boolean;
+  /**
+   * The name of the timer whose actor is read back ahead of it: a passivated actor is loaded
+   * `HostOptions.warmMs` before this timer fires, a few at a time while the node has the time,
+   * and an actor is not passivated while the timer is that close. A burst of them (the `fire`s
+   * before a top-of-the-hour) then finds its actors in memory instead of reading each one back
+   * in its busiest minute.
+   */
+  readonly warmTimer?: string;
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
   readonly loadOnAcquire?: boolean;
   /** Validates a decoded message; throw a KairosError for bad input. */

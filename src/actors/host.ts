@@ -16,7 +16,9 @@
  *   its state with CAS stamped with that epoch. A write of an earlier owner still in flight (it
  *   passed its trust check, then the process stalled) then fails instead of landing over ours.
  * - Post effects run only while the partition is still trusted (a stale owner stays silent).
- * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory.
+ * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory — unless their
+ *   type's `warmTimer` fires within `warmMs`; a passivated one is read back that long before it
+ *   (at most `WARM_LOADS_IN_FLIGHT` loads at once), so its timer finds it in memory.
  * - Deferred writes (`Decision.deferWrite`): a recoverable state change stays in memory and goes
  *   to KV with the next write; `onLoad` lets a type adjust a state read back (lost changes).
  */
@@ -143,7 +145,22 @@ export interface HostOptions {
   onError: (msg: string, err: unknown) => void;
   /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
   timerTurnsInFlight?: number;
+  /** How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default `WARM_MS`. */
+  warmMs?: number;
 }
+
+/**
+ * How long before its `warmTimer` (a job's `fire`) an actor is read back and kept in memory. Job
+ * actors passivate a minute after their last message; a top-of-the-hour burst read 166,000 of
+ * 200,000 back in its look-ahead minute (one KV get, a decode and the re-arming of its timers
+ * each, ~8 % of the scheduler's main thread then), when the same work fits in the quiet minutes
+ * before.
+ */
+export const WARM_MS = 120_000;
+/** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
+export const WARM_LOADS_IN_FLIGHT = 16;
+/** A mailbox entry that only loads the actor (see `warmTimer`). */
+const WARM: unique symbol = Symbol("warm");
 
 /**
  * Back-pressure on timers: at most this many timer-driven actor turns (a burst's `fire`s) are in
@@ -168,6 +185,13 @@ export class ActorHost {
   /** Data-plane timer deliveries in flight (see `TIMER_TURNS_IN_FLIGHT`). */
   #timerTurns = 0;
   readonly #timerTurnLimit: number;
+  /** Ahead-of-time loads (see `warmTimer`): due ones wait in `#warmDue`, at most `WARM_LOADS_IN_FLIGHT` run. */
+  readonly #warmMs: number;
+  readonly #warm: TimerQueue<{ type: string; id: string }>;
+  #warmDue: { type: string; id: string }[] = [];
+  #warmHead = 0;
+  #warmLoads = 0;
+  #warmed = 0;
 
   constructor(o: HostOptions) {
     this.#o = o;
@@ -176,6 +200,43 @@ export class ActorHost {
     this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t, true));
     this.#timers.admitWith(() => this.#timerTurns < this.#timerTurnLimit);
     this.#urgent = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t, false));
+    this.#warmMs = o.warmMs ?? WARM_MS;
+    if (!Number.isFinite(this.#warmMs) || this.#warmMs < 0) throw new RangeError(`warmMs must be >= 0, got ${this.#warmMs}`);
+    this.#warm = new TimerQueue(o.clock, (_k, a) => {
+      this.#warmDue.push(a);
+      this.#pumpWarm();
+    });
+  }
+
+  /** Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not count). */
+  get warmed(): number {
+    return this.#warmed;
+  }
+
+  /** Starts due ahead-of-time loads while fewer than `WARM_LOADS_IN_FLIGHT` run. */
+  #pumpWarm(): void {
+    while (this.#warmLoads < WARM_LOADS_IN_FLIGHT && this.#warmHead < this.#warmDue.length) {
+      const a = this.#warmDue[this.#warmHead++]!;
+      if (this.#warmHead === this.#warmDue.length) {
+        this.#warmDue = [];
+        this.#warmHead = 0;
+      }
+      const reg = this.#types.get(a.type);
+      const partition = partitionOf(a, this.#o.partitions);
+      if (!reg || !this.#accepting.has(partition) || !this.#o.isTrusted(partition)) continue;
+      const inst = this.#instance(reg, a.type, a.id, partition);
+      if (inst.loaded || inst.running || inst.mailbox.length > 0) continue; // in memory, or on its way
+      this.#warmLoads++;
+      new Promise((resolve, reject) => {
+        inst.mailbox.push({ msg: WARM, resolve, reject });
+        void this.#drain(inst);
+      })
+        .then(() => void this.#warmed++, () => undefined) // a failed load is redone by the timer's own message
+        .finally(() => {
+          this.#warmLoads--;
+          this.#pumpWarm();
+        });
+    }
   }
 
   /** Timer-driven turns in flight on the data-plane queue, and whether due timers wait for them. */
@@ -340,16 +401,25 @@ export class ActorHost {
   sweep(): void {
     const now = this.#o.clock.now();
     for (const a of this.#actors.values()) {
-      if (!a.running && a.mailbox.length === 0 && now - a.lastActiveMs > this.#o.idleMs) {
+      if (!a.running && a.mailbox.length === 0 && now - a.lastActiveMs > this.#o.idleMs && !this.#warmNow(a, now)) {
         this.#actors.delete(a.key);
         this.#o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
       }
     }
   }
 
+  /** Whether `inst`'s `warmTimer` fires within `warmMs` (it stays in memory). */
+  #warmNow(inst: Instance, now: number): boolean {
+    const name = inst.reg.definition.warmTimer;
+    if (name === undefined || this.#warmMs === 0) return false;
+    const due = this.#queue(inst.type).dueOf(`${inst.partition}|${inst.type}|${inst.id}|${name}`);
+    return due !== undefined && due - now <= this.#warmMs;
+  }
+
   stop(): void {
     this.#timers.stop();
     this.#urgent.stop();
+    this.#warm.stop();
     for (const p of [...this.#accepting]) this.lose(p);
   }
 
@@ -430,6 +500,7 @@ export class ActorHost {
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
       if (!inst.loaded) this.#adopt(inst, stored, e?.revision ?? 0);
     }
+    if (msg === WARM) return undefined; // loaded ahead of its timer: nothing to decide
     const def = inst.reg.definition;
     const epoch = this.#o.epochOf(inst.partition);
     if (def.persist !== false && inst.revision > 0 && epoch !== undefined && inst.storedEpoch !== epoch) await this.#fence(inst, epoch);
@@ -548,9 +619,16 @@ export class ActorHost {
       switch (fx.kind) {
         case "timer":
           this.#queue(inst.type).schedule(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`, fx.atMs, { type: inst.type, id: inst.id, msg: fx.msg });
+          if (fx.name === inst.reg.definition.warmTimer && this.#warmMs > 0) {
+            // Loaded ahead if it is passivated by then (a timer closer than that keeps it in memory).
+            const key = `${inst.partition}|${inst.type}|${inst.id}`;
+            if (fx.atMs - this.#warmMs > this.#o.clock.now()) this.#warm.schedule(key, fx.atMs - this.#warmMs, { type: inst.type, id: inst.id });
+            else this.#warm.cancel(key);
+          }
           break;
         case "cancel_timer":
           this.#queue(inst.type).cancel(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`);
+          if (fx.name === inst.reg.definition.warmTimer) this.#warm.cancel(`${inst.partition}|${inst.type}|${inst.id}`);
           break;
         case "send":
           this.#o.send(fx.to, fx.msg).catch((e: unknown) => this.#o.onError(`send from ${inst.type}/${inst.id} to ${fx.to.type}/${fx.to.id}`, e));
@@ -567,6 +645,7 @@ export class ActorHost {
   #dropPartition(partition: number, _why: string): void {
     this.#timers.cancelPrefix(`${partition}|`);
     this.#urgent.cancelPrefix(`${partition}|`);
+    this.#warm.cancelPrefix(`${partition}|`);
     for (const a of [...this.#actors.values()]) {
       if (a.partition === partition) this.#drop(a, _why);
     }

@@ -173,6 +173,8 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
   return {
     type: JOB_ACTOR,
     loadOnAcquire: true,
+    // In memory before its `fire` (the host's `warmMs`): a burst's preparation reads none back.
+    warmTimer: "fire",
     initialState: () => emptyJobState(),
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already

@@ -147,7 +147,7 @@ const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number>
 
 // --- fixture ----------------------------------------------------------------------------------
 
-function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number } = {}) {
+function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number; warmMs?: number } = {}) {
   const clock = new FakeClock(1_000_000);
   const kv = new CountingKv("actors");
   const events = new EventBus();
@@ -169,6 +169,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
     idleMs: o.idleMs ?? 10_000,
     onError: (m, e) => errors.push(`${m}: ${String(e)}`),
     ...(o.timerTurnsInFlight !== undefined ? { timerTurnsInFlight: o.timerTurnsInFlight } : {}),
+    ...(o.warmMs !== undefined ? { warmMs: o.warmMs } : {}),
   });
   host.register({ definition: counterActor });
   host.register(gates.registration(gatedTimerActor));
@@ -176,6 +177,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
+  host.register({ definition: { ...timedActor("warm", false), warmTimer: "t" } });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -461,6 +463,62 @@ describe("ActorHost", () => {
     await activated;
     assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
     assert.equal(t.host.pendingTimers, 0);
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("warmTimer: a passivated actor is read back warmMs before that timer and stays in memory until it fires, which then reads nothing", async () => {
+    const t = setup({ idleMs: 1_000, warmMs: 10_000 });
+    await acquireAll(t.host);
+    const id = "early";
+    const key = `warm.${partitionOf({ type: "warm", id }, PARTITIONS)}.${id}`;
+    const due = t.clock.now() + 60_000;
+    await t.host.deliver("warm", id, { kind: "arm", atMs: due });
+    const gets = t.kv.gets;
+    t.clock.advance(2_000);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0, "passivated: its timer is further off than warmMs");
+    t.clock.advance(due - 10_000 - 1 - t.clock.now());
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0);
+    assert.equal(t.kv.gets, gets, "not read back before due - warmMs");
+    const activated = t.next((e) => e.type === "actor_activated" && e.id === id);
+    t.clock.advance(1);
+    await activated;
+    assert.equal(t.kv.gets, gets + 1, "read back at due - warmMs");
+    // Idle for longer than idleMs, but its timer is within warmMs: kept.
+    t.clock.advance(5_000);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 1, "not passivated while its warmTimer is that close");
+    const fired = await t.written<TimedState>(key, (s) => s.fired === 1);
+    t.clock.advance(5_000);
+    assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
+    assert.equal(t.kv.gets, gets + 1, "the timer's turn found it in memory");
+    assert.equal(t.host.warmed, 1);
+    // Timer gone: passivated as usual (once its turn has finished: the write lands before that).
+    await turn();
+    t.clock.advance(2_000);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0);
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("warmTimer: an actor still in memory is not read again; a lost partition drops its ahead-of-time loads; cancelling the timer cancels its load", async () => {
+    const t = setup({ idleMs: 100_000, warmMs: 10_000 });
+    await acquireAll(t.host);
+    const kept = idIn("warm", 0);
+    const lost = idIn("warm", 1);
+    const cancelled = idIn("warm", 2);
+    const due = t.clock.now() + 60_000;
+    for (const id of [kept, lost, cancelled]) await t.host.deliver("warm", id, { kind: "arm", atMs: due });
+    // `cancelled` fires early by a message of its own (its handler cancels the timer, and with it the load).
+    await t.host.deliver("warm", cancelled, { kind: "fire" });
+    t.host.lose(1);
+    t.host.sweep(); // idleMs not reached: `kept` and `cancelled` stay in memory
+    const gets = t.kv.gets;
+    t.clock.advance(50_000);
+    await turn();
+    assert.equal(t.kv.gets, gets, "nothing read back: one in memory, one partition lost, one load cancelled");
+    assert.equal(t.host.warmed, 0);
     assert.deepEqual(t.errors, []);
   });
 
