@@ -17,8 +17,9 @@
  *   passed its trust check, then the process stalled) then fails instead of landing over ours.
  * - Post effects run only while the partition is still trusted (a stale owner stays silent).
  * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory — unless their
- *   type's `warmTimer` fires within `warmMs`; a passivated one is read back that long before it
- *   (at most `WARM_LOADS_IN_FLIGHT` loads at once), so its timer finds it in memory.
+ *   type's `keepLoaded` says so, or its `warmTimer` fires within `warmMs`; a passivated one is
+ *   read back that long before it (at most `WARM_LOADS_IN_FLIGHT` loads at once), so its timer
+ *   finds it in memory.
  * - Deferred writes (`Decision.deferWrite`): a recoverable state change stays in memory and goes
  *   to KV with the next write; `onLoad` lets a type adjust a state read back (lost changes).
  */
@@ -401,7 +402,7 @@ export class ActorHost {
   sweep(): void {
     const now = this.#o.clock.now();
     for (const a of this.#actors.values()) {
-      if (!a.running && a.mailbox.length === 0 && now - a.lastActiveMs > this.#o.idleMs && !this.#warmNow(a, now)) {
+      if (!a.running && a.mailbox.length === 0 && now - a.lastActiveMs > this.#o.idleMs && !this.#warmNow(a, now) && !(a.loaded && a.reg.definition.keepLoaded?.(a.state) === true)) {
         this.#actors.delete(a.key);
         this.#o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
       }

@@ -175,6 +175,8 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     loadOnAcquire: true,
     // In memory before its `fire` (the host's `warmMs`): a burst's preparation reads none back.
     warmTimer: "fire",
+    // Not passivated while a run is active: its grant, offer and start are deferred (memory only).
+    keepLoaded: (s) => s.runs.length > 0 || (s.draining?.length ?? 0) > 0,
     initialState: () => emptyJobState(),
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already

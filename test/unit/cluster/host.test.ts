@@ -178,6 +178,8 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
   host.register({ definition: { ...timedActor("warm", false), warmTimer: "t" } });
+  // Kept in memory while its value is odd (a state with changes worth keeping).
+  host.register({ definition: { ...counterActor, type: "keep", keepLoaded: (s: CounterState) => s.value % 2 === 1 } as unknown as ActorDefinition<unknown, unknown, unknown, unknown> });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -326,6 +328,19 @@ describe("ActorHost", () => {
     assert.equal(t.kv.gets, gets + 1, "reactivation reads the state from KV");
     // The dedupe window survived passivation too: a retried "a" is not applied again.
     assert.deepEqual(await t.host.deliver("counter", "p1", { kind: "inc", by: 5, reqId: "a" }), { value: 6, applied: false });
+  });
+
+  it("keepLoaded: not passivated while it says so, however long idle; passivated as usual once it does not", async () => {
+    const t = setup({ idleMs: 1_000 });
+    await acquireAll(t.host);
+    await t.host.deliver("keep", "k1", { kind: "inc", by: 1, reqId: "a" });
+    t.clock.advance(60_000);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 1, "value 1: kept");
+    await t.host.deliver("keep", "k1", { kind: "inc", by: 1, reqId: "b" });
+    t.clock.advance(1_001);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0, "value 2: passivated");
   });
 
   it("does not passivate an actor that is busy, however long it has been", async () => {

@@ -49,6 +49,21 @@ describe("deferred writes: what one run costs", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  it("the job actor stays loaded (keepLoaded) from its run's creation to its end: its grant, offer and start live in memory only", () => {
+    const keep = makeJobActor(cfg()).keepLoaded!;
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec());
+    assert.equal(keep(d.state), false, "no run: it may passivate");
+    d.advance(1_500); // fired, granted, offered: nothing of it written
+    assert.equal(d.stored.runs[0]?.fence ?? 0, 0, "the offer is in memory only");
+    assert.equal(keep(d.state), true, "a prepared run: kept");
+    d.claim();
+    d.heartbeat(RUN, undefined, d.now);
+    assert.equal(keep(d.state), true, "a running run: kept");
+    d.complete(RUN);
+    assert.equal(keep(d.state), false, "ended: it may passivate again");
+  });
+
   it("active_runs answers the live view of every active run, from memory and without a write (also as a query)", () => {
     const d = claimed();
     d.heartbeat(RUN, undefined, d.now);
