@@ -179,7 +179,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register({ definition: timedActor("remind", true) });
   host.register({ definition: { ...timedActor("warm", false), warmTimer: "t" } });
   // Kept in memory while its value is odd (a state with changes worth keeping).
-  host.register({ definition: { ...counterActor, type: "keep", keepLoaded: (s: CounterState) => s.value % 2 === 1 } as unknown as ActorDefinition<unknown, unknown, unknown, unknown> });
+  host.register({ definition: { ...counterActor, type: "keep", keepLoaded: (s: CounterState) => s.value % 2 === 1 } });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;

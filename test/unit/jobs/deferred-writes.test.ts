@@ -50,8 +50,9 @@ describe("deferred writes: what one run costs", () => {
   });
 
   it("the job actor stays loaded (keepLoaded) from its run's creation to its end: its grant, offer and start live in memory only", () => {
-    const keep = makeJobActor(cfg()).keepLoaded!;
+    const actor = makeJobActor(cfg());
     const d = new Driver(cfg(), { autoClaim: false });
+    const keep = (s: typeof d.state) => actor.keepLoaded!(s);
     d.create(spec());
     assert.equal(keep(d.state), false, "no run: it may passivate");
     d.advance(1_500); // fired, granted, offered: nothing of it written
