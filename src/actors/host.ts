@@ -221,10 +221,17 @@ export class ActorHost {
       if (this.#warmHead === this.#warmDue.length) {
         this.#warmDue = [];
         this.#warmHead = 0;
+      } else if (this.#warmHead > 1024 && this.#warmHead * 2 > this.#warmDue.length) {
+        this.#warmDue.splice(0, this.#warmHead); // served entries do not stay in memory
+        this.#warmHead = 0;
       }
       const reg = this.#types.get(a.type);
       const partition = partitionOf(a, this.#o.partitions);
       if (!reg || !this.#accepting.has(partition) || !this.#o.isTrusted(partition)) continue;
+      // Still worth it: its timer still armed and that close (not cancelled, moved, fired or
+      // dropped with its partition while this entry waited for a free load).
+      const due = this.#queue(a.type).dueOf(`${partition}|${a.type}|${a.id}|${reg.definition.warmTimer ?? ""}`);
+      if (due === undefined || due - this.#o.clock.now() > this.#warmMs) continue;
       const inst = this.#instance(reg, a.type, a.id, partition);
       if (inst.loaded || inst.running || inst.mailbox.length > 0) continue; // in memory, or on its way
       this.#warmLoads++;
@@ -232,7 +239,10 @@ export class ActorHost {
         inst.mailbox.push({ msg: WARM, resolve, reject });
         void this.#drain(inst);
       })
-        .then(() => void this.#warmed++, () => undefined) // a failed load is redone by the timer's own message
+        // A failed load is redone by the timer's own message; only the unexpected is reported.
+        .then(() => void this.#warmed++, (e: unknown) => {
+          if (!isKairosError(e, "not_owner")) this.#o.onError(`loading ${a.type}/${a.id} ahead of its timer`, e);
+        })
         .finally(() => {
           this.#warmLoads--;
           this.#pumpWarm();

@@ -499,6 +499,7 @@ describe("ActorHost", () => {
     const activated = t.next((e) => e.type === "actor_activated" && e.id === id);
     t.clock.advance(1);
     await activated;
+    await turn(); // the load's turn has finished: the sweep below decides on its warmTimer alone
     assert.equal(t.kv.gets, gets + 1, "read back at due - warmMs");
     // Idle for longer than idleMs, but its timer is within warmMs: kept.
     t.clock.advance(5_000);
@@ -518,7 +519,7 @@ describe("ActorHost", () => {
   });
 
   it("warmTimer: an actor still in memory is not read again; a lost partition drops its ahead-of-time loads; cancelling the timer cancels its load", async () => {
-    const t = setup({ idleMs: 100_000, warmMs: 10_000 });
+    const t = setup({ idleMs: 1_000, warmMs: 10_000 });
     await acquireAll(t.host);
     const kept = idIn("warm", 0);
     const lost = idIn("warm", 1);
@@ -528,7 +529,11 @@ describe("ActorHost", () => {
     // `cancelled` fires early by a message of its own (its handler cancels the timer, and with it the load).
     await t.host.deliver("warm", cancelled, { kind: "fire" });
     t.host.lose(1);
-    t.host.sweep(); // idleMs not reached: `kept` and `cancelled` stay in memory
+    await t.host.acquire(1); // back, but its timers went with it (a leftover load would read `lost`)
+    t.clock.advance(2_000);
+    t.host.sweep(); // `cancelled` passivated; `kept` too, then kept in memory by a message before its load
+    assert.equal(t.host.activeCount, 0);
+    await t.host.deliver("warm", kept, { kind: "arm", atMs: due });
     const gets = t.kv.gets;
     t.clock.advance(50_000);
     await turn();
