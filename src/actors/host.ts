@@ -160,6 +160,10 @@ export interface HostOptions {
 export const WARM_MS = 120_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
 export const WARM_LOADS_IN_FLIGHT = 16;
+/** A timer's key in the node's queues: by partition first, so a lost partition's go by prefix. */
+function timerKey(partition: number, type: string, id: string, name: string): string {
+  return `${partition}|${type}|${id}|${name}`;
+}
 /** A mailbox entry that only loads the actor (see `warmTimer`). */
 const WARM: unique symbol = Symbol("warm");
 
@@ -230,8 +234,7 @@ export class ActorHost {
       if (!reg || !this.#accepting.has(partition) || !this.#o.isTrusted(partition)) continue;
       // Still worth it: its timer still armed and that close (not cancelled, moved, fired or
       // dropped with its partition while this entry waited for a free load).
-      const due = this.#queue(a.type).dueOf(`${partition}|${a.type}|${a.id}|${reg.definition.warmTimer ?? ""}`);
-      if (due === undefined || due - this.#o.clock.now() > this.#warmMs) continue;
+      if (!this.#warmTimerClose(reg, partition, a.id, this.#o.clock.now())) continue;
       const inst = this.#instance(reg, a.type, a.id, partition);
       if (inst.loaded || inst.running || inst.mailbox.length > 0) continue; // in memory, or on its way
       this.#warmLoads++;
@@ -412,18 +415,25 @@ export class ActorHost {
   sweep(): void {
     const now = this.#o.clock.now();
     for (const a of this.#actors.values()) {
-      if (!a.running && a.mailbox.length === 0 && now - a.lastActiveMs > this.#o.idleMs && !this.#warmNow(a, now) && !(a.loaded && a.reg.definition.keepLoaded?.(a.state) === true)) {
+      if (this.#mayPassivate(a, now)) {
         this.#actors.delete(a.key);
         this.#o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
       }
     }
   }
 
-  /** Whether `inst`'s `warmTimer` fires within `warmMs` (it stays in memory). */
-  #warmNow(inst: Instance, now: number): boolean {
-    const name = inst.reg.definition.warmTimer;
+  /** Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer` keeps it. */
+  #mayPassivate(a: Instance, now: number): boolean {
+    if (a.running || a.mailbox.length > 0 || now - a.lastActiveMs <= this.#o.idleMs) return false;
+    if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;
+    return !this.#warmTimerClose(a.reg, a.partition, a.id, now);
+  }
+
+  /** Whether the actor's `warmTimer` is armed and fires within `warmMs`. */
+  #warmTimerClose(reg: ActorRegistration, partition: number, id: string, now: number): boolean {
+    const name = reg.definition.warmTimer;
     if (name === undefined || this.#warmMs === 0) return false;
-    const due = this.#queue(inst.type).dueOf(`${inst.partition}|${inst.type}|${inst.id}|${name}`);
+    const due = this.#queue(reg.definition.type).dueOf(timerKey(partition, reg.definition.type, id, name));
     return due !== undefined && due - now <= this.#warmMs;
   }
 
@@ -629,7 +639,7 @@ export class ActorHost {
     for (const fx of effects) {
       switch (fx.kind) {
         case "timer":
-          this.#queue(inst.type).schedule(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`, fx.atMs, { type: inst.type, id: inst.id, msg: fx.msg });
+          this.#queue(inst.type).schedule(timerKey(inst.partition, inst.type, inst.id, fx.name), fx.atMs, { type: inst.type, id: inst.id, msg: fx.msg });
           if (fx.name === inst.reg.definition.warmTimer && this.#warmMs > 0) {
             // Loaded ahead if it is passivated by then (a timer closer than that keeps it in memory).
             const key = `${inst.partition}|${inst.type}|${inst.id}`;
@@ -638,7 +648,7 @@ export class ActorHost {
           }
           break;
         case "cancel_timer":
-          this.#queue(inst.type).cancel(`${inst.partition}|${inst.type}|${inst.id}|${fx.name}`);
+          this.#queue(inst.type).cancel(timerKey(inst.partition, inst.type, inst.id, fx.name));
           if (fx.name === inst.reg.definition.warmTimer) this.#warm.cancel(`${inst.partition}|${inst.type}|${inst.id}`);
           break;
         case "send":
