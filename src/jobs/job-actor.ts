@@ -38,9 +38,9 @@ import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
-import { fireAt, holdOf, needsGate } from "./occurrence-plan.ts";
+import { fireAt, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
-import { complete, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
+import { complete, heartbeatAck, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
 
@@ -141,9 +141,9 @@ export type JobEffect =
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
-/** `hold`: (heartbeat) keep the attempt, do not start it yet (a gated run; see `holdOf`). */
+/** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-lifecycle.ts `heartbeatAck`). */
 /** `runs` and `index` answer `active_runs`: the active runs' views and the runs index (run-index.ts). */
-export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?: RunView[]; index?: RunIndexState; run_id?: string; ok?: true; hold?: true } | null;
+export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?: RunView[]; index?: RunIndexState; run_id?: string; ok?: true; hold?: true; cover_ms?: number } | null;
 
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
@@ -183,7 +183,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
     onLoad: loadJobState,
-    query: (s, m) => {
+    query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.
       if (m.kind === "active_runs") return s.job && !s.deleted ? { reply: activeRunsReply(s), alsoQueue: false } : undefined;
       if (m.kind !== "heartbeat") return undefined;
@@ -195,8 +195,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       if (s.job && !s.deleted && (!r || r.fence !== m.fence)) return { fail: { code: "lease_lost", message: `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone` } };
       if (!r || r.fence !== m.fence || r.worker !== m.worker || !isLeased(r)) return undefined;
       // The first heartbeat after the start still goes through the mailbox (status running).
-      if (r.status === "leased" && m.started_at_ms === undefined && holdOf(s, r)) return { reply: { ok: true, hold: true }, alsoQueue: false };
-      return { reply: { ok: true }, alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
+      return { reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs), alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {
       const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined);

@@ -12,11 +12,11 @@
  * whose lease ran out before it started does not count against `max_attempts` (bounded).
  */
 import { assertNever } from "../lib/assert.ts";
-import type { Completion } from "../protocol/worker.ts";
+import type { Completion, HeartbeatAck } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
-import { terminalRunView, type ActiveRun } from "./job-state.ts";
+import { terminalRunView, type ActiveRun, type JobState } from "./job-state.ts";
 import type { AttemptOutcome, RunView } from "./model.ts";
 import { holdOf } from "./occurrence-plan.ts";
 import { askSlot, dispatch, drain, drained, onGrant } from "./run-dispatch.ts";
@@ -54,7 +54,9 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   // A cancelled attempt may still be executing until its worker has killed it: its slot is held
   // until then (`drain`). A gated run skipped at its due instant never started (its worker only
   // ever heard `hold`), so its slot goes back at once.
-  if (r.slot && onWorker && status === "cancelled") drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: tx.now + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
+  // Bounded by the lease's end: an attempt acknowledged ahead with a cover (`heartbeatAck`) whose
+  // cancel is lost may start at start_at and run until start_at + TTL − margin.
+  if (r.slot && onWorker && status === "cancelled") drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
   else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
@@ -234,7 +236,8 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
     return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
   }
   tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-  if (r.status === "leased" && m.started_at_ms === undefined && holdOf(tx.s, r)) return tx.done({ ok: true, hold: true });
+  const ack = heartbeatAck(tx.s, r, m.started_at_ms, tx.now, tx.cfg.leaseTtlMs);
+  if (ack.hold) return tx.done(ack);
   if (canMove(r, "start") && m.started_at_ms !== undefined) {
     moveRun(r, "start");
     r.started_at_ms ??= m.started_at_ms;
@@ -245,7 +248,21 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
     // from the completion (it carries started_at) and, at worst, an expired lease counts it unstarted.
     tx.defer();
   }
-  return tx.done({ ok: true });
+  return tx.done(ack);
+}
+
+/**
+ * The acknowledgement of a heartbeat from the holder of a lease (protocol/worker.ts `HeartbeatAck`):
+ * `hold` for a gated run an earlier run still blocks; for an attempt not started yet, `cover_ms`
+ * up to its lease's end at start_at + TTL (`leaseEndMs`; the lease timer armed at the claim never
+ * fires before it), so a run prepared minutes ahead needs no acknowledgement as its start nears.
+ * A `hold` carries no cover: a held attempt keeps asking, and `holdOf` being monotone, an attempt
+ * acknowledged without `hold` is never held later (its cover cannot outlive a skip decision).
+ */
+export function heartbeatAck(s: JobState, r: ActiveRun, startedAtMs: number | undefined, nowMs: number, leaseTtlMs: number): HeartbeatAck {
+  if (r.status !== "leased" || startedAtMs !== undefined) return { ok: true };
+  if (holdOf(s, r)) return { ok: true, hold: true };
+  return r.start_at_ms > nowMs ? { ok: true, cover_ms: r.start_at_ms - nowMs + leaseTtlMs } : { ok: true };
 }
 
 function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {

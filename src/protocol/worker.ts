@@ -86,6 +86,22 @@ export interface StartRequest {
   lease_ttl_ms: number;
 }
 
+/**
+ * The owner's answer to one heartbeat (the `v` of its item result).
+ * - `hold`: keep the attempt, do not start it yet (a run prepared ahead under overlap `skip`
+ *   while an earlier run is active; the owner decides at the due instant).
+ * - `cover_ms`: the owner's lease for this attempt, not started yet, runs at least this long from
+ *   the owner's now (its start_at + TTL). The worker may then start it at start_at and run it
+ *   until its SEND time + `cover_ms` − margin with no further acknowledgement: the send preceded
+ *   the owner's now, so this ends before the owner's lease does whatever the two wall clocks say.
+ *   Absent: the acknowledgement covers the usual send time + TTL − margin.
+ */
+export interface HeartbeatAck {
+  ok: true;
+  hold?: true;
+  cover_ms?: number;
+}
+
 export interface StartReply {
   accepted: boolean;
   reason?: string;

@@ -2,7 +2,7 @@
  * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
  * attempts offered by job actors (the claim), heartbeats its attempts in batches (one request per
  * partition, src/cluster/router.ts `requestMany`) to the owning job actors — an attempt prepared
- * ahead only at its claim and as its start nears (`#needsBeat`) — runs each through the
+ * ahead only at its claim, whose acknowledgement covers it through its start (`#needsBeat`) — runs each through the
  * sandbox executor, and reports completion with the fence. On start it kills containers of its
  * own left by an earlier incarnation.
  *
@@ -11,8 +11,16 @@
  * - An accepted offer is only a claim. The worker STARTS an attempt only while a heartbeat for it
  *   has been acknowledged by the owner — whose acknowledgement means it recorded this worker and
  *   fence as the run's lease — and that acknowledgement is fresh: valid until the heartbeat's SEND
- *   time + lease TTL − safety margin. An offer never acknowledged within that time is dropped.
- *   So a worker that was paused or cut off wakes up harmless: it starts nothing stale.
+ *   time + lease TTL − safety margin. For an attempt prepared ahead, the owner's acknowledgement
+ *   names its `cover_ms` (the owner's lease runs until start_at + TTL, protocol/worker.ts
+ *   `HeartbeatAck`): valid until the SEND time + cover − margin, which ends before the owner's
+ *   lease whatever the two wall clocks say. An offer never acknowledged within TTL − margin of
+ *   its acceptance is dropped. So a worker that was paused or cut off wakes up harmless: it
+ *   starts nothing stale.
+ * - A cancel (`…worker.<id>.cancel`) is a plain message: if one for an attempt prepared ahead is
+ *   lost, the attempt starts under its cover and learns `lease_lost` from its first heartbeat
+ *   after the start (within one interval), and is killed; its owner keeps the slot drained until
+ *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
  *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
  * - A completion whose request fails without a verdict (timeout: unknown outcome) is retried on
@@ -32,7 +40,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
-import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type StartReply, type StartRequest } from "../protocol/worker.ts";
+import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
 export interface WorkerOptions {
   workerId: string;
@@ -58,6 +66,8 @@ interface Lease {
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
   validUntilMono?: number;
+  /** Monotonic send time of the latest acknowledged heartbeat. */
+  ackSentMono?: number;
   /** The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run). */
   held?: boolean;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
@@ -89,6 +99,20 @@ export interface DrainResult {
 
 /** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
 export const HAND_BACK_REPORT_MS = 5_000;
+
+/** The longest cover an acknowledgement is taken for (a bound on a malformed or hostile reply). */
+export const MAX_COVER_MS = 24 * 3_600_000;
+
+/**
+ * How long from its send time an acknowledgement lets an attempt run (before the margin): the
+ * lease TTL, or the owner's `cover_ms` for an attempt not started yet (its lease then ends at
+ * start_at + TTL on the owner's clock; see protocol/worker.ts `HeartbeatAck`), bounded.
+ */
+function coverOf(ack: Partial<HeartbeatAck> | null, l: Lease): number {
+  const cover = ack?.cover_ms;
+  if (l.execution || typeof cover !== "number" || !Number.isFinite(cover)) return l.req.lease_ttl_ms;
+  return Math.min(MAX_COVER_MS, Math.max(l.req.lease_ttl_ms, cover));
+}
 
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
@@ -328,11 +352,13 @@ export class Worker {
       const l = live[i]!;
       if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
       if (r.ok) {
-        l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + l.req.lease_ttl_ms - this.#margin(l));
+        const ack = r.v as Partial<HeartbeatAck> | null;
+        l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + coverOf(ack, l) - this.#margin(l));
+        l.ackSentMono = Math.max(l.ackSentMono ?? sentAt, sentAt);
         l.execution?.renewLease?.(l.validUntilMono - this.#o.clock.monoMs());
         // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
         // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
-        l.held = !l.execution && (r.v as { hold?: boolean } | null)?.hold === true;
+        l.held = !l.execution && ack?.hold === true;
         if (l.due && l.held) this.#beatSoon();
         if (l.due && this.#fresh(l)) this.#run(l);
         if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
@@ -345,15 +371,16 @@ export class Worker {
   }
 
   /**
-   * Whether this round heartbeats `l`. An attempt acknowledged once and waiting for a start more
-   * than half a lease TTL away is left out: nothing is at stake before it starts (it starts only
-   * under a fresh acknowledgement, and its owner's lease runs until start_at + TTL — run-lifecycle.ts
-   * `leaseEndMs`), so a run prepared 60 s ahead costs ~3 heartbeats instead of one per round
-   * (~24: at 200,000 prepared runs the waiting heartbeats were most of the scheduler's messages).
-   * The rounds within the last window before it (half the TTL, at least two heartbeat intervals,
-   * at most TTL − margin: two rounds with the defaults) make its acknowledgement fresh at
-   * start_at and tell a gated run `hold` or go; if none is, it asks at start_at and starts on the
-   * acknowledgement.
+   * Whether this round heartbeats `l`. An attempt acknowledged with a cover through its start
+   * (`cover_ms`, the usual case: its owner's lease runs until start_at + TTL — run-lifecycle.ts
+   * `leaseEndMs`, `heartbeatAck`) is left out until it starts: a run prepared minutes ahead costs
+   * one heartbeat, its claim. (Asking again as the start neared put 200,000 acknowledgements of a
+   * 5-minute look-ahead into the same seconds before the burst, on a scheduler already saturated.)
+   * Without a cover (an owner that sent none, or a `hold` since lifted), an attempt waiting for a
+   * start more than half a lease TTL away is left out, and the rounds within the last window
+   * before it (half the TTL, at least two heartbeat intervals, at most TTL − margin) make its
+   * acknowledgement fresh at start_at and tell a gated run `hold` or go; if none is, it asks at
+   * start_at and starts on the acknowledgement.
    */
   #needsBeat(l: Lease, wallNow: number, periodic: boolean): boolean {
     if (l.due || l.held || l.validUntilMono === undefined) return true;
@@ -367,13 +394,25 @@ export class Worker {
     // run back to back) carry a lease at most once per half interval: re-sending every lease in
     // each of them flooded the owners (a 200,000-run burst: 67,000 leases re-sent per round).
     if (!periodic) {
-      const sinceAck = this.#o.clock.monoMs() - (l.validUntilMono - (l.req.lease_ttl_ms - this.#margin(l)));
+      const sinceAck = this.#o.clock.monoMs() - (l.ackSentMono ?? Number.NEGATIVE_INFINITY);
       if (sinceAck < this.#o.heartbeatIntervalMs / 2) return false;
     }
     if (l.execution || l.completion) return true;
+    // Acknowledged through its start (the claim's `cover_ms`): nothing to ask before it starts.
+    const monoNow = this.#o.clock.monoMs();
+    if (l.validUntilMono - monoNow - Math.max(0, l.req.start_at_ms - wallNow) >= this.#startReserve(l)) return false;
     // At least two rounds before start_at, each acknowledgement still fresh at start_at.
     const window = Math.min(l.req.lease_ttl_ms - this.#margin(l), Math.max(l.req.lease_ttl_ms / 2, 2 * this.#o.heartbeatIntervalMs));
     return l.req.start_at_ms - wallNow <= window;
+  }
+
+  /**
+   * How much of an acknowledgement must be left at start_at for a waiting attempt to skip the
+   * rounds before it: two heartbeat intervals (the first rounds after the start renew it), at most
+   * half of TTL − margin.
+   */
+  #startReserve(l: Lease): number {
+    return Math.min(2 * this.#o.heartbeatIntervalMs, (l.req.lease_ttl_ms - this.#margin(l)) / 2);
   }
 
   /**

@@ -16,6 +16,8 @@ const gatesOnActivate = (d: Driver): [string, number][] =>
   d.actor.onActivate!(d.state, { id: "t1.j1", nowMs: d.now }).flatMap((e) => (e.kind === "timer" && e.name.startsWith("gate:") ? [[e.name, e.atMs] as [string, number]] : []));
 const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
 const at = (iso: string) => Date.parse(iso);
+/** A go for an attempt not started yet: covered until its start + the lease TTL (run-lifecycle.ts `heartbeatAck`). */
+const go = (d: Driver, r: { start_at_ms: number }) => ({ ok: true, cover_ms: r.start_at_ms - d.now + cfg().leaseTtlMs });
 
 describe("job actor: firing", () => {
   it("a */2 6-field job over 20 s makes exactly one run per occurrence, each with a fresh increasing fence", () => {
@@ -50,9 +52,12 @@ describe("job actor: firing", () => {
     assert.equal(r.gate, true);
     assert.equal(r.status, "leased", "slot and worker matched before it is due");
     assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "the worker starts it from its own timer at scheduled_for");
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "nothing blocks it: no hold");
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r), "nothing blocks it: no hold, and covered through its start (no round trip as it nears)");
+    const fast = d.actor.query!(d.state, { kind: "heartbeat", run_id: r.run_id, fence: r.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
+    assert.deepEqual(fast && "reply" in fast ? fast.reply : fast, go(d, r), "the fast path answers the same");
+    assert.ok(d.timers.get(`lease:${r.run_id}`)!.atMs >= r.start_at_ms + cfg().leaseTtlMs, "the owner's lease outlasts the cover it gave");
     d.advance(sec(2) - d.now);
-    d.heartbeat(r.run_id, r.fence, d.now); // started at the due time
+    assert.deepEqual(d.heartbeat(r.run_id, r.fence, d.now).reply, { ok: true }, "started at the due time: no cover (the lease runs from each heartbeat)");
     assert.equal(d.records.get(r.run_id)?.status, "running");
     // The window reopened at the due instant: the following occurrence is prepared ahead, held
     // while this one runs (the earlier run blocks it).
@@ -62,9 +67,24 @@ describe("job actor: firing", () => {
     const query = d.actor.query!(d.state, { kind: "heartbeat", run_id: next.run_id, fence: next.fence, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
     assert.deepEqual(query && "reply" in query ? query.reply : query, { ok: true, hold: true }, "the fast path (no mailbox) answers the same");
     d.complete(r.run_id);
-    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true }, "the blocking run ended before the due time: go");
+    assert.deepEqual(d.heartbeat(next.run_id).reply, go(d, next), "the blocking run ended before the due time: go");
     d.advance(sec(4) - d.now);
     assert.notEqual(d.records.get(next.run_id)?.status, "skipped");
+  });
+
+  it("look-ahead: a prepared attempt cancelled before its start keeps its slot drained until start_at + TTL + grace (its cover lets a worker that missed the cancel start it then)", () => {
+    const c = cfg({ lookaheadMs: 30_000 });
+    const d = new Driver(c);
+    d.create(spec({ schedule: { cron: "0 * * * * *", time_zone: "UTC" } }));
+    d.advance(45_000); // the :00 occurrence is prepared in the window's first half (30 s to 15 s before)
+    const r = d.state.runs[0]!;
+    assert.equal(r.status, "leased");
+    assert.ok(r.start_at_ms - d.now > c.leaseTtlMs, "prepared more than a lease TTL ahead");
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
+    d.send({ kind: "delete" });
+    assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => p.run_id), [r.run_id], "its worker is told to drop it");
+    assert.deepEqual(d.state.draining?.map((x) => [x.run_id, x.until_ms]), [[r.run_id, r.start_at_ms + c.leaseTtlMs + c.drainGraceMs]]);
+    assert.equal(d.postsOf("release_slot").length, 0, "the slot is not given back before the cover ran out");
   });
 
   it("skip with look-ahead: a manual run started after an occurrence was prepared does not block it (the rule that keeps the answer monotone)", () => {
@@ -72,11 +92,11 @@ describe("job actor: firing", () => {
     d.create(spec());
     d.advance(0);
     const r = d.state.runs[0]!;
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true });
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
     d.advance(100);
     d.send({ kind: "run_now" });
     assert.equal(d.state.runs.length, 2);
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "still go: a later run never blocks it");
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r), "still go: a later run never blocks it");
     d.advance(sec(2) - d.now);
     assert.notEqual(d.records.get(r.run_id)?.status, "skipped");
   });
@@ -215,7 +235,7 @@ describe("job actor: overlap", () => {
     assert.equal(first.gate, true);
     assert.equal(first.status, "leased", "slot and worker matched before it is due");
     assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "its worker starts it at scheduled_for");
-    assert.deepEqual(d.heartbeat(first.run_id).reply, { ok: true });
+    assert.deepEqual(d.heartbeat(first.run_id).reply, go(d, first));
     d.advance(sec(2) - d.now);
     d.heartbeat(first.run_id, first.fence, d.now); // started, and runs past :04
     assert.deepEqual(d.state.runs.map((r) => r.run_id), [first.run_id], "a run is active: nothing prepared ahead");
@@ -270,7 +290,7 @@ describe("job actor: overlap", () => {
     d.send({ kind: "run_now" });
     const manual = d.state.runs.find((x) => x.trigger === "manual")!;
     d.heartbeat(manual.run_id, manual.fence, d.now); // started
-    assert.deepEqual(d.heartbeat(r.run_id).reply, { ok: true }, "go: replace never holds its own occurrence");
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r), "go: replace never holds its own occurrence");
     d.advance(sec(2) - d.now);
     const rec = d.records.get(manual.run_id);
     assert.equal(rec?.status, "cancelled");

@@ -98,6 +98,10 @@ class Owner {
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
   readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
+  /** Runs whose acknowledgements carry a cover: run id → the owner's lease end (start_at + TTL). */
+  readonly coverUntil = new Map<string, number>();
+  /** Covers are sent as a string (a malformed reply). */
+  malformedCover = false;
   constructor(private readonly clock: SimClock) {}
   handle(m: BusMsg): void {
     const req = decode<ActorRequest | BatchRequest>(m.data);
@@ -108,8 +112,15 @@ class Owner {
         this.heartbeats.push({ run_id: hb.run_id, at: this.clock.now(), answered, started: hb.started_at_ms !== undefined });
       }
       if (!answered) return;
-      const v: ItemResult[] = req.b.map(() =>
-        this.hb === "ok" ? { ok: true, v: { ok: true } } : this.hb === "hold" ? { ok: true, v: { ok: true, hold: true } } : { ok: false, e: { code: "lease_lost", message: "lease lost" } });
+      const v: ItemResult[] = req.b.map((it) => {
+        if (this.hb === "hold") return { ok: true, v: { ok: true, hold: true } };
+        if (this.hb === "lease_lost") return { ok: false, e: { code: "lease_lost", message: "lease lost" } };
+        // An owner that covers attempts not started yet until start_at + TTL (run-lifecycle.ts `heartbeatAck`).
+        const hb = it.m as { run_id: string; started_at_ms?: number };
+        const end = this.coverUntil.get(hb.run_id);
+        if (end !== undefined && hb.started_at_ms === undefined && end > this.clock.now()) return { ok: true, v: { ok: true, cover_ms: this.malformedCover ? "forever" : end - this.clock.now() } };
+        return { ok: true, v: { ok: true } };
+      });
       m.respond(encode({ ok: true, v } satisfies ActorReply));
       return;
     }
@@ -194,7 +205,7 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
-  it("an attempt prepared a minute ahead is heartbeated at its claim and as its start nears only, is not dropped meanwhile, and starts on time under a fresh acknowledgement", T, async () => {
+  it("an attempt prepared a minute ahead, acknowledged without a cover, is heartbeated at its claim and as its start nears only, is not dropped meanwhile, and starts on time under a fresh acknowledgement", T, async () => {
     const t = await setup();
     assert.deepEqual(await t.offer("r1", 60_000), { accepted: true });
     await t.runTo(T0 + 60_000 + 200);
@@ -205,8 +216,55 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     const claim = before.filter((at) => at < HB);
     const nearing = before.filter((at) => at >= HB);
     assert.ok(claim.length >= 1, "the claim is confirmed at once");
-    assert.ok(nearing.length >= 2 && nearing.length <= 4, `a few rounds as the start nears, not one per round for a minute: ${JSON.stringify(before)}`);
+    assert.ok(nearing.length >= 1 && nearing.length <= 4, `a few rounds as the start nears, not one per round for a minute: ${JSON.stringify(before)}`);
     assert.ok(nearing.every((at) => at >= 60_000 - Math.max(TTL / 2, 2 * HB)), `none long before the start: ${JSON.stringify(nearing)}`);
+    await t.worker.stop();
+  });
+
+  it("an attempt prepared five minutes ahead whose claim is acknowledged with a cover is not heartbeated again before its start, starts on time, and is heartbeated by the next periodic round after it", T, async () => {
+    const t = await setup();
+    t.owner.coverUntil.set("r1", T0 + 300_000 + TTL);
+    assert.deepEqual(await t.offer("r1", 300_000), { accepted: true });
+    await t.runTo(T0 + 300_000 + HB + 100);
+    assert.equal(t.executor.starts(), 1);
+    assert.ok(t.executor.log[0]!.at >= T0 + 300_000 && t.executor.log[0]!.at < T0 + 300_000 + 50, `started at +${t.executor.log[0]!.at - T0} ms`);
+    const before = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at < T0 + 300_000).map((h) => h.at - T0);
+    assert.equal(before.length, 1, `the claim only: ${JSON.stringify(before)}`);
+    assert.ok(before[0]! < HB, "the claim is confirmed at once");
+    const after = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= T0 + 300_000);
+    assert.ok(after.length >= 1 && after[0]!.started && after[0]!.at <= T0 + 300_000 + HB, `the first periodic round after the start carries it: ${JSON.stringify(after)}`);
+    assert.deepEqual(t.evs("offer_expired"), []);
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
+    await t.worker.stop();
+  });
+
+  it("a cover counts from the heartbeat's send time: with its owner silent from the claim on, a covered attempt starts at start_at and is killed by the worker itself before start_at + TTL − margin", T, async () => {
+    const t = await setup();
+    t.owner.coverUntil.set("r1", T0 + 30_000 + TTL);
+    assert.deepEqual(await t.offer("r1", 30_000), { accepted: true });
+    await t.runTo(T0 + 5_000);
+    assert.equal(t.owner.acked("r1").length, 1, "the claim was acknowledged (with its cover)");
+    t.owner.hb = "silent";
+    await t.runTo(T0 + 30_000 + TTL + 1_000);
+    assert.equal(t.executor.starts(), 1, "started under the claim's cover");
+    assert.ok(t.executor.log[0]!.at >= T0 + 30_000 && t.executor.log[0]!.at < T0 + 30_000 + 50);
+    const fenced = t.evs("self_fenced");
+    assert.deepEqual(fenced.map((e) => e.run_id), ["r1"], "no acknowledgement after the start: the worker fences itself");
+    const killedAt = fenced[0]!.at;
+    assert.ok(killedAt <= T0 + 30_000 + TTL - MARGIN, `killed at +${killedAt - T0} ms, after the owner's lease end minus the margin`);
+    assert.ok(killedAt >= T0 + 30_000 + TTL - MARGIN - 100, `not long before it either: +${killedAt - T0} ms`);
+    await t.worker.stop();
+  });
+
+  it("a malformed cover is ignored: the attempt is acknowledged as without one (asked again as its start nears)", T, async () => {
+    const t = await setup();
+    t.owner.malformedCover = true;
+    t.owner.coverUntil.set("r1", T0 + 30_000 + TTL);
+    assert.deepEqual(await t.offer("r1", 30_000), { accepted: true });
+    await t.runTo(T0 + 30_000 + 200);
+    assert.equal(t.executor.starts(), 1);
+    const nearing = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at >= T0 + HB && h.at < T0 + 30_000);
+    assert.ok(nearing.length >= 1 && nearing.every((h) => h.at >= T0 + 30_000 - Math.max(TTL / 2, 2 * HB)), `asked again as its start neared: ${JSON.stringify(nearing.map((h) => h.at - T0))}`);
     await t.worker.stop();
   });
 
