@@ -238,6 +238,26 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
+  it("attempts acknowledged through their start are parked: rounds do not visit them until their start timer wakes them", T, async () => {
+    const t = await setup();
+    for (const id of ["r1", "r2", "r3"]) t.owner.coverUntil.set(id, T0 + 300_000 + TTL);
+    for (const id of ["r1", "r2", "r3"]) assert.deepEqual(await t.offer(id, 300_000), { accepted: true });
+    assert.deepEqual(t.worker.leaseCounts, { held: 3, awake: 3 }, "claims not acknowledged yet are awake");
+    await t.runTo(T0 + 10_000);
+    assert.deepEqual(t.worker.leaseCounts, { held: 3, awake: 0 }, "acknowledged with a cover: parked");
+    // An uncovered claim stays awake (it is asked again as its start nears).
+    assert.deepEqual(await t.offer("r4", 300_000), { accepted: true });
+    await t.runTo(T0 + 20_000);
+    assert.deepEqual(t.worker.leaseCounts, { held: 4, awake: 1 });
+    t.cancel("r1");
+    await t.runFor(100);
+    assert.deepEqual(t.worker.leaseCounts, { held: 3, awake: 1 }, "a parked attempt can still be cancelled");
+    await t.runTo(T0 + 300_000 + 100);
+    assert.equal(t.executor.starts(), 2, "the parked ones (r2, r3) started from their timer");
+    assert.deepEqual(t.worker.leaseCounts, { held: 3, awake: 3 }, "woken at their start (and r4, due later, still awake)");
+    await t.worker.stop();
+  });
+
   it("a cover counts from the heartbeat's send time: with its owner silent from the claim on, a covered attempt starts at start_at and is killed by the worker itself before start_at + TTL − margin", T, async () => {
     const t = await setup();
     t.owner.coverUntil.set("r1", T0 + 30_000 + TTL);
