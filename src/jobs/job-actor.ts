@@ -135,7 +135,11 @@ export type JobEffect =
   | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
   /** A run transition short of its end, not written (see `Tx.putRun`): run metrics only. */
   | { kind: "note_run"; record: RunView }
-  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number }
+  /**
+   * `starts_in_ms`: how long until the run can start (a run prepared ahead holds its grant from
+   * now): the grant lives that long plus the task's timeout plus the shell's grace.
+   */
+  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number; starts_in_ms: number }
   | { kind: "release_slot"; grant: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }

@@ -12,7 +12,7 @@
  * names may not be written yet). Every offer gets a new fence: an earlier offer is dead.
  */
 import { grantId, splitGrant } from "./ids.ts";
-import type { JobMsg } from "./job-actor.ts";
+import type { JobEffect, JobMsg } from "./job-actor.ts";
 import type { ActiveRun, Draining } from "./job-state.ts";
 import type { D, Tx } from "./tx.ts";
 
@@ -26,7 +26,7 @@ export function dispatch(tx: Tx, r: ActiveRun): void {
   tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
   // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
   // outlives one timeout (the tenant would then grant the slot twice).
-  if (r.slot && r.attempt > 0) tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
+  if (r.slot && r.attempt > 0) tx.post.push(slotAsk(tx, r));
   tx.post.push({
     kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
     start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,
@@ -55,9 +55,19 @@ export function slotRecheckMs(waitedMs: number): number {
   return Math.min(SLOT_RECHECK_MAX_MS, Math.max(SLOT_RECHECK_MS, waitedMs));
 }
 
+/**
+ * The acquire (or refresh) of a run's grant. Its lifetime counts from the run's start, not from
+ * now: a grant made 5 min ahead with the timeout's lifetime (+ 2 min grace) expired before its run
+ * started, and the tenant then extended and audited every such grant, one `expire` turn over all
+ * of its grants per expiry (a 200,000-run burst with a 5 min look-ahead stalled on it).
+ */
+function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot" }> {
+  return { kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s, starts_in_ms: Math.max(0, r.start_at_ms - tx.now) };
+}
+
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 export function askSlot(tx: Tx, r: ActiveRun): void {
-  tx.post.push({ kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s });
+  tx.post.push(slotAsk(tx, r));
   // Waiting since it could start: its start time (a run prepared ahead waits from its due time,
   // a retry from when it was due), or its creation if later.
   const waited = tx.now - Math.max(r.created_at_ms, r.start_at_ms);

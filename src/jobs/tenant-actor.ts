@@ -115,6 +115,13 @@ export const WAITING_LIMIT = 100_000;
 export const SLOT_AUDIT_MS = 10_000;
 /** How long an expired grant is extended while its job actor is asked whether it still holds it. */
 export const EXPIRED_GRANT_GRACE_MS = 60_000;
+/**
+ * Least time between two `expire` turns: each is O(grants), and grants made one after another
+ * expire one after another, so an `expire` armed for each expiry could run a turn per
+ * millisecond over every grant of the tenant. An expired grant is only extended and audited
+ * (never freed blindly), so handling it up to this much later changes nothing but the timing.
+ */
+export const EXPIRE_BATCH_MS = 1_000;
 /** Most grants audited per round. */
 export const AUDIT_LIMIT = 1_000;
 /** A share not confirmed for this long is dropped (the fleet actor is gone or moving). */
@@ -238,6 +245,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           for (const [id, exp] of running) if (exp <= now) expired.push(id);
           expireAt = undefined;
           for (const [, exp] of running) if (exp > now && (expireAt === undefined || exp < expireAt)) expireAt = exp;
+          if (expireAt !== undefined) expireAt = Math.max(expireAt, now + EXPIRE_BATCH_MS);
           for (const id of expired) {
             const jobId = jobIdOfRun(splitGrant(id).run_id);
             if (!jobId) {

@@ -80,6 +80,9 @@ describe("job actor: firing", () => {
     const r = d.state.runs[0]!;
     assert.equal(r.status, "leased");
     assert.ok(r.start_at_ms - d.now > c.leaseTtlMs, "prepared more than a lease TTL ahead");
+    // Its grant lives from its start, not from the ask (else a long look-ahead's grants expire before their runs start).
+    const ask = d.postsOf("acquire_slot").find((p) => p.run_id === r.run_id)!;
+    assert.ok(ask.starts_in_ms >= 15_000 && ask.starts_in_ms <= 30_000, `starts_in_ms ${ask.starts_in_ms}: asked in the window's first half`);
     assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
     d.send({ kind: "delete" });
     assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => p.run_id), [r.run_id], "its worker is told to drop it");

@@ -445,6 +445,32 @@ describe("tenant actor: grant audit (lost releases)", () => {
   });
 });
 
+describe("tenant actor: expiry turns are batched", () => {
+  it("grants expiring a millisecond apart are handled by one expire turn a second, not one turn each (each is O(grants))", async () => {
+    const { EXPIRE_BATCH_MS } = await import("../../../src/jobs/tenant-actor.ts");
+    const t = new Tenant();
+    t.send({ kind: "set_quota", max_concurrent: 1_000 });
+    for (let i = 0; i < 500; i++) {
+      t.acquire(`j${String(i).padStart(16, "a")}-1_0`, 10_000);
+      t.now += 1; // one grant a millisecond: 500 distinct expiries
+    }
+    let turns = 0;
+    let at = [...t.state.running.values()].reduce((a, b) => Math.min(a, b));
+    const lastExpiry = [...t.state.running.values()].reduce((a, b) => Math.max(a, b));
+    while ([...t.state.running.values()].some((exp) => exp <= lastExpiry)) {
+      t.now = at;
+      const d = t.send({ kind: "expire" });
+      turns++;
+      const next = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "expire");
+      assert.ok(next && next.kind === "timer", "re-armed while grants are held");
+      assert.ok(next.atMs >= t.now + EXPIRE_BATCH_MS, `next expire turn ${next.atMs - t.now} ms later`);
+      at = next.atMs;
+    }
+    assert.equal(turns, 2, "the first expiry, then the other 499 in one turn (not 500 turns)");
+    assert.ok([...t.state.running.values()].every((exp) => exp > lastExpiry), "every expired grant was extended (and audited)");
+  });
+});
+
 describe("tenant actor: an expired grant is audited, not dropped (review finding 4)", () => {
   it("past its expiry a grant of a real run is extended and its job actor asked; only a release frees it", async () => {
     const { EXPIRED_GRANT_GRACE_MS } = await import("../../../src/jobs/tenant-actor.ts");
