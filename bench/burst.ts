@@ -156,15 +156,16 @@ export async function run(args: string[]): Promise<void> {
     const loop = monitorEventLoopDelay({ resolution: 10 });
     loop.enable();
     const deadline = dueMs + 120_000;
-    // The slot economy seen from inside, 10 s after the due second, on its own timer: the fleet's
-    // capacity and shares, each tenant's grants (a throttle shows here first).
-    const economyAt = setTimeout(() => {
+    // The slot economy seen from inside, 10 s before and 10 s after the due second, on its own
+    // timers: the fleet's capacity and shares, each tenant's grants (a throttle shows here first;
+    // before the due second: whether the look-ahead prepared every run).
+    const economyAt = [-10_000, 10_000].map((offsetMs) => setTimeout(() => {
       void (async () => {
         const fleet = await proc.node.router.request<FleetStatus>({ type: FLEET_ACTOR, id: FLEET_ID }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e));
         const perTenant = await Promise.all(tenants.map((t) => proc.node.router.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e))));
-        console.log(`slot economy at due + 10 s: ${JSON.stringify({ fleet, tenants: perTenant })}`);
+        console.log(`slot economy at due ${offsetMs < 0 ? "-" : "+"} ${Math.abs(offsetMs) / 1000} s: ${JSON.stringify({ fleet, tenants: perTenant })}`);
       })();
-    }, Math.max(0, dueMs + 10_000 - systemClock.now()));
+    }, Math.max(0, dueMs + offsetMs - systemClock.now())));
     // Progress from the schedulers' own counters (attempts ended), not by listing the run records:
     // a listing of 200,000 records every second ran in the measured scheduler's process and on its
     // NATS connection, and took a large part of what it measured. One listing at the end.
@@ -173,7 +174,7 @@ export async function run(args: string[]): Promise<void> {
       if (systemClock.now() < dueMs) continue;
       if ((await runsEnded()) >= jobs) break;
     }
-    clearTimeout(economyAt);
+    for (const t of economyAt) clearTimeout(t);
     loop.disable();
     let runs: RunView[] = [];
     for (let tries = 1; ; tries++) {
