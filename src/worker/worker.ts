@@ -283,6 +283,10 @@ export class Worker {
       // The starts themselves ask for no round (see `#needsBeat`): the next periodic round or each
       // attempt's completion reports them.
       if (waiting) void this.#heartbeatAll();
+      // Self-fencing from the start: an attempt started under a cover may have little of it left
+      // (a worker paused until just before the cover ran out, sim seed 910), and the next round's
+      // fence may come too late — the owner re-offers at start_at + TTL.
+      this.#armFence();
     };
     this.#o.clock.setTimer(Math.max(0, atMs - this.#o.clock.now()), fire);
   }
