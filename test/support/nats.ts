@@ -11,7 +11,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { StorageType, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
@@ -107,12 +107,41 @@ export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}):
   });
   try {
     await Promise.all(servers.map((s) => awaitJetStream(s, auth, 30_000)));
+    await awaitPlacement(servers[0]!, auth, size, 30_000);
   } catch (e) {
     await Promise.all(servers.map((s) => s.stop()));
     rmSync(dir, { recursive: true, force: true });
     throw e;
   }
   return fixture(servers, auth, dir, log);
+}
+
+/**
+ * Waits until the cluster can place a stream on `replicas` servers: every server answering the
+ * JetStream API is not enough — a peer not yet current in the meta group makes an R3 bucket's
+ * creation fail with "no suitable peers for placement" (the KV conformance suite's cluster case
+ * failed so once, 2026-12-04). Creates and deletes a small in-memory stream until one is placed.
+ */
+async function awaitPlacement(server: NatsServerHandle, auth: NatsAuthFiles, replicas: number, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  const nc = await connectNats({ url: server.url, name: "fixture-placement", credsFile: auth.credsFor("admin") });
+  let last = "no answer";
+  try {
+    const jsm = await jetstreamManager(nc, { timeout: 5000 });
+    for (;;) {
+      try {
+        await jsm.streams.add({ name: "fixture_placement", subjects: ["fixture.placement"], num_replicas: replicas, storage: StorageType.Memory });
+        await jsm.streams.delete("fixture_placement");
+        return;
+      } catch (e) {
+        last = e instanceof Error ? e.message : String(e);
+      }
+      if (Date.now() > deadline) throw new Error(`nats cluster: no stream placed on ${replicas} servers in ${timeoutMs} ms (last: ${last})`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  } finally {
+    await nc.close();
+  }
 }
 
 /**
