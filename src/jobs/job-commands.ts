@@ -118,12 +118,17 @@ function remove(tx: Tx): D {
  * without look-ahead (it starts when the manual run ends, or at its due time if that is later).
  * Its record stays `queued`; its worker is told to drop the attempt and its slot goes back. Only
  * one more than a lease TTL from its due time (a worker's clock running ahead cannot have started
- * it; closer than that it is left to run as prepared).
+ * it; closer than that it is left to run as prepared), and only one no worker may hold a cover
+ * for: not claimed yet, or claimed under `queue` (`no_cover`). One claimed under another policy
+ * (the job patched to `queue` since) is left to run as prepared: its worker may start it at its
+ * start under the claim's cover without asking again, and the occurrence, sent back and
+ * re-created under the same run id, could then run twice (cold review of 16f4a66).
  */
 function unprepareQueued(tx: Tx): void {
   const s = tx.s;
   for (const r of [...s.runs]) {
     if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs) continue;
+    if (r.worker !== null && r.status !== "queued" && !r.no_cover) continue;
     s.runs = s.runs.filter((x) => x !== r);
     cancelRunTimers(tx, r.run_id);
     if (r.worker !== null && r.fence > 0) tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });

@@ -43,6 +43,12 @@ export interface ActiveRun {
    * no other run of the job is active then; otherwise the owner skips it (see `holdOf`).
    */
   gate?: true;
+  /**
+   * Claimed while the job's overlap was `queue`: its acknowledgements carry no cover
+   * (run-lifecycle.ts `heartbeatAck`), so its worker asks again as its start nears, and a run
+   * started by hand can still send it back to the queue (job-commands.ts `unprepareQueued`).
+   */
+  no_cover?: true;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

@@ -55,8 +55,11 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   // until then (`drain`). A gated run skipped at its due instant never started (its worker only
   // ever heard `hold`), so its slot goes back at once.
   // Bounded by the lease's end: an attempt acknowledged ahead with a cover (`heartbeatAck`) whose
-  // cancel is lost may start at start_at and run until start_at + TTL − margin.
-  if (r.slot && onWorker && status === "cancelled") drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
+  // cancel is lost may start at start_at and run until start_at + TTL − margin. A gated run
+  // skipped at its due instant too: under `skip` throughout its worker only ever heard `hold`
+  // (holdOf is monotone), but a patch of the overlap policy meanwhile (skip → allow → skip) may
+  // have let an acknowledgement without `hold`, and so a cover, through.
+  if (r.slot && onWorker && (status === "cancelled" || status === "skipped")) drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
   else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
@@ -115,6 +118,8 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
+  if (tx.job.spec.overlap === "queue") r.no_cover = true;
+  else delete r.no_cover;
   tx.putRun(r);
   tx.changed = true;
   tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
@@ -262,6 +267,7 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
 export function heartbeatAck(s: JobState, r: ActiveRun, startedAtMs: number | undefined, nowMs: number, leaseTtlMs: number): HeartbeatAck {
   if (r.status !== "leased" || startedAtMs !== undefined) return { ok: true };
   if (holdOf(s, r)) return { ok: true, hold: true };
+  if (r.no_cover) return { ok: true };
   return r.start_at_ms > nowMs ? { ok: true, cover_ms: r.start_at_ms - nowMs + leaseTtlMs } : { ok: true };
 }
 

@@ -124,7 +124,9 @@ describe("job actor: firing", () => {
     assert.equal(rec?.status, "skipped");
     assert.equal(rec.reason, "overlap: an earlier run is still active");
     assert.deepEqual(d.postsOf("cancel_on_worker").map((p) => [p.run_id, p.fence]), [[next.run_id, next.fence]], "its worker is told to drop it");
-    assert.ok(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === next.run_id), "its slot is released");
+    // Drained, not released at once: a patch of the overlap policy meanwhile could have let a cover through.
+    assert.equal(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === next.run_id), false, "its slot is not given back at once");
+    assert.deepEqual(d.state.draining?.map((x) => [x.run_id, x.until_ms]), [[next.run_id, next.start_at_ms + cfg().leaseTtlMs + cfg().drainGraceMs]], "it is held until its lease's end");
     assert.equal(d.heartbeat(next.run_id).fail?.code, "lease_lost");
     assert.equal(d.records.get(first.run_id)?.status, "running", "the earlier run is untouched");
   });
@@ -238,7 +240,7 @@ describe("job actor: overlap", () => {
     assert.equal(first.gate, true);
     assert.equal(first.status, "leased", "slot and worker matched before it is due");
     assert.equal(d.dispatches[0]?.start_at_ms, sec(2), "its worker starts it at scheduled_for");
-    assert.deepEqual(d.heartbeat(first.run_id).reply, go(d, first));
+    assert.deepEqual(d.heartbeat(first.run_id).reply, { ok: true }, "claimed under queue: no cover (a run started by hand may still send it back)");
     d.advance(sec(2) - d.now);
     d.heartbeat(first.run_id, first.fence, d.now); // started, and runs past :04
     assert.deepEqual(d.state.runs.map((r) => r.run_id), [first.run_id], "a run is active: nothing prepared ahead");
@@ -264,6 +266,7 @@ describe("job actor: overlap", () => {
     const prepared = d.state.runs[0]!;
     assert.equal(prepared.gate, true);
     const fence = prepared.fence;
+    assert.deepEqual(d.heartbeat(prepared.run_id, fence).reply, { ok: true }, "claimed under queue: no cover (its worker asks again as its start nears)");
     d.send({ kind: "run_now" });
     const manual = d.state.runs.find((x) => x.trigger === "manual")!;
     assert.deepEqual(d.state.runs.map((x) => x.run_id), [manual.run_id], "the prepared occurrence left the active runs");
@@ -280,6 +283,21 @@ describe("job actor: overlap", () => {
     assert.equal(next.status, "leased");
     assert.ok(next.fence > fence);
     assert.deepEqual(d.violations, []);
+  });
+
+  it("queue with look-ahead: an occurrence claimed under another policy (a cover given) is not sent back by a run started by hand after a patch to queue — it could run twice", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000, leaseTtlMs: 1_000 }));
+    d.create(spec({ overlap: "allow" }));
+    d.advance(0);
+    const prepared = d.state.runs[0]!;
+    assert.equal(prepared.status, "leased");
+    assert.ok(d.heartbeat(prepared.run_id, prepared.fence).reply?.cover_ms !== undefined, "covered through its start");
+    d.send({ kind: "patch", patch: { overlap: "queue" } });
+    d.send({ kind: "run_now" });
+    assert.ok(d.state.runs.some((x) => x.run_id === prepared.run_id), "left to run as prepared");
+    assert.deepEqual(d.postsOf("cancel_on_worker"), [], "its worker is not told to drop it");
+    assert.equal(d.postsOf("release_slot").some((p) => splitGrant(p.grant).run_id === prepared.run_id), false, "its slot is kept");
+    assert.deepEqual(d.state.queued, [], "the occurrence is not queued again (it would be re-created under the same run id)");
   });
 
   it("replace with look-ahead: prepared gated with no run active; a run started by hand after the preparation is cancelled at the due instant, and the prepared one was never held", () => {
