@@ -328,9 +328,14 @@ export class ActorHost {
       inst.arrivals.set(arrival, now);
       inst.lastActiveMs = now;
     }
-    // Fast path: answer from the last committed state, fenced under the current epoch.
+    // Fast path: answer from the last committed state, fenced under the current epoch — not
+    // while a turn is in flight: it may have decided from a state before this arrival (a lease
+    // expiry) and be writing a change the committed state does not show yet; answered from the
+    // old state, a worker would start an attempt the owner is re-offering (sim seed 50). Queued
+    // behind that turn, this message sees its outcome. (A turn merely queued is harmless: it
+    // runs after this arrival was recorded.)
     let fast: { reply: unknown; alsoQueue: boolean } | undefined;
-    if (def.query && inst.loaded && !inst.dropped && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
+    if (def.query && inst.loaded && !inst.dropped && !inst.running && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
       const q = def.query(inst.state, msg, this.#ctx(inst, now));
       if (q && "fail" in q) throw new KairosError(q.fail.code, q.fail.message, q.fail.field === undefined ? {} : { field: q.fail.field });
       fast = q;

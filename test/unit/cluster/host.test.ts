@@ -79,6 +79,14 @@ const gateActor: ActorDefinition<GateState, { n: number }, number, number> = {
   receive: (s, m) => ({ state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] }),
 };
 
+/** The gate actor with a read-only fast path: `{ n: -1 }` asks for the log's length. */
+const queryGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  type: "qgate",
+  initialState: () => ({ log: [] }),
+  receive: (s, m) => (m.n < 0 ? { state: s, reply: s.log.length } : { state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] }),
+  query: (s, m) => (m.n < 0 ? { reply: s.log.length, alsoQueue: false } : undefined),
+};
+
 class Gates {
   readonly started = new Map<number, Deferred>();
   readonly open = new Map<number, Deferred>();
@@ -174,6 +182,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register({ definition: counterActor });
   host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
+  host.register(gates.registration(queryGateActor));
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
@@ -257,6 +266,26 @@ describe("ActorHost", () => {
     assert.equal(await r2, 2);
     const p = partitionOf({ type: "gate", id }, PARTITIONS);
     assert.deepEqual((await t.stored<GateState>(`gate.${p}.${id}`))?.s.log, [1, 2]);
+  });
+
+  it("query (fast path): answered at once from the committed state when idle, but not while a turn is in flight — it queues behind it and sees its outcome (sim seed 50)", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const id = "q";
+    const r1 = t.host.deliver("qgate", id, { n: 1 });
+    t.gates.release(1);
+    assert.equal(await r1, 1);
+    assert.equal(await t.host.deliver("qgate", id, { n: -1 }), 1, "no turn in flight: answered from memory");
+    const r2 = t.host.deliver("qgate", id, { n: 2 });
+    await t.gates.startedP(2);
+    let answered: number | undefined;
+    const q = t.host.deliver("qgate", id, { n: -1 }).then((v) => (answered = v as number));
+    await turn();
+    await turn();
+    assert.equal(answered, undefined, "answered from the state before the turn in flight");
+    t.gates.release(2);
+    assert.equal(await r2, 2);
+    assert.equal(await q, 2, "the outcome of the turn it waited for");
   });
 
   it("different actors are not serialized with each other", async () => {
