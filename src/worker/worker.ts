@@ -419,8 +419,7 @@ export class Worker {
     }
     if (l.execution || l.completion) return true;
     // Acknowledged through its start (the claim's `cover_ms`): nothing to ask before it starts.
-    const monoNow = this.#o.clock.monoMs();
-    if (l.validUntilMono - monoNow - Math.max(0, l.req.start_at_ms - wallNow) >= this.#startReserve(l)) return false;
+    if (this.#coveredThroughStart(l, l.validUntilMono, wallNow)) return false;
     // At least two rounds before start_at, each acknowledgement still fresh at start_at.
     const window = Math.min(l.req.lease_ttl_ms - this.#margin(l), Math.max(l.req.lease_ttl_ms / 2, 2 * this.#o.heartbeatIntervalMs));
     return l.req.start_at_ms - wallNow <= window;
@@ -438,23 +437,23 @@ export class Worker {
 
   /**
    * Parks an attempt acknowledged through its start (see `#awake`): not started, not due, not
-   * held, and its acknowledgement still leaves `#startReserve` at start_at. Nothing can be due
+   * held, and its acknowledgement still covers its start (`#coveredThroughStart`). Nothing can be due
    * for it before its start timer, which wakes it: `#dropAtMono` keeps it until start_at + TTL,
    * and it needs no heartbeat before it starts (`#needsBeat`).
    */
   #parkIfCovered(l: Lease): void {
     if (l.lost || l.due || l.held || l.execution || l.completion || l.validUntilMono === undefined) return;
-    const atStart = l.validUntilMono - this.#o.clock.monoMs() - Math.max(0, l.req.start_at_ms - this.#o.clock.now());
-    if (atStart >= this.#startReserve(l)) this.#awake.delete(l);
+    if (this.#coveredThroughStart(l, l.validUntilMono, this.#o.clock.now())) this.#awake.delete(l);
   }
 
   /**
-   * How much of an acknowledgement must be left at start_at for a waiting attempt to skip the
-   * rounds before it: two heartbeat intervals (the first rounds after the start renew it), at most
-   * half of TTL − margin.
+   * Whether an acknowledgement valid until `validUntilMono` still leaves enough at start_at for a
+   * waiting attempt to skip the rounds before it: two heartbeat intervals (the first rounds after
+   * the start renew it), at most half of TTL − margin.
    */
-  #startReserve(l: Lease): number {
-    return Math.min(2 * this.#o.heartbeatIntervalMs, (l.req.lease_ttl_ms - this.#margin(l)) / 2);
+  #coveredThroughStart(l: Lease, validUntilMono: number, wallNow: number): boolean {
+    const atStart = validUntilMono - this.#o.clock.monoMs() - Math.max(0, l.req.start_at_ms - wallNow);
+    return atStart >= Math.min(2 * this.#o.heartbeatIntervalMs, (l.req.lease_ttl_ms - this.#margin(l)) / 2);
   }
 
   /**
