@@ -583,10 +583,18 @@ describe("ActorHost", () => {
     assert.deepEqual(t.gates.trace, ["start 0", "start 1"], "two in flight, none beyond the bound");
     assert.deepEqual(t.host.timerTurns, { inFlight: 2, held: true });
     assert.equal(t.host.pendingTimers, 3, "the rest wait in the queue");
+    // A turn's end resumes the queue on the next turn of the clock (a host timer), never inside
+    // the settling microtask (timer-queue.test.ts).
+    const settleAndTick = async (): Promise<void> => {
+      await new Promise((r) => setImmediate(r));
+      t.clock.advance(0);
+    };
     t.gates.release(1);
+    await settleAndTick();
     await t.gates.startedP(2);
     assert.deepEqual(t.gates.trace, ["start 0", "start 1", "end 1", "start 2"], "the next in due order as one ends");
     for (const n of [0, 2]) t.gates.release(n);
+    await settleAndTick();
     await t.gates.startedP(3);
     await t.gates.startedP(4);
     t.gates.release(3);
@@ -607,6 +615,7 @@ describe("ActorHost", () => {
     await uFired.done;
     assert.equal(t.host.timerTurns.held, true, "g11 waits while g9 and g10 are stuck");
     for (const n of [9, 10, 11]) t.gates.release(n);
+    await settleAndTick();
     await t.gates.startedP(11);
     assert.deepEqual(t.errors, []);
   });

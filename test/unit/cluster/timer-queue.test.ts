@@ -64,9 +64,12 @@ describe("TimerQueue", () => {
     assert.deepEqual(fired, ["a", "b"], "a new due timer waits too");
     room = 1;
     q.resume();
+    assert.deepEqual(fired, ["a", "b"], "resume() never fires synchronously");
+    clock.advance(0);
     assert.deepEqual(fired, ["a", "b", "c"], "one place back: the next in due order");
     room = 10;
     q.resume();
+    clock.advance(0);
     assert.deepEqual(fired, ["a", "b", "c", "d", "e"]);
     assert.equal(q.held, false);
     assert.equal(q.size, 0);
@@ -74,6 +77,31 @@ describe("TimerQueue", () => {
     q.schedule("f", clock.now() + 5, "f");
     clock.advance(5);
     assert.deepEqual(fired.at(-1), "f", "armed again once resumed");
+  });
+
+  it("admission: turns settling in microtasks cannot chain slices without the event loop turning", async () => {
+    // The host resumes as each admitted turn settles, in a microtask. If resume() fired there, a
+    // turn that settles at once would admit the next one, and so on, all inside one run of the
+    // microtask queue: the event loop (sockets, lease renewals) would wait until nothing is due.
+    const clock = new FakeClock(1_000);
+    let inFlight = 0;
+    const fired: string[] = [];
+    const q: TimerQueue<string> = new TimerQueue<string>(clock, (key) => {
+      fired.push(key);
+      inFlight++;
+      queueMicrotask(() => {
+        inFlight--;
+        q.resume();
+      });
+    });
+    q.admitWith(() => inFlight < 4);
+    for (let i = 0; i < 100; i++) q.schedule(`k${i}`, 1_010, "x");
+    clock.advance(10);
+    assert.equal(fired.length, 4, "four admitted");
+    await new Promise((r) => setImmediate(r)); // every microtask has run
+    assert.equal(fired.length, 4, "nothing more until the host timer fires");
+    clock.advance(0);
+    assert.equal(fired.length, 8, "the next four on the next turn");
   });
 
   it("fires ties in insertion order", () => {
