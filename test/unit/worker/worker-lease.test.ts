@@ -276,6 +276,24 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     await t.worker.stop();
   });
 
+  it("an attempt started with little cover left is fenced when that cover runs out, not when the heartbeat round in flight ends (sim seed 910)", T, async () => {
+    const t = await setup();
+    // The claim's cover leaves 300 ms after start_at (T0 + 30,500): valid until ≈ T0 + 30,800.
+    const startAt = T0 + 30_500;
+    t.owner.coverUntil.set("r1", startAt + 300 + MARGIN);
+    assert.deepEqual(await t.offer("r1", 30_500), { accepted: true });
+    await t.runTo(T0 + 5_000);
+    assert.equal(t.owner.acked("r1").length, 1, "the claim was acknowledged (with its cover)");
+    t.owner.hb = "silent"; // every round from now on waits out its deadline (one interval)
+    await t.runTo(startAt + TTL);
+    assert.equal(t.executor.starts(), 1, "started under what is left of the claim's cover");
+    const fenced = t.evs("self_fenced");
+    assert.deepEqual(fenced.map((e) => e.run_id), ["r1"]);
+    // The round in flight at start_at ends at about T0 + 31,000; only the start's own fence kills at the cover's end.
+    assert.ok(fenced[0]!.at <= startAt + 300 + 30, `killed at +${fenced[0]!.at - startAt} ms after start_at, past its cover (+300)`);
+    await t.worker.stop();
+  });
+
   it("a malformed cover is ignored: the attempt is acknowledged as without one (asked again as its start nears)", T, async () => {
     const t = await setup();
     t.owner.malformedCover = true;
