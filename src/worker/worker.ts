@@ -382,7 +382,12 @@ export class Worker {
         // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
         l.held = !l.execution && ack?.hold === true;
         if (l.due && l.held) this.#beatSoon();
-        if (l.due && this.#fresh(l)) this.#run(l);
+        if (l.due && this.#fresh(l)) {
+          this.#run(l);
+          // Fenced now, not by the #armFence after this round: the round may wait on a kill of
+          // another attempt (a container still being created) past this one's validity.
+          this.#fenceBy([l]);
+        }
         if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
         this.#parkIfCovered(l);
       } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
@@ -510,7 +515,9 @@ export class Worker {
   /**
    * Brings the fence timer forward to the earliest drop time among `leases`, if that is sooner
    * than the one armed (O(leases)). When it fires it enforces and walks every awake lease
-   * (`#armFence`), so a later drop time among the rest is never missed.
+   * (`#armFence`). Every start calls it for the attempts it starts (the start timer, the round
+   * that acknowledges a due attempt), so a started attempt's drop time is never later than the
+   * fence armed, whichever path started it.
    */
   #fenceBy(leases: Iterable<Lease>): void {
     let earliest = Number.POSITIVE_INFINITY;
@@ -519,7 +526,7 @@ export class Worker {
     for (const l of leases) {
       if (l.lost || l.completion) continue;
       // An acknowledged attempt waiting for its start is dropped by a heartbeat round's #enforce
-      // (every interval), not by this timer: its drop time (start_at + TTL) differs per attempt,
+      // (every interval; a parked one once its start timer has woken it), not by this timer: its drop time (start_at + TTL) differs per attempt,
       // and at 5,000 runs/s prepared ahead this O(attempts) timer fired every millisecond.
       if (!l.execution && l.validUntilMono !== undefined) continue;
       earliest = Math.min(earliest, this.#dropAtMono(l, monoNow, wallNow));

@@ -49,6 +49,8 @@ class RecordingExecutor implements Executor {
   readonly #live = new Map<string, (r: ExecutionResult) => void>();
   /** A kill only signals: the task ends when the test calls `exit` (a task that takes its grace). */
   slowKill = false;
+  /** A kill does not return until the task ends (`exit`): a container still being created. */
+  hangKill = false;
   constructor(private readonly clock: SimClock) {}
   start(_task: TaskSpec, id: RunIdentity): Execution {
     const key = `${id.runId}#${id.attempt}`;
@@ -69,6 +71,10 @@ class RecordingExecutor implements Executor {
       kill: async () => {
         this.log.push({ what: "kill", key, at: this.clock.now() });
         if (this.slowKill) return;
+        if (this.hangKill) {
+          await result;
+          return;
+        }
         finish({ outcome: "killed", exitCode: null, output: "", startedAtMs, finishedAtMs: this.clock.now() });
         await result;
       },
@@ -95,6 +101,8 @@ type CompleteMode = "ok" | "silent" | "stale_fence";
 /** The owner's side on the partition subjects. */
 class Owner {
   hb: HbMode = "ok";
+  /** A run's own answer, when not silent (a silent owner answers no item). */
+  readonly hbFor = new Map<string, Exclude<HbMode, "silent">>();
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
   readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
@@ -113,8 +121,9 @@ class Owner {
       }
       if (!answered) return;
       const v: ItemResult[] = req.b.map((it) => {
-        if (this.hb === "hold") return { ok: true, v: { ok: true, hold: true } };
-        if (this.hb === "lease_lost") return { ok: false, e: { code: "lease_lost", message: "lease lost" } };
+        const mode = this.hbFor.get((it.m as { run_id: string }).run_id) ?? this.hb;
+        if (mode === "hold") return { ok: true, v: { ok: true, hold: true } };
+        if (mode === "lease_lost") return { ok: false, e: { code: "lease_lost", message: "lease lost" } };
         // An owner that covers attempts not started yet until start_at + TTL (run-lifecycle.ts `heartbeatAck`).
         const hb = it.m as { run_id: string; started_at_ms?: number };
         const end = this.coverUntil.get(hb.run_id);
@@ -291,6 +300,41 @@ describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
     assert.deepEqual(fenced.map((e) => e.run_id), ["r1"]);
     // The round in flight at start_at ends at about T0 + 31,000; only the start's own fence kills at the cover's end.
     assert.ok(fenced[0]!.at <= startAt + 300 + 30, `killed at +${fenced[0]!.at - startAt} ms after start_at, past its cover (+300)`);
+    await t.worker.stop();
+  });
+
+  it("an attempt started by a heartbeat round is fenced even while that round waits on another attempt's kill", T, async () => {
+    const t = await setup();
+    // r2 starts under a long cover (prepared ahead): its own fence is a minute away, so no fence
+    // armed for it can catch r1 by the way.
+    t.owner.coverUntil.set("r2", T0 + 100 + 60_000);
+    assert.deepEqual(await t.offer("r2", 100), { accepted: true });
+    await t.runTo(T0 + 1_500);
+    assert.equal(t.executor.starts(), 1, "r2 runs");
+    // r1 is gated (acknowledged with `hold`): acknowledged, so no offer fence is armed for it.
+    t.owner.hbFor.set("r1", "hold");
+    assert.deepEqual(await t.offer("r1", 1_000), { accepted: true });
+    await t.runTo(T0 + 2_600);
+    assert.equal(t.executor.starts(), 1, "r1 is due but held: waiting");
+    // The owner falls silent long enough that r2 is carried by every round too (its last
+    // acknowledgement over half an interval ago); then one round acknowledges r1 without hold (it
+    // starts from the round) and tells r2 lease_lost, and r2's kill does not return (its
+    // container still being created): that round never ends.
+    t.owner.hb = "silent";
+    await t.runTo(T0 + 4_000);
+    t.executor.hangKill = true;
+    t.owner.hbFor.set("r2", "lease_lost");
+    t.owner.hbFor.set("r1", "ok");
+    t.owner.hb = "ok";
+    await t.runTo(T0 + 12_000);
+    const start = t.executor.log.find((e) => e.what === "start" && e.key === "r1#1");
+    assert.ok(start, "r1 started on the round's acknowledgement");
+    const ack = t.owner.acked("r1").filter((h) => h.at <= start.at).at(-1)!.at;
+    assert.equal(t.owner.acked("r1").filter((h) => h.at > start.at).length, 0, "no round after the stuck one acknowledged it");
+    const fenced = t.evs("self_fenced").filter((e) => e.run_id === "r1");
+    assert.equal(fenced.length, 1, "r1 ran past its acknowledgement unfenced");
+    assert.ok(fenced[0]!.at <= ack + TTL - MARGIN + 30, `fenced at +${fenced[0]!.at - ack} ms after its acknowledgement`);
+    t.executor.exit("r2#1");
     await t.worker.stop();
   });
 
