@@ -10,6 +10,8 @@
  * (job actors), not HTTP, to keep set-up short. Last line: one JSON object (jobs, overlap,
  * started, succeeded, failed, duplicates, lost, lag_ms, kv_ops_per_run, …).
  */
+import { writeFile } from "node:fs/promises";
+import { Session } from "node:inspector/promises";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
@@ -37,6 +39,23 @@ async function kvOps(): Promise<Record<string, number>> {
     if (v.metricName?.endsWith("_count")) out[String(v.labels["op"])] = (out[String(v.labels["op"])] ?? 0) + v.value;
   }
   return out;
+}
+
+/** Samples this process's heap allocations for `ms` and writes what is still live then to `file` (V8 sampling heap profile). */
+async function sampleHeap(file: string, ms: number): Promise<void> {
+  const session = new Session();
+  session.connect();
+  try {
+    await session.post("HeapProfiler.startSampling", { samplingInterval: 64 * 1024 });
+    await new Promise((r) => setTimeout(r, ms));
+    const { profile } = await session.post("HeapProfiler.getSamplingProfile");
+    await writeFile(file, JSON.stringify(profile));
+    console.log(`heap sample written to ${file}`);
+  } catch (e) {
+    console.log(`heap sample failed: ${String(e)}`);
+  } finally {
+    session.disconnect();
+  }
 }
 
 function arg(args: string[], name: string, dflt: number): number {
@@ -155,6 +174,11 @@ export async function run(args: string[]): Promise<void> {
     // The scheduler's event loop: a long stall starves lease renewals and heartbeats.
     const loop = monitorEventLoopDelay({ resolution: 10 });
     loop.enable();
+    // Diagnostics: KAIROS_BENCH_HEAP_SAMPLE=FILE writes V8's sampling heap profile of this process
+    // (the in-process scheduler) from 5 s before the due second to 20 s after it: the allocation
+    // sites of what is still live then (what grows under the burst). Off by default.
+    const heapSampleFile = process.env["KAIROS_BENCH_HEAP_SAMPLE"];
+    const heapSample = heapSampleFile === undefined ? undefined : setTimeout(() => void sampleHeap(heapSampleFile, 25_000), Math.max(0, dueMs - 5_000 - systemClock.now()));
     const deadline = dueMs + 120_000;
     // The slot economy seen from inside, 10 s before and 10 s after the due second, on its own
     // timers: the fleet's capacity and shares, each tenant's grants (a throttle shows here first;
@@ -175,6 +199,7 @@ export async function run(args: string[]): Promise<void> {
       if ((await runsEnded()) >= jobs) break;
     }
     for (const t of economyAt) clearTimeout(t);
+    if (heapSample !== undefined) clearTimeout(heapSample);
     loop.disable();
     let runs: RunView[] = [];
     for (let tries = 1; ; tries++) {

@@ -38,6 +38,7 @@ import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter } from "../cluster/router.ts";
+import { InFlightLimiter } from "../cluster/in-flight.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type StartReply, type StartRequest } from "../protocol/worker.ts";
@@ -49,6 +50,8 @@ export interface WorkerOptions {
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;
+  /** Most completion reports in flight at once (default COMPLETIONS_IN_FLIGHT). */
+  completionsInFlight?: number;
   /** Safety margin of self-fencing (default: 20% of the lease TTL, 250 ms to 2 s). */
   leaseSafetyMarginMs?: number;
   nc: Bus;
@@ -117,6 +120,16 @@ function coverOf(ack: Partial<HeartbeatAck> | null, l: Lease): number {
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
 
+/**
+ * Most completion reports of this worker in flight at once; the rest wait here, in the order
+ * their attempts ended (their leases keep heartbeating meanwhile, so nothing expires). Sent all
+ * at once, a burst's 94,000 completions each timed out at the saturated owner and were sent again
+ * every heartbeat round, copy upon copy queued there: its scheduler held gigabytes of work nobody
+ * waited for, spent over half its time collecting garbage and stopped granting slots (BENCHMARKS.md,
+ * a seventh session). Bounded, the reports go at the pace the owners answer them.
+ */
+export const COMPLETIONS_IN_FLIGHT = 256;
+
 export class Worker {
   readonly #o: WorkerOptions;
   readonly #leases = new Map<string, Lease>();
@@ -128,6 +141,8 @@ export class Worker {
    * and a round 20 ms after each burst of offers, the worker spent its time walking parked leases.
    */
   readonly #awake = new Set<Lease>();
+  /** Completion reports in flight (see COMPLETIONS_IN_FLIGHT). */
+  readonly #reports: InFlightLimiter;
   #subs: BusSubscription[] = [];
   #cancelBeat: (() => void) | undefined;
   #stopping = false;
@@ -139,6 +154,7 @@ export class Worker {
 
   constructor(o: WorkerOptions) {
     this.#o = o;
+    this.#reports = new InFlightLimiter(o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT);
   }
 
   async start(): Promise<void> {
@@ -581,7 +597,8 @@ export class Worker {
     if (lease.reporting) return;
     lease.reporting = true;
     try {
-      await this.#reportOnce(lease);
+      // Not sent once given up (completionDeadlineMs) or settled while it waited for its turn.
+      await this.#reports.run(() => (this.#leases.get(this.#key(lease.req.run_id, lease.req.attempt)) === lease ? this.#reportOnce(lease) : Promise.resolve()));
     } finally {
       lease.reporting = false;
       this.#onLeaseGone?.();
