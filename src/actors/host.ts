@@ -110,8 +110,6 @@ interface Envelope {
   msg: unknown;
   resolve: (v: unknown) => void;
   reject: (e: unknown) => void;
-  /** Monotonic time after which its sender has stopped waiting (see `deliver`'s `budgetMs`). */
-  expiresAtMono?: number;
 }
 
 interface Instance {
@@ -146,8 +144,6 @@ export interface HostOptions {
   mailboxLimit: number;
   idleMs: number;
   onError: (msg: string, err: unknown) => void;
-  /** A queued message dropped unhandled: its sender had stopped waiting (see `deliver`). */
-  onExpired?: (type: string) => void;
   /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
   timerTurnsInFlight?: number;
   /** How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default `WARM_MS`. */
@@ -311,16 +307,8 @@ export class ActorHost {
     return this.#timers.size + this.#urgent.size;
   }
 
-  /**
-   * Delivers a message to a local actor and resolves with its reply. `budgetMs`: how long its
-   * sender waits for the reply from now on (at most; it sent before this arrival). A message
-   * still queued when that has passed is dropped unhandled (`unavailable`): its sender already
-   * counts it as an unknown outcome and sends again if it must, and every message may be lost on
-   * the way anyway. Handled late, it was work nobody waited for: under a burst, completions
-   * retried each heartbeat round piled up copy after copy in the mailboxes — the 200,000-run
-   * burst's scheduler held gigabytes of such work and spent most of its time collecting garbage.
-   */
-  async deliver(type: string, id: string, raw: unknown, budgetMs?: number): Promise<unknown> {
+  /** Delivers a message to a local actor and resolves with its reply. */
+  async deliver(type: string, id: string, raw: unknown): Promise<unknown> {
     const reg = this.#types.get(type);
     if (!reg) throw new KairosError("invalid_argument", `unknown actor type "${type}"`);
     const partition = partitionOf({ type, id }, this.#o.partitions);
@@ -358,9 +346,8 @@ export class ActorHost {
       if (fast) return fast.reply; // acknowledged already; the state change comes with a later one
       throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${limit})`);
     }
-    const expiresAtMono = budgetMs === undefined ? undefined : this.#o.clock.monoMs() + budgetMs;
     const queued = new Promise((resolve, reject) => {
-      inst.mailbox.push(expiresAtMono === undefined ? { msg, resolve, reject } : { msg, resolve, reject, expiresAtMono });
+      inst.mailbox.push({ msg, resolve, reject });
       if (!inst.running) void this.#drain(inst);
     });
     if (!fast) return queued;
@@ -499,11 +486,6 @@ export class ActorHost {
         const env = inst.mailbox.shift()!;
         if (inst.dropped) {
           env.reject(new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`));
-          continue;
-        }
-        if (env.expiresAtMono !== undefined && this.#o.clock.monoMs() > env.expiresAtMono) {
-          this.#o.onExpired?.(inst.type);
-          env.reject(new KairosError("unavailable", `${inst.type}/${inst.id}: the message waited in the mailbox past its sender's deadline; send again`));
           continue;
         }
         try {

@@ -23,12 +23,6 @@ export interface ActorRequest {
   t: string;
   i: string;
   m: unknown;
-  /**
-   * How long (ms) the sender waits for this attempt's reply. The owner drops the message unhandled
-   * if it is still queued at the actor that long after it arrived (ActorHost.deliver): nobody
-   * waits for its outcome any more. Absent: no bound.
-   */
-  d?: number;
 }
 
 /** Several requests for actors of one partition in one NATS message (e.g. worker heartbeats). */
@@ -83,6 +77,7 @@ export class ActorRouter {
     const { nc, clock } = this.#o;
     const p = partitionOf(addr, this.#o.partitions);
     const subject = this.#subject(this.#o.clusterName, p);
+    const body = encode({ t: addr.type, i: addr.id, m: msg } satisfies ActorRequest);
     const deadline = clock.now() + (opts.deadlineMs ?? this.#o.deadlineMs);
     let attempt = 0;
     let last = "no attempt made";
@@ -90,9 +85,7 @@ export class ActorRouter {
       const left = deadline - clock.now();
       if (left <= 0) break;
       try {
-        const timeout = Math.min(this.#o.attemptTimeoutMs, left);
-        const body = encode({ t: addr.type, i: addr.id, m: msg, d: Math.ceil(timeout) } satisfies ActorRequest);
-        const m = await nc.request(subject, body, { timeout });
+        const m = await nc.request(subject, body, { timeout: Math.min(this.#o.attemptTimeoutMs, left) });
         const reply = decode<ActorReply>(m.data);
         if (reply.ok) return reply.v as R;
         if (!RETRY_CODES.has(reply.e.code)) {

@@ -43,7 +43,6 @@ export const METRICS = {
   mailboxDepth: "kairos_mailbox_depth",
   kvOp: "kairos_kv_op_seconds",
   forecast: "kairos_forecast_runs_due",
-  messagesExpired: "kairos_actor_messages_expired_total",
 } as const;
 
 export type WaitReason = "slot" | "worker";
@@ -108,7 +107,6 @@ export function addRunsWaitingSource(read: () => Readonly<Record<WaitReason, num
 const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that expired without completion", registers: [registry] });
 const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
 const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });
-const messagesExpired = new Counter({ name: METRICS.messagesExpired, help: "Actor messages dropped unhandled: still queued when their sender stopped waiting (overload)", labelNames: ["actor_type"] as const, registers: [registry] });
 const deadLetters = new Counter({ name: METRICS.deadLetters, help: "Runs dead-lettered after their last attempt", labelNames: ["tenant"] as const, registers: [registry] });
 const pullGauge = (name: string, help: string, source: GaugeSourceName): Gauge =>
   new Gauge({
@@ -159,11 +157,6 @@ export function countAttempt(tenant: string, outcome: AttemptOutcomeLabel): void
 /** A failed attempt is retried (a next attempt was scheduled). */
 export function countRetry(tenant: string): void {
   retries.inc({ tenant });
-}
-
-/** A message to an actor of `actorType` was dropped unhandled: its sender had stopped waiting. */
-export function countExpiredMessage(actorType: string): void {
-  messagesExpired.inc({ actor_type: actorType });
 }
 
 /** A run was dead-lettered. */

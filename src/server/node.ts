@@ -21,16 +21,10 @@ import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { countExpiredMessage } from "../metrics/index.ts";
 import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
 
 /** How long one item of a batch request may take before the batch answers it as pending. */
 export const BATCH_ITEM_BUDGET_MS = 500;
-/**
- * Longest sender's wait honoured for a single request (ms; ActorRequest.d): a larger or missing
- * `d` counts as this. (The router waits at most 10 s per attempt by default.)
- */
-export const MAX_SENDER_WAIT_MS = 60_000;
 
 export interface NodeDeps {
   clock: Clock;
@@ -215,7 +209,6 @@ export class KairosNode {
       send: (to, msg) => this.router.request(to, msg),
       mailboxLimit: c.mailboxLimit, idleMs: c.actorIdleMs,
       onError: (m, e) => this.#deps.log("warn", m, { err: String(e) }),
-      onExpired: countExpiredMessage,
     });
     for (const r of this.#registrations) host.register(r);
     this.#host = host;
@@ -301,12 +294,9 @@ export class KairosNode {
       m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
       return;
     }
-    // The sender's wait (ms) for an item (see ActorRequest.d): a message still queued at its actor
-    // past it is dropped unhandled. A batch item's wait is its budget here.
-    const waitOf = (it: ActorRequest, cap: number): number => (typeof it.d === "number" && Number.isFinite(it.d) && it.d > 0 ? Math.min(it.d, cap) : cap);
-    const deliver = (it: ActorRequest, budgetMs: number): Promise<unknown> => {
+    const deliver = (it: ActorRequest): Promise<unknown> => {
       const why = this.#refusal(it, fromWorkers);
-      if (why === undefined) return host.deliver(it.t, it.i, it.m, budgetMs);
+      if (why === undefined) return host.deliver(it.t, it.i, it.m);
       this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
       return Promise.reject(new KairosError("permission_denied", why));
     };
@@ -317,7 +307,7 @@ export class KairosNode {
       // An item past its budget answers `unavailable` (pending): the sender simply retries it.
       void Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
         const cancel = this.#deps.clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
-        deliver(it, waitOf(it, BATCH_ITEM_BUDGET_MS)).then(
+        deliver(it).then(
           (v) => resolve({ ok: true, v }),
           (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
         ).finally(cancel);
@@ -325,7 +315,7 @@ export class KairosNode {
       return;
     }
     const one = req;
-    deliver(one, waitOf(one, MAX_SENDER_WAIT_MS)).then(
+    deliver(one).then(
       (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
       (e: unknown) => {
         const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };

@@ -6,7 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
-  METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countExpiredMessage, countLeaseExpiry, countRetry,
+  METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
   metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
 import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
@@ -24,7 +24,7 @@ describe("metrics", () => {
       [METRICS.dispatchLag]: "histogram", [METRICS.runsWaiting]: "gauge", [METRICS.leaseExpiries]: "counter",
       [METRICS.attempts]: "counter", [METRICS.retries]: "counter", [METRICS.deadLetters]: "counter",
       [METRICS.partitionsHeld]: "gauge", [METRICS.actorsActive]: "gauge", [METRICS.mailboxDepth]: "gauge",
-      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge", [METRICS.messagesExpired]: "counter",
+      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
     for (const [name, type] of Object.entries(types)) assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
@@ -38,7 +38,6 @@ describe("metrics", () => {
     countLeaseExpiry();
     countRetry("tA");
     countDeadLetter("tA");
-    countExpiredMessage("job");
     startKvOp("update")();
     setForecastRunsDue([3, 0, 7]);
     const { body } = await metricsText();
@@ -50,7 +49,6 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_retries_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_dead_letters_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update"}'), 1);
-    assert.equal(value(body, 'kairos_actor_messages_expired_total{actor_type="job"}'), 1);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
