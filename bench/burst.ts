@@ -12,6 +12,7 @@
  */
 import { writeFile } from "node:fs/promises";
 import { Session } from "node:inspector/promises";
+import { writeHeapSnapshot } from "node:v8";
 import { monitorEventLoopDelay, performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
@@ -179,6 +180,11 @@ export async function run(args: string[]): Promise<void> {
     // sites of what is still live then (what grows under the burst). Off by default.
     const heapSampleFile = process.env["KAIROS_BENCH_HEAP_SAMPLE"];
     const heapSample = heapSampleFile === undefined ? undefined : setTimeout(() => void sampleHeap(heapSampleFile, 25_000), Math.max(0, dueMs - 5_000 - systemClock.now()));
+    // KAIROS_BENCH_HEAP_SNAPSHOT=FILE writes a heap snapshot of this process 5 s before the due
+    // second (every run prepared: what a loaded job actor costs). Off by default; it stalls the
+    // process while it writes.
+    const snapshotFile = process.env["KAIROS_BENCH_HEAP_SNAPSHOT"];
+    const snapshot = snapshotFile === undefined ? undefined : setTimeout(() => console.log(`heap snapshot written to ${writeHeapSnapshot(snapshotFile)}`), Math.max(0, dueMs - 5_000 - systemClock.now()));
     const deadline = dueMs + 120_000;
     // The slot economy seen from inside, 10 s before and 10 s after the due second, on its own
     // timers: the fleet's capacity and shares, each tenant's grants (a throttle shows here first;
@@ -200,6 +206,7 @@ export async function run(args: string[]): Promise<void> {
     }
     for (const t of economyAt) clearTimeout(t);
     if (heapSample !== undefined) clearTimeout(heapSample);
+    if (snapshot !== undefined) clearTimeout(snapshot);
     loop.disable();
     let runs: RunView[] = [];
     for (let tries = 1; ; tries++) {

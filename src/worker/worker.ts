@@ -52,6 +52,8 @@ export interface WorkerOptions {
   completionDeadlineMs: number;
   /** Most completion reports in flight at once (default COMPLETIONS_IN_FLIGHT). */
   completionsInFlight?: number;
+  /** How long one completion report waits for its answer (default COMPLETION_WAIT_MS). */
+  completionWaitMs?: number;
   /** Safety margin of self-fencing (default: 20% of the lease TTL, 250 ms to 2 s). */
   leaseSafetyMarginMs?: number;
   nc: Bus;
@@ -121,14 +123,17 @@ function coverOf(ack: Partial<HeartbeatAck> | null, l: Lease): number {
 const BEAT_SOON_MS = 20;
 
 /**
- * Most completion reports of this worker in flight at once; the rest wait here, in the order
- * their attempts ended (their leases keep heartbeating meanwhile, so nothing expires). Sent all
- * at once, a burst's 94,000 completions each timed out at the saturated owner and were sent again
- * every heartbeat round, copy upon copy queued there: its scheduler held gigabytes of work nobody
- * waited for, spent over half its time collecting garbage and stopped granting slots (BENCHMARKS.md,
- * a seventh session). Bounded, the reports go at the pace the owners answer them.
+ * How long a completion report waits for the owner's answer before it counts as an unknown
+ * outcome and is sent again (at the next heartbeat round), and how many reports of this worker
+ * are in flight at once (the rest wait here, heartbeated, in the order their attempts ended).
+ * With a 2 s wait and no bound, a burst's 94,000 completions each timed out at the saturated
+ * owner and were sent again every round: copy upon copy queued behind busy job actors, the
+ * scheduler's live heap grew from 0.9 to 2.3 GB in 35 s, GC took over half of its main thread and
+ * its tenant actors stopped answering (BENCHMARKS.md, a seventh session). A bound of 256 with the
+ * 2 s wait starved the completions instead (45,000 of the burst's runs ended in 2 min).
  */
-export const COMPLETIONS_IN_FLIGHT = 256;
+export const COMPLETION_WAIT_MS = 10_000;
+export const COMPLETIONS_IN_FLIGHT = 2_048;
 
 export class Worker {
   readonly #o: WorkerOptions;
@@ -611,7 +616,7 @@ export class Worker {
     try {
       await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
         kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...lease.completion!,
-      }, { deadlineMs: Math.min(this.#o.completionDeadlineMs, Math.max(1000, this.#o.heartbeatIntervalMs * 2)) });
+      }, { deadlineMs: Math.min(this.#o.completionDeadlineMs, this.#o.completionWaitMs ?? COMPLETION_WAIT_MS) });
       if (this.#leases.get(k) === lease) this.#leases.delete(k);
       this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
     } catch (e) {

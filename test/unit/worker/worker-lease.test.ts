@@ -158,7 +158,8 @@ async function setup(o: { completionsInFlight?: number } = {}) {
   const events: { type: string; run_id: string; at: number }[] = [];
   const worker = new Worker({
     workerId: "w1", clusterName: CLUSTER, slots: 4, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
-    leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, ...o,
+    // Completion reports wait 2 s for their answer here (the hole 9 tests time them out).
+    leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, completionWaitMs: 2_000, ...o,
     onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
   });
   await worker.start();
