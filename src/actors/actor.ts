@@ -110,6 +110,13 @@ export interface ActorDefinition<S, M, R, E = never> {
   /** Messages whose arrival time the host records (keyed), e.g. lease heartbeats. */
   arrivalKey?(msg: M): string | undefined;
   /**
+   * Messages that are the same request (a sender's retry of it, e.g. a worker's completion
+   * report): one arriving while another with its key waits in the mailbox (not yet begun) is not
+   * queued again; it gets that one's reply. Keyed messages must be idempotent and carry the same
+   * content under one key.
+   */
+  coalesceKey?(msg: M): string | undefined;
+  /**
    * A read-only answer from the last committed state, given at arrival without queueing (e.g. a
    * heartbeat for a lease already recorded). `undefined`: queue the message as usual. With
    * `alsoQueue` the message is queued as well (its reply then goes nowhere). `fail`: a definitive

@@ -110,6 +110,8 @@ interface Envelope {
   msg: unknown;
   resolve: (v: unknown) => void;
   reject: (e: unknown) => void;
+  /** Its `coalesceKey`, while copies may join it (until it begins). */
+  coalesce?: string;
 }
 
 interface Instance {
@@ -126,6 +128,8 @@ interface Instance {
   /** Arrival times by arrival key (bounded), see ActorContext.arrivalMs. */
   arrivals: Map<string, number>;
   mailbox: Envelope[];
+  /** Replies of queued messages that copies may share, by `coalesceKey` (see ActorDefinition). */
+  coalesced?: Map<string, Promise<unknown>>;
   running: boolean;
   dropped: boolean;
   lastActiveMs: number;
@@ -341,15 +345,23 @@ export class ActorHost {
       fast = q;
       if (fast && !fast.alsoQueue) return fast.reply;
     }
+    // A copy of a request still waiting in the mailbox (a sender's retry): it shares that one's
+    // reply instead of queueing again. Under a burst, a worker's completions timed out at the
+    // busy owner and were sent again every heartbeat round, and the copies piled up behind busy
+    // job actors: the 200,000-run burst's scheduler held gigabytes of them (BENCHMARKS.md).
+    const coalesce = fast ? undefined : def.coalesceKey?.(msg);
+    const joined = coalesce === undefined ? undefined : inst.coalesced?.get(coalesce);
+    if (joined) return joined;
     const limit = def.mailboxLimit ?? this.#o.mailboxLimit;
     if (inst.mailbox.length >= limit) {
       if (fast) return fast.reply; // acknowledged already; the state change comes with a later one
       throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${limit})`);
     }
     const queued = new Promise((resolve, reject) => {
-      inst.mailbox.push({ msg, resolve, reject });
+      inst.mailbox.push(coalesce === undefined ? { msg, resolve, reject } : { msg, resolve, reject, coalesce });
       if (!inst.running) void this.#drain(inst);
     });
+    if (coalesce !== undefined) (inst.coalesced ??= new Map()).set(coalesce, queued);
     if (!fast) return queued;
     queued.catch(() => undefined); // its reply went out already
     return fast.reply;
@@ -484,6 +496,8 @@ export class ActorHost {
     try {
       while (inst.mailbox.length > 0) {
         const env = inst.mailbox.shift()!;
+        // Begun: a copy arriving from now on is a new request (it may see this one's outcome).
+        if (env.coalesce !== undefined) inst.coalesced?.delete(env.coalesce);
         if (inst.dropped) {
           env.reject(new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`));
           continue;

@@ -186,6 +186,9 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
+    // A worker's completion report sent again (its answer timed out) while the first still waits
+    // here: one turn for both. (One attempt ends once: its report's content is fixed.)
+    coalesceKey: (m) => (m.kind === "complete" ? `complete|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
     onLoad: loadJobState,
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.

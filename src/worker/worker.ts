@@ -125,15 +125,17 @@ const BEAT_SOON_MS = 20;
 /**
  * How long a completion report waits for the owner's answer before it counts as an unknown
  * outcome and is sent again (at the next heartbeat round), and how many reports of this worker
- * are in flight at once (the rest wait here, heartbeated, in the order their attempts ended).
- * With a 2 s wait and no bound, a burst's 94,000 completions each timed out at the saturated
- * owner and were sent again every round: copy upon copy queued behind busy job actors, the
- * scheduler's live heap grew from 0.9 to 2.3 GB in 35 s, GC took over half of its main thread and
- * its tenant actors stopped answering (BENCHMARKS.md, a seventh session). A bound of 256 with the
- * 2 s wait starved the completions instead (45,000 of the burst's runs ended in 2 min).
+ * are in flight at once (the rest wait here, heartbeated, in the order their attempts ended). With
+ * a 2 s wait, a burst's 94,000 completions each timed out at the saturated owner and were sent
+ * again every round: copy upon copy queued behind busy job actors, the scheduler's live heap grew
+ * from 0.9 to 2.3 GB in 35 s, GC took over half of its main thread and its tenant actors stopped
+ * answering (BENCHMARKS.md, a seventh session). The owner now lets a copy share the reply of one
+ * still queued (the job actor's `coalesceKey`). A tight bound is no cure: a waiting report's
+ * attempt is heartbeated every round, and with 256 in flight the burst's rounds carried 90,000
+ * such heartbeats — the scheduler answered those instead of preparing runs (45,541 ended in 2 min).
  */
 export const COMPLETION_WAIT_MS = 10_000;
-export const COMPLETIONS_IN_FLIGHT = 2_048;
+export const COMPLETIONS_IN_FLIGHT = 65_536;
 
 export class Worker {
   readonly #o: WorkerOptions;
