@@ -186,9 +186,13 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
     arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
-    // A worker's completion report sent again (its answer timed out) while the first still waits
-    // here: one turn for both. (One attempt ends once: its report's content is fixed.)
-    coalesceKey: (m) => (m.kind === "complete" ? `complete|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
+    // A worker's completion report or heartbeat sent again (its answer timed out, or the next
+    // round came) while the first still waits here behind a turn: one turn for both. Safe for
+    // heartbeats: the copy's arrival is recorded before it joins (the lease runs from it), and
+    // the shared reply is decided after that arrival, so its cover ends no later than for the copy
+    // alone; a start the copy carried (`started_at_ms`) comes again with the next round or the
+    // completion. (One attempt ends once: a report's content is fixed.)
+    coalesceKey: (m) => (m.kind === "complete" ? `complete|${heartbeatKey(m.run_id, m.fence, m.worker)}` : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
     onLoad: loadJobState,
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.

@@ -87,6 +87,13 @@ const queryGateActor: ActorDefinition<GateState, { n: number }, number, number> 
   query: (s, m) => (m.n < 0 ? { reply: s.log.length, alsoQueue: false } : undefined),
 };
 
+/** The gate actor whose messages n ≥ 100 are one request per n (a sender's retries: `coalesceKey`). */
+const coalescingGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  ...gateActor,
+  type: "cgate",
+  coalesceKey: (m) => (m.n >= 100 ? `n${m.n}` : undefined),
+};
+
 class Gates {
   readonly started = new Map<number, Deferred>();
   readonly open = new Map<number, Deferred>();
@@ -183,6 +190,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
+  host.register(gates.registration(coalescingGateActor));
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
@@ -246,6 +254,29 @@ describe("ActorHost", () => {
       await rs[n - 1];
     }
     assert.equal(t.host.mailboxDepth, 0);
+  });
+
+  it("coalesceKey: a copy of a request still queued shares its reply and is not handled again; a copy arriving once it began is queued anew", async () => {
+    // A worker's completion report, sent again each time its answer timed out behind a busy job
+    // actor: the copies piled up in the 200,000-run burst's mailboxes (gigabytes of them).
+    const t = setup();
+    await acquireAll(t.host);
+    const id = "coalesce";
+    const r1 = t.host.deliver("cgate", id, { n: 1 });
+    await t.gates.startedP(1);
+    const r2 = t.host.deliver("cgate", id, { n: 100 });
+    const r3 = t.host.deliver("cgate", id, { n: 100 }); // a retry while the first waits
+    const r5 = t.host.deliver("cgate", id, { n: 2 }); // no key: queued as usual
+    assert.equal(t.host.mailboxDepth, 2, "the copy was not queued");
+    t.gates.release(1);
+    await t.gates.startedP(100);
+    const r4 = t.host.deliver("cgate", id, { n: 100 }); // a retry once the first began: a request of its own
+    t.gates.release(100);
+    t.gates.release(2);
+    assert.deepEqual(await Promise.all([r1, r2, r3, r5, r4]), [1, 100, 100, 2, 100]);
+    assert.deepEqual(t.gates.trace, ["start 1", "end 1", "start 100", "end 100", "start 2", "end 2", "start 100", "end 100"]);
+    const p = partitionOf({ type: "cgate", id }, PARTITIONS);
+    assert.deepEqual((await t.stored<GateState>(`cgate.${p}.${id}`))?.s.log, [1, 100, 2, 100]);
   });
 
   it("processes one message at a time per actor: the second does not start before the first finishes", async () => {

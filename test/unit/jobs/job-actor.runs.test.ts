@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { retryDelayMs } from "../../../src/jobs/backoff.ts";
 import { grantId, runIdFor, splitGrant } from "../../../src/jobs/ids.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
+import { makeJobActor } from "../../../src/jobs/job-actor.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
 const at = (iso: string | null | undefined) => Date.parse(iso ?? "");
@@ -334,5 +335,23 @@ describe("job actor: attempts that never started", () => {
     assert.equal(d.postsOf("dead_letter").length, 0, `${MAX_UNSTARTED_ATTEMPTS} unstarted attempts are forgiven`);
     d.advance(10_000);
     assert.equal(d.postsOf("dead_letter").length, 1, "then the bound dead-letters it");
+  });
+});
+
+describe("job actor: a completion report or heartbeat sent again", () => {
+  it("a copy shares the queued report's turn: one coalesce key per run, fence and worker, for reports and heartbeats apart", () => {
+    // (The host side: test/unit/cluster/host.test.ts "coalesceKey".)
+    const def = makeJobActor();
+    const report = (fence: number, worker: string) => ({
+      kind: "complete" as const, run_id: RUN, fence, worker, outcome: "exited" as const, exit_code: 0, output: "", error: null, started_at_ms: 1, finished_at_ms: 2,
+    });
+    const key = (m: Parameters<NonNullable<typeof def.coalesceKey>>[0]) => def.coalesceKey!(m);
+    assert.equal(key(report(3, "w1")), key({ ...report(3, "w1") }));
+    assert.notEqual(key(report(3, "w1")), key(report(4, "w1")));
+    assert.notEqual(key(report(3, "w1")), key(report(3, "w2")));
+    const beat = { kind: "heartbeat" as const, run_id: RUN, fence: 3, worker: "w1" };
+    assert.equal(key(beat), key({ ...beat, started_at_ms: 5 }), "a heartbeat's copy joins it, started or not");
+    assert.notEqual(key(beat), key(report(3, "w1")));
+    assert.notEqual(key(beat), key({ ...beat, fence: 4 }));
   });
 });
