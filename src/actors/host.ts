@@ -30,6 +30,7 @@ import type { EventBus } from "../cluster/events.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import { TimerQueue } from "../cluster/timer-queue.ts";
+import { InFlightLimiter } from "../cluster/in-flight.ts";
 import type { AnyActorDefinition, HostEffect } from "./actor.ts";
 
 /** Shell services available to type-specific effect performers. */
@@ -131,6 +132,8 @@ interface Instance {
   /** Replies of queued messages that copies may share, by `coalesceKey` (see ActorDefinition). */
   coalesced?: Map<string, Promise<unknown>>;
   running: boolean;
+  /** A turn is being decided or performed (not merely waiting for admission, `TURNS_IN_FLIGHT`). */
+  inTurn: boolean;
   dropped: boolean;
   lastActiveMs: number;
 }
@@ -150,6 +153,8 @@ export interface HostOptions {
   onError: (msg: string, err: unknown) => void;
   /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
   timerTurnsInFlight?: number;
+  /** Most turns of persisted actor types in flight on the node; default `TURNS_IN_FLIGHT`. */
+  turnsInFlight?: number;
   /** How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default `WARM_MS`. */
   warmMs?: number;
 }
@@ -182,6 +187,17 @@ const WARM: unique symbol = Symbol("warm");
  */
 export const TIMER_TURNS_IN_FLIGHT = 512;
 
+/**
+ * Admission: at most this many turns of persisted actor types (job actors: each turn may write
+ * KV) run at once on a node; further messages wait in their mailboxes, as they arrived (a few
+ * hundred bytes each), not as half-done turns holding their new state, their encoded records and
+ * a place in the KV queue (several KB each). The 200,000-job burst's scheduler accepted 94,000
+ * completions at once: its live heap grew by a gigabyte of turns waiting for KV, GC took over half
+ * of its main thread and its tenant actors stopped answering (V8 sampling heap profile,
+ * BENCHMARKS.md, a seventh session). Soft types (tenant, fleet: the slot economy, no state
+ * writes) are not bounded by it, so they keep answering while job actors queue.
+ */
+export const TURNS_IN_FLIGHT = 512;
 export class ActorHost {
   readonly #o: HostOptions;
   readonly #types = new Map<string, ActorRegistration>();
@@ -191,6 +207,8 @@ export class ActorHost {
   readonly #urgent: TimerQueue<TimerPayload>;
   readonly #accepting = new Set<number>();
 
+  /** Turns of persisted types in flight (see `TURNS_IN_FLIGHT`). */
+  readonly #turns: InFlightLimiter;
   /** Data-plane timer deliveries in flight (see `TIMER_TURNS_IN_FLIGHT`). */
   #timerTurns = 0;
   readonly #timerTurnLimit: number;
@@ -204,6 +222,7 @@ export class ActorHost {
 
   constructor(o: HostOptions) {
     this.#o = o;
+    this.#turns = new InFlightLimiter(o.turnsInFlight ?? TURNS_IN_FLIGHT);
     this.#timerTurnLimit = o.timerTurnsInFlight ?? TIMER_TURNS_IN_FLIGHT;
     if (!Number.isInteger(this.#timerTurnLimit) || this.#timerTurnLimit < 1) throw new RangeError(`timerTurnsInFlight must be a positive integer, got ${this.#timerTurnLimit}`);
     this.#timers = new TimerQueue(o.clock, (k, t) => this.#fireTimer(k, t, true));
@@ -339,7 +358,7 @@ export class ActorHost {
     // behind that turn, this message sees its outcome. (A turn merely queued is harmless: it
     // runs after this arrival was recorded.)
     let fast: { reply: unknown; alsoQueue: boolean } | undefined;
-    if (def.query && inst.loaded && !inst.dropped && !inst.running && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
+    if (def.query && inst.loaded && !inst.dropped && !inst.inTurn && (def.persist === false || inst.storedEpoch === (this.#o.epochOf(partition) ?? -1))) {
       const q = def.query(inst.state, msg, this.#ctx(inst, now));
       if (q && "fail" in q) throw new KairosError(q.fail.code, q.fail.message, q.fail.field === undefined ? {} : { field: q.fail.field });
       fast = q;
@@ -468,7 +487,7 @@ export class ActorHost {
       inst = {
         type, id, key, partition, reg,
         state: undefined, revision: 0, storedEpoch: 0, loaded: false, arrivals: new Map(),
-        mailbox: [], running: false, dropped: false,
+        mailbox: [], running: false, inTurn: false, dropped: false,
         lastActiveMs: this.#o.clock.now(),
       };
       this.#actors.set(key, inst);
@@ -503,7 +522,7 @@ export class ActorHost {
           continue;
         }
         try {
-          const out = await this.#handle(inst, env.msg);
+          const out = inst.reg.definition.persist === false ? await this.#turn(inst, env.msg) : await this.#turns.run(() => this.#turn(inst, env.msg));
           if (out instanceof Deferred) out.reply.then(env.resolve, env.reject);
           else env.resolve(out);
         } catch (e) {
@@ -526,6 +545,16 @@ export class ActorHost {
       list.push(resolve);
       this.#idleWaiters.set(inst, list);
     });
+  }
+
+  /** One turn; while it runs, the fast path (`query`) stays shut (see `deliver`). */
+  async #turn(inst: Instance, msg: unknown): Promise<unknown> {
+    inst.inTurn = true;
+    try {
+      return await this.#handle(inst, msg);
+    } finally {
+      inst.inTurn = false;
+    }
   }
 
   async #handle(inst: Instance, msg: unknown): Promise<unknown> {

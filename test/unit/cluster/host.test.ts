@@ -162,7 +162,10 @@ const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number>
 
 // --- fixture ----------------------------------------------------------------------------------
 
-function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number; warmMs?: number } = {}) {
+/** The gate actor as a soft type (no state writes: the slot economy's kind). */
+const softGateActor: ActorDefinition<GateState, { n: number }, number, number> = { ...gateActor, type: "sgate", persist: false };
+
+function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number; turnsInFlight?: number; warmMs?: number } = {}) {
   const clock = new FakeClock(1_000_000);
   const kv = new CountingKv("actors");
   const events = new EventBus();
@@ -184,6 +187,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
     idleMs: o.idleMs ?? 10_000,
     onError: (m, e) => errors.push(`${m}: ${String(e)}`),
     ...(o.timerTurnsInFlight !== undefined ? { timerTurnsInFlight: o.timerTurnsInFlight } : {}),
+    ...(o.turnsInFlight !== undefined ? { turnsInFlight: o.turnsInFlight } : {}),
     ...(o.warmMs !== undefined ? { warmMs: o.warmMs } : {}),
   });
   host.register({ definition: counterActor });
@@ -191,6 +195,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
   host.register(gates.registration(coalescingGateActor));
+  host.register(gates.registration(softGateActor));
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
@@ -277,6 +282,37 @@ describe("ActorHost", () => {
     assert.deepEqual(t.gates.trace, ["start 1", "end 1", "start 100", "end 100", "start 2", "end 2", "start 100", "end 100"]);
     const p = partitionOf({ type: "cgate", id }, PARTITIONS);
     assert.deepEqual((await t.stored<GateState>(`cgate.${p}.${id}`))?.s.log, [1, 100, 2, 100]);
+  });
+
+  it("admission: at most turnsInFlight turns of persisted types run at once; the rest wait as messages, answered from memory meanwhile; soft types are not bounded", async () => {
+    // The 200,000-run burst's scheduler took 94,000 completions into turns at once: a gigabyte of
+    // half-done turns waiting for KV, GC over half of its time, tenant actors silent.
+    const t = setup({ turnsInFlight: 2 });
+    await acquireAll(t.host);
+    const r0 = t.host.deliver("qgate", "adm3", { n: 30 }); // loaded (and committed) first
+    await t.gates.startedP(30);
+    t.gates.release(30);
+    assert.equal(await r0, 30);
+    const r1 = t.host.deliver("gate", "adm1", { n: 1 });
+    const r2 = t.host.deliver("gate", "adm2", { n: 2 });
+    const r3 = t.host.deliver("qgate", "adm3", { n: 3 });
+    await t.gates.startedP(1);
+    await t.gates.startedP(2);
+    const soft = t.host.deliver("sgate", "adm4", { n: 4 });
+    await t.gates.startedP(4); // a soft type's turn does not wait for admission
+    await turn();
+    await turn();
+    assert.ok(!t.gates.trace.includes("start 3"), "a third persisted turn waits");
+    // Waiting for admission is not a turn in flight: a read-only query is answered from memory.
+    assert.equal(await t.host.deliver("qgate", "adm3", { n: -1 }), 1);
+    t.gates.release(4);
+    assert.equal(await soft, 4);
+    t.gates.release(1);
+    assert.equal(await r1, 1);
+    await t.gates.startedP(3);
+    t.gates.release(2);
+    t.gates.release(3);
+    assert.deepEqual(await Promise.all([r2, r3]), [2, 3]);
   });
 
   it("processes one message at a time per actor: the second does not start before the first finishes", async () => {
