@@ -129,8 +129,12 @@ interface Instance {
   /** Arrival times by arrival key (bounded), see ActorContext.arrivalMs. */
   arrivals: Map<string, number>;
   mailbox: Envelope[];
-  /** Replies of queued messages that copies may share, by `coalesceKey` (see ActorDefinition). */
-  coalesced?: Map<string, Promise<unknown>>;
+  /**
+   * Queued messages that copies may join, by `coalesceKey` (see ActorDefinition): registered
+   * before the message can begin, removed as its turn begins (never later: a copy must not be
+   * answered by a decision made before it arrived).
+   */
+  coalesced?: Map<string, { env: Envelope; reply: Promise<unknown> }>;
   running: boolean;
   /** A turn is being decided or performed (not merely waiting for admission, `TURNS_IN_FLIGHT`). */
   inTurn: boolean;
@@ -370,17 +374,20 @@ export class ActorHost {
     // job actors: the 200,000-run burst's scheduler held gigabytes of them (BENCHMARKS.md).
     const coalesce = fast ? undefined : def.coalesceKey?.(msg);
     const joined = coalesce === undefined ? undefined : inst.coalesced?.get(coalesce);
-    if (joined) return joined;
+    if (joined) return joined.reply;
     const limit = def.mailboxLimit ?? this.#o.mailboxLimit;
     if (inst.mailbox.length >= limit) {
       if (fast) return fast.reply; // acknowledged already; the state change comes with a later one
       throw new KairosError("overloaded", `mailbox of ${type}/${id} is full (${limit})`);
     }
+    let env!: Envelope;
     const queued = new Promise((resolve, reject) => {
-      inst.mailbox.push(coalesce === undefined ? { msg, resolve, reject } : { msg, resolve, reject, coalesce });
-      if (!inst.running) void this.#drain(inst);
+      env = coalesce === undefined ? { msg, resolve, reject } : { msg, resolve, reject, coalesce };
     });
-    if (coalesce !== undefined) (inst.coalesced ??= new Map()).set(coalesce, queued);
+    // Registered before the message can begin (an idle actor's drain begins it at once, below).
+    if (coalesce !== undefined) (inst.coalesced ??= new Map()).set(coalesce, { env, reply: queued });
+    inst.mailbox.push(env);
+    if (!inst.running) void this.#drain(inst);
     if (!fast) return queued;
     queued.catch(() => undefined); // its reply went out already
     return fast.reply;
@@ -515,14 +522,8 @@ export class ActorHost {
     try {
       while (inst.mailbox.length > 0) {
         const env = inst.mailbox.shift()!;
-        // Begun: a copy arriving from now on is a new request (it may see this one's outcome).
-        if (env.coalesce !== undefined) inst.coalesced?.delete(env.coalesce);
-        if (inst.dropped) {
-          env.reject(new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`));
-          continue;
-        }
         try {
-          const out = inst.reg.definition.persist === false ? await this.#turn(inst, env.msg) : await this.#turns.run(() => this.#turn(inst, env.msg));
+          const out = inst.reg.definition.persist === false ? await this.#turn(inst, env) : await this.#turns.run(() => this.#turn(inst, env));
           if (out instanceof Deferred) out.reply.then(env.resolve, env.reject);
           else env.resolve(out);
         } catch (e) {
@@ -548,10 +549,14 @@ export class ActorHost {
   }
 
   /** One turn; while it runs, the fast path (`query`) stays shut (see `deliver`). */
-  async #turn(inst: Instance, msg: unknown): Promise<unknown> {
+  async #turn(inst: Instance, env: Envelope): Promise<unknown> {
+    // Begun: a copy arriving from now on is a request of its own (it may see this one's outcome).
+    if (env.coalesce !== undefined && inst.coalesced?.get(env.coalesce)?.env === env) inst.coalesced.delete(env.coalesce);
+    // Checked here, after any wait for admission: the actor may have been dropped meanwhile.
+    if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
     inst.inTurn = true;
     try {
-      return await this.#handle(inst, msg);
+      return await this.#handle(inst, env.msg);
     } finally {
       inst.inTurn = false;
     }

@@ -315,6 +315,23 @@ describe("ActorHost", () => {
     assert.deepEqual(await Promise.all([r2, r3]), [2, 3]);
   });
 
+  it("coalesceKey: a keyed message to an idle actor begins at once, so a copy arriving during its turn is queued anew, not answered by it (cold review)", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const id = "coalesce-idle";
+    const r1 = t.host.deliver("cgate", id, { n: 101 });
+    await t.gates.startedP(101);
+    const r2 = t.host.deliver("cgate", id, { n: 101 }); // arrives during the first's turn
+    assert.equal(t.host.mailboxDepth, 1, "queued: its decision must come after its arrival");
+    t.gates.release(101);
+    assert.deepEqual(await Promise.all([r1, r2]), [101, 101]);
+    assert.deepEqual(t.gates.trace, ["start 101", "end 101", "start 101", "end 101"]);
+    // And nothing stale is left behind: a later copy to the idle actor is a turn of its own.
+    const r3 = t.host.deliver("cgate", id, { n: 101 });
+    assert.equal(await r3, 101);
+    assert.equal(t.gates.trace.length, 6);
+  });
+
   it("processes one message at a time per actor: the second does not start before the first finishes", async () => {
     const t = setup();
     await acquireAll(t.host);
