@@ -112,8 +112,9 @@ export interface ActorDefinition<S, M, R, E = never> {
   /**
    * Messages that are the same request (a sender's retry of it, e.g. a worker's completion
    * report): one arriving while another with its key waits in the mailbox (not yet begun) is not
-   * queued again; it gets that one's reply. Keyed messages must be idempotent and carry the same
-   * content under one key.
+   * queued again; it gets that one's reply. Keyed messages must be idempotent, and whatever a
+   * copy carries beyond the one it joins must be safe to lose (it is not handled): a heartbeat's
+   * `started_at_ms` comes again with the next round (job-actor.ts).
    */
   coalesceKey?(msg: M): string | undefined;
   /**

@@ -332,6 +332,30 @@ describe("ActorHost", () => {
     assert.equal(t.gates.trace.length, 6);
   });
 
+  it("coalesceKey: a copy joins a message waiting for admission; a lost partition answers both not_owner, and a later copy is a turn of its own", async () => {
+    const t = setup({ turnsInFlight: 1 });
+    await acquireAll(t.host);
+    const id = "coalesce-adm";
+    const p = partitionOf({ type: "cgate", id }, PARTITIONS);
+    const busy = t.host.deliver("gate", idIn("gate", (p + 1) % PARTITIONS), { n: 7 }); // holds the only turn, elsewhere
+    await t.gates.startedP(7);
+    const r1 = t.host.deliver("cgate", id, { n: 102 }); // waits for admission
+    await turn();
+    const r2 = t.host.deliver("cgate", id, { n: 102 }); // joins it
+    t.host.lose(p);
+    t.gates.release(7);
+    assert.equal(await busy, 7);
+    await rejectsWith(r1, "not_owner");
+    await rejectsWith(r2, "not_owner");
+    assert.ok(!t.gates.trace.includes("start 102"), "neither ran");
+    await t.host.acquire(p);
+    const r3 = t.host.deliver("cgate", id, { n: 102 });
+    await t.gates.startedP(102);
+    t.gates.release(102);
+    assert.equal(await r3, 102);
+    assert.equal(t.gates.trace.filter((x) => x === "start 102").length, 1);
+  });
+
   it("processes one message at a time per actor: the second does not start before the first finishes", async () => {
     const t = setup();
     await acquireAll(t.host);
