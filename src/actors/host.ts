@@ -199,9 +199,11 @@ export const TIMER_TURNS_IN_FLIGHT = 512;
  * completions at once: its live heap grew by a gigabyte of turns waiting for KV, GC took over half
  * of its main thread and its tenant actors stopped answering (V8 sampling heap profile,
  * BENCHMARKS.md, a seventh session). Soft types (tenant, fleet: the slot economy, no state
- * writes) are not bounded by it, so they keep answering while job actors queue.
+ * writes) are not bounded by it, so they keep answering while job actors queue. 8,192 (~40 MB of
+ * half-done turns at most): at 512 the sustained benchmark fell to 4,422.6 runs/s (p99 3.5 s),
+ * at 8,192 it ran 4,933.9 (p99 2.3 s), one run each (BENCHMARKS.md).
  */
-export const TURNS_IN_FLIGHT = 512;
+export const TURNS_IN_FLIGHT = 8192;
 export class ActorHost {
   readonly #o: HostOptions;
   readonly #types = new Map<string, ActorRegistration>();
