@@ -26,7 +26,7 @@ import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
 import { seededRandom, type Random } from "../../src/lib/random.ts";
 import { WorkerDirectory } from "../../src/jobs/worker-directory.ts";
 import { Worker } from "../../src/worker/worker.ts";
-import { Ledger, SimExecutor } from "./executor.ts";
+import { Ledger, SimExecutor, type SimSandbox } from "./executor.ts";
 import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
 import { Checker, Trace, saturatedTenants, type JobUnderTest, type Violation } from "./invariants.ts";
 import { DEFAULT_RETENTION } from "../../src/jobs/retention.ts";
@@ -49,6 +49,12 @@ export interface SimOptions {
    * test-only switch JobActorConfig.testOnlyHole1 (src/jobs/job-actor.ts).
    */
   reopenHole1?: boolean;
+  /**
+   * What kills a task whose worker is frozen (test/sim/executor.ts): by default each worker is
+   * seeded `docker` (container lease countdown) or `process` (supervisor watching the worker), as
+   * production runs them; `none` is for self-tests (nothing does).
+   */
+  sandbox?: SimSandbox;
   /** Receives every trace event as it happens. */
   echo?: (line: string) => void;
 }
@@ -189,8 +195,14 @@ export class SimCluster {
   }
 
   async #startWorker(p: Proc): Promise<void> {
+    // Separate streams: the sandbox kind is the machine's (the same across restarts), and neither
+    // draw shifts the others.
+    const k = Number(p.id.slice(1));
+    const sandbox = this.#o.sandbox ?? (stream(this.#o.seed, 3 + k).next() < 0.5 ? "docker" : "process");
+    if (p.gen === 1) this.trace.add(`${p.id} sandbox ${sandbox}`);
     const executor = new SimExecutor({
       workerId: p.id, sim: this.sim, process: p.process, random: this.#rng(), ledger: this.ledger,
+      sandbox, watchdogRandom: stream(this.#o.seed, 1000 + 100 * k + p.gen),
       durationMs: [300, 4000], failRate: 0.1, ...(this.#o.brokenExecutor ? { broken: true } : {}),
     });
     p.executor = executor;

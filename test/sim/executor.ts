@@ -6,6 +6,15 @@
  * A task is a container, not part of its worker process: it keeps running while the worker is
  * paused (its result reaches the worker through the process gate when it resumes). When the
  * worker process crashes, its tasks die with it (`crashAll`), like children of a killed process.
+ *
+ * What stops a task whose worker is frozen is modelled as production has it (src/sandbox/
+ * supervisor.ts), one of two per worker, chosen by the seed:
+ * - `docker`: the container counts down the lease the worker last renewed (`TaskSpec.leaseMs`,
+ *   `Execution.renewLease`) in quarter seconds on its own (the simulation's, not the worker's)
+ *   clock and is killed when it runs out;
+ * - `process`: the supervisor watchdog polls the worker every 250 ms and kills the task once the
+ *   worker is stopped (paused) or gone.
+ * - `none` (self-tests only): nothing does — a frozen worker's task runs to its end.
  */
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../src/sandbox/types.ts";
 import type { Random } from "../../src/lib/random.ts";
@@ -52,6 +61,11 @@ export class Ledger {
   }
 }
 
+export type SimSandbox = "docker" | "process" | "none";
+
+/** The supervisors' poll interval (src/sandbox/supervisor.ts WATCHDOG_POLL_S; the docker lease countdown's quarter). */
+export const WATCHDOG_MS = 250;
+
 export interface SimExecutorOptions {
   workerId: string;
   sim: SimClock;
@@ -62,6 +76,10 @@ export interface SimExecutorOptions {
   durationMs: readonly [number, number];
   /** Probability that a task exits non-zero (retryable). */
   failRate: number;
+  /** What kills a task whose worker is frozen (see the file comment). */
+  sandbox: SimSandbox;
+  /** The watchdogs' phase (a separate stream, so it shifts no other draw). */
+  watchdogRandom: Random;
   /**
    * Self-test only: the ledger sees every execution as run "broken", fence 1 — as if one fence
    * had been offered to every worker — so invariant (a) must fire.
@@ -73,6 +91,8 @@ export class SimExecutor implements Executor {
   readonly kind = "noop" as const;
   readonly #o: SimExecutorOptions;
   readonly #live = new Map<LedgerEntry, () => void>();
+  /** Per live task: until when (sim monotonic ms) its container's lease runs (docker). */
+  readonly #leaseUntil = new Map<LedgerEntry, number>();
 
   constructor(o: SimExecutorOptions) {
     this.#o = o;
@@ -96,6 +116,7 @@ export class SimExecutor implements Executor {
       done = true;
       cancel();
       this.#live.delete(x);
+      this.#leaseUntil.delete(x);
       ledger.end(x, sim.now(), outcome === "exited" ? `exit ${code}` : outcome);
       const r: ExecutionResult = { outcome, exitCode: code, output: "", startedAtMs, finishedAtMs: startedAtMs + (sim.now() - x.startMs) };
       // The worker hears about it when its process runs (never, if it crashed).
@@ -106,6 +127,7 @@ export class SimExecutor implements Executor {
       ? sim.setTimer(timeoutMs, () => finish("timed_out", null))
       : sim.setTimer(duration, () => finish("exited", exitCode));
     this.#live.set(x, () => finish("killed", null));
+    this.#watch(x, task.leaseMs, () => finish("killed", null));
     return {
       result,
       // A graceful kill (a cancel) takes the task's grace: SIGTERM, the task's trap, exit — up to
@@ -115,7 +137,29 @@ export class SimExecutor implements Executor {
         if (opts?.immediate) return finish("killed", null);
         sim.setTimer(Math.floor(random.next() * 600), () => finish("killed", null));
       },
+      // Called by the worker (so only while its process runs), like the lease file's rewrite.
+      renewLease: (validForMs) => {
+        if (this.#leaseUntil.has(x)) this.#leaseUntil.set(x, sim.monoMs() + validForMs);
+      },
     };
+  }
+
+  /**
+   * The watchdog of one task, on the simulation's clock (it is not part of the worker process):
+   * every WATCHDOG_MS from a random phase, docker kills the task once its lease has run out,
+   * process once its worker is paused.
+   */
+  #watch(x: LedgerEntry, leaseMs: number | undefined, kill: () => void): void {
+    const { sim, sandbox, process } = this.#o;
+    if (sandbox === "none" || (sandbox === "docker" && leaseMs === undefined)) return;
+    if (sandbox === "docker") this.#leaseUntil.set(x, sim.monoMs() + leaseMs!);
+    const tick = () => {
+      if (!this.#live.has(x)) return;
+      const out = sandbox === "docker" ? sim.monoMs() >= this.#leaseUntil.get(x)! : process.state !== "running";
+      if (out) kill();
+      else sim.setTimer(WATCHDOG_MS, tick);
+    };
+    sim.setTimer(1 + Math.floor(this.#o.watchdogRandom.next() * WATCHDOG_MS), tick);
   }
 
   async reapOrphans(): Promise<number> {

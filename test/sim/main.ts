@@ -1,11 +1,13 @@
 /**
- * `npm run sim -- --seeds N [--seed S] [--verbose]`: runs N seeded cluster simulations (seeds
+ * `npm run sim -- --seeds N [--seed S] [--sandbox docker|process|none] [--verbose]`: runs N seeded cluster simulations (seeds
  * S, S+1, …; S defaults to a random one, printed) and checks the invariants of invariants.ts.
  * On a violation it prints the seed, the invariant and the last events before it; the last line
  * is `simulation: N seeds, V violations`; the exit code is 1 when any invariant broke.
- * Replay one seed with `--seeds 1 --seed S`.
+ * Replay one seed with `--seeds 1 --seed S`. `--sandbox` fixes what kills a frozen worker's task
+ * for every worker (default: seeded per worker, docker or process; `none` for self-tests).
  */
 import { runSimulation } from "./cluster.ts";
+import type { SimSandbox } from "./executor.ts";
 import { report } from "./report.ts";
 
 function arg(name: string): string | undefined {
@@ -18,12 +20,17 @@ async function main(): Promise<void> {
   // The entry point may read the host's randomness: only to choose a first seed, which it prints.
   const first = Number(arg("seed") ?? Math.floor(Math.random() * 2 ** 31));
   const verbose = process.argv.includes("--verbose");
+  const sandbox = arg("sandbox");
+  if (sandbox !== undefined && !["docker", "process", "none"].includes(sandbox)) {
+    throw new Error(`--sandbox must be docker, process or none, not ${JSON.stringify(sandbox)}`);
+  }
   const t0 = performance.now();
   let violations = 0;
   const byInvariant = new Map<string, number[]>();
   for (let i = 0; i < seeds; i++) {
     const seed = first + i;
     const r = await runSimulation({ seed, brokenExecutor: process.argv.includes("--broken-executor"),
+      ...(sandbox !== undefined ? { sandbox: sandbox as SimSandbox } : {}),
       ...(process.argv.includes("--trace") ? { echo: (l: string) => console.log(`  | ${l}`) } : {}) });
     violations += r.violations.length;
     report(r);

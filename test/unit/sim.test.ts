@@ -8,7 +8,10 @@ import assert from "node:assert/strict";
 import { runSimulation } from "../sim/cluster.ts";
 import { report } from "../sim/report.ts";
 
-const FIXED = [1, 3, 8];
+// 1071: a worker paused 5 s just after starting an attempt (its lease never renewed); only the
+// sandbox's own deadline (container lease countdown or supervisor) stops the task before the
+// owner re-offers the run — see the self-test below.
+const FIXED = [1, 3, 8, 1071];
 // KAIROS_SIM_RANDOM_SEEDS=0 turns the random ones off (e.g. while a known violation is open).
 const RANDOM = Array.from({ length: Number(process.env.KAIROS_SIM_RANDOM_SEEDS ?? "2") }, () => Math.floor(Math.random() * 2 ** 31));
 
@@ -34,6 +37,17 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   it("self-test: a broken executor (one fence on several workers) is caught by invariant (a)", async () => {
     const r = await runSimulation({ seed: 1, durationMs: 30_000, quietTailMs: 10_000, brokenExecutor: true, noFaults: true });
     assert.ok(r.violations.some((v) => v.invariant === "attempt_on_two_workers"), "invariant (a) did not fire");
+  });
+
+  // What keeps seed 1071 green is the sandbox's deadline: the same seed with nothing stopping a
+  // frozen worker's task (as the simulation was before) runs attempt 2 while attempt 1 still runs.
+  it("self-test: a frozen worker's task with no sandbox deadline overlaps its re-offer (seed 1071)", async () => {
+    for (const sandbox of ["docker", "process"] as const) {
+      const r = await runSimulation({ seed: 1071, sandbox });
+      assert.deepEqual(r.violations.map((v) => v.invariant), [], `sandbox ${sandbox}`);
+    }
+    const r = await runSimulation({ seed: 1071, sandbox: "none" });
+    assert.ok(r.violations.some((v) => v.invariant === "run_overlap"), "no overlap without the sandbox's deadline");
   });
 
   // The test-only switch JobActorConfig.testOnlyHole1 re-opens hole 1 (one fence offered to up to
