@@ -124,6 +124,7 @@ export async function run(args: string[]): Promise<void> {
     return n;
   };
   const closers: (() => Promise<void>)[] = [];
+  let summary: object | undefined;
   try {
     for (const w of workers) await w.waitFor((e) => e.type === "node_started", 30_000, "worker started");
     for (const x of schedulers) await x.waitFor((e) => e.type === "node_started", 30_000, "scheduler started");
@@ -259,7 +260,7 @@ export async function run(args: string[]): Promise<void> {
     for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
     if (reasons.size > 0) lines.push(`attempt errors: ${[...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; ")}`);
     for (const l of lines) console.log(l);
-    const summary = {
+    summary = {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.length > 1).length,
       event_loop_ms: loopMs,
@@ -275,11 +276,13 @@ export async function run(args: string[]): Promise<void> {
         `job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
       ], lines, false);
     }
-    console.log(JSON.stringify(summary));
   } finally {
     for (const c of closers) await c().catch(() => undefined);
     await Promise.all([...workers, ...schedulers].map((x) => x.stop()));
     await proc.stop();
     await nats.stop();
   }
+  // Last, after everything has stopped: the in-process scheduler logs while it shuts down, and
+  // the 200,000-job runs of the seventh session ended on such a log line instead of the JSON.
+  console.log(JSON.stringify(summary));
 }

@@ -384,6 +384,7 @@ export async function run(args: string[]): Promise<void> {
   const n = Math.round(o.rate * o.seconds);
   process.env["KAIROS_LOG_LEVEL"] ??= "warn";
   const nats = await startNats();
+  let last: object | undefined;
   let cluster: Cluster | undefined;
   try {
     cluster = await startCluster(o, nats);
@@ -421,9 +422,11 @@ export async function run(args: string[]): Promise<void> {
         `job creation through job actors: ${createS.toFixed(1)} s (${(n / createS).toFixed(0)} jobs/s)`,
       ], lines, false);
     }
-    console.log(JSON.stringify(summary));
+    last = summary;
   } finally {
     await cluster?.stop();
     await nats.stop();
   }
+  // Last, after everything has stopped (the in-process scheduler logs while it shuts down).
+  console.log(JSON.stringify(last));
 }
