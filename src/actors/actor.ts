@@ -29,6 +29,11 @@ export interface ActorContext {
    * actor's own backlog ("busy is not dead").
    */
   arrivalMs?(key: string): number | undefined;
+  /**
+   * Whether a message with this coalesce key (see `coalesceKey`) waits in the mailbox — arrived,
+   * its turn not begun. (The message whose turn this is no longer counts.)
+   */
+  pending?(coalesceKey: string): boolean;
 }
 
 export interface Decision<S, R, E> {

@@ -31,7 +31,7 @@ import type { KvStore } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import { TimerQueue } from "../cluster/timer-queue.ts";
 import { InFlightLimiter } from "../cluster/in-flight.ts";
-import type { AnyActorDefinition, HostEffect } from "./actor.ts";
+import type { ActorContext, AnyActorDefinition, HostEffect } from "./actor.ts";
 
 /** Shell services available to type-specific effect performers. */
 export interface ShellContext {
@@ -504,8 +504,8 @@ export class ActorHost {
     return inst;
   }
 
-  #ctx(inst: Instance, nowMs: number): { id: string; nowMs: number; arrivalMs: (k: string) => number | undefined } {
-    return { id: inst.id, nowMs, arrivalMs: (k) => inst.arrivals.get(k) };
+  #ctx(inst: Instance, nowMs: number): Required<ActorContext> {
+    return { id: inst.id, nowMs, arrivalMs: (k) => inst.arrivals.get(k), pending: (k) => inst.coalesced?.has(k) === true };
   }
 
   #adopt(inst: Instance, stored: ReadBack | null, revision: number, soft?: unknown): void {

@@ -40,7 +40,7 @@ import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
 import { fireAt, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
-import { complete, heartbeatAck, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
+import { complete, completionKey, heartbeatAck, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
 
@@ -83,7 +83,7 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
 
 // Limits and names defined with the code that uses them, exported here for the shell and tests.
 export { MAX_DRAINING, SLOT_RECHECK_MS } from "./run-dispatch.ts";
-export { MAX_UNSTARTED_ATTEMPTS, heartbeatKey } from "./run-lifecycle.ts";
+export { MAX_UNSTARTED_ATTEMPTS, completionKey, heartbeatKey } from "./run-lifecycle.ts";
 export { RECENT_REQUESTS } from "./tx.ts";
 export { MAX_ENUMERATED } from "./occurrences.ts";
 export { holdOf } from "./occurrence-plan.ts";
@@ -185,14 +185,17 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
     // recorded is acknowledged from the committed state without queueing (busy is not dead).
-    arrivalKey: (m) => (m.kind === "heartbeat" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
+    // A completion report's arrival counts as the lease's heartbeat too (the worker does not
+    // heartbeat an attempt whose report is on the wire): it proves the holder alive, and its
+    // attempt has ended — a lease kept longer by it cannot let two executions overlap.
+    arrivalKey: (m) => (m.kind === "heartbeat" || m.kind === "complete" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
     // A worker's completion report or heartbeat sent again (its answer timed out, or the next
     // round came) while the first still waits here behind a turn: one turn for both. Safe for
     // heartbeats: the copy's arrival is recorded before it joins (the lease runs from it), and
     // the shared reply is decided after that arrival, so its cover ends no later than for the copy
     // alone; a start the copy carried (`started_at_ms`) comes again with the next round or the
     // completion. (One attempt ends once: a report's content is fixed.)
-    coalesceKey: (m) => (m.kind === "complete" ? `complete|${heartbeatKey(m.run_id, m.fence, m.worker)}` : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
+    coalesceKey: (m) => (m.kind === "complete" ? completionKey(m.run_id, m.fence, m.worker) : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
     onLoad: loadJobState,
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.
@@ -209,7 +212,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       return { reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs), alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {
-      const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined);
+      const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined, ctx.pending ? (k) => ctx.pending!(k) : undefined);
       if (msg.kind !== "create" && !state.job) {
         return tx.done(null, fail("not_found", `job ${splitJobActorId(ctx.id).jobId} not found`));
       }

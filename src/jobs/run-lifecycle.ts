@@ -29,6 +29,9 @@ export const MAX_UNSTARTED_ATTEMPTS = 10;
 /** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
 export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
 
+/** The coalesce key of a completion report (see ActorContext.pending and the job actor's `coalesceKey`). */
+export const completionKey = (runId: string, fence: number, worker: string): string => `complete|${heartbeatKey(runId, fence, worker)}`;
+
 /** Cancels every timer a run may have armed (a run dropped without a terminal record). */
 export function cancelRunTimers(tx: Tx, runId: string): void {
   for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${runId}`);
@@ -274,9 +277,14 @@ export function heartbeatAck(s: JobState, r: ActiveRun, startedAtMs: number | un
 function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
   const r = tx.run(m.run_id);
   if (!actsOn("lease_expired", r) || r.fence !== m.fence) return tx.done(null);
-  // Busy is not dead: a heartbeat that arrived (even if still queued behind this timer)
-  // extends the lease; re-arm for its end instead of expiring.
-  const end = leaseEndMs(tx, r, 0);
+  // Busy is not dead: a heartbeat or completion report that arrived (even if still queued behind
+  // this timer) extends the lease; re-arm for its end instead of expiring. A completion report of
+  // the holder still waiting in the mailbox keeps it however long it waits: its attempt has ended
+  // (nothing can overlap), and its turn will settle the run — expiring now would throw its result
+  // away and run it again. (Its worker does not heartbeat it while the report is on the wire.)
+  const end = r.worker !== null && tx.pending(completionKey(r.run_id, r.fence, r.worker))
+    ? tx.now + tx.cfg.leaseTtlMs
+    : leaseEndMs(tx, r, 0);
   if (end > tx.now) {
     tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     return tx.done(null);

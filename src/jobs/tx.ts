@@ -40,6 +40,8 @@ export class Tx {
     readonly cfg: JobActorConfig,
     private readonly policy: OverlapPolicy,
     readonly arrivalMs: (key: string) => number | undefined = () => undefined,
+    /** Whether a message with this coalesce key waits in the actor's mailbox (ActorContext.pending). */
+    readonly pending: (coalesceKey: string) => boolean = () => false,
   ) {
     this.s = {
       ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],

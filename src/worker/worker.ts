@@ -23,9 +23,10 @@
  *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
  *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
- * - A completion whose request fails without a verdict (timeout: unknown outcome) is retried on
- *   every heartbeat round, and the attempt keeps heartbeating meanwhile, until the owner answers
- *   ok or `stale_fence`, bounded by `completionDeadlineMs`.
+ * - A completion whose request fails without a verdict (timeout: unknown outcome) is sent again
+ *   (a copy, which joins the first if that still waits at the owner) until the owner answers ok
+ *   or `stale_fence`, bounded by `completionDeadlineMs`. While a copy is on the wire the attempt
+ *   is not heartbeated: the report's arrival keeps the owner's lease (`#report`).
  *
  * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, drops
  * accepted offers that have not started (their leases expire unstarted: re-offered elsewhere, not
@@ -82,8 +83,13 @@ interface Lease {
   /** The attempt ended; its completion is not acknowledged yet (retried each round). */
   completion?: Completion;
   completionSinceMono?: number;
-  /** A completion report is in flight (one at a time). */
+  /** A completion report is being made (waiting for its turn, in flight, or between copies). */
   reporting?: boolean;
+  /**
+   * A copy of the completion report is on the wire: the lease is not heartbeated meanwhile — the
+   * report's arrival keeps the owner's lease as a heartbeat's would (job-actor.ts `arrivalKey`).
+   */
+  reportOnWire?: boolean;
   lost: boolean;
   /** Killed by the drain timeout: its result is reported as a retryable error (handed back). */
   handedBack?: boolean;
@@ -124,8 +130,9 @@ const BEAT_SOON_MS = 20;
 
 /**
  * How long a completion report waits for the owner's answer before it counts as an unknown
- * outcome and is sent again (at the next heartbeat round), and how many reports of this worker
- * are in flight at once (the rest wait here, heartbeated, in the order their attempts ended). With
+ * outcome and a copy is sent (at most lease TTL − interval − margin, see `#reportWaitMs`), and how
+ * many reports of this worker are being made at once (a report holds its slot from its first copy
+ * until it is settled; the rest wait here, heartbeated, in the order their attempts ended). With
  * a 2 s wait, a burst's 94,000 completions each timed out at the saturated owner and were sent
  * again every round: copy upon copy queued behind busy job actors, the scheduler's live heap grew
  * from 0.9 to 2.3 GB in 35 s, GC took over half of its main thread and its tenant actors stopped
@@ -135,6 +142,8 @@ const BEAT_SOON_MS = 20;
  * such heartbeats — the scheduler answered those instead of preparing runs (45,541 ended in 2 min).
  */
 export const COMPLETION_WAIT_MS = 10_000;
+/** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
+const MIN_REPORT_WAIT_MS = 250;
 export const COMPLETIONS_IN_FLIGHT = 65_536;
 
 export class Worker {
@@ -434,6 +443,8 @@ export class Worker {
    * start_at and starts on the acknowledgement.
    */
   #needsBeat(l: Lease, wallNow: number, periodic: boolean): boolean {
+    // Its completion report is on the wire: that keeps the owner's lease (`#report`).
+    if (l.reportOnWire) return false;
     if (l.due || l.held || l.validUntilMono === undefined) return true;
     // A start is not news that cannot wait: the owner learns it from the next round that carries
     // the lease (the periodic one at the latest), or from the completion if the attempt ends
@@ -599,40 +610,80 @@ export class Worker {
     await this.#report(lease);
   }
 
-  /** Reports a completion; keeps it (and its heartbeats) for the next round when the outcome is unknown. */
+  /**
+   * How long one copy of a completion report waits for its answer before the next copy goes:
+   * COMPLETION_WAIT_MS (or the option), and never more than the lease TTL − one heartbeat
+   * interval − the margin (nor under MIN_REPORT_WAIT_MS). The owner keeps the lease while the
+   * report waits in its mailbox (run-lifecycle.ts `onLeaseExpired`, `pending`) and from each
+   * copy's arrival; the lease is not heartbeated while a copy is on the wire, so should the first
+   * be lost, the next must arrive within the TTL of the last heartbeat before the attempt ended
+   * (at most one interval earlier). A copy finding the first still queued shares its turn.
+   */
+  #reportWaitMs(l: Lease): number {
+    const wait = Math.min(this.#o.completionDeadlineMs, this.#o.completionWaitMs ?? COMPLETION_WAIT_MS);
+    return Math.max(MIN_REPORT_WAIT_MS, Math.min(wait, l.req.lease_ttl_ms - this.#o.heartbeatIntervalMs - this.#margin(l)));
+  }
+
+  /**
+   * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
+   * report is given up (completionDeadlineMs). While a copy is on the wire the lease is not
+   * heartbeated (its arrival keeps the lease); while it waits for a free report slot or between
+   * copies, it is. A burst's ended attempts then cost their owner one message each while it is
+   * answered within the wait — before, each was also heartbeated every round (90,000 heartbeats a
+   * round at the 200,000-run burst's due second, BENCHMARKS.md).
+   */
   async #report(lease: Lease): Promise<void> {
     if (lease.reporting) return;
     lease.reporting = true;
+    const k = this.#key(lease.req.run_id, lease.req.attempt);
     try {
       // Not sent once given up (completionDeadlineMs) or settled while it waited for its turn.
-      await this.#reports.run(() => (this.#leases.get(this.#key(lease.req.run_id, lease.req.attempt)) === lease ? this.#reportOnce(lease) : Promise.resolve()));
+      await this.#reports.run(async () => {
+        while (this.#leases.get(k) === lease && !lease.lost) {
+          const sentAt = this.#o.clock.monoMs();
+          lease.reportOnWire = true;
+          let settled: boolean;
+          try {
+            settled = await this.#reportOnce(lease);
+          } finally {
+            lease.reportOnWire = false;
+          }
+          if (settled) return;
+          // A failure faster than the wait (no responder, a closed connection) waits out the
+          // rest; meanwhile heartbeat rounds carry the lease again.
+          const rest = sentAt + this.#reportWaitMs(lease) - this.#o.clock.monoMs();
+          if (rest > 0) await new Promise<void>((r) => this.#o.clock.setTimer(rest, r));
+        }
+      });
     } finally {
       lease.reporting = false;
       this.#onLeaseGone?.();
     }
   }
 
-  async #reportOnce(lease: Lease): Promise<void> {
+  /** One copy of a completion report; true when settled (answered, or given up). */
+  async #reportOnce(lease: Lease): Promise<boolean> {
     const { req } = lease;
     const k = this.#key(req.run_id, req.attempt);
     try {
       await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
         kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...lease.completion!,
-      }, { deadlineMs: Math.min(this.#o.completionDeadlineMs, this.#o.completionWaitMs ?? COMPLETION_WAIT_MS) });
+      }, { deadlineMs: this.#reportWaitMs(lease) });
       if (this.#leases.get(k) === lease) this.#leases.delete(k);
       this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
+      return true;
     } catch (e) {
       if (isKairosError(e, "stale_fence") || isKairosError(e, "not_found")) {
         if (this.#leases.get(k) === lease) this.#leases.delete(k);
         this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
-        return;
+        return true;
       }
       if (this.#o.clock.monoMs() - (lease.completionSinceMono ?? 0) > this.#o.completionDeadlineMs) {
         if (this.#leases.get(k) === lease) this.#leases.delete(k);
         this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: String(e) });
-        return;
+        return true;
       }
-      // Unknown outcome: retried on the next heartbeat round (which also keeps the lease alive).
+      return false; // unknown outcome: the next copy goes
     }
   }
 

@@ -39,25 +39,28 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     assert.ok(r.violations.some((v) => v.invariant === "attempt_on_two_workers"), "invariant (a) did not fire");
   });
 
-  // What keeps seed 1071 green is the sandbox's deadline: the same seed with nothing stopping a
-  // frozen worker's task (as the simulation was before) runs attempt 2 while attempt 1 still runs.
-  it("self-test: a frozen worker's task with no sandbox deadline overlaps its re-offer (seed 1071)", async () => {
+  // What kept seed 1071 green was the sandbox's deadline: at d004e19 the same seed with nothing
+  // stopping a frozen worker's task (`--sandbox none`) overlapped. The next commit's completion
+  // reports shifted the seeds' message draws, and since then no seed of 1001–1300 overlaps with
+  // `none` either, so the model itself is tested directly (test/unit/sim-executor.test.ts) and
+  // here only that both production sandboxes keep seed 1071 green.
+  it("seed 1071 holds with either sandbox (docker lease countdown, process supervisor)", async () => {
     for (const sandbox of ["docker", "process"] as const) {
       const r = await runSimulation({ seed: 1071, sandbox });
       assert.deepEqual(r.violations.map((v) => v.invariant), [], `sandbox ${sandbox}`);
     }
-    const r = await runSimulation({ seed: 1071, sandbox: "none" });
-    assert.ok(r.violations.some((v) => v.invariant === "run_overlap"), "no overlap without the sandbox's deadline");
   });
 
   // The test-only switch JobActorConfig.testOnlyHole1 re-opens hole 1 (one fence offered to up to
-  // three workers, heartbeats and completions checked by fence alone); measured: found at seed 11.
+  // three workers, heartbeats and completions checked by fence alone); measured: found at seed 22
+  // (at seed 11 before the eighth session's completion reports shifted the seeds' message draws;
+  // seeds 1–60: 22, 29, 42).
   it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", async () => {
     let found = false;
-    for (let seed = 1; seed <= 20 && !found; seed++) {
+    for (let seed = 1; seed <= 40 && !found; seed++) {
       const r = await runSimulation({ seed, reopenHole1: true });
       found = r.violations.some((v) => v.invariant === "attempt_on_two_workers");
     }
-    assert.ok(found, "hole 1 re-opened but invariant (a) never fired in 20 seeds");
+    assert.ok(found, "hole 1 re-opened but invariant (a) never fired in 40 seeds");
   });
 });

@@ -94,6 +94,13 @@ const coalescingGateActor: ActorDefinition<GateState, { n: number }, number, num
   coalesceKey: (m) => (m.n >= 100 ? `n${m.n}` : undefined),
 };
 
+/** The coalescing gate actor whose messages 7–9 answer whether a copy of n = 100 waits in the mailbox (`ctx.pending`). */
+const pendingGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  ...coalescingGateActor,
+  type: "pgate",
+  receive: (s, m, ctx) => (m.n >= 7 && m.n <= 9 ? { state: s, reply: ctx.pending?.("n100") ? 1 : 0 } : gateActor.receive(s, m, ctx)),
+};
+
 class Gates {
   readonly started = new Map<number, Deferred>();
   readonly open = new Map<number, Deferred>();
@@ -195,6 +202,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
   host.register(gates.registration(coalescingGateActor));
+  host.register(gates.registration(pendingGateActor));
   host.register(gates.registration(softGateActor));
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
@@ -313,6 +321,25 @@ describe("ActorHost", () => {
     t.gates.release(2);
     t.gates.release(3);
     assert.deepEqual(await Promise.all([r2, r3]), [2, 3]);
+  });
+
+  it("pending: a turn sees whether a keyed message waits in the mailbox — not once that message's own turn began (a queued completion report keeps its lease)", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const id = "pending";
+    const r1 = t.host.deliver("pgate", id, { n: 1 });
+    await t.gates.startedP(1);
+    const probeBefore = t.host.deliver("pgate", id, { n: 7 }); // queued ahead of the keyed one
+    const keyed = t.host.deliver("pgate", id, { n: 100 });
+    const copy = t.host.deliver("pgate", id, { n: 100 }); // joins it
+    t.gates.release(1);
+    assert.equal(await probeBefore, 1, "the keyed message waits behind this turn");
+    await t.gates.startedP(100);
+    const probeDuring = t.host.deliver("pgate", id, { n: 8 }); // queued behind the keyed turn
+    t.gates.release(100);
+    assert.deepEqual(await Promise.all([r1, keyed, copy]), [1, 100, 100]);
+    assert.equal(await probeDuring, 0, "its turn began: no longer pending");
+    assert.equal(await t.host.deliver("pgate", id, { n: 9 }), 0);
   });
 
   it("coalesceKey: a keyed message to an idle actor begins at once, so a copy arriving during its turn is queued anew, not answered by it (cold review)", async () => {

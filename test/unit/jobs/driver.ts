@@ -97,6 +97,8 @@ export class Driver {
   readonly violations: string[] = [];
   /** Heartbeat arrival times the host recorded before the mailbox (ctx.arrivalMs), by arrival key. */
   readonly arrivals = new Map<string, number>();
+  /** Coalesce keys of messages waiting in the mailbox (ctx.pending), e.g. a completion report behind a turn. */
+  readonly pending = new Set<string>();
   /** `create: true` writes that met an existing record (legit only when re-firing after a crash). */
   dupCreates = 0;
   readonly decisions: { msg: JobMsg; d: D }[] = [];
@@ -179,7 +181,7 @@ export class Driver {
   }
 
   #ctx() {
-    return { id: ACTOR_ID, nowMs: this.now, arrivalMs: (k: string) => this.arrivals.get(k) };
+    return { id: ACTOR_ID, nowMs: this.now, arrivalMs: (k: string) => this.arrivals.get(k), pending: (k: string) => this.pending.has(k) };
   }
 
   /**

@@ -29,7 +29,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { grantId, runIdFor } from "../../../src/jobs/ids.ts";
-import { heartbeatKey, makeJobActor, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import { completionKey, heartbeatKey, makeJobActor, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
@@ -353,6 +353,26 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
+  it("10: a lease_expired while the holder's completion report waits in the mailbox re-arms it (now + TTL) however long the report waits; without it the lease expires", () => {
+    // The worker does not heartbeat an attempt whose report is on the wire; a report queued behind
+    // a saturated owner's turns for longer than a TTL must not lose its result to an expiry.
+    const d = leased(); // claimed at :02.0: lease timer at :12.0
+    const f = d.run(RUN)!.fence;
+    d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(3)); // its report arrived at :03
+    d.pending.add(completionKey(RUN, f, "w1")); // and still waits
+    d.advance(10_000); // :12
+    assert.equal(d.run(RUN)?.status, "leased", "kept");
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(22), "re-armed at now + TTL");
+    d.advance(10_000); // :22, still waiting
+    assert.equal(d.run(RUN)?.attempt, 1);
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(32));
+    d.pending.delete(completionKey(RUN, f, "w1")); // gone without a turn (e.g. the actor moved)
+    d.pending.add(completionKey(RUN, f, "w2")); // another worker's report keeps nothing
+    d.advance(10_000); // :32
+    assert.equal(d.run(RUN)?.attempt, 2);
+    assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
+  });
+
   it("10: without a recent arrival the lease expires at its end", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
@@ -362,9 +382,12 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
-  it("10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all", () => {
+  it("10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all — and a completion report's under the same key (the worker does not heartbeat an attempt whose report is on the wire)", () => {
     const def = makeJobActor(cfg());
     assert.equal(def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), heartbeatKey(RUN, 3, "w1"));
+    const complete = { kind: "complete", run_id: RUN, fence: 3, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } as const;
+    assert.equal(def.arrivalKey?.(complete), heartbeatKey(RUN, 3, "w1"));
+    assert.equal(def.arrivalKey?.({ kind: "lease_expired", run_id: RUN, fence: 3 }), undefined);
   });
 
   it("10: a heartbeat for a recorded lease is acknowledged from the committed state without queueing", () => {

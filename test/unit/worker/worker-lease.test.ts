@@ -144,7 +144,7 @@ class Owner {
   }
 }
 
-async function setup(o: { completionsInFlight?: number } = {}) {
+async function setup(o: { completionsInFlight?: number; completionWaitMs?: number } = {}) {
   const sim = new SimClock(T0);
   const bus = new SimBus({ clock: sim, random: seededRandom(1) });
   const workerEp = bus.endpoint("worker");
@@ -478,7 +478,7 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
 });
 
 describe("worker: a completion with an unknown outcome is retried (hole 9)", () => {
-  it("9: a completion whose request times out is kept, heartbeated and reported again until the owner answers ok", T, async () => {
+  it("9: a completion whose request times out is kept and sent again (a copy each wait) until the owner answers ok; while a copy is on the wire the attempt is not heartbeated", T, async () => {
     const t = await setup();
     assert.deepEqual(await t.offer("r1", 100), { accepted: true });
     await t.runTo(T0 + 2_500);
@@ -486,22 +486,37 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     t.owner.complete = "silent";
     t.executor.exit("r1#1");
     const exitedAt = t.sim.now();
-    await t.runTo(exitedAt + 3_500); // the report times out (2 s deadline); the next rounds come
-    assert.ok(t.owner.completes.length >= 1, "the completion was reported");
+    await t.runTo(exitedAt + 4_500); // copies at +0, +2 s, +4 s (2 s wait here)
+    assert.equal(t.owner.completes.length, 3, "a copy each wait");
     assert.deepEqual(t.evs("completed"), []);
-    const hbAfter = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + 2_000);
-    assert.ok(hbAfter.length >= 1, "the attempt whose completion is unacknowledged is still heartbeated (its lease kept)");
+    // A round already out when the task ended may still arrive; none after.
+    const hbAfter = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + HB);
+    assert.deepEqual(hbAfter, [], "its report's arrival keeps the lease: no heartbeat while a copy is on the wire");
     assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
     t.owner.complete = "ok";
-    const reported = t.owner.completes.length;
-    // One report in flight at a time (it may still be waiting out its 2 s deadline), then again.
-    await t.runTo(t.sim.now() + 2_000 + 2 * HB + 100);
-    assert.ok(t.owner.completes.length > reported, "reported again on a later round");
+    await t.runTo(t.sim.now() + 2_000 + 100); // the copy in flight waits out its 2 s, the next is answered
     assert.equal(t.evs("completed").length, 1);
+    const reported = t.owner.completes.length;
     const asked = t.owner.heartbeats.length;
     await t.runTo(t.sim.now() + 3 * HB);
+    assert.equal(t.owner.completes.length, reported, "no copy after the answer");
     assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0, "dropped once acknowledged");
     assert.deepEqual(t.evs("self_fenced"), [], "a finished attempt waiting for its report is not self-fenced");
+    await t.worker.stop();
+  });
+
+  it("a copy's wait is at most lease TTL − interval − margin, so the next copy lands within the TTL of the last heartbeat even if the first is lost", T, async () => {
+    const t = await setup({ completionWaitMs: 60_000 });
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.complete = "silent";
+    t.executor.exit("r1#1");
+    const exitedAt = t.sim.now();
+    await t.runTo(exitedAt + 1_000);
+    assert.equal(t.owner.completes.length, 1);
+    await t.runTo(t.owner.completes[0]!.at + TTL - HB - MARGIN + 100);
+    assert.equal(t.owner.completes.length, 2, `a copy after ${TTL - HB - MARGIN} ms, not the configured 60 s`);
+    assert.ok(t.owner.completes[1]!.at - t.owner.completes[0]!.at <= TTL - HB - MARGIN + 10);
     await t.worker.stop();
   });
 
@@ -549,14 +564,16 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     t.executor.exit("r1#1");
     await t.runTo(t.sim.now() + 3_500);
     assert.deepEqual(t.evs("stale_fence"), []);
-    assert.ok(t.owner.heartbeats.some((h) => h.run_id === "r1" && h.at > t.sim.now() - HB - 10), "still heartbeated");
+    assert.ok(t.owner.completes.length >= 2, "still reported");
     t.owner.complete = "stale_fence";
-    await t.runTo(t.sim.now() + 2_000 + 2 * HB + 100); // the report in flight may wait out its deadline first
+    await t.runTo(t.sim.now() + 2_000 + 100); // the copy in flight may wait out its deadline first
     assert.equal(t.evs("stale_fence").length, 1);
     assert.deepEqual(t.evs("completed"), []);
     const asked = t.owner.heartbeats.length;
+    const reported = t.owner.completes.length;
     await t.runTo(t.sim.now() + 3 * HB);
     assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0);
+    assert.equal(t.owner.completes.length, reported);
     await t.worker.stop();
   });
 });
