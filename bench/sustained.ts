@@ -320,8 +320,10 @@ interface Analysis {
 
 function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analysis {
   const runs = entries.map((e) => decode<RunView>(e.value));
-  const starts = runs.filter((r) => r.attempts[0]?.started_at).map((r) => Date.parse(r.attempts[0]!.started_at!));
-  const lags = runs.filter((r) => r.attempts[0]?.started_at).map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+  // A run's start is its first attempt that started (one whose lease expired unstarted never ran).
+  const firstStart = (r: (typeof runs)[number]) => r.attempts.find((a) => a.started_at)?.started_at;
+  const starts = runs.filter((r) => firstStart(r)).map((r) => Date.parse(firstStart(r)!));
+  const lags = runs.filter((r) => firstStart(r)).map((r) => Date.parse(firstStart(r)!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
   // (A loop, not Math.max(...starts): hundreds of thousands of arguments overflow the stack.)
   let first = Infinity;
   let last = -Infinity;
@@ -341,9 +343,9 @@ function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analy
     achieved: Number((lags.length / Math.max(o.seconds, spanS)).toFixed(1)),
     failed: runs.filter((r) => r.status === "failed" || r.status === "timed_out").length,
     lost: n - perJob.size,
-    notStarted: runs.filter((r) => !r.attempts[0]?.started_at).length,
+    notStarted: runs.filter((r) => !firstStart(r)).length,
     // A second run of a one-shot job, or a second attempt of a run with max_attempts 1.
-    duplicates: [...perJob.values()].reduce((a, k) => a + k - 1, 0) + runs.filter((r) => r.attempts.length > 1).length,
+    duplicates: [...perJob.values()].reduce((a, k) => a + k - 1, 0) + runs.filter((r) => r.attempts.filter((a) => a.started_at).length > 1).length,
     lags,
     statuses: [...byStatus].map(([k, v]) => `${k} ${v}`).join(", "),
     errors: [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; "),
