@@ -96,7 +96,8 @@ class RecordingExecutor implements Executor {
 }
 
 type HbMode = "ok" | "silent" | "lease_lost" | "hold";
-type CompleteMode = "ok" | "silent" | "stale_fence";
+/** `internal`: an error answered at once that settles nothing (the report is sent again after its wait). */
+type CompleteMode = "ok" | "silent" | "stale_fence" | "internal";
 
 /** The owner's side on the partition subjects. */
 class Owner {
@@ -137,7 +138,8 @@ class Owner {
     assert.equal(msg.kind, "complete");
     this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete, outcome: msg.outcome });
     if (this.complete === "silent") return;
-    m.respond(encode((this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e: { code: "stale_fence", message: "stale fence" } }) satisfies ActorReply));
+    const e = this.complete === "internal" ? { code: "internal" as const, message: "internal error" } : { code: "stale_fence" as const, message: "stale fence" };
+    m.respond(encode((this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e }) satisfies ActorReply));
   }
   acked(runId: string): { at: number }[] {
     return this.heartbeats.filter((h) => h.run_id === runId && h.answered);
@@ -502,6 +504,26 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     assert.equal(t.owner.completes.length, reported, "no copy after the answer");
     assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0, "dropped once acknowledged");
     assert.deepEqual(t.evs("self_fenced"), [], "a finished attempt waiting for its report is not self-fenced");
+    await t.worker.stop();
+  });
+
+  it("a copy that fails at once (an error that settles nothing) is sent again only after its wait, and the attempt is heartbeated in between (cold review)", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.complete = "internal";
+    t.executor.exit("r1#1");
+    const exitedAt = t.sim.now();
+    await t.runTo(exitedAt + 1_900);
+    assert.equal(t.owner.completes.length, 1, "no copy before the wait (2 s) is out: no spin");
+    const beats = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + 200);
+    assert.ok(beats.length >= 1, "off the wire, the lease is heartbeated again");
+    await t.runTo(exitedAt + 2_600);
+    assert.equal(t.owner.completes.length, 2, "the next copy after the wait");
+    t.owner.complete = "ok";
+    await t.runTo(t.sim.now() + 2_500);
+    assert.equal(t.evs("completed").length, 1);
+    assert.deepEqual(t.evs("self_fenced"), []);
     await t.worker.stop();
   });
 
