@@ -24,8 +24,9 @@
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
  *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
  * - A completion whose request fails without a verdict (timeout: unknown outcome) is sent again
- *   (a copy, which joins the first if that still waits at the owner) until the owner answers ok
- *   or `stale_fence`, bounded by `completionDeadlineMs`. While a copy is on the wire the attempt
+ *   (a copy per wait — 10 s, at most TTL − interval − margin, at least 250 ms — which joins the
+ *   first if that still waits at the owner) until the owner answers ok, `stale_fence` or
+ *   `not_found`, bounded by `completionDeadlineMs`. While a copy is on the wire the attempt
  *   is not heartbeated: the report's arrival keeps the owner's lease (`#report`).
  *
  * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, drops
@@ -51,7 +52,7 @@ export interface WorkerOptions {
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;
-  /** Most completion reports in flight at once (default COMPLETIONS_IN_FLIGHT). */
+  /** Most completion reports being made at once, each from its first copy until settled (default COMPLETIONS_IN_FLIGHT). */
   completionsInFlight?: number;
   /** How long one completion report waits for its answer (default COMPLETION_WAIT_MS). */
   completionWaitMs?: number;
@@ -80,7 +81,7 @@ interface Lease {
   due: boolean;
   execution?: Execution;
   startedAtMs?: number;
-  /** The attempt ended; its completion is not acknowledged yet (retried each round). */
+  /** The attempt ended; its completion is not acknowledged yet (a copy after each wait until settled, `#report`). */
   completion?: Completion;
   completionSinceMono?: number;
   /** A completion report is being made (waiting for its turn, in flight, or between copies). */
@@ -157,7 +158,7 @@ export class Worker {
    * and a round 20 ms after each burst of offers, the worker spent its time walking parked leases.
    */
   readonly #awake = new Set<Lease>();
-  /** Completion reports in flight (see COMPLETIONS_IN_FLIGHT). */
+  /** Completion reports being made (see COMPLETIONS_IN_FLIGHT). */
   readonly #reports: InFlightLimiter;
   #subs: BusSubscription[] = [];
   #cancelBeat: (() => void) | undefined;

@@ -1,10 +1,13 @@
 /**
- * `npm run sim -- --seeds N [--seed S] [--sandbox docker|process|none] [--verbose]`: runs N seeded cluster simulations (seeds
+ * `npm run sim -- --seeds N [--seed S] [--sandbox docker|process|none] [--trace] [--verbose]`:
+ * runs N seeded cluster simulations (seeds
  * S, S+1, …; S defaults to a random one, printed) and checks the invariants of invariants.ts.
  * On a violation it prints the seed, the invariant and the last events before it; the last line
  * is `simulation: N seeds, V violations`; the exit code is 1 when any invariant broke.
  * Replay one seed with `--seeds 1 --seed S`. `--sandbox` fixes what kills a frozen worker's task
- * for every worker (default: seeded per worker, docker or process; `none` for self-tests).
+ * for every worker (default: seeded per worker, docker or process; `none`: nothing stops a frozen
+ * worker's task — for experiments). `--trace` prints every event; `--broken-executor` is the
+ * invariant (a) self-test.
  */
 import { runSimulation } from "./cluster.ts";
 import type { SimSandbox } from "./executor.ts";

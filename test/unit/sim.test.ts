@@ -8,9 +8,10 @@ import assert from "node:assert/strict";
 import { runSimulation } from "../sim/cluster.ts";
 import { report } from "../sim/report.ts";
 
-// 1071: a worker paused 5 s just after starting an attempt (its lease never renewed); only the
-// sandbox's own deadline (container lease countdown or supervisor) stops the task before the
-// owner re-offers the run — see the self-test below.
+// 1071: a worker paused 5 s just after starting an attempt (its lease never renewed); at d004e19
+// only the sandbox's own deadline (container lease countdown or supervisor) stopped the task
+// before the owner re-offered the run — see "seed 1071 holds with either sandbox" below and
+// test/unit/sim-executor.test.ts.
 const FIXED = [1, 3, 8, 1071];
 // KAIROS_SIM_RANDOM_SEEDS=0 turns the random ones off (e.g. while a known violation is open).
 const RANDOM = Array.from({ length: Number(process.env.KAIROS_SIM_RANDOM_SEEDS ?? "2") }, () => Math.floor(Math.random() * 2 ** 31));
