@@ -20,6 +20,7 @@ import { decode, encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig } from "../src/cluster/config.ts";
 import { NatsJobsService } from "../src/jobs/nats-service.ts";
 import type { JobSpec, RunView } from "../src/jobs/model.ts";
+import { executions, firstStartedAt } from "./run-starts.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
@@ -226,12 +227,10 @@ export async function run(args: string[]): Promise<void> {
         console.log(`listing the run records failed (${String(e)}); trying again`);
       }
     }
-    // A run's start is its first attempt that started: an attempt whose lease expired before it
-    // started (not counted against max_attempts) never executed. (Reading attempts[0] alone left
-    // such runs out of "started" and counted them as duplicates: 1,606 of the eighth session's
-    // 200,000-job run with two schedulers.)
-    const firstStart = (r: (typeof runs)[number]) => r.attempts.find((a) => a.started_at)?.started_at;
-    const lags = runs.filter((r) => firstStart(r)).map((r) => Date.parse(firstStart(r)!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+    const lags = runs.flatMap((r) => {
+      const at = firstStartedAt(r);
+      return at === undefined ? [] : [Date.parse(at) - Date.parse(r.scheduled_for)];
+    }).sort((a, b) => a - b);
     const done = runs.filter((r) => r.status === "succeeded").length;
     const failed = runs.filter((r) => r.status === "failed" || r.status === "timed_out").length;
     const leaseLost = runs.filter((r) => r.attempts.some((a) => a.outcome === "lease_lost")).length;
@@ -267,8 +266,7 @@ export async function run(args: string[]): Promise<void> {
     for (const l of lines) console.log(l);
     summary = {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
-      // Executed more than once: more than one attempt that started.
-      lost: jobs - runs.length, duplicates: runs.filter((r) => r.attempts.filter((a) => a.started_at).length > 1).length,
+      lost: jobs - runs.length, duplicates: runs.filter((r) => executions(r) > 1).length,
       event_loop_ms: loopMs,
       partitions_lost: lostPartitions.length,
       kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),

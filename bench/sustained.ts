@@ -39,6 +39,7 @@ import { freePort } from "../src/dev/nats-launcher.ts";
 import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-actor.ts";
 import { NatsJobsService } from "../src/jobs/nats-service.ts";
 import type { JobSpec, RunView } from "../src/jobs/model.ts";
+import { executions, firstStartedAt } from "./run-starts.ts";
 import { registry } from "../src/metrics/index.ts";
 import { startKairos, type KairosProcess } from "../src/server/start.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
@@ -320,10 +321,12 @@ interface Analysis {
 
 function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analysis {
   const runs = entries.map((e) => decode<RunView>(e.value));
-  // A run's start is its first attempt that started (one whose lease expired unstarted never ran).
-  const firstStart = (r: (typeof runs)[number]) => r.attempts.find((a) => a.started_at)?.started_at;
-  const starts = runs.filter((r) => firstStart(r)).map((r) => Date.parse(firstStart(r)!));
-  const lags = runs.filter((r) => firstStart(r)).map((r) => Date.parse(firstStart(r)!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+  const started = runs.flatMap((r) => {
+    const at = firstStartedAt(r);
+    return at === undefined ? [] : [{ at: Date.parse(at), r }];
+  });
+  const starts = started.map((x) => x.at);
+  const lags = started.map((x) => x.at - Date.parse(x.r.scheduled_for)).sort((a, b) => a - b);
   // (A loop, not Math.max(...starts): hundreds of thousands of arguments overflow the stack.)
   let first = Infinity;
   let last = -Infinity;
@@ -343,9 +346,9 @@ function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analy
     achieved: Number((lags.length / Math.max(o.seconds, spanS)).toFixed(1)),
     failed: runs.filter((r) => r.status === "failed" || r.status === "timed_out").length,
     lost: n - perJob.size,
-    notStarted: runs.filter((r) => !firstStart(r)).length,
+    notStarted: runs.length - started.length,
     // A second run of a one-shot job, or a second attempt of a run with max_attempts 1.
-    duplicates: [...perJob.values()].reduce((a, k) => a + k - 1, 0) + runs.filter((r) => r.attempts.filter((a) => a.started_at).length > 1).length,
+    duplicates: [...perJob.values()].reduce((a, k) => a + k - 1, 0) + runs.filter((r) => executions(r) > 1).length,
     lags,
     statuses: [...byStatus].map(([k, v]) => `${k} ${v}`).join(", "),
     errors: [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; "),

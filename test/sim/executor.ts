@@ -91,8 +91,6 @@ export class SimExecutor implements Executor {
   readonly kind = "noop" as const;
   readonly #o: SimExecutorOptions;
   readonly #live = new Map<LedgerEntry, () => void>();
-  /** Per live task: until when (sim monotonic ms) its container's lease runs (docker). */
-  readonly #leaseUntil = new Map<LedgerEntry, number>();
 
   constructor(o: SimExecutorOptions) {
     this.#o = o;
@@ -116,7 +114,6 @@ export class SimExecutor implements Executor {
       done = true;
       cancel();
       this.#live.delete(x);
-      this.#leaseUntil.delete(x);
       ledger.end(x, sim.now(), outcome === "exited" ? `exit ${code}` : outcome);
       const r: ExecutionResult = { outcome, exitCode: code, output: "", startedAtMs, finishedAtMs: startedAtMs + (sim.now() - x.startMs) };
       // The worker hears about it when its process runs (never, if it crashed).
@@ -127,7 +124,9 @@ export class SimExecutor implements Executor {
       ? sim.setTimer(timeoutMs, () => finish("timed_out", null))
       : sim.setTimer(duration, () => finish("exited", exitCode));
     this.#live.set(x, () => finish("killed", null));
-    this.#watch(x, task.leaseMs, () => finish("killed", null));
+    // Until when (sim monotonic ms) the container's lease runs (docker; none: no lease).
+    let leaseUntil = task.leaseMs === undefined ? Number.POSITIVE_INFINITY : sim.monoMs() + task.leaseMs;
+    this.#watch(x, () => leaseUntil, () => finish("killed", null));
     return {
       result,
       // A graceful kill (a cancel) takes the task's grace: SIGTERM, the task's trap, exit — up to
@@ -139,7 +138,7 @@ export class SimExecutor implements Executor {
       },
       // Called by the worker (so only while its process runs), like the lease file's rewrite.
       renewLease: (validForMs) => {
-        if (this.#leaseUntil.has(x)) this.#leaseUntil.set(x, sim.monoMs() + validForMs);
+        if (task.leaseMs !== undefined) leaseUntil = sim.monoMs() + validForMs;
       },
     };
   }
@@ -149,13 +148,12 @@ export class SimExecutor implements Executor {
    * every WATCHDOG_MS from a random phase, docker kills the task once its lease has run out,
    * process once its worker is paused.
    */
-  #watch(x: LedgerEntry, leaseMs: number | undefined, kill: () => void): void {
+  #watch(x: LedgerEntry, leaseUntil: () => number, kill: () => void): void {
     const { sim, sandbox, process } = this.#o;
-    if (sandbox === "none" || (sandbox === "docker" && leaseMs === undefined)) return;
-    if (sandbox === "docker") this.#leaseUntil.set(x, sim.monoMs() + leaseMs!);
+    if (sandbox === "none" || (sandbox === "docker" && leaseUntil() === Number.POSITIVE_INFINITY)) return;
     const tick = () => {
       if (!this.#live.has(x)) return;
-      const out = sandbox === "docker" ? sim.monoMs() >= this.#leaseUntil.get(x)! : process.state !== "running";
+      const out = sandbox === "docker" ? sim.monoMs() >= leaseUntil() : process.state !== "running";
       if (out) kill();
       else sim.setTimer(WATCHDOG_MS, tick);
     };
