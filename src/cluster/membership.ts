@@ -18,6 +18,7 @@ import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
 import type { KvStore } from "./kv.ts";
+import { creditedSeen, Listening } from "./listening.ts";
 
 export interface MemberInfo {
   nodeId: string;
@@ -60,13 +61,14 @@ export class Membership {
   #cancelTimer: (() => void) | undefined;
   #stopped = false;
   #beats = 0;
-  /** When this node's own heartbeat loop last ran (its clock): how far its listening reaches. */
-  #lastTickMs: number;
+  /** When this node's own heartbeat loop last ran: how far its listening reaches (listening.ts). */
+  readonly #listening: Listening;
 
   constructor(o: MembershipOptions) {
     this.#o = o;
-    this.#lastTickMs = o.clock.now();
-    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: this.#lastTickMs });
+    this.#listening = new Listening(o.clock, o.heartbeatIntervalMs);
+    this.#listening.start();
+    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: o.clock.now() });
   }
 
   /**
@@ -77,7 +79,7 @@ export class Membership {
    * partitions after a 4.7 s stall, then spent minutes reloading them).
    */
   #judgeAt(): number {
-    return Math.min(this.#o.clock.now(), this.#lastTickMs + this.#o.heartbeatIntervalMs);
+    return this.#listening.judgeAt();
   }
 
   /** While running, this node is live to itself whatever its loop did. */
@@ -147,14 +149,12 @@ export class Membership {
     const { nc, self, clock } = this.#o;
     const now = clock.now();
     // This loop ran late (the event loop stalled): credit every peer with the time this node
-    // could not listen, so the next expiry judges only time it did.
-    const deaf = now - this.#lastTickMs - this.#o.heartbeatIntervalMs;
-    // At most one failure timeout of credit since it was last heard: a node whose timers keep
-    // running late still drops a dead peer within two failure timeouts (review finding 3).
-    if (deaf > this.#o.heartbeatIntervalMs) {
-      for (const p of this.#peers.values()) p.lastSeenMs = Math.min(now, p.lastSeenMs + deaf, (p.heardMs ?? p.lastSeenMs) + this.#o.failureTimeoutMs);
+    // could not listen, so the next expiry judges only time it did — at most one failure timeout
+    // past when it was last heard (review finding 3).
+    const deaf = this.#listening.tick();
+    if (deaf > 0) {
+      for (const p of this.#peers.values()) p.lastSeenMs = creditedSeen(p.lastSeenMs, p.heardMs ?? p.lastSeenMs, deaf, now, this.#o.failureTimeoutMs);
     }
-    this.#lastTickMs = now;
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
     if (!nc.isClosed()) {
       nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode(self));

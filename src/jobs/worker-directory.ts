@@ -10,16 +10,27 @@
  * count per heartbeat); a refusal (`markFull`) stops that until the next heartbeat. With fair
  * shares (tenant grants ≤ the fleet's slots) such an offer usually finds the slot its run's
  * grant stands for, instead of waiting a redispatch delay for the next heartbeat to reveal it.
+ *
+ * Busy is not dead: expiry judges only time this process could listen (src/cluster/listening.ts,
+ * the rule membership keeps). Under a 200,000-run burst the scheduler's loop ran seconds late,
+ * the adverts waited unread, and the directory forgot every worker — capacity 0 to the fleet
+ * actor, no worker to pick — while the workers were idle and advertising. A production node also
+ * reads the adverts on its control connection (src/server/start.ts), so they do not queue behind
+ * the run path's backlog on the data connection.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
+import { creditedSeen, Listening } from "../cluster/listening.ts";
 import { workerAdvertSubject, type WorkerAdvert } from "../protocol/worker.ts";
 
 
 interface Entry extends WorkerAdvert {
+  /** When last heard, credited with time this process could not listen. */
   seenMs: number;
+  /** When its advert was really last processed. */
+  heardMs: number;
   reserved: number;
   /** Refused an offer since its last heartbeat. */
   refused: boolean;
@@ -29,14 +40,24 @@ interface Entry extends WorkerAdvert {
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
   #sub: BusSubscription | undefined;
+  #cancelTick: (() => void) | undefined;
+  readonly #listening: Listening;
+  readonly #tickMs: number;
   constructor(
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
     private readonly opts: { optimistic?: boolean } = {},
-  ) {}
+  ) {
+    // Three ticks per expiry: the workers' heartbeat interval when expiry is three of them.
+    this.#tickMs = Math.max(1, Math.floor(expireAfterMs / 3));
+    this.#listening = new Listening(clock, this.#tickMs);
+  }
 
+  /** Subscribes to the adverts and starts judging silence by listening time (until `stop`). */
   start(nc: Bus, cluster: string): void {
+    this.#listening.start();
+    this.#armTick();
     this.#sub = nc.subscribe(workerAdvertSubject(cluster), {
       // An error (a permission violation) comes with an empty message: nothing to observe.
       callback: (e, m) => {
@@ -47,15 +68,29 @@ export class WorkerDirectory {
 
   stop(): void {
     this.#sub?.unsubscribe();
+    this.#cancelTick?.();
+    this.#cancelTick = undefined;
   }
 
   observe(a: WorkerAdvert): void {
-    this.#workers.set(a.worker_id, { ...a, seenMs: this.clock.now(), reserved: 0, refused: false });
+    const now = this.clock.now();
+    this.#workers.set(a.worker_id, { ...a, seenMs: now, heardMs: now, reserved: 0, refused: false });
+  }
+
+  #armTick(): void {
+    this.#cancelTick = this.clock.setTimer(this.#tickMs, () => {
+      const deaf = this.#listening.tick();
+      if (deaf > 0) {
+        const now = this.clock.now();
+        for (const w of this.#workers.values()) w.seenMs = creditedSeen(w.seenMs, w.heardMs, deaf, now, this.expireAfterMs);
+      }
+      this.#armTick();
+    });
   }
 
   /** Workers believed to have a free slot, best first; `exclude` skips ones that just refused. */
   pick(exclude: ReadonlySet<string> = new Set()): string | undefined {
-    const now = this.clock.now();
+    const now = this.#listening.judgeAt();
     let best: Entry | undefined;
     let bestFree = 0;
     let hope: Entry | undefined; // optimistic: the least over-reserved worker that has not refused
@@ -87,11 +122,11 @@ export class WorkerDirectory {
 
   /**
    * The fleet's capacity as this node sees it: the slots advertised by workers heard from within
-   * `expireAfterMs` (busy or not; a draining worker still counts until it stops advertising).
+   * `expireAfterMs` of listening (busy or not; a draining worker still counts until it stops advertising).
    * The fleet actor shares this between tenants (src/jobs/fleet-actor.ts). O(workers).
    */
   capacity(): number {
-    const now = this.clock.now();
+    const now = this.#listening.judgeAt();
     let slots = 0;
     for (const w of this.#workers.values()) if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
     return slots;

@@ -81,7 +81,7 @@ export class KairosNode {
   readonly #workerKinds = new Map<string, ReadonlySet<string>>();
   #cancelSweep: (() => void) | undefined;
   #drain: (() => Promise<void>) | undefined;
-  /** The control-plane connection (membership, leases); the data connection under an injected transport. */
+  /** The control-plane connection (membership, leases, worker adverts); none under an injected transport. */
   #control: Bus | undefined;
   #stopping = false;
 
@@ -119,6 +119,14 @@ export class KairosNode {
   get nc(): Bus {
     if (!this.#nc) throw new KairosError("unavailable", "node not started");
     return this.#nc;
+  }
+  /**
+   * The control-plane connection (membership, partition leases, the worker directory's adverts):
+   * little traffic, so what arrives there never waits behind a burst on the data connection.
+   * Under an injected transport (the simulation), the data bus.
+   */
+  get control(): Bus {
+    return this.#control ?? this.nc;
   }
   get buckets(): Buckets {
     if (!this.#buckets) throw new KairosError("unavailable", "node not started");

@@ -59,6 +59,8 @@ export interface WorkerOptions {
   /** Safety margin of self-fencing (default: 20% of the lease TTL, 250 ms to 2 s). */
   leaseSafetyMarginMs?: number;
   nc: Bus;
+  /** Where slot adverts go out (a node's control connection: never behind run traffic); default `nc`. */
+  advertNc?: Bus;
   router: ActorRouter;
   executor: Executor;
   clock: Clock;
@@ -734,7 +736,8 @@ export class Worker {
 
   /** The slot advert; a draining worker advertises no free slot. */
   #advertise(): void {
-    const { nc, clusterName, workerId, slots } = this.#o;
+    const { clusterName, workerId, slots } = this.#o;
+    const nc = this.#o.advertNc ?? this.#o.nc;
     if (nc.isClosed()) return;
     const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
     nc.publish(workerAdvertSubject(clusterName), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));

@@ -78,7 +78,22 @@ it("a peer silent while this node listens is dropped after the failure timeout",
   assert.deepEqual(m.live("scheduler"), ["n1"]);
 });
 
-it("a dead peer is still dropped within two failure timeouts when this node's own ticks keep running late", () => {
+it("one stall of any length drops nobody: each peer gets a failure timeout of listening after it", () => {
+  const { clock, m, left, beatFrom } = setup();
+  beatFrom("n2");
+  clock.t = 10_000; // longer than two failure timeouts: the earlier credit (≤ heard + 3 s) dropped n2 here
+  clock.runTimers();
+  assert.deepEqual(left, []);
+  assert.deepEqual(m.live("scheduler"), ["n1", "n2"]);
+  clock.t = 10_500;
+  clock.runTimers();
+  beatFrom("n2"); // its heartbeat, read once the loop turns again
+  clock.t = 13_000;
+  clock.runTimers();
+  assert.deepEqual(left, []);
+});
+
+it("a dead peer is still dropped when this node's own ticks keep running late (two timeouts and two deaf stretches)", () => {
   const { clock, left, beatFrom } = setup();
   beatFrom("n2"); // heard at 0, never again
   for (let t = 2000; t <= 8000; t += 2000) { // every tick 1.5 s late: "deaf" credit each time

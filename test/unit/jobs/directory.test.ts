@@ -1,12 +1,49 @@
 /** The worker directory on a FakeClock and a seeded Random: pick, reservations, markFull, expiry. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { FakeClock } from "../../../src/lib/clock.ts";
+import type { Bus, BusSubscribeOptions } from "../../../src/cluster/bus.ts";
+import { encode } from "../../../src/cluster/codec.ts";
+import { FakeClock, type Clock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 
 const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
+
+/** A clock whose time moves only when told, and whose timers run only when told (a stalled loop). */
+class StallClock implements Clock {
+  t = 0;
+  timers = new Set<() => void>();
+  now(): number { return this.t; }
+  monoMs(): number { return this.t; }
+  setTimer(_ms: number, fn: () => void): () => void {
+    this.timers.add(fn);
+    return () => this.timers.delete(fn);
+  }
+  runTimers(): void {
+    const due = [...this.timers];
+    this.timers.clear();
+    for (const f of due) f();
+  }
+}
+
+/** A started directory (expiry 1,500 ms: a 500 ms tick) on a stall clock; `advertise` delivers an advert. */
+function started() {
+  const clock = new StallClock();
+  const subs = new Map<string, BusSubscribeOptions>();
+  const bus: Bus = {
+    publish: () => undefined,
+    request: () => Promise.reject(new Error("unused")),
+    subscribe: (subject, opts) => { subs.set(subject, opts); return { unsubscribe: () => subs.delete(subject) }; },
+    flush: async () => undefined,
+    isClosed: () => false,
+  };
+  const dir = new WorkerDirectory(clock, seededRandom(9), 1_500, { optimistic: true });
+  dir.start(bus, "c");
+  const advertise = (worker_id: string, free: number) =>
+    subs.get("kairos.c.worker.hb")!.callback(null, { subject: "kairos.c.worker.hb", data: encode(advert(worker_id, free)), respond: () => undefined });
+  return { clock, dir, subs, advertise };
+}
 
 describe("worker directory", () => {
   it("picks the worker with the most free slots, counting its own reservations", () => {
@@ -103,6 +140,53 @@ describe("worker directory", () => {
     assert.equal(dir.pick(), undefined, "a refused since its heartbeat; b is at its slots");
     dir.observe(advert("a", 0, 3));
     assert.equal(dir.pick(), "a", "a new heartbeat clears the refusal");
+  });
+
+  it("busy is not dead: a loop stalled past the expiry still sees the workers it could not hear", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2);
+    clock.t = 10_000; // 10 s without a turn: no tick ran, no advert was processed
+    assert.equal(dir.capacity(), 4, "before the fix: 0 — the fleet actor shared no slots");
+    assert.equal(dir.pick(), "a", "before the fix: no worker to pick");
+    clock.runTimers(); // the late tick credits the deaf time
+    assert.equal(dir.capacity(), 4);
+    assert.equal(dir.size, 1);
+  });
+
+  it("a worker silent while the directory listens is forgotten after the expiry", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2);
+    advertise("b", 2);
+    for (let t = 500; t <= 1_500; t += 500) {
+      clock.t = t;
+      clock.runTimers();
+      advertise("b", 2);
+    }
+    assert.equal(dir.capacity(), 8, "exactly at the expiry a is still counted");
+    clock.t = 1_501;
+    assert.equal(dir.capacity(), 4, "a silent for longer than the expiry while ticks ran on time");
+    assert.ok(dir.pick(), "b");
+  });
+
+  it("a dead worker is still forgotten when the ticks keep running late (two expiries and two deaf stretches)", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2); // heard at 0, never again
+    for (let t = 1_200; t <= 3_600; t += 1_200) { // every tick 700 ms late: deaf credit each time
+      clock.t = t;
+      clock.runTimers();
+    }
+    assert.equal(dir.capacity(), 4, "credited 2,100 ms: silent for 1,500 ms of listening");
+    clock.t = 4_800;
+    clock.runTimers();
+    assert.equal(dir.capacity(), 0, "credited without bound, it would stay forever (limit: 1,500 × 2 + 700 × 2 = 4,400 ms)");
+  });
+
+  it("stop unsubscribes and cancels the tick", () => {
+    const { clock, dir, subs } = started();
+    assert.equal(clock.timers.size, 1);
+    dir.stop();
+    assert.equal(clock.timers.size, 0);
+    assert.equal(subs.size, 0);
   });
 
   it("worker subjects are per cluster and worker", () => {
