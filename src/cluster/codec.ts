@@ -9,7 +9,12 @@
  * also faster at these sizes (429-byte create: 2.65 µs vs 3.32 µs; 99-byte heartbeat: 0.41 µs vs
  * 0.73 µs). test/unit/codec.test.ts keeps it so.
  */
-import { Packr } from "msgpackr/pack";
+import type { Packr as PackrClass } from "msgpackr";
+import * as plain from "msgpackr/pack";
+
+// msgpackr's `pack.d.ts` re-exports from '.', which NodeNext resolution does not follow: the
+// types come from the main entry (a type-only import, erased: it loads nothing).
+const { Packr } = plain as unknown as { Packr: typeof PackrClass };
 
 const packr = new Packr({ useRecords: false, moreTypes: false });
 
