@@ -32,6 +32,7 @@ import { ActorRouter } from "../src/cluster/router.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/jobs/fleet-actor.ts";
 import { TENANT_ACTOR } from "../src/jobs/ids.ts";
+import { workerAdvertSubject, type WorkerAdvert } from "../src/protocol/worker.ts";
 
 /** KV operations this process has made so far, by op (kairos_kv_op_seconds counts; the scheduler runs in-process). */
 async function kvOps(): Promise<Record<string, number>> {
@@ -137,10 +138,27 @@ export async function run(args: string[]): Promise<void> {
     while (!settled()) await new Promise((r) => setTimeout(r, 100));
     // Set-up as an operator and an API node would do it: tenants, quotas and jobs through an admin
     // connection (the scheduler's own credentials may not write tenants).
+    let dueMsForGaps = Number.POSITIVE_INFINITY;
     const adminNc = await nats.connect("burst-admin", "admin");
     closers.push(() => adminNc.drain());
     const admin = await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 });
     const tenantDir = new KvTenantDirectory(admin.tenants, { clock: systemClock });
+    // The workers' slot adverts as a listener with nothing else to do sees them (its own
+    // connection): the longest silence of each worker from 10 s before the due second on. A
+    // scheduler forgets a worker silent for 3 heartbeat intervals (its capacity drops to 0).
+    const advertGaps = new Map<string, { lastMs: number; maxGapMs: number; atMs: number }>();
+    const advertSub = adminNc.subscribe(workerAdvertSubject("kairos"), {
+      callback: (e, m) => {
+        if (e) return;
+        const id = decode<WorkerAdvert>(m.data).worker_id;
+        const now = systemClock.now();
+        const g = advertGaps.get(id);
+        if (g && now - g.lastMs > g.maxGapMs && now >= dueMsForGaps - 10_000) Object.assign(g, { maxGapMs: now - g.lastMs, atMs: now });
+        if (g) g.lastMs = now;
+        else advertGaps.set(id, { lastMs: now, maxGapMs: 0, atMs: now });
+      },
+    });
+    closers.push(async () => advertSub.unsubscribe());
     const adminRouter = new ActorRouter({ nc: adminNc, clusterName: "kairos", clock: systemClock, random: systemRandom, partitions: proc.node.partitions });
     // Jobs spread over several tenants: one tenant actor hands out its tenant's slots serially,
     // and its grant table costs O(grants) per request (see BENCHMARKS.md).
@@ -156,6 +174,7 @@ export async function run(args: string[]): Promise<void> {
     // Creation runs at ~2,500 jobs/s here; the runs are then prepared during the look-ahead.
     const setupS = lookaheadMs / 1000 + 10 + Math.ceil(jobs / 1000);
     const dueMs = Math.ceil((systemClock.now() + setupS * 1000) / 1000) * 1000;
+    dueMsForGaps = dueMs;
     const spec: JobSpec = {
       name: null, schedule: { at: new Date(dueMs).toISOString() },
       task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 },
@@ -260,6 +279,8 @@ export async function run(args: string[]): Promise<void> {
       const rel = (ms: number) => `${((ms - dueMs) / 1000).toFixed(1)} s`;
       lines.push(`partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}${most.has(k) ? ` [largest # ${most.get(k)}]` : ""}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`);
     }
+    const gapOf = [...advertGaps].map(([id, g]) => `${id} ${g.maxGapMs} ms (ending at due + ${((g.atMs - dueMs) / 1000).toFixed(1)} s)`);
+    lines.push(`longest silence of each worker's slot adverts from due − 10 s (a listener on its own connection): ${gapOf.join(", ") || "none heard"}`);
     const reasons = new Map<string, number>();
     for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
     if (reasons.size > 0) lines.push(`attempt errors: ${[...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; ")}`);
@@ -269,6 +290,7 @@ export async function run(args: string[]): Promise<void> {
       lost: jobs - runs.length, duplicates: runs.filter((r) => executions(r) > 1).length,
       event_loop_ms: loopMs,
       partitions_lost: lostPartitions.length,
+      advert_max_gap_ms: Math.max(0, ...[...advertGaps.values()].map((g) => g.maxGapMs)),
       kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
       kv_ops_by_op: kvByOp,
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
