@@ -2,8 +2,8 @@
  * How long a process could listen: the rule membership (membership.ts) and the worker directory
  * (src/jobs/worker-directory.ts) judge silence by. A peer's heartbeat that waits in this process's
  * socket while its event loop is stalled proves nothing about the peer; expiring it for that time
- * drops live peers — the scheduler that released its partitions after a 4.7 s stall, the fleet
- * actor that saw capacity 0 ten seconds into a 200,000-run burst.
+ * drops live peers — the scheduler that released its partitions after a 4.7 s stall; a worker
+ * directory that would count no capacity after one.
  *
  * The owner calls `tick()` from a timer armed every `intervalMs`; a tick that runs late by more
  * than one interval reports the time the process was deaf, and the owner credits each peer with

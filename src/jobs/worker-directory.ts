@@ -12,11 +12,11 @@
  * grant stands for, instead of waiting a redispatch delay for the next heartbeat to reveal it.
  *
  * Busy is not dead: expiry judges only time this process could listen (src/cluster/listening.ts,
- * the rule membership keeps). Under a 200,000-run burst the scheduler's loop ran seconds late,
- * the adverts waited unread, and the directory forgot every worker — capacity 0 to the fleet
- * actor, no worker to pick — while the workers were idle and advertising. A production node also
- * reads the adverts on its control connection (src/server/start.ts), so they do not queue behind
- * the run path's backlog on the data connection.
+ * the rule membership keeps) — a scheduler whose loop stalls must not forget every worker (the
+ * fleet actor's capacity 0, no worker to pick) for adverts it could not read. A production node
+ * also reads the adverts on its control connection (src/server/start.ts), so they do not queue
+ * behind the run path's backlog on the data connection. A worker that itself stops advertising
+ * (its loop busy starting a burst: ARCHITECTURE.md, Known gaps) is forgotten as before.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
