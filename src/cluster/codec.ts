@@ -7,7 +7,7 @@
  * id, its task's image) held the whole `create` message alive — 9.1 MB of a 20,000-job
  * scheduler's 143 MB live heap (heap snapshot, BENCHMARKS.md, a ninth session). Decoding in JS is
  * also faster at these sizes (429-byte create: 2.65 µs vs 3.32 µs; 99-byte heartbeat: 0.41 µs vs
- * 0.73 µs). test/unit/codec.test.ts keeps it so.
+ * 0.73 µs). test/unit/cluster/codec.test.ts keeps it so.
  */
 import type { Packr as PackrClass } from "msgpackr";
 import * as plain from "msgpackr/pack";

@@ -20,6 +20,11 @@ export class Listening {
     this.#lastTickMs = this.clock.now();
   }
 
+  /** Stops the count: `judgeAt()` is now again (a stopped owner no longer ticks). */
+  stop(): void {
+    this.#lastTickMs = undefined;
+  }
+
   /** The time silence is judged at: now, but no later than one interval past the last tick. */
   judgeAt(): number {
     const now = this.clock.now();
@@ -37,11 +42,14 @@ export class Listening {
 
 /**
  * A peer's "last seen" credited with `deafMs`: never past now, and never more than one timeout
- * plus this deaf stretch past when it was really heard. So one stall of any length drops nobody
- * (each peer has a timeout of listening after it to be heard again), and a process whose ticks
- * keep running late still drops a dead peer: within two timeouts plus two deaf stretches of when
- * it was last heard, as its credit stops growing while the clock does.
+ * plus the longest deaf stretch since it was really heard (`longestDeafMs`, this one included; the
+ * caller keeps it per peer and clears it when the peer is heard). So a stall of any length drops
+ * nobody — each peer gets a timeout of listening after it to be heard again, also when shorter
+ * late ticks follow (capping by the current stretch alone took that back at the next late tick) —
+ * and a process whose ticks keep running late still drops a dead peer: once it has listened for
+ * a timeout past heard + timeout + the longest stretch, as the credit stops growing while the
+ * clock does (within two timeouts, two of the longest stretches and a tick of when it was heard).
  */
-export function creditedSeen(seenMs: number, heardMs: number, deafMs: number, nowMs: number, timeoutMs: number): number {
-  return Math.min(nowMs, seenMs + deafMs, heardMs + timeoutMs + deafMs);
+export function creditedSeen(seenMs: number, heardMs: number, deafMs: number, nowMs: number, timeoutMs: number, longestDeafMs: number): number {
+  return Math.min(nowMs, seenMs + deafMs, heardMs + timeoutMs + Math.max(deafMs, longestDeafMs));
 }

@@ -31,6 +31,8 @@ export interface Peer extends MemberInfo {
   lastSeenMs: number;
   /** When its heartbeat was last actually heard (`lastSeenMs` may be credited beyond it). */
   heardMs?: number;
+  /** The longest stretch this node could not listen since then (listening.ts `creditedSeen`). */
+  longestDeafMs?: number;
 }
 
 /** Pure: the live members at `nowMs` (sorted ids). */
@@ -153,7 +155,10 @@ export class Membership {
     // past when it was last heard (review finding 3).
     const deaf = this.#listening.tick();
     if (deaf > 0) {
-      for (const p of this.#peers.values()) p.lastSeenMs = creditedSeen(p.lastSeenMs, p.heardMs ?? p.lastSeenMs, deaf, now, this.#o.failureTimeoutMs);
+      for (const p of this.#peers.values()) {
+        p.longestDeafMs = Math.max(p.longestDeafMs ?? 0, deaf);
+        p.lastSeenMs = creditedSeen(p.lastSeenMs, p.heardMs ?? p.lastSeenMs, deaf, now, this.#o.failureTimeoutMs, p.longestDeafMs);
+      }
     }
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
     if (!nc.isClosed()) {

@@ -31,6 +31,8 @@ interface Entry extends WorkerAdvert {
   seenMs: number;
   /** When its advert was really last processed. */
   heardMs: number;
+  /** The longest stretch this process could not listen since then (listening.ts `creditedSeen`). */
+  longestDeafMs: number;
   reserved: number;
   /** Refused an offer since its last heartbeat. */
   refused: boolean;
@@ -70,11 +72,12 @@ export class WorkerDirectory {
     this.#sub?.unsubscribe();
     this.#cancelTick?.();
     this.#cancelTick = undefined;
+    this.#listening.stop(); // no tick any more: judge by the clock, or nothing would expire
   }
 
   observe(a: WorkerAdvert): void {
     const now = this.clock.now();
-    this.#workers.set(a.worker_id, { ...a, seenMs: now, heardMs: now, reserved: 0, refused: false });
+    this.#workers.set(a.worker_id, { ...a, seenMs: now, heardMs: now, longestDeafMs: 0, reserved: 0, refused: false });
   }
 
   #armTick(): void {
@@ -82,7 +85,10 @@ export class WorkerDirectory {
       const deaf = this.#listening.tick();
       if (deaf > 0) {
         const now = this.clock.now();
-        for (const w of this.#workers.values()) w.seenMs = creditedSeen(w.seenMs, w.heardMs, deaf, now, this.expireAfterMs);
+        for (const w of this.#workers.values()) {
+          w.longestDeafMs = Math.max(w.longestDeafMs, deaf);
+          w.seenMs = creditedSeen(w.seenMs, w.heardMs, deaf, now, this.expireAfterMs, w.longestDeafMs);
+        }
       }
       this.#armTick();
     });

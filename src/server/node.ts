@@ -81,7 +81,7 @@ export class KairosNode {
   readonly #workerKinds = new Map<string, ReadonlySet<string>>();
   #cancelSweep: (() => void) | undefined;
   #drain: (() => Promise<void>) | undefined;
-  /** The control-plane connection (membership, leases, worker adverts); none under an injected transport. */
+  /** The control-plane connection (membership, leases, reading worker adverts); none under an injected transport. */
   #control: Bus | undefined;
   #stopping = false;
 
@@ -121,7 +121,7 @@ export class KairosNode {
     return this.#nc;
   }
   /**
-   * The control-plane connection (membership, partition leases, the worker directory's adverts):
+   * The control-plane connection (membership, partition leases, the worker directory's reading of adverts):
    * little traffic, so what arrives there never waits behind a burst on the data connection.
    * Under an injected transport (the simulation), the data bus.
    */

@@ -139,8 +139,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   });
   node.onConnected((n) => {
     // Only job actors (schedulers) pick workers; other identities may not read the adverts. They
-    // come on the control connection, never behind the run path's backlog on the data connection
-    // (worker-directory.ts, "Busy is not dead").
+    // are read on the control connection, never behind the run path's backlog on the data
+    // connection (worker-directory.ts, "Busy is not dead"); workers send them on their data one.
     if (config.roles.includes("scheduler")) directory.start(n.control, config.clusterName);
     const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
     // Tenant records change rarely: read through a 10 s cache (bounded).
@@ -184,7 +184,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: node.nc, advertNc: node.control, router: node.workerRouter, executor, clock: systemClock, log: logFn,
+      nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     });
     await worker.start();

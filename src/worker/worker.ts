@@ -59,8 +59,6 @@ export interface WorkerOptions {
   /** Safety margin of self-fencing (default: 20% of the lease TTL, 250 ms to 2 s). */
   leaseSafetyMarginMs?: number;
   nc: Bus;
-  /** Where slot adverts go out (a node's control connection: never behind run traffic); default `nc`. */
-  advertNc?: Bus;
   router: ActorRouter;
   executor: Executor;
   clock: Clock;
@@ -736,8 +734,9 @@ export class Worker {
 
   /** The slot advert; a draining worker advertises no free slot. */
   #advertise(): void {
-    const { clusterName, workerId, slots } = this.#o;
-    const nc = this.#o.advertNc ?? this.#o.nc;
+    // On the data connection, the path offers take: an advert proves it (a worker whose data
+    // connection is down must not go on advertising free slots from another).
+    const { nc, clusterName, workerId, slots } = this.#o;
     if (nc.isClosed()) return;
     const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
     nc.publish(workerAdvertSubject(clusterName), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));

@@ -93,6 +93,19 @@ it("one stall of any length drops nobody: each peer gets a failure timeout of li
   assert.deepEqual(left, []);
 });
 
+it("a stall followed by a shorter late tick drops nobody: the cap keeps the longest stretch since the peer was heard (review)", () => {
+  const { clock, left, beatFrom } = setup();
+  clock.t = 400;
+  beatFrom("n2");
+  clock.t = 500;
+  clock.runTimers();
+  clock.t = 10_000; // deaf 9,000: n2 credited to 9,400
+  clock.runTimers();
+  clock.t = 11_200; // deaf 700: capped by this stretch alone, n2 fell back to 4,100 and was dropped
+  clock.runTimers();
+  assert.deepEqual(left, [], "dropped after ~1,100 ms of listening since the stall");
+});
+
 it("a dead peer is still dropped when this node's own ticks keep running late (two timeouts and two deaf stretches)", () => {
   const { clock, left, beatFrom } = setup();
   beatFrom("n2"); // heard at 0, never again
