@@ -60,7 +60,7 @@ class ProcessExecution implements Execution {
     const workerPath = process.env["PATH"] ?? DEFAULT_PATH;
     const env: Record<string, string> = { PATH: workerPath, ...taskEnv(task, id) };
     const deadlineS = ((task.timeoutS * 1000 + cfg.process.killGraceMs + SUPERVISOR_SLACK_MS) / 1000).toFixed(3);
-    this.#child = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, SUPERVISOR_NAME, workerPath, deadlineS, program, ...rest], {
+    this.#child = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, SUPERVISOR_NAME, workerPath, String(process.pid), deadlineS, program, ...rest], {
       env,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],

@@ -37,14 +37,21 @@ export const WATCHDOG_POLL_S = 0.25;
 
 /**
  * `sh -c` script of the process supervisor. $0 = name, $1 = PATH for the watchdog's own
- * `sleep`, $2 = deadline in seconds, $3… = the task's program and arguments. Nothing is
- * assigned in the main shell, so the task's environment reaches the task unchanged.
+ * `sleep`, $2 = the worker's pid, $3 = deadline in seconds, $4… = the task's program and
+ * arguments. Nothing is assigned in the main shell, so the task's environment reaches the task
+ * unchanged.
+ *
+ * The worker's pid is passed, not read from `$PPID`: a worker killed between the spawn and the
+ * shell's start left `$PPID` naming the process the task was reparented to, which the watchdog
+ * then took for a live worker — the task ran on to its deadline while the run was offered
+ * elsewhere (the ledger chaos test, seed 7321: a kill -9 of the worker 114 ms before its task's
+ * first line, two executions of one run overlapping by 1.6 s).
  */
 export const PROCESS_SUPERVISOR = `(
   trap '' TERM INT HUP QUIT PIPE
   exec </dev/null >/dev/null
   PATH=$1
-  kairos_w=$PPID
+  kairos_w=$2
   if [ -r /proc/$$/stat ]; then
     kairos_alive() {
       { read -r kairos_s </proc/$$/stat; } 2>/dev/null || return 1
@@ -60,11 +67,11 @@ export const PROCESS_SUPERVISOR = `(
     kairos_alive() { kill -0 "$kairos_w" 2>/dev/null; }
   fi
   ( while kairos_alive; do sleep ${WATCHDOG_POLL_S}; done; kill -KILL 0 ) &
-  sleep "$2"
+  sleep "$3"
   printf '\\n[kairos] task killed by its supervisor: deadline passed\\n' >&2
   kill -KILL 0
 ) &
-shift 2
+shift 3
 exec "$@"
 `;
 

@@ -21,6 +21,7 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { createExecutor, DOCKER_LABEL, type ExecutionResult, type Executor, type ExecutorOptions, type RunIdentity, type TaskSpec } from "../../../src/sandbox/index.ts";
 import type { DockerExecutor } from "../../../src/sandbox/docker.ts";
+import { PROCESS_SUPERVISOR } from "../../../src/sandbox/supervisor.ts";
 import { armContainerEvent, containersOfRun, dockerClient, dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
 import { identity, task, uniqueWorkerId } from "./fixtures.ts";
 
@@ -132,6 +133,20 @@ describe("process executor: the deadline holds without the worker", () => {
     await waitFor(`process group ${pgid} to be gone`, 5_000, async () => (await groupMembers(pgid)).length === 0);
     assert.ok(Date.now() - t0 < 5_000);
     assert.equal(await w.result, undefined, "the killed worker reported nothing");
+  });
+
+  it("kills a task at once whose worker was gone before its supervisor started (the worker's pid is passed, not read from $PPID)", async () => {
+    // A worker killed between the spawn and the shell's start: the shell's $PPID already named the
+    // process the task was reparented to, a live one, and the task ran on to its deadline (the
+    // ledger chaos test, seed 7321). Here the given worker pid is one that has exited.
+    const gone = spawn("true");
+    await once(gone, "exit");
+    const task = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, "kairos-supervisor", process.env["PATH"] ?? "/usr/bin:/bin", String(gone.pid), "60", "sleep", "300"], { detached: true, stdio: "ignore" });
+    if (task.pid !== undefined) pgids.push(task.pid);
+    const t0 = Date.now();
+    const [, signal] = (await once(task, "exit")) as [number | null, NodeJS.Signals | null];
+    assert.equal(signal, "SIGKILL", "killed by its watchdog");
+    assert.ok(Date.now() - t0 < 5_000, `killed ${Date.now() - t0} ms after it started`);
   });
 
   it("kills the task as soon as its worker is frozen (SIGSTOP: it can no longer fence itself)", async () => {
