@@ -40,16 +40,25 @@ export class Listening {
   }
 }
 
+/** What a peer's credit is bounded by (membership's peers, the directory's workers). */
+export interface Heard {
+  /** When it was really last heard (its "last seen" may be credited beyond it). */
+  heardMs: number;
+  /** The longest stretch this process could not listen since then (0 when heard). */
+  longestDeafMs: number;
+}
+
 /**
- * A peer's "last seen" credited with `deafMs`: never past now, and never more than one timeout
- * plus the longest deaf stretch since it was really heard (`longestDeafMs`, this one included; the
- * caller keeps it per peer and clears it when the peer is heard). So a stall of any length drops
- * nobody — each peer gets a timeout of listening after it to be heard again, also when shorter
- * late ticks follow (capping by the current stretch alone took that back at the next late tick) —
- * and a process whose ticks keep running late still drops a dead peer: once it has listened for
- * a timeout past heard + timeout + the longest stretch, as the credit stops growing while the
- * clock does (within two timeouts, two of the longest stretches and a tick of when it was heard).
+ * A peer's "last seen" credited with `deafMs` this process could not listen (and its longest
+ * stretch updated): never past now, and never more than one timeout plus the longest deaf stretch
+ * since it was really heard (this one included). So a stall of any length drops nobody — each
+ * peer gets a timeout of listening after it to be heard again, also when shorter late ticks follow
+ * (capping by the current stretch alone took that back at the next late tick) — and a process
+ * whose ticks keep running late still drops a dead peer: once it has listened for a timeout past
+ * heard + timeout + the longest stretch, as the credit stops growing while the clock does (within
+ * two timeouts, two of the longest stretches and a tick of when it was heard).
  */
-export function creditedSeen(seenMs: number, heardMs: number, deafMs: number, nowMs: number, timeoutMs: number, longestDeafMs: number): number {
-  return Math.min(nowMs, seenMs + deafMs, heardMs + timeoutMs + Math.max(deafMs, longestDeafMs));
+export function creditedSeen(peer: Heard, seenMs: number, deafMs: number, nowMs: number, timeoutMs: number): number {
+  peer.longestDeafMs = Math.max(peer.longestDeafMs, deafMs);
+  return Math.min(nowMs, seenMs + deafMs, peer.heardMs + timeoutMs + peer.longestDeafMs);
 }

@@ -18,7 +18,7 @@ import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
 import type { KvStore } from "./kv.ts";
-import { creditedSeen, Listening } from "./listening.ts";
+import { creditedSeen, Listening, type Heard } from "./listening.ts";
 
 export interface MemberInfo {
   nodeId: string;
@@ -27,12 +27,9 @@ export interface MemberInfo {
   startedAtMs: number;
 }
 
-export interface Peer extends MemberInfo {
+export interface Peer extends MemberInfo, Heard {
+  /** When last heard, credited with time this node could not listen (listening.ts `creditedSeen`). */
   lastSeenMs: number;
-  /** When its heartbeat was last actually heard (`lastSeenMs` may be credited beyond it). */
-  heardMs?: number;
-  /** The longest stretch this node could not listen since then (listening.ts `creditedSeen`). */
-  longestDeafMs?: number;
 }
 
 /** Pure: the live members at `nowMs` (sorted ids). */
@@ -70,7 +67,8 @@ export class Membership {
     this.#o = o;
     this.#listening = new Listening(o.clock, o.heartbeatIntervalMs);
     this.#listening.start();
-    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: o.clock.now() });
+    const t0 = o.clock.now();
+    this.#peers.set(o.self.nodeId, { ...o.self, lastSeenMs: t0, heardMs: t0, longestDeafMs: 0 });
   }
 
   /**
@@ -156,11 +154,10 @@ export class Membership {
     const deaf = this.#listening.tick();
     if (deaf > 0) {
       for (const p of this.#peers.values()) {
-        p.longestDeafMs = Math.max(p.longestDeafMs ?? 0, deaf);
-        p.lastSeenMs = creditedSeen(p.lastSeenMs, p.heardMs ?? p.lastSeenMs, deaf, now, this.#o.failureTimeoutMs, p.longestDeafMs);
+        p.lastSeenMs = creditedSeen(p, p.lastSeenMs, deaf, now, this.#o.failureTimeoutMs);
       }
     }
-    this.#peers.set(self.nodeId, { ...self, lastSeenMs: now });
+    this.#peers.set(self.nodeId, { ...self, lastSeenMs: now, heardMs: now, longestDeafMs: 0 });
     if (!nc.isClosed()) {
       nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode(self));
       if (this.#beats++ % 4 === 0) {
@@ -194,7 +191,7 @@ export class Membership {
     if (!fromScheduler && this.#isScheduler(prev)) return;
     const info = fromScheduler ? raw : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
     const heard = this.#o.clock.now();
-    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard });
+    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard, longestDeafMs: 0 });
     if (!prev || prev.incarnation !== info.incarnation) {
       this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
       this.#o.onChange();

@@ -22,17 +22,13 @@ import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
-import { creditedSeen, Listening } from "../cluster/listening.ts";
+import { creditedSeen, Listening, type Heard } from "../cluster/listening.ts";
 import { workerAdvertSubject, type WorkerAdvert } from "../protocol/worker.ts";
 
 
-interface Entry extends WorkerAdvert {
+interface Entry extends WorkerAdvert, Heard {
   /** When last heard, credited with time this process could not listen. */
   seenMs: number;
-  /** When its advert was really last processed. */
-  heardMs: number;
-  /** The longest stretch this process could not listen since then (listening.ts `creditedSeen`). */
-  longestDeafMs: number;
   reserved: number;
   /** Refused an offer since its last heartbeat. */
   refused: boolean;
@@ -86,8 +82,7 @@ export class WorkerDirectory {
       if (deaf > 0) {
         const now = this.clock.now();
         for (const w of this.#workers.values()) {
-          w.longestDeafMs = Math.max(w.longestDeafMs, deaf);
-          w.seenMs = creditedSeen(w.seenMs, w.heardMs, deaf, now, this.expireAfterMs, w.longestDeafMs);
+          w.seenMs = creditedSeen(w, w.seenMs, deaf, now, this.expireAfterMs);
         }
       }
       this.#armTick();

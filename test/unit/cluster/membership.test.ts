@@ -5,40 +5,17 @@
  */
 import { it } from "node:test";
 import assert from "node:assert/strict";
-import type { Bus, BusSubscribeOptions } from "../../../src/cluster/bus.ts";
+import type { BusSubscribeOptions } from "../../../src/cluster/bus.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { EventBus } from "../../../src/cluster/events.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { Membership } from "../../../src/cluster/membership.ts";
-import type { Clock } from "../../../src/lib/clock.ts";
-
-/** A clock whose time moves only when told, and whose timers run only when told (a stalled loop). */
-class StallClock implements Clock {
-  t = 0;
-  timers: (() => void)[] = [];
-  now(): number { return this.t; }
-  monoMs(): number { return this.t; }
-  setTimer(_ms: number, fn: () => void): () => void {
-    this.timers.push(fn);
-    return () => undefined;
-  }
-  runTimers(): void {
-    const due = this.timers;
-    this.timers = [];
-    for (const f of due) f();
-  }
-}
+import { StallClock, stubBus } from "../../support/stall.ts";
 
 function setup() {
   const clock = new StallClock();
   const subs = new Map<string, BusSubscribeOptions>();
-  const bus: Bus = {
-    publish: () => undefined,
-    request: () => Promise.reject(new Error("unused")),
-    subscribe: (subject, opts) => { subs.set(subject, opts); return { unsubscribe: () => undefined }; },
-    flush: async () => undefined,
-    isClosed: () => false,
-  };
+  const bus = stubBus(subs);
   const left: string[] = [];
   const events = new EventBus();
   events.on((e) => { if (e.type === "member_left") left.push(e.nodeId); });

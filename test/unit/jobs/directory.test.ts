@@ -1,43 +1,21 @@
 /** The worker directory on a FakeClock and a seeded Random: pick, reservations, markFull, expiry. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { Bus, BusSubscribeOptions } from "../../../src/cluster/bus.ts";
+import type { BusSubscribeOptions } from "../../../src/cluster/bus.ts";
 import { encode } from "../../../src/cluster/codec.ts";
-import { FakeClock, type Clock } from "../../../src/lib/clock.ts";
+import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
+import { StallClock, stubBus } from "../../support/stall.ts";
 
 const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
-
-/** A clock whose time moves only when told, and whose timers run only when told (a stalled loop). */
-class StallClock implements Clock {
-  t = 0;
-  timers = new Set<() => void>();
-  now(): number { return this.t; }
-  monoMs(): number { return this.t; }
-  setTimer(_ms: number, fn: () => void): () => void {
-    this.timers.add(fn);
-    return () => this.timers.delete(fn);
-  }
-  runTimers(): void {
-    const due = [...this.timers];
-    this.timers.clear();
-    for (const f of due) f();
-  }
-}
 
 /** A started directory (expiry 1,500 ms: a 500 ms tick) on a stall clock; `advertise` delivers an advert. */
 function started() {
   const clock = new StallClock();
   const subs = new Map<string, BusSubscribeOptions>();
-  const bus: Bus = {
-    publish: () => undefined,
-    request: () => Promise.reject(new Error("unused")),
-    subscribe: (subject, opts) => { subs.set(subject, opts); return { unsubscribe: () => subs.delete(subject) }; },
-    flush: async () => undefined,
-    isClosed: () => false,
-  };
+  const bus = stubBus(subs);
   const dir = new WorkerDirectory(clock, seededRandom(9), 1_500, { optimistic: true });
   dir.start(bus, "c");
   const advertise = (worker_id: string, free: number) =>
