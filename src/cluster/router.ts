@@ -28,6 +28,13 @@ export interface ActorRequest {
 /** Several requests for actors of one partition in one NATS message (e.g. worker heartbeats). */
 export interface BatchRequest {
   b: ActorRequest[];
+  /**
+   * 1: answer once every item is answered (completion reports: an unknown outcome is sent again,
+   * so an early "pending" would only cost a copy). Otherwise each item has a budget
+   * (src/server/batch-answer.ts) and answers `unavailable` past it (heartbeats: one item queued
+   * behind a busy actor must not hold back the acknowledgements of the others).
+   */
+  w?: 1;
 }
 
 /** One item's outcome in a batch reply. */
@@ -106,9 +113,10 @@ export class ActorRouter {
   /**
    * Sends many messages with one NATS request per partition (bounded to `MAX_BATCH` items each)
    * and returns one result per item, in input order. A partition that does not answer within
-   * `deadlineMs` yields `no_owner` for its items; callers retry on their next round.
+   * `deadlineMs` yields `no_owner` for its items; callers retry on their next round. `patient`:
+   * each request is answered once all its items are (`BatchRequest.w`), not item by item budget.
    */
-  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number } = {}): Promise<ItemResult[]> {
+  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number; patient?: boolean } = {}): Promise<ItemResult[]> {
     const { nc, clock } = this.#o;
     const results: ItemResult[] = new Array<ItemResult>(items.length);
     const groups = new Map<number, number[]>();
@@ -123,7 +131,8 @@ export class ActorRouter {
       const chunks: number[][] = [];
       for (let i = 0; i < idx.length; i += MAX_BATCH) chunks.push(idx.slice(i, i + MAX_BATCH));
       return chunks.map(async (chunk) => {
-        const body = encode({ b: chunk.map((i) => ({ t: items[i]!.to.type, i: items[i]!.to.id, m: items[i]!.msg })) } satisfies BatchRequest);
+        const b = chunk.map((i) => ({ t: items[i]!.to.type, i: items[i]!.to.id, m: items[i]!.msg }));
+        const body = encode((opts.patient === true ? { b, w: 1 } : { b }) satisfies BatchRequest);
         let last = "no attempt made";
         for (let attempt = 0; clock.now() < deadline; attempt++) {
           try {

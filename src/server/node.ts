@@ -21,10 +21,8 @@ import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
-
-/** How long one item of a batch request may take before the batch answers it as pending. */
-export const BATCH_ITEM_BUDGET_MS = 500;
+import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
+import { answerItems } from "./batch-answer.ts";
 
 export interface NodeDeps {
   clock: Clock;
@@ -310,16 +308,8 @@ export class KairosNode {
     };
     if ("b" in req) {
       const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
-      // Each item has a budget: one item queued behind a busy actor (a claim that needs a
-      // write) must not hold back the acknowledgements of the others (answered from memory).
-      // An item past its budget answers `unavailable` (pending): the sender simply retries it.
-      void Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
-        const cancel = this.#deps.clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
-        deliver(it).then(
-          (v) => resolve({ ok: true, v }),
-          (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
-        ).finally(cancel);
-      }))).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+      // Each item answered on its own budget, or, in a patient batch, all at once (batch-answer.ts).
+      void answerItems(items, deliver, this.#deps.clock, req.w === 1).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
       return;
     }
     const one = req;

@@ -37,10 +37,8 @@
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
-import { isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import type { ActorRouter } from "../cluster/router.ts";
-import { InFlightLimiter } from "../cluster/in-flight.ts";
+import type { ActorRouter, ItemResult } from "../cluster/router.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type StartReply, type StartRequest } from "../protocol/worker.ts";
@@ -69,6 +67,8 @@ export interface WorkerOptions {
 
 interface Lease {
   req: StartRequest;
+  /** Its key in the worker's leases (run id # attempt), made once: rounds look leases up by it. */
+  key: string;
   /** Monotonic time of acceptance: an offer never acknowledged by then + TTL − margin is dropped. */
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
@@ -129,6 +129,9 @@ function coverOf(ack: Partial<HeartbeatAck> | null, l: Lease): number {
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
 
+/** How long completion reports gather before their batch goes (`#flushReports`). */
+const REPORT_COALESCE_MS = 20;
+
 /**
  * How long a completion report waits for the owner's answer before it counts as an unknown
  * outcome and a copy is sent (at most lease TTL − interval − margin, see `#reportWaitMs`), and how
@@ -158,8 +161,14 @@ export class Worker {
    * and a round 20 ms after each burst of offers, the worker spent its time walking parked leases.
    */
   readonly #awake = new Set<Lease>();
-  /** Completion reports being made (see COMPLETIONS_IN_FLIGHT). */
-  readonly #reports: InFlightLimiter;
+  /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first from `#reportHead`. */
+  #reportQueue: Lease[] = [];
+  #reportHead = 0;
+  /** Reports holding a slot: from their first copy until settled. */
+  #reportsActive = 0;
+  /** Reports whose next copy is due (they hold their slot). */
+  #reportAgain: Lease[] = [];
+  #cancelReportFlush: (() => void) | undefined;
   #subs: BusSubscription[] = [];
   #cancelBeat: (() => void) | undefined;
   #stopping = false;
@@ -171,7 +180,8 @@ export class Worker {
 
   constructor(o: WorkerOptions) {
     this.#o = o;
-    this.#reports = new InFlightLimiter(o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT);
+    const limit = o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
+    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`completionsInFlight must be a positive integer, got ${limit}`);
   }
 
   async start(): Promise<void> {
@@ -212,7 +222,7 @@ export class Worker {
     for (const l of [...this.#leases.values()]) {
       if (l.execution || l.completion || l.lost) continue;
       l.lost = true; // never started here: the owner's lease expires unstarted and it re-offers
-      this.#leases.delete(this.#key(l.req.run_id, l.req.attempt));
+      this.#leases.delete(l.key);
       dropped++;
     }
     const running = this.#leases.size;
@@ -256,6 +266,7 @@ export class Worker {
     this.#cancelBeat?.();
     this.#cancelFence?.();
     this.#cancelSoon?.();
+    this.#cancelReportFlush?.();
     for (const s of this.#subs) s.unsubscribe();
     await Promise.all([...this.#leases.values()].map((l) => this.#kill(l, "worker stopping")));
     await this.#o.executor.close();
@@ -277,7 +288,7 @@ export class Worker {
       this.#leases.delete(k);
     }
     if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
-    const lease: Lease = { req, acceptedAtMono: this.#o.clock.monoMs(), due: false, lost: false };
+    const lease: Lease = { req, key: k, acceptedAtMono: this.#o.clock.monoMs(), due: false, lost: false };
     this.#leases.set(k, lease);
     this.#awake.add(lease);
     this.#enqueueStart(lease, req.start_at_ms);
@@ -405,7 +416,7 @@ export class Worker {
     this.#enforce(); // a lease that lapsed while the round was out is not revived by its reply
     await Promise.all(results.map(async (r, i) => {
       const l = live[i]!;
-      if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) !== l || l.lost) return;
+      if (this.#leases.get(l.key) !== l || l.lost) return;
       if (r.ok) {
         const ack = r.v as Partial<HeartbeatAck> | null;
         l.validUntilMono = Math.max(l.validUntilMono ?? 0, sentAt + coverOf(ack, l) - this.#margin(l));
@@ -421,7 +432,7 @@ export class Worker {
           // another attempt (a container still being created) past this one's validity.
           this.#fenceBy([l]);
         }
-        if (l.completion) void this.#report(l); // not awaited: the next round must not wait for it
+        if (l.completion) this.#report(l); // a report given up by a stall, say: sent again
         this.#parkIfCovered(l);
       } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
         this.#o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
@@ -472,7 +483,7 @@ export class Worker {
   #awakeLeases(): Lease[] {
     const out: Lease[] = [];
     for (const l of this.#awake) {
-      if (this.#leases.get(this.#key(l.req.run_id, l.req.attempt)) === l) out.push(l);
+      if (this.#leases.get(l.key) === l) out.push(l);
       else this.#awake.delete(l);
     }
     return out;
@@ -523,7 +534,7 @@ export class Worker {
         // A worker cut off for longer than the completion deadline gives the report up (the slot
         // comes back; the owner's lease expires and the run is retried).
         if (now - (l.completionSinceMono ?? now) > this.#o.completionDeadlineMs) {
-          this.#leases.delete(this.#key(l.req.run_id, l.req.attempt));
+          this.#leases.delete(l.key);
           this.#onLeaseGone?.();
           this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: l.req.run_id });
         }
@@ -591,7 +602,7 @@ export class Worker {
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
     if (lease.cancelled) return this.#reportCancelled(lease, r);
     if (lease.lost) {
-      this.#leases.delete(this.#key(lease.req.run_id, lease.req.attempt));
+      this.#leases.delete(lease.key);
       this.#onLeaseGone?.();
       return;
     }
@@ -608,7 +619,7 @@ export class Worker {
         started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
       };
     lease.completionSinceMono = this.#o.clock.monoMs();
-    await this.#report(lease);
+    this.#report(lease);
   }
 
   /**
@@ -618,74 +629,138 @@ export class Worker {
    * report waits in its mailbox (run-lifecycle.ts `onLeaseExpired`, `pending`) and from each
    * copy's arrival; the lease is not heartbeated while a copy is on the wire, so should the first
    * be lost, the next must arrive within the TTL of the last heartbeat before the attempt ended
-   * (at most one interval earlier). A copy finding the first still queued shares its turn.
+   * (at most one interval earlier) — less the gathering before the next copy's batch goes
+   * (REPORT_COALESCE_MS). A copy finding the first still queued shares its turn.
    */
   #reportWaitMs(l: Lease): number {
     const wait = Math.min(this.#o.completionDeadlineMs, this.#o.completionWaitMs ?? COMPLETION_WAIT_MS);
-    return Math.max(MIN_REPORT_WAIT_MS, Math.min(wait, l.req.lease_ttl_ms - this.#o.heartbeatIntervalMs - this.#margin(l)));
+    return Math.max(MIN_REPORT_WAIT_MS, Math.min(wait, l.req.lease_ttl_ms - this.#o.heartbeatIntervalMs - this.#margin(l) - REPORT_COALESCE_MS));
   }
 
   /**
    * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
-   * report is given up (completionDeadlineMs). While a copy is on the wire the lease is not
-   * heartbeated (its arrival keeps the lease); while it waits for a free report slot or between
-   * copies, it is. A burst's ended attempts then cost their owner one message each while it is
-   * answered within the wait — before, each was also heartbeated every round (90,000 heartbeats a
-   * round at the 200,000-run burst's due second, BENCHMARKS.md).
+   * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
+   * patient request per partition carries every report due within REPORT_COALESCE_MS (a burst's
+   * 200,000 completions were 200,000 requests, a socket write each, on the worker and on the
+   * owner). While a copy is on the wire the lease is not heartbeated (its arrival keeps the
+   * lease); while it waits for a free report slot or between copies, it is. A burst's ended
+   * attempts then cost their owner one item each while it is answered within the wait — before,
+   * each was also heartbeated every round (90,000 heartbeats a round at the 200,000-run burst's
+   * due second, BENCHMARKS.md).
    */
-  async #report(lease: Lease): Promise<void> {
+  #report(lease: Lease): void {
     if (lease.reporting) return;
     lease.reporting = true;
-    const k = this.#key(lease.req.run_id, lease.req.attempt);
-    try {
-      // Not sent once given up (completionDeadlineMs) or settled while it waited for its turn.
-      await this.#reports.run(async () => {
-        while (this.#leases.get(k) === lease && !lease.lost) {
-          const sentAt = this.#o.clock.monoMs();
-          lease.reportOnWire = true;
-          let settled: boolean;
-          try {
-            settled = await this.#reportOnce(lease);
-          } finally {
-            lease.reportOnWire = false;
-          }
-          if (settled) return;
-          // A failure faster than the wait (no responder, a closed connection) waits out the
-          // rest; meanwhile heartbeat rounds carry the lease again.
-          const rest = sentAt + this.#reportWaitMs(lease) - this.#o.clock.monoMs();
-          if (rest > 0) await new Promise<void>((r) => this.#o.clock.setTimer(rest, r));
-        }
-      });
-    } finally {
-      lease.reporting = false;
-      this.#onLeaseGone?.();
-    }
+    this.#reportQueue.push(lease);
+    this.#flushReportsSoon();
   }
 
-  /** One copy of a completion report; true when settled (answered, or given up). */
-  async #reportOnce(lease: Lease): Promise<boolean> {
-    const { req } = lease;
-    const k = this.#key(req.run_id, req.attempt);
-    try {
-      await this.#o.router.request({ type: JOB_ACTOR, id: req.job_actor }, {
-        kind: "complete", run_id: req.run_id, fence: req.fence, worker: this.#o.workerId, ...lease.completion!,
-      }, { deadlineMs: this.#reportWaitMs(lease) });
-      if (this.#leases.get(k) === lease) this.#leases.delete(k);
-      this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
-      return true;
-    } catch (e) {
-      if (isKairosError(e, "stale_fence") || isKairosError(e, "not_found")) {
-        if (this.#leases.get(k) === lease) this.#leases.delete(k);
-        this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
-        return true;
-      }
-      if (this.#o.clock.monoMs() - (lease.completionSinceMono ?? 0) > this.#o.completionDeadlineMs) {
-        if (this.#leases.get(k) === lease) this.#leases.delete(k);
-        this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: String(e) });
-        return true;
-      }
-      return false; // unknown outcome: the next copy goes
+  /** Still to be reported: held here and not lost (settled, given up or killed meanwhile otherwise). */
+  #reportable(l: Lease): boolean {
+    return this.#leases.get(l.key) === l && !l.lost;
+  }
+
+  #flushReportsSoon(): void {
+    if (this.#cancelReportFlush || this.#stopping) return;
+    this.#cancelReportFlush = this.#o.clock.setTimer(REPORT_COALESCE_MS, () => {
+      this.#cancelReportFlush = undefined;
+      this.#flushReports();
+    });
+  }
+
+  /**
+   * One batch: the next copy of every report whose wait ended, and first copies while report
+   * slots are free (COMPLETIONS_IN_FLIGHT; a report holds its slot from its first copy until it is
+   * settled, the rest wait here, heartbeated, in the order their attempts ended).
+   */
+  #flushReports(): void {
+    const batch: Lease[] = [];
+    const again = this.#reportAgain;
+    this.#reportAgain = [];
+    for (const l of again) {
+      if (this.#reportable(l)) batch.push(l);
+      else this.#reportSettled(l, true);
     }
+    const limit = this.#o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
+    while (this.#reportsActive < limit && this.#reportHead < this.#reportQueue.length) {
+      const l = this.#reportQueue[this.#reportHead++]!;
+      if (!this.#reportable(l)) {
+        this.#reportSettled(l, false); // not sent: settled while it waited for its turn
+        continue;
+      }
+      this.#reportsActive++;
+      batch.push(l);
+    }
+    if (this.#reportHead >= this.#reportQueue.length) {
+      this.#reportQueue = [];
+      this.#reportHead = 0;
+    } else if (this.#reportHead >= 1024 && this.#reportHead * 2 >= this.#reportQueue.length) {
+      this.#reportQueue = this.#reportQueue.slice(this.#reportHead);
+      this.#reportHead = 0;
+    }
+    if (batch.length > 0) void this.#sendReports(batch);
+  }
+
+  /** A report ends (`active`: it held a report slot): the drain may be done, a waiting report may go. */
+  #reportSettled(l: Lease, active: boolean): void {
+    l.reporting = false;
+    if (active) this.#reportsActive--;
+    this.#onLeaseGone?.();
+    if (active && this.#reportHead < this.#reportQueue.length) this.#flushReportsSoon();
+  }
+
+  /**
+   * One copy of each report in `batch`. Each settles on ok, `stale_fence` or `not_found`, or is
+   * given up past completionDeadlineMs; any other answer, or none within the wait, is an unknown
+   * outcome: its next copy goes once the wait has passed since this one was sent.
+   */
+  async #sendReports(batch: Lease[]): Promise<void> {
+    const sentAt = this.#o.clock.monoMs();
+    let wait = Number.POSITIVE_INFINITY;
+    for (const l of batch) {
+      l.reportOnWire = true;
+      wait = Math.min(wait, this.#reportWaitMs(l));
+    }
+    let results: ItemResult[] = [];
+    try {
+      results = await this.#o.router.requestMany(batch.map((l) => ({
+        to: { type: JOB_ACTOR, id: l.req.job_actor },
+        msg: { kind: "complete", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId, ...l.completion! },
+      })), { deadlineMs: wait, patient: true });
+    } catch (e) {
+      this.#o.log("warn", "completion reports failed; they are sent again", { reports: batch.length, err: String(e) });
+    }
+    const later: Lease[] = [];
+    const now = this.#o.clock.monoMs();
+    batch.forEach((l, i) => {
+      l.reportOnWire = false;
+      const r = results[i];
+      const { req } = l;
+      if (r?.ok === true) {
+        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
+      } else if (r !== undefined && (r.e.code === "stale_fence" || r.e.code === "not_found")) {
+        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
+      } else if (now - (l.completionSinceMono ?? 0) > this.#o.completionDeadlineMs) {
+        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: r === undefined ? "no answer" : r.e.message });
+      } else if (this.#reportable(l)) {
+        later.push(l); // unknown outcome: the next copy goes
+        return;
+      }
+      this.#reportSettled(l, true);
+    });
+    if (later.length === 0) return;
+    // A failure faster than the wait (no responder, a closed connection) waits out the rest;
+    // meanwhile heartbeat rounds carry the leases again.
+    const queueAgain = () => {
+      for (const l of later) this.#reportAgain.push(l);
+      this.#flushReportsSoon();
+    };
+    const rest = sentAt + wait - now;
+    if (rest > 0) this.#o.clock.setTimer(rest, queueAgain);
+    else queueAgain();
   }
 
   #cancel(c: CancelRequest): void {
@@ -726,7 +801,7 @@ export class Worker {
   /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
   async #kill(lease: Lease, why: string, immediate = false): Promise<void> {
     lease.lost = true;
-    const k = this.#key(lease.req.run_id, lease.req.attempt);
+    const k = lease.key;
     if (this.#leases.get(k) === lease) this.#leases.delete(k);
     this.#onLeaseGone?.();
     if (lease.execution) await lease.execution.kill(why, { immediate });

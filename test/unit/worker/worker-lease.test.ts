@@ -107,6 +107,8 @@ class Owner {
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
   readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
+  /** Requests that carried completion reports (each a patient batch of one or more). */
+  completeRequests = 0;
   /** Runs whose acknowledgements carry a cover: run id → the owner's lease end (start_at + TTL). */
   readonly coverUntil = new Map<string, number>();
   /** Covers are sent as a string (a malformed reply). */
@@ -114,6 +116,20 @@ class Owner {
   constructor(private readonly clock: SimClock) {}
   handle(m: BusMsg): void {
     const req = decode<ActorRequest | BatchRequest>(m.data);
+    if ("b" in req && req.b.every((it) => (it.m as { kind: string }).kind === "complete")) {
+      // A batch of completion reports (patient: answered once every item is, or never when silent).
+      assert.equal(req.w, 1, "completion reports are sent as patient batches");
+      this.completeRequests++;
+      for (const it of req.b) {
+        const msg = it.m as { run_id: string; outcome: string };
+        this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete, outcome: msg.outcome });
+      }
+      if (this.complete === "silent") return;
+      const e = this.complete === "internal" ? { code: "internal" as const, message: "internal error" } : { code: "stale_fence" as const, message: "stale fence" };
+      const v: ItemResult[] = req.b.map(() => (this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e }));
+      m.respond(encode({ ok: true, v } satisfies ActorReply));
+      return;
+    }
     if ("b" in req) {
       const answered = this.hb !== "silent";
       for (const it of req.b) {
@@ -488,8 +504,10 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     t.owner.complete = "silent";
     t.executor.exit("r1#1");
     const exitedAt = t.sim.now();
-    await t.runTo(exitedAt + 4_500); // copies at +0, +2 s, +4 s (2 s wait here)
-    assert.equal(t.owner.completes.length, 3, "a copy each wait");
+    // Copies a 2 s wait apart, each after the reports' gathering (REPORT_COALESCE_MS, 20 ms): the
+    // first at the next timer (the heartbeat tick at +500 ms), then +2.52 s, +4.54 s.
+    await t.runTo(exitedAt + 4_600);
+    assert.equal(t.owner.completes.length, 3, `a copy each wait: ${JSON.stringify(t.owner.completes.map((c) => c.at - exitedAt))}`);
     assert.deepEqual(t.evs("completed"), []);
     // A round already out when the task ended may still arrive; none after.
     const hbAfter = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + HB);
@@ -560,6 +578,21 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     await t.runTo(t.sim.now() + 2_000 + 3 * HB);
     assert.deepEqual(t.evs("completed").map((e) => e.run_id).sort(), ["r1", "r2", "r3", "r4"]);
     assert.deepEqual(t.evs("self_fenced"), []);
+    await t.worker.stop();
+  });
+
+  it("attempts that end together are reported in one request per partition, not one each", T, async () => {
+    // A burst's completions were a request each (200,000 at the 200,000-run burst): on the
+    // worker a socket write each, on the owner a message to parse and answer each.
+    const t = await setup();
+    for (const r of ["r1", "r2", "r3", "r4"]) assert.deepEqual(await t.offer(r, 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 4);
+    for (const r of ["r1", "r2", "r3", "r4"]) t.executor.exit(`${r}#1`);
+    await t.runTo(t.sim.now() + 2 * HB);
+    assert.deepEqual(t.evs("completed").map((e) => e.run_id).sort(), ["r1", "r2", "r3", "r4"]);
+    assert.equal(t.owner.completes.length, 4);
+    assert.equal(t.owner.completeRequests, 1, "the four reports (one job actor: one partition) in one request");
     await t.worker.stop();
   });
 
