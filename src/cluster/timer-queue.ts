@@ -11,6 +11,13 @@ interface Entry<T> {
   key: string;
   payload: T;
   live: boolean;
+  /** Its key's group (`#groups`), found once when the key is first scheduled. */
+  group: Group | undefined;
+}
+
+interface Group {
+  name: string;
+  keys: Set<string>;
 }
 
 export class TimerQueue<T> {
@@ -24,7 +31,7 @@ export class TimerQueue<T> {
    * (scanning every key per partition lost took 4 s of one CPU when a node dropped 64 partitions
    * holding 400,000 timers).
    */
-  #groups = new Map<string, Set<string>>();
+  #groups = new Map<string, Group>();
   #seq = 0;
   #armedFor = Number.POSITIVE_INFINITY;
   #cancelHost: (() => void) | undefined;
@@ -55,9 +62,8 @@ export class TimerQueue<T> {
   schedule(key: string, dueMs: number, payload: T): void {
     const old = this.#byKey.get(key);
     if (old) old.live = false;
-    const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true };
+    const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true, group: old ? old.group : this.#join(key) };
     this.#byKey.set(key, e);
-    if (!old) this.#group(key, true);
     this.#push(e);
     if (dueMs < this.#armedFor) this.#arm();
   }
@@ -67,30 +73,38 @@ export class TimerQueue<T> {
     if (!e) return false;
     e.live = false;
     this.#byKey.delete(key);
-    this.#group(key, false);
+    this.#leave(e);
     return true;
   }
 
-  /** Adds `key` to its group's set, or removes it. */
-  #group(key: string, add: boolean): void {
+  /**
+   * Adds `key` to its group's set (made if none); the entry keeps the group, so cancelling or
+   * firing it finds the set without cutting and hashing the key's group text again (`#group`
+   * was ~2 % of the scheduler in the 200,000 burst's profile).
+   */
+  #join(key: string): Group | undefined {
     const i = key.indexOf("|");
-    if (i < 0) return;
-    const g = key.slice(0, i + 1);
-    let set = this.#groups.get(g);
-    if (add) {
-      if (!set) this.#groups.set(g, (set = new Set()));
-      set.add(key);
-    } else if (set) {
-      set.delete(key);
-      if (set.size === 0) this.#groups.delete(g);
-    }
+    if (i < 0) return undefined;
+    const name = key.slice(0, i + 1);
+    let g = this.#groups.get(name);
+    if (!g) this.#groups.set(name, (g = { name, keys: new Set() }));
+    g.keys.add(key);
+    return g;
+  }
+
+  /** Removes a live key's entry from its group (and the group once empty). */
+  #leave(e: Entry<T>): void {
+    const g = e.group;
+    if (!g) return;
+    g.keys.delete(e.key);
+    if (g.keys.size === 0 && this.#groups.get(g.name) === g) this.#groups.delete(g.name);
   }
 
   /** Cancels every timer whose key starts with `prefix` (e.g. all timers of a partition). */
   cancelPrefix(prefix: string): number {
     const i = prefix.indexOf("|");
     // A whole group (`<group>|`): its keys only. Any other prefix: a scan of every key.
-    const keys = i === prefix.length - 1 ? [...(this.#groups.get(prefix) ?? [])] : [...this.#byKey.keys()].filter((k) => k.startsWith(prefix));
+    const keys = i === prefix.length - 1 ? [...(this.#groups.get(prefix)?.keys ?? [])] : [...this.#byKey.keys()].filter((k) => k.startsWith(prefix));
     for (const k of keys) this.cancel(k);
     // Mostly dead entries (a partition's timers gone): rebuild the heap in O(n) now, instead of
     // popping each dead entry at O(log n) when the earliest one is looked for (seconds at 400,000).
@@ -156,7 +170,7 @@ export class TimerQueue<T> {
       }
       this.#pop();
       this.#byKey.delete(top.key);
-      this.#group(top.key, false);
+      this.#leave(top);
       fired++;
       this.#onFire(top.key, top.payload);
     }
