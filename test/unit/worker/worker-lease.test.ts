@@ -509,6 +509,7 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     await t.runTo(exitedAt + 4_600);
     assert.equal(t.owner.completes.length, 3, `a copy each wait: ${JSON.stringify(t.owner.completes.map((c) => c.at - exitedAt))}`);
     assert.deepEqual(t.evs("completed"), []);
+    assert.deepEqual(t.worker.leaseCounts, { held: 1, awake: 0 }, "a lease whose report is on the wire is not walked by rounds");
     // A round already out when the task ended may still arrive; none after.
     const hbAfter = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + HB);
     assert.deepEqual(hbAfter, [], "its report's arrival keeps the lease: no heartbeat while a copy is on the wire");
