@@ -352,6 +352,7 @@ export class Worker {
   #run(lease: Lease): void {
     if (lease.lost || this.#stopping || lease.execution) return;
     lease.due = false;
+    this.#stayHeard();
     const { req } = lease;
     lease.startedAtMs = this.#o.clock.now();
     lease.execution = this.#o.executor.start(
@@ -602,6 +603,7 @@ export class Worker {
   }
 
   async #complete(lease: Lease, r: ExecutionResult): Promise<void> {
+    this.#stayHeard();
     if (lease.cancelled) return this.#reportCancelled(lease, r);
     if (lease.lost) {
       this.#leases.delete(lease.key);
@@ -811,12 +813,35 @@ export class Worker {
     if (lease.execution) await lease.execution.kill(why, { immediate });
   }
 
+  /** Monotonic time of the last slot advert. */
+  #advertisedAtMono = Number.NEGATIVE_INFINITY;
+  /** Starts and completions since the advert clock was last looked at (`#stayHeard`). */
+  #sinceLook = 0;
+
+  /**
+   * Called for every start and every completion: in a long synchronous stretch of them (a
+   * burst's attempts start in one loop at their due instant, and their completions follow in
+   * microtasks) the heartbeat timer cannot fire, and a worker that sent no advert for three
+   * intervals is forgotten by the schedulers' directories — silent ≥ 9-15 s at the 200,000
+   * burst (ARCHITECTURE.md Known gaps). Every 256 calls it looks at the clock, and once an
+   * interval has passed since the last advert, sends one and flushes the connection at once (a
+   * publish is otherwise written in a microtask, after the stretch).
+   */
+  #stayHeard(): void {
+    if (++this.#sinceLook < 256) return;
+    this.#sinceLook = 0;
+    if (this.#o.clock.monoMs() - this.#advertisedAtMono < this.#o.heartbeatIntervalMs) return;
+    this.#advertise();
+    if (!this.#o.nc.isClosed()) this.#o.nc.flush().catch(() => undefined);
+  }
+
   /** The slot advert; a draining worker advertises no free slot. */
   #advertise(): void {
     // On the data connection, the path offers take: an advert proves it (a worker whose data
     // connection is down must not go on advertising free slots from another).
     const { nc, clusterName, workerId, slots } = this.#o;
     if (nc.isClosed()) return;
+    this.#advertisedAtMono = this.#o.clock.monoMs();
     const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
     nc.publish(workerAdvertSubject(clusterName), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
   }
