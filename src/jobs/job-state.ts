@@ -4,7 +4,7 @@
  * attempts, so every run transition is decided by the job actor alone and written to the run's
  * own record (runs bucket) before the job state: the record is what the API shows.
  */
-import { formatUtc } from "../schedule/index.ts";
+import { formatInstant, formatUtc } from "../schedule/index.ts";
 import type { AttemptView, JobSpec, JobView, RunStatus, RunView } from "./model.ts";
 
 export interface JobRecord {
@@ -142,8 +142,8 @@ export function jobView(s: JobState, nextRuns?: number[]): JobView {
     version: j.version,
     created_at: formatUtc(j.created_at_ms),
     updated_at: formatUtc(j.updated_at_ms),
-    next_run_at: s.next_run_at_ms === null ? null : formatUtc(s.next_run_at_ms),
-    ...(nextRuns ? { next_runs: nextRuns.map(formatUtc) } : {}),
+    next_run_at: s.next_run_at_ms === null ? null : formatInstant(s.next_run_at_ms),
+    ...(nextRuns ? { next_runs: nextRuns.map(formatInstant) } : {}),
   };
 }
 
@@ -153,7 +153,7 @@ export function activeRunView(j: JobRecord, r: ActiveRun): RunView {
     run_id: r.run_id,
     job_id: j.job_id,
     tenant_id: j.tenant_id,
-    scheduled_for: formatUtc(r.scheduled_for_ms),
+    scheduled_for: formatInstant(r.scheduled_for_ms),
     trigger: r.trigger,
     status: r.status,
     attempt: r.attempt,
@@ -179,7 +179,7 @@ export function terminalRunView(
     run_id: base.run_id,
     job_id: j.job_id,
     tenant_id: j.tenant_id,
-    scheduled_for: formatUtc(base.scheduled_for_ms),
+    scheduled_for: formatInstant(base.scheduled_for_ms),
     trigger: base.trigger,
     status,
     attempt: extra.attempt ?? 0,

@@ -33,6 +33,16 @@ export function parseInstant(text: string, field: string): number {
   }
 }
 
+/**
+ * An occurrence's instant in UTC ISO form with Z: whole seconds as `formatUtc` gives them
+ * (2026-03-08T07:00:00Z), milliseconds kept when there are any (2026-03-08T07:00:00.250Z) — an
+ * `at` may name them, and a run's `scheduled_for` cut to the second claimed it was due earlier than
+ * it was (the sustained benchmark's lag read up to 1 s too high for that alone).
+ */
+export function formatInstant(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.000Z$/, "Z");
+}
+
 /** UTC ISO form with whole seconds and Z, e.g. 2026-03-08T07:00:00Z (sub-seconds dropped). */
 export function formatUtc(ms: number): string {
   return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.000Z$/, "Z");

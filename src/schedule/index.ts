@@ -19,7 +19,7 @@ export type { CompiledSchedule, ScheduleSpec } from "./types.ts";
 export { nextOccurrences, occurrencesBetween, MAX_COUNT, MAX_WINDOW_LIMIT } from "./occurrences.ts";
 export { spreadOffsetMs, MAX_SPREAD_WINDOW_S } from "./spread.ts";
 export { validateTimeZone } from "./zone.ts";
-export { formatUtc, parseInstant } from "./at.ts";
+export { formatInstant, formatUtc, parseInstant } from "./at.ts";
 export { FIELD_AT, FIELD_CRON, FIELD_TIME_ZONE } from "./errors.ts";
 
 /** Compiled cron schedules kept for reuse; oldest evicted first. */
