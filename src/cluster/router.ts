@@ -29,12 +29,14 @@ export interface ActorRequest {
 export interface BatchRequest {
   b: ActorRequest[];
   /**
-   * 1: answer once every item is answered (completion reports: an unknown outcome is sent again,
-   * so an early "pending" would only cost a copy). Otherwise each item has a budget
-   * (src/server/batch-answer.ts) and answers `unavailable` past it (heartbeats: one item queued
-   * behind a busy actor must not hold back the acknowledgements of the others).
+   * How long (ms) the owner may take before answering the items still queued as pending
+   * (src/server/batch-answer.ts; default and floor 500 ms, at most 30 s). Heartbeats leave it
+   * out: one item queued behind a busy actor must not hold back the acknowledgements of the
+   * others. Completion reports name half their wait: a report is wanted for its effect, and an
+   * item answered pending costs a copy — yet one slow item must not cost every item of its batch
+   * a copy either (as a batch unanswered within the wait would).
    */
-  w?: 1;
+  w?: number;
 }
 
 /** One item's outcome in a batch reply. */
@@ -113,10 +115,10 @@ export class ActorRouter {
   /**
    * Sends many messages with one NATS request per partition (bounded to `MAX_BATCH` items each)
    * and returns one result per item, in input order. A partition that does not answer within
-   * `deadlineMs` yields `no_owner` for its items; callers retry on their next round. `patient`:
-   * each request is answered once all its items are (`BatchRequest.w`), not item by item budget.
+   * `deadlineMs` yields `no_owner` for its items; callers retry on their next round. `budgetMs`:
+   * how long the owner may take before answering items still queued as pending (`BatchRequest.w`).
    */
-  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number; patient?: boolean } = {}): Promise<ItemResult[]> {
+  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number; budgetMs?: number } = {}): Promise<ItemResult[]> {
     const { nc, clock } = this.#o;
     const results: ItemResult[] = new Array<ItemResult>(items.length);
     const groups = new Map<number, number[]>();
@@ -132,7 +134,7 @@ export class ActorRouter {
       for (let i = 0; i < idx.length; i += MAX_BATCH) chunks.push(idx.slice(i, i + MAX_BATCH));
       return chunks.map(async (chunk) => {
         const b = chunk.map((i) => ({ t: items[i]!.to.type, i: items[i]!.to.id, m: items[i]!.msg }));
-        const body = encode((opts.patient === true ? { b, w: 1 } : { b }) satisfies BatchRequest);
+        const body = encode((opts.budgetMs === undefined ? { b } : { b, w: opts.budgetMs }) satisfies BatchRequest);
         let last = "no attempt made";
         for (let attempt = 0; clock.now() < deadline; attempt++) {
           try {

@@ -1,24 +1,53 @@
 /**
  * How a node answers a batch request (router.ts `BatchRequest`): every item is delivered to its
- * actor at once and the batch is answered with one result per item, in order. An ordinary batch
- * (heartbeats) gives each item a budget: an item still queued behind a busy actor after
- * BATCH_ITEM_BUDGET_MS answers `unavailable` ("pending"; the sender retries it), so one slow item
- * does not hold back the acknowledgements of the others. A patient batch (`w: 1`, completion
- * reports) is answered once every item is: an early "pending" would only cost the sender a copy.
+ * actor at once and the batch is answered with one result per item, in order, once every item is
+ * answered or the batch's budget runs out — items still queued behind a busy actor then answer
+ * `unavailable` ("pending"; the sender retries them), so a slow item does not hold back the
+ * answers of the others. Heartbeats use the default budget, BATCH_ITEM_BUDGET_MS (an
+ * acknowledgement is wanted soon); completion reports name a longer one (`w`: half their wait),
+ * since a report is wanted for its effect and an item answered pending costs a copy.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
-import type { ActorRequest, ItemResult } from "../cluster/router.ts";
+import type { ActorRequest, BatchRequest, ItemResult } from "../cluster/router.ts";
 
-/** How long one item of an ordinary batch may take before the batch answers it as pending. */
+/** How long a batch's items may take before those still queued are answered as pending (default). */
 export const BATCH_ITEM_BUDGET_MS = 500;
+/** The longest budget a batch may name (`w`). */
+export const MAX_BATCH_BUDGET_MS = 30_000;
 
-export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorRequest) => Promise<unknown>, clock: Clock, patient: boolean): Promise<ItemResult[]> {
-  return Promise.all(items.map((it) => new Promise<ItemResult>((resolve) => {
-    const cancel = patient ? undefined : clock.setTimer(BATCH_ITEM_BUDGET_MS, () => resolve({ ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } }));
-    deliver(it).then(
-      (v) => resolve({ ok: true, v }),
-      (e: unknown) => resolve({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
-    ).finally(() => cancel?.());
-  })));
+const PENDING: ItemResult = { ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } };
+
+/** The budget a batch asked for (`w`, bounded), or the default. */
+export function batchBudgetMs(req: Pick<BatchRequest, "w">): number {
+  const w = req.w;
+  return typeof w === "number" && Number.isFinite(w) && w >= BATCH_ITEM_BUDGET_MS ? Math.min(w, MAX_BATCH_BUDGET_MS) : BATCH_ITEM_BUDGET_MS;
+}
+
+/** Delivers every item; resolves with each item's answer, or PENDING for those unanswered at `budgetMs`. */
+export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorRequest) => Promise<unknown>, clock: Clock, budgetMs: number): Promise<ItemResult[]> {
+  if (items.length === 0) return Promise.resolve([]);
+  return new Promise((resolve) => {
+    const out: (ItemResult | undefined)[] = new Array<ItemResult | undefined>(items.length).fill(undefined); // no holes: map skips them
+    let left = items.length;
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      cancel();
+      resolve(out.map((r) => r ?? PENDING));
+    };
+    // One timer for the batch (all its items share the budget).
+    const cancel = clock.setTimer(budgetMs, finish);
+    items.forEach((it, i) => {
+      void deliver(it).then(
+        (v): ItemResult => ({ ok: true, v }),
+        (e: unknown): ItemResult => ({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
+      ).then((r) => {
+        if (done) return;
+        out[i] = r;
+        if (--left === 0) finish();
+      });
+    });
+  });
 }

@@ -22,7 +22,7 @@ import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
-import { answerItems } from "./batch-answer.ts";
+import { answerItems, batchBudgetMs } from "./batch-answer.ts";
 
 export interface NodeDeps {
   clock: Clock;
@@ -308,8 +308,8 @@ export class KairosNode {
     };
     if ("b" in req) {
       const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
-      // Each item answered on its own budget, or, in a patient batch, all at once (batch-answer.ts).
-      void answerItems(items, deliver, this.#deps.clock, req.w === 1).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+      // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
+      void answerItems(items, deliver, this.#deps.clock, batchBudgetMs(req)).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
       return;
     }
     const one = req;

@@ -23,11 +23,13 @@
  *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
  *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
- * - A completion whose request fails without a verdict (timeout: unknown outcome) is sent again
- *   (a copy per wait — 10 s, at most TTL − interval − margin, at least 250 ms — which joins the
- *   first if that still waits at the owner) until the owner answers ok, `stale_fence` or
- *   `not_found`, bounded by `completionDeadlineMs`. While a copy is on the wire the attempt
- *   is not heartbeated: the report's arrival keeps the owner's lease (`#report`).
+ * - A completion report (sent in a batch per partition with the reports of attempts that ended
+ *   within 20 ms, `#report`) that gets no verdict (timeout, or answered pending: an unknown
+ *   outcome) is sent again (a copy per wait — 10 s, at most TTL − interval − margin − the 20 ms
+ *   gathering, at least 250 ms — which joins the first if that still waits at the owner) until the
+ *   owner answers ok, `stale_fence` or `not_found`, bounded by `completionDeadlineMs`. While a
+ *   copy is on the wire, or answered pending (still in the owner's mailbox), the attempt is not
+ *   heartbeated: the report's arrival and its wait in the mailbox keep the owner's lease.
  *
  * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, drops
  * accepted offers that have not started (their leases expire unstarted: re-offered elsewhere, not
@@ -731,15 +733,18 @@ export class Worker {
       results = await this.#o.router.requestMany(batch.map((l) => ({
         to: { type: JOB_ACTOR, id: l.req.job_actor },
         msg: { kind: "complete", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId, ...l.completion! },
-      })), { deadlineMs: wait, patient: true });
+      })), { deadlineMs: wait, budgetMs: Math.floor(wait / 2) });
     } catch (e) {
       this.#o.log("warn", "completion reports failed; they are sent again", { reports: batch.length, err: String(e) });
     }
     const later: Lease[] = [];
     const now = this.#o.clock.monoMs();
     batch.forEach((l, i) => {
-      l.reportOnWire = false;
       const r = results[i];
+      // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
+      // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy.
+      const pending = r !== undefined && !r.ok && r.e.code === "unavailable";
+      if (!pending) l.reportOnWire = false;
       const { req } = l;
       if (r?.ok === true) {
         if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
@@ -751,17 +756,24 @@ export class Worker {
         if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
         this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: r === undefined ? "no answer" : r.e.message });
       } else if (this.#reportable(l)) {
-        later.push(l); // unknown outcome: the next copy goes, and rounds carry it meanwhile
-        this.#awake.add(l);
+        later.push(l); // unknown outcome: the next copy goes after the wait
+        if (!pending) this.#awake.add(l); // rounds carry it meanwhile
         return;
       }
+      l.reportOnWire = false;
       this.#reportSettled(l, true);
     });
     if (later.length === 0) return;
     // A failure faster than the wait (no responder, a closed connection) waits out the rest;
     // meanwhile heartbeat rounds carry the leases again.
     const queueAgain = () => {
-      for (const l of later) this.#reportAgain.push(l);
+      for (const l of later) {
+        if (l.reportOnWire) {
+          l.reportOnWire = false; // answered pending: off the wire now; rounds carry it until the copy goes
+          if (this.#reportable(l)) this.#awake.add(l);
+        }
+        this.#reportAgain.push(l);
+      }
       this.#flushReportsSoon();
     };
     const rest = sentAt + wait - now;
@@ -828,7 +840,7 @@ export class Worker {
    * publish is otherwise written in a microtask, after the stretch).
    */
   #stayHeard(): void {
-    if (++this.#sinceLook < 256) return;
+    if (++this.#sinceLook < 256 || this.#stopping) return;
     this.#sinceLook = 0;
     if (this.#o.clock.monoMs() - this.#advertisedAtMono < this.#o.heartbeatIntervalMs) return;
     this.#advertise();

@@ -1,12 +1,12 @@
-/** How a node answers a batch: item budgets for ordinary batches, all at once for patient ones. */
+/** How a node answers a batch: within its budget, items still queued then answered as pending. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { answerItems } from "../../../src/server/batch-answer.ts";
+import { answerItems, batchBudgetMs, BATCH_ITEM_BUDGET_MS, MAX_BATCH_BUDGET_MS } from "../../../src/server/batch-answer.ts";
 import { KairosError } from "../../../src/lib/errors.ts";
 import type { ActorRequest, ItemResult } from "../../../src/cluster/router.ts";
 import { StallClock } from "../../support/stall.ts";
 
-/** Two items: `fast` answers at once; `slow` answers only when `release` is called. */
+/** Three items: `fast` answers at once, `bad` fails at once, `slow` answers only when `release` is called. */
 function items() {
   let release!: (v: unknown) => void;
   const slowReply = new Promise((r) => (release = r));
@@ -15,32 +15,34 @@ function items() {
   const batch: ActorRequest[] = [{ t: "job", i: "fast", m: {} }, { t: "job", i: "slow", m: {} }, { t: "job", i: "bad", m: {} }];
   return { batch, deliver, release };
 }
+const settle = () => new Promise((r) => setImmediate(r));
 
 describe("batch answers", () => {
-  it("an ordinary batch answers an item still queued past its budget as pending, without holding back the others", async () => {
+  it("a batch answers items still queued at its budget as pending, without holding back the others", async () => {
     const clock = new StallClock();
     const { batch, deliver } = items();
-    const answer = answerItems(batch, deliver, clock, false);
-    await new Promise((r) => setImmediate(r)); // the answered items settle first
-    assert.equal(clock.timers.size, 1, "one budget left running: the slow item's");
+    let answered: ItemResult[] | undefined;
+    const answer = answerItems(batch, deliver, clock, 500).then((v) => (answered = v));
+    await settle();
+    assert.equal(answered, undefined, "not answered while an item is queued and the budget runs");
+    assert.equal(clock.timers.size, 1, "one timer for the batch");
     clock.t += 500;
-    clock.runTimers(); // the slow item's budget runs out
-    const v = await answer;
-    assert.deepEqual(v, [
+    clock.runTimers();
+    await answer;
+    assert.deepEqual(answered, [
       { ok: true, v: "ok-fast" },
       { ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } },
       { ok: false, e: { code: "stale_fence", message: "stale" } },
     ] satisfies ItemResult[]);
   });
 
-  it("a patient batch arms no budget and answers once every item is answered, with each item's own answer", async () => {
+  it("a batch whose items are all answered within the budget is answered then, each with its own answer, and its timer cancelled", async () => {
     const clock = new StallClock();
     const { batch, deliver, release } = items();
     let answered: ItemResult[] | undefined;
-    const answer = answerItems(batch, deliver, clock, true).then((v) => (answered = v));
-    assert.equal(clock.timers.size, 0, "no budget timer");
-    await new Promise((r) => setImmediate(r));
-    assert.equal(answered, undefined, "not answered while an item is still queued");
+    const answer = answerItems(batch, deliver, clock, 5_000).then((v) => (answered = v));
+    await settle();
+    assert.equal(answered, undefined);
     release("ok-slow");
     await answer;
     assert.deepEqual(answered, [
@@ -48,5 +50,15 @@ describe("batch answers", () => {
       { ok: true, v: "ok-slow" },
       { ok: false, e: { code: "stale_fence", message: "stale" } },
     ] satisfies ItemResult[]);
+    assert.equal(clock.timers.size, 0, "the budget timer is cancelled");
+  });
+
+  it("the budget a batch names is used, bounded; a missing or malformed one is the default", () => {
+    assert.equal(batchBudgetMs({}), BATCH_ITEM_BUDGET_MS);
+    assert.equal(batchBudgetMs({ w: 5_000 }), 5_000);
+    assert.equal(batchBudgetMs({ w: 10 }), BATCH_ITEM_BUDGET_MS, "never below the default");
+    assert.equal(batchBudgetMs({ w: 10 ** 9 }), MAX_BATCH_BUDGET_MS);
+    assert.equal(batchBudgetMs({ w: Number.NaN }), BATCH_ITEM_BUDGET_MS);
+    assert.equal(batchBudgetMs({ w: "9" as unknown as number }), BATCH_ITEM_BUDGET_MS);
   });
 });

@@ -107,6 +107,8 @@ class Owner {
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
   readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
+  /** Runs whose completion items are answered pending (still queued at the actor). */
+  readonly completePending = new Set<string>();
   /** Requests that carried completion reports (each a patient batch of one or more). */
   completeRequests = 0;
   /** Runs whose acknowledgements carry a cover: run id → the owner's lease end (start_at + TTL). */
@@ -118,7 +120,7 @@ class Owner {
     const req = decode<ActorRequest | BatchRequest>(m.data);
     if ("b" in req && req.b.every((it) => (it.m as { kind: string }).kind === "complete")) {
       // A batch of completion reports (patient: answered once every item is, or never when silent).
-      assert.equal(req.w, 1, "completion reports are sent as patient batches");
+      assert.ok(typeof req.w === "number" && req.w >= 500, "completion reports name a budget (half their wait)");
       this.completeRequests++;
       for (const it of req.b) {
         const msg = it.m as { run_id: string; outcome: string };
@@ -126,7 +128,10 @@ class Owner {
       }
       if (this.complete === "silent") return;
       const e = this.complete === "internal" ? { code: "internal" as const, message: "internal error" } : { code: "stale_fence" as const, message: "stale fence" };
-      const v: ItemResult[] = req.b.map(() => (this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e }));
+      const v: ItemResult[] = req.b.map((it) => {
+        if (this.completePending.has((it.m as { run_id: string }).run_id)) return { ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } };
+        return this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e };
+      });
       m.respond(encode({ ok: true, v } satisfies ActorReply));
       return;
     }
@@ -594,6 +599,29 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     assert.deepEqual(t.evs("completed").map((e) => e.run_id).sort(), ["r1", "r2", "r3", "r4"]);
     assert.equal(t.owner.completes.length, 4);
     assert.equal(t.owner.completeRequests, 1, "the four reports (one job actor: one partition) in one request");
+    await t.worker.stop();
+  });
+
+  it("in one batch, a report answered pending stays on the wire (not heartbeated) until its copy after the wait, while the others settle", T, async () => {
+    // One slow item must not cost every item of its batch a copy (cold review).
+    const t = await setup();
+    for (const r of ["r1", "r2"]) assert.deepEqual(await t.offer(r, 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.completePending.add("r2");
+    for (const r of ["r1", "r2"]) t.executor.exit(`${r}#1`);
+    await drainMicrotasks();
+    const exitedAt = t.sim.now();
+    await t.runTo(exitedAt + 1_900); // the batch (one request) answered: r1 ok, r2 pending
+    assert.equal(t.owner.completeRequests, 1);
+    assert.deepEqual(t.evs("completed").map((e) => e.run_id), ["r1"]);
+    const firstAt = t.owner.completes.find((c) => c.run_id === "r2")!.at;
+    assert.deepEqual(t.owner.heartbeats.filter((h) => h.run_id === "r2" && h.at > firstAt), [], "pending: still on the wire, not heartbeated");
+    assert.deepEqual(t.worker.leaseCounts, { held: 1, awake: 0 });
+    t.owner.completePending.clear();
+    await t.runTo(firstAt + 2_000 + 100); // the copy after the 2 s wait
+    assert.deepEqual(t.owner.completes.filter((c) => c.run_id === "r2").map((c) => c.at - firstAt), [0, 2_020], "one copy, after the wait and the gathering");
+    assert.deepEqual(t.evs("completed").map((e) => e.run_id).sort(), ["r1", "r2"]);
+    assert.equal(t.owner.completes.filter((c) => c.run_id === "r1").length, 1, "the answered report was not copied");
     await t.worker.stop();
   });
 
