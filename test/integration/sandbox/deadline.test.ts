@@ -271,6 +271,7 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     });
     const expired = identity(otherWorkerId).runId;
     const current = identity(otherWorkerId).runId;
+    const destroyed = await armContainerEvent(expired, "destroy", 30_000);
     for (const [runId, deadline] of [
       [expired, Date.now() - 120_000],
       [current, Date.now() + 600_000],
@@ -280,7 +281,12 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     }
     const sweeper = (await createExecutor("docker", { workerId, docker: { sweepIntervalMs: 0 } })) as DockerExecutor;
     executors.push(sweeper);
-    await sweeper.sweepExpired(); // (another worker's sweep on this engine may get there first: either way it goes)
+    // Another worker's sweep on this engine (the full suite runs several) may get there first: its
+    // removal then still runs when ours is refused ("already in progress"), so the container's
+    // destroy event (armed before the container exists), not the listing right after our sweep,
+    // says it went (a flake, tenth session).
+    await sweeper.sweepExpired();
+    await destroyed.event;
     assert.deepEqual(await containersOfRun(expired), []);
     assert.equal((await containersOfRun(current)).length, 1, "a container within its deadline is left alone");
   });
