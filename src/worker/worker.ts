@@ -646,7 +646,7 @@ export class Worker {
   /**
    * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
    * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
-   * patient request per partition carries every report due within REPORT_COALESCE_MS (a burst's
+   * request per partition (naming half the wait as the owner's budget) carries every report due within REPORT_COALESCE_MS (a burst's
    * 200,000 completions were 200,000 requests, a socket write each, on the worker and on the
    * owner). While a copy is on the wire the lease is not heartbeated (its arrival keeps the
    * lease); while it waits for a free report slot or between copies, it is. A burst's ended
