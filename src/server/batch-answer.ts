@@ -9,7 +9,7 @@
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
-import type { ActorRequest, BatchRequest, ItemResult } from "../cluster/router.ts";
+import { MAX_BATCH, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
 
 /** How long a batch's items may take before those still queued are answered as pending (default). */
 export const BATCH_ITEM_BUDGET_MS = 500;
@@ -50,4 +50,13 @@ export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorR
       });
     });
   });
+}
+
+/**
+ * A node's answer to a batch request as it arrived (untrusted): at most MAX_BATCH items (a
+ * malformed `b` is none), within the budget the batch names (`batchBudgetMs`).
+ */
+export function answerBatch(req: BatchRequest, deliver: (it: ActorRequest) => Promise<unknown>, clock: Clock): Promise<ItemResult[]> {
+  const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
+  return answerItems(items, deliver, clock, batchBudgetMs(req));
 }

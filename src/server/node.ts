@@ -21,8 +21,8 @@ import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { ActorRouter, MAX_BATCH, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
-import { answerItems, batchBudgetMs } from "./batch-answer.ts";
+import { ActorRouter, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
+import { answerBatch } from "./batch-answer.ts";
 
 export interface NodeDeps {
   clock: Clock;
@@ -307,9 +307,8 @@ export class KairosNode {
       return Promise.reject(new KairosError("permission_denied", why));
     };
     if ("b" in req) {
-      const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
       // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
-      void answerItems(items, deliver, this.#deps.clock, batchBudgetMs(req)).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+      void answerBatch(req, deliver, this.#deps.clock).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
       return;
     }
     const one = req;
