@@ -5,14 +5,14 @@
  * timeouts (unknown outcomes) then multiplied the work. Queued here, an operation has not been
  * sent: no timeout runs and nothing is unknown.
  *
- * The queue is an array read from a moving head (compacted once half of it is consumed): with
- * `Array.shift` every turn copied the whole queue — 14 % of the scheduler's CPU in the
- * 200,000-job burst, where hundreds of thousands of operations waited (`node --cpu-prof`).
+ * The queue is a `Fifo` (src/lib/fifo.ts: O(1) amortised; `Array.shift` cost 14 % of the
+ * scheduler's CPU in the 200,000-job burst).
  */
+import { Fifo } from "../lib/fifo.ts";
+
 export class InFlightLimiter {
   #active = 0;
-  #queue: (() => void)[] = [];
-  #head = 0;
+  readonly #queue = new Fifo<() => void>();
 
   constructor(readonly limit: number) {
     if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`in-flight limit must be a positive integer, got ${limit}`);
@@ -23,7 +23,7 @@ export class InFlightLimiter {
     return this.#active;
   }
   get waiting(): number {
-    return this.#queue.length - this.#head;
+    return this.#queue.size;
   }
 
   async run<T>(op: () => Promise<T>): Promise<T> {
@@ -32,24 +32,9 @@ export class InFlightLimiter {
     try {
       return await op();
     } finally {
-      const next = this.#take();
+      const next = this.#queue.shift();
       if (next) next(); // the slot passes straight to the next waiter
       else this.#active--;
     }
-  }
-
-  /** The oldest waiter, if any: O(1) amortised. */
-  #take(): (() => void) | undefined {
-    if (this.#head >= this.#queue.length) return undefined;
-    const next = this.#queue[this.#head]!;
-    this.#head++;
-    if (this.#head === this.#queue.length) {
-      this.#queue = [];
-      this.#head = 0;
-    } else if (this.#head >= 1024 && this.#head * 2 >= this.#queue.length) {
-      this.#queue = this.#queue.slice(this.#head);
-      this.#head = 0;
-    }
-    return next;
   }
 }

@@ -41,6 +41,7 @@ import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter, ItemResult } from "../cluster/router.ts";
+import { Fifo } from "../lib/fifo.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type StartReply, type StartRequest } from "../protocol/worker.ts";
@@ -160,14 +161,16 @@ export class Worker {
    * acknowledged through their start and waiting for it (`#parkIfCovered`), which only their start
    * timer wakes — and those whose completion report is on the wire (none of the three has anything
    * to do for them: `#sendReports` takes them back if a copy is to follow; with an owner slow to
-   * answer, they were most of the walk — 0.5-0.9 s stalls of the sustained benchmark's worker). A lease gone from `#leases` is dropped from here as it is met (`#awakeLeases`).
+   * answer, they were most of the walk — 0.5-0.9 s stalls of the sustained benchmark's worker).
+   * A lease gone from `#leases` is dropped from here as it is met (`#awakeLeases`).
    * Visiting every lease made each round O(leases): with 100,000 attempts prepared minutes ahead
    * and a round 20 ms after each burst of offers, the worker spent its time walking parked leases.
    */
   readonly #awake = new Set<Lease>();
-  /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first from `#reportHead`. */
-  #reportQueue: Lease[] = [];
-  #reportHead = 0;
+  /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first. */
+  readonly #reportQueue = new Fifo<Lease>();
+  /** Most reports holding a slot at once (COMPLETIONS_IN_FLIGHT or the option). */
+  readonly #reportLimit: number;
   /** Reports holding a slot: from their first copy until settled. */
   #reportsActive = 0;
   /** Reports whose next copy is due (they hold their slot). */
@@ -184,8 +187,8 @@ export class Worker {
 
   constructor(o: WorkerOptions) {
     this.#o = o;
-    const limit = o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
-    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`completionsInFlight must be a positive integer, got ${limit}`);
+    this.#reportLimit = o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
+    if (!Number.isInteger(this.#reportLimit) || this.#reportLimit < 1) throw new RangeError(`completionsInFlight must be a positive integer, got ${this.#reportLimit}`);
   }
 
   async start(): Promise<void> {
@@ -687,22 +690,14 @@ export class Worker {
       if (this.#reportable(l)) batch.push(l);
       else this.#reportSettled(l, true);
     }
-    const limit = this.#o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
-    while (this.#reportsActive < limit && this.#reportHead < this.#reportQueue.length) {
-      const l = this.#reportQueue[this.#reportHead++]!;
+    while (this.#reportsActive < this.#reportLimit && this.#reportQueue.size > 0) {
+      const l = this.#reportQueue.shift()!;
       if (!this.#reportable(l)) {
         this.#reportSettled(l, false); // not sent: settled while it waited for its turn
         continue;
       }
       this.#reportsActive++;
       batch.push(l);
-    }
-    if (this.#reportHead >= this.#reportQueue.length) {
-      this.#reportQueue = [];
-      this.#reportHead = 0;
-    } else if (this.#reportHead >= 1024 && this.#reportHead * 2 >= this.#reportQueue.length) {
-      this.#reportQueue = this.#reportQueue.slice(this.#reportHead);
-      this.#reportHead = 0;
     }
     if (batch.length > 0) void this.#sendReports(batch);
   }
@@ -712,7 +707,7 @@ export class Worker {
     l.reporting = false;
     if (active) this.#reportsActive--;
     this.#onLeaseGone?.();
-    if (active && this.#reportHead < this.#reportQueue.length) this.#flushReportsSoon();
+    if (active && this.#reportQueue.size > 0) this.#flushReportsSoon();
   }
 
   /**
@@ -744,20 +739,22 @@ export class Worker {
       // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
       // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy.
       const pending = r !== undefined && !r.ok && r.e.code === "unavailable";
-      if (!pending) l.reportOnWire = false;
       const { req } = l;
       if (r?.ok === true) {
-        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#drop(l);
         this.#o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
       } else if (r !== undefined && (r.e.code === "stale_fence" || r.e.code === "not_found")) {
-        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#drop(l);
         this.#o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
       } else if (now - (l.completionSinceMono ?? 0) > this.#o.completionDeadlineMs) {
-        if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+        this.#drop(l);
         this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: req.run_id, err: r === undefined ? "no answer" : r.e.message });
       } else if (this.#reportable(l)) {
         later.push(l); // unknown outcome: the next copy goes after the wait
-        if (!pending) this.#awake.add(l); // rounds carry it meanwhile
+        if (!pending) {
+          l.reportOnWire = false;
+          this.#awake.add(l); // rounds carry it meanwhile
+        }
         return;
       }
       l.reportOnWire = false;
@@ -810,8 +807,7 @@ export class Worker {
     } catch {
       // stale_fence (not draining it), or no answer: its drain bound gives the slot back.
     } finally {
-      const k = this.#key(req.run_id, req.attempt);
-      if (this.#leases.get(k) === lease) this.#leases.delete(k);
+      this.#drop(lease);
       this.#onLeaseGone?.();
     }
   }
@@ -819,10 +815,14 @@ export class Worker {
   /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
   async #kill(lease: Lease, why: string, immediate = false): Promise<void> {
     lease.lost = true;
-    const k = lease.key;
-    if (this.#leases.get(k) === lease) this.#leases.delete(k);
+    this.#drop(lease);
     this.#onLeaseGone?.();
     if (lease.execution) await lease.execution.kill(why, { immediate });
+  }
+
+  /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key. */
+  #drop(l: Lease): void {
+    if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
   }
 
   /** Monotonic time of the last slot advert. */
