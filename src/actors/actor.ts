@@ -108,6 +108,14 @@ export interface ActorDefinition<S, M, R, E = never> {
    * look-ahead: 707,000 KV gets, 127,000 runs never started).
    */
   keepLoaded?(state: S): boolean;
+  /**
+   * Pure. Messages whose turn is admitted ahead of every waiting non-urgent turn (the node's
+   * `TURNS_IN_FLIGHT` bound, host.ts); the mailbox stays in order. For a message with a deadline
+   * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
+   * completion report can wait with its lease kept (its arrival is the lease's heartbeat). In
+   * the two-scheduler 200,000-run burst 40,479 offers so expired behind completion turns.
+   */
+  urgent?(msg: M): boolean;
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
   readonly loadOnAcquire?: boolean;
   /** Validates a decoded message; throw a KairosError for bad input. */

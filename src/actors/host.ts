@@ -526,7 +526,8 @@ export class ActorHost {
       while (inst.mailbox.length > 0) {
         const env = inst.mailbox.shift()!;
         try {
-          const out = inst.reg.definition.persist === false ? await this.#turn(inst, env) : await this.#turns.run(() => this.#turn(inst, env));
+          const def = inst.reg.definition;
+          const out = def.persist === false ? await this.#turn(inst, env) : await this.#turns.run(() => this.#turn(inst, env), env.msg !== WARM && def.urgent?.(env.msg) === true);
           if (out instanceof Deferred) out.reply.then(env.resolve, env.reject);
           else env.resolve(out);
         } catch (e) {

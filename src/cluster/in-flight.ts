@@ -7,12 +7,17 @@
  *
  * The queue is a `Fifo` (src/lib/fifo.ts: O(1) amortised; `Array.shift` cost 14 % of the
  * scheduler's CPU in the 200,000-job burst).
+ *
+ * Two lanes: an `urgent` operation waits only behind other urgent ones (the actor host's
+ * admission serves a worker's claim ahead of a burst's completion turns; host.ts
+ * `ActorDefinition.urgent`). Within a lane, first in, first out.
  */
 import { Fifo } from "../lib/fifo.ts";
 
 export class InFlightLimiter {
   #active = 0;
   readonly #queue = new Fifo<() => void>();
+  readonly #urgent = new Fifo<() => void>();
 
   constructor(readonly limit: number) {
     if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`in-flight limit must be a positive integer, got ${limit}`);
@@ -23,16 +28,17 @@ export class InFlightLimiter {
     return this.#active;
   }
   get waiting(): number {
-    return this.#queue.size;
+    return this.#queue.size + this.#urgent.size;
   }
 
-  async run<T>(op: () => Promise<T>): Promise<T> {
-    if (this.#active >= this.limit) await new Promise<void>((r) => this.#queue.push(r));
+  /** Runs `op` when fewer than `limit` run; an `urgent` one goes ahead of every waiting non-urgent one. */
+  async run<T>(op: () => Promise<T>, urgent = false): Promise<T> {
+    if (this.#active >= this.limit) await new Promise<void>((r) => (urgent ? this.#urgent : this.#queue).push(r));
     else this.#active++;
     try {
       return await op();
     } finally {
-      const next = this.#queue.shift();
+      const next = this.#urgent.shift() ?? this.#queue.shift();
       if (next) next(); // the slot passes straight to the next waiter
       else this.#active--;
     }

@@ -196,6 +196,10 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // alone; a start the copy carried (`started_at_ms`) comes again with the next round or the
     // completion. (One attempt ends once: a report's content is fixed.)
     coalesceKey: (m) => (m.kind === "complete" ? completionKey(m.run_id, m.fence, m.worker) : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
+    // A claim (the dispatcher's `claimed`, or a worker's heartbeat under the offer's fence) is
+    // admitted ahead of a burst's completion turns: the offer dies on the worker after lease
+    // TTL − margin without it, while a queued completion keeps its lease.
+    urgent: (m) => m.kind === "claimed" || m.kind === "heartbeat",
     onLoad: loadJobState,
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.

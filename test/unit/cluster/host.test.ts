@@ -169,6 +169,9 @@ const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number>
 
 // --- fixture ----------------------------------------------------------------------------------
 
+/** The gate actor whose messages n >= 50 are urgent (admitted ahead of waiting turns). */
+const urgentGateActor: ActorDefinition<GateState, { n: number }, number, number> = { ...gateActor, type: "ugate", urgent: (m) => m.n >= 50 };
+
 /** The gate actor as a soft type (no state writes: the slot economy's kind). */
 const softGateActor: ActorDefinition<GateState, { n: number }, number, number> = { ...gateActor, type: "sgate", persist: false };
 
@@ -204,6 +207,7 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register(gates.registration(coalescingGateActor));
   host.register(gates.registration(pendingGateActor));
   host.register(gates.registration(softGateActor));
+  host.register(gates.registration(urgentGateActor));
   host.register({ definition: timedActor("timed", false) });
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
@@ -321,6 +325,25 @@ describe("ActorHost", () => {
     t.gates.release(2);
     t.gates.release(3);
     assert.deepEqual(await Promise.all([r2, r3]), [2, 3]);
+  });
+
+  it("admission: an urgent message's turn goes ahead of every waiting non-urgent turn, each lane in arrival order (a claim ahead of a burst's completions)", async () => {
+    const t = setup({ turnsInFlight: 1 });
+    await acquireAll(t.host);
+    const r1 = t.host.deliver("gate", "u1", { n: 1 }); // holds the one admission
+    await t.gates.startedP(1);
+    const r2 = t.host.deliver("gate", "u2", { n: 2 }); // waits
+    const r3 = t.host.deliver("ugate", "u3", { n: 3 }); // same type, not urgent: waits after 2
+    const r51 = t.host.deliver("ugate", "u4", { n: 51 }); // urgent
+    const r52 = t.host.deliver("ugate", "u5", { n: 52 }); // urgent, after 51
+    await turn();
+    for (const n of [51, 52, 2, 3]) {
+      t.gates.release(n);
+    }
+    t.gates.release(1);
+    assert.deepEqual(await Promise.all([r1, r2, r3, r51, r52]), [1, 2, 3, 51, 52]);
+    const starts = t.gates.trace.filter((l) => l.startsWith("start"));
+    assert.deepEqual(starts, ["start 1", "start 51", "start 52", "start 2", "start 3"]);
   });
 
   it("pending: a turn sees whether a keyed message waits in the mailbox — not once that message's own turn began (a queued completion report keeps its lease)", async () => {

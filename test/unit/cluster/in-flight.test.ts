@@ -1,7 +1,7 @@
 /**
  * InFlightLimiter (src/cluster/in-flight.ts): never more than `limit` operations running, waiters
- * served first in, first out — also across the queue's compaction (thousands waiting) — and a
- * failed operation passes its turn on.
+ * served first in, first out — also across the queue's compaction (thousands waiting) — urgent
+ * waiters ahead of the rest, and a failed operation passes its turn on.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -32,6 +32,24 @@ describe("InFlightLimiter", () => {
     assert.equal(results[998], 998);
     assert.equal(lim.active, 0);
     assert.equal(lim.waiting, 0);
+  });
+
+  it("serves urgent waiters ahead of every waiting non-urgent one, each lane first in, first out", async () => {
+    const lim = new InFlightLimiter(1);
+    const order: string[] = [];
+    let release!: () => void;
+    const first = lim.run(() => new Promise<void>((r) => (release = r)));
+    const ops = [
+      lim.run(async () => void order.push("a")),
+      lim.run(async () => void order.push("U1"), true),
+      lim.run(async () => void order.push("b")),
+      lim.run(async () => void order.push("U2"), true),
+    ];
+    assert.equal(lim.waiting, 4);
+    release();
+    await Promise.all([first, ...ops]);
+    assert.deepEqual(order, ["U1", "U2", "a", "b"]);
+    assert.equal(lim.active, 0);
   });
 
   it("rejects a limit that is not a positive integer", () => {

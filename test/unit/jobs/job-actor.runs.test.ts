@@ -354,4 +354,16 @@ describe("job actor: a completion report or heartbeat sent again", () => {
     assert.notEqual(key(beat), key(report(3, "w1")));
     assert.notEqual(key(beat), key({ ...beat, fence: 4 }));
   });
+
+  it("a claim (the dispatcher's `claimed`, a worker's heartbeat) is urgent at admission; a completion report, a fire or a lease expiry waits its turn", () => {
+    // (The host side: test/unit/cluster/host.test.ts "an urgent message's turn".)
+    const def = makeJobActor();
+    const urgent = (m: Parameters<NonNullable<typeof def.urgent>>[0]) => def.urgent!(m);
+    assert.equal(urgent({ kind: "claimed", run_id: RUN, fence: 3, worker: "w1" }), true);
+    assert.equal(urgent({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), true);
+    assert.equal(urgent({ kind: "complete", run_id: RUN, fence: 3, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: 1, finished_at_ms: 2 }), false);
+    assert.equal(urgent({ kind: "fire" }), false);
+    assert.equal(urgent({ kind: "lease_expired", run_id: RUN, fence: 3 }), false);
+    assert.equal(urgent({ kind: "dispatch_failed", run_id: RUN, fence: 3, reason: "x" }), false);
+  });
 });
