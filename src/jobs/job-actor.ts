@@ -196,9 +196,11 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
     // alone; a start the copy carried (`started_at_ms`) comes again with the next round or the
     // completion. (One attempt ends once: a report's content is fixed.)
     coalesceKey: (m) => (m.kind === "complete" ? completionKey(m.run_id, m.fence, m.worker) : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
-    // A claim (the dispatcher's `claimed`, or a worker's heartbeat under the offer's fence) is
-    // admitted ahead of a burst's completion turns: the offer dies on the worker after lease
-    // TTL − margin without it, while a queued completion keeps its lease.
+    // Admitted ahead of a burst's completion turns: a claim (the dispatcher's `claimed`, or a
+    // worker's heartbeat under the offer's fence) — the offer dies on the worker after lease TTL −
+    // margin without it — and EVERY heartbeat: a running attempt's worker kills it itself once no
+    // heartbeat was acknowledged for TTL − margin, so a heartbeat's deadline is as hard (do not
+    // narrow this to claims). A queued completion keeps its lease: it can wait.
     urgent: (m) => m.kind === "claimed" || m.kind === "heartbeat",
     onLoad: loadJobState,
     query: (s, m, ctx) => {

@@ -333,17 +333,19 @@ describe("ActorHost", () => {
     const r1 = t.host.deliver("gate", "u1", { n: 1 }); // holds the one admission
     await t.gates.startedP(1);
     const r2 = t.host.deliver("gate", "u2", { n: 2 }); // waits
-    const r3 = t.host.deliver("ugate", "u3", { n: 3 }); // same type, not urgent: waits after 2
+    const r3 = t.host.deliver("ugate", "u3", { n: 3 }); // the urgent type, a non-urgent message: waits after 2
+    const r53 = t.host.deliver("ugate", "u3", { n: 53 }); // urgent, but behind 3 in u3's mailbox
     const r51 = t.host.deliver("ugate", "u4", { n: 51 }); // urgent
     const r52 = t.host.deliver("ugate", "u5", { n: 52 }); // urgent, after 51
     await turn();
-    for (const n of [51, 52, 2, 3]) {
+    for (const n of [51, 52, 53, 2, 3]) {
       t.gates.release(n);
     }
     t.gates.release(1);
-    assert.deepEqual(await Promise.all([r1, r2, r3, r51, r52]), [1, 2, 3, 51, 52]);
+    assert.deepEqual(await Promise.all([r1, r2, r3, r51, r52, r53]), [1, 2, 3, 51, 52, 53]);
     const starts = t.gates.trace.filter((l) => l.startsWith("start"));
-    assert.deepEqual(starts, ["start 1", "start 51", "start 52", "start 2", "start 3"]);
+    // A mailbox stays in order: 53 waits for 3, its actor's message before it.
+    assert.deepEqual(starts, ["start 1", "start 51", "start 52", "start 2", "start 3", "start 53"]);
   });
 
   it("pending: a turn sees whether a keyed message waits in the mailbox — not once that message's own turn began (a queued completion report keeps its lease)", async () => {
