@@ -87,8 +87,10 @@ export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixt
 /**
  * Fresh clusters tried before giving up (see `startNatsCluster`): nats-server 2.10 can leave a
  * routed cluster whose meta leader never sees every peer as current — R3 placement then fails
- * with "no suitable peers for placement" for as long as one waits (22 s and 30 s seen; one start
- * in about eight under a loaded CPU, scratch loop of 2026-12-05). A new cluster forms normally.
+ * with "no suitable peers for placement" for as long as one waits (22 s, 30 s and 72 s seen —
+ * not the peer-stats delay that heals by ~32 s; one start in eight to twelve under a loaded CPU,
+ * scratch loops of 2026-12-05; all three servers agreed on the meta leader). A new cluster
+ * forms normally.
  */
 const CLUSTER_STARTS = 3;
 /** How long one start may take to place an R3 stream before a fresh cluster is tried. */
