@@ -27,7 +27,7 @@ import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { EventBus } from "../cluster/events.ts";
-import type { KvStore } from "../cluster/kv.ts";
+import type { KvStore, WriteOptions } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import { TimerQueue } from "../cluster/timer-queue.ts";
 import { InFlightLimiter } from "../cluster/in-flight.ts";
@@ -583,8 +583,11 @@ export class ActorHost {
     }
     if (msg === WARM) return undefined; // loaded ahead of its timer: nothing to decide
     const def = inst.reg.definition;
+    // An urgent turn's own writes (the fence, the state) go ahead in the KV limiter too: a claim
+    // admitted first still waited there behind the admitted turns' writes.
+    const write = { urgent: def.urgent?.(msg) === true };
     const epoch = this.#o.epochOf(inst.partition);
-    if (def.persist !== false && inst.revision > 0 && epoch !== undefined && inst.storedEpoch !== epoch) await this.#fence(inst, epoch);
+    if (def.persist !== false && inst.revision > 0 && epoch !== undefined && inst.storedEpoch !== epoch) await this.#fence(inst, epoch, write);
     const d = def.receive(inst.state, msg, this.#ctx(inst, this.#o.clock.now()));
     const ctx: ShellContext = {
       address: { type: inst.type, id: inst.id }, partition: inst.partition, epoch: epoch ?? 0, nodeId: this.#o.nodeId,
@@ -637,7 +640,7 @@ export class ActorHost {
       const value = encode({ s: d.state, e: epoch ?? 0, w: this.#o.nodeId } satisfies Stored);
       let r;
       try {
-        r = inst.revision === 0 ? await this.#o.kv.create(inst.key, value) : await this.#o.kv.update(inst.key, value, inst.revision);
+        r = inst.revision === 0 ? await this.#o.kv.create(inst.key, value) : await this.#o.kv.update(inst.key, value, inst.revision, write);
       } catch (e) {
         // Unknown outcome: forget the cached state; the next message reloads and decides again.
         this.#drop(inst, "write outcome unknown");
@@ -668,12 +671,12 @@ export class ActorHost {
    * Stamps the stored state with the current epoch (CAS) before the first decision under it, so a
    * write of an earlier owner that is still in flight can no longer land (its revision is gone).
    */
-  async #fence(inst: Instance, epoch: number): Promise<void> {
+  async #fence(inst: Instance, epoch: number, write: WriteOptions): Promise<void> {
     this.#checkTrusted(inst, "before fencing");
     const value = encode({ s: inst.state, e: epoch, w: this.#o.nodeId } satisfies Stored);
     let r;
     try {
-      r = await this.#o.kv.update(inst.key, value, inst.revision);
+      r = await this.#o.kv.update(inst.key, value, inst.revision, write);
     } catch (e) {
       this.#drop(inst, "fence outcome unknown");
       throw e;

@@ -3,7 +3,7 @@
  * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
  * create succeeds over a deleted key) and passes the same conformance suite.
  */
-import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "./kv.ts";
 import { keyMatches } from "./kv.ts";
 
 export class MemoryKv implements KvStore {
@@ -26,7 +26,8 @@ export class MemoryKv implements KvStore {
     return { ok: true, revision: this.#write(key, value) };
   }
 
-  async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
+  /** `_opts.urgent` has nothing to go ahead of here: no bound on operations in flight. */
+  async update(key: string, value: Uint8Array, expectedRevision: number, _opts?: WriteOptions): Promise<WriteResult> {
     if ((this.#lastRevision.get(key) ?? 0) !== expectedRevision) {
       return { ok: false, conflict: "revision_mismatch" };
     }

@@ -10,7 +10,7 @@ import { TimeoutError } from "@nats-io/transport-node";
 import { withDeadline } from "./deadline.ts";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
-import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
 /** Times `fn` as one KV operation (kairos_kv_op_seconds{op}), whether it succeeds or throws. */
@@ -65,7 +65,7 @@ export class NatsKv implements KvStore {
   readonly #kv: KV;
   readonly #jsm: JetStreamManager;
   readonly #timeoutMs: number;
-  readonly #limit: <T>(op: () => Promise<T>) => Promise<T>;
+  readonly #limit: <T>(op: () => Promise<T>, urgent?: boolean) => Promise<T>;
 
   readonly #listIdleMs: number;
 
@@ -76,7 +76,7 @@ export class NatsKv implements KvStore {
     this.#kv = kv;
     this.#jsm = jsm;
     this.#timeoutMs = timeoutMs;
-    this.#limit = limiter ? (op) => limiter.run(op) : (op) => op();
+    this.#limit = limiter ? (op, urgent) => limiter.run(op, urgent) : (op) => op();
   }
 
   /**
@@ -93,13 +93,13 @@ export class NatsKv implements KvStore {
    * may keep it on the wire up to its own, longer timeout), so no more than the limit are ever on
    * the wire (review: releasing at our deadline let ~3 x 512 out under overload).
    */
-  #bounded<T>(op: () => Promise<T>): Promise<T> {
+  #bounded<T>(op: () => Promise<T>, urgent = false): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       this.#limit(() => {
         const p = op();
         this.#deadline(p).then(resolve, reject);
         return p.then(() => undefined, () => undefined);
-      }).catch(reject);
+      }, urgent).catch(reject);
     });
   }
 
@@ -134,10 +134,10 @@ export class NatsKv implements KvStore {
     });
   }
 
-  async update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
+  async update(key: string, value: Uint8Array, expectedRevision: number, opts: WriteOptions = {}): Promise<WriteResult> {
     return timed("update", async (): Promise<WriteResult> => {
       try {
-        const revision = await this.#bounded(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }));
+        const revision = await this.#bounded(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }), opts.urgent === true);
         return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };

@@ -46,14 +46,24 @@ export interface KvWatch {
   stop(): void;
 }
 
+/** How a write waits for a place in a store's in-flight bound (see `KvStore.update`). */
+export interface WriteOptions {
+  /** Ahead of waiting non-urgent operations: an actor turn admitted urgently (`ActorDefinition.urgent`). */
+  readonly urgent?: boolean;
+}
+
 export interface KvStore {
   readonly bucket: string;
   /** Latest value, or null when absent or deleted. May be slightly stale (see DESIGN.md). */
   get(key: string): Promise<KvEntry | null>;
   /** Writes only if the key has no live value. */
   create(key: string, value: Uint8Array): Promise<WriteResult>;
-  /** Writes only if the key's latest revision is `expectedRevision`. */
-  update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult>;
+  /**
+   * Writes only if the key's latest revision is `expectedRevision`. `urgent`: ahead of every
+   * waiting non-urgent operation where the store bounds operations in flight (NatsKv's shared
+   * limiter); a store without such a bound ignores it.
+   */
+  update(key: string, value: Uint8Array, expectedRevision: number, opts?: WriteOptions): Promise<WriteResult>;
   /** Unconditional write; use only for values nobody races on (heartbeats, caches). */
   put(key: string, value: Uint8Array): Promise<number>;
   /** Deletes if the latest revision is `expectedRevision` (or blindly when omitted). */

@@ -17,7 +17,7 @@
  * the process stops still lands.
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
-import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteResult } from "../../src/cluster/kv.ts";
+import type { KvChange, KvEntry, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "../../src/cluster/kv.ts";
 import type { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { KairosError } from "../../src/lib/errors.ts";
@@ -95,8 +95,8 @@ export class FaultyKv implements KvStore {
   create(key: string, value: Uint8Array): Promise<WriteResult> {
     return this.#op("create", key, () => this.#inner.create(key, value));
   }
-  update(key: string, value: Uint8Array, expectedRevision: number): Promise<WriteResult> {
-    return this.#op("update", key, () => this.#inner.update(key, value, expectedRevision));
+  update(key: string, value: Uint8Array, expectedRevision: number, opts?: WriteOptions): Promise<WriteResult> {
+    return this.#op("update", key, () => this.#inner.update(key, value, expectedRevision, opts));
   }
   put(key: string, value: Uint8Array): Promise<number> {
     return this.#op("put", key, () => this.#inner.put(key, value));

@@ -16,7 +16,7 @@ import { counterActor, type CounterState } from "../../../src/actors/counter.ts"
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { EventBus, type NodeEvent } from "../../../src/cluster/events.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import type { KvEntry } from "../../../src/cluster/kv.ts";
+import type { KvEntry, WriteOptions } from "../../../src/cluster/kv.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
@@ -61,9 +61,12 @@ class CountingKv extends MemoryKv {
     this.writes++;
     return super.create(key, value);
   }
-  override async update(key: string, value: Uint8Array, rev: number) {
+  /** Keys written with `urgent` (an urgent turn's state writes). */
+  readonly urgentWrites: string[] = [];
+  override async update(key: string, value: Uint8Array, rev: number, opts?: WriteOptions) {
     this.writes++;
-    return super.update(key, value, rev);
+    if (opts?.urgent === true) this.urgentWrites.push(key);
+    return super.update(key, value, rev, opts);
   }
 }
 
@@ -346,6 +349,9 @@ describe("ActorHost", () => {
     const starts = t.gates.trace.filter((l) => l.startsWith("start"));
     // A mailbox stays in order: 53 waits for 3, its actor's message before it.
     assert.deepEqual(starts, ["start 1", "start 51", "start 52", "start 2", "start 3", "start 53"]);
+    // An urgent turn's state write is urgent in the store too (NatsKv: its limiter's urgent lane);
+    // u4 and u5 are new (a create), u3's second write an update: only 53's is urgent.
+    assert.deepEqual(t.kv.urgentWrites, [`ugate.${partitionOf({ type: "ugate", id: "u3" }, PARTITIONS)}.u3`]);
   });
 
   it("pending: a turn sees whether a keyed message waits in the mailbox — not once that message's own turn began (a queued completion report keeps its lease)", async () => {
