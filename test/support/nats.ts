@@ -116,9 +116,16 @@ export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}):
 
 async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-natsc-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
+  let auth: NatsAuthFiles;
+  let routePorts: number[];
+  try {
+    auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
+    routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
+  } catch (e) {
+    rmSync(dir, { recursive: true, force: true }); // no folder left behind on any path
+    throw e;
+  }
   const log = violationLog();
-  const routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);
   // allSettled: a server that did start is stopped, not left behind, when another did not.
   const launched = await Promise.allSettled(
