@@ -23,7 +23,7 @@ import { counterActor, type CounterState } from "../../../src/actors/counter.ts"
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { EventBus, type NodeEvent } from "../../../src/cluster/events.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import type { KvEntry, WriteResult } from "../../../src/cluster/kv.ts";
+import type { KvEntry, WriteOptions, WriteResult } from "../../../src/cluster/kv.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
@@ -71,8 +71,11 @@ class FaultyKv extends MemoryKv {
     if (after) await after();
     return e;
   }
-  override async update(key: string, value: Uint8Array, rev: number): Promise<WriteResult> {
+  /** Each update's key and whether it came marked urgent (an urgent turn's fence and state). */
+  readonly updateLog: { key: string; urgent: boolean }[] = [];
+  override async update(key: string, value: Uint8Array, rev: number, opts?: WriteOptions): Promise<WriteResult> {
     this.updates++;
+    this.updateLog.push({ key, urgent: opts?.urgent === true });
     const h = this.#hold;
     if (h) {
       this.#hold = undefined;
@@ -83,7 +86,7 @@ class FaultyKv extends MemoryKv {
       this.failUpdates--;
       throw new KairosError("timeout", "kv update timed out (not applied)");
     }
-    return super.update(key, value, rev);
+    return super.update(key, value, rev, opts);
   }
 }
 
@@ -116,6 +119,9 @@ const posterActor: ActorDefinition<PosterState, { n: number }, number, string> =
   receive: (s, m) => ({ state: { n: s.n + 1 }, reply: s.n + 1, post: [`p${m.n}`] }),
 };
 
+/** The poster whose messages n >= 50 are urgent (`ActorDefinition.urgent`). */
+const urgentPosterActor: ActorDefinition<PosterState, { n: number }, number, string> = { ...posterActor, type: "uposter", urgent: (m) => m.n >= 50 };
+
 // --- fixture ----------------------------------------------------------------------------------
 
 function setup(epochAtStart = 7) {
@@ -143,6 +149,7 @@ function setup(epochAtStart = 7) {
   host.register({ definition: counterActor });
   host.register({ definition: timedActor });
   host.register({ definition: posterActor, performPost: (post) => void posts.push(...(post as string[])) });
+  host.register({ definition: urgentPosterActor });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -244,6 +251,20 @@ describe("ActorHost timers are reminders (hole 5)", () => {
 // --- hole 7 -----------------------------------------------------------------------------------
 
 describe("ActorHost epoch fencing and post effects (hole 7)", () => {
+  it("an urgent message's turn marks its writes urgent — the epoch fence and the state update — and a plain one's neither", T, async () => {
+    const t = setup(8);
+    for (const id of ["u", "p"]) await t.kv.put(keyOf("uposter", id), encode({ s: { n: 0 }, e: 7, w: "node-old" }));
+    await t.acquireAll();
+    assert.equal(await t.host.deliver("uposter", "u", { n: 51 }), 1);
+    assert.equal(await t.host.deliver("uposter", "p", { n: 1 }), 1);
+    assert.deepEqual(t.kv.updateLog, [
+      { key: keyOf("uposter", "u"), urgent: true }, // the fence (epoch 7 → 8)
+      { key: keyOf("uposter", "u"), urgent: true }, // the state
+      { key: keyOf("uposter", "p"), urgent: false },
+      { key: keyOf("uposter", "p"), urgent: false },
+    ]);
+  });
+
   it("7: the first message under a new epoch fences the state first; the old owner's in-flight write then conflicts", T, async () => {
     const t = setup(8);
     const id = "taken-over";
