@@ -110,7 +110,9 @@ export interface ActorDefinition<S, M, R, E = never> {
   keepLoaded?(state: S): boolean;
   /**
    * Pure. Messages whose turn is admitted ahead of every waiting non-urgent turn (the node's
-   * `TURNS_IN_FLIGHT` bound, host.ts); the mailbox stays in order. For a message with a deadline
+   * `TURNS_IN_FLIGHT` bound, host.ts), and whose fence and state update go ahead in the KV
+   * store's in-flight bound (`KvStore.update` `urgent`); the mailbox stays in order. (Reads of
+   * an actor loaded by such a turn stay plain.) For a message with a deadline
    * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
    * completion report can wait with its lease kept (its arrival is the lease's heartbeat). The
    * case it targets: the two-scheduler 200,000-run burst, where 40,479 offers expired while

@@ -177,6 +177,9 @@ export const WARM_LOADS_IN_FLIGHT = 16;
 function timerKey(partition: number, type: string, id: string, name: string): string {
   return `${partition}|${type}|${id}|${name}`;
 }
+/** The write options of an urgent turn's fence and state write, and of every other turn's. */
+const URGENT_WRITE: WriteOptions = Object.freeze({ urgent: true });
+const PLAIN_WRITE: WriteOptions = Object.freeze({});
 /** A mailbox entry that only loads the actor (see `warmTimer`). */
 const WARM: unique symbol = Symbol("warm");
 
@@ -585,7 +588,7 @@ export class ActorHost {
     const def = inst.reg.definition;
     // An urgent turn's own writes (the fence, the state) go ahead in the KV limiter too: a claim
     // admitted first still waited there behind the admitted turns' writes.
-    const write = { urgent: def.urgent?.(msg) === true };
+    const write = def.urgent?.(msg) === true ? URGENT_WRITE : PLAIN_WRITE;
     const epoch = this.#o.epochOf(inst.partition);
     if (def.persist !== false && inst.revision > 0 && epoch !== undefined && inst.storedEpoch !== epoch) await this.#fence(inst, epoch, write);
     const d = def.receive(inst.state, msg, this.#ctx(inst, this.#o.clock.now()));

@@ -1,5 +1,5 @@
 /**
- * A bound on operations in flight (a counting semaphore with a FIFO queue). The data-plane KV
+ * A bound on operations in flight (a counting semaphore with two FIFO lanes). The data-plane KV
  * buckets of a node share one: a burst of 10,000 actor turns otherwise put 20,000 KV writes on
  * the wire at once, each with its own 5 s timeout running while it waits in the server's queue —
  * timeouts (unknown outcomes) then multiplied the work. Queued here, an operation has not been
@@ -8,9 +8,11 @@
  * The queue is a `Fifo` (src/lib/fifo.ts: O(1) amortised; `Array.shift` cost 14 % of the
  * scheduler's CPU in the 200,000-job burst).
  *
- * Two lanes: an `urgent` operation waits only behind other urgent ones (the actor host's
- * admission serves a worker's claim ahead of a burst's completion turns; host.ts
- * `ActorDefinition.urgent`). Within a lane, first in, first out.
+ * Two lanes: an `urgent` operation waits only behind other urgent ones. The actor host's
+ * admission (`TURNS_IN_FLIGHT`) serves a worker's claim or heartbeat ahead of a burst's
+ * completion turns, and that turn's fence and state update take the data-plane KV limiter's
+ * urgent lane (`KvStore.update`'s `urgent`; actor.ts `ActorDefinition.urgent`). Within a lane,
+ * first in, first out.
  */
 import { Fifo } from "../lib/fifo.ts";
 
