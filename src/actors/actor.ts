@@ -115,8 +115,9 @@ export interface ActorDefinition<S, M, R, E = never> {
    * an actor loaded by such a turn stay plain.) For a message with a deadline
    * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
    * completion report can wait with its lease kept (its arrival is the lease's heartbeat). The
-   * case it targets: the two-scheduler 200,000-run burst, where 40,479 offers expired while
-   * their claims waited behind completion turns (17,840 in the one run measured with it). An
+   * case it targets: the two-scheduler 200,000-run burst, where 40,479 offers expired, their
+   * claims inferred (not timed) to wait behind completion turns; with it, 17,840 and 15,201 in
+   * two such `skip` runs, but 38,656 in one `allow` run (BENCHMARKS.md, eleventh session). An
    * urgent message behind a non-urgent one in the same mailbox still waits for that one.
    */
   urgent?(msg: M): boolean;
