@@ -266,21 +266,29 @@ export async function run(args: string[]): Promise<void> {
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
     lines.push(`scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`);
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
-    // When the workers dropped offers never acknowledged in time (their `worker_offer_expired`
-    // log lines, `time` ISO or epoch ms), by 10 s from the due second: before it, no completion of the burst
-    // exists for a claim to wait behind.
-    const expiredAt = new Map<number, number>();
-    let expired = 0;
+    // What the workers logged about attempts the owner may have re-offered, by 10 s from the due
+    // second (`time` ISO or epoch ms): `offer_expired` — an attempt not started, dropped for want
+    // of a fresh acknowledgement; `self_fenced` — a started one killed for the same; `lease_lost`
+    // — killed on the owner's answer; `stale_fence` — a completion the owner refused (the attempt
+    // ran; its run is re-offered). Before the due second no completion of the burst exists.
+    const kinds = ["offer_expired", "self_fenced", "lease_lost", "stale_fence"] as const;
+    const byKind = new Map<string, Map<number, number>>();
     for (const w of workers) {
       for (const e of w.events as unknown as { type: string; time?: number | string }[]) {
+        const kind = e.type.startsWith("worker_") ? e.type.slice(7) : "";
+        if (!(kinds as readonly string[]).includes(kind)) continue;
         const at = typeof e.time === "string" ? Date.parse(e.time) : e.time;
-        if (e.type !== "worker_offer_expired" || at === undefined || !Number.isFinite(at)) continue;
-        expired++;
+        if (at === undefined || !Number.isFinite(at)) continue;
+        const m = byKind.get(kind) ?? new Map<number, number>();
         const bucket = Math.floor((at - dueMs) / 10_000) * 10;
-        expiredAt.set(bucket, (expiredAt.get(bucket) ?? 0) + 1);
+        m.set(bucket, (m.get(bucket) ?? 0) + 1);
+        byKind.set(kind, m);
       }
     }
-    if (expired > 0) lines.push(`offers dropped by workers unacknowledged: ${expired}, by seconds from the due second: ${[...expiredAt].sort((a, b) => a[0] - b[0]).map(([s, n]) => `[${s}, ${s + 10}) ${n}`).join("; ")}`);
+    for (const [kind, m] of byKind) {
+      const total = [...m.values()].reduce((a, b) => a + b, 0);
+      lines.push(`worker ${kind}: ${total}, by seconds from the due second: ${[...m].sort((a, b) => a[0] - b[0]).map(([s, n]) => `[${s}, ${s + 10}) ${n}`).join("; ")}`);
+    }
     if (lostPartitions.length > 0) {
       const why = new Map<string, number>();
       // Reasons with their numbers (ms) folded, and the largest number seen per reason.
