@@ -48,6 +48,8 @@ export interface SpawnOptions {
    * also runs the measured scheduler — CPU and heap). They still go to KAIROS_TEST_NODE_LOGS.
    */
   ignoreLines?: RegExp;
+  /** Called with each line `ignoreLines` kept out (unparsed): a benchmark's cheap count of them. */
+  onIgnoredLine?: (line: string) => void;
 }
 
 export function spawnNode(o: SpawnOptions): NodeProc {
@@ -85,7 +87,10 @@ export function spawnNode(o: SpawnOptions): NodeProc {
   const stderr: string[] = [];
   child.stderr.setEncoding("utf8").on("data", (d: string) => stderr.push(d));
   createInterface({ input: child.stdout }).on("line", (line) => {
-    if (o.ignoreLines?.test(line)) return;
+    if (o.ignoreLines?.test(line)) {
+      o.onIgnoredLine?.(line);
+      return;
+    }
     let rec: { evt?: string } & Record<string, unknown>;
     try {
       rec = JSON.parse(line) as typeof rec;
