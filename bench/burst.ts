@@ -277,8 +277,9 @@ export async function run(args: string[]): Promise<void> {
     // What the workers logged about attempts the owner may have re-offered, by 10 s from the due
     // second (`time` ISO or epoch ms): `offer_expired` — an attempt not started, dropped for want
     // of a fresh acknowledgement; `self_fenced` — a started one killed for the same; `lease_lost`
-    // — killed on the owner's answer; `stale_fence` — a completion the owner refused (the attempt
-    // ran; its run is re-offered). Before the due second no completion of the burst exists.
+    // — killed on the owner's answer; `stale_fence` — a completion report answered `stale_fence`
+    // or `not_found` (a refused result, or a copy of a report already settled). Before the due
+    // second no completion of the burst exists.
     const kinds = ["offer_expired", "self_fenced", "lease_lost", "stale_fence"] as const;
     const byKind = new Map<string, Map<number, number>>();
     for (const w of workers) {
@@ -293,8 +294,7 @@ export async function run(args: string[]): Promise<void> {
         byKind.set(kind, m);
       }
     }
-    let startedTwice = 0;
-    for (const n of workerStarts.values()) if (n > 1) startedTwice++;
+    const startedTwice = [...workerStarts.values()].filter((n) => n > 1).length;
     lines.push(`runs the workers started more than once (their own start lines): ${startedTwice} of ${workerStarts.size}`);
     for (const [kind, m] of byKind) {
       const total = [...m.values()].reduce((a, b) => a + b, 0);
@@ -322,7 +322,7 @@ export async function run(args: string[]): Promise<void> {
     summary = {
       jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
       lost: jobs - runs.length, duplicates: runs.filter((r) => executions(r) > 1).length,
-      worker_started_twice: [...workerStarts.values()].filter((n) => n > 1).length,
+      worker_started_twice: startedTwice,
       event_loop_ms: loopMs,
       partitions_lost: lostPartitions.length,
       advert_max_gap_ms: Math.max(0, ...[...advertGaps.values()].map((g) => g.maxGapMs)),
