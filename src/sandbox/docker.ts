@@ -4,7 +4,7 @@
  *
  * Life of an attempt: [pull if missing and allowed] → image inspect (Entrypoint/Cmd) → create
  * → attach (before start, so no output is lost) → start → timer(timeoutS) → wait → inspect on
- * failure (OOMKilled) → drain output → remove (force). The container carries its own deadline
+ * failure (OOMKilled, or the supervisor's OOM marker) → drain output → remove (force). The container carries its own deadline
  * (supervisor.ts: PID 1 is a mounted static busybox that kills the task at timeoutS + grace)
  * and a `kairos.deadline_ms` label; every executor sweeps expired containers of ANY worker. Every engine call is awaited inside one try/catch, so an
  * engine failure becomes `outcome: "error"`, never an unhandled rejection.
@@ -23,7 +23,7 @@ import { OutputTail } from "./output-tail.ts";
 import { validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
 import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, imageVolumes, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
-import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent } from "./supervisor.ts";
+import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent, oomMarked } from "./supervisor.ts";
 import { classifyEngineError, engineMessage, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
 import { imageCarriesName } from "./image-policy.ts";
 import { ensureImage } from "./docker-image.ts";
@@ -173,10 +173,12 @@ class DockerExecution implements Execution {
       this.#running = false;
       this.#exited = true; // from here on the outcome is fixed; a late kill() only waits
       const exitCode = typeof waited.StatusCode === "number" ? waited.StatusCode : null;
-      const oom = exitCode !== 0 && (await this.#oomKilled(this.#container));
+      const engineOom = exitCode !== 0 && (await this.#oomKilled(this.#container));
       let cancelDrain = (): void => {};
       await Promise.race([drained, new Promise<void>((resolve) => (cancelDrain = clock.setTimer(OUTPUT_DRAIN_MS, resolve)))]);
       cancelDrain();
+      // The engine's flag can miss a kill (its OOM event after the exit): the supervisor's marker does not.
+      const oom = engineOom || (exitCode !== 0 && oomMarked(this.#probe.text()));
       const unrunnable = this.#stopReason === undefined ? this.#unrunnable(exitCode) : undefined;
       if (unrunnable) return { ...unrunnable, startedAtMs: this.#startedAtMs, output: this.#tail.text() };
       // SIGKILL after the timeout with no stop of ours: the container's own deadline fired first.

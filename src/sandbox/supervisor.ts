@@ -25,7 +25,10 @@
  * Gotchas: Debian's busybox prefers its applets to PATH lookups, so the docker supervisor
  * resolves the command through PATH itself and runs it by its path (argv[0] becomes that
  * path). Missing or non-executable commands are reported by a marker line and exit 127/126,
- * which the docker executor maps back to invalid_task/permission_denied.
+ * which the docker executor maps back to invalid_task/permission_denied. After a failed task the
+ * docker supervisor reads its cgroup's OOM-kill counter and prints `MARK_OOM` when it is not
+ * zero: Docker 20.10 sets `State.OOMKilled` only when containerd's OOM event reaches it before
+ * the exit event, which under load it sometimes does not (a kill read as a plain exit 137).
  */
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { open } from "node:fs/promises";
@@ -103,6 +106,11 @@ export function leaseFileContent(seq: number, validForMs: number): string {
 /** Marker lines (stderr) of the docker supervisor when the command cannot be run. */
 export const MARK_NOT_FOUND = "[kairos] command not found: ";
 export const MARK_NOT_EXECUTABLE = "[kairos] command not executable: ";
+/**
+ * Marker line (stderr) of the docker supervisor after a failed task when the container's memory
+ * cgroup counted an OOM kill (cgroup v1 `memory.oom_control`, v2 `memory.events`), then the count.
+ */
+export const MARK_OOM = "[kairos] out of memory: processes of the task killed by the kernel: ";
 
 /**
  * `busybox sh -c` script, PID 1 of every container. $0 = name, $1 = deadline in seconds,
@@ -166,8 +174,30 @@ if [ "$kairos_l" = 1 ]; then
   ) &
 fi
 "$kairos_p" "$@"
-exit $?
+kairos_rc=$?
+if [ "$kairos_rc" -ne 0 ]; then
+  kairos_o=0
+  for kairos_f in /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events; do
+    [ -r "$kairos_f" ] || continue
+    while read -r kairos_k kairos_v; do
+      if [ "$kairos_k" = oom_kill ]; then kairos_o=$kairos_v; fi
+    done <"$kairos_f"
+  done
+  if [ "$kairos_o" -gt 0 ] 2>/dev/null; then printf '\n%s%s\n' '${MARK_OOM}' "$kairos_o" >&2; fi
+fi
+exit $kairos_rc
 `;
+
+/**
+ * Whether the docker supervisor's last output line says the kernel OOM-killed a process of the
+ * container (its cgroup's `oom_kill` counter, read after a failed task): the engine's
+ * `State.OOMKilled` alone misses kills whose OOM event reaches dockerd after the exit event
+ * (Docker 20.10 sets the flag only from an OOM event that came first).
+ */
+export function oomMarked(outputTail: string): boolean {
+  const last = outputTail.trimEnd().split("\n").pop() ?? "";
+  return last.startsWith(MARK_OOM);
+}
 
 /**
  * The checks execvp would make for `program` (PATH search when it has no slash), so the

@@ -10,6 +10,7 @@ import { createServer, type Server } from "node:net";
 import { createExecutor, isRetryable, type Executor, type TaskSpec } from "../../../src/sandbox/index.ts";
 import { dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
 import { identity, uniqueWorkerId } from "./fixtures.ts";
+import { MARK_OOM } from "../../../src/sandbox/supervisor.ts";
 
 const workerId = uniqueWorkerId("w-docker-lock");
 
@@ -33,6 +34,28 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
     assert.equal(r.outcome, "oom", JSON.stringify(r));
     assert.equal(isRetryable(r), true);
     assert.match(r.output, /out of memory \(OOM, limit 32 MiB\)/);
+    // The supervisor's own reading of the cgroup's counter, which holds when the engine's flag
+    // misses the kill (its OOM event after the exit event: docker-lockdown failed so, once, in CI).
+    assert.ok(r.output.includes(`${MARK_OOM}1\n`), r.output);
+  });
+
+  it("takes the supervisor's marker for an OOM kill when the engine's flag says none", async () => {
+    // The engine saw no OOM here; the marker alone must decide, as when its OOM event comes late.
+    const r = await run(["sh", "-c", `printf '%s1\\n' '${MARK_OOM}' >&2; exit 137`], { resources: { memoryMb: 32 } });
+    assert.equal(r.outcome, "oom", JSON.stringify(r));
+    assert.equal(r.exitCode, 137);
+  });
+
+  it("marks no OOM for a task that failed otherwise, nor for one that survived a killed child", async () => {
+    const failed = await run(["sh", "-c", "echo no-memory-trouble; exit 3"], { resources: { memoryMb: 32 } });
+    assert.equal(failed.outcome, "exited", JSON.stringify(failed));
+    assert.equal(failed.exitCode, 3);
+    assert.ok(!failed.output.includes(MARK_OOM), failed.output);
+    const survived = await run(["sh", "-c", "(x=$(yes | head -c 200000000)); echo survived"], { resources: { memoryMb: 32 } });
+    assert.equal(survived.outcome, "exited", JSON.stringify(survived));
+    assert.equal(survived.exitCode, 0);
+    assert.match(survived.output, /survived/);
+    assert.ok(!survived.output.includes(MARK_OOM), survived.output);
   });
 
   it("contains a fork bomb with the pids limit", async () => {
