@@ -6,6 +6,7 @@
  * the loggers are created): `kairos dev` on a terminal condenses the lines for a person
  * (src/dev/console.ts). Everything else keeps JSON lines.
  */
+import { writeSync } from "node:fs";
 import { pino, type Logger } from "pino";
 
 export type { Logger };
@@ -17,19 +18,49 @@ export interface LogDestination {
 
 let destination: LogDestination | undefined;
 
-/** Most bytes of log lines buffered for stdout; beyond it lines are dropped, not waited for. */
+/** Most bytes of log lines buffered for stdout by default; beyond it lines are dropped, not waited for. */
 export const STDOUT_BUFFER_BYTES = 16 * 1024 * 1024;
+/** The bound on `KAIROS_LOG_BUFFER_MB`. */
+export const MAX_LOG_BUFFER_MB = 4096;
+
+/**
+ * The stdout buffer from `KAIROS_LOG_BUFFER_MB` (an integer 1…4096; unset: 16 MiB). A benchmark
+ * whose reader falls behind a worker's three lines per run sets it high so that no line is lost.
+ */
+export function logBufferBytes(env: string | undefined): number {
+  if (env === undefined || env === "") return STDOUT_BUFFER_BYTES;
+  const mb = Number(env);
+  if (!/^\d+$/.test(env) || !Number.isSafeInteger(mb) || mb < 1 || mb > MAX_LOG_BUFFER_MB) {
+    throw new Error(`KAIROS_LOG_BUFFER_MB must be an integer from 1 to ${MAX_LOG_BUFFER_MB} (MiB), got ${JSON.stringify(env)}`);
+  }
+  return mb * 1024 * 1024;
+}
+
+let dropped = 0;
+/** Log lines this process dropped because its stdout buffer was full (kairos_log_lines_dropped_total). */
+export function droppedLogLines(): number {
+  return dropped;
+}
 
 /**
  * stdout, written asynchronously (flushed at exit by pino). pino's default writes synchronously
  * and, when the reader of a pipe falls behind, sleeps 100 ms per retry on EAGAIN — blocking the
  * event loop: a benchmark's worker (three info lines per run) froze at the due second of a
  * 200,000-run burst while its reader was busy. A slow log reader now costs log lines (beyond
- * STDOUT_BUFFER_BYTES), never the node.
+ * STDOUT_BUFFER_BYTES, or KAIROS_LOG_BUFFER_MB), never the node; the lines dropped are counted
+ * (`droppedLogLines`, a metric) and their number said on stderr at exit.
  */
 let stdout: ReturnType<typeof pino.destination> | undefined;
 function stdoutDestination(): ReturnType<typeof pino.destination> {
-  stdout ??= pino.destination({ dest: 1, sync: false, maxLength: STDOUT_BUFFER_BYTES });
+  if (stdout === undefined) {
+    const d = pino.destination({ dest: 1, sync: false, maxLength: logBufferBytes(process.env["KAIROS_LOG_BUFFER_MB"]) });
+    d.on("drop", () => dropped++);
+    // Said once at exit, on stderr (synchronously: stdout is the thing that fell behind).
+    process.once("exit", () => {
+      if (dropped > 0) writeSync(2, `kairos: ${dropped} log lines dropped: stdout's reader fell behind (buffer ${logBufferBytes(process.env["KAIROS_LOG_BUFFER_MB"]) / 1024 / 1024} MiB, KAIROS_LOG_BUFFER_MB)\n`);
+    });
+    stdout = d;
+  }
   return stdout;
 }
 

@@ -16,6 +16,7 @@
  * | kairos_mailbox_depth | gauge | – | messages queued in actor mailboxes on this node |
  * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list) | JetStream KV operation latency, failures included |
  * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
+ * | kairos_log_lines_dropped_total | counter | – | log lines dropped because stdout's reader fell behind (src/lib/log.ts) |
  *
  * Plus prom-client's default process metrics (`process_*`, `nodejs_*`).
  *
@@ -26,6 +27,7 @@
  * "Metrics"). Label values are bounded: tenant ids (bounded by tenants) and closed unions.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { droppedLogLines } from "../lib/log.ts";
 
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry });
@@ -43,6 +45,7 @@ export const METRICS = {
   mailboxDepth: "kairos_mailbox_depth",
   kvOp: "kairos_kv_op_seconds",
   forecast: "kairos_forecast_runs_due",
+  logLinesDropped: "kairos_log_lines_dropped_total",
 } as const;
 
 export type WaitReason = "slot" | "worker";
@@ -132,6 +135,18 @@ const forecast = new Gauge({
   help: "Runs due in each minute of the next hour (minute 0 = the current minute), from the schedules of the partitions this node owns",
   labelNames: ["minute"] as const,
   registers: [registry],
+});
+
+let droppedReported = 0;
+new Counter({
+  name: METRICS.logLinesDropped,
+  help: "Log lines dropped because stdout's reader fell behind (the process's log buffer was full)",
+  registers: [registry],
+  collect() {
+    const n = droppedLogLines();
+    if (n > droppedReported) this.inc(n - droppedReported);
+    droppedReported = n;
+  },
 });
 
 /** A run's first attempt started `lagSeconds` after its scheduled_for (negative lags count as 0). */

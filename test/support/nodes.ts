@@ -19,9 +19,13 @@ export interface NodeProc {
   /** Partitions currently held according to this node's events. */
   held(): Set<number>;
   signal(sig: NodeJS.Signals): void;
-  /** SIGTERM and wait for exit. */
-  stop(): Promise<number | null>;
+  /** SIGTERM and wait for exit (SIGKILL after `killAfterMs`, default 10 s). */
+  stop(killAfterMs?: number): Promise<number | null>;
   readonly exited: Promise<number | null>;
+  /** Resolves when the node's stdout has ended and every line of it has been handled. */
+  readonly outputEnded: Promise<void>;
+  /** What the node wrote on stderr so far. */
+  stderr(): string;
 }
 
 const procs = new Set<ChildProcess>();
@@ -86,7 +90,9 @@ export function spawnNode(o: SpawnOptions): NodeProc {
   const held = new Set<number>();
   const stderr: string[] = [];
   child.stderr.setEncoding("utf8").on("data", (d: string) => stderr.push(d));
-  createInterface({ input: child.stdout }).on("line", (line) => {
+  const lineReader = createInterface({ input: child.stdout });
+  const outputEnded = new Promise<void>((resolve) => lineReader.once("close", resolve));
+  lineReader.on("line", (line) => {
     if (o.ignoreLines?.test(line)) {
       o.onIgnoredLine?.(line);
       return;
@@ -133,12 +139,14 @@ export function spawnNode(o: SpawnOptions): NodeProc {
         waiters.add(w);
       });
     },
+    outputEnded,
+    stderr: () => stderr.join(""),
     signal: (sig) => child.kill(sig),
-    async stop() {
+    async stop(killAfterMs = 10_000) {
       if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
       child.kill("SIGCONT");
       child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      const t = setTimeout(() => child.kill("SIGKILL"), killAfterMs);
       const code = await exited;
       clearTimeout(t);
       return code;

@@ -24,7 +24,7 @@ describe("metrics", () => {
       [METRICS.dispatchLag]: "histogram", [METRICS.runsWaiting]: "gauge", [METRICS.leaseExpiries]: "counter",
       [METRICS.attempts]: "counter", [METRICS.retries]: "counter", [METRICS.deadLetters]: "counter",
       [METRICS.partitionsHeld]: "gauge", [METRICS.actorsActive]: "gauge", [METRICS.mailboxDepth]: "gauge",
-      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge",
+      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge", [METRICS.logLinesDropped]: "counter",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
     for (const [name, type] of Object.entries(types)) assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
