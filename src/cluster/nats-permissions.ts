@@ -10,7 +10,7 @@
  * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
  * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
  * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
- * | `kairos.<c>.worker.<id>.start` / `.cancel` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
+ * | `kairos.<c>.worker.<id>.start` / `.cancel` / `.probe` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
  * | `kairos.<c>.api.<tenant>.>` (the internal NATS API, docs/nats-api.md) | sub (queue), responds | — | — |
  * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
  *
@@ -106,7 +106,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
     case "scheduler":
       return {
         pub: [
-          `${k}.p.*`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, ...createStreams(c),
+          `${k}.p.*`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, `${k}.worker.*.probe`, ...createStreams(c),
           ...(["cluster", "leases", "actors", "runs", "tenants"] as const).flatMap((b) => readBucket(c, b)),
           ...(["cluster", "leases", "actors", "runs"] as const).flatMap((b) => writeBucket(c, b)),
           // Run retention and deleted jobs: old run records and a deleted job's state are purged.
@@ -118,7 +118,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
     case "worker":
       return {
         pub: [`${k}.w.*`, `${k}.worker.hb`],
-        sub: [`${k}.worker.${workerId}.start`, `${k}.worker.${workerId}.cancel`],
+        sub: [`${k}.worker.${workerId}.start`, `${k}.worker.${workerId}.cancel`, `${k}.worker.${workerId}.probe`],
         responds: true,
       };
   }
@@ -131,7 +131,7 @@ export function pinnedWorkerUser(workerId: string): string {
 
 export interface PermissionOptions {
   /**
-   * Pins a worker user to one worker id: only its own start/cancel subjects and its own `nodes`
+   * Pins a worker user to one worker id: only its own start/cancel/probe subjects and its own `nodes`
    * record (default: any worker id, one shared `worker` user).
    */
   workerId?: string;

@@ -33,7 +33,7 @@
  * - job-commands.ts: create, get, patch, delete, run-now; tx.ts: the decision in the making.
  */
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
-import type { Completion } from "../protocol/worker.ts";
+import type { Completion, ProbeReply } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
@@ -110,7 +110,10 @@ export type JobMsg =
   | { kind: "slot_audit"; run_id: string }
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
-  | { kind: "lease_expired"; run_id: string; fence: number }
+  /** `after_probe`: the probe's answer never came (run-lifecycle.ts `onLeaseExpired`). */
+  | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
+  /** From the shell: the worker's answer to a probe of a silent lease (null: none in time). */
+  | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */
   | { kind: "gate"; run_id: string }
@@ -143,6 +146,8 @@ export type JobEffect =
   | { kind: "release_slot"; grant: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
+  /** Ask the worker what became of an attempt whose lease fell silent; answered by `probe_answer`. */
+  | { kind: "probe_worker"; worker: string; run_id: string; attempt: number; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
 /** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-lifecycle.ts `heartbeatAck`). */

@@ -11,6 +11,9 @@
  *   broker (slot-broker.ts; a grant given at once comes back as `slot_granted`).
  * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
+ * - `probe_worker`: ask a worker what became of an attempt whose lease fell silent; its answer
+ *   (or null: none within PROBE_TIMEOUT_MS — no responder, a frozen or cut-off worker) comes
+ *   back to the actor as `probe_answer`.
  * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
  * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
  *   there is one (`deliverDeadLetter`, dead-letters.ts).
@@ -25,12 +28,12 @@
  */
 import type { Bus } from "../cluster/bus.ts";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
-import { encode } from "../cluster/codec.ts";
+import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
-import { workerSubject } from "../protocol/worker.ts";
+import { workerSubject, type ProbeReply } from "../protocol/worker.ts";
 import { deliverDeadLetter, isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "./dead-letters.ts";
 import { makeDispatcher } from "./dispatcher.ts";
 import { TENANT_ACTOR, runKey, splitJobActorId } from "./ids.ts";
@@ -81,6 +84,12 @@ export interface JobShellDeps {
   secrets?: SecretEnvStore;
 }
 
+/**
+ * How long a probe waits for its worker's answer (at most half the lease TTL): the worker answers
+ * from memory, but a worker swamped by a burst reads it late. No answer lapses the lease.
+ */
+export const PROBE_TIMEOUT_MS = 5_000;
+
 export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
   const metrics = deps.runMetrics ?? new RunMetrics();
   const records = new RunRecordStore(deps.runs, metrics);
@@ -93,6 +102,17 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });
+
+  async function probe(ctx: ShellContext, fx: Extract<JobEffect, { kind: "probe_worker" }>): Promise<void> {
+    let reply: ProbeReply | null = null;
+    try {
+      const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2) });
+      reply = decode<ProbeReply>(m.data);
+    } catch {
+      // No responder (the worker is gone), a timeout (frozen, cut off or swamped): no answer.
+    }
+    ctx.tell({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
+  }
 
   async function post(ctx: ShellContext, fx: JobEffect): Promise<void> {
     if (!ctx.stillOwner()) return; // a stale owner stays silent
@@ -107,6 +127,8 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       case "cancel_on_worker":
         deps.nc.publish(workerSubject(deps.clusterName, fx.worker, "cancel"), encode({ run_id: fx.run_id, fence: fx.fence }));
         return;
+      case "probe_worker":
+        return probe(ctx, fx);
       case "dead_letter":
         return deliverDeadLetter(deps, ctx.partition, fx.record);
       case "note_run":

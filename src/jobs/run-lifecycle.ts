@@ -12,7 +12,7 @@
  * whose lease ran out before it started does not count against `max_attempts` (bounded).
  */
 import { assertNever } from "../lib/assert.ts";
-import type { Completion, HeartbeatAck } from "../protocol/worker.ts";
+import type { Completion, HeartbeatAck, ProbeReply } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
@@ -200,6 +200,8 @@ export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get"
       return onHeartbeat(tx, m);
     case "lease_expired":
       return onLeaseExpired(tx, m);
+    case "probe_answer":
+      return onProbeAnswer(tx, m);
     case "drained":
       drained(tx, m.run_id, m.fence);
       return tx.done(null);
@@ -289,17 +291,69 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
     tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     return tx.done(null);
   }
-  // An attempt whose lease ran out before it started never executed (the worker did not
-  // get our acknowledgement in time — e.g. this scheduler was saturated by a burst — and
-  // never starts without one): it does not count against max_attempts, up to a bound.
-  const neverStarted = r.status === "leased" && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
+  if (!m.after_probe && r.worker !== null) {
+    // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
+    // (offered again, it ran twice — 40,501 of 200,000 runs in one benchmark run). Ask its worker
+    // what became of it; the lease stands until the answer (`onProbeAnswer`), or until this
+    // fallback should the answer never come (the actor moved, say).
+    tx.post.push({ kind: "probe_worker", worker: r.worker, run_id: r.run_id, attempt: r.attempt, fence: r.fence });
+    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence, after_probe: true });
+    return tx.done(null);
+  }
+  return lapse(tx, r, null);
+}
+
+/**
+ * The worker's answer to a probe of a silent lease (protocol/worker.ts `ProbeReply`): it runs —
+ * the lease goes on; it ended — its completion settles the run as its report would have; it
+ * never started, or it is gone — the lease lapses and the run is offered again. No answer in
+ * time (a dead, frozen or cut-off worker) lapses it as silence always did — unless the lease was
+ * heard from meanwhile.
+ */
+function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
+  const r = tx.run(m.run_id);
+  if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker) return tx.done(null);
+  const reply = m.reply;
+  if (reply?.state === "running") {
+    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+    return tx.done(null);
+  }
+  if (reply?.state === "ended" && reply.completion) {
+    return complete(tx, { kind: "complete", run_id: r.run_id, fence: r.fence, worker: m.worker, ...reply.completion });
+  }
+  if (reply === null) {
+    // Heard from since the probe went (a heartbeat, a report waiting here): not silent after all.
+    const end = tx.pending(completionKey(r.run_id, r.fence, m.worker)) ? tx.now + tx.cfg.leaseTtlMs : leaseEndMs(tx, r, 0);
+    if (end > tx.now) {
+      tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      return tx.done(null);
+    }
+  }
+  return lapse(tx, r, reply);
+}
+
+/**
+ * A lease that lapsed: the attempt ends `lease_lost` and the run is offered again (or
+ * dead-lettered). `reply`: what its worker said of it (null: nothing). An attempt its worker says
+ * never started does not count against max_attempts (up to a bound); with no answer, one never
+ * heard to start is presumed not started (a burst's unacknowledged offers; a worker that died
+ * before starting it) as before probes existed.
+ */
+function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null): D {
+  const w = r.worker ?? "?";
+  const said = reply?.state;
+  const unstarted = said === "not_started" || (reply === null && r.status === "leased");
+  const neverStarted = unstarted && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
   const a = r.attempts[r.attempts.length - 1];
   if (a) {
     a.finished_at = iso(tx.now);
     a.outcome = "lease_lost";
-    a.error = neverStarted
-      ? `lease expired on worker ${r.worker ?? "?"} before the attempt started (not counted)`
-      : `lease expired on worker ${r.worker ?? "?"}`;
+    const why = said === "not_started" ? `lease expired on worker ${w}, which had not started the attempt`
+      : said === "started" || said === "ended" ? `lease expired on worker ${w}; the attempt started there and its result was lost`
+        : said === "unknown" ? `lease expired on worker ${w}, which no longer knows the attempt`
+          : r.status === "leased" ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
+            : `lease expired on worker ${w}, which did not answer`;
+    a.error = neverStarted ? `${why} (not counted)` : why;
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {

@@ -66,6 +66,7 @@ export const ACTS_IN = {
   heartbeat: LEASED,
   complete: LEASED,
   lease_expired: LEASED,
+  probe_answer: LEASED,
   gate: ["queued", "leased"],
   retry_due: ["retry_wait"],
 } as const satisfies Record<string, readonly ActiveStatus[]>;

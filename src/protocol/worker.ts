@@ -4,7 +4,9 @@
  *
  * - Workers advertise their slots on `kairos.<cluster>.worker.hb` (`WorkerAdvert`).
  * - A job actor's shell offers an attempt to ONE worker on `…worker.<id>.start` (`StartRequest`,
- *   answered by `StartReply`) and stops one on `…worker.<id>.cancel` (`CancelRequest`).
+ *   answered by `StartReply`) and stops one on `…worker.<id>.cancel` (`CancelRequest`). When a
+ *   lease falls silent, the owner asks the worker what became of the attempt on
+ *   `…worker.<id>.probe` (`ProbeRequest`, answered by `ProbeReply`) before offering it again.
  * - Workers send `heartbeat` and `complete` (with a `Completion`) to the job actor
  *   (`JOB_ACTOR`/`StartRequest.job_actor`) over the worker plane; those are the only job actor
  *   messages a worker identity may deliver (`WORKER_TO_JOB_KINDS`).
@@ -63,7 +65,7 @@ export function workerAdvertSubject(cluster: string): string {
   return `kairos.${cluster}.worker.hb`;
 }
 
-export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel"): string {
+export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel" | "probe"): string {
   return `kairos.${cluster}.worker.${workerId}.${verb}`;
 }
 
@@ -110,4 +112,24 @@ export interface StartReply {
 export interface CancelRequest {
   run_id: string;
   fence: number;
+}
+
+/** The owner of a lease that fell silent asks its worker what became of the attempt. */
+export interface ProbeRequest {
+  run_id: string;
+  attempt: number;
+  fence: number;
+}
+
+/**
+ * A worker's answer to a probe, for the attempt under that fence:
+ * - `not_started`: never started here, and now never will (a held one is dropped by the probe);
+ * - `running`: it runs here (the worker is alive: the owner keeps the lease);
+ * - `ended`: it ended here; `completion` is its report (its copies may still be on the wire);
+ * - `started`: it started here and is gone, its result lost (killed, self-fenced, report given up);
+ * - `unknown`: no memory of it (forgotten beyond the bound, or another incarnation of the worker).
+ */
+export interface ProbeReply {
+  state: "not_started" | "running" | "ended" | "started" | "unknown";
+  completion?: Completion;
 }

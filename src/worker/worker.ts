@@ -23,6 +23,13 @@
  *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
  *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
+ * - A probe (`…worker.<id>.probe`, `#probe`): the owner of a lease that fell silent asks what
+ *   became of the attempt before it offers it again, and the answer is the truth here: an attempt
+ *   held but not started is dropped by the probe (it can never start after answering
+ *   `not_started`); a running one answers `running`; an ended one answers with its completion, so
+ *   its result counts even when its reports are stuck behind a burst (the owner used to offer it
+ *   again: a second execution). Attempts gone from here are remembered, bounded (`FORGOTTEN_LIMIT`),
+ *   with whether they started.
  * - A completion report (sent in a batch per partition with the reports of attempts that ended
  *   within 20 ms, `#report`) that gets no verdict (timeout, or answered pending: an unknown
  *   outcome) is sent again (a copy per wait — 10 s, at most TTL − interval − margin − the 20 ms
@@ -44,7 +51,7 @@ import type { ActorRouter, ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
 import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
-import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type StartReply, type StartRequest } from "../protocol/worker.ts";
+import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type ProbeReply, type ProbeRequest, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
 export interface WorkerOptions {
   workerId: string;
@@ -152,6 +159,8 @@ export const COMPLETION_WAIT_MS = 10_000;
 /** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
 const MIN_REPORT_WAIT_MS = 250;
 export const COMPLETIONS_IN_FLIGHT = 65_536;
+/** Attempts gone from this worker remembered for probes (whether each started), oldest forgotten first. */
+export const FORGOTTEN_LIMIT = 262_144;
 
 export class Worker {
   readonly #o: WorkerOptions;
@@ -204,6 +213,11 @@ export class Worker {
       nc.subscribe(workerSubject(clusterName, workerId, "cancel"), {
         callback: (_e, m) => this.#cancel(decode<CancelRequest>(m.data)),
       }),
+      nc.subscribe(workerSubject(clusterName, workerId, "probe"), {
+        callback: (_e, m) => {
+          m.respond(encode(this.#probe(decode<ProbeRequest>(m.data))));
+        },
+      }),
     );
     this.#beat();
   }
@@ -229,7 +243,7 @@ export class Worker {
     for (const l of [...this.#leases.values()]) {
       if (l.execution || l.completion || l.lost) continue;
       l.lost = true; // never started here: the owner's lease expires unstarted and it re-offers
-      this.#leases.delete(l.key);
+      this.#drop(l);
       dropped++;
     }
     const running = this.#leases.size;
@@ -283,6 +297,34 @@ export class Worker {
     return `${runId}#${attempt}`;
   }
 
+  /** Attempts gone from here (key#fence → whether it started), for probes; bounded, oldest out first. */
+  readonly #forgotten = new Map<string, boolean>();
+  #forget(l: Lease): void {
+    const k = `${l.key}#${l.req.fence}`;
+    this.#forgotten.delete(k);
+    if (this.#forgotten.size >= FORGOTTEN_LIMIT) this.#forgotten.delete(this.#forgotten.keys().next().value!);
+    this.#forgotten.set(k, l.execution !== undefined || l.completion !== undefined);
+  }
+
+  /**
+   * What became of an attempt, for its owner whose lease fell silent (see the module header).
+   * Answered from memory, at once: an attempt held and not started is dropped now.
+   */
+  #probe(p: ProbeRequest): ProbeReply {
+    const l = this.#leases.get(this.#key(p.run_id, p.attempt));
+    if (l && l.req.fence === p.fence && !l.lost) {
+      if (l.completion) return { state: "ended", completion: l.completion };
+      if (l.execution) return { state: "running" };
+      l.lost = true; // never started here, and now never will
+      this.#drop(l);
+      this.#o.onEvent?.({ type: "probe_dropped", run_id: p.run_id, attempt: p.attempt });
+      this.#onLeaseGone?.();
+      return { state: "not_started" };
+    }
+    const started = this.#forgotten.get(`${this.#key(p.run_id, p.attempt)}#${p.fence}`);
+    return started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
+  }
+
   #offer(req: StartRequest): StartReply {
     if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
     const k = this.#key(req.run_id, req.attempt);
@@ -292,7 +334,7 @@ export class Worker {
       if (existing.execution || existing.completion) return { accepted: false, reason: "attempt already running here" };
       // A newer offer of the same attempt supersedes one that never started (its fence is dead).
       existing.lost = true;
-      this.#leases.delete(k);
+      this.#drop(existing);
     }
     if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
     const lease: Lease = { req, key: k, acceptedAtMono: this.#o.clock.monoMs(), due: false, lost: false };
@@ -542,7 +584,7 @@ export class Worker {
         // A worker cut off for longer than the completion deadline gives the report up (the slot
         // comes back; the owner's lease expires and the run is retried).
         if (now - (l.completionSinceMono ?? now) > this.#o.completionDeadlineMs) {
-          this.#leases.delete(l.key);
+          this.#drop(l);
           this.#onLeaseGone?.();
           this.#o.log("warn", "gave up reporting a completion; the lease will expire and the run be retried", { run_id: l.req.run_id });
         }
@@ -611,7 +653,7 @@ export class Worker {
     this.#stayHeard();
     if (lease.cancelled) return this.#reportCancelled(lease, r);
     if (lease.lost) {
-      this.#leases.delete(lease.key);
+      this.#drop(lease); // only if still held under its key (a newer offer of the attempt may hold it)
       this.#onLeaseGone?.();
       return;
     }
@@ -820,9 +862,11 @@ export class Worker {
     if (lease.execution) await lease.execution.kill(why, { immediate });
   }
 
-  /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key. */
+  /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key; remembers it for probes. */
   #drop(l: Lease): void {
-    if (this.#leases.get(l.key) === l) this.#leases.delete(l.key);
+    if (this.#leases.get(l.key) !== l) return;
+    this.#leases.delete(l.key);
+    this.#forget(l);
   }
 
   /** Monotonic time of the last slot advert. */

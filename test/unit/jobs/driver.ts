@@ -11,7 +11,8 @@
  * - host `effects` (timer / cancel_timer by name) are kept and fired in time order by `advance`.
  * - `post` effects are answered as the shell would: acquire_slot → `slot_granted` (or held back
  *   when `autoGrant` is off), dispatch → `claimed` by worker w1 (or held back when `autoClaim`
- *   is off), release_slot drops the slot; every post effect is logged for assertions.
+ *   is off), release_slot drops the slot, probe_worker → `probe_answer` (`probe`: default no
+ *   answer, as from a dead worker); every post effect is logged for assertions.
  *
  * The driver also records invariant violations it can see from the outside (a terminal record
  * revived by a later write, an active run whose record is terminal, a slot held by no run).
@@ -21,6 +22,7 @@ import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig,
 import type { JobState } from "../../../src/jobs/job-state.ts";
 import { splitGrant } from "../../../src/jobs/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/jobs/model.ts";
+import type { ProbeReply } from "../../../src/protocol/worker.ts";
 
 export const TENANT = "t1";
 export const JOB = "j0123456789abcdef";
@@ -62,6 +64,12 @@ export interface DriverOptions {
   autoComplete?: ((runId: string) => Partial<Completion>) | null;
   /** Deep-freeze the state handed to `receive`, to prove the core does not mutate it. */
   freeze?: boolean;
+  /**
+   * The worker's answer to a probe of a silent lease (`probe_worker`), delivered at once as
+   * `probe_answer`; `undefined` holds it back (`probes` lists it). Default: null — no answer,
+   * as from a worker that is gone (a silent lease in these tests is a dead worker's).
+   */
+  probe?: (fx: Extract<JobEffect, { kind: "probe_worker" }>) => ProbeReply | null | undefined;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -265,6 +273,11 @@ export class Driver {
       case "note_run": {
         const old = this.records.get(fx.record.run_id);
         if (old && !TERMINAL.has(old.status)) this.records.set(fx.record.run_id, fx.record);
+        return;
+      }
+      case "probe_worker": {
+        const reply = this.opts.probe ? this.opts.probe(fx) : null;
+        if (reply !== undefined) this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
         return;
       }
       case "cancel_on_worker":

@@ -29,7 +29,7 @@ import type { BusMsg } from "../../../src/cluster/bus.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../../src/sandbox/types.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
-import type { StartReply, StartRequest } from "../../../src/protocol/worker.ts";
+import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 import { Worker } from "../../../src/worker/worker.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
@@ -201,10 +201,16 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   const adverts: number[] = [];
   ownerEp.subscribe(`kairos.${CLUSTER}.worker.hb`, { callback: (_e, m) => adverts.push(decode<{ free: number }>(m.data).free) });
   const cancel = (runId: string) => schedEp.publish(workerSubject(CLUSTER, "w1", "cancel"), encode({ run_id: runId, fence: 1 }));
+  /** The owner's probe of attempt 1 of `runId` under `fence`: resolves with the worker's answer. */
+  const probe = async (runId: string, fence = 1): Promise<ProbeReply> => {
+    const p = schedEp.request(workerSubject(CLUSTER, "w1", "probe"), encode({ run_id: runId, attempt: 1, fence }), { timeout: 2_000 });
+    await drainMicrotasks();
+    return decode<ProbeReply>((await p).data);
+  };
   const runFor = (ms: number) => sim.runUntil(sim.now() + ms);
   const runTo = (at: number) => sim.runUntil(at);
   const evs = (type: string) => events.filter((e) => e.type === type);
-  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel };
+  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel, probe };
 }
 
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
@@ -658,6 +664,61 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
     await t.runTo(t.sim.now() + 3 * HB);
     assert.equal(t.owner.heartbeats.slice(asked).filter((h) => h.run_id === "r1").length, 0);
     assert.equal(t.owner.completes.length, reported);
+    await t.worker.stop();
+  });
+});
+
+describe("worker: a probe of a silent lease is answered with the truth", () => {
+  it("an attempt held and not started is dropped by the probe: it answers not_started and never starts, even when acknowledged later", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 3_000), { accepted: true });
+    await t.runTo(T0 + 500);
+    assert.deepEqual(await t.probe("r1"), { state: "not_started" });
+    assert.deepEqual(t.evs("probe_dropped").map((e) => e.run_id), ["r1"]);
+    await t.runTo(T0 + 6_000); // past start_at, the owner answering heartbeats
+    assert.equal(t.executor.starts(), 0, "a probed attempt started");
+    assert.deepEqual(await t.probe("r1"), { state: "not_started" }, "remembered");
+    await t.worker.stop();
+  });
+
+  it("a running attempt answers running and goes on; an ended one answers with its completion while its report is stuck", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    assert.deepEqual(await t.probe("r1"), { state: "running" });
+    assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
+    t.owner.complete = "silent"; // its report goes unanswered (a swamped owner)
+    t.executor.exit("r1#1");
+    await t.runTo(t.sim.now() + 500);
+    const reply = await t.probe("r1");
+    assert.equal(reply.state, "ended");
+    assert.equal(reply.completion?.outcome, "exited");
+    assert.equal(reply.completion?.exit_code, 0);
+    assert.equal(reply.completion?.output, "ok");
+    await t.worker.stop();
+  });
+
+  it("an attempt killed by the worker itself answers started; another fence or an attempt never seen answers unknown", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.hb = "silent";
+    await t.runTo(T0 + 12_000); // self-fenced
+    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(await t.probe("r1"), { state: "started" });
+    assert.deepEqual(await t.probe("r1", 2), { state: "unknown" });
+    assert.deepEqual(await t.probe("r9"), { state: "unknown" });
+    await t.worker.stop();
+  });
+
+  it("an offer dropped unacknowledged (offer_expired) answers not_started", T, async () => {
+    const t = await setup();
+    t.owner.hb = "silent";
+    assert.deepEqual(await t.offer("r1", 10_000), { accepted: true });
+    await t.runTo(T0 + TTL - MARGIN + 500);
+    assert.deepEqual(t.evs("offer_expired").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(await t.probe("r1"), { state: "not_started" });
     await t.worker.stop();
   });
 });

@@ -1,0 +1,136 @@
+/**
+ * A lease that falls silent is resolved by asking its worker, not guessed (run-lifecycle.ts
+ * `onLeaseExpired`, `onProbeAnswer`): a 200,000-run burst's owners expired leases of attempts
+ * that had run and whose reports were stuck behind the burst, and offered them again — 40,501
+ * runs executed twice with no worker lost (BENCHMARKS.md, a twelfth session).
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { runIdFor } from "../../../src/jobs/ids.ts";
+import { heartbeatKey, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import type { ProbeReply } from "../../../src/protocol/worker.ts";
+import { Driver, JOB, cfg, spec } from "./driver.ts";
+
+const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
+const RUN = runIdFor(JOB, sec(2));
+const hourly = { cron: "0 * * * *", time_zone: "UTC" };
+type ProbeFx = Extract<JobEffect, { kind: "probe_worker" }>;
+
+/** A job whose first run (:02) is leased to w1 (claimed at :01.5, lease end :12); probes answered by `probe`. */
+function leased(probe: (fx: ProbeFx) => ProbeReply | null | undefined, maxAttempts = 3) {
+  const d = new Driver(cfg(), { probe });
+  d.create(spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }));
+  d.advance(1_500);
+  d.send({ kind: "patch", patch: { schedule: hourly } });
+  assert.equal(d.run(RUN)?.status, "leased");
+  return d;
+}
+
+describe("a silent lease is resolved by probing its worker", () => {
+  it("asks the holder about its attempt and keeps the lease (same fence, no new offer) until the answer", () => {
+    const d = leased(() => undefined); // the answer is held back
+    const f = d.run(RUN)!.fence;
+    const offers = d.dispatches.length;
+    d.advance(10_000); // :12, nothing heard
+    assert.deepEqual(d.postsOf("probe_worker"), [{ kind: "probe_worker", worker: "w1", run_id: RUN, attempt: 1, fence: f }]);
+    assert.equal(d.run(RUN)?.status, "leased");
+    assert.equal(d.run(RUN)?.fence, f);
+    assert.equal(d.dispatches.length, offers, "not offered again while the answer is out");
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f, after_probe: true });
+    // The answer never comes (the actor moved, say): the fallback lapses it, without a second probe.
+    d.advance(10_000);
+    assert.equal(d.postsOf("probe_worker").length, 1);
+    assert.equal(d.run(RUN)?.attempt, 2);
+    assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
+  });
+
+  it("an attempt that ran: its completion in the answer settles the run; it is not offered again", () => {
+    const d = leased(() => ({ state: "ended", completion: { outcome: "exited", exit_code: 0, output: "done", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }));
+    const offers = d.dispatches.length;
+    d.advance(10_000);
+    assert.equal(d.run(RUN), undefined);
+    const rec = d.records.get(RUN)!;
+    assert.equal(rec.status, "succeeded");
+    assert.deepEqual(rec.attempts.map((a) => a.outcome), ["succeeded"]);
+    assert.equal(rec.result?.output, "done");
+    assert.equal(d.dispatches.length, offers, "one execution, one offer");
+  });
+
+  it("a failed attempt in the answer is retried as its report would have been (counted)", () => {
+    const d = leased(() => ({ state: "ended", completion: { outcome: "exited", exit_code: 3, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }));
+    d.advance(10_000);
+    assert.equal(d.run(RUN)?.status, "retry_wait");
+    assert.equal(d.run(RUN)?.attempts[0]?.outcome, "failed");
+    assert.equal(d.run(RUN)?.unstarted ?? 0, 0);
+  });
+
+  it("a running attempt keeps its lease: re-armed a TTL from the answer, asked again at the next silence", () => {
+    const d = leased(() => ({ state: "running" }));
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000); // :12
+    assert.equal(d.run(RUN)?.fence, f);
+    assert.equal(d.run(RUN)?.attempt, 1);
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(22));
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f });
+    d.advance(10_000); // :22: silent again, asked again
+    assert.equal(d.postsOf("probe_worker").length, 2);
+    assert.equal(d.run(RUN)?.fence, f);
+  });
+
+  it("never started (dropped by the probe): offered again under a new fence, not counted", () => {
+    const d = leased(() => ({ state: "not_started" }), 1);
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000);
+    const r = d.run(RUN)!;
+    assert.equal(r.attempt, 2);
+    assert.ok(r.fence > f);
+    assert.equal(r.unstarted, 1);
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which had not started the attempt (not counted)");
+    assert.equal(d.heartbeat(RUN, f).fail?.code, "lease_lost", "the old fence is dead");
+  });
+
+  it("started and gone, or forgotten: offered again and counted (the last attempt dead-letters)", () => {
+    for (const [state, why] of [["started", "lease expired on worker w1; the attempt started there and its result was lost"], ["unknown", "lease expired on worker w1, which no longer knows the attempt"]] as const) {
+      const d = leased(() => ({ state }), 1);
+      d.advance(10_000);
+      assert.equal(d.run(RUN), undefined, state);
+      const rec = d.records.get(RUN)!;
+      assert.equal(rec.status, "failed", state);
+      assert.equal(rec.attempts[0]?.error, why);
+    }
+  });
+
+  it("no answer, but heard from since the probe went: not silent after all — the lease goes on", () => {
+    let answer: ProbeReply | null | undefined = undefined; // held back, then none
+    const d = leased(() => answer);
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000); // :12, probe out (held back)
+    d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(13));
+    d.advance(1_000); // :13
+    d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: null });
+    assert.equal(d.run(RUN)?.attempt, 1);
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(23));
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f });
+    answer = null; // and at the next silence, no answer at all: it lapses
+    d.advance(10_000);
+    assert.equal(d.run(RUN)?.attempt, 2);
+    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");
+  });
+
+  it("an answer for another fence or worker, or after the run moved on, changes nothing", () => {
+    const d = leased(() => undefined);
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000);
+    const ended: ProbeReply = { state: "ended", completion: { outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } };
+    for (const m of [{ fence: f - 1, worker: "w1" }, { fence: f, worker: "w2" }]) {
+      const before = d.state;
+      d.send({ kind: "probe_answer", run_id: RUN, ...m, reply: ended });
+      assert.equal(d.state, before, JSON.stringify(m));
+    }
+    assert.deepEqual(d.complete(RUN).reply, { ok: true }); // its own report came after all
+    assert.equal(d.records.get(RUN)?.status, "succeeded");
+    d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: { state: "not_started" } });
+    assert.equal(d.records.get(RUN)?.status, "succeeded");
+    assert.deepEqual(d.records.get(RUN)?.attempts.map((a) => a.outcome), ["succeeded"]);
+  });
+});
