@@ -112,8 +112,8 @@ export type JobMsg =
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   /** `after_probe`: the probe's answer never came (run-lifecycle.ts `onLeaseExpired`). */
   | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
-  /** From the shell: the worker's answer to a probe of a silent lease (null: none in time). */
-  | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null }
+  /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder at all). */
+  | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null; gone?: true }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */
   | { kind: "gate"; run_id: string }

@@ -90,6 +90,13 @@ export interface JobShellDeps {
  */
 export const PROBE_TIMEOUT_MS = 5_000;
 
+/** Whether a request failed for want of any subscriber (NATS 503; the simulation bus says the same). */
+function isNoResponders(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  const cause = (e as { cause?: unknown }).cause;
+  return /no responders/i.test(e.message) || (cause instanceof Error && cause.name === "NoRespondersError");
+}
+
 export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
   const metrics = deps.runMetrics ?? new RunMetrics();
   const records = new RunRecordStore(deps.runs, metrics);
@@ -105,13 +112,16 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
 
   async function probe(ctx: ShellContext, fx: Extract<JobEffect, { kind: "probe_worker" }>): Promise<void> {
     let reply: ProbeReply | null = null;
+    let gone = false;
     try {
       const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2) });
       reply = decode<ProbeReply>(m.data);
-    } catch {
-      // No responder (the worker is gone), a timeout (frozen, cut off or swamped): no answer.
+    } catch (e) {
+      // No responder: the worker process is gone. A timeout (frozen, cut off or swamped): no answer.
+      gone = isNoResponders(e);
     }
-    ctx.tell({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
+    // A tell refused (the mailbox full) is not retried here: the lease's fallback timer asks again.
+    ctx.tell({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply, ...(gone ? { gone: true as const } : {}) });
   }
 
   async function post(ctx: ShellContext, fx: JobEffect): Promise<void> {

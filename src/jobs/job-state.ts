@@ -35,6 +35,8 @@ export interface ActiveRun {
   slot: boolean;
   /** Slots given back so far: names the current grant (see `grantId` in ids.ts). */
   slot_seq?: number;
+  /** Probes of the current lease sent and not answered (run-lifecycle.ts `MAX_UNANSWERED_PROBES`). */
+  probes?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
   /**

@@ -291,43 +291,60 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
     tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     return tx.done(null);
   }
-  if (!m.after_probe && r.worker !== null) {
-    // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
-    // (offered again, it ran twice — 40,501 of 200,000 runs in one benchmark run). Ask its worker
-    // what became of it; the lease stands until the answer (`onProbeAnswer`), or until this
-    // fallback should the answer never come (the actor moved, say).
-    tx.post.push({ kind: "probe_worker", worker: r.worker, run_id: r.run_id, attempt: r.attempt, fence: r.fence });
-    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence, after_probe: true });
-    return tx.done(null);
-  }
-  return lapse(tx, r, null);
+  // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
+  // (offered again, it ran twice — 40,501 of 200,000 runs in one benchmark run). Ask its worker
+  // what became of it; the lease stands until the answer (`onProbeAnswer`), or until the fallback
+  // (`after_probe`: the answer never came in — the actor moved, its mailbox was full, a stall),
+  // which asks again. Only MAX_UNANSWERED_PROBES unanswered probes in a row lapse it.
+  return probeOrLapse(tx, r);
+}
+
+/** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
+export const MAX_UNANSWERED_PROBES = 3;
+
+function probeOrLapse(tx: Tx, r: ActiveRun): D {
+  if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
+  r.probes = (r.probes ?? 0) + 1;
+  tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
+  tx.post.push({ kind: "probe_worker", worker: r.worker, run_id: r.run_id, attempt: r.attempt, fence: r.fence });
+  tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence, after_probe: true });
+  return tx.done(null);
 }
 
 /**
  * The worker's answer to a probe of a silent lease (protocol/worker.ts `ProbeReply`): it runs —
- * the lease goes on; it ended — its completion settles the run as its report would have; it
- * never started, or it is gone — the lease lapses and the run is offered again. No answer in
- * time (a dead, frozen or cut-off worker) lapses it as silence always did — unless the lease was
- * heard from meanwhile.
+ * the lease goes on; it ended — its completion settles the run as its report would have;
+ * `not_started` — the probe dropped it (or it was dropped before): the lease lapses at once.
+ * `started`/`unknown` (gone from the worker) and no answer lapse it only once the lease is silent
+ * still: a heartbeat acknowledged since the probe went covers its worker for a while, so the
+ * owner waits that lease out (a TTL from the arrival, ≥ the worker's send + TTL − margin) before
+ * a re-offer. No answer in time (a swamped, frozen or cut-off worker) asks again, up to
+ * MAX_UNANSWERED_PROBES; no responder at all (`gone`: the worker process is gone) lapses it.
  */
 function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   const r = tx.run(m.run_id);
   if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker) return tx.done(null);
   const reply = m.reply;
+  if (reply !== null && r.probes) {
+    r.probes = 0;
+    tx.defer();
+  }
   if (reply?.state === "running") {
     tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     return tx.done(null);
   }
   if (reply?.state === "ended" && reply.completion) {
-    return complete(tx, { kind: "complete", run_id: r.run_id, fence: r.fence, worker: m.worker, ...reply.completion });
+    // The identity is the lease's own, never the wire reply's.
+    return complete(tx, { ...reply.completion, kind: "complete", run_id: r.run_id, fence: r.fence, worker: m.worker });
   }
-  if (reply === null) {
+  if (reply?.state !== "not_started") {
     // Heard from since the probe went (a heartbeat, a report waiting here): not silent after all.
     const end = tx.pending(completionKey(r.run_id, r.fence, m.worker)) ? tx.now + tx.cfg.leaseTtlMs : leaseEndMs(tx, r, 0);
     if (end > tx.now) {
       tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
       return tx.done(null);
     }
+    if (reply === null && !m.gone) return probeOrLapse(tx, r);
   }
   return lapse(tx, r, reply);
 }
@@ -356,6 +373,7 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null): D {
     a.error = neverStarted ? `${why} (not counted)` : why;
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
+  delete r.probes;
   if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
     // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
     moveRun(r, "requeue");

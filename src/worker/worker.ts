@@ -328,6 +328,9 @@ export class Worker {
   #offer(req: StartRequest): StartReply {
     if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
     const k = this.#key(req.run_id, req.attempt);
+    // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
+    // bring it back: it answered its owner that the attempt will never run here.
+    if (this.#forgotten.has(`${k}#${req.fence}`)) return { accepted: false, reason: "attempt already gone from here" };
     const existing = this.#leases.get(k);
     if (existing) {
       if (existing.req.fence === req.fence) return { accepted: true };

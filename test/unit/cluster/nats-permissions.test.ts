@@ -36,6 +36,11 @@ describe("NATS permissions per role", () => {
     }
     assert.ok(allowed(w.subscribe, "kairos.k.worker.w1.start"));
     assert.ok(!allowed(w.subscribe, "kairos.k.worker.w2.start"), "pinned to its own id");
+    assert.ok(allowed(w.subscribe, "kairos.k.worker.w1.probe"), "its owners' probes of silent leases");
+    assert.ok(!allowed(w.subscribe, "kairos.k.worker.w2.probe"));
+    assert.ok(!allowed(w.publish, "kairos.k.worker.w2.probe"), "a worker cannot probe another");
+    const sched = natsPermissions("k", ["scheduler"]);
+    assert.ok(allowed(sched.publish, "kairos.k.worker.w1.probe"), "schedulers probe workers");
     assert.ok(!allowed(w.subscribe, "_INBOX.x"));
     assert.ok(allowed(w.subscribe, "_INBOX_worker-w1.x"));
     assert.ok(!allowed(w.publish, "$KV.k_nodes.w2"), "pinned to its own nodes record");

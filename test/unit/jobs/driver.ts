@@ -66,10 +66,11 @@ export interface DriverOptions {
   freeze?: boolean;
   /**
    * The worker's answer to a probe of a silent lease (`probe_worker`), delivered at once as
-   * `probe_answer`; `undefined` holds it back (`probes` lists it). Default: null — no answer,
-   * as from a worker that is gone (a silent lease in these tests is a dead worker's).
+   * `probe_answer`; `undefined` holds it back; null: no answer in time; "gone": no responder.
+   * Default: "gone", as from a worker process that is gone (a silent lease in these tests is a
+   * dead worker's).
    */
-  probe?: (fx: Extract<JobEffect, { kind: "probe_worker" }>) => ProbeReply | null | undefined;
+  probe?: (fx: Extract<JobEffect, { kind: "probe_worker" }>) => ProbeReply | null | "gone" | undefined;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -276,8 +277,9 @@ export class Driver {
         return;
       }
       case "probe_worker": {
-        const reply = this.opts.probe ? this.opts.probe(fx) : null;
-        if (reply !== undefined) this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
+        const reply = this.opts.probe ? this.opts.probe(fx) : "gone";
+        if (reply === "gone") this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply: null, gone: true });
+        else if (reply !== undefined) this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
         return;
       }
       case "cancel_on_worker":

@@ -8,6 +8,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { heartbeatKey, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import { MAX_UNANSWERED_PROBES } from "../../../src/jobs/run-lifecycle.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
@@ -17,7 +18,7 @@ const hourly = { cron: "0 * * * *", time_zone: "UTC" };
 type ProbeFx = Extract<JobEffect, { kind: "probe_worker" }>;
 
 /** A job whose first run (:02) is leased to w1 (claimed at :01.5, lease end :12); probes answered by `probe`. */
-function leased(probe: (fx: ProbeFx) => ProbeReply | null | undefined, maxAttempts = 3) {
+function leased(probe: (fx: ProbeFx) => ProbeReply | null | "gone" | undefined, maxAttempts = 3) {
   const d = new Driver(cfg(), { probe });
   d.create(spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }));
   d.advance(1_500);
@@ -37,11 +38,49 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(d.run(RUN)?.fence, f);
     assert.equal(d.dispatches.length, offers, "not offered again while the answer is out");
     assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f, after_probe: true });
-    // The answer never comes (the actor moved, say): the fallback lapses it, without a second probe.
+    // The answer never comes in (the actor moved, its mailbox was full): the fallback asks again,
+    // and only MAX_UNANSWERED_PROBES unanswered ones in a row lapse the lease.
     d.advance(10_000);
-    assert.equal(d.postsOf("probe_worker").length, 1);
+    assert.equal(d.postsOf("probe_worker").length, 2);
+    assert.equal(d.run(RUN)?.fence, f);
+    d.advance(10_000);
+    assert.equal(d.postsOf("probe_worker").length, MAX_UNANSWERED_PROBES);
+    assert.equal(d.run(RUN)?.attempt, 1);
+    d.advance(10_000);
+    assert.equal(d.postsOf("probe_worker").filter((p) => p.fence === f).length, MAX_UNANSWERED_PROBES, "no fourth probe of that lease");
     assert.equal(d.run(RUN)?.attempt, 2);
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
+  });
+
+  it("no answer in time (a swamped worker) asks again; an answer after that decides; no responder (gone) lapses at once", () => {
+    let answers: (ProbeReply | null | "gone")[] = [null, null, { state: "ended", completion: { outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }];
+    const d = leased(() => answers.shift());
+    d.advance(10_000);
+    assert.equal(d.postsOf("probe_worker").length, 3, "two timeouts, then the answer");
+    assert.equal(d.records.get(RUN)?.status, "succeeded");
+    answers = ["gone"];
+    const g = leased(() => answers.shift());
+    g.advance(10_000);
+    assert.equal(g.postsOf("probe_worker").length, 1);
+    assert.equal(g.run(RUN)?.attempt, 2);
+    assert.equal(g.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");
+  });
+
+  it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
+    let reply: ProbeReply | undefined;
+    const d = leased(() => reply);
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000); // :12, probe out
+    d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(12) + 500); // a late heartbeat, acknowledged: covers w1 for a while
+    d.advance(1_000);
+    d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: { state: "started" } });
+    assert.equal(d.run(RUN)?.attempt, 1, "not offered again while that acknowledgement may still cover the worker");
+    assert.equal(d.run(RUN)?.fence, f);
+    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(22) + 500);
+    reply = { state: "started" };
+    d.advance(10_000);
+    assert.equal(d.run(RUN)?.attempt, 2);
+    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1; the attempt started there and its result was lost");
   });
 
   it("an attempt that ran: its completion in the answer settles the run; it is not offered again", () => {
@@ -101,7 +140,7 @@ describe("a silent lease is resolved by probing its worker", () => {
   });
 
   it("no answer, but heard from since the probe went: not silent after all — the lease goes on", () => {
-    let answer: ProbeReply | null | undefined = undefined; // held back, then none
+    let answer: ProbeReply | null | "gone" | undefined = undefined; // held back, then gone
     const d = leased(() => answer);
     const f = d.run(RUN)!.fence;
     d.advance(10_000); // :12, probe out (held back)
@@ -111,7 +150,7 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(d.run(RUN)?.attempt, 1);
     assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(23));
     assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f });
-    answer = null; // and at the next silence, no answer at all: it lapses
+    answer = "gone"; // and at the next silence, no responder at all: it lapses
     d.advance(10_000);
     assert.equal(d.run(RUN)?.attempt, 2);
     assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");

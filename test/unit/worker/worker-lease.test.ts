@@ -675,6 +675,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     await t.runTo(T0 + 500);
     assert.deepEqual(await t.probe("r1"), { state: "not_started" });
     assert.deepEqual(t.evs("probe_dropped").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(await t.offer("r1", 2_500), { accepted: false, reason: "attempt already gone from here" }, "a late copy of the offer cannot bring it back");
     await t.runTo(T0 + 6_000); // past start_at, the owner answering heartbeats
     assert.equal(t.executor.starts(), 0, "a probed attempt started");
     assert.deepEqual(await t.probe("r1"), { state: "not_started" }, "remembered");
