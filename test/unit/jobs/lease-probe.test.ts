@@ -67,7 +67,7 @@ describe("a silent lease is resolved by probing its worker", () => {
   });
 
   it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
-    let reply: ProbeReply | undefined;
+    let reply: ProbeReply | undefined = undefined; // held back, then answered
     const d = leased(() => reply);
     const f = d.run(RUN)!.fence;
     d.advance(10_000); // :12, probe out
