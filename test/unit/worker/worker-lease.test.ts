@@ -167,7 +167,7 @@ class Owner {
   }
 }
 
-async function setup(o: { completionsInFlight?: number; completionWaitMs?: number } = {}) {
+async function setup(o: { completionsInFlight?: number; completionWaitMs?: number; completionDeadlineMs?: number } = {}) {
   const sim = new SimClock(T0);
   const bus = new SimBus({ clock: sim, random: seededRandom(1) });
   const workerEp = bus.endpoint("worker");
@@ -710,6 +710,23 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     assert.deepEqual(await t.probe("r1"), { state: "started" });
     assert.deepEqual(await t.probe("r1", 2), { state: "unknown" });
     assert.deepEqual(await t.probe("r9"), { state: "unknown" });
+    await t.worker.stop();
+  });
+
+  it("a report given up past the completion deadline still answers ended, with its completion (a burst's reports wait here that long)", T, async () => {
+    const t = await setup({ completionDeadlineMs: 5_000 });
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.owner.complete = "silent";
+    t.executor.exit("r1#1");
+    await t.runTo(t.sim.now() + 9_000);
+    const reported = t.owner.completes.length;
+    await t.runTo(t.sim.now() + 3_000);
+    assert.equal(t.owner.completes.length, reported, "given up: no more copies");
+    const reply = await t.probe("r1");
+    assert.equal(reply.state, "ended");
+    assert.equal(reply.completion?.exit_code, 0);
+    assert.equal(reply.completion?.output, "ok");
     await t.worker.stop();
   });
 
