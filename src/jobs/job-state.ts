@@ -124,7 +124,12 @@ export const FENCE_BLOCK = 1_024;
 
 /** A state read back from KV: fences continue above everything an earlier incarnation reserved. */
 export function loadJobState(s: JobState): JobState {
-  return s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq ? { ...s, fence_seq: s.fence_reserved } : s;
+  const fenced = s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq ? { ...s, fence_seq: s.fence_reserved } : s;
+  // A count of unanswered probes is memory only (run-lifecycle.ts `probeOrLapse`); one a later
+  // write happened to store must not let a new owner lapse a lease without asking.
+  return fenced.runs.some((r) => r.probes !== undefined)
+    ? { ...fenced, runs: fenced.runs.map(({ probes: _probes, ...r }) => r) }
+    : fenced;
 }
 
 export const emptyJobState = (): JobState => ({

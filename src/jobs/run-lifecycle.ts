@@ -94,6 +94,7 @@ function mapOutcome(c: Completion): AttemptOutcome {
 function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: boolean, why: string, result: RunView["result"]): void {
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
+  delete r.probes;
   if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
     moveRun(r, "retry");
     r.worker = null;
@@ -118,6 +119,7 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
   moveRun(r, "claim");
   r.attempt += 1;
   r.worker = worker;
+  delete r.probes;
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
@@ -246,6 +248,7 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
     return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
   }
   tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+  heard(tx, r);
   const ack = heartbeatAck(tx.s, r, m.started_at_ms, tx.now, tx.cfg.leaseTtlMs);
   if (ack.hold) return tx.done(ack);
   if (canMove(r, "start") && m.started_at_ms !== undefined) {
@@ -289,6 +292,7 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
     : leaseEndMs(tx, r, 0);
   if (end > tx.now) {
     tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+    heard(tx, r);
     return tx.done(null);
   }
   // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
@@ -301,6 +305,13 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
 
 /** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
 export const MAX_UNANSWERED_PROBES = 3;
+
+/** The lease was heard from (a heartbeat, a report, an answer): unanswered probes start again from 0. */
+function heard(tx: Tx, r: ActiveRun): void {
+  if (r.probes === undefined) return;
+  delete r.probes;
+  tx.defer();
+}
 
 function probeOrLapse(tx: Tx, r: ActiveRun): D {
   if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
@@ -325,10 +336,7 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   const r = tx.run(m.run_id);
   if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker) return tx.done(null);
   const reply = m.reply;
-  if (reply !== null && r.probes) {
-    r.probes = 0;
-    tx.defer();
-  }
+  if (reply !== null) heard(tx, r);
   if (reply?.state === "running") {
     tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     return tx.done(null);
@@ -342,6 +350,7 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
     const end = tx.pending(completionKey(r.run_id, r.fence, m.worker)) ? tx.now + tx.cfg.leaseTtlMs : leaseEndMs(tx, r, 0);
     if (end > tx.now) {
       tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      heard(tx, r);
       return tx.done(null);
     }
     if (reply === null && !m.gone) return probeOrLapse(tx, r);

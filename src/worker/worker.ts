@@ -163,6 +163,8 @@ export const COMPLETIONS_IN_FLIGHT = 65_536;
 export const FORGOTTEN_LIMIT = 262_144;
 /** Completions of reports given up, kept for probes (each holds its output tail), oldest out first. */
 export const GIVEN_UP_LIMIT = 65_536;
+/** …and at most this many bytes of their output tails in all. */
+export const GIVEN_UP_OUTPUT_BYTES = 64 * 1024 * 1024;
 
 export class Worker {
   readonly #o: WorkerOptions;
@@ -310,6 +312,7 @@ export class Worker {
 
   /** Completions of reports given up (key#fence), for probes; bounded, oldest out first. */
   readonly #givenUp = new Map<string, Completion>();
+  #givenUpBytes = 0;
   /**
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
@@ -319,9 +322,18 @@ export class Worker {
   #giveUp(l: Lease): void {
     const k = `${l.key}#${l.req.fence}`;
     if (l.completion) {
-      this.#givenUp.delete(k);
-      if (this.#givenUp.size >= GIVEN_UP_LIMIT) this.#givenUp.delete(this.#givenUp.keys().next().value!);
+      const old = this.#givenUp.get(k);
+      if (old) {
+        this.#givenUp.delete(k);
+        this.#givenUpBytes -= old.output.length;
+      }
       this.#givenUp.set(k, l.completion);
+      this.#givenUpBytes += l.completion.output.length;
+      while (this.#givenUp.size > GIVEN_UP_LIMIT || this.#givenUpBytes > GIVEN_UP_OUTPUT_BYTES) {
+        const [oldest, c] = this.#givenUp.entries().next().value!;
+        this.#givenUp.delete(oldest);
+        this.#givenUpBytes -= c.output.length;
+      }
     }
     this.#drop(l);
   }

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { heartbeatKey, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { MAX_UNANSWERED_PROBES } from "../../../src/jobs/run-lifecycle.ts";
+import { loadJobState } from "../../../src/jobs/job-state.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
@@ -171,5 +172,34 @@ describe("a silent lease is resolved by probing its worker", () => {
     d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: { state: "not_started" } });
     assert.equal(d.records.get(RUN)?.status, "succeeded");
     assert.deepEqual(d.records.get(RUN)?.attempts.map((a) => a.outcome), ["succeeded"]);
+  });
+});
+
+describe("the count of unanswered probes", () => {
+  it("starts again from 0 once the lease is heard from: three unanswered probes in a row lapse it, not three over its life", () => {
+    const d = leased(() => undefined); // never answered
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000); // :12 probe 1
+    d.advance(10_000); // :22 probe 2
+    d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(25)); // heard again
+    d.advance(10_000); // :32: not silent (lease to :35): re-armed, count reset
+    assert.equal(d.postsOf("probe_worker").length, 2);
+    d.advance(3_000); // :35 probe 1 of a new silence
+    d.advance(10_000); // :45 probe 2
+    d.advance(10_000); // :55 probe 3
+    assert.equal(d.postsOf("probe_worker").length, 5);
+    assert.equal(d.run(RUN)?.attempt, 1, "three in a row, not three over the lease's life");
+    d.advance(10_000); // :65: the third went unanswered: lapsed
+    assert.equal(d.run(RUN)?.attempt, 2);
+  });
+
+  it("is memory only: a state read back (an owner that moved) carries none", () => {
+    const d = leased(() => undefined);
+    d.advance(10_000);
+    const r = d.run(RUN)!;
+    assert.equal(r.probes, 1);
+    const back = loadJobState({ ...d.state, runs: [{ ...r, probes: MAX_UNANSWERED_PROBES }] });
+    assert.equal(back.runs[0]!.probes, undefined);
+    assert.equal(back.runs[0]!.fence, r.fence);
   });
 });
