@@ -53,11 +53,12 @@ export function droppedLogLines(): number {
 let stdout: ReturnType<typeof pino.destination> | undefined;
 function stdoutDestination(): ReturnType<typeof pino.destination> {
   if (stdout === undefined) {
-    const d = pino.destination({ dest: 1, sync: false, maxLength: logBufferBytes(process.env["KAIROS_LOG_BUFFER_MB"]) });
+    const bytes = logBufferBytes(process.env["KAIROS_LOG_BUFFER_MB"]);
+    const d = pino.destination({ dest: 1, sync: false, maxLength: bytes });
     d.on("drop", () => dropped++);
     // Said once at exit, on stderr (synchronously: stdout is the thing that fell behind).
     process.once("exit", () => {
-      if (dropped > 0) writeSync(2, `kairos: ${dropped} log lines dropped: stdout's reader fell behind (buffer ${logBufferBytes(process.env["KAIROS_LOG_BUFFER_MB"]) / 1024 / 1024} MiB, KAIROS_LOG_BUFFER_MB)\n`);
+      if (dropped > 0) writeSync(2, `kairos: ${dropped} log lines dropped: stdout's reader fell behind (buffer ${bytes / 1024 / 1024} MiB, KAIROS_LOG_BUFFER_MB)\n`);
     });
     stdout = d;
   }

@@ -301,10 +301,15 @@ export class Worker {
     return `${runId}#${attempt}`;
   }
 
+  /** An attempt under one fence, as the worker's memory of attempts gone (`#forgotten`, `#givenUp`) names it. */
+  #fenced(key: string, fence: number): string {
+    return `${key}#${fence}`;
+  }
+
   /** Attempts gone from here (key#fence → whether it started), for probes; bounded, oldest out first. */
   readonly #forgotten = new Map<string, boolean>();
   #forget(l: Lease): void {
-    const k = `${l.key}#${l.req.fence}`;
+    const k = this.#fenced(l.key, l.req.fence);
     this.#forgotten.delete(k);
     if (this.#forgotten.size >= FORGOTTEN_LIMIT) this.#forgotten.delete(this.#forgotten.keys().next().value!);
     this.#forgotten.set(k, l.execution !== undefined || l.completion !== undefined);
@@ -320,7 +325,7 @@ export class Worker {
    * one 200,000-run benchmark run).
    */
   #giveUp(l: Lease): void {
-    const k = `${l.key}#${l.req.fence}`;
+    const k = this.#fenced(l.key, l.req.fence);
     if (l.completion) {
       const old = this.#givenUp.get(k);
       if (old) {
@@ -343,7 +348,8 @@ export class Worker {
    * Answered from memory, at once: an attempt held and not started is dropped now.
    */
   #probe(p: ProbeRequest): ProbeReply {
-    const l = this.#leases.get(this.#key(p.run_id, p.attempt));
+    const key = this.#key(p.run_id, p.attempt);
+    const l = this.#leases.get(key);
     if (l && l.req.fence === p.fence && !l.lost) {
       if (l.completion) return { state: "ended", completion: l.completion };
       if (l.execution) return { state: "running" };
@@ -353,9 +359,9 @@ export class Worker {
       this.#onLeaseGone?.();
       return { state: "not_started" };
     }
-    const given = this.#givenUp.get(`${this.#key(p.run_id, p.attempt)}#${p.fence}`);
+    const given = this.#givenUp.get(this.#fenced(key, p.fence));
     if (given) return { state: "ended", completion: given };
-    const started = this.#forgotten.get(`${this.#key(p.run_id, p.attempt)}#${p.fence}`);
+    const started = this.#forgotten.get(this.#fenced(key, p.fence));
     return started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
   }
 
@@ -364,7 +370,7 @@ export class Worker {
     const k = this.#key(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
-    if (this.#forgotten.has(`${k}#${req.fence}`)) return { accepted: false, reason: "attempt already gone from here" };
+    if (this.#forgotten.has(this.#fenced(k, req.fence))) return { accepted: false, reason: "attempt already gone from here" };
     const existing = this.#leases.get(k);
     if (existing) {
       if (existing.req.fence === req.fence) return { accepted: true };
