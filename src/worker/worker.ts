@@ -161,10 +161,22 @@ const MIN_REPORT_WAIT_MS = 250;
 export const COMPLETIONS_IN_FLIGHT = 65_536;
 /** Attempts gone from this worker remembered for probes (whether each started), oldest forgotten first. */
 export const FORGOTTEN_LIMIT = 262_144;
-/** Completions of reports given up, kept for probes (each holds its output tail), oldest out first. */
-export const GIVEN_UP_LIMIT = 65_536;
-/** …and at most this many bytes of their output tails in all. */
+/**
+ * Completions of reports given up, kept for probes, oldest out first — as many as attempts gone
+ * are remembered (`FORGOTTEN_LIMIT`): a given-up report whose completion was evicted answers its
+ * probe `started`, and the run's result is lost (1,136 dead letters in one 200,000-run benchmark
+ * run with a bound of 65,536).
+ */
+export const GIVEN_UP_LIMIT = FORGOTTEN_LIMIT;
+/** …and at most this many bytes of their output tails in all: past it, one is kept without its output. */
 export const GIVEN_UP_OUTPUT_BYTES = 64 * 1024 * 1024;
+/** The output of a given-up completion kept once GIVEN_UP_OUTPUT_BYTES is spent. */
+export const OUTPUT_NOT_KEPT = "[kairos: output not kept — this attempt's completion report was given up under load, and the worker's memory for such outputs was full]";
+
+/** The bytes of output a given-up completion holds (the shared OUTPUT_NOT_KEPT costs none). */
+function keptBytes(c: Completion): number {
+  return c.output === OUTPUT_NOT_KEPT ? 0 : c.output.length;
+}
 
 export class Worker {
   readonly #o: WorkerOptions;
@@ -330,15 +342,19 @@ export class Worker {
       const old = this.#givenUp.get(k);
       if (old) {
         this.#givenUp.delete(k);
-        this.#givenUpBytes -= old.output.length;
+        this.#givenUpBytes -= keptBytes(old);
       }
-      this.#givenUp.set(k, l.completion);
-      this.#givenUpBytes += l.completion.output.length;
-      while (this.#givenUp.size > GIVEN_UP_LIMIT || this.#givenUpBytes > GIVEN_UP_OUTPUT_BYTES) {
-        const [oldest, c] = this.#givenUp.entries().next().value!;
+      // Past the byte budget the outcome is kept without its output: a run's result (succeeded,
+      // failed, retried) matters more than its log tail.
+      const c = this.#givenUpBytes + l.completion.output.length <= GIVEN_UP_OUTPUT_BYTES ? l.completion : { ...l.completion, output: OUTPUT_NOT_KEPT };
+      this.#givenUp.set(k, c);
+      this.#givenUpBytes += keptBytes(c);
+      while (this.#givenUp.size > GIVEN_UP_LIMIT) {
+        const [oldest, e] = this.#givenUp.entries().next().value!;
         this.#givenUp.delete(oldest);
-        this.#givenUpBytes -= c.output.length;
+        this.#givenUpBytes -= keptBytes(e);
       }
+      this.#o.onEvent?.({ type: "report_given_up", run_id: l.req.run_id, attempt: l.req.attempt });
     }
     this.#drop(l);
   }
@@ -360,9 +376,12 @@ export class Worker {
       return { state: "not_started" };
     }
     const given = this.#givenUp.get(this.#fenced(key, p.fence));
-    if (given) return { state: "ended", completion: given };
     const started = this.#forgotten.get(this.#fenced(key, p.fence));
-    return started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
+    const reply: ProbeReply = given ? { state: "ended", completion: given }
+      : started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
+    // Answers from memory, counted by what they said (a `started` is a result lost, see #giveUp).
+    this.#o.onEvent?.({ type: `probe_${reply.state}`, run_id: p.run_id, attempt: p.attempt });
+    return reply;
   }
 
   #offer(req: StartRequest): StartReply {

@@ -30,7 +30,7 @@ import { seededRandom } from "../../../src/lib/random.ts";
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../../src/sandbox/types.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
-import { Worker } from "../../../src/worker/worker.ts";
+import { FORGOTTEN_LIMIT, GIVEN_UP_LIMIT, GIVEN_UP_OUTPUT_BYTES, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
 
@@ -81,10 +81,10 @@ class RecordingExecutor implements Executor {
     };
   }
   /** The task exits 0 now. */
-  exit(key: string): void {
+  exit(key: string, output = "ok"): void {
     const f = this.#live.get(key);
     assert.ok(f, `${key} is not running`);
-    f({ outcome: "exited", exitCode: 0, output: "ok", startedAtMs: T0, finishedAtMs: this.clock.now() });
+    f({ outcome: "exited", exitCode: 0, output, startedAtMs: T0, finishedAtMs: this.clock.now() });
   }
   starts(): number {
     return this.log.filter((e) => e.what === "start").length;
@@ -167,7 +167,7 @@ class Owner {
   }
 }
 
-async function setup(o: { completionsInFlight?: number; completionWaitMs?: number; completionDeadlineMs?: number } = {}) {
+async function setup(o: { completionsInFlight?: number; completionWaitMs?: number; completionDeadlineMs?: number; slots?: number } = {}) {
   const sim = new SimClock(T0);
   const bus = new SimBus({ clock: sim, random: seededRandom(1) });
   const workerEp = bus.endpoint("worker");
@@ -728,6 +728,33 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     assert.equal(reply.completion?.exit_code, 0);
     assert.equal(reply.completion?.output, "ok");
     await t.worker.stop();
+  });
+
+  it("reports given up past the output budget keep their outcome without output: none answers started (result lost), and each given-up report is counted", T, async () => {
+    const MIB = 1024 * 1024;
+    const n = GIVEN_UP_OUTPUT_BYTES / MIB + 4;
+    const t = await setup({ completionDeadlineMs: 5_000, slots: n });
+    const ids = Array.from({ length: n }, (_, i) => `r${i}`);
+    for (const id of ids) assert.deepEqual(await t.offer(id, 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), n);
+    t.owner.complete = "silent";
+    const big = "x".repeat(MIB);
+    for (const id of ids) t.executor.exit(`${id}#1`, big);
+    await t.runTo(t.sim.now() + 12_000);
+    assert.equal(t.evs("report_given_up").length, n);
+    const replies = await Promise.all(ids.map((id) => t.probe(id)));
+    assert.deepEqual(replies.map((r) => r.state), ids.map(() => "ended"), "every given-up attempt answers with its completion");
+    assert.ok(replies.every((r) => r.completion?.exit_code === 0 && r.completion.outcome === "exited"));
+    const kept = replies.filter((r) => r.completion?.output === big).length;
+    assert.equal(kept, GIVEN_UP_OUTPUT_BYTES / MIB, "outputs kept up to the budget");
+    assert.deepEqual(replies.slice(kept).map((r) => r.completion?.output), ids.slice(kept).map(() => OUTPUT_NOT_KEPT), "the rest without their output");
+    assert.deepEqual(t.evs("probe_ended").length, n, "probe answers are counted by state");
+    await t.worker.stop();
+  });
+
+  it("a given-up completion is remembered as long as the attempt itself (GIVEN_UP_LIMIT ≥ FORGOTTEN_LIMIT): one evicted first would answer started, its result lost", () => {
+    assert.ok(GIVEN_UP_LIMIT >= FORGOTTEN_LIMIT, `${GIVEN_UP_LIMIT} < ${FORGOTTEN_LIMIT}`);
   });
 
   it("an offer dropped unacknowledged (offer_expired) answers not_started", T, async () => {
