@@ -104,7 +104,7 @@ export interface Exec {
 }
 
 export interface Violation {
-  invariant: "a" | "b" | "c" | "d" | "e";
+  invariant: "a" | "b" | "c" | "d" | "e" | "f";
   text: string;
   faults: string[];
 }
@@ -126,7 +126,7 @@ export interface ChaosReport {
   attemptOutcomes: Record<string, number>;
   executions: number;
   openExecutions: number;
-  invariants: { a_attempt_twice: number; b_run_overlap: number; c_missing: number; c_duplicate: number; d_stuck: number; e_over_cap: number | null };
+  invariants: { a_attempt_twice: number; b_run_overlap: number; c_missing: number; c_duplicate: number; d_stuck: number; e_over_cap: number | null; f_run_again: number };
   tenantMaxConcurrent: Record<string, { cap: number | null; maxSeen: number }>;
   violations: number;
   examples: Violation[];
@@ -553,7 +553,8 @@ class DockerLedger {
       const e = this.execs.get(id);
       if (e && e.endMs === undefined) {
         e.endMs = ms;
-        e.how = "end";
+        // Its own end (exit 0, `sleep` done) or a kill (self-fencing, a cancel: 137, 143).
+        e.how = a["exitCode"] === "0" ? "end" : "killed";
       }
     }
   }
@@ -643,6 +644,35 @@ export function checkAttempts(execs: Exec[], faults: FaultRecord[], ttl: number)
     }
   }
   return { a, b };
+}
+
+/**
+ * (f) A run executed again after one of its executions ended by itself (its end line, or exit 0
+ * in Docker) — the breach of the twelfth session: an ended attempt's report waited past its
+ * owner's lease, which guessed "never started" and offered the run again. Exempt: a fault on that
+ * execution's worker (kill -9, SIGSTOP, cut off) or a NATS restart between its start and the new
+ * start — then a re-run is the documented gap (an attempt never heard to start, its worker gone
+ * or silent, is presumed unstarted; ARCHITECTURE.md, Known gaps).
+ */
+export function checkRunAgain(execs: Exec[], faults: FaultRecord[], ttl: number): Violation[] {
+  const f: Violation[] = [];
+  const byRun = new Map<string, Exec[]>();
+  for (const e of execs) byRun.set(e.run, [...(byRun.get(e.run) ?? []), e]);
+  const faulted = (worker: string, fromMs: number, toMs: number) => faults.some((x) =>
+    (x.target === worker || x.kind === "nats_restart") && x.atMs <= toMs && (x.recoveredMs ?? x.liftedMs) >= fromMs);
+  for (const [run, es] of byRun) {
+    const sorted = [...es].sort((x, y) => x.startMs - y.startMs);
+    const done = sorted.find((x) => x.how === "end");
+    if (!done) continue;
+    const again = sorted.find((y) => y.startMs >= (done.endMs ?? Number.POSITIVE_INFINITY) && !faulted(done.worker, done.startMs, y.startMs));
+    if (!again) continue;
+    f.push({
+      invariant: "f",
+      text: `run ${run}: attempt ${again.attempt} fence ${again.fence} on ${again.worker} started ${iso(again.startMs)} after attempt ${done.attempt} fence ${done.fence} on ${done.worker} ended by itself ${iso(done.endMs!)}, with no fault on that worker or NATS between`,
+      faults: faultsNear(faults, again.startMs, [done.worker, again.worker], ttl),
+    });
+  }
+  return f;
 }
 
 /** Most distinct runs of each tenant executing at once, and the episodes above its cap. */
@@ -861,6 +891,8 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     }
     const { max, e } = checkTenantCaps(execs, caps, faults, o.runLeaseTtlMs);
     violations.push(...e);
+    const f = checkRunAgain(execs, faults, o.runLeaseTtlMs);
+    violations.push(...f);
 
     const runs = [...runsOf.values()].flat();
     const runsByStatus: Record<string, number> = {};
@@ -884,7 +916,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       executions: execs.length, openExecutions,
       invariants: {
         a_attempt_twice: a.length, b_run_overlap: b.length, c_missing: cMissing, c_duplicate: cDup,
-        d_stuck: stuck.length, e_over_cap: hasCap ? e.length : null,
+        d_stuck: stuck.length, e_over_cap: hasCap ? e.length : null, f_run_again: f.length,
       },
       tenantMaxConcurrent,
       violations: violations.length,
@@ -964,6 +996,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
   lines.push(`(c) occurrence without a record:   ${inv.c_missing}; with several records: ${inv.c_duplicate}`);
   lines.push(`(d) run stuck non-terminal:        ${inv.d_stuck}`);
   lines.push(`(e) tenant above its cap:          ${inv.e_over_cap ?? "not checked (no cap)"}`);
+  lines.push(`(f) run again after it ended:      ${inv.f_run_again}`);
   for (const [t, m] of Object.entries(r.tenantMaxConcurrent)) lines.push(`    tenant ${t}: cap ${m.cap ?? "default"}, most runs executing at once ${m.maxSeen}`);
   for (const v of r.examples.slice(0, maxExamples)) lines.push(`  [${v.invariant}] ${v.text}${v.faults.length ? `\n        near: ${v.faults.join("; ")}` : ""}`);
   if (r.examples.length > maxExamples) lines.push(`  … ${r.examples.length - maxExamples} more`);

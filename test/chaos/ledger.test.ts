@@ -5,7 +5,8 @@
  * schedulers, kill -9 and SIGSTOP of workers, a NATS server restart, and a worker cut off from
  * NATS through a TCP proxy. Afterwards: (a) no attempt executed twice, (b) no two executions of
  * a run overlapping, (c) exactly one run record per occurrence, (d) no run stuck, (e) no tenant
- * above its max_concurrent_runs. The long version is `npm run chaos -- --minutes 20`.
+ * above its max_concurrent_runs, (f) no run executed again after an execution that ended by itself
+ * (unless its worker or NATS had a fault in between). The long version is `npm run chaos -- --minutes 20`.
  *
  * KAIROS_CHAOS_SEED=<n> replays a fault schedule; KAIROS_CHAOS_KEEP=1 keeps the ledger folder.
  */
@@ -18,8 +19,8 @@ import { readFileSync } from "node:fs";
 import { dockerSkip, ensureTestImage } from "../support/docker-image.ts";
 import { startTcpProxy } from "../support/tcp-proxy.ts";
 import {
-  FAULT_KINDS, checkAttempts, checkTenantCaps, closeOpen, executing, formatReport, ledgerClockWorks, prng, runLedgerChaos,
-  type ChaosOptions, type Exec, type FaultKind,
+  FAULT_KINDS, checkAttempts, checkRunAgain, checkTenantCaps, closeOpen, executing, formatReport, ledgerClockWorks, prng, runLedgerChaos,
+  type ChaosOptions, type Exec, type FaultKind, type FaultRecord,
 } from "./ledger-harness.ts";
 
 const SEED = Number(process.env["KAIROS_CHAOS_SEED"] ?? 7321);
@@ -120,6 +121,13 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     const caps = checkTenantCaps([x("a", 1, "w1", 0, 100, "c"), x("b", 1, "w1", 50, 150, "c"), x("c", 1, "w2", 60, 70, "c"), x("c", 2, "w2", 100, 200, "c")], new Map([["c", 2]]), [], 3000);
     assert.equal(caps.max.get("c"), 3);
     assert.equal(caps.e.length, 1);
+    // (f): r1 and r3 ran again after an execution that ended by itself; r2's second began before
+    // the first ended (that is b), r4's first was killed with its worker.
+    assert.deepEqual(checkRunAgain(execs, [], 3000).map((v) => v.text.split(":")[0]), ["run r1", "run r3"]);
+    const fault = (kind: FaultKind, target: string, atMs: number): FaultRecord => ({ kind, target, atMs, liftedMs: atMs + 100, recoveredMs: atMs + 200, detail: "" });
+    assert.deepEqual(checkRunAgain(execs, [fault("sigstop_worker", "w1", 300)], 3000).map((v) => v.text.split(":")[0]), [], "a fault on the first worker between the two starts exempts both");
+    assert.deepEqual(checkRunAgain(execs, [fault("nats_restart", "nats:1", 800)], 3000).map((v) => v.text.split(":")[0]), ["run r3"], "a NATS restart exempts what it overlaps (r1: 0..1000), not r3 (0..600)");
+    assert.deepEqual(checkRunAgain(execs, [fault("kill9_scheduler", "s1", 300), fault("kill9_worker", "w2", 300)], 3000).map((v) => v.text.split(":")[0]), ["run r1", "run r3"], "a scheduler's fault or another worker's exempts nothing");
   });
 
   it("process executor: every fault kind once; attempts run once, runs never overlap, occurrences recorded once, nothing stuck, caps held", { timeout: 240_000 }, async () => {
@@ -152,7 +160,7 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     const r = await runLedgerChaos(o, (s) => stops.push(s));
     console.log(formatReport(r, 20));
     assert.ok(r.executions > 5, `enough container executions: ${r.executions}`);
-    const ab = r.examples.filter((v) => v.invariant === "a" || v.invariant === "b");
-    assert.deepEqual(ab.map((v) => `[${v.invariant}] ${v.text}`), [], "attempts executed twice / overlapping executions (see the report above)");
+    const abf = r.examples.filter((v) => v.invariant === "a" || v.invariant === "b" || v.invariant === "f");
+    assert.deepEqual(abf.map((v) => `[${v.invariant}] ${v.text}`), [], "attempts executed twice / overlapping executions / runs again after their end (see the report above)");
   });
 });

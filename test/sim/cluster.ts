@@ -240,14 +240,17 @@ export class SimCluster {
     });
   }
 
-  #fault(atMs: number, what: string, apply: () => void, durationMs: number, undo: () => void): void {
+  /** A fault on `subject` (a process id, "bus" or "kv": what invariant h exempts, invariants.ts). */
+  #fault(atMs: number, subject: string, what: string, apply: () => void, durationMs: number, undo: () => void): void {
     this.faultLog.push(`${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`);
     this.sim.setTimer(atMs, () => {
       this.trace.add(`FAULT ${what} (${(durationMs / 1000).toFixed(1)} s)`);
+      const over = this.checker.faultBegins(subject);
       apply();
       this.sim.setTimer(durationMs, () => {
         this.trace.add(`FAULT over: ${what}`);
         undo();
+        over();
       });
     });
   }
@@ -265,22 +268,22 @@ export class SimCluster {
       const worker = pick(r, workers);
       switch (kind) {
         case "crash":
-          this.#fault(at, `crash ${node}`, () => this.crash(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
+          this.#fault(at, node, `crash ${node}`, () => this.crash(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
           break;
         case "stop":
-          this.#fault(at, `graceful stop ${node}`, () => this.stop(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
+          this.#fault(at, node, `graceful stop ${node}`, () => this.stop(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
           break;
         case "pause":
         case "pause_worker": {
           const id = kind === "pause" ? node : worker;
-          this.#fault(at, `pause ${id}`, () => this.procs.get(id)?.process.pause(), between(r, 2000, 12_000), () => this.procs.get(id)?.process.resume());
+          this.#fault(at, id, `pause ${id}`, () => this.procs.get(id)?.process.pause(), between(r, 2000, 12_000), () => this.procs.get(id)?.process.resume());
           break;
         }
         case "isolate":
         case "isolate_worker": {
           const id = kind === "isolate" ? node : worker;
           let heal = () => {};
-          this.#fault(at, `isolate ${id} (bus and KV)`, () => {
+          this.#fault(at, id, `isolate ${id} (bus and KV)`, () => {
             heal = this.bus.isolate(id);
             this.procs.get(id)?.kv.setUnavailable(true);
           }, between(r, 2000, 10_000), () => {
@@ -290,13 +293,13 @@ export class SimCluster {
           break;
         }
         case "crash_worker":
-          this.#fault(at, `crash ${worker}`, () => this.crash(worker), between(r, 1000, 5000), () => this.#restart(worker, "worker"));
+          this.#fault(at, worker, `crash ${worker}`, () => this.crash(worker), between(r, 1000, 5000), () => this.#restart(worker, "worker"));
           break;
         case "kv_timeouts":
-          this.#fault(at, "KV timeouts (5%)", () => this.#setKv({ timeout: 0.05 }), between(r, 3000, 10_000), () => this.#setKv({ timeout: 0 }));
+          this.#fault(at, "kv", "KV timeouts (5%)", () => this.#setKv({ timeout: 0.05 }), between(r, 3000, 10_000), () => this.#setKv({ timeout: 0 }));
           break;
         case "lossy_bus":
-          this.#fault(at, "lossy bus (5% loss, 5% dup, 0-200 ms delay)", () => this.#setBus({ loss: 0.05, dup: 0.05, delayMs: [0, 200] }), between(r, 3000, 15_000), () => this.#setBus({ loss: 0, dup: 0, delayMs: [0, 15] }));
+          this.#fault(at, "bus", "lossy bus (5% loss, 5% dup, 0-200 ms delay)", () => this.#setBus({ loss: 0.05, dup: 0.05, delayMs: [0, 200] }), between(r, 3000, 15_000), () => this.#setBus({ loss: 0, dup: 0, delayMs: [0, 15] }));
           break;
       }
     }

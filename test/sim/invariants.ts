@@ -21,6 +21,13 @@
  *                             (see `saturatedTenants`)
  *  g  skip_overlap            two runs of an overlap=skip job executing at once (the look-ahead
  *                             gate must decide skip/go at the due instant, see job-actor.ts holdOf)
+ *  h  run_reexecuted          a run executed again after one of its executions exited 0, when
+ *                             neither that execution's worker (crash, pause, isolation) nor the bus
+ *                             (loss) had a fault between its start and the new start. The breach
+ *                             of the twelfth session: an ended attempt whose report waited past
+ *                             its owner's lease, guessed "never started" and offered again. With a
+ *                             fault on its worker a re-run is the documented gap (an attempt never
+ *                             heard to start, its worker gone or silent, is presumed unstarted).
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { decode } from "../../src/cluster/codec.ts";
@@ -77,6 +84,24 @@ export class Checker {
   readonly #workersOfAttempt = new Map<string, string>();
   /** Jobs with overlap=skip (filled as the simulation creates them). */
   readonly skipJobs = new Set<string>();
+  /** The first execution of each run that exited 0 (invariant h). */
+  readonly #succeeded = new Map<string, LedgerEntry>();
+  /** Fault windows by subject (a process id, or "bus"); `toMs` null while the fault lasts. */
+  readonly #faults: { subject: string; fromMs: number; toMs: number | null }[] = [];
+
+  /** A fault on `subject` begins now; the returned function ends it. */
+  faultBegins(subject: string): () => void {
+    const f: { subject: string; fromMs: number; toMs: number | null } = { subject, fromMs: this.now(), toMs: null };
+    this.#faults.push(f);
+    return () => {
+      f.toMs = this.now();
+    };
+  }
+
+  /** Whether any of `subjects` had a fault overlapping [fromMs, toMs]. */
+  #faulted(subjects: readonly string[], fromMs: number, toMs: number): boolean {
+    return this.#faults.some((f) => subjects.includes(f.subject) && f.fromMs <= toMs && (f.toMs ?? Number.POSITIVE_INFINITY) >= fromMs);
+  }
 
   constructor(
     private readonly trace: Trace,
@@ -112,13 +137,20 @@ export class Checker {
         const other = [...active].find((y) => y !== x && y.runId !== x.runId && jobIdOfRun(y.runId) === jobId);
         if (other) this.fail("skip_overlap", x.runId, `job ${jobId} (overlap skip): run ${x.runId} started while run ${other.runId} still ran (since ${fmt(other.startMs - this.startMs)})`);
       }
+      const ok = this.#succeeded.get(x.runId);
+      if (ok && !this.#faulted([ok.worker, "bus"], ok.startMs, x.startMs)) {
+        this.fail("run_reexecuted", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started after attempt ${ok.attempt} (fence ${ok.fence}) on ${ok.worker} exited 0 at ${fmt((ok.endMs ?? 0) - this.startMs)}, with no fault on that worker or the bus since its start`);
+      }
       const cap = this.caps.get(x.tenant);
       const n = [...active].filter((y) => y.tenant === x.tenant).length;
       if (cap !== undefined && n > cap) {
         this.fail("tenant_cap", `${x.tenant}|${x.runId}`, `tenant ${x.tenant} has ${n} executions at once (cap ${cap}): ${[...active].filter((y) => y.tenant === x.tenant).map(label).join(", ")}`);
       }
     };
-    ledger.onEnd = (x) => this.trace.add(`end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`);
+    ledger.onEnd = (x) => {
+      this.trace.add(`end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`);
+      if (x.outcome === "exit 0" && !this.#succeeded.has(x.runId)) this.#succeeded.set(x.runId, x);
+    };
   }
 
   /** Watches the shared (fault-free) store: every lease and actor write as it lands. */
