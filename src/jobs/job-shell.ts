@@ -12,8 +12,9 @@
  * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `probe_worker`: ask a worker what became of an attempt whose lease fell silent; its answer
- *   (or null: none within PROBE_TIMEOUT_MS — no responder, a frozen or cut-off worker) comes
- *   back to the actor as `probe_answer`.
+ *   (or null: none within PROBE_TIMEOUT_MS — a frozen or cut-off worker; `gone`: no responder and
+ *   the worker no longer advertises; no responder from one still advertising is asked again,
+ *   PROBE_NO_RESPONDER_ASKS) comes back to the actor as `probe_answer`.
  * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
  * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
  *   there is one (`deliverDeadLetter`, dead-letters.ts).
@@ -86,9 +87,14 @@ export interface JobShellDeps {
 
 /**
  * How long a probe waits for its worker's answer (at most half the lease TTL): the worker answers
- * from memory, but a worker swamped by a burst reads it late. No answer lapses the lease.
+ * from memory, but a worker swamped by a burst reads it late. No answer: the actor asks again a
+ * TTL later, up to run-lifecycle.ts MAX_UNANSWERED_PROBES in a row, then the lease lapses.
  */
 export const PROBE_TIMEOUT_MS = 5_000;
+
+/** Probes answered "no responders" while the worker still advertises: asked this many times in all, this far apart. */
+export const PROBE_NO_RESPONDER_ASKS = 5;
+export const PROBE_NO_RESPONDER_WAIT_MS = 1_000;
 
 /** Whether a request failed for want of any subscriber (NATS 503; the simulation bus says the same). */
 function isNoResponders(e: unknown): boolean {
@@ -110,15 +116,33 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });
 
+  /** Waits `ms` on the shell's clock (the simulation's, in the simulation). */
+  const pause = (ms: number): Promise<void> => deps.sleep?.(ms)
+    ?? new Promise((resolve) => (deps.defer ?? ((f: () => void, wait: number) => setTimeout(f, wait)))(resolve, ms));
+
   async function probe(ctx: ShellContext, fx: Extract<JobEffect, { kind: "probe_worker" }>): Promise<void> {
     let reply: ProbeReply | null = null;
     let gone = false;
-    try {
-      const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2) });
-      reply = decode<ProbeReply>(m.data);
-    } catch (e) {
-      // No responder: the worker process is gone. A timeout (frozen, cut off or swamped): no answer.
-      gone = isNoResponders(e);
+    for (let asked = 1; ; asked++) {
+      try {
+        const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2) });
+        reply = decode<ProbeReply>(m.data);
+        break;
+      } catch (e) {
+        // A timeout (frozen, cut off or swamped): no answer.
+        if (!isNoResponders(e)) break;
+        // No responder, and the worker no longer advertises: its process is gone.
+        if (!deps.workers.heard(fx.worker)) {
+          gone = true;
+          break;
+        }
+        // No responder, yet it advertised lately: a live worker between two connections (its
+        // subscriptions not back yet). Asked again shortly; still none, it is no answer (the
+        // actor asks again a TTL later). Taken for gone, its lease lapsed at once, and an attempt
+        // of it never heard to start was presumed unstarted — run again if it had run.
+        if (asked >= PROBE_NO_RESPONDER_ASKS) break;
+        await pause(PROBE_NO_RESPONDER_WAIT_MS);
+      }
     }
     // A tell refused (the mailbox full) is not retried here: the lease's fallback timer asks again.
     ctx.tell({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply, ...(gone ? { gone: true as const } : {}) });

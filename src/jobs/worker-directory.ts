@@ -113,6 +113,12 @@ export class WorkerDirectory {
     return best?.worker_id;
   }
 
+  /** Whether `workerId` advertised within `expireAfterMs` of listening time (it is not forgotten). */
+  heard(workerId: string): boolean {
+    const w = this.#workers.get(workerId);
+    return w !== undefined && this.#listening.judgeAt() - w.seenMs <= this.expireAfterMs;
+  }
+
   /** A worker refused (full): stop offering it work until its next heartbeat. */
   markFull(workerId: string): void {
     const w = this.#workers.get(workerId);

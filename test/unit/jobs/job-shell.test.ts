@@ -22,7 +22,7 @@ import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
-import { jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { PROBE_NO_RESPONDER_ASKS, PROBE_NO_RESPONDER_WAIT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { runKey } from "../../../src/jobs/ids.ts";
 import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
@@ -231,6 +231,60 @@ describe("job shell: dispatch (hole 1)", () => {
     assert.equal(t.told.length, 1);
     const m = t.told[0] as { kind: string; run_id: string; fence: number };
     assert.deepEqual({ kind: m.kind, run_id: m.run_id, fence: m.fence }, { kind: "dispatch_failed", run_id: "r1", fence: 13 });
+  });
+});
+
+describe("job shell: a probe of a silent lease", () => {
+  const probeFx = (worker: string) => ({ kind: "probe_worker", worker, run_id: "r1", attempt: 1, fence: 7 }) satisfies JobEffect;
+  const noResponders = () => new Error("503: no responders available for request");
+  type Told = { kind: string; reply: unknown; gone?: boolean; run_id: string; fence: number; worker: string };
+  const probe = async (t: ReturnType<typeof setup>, worker: string): Promise<Told> => {
+    const told = t.nextTell();
+    t.reg.performPost!([probeFx(worker)], t.ctx(5));
+    await told;
+    assert.equal(t.told.length, 1);
+    return t.told[0] as Told;
+  };
+
+  it("no responder from a worker that no longer advertises: gone (its process is), asked once", async () => {
+    const t = setup(async () => {
+      throw noResponders();
+    });
+    const m = await probe(t, "w9");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w9", reply: null, gone: true });
+    assert.equal(t.requests.length, 1);
+    assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w9", "probe"));
+  });
+
+  it("no responder from a worker still advertising (between two connections) is asked again shortly, and its answer counts — not taken for gone", async () => {
+    const sleeps: number[] = [];
+    let n = 0;
+    const t = setup(async () => {
+      if (++n < 3) throw noResponders();
+      return { state: "running" } as unknown as StartReply;
+    }, async (ms) => void sleeps.push(ms));
+    const m = await probe(t, "w1");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: { state: "running" } });
+    assert.equal(t.requests.length, 3);
+    assert.deepEqual(sleeps, [PROBE_NO_RESPONDER_WAIT_MS, PROBE_NO_RESPONDER_WAIT_MS]);
+  });
+
+  it("no responder all along from a worker still advertising: no answer after PROBE_NO_RESPONDER_ASKS (the actor asks again a TTL later), not gone", async () => {
+    const t = setup(async () => {
+      throw noResponders();
+    }, async () => undefined);
+    const m = await probe(t, "w1");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
+    assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);
+  });
+
+  it("a timeout is no answer, asked once (the actor asks again)", async () => {
+    const t = setup(async () => {
+      throw new Error("TIMEOUT");
+    });
+    const m = await probe(t, "w1");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
+    assert.equal(t.requests.length, 1);
   });
 });
 
