@@ -292,7 +292,8 @@ export async function run(args: string[]): Promise<void> {
     const dropped = workers.reduce((n, w) => n + Number(/kairos: (\d+) log lines dropped/.exec(w.stderr())?.[1] ?? 0), 0);
     lines.push(`worker log lines dropped (their stdout buffer full; the counts below miss them): ${dropped}`);
     // Also `report_given_up` — a report still unsettled past the worker's completion deadline (its
-    // completion kept for a probe) — and the probes answered from memory, by their answer.
+    // completion kept for a probe) — and the probes, by their answer (`probe_dropped`: those of
+    // the `not_started` the probe itself dropped; `probe_started`: a result lost).
     const kinds = ["offer_expired", "self_fenced", "lease_lost", "stale_fence", "report_given_up", "probe_dropped", "probe_ended", "probe_running", "probe_started", "probe_not_started", "probe_unknown"] as const;
     const byKind = new Map<string, Map<number, number>>();
     for (const w of workers) {
@@ -339,6 +340,7 @@ export async function run(args: string[]): Promise<void> {
       worker_runs_started: workerStarts.size,
       worker_log_lines_dropped: dropped,
       worker_reports_given_up: [...(byKind.get("report_given_up")?.values() ?? [])].reduce((a, b) => a + b, 0),
+      worker_probes_started: [...(byKind.get("probe_started")?.values() ?? [])].reduce((a, b) => a + b, 0),
       event_loop_ms: loopMs,
       partitions_lost: lostPartitions.length,
       advert_max_gap_ms: Math.max(0, ...[...advertGaps.values()].map((g) => g.maxGapMs)),

@@ -66,6 +66,12 @@ export interface JobActorConfig {
    * checked by fence alone), so the simulation can prove it finds it. Never set in production.
    */
   testOnlyHole1?: boolean;
+  /**
+   * TEST ONLY: re-opens the breach probes closed (a silent lease lapses without asking its worker,
+   * an attempt never heard to start presumed unstarted), so the simulation can prove its invariant
+   * h (`run_reexecuted`) finds it. Never set in production.
+   */
+  testOnlyNoProbe?: boolean;
 }
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
@@ -112,7 +118,7 @@ export type JobMsg =
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   /** `after_probe`: the probe's answer never came (run-lifecycle.ts `onLeaseExpired`). */
   | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
-  /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder at all). */
+  /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder, and the worker no longer advertises). */
   | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null; gone?: true }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */

@@ -13,8 +13,8 @@
  * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `probe_worker`: ask a worker what became of an attempt whose lease fell silent; its answer
  *   (or null: none within PROBE_TIMEOUT_MS — a frozen or cut-off worker; `gone`: no responder and
- *   the worker no longer advertises; no responder from one still advertising is asked again,
- *   PROBE_NO_RESPONDER_ASKS) comes back to the actor as `probe_answer`.
+ *   the worker known to have stopped advertising; no responder from one not known so is asked
+ *   again, PROBE_NO_RESPONDER_ASKS) comes back to the actor as `probe_answer`.
  * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
  * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
  *   there is one (`deliverDeadLetter`, dead-letters.ts).
@@ -87,14 +87,13 @@ export interface JobShellDeps {
 
 /**
  * How long a probe waits for its worker's answer (at most half the lease TTL): the worker answers
- * from memory, but a worker swamped by a burst reads it late. No answer: the actor asks again a
- * TTL later, up to run-lifecycle.ts MAX_UNANSWERED_PROBES in a row, then the lease lapses.
+ * from memory, but a worker swamped by a burst reads it late. No answer: the actor asks again,
+ * up to run-lifecycle.ts MAX_UNANSWERED_PROBES in a row, then the lease lapses.
  */
 export const PROBE_TIMEOUT_MS = 5_000;
 
-/** Probes answered "no responders" while the worker still advertises: asked this many times in all, this far apart. */
+/** How many times a probe asks a worker that answers "no responders" yet is not known to have stopped advertising (spread over PROBE_TIMEOUT_MS). */
 export const PROBE_NO_RESPONDER_ASKS = 5;
-export const PROBE_NO_RESPONDER_WAIT_MS = 1_000;
 
 /** Whether a request failed for want of any subscriber (NATS 503; the simulation bus says the same). */
 function isNoResponders(e: unknown): boolean {
@@ -107,41 +106,54 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   const metrics = deps.runMetrics ?? new RunMetrics();
   const records = new RunRecordStore(deps.runs, metrics);
   const dispatch = makeDispatcher(cfg, deps);
+  /** Runs `fn` after `ms` on the shell's clock (the simulation's, in the simulation). */
+  const defer = deps.defer ?? ((f: () => void, wait: number) => (wait > 0 ? setTimeout(f, wait) : setImmediate(f)));
   const slots = deps.slots ?? new SlotBroker({
     request: (to, msg) => deps.router().request(to, msg),
-    defer: (fn, ms) => (deps.defer ?? ((f: () => void, wait: number) => (wait > 0 ? setTimeout(f, wait) : setImmediate(f))))(fn, ms),
+    defer: (fn, ms) => defer(fn, ms),
     log: deps.log,
     fleetSlots: () => deps.workers.capacity(),
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });
 
-  /** Waits `ms` on the shell's clock (the simulation's, in the simulation). */
-  const pause = (ms: number): Promise<void> => deps.sleep?.(ms)
-    ?? new Promise((resolve) => (deps.defer ?? ((f: () => void, wait: number) => setTimeout(f, wait)))(resolve, ms));
+  const pause = (ms: number): Promise<void> => deps.sleep?.(ms) ?? new Promise((resolve) => defer(resolve, ms));
 
+  /** One ask of a probe: the worker's reply, or why there is none. */
+  async function askOnce(fx: Extract<JobEffect, { kind: "probe_worker" }>, timeoutMs: number): Promise<ProbeReply | "no_responders" | "no_answer"> {
+    try {
+      const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: timeoutMs });
+      return decode<ProbeReply>(m.data);
+    } catch (e) {
+      return isNoResponders(e) ? "no_responders" : "no_answer"; // a timeout: frozen, cut off or swamped
+    }
+  }
+
+  /**
+   * Asks a worker what became of an attempt, within PROBE_TIMEOUT_MS (at most half the lease
+   * TTL, so an answer lands before the actor's fallback asks again). "No responders" means its
+   * process is gone only once the directory knows it stopped advertising; from one that still
+   * advertises (a live worker between two connections, its subscriptions not back yet — taken
+   * for gone, its lease lapsed at once and an attempt never heard to start was presumed
+   * unstarted: run again if it had run) it is asked again, PROBE_NO_RESPONDER_ASKS times spread
+   * over the budget, and then it is no answer (the actor asks again, MAX_UNANSWERED_PROBES).
+   */
   async function probe(ctx: ShellContext, fx: Extract<JobEffect, { kind: "probe_worker" }>): Promise<void> {
+    const budgetMs = Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2);
+    const gapMs = budgetMs / PROBE_NO_RESPONDER_ASKS;
     let reply: ProbeReply | null = null;
     let gone = false;
-    for (let asked = 1; ; asked++) {
-      try {
-        const m = await deps.nc.request(workerSubject(deps.clusterName, fx.worker, "probe"), encode({ run_id: fx.run_id, attempt: fx.attempt, fence: fx.fence }), { timeout: Math.min(PROBE_TIMEOUT_MS, cfg.leaseTtlMs / 2) });
-        reply = decode<ProbeReply>(m.data);
+    for (let asked = 0; asked < PROBE_NO_RESPONDER_ASKS && ctx.stillOwner(); asked++) {
+      if (asked > 0) await pause(gapMs);
+      const r = await askOnce(fx, budgetMs - asked * gapMs);
+      if (r === "no_answer") break;
+      if (r !== "no_responders") {
+        reply = r;
         break;
-      } catch (e) {
-        // A timeout (frozen, cut off or swamped): no answer.
-        if (!isNoResponders(e)) break;
-        // No responder, and the worker no longer advertises: its process is gone.
-        if (!deps.workers.heard(fx.worker)) {
-          gone = true;
-          break;
-        }
-        // No responder, yet it advertised lately: a live worker between two connections (its
-        // subscriptions not back yet). Asked again shortly; still none, it is no answer (the
-        // actor asks again a TTL later). Taken for gone, its lease lapsed at once, and an attempt
-        // of it never heard to start was presumed unstarted — run again if it had run.
-        if (asked >= PROBE_NO_RESPONDER_ASKS) break;
-        await pause(PROBE_NO_RESPONDER_WAIT_MS);
+      }
+      if (deps.workers.stoppedAdvertising(fx.worker)) {
+        gone = true;
+        break;
       }
     }
     // A tell refused (the mailbox full) is not retried here: the lease's fallback timer asks again.

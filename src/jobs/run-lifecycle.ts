@@ -314,6 +314,7 @@ function heard(tx: Tx, r: ActiveRun): void {
 }
 
 function probeOrLapse(tx: Tx, r: ActiveRun): D {
+  if (tx.cfg.testOnlyNoProbe === true) return lapse(tx, r, null);
   if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
   r.probes = (r.probes ?? 0) + 1;
   tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
@@ -330,7 +331,8 @@ function probeOrLapse(tx: Tx, r: ActiveRun): D {
  * still: a heartbeat acknowledged since the probe went covers its worker for a while, so the
  * owner waits that lease out (a TTL from the arrival, ≥ the worker's send + TTL − margin) before
  * a re-offer. No answer in time (a swamped, frozen or cut-off worker) asks again, up to
- * MAX_UNANSWERED_PROBES; no responder at all (`gone`: the worker process is gone) lapses it.
+ * MAX_UNANSWERED_PROBES (at once: a probe already waited its time); `gone` (no responder, and
+ * the worker no longer advertises: its process is gone, job-shell.ts `probe`) lapses it.
  */
 function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   const r = tx.run(m.run_id);

@@ -41,6 +41,9 @@ export class WorkerDirectory {
   #cancelTick: (() => void) | undefined;
   readonly #listening: Listening;
   readonly #tickMs: number;
+  /** When any worker last advertised, and since when adverts came with no gap longer than the expiry. */
+  #lastAdvertMs = Number.NEGATIVE_INFINITY;
+  #hearingSinceMs = Number.POSITIVE_INFINITY;
   constructor(
     private readonly clock: Clock,
     private readonly random: Random,
@@ -73,6 +76,8 @@ export class WorkerDirectory {
 
   observe(a: WorkerAdvert): void {
     const now = this.clock.now();
+    if (now - this.#lastAdvertMs > this.expireAfterMs) this.#hearingSinceMs = now;
+    this.#lastAdvertMs = now;
     this.#workers.set(a.worker_id, { ...a, seenMs: now, heardMs: now, longestDeafMs: 0, reserved: 0, refused: false });
   }
 
@@ -114,9 +119,21 @@ export class WorkerDirectory {
   }
 
   /** Whether `workerId` advertised within `expireAfterMs` of listening time (it is not forgotten). */
-  heard(workerId: string): boolean {
+  advertises(workerId: string): boolean {
     const w = this.#workers.get(workerId);
     return w !== undefined && this.#listening.judgeAt() - w.seenMs <= this.expireAfterMs;
+  }
+
+  /**
+   * Whether `workerId` is known to have stopped advertising: not heard within the expiry, while
+   * this node heard other workers' adverts with no gap longer than the expiry for at least the
+   * expiry. A node that hears nobody (itself cut off from NATS, just reconnected, or the fleet's
+   * only worker gone) knows nothing from silence (job-shell.ts `probe`: a probe's "no responders"
+   * means the worker's process is gone only then).
+   */
+  stoppedAdvertising(workerId: string): boolean {
+    const now = this.clock.now();
+    return !this.advertises(workerId) && now - this.#hearingSinceMs >= this.expireAfterMs && now - this.#lastAdvertMs <= this.expireAfterMs;
   }
 
   /** A worker refused (full): stop offering it work until its next heartbeat. */

@@ -168,13 +168,17 @@ export const FORGOTTEN_LIMIT = 262_144;
  * run with a bound of 65,536).
  */
 export const GIVEN_UP_LIMIT = FORGOTTEN_LIMIT;
-/** …and at most this many bytes of their output tails in all: past it, one is kept without its output. */
-export const GIVEN_UP_OUTPUT_BYTES = 64 * 1024 * 1024;
-/** The output of a given-up completion kept once GIVEN_UP_OUTPUT_BYTES is spent. */
+/**
+ * …and at most this many characters of their output tails in all (UTF-16: up to twice as many
+ * bytes); past it the oldest lose their output. Besides, each entry costs ~200 bytes (key,
+ * object, error), ~50 MB at GIVEN_UP_LIMIT.
+ */
+export const GIVEN_UP_OUTPUT_CHARS = 64 * 1024 * 1024;
+/** The output of a given-up completion kept once GIVEN_UP_OUTPUT_CHARS is spent. */
 export const OUTPUT_NOT_KEPT = "[kairos: output not kept — this attempt's completion report was given up under load, and the worker's memory for such outputs was full]";
 
-/** The bytes of output a given-up completion holds (the shared OUTPUT_NOT_KEPT costs none). */
-function keptBytes(c: Completion): number {
+/** The characters of output a given-up completion holds (the shared OUTPUT_NOT_KEPT costs none). */
+function keptChars(c: Completion): number {
   return c.output === OUTPUT_NOT_KEPT ? 0 : c.output.length;
 }
 
@@ -329,34 +333,42 @@ export class Worker {
 
   /** Completions of reports given up (key#fence), for probes; bounded, oldest out first. */
   readonly #givenUp = new Map<string, Completion>();
-  #givenUpBytes = 0;
+  /** Characters of output the given-up completions hold (at most GIVEN_UP_OUTPUT_CHARS). */
+  #givenUpChars = 0;
+  /** Given-up completions holding their output, oldest first (the first to lose it past the budget). */
+  readonly #givenUpWithOutput = new Fifo<string>();
   /**
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
    * otherwise count as started with its result lost (a dead letter at max_attempts 1: 14,099 in
-   * one 200,000-run benchmark run).
+   * one 200,000-run benchmark run; 1,136 more while only 65,536 were kept). Past the output budget
+   * the oldest lose their output first (a run's result matters more than its log tail).
    */
   #giveUp(l: Lease): void {
     const k = this.#fenced(l.key, l.req.fence);
     if (l.completion) {
-      const old = this.#givenUp.get(k);
-      if (old) {
-        this.#givenUp.delete(k);
-        this.#givenUpBytes -= keptBytes(old);
-      }
-      // Past the byte budget the outcome is kept without its output: a run's result (succeeded,
-      // failed, retried) matters more than its log tail.
-      const c = this.#givenUpBytes + l.completion.output.length <= GIVEN_UP_OUTPUT_BYTES ? l.completion : { ...l.completion, output: OUTPUT_NOT_KEPT };
-      this.#givenUp.set(k, c);
-      this.#givenUpBytes += keptBytes(c);
-      while (this.#givenUp.size > GIVEN_UP_LIMIT) {
-        const [oldest, e] = this.#givenUp.entries().next().value!;
-        this.#givenUp.delete(oldest);
-        this.#givenUpBytes -= keptBytes(e);
+      this.#forgetGivenUp(k);
+      this.#givenUp.set(k, l.completion);
+      this.#givenUpChars += keptChars(l.completion);
+      if (keptChars(l.completion) > 0) this.#givenUpWithOutput.push(k);
+      while (this.#givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.#givenUp.keys().next().value!);
+      while (this.#givenUpChars > GIVEN_UP_OUTPUT_CHARS && this.#givenUpWithOutput.size > 0) {
+        const oldest = this.#givenUpWithOutput.shift()!;
+        const c = this.#givenUp.get(oldest);
+        if (!c || keptChars(c) === 0) continue; // gone, or kept again since without output
+        this.#givenUpChars -= keptChars(c);
+        this.#givenUp.set(oldest, { ...c, output: OUTPUT_NOT_KEPT });
       }
       this.#o.onEvent?.({ type: "report_given_up", run_id: l.req.run_id, attempt: l.req.attempt });
     }
     this.#drop(l);
+  }
+
+  #forgetGivenUp(k: string): void {
+    const c = this.#givenUp.get(k);
+    if (!c) return;
+    this.#givenUp.delete(k);
+    this.#givenUpChars -= keptChars(c);
   }
 
   /**
@@ -364,6 +376,13 @@ export class Worker {
    * Answered from memory, at once: an attempt held and not started is dropped now.
    */
   #probe(p: ProbeRequest): ProbeReply {
+    const reply = this.#probeAnswer(p);
+    // Counted by answer (`probe_started`: a result lost; `probe_dropped`: held, dropped by the probe).
+    this.#o.onEvent?.({ type: `probe_${reply.state}`, run_id: p.run_id, attempt: p.attempt });
+    return reply;
+  }
+
+  #probeAnswer(p: ProbeRequest): ProbeReply {
     const key = this.#key(p.run_id, p.attempt);
     const l = this.#leases.get(key);
     if (l && l.req.fence === p.fence && !l.lost) {
@@ -375,13 +394,11 @@ export class Worker {
       this.#onLeaseGone?.();
       return { state: "not_started" };
     }
-    const given = this.#givenUp.get(this.#fenced(key, p.fence));
-    const started = this.#forgotten.get(this.#fenced(key, p.fence));
-    const reply: ProbeReply = given ? { state: "ended", completion: given }
-      : started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
-    // Answers from memory, counted by what they said (a `started` is a result lost, see #giveUp).
-    this.#o.onEvent?.({ type: `probe_${reply.state}`, run_id: p.run_id, attempt: p.attempt });
-    return reply;
+    const k = this.#fenced(key, p.fence);
+    const given = this.#givenUp.get(k);
+    if (given) return { state: "ended", completion: given };
+    const started = this.#forgotten.get(k);
+    return started === undefined ? { state: "unknown" } : { state: started ? "started" : "not_started" };
   }
 
   #offer(req: StartRequest): StartReply {
@@ -389,7 +406,8 @@ export class Worker {
     const k = this.#key(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
-    if (this.#forgotten.has(this.#fenced(k, req.fence))) return { accepted: false, reason: "attempt already gone from here" };
+    const fenced = this.#fenced(k, req.fence);
+    if (this.#forgotten.has(fenced) || this.#givenUp.has(fenced)) return { accepted: false, reason: "attempt already gone from here" };
     const existing = this.#leases.get(k);
     if (existing) {
       if (existing.req.fence === req.fence) return { accepted: true };

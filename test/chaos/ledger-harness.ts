@@ -23,7 +23,10 @@
  *   (c) every occurrence of each job between its first and its last checked scheduled time has
  *       exactly one run record;
  *   (d) no run is still non-terminal once the lease TTL plus the retry bound has passed;
- *   (e) no tenant has more distinct runs executing at once than its max_concurrent_runs.
+ *   (e) no tenant has more distinct runs executing at once than its max_concurrent_runs;
+ *   (f) no run executes again after one of its executions ended by itself (its end line; in
+ *       Docker a die with exit code 0 — any other exit is `killed`), unless that execution's
+ *       worker had a fault or NATS restarted in between (`checkRunAgain`).
  */
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -504,6 +507,10 @@ function readProcessLedger(path: string, gone?: ReadonlyMap<string, number>): Ex
       if (e.endMs === undefined) {
         e.endMs = Number(ms);
         e.how = kind;
+      } else if (kind === "killed" && e.how === "end") {
+        // A TERM between the end line and the shell's exit: the trap exits 143, the worker saw a
+        // kill (and its run may be retried). The end time stays the first line's.
+        e.how = "killed";
       }
     }
   }
@@ -658,14 +665,22 @@ export function checkRunAgain(execs: Exec[], faults: FaultRecord[], ttl: number)
   const f: Violation[] = [];
   const byRun = new Map<string, Exec[]>();
   for (const e of execs) byRun.set(e.run, [...(byRun.get(e.run) ?? []), e]);
+  // A fault whose cluster never recovered in time stays open (its effects may last).
   const faulted = (worker: string, fromMs: number, toMs: number) => faults.some((x) =>
-    (x.target === worker || x.kind === "nats_restart") && x.atMs <= toMs && (x.recoveredMs ?? x.liftedMs) >= fromMs);
+    (x.target === worker || x.kind === "nats_restart") && x.atMs <= toMs && (x.recoveredMs ?? Number.POSITIVE_INFINITY) >= fromMs);
   for (const [run, es] of byRun) {
     const sorted = [...es].sort((x, y) => x.startMs - y.startMs);
-    const done = sorted.find((x) => x.how === "end");
-    if (!done) continue;
-    const again = sorted.find((y) => y.startMs >= (done.endMs ?? Number.POSITIVE_INFINITY) && !faulted(done.worker, done.startMs, y.startMs));
-    if (!again) continue;
+    // Every execution that ended by itself, not only the first: one excused must not hide another.
+    let found: { done: Exec; again: Exec } | undefined;
+    for (const done of sorted.filter((x) => x.how === "end")) {
+      const again = sorted.find((y) => y.startMs >= done.endMs! && !faulted(done.worker, done.startMs, y.startMs));
+      if (again) {
+        found = { done, again };
+        break;
+      }
+    }
+    if (!found) continue;
+    const { done, again } = found;
     f.push({
       invariant: "f",
       text: `run ${run}: attempt ${again.attempt} fence ${again.fence} on ${again.worker} started ${iso(again.startMs)} after attempt ${done.attempt} fence ${done.fence} on ${done.worker} ended by itself ${iso(done.endMs!)}, with no fault on that worker or NATS between`,

@@ -128,6 +128,10 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     assert.deepEqual(checkRunAgain(execs, [fault("sigstop_worker", "w1", 300)], 3000).map((v) => v.text.split(":")[0]), [], "a fault on the first worker between the two starts exempts both");
     assert.deepEqual(checkRunAgain(execs, [fault("nats_restart", "nats:1", 800)], 3000).map((v) => v.text.split(":")[0]), ["run r3"], "a NATS restart exempts what it overlaps (r1: 0..1000), not r3 (0..600)");
     assert.deepEqual(checkRunAgain(execs, [fault("kill9_scheduler", "s1", 300), fault("kill9_worker", "w2", 300)], 3000).map((v) => v.text.split(":")[0]), ["run r1", "run r3"], "a scheduler's fault or another worker's exempts nothing");
+    const unrecovered: FaultRecord = { ...fault("sigstop_worker", "w1", -500), liftedMs: -400, recoveredMs: undefined };
+    assert.deepEqual(checkRunAgain(execs, [unrecovered], 3000), [], "a fault the cluster never recovered from stays open");
+    const later = [x("r5", 1, "w1", 0, 100), x("r5", 2, "w2", 200, 300), x("r5", 3, "w3", 400, 500)];
+    assert.deepEqual(checkRunAgain(later, [fault("kill9_worker", "w1", 50)], 3000).map((v) => v.text.split(":")[0]), ["run r5"], "a success excused by its worker's fault does not hide a later one");
   });
 
   it("process executor: every fault kind once; attempts run once, runs never overlap, occurrences recorded once, nothing stuck, caps held", { timeout: 240_000 }, async () => {

@@ -50,6 +50,11 @@ export interface SimOptions {
    */
   reopenHole1?: boolean;
   /**
+   * Silent leases lapse without a probe (the twelfth session's breach), through the production
+   * code's test-only switch JobActorConfig.testOnlyNoProbe: invariant h's self-test.
+   */
+  skipProbes?: boolean;
+  /**
    * What kills a task whose worker is frozen (test/sim/executor.ts): by default each worker is
    * seeded `docker` (container lease countdown) or `process` (supervisor watching the worker), as
    * production runs them; `none` is for self-tests (nothing does).
@@ -178,8 +183,8 @@ export class SimCluster {
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
-      // The test-only switch that re-opens hole 1 (src/jobs/job-actor.ts testOnlyHole1).
-      n.register(jobRegistration(this.#o.reopenHole1 ? { ...JOB_CFG, testOnlyHole1: true } : JOB_CFG, {
+      // The test-only switches that re-open hole 1 and the breach probes closed (src/jobs/job-actor.ts).
+      n.register(jobRegistration({ ...JOB_CFG, ...(this.#o.reopenHole1 ? { testOnlyHole1: true } : {}), ...(this.#o.skipProbes ? { testOnlyNoProbe: true } : {}) }, {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
@@ -240,7 +245,7 @@ export class SimCluster {
     });
   }
 
-  /** A fault on `subject` (a process id, "bus" or "kv": what invariant h exempts, invariants.ts). */
+  /** A fault on `subject` (a process id, "bus" or "kv"; invariant h exempts a worker's own and the bus's, invariants.ts). */
   #fault(atMs: number, subject: string, what: string, apply: () => void, durationMs: number, undo: () => void): void {
     this.faultLog.push(`${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`);
     this.sim.setTimer(atMs, () => {

@@ -84,9 +84,9 @@ export class Checker {
   readonly #workersOfAttempt = new Map<string, string>();
   /** Jobs with overlap=skip (filled as the simulation creates them). */
   readonly skipJobs = new Set<string>();
-  /** The first execution of each run that exited 0 (invariant h). */
-  readonly #succeeded = new Map<string, LedgerEntry>();
-  /** Fault windows by subject (a process id, or "bus"); `toMs` null while the fault lasts. */
+  /** The executions of each run that exited 0 (invariant h). */
+  readonly #succeeded = new Map<string, LedgerEntry[]>();
+  /** Fault windows by subject (a process id, "bus" or "kv"; h exempts a worker's own and the bus); `toMs` null while the fault lasts. */
   readonly #faults: { subject: string; fromMs: number; toMs: number | null }[] = [];
 
   /** A fault on `subject` begins now; the returned function ends it. */
@@ -137,8 +137,9 @@ export class Checker {
         const other = [...active].find((y) => y !== x && y.runId !== x.runId && jobIdOfRun(y.runId) === jobId);
         if (other) this.fail("skip_overlap", x.runId, `job ${jobId} (overlap skip): run ${x.runId} started while run ${other.runId} still ran (since ${fmt(other.startMs - this.startMs)})`);
       }
-      const ok = this.#succeeded.get(x.runId);
-      if (ok && !this.#faulted([ok.worker, "bus"], ok.startMs, x.startMs)) {
+      // Every earlier success, not only the first: one excused by a fault must not hide a later one.
+      const ok = this.#succeeded.get(x.runId)?.find((y) => !this.#faulted([y.worker, "bus"], y.startMs, x.startMs));
+      if (ok) {
         this.fail("run_reexecuted", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started after attempt ${ok.attempt} (fence ${ok.fence}) on ${ok.worker} exited 0 at ${fmt((ok.endMs ?? 0) - this.startMs)}, with no fault on that worker or the bus since its start`);
       }
       const cap = this.caps.get(x.tenant);
@@ -149,7 +150,7 @@ export class Checker {
     };
     ledger.onEnd = (x) => {
       this.trace.add(`end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`);
-      if (x.outcome === "exit 0" && !this.#succeeded.has(x.runId)) this.#succeeded.set(x.runId, x);
+      if (x.outcome === "exit 0") this.#succeeded.set(x.runId, [...(this.#succeeded.get(x.runId) ?? []), x]);
     };
   }
 

@@ -64,4 +64,16 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     }
     assert.ok(found, "hole 1 re-opened but invariant (a) never fired in 40 seeds");
   });
+
+  // The test-only switch JobActorConfig.testOnlyNoProbe lapses silent leases without a probe, as
+  // before the twelfth session; measured (bac0f0c, then an env switch): seeds 1–300 gave 26
+  // run_reexecuted violations, the first at seed 25.
+  it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
+    let found = false;
+    for (let seed = 1; seed <= 40 && !found; seed++) {
+      const r = await runSimulation({ seed, skipProbes: true });
+      found = r.violations.some((v) => v.invariant === "run_reexecuted");
+    }
+    assert.ok(found, "probes skipped but invariant (h) never fired in 40 seeds");
+  });
 });

@@ -22,7 +22,7 @@ import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
-import { PROBE_NO_RESPONDER_ASKS, PROBE_NO_RESPONDER_WAIT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { runKey } from "../../../src/jobs/ids.ts";
 import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
@@ -245,15 +245,37 @@ describe("job shell: a probe of a silent lease", () => {
     assert.equal(t.told.length, 1);
     return t.told[0] as Told;
   };
+  /** The fleet advertising for a full expiry (60 s here), w1–w4 each round; `also` only in the first. */
+  const hearFleet = (t: ReturnType<typeof setup>, also: string[] = []) => {
+    for (const w of also) t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
+    for (let i = 0; i < 4; i++) {
+      t.clock.advance(20_500);
+      for (const w of ["w1", "w2", "w3", "w4"]) t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
+    }
+  };
+  const gap = PROBE_TIMEOUT_MS / PROBE_NO_RESPONDER_ASKS; // the default TTL (10 s) allows the whole 5 s
 
-  it("no responder from a worker that no longer advertises: gone (its process is), asked once", async () => {
+  it("no responder from a worker known to have stopped advertising (the others heard all along): gone, asked once", async () => {
     const t = setup(async () => {
       throw noResponders();
     });
-    const m = await probe(t, "w9");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w9", reply: null, gone: true });
+    hearFleet(t, ["w5"]);
+    assert.equal(t.workers.advertises("w5"), false);
+    const m = await probe(t, "w5");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w5", reply: null, gone: true });
     assert.equal(t.requests.length, 1);
-    assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w9", "probe"));
+    assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w5", "probe"));
+  });
+
+  it("no responder while this node hears no advert (itself cut off, just reconnected): not gone — asked PROBE_NO_RESPONDER_ASKS times, then no answer", async () => {
+    const t = setup(async () => {
+      throw noResponders();
+    }, async () => undefined);
+    hearFleet(t, ["w5"]);
+    t.clock.advance(61_000); // silence from everyone
+    const m = await probe(t, "w5");
+    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w5", reply: null });
+    assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);
   });
 
   it("no responder from a worker still advertising (between two connections) is asked again shortly, and its answer counts — not taken for gone", async () => {
@@ -263,16 +285,19 @@ describe("job shell: a probe of a silent lease", () => {
       if (++n < 3) throw noResponders();
       return { state: "running" } as unknown as StartReply;
     }, async (ms) => void sleeps.push(ms));
+    hearFleet(t);
     const m = await probe(t, "w1");
     assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: { state: "running" } });
     assert.equal(t.requests.length, 3);
-    assert.deepEqual(sleeps, [PROBE_NO_RESPONDER_WAIT_MS, PROBE_NO_RESPONDER_WAIT_MS]);
+    assert.deepEqual(sleeps, [gap, gap]);
+    assert.deepEqual(t.requests.map((r) => r.timeout), [PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS - gap, PROBE_TIMEOUT_MS - 2 * gap], "every ask within the one budget");
   });
 
-  it("no responder all along from a worker still advertising: no answer after PROBE_NO_RESPONDER_ASKS (the actor asks again a TTL later), not gone", async () => {
+  it("no responder all along from a worker still advertising: no answer after PROBE_NO_RESPONDER_ASKS (the actor asks again), not gone", async () => {
     const t = setup(async () => {
       throw noResponders();
     }, async () => undefined);
+    hearFleet(t);
     const m = await probe(t, "w1");
     assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
     assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);

@@ -30,7 +30,7 @@ import { seededRandom } from "../../../src/lib/random.ts";
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../../src/sandbox/types.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
-import { FORGOTTEN_LIMIT, GIVEN_UP_LIMIT, GIVEN_UP_OUTPUT_BYTES, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
+import { FORGOTTEN_LIMIT, GIVEN_UP_LIMIT, GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
 
@@ -730,9 +730,9 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     await t.worker.stop();
   });
 
-  it("reports given up past the output budget keep their outcome without output: none answers started (result lost), and each given-up report is counted", T, async () => {
+  it("reports given up past the output budget keep their outcome, the oldest without their output: none answers started (result lost), and each given-up report is counted", T, async () => {
     const MIB = 1024 * 1024;
-    const n = GIVEN_UP_OUTPUT_BYTES / MIB + 4;
+    const n = GIVEN_UP_OUTPUT_CHARS / MIB + 4;
     const t = await setup({ completionDeadlineMs: 5_000, slots: n });
     const ids = Array.from({ length: n }, (_, i) => `r${i}`);
     for (const id of ids) assert.deepEqual(await t.offer(id, 100), { accepted: true });
@@ -746,9 +746,10 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     const replies = await Promise.all(ids.map((id) => t.probe(id)));
     assert.deepEqual(replies.map((r) => r.state), ids.map(() => "ended"), "every given-up attempt answers with its completion");
     assert.ok(replies.every((r) => r.completion?.exit_code === 0 && r.completion.outcome === "exited"));
-    const kept = replies.filter((r) => r.completion?.output === big).length;
-    assert.equal(kept, GIVEN_UP_OUTPUT_BYTES / MIB, "outputs kept up to the budget");
-    assert.deepEqual(replies.slice(kept).map((r) => r.completion?.output), ids.slice(kept).map(() => OUTPUT_NOT_KEPT), "the rest without their output");
+    const lose = n - GIVEN_UP_OUTPUT_CHARS / MIB;
+    assert.deepEqual(replies.slice(0, lose).map((r) => r.completion?.output), ids.slice(0, lose).map(() => OUTPUT_NOT_KEPT), "the oldest lose their output past the budget");
+    assert.ok(replies.slice(lose).every((r) => r.completion?.output === big), "the newest keep theirs");
+    assert.deepEqual(await t.offer("r0", 100), { accepted: false, reason: "attempt already gone from here" }, "a late copy of a given-up attempt's offer is refused");
     assert.deepEqual(t.evs("probe_ended").length, n, "probe answers are counted by state");
     await t.worker.stop();
   });
