@@ -22,7 +22,9 @@
  *   after the start (within one interval), and is killed; its owner keeps the slot drained until
  *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
- *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL.
+ *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL. One
+ *   that had exited 0 by itself just before (its exit not yet seen: `endedBeforeKill`) keeps its
+ *   success for its owner's probe.
  * - A probe (`…worker.<id>.probe`, `#probe`): the owner of a lease that fell silent asks what
  *   became of the attempt before it offers it again, and the answer is the truth here: an attempt
  *   held but not started is dropped by the probe (it can never start after answering
@@ -102,6 +104,8 @@ interface Lease {
    */
   reportOnWire?: boolean;
   lost: boolean;
+  /** Killed at once (SIGKILL: self-fenced, lease lost) — see `endedBeforeKill`. */
+  killedAtOnce?: boolean;
   /** Killed by the drain timeout: its result is reported as a retryable error (handed back). */
   handedBack?: boolean;
   /**
@@ -176,6 +180,16 @@ export const GIVEN_UP_LIMIT = FORGOTTEN_LIMIT;
 export const GIVEN_UP_OUTPUT_CHARS = 64 * 1024 * 1024;
 /** The output of a given-up completion kept once GIVEN_UP_OUTPUT_CHARS is spent. */
 export const OUTPUT_NOT_KEPT = "[kairos: output not kept — this attempt's completion report was given up under load, and the worker's memory for such outputs was full]";
+
+/**
+ * Whether an attempt killed at once (SIGKILL) had in fact ended by itself, successfully, before
+ * the kill — its exit not yet seen (the event loop runs timers before I/O, so a self-fencing
+ * timer can fire after a task's exit and before the worker hears of it): exit code 0, where a
+ * SIGKILL gives 137 (the executor may still call it `killed`: it was asked to stop it).
+ */
+export function endedBeforeKill(r: ExecutionResult): boolean {
+  return r.exitCode === 0 && (r.outcome === "exited" || r.outcome === "killed");
+}
 
 /** The characters of output a given-up completion holds (the shared OUTPUT_NOT_KEPT costs none). */
 function keptChars(c: Completion): number {
@@ -345,23 +359,40 @@ export class Worker {
    * the oldest lose their output first (a run's result matters more than its log tail).
    */
   #giveUp(l: Lease): void {
-    const k = this.#fenced(l.key, l.req.fence);
     if (l.completion) {
-      this.#forgetGivenUp(k);
-      this.#givenUp.set(k, l.completion);
-      this.#givenUpChars += keptChars(l.completion);
-      if (keptChars(l.completion) > 0) this.#givenUpWithOutput.push(k);
-      while (this.#givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.#givenUp.keys().next().value!);
-      while (this.#givenUpChars > GIVEN_UP_OUTPUT_CHARS && this.#givenUpWithOutput.size > 0) {
-        const oldest = this.#givenUpWithOutput.shift()!;
-        const c = this.#givenUp.get(oldest);
-        if (!c || keptChars(c) === 0) continue; // gone, or kept again since without output
-        this.#givenUpChars -= keptChars(c);
-        this.#givenUp.set(oldest, { ...c, output: OUTPUT_NOT_KEPT });
-      }
+      this.#remember(this.#fenced(l.key, l.req.fence), l.completion);
       this.#o.onEvent?.({ type: "report_given_up", run_id: l.req.run_id, attempt: l.req.attempt });
     }
     this.#drop(l);
+  }
+
+  /** Keeps a completion for probes (`#givenUp`), within GIVEN_UP_LIMIT and GIVEN_UP_OUTPUT_CHARS. */
+  #remember(k: string, c: Completion): void {
+    this.#forgetGivenUp(k);
+    this.#givenUp.set(k, c);
+    this.#givenUpChars += keptChars(c);
+    if (keptChars(c) > 0) this.#givenUpWithOutput.push(k);
+    while (this.#givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.#givenUp.keys().next().value!);
+    while (this.#givenUpChars > GIVEN_UP_OUTPUT_CHARS && this.#givenUpWithOutput.size > 0) {
+      const oldest = this.#givenUpWithOutput.shift()!;
+      const kept = this.#givenUp.get(oldest);
+      if (!kept || keptChars(kept) === 0) continue; // gone, or kept again since without output
+      this.#givenUpChars -= keptChars(kept);
+      this.#givenUp.set(oldest, { ...kept, output: OUTPUT_NOT_KEPT });
+    }
+  }
+
+  /**
+   * An attempt killed at once that had ended by itself just before (`endedBeforeKill`): its
+   * success is kept for its owner's probe, as a given-up report's is. Thrown away, the probe
+   * answered `started` and its owner offered the run again — a second execution of a run that
+   * had succeeded (ledger chaos invariant f, thirteenth session: a self-fencing timer fired as
+   * the task exited, its owner's partition between two nodes). The owner takes it only while the
+   * lease is still its current one (run-lifecycle.ts `onProbeAnswer`).
+   */
+  #keepEndedBeforeKill(l: Lease, r: ExecutionResult): void {
+    this.#remember(this.#fenced(l.key, l.req.fence), { outcome: "exited", exit_code: 0, output: r.output, error: null, started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs });
+    this.#o.onEvent?.({ type: "ended_before_kill", run_id: l.req.run_id, attempt: l.req.attempt });
   }
 
   #forgetGivenUp(k: string): void {
@@ -734,6 +765,7 @@ export class Worker {
     if (lease.cancelled) return this.#reportCancelled(lease, r);
     if (lease.lost) {
       this.#drop(lease); // only if still held under its key (a newer offer of the attempt may hold it)
+      if (lease.killedAtOnce && endedBeforeKill(r)) this.#keepEndedBeforeKill(lease, r);
       this.#onLeaseGone?.();
       return;
     }
@@ -937,6 +969,7 @@ export class Worker {
   /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
   async #kill(lease: Lease, why: string, immediate = false): Promise<void> {
     lease.lost = true;
+    if (immediate) lease.killedAtOnce = true;
     this.#drop(lease);
     this.#onLeaseGone?.();
     if (lease.execution) await lease.execution.kill(why, { immediate });

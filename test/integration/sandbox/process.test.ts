@@ -7,7 +7,9 @@ import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { readdirSync, readFileSync } from "node:fs";
 import { createExecutor, isRetryable, type Executor } from "../../../src/sandbox/index.ts";
+import { endedBeforeKill } from "../../../src/worker/worker.ts";
 import { identity, task } from "./fixtures.ts";
 
 /** True while `pid` is a running (not zombie) process. */
@@ -70,6 +72,35 @@ describe("process executor", async () => {
     const r = await e.result;
     assert.equal(r.outcome, "killed");
     assert.equal(isRetryable(r), true);
+  });
+
+  it("a task that exited by itself just before an immediate kill (its exit not yet seen) reports exit code 0: the worker can tell it ended before the kill", async () => {
+    // A child of this process that has exited and is not reaped yet: libuv reaps in the event
+    // loop, so waiting here without yielding keeps it a zombie — the state a self-fencing timer
+    // meets when it fires between a task's exit and the worker's hearing of it.
+    const zombieChild = (): boolean => readdirSync("/proc").some((d) => {
+      if (!/^\d+$/.test(d)) return false;
+      try {
+        const st = readFileSync(`/proc/${d}/stat`, "utf8");
+        const rest = st.slice(st.lastIndexOf(")") + 2).split(" ");
+        return rest[0] === "Z" && Number(rest[1]) === process.pid;
+      } catch {
+        return false;
+      }
+    });
+    const e = ex.start(task(["true"]), identity("w-proc"));
+    const pause = new Int32Array(new SharedArrayBuffer(4));
+    const deadline = Date.now() + 5_000;
+    while (!zombieChild() && Date.now() < deadline) Atomics.wait(pause, 0, 0, 5);
+    assert.ok(zombieChild(), "the task's supervisor exited (a zombie) while the loop was held");
+    void e.kill("self-fenced: no acknowledged heartbeat within the lease", { immediate: true });
+    const r = await e.result;
+    assert.equal(r.exitCode, 0);
+    assert.ok(endedBeforeKill(r), `ended before the kill: ${JSON.stringify(r)}`);
+    const killed = ex.start(task(["sh", "-c", "sleep 60"]), identity("w-proc"));
+    await new Promise((res) => setTimeout(res, 100));
+    await killed.kill("self-fenced", { immediate: true });
+    assert.equal(endedBeforeKill(await killed.result), false, "a task the kill ended is not taken for one that ended by itself");
   });
 
   it("reports a missing program as invalid_task, not retryable", async () => {

@@ -51,6 +51,8 @@ class RecordingExecutor implements Executor {
   slowKill = false;
   /** A kill does not return until the task ends (`exit`): a container still being created. */
   hangKill = false;
+  /** The task had exited 0 by itself just before the kill, its exit not yet seen: the kill reports `killed` with exit code 0. */
+  endedBeforeKill = false;
   constructor(private readonly clock: SimClock) {}
   start(_task: TaskSpec, id: RunIdentity): Execution {
     const key = `${id.runId}#${id.attempt}`;
@@ -75,7 +77,7 @@ class RecordingExecutor implements Executor {
           await result;
           return;
         }
-        finish({ outcome: "killed", exitCode: null, output: "", startedAtMs, finishedAtMs: this.clock.now() });
+        finish({ outcome: "killed", exitCode: this.endedBeforeKill ? 0 : null, output: this.endedBeforeKill ? "done" : "", startedAtMs, finishedAtMs: this.clock.now() });
         await result;
       },
     };
@@ -710,6 +712,24 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     assert.deepEqual(await t.probe("r1"), { state: "started" });
     assert.deepEqual(await t.probe("r1", 2), { state: "unknown" });
     assert.deepEqual(await t.probe("r9"), { state: "unknown" });
+    await t.worker.stop();
+  });
+
+  it("an attempt killed at once just as it ended by itself (exit 0, its exit not yet seen) answers ended with its success — its run is not executed again", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    t.executor.endedBeforeKill = true;
+    t.owner.hb = "silent"; // its owner's partition between two nodes
+    await t.runTo(T0 + 12_000);
+    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(t.evs("ended_before_kill").map((e) => e.run_id), ["r1"]);
+    const reply = await t.probe("r1");
+    assert.equal(reply.state, "ended", "a success thrown away answered started: the owner offered the run again");
+    assert.equal(reply.completion?.outcome, "exited");
+    assert.equal(reply.completion?.exit_code, 0);
+    assert.equal(reply.completion?.output, "done");
     await t.worker.stop();
   });
 
