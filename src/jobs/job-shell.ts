@@ -10,7 +10,7 @@
  * - `acquire_slot` / `release_slot`: to the tenant actor, batched per tenant by the node's slot
  *   broker (slot-broker.ts; a grant given at once comes back as `slot_granted`).
  * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
- * - `cancel_on_worker`: tell a worker to kill an attempt, until it acknowledges (CANCEL_ASKS).
+ * - `cancel_on_worker`: tell a worker to kill an attempt.
  * - `probe_worker`: ask a worker what became of an attempt whose lease fell silent; its answer
  *   (or null: none within PROBE_TIMEOUT_MS — a frozen or cut-off worker; `gone`: no responder and
  *   the worker known to have stopped advertising; no responder from one not known so is asked
@@ -95,10 +95,6 @@ export const PROBE_TIMEOUT_MS = 5_000;
 /** How many times a probe asks a worker that answers "no responders" yet is not known to have stopped advertising (spread over PROBE_TIMEOUT_MS). */
 export const PROBE_NO_RESPONDER_ASKS = 5;
 
-/** A cancel is asked this many times at most until its worker acknowledges it, each ask waiting this long (`cancelOnWorker`). */
-export const CANCEL_ASKS = 5;
-export const CANCEL_WAIT_MS = 1_000;
-
 /** Whether a request failed for want of any subscriber (NATS 503; the simulation bus says the same). */
 function isNoResponders(e: unknown): boolean {
   if (!(e instanceof Error)) return false;
@@ -164,29 +160,6 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     ctx.tell({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply, ...(gone ? { gone: true as const } : {}) });
   }
 
-  /**
-   * Tells a worker to stop an attempt, asking until it acknowledges: a lost cancel let an attempt
-   * prepared ahead start under its cover (a skipped or cancelled run executed until its first
-   * heartbeat after the start). Up to CANCEL_ASKS asks, each waiting CANCEL_WAIT_MS; none at all
-   * to a worker known to have stopped advertising (gone: nothing to stop). The cancel is checked
-   * by fence on the worker, so a copy is harmless.
-   */
-  async function cancelOnWorker(fx: Extract<JobEffect, { kind: "cancel_on_worker" }>): Promise<void> {
-    const subject = workerSubject(deps.clusterName, fx.worker, "cancel");
-    const data = encode({ run_id: fx.run_id, fence: fx.fence });
-    for (let asked = 0; asked < CANCEL_ASKS; asked++) {
-      try {
-        await deps.nc.request(subject, data, { timeout: CANCEL_WAIT_MS });
-        return;
-      } catch (e) {
-        if (!isNoResponders(e)) continue; // no answer within the wait: ask again at once
-        if (deps.workers.stoppedAdvertising(fx.worker)) return;
-        await pause(CANCEL_WAIT_MS); // between two connections, say
-      }
-    }
-    deps.log("warn", "a worker did not acknowledge a cancel; an attempt prepared ahead may start and is stopped at its first heartbeat", { worker: fx.worker, run_id: fx.run_id, fence: fx.fence });
-  }
-
   async function post(ctx: ShellContext, fx: JobEffect): Promise<void> {
     if (!ctx.stillOwner()) return; // a stale owner stays silent
     const tenant = { type: TENANT_ACTOR, id: splitJobActorId(ctx.address.id).tenantId };
@@ -198,7 +171,8 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       case "dispatch":
         return dispatch(ctx, fx);
       case "cancel_on_worker":
-        return cancelOnWorker(fx);
+        deps.nc.publish(workerSubject(deps.clusterName, fx.worker, "cancel"), encode({ run_id: fx.run_id, fence: fx.fence }));
+        return;
       case "probe_worker":
         return probe(ctx, fx);
       case "dead_letter":

@@ -17,9 +17,8 @@
  *   lease whatever the two wall clocks say. An offer never acknowledged within TTL − margin of
  *   its acceptance is dropped. So a worker that was paused or cut off wakes up harmless: it
  *   starts nothing stale.
- * - A cancel (`…worker.<id>.cancel`) is acknowledged, and its owner asks until it is (up to 5 asks
- *   of 1 s, job-shell.ts `cancelOnWorker`); if every ask for an attempt prepared ahead is lost (a
- *   worker cut off that long), the attempt starts under its cover and learns `lease_lost` from its first heartbeat
+ * - A cancel (`…worker.<id>.cancel`) is a plain message: if one for an attempt prepared ahead is
+ *   lost, the attempt starts under its cover and learns `lease_lost` from its first heartbeat
  *   after the start (within one interval), and is killed; its owner keeps the slot drained until
  *   start_at + TTL + grace (run-lifecycle.ts `finish`).
  * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
@@ -246,11 +245,7 @@ export class Worker {
         },
       }),
       nc.subscribe(workerSubject(clusterName, workerId, "cancel"), {
-        // Acknowledged (its owner asks until then, job-shell.ts `cancelOnWorker`); a plain publish gets no reply.
-        callback: (_e, m) => {
-          this.#cancel(decode<CancelRequest>(m.data));
-          m.respond(encode({ ok: true }));
-        },
+        callback: (_e, m) => this.#cancel(decode<CancelRequest>(m.data)),
       }),
       nc.subscribe(workerSubject(clusterName, workerId, "probe"), {
         callback: (_e, m) => {

@@ -22,7 +22,7 @@ import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
-import { CANCEL_ASKS, CANCEL_WAIT_MS, PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { runKey } from "../../../src/jobs/ids.ts";
 import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
@@ -310,65 +310,6 @@ describe("job shell: a probe of a silent lease", () => {
     const m = await probe(t, "w1");
     assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
     assert.equal(t.requests.length, 1);
-  });
-});
-
-describe("job shell: a cancel is asked until its worker acknowledges it", () => {
-  const cancelFx = (worker: string) => ({ kind: "cancel_on_worker", worker, run_id: "r1", fence: 7 }) satisfies JobEffect;
-  /** Lets the shell's promise chain run until `done` holds (at most 200 turns of the event loop). */
-  const until = async (done: () => boolean) => {
-    for (let i = 0; i < 200 && !done(); i++) await new Promise<void>((r) => setImmediate(r));
-    assert.ok(done(), "the shell did not get there");
-  };
-  const settle = () => until(() => true).then(() => new Promise<void>((r) => setTimeout(r, 10)));
-
-  it("acknowledged at once: asked once, as a request to the worker's cancel subject", async () => {
-    const t = setup(async () => ({ ok: true }) as unknown as StartReply);
-    t.reg.performPost!([cancelFx("w1")], t.ctx(5));
-    await until(() => t.requests.length === 1);
-    await settle();
-    assert.equal(t.requests.length, 1);
-    assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w1", "cancel"));
-    assert.deepEqual(t.requests[0]!.req, { run_id: "r1", fence: 7 });
-    assert.equal(t.requests[0]!.timeout, CANCEL_WAIT_MS);
-  });
-
-  it("lost twice (no answer within the wait), then acknowledged: asked three times — a lost cancel let a prepared attempt start", async () => {
-    let n = 0;
-    const t = setup(async () => {
-      if (++n < 3) throw new Error("TIMEOUT");
-      return { ok: true } as unknown as StartReply;
-    });
-    t.reg.performPost!([cancelFx("w1")], t.ctx(5));
-    await until(() => t.requests.length === 3);
-    await settle();
-    assert.equal(t.requests.length, 3);
-    assert.deepEqual(t.logs.filter((l) => l.includes("did not acknowledge")), []);
-  });
-
-  it("never acknowledged: CANCEL_ASKS asks, then a warning", async () => {
-    const t = setup(async () => {
-      throw new Error("TIMEOUT");
-    });
-    t.reg.performPost!([cancelFx("w1")], t.ctx(5));
-    await until(() => t.logs.some((l) => l.includes("did not acknowledge a cancel")));
-    assert.equal(t.requests.length, CANCEL_ASKS);
-  });
-
-  it("no responder from a worker known to have stopped advertising: nothing to stop, asked once", async () => {
-    const t = setup(async () => {
-      throw new Error("503: no responders available for request");
-    });
-    t.workers.observe({ worker_id: "w5", slots: 4, free: 4, executor: "noop" });
-    for (let i = 0; i < 4; i++) {
-      t.clock.advance(20_500);
-      for (const w of ["w1", "w2", "w3", "w4"]) t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
-    }
-    t.reg.performPost!([cancelFx("w5")], t.ctx(5));
-    await until(() => t.requests.length === 1);
-    await settle();
-    assert.equal(t.requests.length, 1);
-    assert.deepEqual(t.logs.filter((l) => l.includes("did not acknowledge")), []);
   });
 });
 

@@ -209,16 +209,10 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
     await drainMicrotasks();
     return decode<ProbeReply>((await p).data);
   };
-  /** A cancel as its owner sends it (a request it asks until acknowledged): resolves with the reply. */
-  const cancelAsked = async (runId: string): Promise<unknown> => {
-    const p = schedEp.request(workerSubject(CLUSTER, "w1", "cancel"), encode({ run_id: runId, fence: 1 }), { timeout: 2_000 });
-    await drainMicrotasks();
-    return decode((await p).data);
-  };
   const runFor = (ms: number) => sim.runUntil(sim.now() + ms);
   const runTo = (at: number) => sim.runUntil(at);
   const evs = (type: string) => events.filter((e) => e.type === type);
-  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel, cancelAsked, probe };
+  return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel, probe };
 }
 
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
@@ -510,17 +504,6 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
     await t.runTo(T0 + 15_000);
     assert.equal(t.executor.starts(), 0, "a cancelled attempt never starts");
     assert.deepEqual(t.owner.completes.map((c) => [c.run_id, c.outcome]), [["r2", "killed"]]);
-    await t.worker.stop();
-  });
-
-  it("a cancel asked as a request is acknowledged, and does what a plain one does", T, async () => {
-    const t = await setup();
-    assert.deepEqual(await t.offer("r1", 5_000), { accepted: true });
-    await t.runTo(T0 + 500);
-    assert.deepEqual(await t.cancelAsked("r1"), { ok: true });
-    await t.runTo(T0 + 8_000);
-    assert.equal(t.executor.starts(), 0, "a cancelled attempt never starts");
-    assert.deepEqual(await t.cancelAsked("r9"), { ok: true }, "an attempt not held here: acknowledged (nothing to stop)");
     await t.worker.stop();
   });
 });
