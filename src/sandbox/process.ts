@@ -83,8 +83,15 @@ class ProcessExecution implements Execution {
   }
 
   kill(_reason: string, opts?: { immediate?: boolean }): Promise<void> {
-    this.#stop("killed");
-    if (opts?.immediate) this.#signalGroup("SIGKILL");
+    if (opts?.immediate) {
+      // SIGKILL alone: no SIGTERM first, which a task could catch and exit 0 on in between — an
+      // exit code 0 after an immediate kill then means the task had ended by itself before it
+      // (worker.ts `endedBeforeKill`), never that the kill let it finish.
+      if (!this.#latch.settled && this.#exit === undefined) this.#stopReason ??= "killed";
+      this.#signalGroup("SIGKILL");
+    } else {
+      this.#stop("killed");
+    }
     return this.result.then(() => undefined);
   }
 

@@ -350,7 +350,7 @@ export class Worker {
   /** Characters of output the given-up completions hold (at most GIVEN_UP_OUTPUT_CHARS). */
   #givenUpChars = 0;
   /** Given-up completions holding their output, oldest first (the first to lose it past the budget). */
-  readonly #givenUpWithOutput = new Fifo<string>();
+  #givenUpWithOutput = new Fifo<string>();
   /**
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
@@ -373,6 +373,11 @@ export class Worker {
     this.#givenUpChars += keptChars(c);
     if (keptChars(c) > 0) this.#givenUpWithOutput.push(k);
     while (this.#givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.#givenUp.keys().next().value!);
+    // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber the live ones.
+    if (this.#givenUpWithOutput.size > 2 * this.#givenUp.size + 1024) {
+      this.#givenUpWithOutput = new Fifo<string>();
+      for (const [key, kept] of this.#givenUp) if (keptChars(kept) > 0) this.#givenUpWithOutput.push(key);
+    }
     while (this.#givenUpChars > GIVEN_UP_OUTPUT_CHARS && this.#givenUpWithOutput.size > 0) {
       const oldest = this.#givenUpWithOutput.shift()!;
       const kept = this.#givenUp.get(oldest);
@@ -426,6 +431,8 @@ export class Worker {
       return { state: "not_started" };
     }
     const k = this.#fenced(key, p.fence);
+    // Killed at once, its result not in yet: asked again a TTL later (run-lifecycle.ts `onProbeAnswer`).
+    if (this.#killing.has(k)) return { state: "running" };
     const given = this.#givenUp.get(k);
     if (given) return { state: "ended", completion: given };
     const started = this.#forgotten.get(k);
@@ -769,7 +776,8 @@ export class Worker {
       this.#onLeaseGone?.();
       return;
     }
-    lease.completion = lease.handedBack && r.outcome === "killed"
+    // (A hand-back's kill is immediate: exit code 0 means the task ended by itself just before it.)
+    lease.completion = lease.handedBack && r.outcome === "killed" && !endedBeforeKill(r)
       ? {
         // Handed back by a drain: a retryable error, so the owner retries it elsewhere at once.
         outcome: "error", exit_code: r.exitCode, output: r.output,
@@ -777,7 +785,7 @@ export class Worker {
         started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
       }
       : {
-        outcome: r.outcome, exit_code: r.exitCode, output: r.output,
+        outcome: lease.handedBack && endedBeforeKill(r) ? "exited" : r.outcome, exit_code: r.exitCode, output: r.output,
         error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
         started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
       };
@@ -972,8 +980,21 @@ export class Worker {
     if (immediate) lease.killedAtOnce = true;
     this.#drop(lease);
     this.#onLeaseGone?.();
-    if (lease.execution) await lease.execution.kill(why, { immediate });
+    if (!lease.execution) return;
+    // Until its result is in, a probe must not hear `started`: the task may have ended by itself
+    // just before the kill (`endedBeforeKill`), and its success is known only then.
+    // (`#complete`, attached at the start, runs before this callback: the result is kept first.)
+    if (immediate) {
+      const k = this.#fenced(lease.key, lease.req.fence);
+      this.#killing.add(k);
+      const done = () => this.#killing.delete(k);
+      lease.execution.result.then(done, done);
+    }
+    await lease.execution.kill(why, { immediate });
   }
+
+  /** Attempts killed at once whose result is not in yet (key#fence): a probe hears `running`. */
+  readonly #killing = new Set<string>();
 
   /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key; remembers it for probes. */
   #drop(l: Lease): void {

@@ -97,10 +97,13 @@ describe("process executor", async () => {
     const r = await e.result;
     assert.equal(r.exitCode, 0);
     assert.ok(endedBeforeKill(r), `ended before the kill: ${JSON.stringify(r)}`);
-    const killed = ex.start(task(["sh", "-c", "sleep 60"]), identity("w-proc"));
-    await new Promise((res) => setTimeout(res, 100));
+    // A task that would exit 0 on SIGTERM: an immediate kill is SIGKILL alone, so it cannot.
+    const killed = ex.start(task(["sh", "-c", "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"]), identity("w-proc"));
+    await new Promise((res) => setTimeout(res, 200));
     await killed.kill("self-fenced", { immediate: true });
-    assert.equal(endedBeforeKill(await killed.result), false, "a task the kill ended is not taken for one that ended by itself");
+    const k = await killed.result;
+    assert.equal(k.exitCode, 137);
+    assert.equal(endedBeforeKill(k), false, "a task the kill ended is not taken for one that ended by itself");
   });
 
   it("reports a missing program as invalid_task, not retryable", async () => {

@@ -733,6 +733,36 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     await t.worker.stop();
   });
 
+  it("while the result of an attempt killed at once is not in, a probe hears running (not started): it may have ended by itself just before", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    t.executor.hangKill = true; // the kill returns once the task is gone (a container being removed)
+    t.owner.hb = "silent";
+    await t.runTo(T0 + 12_000);
+    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    assert.deepEqual(await t.probe("r1"), { state: "running" }, "answered started, its owner would offer it again at once");
+    t.executor.exit("r1#1"); // its exit 0, seen only now
+    await t.runFor(100);
+    const reply = await t.probe("r1");
+    assert.equal(reply.state, "ended");
+    assert.equal(reply.completion?.exit_code, 0);
+    await t.worker.stop();
+  });
+
+  it("a drain's hand-back that meets a task which had ended by itself (exit 0) reports its success, not a retryable error", T, async () => {
+    const t = await setup();
+    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1);
+    t.executor.endedBeforeKill = true;
+    const drained = t.worker.drain(1_000);
+    await t.runFor(5_000);
+    assert.deepEqual(await drained, { finished: 0, handedBack: 1, dropped: 0 });
+    assert.deepEqual(t.owner.completes.filter((c) => c.run_id === "r1").map((c) => c.outcome), ["exited"]);
+    await t.worker.stop();
+  });
+
   it("a report given up past the completion deadline still answers ended, with its completion (a burst's reports wait here that long)", T, async () => {
     const t = await setup({ completionDeadlineMs: 5_000 });
     assert.deepEqual(await t.offer("r1", 100), { accepted: true });
