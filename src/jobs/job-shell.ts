@@ -68,7 +68,7 @@ export interface JobShellDeps {
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
   /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
   tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
-  /** Wall-clock seconds and a sleep, for webhook signatures and retries. */
+  /** Wall-clock seconds and a sleep, for webhook signatures and retries (the sleep also spaces a probe's asks). */
   nowS?: () => number;
   sleep?: (ms: number) => Promise<void>;
   /** Counts run transitions from the records written (default: into the Prometheus registry). */

@@ -124,10 +124,12 @@ export interface ProbeRequest {
 /**
  * A worker's answer to a probe, for the attempt under that fence:
  * - `not_started`: never started here, and now never will (a held one is dropped by the probe);
- * - `running`: it runs here (the worker is alive: the owner keeps the lease);
+ * - `running`: it runs here (the worker is alive: the owner keeps the lease), or it was killed at
+ *   once and the kill's result is not in yet (it may have exited 0 by itself just before);
  * - `ended`: it ended here; `completion` is its report (its copies may still be on the wire, or
  *   given up: kept as long as the attempt is remembered, its output past a budget replaced by a note);
- * - `started`: it started here and is gone, its result lost (killed, self-fenced, lease lost);
+ * - `started`: it started here and is gone, its result lost (killed, self-fenced, lease lost —
+ *   not one that had exited 0 by itself just before the kill: that answers `ended`);
  * - `unknown`: no memory of it (forgotten beyond the bound, or another incarnation of the worker).
  */
 export interface ProbeReply {

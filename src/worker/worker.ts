@@ -31,7 +31,8 @@
  *   `not_started`); a running one answers `running`; an ended one answers with its completion, so
  *   its result counts even when its reports are stuck behind a burst (the owner used to offer it
  *   again: a second execution). Attempts gone from here are remembered, bounded (`FORGOTTEN_LIMIT`),
- *   with whether they started.
+ *   with whether they started, and so are the completions of reports given up and of attempts
+ *   killed at once just after they had exited 0 by themselves (`running` until the kill's result is in).
  * - A completion report (sent in a batch per partition with the reports of attempts that ended
  *   within 20 ms, `#report`) that gets no verdict (timeout, or answered pending: an unknown
  *   outcome) is sent again (a copy per wait — 10 s, at most TTL − interval − margin − the 20 ms
@@ -44,7 +45,8 @@
  * accepted offers that have not started (their leases expire unstarted: re-offered elsewhere, not
  * counted as attempts), lets running attempts finish and report — heartbeats go on as usual —
  * until the drain timeout, then hands back the rest: kills each and reports it as a retryable
- * error, so its owner retries it at once on another worker (as a new attempt).
+ * error, so its owner retries it at once on another worker (as a new attempt) — unless the task
+ * had exited 0 by itself just before the kill: that is reported as its success.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -355,7 +357,7 @@ export class Worker {
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
    * otherwise count as started with its result lost (a dead letter at max_attempts 1: 14,099 in
-   * one 200,000-run benchmark run; 1,136 more while only 65,536 were kept). Past the output budget
+   * one 200,000-run benchmark run, de67ec9; 1,136 in a later run, 84d1792, while only 65,536 were kept). Past the output budget
    * the oldest lose their output first (a run's result matters more than its log tail).
    */
   #giveUp(l: Lease): void {
@@ -777,7 +779,8 @@ export class Worker {
       return;
     }
     // (A hand-back's kill is immediate: exit code 0 means the task ended by itself just before it.)
-    lease.completion = lease.handedBack && r.outcome === "killed" && !endedBeforeKill(r)
+    const ownEnd = lease.handedBack === true && endedBeforeKill(r);
+    lease.completion = lease.handedBack && r.outcome === "killed" && !ownEnd
       ? {
         // Handed back by a drain: a retryable error, so the owner retries it elsewhere at once.
         outcome: "error", exit_code: r.exitCode, output: r.output,
@@ -785,7 +788,7 @@ export class Worker {
         started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
       }
       : {
-        outcome: lease.handedBack && endedBeforeKill(r) ? "exited" : r.outcome, exit_code: r.exitCode, output: r.output,
+        outcome: ownEnd ? "exited" : r.outcome, exit_code: r.exitCode, output: r.output,
         error: r.error ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable } : null,
         started_at_ms: r.startedAtMs, finished_at_ms: r.finishedAtMs,
       };

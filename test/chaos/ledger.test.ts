@@ -134,7 +134,7 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     assert.deepEqual(checkRunAgain(later, [fault("kill9_worker", "w1", 50)], 3000).map((v) => v.text.split(":")[0]), ["run r5"], "a success excused by its worker's fault does not hide a later one");
   });
 
-  it("process executor: every fault kind once; attempts run once, runs never overlap, occurrences recorded once, nothing stuck, caps held", { timeout: 240_000 }, async () => {
+  it("process executor: every fault kind once; attempts run once, runs never overlap, occurrences recorded once, nothing stuck, caps held, no run again after its end", { timeout: 240_000 }, async () => {
     assert.ok(ledgerClockWorks(), "`date +%s%3N` must print epoch milliseconds");
     const o: ChaosOptions = {
       seed: SEED, executor: "process", schedulers: 3, workers: 3, slots: 8, partitions: 16,
@@ -152,7 +152,7 @@ describe("ledger chaos (real processes)", { timeout: 420_000 }, () => {
     assert.deepEqual(r.examples.map((v) => `[${v.invariant}] ${v.text}`), [], "invariant violations (see the report above)");
   });
 
-  it("docker executor: kill -9 of workers; no attempt executed twice, no overlapping executions (from engine events)", { skip: dockerSkip(), timeout: 180_000 }, async () => {
+  it("docker executor: kill -9 of workers; no attempt executed twice, no overlapping executions, no run again after its end (from engine events)", { skip: dockerSkip(), timeout: 180_000 }, async () => {
     await ensureTestImage();
     const o: ChaosOptions = {
       seed: SEED, executor: "docker", schedulers: 2, workers: 2, slots: 4, partitions: 8,

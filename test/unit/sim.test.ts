@@ -66,8 +66,8 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   });
 
   // The test-only switch JobActorConfig.testOnlyNoProbe lapses silent leases without a probe, as
-  // before the twelfth session; measured (bac0f0c, then an env switch): seeds 1–300 gave 26
-  // run_reexecuted violations, the first at seed 25.
+  // before the twelfth session; measured at bac0f0c with an uncommitted env switch of the same
+  // effect: seeds 1–300 gave 26 run_reexecuted violations (its commit message).
   it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
     let found = false;
     for (let seed = 1; seed <= 40 && !found; seed++) {

@@ -97,7 +97,9 @@ describe("process executor", async () => {
     const r = await e.result;
     assert.equal(r.exitCode, 0);
     assert.ok(endedBeforeKill(r), `ended before the kill: ${JSON.stringify(r)}`);
-    // A task that would exit 0 on SIGTERM: an immediate kill is SIGKILL alone, so it cannot.
+    // A task that would exit 0 on SIGTERM: an immediate kill is SIGKILL alone, so it cannot. (Before,
+    // SIGTERM and SIGKILL went out in the same tick: the trap could win only if the worker was
+    // preempted in between — this check rarely tells the two apart; it guards the outcome.)
     const killed = ex.start(task(["sh", "-c", "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"]), identity("w-proc"));
     await new Promise((res) => setTimeout(res, 200));
     await killed.kill("self-fenced", { immediate: true });

@@ -267,7 +267,7 @@ describe("job shell: a probe of a silent lease", () => {
     assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w5", "probe"));
   });
 
-  it("no responder while this node hears no advert (itself cut off, just reconnected): not gone — asked PROBE_NO_RESPONDER_ASKS times, then no answer", async () => {
+  it("no responder while this node has heard no advert for longer than the expiry (itself cut off): not gone — asked PROBE_NO_RESPONDER_ASKS times, then no answer", async () => {
     const t = setup(async () => {
       throw noResponders();
     }, async () => undefined);
