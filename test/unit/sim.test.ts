@@ -8,6 +8,15 @@ import assert from "node:assert/strict";
 import { runSimulation } from "../sim/cluster.ts";
 import { report } from "../sim/report.ts";
 
+/** Whether `invariant` fires in one of seeds 1..`seeds` run with `o` (a self-test's re-opened hole). */
+async function firesWithin(seeds: number, o: { reopenHole1?: boolean; skipProbes?: boolean }, invariant: string): Promise<boolean> {
+  for (let seed = 1; seed <= seeds; seed++) {
+    const r = await runSimulation({ seed, ...o });
+    if (r.violations.some((v) => v.invariant === invariant)) return true;
+  }
+  return false;
+}
+
 // 1071: a worker paused 5 s just after starting an attempt (its lease never renewed); at d004e19
 // only the sandbox's own deadline (container lease countdown or supervisor) stopped the task
 // before the owner re-offered the run — see "seed 1071 holds with either sandbox" below and
@@ -57,23 +66,13 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   // (at seed 11 before the eighth session's completion reports shifted the seeds' message draws;
   // seeds 1–60: 22, 29, 42).
   it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", async () => {
-    let found = false;
-    for (let seed = 1; seed <= 40 && !found; seed++) {
-      const r = await runSimulation({ seed, reopenHole1: true });
-      found = r.violations.some((v) => v.invariant === "attempt_on_two_workers");
-    }
-    assert.ok(found, "hole 1 re-opened but invariant (a) never fired in 40 seeds");
+    assert.ok(await firesWithin(40, { reopenHole1: true }, "attempt_on_two_workers"), "hole 1 re-opened but invariant (a) never fired in 40 seeds");
   });
 
   // The test-only switch JobActorConfig.testOnlyNoProbe lapses silent leases without a probe, as
   // before the twelfth session; measured at bac0f0c with an uncommitted env switch of the same
   // effect: seeds 1–300 gave 26 run_reexecuted violations (its commit message).
   it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
-    let found = false;
-    for (let seed = 1; seed <= 40 && !found; seed++) {
-      const r = await runSimulation({ seed, skipProbes: true });
-      found = r.violations.some((v) => v.invariant === "run_reexecuted");
-    }
-    assert.ok(found, "probes skipped but invariant (h) never fired in 40 seeds");
+    assert.ok(await firesWithin(40, { skipProbes: true }, "run_reexecuted"), "probes skipped but invariant (h) never fired in 40 seeds");
   });
 });

@@ -670,6 +670,17 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
   });
 });
 
+/** Offers r1, lets it start, then silences its owner until the worker kills it itself (self-fenced); `before` runs once it has started. */
+async function selfFenced(t: Awaited<ReturnType<typeof setup>>, before: () => void = () => undefined): Promise<void> {
+  assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+  await t.runTo(T0 + 2_500);
+  assert.equal(t.executor.starts(), 1);
+  before();
+  t.owner.hb = "silent"; // its owner's partition between two nodes
+  await t.runTo(T0 + 12_000);
+  assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+}
+
 describe("worker: a probe of a silent lease is answered with the truth", () => {
   it("an attempt held and not started is dropped by the probe: it answers not_started and never starts, even when acknowledged later", T, async () => {
     const t = await setup();
@@ -704,11 +715,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
 
   it("an attempt killed by the worker itself answers started; another fence or an attempt never seen answers unknown", T, async () => {
     const t = await setup();
-    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
-    await t.runTo(T0 + 2_500);
-    t.owner.hb = "silent";
-    await t.runTo(T0 + 12_000); // self-fenced
-    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    await selfFenced(t);
     assert.deepEqual(await t.probe("r1"), { state: "started" });
     assert.deepEqual(await t.probe("r1", 2), { state: "unknown" });
     assert.deepEqual(await t.probe("r9"), { state: "unknown" });
@@ -717,13 +724,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
 
   it("an attempt killed at once just as it ended by itself (exit 0, its exit not yet seen) answers ended with its success (answered started, its owner offered the run again)", T, async () => {
     const t = await setup();
-    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
-    await t.runTo(T0 + 2_500);
-    assert.equal(t.executor.starts(), 1);
-    t.executor.endedBeforeKill = true;
-    t.owner.hb = "silent"; // its owner's partition between two nodes
-    await t.runTo(T0 + 12_000);
-    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    await selfFenced(t, () => (t.executor.endedBeforeKill = true));
     assert.deepEqual(t.evs("ended_before_kill").map((e) => e.run_id), ["r1"]);
     const reply = await t.probe("r1");
     assert.equal(reply.state, "ended", "a success thrown away answered started: the owner offered the run again");
@@ -735,12 +736,8 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
 
   it("while the result of an attempt killed at once is not in, a probe hears running (not started): it may have ended by itself just before", T, async () => {
     const t = await setup();
-    assert.deepEqual(await t.offer("r1", 100), { accepted: true });
-    await t.runTo(T0 + 2_500);
-    t.executor.hangKill = true; // the kill returns once the task is gone (a container being removed)
-    t.owner.hb = "silent";
-    await t.runTo(T0 + 12_000);
-    assert.deepEqual(t.evs("self_fenced").map((e) => e.run_id), ["r1"]);
+    // The kill returns once the task is gone (a container being removed).
+    await selfFenced(t, () => (t.executor.hangKill = true));
     assert.deepEqual(await t.probe("r1"), { state: "running" }, "answered started, its owner would offer it again at once");
     t.executor.exit("r1#1"); // its exit 0, seen only now
     await t.runFor(100);
