@@ -1,8 +1,8 @@
 /**
  * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots max(100000, jobs)]
- * [--lookahead-ms 60000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
+ * [--lookahead-ms 300000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
  * "on time" figure. N one-shot `at` jobs, all due at the same instant T (overlap `skip` by
- * default, the API's default; both policies get look-ahead, the product default of 60 s), on one
+ * default, the API's default; both policies get look-ahead, the product default of 5 min), on one
  * in-process scheduler node (plus S − 1 spawned ones) and W worker processes with the `noop`
  * executor, on a real nats-server with authorization on. Dispatch lag = the attempt's actual
  * start − scheduled_for, from the run records. Tenants, their quotas (max_concurrent_runs and
@@ -19,6 +19,7 @@ import { systemRandom } from "../src/lib/random.ts";
 import { decode, encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig } from "../src/cluster/config.ts";
 import { NatsJobsService } from "../src/jobs/nats-service.ts";
+import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-actor.ts";
 import type { JobSpec, RunView } from "../src/jobs/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
 import { startKairos } from "../src/server/start.ts";
@@ -75,7 +76,7 @@ export async function run(args: string[]): Promise<void> {
   // The fleet's slots: by default enough for every due run at once (a prepared run holds its
   // worker slot until it starts), at least 100,000.
   const slots = arg(args, "slots", Math.max(100_000, jobs));
-  const lookaheadMs = arg(args, "lookahead-ms", 60_000);
+  const lookaheadMs = arg(args, "lookahead-ms", DEFAULT_JOB_CONFIG.lookaheadMs);
   const tenantCount = arg(args, "tenants", 10);
   const workerCount = arg(args, "workers", 1);
   const schedulerCount = arg(args, "schedulers", 1);
@@ -114,7 +115,7 @@ export async function run(args: string[]): Promise<void> {
   // KV operations are read from their /metrics.
   const metricsPorts = await Promise.all(Array.from({ length: schedulerCount - 1 }, () => freePort()));
   const schedulers = metricsPorts.map((port, i) =>
-    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: `burst-sched${i + 1}`, roles: "scheduler", partitions: 64, extraArgs: ["--metrics-port", String(port), "--metrics-host", "127.0.0.1"] }));
+    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: `burst-sched${i + 1}`, roles: "scheduler", partitions: 64, extraArgs: ["--metrics-port", String(port), "--metrics-host", "127.0.0.1", "--lookahead-ms", String(lookaheadMs)] }));
   // The spawned schedulers' /metrics texts (one that does not answer gives "": it counts nothing this time).
   const scrapeAll = () => Promise.all(metricsPorts.map((port) => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text(), () => "")));
   const kvOpsAll = async (): Promise<Record<string, number>> => {

@@ -46,7 +46,11 @@ import { Tx, fail } from "./tx.ts";
 
 export interface JobActorConfig {
   leaseTtlMs: number;
-  /** Runs are created and matched to workers this long before they are due. */
+  /**
+   * Runs are created and matched to workers up to this long before they are due: a job's window
+   * is this, at most half the gap since its previous occurrence, at least a minute
+   * (occurrence-plan.ts `windowOf`).
+   */
   lookaheadMs: number;
   /** An occurrence fired later than this after its due time is a misfire. */
   misfireGraceMs: number;
@@ -76,8 +80,11 @@ export interface JobActorConfig {
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   leaseTtlMs: 10_000,
-  // DESIGN.md: the slow work (KV writes, slot matching) happens in the minute before.
-  lookaheadMs: 60_000,
+  // DESIGN.md: the slow work (KV writes, slot matching) happens before the due instant. Five
+  // minutes: a 200,000-run burst takes minutes to prepare on two cores (~1,500 runs/s), so a
+  // one-minute window left most of it to be prepared after the due second (BENCHMARKS.md,
+  // fourteenth session). Jobs due more often get less (`windowOf`).
+  lookaheadMs: 300_000,
   misfireGraceMs: 10_000,
   maxActiveRuns: 100,
   queueLimit: 10,

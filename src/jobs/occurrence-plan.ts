@@ -43,7 +43,28 @@ export function scheduleOf(spec: JobSpec): CompiledSchedule {
  *   window, they fire at the due instant as without look-ahead (`aheadFor`).
  */
 export function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
-  return aheadFor(s, now) && undecided(s, now) === undefined ? cfg.lookaheadMs : 0;
+  return aheadFor(s, now) && undecided(s, now) === undefined ? windowOf(cfg, s) : 0;
+}
+
+/** The shortest look-ahead window of a job whose occurrences come close together (see `windowOf`). */
+export const SHORT_LOOKAHEAD_MS = 60_000;
+
+/**
+ * How far ahead this job prepares `next_run_at`: the configured window (`lookaheadMs`, default
+ * 5 min), but no longer than half the gap since the job's previous occurrence, nor shorter than
+ * `SHORT_LOOKAHEAD_MS` (or the configured window, if that is shorter). A prepared run holds a tenant
+ * slot and a worker slot until it ends: a job due every 2 minutes must not hold a second slot most
+ * of the time, while an hourly or daily job — the top-of-the-hour crowd — gets the whole window to
+ * be prepared in (a 200,000-run burst needs minutes of preparation: BENCHMARKS.md, fourteenth
+ * session). A one-shot job, or one with no occurrence handled yet, gets the whole window. A pure
+ * function of the state, so `fireAt` and `fire` agree on it.
+ */
+export function windowOf(cfg: JobActorConfig, s: JobState): number {
+  const full = cfg.lookaheadMs;
+  const prev = s.last_occurrence_ms;
+  const next = s.next_run_at_ms;
+  if (prev === undefined || next === null || next <= prev) return full;
+  return Math.min(full, Math.max(SHORT_LOOKAHEAD_MS, Math.floor((next - prev) / 2)));
 }
 
 /** Whether the job prepares its next occurrence ahead now (see `lookahead`). */
@@ -115,7 +136,7 @@ export function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
   if (!s.job) return due;
   // A run prepared ahead closes the window until its due instant (one ahead at a time).
-  const la = aheadFor(s, now) ? cfg.lookaheadMs : 0;
+  const la = aheadFor(s, now) ? windowOf(cfg, s) : 0;
   if (la <= 0) return due;
   const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
   const waitFor = undecided(s, now);

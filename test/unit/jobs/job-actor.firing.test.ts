@@ -8,6 +8,9 @@ import assert from "node:assert/strict";
 import { splitGrant } from "../../../src/jobs/ids.ts";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { compileSchedule } from "../../../src/schedule/index.ts";
+import { DEFAULT_JOB_CONFIG } from "../../../src/jobs/job-actor.ts";
+import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
+import { SHORT_LOOKAHEAD_MS, windowOf } from "../../../src/jobs/occurrence-plan.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
@@ -477,5 +480,44 @@ describe("job actor: misfire after downtime", () => {
     assert.equal(d.recordsByStatus("missed").length, 0);
     assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.trigger, "schedule");
     assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "skipped", "overlap=skip still applies");
+  });
+});
+
+describe("job actor: the look-ahead window of each job (occurrence-plan.ts windowOf)", () => {
+  const min = (m: number) => T0 - 500 + m * 60_000;
+  const state = (next: number | null, last?: number): JobState => ({ ...emptyJobState(), next_run_at_ms: next, ...(last === undefined ? {} : { last_occurrence_ms: last }) });
+  const product = cfg({ lookaheadMs: DEFAULT_JOB_CONFIG.lookaheadMs });
+
+  it("the product default is 5 minutes; a job gets at most half the gap since its previous occurrence, at least a minute, never more than configured", () => {
+    assert.equal(DEFAULT_JOB_CONFIG.lookaheadMs, 300_000);
+    assert.equal(windowOf(product, state(min(60))), 300_000, "no occurrence handled yet (a one-shot job, a new one): the whole window");
+    assert.equal(windowOf(product, state(min(120), min(60))), 300_000, "hourly: the whole window");
+    assert.equal(windowOf(product, state(min(8), min(4))), 120_000, "every 4 minutes: half its gap");
+    assert.equal(windowOf(product, state(min(4), min(2))), SHORT_LOOKAHEAD_MS, "every 2 minutes: a minute, as before the window grew");
+    assert.equal(windowOf(product, state(sec(2), sec(1))), SHORT_LOOKAHEAD_MS, "every second: a minute");
+    assert.equal(windowOf(cfg({ lookaheadMs: 5_000 }), state(sec(4), sec(2))), 5_000, "a configured window shorter than a minute is kept");
+    assert.equal(windowOf(product, state(min(4), min(4))), 300_000, "no gap to read: the whole window");
+  });
+
+  it("an hourly job is prepared up to 5 minutes ahead, each hour; a job due every 2 minutes only a minute ahead once it has run", () => {
+    const hourly = new Driver(product);
+    hourly.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    for (const due of [min(60), min(120)]) {
+      const fireAt = hourly.timers.get("fire")?.atMs ?? Number.NaN;
+      assert.ok(fireAt >= due - 300_000 && fireAt < due - 150_000, `fire armed in the first half of a 5 min window: ${(fireAt - due) / 1000} s`);
+      hourly.advance(fireAt - hourly.now);
+      assert.ok(hourly.state.runs.some((r) => r.scheduled_for_ms === due && r.status === "leased"), "prepared: slot and worker matched ahead");
+      hourly.advance(due - hourly.now + 1);
+    }
+    const often = new Driver(product);
+    often.create(spec({ schedule: { cron: "*/2 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    often.advance(min(2) - often.now + 1);
+    assert.equal(often.state.next_run_at_ms, min(4));
+    const fireAt = often.timers.get("fire")?.atMs ?? Number.NaN;
+    assert.ok(fireAt >= min(4) - 60_000 && fireAt < min(4) - 30_000, `fire armed in the first half of a 1 min window: ${(fireAt - min(4)) / 1000} s`);
+    often.advance(fireAt - often.now - 1);
+    assert.ok(!often.state.runs.some((r) => r.scheduled_for_ms === min(4)), "not prepared before its window");
+    often.advance(1);
+    assert.ok(often.state.runs.some((r) => r.scheduled_for_ms === min(4)), "prepared at its window");
   });
 });
