@@ -153,9 +153,10 @@ export type JobEffect =
   | { kind: "note_run"; record: RunView }
   /**
    * `starts_in_ms`: how long until the run can start (a run prepared ahead holds its grant from
-   * now): the grant lives that long plus the task's timeout plus the shell's grace.
+   * now): the grant lives that long plus the task's timeout plus the shell's grace. `start_at_ms`:
+   * when it can start (the tenant grants its waiting runs earliest start first).
    */
-  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number; starts_in_ms: number }
+  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number; starts_in_ms: number; start_at_ms: number }
   | { kind: "release_slot"; grant: string }
   | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }

@@ -165,7 +165,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     const tenant = { type: TENANT_ACTOR, id: splitJobActorId(ctx.address.id).tenantId };
     switch (fx.kind) {
       case "acquire_slot":
-        return slots.acquire(tenant.id, { grant: fx.grant, job: ctx.address.id, ttl_ms: fx.starts_in_ms + fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000) }, () => ctx.tell({ kind: "slot_granted", run_id: fx.grant }));
+        return slots.acquire(tenant.id, { grant: fx.grant, job: ctx.address.id, ttl_ms: fx.starts_in_ms + fx.timeout_s * 1000 + (deps.slotGraceMs ?? 120_000), start_at_ms: fx.start_at_ms }, () => ctx.tell({ kind: "slot_granted", run_id: fx.grant }));
       case "release_slot":
         return slots.release(tenant.id, fx.grant);
       case "dispatch":

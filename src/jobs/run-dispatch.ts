@@ -62,15 +62,19 @@ export function slotRecheckMs(waitedMs: number): number {
  * of its grants per expiry (a 200,000-run burst with a 5 min look-ahead stalled on it).
  */
 function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot" }> {
-  return { kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s, starts_in_ms: Math.max(0, r.start_at_ms - tx.now) };
+  return { kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s, starts_in_ms: Math.max(0, r.start_at_ms - tx.now), start_at_ms: Math.max(tx.now, r.start_at_ms) };
 }
 
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 export function askSlot(tx: Tx, r: ActiveRun): void {
   tx.post.push(slotAsk(tx, r));
-  // Waiting since it could start: its start time (a run prepared ahead waits from its due time,
-  // a retry from when it was due), or its creation if later.
-  const waited = tx.now - Math.max(r.created_at_ms, r.start_at_ms);
+  // Waiting since it could start: its start time (a retry waits from when it was due), or its
+  // creation if later — but a run prepared ahead and not due yet counts from its creation: counted
+  // from its due time it re-asked every SLOT_RECHECK_MS through the whole look-ahead window (up to
+  // 30 asks and turns per run in a 5 min window when a burst exceeds the tenant's cap). A waiter
+  // is granted by a message as slots free, not by these asks (lost asks only).
+  const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
+  const waited = tx.now - since;
   tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), { kind: "slot_check", run_id: r.run_id });
 }
 

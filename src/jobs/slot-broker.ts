@@ -55,6 +55,8 @@ export interface SlotBrokerDeps {
 interface Ask {
   job: string;
   ttl_ms: number;
+  /** When the run can start (the tenant grants its waiters earliest start first). */
+  start_at_ms?: number;
   granted: () => void;
 }
 
@@ -86,11 +88,11 @@ export class SlotBroker {
   constructor(private readonly deps: SlotBrokerDeps) {}
 
   /** Asks for grant `grant` of job actor `job`; `granted` is called if the tenant grants it now. */
-  acquire(tenantId: string, a: { grant: string; job: string; ttl_ms: number }, granted: () => void): void {
+  acquire(tenantId: string, a: { grant: string; job: string; ttl_ms: number; start_at_ms?: number }, granted: () => void): void {
     const lane = this.#lane(tenantId);
     lane.releases.delete(a.grant);
     if (!lane.asks.has(a.grant) && lane.asks.size >= MAX_QUEUED_PER_TENANT) return; // the run re-asks
-    lane.asks.set(a.grant, { job: a.job, ttl_ms: a.ttl_ms, granted });
+    lane.asks.set(a.grant, { job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}), granted });
     this.#kick(tenantId, lane);
   }
 
@@ -148,7 +150,7 @@ export class SlotBroker {
     const releasesOnly = lane.inFlight >= IN_FLIGHT_PER_TENANT;
     for (const [g, a] of lane.asks) {
       if (releasesOnly || release.length + acquire.length >= MAX_SLOT_BATCH) break;
-      acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms });
+      acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}) });
       asked.push(a);
     }
     for (const a of acquire) lane.asks.delete(a.run_id);

@@ -1,7 +1,10 @@
 /**
  * The tenant actor's pure core: one per tenant, it hands out worker slots to the tenant's job
  * actors within the tenant's maximum of concurrent runs. Requests beyond the maximum wait in a
- * bounded FIFO and are granted (by a message to the job actor) as slots come back. A grant past
+ * bounded list and are granted (by a message to the job actor) as slots come back, earliest start
+ * first (`start_at_ms` of the ask; ties and asks without one — due now — in arrival order): a run
+ * prepared minutes ahead of its due time (look-ahead) must not keep a run due now — a run-now, a
+ * retry, a frequent job's occurrence — waiting behind it. A grant past
  * its expiry (the run's timeout plus a grace) is extended and audited with its job actor, which
  * releases it unless its run still holds it; audits also run every SLOT_AUDIT_MS while runs wait,
  * so a vanished release cannot leak slots, yet a run waiting for a flexible start keeps its slot.
@@ -40,6 +43,7 @@
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./ids.ts";
 import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
+import { heapPop, heapPush } from "../lib/min-heap.ts";
 
 export interface TenantState {
   max_concurrent: number;
@@ -67,16 +71,35 @@ export interface TenantState {
   peaks: number[];
   /** grant id (`<run_id>_<slot_seq>`) → grant expiry (ms). */
   running: Map<string, number>;
-  /** Waiting requests in arrival order (a Map keeps insertion order: FIFO with O(1) removal). */
-  waiting: Map<string, { job: string; ttl_ms: number }>;
+  /** Waiting requests by grant id (O(1) lookup and removal); granted in `order`. */
+  waiting: Map<string, Waiter>;
+  /**
+   * The waiting requests as a min-heap by (start_at_ms, seq): earliest start first, then arrival
+   * order. Lazy: an entry whose grant id left `waiting` (released, granted) or waits under a newer
+   * seq is skipped when met. Absent or emptied while requests wait (a state built by hand): rebuilt
+   * from `waiting`.
+   */
+  order?: WaitEntry[];
+  /** The last `Waiter.seq` handed out. */
+  wait_seq?: number;
   /** When the next grant audit is due (armed while runs wait); see `audit`. */
   audit_at_ms?: number;
   /** When the `expire` timer is armed for (the earliest grant expiry). */
   expire_at_ms?: number;
 }
 
+/** A waiting request: its job actor, its grant's lifetime, when its run can start, its arrival number. */
+export interface Waiter {
+  job: string;
+  ttl_ms: number;
+  start_at_ms?: number;
+  seq?: number;
+}
+type WaitEntry = { at: number; seq: number; id: string };
+const earlier = (a: WaitEntry, b: WaitEntry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
+
 export type TenantMsg =
-  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; max_concurrent?: number; weight?: number }
+  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; start_at_ms?: number; max_concurrent?: number; weight?: number }
   | { kind: "release"; run_id: string }
   /** Many acquires and releases from one node's slot broker (slot-broker.ts), in one decision. */
   | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number; fleet_slots?: number }
@@ -94,11 +117,12 @@ export type TenantEffect =
   /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
   | { kind: "sync_grant"; run_id: string };
 
-/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime. */
+/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run can start (absent: now). */
 export interface SlotAsk {
   run_id: string;
   job: string;
   ttl_ms: number;
+  start_at_ms?: number;
 }
 
 /** Most acquires plus releases in one `slots` message (the broker's batch bound). */
@@ -145,8 +169,51 @@ const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 
 const validCap = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
 const validAsk = (a: unknown): a is SlotAsk => {
   const x = a as Partial<SlotAsk> | null;
-  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0;
+  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0
+    && (x.start_at_ms === undefined || (typeof x.start_at_ms === "number" && Number.isFinite(x.start_at_ms)));
 };
+
+/** Lazy entries beyond the waiting requests' count before the heap is rebuilt (bounds its garbage). */
+const ORDER_SLACK = 1_024;
+
+/** Adds a waiting request (under a new seq) to `waiting` and to the heap. */
+function enqueue(state: TenantState, id: string, w: Waiter, now: number): void {
+  const seq = (state.wait_seq ?? 0) + 1;
+  state.wait_seq = seq;
+  const entry: Waiter = { ...w, seq };
+  state.waiting.set(id, entry);
+  const order = (state.order ??= []);
+  if (order.length > 2 * state.waiting.size + ORDER_SLACK) rebuildOrder(state, now);
+  else heapPush(order, { at: w.start_at_ms ?? now, seq, id }, earlier);
+}
+
+/** The heap rebuilt from `waiting` (entries without a seq — a state built by hand — get one in map order). */
+function rebuildOrder(state: TenantState, now: number): void {
+  const order: WaitEntry[] = [];
+  for (const [id, w] of state.waiting) {
+    if (w.seq === undefined) w.seq = state.wait_seq = (state.wait_seq ?? 0) + 1;
+    heapPush(order, { at: w.start_at_ms ?? now, seq: w.seq, id }, earlier);
+  }
+  state.order = order;
+}
+
+/** Takes the waiting request that starts first out of `waiting` (undefined: none waits). */
+function nextWaiter(state: TenantState, now: number): [string, Waiter] | undefined {
+  if (state.waiting.size === 0) return undefined;
+  for (let rebuilt = false; ; ) {
+    const e = state.order ? heapPop(state.order, earlier) : undefined;
+    if (e === undefined) {
+      if (rebuilt) return undefined; // unreachable: a rebuilt heap holds every waiting request
+      rebuildOrder(state, now);
+      rebuilt = true;
+      continue;
+    }
+    const w = state.waiting.get(e.id);
+    if (w === undefined || (w.seq !== undefined && w.seq !== e.seq)) continue; // gone, or queued again
+    state.waiting.delete(e.id);
+    return [e.id, w];
+  }
+}
 
 export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
@@ -189,8 +256,8 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
         return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
       };
-      /** One acquire (idempotent per grant id): granted, waiting (FIFO), or refused (list full). */
-      const acquire = (id: string, job: string, ttlMs: number): "granted" | "waiting" | "overloaded" => {
+      /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
+      const acquire = (id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" => {
         const held = running.get(id);
         if (held !== undefined) {
           if (held !== now + ttlMs) put(id, now + ttlMs);
@@ -203,12 +270,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         }
         if (waiting.has(id)) return "waiting";
         if (waiting.size >= WAITING_LIMIT) return "overloaded";
-        waiting.set(id, { job, ttl_ms: ttlMs });
+        enqueue(state, id, { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }, now);
         return "waiting";
       };
       switch (msg.kind) {
         case "acquire": {
-          const got = acquire(msg.run_id, msg.job, msg.ttl_ms);
+          const got = acquire(msg.run_id, msg.job, msg.ttl_ms, typeof msg.start_at_ms === "number" && Number.isFinite(msg.start_at_ms) ? msg.start_at_ms : undefined);
           if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
           else reply = { granted: got === "granted" };
           break;
@@ -226,7 +293,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           const asks = Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : [];
           for (const a of asks) {
             if (!validAsk(a)) continue;
-            if (acquire(a.run_id, a.job, a.ttl_ms) === "granted") granted.push(a.run_id);
+            if (acquire(a.run_id, a.job, a.ttl_ms, a.start_at_ms) === "granted") granted.push(a.run_id);
           }
           reply = { granted };
           break;
@@ -287,10 +354,11 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           if (fair) report(state, fair, now, effects, ctx.id);
           break;
       }
-      // Grant waiting requests while there is room (oldest first).
+      // Grant waiting requests while there is room (earliest start first).
       while (waiting.size > 0 && running.size < limit()) {
-        const [run_id, w] = waiting.entries().next().value!;
-        waiting.delete(run_id);
+        const next = nextWaiter(state, now);
+        if (!next) break;
+        const [run_id, w] = next;
         put(run_id, now + w.ttl_ms);
         effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
       }

@@ -8,10 +8,11 @@ import assert from "node:assert/strict";
 import { splitGrant } from "../../../src/jobs/ids.ts";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { compileSchedule } from "../../../src/schedule/index.ts";
-import { DEFAULT_JOB_CONFIG } from "../../../src/jobs/job-actor.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
 import { SHORT_LOOKAHEAD_MS, windowOf } from "../../../src/jobs/occurrence-plan.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
+import type { JobSpec } from "../../../src/jobs/model.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
 /** The gate timers a re-activation of the job actor would arm now: [name, atMs]. */
@@ -497,6 +498,25 @@ describe("job actor: the look-ahead window of each job (occurrence-plan.ts windo
     assert.equal(windowOf(product, state(sec(2), sec(1))), SHORT_LOOKAHEAD_MS, "every second: a minute");
     assert.equal(windowOf(cfg({ lookaheadMs: 5_000 }), state(sec(4), sec(2))), 5_000, "a configured window shorter than a minute is kept");
     assert.equal(windowOf(product, state(min(4), min(4))), 300_000, "no gap to read: the whole window");
+    const job = (overlap: JobSpec["overlap"], runs: number): JobState => ({ ...state(min(120), min(60)), job: { job_id: JOB, spec: spec({ overlap }) } as JobState["job"], runs: Array.from({ length: runs }, () => ({}) as JobState["runs"][number]) });
+    assert.equal(windowOf(product, job("skip", 1)), SHORT_LOOKAHEAD_MS, "skip with a run still active: the short window (its prepared run would likely be skipped)");
+    assert.equal(windowOf(product, job("skip", 0)), 300_000);
+    assert.equal(windowOf(product, job("allow", 1)), 300_000, "allow: a prepared run runs beside the active one");
+  });
+
+  it("a run prepared ahead that waits for a slot asks again less often the longer it waits, counted from its preparation; its ask names its start (the tenant grants earliest start first)", () => {
+    const d = new Driver(product, { autoGrant: false });
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    const fireAt = d.timers.get("fire")!.atMs;
+    d.advance(fireAt - d.now);
+    const asks = () => d.posts.filter((p) => p.kind === "acquire_slot");
+    assert.equal(asks().length, 1);
+    assert.equal((asks()[0] as Extract<JobEffect, { kind: "acquire_slot" }>).start_at_ms, min(60), "the ask names the run's start");
+    d.advance(min(60) - d.now - 1);
+    const waitedS = (min(60) - fireAt) / 1000;
+    // 10, 10, 20, 30, 30, … s apart (slotRecheckMs of the wait so far): at most 2 + waited/30 asks; 1 every 10 s would be waited/10.
+    assert.ok(asks().length <= 2 + Math.ceil(waitedS / 30), `${asks().length} asks in ${waitedS} s of waiting before the due time`);
+    assert.ok(asks().length >= Math.floor(waitedS / 30), "it still asks again (a lost ask is not waited out)");
   });
 
   it("an hourly job is prepared up to 5 minutes ahead, each hour; a job due every 2 minutes only a minute ahead once it has run", () => {

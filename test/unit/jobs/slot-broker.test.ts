@@ -78,6 +78,22 @@ describe("slot broker", () => {
     assert.equal(t.state.waiting.size, 200);
   });
 
+  it("carries each ask's start to the tenant, which grants its waiters earliest start first", async () => {
+    const t = tenant(1);
+    const { b, flush } = broker(t);
+    const granted: string[] = [];
+    b.acquire("t1", { grant: "held_0", job: "t1.j", ttl_ms: 60_000, start_at_ms: 1_000 }, () => granted.push("held_0"));
+    b.acquire("t1", { grant: "later_0", job: "t1.j", ttl_ms: 60_000, start_at_ms: 300_000 }, () => granted.push("later_0"));
+    b.acquire("t1", { grant: "sooner_0", job: "t1.j", ttl_ms: 60_000, start_at_ms: 2_000 }, () => granted.push("sooner_0"));
+    await flush();
+    const sent = t.seen[0] as Extract<TenantMsg, { kind: "slots" }>;
+    assert.deepEqual(sent.acquire.map((a) => a.start_at_ms), [1_000, 300_000, 2_000]);
+    assert.deepEqual(granted, ["held_0"]);
+    b.release("t1", "held_0");
+    await flush();
+    assert.deepEqual([...t.state.running.keys()], ["sooner_0"], "the waiter that starts first got the freed slot");
+  });
+
   it("splits more than a batch holds, and bounds the batches in flight per tenant", async () => {
     const t = tenant(100_000);
     const { b, flush } = broker(t);

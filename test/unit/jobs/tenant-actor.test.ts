@@ -1,5 +1,5 @@
 /**
- * The tenant actor's pure core: slot grants up to max_concurrent, a FIFO of waiting requests,
+ * The tenant actor's pure core: slot grants up to max_concurrent, waiting requests (earliest start first, then FIFO),
  * grants on release (a send to the job actor), grant expiry, the waiting bound, idempotency.
  */
 import { describe, it } from "node:test";
@@ -32,7 +32,48 @@ class Tenant {
 }
 
 describe("tenant actor", () => {
-  it("grants up to max_concurrent, then queues FIFO", () => {
+  it("grants its waiting runs earliest start first (look-ahead: a run due now does not wait behind runs prepared minutes ahead); ties and asks without a start (due now) in arrival order", () => {
+    const t = new Tenant(1);
+    const ask = (run: string, startAtMs?: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release: [] });
+    assert.deepEqual(ask("held", t.now).reply, { granted: ["held"] });
+    ask("in5min", t.now + 300_000);
+    ask("in4min", t.now + 240_000);
+    ask("nowA"); // no start: due now
+    ask("in4minB", t.now + 240_000);
+    ask("nowB", t.now);
+    const order: string[] = [];
+    let holder = "held";
+    for (let i = 0; i < 5; i++) {
+      const d = t.send({ kind: "slots", acquire: [], release: [holder] });
+      const g = t.grants(d);
+      assert.equal(g.length, 1, "one slot freed, one granted");
+      holder = g[0]!.split(":")[1]!;
+      order.push(holder);
+    }
+    assert.deepEqual(order, ["nowA", "nowB", "in4min", "in4minB", "in5min"]);
+    assert.equal(t.state.waiting.size, 0);
+  });
+
+  it("the wait order survives released waiters and waiters asking again (lazy heap entries), and bounds its garbage", () => {
+    const t = new Tenant(1);
+    t.acquire("held");
+    for (let i = 0; i < 3_000; i++) t.send({ kind: "slots", acquire: [{ run_id: `w${i}`, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 3_000 - i }], release: [] });
+    // Every waiter but the last ten gives up (its job was deleted, say); one asks again (a re-ask keeps its place).
+    for (let i = 0; i < 2_990; i++) t.send({ kind: "release", run_id: `w${i}` });
+    t.send({ kind: "slots", acquire: [{ run_id: "w2995", job: "t1.j", ttl_ms: 10_000, start_at_ms: 0 }], release: [] });
+    t.send({ kind: "slots", acquire: [{ run_id: "late", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 5_000 }], release: [] });
+    assert.ok((t.state.order?.length ?? 0) <= 2 * t.state.waiting.size + 1_024 + 1, `heap rebuilt past its slack: ${t.state.order?.length} entries for ${t.state.waiting.size} waiting`);
+    const order: string[] = [];
+    let holder = "held";
+    while (t.state.waiting.size > 0) {
+      const g = t.grants(t.send({ kind: "release", run_id: holder }));
+      holder = g[0]!.split(":")[1]!;
+      order.push(holder);
+    }
+    assert.deepEqual(order, ["w2999", "w2998", "w2997", "w2996", "w2995", "w2994", "w2993", "w2992", "w2991", "w2990", "late"], "earliest start first; a re-ask kept its first place");
+  });
+
+  it("grants up to max_concurrent, then queues (asks without a start: FIFO)", () => {
     const t = new Tenant();
     assert.deepEqual(t.acquire("a").reply, { granted: true });
     assert.deepEqual(t.acquire("b").reply, { granted: true });

@@ -1,0 +1,36 @@
+/**
+ * A binary min-heap over an array (pure, no I/O): `push` and `pop` in O(log n), `peek` in O(1).
+ * The order is the `before` function given to each call, so the heap itself can live in plain
+ * state (an array) and callers keep their entries' shape.
+ */
+export type Before<T> = (a: T, b: T) => boolean;
+
+export function heapPush<T>(heap: T[], item: T, before: Before<T>): void {
+  heap.push(item);
+  let i = heap.length - 1;
+  while (i > 0) {
+    const parent = (i - 1) >> 1;
+    if (!before(heap[i]!, heap[parent]!)) break;
+    [heap[i], heap[parent]] = [heap[parent]!, heap[i]!];
+    i = parent;
+  }
+}
+
+export function heapPop<T>(heap: T[], before: Before<T>): T | undefined {
+  if (heap.length === 0) return undefined;
+  const top = heap[0]!;
+  const last = heap.pop()!;
+  if (heap.length === 0) return top;
+  heap[0] = last;
+  let i = 0;
+  for (;;) {
+    const l = 2 * i + 1;
+    const r = l + 1;
+    let m = i;
+    if (l < heap.length && before(heap[l]!, heap[m]!)) m = l;
+    if (r < heap.length && before(heap[r]!, heap[m]!)) m = r;
+    if (m === i) return top;
+    [heap[i], heap[m]] = [heap[m]!, heap[i]!];
+    i = m;
+  }
+}
