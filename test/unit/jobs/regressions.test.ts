@@ -15,16 +15,19 @@ it("regression: delete: delete of an overlap=queue job with a held occurrence st
   assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "skipped", "the held occurrence is recorded, not run");
 });
 
-it("regression: pause then resume re-creates a cancelled look-ahead occurrence over its cancelled record", () => {
+it("regression: pause then resume of a job with a look-ahead occurrence: the prepared occurrence stays cancelled (dispatched once, never again), the next one runs", () => {
   const d = new Driver(cfg({ lookaheadMs: 5_000 }));
   d.create(spec({ overlap: "allow" }));
-  d.advance(0); // look-ahead: :02 and :04 created and leased
-  d.send({ kind: "patch", patch: { enabled: false } }); // both cancelled
+  d.advance(0); // look-ahead: :02 created and leased (the next occurrence only)
+  d.send({ kind: "patch", patch: { enabled: false } }); // cancelled
   assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "cancelled");
-  d.send({ kind: "patch", patch: { enabled: true } }); // next_run_at :02 again → fired at once
-  d.advance(0);
+  d.send({ kind: "patch", patch: { enabled: true } }); // the next occurrence after the cancelled one (README: "stay cancelled")
+  assert.equal(d.state.next_run_at_ms, sec(4));
+  d.advance(4_000);
   assert.deepEqual(d.violations, []);
-  assert.equal(d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(2))).length, 1, ":02 dispatched once");
+  assert.equal(d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(2))).length, 1, ":02 dispatched once, before the pause");
+  assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "cancelled");
+  assert.equal(d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(4))).length, 1, ":04 runs");
 });
 
 it("regression: run_once after a downtime longer than catchUpLimit occurrences runs the oldest batch's last, not the latest missed", () => {
