@@ -56,16 +56,14 @@ export const SHORT_LOOKAHEAD_MS = 60_000;
  * slot and a worker slot until it ends: a job due every 2 minutes must not hold a second slot most
  * of the time, while an hourly or daily job — the top-of-the-hour crowd — gets the whole window to
  * be prepared in (a 200,000-run burst needs minutes of preparation: BENCHMARKS.md, fourteenth
- * session). A one-shot job, or one with no occurrence handled yet, gets the whole window. A `skip`
- * job with a run still active gets the short window: its prepared run is likely to be skipped,
- * and would hold a second slot for nothing. A pure function of the state, so `fireAt` and `fire`
- * agree on it (a state changed in between — a run that ended, a run started by hand — makes `fire`
- * prepare at the window it then reads, or re-arm for it: `fire` with nothing due in its horizon).
+ * session). A one-shot job, or one with no occurrence handled yet, gets the whole window. A pure
+ * function of the state, so `fireAt` and `fire` agree on it. (Not done: a shorter window for a
+ * `skip` job whose run is still active — its prepared run may well be skipped. Counting `runs`
+ * here also counted the run `fire` had just prepared, so every `skip` job lost its 5 min window
+ * from its second occurrence on; nothing re-arms a `skip` job's `fire` when a run ends.)
  */
 export function windowOf(cfg: JobActorConfig, s: JobState): number {
   const full = cfg.lookaheadMs;
-  const short = Math.min(full, SHORT_LOOKAHEAD_MS);
-  if (s.job?.spec.overlap === "skip" && s.runs.length > 0) return short;
   const prev = s.last_occurrence_ms;
   const next = s.next_run_at_ms;
   if (prev === undefined || next === null || next <= prev) return full;

@@ -36,7 +36,7 @@ export function dispatch(tx: Tx, r: ActiveRun): void {
 /**
  * How soon a run still waiting for a tenant slot asks again, at first. The tenant's waiting list
  * is soft (lost when its actor reloads) and a grant it sends may be lost: the re-ask recovers
- * both. A run that waits is granted from the tenant's FIFO by a message when a slot frees, not by
+ * both. A run that waits is granted from the tenant's waiting list by a message when a slot frees, not by
  * this timer.
  */
 export const SLOT_RECHECK_MS = 10_000;

@@ -19,7 +19,7 @@
  * (acquire is idempotent), after `SLOT_RECHECK_MS` and then less often the longer they wait
  * (run-dispatch.ts); a waiter is granted by a message when a slot frees, never by that timer.
  *
- * Cost: O(1) per acquire and release (maps mutated in place — the state is soft and an actor
+ * Cost: O(1) per acquire and release, O(log n) per wait and grant of a waiter (maps mutated in place — the state is soft and an actor
  * whose grant write fails is dropped and reloaded from its grant segments, so no decision is ever
  * rolled back); `expire` and `audit` are O(grants) and rare. (Copying the grant table per message
  * cost 21% of a scheduler's CPU in a 10,000-run burst.)
@@ -94,6 +94,8 @@ export interface Waiter {
   ttl_ms: number;
   start_at_ms?: number;
   seq?: number;
+  /** Its key in `order`: its start, or its arrival time when the ask named none (kept for rebuilds). */
+  at?: number;
 }
 type WaitEntry = { at: number; seq: number; id: string };
 const earlier = (a: WaitEntry, b: WaitEntry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
@@ -169,22 +171,25 @@ const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 
 const validCap = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
 const validAsk = (a: unknown): a is SlotAsk => {
   const x = a as Partial<SlotAsk> | null;
-  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0
-    && (x.start_at_ms === undefined || (typeof x.start_at_ms === "number" && Number.isFinite(x.start_at_ms)));
+  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0;
 };
+/** An ask's start, if it names a usable one (else it counts as due now: a bad value only reorders the tenant's own runs). */
+const startOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
 
 /** Lazy entries beyond the waiting requests' count before the heap is rebuilt (bounds its garbage). */
 const ORDER_SLACK = 1_024;
 
 /** Adds a waiting request (under a new seq) to `waiting` and to the heap. */
 function enqueue(state: TenantState, id: string, w: Waiter, now: number): void {
+  // A state without its heap (reloaded, or built by hand): the waiters it holds keep their places.
+  if (state.order === undefined) rebuildOrder(state, now);
   const seq = (state.wait_seq ?? 0) + 1;
   state.wait_seq = seq;
-  const entry: Waiter = { ...w, seq };
+  const entry: Waiter = { ...w, seq, at: w.start_at_ms ?? now };
   state.waiting.set(id, entry);
-  const order = (state.order ??= []);
+  const order = state.order!;
   if (order.length > 2 * state.waiting.size + ORDER_SLACK) rebuildOrder(state, now);
-  else heapPush(order, { at: w.start_at_ms ?? now, seq, id }, earlier);
+  else heapPush(order, { at: entry.at!, seq, id }, earlier);
 }
 
 /** The heap rebuilt from `waiting` (entries without a seq — a state built by hand — get one in map order). */
@@ -192,7 +197,8 @@ function rebuildOrder(state: TenantState, now: number): void {
   const order: WaitEntry[] = [];
   for (const [id, w] of state.waiting) {
     if (w.seq === undefined) w.seq = state.wait_seq = (state.wait_seq ?? 0) + 1;
-    heapPush(order, { at: w.start_at_ms ?? now, seq: w.seq, id }, earlier);
+    w.at ??= w.start_at_ms ?? now;
+    heapPush(order, { at: w.at, seq: w.seq, id }, earlier);
   }
   state.order = order;
 }
@@ -275,7 +281,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       };
       switch (msg.kind) {
         case "acquire": {
-          const got = acquire(msg.run_id, msg.job, msg.ttl_ms, typeof msg.start_at_ms === "number" && Number.isFinite(msg.start_at_ms) ? msg.start_at_ms : undefined);
+          const got = acquire(msg.run_id, msg.job, msg.ttl_ms, startOf(msg.start_at_ms));
           if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
           else reply = { granted: got === "granted" };
           break;
@@ -290,10 +296,13 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
             del(id);
             waiting.delete(id);
           }
-          const asks = Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : [];
-          for (const a of asks) {
-            if (!validAsk(a)) continue;
-            if (acquire(a.run_id, a.job, a.ttl_ms, a.start_at_ms) === "granted") granted.push(a.run_id);
+          // Earliest start first within the batch too (a stable sort: ties in the order asked), or
+          // free slots would go to its first asks — runs prepared minutes ahead — before a run due now.
+          const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : []).filter(validAsk)
+            .map((a) => ({ a, at: startOf(a.start_at_ms) ?? now }))
+            .sort((x, y) => x.at - y.at);
+          for (const { a } of asks) {
+            if (acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted") granted.push(a.run_id);
           }
           reply = { granted };
           break;
@@ -362,6 +371,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         put(run_id, now + w.ttl_ms);
         effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
       }
+      if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go
       // The expiry timer: at the earliest grant expiry (a later put never moves it later).
       if (running.size === 0) expireAt = undefined;
       if (expireAt !== undefined && expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: expireAt, msg: { kind: "expire" } });

@@ -12,7 +12,6 @@ import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.
 import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
 import { SHORT_LOOKAHEAD_MS, windowOf } from "../../../src/jobs/occurrence-plan.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
-import type { JobSpec } from "../../../src/jobs/model.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
 /** The gate timers a re-activation of the job actor would arm now: [name, atMs]. */
@@ -498,10 +497,6 @@ describe("job actor: the look-ahead window of each job (occurrence-plan.ts windo
     assert.equal(windowOf(product, state(sec(2), sec(1))), SHORT_LOOKAHEAD_MS, "every second: a minute");
     assert.equal(windowOf(cfg({ lookaheadMs: 5_000 }), state(sec(4), sec(2))), 5_000, "a configured window shorter than a minute is kept");
     assert.equal(windowOf(product, state(min(4), min(4))), 300_000, "no gap to read: the whole window");
-    const job = (overlap: JobSpec["overlap"], runs: number): JobState => ({ ...state(min(120), min(60)), job: { job_id: JOB, spec: spec({ overlap }) } as JobState["job"], runs: Array.from({ length: runs }, () => ({}) as JobState["runs"][number]) });
-    assert.equal(windowOf(product, job("skip", 1)), SHORT_LOOKAHEAD_MS, "skip with a run still active: the short window (its prepared run would likely be skipped)");
-    assert.equal(windowOf(product, job("skip", 0)), 300_000);
-    assert.equal(windowOf(product, job("allow", 1)), 300_000, "allow: a prepared run runs beside the active one");
   });
 
   it("a run prepared ahead that waits for a slot asks again less often the longer it waits, counted from its preparation; its ask names its start (the tenant grants earliest start first)", () => {
@@ -518,6 +513,23 @@ describe("job actor: the look-ahead window of each job (occurrence-plan.ts windo
     assert.ok(asks().length <= 2 + Math.ceil(waitedS / 30), `${asks().length} asks in ${waitedS} s of waiting before the due time`);
     assert.ok(asks().length >= Math.floor(waitedS / 30), "it still asks again (a lost ask is not waited out)");
   });
+
+  for (const overlap of ["allow", "skip"] as const) {
+    it(`an hourly ${overlap} job is prepared up to 5 minutes ahead, each hour (its runs end at once)`, () => {
+      const hourly = new Driver(product, { autoComplete: () => ({}) });
+      hourly.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap }));
+      for (const due of [min(60), min(120), min(180)]) {
+        const fireAt = hourly.timers.get("fire")?.atMs ?? Number.NaN;
+        assert.ok(fireAt >= due - 300_000 && fireAt < due - 150_000, `fire armed in the first half of a 5 min window: ${(fireAt - due) / 1000} s`);
+        hourly.advance(fireAt - hourly.now - 1);
+        assert.equal(hourly.records.has(runIdFor(JOB, due)), false, "not prepared before its window");
+        hourly.advance(1);
+        assert.ok(hourly.records.has(runIdFor(JOB, due)), "prepared at its fire");
+        hourly.advance(due - hourly.now + 1_000);
+        assert.equal(hourly.records.get(runIdFor(JOB, due))?.status, "succeeded");
+      }
+    });
+  }
 
   it("an hourly job is prepared up to 5 minutes ahead, each hour; a job due every 2 minutes only a minute ahead once it has run", () => {
     const hourly = new Driver(product);

@@ -54,6 +54,55 @@ describe("tenant actor", () => {
     assert.equal(t.state.waiting.size, 0);
   });
 
+  it("earliest start first within one batch too: free slots go to the batch's runs due first, not to its first asks", () => {
+    const t = new Tenant(2);
+    const d = t.send({ kind: "slots", release: [], acquire: [
+      { run_id: "far1", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 300_000 },
+      { run_id: "far2", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 200_000 },
+      { run_id: "now1", job: "t1.j", ttl_ms: 10_000 },
+      { run_id: "bad", job: "t1.j", ttl_ms: 10_000, start_at_ms: Number.NaN }, // a start it cannot read: due now, not dropped
+    ] });
+    assert.deepEqual(d.reply, { granted: ["now1", "bad"] });
+    assert.deepEqual([...t.state.waiting.keys()].sort(), ["far1", "far2"]);
+    const g = t.grants(t.send({ kind: "release", run_id: "now1" }));
+    assert.deepEqual(g, ["t1.j:far2"]);
+  });
+
+  it("lazy heap entries below the rebuild bound: a released waiter is skipped, one asking again after its release waits under its new start, each granted once", () => {
+    const t = new Tenant(1);
+    t.acquire("held");
+    const ask = (run: string, at: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + at }], release: [] });
+    for (let i = 0; i < 6; i++) ask(`w${i}`, 1_000 * (i + 1));
+    t.send({ kind: "release", run_id: "w0" });
+    t.send({ kind: "release", run_id: "w2" });
+    ask("w2", 10_000); // asks again, now for later than everyone
+    ask("w4", 0); // still waiting: keeps its place (no re-key)
+    assert.ok((t.state.order?.length ?? 0) > t.state.waiting.size, "stale entries are still in the heap (no rebuild)");
+    const order: string[] = [];
+    let holder = "held";
+    while (t.state.waiting.size > 0) {
+      const g = t.grants(t.send({ kind: "release", run_id: holder }));
+      assert.equal(g.length, 1);
+      holder = g[0]!.split(":")[1]!;
+      order.push(holder);
+    }
+    assert.deepEqual(order, ["w1", "w3", "w4", "w5", "w2"]);
+    assert.equal(t.state.order?.length, 0, "no garbage kept once nothing waits");
+  });
+
+  it("a state whose waiters have no heap (reloaded, or built by hand) keeps their places: a new ask due at the same instant goes after them", () => {
+    const t = new Tenant(1);
+    t.state = { ...t.actor.initialState("t1"), running: new Map([["held", 1e12]]), waiting: new Map([["old1", { job: "t1.j", ttl_ms: 1 }], ["old2", { job: "t1.j", ttl_ms: 1 }]]) };
+    t.acquire("new");
+    const order: string[] = [];
+    let holder = "held";
+    while (t.state.waiting.size > 0) {
+      holder = t.grants(t.send({ kind: "release", run_id: holder }))[0]!.split(":")[1]!;
+      order.push(holder);
+    }
+    assert.deepEqual(order, ["old1", "old2", "new"]);
+  });
+
   it("the wait order survives released waiters and waiters asking again (lazy heap entries), and bounds its garbage", () => {
     const t = new Tenant(1);
     t.acquire("held");
