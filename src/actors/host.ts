@@ -166,7 +166,7 @@ export interface HostOptions {
 /**
  * How long before its `warmTimer` (a job's `fire`) an actor is read back and kept in memory. Job
  * actors passivate a minute after their last message; a top-of-the-hour burst read 166,000 of
- * 200,000 back in its look-ahead minute (one KV get, a decode and the re-arming of its timers
+ * 200,000 back in its look-ahead window (a minute then) (one KV get, a decode and the re-arming of its timers
  * each, ~8 % of the scheduler's main thread then), when the same work fits in the quiet minutes
  * before.
  */

@@ -268,7 +268,7 @@ export function registerNodeCommand(program: Command): void {
     .option("--metrics-port <port>", "serve /healthz, /readyz and /metrics on this port too (0: any free port); API nodes also serve them on the API port")
     .option("--metrics-host <host>", "metrics listen address (default: --api-host)")
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
-    .option("--lookahead-ms <ms>", "how far ahead a job's next run is created and matched to a worker (default 300000; a job gets at most half the gap since its previous occurrence, at least 60000); workers hold slots for claimed runs until they start")
+    .option("--lookahead-ms <ms>", "how far ahead a job's next run is created and matched to a worker (default 300000; a job gets at most half the gap since its previous occurrence, at least 60000 or the whole window if shorter); workers hold slots for claimed runs until they start")
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
     .option("--webhook-allow-http", "scheduler: allow plain-http dead-letter webhooks (default: https only)")
     .option("--webhook-allow-private", "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)")
