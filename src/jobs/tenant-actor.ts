@@ -181,7 +181,7 @@ const ORDER_SLACK = 1_024;
 
 /** Adds a waiting request (under a new seq) to `waiting` and to the heap. */
 function enqueue(state: TenantState, id: string, w: Waiter, now: number): void {
-  // A state without its heap (reloaded, or built by hand): the waiters it holds keep their places.
+  // A state without its heap (built by hand, in tests; a reloaded tenant starts with nobody waiting): the waiters it holds keep their places.
   if (state.order === undefined) rebuildOrder(state, now);
   const seq = (state.wait_seq ?? 0) + 1;
   state.wait_seq = seq;
@@ -287,7 +287,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
           break;
         }
         case "slots": {
-          // Releases first (they make room), then the acquires in order; a malformed item is
+          // Releases first (they make room), then the acquires earliest start first; a malformed item is
           // skipped (its run asks again), an overloaded one is simply not granted.
           const granted: string[] = [];
           const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];

@@ -1,5 +1,5 @@
 /**
- * A binary min-heap over an array (pure, no I/O): `push` and `pop` in O(log n), `peek` in O(1).
+ * A binary min-heap over an array (pure, no I/O): `heapPush` and `heapPop` in O(log n).
  * The order is the `before` function given to each call, so the heap itself can live in plain
  * state (an array) and callers keep their entries' shape.
  */

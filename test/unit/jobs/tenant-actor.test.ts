@@ -90,7 +90,7 @@ describe("tenant actor", () => {
     assert.equal(t.state.order?.length, 0, "no garbage kept once nothing waits");
   });
 
-  it("a state whose waiters have no heap (reloaded, or built by hand) keeps their places: a new ask due at the same instant goes after them", () => {
+  it("a state whose waiters have no heap (built by hand, as in tests) keeps their places: a new ask due at the same instant goes after them", () => {
     const t = new Tenant(1);
     t.state = { ...t.actor.initialState("t1"), running: new Map([["held", 1e12]]), waiting: new Map([["old1", { job: "t1.j", ttl_ms: 1 }], ["old2", { job: "t1.j", ttl_ms: 1 }]]) };
     t.acquire("new");
