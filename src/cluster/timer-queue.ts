@@ -4,6 +4,7 @@
  * (one small object each; no host timer per entry). Scheduling a key again replaces its timer.
  */
 import type { Clock } from "../lib/clock.ts";
+import { heapify, heapPop, heapPush } from "../lib/min-heap.ts";
 
 interface Entry<T> {
   dueMs: number;
@@ -14,6 +15,9 @@ interface Entry<T> {
   /** Its key's group (`#groups`), found once when the key is first scheduled. */
   group: Group | undefined;
 }
+
+/** Heap order: earliest due first, then scheduling order. */
+const dueFirst = <T>(a: Entry<T>, b: Entry<T>): boolean => a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
 
 interface Group {
   name: string;
@@ -64,7 +68,7 @@ export class TimerQueue<T> {
     if (old) old.live = false;
     const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true, group: old ? old.group : this.#join(key) };
     this.#byKey.set(key, e);
-    this.#push(e);
+    heapPush(this.#heap, e, dueFirst);
     if (dueMs < this.#armedFor) this.#arm();
   }
 
@@ -160,7 +164,7 @@ export class TimerQueue<T> {
       const top = this.#heap[0];
       if (!top) break;
       if (!top.live) {
-        this.#pop();
+        heapPop(this.#heap, dueFirst);
         continue;
       }
       if (top.dueMs > now) break;
@@ -168,7 +172,7 @@ export class TimerQueue<T> {
         this.#held = true;
         break;
       }
-      this.#pop();
+      heapPop(this.#heap, dueFirst);
       this.#byKey.delete(top.key);
       this.#leave(top);
       fired++;
@@ -180,7 +184,7 @@ export class TimerQueue<T> {
 
   #arm(): void {
     if (this.#stopped || this.#held) return;
-    while (this.#heap[0] && !this.#heap[0].live) this.#pop();
+    while (this.#heap[0] && !this.#heap[0].live) heapPop(this.#heap, dueFirst);
     const top = this.#heap[0];
     this.#cancelHost?.();
     this.#cancelHost = undefined;
@@ -200,45 +204,7 @@ export class TimerQueue<T> {
 
   #compact(): void {
     this.#heap = this.#heap.filter((e) => e.live);
-    for (let i = (this.#heap.length >> 1) - 1; i >= 0; i--) this.#down(i);
-  }
-
-  #less(a: Entry<T>, b: Entry<T>): boolean {
-    return a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
-  }
-
-  #push(e: Entry<T>): void {
-    const h = this.#heap;
-    h.push(e);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!this.#less(h[i]!, h[p]!)) break;
-      [h[i], h[p]] = [h[p]!, h[i]!];
-      i = p;
-    }
-  }
-
-  #pop(): void {
-    const h = this.#heap;
-    const last = h.pop();
-    if (h.length > 0 && last) {
-      h[0] = last;
-      this.#down(0);
-    }
-  }
-
-  #down(i: number): void {
-    const h = this.#heap;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < h.length && this.#less(h[l]!, h[m]!)) m = l;
-      if (r < h.length && this.#less(h[r]!, h[m]!)) m = r;
-      if (m === i) return;
-      [h[i], h[m]] = [h[m]!, h[i]!];
-      i = m;
-    }
+    heapify(this.#heap, dueFirst);
   }
 }
+

@@ -43,7 +43,7 @@
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./ids.ts";
 import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
-import { heapPop, heapPush } from "../lib/min-heap.ts";
+import { heapify, heapPop, heapPush } from "../lib/min-heap.ts";
 
 export interface TenantState {
   max_concurrent: number;
@@ -198,8 +198,9 @@ function rebuildOrder(state: TenantState, now: number): void {
   for (const [id, w] of state.waiting) {
     if (w.seq === undefined) w.seq = state.wait_seq = (state.wait_seq ?? 0) + 1;
     w.at ??= w.start_at_ms ?? now;
-    heapPush(order, { at: w.at, seq: w.seq, id }, earlier);
+    order.push({ at: w.at, seq: w.seq, id });
   }
+  heapify(order, earlier);
   state.order = order;
 }
 

@@ -15,6 +15,7 @@
  * monotonic reading has no skew, like a real host's).
  */
 import type { Clock } from "../../src/lib/clock.ts";
+import { heapPop, heapPush } from "../../src/lib/min-heap.ts";
 
 interface Timer {
   at: number;
@@ -22,6 +23,8 @@ interface Timer {
   fn: () => void;
   live: boolean;
 }
+/** Heap order: earliest first, then scheduling order. */
+const dueFirst = (a: Timer, b: Timer): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
 
 /** Resolves after every microtask queued so far (and the ones they queue) has run. */
 export function drainMicrotasks(): Promise<void> {
@@ -47,7 +50,7 @@ export class SimClock implements Clock {
 
   setTimer(delayMs: number, fn: () => void): () => void {
     const t: Timer = { at: this.#now + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0), seq: this.#seq++, fn, live: true };
-    this.#push(t);
+    heapPush(this.#heap, t, dueFirst);
     return () => {
       t.live = false;
     };
@@ -58,7 +61,7 @@ export class SimClock implements Clock {
     for (;;) {
       const t = this.#peek();
       if (!t || t.at > targetMs) break;
-      this.#pop();
+      heapPop(this.#heap, dueFirst);
       if (!t.live) continue;
       this.#now = Math.max(this.#now, t.at);
       t.fn();
@@ -75,40 +78,6 @@ export class SimClock implements Clock {
 
   #peek(): Timer | undefined {
     return this.#heap[0];
-  }
-
-  #less(a: Timer, b: Timer): boolean {
-    return a.at < b.at || (a.at === b.at && a.seq < b.seq);
-  }
-
-  #push(t: Timer): void {
-    const h = this.#heap;
-    h.push(t);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!this.#less(h[i]!, h[p]!)) break;
-      [h[i], h[p]] = [h[p]!, h[i]!];
-      i = p;
-    }
-  }
-
-  #pop(): void {
-    const h = this.#heap;
-    const last = h.pop()!;
-    if (h.length === 0) return;
-    h[0] = last;
-    let i = 0;
-    for (;;) {
-      const l = 2 * i + 1;
-      const r = l + 1;
-      let m = i;
-      if (l < h.length && this.#less(h[l]!, h[m]!)) m = l;
-      if (r < h.length && this.#less(h[r]!, h[m]!)) m = r;
-      if (m === i) break;
-      [h[i], h[m]] = [h[m]!, h[i]!];
-      i = m;
-    }
   }
 }
 
