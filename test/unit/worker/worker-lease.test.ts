@@ -215,6 +215,14 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   return { sim, owner, executor, events, evs, worker, offer, runFor, runTo, adverts, cancel, probe };
 }
 
+/** A probe answered `ended` with a success (exited, exit code 0) and this output. */
+function assertSucceeded(reply: { state: string; completion?: { outcome: string; exit_code: number | null; output: string } }, output: string, why?: string): void {
+  assert.equal(reply.state, "ended", why);
+  assert.equal(reply.completion?.outcome, "exited");
+  assert.equal(reply.completion?.exit_code, 0);
+  assert.equal(reply.completion?.output, output);
+}
+
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
   it("2: an accepted offer whose start time passes before any acknowledgement is not started; it starts on the acknowledgement", T, async () => {
     const t = await setup();
@@ -706,10 +714,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     t.executor.exit("r1#1");
     await t.runTo(t.sim.now() + 500);
     const reply = await t.probe("r1");
-    assert.equal(reply.state, "ended");
-    assert.equal(reply.completion?.outcome, "exited");
-    assert.equal(reply.completion?.exit_code, 0);
-    assert.equal(reply.completion?.output, "ok");
+    assertSucceeded(reply, "ok");
     await t.worker.stop();
   });
 
@@ -727,10 +732,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     await selfFenced(t, () => (t.executor.endedBeforeKill = true));
     assert.deepEqual(t.evs("ended_before_kill").map((e) => e.run_id), ["r1"]);
     const reply = await t.probe("r1");
-    assert.equal(reply.state, "ended", "a success thrown away answered started: the owner offered the run again");
-    assert.equal(reply.completion?.outcome, "exited");
-    assert.equal(reply.completion?.exit_code, 0);
-    assert.equal(reply.completion?.output, "done");
+    assertSucceeded(reply, "done", "a success thrown away answered started: the owner offered the run again");
     await t.worker.stop();
   });
 
