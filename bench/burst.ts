@@ -41,12 +41,26 @@ const DRAIN_BOUND_MS = 300_000;
 /** A worker's stdout buffer (MiB): its ~3 lines per run must all reach this process's count. */
 const WORKER_LOG_BUFFER_MB = 2048;
 
-/** KV operations this process has made so far, by op (kairos_kv_op_seconds counts; the scheduler runs in-process). */
+/**
+ * KV operations this process has made so far, by "op bucket" (kairos_kv_op_seconds counts; the
+ * scheduler runs in-process), e.g. `{"update kairos_runs": 3}`.
+ */
 async function kvOps(): Promise<Record<string, number>> {
   const m = (await registry.getMetricsAsJSON()).find((x) => x.name === "kairos_kv_op_seconds");
   const out: Record<string, number> = {};
   for (const v of (m?.values ?? []) as { metricName?: string; labels: Record<string, string | number>; value: number }[]) {
-    if (v.metricName?.endsWith("_count")) out[String(v.labels["op"])] = (out[String(v.labels["op"])] ?? 0) + v.value;
+    const k = `${String(v.labels["op"])} ${String(v.labels["bucket"])}`;
+    if (v.metricName?.endsWith("_count")) out[k] = (out[k] ?? 0) + v.value;
+  }
+  return out;
+}
+
+/** Sums "op bucket" counts by op. */
+function byOp(counts: Record<string, number>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(counts)) {
+    const op = k.split(" ")[0]!;
+    out[op] = (out[op] ?? 0) + v;
   }
   return out;
 }
@@ -124,7 +138,10 @@ export async function run(args: string[]): Promise<void> {
   const kvOpsAll = async (): Promise<Record<string, number>> => {
     const out = await kvOps();
     for (const text of await scrapeAll()) {
-      for (const m of text.matchAll(/^kairos_kv_op_seconds_count\{op="([a-z]+)"\} (\d+)/gm)) out[m[1]!] = (out[m[1]!] ?? 0) + Number(m[2]);
+      for (const m of text.matchAll(/^kairos_kv_op_seconds_count\{op="([a-z]+)",bucket="([^"]+)"\} (\d+)/gm)) {
+        const k = `${m[1]!} ${m[2]!}`;
+        out[k] = (out[k] ?? 0) + Number(m[3]);
+      }
     }
     return out;
   };
@@ -279,7 +296,8 @@ export async function run(args: string[]): Promise<void> {
     const opsAfter = await kvOpsAll();
     // The scheduler's KV operations from the end of set-up to the end (reads, writes, grant keys),
     // per started run; `list` (this benchmark polling the runs bucket) is left out.
-    const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
+    const kvByOpBucket = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
+    const kvByOp = byOp(kvByOpBucket);
     const loopMs = { p99: Math.round(loop.percentile(99) / 1e6), max: Math.round(loop.max / 1e6) };
     const lines = [
       `jobs due in the same second: ${jobs} (overlap ${overlap}, ${tenantCount} tenants, ${schedulerCount} scheduler(s), ${workerCount} worker(s)); started: ${lags.length}; succeeded: ${done}; dead-lettered: ${failed}; runs with a lease_lost attempt: ${leaseLost}`,
@@ -355,6 +373,8 @@ export async function run(args: string[]): Promise<void> {
       advert_max_gap_ms: Math.max(0, ...[...advertGaps.values()].map((g) => g.maxGapMs)),
       kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
       kv_ops_by_op: kvByOp,
+      // Per started run, by operation and bucket: which writes a change adds or saves.
+      kv_ops_per_run_by_bucket: Object.fromEntries(Object.entries(kvByOpBucket).map(([k, v]) => [k, Number((v / Math.max(1, lags.length)).toFixed(3))])),
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
     };
     if (!args.includes("--no-md")) {

@@ -128,6 +128,15 @@ function samples(texts: string[], name: string, label: string): Record<string, n
   }
   return out;
 }
+/** Sums `name`'s samples per "op bucket" (kairos_kv_op_seconds: which operation on which bucket). */
+function opBucketSamples(texts: string[], name: string): Record<string, number> {
+  const out: Record<string, number> = {};
+  const re = new RegExp(`^${name}\\{op="([^"]*)",bucket="([^"]*)"\\} (\\S+)$`, "gm");
+  for (const text of texts) {
+    for (const m of text.matchAll(re)) out[`${m[1]!} ${m[2]!}`] = (out[`${m[1]!} ${m[2]!}`] ?? 0) + Number(m[3]);
+  }
+  return out;
+}
 const total = (r: Record<string, number>, skip: string[] = []) => Object.entries(r).filter(([k]) => !skip.includes(k)).reduce((a, [, v]) => a + v, 0);
 
 /** The running cluster, whichever way the schedulers run. */
@@ -408,17 +417,23 @@ export async function run(args: string[]): Promise<void> {
     const createS = await createJobs(cluster, tenants, n, (i) => jobSpec(o, t0Ms + Math.floor(i * spacingMs), true));
     console.log(`created ${n} jobs in ${createS.toFixed(1)} s (${(n / createS).toFixed(0)}/s); due evenly from ${new Date(t0Ms).toISOString()} for ${o.seconds} s (${o.rate}/s); look-ahead ${lookaheadMs} ms`);
     if (systemClock.now() > t0Ms - lookaheadMs) console.log("WARNING: creation ran into the look-ahead window; the first runs were prepared during set-up");
-    const opsBefore = samples(await cluster.metrics(), "kairos_kv_op_seconds_count", "op");
+    const textsBefore = await cluster.metrics();
+    const opsBefore = samples(textsBefore, "kairos_kv_op_seconds_count", "op");
+    const bucketsBefore = opBucketSamples(textsBefore, "kairos_kv_op_seconds_count");
     cluster.loop?.enable();
     const perSecond = await watchWindow(o, cluster, n, t0Ms);
     cluster.loop?.disable();
-    const opsAfter = samples(await cluster.metrics(), "kairos_kv_op_seconds_count", "op");
+    const textsAfter = await cluster.metrics();
+    const opsAfter = samples(textsAfter, "kairos_kv_op_seconds_count", "op");
     const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
+    const kvByOpBucket = Object.fromEntries(Object.entries(opBucketSamples(textsAfter, "kairos_kv_op_seconds_count")).map(([k, v]) => [k, v - (bucketsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
     const a = analyse(o, n, await listRunRecords(cluster.admin.runs));
     const kvOps = total(kvByOp, ["list"]);
     const kvPerRun = Number((kvOps / Math.max(1, a.started)).toFixed(2));
     const raw = await rawKvWrites(nats, o.rawSeconds, o.rawInFlight, a.avgRecordBytes);
-    const { lines, summary } = report(o, cluster, a, perSecond, kvByOp, kvPerRun, raw);
+    const { lines, summary: base } = report(o, cluster, a, perSecond, kvByOp, kvPerRun, raw);
+    // Per started run, by operation and bucket: which writes a change adds or saves.
+    const summary = { ...base, kv_ops_per_run_by_bucket: Object.fromEntries(Object.entries(kvByOpBucket).map(([k, v]) => [k, Number((v / Math.max(1, a.started)).toFixed(3))])) };
     for (const l of lines) console.log(l);
     if (o.md) {
       await appendSection(`sustained (${o.rate} runs/s for ${o.seconds} s, noop executor)`, [

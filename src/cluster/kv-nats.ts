@@ -13,9 +13,9 @@ import { systemClock } from "../lib/clock.ts";
 import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
-/** Times `fn` as one KV operation (kairos_kv_op_seconds{op}), whether it succeeds or throws. */
-async function timed<T>(op: KvOp, fn: () => Promise<T>): Promise<T> {
-  const done = startKvOp(op);
+/** Times `fn` as one KV operation on `bucket` (kairos_kv_op_seconds{op,bucket}), whether it succeeds or throws. */
+async function timed<T>(op: KvOp, bucket: string, fn: () => Promise<T>): Promise<T> {
+  const done = startKvOp(op, bucket);
   try {
     return await fn();
   } finally {
@@ -112,7 +112,7 @@ export class NatsKv implements KvStore {
   }
 
   async get(key: string): Promise<KvEntry | null> {
-    return timed("get", async (): Promise<KvEntry | null> => {
+    return timed("get", this.bucket, async (): Promise<KvEntry | null> => {
       try {
         const e = await this.#bounded(() => this.#kv.get(key));
         if (!e || e.operation !== "PUT") return null;
@@ -124,7 +124,7 @@ export class NatsKv implements KvStore {
   }
 
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
-    return timed("create", async (): Promise<WriteResult> => {
+    return timed("create", this.bucket, async (): Promise<WriteResult> => {
       try {
         return { ok: true, revision: await this.#bounded(() => this.#kv.create(key, value)) };
       } catch (err) {
@@ -135,7 +135,7 @@ export class NatsKv implements KvStore {
   }
 
   async update(key: string, value: Uint8Array, expectedRevision: number, opts: WriteOptions = {}): Promise<WriteResult> {
-    return timed("update", async (): Promise<WriteResult> => {
+    return timed("update", this.bucket, async (): Promise<WriteResult> => {
       try {
         const revision = await this.#bounded(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }), opts.urgent === true);
         return { ok: true, revision };
@@ -147,7 +147,7 @@ export class NatsKv implements KvStore {
   }
 
   async put(key: string, value: Uint8Array): Promise<number> {
-    return timed("put", async (): Promise<number> => {
+    return timed("put", this.bucket, async (): Promise<number> => {
       try {
         return await this.#bounded(() => this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }));
       } catch (err) {
@@ -157,7 +157,7 @@ export class NatsKv implements KvStore {
   }
 
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
-    return timed("delete", async (): Promise<WriteResult> => {
+    return timed("delete", this.bucket, async (): Promise<WriteResult> => {
       try {
         await this.#bounded(() => this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision }));
         // The client does not return the marker's revision; read it back (never needed for fencing).
@@ -170,7 +170,7 @@ export class NatsKv implements KvStore {
   }
 
   async list(filter: string): Promise<KvEntry[]> {
-    return timed("list", async (): Promise<KvEntry[]> => {
+    return timed("list", this.bucket, async (): Promise<KvEntry[]> => {
       const out = new Map<string, KvEntry>();
       await new Promise<void>((resolve, reject) => {
         let w: KvWatch | undefined;
@@ -223,7 +223,7 @@ export class NatsKv implements KvStore {
   }
 
   async scan(filter: string, afterRevision: number, limit: number): Promise<KvPage> {
-    return timed("list", async () => {
+    return timed("list", this.bucket, async () => {
       const stream = `KV_${this.bucket}`;
       const prefix = `$KV.${this.bucket}.`;
       const entries: KvEntry[] = [];
@@ -259,7 +259,7 @@ export class NatsKv implements KvStore {
   }
 
   async keys(filter: string): Promise<KvKey[]> {
-    return timed("keys", async (): Promise<KvKey[]> => {
+    return timed("keys", this.bucket, async (): Promise<KvKey[]> => {
       const out = new Map<string, number>();
       await new Promise<void>((resolve, reject) => {
         let w: KvWatch | undefined;
@@ -282,7 +282,7 @@ export class NatsKv implements KvStore {
   }
 
   async purge(filter: string, beforeRevision?: number): Promise<void> {
-    return timed("purge", async (): Promise<void> => {
+    return timed("purge", this.bucket, async (): Promise<void> => {
       const subject = `$KV.${this.bucket}.${filter}`;
       try {
         await this.#limit(() => this.#jsm.streams.purge(`KV_${this.bucket}`, beforeRevision === undefined ? { filter: subject } : { filter: subject, seq: beforeRevision }));

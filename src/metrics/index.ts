@@ -14,7 +14,7 @@
  * | kairos_partitions_held | gauge | – | partitions whose lease this node holds |
  * | kairos_actors_active | gauge | – | actors (jobs, tenants) active in memory on this node |
  * | kairos_mailbox_depth | gauge | – | messages queued in actor mailboxes on this node |
- * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list) | JetStream KV operation latency, failures included |
+ * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list, keys, purge), bucket (the KV bucket, e.g. kairos_runs) | JetStream KV operation latency, failures included |
  * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
  * | kairos_log_lines_dropped_total | counter | – | log lines dropped because stdout's reader fell behind (src/lib/log.ts) |
  *
@@ -126,7 +126,7 @@ const mailboxDepth = pullGauge(METRICS.mailboxDepth, "Messages queued in actor m
 const kvOp = new Histogram({
   name: METRICS.kvOp,
   help: "JetStream KV operation latency in seconds, failures included",
-  labelNames: ["op"] as const,
+  labelNames: ["op", "bucket"] as const,
   buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5],
   registers: [registry],
 });
@@ -187,9 +187,12 @@ export function setMailboxDepth(n: number): void {
   mailboxDepth.set(n);
 }
 
-/** Starts timing one KV operation; call the returned function when it settles (ok or not). */
-export function startKvOp(op: KvOp): () => void {
-  const end = kvOp.startTimer({ op });
+/**
+ * Starts timing one KV operation on `bucket` (a cluster's bucket name: bounded); call the returned
+ * function when it settles (ok or not).
+ */
+export function startKvOp(op: KvOp, bucket: string): () => void {
+  const end = kvOp.startTimer({ op, bucket });
   return () => {
     end();
   };

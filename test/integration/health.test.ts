@@ -64,7 +64,7 @@ describe("health and readiness", () => {
     const metrics = (await get(`${base}/metrics`)).body;
     for (const name of Object.values(METRICS)) assert.match(metrics, new RegExp(`^# TYPE ${name} `, "m"), `${name} is exposed`);
     assert.match(metrics, /^kairos_partitions_held 4$/m);
-    assert.match(metrics, /^kairos_kv_op_seconds_count\{op="get"\} [1-9]/m);
+    assert.match(metrics, /^kairos_kv_op_seconds_count\{op="get",bucket="[a-z0-9_-]+"\} [1-9]/m);
 
     await server.stop();
     const down = JSON.parse((await waitForStatus(`${base}/readyz`, 503, "NATS stopped", 15_000)).body) as { ready: boolean; checks: Record<string, { ok: boolean }> };

@@ -38,7 +38,7 @@ describe("metrics", () => {
     countLeaseExpiry();
     countRetry("tA");
     countDeadLetter("tA");
-    startKvOp("update")();
+    startKvOp("update", "kairos_runs")();
     setForecastRunsDue([3, 0, 7]);
     const { body } = await metricsText();
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_count{tenant="tA"}'), 2);
@@ -48,7 +48,7 @@ describe("metrics", () => {
     assert.equal(value(body, "kairos_lease_expiries_total"), 1);
     assert.equal(value(body, 'kairos_retries_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_dead_letters_total{tenant="tA"}'), 1);
-    assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update"}'), 1);
+    assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update",bucket="kairos_runs"}'), 1);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
