@@ -8,6 +8,11 @@ import type { ExecutorConfig } from "./options.ts";
 import { ResultLatch, errorResult, finishedExecution } from "./settle.ts";
 import { validateTask } from "./identity.ts";
 
+/** A noop attempt's result: exit 0 with no output, or killed. */
+function noopResult(outcome: "exited" | "killed", startedAtMs: number, finishedAtMs: number): ExecutionResult {
+  return { outcome, exitCode: outcome === "exited" ? 0 : null, output: "", startedAtMs, finishedAtMs };
+}
+
 /** Completes every task successfully without running anything. */
 export class NoopExecutor implements Executor {
   readonly kind = "noop" as const;
@@ -25,14 +30,9 @@ export class NoopExecutor implements Executor {
     if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", startedAtMs));
     const invalid = validateTask(task, false);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, startedAtMs));
-    const done = (outcome: "exited" | "killed"): ExecutionResult => ({
-      outcome,
-      exitCode: outcome === "exited" ? 0 : null,
-      output: "",
-      startedAtMs,
-      finishedAtMs: clock.now(),
-    });
-    if (this.#cfg.noop.durationMs === 0) return finishedExecution(done("exited"));
+    // Ended at once (the default): no closure, no timer — a burst starts 200,000 of these in one loop.
+    if (this.#cfg.noop.durationMs === 0) return finishedExecution(noopResult("exited", startedAtMs, startedAtMs));
+    const done = (outcome: "exited" | "killed"): ExecutionResult => noopResult(outcome, startedAtMs, clock.now());
     const latch = new ResultLatch();
     const kill = (): void => {
       cancel();

@@ -37,10 +37,15 @@ export function errorResult(cls: ErrorClass, message: string, atMs: number, retr
   };
 }
 
-/** An execution that has already ended with `result`; `kill` is a no-op. */
+/** The `kill` of an execution that has already ended: one function for all of them. */
+const killNothing = (): Promise<void> => Promise.resolve();
+
+/**
+ * An execution that has already ended with `result`; `kill` is a no-op. (No closure per call: the
+ * noop executor makes one per start, 200,000 in a burst's start loop.)
+ */
 export function finishedExecution(result: ExecutionResult): Execution {
-  const settled = Promise.resolve(result);
-  return { result: settled, kill: async () => {} };
+  return { result: Promise.resolve(result), kill: killNothing };
 }
 
 /** Best-effort message of an unknown thrown value. */

@@ -43,7 +43,20 @@ export function formatInstant(ms: number): string {
   return new Date(ms).toISOString().replace(/\.000Z$/, "Z");
 }
 
-/** UTC ISO form with whole seconds and Z, e.g. 2026-03-08T07:00:00Z (sub-seconds dropped). */
+/** The second `formatUtc` formatted last, and its text: a burst formats one instant 200,000 times. */
+let lastUtcSecond = Number.NaN;
+let lastUtcText = "";
+
+/**
+ * UTC ISO form with whole seconds and Z, e.g. 2026-03-08T07:00:00Z (sub-seconds dropped). The last
+ * second's text is kept: a worker starting a burst's attempts formats the same instant for each
+ * (a Date, an ISO string and a regexp replace were 9 % of its start loop, fourteenth session).
+ */
 export function formatUtc(ms: number): string {
-  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.000Z$/, "Z");
+  const second = Math.floor(ms / 1000);
+  if (second !== lastUtcSecond) {
+    lastUtcText = new Date(second * 1000).toISOString().replace(/\.000Z$/, "Z");
+    lastUtcSecond = second;
+  }
+  return lastUtcText;
 }

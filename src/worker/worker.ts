@@ -53,7 +53,7 @@ import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter, ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
-import type { Execution, Executor, ExecutionResult } from "../sandbox/index.ts";
+import type { Execution, Executor, ExecutionResult, TaskSpec } from "../sandbox/index.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type ProbeReply, type ProbeRequest, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
@@ -77,6 +77,15 @@ export interface WorkerOptions {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Test hook: observe lifecycle (accepted, started, lease_lost, completed, stale_fence). */
   onEvent?: (e: { type: string; run_id: string; attempt: number }) => void;
+}
+
+/** A job's resource limits as the executor names them (only those set). */
+function resourcesOf(r: NonNullable<StartRequest["task"]["resources"]>): NonNullable<TaskSpec["resources"]> {
+  const out: NonNullable<TaskSpec["resources"]> = {};
+  if (r.memory_mb) out.memoryMb = r.memory_mb;
+  if (r.cpus) out.cpus = r.cpus;
+  if (r.pids) out.pids = r.pids;
+  return out;
 }
 
 interface Lease {
@@ -516,23 +525,39 @@ export class Worker {
     return !l.lost && !l.held && l.validUntilMono !== undefined && this.#o.clock.monoMs() < l.validUntilMono;
   }
 
+  /** Attempts started since the last `#reportStarted` (their `started` events are still to come). */
+  #startedToReport: Lease[] = [];
+  readonly #reportStarted = (): void => {
+    const started = this.#startedToReport;
+    this.#startedToReport = [];
+    for (const l of started) this.#o.onEvent?.({ type: "started", run_id: l.req.run_id, attempt: l.req.attempt });
+  };
+
   #run(lease: Lease): void {
     if (lease.lost || this.#stopping || lease.execution) return;
     lease.due = false;
     this.#stayHeard();
     const { req } = lease;
     lease.startedAtMs = this.#o.clock.now();
-    lease.execution = this.#o.executor.start(
-      { image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
-        // What is left of the acknowledged lease: the container dies when it runs out unrenewed.
-        leaseMs: Math.max(0, (lease.validUntilMono ?? 0) - this.#o.clock.monoMs()),
-        ...(req.task.resources ? { resources: { ...(req.task.resources.memory_mb ? { memoryMb: req.task.resources.memory_mb } : {}), ...(req.task.resources.cpus ? { cpus: req.task.resources.cpus } : {}), ...(req.task.resources.pids ? { pids: req.task.resources.pids } : {}) } } : {}) },
+    const task: TaskSpec = {
+      image: req.task.image, args: req.task.args, env: req.task.env, timeoutS: req.task.timeout_s,
+      // What is left of the acknowledged lease: the container dies when it runs out unrenewed.
+      leaseMs: Math.max(0, (lease.validUntilMono ?? 0) - this.#o.clock.monoMs()),
+    };
+    // (No object spread on this path: it is the start loop of a burst, one pass per attempt.)
+    if (req.task.resources) task.resources = resourcesOf(req.task.resources);
+    lease.execution = this.#o.executor.start(task,
       { runId: req.run_id, attempt: req.attempt, jobId: req.job_id, tenantId: req.tenant_id, scheduledFor: formatUtc(req.scheduled_for_ms), workerId: this.#o.workerId, fence: req.fence },
     );
-    // Reported after the loop that starts a burst's attempts (a microtask): the event is a log
-    // line, and writing 20,000 of them inside the loop delayed the last starts of the burst.
-    const started = { type: "started", run_id: req.run_id, attempt: req.attempt };
-    queueMicrotask(() => this.#o.onEvent?.(started));
+    // Reported after the loop that starts a burst's attempts: the event is a log line, and writing
+    // 20,000 of them inside the loop delayed the last starts of the burst. One microtask reports
+    // the loop's starts (one per start was an event, a closure and an AsyncResource each, 3 % of
+    // the loop and more of its garbage); it is queued before the first start's completion, so
+    // every `started` comes before its `completed`.
+    if (this.#o.onEvent) {
+      if (this.#startedToReport.length === 0) queueMicrotask(this.#reportStarted);
+      this.#startedToReport.push(lease);
+    }
     lease.execution.result.then(
       (r) => this.#complete(lease, r),
       (e: unknown) => this.#o.log("error", "execution failed unexpectedly", { run_id: req.run_id, err: String(e) }),

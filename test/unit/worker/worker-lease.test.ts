@@ -54,7 +54,10 @@ class RecordingExecutor implements Executor {
   /** The task had exited 0 by itself just before the kill, its exit not yet seen: the kill reports `killed` with exit code 0. */
   endedBeforeKill = false;
   constructor(private readonly clock: SimClock) {}
-  start(_task: TaskSpec, id: RunIdentity): Execution {
+  /** What each start was given. */
+  readonly given: { task: TaskSpec; id: RunIdentity }[] = [];
+  start(task: TaskSpec, id: RunIdentity): Execution {
+    this.given.push({ task, id });
     const key = `${id.runId}#${id.attempt}`;
     this.log.push({ what: "start", key, at: this.clock.now() });
     const startedAtMs = this.clock.now();
@@ -190,11 +193,11 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   await worker.start();
   await drainMicrotasks();
   /** Offers attempt 1 of `runId` (fence 1) starting `startInMs` from now; resolves with the reply. */
-  const offer = async (runId: string, startInMs: number): Promise<StartReply> => {
+  const offer = async (runId: string, startInMs: number, task: StartRequest["task"] = { image: "i", args: ["true"], env: {}, timeout_s: 600 }): Promise<StartReply> => {
     const req: StartRequest = {
       job_actor: "t1.j1", tenant_id: "t1", job_id: "j1", run_id: runId, attempt: 1, fence: 1,
       scheduled_for_ms: sim.now() + startInMs, start_at_ms: sim.now() + startInMs,
-      task: { image: "i", args: ["true"], env: {}, timeout_s: 600 }, lease_ttl_ms: TTL,
+      task, lease_ttl_ms: TTL,
     };
     const p = schedEp.request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 2_000 });
     await drainMicrotasks();
@@ -222,6 +225,34 @@ function assertSucceeded(reply: { state: string; completion?: { outcome: string;
   assert.equal(reply.completion?.exit_code, 0);
   assert.equal(reply.completion?.output, output);
 }
+
+describe("worker: what the executor is given", () => {
+  it("attempts due at one instant start together with their task and identity as offered (resources only those set), and each `started` event comes before its `completed`", T, async () => {
+    const t = await setup();
+    const at = T0 + 2_500;
+    assert.deepEqual(await t.offer("r1", 2_500, { image: "img", args: ["a", "b"], env: { X: "1" }, timeout_s: 30, resources: { memory_mb: 256, pids: 64 } }), { accepted: true });
+    assert.deepEqual(await t.offer("r2", at - t.sim.now()), { accepted: true });
+    assert.deepEqual(await t.offer("r3", at - t.sim.now(), { image: "i", args: [], env: {}, timeout_s: 5, resources: { cpus: 0.5 } }), { accepted: true });
+    await t.runTo(at + 50);
+    assert.deepEqual(t.executor.given.map((g) => g.id.runId), ["r1", "r2", "r3"], "all three started at their instant, in offer order");
+    assert.ok(t.executor.log.every((e) => e.what === "start" && e.at === at), "each at the instant itself");
+    const [g1, g2, g3] = t.executor.given;
+    assert.deepEqual({ ...g1!.task, leaseMs: undefined }, { image: "img", args: ["a", "b"], env: { X: "1" }, timeoutS: 30, resources: { memoryMb: 256, pids: 64 }, leaseMs: undefined });
+    assert.ok(g1!.task.leaseMs! > 0 && g1!.task.leaseMs! <= TTL, `what is left of the acknowledged lease (${g1!.task.leaseMs})`);
+    assert.equal("resources" in g2!.task, false, "no resources offered: none given");
+    assert.deepEqual(g3!.task.resources, { cpus: 0.5 });
+    assert.deepEqual(g1!.id, { runId: "r1", attempt: 1, jobId: "j1", tenantId: "t1", scheduledFor: new Date(at).toISOString().replace(/\.\d{3}Z$/, "Z"), workerId: "w1", fence: 1 });
+    for (const r of ["r1", "r2", "r3"]) t.executor.exit(`${r}#1`);
+    await t.runFor(3_000);
+    const seq = t.events.filter((e) => e.type === "started" || e.type === "completed").map((e) => `${e.type} ${e.run_id}`);
+    for (const r of ["r1", "r2", "r3"]) {
+      assert.ok(seq.includes(`started ${r}`), `started ${r}: ${seq.join(", ")}`);
+      assert.ok(seq.indexOf(`started ${r}`) < seq.indexOf(`completed ${r}`), `started before completed: ${seq.join(", ")}`);
+    }
+    assert.equal(seq.filter((x) => x.startsWith("started")).length, 3, "one `started` each");
+    await t.worker.stop();
+  });
+});
 
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
   it("2: an accepted offer whose start time passes before any acknowledgement is not started; it starts on the acknowledgement", T, async () => {
