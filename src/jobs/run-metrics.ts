@@ -56,8 +56,15 @@ interface Baseline {
 
 const EMPTY: Baseline = { started: false, ended: 0, status: null };
 
-/** Most baselines kept (as many as the shell's revision cache); oldest evicted first. */
-export const BASELINE_LIMIT = 100_000;
+/**
+ * Most baselines kept — and revisions in the run-record store's cache, the same runs: each
+ * non-terminal run this node wrote, oldest evicted first, a terminal one dropped. Above the
+ * runs active on a node at once: a cache smaller than a burst is evicted in the order it is read
+ * back (FIFO), so every run's terminal write missed — one read of its record more, and a
+ * baseline lost (200,000 due at once with 100,000: 1.0 `get` per run, fifteenth session).
+ * ~150 bytes an entry for both, ~40 MB full.
+ */
+export const BASELINE_LIMIT = 262_144;
 
 const summary = (r: RunView): Baseline => ({
   started: r.started_at !== null,

@@ -8,7 +8,8 @@
  * Run-path metrics are derived from the records written (run-metrics.ts).
  *
  * Gotchas: a write that keeps conflicting (3 tries) throws `conflict`, which drops the actor so it
- * reloads; the revision cache is only a hint (a miss costs one read).
+ * reloads; the revision cache is only a hint (a miss costs one read). It holds non-terminal runs
+ * only, up to REVISION_CACHE_LIMIT (a burst larger than that pays a read per run past it).
  */
 import type { ShellContext } from "../actors/host.ts";
 import type { KvStore } from "../cluster/kv.ts";
@@ -17,9 +18,10 @@ import { runKey } from "./ids.ts";
 import type { JobEffect } from "./job-actor.ts";
 import { TERMINAL, type RunView } from "./model.ts";
 import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
-import type { RunMetrics } from "./run-metrics.ts";
+import { BASELINE_LIMIT, type RunMetrics } from "./run-metrics.ts";
 
-const REVISION_CACHE_LIMIT = 100_000;
+/** Revisions cached: as many as run metrics' baselines (the same runs, see BASELINE_LIMIT). */
+export const REVISION_CACHE_LIMIT = BASELINE_LIMIT;
 
 export type PutRunMode = Extract<JobEffect, { kind: "put_run" }>["mode"];
 
@@ -30,9 +32,17 @@ export class RunRecordStore {
     private readonly metrics: RunMetrics,
   ) {}
 
-  #remember(key: string, rev: number): void {
+  /** Keeps a record's revision for its next update; a terminal record has none (its entry goes). */
+  #remember(key: string, rev: number, record: RunView): void {
+    this.#revisions.delete(key);
+    if (TERMINAL.has(record.status)) return;
     if (this.#revisions.size >= REVISION_CACHE_LIMIT) this.#revisions.delete(this.#revisions.keys().next().value!);
     this.#revisions.set(key, rev);
+  }
+
+  /** Revisions cached (for tests: terminal runs leave none). */
+  get cached(): number {
+    return this.#revisions.size;
   }
 
   /** A transition of an active run that is not written (`note_run`): counted as if it were. */
@@ -52,7 +62,7 @@ export class RunRecordStore {
       const r = await this.runs.create(key, value);
       if (r.ok) {
         this.metrics.written(key, record, true, () => ctx.stillOwner());
-        return this.#remember(key, r.revision);
+        return this.#remember(key, r.revision, record);
       }
       if (mode === "create") {
         // Re-fired after a lost state change: the record is there. One read says whether it ended.
@@ -78,7 +88,7 @@ export class RunRecordStore {
       const r = rev === 0 ? await this.runs.create(key, value) : await this.runs.update(key, value, rev);
       if (r.ok) {
         this.metrics.written(key, record, rev === 0, () => ctx.stillOwner());
-        return this.#remember(key, r.revision);
+        return this.#remember(key, r.revision, record);
       }
       this.#revisions.delete(key);
     }
