@@ -114,7 +114,11 @@ export type TenantMsg =
 
 /** Grant writes, performed before the reply (see the module header). */
 export type TenantEffect =
-  | { kind: "put_grant"; run_id: string; expires_at_ms: number }
+  /**
+   * `start_at_ms`: when the granted run starts, if known — a batch of grants for runs that all
+   * start well ahead gathers before it is written (tenant-shell.ts `GRANT_GATHER_MS`).
+   */
+  | { kind: "put_grant"; run_id: string; expires_at_ms: number; start_at_ms?: number }
   | { kind: "del_grant"; run_id: string }
   /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
   | { kind: "sync_grant"; run_id: string };
@@ -237,9 +241,9 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       const pre: TenantEffect[] = [];
       const effects: HostEffect<TenantMsg>[] = [];
       let expireAt = state.expire_at_ms;
-      const put = (id: string, exp: number) => {
+      const put = (id: string, exp: number, startAtMs?: number) => {
         running.set(id, exp);
-        pre.push({ kind: "put_grant", run_id: id, expires_at_ms: exp });
+        pre.push(startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: exp } : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs });
         if (expireAt === undefined || exp < expireAt) expireAt = exp;
       };
       const del = (id: string) => {
@@ -267,12 +271,12 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       const acquire = (id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" => {
         const held = running.get(id);
         if (held !== undefined) {
-          if (held !== now + ttlMs) put(id, now + ttlMs);
+          if (held !== now + ttlMs) put(id, now + ttlMs, startAtMs);
           else pre.push({ kind: "sync_grant", run_id: id }); // its write may still be in flight
           return "granted";
         }
         if (running.size < limit() && waiting.size === 0) {
-          put(id, now + ttlMs);
+          put(id, now + ttlMs, startAtMs);
           return "granted";
         }
         if (waiting.has(id)) return "waiting";
@@ -369,7 +373,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         const next = nextWaiter(state, now);
         if (!next) break;
         const [run_id, w] = next;
-        put(run_id, now + w.ttl_ms);
+        put(run_id, now + w.ttl_ms, w.start_at_ms);
         effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
       }
       if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go

@@ -172,7 +172,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       ...(secrets ? { secrets } : {}),
     }));
     // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
-    n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
+    n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, systemClock));
     n.register(fleetRegistration(() => directory.capacity()));
   });
   await node.start();

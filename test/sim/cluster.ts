@@ -194,7 +194,7 @@ export class SimCluster {
         // a job comes to a node, among the run path's own writes.
         retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
       }));
-      n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }));
+      n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, process.clock));
       n.register(fleetRegistration(() => directory.capacity()));
     });
   }

@@ -273,6 +273,84 @@ describe("tenant actor: durable grants (hole 8)", () => {
   });
 });
 
+describe("tenant shell: a batch of grants for runs that start well ahead gathers (GRANT_GATHER_MS)", () => {
+  const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
+  const T0 = 1_000_000;
+  const grant = (id: string, startAtMs?: number): TenantEffect[] => [startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000 } : { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000, start_at_ms: startAtMs }];
+  const setup = async () => {
+    const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
+    const { GrantTable } = await import("../../../src/jobs/tenant-shell.ts");
+    const { SimClock } = await import("../../sim/sim-clock.ts");
+    const sim = new SimClock(T0);
+    const kv = new MemoryKv("actors");
+    const table = new GrantTable(kv, 3, "t1", sim);
+    await table.load(new Map());
+    const done = new Map<string, number>();
+    const apply = (id: string, startAtMs?: number, ctx = ctxOf()) => table.apply(grant(id, startAtMs), ctx).then(() => done.set(id, sim.now()));
+    return { sim, kv, table, done, apply };
+  };
+
+  it("grants for runs 5 min ahead, decided one every 100 ms, go in one write a second (they were one write each); each reply after its batch", async () => {
+    const { GRANT_GATHER_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { sim, table, done, apply } = await setup();
+    for (let i = 0; i < 20; i++) {
+      void apply(`r${i}`, sim.now() + 300_000);
+      await sim.runUntil(sim.now() + 100);
+    }
+    await sim.runUntil(sim.now() + 2 * GRANT_GATHER_MS);
+    assert.equal(done.size, 20, "every grant answered");
+    assert.ok(table.puts <= 3, `${table.puts} writes for 20 grants over 2 s`);
+    const first = done.get("r0")!;
+    assert.ok(first >= T0 + GRANT_GATHER_MS && first <= T0 + GRANT_GATHER_MS + 100, `the first reply waits out the gathering, no longer (${first - T0} ms)`);
+    assert.equal(done.get("r9"), first, "grants decided while it gathers share its write");
+  });
+
+  it("a grant for a run due sooner than GRANT_GATHER_LEAD_MS, or of unknown start, ends the gathering at once: it and the gathered ones go in one write now", async () => {
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { sim, table, done, apply } = await setup();
+    void apply("later", T0 + 300_000);
+    await sim.runUntil(T0 + 200);
+    assert.equal(done.size, 0, "gathering");
+    void apply("soon", sim.now() + GRANT_GATHER_LEAD_MS - 1);
+    await sim.runUntil(T0 + 200);
+    assert.deepEqual([...done.entries()].sort(), [["later", T0 + 200], ["soon", T0 + 200]]);
+    assert.equal(table.puts, 1, "one write for both");
+    void apply("unknown");
+    await sim.runUntil(T0 + 200);
+    assert.equal(done.get("unknown"), T0 + 200, "no start named: due now, not gathered");
+    void apply("at-lead", sim.now() + GRANT_GATHER_LEAD_MS);
+    await sim.runUntil(T0 + 300);
+    assert.equal(done.has("at-lead"), false, "a run exactly the lead ahead gathers");
+  });
+
+  it("ownership lost while a batch gathers: the batch fails (every reply waiting for it) and writes nothing", async () => {
+    const { GRANT_GATHER_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { sim, kv, table } = await setup();
+    let owner = true;
+    const ctx = ctxOf(() => owner);
+    const failed: string[] = [];
+    for (const id of ["a", "b"]) void table.apply(grant(id, T0 + 300_000), ctx).catch((e: unknown) => failed.push(`${id}: ${String(e)}`));
+    await sim.runUntil(T0 + 100);
+    owner = false;
+    await sim.runUntil(T0 + 2 * GRANT_GATHER_MS);
+    assert.equal(failed.length, 2, failed.join("; "));
+    assert.match(failed[0]!, /no longer the owner/);
+    assert.equal(table.puts, 0);
+    assert.deepEqual(await kv.list("grants.3.t1.*"), []);
+  });
+
+  it("the tenant actor names each grant's start: an acquire's own, a waiting run's when a slot frees", () => {
+    const t = new Tenant(1);
+    const ask = (run: string, startAtMs?: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release: [] });
+    assert.deepEqual(ask("a", t.now + 300_000).pre, [{ kind: "put_grant", run_id: "a", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 300_000 }]);
+    ask("b", t.now + 200_000); // waits: the cap is 1
+    const freed = t.send({ kind: "slots", acquire: [], release: ["a"] });
+    assert.deepEqual(freed.pre, [{ kind: "del_grant", run_id: "a" }, { kind: "put_grant", run_id: "b", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 200_000 }]);
+    assert.deepEqual(t.acquire("c").pre, [], "the cap: c waits");
+    assert.deepEqual(t.send({ kind: "release", run_id: "b" }).pre, [{ kind: "del_grant", run_id: "b" }, { kind: "put_grant", run_id: "c", expires_at_ms: t.now + 10_000 }], "no start named: none in the grant (due now)");
+  });
+});
+
 describe("tenant shell: grants in append-only segments, group-committed", () => {
   const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
   const puts = (ids: Iterable<string>, exp = 1): TenantEffect[] => [...ids].map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
