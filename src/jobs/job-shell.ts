@@ -113,6 +113,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     defer: (fn, ms) => defer(fn, ms),
     log: deps.log,
     fleetSlots: () => deps.workers.capacity(),
+    ...(deps.nowS ? { nowMs: () => deps.nowS!() * 1000 } : {}),
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });

@@ -12,12 +12,15 @@
  * | status becomes `retry_wait`, or `queued` from `leased`/`running` (lease expired, re-queued) | `kairos_retries_total{tenant}` |
  * | status becomes `failed` or `timed_out` (dead letter) | `kairos_dead_letters_total{tenant}` |
  *
- * The record it replaces (the baseline) is the last one this node wrote for the key, or the one
- * it read: the shell reads the stored record whenever it lacks a cached revision — after an owner
- * move, a conflict, or a cache eviction — and reports it with `known`. So a new owner compares
- * with what the old one made durable, and a transition recorded once is not counted again by
- * the next writer. A record this node `create`d has an empty baseline. A write whose baseline is
- * unknown (cached revision but baseline evicted: both maps are bounded alike) counts nothing.
+ * The record it replaces (the baseline) is the last one this node wrote or noted for the key,
+ * or else the one it read: the shell reads the stored record whenever it lacks a cached revision —
+ * after an owner move, a conflict, or a cache eviction — and reports it with `known`, which keeps
+ * a baseline this node already has (it is newer: transitions noted without a write, `note`, are
+ * in it; replacing it with the stored record, written at creation, counted a run's start twice
+ * when its revision had been evicted and its baseline had not). So a new owner compares with what
+ * the old one made durable, and a transition recorded once is not counted again by the next
+ * writer. A record this node `create`d has an empty baseline. A write whose baseline is unknown
+ * (cached revision but baseline evicted) counts nothing.
  * Each node counts the transitions it wrote; sum across nodes in PromQL.
  *
  * It also feeds `kairos_runs_waiting` (run-waiting.ts) when given a `RunsWaiting`: from the
@@ -57,12 +60,13 @@ interface Baseline {
 const EMPTY: Baseline = { started: false, ended: 0, status: null };
 
 /**
- * Most baselines kept — and revisions in the run-record store's cache, the same runs: each
- * non-terminal run this node wrote, oldest evicted first, a terminal one dropped. Above the
- * runs active on a node at once: a cache smaller than a burst is evicted in the order it is read
- * back (FIFO), so every run's terminal write missed — one read of its record more, and a
- * baseline lost (200,000 due at once with 100,000: 1.0 `get` per run, fifteenth session).
- * ~150 bytes an entry for both, ~40 MB full.
+ * Most baselines kept — and revisions in the run-record store's cache: each non-terminal run this
+ * node wrote, oldest evicted first, a terminal one dropped. A cache smaller than a burst was
+ * evicted in the order it is read back (FIFO): with 100,000, every run of a 200,000-run burst
+ * missed at its terminal write — one read of its record more (1.0 `get` per run, fifteenth
+ * session). Runs active on a node beyond this bound (a rate × the 5 min look-ahead above it: 1,000
+ * runs/s) pay that read again. Not measured: a few hundred bytes an entry for both (a key string,
+ * map slots, a baseline object), tens of MB full.
  */
 export const BASELINE_LIMIT = 262_144;
 
@@ -83,7 +87,7 @@ export class RunMetrics {
 
   /** The stored record of `key`, as read by the shell: the baseline of its next write. */
   known(key: string, stored: RunView): void {
-    this.#keep(key, summary(stored));
+    if (!this.#baselines.has(key)) this.#keep(key, summary(stored));
   }
 
   /** This node wrote `record` under `key` (`created`: the write created the key). Counts what changed. */

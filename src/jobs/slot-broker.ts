@@ -21,14 +21,19 @@
  * release is safe but under-uses the cap until the tenant's audit). A release cancels an
  * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
  * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's),
- * plus `RELEASE_IN_FLIGHT` carrying releases only, so a release never waits behind acquires.
+ * plus `URGENT_IN_FLIGHT` carrying only asks of runs due within GRANT_GATHER_LEAD_MS — the tenant holds a batch of grants for runs starting later up to
+ * GRANT_GATHER_MS before writing it (tenant-shell.ts), so the four could all be gathering while a
+ * retry or a run due now waited behind them — plus `RELEASE_IN_FLIGHT` carrying releases only,
+ * so a release never waits behind acquires.
  */
 import type { ActorAddress } from "../cluster/placement.ts";
 import { TENANT_ACTOR } from "./ids.ts";
-import { MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./tenant-actor.ts";
+import { GRANT_GATHER_LEAD_MS, MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./tenant-actor.ts";
 
 /** Batches in flight per tenant from one node. */
 export const IN_FLIGHT_PER_TENANT = 4;
+/** Beyond those, batches of urgent asks (runs due within GRANT_GATHER_LEAD_MS) that may be in flight. */
+export const URGENT_IN_FLIGHT = 2;
 /**
  * Beyond those, batches of releases only (no acquires) that may be in flight: a release is what
  * lets the tenant grant its next waiting run, so it does not queue behind a backlog's re-asks
@@ -50,6 +55,8 @@ export interface SlotBrokerDeps {
   /** The fleet's worker slots as this node sees them (0: unknown), sent with each batch. */
   fleetSlots?: () => number;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** Now (ms): tells an urgent ask (without it, none is). */
+  nowMs?: () => number;
 }
 
 interface Ask {
@@ -63,9 +70,14 @@ interface Ask {
 /** One tenant's queue on this node. */
 interface Lane {
   asks: Map<string, Ask>;
+  /** The queued asks that were urgent when asked (their runs due within GRANT_GATHER_LEAD_MS). */
+  urgent: Set<string>;
   /** Releases to send, with how many batches carrying each have failed. */
   releases: Map<string, number>;
+  /** Batches in flight, by kind (`#mode`). */
   inFlight: number;
+  urgentInFlight: number;
+  releaseInFlight: number;
   scheduled: boolean;
   /** Consecutive failed batches: the next one waits `retryDelayMs(failures)` (0: at once). */
   failures: number;
@@ -93,6 +105,10 @@ export class SlotBroker {
     lane.releases.delete(a.grant);
     if (!lane.asks.has(a.grant) && lane.asks.size >= MAX_QUEUED_PER_TENANT) return; // the run re-asks
     lane.asks.set(a.grant, { job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}), granted });
+    // (An ask of unknown start is not gathered at the tenant: it needs no lane of its own.)
+    const now = this.deps.nowMs?.();
+    if (a.start_at_ms !== undefined && now !== undefined && a.start_at_ms - now < GRANT_GATHER_LEAD_MS) lane.urgent.add(a.grant);
+    else lane.urgent.delete(a.grant);
     this.#kick(tenantId, lane);
   }
 
@@ -100,6 +116,7 @@ export class SlotBroker {
   release(tenantId: string, grant: string): void {
     const lane = this.#lane(tenantId);
     lane.asks.delete(grant);
+    lane.urgent.delete(grant);
     if (lane.releases.size >= MAX_QUEUED_PER_TENANT) return; // lost release: the tenant's audit frees it
     lane.releases.set(grant, 0);
     this.#kick(tenantId, lane);
@@ -114,19 +131,32 @@ export class SlotBroker {
   #lane(tenantId: string): Lane {
     let lane = this.#lanes.get(tenantId);
     if (!lane) {
-      lane = { asks: new Map(), releases: new Map(), inFlight: 0, scheduled: false, failures: 0 };
+      lane = { asks: new Map(), urgent: new Set(), releases: new Map(), inFlight: 0, urgentInFlight: 0, releaseInFlight: 0, scheduled: false, failures: 0 };
       this.#lanes.set(tenantId, lane);
     }
     return lane;
   }
 
+  /**
+   * The batch the lane may send now: `full` (releases and asks in the order asked) while fewer
+   * than IN_FLIGHT_PER_TENANT are in flight; else `urgent` (releases and the urgent asks) while
+   * fewer than URGENT_IN_FLIGHT of those are; else `releases` (releases only) while fewer than
+   * RELEASE_IN_FLIGHT; undefined: none.
+   */
+  #mode(lane: Lane): "full" | "urgent" | "releases" | undefined {
+    if (lane.inFlight < IN_FLIGHT_PER_TENANT && (lane.asks.size > 0 || lane.releases.size > 0)) return "full";
+    if (lane.urgent.size > 0 && lane.urgentInFlight < URGENT_IN_FLIGHT) return "urgent";
+    if (lane.releases.size > 0 && lane.releaseInFlight < RELEASE_IN_FLIGHT) return "releases";
+    return undefined;
+  }
+
   #kick(tenantId: string, lane: Lane): void {
     if (lane.scheduled) return;
-    if (lane.inFlight >= IN_FLIGHT_PER_TENANT && (lane.releases.size === 0 || lane.inFlight >= IN_FLIGHT_PER_TENANT + RELEASE_IN_FLIGHT)) return;
     if (lane.asks.size === 0 && lane.releases.size === 0) {
-      if (lane.inFlight === 0 && this.#lanes.get(tenantId) === lane) this.#lanes.delete(tenantId);
+      if (lane.inFlight + lane.urgentInFlight + lane.releaseInFlight === 0 && this.#lanes.get(tenantId) === lane) this.#lanes.delete(tenantId);
       return;
     }
+    if (this.#mode(lane) === undefined) return;
     lane.scheduled = true;
     this.deps.defer(() => {
       lane.scheduled = false;
@@ -135,6 +165,8 @@ export class SlotBroker {
   }
 
   async #send(tenantId: string, lane: Lane): Promise<void> {
+    const mode = this.#mode(lane);
+    if (mode === undefined) return this.#kick(tenantId, lane);
     // Releases first (they make room at the tenant), then acquires in the order they were asked.
     const release: string[] = [];
     const tries = new Map<string, number>();
@@ -146,16 +178,34 @@ export class SlotBroker {
     for (const g of release) lane.releases.delete(g);
     const acquire: SlotAsk[] = [];
     const asked: Ask[] = [];
-    // The lane's acquire batches are all in flight: this one carries releases only.
-    const releasesOnly = lane.inFlight >= IN_FLIGHT_PER_TENANT;
-    for (const [g, a] of lane.asks) {
-      if (releasesOnly || release.length + acquire.length >= MAX_SLOT_BATCH) break;
+    const take = (g: string, a: Ask) => {
       acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}) });
       asked.push(a);
+    };
+    if (mode === "full") {
+      for (const [g, a] of lane.asks) {
+        if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+        take(g, a);
+      }
+    } else if (mode === "urgent") {
+      // The other batches may all be gathering at the tenant: these runs are due soon.
+      for (const g of lane.urgent) {
+        if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+        const a = lane.asks.get(g);
+        if (a) take(g, a);
+      }
     }
-    for (const a of acquire) lane.asks.delete(a.run_id);
+    for (const a of acquire) {
+      lane.asks.delete(a.run_id);
+      lane.urgent.delete(a.run_id);
+    }
     if (release.length + acquire.length === 0) return this.#kick(tenantId, lane);
-    lane.inFlight++;
+    const count = (d: number) => {
+      if (mode === "full") lane.inFlight += d;
+      else if (mode === "urgent") lane.urgentInFlight += d;
+      else lane.releaseInFlight += d;
+    };
+    count(1);
     this.batches++;
     this.items += release.length + acquire.length;
     // More queued than one batch holds: the next goes out now, without waiting for this reply.
@@ -186,7 +236,7 @@ export class SlotBroker {
         this.deps.log("warn", "slot batch failed", { tenant: tenantId, acquires: acquire.length, releases: release.length, failures: lane.failures, err: String(e) });
       }
     } finally {
-      lane.inFlight--;
+      count(-1);
       this.#kick(tenantId, lane);
     }
   }

@@ -89,6 +89,13 @@ export interface TenantState {
 }
 
 /** A waiting request: its job actor, its grant's lifetime, when its run can start, its arrival number. */
+/**
+ * A grant for a run starting at least this far ahead is not urgent: its batch may gather before
+ * its write (tenant-shell.ts `GRANT_GATHER_MS`), and the node's slot broker sends its ask in the
+ * ordinary lane (slot-broker.ts `URGENT_IN_FLIGHT`).
+ */
+export const GRANT_GATHER_LEAD_MS = 10_000;
+
 export interface Waiter {
   job: string;
   ttl_ms: number;
@@ -121,7 +128,7 @@ export type TenantEffect =
   | { kind: "put_grant"; run_id: string; expires_at_ms: number; start_at_ms?: number }
   | { kind: "del_grant"; run_id: string }
   /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
-  | { kind: "sync_grant"; run_id: string };
+  | { kind: "sync_grant"; run_id: string; start_at_ms?: number };
 
 /** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run can start (absent: now). */
 export interface SlotAsk {
@@ -272,7 +279,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         const held = running.get(id);
         if (held !== undefined) {
           if (held !== now + ttlMs) put(id, now + ttlMs, startAtMs);
-          else pre.push({ kind: "sync_grant", run_id: id }); // its write may still be in flight
+          else pre.push(startAtMs === undefined ? { kind: "sync_grant", run_id: id } : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs }); // its write may still be in flight
           return "granted";
         }
         if (running.size < limit() && waiting.size === 0) {

@@ -70,7 +70,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
-import { makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
+import { GRANT_GATHER_LEAD_MS, makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
 
 export const GRANT_PREFIX = "grants";
 /** The tail segment is rewritten (appended to) while it holds fewer grants than this on disk. */
@@ -82,7 +82,7 @@ export const COMPACT_SLACK = 64;
 /** Most segments compacted by one batch. */
 export const MAX_COMPACTIONS = 4;
 /** A batch whose runs all start at least this far ahead gathers before its write (see the module header). */
-export const GRANT_GATHER_LEAD_MS = 10_000;
+export { GRANT_GATHER_LEAD_MS };
 /** How long such a batch gathers at most (its replies wait as long: their runs start ≥ 10 s later). */
 export const GRANT_GATHER_MS = 1_000;
 export const segmentKey = (partition: number, tenantId: string, seq: number) => `${GRANT_PREFIX}.${partition}.${tenantId}.s${seq}`;
@@ -114,6 +114,8 @@ export class GrantTable {
   #next: Promise<void> | null = null;
   /** A pending grant's run starts within GRANT_GATHER_LEAD_MS (or at an unknown time): no gathering. */
   #urgent = false;
+  /** The earliest start of the pending grants that may gather (undefined: none). */
+  #earliestStart: number | undefined;
   /** Ends the next batch's gathering now (set while it gathers). */
   #stopGathering: (() => void) | undefined;
   /** Batches written and KV writes made (for tests and the cost accounting). */
@@ -163,7 +165,10 @@ export class GrantTable {
    * over-counts after a reload — never under — until the grant audit frees it).
    */
   apply(fx: readonly TenantEffect[], ctx: ShellContext): Promise<void> {
+    /** A confirmed grant not yet written (still pending): its reply waits for the next batch. */
+    let syncPending = false;
     let sync = false;
+    let put = false;
     for (const f of fx) {
       switch (f.kind) {
         case "del_grant": {
@@ -175,11 +180,17 @@ export class GrantTable {
         }
         case "sync_grant":
           sync = true;
+          if (this.#pending.has(f.run_id)) {
+            syncPending = true;
+            if (!this.#gatherable(f.start_at_ms)) this.#urgent = true;
+          }
           break;
         case "put_grant":
           // A refresh stays in its old segment until the batch with its new expiry is written.
           this.#pending.set(f.run_id, f.expires_at_ms);
-          if (f.start_at_ms === undefined || !(f.start_at_ms - this.clock.now() >= GRANT_GATHER_LEAD_MS)) this.#urgent = true;
+          put = true;
+          if (!this.#gatherable(f.start_at_ms)) this.#urgent = true;
+          else if (this.#earliestStart === undefined || f.start_at_ms! < this.#earliestStart) this.#earliestStart = f.start_at_ms;
           break;
         default:
           assertNever(f, "tenant effect");
@@ -188,15 +199,32 @@ export class GrantTable {
     // A grant confirmed unchanged (a duplicate acquire) is answered only once no batch that may
     // hold it is still being written: a failed batch then fails this reply too, instead of the
     // job holding a grant the reloaded tenant never saw (review finding, "Known gaps").
-    if (this.#pending.size === 0) return sync ? (this.#next ?? this.#inFlight) : Promise.resolve();
     if (this.#urgent) this.#stopGathering?.();
+    // Nothing of this message to write: a release is not written on its own; a confirmed grant
+    // waits for the batch writing it — the next if it is still pending, else the one in flight.
+    if (!put) return syncPending ? this.#nextBatch(ctx) : sync ? this.#inFlight : Promise.resolve();
+    return this.#nextBatch(ctx);
+  }
+
+  /** The batch that will carry what is pending now (started, after its gathering, once the one in flight is done). */
+  #nextBatch(ctx: ShellContext): Promise<void> {
     this.#next ??= this.#inFlight.catch(() => undefined).then(() => this.#gathered()).then(() => this.#write(ctx));
     return this.#next;
   }
 
-  /** Resolves when the next batch may go: at once if a pending grant is urgent, else after GRANT_GATHER_MS or when one becomes urgent. */
+  /** A grant of a run starting this far ahead may wait for its batch to gather (not of unknown start). */
+  #gatherable(startAtMs: number | undefined): startAtMs is number {
+    return startAtMs !== undefined && startAtMs - this.clock.now() >= GRANT_GATHER_LEAD_MS;
+  }
+
+  /**
+   * Resolves when the next batch may go: at once if a pending grant is urgent, if the earliest
+   * pending start has come within GRANT_GATHER_LEAD_MS meanwhile (the batch before took long), or
+   * if this table is broken (the batch fails anyway); else after GRANT_GATHER_MS, or when a
+   * grant that is urgent comes.
+   */
   #gathered(): Promise<void> {
-    if (this.#urgent || this.#pending.size === 0) return Promise.resolve();
+    if (this.#urgent || this.#broken || this.#pending.size === 0 || !this.#gatherable(this.#earliestStart)) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const stop = () => {
         this.#stopGathering = undefined;
@@ -212,6 +240,7 @@ export class GrantTable {
     this.#inFlight = this.#next!;
     this.#next = null;
     this.#urgent = false; // what is decided from now on goes into the next batch
+    this.#earliestStart = undefined;
     if (this.#broken) throw new KairosError("not_owner", `tenant ${this.tenantId}: an earlier grant batch failed; reload`);
     if (!ctx.stillOwner()) {
       this.#broken = true;

@@ -530,7 +530,14 @@ export class Worker {
   readonly #reportStarted = (): void => {
     const started = this.#startedToReport;
     this.#startedToReport = [];
-    for (const l of started) this.#o.onEvent?.({ type: "started", run_id: l.req.run_id, attempt: l.req.attempt });
+    for (const l of started) {
+      try {
+        this.#o.onEvent?.({ type: "started", run_id: l.req.run_id, attempt: l.req.attempt });
+      } catch (e) {
+        // An observer that throws must not cost the other starts of the loop their events.
+        this.#o.log("error", "a worker event observer failed", { run_id: l.req.run_id, err: String(e) });
+      }
+    }
   };
 
   #run(lease: Lease): void {

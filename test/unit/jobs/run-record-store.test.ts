@@ -75,3 +75,20 @@ describe("run-record store: revisions for a burst", () => {
     assert.equal(a.cached, 0, "a terminal record is not cached");
   });
 });
+
+describe("run metrics: a read-back does not replace a newer baseline", () => {
+  it("a run whose start was counted (a noted transition), then read back as stored at creation (its revision evicted), is not counted again at its end", () => {
+    const lags: number[] = [];
+    const attempts: string[] = [];
+    const sink: RunMetricsSink = { dispatchLag: (_t, s) => lags.push(s), attempt: (_t, o) => attempts.push(o), leaseExpiry: () => undefined, retry: () => undefined, deadLetter: () => undefined };
+    const m = new RunMetrics(sink);
+    const running = { ...run(1, "queued"), status: "running" as const, started_at: "2026-12-05T13:00:00.100Z" };
+    m.written("k", run(1, "queued"), true);
+    m.written("k", running, false); // the start (noted, not written: the shell's `note`)
+    assert.equal(lags.length, 1);
+    m.known("k", run(1, "queued")); // the stored record, as created
+    m.written("k", run(1, "succeeded"), false);
+    assert.equal(lags.length, 1, "the start is counted once");
+    assert.deepEqual(attempts, ["succeeded"]);
+  });
+});

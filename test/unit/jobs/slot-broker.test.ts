@@ -8,7 +8,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { tenantAddressGuard } from "../../../src/jobs/address-guard.ts";
-import { IN_FLIGHT_PER_TENANT, RELEASE_ATTEMPTS, RELEASE_IN_FLIGHT, SlotBroker, retryDelayMs } from "../../../src/jobs/slot-broker.ts";
+import { IN_FLIGHT_PER_TENANT, RELEASE_ATTEMPTS, RELEASE_IN_FLIGHT, SlotBroker, URGENT_IN_FLIGHT, retryDelayMs } from "../../../src/jobs/slot-broker.ts";
 import { makeTenantActor, MAX_SLOT_BATCH, type TenantMsg, type TenantReply, type TenantState } from "../../../src/jobs/tenant-actor.ts";
 
 /** A tenant actor core behind a request function; `hold` keeps replies back until released. */
@@ -48,11 +48,11 @@ function tenant(max: number) {
 }
 
 /** Runs deferred flushes by hand, so a test decides what "one turn" holds. */
-function broker(t: ReturnType<typeof tenant>) {
+function broker(t: ReturnType<typeof tenant>, nowMs?: () => number) {
   const turn: (() => void)[] = [];
   const waits: number[] = [];
   const logs: string[] = [];
-  const b = new SlotBroker({ request: (to, msg) => t.request(to, msg), defer: (fn, ms) => (turn.push(fn), waits.push(ms)), log: (_l, m) => logs.push(m), tenantMaxConcurrent: async () => undefined });
+  const b = new SlotBroker({ request: (to, msg) => t.request(to, msg), defer: (fn, ms) => (turn.push(fn), waits.push(ms)), log: (_l, m) => logs.push(m), tenantMaxConcurrent: async () => undefined, ...(nowMs ? { nowMs } : {}) });
   /** Runs every deferred flush and lets the replies come back, until nothing more is deferred. */
   const flush = async () => {
     do {
@@ -92,6 +92,32 @@ describe("slot broker", () => {
     b.release("t1", "held_0");
     await flush();
     assert.deepEqual([...t.state.running.keys()], ["sooner_0"], "the waiter that starts first got the freed slot");
+  });
+
+  it("an ask of a run due within GRANT_GATHER_LEAD_MS goes in a batch of its own while the tenant holds every ordinary batch (gathering grants of runs prepared ahead); at most URGENT_IN_FLIGHT such", async () => {
+    const t = tenant(100_000);
+    const { b, flush } = broker(t, () => 1_000);
+    t.hold = true; // the tenant answers nothing yet: its batches gather
+    const granted: string[] = [];
+    const n = MAX_SLOT_BATCH * (IN_FLIGHT_PER_TENANT + 1);
+    for (let i = 0; i < n; i++) b.acquire("t1", { grant: `far${i}_0`, job: "t1.j", ttl_ms: 60_000, start_at_ms: 301_000 }, () => granted.push(`far${i}_0`));
+    await flush();
+    assert.equal(t.seen.length, IN_FLIGHT_PER_TENANT, "the ordinary lane is full");
+    for (let k = 0; k < URGENT_IN_FLIGHT + 1; k++) {
+      b.acquire("t1", { grant: `now${k}_0`, job: "t1.j", ttl_ms: 60_000, start_at_ms: 1_000 + k }, () => granted.push(`now${k}_0`));
+      await flush();
+    }
+    const urgent = t.seen.slice(IN_FLIGHT_PER_TENANT) as Extract<TenantMsg, { kind: "slots" }>[];
+    assert.equal(urgent.length, URGENT_IN_FLIGHT, "urgent batches sent past the full lane, at most URGENT_IN_FLIGHT");
+    assert.deepEqual(urgent.map((m) => m.acquire.map((a) => a.run_id)), Array.from({ length: URGENT_IN_FLIGHT }, (_, k) => [`now${k}_0`]), "each carries the urgent asks only");
+    assert.equal(b.queued("t1"), MAX_SLOT_BATCH + 1, "the rest of the far asks and the third urgent one wait");
+    t.hold = false;
+    while (t.held.length > 0 || b.queued("t1") > 0) {
+      t.held.splice(0).forEach((r) => r());
+      await flush();
+    }
+    assert.equal(granted.length, n + URGENT_IN_FLIGHT + 1, "every ask granted once");
+    assert.equal(new Set(granted).size, granted.length);
   });
 
   it("splits more than a batch holds, and bounds the batches in flight per tenant", async () => {

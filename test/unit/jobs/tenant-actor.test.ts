@@ -318,9 +318,9 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     void apply("unknown");
     await sim.runUntil(T0 + 200);
     assert.equal(done.get("unknown"), T0 + 200, "no start named: due now, not gathered");
-    void apply("at-lead", sim.now() + GRANT_GATHER_LEAD_MS);
+    void apply("beyond-lead", sim.now() + GRANT_GATHER_LEAD_MS + 500);
     await sim.runUntil(T0 + 300);
-    assert.equal(done.has("at-lead"), false, "a run exactly the lead ahead gathers");
+    assert.equal(done.has("beyond-lead"), false, "a run beyond the lead gathers");
   });
 
   it("ownership lost while a batch gathers: the batch fails (every reply waiting for it) and writes nothing", async () => {
@@ -337,6 +337,50 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     assert.match(failed[0]!, /no longer the owner/);
     assert.equal(table.puts, 0);
     assert.deepEqual(await kv.list("grants.3.t1.*"), []);
+  });
+
+  it("a release, or a confirmed grant already written, does not wait for a gathering batch; a confirmed grant still pending waits for it, and ends it if its run is due soon", async () => {
+    const { GRANT_GATHER_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { sim, table, done, apply } = await setup();
+    const { drainMicrotasks } = await import("../../sim/sim-clock.ts");
+    void apply("written"); // urgent: written at once
+    await sim.runUntil(T0 + 10);
+    assert.ok(done.has("written"));
+    const ctx = ctxOf();
+    void apply("far", T0 + 300_000); // gathers
+    const at = (p: Promise<void>, id: string) => void p.then(() => done.set(id, sim.now()));
+    at(table.apply([{ kind: "sync_grant", run_id: "written" }], ctx), "sync-written");
+    at(table.apply([{ kind: "del_grant", run_id: "written" }], ctx), "release");
+    await drainMicrotasks();
+    assert.equal(done.get("release"), T0 + 10, "a release answers at once");
+    assert.equal(done.get("sync-written"), T0 + 10, "a grant already on disk is confirmed at once");
+    at(table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 300_000 }], ctx), "sync-far");
+    await sim.runUntil(T0 + 200);
+    assert.equal(done.has("sync-far"), false, "a confirmed grant not yet written waits for its batch");
+    at(table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 5_000 }], ctx), "sync-soon");
+    await sim.runUntil(T0 + 300);
+    assert.equal(done.get("sync-soon"), T0 + 300, "its run now due soon: the gathering ends");
+    assert.equal(done.get("far"), T0 + 300);
+    assert.ok(T0 + 300 < T0 + GRANT_GATHER_MS);
+  });
+
+  it("a batch that waited behind a slow one gathers no longer once its earliest run is within GRANT_GATHER_LEAD_MS", async () => {
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { sim, kv, table, done, apply } = await setup();
+    // The first batch's write hangs 5 s (a stalled KV).
+    const slow = kv as unknown as { create: (...a: unknown[]) => Promise<unknown> };
+    const create = slow.create.bind(kv);
+    let stalled = true;
+    slow.create = (...a: unknown[]) => (stalled ? new Promise((r) => sim.setTimer(5_000, () => r(create(...a)))) : create(...a));
+    void apply("first");
+    await sim.runUntil(T0 + 10);
+    stalled = false;
+    void apply("next", T0 + GRANT_GATHER_LEAD_MS + 2_000); // not urgent now; 3 s short of the lead once the first batch is written
+    await sim.runUntil(T0 + 5_100);
+    const first = done.get("first")!;
+    assert.ok(first >= T0 + 5_000, `the first batch took its 5 s (${first - T0} ms)`);
+    assert.equal(done.get("next"), first, "written right after the slow batch, not a gathering later");
+    assert.equal(table.puts, 2);
   });
 
   it("the tenant actor names each grant's start: an acquire's own, a waiting run's when a slot frees", () => {
