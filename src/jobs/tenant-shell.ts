@@ -190,7 +190,7 @@ export class GrantTable {
           this.#pending.set(f.run_id, f.expires_at_ms);
           put = true;
           if (!this.#gatherable(f.start_at_ms)) this.#urgent = true;
-          else if (this.#earliestStart === undefined || f.start_at_ms! < this.#earliestStart) this.#earliestStart = f.start_at_ms;
+          else if (this.#earliestStart === undefined || f.start_at_ms < this.#earliestStart) this.#earliestStart = f.start_at_ms;
           break;
         default:
           assertNever(f, "tenant effect");
