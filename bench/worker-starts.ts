@@ -13,8 +13,9 @@
  * loop (a PerformanceObserver). It leaves out NATS, msgpack on a socket and the log lines of a
  * real process, so it is a floor for the burst's spread, not the burst's figure.
  *
- * Last line: one JSON object `{attempts, loop_ms, us_per_start, gc_ms_in_loop, gc_count_in_loop,
- * turn_ms, started}`.
+ * Last line: one JSON object `{attempts, started, started_events, loop_ms, us_per_start,
+ * gc_ms_in_loop, gc_count_in_loop, turn_ms, offers_ms}`; it fails if not every attempt started
+ * (and was reported started) at the instant.
  */
 import { PerformanceObserver, performance } from "node:perf_hooks";
 import { decode, encode } from "../src/cluster/codec.ts";
@@ -130,6 +131,7 @@ export async function run(args: string[]): Promise<void> {
   const inLoop = gc.filter((g) => g.start >= executor.first && g.start <= executor.last);
   const loopMs = executor.last - executor.first;
   await worker.stop();
+  if (executor.starts !== n || startedEvents !== n) throw new Error(`${executor.starts} of ${n} attempts started at the instant (${startedEvents} started events): the figure would not be the loop's`);
   const summary = {
     attempts: n, started: executor.starts, started_events: startedEvents,
     loop_ms: Math.round(loopMs), us_per_start: Number(((loopMs * 1000) / Math.max(1, executor.starts - 1)).toFixed(2)),

@@ -70,6 +70,8 @@ export interface JobShellDeps {
   tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
   /** Wall-clock seconds and a sleep, for webhook signatures and retries (the sleep also spaces a probe's asks). */
   nowS?: () => number;
+  /** Now in ms (the slot broker tells urgent asks by it: a run due within GRANT_GATHER_LEAD_MS). */
+  nowMs?: () => number;
   sleep?: (ms: number) => Promise<void>;
   /** Counts run transitions from the records written (default: into the Prometheus registry). */
   runMetrics?: RunMetrics;
@@ -113,7 +115,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
     defer: (fn, ms) => defer(fn, ms),
     log: deps.log,
     fleetSlots: () => deps.workers.capacity(),
-    ...(deps.nowS ? { nowMs: () => deps.nowS!() * 1000 } : {}),
+    ...(deps.nowMs ? { nowMs: deps.nowMs } : {}),
     ...(deps.tenantMaxConcurrent ? { tenantMaxConcurrent: deps.tenantMaxConcurrent } : {}),
     ...(deps.tenantWeight ? { tenantWeight: deps.tenantWeight } : {}),
   });

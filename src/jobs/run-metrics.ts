@@ -64,7 +64,7 @@ const EMPTY: Baseline = { started: false, ended: 0, status: null };
  * node wrote, oldest evicted first, a terminal one dropped. A cache smaller than a burst was
  * evicted in the order it is read back (FIFO): with 100,000, every run of a 200,000-run burst
  * missed at its terminal write — one read of its record more (1.0 `get` per run, fifteenth
- * session). Runs active on a node beyond this bound (a rate × the 5 min look-ahead above it: 1,000
+ * session). Runs active on a node beyond this bound (a rate × the 5 min look-ahead above it: ~870
  * runs/s) pay that read again. Not measured: a few hundred bytes an entry for both (a key string,
  * map slots, a baseline object), tens of MB full.
  */

@@ -88,7 +88,6 @@ export interface TenantState {
   expire_at_ms?: number;
 }
 
-/** A waiting request: its job actor, its grant's lifetime, when its run can start, its arrival number. */
 /**
  * A grant for a run starting at least this far ahead is not urgent: its batch may gather before
  * its write (tenant-shell.ts `GRANT_GATHER_MS`), and the node's slot broker sends its ask in the
@@ -96,6 +95,7 @@ export interface TenantState {
  */
 export const GRANT_GATHER_LEAD_MS = 10_000;
 
+/** A waiting request: its job actor, its grant's lifetime, when its run can start, its arrival number. */
 export interface Waiter {
   job: string;
   ttl_ms: number;
@@ -259,6 +259,7 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
       };
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
+      const releaseOnly = msg.kind === "release" || (msg.kind === "slots" && (!Array.isArray(msg.acquire) || msg.acquire.length === 0));
       if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
       if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
       if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
@@ -380,7 +381,9 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
         const next = nextWaiter(state, now);
         if (!next) break;
         const [run_id, w] = next;
-        put(run_id, now + w.ttl_ms, w.start_at_ms);
+        // Named without a start (so not gathered) when this decision is a release only: a node's
+        // release lane is one batch, and a release must not wait behind a gathering grant.
+        put(run_id, now + w.ttl_ms, releaseOnly ? undefined : w.start_at_ms);
         effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
       }
       if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go

@@ -165,6 +165,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       tenantWeight: async (id) => (await tenant(id))?.weight,
       tenantWebhook: webhookOf,
       nowS: () => Math.floor(systemClock.now() / 1000),
+      nowMs: () => systemClock.now(),
       sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
       runMetrics,
       retention: new RunRetention(retention, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => systemClock.now(), log: logFn }),

@@ -188,6 +188,7 @@ export class SimCluster {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
+        nowMs: () => process.clock.now(),
         sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
         defer: (fn, ms) => void process.clock.setTimer(ms, fn),
         // Bounded history as production runs it: a prune pass on the first terminal run after

@@ -383,15 +383,18 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     assert.equal(table.puts, 2);
   });
 
-  it("the tenant actor names each grant's start: an acquire's own, a waiting run's when a slot frees", () => {
+  it("the tenant actor names each grant's start: an acquire's own, a waiting run's when a slot frees — but none in a decision on releases only (its grant is written at once: a release never waits for a gathering batch)", () => {
     const t = new Tenant(1);
-    const ask = (run: string, startAtMs?: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release: [] });
+    const ask = (run: string, startAtMs?: number, release: string[] = []) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release });
     assert.deepEqual(ask("a", t.now + 300_000).pre, [{ kind: "put_grant", run_id: "a", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 300_000 }]);
     ask("b", t.now + 200_000); // waits: the cap is 1
-    const freed = t.send({ kind: "slots", acquire: [], release: ["a"] });
-    assert.deepEqual(freed.pre, [{ kind: "del_grant", run_id: "a" }, { kind: "put_grant", run_id: "b", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 200_000 }]);
+    ask("x", t.now + 250_000); // waits too
+    const freedWithAsks = ask("y", t.now + 260_000, ["a"]); // a release with an ask: b (earliest) is granted, named with its start
+    assert.deepEqual(freedWithAsks.pre, [{ kind: "del_grant", run_id: "a" }, { kind: "put_grant", run_id: "b", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 200_000 }]);
+    const freed = t.send({ kind: "slots", acquire: [], release: ["b"] });
+    assert.deepEqual(freed.pre, [{ kind: "del_grant", run_id: "b" }, { kind: "put_grant", run_id: "x", expires_at_ms: t.now + 10_000 }], "releases only: x granted without its start");
     assert.deepEqual(t.acquire("c").pre, [], "the cap: c waits");
-    assert.deepEqual(t.send({ kind: "release", run_id: "b" }).pre, [{ kind: "del_grant", run_id: "b" }, { kind: "put_grant", run_id: "c", expires_at_ms: t.now + 10_000 }], "no start named: none in the grant (due now)");
+    assert.deepEqual(t.send({ kind: "release", run_id: "x" }).pre, [{ kind: "del_grant", run_id: "x" }, { kind: "put_grant", run_id: "c", expires_at_ms: t.now + 10_000 }], "c (asked with no start: due now) before y; no start named");
   });
 });
 

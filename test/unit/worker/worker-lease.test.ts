@@ -172,7 +172,7 @@ class Owner {
   }
 }
 
-async function setup(o: { completionsInFlight?: number; completionWaitMs?: number; completionDeadlineMs?: number; slots?: number } = {}) {
+async function setup(o: { completionsInFlight?: number; completionWaitMs?: number; completionDeadlineMs?: number; slots?: number; executor?: Executor } = {}) {
   const sim = new SimClock(T0);
   const bus = new SimBus({ clock: sim, random: seededRandom(1) });
   const workerEp = bus.endpoint("worker");
@@ -188,6 +188,7 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
     workerId: "w1", clusterName: CLUSTER, slots: 4, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
     // Completion reports wait 2 s for their answer here (the hole 9 tests time them out).
     leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, completionWaitMs: 2_000, ...o,
+    // (`o.executor`: another executor than the recording one, which the test then does not see.)
     onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
   });
   await worker.start();
@@ -250,6 +251,25 @@ describe("worker: what the executor is given", () => {
       assert.ok(seq.indexOf(`started ${r}`) < seq.indexOf(`completed ${r}`), `started before completed: ${seq.join(", ")}`);
     }
     assert.equal(seq.filter((x) => x.startsWith("started")).length, 3, "one `started` each");
+    await t.worker.stop();
+  });
+});
+
+describe("worker: events of attempts that end at once", () => {
+  it("the noop executor's attempts, due together and ended at once: each `started` comes before its `completed`, one each", T, async () => {
+    const { NoopExecutor } = await import("../../../src/sandbox/noop.ts");
+    const { resolveExecutorOptions } = await import("../../../src/sandbox/options.ts");
+    const sim0 = new SimClock(T0); // the executor's clock only stamps results here
+    const t = await setup({ executor: new NoopExecutor(resolveExecutorOptions({ workerId: "w1", clock: sim0, log: () => undefined })) });
+    for (const r of ["r1", "r2", "r3"]) assert.deepEqual(await t.offer(r, 2_500 - (t.sim.now() - T0)), { accepted: true });
+    await t.runTo(T0 + 5_000);
+    const seq = t.events.filter((e) => e.type === "started" || e.type === "completed").map((e) => `${e.type} ${e.run_id}`);
+    for (const r of ["r1", "r2", "r3"]) {
+      assert.equal(seq.filter((x) => x === `started ${r}`).length, 1, seq.join(", "));
+      assert.equal(seq.filter((x) => x === `completed ${r}`).length, 1, seq.join(", "));
+      assert.ok(seq.indexOf(`started ${r}`) < seq.indexOf(`completed ${r}`), `started before completed: ${seq.join(", ")}`);
+    }
+    assert.ok(t.events.filter((e) => e.type === "started").every((e) => e.at === T0 + 2_500), "all started at the instant");
     await t.worker.stop();
   });
 });
