@@ -116,24 +116,18 @@ function options(args: string[]): Options {
 const pct = (sorted: number[], p: number): number | null => sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
-/** Sums a Prometheus text exposition's samples of `name` per value of `label` (all other labels summed). */
-function samples(texts: string[], name: string, label: string): Record<string, number> {
+/**
+ * Sums a Prometheus text exposition's samples of `name` per value of `labels` (joined by a space,
+ * e.g. "update kairos_runs" for ["op", "bucket"]; all other labels summed).
+ */
+function samples(texts: string[], name: string, ...labels: string[]): Record<string, number> {
   const out: Record<string, number> = {};
   const re = new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, "gm");
   for (const text of texts) {
     for (const m of text.matchAll(re)) {
-      const v = new RegExp(`${label}="([^"]*)"`).exec(m[1]!)?.[1] ?? "";
+      const v = labels.map((label) => new RegExp(`${label}="([^"]*)"`).exec(m[1]!)?.[1] ?? "").join(" ");
       out[v] = (out[v] ?? 0) + Number(m[2]);
     }
-  }
-  return out;
-}
-/** Sums `name`'s samples per "op bucket" (kairos_kv_op_seconds: which operation on which bucket). */
-function opBucketSamples(texts: string[], name: string): Record<string, number> {
-  const out: Record<string, number> = {};
-  const re = new RegExp(`^${name}\\{op="([^"]*)",bucket="([^"]*)"\\} (\\S+)$`, "gm");
-  for (const text of texts) {
-    for (const m of text.matchAll(re)) out[`${m[1]!} ${m[2]!}`] = (out[`${m[1]!} ${m[2]!}`] ?? 0) + Number(m[3]);
   }
   return out;
 }
@@ -419,14 +413,14 @@ export async function run(args: string[]): Promise<void> {
     if (systemClock.now() > t0Ms - lookaheadMs) console.log("WARNING: creation ran into the look-ahead window; the first runs were prepared during set-up");
     const textsBefore = await cluster.metrics();
     const opsBefore = samples(textsBefore, "kairos_kv_op_seconds_count", "op");
-    const bucketsBefore = opBucketSamples(textsBefore, "kairos_kv_op_seconds_count");
+    const bucketsBefore = samples(textsBefore, "kairos_kv_op_seconds_count", "op", "bucket");
     cluster.loop?.enable();
     const perSecond = await watchWindow(o, cluster, n, t0Ms);
     cluster.loop?.disable();
     const textsAfter = await cluster.metrics();
     const opsAfter = samples(textsAfter, "kairos_kv_op_seconds_count", "op");
     const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
-    const kvByOpBucket = Object.fromEntries(Object.entries(opBucketSamples(textsAfter, "kairos_kv_op_seconds_count")).map(([k, v]) => [k, v - (bucketsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
+    const kvByOpBucket = Object.fromEntries(Object.entries(samples(textsAfter, "kairos_kv_op_seconds_count", "op", "bucket")).map(([k, v]) => [k, v - (bucketsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
     const a = analyse(o, n, await listRunRecords(cluster.admin.runs));
     const kvOps = total(kvByOp, ["list"]);
     const kvPerRun = Number((kvOps / Math.max(1, a.started)).toFixed(2));

@@ -207,4 +207,3 @@ export class TimerQueue<T> {
     heapify(this.#heap, dueFirst);
   }
 }
-

@@ -122,8 +122,9 @@ export type TenantMsg =
 /** Grant writes, performed before the reply (see the module header). */
 export type TenantEffect =
   /**
-   * `start_at_ms`: when the granted run starts, if known — a batch of grants for runs that all
-   * start well ahead gathers before it is written (tenant-shell.ts `GRANT_GATHER_MS`).
+   * `start_at_ms`: when the granted run starts — a batch of grants for runs that all start well
+   * ahead gathers before it is written (tenant-shell.ts `GRANT_GATHER_MS`). Omitted when unknown,
+   * and on grants a decision on releases only makes (they must not wait: a release never does).
    */
   | { kind: "put_grant"; run_id: string; expires_at_ms: number; start_at_ms?: number }
   | { kind: "del_grant"; run_id: string }

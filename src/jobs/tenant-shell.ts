@@ -81,8 +81,6 @@ export const MAX_SEGMENTS = 32;
 export const COMPACT_SLACK = 64;
 /** Most segments compacted by one batch. */
 export const MAX_COMPACTIONS = 4;
-/** A batch whose runs all start at least this far ahead gathers before its write (see the module header). */
-export { GRANT_GATHER_LEAD_MS };
 /** How long such a batch gathers at most (its replies wait as long: their runs start ≥ 10 s later). */
 export const GRANT_GATHER_MS = 1_000;
 export const segmentKey = (partition: number, tenantId: string, seq: number) => `${GRANT_PREFIX}.${partition}.${tenantId}.s${seq}`;

@@ -306,7 +306,7 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
   });
 
   it("a grant for a run due sooner than GRANT_GATHER_LEAD_MS, or of unknown start, ends the gathering at once: it and the gathered ones go in one write now", async () => {
-    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-actor.ts");
     const { sim, table, done, apply } = await setup();
     void apply("later", T0 + 300_000);
     await sim.runUntil(T0 + 200);
@@ -365,7 +365,7 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
   });
 
   it("a batch that waited behind a slow one gathers no longer once its earliest run is within GRANT_GATHER_LEAD_MS", async () => {
-    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-shell.ts");
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/jobs/tenant-actor.ts");
     const { sim, kv, table, done, apply } = await setup();
     // The first batch's write hangs 5 s (a stalled KV).
     const slow = kv as unknown as { create: (...a: unknown[]) => Promise<unknown> };
