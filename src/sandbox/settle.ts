@@ -41,11 +41,11 @@ export function errorResult(cls: ErrorClass, message: string, atMs: number, retr
 const killNothing = (): Promise<void> => Promise.resolve();
 
 /**
- * An execution that has already ended with `result`; `kill` is a no-op. (No closure per call: the
+ * An execution that has already ended with `result` (also as `ended`); `kill` is a no-op. (No closure per call: the
  * noop executor makes one per start, 200,000 in a burst's start loop.)
  */
 export function finishedExecution(result: ExecutionResult): Execution {
-  return { result: Promise.resolve(result), kill: killNothing };
+  return { result: Promise.resolve(result), ended: result, kill: killNothing };
 }
 
 /** Best-effort message of an unknown thrown value. */

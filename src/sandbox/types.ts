@@ -68,6 +68,13 @@ export interface ExecutionResult {
 export interface Execution {
   /** Settles exactly once; never rejects. */
   readonly result: Promise<ExecutionResult>;
+  /**
+   * The result, when the attempt had already ended as `start` returned it (a validation failure,
+   * a closed executor, the noop executor's default): `result` resolves to the same. A caller may
+   * take it from here instead of awaiting `result` — a burst's start loop starts 200,000 of these,
+   * and a promise reaction per start was two closures and a promise each, all alive until the loop ends.
+   */
+  readonly ended?: ExecutionResult;
   /** Stops the attempt (outcome `killed` unless it already ended); resolves when it is gone. Never rejects. */
   /**
    * `immediate`: SIGKILL at once, no grace — for a worker fencing itself, whose lease margin

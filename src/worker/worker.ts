@@ -95,35 +95,49 @@ interface Lease {
   /** Monotonic time of acceptance: an offer never acknowledged by then + TTL − margin is dropped. */
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
-  validUntilMono?: number;
+  validUntilMono?: number | undefined;
   /** Monotonic send time of the latest acknowledged heartbeat. */
-  ackSentMono?: number;
+  ackSentMono?: number | undefined;
   /** The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run). */
-  held?: boolean;
+  held?: boolean | undefined;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
   due: boolean;
-  execution?: Execution;
-  startedAtMs?: number;
+  execution?: Execution | undefined;
+  startedAtMs?: number | undefined;
   /** The attempt ended; its completion is not acknowledged yet (a copy after each wait until settled, `#report`). */
-  completion?: Completion;
-  completionSinceMono?: number;
+  completion?: Completion | undefined;
+  completionSinceMono?: number | undefined;
   /** A completion report is being made (waiting for its turn, in flight, or between copies). */
-  reporting?: boolean;
+  reporting?: boolean | undefined;
   /**
    * A copy of the completion report is on the wire: the lease is not heartbeated meanwhile — the
    * report's arrival keeps the owner's lease as a heartbeat's would (job-actor.ts `arrivalKey`).
    */
-  reportOnWire?: boolean;
+  reportOnWire?: boolean | undefined;
   lost: boolean;
   /** Killed at once (SIGKILL: self-fenced, lease lost) — see `endedBeforeKill`. */
-  killedAtOnce?: boolean;
+  killedAtOnce?: boolean | undefined;
   /** Killed by the drain timeout: its result is reported as a retryable error (handed back). */
-  handedBack?: boolean;
+  handedBack?: boolean | undefined;
   /**
    * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
    * and its end is reported once (the owner holds the tenant slot until then; src/jobs/run-dispatch.ts `drain`).
    */
-  cancelled?: boolean;
+  cancelled?: boolean | undefined;
+}
+
+/**
+ * A lease with every field present from the offer on (undefined until set): one shape for all
+ * leases, its fields in the object itself. Added one by one later, each lease grew a separate
+ * property store as it was heartbeated and started — an allocation and a copy per start in a
+ * burst's start loop, on objects minutes old.
+ */
+function newLease(req: StartRequest, key: string, acceptedAtMono: number): Lease {
+  return {
+    req, key, acceptedAtMono, validUntilMono: undefined, ackSentMono: undefined, held: undefined, due: false,
+    execution: undefined, startedAtMs: undefined, completion: undefined, completionSinceMono: undefined,
+    reporting: undefined, reportOnWire: undefined, lost: false, killedAtOnce: undefined, handedBack: undefined, cancelled: undefined,
+  };
 }
 
 /** What a drain did: attempts that finished during it, and attempts handed back at its timeout. */
@@ -221,6 +235,13 @@ export class Worker {
    * and a round 20 ms after each burst of offers, the worker spent its time walking parked leases.
    */
   readonly #awake = new Set<Lease>();
+  /**
+   * Leases a start instant woke, not yet added to `#awake`: a burst's start loop pushes here (an
+   * array push) and the set takes them when next looked at — `#awakeLeases`, or before any delete
+   * from it (`#sleep`), so the set's contents are as if each had been added in the loop. Adding
+   * 200,000 leases to the set inside the loop (its table regrown on the way) delayed the last starts.
+   */
+  #woken: Lease[] = [];
   /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first. */
   readonly #reportQueue = new Fifo<Lease>();
   /** Most reports holding a slot at once (COMPLETIONS_IN_FLIGHT or the option). */
@@ -466,7 +487,7 @@ export class Worker {
       this.#drop(existing);
     }
     if (this.#leases.size >= this.#o.slots) return { accepted: false, reason: "no free slot" };
-    const lease: Lease = { req, key: k, acceptedAtMono: this.#o.clock.monoMs(), due: false, lost: false };
+    const lease = newLease(req, k, this.#o.clock.monoMs());
     this.#leases.set(k, lease);
     this.#awake.add(lease);
     this.#enqueueStart(lease, req.start_at_ms);
@@ -495,7 +516,7 @@ export class Worker {
       this.#due.delete(atMs);
       let waiting = false;
       for (const l of leases) {
-        if (!l.lost) this.#awake.add(l);
+        if (!l.lost) this.#woken.push(l);
         if (this.#fresh(l)) this.#run(l);
         else if (!l.lost) {
           l.due = true; // starts when a heartbeat is acknowledged, if ever
@@ -565,11 +586,26 @@ export class Worker {
       if (this.#startedToReport.length === 0) queueMicrotask(this.#reportStarted);
       this.#startedToReport.push(lease);
     }
+    if (lease.execution.ended) {
+      // Ended as it started (the noop executor, a task refused): completed by one microtask for
+      // the loop (see `Execution.ended`), queued after the `started` one above.
+      if (this.#endedToComplete.length === 0) queueMicrotask(this.#completeEnded);
+      this.#endedToComplete.push(lease);
+      return;
+    }
     lease.execution.result.then(
       (r) => this.#complete(lease, r),
       (e: unknown) => this.#o.log("error", "execution failed unexpectedly", { run_id: req.run_id, err: String(e) }),
     );
   }
+
+  /** Attempts started since the last `#completeEnded` whose execution had already ended (`Execution.ended`). */
+  #endedToComplete: Lease[] = [];
+  readonly #completeEnded = (): void => {
+    const ended = this.#endedToComplete;
+    this.#endedToComplete = [];
+    for (const l of ended) void this.#complete(l, l.execution!.ended!);
+  };
 
   /**
    * One batched heartbeat for every attempt this worker holds (accepted, running, or waiting for
@@ -683,12 +719,26 @@ export class Worker {
 
   /** The awake leases still held (a snapshot: callers may drop leases while they walk it). */
   #awakeLeases(): Lease[] {
+    this.#takeWoken();
     const out: Lease[] = [];
     for (const l of this.#awake) {
       if (this.#leases.get(l.key) === l) out.push(l);
       else this.#awake.delete(l);
     }
     return out;
+  }
+
+  /** Moves the leases woken since into `#awake` (see `#woken`). */
+  #takeWoken(): void {
+    if (this.#woken.length === 0) return;
+    for (const l of this.#woken) this.#awake.add(l);
+    this.#woken = [];
+  }
+
+  /** Takes a lease out of `#awake` (after the woken ones are in: a later delete wins over an earlier wake). */
+  #sleep(l: Lease): void {
+    this.#takeWoken();
+    this.#awake.delete(l);
   }
 
   /**
@@ -699,7 +749,7 @@ export class Worker {
    */
   #parkIfCovered(l: Lease): void {
     if (l.lost || l.due || l.held || l.execution || l.completion || l.validUntilMono === undefined) return;
-    if (this.#coveredThroughStart(l, l.validUntilMono, this.#o.clock.now())) this.#awake.delete(l);
+    if (this.#coveredThroughStart(l, l.validUntilMono, this.#o.clock.now())) this.#sleep(l);
   }
 
   /**
@@ -917,7 +967,7 @@ export class Worker {
     let wait = Number.POSITIVE_INFINITY;
     for (const l of batch) {
       l.reportOnWire = true;
-      this.#awake.delete(l);
+      this.#sleep(l);
       wait = Math.min(wait, this.#reportWaitMs(l));
     }
     let results: ItemResult[] = [];

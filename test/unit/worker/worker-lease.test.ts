@@ -274,6 +274,35 @@ describe("worker: events of attempts that end at once", () => {
   });
 });
 
+describe("worker: executions ended as they start (`Execution.ended`)", () => {
+  it("an execution whose result is given as `ended` is completed and reported from it — its `result` promise, here never settled, is not awaited — and while the report is on the wire the attempt is not awake", T, async () => {
+    const sim0 = new SimClock(T0);
+    const given: string[] = [];
+    const ended: Executor = {
+      kind: "noop",
+      start(_task: TaskSpec, id: RunIdentity): Execution {
+        given.push(id.runId);
+        // A result promise that never settles: only `ended` can complete these.
+        return { result: new Promise<ExecutionResult>(() => undefined), ended: { outcome: "exited", exitCode: 0, output: `out ${id.runId}`, startedAtMs: sim0.now(), finishedAtMs: sim0.now() }, kill: async () => undefined };
+      },
+      reapOrphans: async () => 0,
+      close: async () => undefined,
+    };
+    const t = await setup({ executor: ended });
+    t.owner.complete = "silent";
+    for (const r of ["r1", "r2"]) assert.deepEqual(await t.offer(r, 2_500 - (t.sim.now() - T0)), { accepted: true });
+    await t.runTo(T0 + 2_600);
+    assert.deepEqual(given, ["r1", "r2"], "both started at the instant");
+    assert.deepEqual(t.owner.completes.map((c) => `${c.run_id} ${c.outcome}`), ["r1 exited", "r2 exited"], "reported from `ended`, in start order");
+    // Woken by their start instant (in the set only when next looked at), then put to sleep by
+    // the report on the wire: the later sleep wins.
+    assert.deepEqual(t.worker.leaseCounts, { held: 2, awake: 0 }, "reports on the wire: not heartbeated");
+    const seq = t.events.filter((e) => e.type === "started").map((e) => e.run_id);
+    assert.deepEqual(seq, ["r1", "r2"]);
+    await t.worker.stop();
+  });
+});
+
 describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
   it("2: an accepted offer whose start time passes before any acknowledgement is not started; it starts on the acknowledgement", T, async () => {
     const t = await setup();
