@@ -16,6 +16,24 @@ describe("noop executor", () => {
     assert.deepEqual({ outcome: r.outcome, exitCode: r.exitCode, output: r.output }, { outcome: "exited", exitCode: 0, output: "" });
   });
 
+  it("starts within one millisecond share one ended execution, its result frozen and given as `ended`; an invalid task still gets its own error; the next millisecond gets a new one", async () => {
+    const clock = new FakeClock(1000);
+    const ex = await createExecutor("noop", { workerId: "w-noop", clock });
+    const a = ex.start(task(["x"]), identity("w-noop"));
+    const b = ex.start(task(["y"]), identity("w-noop"));
+    assert.equal(a, b, "one execution for the millisecond");
+    assert.ok(a.ended && Object.isFrozen(a.ended), "its result is read-only");
+    assert.equal(await a.result, a.ended, "`result` resolves to `ended`");
+    assert.deepEqual({ ...a.ended }, { outcome: "exited", exitCode: 0, output: "", startedAtMs: 1000, finishedAtMs: 1000 });
+    const bad = ex.start({ ...task(["x"]), timeoutS: 0 }, identity("w-noop"));
+    assert.notEqual(bad, a);
+    assert.equal(bad.ended?.outcome, "error");
+    clock.advance(1);
+    const c = ex.start(task(["x"]), identity("w-noop"));
+    assert.notEqual(c, a);
+    assert.equal(c.ended?.startedAtMs, 1001);
+  });
+
   it("takes its configured duration on the clock, and kill() ends it as killed", async () => {
     const clock = new FakeClock(1000);
     const ex = await createExecutor("noop", { workerId: "w-noop", clock, noop: { durationMs: 500 } });
