@@ -41,7 +41,7 @@ export class NoopExecutor implements Executor {
     if (this.#cfg.noop.durationMs === 0) {
       const last = this.#lastEnded;
       if (last !== undefined && last.atMs === startedAtMs) return last.execution;
-      const execution = finishedExecution(Object.freeze(noopResult("exited", startedAtMs, startedAtMs)));
+      const execution = Object.freeze(finishedExecution(Object.freeze(noopResult("exited", startedAtMs, startedAtMs))));
       this.#lastEnded = { atMs: startedAtMs, execution };
       return execution;
     }

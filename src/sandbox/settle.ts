@@ -41,8 +41,9 @@ export function errorResult(cls: ErrorClass, message: string, atMs: number, retr
 const killNothing = (): Promise<void> => Promise.resolve();
 
 /**
- * An execution that has already ended with `result` (also as `ended`); `kill` is a no-op. (No closure per call: the
- * noop executor makes one per start, 200,000 in a burst's start loop.)
+ * An execution that has already ended with `result` (also as `ended`); `kill` is a no-op. (No
+ * closure per call: a refused task makes one per start; the noop executor one per millisecond,
+ * shared by that millisecond's starts — a burst starts 200,000 in one loop.)
  */
 export function finishedExecution(result: ExecutionResult): Execution {
   return { result: Promise.resolve(result), ended: result, kill: killNothing };

@@ -73,8 +73,10 @@ export interface Execution {
    * a closed executor, the noop executor's default): `result` resolves to the same. A caller may
    * take it from here instead of awaiting `result` — a burst's start loop starts 200,000 of these,
    * and a promise reaction per start was two closures and a promise each, all alive until the loop ends.
+   * An execution with `ended` may be shared by several starts (the noop executor's, within a
+   * millisecond): nothing may key on its identity, and its result is read-only (frozen there).
    */
-  readonly ended?: ExecutionResult;
+  readonly ended?: Readonly<ExecutionResult>;
   /** Stops the attempt (outcome `killed` unless it already ended); resolves when it is gone. Never rejects. */
   /**
    * `immediate`: SIGKILL at once, no grace — for a worker fencing itself, whose lease margin

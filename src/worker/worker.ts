@@ -486,6 +486,8 @@ export class Worker {
 
   #offer(req: StartRequest): StartReply {
     if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
+    // (The identity made at the offer formats scheduled_for: a malformed time is refused here, not thrown.)
+    if (!Number.isFinite(req.scheduled_for_ms) || !Number.isFinite(req.start_at_ms)) return { accepted: false, reason: "malformed offer: scheduled_for_ms and start_at_ms must be finite numbers" };
     const k = this.#key(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
@@ -610,7 +612,9 @@ export class Worker {
   readonly #completeEnded = (): void => {
     const ended = this.#endedToComplete;
     this.#endedToComplete = [];
-    for (const l of ended) void this.#complete(l, l.execution!.ended!);
+    for (const l of ended) {
+      this.#complete(l, l.execution!.ended!).catch((e: unknown) => this.#o.log("error", "completing an attempt failed", { run_id: l.req.run_id, err: String(e) }));
+    }
   };
 
   /**
@@ -1074,7 +1078,8 @@ export class Worker {
     if (!lease.execution) return;
     // Until its result is in, a probe must not hear `started`: the task may have ended by itself
     // just before the kill (`endedBeforeKill`), and its success is known only then.
-    // (`#complete`, attached at the start, runs before this callback: the result is kept first.)
+    // (`#complete`, queued at the start — a `.then` of the result, or `#completeEnded` for an
+    // execution ended as it started — runs before this callback: the result is kept first.)
     if (immediate) {
       const k = this.#fenced(lease.key, lease.req.fence);
       this.#killing.add(k);

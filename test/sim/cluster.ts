@@ -209,6 +209,8 @@ export class SimCluster {
     const executor = new SimExecutor({
       workerId: p.id, sim: this.sim, process: p.process, random: this.#rng(), ledger: this.ledger,
       sandbox, watchdogRandom: stream(this.#o.seed, 1000 + 100 * k + p.gen),
+      // A fifth of the tasks end as they start (`Execution.ended`, the noop executor's path).
+      endedRandom: stream(this.#o.seed, 1_000_000 + 100 * k + p.gen), endedRate: 0.2,
       durationMs: [300, 4000], failRate: 0.1, ...(this.#o.brokenExecutor ? { broken: true } : {}),
     });
     p.executor = executor;

@@ -81,6 +81,14 @@ export interface SimExecutorOptions {
   /** The watchdogs' phase (a separate stream, so it shifts no other draw). */
   watchdogRandom: Random;
   /**
+   * A share of tasks (drawn from `endedRandom`, a stream of its own) that end as they start: the
+   * execution names its result (`Execution.ended`, as the noop executor's does) and is shared by
+   * every such start of the same millisecond and exit code — the worker's path for these
+   * (`#completeEnded`, one microtask per start loop) is then under the invariants too.
+   */
+  endedRandom?: Random;
+  endedRate?: number;
+  /**
    * Self-test only: the ledger sees every execution as run "broken", fence 1 — as if one fence
    * had been offered to every worker — so invariant (a) must fire.
    */
@@ -96,8 +104,26 @@ export class SimExecutor implements Executor {
     this.#o = o;
   }
 
+  /** The last execution ended at its start, shared within its millisecond and exit code (see `endedRate`). */
+  #lastEnded: { atMs: number; code: number; execution: Execution } | undefined;
+
   start(task: TaskSpec, id: RunIdentity): Execution {
     const { sim, random, ledger, process } = this.#o;
+    if (this.#o.endedRandom && this.#o.endedRandom.next() < (this.#o.endedRate ?? 0)) {
+      const code = this.#o.endedRandom.next() < this.#o.failRate ? 1 : 0;
+      const x = ledger.start({
+        runId: this.#o.broken ? "broken" : id.runId, attempt: id.attempt, fence: this.#o.broken ? 1 : id.fence, worker: this.#o.workerId,
+        tenant: id.tenantId, job: id.jobId, startMs: sim.now(),
+      });
+      ledger.end(x, sim.now(), `exit ${code}`);
+      const atMs = process.clock.now();
+      const last = this.#lastEnded;
+      if (last !== undefined && last.atMs === atMs && last.code === code) return last.execution;
+      const r: ExecutionResult = Object.freeze({ outcome: "exited", exitCode: code, output: "", startedAtMs: atMs, finishedAtMs: atMs });
+      const execution: Execution = { result: Promise.resolve(r), ended: r, kill: async () => undefined };
+      this.#lastEnded = { atMs, code, execution };
+      return execution;
+    }
     const [lo, hi] = this.#o.durationMs;
     const duration = lo + Math.floor(random.next() * (hi - lo + 1));
     const exitCode = random.next() < this.#o.failRate ? 1 : 0;

@@ -194,10 +194,10 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   await worker.start();
   await drainMicrotasks();
   /** Offers attempt 1 of `runId` (fence 1) starting `startInMs` from now; resolves with the reply. */
-  const offer = async (runId: string, startInMs: number, task: StartRequest["task"] = { image: "i", args: ["true"], env: {}, timeout_s: 600 }): Promise<StartReply> => {
+  const offer = async (runId: string, startInMs: number, task: StartRequest["task"] = { image: "i", args: ["true"], env: {}, timeout_s: 600 }, scheduledForMs?: number): Promise<StartReply> => {
     const req: StartRequest = {
       job_actor: "t1.j1", tenant_id: "t1", job_id: "j1", run_id: runId, attempt: 1, fence: 1,
-      scheduled_for_ms: sim.now() + startInMs, start_at_ms: sim.now() + startInMs,
+      scheduled_for_ms: scheduledForMs ?? sim.now() + startInMs, start_at_ms: sim.now() + startInMs,
       task, lease_ttl_ms: TTL,
     };
     const p = schedEp.request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 2_000 });
@@ -275,6 +275,17 @@ describe("worker: events of attempts that end at once", () => {
 });
 
 describe("worker: executions ended as they start (`Execution.ended`)", () => {
+  it("an offer whose scheduled_for is not a finite number is refused with a reason (the identity is made at the offer), and the worker goes on", T, async () => {
+    const t = await setup();
+    const bad = await t.offer("r0", 1_000, undefined, Number.NaN);
+    assert.equal(bad.accepted, false);
+    assert.match(String(bad.reason), /malformed offer/);
+    assert.deepEqual(await t.offer("r1", 1_000), { accepted: true });
+    await t.runTo(T0 + 1_100);
+    assert.equal(t.executor.starts(), 1);
+    await t.worker.stop();
+  });
+
   it("an execution whose result is given as `ended` is completed and reported from it — its `result` promise, here never settled, is not awaited — and while the report is on the wire the attempt is not awake", T, async () => {
     const sim0 = new SimClock(T0);
     const given: string[] = [];
