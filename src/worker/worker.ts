@@ -163,6 +163,8 @@ export interface DrainResult {
 
 /** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
 export const HAND_BACK_REPORT_MS = 5_000;
+/** The largest time a Date holds (ms from the epoch, either way): `formatUtc` throws beyond it. */
+const MAX_DATE_MS = 8.64e15;
 
 /** The longest cover an acknowledgement is taken for (a bound on a malformed or hostile reply). */
 export const MAX_COVER_MS = 24 * 3_600_000;
@@ -487,7 +489,9 @@ export class Worker {
   #offer(req: StartRequest): StartReply {
     if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
     // (The identity made at the offer formats scheduled_for: a malformed time is refused here, not thrown.)
-    if (!Number.isFinite(req.scheduled_for_ms) || !Number.isFinite(req.start_at_ms)) return { accepted: false, reason: "malformed offer: scheduled_for_ms and start_at_ms must be finite numbers" };
+    if (!Number.isFinite(req.start_at_ms) || !Number.isFinite(req.scheduled_for_ms) || Math.abs(req.scheduled_for_ms) > MAX_DATE_MS) {
+      return { accepted: false, reason: "malformed offer: scheduled_for_ms and start_at_ms must be finite times (within ±8.64e15 ms)" };
+    }
     const k = this.#key(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.

@@ -277,9 +277,11 @@ describe("worker: events of attempts that end at once", () => {
 describe("worker: executions ended as they start (`Execution.ended`)", () => {
   it("an offer whose scheduled_for is not a finite number is refused with a reason (the identity is made at the offer), and the worker goes on", T, async () => {
     const t = await setup();
-    const bad = await t.offer("r0", 1_000, undefined, Number.NaN);
-    assert.equal(bad.accepted, false);
-    assert.match(String(bad.reason), /malformed offer/);
+    for (const scheduledFor of [Number.NaN, 8.64e15 + 1]) {
+      const bad = await t.offer("r0", 1_000, undefined, scheduledFor);
+      assert.equal(bad.accepted, false, `scheduled_for ${scheduledFor}`);
+      assert.match(String(bad.reason), /malformed offer/);
+    }
     assert.deepEqual(await t.offer("r1", 1_000), { accepted: true });
     await t.runTo(T0 + 1_100);
     assert.equal(t.executor.starts(), 1);
