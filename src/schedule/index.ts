@@ -16,7 +16,7 @@ import { zoneFor } from "./zone.ts";
 import { yearOfMs } from "./calendar.ts";
 
 export type { CompiledSchedule, ScheduleSpec } from "./types.ts";
-export { nextOccurrences, occurrencesBetween, MAX_COUNT, MAX_WINDOW_LIMIT } from "./occurrences.ts";
+export { nextOccurrences, occurrencesBetween, MAX_COUNT, MAX_WINDOW_LIMIT, MAX_INSTANT_MS } from "./occurrences.ts";
 export { spreadOffsetMs, MAX_SPREAD_WINDOW_S } from "./spread.ts";
 export { validateTimeZone } from "./zone.ts";
 export { formatInstant, formatUtc, parseInstant } from "./at.ts";

@@ -31,7 +31,7 @@ export const SEARCH_YEARS = 8;
 /** Extra matcher steps allowed per call for wall times skipped in gaps and repeats. */
 const MAX_SKIPS = 200_000;
 /** Instants Temporal can represent: ±8.64e15 ms around the epoch. */
-const MAX_INSTANT_MS = 8.64e15;
+export const MAX_INSTANT_MS = 8.64e15;
 
 function checkArgs(afterMs: number, count: number): void {
   if (!Number.isFinite(afterMs) || Math.abs(afterMs) > MAX_INSTANT_MS) throw argumentError(`after must be an epoch-ms instant, got ${afterMs}`);

@@ -54,7 +54,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter, ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
 import type { Execution, Executor, ExecutionResult, RunIdentity, TaskSpec } from "../sandbox/index.ts";
-import { formatUtc } from "../schedule/index.ts";
+import { MAX_INSTANT_MS, formatUtc } from "../schedule/index.ts";
 import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type ProbeReply, type ProbeRequest, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
 export interface WorkerOptions {
@@ -163,8 +163,6 @@ export interface DrainResult {
 
 /** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
 export const HAND_BACK_REPORT_MS = 5_000;
-/** The largest time a Date holds (ms from the epoch, either way): `formatUtc` throws beyond it. */
-const MAX_DATE_MS = 8.64e15;
 
 /** The longest cover an acknowledgement is taken for (a bound on a malformed or hostile reply). */
 export const MAX_COVER_MS = 24 * 3_600_000;
@@ -489,7 +487,7 @@ export class Worker {
   #offer(req: StartRequest): StartReply {
     if (this.#stopping || this.#draining) return { accepted: false, reason: this.#draining ? "draining" : "stopping" };
     // (The identity made at the offer formats scheduled_for: a malformed time is refused here, not thrown.)
-    if (!Number.isFinite(req.start_at_ms) || !Number.isFinite(req.scheduled_for_ms) || Math.abs(req.scheduled_for_ms) > MAX_DATE_MS) {
+    if (!Number.isFinite(req.start_at_ms) || !Number.isFinite(req.scheduled_for_ms) || Math.abs(req.scheduled_for_ms) > MAX_INSTANT_MS) {
       return { accepted: false, reason: "malformed offer: scheduled_for_ms and start_at_ms must be finite times (within ±8.64e15 ms)" };
     }
     const k = this.#key(req.run_id, req.attempt);

@@ -17,6 +17,7 @@
  * - `none` (self-tests only): nothing does — a frozen worker's task runs to its end.
  */
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../src/sandbox/types.ts";
+import { finishedExecution } from "../../src/sandbox/settle.ts";
 import type { Random } from "../../src/lib/random.ts";
 import type { SimClock, SimProcess } from "./sim-clock.ts";
 
@@ -107,30 +108,31 @@ export class SimExecutor implements Executor {
   /** The last execution ended at its start, shared within its millisecond and exit code (see `endedRate`). */
   #lastEnded: { atMs: number; code: number; execution: Execution } | undefined;
 
+  /** The ledger's record of an execution starting now (self-test `broken`: every one as run "broken", fence 1). */
+  #ledgerStart(id: RunIdentity): LedgerEntry {
+    const broken = this.#o.broken === true;
+    return this.#o.ledger.start({
+      runId: broken ? "broken" : id.runId, attempt: id.attempt, fence: broken ? 1 : id.fence, worker: this.#o.workerId,
+      tenant: id.tenantId, job: id.jobId, startMs: this.#o.sim.now(),
+    });
+  }
+
   start(task: TaskSpec, id: RunIdentity): Execution {
     const { sim, random, ledger, process } = this.#o;
     if (this.#o.endedRandom && this.#o.endedRandom.next() < (this.#o.endedRate ?? 0)) {
       const code = this.#o.endedRandom.next() < this.#o.failRate ? 1 : 0;
-      const x = ledger.start({
-        runId: this.#o.broken ? "broken" : id.runId, attempt: id.attempt, fence: this.#o.broken ? 1 : id.fence, worker: this.#o.workerId,
-        tenant: id.tenantId, job: id.jobId, startMs: sim.now(),
-      });
-      ledger.end(x, sim.now(), `exit ${code}`);
+      ledger.end(this.#ledgerStart(id), sim.now(), `exit ${code}`);
       const atMs = process.clock.now();
       const last = this.#lastEnded;
       if (last !== undefined && last.atMs === atMs && last.code === code) return last.execution;
-      const r: ExecutionResult = Object.freeze({ outcome: "exited", exitCode: code, output: "", startedAtMs: atMs, finishedAtMs: atMs });
-      const execution: Execution = { result: Promise.resolve(r), ended: r, kill: async () => undefined };
+      const execution = finishedExecution(Object.freeze({ outcome: "exited", exitCode: code, output: "", startedAtMs: atMs, finishedAtMs: atMs }));
       this.#lastEnded = { atMs, code, execution };
       return execution;
     }
     const [lo, hi] = this.#o.durationMs;
     const duration = lo + Math.floor(random.next() * (hi - lo + 1));
     const exitCode = random.next() < this.#o.failRate ? 1 : 0;
-    const x = ledger.start({
-      runId: this.#o.broken ? "broken" : id.runId, attempt: id.attempt, fence: this.#o.broken ? 1 : id.fence, worker: this.#o.workerId,
-      tenant: id.tenantId, job: id.jobId, startMs: sim.now(),
-    });
+    const x = this.#ledgerStart(id);
     const startedAtMs = process.clock.now();
     let settle!: (r: ExecutionResult) => void;
     const result = new Promise<ExecutionResult>((r) => (settle = r));
