@@ -70,6 +70,12 @@ export const RUN_STATUSES = [
 export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
 
+/**
+ * The suffix of a lapsed attempt's `error` when the attempt does not count against max_attempts
+ * (presumed never started: run-lifecycle.ts `lapse`); run-metrics.ts labels lease expiries by it.
+ */
+export const NOT_COUNTED = " (not counted)";
+
 export type AttemptOutcome = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
 
 export interface AttemptView {

@@ -17,7 +17,7 @@ import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
 import { terminalRunView, type ActiveRun, type JobState } from "./job-state.ts";
-import type { AttemptOutcome, RunView } from "./model.ts";
+import { NOT_COUNTED, type AttemptOutcome, type RunView } from "./model.ts";
 import { holdOf } from "./occurrence-plan.ts";
 import { askSlot, dispatch, drain, drained, onGrant } from "./run-dispatch.ts";
 import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
@@ -153,6 +153,14 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
   if (!r || !holds(tx, r, m.fence, m.worker)) {
     return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} of worker ${m.worker} is not the current lease`));
+  }
+  // Given back unstarted (a draining worker): offered again at once, not counted (bounded). A
+  // start already heard for it (it cannot have one: the worker gives back only attempts it never
+  // started) would make it a lapse like any other.
+  if (m.not_started === true) {
+    tx.cancelTimer(`lease:${r.run_id}`);
+    lapse(tx, r, r.status === "leased" ? { state: "not_started" } : { state: "started" }, "given back");
+    return tx.done({ ok: true });
   }
   const outcome = mapOutcome(m);
   const a = r.attempts[r.attempts.length - 1];
@@ -367,21 +375,29 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
  * heard to start is presumed not started (a burst's unacknowledged offers; a worker that died
  * before starting it) as before probes existed.
  */
-function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null): D {
+function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | "given back" = "expired"): D {
   const w = r.worker ?? "?";
   const said = reply?.state;
-  const unstarted = said === "not_started" || (reply === null && r.status === "leased");
+  // Never heard to start, and its worker does not say it did: a worker restarted under the same
+  // id (a rolling deploy) answers `unknown` for the attempts its earlier process held ahead of
+  // their start — counted, they dead-lettered runs that never executed. Presumed not started, as
+  // with no answer; the at-least-once exception (a process killed after the start and before its
+  // first heartbeat arrived) is bounded by MAX_UNSTARTED_ATTEMPTS and counted as a re-run only if
+  // the run executes again (kairos_lease_expiries_total{counted="false"}).
+  const unstarted = said === "not_started" || ((reply === null || said === "unknown") && r.status === "leased");
   const neverStarted = unstarted && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
   const a = r.attempts[r.attempts.length - 1];
   if (a) {
     a.finished_at = iso(tx.now);
     a.outcome = "lease_lost";
-    const why = said === "not_started" ? `lease expired on worker ${w}, which had not started the attempt`
-      : said === "started" || said === "ended" ? `lease expired on worker ${w}; the attempt started there and its result was lost`
-        : said === "unknown" ? `lease expired on worker ${w}, which no longer knows the attempt`
-          : r.status === "leased" ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
-            : `lease expired on worker ${w}, which did not answer`;
-    a.error = neverStarted ? `${why} (not counted)` : why;
+    const why = how === "given back" ? `given back unstarted by worker ${w} (draining)`
+      : said === "not_started" ? `lease expired on worker ${w}, which had not started the attempt`
+        : said === "started" || said === "ended" ? `lease expired on worker ${w}; the attempt started there and its result was lost`
+          : said === "unknown" && r.status === "leased" ? `lease expired on worker ${w}, which no longer knows the attempt (restarted), before the attempt was heard to start`
+            : said === "unknown" ? `lease expired on worker ${w}, which no longer knows the attempt`
+              : r.status === "leased" ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
+                : `lease expired on worker ${w}, which did not answer`;
+    a.error = neverStarted ? `${why}${NOT_COUNTED}` : why;
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   delete r.probes;

@@ -7,7 +7,7 @@
  * | --- | --- | --- | --- |
  * | kairos_dispatch_lag_seconds | histogram | tenant | attempt start − scheduled_for, observed once per run (its first start) |
  * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
- * | kairos_lease_expiries_total | counter | – | attempt leases that expired (worker died, stopped, or was cut off) |
+ * | kairos_lease_expiries_total | counter | counted | attempt leases that lapsed (worker died, restarted, drained, or was cut off); `counted="false"`: presumed never started (given back by a drain, or never heard to start and not known to its worker), offered again without counting against max_attempts |
  * | kairos_attempts_total | counter | tenant, outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
  * | kairos_retries_total | counter | tenant | attempts scheduled again after a retryable failure |
  * | kairos_dead_letters_total | counter | tenant | runs dead-lettered (failed after their last attempt) |
@@ -107,7 +107,7 @@ export function addRunsWaitingSource(read: () => Readonly<Record<WaitReason, num
   waitingSources.add(read);
   return () => waitingSources.delete(read);
 }
-const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that expired without completion", registers: [registry] });
+const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that lapsed without completion; counted=false: presumed never started, offered again without counting against max_attempts", labelNames: ["counted"] as const, registers: [registry] });
 const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
 const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });
 const deadLetters = new Counter({ name: METRICS.deadLetters, help: "Runs dead-lettered after their last attempt", labelNames: ["tenant"] as const, registers: [registry] });
@@ -160,8 +160,8 @@ export function addRunsWaiting(reason: WaitReason, delta: number): void {
 }
 
 /** An attempt's lease expired (its worker did not heartbeat or complete in time). */
-export function countLeaseExpiry(): void {
-  leaseExpiries.inc();
+export function countLeaseExpiry(counted: boolean): void {
+  leaseExpiries.inc({ counted: counted ? "true" : "false" });
 }
 
 /** An attempt ended with `outcome`. */

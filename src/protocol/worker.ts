@@ -51,6 +51,13 @@ export interface Completion {
   error: { class: string; message: string; retryable: boolean } | null;
   started_at_ms: number;
   finished_at_ms: number;
+  /**
+   * The worker gives the attempt back without ever having started it (a drain drops the attempts
+   * it holds ahead of their start): the owner offers the run again at once and does not count the
+   * attempt. `outcome` is then `error` (retryable), which an owner that predates this field reads
+   * as a failed attempt to retry.
+   */
+  not_started?: true;
 }
 
 /** A worker's slot advert (heartbeat), on `workerAdvertSubject`. */

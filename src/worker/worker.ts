@@ -41,9 +41,9 @@
  *   copy is on the wire, or answered pending (still in the owner's mailbox), the attempt is not
  *   heartbeated: the report's arrival and its wait in the mailbox keep the owner's lease.
  *
- * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, drops
- * accepted offers that have not started (their leases expire unstarted: re-offered elsewhere, not
- * counted as attempts), lets running attempts finish and report — heartbeats go on as usual —
+ * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, gives back
+ * accepted offers that have not started (`#giveBack`: each owner re-offers its run at once
+ * elsewhere, not counted as an attempt), lets running attempts finish and report — heartbeats go on as usual —
  * until the drain timeout, then hands back the rest: kills each and reports it as a retryable
  * error, so its owner retries it at once on another worker (as a new attempt) — unless the task
  * had exited 0 by itself just before the kill: that is reported as its success.
@@ -160,6 +160,9 @@ export interface DrainResult {
   /** Accepted offers dropped before they started (re-offered elsewhere by their owners). */
   dropped: number;
 }
+
+/** How long a drain waits for the owners to acknowledge the attempts it gives back unstarted. */
+export const GIVE_BACK_REPORT_MS = 5_000;
 
 /** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
 export const HAND_BACK_REPORT_MS = 5_000;
@@ -318,16 +321,17 @@ export class Worker {
   async drain(timeoutMs: number): Promise<DrainResult> {
     this.#draining = true;
     this.#advertise(); // schedulers stop picking this worker now, not at the next heartbeat
-    let dropped = 0;
+    const given: Lease[] = [];
     for (const l of [...this.#leases.values()]) {
       if (l.execution || l.completion || l.lost) continue;
-      l.lost = true; // never started here: the owner's lease expires unstarted and it re-offers
+      l.lost = true; // never started here, and now never will
       this.#drop(l);
-      dropped++;
+      given.push(l);
     }
+    const dropped = given.length;
     const running = this.#leases.size;
     this.#o.log("info", "worker draining", { evt: "worker_draining", running, dropped, timeout_ms: timeoutMs });
-    await this.#settle(timeoutMs, true);
+    await Promise.all([this.#giveBack(given), this.#settle(timeoutMs, true)]);
     const rest = [...this.#leases.values()].filter((l) => l.execution && !l.completion && !l.lost);
     for (const l of rest) l.handedBack = true;
     await Promise.all(rest.map((l) => l.execution!.kill("worker drained: drain timeout", { immediate: true })));
@@ -335,6 +339,36 @@ export class Worker {
     const result: DrainResult = { finished: running - rest.length, handedBack: rest.length, dropped };
     this.#o.log("info", "worker drained", { evt: "worker_drained", finished: result.finished, handed_back: result.handedBack, dropped, left: this.#leases.size });
     return result;
+  }
+
+  /**
+   * Tells the owners of attempts held ahead of their start that they will not start here (a
+   * drain): each re-offers its run at once, not counted against max_attempts (protocol/worker.ts
+   * `Completion.not_started`). Without it they waited for the lease's end (start_at + TTL) and a
+   * probe — whose answer from a process restarted under the same id was `unknown`. A report lost
+   * or refused leaves the run to that path: the owner's probe then hears `not_started` (this
+   * process) or `unknown` (the next one), both uncounted for an attempt never heard to start.
+   * Bounded by GIVE_BACK_REPORT_MS.
+   */
+  async #giveBack(leases: Lease[]): Promise<void> {
+    if (leases.length === 0) return;
+    const now = this.#o.clock.now();
+    let results: ItemResult[] = [];
+    try {
+      results = await this.#o.router.requestMany(leases.map((l) => ({
+        to: { type: JOB_ACTOR, id: l.req.job_actor },
+        msg: {
+          kind: "complete", run_id: l.req.run_id, fence: l.req.fence, worker: this.#o.workerId,
+          outcome: "error", exit_code: null, output: "",
+          error: { class: "not_started", message: "worker draining: the attempt was given back before its start", retryable: true },
+          started_at_ms: now, finished_at_ms: now, not_started: true,
+        } satisfies Completion & { kind: "complete"; run_id: string; fence: number; worker: string },
+      })), { deadlineMs: GIVE_BACK_REPORT_MS, budgetMs: Math.floor(GIVE_BACK_REPORT_MS / 2) });
+    } catch (e) {
+      this.#o.log("warn", "giving back unstarted attempts failed; their owners' probes re-offer them", { attempts: leases.length, err: String(e) });
+    }
+    const ok = results.filter((r) => r?.ok === true).length;
+    this.#o.log("info", "gave back unstarted attempts", { evt: "worker_gave_back", attempts: leases.length, acknowledged: ok });
   }
 
   /** Ends a drain's wait for running attempts now: they are handed back (a second signal). */

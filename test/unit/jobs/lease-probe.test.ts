@@ -129,15 +129,48 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(d.heartbeat(RUN, f).fail?.code, "lease_lost", "the old fence is dead");
   });
 
-  it("started and gone, or forgotten: offered again and counted (the last attempt dead-letters)", () => {
+  it("started and gone, or forgotten after it was heard to start: offered again and counted (the last attempt dead-letters)", () => {
     for (const [state, why] of [["started", "lease expired on worker w1; the attempt started there and its result was lost"], ["unknown", "lease expired on worker w1, which no longer knows the attempt"]] as const) {
       const d = leased(() => ({ state }), 1);
-      d.advance(10_000);
+      if (state === "unknown") {
+        d.advance(500); // :02, due
+        d.heartbeat(RUN, undefined, sec(2)); // heard to start: it ran, whatever its worker remembers now
+        assert.equal(d.run(RUN)?.status, "running");
+        d.advance(10_000);
+      } else d.advance(10_000);
       assert.equal(d.run(RUN), undefined, state);
       const rec = d.records.get(RUN)!;
       assert.equal(rec.status, "failed", state);
       assert.equal(rec.attempts[0]?.error, why);
     }
+  });
+
+  it("a worker restarted under the same id (`unknown`) before the attempt was heard to start: offered again, not counted", () => {
+    const d = leased(() => ({ state: "unknown" }), 1);
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000);
+    const r = d.run(RUN)!;
+    assert.equal(r.status, "leased", "max_attempts 1, yet not dead-lettered (it never executed): offered again and claimed");
+    assert.equal(r.attempt, 2);
+    assert.ok(r.fence > f, "offered again under a new fence");
+    assert.equal(r.unstarted, 1);
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which no longer knows the attempt (restarted), before the attempt was heard to start (not counted)");
+  });
+
+  it("an attempt given back unstarted (a draining worker): offered again at once under a new fence, not counted", () => {
+    const d = leased(() => undefined, 1);
+    const f = d.run(RUN)!.fence;
+    const offers = d.dispatches.length;
+    assert.deepEqual(d.complete(RUN, { outcome: "error", exit_code: null, output: "", error: { class: "not_started", message: "given back", retryable: true }, not_started: true }).reply, { ok: true });
+    const r = d.run(RUN)!;
+    assert.equal(d.records.get(RUN)?.status, "leased", "not dead-lettered: offered again and claimed");
+    assert.ok(r.fence > f, "offered again at once");
+    assert.equal(d.dispatches.length, offers + 1);
+    assert.equal(r.unstarted, 1);
+    assert.equal(r.attempts[0]?.outcome, "lease_lost");
+    assert.equal(r.attempts[0]?.error, "given back unstarted by worker w1 (draining) (not counted)");
+    assert.equal(d.heartbeat(RUN, f).fail?.code, "lease_lost", "the old fence is dead");
+    assert.equal(d.postsOf("probe_worker").length, 0, "no probe needed");
   });
 
   it("no answer, but heard from since the probe went: not silent after all — the lease goes on", () => {

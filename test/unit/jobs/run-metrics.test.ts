@@ -29,8 +29,8 @@ class Recorder implements RunMetricsSink {
   attempt(tenant: string, outcome: string): void {
     this.#inc(`attempt:${tenant}:${outcome}`);
   }
-  leaseExpiry(): void {
-    this.#inc("lease_expiry");
+  leaseExpiry(counted: boolean): void {
+    this.#inc(counted ? "lease_expiry" : "lease_expiry_uncounted");
   }
   retry(tenant: string): void {
     this.#inc(`retry:${tenant}`);

@@ -842,6 +842,25 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     await t.worker.stop();
   });
 
+  it("a drain gives back the attempts it holds ahead of their start: their owners hear it at once, and they never start here", T, async () => {
+    const t = await setup();
+    t.owner.coverUntil.set("ahead", T0 + 60_000 + TTL);
+    assert.deepEqual(await t.offer("ahead", 60_000), { accepted: true });
+    assert.deepEqual(await t.offer("now", 100), { accepted: true });
+    await t.runTo(T0 + 2_500);
+    assert.equal(t.executor.starts(), 1, "only the due attempt started");
+    const drained = t.worker.drain(10_000);
+    await t.runFor(1_000);
+    const given = t.owner.completes.filter((c) => c.run_id === "ahead");
+    assert.deepEqual(given.map((c) => c.outcome), ["error"], "given back at once, not left to a lease expiry and a probe");
+    t.executor.exit("now#1");
+    await t.runFor(70_000);
+    assert.deepEqual(await drained, { finished: 1, handedBack: 0, dropped: 1 });
+    assert.equal(t.executor.starts(), 1, "the attempt given back never started");
+    assert.equal((await t.probe("ahead")).state, "not_started");
+    await t.worker.stop();
+  });
+
   it("a drain's hand-back that meets a task which had ended by itself (exit 0) reports its success, not a retryable error", T, async () => {
     const t = await setup();
     assert.deepEqual(await t.offer("r1", 100), { accepted: true });
