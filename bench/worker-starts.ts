@@ -92,6 +92,7 @@ export async function run(args: string[]): Promise<void> {
   const worker = new Worker({
     workerId: "w1", clusterName: CLUSTER, slots: n, heartbeatIntervalMs: 1_000, completionDeadlineMs: 60_000,
     nc: workerEp, router, executor, clock: sim, log: () => undefined,
+    inboxes: "shared", // the simulated bus's `_INBOX.` replies (reply-guard.ts)
     onEvent: (e) => {
       if (e.type === "started") startedEvents++;
     },

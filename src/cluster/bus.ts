@@ -15,6 +15,11 @@
 export interface BusMsg {
   readonly subject: string;
   readonly data: Uint8Array;
+  /**
+   * The reply subject the sender chose (a request's inbox; none for a plain publish). Chosen by
+   * the sender, so check it before answering (reply-guard.ts).
+   */
+  readonly reply?: string | undefined;
   /** Replies to a request (no-op for a plain publish). */
   respond(data: Uint8Array): unknown;
 }

@@ -15,7 +15,9 @@ export type NodeEvent =
   | { type: "actor_passivated"; actorType: string; id: string }
   | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string }
   /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/node.ts `guard`). */
-  | { type: "message_refused"; actor: string; reason: string };
+  | { type: "message_refused"; actor: string; reason: string }
+  /** A request dropped unanswered: its reply subject is not its asker's inbox (src/cluster/reply-guard.ts). */
+  | { type: "reply_refused"; responder: "actors" | "worker_plane" | "nats_api" | "worker"; reason: string; subject: string };
 
 export type NodeEventListener = (e: NodeEvent) => void;
 

@@ -24,7 +24,10 @@
  * Replies go to a per-user inbox prefix (`_INBOX_<user>`), not the shared `_INBOX.>`: a
  * subscription to `_INBOX.>` would otherwise let any identity read every reply on the bus (KV
  * reads of tenant records included). Responders answer with `allow_responses` (only to the reply
- * subject of a request they received), so no role may publish into another's inbox.
+ * subject of a request they received, once), so no role may publish into another's inbox at will.
+ * But the requester picks that reply subject, and `allow_responses` lets the responder publish to
+ * it even where its permissions deny it (`$KV.…`, `$JS.API.…`): every responder therefore checks
+ * it first (reply-guard.ts) and answers only an inbox of an identity that may ask.
  *
  * `admin` (the operator's CLI, test fixtures) may do anything.
  *

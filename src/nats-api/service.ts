@@ -3,6 +3,10 @@
  * (`kairos.<c>.api.*.>`, group `kairos-api`), so each request reaches exactly one API node and
  * several nodes share the load. Each request goes to the handler (handler.ts) and gets one reply.
  *
+ * Replies go only to the asker's own inbox: a request whose reply subject is anything else (a
+ * JetStream API subject, a KV key, another identity's inbox) is dropped before it is handled,
+ * counted and logged (src/cluster/reply-guard.ts) — never answered, never acted on.
+ *
  * Bounded: at most `maxInFlight` requests are handled at once; past that a request is answered
  * 429 `overloaded` at once (it never queues without bound, and never goes unanswered). Messages
  * without a reply subject (plain publishes) are dropped: there is nobody to answer. NATS itself
@@ -16,14 +20,20 @@
  */
 import { Match, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
+import { replyRefusal, type InboxMode, type ReplyRefusal } from "../cluster/reply-guard.ts";
+import { countBusRefusal } from "../metrics/index.ts";
 import { errorReply, type NatsApiHandler } from "./handler.ts";
-import { API_QUEUE_GROUP, apiWildcard } from "./subjects.ts";
+import { API_QUEUE_GROUP, apiWildcard, parseApiSubject } from "./subjects.ts";
 import { encodeReply } from "./wire.ts";
 
 export interface NatsApiServiceOptions {
   clusterName: string;
   maxInFlight: number;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** Which reply subjects are answered (reply-guard.ts; default `per_user`: the node has NATS credentials). */
+  inboxes?: InboxMode;
+  /** Told of each request dropped because of its reply subject (after it is counted and logged). */
+  onRefused?: (r: ReplyRefusal & { subject: string }) => void;
 }
 
 /** A running responder. */
@@ -69,6 +79,16 @@ export class NatsApiService {
 
   #receive(msg: Msg): void {
     if (!msg.reply) return; // a plain publish: nobody to answer
+    // Before anything is done for it: a reply subject that is not a tenant service's own inbox
+    // (`$JS.API.…`, `$KV.…`, another identity's) would have this node publish there (reply-guard.ts).
+    const tenantId = parseApiSubject(this.#opts.clusterName, msg.subject)?.tenantToken ?? "";
+    const refused = replyRefusal(msg.reply, { kind: "service", tenantId }, this.#opts.inboxes ?? "per_user");
+    if (refused) {
+      countBusRefusal("nats_api", refused.reason);
+      this.#opts.log("warn", "nats api request dropped unanswered: its reply subject is not the asker's inbox", { reason: refused.reason, detail: refused.detail, subject: msg.subject.slice(0, 200) });
+      this.#opts.onRefused?.({ ...refused, subject: msg.subject.slice(0, 200) });
+      return;
+    }
     if (this.#inFlight >= this.#opts.maxInFlight) {
       const e = new KairosError("overloaded", `this API node is handling ${this.#opts.maxInFlight} NATS API requests; retry`);
       msg.respond(encodeReply(errorReply(e, () => undefined)));

@@ -22,6 +22,8 @@ import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
+import { inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
+import { countBusRefusal } from "../metrics/index.ts";
 import { answerBatch } from "./batch-answer.ts";
 
 export interface NodeDeps {
@@ -82,10 +84,13 @@ export class KairosNode {
   /** The control-plane connection (membership, leases, reading worker adverts); none under an injected transport. */
   #control: Bus | undefined;
   #stopping = false;
+  /** Which reply subjects this node answers (reply-guard.ts): per-user inboxes when it has credentials. */
+  readonly #inboxes: InboxMode;
 
   constructor(config: NodeConfig, deps: NodeDeps) {
     this.config = config;
     this.#deps = deps;
+    this.#inboxes = inboxModeFor(config.natsAuth);
     this.incarnation = deps.incarnation ?? randomUUID().slice(0, 8);
   }
 
@@ -293,10 +298,23 @@ export class KairosNode {
       return;
     }
     const host = this.#host!;
-    let req: ActorRequest | BatchRequest;
+    let req: ActorRequest | BatchRequest | undefined;
     try {
       req = decode<ActorRequest | BatchRequest>(m.data);
     } catch {
+      req = undefined;
+    }
+    // Answer only the asker's own inbox, never a subject it chose for us (reply-guard.ts).
+    const asker: Asker = fromWorkers ? { kind: "worker", workerIds: namedWorkers(req) } : { kind: "actor_command" };
+    const refused = replyRefusal(m.reply, asker, this.#inboxes);
+    if (refused) {
+      const responder = fromWorkers ? "worker_plane" : "actors";
+      countBusRefusal(responder, refused.reason);
+      this.#deps.log("warn", "request dropped unanswered: its reply subject is not the asker's inbox", { responder, reason: refused.reason, detail: refused.detail, subject: m.subject });
+      this.events.emit({ type: "reply_refused", responder, reason: refused.reason, subject: m.subject });
+      return;
+    }
+    if (req === undefined || req === null || typeof req !== "object") {
       m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
       return;
     }
@@ -334,4 +352,15 @@ export class KairosNode {
     await this.#membership?.stop();
     if (this.#nc && !this.#nc.isClosed()) await (this.#drain ?? this.#deps.transport?.close)?.();
   }
+}
+
+/** The worker ids a worker-plane message names (each item's `worker`; "" for an item naming none). */
+function namedWorkers(req: ActorRequest | BatchRequest | undefined): string[] {
+  if (req === undefined || req === null || typeof req !== "object") return [];
+  const items: unknown = "b" in req ? req.b : [req];
+  if (!Array.isArray(items)) return [""];
+  return items.map((it: unknown) => {
+    const w = (it as { m?: { worker?: unknown } } | null)?.m?.worker;
+    return typeof w === "string" ? w : "";
+  });
 }

@@ -38,6 +38,8 @@ import { deadLetterRetention } from "../jobs/dead-letter-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
 import { connectNats } from "../cluster/nats.ts";
+import type { EventBus } from "../cluster/events.ts";
+import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { createOperations } from "../app/operations.ts";
 import { ALLOW_ANY_IMAGE } from "../sandbox/image-policy.ts";
 import { natsApiConfig, type NatsApiConfig } from "../nats-api/config.ts";
@@ -187,6 +189,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
       nc: node.nc, router: node.workerRouter, executor, clock: systemClock, log: logFn,
       onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
+      inboxes: inboxModeFor(config.natsAuth),
+      onRefused: (r) => node.events.emit({ type: "reply_refused", responder: "worker", reason: r.reason, subject: r.subject }),
     });
     await worker.start();
   }
@@ -239,7 +243,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       try {
         natsApi = await startNatsApi(config, natsApiCfg, {
           operations: createOperations({ jobs, clock: systemClock, imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE }),
-          tenants, log: logFn,
+          tenants, log: logFn, events: node.events,
         });
       } catch (e) {
         await cleanUp();
@@ -279,14 +283,17 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
  */
 async function startNatsApi(
   config: NodeConfig, cfg: NatsApiConfig,
-  deps: { operations: ReturnType<typeof createOperations>; tenants: KvTenantDirectory; log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void },
+  deps: { operations: ReturnType<typeof createOperations>; tenants: KvTenantDirectory; events: EventBus; log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void },
 ): Promise<{ service: NatsApiService; close: () => Promise<void> }> {
   const nc = await connectNats({ url: config.natsUrl, name: `kairos-${config.nodeId}-api`, ...config.natsAuth });
   const handler = createNatsApiHandler({
     clusterName: config.clusterName, operations: deps.operations, tenants: deps.tenants, clock: systemClock, config: cfg,
     logError: (err, op) => deps.log("error", "nats api internal error", { err: String(err), op }),
   });
-  const service = new NatsApiService(nc, handler, { clusterName: config.clusterName, maxInFlight: cfg.maxInFlight, log: deps.log });
+  const service = new NatsApiService(nc, handler, {
+    clusterName: config.clusterName, maxInFlight: cfg.maxInFlight, log: deps.log, inboxes: inboxModeFor(config.natsAuth),
+    onRefused: (r) => deps.events.emit({ type: "reply_refused", responder: "nats_api", reason: r.reason, subject: r.subject }),
+  });
   try {
     await service.start();
   } catch (e) {

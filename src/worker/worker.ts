@@ -48,7 +48,9 @@
  * error, so its owner retries it at once on another worker (as a new attempt) — unless the task
  * had exited 0 by itself just before the kill: that is reported as its success.
  */
-import type { Bus, BusSubscription } from "../cluster/bus.ts";
+import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
+import { replyRefusal, type InboxMode, type ReplyRefusal } from "../cluster/reply-guard.ts";
+import { countBusRefusal } from "../metrics/index.ts";
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { ActorRouter, ItemResult } from "../cluster/router.ts";
@@ -77,6 +79,10 @@ export interface WorkerOptions {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Test hook: observe lifecycle (accepted, started, lease_lost, completed, stale_fence). */
   onEvent?: (e: { type: string; run_id: string; attempt: number }) => void;
+  /** Which reply subjects offers and probes may name (reply-guard.ts; default `per_user`: NATS credentials). */
+  inboxes?: InboxMode;
+  /** Told of each offer or probe dropped because of its reply subject (after it is counted and logged). */
+  onRefused?: (r: ReplyRefusal & { subject: string }) => void;
 }
 
 /** A job's resource limits as the executor names them (only those set). */
@@ -289,6 +295,7 @@ export class Worker {
     this.#subs.push(
       nc.subscribe(workerSubject(clusterName, workerId, "start"), {
         callback: (_e, m) => {
+          if (this.#refusesReply(m)) return;
           m.respond(encode(this.#offer(decode<StartRequest>(m.data))));
         },
       }),
@@ -297,11 +304,25 @@ export class Worker {
       }),
       nc.subscribe(workerSubject(clusterName, workerId, "probe"), {
         callback: (_e, m) => {
+          if (this.#refusesReply(m)) return;
           m.respond(encode(this.#probe(decode<ProbeRequest>(m.data))));
         },
       }),
     );
     this.#beat();
+  }
+
+  /**
+   * An offer or probe whose reply subject is not a scheduler identity's inbox is dropped before it
+   * is looked at (reply-guard.ts): no claim, no answer published where the sender chose.
+   */
+  #refusesReply(m: BusMsg): boolean {
+    const refused = replyRefusal(m.reply, { kind: "scheduler" }, this.#o.inboxes ?? "per_user");
+    if (!refused) return false;
+    countBusRefusal("worker", refused.reason);
+    this.#o.log("warn", "offer or probe dropped unanswered: its reply subject is not a scheduler's inbox", { reason: refused.reason, detail: refused.detail, subject: m.subject });
+    this.#o.onRefused?.({ ...refused, subject: m.subject });
+    return true;
   }
 
   get draining(): boolean {

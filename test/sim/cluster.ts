@@ -217,6 +217,7 @@ export class SimCluster {
     const worker = new Worker({
       workerId: p.id, clusterName: CLUSTER, slots: 2, heartbeatIntervalMs: WORKER_HB_MS, completionDeadlineMs: 60_000,
       nc: p.node.nc, router: p.node.router, executor, clock: p.process.clock, log: this.#log(p.id),
+      inboxes: "shared", // no NATS credentials in the simulation: `_INBOX.` replies (reply-guard.ts)
       onEvent: (e) => this.trace.add(`${p.id} worker ${e.type} ${e.run_id} attempt ${e.attempt}`),
     });
     await worker.start();

@@ -170,6 +170,7 @@ export class SimBus {
           const msg: BusMsg = {
             subject,
             data: bytes,
+            reply,
             respond: (d: Uint8Array) => {
               if (reply === undefined || s.ep.isClosed()) return false;
               this.route(s.ep, reply, d, undefined);

@@ -7,7 +7,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
   METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
-  metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
+  countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
 import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
 
@@ -25,6 +25,7 @@ describe("metrics", () => {
       [METRICS.attempts]: "counter", [METRICS.retries]: "counter", [METRICS.deadLetters]: "counter",
       [METRICS.partitionsHeld]: "gauge", [METRICS.actorsActive]: "gauge", [METRICS.mailboxDepth]: "gauge",
       [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge", [METRICS.logLinesDropped]: "counter",
+      [METRICS.busRefusals]: "counter",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
     for (const [name, type] of Object.entries(types)) assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
@@ -40,6 +41,7 @@ describe("metrics", () => {
     countDeadLetter("tA");
     startKvOp("update", "kairos_runs")();
     setForecastRunsDue([3, 0, 7]);
+    countBusRefusal("nats_api", "not_an_inbox");
     const { body } = await metricsText();
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_count{tenant="tA"}'), 2);
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_bucket{le="0.005",tenant="tA"}'), 1);
@@ -52,6 +54,7 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
+    assert.equal(value(body, 'kairos_bus_refusals_total{responder="nats_api",reason="not_an_inbox"}'), 1);
   });
 
   it("reads gauge sources at scrape time and sums several nodes", async () => {

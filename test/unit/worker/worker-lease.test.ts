@@ -187,7 +187,7 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   const worker = new Worker({
     workerId: "w1", clusterName: CLUSTER, slots: 4, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
     // Completion reports wait 2 s for their answer here (the hole 9 tests time them out).
-    leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, completionWaitMs: 2_000, ...o,
+    leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, completionWaitMs: 2_000, inboxes: "shared", ...o,
     // (`o.executor`: another executor than the recording one, which the test then does not see.)
     onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
   });

@@ -63,7 +63,7 @@ it("a worker starting 2,000 attempts in one stretch that takes 6 heartbeat inter
   const worker = new Worker({
     workerId: "w1", clusterName: "c", slots: 2_000, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
     nc, router: new ActorRouter({ nc: ep, clusterName: "c", clock: sim, random: seededRandom(2), partitions: 4 }),
-    executor, clock, log: () => undefined,
+    executor, clock, log: () => undefined, inboxes: "shared",
   });
   await worker.start();
   const startAt = T0 + 5_000;

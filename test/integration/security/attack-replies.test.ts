@@ -1,0 +1,168 @@
+/**
+ * Attacks through reply subjects (docs/security.md, "Replies go only to the asker's inbox"): on a
+ * real nats-server with each role's real credentials, a requester names as its reply subject a
+ * JetStream API or KV subject, hoping the responder — whose `allow_responses` lets it publish to
+ * any reply subject it was given — does the write for it. Each responder (the NATS API on an
+ * `api` node, the partition owner on the actor and worker planes, a worker answering offers)
+ * drops such a request unanswered (reply-guard.ts) and nothing in the cluster changes; with the
+ * guard removed, each of these tests sees the effect and fails.
+ */
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { encode } from "../../../src/cluster/codec.ts";
+import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
+import { partitionOf } from "../../../src/cluster/placement.ts";
+import { partitionSubject, workerPlaneSubject } from "../../../src/cluster/router.ts";
+import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
+import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
+import type { Tenant } from "../../../src/jobs/service.ts";
+import { JOB_ACTOR, jobActorId } from "../../../src/jobs/ids.ts";
+import { apiSubject } from "../../../src/nats-api/subjects.ts";
+import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
+import { workerSubject, type StartRequest } from "../../../src/protocol/worker.ts";
+import { startNats, type NatsFixture } from "../../support/nats.ts";
+import { defended, nextReplyRefusal } from "../../support/attack.ts";
+
+const TA = "tattackaaaaaaaaaa";
+const TB = "tattackbbbbbbbbbb";
+const PARTITIONS = 4;
+
+describe("attacks through reply subjects", { timeout: 120_000 }, () => {
+  let nats: NatsFixture;
+  let admin: NatsConnection;
+  let tenantsKv: KV;
+  let idemKv: KV;
+  const procs: KairosProcess[] = [];
+  let api: KairosProcess;
+  let sched: KairosProcess;
+  let worker: KairosProcess;
+
+  const start = (nodeId: string, roles: Role[]) => startKairos(
+    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(roles) }, nodeId, roles, partitions: PARTITIONS }),
+    { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
+  );
+  const idemMessages = async () => (await (await jetstreamManager(admin)).streams.info("KV_kairos_idem")).state.messages;
+  /** What became of key `k` of the tenants bucket since `revision` (undefined: unchanged). */
+  const tenantsKeyChanged = (k: string, revision: number) => async () => {
+    const e = await tenantsKv.get(k);
+    const now = e?.revision ?? 0;
+    return now === revision ? undefined : `${k} is at revision ${now} (was ${revision}), ${e?.length ?? 0} bytes: "${e ? e.string().slice(0, 80) : ""}"`;
+  };
+
+  before(async () => {
+    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }, { name: "beta", tenantId: TB }] });
+    admin = await nats.connect("attack-replies-admin");
+    sched = await start("attack-sched", ["scheduler"]);
+    procs.push(sched);
+    api = await start("attack-api", ["api"]);
+    procs.push(api);
+    worker = await start("attack-worker", ["worker"]);
+    procs.push(worker);
+    const kvm = new Kvm(admin);
+    tenantsKv = await kvm.open("kairos_tenants");
+    idemKv = await kvm.open("kairos_idem");
+    for (const [id, name] of [[TA, "alpha"], [TB, "beta"]] as const) {
+      const t: Tenant = { tenant_id: id, name, created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+      await tenantsKv.create(`t.${id}`, encode(t));
+    }
+    await idemKv.put(`${TB}.somekey`, encode({ job_id: "jidem", request_hash: "h" }));
+    await new Promise<void>((resolve) => {
+      const check = () => sched.node.heldPartitions().length === PARTITIONS;
+      if (check()) return resolve();
+      const off = sched.node.events.on(() => {
+        if (check()) {
+          off();
+          resolve();
+        }
+      });
+    });
+  });
+
+  after(async () => {
+    for (const p of procs.reverse()) await p.stop();
+    await admin?.close();
+    await nats?.stop();
+  });
+
+  it("a tenant's service cannot have the API node purge a stream: reply $JS.API.STREAM.PURGE.KV_kairos_idem", async () => {
+    const nc = await nats.connectService("alpha");
+    try {
+      const before = await idemMessages();
+      assert.ok(before > 0);
+      const refused = nextReplyRefusal(api.node.events, "nats_api");
+      nc.publish(apiSubject("kairos", TA, "jobs.list"), new Uint8Array(0), { reply: "$JS.API.STREAM.PURGE.KV_kairos_idem" });
+      const e = await defended(refused, async () => {
+        const n = await idemMessages();
+        return n === before ? undefined : `the idempotency stream holds ${n} messages (was ${before}): purged`;
+      }, "purge through the API's reply");
+      assert.equal(e.reason, "not_an_inbox");
+      assert.equal(await idemMessages(), before);
+      // The same service asking properly is answered (the guard refuses forged replies, not the service).
+      const page = await new NatsApiClient(nc, { cluster: "kairos", tenantId: TA }).listJobs();
+      assert.deepEqual(page.jobs, []);
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("a tenant's service cannot have the API node overwrite another tenant's record: reply $KV.kairos_tenants.t.<other>", async () => {
+    const nc = await nats.connectService("alpha");
+    try {
+      const before = (await tenantsKv.get(`t.${TB}`))!.revision;
+      const refused = nextReplyRefusal(api.node.events, "nats_api");
+      nc.publish(apiSubject("kairos", TA, "jobs.list"), new Uint8Array(0), { reply: `$KV.kairos_tenants.t.${TB}` });
+      await defended(refused, tenantsKeyChanged(`t.${TB}`, before), "tenant record through the API's reply");
+      // Nor into another identity's inbox (the class check: a service may not direct replies to a node's inbox).
+      const refused2 = nextReplyRefusal(api.node.events, "nats_api");
+      nc.publish(apiSubject("kairos", TA, "jobs.list"), new Uint8Array(0), { reply: "_INBOX_scheduler.x.1" });
+      assert.equal((await refused2).reason, "not_the_asker");
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("a worker cannot have the scheduler write the tenants bucket: worker-plane heartbeat with reply $KV.kairos_tenants.<key>", async () => {
+    const nc = await nats.connect("attack-replies-worker", ["worker"]);
+    try {
+      const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000000") };
+      const p = partitionOf(job, PARTITIONS);
+      const refused = nextReplyRefusal(sched.node.events, "worker_plane");
+      const batch = { b: [{ t: job.type, i: job.id, m: { kind: "heartbeat", run_id: "jattack0000000000-1", fence: 1, worker: "attack-worker" } }] };
+      nc.publish(workerPlaneSubject("kairos", p), encode(batch), { reply: "$KV.kairos_tenants.k.forged-by-worker" });
+      await defended(refused, tenantsKeyChanged("k.forged-by-worker", 0), "tenants write through the scheduler's reply");
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("an api identity cannot have the scheduler write the tenants bucket: actor command with reply $KV.kairos_tenants.<key>", async () => {
+    const nc = await nats.connect("attack-replies-api", ["api"]);
+    try {
+      const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000001") };
+      const refused = nextReplyRefusal(sched.node.events, "actors");
+      nc.publish(partitionSubject("kairos", partitionOf(job, PARTITIONS)), encode({ t: job.type, i: job.id, m: { kind: "get" } }), { reply: "$KV.kairos_tenants.k.forged-by-api" });
+      await defended(refused, tenantsKeyChanged("k.forged-by-api", 0), "tenants write through the owner's reply");
+    } finally {
+      await nc.close();
+    }
+  });
+
+  it("a scheduler identity cannot have a worker write the tenants bucket: offer with reply $KV.kairos_tenants.<key>; the offer is not taken", async () => {
+    const nc = await nats.connect("attack-replies-sched", ["scheduler"]);
+    try {
+      const req: StartRequest = {
+        job_actor: jobActorId(TA, "jattack0000000002"), tenant_id: TA, job_id: "jattack0000000002", run_id: "jattack0000000002-1", attempt: 1, fence: 1,
+        scheduled_for_ms: Date.now(), start_at_ms: Date.now(), task: { image: "busybox", args: ["true"], env: {}, timeout_s: 5 }, lease_ttl_ms: 5_000,
+      };
+      const refused = nextReplyRefusal(worker.node.events, "worker");
+      nc.publish(workerSubject("kairos", "attack-worker", "start"), encode(req), { reply: "$KV.kairos_tenants.k.forged-by-scheduler" });
+      await defended(refused, tenantsKeyChanged("k.forged-by-scheduler", 0), "tenants write through the worker's reply");
+      assert.equal(worker.worker!.leaseCounts.held, 0, "the offer was not taken");
+    } finally {
+      await nc.close();
+    }
+  });
+});

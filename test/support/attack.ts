@@ -1,0 +1,74 @@
+/**
+ * Helpers of the attack tests (test/integration/security/attack-*.test.ts): each attack is made
+ * with a role's real credentials on a real nats-server, then the test waits for whichever comes
+ * first — the defence's own signal (a node event, a permission violation reported to the
+ * attacker's connection) or the attack's effect on the cluster's state — and asserts it was the
+ * defence. So the same test fails (with the effect it saw) when the defence is removed, instead of
+ * merely timing out.
+ */
+import type { NatsConnection } from "@nats-io/transport-node";
+import { PermissionViolationError } from "@nats-io/nats-core";
+import type { NodeEvent } from "../../src/cluster/events.ts";
+import type { EventBus } from "../../src/cluster/events.ts";
+
+/** Resolves with the first node event matching `pred` (armed at the call: call before acting). */
+export function nextEvent<E extends NodeEvent>(events: EventBus, pred: (e: NodeEvent) => e is E): Promise<E>;
+export function nextEvent(events: EventBus, pred: (e: NodeEvent) => boolean): Promise<NodeEvent>;
+export function nextEvent(events: EventBus, pred: (e: NodeEvent) => boolean): Promise<NodeEvent> {
+  return new Promise((resolve) => {
+    const off = events.on((e) => {
+      if (!pred(e)) return;
+      off();
+      resolve(e);
+    });
+  });
+}
+
+/** The next `reply_refused` of `responder` on this node's events (armed at the call). */
+export function nextReplyRefusal(events: EventBus, responder: Extract<NodeEvent, { type: "reply_refused" }>["responder"]): Promise<Extract<NodeEvent, { type: "reply_refused" }>> {
+  return nextEvent(events, (e): e is Extract<NodeEvent, { type: "reply_refused" }> => e.type === "reply_refused" && e.responder === responder);
+}
+
+/** Resolves with the next permission violation the server reports to `nc` (armed at the call). */
+export function nextPermissionError(nc: NatsConnection): Promise<PermissionViolationError> {
+  return (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "error" && s.error instanceof PermissionViolationError) return s.error;
+    }
+    throw new Error("connection closed before a permission violation was reported");
+  })();
+}
+
+export type Outcome<T> = { kind: "defended"; value: T } | { kind: "effect"; what: string };
+
+/**
+ * Waits for the defence's signal or the attack's effect, whichever comes first. `effect` re-reads
+ * the cluster's state (a KV get, a stream's message count) and returns a description of what
+ * changed, or undefined while nothing did; it is read every 50 ms. Throws after `timeoutMs` when
+ * neither came (the test then names `phase`).
+ */
+export async function defenceOrEffect<T>(defence: Promise<T>, effect: () => Promise<string | undefined>, phase: string, timeoutMs = 10_000): Promise<Outcome<T>> {
+  let settled: Outcome<T> | undefined;
+  void defence.then((value) => {
+    settled ??= { kind: "defended", value };
+  }, () => undefined);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (settled) return settled;
+    const what = await effect();
+    if (what !== undefined) return { kind: "effect", what };
+    if (settled) return settled;
+    if (Date.now() > deadline) throw new Error(`${phase}: neither the defence's signal nor the attack's effect within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** `defenceOrEffect`, asserting the defence won: returns its value, or throws naming the effect. */
+export async function defended<T>(defence: Promise<T>, effect: () => Promise<string | undefined>, phase: string, timeoutMs?: number): Promise<T> {
+  const o = await defenceOrEffect(defence, effect, phase, timeoutMs);
+  if (o.kind === "effect") throw new Error(`${phase}: the attack succeeded: ${o.what}`);
+  // The defence spoke first; the effect must not follow (e.g. a refusal logged, then a write anyway).
+  const late = await effect();
+  if (late !== undefined) throw new Error(`${phase}: refused, yet the attack had its effect: ${late}`);
+  return o.value;
+}

@@ -1,0 +1,84 @@
+/**
+ * Where a responder may answer (src/cluster/reply-guard.ts): only a per-user inbox of an identity
+ * that may send the request; never a JetStream API or KV subject, a Kairos subject, the shared
+ * inbox under authorization, or another class's inbox.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { inboxModeFor, replyRefusal, type Asker } from "../../../src/cluster/reply-guard.ts";
+import { inboxPrefixFor, natsUserFor, pinnedWorkerUser, roleSets, serviceUser } from "../../../src/cluster/nats-permissions.ts";
+
+const cmd: Asker = { kind: "actor_command" };
+const sched: Asker = { kind: "scheduler" };
+const svc: Asker = { kind: "service", tenantId: "t_a" };
+const w1: Asker = { kind: "worker", workerIds: ["w1", "w1"] };
+const askers = [cmd, sched, svc, w1];
+const reply = (user: string) => `${inboxPrefixFor(user)}.Vx3nuid0123.${(42).toString(36)}`;
+
+describe("reply guard", () => {
+  it("never answers a subject that is not an inbox, whoever asks", () => {
+    const hostile = [
+      "$JS.API.STREAM.PURGE.KV_kairos_idem", "$KV.kairos_tenants.t.t_b", "$JS.API.CONSUMER.CREATE.KV_kairos_nodes",
+      "kairos.kairos.p.0", "kairos.kairos.worker.w2.start", "$SYS.REQ.SERVER.PING", "_INBOX_", "_INBOX_admin",
+      "_INBOX_admin.", "_INBOX_admin.a..b", "_INBOX_admin.*", "_INBOX_admin.>", "_INBOX_admin.a b", `_INBOX_admin.${"x".repeat(300)}`,
+      "x._INBOX_admin.y", "",
+    ];
+    for (const a of askers) {
+      for (const mode of ["per_user", "shared"] as const) {
+        for (const r of hostile) assert.ok(replyRefusal(r, a, mode), `${a.kind}/${mode}: ${r} answered`);
+      }
+      assert.equal(replyRefusal(undefined, a, "per_user")?.reason, "no_reply");
+      assert.equal(replyRefusal("$KV.kairos_tenants.t.x", a, "per_user")?.reason, "not_an_inbox");
+    }
+  });
+
+  it("the shared `_INBOX.` only without credentials (a server without authorization)", () => {
+    for (const a of askers) {
+      assert.equal(replyRefusal("_INBOX.abc.7", a, "shared"), undefined);
+      assert.equal(replyRefusal("_INBOX.abc.7", a, "per_user")?.reason, "not_an_inbox");
+    }
+    assert.equal(inboxModeFor({}), "shared");
+    assert.equal(inboxModeFor({ credsFile: "/x.json" }), "per_user");
+  });
+
+  it("actor commands: only api and scheduler identities (and admin)", () => {
+    for (const roles of roleSets()) {
+      const ok = roles.includes("api") || roles.includes("scheduler");
+      assert.equal(replyRefusal(reply(natsUserFor(roles)), cmd, "per_user") === undefined, ok, roles.join(","));
+    }
+    assert.equal(replyRefusal(reply("admin"), cmd, "per_user"), undefined);
+    for (const u of [pinnedWorkerUser("w1"), serviceUser("alpha"), "scheduler_api", "api_api", "nobody", "worker-"]) {
+      assert.equal(replyRefusal(reply(u), cmd, "per_user")?.reason, "not_the_asker", u);
+    }
+  });
+
+  it("offers and probes a worker answers: only scheduler identities (and admin)", () => {
+    for (const roles of roleSets()) {
+      assert.equal(replyRefusal(reply(natsUserFor(roles)), sched, "per_user") === undefined, roles.includes("scheduler"), roles.join(","));
+    }
+    assert.equal(replyRefusal(reply("admin"), sched, "per_user"), undefined);
+    assert.ok(replyRefusal(reply(pinnedWorkerUser("w1")), sched, "per_user"));
+    assert.ok(replyRefusal(reply(serviceUser("alpha")), sched, "per_user"));
+  });
+
+  it("the NATS API: only a service identity (and admin)", () => {
+    assert.equal(replyRefusal(reply(serviceUser("alpha")), svc, "per_user"), undefined);
+    assert.equal(replyRefusal(reply("admin"), svc, "per_user"), undefined);
+    for (const roles of roleSets()) assert.ok(replyRefusal(reply(natsUserFor(roles)), svc, "per_user"), roles.join(","));
+    assert.ok(replyRefusal(reply(pinnedWorkerUser("w1")), svc, "per_user"));
+    assert.ok(replyRefusal(reply("service-"), svc, "per_user"));
+  });
+
+  it("the worker plane: the pinned identity of the worker every item names, or a shared worker identity", () => {
+    assert.equal(replyRefusal(reply(pinnedWorkerUser("w1")), w1, "per_user"), undefined);
+    assert.equal(replyRefusal(reply(pinnedWorkerUser("w1")), { kind: "worker", workerIds: [] }, "per_user"), undefined);
+    assert.equal(replyRefusal(reply(pinnedWorkerUser("w2")), w1, "per_user")?.reason, "not_the_asker");
+    assert.equal(replyRefusal(reply(pinnedWorkerUser("w1")), { kind: "worker", workerIds: ["w1", "w2"] }, "per_user")?.reason, "not_the_asker");
+    assert.equal(replyRefusal(reply(pinnedWorkerUser("w1")), { kind: "worker", workerIds: [""] }, "per_user")?.reason, "not_the_asker");
+    for (const roles of roleSets()) {
+      assert.equal(replyRefusal(reply(natsUserFor(roles)), w1, "per_user") === undefined, roles.includes("worker"), roles.join(","));
+    }
+    assert.equal(replyRefusal(reply("admin"), w1, "per_user"), undefined);
+    assert.ok(replyRefusal(reply(serviceUser("alpha")), w1, "per_user"));
+  });
+});
