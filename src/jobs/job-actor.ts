@@ -95,7 +95,7 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
 };
 
 // Limits and names defined with the code that uses them, exported here for the shell and tests.
-export { MAX_DRAINING, SLOT_RECHECK_MS } from "./run-dispatch.ts";
+export { SLOT_RECHECK_MS } from "./run-dispatch.ts";
 export { MAX_UNSTARTED_ATTEMPTS, completionKey, heartbeatKey } from "./run-lifecycle.ts";
 export { RECENT_REQUESTS } from "./tx.ts";
 export { MAX_ENUMERATED } from "./occurrences.ts";

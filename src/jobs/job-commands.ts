@@ -12,7 +12,7 @@ import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { grantId, runIdFor } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
-import { activeRunView, activeRunsReply, jobView } from "./job-state.ts";
+import { activeRunView, activeRunsReply, jobView, slotsHeld } from "./job-state.ts";
 import type { JobSpec } from "./model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
@@ -146,7 +146,7 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
     const active = tx.run(prior.run_id);
     return tx.done(active ? { run: activeRunView(job, active) } : { run_id: prior.run_id });
   }
-  if (s.runs.length >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs`));
+  if (slotsHeld(s) >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs and ${slotsHeld(s) - s.runs.length} still being stopped (at most ${tx.cfg.maxActiveRuns} together)`));
   if (job.spec.overlap === "queue") unprepareQueued(tx);
   const seq = ++s.manual_seq;
   const runId = runIdFor(job.job_id, tx.now, seq);

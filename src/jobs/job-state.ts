@@ -110,6 +110,16 @@ export interface Draining {
 }
 
 /** The API views of a job's active runs. */
+/**
+ * What a job holds slots for: its active runs and its cancelled runs whose workers may still be
+ * killing them (`draining`). New runs are admitted only below `maxActiveRuns` of these together,
+ * which is also the bound of the draining list: a cancelled run's slot goes back only once its
+ * task is gone (or its lease's end has passed), never early to make room.
+ */
+export function slotsHeld(s: JobState): number {
+  return s.runs.length + (s.draining?.length ?? 0);
+}
+
 export function activeRunViews(s: JobState): RunView[] {
   return s.job ? s.runs.map((r) => activeRunView(s.job!, r)) : [];
 }

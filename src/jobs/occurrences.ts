@@ -12,7 +12,7 @@
  */
 import { spreadOffsetMs } from "../schedule/index.ts";
 import { runIdFor } from "./ids.ts";
-import { terminalRunView, type ActiveRun } from "./job-state.ts";
+import { slotsHeld, terminalRunView, type ActiveRun } from "./job-state.ts";
 import type { RunView } from "./model.ts";
 import { lookahead, needsGate, scheduleOf } from "./occurrence-plan.ts";
 import { askSlot } from "./run-dispatch.ts";
@@ -69,8 +69,8 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
   const active = tx.s.runs.length > 0;
   const runId = runIdFor(tx.job.job_id, scheduledForMs);
   if (tx.s.runs.some((r) => r.run_id === runId)) return; // re-fired after a crash: already there
-  if (tx.s.runs.length >= tx.cfg.maxActiveRuns) {
-    recordTerminal(tx, scheduledForMs, trigger, "skipped", `too many active runs (${tx.cfg.maxActiveRuns})`);
+  if (slotsHeld(tx.s) >= tx.cfg.maxActiveRuns) {
+    recordTerminal(tx, scheduledForMs, trigger, "skipped", `too many active runs (${tx.cfg.maxActiveRuns}, counting those still being stopped)`);
     return;
   }
   switch (tx.job.spec.overlap) {

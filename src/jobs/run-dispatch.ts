@@ -78,20 +78,16 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
   tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), { kind: "slot_check", run_id: r.run_id });
 }
 
-/** Most cancelled runs a job keeps a slot for while their workers kill them. */
-export const MAX_DRAINING = 64;
-
-/** Holds a cancelled run's slot until its worker reports the attempt ended or `until_ms` passes. */
+/**
+ * Holds a cancelled run's slot until its worker reports the attempt ended or `until_ms` passes.
+ * Bounded by admission, not by eviction: a job admits new runs only while its active and draining
+ * runs together are under `maxActiveRuns` (job-state.ts `slotsHeld`), and a run moves from one to
+ * the other. (Releasing the oldest draining slot early to bound the list let a tenant run over
+ * its cap while those tasks were still dying: deleting an `allow` job with 80 running tasks that
+ * trap SIGTERM let another job start 16 over it.)
+ */
 export function drain(tx: Tx, d: Draining): void {
-  const list = (tx.s.draining ??= []);
-  // Bounded: beyond it the oldest gives its slot back early (a tenant then may briefly run one
-  // over its cap — only with more than MAX_DRAINING cancels of one job within a lease TTL).
-  while (list.length >= MAX_DRAINING) {
-    const old = list.shift()!;
-    tx.cancelTimer(`drain:${old.run_id}`);
-    tx.post.push({ kind: "release_slot", grant: old.grant });
-  }
-  list.push(d);
+  (tx.s.draining ??= []).push(d);
   tx.timer(`drain:${d.run_id}`, d.until_ms, { kind: "drained", run_id: d.run_id, fence: d.fence });
   tx.changed = true;
 }

@@ -116,7 +116,7 @@ export class Driver {
   #busy = false;
 
   constructor(
-    config: JobActorConfig = cfg(),
+    readonly config: JobActorConfig = cfg(),
     readonly opts: DriverOptions = {},
     startMs = T0,
   ) {

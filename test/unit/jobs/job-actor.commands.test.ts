@@ -150,6 +150,34 @@ describe("job actor: pause, resume, patch", () => {
 });
 
 describe("job actor: delete and run now", () => {
+  it("deleting a job with 80 running tasks keeps all 80 slots until each task is gone (none given back early: the tenant's cap holds)", () => {
+    const d = new Driver(cfg(), { autoClaim: true });
+    d.create(spec({ overlap: "allow", schedule: { at: "2030-01-01T00:00:00Z" } }));
+    for (let i = 0; i < 80; i++) assert.equal(d.send({ kind: "run_now" }).fail, undefined);
+    d.advance(10);
+    const active = d.state.runs.map((r) => ({ id: r.run_id, fence: r.fence }));
+    assert.equal(active.length, 80);
+    for (const a of active) d.heartbeat(a.id, a.fence, d.now); // all 80 running
+    assert.deepEqual(d.send({ kind: "delete" }).reply, { ok: true });
+    assert.equal(d.state.draining?.length, 80);
+    assert.equal(d.postsOf("release_slot").length, 0, "no slot released while its task may still be dying");
+    assert.equal(d.slots.size, 80);
+    for (const a of active.slice(0, 79)) d.complete(a.id, { outcome: "killed", exit_code: null }, a.fence);
+    assert.equal(d.slots.size, 1, "each slot back once its kill is reported");
+  });
+
+  it("active and dying runs together are bounded by maxActiveRuns: an occurrence beyond it is skipped", () => {
+    const d = new Driver(cfg({ maxActiveRuns: 2, lookaheadMs: 0 }), { autoClaim: true });
+    d.create(spec({ overlap: "replace" }));
+    for (let i = 0; i < 8; i++) {
+      d.advance(1_000);
+      for (const r of d.state.runs) if (r.status === "leased") d.heartbeat(r.run_id, r.fence, d.now); // started; their kills never reported
+    }
+    assert.ok(d.state.runs.length + (d.state.draining?.length ?? 0) <= 2, "slots held within maxActiveRuns");
+    assert.ok(d.slots.size <= 2, `tenant slots held: ${d.slots.size}`);
+    assert.match(d.recordsByStatus("skipped")[0]?.reason ?? "", /counting those still being stopped/);
+  });
+
   it("delete cancels active runs (cancel_on_worker with the fence; each slot held until its worker reports the kill or the drain bound passes) and later messages are not_found", () => {
     const d = new Driver(cfg(), { autoClaim: true });
     d.create(spec({ overlap: "allow" }));

@@ -397,7 +397,7 @@ describe("job actor: overlap", () => {
     d.create(spec({ overlap: "allow" }));
     d.advance(6_000);
     assert.equal(d.state.runs.length, 2);
-    assert.equal(d.recordsByStatus("skipped")[0]?.reason, "too many active runs (2)");
+    assert.equal(d.recordsByStatus("skipped")[0]?.reason, "too many active runs (2, counting those still being stopped)");
   });
 });
 

@@ -10,7 +10,6 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import type { Completion, JobMsg } from "../../../src/jobs/job-actor.ts";
-import { MAX_DRAINING } from "../../../src/jobs/job-actor.ts";
 import { TERMINAL, type JobSpec, type Overlap } from "../../../src/jobs/model.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
@@ -164,7 +163,7 @@ function check(d: Driver, prevFenceSeq: number): void {
   }
   // A slot is held by an active run, or by a cancelled one whose worker may still be killing it.
   const draining = (s.draining ?? []).map((x) => x.run_id);
-  assert.ok(draining.length <= MAX_DRAINING);
+  assert.ok(s.runs.length + draining.length <= d.config.maxActiveRuns, `active ${s.runs.length} + draining ${draining.length} within maxActiveRuns`);
   for (const slot of d.slots) assert.ok(ids.includes(slot) || draining.includes(slot), `slot held by ${slot}, which is neither active nor draining`);
   assert.ok(d.slots.size <= s.runs.length + draining.length);
   if (s.deleted) assert.equal(s.runs.length, 0, "a deleted job has no active runs");
