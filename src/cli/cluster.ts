@@ -1,4 +1,8 @@
-/** `kairos cluster status`: nodes with roles and last heartbeat, and each partition's owner and epoch. */
+/**
+ * `kairos cluster status`: nodes with roles, last heartbeat and clock offset from the cluster's
+ * median (a warning when one is off by more than clock-skew.ts SKEW_WARN_MS), and each
+ * partition's owner and epoch.
+ */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import { openBuckets } from "../cluster/buckets.ts";
@@ -6,22 +10,50 @@ import { decode } from "../cluster/codec.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import type { LeaseValue } from "../cluster/partition-manager.ts";
 import type { MemberInfo } from "../cluster/membership.ts";
+import { clockOffsets, skewWarnings, type BeatSample } from "../cluster/clock-skew.ts";
 import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 
 export interface ClusterStatus {
-  nodes: { node_id: string; roles: string[]; incarnation: string; last_heartbeat: string }[];
+  /** `clock_offset_ms`: the node's clock minus the median of the nodes heard (null: not heard while sampling). */
+  nodes: { node_id: string; roles: string[]; incarnation: string; last_heartbeat: string; clock_offset_ms: number | null }[];
   partitions: { partition: number; owner: string | null; epoch: number | null }[];
+  /** Clocks too far apart (clock-skew.ts `skewWarnings`). */
+  warnings: string[];
 }
 
-export async function readClusterStatus(natsUrl: string, clusterName: string, auth: NatsAuthOptions = {}): Promise<ClusterStatus> {
+/** How long `kairos cluster status` listens to heartbeats to judge clocks: over two intervals (500 ms). */
+export const CLOCK_SAMPLE_MS = 1_200;
+
+/** Listens to the cluster's membership heartbeats for `ms` (each carries its sender's clock). */
+async function sampleBeats(nc: Awaited<ReturnType<typeof connectNats>>, clusterName: string, ms: number): Promise<BeatSample[]> {
+  const out: BeatSample[] = [];
+  if (ms <= 0) return out;
+  const sub = nc.subscribe(`kairos.${clusterName}.node.hb.*`, {
+    callback: (_e, m) => {
+      try {
+        const b = decode<{ nodeId?: unknown; sentMs?: unknown }>(m.data);
+        if (typeof b.nodeId === "string" && typeof b.sentMs === "number" && out.length < 10_000) out.push({ nodeId: b.nodeId, sentMs: b.sentMs, heardMs: Date.now() });
+      } catch {
+        // not a heartbeat: ignored
+      }
+    },
+  });
+  await new Promise((r) => setTimeout(r, ms));
+  sub.unsubscribe();
+  return out;
+}
+
+/** `clockSampleMs`: how long to listen to heartbeats to judge clock skew (0: not judged). */
+export async function readClusterStatus(natsUrl: string, clusterName: string, auth: NatsAuthOptions = {}, clockSampleMs = 0): Promise<ClusterStatus> {
   const nc = await connectNats({ url: natsUrl, name: "kairos-cli", ...auth });
   try {
+    const offsets = clockOffsets(await sampleBeats(nc, clusterName, clockSampleMs));
     const b = await openBuckets(nc, { clusterName, replicas: 1 });
     const cfg = await b.cluster.get("config");
     const partitions = cfg ? decode<{ partitions: number }>(cfg.value).partitions : 0;
     const nodes = (await b.nodes.list(">")).map((e) => {
       const n = decode<MemberInfo & { lastSeenMs: number }>(e.value);
-      return { node_id: n.nodeId, roles: n.roles, incarnation: n.incarnation, last_heartbeat: new Date(n.lastSeenMs).toISOString() };
+      return { node_id: n.nodeId, roles: n.roles, incarnation: n.incarnation, last_heartbeat: new Date(n.lastSeenMs).toISOString(), clock_offset_ms: offsets.get(n.nodeId) ?? null };
     });
     const leases = new Map((await b.leases.list("p.*")).map((e) => [Number(e.key.slice(2)), decode<LeaseValue>(e.value)]));
     return {
@@ -30,6 +62,7 @@ export async function readClusterStatus(natsUrl: string, clusterName: string, au
         const l = leases.get(p);
         return { partition: p, owner: l?.owner ?? null, epoch: l?.epoch ?? null };
       }),
+      warnings: skewWarnings(offsets),
     };
   } finally {
     await nc.close();
@@ -46,13 +79,14 @@ export function registerClusterCommands(program: Command): void {
     .action(async (f: { nats?: string; cluster: string; json?: boolean } & NatsAuthFlags) => {
       const url = resolveNatsUrl(f.nats);
       if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats or start `kairos dev`", { field: "nats" });
-      const s = await readClusterStatus(url, f.cluster, resolveNatsAuth(f, url, "admin"));
+      const s = await readClusterStatus(url, f.cluster, resolveNatsAuth(f, url, "admin"), CLOCK_SAMPLE_MS);
       if (f.json) {
         console.log(JSON.stringify(s));
         return;
       }
-      console.log("NODE                     ROLES                  LAST HEARTBEAT");
-      for (const n of s.nodes) console.log(`${n.node_id.padEnd(24)} ${n.roles.join(",").padEnd(22)} ${n.last_heartbeat}`);
+      console.log("NODE                     ROLES                  LAST HEARTBEAT            CLOCK");
+      for (const n of s.nodes) console.log(`${n.node_id.padEnd(24)} ${n.roles.join(",").padEnd(22)} ${n.last_heartbeat.padEnd(25)} ${n.clock_offset_ms === null ? "-" : `${n.clock_offset_ms >= 0 ? "+" : ""}${n.clock_offset_ms} ms`}`);
+      for (const w of s.warnings) console.log(`WARNING: ${w}`);
       const byOwner = new Map<string, number[]>();
       for (const p of s.partitions) {
         const k = p.owner ?? "(none)";

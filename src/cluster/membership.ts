@@ -12,6 +12,11 @@
  * ownership itself is decided by partition leases, not by the view.
  *
  * Node records are also written to the `nodes` bucket (TTL) for `kairos cluster status`.
+ *
+ * Clocks: each heartbeat carries its sender's wall clock (`sentMs`); a peer's skew is that minus
+ * this node's clock at arrival (`skews`, `kairos_clock_skew_seconds`) — the peer's clock ahead of
+ * this one, less the heartbeat's one-way latency, so a skew is only ever overstated in the
+ * negative direction by the latency.
  */
 import type { Bus, BusSubscription } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -30,6 +35,13 @@ export interface MemberInfo {
 export interface Peer extends MemberInfo, Heard {
   /** When last heard, credited with time this node could not listen (listening.ts `creditedSeen`). */
   lastSeenMs: number;
+  /** The peer's clock minus this node's at its last heartbeat's arrival (undefined: its beats carry no time). */
+  skewMs?: number | undefined;
+}
+
+/** A heartbeat on the wire: the member and its sender's wall clock when sent. */
+interface Beat extends MemberInfo {
+  sentMs?: number;
 }
 
 /** Pure: the live members at `nowMs` (sorted ids). */
@@ -159,7 +171,7 @@ export class Membership {
     }
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now, heardMs: now, longestDeafMs: 0 });
     if (!nc.isClosed()) {
-      nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode(self));
+      nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode({ ...self, sentMs: now } satisfies Beat));
       if (this.#beats++ % 4 === 0) {
         this.#o.nodesKv.put(self.nodeId, encode({ ...self, lastSeenMs: now })).catch(() => undefined);
       }
@@ -185,13 +197,22 @@ export class Membership {
     return p !== undefined && p.roles.includes("scheduler") && this.#judgeAt() - p.lastSeenMs <= this.#o.failureTimeoutMs;
   }
 
-  #onBeat(raw: MemberInfo, fromScheduler: boolean): void {
-    if (raw.nodeId === this.#o.self.nodeId) return;
-    const prev = this.#peers.get(raw.nodeId);
+  /** Each live peer's clock skew against this node's, in ms (see the module header). */
+  skews(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const [id, p] of this.#peers) if (id !== this.#o.self.nodeId && p.skewMs !== undefined) out.set(id, p.skewMs);
+    return out;
+  }
+
+  #onBeat(beat: Beat, fromScheduler: boolean): void {
+    if (beat.nodeId === this.#o.self.nodeId) return;
+    const prev = this.#peers.get(beat.nodeId);
     if (!fromScheduler && this.#isScheduler(prev)) return;
+    const { sentMs, ...raw } = beat;
     const info = fromScheduler ? raw : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
     const heard = this.#o.clock.now();
-    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard, longestDeafMs: 0 });
+    const skewMs = typeof sentMs === "number" && Number.isFinite(sentMs) ? sentMs - heard : undefined;
+    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard, longestDeafMs: 0, skewMs });
     if (!prev || prev.incarnation !== info.incarnation) {
       this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
       this.#o.onChange();

@@ -22,7 +22,7 @@ import type { JobShellDeps } from "./job-shell.ts";
 /** How long to wait before offering again to a worker that had no free slot (see dispatch). */
 const OFFER_RACE_RETRY_MS = 25;
 
-export type DispatchDeps = Pick<JobShellDeps, "nc" | "clusterName" | "workers" | "log" | "sleep" | "secrets">;
+export type DispatchDeps = Pick<JobShellDeps, "nc" | "clusterName" | "workers" | "log" | "sleep" | "secrets" | "nowMs">;
 
 /** The `dispatch` effect's performer for one job actor type's shell. */
 export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {
@@ -59,6 +59,8 @@ export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: S
         job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
         fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task,
         lease_ttl_ms: cfg.leaseTtlMs,
+        // The owner's clock, so a worker whose clock runs ahead does not start it early.
+        ...(deps.nowMs ? { owner_now_ms: deps.nowMs() } : {}),
       };
       try {
         const offer = async () => decode<StartReply>((await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs })).data);

@@ -7,6 +7,7 @@
  * | --- | --- | --- | --- |
  * | kairos_dispatch_lag_seconds | histogram | tenant | attempt start − scheduled_for, observed once per run (its first start) |
  * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
+ * | kairos_clock_skew_seconds | gauge | node | each peer's wall clock minus this node's, from membership heartbeats (less their one-way latency) |
  * | kairos_lease_expiries_total | counter | counted | attempt leases that lapsed (worker died, restarted, drained, or was cut off); `counted="false"`: presumed never started (given back by a drain, or never heard to start and not known to its worker), offered again without counting against max_attempts |
  * | kairos_attempts_total | counter | tenant, outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
  * | kairos_retries_total | counter | tenant | attempts scheduled again after a retryable failure |
@@ -225,4 +226,22 @@ export function setForecastRunsDue(perMinute: readonly number[]): void {
 /** The exposition text and its content type. */
 export async function metricsText(): Promise<{ body: string; contentType: string }> {
   return { body: await registry.metrics(), contentType: registry.contentType };
+}
+
+const skewSources = new Set<() => ReadonlyMap<string, number>>();
+new Gauge({
+  name: "kairos_clock_skew_seconds",
+  help: "Each peer node's wall clock minus this node's, from its last membership heartbeat (less the heartbeat's one-way latency)",
+  labelNames: ["node"] as const,
+  registers: [registry],
+  collect() {
+    this.reset();
+    for (const read of skewSources) for (const [node, ms] of read()) this.set({ node }, ms / 1000);
+  },
+});
+
+/** Registers a node's view of its peers' clock skews (ms), read at scrape time; returns its removal. */
+export function addClockSkewSource(read: () => ReadonlyMap<string, number>): () => void {
+  skewSources.add(read);
+  return () => skewSources.delete(read);
 }

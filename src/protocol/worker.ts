@@ -93,7 +93,23 @@ export interface StartRequest {
    * this minus its safety margin — the worker's half of "both sides of a lease keep time".
    */
   lease_ttl_ms: number;
+  /**
+   * The owner's wall clock when it sent the offer. The worker starts the attempt no earlier than
+   * `start_at_ms` − START_SKEW_TOLERANCE_MS by the OWNER's clock (this value carried forward on
+   * the worker's monotonic clock), whatever its own wall clock says: a worker whose clock runs
+   * ahead would otherwise start runs prepared ahead early, by up to the whole look-ahead window.
+   * Absent (an owner that predates it): the worker's own clock decides.
+   */
+  owner_now_ms?: number;
 }
+
+/**
+ * How far before `start_at_ms`, by its owner's clock, a worker may start an attempt: the offer's
+ * time is read before its transit, so the owner's clock as the worker carries it lags by the
+ * offer's one-way latency — a start is deferred only when that lag passes this tolerance, and is
+ * then late by the excess, never early by more than this.
+ */
+export const START_SKEW_TOLERANCE_MS = 1_000;
 
 /**
  * The owner's answer to one heartbeat (the `v` of its item result).

@@ -23,7 +23,7 @@ import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
 import { inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
-import { countBusRefusal } from "../metrics/index.ts";
+import { addClockSkewSource, countBusRefusal } from "../metrics/index.ts";
 import { answerBatch } from "./batch-answer.ts";
 
 export interface NodeDeps {
@@ -71,6 +71,7 @@ export class KairosNode {
   #buckets: Buckets | undefined;
   #partitions = 0;
   #membership: Membership | undefined;
+  #removeSkewSource: (() => void) | undefined;
   #leases: PartitionManager | undefined;
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
@@ -205,6 +206,8 @@ export class KairosNode {
       onChange: () => this.#leases?.poke(),
     });
     this.#membership.start();
+    const m = this.#membership;
+    this.#removeSkewSource = addClockSkewSource(() => m.skews());
     if (isScheduler) await this.#startScheduler();
     events.emit({ type: "node_started", nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles] });
   }
@@ -350,6 +353,7 @@ export class KairosNode {
     await this.#leases?.stop();
     this.#host?.stop();
     await this.#membership?.stop();
+    this.#removeSkewSource?.();
     if (this.#nc && !this.#nc.isClosed()) await (this.#drain ?? this.#deps.transport?.close)?.();
   }
 }

@@ -57,7 +57,7 @@ import type { ActorRouter, ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
 import type { Execution, Executor, ExecutionResult, RunIdentity, TaskSpec } from "../sandbox/index.ts";
 import { MAX_INSTANT_MS, formatUtc } from "../schedule/index.ts";
-import { JOB_ACTOR, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type ProbeReply, type ProbeRequest, type StartReply, type StartRequest } from "../protocol/worker.ts";
+import { JOB_ACTOR, START_SKEW_TOLERANCE_MS, workerAdvertSubject, workerSubject, type CancelRequest, type Completion, type HeartbeatAck, type ProbeReply, type ProbeRequest, type StartReply, type StartRequest } from "../protocol/worker.ts";
 
 export interface WorkerOptions {
   workerId: string;
@@ -545,6 +545,9 @@ export class Worker {
     if (!Number.isFinite(req.start_at_ms) || !Number.isFinite(req.scheduled_for_ms) || Math.abs(req.scheduled_for_ms) > MAX_INSTANT_MS) {
       return { accepted: false, reason: "malformed offer: scheduled_for_ms and start_at_ms must be finite times (within ±8.64e15 ms)" };
     }
+    if (req.owner_now_ms !== undefined && !(Number.isFinite(req.owner_now_ms) && Math.abs(req.owner_now_ms) <= MAX_INSTANT_MS)) {
+      return { accepted: false, reason: "malformed offer: owner_now_ms must be a finite time (within ±8.64e15 ms)" };
+    }
     const k = this.#key(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
@@ -587,7 +590,13 @@ export class Worker {
       const leases = this.#due.get(atMs) ?? [];
       this.#due.delete(atMs);
       let waiting = false;
+      const mono = this.#o.clock.monoMs();
       for (const l of leases) {
+        const early = this.#earlyByOwner(l, mono);
+        if (early > 0 && !l.lost) {
+          this.#deferForSkew(l, early);
+          continue;
+        }
         if (!l.lost) this.#woken.push(l);
         if (this.#fresh(l)) this.#run(l);
         else if (!l.lost) {
@@ -607,6 +616,35 @@ export class Worker {
       this.#fenceBy(leases);
     };
     this.#o.clock.setTimer(Math.max(0, atMs - this.#o.clock.now()), fire);
+  }
+
+  /**
+   * How much too early a start would be now by the owner's clock (carried from the offer on the
+   * monotonic clock), beyond START_SKEW_TOLERANCE_MS; 0 when it may start (or the offer names no
+   * owner time).
+   */
+  #earlyByOwner(l: Lease, mono: number): number {
+    const t = l.req.owner_now_ms;
+    if (t === undefined) return 0;
+    const ownerNow = t + (mono - l.acceptedAtMono);
+    return Math.max(0, l.req.start_at_ms - START_SKEW_TOLERANCE_MS - ownerNow);
+  }
+
+  /** Starts deferred because this worker's clock ran ahead of an owner's (a skew the tolerance does not cover). */
+  #skewDeferrals = 0;
+  get skewDeferrals(): number {
+    return this.#skewDeferrals;
+  }
+
+  /** Defers a start the worker's clock would make too early (see `#earlyByOwner`), grouped per 10 ms. */
+  #deferForSkew(l: Lease, earlyMs: number): void {
+    this.#skewDeferrals++;
+    this.#o.onEvent?.({ type: "start_deferred_skew", run_id: l.req.run_id, attempt: l.req.attempt });
+    if (this.#skewDeferrals === 1 || this.#skewDeferrals % 1000 === 0) {
+      this.#o.log("warn", "this worker's clock runs ahead of its owners': starts deferred to the owners' time", { deferrals: this.#skewDeferrals, early_ms: Math.round(earlyMs) });
+    }
+    const at = Math.ceil((this.#o.clock.now() + earlyMs) / 10) * 10;
+    this.#enqueueStart(l, at);
   }
 
   #margin(l: Lease): number {

@@ -7,6 +7,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { partitionOf } from "../../src/cluster/placement.ts";
 import { readClusterStatus } from "../../src/cli/cluster.ts";
+import { encode } from "../../src/cluster/codec.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 import { spawnNode, until, type NodeProc } from "../support/nodes.ts";
 import { testClient, type TestClient } from "../support/client.ts";
@@ -58,6 +59,25 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
       if (status.nodes.length === 3) assert.deepEqual(status.nodes.map((n) => n.node_id), ["n1", "n2", "n3"]);
     }
     assert.ok(agreed, `KV leases and node views disagree: ${last}`);
+    // Every node's heartbeat carries its clock: each is judged, and on one machine none is off.
+    const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") }, 1_200);
+    assert.deepEqual(status.nodes.map((n) => typeof n.clock_offset_ms), ["number", "number", "number"], JSON.stringify(status.nodes));
+    assert.deepEqual(status.warnings, []);
+  });
+
+  it("cluster status warns of a node whose clock is off (a heartbeat that says so, on the real bus)", async () => {
+    const nc = await nats.connect("skewed", "admin");
+    const beat = () => nc.publish("kairos.kairos.node.hb.n", encode({ nodeId: "skewed", incarnation: "x", roles: ["worker"], startedAtMs: 0, sentMs: Date.now() + 5_000 }));
+    beat();
+    const timer = setInterval(beat, 200);
+    try {
+      const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") }, 1_200);
+      assert.equal(status.warnings.length, 1, JSON.stringify(status.warnings));
+      assert.match(status.warnings[0]!, /^node skewed: clock ahead of the cluster's median by \d+ ms/);
+    } finally {
+      clearInterval(timer);
+      await nc.close();
+    }
   });
 
   it("kill -9: the survivors own the dead node's partitions within 10 s and its actors answer", async () => {

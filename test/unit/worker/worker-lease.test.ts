@@ -194,11 +194,11 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   await worker.start();
   await drainMicrotasks();
   /** Offers attempt 1 of `runId` (fence 1) starting `startInMs` from now; resolves with the reply. */
-  const offer = async (runId: string, startInMs: number, task: StartRequest["task"] = { image: "i", args: ["true"], env: {}, timeout_s: 600 }, scheduledForMs?: number): Promise<StartReply> => {
+  const offer = async (runId: string, startInMs: number, task: StartRequest["task"] = { image: "i", args: ["true"], env: {}, timeout_s: 600 }, scheduledForMs?: number, extra: Partial<StartRequest> = {}): Promise<StartReply> => {
     const req: StartRequest = {
       job_actor: "t1.j1", tenant_id: "t1", job_id: "j1", run_id: runId, attempt: 1, fence: 1,
       scheduled_for_ms: scheduledForMs ?? sim.now() + startInMs, start_at_ms: sim.now() + startInMs,
-      task, lease_ttl_ms: TTL,
+      task, lease_ttl_ms: TTL, ...extra,
     };
     const p = schedEp.request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 2_000 });
     await drainMicrotasks();
@@ -839,6 +839,29 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     const reply = await t.probe("r1");
     assert.equal(reply.state, "ended");
     assert.equal(reply.completion?.exit_code, 0);
+    await t.worker.stop();
+  });
+
+  it("a worker whose clock runs 60 s ahead of its owner's starts a prepared attempt by the owner's clock, not early", T, async () => {
+    const t = await setup();
+    // The owner's clock reads 60 s less than the worker's: its start_at (5 s from its now) is 55 s in the worker's past.
+    const ownerNow = t.sim.now() - 60_000;
+    t.owner.coverUntil.set("r1", T0 + 5_000 + TTL); // the owner's lease end, in true time
+    assert.deepEqual(await t.offer("r1", 0, undefined, ownerNow + 5_000, { owner_now_ms: ownerNow, start_at_ms: ownerNow + 5_000 }), { accepted: true });
+    await t.runTo(T0 + 3_900);
+    assert.equal(t.executor.starts(), 0, "not started before start_at − tolerance by the owner's clock");
+    await t.runTo(T0 + 4_100);
+    assert.equal(t.executor.starts(), 1, "started at start_at − START_SKEW_TOLERANCE_MS by the owner's clock");
+    assert.equal(t.worker.skewDeferrals, 1);
+    assert.equal(t.evs("start_deferred_skew").length, 1);
+    await t.worker.stop();
+  });
+
+  it("an offer whose owner time is not a finite time is refused", T, async () => {
+    const t = await setup();
+    const r = await t.offer("r1", 1_000, undefined, undefined, { owner_now_ms: Number.POSITIVE_INFINITY });
+    assert.equal(r.accepted, false);
+    assert.match(r.reason ?? "", /owner_now_ms/);
     await t.worker.stop();
   });
 
