@@ -33,7 +33,7 @@
  * - job-commands.ts: create, get, patch, delete, run-now; tx.ts: the decision in the making.
  */
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
-import type { Completion, ProbeReply } from "../protocol/worker.ts";
+import { START_SKEW_TOLERANCE_MS, type Completion, type ProbeReply } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
 import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
@@ -171,7 +171,8 @@ export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?:
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
-  for (const d of s.draining ?? []) fx.push({ kind: "timer", name: `drain:${d.run_id}`, atMs: Math.max(d.until_ms, ctx.nowMs), msg: { kind: "drained", run_id: d.run_id, fence: d.fence } });
+  // A bound set by an earlier owner, whose clock may differ from this one's: allowed the start tolerance.
+  for (const d of s.draining ?? []) fx.push({ kind: "timer", name: `drain:${d.run_id}`, atMs: Math.max(d.until_ms + START_SKEW_TOLERANCE_MS, ctx.nowMs), msg: { kind: "drained", run_id: d.run_id, fence: d.fence } });
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
   for (const r of s.runs) {

@@ -8,6 +8,7 @@
  * patch and run-now carry request ids answered with their first result (the last
  * `RECENT_REQUESTS`); resuming a paused job does not catch up (`firstAfter` from now).
  */
+import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { grantId, runIdFor } from "./ids.ts";
@@ -127,7 +128,10 @@ function remove(tx: Tx): D {
 function unprepareQueued(tx: Tx): void {
   const s = tx.s;
   for (const r of [...s.runs]) {
-    if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs) continue;
+    // Sent back only while its worker cannot start it before its fence is dead: a queue attempt has
+    // no cover, so it needs an acknowledgement fresher than TTL − margin, and its start may come up
+    // to START_SKEW_TOLERANCE_MS early by this clock.
+    if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS) continue;
     if (r.worker !== null && r.status !== "queued" && !r.no_cover) continue;
     s.runs = s.runs.filter((x) => x !== r);
     cancelRunTimers(tx, r.run_id);

@@ -3,6 +3,7 @@
  * invalid schedule), pause/resume without catch-up, If-Match, schedule change, delete, run now.
  */
 import { describe, it } from "node:test";
+import { START_SKEW_TOLERANCE_MS } from "../../../src/protocol/worker.ts";
 import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
 import { runIdFor } from "../../../src/jobs/ids.ts";
@@ -164,6 +165,19 @@ describe("job actor: delete and run now", () => {
     assert.equal(d.slots.size, 80);
     for (const a of active.slice(0, 79)) d.complete(a.id, { outcome: "killed", exit_code: null }, a.fence);
     assert.equal(d.slots.size, 1, "each slot back once its kill is reported");
+  });
+
+  it("a new owner keeps a dying run's slot past the old owner's drain bound by the start tolerance (their clocks may differ)", () => {
+    const d = new Driver(cfg(), { autoClaim: true });
+    d.create(spec({ overlap: "allow", schedule: { at: "2030-01-01T00:00:00Z" } }));
+    d.send({ kind: "run_now" });
+    d.advance(10);
+    const r = d.state.runs[0]!;
+    d.heartbeat(r.run_id, r.fence, d.now);
+    d.send({ kind: "delete" });
+    const until = d.state.draining![0]!.until_ms;
+    d.activate(); // a takeover: the state read back by another node
+    assert.equal(d.timers.get(`drain:${r.run_id}`)?.atMs, until + START_SKEW_TOLERANCE_MS);
   });
 
   it("active and dying runs together are bounded by maxActiveRuns: an occurrence beyond it is skipped", () => {

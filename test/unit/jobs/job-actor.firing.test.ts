@@ -263,7 +263,8 @@ describe("job actor: overlap", () => {
   });
 
   it("queue with look-ahead: a run started by hand before a prepared occurrence sends it back to the queue; it starts when the manual run ends — never two at once", () => {
-    const d = new Driver(cfg({ lookaheadMs: 5_000, leaseTtlMs: 1_000 }));
+    // Sent back only more than TTL + the start tolerance (1 s) ahead of it: 1.5 s here.
+    const d = new Driver(cfg({ lookaheadMs: 5_000, leaseTtlMs: 400 }));
     d.create(spec({ overlap: "queue" }));
     d.advance(0);
     const prepared = d.state.runs[0]!;
