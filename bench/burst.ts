@@ -156,7 +156,8 @@ export async function run(args: string[]): Promise<void> {
     let n = sum("kairos_attempts_total", (l) => l["outcome"] === "succeeded") + sum("kairos_dead_letters_total", () => true);
     for (const text of await scrapeAll()) {
       for (const x of text.matchAll(/^kairos_attempts_total\{[^}]*outcome="succeeded"[^}]*\} (\d+)/gm)) n += Number(x[1]);
-      for (const x of text.matchAll(/^kairos_dead_letters_total\{[^}]*\} (\d+)/gm)) n += Number(x[1]);
+      // Without --metrics-tenant-labels the dead-letter counter has no labels at all.
+      for (const x of text.matchAll(/^kairos_dead_letters_total(?:\{[^}]*\})? (\d+)/gm)) n += Number(x[1]);
     }
     return n;
   };

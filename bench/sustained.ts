@@ -122,10 +122,11 @@ const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
  */
 function samples(texts: string[], name: string, ...labels: string[]): Record<string, number> {
   const out: Record<string, number> = {};
-  const re = new RegExp(`^${name}\\{([^}]*)\\} (\\S+)$`, "gm");
+  // A series may have no labels at all (the per-tenant metrics without --metrics-tenant-labels).
+  const re = new RegExp(`^${name}(?:\\{([^}]*)\\})? (\\S+)$`, "gm");
   for (const text of texts) {
     for (const m of text.matchAll(re)) {
-      const v = labels.map((label) => new RegExp(`${label}="([^"]*)"`).exec(m[1]!)?.[1] ?? "").join(" ");
+      const v = labels.map((label) => new RegExp(`${label}="([^"]*)"`).exec(m[1] ?? "")?.[1] ?? "").join(" ");
       out[v] = (out[v] ?? 0) + Number(m[2]);
     }
   }

@@ -121,7 +121,9 @@ job "kairos" {
       value    = "true"
     }
 
-    # /healthz, /readyz and /metrics on a port of their own (--metrics-port).
+    # /healthz, /readyz and /metrics on a port of their own (--metrics-port). Only Prometheus
+    # and the Nomad checks need to reach it: firewall it off from everything else (or add
+    # --metrics-token-file, docs/operations.md).
     network {
       port "metrics" {}
     }
@@ -265,8 +267,11 @@ job "kairos" {
   group "api" {
     count = 2
 
+    # "http": the public API (/v1, /healthz, /readyz; never /metrics). "metrics": /metrics (and
+    # /healthz, /readyz) on the host's private address, for Prometheus only.
     network {
       port "http" {}
+      port "metrics" {}
     }
 
     update {
@@ -304,6 +309,13 @@ job "kairos" {
           grace = "30s"
         }
       }
+    }
+
+    service {
+      name     = "kairos-api-metrics"
+      port     = "metrics"
+      provider = "nomad"
+      tags     = ["metrics"]
     }
 
     task "kairos" {
@@ -379,6 +391,8 @@ job "kairos" {
           "--replicas", "3",
           "--api-host", "${NOMAD_IP_http}",
           "--api-port", "${NOMAD_PORT_http}",
+          "--metrics-host", "${NOMAD_IP_metrics}",
+          "--metrics-port", "${NOMAD_PORT_metrics}",
           "--image-policy", var.image_policy,
         ]
       }

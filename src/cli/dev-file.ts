@@ -15,7 +15,7 @@ export interface DevFile {
   api_url?: string;
   api_key?: string;
   tenant_id?: string;
-  /** Prometheus metrics of the dev node (`<api_url>/metrics`). */
+  /** Prometheus metrics of the dev node (its own loopback listener, not the API port). */
   metrics_url?: string;
   cluster?: string;
   pid?: number;

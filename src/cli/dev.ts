@@ -10,7 +10,8 @@
  *    role on every start (`.kairos/nats-auth/`: `auth.conf` and `creds/<user>.json`, mode 0600);
  * 4. one node with every role (NATS user `api_scheduler_worker`); a dev tenant on first start,
  *    created as `admin`; `.kairos/dev.json` records `{nats_url, nats_creds, api_url, api_key,
- *    tenant_id, metrics_url}` for other commands and curl. `nats_url` carries no secret;
+ *    tenant_id, metrics_url}` for other commands and curl. Metrics are on their own loopback
+ *    listener (`--metrics-port`, default 9464), never on the API port. `nats_url` carries no secret;
  *    `nats_creds` maps each NATS user to its credentials file. The cluster key for
  *    `task.secret_env` is `.kairos/secret.key` (made once, mode 0600) unless one is given.
  *
@@ -37,6 +38,8 @@ import { nodeConfigFromFlags, onShutdown, startProcess, type NodeFlags, type Pro
 import { natsAuthOptions, readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
 
 export const DEV_API_PORT = 7700;
+/** The dev node's metrics listener (127.0.0.1); any free port if taken. */
+export const DEV_METRICS_PORT = 9464;
 
 const say = (m: string): void => console.error(`kairos dev: ${m}`);
 
@@ -60,6 +63,9 @@ export function registerDevCommand(program: Command): void {
     .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers or can be started, else process)")
     .option("--slots <n>", "worker slots", "4")
     .option("--api-port <port>", `API port (default ${DEV_API_PORT}, any free port if taken)`)
+    .option("--metrics-port <port>", `/healthz, /readyz and /metrics on 127.0.0.1 (default ${DEV_METRICS_PORT}, any free port if taken)`)
+    .option("--metrics-token-file <path>", "/metrics answers only Authorization: Bearer <the token in this file>")
+    .option("--metrics-tenant-labels", "label the per-tenant metrics with the tenant id")
     .option("--image-policy <entries>", "images the dev tenant may name, comma-separated (default: any)")
     .option("--webhook-allow-http", "allow plain-http dead-letter webhooks")
     .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
@@ -98,10 +104,11 @@ export function registerDevCommand(program: Command): void {
         const withKey = { ...f, secretKeyFile: f.secretKeyFile ?? process.env["KAIROS_SECRET_KEY_FILE"] ?? ensureDevSecretKey() };
         let p;
         try {
-          p = await startProcess(config, withKey, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
+          p = await startProcess(config, { ...withKey, metricsPort: f.metricsPort ?? String(DEV_METRICS_PORT) }, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
         } catch (e) {
-          if (f.apiPort !== undefined || !String(e).includes("EADDRINUSE")) throw e;
-          p = await startProcess(config, { ...withKey, apiPort: "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
+          if ((f.apiPort !== undefined && f.metricsPort !== undefined) || !String(e).includes("EADDRINUSE")) throw e;
+          // A port taken: the ones not given explicitly go to any free port.
+          p = await startProcess(config, { ...withKey, apiPort: f.apiPort ?? "0", metricsPort: f.metricsPort ?? "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
         }
         const proc = p;
         devConsole?.setPartitionCount(() => proc.node.partitions);
@@ -110,13 +117,14 @@ export function registerDevCommand(program: Command): void {
           ? await withTenantAdmin(url, config.clusterName, { credsFile: nats.auth.credsFor("admin") }, (dir) => ensureDevTenant(dir, readDevFile()?.api_key))
           : await ensureDevTenant(p.tenants, readDevFile()?.api_key);
         const apiUrl = p.api!.url;
+        const opsUrl = p.metrics!.url;
         writeDevFile({
           nats_url: url, ...(nats?.auth ? { nats_creds: { ...nats.auth.creds } } : {}), api_url: apiUrl, api_key: tenant.api_key, tenant_id: tenant.tenant_id,
-          metrics_url: `${apiUrl}/metrics`, cluster: config.clusterName, pid: process.pid,
+          metrics_url: `${opsUrl}/metrics`, cluster: config.clusterName, pid: process.pid,
         });
         say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
         say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
-        say(`health ${apiUrl}/readyz  metrics ${apiUrl}/metrics`);
+        say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
         say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
         onShutdown(async () => {
           say("stopping node");

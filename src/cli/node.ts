@@ -14,6 +14,7 @@ import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } 
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
 import { parseSecretKey } from "../jobs/secret-env.ts";
+import { parseMetricsToken } from "../http/ops.ts";
 
 export interface NodeFlags extends NatsAuthFlags {
   nats?: string;
@@ -72,6 +73,8 @@ export interface ProcessFlags {
   lookaheadMs?: string;
   metricsHost?: string;
   metricsPort?: string;
+  metricsTokenFile?: string;
+  metricsTenantLabels?: boolean;
   imagePolicy?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
@@ -183,6 +186,21 @@ export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffe
   }
 }
 
+/**
+ * The metrics listener's token from `--metrics-token-file` (or KAIROS_METRICS_TOKEN_FILE): a file
+ * holding 16-512 printable characters (`openssl rand -hex 32 > token`). Read once, here.
+ */
+export function metricsTokenFromFlag(path: string | undefined): { metricsToken?: string } {
+  if (path === undefined || path === "") return {};
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new KairosError("invalid_argument", `--metrics-token-file: cannot read ${path}: ${(e as Error).message}`, { field: "metrics-token-file" });
+  }
+  return { metricsToken: parseMetricsToken(text, "metrics-token-file") };
+}
+
 /** The operator's image policy from `--image-policy a,b,c` (undefined: any image, with a warning). */
 export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | undefined {
   if (flag === undefined) return undefined;
@@ -210,6 +228,8 @@ export async function startProcess(
     workerSlots: int(f.slots, "slots") ?? 4,
     ...(f.metricsPort !== undefined ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! } : {}),
     ...(f.metricsHost !== undefined ? { metricsHost: f.metricsHost } : {}),
+    ...metricsTokenFromFlag(f.metricsTokenFile ?? process.env["KAIROS_METRICS_TOKEN_FILE"]),
+    metricsTenantLabels: f.metricsTenantLabels === true,
     ...(drainTimeoutMs !== undefined ? { drainTimeoutMs } : {}),
     retention: retentionFromFlags(f),
     natsApi: { enabled: f.natsApi !== false },
@@ -265,8 +285,10 @@ export function registerNodeCommand(program: Command): void {
     .option("--slots <n>", "worker slots (concurrent attempts)", "4")
     .option("--api-host <host>", "API listen address", "127.0.0.1")
     .option("--api-port <port>", "API port (0: any free port)", "0")
-    .option("--metrics-port <port>", "serve /healthz, /readyz and /metrics on this port too (0: any free port); API nodes also serve them on the API port")
-    .option("--metrics-host <host>", "metrics listen address (default: --api-host)")
+    .option("--metrics-port <port>", "serve /healthz, /readyz and /metrics on this port (0: any free port; default: no metrics listener). /metrics is never served on the API port")
+    .option("--metrics-host <host>", "metrics listen address (default 127.0.0.1, whatever --api-host is)")
+    .option("--metrics-token-file <path>", "the metrics listener's /metrics answers only Authorization: Bearer <the token in this file> (16-512 printable characters; env KAIROS_METRICS_TOKEN_FILE)")
+    .option("--metrics-tenant-labels", "scheduler: label the per-tenant metrics with the tenant id (default: no tenant in any label)")
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
     .option("--lookahead-ms <ms>", "how far ahead a job's next run is created and matched to a worker (default 300000; a job gets at most half the gap since its previous occurrence, at least 60000 or the whole window if shorter); workers hold slots for claimed runs until they start")
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")

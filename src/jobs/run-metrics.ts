@@ -41,13 +41,20 @@ export interface RunMetricsSink {
   deadLetter(tenant: string): void;
 }
 
-export const prometheusSink: RunMetricsSink = {
-  dispatchLag: observeDispatchLag,
-  attempt: countAttempt,
-  leaseExpiry: countLeaseExpiry,
-  retry: countRetry,
-  deadLetter: countDeadLetter,
-};
+/**
+ * The Prometheus recorders. `tenantLabels` false (the default of a node): the tenant is left out
+ * of every sample, so a scrape names no tenant (`--metrics-tenant-labels` turns it on).
+ */
+export function prometheusSink(tenantLabels: boolean): RunMetricsSink {
+  const t = (tenant: string): string | undefined => (tenantLabels ? tenant : undefined);
+  return {
+    dispatchLag: (tenant, seconds) => observeDispatchLag(t(tenant), seconds),
+    attempt: (tenant, outcome) => countAttempt(t(tenant), outcome),
+    leaseExpiry: countLeaseExpiry,
+    retry: (tenant) => countRetry(t(tenant)),
+    deadLetter: (tenant) => countDeadLetter(t(tenant)),
+  };
+}
 
 /** What a transition is judged on. */
 interface Baseline {
@@ -80,7 +87,7 @@ export class RunMetrics {
   readonly #baselines = new Map<string, Baseline>();
 
   constructor(
-    private readonly sink: RunMetricsSink = prometheusSink,
+    private readonly sink: RunMetricsSink = prometheusSink(false),
     private readonly limit = BASELINE_LIMIT,
     private readonly waiting?: RunsWaiting,
   ) {}

@@ -1,17 +1,20 @@
 /**
- * Prometheus metrics of a Kairos process (prom-client), served at `/metrics` on the API port of
- * API nodes and on `--metrics-port` (src/http/ops.ts). The metric names and labels are a contract
- * (issue 11): dashboards and alerts are built on them; add, never rename.
+ * Prometheus metrics of a Kairos process (prom-client), served at `/metrics` on the node's own
+ * metrics listener (`--metrics-port`, loopback by default; src/http/ops.ts) — never on the API
+ * port. The metric names and labels are a contract: dashboards and alerts are built on them; add,
+ * never rename. The `tenant` label is present only when the operator asks for it
+ * (`--metrics-tenant-labels`): without it the per-tenant metrics are one series per outcome for
+ * the whole node, and a scrape names no tenant.
  *
  * | metric | type | labels | meaning |
  * | --- | --- | --- | --- |
- * | kairos_dispatch_lag_seconds | histogram | tenant | attempt start − scheduled_for, observed once per run (its first start) |
+ * | kairos_dispatch_lag_seconds | histogram | tenant (opt-in) | attempt start − scheduled_for, observed once per run (its first start) |
  * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
  * | kairos_clock_skew_seconds | gauge | node | each peer's wall clock minus this node's, from membership heartbeats (less their one-way latency) |
  * | kairos_lease_expiries_total | counter | counted | attempt leases that lapsed (worker died, restarted, drained, or was cut off); `counted="false"`: presumed never started (given back by a drain, or never heard to start and not known to its worker), offered again without counting against max_attempts |
- * | kairos_attempts_total | counter | tenant, outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
- * | kairos_retries_total | counter | tenant | attempts scheduled again after a retryable failure |
- * | kairos_dead_letters_total | counter | tenant | runs dead-lettered (failed after their last attempt) |
+ * | kairos_attempts_total | counter | tenant (opt-in), outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
+ * | kairos_retries_total | counter | tenant (opt-in) | attempts scheduled again after a retryable failure |
+ * | kairos_dead_letters_total | counter | tenant (opt-in) | runs dead-lettered (failed after their last attempt) |
  * | kairos_partitions_held | gauge | – | partitions whose lease this node holds |
  * | kairos_actors_active | gauge | – | actors (jobs, tenants) active in memory on this node |
  * | kairos_mailbox_depth | gauge | – | messages queued in actor mailboxes on this node |
@@ -26,7 +29,8 @@
  * are read at scrape time from the sources the node registers (`addGaugeSource`), summed when
  * several nodes share a process (tests). Counters and histograms are recorded by the typed
  * functions below; the run path calls them (the mapping of call to place is in ARCHITECTURE.md,
- * "Metrics"). Label values are bounded: tenant ids (bounded by tenants) and closed unions.
+ * "Metrics"). Label values are bounded: tenant ids (bounded by tenants, and only when asked for)
+ * and closed unions. A recorder given no tenant (`undefined`) leaves the label out.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { droppedLogLines } from "../lib/log.ts";
@@ -168,9 +172,14 @@ export function countBusRefusal(responder: BusResponder, reason: BusRefusalReaso
   busRefusals.inc({ responder, reason });
 }
 
+/** The tenant label of a sample: none when the tenant is not to be named. */
+function tenantLabel(tenant: string | undefined): { tenant?: string } {
+  return tenant === undefined ? {} : { tenant };
+}
+
 /** A run's first attempt started `lagSeconds` after its scheduled_for (negative lags count as 0). */
-export function observeDispatchLag(tenant: string, lagSeconds: number): void {
-  dispatchLag.observe({ tenant }, Math.max(0, lagSeconds));
+export function observeDispatchLag(tenant: string | undefined, lagSeconds: number): void {
+  dispatchLag.observe(tenantLabel(tenant), Math.max(0, lagSeconds));
 }
 
 /** `delta` runs started (+1) or stopped (−1) waiting for `reason`. */
@@ -184,18 +193,18 @@ export function countLeaseExpiry(counted: boolean): void {
 }
 
 /** An attempt ended with `outcome`. */
-export function countAttempt(tenant: string, outcome: AttemptOutcomeLabel): void {
-  attempts.inc({ tenant, outcome });
+export function countAttempt(tenant: string | undefined, outcome: AttemptOutcomeLabel): void {
+  attempts.inc({ ...tenantLabel(tenant), outcome });
 }
 
 /** A failed attempt is retried (a next attempt was scheduled). */
-export function countRetry(tenant: string): void {
-  retries.inc({ tenant });
+export function countRetry(tenant: string | undefined): void {
+  retries.inc(tenantLabel(tenant));
 }
 
 /** A run was dead-lettered. */
-export function countDeadLetter(tenant: string): void {
-  deadLetters.inc({ tenant });
+export function countDeadLetter(tenant: string | undefined): void {
+  deadLetters.inc(tenantLabel(tenant));
 }
 
 /**

@@ -27,7 +27,7 @@ import { DeadLetterOutbox } from "../jobs/dead-letters.ts";
 import { SecretEnvStore } from "../jobs/secret-env.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
-import { createOpsApp, registerOpsRoutes } from "../http/ops.ts";
+import { createOpsApp, registerReadiness } from "../http/ops.ts";
 import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
 import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../jobs/run-metrics.ts";
@@ -54,12 +54,16 @@ export interface ProcessOptions {
   job?: Partial<JobActorConfig>;
   workerHeartbeatMs?: number;
   /**
-   * A separate HTTP listener for /healthz, /readyz and /metrics (0: any free port); unset: none
-   * (API nodes serve them on the API port anyway).
+   * The node's metrics listener: /healthz, /readyz and /metrics (0: any free port); unset: none.
+   * /metrics is served nowhere else (API nodes answer /healthz and /readyz on the API port too).
    */
   metricsPort?: number;
-  /** Address of the metrics listener (default: `apiHost`). */
+  /** Address of the metrics listener (default 127.0.0.1, whatever `apiHost` is). */
   metricsHost?: string;
+  /** The metrics listener's /metrics answers only `Authorization: Bearer <metricsToken>`. */
+  metricsToken?: string;
+  /** scheduler: name the tenant in the per-tenant metrics' `tenant` label (default: left out). */
+  metricsTenantLabels?: boolean;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
   /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
@@ -95,7 +99,7 @@ export interface KairosProcess {
   readonly api: ApiServer | undefined;
   readonly worker: Worker | undefined;
   readonly tenants: KvTenantDirectory;
-  /** The `--metrics-port` listener, when one was asked for. */
+  /** The metrics listener (`--metrics-port`), when one was asked for. */
   readonly metrics: ApiServer | undefined;
   /** The internal NATS API's responder (api nodes, unless disabled). */
   readonly natsApi: NatsApiService | undefined;
@@ -124,7 +128,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   for (const r of actorRegistrations()) node.register(r);
   // Run-path metrics from the run records and effects of this node's job actors.
   const runsWaiting = new RunsWaiting(() => systemClock.now());
-  const runMetrics = new RunMetrics(prometheusSink, BASELINE_LIMIT, runsWaiting);
+  const runMetrics = new RunMetrics(prometheusSink(opts.metricsTenantLabels === true), BASELINE_LIMIT, runsWaiting);
   // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
   node.guard(JOB_ACTOR, jobAddressGuard);
   node.guard(TENANT_ACTOR, tenantAddressGuard);
@@ -221,7 +225,8 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   };
   if (opts.metricsPort !== undefined) {
     try {
-      metrics = await serveApi(createOpsApp(ops), { host: opts.metricsHost ?? opts.apiHost, port: opts.metricsPort });
+      const app = createOpsApp(ops, opts.metricsToken !== undefined ? { metricsToken: opts.metricsToken } : {});
+      metrics = await serveApi(app, { host: opts.metricsHost ?? "127.0.0.1", port: opts.metricsPort });
     } catch (e) {
       await cleanUp();
       throw e;
@@ -231,7 +236,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom, secrets);
     const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
-    registerOpsRoutes(app, ops);
+    registerReadiness(app, ops); // /readyz for load balancers; /metrics only on the metrics listener
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
     } catch (e) {

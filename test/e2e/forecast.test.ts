@@ -32,9 +32,9 @@ describe("capacity forecast on a real cluster", { timeout: 180_000 }, () => {
   const metricsUrls: string[] = [];
   before(async () => {
     fx = await startKairosFixture();
-    const n1 = fx.spawn("f1", "api,scheduler");
+    const n1 = fx.spawn("f1", "api,scheduler", ["--metrics-port", "0"]);
     const base = await fx.apiUrl(n1);
-    metricsUrls.push(`${base}/metrics`);
+    metricsUrls.push(await fx.metricsUrl(n1));
     const ta = await fx.newTenant("forecast-a");
     const tb = await fx.newTenant("forecast-b");
     tenants.a = ta.tenant_id;
@@ -51,8 +51,7 @@ describe("capacity forecast on a real cluster", { timeout: 180_000 }, () => {
     await job(tb.api_key, "* * * * *", false);
     // A second scheduler: partitions move, and both nodes recompute their forecast.
     const n2 = fx.spawn("f2", "scheduler", ["--metrics-port", "0"]);
-    const e = (await n2.waitFor((x) => (x as { type: string }).type === "metrics_listening", 30_000, "f2 metrics")) as unknown as { metrics_url: string };
-    metricsUrls.push(e.metrics_url);
+    metricsUrls.push(await fx.metricsUrl(n2));
     await n2.waitFor((x) => x.type === "partition_acquired", 30_000, "f2 holds a partition");
   });
   after(async () => {

@@ -1,6 +1,7 @@
 /**
  * Run-path metrics on a real cluster (issue 11): a scheduler node, process-executor workers,
- * two tenants' workload, then `/metrics` scraped from the scheduler: the dispatch-lag histogram
+ * two tenants' workload, then `/metrics` scraped from the scheduler's metrics listener (with
+ * `--metrics-tenant-labels`): the dispatch-lag histogram
  * counts exactly the runs started per tenant, attempts are counted by outcome, a run that fails
  * its last attempt raises the dead-letter counter (its earlier failure the retry counter), and a
  * worker killed with SIGKILL mid-attempt raises the lease-expiry counter; runs due with no free
@@ -32,13 +33,18 @@ const evtRun = (e: unknown): { type: string; run_id?: string } => e as { type: s
 describe("run-path metrics after a workload", { timeout: 180_000 }, () => {
   let fx: KairosFixture;
   let base: string;
+  let metricsUrl: string;
   let a: Api;
   let b: Api;
   let w1: NodeProc;
   const tenants: Record<"a" | "b", string> = { a: "", b: "" };
   before(async () => {
     fx = await startKairosFixture();
-    base = await fx.apiUrl(fx.spawn("sched", "api,scheduler", TTL));
+    // Per-tenant series need the operator's consent (--metrics-tenant-labels); /metrics is on
+    // the node's metrics listener only.
+    const sched = fx.spawn("sched", "api,scheduler", [...TTL, "--metrics-port", "0", "--metrics-tenant-labels"]);
+    base = await fx.apiUrl(sched);
+    metricsUrl = await fx.metricsUrl(sched);
     w1 = fx.spawn("w1", "worker", TTL);
     await w1.waitFor((e) => e.type === "node_started", 30_000, "w1 started");
     const ta = await fx.newTenant("metrics-a");
@@ -52,7 +58,7 @@ describe("run-path metrics after a workload", { timeout: 180_000 }, () => {
     await fx?.stop();
   });
 
-  const scrape = async (): Promise<string> => (await fetch(`${base}/metrics`)).text();
+  const scrape = async (): Promise<string> => (await fetch(metricsUrl)).text();
   const runNow = async (api: Api, script: string, maxAttempts = 3): Promise<string> => {
     const job = await api.call<{ job_id: string }>("POST", "/v1/jobs", {
       schedule: { at: new Date(Date.now() + 3600_000).toISOString() },

@@ -42,6 +42,8 @@ export interface KairosFixture {
   spawn(nodeId: string, roles: string, extra?: string[]): NodeProc;
   /** Waits for a node's API to listen and returns its URL. */
   apiUrl(node: NodeProc): Promise<string>;
+  /** The `/metrics` URL of a node spawned with `--metrics-port` (its `metrics_listening` event). */
+  metricsUrl(node: NodeProc): Promise<string>;
   newTenant(name: string): Promise<{ tenant_id: string; api_key: string }>;
   /**
    * A tenant with a chosen id (service users' permissions name the tenant, so their ids are
@@ -67,6 +69,10 @@ export async function startKairosFixture(opts: { partitions?: number; nats?: Nat
     async apiUrl(node) {
       const e = (await node.waitFor((ev) => (ev as { type: string }).type === "api_listening", 30_000, "api listening")) as unknown as { api_url: string };
       return e.api_url;
+    },
+    async metricsUrl(node) {
+      const e = (await node.waitFor((ev) => (ev as { type: string }).type === "metrics_listening", 30_000, "metrics listening")) as unknown as { metrics_url: string };
+      return e.metrics_url;
     },
     async newTenant(name) {
       const t = await fx.tenants.createTenant(name);

@@ -1,7 +1,10 @@
-/** `kairos node` flag validation for the health and metrics listener (`--metrics-port`). */
+/** `kairos node` flag validation: the health and metrics listener (`--metrics-port`, `--metrics-token-file`), limits, NATS. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { nodeConfigFromFlags, portFlag, rateLimitsFromFlags } from "../../src/cli/node.ts";
+import { metricsTokenFromFlag, nodeConfigFromFlags, portFlag, rateLimitsFromFlags } from "../../src/cli/node.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { isKairosError } from "../../src/lib/errors.ts";
 
 describe("--metrics-port", () => {
@@ -15,6 +18,24 @@ describe("--metrics-port", () => {
   it("refuses anything else with a message naming the flag", () => {
     for (const bad of ["65536", "-1", "9.5", "abc", ""]) {
       assert.throws(() => portFlag(bad, "metrics-port"), (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith("--metrics-port:"), bad);
+    }
+  });
+});
+
+describe("--metrics-token-file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "kairos-metrics-token-"));
+  const file = (name: string, text: string): string => {
+    const p = join(dir, name);
+    writeFileSync(p, text);
+    return p;
+  };
+  it("reads the token, trimmed; no flag is no token", () => {
+    assert.deepEqual(metricsTokenFromFlag(undefined), {});
+    assert.deepEqual(metricsTokenFromFlag(file("ok", "  0123456789abcdef0123\n")), { metricsToken: "0123456789abcdef0123" });
+  });
+  it("refuses a missing file, a short token and one with spaces, naming the flag", () => {
+    for (const p of [join(dir, "absent"), file("short", "abc\n"), file("spaces", "0123456789 abcdef0123")]) {
+      assert.throws(() => metricsTokenFromFlag(p), (e: unknown) => isKairosError(e, "invalid_argument") && e.field === "metrics-token-file", p);
     }
   });
 });

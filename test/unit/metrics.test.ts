@@ -9,6 +9,7 @@ import {
   METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
   countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
+import { prometheusSink } from "../../src/jobs/run-metrics.ts";
 import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
 
 const value = (text: string, series: string): number | undefined => {
@@ -55,6 +56,23 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
     assert.equal(value(body, 'kairos_bus_refusals_total{responder="nats_api",reason="not_an_inbox"}'), 1);
+  });
+
+  it("the node's sink names no tenant unless asked to (--metrics-tenant-labels)", async () => {
+    const quiet = prometheusSink(false);
+    quiet.dispatchLag("tQuiet", 0.01);
+    quiet.attempt("tQuiet", "failed");
+    quiet.retry("tQuiet");
+    quiet.deadLetter("tQuiet");
+    const labelled = prometheusSink(true);
+    labelled.attempt("tLoud", "failed");
+    const { body } = await metricsText();
+    assert.equal(body.includes("tQuiet"), false, "a tenant of the quiet sink appears nowhere");
+    assert.equal(value(body, 'kairos_attempts_total{outcome="failed"}'), 1);
+    assert.equal(value(body, "kairos_retries_total"), 1);
+    assert.equal(value(body, "kairos_dead_letters_total"), 1);
+    assert.equal(value(body, "kairos_dispatch_lag_seconds_count"), 1);
+    assert.equal(value(body, 'kairos_attempts_total{tenant="tLoud",outcome="failed"}'), 1);
   });
 
   it("reads gauge sources at scrape time and sums several nodes", async () => {
