@@ -3,7 +3,8 @@
  * authentication (with throttled failures), the per-tenant rate limit and the body limit, then
  * the job and run routes (thin: the operations are src/app/operations.ts, shared with the
  * internal NATS API). Errors of every route are
- * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`.
+ * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
+ * answered before its request's body arrived also closes the connection (`closeIfBodyUnread`).
  */
 import { Hono, type Context } from "hono";
 import { createOperations } from "../app/operations.ts";
@@ -49,6 +50,19 @@ function socketAddress(c: Context): string | undefined {
   return env?.incoming?.socket?.remoteAddress;
 }
 
+/**
+ * An error answered before the request's body has fully arrived (413 on Content-Length, 401, 429,
+ * a wrong Content-Type, an unknown route…) ends the connection: `Connection: close`, so Node
+ * closes it after the answer and the client opens a new one for its next request. Without it the
+ * server gave up draining the unread body after a while and dropped the socket under a
+ * keep-alive client, whose next request on it then failed with no HTTP status at all. A body
+ * that has fully arrived (`complete`) is drained by the server and the connection is kept.
+ */
+function closeIfBodyUnread(c: Context): void {
+  const env = c.env as { incoming?: { complete?: boolean } } | undefined;
+  if (env?.incoming?.complete === false) c.header("Connection", "close");
+}
+
 /** Builds the API application; serve it with `serveApi` or call `app.request()` in tests. */
 export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -57,10 +71,12 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   app.onError((err, c) => {
     const e = toHttpError(err, (x) => logError(x, { method: c.req.method, path: c.req.path }));
     for (const [k, v] of Object.entries(e.headers)) c.header(k, v);
+    closeIfBodyUnread(c);
     return c.json(e.body, e.status);
   });
   app.notFound((c) => {
     const e = toHttpError(new KairosError("not_found", `no route ${c.req.method} ${c.req.path.slice(0, 200)}`), () => undefined);
+    closeIfBodyUnread(c);
     return c.json(e.body, e.status);
   });
 
