@@ -81,7 +81,10 @@ const resourcesSchema = z.strictObject({
 });
 
 const TaskFields = {
-  image: z.string().min(1).max(LIMITS.imageChars).meta({ examples: ["busybox:latest"] }),
+  image: z.string().min(1).max(LIMITS.imageChars).meta({
+    description: "An image reference, [host[:port]/]path[:tag][@sha256:<64 hex>] (not an image ID): 400 otherwise. It must be allowed by the tenant's image policy (422 policy_denied); a registry on a loopback, private or link-local address is allowed only when the policy names it",
+    examples: ["busybox:latest", "registry.example.com/acme/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"],
+  }),
   args: z.array(z.string().max(LIMITS.argChars)).min(1).max(LIMITS.args).meta({ description: "args[0] is the program", examples: [["sh", "-c", "echo hello"]] }),
   env: envSchema.default({}),
   timeout_s: intIn(1, LIMITS.timeoutS),

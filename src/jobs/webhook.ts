@@ -9,9 +9,11 @@
  * operator relaxes it (`WebhookPolicy`):
  * - https only (plain http behind `allowHttp`);
  * - redirects are never followed (a 3xx is a failed delivery, not retried);
- * - the destination is resolved by Kairos, every address is checked against the blocked
- *   ranges (loopback, private, link-local incl. 169.254.169.254, CGNAT, unspecified, multicast,
- *   IPv4-mapped/translated IPv6, documentation…), and the socket connects to the address that
+ * - a literal address or a loopback name (`localhost.`, `*.localhost`) is refused as written; a
+ *   name is resolved by Kairos, every address is checked against the blocked ranges
+ *   (src/lib/net-address.ts: loopback, private, link-local incl. 169.254.169.254, CGNAT,
+ *   unspecified, multicast, IPv6 forms that carry an IPv4 address, documentation…), and the
+ *   socket connects to the address that
  *   was checked (the check runs inside the connection's `lookup`), so there is no window for DNS
  *   rebinding between check and connect. A refused destination gets no packet at all;
  * - at most `maxConcurrentPerTenant` deliveries of one tenant at once, `maxQueuedPerTenant`
@@ -25,7 +27,7 @@ import { createHmac } from "node:crypto";
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { BlockList, isIP } from "node:net";
+import { isBlockedAddress, isInternalHost } from "../lib/net-address.ts";
 import type { RunView } from "./model.ts";
 
 export function signWebhook(secret: string, timestampS: number, body: string): string {
@@ -57,53 +59,7 @@ export type Resolve = (hostname: string) => Promise<LookupAddress[]>;
 const systemResolve: Resolve = (hostname) =>
   new Promise((resolve, reject) => dnsLookup(hostname, { all: true, verbatim: true }, (err, addrs) => (err ? reject(err) : resolve(addrs))));
 
-/** Address ranges a webhook must not reach unless the operator allows private addresses. */
-const BLOCKED = (() => {
-  // Two lists: a BlockList checks IPv4 addresses against IPv6 rules too (as ::ffff:a.b.c.d), so
-  // the IPv4-mapped rule below would otherwise block every IPv4 address.
-  const b = { v4: new BlockList(), v6: new BlockList() };
-  const v4: [string, number][] = [
-    ["0.0.0.0", 8], // "this network", unspecified
-    ["10.0.0.0", 8],
-    ["100.64.0.0", 10], // CGNAT
-    ["127.0.0.0", 8],
-    ["169.254.0.0", 16], // link-local, cloud metadata
-    ["172.16.0.0", 12],
-    ["192.0.0.0", 24], // IETF protocol assignments
-    ["192.0.2.0", 24], // documentation
-    ["192.168.0.0", 16],
-    ["198.18.0.0", 15], // benchmarking
-    ["198.51.100.0", 24],
-    ["203.0.113.0", 24],
-    ["224.0.0.0", 4], // multicast
-    ["240.0.0.0", 4], // reserved, broadcast
-  ];
-  for (const [net, prefix] of v4) b.v4.addSubnet(net, prefix, "ipv4");
-  const v6: [string, number][] = [
-    ["::", 128], // unspecified
-    ["::1", 128],
-    ["::ffff:0:0", 96], // IPv4-mapped: would reach any IPv4 address
-    ["64:ff9b::", 96], // NAT64
-    ["64:ff9b:1::", 48],
-    ["100::", 64], // discard
-    ["2001::", 32], // Teredo
-    ["2001:db8::", 32], // documentation
-    ["2002::", 16], // 6to4
-    ["fc00::", 7], // unique local
-    ["fe80::", 10], // link-local
-    ["fec0::", 10], // site-local (deprecated)
-    ["ff00::", 8], // multicast
-  ];
-  for (const [net, prefix] of v6) b.v6.addSubnet(net, prefix, "ipv6");
-  return b;
-})();
-
-/** Whether a literal IP address is outside the public internet (see BLOCKED). */
-export function isBlockedAddress(address: string): boolean {
-  const family = isIP(address);
-  if (family === 0) return true; // not an address: never connect to it
-  return family === 4 ? BLOCKED.v4.check(address, "ipv4") : BLOCKED.v6.check(address, "ipv6");
-}
+export { isBlockedAddress };
 
 /** A destination refused before anything was sent. */
 export class WebhookRefused extends Error {
@@ -144,8 +100,9 @@ function refuseUrl(url: URL, policy: WebhookPolicy): string | undefined {
     return `${url.protocol.replace(/:$/, "")} webhooks are not allowed (https only${url.protocol === "http:" ? "; the operator can allow http with --webhook-allow-http" : ""})`;
   }
   if (url.username !== "" || url.password !== "") return "credentials in the webhook URL are not allowed";
-  const host = url.hostname.replace(/^\[(.*)\]$/, "$1");
-  if (isIP(host) !== 0 && !policy.allowPrivateAddresses && isBlockedAddress(host)) return `${host} is not a public address`;
+  // A literal address or a loopback name (`localhost.`, `x.localhost`) is refused before any
+  // lookup; a name's addresses are checked in the connection's lookup (checkedLookup).
+  if (!policy.allowPrivateAddresses && isInternalHost(url.hostname)) return `${url.hostname} is not a public address`;
   return undefined;
 }
 

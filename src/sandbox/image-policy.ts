@@ -5,7 +5,10 @@
  *
  * A policy is a list of entries; an image is allowed when any entry allows it:
  *
- *   `*`                                   any image (the default when the operator sets none)
+ *   `*`                                   any image on a public registry (the default when the
+ *                                         operator sets none); not a registry on a loopback,
+ *                                         private or link-local address, which only an entry
+ *                                         naming it allows
  *   `registry.example.com/team/`          any repository under this registry/namespace prefix
  *                                         (must end with "/"; matched by whole path components)
  *   `registry.example.com/team/app@sha256:<64 hex>`  exactly this digest of this repository
@@ -16,12 +19,17 @@
  * path component on docker.io means `library/<name>`, no tag and no digest means `:latest`.
  * So `busybox`, `docker.io/busybox:latest` and `docker.io/library/busybox` are one image.
  *
+ * Every reference is parsed first, whatever the policy (`parseImageRef`): what is not a
+ * reference (`busybox;id`, `x?fromImage=evil`) is refused before any policy is consulted.
+ *
  * Gotcha: the engine also resolves image IDs and ID prefixes ("4f2a…"), which would let a
- * tenant name another tenant's image by its ID. A policy other than `*` refuses any reference
- * that is not a proper name, and the executor checks the inspected image's RepoTags /
- * RepoDigests (see `imageCarriesName`).
+ * tenant name another tenant's image by its ID. Every policy refuses a reference that is not a
+ * proper name, and the executor checks the inspected image's RepoTags / RepoDigests (see
+ * `imageCarriesName`).
  */
+import { isIP } from "node:net";
 import { KairosError } from "../lib/errors.ts";
+import { isInternalHost } from "../lib/net-address.ts";
 
 /** A parsed, normalised image reference. */
 export interface ImageRef {
@@ -50,15 +58,36 @@ export interface ImagePolicy {
 /** Most entries in one policy; a bound like every other list (STYLE habit 11). */
 export const MAX_POLICY_ENTRIES = 64;
 
+// The reference grammar of the engine (distribution/reference), restricted to what an engine
+// resolves as a name: [host[:port]/]path[:tag][@sha256:digest].
 const COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
 const TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 const DIGEST = /^sha256:[a-f0-9]{64}$/;
-const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?$/;
+const DOMAIN = /^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+const IPV6_HOST = /^\[([0-9A-Fa-f:.]+)\]$/;
+/** Longest repository name (registry and path), the engine's own bound. */
+const MAX_NAME_CHARS = 255;
 const DOCKER_HUB = "docker.io";
 
-/** Whether the first path component names a registry host (Docker's rule). */
+/** Whether the first path component names a registry host (the engine's rule). */
 function isRegistry(component: string): boolean {
-  return component === "localhost" || component.includes(".") || component.includes(":");
+  return component === "localhost" || component.includes(".") || component.includes(":") || component.startsWith("[");
+}
+
+/** Why `registry` (host[:port]) is not a registry host, or undefined when it is one. */
+function registryProblem(registry: string): string | undefined {
+  const m = /^(.*?)(?::([0-9]{1,5}))?$/.exec(registry);
+  const host = m?.[1] ?? "";
+  const port = m?.[2];
+  if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) return `"${registry}": the port must be 1-65535`;
+  const v6 = IPV6_HOST.exec(host);
+  if (v6 !== null ? isIP(v6[1]!) !== 6 : !DOMAIN.test(host)) return `"${registry.slice(0, 100)}" is not a registry host`;
+  return undefined;
+}
+
+/** The host of a registry (`[::1]` kept bracketed, port dropped). */
+export function registryHost(registry: string): string {
+  return registry.startsWith("[") ? registry.slice(0, registry.indexOf("]") + 1) : registry.replace(/:[0-9]+$/, "");
 }
 
 /** Splits `name` into registry and normalised path, or returns why it is not a name. */
@@ -67,15 +96,22 @@ function splitName(name: string, hubLibrary = true): { registry: string; path: s
   let registry = DOCKER_HUB;
   if (parts.length > 1 && isRegistry(parts[0]!)) {
     registry = parts.shift()!;
-    if (!HOST.test(registry)) return `"${registry}" is not a registry host`;
+    const problem = registryProblem(registry);
+    if (problem !== undefined) return problem;
     if (registry === "index.docker.io" || registry === "registry-1.docker.io") registry = DOCKER_HUB;
   }
-  if (parts.length === 0 || parts.some((p) => !COMPONENT.test(p))) return "repository path components must be lowercase letters, digits and separators";
+  if (parts.length === 0 || parts.some((p) => !COMPONENT.test(p))) return "repository path components must be lowercase letters, digits and separators (. _ __ -)";
+  if (name.length > MAX_NAME_CHARS) return `the repository name must be at most ${MAX_NAME_CHARS} characters`;
   if (hubLibrary && registry === DOCKER_HUB && parts.length === 1) parts.unshift("library");
   return { registry, path: parts.join("/") };
 }
 
-/** Parses an image reference the way the engine does (names only, never IDs); a string saying why when it is not one. */
+/**
+ * Parses an image reference the way the engine does — `[host[:port]/]path[:tag][@sha256:<hex>]`,
+ * host a DNS name, an IPv4 address or a bracketed IPv6 address — names only, never IDs; a string
+ * saying why when it is not one. Anything else (`busybox;id`, `x?fromImage=evil`, spaces,
+ * control characters, upper case in the path) is not a reference.
+ */
 export function parseImageRef(ref: string): ImageRef | string {
   if (ref.length === 0 || ref.length > 512) return "must be 1-512 characters";
   if (/^(?:sha256:)?[a-f0-9]{12,64}$/.test(ref)) return "an image ID is not accepted; name the image by repository (and tag or digest)";
@@ -89,10 +125,10 @@ export function parseImageRef(ref: string): ImageRef | string {
   }
   let tag: string | undefined;
   const colon = rest.lastIndexOf(":");
-  if (colon > rest.lastIndexOf("/")) {
+  if (colon > rest.lastIndexOf("/") && colon > rest.lastIndexOf("]")) {
     tag = rest.slice(colon + 1);
     rest = rest.slice(0, colon);
-    if (!TAG.test(tag)) return `"${tag}" is not a valid tag`;
+    if (!TAG.test(tag)) return `${JSON.stringify(tag.slice(0, 130))} is not a valid tag`;
   }
   const name = splitName(rest);
   if (typeof name === "string") return name;
@@ -108,7 +144,7 @@ function parseEntry(text: string): ImagePolicyEntry | string {
   if (s.endsWith("/")) {
     const host = s.slice(0, -1);
     // A bare registry host ("registry.example.com/"): every repository on it.
-    if (!host.includes("/") && isRegistry(host)) return HOST.test(host) ? { kind: "prefix", prefix: `${host === "index.docker.io" ? DOCKER_HUB : host}/` } : `"${host}" is not a registry host`;
+    if (!host.includes("/") && isRegistry(host)) return registryProblem(host) ?? { kind: "prefix", prefix: `${host === "index.docker.io" ? DOCKER_HUB : host}/` };
     // A namespace: "team/" on Docker Hub stays "docker.io/team/" (no "library/").
     const name = splitName(host, false);
     if (typeof name === "string") return name;
@@ -150,14 +186,21 @@ function allows(e: ImagePolicyEntry, r: ImageRef): boolean {
 }
 
 /**
- * Checks `image` against `policy`: undefined when allowed, else a `KairosError`
- * (`policy_denied`, 422; or `invalid_argument` when the reference is malformed) for `field`.
+ * Checks `image` against `policy`: undefined when allowed, else a `KairosError` for `field` —
+ * `invalid_argument` (400) when it is not a reference at all (whatever the policy), or
+ * `policy_denied` (422). A reference whose registry is inside the operator's network (a loopback,
+ * private or link-local address, `localhost`: src/lib/net-address.ts) is allowed only by an entry
+ * that names it (a prefix, tag or digest on that registry), never by `*` alone: the engine that
+ * pulls it sits inside that network.
  */
 export function checkImage(policy: ImagePolicy, image: string, field = "task.image"): KairosError | undefined {
-  if (policy.entries.some((e) => e.kind === "any")) return undefined;
   const ref = parseImageRef(image);
   if (typeof ref === "string") return new KairosError("invalid_argument", `${field}: ${ref}`, { field });
-  if (policy.entries.some((e) => allows(e, ref))) return undefined;
+  if (policy.entries.some((e) => e.kind !== "any" && allows(e, ref))) return undefined;
+  if (isInternalHost(registryHost(ref.registry))) {
+    return new KairosError("policy_denied", `${field}: image ${JSON.stringify(image.slice(0, 200))} names a registry on a loopback, private or link-local address (${ref.registry}); only an image policy entry naming that registry (e.g. "${ref.registry}/") allows it`, { field });
+  }
+  if (policy.entries.some((e) => e.kind === "any")) return undefined;
   const shown = policy.source.slice(0, 5).join(", ") + (policy.source.length > 5 ? ", …" : "");
   return new KairosError("policy_denied", `${field}: image ${JSON.stringify(image.slice(0, 200))} is not allowed for this tenant (allowed: ${shown})`, { field });
 }

@@ -4,6 +4,10 @@
  * policy_denied, nothing created) while `kairos-test/busybox:1` runs in a container; a tenant
  * given its own policy (kairos admin tenant images) is held to it instead. Skipped unless
  * KAIROS_DOCKER=1 or KAIROS_REQUIRE_DOCKER=1.
+ *
+ * Without Docker: under a `*` policy a real node still refuses what is not an image reference
+ * (400) and a registry on a loopback or private address (422), unless the operator's policy
+ * names that registry (`--image-policy '*,localhost:5000/'`).
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -63,5 +67,39 @@ describe("image policy end to end (docker)", { skip: dockerSkip(), timeout: 180_
     assert.equal(r.status, 422, JSON.stringify(r.body));
     const ok = await own.call("POST", "/v1/jobs", { schedule: inAnHour(), task: { image: "registry.example.com/own-policy/app:1", args: ["true"], timeout_s: 10 } });
     assert.equal(ok.status, 201, JSON.stringify(ok.body));
+  });
+});
+
+describe("image references under the * policy (no Docker needed)", { timeout: 120_000 }, () => {
+  let fx: KairosFixture;
+  let api: Api;
+  before(async () => {
+    fx = await startKairosFixture();
+    const node = fx.spawn("ip2", "api,scheduler", ["--image-policy", "*,localhost:5000/"]);
+    api = apiClient(await fx.apiUrl(node), (await fx.newTenant("any-image")).api_key);
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  const create = (image: string) =>
+    api.call<{ error?: { code: string; field: string; message: string } }>("POST", "/v1/jobs", { schedule: inAnHour(), task: { image, args: ["true"], timeout_s: 10 } });
+
+  it("refuses malformed references (400) and internal registries (422); allows what the operator names", async () => {
+    for (const image of ["busybox;id", "x?fromImage=evil", "busybox id"]) {
+      const r = await create(image);
+      assert.equal(r.status, 400, `${image}: ${JSON.stringify(r.body)}`);
+      assert.equal(r.body.error?.field, "task.image");
+    }
+    for (const image of ["127.0.0.1:2375/x", "[::1]/x", "10.0.0.8:5000/x", "192.168.0.3/x", "localhost:5001/x"]) {
+      const r = await create(image);
+      assert.equal(r.status, 422, `${image}: ${JSON.stringify(r.body)}`);
+      assert.deepEqual([r.body.error?.code, r.body.error?.field], ["policy_denied", "task.image"]);
+    }
+    assert.deepEqual((await api.call<{ jobs: unknown[] }>("GET", "/v1/jobs")).body.jobs, [], "nothing was created");
+    for (const image of ["localhost:5000/team/app:1", "busybox"]) {
+      const r = await create(image);
+      assert.equal(r.status, 201, `${image}: ${JSON.stringify(r.body)}`);
+    }
   });
 });

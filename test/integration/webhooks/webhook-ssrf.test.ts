@@ -56,7 +56,9 @@ describe("webhook destinations (SSRF)", () => {
 
   it("classifies addresses: loopback, private, link-local, CGNAT, unspecified, mapped are blocked; public is not", () => {
     for (const a of ["127.0.0.1", "127.9.9.9", "10.0.0.1", "172.16.5.5", "192.168.1.1", "169.254.169.254", "100.64.0.1", "100.127.255.254", "0.0.0.0", "224.0.0.1", "255.255.255.255",
-      "::1", "::", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:a9fe:a9fe", "64:ff9b::a00:1", "not-an-ip"]) {
+      "::1", "::", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:a9fe:a9fe", "64:ff9b::a00:1", "not-an-ip",
+      // IPv6 forms that carry an IPv4 address: compatible (::/96), translated, NAT64 local use, 6to4, Teredo.
+      "::7f00:1", "::a9fe:a9fe", "::ffff:0:7f00:1", "64:ff9b:1::7f00:1", "2002:7f00:1::1", "2001:0:7f00:1::1", "192.88.99.1", "3fff::1"]) {
       assert.equal(isBlockedAddress(a), true, a);
     }
     for (const a of ["93.184.216.34", "8.8.8.8", "100.128.0.1", "2606:4700:4700::1111"]) assert.equal(isBlockedAddress(a), false, a);
@@ -74,6 +76,32 @@ describe("webhook destinations (SSRF)", () => {
       assert.match(r.error ?? "", /not a public address/, host);
     }
     assert.equal(rx.connections, before, "nothing reached the local receiver");
+  });
+
+  it("refuses loopback names and other spellings of internal addresses as written, before any lookup", async () => {
+    // The resolver would say "public"; only the check of the URL as written may refuse these.
+    let resolved = 0;
+    const sender = new WebhookSender({}, { resolve: async () => (resolved++, [{ address: "127.0.0.1", family: 4 }]) });
+    const urls = [
+      "https://localhost./hook", "https://LOCALHOST../hook", "https://kairos.localhost/hook", "https://localhost.localdomain/",
+      "https://[::7f00:1]/hook", "https://[::a9fe:a9fe]/", "https://[64:ff9b::7f00:1]/", "https://[::ffff:0:7f00:1]/", "https://[2002:7f00:1::1]/",
+      "https://0x7f.1/", "https://2130706433/", "https://127.0.0.1./", "https://0177.0.0.1/", "https://[0:0:0:0:0:ffff:169.254.169.254]/",
+    ];
+    for (const url of urls) {
+      const r = await notifyDeadLetter({ url, secret: "s", sender }, run, opts);
+      assert.equal(r.refused, true, `${url}: ${JSON.stringify(r)}`);
+      assert.match(r.error ?? "", /is not a public address/, url);
+    }
+    assert.equal(resolved, 0, "no name was looked up");
+  });
+
+  it("a public-looking name is still resolved and checked (the check as written does not replace it)", async () => {
+    let resolved = 0;
+    const sender = new WebhookSender({}, { resolve: async () => (resolved++, [{ address: "::7f00:1", family: 6 }]) });
+    const r = await notifyDeadLetter({ url: "https://hooks.example.test/hook", secret: "s", sender }, run, opts);
+    assert.equal(r.refused, true, JSON.stringify(r));
+    assert.match(r.error ?? "", /resolves only to non-public addresses \(::7f00:1\)/);
+    assert.equal(resolved, 1);
   });
 
   it("refuses a host name that resolves to a non-public address, without connecting", async () => {

@@ -62,3 +62,33 @@ describe("image policy at the API", () => {
     await expectError(await req("POST", "/v1/jobs", withImage("5e2e2a0ab7d6")), 400, "invalid_argument", "task.image");
   });
 });
+
+describe("image references under the default policy (*)", () => {
+  const anyApp = () => {
+    const clock = new FakeClock(NOW);
+    const jobs = new FakeJobs(clock);
+    const a = createApp({ jobs, tenants: new PolicyTenants(), clock, logError: (e) => assert.fail(String(e)) });
+    const req = (method: string, path: string, body: unknown) =>
+      Promise.resolve(a.request(path, { method, headers: { authorization: `Bearer ${FakeTenants.KEY_A}`, "content-type": "application/json" }, body: JSON.stringify(body) }));
+    return { jobs, req };
+  };
+
+  it("a string that is not an image reference is 400 on create and patch; nothing is created", async () => {
+    const { req } = anyApp();
+    for (const image of ["busybox;id", "x?fromImage=evil", "busybox id", "5e2e2a0ab7d6", "Busybox", "busybox\u0000"]) {
+      await expectError(await req("POST", "/v1/jobs", withImage(image)), 400, "invalid_argument", "task.image");
+    }
+    assert.deepEqual(((await (await req("GET", "/v1/jobs", undefined)).json()) as { jobs: unknown[] }).jobs, []);
+    const created = (await (await req("POST", "/v1/jobs", withImage("busybox"))).json()) as { job_id: string };
+    await expectError(await req("PATCH", `/v1/jobs/${created.job_id}`, { task: { image: "x?fromImage=evil", args: ["true"], timeout_s: 30 } }), 400, "invalid_argument", "task.image");
+  });
+
+  it("a registry on a loopback or private address is 422 policy_denied; a public one is fine", async () => {
+    const { req } = anyApp();
+    for (const image of ["127.0.0.1:2375/x", "localhost:5000/x", "[::1]/x", "10.0.0.7/x", "192.168.1.1:5000/team/app:1"]) {
+      const err = await expectError(await req("POST", "/v1/jobs", withImage(image)), 422, "policy_denied", "task.image");
+      assert.match(err.message, /loopback, private or link-local/);
+    }
+    assert.equal((await req("POST", "/v1/jobs", withImage("reg.example.com:5000/team/app:1"))).status, 201);
+  });
+});

@@ -29,6 +29,19 @@ describe("image references", () => {
       assert.equal(typeof parseImageRef(bad), "string", bad);
     }
   });
+
+  it("follows the reference grammar: host[:port]/path[:tag][@digest], IPv6 hosts bracketed", () => {
+    assert.deepEqual(parseImageRef("127.0.0.1:2375/x"), { registry: "127.0.0.1:2375", path: "x", tag: "latest", digest: undefined });
+    assert.deepEqual(parseImageRef("[::1]:5000/a/b:1"), { registry: "[::1]:5000", path: "a/b", tag: "1", digest: undefined });
+    assert.deepEqual(parseImageRef(`[fd00::5]/app:2@${SHA}`), { registry: "[fd00::5]", path: "app", tag: "2", digest: SHA });
+    assert.deepEqual(parseImageRef("reg.example.com:443/t/app:1.2-rc_3"), { registry: "reg.example.com:443", path: "t/app", tag: "1.2-rc_3", digest: undefined });
+    const bad = [
+      "busybox;id", "x?fromImage=evil", "busybox id", "busybox\nid", "busybox\u0000", "x/../y", "x/./y", "-x", "x_", "x:", "x@", ":tag",
+      "reg.example.com:99999/x", "reg.example.com:0/x", "reg.example.com:/x", "[zz]/x", "[::1/x", "[1.2.3.4]/x", "reg_bad.com/x", "-reg.com/x",
+      "x:" + "t".repeat(129), `x@sha512:${"a".repeat(128)}`, "a/".repeat(128) + "b",
+    ];
+    for (const ref of bad) assert.equal(typeof parseImageRef(ref), "string", JSON.stringify(ref));
+  });
 });
 
 describe("image policy", () => {
@@ -63,8 +76,35 @@ describe("image policy", () => {
     assert.ok(isKairosError(checkImage(policy, "4f2a9b1c0d3e"), "invalid_argument"), "an image ID is refused under a policy");
   });
 
-  it('"*" allows anything, even what does not parse (the pre-policy behaviour)', () => {
-    assert.equal(checkImage(parseImagePolicy(["*"]), "4f2a"), undefined);
+  it('"*" allows any reference to a public registry, but nothing that does not parse (invalid_argument)', () => {
+    const any = parseImagePolicy(["*"]);
+    for (const ok of ["busybox", "ubuntu:22.04", "reg.example.com:5000/t/app:1", `ghcr.io/o/app@${SHA}`]) assert.equal(checkImage(any, ok), undefined, ok);
+    for (const bad of ["busybox;id", "x?fromImage=evil", "4f2a9b1c0d3e", "BusyBox", "a b"]) {
+      const e = checkImage(any, bad);
+      assert.ok(isKairosError(e, "invalid_argument") && e.field === "task.image", bad);
+    }
+  });
+
+  it('"*" refuses registries on loopback, private and link-local addresses unless an entry names them', () => {
+    const any = parseImagePolicy(["*"]);
+    const internal = [
+      "127.0.0.1:2375/x", "localhost:5000/x", "localhost/x", "[::1]/x", "[::1]:5000/x", "10.0.0.5/x", "10.1.2.3:5000/a/b:1", "192.168.1.10/x",
+      "172.16.0.1/x", "169.254.169.254/x", "100.64.0.1/x", "0.0.0.0:2375/x", "[fd00::1]/x", "[fe80::1]:5000/x", "[::ffff:7f00:1]/x", "[::7f00:1]/x",
+      "[64:ff9b::a00:1]/x", "127.1:5000/x", "0x7f.1/x", "2130706433:5000/x", "kairos.localhost/x", "localhost.localdomain/x",
+    ];
+    for (const ref of internal) {
+      const e = checkImage(any, ref);
+      assert.ok(isKairosError(e, "policy_denied") && e.field === "task.image", `${ref}: ${String(e)}`);
+      assert.match(e.message, /loopback, private or link-local/, ref);
+    }
+    const named = parseImagePolicy(["*", "localhost:5000/", "[::1]:5000/team/", `10.0.0.5/app@${SHA}`]);
+    assert.equal(checkImage(named, "localhost:5000/x:1"), undefined);
+    assert.equal(checkImage(named, "[::1]:5000/team/app"), undefined);
+    assert.equal(checkImage(named, `10.0.0.5/app@${SHA}`), undefined);
+    assert.ok(isKairosError(checkImage(named, "localhost:5001/x"), "policy_denied"), "another port is another registry");
+    assert.ok(isKairosError(checkImage(named, "[::1]:5000/other/app"), "policy_denied"));
+    assert.ok(isKairosError(checkImage(named, "10.0.0.5/app:1"), "policy_denied"), "the digest entry allows only that digest");
+    assert.equal(checkImage(named, "busybox"), undefined, "* still allows public images");
   });
 
   it("rejects bad policies with invalid_argument", () => {
