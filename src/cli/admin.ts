@@ -13,6 +13,8 @@
  *                                                  authentication cache TTL, 5 s by default)
  *   kairos admin forecast [--hours H] [--json]  → runs due per minute over the next H hours,
  *                                                  cluster-wide, per tenant (src/cli/forecast.ts)
+ *   kairos admin service create|revoke|get …    → tenant service identities for the NATS API,
+ *                                                  effective at once (src/cli/service-admin.ts)
  *
  * They find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json, like every command.
  */
@@ -26,6 +28,10 @@ import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from
 import type { KvStore } from "../cluster/kv.ts";
 import { clusterForecast, formatForecast, parseForecastFlags } from "./forecast.ts";
 import { readDevFile, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
+import { writeFileSync } from "node:fs";
+import { serviceUser } from "../cluster/nats-permissions.ts";
+import { KvServiceDirectory } from "../tenants/services.ts";
+import { connectSys, createService, revokeService, shownService } from "./service-admin.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
@@ -215,5 +221,52 @@ export function registerAdminCommands(program: Command): void {
     .action(async (keyId: string, f: AdminFlags) => {
       await withDirectory(f, (dir) => dir.revokeKey(keyId));
       console.log(`revoked ${keyId}`);
+    });
+  registerServiceCommands(admin);
+}
+
+function registerServiceCommands(admin: Command): void {
+  const service = admin.command("service").description("tenant service identities for the NATS API (effective at once, no server reload)");
+  common(service.command("create <name>"))
+    .description("issue the NATS identity service-<name>, allowed only the tenant's NATS API; prints its secret once")
+    .requiredOption("--tenant <tenant_id>", "the tenant whose API it may use")
+    .option("--creds-out <file>", "write its credentials file ({user, password, inbox_prefix}, mode 0600, must not exist) instead of printing the secret")
+    .option("--json", "print {user, password, inbox_prefix, tenant_id}")
+    .action(async (name: string, f: AdminFlags & { tenant: string; credsOut?: string }) => {
+      const r = await withDirectory(f, (dir, kv) => createService(kv, dir, name, f.tenant));
+      if (f.credsOut !== undefined) {
+        writeFileSync(f.credsOut, JSON.stringify(r.creds, null, 2) + "\n", { mode: 0o600, flag: "wx" });
+        console.log(`service ${r.creds.user} of tenant ${r.record.tenant_id}: credentials written to ${f.credsOut}`);
+        return;
+      }
+      if (f.json) {
+        console.log(JSON.stringify({ ...r.creds, tenant_id: r.record.tenant_id }));
+        return;
+      }
+      console.log(`user      ${r.creds.user}`);
+      console.log(`secret    ${r.creds.password}`);
+      console.log(`tenant    ${r.record.tenant_id}`);
+      console.error(`The secret is shown only once; it works at once as the NATS user/password. Revoke with \`kairos admin service revoke ${name}\`.`);
+    });
+  common(service.command("revoke <name>"))
+    .description("revoke a service identity and close its live connections at once (needs the NATS system account's credentials)")
+    .option("--nats-sys-creds <file>", "credentials file of the NATS system account's user sys (env KAIROS_NATS_SYS_CREDS; default: the dev cluster's)")
+    .action(async (name: string, f: AdminFlags & { natsSysCreds?: string }) => {
+      const sys = await connectSys(f);
+      try {
+        const r = await withDirectory(f, (_dir, kv) => revokeService(kv, sys, name));
+        console.log(`revoked ${serviceUser(name)} (tenant ${r.record.tenant_id}); ${r.kicked} live connection(s) closed on ${r.servers} server(s)`);
+      } finally {
+        await sys.close();
+      }
+    });
+  common(service.command("get <name>"))
+    .description("show a service identity (never its secret or hash)")
+    .option("--json", "print the record as JSON")
+    .action(async (name: string, f: AdminFlags) => {
+      const r = await withDirectory(f, (_dir, kv) => new KvServiceDirectory(kv, systemClock).get(name));
+      if (r === null) throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
+      const v = shownService(r);
+      console.log(f.json ? JSON.stringify(v) : Object.entries(v).map(([k, x]) => `${k.padEnd(10)} ${String(x)}`).join("\n"));
     });
 }

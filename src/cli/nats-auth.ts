@@ -1,11 +1,17 @@
 /**
  * `kairos nats-auth <dir>`: generates a secured NATS set-up for an operator — the nats-server
- * `authorization` block (`<dir>/auth.conf`, to `include` in the server config) and one
- * credentials file per user (`<dir>/creds/<user>.json`, mode 0600) for the given cluster names.
- * The same generator `kairos dev` and the tests use (src/dev/nats-auth-files.ts). Run it once,
- * distribute each role's file to its nodes (`--nats-creds`), keep admin's for `kairos admin`.
- * `--service <name>:<tenant_id>` adds a tenant's internal service user for the NATS API
- * (docs/nats-api.md). Every run writes new passwords for every user.
+ * `accounts`, `system_account` and `authorization` blocks (`<dir>/auth.conf`, to `include` in the
+ * server config: the account layout of src/cluster/nats-accounts.ts, with the auth callout for
+ * service identities) and one credentials file per user (`<dir>/creds/<user>.json`, mode 0600)
+ * for the given cluster names. The same generator `kairos dev` and the tests use
+ * (src/dev/nats-auth-files.ts). Run it once, distribute each role's file to its nodes
+ * (`--nats-creds`), keep admin's and sys's for `kairos admin`. Every run writes new passwords for
+ * every user and a new callout issuer key.
+ *
+ * Tenant services: issue them at run time with `kairos admin service create` (no reload, no other
+ * credential changed). `--service <name>:<tenant_id>` still writes a static service user into the
+ * SERVICES account of the config, for set-ups without API nodes answering the callout; changing
+ * those means running this again and reloading the server.
  */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
@@ -43,7 +49,7 @@ export function registerNatsAuthCommand(program: Command): void {
     .description("write a NATS authorization block (users per role, least-privilege permissions) and their credentials files")
     .option("--cluster <names>", "Kairos cluster name(s) the users serve, comma-separated", "kairos")
     .option("--workers <ids>", "also one user per worker id (worker-<id>), pinned to that worker's own start/cancel subjects; comma-separated node ids")
-    .option("--service <name:tenant_id...>", "also one user per tenant service (service-<name>) that may use only the NATS API of that tenant (docs/nats-api.md); repeatable or comma-separated")
+    .option("--service <name:tenant_id...>", "also a static user per tenant service (service-<name>, SERVICES account) that may use only the NATS API of that tenant; prefer `kairos admin service create` (no reload); repeatable or comma-separated")
     .action((dir: string, f: { cluster: string; workers?: string; service?: string[] }) => {
       const clusters = f.cluster.split(",").map((s) => s.trim()).filter(Boolean);
       const bad = clusters.find((c) => !NAME_RE.test(c));
@@ -56,5 +62,7 @@ export function registerNatsAuthCommand(program: Command): void {
       const files = writeNatsAuthFiles(dir, clusters, workers, parseServiceFlags(f.service ?? []));
       console.log(`wrote ${files.configFile} (include it in nats-server's config) and ${Object.keys(files.creds).length} credentials files:`);
       for (const [user, file] of Object.entries(files.creds)) console.log(`  ${user.padEnd(22)} ${file}`);
+      console.log("Accounts: KAIROS (every role, admin; JetStream), SERVICES (tenant services; imports only the NATS API), SYS (sys).");
+      console.log("Tenant services: `kairos admin service create <name> --tenant <id>` (API nodes admit them through the auth callout).");
     });
 }

@@ -12,6 +12,7 @@
  * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
  * | `kairos.<c>.worker.<id>.start` / `.cancel` / `.probe` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
  * | `kairos.<c>.api.<tenant>.>` (the internal NATS API, docs/nats-api.md) | sub (queue), responds | — | — |
+ * | `$SYS.REQ.USER.AUTH` (auth callout for service identities, nats-accounts.ts) | sub (queue), responds | — | — |
  * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
  *
  * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
@@ -38,6 +39,7 @@
  * tenant check.
  */
 import type { Role } from "./config.ts";
+import { AUTH_CALLOUT_SUBJECT } from "./nats-accounts.ts";
 
 export const NATS_ADMIN = "admin";
 
@@ -102,8 +104,9 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
           ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*", "sk.>"]),
         ],
-        // The internal NATS API: requests of every tenant's service users, answered once each.
-        sub: [`${k}.api.*.>`],
+        // The internal NATS API: requests of every tenant's service users, answered once each; and
+        // nats-server's auth callout, which admits service identities (src/nats-api/auth-callout.ts).
+        sub: [`${k}.api.*.>`, AUTH_CALLOUT_SUBJECT],
         responds: true,
       };
     case "scheduler":

@@ -19,6 +19,11 @@ export interface NatsCredentials {
   password: string;
   /** Default `_INBOX_<user>`. */
   inbox_prefix?: string;
+  /**
+   * API users only: the seed of the account nkey that signs the auth callout's answers
+   * (src/nats-api/auth-callout.ts; nats-accounts.ts). An API node with it admits service identities.
+   */
+  callout_issuer_seed?: string;
 }
 
 export interface NatsTlsOptions {
@@ -46,6 +51,8 @@ export interface ConnectOptions extends NatsAuthOptions {
 }
 
 const USER_RE = /^[A-Za-z0-9_-]{1,64}$/;
+/** An account nkey seed: `SA` and 56 more base32 characters. */
+const ACCOUNT_SEED_RE = /^SA[A-Z2-7]{56}$/;
 
 /** Reads and validates a credentials file. */
 export function readNatsCredentials(path: string): NatsCredentials {
@@ -58,7 +65,14 @@ export function readNatsCredentials(path: string): NatsCredentials {
   if (typeof c.user !== "string" || !USER_RE.test(c.user) || typeof c.password !== "string" || c.password.length === 0) {
     throw new KairosError("invalid_argument", `NATS credentials ${path}: expected {"user": "<1-64 of [A-Za-z0-9_-]>", "password": "<non-empty>"}`, { field: "nats-creds" });
   }
-  return { user: c.user, password: c.password, inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user) };
+  const seed = c.callout_issuer_seed;
+  if (seed !== undefined && (typeof seed !== "string" || !ACCOUNT_SEED_RE.test(seed))) {
+    throw new KairosError("invalid_argument", `NATS credentials ${path}: callout_issuer_seed must be an account nkey seed (SA…, 58 characters)`, { field: "nats-creds" });
+  }
+  return {
+    user: c.user, password: c.password, inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user),
+    ...(seed !== undefined ? { callout_issuer_seed: seed } : {}),
+  };
 }
 
 export async function connectNats(opts: ConnectOptions): Promise<NatsConnection> {

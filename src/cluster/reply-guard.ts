@@ -30,6 +30,13 @@
  * server's config only, so one tenant's service can direct its own reply into another service's
  * inbox (that inbox then receives a reply about the first tenant's request, nothing more).
  *
+ * Imported requests (`_R_.<token>…`): a tenant service lives in the SERVICES account
+ * (nats-accounts.ts) and reaches the NATS API through a service import; nats-server replaces its
+ * reply subject with one of its own making, `_R_.…` in the cluster account, and maps the answer
+ * back to the service's inbox in SERVICES. Such a reply is accepted for `service` requests only:
+ * nobody in the cluster account may subscribe to `_R_.…`, and what is published there goes back
+ * across the import or nowhere — never to a `$JS.API…`/`$KV…` subject of the cluster.
+ *
  * `shared` inboxes (`_INBOX.<token>…`): a node without NATS credentials runs against a server
  * without authorization, where every client's inbox is `_INBOX`; there, and only there, such a
  * reply is accepted (the simulation's bus works so too). With credentials it is refused: nobody
@@ -79,6 +86,8 @@ type InboxOwner =
 const ROLES: readonly Role[] = ["api", "scheduler", "worker"];
 const USER_RE = /^_INBOX_([A-Za-z0-9_-]{1,80})\.(.+)$/;
 const SHARED_RE = /^_INBOX\.(.+)$/;
+/** A reply subject nats-server made for a request that crossed a service import. */
+const IMPORTED_RE = /^_R_\.(.+)$/;
 /** A reply's tokens after the prefix: non-empty, printable, no wildcard. */
 const TOKENS_RE = /^[^\s.*>]+(\.[^\s.*>]+)*$/;
 /** Longer subjects are not inboxes Kairos makes (prefix + nuid + token is well under this). */
@@ -123,6 +132,11 @@ const show = (s: string) => JSON.stringify(s.length > 120 ? `${s.slice(0, 120)}�
 export function replyRefusal(reply: string | undefined, asker: Asker, mode: InboxMode): ReplyRefusal | undefined {
   if (reply === undefined || reply === "") return { reason: "no_reply", detail: "no reply subject" };
   if (reply.length > MAX_REPLY_LENGTH) return { reason: "not_an_inbox", detail: `reply subject of ${reply.length} characters` };
+  const imported = IMPORTED_RE.exec(reply);
+  if (imported) {
+    if (asker.kind === "service" && TOKENS_RE.test(imported[1]!)) return undefined;
+    return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply; only NATS API requests come through an import` };
+  }
   const shared = SHARED_RE.exec(reply);
   if (shared) {
     if (mode === "shared" && TOKENS_RE.test(shared[1]!)) return undefined;

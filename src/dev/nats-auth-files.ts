@@ -1,24 +1,33 @@
 /**
- * Writes a secured NATS set-up to a folder: `auth.conf` (the nats-server `authorization` block:
- * one user per Kairos role set and `admin`, each with the permissions of nats-permissions.ts) and
- * one credentials file per user under `creds/<user>.json` (mode 0600). Used by `kairos dev`, the
- * test harness and `kairos nats-auth` (operators).
+ * Writes a secured NATS set-up to a folder: `auth.conf` (the nats-server `accounts`,
+ * `system_account` and `authorization` blocks: the account layout of src/cluster/nats-accounts.ts,
+ * one user per Kairos role set and `admin` in the cluster account, each with the permissions of
+ * nats-permissions.ts) and one credentials file per user under `creds/<user>.json` (mode 0600).
+ * Used by `kairos dev`, the test harness and `kairos nats-auth` (operators).
  *
  * Users: `api`, `scheduler`, `worker`, every combination a node may run (`api_scheduler`, …,
- * `api_scheduler_worker`: a node's identity is the union of its roles), and `admin`; on request
- * pinned workers (`worker-<id>`) and tenant services (`service-<name>`, the NATS API). Passwords are
- * 256 random bits; the server config holds them in clear (keep it 0600; nats-server also accepts
- * bcrypt hashes, `nats server passwd`, for configs that other people can read).
+ * `api_scheduler_worker`: a node's identity is the union of its roles), and `admin` — all in the
+ * cluster account `KAIROS`; `sys` in the system account; on request pinned workers (`worker-<id>`,
+ * cluster account) and static tenant services (`service-<name>`, the SERVICES account). Passwords
+ * are 256 random bits; the server config holds them in clear (keep it 0600; nats-server also
+ * accepts bcrypt hashes, `nats server passwd`, for configs that other people can read).
+ *
+ * The auth callout's issuer: a fresh account nkey per run. Its public key goes into the config
+ * (`auth_callout.issuer`), its seed into the credentials file of every user with the `api` role
+ * (`callout_issuer_seed`): API nodes sign the user JWTs of service identities with it
+ * (src/nats-api/auth-callout.ts). Whoever holds it can admit any user into SERVICES — never more.
  */
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Role } from "../cluster/config.ts";
+import { createAccount } from "@nats-io/nkeys";
 import type { NatsCredentials } from "../cluster/nats.ts";
 import {
-  NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, pinnedWorkerUser, renderAuthorization, roleSets,
+  NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, pinnedWorkerUser, roleSets,
   serviceUser, servicePermissions, type NatsUserEntry, type SubjectPermissions,
 } from "../cluster/nats-permissions.ts";
+import { SYS_USER, renderAccounts } from "../cluster/nats-accounts.ts";
 
 /** A tenant's internal service that speaks the NATS API (`kairos nats-auth --service name:tenant`). */
 export interface ServiceIdentity {
@@ -39,6 +48,10 @@ export interface NatsAuthFiles {
   credsForWorker(workerId: string): string;
   /** The credentials file of a tenant's service user (generated with `services`). */
   credsForService(name: string): string;
+  /** The credentials file of `sys`, the system account's user (kicks revoked services' connections). */
+  readonly sysCreds: string;
+  /** The public account nkey that signs the auth callout's answers (`auth_callout.issuer`). */
+  readonly calloutIssuer: string;
 }
 
 /** Merges the permissions of several clusters (a test server may host more than one). */
@@ -60,32 +73,47 @@ function union(ps: SubjectPermissions[]): SubjectPermissions {
 export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["kairos"], workers: readonly string[] = [], services: readonly ServiceIdentity[] = []): NatsAuthFiles {
   const credsDir = join(dir, "creds");
   mkdirSync(credsDir, { recursive: true, mode: 0o700 });
+  const issuer = createAccount();
+  const issuerSeed = new TextDecoder().decode(issuer.getSeed());
   const who: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
-  const users: NatsUserEntry[] = [];
   const creds: Record<string, string> = {};
-  const entries: { user: string; perms: () => SubjectPermissions }[] = [
-    ...who.map((w) => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))) })),
+  type Entry = { user: string; perms: () => SubjectPermissions; signsCallouts?: boolean };
+  const cluster: Entry[] = [
+    ...who.map((w) => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))), signsCallouts: w !== NATS_ADMIN && w.includes("api") })),
     ...workers.map((id) => {
       const user = pinnedWorkerUser(id);
       return { user, perms: () => union(clusters.map((c) => natsPermissions(c, ["worker"], { workerId: id, user }))) };
     }),
-    ...services.map(({ name, tenantId }) => {
-      const user = serviceUser(name);
-      return { user, perms: () => union(clusters.map((c) => servicePermissions(c, tenantId, user))) };
-    }),
   ];
-  for (const { user, perms } of entries) {
+  const svc: Entry[] = services.map(({ name, tenantId }) => {
+    const user = serviceUser(name);
+    return { user, perms: () => union(clusters.map((c) => servicePermissions(c, tenantId, user))) };
+  });
+  const write = ({ user, perms, signsCallouts }: Entry): NatsUserEntry => {
     const password = randomBytes(32).toString("base64url");
-    users.push({ user, password, permissions: perms() });
     const file = join(credsDir, `${user}.json`);
-    writeFileSync(file, JSON.stringify({ user, password, inbox_prefix: inboxPrefixFor(user) } satisfies NatsCredentials, null, 2) + "\n", { mode: 0o600 });
+    const c: NatsCredentials = { user, password, inbox_prefix: inboxPrefixFor(user), ...(signsCallouts ? { callout_issuer_seed: issuerSeed } : {}) };
+    writeFileSync(file, JSON.stringify(c, null, 2) + "\n", { mode: 0o600 });
     creds[user] = file;
-  }
+    return { user, password, permissions: perms() };
+  };
+  const clusterUsers = cluster.map(write);
+  const serviceUsers = svc.map(write);
+  const sysPassword = randomBytes(32).toString("base64url");
+  const sysCreds = join(credsDir, `${SYS_USER}.json`);
+  writeFileSync(sysCreds, JSON.stringify({ user: SYS_USER, password: sysPassword, inbox_prefix: "_INBOX" } satisfies NatsCredentials, null, 2) + "\n", { mode: 0o600 });
+  creds[SYS_USER] = sysCreds;
   const configFile = join(dir, "auth.conf");
-  writeFileSync(configFile, renderAuthorization(users), { mode: 0o600 });
+  writeFileSync(configFile, renderAccounts({
+    clusters, cluster: clusterUsers, services: serviceUsers,
+    sys: { user: SYS_USER, password: sysPassword, permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] } } },
+    calloutIssuer: issuer.getPublicKey(),
+  }), { mode: 0o600 });
   return {
     configFile,
     creds,
+    sysCreds,
+    calloutIssuer: issuer.getPublicKey(),
     credsFor: (roles) => creds[natsUserFor(roles)]!,
     credsForWorker: (id) => {
       const f = creds[pinnedWorkerUser(id)];

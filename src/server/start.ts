@@ -37,7 +37,7 @@ import { RunRetention } from "../jobs/run-retention.ts";
 import { deadLetterRetention } from "../jobs/dead-letter-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import type { Tenant } from "../jobs/service.ts";
-import { connectNats } from "../cluster/nats.ts";
+import { connectNats, readNatsCredentials } from "../cluster/nats.ts";
 import type { EventBus } from "../cluster/events.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { createOperations } from "../app/operations.ts";
@@ -45,6 +45,8 @@ import { ALLOW_ANY_IMAGE } from "../sandbox/image-policy.ts";
 import { natsApiConfig, type NatsApiConfig } from "../nats-api/config.ts";
 import { createNatsApiHandler } from "../nats-api/handler.ts";
 import { NatsApiService } from "../nats-api/service.ts";
+import { ServiceAuthCallout, type Lookup } from "../nats-api/auth-callout.ts";
+import { KvServiceDirectory } from "../tenants/services.ts";
 
 export interface ProcessOptions {
   executor: ExecutorKind;
@@ -248,7 +250,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       try {
         natsApi = await startNatsApi(config, natsApiCfg, {
           operations: createOperations({ jobs, clock: systemClock, imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE }),
-          tenants, log: logFn, events: node.events,
+          tenants, services: new KvServiceDirectory(node.buckets.tenants, systemClock), log: logFn, events: node.events,
         });
       } catch (e) {
         await cleanUp();
@@ -284,11 +286,16 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
 
 /**
  * The internal NATS API on its own connection (named `kairos-<node>-api`, the node's credentials):
- * its requests carry headers, which the node's bus port does not, and it drains on its own.
+ * its requests carry headers, which the node's bus port does not, and it drains on its own. When
+ * the credentials carry the callout issuer's seed (`kairos nats-auth`, `kairos dev`), the same
+ * connection answers nats-server's auth callout for service identities (auth-callout.ts).
  */
 async function startNatsApi(
   config: NodeConfig, cfg: NatsApiConfig,
-  deps: { operations: ReturnType<typeof createOperations>; tenants: KvTenantDirectory; events: EventBus; log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void },
+  deps: {
+    operations: ReturnType<typeof createOperations>; tenants: KvTenantDirectory; services: KvServiceDirectory; events: EventBus;
+    log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  },
 ): Promise<{ service: NatsApiService; close: () => Promise<void> }> {
   const nc = await connectNats({ url: config.natsUrl, name: `kairos-${config.nodeId}-api`, ...config.natsAuth });
   const handler = createNatsApiHandler({
@@ -299,11 +306,31 @@ async function startNatsApi(
     clusterName: config.clusterName, maxInFlight: cfg.maxInFlight, log: deps.log, inboxes: inboxModeFor(config.natsAuth),
     onRefused: (r) => deps.events.emit({ type: "reply_refused", responder: "nats_api", reason: r.reason, subject: r.subject }),
   });
+  const seed = config.natsAuth.credsFile !== undefined ? readNatsCredentials(config.natsAuth.credsFile).callout_issuer_seed : undefined;
+  const callout = seed === undefined ? undefined : new ServiceAuthCallout(nc, {
+    clusterName: config.clusterName, issuerSeed: seed, clock: systemClock, log: deps.log,
+    lookup: async (name, secret): Promise<Lookup> => {
+      const c = await deps.services.check(name, secret);
+      if (!c.ok) return c;
+      return (await deps.tenants.getTenant(c.record.tenant_id)) === null ? { ...c, tenantGone: true } : c;
+    },
+  });
   try {
     await service.start();
+    await callout?.start();
   } catch (e) {
     await nc.close();
     throw e;
   }
-  return { service, close: async () => (nc.isClosed() ? undefined : nc.drain()) };
+  if (callout) deps.log("info", "serving the auth callout for service identities", { evt: "service_auth_listening" });
+  else if (config.natsAuth.credsFile !== undefined) {
+    deps.log("warn", "no callout_issuer_seed in this node's NATS credentials: it does not admit service identities (kairos admin service create); regenerate them with kairos nats-auth", { evt: "service_auth_off" });
+  }
+  return {
+    service,
+    close: async () => {
+      await callout?.stop();
+      if (!nc.isClosed()) await nc.drain();
+    },
+  };
 }

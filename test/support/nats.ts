@@ -3,8 +3,10 @@
  * `startNats()` gives one JetStream server; `startNatsCluster(3)` gives a routed cluster ready
  * for R3 buckets (waits until every server answers a JetStream API request).
  *
- * Authorization is always on, as in production: each Kairos role set has its own NATS user with
- * least-privilege permissions (src/cluster/nats-permissions.ts) for the given cluster names.
+ * Authorization is always on, as in production: the account layout of src/cluster/nats-accounts.ts
+ * (cluster account KAIROS, tenant services in SERVICES, SYS with the auth callout), each Kairos role
+ * set with its own NATS user and least-privilege permissions (src/cluster/nats-permissions.ts) for
+ * the given cluster names; `auth.sysCreds` is the system account's user.
  * Connect with `fx.connect(name)` (admin: fixtures and assertions) and start nodes with
  * `fx.credsFor(roles)`, so every test exercises the permissions of the roles it runs.
  */

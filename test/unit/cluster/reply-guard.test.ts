@@ -32,6 +32,15 @@ describe("reply guard", () => {
     }
   });
 
+  it("a reply nats-server made for an imported request (`_R_.…`) only for NATS API requests", () => {
+    for (const mode of ["per_user", "shared"] as const) {
+      assert.equal(replyRefusal("_R_.aB3xYz.Q9", svc, mode), undefined);
+      const others: Asker[] = [cmd, sched, w1];
+      for (const a of others) assert.equal(replyRefusal("_R_.aB3xYz.Q9", a, mode)?.reason, "not_the_asker", a.kind);
+      for (const bad of ["_R_.", "_R_.a..b", "_R_.>", "_R_.*", "_R_.a b"]) assert.ok(replyRefusal(bad, svc, mode), bad);
+    }
+  });
+
   it("the shared `_INBOX.` only without credentials (a server without authorization)", () => {
     for (const a of askers) {
       assert.equal(replyRefusal("_INBOX.abc.7", a, "shared"), undefined);

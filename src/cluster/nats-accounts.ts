@@ -1,0 +1,98 @@
+/**
+ * The NATS account layout of a Kairos deployment (pure): which account each identity lives in and
+ * what crosses between accounts. Rendered into the nats-server config by src/dev/nats-auth-files.ts
+ * (`kairos dev`, `kairos nats-auth`, the test harness).
+ *
+ * | account | users | JetStream | exports / imports |
+ * | --- | --- | --- | --- |
+ * | `KAIROS` (the cluster's) | every role set (`api`, `scheduler`, `worker`, …), pinned workers, `admin` | yes: every bucket | exports the service `kairos.<c>.api.>` (response type singleton) |
+ * | `SERVICES` | tenant services: static ones (`kairos nats-auth --service`) and those the auth callout admits (`kairos admin service create`) | **no** | imports `kairos.<c>.api.>` from `KAIROS` |
+ * | `SYS` (system account) | `sys` (operators: `kairos admin service revoke` kicks connections) | no | — |
+ *
+ * Why accounts and not only permissions: within one account a responder publishes its reply to
+ * whatever reply subject the requester chose (`allow_responses` permits exactly that), so a
+ * tenant's service could name `$JS.API.STREAM.PURGE.KV_<c>_idem` or `$KV.<c>_tenants.t.<other>` as
+ * its reply subject and have the API node's answer perform that JetStream operation. A request
+ * that crosses a service import gets a reply subject of the server's making (`_R_.…`) in the
+ * exporting account, mapped back to the requester's inbox in its own account: the responder can
+ * no longer be steered to any subject of the cluster's account. And the SERVICES account has no
+ * JetStream and no other import, so its users reach nothing else.
+ *
+ * Service identities without a reload: nats-server's auth callout (`authorization.auth_callout`)
+ * sends every connection whose user is not a static one (`auth_users`) to `$SYS.REQ.USER.AUTH` in
+ * the cluster account, where API nodes answer (src/nats-api/auth-callout.ts) with a user JWT signed
+ * by the callout issuer key, placing the user in SERVICES with its tenant's permissions.
+ */
+
+/** The cluster's account: JetStream, every Kairos role, `admin`. */
+export const CLUSTER_ACCOUNT = "KAIROS";
+/** Tenant services: imports the NATS API only; no JetStream. */
+export const SERVICES_ACCOUNT = "SERVICES";
+/** nats-server's system account (`$SYS.REQ.SERVER.…`: CONNZ, KICK). */
+export const SYSTEM_ACCOUNT = "SYS";
+/** The one user of the system account. */
+export const SYS_USER = "sys";
+/** Where nats-server sends auth callout requests (in `CLUSTER_ACCOUNT`). */
+export const AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH";
+/**
+ * How long nats-server waits for a callout answer before refusing the connection (the server's
+ * `authorization.timeout`, seconds); also how long after a revocation a callout admitted just
+ * before it can still complete (src/cli/service-revoke.ts sweeps again after it).
+ */
+export const AUTH_TIMEOUT_S = 2;
+
+/** One static user in the config (password in clear: the file is 0600). */
+export interface AccountUser {
+  user: string;
+  password: string;
+  permissions: unknown;
+}
+
+export interface AccountLayout {
+  /** Kairos cluster names whose NATS API is exported to SERVICES. */
+  clusters: readonly string[];
+  cluster: readonly AccountUser[];
+  services: readonly AccountUser[];
+  sys: AccountUser;
+  /** The public account nkey (`A…`) that signs the callout's answers. */
+  calloutIssuer: string;
+}
+
+/** The NATS API subject tree of cluster `c` that crosses from KAIROS to SERVICES. */
+export function exportedApi(c: string): string {
+  return `kairos.${c}.api.>`;
+}
+
+/**
+ * The nats-server config blocks `accounts`, `system_account` and `authorization` (JSON values,
+ * valid nats-server config; every string is quoted, so `$SYS…` is not read as a variable).
+ * Every static user is in `auth_users`: only other users go to the callout.
+ */
+export function renderAccounts(l: AccountLayout): string {
+  const accounts = {
+    [CLUSTER_ACCOUNT]: {
+      jetstream: "enabled",
+      users: l.cluster,
+      exports: l.clusters.map((c) => ({ service: exportedApi(c), response_type: "singleton" })),
+    },
+    [SERVICES_ACCOUNT]: {
+      users: l.services,
+      imports: l.clusters.map((c) => ({ service: { account: CLUSTER_ACCOUNT, subject: exportedApi(c) } })),
+    },
+    [SYSTEM_ACCOUNT]: { users: [l.sys] },
+  };
+  const authorization = {
+    timeout: AUTH_TIMEOUT_S,
+    auth_callout: {
+      issuer: l.calloutIssuer,
+      account: CLUSTER_ACCOUNT,
+      auth_users: [...l.cluster, ...l.services, l.sys].map((u) => u.user),
+    },
+  };
+  return [
+    `accounts: ${JSON.stringify(accounts, null, 2)}`,
+    `system_account: ${JSON.stringify(SYSTEM_ACCOUNT)}`,
+    `authorization: ${JSON.stringify(authorization, null, 2)}`,
+    "",
+  ].join("\n");
+}
