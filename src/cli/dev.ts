@@ -26,6 +26,8 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import Dockerode from "dockerode";
 import { launchNatsServer, type NatsServerHandle } from "../dev/nats-launcher.ts";
+import { moveGlobalAccountStreams } from "../dev/account-migration.ts";
+import { CLUSTER_ACCOUNT } from "../cluster/nats-accounts.ts";
 import { ensureDockerEngine, type DockerEngine } from "../dev/docker-engine.ts";
 import { ensureQuickStartImage } from "../dev/busybox-image.ts";
 import { DevConsole } from "../dev/console.ts";
@@ -93,6 +95,7 @@ export function registerDevCommand(program: Command): void {
         }
         let url = f.nats ?? process.env["KAIROS_NATS_URL"];
         if (!url) {
+          if (moveGlobalAccountStreams(join(stateDir(), "nats"))) say(`nats-server data: moved this folder's streams from the global account to ${CLUSTER_ACCOUNT} (the account layout, docs/security.md)`);
           nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true, auth: { dir: join(stateDir(), "nats-auth") } });
           url = nats.url;
           say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir}, authorization on: credentials in ${join(stateDir(), "nats-auth", "creds")})`);
