@@ -7,6 +7,7 @@
  *   k.<sha256(api key) hex> → KeyRecord { tenant_id, key_id, revoked, created_at }
  *   kid.<key_id>         → { hash, tenant_id }                 (revoke by id)
  *   jc.<tenant_id>       → { jobs }   the max_jobs counter (src/jobs/job-quota.ts)
+ *   svc.<name>           → a tenant service identity (src/tenants/services.ts)
  *
  * The plain API key is returned once and never stored. Write order is crash-safe without
  * transactions: a tenant is written before its name is claimed (a crash leaves an unnamed,
