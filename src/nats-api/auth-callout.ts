@@ -17,7 +17,7 @@
  * cluster's API nodes answer in their own queue group); nats-server then refuses the connection
  * after its auth timeout (2 s). A refusal for a known name (wrong secret, revoked, tenant gone)
  * is answered at once with the reason, which nats-server logs and reports to the client as an
- * authorization violation.
+ * authorization violation; so is a lookup that fails (the tenants bucket unavailable).
  *
  * Bounded: requests larger than `maxRequestBytes` are dropped, at most `maxInFlight` are
  * checked at once and `perSecond` (bursts of `burst`) per node; past either, the answer is a
@@ -52,7 +52,7 @@ export type Lookup = ServiceCheck | { ok: true; record: { tenant_id: string; nam
 
 export type Decision =
   | { kind: "admit"; name: string; tenantId: string }
-  | { kind: "refuse"; name: string; reason: "bad_secret" | "revoked" | "tenant_gone" | "busy" }
+  | { kind: "refuse"; name: string; reason: "bad_secret" | "revoked" | "tenant_gone" | "busy" | "unavailable" }
   | { kind: "ignore"; why: "not_a_service_user" | "unknown_service" };
 
 const SERVICE_PREFIX = "service-";
@@ -76,6 +76,7 @@ export function refusalText(reason: Extract<Decision, { kind: "refuse" }>["reaso
     case "revoked": return "kairos: this service identity was revoked";
     case "tenant_gone": return "kairos: the tenant of this service identity no longer exists";
     case "busy": return "kairos: too many connection attempts, retry later";
+    case "unavailable": return "kairos: this identity cannot be checked now (the tenants bucket did not answer), retry later";
   }
 }
 
@@ -197,8 +198,14 @@ export class ServiceAuthCallout {
     this.#pending.add(p);
   }
 
+  /** A lookup that fails (KV unavailable, timeout) is a refusal now, not a wait for the server's timeout. */
   async #decide(name: string, req: CalloutRequest): Promise<Decision> {
-    return decide(name, await this.#o.lookup(name, req.password));
+    try {
+      return decide(name, await this.#o.lookup(name, req.password));
+    } catch (e) {
+      this.#o.log("error", "auth callout lookup failed", { evt: "service_auth", service: name, err: String(e).slice(0, 300) });
+      return { kind: "refuse", name, reason: "unavailable" };
+    }
   }
 
   async #answer(msg: Msg, req: CalloutRequest, d: Decision): Promise<void> {

@@ -2,7 +2,7 @@
  * The auth callout's bounds and expiry on a real nats-server (src/nats-api/auth-callout.ts), with
  * a callout of its own (no API node, so nothing else answers): past its rate a connection is
  * refused at once with "busy"; an oversize request is dropped and the connection refused by the
- * server's auth timeout; an admitted connection is closed by the server when its user JWT
+ * server's auth timeout; a failed lookup is refused at once and logged; an admitted connection is closed by the server when its user JWT
  * expires, and its reconnect is checked again (a revocation then keeps it out).
  */
 import { after, before, describe, it } from "node:test";
@@ -73,6 +73,15 @@ describe("auth callout bounds", { timeout: 120_000 }, () => {
     await assert.rejects(connectAs("service-big", "p".repeat(2000)), /Authorization Violation|timeout/i);
     assert.equal(looked, 0, "never looked up");
     assert.ok(logs.some((l) => l.msg === "auth callout request dropped"));
+  });
+
+  it("a lookup that fails refuses the connection at once, with a clear log", async () => {
+    await serve({ lookup: async (): Promise<Lookup> => { throw new Error("tenants bucket: no responders"); } });
+    const t0 = Date.now();
+    await assert.rejects(connectAs("service-kvdown", "x"), /Authorization Violation/i);
+    assert.ok(Date.now() - t0 < 1500, `refused in ${Date.now() - t0} ms, before the 2 s auth timeout`);
+    assert.ok(logs.some((l) => l.msg === "auth callout lookup failed" && String(l.extra?.["err"]).includes("no responders")));
+    assert.ok(logs.some((l) => l.msg === "service identity refused" && l.extra?.["reason"] === "unavailable"));
   });
 
   it("an admitted connection is closed when its JWT expires; its reconnect is checked again", async () => {
