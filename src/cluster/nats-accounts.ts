@@ -56,6 +56,8 @@ export interface AccountLayout {
   sys: AccountUser;
   /** The public account nkey (`A…`) that signs the callout's answers. */
   calloutIssuer: string;
+  /** The public curve key (`X…`) the server seals callout requests to (they carry secrets). */
+  calloutXkey: string;
 }
 
 /** The NATS API subject tree of cluster `c` that crosses from KAIROS to SERVICES. */
@@ -85,6 +87,7 @@ export function renderAccounts(l: AccountLayout): string {
     timeout: AUTH_TIMEOUT_S,
     auth_callout: {
       issuer: l.calloutIssuer,
+      xkey: l.calloutXkey,
       account: CLUSTER_ACCOUNT,
       auth_users: [...l.cluster, ...l.services, l.sys].map((u) => u.user),
     },

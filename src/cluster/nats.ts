@@ -24,6 +24,8 @@ export interface NatsCredentials {
    * (src/nats-api/auth-callout.ts; nats-accounts.ts). An API node with it admits service identities.
    */
   callout_issuer_seed?: string;
+  /** API users only: the curve key seed that opens the callout's requests (they carry secrets) and seals its answers. */
+  callout_xkey_seed?: string;
 }
 
 export interface NatsTlsOptions {
@@ -53,6 +55,8 @@ export interface ConnectOptions extends NatsAuthOptions {
 const USER_RE = /^[A-Za-z0-9_-]{1,64}$/;
 /** An account nkey seed: `SA` and 56 more base32 characters. */
 const ACCOUNT_SEED_RE = /^SA[A-Z2-7]{56}$/;
+/** A curve (xkey) seed: `SX` and 56 more base32 characters. */
+const CURVE_SEED_RE = /^SX[A-Z2-7]{56}$/;
 
 /** Reads and validates a credentials file. */
 export function readNatsCredentials(path: string): NatsCredentials {
@@ -69,9 +73,14 @@ export function readNatsCredentials(path: string): NatsCredentials {
   if (seed !== undefined && (typeof seed !== "string" || !ACCOUNT_SEED_RE.test(seed))) {
     throw new KairosError("invalid_argument", `NATS credentials ${path}: callout_issuer_seed must be an account nkey seed (SA…, 58 characters)`, { field: "nats-creds" });
   }
+  const xseed = c.callout_xkey_seed;
+  if (xseed !== undefined && (typeof xseed !== "string" || !CURVE_SEED_RE.test(xseed))) {
+    throw new KairosError("invalid_argument", `NATS credentials ${path}: callout_xkey_seed must be a curve nkey seed (SX…, 58 characters)`, { field: "nats-creds" });
+  }
   return {
     user: c.user, password: c.password, inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user),
     ...(seed !== undefined ? { callout_issuer_seed: seed } : {}),
+    ...(xseed !== undefined ? { callout_xkey_seed: xseed } : {}),
   };
 }
 

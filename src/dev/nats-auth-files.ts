@@ -16,12 +16,14 @@
  * (`auth_callout.issuer`), its seed into the credentials file of every user with the `api` role
  * (`callout_issuer_seed`): API nodes sign the user JWTs of service identities with it
  * (src/nats-api/auth-callout.ts). Whoever holds it can admit any user into SERVICES — never more.
+ * Likewise a fresh curve key (`auth_callout.xkey`; seed `callout_xkey_seed`): the server seals each
+ * callout request to it, so the service secrets they carry are not readable on the bus.
  */
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Role } from "../cluster/config.ts";
-import { createAccount } from "@nats-io/nkeys";
+import { createAccount, createCurve } from "@nats-io/nkeys";
 import type { NatsCredentials } from "../cluster/nats.ts";
 import {
   NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, pinnedWorkerUser, roleSets,
@@ -75,6 +77,8 @@ export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["
   mkdirSync(credsDir, { recursive: true, mode: 0o700 });
   const issuer = createAccount();
   const issuerSeed = new TextDecoder().decode(issuer.getSeed());
+  const xkey = createCurve();
+  const xkeySeed = new TextDecoder().decode(xkey.getSeed());
   const who: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
   const creds: Record<string, string> = {};
   type Entry = { user: string; perms: () => SubjectPermissions; signsCallouts?: boolean };
@@ -92,7 +96,7 @@ export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["
   const write = ({ user, perms, signsCallouts }: Entry): NatsUserEntry => {
     const password = randomBytes(32).toString("base64url");
     const file = join(credsDir, `${user}.json`);
-    const c: NatsCredentials = { user, password, inbox_prefix: inboxPrefixFor(user), ...(signsCallouts ? { callout_issuer_seed: issuerSeed } : {}) };
+    const c: NatsCredentials = { user, password, inbox_prefix: inboxPrefixFor(user), ...(signsCallouts ? { callout_issuer_seed: issuerSeed, callout_xkey_seed: xkeySeed } : {}) };
     writeFileSync(file, JSON.stringify(c, null, 2) + "\n", { mode: 0o600 });
     creds[user] = file;
     return { user, password, permissions: perms() };
@@ -108,6 +112,7 @@ export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["
     clusters, cluster: clusterUsers, services: serviceUsers,
     sys: { user: SYS_USER, password: sysPassword, permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] } } },
     calloutIssuer: issuer.getPublicKey(),
+    calloutXkey: xkey.getPublicKey(),
   }), { mode: 0o600 });
   return {
     configFile,

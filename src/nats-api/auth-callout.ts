@@ -19,6 +19,10 @@
  * is answered at once with the reason, which nats-server logs and reports to the client as an
  * authorization violation; so is a lookup that fails (the tenants bucket unavailable).
  *
+ * Sealed: with `xkeySeed`, the server seals each request (which carries the connecting service's
+ * secret) to this node's curve key (`auth_callout.xkey`), and the answer is sealed back to the
+ * server's: nothing readable crosses the bus.
+ *
  * Bounded: requests larger than `maxRequestBytes` are dropped, at most `maxInFlight` are
  * checked at once and `perSecond` (bursts of `burst`) per node; past either, the answer is a
  * refusal ("busy"), never a queue. Every admission and refusal is logged (`service_auth`).
@@ -26,7 +30,7 @@
  * The decision (`decide`) is pure; `ServiceAuthCallout` is the NATS shell.
  */
 import { decode, encodeAuthorizationResponse, encodeUser } from "@nats-io/jwt";
-import { fromSeed, type KeyPair } from "@nats-io/nkeys";
+import { fromCurveSeed, fromSeed, type KeyPair } from "@nats-io/nkeys";
 import type { Msg, NatsConnection, Subscription } from "@nats-io/transport-node";
 import { servicePermissions, serviceUser } from "../cluster/nats-permissions.ts";
 import { AUTH_CALLOUT_SUBJECT, SERVICES_ACCOUNT } from "../cluster/nats-accounts.ts";
@@ -110,6 +114,11 @@ export interface CalloutOptions {
   clusterName: string;
   /** The account nkey seed that signs answers (`callout_issuer_seed` of the API user's credentials). */
   issuerSeed: string;
+  /**
+   * The curve key seed the server seals requests to (`callout_xkey_seed`); answers are sealed back.
+   * With it, a request that is not sealed is dropped (the server's config and this key disagree).
+   */
+  xkeySeed?: string;
   /** Looks a service up and checks its secret and tenant. */
   lookup: (name: string, secret: string) => Promise<Lookup>;
   clock: Clock;
@@ -125,6 +134,8 @@ export interface CalloutOptions {
 /** Limits of the callout on each API node. */
 export const CALLOUT_DEFAULTS: Readonly<Required<Pick<CalloutOptions, "userJwtTtlS" | "maxInFlight" | "perSecond" | "burst" | "maxRequestBytes">>> =
   Object.freeze({ userJwtTtlS: 3600, maxInFlight: 64, perSecond: 50, burst: 100, maxRequestBytes: 32 * 1024 });
+/** The header carrying the server's curve key when it sealed the request. */
+const SERVER_XKEY_HEADER = "Nats-Server-Xkey";
 /** Most subscriptions an admitted service connection may hold. */
 const SERVICE_MAX_SUBS = 100;
 
@@ -138,6 +149,7 @@ export class ServiceAuthCallout {
   readonly #nc: NatsConnection;
   readonly #o: CalloutOptions & typeof CALLOUT_DEFAULTS;
   readonly #issuer: KeyPair;
+  readonly #xkey: KeyPair | undefined;
   readonly #rate: TokenBuckets;
   #sub: Subscription | undefined;
   #inFlight = 0;
@@ -150,6 +162,11 @@ export class ServiceAuthCallout {
       this.#issuer = fromSeed(new TextEncoder().encode(opts.issuerSeed));
     } catch (e) {
       throw new KairosError("invalid_argument", "callout_issuer_seed is not an nkey seed", { field: "nats-creds", cause: e });
+    }
+    try {
+      this.#xkey = opts.xkeySeed === undefined ? undefined : fromCurveSeed(new TextEncoder().encode(opts.xkeySeed));
+    } catch (e) {
+      throw new KairosError("invalid_argument", "callout_xkey_seed is not a curve nkey seed", { field: "nats-creds", cause: e });
     }
     this.#rate = new TokenBuckets(this.#o.perSecond, this.#o.burst, 1);
   }
@@ -178,8 +195,10 @@ export class ServiceAuthCallout {
       return;
     }
     let req: CalloutRequest;
+    let serverXkey: string | undefined;
     try {
-      req = parseCalloutRequest(msg.data);
+      serverXkey = msg.headers?.get(SERVER_XKEY_HEADER) || undefined;
+      req = parseCalloutRequest(this.#open(msg.data, serverXkey));
     } catch (e) {
       this.#o.log("warn", "auth callout request malformed", { evt: "service_auth", err: String(e).slice(0, 200) });
       return;
@@ -188,7 +207,7 @@ export class ServiceAuthCallout {
     if (name === undefined) return this.#log({ kind: "ignore", why: "not_a_service_user" }, req);
     const busy = this.#inFlight >= this.#o.maxInFlight || this.#rate.take("callout", this.#o.clock.now()) > 0;
     const p = (busy ? Promise.resolve<Decision>({ kind: "refuse", name, reason: "busy" }) : this.#decide(name, req))
-      .then((d) => this.#answer(msg, req, d))
+      .then((d) => this.#answer(msg, req, d, serverXkey))
       .catch((e: unknown) => this.#o.log("error", "auth callout failed: the connection is refused after nats-server's auth timeout", { evt: "service_auth", service: name, err: String(e) }))
       .finally(() => {
         this.#inFlight--;
@@ -208,11 +227,21 @@ export class ServiceAuthCallout {
     }
   }
 
-  async #answer(msg: Msg, req: CalloutRequest, d: Decision): Promise<void> {
+  /** The request's JWT: opened with the curve key when the server sealed it (it must, when we have one). */
+  #open(data: Uint8Array, serverXkey: string | undefined): Uint8Array {
+    if (this.#xkey === undefined) return data;
+    if (serverXkey === undefined) throw new KairosError("invalid_argument", "auth callout request not sealed, but this node has callout_xkey_seed: the server's auth_callout.xkey and the credentials disagree");
+    const opened = this.#xkey.open(data, serverXkey);
+    if (opened === null) throw new KairosError("invalid_argument", "auth callout request does not open with this node's callout_xkey_seed");
+    return opened;
+  }
+
+  async #answer(msg: Msg, req: CalloutRequest, d: Decision, serverXkey: string | undefined): Promise<void> {
     this.#log(d, req);
     if (d.kind === "ignore") return;
     const data = d.kind === "admit" ? { jwt: await this.#userJwt(req, d.name, d.tenantId) } : { error: refusalText(d.reason) };
-    msg.respond(await encodeAuthorizationResponse(req.userNkey, req.serverId, this.#issuer, data, {}));
+    const jwt = new TextEncoder().encode(await encodeAuthorizationResponse(req.userNkey, req.serverId, this.#issuer, data, {}));
+    msg.respond(this.#xkey !== undefined && serverXkey !== undefined ? this.#xkey.seal(jwt, serverXkey) : jwt);
   }
 
   /** The user JWT: SERVICES account (audience), its tenant's API only, its own inbox, an expiry. */

@@ -306,9 +306,11 @@ async function startNatsApi(
     clusterName: config.clusterName, maxInFlight: cfg.maxInFlight, log: deps.log, inboxes: inboxModeFor(config.natsAuth),
     onRefused: (r) => deps.events.emit({ type: "reply_refused", responder: "nats_api", reason: r.reason, subject: r.subject }),
   });
-  const seed = config.natsAuth.credsFile !== undefined ? readNatsCredentials(config.natsAuth.credsFile).callout_issuer_seed : undefined;
+  const creds = config.natsAuth.credsFile !== undefined ? readNatsCredentials(config.natsAuth.credsFile) : undefined;
+  const seed = creds?.callout_issuer_seed;
   const callout = seed === undefined ? undefined : new ServiceAuthCallout(nc, {
     clusterName: config.clusterName, issuerSeed: seed, clock: systemClock, log: deps.log,
+    ...(creds?.callout_xkey_seed !== undefined ? { xkeySeed: creds.callout_xkey_seed } : {}),
     lookup: async (name, secret): Promise<Lookup> => {
       const c = await deps.services.check(name, secret);
       if (!c.ok) return c;

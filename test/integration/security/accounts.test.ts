@@ -22,7 +22,7 @@ import { openBuckets, type Buckets } from "../../../src/cluster/buckets.ts";
 import { connectNats, type NatsCredentials } from "../../../src/cluster/nats.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { makeNodeConfig } from "../../../src/cluster/config.ts";
-import { SERVICES_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
+import { AUTH_CALLOUT_SUBJECT, SERVICES_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
 import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
 import { KvTenantDirectory, TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
 import type { Tenant } from "../../../src/jobs/service.ts";
@@ -119,6 +119,20 @@ describe("NATS accounts: tenant services cannot reach the cluster's state", { ti
     const { creds: betaCreds } = await createService(buckets.tenants, tenants, "beta", TB);
     const b = new NatsApiClient(await connectAs(betaCreds), { cluster: C, tenantId: TB });
     await rejectsWith(b.getJob(job.job_id), "not_found");
+  });
+
+  it("the callout request carrying a service's secret is sealed: a listener on the bus cannot read it", async () => {
+    const seen: Uint8Array[] = [];
+    const sub = admin.subscribe(AUTH_CALLOUT_SUBJECT, { callback: (_e, m) => void seen.push(m.data) });
+    await admin.flush();
+    const { creds } = await createService(buckets.tenants, tenants, "sealed", TA);
+    await connectAs(creds);
+    sub.unsubscribe();
+    assert.ok(seen.length >= 1, "the listener saw the request");
+    for (const d of seen) {
+      const text = Buffer.from(d).toString("latin1");
+      assert.ok(!text.includes(creds.password) && !text.startsWith("eyJ"), "neither the secret nor a readable JWT on the bus");
+    }
   });
 
   it("a wrong secret and an unknown service are refused", async () => {

@@ -34,8 +34,8 @@ describe("auth callout bounds", { timeout: 120_000 }, () => {
   /** Replaces the running callout with one of these options. */
   const serve = async (o: Partial<CalloutOptions> & Pick<CalloutOptions, "lookup">): Promise<void> => {
     await callout?.stop();
-    const seed = readNatsCredentials(nats.credsFor(["api"])).callout_issuer_seed!;
-    callout = new ServiceAuthCallout(apiNc, { clusterName: "kairos", issuerSeed: seed, clock: systemClock, log: (_l, msg, extra) => void logs.push({ msg, ...(extra ? { extra } : {}) }), ...o });
+    const creds = readNatsCredentials(nats.credsFor(["api"]));
+    callout = new ServiceAuthCallout(apiNc, { clusterName: "kairos", issuerSeed: creds.callout_issuer_seed!, xkeySeed: creds.callout_xkey_seed!, clock: systemClock, log: (_l, msg, extra) => void logs.push({ msg, ...(extra ? { extra } : {}) }), ...o });
     await callout.start();
   };
   const connectAs = async (user: string, password: string): Promise<NatsConnection> => {
