@@ -3,7 +3,8 @@
  * routes (src/http/routes/) and the internal NATS API (src/nats-api/). Each takes the caller's
  * tenant — resolved by the transport from its credentials (an API key, a NATS identity), never
  * from the request — and the request's inputs in their raw form, validates them with the one set
- * of parsers and schemas (src/http/params.ts, src/http/schemas.ts), checks the image policy, and
+ * of parsers and schemas (src/http/params.ts, src/http/schemas.ts), checks the image policy and
+ * the cluster's per-task maxima (so a job is never created that no worker would run), and
  * calls the jobs service. Results are plain values; failures are `KairosError`s with catalogue
  * codes, which each transport renders in its own envelope (HTTP: errors.ts; NATS: nats-api/wire.ts).
  *
@@ -15,6 +16,8 @@ import type { JobView, Page, RunStatus, RunView } from "../jobs/model.ts";
 import type { JobsService, Tenant } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
+import { DEFAULT_TASK_LIMITS, resourcesAboveLimits, type TaskLimits } from "../sandbox/task-rules.ts";
+import type { TaskInput } from "../jobs/model.ts";
 import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "./params.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 
@@ -24,6 +27,8 @@ export interface OperationDeps {
   clock: Clock;
   /** The operator's default image policy (a tenant's own `image_policy` replaces it). */
   imagePolicy: ImagePolicy;
+  /** The cluster's per-task resource maxima, the workers' own (default `DEFAULT_TASK_LIMITS`). */
+  taskLimits?: TaskLimits;
 }
 
 /** Reads the request body (JSON, parsed; schema validation is the operation's). */
@@ -72,10 +77,15 @@ export interface Operations {
   listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;
 }
 
-/** Throws `policy_denied` (422) unless the tenant may name `image`. */
-function checkTenantImage(tenant: Tenant, fallback: ImagePolicy, image: string): void {
-  const policy = tenant.image_policy ? parseImagePolicy(tenant.image_policy, "tenant image_policy") : fallback;
-  const denied = checkImage(policy, image);
+/**
+ * Throws unless a worker would run `task` for this tenant: its image is a reference the tenant's
+ * policy allows (400 / 422 `policy_denied`) and its resources are within the cluster's per-task
+ * maxima (422 `policy_denied`). The schema has already applied the rest of the worker's rules
+ * (environment names, NUL bytes: src/sandbox/task-rules.ts).
+ */
+function checkTask(tenant: Tenant, deps: OperationDeps, task: TaskInput): void {
+  const policy = tenant.image_policy ? parseImagePolicy(tenant.image_policy, "tenant image_policy") : deps.imagePolicy;
+  const denied = checkImage(policy, task.image) ?? resourcesAboveLimits(task.resources, deps.taskLimits ?? DEFAULT_TASK_LIMITS);
   if (denied) throw denied;
 }
 
@@ -93,7 +103,7 @@ export function createOperations(deps: OperationDeps): Operations {
     async createJob(tenant, input) {
       const idempotencyKey = parseIdempotencyKey(input.idempotencyKey);
       const spec = parseCreateBody(await input.body(), clock.now());
-      checkTenantImage(tenant, deps.imagePolicy, spec.task.image);
+      checkTask(tenant, deps, spec.task);
       return idempotencyKey === undefined
         ? jobs.createJob(tenant.tenant_id, spec)
         : jobs.createJob(tenant.tenant_id, spec, idempotencyKey);
@@ -108,7 +118,7 @@ export function createOperations(deps: OperationDeps): Operations {
       const jobId = pathId(input.jobId, "job");
       const ifMatch = parseIfMatch(input.ifMatch);
       const patch = parsePatchBody(await input.body(), clock.now());
-      if (patch.task !== undefined) checkTenantImage(tenant, deps.imagePolicy, patch.task.image);
+      if (patch.task !== undefined) checkTask(tenant, deps, patch.task);
       return ifMatch === undefined
         ? jobs.patchJob(tenant.tenant_id, jobId, patch)
         : jobs.patchJob(tenant.tenant_id, jobId, patch, ifMatch);

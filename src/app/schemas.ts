@@ -17,6 +17,7 @@ import { BACKOFFS, MISFIRES, OVERLAPS, type JobPatch, type JobSpec, type RetryPo
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { assertFuture, compileSchedule } from "../schedule/index.ts";
 import { invalid, show } from "./input.ts";
+import { ENV_NAME, RESERVED_ENV_PREFIX, TASK_RESOURCE_BOUNDS, isReservedEnvName } from "../sandbox/task-rules.ts";
 
 /** Limits on a job's fields; documented in docs/api.md. */
 export const LIMITS = {
@@ -34,7 +35,14 @@ export const LIMITS = {
   flexWindowS: 3600,
 } as const;
 
-const ENV_KEY = /^(?!KAIROS_)[A-Za-z_][A-Za-z0-9_]*$/;
+/**
+ * An environment name the worker accepts: ENV_NAME, not starting with KAIROS_ in any case —
+ * spelt out per letter (`[Kk][Aa]…`), not with a flag, so the OpenAPI pattern says the same.
+ */
+const ENV_KEY = new RegExp(`^(?!${[...RESERVED_ENV_PREFIX].map((c) => (/[a-z]/i.test(c) ? `[${c.toUpperCase()}${c.toLowerCase()}]` : c)).join("")})${ENV_NAME.source.slice(1)}`);
+/** A string without NUL bytes (what an exec or the engine can carry); also a pattern in the OpenAPI. */
+const NO_NUL = /^[^\0]*$/;
+const noNul = (max: number) => z.string().max(max).regex(NO_NUL, { error: "must not contain NUL bytes" });
 const DEFAULT_MAX_S = 3600;
 
 /** An integer field in [min, max] whose errors say so. */
@@ -70,14 +78,16 @@ const atSchedule = z
 export const ScheduleSchema = z.union([cronSchedule, atSchedule]);
 
 const envSchema = z
-  .record(z.string().regex(ENV_KEY), z.string().max(LIMITS.envValueChars))
+  .record(z.string().regex(ENV_KEY), noNul(LIMITS.envValueChars))
   .refine((r) => Object.keys(r).length <= LIMITS.envEntries, { error: `must have at most ${LIMITS.envEntries} entries` })
-  .meta({ maxProperties: LIMITS.envEntries, description: "Environment variables; names starting with KAIROS_ are reserved" });
+  .meta({ maxProperties: LIMITS.envEntries, description: "Environment variables: names ^[A-Za-z_][A-Za-z0-9_]*$, not starting with KAIROS_ in any case (reserved); values without NUL bytes" });
 
+const B = TASK_RESOURCE_BOUNDS;
+/** Above the cluster's per-task maxima (default 2048 MiB, 2 CPUs, 512 pids) is 422 policy_denied (operations.ts). */
 const resourcesSchema = z.strictObject({
-  memory_mb: intIn(16, 65_536).optional(),
-  cpus: numberIn(0.1, 64).optional(),
-  pids: intIn(8, 4096).optional(),
+  memory_mb: intIn(B.memoryMb.min, B.memoryMb.max).optional().meta({ description: "at most the cluster's maximum per task (default 2048; 422 policy_denied above it)" }),
+  cpus: numberIn(B.cpus.min, B.cpus.max).optional().meta({ description: "at most the cluster's maximum per task (default 2; 422 policy_denied above it)" }),
+  pids: intIn(B.pids.min, B.pids.max).optional().meta({ description: "at most the cluster's maximum per task (default 512; 422 policy_denied above it)" }),
 });
 
 const TaskFields = {
@@ -85,7 +95,7 @@ const TaskFields = {
     description: "An image reference, [host[:port]/]path[:tag][@sha256:<64 hex>] (not an image ID): 400 otherwise. It must be allowed by the tenant's image policy (422 policy_denied); a registry on a loopback, private or link-local address is allowed only when the policy names it",
     examples: ["busybox:latest", "registry.example.com/acme/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"],
   }),
-  args: z.array(z.string().max(LIMITS.argChars)).min(1).max(LIMITS.args).meta({ description: "args[0] is the program", examples: [["sh", "-c", "echo hello"]] }),
+  args: z.array(noNul(LIMITS.argChars)).min(1).max(LIMITS.args).meta({ description: "args[0] is the program; no NUL bytes", examples: [["sh", "-c", "echo hello"]] }),
   env: envSchema.default({}),
   timeout_s: intIn(1, LIMITS.timeoutS),
   resources: resourcesSchema.optional(),
@@ -312,8 +322,8 @@ function describe(iss: Issue, prefix: readonly PropertyKey[]): { field: string; 
       return { field: fieldOf([...path, iss.keys[0] ?? "?"]), message: `unknown field${iss.keys.length > 1 ? ` (also: ${iss.keys.slice(1, 5).join(", ")})` : ""}` };
     case "invalid_key": {
       const key = String(iss.input);
-      const message = key.startsWith("KAIROS_")
-        ? "the KAIROS_ prefix is reserved for the variables Kairos sets"
+      const message = isReservedEnvName(key)
+        ? "the KAIROS_ prefix (in any case) is reserved for the variables Kairos sets"
         : `must be an environment variable name matching ^[A-Za-z_][A-Za-z0-9_]*$`;
       return { field: fieldOf(path), message };
     }

@@ -3,11 +3,11 @@
  * Also the shared start-up used by `kairos dev`.
  */
 import type { Command } from "commander";
-import { KairosError } from "../lib/errors.ts";
+import { KairosError, isKairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
-import { detectExecutor, parseImagePolicy, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
+import { detectExecutor, parseImagePolicy, taskLimits, type ExecutorKind, type ImagePolicy, type TaskLimits } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsUserFor } from "../cluster/nats-permissions.ts";
 import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
@@ -76,6 +76,9 @@ export interface ProcessFlags {
   metricsTokenFile?: string;
   metricsTenantLabels?: boolean;
   imagePolicy?: string;
+  taskMaxMemoryMb?: string;
+  taskMaxCpus?: string;
+  taskMaxPids?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
   rateLimit?: string;
@@ -102,6 +105,28 @@ export function retentionFromFlags(f: ProcessFlags): Partial<RetentionConfig> {
     throw new KairosError("invalid_argument", `--${field}: ${e instanceof Error ? e.message : String(e)}`, { field, cause: e });
   }
   return out;
+}
+
+/**
+ * `--task-max-memory-mb`, `--task-max-cpus`, `--task-max-pids`: the cluster's per-task maxima
+ * (unset: the defaults of src/sandbox/task-rules.ts), validated.
+ */
+export function taskLimitsFromFlags(f: ProcessFlags): TaskLimits {
+  const num = (v: string | undefined, field: string): number | undefined => {
+    if (v === undefined) return undefined;
+    const n = /^\d{1,6}(\.\d{1,3})?$/.test(v) ? Number(v) : NaN;
+    if (!Number.isFinite(n)) throw new KairosError("invalid_argument", `--${field}: "${v}" is not a number`, { field });
+    return n;
+  };
+  const memory = num(f.taskMaxMemoryMb, "task-max-memory-mb");
+  const cpus = num(f.taskMaxCpus, "task-max-cpus");
+  const pids = num(f.taskMaxPids, "task-max-pids");
+  try {
+    return taskLimits({ ...(memory !== undefined ? { maxMemoryMb: memory } : {}), ...(cpus !== undefined ? { maxCpus: cpus } : {}), ...(pids !== undefined ? { maxPids: pids } : {}) });
+  } catch (e) {
+    if (isKairosError(e)) throw new KairosError("invalid_argument", `--${e.message}`, { field: e.field ?? "task-max", cause: e });
+    throw e;
+  }
 }
 
 /** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
@@ -222,6 +247,7 @@ export async function startProcess(
   }
   const p = await startKairos(config, {
     ...(imagePolicy !== undefined ? { imagePolicy } : {}),
+    taskLimits: taskLimitsFromFlags(f),
     webhook: { allowHttp: f.webhookAllowHttp === true, allowPrivateAddresses: f.webhookAllowPrivate === true },
     rateLimits: rateLimitsFromFlags(f),
     executor: executor.kind,
@@ -292,6 +318,9 @@ export function registerNodeCommand(program: Command): void {
     .option("--run-lease-ttl-ms <ms>", "how long a worker's claim on an attempt lives without a heartbeat (default 10000)")
     .option("--lookahead-ms <ms>", "how far ahead a job's next run is created and matched to a worker (default 300000; a job gets at most half the gap since its previous occurrence, at least 60000 or the whole window if shorter); workers hold slots for claimed runs until they start")
     .option("--image-policy <entries>", "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)")
+    .option("--task-max-memory-mb <mb>", "api, worker: the most memory a task may ask for (16-65536; default 2048); give every api and worker node the same")
+    .option("--task-max-cpus <n>", "api, worker: the most CPUs a task may ask for (0.1-64; default 2); the same on every api and worker node")
+    .option("--task-max-pids <n>", "api, worker: the most processes a task may ask for (8-4096; default 512); the same on every api and worker node")
     .option("--webhook-allow-http", "scheduler: allow plain-http dead-letter webhooks (default: https only)")
     .option("--webhook-allow-private", "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)")
     .option("--rate-limit <rps>", "api: requests per second per tenant on this node (0: none; default 100); over it: 429 rate_limited with Retry-After")

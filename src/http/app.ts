@@ -19,6 +19,7 @@ import { openApiDocument } from "./openapi.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
 import { ALLOW_ANY_IMAGE, type ImagePolicy } from "../sandbox/image-policy.ts";
+import type { TaskLimits } from "../sandbox/task-rules.ts";
 
 /** What the API needs. */
 export interface AppDeps {
@@ -30,6 +31,8 @@ export interface AppDeps {
    * (checked at create and patch, 422 `policy_denied`). Default: any image.
    */
   imagePolicy?: ImagePolicy;
+  /** The cluster's per-task resource maxima (create and patch above them: 422); default DEFAULT_TASK_LIMITS. */
+  taskLimits?: TaskLimits;
   /** Largest accepted request body; default 64 KiB. */
   maxBodyBytes?: number;
   /** Per-tenant request limit and failed-authentication throttle (rate-limit.ts; defaults there). */
@@ -97,7 +100,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     },
     limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
   );
-  const ops = createOperations({ jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE });
+  const ops = createOperations({ jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE, ...(deps.taskLimits ? { taskLimits: deps.taskLimits } : {}) });
   registerJobRoutes(app, ops);
   registerRunRoutes(app, ops);
   return app;

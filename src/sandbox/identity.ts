@@ -1,9 +1,11 @@
 /**
  * Task validation shared by every executor: the environment a task sees (its own `env`
- * plus the run identity as KAIROS_* variables, which always win) and the basic shape checks.
+ * plus the run identity as KAIROS_* variables, which always win) and the basic shape checks
+ * (the rules themselves are task-rules.ts, which the API applies too).
  * Returns a classified error value instead of throwing so `start()` stays total.
  */
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
+import { ENV_NAME, hasNul, isReservedEnvName } from "./task-rules.ts";
 
 /** The identity variables every attempt sees (DESIGN.md, promise 5: at-least-once, so make side effects idempotent). */
 export function identityEnv(id: RunIdentity): Record<string, string> {
@@ -17,7 +19,6 @@ export function identityEnv(id: RunIdentity): Record<string, string> {
   };
 }
 
-const ENV_KEY = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** Upper bound on a task's own environment (entries), so one task cannot bloat a spawn/create call. */
 export const MAX_ENV_ENTRIES = 256;
 
@@ -27,7 +28,7 @@ export function invalidTask(message: string): ExecutionError {
 
 /** Checks what every executor needs; `requireArgs` is false for docker (empty args = image's CMD). */
 export function validateTask(task: TaskSpec, requireArgs: boolean): ExecutionError | undefined {
-  if (!Array.isArray(task.args) || task.args.some((a) => typeof a !== "string" || a.includes("\0"))) {
+  if (!Array.isArray(task.args) || task.args.some((a) => typeof a !== "string" || hasNul(a))) {
     return invalidTask("task.args must be strings without NUL bytes");
   }
   if (requireArgs && task.args.length === 0) return invalidTask("task.args must name a program (args[0])");
@@ -37,10 +38,10 @@ export function validateTask(task: TaskSpec, requireArgs: boolean): ExecutionErr
   const keys = Object.keys(task.env);
   if (keys.length > MAX_ENV_ENTRIES) return invalidTask(`task.env has ${keys.length} entries; at most ${MAX_ENV_ENTRIES}`);
   for (const key of keys) {
-    if (key.toUpperCase().startsWith("KAIROS_")) return invalidTask(`task.env key ${key} is reserved (KAIROS_ prefix)`);
-    if (!ENV_KEY.test(key)) return invalidTask(`task.env key ${JSON.stringify(key)} is not a valid variable name`);
+    if (isReservedEnvName(key)) return invalidTask(`task.env key ${key} is reserved (KAIROS_ prefix)`);
+    if (!ENV_NAME.test(key)) return invalidTask(`task.env key ${JSON.stringify(key)} is not a valid variable name`);
     const value = task.env[key];
-    if (typeof value !== "string" || value.includes("\0")) return invalidTask(`task.env.${key} must be a string without NUL bytes`);
+    if (typeof value !== "string" || hasNul(value)) return invalidTask(`task.env.${key} must be a string without NUL bytes`);
   }
   return undefined;
 }

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
+import { DEFAULT_TASK_LIMITS } from "./task-rules.ts";
 
 /** Whether the docker executor pulls an image that is not on the worker host. */
 export type PullPolicy = "never" | "if_missing";
@@ -33,7 +34,10 @@ export interface DockerOptions {
   defaultMemoryMb?: number;
   defaultCpus?: number;
   defaultPids?: number;
-  /** Node maximums; a task asking for more is invalid_task. */
+  /**
+   * Node maximums; a task asking for more is invalid_task. Defaults: the cluster's per-task
+   * maxima (task-rules.ts `DEFAULT_TASK_LIMITS`), which API nodes enforce at create.
+   */
   maxMemoryMb?: number;
   maxCpus?: number;
   maxPids?: number;
@@ -125,9 +129,10 @@ function positive(field: string, value: number | undefined, fallback: number, in
 }
 
 function resolveDocker(d: DockerOptions): DockerConfig {
-  const maxMemoryMb = positive("docker.maxMemoryMb", d.maxMemoryMb, 2048, true);
-  const maxCpus = positive("docker.maxCpus", d.maxCpus, 2, false);
-  const maxPids = positive("docker.maxPids", d.maxPids, 512, true);
+  // The cluster's per-task maxima (task-rules.ts): API nodes refuse a task above them.
+  const maxMemoryMb = positive("docker.maxMemoryMb", d.maxMemoryMb, DEFAULT_TASK_LIMITS.maxMemoryMb, true);
+  const maxCpus = positive("docker.maxCpus", d.maxCpus, DEFAULT_TASK_LIMITS.maxCpus, false);
+  const maxPids = positive("docker.maxPids", d.maxPids, DEFAULT_TASK_LIMITS.maxPids, true);
   const cfg: DockerConfig = {
     socketPath: d.socketPath,
     pull: d.pull ?? "never",

@@ -21,7 +21,7 @@ import { WORKER_TO_JOB_KINDS } from "../protocol/worker.ts";
 import { NatsJobsService } from "../jobs/nats-service.ts";
 import { WorkerDirectory } from "../jobs/worker-directory.ts";
 import { Worker } from "../worker/worker.ts";
-import { createExecutor, type ExecutorKind, type ImagePolicy } from "../sandbox/index.ts";
+import { createExecutor, taskLimits as resolveTaskLimits, type ExecutorKind, type ImagePolicy, type TaskLimits } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../jobs/webhook.ts";
 import { DeadLetterOutbox } from "../jobs/dead-letters.ts";
 import { SecretEnvStore } from "../jobs/secret-env.ts";
@@ -68,6 +68,11 @@ export interface ProcessOptions {
   metricsTenantLabels?: boolean;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
+  /**
+   * api and worker: the cluster's per-task resource maxima (default DEFAULT_TASK_LIMITS) — API
+   * nodes refuse a task above them, workers' docker executors apply them; the same on every node.
+   */
+  taskLimits?: TaskLimits;
   /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
   rateLimits?: Partial<RateLimitOptions>;
   /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
@@ -118,6 +123,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
   const retention = retentionConfig(opts.retention); // validated before anything starts
+  const limits = resolveTaskLimits(opts.taskLimits); // validated before anything starts
   const natsApiCfg = natsApiConfig({
     ...(opts.rateLimits?.tenantPerSecond !== undefined ? { tenantPerSecond: opts.rateLimits.tenantPerSecond } : {}),
     ...(opts.rateLimits?.tenantBurst !== undefined ? { tenantBurst: opts.rateLimits.tenantBurst } : {}),
@@ -189,7 +195,10 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const tenants = new KvTenantDirectory(node.buckets.tenants, { clock: systemClock });
   let worker: Worker | undefined;
   if (config.roles.includes("worker")) {
-    const executor = await createExecutor(opts.executor, { workerId: config.nodeId, clock: systemClock, log: logFn, ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}) });
+    const executor = await createExecutor(opts.executor, {
+      workerId: config.nodeId, clock: systemClock, log: logFn, ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}),
+      docker: { maxMemoryMb: limits.maxMemoryMb, maxCpus: limits.maxCpus, maxPids: limits.maxPids },
+    });
     worker = new Worker({
       workerId: config.nodeId, clusterName: config.clusterName, slots: opts.workerSlots,
       heartbeatIntervalMs: workerHeartbeatMs, completionDeadlineMs: 60_000,
@@ -237,7 +246,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   }
   if (config.roles.includes("api")) {
     const jobs = new NatsJobsService(node.router, node.buckets, node.partitions, systemRandom, secrets);
-    const app = createApp({ jobs, tenants, clock: systemClock, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
+    const app = createApp({ jobs, tenants, clock: systemClock, taskLimits: limits, ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}), ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}), logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error") });
     registerReadiness(app, ops); // /readyz for load balancers; /metrics only on the metrics listener
     try {
       api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
@@ -249,7 +258,7 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
     if (natsApiCfg.enabled) {
       try {
         natsApi = await startNatsApi(config, natsApiCfg, {
-          operations: createOperations({ jobs, clock: systemClock, imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE }),
+          operations: createOperations({ jobs, clock: systemClock, imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE, taskLimits: limits }),
           tenants, services: new KvServiceDirectory(node.buckets.tenants, systemClock), log: logFn, events: node.events,
         });
       } catch (e) {

@@ -1,7 +1,7 @@
 /** `kairos node` flag validation: the health and metrics listener (`--metrics-port`, `--metrics-token-file`), limits, NATS. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { metricsTokenFromFlag, nodeConfigFromFlags, portFlag, rateLimitsFromFlags } from "../../src/cli/node.ts";
+import { metricsTokenFromFlag, nodeConfigFromFlags, portFlag, rateLimitsFromFlags, taskLimitsFromFlags } from "../../src/cli/node.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -36,6 +36,18 @@ describe("--metrics-token-file", () => {
   it("refuses a missing file, a short token and one with spaces, naming the flag", () => {
     for (const p of [join(dir, "absent"), file("short", "abc\n"), file("spaces", "0123456789 abcdef0123")]) {
       assert.throws(() => metricsTokenFromFlag(p), (e: unknown) => isKairosError(e, "invalid_argument") && e.field === "metrics-token-file", p);
+    }
+  });
+});
+
+describe("--task-max-memory-mb, --task-max-cpus, --task-max-pids", () => {
+  it("give the cluster's per-task maxima; absent flags keep the defaults", () => {
+    assert.deepEqual(taskLimitsFromFlags({}), { maxMemoryMb: 2048, maxCpus: 2, maxPids: 512 });
+    assert.deepEqual(taskLimitsFromFlags({ taskMaxMemoryMb: "4096", taskMaxCpus: "0.5", taskMaxPids: "128" }), { maxMemoryMb: 4096, maxCpus: 0.5, maxPids: 128 });
+  });
+  it("refuse values outside the bounds a task may ask for, naming the flag", () => {
+    for (const [f, field] of [[{ taskMaxMemoryMb: "8" }, "task-max-memory-mb"], [{ taskMaxMemoryMb: "512.5" }, "task-max-memory-mb"], [{ taskMaxCpus: "0" }, "task-max-cpus"], [{ taskMaxCpus: "65" }, "task-max-cpus"], [{ taskMaxPids: "x" }, "task-max-pids"], [{ taskMaxPids: "5000" }, "task-max-pids"]] as const) {
+      assert.throws(() => taskLimitsFromFlags(f), (e: unknown) => isKairosError(e, "invalid_argument") && e.field === field && e.message.startsWith(`--${field}`), JSON.stringify(f));
     }
   });
 });

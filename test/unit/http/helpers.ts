@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { createApp } from "../../../src/http/app.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { FakeJobs, FakeTenants } from "./fakes.ts";
+import type { TaskLimits } from "../../../src/sandbox/task-rules.ts";
 
 export const NOW = Date.parse("2026-03-01T00:00:00Z");
 
@@ -15,13 +16,13 @@ export interface Harness {
   req(method: string, path: string, opts?: { body?: unknown; headers?: Record<string, string>; key?: string | null }): Promise<Response>;
 }
 
-export function harness(maxBodyBytes?: number): Harness {
+export function harness(maxBodyBytes?: number, taskLimits?: TaskLimits): Harness {
   const clock = new FakeClock(NOW);
   const jobs = new FakeJobs(clock);
   const errors: unknown[] = [];
   // Route tests send hundreds of requests at one frozen instant: no per-tenant limit here (the
   // limits have their own tests, rate-limit.test.ts).
-  const app = createApp({ jobs, tenants: new FakeTenants(), clock, rateLimits: { tenantPerSecond: 0 }, logError: (e) => errors.push(e), ...(maxBodyBytes ? { maxBodyBytes } : {}) });
+  const app = createApp({ jobs, tenants: new FakeTenants(), clock, rateLimits: { tenantPerSecond: 0 }, logError: (e) => errors.push(e), ...(maxBodyBytes ? { maxBodyBytes } : {}), ...(taskLimits ? { taskLimits } : {}) });
   return {
     app, jobs, clock, errors,
     req(method, path, opts = {}) {

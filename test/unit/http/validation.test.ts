@@ -44,6 +44,16 @@ const BAD: [string, Body, string, RegExp, boolean][] = [
   ["long arg", validJob({ task: task({ args: ["a".repeat(4097)] }) }), "task.args[0]", /at most 4096/, true],
   ["env KAIROS_", validJob({ task: task({ env: { KAIROS_RUN_ID: "x" } }) }), "task.env.KAIROS_RUN_ID", /reserved/, true],
   ["env bad name", validJob({ task: task({ env: { "1BAD": "x" } }) }), "task.env.1BAD", /environment variable name/, true],
+  // What the worker refuses is refused here (src/sandbox/task-rules.ts): the reserved prefix in any
+  // case, NUL bytes in arguments, values and the image (the image's grammar is not in the schema).
+  ["env kairos_ in lower case", validJob({ task: task({ env: { kairos_run_id: "x" } }) }), "task.env.kairos_run_id", /KAIROS_ prefix \(in any case\) is reserved/, true],
+  ["env Kairos_ in mixed case", validJob({ task: task({ env: { Kairos_Token: "x" } }) }), "task.env.Kairos_Token", /reserved/, true],
+  ["secret_env kairos_", validJob({ task: task({ secret_env: { kairos_secret: "x" } }) }), "task.secret_env.kairos_secret", /reserved/, true],
+  ["NUL in an argument", validJob({ task: task({ args: ["sh", "-c", "echo a\u0000b"] }) }), "task.args[2]", /must not contain NUL bytes/, true],
+  ["NUL in an env value", validJob({ task: task({ env: { A: "x\u0000" } }) }), "task.env.A", /must not contain NUL bytes/, true],
+  ["NUL in a secret_env value", validJob({ task: task({ secret_env: { TOKEN: "\u0000" } }) }), "task.secret_env.TOKEN", /must not contain NUL bytes/, true],
+  ["NUL in the image", validJob({ task: task({ image: "busybox\u0000" }) }), "task.image", /lowercase letters/, false],
+  ["image with spaces", validJob({ task: task({ image: " " }) }), "task.image", /lowercase letters/, false],
   ["env value not string", validJob({ task: task({ env: { A: 1 } }) }), "task.env.A", /must be a string/, true],
   ["env too many", validJob({ task: task({ env: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`V${i}`, "x"])) }) }), "task.env", /at most 64/, true],
   ["resources memory", validJob({ task: task({ resources: { memory_mb: 8 } }) }), "task.resources.memory_mb", />= 16, got 8/, true],
@@ -88,6 +98,36 @@ describe("create body validation names the field", () => {
     assert.deepEqual(spec.task.resources, { memory_mb: 256, cpus: 0.5 });
     assert.equal(spec.name, null);
     assert.deepEqual(parseCreateBody(validJob({ schedule: { cron: "@daily", time_zone: "America/New_York" } }), NOW).schedule, { cron: "@daily", time_zone: "America/New_York" });
+  });
+});
+
+describe("resources above the cluster's per-task maxima (what the worker would refuse)", () => {
+  const over: [Body, string, RegExp][] = [
+    [{ memory_mb: 2049 }, "task.resources.memory_mb", /2049 is above this cluster's maximum of 2048 MiB per task/],
+    [{ cpus: 2.5 }, "task.resources.cpus", /2\.5 is above this cluster's maximum of 2 CPUs/],
+    [{ pids: 513 }, "task.resources.pids", /513 is above this cluster's maximum of 512 processes/],
+  ];
+  for (const [resources, field, msg] of over) {
+    it(`${JSON.stringify(resources)} → 422 policy_denied ${field}, on create and on patch; nothing changes`, async () => {
+      const h = harness();
+      const e = await expectError(await h.req("POST", "/v1/jobs", { body: validJob({ task: task({ resources }) }) }), 422, "policy_denied", field);
+      assert.match(e.message, msg);
+      assert.equal(h.jobs.calls.length, 0, "nothing reaches the service");
+      const created = (await (await h.req("POST", "/v1/jobs", { body: validJob() })).json()) as { job_id: string };
+      const calls = h.jobs.calls.length;
+      await expectError(await h.req("PATCH", `/v1/jobs/${created.job_id}`, { body: { task: task({ resources }) } }), 422, "policy_denied", field);
+      assert.equal(h.jobs.calls.length, calls, "the patch did not reach the service");
+    });
+  }
+
+  it("the maxima themselves are accepted; an operator's own maxima replace the defaults", async () => {
+    const h = harness();
+    assert.equal((await h.req("POST", "/v1/jobs", { body: validJob({ task: task({ resources: { memory_mb: 2048, cpus: 2, pids: 512 } }) }) })).status, 201);
+    const small = harness(undefined, { maxMemoryMb: 512, maxCpus: 1, maxPids: 64 });
+    await expectError(await small.req("POST", "/v1/jobs", { body: validJob({ task: task({ resources: { memory_mb: 1024 } }) }) }), 422, "policy_denied", "task.resources.memory_mb");
+    assert.equal((await small.req("POST", "/v1/jobs", { body: validJob({ task: task({ resources: { memory_mb: 512, cpus: 1, pids: 64 } }) }) })).status, 201);
+    const big = harness(undefined, { maxMemoryMb: 8192, maxCpus: 8, maxPids: 2048 });
+    assert.equal((await big.req("POST", "/v1/jobs", { body: validJob({ task: task({ resources: { memory_mb: 8192, cpus: 8, pids: 2048 } }) }) })).status, 201);
   });
 });
 
