@@ -27,13 +27,20 @@
 # and --replicas.
 #
 # NATS security (docs/security.md, "The bus"): every node connects over TLS with the NATS user of
-# its role. Both come from Nomad Variables, written once by the operator (docs/deploy.md):
-#   nomad/jobs/kairos : nats_ca (PEM of the CA that signed the NATS servers' certificates),
-#                       creds_scheduler, creds_api, creds_worker (the JSON files that
-#                       `kairos nats-auth <dir> --cluster <name>` writes under <dir>/creds/),
-#                       secret_key (the cluster key of task.secret_env, api and scheduler nodes:
-#                       `openssl rand -base64 32`; the same for the life of the cluster).
-# Each task renders only its own role's credentials into its secrets/ directory.
+# its role. Both come from Nomad Variables, written once by the operator (docs/deploy.md), one
+# path per group, because a task's workload identity reads its job's path and its own group's,
+# never another group's:
+#   nomad/jobs/kairos           : nats_ca (PEM of the CA that signed the NATS servers'
+#                                 certificates; public, every group)
+#   nomad/jobs/kairos/scheduler : creds (<dir>/creds/scheduler.json from `kairos nats-auth <dir>
+#                                 --cluster <name>`), secret_key (the cluster key of
+#                                 task.secret_env: `openssl rand -base64 32`; the same for the life
+#                                 of the cluster)
+#   nomad/jobs/kairos/api       : creds (<dir>/creds/api.json), secret_key (the same key)
+#   nomad/jobs/kairos/worker    : creds (<dir>/creds/worker.json) — no key, no other role's creds
+# Worker hosts run tenant code next to a root-equivalent Docker socket (and raw_exec): the
+# scheduler and api groups never run on a host with raw_exec enabled, so nothing of theirs is on
+# a worker host's disk either.
 # Validate before use: `nomad job validate deploy/nomad/kairos.nomad.hcl`.
 
 variable "datacenters" {
@@ -121,6 +128,14 @@ job "kairos" {
       value    = "true"
     }
 
+    # Never on a worker host (raw_exec is enabled only there): the scheduler's credentials and the
+    # cluster key must not be on a host that runs tenant code.
+    constraint {
+      attribute = "${driver.raw_exec}"
+      operator  = "!="
+      value     = "1"
+    }
+
     # /healthz, /readyz and /metrics on a port of their own (--metrics-port). Only Prometheus
     # and the Nomad checks need to reach it: firewall it off from everything else (or add
     # --metrics-token-file, docs/operations.md).
@@ -203,17 +218,18 @@ job "kairos" {
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos" }}{{ .secret_key }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/scheduler" }}{{ .secret_key }}{{ end }}
         EOT
       }
 
-      # This role's NATS user (scheduler) and the CA of the NATS servers, from Nomad Variables.
+      # This role's NATS user (scheduler, from the group's own variable path) and the CA of the
+      # NATS servers (from the job's).
       template {
         destination = "secrets/nats-creds.json"
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_scheduler }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/scheduler" }}{{ .creds }}{{ end }}
         EOT
       }
 
@@ -266,6 +282,14 @@ job "kairos" {
   # ---------------------------------------------------------------------------------------
   group "api" {
     count = 2
+
+    # Never on a worker host (see the scheduler group): the api credentials and the cluster key
+    # stay off hosts that run tenant code.
+    constraint {
+      attribute = "${driver.raw_exec}"
+      operator  = "!="
+      value     = "1"
+    }
 
     # "http": the public API (/v1, /healthz, /readyz; never /metrics). "metrics": /metrics (and
     # /healthz, /readyz) on the host's private address, for Prometheus only.
@@ -354,17 +378,18 @@ job "kairos" {
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos" }}{{ .secret_key }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/api" }}{{ .secret_key }}{{ end }}
         EOT
       }
 
-      # This role's NATS user (api) and the CA of the NATS servers, from Nomad Variables.
+      # This role's NATS user (api, from the group's own variable path) and the CA of the NATS
+      # servers (from the job's).
       template {
         destination = "secrets/nats-creds.json"
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_api }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/api" }}{{ .creds }}{{ end }}
         EOT
       }
 
@@ -515,13 +540,15 @@ job "kairos" {
         EOT
       }
 
-      # This role's NATS user (worker) and the CA of the NATS servers, from Nomad Variables.
+      # This role's NATS user (worker, from the group's own variable path: the worker's workload
+      # identity cannot read the scheduler's or api's path, where the cluster key is) and the CA
+      # of the NATS servers (from the job's).
       template {
         destination = "secrets/nats-creds.json"
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos" }}{{ .creds_worker }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/worker" }}{{ .creds }}{{ end }}
         EOT
       }
 
