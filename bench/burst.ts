@@ -33,7 +33,7 @@ import { ActorRouter } from "../src/cluster/router.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/jobs/fleet-actor.ts";
 import { TENANT_ACTOR } from "../src/jobs/ids.ts";
-import { workerAdvertSubject, type WorkerAdvert } from "../src/protocol/worker.ts";
+import { workerAdvertWildcard, type WorkerAdvert } from "../src/protocol/worker.ts";
 
 /** The longest the benchmark waits after the due second for every run to end (see `deadline`). */
 const DRAIN_BOUND_MS = 300_000;
@@ -183,7 +183,7 @@ export async function run(args: string[]): Promise<void> {
     // connection): the longest silence of each worker from 10 s before the due second on. A
     // scheduler forgets a worker silent for 3 heartbeat intervals (its capacity drops to 0).
     const advertGaps = new Map<string, { lastMs: number; maxGapMs: number; atMs: number }>();
-    const advertSub = adminNc.subscribe(workerAdvertSubject("kairos"), {
+    const advertSub = adminNc.subscribe(workerAdvertWildcard("kairos"), {
       callback: (e, m) => {
         if (e) return;
         const id = decode<WorkerAdvert>(m.data).worker_id;

@@ -37,7 +37,11 @@
 #                                 task.secret_env: `openssl rand -base64 32`; the same for the life
 #                                 of the cluster)
 #   nomad/jobs/kairos/api       : creds (<dir>/creds/api.json), secret_key (the same key)
-#   nomad/jobs/kairos/worker    : creds (<dir>/creds/worker.json) — no key, no other role's creds
+#   nomad/jobs/kairos/worker    : one item per worker host, creds_worker-<Nomad node id> (the file
+#                                 <dir>/creds/worker-worker-<node id>.json that `kairos nats-auth
+#                                 … --workers worker-<node id>,…` writes: that worker's own user,
+#                                 pinned to its id; each worker task renders only its host's
+#                                 item) — no key, no other role's creds
 # Worker hosts run tenant code next to a root-equivalent Docker socket (and raw_exec): the
 # scheduler and api groups never run on a host with raw_exec enabled, so nothing of theirs is on
 # a worker host's disk either.
@@ -540,15 +544,18 @@ job "kairos" {
         EOT
       }
 
-      # This role's NATS user (worker, from the group's own variable path: the worker's workload
-      # identity cannot read the scheduler's or api's path, where the cluster key is) and the CA
-      # of the NATS servers (from the job's).
+      # This worker's own NATS user (`worker-<node id>`, pinned to its id's offers, heartbeats,
+      # completions and adverts: docs/security.md), from the group's own variable path (the
+      # worker's workload identity cannot read the scheduler's or api's path, where the cluster
+      # key is): one item per worker host, keyed by the node id below (docs/deploy.md); a host
+      # without its item renders an empty file and the worker refuses to start — generate users
+      # for new hosts before they join. And the CA of the NATS servers (from the job's path).
       template {
         destination = "secrets/nats-creds.json"
         perms       = "0600"
         change_mode = "restart"
         data        = <<-EOT
-          {{ with nomadVar "nomad/jobs/kairos/worker" }}{{ .creds }}{{ end }}
+          {{ with nomadVar "nomad/jobs/kairos/worker" }}{{ index . (printf "creds_worker-%s" (env "node.unique.id")) }}{{ end }}
         EOT
       }
 

@@ -10,7 +10,7 @@ import type { NatsAuthOptions } from "../cluster/nats.ts";
 export interface DevFile {
   /** Never holds a secret: the credentials are in the files `nats_creds` points to. */
   nats_url: string;
-  /** NATS user → its credentials file (`admin`, `api`, `scheduler`, `worker`, `api_scheduler_worker`, …). */
+  /** NATS user → its credentials file (`admin`, `api`, `scheduler`, `api_scheduler_worker`, …, `worker-<id>` per worker id). */
   nats_creds?: Record<string, string>;
   api_url?: string;
   api_key?: string;
@@ -64,14 +64,30 @@ export function natsAuthOptions<C extends { option(flags: string, description: s
     .option("--nats-tls-key <file>", "the client certificate's key (PEM) (env KAIROS_NATS_TLS_KEY)");
 }
 
+const WORKER_ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
+/** Most worker ids in one `--workers` list (each is a NATS user in the server's config). */
+export const MAX_WORKER_IDS = 1000;
+
+/** `--workers a,b,c` → the ids, validated (node ids: 1-64 of [A-Za-z0-9_-]). */
+export function parseWorkerIds(v: string): string[] {
+  const ids = v.split(",").map((s) => s.trim()).filter(Boolean);
+  if (ids.length > MAX_WORKER_IDS) throw new KairosError("invalid_argument", `--workers: at most ${MAX_WORKER_IDS} ids`, { field: "workers" });
+  const bad = ids.find((w) => !WORKER_ID_RE.test(w));
+  if (bad !== undefined) throw new KairosError("invalid_argument", `--workers: "${bad.slice(0, 80)}" must be 1-64 of [A-Za-z0-9_-]`, { field: "workers" });
+  return [...new Set(ids)];
+}
+
 /**
  * The NATS credentials and TLS of a command: flags, else the environment, else — when `url` is
- * the dev cluster's — the dev file's credentials file of `user` (the node's role set, or admin).
+ * the dev cluster's — the dev file's credentials file of the first of `users` it has (the
+ * node's pinned worker user, then its role set; or admin).
  */
-export function resolveNatsAuth(f: NatsAuthFlags, url: string, user: string): NatsAuthOptions {
+export function resolveNatsAuth(f: NatsAuthFlags, url: string, users: string | readonly string[]): NatsAuthOptions {
   const env = process.env;
   const dev = readDevFile();
-  const creds = f.natsCreds ?? env["KAIROS_NATS_CREDS"] ?? (dev?.nats_url === url ? dev.nats_creds?.[user] : undefined);
+  const devCreds = dev?.nats_url === url ? dev.nats_creds : undefined;
+  const devUser = (typeof users === "string" ? [users] : users).find((u) => devCreds?.[u] !== undefined);
+  const creds = f.natsCreds ?? env["KAIROS_NATS_CREDS"] ?? (devUser !== undefined ? devCreds?.[devUser] : undefined);
   const ca = f.natsTlsCa ?? env["KAIROS_NATS_TLS_CA"];
   const cert = f.natsTlsCert ?? env["KAIROS_NATS_TLS_CERT"];
   const key = f.natsTlsKey ?? env["KAIROS_NATS_TLS_KEY"];

@@ -7,7 +7,9 @@
  *    missing (src/dev/busybox-image.ts), so the README's example runs in a container verbatim;
  * 3. `nats-server -js` as a child on a free loopback port with data under `.kairos/nats` (unless
  *    --nats / KAIROS_NATS_URL is given), with authorization on: fresh users and passwords per
- *    role on every start (`.kairos/nats-auth/`: `auth.conf` and `creds/<user>.json`, mode 0600);
+ *    role on every start (`.kairos/nats-auth/`: `auth.conf` and `creds/<user>.json`, mode 0600),
+ *    and one pinned user per worker id of `--workers` (`worker-<id>`; default w1, w2, w3) for
+ *    worker nodes joining the dev cluster (`kairos node --roles worker --node-id w1`);
  * 4. one node with every role (NATS user `api_scheduler_worker`); a dev tenant on first start,
  *    created as `admin`; `.kairos/dev.json` records `{nats_url, nats_creds, api_url, api_key,
  *    tenant_id, metrics_url}` for other commands and curl. Metrics are on their own loopback
@@ -37,7 +39,7 @@ import { openBuckets } from "../cluster/buckets.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import { systemClock } from "../lib/clock.ts";
 import { nodeConfigFromFlags, onShutdown, startProcess, type NodeFlags, type ProcessFlags } from "./node.ts";
-import { natsAuthOptions, readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
+import { natsAuthOptions, parseWorkerIds, readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
 
 export const DEV_API_PORT = 7700;
 /** The dev node's metrics listener (127.0.0.1); any free port if taken. */
@@ -64,6 +66,7 @@ export function registerDevCommand(program: Command): void {
     .option("--partitions <n>", "partition count when the cluster is first created", "16")
     .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers or can be started, else process)")
     .option("--slots <n>", "worker slots", "4")
+    .option("--workers <ids>", "ids of extra worker nodes that may join (one pinned NATS user each, worker-<id>)", "w1,w2,w3")
     .option("--api-port <port>", `API port (default ${DEV_API_PORT}, any free port if taken)`)
     .option("--metrics-port <port>", `/healthz, /readyz and /metrics on 127.0.0.1 (default ${DEV_METRICS_PORT}, any free port if taken)`)
     .option("--metrics-token-file <path>", "/metrics answers only Authorization: Bearer <the token in this file>")
@@ -76,7 +79,7 @@ export function registerDevCommand(program: Command): void {
     .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
     .option("--secret-key-file <path>", "the cluster key for task.secret_env (default: .kairos/secret.key, made on first start)")
     .option("--drain-timeout-ms <ms>", "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)")
-    .action(async (f: NodeFlags & ProcessFlags) => {
+    .action(async (f: NodeFlags & ProcessFlags & { workers: string }) => {
       let engine: DockerEngine | undefined;
       let nats: NatsServerHandle | undefined;
       // Everything started so far, stopped in reverse order if start-up fails half-way.
@@ -99,7 +102,8 @@ export function registerDevCommand(program: Command): void {
         let url = f.nats ?? process.env["KAIROS_NATS_URL"];
         if (!url) {
           if (moveGlobalAccountStreams(join(stateDir(), "nats"))) say(`nats-server data: moved this folder's streams from the global account to ${CLUSTER_ACCOUNT} (the account layout, docs/security.md)`);
-          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true, auth: { dir: join(stateDir(), "nats-auth") } });
+          const workers = parseWorkerIds(f.workers);
+          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true, auth: { dir: join(stateDir(), "nats-auth"), workers } });
           url = nats.url;
           say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir}, authorization on: credentials in ${join(stateDir(), "nats-auth", "creds")})`);
         }

@@ -5,8 +5,10 @@
  * service identities) and one credentials file per user (`<dir>/creds/<user>.json`, mode 0600)
  * for the given cluster names. The same generator `kairos dev` and the tests use
  * (src/dev/nats-auth-files.ts). Run it once, distribute each role's file to its nodes
- * (`--nats-creds`), keep admin's and sys's for `kairos admin`. Every run writes new passwords for
- * every user and a new callout issuer key.
+ * (`--nats-creds`), keep admin's and sys's for `kairos admin`. Workers get one user each
+ * (`--workers <ids>` → `worker-<id>`, for the node of that id); the shared `worker` user (any
+ * worker id) only with `--shared-worker`. Every run writes new passwords for every user and a new
+ * callout issuer key.
  *
  * Tenant services: issue them at run time with `kairos admin service create` (no reload, no other
  * credential changed). `--service <name>:<tenant_id>` still writes a static service user into the
@@ -48,9 +50,10 @@ export function registerNatsAuthCommand(program: Command): void {
     .command("nats-auth <dir>")
     .description("write a NATS authorization block (users per role, least-privilege permissions) and their credentials files")
     .option("--cluster <names>", "Kairos cluster name(s) the users serve, comma-separated", "kairos")
-    .option("--workers <ids>", "also one user per worker id (worker-<id>), pinned to that worker's own start/cancel subjects; comma-separated node ids")
+    .option("--workers <ids>", "one user per worker id (worker-<id>), pinned to that worker's own subjects and nodes record; comma-separated node ids of the worker nodes")
+    .option("--shared-worker", "also the shared worker user, which may speak for and receive the offers of any worker id (weaker: docs/security.md)")
     .option("--service <name:tenant_id...>", "also a static user per tenant service (service-<name>, SERVICES account) that may use only the NATS API of that tenant; prefer `kairos admin service create` (no reload); repeatable or comma-separated")
-    .action((dir: string, f: { cluster: string; workers?: string; service?: string[] }) => {
+    .action((dir: string, f: { cluster: string; workers?: string; service?: string[]; sharedWorker?: boolean }) => {
       const clusters = f.cluster.split(",").map((s) => s.trim()).filter(Boolean);
       const bad = clusters.find((c) => !NAME_RE.test(c));
       if (clusters.length === 0 || bad !== undefined) {
@@ -59,7 +62,8 @@ export function registerNatsAuthCommand(program: Command): void {
       const workers = (f.workers ?? "").split(",").map((s) => s.trim()).filter(Boolean);
       const badWorker = workers.find((w) => !NAME_RE.test(w));
       if (badWorker !== undefined) throw new KairosError("invalid_argument", `--workers: "${badWorker}" must be 1-64 of [A-Za-z0-9_-]`, { field: "workers" });
-      const files = writeNatsAuthFiles(dir, clusters, workers, parseServiceFlags(f.service ?? []));
+      if (workers.length === 0 && f.sharedWorker !== true) console.error("note: no worker users written: worker-only nodes need --workers <their node ids> (or --shared-worker)");
+      const files = writeNatsAuthFiles(dir, clusters, workers, parseServiceFlags(f.service ?? []), { sharedWorker: f.sharedWorker === true });
       console.log(`wrote ${files.configFile} (include it in nats-server's config) and ${Object.keys(files.creds).length} credentials files:`);
       for (const [user, file] of Object.entries(files.creds)) console.log(`  ${user.padEnd(22)} ${file}`);
       console.log("Accounts: KAIROS (every role, admin; JetStream), SERVICES (tenant services; imports only the NATS API), SYS (sys).");

@@ -9,7 +9,7 @@ import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
 import { detectExecutor, parseImagePolicy, taskLimits, type ExecutorKind, type ImagePolicy, type TaskLimits } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
-import { natsUserFor } from "../cluster/nats-permissions.ts";
+import { natsUserFor, pinnedWorkerUser } from "../cluster/nats-permissions.ts";
 import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
@@ -39,11 +39,14 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
   const partitions = int(f.partitions, "partitions");
   const replicas = int(f.replicas, "replicas");
   const leaseTtlMs = int(f.leaseTtlMs, "lease-ttl-ms");
+  const nodeId = f.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 40)}-${process.pid}`;
+  // A worker-only node's own identity first (`worker-<id>`), then the role set's.
+  const users = roles.length === 1 && roles[0] === "worker" ? [pinnedWorkerUser(nodeId), natsUserFor(roles)] : [natsUserFor(roles)];
   return makeNodeConfig({
     natsUrl,
-    // Flags, env, or the dev cluster's credentials file for this role set (`api_scheduler`, …).
-    natsAuth: resolveNatsAuth(f, natsUrl, natsUserFor(roles)),
-    nodeId: f.nodeId ?? `${hostname().replace(/[^A-Za-z0-9_-]/g, "-").slice(0, 40)}-${process.pid}`,
+    // Flags, env, or the dev cluster's credentials file for this node (`worker-<id>`, `api_scheduler`, …).
+    natsAuth: resolveNatsAuth(f, natsUrl, users),
+    nodeId,
     roles,
     ...(f.cluster ? { clusterName: f.cluster } : {}),
     ...(partitions !== undefined ? { partitions } : {}),

@@ -8,9 +8,9 @@
  * | `kairos.<c>.node.hb.n`, `….node.leave.n` (membership) | pub, sub | sub | pub, sub |
  * | `kairos.<c>.node.hb.s`, `….node.leave.s` (scheduler membership: placement) | sub | pub, sub | sub |
  * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
- * | `kairos.<c>.w.<n>` (worker plane: heartbeat, complete only) | — | sub | pub |
- * | `kairos.<c>.worker.hb` (slot adverts) | — | sub | pub |
- * | `kairos.<c>.worker.<id>.start` / `.cancel` / `.probe` | — | pub | sub (`<id>` pinned per worker user, or `*`) |
+ * | `kairos.<c>.w.<n>.<id>` (worker plane: heartbeat, complete only, naming worker `<id>`) | — | sub | pub (`<id>` pinned per worker user, or `*`) |
+ * | `kairos.<c>.adverts.<id>` (slot adverts of worker `<id>`) | — | sub | pub (`<id>` pinned, or `*`) |
+ * | `kairos.<c>.worker.<id>.start` / `.cancel` / `.probe` | — | pub | sub (`<id>` pinned, or `*`) |
  * | `kairos.<c>.api.<tenant>.>` (the internal NATS API, docs/nats-api.md) | sub (queue), responds | — | — |
  * | `$SYS.REQ.USER.AUTH` (auth callout for service identities, nats-accounts.ts) | sub (queue), responds | — | — |
  * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
@@ -118,12 +118,15 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           // Run retention and deleted jobs: old run records and a deleted job's state are purged.
           `$JS.API.STREAM.PURGE.KV_${c}_runs`, `$JS.API.STREAM.PURGE.KV_${c}_actors`,
         ],
-        sub: [`${k}.p.*`, `${k}.w.*`, `${k}.worker.hb`],
+        sub: [`${k}.p.*`, `${k}.w.*.*`, `${k}.adverts.*`],
         responds: true,
       };
     case "worker":
       return {
-        pub: [`${k}.w.*`, `${k}.worker.hb`],
+        // Its own id's token only (`*` for a shared worker user): a pinned identity can neither
+        // heartbeat, complete nor advertise for another worker; the owner checks that each
+        // item names the subject's worker (src/server/node.ts), the directory each advert's.
+        pub: [`${k}.w.*.${workerId}`, `${k}.adverts.${workerId}`],
         sub: [`${k}.worker.${workerId}.start`, `${k}.worker.${workerId}.cancel`, `${k}.worker.${workerId}.probe`],
         responds: true,
       };

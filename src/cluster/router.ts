@@ -7,9 +7,11 @@
  * must be idempotent (they carry request ids where it matters).
  *
  * Two planes share the partitions: actor commands on `kairos.<cluster>.p.<n>` (api and scheduler
- * identities only), and the worker plane `kairos.<cluster>.w.<n>`, where the owner accepts only
- * the messages a worker may send (heartbeats and completions: `KairosNode.allowFromWorkers`).
- * NATS permissions let a worker publish on the second and not the first.
+ * identities only), and the worker plane `kairos.<cluster>.w.<n>.<worker id>`, where the owner
+ * accepts only the messages a worker may send (heartbeats and completions:
+ * `KairosNode.allowFromWorkers`), each naming the worker of the subject's last token. NATS
+ * permissions let a worker publish on the second and not the first, and a worker identity pinned
+ * to one id only under that id.
  */
 import type { Bus } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -60,26 +62,44 @@ export interface RouterOptions {
   attemptTimeoutMs?: number;
   /** Overall bound for one request, retries included. */
   deadlineMs?: number;
-  /** `workers`: send on the worker plane (`kairos.<c>.w.<n>`); default `actors` (`….p.<n>`). */
+  /** `workers`: send on the worker plane (`kairos.<c>.w.<n>.<workerId>`); default `actors` (`….p.<n>`). */
   plane?: "actors" | "workers";
+  /** The sending worker's id: required on the worker plane, whose subjects carry it. */
+  workerId?: string;
 }
 
 export function partitionSubject(clusterName: string, p: number): string {
   return `kairos.${clusterName}.p.${p}`;
 }
 
-/** The worker plane of partition `p`: heartbeats and completions from workers. */
-export function workerPlaneSubject(clusterName: string, p: number): string {
-  return `kairos.${clusterName}.w.${p}`;
+/** The worker plane of partition `p` for worker `workerId`: its heartbeats and completions. */
+export function workerPlaneSubject(clusterName: string, p: number, workerId: string): string {
+  return `kairos.${clusterName}.w.${p}.${workerId}`;
+}
+
+/** What the owner of partition `p` subscribes to on the worker plane (every worker). */
+export function workerPlaneWildcard(clusterName: string, p: number): string {
+  return `kairos.${clusterName}.w.${p}.*`;
+}
+
+/** The worker id a worker-plane subject names (its last token). */
+export function workerPlaneSender(subject: string): string {
+  return subject.slice(subject.lastIndexOf(".") + 1);
 }
 
 export class ActorRouter {
-  readonly #o: Required<RouterOptions>;
+  readonly #o: Required<Omit<RouterOptions, "workerId">>;
   readonly #subject: (clusterName: string, p: number) => string;
 
   constructor(o: RouterOptions) {
     this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, plane: "actors", ...o };
-    this.#subject = this.#o.plane === "workers" ? workerPlaneSubject : partitionSubject;
+    const workerId = o.workerId;
+    if (this.#o.plane === "workers") {
+      if (workerId === undefined) throw new KairosError("invalid_argument", "a worker-plane router needs the worker's id", { field: "workerId" });
+      this.#subject = (c, p) => workerPlaneSubject(c, p, workerId);
+    } else {
+      this.#subject = partitionSubject;
+    }
   }
 
   async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {

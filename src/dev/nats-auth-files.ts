@@ -5,12 +5,15 @@
  * nats-permissions.ts) and one credentials file per user under `creds/<user>.json` (mode 0600).
  * Used by `kairos dev`, the test harness and `kairos nats-auth` (operators).
  *
- * Users: `api`, `scheduler`, `worker`, every combination a node may run (`api_scheduler`, …,
+ * Users: `api`, `scheduler`, every combination a node may run (`api_scheduler`, …,
  * `api_scheduler_worker`: a node's identity is the union of its roles), and `admin` — all in the
- * cluster account `KAIROS`; `sys` in the system account; on request pinned workers (`worker-<id>`,
- * cluster account) and static tenant services (`service-<name>`, the SERVICES account). Passwords
- * are 256 random bits; the server config holds them in clear (keep it 0600; nats-server also
- * accepts bcrypt hashes, `nats server passwd`, for configs that other people can read).
+ * cluster account `KAIROS`; `sys` in the system account; one pinned user per worker id
+ * (`worker-<id>`, cluster account: its own offers, worker-plane and advert subjects, `nodes`
+ * record); static tenant services (`service-<name>`, the SERVICES account). The shared `worker`
+ * user — any worker id, so a stolen credential receives every worker's offers and speaks for any
+ * worker — only on request (`sharedWorker`: the tests' harness, which also attacks with it).
+ * Passwords are 256 random bits; the server config holds them in clear (keep it 0600; nats-server
+ * also accepts bcrypt hashes, `nats server passwd`, for configs that other people can read).
  *
  * The auth callout's issuer: a fresh account nkey per run. Its public key goes into the config
  * (`auth_callout.issuer`), its seed into the credentials file of every user with the `api` role
@@ -44,7 +47,7 @@ export interface NatsAuthFiles {
   readonly configFile: string;
   /** Credentials file of each user (`admin`, `api`, `scheduler_worker`, …). */
   readonly creds: Readonly<Record<string, string>>;
-  /** The credentials file for a node with these roles, or for `admin`. */
+  /** The credentials file for a node with these roles, or for `admin` (`worker` alone: only with `sharedWorker`). */
   credsFor(roles: readonly Role[] | typeof NATS_ADMIN): string;
   /** The credentials file of a worker user pinned to `workerId` (generated with `workers`). */
   credsForWorker(workerId: string): string;
@@ -68,18 +71,24 @@ function union(ps: SubjectPermissions[]): SubjectPermissions {
 }
 
 /**
- * `workers`: also one user per worker id, `worker-<id>`, pinned to that id's start/cancel
- * subjects and `nodes` record (nats-permissions.ts `workerId`). `services`: also one user per
- * tenant service, `service-<name>`, allowed only the NATS API subjects of its tenant.
+ * `workers`: one user per worker id, `worker-<id>`, pinned to that id's subjects and `nodes`
+ * record (nats-permissions.ts `workerId`). `services`: one user per tenant service,
+ * `service-<name>`, allowed only the NATS API subjects of its tenant. `sharedWorker`: also the
+ * shared `worker` user (any worker id).
  */
-export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["kairos"], workers: readonly string[] = [], services: readonly ServiceIdentity[] = []): NatsAuthFiles {
+export function writeNatsAuthFiles(
+  dir: string, clusters: readonly string[] = ["kairos"], workers: readonly string[] = [], services: readonly ServiceIdentity[] = [],
+  opts: { sharedWorker?: boolean } = {},
+): NatsAuthFiles {
   const credsDir = join(dir, "creds");
   mkdirSync(credsDir, { recursive: true, mode: 0o700 });
   const issuer = createAccount();
   const issuerSeed = new TextDecoder().decode(issuer.getSeed());
   const xkey = createCurve();
   const xkeySeed = new TextDecoder().decode(xkey.getSeed());
-  const who: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
+  const shared = (w: readonly Role[] | typeof NATS_ADMIN) => w !== NATS_ADMIN && w.length === 1 && w[0] === "worker";
+  const all: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
+  const who = all.filter((w) => opts.sharedWorker === true || !shared(w));
   const creds: Record<string, string> = {};
   type Entry = { user: string; perms: () => SubjectPermissions; signsCallouts?: boolean };
   const cluster: Entry[] = [
@@ -119,7 +128,11 @@ export function writeNatsAuthFiles(dir: string, clusters: readonly string[] = ["
     creds,
     sysCreds,
     calloutIssuer: issuer.getPublicKey(),
-    credsFor: (roles) => creds[natsUserFor(roles)]!,
+    credsFor: (roles) => {
+      const f = creds[natsUserFor(roles)];
+      if (f === undefined) throw new Error(`no user ${natsUserFor(roles)}: a worker-only node uses its pinned user (credsForWorker), or generate the shared one with sharedWorker`);
+      return f;
+    },
     credsForWorker: (id) => {
       const f = creds[pinnedWorkerUser(id)];
       if (f === undefined) throw new Error(`no pinned user for worker ${id}: generate it with workers: ["${id}"]`);

@@ -62,7 +62,7 @@ export interface LaunchOptions {
    * subjects and buckets), with config and credentials under `dir`; or reuse files already
    * written (a cluster's servers share one set).
    */
-  auth?: { dir: string; clusters?: readonly string[] } | NatsAuthFiles;
+  auth?: { dir: string; clusters?: readonly string[]; workers?: readonly string[] } | NatsAuthFiles;
   /** Serve clients over TLS only, with this certificate and key (PEM files). */
   tls?: { certFile: string; keyFile: string };
 }
@@ -81,7 +81,7 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
   installExitHook();
   mkdirSync(opts.storeDir, { recursive: true });
   const port = opts.port ?? (await freePort());
-  const auth = opts.auth === undefined ? undefined : "configFile" in opts.auth ? opts.auth : writeNatsAuthFiles(opts.auth.dir, opts.auth.clusters);
+  const auth = opts.auth === undefined ? undefined : "configFile" in opts.auth ? opts.auth : writeNatsAuthFiles(opts.auth.dir, opts.auth.clusters, opts.auth.workers);
   // The config file holds only `authorization`; the flags below win over anything else in it.
   const args = [...(auth ? ["-c", auth.configFile] : []), "-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
   if (opts.serverName) args.push("--name", opts.serverName);

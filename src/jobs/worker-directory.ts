@@ -1,6 +1,6 @@
 /**
  * The worker directory each scheduler node keeps (the dispatcher's view of the fleet): workers advertise their free slots by
- * heartbeat on `kairos.<cluster>.worker.hb`; the directory forgets a worker after
+ * heartbeat on `kairos.<cluster>.adverts.<worker id>`; the directory forgets a worker after
  * `expireAfterMs` without one. `pick()` chooses the worker with the most free slots, counting
  * local reservations made since its last heartbeat so one burst does not pile onto one worker.
  *
@@ -23,7 +23,8 @@ import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
 import { creditedSeen, Listening, type Heard } from "../cluster/listening.ts";
-import { workerAdvertSubject, type WorkerAdvert } from "../protocol/worker.ts";
+import { advertSubjectWorker, workerAdvertWildcard, type WorkerAdvert } from "../protocol/worker.ts";
+import { countBusRefusal } from "../metrics/index.ts";
 
 
 interface Entry extends WorkerAdvert, Heard {
@@ -34,6 +35,11 @@ interface Entry extends WorkerAdvert, Heard {
   refused: boolean;
 }
 
+/** A well-formed advert (a worker's own process sends it, but its identity may be stolen). */
+function isAdvert(a: unknown): a is WorkerAdvert {
+  const v = a as Partial<WorkerAdvert> | null;
+  return typeof v === "object" && v !== null && typeof v.worker_id === "string" && Number.isInteger(v.slots) && Number.isInteger(v.free) && typeof v.executor === "string";
+}
 
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
@@ -48,7 +54,7 @@ export class WorkerDirectory {
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
-    private readonly opts: { optimistic?: boolean } = {},
+    private readonly opts: { optimistic?: boolean; onRefused?: (subject: string, reason: string) => void } = {},
   ) {
     // Three ticks per expiry: the workers' heartbeat interval when expiry is three of them.
     this.#tickMs = Math.max(1, Math.floor(expireAfterMs / 3));
@@ -59,10 +65,24 @@ export class WorkerDirectory {
   start(nc: Bus, cluster: string): void {
     this.#listening.start();
     this.#armTick();
-    this.#sub = nc.subscribe(workerAdvertSubject(cluster), {
+    this.#sub = nc.subscribe(workerAdvertWildcard(cluster), {
       // An error (a permission violation) comes with an empty message: nothing to observe.
       callback: (e, m) => {
-        if (!e) this.observe(decode<WorkerAdvert>(m.data));
+        if (e) return;
+        let a: WorkerAdvert;
+        try {
+          a = decode<WorkerAdvert>(m.data);
+        } catch {
+          return;
+        }
+        // Only the worker the subject names may advertise for it (NATS permissions pin a worker
+        // identity to its own subject): an advert naming another is ignored, and counted.
+        if (!isAdvert(a) || a.worker_id !== advertSubjectWorker(m.subject)) {
+          countBusRefusal("adverts", "identity");
+          this.opts.onRefused?.(m.subject, isAdvert(a) ? `advert names worker ${JSON.stringify(a.worker_id.slice(0, 80))}` : "malformed advert");
+          return;
+        }
+        this.observe(a);
       },
     });
   }

@@ -21,7 +21,7 @@
  * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list, keys, purge), bucket (the KV bucket, e.g. kairos_runs) | JetStream KV operation latency, failures included |
  * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
  * | kairos_log_lines_dropped_total | counter | – | log lines dropped because stdout's reader fell behind (src/lib/log.ts) |
- * | kairos_bus_refusals_total | counter | responder (actors, worker_plane, nats_api, worker), reason (no_reply, not_an_inbox, not_the_asker, identity) | requests a responder dropped unanswered: a reply subject that is not the asker's own inbox (src/cluster/reply-guard.ts), or a worker-plane message naming another worker than its sender |
+ * | kairos_bus_refusals_total | counter | responder (actors, worker_plane, nats_api, worker, adverts), reason (no_reply, not_an_inbox, not_the_asker, identity) | messages refused at the bus: a request whose reply subject is not the asker's own inbox, dropped unanswered (src/cluster/reply-guard.ts); a worker-plane item or slot advert naming another worker than its subject's (identity) |
  *
  * Plus prom-client's default process metrics (`process_*`, `nodejs_*`).
  *
@@ -59,7 +59,7 @@ export type WaitReason = "slot" | "worker";
 export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
 export type KvOp = "get" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 /** Which responder refused a request (`countBusRefusal`). */
-export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker";
+export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts";
 /** Why: reply-guard.ts's reasons, or `identity` (a message naming another worker than its sender). */
 export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";

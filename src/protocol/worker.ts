@@ -2,7 +2,9 @@
  * The worker protocol: what job actors (src/jobs) and workers (src/worker) say to each other. A
  * leaf module — it imports nothing — so both sides depend on it and neither on the other.
  *
- * - Workers advertise their slots on `kairos.<cluster>.worker.hb` (`WorkerAdvert`).
+ * - Workers advertise their slots on `kairos.<cluster>.adverts.<worker id>` (`WorkerAdvert`): the
+ *   subject carries the id the advert names, so NATS permissions can pin a worker identity to its
+ *   own adverts, and a scheduler takes an advert only when its `worker_id` is the subject's.
  * - A job actor's shell offers an attempt to ONE worker on `…worker.<id>.start` (`StartRequest`,
  *   answered by `StartReply`) and stops one on `…worker.<id>.cancel` (`CancelRequest`). When a
  *   lease falls silent, the owner asks the worker what became of the attempt on
@@ -60,7 +62,7 @@ export interface Completion {
   not_started?: true;
 }
 
-/** A worker's slot advert (heartbeat), on `workerAdvertSubject`. */
+/** A worker's slot advert (heartbeat), on `workerAdvertSubject` of its own `worker_id`. */
 export interface WorkerAdvert {
   worker_id: string;
   slots: number;
@@ -68,8 +70,22 @@ export interface WorkerAdvert {
   executor: string;
 }
 
-export function workerAdvertSubject(cluster: string): string {
-  return `kairos.${cluster}.worker.hb`;
+/**
+ * Where worker `workerId` advertises. Not under `…worker.` (`workerSubject`): a worker named
+ * `hb` would otherwise receive, as offers, the adverts of a worker named `start`.
+ */
+export function workerAdvertSubject(cluster: string, workerId: string): string {
+  return `kairos.${cluster}.adverts.${workerId}`;
+}
+
+/** Every worker's adverts (what a scheduler's worker directory subscribes to). */
+export function workerAdvertWildcard(cluster: string): string {
+  return `kairos.${cluster}.adverts.*`;
+}
+
+/** The worker id an advert's subject names (its last token). */
+export function advertSubjectWorker(subject: string): string {
+  return subject.slice(subject.lastIndexOf(".") + 1);
 }
 
 export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel" | "probe"): string {

@@ -21,7 +21,7 @@ import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { ActorRouter, partitionSubject, workerPlaneSubject, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
+import { ActorRouter, partitionSubject, workerPlaneSender, workerPlaneWildcard, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
 import { inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
 import { addClockSkewSource, countBusRefusal } from "../metrics/index.ts";
 import { answerBatch } from "./batch-answer.ts";
@@ -194,7 +194,7 @@ export class KairosNode {
       partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
     };
     this.#router = new ActorRouter(routing);
-    this.#workerRouter = new ActorRouter({ ...routing, plane: "workers" });
+    this.#workerRouter = new ActorRouter({ ...routing, plane: "workers", workerId: c.nodeId });
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
@@ -275,12 +275,21 @@ export class KairosNode {
     this.#subs.delete(p);
   }
 
-  /** Why an item may not reach its actor (undefined: admitted); see `guard`, `allowFromWorkers`. */
-  #refusal(it: ActorRequest, fromWorkers: boolean): string | undefined {
-    if (fromWorkers) {
-      const kind = (it.m as { kind?: unknown } | null)?.kind;
+  /**
+   * Why an item may not reach its actor (undefined: admitted); see `guard`, `allowFromWorkers`.
+   * `sender`: the worker whose worker-plane subject the item came on (undefined: the actor plane);
+   * the item must name that worker (`worker`), the only one its sender's identity may speak for.
+   */
+  #refusal(it: ActorRequest, sender: string | undefined): string | undefined {
+    if (sender !== undefined) {
+      const m = it.m as { kind?: unknown; worker?: unknown } | null;
+      const kind = m?.kind;
       if (!this.#workerKinds.get(it.t)?.has(typeof kind === "string" ? kind : "")) {
         return `${it.t} message "${String(kind)}" is not accepted on the worker plane`;
+      }
+      if (m?.worker !== sender) {
+        countBusRefusal("worker_plane", "identity");
+        return `${it.t} message "${kind as string}" names worker ${JSON.stringify(String(m?.worker).slice(0, 80))} but came on worker ${JSON.stringify(sender)}'s subject`;
       }
     }
     return this.#guards.get(it.t)?.(it.i, it.m);
@@ -290,7 +299,7 @@ export class KairosNode {
     if (this.#subs.has(p)) return;
     this.#subs.set(p, [
       this.nc.subscribe(partitionSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, false) }),
-      this.nc.subscribe(workerPlaneSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true) }),
+      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true) }),
     ]);
   }
 
@@ -307,8 +316,10 @@ export class KairosNode {
     } catch {
       req = undefined;
     }
-    // Answer only the asker's own inbox, never a subject it chose for us (reply-guard.ts).
-    const asker: Asker = fromWorkers ? { kind: "worker", workerIds: namedWorkers(req) } : { kind: "actor_command" };
+    // Answer only the asker's own inbox, never a subject it chose for us (reply-guard.ts). On the
+    // worker plane the asker is the worker the subject names (its items must name it too: `#refusal`).
+    const sender = fromWorkers ? workerPlaneSender(m.subject) : undefined;
+    const asker: Asker = sender !== undefined ? { kind: "worker", workerIds: [sender] } : { kind: "actor_command" };
     const refused = replyRefusal(m.reply, asker, this.#inboxes);
     if (refused) {
       const responder = fromWorkers ? "worker_plane" : "actors";
@@ -322,7 +333,7 @@ export class KairosNode {
       return;
     }
     const deliver = (it: ActorRequest): Promise<unknown> => {
-      const why = this.#refusal(it, fromWorkers);
+      const why = this.#refusal(it, sender);
       if (why === undefined) return host.deliver(it.t, it.i, it.m);
       this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
       return Promise.reject(new KairosError("permission_denied", why));
@@ -358,13 +369,3 @@ export class KairosNode {
   }
 }
 
-/** The worker ids a worker-plane message names (each item's `worker`; "" for an item naming none). */
-function namedWorkers(req: ActorRequest | BatchRequest | undefined): string[] {
-  if (req === undefined || req === null || typeof req !== "object") return [];
-  const items: unknown = "b" in req ? req.b : [req];
-  if (!Array.isArray(items)) return [""];
-  return items.map((it: unknown) => {
-    const w = (it as { m?: { worker?: unknown } } | null)?.m?.worker;
-    return typeof w === "string" ? w : "";
-  });
-}

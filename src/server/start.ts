@@ -132,7 +132,11 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs = opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
-  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, { optimistic: true });
+  const directory = new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, {
+    optimistic: true,
+    // An advert naming another worker than its subject's (worker-directory.ts).
+    onRefused: (subject, reason) => node.events.emit({ type: "message_refused", actor: `worker/${subject.slice(subject.lastIndexOf(".") + 1)}`, reason }),
+  });
   for (const r of actorRegistrations()) node.register(r);
   // Run-path metrics from the run records and effects of this node's job actors.
   const runsWaiting = new RunsWaiting(() => systemClock.now());

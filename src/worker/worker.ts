@@ -1224,7 +1224,7 @@ export class Worker {
     if (nc.isClosed()) return;
     this.#advertisedAtMono = this.#o.clock.monoMs();
     const free = this.#draining ? 0 : Math.max(0, slots - this.#leases.size);
-    nc.publish(workerAdvertSubject(clusterName), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
+    nc.publish(workerAdvertSubject(clusterName, workerId), encode({ worker_id: workerId, slots, free, executor: this.#o.executor.kind }));
   }
 
   #beat(): void {

@@ -239,8 +239,8 @@ class Cluster {
   }
 
   async startNats(): Promise<void> {
-    // Authorization on, as in production; a restart on the same port keeps the same users.
-    this.natsAuth ??= writeNatsAuthFiles(join(this.dir, "nats-auth"));
+    // Authorization on, as in production (one pinned user per worker); a restart on the same port keeps the same users.
+    this.natsAuth ??= writeNatsAuthFiles(join(this.dir, "nats-auth"), ["kairos"], Array.from({ length: this.o.workers }, (_, i) => `${this.tag}w${i + 1}`));
     this.nats = await launchNatsServer({ storeDir: join(this.dir, "nats"), auth: this.natsAuth, ...(this.natsPort ? { port: this.natsPort } : {}) });
     this.natsPort = this.nats.port;
   }
@@ -256,7 +256,7 @@ class Cluster {
     const worker = slot.roles.includes("worker");
     const proc = spawnNode({
       natsUrl: slot.proxy ? slot.proxy.url : this.nats.url,
-      creds: this.natsAuth!.credsFor(slot.roles.split(",") as Role[]),
+      creds: slot.roles === "worker" ? this.natsAuth!.credsForWorker(slot.id) : this.natsAuth!.credsFor(slot.roles.split(",") as Role[]),
       nodeId: slot.id, roles: slot.roles, partitions: this.o.partitions, extraArgs: this.#args(worker),
     });
     this.all.push(proc);

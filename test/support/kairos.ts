@@ -62,7 +62,7 @@ export async function startKairosFixture(opts: { partitions?: number; nats?: Nat
   const fx: KairosFixture = {
     nats, nodes, nc, tenants,
     spawn(nodeId, roles, extra = []) {
-      const n = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(roles), nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
+      const n = spawnNode({ natsUrl: nats.url, creds: nats.credsForNode(nodeId, roles), nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
       nodes.push(n);
       return n;
     },

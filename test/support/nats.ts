@@ -7,8 +7,11 @@
  * (cluster account KAIROS, tenant services in SERVICES, SYS with the auth callout), each Kairos role
  * set with its own NATS user and least-privilege permissions (src/cluster/nats-permissions.ts) for
  * the given cluster names; `auth.sysCreds` is the system account's user.
+ * Each worker id of `workers` (default `DEFAULT_TEST_WORKERS`) has its pinned user `worker-<id>`.
  * Connect with `fx.connect(name)` (admin: fixtures and assertions) and start nodes with
- * `fx.credsFor(roles)`, so every test exercises the permissions of the roles it runs.
+ * `fx.credsForNode(nodeId, roles)` (a worker-only node: its pinned user when it has one), so every
+ * test exercises the permissions of the identities it runs. The shared `worker` user (any worker
+ * id; `credsFor(["worker"])`) is generated too, for tests of that weaker identity.
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -17,6 +20,7 @@ import { StorageType, jetstreamManager } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
+import { pinnedWorkerUser } from "../../src/cluster/nats-permissions.ts";
 import { writeNatsAuthFiles, type NatsAuthFiles, type ServiceIdentity } from "../../src/dev/nats-auth-files.ts";
 import { freePort, launchNatsServer, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
 
@@ -27,6 +31,8 @@ export interface NatsFixture {
   readonly auth: NatsAuthFiles;
   /** The credentials file of a node with these roles (or of `admin`). */
   credsFor(roles: readonly Role[] | string): string;
+  /** A node's credentials: a worker-only node's pinned user when generated, else its role set's. */
+  credsForNode(nodeId: string, roles: readonly Role[] | string): string;
   /** The permission violations the servers logged so far (a Kairos node should cause none). */
   violations(): string[];
   /** A connection as `who` (default `admin`). */
@@ -39,10 +45,19 @@ export interface NatsFixture {
 export interface NatsFixtureOptions {
   /** Kairos cluster names whose subjects and buckets the role users may use (default ["kairos"]). */
   clusters?: readonly string[];
-  /** Worker ids that also get a user pinned to their own subjects (`auth.credsForWorker(id)`). */
+  /** Worker ids that get a user pinned to their own subjects (`auth.credsForWorker(id)`), besides `DEFAULT_TEST_WORKERS`. */
   workers?: readonly string[];
   /** Tenant services that get a NATS API user (`auth.credsForService(name)`, `connectService`). */
   services?: readonly ServiceIdentity[];
+}
+
+/** Worker ids every test server has a pinned user for (`worker-w1` …). */
+export const DEFAULT_TEST_WORKERS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"] as const;
+
+/** The harness's users: per role set, admin, the shared worker, pinned workers, services. */
+function writeAuth(dir: string, opts: NatsFixtureOptions): NatsAuthFiles {
+  const workers = [...new Set([...DEFAULT_TEST_WORKERS, ...(opts.workers ?? [])])];
+  return writeNatsAuthFiles(dir, opts.clusters, workers, opts.services, { sharedWorker: true });
 }
 
 /** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */
@@ -66,6 +81,11 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
     auth,
     violations: () => [...log.lines],
     credsFor: (roles) => credsOf(auth, roles),
+    credsForNode: (nodeId, roles) => {
+      const list = typeof roles === "string" ? roles.split(",").map((r) => r.trim()) : roles;
+      const pinned = list.length === 1 && list[0] === "worker" ? auth.creds[pinnedWorkerUser(nodeId)] : undefined;
+      return pinned ?? credsOf(auth, roles);
+    },
     connect: (name, who = "admin") => connectNats({ url, name, credsFile: credsOf(auth, who) }),
     connectService: (name) => connectNats({ url, name: `svc-${name}`, credsFile: auth.credsForService(name) }),
     async stop() {
@@ -77,7 +97,7 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
 
 export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
-  const auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
+  const auth = writeAuth(join(dir, "auth"), opts);
   const log = violationLog();
   const server = await launchNatsServer({ storeDir: join(dir, "data"), auth, onLog: log.onLog }).catch((e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
@@ -121,7 +141,7 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
   let auth: NatsAuthFiles;
   let routePorts: number[];
   try {
-    auth = writeNatsAuthFiles(join(dir, "auth"), opts.clusters, opts.workers, opts.services);
+    auth = writeAuth(join(dir, "auth"), opts);
     routePorts = await Promise.all(Array.from({ length: size }, () => freePort()));
   } catch (e) {
     rmSync(dir, { recursive: true, force: true }); // no folder left behind on any path

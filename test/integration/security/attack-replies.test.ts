@@ -139,7 +139,7 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
       const p = partitionOf(job, PARTITIONS);
       const refused = nextReplyRefusal(sched.node.events, "worker_plane");
       const batch = { b: [{ t: job.type, i: job.id, m: { kind: "heartbeat", run_id: "jattack0000000000-1", fence: 1, worker: "attack-worker" } }] };
-      nc.publish(workerPlaneSubject("kairos", p), encode(batch), { reply: "$KV.kairos_tenants.k.forged-by-worker" });
+      nc.publish(workerPlaneSubject("kairos", p, "attack-worker"), encode(batch), { reply: "$KV.kairos_tenants.k.forged-by-worker" });
       await defended(refused, tenantsKeyChanged("k.forged-by-worker", 0), "tenants write through the scheduler's reply");
     } finally {
       await nc.close();

@@ -135,7 +135,7 @@ describe("NATS authorization", () => {
       if (e.type === "message_refused") refused.push(e);
     });
     try {
-      const router = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(1), partitions: PARTITIONS, plane: "workers", deadlineMs: 5000 });
+      const router = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(1), partitions: PARTITIONS, plane: "workers", workerId: "w", deadlineMs: 5000 });
       const job = { type: JOB_ACTOR, id: jobActorId("t_victim", "jvictim00000000000") };
       await assert.rejects(router.request(job, { kind: "delete" }), (e: unknown) => isKairosError(e, "permission_denied"));
       await assert.rejects(router.request({ type: TENANT_ACTOR, id: "t_victim" }, { kind: "release", run_id: "x" }), (e: unknown) => isKairosError(e, "permission_denied"));

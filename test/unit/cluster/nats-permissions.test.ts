@@ -28,7 +28,12 @@ describe("NATS permissions per role", () => {
 
   it("a worker: its start/cancel, heartbeats and completions, membership; no actor commands, no tenants", () => {
     const w = natsPermissions("k", ["worker"], { workerId: "w1", user: "worker-w1" });
-    for (const s of ["kairos.k.w.3", "kairos.k.worker.hb", "kairos.k.node.hb.n", "$KV.k_nodes.w1"]) assert.ok(allowed(w.publish, s), s);
+    for (const s of ["kairos.k.w.3.w1", "kairos.k.adverts.w1", "kairos.k.node.hb.n", "$KV.k_nodes.w1"]) assert.ok(allowed(w.publish, s), s);
+    for (const s of ["kairos.k.w.3.w2", "kairos.k.w.3", "kairos.k.adverts.w2", "kairos.k.adverts.*", "kairos.k.worker.hb"]) {
+      assert.ok(!allowed(w.publish, s), `pinned to its own id: ${s}`);
+    }
+    const shared = natsPermissions("k", ["worker"]);
+    assert.ok(allowed(shared.publish, "kairos.k.w.3.w2") && allowed(shared.publish, "kairos.k.adverts.w2"), "a shared worker user speaks for any id");
     for (const s of ["kairos.k.p.3", "$KV.k_tenants.k.abc", "$KV.k_tenants.t.x", "$KV.k_actors.job.1.t.j", "$KV.k_runs.1.t.j.r", "$KV.k_cluster.config",
       "$JS.API.DIRECT.GET.KV_k_tenants.$KV.k_tenants.t.x", "$JS.API.STREAM.CREATE.KV_k_tenants", "_INBOX.abc", "kairos.k.worker.w2.start",
       "kairos.k.node.hb.s", "kairos.k.node.leave.s"]) {
@@ -56,7 +61,7 @@ describe("NATS permissions per role", () => {
     assert.ok(!allowed(a.publish, "$KV.k_actors.job.1.t.j"));
     assert.ok(!allowed(a.subscribe, "kairos.k.p.0"));
     const s = natsPermissions("k", ["scheduler"]);
-    assert.ok(allowed(s.subscribe, "kairos.k.p.0") && allowed(s.subscribe, "kairos.k.w.0"));
+    assert.ok(allowed(s.subscribe, "kairos.k.p.0") && allowed(s.subscribe, "kairos.k.w.0.w1") && allowed(s.subscribe, "kairos.k.adverts.w1"));
     assert.ok(allowed(s.publish, "$KV.k_actors.job.1.t.j") && allowed(s.publish, "kairos.k.worker.w9.start"));
     assert.ok(!allowed(s.publish, "$KV.k_tenants.t.x"));
     assert.ok(!allowed(s.publish, "kairos.other.p.0"), "another cluster's subjects");

@@ -19,7 +19,7 @@ function started() {
   const dir = new WorkerDirectory(clock, seededRandom(9), 1_500, { optimistic: true });
   dir.start(bus, "c");
   const advertise = (worker_id: string, free: number) =>
-    subs.get("kairos.c.worker.hb")!.callback(null, { subject: "kairos.c.worker.hb", data: encode(advert(worker_id, free)), respond: () => undefined });
+    subs.get("kairos.c.adverts.*")!.callback(null, { subject: `kairos.c.adverts.${worker_id}`, data: encode(advert(worker_id, free)), respond: () => undefined });
   return { clock, dir, subs, advertise };
 }
 

@@ -205,7 +205,7 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
     return decode<StartReply>((await p).data);
   };
   const adverts: number[] = [];
-  ownerEp.subscribe(`kairos.${CLUSTER}.worker.hb`, { callback: (_e, m) => adverts.push(decode<{ free: number }>(m.data).free) });
+  ownerEp.subscribe(`kairos.${CLUSTER}.adverts.w1`, { callback: (_e, m) => adverts.push(decode<{ free: number }>(m.data).free) });
   const cancel = (runId: string) => schedEp.publish(workerSubject(CLUSTER, "w1", "cancel"), encode({ run_id: runId, fence: 1 }));
   /** The owner's probe of attempt 1 of `runId` under `fence`: resolves with the worker's answer. */
   const probe = async (runId: string, fence = 1): Promise<ProbeReply> => {

@@ -43,7 +43,7 @@ it("a worker starting 2,000 attempts in one stretch that takes 6 heartbeat inter
   const advertsAt: number[] = [];
   const nc: Bus = {
     publish: (subject, data) => {
-      if (subject === workerAdvertSubject("c")) advertsAt.push(clock.now());
+      if (subject === workerAdvertSubject("c", "w1")) advertsAt.push(clock.now());
       ep.publish(subject, data);
     },
     request: (subject, data, opts) => ep.request(subject, data, opts),
