@@ -13,7 +13,7 @@
  *                                                  authentication cache TTL, 5 s by default)
  *   kairos admin forecast [--hours H] [--json]  → runs due per minute over the next H hours,
  *                                                  cluster-wide, per tenant (src/cli/forecast.ts)
- *   kairos admin service create|revoke|get …    → tenant service identities for the NATS API,
+ *   kairos admin service create|revoke|get|list → tenant service identities for the NATS API,
  *                                                  effective at once (src/cli/service-admin.ts)
  *
  * They find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json, like every command.
@@ -259,6 +259,20 @@ function registerServiceCommands(admin: Command): void {
       } finally {
         await sys.close();
       }
+    });
+  common(service.command("list"))
+    .description("list service identities (never secrets or hashes)")
+    .option("--tenant <tenant_id>", "only this tenant's")
+    .option("--json", "print {services: [...], truncated}")
+    .action(async (f: AdminFlags & { tenant?: string }) => {
+      const r = await withDirectory(f, (_dir, kv) => new KvServiceDirectory(kv, systemClock).list(f.tenant));
+      const services = r.services.map(shownService);
+      if (f.json) {
+        console.log(JSON.stringify({ services, truncated: r.truncated }));
+        return;
+      }
+      for (const v of services) console.log(`${v.user.padEnd(30)} ${v.tenant_id}  ${v.revoked ? `revoked ${v.revoked_at ?? ""}` : "live"}  created ${v.created_at}`);
+      if (r.truncated) console.error("(truncated: more identities than one listing reads)");
     });
   common(service.command("get <name>"))
     .description("show a service identity (never its secret or hash)")

@@ -37,6 +37,9 @@ export const SERVICE_NAME = /^[A-Za-z0-9_-]{1,48}$/;
 const SECRET = /^ksvc_[A-Za-z0-9_-]{43}$/;
 const TENANT_ID = /^t[a-z2-7]{16}$/;
 const MAX_CAS_RETRIES = 10;
+/** Most records `list` reads, and its page size. */
+export const MAX_LISTED = 10_000;
+const LIST_PAGE = 1000;
 
 /** Why a service's credentials were refused (closed set: logs and callout answers name it). */
 export type ServiceRefusal = "unknown_service" | "bad_secret" | "revoked";
@@ -110,6 +113,26 @@ export class KvServiceDirectory {
     if (!SERVICE_NAME.test(name)) return null;
     const e = await this.#kv.get(serviceKey(name));
     return e === null ? null : decode<ServiceRecord>(e.value);
+  }
+
+  /**
+   * The identities (of `tenantId`, or all), in the order they were last written; at most
+   * `MAX_LISTED` (`truncated` past it). Read in pages, so the cost is bounded too.
+   */
+  async list(tenantId?: string): Promise<{ services: ServiceRecord[]; truncated: boolean }> {
+    const services: ServiceRecord[] = [];
+    let after = 0;
+    for (let read = 0; read < MAX_LISTED; ) {
+      const page = await this.#kv.scan("svc.>", after, LIST_PAGE);
+      read += page.entries.length;
+      for (const e of page.entries) {
+        const r = decode<ServiceRecord>(e.value);
+        if (tenantId === undefined || r.tenant_id === tenantId) services.push(r);
+      }
+      if (page.next === null) return { services, truncated: false };
+      after = page.next;
+    }
+    return { services, truncated: true };
   }
 
   /** Checks a connection's credentials against the stored record (constant-time hash compare). */

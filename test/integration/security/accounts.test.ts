@@ -30,6 +30,7 @@ import { systemClock } from "../../../src/lib/clock.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { apiSubject } from "../../../src/nats-api/subjects.ts";
 import { createService, revokeService } from "../../../src/cli/service-admin.ts";
+import { KvServiceDirectory } from "../../../src/tenants/services.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { rejectsWith } from "../../support/errors.ts";
 
@@ -111,6 +112,8 @@ describe("NATS accounts: tenant services cannot reach the cluster's state", { ti
     const { creds } = await createService(buckets.tenants, tenants, "alpha", TA);
     const nc = await connectAs(creds);
     assert.equal(await connsOf("service-alpha"), 1, "the server placed it in the SERVICES account");
+    const listed = await new KvServiceDirectory(buckets.tenants, systemClock).list(TA);
+    assert.ok(listed.services.some((r) => r.name === "alpha" && !r.revoked && !JSON.stringify(r).includes(creds.password)), "listed, without its secret");
     const a = new NatsApiClient(nc, { cluster: C, tenantId: TA });
     const { job } = await a.createJob({ ...spec, name: "alpha's" });
     assert.equal((await a.getJob(job.job_id)).job_id, job.job_id);

@@ -94,6 +94,17 @@ describe("service records", () => {
     assert.deepEqual(await dir.check("billing", first.secret), { ok: false, reason: "bad_secret" });
   });
 
+  it("lists identities, all or one tenant's, revoked ones marked", async () => {
+    const { dir } = setup();
+    await dir.create("a", T, exists);
+    await dir.create("b", T, exists);
+    await dir.revoke("a");
+    const all = await dir.list();
+    assert.deepEqual(all.services.map((r) => [r.name, r.revoked]).sort(), [["a", true], ["b", false]]);
+    assert.equal(all.truncated, false);
+    assert.deepEqual((await dir.list("tother00000000000")).services, []);
+  });
+
   it("validates names and tenants", async () => {
     const { dir } = setup();
     await rejectsWith(dir.create("bad.name", T, exists), "invalid_argument", "name");
