@@ -24,8 +24,11 @@
  * server's: nothing readable crosses the bus.
  *
  * Bounded: requests larger than `maxRequestBytes` are dropped, at most `maxInFlight` are
- * checked at once and `perSecond` (bursts of `burst`) per node; past either, the answer is a
- * refusal ("busy"), never a queue. Every admission and refusal is logged (`service_auth`).
+ * checked at once, `perHostPerSecond` (bursts of `perHostBurst`) from one client address and
+ * `perSecond` (bursts of `burst`) in all per node; past any, the answer is a refusal ("busy"),
+ * never a queue. Anyone who reaches the NATS port can ask for callouts (a connection attempt with
+ * a `service-…` user), so the per-address bound keeps one address from spending the budget of
+ * every service reconnecting at once. Every admission and refusal is logged (`service_auth`).
  *
  * The decision (`decide`) is pure; `ServiceAuthCallout` is the NATS shell.
  */
@@ -126,14 +129,20 @@ export interface CalloutOptions {
   /** How long an admitted connection's user JWT is valid (default 3600 s). */
   userJwtTtlS?: number;
   maxInFlight?: number;
+  /** Callouts a second this node checks, in all. */
   perSecond?: number;
   burst?: number;
+  /** Callouts a second from one client address (so one address cannot spend everyone's budget). */
+  perHostPerSecond?: number;
+  perHostBurst?: number;
   maxRequestBytes?: number;
 }
 
 /** Limits of the callout on each API node. */
-export const CALLOUT_DEFAULTS: Readonly<Required<Pick<CalloutOptions, "userJwtTtlS" | "maxInFlight" | "perSecond" | "burst" | "maxRequestBytes">>> =
-  Object.freeze({ userJwtTtlS: 3600, maxInFlight: 64, perSecond: 50, burst: 100, maxRequestBytes: 32 * 1024 });
+export const CALLOUT_DEFAULTS: Readonly<Required<Pick<CalloutOptions, "userJwtTtlS" | "maxInFlight" | "perSecond" | "burst" | "perHostPerSecond" | "perHostBurst" | "maxRequestBytes">>> =
+  Object.freeze({ userJwtTtlS: 3600, maxInFlight: 64, perSecond: 50, burst: 100, perHostPerSecond: 5, perHostBurst: 20, maxRequestBytes: 32 * 1024 });
+/** Client addresses whose callout rate is tracked (least recently seen forgotten first). */
+const MAX_TRACKED_HOSTS = 10_000;
 /** The header carrying the server's curve key when it sealed the request. */
 const SERVER_XKEY_HEADER = "Nats-Server-Xkey";
 /** Most subscriptions an admitted service connection may hold. */
@@ -151,6 +160,7 @@ export class ServiceAuthCallout {
   readonly #issuer: KeyPair;
   readonly #xkey: KeyPair | undefined;
   readonly #rate: TokenBuckets;
+  readonly #hostRate: TokenBuckets;
   #sub: Subscription | undefined;
   #inFlight = 0;
   readonly #pending = new Set<Promise<void>>();
@@ -169,6 +179,7 @@ export class ServiceAuthCallout {
       throw new KairosError("invalid_argument", "callout_xkey_seed is not a curve nkey seed", { field: "nats-creds", cause: e });
     }
     this.#rate = new TokenBuckets(this.#o.perSecond, this.#o.burst, 1);
+    this.#hostRate = new TokenBuckets(this.#o.perHostPerSecond, this.#o.perHostBurst, MAX_TRACKED_HOSTS);
   }
 
   async start(): Promise<void> {
@@ -205,7 +216,9 @@ export class ServiceAuthCallout {
     }
     const name = serviceNameOf(req.user);
     if (name === undefined) return this.#log({ kind: "ignore", why: "not_a_service_user" }, req);
-    const busy = this.#inFlight >= this.#o.maxInFlight || this.#rate.take("callout", this.#o.clock.now()) > 0;
+    const now = this.#o.clock.now();
+    // The address's own budget first: a flood from one address is refused before it spends the node's.
+    const busy = this.#inFlight >= this.#o.maxInFlight || this.#hostRate.take(req.host, now) > 0 || this.#rate.take("callout", now) > 0;
     const p = (busy ? Promise.resolve<Decision>({ kind: "refuse", name, reason: "busy" }) : this.#decide(name, req))
       .then((d) => this.#answer(msg, req, d, serverXkey))
       .catch((e: unknown) => this.#o.log("error", "auth callout failed: the connection is refused after nats-server's auth timeout", { evt: "service_auth", service: name, err: String(e) }))

@@ -67,6 +67,14 @@ describe("auth callout bounds", { timeout: 120_000 }, () => {
     assert.ok(logs.some((l) => l.msg === "service identity refused" && l.extra?.["reason"] === "busy"), "logged as busy");
   });
 
+  it("past one address's rate, that address is refused at once as busy", async () => {
+    await serve({ perHostPerSecond: 0.01, perHostBurst: 1, lookup: async (name): Promise<Lookup> => ({ ok: true, record: record(name) }) });
+    await connectAs("service-host-first", "x");
+    const before = logs.length;
+    await assert.rejects(connectAs("service-host-second", "x"), /Authorization Violation/i);
+    assert.ok(logs.slice(before).some((l) => l.msg === "service identity refused" && l.extra?.["reason"] === "busy" && l.extra?.["host"] === "127.0.0.1"));
+  });
+
   it("an oversize request is dropped, and the server refuses the connection at its auth timeout", async () => {
     let looked = 0;
     await serve({ maxRequestBytes: 1024, lookup: async (name): Promise<Lookup> => (looked++, { ok: true, record: record(name) }) });
