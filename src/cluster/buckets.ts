@@ -70,9 +70,11 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   // The library's own timeouts are longer than NatsKv's stall-aware deadline (kv-nats.ts).
   // KV reads, writes, scans and stream requests are JetStream requests: through the connection's
   // request mux (no Error built per request, stall-aware deadlines: request-mux.ts).
+  // The manager serves leader reads, watch floors, scans and purges: the same longer timeout.
   const js = (c: NatsConnection) => jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
-  const data = { jsm: await jetstreamManager(withMuxedRequests(nc)), kvm: new Kvm(js(nc)), limiter };
-  const control = opts.control ? { jsm: await jetstreamManager(withMuxedRequests(opts.control)), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
+  const jsm = (c: NatsConnection) => jetstreamManager(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
+  const data = { jsm: await jsm(nc), kvm: new Kvm(js(nc)), limiter };
+  const control = opts.control ? { jsm: await jsm(opts.control), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
     const name = bucketName(opts.clusterName, suffix);
     const settings = {

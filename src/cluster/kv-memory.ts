@@ -3,7 +3,7 @@
  * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
  * create succeeds over a deleted key) and passes the same conformance suite.
  */
-import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "./kv.ts";
+import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, ReadOptions, WriteOptions, WriteResult } from "./kv.ts";
 import { keyMatches } from "./kv.ts";
 
 export class MemoryKv implements KvStore {
@@ -17,7 +17,8 @@ export class MemoryKv implements KvStore {
     this.bucket = bucket;
   }
 
-  async get(key: string): Promise<KvEntry | null> {
+  /** One copy, always the latest: both `ReadFrom` answers are the same here. */
+  async get(key: string, _opts?: ReadOptions): Promise<KvEntry | null> {
     return this.#data.get(key) ?? null;
   }
 

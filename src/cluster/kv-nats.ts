@@ -2,15 +2,23 @@
  * `KvStore` over a JetStream KV bucket (nats.js v3). Maps the client's exceptions onto the port's
  * contract: a wrong-last-sequence error is a conflict value, a timeout is `KairosError("timeout")`
  * (outcome unknown: read back), anything else is `KairosError("unavailable")`.
+ *
+ * Reads (see `ReadFrom` in kv.ts): the client's `kv.get` is a direct get (`allow_direct`), which
+ * any replica answers — the one on the server this connection uses first — from whatever it has
+ * applied: a replica stopped and resumed, or restarted, answers old values or "no key" for a while
+ * after the write was acknowledged. So `get` asks the stream leader (`$JS.API.STREAM.MSG.GET`,
+ * which only the leader answers) unless the caller accepts a replica's answer. Watches and
+ * listings run on an ordered consumer that any replica may host: they are ready only once they
+ * passed the leader's last matching revision (`#leaderRevision`).
  */
 import type { KV } from "@nats-io/kv";
-import type { JetStreamManager } from "@nats-io/jetstream";
+import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { withDeadline } from "./deadline.ts";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
-import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, WriteOptions, WriteResult } from "./kv.ts";
+import { isValidKey, REPLICA_READ, type KvChange, type KvEntry, type KvKey, type KvPage, type KvStore, type KvWatch, type ReadOptions, type WriteOptions, type WriteResult } from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
 /** Times `fn` as one KV operation on `bucket` (kairos_kv_op_seconds{op,bucket}), whether it succeeds or throws. */
@@ -42,6 +50,12 @@ function isWrongSequence(e: unknown): boolean {
   );
 }
 
+/** A KV delete or purge marker (`KV-Operation` header), not a value. */
+function isMarker(m: StoredMsg): boolean {
+  const op = m.header.get("KV-Operation");
+  return op === "DEL" || op === "PURGE";
+}
+
 function transportError(op: string, key: string, e: unknown): KairosError {
   if (isTimeout(e)) return new KairosError("timeout", `kv ${op} ${key}: timed out (outcome unknown)`, { cause: e });
   const msg = e instanceof Error ? e.message : String(e);
@@ -56,6 +70,9 @@ export const LIBRARY_TIMEOUT_FACTOR = 3;
 
 /** NatsKv's own deadline per operation, unless its constructor is given another. */
 export const KV_TIMEOUT_MS = 5000;
+
+/** A watch that could not ask the leader where it must get to asks again after this long. */
+const WATCH_RETRY_MS = 1000;
 
 /** Deletes `scan` skips in one call before it returns a short page (see `KvStore.scan`). */
 const SCAN_SKIP_LIMIT = 1000;
@@ -103,20 +120,27 @@ export class NatsKv implements KvStore {
     });
   }
 
-  /** How many keys (live or deleted) match: the number of entries a new watcher replays first. */
-  async #initialCount(filter: string): Promise<number> {
-    const info = await this.#jsm.streams.info(`KV_${this.bucket}`, {
-      subjects_filter: `$KV.${this.bucket}.${filter}`,
-    });
-    return Object.keys(info.state.subjects ?? {}).length;
+  /**
+   * The revision of the last message (a value or a delete marker) matching `filter` that the
+   * stream leader holds, 0 when none: what a watch must have passed to be as fresh as the leader
+   * when it began. Under our deadline, outside the in-flight bound (as the watch itself).
+   */
+  async #leaderRevision(filter: string): Promise<number> {
+    const m = await this.#deadline(this.#jsm.streams.getMessage(`KV_${this.bucket}`, { last_by_subj: `$KV.${this.bucket}.${filter}` }));
+    return m?.seq ?? 0;
   }
 
-  async get(key: string): Promise<KvEntry | null> {
-    return timed("get", this.bucket, async (): Promise<KvEntry | null> => {
+  async get(key: string, opts: ReadOptions = {}): Promise<KvEntry | null> {
+    const fromReplica = opts.from === "replica";
+    if (!isValidKey(key)) throw new KairosError("invalid_argument", `kv get: ${JSON.stringify(key.slice(0, 80))} is not a key`);
+    return timed(fromReplica ? "get_replica" : "get", this.bucket, async (): Promise<KvEntry | null> => {
       try {
-        const e = await this.#bounded(() => this.#kv.get(key));
-        if (!e || e.operation !== "PUT") return null;
-        return { key, value: e.value, revision: e.revision };
+        if (fromReplica) {
+          const e = await this.#bounded(() => this.#kv.get(key));
+          return !e || e.operation !== "PUT" ? null : { key, value: e.value, revision: e.revision };
+        }
+        const m = await this.#bounded(() => this.#jsm.streams.getMessage(`KV_${this.bucket}`, { last_by_subj: `$KV.${this.bucket}.${key}` }));
+        return m === null || isMarker(m) ? null : { key, value: m.data, revision: m.seq };
       } catch (err) {
         throw transportError("get", key, err);
       }
@@ -233,7 +257,7 @@ export class NatsKv implements KvStore {
       for (let seq = afterRevision + 1; ;) {
         let m;
         try {
-          m = await this.#limit(() => this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }));
+          m = await this.#bounded(() => this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }));
         } catch (err) {
           throw transportError("scan", filter, err);
         }
@@ -247,7 +271,8 @@ export class NatsKv implements KvStore {
         // In a bucket that keeps history, this may be an older revision of a key that was
         // rewritten or deleted since: only the key's latest revision counts.
         const key = m.subject.slice(prefix.length);
-        const latest = await this.get(key);
+        // A page may lag like the direct gets above (see `KvStore.scan`): any replica answers.
+        const latest = await this.get(key, REPLICA_READ);
         if (latest?.revision !== m.seq) {
           if (--skips <= 0) return { entries, next: m.seq };
           continue;
@@ -285,7 +310,7 @@ export class NatsKv implements KvStore {
     return timed("purge", this.bucket, async (): Promise<void> => {
       const subject = `$KV.${this.bucket}.${filter}`;
       try {
-        await this.#limit(() => this.#jsm.streams.purge(`KV_${this.bucket}`, beforeRevision === undefined ? { filter: subject } : { filter: subject, seq: beforeRevision }));
+        await this.#bounded(() => this.#jsm.streams.purge(`KV_${this.bucket}`, beforeRevision === undefined ? { filter: subject } : { filter: subject, seq: beforeRevision }));
       } catch (err) {
         throw transportError("purge", filter, err);
       }
@@ -296,7 +321,15 @@ export class NatsKv implements KvStore {
     return this.#watch(filter, false, onChange, onReady);
   }
 
-  /** A watch; `headersOnly`: values are not sent (come as empty arrays), deletes still as null. */
+  /**
+   * A watch; `headersOnly`: values are not sent (come as empty arrays), deletes still as null.
+   *
+   * Ready once an entry at or past the leader's last matching revision (asked before subscribing)
+   * was passed: the consumer replays the last revision of each key in revision order, from the
+   * replica that hosts it, which may be behind the leader. A replica at its end (`delta` 0)
+   * short of that revision makes us ask the leader again: the message we wait for may have been
+   * purged since (no marker), and then the leader's revision is lower.
+   */
   async #watch(filter: string, headersOnly: boolean, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
     let readyCalled = false;
     const ready = () => {
@@ -306,28 +339,51 @@ export class NatsKv implements KvStore {
       }
     };
     let iter;
-    let initial: number;
+    let floor: number;
     try {
-      // Count before subscribing: a watcher replays at least these (more if writes race in,
-      // which only delays `onReady` by the racing writes).
-      initial = await this.#initialCount(filter);
+      // Asked before subscribing: writes racing in only make the replay longer, never shorter.
+      floor = await this.#leaderRevision(filter);
       iter = await this.#kv.watch({ key: filter, ...(headersOnly ? { headers_only: true } : {}) });
     } catch (err) {
       throw transportError("watch", filter, err);
     }
-    if (initial === 0) ready();
+    if (floor === 0) ready();
     const it = iter;
-    let seen = 0;
+    let passed = 0;
+    let asking = false;
+    let stopped = false;
+    let cancelRetry: (() => void) | undefined;
+    const askAgain = (): void => {
+      if (readyCalled || stopped) return;
+      asking = true;
+      this.#leaderRevision(filter).then((f) => {
+        floor = f;
+        asking = false;
+        if (passed >= floor) ready();
+      }, () => {
+        // No answer (leader unreachable meanwhile): ask again in a while, not only on the next entry.
+        if (!stopped) cancelRetry = systemClock.setTimer(WATCH_RETRY_MS, askAgain);
+      });
+    };
     void (async () => {
       try {
         for await (const e of it) {
           onChange({ key: e.key, value: e.operation === "PUT" ? e.value : null, revision: e.revision });
-          if (!readyCalled && (++seen >= initial || e.delta === 0)) ready();
+          passed = Math.max(passed, e.revision);
+          if (readyCalled) continue;
+          if (passed >= floor) ready();
+          else if (e.delta === 0 && !asking) askAgain();
         }
       } catch {
         // The watcher ends when the connection closes; owners re-create watches on restart.
       }
     })();
-    return { stop: () => it.stop() };
+    return {
+      stop: () => {
+        stopped = true;
+        cancelRetry?.();
+        it.stop();
+      },
+    };
   }
 }

@@ -7,6 +7,11 @@
  * `timeout`: its outcome is unknown — the write may have been applied — so the caller must read
  * the key back (values carry a writer id for that) before deciding anything.
  *
+ * Reads see every acknowledged write unless asked otherwise (`ReadOptions`): on a replicated
+ * bucket a replica may lag the stream leader, so `get` is answered by the leader by default and
+ * `list`, `keys` and `watch`'s initial values wait until they include the leader's last matching
+ * revision. Only reads whose staleness is harmless ask for `{ from: "replica" }`, saying why.
+ *
  * Two implementations pass the same conformance suite (test/integration/kv-conformance.test.ts):
  * `NatsKv` over JetStream KV (production, integration, chaos) and `MemoryKv` (simulation only).
  */
@@ -52,10 +57,30 @@ export interface WriteOptions {
   readonly urgent?: boolean;
 }
 
+/**
+ * Where a `get` is answered. `leader` (the default): by the stream leader, which holds every
+ * acknowledged write — read-after-write even on a replica that is behind (stopped and resumed,
+ * restarted). `replica`: by any replica (NATS direct get: the server the client is connected to,
+ * if it holds the bucket), which may not have applied the latest writes yet — cheaper for the
+ * leader and spread over the servers; only where an old value or a missing key decides nothing.
+ */
+export type ReadFrom = "leader" | "replica";
+
+export interface ReadOptions {
+  readonly from?: ReadFrom;
+}
+
+/** The options of a read whose staleness is harmless (the call site says why). */
+export const REPLICA_READ: ReadOptions = Object.freeze({ from: "replica" });
+
 export interface KvStore {
   readonly bucket: string;
-  /** Latest value, or null when absent or deleted. May be slightly stale (see DESIGN.md). */
-  get(key: string): Promise<KvEntry | null>;
+  /**
+   * Latest value, or null when absent or deleted: the stream leader's answer unless `from` is
+   * `replica` (see `ReadFrom`; a deposed leader that has not yet heard of its successor is the
+   * one exception: ARCHITECTURE.md, "KV reads").
+   */
+  get(key: string, opts?: ReadOptions): Promise<KvEntry | null>;
   /** Writes only if the key has no live value. */
   create(key: string, value: Uint8Array): Promise<WriteResult>;
   /**
@@ -68,24 +93,29 @@ export interface KvStore {
   put(key: string, value: Uint8Array): Promise<number>;
   /** Deletes if the latest revision is `expectedRevision` (or blindly when omitted). */
   delete(key: string, expectedRevision?: number): Promise<WriteResult>;
-  /** Every live entry whose key matches the subject-style filter (`a.*.c`, `a.>`). */
+  /**
+   * Every live entry whose key matches the subject-style filter (`a.*.c`, `a.>`), including
+   * every write the stream leader had applied when the listing began.
+   */
   list(filter: string): Promise<KvEntry[]>;
   /**
    * One page of live entries matching `filter` whose revision is above `afterRevision`, in
    * revision order, at most `limit` (1..1000). Costs O(limit + deletes skipped), not O(all
    * matches): the store is read from that revision on (NATS: direct gets with `next_by_subj`).
+   * Served by any replica (a page may lag the latest writes): for listings shown, not decisions.
    * `next` is the revision to scan after for the next page, null at the end.
    * Meant for keys written once and never rewritten (a rewrite moves a key to a later revision).
    */
   scan(filter: string, afterRevision: number, limit: number): Promise<KvPage>;
   /**
-   * Calls `onChange` for the current value of every matching key, then `onReady` once, then for
-   * every later change, in revision order.
+   * Calls `onChange` for the current value of every matching key, then `onReady` once (by then
+   * every write the stream leader had applied when the watch began was passed), then for every
+   * later change, in revision order.
    */
   watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch>;
   /**
    * The live keys matching the filter with their latest revisions, without values (cheaper than
-   * `list`: JetStream sends headers only). Unordered. Optional: callers use `kvKeys`, which
+   * `list`: JetStream sends headers only), as complete as `list`. Unordered. Optional: callers use `kvKeys`, which
    * falls back to `list`.
    */
   keys?(filter: string): Promise<KvKey[]>;

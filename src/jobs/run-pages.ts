@@ -17,9 +17,14 @@
  * - Jobs created before the index (no `index` in their state) keep the key listing
  *   (`legacyRunsPage`: the job's keys, headers only, sorted by (scheduled_for, run_id)), bounded by
  *   retention.
+ * - Records (and `readPage`'s values) are read from any replica (`REPLICA_READ`): a page is shown,
+ *   nothing is decided from it, and a replica spreads the reads of a busy API over the servers. A
+ *   replica that is behind may show a run's earlier status, or skip a run created a moment ago
+ *   (as a pruned one); the next first page has it. Chunks are read from the leader: a missing one
+ *   ends the history, which a replica that is behind must not do.
  */
 import { KairosError } from "../lib/errors.ts";
-import { kvKeys, type KvEntry, type KvStore } from "../cluster/kv.ts";
+import { kvKeys, REPLICA_READ, type KvEntry, type KvStore } from "../cluster/kv.ts";
 import type { Page, RunStatus, RunView } from "./model.ts";
 import { orderRunKeys } from "./retention.ts";
 import { runKey } from "./ids.ts";
@@ -53,13 +58,14 @@ const badCursor = () => new KairosError("invalid_argument", "cursor: not a curso
 /**
  * Reads the values of `keys` in order, a batch at a time, until `want` of them pass `pick` (null:
  * skip; a key gone meanwhile is skipped too). Without a filter that is one batch of `want` reads.
+ * From any replica: for pages shown, never for a decision (see the module header).
  */
 export async function readPage<T>(kv: KvStore, keys: readonly { key: string }[], want: number, pick: (e: KvEntry) => T | null): Promise<T[]> {
   const out: T[] = [];
   for (let i = 0; i < keys.length && out.length < want; ) {
     const batch = keys.slice(i, i + want - out.length);
     i += batch.length;
-    for (const e of await Promise.all(batch.map((k) => kv.get(k.key)))) {
+    for (const e of await Promise.all(batch.map((k) => kv.get(k.key, REPLICA_READ)))) {
       const v = e ? pick(e) : null;
       if (v !== null) out.push(v);
     }
@@ -110,7 +116,7 @@ export async function indexedRunsPage(runs: KvStore, partition: number, job: { t
     }
     if (next < 0) ended = true;
     examined += batch.length;
-    const entries = await Promise.all(batch.map((b) => runs.get(runKey(partition, tenantId, jobId, b.id))));
+    const entries = await Promise.all(batch.map((b) => runs.get(runKey(partition, tenantId, jobId, b.id), REPLICA_READ)));
     entries.forEach((e, i) => {
       const run = e ? pick(e) : null;
       if (run) found.push({ run, pos: batch[i]!.pos });

@@ -57,7 +57,7 @@ export const METRICS = {
 
 export type WaitReason = "slot" | "worker";
 export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
-export type KvOp = "get" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
+export type KvOp = "get" | "get_replica" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 /** Which responder refused a request (`countBusRefusal`). */
 export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts";
 /** Why: reply-guard.ts's reasons, or `identity` (a message naming another worker than its sender). */

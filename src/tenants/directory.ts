@@ -21,7 +21,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
-import type { KvStore } from "../cluster/kv.ts";
+import { REPLICA_READ, type KvEntry, type KvStore } from "../cluster/kv.ts";
 import type { Tenant, TenantDirectory } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -117,14 +117,19 @@ export class KvTenantDirectory implements TenantDirectory {
     const now = this.#clock.now();
     const hit = this.#cache.get(hash);
     if (hit !== undefined && hit.expiresAtMs > now) return hit.tenant;
-    const entry = await this.#kv.get(`k.${hash}`);
+    // Every request without a cached hit reads here: a replica answers (spread over the servers,
+    // no leader round trip). Its lag is far below the cache's TTL, which already lets a revoked
+    // key work that long on other nodes; only a miss, which would refuse, is asked of the leader
+    // (a key or tenant created a moment ago on another node may not be on this replica yet).
+    const entry = await this.#fresh(`k.${hash}`);
     if (entry === null) return null;
     const key = decode<KeyRecord>(entry.value);
     if (key.revoked) {
       this.#cache.delete(hash);
       return null;
     }
-    const tenant = await this.getTenant(key.tenant_id);
+    const t = TENANT_ID.test(key.tenant_id) ? await this.#fresh(`t.${key.tenant_id}`) : null;
+    const tenant = t === null ? null : decode<TenantRecord>(t.value);
     if (tenant === null) return null;
     this.#cache.set(hash, { tenant, expiresAtMs: now + this.#ttlMs });
     return tenant;
@@ -165,6 +170,11 @@ export class KvTenantDirectory implements TenantDirectory {
       if (r.ok) return;
     }
     throw new KairosError("conflict", `key ${keyId} kept changing; retry the revocation`);
+  }
+
+  /** A replica's answer, or the leader's when the replica has no such key (see `authenticate`). */
+  async #fresh(key: string): Promise<KvEntry | null> {
+    return (await this.#kv.get(key, REPLICA_READ)) ?? (await this.#kv.get(key));
   }
 
   async getTenant(tenantId: string): Promise<Tenant | null> {

@@ -45,8 +45,8 @@ describe("kv list", () => {
       await stopped(nats.servers[0]!.pid);
       const started = Date.now();
       await assert.rejects(kv.list("k.*"), (e) => isKairosError(e, "timeout"));
-      // Frozen before the watch is set up, the key count's own request times out (5 s); frozen
-      // later, the 1 s idle bound ends it. Either way: a timeout, not a hang.
+      // Frozen before the watch is set up, the request for the leader's last matching revision
+      // times out (5 s); frozen later, the 1 s idle bound ends it. Either way: a timeout, not a hang.
       assert.ok(Date.now() - started < 10_000, `gave up after ${Date.now() - started} ms`);
       nats.servers[0]!.signal("SIGCONT");
     } finally {

@@ -13,7 +13,8 @@
  * test exercises the permissions of the identities it runs. The shared `worker` user (any worker
  * id; `credsFor(["worker"])`) is generated too, for tests of that weaker identity.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StorageType, jetstreamManager } from "@nats-io/jetstream";
@@ -22,7 +23,7 @@ import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
 import { pinnedWorkerUser } from "../../src/cluster/nats-permissions.ts";
 import { writeNatsAuthFiles, type NatsAuthFiles, type ServiceIdentity } from "../../src/dev/nats-auth-files.ts";
-import { freePort, launchNatsServer, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
+import { freePort, launchNatsServer, type LaunchOptions, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
 
 export interface NatsFixture {
   readonly servers: NatsServerHandle[];
@@ -39,6 +40,17 @@ export interface NatsFixture {
   connect(name: string, who?: readonly Role[] | "admin"): Promise<NatsConnection>;
   /** A connection as the service user `service-<name>` (generated with `services`). */
   connectService(name: string): Promise<NatsConnection>;
+  /** Freezes server `i` (SIGSTOP); resolves once the kernel reports it stopped. */
+  pause(i: number): Promise<void>;
+  /** Thaws server `i` (SIGCONT). */
+  resume(i: number): void;
+  /** Kills server `i` with SIGKILL (no clean shutdown) and waits for it to exit. */
+  kill(i: number): Promise<void>;
+  /**
+   * Starts server `i` again on the same ports, name and store (after `kill`); resolves once it
+   * answers JetStream requests. `servers[i]` is the new process from then on.
+   */
+  start(i: number): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -73,8 +85,9 @@ function violationLog(): { onLog: (line: string) => void; lines: string[] } {
   return { lines, onLog: (line) => void (/Violation/.test(line) && lines.length < 1000 && lines.push(line)) };
 }
 
-function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, log: { lines: string[] }): NatsFixture {
+function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, log: { lines: string[] }, launch: readonly LaunchOptions[]): NatsFixture {
   const url = servers.map((s) => s.url).join(",");
+  const at = (i: number): NatsServerHandle => servers[i] ?? assert.fail(`no nats server ${i} (of ${servers.length})`);
   return {
     servers,
     url,
@@ -88,6 +101,25 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
     },
     connect: (name, who = "admin") => connectNats({ url, name, credsFile: credsOf(auth, who) }),
     connectService: (name) => connectNats({ url, name: `svc-${name}`, credsFile: auth.credsForService(name) }),
+    async pause(i) {
+      const s = at(i);
+      s.signal("SIGSTOP");
+      // kill(2) returns before every thread has stopped: wait until /proc says so (state T), so
+      // no reply can still be on its way.
+      await awaitProcessStopped(s.pid);
+    },
+    resume: (i) => at(i).signal("SIGCONT"),
+    async kill(i) {
+      const s = at(i);
+      s.signal("SIGKILL");
+      await s.exited;
+    },
+    async start(i) {
+      const old = at(i);
+      const s = await launchNatsServer({ ...launch[i]!, port: old.port, readyTimeoutMs: 30_000 });
+      servers[i] = s;
+      await awaitJetStream(s, auth, 30_000);
+    },
     async stop() {
       await Promise.all(servers.map((s) => s.stop()));
       rmSync(dir, { recursive: true, force: true });
@@ -95,15 +127,29 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
   };
 }
 
+/** Resolves once /proc reports `pid` stopped (state T); fails after `timeoutMs`. */
+export async function awaitProcessStopped(pid: number, timeoutMs = 5000): Promise<void> {
+  const state = () => {
+    const st = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return st.slice(st.lastIndexOf(")") + 2, st.lastIndexOf(")") + 3);
+  };
+  const deadline = Date.now() + timeoutMs;
+  while (state() !== "T") {
+    if (Date.now() > deadline) assert.fail(`process ${pid} is not stopped after SIGSTOP (state ${state()})`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
 export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
   const auth = writeAuth(join(dir, "auth"), opts);
   const log = violationLog();
-  const server = await launchNatsServer({ storeDir: join(dir, "data"), auth, onLog: log.onLog }).catch((e: unknown) => {
+  const launch: LaunchOptions = { storeDir: join(dir, "data"), auth, onLog: log.onLog };
+  const server = await launchNatsServer(launch).catch((e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
     throw e;
   });
-  return fixture([server], auth, dir, log);
+  return fixture([server], auth, dir, log, [launch]);
 }
 
 /**
@@ -149,19 +195,16 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
   }
   const log = violationLog();
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);
+  const launch = routePorts.map((port, i): LaunchOptions => ({
+    storeDir: join(dir, `s${i}`),
+    serverName: `s${i}`,
+    cluster: { name: "kairos-test", port, routes },
+    readyTimeoutMs: 30_000,
+    auth,
+    onLog: log.onLog,
+  }));
   // allSettled: a server that did start is stopped, not left behind, when another did not.
-  const launched = await Promise.allSettled(
-    routePorts.map((port, i) =>
-      launchNatsServer({
-        storeDir: join(dir, `s${i}`),
-        serverName: `s${i}`,
-        cluster: { name: "kairos-test", port, routes },
-        readyTimeoutMs: 30_000,
-        auth,
-        onLog: log.onLog,
-      }),
-    ),
-  );
+  const launched = await Promise.allSettled(launch.map((o) => launchNatsServer(o)));
   const servers = launched.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   try {
     const failed = launched.find((r): r is PromiseRejectedResult => r.status === "rejected");
@@ -173,7 +216,7 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
     rmSync(dir, { recursive: true, force: true });
     throw e;
   }
-  return fixture(servers, auth, dir, log);
+  return fixture(servers, auth, dir, log, launch);
 }
 
 /**
