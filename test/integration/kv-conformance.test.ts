@@ -122,7 +122,7 @@ async function readThrough(reader: KvStore, p: string, phase: string): Promise<T
 }
 
 /** Writes a deposed leader must catch up on once back (fewer: it often catches up unseen). */
-const FILL_WRITES = Number(process.env.FILL ?? 2000);
+const FILL_WRITES = 2000;
 const FILL_BYTES = 1000;
 
 const FAULTS = ["a follower stopped and resumed", "a follower killed and restarted", "the leader stopped and resumed"] as const;
