@@ -45,8 +45,12 @@ export interface LaunchOptions {
   storeDir: string;
   port?: number;
   serverName?: string;
-  /** Cluster routing: this server's route port and every member's route URL. */
-  cluster?: { name: string; port: number; routes: string[] };
+  /**
+   * Cluster routing: this server's route port and every member's route URL. `noAdvertise`: the
+   * server does not tell clients the other members' client URLs (a client then uses only the URLs
+   * it was given — a test that reaches the cluster through proxies keeps every connection on them).
+   */
+  cluster?: { name: string; port: number; routes: string[]; noAdvertise?: boolean };
   /** Wait for this stderr pattern too (e.g. a JetStream meta leader in a cluster). */
   readyPattern?: RegExp;
   readyTimeoutMs?: number;
@@ -92,6 +96,7 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
       "--cluster", `nats://127.0.0.1:${opts.cluster.port}`,
       "--routes", opts.cluster.routes.join(","),
     );
+    if (opts.cluster.noAdvertise) args.push("--no_advertise");
   }
   const child = spawn("nats-server", args, { stdio: ["ignore", "ignore", "pipe"], detached: opts.detached ?? false });
   live.add(child);

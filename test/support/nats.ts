@@ -61,6 +61,13 @@ export interface NatsFixtureOptions {
   workers?: readonly string[];
   /** Tenant services that get a NATS API user (`auth.credsForService(name)`, `connectService`). */
   services?: readonly ServiceIdentity[];
+  /** Every stderr line of every server, with the server's index (after restarts too). */
+  onLog?: (server: number, line: string) => void;
+  /**
+   * Cluster members do not advertise each other's client URLs to clients (`--no_advertise`): a
+   * client reached through proxies then never learns a direct URL to reconnect to.
+   */
+  noAdvertise?: boolean;
 }
 
 /** Worker ids every test server has a pinned user for (`worker-w1` …). */
@@ -79,10 +86,16 @@ function credsOf(auth: NatsAuthFiles, roles: readonly Role[] | string): string {
   return auth.credsFor(list);
 }
 
-/** Collects the server's "Publish Violation" / "Subscription Violation" log lines. */
-function violationLog(): { onLog: (line: string) => void; lines: string[] } {
+/** Collects the servers' "Publish Violation" / "Subscription Violation" log lines (and passes every line on, with its server). */
+function violationLog(onLog?: (server: number, line: string) => void): { onLog: (server: number) => (line: string) => void; lines: string[] } {
   const lines: string[] = [];
-  return { lines, onLog: (line) => void (/Violation/.test(line) && lines.length < 1000 && lines.push(line)) };
+  return {
+    lines,
+    onLog: (server) => (line) => {
+      if (/Violation/.test(line) && lines.length < 1000) lines.push(line);
+      onLog?.(server, line);
+    },
+  };
 }
 
 function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, log: { lines: string[] }, launch: readonly LaunchOptions[]): NatsFixture {
@@ -143,8 +156,8 @@ export async function awaitProcessStopped(pid: number, timeoutMs = 5000): Promis
 export async function startNats(opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
   const dir = mkdtempSync(join(tmpdir(), "kairos-nats-"));
   const auth = writeAuth(join(dir, "auth"), opts);
-  const log = violationLog();
-  const launch: LaunchOptions = { storeDir: join(dir, "data"), auth, onLog: log.onLog };
+  const log = violationLog(opts.onLog);
+  const launch: LaunchOptions = { storeDir: join(dir, "data"), auth, onLog: log.onLog(0) };
   const server = await launchNatsServer(launch).catch((e: unknown) => {
     rmSync(dir, { recursive: true, force: true });
     throw e;
@@ -193,15 +206,15 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
     rmSync(dir, { recursive: true, force: true }); // no folder left behind on any path
     throw e;
   }
-  const log = violationLog();
+  const log = violationLog(opts.onLog);
   const routes = routePorts.map((p) => `nats://127.0.0.1:${p}`);
   const launch = routePorts.map((port, i): LaunchOptions => ({
     storeDir: join(dir, `s${i}`),
     serverName: `s${i}`,
-    cluster: { name: "kairos-test", port, routes },
+    cluster: { name: "kairos-test", port, routes, ...(opts.noAdvertise ? { noAdvertise: true } : {}) },
     readyTimeoutMs: 30_000,
     auth,
-    onLog: log.onLog,
+    onLog: log.onLog(i),
   }));
   // allSettled: a server that did start is stopped, not left behind, when another did not.
   const launched = await Promise.allSettled(launch.map((o) => launchNatsServer(o)));
