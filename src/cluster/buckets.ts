@@ -62,6 +62,36 @@ export const bucketName = (clusterName: string, suffix: string): string => `${cl
 const NODE_TTL_MS = 30_000;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
 
+/**
+ * A JetStream error that a node starting against a NATS cluster in flux should wait out: a
+ * cluster that has just elected its JetStream leader may not know every peer yet ("no suitable
+ * peers for placement"); a stream whose leader is being elected, or a server just restarted,
+ * answers nothing in time (timeout, no responders). A node exited on them (a raw TimeoutError at
+ * start-up on a 3-server cluster under faults); retried, bounded, they pass.
+ */
+export function isTransientStartupError(e: unknown): boolean {
+  if (!(e instanceof Error)) return false;
+  const cause = (e as { cause?: unknown }).cause;
+  const names = [e.name, cause instanceof Error ? cause.name : ""];
+  return names.some((n) => n === "TimeoutError" || n === "NoRespondersError")
+    || /no suitable peers|insufficient resources|timeout|timed out|no responders|jetstream (cluster )?not (available|enabled)|leader/i.test(e.message);
+}
+
+/** How often, and how long apart, a start-up step retries a transient JetStream error (~30 s in all). */
+const STARTUP_TRIES = 60;
+const STARTUP_RETRY_MS = 500;
+
+async function startupRetry<T>(step: () => Promise<T>, clock: Clock): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await step();
+    } catch (e) {
+      if (!isTransientStartupError(e) || attempt >= STARTUP_TRIES) throw e;
+      await new Promise<void>((r) => clock.setTimer(STARTUP_RETRY_MS, r));
+    }
+  }
+}
+
 export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Promise<Buckets> {
   const warning = checkServerVersion(nc.info?.version ?? "0.0.0", opts.replicas);
   if (warning) opts.warn?.(warning);
@@ -73,8 +103,8 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   // The manager serves leader reads, watch floors, scans and purges: the same longer timeout.
   const js = (c: NatsConnection) => jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
   const jsm = (c: NatsConnection) => jetstreamManager(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
-  const data = { jsm: await jsm(nc), kvm: new Kvm(js(nc)), limiter };
-  const control = opts.control ? { jsm: await jsm(opts.control), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
+  const data = { jsm: await startupRetry(() => jsm(nc), clock), kvm: new Kvm(js(nc)), limiter };
+  const control = opts.control ? { jsm: await startupRetry(() => jsm(opts.control!), clock), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
   const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
     const name = bucketName(opts.clusterName, suffix);
     const settings = {
@@ -91,7 +121,7 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
         return new NatsKv(name, await plane.kvm.create(name, settings), plane.jsm, undefined, plane.limiter);
       } catch (e) {
         const missing = opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
-        const transient = missing || (e instanceof Error && /no suitable peers|insufficient resources/i.test(e.message));
+        const transient = missing || isTransientStartupError(e);
         if (!transient || attempt >= (missing ? 120 : 40)) throw e;
         await new Promise<void>((r) => clock.setTimer(250, r));
       }
