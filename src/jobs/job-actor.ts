@@ -171,7 +171,8 @@ export type JobReply = { job?: ReturnType<typeof jobView>; run?: RunView; runs?:
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {
   const fx: HostEffect<JobMsg>[] = [];
-  // A bound set by an earlier owner, whose clock may differ from this one's: allowed the start tolerance.
+  // A bound set by an earlier owner, whose clock may differ from this one's: allowed the start
+  // tolerance (1 s); beyond it the kill grace in the bound (drainGraceMs) absorbs the skew.
   for (const d of s.draining ?? []) fx.push({ kind: "timer", name: `drain:${d.run_id}`, atMs: Math.max(d.until_ms + START_SKEW_TOLERANCE_MS, ctx.nowMs), msg: { kind: "drained", run_id: d.run_id, fence: d.fence } });
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });

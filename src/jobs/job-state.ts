@@ -39,6 +39,8 @@ export interface ActiveRun {
   probes?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
+  /** Of those, attempts their worker gave back unstarted (a drain): bounded apart (run-lifecycle.ts `MAX_GIVEN_BACK`). */
+  given_back?: number;
   /**
    * Prepared ahead of its due time under overlap `skip` (look-ahead): its worker holds it but may
    * start it only once the owner's heartbeat reply no longer says `hold` — at the due instant, if

@@ -71,10 +71,22 @@ export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
 
 /**
- * The suffix of a lapsed attempt's `error` when the attempt does not count against max_attempts
- * (presumed never started: run-lifecycle.ts `lapse`); run-metrics.ts labels lease expiries by it.
+ * The suffixes of a lapsed attempt's `error` when the attempt does not count against max_attempts
+ * (run-lifecycle.ts `lapse`): its worker said it never started (`NOT_COUNTED`), or nothing says
+ * either way and it was never heard to start (`PRESUMED_NOT_STARTED`) — the case in which an
+ * at-least-once re-run can hide. run-metrics.ts labels lease expiries by them.
  */
 export const NOT_COUNTED = " (not counted)";
+export const PRESUMED_NOT_STARTED = " (not counted: presumed never started)";
+
+/** How a lapsed attempt counted (`kairos_lease_expiries_total{kind}`). */
+export type LapseKind = "counted" | "not_started" | "presumed_not_started";
+
+/** The kind of a lapsed attempt, from its error text. */
+export function lapseKind(error: string | null): LapseKind {
+  const e = error ?? "";
+  return e.endsWith(PRESUMED_NOT_STARTED) ? "presumed_not_started" : e.endsWith(NOT_COUNTED) ? "not_started" : "counted";
+}
 
 export type AttemptOutcome = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
 

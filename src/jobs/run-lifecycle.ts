@@ -17,7 +17,7 @@ import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "./ids.ts";
 import type { JobMsg } from "./job-actor.ts";
 import { terminalRunView, type ActiveRun, type JobState } from "./job-state.ts";
-import { NOT_COUNTED, type AttemptOutcome, type RunView } from "./model.ts";
+import { NOT_COUNTED, PRESUMED_NOT_STARTED, type AttemptOutcome, type RunView } from "./model.ts";
 import { holdOf } from "./occurrence-plan.ts";
 import { askSlot, dispatch, drain, drained, onGrant } from "./run-dispatch.ts";
 import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
@@ -25,6 +25,12 @@ import { fail, iso, type D, type Tx } from "./tx.ts";
 
 /** Attempts that expired before they started and so do not count against max_attempts (a bound). */
 export const MAX_UNSTARTED_ATTEMPTS = 10;
+/**
+ * Attempts given back unstarted by draining workers that do not count either, apart from the
+ * bound above: a rolling restart of a large fleet inside the look-ahead window may bounce one run
+ * from worker to worker many times, and each give-back comes from the worker identity that held it.
+ */
+export const MAX_GIVEN_BACK = 100;
 
 /** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
 export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
@@ -159,7 +165,7 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   // started) would make it a lapse like any other.
   if (m.not_started === true) {
     tx.cancelTimer(`lease:${r.run_id}`);
-    lapse(tx, r, r.status === "leased" ? { state: "not_started" } : { state: "started" }, "given back");
+    lapse(tx, r, r.status === "leased" ? { state: "not_started" } : { state: "started" }, r.status === "leased" ? "given back" : "expired");
     return tx.done({ ok: true });
   }
   const outcome = mapOutcome(m);
@@ -382,10 +388,12 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | 
   // id (a rolling deploy) answers `unknown` for the attempts its earlier process held ahead of
   // their start — counted, they dead-lettered runs that never executed. Presumed not started, as
   // with no answer; the at-least-once exception (a process killed after the start and before its
-  // first heartbeat arrived) is bounded by MAX_UNSTARTED_ATTEMPTS and counted as a re-run only if
-  // the run executes again (kairos_lease_expiries_total{counted="false"}).
-  const unstarted = said === "not_started" || ((reply === null || said === "unknown") && r.status === "leased");
-  const neverStarted = unstarted && (r.unstarted ?? 0) < MAX_UNSTARTED_ATTEMPTS;
+  // first heartbeat arrived) hides among these, bounded by MAX_UNSTARTED_ATTEMPTS and counted
+  // apart (kairos_lease_expiries_total{kind="presumed_not_started"}).
+  const givenBack = how === "given back" && said === "not_started";
+  const presumed = said !== "not_started" && (reply === null || said === "unknown") && r.status === "leased";
+  const bounded = givenBack ? (r.given_back ?? 0) < MAX_GIVEN_BACK : (r.unstarted ?? 0) - (r.given_back ?? 0) < MAX_UNSTARTED_ATTEMPTS;
+  const neverStarted = (said === "not_started" || presumed) && bounded;
   const a = r.attempts[r.attempts.length - 1];
   if (a) {
     a.finished_at = iso(tx.now);
@@ -397,9 +405,10 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | 
             : said === "unknown" ? `lease expired on worker ${w}, which no longer knows the attempt`
               : r.status === "leased" ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
                 : `lease expired on worker ${w}, which did not answer`;
-    a.error = neverStarted ? `${why}${NOT_COUNTED}` : why;
+    a.error = !neverStarted ? why : presumed ? `${why}${PRESUMED_NOT_STARTED}` : `${why}${NOT_COUNTED}`;
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
+  if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
   delete r.probes;
   if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
     // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).

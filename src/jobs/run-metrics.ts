@@ -8,7 +8,7 @@
  * | transition in the record | metric |
  * | --- | --- |
  * | `started_at` goes from null to set (the run's first start) | `kairos_dispatch_lag_seconds{tenant}` observes started_at − scheduled_for |
- * | an attempt gets its `outcome` | `kairos_attempts_total{tenant,outcome}`; `lease_lost` also `kairos_lease_expiries_total{counted}` (`false`: presumed never started, offered again uncounted — the at-least-once re-run, should it have started after all) |
+ * | an attempt gets its `outcome` | `kairos_attempts_total{tenant,outcome}`; `lease_lost` also `kairos_lease_expiries_total{kind}` (`counted`; `not_started`: its worker said so — given back, dropped by a probe; `presumed_not_started`: never heard to start and not known to its worker — where an at-least-once re-run can hide) |
  * | status becomes `retry_wait`, or `queued` from `leased`/`running` (lease expired, re-queued) | `kairos_retries_total{tenant}` |
  * | status becomes `failed` or `timed_out` (dead letter) | `kairos_dead_letters_total{tenant}` |
  *
@@ -28,7 +28,7 @@
  */
 import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "./model.ts";
-import { NOT_COUNTED, TERMINAL } from "./model.ts";
+import { TERMINAL, lapseKind, type LapseKind } from "./model.ts";
 import type { JobEffect } from "./job-actor.ts";
 import type { RunsWaiting } from "./run-waiting.ts";
 
@@ -36,7 +36,7 @@ import type { RunsWaiting } from "./run-waiting.ts";
 export interface RunMetricsSink {
   dispatchLag(tenant: string, seconds: number): void;
   attempt(tenant: string, outcome: AttemptOutcome): void;
-  leaseExpiry(counted: boolean): void;
+  leaseExpiry(kind: LapseKind): void;
   retry(tenant: string): void;
   deadLetter(tenant: string): void;
 }
@@ -133,7 +133,7 @@ export class RunMetrics {
       if (a.outcome === null) continue;
       if (seen++ < before.ended) continue;
       this.sink.attempt(tenant, a.outcome);
-      if (a.outcome === "lease_lost") this.sink.leaseExpiry(!(a.error ?? "").endsWith(NOT_COUNTED));
+      if (a.outcome === "lease_lost") this.sink.leaseExpiry(lapseKind(a.error));
     }
     if (r.status !== before.status) {
       const requeued = r.status === "queued" && (before.status === "leased" || before.status === "running");

@@ -11,7 +11,7 @@
  * | kairos_dispatch_lag_seconds | histogram | tenant (opt-in) | attempt start − scheduled_for, observed once per run (its first start) |
  * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
  * | kairos_clock_skew_seconds | gauge | node | each peer's wall clock minus this node's, from membership heartbeats (less their one-way latency) |
- * | kairos_lease_expiries_total | counter | counted | attempt leases that lapsed (worker died, restarted, drained, or was cut off); `counted="false"`: presumed never started (given back by a drain, or never heard to start and not known to its worker), offered again without counting against max_attempts |
+ * | kairos_lease_expiries_total | counter | kind | attempt leases that lapsed (worker died, restarted, drained, or was cut off): `counted` against max_attempts; `not_started` — its worker said so (given back by a drain, dropped by a probe); `presumed_not_started` — never heard to start and not known to its worker (a restart), offered again uncounted: where an at-least-once re-run can hide |
  * | kairos_attempts_total | counter | tenant (opt-in), outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
  * | kairos_retries_total | counter | tenant (opt-in) | attempts scheduled again after a retryable failure |
  * | kairos_dead_letters_total | counter | tenant (opt-in) | runs dead-lettered (failed after their last attempt) |
@@ -118,7 +118,7 @@ export function addRunsWaitingSource(read: () => Readonly<Record<WaitReason, num
   waitingSources.add(read);
   return () => waitingSources.delete(read);
 }
-const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that lapsed without completion; counted=false: presumed never started, offered again without counting against max_attempts", labelNames: ["counted"] as const, registers: [registry] });
+const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that lapsed without completion, by kind: counted against max_attempts; not_started (its worker said so: given back, dropped by a probe); presumed_not_started (never heard to start, not known to its worker: where an at-least-once re-run can hide)", labelNames: ["kind"] as const, registers: [registry] });
 const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
 const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });
 const deadLetters = new Counter({ name: METRICS.deadLetters, help: "Runs dead-lettered after their last attempt", labelNames: ["tenant"] as const, registers: [registry] });
@@ -188,8 +188,8 @@ export function addRunsWaiting(reason: WaitReason, delta: number): void {
 }
 
 /** An attempt's lease expired (its worker did not heartbeat or complete in time). */
-export function countLeaseExpiry(counted: boolean): void {
-  leaseExpiries.inc({ counted: counted ? "true" : "false" });
+export function countLeaseExpiry(kind: "counted" | "not_started" | "presumed_not_started"): void {
+  leaseExpiries.inc({ kind });
 }
 
 /** An attempt ended with `outcome`. */

@@ -21,7 +21,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
-import { REPLICA_READ, type KvEntry, type KvStore } from "../cluster/kv.ts";
+import type { KvStore } from "../cluster/kv.ts";
 import type { Tenant, TenantDirectory } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -117,18 +117,17 @@ export class KvTenantDirectory implements TenantDirectory {
     const now = this.#clock.now();
     const hit = this.#cache.get(hash);
     if (hit !== undefined && hit.expiresAtMs > now) return hit.tenant;
-    // Every request without a cached hit reads here: a replica answers (spread over the servers,
-    // no leader round trip). Its lag is far below the cache's TTL, which already lets a revoked
-    // key work that long on other nodes; only a miss, which would refuse, is asked of the leader
-    // (a key or tenant created a moment ago on another node may not be on this replica yet).
-    const entry = await this.#fresh(`k.${hash}`);
+    // Read from the stream leader: a lagging replica (a server stopped and resumed) could answer
+    // with a key's record from before its revocation for as long as it lags — unbounded — where
+    // the cache bounds that to its TTL (5 s). Two leader reads per key per TTL per node.
+    const entry = await this.#kv.get(`k.${hash}`);
     if (entry === null) return null;
     const key = decode<KeyRecord>(entry.value);
     if (key.revoked) {
       this.#cache.delete(hash);
       return null;
     }
-    const t = TENANT_ID.test(key.tenant_id) ? await this.#fresh(`t.${key.tenant_id}`) : null;
+    const t = TENANT_ID.test(key.tenant_id) ? await this.#kv.get(`t.${key.tenant_id}`) : null;
     const tenant = t === null ? null : decode<TenantRecord>(t.value);
     if (tenant === null) return null;
     this.#cache.set(hash, { tenant, expiresAtMs: now + this.#ttlMs });
@@ -173,10 +172,6 @@ export class KvTenantDirectory implements TenantDirectory {
   }
 
   /** A replica's answer, or the leader's when the replica has no such key (see `authenticate`). */
-  async #fresh(key: string): Promise<KvEntry | null> {
-    return (await this.#kv.get(key, REPLICA_READ)) ?? (await this.#kv.get(key));
-  }
-
   async getTenant(tenantId: string): Promise<Tenant | null> {
     if (!TENANT_ID.test(tenantId)) return null;
     const e = await this.#kv.get(`t.${tenantId}`);

@@ -113,7 +113,7 @@ describe("run-path metrics after a workload", { timeout: 180_000 }, () => {
     assert.deepEqual(r.attempts.map((x) => [x.worker, x.outcome]), [["w1", "lease_lost"], ["w2", "succeeded"]]);
     const text = await scrape();
     assert.equal(sample(text, "kairos_lease_expiries_total"), 1);
-    assert.equal(sample(text, "kairos_lease_expiries_total", { counted: "true" }), 1, "it had started: counted");
+    assert.equal(sample(text, "kairos_lease_expiries_total", { kind: "counted" }), 1, "it had started: counted");
     assert.equal(sample(text, "kairos_attempts_total", { tenant: tenants.a, outcome: "lease_lost" }), 1);
     assert.equal(sample(text, "kairos_retries_total", { tenant: tenants.a }), 1);
     assert.equal(sample(text, "kairos_dispatch_lag_seconds_count", { tenant: tenants.a }), startedA + 1, "a run is observed once, at its first start");

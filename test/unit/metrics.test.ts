@@ -37,7 +37,7 @@ describe("metrics", () => {
     observeDispatchLag("tA", -1); // clock skew: counted as 0
     countAttempt("tA", "succeeded");
     countAttempt("tA", "lease_lost");
-    countLeaseExpiry(true);
+    countLeaseExpiry("counted");
     countRetry("tA");
     countDeadLetter("tA");
     startKvOp("update", "kairos_runs")();
@@ -48,7 +48,7 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_bucket{le="0.005",tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_attempts_total{tenant="tA",outcome="succeeded"}'), 1);
     assert.equal(value(body, 'kairos_attempts_total{tenant="tA",outcome="lease_lost"}'), 1);
-    assert.equal(value(body, 'kairos_lease_expiries_total{counted="true"}'), 1);
+    assert.equal(value(body, 'kairos_lease_expiries_total{kind="counted"}'), 1);
     assert.equal(value(body, 'kairos_retries_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_dead_letters_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update",bucket="kairos_runs"}'), 1);

@@ -130,7 +130,7 @@ describe("job actor: slots and claims", () => {
     assert.equal(r.attempt, 2);
     assert.equal(r.status, "leased");
     assert.equal(r.attempts[0]?.outcome, "lease_lost");
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
     assert.equal(d.heartbeat(RUN, old).fail?.code, "lease_lost");
     assert.equal(d.complete(RUN, {}, old).fail?.code, "stale_fence");
     assert.equal(d.run(RUN)?.status, "leased");

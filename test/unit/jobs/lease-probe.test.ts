@@ -8,7 +8,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/jobs/ids.ts";
 import { heartbeatKey, type JobEffect } from "../../../src/jobs/job-actor.ts";
-import { MAX_UNANSWERED_PROBES } from "../../../src/jobs/run-lifecycle.ts";
+import { MAX_GIVEN_BACK, MAX_UNANSWERED_PROBES, MAX_UNSTARTED_ATTEMPTS } from "../../../src/jobs/run-lifecycle.ts";
 import { loadJobState } from "../../../src/jobs/job-state.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
@@ -64,7 +64,7 @@ describe("a silent lease is resolved by probing its worker", () => {
     g.advance(10_000);
     assert.equal(g.postsOf("probe_worker").length, 1);
     assert.equal(g.run(RUN)?.attempt, 2);
-    assert.equal(g.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");
+    assert.equal(g.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
   });
 
   it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
@@ -154,7 +154,18 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(r.attempt, 2);
     assert.ok(r.fence > f, "offered again under a new fence");
     assert.equal(r.unstarted, 1);
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which no longer knows the attempt (restarted), before the attempt was heard to start (not counted)");
+    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which no longer knows the attempt (restarted), before the attempt was heard to start (not counted: presumed never started)");
+  });
+
+  it("given back by more workers than the lapse bound (a rolling restart of a large fleet): still not counted, up to its own bound", () => {
+    const d = leased(() => undefined, 1);
+    for (let i = 0; i < MAX_UNSTARTED_ATTEMPTS + 5; i++) {
+      const r = d.run(RUN)!;
+      assert.deepEqual(d.complete(RUN, { outcome: "error", exit_code: null, output: "", error: { class: "not_started", message: "given back", retryable: true }, not_started: true }, r.fence).reply, { ok: true });
+    }
+    assert.equal(d.run(RUN)?.status, "leased", "never dead-lettered: it never executed");
+    assert.equal(d.run(RUN)?.given_back, MAX_UNSTARTED_ATTEMPTS + 5);
+    assert.ok(MAX_GIVEN_BACK > MAX_UNSTARTED_ATTEMPTS);
   });
 
   it("an attempt given back unstarted (a draining worker): offered again at once under a new fence, not counted", () => {
@@ -187,7 +198,7 @@ describe("a silent lease is resolved by probing its worker", () => {
     answer = "gone"; // and at the next silence, no responder at all: it lapses
     d.advance(10_000);
     assert.equal(d.run(RUN)?.attempt, 2);
-    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted)");
+    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
   });
 
   it("an answer for another fence or worker, or after the run moved on, changes nothing", () => {

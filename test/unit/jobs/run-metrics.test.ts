@@ -29,8 +29,8 @@ class Recorder implements RunMetricsSink {
   attempt(tenant: string, outcome: string): void {
     this.#inc(`attempt:${tenant}:${outcome}`);
   }
-  leaseExpiry(counted: boolean): void {
-    this.#inc(counted ? "lease_expiry" : "lease_expiry_uncounted");
+  leaseExpiry(kind: string): void {
+    this.#inc(kind === "counted" ? "lease_expiry" : `lease_expiry_${kind}`);
   }
   retry(tenant: string): void {
     this.#inc(`retry:${tenant}`);

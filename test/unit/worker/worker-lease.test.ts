@@ -111,7 +111,7 @@ class Owner {
   readonly hbFor = new Map<string, Exclude<HbMode, "silent">>();
   complete: CompleteMode = "ok";
   readonly heartbeats: { run_id: string; at: number; answered: boolean; started: boolean }[] = [];
-  readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string }[] = [];
+  readonly completes: { run_id: string; at: number; mode: CompleteMode; outcome: string; notStarted?: boolean }[] = [];
   /** Runs whose completion items are answered pending (still queued at the actor). */
   readonly completePending = new Set<string>();
   /** Requests that carried completion reports (each a patient batch of one or more). */
@@ -129,7 +129,7 @@ class Owner {
       this.completeRequests++;
       for (const it of req.b) {
         const msg = it.m as { run_id: string; outcome: string };
-        this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete, outcome: msg.outcome });
+        this.completes.push({ run_id: msg.run_id, at: this.clock.now(), mode: this.complete, outcome: msg.outcome, notStarted: (it.m as { not_started?: true }).not_started === true });
       }
       if (this.complete === "silent") return;
       const e = this.complete === "internal" ? { code: "internal" as const, message: "internal error" } : { code: "stale_fence" as const, message: "stale fence" };
@@ -875,7 +875,7 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     const drained = t.worker.drain(10_000);
     await t.runFor(1_000);
     const given = t.owner.completes.filter((c) => c.run_id === "ahead");
-    assert.deepEqual(given.map((c) => c.outcome), ["error"], "given back at once, not left to a lease expiry and a probe");
+    assert.deepEqual(given.map((c) => [c.outcome, c.notStarted]), [["error", true]], "given back at once (not_started), not left to a lease expiry and a probe");
     t.executor.exit("now#1");
     await t.runFor(70_000);
     assert.deepEqual(await drained, { finished: 1, handedBack: 0, dropped: 1 });
