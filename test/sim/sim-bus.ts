@@ -52,6 +52,8 @@ export class SimNoRespondersError extends Error {
 }
 
 interface Sub {
+  /** Subscription order (matches are returned in it, as from one list). */
+  readonly seq: number;
   readonly ep: SimEndpoint;
   readonly subject: string;
   readonly queue: string | undefined;
@@ -67,7 +69,16 @@ export class SimBus {
   tap: BusTap | undefined;
   readonly #clock: Clock;
   readonly #random: Random;
-  readonly #subs: Sub[] = [];
+  /**
+   * Subscriptions indexed by subject: exact subjects (every request's inbox) in a map, wildcard
+   * ones in a list. A filter over every subscription per message was a quarter of a simulation's
+   * time (`keyMatches` splitting both subjects each time).
+   */
+  readonly #exact = new Map<string, Sub[]>();
+  readonly #wild: Sub[] = [];
+  /** The wildcard subscriptions matching a subject, until the wildcard list changes (bounded). */
+  readonly #wildOf = new Map<string, Sub[]>();
+  #seq = 0;
   readonly #cuts: { a: ReadonlySet<string>; b: ReadonlySet<string> }[] = [];
   readonly #isolated = new Map<string, number>();
 
@@ -114,21 +125,47 @@ export class SimBus {
     return true;
   }
 
+  /** @internal The next subscription's order number. */
+  nextSeq(): number {
+    return this.#seq++;
+  }
+
   /** @internal */
   addSub(s: Sub): void {
-    this.#subs.push(s);
+    if (isWild(s.subject)) {
+      this.#wild.push(s);
+      this.#wildOf.clear();
+    } else {
+      const list = this.#exact.get(s.subject);
+      if (list) list.push(s);
+      else this.#exact.set(s.subject, [s]);
+    }
   }
 
   /** @internal */
   removeSub(s: Sub): void {
     s.active = false;
-    const i = this.#subs.indexOf(s);
-    if (i >= 0) this.#subs.splice(i, 1);
+    const list = isWild(s.subject) ? this.#wild : this.#exact.get(s.subject);
+    const i = list ? list.indexOf(s) : -1;
+    if (i >= 0) list!.splice(i, 1);
+    if (list === this.#wild) this.#wildOf.clear();
+    else if (list && list.length === 0) this.#exact.delete(s.subject);
   }
 
-  /** @internal Subscriptions matching `subject` (any endpoint). */
+  /** @internal Subscriptions matching `subject` (any endpoint), in subscription order. */
   matching(subject: string): Sub[] {
-    return this.#subs.filter((s) => s.active && !s.ep.isClosed() && keyMatches(s.subject, subject));
+    const live = (s: Sub) => s.active && !s.ep.isClosed();
+    const exact = (this.#exact.get(subject) ?? []).filter(live);
+    let wildAll = this.#wildOf.get(subject);
+    if (!wildAll) {
+      wildAll = this.#wild.filter((s) => keyMatches(s.subject, subject));
+      if (this.#wildOf.size >= 10_000) this.#wildOf.clear();
+      this.#wildOf.set(subject, wildAll);
+    }
+    const wild = wildAll.filter(live);
+    if (exact.length === 0) return wild;
+    if (wild.length === 0) return exact;
+    return [...exact, ...wild].sort((a, b) => a.seq - b.seq);
   }
 
   /** @internal Routes one message from `from`; returns how many subscribers it was routed to. */
@@ -188,6 +225,8 @@ export class SimBus {
   }
 }
 
+const isWild = (subject: string): boolean => subject.includes("*") || subject.includes(">");
+
 export class SimEndpoint implements Bus {
   readonly name: string;
   readonly host: EndpointHost;
@@ -235,7 +274,7 @@ export class SimEndpoint implements Bus {
   }
 
   subscribe(subject: string, opts: BusSubscribeOptions): BusSubscription {
-    const s: Sub = { ep: this, subject, queue: opts.queue, callback: opts.callback, active: !this.#closed };
+    const s: Sub = { seq: this.#bus.nextSeq(), ep: this, subject, queue: opts.queue, callback: opts.callback, active: !this.#closed };
     if (s.active) this.#bus.addSub(s);
     return { unsubscribe: () => this.#bus.removeSub(s) };
   }
