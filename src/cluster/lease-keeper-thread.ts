@@ -16,6 +16,9 @@
  * If the thread cannot start or dies, the keeper falls back to renewing inline on the main loop
  * (over the main thread's own lease bucket handle), taking over every lease with its latest
  * revision: a node degrades to the behaviour before this module, never to renewing nothing.
+ *
+ * The thread's loop is lease-keeper-loop.ts; what makes the thread is `spawn` — a worker thread
+ * (lease-keeper-worker.ts) by default, the simulation's thread on simulated time in test/sim.
  */
 import { Worker } from "node:worker_threads";
 import type { Clock } from "../lib/clock.ts";
@@ -70,6 +73,29 @@ export interface ThreadLeaseKeeperOptions {
   /** The main thread's lease bucket: the fallback renews through it. */
   leases: KvStore;
   onError: (msg: string, err: unknown) => void;
+  /** Makes the thread (default: a worker thread running lease-keeper-worker.ts). */
+  spawn?: (data: ThreadData) => LeaseThread;
+}
+
+/** What the keeper needs of its thread: the part of node's `Worker` it uses. */
+export interface LeaseThread {
+  postMessage(m: ToThread): void;
+  on(event: "message", fn: (m: FromThread) => void): unknown;
+  on(event: "error", fn: (e: Error) => void): unknown;
+  on(event: "exit", fn: (code: number) => void): unknown;
+  once(event: "exit", fn: (code: number) => void): unknown;
+  terminate(): unknown;
+  unref?(): void;
+}
+
+/** A worker thread running lease-keeper-worker.ts (TypeScript, through lease-keeper-boot.mjs). */
+export function spawnWorkerThread(data: ThreadData): LeaseThread {
+  const w = new Worker(new URL("./lease-keeper-boot.mjs", import.meta.url), {
+    workerData: { entry: new URL("./lease-keeper-worker.ts", import.meta.url).href, data },
+    execArgv: [],
+  });
+  w.unref();
+  return w;
 }
 
 /** What the thread is started with: its part of the options, the shared memory, the clock offset. */
@@ -88,7 +114,7 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
   /** Held partitions: the generation of their hold and the values handed over with it. */
   readonly #held = new Map<number, { gen: number; lease: HeldLease }>();
   readonly #releases = new Map<number, (rev: number | undefined) => void>();
-  #worker: Worker | undefined;
+  #worker: LeaseThread | undefined;
   #fallback: InlineLeaseKeeper | undefined;
   #nextGen = 1;
   #nextId = 1;
@@ -122,11 +148,7 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
       connectionName: o.connectionName, bucket: o.bucket, tickMs: o.tickMs, mainStallMs: o.mainStallMs,
       offsetMs: o.clock.monoMs() - hrMs(),
     };
-    const w = new Worker(new URL("./lease-keeper-boot.mjs", import.meta.url), {
-      workerData: { entry: new URL("./lease-keeper-worker.ts", import.meta.url).href, data },
-      execArgv: [],
-    });
-    w.unref();
+    const w = (o.spawn ?? spawnWorkerThread)(data);
     this.#worker = w;
     const ready = new Promise<void>((resolve, reject) => {
       const timer = o.clock.setTimer(o.startTimeoutMs, () => reject(new KairosError("unavailable", `lease thread did not connect within ${o.startTimeoutMs} ms`)));

@@ -17,7 +17,7 @@ import type { NodeConfig } from "../cluster/config.ts";
 import { EventBus } from "../cluster/events.ts";
 import { Membership } from "../cluster/membership.ts";
 import { connectNats } from "../cluster/nats.ts";
-import { ThreadLeaseKeeper } from "../cluster/lease-keeper-thread.ts";
+import { ThreadLeaseKeeper, type LeaseThread, type ThreadData } from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
@@ -37,6 +37,12 @@ export interface NodeDeps {
   transport?: { bus: Bus; buckets: Buckets; close?: () => Promise<void> };
   /** This run's incarnation id (the simulation passes a seeded one); random when unset. */
   incarnation?: string;
+  /**
+   * Makes the lease keeper's thread (`leaseRenewer: "thread"`) in place of a worker thread: the
+   * simulation's, on simulated time. Without it the thread needs a real connection and the
+   * system clock, and an injected transport renews inline.
+   */
+  leaseThread?: (data: ThreadData) => LeaseThread;
 }
 
 /**
@@ -228,13 +234,15 @@ export class KairosNode {
     this.#host = host;
     const keeperOptions = { me: c.nodeId, incarnation: this.incarnation, leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs, safetyMarginMs: c.leaseSafetyMarginMs };
     const onError = (m: string, e: unknown) => this.#deps.log("warn", m, { err: String(e) });
-    // Renewals from a thread of their own need a real connection and the system clock.
-    const keeper = c.leaseRenewer === "thread" && this.#deps.transport === undefined && clock === systemClock
+    // Renewals from a thread of their own need a real connection and the system clock (or a
+    // thread of the caller's making: the simulation's).
+    const spawn = this.#deps.leaseThread;
+    const keeper = c.leaseRenewer === "thread" && ((this.#deps.transport === undefined && clock === systemClock) || spawn !== undefined)
       ? await ThreadLeaseKeeper.start({
         keeper: keeperOptions, partitions: this.#partitions, natsUrl: c.natsUrl, natsAuth: c.natsAuth,
         connectionName: `kairos-${c.nodeId}-leases`, bucket: bucketName(c.clusterName, "leases"),
         tickMs: c.partitionTickMs, mainStallMs: c.leaseMainStallMs, startTimeoutMs: 10_000,
-        clock, leases: this.buckets.leases, onError,
+        clock, leases: this.buckets.leases, onError, ...(spawn ? { spawn } : {}),
       })
       : undefined;
     this.#leases = new PartitionManager({
