@@ -102,6 +102,11 @@ export class ActorRouter {
     }
   }
 
+  /** The sender's wall clock (a command stamped with its first send, e.g. run-now). */
+  now(): number {
+    return this.#o.clock.now();
+  }
+
   async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {
     const { nc, clock } = this.#o;
     const p = partitionOf(addr, this.#o.partitions);

@@ -111,7 +111,12 @@ export type JobMsg =
   | { kind: "active_runs" }
   | { kind: "patch"; patch: JobPatch; if_match?: number; request_id?: string }
   | { kind: "delete" }
-  | { kind: "run_now"; request_id?: string }
+  /**
+   * `requested_at_ms`: when the API node first sent it (the same in the router's retries): it names
+   * the run (job-commands.ts `runNow`), so a retry after a lost state write meets the record the
+   * first try made instead of leaving it `queued` for good.
+   */
+  | { kind: "run_now"; request_id?: string; requested_at_ms?: number }
   | { kind: "fire" }
   /** `run_id` is the grant id (`<run_id>_<slot_seq>`, see `grantId`). */
   | { kind: "slot_granted"; run_id: string }

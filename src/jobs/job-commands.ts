@@ -90,8 +90,16 @@ function patch(tx: Tx, m: Command<"patch">): D {
         finish(tx, r, "cancelled", spec.enabled ? "schedule changed before it started" : "job paused before it started", null);
       }
     }
+    // A new schedule: what was handled ahead of now is no longer, beyond the runs still active.
+    // The cancelled ones' records stay (a schedule that calls for one again meets it: "stay
+    // cancelled"), but `firstAfter` starts after the last handled occurrence, and the prepared one
+    // it named skipped every occurrence of the new schedule before it — up to a look-ahead window
+    // of them (5 min). (A pause keeps it: the schedule has no occurrence before the prepared one,
+    // which is the next, and a resume's next run is then the one after it, as the job view says.)
+    const ahead = Math.max(tx.now, ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms));
+    if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) s.last_occurrence_ms = ahead;
   }
-  if ((!spec.enabled && before.enabled) || scheduleChanged) settleNext(tx, spec.enabled ? "schedule changed" : "job paused");
+  if ((!spec.enabled && before.enabled) || scheduleChanged) settleNext(tx, spec.enabled ? "schedule changed" : "job paused", before);
   if (!spec.enabled) s.next_run_at_ms = null;
   else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now, s); // resume: no catch-up
   if (!spec.enabled || spec.overlap !== "queue") dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
@@ -141,6 +149,9 @@ function unprepareQueued(tx: Tx): void {
   }
 }
 
+/** How far a run-now's `requested_at_ms` may be from the owner's clock and still name its run. */
+export const REQUESTED_AT_BOUND_MS = 60_000;
+
 function runNow(tx: Tx, m: Command<"run_now">): D {
   const s = tx.s;
   const job = s.job!;
@@ -153,8 +164,13 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
   if (slotsHeld(s) >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs and ${slotsHeld(s) - s.runs.length} still being stopped (at most ${tx.cfg.maxActiveRuns} together)`));
   if (job.spec.overlap === "queue") unprepareQueued(tx);
   const seq = ++s.manual_seq;
-  const runId = runIdFor(job.job_id, tx.now, seq);
-  createRun(tx, tx.now, "manual", runId);
+  // Named by the request's time, not this owner's now: a try whose state write was lost (fenced,
+  // a timeout) made the record already, and the router's retry — the same message, the same
+  // manual_seq read back — must meet it (a re-created run adopts a queued record), not leave it
+  // queued for good under another id. Bounded: a time far from this clock is not taken.
+  const at = m.requested_at_ms !== undefined && Number.isSafeInteger(m.requested_at_ms) && Math.abs(m.requested_at_ms - tx.now) <= REQUESTED_AT_BOUND_MS ? m.requested_at_ms : tx.now;
+  const runId = runIdFor(job.job_id, at, seq);
+  createRun(tx, at, "manual", runId, false, Math.min(at, tx.now)); // it starts now, whatever the API node's clock said
   tx.changed = true; // written: manual_seq names the next manual run (a fire's creation is deferred, this is not)
   if (m.request_id !== undefined) tx.remember({ id: m.request_id, run_id: runId });
   return tx.done({ run: activeRunView(job, tx.run(runId)!) });

@@ -44,6 +44,9 @@ function canonical(v: unknown): string {
   return JSON.stringify(v) ?? "null";
 }
 
+/** How many times a run-now is sent when its owner answers an unknown outcome (a KV timeout). */
+export const RUN_NOW_TRIES = 3;
+
 export class NatsJobsService implements JobsService {
   readonly #quota: TenantJobCounter;
 
@@ -200,8 +203,21 @@ export class NatsJobsService implements JobsService {
   }
 
   async runNow(tenantId: string, jobId: string): Promise<RunView> {
-    // The router retries on timeouts; the request id makes a retry answer with the first run.
-    const reply = (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "run_now", request_id: this.#requestId() }))!;
+    // The router retries on timeouts; the request id makes a retry answer with the first run, and
+    // the time of the first send names the run, so a retry after a lost state write meets the
+    // record the first try made (job-commands.ts `runNow`). An unknown outcome answered by the
+    // owner (a KV write that timed out, the store unreachable) is sent again the same way, a few
+    // times: given up, that try's record could stay `queued` for good.
+    const msg = { kind: "run_now", request_id: this.#requestId(), requested_at_ms: this.router.now() };
+    let reply: JobReply;
+    for (let tries = 1; ; tries++) {
+      try {
+        reply = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!;
+        break;
+      } catch (e) {
+        if (tries >= RUN_NOW_TRIES || !(e instanceof KairosError && (e.code === "timeout" || e.code === "unavailable"))) throw e;
+      }
+    }
     return reply.run ?? (await this.getRun(tenantId, reply.run_id!));
   }
 

@@ -13,19 +13,19 @@
 import { spreadOffsetMs } from "../schedule/index.ts";
 import { runIdFor } from "./ids.ts";
 import { slotsHeld, terminalRunView, type ActiveRun } from "./job-state.ts";
-import type { RunView } from "./model.ts";
+import type { JobSpec, RunView } from "./model.ts";
 import { lookahead, needsGate, scheduleOf } from "./occurrence-plan.ts";
 import { askSlot } from "./run-dispatch.ts";
 import { finish } from "./run-lifecycle.ts";
 import type { Tx } from "./tx.ts";
 
 /** A new active run for an occurrence (or a manual run): its record created first, then a slot asked for. */
-export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false): void {
+export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false, startFromMs = scheduledForMs): void {
   const spec = tx.job.spec;
   const r: ActiveRun = {
     run_id: runId,
     scheduled_for_ms: scheduledForMs,
-    start_at_ms: scheduledForMs + spreadOffsetMs(tx.job.job_id, scheduledForMs, spec.flex_window_s),
+    start_at_ms: startFromMs + spreadOffsetMs(tx.job.job_id, scheduledForMs, spec.flex_window_s),
     trigger,
     status: "queued",
     attempt: 0,
@@ -155,19 +155,34 @@ export function fire(tx: Tx): void {
   tx.armFire();
 }
 
+/** Most occurrences one `settleNext` looks at (a read each where a record is left). */
+export const MAX_SETTLED = 100;
+
 /**
- * The occurrence at `next_run_at` will not fire now. If a crash struck between creating its run
- * record and advancing the job state, that record is still `queued`: settle it (one read).
+ * The occurrences from `next_run_at` on will not fire now (a pause, a schedule change, a delete).
+ * A fire whose state change was lost — a crash between creating the run record and advancing the
+ * job state, or fires decided without a write (deferred) before a takeover — left their records
+ * `queued`: settle each (one read), from `next_run_at` through the occurrences due by now and the
+ * next one (the one a look-ahead may have prepared), at most MAX_SETTLED. Runs this state holds
+ * are not touched (their callers end them). `spec`: the schedule the records were made under
+ * (a patch has already set the new one).
  */
-export function settleNext(tx: Tx, why: string): void {
-  const o = tx.s.next_run_at_ms;
-  if (o === null || !tx.s.job) return;
-  const run_id = runIdFor(tx.job.job_id, o);
-  if (tx.run(run_id)) return;
-  tx.pre.push({
-    kind: "put_run", mode: "settle",
-    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now }, "cancelled", tx.now, { reason: `${why} before the occurrence started` }),
-  });
+export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): void {
+  const first = tx.s.next_run_at_ms;
+  if (first === null || !tx.s.job) return;
+  const sched = scheduleOf(spec);
+  let o: number | undefined = first;
+  for (let n = 0; o !== undefined && n < MAX_SETTLED; n++) {
+    const run_id = runIdFor(tx.job.job_id, o);
+    if (!tx.run(run_id)) {
+      tx.pre.push({
+        kind: "put_run", mode: "settle",
+        record: terminalRunView(tx.job, { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now }, "cancelled", tx.now, { reason: `${why} before the occurrence started` }),
+      });
+    }
+    if (o > tx.now) break;
+    o = sched.next(o, 1)[0];
+  }
 }
 
 /** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */

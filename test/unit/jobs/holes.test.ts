@@ -210,6 +210,24 @@ describe("hole 6: a record stuck queued", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  // Found by the simulation's users' commands during faults (seed 7151): several fires decided
+  // without a state write (deferred) made records for :51, :54 and :57; the owner lost its
+  // partition and took it back, reloading a state whose next_run_at was :51; a delete then
+  // settled only :51, and :57's record stayed queued for good.
+  it("6b: a delete after a takeover lost several deferred fires settles every orphan from next_run_at on, not only the first", () => {
+    const d = new Driver(cfg(), { autoGrant: false }); // the runs wait for slots: no write
+    d.create(spec({ overlap: "allow" }));
+    d.advance(5_000); // :02 and :04 fired, deferred: records queued, the stored state still says :02
+    const orphans = [2, 4].map((x) => runIdFor(JOB, sec(x)));
+    assert.deepEqual(orphans.map((id) => d.records.get(id)?.status), ["queued", "queued"]);
+    d.activate(); // a takeover: the deferred fires are lost
+    assert.equal(d.state.next_run_at_ms, sec(2));
+    d.send({ kind: "delete" });
+    assert.deepEqual(orphans.map((id) => d.records.get(id)?.status), ["cancelled", "cancelled"]);
+    assert.equal(d.records.has(runIdFor(JOB, sec(6))), false, "settle never creates");
+    assert.deepEqual(d.violations, []);
+  });
+
   it("6: a run-now before the re-fire: the re-fire records the orphan skipped (overlap) over its queued record", () => {
     const d = orphaned();
     d.activate();
@@ -244,6 +262,29 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.equal([...d.records.values()].filter((r) => r.trigger === "manual").length, 1);
     const other = d.send({ kind: "run_now", request_id: "rq-2" });
     assert.notEqual(other.reply?.run?.run_id, runId, "a different request id is a new run");
+  });
+
+  // Found by the simulation's users' commands during faults (seed 2011): a run-now whose state
+  // write was fenced (its owner's lease thread cut from KV) left its record `queued` for good; the
+  // router's retry made a second manual run under another id (the owner's clock had moved on).
+  it("9: a run_now retried after its state write was lost meets the record its first try made (the time it was sent names the run)", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec({ schedule: hourly }));
+    const msg = { kind: "run_now" as const, request_id: "rq-1", requested_at_ms: d.now };
+    const lost = d.crashAfterPre(msg); // the record landed, the state (manual_seq, the request id) did not
+    const orphan = lost.reply?.run?.run_id;
+    assert.ok(orphan && d.records.get(orphan)?.status === "queued");
+    d.advance(700);
+    const again = d.send(msg);
+    assert.equal(again.reply?.run?.run_id, orphan, "the retry names the same run");
+    assert.equal([...d.records.values()].filter((r) => r.trigger === "manual").length, 1, "one manual record, none left queued apart");
+    assert.ok((d.state.runs.find((r) => r.run_id === orphan)?.start_at_ms ?? Infinity) <= d.now, "it starts now");
+    // Without the request's time (an older API node), the retry names another run: the old gap.
+    const e = new Driver(cfg(), { autoGrant: false });
+    e.create(spec({ schedule: hourly }));
+    const first = e.crashAfterPre({ kind: "run_now", request_id: "rq-1" }).reply?.run?.run_id;
+    e.advance(700);
+    assert.notEqual(e.send({ kind: "run_now", request_id: "rq-1" }).reply?.run?.run_id, first);
   });
 
   it("9: a run_now retried after its run ended is answered with that run's id, not a new run", () => {

@@ -140,6 +140,25 @@ describe("job actor: pause, resume, patch", () => {
     assert.equal(d.state.job?.version, 2);
   });
 
+  // Found by the simulation at production settings (a schedule change during its fault window,
+  // seed 11): the hourly job's 12:00 run, prepared at 11:57, was cancelled by a change to every
+  // 10 s at 11:57:05.5 — and the new schedule's occurrences up to 12:00 were never fired either:
+  // the job's last handled occurrence (12:00) stood, and `firstAfter` starts after it.
+  it("a schedule change inside the look-ahead window fires the new schedule from now, not from the cancelled prepared occurrence", () => {
+    const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500; // inside the window however the job's spread falls
+    const d = new Driver(cfg({ lookaheadMs: 300_000 }), {}, start);
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    d.advance(4_000); // 00:58:04.5: the 01:00 run is prepared
+    const prepared = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
+    assert.ok(d.state.runs.some((r) => r.run_id === prepared), "the hourly run is prepared ahead");
+    const r = d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
+    assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:58:10Z"));
+    assert.equal(d.records.get(prepared)?.status, "cancelled", "the prepared run stays cancelled (README)");
+    d.advance(30_000); // 00:58:34.5
+    const created = [...d.records.values()].filter((x) => x.status !== "cancelled").map((x) => at(x.scheduled_for)).sort();
+    assert.deepEqual(created, [10, 20, 30, 40].map((sec) => Date.UTC(2026, 0, 1, 0, 58, sec)), "the new schedule's occurrences from now (:40 prepared ahead)");
+  });
+
   it("a patch that leaves the schedule alone keeps next_run_at", () => {
     const d = new Driver();
     d.create();
