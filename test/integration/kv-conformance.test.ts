@@ -12,7 +12,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { seededRandom } from "../../src/lib/random.ts";
-import { FaultyKv, KvView } from "../sim/faulty-kv.ts";
+import { FaultyKv, HistoryKv, KvView } from "../sim/faulty-kv.ts";
 import { REPLICA_READ, type KvChange, type KvStore, type ReadOptions } from "../../src/cluster/kv.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -349,7 +349,7 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
 
     it("keys lists live keys without values; purge leaves no marker, fences a stale CAS, and create works again", async (t) => {
       const kv = getKv();
-      if (!kv.keys || !kv.purge) return t.skip("optional keys/purge not offered (the simulation's FaultyKv)");
+      if (!kv.keys || !kv.purge) return t.skip("optional keys/purge not offered");
       const base = k("p");
       const one = await kv.put(`${base}.a.1`, enc("1"));
       const two = await kv.put(`${base}.a.2`, enc("2"));
@@ -378,9 +378,9 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
 
 conformance("memory", () => new MemoryKv());
 {
-  // The simulation's fault-injecting view, faults off, over its shared MemoryKv.
+  // The simulation's fault-injecting view, faults off, over its shared store (a MemoryKv that keeps its history).
   const view = new KvView({ clock: systemClock, random: seededRandom(1) });
-  const kv = new FaultyKv(new MemoryKv("faulty"), view);
+  const kv = new FaultyKv(new HistoryKv("faulty", systemClock), view);
   conformance("FaultyKv (faults off)", () => kv);
 }
 

@@ -1,48 +1,54 @@
 /**
  * One seeded simulation of a Kairos cluster: 3 scheduler nodes, 2–3 workers, 2–3 tenants and a
  * handful of jobs, composed from the REAL pieces (KairosNode with its membership, partition
- * manager, actor host and router; the job actor and its shell; the tenant actor; WorkerDirectory;
- * Worker) exactly as src/server/start.ts wires them — but on the simulation's bus, KV views and
- * clock (test/sim/sim-bus.ts, faulty-kv.ts, sim-clock.ts) with seeded randomness.
+ * manager and, at production settings, its lease keeper's thread (lease-thread.ts); the actor
+ * host and router; the job actor and its shell; the tenant actor; WorkerDirectory; Worker)
+ * exactly as src/server/start.ts wires them — but on the simulation's bus, KV views and clocks
+ * (sim-bus.ts, faulty-kv.ts, sim-clock.ts) with seeded randomness.
  *
- * The seed decides everything: the jobs, task durations, the fault events (crash + restart,
- * graceful stop, pause, isolation of a node or worker, worker crash, KV timeouts, message loss,
- * duplication and delay) and every random choice inside the pieces. Faults stop before the end
- * (a quiet tail), then the final invariants run (invariants.ts).
+ * The seed decides everything: its settings (profiles.ts: short, or production's), the jobs,
+ * task durations, the fault events (faults.ts), the users' commands (commands.ts) and every
+ * random choice inside the pieces. Faults and commands stop before the end (a quiet tail), then
+ * the final invariants run (invariants.ts, record-check.ts).
  */
 import { KairosNode } from "../../src/server/node.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { makeNodeConfig, type NodeConfig } from "../../src/cluster/config.ts";
-import { MemoryKv } from "../../src/cluster/kv-memory.ts";
-import { ActorRouter } from "../../src/cluster/router.ts";
-import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-actor.ts";
+import { MAX_UNSTARTED_ATTEMPTS } from "../../src/jobs/job-actor.ts";
+import { MAX_GIVEN_BACK } from "../../src/jobs/run-lifecycle.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
-import { TENANT_ACTOR } from "../../src/jobs/ids.ts";
+import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../src/jobs/ids.ts";
+import { partitionOf } from "../../src/cluster/placement.ts";
 import { tenantRegistration } from "../../src/jobs/tenant-shell.ts";
 import { fleetRegistration } from "../../src/jobs/fleet-shell.ts";
 import { FAIR_REPORT_MS } from "../../src/jobs/fleet-actor.ts";
-import { NatsJobsService } from "../../src/jobs/nats-service.ts";
-import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
-import { seededRandom, type Random } from "../../src/lib/random.ts";
+import type { Random } from "../../src/lib/random.ts";
+import { between, stream } from "./draw.ts";
 import { WorkerDirectory } from "../../src/jobs/worker-directory.ts";
 import { Worker } from "../../src/worker/worker.ts";
-import { Ledger, SimExecutor, type SimSandbox } from "./executor.ts";
-import { KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
-import { Checker, Trace, saturatedTenants, type JobUnderTest, type Violation } from "./invariants.ts";
 import { DEFAULT_RETENTION } from "../../src/jobs/retention.ts";
 import { RunRetention } from "../../src/jobs/run-retention.ts";
+import { Ledger, SimExecutor, type SimSandbox } from "./executor.ts";
+import { HistoryKv, KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
+import { Checker, Trace, saturatedTenants, type FaultKind, type JobUnderTest, type Violation } from "./invariants.ts";
 import { SimBus, type BusFaults, type SimEndpoint } from "./sim-bus.ts";
-import { SimClock, SimProcess } from "./sim-clock.ts";
+import { HostClock, SimClock, SimProcess } from "./sim-clock.ts";
+import { SimLeaseThread } from "./lease-thread.ts";
+import { PROFILES, profileNamed, type ProfileName, type SimProfile } from "./profiles.ts";
+import { SimClient, planCommands } from "./commands.ts";
+import { planFaults } from "./faults.ts";
 
 export interface SimOptions {
   seed: number;
-  /** Simulated time, ms (default 110 s). */
+  /** The settings (default: chosen by the seed). */
+  profile?: ProfileName;
+  /** Simulated time, ms (default: the profile's). */
   durationMs?: number;
-  /** Faults stop this long before the end (default 35 s). */
+  /** Faults and commands stop this long before the end (default: the profile's). */
   quietTailMs?: number;
   /** Self-test: a broken executor reports every execution under one fence (breaks invariant a). */
   brokenExecutor?: boolean;
-  /** No fault events (background delays stay). */
+  /** No fault events and no commands (background delays stay). */
   noFaults?: boolean;
   /**
    * Re-opens hole 1 (one fence offered to several workers) through the production code's
@@ -60,40 +66,27 @@ export interface SimOptions {
    * production runs them; `none` is for self-tests (nothing does).
    */
   sandbox?: SimSandbox;
+  /** Only these fault kinds (default: every kind the profile has). */
+  faultKinds?: readonly FaultKind[];
   /** Receives every trace event as it happens. */
   echo?: (line: string) => void;
 }
 
 export interface SimResult {
   seed: number;
+  profile: ProfileName;
   violations: Violation[];
-  stats: { executions: number; runs: number; faults: string[]; simMs: number; digest: string };
+  stats: {
+    executions: number; runs: number; faults: string[]; commands: number; simMs: number; digest: string;
+    /** h's documented exception: executions after one that exited 0 whose worker could not report it. */
+    atLeastOnce: number;
+    /** i's documented exception: attempts counted unexecuted past MAX_UNSTARTED_ATTEMPTS. */
+    unstartedCap: number;
+  };
 }
 
 const CLUSTER = "sim";
-const START_MS = Date.UTC(2026, 0, 5, 12, 0, 0);
 const PARTITIONS = 8;
-const JOB_CFG: JobActorConfig = { ...DEFAULT_JOB_CONFIG, leaseTtlMs: 4000, lookaheadMs: 2000, redispatchDelayMs: 500 };
-const WORKER_HB_MS = Math.max(250, Math.floor(JOB_CFG.leaseTtlMs / 4));
-
-/** An independent random stream per purpose, so one consumer's draws never shift another's. */
-function stream(seed: number, k: number): Random {
-  let h = (seed ^ 0x9e3779b9) >>> 0;
-  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b) >>> 0;
-  h = (h + Math.imul(k + 1, 0xc2b2ae35)) >>> 0;
-  return seededRandom(h ^ (h >>> 13));
-}
-
-const between = (r: Random, lo: number, hi: number) => lo + Math.floor(r.next() * (hi - lo + 1));
-const pick = <T>(r: Random, xs: readonly T[]): T => xs[Math.floor(r.next() * xs.length)]!;
-
-function nodeConfig(nodeId: string, roles: NodeConfig["roles"]): NodeConfig {
-  return makeNodeConfig({
-    natsUrl: "sim://", nodeId, clusterName: CLUSTER, roles, partitions: PARTITIONS,
-    heartbeatIntervalMs: 500, failureTimeoutMs: 2000, leaseTtlMs: 3000, leaseRenewIntervalMs: 700,
-    leaseSafetyMarginMs: 800, partitionTickMs: 250, actorIdleMs: 20_000, requestDeadlineMs: 10_000,
-  });
-}
 
 interface Proc {
   readonly id: string;
@@ -104,21 +97,27 @@ interface Proc {
   ep: SimEndpoint;
   node: KairosNode;
   executor?: SimExecutor;
+  worker?: Worker;
+  /** The lease keeper's thread (production settings) and its process and KV connection. */
+  thread?: { t: SimLeaseThread; process: SimProcess; kv: KvView };
   up: boolean;
 }
 
 export class SimCluster {
-  readonly sim = new SimClock(START_MS);
-  readonly trace = new Trace(() => this.sim.now(), START_MS);
+  readonly sim: SimClock;
+  readonly trace: Trace;
   readonly ledger = new Ledger();
   readonly shared: Buckets;
   readonly bus: SimBus;
   readonly checker: Checker;
   readonly procs = new Map<string, Proc>();
+  /** Each host's wall clock (a restarted process keeps its host's). */
+  readonly clocks = new Map<string, HostClock>();
   readonly jobs: JobUnderTest[] = [];
   readonly faultLog: string[] = [];
-  router: ActorRouter | undefined;
-  readonly #o: SimOptions;
+  readonly profile: SimProfile;
+  readonly o: SimOptions;
+  client!: SimClient;
   readonly #caps = new Map<string, number>();
   get caps(): ReadonlyMap<string, number> {
     return this.#caps;
@@ -126,20 +125,28 @@ export class SimCluster {
   #streams = 100;
   #busFaults: BusFaults = { loss: 0, dup: 0, delayMs: [0, 15] };
   #kvFaults: KvFaults = { ...NO_KV_FAULTS, delayMs: [0, 4] };
+  /** The schedulers' clock offsets over time: the largest either way, and the largest ahead. */
+  readonly #skewSamples: { atMs: number; absMs: number; aheadMs: number }[] = [];
 
   constructor(o: SimOptions) {
-    this.#o = o;
-    const m = (n: string) => new MemoryKv(`${CLUSTER}_${n}`);
+    this.o = o;
+    this.profile = profileNamed(o.profile ?? PROFILES[stream(o.seed, 4).next() < 0.5 ? 0 : 1]);
+    this.sim = new SimClock(this.profile.startMs);
+    this.trace = new Trace(() => this.sim.now(), this.profile.startMs);
+    const m = (n: string) => new HistoryKv(`${CLUSTER}_${n}`, this.sim);
     this.shared = { cluster: m("cluster"), leases: m("leases"), nodes: m("nodes"), actors: m("actors"), runs: m("runs"), tenants: m("tenants"), idempotency: m("idem") };
     this.bus = new SimBus({ clock: this.sim, random: stream(o.seed, 1), faults: this.#busFaults });
     this.bus.tap = (e) => {
       if (e.kind !== "cut" && !e.subject.endsWith(".hb")) this.trace.add(`bus ${e.kind} ${e.from}→${e.to} ${e.subject}`);
     };
-    this.checker = new Checker(this.trace, () => this.sim.now(), START_MS, this.#caps);
+    this.checker = new Checker(this.trace, () => this.sim.now(), this.profile.startMs, this.#caps);
+    // An offer made up to a look-ahead window (and a lease) before the start names its owner's clock then.
+    this.checker.schedulersAheadMs = () => this.schedulerSkewDuring(this.sim.now() - this.profile.job.lookaheadMs - this.profile.job.leaseTtlMs, this.sim.now(), true);
+    this.checker.partitionOfJob = (tenant, job) => partitionOf({ type: JOB_ACTOR, id: jobActorId(tenant, job) }, PARTITIONS);
   }
 
-  #rng(): Random {
-    return stream(this.#o.seed, this.#streams++);
+  rng(): Random {
+    return stream(this.o.seed, this.#streams++);
   }
 
   #log(who: string) {
@@ -148,43 +155,106 @@ export class SimCluster {
     };
   }
 
+  #nodeConfig(nodeId: string, roles: NodeConfig["roles"]): NodeConfig {
+    return makeNodeConfig({ natsUrl: "sim://", nodeId, clusterName: CLUSTER, roles, partitions: PARTITIONS, ...this.profile.node });
+  }
+
+  /** The host clock of `id` (made on first use: a skew of ±150 ms, inside every margin). */
+  hostClock(id: string): HostClock {
+    let c = this.clocks.get(id);
+    if (!c) {
+      c = new HostClock(this.sim, between(stream(this.o.seed, 5000 + this.clocks.size), -150, 150));
+      this.clocks.set(id, c);
+    }
+    return c;
+  }
+
+  /** Samples the schedulers' clocks every 100 ms (a drift moves them between faults' edges). */
+  watchClocks(): void {
+    const tick = () => {
+      this.noteClocks();
+      this.sim.setTimer(100, tick);
+    };
+    tick();
+  }
+
+  /** Notes the schedulers' clock offsets (record-check's windows, j's allowance); call after a clock changes. */
+  noteClocks(): void {
+    let abs = 0;
+    let ahead = 0;
+    for (const [id, c] of this.clocks) {
+      if (this.procs.get(id)?.kind !== "scheduler") continue;
+      const off = c.offsetMs();
+      abs = Math.max(abs, Math.abs(off));
+      ahead = Math.max(ahead, off);
+    }
+    this.#skewSamples.push({ atMs: this.sim.now(), absMs: abs, aheadMs: ahead });
+  }
+
+  /** The furthest any scheduler's wall clock had read by true time `atMs` (sampled every 100 ms). */
+  schedulersReadBy(atMs: number): number {
+    let max = atMs;
+    for (const x of this.#skewSamples) if (x.atMs <= atMs) max = Math.max(max, x.atMs + x.aheadMs + 100);
+    return max;
+  }
+
+  /** The largest offset (either way) of a scheduler's clock at some time in [fromMs, toMs] (sampled every 100 ms). */
+  schedulerSkewDuring(fromMs: number, toMs: number, ahead = false): number {
+    let max = 0;
+    for (const x of this.#skewSamples) if (x.atMs >= fromMs - 100 && x.atMs <= toMs + 100) max = Math.max(max, ahead ? x.aheadMs : x.absMs);
+    return max;
+  }
+
   /** Starts (or restarts) a process: a new SimProcess, endpoint, KV view and node. */
   start(id: string, kind: Proc["kind"]): void {
     const prev = this.procs.get(id);
     const gen = (prev?.gen ?? 0) + 1;
-    const process = new SimProcess(this.sim, `${id}#${gen}`, between(this.#rng(), -150, 150));
+    const clock = this.hostClock(id);
+    const process = new SimProcess(this.sim, `${id}#${gen}`, clock);
     const ep = this.bus.endpoint(id, process);
-    const kv = new KvView({ clock: this.sim, random: this.#rng(), host: process, faults: this.#kvFaults });
+    const kv = new KvView({ clock: this.sim, random: this.rng(), host: process, faults: this.#kvFaults });
     kv.tap = (e) => this.trace.add(`kv ${e.kind} ${id} ${e.bucket} ${e.op} ${e.key}`);
     const log = this.#log(id);
-    const node = new KairosNode(nodeConfig(id, kind === "scheduler" ? ["scheduler"] : ["worker"]), {
-      clock: process.clock, random: this.#rng(), log, incarnation: `${id}-${gen}`,
+    const p: Proc = { id, kind, gen, process, kv, ep, node: undefined as unknown as KairosNode, up: true };
+    const config = this.#nodeConfig(id, kind === "scheduler" ? ["scheduler"] : ["worker"]);
+    const node = new KairosNode(config, {
+      clock: process.clock, random: this.rng(), log, incarnation: `${id}-${gen}`,
       transport: { bus: ep, buckets: kv.buckets(this.shared), close: async () => ep.close() },
+      ...(kind === "scheduler" && config.leaseRenewer === "thread" ? {
+        leaseThread: (data) => {
+          const tp = new SimProcess(this.sim, `${id}#${gen}/leases`, clock);
+          const tkv = new KvView({ clock: this.sim, random: this.rng(), host: tp, faults: { ...this.#kvFaults, unavailable: kv.faults.unavailable } });
+          const t = new SimLeaseThread({ sim: this.sim, main: process, thread: tp, kv: tkv.buckets(this.shared).leases, data });
+          p.thread = { t, process: tp, kv: tkv };
+          return t;
+        },
+      } : {}),
     });
+    p.node = node;
     node.events.on((e) => {
       if (e.type === "partition_acquired" || e.type === "partition_lost" || e.type === "partition_released" || e.type === "write_fenced") {
         this.trace.add(`${id} ${e.type} ${JSON.stringify({ ...e, type: undefined })}`);
       }
     });
-    const p: Proc = { id, kind, gen, process, kv, ep, node, up: true };
     this.procs.set(id, p);
     if (kind === "scheduler") this.#composeScheduler(p);
     const started = node.start().then(async () => {
       if (kind === "worker") await this.#startWorker(p);
     });
     started.catch((e: unknown) => this.trace.add(`${id} start failed: ${String(e)}`));
-    this.trace.add(`${id} started (incarnation ${id}-${gen})`);
+    this.trace.add(`${id} started (incarnation ${id}-${gen}, clock ${clock.offsetMs()} ms)`);
+    this.noteClocks();
   }
 
   /** Mirrors src/server/start.ts: job actors (with retention), tenant and fleet actors (fair shares), the worker directory. */
   #composeScheduler(p: Proc): void {
     const { process } = p;
-    const directory = new WorkerDirectory(process.clock, this.#rng(), WORKER_HB_MS * 3, { optimistic: true });
+    const directory = new WorkerDirectory(process.clock, this.rng(), this.profile.workerHeartbeatMs * 3, { optimistic: true });
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
       // The test-only switches that re-open hole 1 and the breach probes closed (src/jobs/job-actor.ts).
-      n.register(jobRegistration({ ...JOB_CFG, ...(this.#o.reopenHole1 ? { testOnlyHole1: true } : {}), ...(this.#o.skipProbes ? { testOnlyNoProbe: true } : {}) }, {
+      n.register(jobRegistration({ ...this.profile.job, ...(this.o.reopenHole1 ? { testOnlyHole1: true } : {}), ...(this.o.skipProbes ? { testOnlyNoProbe: true } : {}) }, {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
@@ -204,184 +274,132 @@ export class SimCluster {
     // Separate streams: the sandbox kind is the machine's (the same across restarts), and neither
     // draw shifts the others.
     const k = Number(p.id.slice(1));
-    const sandbox = this.#o.sandbox ?? (stream(this.#o.seed, 3 + k).next() < 0.5 ? "docker" : "process");
+    const sandbox = this.o.sandbox ?? (stream(this.o.seed, 3 + k).next() < 0.5 ? "docker" : "process");
     if (p.gen === 1) this.trace.add(`${p.id} sandbox ${sandbox}`);
     const executor = new SimExecutor({
-      workerId: p.id, sim: this.sim, process: p.process, random: this.#rng(), ledger: this.ledger,
-      sandbox, watchdogRandom: stream(this.#o.seed, 1000 + 100 * k + p.gen),
+      workerId: p.id, sim: this.sim, process: p.process, random: this.rng(), ledger: this.ledger,
+      sandbox, watchdogRandom: stream(this.o.seed, 1000 + 100 * k + p.gen),
       // A fifth of the tasks end as they start (`Execution.ended`, the noop executor's path).
-      endedRandom: stream(this.#o.seed, 1_000_000 + 100 * k + p.gen), endedRate: 0.2,
-      durationMs: [300, 4000], failRate: 0.1, ...(this.#o.brokenExecutor ? { broken: true } : {}),
+      endedRandom: stream(this.o.seed, 1_000_000 + 100 * k + p.gen), endedRate: 0.2,
+      durationMs: [300, 4000], failRate: 0.1, ...(this.o.brokenExecutor ? { broken: true } : {}),
     });
     p.executor = executor;
     const worker = new Worker({
-      workerId: p.id, clusterName: CLUSTER, slots: 2, heartbeatIntervalMs: WORKER_HB_MS, completionDeadlineMs: 60_000,
+      workerId: p.id, clusterName: CLUSTER, slots: this.profile.workerSlots, heartbeatIntervalMs: this.profile.workerHeartbeatMs, completionDeadlineMs: 60_000,
       nc: p.node.nc, router: p.node.router, executor, clock: p.process.clock, log: this.#log(p.id),
       inboxes: "shared", // no NATS credentials in the simulation: `_INBOX.` replies (reply-guard.ts)
-      onEvent: (e) => this.trace.add(`${p.id} worker ${e.type} ${e.run_id} attempt ${e.attempt}`),
+      onEvent: (e) => {
+        this.trace.add(`${p.id} worker ${e.type} ${e.run_id} attempt ${e.attempt}`);
+        this.checker.workerEvent(p.id, e);
+      },
     });
+    p.worker = worker;
     await worker.start();
   }
 
-  /** Crash: the process stops at once — no goodbye, no lease release, its tasks die. */
+  /** Crash (kill -9): the process stops at once — no goodbye, no lease release, its tasks die. */
   crash(id: string): void {
     const p = this.procs.get(id);
     if (!p?.up) return;
     p.up = false;
-    p.process.kill();
-    p.ep.close();
-    p.executor?.crashAll();
+    this.#kill(p);
     this.trace.add(`${id} CRASHED`);
   }
 
-  /** Graceful stop (SIGTERM): hand partitions off, say goodbye, then the process is gone. */
-  stop(id: string): void {
+  #kill(p: Proc): void {
+    p.process.kill();
+    p.thread?.process.kill();
+    p.ep.close();
+    p.executor?.crashAll();
+  }
+
+  /**
+   * Graceful stop (SIGTERM), as src/server/start.ts does it: a worker drains (its prepared
+   * attempts given back, running ones finish or are handed back at `drainTimeoutMs`) and stops;
+   * then the node hands its partitions off, says goodbye, and the process is gone.
+   */
+  stop(id: string, drainTimeoutMs = 0): void {
     const p = this.procs.get(id);
     if (!p?.up) return;
     p.up = false;
     this.trace.add(`${id} stopping gracefully`);
-    p.node.stop().then(
+    const worker = p.worker;
+    const drained = worker ? worker.drain(drainTimeoutMs).then(() => worker.stop()) : Promise.resolve();
+    drained.then(() => p.node.stop()).then(
       () => this.trace.add(`${id} stopped`),
       (e: unknown) => this.trace.add(`${id} stop failed: ${String(e)}`),
-    ).finally(() => {
-      p.process.kill();
-      p.executor?.crashAll();
-    });
+    ).finally(() => this.#kill(p));
   }
 
-  /** A fault on `subject` (a process id, "bus" or "kv"; invariant h exempts a worker's own and the bus's, invariants.ts). */
-  #fault(atMs: number, subject: string, what: string, apply: () => void, durationMs: number, undo: () => void): void {
-    this.faultLog.push(`${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`);
-    this.sim.setTimer(atMs, () => {
-      this.trace.add(`FAULT ${what} (${(durationMs / 1000).toFixed(1)} s)`);
-      const over = this.checker.faultBegins(subject);
-      apply();
-      this.sim.setTimer(durationMs, () => {
-        this.trace.add(`FAULT over: ${what}`);
-        undo();
-        over();
-      });
-    });
-  }
-
-  /** Chooses this seed's fault events within [fromMs, toMs). */
-  planFaults(fromMs: number, toMs: number): void {
-    const r = this.#rng();
-    const schedulers = ["n1", "n2", "n3"];
-    const workers = [...this.procs.values()].filter((p) => p.kind === "worker").map((p) => p.id);
-    const n = between(r, 4, 8);
-    for (let i = 0; i < n; i++) {
-      const at = between(r, fromMs, toMs - 12_000);
-      const kind = pick(r, ["crash", "stop", "pause", "pause_worker", "isolate", "isolate_worker", "crash_worker", "kv_timeouts", "lossy_bus"] as const);
-      const node = pick(r, schedulers);
-      const worker = pick(r, workers);
-      switch (kind) {
-        case "crash":
-          this.#fault(at, node, `crash ${node}`, () => this.crash(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
-          break;
-        case "stop":
-          this.#fault(at, node, `graceful stop ${node}`, () => this.stop(node), between(r, 1000, 8000), () => this.#restart(node, "scheduler"));
-          break;
-        case "pause":
-        case "pause_worker": {
-          const id = kind === "pause" ? node : worker;
-          this.#fault(at, id, `pause ${id}`, () => this.procs.get(id)?.process.pause(), between(r, 2000, 12_000), () => this.procs.get(id)?.process.resume());
-          break;
-        }
-        case "isolate":
-        case "isolate_worker": {
-          const id = kind === "isolate" ? node : worker;
-          let heal = () => {};
-          this.#fault(at, id, `isolate ${id} (bus and KV)`, () => {
-            heal = this.bus.isolate(id);
-            this.procs.get(id)?.kv.setUnavailable(true);
-          }, between(r, 2000, 10_000), () => {
-            heal();
-            this.procs.get(id)?.kv.setUnavailable(false);
-          });
-          break;
-        }
-        case "crash_worker":
-          this.#fault(at, worker, `crash ${worker}`, () => this.crash(worker), between(r, 1000, 5000), () => this.#restart(worker, "worker"));
-          break;
-        case "kv_timeouts":
-          this.#fault(at, "kv", "KV timeouts (5%)", () => this.#setKv({ timeout: 0.05 }), between(r, 3000, 10_000), () => this.#setKv({ timeout: 0 }));
-          break;
-        case "lossy_bus":
-          this.#fault(at, "bus", "lossy bus (5% loss, 5% dup, 0-200 ms delay)", () => this.#setBus({ loss: 0.05, dup: 0.05, delayMs: [0, 200] }), between(r, 3000, 15_000), () => this.#setBus({ loss: 0, dup: 0, delayMs: [0, 15] }));
-          break;
-      }
-    }
-  }
-
-  #restart(id: string, kind: Proc["kind"]): void {
+  /** The process of `id` is gone (or going): a new one starts under the same id, on the same host. */
+  restart(id: string): void {
     const p = this.procs.get(id);
     if (p?.up) return;
     if (p && p.process.state !== "dead") {
       // A graceful stop that has not finished (e.g. it met a paused process): a restart of the
       // service kills what is left of the old process first, as a supervisor would. (Left
       // alive, its paused endpoint kept queue subscriptions that swallowed requests forever.)
-      p.process.kill();
-      p.ep.close();
-      p.executor?.crashAll();
+      this.#kill(p);
       this.trace.add(`${id} old incarnation killed before restart`);
     }
-    this.start(id, kind);
+    this.start(id, p?.kind ?? (id.startsWith("w") ? "worker" : "scheduler"));
   }
 
-  #setKv(f: Partial<KvFaults>): void {
+  /** Whether `id`'s process has ended (a graceful stop finished, or a crash). */
+  ended(id: string): boolean {
+    const p = this.procs.get(id);
+    return p !== undefined && !p.up && p.process.state === "dead";
+  }
+
+  /**
+   * A fault on `subjects` (process ids, "bus" or "kv") from `atMs` for `durationMs`; invariant h
+   * reads which kinds keep a worker from reporting (invariants.ts `blocksReports`).
+   */
+  fault(atMs: number, subjects: readonly string[], kind: FaultKind, what: string, apply: () => void, durationMs: number, undo: () => void): void {
+    this.faultLog.push(`${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`);
+    this.sim.setTimer(atMs, () => {
+      this.trace.add(`FAULT ${what} (${(durationMs / 1000).toFixed(1)} s)`);
+      const over = this.checker.faultBegins(subjects, kind);
+      apply();
+      this.noteClocks();
+      this.sim.setTimer(durationMs, () => {
+        this.trace.add(`FAULT over: ${what}`);
+        this.noteClocks(); // a drift's largest error is at its end
+        undo();
+        this.noteClocks();
+        over();
+      });
+    });
+  }
+
+  setKv(f: Partial<KvFaults>): void {
     this.#kvFaults = { ...this.#kvFaults, ...f };
-    for (const p of this.procs.values()) p.kv.faults = { ...this.#kvFaults, unavailable: p.kv.faults.unavailable };
+    for (const p of this.procs.values()) {
+      p.kv.faults = { ...this.#kvFaults, unavailable: p.kv.faults.unavailable, stale: p.kv.faults.stale };
+      if (p.thread) p.thread.kv.faults = { ...this.#kvFaults, unavailable: p.thread.kv.faults.unavailable, stale: p.thread.kv.faults.stale };
+    }
   }
 
-  #setBus(f: Partial<BusFaults>): void {
+  setBus(f: Partial<BusFaults>): void {
     this.#busFaults = { ...this.#busFaults, ...f };
     this.bus.faults = this.#busFaults;
   }
 
-  /** The seed's tenants and jobs (tenant "ta" has a cap of 2). */
-  planJobs(r: Random): { tenant: string; spec: JobSpec }[] {
-    this.#caps.set("ta", 2);
-    this.#caps.set("tb", 100);
-    const tenants = ["ta", "tb", ...(r.next() < 0.5 ? ["tc"] : [])];
-    if (tenants.includes("tc")) this.#caps.set("tc", 100);
-    const spec = (schedule: JobSpec["schedule"], overlap: Overlap): JobSpec => ({
-      name: null, schedule, overlap, enabled: true, flex_window_s: 0,
-      task: { image: "sim", args: [], env: {}, timeout_s: 20 },
-      retry: { max_attempts: 3, backoff: "exponential", base_s: 1, max_s: 4 },
-      misfire: { policy: "run_all", starting_deadline_s: null },
-    });
-    // Overlap=queue needs a period above the mean task time, or its backlog grows without bound.
-    const cron = (o: Overlap) => ({ cron: `*/${pick(r, o === "queue" ? [5, 6] : [3, 4, 5, 6])} * * * * *`, time_zone: "UTC" });
-    const out: { tenant: string; spec: JobSpec }[] = [];
-    for (const overlap of ["allow", "skip", "queue"] as const) out.push({ tenant: "ta", spec: spec(cron(overlap), overlap) });
-    const tb = pick(r, ["allow", "skip", "queue"] as const);
-    out.push({ tenant: "tb", spec: spec(cron(tb), tb) });
-    out.push({ tenant: "tb", spec: spec({ at: new Date(START_MS + between(r, 20, 60) * 1000).toISOString() }, "skip") });
-    const tc = pick(r, ["allow", "skip", "queue"] as const);
-    if (tenants.includes("tc")) out.push({ tenant: "tc", spec: spec(cron(tc), tc) });
-    return out;
-  }
-
   /** Creates the jobs through the job actors' `create` (NatsJobsService), retrying until done. */
   async createJobs(): Promise<void> {
-    const r = this.#rng();
-    const client = new SimProcess(this.sim, "client", 0);
-    const ep = this.bus.endpoint("client", client);
-    const router = new ActorRouter({ nc: ep, clusterName: CLUSTER, clock: client.clock, random: this.#rng(), partitions: PARTITIONS, deadlineMs: 10_000 });
-    this.router = router;
-    const service = new NatsJobsService(router, this.shared, PARTITIONS, this.#rng());
-    for (const { tenant, spec } of this.planJobs(r)) {
+    const { caps, jobs } = this.profile.plan(this.rng());
+    for (const [t, cap] of caps) this.#caps.set(t, cap);
+    for (const { tenant, spec } of jobs) {
       for (let attempt = 0; attempt < 20; attempt++) {
         try {
-          const { job } = await service.createJob(tenant, spec, `sim-${this.jobs.length}`);
+          const { job } = await this.client.service.createJob(tenant, spec, `sim-${this.jobs.length}`);
           this.jobs.push({ tenant, jobId: job.job_id, spec });
           if (spec.overlap === "skip") this.checker.skipJobs.add(job.job_id);
-          this.trace.add(`created job ${tenant}/${job.job_id} (${"cron" in spec.schedule ? spec.schedule.cron : spec.schedule.at}, ${spec.overlap})`);
+          this.trace.add(`created job ${tenant}/${job.job_id} (${"cron" in spec.schedule ? spec.schedule.cron : spec.schedule.at}, ${spec.overlap}, max_attempts ${spec.retry.max_attempts})`);
           break;
         } catch (e) {
           this.trace.add(`create failed (${String(e)}); retrying`);
-          await new Promise<void>((res) => client.clock.setTimer(1000, res));
+          await this.client.sleep(1000);
         }
       }
     }
@@ -391,40 +409,62 @@ export class SimCluster {
 /** Runs one seed to the end and checks the invariants. */
 export async function runSimulation(o: SimOptions): Promise<SimResult> {
   const c = new SimCluster(o);
-  const duration = o.durationMs ?? 110_000;
-  const quiet = o.quietTailMs ?? 35_000;
+  const { profile } = c;
+  const t0 = profile.startMs;
+  const duration = o.durationMs ?? profile.durationMs;
+  const quiet = o.quietTailMs ?? profile.quietTailMs;
   c.trace.echo = o.echo;
+  c.trace.add(`seed ${o.seed}: profile ${profile.name}`);
   await c.checker.watchStore(c.shared);
   c.checker.watchLedger(c.ledger);
+  c.client = new SimClient({ sim: c.sim, bus: c.bus, shared: c.shared, cluster: CLUSTER, partitions: PARTITIONS, random: () => c.rng(), trace: (l) => c.trace.add(l) });
   for (const id of ["n1", "n2", "n3"]) c.start(id, "scheduler");
+  c.watchClocks();
   const workers = stream(o.seed, 2).next() < 0.5 ? 2 : 3;
   for (let i = 1; i <= workers; i++) c.start(`w${i}`, "worker");
-  if (!o.noFaults) c.planFaults(5000, duration - quiet);
-  await c.sim.runUntil(START_MS + 1500);
+  const faultsFrom = 5000;
+  const faultsTo = duration - quiet;
+  if (!o.noFaults) planFaults(c, c.rng(), faultsFrom, faultsTo, o.faultKinds);
+  await c.sim.runUntil(t0 + 1500);
   const creating = c.createJobs();
   let created = false;
-  void creating.then(() => (created = true));
-  await c.sim.runUntil(START_MS + duration);
+  void creating.then(() => {
+    created = true;
+    if (o.noFaults) return;
+    const r = c.rng();
+    const n = between(r, profile.commands[0], profile.commands[1]);
+    for (const cmd of planCommands(r, c.jobs, n, Math.max(c.sim.now(), t0 + faultsFrom), t0 + faultsTo)) c.client.schedule(cmd);
+  });
+  await c.sim.runUntil(t0 + duration);
   if (!created) c.checker.fail("occurrence_lost", "create", "the jobs were not all created within the simulation");
   // For the report: what each tenant actor believes at the end (slots held, runs waiting).
   // A tenant's effective cap is the lower of its max_concurrent and its fair share of the fleet.
   const limits = new Map(c.caps);
   const status = Promise.all([...new Set(c.jobs.map((j) => j.tenant))].map(async (t) => {
-    const s = await c.router?.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 }).catch((e: unknown) => String(e));
+    const s = await c.client.router.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 }).catch((e: unknown) => String(e));
     c.trace.add(`tenant ${t} at the end: ${JSON.stringify(s)}`);
     const share = (s as { share?: number } | undefined)?.share;
     if (typeof share === "number" && share > 0 && share < (limits.get(t) ?? Infinity)) limits.set(t, share);
   }));
-  await c.sim.runUntil(START_MS + duration + 2000);
+  await c.sim.runUntil(t0 + duration + 2000);
   await status;
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
-  // A run created before faults stopped has had 3 × (task 4 s + lease 4 s) + backoffs + slack.
-  const saturated = saturatedTenants(c.ledger.all, limits, START_MS + duration);
-  await c.checker.final(c.shared, c.jobs, START_MS + duration - 5000, START_MS + duration - quiet, saturated);
+  const saturated = saturatedTenants(c.ledger.all, limits, t0 + duration);
+  await c.checker.final(c.shared, c.ledger, {
+    jobs: c.jobs, commands: c.client.log, windowEndMs: t0 + duration - 5000, stuckBeforeMs: t0 + duration - quiet, saturated,
+    skewDuring: (from, to) => c.schedulerSkewDuring(from, to), firedBy: (t) => c.schedulersReadBy(t), leaseTtlMs: profile.job.leaseTtlMs, drainGraceMs: profile.job.drainGraceMs, lookaheadMs: profile.job.lookaheadMs, maxUnstarted: MAX_UNSTARTED_ATTEMPTS, maxGivenBack: MAX_GIVEN_BACK,
+    killSlackMs: profile.workerHeartbeatMs + 1000,
+  });
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;
   const digest = fnv(c.ledger.all.map((x) => `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`).join("\n"));
-  return { seed: o.seed, violations: c.checker.violations, stats: { executions: c.ledger.all.length, runs, faults: c.faultLog, simMs: duration, digest } };
+  return {
+    seed: o.seed, profile: profile.name, violations: c.checker.violations,
+    stats: {
+      executions: c.ledger.all.length, runs, faults: c.faultLog, commands: c.client.log.length, simMs: duration, digest,
+      atLeastOnce: c.checker.atLeastOnce.length, unstartedCap: c.checker.unstartedCap,
+    },
+  };
 }
 
 /** FNV-1a of the ledger: two runs of one seed must agree on it (determinism). */

@@ -29,6 +29,8 @@ export interface LedgerEntry {
   readonly worker: string;
   readonly tenant: string;
   readonly job: string;
+  /** The run's scheduled_for (its identity's, KAIROS_SCHEDULED_FOR). */
+  readonly scheduledForMs: number;
   readonly startMs: number;
   endMs: number | null;
   outcome: string | null;
@@ -113,7 +115,7 @@ export class SimExecutor implements Executor {
     const broken = this.#o.broken === true;
     return this.#o.ledger.start({
       runId: broken ? "broken" : id.runId, attempt: id.attempt, fence: broken ? 1 : id.fence, worker: this.#o.workerId,
-      tenant: id.tenantId, job: id.jobId, startMs: this.#o.sim.now(),
+      tenant: id.tenantId, job: id.jobId, scheduledForMs: Date.parse(id.scheduledFor), startMs: this.#o.sim.now(),
     });
   }
 

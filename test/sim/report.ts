@@ -4,7 +4,7 @@ import type { SimResult } from "./cluster.ts";
 /** Prints a seed's violations: each invariant's first one with its trace, the others briefly. */
 export function report(r: SimResult, out: (s: string) => void = console.log): void {
   if (r.violations.length === 0) return;
-  out(`seed ${r.seed}: ${r.violations.length} violation(s); faults: ${r.stats.faults.join("; ") || "none"}`);
+  out(`seed ${r.seed} (${r.profile}): ${r.violations.length} violation(s); faults: ${r.stats.faults.join("; ") || "none"}`);
   const shown = new Set<string>();
   for (const v of r.violations) {
     const first = !shown.has(v.invariant);

@@ -11,8 +11,9 @@
  * - running: the callback runs;
  * - paused (SIGSTOP): callbacks queue up and run, in order, when it resumes (its backlog);
  * - dead (crash): callbacks are dropped; the process never runs again.
- * Its clock reads the simulation's time plus a small per-process skew (wall clock only; the
- * monotonic reading has no skew, like a real host's).
+ * Its clock reads the simulation's time plus its host's offset (wall clock only; the monotonic
+ * reading has none, like a real host's): a fixed skew, or a function of time (`HostClock`: skew,
+ * drift and steps, which outlive a restart of the process on that host).
  */
 import type { Clock } from "../../src/lib/clock.ts";
 import { heapPop, heapPush } from "../../src/lib/min-heap.ts";
@@ -90,11 +91,13 @@ export class SimProcess {
   #backlog: (() => void)[] = [];
   readonly #sim: SimClock;
 
-  constructor(sim: SimClock, name: string, skewMs: number) {
+  constructor(sim: SimClock, name: string, skewMs: number | { offsetMs(): number }) {
     this.#sim = sim;
     this.name = name;
+    const offset = typeof skewMs === "number" ? () => skewMs : () => skewMs.offsetMs();
     this.clock = {
-      now: () => sim.now() + skewMs,
+      // Whole milliseconds, as Date.now() reads (simulated time advances by fractions too).
+      now: () => Math.floor(sim.now() + offset()),
       monoMs: () => sim.monoMs(),
       setTimer: (delayMs, fn) => sim.setTimer(delayMs, () => this.gate(fn)),
     };
@@ -126,5 +129,41 @@ export class SimProcess {
   kill(): void {
     this.#state = "dead";
     this.#backlog = [];
+  }
+}
+
+/**
+ * A host's wall clock against the simulation's time: a skew, steps (an NTP step, an operator's
+ * `date -s`) and drifts (ms of error gained per second, positive = fast), each ended on its own —
+ * an ended drift's error is corrected at once, as NTP steps a clock back. The monotonic clock is
+ * not affected (a step never moves it; a drift of a few ‰ is left out of timers).
+ */
+export class HostClock {
+  readonly #skewMs: number;
+  #stepsMs = 0;
+  readonly #drifts = new Set<{ msPerS: number; fromMs: number }>();
+  readonly #sim: SimClock;
+
+  constructor(sim: SimClock, skewMs: number) {
+    this.#sim = sim;
+    this.#skewMs = skewMs;
+  }
+
+  offsetMs(): number {
+    let drift = 0;
+    for (const d of this.#drifts) drift += (this.#sim.now() - d.fromMs) * d.msPerS / 1000;
+    return Math.round(this.#skewMs + this.#stepsMs + drift);
+  }
+
+  /** The wall clock jumps by `ms` (negative: backwards). */
+  step(ms: number): void {
+    this.#stepsMs += ms;
+  }
+
+  /** From now on the clock gains `msPerS` ms each second; the returned function ends the drift and takes its error back. */
+  drift(msPerS: number): () => void {
+    const d = { msPerS, fromMs: this.#sim.now() };
+    this.#drifts.add(d);
+    return () => void this.#drifts.delete(d);
   }
 }

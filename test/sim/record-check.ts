@@ -1,0 +1,315 @@
+/**
+ * The simulation's end-of-run checks of the run records against the schedules, the users'
+ * commands and the executor's ledger (invariants.ts holds the incremental ones). Pure: it gets the
+ * records, job states, ledger and command log, and reports through `fail`.
+ *
+ *  c  occurrence_lost / occurrence_duplicated / unexpected_run
+ *     Every occurrence the job's schedule called for while it was enabled has exactly one run
+ *     record (or waits in its overlap queue); an occurrence it did not call for (paused, deleted,
+ *     an earlier schedule) has none, or one `cancelled` by the command (a run prepared ahead);
+ *     no record for a time that is no occurrence of any of the job's schedules (manual runs
+ *     aside). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
+ *     change or a delete came within LATE_FIRE_MS after it may have no record, or one cancelled
+ *     by the command. Occurrences inside a command's window (its first send to its answer, widened by the
+ *     schedulers' clock offsets, which decide "now" for the owner — and up to the furthest a
+ *     scheduler's clock had read by the answer: a clock stepped ahead fires early) may have a
+ *     record or not.
+ *  c  status_unexplained — every terminal record's status has its cause:
+ *     `succeeded` — an execution of its last attempt exited 0 (ledger);
+ *     `failed` / `timed_out` — see i;
+ *     `cancelled` — a command of the job (pause, reschedule, delete) or overlap `replace`; and its
+ *       executions end within lease TTL + drain grace of the cancel (a lost cancel of a prepared
+ *       run lets it start: its first heartbeat after the start says `lease_lost`);
+ *     `skipped` — the job's overlap policy (skip, queue) or its active-run bound; never executed;
+ *     `missed` — never: the simulation's jobs catch up (`run_all`, within its bound).
+ *  f  run_stuck — a run created (and due) before the faults stopped is still active at the end
+ *     (except for a tenant whose backlog behind its cap still moves, `saturatedTenants`).
+ *  i  attempt_unexecuted — an attempt counted against max_attempts (every attempt of a record
+ *     whose error has no "(not counted…)" suffix, model.ts `lapseKind`) has an execution in the
+ *     ledger: a run is never dead-lettered, nor brought closer to it, for a lapse that was not its
+ *     own. The documented exception, counted and reported (`unstartedCap`): after
+ *     MAX_UNSTARTED_ATTEMPTS uncounted lapses (or MAX_GIVEN_BACK give-backs), the next ones count.
+ *  m  manual_run_lost — every run-now that was answered has its run record.
+ */
+import { compileSchedule } from "../../src/schedule/index.ts";
+import { parseRunId } from "../../src/jobs/ids.ts";
+import type { JobState } from "../../src/jobs/job-state.ts";
+import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/jobs/model.ts";
+import type { LedgerEntry } from "./executor.ts";
+
+export interface JobUnderTest {
+  tenant: string;
+  jobId: string;
+  spec: JobSpec;
+}
+
+/** The users' commands the simulation sends during faults (cluster.ts `planCommands`). */
+export type CommandKind = "pause" | "resume" | "reschedule" | "delete" | "run_now";
+
+export interface CommandRecord {
+  readonly jobId: string;
+  readonly kind: CommandKind;
+  /** Simulation time of the first send. */
+  readonly sentMs: number;
+  /** Simulation time of the answer; null while (or if never) answered. */
+  ackMs: number | null;
+  /** The job's spec once the command applies (pause, resume, reschedule). */
+  readonly spec?: JobSpec;
+  /** run_now: the run it created (once answered). */
+  runId?: string;
+}
+
+export interface RecordCheckInput {
+  jobs: readonly JobUnderTest[];
+  states: ReadonlyMap<string, JobState | undefined>;
+  records: ReadonlyMap<string, readonly RunView[]>;
+  ledger: readonly LedgerEntry[];
+  commands: readonly CommandRecord[];
+  /** Occurrences due up to here are judged. */
+  windowEndMs: number;
+  /** Runs created before this must have ended. */
+  stuckBeforeMs: number;
+  saturated: ReadonlySet<string>;
+  /** The largest wall-clock offset (either way) of a scheduler host at some time in [fromMs, toMs]. */
+  skewDuring: (fromMs: number, toMs: number) => number;
+  /**
+   * The furthest any scheduler's wall clock had read by true time `atMs`: an occurrence up to it
+   * may have been fired by then (a clock stepped ahead fires early, and what it fired stays).
+   */
+  firedBy: (atMs: number) => number;
+  leaseTtlMs: number;
+  drainGraceMs: number;
+  /** The job actor's look-ahead (a job's window is at most this). */
+  lookaheadMs: number;
+  maxUnstarted: number;
+  /** Attempts given back unstarted (drains) that do not count, apart (MAX_GIVEN_BACK). */
+  maxGivenBack: number;
+  /** How late a cancelled run's kill may come (the executor's graceful kill, the worker's heartbeat interval). */
+  killSlackMs: number;
+}
+
+export interface RecordCheckOutput {
+  /** Attempts counted without an execution after MAX_UNSTARTED_ATTEMPTS uncounted lapses (the documented bound). */
+  unstartedCap: number;
+}
+
+type Fail = (invariant: string, subject: string, detail: string) => void;
+
+/** An occurrence due this long before a command was sent may still be settled by it (its owner was down). */
+export const LATE_FIRE_MS = 30_000;
+
+interface Window {
+  fromMs: number;
+  toMs: number;
+}
+
+/** What the job's schedule and state were at each instant, from its commands. */
+interface Segment {
+  fromMs: number;
+  spec: JobSpec;
+  enabled: boolean;
+}
+
+export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOutput {
+  const out: RecordCheckOutput = { unstartedCap: 0 };
+  const byRun = new Map<string, LedgerEntry[]>();
+  for (const x of input.ledger) byRun.set(x.runId, [...(byRun.get(x.runId) ?? []), x]);
+  for (const j of input.jobs) {
+    const state = input.states.get(j.jobId);
+    if (!state?.job) {
+      fail("occurrence_lost", j.jobId, `job ${j.tenant}/${j.jobId} has no state: its create never landed`);
+      continue;
+    }
+    const commands = input.commands.filter((c) => c.jobId === j.jobId);
+    const records = input.records.get(j.jobId) ?? [];
+    checkOccurrences(input, j, state, commands, records, fail);
+    for (const r of records) {
+      checkStatus(input, j, commands, r, byRun.get(r.run_id) ?? [], fail);
+      out.unstartedCap += checkAttempts(input, r, byRun.get(r.run_id) ?? [], fail);
+      const backlog = input.saturated.has(j.tenant);
+      // Judged from its creation (a queue occurrence is created when it leaves the queue), or its
+      // due time for a run prepared ahead.
+      const since = Math.max(Date.parse(r.created_at), Date.parse(r.scheduled_for));
+      if (!TERMINAL.has(r.status) && !backlog && since <= input.stuckBeforeMs) {
+        fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} (created ${r.created_at}) still ${r.status} (attempt ${r.attempt}) at the end`);
+      }
+    }
+    const ids = new Set(records.map((r) => r.run_id));
+    for (const c of commands) {
+      if (c.kind === "run_now" && c.runId !== undefined && !ids.has(c.runId)) {
+        fail("manual_run_lost", c.runId, `job ${j.jobId}: run-now answered with run ${c.runId} at t=${c.ackMs}, which has no record`);
+      }
+    }
+  }
+  return out;
+}
+
+function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobState, commands: readonly CommandRecord[], records: readonly RunView[], fail: Fail): void {
+  const created = state.job!.created_at_ms;
+  const segments = segmentsOf(j.spec, created, commands);
+  const open: Window[] = commands.filter((c) => c.kind !== "run_now").map((c) => {
+    const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
+    const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
+    return { fromMs: c.sentMs - skew, toMs: Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack) };
+  });
+  const uncertain = (t: number) => open.some((w) => t >= w.fromMs && t <= w.toMs);
+  // Every instant any of the job's schedules calls for, after its creation.
+  const candidates = new Set<number>();
+  for (const spec of new Set(segments.map((s) => JSON.stringify(s.spec.schedule)))) {
+    const sched = compileSchedule(JSON.parse(spec) as JobSpec["schedule"]);
+    for (let t = sched.next(created, 1)[0]; t !== undefined && t <= input.windowEndMs; t = sched.next(t, 1)[0]) candidates.add(t);
+  }
+  const byTime = new Map<number, RunView[]>();
+  for (const r of records) {
+    if (r.trigger === "manual") continue;
+    const t = Date.parse(r.scheduled_for);
+    byTime.set(t, [...(byTime.get(t) ?? []), r]);
+  }
+  for (const o of [...candidates].sort((a, b) => a - b)) {
+    const found = byTime.get(o) ?? [];
+    if (found.length > 1) {
+      fail("occurrence_duplicated", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)} has ${found.length} run records`);
+      continue;
+    }
+    if (uncertain(o)) continue;
+    const seg = segmentAt(segments, o);
+    const calledFor = seg !== undefined && seg.enabled && occursIn(seg.spec, created, o);
+    const r = found[0];
+    // (Not fired yet when a pause, reschedule or delete came soon after its due time — its owner
+    // down or slow: the command is decided first, and settles only records that exist.)
+    const lateCommand = commands.some((c) => c.kind !== "run_now" && c.kind !== "resume" && c.sentMs >= o && c.sentMs <= o + LATE_FIRE_MS);
+    if (calledFor && r === undefined && !state.queued.includes(o) && !lateCommand) {
+      fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId} (${describe(seg.spec)}): occurrence ${iso(o)} has no run record`);
+    } else if (calledFor && r?.status === "cancelled" && !cancelledInTime(input, j, commands, r, o)) {
+      fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)}, called for, was cancelled (${r.reason}) with no command of the job soon after it`);
+    } else if (!calledFor && r !== undefined && r.status !== "cancelled") {
+      fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} (${r.status}), an occurrence its schedule did not call for then (${seg ? (seg.enabled ? describe(seg.spec) : "paused or deleted") : "before creation"})`);
+    }
+  }
+  for (const r of records) {
+    const t = Date.parse(r.scheduled_for);
+    if (r.trigger !== "manual" && t <= input.windowEndMs && !candidates.has(t)) {
+      fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`);
+    }
+  }
+}
+
+/**
+ * A called-for occurrence's run may be cancelled: replaced (overlap `replace`); by a delete sent
+ * after its due time (it may still run then); by a pause or reschedule sent within LATE_FIRE_MS
+ * after it (its owner, down, had not fired it yet: the command settles it); or by a pause or
+ * reschedule answered up to a look-ahead window before it, which cancels the runs prepared ahead
+ * for good even where the resumed or new schedule calls for the same occurrence (the documented
+ * "stay cancelled": README, ARCHITECTURE.md Known gaps, "What the 5 min look-ahead costs" (2)).
+ */
+function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, o: number): boolean {
+  const reason = r.reason ?? "";
+  if (reason.includes("replaced by a newer occurrence")) return j.spec.overlap === "replace";
+  return commands.some((c) => c.kind === "delete" ? c.sentMs >= o && reason.includes("job deleted")
+    : (c.kind === "pause" || c.kind === "reschedule") && o >= c.sentMs - LATE_FIRE_MS && o <= (c.ackMs ?? Number.POSITIVE_INFINITY) + input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) + input.lookaheadMs);
+}
+
+/** The job's spec and enabled state from creation on, as its answered commands set them (applied at their answer). */
+function segmentsOf(spec: JobSpec, createdMs: number, commands: readonly CommandRecord[]): Segment[] {
+  const out: Segment[] = [{ fromMs: createdMs, spec, enabled: spec.enabled }];
+  for (const c of commands) {
+    if (c.kind === "run_now") continue;
+    const at = c.ackMs ?? c.sentMs;
+    const prev = out[out.length - 1]!;
+    if (c.kind === "delete") out.push({ fromMs: at, spec: prev.spec, enabled: false });
+    else out.push({ fromMs: at, spec: c.spec!, enabled: c.spec!.enabled });
+  }
+  return out;
+}
+
+function segmentAt(segments: readonly Segment[], t: number): Segment | undefined {
+  let s: Segment | undefined;
+  for (const x of segments) if (x.fromMs <= t) s = x;
+  return s;
+}
+
+function occursIn(spec: JobSpec, createdMs: number, t: number): boolean {
+  const sched = compileSchedule(spec.schedule);
+  return sched.next(Math.max(createdMs, t - 1), 1)[0] === t;
+}
+
+/** `status_unexplained`: each terminal status has its cause (see the module header). */
+function checkStatus(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, runs: readonly LedgerEntry[], fail: Fail): void {
+  const why = (s: string) => fail("status_unexplained", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} is ${r.status} (${r.reason ?? "no reason"}) but ${s}`);
+  const reason = r.reason ?? "";
+  switch (r.status) {
+    case "succeeded":
+      if (!runs.some((x) => x.attempt === r.attempt && x.outcome === "exit 0")) why(`no execution of attempt ${r.attempt} exited 0 (ledger: ${runs.map(label).join(", ") || "none"})`);
+      return;
+    case "cancelled": {
+      const cause = reason.includes("replaced by a newer occurrence") ? j.spec.overlap === "replace"
+        : reason.includes("job deleted") ? commands.some((c) => c.kind === "delete")
+          : reason.includes("job paused") ? commands.some((c) => c.kind === "pause")
+            : reason.includes("schedule changed") ? commands.some((c) => c.kind === "reschedule")
+              : false;
+      if (!cause) return why("no command of the job or overlap policy explains it");
+      const stamped = Date.parse(r.finished_at ?? r.created_at);
+      const at = stamped + input.skewDuring(stamped - 60_000, stamped + 60_000);
+      for (const x of runs) {
+        const bound = Math.max(at, x.startMs) + input.leaseTtlMs + input.drainGraceMs + input.killSlackMs;
+        if ((x.endMs ?? Number.POSITIVE_INFINITY) > bound) why(`its execution ${label(x)} ran on past ${iso(bound)}, lease TTL + drain grace after the cancel`);
+      }
+      return;
+    }
+    case "skipped": {
+      const cause = reason.startsWith("overlap: an earlier run") ? j.spec.overlap === "skip"
+        : reason.includes("queue") ? j.spec.overlap === "queue"
+          : reason.startsWith("too many active runs");
+      if (!cause) why("the job's overlap policy does not explain it");
+      else if (runs.length > 0) why(`it executed: ${runs.map(label).join(", ")}`);
+      return;
+    }
+    case "missed":
+      return why("the simulation's jobs catch up every missed occurrence (run_all, within its bound)");
+    case "failed":
+    case "timed_out":
+      if (runs.length === 0) why("it never executed (ledger: none)");
+      return;
+    case "queued":
+    case "leased":
+    case "running":
+    case "retry_wait":
+      return;
+  }
+}
+
+/** `attempt_unexecuted`; returns 1 when the documented bound explains an unexecuted counted attempt. */
+function checkAttempts(input: RecordCheckInput, r: RunView, runs: readonly LedgerEntry[], fail: Fail): number {
+  let uncounted = 0;
+  let givenBack = 0;
+  let capped = 0;
+  for (const a of r.attempts) {
+    if (lapseKind(a.error) !== "counted") {
+      if (a.error?.startsWith("given back")) givenBack++;
+      else uncounted++;
+      continue;
+    }
+    // A cancelled attempt is the command's (its run is cancelled, not failed); one still under way has no outcome yet.
+    if (a.outcome === null || a.outcome === "cancelled") continue;
+    if (runs.some((x) => x.attempt === a.attempt)) continue;
+    if (uncounted >= input.maxUnstarted || givenBack >= input.maxGivenBack) {
+      capped = 1;
+      continue;
+    }
+    fail("attempt_unexecuted", `${r.run_id}#${a.attempt}`, `run ${r.run_id} (${r.status}): attempt ${a.attempt} on ${a.worker ?? "?"} counted against max_attempts (${a.outcome}: ${a.error ?? "no error"}) but never executed (ledger: ${runs.map(label).join(", ") || "none"})`);
+  }
+  return capped;
+}
+
+function label(x: LedgerEntry): string {
+  return `#${x.attempt}/f${x.fence}@${x.worker} ${x.outcome ?? "running"}`;
+}
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+export function describe(spec: JobSpec): string {
+  return "cron" in spec.schedule ? `cron ${spec.schedule.cron}, overlap ${spec.overlap}` : `at ${spec.schedule.at}`;
+}
+
+/** Whether a run id names a manual run (run-now). */
+export const isManual = (runId: string): boolean => (parseRunId(runId)?.seq ?? 0) > 0;

@@ -1,0 +1,311 @@
+/**
+ * Self-tests of the simulation's invariants (test/sim/invariants.ts, record-check.ts): for each
+ * one, a history that breaks it must make it fire — and, beside it, the nearest history that
+ * does not break it must not (so the test shows the check sees the difference, not just noise).
+ * End-to-end self-tests (a broken executor, re-opened holes) are in sim.test.ts.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { encode } from "../../src/cluster/codec.ts";
+import { MemoryKv } from "../../src/cluster/kv-memory.ts";
+import type { Buckets } from "../../src/cluster/buckets.ts";
+import { runIdFor } from "../../src/jobs/ids.ts";
+import type { JobState } from "../../src/jobs/job-state.ts";
+import { NOT_COUNTED, PRESUMED_NOT_STARTED, type JobSpec, type RunView } from "../../src/jobs/model.ts";
+import { Ledger, type LedgerEntry } from "../sim/executor.ts";
+import { Checker, Trace, START_TOLERANCE_MS } from "../sim/invariants.ts";
+import { checkRecords, type CommandRecord, type RecordCheckInput } from "../sim/record-check.ts";
+
+const T0 = Date.UTC(2026, 0, 5, 12, 0, 0);
+const JOB = "j0123456789abcdef";
+const OTHER = "jfedcba9876543210";
+
+function setup(caps: Record<string, number> = {}) {
+  let now = T0;
+  const trace = new Trace(() => now, T0);
+  const checker = new Checker(trace, () => now, T0, new Map(Object.entries(caps)));
+  const ledger = new Ledger();
+  checker.watchLedger(ledger);
+  const at = (ms: number) => (now = T0 + ms);
+  const start = (o: { run?: string; fence?: number; attempt?: number; worker?: string; tenant?: string; job?: string; scheduledForMs?: number }) => ledger.start({
+    runId: o.run ?? runIdFor(JOB, T0), attempt: o.attempt ?? 1, fence: o.fence ?? 1, worker: o.worker ?? "w1",
+    tenant: o.tenant ?? "ta", job: o.job ?? JOB, scheduledForMs: o.scheduledForMs ?? T0, startMs: now,
+  });
+  const end = (x: LedgerEntry, outcome = "exit 0") => ledger.end(x, now, outcome);
+  const fired = () => checker.violations.map((v) => v.invariant);
+  return { checker, ledger, at, start, end, fired };
+}
+
+describe("simulation invariants fire on a history that breaks them", () => {
+  it("a attempt_on_two_workers: one (run, fence) executed on two workers", () => {
+    const t = setup();
+    t.end(t.start({ worker: "w1" }));
+    assert.deepEqual(t.fired(), []);
+    t.at(1000);
+    t.start({ worker: "w2" });
+    assert.ok(t.fired().includes("attempt_on_two_workers"));
+  });
+
+  it("b run_overlap: two executions of one run at once (one after the other is fine)", () => {
+    const t = setup();
+    const x = t.start({ fence: 1 });
+    t.at(100);
+    t.end(x, "exit 1");
+    t.start({ fence: 2, attempt: 2, worker: "w2" });
+    assert.deepEqual(t.fired(), []);
+    t.start({ fence: 3, attempt: 3, worker: "w3" });
+    assert.ok(t.fired().includes("run_overlap"));
+  });
+
+  it("e tenant_cap: more executions of a tenant at once than its cap", () => {
+    const t = setup({ ta: 1 });
+    t.end(t.start({ run: runIdFor(JOB, T0) }));
+    t.start({ run: runIdFor(JOB, T0 + 1000) });
+    assert.deepEqual(t.fired(), []);
+    t.start({ run: runIdFor(OTHER, T0 + 1000), job: OTHER });
+    assert.ok(t.fired().includes("tenant_cap"));
+  });
+
+  it("g skip_overlap: two scheduled runs of a skip job at once (a manual run beside one is fine)", () => {
+    const t = setup();
+    t.checker.skipJobs.add(JOB);
+    t.start({ run: runIdFor(JOB, T0) });
+    t.start({ run: runIdFor(JOB, T0, 1) });
+    assert.deepEqual(t.fired(), []);
+    t.start({ run: runIdFor(JOB, T0 + 3000) });
+    assert.ok(t.fired().includes("skip_overlap"));
+  });
+
+  it("h run_reexecuted: a run executed again after it exited 0 with nothing keeping its worker from reporting", () => {
+    const t = setup();
+    t.end(t.start({ fence: 1 }));
+    t.at(10_000);
+    t.start({ fence: 2, attempt: 2, worker: "w2" });
+    assert.ok(t.fired().includes("run_reexecuted"));
+  });
+
+  it("h: the documented at-least-once case (its worker cut off after the success) is counted, not a violation — unless the owner had taken the report", () => {
+    const t = setup();
+    const x = t.start({ fence: 1 });
+    t.at(1000);
+    t.end(x);
+    const over = t.checker.faultBegins(["w1"], "isolate_bus");
+    t.at(9000);
+    over();
+    t.end(t.start({ fence: 2, attempt: 2, worker: "w2" }));
+    assert.deepEqual(t.fired(), []);
+    assert.equal(t.checker.atLeastOnce.length, 1);
+    // A KV-only fault on the worker is no excuse: it reports over the bus.
+    const u = setup();
+    const y = u.start({ fence: 1 });
+    u.at(1000);
+    u.end(y);
+    u.checker.faultBegins(["w1"], "isolate_kv");
+    u.at(9000);
+    u.start({ fence: 2, attempt: 2, worker: "w2" });
+    assert.ok(u.fired().includes("run_reexecuted"));
+    // A report its owner answered ok, then another execution: a violation whatever the faults.
+    const v = setup();
+    const z = v.start({ fence: 1 });
+    v.at(1000);
+    v.end(z);
+    v.checker.workerEvent("w1", { type: "completed", run_id: z.runId, attempt: 1 });
+    v.checker.faultBegins(["w1"], "crash");
+    v.at(9000);
+    v.start({ fence: 2, attempt: 2, worker: "w2" });
+    assert.ok(v.fired().includes("run_reexecuted"));
+  });
+
+  it("h: the bus cut between the worker and the job's owner (from the leases bucket) excuses; another node's isolation does not", async () => {
+    for (const [isolated, excused] of [["n1", true], ["n2", false]] as const) {
+      const t = setup();
+      const leases = new MemoryKv("leases");
+      await t.checker.watchStore({ leases, actors: new MemoryKv("actors") } as unknown as Buckets);
+      await leases.put("p.0", encode({ owner: "n1", incarnation: "n1-1", epoch: 1, renewedAtMs: T0 }));
+      const x = t.start({ fence: 1 });
+      t.at(1000);
+      t.end(x);
+      t.checker.faultBegins([isolated], "isolate_bus");
+      t.at(9000);
+      t.start({ fence: 2, attempt: 2, worker: "w2" });
+      assert.equal(t.fired().includes("run_reexecuted"), !excused, `${isolated} isolated`);
+    }
+  });
+
+  it("j started_early: a scheduled run started more than the tolerance before its scheduled_for", () => {
+    const t = setup();
+    t.at(0);
+    t.start({ run: runIdFor(JOB, T0 + START_TOLERANCE_MS), scheduledForMs: T0 + START_TOLERANCE_MS });
+    assert.deepEqual(t.fired(), []);
+    t.start({ run: runIdFor(JOB, T0 + 5000), scheduledForMs: T0 + 5000 });
+    assert.ok(t.fired().includes("started_early"));
+  });
+
+  it("d stale_epoch_key: an actor write under a lower epoch than one already written for that key", async () => {
+    const t = setup();
+    const actors = new MemoryKv("actors");
+    await t.checker.watchStore({ leases: new MemoryKv("leases"), actors } as unknown as Buckets);
+    await actors.put("job.3.ta.j1", encode({ e: 5, w: "n1" }));
+    await actors.put("job.3.ta.j1", encode({ e: 5, w: "n1" }));
+    assert.deepEqual(t.fired(), []);
+    await actors.put("job.3.ta.j1", encode({ e: 4, w: "n2" }));
+    assert.ok(t.fired().includes("stale_epoch_key"));
+  });
+});
+
+// ---- record-check.ts ----
+
+const every5s: JobSpec = {
+  name: null, schedule: { cron: "*/5 * * * * *", time_zone: "UTC" }, overlap: "allow", enabled: true, flex_window_s: 0,
+  task: { image: "sim", args: [], env: {}, timeout_s: 20 },
+  retry: { max_attempts: 3, backoff: "exponential", base_s: 1, max_s: 4 },
+  misfire: { policy: "run_all", starting_deadline_s: null },
+};
+
+function state(spec: JobSpec = every5s): JobState {
+  return {
+    job: { tenant_id: "ta", job_id: JOB, spec, version: 1, created_at_ms: T0, updated_at_ms: T0, request_hash: "h" },
+    deleted: false, next_run_at_ms: null, runs: [], queued: [], fence_seq: 0, manual_seq: 0,
+  };
+}
+
+function record(atMs: number, status: RunView["status"], o: Partial<RunView> = {}): RunView {
+  const iso = new Date(atMs).toISOString();
+  return {
+    run_id: runIdFor(JOB, atMs), job_id: JOB, tenant_id: "ta", scheduled_for: iso, trigger: "schedule", status, attempt: 1,
+    attempts: status === "succeeded" ? [{ attempt: 1, worker: "w1", started_at: iso, finished_at: iso, exit_code: 0, outcome: "succeeded", error: null }] : [],
+    created_at: iso, started_at: null, finished_at: iso, next_attempt_at: null, result: null, reason: null, ...o,
+  };
+}
+
+const ok = (atMs: number, attempt = 1): LedgerEntry => ({
+  seq: 0, runId: runIdFor(JOB, atMs), attempt, fence: attempt, worker: "w1", tenant: "ta", job: JOB, scheduledForMs: atMs,
+  startMs: atMs, endMs: atMs + 500, outcome: "exit 0",
+});
+
+/** Runs the record check on one job's history; returns the invariants that fired. */
+function check(records: RunView[], o: Partial<RecordCheckInput> & { spec?: JobSpec } = {}): string[] {
+  const out: string[] = [];
+  const spec = o.spec ?? every5s;
+  checkRecords({
+    jobs: [{ tenant: "ta", jobId: JOB, spec }], states: new Map([[JOB, state(spec)]]), records: new Map([[JOB, records]]),
+    ledger: records.filter((r) => r.status === "succeeded").map((r) => ok(Date.parse(r.scheduled_for))),
+    commands: [], windowEndMs: T0 + 20_000, stuckBeforeMs: T0 + 20_000, saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
+    leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000, ...o,
+  }, (inv) => out.push(inv));
+  return out;
+}
+
+const at = (s: number) => T0 + s * 1000;
+const all = () => [5, 10, 15, 20].map((s) => record(at(s), "succeeded"));
+
+describe("simulation record checks fire on run records that break them", () => {
+  it("a complete history passes", () => {
+    assert.deepEqual(check(all()), []);
+  });
+
+  it("c occurrence_lost: an occurrence with no record", () => {
+    assert.deepEqual(check(all().filter((r) => r.scheduled_for !== new Date(at(10)).toISOString())), ["occurrence_lost"]);
+  });
+
+  it("c occurrence_duplicated: an occurrence with two records", () => {
+    assert.ok(check([...all(), { ...record(at(10), "succeeded"), run_id: `${runIdFor(JOB, at(10))}x` }]).includes("occurrence_duplicated"));
+  });
+
+  it("c unexpected_run: a record for a time no schedule of the job calls for", () => {
+    assert.deepEqual(check([...all(), record(at(7), "succeeded")]), ["unexpected_run"]);
+  });
+
+  it("c status_unexplained: succeeded with no execution that exited 0", () => {
+    const out: string[] = [];
+    checkRecords({
+      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, all()]]),
+      ledger: [ok(at(5)), ok(at(10)), ok(at(15)), { ...ok(at(20)), outcome: "exit 1" }], commands: [], windowEndMs: at(20), stuckBeforeMs: at(20),
+      saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t, leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
+    }, (inv) => out.push(inv));
+    assert.deepEqual(out, ["status_unexplained"]);
+  });
+
+  it("c status_unexplained: cancelled with no command; skipped under allow; missed", () => {
+    const with10 = (r: RunView) => [...all().filter((x) => x.scheduled_for !== r.scheduled_for), r];
+    assert.ok(check(with10(record(at(10), "cancelled", { reason: "job paused before it started" }))).includes("status_unexplained"));
+    assert.ok(check(with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" }))).includes("status_unexplained"));
+    assert.ok(check(with10(record(at(10), "missed", { reason: "misfire (run_all)" }))).includes("status_unexplained"));
+    // The same skipped record under overlap=skip is explained.
+    assert.deepEqual(check(with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" })), { spec: { ...every5s, overlap: "skip" } }), []);
+  });
+
+  it("c: a pause explains the cancelled prepared run, and the occurrences it paused have no record", () => {
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
+      { jobId: JOB, kind: "resume", sentMs: at(17), ackMs: at(17.1), spec: every5s },
+    ];
+    const records = [record(at(5), "succeeded"), record(at(10), "succeeded"), record(at(15), "cancelled", { reason: "job paused before it started" }), record(at(20), "succeeded")];
+    assert.deepEqual(check(records, { commands }), []);
+    // A run for an occurrence the pause had stopped is unexpected.
+    assert.deepEqual(check([...records.filter((r) => r.status !== "cancelled"), record(at(15), "succeeded")], { commands }), ["unexpected_run"]);
+  });
+
+  it("c: a cancelled run that executed on past lease TTL + drain grace after its cancel", () => {
+    const commands: CommandRecord[] = [{ jobId: JOB, kind: "delete", sentMs: at(12), ackMs: at(12.1) }];
+    const records = [record(at(5), "succeeded"), record(at(10), "cancelled", { reason: "job deleted", finished_at: new Date(at(12.1)).toISOString() })];
+    const late: LedgerEntry = { ...ok(at(10)), endMs: at(12.1) + 4000 + 10_000 + 1000 + 1, outcome: "killed" };
+    const out: string[] = [];
+    checkRecords({
+      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, records]]),
+      ledger: [ok(at(5)), late], commands, windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
+      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
+    }, (inv) => out.push(inv));
+    assert.deepEqual(out, ["status_unexplained"]);
+  });
+
+  it("f run_stuck: a run created and due before the faults stopped, still active at the end", () => {
+    const stuck = record(at(10), "queued", { finished_at: null, attempts: [] });
+    assert.deepEqual(check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], { stuckBeforeMs: at(15) }), ["run_stuck"]);
+    assert.deepEqual(check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], { stuckBeforeMs: at(9) }), []);
+  });
+
+  it("i attempt_unexecuted: a dead letter for a lapse of an attempt that never executed; the bound past MAX uncounted is counted", () => {
+    const lapse = (attempt: number, counted: boolean, presumed = false) => ({
+      attempt, worker: "w1", started_at: null, finished_at: null, exit_code: null, outcome: "lease_lost" as const,
+      error: `lease expired on worker w1, which no longer knows the attempt${counted ? "" : presumed ? PRESUMED_NOT_STARTED : NOT_COUNTED}`,
+    });
+    const failed = record(at(10), "failed", { reason: "dead-lettered after 1 attempt(s): lease lost", attempts: [lapse(1, true)] });
+    const records = [record(at(5), "succeeded"), failed, record(at(15), "succeeded"), record(at(20), "succeeded")];
+    assert.deepEqual(check(records), ["status_unexplained", "attempt_unexecuted"]);
+    // The same lapse uncounted (then offered again and succeeded) is fine, whichever suffix says so.
+    const retried = record(at(10), "succeeded", { attempt: 3, attempts: [lapse(1, false), lapse(2, false, true), { ...record(at(10), "succeeded").attempts[0]!, attempt: 3 }] });
+    const out: string[] = [];
+    checkRecords({
+      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [record(at(5), "succeeded"), retried, record(at(15), "succeeded"), record(at(20), "succeeded")]]]),
+      ledger: [ok(at(5)), ok(at(10), 3), ok(at(15)), ok(at(20))], commands: [], windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
+      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
+    }, (inv) => out.push(inv));
+    assert.deepEqual(out, []);
+    // Past the bound of uncounted lapses, the next counted one is the documented reason: counted, not a violation.
+    const capped = record(at(10), "failed", { attempts: [...Array.from({ length: 10 }, (_, i) => lapse(i + 1, false)), lapse(11, true)] });
+    const fired: string[] = [];
+    const res = checkRecords({
+      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [capped]]]),
+      ledger: [], commands: [], windowEndMs: at(10), stuckBeforeMs: at(10), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
+      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
+    }, (inv) => fired.push(inv));
+    assert.equal(res.unstartedCap, 1);
+    assert.ok(!fired.includes("attempt_unexecuted"), fired.join(", "));
+  });
+
+  it("m manual_run_lost: an answered run-now with no record", () => {
+    const runId = runIdFor(JOB, at(3), 1);
+    const commands: CommandRecord[] = [{ jobId: JOB, kind: "run_now", sentMs: at(3), ackMs: at(3.1), runId }];
+    assert.deepEqual(check(all(), { commands }), ["manual_run_lost"]);
+    const manual = { ...record(at(3), "succeeded"), run_id: runId, trigger: "manual" as const };
+    const out: string[] = [];
+    checkRecords({
+      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [...all(), manual]]]),
+      ledger: [...[5, 10, 15, 20].map((s) => ok(at(s))), { ...ok(at(3)), runId }], commands, windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(),
+      skewDuring: () => 0, firedBy: (t) => t, leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
+    }, (inv) => out.push(inv));
+    assert.deepEqual(out, []);
+  });
+});
