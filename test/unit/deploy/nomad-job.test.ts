@@ -39,13 +39,15 @@ describe("Nomad job: secrets per group", () => {
 
   it("each group reads only the job's path (the CA) and its own path", () => {
     for (const [name, text] of g) {
-      const reads = [...text.matchAll(/nomadVar "([^"]+)" \}\}\{\{ \.(\w+) \}\}/g)].map((m) => [m[1]!, m[2]!] as const);
+      // `{{ .key }}`, or a per-host key: `{{ index . (printf "creds_worker-%s" (env "node.unique.id")) }}`.
+      const reads = [...text.matchAll(/nomadVar "([^"]+)" \}\}\{\{ (?:\.(\w+)|index \. \(printf "([\w-]+)%s")/g)].map((m) => [m[1]!, m[2] ?? m[3]!] as const);
       assert.ok(reads.length >= 2, `${name} renders its credentials and the CA`);
       for (const [path, key] of reads) {
         if (path === "nomad/jobs/kairos") assert.equal(key, "nats_ca", `${name}: only the CA comes from the job's path, not ${key}`);
         else assert.equal(path, `nomad/jobs/kairos/${name}`, `${name} reads ${path}`);
       }
-      assert.ok(reads.some(([p, k]) => p === `nomad/jobs/kairos/${name}` && k === "creds"), `${name} renders its own creds`);
+      // A worker host renders the credentials of its own worker id (`creds_worker-<id>`).
+      assert.ok(reads.some(([p, k]) => p === `nomad/jobs/kairos/${name}` && (k === "creds" || (name === "worker" && k === "creds_worker-"))), `${name} renders its own creds`);
     }
   });
 
