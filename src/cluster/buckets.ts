@@ -8,6 +8,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { KV_TIMEOUT_MS, LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
+import { DeniedKv } from "./kv-denied.ts";
 import { InFlightLimiter } from "./in-flight.ts";
 import type { KvStore } from "./kv.ts";
 import { checkServerVersion } from "./server-version.ts";
@@ -52,6 +53,15 @@ export interface BucketOptions {
    * permissions): it waits, bounded, for an api or scheduler node to create them.
    */
   createStreams?: boolean;
+  /**
+   * `worker`: a worker-only identity, whose NATS permissions allow exactly two JetStream
+   * operations (nats-permissions.ts): a direct get of the key `config` of the `cluster` bucket and
+   * writes of its own `nodes` record. Those two buckets are bound by name — no JetStream API
+   * info, no stream info (which would list any bucket's keys with a subject filter), no consumer —
+   * and every other bucket is a `DeniedKv`. Default `cluster`: every bucket, as api and
+   * scheduler identities use them.
+   */
+  scope?: "cluster" | "worker";
 }
 
 export const DEFAULT_MAX_IN_FLIGHT = 512;
@@ -95,6 +105,7 @@ async function startupRetry<T>(step: () => Promise<T>, clock: Clock): Promise<T>
 export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Promise<Buckets> {
   const warning = checkServerVersion(nc.info?.version ?? "0.0.0", opts.replicas);
   if (warning) opts.warn?.(warning);
+  if (opts.scope === "worker") return workerBuckets(nc, opts);
   const clock = opts.clock ?? systemClock;
   const limiter = new InFlightLimiter(opts.maxInFlight ?? DEFAULT_MAX_IN_FLIGHT);
   // The library's own timeouts are longer than NatsKv's stall-aware deadline (kv-nats.ts).
@@ -137,4 +148,32 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     open("idem", IDEMPOTENCY_TTL_MS),
   ]);
   return { cluster, leases, nodes, actors, runs, tenants, idempotency };
+}
+
+/**
+ * A worker-only node's buckets (`scope: "worker"`): `cluster` and `nodes` bound without a
+ * request, reads by direct get of the exact key (the subject carries it, so the permission can
+ * name it), writes by publishing to the key's subject; the rest refused locally. A read before a
+ * scheduler has created the bucket fails as `unavailable` (no responders), which the caller
+ * retries (node.ts `clusterPartitions`).
+ */
+async function workerBuckets(nc: NatsConnection, opts: BucketOptions): Promise<Buckets> {
+  const bind = async (c: NatsConnection, suffix: string): Promise<KvStore> => {
+    const muxed = withMuxedRequests(c);
+    const js = jetstream(muxed, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS, checkAPI: false });
+    const name = bucketName(opts.clusterName, suffix);
+    const kv = await new Kvm(js).open(name, { allow_direct: true });
+    return new NatsKv(name, kv, await jetstreamManager(muxed, { checkAPI: false }));
+  };
+  const control = opts.control ?? nc;
+  const denied = (suffix: string) => new DeniedKv(bucketName(opts.clusterName, suffix), "a worker's NATS identity");
+  return {
+    cluster: await bind(control, "cluster"),
+    nodes: await bind(control, "nodes"),
+    leases: denied("leases"),
+    actors: denied("actors"),
+    runs: denied("runs"),
+    tenants: denied("tenants"),
+    idempotency: denied("idem"),
+  };
 }

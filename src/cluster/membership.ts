@@ -24,6 +24,7 @@ import { decode, encode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
 import type { KvStore } from "./kv.ts";
 import { creditedSeen, Listening, type Heard } from "./listening.ts";
+import { countBusRefusal } from "../metrics/index.ts";
 
 export interface MemberInfo {
   nodeId: string;
@@ -112,12 +113,31 @@ export class Membership {
 
   start(): void {
     const { nc } = this.#o;
-    const fromScheduler = (subject: string) => subject.endsWith(".s");
+    // Which voice a message came in: `s`, `n`, or neither. Only the exact subject counts: a
+    // JetStream push consumer delivers a stored message to whatever deliver subject its creator
+    // chose, under the message's own subject (`$KV.<bucket>.<key>`, a key like `x.s`) — as the
+    // account, past every permission — so a suffix check would believe a KV write as a scheduler.
+    const voiceOf = (kind: "hb" | "leave", subject: string): boolean | undefined => {
+      if (subject === `${this.subjectPrefix}.${kind}.s`) return true;
+      if (subject === `${this.subjectPrefix}.${kind}.n`) return false;
+      countBusRefusal("membership", "subject");
+      return undefined;
+    };
     this.#subs.push(
       // A subscription error (permission violation) arrives as a callback with an empty message.
-      nc.subscribe(`${this.subjectPrefix}.hb.*`, { callback: (e, m) => e ? undefined : this.#onBeat(decode<MemberInfo>(m.data), fromScheduler(m.subject)) }),
+      nc.subscribe(`${this.subjectPrefix}.hb.*`, {
+        callback: (e, m) => {
+          if (e) return;
+          const s = voiceOf("hb", m.subject);
+          if (s !== undefined) this.#onBeat(decode<MemberInfo>(m.data), s);
+        },
+      }),
       nc.subscribe(`${this.subjectPrefix}.leave.*`, {
-        callback: (e, m) => e ? undefined : this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data), fromScheduler(m.subject)),
+        callback: (e, m) => {
+          if (e) return;
+          const s = voiceOf("leave", m.subject);
+          if (s !== undefined) this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data), s);
+        },
       }),
     );
     this.#tick();

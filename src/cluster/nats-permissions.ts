@@ -17,8 +17,10 @@
  *
  * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
  * info, direct get, ordered consumers and their flow control); writing is publishing to
- * `$KV.<c>_<suffix>.<key>`. Workers read `cluster` and read/write `nodes` only: never the
- * tenants bucket, never actor state or runs. API nodes write only `idem`, the job counters
+ * `$KV.<c>_<suffix>.<key>`. A worker-only identity has exactly two JetStream rights: the direct
+ * get of `config` in `cluster` (`$JS.API.DIRECT.GET.KV_<c>_cluster.$KV.<c>_cluster.config`: the
+ * key is in the subject) and writes of its own `nodes` record — no stream info, no consumer, no
+ * other key, never the tenants bucket, actor state or runs. API nodes write only `idem`, the job counters
  * `jc.*` and the sealed task secrets `sk.>` of the tenants bucket (never a tenant or key record:
  * minting keys is `admin`).
  *
@@ -154,12 +156,18 @@ export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_
   const workerId = opts.workerId ?? "*";
   if (roles === NATS_ADMIN) return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
   const k = `kairos.${c}`;
+  const workerOnly = !roles.includes("scheduler") && !roles.includes("api");
   const base: Grant = {
-    pub: [
-      "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
-      ...readBucket(c, "cluster"), ...readBucket(c, "nodes"),
-      ...writeBucket(c, "nodes", [opts.workerId !== undefined && roles.length === 1 ? opts.workerId : ">"]),
-    ],
+    pub: workerOnly
+      // A worker reads one key and writes one (its own node record; `*` for a shared worker
+      // user): no JetStream API info, no stream info (with a subject filter it lists any
+      // bucket's keys), no consumer (a push consumer delivers where its creator says, as the
+      // account), no key listing (buckets.ts, scope `worker`).
+      ? [`$JS.API.DIRECT.GET.KV_${c}_cluster.$KV.${c}_cluster.config`, ...writeBucket(c, "nodes", [opts.workerId ?? "*"])]
+      : [
+        "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
+        ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
+      ],
     sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb.*`, `${k}.node.leave.*`],
     responds: false,
   };
@@ -172,10 +180,14 @@ export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_
     publish: { allow: uniq(grants.flatMap((g) => g.pub)) },
     subscribe: { allow: uniq(grants.flatMap((g) => g.sub)) },
   };
-  if (!roles.includes("scheduler") && !roles.includes("api")) {
-    // Spelled out for readers of the server config: a worker can neither command actors nor
-    // touch the tenants bucket (the allow list already excludes both).
-    perms.publish.deny = [`${k}.p.>`, `$KV.${c}_tenants.>`, `$KV.${c}_actors.>`, `$KV.${c}_runs.>`];
+  if (workerOnly) {
+    // Spelled out for readers of the server config: a worker can neither command actors, nor
+    // touch the tenants bucket, nor create consumers or read stream info (the allow list
+    // already excludes all of them).
+    perms.publish.deny = [
+      `${k}.p.>`, `$KV.${c}_tenants.>`, `$KV.${c}_actors.>`, `$KV.${c}_runs.>`,
+      "$JS.API.CONSUMER.>", "$JS.API.STREAM.>", "$JS.API.INFO",
+    ];
   }
   if (grants.some((g) => g.responds)) perms.allow_responses = true;
   return perms;

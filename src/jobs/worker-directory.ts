@@ -65,10 +65,17 @@ export class WorkerDirectory {
   start(nc: Bus, cluster: string): void {
     this.#listening.start();
     this.#armTick();
+    const advertPrefix = workerAdvertWildcard(cluster).slice(0, -1);
     this.#sub = nc.subscribe(workerAdvertWildcard(cluster), {
       // An error (a permission violation) comes with an empty message: nothing to observe.
       callback: (e, m) => {
+        // Only on an advert subject: a JetStream push consumer delivers stored messages under
+        // their own subject (`$KV.…`, membership.ts) to whatever subject its creator chose.
         if (e) return;
+        if (!m.subject.startsWith(advertPrefix)) {
+          countBusRefusal("adverts", "subject");
+          return;
+        }
         let a: WorkerAdvert;
         try {
           a = decode<WorkerAdvert>(m.data);

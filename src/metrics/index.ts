@@ -21,7 +21,7 @@
  * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list, keys, purge), bucket (the KV bucket, e.g. kairos_runs) | JetStream KV operation latency, failures included |
  * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
  * | kairos_log_lines_dropped_total | counter | – | log lines dropped because stdout's reader fell behind (src/lib/log.ts) |
- * | kairos_bus_refusals_total | counter | responder (actors, worker_plane, nats_api, worker, adverts), reason (no_reply, not_an_inbox, not_the_asker, identity) | messages refused at the bus: a request whose reply subject is not the asker's own inbox, dropped unanswered (src/cluster/reply-guard.ts); a worker-plane item or slot advert naming another worker than its subject's (identity) |
+ * | kairos_bus_refusals_total | counter | responder (actors, worker_plane, nats_api, worker, adverts, membership), reason (no_reply, not_an_inbox, not_the_asker, identity, subject) | messages refused at the bus: a request whose reply subject is not the asker's own inbox, dropped unanswered (src/cluster/reply-guard.ts); a worker-plane item or slot advert naming another worker than its subject's (identity); a message delivered on a partition subscription under another subject (a JetStream push consumer's delivery: subject) |
  *
  * Plus prom-client's default process metrics (`process_*`, `nodejs_*`).
  *
@@ -59,9 +59,9 @@ export type WaitReason = "slot" | "worker";
 export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
 export type KvOp = "get" | "get_replica" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 /** Which responder refused a request (`countBusRefusal`). */
-export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts";
-/** Why: reply-guard.ts's reasons, or `identity` (a message naming another worker than its sender). */
-export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity";
+export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
+/** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), or `subject` (delivered under another subject). */
+export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
 
 const sources: Record<GaugeSourceName, Set<() => number>> = {

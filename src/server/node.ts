@@ -12,6 +12,7 @@ import type { MessageGuard } from "../actors/actor.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
 import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
 import { bucketName, openBuckets, type Buckets } from "../cluster/buckets.ts";
+import { REPLICA_READ } from "../cluster/kv.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { EventBus } from "../cluster/events.ts";
@@ -53,7 +54,10 @@ async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCr
   let last: unknown = "no scheduler node has created the cluster config yet";
   for (let i = 0; i < 40; i++) {
     try {
-      const e = await b.cluster.get("config");
+      // A worker's identity may read this key only by a direct get (nats-permissions.ts), which a
+      // replica answers: harmless, the count is written once and never changes — a replica that
+      // has not seen it yet answers "absent", and the worker asks again.
+      const e = await b.cluster.get("config", mayCreate ? undefined : REPLICA_READ);
       if (e) return decode<{ partitions: number }>(e.value).partitions;
       // Only scheduler identities may write the cluster bucket: other nodes wait for one.
       const r = mayCreate ? await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" })) : { ok: false };
@@ -190,8 +194,10 @@ export class KairosNode {
         replicas: c.replicas,
         warn: (m) => log("warn", m),
         control,
-        // A worker identity may not create streams: it waits for an api or scheduler node to.
+        // A worker identity may not create streams: it waits for an api or scheduler node to. It
+        // reads the partition count and writes its own node record, nothing else (buckets.ts).
         createStreams: c.roles.includes("api") || c.roles.includes("scheduler"),
+        scope: c.roles.includes("api") || c.roles.includes("scheduler") ? "cluster" : "worker",
       });
     }
     this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock, c.roles.includes("scheduler"));
@@ -306,15 +312,24 @@ export class KairosNode {
   #subscribe(p: number): void {
     if (this.#subs.has(p)) return;
     this.#subs.set(p, [
-      this.nc.subscribe(partitionSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, false) }),
-      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true) }),
+      this.nc.subscribe(partitionSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, false, p) }),
+      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true, p) }),
     ]);
   }
 
-  #serve(err: Error | null, m: BusMsg, fromWorkers: boolean): void {
+  #serve(err: Error | null, m: BusMsg, fromWorkers: boolean, p: number): void {
     if (err) {
       // A subscription refused by the server (permissions): the callback gets an empty message.
       this.#deps.log("error", "partition subscription failed", { err: String(err) });
+      return;
+    }
+    // Only what was published on the subscribed subject: a JetStream push consumer delivers stored
+    // messages under their own subject (`$KV.…`) to whatever subject its creator chose, as the
+    // account — past the permissions that keep workers off `p.<n>`.
+    const c = this.config.clusterName;
+    if (fromWorkers ? !m.subject.startsWith(workerPlaneWildcard(c, p).slice(0, -1)) : m.subject !== partitionSubject(c, p)) {
+      countBusRefusal(fromWorkers ? "worker_plane" : "actors", "subject");
+      this.events.emit({ type: "reply_refused", responder: fromWorkers ? "worker_plane" : "actors", reason: "subject", subject: m.subject.slice(0, 200) });
       return;
     }
     const host = this.#host!;

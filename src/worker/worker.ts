@@ -300,7 +300,14 @@ export class Worker {
         },
       }),
       nc.subscribe(workerSubject(clusterName, workerId, "cancel"), {
-        callback: (_e, m) => this.#cancel(decode<CancelRequest>(m.data)),
+        // Only on its own subject: a JetStream push consumer delivers stored messages under their
+        // own subject (`$KV.…`) to whatever subject its creator chose (start and probe need a
+        // scheduler's inbox to answer, which such a delivery never has: `#refusesReply`).
+        callback: (e, m) => {
+          if (e) return;
+          if (m.subject === workerSubject(clusterName, workerId, "cancel")) this.#cancel(decode<CancelRequest>(m.data));
+          else countBusRefusal("worker", "subject");
+        },
       }),
       nc.subscribe(workerSubject(clusterName, workerId, "probe"), {
         callback: (_e, m) => {

@@ -10,6 +10,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { PermissionViolationError } from "@nats-io/nats-core";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import type { EventBus } from "../../src/cluster/events.ts";
+import { metricsText, type BusRefusalReason, type BusResponder } from "../../src/metrics/index.ts";
 
 /** Resolves with the first node event matching `pred` (armed at the call: call before acting). */
 export function nextEvent<E extends NodeEvent>(events: EventBus, pred: (e: NodeEvent) => e is E): Promise<E>;
@@ -71,4 +72,30 @@ export async function defended<T>(defence: Promise<T>, effect: () => Promise<str
   const late = await effect();
   if (late !== undefined) throw new Error(`${phase}: refused, yet the attack had its effect: ${late}`);
   return o.value;
+}
+
+/** `kairos_bus_refusals_total{responder, reason}` of this process (its nodes run in-process). */
+export async function busRefusals(responder: BusResponder, reason: BusRefusalReason): Promise<number> {
+  const series = `kairos_bus_refusals_total{responder="${responder}",reason="${reason}"} `;
+  const line = (await metricsText()).body.split("\n").find((l) => l.startsWith(series));
+  return line === undefined ? 0 : Number(line.slice(series.length));
+}
+
+/**
+ * `refused` resolves when `kairos_bus_refusals_total{responder, reason}` grows past its value at
+ * the call (await the call before acting: it reads the baseline). The counter has no event, so it is
+ * re-read every 25 ms, for at most 20 s.
+ */
+export async function armBusRefusal(responder: BusResponder, reason: BusRefusalReason): Promise<{ refused: Promise<number> }> {
+  const base = await busRefusals(responder, reason);
+  const deadline = Date.now() + 20_000;
+  const refused = (async () => {
+    for (;;) {
+      const n = await busRefusals(responder, reason);
+      if (n > base) return n - base;
+      if (Date.now() > deadline) throw new Error(`kairos_bus_refusals_total{responder="${responder}",reason="${reason}"} did not grow in 20 s`);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  })();
+  return { refused };
 }

@@ -92,3 +92,24 @@ it("a dead peer is still dropped when this node's own ticks keep running late (t
   }
   assert.deepEqual(left, ["n2"], "credited without bound, it stayed live (7 ticks at 600 ms late; minutes at 20 s)");
 });
+
+it("only the exact voice subjects count: a JetStream delivery under a `$KV.….s` subject is no scheduler's heartbeat", () => {
+  const subs = new Map<string, BusSubscribeOptions>();
+  const clock = new StallClock();
+  const m = new Membership({
+    nc: stubBus(subs), clusterName: "kairos", clock, events: new EventBus(), nodesKv: new MemoryKv("nodes"),
+    self: { nodeId: "n1", incarnation: "i1", roles: ["scheduler"], startedAtMs: 0 },
+    heartbeatIntervalMs: 500, failureTimeoutMs: 3000, onChange: () => undefined,
+  });
+  m.start();
+  const ghost = encode({ nodeId: "ghost", incarnation: "g", roles: ["scheduler"], startedAtMs: 0 });
+  // A push consumer delivers a stored message under its own subject to whatever subject its creator chose.
+  subs.get("kairos.kairos.node.hb.*")!.callback(null, { subject: "$KV.kairos_idem.x.s", data: ghost, respond: () => undefined });
+  subs.get("kairos.kairos.node.hb.*")!.callback(null, { subject: "kairos.kairos.node.hb.x.s", data: ghost, respond: () => undefined });
+  assert.deepEqual(m.live(), ["n1"], "nobody joined");
+  subs.get("kairos.kairos.node.hb.*")!.callback(null, { subject: "kairos.kairos.node.hb.s", data: ghost, respond: () => undefined });
+  assert.deepEqual(m.live("scheduler"), ["ghost", "n1"], "the same heartbeat on the scheduler subject is believed");
+  subs.get("kairos.kairos.node.leave.*")!.callback(null, { subject: "$KV.kairos_idem.y.s", data: encode({ nodeId: "ghost", incarnation: "g" }), respond: () => undefined });
+  assert.deepEqual(m.live("scheduler"), ["ghost", "n1"], "nor does such a delivery make a scheduler leave");
+  void m.stop();
+});

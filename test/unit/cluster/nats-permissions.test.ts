@@ -53,6 +53,19 @@ describe("NATS permissions per role", () => {
     assert.equal(w.allow_responses, true);
   });
 
+  it("a worker-only identity has two JetStream rights: the partition count's direct get and its own node record", () => {
+    for (const w of [natsPermissions("k", ["worker"], { workerId: "w1", user: "worker-w1" }), natsPermissions("k", ["worker"])]) {
+      assert.ok(allowed(w.publish, "$JS.API.DIRECT.GET.KV_k_cluster.$KV.k_cluster.config"));
+      for (const s of ["$JS.API.INFO", "$JS.API.STREAM.INFO.KV_k_nodes", "$JS.API.STREAM.INFO.KV_k_tenants", "$JS.API.STREAM.LIST", "$JS.API.CONSUMER.CREATE.KV_k_nodes",
+        "$JS.API.CONSUMER.CREATE.KV_k_nodes.x.$KV.k_nodes.>", "$JS.API.CONSUMER.DURABLE.CREATE.KV_k_nodes.x", "$JS.API.DIRECT.GET.KV_k_cluster", "$JS.API.DIRECT.GET.KV_k_cluster.$KV.k_cluster.other",
+        "$JS.API.DIRECT.GET.KV_k_nodes.$KV.k_nodes.w2", "$JS.API.STREAM.MSG.GET.KV_k_cluster", "$JS.FC.KV_k_nodes.x", "$JS.API.STREAM.PURGE.KV_k_nodes", "$KV.k_cluster.config"]) {
+        assert.ok(!allowed(w.publish, s), s);
+      }
+    }
+    // Nodes with the api or scheduler role keep reading buckets as before.
+    assert.ok(allowed(natsPermissions("k", ["scheduler", "worker"]).publish, "$JS.API.CONSUMER.CREATE.KV_k_actors"));
+  });
+
   it("api writes idem and job counters only; scheduler serves partitions and writes actor state", () => {
     const a = natsPermissions("k", ["api"]);
     assert.ok(allowed(a.publish, "kairos.k.p.0"));

@@ -185,3 +185,28 @@ describe("worker directory", () => {
     assert.equal(workerSubject("c1", "w7", "start"), "kairos.c1.worker.w7.start");
   });
 });
+
+describe("worker directory: who may advertise", () => {
+  it("takes an advert only on its own worker's subject", () => {
+    const subs = new Map<string, BusSubscribeOptions>();
+    const dir = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500);
+    const refused: string[] = [];
+    const d2 = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500, { onRefused: (subject, reason) => refused.push(`${subject}: ${reason}`) });
+    dir.start(stubBus(subs), "c");
+    const cb = subs.get("kairos.c.adverts.*")!.callback;
+    const send = (subject: string, a: unknown) => cb(null, { subject, data: encode(a), respond: () => undefined });
+    send("kairos.c.adverts.w1", advert("w2", 4)); // w1 speaking for w2
+    send("$KV.c_idem.w2", advert("w2", 4)); // a JetStream push delivery under its own subject
+    send("kairos.c.adverts.w3", { worker_id: "w3" }); // malformed
+    assert.equal(dir.size, 0);
+    send("kairos.c.adverts.w2", advert("w2", 4));
+    assert.equal(dir.pick(), "w2");
+    const subs2 = new Map<string, BusSubscribeOptions>();
+    d2.start(stubBus(subs2), "c");
+    subs2.get("kairos.c.adverts.*")!.callback(null, { subject: "kairos.c.adverts.w1", data: encode(advert("w2", 4)), respond: () => undefined });
+    assert.deepEqual(refused, ['kairos.c.adverts.w1: advert names worker "w2"']);
+    dir.stop();
+    d2.stop();
+  });
+});
+
