@@ -237,7 +237,12 @@ export async function metricsText(): Promise<{ body: string; contentType: string
   return { body: await registry.metrics(), contentType: registry.contentType };
 }
 
-const skewSources = new Set<() => ReadonlyMap<string, number>>();
+/**
+ * Held weakly: a node dropped without its `stop()` — an in-process test's or the simulation's
+ * crashed node — is not kept alive, with all it references, by this module (the simulation grew
+ * by megabytes a seed). Its owner keeps the function.
+ */
+const skewSources = new Set<WeakRef<() => ReadonlyMap<string, number>>>();
 new Gauge({
   name: "kairos_clock_skew_seconds",
   help: "Each peer node's wall clock minus this node's, from its last membership heartbeat (less the heartbeat's one-way latency)",
@@ -245,12 +250,20 @@ new Gauge({
   registers: [registry],
   collect() {
     this.reset();
-    for (const read of skewSources) for (const [node, ms] of read()) this.set({ node }, ms / 1000);
+    for (const ref of skewSources) {
+      const read = ref.deref();
+      if (read === undefined) skewSources.delete(ref);
+      else for (const [node, ms] of read()) this.set({ node }, ms / 1000);
+    }
   },
 });
 
-/** Registers a node's view of its peers' clock skews (ms), read at scrape time; returns its removal. */
+/**
+ * Registers a node's view of its peers' clock skews (ms), read at scrape time; returns its
+ * removal. The caller keeps `read` referenced for as long as it should be read (held weakly here).
+ */
 export function addClockSkewSource(read: () => ReadonlyMap<string, number>): () => void {
-  skewSources.add(read);
-  return () => skewSources.delete(read);
+  const ref = new WeakRef(read);
+  skewSources.add(ref);
+  return () => skewSources.delete(ref);
 }

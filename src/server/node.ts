@@ -82,6 +82,7 @@ export class KairosNode {
   #partitions = 0;
   #membership: Membership | undefined;
   #removeSkewSource: (() => void) | undefined;
+  #skewRead: (() => ReadonlyMap<string, number>) | undefined;
   #leases: PartitionManager | undefined;
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
@@ -219,7 +220,8 @@ export class KairosNode {
     });
     this.#membership.start();
     const m = this.#membership;
-    this.#removeSkewSource = addClockSkewSource(() => m.skews());
+    this.#skewRead = () => m.skews(); // held here: the metrics module holds it weakly
+    this.#removeSkewSource = addClockSkewSource(this.#skewRead);
     if (isScheduler) await this.#startScheduler();
     events.emit({ type: "node_started", nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles] });
   }

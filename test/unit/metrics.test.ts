@@ -5,8 +5,10 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import {
-  METRICS, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
+  METRICS, addClockSkewSource, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
   countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
 import { prometheusSink } from "../../src/jobs/run-metrics.ts";
@@ -18,6 +20,22 @@ const value = (text: string, series: string): number | undefined => {
 };
 
 describe("metrics", () => {
+  // A node dropped without its stop() (the simulation's crashed node) must not be kept alive by the
+  // metrics module: the simulation grew by megabytes a seed while it was.
+  it("a clock-skew source is read while its owner keeps it, and is dropped once its owner is gone", async () => {
+    setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    const kept = () => new Map([["kept-node", 1500]]);
+    const remove = addClockSkewSource(kept);
+    ((): void => void addClockSkewSource(() => new Map([["gone-node", 2500]])))();
+    await new Promise((r) => setImmediate(r));
+    gc();
+    const { body } = await metricsText();
+    assert.equal(value(body, `kairos_clock_skew_seconds{node="kept-node"}`), 1.5);
+    assert.equal(value(body, `kairos_clock_skew_seconds{node="gone-node"}`), undefined, "a source nobody holds is still read");
+    remove();
+  });
+
   it("exposes every metric of the contract with its type", async () => {
     const { body, contentType } = await metricsText();
     assert.match(contentType, /^text\/plain/);
