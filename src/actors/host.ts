@@ -173,6 +173,8 @@ export interface HostOptions {
 export const WARM_MS = 120_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
 export const WARM_LOADS_IN_FLIGHT = 16;
+/** How soon an actor dropped with its state in doubt is read back (see `#reloadSoon`). */
+export const RELOAD_AFTER_DROP_MS = 500;
 /** A timer's key in the node's queues: by partition first, so a lost partition's go by prefix. */
 function timerKey(partition: number, type: string, id: string, name: string): string {
   return `${partition}|${type}|${id}|${name}`;
@@ -612,6 +614,7 @@ export class ActorHost {
       // write had timed out; after a move the tenant ran one over its cap).
       const durable = Promise.resolve(started).catch((e: unknown) => {
         this.#drop(inst, "pipelined write failed");
+        this.#reloadSoon(inst);
         throw e;
       });
       return new Deferred(durable.then(() => {
@@ -619,6 +622,7 @@ export class ActorHost {
           // Its effects (sends, timers) are skipped: drop it, so that the next message reloads
           // it and re-arms its timers, instead of a loaded actor whose timer is gone for good.
           this.#drop(inst, "not owner after its write");
+          this.#reloadSoon(inst);
           throw new KairosError("not_owner", `partition ${inst.partition} no longer owned by ${this.#o.nodeId}`);
         }
         this.#hostEffects(inst, d.effects ?? []);
@@ -647,6 +651,7 @@ export class ActorHost {
       } catch (e) {
         // Unknown outcome: forget the cached state; the next message reloads and decides again.
         this.#drop(inst, "write outcome unknown");
+        this.#reloadSoon(inst);
         throw e;
       }
       if (!r.ok) {
@@ -682,6 +687,7 @@ export class ActorHost {
       r = await this.#o.kv.update(inst.key, value, inst.revision, write);
     } catch (e) {
       this.#drop(inst, "fence outcome unknown");
+      this.#reloadSoon(inst);
       throw e;
     }
     if (!r.ok) {
@@ -697,6 +703,7 @@ export class ActorHost {
     if (!this.#o.isTrusted(inst.partition)) {
       this.#o.events.emit({ type: "write_fenced", actorType: inst.type, id: inst.id, partition: inst.partition, reason: `lease not trusted ${when}` });
       this.#drop(inst, "lease not trusted");
+      this.#reloadSoon(inst);
       throw new KairosError("not_owner", `partition ${inst.partition} no longer owned by ${this.#o.nodeId}`);
     }
   }
@@ -722,6 +729,31 @@ export class ActorHost {
           break;
       }
     }
+  }
+
+  /**
+   * An actor dropped with its state possibly ahead of (or behind) what KV holds — a write of
+   * unknown outcome, a turn whose effects were skipped, a trust blip — is read back soon when its
+   * type must be in memory while its partition is held (`loadOnAcquire`: the activation re-arms
+   * its timers, e.g. a run's dispatch): the next message used to be the only thing that reloaded
+   * it, and a job no message came for kept a run its failed turn had created `queued` until its
+   * partition moved (the simulation's seed 826: a run-now whose state write timed out, applied).
+   * Retried, doubling to 10 s, while the partition is held and the read fails; a partition not
+   * trusted yet waits.
+   */
+  #reloadSoon(inst: Instance, delayMs = RELOAD_AFTER_DROP_MS): void {
+    if (!inst.reg.definition.loadOnAcquire) return;
+    const again = () => this.#reloadSoon(inst, Math.min(10_000, delayMs * 2));
+    this.#o.clock.setTimer(delayMs, () => {
+      if (!this.#accepting.has(inst.partition)) return;
+      if (!this.#o.isTrusted(inst.partition)) return again();
+      const fresh = this.#instance(inst.reg, inst.type, inst.id, inst.partition);
+      if (fresh.loaded || fresh.running || fresh.mailbox.length > 0) return; // in memory, or on its way
+      new Promise((resolve, reject) => {
+        fresh.mailbox.push({ msg: WARM, resolve, reject });
+        void this.#drain(fresh);
+      }).catch(again);
+    });
   }
 
   #drop(inst: Instance, _reason: string): void {

@@ -17,7 +17,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ActorHost } from "../../../src/actors/host.ts";
+import { ActorHost, RELOAD_AFTER_DROP_MS } from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
 import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
@@ -73,8 +73,15 @@ class FaultyKv extends MemoryKv {
   }
   /** Each update's key and whether it came marked urgent (an urgent turn's fence and state). */
   readonly updateLog: { key: string; urgent: boolean }[] = [];
+  /** Next updates are applied, then throw KairosError("timeout") (an unknown outcome that landed). */
+  applyThenTimeout = 0;
   override async update(key: string, value: Uint8Array, rev: number, opts?: WriteOptions): Promise<WriteResult> {
     this.updates++;
+    if (this.applyThenTimeout > 0) {
+      this.applyThenTimeout--;
+      await super.update(key, value, rev, opts);
+      throw new KairosError("timeout", "kv update timed out (applied)");
+    }
     this.updateLog.push({ key, urgent: opts?.urgent === true });
     const h = this.#hold;
     if (h) {
@@ -122,6 +129,24 @@ const posterActor: ActorDefinition<PosterState, { n: number }, number, string> =
 /** The poster whose messages n >= 50 are urgent (`ActorDefinition.urgent`). */
 const urgentPosterActor: ActorDefinition<PosterState, { n: number }, number, string> = { ...posterActor, type: "uposter", urgent: (m) => m.n >= 50 };
 
+interface PendingState {
+  readonly pending: boolean;
+  readonly done: number;
+}
+type PendingMsg = { kind: "work" } | { kind: "go" };
+/**
+ * Must be in memory while its partition is held (`loadOnAcquire`): a `work` leaves work pending in
+ * its state, which its activation takes up (a timer) — as a job actor's run-now leaves a run whose
+ * activation arms its dispatch.
+ */
+const pendingActor: ActorDefinition<PendingState, PendingMsg, number> = {
+  type: "pending",
+  loadOnAcquire: true,
+  initialState: () => ({ pending: false, done: 0 }),
+  onActivate: (s, ctx) => (s.pending ? [{ kind: "timer", name: "go", atMs: ctx.nowMs, msg: { kind: "go" } }] : []),
+  receive: (s, m) => (m.kind === "work" ? { state: { ...s, pending: true }, reply: s.done } : { state: { pending: false, done: s.done + 1 }, reply: s.done + 1 }),
+};
+
 // --- fixture ----------------------------------------------------------------------------------
 
 function setup(epochAtStart = 7) {
@@ -150,6 +175,7 @@ function setup(epochAtStart = 7) {
   host.register({ definition: timedActor });
   host.register({ definition: posterActor, performPost: (post) => void posts.push(...(post as string[])) });
   host.register({ definition: urgentPosterActor });
+  host.register({ definition: pendingActor });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -184,6 +210,27 @@ function setup(epochAtStart = 7) {
 const keyOf = (type: string, id: string) => `${type}.${partitionOf({ type, id }, PARTITIONS)}.${id}`;
 
 // --- hole 5 -----------------------------------------------------------------------------------
+
+describe("ActorHost: an actor dropped with its state in doubt", () => {
+  // The simulation's seed 826: a run-now whose state write timed out (applied) was answered with
+  // the error; its job got no further message, and the run its state now held stayed queued.
+  it("is read back soon when its type must be in memory while its partition is held, and its activation takes up what its state holds", T, async () => {
+    const t = setup();
+    await t.acquireAll();
+    const id = "in-doubt";
+    const key = keyOf("pending", id);
+    await t.host.deliver("pending", id, { kind: "go" }); // written: done 1
+    const taken = await t.written<PendingState>(key, (s) => !s.pending && s.done === 2);
+    t.kv.applyThenTimeout = 1;
+    await assert.rejects(t.host.deliver("pending", id, { kind: "work" }), (e) => isKairosError(e, "timeout"));
+    assert.deepEqual((await t.stored<PendingState>(key))?.s, { pending: true, done: 1 }, "the write landed");
+    const reloaded = t.next((e) => e.type === "actor_activated" && e.id === id);
+    t.clock.advance(RELOAD_AFTER_DROP_MS); // no message for it: only the reload can take the work up
+    await reloaded;
+    t.clock.advance(1); // the timer its activation armed
+    assert.deepEqual(await taken.done, { pending: false, done: 2 });
+  });
+});
 
 describe("ActorHost timers are reminders (hole 5)", () => {
   it("5: a timer whose handling fails once (KV timeout) is delivered again while the partition is held", T, async () => {
