@@ -18,7 +18,7 @@
  * | thread_death | a scheduler's lease thread dies (the keeper falls back to renewing inline) |
  * | kv_timeouts | 5 % of KV operations time out, half of them applied |
  * | kv_stale | a quarter of the reads a replica may answer (`get` with `{ from: "replica" }`, `scan`) answered by a follower up to 2 s behind |
-| kv_stale_all | (not drawn by default; an experiment) the same for every read, leader reads too |
+ * | kv_stale_all | (not drawn by default; an experiment) the same for every read, leader reads too |
  * | lossy_bus | 5 % loss, 5 % duplication, 0–200 ms delay on the bus |
  * | clock_step | a host's wall clock steps 1–30 s either way (beyond every margin); stepped back at the end |
  * | clock_drift | a host's wall clock drifts 20–300 ms a second either way (up to 9 s off); its error taken back at the end |

@@ -8,7 +8,8 @@
  *     record (or waits in its overlap queue); an occurrence it did not call for (paused, deleted,
  *     an earlier schedule) has none, or one `cancelled` by the command (a run prepared ahead);
  *     no record for a time that is no occurrence of any of the job's schedules (manual runs
- *     aside). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
+ *     aside) — or one `skipped` by a decision made ahead of the command (look-ahead decides skip
+ *     at preparation when a run blocks it). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
  *     change or a delete came within LATE_FIRE_MS after it may have no record, or one cancelled
  *     by the command. Occurrences inside a command's window (its first send to its answer, widened by the
  *     schedulers' clock offsets, which decide "now" for the owner — and up to the furthest a
@@ -182,7 +183,7 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
       fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId} (${describe(seg.spec)}): occurrence ${iso(o)} has no run record`);
     } else if (calledFor && r?.status === "cancelled" && !cancelledInTime(input, j, commands, r, o)) {
       fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)}, called for, was cancelled (${r.reason}) with no command of the job soon after it`);
-    } else if (!calledFor && r !== undefined && r.status !== "cancelled") {
+    } else if (!calledFor && r !== undefined && r.status !== "cancelled" && r.status !== "skipped") {
       fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} (${r.status}), an occurrence its schedule did not call for then (${seg ? (seg.enabled ? describe(seg.spec) : "paused or deleted") : "before creation"})`);
     }
   }
