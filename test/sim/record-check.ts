@@ -9,7 +9,8 @@
  *     an earlier schedule) has none, or one `cancelled` by the command (a run prepared ahead);
  *     no record for a time that is no occurrence of any of the job's schedules (manual runs
  *     aside) — or one `skipped` by a decision made ahead of the command (look-ahead decides skip
- *     at preparation when a run blocks it). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
+ *     at preparation when a run blocks it), or whose run had started before the command (a started
+ *     run is not cancelled: it finishes, retries included). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
  *     change or a delete came within LATE_FIRE_MS after it may have no record, or one cancelled
  *     by the command. Occurrences inside a command's window (its first send to its answer, widened by the
  *     schedulers' clock offsets, which decide "now" for the owner — and up to the furthest a
@@ -123,7 +124,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
     }
     const commands = input.commands.filter((c) => c.jobId === j.jobId);
     const records = input.records.get(j.jobId) ?? [];
-    checkOccurrences(input, j, state, commands, records, fail);
+    checkOccurrences(input, j, state, commands, records, byRun, fail);
     for (const r of records) {
       checkStatus(input, j, commands, r, byRun.get(r.run_id) ?? [], fail);
       out.unstartedCap += checkAttempts(input, r, byRun.get(r.run_id) ?? [], fail);
@@ -145,7 +146,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
   return out;
 }
 
-function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobState, commands: readonly CommandRecord[], records: readonly RunView[], fail: Fail): void {
+function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobState, commands: readonly CommandRecord[], records: readonly RunView[], byRun: ReadonlyMap<string, readonly LedgerEntry[]>, fail: Fail): void {
   const created = state.job!.created_at_ms;
   const segments = segmentsOf(j.spec, created, commands);
   const open: Window[] = commands.filter((c) => c.kind !== "run_now").map((c) => {
@@ -183,7 +184,7 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
       fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId} (${describe(seg.spec)}): occurrence ${iso(o)} has no run record`);
     } else if (calledFor && r?.status === "cancelled" && !cancelledInTime(input, j, commands, r, o)) {
       fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)}, called for, was cancelled (${r.reason}) with no command of the job soon after it`);
-    } else if (!calledFor && r !== undefined && r.status !== "cancelled" && r.status !== "skipped") {
+    } else if (!calledFor && r !== undefined && r.status !== "cancelled" && r.status !== "skipped" && !startedBefore(byRun.get(r.run_id), seg, input)) {
       fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} (${r.status}), an occurrence its schedule did not call for then (${seg ? (seg.enabled ? describe(seg.spec) : "paused or deleted") : "before creation"})`);
     }
   }
@@ -208,6 +209,18 @@ function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: rea
   if (reason.includes("replaced by a newer occurrence")) return j.spec.overlap === "replace";
   return commands.some((c) => c.kind === "delete" ? c.sentMs >= o && reason.includes("job deleted")
     : (c.kind === "pause" || c.kind === "reschedule") && o >= c.sentMs - LATE_FIRE_MS && o <= (c.ackMs ?? Number.POSITIVE_INFINITY) + input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) + input.lookaheadMs);
+}
+
+/**
+ * Whether a run had begun executing before the command that stopped calling for its occurrence
+ * took effect: a started run is not cancelled by a pause or a schedule change (only runs prepared
+ * and not started are), and it finishes, retries included — prepared ahead, it may start up to the
+ * start tolerance early.
+ */
+function startedBefore(runs: readonly LedgerEntry[] | undefined, seg: Segment | undefined, input: RecordCheckInput): boolean {
+  if (!runs || runs.length === 0 || seg === undefined) return false;
+  const first = Math.min(...runs.map((x) => x.startMs));
+  return first <= seg.fromMs + input.skewDuring(seg.fromMs, seg.fromMs);
 }
 
 /** The job's spec and enabled state from creation on, as its answered commands set them (applied at their answer). */
