@@ -56,7 +56,7 @@ export interface SimOptions {
    */
   reopenHole1?: boolean;
   /**
-   * Silent leases lapse without a probe (the twelfth session's breach), through the production
+   * Silent leases lapse without a probe (a run executed again after it ended), through the production
    * code's test-only switch JobActorConfig.testOnlyNoProbe: invariant h's self-test.
    */
   skipProbes?: boolean;

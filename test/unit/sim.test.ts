@@ -95,7 +95,7 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   });
 
   // The test-only switch JobActorConfig.testOnlyNoProbe lapses silent leases without a probe, as
-  // before the twelfth session; with (h) judged without the old exemption of any worker or bus
+  // before probes existed; with (h) judged without the old exemption of any worker or bus
   // fault: seeds 1–40 fire at 4, 7, 27 and 36.
   it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
     assert.ok(await firesWithin(40, { skipProbes: true }, "run_reexecuted"), "probes skipped but invariant (h) never fired in 40 seeds");
