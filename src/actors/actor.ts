@@ -104,8 +104,7 @@ export interface ActorDefinition<S, M, R, E = never> {
    * Pure. While this says true the actor is not passivated, however long it is idle: for a state
    * whose deferred changes (`Decision.deferWrite`) are worth keeping — a job with an active run
    * holds its grant, offer and start in memory only, and a prepared run idles until its due time.
-   * Passivated, it lost them and redid each one at the due second (a 200,000 burst with a 5 min
-   * look-ahead: 707,000 KV gets, 127,000 runs never started).
+   * Passivated, it would lose them and redo each one at the due second, in the burst.
    */
   keepLoaded?(state: S): boolean;
   /**
@@ -115,9 +114,7 @@ export interface ActorDefinition<S, M, R, E = never> {
    * an actor loaded by such a turn stay plain.) For a message with a deadline
    * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
    * completion report can wait with its lease kept (its arrival is the lease's heartbeat). The
-   * case it targets: the two-scheduler 200,000-run burst, where 40,479 offers expired, their
-   * claims inferred (not timed) to wait behind completion turns; with it, 17,840 and 15,201 in
-   * two such `skip` runs, but 38,656 in one `allow` run (BENCHMARKS.md, eleventh session). An
+   * case it targets: a burst's claims waiting behind completion turns until their offers expire. An
    * urgent message behind a non-urgent one in the same mailbox still waits for that one.
    */
   urgent?(msg: M): boolean;

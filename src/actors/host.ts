@@ -1,27 +1,17 @@
 /**
- * The actor host: the imperative shell for every actor type on one node.
+ * The actor host: the imperative shell for every actor type on one node. It activates an actor
+ * on its first message or timer in a held partition (state from `actors`, key
+ * `<type>.<partition>.<id>`), runs one message at a time through a bounded mailbox, persists
+ * with CAS after checking the partition's trust window, keeps timers in the node's TimerQueue
+ * (reminders survive passivation), and passivates idle actors unless `keepLoaded` or a
+ * `warmTimer` due within `warmMs` keeps them.
  *
- * - Activation: on the first message (or timer) for an address in a held partition, load its
- *   state from the `actors` bucket (key `<type>.<partition>.<id>`), else the initial state.
- * - One message at a time per actor: a bounded mailbox drained by a single loop, so async
- *   handling never interleaves.
- * - Persist with CAS on the key's revision, after checking the partition's trust window. A
- *   conflict means another owner wrote: the actor is dropped here (no further writes) and the
- *   caller gets `not_owner`, so it retries and reaches the real owner.
- * - Timers live in the node's single TimerQueue and survive passivation (reminders); timers of a
- *   partition are dropped when it is lost or released. A timer message whose handling fails (KV
- *   timeout, full mailbox, a trust blip) is delivered again with backoff while the partition is
- *   held: at-least-once, so handlers must be idempotent (they are: they re-check state).
- * - Epoch fencing: the first message an actor handles under a new partition epoch first rewrites
- *   its state with CAS stamped with that epoch. A write of an earlier owner still in flight (it
- *   passed its trust check, then the process stalled) then fails instead of landing over ours.
- * - Post effects run only while the partition is still trusted (a stale owner stays silent).
- * - Passivation: actors idle for `idleMs` with an empty mailbox leave memory — unless their
- *   type's `keepLoaded` says so, or its `warmTimer` fires within `warmMs`; a passivated one is
- *   read back that long before it (at most `WARM_LOADS_IN_FLIGHT` loads at once), so its timer
- *   finds it in memory.
- * - Deferred writes (`Decision.deferWrite`): a recoverable state change stays in memory and goes
- *   to KV with the next write; `onLoad` lets a type adjust a state read back (lost changes).
+ * Pitfalls: a CAS conflict means another owner wrote — the actor is dropped and the caller gets
+ * `not_owner`. The first message under a new partition epoch rewrites the state stamped with it,
+ * so an earlier owner's write still in flight fails. Timer messages are redelivered with backoff
+ * while the partition is held (handlers must be idempotent). Post effects run only while the
+ * partition is trusted. Deferred writes (`Decision.deferWrite`) stay in memory until the next
+ * write; `onLoad` adjusts a state read back.
  */
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
@@ -200,13 +190,11 @@ export const TIMER_TURNS_IN_FLIGHT = 512;
  * Admission: at most this many turns of persisted actor types (job actors: each turn may write
  * KV) run at once on a node; further messages wait in their mailboxes, as they arrived (a few
  * hundred bytes each), not as half-done turns holding their new state, their encoded records and
- * a place in the KV queue (several KB each). The 200,000-job burst's scheduler accepted 94,000
- * completions at once: its live heap grew by a gigabyte of turns waiting for KV, GC took over half
- * of its main thread and its tenant actors stopped answering (V8 sampling heap profile,
- * BENCHMARKS.md, a seventh session). Soft types (tenant, fleet: the slot economy, no state
- * writes) are not bounded by it, so they keep answering while job actors queue. 8,192 (~40 MB of
- * half-done turns at most): at 512 the sustained benchmark fell to 4,422.6 runs/s (p99 3.5 s),
- * at 8,192 it ran 4,933.9 (p99 2.3 s), one run each (BENCHMARKS.md).
+ * a place in the KV queue (several KB each). Unbounded, a burst's tens of thousands of completions
+ * at once fill the heap with turns waiting for KV, GC takes the main thread and the tenant actors
+ * stop answering. Soft types (tenant, fleet: the slot economy, no state writes) are not bounded
+ * by it, so they keep answering while job actors queue. 8,192 is ~40 MB of half-done turns at
+ * most; a much lower bound (512) costs sustained throughput.
  */
 export const TURNS_IN_FLIGHT = 8192;
 export class ActorHost {
@@ -377,9 +365,8 @@ export class ActorHost {
       if (fast && !fast.alsoQueue) return fast.reply;
     }
     // A copy of a request still waiting in the mailbox (a sender's retry): it shares that one's
-    // reply instead of queueing again. Under a burst, a worker's completions timed out at the
-    // busy owner and were sent again every heartbeat round, and the copies piled up behind busy
-    // job actors: the 200,000-run burst's scheduler held gigabytes of them (BENCHMARKS.md).
+    // reply instead of queueing again. Under a burst, a worker's completions time out at the busy
+    // owner and are sent again; without this the copies pile up behind busy job actors.
     const coalesce = fast ? undefined : def.coalesceKey?.(msg);
     const joined = coalesce === undefined ? undefined : inst.coalesced?.get(coalesce);
     if (joined) return joined.reply;
@@ -735,9 +722,9 @@ export class ActorHost {
    * An actor dropped with its state possibly ahead of (or behind) what KV holds — a write of
    * unknown outcome, a turn whose effects were skipped, a trust blip — is read back soon when its
    * type must be in memory while its partition is held (`loadOnAcquire`: the activation re-arms
-   * its timers, e.g. a run's dispatch): the next message used to be the only thing that reloaded
-   * it, and a job no message came for kept a run its failed turn had created `queued` until its
-   * partition moved (the simulation's seed 826: a run-now whose state write timed out, applied).
+   * its timers, e.g. a run's dispatch). Otherwise only the next message would reload it, and a job
+   * no message comes for would keep a run its failed turn created `queued` until its partition
+   * moved (e.g. a run-now whose state write timed out but was applied).
    * Retried, doubling to 10 s, while the partition is held and the read fails; a partition not
    * trusted yet waits.
    */

@@ -1,22 +1,13 @@
 /**
  * `kairos admin`: tenants and API keys.
- *
- *   kairos admin tenant create <name> [--json]   → tenant id and a new API key (shown once)
- *   kairos admin tenant get <tenant_id> [--json] → the tenant record (never a key hash or the
- *                                                  webhook secret) and its job count
- *   kairos admin tenant quota <tenant_id> [--max-concurrent N] [--max-jobs N] [--weight W]
- *                                                → sets quotas on the tenant record (CAS)
- *   kairos admin tenant images <tenant_id> [entries...] [--clear]
- *                                                → the images the tenant may name (CAS)
- *   kairos admin key create <tenant_id> [--json] → a new API key for the tenant
- *   kairos admin key revoke <key_id>             → the key stops working (within the API's
- *                                                  authentication cache TTL, 5 s by default)
- *   kairos admin forecast [--hours H] [--json]  → runs due per minute over the next H hours,
- *                                                  cluster-wide, per tenant (src/cli/forecast.ts)
- *   kairos admin service create|revoke|get|list → tenant service identities for the NATS API,
- *                                                  effective at once (src/cli/service-admin.ts)
- *
- * They find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json, like every command.
+ *   tenant create <name> | get <id> | quota <id> [--max-concurrent N] [--max-jobs N] [--weight W]
+ *   tenant images <id> [entries...] [--clear]       the images the tenant may name (CAS)
+ *   key create <tenant_id> | revoke <key_id>        a revoked key works up to the API's
+ *                                                   authentication cache TTL (5 s) longer
+ *   forecast [--hours H] [--json]                   runs due per minute, per tenant (forecast.ts)
+ *   service create|revoke|get|list                  NATS API service identities (service-admin.ts)
+ * A new API key is shown once. `tenant get` never shows a key hash or the webhook secret. Like
+ * every command, they find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json.
  */
 import type { Command } from "commander";
 import { openBuckets, type Buckets } from "../cluster/buckets.ts";

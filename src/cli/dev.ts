@@ -1,26 +1,15 @@
 /**
- * `kairos dev` (behind `npm start`): the embedded default. In order:
+ * `kairos dev` (behind `npm start`): the embedded default. In order: a Docker engine (started
+ * when `dockerd` is installed and none answers, unless --executor process|noop); the quick
+ * start's `busybox:latest`, imported from the host's static busybox when missing; `nats-server
+ * -js` on a free loopback port with data under `.kairos/nats` (unless --nats/KAIROS_NATS_URL),
+ * with fresh per-role users on every start and one pinned user per `--workers` id; then one node
+ * with every role and a dev tenant. `.kairos/dev.json` records the URLs, credentials map, API key
+ * and tenant for other commands; `.kairos/secret.key` is the `task.secret_env` key.
  *
- * 1. a Docker engine: when none answers but `dockerd` is installed (and we are root), starts one
- *    (src/dev/docker-engine.ts) and stops it on exit; skipped with --executor process|noop;
- * 2. the quick start's image `busybox:latest`, imported from the host's static busybox when
- *    missing (src/dev/busybox-image.ts), so the README's example runs in a container verbatim;
- * 3. `nats-server -js` as a child on a free loopback port with data under `.kairos/nats` (unless
- *    --nats / KAIROS_NATS_URL is given), with authorization on: fresh users and passwords per
- *    role on every start (`.kairos/nats-auth/`: `auth.conf` and `creds/<user>.json`, mode 0600),
- *    and one pinned user per worker id of `--workers` (`worker-<id>`; default w1, w2, w3) for
- *    worker nodes joining the dev cluster (`kairos node --roles worker --node-id w1`);
- * 4. one node with every role (NATS user `api_scheduler_worker`); a dev tenant on first start,
- *    created as `admin`; `.kairos/dev.json` records `{nats_url, nats_creds, api_url, api_key,
- *    tenant_id, metrics_url}` for other commands and curl. Metrics are on their own loopback
- *    listener (`--metrics-port`, default 9464), never on the API port. `nats_url` carries no secret;
- *    `nats_creds` maps each NATS user to its credentials file. The cluster key for
- *    `task.secret_env` is `.kairos/secret.key` (made once, mode 0600) unless one is given.
- *
- * On a terminal the node's logs are condensed for a person (src/dev/console.ts); otherwise they
- * stay JSON lines. Ctrl-C / SIGTERM stop the node, then nats-server, then dockerd (if started
- * here). nats-server and dockerd run in their own process groups so the terminal's Ctrl-C does
- * not kill them under the node's feet. State survives a restart because the data folder does.
+ * Pitfalls: nats-server and dockerd run in their own process groups so the terminal's Ctrl-C
+ * does not kill them under the node; Ctrl-C/SIGTERM stops the node, then nats-server, then
+ * dockerd (if started here). Metrics listen on their own loopback port, never the API port.
  */
 import type { Command } from "commander";
 import { join } from "node:path";

@@ -1,19 +1,15 @@
 /**
- * `kairos nats-auth <dir>`: generates a secured NATS set-up for an operator — the nats-server
- * `accounts`, `system_account` and `authorization` blocks (`<dir>/auth.conf`, to `include` in the
- * server config: the account layout of src/cluster/nats-accounts.ts, with the auth callout for
- * service identities) and one credentials file per user (`<dir>/creds/<user>.json`, mode 0600)
- * for the given cluster names. The same generator `kairos dev` and the tests use
- * (src/dev/nats-auth-files.ts). Run it once, distribute each role's file to its nodes
- * (`--nats-creds`), keep admin's and sys's for `kairos admin`. Workers get one user each
- * (`--workers <ids>` → `worker-<id>`, for the node of that id); the shared `worker` user (any
- * worker id) only with `--shared-worker`. Every run writes new passwords for every user and a new
- * callout issuer key.
+ * `kairos nats-auth <dir>`: generates a secured NATS set-up for an operator — `<dir>/auth.conf`
+ * (the `accounts`, `system_account` and `authorization` blocks of src/cluster/nats-accounts.ts,
+ * auth callout included, to `include` in the server config) and `<dir>/creds/<user>.json` (0600)
+ * — with the generator `kairos dev` and the tests use (src/dev/nats-auth-files.ts). Distribute
+ * each role's file to its nodes (`--nats-creds`); keep admin's and sys's for `kairos admin`.
+ * Workers get one user each (`--workers <ids>`); the shared `worker` user only with
+ * `--shared-worker`.
  *
- * Tenant services: issue them at run time with `kairos admin service create` (no reload, no other
- * credential changed). `--service <name>:<tenant_id>` still writes a static service user into the
- * SERVICES account of the config, for set-ups without API nodes answering the callout; changing
- * those means running this again and reloading the server.
+ * Pitfalls: every run writes new passwords and a new callout issuer key for every user. Tenant
+ * services are best issued at run time (`kairos admin service create`); `--service
+ * <name>:<tenant_id>` writes a static one, changed only by running this again and reloading.
  */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";

@@ -4,10 +4,9 @@
  * Imported as `msgpackr/pack` (on Node, msgpackr's plain `index.js`), never as `msgpackr`, whose
  * Node entry turns on its native string extraction: that decodes a message's strings as one
  * native string and hands out slices of it, so every short string a job state kept (its tenant
- * id, its task's image) held the whole `create` message alive — 9.1 MB of a 20,000-job
- * scheduler's 143 MB live heap (heap snapshot, BENCHMARKS.md, a ninth session). Decoding in JS is
- * also faster at these sizes (429-byte create: 2.65 µs vs 3.32 µs; 99-byte heartbeat: 0.41 µs vs
- * 0.73 µs). test/unit/cluster/codec.test.ts keeps it so.
+ * id, its task's image) would hold the whole `create` message alive (megabytes of a scheduler's
+ * heap). Decoding in JS is also faster at these sizes (a 429-byte create: 2.65 µs vs 3.32 µs).
+ * test/unit/cluster/codec.test.ts keeps it so.
  */
 import type { Packr as PackrClass } from "msgpackr";
 import * as plain from "msgpackr/pack";

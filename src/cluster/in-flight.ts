@@ -1,18 +1,12 @@
 /**
- * A bound on operations in flight (a counting semaphore with two FIFO lanes). The data-plane KV
- * buckets of a node share one: a burst of 10,000 actor turns otherwise put 20,000 KV writes on
- * the wire at once, each with its own 5 s timeout running while it waits in the server's queue —
- * timeouts (unknown outcomes) then multiplied the work. Queued here, an operation has not been
- * sent: no timeout runs and nothing is unknown.
+ * A bound on operations in flight (a counting semaphore with two FIFO lanes). A node's data-plane
+ * KV buckets share one: otherwise a burst puts tens of thousands of writes on the wire at once,
+ * each timeout running while it waits in the server's queue, and timeouts (unknown outcomes)
+ * multiply the work. Queued here, an operation has not been sent: nothing is unknown.
  *
- * The queue is a `Fifo` (src/lib/fifo.ts: O(1) amortised; `Array.shift` cost 14 % of the
- * scheduler's CPU in the 200,000-job burst).
- *
- * Two lanes: an `urgent` operation waits only behind other urgent ones. The actor host's
- * admission (`TURNS_IN_FLIGHT`) serves a worker's claim or heartbeat ahead of a burst's
- * completion turns, and that turn's fence and state update take the data-plane KV limiter's
- * urgent lane (`KvStore.update`'s `urgent`; actor.ts `ActorDefinition.urgent`). Within a lane,
- * first in, first out.
+ * Two lanes: an `urgent` operation waits only behind other urgent ones — a worker's claim or
+ * heartbeat turn takes it (`KvStore.update`'s `urgent`; actor.ts `ActorDefinition.urgent`), ahead
+ * of a burst's completion turns. First in, first out within a lane (`Fifo`, O(1) amortised).
  */
 import { Fifo } from "../lib/fifo.ts";
 

@@ -108,7 +108,7 @@ export class NatsKv implements KvStore {
    * An operation in the in-flight limiter with our deadline: the caller's answer is bounded by
    * the deadline, but the limiter's slot is held until the request itself settles (the library
    * may keep it on the wire up to its own, longer timeout), so no more than the limit are ever on
-   * the wire (review: releasing at our deadline let ~3 x 512 out under overload).
+   * the wire (releasing at our deadline would let several times the limit out under overload).
    */
   #bounded<T>(op: () => Promise<T>, urgent = false): Promise<T> {
     return new Promise<T>((resolve, reject) => {

@@ -1,19 +1,15 @@
 /**
- * The KV port: the only way Kairos reads and writes durable state.
+ * The KV port: the only way Kairos reads and writes durable state. A conflict is a value, not an
+ * exception: `create` and `update` return `{ ok: false, conflict }`. Only transport failures
+ * throw (`unavailable`); a `timeout` is an unknown outcome — the write may have been applied — so
+ * the caller reads the key back (values carry a writer id) before deciding anything.
  *
- * Conditional writes are the concurrency primitive and a conflict is a value, not an exception:
- * `create` and `update` return `{ ok: false, conflict }` when the key exists / moved on. Only
- * transport failures throw (`KairosError` `unavailable`), and a timeout throws `KairosError`
- * `timeout`: its outcome is unknown — the write may have been applied — so the caller must read
- * the key back (values carry a writer id for that) before deciding anything.
+ * Reads see every acknowledged write unless asked otherwise: `get` is answered by the stream
+ * leader by default, and `list`, `keys` and `watch`'s initial values wait for the leader's last
+ * matching revision. Only reads whose staleness is harmless ask `{ from: "replica" }`, saying why.
  *
- * Reads see every acknowledged write unless asked otherwise (`ReadOptions`): on a replicated
- * bucket a replica may lag the stream leader, so `get` is answered by the leader by default and
- * `list`, `keys` and `watch`'s initial values wait until they include the leader's last matching
- * revision. Only reads whose staleness is harmless ask for `{ from: "replica" }`, saying why.
- *
- * Two implementations pass the same conformance suite (test/integration/kv-conformance.test.ts):
- * `NatsKv` over JetStream KV (production, integration, chaos) and `MemoryKv` (simulation only).
+ * Two implementations pass one conformance suite (test/integration/kv-conformance.test.ts):
+ * `NatsKv` over JetStream KV and `MemoryKv` (unit tests and the simulation only).
  */
 
 /** One stored value with the revision that wrote it (the stream sequence in JetStream). */

@@ -1,24 +1,15 @@
 /**
- * `ThreadLeaseKeeper`: partition leases renewed from a worker thread (see lease-keeper.ts for why).
+ * `ThreadLeaseKeeper`: partition leases renewed from a worker thread (lease-keeper.ts says why).
+ * The thread (lease-keeper-worker.ts, loop in lease-keeper-loop.ts) has its own NATS connection
+ * and mirrors what the main thread reads on its hot path — each partition's trust window,
+ * revision, renewal in flight, conflict — into shared memory, so `trustedUntilMs(p)` is an
+ * atomic load. Commands go by message, in order; a slot carries the generation of the hold that
+ * wrote it, so the main thread never reads a slot the thread has not taken over yet.
  *
- * The thread (lease-keeper-worker.ts) has its own NATS connection and runs an `InlineLeaseKeeper`
- * on its own event loop; what the main thread reads on its hot path — each partition's trust
- * window, revision, renewal in flight, conflict — it mirrors into shared memory (`Layout`), so
- * `trustedUntilMs(p)` costs an atomic load, never a message. Commands (hold, drop, release, stop)
- * go by message, in order; a partition's slot carries the generation of the hold that wrote it,
- * so the main thread never reads a slot the thread has not yet taken over (it answers from the
- * values it handed over until then).
- *
- * Clocks: both threads measure on the process's monotonic clock (`process.hrtime`); the thread
- * adds the offset of the main clock's origin, so every time in shared memory is in the main
- * clock's milliseconds (`Clock.monoMs` of `systemClock`: `performance.now()`).
- *
- * If the thread cannot start or dies, the keeper falls back to renewing inline on the main loop
- * (over the main thread's own lease bucket handle), taking over every lease with its latest
- * revision: a node degrades to the behaviour before this module, never to renewing nothing.
- *
- * The thread's loop is lease-keeper-loop.ts; what makes the thread is `spawn` — a worker thread
- * (lease-keeper-worker.ts) by default, the simulation's thread on simulated time in test/sim.
+ * Pitfalls: both threads measure on the process's monotonic clock, converted to the main clock's
+ * milliseconds (`performance.now()`). If the thread cannot start or dies, the keeper falls back
+ * to renewing inline on the main loop with each lease's latest revision — never to renewing
+ * nothing. `spawn` makes the thread: a worker thread by default, simulated time in test/sim.
  */
 import { Worker } from "node:worker_threads";
 import type { Clock } from "../lib/clock.ts";

@@ -31,7 +31,7 @@ async function main(): Promise<void> {
     loop.receive(m);
   });
   // A connection closed for good (not by `stop`) ends the thread: the keeper then falls back to
-  // renewing inline instead of a thread whose every renewal fails (review finding 1).
+  // renewing inline instead of a thread whose every renewal fails.
   void nc.closed().then(() => {
     if (stopped) return;
     send({ t: "error", message: "lease thread: its NATS connection closed", err: "closed" });

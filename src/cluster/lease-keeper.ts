@@ -1,23 +1,16 @@
 /**
- * Lease keepers: what renews the partition leases a node holds, apart from what decides which
- * partitions it should hold (`PartitionManager`). Two implementations pass one conformance suite
- * (test/unit/cluster/lease-keeper.test.ts in memory, test/integration/lease-keeper.test.ts on a
- * real nats-server):
+ * Lease keepers: what renews the partition leases a node holds, apart from what decides which it
+ * should hold (`PartitionManager`). Two implementations pass one conformance suite
+ * (test/unit/cluster/lease-keeper.test.ts, test/integration/lease-keeper.test.ts): `Inline`
+ * renews from the manager's tick on the caller's loop and `Clock` (simulation, tests);
+ * `ThreadLeaseKeeper` (lease-keeper-thread.ts) from a worker thread with its own connection
+ * (production), so a main loop busy for seconds (a burst, a long GC) does not let every trust
+ * window lapse.
  *
- * - `InlineLeaseKeeper` renews from the partition manager's tick, on the caller's event loop and
- *   `Clock` (simulation, tests with an injected transport).
- * - `ThreadLeaseKeeper` (lease-keeper-thread.ts) renews from a worker thread with a NATS
- *   connection of its own (production): a main event loop busy for seconds — a burst being
- *   prepared, a long garbage collection — no longer lets the trust window lapse and the node drop
- *   every partition it holds (measured: a 200,000-run burst lost all 64 partitions twice; half of
- *   the losses had no renewal begun for 3.2 s, half a renewal whose reply waited 2.4 s). The
- *   thread renews only while the main loop shows signs of life (`tick`): a main loop stalled for
- *   longer than `mainStallMs` stops the renewals, so a wedged process still loses its partitions.
- *   The same idea as Kafka's consumer heartbeat thread with its `max.poll.interval.ms`.
- *
- * Safety does not rest on this: writes are fenced by revision-checked KV writes, and a renewal is
- * itself a CAS on the lease's revision (a conflict = lost at once). A keeper only keeps the trust
- * window (`trustedUntilMs`: renewal start + TTL − margin, monotonic) open while renewals succeed.
+ * Pitfall: the thread renews only while the main loop shows signs of life (`tick`, within
+ * `mainStallMs`), so a wedged process still loses its partitions (as Kafka's heartbeat thread
+ * with `max.poll.interval.ms`). Safety does not rest on this: writes are revision-checked and a
+ * renewal is a CAS (a conflict = lost at once); a keeper only keeps the trust window open.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";

@@ -1,22 +1,14 @@
 /**
- * Node membership. Each node publishes a heartbeat on `kairos.<cluster>.node.hb.<s|n>` every
- * `heartbeatIntervalMs` and a goodbye on `…node.leave.<s|n>` when it stops; every node keeps a view
- * of its peers and declares one gone after `failureTimeoutMs` without a heartbeat (crash or pause).
+ * Node membership: each node publishes a heartbeat on `kairos.<cluster>.node.hb.<s|n>` every
+ * `heartbeatIntervalMs` and a goodbye on `…node.leave.<s|n>`; a peer is gone after
+ * `failureTimeoutMs` silent. `s` is for scheduler identities only (NATS permissions): placement
+ * counts only schedulers heard on `s`, and nothing on `n` can change a scheduler's record, so a
+ * worker credential cannot invent or evict schedulers. Records also go to the `nodes` bucket
+ * (TTL) for `kairos cluster status`.
  *
- * The last token says who may speak there: `s` only scheduler identities (NATS permissions,
- * nats-permissions.ts), `n` everyone else. Placement counts as schedulers only nodes heard on
- * `s`, and nothing said on `n` (a beat with other roles, a goodbye) can change a scheduler's
- * record: otherwise any worker credential could invent schedulers that own partitions nobody
- * serves, or make real ones flap out of placement.
- * The view is local: two nodes may briefly disagree, which placement tolerates because
- * ownership itself is decided by partition leases, not by the view.
- *
- * Node records are also written to the `nodes` bucket (TTL) for `kairos cluster status`.
- *
- * Clocks: each heartbeat carries its sender's wall clock (`sentMs`); a peer's skew is that minus
- * this node's clock at arrival (`skews`, `kairos_clock_skew_seconds`) — the peer's clock ahead of
- * this one, less the heartbeat's one-way latency, so a skew is only ever overstated in the
- * negative direction by the latency.
+ * Pitfalls: the view is local and may briefly disagree between nodes; ownership is decided by
+ * partition leases, not by it. A peer's clock skew (`kairos_clock_skew_seconds`) is its `sentMs`
+ * minus our clock at arrival, so it is understated by the one-way latency.
  */
 import type { Bus, BusSubscription } from "./bus.ts";
 import type { Clock } from "../lib/clock.ts";
@@ -182,7 +174,7 @@ export class Membership {
     const now = clock.now();
     // This loop ran late (the event loop stalled): credit every peer with the time this node
     // could not listen, so the next expiry judges only time it did — at most one failure timeout
-    // past when it was last heard (review finding 3).
+    // past when it was last heard.
     const deaf = this.#listening.tick();
     if (deaf > 0) {
       for (const p of this.#peers.values()) {

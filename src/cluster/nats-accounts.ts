@@ -1,27 +1,17 @@
 /**
  * The NATS account layout of a Kairos deployment (pure): which account each identity lives in and
- * what crosses between accounts. Rendered into the nats-server config by src/dev/nats-auth-files.ts
- * (`kairos dev`, `kairos nats-auth`, the test harness).
+ * what crosses between them; rendered into the server config by src/dev/nats-auth-files.ts.
+ * - `KAIROS` (the cluster's): every role set, pinned workers, `admin`; all buckets; exports the
+ *   service `kairos.<c>.api.>`.
+ * - `SERVICES`: tenant services (static, or admitted by the auth callout); no JetStream; imports
+ *   `kairos.<c>.api.>` only.
+ * - `SYS`: `sys`, for operators (revocation kicks connections).
  *
- * | account | users | JetStream | exports / imports |
- * | --- | --- | --- | --- |
- * | `KAIROS` (the cluster's) | every role set (`api`, `scheduler`, `worker`, …), pinned workers, `admin` | yes: every bucket | exports the service `kairos.<c>.api.>` (response type singleton) |
- * | `SERVICES` | tenant services: static ones (`kairos nats-auth --service`) and those the auth callout admits (`kairos admin service create`) | **no** | imports `kairos.<c>.api.>` from `KAIROS` |
- * | `SYS` (system account) | `sys` (operators: `kairos admin service revoke` kicks connections) | no | — |
- *
- * Why accounts and not only permissions: within one account a responder publishes its reply to
- * whatever reply subject the requester chose (`allow_responses` permits exactly that), so a
- * tenant's service could name `$JS.API.STREAM.PURGE.KV_<c>_idem` or `$KV.<c>_tenants.t.<other>` as
- * its reply subject and have the API node's answer perform that JetStream operation. A request
- * that crosses a service import gets a reply subject of the server's making (`_R_.…`) in the
- * exporting account, mapped back to the requester's inbox in its own account: the responder can
- * no longer be steered to any subject of the cluster's account. And the SERVICES account has no
- * JetStream and no other import, so its users reach nothing else.
- *
- * Service identities without a reload: nats-server's auth callout (`authorization.auth_callout`)
- * sends every connection whose user is not a static one (`auth_users`) to `$SYS.REQ.USER.AUTH` in
- * the cluster account, where API nodes answer (src/nats-api/auth-callout.ts) with a user JWT signed
- * by the callout issuer key, placing the user in SERVICES with its tenant's permissions.
+ * Why accounts and not only permissions: within one account a responder publishes to whatever
+ * reply subject the requester chose, so a service could steer an API node's answer onto a
+ * `$JS.API…`/`$KV…` subject. Across a service import the reply subject is the server's own
+ * (`_R_.…`), mapped back to the requester's inbox. Users not in the static list go to the auth
+ * callout (src/nats-api/auth-callout.ts), answered by API nodes.
  */
 
 /** The cluster's account: JetStream, every Kairos role, `admin`. */

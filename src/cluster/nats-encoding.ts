@@ -1,19 +1,13 @@
 /**
- * A faster string encoder for the NATS client. nats-core encodes every protocol line (`PUB …`)
- * and every header block (JetStream's expected-revision header on each KV write) with
- * `TextEncoder.encode`, which in Node allocates a fresh ArrayBuffer per call: 8–10 % of a
- * scheduler's CPU in a 200,000-run burst (profile in BENCHMARKS.md), plus the garbage collection
- * of those backing stores. `Buffer.from(s, "utf8")` gives the same bytes in a view of Node's
- * shared pool, about 4× faster for such short strings (nodejs/node#50485).
+ * A faster string encoder for the NATS client. nats-core encodes every protocol line and header
+ * block with `TextEncoder.encode`, which in Node allocates an ArrayBuffer per call (a hot spot
+ * under a burst); `Buffer.from(s, "utf8")` gives the same bytes from Node's shared pool, about 4×
+ * faster for short strings (nodejs/node#50485). nats-core reads its `TE` export at each call, so
+ * replacing that export (found from the package's own entry point) reaches every caller.
  *
- * nats-core's encoders module reads its `TE` export at each call (`encoders_1.TE.encode`), so
- * replacing that export reaches every caller (protocol lines, headers, payload strings). The
- * module is found from the package's own entry point, so it is the instance the client loaded.
- *
- * Gotcha: the bytes are a view into a shared slab (offset ≠ 0). nats-core only copies them
- * (`Uint8Array.set`) or writes them to the socket, never reads `.buffer` of them; the
- * conformance test in test/unit/cluster/nats-encoding.test.ts checks the bytes against
- * TextEncoder's, and every integration test runs through it.
+ * Pitfall: the bytes are a view into a shared slab (offset ≠ 0); nats-core only copies them or
+ * writes them to the socket, never reads `.buffer`. test/unit/cluster/nats-encoding.test.ts checks
+ * the bytes against TextEncoder's, and every integration test runs through it.
  */
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";

@@ -1,44 +1,17 @@
 /**
- * Who may do what on the bus: the NATS subject permissions of each Kairos identity (pure).
+ * Who may do what on the bus: the NATS subject permissions of each Kairos identity (pure). Every
+ * subject Kairos uses is listed here per role (`api`, `scheduler`, `worker`, pinned
+ * `worker-<id>`, `service-<name>`, `admin`); nothing else is allowed. docs/security.md has the
+ * table of subjects and roles.
  *
- * Every subject Kairos uses is listed here, per role, and nothing else is allowed:
+ * KV access is the JetStream API of the bucket's stream and `$KV.<c>_<suffix>.<key>` publishes. A
+ * worker-only identity gets two JetStream rights: the direct get of `cluster/config` and writes of
+ * its own `nodes` record. API nodes write only `idem`, `jc.*` and `sk.>` of the tenants bucket.
+ * A service user may only publish requests on `kairos.<c>.api.<its tenant>.>`.
  *
- * | subject | api | scheduler | worker |
- * | --- | --- | --- | --- |
- * | `kairos.<c>.node.hb.n`, `….node.leave.n` (membership) | pub, sub | sub | pub, sub |
- * | `kairos.<c>.node.hb.s`, `….node.leave.s` (scheduler membership: placement) | sub | pub, sub | sub |
- * | `kairos.<c>.p.<n>` (actor commands, `router.ts`) | pub | pub, sub | — |
- * | `kairos.<c>.w.<n>.<id>` (worker plane: heartbeat, complete only, naming worker `<id>`) | — | sub | pub (`<id>` pinned per worker user, or `*`) |
- * | `kairos.<c>.adverts.<id>` (slot adverts of worker `<id>`) | — | sub | pub (`<id>` pinned, or `*`) |
- * | `kairos.<c>.worker.<id>.start` / `.cancel` / `.probe` | — | pub | sub (`<id>` pinned, or `*`) |
- * | `kairos.<c>.api.<tenant>.>` (the internal NATS API, docs/nats-api.md) | sub (queue), responds | — | — |
- * | `$SYS.REQ.USER.AUTH` (auth callout for service identities, nats-accounts.ts) | sub (queue), responds | — | — |
- * | replies | own inbox `_INBOX_<user>.>` | + responses | + responses |
- *
- * KV buckets `<c>_<suffix>` (`buckets.ts`): reading is the JetStream API for that stream (stream
- * info, direct get, ordered consumers and their flow control); writing is publishing to
- * `$KV.<c>_<suffix>.<key>`. A worker-only identity has exactly two JetStream rights: the direct
- * get of `config` in `cluster` (`$JS.API.DIRECT.GET.KV_<c>_cluster.$KV.<c>_cluster.config`: the
- * key is in the subject) and writes of its own `nodes` record — no stream info, no consumer, no
- * other key, never the tenants bucket, actor state or runs. API nodes write only `idem`, the job counters
- * `jc.*` and the sealed task secrets `sk.>` of the tenants bucket (never a tenant or key record:
- * minting keys is `admin`).
- *
- * Replies go to a per-user inbox prefix (`_INBOX_<user>`), not the shared `_INBOX.>`: a
- * subscription to `_INBOX.>` would otherwise let any identity read every reply on the bus (KV
- * reads of tenant records included). Responders answer with `allow_responses` (only to the reply
- * subject of a request they received, once), so no role may publish into another's inbox at will.
- * But the requester picks that reply subject, and `allow_responses` lets the responder publish to
- * it even where its permissions deny it (`$KV.…`, `$JS.API.…`): every responder therefore checks
- * it first (reply-guard.ts) and answers only an inbox of an identity that may ask.
- *
- * `admin` (the operator's CLI, test fixtures) may do anything.
- *
- * A **service user** (`service-<name>`, `servicePermissions`) is a tenant's internal service
- * speaking the NATS API: it may publish only requests on `kairos.<c>.api.<its tenant>.>` and
- * receive replies on its own inbox — no bucket, no actor subject, no other tenant's API
- * subjects. The API node takes the tenant from that subject token, so the permission is the
- * tenant check.
+ * Pitfall: replies go to a per-user inbox prefix (`_INBOX_<user>`), never the shared `_INBOX.>`
+ * (which would let anyone read every reply), and because the requester picks the reply subject,
+ * every responder also checks it (reply-guard.ts).
  */
 import type { Role } from "./config.ts";
 import { AUTH_CALLOUT_SUBJECT } from "./nats-accounts.ts";

@@ -99,7 +99,7 @@ export async function connectNats(opts: ConnectOptions): Promise<NatsConnection>
       pingInterval: 5000,
       maxPingOut: 3,
       // Without this, every request builds an Error up front for a possible async stack trace:
-      // 21% of a scheduler's CPU in a 10,000-run burst (profile in BENCHMARKS.md).
+      // about a fifth of a scheduler's CPU in a burst.
       noAsyncTraces: true,
       ...(creds ? { user: creds.user, pass: creds.password, inboxPrefix: creds.inbox_prefix! } : {}),
       ...(tls

@@ -1,20 +1,14 @@
 /**
- * The shell around `decideLeases`: mirrors the lease bucket with a watch, renews held leases,
- * enforces the local trust window, and acquires, steals and releases partitions as placement
- * moves. The actor host hears about it through the callbacks and asks `isTrusted(p)` before
- * every state write.
+ * The shell around `decideLeases`: mirrors the lease bucket with a watch, enforces the local trust
+ * window, and acquires, steals and releases partitions as placement moves; renewals are a
+ * `LeaseKeeper`'s (lease-keeper.ts). The actor host hears of it through callbacks and asks
+ * `isTrusted(p)` before every state write. Lease key `p.<n>` → `{ owner, incarnation, epoch,
+ * renewedAtMs }`; the epoch is the revision of the acquiring write (renewals keep it).
  *
- * Lease key `p.<n>`; value `{ owner, incarnation, epoch, renewedAtMs }`. The epoch is the revision
- * of the write that acquired the lease; renewals keep it (they bump the revision only).
- *
- * Every duration here (trust window, "unchanged for a TTL") is measured on the monotonic clock
- * (`Clock.monoMs`), so a wall-clock step cannot stretch a trust window; `renewedAtMs` in the value
- * is the wall clock, for people only.
- *
- * Renewals are a `LeaseKeeper`'s (lease-keeper.ts): inline on this event loop by default, from a
- * worker thread in production (lease-keeper-thread.ts), so a busy main loop keeps its leases.
- * This class still decides the loss: at each tick a lease whose trust window is over, or which
- * the keeper found taken (renewal conflict), is lost.
+ * Pitfalls: every duration (trust window, "unchanged for a TTL") is on the monotonic clock, so a
+ * wall-clock step cannot stretch a trust window (`renewedAtMs` is for people only). This class
+ * decides the loss: at each tick a lease whose trust window is over, or that the keeper found
+ * taken, is lost.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";

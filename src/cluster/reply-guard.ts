@@ -1,46 +1,17 @@
 /**
- * Where a responder may answer (pure): every Kairos responder — the partition owner on
- * `kairos.<c>.p.<n>` and on the worker plane, the internal NATS API on `kairos.<c>.api.<t>.>`, a
- * worker answering offers and probes — asks `replyRefusal` before it publishes a reply, and drops
- * the request unanswered (counted, logged) when it refuses.
+ * Where a responder may answer (pure). Every Kairos responder — partition owners, the worker
+ * plane, the internal NATS API, workers answering offers and probes — asks `replyRefusal` before
+ * replying, and drops the request unanswered (counted, logged) when it refuses.
  *
- * Why the server does not do this alone: a request's reply subject is chosen by the REQUESTER, and
- * nats-server lets a responder publish to it — under `allow_responses`, whatever the responder's
- * own publish permissions say, and without it whenever the responder's allow list covers the
- * subject. An API node's allow list holds `$JS.API.…` and `$KV.…` subjects (it reads and writes
- * buckets), so a tenant's service asking with reply `$JS.API.STREAM.PURGE.KV_<c>_idem` had the API
- * node purge a stream, and a reply `$KV.<c>_tenants.t.<other>` overwrote another tenant's record.
- * The only reply a Kairos requester ever waits for is on its own inbox, so anything else is refused.
+ * Why: the REQUESTER picks the reply subject, and nats-server lets a responder publish to it
+ * (`allow_responses`, or any subject its own allow list covers, `$JS.API.…` and `$KV.…` for an API
+ * node). Without this a tenant's request could have an API node purge a stream or overwrite
+ * another tenant's record. The rule: the reply is the per-user inbox `_INBOX_<user>.<token>…` of
+ * an identity that may send this request (`Asker`); `_R_.…` only for imported `service` requests;
+ * the shared `_INBOX.…` only on a server without authorization.
  *
- * The rule: the reply must be an inbox of the per-user form `_INBOX_<user>.<token>[.<token>…]`
- * (nats-permissions.ts `inboxPrefixFor`; the only inbox a user may subscribe to), and `<user>` must
- * be an identity that may send this request:
- *
- * | request (`Asker`) | accepted inbox owners |
- * | --- | --- |
- * | `actor_command`: `kairos.<c>.p.<n>` | role sets with `api` or `scheduler`; `admin` |
- * | `worker`: the worker plane, naming worker W | `worker-<W>` (pinned to W); role sets with `worker` (shared); `admin` |
- * | `service`: the NATS API of tenant T | `service-<name>`; `admin` |
- * | `scheduler`: an offer or probe to a worker | role sets with `scheduler`; `admin` |
- *
- * NATS does not tell a responder who sent a message, so within a class the check cannot name the
- * sender: a holder of shared worker credentials can still direct a reply into another shared
- * worker identity's inbox (where nothing waits for it). A pinned worker's reply must be its own.
- * A tenant's service users are all `service-<name>`: which tenant a name belongs to is in the
- * server's config only, so one tenant's service can direct its own reply into another service's
- * inbox (that inbox then receives a reply about the first tenant's request, nothing more).
- *
- * Imported requests (`_R_.<token>…`): a tenant service lives in the SERVICES account
- * (nats-accounts.ts) and reaches the NATS API through a service import; nats-server replaces its
- * reply subject with one of its own making, `_R_.…` in the cluster account, and maps the answer
- * back to the service's inbox in SERVICES. Such a reply is accepted for `service` requests only:
- * nobody in the cluster account may subscribe to `_R_.…`, and what is published there goes back
- * across the import or nowhere — never to a `$JS.API…`/`$KV…` subject of the cluster.
- *
- * `shared` inboxes (`_INBOX.<token>…`): a node without NATS credentials runs against a server
- * without authorization, where every client's inbox is `_INBOX`; there, and only there, such a
- * reply is accepted (the simulation's bus works so too). With credentials it is refused: nobody
- * may subscribe to `_INBOX.>`, so nothing honest waits there.
+ * Pitfall: NATS does not name a sender, so within a class (shared worker credentials, service
+ * users of different tenants) a reply can still be aimed at a peer's inbox (which learns no more).
  */
 import type { Role } from "./config.ts";
 import { NATS_ADMIN, inboxPrefixFor, natsUserFor, pinnedWorkerUser } from "./nats-permissions.ts";

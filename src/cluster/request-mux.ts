@@ -1,34 +1,17 @@
 /**
- * Kairos's own request path over a NATS connection: one wildcard subscription per connection on
+ * Kairos's own request path over a NATS connection: one wildcard subscription on
  * `<inboxPrefix>.<nuid>.*`, each request published with reply `<that>.<token>`, and a map of
- * token → pending promise. It replaces `nc.request` for the hot callers (the actor router, the
- * dispatcher's offers to workers: both use it through `muxedBus`; and every JetStream request of
- * the KV buckets — each KV read and write — through `withMuxedRequests`).
+ * token → pending promise. It replaces `nc.request` for the hot callers (the actor router, offers
+ * to workers, every KV request through `withMuxedRequests`).
  *
- * Why: `@nats-io/nats-core` (3.x) `RequestOne.resolver` calls `cancel()` after resolving, and
- * `cancel()` rejects the already-resolved deferred with a `new RequestError("cancelled")` — an
- * Error with a captured stack for EVERY successful request, discarded unseen (8.4 % of a
- * scheduler's CPU in a 200,000-run burst, even with `noAsyncTraces`). Here an Error is built
- * only when a request fails.
+ * Why: nats-core 3.x builds and discards an Error with a stack for every successful request; here
+ * an Error is built only when a request fails. The outcomes match `nc.request` with
+ * `noAsyncTraces` (reply, no responders, timeout, connection closed, closed/draining, permission
+ * violation), so callers classify them unchanged.
  *
- * Same outcomes as `nc.request` (with `noAsyncTraces`), so callers classify them as before:
- * - a reply: the `Msg`;
- * - no responders (an empty 503 status reply): `RequestError("no responders: '<subject>'")` whose
- *   `cause` is a `NoRespondersError` (`isNoResponders()` is true);
- * - no reply in time: `TimeoutError`;
- * - the connection closes with the request pending: `RequestError("connection closed")` (its
- *   `cause` another such, as nats-core wraps it);
- * - closed or draining before the request: `ClosedConnectionError` / `DrainingConnectionError`;
- * - a permission violation (publishing the request, or subscribing the inbox): a `RequestError`
- *   whose `cause` is the `PermissionViolationError`.
- *
- * The inbox prefix is the connection's own `inboxPrefix` option (the one `nc.request` uses; set
- * from the credentials file, `_INBOX_<user>`, the only inbox a role's NATS permissions let it
- * subscribe to: nats-permissions.ts), so replies arrive exactly where they did before.
- *
- * No limit on pending requests, as in the client it replaces: each entry lives at most its
- * timeout, and callers bound their own concurrency (one attempt per actor message in flight, one
- * offer per dispatch effect). A limit would add a failure mode in exactly the bursts this serves.
+ * Pitfalls: the inbox prefix is the connection's `inboxPrefix` (`_INBOX_<user>`, the only inbox
+ * a role may subscribe to). No limit on pending requests: each lives at most its timeout and the
+ * callers bound their own concurrency.
  */
 import { createInbox, errors, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { systemClock, type Clock } from "../lib/clock.ts";

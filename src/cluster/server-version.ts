@@ -1,5 +1,5 @@
 /**
- * nats-server version rules (DESIGN.md, "NATS facts"). Before 2.9.21 the revision check of a KV
+ * nats-server version rules. Before 2.9.21 the revision check of a KV
  * update is not serialized on replicated buckets (nats-server #4320): two CAS writes with the same
  * expected revision can both win, which would break every fence Kairos relies on.
  */

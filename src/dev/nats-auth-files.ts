@@ -1,26 +1,17 @@
 /**
- * Writes a secured NATS set-up to a folder: `auth.conf` (the nats-server `accounts`,
- * `system_account` and `authorization` blocks: the account layout of src/cluster/nats-accounts.ts,
- * one user per Kairos role set and `admin` in the cluster account, each with the permissions of
- * nats-permissions.ts) and one credentials file per user under `creds/<user>.json` (mode 0600).
- * Used by `kairos dev`, the test harness and `kairos nats-auth` (operators).
+ * Writes a secured NATS set-up to a folder: `auth.conf` (the `accounts`, `system_account` and
+ * `authorization` blocks of the layout in src/cluster/nats-accounts.ts, with the permissions of
+ * nats-permissions.ts) and `creds/<user>.json` per user (mode 0600). Used by `kairos dev`,
+ * `kairos nats-auth` and the test harness.
  *
- * Users: `api`, `scheduler`, every combination a node may run (`api_scheduler`, …,
- * `api_scheduler_worker`: a node's identity is the union of its roles), and `admin` — all in the
- * cluster account `KAIROS`; `sys` in the system account; one pinned user per worker id
- * (`worker-<id>`, cluster account: its own offers, worker-plane and advert subjects, `nodes`
- * record); static tenant services (`service-<name>`, the SERVICES account). The shared `worker`
- * user — any worker id, so a stolen credential receives every worker's offers and speaks for any
- * worker — only on request (`sharedWorker`: the tests' harness, which also attacks with it).
- * Passwords are 256 random bits; the server config holds them in clear (keep it 0600; nats-server
- * also accepts bcrypt hashes, `nats server passwd`, for configs that other people can read).
+ * Users: one per role set a node may run (`api`, …, `api_scheduler_worker`) and `admin` in
+ * `KAIROS`; `sys`; one pinned `worker-<id>` per worker id; static `service-<name>` users in
+ * SERVICES. The shared `worker` user only on request (`sharedWorker`): its holder can speak for
+ * any worker. Each run makes fresh 256-bit passwords, a callout issuer nkey (seed given to `api`
+ * users only) and a callout curve key.
  *
- * The auth callout's issuer: a fresh account nkey per run. Its public key goes into the config
- * (`auth_callout.issuer`), its seed into the credentials file of every user with the `api` role
- * (`callout_issuer_seed`): API nodes sign the user JWTs of service identities with it
- * (src/nats-api/auth-callout.ts). Whoever holds it can admit any user into SERVICES — never more.
- * Likewise a fresh curve key (`auth_callout.xkey`; seed `callout_xkey_seed`): the server seals each
- * callout request to it, so the service secrets they carry are not readable on the bus.
+ * Pitfall: the server config holds passwords in clear: keep it 0600 (or use bcrypt hashes). The
+ * issuer seed admits any user into SERVICES, never more.
  */
 import { randomBytes } from "node:crypto";
 import { mkdirSync, writeFileSync } from "node:fs";

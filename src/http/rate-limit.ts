@@ -1,18 +1,12 @@
 /**
- * Abuse limits of the API (per API node, in memory): a token bucket per tenant for requests, and
- * one per client address for failed authentications.
+ * Abuse limits of the API (per API node, in memory): a token bucket per tenant for requests
+ * (`tenantPerSecond`, bursts of `tenantBurst`; past it 429 `rate_limited` with `Retry-After`),
+ * and one per client address for failed authentications (`authFailuresPerSecond`/`Burst`: an
+ * empty bucket gets 429 *before* the key is looked up, so guessing keys costs no KV read).
  *
- * - **Per tenant**: `tenantPerSecond` requests per second sustained, bursts up to `tenantBurst`.
- *   Past it: 429 `rate_limited` with `Retry-After` (seconds until a token is back). The limit is
- *   per API node: behind N nodes a tenant gets up to N times it.
- * - **Failed authentications** (401s) per client address: `authFailuresPerSecond` sustained,
- *   `authFailuresBurst` at once. A client whose failure bucket is empty gets 429 *before* its key
- *   is looked up, so guessing keys costs neither KV reads nor log volume. The address is the TCP
- *   peer: behind a proxy every client shares the proxy's bucket (raise the limit there, or set it
- *   to 0 and throttle in the proxy).
- *
- * Both maps are bounded (`maxKeys`, least recently used evicted first): an attacker cycling
- * addresses cannot grow memory without bound; an evicted bucket starts full again.
+ * Pitfalls: the limit is per node — behind N nodes a tenant gets N times it. The address is the
+ * TCP peer: behind a proxy everyone shares the proxy's bucket (raise the limit, or set 0 and
+ * throttle in the proxy). Both maps are bounded LRUs (`maxKeys`); an evicted bucket starts full.
  */
 import { KairosError } from "../lib/errors.ts";
 

@@ -1,21 +1,15 @@
 /**
  * Dead-letter retention: a tenant's dead-letter list (`dl.<tenant>.<run_id>`, dead-letters.ts)
- * keeps its newest `keepPerTenant` entries and none whose occurrence is older than `maxAgeMs`
- * (the run-record age limit). Without it the list grew for ever: a job failing every second
- * writes 2.6 million dead letters a month.
+ * keeps its newest `keepPerTenant` entries and none older than `maxAgeMs` (by occurrence time);
+ * without it a job failing every second would add 2.6 million a month.
  *
- * Mechanism: the keys are written once and never rewritten, so a tenant's revisions order its
- * dead letters by the time they were written. A pass lists every dead-letter key with its
- * revision (headers only), and for each tenant drops the longest prefix in revision order whose
- * entries are all droppable (beyond the newest `keepPerTenant`, or older than the age limit by
- * the occurrence time in the run id) with ONE stream purge of `dl.<tenant>.>` below the first
- * kept revision (no delete markers). An old run dead-lettered after a newer one is dropped only
- * once everything before it is — never a kept entry. Purges are idempotent, so several scheduler
- * nodes may run passes at the same time.
+ * The keys are written once, so revisions order them. A pass lists every key (headers only) and,
+ * per tenant, drops the longest droppable prefix in revision order with ONE purge of
+ * `dl.<tenant>.>` below the first kept revision (no delete markers). Passes run daily per
+ * scheduler node, the first a minute after start, and are idempotent (several may overlap).
  *
- * Cost per pass: one headers-only listing of all dead-letter keys (bounded by tenants ×
- * keepPerTenant) and one purge per tenant with something to drop. Passes run daily per scheduler
- * node (DeadLetterOutbox), the first a minute after start.
+ * Pitfall: an old run dead-lettered after a newer one is dropped only once everything before it
+ * is — never a kept entry.
  */
 import { KairosError } from "../lib/errors.ts";
 import { kvKeys, kvPurge, type KvKey, type KvStore } from "../cluster/kv.ts";

@@ -1,25 +1,16 @@
 /**
- * Dead letters, durably: a list per tenant and an outbox for the tenant's webhook.
+ * Dead letters, durably: a list per tenant and an outbox for the tenant's webhook. Writing a
+ * dead-lettered run's terminal record (`failed`, `timed_out`) also `create`s, before the job
+ * state moves on: `dl.<tenant>.<run_id>` (the run as the API shows it; written once, so its
+ * revision orders the list and is the cursor of `GET /v1/runs?status=dead_lettered`) and
+ * `ob.<partition>.<tenant>.<run_id>` (`{run, tries, next_at_ms}`, a pending delivery).
  *
- * When the job shell writes the terminal record of a dead-lettered run (status `failed` or
- * `timed_out`), and before the job state moves on, it `create`s two keys in the runs bucket:
- * - `dl.<tenant>.<run_id>` → the run as the API shows it. Written once, never rewritten, so
- *   its revision orders a tenant's dead letters by the time they were dead-lettered and is the
- *   cursor of `GET /v1/runs?status=dead_lettered` (`KvStore.scan`: O(page), not O(all)).
- * - `ob.<partition>.<tenant>.<run_id>` → `{run, tries, next_at_ms}`: a pending webhook delivery.
+ * The outbox delivers at once, and the sweeper of whoever holds the partition delivers what is
+ * left after a crash. An entry is deleted (CAS) only after a 2xx, a refusal retrying cannot fix
+ * (SSRF rule, redirect, 4xx other than 429), no webhook, or `maxTries` failures.
  *
- * The write is a pre effect (ordered before the state write): if the node dies before it, the
- * state did not move on and the finish is decided and written again by the next owner; `create`
- * over an existing key is a no-op, so a replay writes nothing twice. The `dead_letter` post
- * effect then asks this node's `DeadLetterOutbox` to deliver at once; if the node dies before
- * or during the delivery, the entry is still there, and the sweeper of whichever scheduler holds
- * the partition next delivers it. An entry is deleted (CAS on its revision) only after a 2xx,
- * a refusal that retrying cannot fix (SSRF rule, redirect, 4xx other than 429), no webhook, or
- * `maxTries` failed deliveries (logged; the dead letter stays listable). So delivery is
- * at-least-once: receivers dedupe on `run.run_id` (also sent as the `Kairos-Delivery-Id` header).
- *
- * Gotcha: during a partition move two nodes may both believe they hold it for a moment and both
- * deliver: that is a duplicate, which at-least-once allows.
+ * Pitfall: delivery is at-least-once — a replay or a partition move can deliver twice; receivers
+ * dedupe on `run.run_id` (also the `Kairos-Delivery-Id` header).
  */
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";

@@ -9,7 +9,7 @@
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
  * slot a completion has just released may not be advertised yet); ownership is re-checked before
  * each request; only a task with secrets awaits anything before its offer, so offers keep their
- * timing. The test-only hole 1 offers one fence to up to three workers, as before its fix.
+ * timing. A test-only switch offers one fence to up to three workers (the simulation's fault).
  */
 import type { ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -48,7 +48,7 @@ export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: S
       return;
     }
     const tried = new Set<string>();
-    // One fence, one worker. (The test-only hole 1 offers it to up to three, as before the fix.)
+    // One fence, one worker. (The test-only switch offers it to up to three.)
     const tries = cfg.testOnlyHole1 ? 3 : 1;
     for (let i = 0; i < tries; i++) {
       const worker = deps.workers.pick(tried);

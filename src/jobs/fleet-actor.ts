@@ -1,30 +1,15 @@
 /**
- * The fleet actor's pure core: one per cluster (`fleet/fleet`), it shares the fleet's worker
- * slots between tenants by weighted max-min fairness (fair-share.ts).
+ * The fleet actor's pure core: one per cluster (`fleet/fleet`), it shares the fleet's worker slots
+ * between tenants by weighted max-min fairness (fair-share.ts). Tenant actors with demand report
+ * `{demand, weight}` every FAIR_REPORT_MS; the fleet recomputes (at most every
+ * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity), answers with a share, and
+ * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
+ * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
+ * shell (fleet-shell.ts).
  *
- *   tenant actor ──demand {tenant, demand, weight}──▶ fleet ──share {share}──▶ tenant actor
- *        (every FAIR_REPORT_MS while it has demand)        (recomputed as demand/capacity change)
- *
- * Each tenant actor with demand (running + waiting grants, at most its cap) reports it; the
- * fleet records it, recomputes the shares (at most every FLEET_RECOMPUTE_MS, at once when a tenant,
- * a weight or the capacity is new) and answers the reporter with its share by a message; a
- * tenant whose share a recomputation made smaller is told at once too (at most PUSH_LIMIT a
- * time), so a newcomer's part of the fleet is not granted away meanwhile (a small tenant back
- * from idle found every worker slot taken by large tenants still holding its part). Slots
- * nobody asked for (total demand below capacity) are added to the shares by weight as headroom,
- * so a tenant can grow into idle capacity without waiting for its next report; under overload
- * there is none and the shares are exactly max-min. The
- * capacity is the sum of slots advertised by live workers; the shell puts the value its node's
- * worker directory holds into every message (fleet-shell.ts), so this core stays pure.
- *
- * Soft state, by design: shares are advice. A tenant not heard from for FLEET_STALE_MS drops
- * out (its actor moved or died). A fresh fleet actor (moved, restarted) records the reports of
- * tenants that still hold a share from its predecessor (`held`) for FLEET_WARMUP_MS before it
- * answers them — they keep that share meanwhile — so it does not hand the whole fleet to the first
- * of them to report. A tenant without a share (busy from idle) is answered at once: its demand
- * starts small and grows report by report.
- * Without a fleet (or with no worker known, capacity 0) tenants fall back to their caps — the
- * hard limit (`max_concurrent`), which tenant actors enforce from durable grants.
+ * Soft by design: shares are advice; the hard cap (`max_concurrent`) is the tenant's. A tenant
+ * silent for FLEET_STALE_MS drops out. Pitfall: a fresh fleet actor waits FLEET_WARMUP_MS before
+ * answering tenants still holding a share, so it does not hand the whole fleet to the first.
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { KairosError } from "../lib/errors.ts";

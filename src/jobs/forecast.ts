@@ -1,19 +1,13 @@
 /**
- * The capacity forecast (issue 11): how many runs fall due in each minute of a window, per
- * tenant, from the jobs' schedules — "capacity planned from the schedule itself". Pure: `nowMs`
- * is an argument, so a test can compare it exactly with a hand-computed forecast (DST included:
- * the schedule engine's `next` applies the DST rule of docs/schedules.md).
+ * The capacity forecast: how many runs fall due in each minute of a window, per tenant, from the
+ * jobs' schedules. Pure (`nowMs` is an argument), with the DST rule of docs/schedules.md. Minute
+ * 0 is the minute containing `nowMs`. A job counts its due times (before any flexible-window
+ * spread) from its `next_run_at` on (plus an occurrence prepared ahead and not started,
+ * `forecastJobOf`), nothing when paused, deleted or without a next run. Manual runs, retries and
+ * misfire catch-ups are not forecast.
  *
- * Minute 0 is the minute containing `nowMs` (from its start); minute m covers
- * [start + m min, start + (m + 1) min). A job counts its occurrences (due times, before any
- * flexible-window spread) from its `next_run_at` on — earlier ones were already handled, except an
- * occurrence prepared ahead that has not started (see `forecastJobOf`) — and
- * nothing when it is paused, deleted or has no next run (a past one-shot). Manual runs, retries
- * and misfire catch-ups are not forecast.
- *
- * Bounded: at most `maxJobs` jobs are scanned and `maxOccurrences` occurrences enumerated in all
- * (a cron fires at most once a second, so a job adds at most 60 per minute); past a bound the
- * forecast is `truncated` (an undercount), never slow.
+ * Pitfall: bounded — at most `maxJobs` jobs and `maxOccurrences` occurrences in all; past a bound
+ * the forecast is `truncated` (an undercount), never slow.
  */
 import { compileSchedule, type ScheduleSpec } from "../schedule/index.ts";
 import type { JobState } from "./job-state.ts";

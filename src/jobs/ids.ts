@@ -2,7 +2,7 @@
  * Identifiers. A job id is `j` + 16 lowercase base-36 characters; a job actor is addressed as
  * `job/<tenant_id>.<job_id>`. A run id is derived from its job and occurrence —
  * `<job_id>-<scheduled_for ms in base 36>` (manual runs add `-m<n>`) — so one occurrence can only
- * ever have one run key: the unique-key safety net of DESIGN.md. The `-` before a manual run's
+ * ever have one run key: the unique-key safety net (ARCHITECTURE.md). The `-` before a manual run's
  * sequence is what keeps the id unambiguous: base 36 has both `m` and digits, so a time such as
  * `mx6qm100` (2026-12-02T23:08:42Z) read with an optional `m<n>` suffix parsed as `mx6q` + run
  * 100 — a time in 1970, which retention then deleted as older than its age limit.

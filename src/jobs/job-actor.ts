@@ -1,36 +1,17 @@
 /**
- * The job actor's pure core: `(state, message, now) → decision`. This module is its composition:
- * the message, effect and reply unions, the config, activation, and `makeJobActor`, which routes
- * each message to the module of its concern. One actor per job holds the definition, `next_run_at`, the active runs with their leases, and decides every transition:
- * firing occurrences (misfire and overlap policies), claiming worker slots, leases and fences,
- * heartbeats, completion, retries with backoff, dead letters, pause/resume, change, delete.
+ * The job actor's pure core, `(state, message, now) → decision`, and its composition: the
+ * message, effect and reply unions, the config, activation, and `makeJobActor`, which routes each
+ * message to the module of its concern (occurrence-plan, occurrences, run-status, run-lifecycle,
+ * run-dispatch, job-commands, tx). One actor per job decides every transition of its runs.
  *
- * Crash-safe ordering (DESIGN.md): run records are written first (`pre` effects: a `create` for a
- * new occurrence, which fails harmlessly if it exists), then the job state with CAS. A crash in
- * between re-fires the same occurrence, finds its run and advances: no duplicate, no skip.
+ * Crash-safe ordering: run records first (`pre` effects; a `create` that fails harmlessly if it
+ * exists), then the job state with CAS; a crash in between re-fires the same occurrence, finds
+ * its run and advances. Leases are in-memory timers ending at last heartbeat ARRIVAL + TTL
+ * (`ctx.arrivalMs`, stamped before the mailbox); a new owner re-arms them with a grace.
  *
- * Leases live in memory as timers (`lease:<run>`), not in KV: a lease ends at its last heartbeat
- * ARRIVAL + TTL (the timer re-arms itself from the arrival table); a new owner re-arms them with a
- * fresh grace period on activation.
- *
- * Fences (ARCHITECTURE.md "Fences"): every offer of an attempt to a worker gets a fence of its own
- * (`fence_seq` grows), offered to exactly one worker. The first heartbeat or acceptance with that
- * fence records the claim (status leased, `worker`); from then on heartbeats and completions must
- * carry both the fence and that worker. An offer that failed or timed out is dead: the next offer
- * has a new fence, and the worker (which starts an attempt only after an acknowledged heartbeat,
- * src/worker/worker.ts) hears `lease_lost` for the old one. A re-queued run has fence 0 (no offer).
- *
- * Liveness of a lease is judged from heartbeat ARRIVAL times recorded by the host before the
- * mailbox (`ctx.arrivalMs`), so a lease does not expire while its heartbeats wait behind the
- * owner's own backlog. Retried commands carry request ids and are answered with their first result.
- *
- * The modules of the core (all pure, no I/O):
- * - occurrence-plan.ts: when to fire, look-ahead, the gate's `holdOf` and `needsGate`, next instants (read-only);
- * - occurrences.ts: `fire`, misfire and overlap policies, run creation, terminal records;
- * - run-status.ts: the run status transition table; run-lifecycle.ts: claims, leases,
- *   heartbeats, completion, retries, lease expiry, the gate, `finish`;
- * - run-dispatch.ts: tenant slots, grants, offers under fences, drains of cancelled runs;
- * - job-commands.ts: create, get, patch, delete, run-now; tx.ts: the decision in the making.
+ * Pitfall: every offer gets its own fence (`fence_seq`) for exactly one worker; after the claim,
+ * heartbeats and completions must carry that fence and that worker. A dead offer's fence is never
+ * reused. Retried commands carry request ids and get their first result.
  */
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { START_SKEW_TOLERANCE_MS, type Completion, type ProbeReply } from "../protocol/worker.ts";
@@ -66,24 +47,24 @@ export interface JobActorConfig {
    */
   drainGraceMs: number;
   /**
-   * TEST ONLY: re-opens hole 1 (one fence offered to several workers, heartbeats and completions
-   * checked by fence alone), so the simulation can prove it finds it. Never set in production.
+   * TEST ONLY: offers one fence to several workers and checks heartbeats and completions by fence
+   * alone, so the simulation can prove it detects the double execution. Never set in production.
    */
   testOnlyHole1?: boolean;
   /**
-   * TEST ONLY: re-opens the breach probes closed (a silent lease lapses without asking its worker,
-   * an attempt never heard to start presumed unstarted), so the simulation can prove its invariant
-   * h (`run_reexecuted`) finds it. Never set in production.
+   * TEST ONLY: no probes (a silent lease lapses without asking its worker, an attempt never heard
+   * to start is presumed unstarted), so the simulation can prove its invariant h
+   * (`run_reexecuted`) detects the re-execution. Never set in production.
    */
   testOnlyNoProbe?: boolean;
 }
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   leaseTtlMs: 10_000,
-  // DESIGN.md: the slow work (KV writes, slot matching) happens before the due instant. Five
-  // minutes: a 200,000-run burst takes minutes to prepare on two cores (~1,500 runs/s), so a
-  // one-minute window left most of it to be prepared after the due second (BENCHMARKS.md,
-  // fourteenth session). Jobs due more often get less (`windowOf`).
+  // The slow work (KV writes, slot matching) happens before the due instant. Five minutes: a
+  // 200,000-run burst takes minutes to prepare on two cores (~1,500 runs/s), so a one-minute
+  // window leaves most of it to be prepared after the due second. Jobs due more often get less
+  // (`windowOf`).
   lookaheadMs: 300_000,
   misfireGraceMs: 10_000,
   maxActiveRuns: 100,

@@ -131,7 +131,7 @@ function remove(tx: Tx): D {
  * for: not claimed yet, or claimed under `queue` (`no_cover`). One claimed under another policy
  * (the job patched to `queue` since) is left to run as prepared: its worker may start it at its
  * start under the claim's cover without asking again, and the occurrence, sent back and
- * re-created under the same run id, could then run twice (cold review of 16f4a66).
+ * re-created under the same run id, could then run twice.
  */
 function unprepareQueued(tx: Tx): void {
   const s = tx.s;

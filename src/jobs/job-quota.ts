@@ -1,21 +1,12 @@
 /**
- * The `max_jobs` quota: a per-tenant job counter `jc.<tenant_id>` → `{ jobs }` in the `tenants`
- * bucket, kept with CAS so a create costs O(1) KV operations (read the tenant record, read the
- * counter, one CAS update) whatever the number of jobs.
+ * The `max_jobs` quota: a per-tenant counter `jc.<tenant_id>` → `{ jobs }` in the `tenants`
+ * bucket, kept with CAS, so a create costs O(1) KV operations. `reserve` counts a new job before
+ * its actor is asked (422 `quota_exceeded` at the cap; a replayed create does not reserve again);
+ * `release` uncounts one, never below zero. The first use for a tenant seeds the counter from its
+ * existing jobs (concurrent seeds race on `create`). A tenant without a record has no quota.
  *
- * - `reserve` counts a new job before its job actor is asked, and refuses with `quota_exceeded`
- *   (HTTP 422) when the count already is at the tenant's `max_jobs`. A replay of an earlier create
- *   (same Idempotency-Key) does not reserve again: the service reserves only for a fresh job id.
- * - `release` uncounts a job (after a delete, or a create that certainly made nothing). It never
- *   goes below zero.
- * - The first use for a tenant seeds the counter from the jobs that exist (one list of that
- *   tenant's job actors, once per tenant), so tenants that had jobs before the counter existed are
- *   counted right. Concurrent seeds race on `create`: one wins, the others re-read.
- * - A tenant without a record (the simulation, bare tests) has no quota and no counter.
- *
- * Approximate (see the service): a create whose job actor did not answer (timeout) keeps its
- * reservation (it may exist), and a delete whose reply was lost is not uncounted; both over-count,
- * which can only make the cap stricter, never exceed it.
+ * Pitfall: approximate — a create whose actor timed out keeps its reservation and a delete whose
+ * reply was lost is not uncounted; both over-count, which makes the cap stricter, never exceeded.
  */
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";

@@ -1,31 +1,15 @@
 /**
  * The job actor's shell: performs the effects its pure core decides (job-actor.ts), each through
- * the module of its concern. Every network effect first checks that this node still owns the
- * actor (`stillOwner`): a stale owner stays silent.
- * - `put_run` (pre, before the job state write; a run's creation and its end): the run-record
- *   store (run-record-store.ts) —
- *   epoch-stamped records, CAS on revisions, never a blind overwrite; a dead-lettered run's
- *   terminal record is followed (still before the state write) by its dead-letter and outbox keys
- *   when `deadLetters` is set (dead-letters.ts).
- * - `acquire_slot` / `release_slot`: to the tenant actor, batched per tenant by the node's slot
- *   broker (slot-broker.ts; a grant given at once comes back as `slot_granted`).
- * - `dispatch`: an offer to ONE worker under the offer's own fence (dispatcher.ts).
- * - `cancel_on_worker`: tell a worker to kill an attempt.
- * - `probe_worker`: ask a worker what became of an attempt whose lease fell silent; its answer
- *   (or null: none within PROBE_TIMEOUT_MS — a frozen or cut-off worker; `gone`: no responder and
- *   the worker known to have stopped advertising; no responder from one not known so is asked
- *   again, PROBE_NO_RESPONDER_ASKS) comes back to the actor as `probe_answer`.
- * - `note_run`: a run transition that is not written (run metrics only, see `Tx.putRun`).
- * - `dead_letter`: logged and delivered to the tenant's webhook, through the durable outbox when
- *   there is one (`deliverDeadLetter`, dead-letters.ts).
- * - `write_run_index` (pre, after the decision's records): a chunk of the job's runs index, every
- *   RUN_INDEX_CHUNK created records (`withRunIndex`, run-index.ts; run-index-store.ts).
- * Run-path metrics are derived from the records written and the effects performed (run-metrics.ts).
- * With `retention`, the actor is wrapped by `withRetention` and its `prune_runs` / `purge_job`
- * effects go to `RunRetention` (bounded history: retention.ts, run-retention.ts).
+ * the module of its concern — `put_run` (run-record-store.ts; dead-letter keys after a dead
+ * letter's record), `acquire_slot`/`release_slot` (slot-broker.ts), `dispatch` (dispatcher.ts),
+ * `cancel_on_worker`, `probe_worker` (answer back as `probe_answer`), `note_run` (metrics only),
+ * `dead_letter` (dead-letters.ts), `write_run_index` (run-index-store.ts), and with retention
+ * `prune_runs`/`purge_job` (run-retention.ts). Run metrics derive from what is written
+ * (run-metrics.ts).
  *
- * Gotcha: post effects run concurrently and unawaited; a failed one is logged, not retried here
- * (the core's timers re-ask: slot checks, redispatch).
+ * Pitfalls: every network effect first checks that this node still owns the actor
+ * (`stillOwner`), so a stale owner stays silent. Post effects run concurrently and unawaited; a
+ * failed one is logged, not retried here — the core's timers ask again.
  */
 import type { Bus } from "../cluster/bus.ts";
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
@@ -208,7 +192,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         const e = await deps.runs.get(runKey(at.partition, tenantId, jobId, r.run_id));
         // No record: it ended and retention pruned it (a stored state lists a run only after its
         // record was created, and retention prunes terminal records only; once the end is
-        // deferred, the state may list the run long after — review finding, one-shot jobs).
+        // deferred, the state may list the run long after — one-shot jobs).
         if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
       }));
       if (ended.size === 0) return s;

@@ -1,18 +1,13 @@
 /**
- * `JobsService` over the cluster: commands go to job actors through the router (so they are
- * serialised with the schedule and the runs), reads of lists come from KV. Idempotency keys are
- * KV records `<tenant>.<sha256(key)>` → `{job_id, request_hash}` (24 h bucket TTL): the job id is
- * fixed before the job actor is asked, so a retried create — even after a crash in between —
- * reaches the same actor, which answers with the job it made.
+ * `JobsService` over the cluster: commands go to job actors through the router (serialised with
+ * the schedule and the runs); lists come from KV. Idempotency keys are KV records
+ * `<tenant>.<sha256(key)>` → `{job_id, request_hash}` (24 h TTL): the job id is fixed before the
+ * actor is asked, so a retried create, even after a crash, reaches the same actor and gets the
+ * job it made. `max_jobs` is counted by `TenantJobCounter` (job-quota.ts).
  *
- * The tenant's `max_jobs` quota is checked and counted on create and uncounted on delete by
- * `TenantJobCounter` (job-quota.ts): O(1) KV operations per create, 422 `quota_exceeded` over it.
- *
- * A runs page reads the job's runs index (run-pages.ts, run-index.ts): O(page), newest first by
- * creation, whatever the job's history. A jobs page reads KEYS, not values, to find and order the
- * page (a tenant's job state keys carry the job id), then the values of that page only: O(keys)
- * cheap header reads + O(page) values, bounded by the tenant's max_jobs quota (docs/operations.md,
- * "History").
+ * A runs page reads the job's runs index (run-pages.ts): O(page) whatever the history. A jobs
+ * page reads KEYS to find and order the page, then that page's values only — bounded by the
+ * tenant's max_jobs (docs/operations.md, "History").
  */
 import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";

@@ -55,12 +55,10 @@ export const SHORT_LOOKAHEAD_MS = 60_000;
  * `SHORT_LOOKAHEAD_MS` (or the configured window, if that is shorter). A prepared run holds a tenant
  * slot and a worker slot until it ends: a job due every 2 minutes must not hold a second slot most
  * of the time, while an hourly or daily job — the top-of-the-hour crowd — gets the whole window to
- * be prepared in (a 200,000-run burst needs minutes of preparation: BENCHMARKS.md, fourteenth
- * session). A one-shot job, or one with no occurrence handled yet, gets the whole window. A pure
- * function of the state, so `fireAt` and `fire` agree on it. (Not done: a shorter window for a
- * `skip` job whose run is still active — its prepared run may well be skipped. Counting `runs`
- * here also counted the run `fire` had just prepared, so every `skip` job lost its 5 min window
- * from its second occurrence on; nothing re-arms a `skip` job's `fire` when a run ends.)
+ * be prepared in (a 200,000-run burst needs minutes of preparation). A one-shot job, or one with no occurrence handled yet, gets the whole window. A pure
+ * function of the state, so `fireAt` and `fire` agree on it. (A `skip` job whose run is still
+ * active gets no shorter window: counting `runs` here would count the run `fire` has just
+ * prepared, and nothing re-arms a `skip` job's `fire` when a run ends.)
  */
 export function windowOf(cfg: JobActorConfig, s: JobState): number {
   const full = cfg.lookaheadMs;

@@ -1,21 +1,14 @@
 /**
  * Bounded history, the pure part: which run records a job keeps, and the job actor wrapped so it
  * asks its shell to prune them and to purge a deleted job (run-retention.ts performs both).
+ * A job keeps its newest `keepRuns` terminal runs (by occurrence time, read from the run id) and
+ * none older than `maxAgeMs`; active runs are never pruned. So a job's records stay below
+ * keepRuns + 2 × pruneEveryRuns + its active runs, which keeps a runs page cheap. A daily
+ * `retention_sweep` timer applies the age limit to jobs that no longer run.
  *
- * - Retention per job: the newest `keepRuns` terminal runs (by occurrence time, read from the run
- *   id, so choosing needs no record values) and none whose occurrence is older than `maxAgeMs`.
- *   Active runs are never pruned. A job's records therefore stay below keepRuns + 2 ×
- *   pruneEveryRuns + its active runs (the first pass on a node comes after 1..pruneEveryRuns runs,
- *   run-retention.ts `firstCount`), which is what makes a runs page cheap (docs/operations.md, "History").
- * - The wrapped actor counts terminal records per decision and hands the count, with its active
- *   run ids, to the shell (`prune_runs`); the shell prunes once `pruneEveryRuns` piled up. A daily
- *   `retention_sweep` timer per job applies the age limit to jobs that no longer run.
- * - A deleted job arms `purge_deleted`; when it fires the shell purges the job's run records and
- *   its actor state, so partition activation (which lists job states) does not grow with deleted
- *   jobs. Not before the idempotency window of its create has passed: a replayed create with the
- *   same Idempotency-Key would otherwise find no tombstone and make the job again.
- *
- * Pure: no I/O, no clock (times come from the actor context).
+ * Pitfall: a deleted job is purged (`purge_deleted`) only after the idempotency window of its
+ * create, or a replayed create would find no tombstone and make the job again. Pure: no I/O, no
+ * clock.
  */
 import type { ActorContext, Decision, HostEffect } from "../actors/actor.ts";
 import { hash32 } from "../cluster/hash.ts";

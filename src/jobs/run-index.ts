@@ -1,38 +1,16 @@
 /**
- * The runs index, the pure part: a per-job, append-only list of the job's run records in the order
- * they were created, so a runs page reads O(page) newest first (NATS KV cannot list keys in
- * reverse, and a key listing of the job costs O(retained history)). run-index-store.ts writes and
- * reads it; run-pages.ts pages through it.
+ * The runs index, pure part: a per-job append-only list of the job's run records in creation
+ * order, so a runs page reads O(page) newest first (NATS KV cannot list keys in reverse).
+ * run-index-store.ts writes and reads it; run-pages.ts pages through it.
  *
- * Shape. Every run record the job actor creates (a `put_run` effect in mode `create` or
- * `terminal`: runs, manual runs, skipped and missed occurrences) gets the next POSITION in the job's
- * sequence. The job state (`JobState.index`) holds `seq`, the number of chunks written, and
- * `pending`, the ids of the records created since (fewer than CHUNK after every decision). When
- * CHUNK have accumulated, the decision also writes the immutable chunk record `seq` (runs bucket,
- * key `ix.<p>.<tenant>.<job>.<seq, 10 digits>`) listing them, and the state keeps only the counter:
- * position = seq · CHUNK + offset, and a position's run never changes, so a cursor (a position)
- * stays valid while pending ids move into a chunk between two pages.
+ * Every record the job actor creates gets the next position. The job state holds `seq` (chunks
+ * written) and `pending` (ids since); every CHUNK records the decision writes the immutable chunk
+ * `ix.<p>.<tenant>.<job>.<seq>`. No extra KV operation per run: the ids ride on the job state.
  *
- * Cost on the run path: NO extra KV operation per run — the ids ride on the job state (a few
- * bytes each: the run id without its job id), written with the job's next state write (a `fire`'s
- * own change is deferred: tx.ts; readers therefore ask the job actor for its index, which it
- * answers from memory) — plus one chunk write per CHUNK records. A fire lost with its deferred
- * state fires again and re-adds the ids of the records it meets.
- *
- * Crash safety: the chunk is a `pre` effect, written before the state write that drops its ids
- * from `pending`. A crash (or a lost CAS) in between leaves the state at the same `seq` with the
- * ids still pending; the next decision writes chunk `seq` again (over the orphan, with the ids the
- * state then holds). A chunk carries its writer's epoch: a stale owner finding a later epoch's chunk
- * stops (`not_owner`), as with run records. Records are created before the chunk naming them.
- *
- * Not indexed: a record `settle`d by a pause, delete or schedule change (the orphan of a crash
- * between a record's create and the state write, never fired again): indexing it could list it
- * twice if its occurrence fires later. It stays readable by id and is pruned by retention.
- *
- * Jobs created before the index (state without `index`) are never indexed and keep the key listing
- * (run-pages.ts), bounded by retention: no migration.
- *
- * Pure: no I/O, no clock.
+ * Pitfalls: the chunk is a `pre` effect, written before the state that drops its ids; a crash in
+ * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
+ * record `settle`d by a pause, delete or schedule change is not indexed (it could be listed twice).
+ * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
 import type { ActorDefinition } from "../actors/actor.ts";
 import type { JobReply } from "./job-actor.ts";

@@ -310,7 +310,7 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
     return tx.done(null);
   }
   // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
-  // (offered again, it ran twice — 40,501 of 200,000 runs in one benchmark run). Ask its worker
+  // (offered again, it would run twice — a fifth of a 200,000-run burst). Ask its worker
   // what became of it; the lease stands until the answer (`onProbeAnswer`), or until the fallback
   // (`after_probe`: the answer never came in — the actor moved, its mailbox was full, a stall),
   // which asks again. Only MAX_UNANSWERED_PROBES unanswered probes in a row lapse it.
@@ -379,7 +379,7 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
  * dead-lettered). `reply`: what its worker said of it (null: nothing). An attempt its worker says
  * never started does not count against max_attempts (up to a bound); with no answer, one never
  * heard to start is presumed not started (a burst's unacknowledged offers; a worker that died
- * before starting it) as before probes existed.
+ * before starting it).
  */
 function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | "given back" = "expired"): D {
   const w = r.worker ?? "?";

@@ -1,30 +1,14 @@
 /**
- * Run-path metrics derived from the run records the job shell writes (src/jobs/job-shell.ts
- * `putRun`), so the pure job core stays free of them (it may be re-run; a decision counts only
- * once its record is written).
+ * Run-path metrics derived from the run records the job shell writes, so the pure core stays free
+ * of them (a decision counts only once its record is written). Each write is compared with the
+ * record it replaces and every transition counted once: first `started_at` → dispatch lag; an
+ * attempt's `outcome` → attempts (and lease expiries by kind); `retry_wait` or re-queue → retries;
+ * `failed`/`timed_out` → dead letters. It also feeds `kairos_runs_waiting` (run-waiting.ts).
  *
- * Each write is compared with the record it replaces, and every transition is counted once:
- *
- * | transition in the record | metric |
- * | --- | --- |
- * | `started_at` goes from null to set (the run's first start) | `kairos_dispatch_lag_seconds{tenant}` observes started_at − scheduled_for |
- * | an attempt gets its `outcome` | `kairos_attempts_total{tenant,outcome}`; `lease_lost` also `kairos_lease_expiries_total{kind}` (`counted`; `not_started`: its worker said so — given back, dropped by a probe; `presumed_not_started`: never heard to start and not known to its worker — where an at-least-once re-run can hide) |
- * | status becomes `retry_wait`, or `queued` from `leased`/`running` (lease expired, re-queued) | `kairos_retries_total{tenant}` |
- * | status becomes `failed` or `timed_out` (dead letter) | `kairos_dead_letters_total{tenant}` |
- *
- * The record it replaces (the baseline) is the last one this node wrote or noted for the key,
- * or else the one it read: the shell reads the stored record whenever it lacks a cached revision —
- * after an owner move, a conflict, or a cache eviction — and reports it with `known`, which keeps
- * a baseline this node already has (it is newer: transitions noted without a write, `note`, are
- * in it; replacing it with the stored record, written at creation, counted a run's start twice
- * when its revision had been evicted and its baseline had not). So a new owner compares with what
- * the old one made durable, and a transition recorded once is not counted again by the next
- * writer. A record this node `create`d has an empty baseline. A write whose baseline is unknown
- * (cached revision but baseline evicted) counts nothing.
- * Each node counts the transitions it wrote; sum across nodes in PromQL.
- *
- * It also feeds `kairos_runs_waiting` (run-waiting.ts) when given a `RunsWaiting`: from the
- * records written and the post effects performed (`effect`).
+ * Pitfalls: the baseline is the last record this node wrote or noted for the key, else the one
+ * it read (`known` keeps a newer baseline — replacing it would count a start twice). A record this
+ * node created has an empty baseline; a write whose baseline was evicted counts nothing. Each node
+ * counts what it wrote: sum across nodes in PromQL.
  */
 import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "./model.ts";
@@ -68,11 +52,10 @@ const EMPTY: Baseline = { started: false, ended: 0, status: null };
 
 /**
  * Most baselines kept — and revisions in the run-record store's cache: each non-terminal run this
- * node wrote, oldest evicted first, a terminal one dropped. A cache smaller than a burst was
- * evicted in the order it is read back (FIFO): with 100,000, every run of a 200,000-run burst
- * missed at its terminal write — one read of its record more (1.0 `get` per run, fifteenth
- * session). Runs active on a node beyond this bound (a rate × the 5 min look-ahead above it: ~870
- * runs/s) pay that read again. Not measured: a few hundred bytes an entry for both (a key string,
+ * node wrote, oldest evicted first, a terminal one dropped. A cache smaller than a burst is
+ * evicted in the order it is read back (FIFO): every run of the burst then misses at its terminal
+ * write — one more read of its record per run. Runs active on a node beyond this bound (a rate × the 5 min look-ahead above it: ~870
+ * runs/s) pay that read again. Memory (an estimate): a few hundred bytes an entry for both (a key string,
  * map slots, a baseline object), tens of MB full.
  */
 export const BASELINE_LIMIT = 262_144;

@@ -1,27 +1,15 @@
 /**
- * A job's runs page, newest first by creation, read in O(page) through the runs index
- * (run-index.ts): the job's index as its actor holds it (`seq` and the pending ids, from the
- * caller: nats-service.ts asks the actor), the chunks the page spans backward by direct key (one
- * read per RUN_INDEX_CHUNK positions), then the page's run records — about
- * `limit + 1 + limit / 64 + 1` reads whatever the job's history, never a listing.
+ * A job's runs page, newest first by creation, in O(page) through the runs index (run-index.ts):
+ * the job's index from its actor, the chunks the page spans by direct key, then the page's
+ * records — about `limit + 1 + limit / 64 + 1` reads, never a listing. The cursor is a position,
+ * and a position's run never changes, so each run is returned at most once while runs are created
+ * or pruned.
  *
- * - Cursor: the position of the last run returned (`["ix", position]`); a position's run never
- *   changes, so pages stay exact while runs are created (they appear on a new first page) and
- *   while retention prunes (a pruned run is skipped): each run is returned at most once, newest
- *   first.
- * - A run id whose record is gone (pruned, or a crash's orphan) is skipped; the first missing
- *   chunk ends the history (retention removes chunks oldest first, run-index-store.ts).
- * - Bounded: a page examines at most MAX_EXAMINED positions. A `status` filter (or many pruned
- *   records) may hit that bound before the page is full: the page then holds what matched so far
- *   (possibly nothing) and a `next_cursor` to continue from (docs/api.md).
- * - Jobs created before the index (no `index` in their state) keep the key listing
- *   (`legacyRunsPage`: the job's keys, headers only, sorted by (scheduled_for, run_id)), bounded by
- *   retention.
- * - Records (and `readPage`'s values) are read from any replica (`REPLICA_READ`): a page is shown,
- *   nothing is decided from it, and a replica spreads the reads of a busy API over the servers. A
- *   replica that is behind may show a run's earlier status, or skip a run created a moment ago
- *   (as a pruned one); the next first page has it. Chunks are read from the leader: a missing one
- *   ends the history, which a replica that is behind must not do.
+ * Pitfalls: a missing record is skipped; the first missing chunk ends the history. A page
+ * examines at most MAX_EXAMINED positions, so a `status` filter may return a short (even empty)
+ * page with a `next_cursor`. Records are read from any replica (shown, never decided on); chunks
+ * from the leader, since a replica behind must not end the history. Job states without an index
+ * use the key listing (`legacyRunsPage`).
  */
 import { KairosError } from "../lib/errors.ts";
 import { kvKeys, REPLICA_READ, type KvEntry, type KvStore } from "../cluster/kv.ts";

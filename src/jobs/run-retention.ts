@@ -1,29 +1,15 @@
 /**
  * Bounded history, the I/O part: performs the job actor's retention effects (retention.ts).
+ * - `prune_runs`: after `pruneEveryRuns` terminal records of a job (a job new to the node starts
+ *   at a count spread by its id), list the job's run keys (headers only), pick what retention
+ *   drops, and remove it with ONE stream purge below the oldest kept revision; the few later ones
+ *   are deleted by CAS. Old index chunks whose runs are all gone are purged too.
+ * - `purge_job`: a deleted job's records, index chunks and actor state.
  *
- * - `prune_runs`: counts terminal records per job on this node; once `pruneEveryRuns` piled up
- *   (a job that came to this node, whose count is unknown, starts at a count spread by its id over
- *   [0, pruneEveryRuns), so a burst of jobs new to the node does not list every job's keys at its
- *   first terminal run; or on the daily sweep) it lists the job's run KEYS with their revisions (headers only, no values) and
- *   picks what retention drops. Records are written roughly in occurrence order, so almost all
- *   of them lie below the oldest revision retention keeps: ONE stream purge of the job's keys
- *   below that revision removes them and leaves no delete marker. The few dropped records written
- *   later (a long run that finished after newer ones) are deleted one by one (CAS on their
- *   revision; a delete leaves a marker, which a later pass's purge removes once every kept record
- *   is newer). A purge per key would be simpler, but each costs the server work that grows with
- *   the stream (the history benchmark measured ~500/s against a 100,000-message stream).
- *   Amortised per `pruneEveryRuns` runs: one key listing of at most keepRuns + slack keys and
- *   one purge request. The runs index (run-index.ts) follows: its oldest chunks whose runs are
- *   all gone are purged too (a listing of the job's chunk keys, ~1/64 of its records, plus a read
- *   per chunk removed and one more).
- * - `purge_job`: a deleted job's run records and index chunks (one purge by filter each) and its
- *   actor state.
- *
- * Effects start after the state write, while this node owns the job. A failure is logged
- * and left to the next pass (or, for a deleted job, the next activation). The active run ids
- * excluded are those in the owner's memory: a run whose end was deferred (job-shell.ts) may still
- * be listed by the stored job state after its terminal record is pruned — a state read back then
- * treats the missing record as ended (`reconcile`), never as a run to lease again.
+ * Pitfalls: a purge per key costs server work growing with the stream, hence the single purge.
+ * Effects run after the state write while this node owns the job; a failure waits for the next
+ * pass. A run whose end was deferred may still be listed by the stored job state after its
+ * record is pruned: a state read back treats the missing record as ended (`reconcile`).
  */
 import type { KvKey, KvStore } from "../cluster/kv.ts";
 import { hash32 } from "../cluster/hash.ts";

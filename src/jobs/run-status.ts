@@ -1,23 +1,16 @@
 /**
- * The transition table of an active run's status — the one place that says which edges exist and
- * in which statuses each run message acts. The run lifecycle (run-lifecycle.ts) changes a status
- * only through `moveRun`, which refuses an edge the table does not have, and gates its handlers
- * with `actsOn`.
+ * The transition table of an active run's status — the one place that says which edges exist
+ * and in which statuses each run message acts. run-lifecycle.ts changes a status only through
+ * `moveRun`, which refuses an edge the table lacks, and gates its handlers with `actsOn`.
  *
- *              claim              start
- *   queued ──────────▶ leased ──────────▶ running
- *    ▲  ▲               │  │                │  │
- *    │  └── requeue ────┘  │                │  │   requeue: lease lost, attempts left
- *    │  └────────────── requeue ────────────┘  │
- *    │                     │                   │
- *    │ retry_due           └───── retry ───────┤   retry: failed attempt, retryable,
- *   retry_wait ◀───────────────────────────────┘          attempts left
+ *   queued ─claim─▶ leased ─start─▶ running
+ *   leased/running ─requeue─▶ queued        (lease lost, attempts left)
+ *   leased/running ─retry─▶ retry_wait ─retry_due─▶ queued   (retryable failure, attempts left)
+ *   any ─end (`finish`)─▶ a terminal record; the run leaves the job state
  *
- *    end (`finish`): from any status to a terminal record; the run leaves the job state.
- *
- * Gotchas: a status is only half of a message's check — fences and the claiming worker are
- * checked too (`holds` in run-lifecycle.ts). Grants and drains (`slot_granted`, `slot_audit`,
- * `drained`) are judged by the grant or drain they name, not by a status, so they have no row.
+ * Pitfalls: a status is only half a message's check — fences and the claiming worker are checked
+ * too (`holds` in run-lifecycle.ts). Grants and drains (`slot_granted`, `slot_audit`, `drained`)
+ * are judged by the grant or drain they name, so they have no row.
  */
 import { KairosError } from "../lib/errors.ts";
 import type { ActiveRun, ActiveStatus } from "./job-state.ts";

@@ -1,19 +1,14 @@
 /**
  * `kairos_runs_waiting{reason}` of a scheduler node, kept by the job shell without touching the
- * pure core or the actor host: runs that are due and not started, waiting for a tenant slot
- * (`slot`) or — slot granted — for a worker to claim them (`worker`).
- *
- * The shell reports what it does for each run (job-shell.ts):
- * - a run record written (`record`): `queued` → the run waits (due at its scheduled_for); any other
- *   status (leased, running, retry_wait, terminal) → it no longer waits here;
- * - a post effect (`effect`): `acquire_slot` → waiting for a slot; `dispatch` (an offer to a
- *   worker, after the grant) → waiting for a worker. A run that keeps waiting is touched again by
- *   its re-asks (every 10 s at first, at most every 30 s: run-dispatch.ts) and re-offers (every
- *   second); STALE_MS is longer than both.
+ * pure core: runs due and not started, waiting for a tenant slot (`slot`) or, slot granted, for a
+ * worker to claim them (`worker`). The shell reports each run record written (`queued` waits;
+ * any other status does not) and each post effect (`acquire_slot` → slot; `dispatch` → worker).
+ * A run that keeps waiting is touched again by its re-asks and re-offers.
  *
  * Read at scrape time (`count(now)`): runs not yet due (look-ahead) are not counted, nor runs of
- * actors this node no longer owns (`stillOwner`); such an entry untouched for `STALE_MS` is
- * forgotten (its new owner counts it). Bounded at `LIMIT` entries, oldest first.
+ * actors this node no longer owns. Pitfalls: an entry untouched for `STALE_MS` (longer than the
+ * re-ask and re-offer periods) is forgotten — its new owner counts it. Bounded at `LIMIT` entries,
+ * oldest dropped first.
  */
 import type { WaitReason } from "../metrics/index.ts";
 import type { RunView } from "./model.ts";

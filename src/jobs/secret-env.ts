@@ -1,23 +1,15 @@
 /**
  * Write-only task secrets (`task.secret_env`): encrypted at rest with the cluster's secret key,
- * never returned (a job shows their names only), gone when the job is deleted.
+ * never returned (a job shows their names only), gone when the job is deleted. Each version is
+ * one key `sk.<tenant>.<job>.<ref>` in the tenants bucket (history 1) holding AES-256-GCM
+ * ciphertext with the key name as additional data, so a value copied to another key does not
+ * decrypt; the job stores only `task.sealed_env = {names, ref}`.
  *
- * Where they live: not in the job (whose state keeps 4 revisions in the actors bucket and is read
- * by every scheduler activation) but in one key of their own per version,
- * `sk.<tenant>.<job>.<ref>` in the tenants bucket (history 1), holding
- * `v1.<iv>.<ciphertext+tag>` — AES-256-GCM under the cluster key, with the key name as
- * additional data, so a value copied to another tenant's or job's key does not decrypt. The job
- * stores only `task.sealed_env = {names, ref}`.
+ * API nodes seal, schedulers open when they offer an attempt; workers never hold the key and
+ * learn only the secrets of tasks they are offered (docs/security.md, "Secrets").
  *
- * Who holds the key: API nodes (they seal what a create or patch sends) and schedulers (they
- * open the secrets when they offer an attempt to a worker, and put them into the task's env of
- * that one offer). Workers never hold the key: a worker host learns the secrets of the tasks it
- * is offered, as it must to run them, and nothing else (docs/security.md, "Secrets").
- *
- * Deleting a job deletes its `sk.<tenant>.<job>.*` keys (the bucket keeps one revision, so the
- * delete marker replaces the ciphertext); a retried delete (404) purges them too. A patch that
- * replaces the task writes a new version and, once the job has changed, deletes the versions
- * stored before it except the one the job uses.
+ * Pitfalls: deleting a job deletes its `sk.` keys (a retried delete too); a patch replacing the
+ * task writes a new version, then deletes older ones except the one in use.
  */
 import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
 import { KairosError } from "../lib/errors.ts";

@@ -1,30 +1,15 @@
 /**
- * The node's slot broker: the job actors of one scheduler node ask their tenant actors for worker
- * slots through it (the slot economy, tenant-actor.ts). Every `acquire_slot` and `release_slot`
- * decided on this node for one tenant within one turn of the event loop rides in ONE `slots`
- * message to the tenant actor (at most `MAX_SLOT_BATCH` items), which decides them all in one
- * receive and writes their grants in one group commit (tenant-shell.ts) — instead of a NATS
- * request, an actor message and a reply per run each way. A grant given at once comes back to
- * its job actor as `slot_granted` (in-process, `tell`); a later one arrives from the tenant actor
- * itself, as before.
+ * The node's slot broker: every `acquire_slot`/`release_slot` decided on this node for one tenant
+ * within one turn of the event loop rides in ONE `slots` message to the tenant actor (at most
+ * `MAX_SLOT_BATCH`), decided in one receive and written in one group commit (tenant-shell.ts). A
+ * grant given at once returns to its job actor as `slot_granted`. The broker holds nothing that
+ * must survive: the cap's proof is the tenant's durable grant table.
  *
- * What it does not change: each grant is still an entry in the tenant's durable grant table,
- * named per hold (`<run_id>_<slot_seq>`), so the cap's proof across moves and restarts is the
- * tenant's, as before (ARCHITECTURE.md "Slots"). The broker holds nothing that must survive: its
- * queues are requests not yet sent.
- *
- * Gotchas: a failed batch (timeout, no owner, overloaded) drops its acquires — each run's
- * `slot_check` timer asks again (SLOT_RECHECK_MS, longer for a run that has waited long:
- * run-dispatch.ts; re-asking at once after a timeout turned an overloaded tenant actor into a
- * retry storm) — and puts its releases back for a later batch,
- * sent after a capped exponential backoff, each release at most RELEASE_ATTEMPTS times (a lost
- * release is safe but under-uses the cap until the tenant's audit). A release cancels an
- * acquire of the same grant still queued. At most `IN_FLIGHT_PER_TENANT` batches are in flight
- * per tenant (the tenant pipelines its writes: a later batch does not wait for an earlier one's),
- * plus `URGENT_IN_FLIGHT` carrying only asks of runs due within GRANT_GATHER_LEAD_MS — the tenant holds a batch of grants for runs starting later up to
- * GRANT_GATHER_MS before writing it (tenant-shell.ts), so the four could all be gathering while a
- * retry or a run due now waited behind them — plus `RELEASE_IN_FLIGHT` carrying releases only,
- * so a release never waits behind acquires.
+ * Pitfalls: a failed batch drops its acquires (each run's `slot_check` timer asks again; asking
+ * at once would make a retry storm) and re-queues its releases with capped backoff, at most
+ * RELEASE_ATTEMPTS times. In flight per tenant: `IN_FLIGHT_PER_TENANT` batches, plus
+ * `URGENT_IN_FLIGHT` for runs due within GRANT_GATHER_LEAD_MS (so a run due now does not wait
+ * behind batches being gathered) and `RELEASE_IN_FLIGHT` for releases only.
  */
 import type { ActorAddress } from "../cluster/placement.ts";
 import { TENANT_ACTOR } from "./ids.ts";

@@ -1,44 +1,17 @@
 /**
  * The tenant actor's pure core: one per tenant, it hands out worker slots to the tenant's job
- * actors within the tenant's maximum of concurrent runs. Requests beyond the maximum wait in a
- * bounded list and are granted (by a message to the job actor) as slots come back, earliest start
- * first (`start_at_ms` of the ask; ties and asks without one — due now — in arrival order): a run
- * prepared minutes ahead of its due time (look-ahead) must not keep a run due now — a run-now, a
- * retry, a frequent job's occurrence — waiting behind it. A grant past
- * its expiry (the run's timeout plus a grace) is extended and audited with its job actor, which
- * releases it unless its run still holds it; audits also run every SLOT_AUDIT_MS while runs wait,
- * so a vanished release cannot leak slots, yet a run waiting for a flexible start keeps its slot.
+ * actors within `max_concurrent`. Asks beyond the cap wait in a bounded list, earliest start first
+ * (a run due now is not kept behind one prepared minutes ahead), and are granted by message as
+ * slots come back. Grants are durable (tenant-shell.ts), so the cap holds across moves; the
+ * waiting list is soft (waiters re-ask, run-dispatch.ts). An expired grant is extended and audited
+ * with its job actor, so a lost release cannot leak a slot.
  *
- * Grants are durable (the grant id being `<run_id>_<slot_seq>`, see ids.ts `grantId`), in
- * append-only segment keys per tenant (`grants.<partition>.<tenant>.s<seq>`) that the shell in
- * src/jobs/tenant-shell.ts group-commits before the reply: a tenant actor that is passivated,
- * moves or restarts reloads its running grants, so the cap holds across moves (hole 8: with soft
- * grants a moved tenant actor forgot its running runs and could run twice its maximum). A batch
- * writes only its own new grants (not the grants held), and releases are written lazily by later
- * batches, so a burst stays cheap. The waiting list stays soft: waiting job actors ask again
- * (acquire is idempotent), after `SLOT_RECHECK_MS` and then less often the longer they wait
- * (run-dispatch.ts); a waiter is granted by a message when a slot frees, never by that timer.
+ * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand and
+ * weight and grants only while running < min(max_concurrent, share), the share floored at 1.
+ * Without a share it falls back to max_concurrent, bounded by the fleet's advertised slots.
  *
- * Cost: O(1) per acquire and release, O(log n) per wait and grant of a waiter (maps mutated in place — the state is soft and an actor
- * whose grant write fails is dropped and reloaded from its grant segments, so no decision is ever
- * rolled back); `expire` and `audit` are O(grants) and rare. (Copying the grant table per message
- * cost 21% of a scheduler's CPU in a 10,000-run burst.)
- *
- * Fair shares (with `fair` options; ARCHITECTURE.md "Fairness"): while the tenant has demand
- * (running + waiting), it reports it with its weight to the fleet actor every `reportMs`
- * (fleet-actor.ts) and hears back its weighted max-min share of the fleet's slots. It grants only
- * while running < min(max_concurrent, share) — the share floored at 1, so no tenant with demand
- * starves on rounding. A tenant becoming busy grants one run at once and the rest when its first
- * share arrives (one round trip: a burst from idle does not take the fleet before the fleet
- * has a say). No share — no answer within SHARE_WAIT_MS, none confirmed for SHARE_TTL_MS, or the
- * fleet knows no worker (null) — means max_concurrent, bounded by the fleet's worker slots the
- * asking node's directory sees (`fleet_slots`, with each `slots` batch; the last one heard):
- * losing the fleet actor degrades to capping each tenant alone. The share is soft (advice, forgotten on a move); max_concurrent is the hard cap, held
- * by durable grants. The report is the peak demand over the last DEMAND_WINDOW_REPORTS intervals
- * (3 s), capped at max_concurrent, so a bursty small tenant (a run every 2 s) keeps room for its
- * bursts instead of finding its slots taken by the large tenants each time. A tenant held back by a
- * share it had already filled (its demand grew past what it last reported) reports again early,
- * at most every EARLY_REPORT_MS, instead of waiting out the interval.
+ * Pitfalls: maps are mutated in place, never copied per message (too slow for a burst): an actor
+ * whose grant write fails is dropped and reloaded. `expire` and `audit` are O(grants) and rare.
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "./ids.ts";

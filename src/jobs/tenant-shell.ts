@@ -1,68 +1,17 @@
 /**
- * The tenant actor's shell: its slot grants are durable, in append-only **segments** per tenant in
- * the actors bucket, `grants.<partition>.<tenant_id>.s<seq>` → `{ <grant_id>: exp }` (grant
- * expiry, ms; grant id = `<run_id>_<slot_seq>`; seq an integer growing per tenant). Grants are
- * written before the reply (so a grant the job actor hears of is on disk), and reloaded when the
- * actor activates — after passivation, a move or a restart — so a tenant's maximum of concurrent
- * runs holds across all of them. A grant id may be in more than one segment (a refresh or a fold
- * writes it again in a later one): the highest seq holds its current expiry.
+ * The tenant actor's shell: durable slot grants in append-only segments per tenant, key
+ * `grants.<partition>.<tenant_id>.s<seq>` → `{ <grant_id>: expiry_ms }`, reloaded on activation
+ * so the cap holds across passivation, moves and restarts. The highest seq holds a grant's expiry.
+ * `GrantTable` group-commits: one batch in flight per tenant, each reply waits for the batch
+ * holding its change, a batch costs O(its grants). Its head write is a CAS on the tail segment
+ * (update below `APPEND_MAX` grants, else `create` seq+1), so two incarnations of one tenant never
+ * both grant unseen by each other. Releases are written lazily; empty segments are deleted and
+ * sparse ones compacted; at most `MAX_SEGMENTS`. A batch of grants for runs due later than
+ * `GRANT_GATHER_LEAD_MS` waits up to `GRANT_GATHER_MS` to gather more.
  *
- * **Group commit** (`GrantTable`): the writes of a tenant's decisions are pipelined
- * (ActorRegistration.pipelinePre: the next message does not wait for the last one's write) and
- * batched: one batch in flight per tenant; every grant decided meanwhile goes into the next batch,
- * and each reply waits for the batch that holds its change. A batch costs O(its grants), not
- * O(grants held) (the 16 rewritten shards before cost ~15 % of a scheduler's CPU, 20,000 held):
- * - its **head write** puts only its new grants: into the tail segment (the highest seq) while
- *   that holds fewer than `APPEND_MAX` grants on disk — a CAS update rewriting the tail's live
- *   grants plus the new ones (an idle tenant: one put per grant, as before) — else into a new
- *   segment tail+1, `create`d (it must not exist).
- * - a release is not written on its own (it is safe to lose: a grant still on disk after a reload
- *   counts against the cap until the audit — `slot_audit` — asks its job actor and frees it; the
- *   cap can be under-used for a while after a move, never exceeded). It leaves KV with the
- *   cleanup that rides on a later batch: a segment with no live grant left (other than the tail)
- *   is deleted, and while the dead grants on disk exceed a quarter of the live ones (plus
- *   `COMPACT_SLACK`) the segments with the most dead per grant written are rewritten with their
- *   live grants only (CAS update; at most `MAX_COMPACTIONS` a batch). A compaction costs its live
- *   grants, at most 4 × the dead ones it drops, so O(1) per release amortized; and a reload
- *   over-counts by at most that quarter (+ slack).
- * - bound: a tenant has at most `MAX_SEGMENTS` live segments (a load reads them all): a batch that
- *   creates one more folds the smallest into its new segment, deleted after the head write. (With
- *   grants held long and batches tiny, a fold costs ~held/MAX_SEGMENTS: the one cost left that
- *   grows with the grants held.)
- * A grant refreshed (put again) leaves its old segment only once the batch with its new expiry is
- * written, so a cleanup never drops the only durable copy of a live grant.
- * - **gathering**: a batch whose grants are all for runs that start `GRANT_GATHER_LEAD_MS` or more
- *   from now (prepared in the look-ahead window) waits up to `GRANT_GATHER_MS` before its write,
- *   gathering the grants decided meanwhile; a grant for a run due sooner (or of unknown start:
- *   also a waiting run's, granted by a message carrying releases only) ends the wait at once. The look-ahead spreads
- *   a crowd's preparation over minutes, so a tenant's grants came a few at a time, in batches of
- *   a few (the sustained benchmark: ~0.64 KV update and ~0.2 segment create/delete per run for
- *   grants with the 5 min window; with gathering ~0.01).
- *
- * **Two incarnations** (an old one, dropped with a batch in flight, and a new one loaded meanwhile)
- * never both write grants unseen by the other: every batch's head write is a CAS on the tenant's
- * tail, chosen from the tail's on-disk state alone (its seq, revision and count: update at that
- * revision, or create seq+1), and the tail is never deleted (an empty one waits for a later tail).
- * So the new incarnation, having loaded tail n at revision r, and the old one's stray batch aim at
- * the same precondition: if the stray lands first, the new one's next head write fails (update of
- * n at r, or create of n+1: it exists) and it reloads and sees the stray's grants; if the new one
- * writes first, the stray fails. A grant is only granted in a batch with a head write, so the new
- * incarnation grants nothing without having seen, or failed, the stray. If it never writes again,
- * the stray's grants stay unseen until its next reload — but it grants nothing meanwhile, so the
- * cap holds (the stray's grants over-count nothing the new one counts). The shard layout before
- * had the same window and a wider one: a stray shard write was seen only at the new incarnation's
- * next write to that shard; its writes to the 15 others succeeded meanwhile. Left: `create` also
- * succeeds over a deleted key, so a stray create delayed in transit until after the new
- * incarnation had written, emptied and deleted that very seq (it deletes only below its tail)
- * would land unseen — a request outliving at least two later batches; its replies then go out.
- *
- * Gotchas: a failed batch (a CAS conflict too) rejects every reply waiting for it, and the host
- * then drops the actor (pipelined write failed), whose next activation reloads the table from KV
- * (`loadSoft` replaces this instance's table); this table then fails every later batch too. A
- * batch is not started once this node no longer owns the tenant. Keys of earlier layouts — one key
- * per grant (`grant.<p>.<tenant>.<grant>`) and 16 hash shards (`grants.<p>.<tenant>.<0..15>`,
- * never parsed as segments: those start with `s`) — are not read: no migration (no release
- * shipped with them; version 0.1.0, untagged).
+ * Pitfalls: a lost release over-counts until the audit (`slot_audit`) frees it — the cap may be
+ * under-used after a move, never exceeded. A failed batch rejects its replies; the host drops the
+ * actor, which reloads from KV. Nothing is written once this node does not own the tenant.
  */
 import type { ActorRegistration, ShellContext } from "../actors/host.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
@@ -196,7 +145,7 @@ export class GrantTable {
     }
     // A grant confirmed unchanged (a duplicate acquire) is answered only once no batch that may
     // hold it is still being written: a failed batch then fails this reply too, instead of the
-    // job holding a grant the reloaded tenant never saw (review finding, "Known gaps").
+    // job holding a grant the reloaded tenant never saw.
     if (this.#urgent) this.#stopGathering?.();
     // Nothing of this message to write: a release is not written on its own; a confirmed grant
     // waits for the batch writing it — the next if it is still pending, else the one in flight.

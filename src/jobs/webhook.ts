@@ -1,27 +1,14 @@
 /**
- * Dead-letter notifications: an HMAC-signed POST to the tenant's webhook when a run is
- * dead-lettered. Body `{"type": "run.dead_lettered", "run": <run as the API shows it>}`; header
- * `Kairos-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>` (verify it and
- * reject old timestamps to stop replays). Up to `attempts` tries with backoff per call; a
- * receiver should dedupe on `run.run_id`.
+ * Dead-letter notifications: an HMAC-signed POST of `{"type": "run.dead_lettered", "run": …}` with
+ * `Kairos-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`; receivers verify it,
+ * reject old timestamps and dedupe on `run.run_id`. Up to `attempts` tries with backoff per call;
+ * durability is the outbox's (dead-letters.ts).
  *
- * The URL is tenant-chosen, so a delivery is an SSRF risk from the scheduler nodes. Unless the
- * operator relaxes it (`WebhookPolicy`):
- * - https only (plain http behind `allowHttp`);
- * - redirects are never followed (a 3xx is a failed delivery, not retried);
- * - a literal address or a loopback name (`localhost.`, `*.localhost`) is refused as written; a
- *   name is resolved by Kairos, every address is checked against the blocked ranges
- *   (src/lib/net-address.ts: loopback, private, link-local incl. 169.254.169.254, CGNAT,
- *   unspecified, multicast, IPv6 forms that carry an IPv4 address, documentation…), and the
- *   socket connects to the address that
- *   was checked (the check runs inside the connection's `lookup`), so there is no window for DNS
- *   rebinding between check and connect. A refused destination gets no packet at all;
- * - at most `maxConcurrentPerTenant` deliveries of one tenant at once, `maxQueuedPerTenant`
- *   waiting; beyond that a delivery is dropped and reported (a slow receiver cannot tie up the
- *   node's sockets).
- *
- * Durability is the caller's: the dead-letter outbox (dead-letters.ts) keeps each delivery in KV
- * until it succeeds, so a crash re-delivers (header `Kairos-Delivery-Id: <run_id>` to dedupe).
+ * Pitfall: the URL is tenant-chosen (SSRF). Unless `WebhookPolicy` relaxes it: https only;
+ * redirects never followed; literal addresses and loopback names refused; a name is resolved here,
+ * every address checked against the blocked ranges (src/lib/net-address.ts) inside the socket's
+ * `lookup`, so the socket connects to the address checked (no DNS-rebinding window). At most
+ * `maxConcurrentPerTenant` deliveries at once and `maxQueuedPerTenant` waiting per tenant.
  */
 import { createHmac } from "node:crypto";
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";

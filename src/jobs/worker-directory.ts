@@ -1,22 +1,15 @@
 /**
- * The worker directory each scheduler node keeps (the dispatcher's view of the fleet): workers advertise their free slots by
- * heartbeat on `kairos.<cluster>.adverts.<worker id>`; the directory forgets a worker after
- * `expireAfterMs` without one. `pick()` chooses the worker with the most free slots, counting
- * local reservations made since its last heartbeat so one burst does not pile onto one worker.
+ * The worker directory of a scheduler node (the dispatcher's view of the fleet): workers advertise
+ * free slots on `kairos.<cluster>.adverts.<worker id>`; a worker is forgotten after
+ * `expireAfterMs` without one. `pick()` chooses the most free slots, counting local reservations
+ * since the last advert so a burst does not pile onto one worker. `optimistic`: when all
+ * advertised slots are reserved, it still offers to a worker that has not refused since its last
+ * advert (slots free up between adverts); a refusal (`markFull`) stops that until the next.
  *
- * `optimistic`: a heartbeat's free count is a snapshot, and slots free up between two (a run of
- * 200 ms on a 500 ms heartbeat). When every worker's advertised free slots are reserved, pick
- * still offers to a worker that has not refused since its last heartbeat (at most its slot
- * count per heartbeat); a refusal (`markFull`) stops that until the next heartbeat. With fair
- * shares (tenant grants ≤ the fleet's slots) such an offer usually finds the slot its run's
- * grant stands for, instead of waiting a redispatch delay for the next heartbeat to reveal it.
- *
- * Busy is not dead: expiry judges only time this process could listen (src/cluster/listening.ts,
- * the rule membership keeps) — a scheduler whose loop stalls must not forget every worker (the
- * fleet actor's capacity 0, no worker to pick) for adverts it could not read. A production node
- * also reads the adverts on its control connection (src/server/start.ts), so they do not queue
- * behind the run path's backlog on the data connection. A worker that itself stops advertising
- * (its loop busy starting a burst: ARCHITECTURE.md, Known gaps) is forgotten as before.
+ * Pitfall: busy is not dead — expiry counts only time this process could listen
+ * (src/cluster/listening.ts), so a stalled scheduler does not forget its workers; production
+ * reads adverts on the control connection. A worker that itself stops advertising (its loop
+ * busy starting a burst) is forgotten.
  */
 import type { Bus, BusSubscription } from "../cluster/bus.ts";
 import type { Clock } from "../lib/clock.ts";

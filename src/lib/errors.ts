@@ -45,7 +45,7 @@ export interface KairosErrorOptions {
 /**
  * Answers of the cluster protocol, not faults: raised and answered at a high rate under load (a
  * burst's heartbeats of lost leases, moved actors), they carry no stack trace — capturing one
- * was a fifth of a saturated scheduler's CPU (200,000-run burst profile). Their code and message
+ * costs a saturated scheduler a fifth of its CPU in a burst. Their code and message
  * say everything.
  */
 const PROTOCOL_ANSWERS: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["not_owner", "no_owner", "stale_fence", "lease_lost", "overloaded"]);

@@ -45,8 +45,8 @@ export function droppedLogLines(): number {
 /**
  * stdout, written asynchronously (flushed at exit by pino). pino's default writes synchronously
  * and, when the reader of a pipe falls behind, sleeps 100 ms per retry on EAGAIN — blocking the
- * event loop: a benchmark's worker (three info lines per run) froze at the due second of a
- * 200,000-run burst while its reader was busy. A slow log reader now costs log lines (beyond
+ * event loop: a worker logging three lines per run freezes at the due second of a burst while
+ * its reader is busy. Here a slow log reader costs log lines (beyond
  * STDOUT_BUFFER_BYTES, or KAIROS_LOG_BUFFER_MB), never the node; the lines dropped are counted
  * (`droppedLogLines`, a metric) and their number said on stderr at exit.
  */

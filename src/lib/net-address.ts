@@ -1,19 +1,16 @@
 /**
  * Which destinations are inside the operator's network: the one address guard of Kairos, used
- * for tenant-chosen destinations — dead-letter webhooks (src/jobs/webhook.ts, checked on every
- * resolved address) and the registry host of a task's image (src/sandbox/image-policy.ts).
+ * for tenant-chosen destinations — dead-letter webhooks (every resolved address) and the registry
+ * host of a task's image (src/sandbox/image-policy.ts).
  *
- * Blocked: loopback, RFC 1918 private, link-local (incl. 169.254.169.254, cloud metadata), CGNAT,
- * "this network" and unspecified, multicast, reserved and documentation ranges, IPv6 unique- and
- * link-local, and every IPv6 form that carries an IPv4 address — IPv4-mapped (`::ffff:0:0/96`),
- * IPv4-compatible (`::/96`, e.g. `::7f00:1`), IPv4-translated (`::ffff:0:0:0/96`), NAT64
- * (`64:ff9b::/96`, `64:ff9b:1::/48`), 6to4 (`2002::/16`) and Teredo (`2001::/32`) — since a
- * gateway may turn them into the IPv4 address they carry. Host names that name this machine
- * whatever DNS says (`localhost`, `*.localhost`, with any trailing dots) are blocked as names.
+ * Blocked: loopback, RFC 1918, link-local (incl. 169.254.169.254), CGNAT, "this network",
+ * unspecified, multicast, reserved and documentation ranges, IPv6 unique/link-local, and every
+ * IPv6 form carrying an IPv4 address (mapped, compatible, translated, NAT64, 6to4, Teredo), since
+ * a gateway may turn them into that address. `localhost` and `*.localhost` are blocked as names.
  *
- * Gotcha: `isBlockedAddress` takes canonical literals only (`isIP`) and treats anything else as
- * blocked; `isInternalHost` first normalises a literal's other spellings (`0177.1`, `2130706433`,
- * `[0:0:0:0:0:ffff:127.0.0.1]`) with the WHATWG URL parser, as a URL's host already is.
+ * Pitfall: `isBlockedAddress` takes canonical literals only (`isIP`) and treats anything else as
+ * blocked; `isInternalHost` first normalises other spellings (`0177.1`, `2130706433`,
+ * `[0:0:0:0:0:ffff:127.0.0.1]`) with the WHATWG URL parser.
  */
 import { BlockList, isIP } from "node:net";
 

@@ -1,36 +1,15 @@
 /**
  * Prometheus metrics of a Kairos process (prom-client), served at `/metrics` on the node's own
- * metrics listener (`--metrics-port`, loopback by default; src/http/ops.ts) — never on the API
- * port. The metric names and labels are a contract: dashboards and alerts are built on them; add,
- * never rename. The `tenant` label is present only when the operator asks for it
- * (`--metrics-tenant-labels`): without it the per-tenant metrics are one series per outcome for
- * the whole node, and a scrape names no tenant.
+ * metrics listener (`--metrics-port`, loopback by default; src/http/ops.ts), never on the API
+ * port. The names and labels are a contract for dashboards: add, never rename. The list with
+ * meanings and where each is recorded is in docs/operations.md (`/metrics`).
  *
- * | metric | type | labels | meaning |
- * | --- | --- | --- | --- |
- * | kairos_dispatch_lag_seconds | histogram | tenant (opt-in) | attempt start − scheduled_for, observed once per run (its first start) |
- * | kairos_runs_waiting | gauge | reason (slot, worker) | runs due but not started: waiting for a tenant slot, or for a worker slot |
- * | kairos_clock_skew_seconds | gauge | node | each peer's wall clock minus this node's, from membership heartbeats (less their one-way latency) |
- * | kairos_lease_expiries_total | counter | kind | attempt leases that lapsed (worker died, restarted, drained, or was cut off): `counted` against max_attempts; `not_started` — its worker said so (given back by a drain, dropped by a probe); `presumed_not_started` — never heard to start and not known to its worker (a restart), offered again uncounted: where an at-least-once re-run can hide |
- * | kairos_attempts_total | counter | tenant (opt-in), outcome | attempts that ended, by outcome (succeeded, failed, timed_out, oom, lease_lost, cancelled, error) |
- * | kairos_retries_total | counter | tenant (opt-in) | attempts scheduled again after a retryable failure |
- * | kairos_dead_letters_total | counter | tenant (opt-in) | runs dead-lettered (failed after their last attempt) |
- * | kairos_partitions_held | gauge | – | partitions whose lease this node holds |
- * | kairos_actors_active | gauge | – | actors (jobs, tenants) active in memory on this node |
- * | kairos_mailbox_depth | gauge | – | messages queued in actor mailboxes on this node |
- * | kairos_kv_op_seconds | histogram | op (get, create, update, put, delete, list, keys, purge), bucket (the KV bucket, e.g. kairos_runs) | JetStream KV operation latency, failures included |
- * | kairos_forecast_runs_due | gauge | minute (0–59) | runs due in each minute of the next hour, from the schedules of the partitions this node owns |
- * | kairos_log_lines_dropped_total | counter | – | log lines dropped because stdout's reader fell behind (src/lib/log.ts) |
- * | kairos_bus_refusals_total | counter | responder (actors, worker_plane, nats_api, worker, adverts, membership), reason (no_reply, not_an_inbox, not_the_asker, identity, subject) | messages refused at the bus: a request whose reply subject is not the asker's own inbox, dropped unanswered (src/cluster/reply-guard.ts); a worker-plane item or slot advert naming another worker than its subject's (identity); a message delivered on a partition subscription under another subject (a JetStream push consumer's delivery: subject) |
+ * One registry per process. Node gauges are read at scrape time from registered sources
+ * (`addGaugeSource`), summed when several nodes share a process (tests); counters and histograms
+ * are recorded by the typed functions below.
  *
- * Plus prom-client's default process metrics (`process_*`, `nodejs_*`).
- *
- * One registry per process. Gauges that describe a node's state (partitions held, actors active)
- * are read at scrape time from the sources the node registers (`addGaugeSource`), summed when
- * several nodes share a process (tests). Counters and histograms are recorded by the typed
- * functions below; the run path calls them (the mapping of call to place is in ARCHITECTURE.md,
- * "Metrics"). Label values are bounded: tenant ids (bounded by tenants, and only when asked for)
- * and closed unions. A recorder given no tenant (`undefined`) leaves the label out.
+ * Pitfall: label values must stay bounded — closed unions, and tenant ids only when the operator
+ * asks (`--metrics-tenant-labels`); a recorder given no tenant leaves the label out.
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { droppedLogLines } from "../lib/log.ts";

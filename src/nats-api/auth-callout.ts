@@ -1,36 +1,17 @@
 /**
- * The auth callout served by API nodes: nats-server asks, on `$SYS.REQ.USER.AUTH` in the cluster
- * account, whether a connection whose user is not a static one may in; the answer is an
- * authorization-response JWT signed with the callout issuer key (nats-accounts.ts), either
- * refusing with a reason or carrying a user JWT that places the connection in the SERVICES
- * account with its tenant's permissions: publish only `kairos.<c>.api.<tenant>.>`, subscribe only
- * its own inbox `_INBOX_service-<name>.>`.
+ * The auth callout served by API nodes: nats-server asks on `$SYS.REQ.USER.AUTH` whether a
+ * non-static user may connect; the answer, signed with the callout issuer key (nats-accounts.ts),
+ * refuses with a reason or carries a user JWT placing the connection in SERVICES with its tenant's
+ * permissions. Admitted: `service-<name>` with its secret, record not revoked, tenant existing —
+ * read from KV on every connection; the user JWT expires after `userJwtTtlS` (1 h).
  *
- * Who is admitted: user `service-<name>` with the secret `kairos admin service create` printed,
- * whose record (src/tenants/services.ts) is not revoked and whose tenant exists. Read from KV on
- * every connection (no cache): a revocation refuses the next attempt. The user JWT expires after
- * `userJwtTtlS` (1 h): the server then closes the connection and the client's reconnect asks
- * again — a bound on any admission that raced a revocation.
+ * Silence is an answer: an unknown name gets none (another cluster on the same server may know
+ * it) and nats-server refuses after its auth timeout. With `xkeySeed` requests and answers are
+ * sealed. Bounded: `maxRequestBytes`, `maxInFlight`, a per-address and a per-node rate; past any,
+ * a refusal ("busy"), never a queue. Every decision is logged (`service_auth`).
  *
- * Silence is an answer too: a user that is not `service-…`, or a name this cluster does not know,
- * gets none, because another Kairos cluster served by the same nats-server may know it (each
- * cluster's API nodes answer in their own queue group); nats-server then refuses the connection
- * after its auth timeout (2 s). A refusal for a known name (wrong secret, revoked, tenant gone)
- * is answered at once with the reason, which nats-server logs and reports to the client as an
- * authorization violation; so is a lookup that fails (the tenants bucket unavailable).
- *
- * Sealed: with `xkeySeed`, the server seals each request (which carries the connecting service's
- * secret) to this node's curve key (`auth_callout.xkey`), and the answer is sealed back to the
- * server's: nothing readable crosses the bus.
- *
- * Bounded: requests larger than `maxRequestBytes` are dropped, at most `maxInFlight` are
- * checked at once, `perHostPerSecond` (bursts of `perHostBurst`) from one client address and
- * `perSecond` (bursts of `burst`) in all per node; past any, the answer is a refusal ("busy"),
- * never a queue. Anyone who reaches the NATS port can ask for callouts (a connection attempt with
- * a `service-…` user), so the per-address bound keeps one address from spending the budget of
- * every service reconnecting at once. Every admission and refusal is logged (`service_auth`).
- *
- * The decision (`decide`) is pure; `ServiceAuthCallout` is the NATS shell.
+ * Pitfall: anyone reaching the NATS port can trigger callouts; the per-address bound keeps one
+ * address from spending everyone's budget. `decide` is pure; `ServiceAuthCallout` is the shell.
  */
 import { decode, encodeAuthorizationResponse, encodeUser } from "@nats-io/jwt";
 import { fromCurveSeed, fromSeed, type KeyPair } from "@nats-io/nkeys";

@@ -1,22 +1,14 @@
 /**
  * The internal NATS API's responder on an API node: one queue subscription
- * (`kairos.<c>.api.*.>`, group `kairos-api`), so each request reaches exactly one API node and
- * several nodes share the load. Each request goes to the handler (handler.ts) and gets one reply.
+ * (`kairos.<c>.api.*.>`, group `kairos-api`), so each request reaches one API node; each goes to
+ * the handler (handler.ts) and gets one reply — only to the asker's own inbox (a request with any
+ * other reply subject is dropped, counted, logged: src/cluster/reply-guard.ts).
  *
- * Replies go only to the asker's own inbox: a request whose reply subject is anything else (a
- * JetStream API subject, a KV key, another identity's inbox) is dropped before it is handled,
- * counted and logged (src/cluster/reply-guard.ts) — never answered, never acted on.
+ * Bounded: at most `maxInFlight` at once, past that 429 `overloaded` at once; plain publishes
+ * (no reply) are dropped; bodies over `maxBodyBytes` refused.
  *
- * Bounded: at most `maxInFlight` requests are handled at once; past that a request is answered
- * 429 `overloaded` at once (it never queues without bound, and never goes unanswered). Messages
- * without a reply subject (plain publishes) are dropped: there is nobody to answer. NATS itself
- * bounds a payload by the server's `max_payload` (1 MiB by default); the handler refuses more
- * than `maxBodyBytes`.
- *
- * Why not `@nats-io/services`: its discovery and stats subjects (`$SRV.PING|INFO|STATS…`) answer
- * anyone allowed to publish there with every endpoint and counters of every tenant's traffic;
- * tenant service users must not get them, operators have the node's /metrics and logs, and the
- * queue subscription it would give us is these few lines. It is also not a dependency yet.
+ * Why not `@nats-io/services`: its `$SRV.PING|INFO|STATS` subjects answer anyone allowed there
+ * with every endpoint and every tenant's counters, which service users must not get.
  */
 import { Match, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";

@@ -1,24 +1,14 @@
 /**
- * Subjects of the internal NATS API (pure; shared by the service and the client).
+ * Subjects of the internal NATS API (pure; shared by the service and the client):
+ * `kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]`, e.g. `jobs.create`,
+ * `jobs.get.<job_id>`, `jobs.patch.<job_id>`, `jobs.delete.<job_id>`, `jobs.run.<job_id>`,
+ * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.dead_lettered`; each maps to one REST route
+ * (the table is in docs/nats-api.md).
  *
- *   kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]
- *
- * | operation | subject tail | REST equivalent |
- * | --- | --- | --- |
- * | `jobs.create` | `jobs.create` | `POST /v1/jobs` |
- * | `jobs.list` | `jobs.list` | `GET /v1/jobs` |
- * | `jobs.get` | `jobs.get.<job_id>` | `GET /v1/jobs/{job_id}` |
- * | `jobs.patch` | `jobs.patch.<job_id>` | `PATCH /v1/jobs/{job_id}` |
- * | `jobs.delete` | `jobs.delete.<job_id>` | `DELETE /v1/jobs/{job_id}` |
- * | `jobs.run` | `jobs.run.<job_id>` | `POST /v1/jobs/{job_id}/runs` (run now) |
- * | `runs.list` | `runs.list.<job_id>` | `GET /v1/jobs/{job_id}/runs` |
- * | `runs.get` | `runs.get.<run_id>` | `GET /v1/runs/{run_id}` |
- * | `runs.dead_lettered` | `runs.dead_lettered` | `GET /v1/runs?status=dead_lettered` |
- *
- * The tenant is a subject token so that NATS permissions can pin it: a per-tenant service user
- * may publish only on `kairos.<cluster>.api.<its tenant>.>` (nats-permissions.ts), and the
- * server takes the tenant from that token, never from the body. Ids are path-like tokens, as in
- * the REST paths; a malformed one is `not_found`, as there.
+ * The tenant is a subject token so that NATS permissions can pin it: a service user may publish
+ * only on `kairos.<cluster>.api.<its tenant>.>` (nats-permissions.ts), and the server takes the
+ * tenant from that token, never from the body. Pitfall: ids are path-like tokens as in REST; a
+ * malformed one is `not_found`.
  */
 
 /** Every operation, and what its last subject token names (none: no id token). */

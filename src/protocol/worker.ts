@@ -1,20 +1,15 @@
 /**
  * The worker protocol: what job actors (src/jobs) and workers (src/worker) say to each other. A
- * leaf module — it imports nothing — so both sides depend on it and neither on the other.
+ * leaf module (it imports nothing), so both depend on it and neither on the other.
+ * - Adverts on `kairos.<cluster>.adverts.<worker id>` (`WorkerAdvert`); a scheduler takes one
+ *   only when its `worker_id` is the subject's.
+ * - Offers to ONE worker on `…worker.<id>.start` (`StartRequest`/`StartReply`), cancels on
+ *   `.cancel`, probes of a silent lease on `.probe` (`ProbeRequest`/`ProbeReply`).
+ * - Workers send `heartbeat` and `complete` to the job actor over the worker plane; those are
+ *   the only job actor messages a worker identity may deliver (`WORKER_TO_JOB_KINDS`).
  *
- * - Workers advertise their slots on `kairos.<cluster>.adverts.<worker id>` (`WorkerAdvert`): the
- *   subject carries the id the advert names, so NATS permissions can pin a worker identity to its
- *   own adverts, and a scheduler takes an advert only when its `worker_id` is the subject's.
- * - A job actor's shell offers an attempt to ONE worker on `…worker.<id>.start` (`StartRequest`,
- *   answered by `StartReply`) and stops one on `…worker.<id>.cancel` (`CancelRequest`). When a
- *   lease falls silent, the owner asks the worker what became of the attempt on
- *   `…worker.<id>.probe` (`ProbeRequest`, answered by `ProbeReply`) before offering it again.
- * - Workers send `heartbeat` and `complete` (with a `Completion`) to the job actor
- *   (`JOB_ACTOR`/`StartRequest.job_actor`) over the worker plane; those are the only job actor
- *   messages a worker identity may deliver (`WORKER_TO_JOB_KINDS`).
- *
- * Gotcha: these shapes travel as msgpack between processes of different versions during a
- * rolling upgrade; add optional fields, never rename or repurpose one.
+ * Pitfall: these shapes travel as msgpack between versions during a rolling upgrade: add
+ * optional fields, never rename or repurpose one.
  */
 
 /** The actor type of a job actor: workers address heartbeats and completions to it. */

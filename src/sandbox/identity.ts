@@ -7,7 +7,7 @@
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
 import { ENV_NAME, hasNul, isReservedEnvName } from "./task-rules.ts";
 
-/** The identity variables every attempt sees (DESIGN.md, promise 5: at-least-once, so make side effects idempotent). */
+/** The identity variables every attempt sees (delivery is at-least-once: customer code makes its side effects idempotent with them). */
 export function identityEnv(id: RunIdentity): Record<string, string> {
   return {
     KAIROS_RUN_ID: id.runId,

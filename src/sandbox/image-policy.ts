@@ -1,31 +1,16 @@
 /**
- * Which container images a tenant may name. Pure: no engine, no I/O — the API checks a job's
- * `task.image` against its tenant's policy at create and patch time (422 `policy_denied`), and
- * the docker executor checks that the image it found on the host really carries that name.
+ * Which container images a tenant may name (pure). The API checks `task.image` against the
+ * tenant's policy at create and patch (422 `policy_denied`); the docker executor checks that the
+ * image found on the host really carries that name. An image is allowed when any entry allows it:
+ * `*` (any public registry; not loopback, private or link-local ones), a `registry/namespace/`
+ * prefix (whole path components), `repo@sha256:<64 hex>`, or `repo:tag` (tags are mutable).
  *
- * A policy is a list of entries; an image is allowed when any entry allows it:
+ * Both sides are normalised as Docker does (`docker.io`, `library/`, `:latest`), and every
+ * reference is parsed first (`parseImageRef`): `busybox;id` is refused before any policy.
  *
- *   `*`                                   any image on a public registry (the default when the
- *                                         operator sets none); not a registry on a loopback,
- *                                         private or link-local address, which only an entry
- *                                         naming it allows
- *   `registry.example.com/team/`          any repository under this registry/namespace prefix
- *                                         (must end with "/"; matched by whole path components)
- *   `registry.example.com/team/app@sha256:<64 hex>`  exactly this digest of this repository
- *   `registry.example.com/team/app:1.4`   exactly this repository and tag (tags are mutable:
- *                                         prefer digests)
- *
- * Both sides are normalised as Docker does: no registry host means `docker.io`, a single
- * path component on docker.io means `library/<name>`, no tag and no digest means `:latest`.
- * So `busybox`, `docker.io/busybox:latest` and `docker.io/library/busybox` are one image.
- *
- * Every reference is parsed first, whatever the policy (`parseImageRef`): what is not a
- * reference (`busybox;id`, `x?fromImage=evil`) is refused before any policy is consulted.
- *
- * Gotcha: the engine also resolves image IDs and ID prefixes ("4f2a…"), which would let a
- * tenant name another tenant's image by its ID. Every policy refuses a reference that is not a
- * proper name, and the executor checks the inspected image's RepoTags / RepoDigests (see
- * `imageCarriesName`).
+ * Pitfall: the engine also resolves image IDs and ID prefixes, which would let a tenant name
+ * another's image; every policy refuses a reference that is not a proper name, and the executor
+ * checks the inspected image's RepoTags/RepoDigests (`imageCarriesName`).
  */
 import { isIP } from "node:net";
 import { KairosError } from "../lib/errors.ts";

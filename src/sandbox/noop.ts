@@ -23,7 +23,7 @@ export class NoopExecutor implements Executor {
    * The immediate execution made last, and its millisecond: every start within the same
    * millisecond shares it (an ended execution and its result are read-only — the result is
    * frozen). A burst starts 200,000 attempts in one loop; a result, an execution and a promise
-   * each were garbage the worker's profile showed as GC inside the loop.
+   * each would be garbage collected inside the loop.
    */
   #lastEnded: { atMs: number; execution: Execution } | undefined;
 

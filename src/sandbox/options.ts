@@ -1,5 +1,5 @@
 /**
- * Executor options → defaults → one validated, frozen config (STYLE.md habit 10). Units are
+ * Executor options → defaults → one validated, frozen config (CONTRIBUTING.md). Units are
  * in the names. Invalid options are a `KairosError("invalid_argument")` at construction,
  * never a surprise at the first run.
  */

@@ -1,34 +1,17 @@
 /**
  * Deadlines that hold without the worker: the small supervisors each executor wraps a task in.
+ * - process: `/bin/sh -c PROCESS_SUPERVISOR …` starts a watchdog then `exec`s the task (same pid,
+ *   process group leader). The watchdog SIGKILLs the group at the deadline or when the worker is
+ *   gone or frozen (read from /proc every 250 ms; `kill -0` without /proc).
+ * - docker: the host's static busybox, mounted read-only at `CONTAINER_BUSYBOX`, is PID 1; its
+ *   watchdog kills the task at the deadline. With a lease (`TaskSpec.leaseMs`) a second watchdog
+ *   counts it down and kills the container when it runs out; the worker renews it on every
+ *   acknowledged heartbeat (`CONTAINER_LEASE_DIR/until`), so a dead or frozen worker's container
+ *   dies before the owner offers the run again.
  *
- * - process: the task is spawned as `/bin/sh -c PROCESS_SUPERVISOR …`. The shell starts a
- *   watchdog subshell in the background and then `exec`s the task, so the task keeps the
- *   spawned pid, leads its process group and exits with its own status. The watchdog (in the
- *   same group, ignoring SIGTERM) kills the whole group with SIGKILL when the deadline passes
- *   or when the worker is gone or frozen (stopped, e.g. SIGSTOP: it cannot fence itself, and the
- *   run may be offered elsewhere after the lease): it reads the task's parent pid and the
- *   worker's state from /proc every 250 ms (the
- *   task is reparented when the worker dies, so a reused pid cannot fool it), or falls back to
- *   `kill -0 <worker pid>` where there is no /proc.
- * - docker: the host's static busybox is bind-mounted read-only at `CONTAINER_BUSYBOX` and
- *   is PID 1: `busybox sh -c DOCKER_SUPERVISOR …` resolves the command (see below), starts a
- *   watchdog that sleeps until the deadline and then SIGKILLs every process of the container
- *   but PID 1, and runs the task in the foreground; PID 1 exits with the task's status, which
- *   ends the container. The engine enforces it whether or not a worker still exists.
- *   With a lease (`TaskSpec.leaseMs`), a second watchdog counts the lease down in quarter seconds
- *   and kills the container when it reaches zero; the worker renews it by rewriting
- *   `CONTAINER_LEASE_DIR/until` ("<seq> <quarters>", replaced by rename) on every acknowledged
- *   heartbeat. A worker that is killed, frozen (SIGSTOP) or cut off stops renewing, so its
- *   container dies when the lease the worker last saw runs out — before the owner offers the run
- *   again (the owner waits the full TTL; the worker's view ends TTL − margin after the send).
- *
- * Gotchas: Debian's busybox prefers its applets to PATH lookups, so the docker supervisor
- * resolves the command through PATH itself and runs it by its path (argv[0] becomes that
- * path). Missing or non-executable commands are reported by a marker line and exit 127/126,
- * which the docker executor maps back to invalid_task/permission_denied. After a failed task the
- * docker supervisor reads its cgroup's OOM-kill counter and prints `MARK_OOM` when it is not
- * zero: Docker 20.10 sets `State.OOMKilled` only when containerd's OOM event reaches it before
- * the exit event, which under load it sometimes does not (a kill read as a plain exit 137).
+ * Pitfalls: busybox prefers its applets to PATH, so the command is resolved through PATH here;
+ * missing/non-executable commands exit 127/126 with a marker line. Docker may miss an OOM kill
+ * (`State.OOMKilled`), so the supervisor reads the cgroup's OOM counter and prints `MARK_OOM`.
  */
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import { open } from "node:fs/promises";

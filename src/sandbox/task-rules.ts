@@ -1,18 +1,13 @@
 /**
  * What a task must be to run on a worker — one set of rules for both ends: the API refuses a job
- * whose task breaks them (src/app/schemas.ts, src/app/operations.ts), so a create or patch never
- * succeeds into a task that cannot run, and the executors refuse an attempt that breaks them
- * (identity.ts, docker-spec.ts) should one arrive anyway (a job stored before a rule, a forged
- * offer).
- *
- * - Environment names: `^[A-Za-z_][A-Za-z0-9_]*$`, and not starting with `KAIROS_` in any case
- *   (the identity variables Kairos sets; `kairos_x` is refused as well as `KAIROS_X`).
- * - No NUL byte in an argument, an environment value or the image (the kernel's strings end at
- *   NUL: an exec or a container create fails on it).
- * - Resources within the cluster's per-task maxima (`TaskLimits`): the operator gives every API
- *   and worker node the same `--task-max-memory-mb`, `--task-max-cpus`, `--task-max-pids`
- *   (defaults 2048 MiB, 2 CPUs, 512 pids); workers apply them as the docker executor's node
- *   maxima, API nodes refuse a task above them (422 `policy_denied`).
+ * whose task breaks them (src/app), and the executors refuse such an attempt should one arrive
+ * anyway (identity.ts, docker-spec.ts: a job stored before a rule, a forged offer).
+ * - Environment names `^[A-Za-z_][A-Za-z0-9_]*$`, not starting with `KAIROS_` in any case.
+ * - No NUL byte in an argument, an environment value or the image.
+ * - Resources within the cluster's per-task maxima (`TaskLimits`: `--task-max-memory-mb`,
+ *   `--task-max-cpus`, `--task-max-pids`, defaults 2048 MiB, 2 CPUs, 512 pids), which the
+ *   operator gives every API and worker node alike: workers apply them as executor maxima, API
+ *   nodes refuse a task above them (422 `policy_denied`).
  */
 import { KairosError } from "../lib/errors.ts";
 

@@ -103,7 +103,7 @@ export interface Executor {
 }
 
 /**
- * The retry rule of DESIGN.md ("Retries"): a non-zero exit, a timeout, an OOM kill and a
+ * The retry rule (README, "Retries and dead letters"): a non-zero exit, a timeout, an OOM kill and a
  * kill (lost lease) are retryable; an error is retryable when its class says so; exit 0 is done.
  */
 export function isRetryable(r: ExecutionResult): boolean {

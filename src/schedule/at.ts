@@ -50,7 +50,7 @@ let lastUtcText = "";
 /**
  * UTC ISO form with whole seconds and Z, e.g. 2026-03-08T07:00:00Z (sub-seconds dropped). The last
  * second's text is kept: a worker starting a burst's attempts formats the same instant for each
- * (a Date, an ISO string and a regexp replace were 9 % of its start loop, fourteenth session).
+ * (a Date, an ISO string and a regexp replace each time are a visible share of its start loop).
  */
 export function formatUtc(ms: number): string {
   const second = Math.floor(ms / 1000);

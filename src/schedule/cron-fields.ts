@@ -1,24 +1,17 @@
 /**
- * Parses and validates a cron expression into the sets of allowed values per field.
+ * Parses and validates a cron expression into the sets of allowed values per field. Grammar: 5
+ * fields (minute hour day-of-month month day-of-week), 6 with a leading second, or a macro
+ * (@yearly … @hourly). Items: `*`, a value, `a-b`, each with a step (`*\/n`, `a-b/n`, `a/n`), `?`
+ * (= `*`, day fields only), `L` (last day, day-of-month only). JAN-DEC and SUN-SAT mix with
+ * numbers (`2-JUL`); Sunday is 0 or 7.
  *
- * Grammar: 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading second
- * field, or a macro (@yearly @annually @monthly @weekly @daily @midnight @hourly). A field is
- * a comma list of items; an item is `*`, a value, a range `a-b`, any of those with a step
- * (`*\/n`, `a-b/n`, `a/n` = a through the field's maximum by n), `?` (= `*`, day fields
- * only) or `L` (the last day of the month, day-of-month only). Month names JAN-DEC and
- * weekday names SUN-SAT are case-insensitive and mix with numbers (`2-JUL`); Sunday is 0
- * or 7.
+ * Why not cron-parser's sets: it rejects `2-JUL` and overlapping lists, expands `1/2` in
+ * day-of-week with Sunday twice, accepts `?` anywhere and `H`, and its errors do not name the
+ * field. This module is the source of truth; the unit tests use cron-parser as an oracle where
+ * both agree.
  *
- * Why not cron-parser's sets: probed with v5.10.6, it rejects `2-JUL`, rejects overlapping
- * lists (`*,5`, `1-5,3` "duplicate values"), expands `1/2` in day-of-week to 0,1,3,5,7
- * (Sunday twice), accepts `?` in every field, accepts the random `H`, and its errors do not
- * name the field. A full parser is needed for precise errors anyway, so this module is the
- * single source of truth; the unit tests use cron-parser as an oracle on the grammar both
- * agree on.
- *
- * Gotchas: `restricted` follows Vixie cron: a field is restricted unless its text starts
- * with `*` or `?` (so `1-31` is restricted and `*\/2` is not). In day-of-week, `a/n` and
- * `*\/n` run to 6 (Saturday); 7 is only an alias of 0 written as a value or range end.
+ * Pitfalls: a field is `restricted` unless its text starts with `*` or `?` (Vixie cron). In
+ * day-of-week, `a/n` and `*\/n` run to 6; 7 is only an alias of 0 as a value or range end.
  */
 import { FIELD_CRON, scheduleError } from "./errors.ts";
 

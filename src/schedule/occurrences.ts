@@ -1,19 +1,16 @@
 /**
- * Occurrences of compiled schedules: the cron iteration over local wall times with the
- * daylight-saving mapping, one-shot `at` schedules, and the window query used for misfire
- * catch-up.
+ * Occurrences of compiled schedules: cron iteration over local wall times with the daylight-saving
+ * mapping, one-shot `at` schedules, and the window query used for misfire catch-up.
  *
- * Cron iteration: start at the first whole local second after the local time of `after`
- * (earlier wall times can only map to instants ≤ `after`, because the wall → instant mapping
- * of zone.ts never decreases), ask the matcher for the next matching wall time, map it to an
- * instant and keep it if it is after `after` and not equal to the previous one (wall times in
- * one gap all map to the transition instant). Wall times repeated by a fall-back map to their
- * first instant, so after `after` inside the repeated hour they are skipped, not repeated.
+ * Cron iteration starts at the first whole local second after the local time of `after` (the
+ * wall → instant mapping of zone.ts never decreases), asks the matcher for the next matching wall
+ * time, maps it to an instant and keeps it if it is after `after` and differs from the previous
+ * one (wall times in one gap all map to the transition). Repeated wall times map to their first
+ * instant, so inside a repeated hour they are skipped, not repeated.
  *
- * Limits: the matcher searches at most 8 years past the last occurrence (compile time rejects
- * schedules that never fire within 8 years, so that only ends a search near the end of
- * representable time); the loop is bounded by `count` plus the skips one gap or repeat can
- * cause; `count` is at most MAX_COUNT.
+ * Limits: the matcher searches at most 8 years past the last occurrence (compile rejects schedules
+ * that never fire within 8 years); the loop is bounded by `count` (≤ MAX_COUNT) plus the skips one
+ * gap or repeat can cause.
  */
 import { localSecondsOf, yearOfMs } from "./calendar.ts";
 import { argumentError } from "./errors.ts";

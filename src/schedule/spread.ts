@@ -1,5 +1,5 @@
 /**
- * Deterministic spread of runs inside a flexible window (DESIGN.md, Flexible window): a job
+ * Deterministic spread of runs inside a flexible window (README, "Flexible window"): a job
  * that may start up to W seconds late gets an offset derived from a stable hash of its id and
  * the occurrence, so a burst of jobs due at :00 spreads evenly and every node computes the
  * same offset without coordination.

@@ -1,19 +1,16 @@
 /**
- * IANA time zones: validation, UTC offsets and the wall-time → instant rule.
+ * IANA time zones: validation, UTC offsets and the wall-time → instant rule. The Temporal
+ * polyfill is correct but slow, so each zone caches its transitions per UTC year, filled lazily
+ * (`getTimeZoneTransition`); later queries are integer arithmetic.
  *
- * The Temporal polyfill is correct but slow (~15 ms to walk one year of New York's
- * transitions), so each zone keeps a cache of its transitions per UTC year, filled lazily
- * from Temporal (`getTimeZoneTransition`), and every later query is integer arithmetic: an
- * offset lookup is a range check on the last year used plus a scan of its 0-2 transitions.
+ * The daylight-saving rule (docs/schedules.md): a wall time that occurs once maps to that
+ * instant; twice (clocks set back) to the FIRST; not at all (clocks set forward) to the first
+ * instant after the gap, i.e. the transition.
  *
- * The daylight-saving rule (DESIGN.md, Policies): a wall time that occurs once maps to that
- * instant; one that occurs twice (clocks set back) maps to the FIRST; one that does not
- * occur (clocks set forward) maps to the first instant after the gap, i.e. the transition.
- *
- * Gotchas: the caches are module state shared by all schedules (they only grow, one entry per
- * valid zone and UTC year queried; zones are validated before a cache is made). Offsets are
- * assumed to change by less than a day at a time and less than 2 days apart — true of tzdb
- * except Samoa's skipped 2011-12-30, which the general path below still handles.
+ * Pitfalls: the caches are module state shared by all schedules (they only grow: one entry per
+ * valid zone and UTC year queried). Offsets are assumed to change by less than a day at a time
+ * and less than 2 days apart — true of tzdb except Samoa's skipped 2011-12-30, which the general
+ * path still handles.
  */
 import { Temporal } from "@js-temporal/polyfill";
 import { daysFromCivil, MS_PER_DAY, yearOfMs } from "./calendar.ts";

@@ -1,23 +1,15 @@
 /**
- * Tenants and API keys over the `tenants` KV bucket (the KvStore port only).
+ * Tenants and API keys over the `tenants` KV bucket (the KvStore port only). Keys: `t.<tenant>` →
+ * TenantRecord; `n.<sha256(lower(name)) 32 hex>` → name claim; `k.<sha256(api key)>` →
+ * KeyRecord; `kid.<key_id>` → `{hash, tenant_id}` (revoke by id); `jc.<tenant>` → the max_jobs
+ * counter (src/jobs/job-quota.ts); `svc.<name>` → a service identity (services.ts).
  *
- * Keys in the bucket:
- *   t.<tenant_id>        → TenantRecord
- *   n.<sha256(lower(name)) first 32 hex> → { tenant_id }      (name uniqueness, CAS create)
- *   k.<sha256(api key) hex> → KeyRecord { tenant_id, key_id, revoked, created_at }
- *   kid.<key_id>         → { hash, tenant_id }                 (revoke by id)
- *   jc.<tenant_id>       → { jobs }   the max_jobs counter (src/jobs/job-quota.ts)
- *   svc.<name>           → a tenant service identity (src/tenants/services.ts)
+ * The plain API key is returned once and never stored. Writes are ordered crash-safe without
+ * transactions: tenant before name claim, `kid.` before `k.`; of two creates of one name exactly
+ * one wins `create` of `n.…` and the other removes its orphan tenant record.
  *
- * The plain API key is returned once and never stored. Write order is crash-safe without
- * transactions: a tenant is written before its name is claimed (a crash leaves an unnamed,
- * keyless tenant: harmless) and a key's `kid.` record before its `k.` hash (a crash leaves a
- * revocable id pointing at no key). Two concurrent creates of one name race on `create` of
- * `n.…`: exactly one wins, the other is `conflict` and removes its orphan tenant record.
- *
- * Gotcha: successful authentications are cached for `authCacheTtlMs` (default 5 s) in a
- * bounded LRU, so a revoked key keeps working for up to that long on other API nodes (this
- * node drops it at once). Failed lookups are not cached: junk keys cannot evict good ones.
+ * Pitfall: successful authentications are cached for `authCacheTtlMs` (5 s) in a bounded LRU, so
+ * a revoked key works up to that long on other API nodes. Failed lookups are not cached.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";

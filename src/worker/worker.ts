@@ -1,52 +1,17 @@
 /**
- * The worker: one per worker process. It advertises its free slots by heartbeat, accepts
- * attempts offered by job actors (the claim), heartbeats its attempts in batches (one request per
- * partition, src/cluster/router.ts `requestMany`) to the owning job actors — an attempt prepared
- * ahead only at its claim, whose acknowledgement covers it through its start (`#needsBeat`) — runs each through the
- * sandbox executor, and reports completion with the fence. On start it kills containers of its
- * own left by an earlier incarnation.
+ * The worker, one per worker process: advertises free slots, accepts offers (a claim), heartbeats
+ * its attempts in batches per partition, runs each through the sandbox executor and reports
+ * completion with the fence. On start it kills containers left by an earlier incarnation.
  *
- * The worker's half of a lease ("both sides of a lease keep time", DESIGN.md), on the monotonic
- * clock:
- * - An accepted offer is only a claim. The worker STARTS an attempt only while a heartbeat for it
- *   has been acknowledged by the owner — whose acknowledgement means it recorded this worker and
- *   fence as the run's lease — and that acknowledgement is fresh: valid until the heartbeat's SEND
- *   time + lease TTL − safety margin. For an attempt prepared ahead, the owner's acknowledgement
- *   names its `cover_ms` (the owner's lease runs until start_at + TTL, protocol/worker.ts
- *   `HeartbeatAck`): valid until the SEND time + cover − margin, which ends before the owner's
- *   lease whatever the two wall clocks say. An offer never acknowledged within TTL − margin of
- *   its acceptance is dropped. So a worker that was paused or cut off wakes up harmless: it
- *   starts nothing stale.
- * - A cancel (`…worker.<id>.cancel`) is a plain message: if one for an attempt prepared ahead is
- *   lost, the attempt starts under its cover and learns `lease_lost` from its first heartbeat
- *   after the start (within one interval), and is killed; its owner keeps the slot drained until
- *   start_at + TTL + grace (run-lifecycle.ts `finish`).
- * - A running attempt is killed by the worker itself (self-fencing) once its last acknowledgement
- *   runs out, without waiting to be told: the owner re-offers only after last arrival + TTL. One
- *   that had exited 0 by itself just before (its exit not yet seen: `endedBeforeKill`) keeps its
- *   success for its owner's probe.
- * - A probe (`…worker.<id>.probe`, `#probe`): the owner of a lease that fell silent asks what
- *   became of the attempt before it offers it again, and the answer is the truth here: an attempt
- *   held but not started is dropped by the probe (it can never start after answering
- *   `not_started`); a running one answers `running`; an ended one answers with its completion, so
- *   its result counts even when its reports are stuck behind a burst (the owner used to offer it
- *   again: a second execution). Attempts gone from here are remembered, bounded (`FORGOTTEN_LIMIT`),
- *   with whether they started, and so are the completions of reports given up and of attempts
- *   killed at once just after they had exited 0 by themselves (`running` until the kill's result is in).
- * - A completion report (sent in a batch per partition with the reports of attempts that ended
- *   within 20 ms, `#report`) that gets no verdict (timeout, or answered pending: an unknown
- *   outcome) is sent again (a copy per wait — 10 s, at most TTL − interval − margin − the 20 ms
- *   gathering, at least 250 ms — which joins the first if that still waits at the owner) until the
- *   owner answers ok, `stale_fence` or `not_found`, bounded by `completionDeadlineMs`. While a
- *   copy is on the wire, or answered pending (still in the owner's mailbox), the attempt is not
- *   heartbeated: the report's arrival and its wait in the mailbox keep the owner's lease.
+ * Its half of a lease, on the monotonic clock: an attempt STARTS only while a heartbeat for it is
+ * acknowledged and fresh (send time + TTL − margin; for a run prepared ahead, send time + the
+ * ack's `cover_ms` − margin), so a paused or cut-off worker starts nothing stale. A running
+ * attempt whose acknowledgement runs out is killed here (self-fencing). A probe from the owner
+ * gets the truth: `not_started` (and it never starts), `running`, or the completion. Completion
+ * reports are resent until the owner answers ok, `stale_fence` or `not_found`.
  *
- * Drain (`drain`, SIGTERM): the worker refuses new offers and advertises no free slot, gives back
- * accepted offers that have not started (`#giveBack`: each owner re-offers its run at once
- * elsewhere, not counted as an attempt), lets running attempts finish and report — heartbeats go on as usual —
- * until the drain timeout, then hands back the rest: kills each and reports it as a retryable
- * error, so its owner retries it at once on another worker (as a new attempt) — unless the task
- * had exited 0 by itself just before the kill: that is reported as its success.
+ * Drain (SIGTERM): refuse offers, give back unstarted ones, let running ones finish until the
+ * timeout, then kill and report the rest as retryable (one that exited 0 first keeps its success).
  */
 import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
 import { replyRefusal, type InboxMode, type ReplyRefusal } from "../cluster/reply-guard.ts";
@@ -98,9 +63,8 @@ interface Lease {
   req: StartRequest;
   /**
    * What the executor is given, made at the offer (its `leaseMs` set at the start): made in a
-   * burst's start loop, these objects were most of its garbage, promoted into a heap that the
-   * loop's allocation also pushed into a major GC (the worker's profile in the 200,000 burst:
-   * GC 38 % of the loop, in marking steps every ~10 ms).
+   * burst's start loop, these objects would be most of its garbage, promoted into a heap that the
+   * loop's allocation also pushes into a major GC.
    */
   task: TaskSpec;
   identity: RunIdentity;
@@ -197,14 +161,12 @@ const REPORT_COALESCE_MS = 20;
  * How long a completion report waits for the owner's answer before it counts as an unknown
  * outcome and a copy is sent (at most lease TTL − interval − margin, see `#reportWaitMs`), and how
  * many reports of this worker are being made at once (a report holds its slot from its first copy
- * until it is settled; the rest wait here, heartbeated, in the order their attempts ended). With
- * a 2 s wait, a burst's 94,000 completions each timed out at the saturated owner and were sent
- * again every round: copy upon copy queued behind busy job actors, the scheduler's live heap grew
- * from 0.9 to 2.3 GB in 35 s, GC took over half of its main thread and its tenant actors stopped
- * answering (BENCHMARKS.md, a seventh session). The owner now lets a copy share the reply of one
- * still queued (the job actor's `coalesceKey`). A tight bound is no cure: a waiting report's
- * attempt is heartbeated every round, and with 256 in flight the burst's rounds carried 90,000
- * such heartbeats — the scheduler answered those instead of preparing runs (45,541 ended in 2 min).
+ * until it is settled; the rest wait here, heartbeated, in the order their attempts ended). A
+ * short wait makes a burst's completions time out at the saturated owner and be sent again every
+ * round, copies queueing behind busy job actors until the scheduler's heap and GC take over; the
+ * owner lets a copy share the reply of one still queued (the job actor's `coalesceKey`). A tight
+ * bound is no cure either: a waiting report's attempt is heartbeated every round, and the owner
+ * answers those heartbeats instead of preparing runs.
  */
 export const COMPLETION_WAIT_MS = 10_000;
 /** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
@@ -215,8 +177,8 @@ export const FORGOTTEN_LIMIT = 262_144;
 /**
  * Completions of reports given up, kept for probes, oldest out first — as many as attempts gone
  * are remembered (`FORGOTTEN_LIMIT`): a given-up report whose completion was evicted answers its
- * probe `started`, and the run's result is lost (1,136 dead letters in one 200,000-run benchmark
- * run with a bound of 65,536).
+ * probe `started`, and the run's result is lost (a smaller bound loses results in a 200,000-run
+ * burst).
  */
 export const GIVEN_UP_LIMIT = FORGOTTEN_LIMIT;
 /**
@@ -461,8 +423,8 @@ export class Worker {
   /**
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
-   * otherwise count as started with its result lost (a dead letter at max_attempts 1: 14,099 in
-   * one 200,000-run benchmark run, de67ec9; 1,136 in a later run, 84d1792, while only 65,536 were kept). Past the output budget
+   * otherwise count as started with its result lost (a dead letter at max_attempts 1). Past the
+   * output budget
    * the oldest lose their output first (a run's result matters more than its log tail).
    */
   #giveUp(l: Lease): void {
@@ -496,10 +458,10 @@ export class Worker {
 
   /**
    * An attempt killed at once that had ended by itself just before (`endedBeforeKill`): its
-   * success is kept for its owner's probe, as a given-up report's is. Thrown away, the probe
-   * answered `started` and its owner offered the run again — a second execution of a run that
-   * had succeeded (ledger chaos invariant f, thirteenth session: a self-fencing timer fired as
-   * the task exited, its owner's partition between two nodes). The owner takes it only while the
+   * success is kept for its owner's probe, as a given-up report's is. Thrown away, the probe would
+   * answer `started` and its owner offer the run again — a second execution of a run that had
+   * succeeded (a self-fencing timer firing as the task exits, ledger chaos invariant f). The owner
+   * takes it only while the
    * lease is still its current one (run-lifecycle.ts `onProbeAnswer`).
    */
   #keepEndedBeforeKill(l: Lease, r: ExecutionResult): void {
@@ -1008,13 +970,11 @@ export class Worker {
   /**
    * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
    * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
-   * request per partition (naming half the wait as the owner's budget) carries every report due within REPORT_COALESCE_MS (a burst's
-   * 200,000 completions were 200,000 requests, a socket write each, on the worker and on the
-   * owner). While a copy is on the wire the lease is not heartbeated (its arrival keeps the
-   * lease); while it waits for a free report slot or between copies, it is. A burst's ended
-   * attempts then cost their owner one item each while it is answered within the wait — before,
-   * each was also heartbeated every round (90,000 heartbeats a round at the 200,000-run burst's
-   * due second, BENCHMARKS.md).
+   * request per partition (naming half the wait as the owner's budget) carries every report due
+   * within REPORT_COALESCE_MS, not a request and a socket write per completion. While a copy is on
+   * the wire the lease is not heartbeated (its arrival keeps the lease); while it waits for a free
+   * report slot or between copies, it is. So a burst's ended attempts cost their owner one item
+   * each while it answers within the wait, not also a heartbeat every round.
    */
   #report(lease: Lease): void {
     if (lease.reporting) return;
@@ -1211,7 +1171,7 @@ export class Worker {
    * burst's attempts start in one loop at their due instant, and their completions follow in
    * microtasks) the heartbeat timer cannot fire, and a worker that sent no advert for three
    * intervals is forgotten by the schedulers' directories — silent ≥ 9-15 s at the 200,000
-   * burst (ARCHITECTURE.md Known gaps). Every 256 calls it looks at the clock, and once an
+   * burst (README, "Known limitations"). Every 256 calls it looks at the clock, and once an
    * interval has passed since the last advert, sends one and flushes the connection at once (a
    * publish is otherwise written in a microtask, after the stretch).
    */
