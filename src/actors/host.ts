@@ -13,6 +13,7 @@
  * partition is trusted. Deferred writes (`Decision.deferWrite`) stay in memory until the next
  * write; `onLoad` adjusts a state read back.
  */
+import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -43,9 +44,8 @@ interface TimerPayload {
   failures?: number;
 }
 
-/** Backoff of a timer message whose handling failed (at-least-once reminders). */
-const TIMER_RETRY_BASE_MS = 250;
-const TIMER_RETRY_MAX_MS = 5_000;
+/** Backoff of a timer message whose handling failed (at-least-once reminders), and of a partition's load. */
+const TIMER_RETRY: BackoffPolicy = { baseMs: 250, maxMs: 5_000 };
 /** Most arrival keys remembered per actor. */
 const ARRIVALS_LIMIT = 1_024;
 
@@ -165,6 +165,8 @@ export const WARM_MS = 120_000;
 export const WARM_LOADS_IN_FLIGHT = 16;
 /** How soon an actor dropped with its state in doubt is read back (see `#reloadSoon`). */
 export const RELOAD_AFTER_DROP_MS = 500;
+/** Backoff of that read-back while it fails or the partition is not trusted yet. */
+const RELOAD_RETRY: BackoffPolicy = { baseMs: RELOAD_AFTER_DROP_MS, maxMs: 10_000 };
 /** A timer's key in the node's queues: by partition first, so a lost partition's go by prefix. */
 function timerKey(partition: number, type: string, id: string, name: string): string {
   return `${partition}|${type}|${id}|${name}`;
@@ -305,7 +307,7 @@ export class ActorHost {
       const queue = this.#queue(t.type);
       if (queue.dueOf(key) !== undefined) return; // re-armed meanwhile: that one wins
       const failures = t.failures ?? 0;
-      const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
+      const delay = backoffMs(failures, TIMER_RETRY);
       queue.schedule(key, this.#o.clock.now() + delay, { ...t, failures: failures + 1 });
     });
   }
@@ -420,8 +422,7 @@ export class ActorHost {
         return await step();
       } catch (e) {
         this.#o.onError(`loading ${what} (will retry)`, e);
-        const delay = Math.min(TIMER_RETRY_MAX_MS, TIMER_RETRY_BASE_MS * 2 ** Math.min(failures, 8));
-        await new Promise<void>((r) => this.#o.clock.setTimer(delay, r));
+        await new Promise<void>((r) => this.#o.clock.setTimer(backoffMs(failures, TIMER_RETRY), r));
       }
     }
   }
@@ -728,10 +729,10 @@ export class ActorHost {
    * Retried, doubling to 10 s, while the partition is held and the read fails; a partition not
    * trusted yet waits.
    */
-  #reloadSoon(inst: Instance, delayMs = RELOAD_AFTER_DROP_MS): void {
+  #reloadSoon(inst: Instance, failures = 0): void {
     if (!inst.reg.definition.loadOnAcquire) return;
-    const again = () => this.#reloadSoon(inst, Math.min(10_000, delayMs * 2));
-    this.#o.clock.setTimer(delayMs, () => {
+    const again = () => this.#reloadSoon(inst, failures + 1);
+    this.#o.clock.setTimer(backoffMs(failures, RELOAD_RETRY), () => {
       if (!this.#accepting.has(inst.partition)) return;
       if (!this.#o.isTrusted(inst.partition)) return again();
       const fresh = this.#instance(inst.reg, inst.type, inst.id, inst.partition);

@@ -14,6 +14,7 @@
  * to one id only under that id.
  */
 import type { Bus } from "./bus.ts";
+import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
@@ -49,6 +50,8 @@ export type ActorReply =
   | { ok: false; e: { code: ErrorCode; message: string; field?: string } };
 
 const RETRY_CODES = new Set<ErrorCode>(["not_owner", "no_owner"]);
+/** The pause between tries of a request that found no owner: 20 ms doubling, at most 1 s. */
+const RETRY_BACKOFF: BackoffPolicy = { baseMs: 20, maxMs: 1000 };
 /** Most items in one batch request. */
 export const MAX_BATCH = 256;
 
@@ -131,8 +134,8 @@ export class ActorRouter {
         last = e instanceof Error ? e.message : String(e);
         if (nc.isClosed()) throw new KairosError("unavailable", `NATS connection closed: ${last}`, { cause: e });
       }
-      const backoff = Math.min(1000, 20 * 2 ** Math.min(attempt++, 6));
-      await new Promise<void>((r) => clock.setTimer(Math.min(backoff * (0.5 + this.#o.random.next()), Math.max(0, deadline - clock.now())), r));
+      const backoff = backoffMs(attempt++, { ...RETRY_BACKOFF, jitter: { random: this.#o.random, min: 0.5 } });
+      await new Promise<void>((r) => clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r));
     }
     throw new KairosError("no_owner", `no owner answered for ${addr.type}/${addr.id} (partition ${p}) within the deadline: ${last}`);
   }
@@ -176,7 +179,7 @@ export class ActorRouter {
             last = e instanceof Error ? e.message : String(e);
             if (nc.isClosed()) break;
           }
-          const backoff = Math.min(1000, 20 * 2 ** Math.min(attempt, 6));
+          const backoff = backoffMs(attempt, RETRY_BACKOFF);
           await new Promise<void>((r) => clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r));
         }
         for (const i of chunk) results[i] = { ok: false, e: { code: "no_owner", message: `partition ${p}: ${last}` } };

@@ -5,6 +5,7 @@
  * node can send to actors through the router.
  */
 import { randomUUID } from "node:crypto";
+import { backoffMs } from "../lib/backoff.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
@@ -66,7 +67,7 @@ async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCr
       if (!isKairosError(err, "unavailable") && !isKairosError(err, "timeout")) throw err;
       last = err;
     }
-    await new Promise<void>((r) => clock.setTimer(Math.min(1000, 50 * 2 ** Math.min(i, 5)), r));
+    await new Promise<void>((r) => clock.setTimer(backoffMs(i, { baseMs: 50, maxMs: 1000 }), r));
   }
   throw new KairosError("unavailable", `cannot read the cluster config: ${String(last)}`, { cause: last });
 }

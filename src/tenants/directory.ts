@@ -16,6 +16,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { Tenant, TenantDirectory } from "../jobs/service.ts";
 import type { Clock } from "../lib/clock.ts";
+import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { LruCache } from "./lru.ts";
@@ -44,7 +45,8 @@ const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 const API_KEY = /^kai_[A-Za-z0-9_-]{43}$/;
 const TENANT_ID = /^t[a-z2-7]{16}$/;
 const KEY_ID = /^k[a-z2-7]{16}$/;
-const MAX_CAS_RETRIES = 10;
+/** Read-modify-writes of tenant records: at most 10 tries, no pause (an operator's command). */
+const CAS = { attempts: 10, encode, decode } as const;
 
 /** A quota change: the fields to set (at least one). */
 export interface QuotaUpdate {
@@ -152,15 +154,13 @@ export class KvTenantDirectory implements TenantDirectory {
     if (idEntry === null) throw new KairosError("not_found", `key ${keyId} not found`, { field: "key_id" });
     const { hash } = decode<KeyIdRecord>(idEntry.value);
     this.#cache.delete(hash);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const entry = await this.#kv.get(`k.${hash}`);
-      if (entry === null) return; // the key was never completed (crash between the two writes)
-      const rec = decode<KeyRecord>(entry.value);
-      if (rec.revoked) return;
-      const r = await this.#kv.update(`k.${hash}`, encode({ ...rec, revoked: true }), entry.revision);
-      if (r.ok) return;
-    }
-    throw new KairosError("conflict", `key ${keyId} kept changing; retry the revocation`);
+    await casUpdate<KeyRecord, void>(
+      this.#kv,
+      `k.${hash}`,
+      // Absent: the key was never completed (crash between the two writes).
+      (rec) => (rec === null || rec.revoked ? { done: undefined } : { write: { ...rec, revoked: true }, result: undefined }),
+      { ...CAS, conflictMessage: `key ${keyId} kept changing; retry the revocation` },
+    );
   }
 
   /** A replica's answer, or the leader's when the replica has no such key (see `authenticate`). */
@@ -183,17 +183,13 @@ export class KvTenantDirectory implements TenantDirectory {
       }
     }
     const secret = url === null ? null : `whsec_${randomBytes(24).toString("base64url")}`;
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
-      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
-      const t = decode<TenantRecord>(e.value);
+    await this.#updateTenant(tenantId, (t) => {
       const next: TenantRecord = { ...t, webhook_url: url };
       if (secret === null) delete next.webhook_secret;
       else next.webhook_secret = secret;
-      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
-      if (r.ok) return { secret };
-    }
-    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+      return next;
+    });
+    return { secret };
   }
 
   /**
@@ -202,17 +198,13 @@ export class KvTenantDirectory implements TenantDirectory {
    */
   async setQuota(tenantId: string, q: QuotaUpdate): Promise<Tenant> {
     validateQuota(q);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
-      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
-      const next: TenantRecord = { ...decode<TenantRecord>(e.value) };
+    return this.#updateTenant(tenantId, (t) => {
+      const next: TenantRecord = { ...t };
       if (q.max_concurrent_runs !== undefined) next.max_concurrent_runs = q.max_concurrent_runs;
       if (q.max_jobs !== undefined) next.max_jobs = q.max_jobs;
       if (q.weight !== undefined) next.weight = q.weight;
-      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
-      if (r.ok) return next;
-    }
-    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+      return next;
+    });
   }
 
   /**
@@ -222,16 +214,28 @@ export class KvTenantDirectory implements TenantDirectory {
    */
   async setImagePolicy(tenantId: string, entries: string[] | null): Promise<Tenant> {
     if (entries !== null) parseImagePolicy(entries);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const e = TENANT_ID.test(tenantId) ? await this.#kv.get(`t.${tenantId}`) : null;
-      if (!e) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
-      const next: TenantRecord = { ...decode<TenantRecord>(e.value) };
+    return this.#updateTenant(tenantId, (t) => {
+      const next: TenantRecord = { ...t };
       if (entries === null) delete next.image_policy;
       else next.image_policy = [...entries];
-      const r = await this.#kv.update(`t.${tenantId}`, encode(next), e.revision);
-      if (r.ok) return next;
-    }
-    throw new KairosError("conflict", `tenant ${tenantId} keeps changing; retry`);
+      return next;
+    });
+  }
+
+  /** Changes a tenant's record with CAS (`casUpdate`); `not_found` when there is none. */
+  #updateTenant(tenantId: string, change: (t: TenantRecord) => TenantRecord): Promise<TenantRecord> {
+    const notFound = () => new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+    if (!TENANT_ID.test(tenantId)) return Promise.reject(notFound());
+    return casUpdate<TenantRecord, TenantRecord>(
+      this.#kv,
+      `t.${tenantId}`,
+      (t) => {
+        if (t === null) throw notFound();
+        const next = change(t);
+        return { write: next, result: next };
+      },
+      { ...CAS, conflictMessage: `tenant ${tenantId} keeps changing; retry` },
+    );
   }
 
   async findTenantByName(name: string): Promise<Tenant | null> {
