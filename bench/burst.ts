@@ -116,7 +116,7 @@ export async function run(args: string[]): Promise<void> {
   // The worker is its own process, as in production (its event loop only starts and reports runs).
   const perWorker = Math.ceil(slots / workerCount);
   // Executions per run as the workers saw them (their `worker_started` lines, not the run
-  // records): a start the owner never recorded is counted here (ARCHITECTURE.md, Known gaps).
+  // records): a start the owner never recorded is counted here (README, "Known limitations").
   const workerStarts = new Map<string, number>();
   const countStart = (line: string): void => {
     if (!line.includes('"evt":"worker_started"')) return;

@@ -74,7 +74,7 @@ export interface KvStore {
   /**
    * Latest value, or null when absent or deleted: the stream leader's answer unless `from` is
    * `replica` (see `ReadFrom`; a deposed leader that has not yet heard of its successor is the
-   * one exception: ARCHITECTURE.md, "KV reads").
+   * one exception: docs/kv.md, "What a read sees").
    */
   get(key: string, opts?: ReadOptions): Promise<KvEntry | null>;
   /** Writes only if the key has no live value. */

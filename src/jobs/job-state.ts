@@ -28,7 +28,7 @@ export interface ActiveRun {
   trigger: RunView["trigger"];
   status: ActiveStatus;
   attempt: number;
-  /** Fence of the current offer or claim (0 = none); see ARCHITECTURE.md "Fences". */
+  /** Fence of the current offer or claim (0 = none); see ARCHITECTURE.md, "Design decisions". */
   fence: number;
   worker: string | null;
   /** A tenant slot is held for this run. */

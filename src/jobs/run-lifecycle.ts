@@ -5,7 +5,7 @@
  * started). Status changes go through the transition table (run-status.ts); `onRunMessage`
  * handles every run message in an exhaustive `switch`.
  *
- * Gotchas (ARCHITECTURE.md "Fences"): a heartbeat or completion counts only with the run's current
+ * Gotchas (ARCHITECTURE.md, "Design decisions"): a heartbeat or completion counts only with the run's current
  * fence AND the worker that claimed it (`holds`); the first one under an offer's fence claims the
  * run even before the acceptance arrives. A lease ends at the last heartbeat ARRIVAL + TTL
  * (`leaseEndMs`, arrivals recorded by the host before the mailbox): busy is not dead. An attempt

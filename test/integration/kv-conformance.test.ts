@@ -165,8 +165,8 @@ async function injectAround(replicas: Replicas, fault: Fault, down: number, writ
       replicas.resume(down);
       // Back as a replica that is behind: read through it once it is surely no longer leader —
       // its successor heard from it since it resumed, which only a follower answers (a leader
-      // that has not heard of its successor yet may still answer leader reads: ARCHITECTURE.md,
-      // "KV reads", a known gap). The successor's view is polled: no event says so.
+      // that has not heard of its successor yet may still answer leader reads: docs/kv.md,
+      // "What a read sees", a known limitation). The successor's view is polled: no event says so.
       // Meanwhile its replica answers direct gets from what it has: counted, the hazard shown.
       const deadline = Date.now() + 30_000;
       let staleMeanwhile = 0;

@@ -1,5 +1,5 @@
 /**
- * The simulation's invariants (DESIGN.md "The promises", "Runs, leases and fences"), checked
+ * The simulation's invariants (docs/design.md "The promises", "Runs, leases and fences"), checked
  * incrementally as events happen (ledger starts and ends, worker reports, KV writes seen on the
  * shared store) and once at the end (record-check.ts: run records against the schedules, the
  * users' commands and the ledger). Every one is computed from the executor's ledger (what ran,
@@ -15,7 +15,7 @@
  *     on a key the new owner has not fenced yet. The host fences a key (CAS with the new epoch)
  *     before its first decision under an epoch, so such a write is read, never overwritten: the
  *     new owner's fence conflicts and it reloads. Preventing even that would cost a write per
- *     actor per takeover, before any message (see ARCHITECTURE.md, promises).
+ *     actor per takeover, before any message (ARCHITECTURE.md, "Design decisions").
  *  e  tenant_cap              more executions of one tenant at once than its max_concurrent
  *  f  run_stuck               (record-check.ts)
  *  g  skip_overlap            two runs of an overlap=skip job executing at once (the look-ahead

@@ -122,7 +122,7 @@ export const PRODUCTION: SimProfile = {
     const attempts = () => pick(r, [1, 3]);
     cappedTenant(r, jobs, caps, attempts);
     // Long-held prepared runs in tenants without a tight cap: a prepared run holds its tenant's
-    // slot until it ends (ARCHITECTURE.md Known gaps, "What the 5 min look-ahead costs").
+    // slot until it ends (README, "Known limitations").
     caps.set("tb", 100);
     jobs.push({ tenant: "tb", spec: spec(utc("0 * * * *"), pick(r, ["skip", "allow", "replace"] as const), attempts()) });
     jobs.push({ tenant: "tb", spec: spec(utc("0 * * * * *"), pick(r, ["allow", "skip", "queue", "replace"] as const), attempts()) });

@@ -202,7 +202,7 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
  * after it (its owner, down, had not fired it yet: the command settles it); or by a pause or
  * reschedule answered up to a look-ahead window before it, which cancels the runs prepared ahead
  * for good even where the resumed or new schedule calls for the same occurrence (the documented
- * "stay cancelled": README, ARCHITECTURE.md Known gaps, "What the 5 min look-ahead costs" (2)).
+ * "stay cancelled": README, "Policies" and "Known limitations").
  */
 function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, o: number): boolean {
   const reason = r.reason ?? "";

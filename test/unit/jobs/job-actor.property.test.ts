@@ -2,7 +2,7 @@
  * Seeded property test of the job actor: random interleavings of fire, heartbeats, completions,
  * lease expiries, retry and redispatch timers, late claims and slot grants, run-now, patches and
  * clock moves (with and without timers firing), with current or stale fences. After every step
- * the invariants of DESIGN.md hold (see `check`). The state handed to the core is deep-frozen, so
+ * the invariants of docs/design.md hold (see `check`). The state handed to the core is deep-frozen, so
  * a mutation of its input throws. fast-check prints the seed and the shrunk sequence on failure.
  */
 import { describe, it } from "node:test";
