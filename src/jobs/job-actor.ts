@@ -94,8 +94,7 @@ export type JobMsg =
   | { kind: "delete" }
   /**
    * `requested_at_ms`: when the API node first sent it (the same in the router's retries): it names
-   * the run (job-commands.ts `runNow`), so a retry after a lost state write meets the record the
-   * first try made instead of leaving it `queued` for good.
+   * the run (job-commands.ts `runNow`), so every try of one request names the same run.
    */
   | { kind: "run_now"; request_id?: string; requested_at_ms?: number }
   | { kind: "fire" }
@@ -135,6 +134,12 @@ export type JobEffect =
    * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
    */
   | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
+  /**
+   * Creates the record of a run the job state already holds (post, after the state write): a
+   * run-now's. Its state is the source of truth, so a try whose state write is lost leaves no
+   * record behind; one whose write landed unseen is found on load (job-shell.ts `reconcile`).
+   */
+  | { kind: "create_run"; record: RunView }
   /** A run transition short of its end, not written (see `Tx.putRun`): run metrics only. */
   | { kind: "note_run"; record: RunView }
   /**

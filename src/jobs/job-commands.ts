@@ -164,10 +164,9 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
   if (slotsHeld(s) >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs and ${slotsHeld(s) - s.runs.length} still being stopped (at most ${tx.cfg.maxActiveRuns} together)`));
   if (job.spec.overlap === "queue") unprepareQueued(tx);
   const seq = ++s.manual_seq;
-  // Named by the request's time, not this owner's now: a try whose state write was lost (fenced,
-  // a timeout) made the record already, and the router's retry — the same message, the same
-  // manual_seq read back — must meet it (a re-created run adopts a queued record), not leave it
-  // queued for good under another id. Bounded: a time far from this clock is not taken.
+  // Named by the request's time, not this owner's now, so that every try of one request (the same
+  // message, the same manual_seq read back after a lost write) names the same run. Its record is
+  // written after the state (`recorded_after`). Bounded: a time far from this clock is not taken.
   const at = m.requested_at_ms !== undefined && Number.isSafeInteger(m.requested_at_ms) && Math.abs(m.requested_at_ms - tx.now) <= REQUESTED_AT_BOUND_MS ? m.requested_at_ms : tx.now;
   const runId = runIdFor(job.job_id, at, seq);
   createRun(tx, at, "manual", runId, false, Math.min(at, tx.now)); // it starts now, whatever the API node's clock said

@@ -28,8 +28,8 @@ import { isRunIndexEffect, withRunIndex, type RunIndexEffect } from "./run-index
 import { writeRunIndexChunk } from "./run-index-store.ts";
 import { RunMetrics } from "./run-metrics.ts";
 import { RunRecordStore } from "./run-record-store.ts";
-import { decodeRunRecord } from "./run-record.ts";
-import type { JobState } from "./job-state.ts";
+import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
+import { activeRunView, type JobState } from "./job-state.ts";
 import { TERMINAL } from "./model.ts";
 import type { RunRetention } from "./run-retention.ts";
 import type { SecretEnvStore } from "./secret-env.ts";
@@ -166,6 +166,9 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
         return deliverDeadLetter(deps, ctx.partition, fx.record);
       case "note_run":
         return records.note(ctx, fx.record);
+      case "create_run":
+        await records.put(ctx, fx.record, "create");
+        return;
       case "put_run":
         return;
       default:
@@ -189,7 +192,15 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
       const { tenantId, jobId } = splitJobActorId(at.id);
       const ended = new Set<string>();
       await Promise.all(s.runs.map(async (r) => {
-        const e = await deps.runs.get(runKey(at.partition, tenantId, jobId, r.run_id));
+        const key = runKey(at.partition, tenantId, jobId, r.run_id);
+        const e = await deps.runs.get(key);
+        if (!e && r.recorded_after) {
+          // Written after the state (`create_run`), and that write did not happen: the state write
+          // landed unseen (a timeout) or the node stopped. The run is live; write its record now.
+          // Stamped epoch 0: any later write of an owner may replace it.
+          await deps.runs.create(key, encodeRunRecord(activeRunView(s.job!, r), 0));
+          return;
+        }
         // No record: it ended and retention pruned it (a stored state lists a run only after its
         // record was created, and retention prunes terminal records only; once the end is
         // deferred, the state may list the run long after — one-shot jobs).

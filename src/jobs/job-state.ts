@@ -53,6 +53,11 @@ export interface ActiveRun {
    * started by hand can still send it back to the queue (job-commands.ts `unprepareQueued`).
    */
   no_cover?: true;
+  /**
+   * Its record is created after the state write (a run-now: `create_run`), so on load a missing
+   * record means "not written yet", not "ended and pruned" (job-shell.ts `reconcile`).
+   */
+  recorded_after?: true;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;

@@ -199,10 +199,10 @@ export class NatsJobsService implements JobsService {
 
   async runNow(tenantId: string, jobId: string): Promise<RunView> {
     // The router retries on timeouts; the request id makes a retry answer with the first run, and
-    // the time of the first send names the run, so a retry after a lost state write meets the
-    // record the first try made (job-commands.ts `runNow`). An unknown outcome answered by the
-    // owner (a KV write that timed out, the store unreachable) is sent again the same way, a few
-    // times: given up, that try's record could stay `queued` for good.
+    // the time of the first send names the run (job-commands.ts `runNow`). An unknown outcome
+    // answered by the owner (a KV write that timed out, the store unreachable) is sent again the
+    // same way, a few times. Given up, nothing is left half-made: the run's record follows its
+    // state write (`create_run`), and a state that landed unseen is read back and its run goes on.
     const msg = { kind: "run_now", request_id: this.#requestId(), requested_at_ms: this.router.now() };
     let reply: JobReply;
     for (let tries = 1; ; tries++) {
@@ -250,7 +250,12 @@ export class NatsJobsService implements JobsService {
     if (!jobId) throw new KairosError("not_found", "run not found");
     const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
     const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
-    if (!e) throw new KairosError("not_found", "run not found");
+    if (!e) {
+      // A run-now's record is written just after the job state: its owner holds it meanwhile.
+      const live = (await this.#activeRuns(tenantId, jobId)).get(runId);
+      if (live) return live;
+      throw new KairosError("not_found", "run not found");
+    }
     const r = runView(e.value);
     return TERMINAL.has(r.status) ? r : withLive(r, await this.#activeRuns(tenantId, jobId));
   }

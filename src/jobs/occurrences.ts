@@ -41,6 +41,8 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
     next_attempt_at_ms: null,
     attempts: [],
     ...(gate ? { gate: true as const } : {}),
+    // A run-now has no occurrence a re-fire could find again: its state write comes first.
+    ...(trigger === "manual" ? { recorded_after: true as const } : {}),
   };
   tx.s.runs.push(r);
   tx.putRun(r, true);

@@ -60,6 +60,10 @@ export const indexLength = (ix: RunIndexState): number => ix.seq * RUN_INDEX_CHU
 function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
   const out: string[] = [];
   for (const fx of pre ?? []) {
+    if (fx.kind === "create_run") {
+      out.push((fx as { kind: "create_run"; record: { run_id: string } }).record.run_id);
+      continue;
+    }
     if (fx.kind !== "put_run") continue;
     const p = fx as { kind: "put_run"; mode: string; record: { run_id: string } };
     if (p.mode === "create" || p.mode === "terminal") out.push(p.record.run_id);
@@ -101,7 +105,8 @@ export function withRunIndex<M, E extends { kind: string }>(def: ActorDefinition
       const d = def.receive(s, msg, ctx);
       const job = d.state.job;
       if (!job) return d;
-      const next = indexDecision(d.state.index, job.job_id, d.pre, !s.job);
+      // A run-now's record is a post effect (`create_run`): indexed all the same.
+      const next = indexDecision(d.state.index, job.job_id, d.post && d.post.length > 0 ? [...(d.pre ?? []), ...d.post] : d.pre, !s.job);
       if (!next) return d;
       return {
         ...d,

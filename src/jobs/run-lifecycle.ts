@@ -49,8 +49,11 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
   // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What
   // else a finish does writes: a drain (below), a queued occurrence started; and its callers
-  // write when they must (commands, replace, a lease expiry).
-  tx.defer();
+  // write when they must (commands, replace, a lease expiry). A run whose record is created after
+  // the state (a run-now) is written at its end: a stored state that still listed it, its record
+  // later pruned, would read as "not recorded yet" on load and run it again.
+  if (r.recorded_after) tx.changed = true;
+  else tx.defer();
   tx.cancelTimer(`lease:${r.run_id}`);
   tx.cancelTimer(`retry:${r.run_id}`);
   tx.cancelTimer(`dispatch:${r.run_id}`);

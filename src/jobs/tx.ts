@@ -85,7 +85,8 @@ export class Tx {
    * this actor) — the record is written again only with its end (`finish`).
    */
   putRun(r: ActiveRun, create = false): void {
-    if (create) this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
+    if (create && r.recorded_after) this.post.push({ kind: "create_run", record: activeRunView(this.job, r) });
+    else if (create) this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
     else this.post.push({ kind: "note_run", record: activeRunView(this.job, r) });
   }
   remember(entry: { id: string; run_id?: string; version?: number }): void {

@@ -19,7 +19,7 @@
  */
 import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
 import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-actor.ts";
-import type { JobState } from "../../../src/jobs/job-state.ts";
+import { activeRunView, type JobState } from "../../../src/jobs/job-state.ts";
 import { splitGrant } from "../../../src/jobs/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/jobs/model.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
@@ -183,6 +183,18 @@ export class Driver {
     return d;
   }
 
+  /**
+   * A state write that landed unseen (a timeout): the `pre` effects and the state land; the host
+   * drops the actor (its timers and post effects are lost) and reads it back (`activate`).
+   */
+  crashAfterWrite(msg: JobMsg): D {
+    const d = this.actor.receive(this.state, msg, this.#ctx());
+    for (const fx of d.pre ?? []) this.#pre(fx);
+    this.stored = d.state;
+    this.stateWrites++;
+    return d;
+  }
+
   /** A later write carried the deferred changes along (the state in memory is now stored). */
   flush(): void {
     if (this.stored !== this.state) this.stateWrites++;
@@ -202,6 +214,10 @@ export class Driver {
     this.timers.clear();
     const loaded = this.actor.onLoad ? this.actor.onLoad(this.stored) : this.stored;
     // The shell's reconcile (job-shell.ts): runs whose record ended are dropped on load.
+    // A run-now's run whose record is not written yet (`recorded_after`) is live: its record is written.
+    for (const r of loaded.runs) {
+      if (r.recorded_after && !this.written.has(r.run_id) && loaded.job) this.#post({ kind: "create_run", record: activeRunView(loaded.job, r) });
+    }
     const ended = (id: string) => { const w = this.written.get(id); return w === undefined || TERMINAL.has(w.status); };
     this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)) } : loaded;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
@@ -282,6 +298,14 @@ export class Driver {
         else if (reply !== undefined) this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
         return;
       }
+      case "create_run":
+        // The shell's create after the state write (a run-now's record): never over an existing one.
+        if (!this.records.has(fx.record.run_id)) {
+          this.records.set(fx.record.run_id, fx.record);
+          this.written.set(fx.record.run_id, fx.record);
+          this.recordWrites++;
+        }
+        return;
       case "cancel_on_worker":
       case "dead_letter":
       case "put_run":

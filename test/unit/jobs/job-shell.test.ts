@@ -338,4 +338,24 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     const none = { ...state, runs: [] };
     assert.equal(await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }), none, "no active runs: no read, the same state");
   });
+
+  it("a run-now's run with no record yet (its state write landed unseen) is kept and its record written; one that ended is dropped", async () => {
+    const { runs, reg } = setup();
+    const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
+    const { decodeRunRecord, encodeRunRecord } = await import("../../../src/jobs/run-record.ts");
+    const manual = (run_id: string) => ({
+      run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "manual" as const, status: "queued" as const, attempt: 0, fence: 0,
+      worker: null, slot: false, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [], recorded_after: true as const,
+    });
+    await runs.put(runKey(PARTITION, "t1", "j1", "j1-done-m1"), encodeRunRecord(run("succeeded", { run_id: "j1-done-m1" }), 1));
+    const state = {
+      ...emptyJobState(),
+      job: { tenant_id: "t1", job_id: "j1", spec: { task: { image: "x", command: [] } } as never, version: 1, created_at_ms: 0, updated_at_ms: 0, request_hash: "h" },
+      runs: [manual("j1-new-m2"), manual("j1-done-m1")],
+    };
+    const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
+    assert.deepEqual(out.runs.map((r) => r.run_id), ["j1-new-m2"], "the unrecorded run is live; the ended one goes");
+    const written = await runs.get(runKey(PARTITION, "t1", "j1", "j1-new-m2"));
+    assert.equal(written && decodeRunRecord(written.value).record.status, "queued");
+  });
 });

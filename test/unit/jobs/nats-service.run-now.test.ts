@@ -52,3 +52,23 @@ describe("NatsJobsService: run-now", () => {
     assert.equal(g.sent.length, 1);
   });
 });
+
+describe("NatsJobsService: a run whose record is not written yet", () => {
+  it("is read from its job's owner (a run-now's record follows the state write); unknown to it, 404", async () => {
+    const mk = (n: string) => new MemoryKv(n);
+    const buckets = { cluster: mk("cluster"), leases: mk("leases"), nodes: mk("nodes"), actors: mk("actors"), runs: mk("runs"), tenants: mk("tenants"), idempotency: mk("idempotency") } as unknown as Buckets;
+    const runId = `j0123456789abcdef-${T.toString(36)}-m1`;
+    const asked: string[] = [];
+    const router = {
+      now: () => T,
+      async request(_addr: unknown, msg: { kind: string }) {
+        asked.push(msg.kind);
+        return { runs: [{ run_id: runId, status: "queued" }] };
+      },
+    } as unknown as ActorRouter;
+    const service = new NatsJobsService(router, buckets, 4, seededRandom(3));
+    assert.equal((await service.getRun("ta", runId)).run_id, runId);
+    assert.deepEqual(asked, ["active_runs"]);
+    await assert.rejects(service.getRun("ta", `j0123456789abcdef-${T.toString(36)}-m2`), (e) => isKairosError(e, "not_found"));
+  });
+});
