@@ -197,7 +197,7 @@ export async function run(args: string[]): Promise<void> {
     closers.push(async () => advertSub.unsubscribe());
     const adminRouter = new ActorRouter({ nc: adminNc, clusterName: "kairos", clock: systemClock, random: systemRandom, partitions: proc.node.partitions });
     // Jobs spread over several tenants: one tenant actor hands out its tenant's slots serially,
-    // and its grant table costs O(grants) per request (see BENCHMARKS.md).
+    // so spreading the jobs keeps one tenant actor from being the bound.
     const tenants: string[] = [];
     for (let i = 0; i < tenantCount; i++) {
       const { tenant } = await tenantDir.createTenant(`burst${i}`);

@@ -2,8 +2,8 @@
  * When a run executed, read from its record the same way by every benchmark: an attempt whose
  * lease expired before it started (not counted against max_attempts) never executed, so a run
  * starts at its first attempt that started, and executed twice only if two attempts started.
- * (Reading attempts[0] alone left such runs out of "started" and counted them as duplicates:
- * 1,606 of the eighth session's 200,000-job burst with two schedulers.)
+ * (Reading attempts[0] alone would leave such runs out of "started" and count them as
+ * duplicates.)
  */
 import type { RunView } from "../src/jobs/model.ts";
 

@@ -1,7 +1,7 @@
 /**
  * The worker's start loop alone (`npm run bench -- worker-starts [--attempts 200000] [--no-md]`):
  * a diagnostic for the burst benchmark's tail, whose bound is one worker starting every attempt
- * of the due second in one loop (BENCHMARKS.md, fourteenth session: ~11 µs an attempt).
+ * of the due second in one loop.
  *
  * A real `Worker` (src/worker/worker.ts) with the real `noop` executor, on the simulation's bus and
  * clock (test/sim): N attempts are offered for one instant a minute ahead and acknowledged with a

@@ -58,7 +58,7 @@ export interface SpawnOptions {
 
 export function spawnNode(o: SpawnOptions): NodeProc {
   // KAIROS_TEST_NODE_CPU_PROF=<dir>: every spawned node writes a CPU profile there when it exits
-  // (profiling a benchmark's worker process, BENCHMARKS.md).
+  // (profiling a benchmark's worker process: BENCHMARKS.md, "Method").
   const profDir = process.env["KAIROS_TEST_NODE_CPU_PROF"];
   const args = [
     ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []),

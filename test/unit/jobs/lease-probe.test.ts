@@ -1,8 +1,8 @@
 /**
  * A lease that falls silent is resolved by asking its worker, not guessed (run-lifecycle.ts
- * `onLeaseExpired`, `onProbeAnswer`): a 200,000-run burst's owners expired leases of attempts
- * that had run and whose reports were stuck behind the burst, and offered them again — 40,501
- * runs executed twice with no worker lost (BENCHMARKS.md, a twelfth session).
+ * `onLeaseExpired`, `onProbeAnswer`): under a 200,000-run burst, reports of attempts that ran
+ * wait behind the burst; an owner that took their silence for a lost lease would offer them
+ * again and run them twice with no worker lost.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";

@@ -676,8 +676,8 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
   });
 
   it("at most `completionsInFlight` reports are out at once; the rest wait on the worker (heartbeated) and go as answers come", T, async () => {
-    // A burst's completions sent all at once and again every round buried a saturated owner
-    // under copies nobody waited for (BENCHMARKS.md, a seventh session).
+    // A burst's completions sent all at once and again every round would bury a saturated owner
+    // under copies nobody waits for.
     const t = await setup({ completionsInFlight: 2 });
     for (const r of ["r1", "r2", "r3", "r4"]) assert.deepEqual(await t.offer(r, 100), { accepted: true });
     await t.runTo(T0 + 2_500);
