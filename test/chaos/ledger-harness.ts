@@ -17,7 +17,7 @@
  * commands: pause and resume, a new schedule, delete, run-now (ledger-commands.ts).
  *
  * Then faults stop, the cluster must recover (events and polling with deadlines), the jobs are
- * paused and the invariants (a)–(g) are checked (test/chaos/ledger-checks.ts); the at-least-once
+ * paused and the invariants (a)–(h) are checked (test/chaos/ledger-checks.ts); the at-least-once
  * re-runs are counted and listed apart.
  */
 import { spawnSync } from "node:child_process";
@@ -87,8 +87,12 @@ export interface ChaosReport {
   recoveryTimeouts: number;
   /** Nodes that exited by themselves (each restarted under its id a second later). */
   nodeCrashes: number;
-  /** "Publish/Subscription Violation" lines the NATS servers logged (a Kairos node should cause none). */
+  /**
+   * "Publish/Subscription Violation" lines the NATS servers logged. Late replies are expected under
+   * faults (`isLateReply`); any other is a node reaching past its permissions: (h).
+   */
   natsPermissionViolations: number;
+  natsLateReplies: number;
   commands: CommandCounts;
   jobs: number;
   occurrences: number;
@@ -103,6 +107,8 @@ export interface ChaosReport {
     a_attempt_twice: number; b_run_overlap: number;
     c_missing: number; c_duplicate: number; c_uncalled: number; c_cancelled_by_change: number; c_manual_extra: number;
     d_stuck: number; e_over_cap: number | null; f_run_again: number; g_outcome_unexecuted: number;
+    /** Permission violations a node caused other than a late reply (see `isLateReply`). */
+    h_permission: number;
   };
   /** Executions of a run after one of its executions had ended by itself, excused by a hard fault on its worker or NATS (listed in the report). */
   atLeastOnceReruns: number;
@@ -115,6 +121,17 @@ export interface ChaosReport {
   crashes: Crash[];
   /** The first permission violations the servers logged. */
   natsViolationLines: string[];
+}
+
+/**
+ * A reply published after its permission lapsed: a node answers a request on the asker's inbox
+ * (`_INBOX_<user>.…`), which it may publish to only once per request received, within two minutes,
+ * on the connection that received it (`allow_responses`). A node frozen longer than that, or whose
+ * connection was replaced meanwhile (a NATS server killed), answers late and the server refuses it;
+ * the asker had timed out and asked again. Anything else refused is a node reaching past its rights.
+ */
+export function isLateReply(line: string): boolean {
+  return /Publish Violation - User "[^"]+"(, Account "[^"]+")?, Subject "_INBOX_[A-Za-z0-9_-]+\./.test(line);
 }
 
 const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
@@ -418,6 +435,9 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     violations.push(...f);
     const g = checkOutcomes(runs, execs, c.killTimes, faults, o.runLeaseTtlMs);
     violations.push(...g);
+    const lateReplies = permissionViolations.filter(isLateReply);
+    const h = permissionViolations.filter((l) => !isLateReply(l)).map((l): Violation => ({ invariant: "h", text: `NATS refused a node: ${l}`, faults: [] }));
+    violations.push(...h);
 
     const runsByStatus: Record<string, number> = {};
     for (const r of runs) runsByStatus[r.status] = (runsByStatus[r.status] ?? 0) + 1;
@@ -433,7 +453,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     const hasCap = o.tenants.some((t) => t.cap !== undefined);
     return {
       seed: o.seed, executor: o.executor, natsServers, wallMs: Date.now() - t0, faultPhaseMs,
-      faults: faultCounts, faultsTotal: faults.length, pairs, recoveryTimeouts, nodeCrashes: c.crashes.length, natsPermissionViolations: permissionViolations.length, commands: commander.counts,
+      faults: faultCounts, faultsTotal: faults.length, pairs, recoveryTimeouts, nodeCrashes: c.crashes.length, natsPermissionViolations: permissionViolations.length, natsLateReplies: lateReplies.length, commands: commander.counts,
       jobs: jobs.length, occurrences: occ.occurrences, runs: runs.length, runsByStatus,
       attempts: runs.reduce((n, r) => n + r.attempts.length, 0),
       attemptOutcomes,
@@ -441,7 +461,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       invariants: {
         a_attempt_twice: a.length, b_run_overlap: overlap.length,
         c_missing: occ.missing, c_duplicate: occ.duplicate, c_uncalled: occ.uncalled, c_cancelled_by_change: occ.cancelledByChange, c_manual_extra: occ.manualExtra,
-        d_stuck: stuck.length, e_over_cap: hasCap ? e.length : null, f_run_again: f.length, g_outcome_unexecuted: g.length,
+        d_stuck: stuck.length, e_over_cap: hasCap ? e.length : null, f_run_again: f.length, g_outcome_unexecuted: g.length, h_permission: h.length,
       },
       atLeastOnceReruns: reruns.length,
       cancelledRanUnderFault: occ.cancelledRanUnderFault,
@@ -450,7 +470,7 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       examples: violations,
       reruns,
       crashes: [...c.crashes],
-      natsViolationLines: permissionViolations.slice(0, 10),
+      natsViolationLines: [...permissionViolations.filter((l) => !isLateReply(l)), ...lateReplies].slice(0, 10),
     };
   } finally {
     dockerLedger?.stop();
@@ -465,7 +485,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
   const lines: string[] = [];
   lines.push(`== ledger chaos (${r.executor}, ${r.natsServers === 3 ? "3-server NATS cluster, R3 buckets" : "one NATS server, R1 buckets"}), seed ${r.seed}, ${(r.wallMs / 1000).toFixed(0)} s wall, fault phase ${(r.faultPhaseMs / 1000).toFixed(0)} s`);
   lines.push(`faults: ${r.faultsTotal} (${Object.entries(r.faults).map(([k, n]) => `${k} ${n}`).join(", ")}); two at once ${r.pairs} times; recovery timeouts ${r.recoveryTimeouts}`);
-  lines.push(`NATS permission violations logged: ${r.natsPermissionViolations}${r.natsViolationLines.map((l) => `\n    ${l}`).join("")}`);
+  lines.push(`NATS permission violations logged: ${r.natsPermissionViolations}, of which late replies ${r.natsLateReplies}${r.natsViolationLines.map((l) => `\n    ${l}`).join("")}`);
   lines.push(`nodes that exited by themselves (restarted): ${r.nodeCrashes}${r.crashes.map((x) => `\n    ${x.id} at ${new Date(x.atMs).toISOString()}, code ${x.code}: ${JSON.stringify(x.stderr.slice(-300))}`).join("")}`);
   const cmd = r.commands;
   lines.push(`commands during faults: pause ${cmd.pause}, resume ${cmd.resume}, new schedule ${cmd.patch}, delete ${cmd.delete}, run-now ${cmd.run_now} (+${cmd.run_now_unanswered} unanswered); never acknowledged ${cmd.unacknowledged}`);
@@ -479,6 +499,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
   lines.push(`(e) tenant above its cap:          ${inv.e_over_cap ?? "not checked (no cap)"}`);
   lines.push(`(f) run again after it ended:      ${inv.f_run_again}`);
   lines.push(`(g) outcome with no execution:     ${inv.g_outcome_unexecuted}`);
+  lines.push(`(h) NATS refused a node (not a late reply): ${inv.h_permission}`);
   lines.push(`at-least-once re-runs (a run executed again after an execution that ended by itself, its worker or NATS hard-faulted between): ${r.atLeastOnceReruns}`);
   lines.push(`cancelled occurrences executed by a worker faulted since the change: ${r.cancelledRanUnderFault}`);
   for (const [t, m] of Object.entries(r.tenantMaxConcurrent)) lines.push(`    tenant ${t}: cap ${m.cap ?? "default"}, most runs executing at once ${m.maxSeen}`);

@@ -82,7 +82,7 @@ export interface Exec {
   endLine: boolean;
 }
 
-export type Invariant = "a" | "b" | "c" | "d" | "e" | "f" | "g";
+export type Invariant = "a" | "b" | "c" | "d" | "e" | "f" | "g" | "h";
 
 export interface Violation {
   invariant: Invariant;

@@ -11,7 +11,8 @@
  * calls for as the user's changes left it, (d) no run stuck, (e) no tenant above its
  * max_concurrent_runs, (f) no run executed again after an execution that ended by itself (the
  * at-least-once re-runs a hard fault on its worker or NATS excuses are counted apart), (g) no
- * outcome without an execution behind it. The long version is
+ * outcome without an execution behind it, (h) no NATS permission violation by a node but a late
+ * reply. The long version is
  * `npm run chaos -- --minutes 30 --nats-cluster 3`.
  *
  * KAIROS_CHAOS_SEED=<n> replays a fault schedule; KAIROS_CHAOS_KEEP=1 keeps the ledger folder.
@@ -25,7 +26,7 @@ import { readFileSync } from "node:fs";
 import { dockerSkip, ensureTestImage } from "../support/docker-image.ts";
 import { startTcpProxy } from "../support/tcp-proxy.ts";
 import { checkAttempts, checkOccurrences, checkOutcomes, checkRunAgain, checkTenantCaps, closeOpen, expectAt, type JobRecords } from "./ledger-checks.ts";
-import { formatReport, ledgerClockWorks, prng, runLedgerChaos, type ChaosOptions } from "./ledger-harness.ts";
+import { formatReport, isLateReply, ledgerClockWorks, prng, runLedgerChaos, type ChaosOptions } from "./ledger-harness.ts";
 import { executing } from "./ledger-readers.ts";
 import { COMMAND_KINDS } from "./ledger-commands.ts";
 import { FAULT_KINDS, type Exec, type FaultKind, type FaultRecord, type JobInfo, type JobPhase, type RunRec } from "./ledger-types.ts";
@@ -164,6 +165,16 @@ describe("ledger chaos (real processes)", { timeout: 600_000 }, () => {
     assert.deepEqual(g.map((v) => v.text.split(" ")[1]), ["k", "never", "lost", "late"]);
   });
 
+  it("(h) tells a late reply (refused once its one-time, two-minute permission lapsed) from a node reaching past its rights", () => {
+    const line = (user: string, subject: string, kind = "Publish") => `[4477] 2026/12/06 06:33:36.294229 [ERR] 127.0.0.1:49762 - cid:1201 - ${kind} Violation - User "${user}", Subject "${subject}"`;
+    assert.equal(isLateReply(line("scheduler", "_INBOX_worker-w2.NfFkPGIPl4UDP4UfApADDf.33")), true);
+    assert.equal(isLateReply(line("api_scheduler", "_INBOX_scheduler.ZeaE65I9TB2vMgdIL8Ts4g.jf")), true);
+    assert.equal(isLateReply(line("worker-w1", "kairos.c.p.3")), false, "an actor command");
+    assert.equal(isLateReply(line("worker-w1", "$JS.API.STREAM.PURGE.KV_c_idem")), false);
+    assert.equal(isLateReply(line("worker-w1", "_INBOX_worker-w2.>", "Subscription")), false, "subscribing to another's inbox");
+    assert.equal(isLateReply(line("scheduler", "_INBOX.x")), false, "the shared inbox is no one's");
+  });
+
   it("(c) follows the user's changes: an occurrence per instant called for, none (or cancelled, never executed) after a pause, a new schedule or a delete", () => {
     const s = (sec: number) => Date.UTC(2026, 0, 1, 0, 0, sec);
     const phase = (change: JobPhase["change"], sent: number, ack: number | undefined, p: Partial<JobPhase>): JobPhase => ({ change, sentMs: sent, ackMs: ack, enabled: true, step: 3, deleted: false, ...p });
@@ -214,7 +225,7 @@ describe("ledger chaos (real processes)", { timeout: 600_000 }, () => {
     assert.deepEqual([del.missing, del.uncalled, del.occurrences], [0, 1, 4], "a deleted job's occurrence executed after the delete");
   });
 
-  it("process executor on a 3-server NATS cluster (R3): every fault kind once, a user's command during each; (a)–(g) hold", { timeout: 360_000 }, async () => {
+  it("process executor on a 3-server NATS cluster (R3): every fault kind once, a user's command during each; (a)–(h) hold", { timeout: 360_000 }, async () => {
     assert.ok(ledgerClockWorks(), "`date +%s%3N` must print epoch milliseconds");
     const o: ChaosOptions = {
       seed: SEED, executor: "process", natsServers: 3, schedulers: 3, workers: 3, slots: 8, partitions: 16,
