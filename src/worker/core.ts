@@ -1,0 +1,116 @@
+/**
+ * What the parts of a worker share: its options, its lease table, whether it is stopping or
+ * draining, and the parts themselves (start timing, heartbeats, self-fencing, the completion
+ * outbox), wired by worker.ts. Also the ways a lease ends that every part uses: a kill, a report
+ * given up.
+ */
+import type { ExecutionResult } from "../sandbox/index.ts";
+import type { CompletionOutbox } from "./outbox.ts";
+import type { Heartbeats } from "./heartbeat.ts";
+import { fencedKey, marginOf, type Lease } from "./lease.ts";
+import { LeaseTable } from "./lease-table.ts";
+import type { WorkerOptions } from "./options.ts";
+import type { SelfFencing } from "./self-fencing.ts";
+import type { StartTiming } from "./start-timing.ts";
+
+export interface WorkerParts {
+  readonly starts: StartTiming;
+  readonly beats: Heartbeats;
+  readonly fencing: SelfFencing;
+  readonly outbox: CompletionOutbox;
+}
+
+export class WorkerCore {
+  readonly o: WorkerOptions;
+  readonly table = new LeaseTable();
+  stopping = false;
+  draining = false;
+  /** Called whenever a lease goes away (the drain waits for none to be left). */
+  onLeaseGone: (() => void) | undefined;
+  #parts: WorkerParts | undefined;
+
+  constructor(o: WorkerOptions) {
+    this.o = o;
+  }
+
+  /** The parts, set once by the worker that made them. */
+  get parts(): WorkerParts {
+    return this.#parts!;
+  }
+  set parts(p: WorkerParts) {
+    this.#parts = p;
+  }
+
+  leaseGone(): void {
+    this.onLeaseGone?.();
+  }
+
+  margin(l: Lease): number {
+    return marginOf(this.o.leaseSafetyMarginMs, l);
+  }
+
+  /** The owner's acknowledgement still covers this attempt. */
+  fresh(l: Lease): boolean {
+    return (
+      !l.lost &&
+      !l.held &&
+      l.validUntilMono !== undefined &&
+      this.o.clock.monoMs() < l.validUntilMono
+    );
+  }
+
+  /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
+  async kill(lease: Lease, why: string, immediate = false): Promise<void> {
+    lease.lost = true;
+    if (immediate) lease.killedAtOnce = true;
+    this.table.drop(lease);
+    this.leaseGone();
+    if (!lease.execution) return;
+    // Until its result is in, a probe must not hear `started`: the task may have ended by itself
+    // just before the kill (lease.ts `endedBeforeKill`), and its success is known only then.
+    // (The outbox's `complete`, queued at the start — a `.then` of the result, or start timing's
+    // `completeEnded` for an execution ended as it started — runs before this callback: the
+    // result is kept first.)
+    if (immediate) {
+      const k = fencedKey(lease.key, lease.req.fence);
+      const killing = this.table.memory.killing;
+      killing.add(k);
+      const done = () => killing.delete(k);
+      lease.execution.result.then(done, done);
+    }
+    await lease.execution.kill(why, { immediate });
+  }
+
+  /**
+   * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
+   * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
+   * otherwise count as started with its result lost (a dead letter at max_attempts 1). Past the
+   * output budget the oldest lose their output first (a run's result matters more than its log tail).
+   */
+  giveUp(l: Lease): void {
+    if (l.completion) {
+      this.table.memory.remember(fencedKey(l.key, l.req.fence), l.completion);
+      this.o.onEvent?.({ type: "report_given_up", run_id: l.req.run_id, attempt: l.req.attempt });
+    }
+    this.table.drop(l);
+  }
+
+  /**
+   * An attempt killed at once that had ended by itself just before (`endedBeforeKill`): its
+   * success is kept for its owner's probe, as a given-up report's is. Thrown away, the probe would
+   * answer `started` and its owner offer the run again — a second execution of a run that had
+   * succeeded (a self-fencing timer firing as the task exits, ledger chaos invariant f). The owner
+   * takes it only while the lease is still its current one (run-lifecycle.ts `onProbeAnswer`).
+   */
+  keepEndedBeforeKill(l: Lease, r: ExecutionResult): void {
+    this.table.memory.remember(fencedKey(l.key, l.req.fence), {
+      outcome: "exited",
+      exit_code: 0,
+      output: r.output,
+      error: null,
+      started_at_ms: r.startedAtMs,
+      finished_at_ms: r.finishedAtMs,
+    });
+    this.o.onEvent?.({ type: "ended_before_kill", run_id: l.req.run_id, attempt: l.req.attempt });
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * The worker's claims: the leases it holds by attempt key, the subset awake (visited by heartbeat
+ * rounds and self-fencing), and the memory of attempts gone (attempt-memory.ts) that a lease
+ * joins when it is dropped.
+ */
+import { AttemptMemory } from "./attempt-memory.ts";
+import type { Lease } from "./lease.ts";
+
+export class LeaseTable {
+  readonly leases = new Map<string, Lease>();
+  readonly memory = new AttemptMemory();
+  /**
+   * The leases heartbeat rounds, `enforce` and `armFence` (self-fencing.ts) visit: every lease but
+   * those parked — acknowledged through their start and waiting for it (`parkIfCovered`), which
+   * only their start timer wakes — and those whose completion report is on the wire (none of the
+   * three has anything to do for them: the outbox takes them back if a copy is to follow; with an
+   * owner slow to answer, they would be most of the walk). A lease gone from `leases` is dropped
+   * from here as it is met (`awakeLeases`). Visiting every lease would make each round O(leases):
+   * with 100,000 attempts prepared minutes ahead and a round 20 ms after each burst of offers, the
+   * worker would spend its time walking parked leases.
+   */
+  readonly awake = new Set<Lease>();
+  /**
+   * Leases a start instant woke, not yet added to `awake`: a burst's start loop pushes here (an
+   * array push) and the set takes them when next looked at — `awakeLeases`, or before any delete
+   * from it (`sleep`), so the set's contents are as if each had been added in the loop. Adding
+   * 200,000 leases to the set inside the loop (its table regrown on the way) delays the last starts.
+   */
+  woken: Lease[] = [];
+
+  get size(): number {
+    return this.leases.size;
+  }
+
+  /** A new claim: held and awake. */
+  add(l: Lease): void {
+    this.leases.set(l.key, l);
+    this.awake.add(l);
+  }
+
+  /** The awake leases still held (a snapshot: callers may drop leases while they walk it). */
+  awakeLeases(): Lease[] {
+    this.#takeWoken();
+    const out: Lease[] = [];
+    for (const l of this.awake) {
+      if (this.leases.get(l.key) === l) out.push(l);
+      else this.awake.delete(l);
+    }
+    return out;
+  }
+
+  /** Moves the leases woken since into `awake` (see `woken`). */
+  #takeWoken(): void {
+    if (this.woken.length === 0) return;
+    for (const l of this.woken) this.awake.add(l);
+    this.woken = [];
+  }
+
+  /** Takes a lease out of `awake` (after the woken ones are in: a later delete wins over an earlier wake). */
+  sleep(l: Lease): void {
+    this.#takeWoken();
+    this.awake.delete(l);
+  }
+
+  /** Still held here under its key and not lost. */
+  holds(l: Lease): boolean {
+    return this.leases.get(l.key) === l && !l.lost;
+  }
+
+  /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key; remembers it for probes. */
+  drop(l: Lease): void {
+    if (this.leases.get(l.key) !== l) return;
+    this.leases.delete(l.key);
+    this.memory.forget(l);
+  }
+}

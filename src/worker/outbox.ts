@@ -1,0 +1,305 @@
+/**
+ * The completion outbox: an ended attempt's completion is reported to its owner, in batches per
+ * partition, and sent again after each wait without a verdict (an unknown outcome) until the
+ * owner answers ok, `stale_fence` or `not_found`, or the report is given up past
+ * `completionDeadlineMs` (its completion is then kept for the owner's probe). At most
+ * COMPLETIONS_IN_FLIGHT reports are being made at once; the rest wait here, heartbeated, in the
+ * order their attempts ended. A cancelled attempt's end is reported once, on its own.
+ */
+import type { ItemResult } from "../cluster/router.ts";
+import { Fifo } from "../lib/fifo.ts";
+import type { ExecutionResult } from "../sandbox/index.ts";
+import { JOB_ACTOR } from "../protocol/worker.ts";
+import type { WorkerCore } from "./core.ts";
+import { endedBeforeKill, type Lease } from "./lease.ts";
+
+/** How long completion reports gather before their batch goes (`#flushReports`). */
+const REPORT_COALESCE_MS = 20;
+
+/**
+ * How long a completion report waits for the owner's answer before it counts as an unknown
+ * outcome and a copy is sent (at most lease TTL − interval − margin, see `#reportWaitMs`), and how
+ * many reports of this worker are being made at once (a report holds its slot from its first copy
+ * until it is settled; the rest wait here, heartbeated, in the order their attempts ended). A
+ * short wait makes a burst's completions time out at the saturated owner and be sent again every
+ * round, copies queueing behind busy job actors until the scheduler's heap and GC take over; the
+ * owner lets a copy share the reply of one still queued (the job actor's `coalesceKey`). A tight
+ * bound is no cure either: a waiting report's attempt is heartbeated every round, and the owner
+ * answers those heartbeats instead of preparing runs.
+ */
+export const COMPLETION_WAIT_MS = 10_000;
+/** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
+const MIN_REPORT_WAIT_MS = 250;
+export const COMPLETIONS_IN_FLIGHT = 65_536;
+
+export class CompletionOutbox {
+  readonly #c: WorkerCore;
+  /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first. */
+  readonly #reportQueue = new Fifo<Lease>();
+  /** Most reports holding a slot at once (COMPLETIONS_IN_FLIGHT or the option). */
+  readonly #reportLimit: number;
+  /** Reports holding a slot: from their first copy until settled. */
+  #reportsActive = 0;
+  /** Reports whose next copy is due (they hold their slot). */
+  #reportAgain: Lease[] = [];
+  #cancelReportFlush: (() => void) | undefined;
+
+  constructor(c: WorkerCore) {
+    this.#c = c;
+    this.#reportLimit = c.o.completionsInFlight ?? COMPLETIONS_IN_FLIGHT;
+    if (!Number.isInteger(this.#reportLimit) || this.#reportLimit < 1)
+      throw new RangeError(
+        `completionsInFlight must be a positive integer, got ${this.#reportLimit}`,
+      );
+  }
+
+  stop(): void {
+    this.#cancelReportFlush?.();
+  }
+
+  /** An attempt's execution ended with `r`: its completion is made and reported. */
+  async complete(lease: Lease, r: ExecutionResult): Promise<void> {
+    const c = this.#c;
+    c.parts.beats.stayHeard();
+    if (lease.cancelled) return this.reportCancelled(lease, r);
+    if (lease.lost) {
+      c.table.drop(lease); // only if still held under its key (a newer offer of the attempt may hold it)
+      if (lease.killedAtOnce && endedBeforeKill(r)) c.keepEndedBeforeKill(lease, r);
+      c.leaseGone();
+      return;
+    }
+    // (A hand-back's kill is immediate: exit code 0 means the task ended by itself just before it.)
+    const ownEnd = lease.handedBack === true && endedBeforeKill(r);
+    lease.completion =
+      lease.handedBack && r.outcome === "killed" && !ownEnd
+        ? {
+            // Handed back by a drain: a retryable error, so the owner retries it elsewhere at once.
+            outcome: "error",
+            exit_code: r.exitCode,
+            output: r.output,
+            error: {
+              class: "executor_failure",
+              message:
+                "worker drained: the attempt was still running at the drain timeout and was handed back",
+              retryable: true,
+            },
+            started_at_ms: r.startedAtMs,
+            finished_at_ms: r.finishedAtMs,
+          }
+        : {
+            outcome: ownEnd ? "exited" : r.outcome,
+            exit_code: r.exitCode,
+            output: r.output,
+            error: r.error
+              ? { class: r.error.class, message: r.error.message, retryable: r.error.retryable }
+              : null,
+            started_at_ms: r.startedAtMs,
+            finished_at_ms: r.finishedAtMs,
+          };
+    lease.completionSinceMono = c.o.clock.monoMs();
+    this.report(lease);
+  }
+
+  /**
+   * How long one copy of a completion report waits for its answer before the next copy goes:
+   * COMPLETION_WAIT_MS (or the option), and never more than the lease TTL − one heartbeat
+   * interval − the margin (nor under MIN_REPORT_WAIT_MS). The owner keeps the lease while the
+   * report waits in its mailbox (run-lifecycle.ts `onLeaseExpired`, `pending`) and from each
+   * copy's arrival; the lease is not heartbeated while a copy is on the wire, so should the first
+   * be lost, the next must arrive within the TTL of the last heartbeat before the attempt ended
+   * (at most one interval earlier) — less the gathering before the next copy's batch goes
+   * (REPORT_COALESCE_MS). A copy finding the first still queued shares its turn.
+   */
+  #reportWaitMs(l: Lease): number {
+    const { o } = this.#c;
+    const wait = Math.min(o.completionDeadlineMs, o.completionWaitMs ?? COMPLETION_WAIT_MS);
+    return Math.max(
+      MIN_REPORT_WAIT_MS,
+      Math.min(
+        wait,
+        l.req.lease_ttl_ms - o.heartbeatIntervalMs - this.#c.margin(l) - REPORT_COALESCE_MS,
+      ),
+    );
+  }
+
+  /**
+   * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
+   * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
+   * request per partition (naming half the wait as the owner's budget) carries every report due
+   * within REPORT_COALESCE_MS, not a request and a socket write per completion. While a copy is on
+   * the wire the lease is not heartbeated (its arrival keeps the lease); while it waits for a free
+   * report slot or between copies, it is. So a burst's ended attempts cost their owner one item
+   * each while it answers within the wait, not also a heartbeat every round.
+   */
+  report(lease: Lease): void {
+    if (lease.reporting) return;
+    lease.reporting = true;
+    this.#reportQueue.push(lease);
+    this.#flushReportsSoon();
+  }
+
+  #flushReportsSoon(): void {
+    if (this.#cancelReportFlush || this.#c.stopping) return;
+    this.#cancelReportFlush = this.#c.o.clock.setTimer(REPORT_COALESCE_MS, () => {
+      this.#cancelReportFlush = undefined;
+      this.#flushReports();
+    });
+  }
+
+  /**
+   * One batch: the next copy of every report whose wait ended, and first copies while report
+   * slots are free (COMPLETIONS_IN_FLIGHT; a report holds its slot from its first copy until it is
+   * settled, the rest wait here, heartbeated, in the order their attempts ended).
+   */
+  #flushReports(): void {
+    const { table } = this.#c;
+    const batch: Lease[] = [];
+    const again = this.#reportAgain;
+    this.#reportAgain = [];
+    for (const l of again) {
+      if (table.holds(l)) batch.push(l);
+      else this.#reportSettled(l, true);
+    }
+    while (this.#reportsActive < this.#reportLimit && this.#reportQueue.size > 0) {
+      const l = this.#reportQueue.shift()!;
+      if (!table.holds(l)) {
+        this.#reportSettled(l, false); // not sent: settled while it waited for its turn
+        continue;
+      }
+      this.#reportsActive++;
+      batch.push(l);
+    }
+    if (batch.length > 0) void this.#sendReports(batch);
+  }
+
+  /** A report ends (`active`: it held a report slot): the drain may be done, a waiting report may go. */
+  #reportSettled(l: Lease, active: boolean): void {
+    l.reporting = false;
+    if (active) this.#reportsActive--;
+    this.#c.leaseGone();
+    if (active && this.#reportQueue.size > 0) this.#flushReportsSoon();
+  }
+
+  /**
+   * One copy of each report in `batch`. Each settles on ok, `stale_fence` or `not_found`, or is
+   * given up past completionDeadlineMs; any other answer, or none within the wait, is an unknown
+   * outcome: its next copy goes once the wait has passed since this one was sent.
+   */
+  async #sendReports(batch: Lease[]): Promise<void> {
+    const { o, table } = this.#c;
+    const sentAt = o.clock.monoMs();
+    let wait = Number.POSITIVE_INFINITY;
+    for (const l of batch) {
+      l.reportOnWire = true;
+      table.sleep(l);
+      wait = Math.min(wait, this.#reportWaitMs(l));
+    }
+    let results: ItemResult[] = [];
+    try {
+      results = await o.router.requestMany(
+        batch.map((l) => ({
+          to: { type: JOB_ACTOR, id: l.req.job_actor },
+          msg: {
+            kind: "complete",
+            run_id: l.req.run_id,
+            fence: l.req.fence,
+            worker: o.workerId,
+            ...l.completion!,
+          },
+        })),
+        { deadlineMs: wait, budgetMs: Math.floor(wait / 2) },
+      );
+    } catch (e) {
+      o.log("warn", "completion reports failed; they are sent again", {
+        reports: batch.length,
+        err: String(e),
+      });
+    }
+    const now = o.clock.monoMs();
+    const later = batch.filter((l, i) => this.#answered(l, results[i], now));
+    if (later.length === 0) return;
+    // A failure faster than the wait (no responder, a closed connection) waits out the rest;
+    // meanwhile heartbeat rounds carry the leases again.
+    const queueAgain = () => {
+      for (const l of later) {
+        if (l.reportOnWire) {
+          l.reportOnWire = false; // answered pending: off the wire now; rounds carry it until the copy goes
+          if (table.holds(l)) table.awake.add(l);
+        }
+        this.#reportAgain.push(l);
+      }
+      this.#flushReportsSoon();
+    };
+    const rest = sentAt + wait - now;
+    if (rest > 0) o.clock.setTimer(rest, queueAgain);
+    else queueAgain();
+  }
+
+  /** One report's answer (`r`; undefined: none): settled, given up, or true — a copy goes after the wait. */
+  #answered(l: Lease, r: ItemResult | undefined, now: number): boolean {
+    const c = this.#c;
+    const { o } = c;
+    // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
+    // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy.
+    const pending = r !== undefined && !r.ok && r.e.code === "unavailable";
+    const { req } = l;
+    if (r?.ok === true) {
+      c.table.drop(l);
+      o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
+    } else if (r !== undefined && (r.e.code === "stale_fence" || r.e.code === "not_found")) {
+      c.table.drop(l);
+      o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
+    } else if (now - (l.completionSinceMono ?? 0) > o.completionDeadlineMs) {
+      c.giveUp(l);
+      o.log("warn", "gave up reporting a completion; its owner's probe still learns the result", {
+        run_id: req.run_id,
+        err: r === undefined ? "no answer" : r.e.message,
+      });
+    } else if (c.table.holds(l)) {
+      // Unknown outcome: the next copy goes after the wait.
+      if (!pending) {
+        l.reportOnWire = false;
+        c.table.awake.add(l); // rounds carry it meanwhile
+      }
+      return true;
+    }
+    l.reportOnWire = false;
+    this.#reportSettled(l, true);
+    return false;
+  }
+
+  /**
+   * A cancelled attempt ended (or never started): report it once, so the owner gives the tenant
+   * slot back now rather than at its drain bound; then free the worker slot. The owner answers
+   * ok (it was draining it) or stale_fence; a lost report only delays the slot to that bound.
+   */
+  async reportCancelled(lease: Lease, r: ExecutionResult | null): Promise<void> {
+    const c = this.#c;
+    const { o } = c;
+    const { req } = lease;
+    const now = o.clock.now();
+    try {
+      await o.router.request(
+        { type: JOB_ACTOR, id: req.job_actor },
+        {
+          kind: "complete",
+          run_id: req.run_id,
+          fence: req.fence,
+          worker: o.workerId,
+          outcome: "killed",
+          exit_code: r?.exitCode ?? null,
+          output: r?.output ?? "",
+          error: null,
+          started_at_ms: r?.startedAtMs ?? now,
+          finished_at_ms: r?.finishedAtMs ?? now,
+        },
+        { deadlineMs: Math.max(1000, o.heartbeatIntervalMs * 2) },
+      );
+    } catch {
+      // stale_fence (not draining it), or no answer: its drain bound gives the slot back.
+    } finally {
+      c.table.drop(lease);
+      c.leaseGone();
+    }
+  }
+}
