@@ -125,8 +125,8 @@ export async function run(args: string[]): Promise<void> {
   };
   const workers = Array.from({ length: workerCount }, (_, i) =>
     spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `burst-worker${i}`, roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(perWorker)], ignoreLines: RUN_LINES, onIgnoredLine: countStart,
-      // This process reads their lines while it schedules: with the default 16 MiB a worker dropped
-      // 28 % of its start lines under 200,000 runs (eleventh session). Read to the end before the report.
+      // This process reads their lines while it schedules: with the default 16 MiB a worker drops
+      // about a quarter of its start lines under 200,000 runs. Read to the end before the report.
       env: { KAIROS_LOG_BUFFER_MB: String(WORKER_LOG_BUFFER_MB) } }));
   // Further scheduler nodes are processes of their own (placement spreads the partitions); their
   // KV operations are read from their /metrics.
@@ -245,8 +245,8 @@ export async function run(args: string[]): Promise<void> {
     // Until every run has ended (the schedulers' counters), at most 300 s after the due second — the
     // peer script's default drain bound (../shared/peers, `--max-drain`). A run's record shows its
     // start only once its end is written (records are written at creation and end): with all
-    // 200,000 started on time by the workers, the owners were still settling their reports 120 s
-    // after the due second (fourteenth session), and a 120 s bound read them as not started.
+    // 200,000 started on time by the workers, the owners can still be settling their reports 120 s
+    // after the due second, and a 120 s bound would read them as not started.
     const deadline = dueMs + DRAIN_BOUND_MS;
     // The slot economy seen from inside, 10 s before and 10 s after the due second, on its own
     // timers: the fleet's capacity and shares, each tenant's grants (a throttle shows here first;
@@ -392,6 +392,6 @@ export async function run(args: string[]): Promise<void> {
     await nats.stop();
   }
   // Last, after everything has stopped: the in-process scheduler logs while it shuts down, and
-  // the 200,000-job runs of the seventh session ended on such a log line instead of the JSON.
+  // a 200,000-job run would otherwise end on such a log line instead of the JSON.
   console.log(JSON.stringify(summary));
 }

@@ -7,7 +7,7 @@
  *    runs index as the job shell writes it (a chunk per 64 records, `writeRunIndexChunk`) and its
  *    job state (the index's counter and pending ids) in the actors bucket.
  * 2. one runs page (`--limit`, newest first) with all of them present, three ways: the listing
- *    before issue 11 (a KV `list` of every record of the job: a watch that replays every value,
+ *    of a plain KV `list` (every record of the job: a watch that replays every value,
  *    then decode, sort, slice), the key listing that followed (`legacyRunsPage`: the job's keys,
  *    headers only, ordered from the run ids, then `limit + 1` values; still what a job created
  *    before the index gets) and `NatsJobsService.listRuns` now (the job actor's index, the chunks the page

@@ -1,6 +1,6 @@
 /**
  * The fresh-clone check (`npm run check:fresh-clone`, also test/e2e/fresh-clone.test.ts): what a
- * new user does in their first five minutes, run for real and checked (issue 11, item 1).
+ * new user does in their first five minutes, run for real and checked.
  *
  * 1. `git clone` the repository's committed HEAD into a temp dir (no node_modules, no .kairos);
  * 2. the README's start command (`npm start`, read from the README) in its own session on a

@@ -1,5 +1,5 @@
 /**
- * Worker drain (issue 11, item 4) on the real Docker engine: SIGTERM on a worker stops it taking
+ * Worker drain on the real Docker engine: SIGTERM on a worker stops it taking
  * attempts (offers go to another worker), lets the running attempt finish — a 20 s task survives
  * and succeeds exactly once, on the draining worker — and a worker whose drain timeout runs out
  * hands its attempt back: killed, recorded as a retryable error, retried on another worker.

@@ -1,5 +1,5 @@
 /**
- * The first five minutes on a fresh clone (issue 11, item 1), run for real by
+ * The first five minutes on a fresh clone, run for real by
  * scripts/check-fresh-clone.ts: `git clone` of HEAD, `npm start` on a terminal (npm installs the
  * packages, `kairos dev` starts), the README's quick start verbatim → a run succeeded in a Docker
  * container with the output the README promises; Ctrl-C → exit within 10 s, no JSON or error

@@ -1,5 +1,5 @@
 /**
- * Run-path metrics on a real cluster (issue 11): a scheduler node, process-executor workers,
+ * Run-path metrics on a real cluster: a scheduler node, process-executor workers,
  * two tenants' workload, then `/metrics` scraped from the scheduler's metrics listener (with
  * `--metrics-tenant-labels`): the dispatch-lag histogram
  * counts exactly the runs started per tenant, attempts are counted by outcome, a run that fails

@@ -51,8 +51,8 @@ export interface SimOptions {
   /** No fault events and no commands (background delays stay). */
   noFaults?: boolean;
   /**
-   * Re-opens hole 1 (one fence offered to several workers) through the production code's
-   * test-only switch JobActorConfig.testOnlyHole1 (src/jobs/job-actor.ts).
+   * One fence offered to several workers, through the production code's test-only switch
+   * (src/jobs/job-actor.ts), for the self-test of invariant (a).
    */
   reopenHole1?: boolean;
   /**
@@ -253,7 +253,7 @@ export class SimCluster {
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
-      // The test-only switches that re-open hole 1 and the breach probes closed (src/jobs/job-actor.ts).
+      // The test-only switches for the self-tests of invariants (a) and (h) (src/jobs/job-actor.ts).
       n.register(jobRegistration({ ...this.profile.job, ...(this.o.reopenHole1 ? { testOnlyHole1: true } : {}), ...(this.o.skipProbes ? { testOnlyNoProbe: true } : {}) }, {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),

@@ -1,6 +1,6 @@
 /**
  * The metrics contract (src/metrics) and the readiness checks (src/health): every metric name of
- * issue 11 is exposed with its labels, the typed recorders move the right series, gauge sources
+ * the contract is exposed with its labels, the typed recorders move the right series, gauge sources
  * are read at scrape time, and placement readiness names what is missing.
  */
 import { describe, it } from "node:test";

@@ -87,9 +87,9 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     }
   });
 
-  // The test-only switch JobActorConfig.testOnlyHole1 re-opens hole 1 (one fence offered to up to
-  // three workers, heartbeats and completions checked by fence alone); measured with the
-  // production settings and users in the simulation: seeds 1–40 fire at 14 and 16.
+  // The test-only switch offers one fence to up to three workers and checks heartbeats and
+  // completions by fence alone; with the production settings and users, seeds 1–40 fire at 14
+  // and 16.
   it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", async () => {
     assert.ok(await firesWithin(40, { reopenHole1: true }, "attempt_on_two_workers"), "hole 1 re-opened but invariant (a) never fired in 40 seeds");
   });

@@ -279,7 +279,7 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
       const c = await docker.createContainer({ Image: image, Cmd: ["sleep", "300"], Labels: labels(runId, deadline), HostConfig: { NetworkMode: "none" } });
       // The expired one may already be taken by another worker's sweep on this engine between its
       // create and its start (409 "marked for removal", or 404): that is the behaviour under test,
-      // and its destroy event below still says it went (a flake of the final CI check, 11th session).
+      // and its destroy event below still says it went.
       const taken = (e: unknown) => runId === expired && [404, 409].includes((e as { statusCode?: number }).statusCode ?? 0);
       await c.start().catch((e: unknown) => {
         if (!taken(e)) throw e;
@@ -290,7 +290,7 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     // Another worker's sweep on this engine (the full suite runs several) may get there first: its
     // removal then still runs when ours is refused ("already in progress"), so the container's
     // destroy event (armed before the container exists), not the listing right after our sweep,
-    // says it went (a flake, tenth session).
+    // says it went.
     await sweeper.sweepExpired();
     await destroyed.event;
     assert.deepEqual(await containersOfRun(expired), []);

@@ -1,9 +1,9 @@
 /**
- * The actor host (src/actors/host.ts) at the depth of issue 8's holes 5 and 7, on the in-memory KV
+ * The actor host (src/actors/host.ts): timers as reminders and the epoch fence, on the in-memory KV
  * (with injected failures and holds) and a FakeClock, in the style of host.test.ts:
- * - hole 5: a timer message whose handling fails is delivered again (backoff) while the
+ * - a timer message whose handling fails is delivered again (backoff) while the
  *   partition is held — a reminder, not a fire-and-forget — and not once the partition is gone;
- * - hole 7: the first message under a new partition epoch first rewrites (fences) the actor's
+ * - the first message under a new partition epoch first rewrites (fences) the actor's
  *   state with that epoch, so an in-flight write of the old owner at the old revision fails; post
  *   effects are not performed when the partition stopped being trusted (or its epoch moved on)
  *   while the message was being handled.
@@ -209,7 +209,7 @@ function setup(epochAtStart = 7) {
 
 const keyOf = (type: string, id: string) => `${type}.${partitionOf({ type, id }, PARTITIONS)}.${id}`;
 
-// --- hole 5 -----------------------------------------------------------------------------------
+// --- timers are reminders ---------------------------------------------------------------------
 
 describe("ActorHost: an actor dropped with its state in doubt", () => {
   // The simulation's seed 826: a run-now whose state write timed out (applied) was answered with
@@ -295,7 +295,7 @@ describe("ActorHost timers are reminders (hole 5)", () => {
   });
 });
 
-// --- hole 7 -----------------------------------------------------------------------------------
+// --- the epoch fence -------------------------------------------------------------------------
 
 describe("ActorHost epoch fencing and post effects (hole 7)", () => {
   it("an urgent message's turn marks its writes urgent — the epoch fence and the state update — and a plain one's neither", T, async () => {

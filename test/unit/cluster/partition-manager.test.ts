@@ -57,9 +57,9 @@ it("a slow onAcquired (loading actors) does not lose the partition", async () =>
   assert.deepEqual(lost, [], "lost while loading");
 });
 
-// Hole 4 (orphaned partitions): n1 loses trust in a blip and stops renewing, while placement now
-// wants n2. Both stay alive. Before the fix n2 never stole (the owner was live) and nobody owned
-// the partition; now n2 steals once the lease has gone unrenewed for a TTL.
+// Orphaned partitions: n1 loses trust in a blip and stops renewing, while placement now wants
+// n2. Both stay alive. n2 steals once the lease has gone unrenewed for a TTL, even from a live
+// owner (otherwise nobody would own the partition).
 it("a partition whose live owner stopped renewing is stolen by the node placement now wants", async () => {
   const clock = new FakeClock(0);
   const shared = new FlakyKv("leases");
@@ -87,8 +87,8 @@ it("a partition whose live owner stopped renewing is stolen by the node placemen
   await n2.stop();
 });
 
-// Hole 7 (part): the trust window was measured on the wall clock, so a wall-clock step back
-// stretched it (a node kept acting past its lease). It is measured on the monotonic clock now.
+// The trust window is measured on the monotonic clock: on the wall clock, a step back would
+// stretch it (a node acting past its lease).
 it("the trust window ignores wall-clock steps: it ends on the monotonic clock", async () => {
   class SteppedClock extends FakeClock {
     wallOffsetMs = 0;

@@ -1,5 +1,5 @@
 /**
- * The job actor's writes per run (issue "Top of the hour": fewer KV operations per run). A run's
+ * The job actor's writes per run (few KV operations per run). A run's
  * record is written at its creation and at its end only (transitions in between are `note_run`
  * effects: metrics, and the API reads active runs from the actor); the grant, the offer and the
  * start change the state without a write (`deferWrite`), each recoverable if lost: these tests

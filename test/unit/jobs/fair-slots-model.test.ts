@@ -6,7 +6,7 @@
  * occurrence prepared 2 s ahead (look-ahead), so a grant held from preparation to the end of its
  * 1 s run.
  *
- * What it shows (evidence for issue 9, "Top of the hour"): with its occurrences created on time,
+ * What it shows: with its occurrences created on time,
  * the small tenant is never idle (a prepared run always waits), stays in the fleet's table and
  * keeps its part reserved (large shares sum to 40 − its share); when its occurrences are created
  * late — the job actors' fire timers lagging behind a saturated node's timer queue — it is idle

@@ -1,30 +1,18 @@
 /**
- * Regression tests for the run-path holes of issue 8 that live in the job actor's pure core
- * (src/jobs/job-actor.ts), one `describe` per hole, each at the depth of the fault: a message or
- * an activation of the core on the simulated shell of driver.ts, asserting the decision.
- *
- * Run against the pre-fix core (f27166f, in a separate worktree with the same driver extension,
- * adapting only what the old API lacks: put_run had `create`, not `mode`, so the mode asserts were
- * dropped; no `grantId`/`heartbeatKey` exports (local stand-ins); request ids and `offerTimeoutMs`
- * are simply ignored by the old core), these FAILED before their fix:
- *   1: heartbeat from another worker (old: accepted); completion from another worker (old:
- *      accepted, the run succeeded with the wrong worker's result);
- *   3: both tests with an outstanding offer (old: redispatch armed at once, a new fence, so the
- *      old offer's worker heartbeating within the offer timeout got lease_lost);
- *   6a: orphan after a takeover past the misfire grace (old: the record stayed `queued`);
- *   6b: pause, delete (old: the record stayed `queued`); 6: run-now first (old: stayed `queued`);
- *   9: retried run_now, and retried after its run ended (old: a second manual run); retried
- *      patch with If-Match (old: 412); grant during retry_wait (old: no second offer at
- *      retry_due, the run hung queued); old fence after a failed attempt and after a lease expiry
- *      without a held slot (old: the run kept the old fence and the old worker's heartbeat
- *      re-claimed it);
- *   10: lease_expired with a recent arrival (old: expired at once).
- * These passed before as well (guards of behaviour that was already right): 1: `claimed` from
- * another worker is cancelled; 3: fence 0 redispatches at once; 6b: a pause with no orphan writes
- * no record; 9: lease expiry with the slot held re-offers under a new fence; 10: expiry without a
- * recent arrival, and arrivals under another worker's or fence's key do not keep the lease.
- * Hole 10's arrival-key test found that the job actor declared no arrival key (so the host never
- * recorded arrivals in production); fixed with the read-only `query` fast path in the same commit.
+ * Run-path guarantees of the job actor's pure core (src/jobs/job-actor.ts), one `describe` per
+ * failure mode, each at the depth of the fault: a message or an activation of the core on the
+ * simulated shell of driver.ts, asserting the decision.
+ *   1: one fence, one worker — a heartbeat, completion or `claimed` from a worker other than the
+ *      claimant changes nothing;
+ *   3: a takeover with an offer out waits the offer timeout before offering again (an offer
+ *      lost with its state is made again at once, under a fence never handed out);
+ *   6: a record left `queued` by a crash is settled (missed, cancelled or skipped);
+ *   9: unknown outcomes — retried run-now and patch answer their first result; a re-queued run
+ *      has fence 0, so an old worker's heartbeat gets lease_lost;
+ *   10: a busy scheduler is not a dead worker — a recent arrival keeps the lease, and the job
+ *      actor declares the arrival key the host records heartbeats under.
+ * Most fail against a core without the mechanism they name; the rest guard behaviour that holds
+ * without it too.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";

@@ -1,5 +1,5 @@
 /**
- * The job actor's shell (src/jobs/job-shell.ts) at the depth of issue 8's holes 1 and 7: the run
+ * The job actor's shell (src/jobs/job-shell.ts), one fence per worker and epoch-stamped writes: the run
  * record writes (`put_run` modes, epoch `_e` in the stored record) on the in-memory KV, and the
  * worker offer (`dispatch`) over a Bus that records requests. The shell is driven directly through
  * its registration (`perform` / `performPost`) with a hand-made ShellContext.

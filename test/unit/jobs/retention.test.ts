@@ -1,5 +1,5 @@
 /**
- * Bounded history (issue 11, item 5): which run records retention keeps (pure), the shell keeping
+ * Bounded history: which run records retention keeps (pure), the shell keeping
  * the configured number while records keep coming (RunRetention over the in-memory KV, which
  * passes the KV conformance suite for `keys` and `purge`), a deleted job purged, the wrapped job
  * actor's timers and effects, and runs/jobs pages read from keys (NatsJobsService).

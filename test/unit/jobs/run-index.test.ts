@@ -1,5 +1,5 @@
 /**
- * The runs index (issue 11, item 5: "a runs page answers in O(page)"): the pure index decision,
+ * The runs index (a runs page answers in O(page)): the pure index decision,
  * the real job actor core wrapped by `withRunIndex` driven through a small shell over the in-memory
  * KV (which passes the KV conformance suite), and `NatsJobsService.listRuns` reading it — KV
  * operations per page counted for 1,000 and 10,000 records (the same), every run exactly once and

@@ -1,10 +1,9 @@
 /**
  * The run-record store's revision cache (src/jobs/run-record-store.ts): a run's updates use the
  * revision its previous write returned, with no read, for as many runs as a burst keeps active.
- * Before the fifteenth session the cache held 100,000 revisions, evicted oldest first: 200,000
- * runs created at once, then ended in the same order, found every revision evicted — one `get`
- * per run (the burst benchmark's `get kairos_runs` 1.006 per run) — and each read-back evicted the
- * next. Terminal records now leave the cache, and it holds as many runs as run metrics' baselines.
+ * A cache smaller than a burst, evicted oldest first, would find every revision evicted when
+ * 200,000 runs created at once end in the same order — one `get` per run, each read-back evicting
+ * the next. Terminal records leave the cache, and it holds as many runs as run metrics' baselines.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";

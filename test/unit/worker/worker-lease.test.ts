@@ -1,24 +1,21 @@
 /**
- * The worker's half of a lease (src/worker/worker.ts) at the depth of issue 8's holes 2 and 9:
+ * The worker's half of a lease (src/worker/):
  * a real Worker with a fake executor that records start/kill, on the simulation bus and clock
  * (test/sim), heartbeating through a real ActorRouter to a responder this test controls on the
  * partition subjects (the owner's side: batch heartbeats `{b: [...]}` answered with one
  * ItemResult per item, single `complete` requests answered with an ActorReply). "Silent" means
  * the responder never answers (the request times out: an unknown outcome).
  *
- * - hole 2: an accepted offer is started only under a fresh acknowledged heartbeat; a running
+ * - an accepted offer is started only under a fresh acknowledged heartbeat; a running
  *   attempt is killed by the worker itself (`self_fenced`) once TTL − margin passed since the
  *   send time of its last acknowledged heartbeat, with no `lease_lost` reply; an offer never
  *   acknowledged is dropped (`offer_expired`).
- * - hole 9: a completion whose request timed out is kept (and heartbeated) and reported again on
+ * - a completion whose request timed out is kept (and heartbeated) and reported again on
  *   the next round until the owner answers ok or stale_fence.
  *
- * Checked against the pre-fix code (f27166f): the file ran unchanged there (test/sim/sim-bus.ts and
- * sim-clock.ts copied in; the old worker ignored the extra `leaseSafetyMarginMs` option and
- * `lease_ttl_ms` offer field). ALL five tests FAILED before: the offer started at its start time
- * without any acknowledgement; the never-acknowledged offer was neither dropped nor kept from
- * starting; nothing killed the attempt once heartbeats went unanswered; and an attempt whose
- * completion report timed out was no longer heartbeated (both hole 9 tests).
+ * The tests of these two kinds fail against a worker that starts without an acknowledgement,
+ * keeps a never-acknowledged offer, does not fence itself, or stops heartbeating an attempt whose
+ * completion report timed out.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -186,7 +183,7 @@ async function setup(o: { completionsInFlight?: number; completionWaitMs?: numbe
   const events: { type: string; run_id: string; at: number }[] = [];
   const worker = new Worker({
     workerId: "w1", clusterName: CLUSTER, slots: 4, heartbeatIntervalMs: HB, completionDeadlineMs: 60_000,
-    // Completion reports wait 2 s for their answer here (the hole 9 tests time them out).
+    // Completion reports wait 2 s for their answer here (the unknown-outcome tests time them out).
     leaseSafetyMarginMs: MARGIN, nc: workerEp, router, executor, clock: sim, log: () => undefined, completionWaitMs: 2_000, inboxes: "shared", ...o,
     // (`o.executor`: another executor than the recording one, which the test then does not see.)
     onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
@@ -712,7 +709,7 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
   });
 
   it("in one batch, a report answered pending stays on the wire (not heartbeated) until its copy after the wait, while the others settle", T, async () => {
-    // One slow item must not cost every item of its batch a copy (cold review).
+    // One slow item must not cost every item of its batch a copy.
     const t = await setup();
     for (const r of ["r1", "r2"]) assert.deepEqual(await t.offer(r, 100), { accepted: true });
     await t.runTo(T0 + 2_500);
