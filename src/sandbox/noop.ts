@@ -1,7 +1,8 @@
 /**
  * The `noop` executor: every attempt "exits 0" with empty output, immediately or after
- * `noop.durationMs` on the injected clock. It measures the scheduler, not the sandbox
- * (benchmarks). `kill()` ends a pending attempt as `killed`.
+ * `noop.durationMs` on the injected clock — or, for a task whose args are `["sleep", "<seconds>"]`,
+ * after that long, as the process executor would (benchmarks mix task lengths so). It measures
+ * the scheduler, not the sandbox. `kill()` ends a pending attempt as `killed`.
  */
 import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "./types.ts";
 import type { ExecutorConfig } from "./options.ts";
@@ -11,6 +12,16 @@ import { validateTask } from "./identity.ts";
 /** A noop attempt's result: exit 0 with no output, or killed. */
 function noopResult(outcome: "exited" | "killed", startedAtMs: number, finishedAtMs: number): ExecutionResult {
   return { outcome, exitCode: outcome === "exited" ? 0 : null, output: "", startedAtMs, finishedAtMs };
+}
+
+/** The longest `sleep` a noop task may ask for: a day. */
+const MAX_SLEEP_MS = 86_400_000;
+
+/** A `["sleep", "<seconds>"]` task's length in ms, or undefined (not such a task, or out of range). */
+export function sleepMsOf(task: TaskSpec): number | undefined {
+  if (task.args.length !== 2 || task.args[0] !== "sleep" || !/^\d+(\.\d+)?$/.test(task.args[1]!)) return undefined;
+  const ms = Math.round(Number(task.args[1]) * 1000);
+  return ms <= MAX_SLEEP_MS ? ms : undefined;
 }
 
 /** Completes every task successfully without running anything. */
@@ -37,8 +48,9 @@ export class NoopExecutor implements Executor {
     if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", startedAtMs));
     const invalid = validateTask(task, false);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, startedAtMs));
+    const durationMs = sleepMsOf(task) ?? this.#cfg.noop.durationMs;
     // Ended at once (the default): no closure, no timer — a burst starts 200,000 of these in one loop.
-    if (this.#cfg.noop.durationMs === 0) {
+    if (durationMs === 0) {
       const last = this.#lastEnded;
       if (last !== undefined && last.atMs === startedAtMs) return last.execution;
       const execution = Object.freeze(finishedExecution(Object.freeze(noopResult("exited", startedAtMs, startedAtMs))));
@@ -51,7 +63,7 @@ export class NoopExecutor implements Executor {
       cancel();
       latch.settle(done("killed"));
     };
-    const cancel = clock.setTimer(this.#cfg.noop.durationMs, () => latch.settle(done("exited")));
+    const cancel = clock.setTimer(durationMs, () => latch.settle(done("exited")));
     this.#live.set(kill, { runId: id.runId, attempt: id.attempt });
     void latch.promise.then(() => this.#live.delete(kill));
     return {
