@@ -15,7 +15,6 @@
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvEntry, KvStore } from "../cluster/kv.ts";
-import type { JobShellDeps } from "./job-shell.ts";
 import type { RunView } from "./model.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
 import { DEFAULT_DEAD_LETTER_RETENTION, pruneDeadLetters, type DeadLetterRetention } from "./dead-letter-retention.ts";
@@ -188,7 +187,17 @@ export class DeadLetterOutbox {
 }
 
 /** What `deliverDeadLetter` needs from the job shell. */
-export type DeadLetterDeps = Pick<JobShellDeps, "log" | "deadLetters" | "tenantWebhook" | "nowS" | "sleep">;
+export interface DeadLetterDeps {
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** The durable dead-letter list and webhook outbox; without it, delivered from memory. */
+  deadLetters?: DeadLetterOutbox;
+  /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
+  tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  /** Wall-clock seconds (webhook signatures). */
+  nowS?: () => number;
+  /** A sleep between a delivery's POSTs. */
+  sleep?: (ms: number) => Promise<void>;
+}
 
 /**
  * The job shell's `dead_letter` effect: logged, then POSTed (HMAC-signed) to the tenant's webhook

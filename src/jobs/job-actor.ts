@@ -16,7 +16,9 @@
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { START_SKEW_TOLERANCE_MS, type Completion, type ProbeReply } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
-import { activeRunsReply, emptyJobState, loadJobState, type JobState, type RunIndexState, type jobView } from "./job-state.ts";
+import { activeRunsReply, emptyJobState, loadJobState, type JobState, type jobView } from "./job-state.ts";
+import type { RunIndexState } from "./run-index.ts";
+import type { PutRunMode } from "./run-record-store.ts";
 import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
 import { command } from "./job-commands.ts";
 import { fireAt, needsGate } from "./occurrence-plan.ts";
@@ -133,7 +135,7 @@ export type JobEffect =
    * or written over an orphaned non-terminal record left by a crash before the job state advanced.
    * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
    */
-  | { kind: "put_run"; record: RunView; mode: "create" | "update" | "terminal" | "settle" }
+  | { kind: "put_run"; record: RunView; mode: PutRunMode }
   /**
    * Creates the record of a run the job state already holds (post, after the state write): a
    * run-now's. Its state is the source of truth, so a try whose state write is lost leaves no

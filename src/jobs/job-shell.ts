@@ -23,8 +23,9 @@ import { deliverDeadLetter, isDeadLetter, recordDeadLetter, type DeadLetterOutbo
 import { makeDispatcher } from "./dispatcher.ts";
 import { TENANT_ACTOR, runKey, splitJobActorId } from "./ids.ts";
 import { makeJobActor, type JobActorConfig, type JobEffect, type JobMsg } from "./job-actor.ts";
-import { isRetentionEffect, withRetention, type RetentionEffect } from "./retention.ts";
-import { isRunIndexEffect, withRunIndex, type RunIndexEffect } from "./run-index.ts";
+import { isRetentionEffect, type RetentionEffect } from "./retention.ts";
+import { isRunIndexEffect, type RunIndexEffect } from "./run-index.ts";
+import { withRetention, withRunIndex } from "./with-history.ts";
 import { writeRunIndexChunk } from "./run-index-store.ts";
 import { RunMetrics } from "./run-metrics.ts";
 import { RunRecordStore } from "./run-record-store.ts";
@@ -234,7 +235,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
           });
           continue;
         }
-        metrics.effect(fx, () => ctx.stillOwner());
+        if (fx.kind === "acquire_slot" || fx.kind === "dispatch") metrics.effect(fx, () => ctx.stillOwner());
         post(ctx, fx).catch((e: unknown) => {
           deps.log("warn", `job effect ${fx.kind} failed`, { job: ctx.address.id, err: String(e) });
           // No immediate re-ask: the run's slot_check timer asks again (SLOT_RECHECK_MS). Re-asking

@@ -6,6 +6,7 @@
  */
 import { formatInstant, formatUtc } from "../schedule/index.ts";
 import type { AttemptView, JobSpec, JobView, RunStatus, RunView } from "./model.ts";
+import type { RunIndexState } from "./run-index.ts";
 
 export interface JobRecord {
   tenant_id: string;
@@ -97,14 +98,6 @@ export interface JobState {
    * (fewer than RUN_INDEX_CHUNK). Absent on jobs created before the index (key listing instead).
    */
   index?: RunIndexState;
-}
-
-/** A job's runs index in its state (run-index.ts). */
-export interface RunIndexState {
-  /** Chunk records written so far (`ix.<p>.<tenant>.<job>.<seq>`, seq 0 … this − 1). */
-  seq: number;
-  /** Ids of the records created since, oldest first, without the `<job_id>-` prefix. */
-  pending: string[];
 }
 
 export interface Draining {

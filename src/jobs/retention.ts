@@ -1,6 +1,7 @@
 /**
- * Bounded history, the pure part: which run records a job keeps, and the job actor wrapped so it
- * asks its shell to prune them and to purge a deleted job (run-retention.ts performs both).
+ * Bounded history, the pure part: which run records a job keeps, and what the job actor wrapped
+ * for it (`withRetention`, with-history.ts) asks its shell: to prune them and to purge a deleted
+ * job (run-retention.ts performs both).
  * A job keeps its newest `keepRuns` terminal runs (by occurrence time, read from the run id) and
  * none older than `maxAgeMs`; active runs are never pruned. So a job's records stay below
  * keepRuns + 2 × pruneEveryRuns + its active runs, which keeps a runs page cheap. A daily
@@ -10,13 +11,8 @@
  * create, or a replayed create would find no tombstone and make the job again. Pure: no I/O, no
  * clock.
  */
-import type { ActorContext, Decision, HostEffect } from "../actors/actor.ts";
-import { hash32 } from "../cluster/hash.ts";
 import { KairosError } from "../lib/errors.ts";
 import { formatUtc } from "../schedule/index.ts";
-import type { JobEffect, JobMsg, JobReply, makeJobActor } from "./job-actor.ts";
-import type { JobState } from "./job-state.ts";
-import { TERMINAL } from "./model.ts";
 import { parseRunId } from "./ids.ts";
 
 export interface RetentionConfig {
@@ -63,12 +59,6 @@ export function retentionConfig(opts: Partial<RetentionConfig> = {}): RetentionC
   return Object.freeze(cfg);
 }
 
-/**
- * A deleted job's state is purged once its create's Idempotency-Key has expired: the idem
- * bucket's TTL (24 h, src/cluster/buckets.ts) plus a margin.
- */
-const PURGE_AFTER_CREATE_MS = 24 * 3_600_000 + 10 * 60_000;
-const DAY_MS = 86_400_000;
 
 /** Occurrence time and manual sequence of a run id (ids.ts `parseRunId`), or null. */
 export function runTime(runId: string): { ms: number; seq: number } | null {
@@ -115,58 +105,3 @@ export type RetentionEffect =
   | { kind: "purge_job" };
 
 export const isRetentionEffect = (fx: { kind: string }): fx is RetentionEffect => fx.kind === "prune_runs" || fx.kind === "purge_job";
-
-type JobDefinition = ReturnType<typeof makeJobActor>;
-type Msg = JobMsg | RetentionMsg;
-type Fx = JobEffect | RetentionEffect;
-type D = Decision<JobState, JobReply, Fx>;
-
-const PURGE_TIMER = "retention:purge";
-const SWEEP_TIMER = "retention:sweep";
-
-function purgeTimer(s: JobState, nowMs: number, cfg: RetentionConfig): HostEffect<Msg> {
-  const atMs = Math.max(nowMs + cfg.purgeDeletedAfterMs, (s.job?.created_at_ms ?? 0) + PURGE_AFTER_CREATE_MS);
-  return { kind: "timer", name: PURGE_TIMER, atMs, msg: { kind: "purge_deleted" } };
-}
-
-/** The job's daily sweep: a fixed time of day per job (spread by hash), the next one after now. */
-function sweepTimer(id: string, nowMs: number): HostEffect<Msg> {
-  const slot = hash32(id) % DAY_MS;
-  const atMs = Math.floor(nowMs / DAY_MS) * DAY_MS + slot + (nowMs % DAY_MS >= slot ? DAY_MS : 0);
-  return { kind: "timer", name: SWEEP_TIMER, atMs, msg: { kind: "retention_sweep" } };
-}
-
-const prune = (s: JobState, settled: number, force: boolean): RetentionEffect => ({ kind: "prune_runs", settled, active: s.runs.map((r) => r.run_id), force });
-
-/** The job actor with retention: the same behaviour plus the messages and effects above. */
-export function withRetention(def: JobDefinition, cfg: RetentionConfig) {
-  const limited = cfg.keepRuns > 0 || cfg.maxAgeMs > 0;
-  return {
-    ...def,
-    onActivate(s: JobState, ctx: ActorContext): HostEffect<unknown>[] {
-      const fx: HostEffect<unknown>[] = [...(def.onActivate?.(s, ctx) ?? [])];
-      if (s.job && s.deleted) fx.push(purgeTimer(s, ctx.nowMs, cfg));
-      else if (s.job && limited) fx.push(sweepTimer(ctx.id, ctx.nowMs));
-      return fx;
-    },
-    receive(s: JobState, msg: Msg, ctx: ActorContext): D {
-      if (msg.kind === "purge_deleted") return { state: s, reply: null, ...(s.job && s.deleted ? { post: [{ kind: "purge_job" }] } : {}) };
-      if (msg.kind === "retention_sweep") {
-        if (!s.job || s.deleted || !limited) return { state: s, reply: null };
-        return { state: s, reply: null, post: [prune(s, 0, true)], effects: [sweepTimer(ctx.id, ctx.nowMs)] };
-      }
-      const d: D = def.receive(s, msg, ctx);
-      const effects: HostEffect<unknown>[] = [];
-      if (d.state.job && d.state.deleted && !s.deleted) effects.push(purgeTimer(d.state, ctx.nowMs, cfg));
-      if (!s.job && d.state.job && limited) effects.push(sweepTimer(ctx.id, ctx.nowMs));
-      // `settle` only rewrites a record a crash left behind, so it adds no terminal run.
-      const settled = limited ? (d.pre ?? []).filter((fx) => fx.kind === "put_run" && fx.mode !== "settle" && TERMINAL.has(fx.record.status)).length : 0;
-      if (effects.length === 0 && settled === 0) return d;
-      return {
-        ...d,
-        ...(effects.length > 0 ? { effects: [...(d.effects ?? []), ...effects] } : {}),
-        ...(settled > 0 ? { post: [...(d.post ?? []), prune(d.state, settled, false)] } : {}),
-      };
-    },
-  };
-}

@@ -12,14 +12,18 @@
  * record `settle`d by a pause, delete or schedule change is not indexed (it could be listed twice).
  * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
-import type { ActorDefinition } from "../actors/actor.ts";
-import type { JobReply } from "./job-actor.ts";
-import type { JobState, RunIndexState } from "./job-state.ts";
 
 /** Run ids per chunk record: a page of 200 reads at most 5 chunks; the state holds < CHUNK ids. */
 export const RUN_INDEX_CHUNK = 64;
 
-export type { RunIndexState };
+/** A job's runs index, kept in its state (`JobState.index`). */
+export interface RunIndexState {
+  /** Chunk records written so far (`ix.<p>.<tenant>.<job>.<seq>`, seq 0 … this − 1). */
+  seq: number;
+  /** Ids of the records created since, oldest first, without the `<job_id>-` prefix. */
+  pending: string[];
+}
+
 
 /** Effect (pre, before the state write): write chunk `seq` holding `ids` (suffixes, oldest first). */
 export interface RunIndexEffect {
@@ -92,27 +96,4 @@ export function indexDecision(prev: RunIndexState | undefined, jobId: string, pr
     seq++;
   }
   return { index: { seq, pending }, effects };
-}
-
-/**
- * The job actor with the runs index: the same behaviour, plus `index` kept in the state and the
- * chunk writes appended to the decision's `pre` effects (after its run records).
- */
-export function withRunIndex<M, E extends { kind: string }>(def: ActorDefinition<JobState, M, JobReply, E>): ActorDefinition<JobState, M, JobReply, E | RunIndexEffect> {
-  return {
-    ...def,
-    receive(s, msg, ctx) {
-      const d = def.receive(s, msg, ctx);
-      const job = d.state.job;
-      if (!job) return d;
-      // A run-now's record is a post effect (`create_run`): indexed all the same.
-      const next = indexDecision(d.state.index, job.job_id, d.post && d.post.length > 0 ? [...(d.pre ?? []), ...d.post] : d.pre, !s.job);
-      if (!next) return d;
-      return {
-        ...d,
-        state: { ...d.state, index: next.index },
-        ...(next.effects.length > 0 ? { pre: [...(d.pre ?? []), ...next.effects] } : {}),
-      };
-    },
-  };
 }

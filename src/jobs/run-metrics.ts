@@ -13,8 +13,10 @@
 import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "./model.ts";
 import { TERMINAL, lapseKind, type LapseKind } from "./model.ts";
-import type { JobEffect } from "./job-actor.ts";
 import type { RunsWaiting } from "./run-waiting.ts";
+
+/** The job shell's post effects a run waits for (its `acquire_slot` and `dispatch` effects). */
+export type WaitingEffect = { kind: "acquire_slot"; run_id: string } | { kind: "dispatch"; run_id: string; scheduled_for_ms: number };
 
 /** Where the counts go (the Prometheus recorders; a test passes its own). */
 export interface RunMetricsSink {
@@ -90,7 +92,7 @@ export class RunMetrics {
   }
 
   /** A post effect the shell performs: a slot request or a worker offer means the run waits for it. */
-  effect(fx: JobEffect, stillOwner: () => boolean): void {
+  effect(fx: WaitingEffect, stillOwner: () => boolean): void {
     if (fx.kind === "acquire_slot") this.waiting?.effect(fx.run_id, "slot", stillOwner);
     else if (fx.kind === "dispatch") this.waiting?.effect(fx.run_id, "worker", stillOwner, fx.scheduled_for_ms);
   }

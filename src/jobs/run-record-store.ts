@@ -15,7 +15,6 @@ import type { ShellContext } from "../actors/host.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { KairosError } from "../lib/errors.ts";
 import { runKey } from "./ids.ts";
-import type { JobEffect } from "./job-actor.ts";
 import { TERMINAL, type RunView } from "./model.ts";
 import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
 import { BASELINE_LIMIT, type RunMetrics } from "./run-metrics.ts";
@@ -23,7 +22,8 @@ import { BASELINE_LIMIT, type RunMetrics } from "./run-metrics.ts";
 /** Revisions cached: as many as run metrics' baselines (the same runs, see BASELINE_LIMIT). */
 export const REVISION_CACHE_LIMIT = BASELINE_LIMIT;
 
-export type PutRunMode = Extract<JobEffect, { kind: "put_run" }>["mode"];
+/** How a `put_run` effect writes its record (see the module header and `JobEffect`). */
+export type PutRunMode = "create" | "update" | "terminal" | "settle";
 
 export class RunRecordStore {
   readonly #revisions = new Map<string, number>();

@@ -16,7 +16,8 @@ import { DEFAULT_JOB_CONFIG, makeJobActor, type JobMsg } from "../../../src/jobs
 import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
 import type { JobSpec, RunStatus, RunView } from "../../../src/jobs/model.ts";
 import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
-import { DEFAULT_RETENTION, retentionConfig, runsToPrune, withRetention, type RetentionMsg } from "../../../src/jobs/retention.ts";
+import { DEFAULT_RETENTION, retentionConfig, runsToPrune, type RetentionMsg } from "../../../src/jobs/retention.ts";
+import { withRetention } from "../../../src/jobs/with-history.ts";
 import { encodeRunRecord } from "../../../src/jobs/run-record.ts";
 import { RunRetention, firstCount } from "../../../src/jobs/run-retention.ts";
 import { formatUtc } from "../../../src/schedule/index.ts";

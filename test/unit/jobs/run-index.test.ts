@@ -20,7 +20,8 @@ import { activeRunsReply, emptyJobState, type JobState } from "../../../src/jobs
 import type { JobSpec, RunView } from "../../../src/jobs/model.ts";
 import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
 import { retentionConfig } from "../../../src/jobs/retention.ts";
-import { RUN_INDEX_CHUNK, indexDecision, isRunIndexEffect, runIndexKey, withRunIndex, type RunIndexEffect } from "../../../src/jobs/run-index.ts";
+import { RUN_INDEX_CHUNK, indexDecision, isRunIndexEffect, runIndexKey, type RunIndexEffect } from "../../../src/jobs/run-index.ts";
+import { withRunIndex } from "../../../src/jobs/with-history.ts";
 import { listRunIndex, writeRunIndexChunk } from "../../../src/jobs/run-index-store.ts";
 import { MAX_EXAMINED } from "../../../src/jobs/run-pages.ts";
 import { encodeRunRecord } from "../../../src/jobs/run-record.ts";
