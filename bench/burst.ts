@@ -20,7 +20,7 @@ import { decode, encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig } from "../src/cluster/config.ts";
 import { NatsJobsService } from "../src/jobs/nats-service.ts";
 import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-actor.ts";
-import type { JobSpec, RunView } from "../src/jobs/model.ts";
+import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
@@ -31,8 +31,8 @@ import { freePort } from "../src/dev/nats-launcher.ts";
 import { openBuckets } from "../src/cluster/buckets.ts";
 import { ActorRouter } from "../src/cluster/router.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
-import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/jobs/fleet-actor.ts";
-import { TENANT_ACTOR } from "../src/jobs/ids.ts";
+import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/slots/fleet-actor.ts";
+import { TENANT_ACTOR } from "../src/protocol/ids.ts";
 import { workerAdvertWildcard, type WorkerAdvert } from "../src/protocol/worker.ts";
 
 /** The longest the benchmark waits after the due second for every run to end (see `deadline`). */

@@ -5,7 +5,7 @@
  * (Reading attempts[0] alone would leave such runs out of "started" and count them as
  * duplicates.)
  */
-import type { RunView } from "../src/jobs/model.ts";
+import type { RunView } from "../src/protocol/model.ts";
 
 /** The start of the run's first attempt that started, if any did. */
 export function firstStartedAt(r: RunView): string | undefined {

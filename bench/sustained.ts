@@ -38,7 +38,7 @@ import { assign } from "../src/cluster/placement.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
 import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-actor.ts";
 import { NatsJobsService } from "../src/jobs/nats-service.ts";
-import type { JobSpec, RunView } from "../src/jobs/model.ts";
+import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
 import { registry } from "../src/metrics/index.ts";
 import { startKairos, type KairosProcess } from "../src/server/start.ts";

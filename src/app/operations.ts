@@ -12,12 +12,12 @@
  * Bodies are read lazily (`body()`), after the other inputs are checked, so the order of errors is
  * the same on every transport: ids, then headers (Idempotency-Key, If-Match), then the body.
  */
-import type { JobView, Page, RunStatus, RunView } from "../jobs/model.ts";
-import type { JobsService, Tenant } from "../jobs/service.ts";
+import type { JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
+import type { JobsService, Tenant } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
 import { DEFAULT_TASK_LIMITS, resourcesAboveLimits, type TaskLimits } from "../sandbox/task-rules.ts";
-import type { TaskInput } from "../jobs/model.ts";
+import type { TaskInput } from "../protocol/model.ts";
 import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "./params.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 

@@ -5,7 +5,7 @@
  * does not exist, so the API never tells a caller which ids are well-formed.
  */
 import { KairosError } from "../lib/errors.ts";
-import { RUN_STATUSES, type RunStatus } from "../jobs/model.ts";
+import { RUN_STATUSES, type RunStatus } from "../protocol/model.ts";
 import { invalid, show } from "./input.ts";
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;

@@ -13,7 +13,7 @@
  * `retry.max_s` defaults to max(3600, base_s) so that a long base alone is not an error.
  */
 import { z } from "zod";
-import { BACKOFFS, MISFIRES, OVERLAPS, type JobPatch, type JobSpec, type RetryPolicy, type MisfireSpec, type ScheduleInput, type TaskInput } from "../jobs/model.ts";
+import { BACKOFFS, MISFIRES, OVERLAPS, type JobPatch, type JobSpec, type RetryPolicy, type MisfireSpec, type ScheduleInput, type TaskInput } from "../protocol/model.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { assertFuture, compileSchedule } from "../schedule/index.ts";
 import { invalid, show } from "./input.ts";

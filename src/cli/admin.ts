@@ -12,7 +12,7 @@
 import type { Command } from "commander";
 import { openBuckets, type Buckets } from "../cluster/buckets.ts";
 import { connectNats } from "../cluster/nats.ts";
-import { readJobCount } from "../jobs/job-quota.ts";
+import { readJobCount } from "../slots/job-quota.ts";
 import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from "../tenants/directory.ts";

@@ -6,14 +6,14 @@ import type { Command } from "commander";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
-import { retentionConfig, type RetentionConfig } from "../jobs/retention.ts";
+import { retentionConfig, type RetentionConfig } from "../history/retention.ts";
 import { detectExecutor, parseImagePolicy, taskLimits, type ExecutorKind, type ImagePolicy, type TaskLimits } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsUserFor, pinnedWorkerUser } from "../cluster/nats-permissions.ts";
 import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
 import { hostname } from "node:os";
 import { readFileSync } from "node:fs";
-import { parseSecretKey } from "../jobs/secret-env.ts";
+import { parseSecretKey } from "../secrets/secret-env.ts";
 import { parseMetricsToken } from "../http/ops.ts";
 
 export interface NodeFlags extends NatsAuthFlags {

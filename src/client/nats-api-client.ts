@@ -14,7 +14,7 @@
  * takes it from the subject.
  */
 import { errors as natsErrors, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
-import type { JobView, RunStatus, RunView } from "../jobs/model.ts";
+import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
 import { ErrorCodes, KairosError, type ErrorCode } from "../lib/errors.ts";
 import { API_HEADERS, apiSubject, type ApiOperation } from "../nats-api/subjects.ts";
 import type { ApiReply, JobPage, RunPage } from "../nats-api/wire.ts";

@@ -8,7 +8,7 @@
  */
 import { Hono, type Context } from "hono";
 import { createOperations } from "../app/operations.ts";
-import type { JobsService, TenantDirectory } from "../jobs/service.ts";
+import type { JobsService, TenantDirectory } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { type ApiEnv, bearerAuth } from "./auth.ts";

@@ -11,7 +11,7 @@ import type { Context, MiddlewareHandler } from "hono";
 import type { TokenBuckets } from "./rate-limit.ts";
 import { rateLimited } from "./rate-limit.ts";
 import { KairosError } from "../lib/errors.ts";
-import type { Tenant, TenantDirectory } from "../jobs/service.ts";
+import type { Tenant, TenantDirectory } from "../protocol/service.ts";
 
 /** Hono environment of authenticated routes. */
 export interface ApiEnv {

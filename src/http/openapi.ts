@@ -4,7 +4,7 @@
  * responses (views.ts); only the paths object is written by hand. Built once, on first use.
  */
 import { z } from "zod";
-import { RUN_STATUSES } from "../jobs/model.ts";
+import { RUN_STATUSES } from "../protocol/model.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";

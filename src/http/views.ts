@@ -4,7 +4,7 @@
  * retry, misfire, schedule) are the very schemas that validate requests.
  */
 import { z } from "zod";
-import { BACKOFFS, MISFIRES, OVERLAPS, RUN_STATUSES } from "../jobs/model.ts";
+import { BACKOFFS, MISFIRES, OVERLAPS, RUN_STATUSES } from "../protocol/model.ts";
 import { ScheduleSchema, TaskViewSchema } from "../app/schemas.ts";
 
 const instant = z.string().meta({ format: "date-time", description: "RFC 3339 UTC", examples: ["2030-01-01T09:00:00Z"] });

@@ -9,7 +9,7 @@
  * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process.
  */
 import type { MessageGuard } from "../actors/actor.ts";
-import { splitJobActorId } from "./ids.ts";
+import { splitJobActorId } from "../protocol/ids.ts";
 
 /** A value for a refusal message (JSON, bounded). */
 function shown(v: unknown): string {

@@ -5,7 +5,7 @@
  * many runs do not synchronise, and a replay decides the same.
  */
 import { hash32 } from "../cluster/hash.ts";
-import type { RetryPolicy } from "./model.ts";
+import type { RetryPolicy } from "../protocol/model.ts";
 
 export function retryDelayMs(policy: RetryPolicy, failedAttempt: number, runId: string): number {
   const baseMs = policy.base_s * 1000;

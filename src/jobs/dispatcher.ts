@@ -15,7 +15,7 @@ import type { ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import { KairosError } from "../lib/errors.ts";
 import { workerSubject, type StartReply, type StartRequest, type TaskInput } from "../protocol/worker.ts";
-import { splitJobActorId } from "./ids.ts";
+import { splitJobActorId } from "../protocol/ids.ts";
 import type { JobActorConfig, JobEffect } from "./job-actor.ts";
 import type { JobShellDeps } from "./job-shell.ts";
 

@@ -15,11 +15,11 @@
  */
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { START_SKEW_TOLERANCE_MS, type Completion, type ProbeReply } from "../protocol/worker.ts";
-import { JOB_ACTOR, splitJobActorId } from "./ids.ts";
+import { JOB_ACTOR, splitJobActorId } from "../protocol/ids.ts";
 import { activeRunsReply, emptyJobState, loadJobState, type JobState, type jobView } from "./job-state.ts";
-import type { RunIndexState } from "./run-index.ts";
-import type { PutRunMode } from "./run-record-store.ts";
-import type { JobPatch, JobSpec, RunView, TaskInput } from "./model.ts";
+import type { RunIndexState } from "../history/run-index.ts";
+import type { PutRunMode } from "../history/run-record-store.ts";
+import type { JobPatch, JobSpec, RunView, TaskInput } from "../protocol/model.ts";
 import { command } from "./job-commands.ts";
 import { fireAt, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";

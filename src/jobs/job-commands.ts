@@ -11,10 +11,10 @@
 import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
-import { grantId, runIdFor } from "./ids.ts";
+import { grantId, runIdFor } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-actor.ts";
 import { activeRunView, activeRunsReply, jobView, slotsHeld } from "./job-state.ts";
-import type { JobSpec } from "./model.ts";
+import type { JobSpec } from "../protocol/model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
 import { cancelRunTimers, finish } from "./run-lifecycle.ts";

@@ -5,8 +5,8 @@
  * own record (runs bucket) before the job state: the record is what the API shows.
  */
 import { formatInstant, formatUtc } from "../schedule/index.ts";
-import type { AttemptView, JobSpec, JobView, RunStatus, RunView } from "./model.ts";
-import type { RunIndexState } from "./run-index.ts";
+import type { AttemptView, JobSpec, JobView, RunStatus, RunView } from "../protocol/model.ts";
+import type { RunIndexState } from "../history/run-index.ts";
 
 export interface JobRecord {
   tenant_id: string;

@@ -17,16 +17,16 @@ import { decode, encode } from "../cluster/codec.ts";
 import { kvKeys } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
-import { TenantJobCounter } from "./job-quota.ts";
-import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "./ids.ts";
+import { TenantJobCounter } from "../slots/job-quota.ts";
+import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "../protocol/ids.ts";
 import type { JobReply } from "./job-actor.ts";
 import { jobView, type JobState } from "./job-state.ts";
-import { runView } from "./run-record.ts";
-import { decodeCursor, encodeCursor, indexedRunsPage, legacyRunsPage, readPage } from "./run-pages.ts";
-import { deadLetterKey } from "./dead-letters.ts";
-import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "./secret-env.ts";
-import { TERMINAL, type JobPatch, type JobSpec, type JobView, type Page, type RunStatus, type RunView } from "./model.ts";
-import type { JobsService } from "./service.ts";
+import { runView } from "../history/run-record.ts";
+import { decodeCursor, encodeCursor, indexedRunsPage, legacyRunsPage, readPage } from "../history/run-pages.ts";
+import { deadLetterKey } from "../notify/dead-letters.ts";
+import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "../secrets/secret-env.ts";
+import { TERMINAL, type JobPatch, type JobSpec, type JobView, type Page, type RunStatus, type RunView } from "../protocol/model.ts";
+import type { JobsService } from "../protocol/service.ts";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 

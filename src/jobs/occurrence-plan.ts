@@ -12,7 +12,7 @@
 import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
 import type { JobActorConfig } from "./job-actor.ts";
 import type { ActiveRun, JobState } from "./job-state.ts";
-import type { JobSpec } from "./model.ts";
+import type { JobSpec } from "../protocol/model.ts";
 
 const schedules = new Map<string, CompiledSchedule>();
 export function scheduleOf(spec: JobSpec): CompiledSchedule {

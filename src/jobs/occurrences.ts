@@ -11,9 +11,9 @@
  * occurrence already active is a no-op; `last_occurrence_ms` is a high-water mark, never lowered.
  */
 import { spreadOffsetMs } from "../schedule/index.ts";
-import { runIdFor } from "./ids.ts";
+import { runIdFor } from "../protocol/ids.ts";
 import { slotsHeld, terminalRunView, type ActiveRun } from "./job-state.ts";
-import type { JobSpec, RunView } from "./model.ts";
+import type { JobSpec, RunView } from "../protocol/model.ts";
 import { lookahead, needsGate, scheduleOf } from "./occurrence-plan.ts";
 import { askSlot } from "./run-dispatch.ts";
 import { finish } from "./run-lifecycle.ts";

@@ -11,7 +11,7 @@
  * current grant counts and any other is released; an audit never hands a slot over (the grant it
  * names may not be written yet). Every offer gets a new fence: an earlier offer is dead.
  */
-import { grantId, splitGrant } from "./ids.ts";
+import { grantId, splitGrant } from "../protocol/ids.ts";
 import type { JobEffect, JobMsg } from "./job-actor.ts";
 import type { ActiveRun, Draining } from "./job-state.ts";
 import type { D, Tx } from "./tx.ts";

@@ -13,7 +13,7 @@ import type { Decision, HostEffect } from "../actors/actor.ts";
 import type { ErrorCode } from "../lib/errors.ts";
 import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-actor.ts";
 import { FENCE_BLOCK, activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
-import type { RunView } from "./model.ts";
+import type { RunView } from "../protocol/model.ts";
 import { fireAt } from "./occurrence-plan.ts";
 
 /** Most request ids a job remembers (retried run-now and patch requests answer their first result). */

@@ -10,9 +10,9 @@ import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../act
 import { hash32 } from "../cluster/hash.ts";
 import type { JobEffect, JobMsg, JobReply, makeJobActor } from "./job-actor.ts";
 import type { JobState } from "./job-state.ts";
-import { TERMINAL } from "./model.ts";
-import type { RetentionConfig, RetentionEffect, RetentionMsg } from "./retention.ts";
-import { indexDecision, type RunIndexEffect } from "./run-index.ts";
+import { TERMINAL } from "../protocol/model.ts";
+import type { RetentionConfig, RetentionEffect, RetentionMsg } from "../history/retention.ts";
+import { indexDecision, type RunIndexEffect } from "../history/run-index.ts";
 
 /**
  * The job actor with the runs index: the same behaviour, plus `index` kept in the state and the

@@ -11,7 +11,7 @@
  * invalid UTF-8 and bugs, becomes an error reply; nothing is thrown to the caller.
  */
 import type { Operations } from "../app/operations.ts";
-import type { Tenant, TenantDirectory } from "../jobs/service.ts";
+import type { Tenant, TenantDirectory } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";

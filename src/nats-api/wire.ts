@@ -11,7 +11,7 @@
  * REST error object, mapped by the same function (src/http/errors.ts), so a code means the same on
  * both transports. `retry_after_s` is REST's `Retry-After`.
  */
-import type { JobView, RunView } from "../jobs/model.ts";
+import type { JobView, RunView } from "../protocol/model.ts";
 import type { ErrorBody } from "../http/errors.ts";
 
 export type ApiErrorObject = ErrorBody["error"];

@@ -16,7 +16,7 @@ import type { Clock } from "../lib/clock.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { decode } from "../cluster/codec.ts";
 import type { EventBus } from "../cluster/events.ts";
-import { JOB_ACTOR } from "../jobs/ids.ts";
+import { JOB_ACTOR } from "../protocol/ids.ts";
 import type { JobState } from "../jobs/job-state.ts";
 import { DEFAULT_MAX_JOBS, forecastJobOf, forecastRunsDue, type Forecast, type ForecastJob } from "../jobs/forecast.ts";
 import { setForecastRunsDue } from "../metrics/index.ts";

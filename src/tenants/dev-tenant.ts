@@ -4,7 +4,7 @@
  * here on the next start: it is reused while it still authenticates for "dev", else a new key
  * is made (for the existing tenant, or a new tenant on first start).
  */
-import type { TenantDirectory } from "../jobs/service.ts";
+import type { TenantDirectory } from "../protocol/service.ts";
 import { isKairosError } from "../lib/errors.ts";
 
 /** The dev tenant's name. */

@@ -14,7 +14,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
-import type { Tenant, TenantDirectory } from "../jobs/service.ts";
+import type { Tenant, TenantDirectory } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";

@@ -24,7 +24,7 @@
  *       dead-lettered (the only exception: its owner heard an attempt start and the worker was
  *       killed -9 within 2 s, before the task could write its first line).
  */
-import { runIdFor } from "../../src/jobs/ids.ts";
+import { runIdFor } from "../../src/protocol/ids.ts";
 import type { Exec, Expectation, FaultRecord, Hit, JobInfo, JobPhase, Rerun, RunRec, Violation } from "./ledger-types.ts";
 
 export const iso = (ms: number): string => new Date(ms).toISOString();

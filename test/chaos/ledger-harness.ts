@@ -26,7 +26,7 @@ import { decode, encode } from "../../src/cluster/codec.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import type { TenantRecord } from "../../src/tenants/directory.ts";
-import { runIdFor } from "../../src/jobs/ids.ts";
+import { runIdFor } from "../../src/protocol/ids.ts";
 import { TEST_IMAGE } from "../support/docker-image.ts";
 import { checkAttempts, checkOccurrences, checkOutcomes, checkRunAgain, checkTenantCaps, closeOpen, expectAt, type JobRecords } from "./ledger-checks.ts";
 import { Cluster, delay, pollUntil, type Crash } from "./ledger-cluster.ts";

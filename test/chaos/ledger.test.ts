@@ -30,7 +30,7 @@ import { formatReport, isLateReply, ledgerClockWorks, prng, runLedgerChaos, type
 import { executing } from "./ledger-readers.ts";
 import { COMMAND_KINDS } from "./ledger-commands.ts";
 import { FAULT_KINDS, type Exec, type FaultKind, type FaultRecord, type JobInfo, type JobPhase, type RunRec } from "./ledger-types.ts";
-import { runIdFor } from "../../src/jobs/ids.ts";
+import { runIdFor } from "../../src/protocol/ids.ts";
 
 const SEED = Number(process.env["KAIROS_CHAOS_SEED"] ?? 7321);
 

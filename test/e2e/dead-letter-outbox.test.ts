@@ -12,8 +12,8 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type ServerResponse, type Server } from "node:http";
 import { openBuckets, type Buckets } from "../../src/cluster/buckets.ts";
-import { signWebhook } from "../../src/jobs/webhook.ts";
-import type { RunView } from "../../src/jobs/model.ts";
+import { signWebhook } from "../../src/notify/webhook.ts";
+import type { RunView } from "../../src/protocol/model.ts";
 import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
 import type { NodeProc } from "../support/nodes.ts";
 

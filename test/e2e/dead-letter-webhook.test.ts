@@ -6,7 +6,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
-import { signWebhook } from "../../src/jobs/webhook.ts";
+import { signWebhook } from "../../src/notify/webhook.ts";
 import { apiClient, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
 
 interface Received { signature: string; body: string }

@@ -15,7 +15,7 @@ import type { KvStore } from "../../src/cluster/kv.ts";
 import { FakeClock } from "../../src/lib/clock.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 import { KvTenantDirectory, ensureDevTenant } from "../../src/tenants/index.ts";
-import { TenantJobCounter, jobCountKey, readJobCount } from "../../src/jobs/job-quota.ts";
+import { TenantJobCounter, jobCountKey, readJobCount } from "../../src/slots/job-quota.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
 let nats: NatsFixture;

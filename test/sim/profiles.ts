@@ -14,7 +14,7 @@
  */
 import { DEFAULTS as NODE_DEFAULTS, type NodeConfig } from "../../src/cluster/config.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-actor.ts";
-import type { JobSpec, Overlap } from "../../src/jobs/model.ts";
+import type { JobSpec, Overlap } from "../../src/protocol/model.ts";
 import type { Random } from "../../src/lib/random.ts";
 import { between, pick } from "./draw.ts";
 

@@ -34,9 +34,9 @@
  *  m  manual_run_lost — every run-now that was answered has its run record.
  */
 import { compileSchedule } from "../../src/schedule/index.ts";
-import { parseRunId } from "../../src/jobs/ids.ts";
+import { parseRunId } from "../../src/protocol/ids.ts";
 import type { JobState } from "../../src/jobs/job-state.ts";
-import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/jobs/model.ts";
+import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/protocol/model.ts";
 import type { LedgerEntry } from "./executor.ts";
 
 export interface JobUnderTest {

@@ -8,7 +8,7 @@ import { openBuckets } from "../../src/cluster/buckets.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import { TENANT_DEFAULTS } from "../../src/tenants/directory.ts";
 import { encode } from "../../src/cluster/codec.ts";
-import type { Tenant } from "../../src/jobs/service.ts";
+import type { Tenant } from "../../src/protocol/service.ts";
 import { startNats, type NatsFixture, type NatsFixtureOptions } from "./nats.ts";
 import { spawnNode, type NodeProc } from "./nodes.ts";
 

@@ -11,7 +11,7 @@ import {
   METRICS, addClockSkewSource, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
   countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
-import { prometheusSink } from "../../src/jobs/run-metrics.ts";
+import { prometheusSink } from "../../src/history/run-metrics.ts";
 import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
 
 const value = (text: string, series: string): number | undefined => {

@@ -8,7 +8,7 @@
  */
 import type { Context, Hono } from "hono";
 import type { Operations } from "../../app/operations.ts";
-import type { JobView } from "../../jobs/model.ts";
+import type { JobView } from "../../protocol/model.ts";
 import type { ApiEnv } from "../auth.ts";
 import { readJson } from "../body.ts";
 import { etagOf } from "../../app/params.ts";

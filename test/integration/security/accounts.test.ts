@@ -25,7 +25,7 @@ import { makeNodeConfig } from "../../../src/cluster/config.ts";
 import { AUTH_CALLOUT_SUBJECT, SERVICES_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
 import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
 import { KvTenantDirectory, TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/jobs/service.ts";
+import type { Tenant } from "../../../src/protocol/service.ts";
 import { systemClock } from "../../../src/lib/clock.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { apiSubject } from "../../../src/nats-api/subjects.ts";

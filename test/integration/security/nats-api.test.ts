@@ -16,7 +16,7 @@ import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
 import { partitionSubject } from "../../../src/cluster/router.ts";
 import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
 import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/jobs/service.ts";
+import type { Tenant } from "../../../src/protocol/service.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { rejectsWith } from "../../support/errors.ts";

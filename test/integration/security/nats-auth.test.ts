@@ -22,7 +22,7 @@ import { ActorRouter, partitionSubject } from "../../../src/cluster/router.ts";
 import { makeNodeConfig } from "../../../src/cluster/config.ts";
 import type { NodeEvent } from "../../../src/cluster/events.ts";
 import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
-import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../../src/jobs/ids.ts";
+import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../../src/protocol/ids.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 
 const PARTITIONS = 4;

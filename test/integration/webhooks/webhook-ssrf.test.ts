@@ -11,8 +11,8 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { isBlockedAddress, notifyDeadLetter, WebhookSender, type Resolve } from "../../../src/jobs/webhook.ts";
-import type { RunView } from "../../../src/jobs/model.ts";
+import { isBlockedAddress, notifyDeadLetter, WebhookSender, type Resolve } from "../../../src/notify/webhook.ts";
+import type { RunView } from "../../../src/protocol/model.ts";
 
 const run = { run_id: "r1", tenant_id: "t1", job_id: "j1", status: "failed" } as unknown as RunView;
 const opts = { nowS: () => 1_700_000_000, sleep: async () => undefined, timeoutMs: 3000 };

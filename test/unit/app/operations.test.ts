@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { createOperations } from "../../../src/app/operations.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
-import type { Tenant } from "../../../src/jobs/service.ts";
+import type { Tenant } from "../../../src/protocol/service.ts";
 import { ALLOW_ANY_IMAGE, parseImagePolicy } from "../../../src/sandbox/image-policy.ts";
 import { FakeJobs } from "../http/fakes.ts";
 import { NOW, validJob } from "../http/helpers.ts";

@@ -17,7 +17,7 @@ import { resolveLimits } from "../../../src/sandbox/docker-spec.ts";
 import { resolveExecutorOptions } from "../../../src/sandbox/options.ts";
 import { DEFAULT_TASK_LIMITS, type TaskLimits } from "../../../src/sandbox/task-rules.ts";
 import type { TaskSpec } from "../../../src/sandbox/types.ts";
-import type { JobSpec } from "../../../src/jobs/model.ts";
+import type { JobSpec } from "../../../src/protocol/model.ts";
 
 // Each rule is broken now and then, so that most tasks break at most one (and some none).
 const name = fc.oneof(

@@ -5,8 +5,8 @@
  * e2e tests run the real service over a socket.
  */
 import { KairosError } from "../../../src/lib/errors.ts";
-import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "../../../src/jobs/model.ts";
-import type { JobsService, Tenant, TenantDirectory } from "../../../src/jobs/service.ts";
+import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "../../../src/protocol/model.ts";
+import type { JobsService, Tenant, TenantDirectory } from "../../../src/protocol/service.ts";
 import type { Clock } from "../../../src/lib/clock.ts";
 import { compileSchedule, formatUtc } from "../../../src/schedule/index.ts";
 

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { createApp } from "../../../src/http/app.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { parseImagePolicy } from "../../../src/sandbox/image-policy.ts";
-import type { Tenant } from "../../../src/jobs/service.ts";
+import type { Tenant } from "../../../src/protocol/service.ts";
 import { FakeJobs, FakeTenants } from "./fakes.ts";
 import { NOW, expectError, validJob } from "./helpers.ts";
 

@@ -7,7 +7,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { runIdFor } from "../../../src/jobs/ids.ts";
+import { runIdFor } from "../../../src/protocol/ids.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
 import { FENCE_BLOCK, loadJobState } from "../../../src/jobs/job-state.ts";
 import { ACTOR_ID, Driver, JOB, cfg, spec } from "./driver.ts";

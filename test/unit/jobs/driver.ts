@@ -20,8 +20,8 @@
 import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
 import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-actor.ts";
 import { activeRunView, type JobState } from "../../../src/jobs/job-state.ts";
-import { splitGrant } from "../../../src/jobs/ids.ts";
-import { TERMINAL, type JobSpec, type RunView } from "../../../src/jobs/model.ts";
+import { splitGrant } from "../../../src/protocol/ids.ts";
+import { TERMINAL, type JobSpec, type RunView } from "../../../src/protocol/model.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 
 export const TENANT = "t1";

@@ -16,7 +16,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { grantId, runIdFor } from "../../../src/jobs/ids.ts";
+import { grantId, runIdFor } from "../../../src/protocol/ids.ts";
 import { completionKey, heartbeatKey, makeJobActor, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 

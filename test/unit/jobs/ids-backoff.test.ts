@@ -3,9 +3,9 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { retryDelayMs } from "../../../src/jobs/backoff.ts";
-import { isValidId, jobActorId, jobIdOfRun, newJobId, parseRunId, runIdFor, splitJobActorId } from "../../../src/jobs/ids.ts";
+import { isValidId, jobActorId, jobIdOfRun, newJobId, parseRunId, runIdFor, splitJobActorId } from "../../../src/protocol/ids.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import type { RetryPolicy } from "../../../src/jobs/model.ts";
+import type { RetryPolicy } from "../../../src/protocol/model.ts";
 
 const jobIdArb = fc.array(fc.integer({ min: 0, max: 35 }), { minLength: 16, maxLength: 16 }).map((ds) => `j${ds.map((x) => x.toString(36)).join("")}`);
 const msArb = fc.integer({ min: 0, max: 253_402_300_799_000 });

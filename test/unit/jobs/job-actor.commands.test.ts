@@ -6,7 +6,7 @@ import { describe, it } from "node:test";
 import { START_SKEW_TOLERANCE_MS } from "../../../src/protocol/worker.ts";
 import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
-import { runIdFor } from "../../../src/jobs/ids.ts";
+import { runIdFor } from "../../../src/protocol/ids.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });

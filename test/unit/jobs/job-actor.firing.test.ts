@@ -5,8 +5,8 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { splitGrant } from "../../../src/jobs/ids.ts";
-import { runIdFor } from "../../../src/jobs/ids.ts";
+import { splitGrant } from "../../../src/protocol/ids.ts";
+import { runIdFor } from "../../../src/protocol/ids.ts";
 import { compileSchedule } from "../../../src/schedule/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";

@@ -8,9 +8,9 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { runIdFor } from "../../../src/jobs/ids.ts";
+import { runIdFor } from "../../../src/protocol/ids.ts";
 import type { Completion, JobMsg } from "../../../src/jobs/job-actor.ts";
-import { TERMINAL, type JobSpec, type Overlap } from "../../../src/jobs/model.ts";
+import { TERMINAL, type JobSpec, type Overlap } from "../../../src/protocol/model.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
 type Op =

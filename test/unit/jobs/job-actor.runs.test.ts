@@ -5,7 +5,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { retryDelayMs } from "../../../src/jobs/backoff.ts";
-import { grantId, runIdFor, splitGrant } from "../../../src/jobs/ids.ts";
+import { grantId, runIdFor, splitGrant } from "../../../src/protocol/ids.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
 

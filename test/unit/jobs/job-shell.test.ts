@@ -23,12 +23,12 @@ import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
 import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
-import { runKey } from "../../../src/jobs/ids.ts";
-import type { RunStatus, RunView } from "../../../src/jobs/model.ts";
+import { runKey } from "../../../src/protocol/ids.ts";
+import type { RunStatus, RunView } from "../../../src/protocol/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/jobs/worker-directory.ts";
+import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import type { StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 
@@ -317,7 +317,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
   it("drops the active runs whose record ended or is gone (pruned after a deferred end), keeps the others, and reads one record per active run", async () => {
     const { runs, reg } = setup();
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
-    const { encodeRunRecord } = await import("../../../src/jobs/run-record.ts");
+    const { encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const active = (run_id: string) => ({
       run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "schedule" as const, status: "leased" as const, attempt: 1, fence: 5,
       worker: "w1", slot: true, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [],
@@ -342,7 +342,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
   it("a run-now's run with no record yet (its state write landed unseen) is kept and its record written; one that ended is dropped", async () => {
     const { runs, reg } = setup();
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
-    const { decodeRunRecord, encodeRunRecord } = await import("../../../src/jobs/run-record.ts");
+    const { decodeRunRecord, encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const manual = (run_id: string) => ({
       run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "manual" as const, status: "queued" as const, attempt: 0, fence: 0,
       worker: null, slot: false, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [], recorded_after: true as const,

@@ -10,10 +10,10 @@ import type { Buckets } from "../../../src/cluster/buckets.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
-import { readJobCount } from "../../../src/jobs/job-quota.ts";
-import type { JobSpec } from "../../../src/jobs/model.ts";
+import { readJobCount } from "../../../src/slots/job-quota.ts";
+import type { JobSpec } from "../../../src/protocol/model.ts";
 import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
-import type { Tenant } from "../../../src/jobs/service.ts";
+import type { Tenant } from "../../../src/protocol/service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 

@@ -2,7 +2,7 @@
 import { it } from "node:test";
 import assert from "node:assert/strict";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
-import { runIdFor } from "../../../src/jobs/ids.ts";
+import { runIdFor } from "../../../src/protocol/ids.ts";
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
 
 it("regression: delete: delete of an overlap=queue job with a held occurrence starts that occurrence", () => {

@@ -1,0 +1,214 @@
+/**
+ * Dead letters, durably: a list per tenant and an outbox for the tenant's webhook. Writing a
+ * dead-lettered run's terminal record (`failed`, `timed_out`) also `create`s, before the job
+ * state moves on: `dl.<tenant>.<run_id>` (the run as the API shows it; written once, so its
+ * revision orders the list and is the cursor of `GET /v1/runs?status=dead_lettered`) and
+ * `ob.<partition>.<tenant>.<run_id>` (`{run, tries, next_at_ms}`, a pending delivery).
+ *
+ * The outbox delivers at once, and the sweeper of whoever holds the partition delivers what is
+ * left after a crash. An entry is deleted (CAS) only after a 2xx, a refusal retrying cannot fix
+ * (SSRF rule, redirect, 4xx other than 429), no webhook, or `maxTries` failures.
+ *
+ * Pitfall: delivery is at-least-once — a replay or a partition move can deliver twice; receivers
+ * dedupe on `run.run_id` (also the `Kairos-Delivery-Id` header).
+ */
+import type { Clock } from "../lib/clock.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvEntry, KvStore } from "../cluster/kv.ts";
+import type { RunView } from "../protocol/model.ts";
+import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
+import { DEFAULT_DEAD_LETTER_RETENTION, pruneDeadLetters, type DeadLetterRetention } from "./dead-letter-retention.ts";
+
+export const deadLetterKey = (tenantId: string, runId: string): string => `dl.${tenantId}.${runId}`;
+export const outboxKey = (partition: number, tenantId: string, runId: string): string => `ob.${partition}.${tenantId}.${runId}`;
+
+/** A run is dead-lettered when it ends failed or timed out (its retries, if any, are spent). */
+export function isDeadLetter(run: RunView): boolean {
+  return run.status === "failed" || run.status === "timed_out";
+}
+
+interface OutboxEntry {
+  run: RunView;
+  tries: number;
+  next_at_ms: number;
+}
+
+/**
+ * Records a dead letter and its pending delivery (see the module header). Idempotent; throws
+ * only on transport failures (the caller's pre effect then fails and is decided again).
+ */
+export async function recordDeadLetter(runs: KvStore, partition: number, run: RunView): Promise<void> {
+  await runs.create(deadLetterKey(run.tenant_id, run.run_id), encode(run));
+  await runs.create(outboxKey(partition, run.tenant_id, run.run_id), encode({ run, tries: 0, next_at_ms: 0 } satisfies OutboxEntry));
+}
+
+export interface DeadLetterOutboxOptions {
+  runs: () => KvStore;
+  /** The partitions this node holds now: only their entries are delivered from here. */
+  held: () => readonly number[];
+  webhook: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  clock: Clock;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** How often pending entries are looked for (default 5 s). */
+  sweepMs?: number;
+  /** Deliveries tried (each up to 3 POSTs) before an entry is given up (default 10). */
+  maxTries?: number;
+  /** Entries handled per sweep (default 200; the rest wait for the next sweep). */
+  maxPerSweep?: number;
+  /** POSTs per delivery (default 3, with backoff between them). */
+  postAttempts?: number;
+  /** The tenants' dead-letter lists' bounds (dead-letter-retention.ts; default 10,000 per tenant, 30 days). */
+  retention?: DeadLetterRetention;
+  /** Time between two retention passes of this node (default a day; the first a minute after start). */
+  retentionEveryMs?: number;
+}
+
+const BACKOFF_BASE_MS = 5_000;
+const BACKOFF_MAX_MS = 600_000;
+
+export class DeadLetterOutbox {
+  readonly #o: DeadLetterOutboxOptions;
+  readonly #inFlight = new Set<string>();
+  #cancel: (() => void) | undefined;
+  #cancelPrune: (() => void) | undefined;
+  #stopped = false;
+  #sweeping = false;
+
+  constructor(o: DeadLetterOutboxOptions) {
+    this.#o = o;
+  }
+
+  start(): void {
+    this.#stopped = false;
+    this.#arm();
+    this.#armPrune(60_000);
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#cancel?.();
+    this.#cancel = undefined;
+    this.#cancelPrune?.();
+    this.#cancelPrune = undefined;
+  }
+
+  /** One dead-letter retention pass now (also run daily once started); the number dropped. */
+  async prune(): Promise<number> {
+    const dropped = await pruneDeadLetters(this.#o.runs(), this.#o.retention ?? DEFAULT_DEAD_LETTER_RETENTION, this.#o.clock.now());
+    if (dropped > 0) this.#o.log("info", "dead letters pruned", { dropped });
+    return dropped;
+  }
+
+  #armPrune(ms: number): void {
+    if (this.#stopped) return;
+    this.#cancelPrune = this.#o.clock.setTimer(ms, () => {
+      this.prune()
+        .catch((e: unknown) => this.#o.log("warn", "dead-letter retention pass failed", { err: String(e) }))
+        .finally(() => this.#armPrune(this.#o.retentionEveryMs ?? 86_400_000));
+    });
+  }
+
+  /** Delivers one run's pending entry now (from the job shell, right after it dead-lettered it). */
+  async kick(partition: number, tenantId: string, runId: string): Promise<void> {
+    const key = outboxKey(partition, tenantId, runId);
+    const e = await this.#o.runs().get(key);
+    if (e) await this.#deliver(partition, e);
+  }
+
+  /**
+   * One pass over the held partitions' pending entries that are due: ONE list of the whole
+   * outbox (normally empty: entries live only until delivered), filtered to the held partitions,
+   * so a node's sweep costs one KV operation however many partitions it holds.
+   */
+  async sweep(): Promise<void> {
+    if (this.#sweeping) return;
+    this.#sweeping = true;
+    try {
+      const now = this.#o.clock.now();
+      const held = new Set(this.#o.held());
+      if (held.size === 0 || this.#stopped) return;
+      const due = (await this.#o.runs().list("ob.>"))
+        .map((e) => ({ e, p: Number(e.key.split(".")[1]) }))
+        .filter(({ e, p }) => held.has(p) && decode<OutboxEntry>(e.value).next_at_ms <= now)
+        .slice(0, this.#o.maxPerSweep ?? 200);
+      await Promise.all(due.map(({ e, p }) => this.#deliver(p, e)));
+    } finally {
+      this.#sweeping = false;
+    }
+  }
+
+  #arm(): void {
+    if (this.#stopped) return;
+    this.#cancel = this.#o.clock.setTimer(this.#o.sweepMs ?? 5_000, () => {
+      this.sweep()
+        .catch((e: unknown) => this.#o.log("warn", "dead-letter outbox sweep failed", { err: String(e) }))
+        .finally(() => this.#arm());
+    });
+  }
+
+  async #deliver(partition: number, e: KvEntry): Promise<void> {
+    if (this.#inFlight.has(e.key) || !this.#o.held().includes(partition)) return;
+    this.#inFlight.add(e.key);
+    try {
+      const entry = decode<OutboxEntry>(e.value);
+      const runs = this.#o.runs();
+      const target = await this.#o.webhook(entry.run.tenant_id);
+      if (!target) {
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      const r = await notifyDeadLetter(target, entry.run, {
+        nowS: () => Math.floor(this.#o.clock.now() / 1000),
+        sleep: (ms) => new Promise((done) => this.#o.clock.setTimer(ms, done)),
+        ...(this.#o.postAttempts !== undefined ? { attempts: this.#o.postAttempts } : {}),
+      });
+      // Not sent at all (the tenant's deliveries on this node are at their bound): not a try;
+      // the entry stays as it is for the next sweep.
+      if (!r.ok && r.status === undefined && r.error?.startsWith("dropped:")) return;
+      const tries = entry.tries + 1;
+      const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, tries };
+      if (r.ok || r.refused || (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)) {
+        if (!r.ok) this.#o.log("warn", "dead-letter webhook refused; not retried", { ...ids, status: r.status, err: r.error });
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      if (tries >= (this.#o.maxTries ?? 10)) {
+        this.#o.log("warn", "dead-letter webhook given up", { ...ids, status: r.status, err: r.error });
+        await runs.delete(e.key, e.revision);
+        return;
+      }
+      this.#o.log("warn", "dead-letter webhook failed; will retry", { ...ids, status: r.status, err: r.error });
+      const next_at_ms = this.#o.clock.now() + Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** (tries - 1));
+      await runs.update(e.key, encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry), e.revision);
+    } finally {
+      this.#inFlight.delete(e.key);
+    }
+  }
+}
+
+/** What `deliverDeadLetter` needs from the job shell. */
+export interface DeadLetterDeps {
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** The durable dead-letter list and webhook outbox; without it, delivered from memory. */
+  deadLetters?: DeadLetterOutbox;
+  /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
+  tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  /** Wall-clock seconds (webhook signatures). */
+  nowS?: () => number;
+  /** A sleep between a delivery's POSTs. */
+  sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * The job shell's `dead_letter` effect: logged, then POSTed (HMAC-signed) to the tenant's webhook
+ * when it has one — through the durable outbox when there is one (its keys were written with the
+ * terminal record, before the state; a crash re-delivers), otherwise at once from memory.
+ */
+export async function deliverDeadLetter(deps: DeadLetterDeps, partition: number, record: RunView): Promise<void> {
+  deps.log("warn", "run dead-lettered", { run_id: record.run_id, job_id: record.job_id, status: record.status, reason: record.reason });
+  if (deps.deadLetters) return deps.deadLetters.kick(partition, record.tenant_id, record.run_id);
+  const target = await deps.tenantWebhook?.(record.tenant_id);
+  if (!target || !deps.nowS || !deps.sleep) return;
+  const r = await notifyDeadLetter(target, record, { nowS: deps.nowS, sleep: deps.sleep });
+  if (!r.ok) deps.log("warn", "dead-letter webhook failed", { run_id: record.run_id, status: r.status, err: r.error });
+}

@@ -1,0 +1,162 @@
+/**
+ * The fleet actor's pure core: one per cluster (`fleet/fleet`), it shares the fleet's worker slots
+ * between tenants by weighted max-min fairness (fair-share.ts). Tenant actors with demand report
+ * `{demand, weight}` every FAIR_REPORT_MS; the fleet recomputes (at most every
+ * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity), answers with a share, and
+ * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
+ * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
+ * shell (fleet-shell.ts).
+ *
+ * Soft by design: shares are advice; the hard cap (`max_concurrent`) is the tenant's. A tenant
+ * silent for FLEET_STALE_MS drops out. Pitfall: a fresh fleet actor waits FLEET_WARMUP_MS before
+ * answering tenants still holding a share, so it does not hand the whole fleet to the first.
+ */
+import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
+import { KairosError } from "../lib/errors.ts";
+import { MAX_FAIR_TENANTS, maxMinShares } from "./fair-share.ts";
+import { TENANT_ACTOR, isValidId } from "../protocol/ids.ts";
+
+export const FLEET_ACTOR = "fleet";
+/** The one fleet actor's id. */
+export const FLEET_ID = "fleet";
+/** How often a tenant actor with demand reports it (tenant-actor.ts). */
+export const FAIR_REPORT_MS = 500;
+/** A tenant not heard from for this long is dropped from the computation. */
+export const FLEET_STALE_MS = 5_000;
+/** Shares are recomputed at most this often while only demands change. */
+export const FLEET_RECOMPUTE_MS = 100;
+/** A fresh fleet actor listens this long before it answers (every busy tenant reports by then). */
+export const FLEET_WARMUP_MS = 2 * FAIR_REPORT_MS;
+/** Most tenants told of a smaller share by one recomputation (the rest hear it at their next report). */
+export const PUSH_LIMIT = 1_000;
+/** Most tenants in a status reply. */
+export const STATUS_LIMIT = 1_000;
+
+interface TenantEntry {
+  demand: number;
+  weight: number;
+  seen_ms: number;
+}
+
+export interface FleetState {
+  tenants: Map<string, TenantEntry>;
+  /** The last computed shares (every tenant in `tenants` has one after a recompute). */
+  shares: Map<string, number>;
+  /** Capacity the shares were computed for. */
+  capacity: number;
+  computed_at_ms?: number;
+  /** Demands changed since the last computation. */
+  dirty: boolean;
+  /** When this incarnation heard its first message (warm-up). */
+  started_ms?: number;
+}
+
+/** What arrives on the bus. */
+export type FleetWireMsg = { kind: "demand"; tenant: string; demand: number; weight: number; held?: boolean } | { kind: "status" };
+/** What the core receives: the shell adds the capacity it observes (fleet-shell.ts). */
+export type FleetMsg = FleetWireMsg & { capacity: number };
+
+export interface FleetStatus {
+  capacity: number;
+  computed_at_ms: number | null;
+  tenants: { tenant: string; demand: number; weight: number; share: number | null }[];
+}
+export type FleetReply = { share: number | null } | FleetStatus;
+
+/** The message a tenant actor gets: its share, or null (no share: use the cap). */
+export interface ShareMsg {
+  kind: "share";
+  share: number | null;
+}
+
+function parse(raw: unknown): FleetWireMsg {
+  const m = (typeof raw === "object" && raw !== null ? raw : {}) as Record<string, unknown>;
+  if (m["kind"] === "status") return { kind: "status" };
+  const { tenant, demand, weight } = m;
+  if (m["kind"] !== "demand" || typeof tenant !== "string" || !isValidId(tenant)) {
+    throw new KairosError("invalid_argument", "fleet message must be {kind:'status'} or {kind:'demand', tenant, demand, weight}");
+  }
+  if (typeof demand !== "number" || !Number.isInteger(demand) || demand < 0 || demand > 1e9) throw new KairosError("invalid_argument", "demand must be a whole number 0-1e9", { field: "demand" });
+  if (typeof weight !== "number" || !(weight > 0 && weight <= 1e6)) throw new KairosError("invalid_argument", "weight must be a number in (0, 1e6]", { field: "weight" });
+  return { kind: "demand", tenant, demand, weight, ...(m["held"] === true ? { held: true } : {}) };
+}
+
+/** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
+function recompute(state: FleetState, now: number, capacity: number): string[] {
+  const before = state.capacity > 0 ? state.shares : new Map<string, number>();
+  for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
+  const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
+  state.shares = maxMinShares(capacity, demands);
+  // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
+  let spare = capacity;
+  let weights = 0;
+  for (const d of demands) {
+    spare -= state.shares.get(d.tenant)!;
+    weights += d.weight;
+  }
+  if (spare > 0 && weights > 0) for (const d of demands) state.shares.set(d.tenant, state.shares.get(d.tenant)! + Math.floor((spare * d.weight) / weights));
+  state.capacity = capacity;
+  state.computed_at_ms = now;
+  state.dirty = false;
+  const shrunk: string[] = [];
+  if (capacity === 0) return shrunk;
+  for (const [tenant, share] of state.shares) {
+    if (shrunk.length >= PUSH_LIMIT) break;
+    const was = before.get(tenant);
+    if (was !== undefined && share < was) shrunk.push(tenant);
+  }
+  return shrunk;
+}
+
+function status(state: FleetState, capacity: number): FleetStatus {
+  const ids = [...state.tenants.keys()].sort().slice(0, STATUS_LIMIT);
+  return {
+    capacity, computed_at_ms: state.computed_at_ms ?? null,
+    tenants: ids.map((tenant) => {
+      const t = state.tenants.get(tenant)!;
+      return { tenant, demand: t.demand, weight: t.weight, share: state.capacity > 0 ? (state.shares.get(tenant) ?? null) : null };
+    }),
+  };
+}
+
+export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetReply> {
+  return {
+    type: FLEET_ACTOR,
+    persist: false,
+    initialState: () => ({ tenants: new Map(), shares: new Map(), capacity: 0, dirty: false }),
+    parse: (raw) => parse(raw) as FleetMsg, // the capacity is added by the shell (fleet-shell.ts)
+    receive(state, msg, ctx) {
+      const now = ctx.nowMs;
+      state.started_ms ??= now;
+      const capacity = Math.max(0, Math.floor(msg.capacity));
+      if (msg.kind === "status") return { state, reply: status(state, capacity) };
+      const effects: HostEffect<never>[] = [];
+      const known = state.tenants.get(msg.tenant);
+      if (msg.demand === 0) {
+        // No demand: out of the computation (its share goes to the others at the next recompute).
+        if (known) {
+          state.tenants.delete(msg.tenant);
+          state.shares.delete(msg.tenant);
+          state.dirty = true;
+        }
+        return { state, reply: { share: null } };
+      }
+      if (!known && state.tenants.size >= MAX_FAIR_TENANTS) return { state, reply: { share: null } }; // bounded: the cap applies
+      const fresh = !known || known.weight !== msg.weight;
+      if (!known || known.demand !== msg.demand || known.weight !== msg.weight) state.dirty = true;
+      state.tenants.set(msg.tenant, { demand: msg.demand, weight: msg.weight, seen_ms: now });
+      if (msg.held && now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
+      const due = state.computed_at_ms === undefined || fresh || capacity !== state.capacity
+        || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS;
+      const shrunk = due ? recompute(state, now, capacity) : [];
+      const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
+      effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: msg.tenant }, msg: { kind: "share", share } satisfies ShareMsg });
+      // The others' smaller shares take effect now, not at their next reports (up to
+      // FAIR_REPORT_MS later, meanwhile granting into the reporter's part of the fleet).
+      for (const t of shrunk) {
+        if (t !== msg.tenant) effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: t }, msg: { kind: "share", share: state.shares.get(t)! } satisfies ShareMsg });
+      }
+      return { state, reply: { share }, effects };
+    },
+  };
+}

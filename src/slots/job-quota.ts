@@ -1,0 +1,118 @@
+/**
+ * The `max_jobs` quota: a per-tenant counter `jc.<tenant_id>` → `{ jobs }` in the `tenants`
+ * bucket, kept with CAS, so a create costs O(1) KV operations. `reserve` counts a new job before
+ * its actor is asked (422 `quota_exceeded` at the cap; a replayed create does not reserve again);
+ * `release` uncounts one, never below zero. The first use for a tenant seeds the counter from its
+ * existing jobs (concurrent seeds race on `create`). A tenant without a record has no quota.
+ *
+ * Pitfall: approximate — a create whose actor timed out keeps its reservation and a delete whose
+ * reply was lost is not uncounted; both over-count, which makes the cap stricter, never exceeded.
+ */
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { KairosError } from "../lib/errors.ts";
+import type { Tenant } from "../protocol/service.ts";
+
+interface JobCount {
+  jobs: number;
+}
+
+const MAX_CAS_RETRIES = 20;
+
+/** A pause after the i-th CAS conflict with another process: 1–2 ms doubling, at most ~100 ms. */
+const backoff = (i: number): Promise<void> =>
+  new Promise((r) => setTimeout(r, Math.min(100, 2 ** Math.min(i, 6)) * (1 + Math.random())));
+
+/** The counter's key in the `tenants` bucket. */
+export function jobCountKey(tenantId: string): string {
+  return `jc.${tenantId}`;
+}
+
+/** Reads a tenant's job count, or null when it was never counted. */
+export async function readJobCount(tenants: KvStore, tenantId: string): Promise<number | null> {
+  const e = await tenants.get(jobCountKey(tenantId));
+  return e === null ? null : decode<JobCount>(e.value).jobs;
+}
+
+export class TenantJobCounter {
+  /** Per tenant, the tail of this process's queue of counter updates (see `serial`). */
+  readonly #tails = new Map<string, Promise<unknown>>();
+
+  constructor(
+    private readonly tenants: KvStore,
+    /** How many live jobs the tenant has now (used once, to seed a missing counter). */
+    private readonly countExisting: (tenantId: string) => Promise<number>,
+  ) {}
+
+  /**
+   * Counts one more job for the tenant, or throws `quota_exceeded`. Returns false (nothing
+   * counted) when the tenant has no record.
+   */
+  reserve(tenantId: string): Promise<boolean> {
+    return this.serial(tenantId, () => this.#reserve(tenantId));
+  }
+
+  /**
+   * Counter updates of one tenant are serialised within this process: concurrent creates would
+   * otherwise race on one CAS key and exhaust their retries (64 parallel creates did). Across
+   * processes, conflicts are retried with a growing, jittered pause.
+   */
+  private async serial<T>(tenantId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#tails.get(tenantId) ?? Promise.resolve();
+    const next = prev.then(fn, fn);
+    const tail = next.catch(() => undefined);
+    this.#tails.set(tenantId, tail);
+    try {
+      return await next;
+    } finally {
+      if (this.#tails.get(tenantId) === tail) this.#tails.delete(tenantId);
+    }
+  }
+
+  async #reserve(tenantId: string): Promise<boolean> {
+    const t = await this.tenants.get(`t.${tenantId}`);
+    if (t === null) return false;
+    const max = decode<Tenant>(t.value).max_jobs;
+    const key = jobCountKey(tenantId);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      let e = await this.tenants.get(key);
+      if (e === null) {
+        const seeded = await this.tenants.create(key, encode({ jobs: await this.countExisting(tenantId) } satisfies JobCount));
+        if (!seeded.ok) continue; // another create seeded it first
+        e = await this.tenants.get(key);
+        if (e === null) continue;
+      }
+      const n = decode<JobCount>(e.value).jobs;
+      if (n >= max) {
+        throw new KairosError(
+          "quota_exceeded",
+          `max_jobs: tenant ${tenantId} has ${n} jobs and its max_jobs quota is ${max}; delete a job or raise the quota (kairos admin tenant quota ${tenantId} --max-jobs N)`,
+          { retryable: false },
+        );
+      }
+      const r = await this.tenants.update(key, encode({ jobs: n + 1 } satisfies JobCount), e.revision);
+      if (r.ok) return true;
+      await backoff(i);
+    }
+    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+  }
+
+  /** Uncounts one job (never below zero; nothing when the counter does not exist). */
+  release(tenantId: string): Promise<void> {
+    return this.serial(tenantId, () => this.#release(tenantId));
+  }
+
+  async #release(tenantId: string): Promise<void> {
+    const key = jobCountKey(tenantId);
+    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
+      const e = await this.tenants.get(key);
+      if (e === null) return;
+      const n = decode<JobCount>(e.value).jobs;
+      if (n <= 0) return;
+      const r = await this.tenants.update(key, encode({ jobs: n - 1 } satisfies JobCount), e.revision);
+      if (r.ok) return;
+      await backoff(i);
+    }
+    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+  }
+}

@@ -1,0 +1,428 @@
+/**
+ * The tenant actor's pure core: one per tenant, it hands out worker slots to the tenant's job
+ * actors within `max_concurrent`. Asks beyond the cap wait in a bounded list, earliest start first
+ * (a run due now is not kept behind one prepared minutes ahead), and are granted by message as
+ * slots come back. Grants are durable (tenant-shell.ts), so the cap holds across moves; the
+ * waiting list is soft (waiters re-ask, run-dispatch.ts). An expired grant is extended and audited
+ * with its job actor, so a lost release cannot leak a slot.
+ *
+ * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand and
+ * weight and grants only while running < min(max_concurrent, share), the share floored at 1.
+ * Without a share it falls back to max_concurrent, bounded by the fleet's advertised slots.
+ *
+ * Pitfalls: maps are mutated in place, never copied per message (too slow for a burst): an actor
+ * whose grant write fails is dropped and reloaded. `expire` and `audit` are O(grants) and rare.
+ */
+import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
+import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "../protocol/ids.ts";
+import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
+import { heapify, heapPop, heapPush } from "../lib/min-heap.ts";
+
+export interface TenantState {
+  max_concurrent: number;
+  /** The tenant's weight (from its record, with each acquire). */
+  weight: number;
+  /**
+   * The fleet's worker slots as the asking node's worker directory sees them (with each `slots`
+   * batch; absent or 0: unknown). Without a share, grants stop there too: a grant beyond every
+   * worker slot only makes a run hold a slot of the tenant while it waits for a worker.
+   */
+  fleet_slots?: number;
+  /** Fair share of the fleet's slots (soft; absent: max_concurrent applies alone). */
+  share?: number;
+  /** When the share was heard; after SHARE_TTL_MS without one it is dropped. */
+  share_at_ms?: number;
+  /** Set when the tenant became busy and has no answer yet (one grant until then, see limit). */
+  awaiting_since_ms?: number;
+  /** When the next demand report is due (armed while the tenant has demand). */
+  report_at_ms?: number;
+  /** When the last report went out, and the demand it carried. */
+  reported_at_ms?: number;
+  reported?: number;
+  /** Peak running + waiting since the last report, and over the interval before it. */
+  /** Peak running + waiting per report interval, the current one first (DEMAND_WINDOW_REPORTS). */
+  peaks: number[];
+  /** grant id (`<run_id>_<slot_seq>`) → grant expiry (ms). */
+  running: Map<string, number>;
+  /** Waiting requests by grant id (O(1) lookup and removal); granted in `order`. */
+  waiting: Map<string, Waiter>;
+  /**
+   * The waiting requests as a min-heap by (start_at_ms, seq): earliest start first, then arrival
+   * order. Lazy: an entry whose grant id left `waiting` (released, granted) or waits under a newer
+   * seq is skipped when met. Absent or emptied while requests wait (a state built by hand): rebuilt
+   * from `waiting`.
+   */
+  order?: WaitEntry[];
+  /** The last `Waiter.seq` handed out. */
+  wait_seq?: number;
+  /** When the next grant audit is due (armed while runs wait); see `audit`. */
+  audit_at_ms?: number;
+  /** When the `expire` timer is armed for (the earliest grant expiry). */
+  expire_at_ms?: number;
+}
+
+/**
+ * A grant for a run starting at least this far ahead is not urgent: its batch may gather before
+ * its write (tenant-shell.ts `GRANT_GATHER_MS`), and the node's slot broker sends its ask in the
+ * ordinary lane (slot-broker.ts `URGENT_IN_FLIGHT`).
+ */
+export const GRANT_GATHER_LEAD_MS = 10_000;
+
+/** A waiting request: its job actor, its grant's lifetime, when its run can start, its arrival number. */
+export interface Waiter {
+  job: string;
+  ttl_ms: number;
+  start_at_ms?: number;
+  seq?: number;
+  /** Its key in `order`: its start, or its arrival time when the ask named none (kept for rebuilds). */
+  at?: number;
+}
+type WaitEntry = { at: number; seq: number; id: string };
+const earlier = (a: WaitEntry, b: WaitEntry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
+
+export type TenantMsg =
+  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; start_at_ms?: number; max_concurrent?: number; weight?: number }
+  | { kind: "release"; run_id: string }
+  /** Many acquires and releases from one node's slot broker (slot-broker.ts), in one decision. */
+  | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number; fleet_slots?: number }
+  | { kind: "set_quota"; max_concurrent: number; weight?: number }
+  | { kind: "fair_report" }
+  | { kind: "share"; share: number | null }
+  | { kind: "expire" }
+  | { kind: "audit" }
+  | { kind: "status" };
+
+/** Grant writes, performed before the reply (see the module header). */
+export type TenantEffect =
+  /**
+   * `start_at_ms`: when the granted run starts — a batch of grants for runs that all start well
+   * ahead gathers before it is written (tenant-shell.ts `GRANT_GATHER_MS`). Omitted when unknown,
+   * and on grants a decision on releases only makes (they must not wait: a release never does).
+   */
+  | { kind: "put_grant"; run_id: string; expires_at_ms: number; start_at_ms?: number }
+  | { kind: "del_grant"; run_id: string }
+  /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
+  | { kind: "sync_grant"; run_id: string; start_at_ms?: number };
+
+/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run can start (absent: now). */
+export interface SlotAsk {
+  run_id: string;
+  job: string;
+  ttl_ms: number;
+  start_at_ms?: number;
+}
+
+/** Most acquires plus releases in one `slots` message (the broker's batch bound). */
+export const MAX_SLOT_BATCH = 1_024;
+
+export type TenantReply = { granted: boolean } | { granted: string[] } | { running: number; waiting: number; max_concurrent: number; limit: number; share?: number; fleet_slots?: number; awaiting_share_ms?: number } | null;
+
+export const WAITING_LIMIT = 100_000;
+/**
+ * While runs wait, every this often the tenant asks the job actor of each grant whether its run
+ * still holds the slot (`slot_audit`); a grant whose release was lost (a crash, a dropped
+ * message) is released then, instead of blocking the tenant until it expires.
+ */
+export const SLOT_AUDIT_MS = 10_000;
+/** How long an expired grant is extended while its job actor is asked whether it still holds it. */
+export const EXPIRED_GRANT_GRACE_MS = 60_000;
+/**
+ * Least time between two `expire` turns: each is O(grants), and grants made one after another
+ * expire one after another, so an `expire` armed for each expiry could run a turn per
+ * millisecond over every grant of the tenant. An expired grant is only extended and audited
+ * (never freed blindly), so handling it up to this much later changes nothing but the timing.
+ */
+export const EXPIRE_BATCH_MS = 1_000;
+/** Most grants audited per round. */
+export const AUDIT_LIMIT = 1_000;
+/** A share not confirmed for this long is dropped (the fleet actor is gone or moving). */
+export const SHARE_TTL_MS = 5_000;
+/** A busy tenant without an answer for this long stops waiting for one (the cap applies). */
+export const SHARE_WAIT_MS = 2_000;
+/** A tenant's reported demand is its peak over this many report intervals. */
+export const DEMAND_WINDOW_REPORTS = 6;
+/** Least time between two reports when a filled share holds back a grown demand. */
+export const EARLY_REPORT_MS = 50;
+/** A report this overdue is taken as lost (its timer effect skipped) and re-armed by the next message. */
+export const REPORT_LOST_MS = 10_000;
+
+/** Fair sharing between tenants (see the module header); without it the tenant caps itself only. */
+export interface TenantFairOptions {
+  /** How often a tenant with demand reports it to the fleet actor (FAIR_REPORT_MS). */
+  reportMs: number;
+}
+
+const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 && w <= 1e6;
+const validCap = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
+const validAsk = (a: unknown): a is SlotAsk => {
+  const x = a as Partial<SlotAsk> | null;
+  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0;
+};
+/** An ask's start, if it names a usable one (else it counts as due now: a bad value only reorders the tenant's own runs). */
+const startOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
+
+/** Lazy entries beyond the waiting requests' count before the heap is rebuilt (bounds its garbage). */
+const ORDER_SLACK = 1_024;
+
+/** Adds a waiting request (under a new seq) to `waiting` and to the heap. */
+function enqueue(state: TenantState, id: string, w: Waiter, now: number): void {
+  // A state without its heap (built by hand, in tests; a reloaded tenant starts with nobody waiting): the waiters it holds keep their places.
+  if (state.order === undefined) rebuildOrder(state, now);
+  const seq = (state.wait_seq ?? 0) + 1;
+  state.wait_seq = seq;
+  const entry: Waiter = { ...w, seq, at: w.start_at_ms ?? now };
+  state.waiting.set(id, entry);
+  const order = state.order!;
+  if (order.length > 2 * state.waiting.size + ORDER_SLACK) rebuildOrder(state, now);
+  else heapPush(order, { at: entry.at!, seq, id }, earlier);
+}
+
+/** The heap rebuilt from `waiting` (entries without a seq — a state built by hand — get one in map order). */
+function rebuildOrder(state: TenantState, now: number): void {
+  const order: WaitEntry[] = [];
+  for (const [id, w] of state.waiting) {
+    if (w.seq === undefined) w.seq = state.wait_seq = (state.wait_seq ?? 0) + 1;
+    w.at ??= w.start_at_ms ?? now;
+    order.push({ at: w.at, seq: w.seq, id });
+  }
+  heapify(order, earlier);
+  state.order = order;
+}
+
+/** Takes the waiting request that starts first out of `waiting` (undefined: none waits). */
+function nextWaiter(state: TenantState, now: number): [string, Waiter] | undefined {
+  if (state.waiting.size === 0) return undefined;
+  for (let rebuilt = false; ; ) {
+    const e = state.order ? heapPop(state.order, earlier) : undefined;
+    if (e === undefined) {
+      if (rebuilt) return undefined; // unreachable: a rebuilt heap holds every waiting request
+      rebuildOrder(state, now);
+      rebuilt = true;
+      continue;
+    }
+    const w = state.waiting.get(e.id);
+    if (w === undefined || (w.seq !== undefined && w.seq !== e.seq)) continue; // gone, or queued again
+    state.waiting.delete(e.id);
+    return [e.id, w];
+  }
+}
+
+export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
+  return {
+    type: TENANT_ACTOR,
+    persist: false,
+    urgentTimers: true, // its demand report must not wait behind a burst's preparation timers
+    // Every job actor of the tenant asks it for slots: in a burst its queue may hold one acquire
+    // per waiting run, which it bounds itself (WAITING_LIMIT), not the node-wide default.
+    mailboxLimit: WAITING_LIMIT,
+    initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
+    receive(state, msg, ctx) {
+      const now = ctx.nowMs;
+      const { running, waiting } = state;
+      const pre: TenantEffect[] = [];
+      const effects: HostEffect<TenantMsg>[] = [];
+      let expireAt = state.expire_at_ms;
+      const put = (id: string, exp: number, startAtMs?: number) => {
+        running.set(id, exp);
+        pre.push(startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: exp } : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs });
+        if (expireAt === undefined || exp < expireAt) expireAt = exp;
+      };
+      const del = (id: string) => {
+        if (!running.delete(id)) return;
+        pre.push({ kind: "del_grant", run_id: id });
+      };
+      let reply: TenantReply = null;
+      let fail: { code: "overloaded"; message: string } | undefined;
+      const releaseOnly = msg.kind === "release" || (msg.kind === "slots" && (!Array.isArray(msg.acquire) || msg.acquire.length === 0));
+      if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+      if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
+      if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
+        if (msg.fleet_slots > 0) state.fleet_slots = msg.fleet_slots;
+        else delete state.fleet_slots;
+      }
+      // Grants are made while running < limit(): the cap, and the fair share when there is one.
+      // The share's expiry and the wait for a first answer are judged here too, not only when the
+      // report timer runs: that timer can lag far behind in a saturated node (200,000 burst: ten
+      // tenants granted one run at a time for 97 s, their first report never sent).
+      const limit = () => {
+        if (state.share !== undefined && (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)) return Math.min(state.max_concurrent, Math.max(1, state.share));
+        if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
+        return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
+      };
+      /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
+      const acquire = (id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" => {
+        const held = running.get(id);
+        if (held !== undefined) {
+          if (held !== now + ttlMs) put(id, now + ttlMs, startAtMs);
+          else pre.push(startAtMs === undefined ? { kind: "sync_grant", run_id: id } : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs }); // its write may still be in flight
+          return "granted";
+        }
+        if (running.size < limit() && waiting.size === 0) {
+          put(id, now + ttlMs, startAtMs);
+          return "granted";
+        }
+        if (waiting.has(id)) return "waiting";
+        if (waiting.size >= WAITING_LIMIT) return "overloaded";
+        enqueue(state, id, { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }, now);
+        return "waiting";
+      };
+      switch (msg.kind) {
+        case "acquire": {
+          const got = acquire(msg.run_id, msg.job, msg.ttl_ms, startOf(msg.start_at_ms));
+          if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
+          else reply = { granted: got === "granted" };
+          break;
+        }
+        case "slots": {
+          // Releases first (they make room), then the acquires earliest start first; a malformed item is
+          // skipped (its run asks again), an overloaded one is simply not granted.
+          const granted: string[] = [];
+          const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
+          for (const id of rel) {
+            if (typeof id !== "string") continue;
+            del(id);
+            waiting.delete(id);
+          }
+          // Earliest start first within the batch too (a stable sort: ties in the order asked), or
+          // free slots would go to its first asks — runs prepared minutes ahead — before a run due now.
+          const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : []).filter(validAsk)
+            .map((a) => ({ a, at: startOf(a.start_at_ms) ?? now }))
+            .sort((x, y) => x.at - y.at);
+          for (const { a } of asks) {
+            if (acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted") granted.push(a.run_id);
+          }
+          reply = { granted };
+          break;
+        }
+        case "release":
+          del(msg.run_id);
+          waiting.delete(msg.run_id);
+          break;
+        case "set_quota":
+          state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+          break;
+        case "expire": {
+          // A grant past its expiry is not dropped blindly (its run may still wait for a flexible
+          // start or a free worker): it is extended and audited; the job releases it if unheld.
+          const expired: string[] = [];
+          for (const [id, exp] of running) if (exp <= now) expired.push(id);
+          expireAt = undefined;
+          for (const [, exp] of running) if (exp > now && (expireAt === undefined || exp < expireAt)) expireAt = exp;
+          if (expireAt !== undefined) expireAt = Math.max(expireAt, now + EXPIRE_BATCH_MS);
+          for (const id of expired) {
+            const jobId = jobIdOfRun(splitGrant(id).run_id);
+            if (!jobId) {
+              del(id);
+              continue;
+            }
+            put(id, now + EXPIRED_GRANT_GRACE_MS);
+            effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id: id } });
+          }
+          break;
+        }
+        case "audit": {
+          let n = 0;
+          for (const run_id of running.keys()) {
+            if (n++ >= AUDIT_LIMIT) break;
+            const jobId = jobIdOfRun(splitGrant(run_id).run_id);
+            if (jobId) effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id } });
+          }
+          delete state.audit_at_ms;
+          break;
+        }
+        case "status":
+          reply = {
+            running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent, limit: limit(),
+            ...(state.share !== undefined ? { share: state.share } : {}),
+            ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),
+            ...(state.awaiting_since_ms !== undefined ? { awaiting_share_ms: now - state.awaiting_since_ms } : {}),
+          };
+          break;
+        case "share":
+          if (!fair || state.report_at_ms === undefined) break; // a late answer to an idle tenant
+          if (msg.share === null) delete state.share;
+          else if (Number.isInteger(msg.share) && msg.share >= 0) state.share = msg.share;
+          else break;
+          state.share_at_ms = now;
+          delete state.awaiting_since_ms;
+          break;
+        case "fair_report":
+          if (fair) report(state, fair, now, effects, ctx.id);
+          break;
+      }
+      // Grant waiting requests while there is room (earliest start first).
+      while (waiting.size > 0 && running.size < limit()) {
+        const next = nextWaiter(state, now);
+        if (!next) break;
+        const [run_id, w] = next;
+        // Named without a start (so not gathered) when this decision is a release only: a node's
+        // release lane is one batch, and a release must not wait behind a gathering grant.
+        put(run_id, now + w.ttl_ms, releaseOnly ? undefined : w.start_at_ms);
+        effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
+      }
+      if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go
+      // The expiry timer: at the earliest grant expiry (a later put never moves it later).
+      if (running.size === 0) expireAt = undefined;
+      if (expireAt !== undefined && expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: expireAt, msg: { kind: "expire" } });
+      if (expireAt === undefined) delete state.expire_at_ms;
+      else state.expire_at_ms = expireAt;
+      if (waiting.size > 0 && (state.audit_at_ms === undefined || state.audit_at_ms <= now)) {
+        state.audit_at_ms = now + SLOT_AUDIT_MS;
+        effects.push({ kind: "timer", name: "audit", atMs: state.audit_at_ms, msg: { kind: "audit" } });
+      }
+      if (fair) armReport(state, fair, now, effects);
+      return { state, reply, effects, pre, ...(fail ? { fail } : {}) };
+    },
+  };
+}
+
+/** The `fair_report` timer: sends the demand (peak of the window, capped) to the fleet actor. */
+function report(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[], tenant: string): void {
+  const current = state.running.size + state.waiting.size;
+  const demand = Math.min(state.max_concurrent, Math.max(current, ...state.peaks));
+  state.peaks.unshift(current);
+  if (state.peaks.length > DEMAND_WINDOW_REPORTS) state.peaks.length = DEMAND_WINDOW_REPORTS;
+  if (state.share_at_ms !== undefined && now - state.share_at_ms > SHARE_TTL_MS) {
+    delete state.share; // not confirmed for too long: the fleet actor is gone
+    delete state.share_at_ms;
+  }
+  if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS) delete state.awaiting_since_ms; // no answer: the cap
+  effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight, ...(state.share !== undefined ? { held: true } : {}) } });
+  state.reported = demand;
+  state.reported_at_ms = now;
+  if (demand > 0) {
+    state.report_at_ms = now + fair.reportMs;
+    effects.push({ kind: "timer", name: "fair", atMs: state.report_at_ms, msg: { kind: "fair_report" } });
+  } else {
+    // Idle: out of the fleet's computation; a new burst starts unconstrained by a stale share.
+    delete state.report_at_ms;
+    delete state.share;
+    delete state.share_at_ms;
+    delete state.awaiting_since_ms;
+  }
+}
+
+/** After every message: track the peak demand; arm the first report, or an early one. O(1). */
+function armReport(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[]): void {
+  const current = state.running.size + state.waiting.size;
+  if (current > (state.peaks[0] ?? 0)) state.peaks[0] = current;
+  if (current === 0) return;
+  let at = state.report_at_ms;
+  if (at === undefined) {
+    at = now; // busy from idle: report now, grant one run until the answer
+    if (state.share === undefined) state.awaiting_since_ms = now;
+  }
+  // Overdue: its timer was lost (a timer set in a turn whose effects were skipped, e.g. the
+  // partition's trust lapsed meanwhile). Without this, the tenant never reports again while it
+  // stays loaded, and the fleet forgets it (fairness benchmark: only the small tenant listed).
+  // Only when overdue by far more than any timer lag of a working node: re-arming moves the
+  // timer behind every overdue timer of the node, so re-arming it often would starve it.
+  else if (at < now - REPORT_LOST_MS) at = now;
+  else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
+    // Held back by a share it had filled: its demand grew, so ask again soon.
+    at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));
+  }
+  if (at === state.report_at_ms) return;
+  state.report_at_ms = at;
+  effects.push({ kind: "timer", name: "fair", atMs: at, msg: { kind: "fair_report" } });
+}

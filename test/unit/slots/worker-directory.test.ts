@@ -1,0 +1,212 @@
+/** The worker directory on a FakeClock and a seeded Random: pick, reservations, markFull, expiry. */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { BusSubscribeOptions } from "../../../src/cluster/bus.ts";
+import { encode } from "../../../src/cluster/codec.ts";
+import { FakeClock } from "../../../src/lib/clock.ts";
+import { seededRandom } from "../../../src/lib/random.ts";
+import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
+import { workerSubject } from "../../../src/protocol/worker.ts";
+import { StallClock, stubBus } from "../../support/stall.ts";
+
+const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
+
+/** A started directory (expiry 1,500 ms: a 500 ms tick) on a stall clock; `advertise` delivers an advert. */
+function started() {
+  const clock = new StallClock();
+  const subs = new Map<string, BusSubscribeOptions>();
+  const bus = stubBus(subs);
+  const dir = new WorkerDirectory(clock, seededRandom(9), 1_500, { optimistic: true });
+  dir.start(bus, "c");
+  const advertise = (worker_id: string, free: number) =>
+    subs.get("kairos.c.adverts.*")!.callback(null, { subject: `kairos.c.adverts.${worker_id}`, data: encode(advert(worker_id, free)), respond: () => undefined });
+  return { clock, dir, subs, advertise };
+}
+
+describe("worker directory", () => {
+  it("picks the worker with the most free slots, counting its own reservations", () => {
+    const clock = new FakeClock(1_000);
+    const dir = new WorkerDirectory(clock, seededRandom(1), 5_000);
+    dir.observe(advert("a", 1));
+    dir.observe(advert("b", 3));
+    const picks = Array.from({ length: 4 }, () => dir.pick());
+    // b:3 → b (2 left) → b or a tie (2 vs 1: b) → then a/b tie at 1 → ...; 4 slots in all
+    assert.equal(picks[0], "b");
+    assert.equal(picks[1], "b");
+    assert.deepEqual([...picks].sort(), ["a", "b", "b", "b"]);
+    assert.equal(dir.pick(), undefined, "all reserved");
+  });
+
+  it("a heartbeat resets the reservations; a worker with no free slot is never picked", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(2), 5_000);
+    dir.observe(advert("a", 0));
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 1));
+    assert.equal(dir.pick(), "a");
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 1));
+    assert.equal(dir.pick(), "a");
+  });
+
+  it("exclude skips workers that just refused", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(3), 5_000);
+    dir.observe(advert("a", 4));
+    dir.observe(advert("b", 1));
+    assert.equal(dir.pick(new Set(["a"])), "b");
+    assert.equal(dir.pick(new Set(["a", "b"])), undefined);
+  });
+
+  it("markFull stops offering a worker until its next heartbeat", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(4), 5_000);
+    dir.observe(advert("a", 4));
+    dir.observe(advert("b", 1));
+    dir.markFull("a");
+    assert.equal(dir.pick(), "b");
+    assert.equal(dir.pick(), undefined);
+    dir.markFull("nobody");
+    dir.observe(advert("a", 4));
+    assert.equal(dir.pick(), "a");
+  });
+
+  it("forgets a worker after expireAfterMs without a heartbeat", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(5), 5_000);
+    dir.observe(advert("a", 2));
+    clock.advance(5_000);
+    assert.equal(dir.size, 1);
+    assert.equal(dir.pick(), "a", "exactly at the limit it is still alive");
+    clock.advance(1);
+    assert.equal(dir.pick(), undefined);
+    assert.equal(dir.size, 0);
+  });
+
+  it("ties are broken by the seeded random, so both equal workers get picked over many rounds", () => {
+    const dir = new WorkerDirectory(new FakeClock(0), seededRandom(6), 5_000);
+    const seen = new Set<string>();
+    for (let i = 0; i < 20; i++) {
+      dir.observe(advert("a", 1));
+      dir.observe(advert("b", 1));
+      seen.add(dir.pick()!);
+    }
+    assert.deepEqual([...seen].sort(), ["a", "b"]);
+  });
+
+  it("capacity: the slots of workers heard from within expireAfterMs, busy or not", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(7), 5_000);
+    assert.equal(dir.capacity(), 0);
+    dir.observe(advert("a", 0, 8));
+    clock.advance(3_000);
+    dir.observe(advert("b", 2, 4));
+    assert.equal(dir.capacity(), 12);
+    clock.advance(2_001);
+    assert.equal(dir.capacity(), 4, "a is silent for too long");
+  });
+
+  it("optimistic: with every advertised slot reserved, offers still go to a worker that has not refused (≤ its slots per heartbeat)", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(8), 5_000, { optimistic: true });
+    dir.observe(advert("a", 1, 3));
+    dir.observe(advert("b", 0, 2));
+    assert.equal(dir.pick(), "a", "an advertised free slot first");
+    const hopeful = [dir.pick(), dir.pick(), dir.pick(), dir.pick()];
+    assert.deepEqual([...hopeful].sort(), ["a", "a", "b", "b"], "then the least over-reserved, up to each worker's slots");
+    assert.equal(dir.pick(), undefined);
+    dir.observe(advert("a", 0, 3));
+    dir.markFull("a");
+    assert.equal(dir.pick(), undefined, "a refused since its heartbeat; b is at its slots");
+    dir.observe(advert("a", 0, 3));
+    assert.equal(dir.pick(), "a", "a new heartbeat clears the refusal");
+  });
+
+  it("busy is not dead: a loop stalled past the expiry still sees the workers it could not hear", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2);
+    clock.t = 10_000; // 10 s without a turn: no tick ran, no advert was processed
+    assert.equal(dir.capacity(), 4, "before the fix: 0 — the fleet actor shared no slots");
+    assert.equal(dir.pick(), "a", "before the fix: no worker to pick");
+    clock.runTimers(); // the late tick credits the deaf time
+    assert.equal(dir.capacity(), 4);
+    assert.equal(dir.size, 1);
+  });
+
+  it("a worker silent while the directory listens is forgotten after the expiry", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2);
+    advertise("b", 2);
+    for (let t = 500; t <= 1_500; t += 500) {
+      clock.t = t;
+      clock.runTimers();
+      advertise("b", 2);
+    }
+    assert.equal(dir.capacity(), 8, "exactly at the expiry a is still counted");
+    clock.t = 1_501;
+    assert.equal(dir.capacity(), 4, "a silent for longer than the expiry while ticks ran on time");
+    assert.equal(dir.pick(), "b");
+  });
+
+  it("a dead worker is still forgotten when the ticks keep running late: the credit is capped", () => {
+    const { clock, dir, advertise } = started();
+    advertise("a", 2); // heard at 0, never again
+    clock.t = 5_000; // a tick 4,500 ms late: credited, seen 4,500
+    clock.runTimers();
+    assert.equal(dir.capacity(), 4, "a stall drops nobody");
+    clock.t = 10_000; // another 4,500 ms late: capped at heard + expiry + the longest stretch (6,000)
+    clock.runTimers();
+    assert.equal(dir.capacity(), 0, "credited without a cap it stays (seen 9,000): a dead worker kept for as long as the ticks run late");
+  });
+
+  it("a stall followed by shorter late ticks still gives each worker an expiry of listening", () => {
+    const { clock, dir, advertise } = started();
+    clock.t = 400;
+    advertise("a", 2);
+    clock.t = 500;
+    clock.runTimers();
+    clock.t = 10_000; // deaf 9,000
+    clock.runTimers();
+    clock.t = 11_200; // deaf 700: capped by this stretch alone, seen fell back to 400 + 1,500 + 700
+    clock.runTimers();
+    assert.equal(dir.capacity(), 4, "listened ~1,100 ms since the stall: too soon to judge");
+  });
+
+  it("stop unsubscribes and cancels the tick", () => {
+    const { clock, dir, subs } = started();
+    assert.equal(clock.timers.size, 1);
+    dir.stop();
+    assert.equal(clock.timers.size, 0);
+    assert.equal(subs.size, 0);
+    dir.observe(advert("a", 2));
+    clock.t += 1_501;
+    assert.equal(dir.capacity(), 0, "stopped, it judges by the clock (its last tick would freeze it)");
+  });
+
+  it("worker subjects are per cluster and worker", () => {
+    assert.equal(workerSubject("c1", "w7", "start"), "kairos.c1.worker.w7.start");
+  });
+});
+
+describe("worker directory: who may advertise", () => {
+  it("takes an advert only on its own worker's subject", () => {
+    const subs = new Map<string, BusSubscribeOptions>();
+    const dir = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500);
+    const refused: string[] = [];
+    const d2 = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500, { onRefused: (subject, reason) => refused.push(`${subject}: ${reason}`) });
+    dir.start(stubBus(subs), "c");
+    const cb = subs.get("kairos.c.adverts.*")!.callback;
+    const send = (subject: string, a: unknown) => cb(null, { subject, data: encode(a), respond: () => undefined });
+    send("kairos.c.adverts.w1", advert("w2", 4)); // w1 speaking for w2
+    send("$KV.c_idem.w2", advert("w2", 4)); // a JetStream push delivery under its own subject
+    send("kairos.c.adverts.w3", { worker_id: "w3" }); // malformed
+    assert.equal(dir.size, 0);
+    send("kairos.c.adverts.w2", advert("w2", 4));
+    assert.equal(dir.pick(), "w2");
+    const subs2 = new Map<string, BusSubscribeOptions>();
+    d2.start(stubBus(subs2), "c");
+    subs2.get("kairos.c.adverts.*")!.callback(null, { subject: "kairos.c.adverts.w1", data: encode(advert("w2", 4)), respond: () => undefined });
+    assert.deepEqual(refused, ['kairos.c.adverts.w1: advert names worker "w2"']);
+    dir.stop();
+    d2.stop();
+  });
+});
+
