@@ -1,0 +1,187 @@
+/**
+ * What the parts of an actor host share: its options, the registered types, the actors in
+ * memory (one `Instance` each) and the partitions it accepts, and the parts themselves (mailbox,
+ * turns, persistence, reminders, passivation), wired by host.ts. Also activation (`adopt`), the
+ * host effects of a decision, and dropping an actor.
+ */
+import type { Clock } from "../lib/clock.ts";
+import type { EventBus } from "../cluster/events.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { partitionOf } from "../cluster/placement.ts";
+import type { ActorContext, HostEffect } from "./actor.ts";
+import type { Mailbox } from "./mailbox.ts";
+import type { Passivation } from "./passivation.ts";
+import type { Persistence, ReadBack } from "./persistence.ts";
+import type { ActorRegistration } from "./registration.ts";
+import type { Reminders } from "./reminders.ts";
+import type { Turns } from "./turn.ts";
+
+export interface HostOptions {
+  nodeId: string;
+  clock: Clock;
+  events: EventBus;
+  kv: KvStore;
+  partitions: number;
+  isTrusted: (partition: number) => boolean;
+  epochOf: (partition: number) => number | undefined;
+  /** Sends a message to another actor (through the router). */
+  send: (to: { type: string; id: string }, msg: unknown) => Promise<unknown>;
+  mailboxLimit: number;
+  idleMs: number;
+  onError: (msg: string, err: unknown) => void;
+  /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
+  timerTurnsInFlight?: number;
+  /** Most turns of persisted actor types in flight on the node; default `TURNS_IN_FLIGHT`. */
+  turnsInFlight?: number;
+  /** How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default `WARM_MS`. */
+  warmMs?: number;
+}
+
+export interface Envelope {
+  msg: unknown;
+  resolve: (v: unknown) => void;
+  reject: (e: unknown) => void;
+  /** Its `coalesceKey`: copies may join it until its turn begins (see `Instance.coalesced`). */
+  coalesce?: string;
+}
+
+export interface Instance {
+  readonly type: string;
+  readonly id: string;
+  readonly key: string;
+  readonly partition: number;
+  readonly reg: ActorRegistration;
+  state: unknown;
+  revision: number;
+  /** Partition epoch stamped in the stored state (0: never written or unknown). */
+  storedEpoch: number;
+  loaded: boolean;
+  /** Arrival times by arrival key (bounded), see ActorContext.arrivalMs; made at the first (~180 bytes a job actor that has none). */
+  arrivals?: Map<string, number>;
+  mailbox: Envelope[];
+  /**
+   * Queued messages that copies may join, by `coalesceKey` (see ActorDefinition): registered
+   * before the message can begin, removed as its turn begins (never later: a copy must not be
+   * answered by a decision made before it arrived).
+   */
+  coalesced?: Map<string, { env: Envelope; reply: Promise<unknown> }>;
+  running: boolean;
+  /** A turn is being decided or performed (not merely waiting for admission, `TURNS_IN_FLIGHT`). */
+  inTurn: boolean;
+  dropped: boolean;
+  lastActiveMs: number;
+}
+
+export interface HostParts {
+  readonly mailbox: Mailbox;
+  readonly turns: Turns;
+  readonly persistence: Persistence;
+  readonly reminders: Reminders;
+  readonly passivation: Passivation;
+}
+
+export class HostCore {
+  readonly o: HostOptions;
+  readonly types = new Map<string, ActorRegistration>();
+  readonly actors = new Map<string, Instance>();
+  readonly accepting = new Set<number>();
+  #parts: HostParts | undefined;
+
+  constructor(o: HostOptions) {
+    this.o = o;
+  }
+
+  /** The parts, set once by the host that made them. */
+  get parts(): HostParts {
+    return this.#parts!;
+  }
+  set parts(p: HostParts) {
+    this.#parts = p;
+  }
+
+  /** The partition an actor's address falls in. */
+  partitionOf(type: string, id: string): number {
+    return partitionOf({ type, id }, this.o.partitions);
+  }
+
+  /** The actor's instance in memory, made (not loaded) if there is none. */
+  instance(reg: ActorRegistration, type: string, id: string, partition: number): Instance {
+    const key = `${type}.${partition}.${id}`;
+    let inst = this.actors.get(key);
+    if (!inst) {
+      inst = {
+        type,
+        id,
+        key,
+        partition,
+        reg,
+        state: undefined,
+        revision: 0,
+        storedEpoch: 0,
+        loaded: false,
+        mailbox: [],
+        running: false,
+        inTurn: false,
+        dropped: false,
+        lastActiveMs: this.o.clock.now(),
+      };
+      this.actors.set(key, inst);
+    }
+    return inst;
+  }
+
+  ctx(inst: Instance, nowMs: number): Required<ActorContext> {
+    return {
+      id: inst.id,
+      nowMs,
+      arrivalMs: (k) => inst.arrivals?.get(k),
+      pending: (k) => inst.coalesced?.has(k) === true,
+    };
+  }
+
+  /** Activation: the state read back (or soft, or initial) becomes the actor's; `onActivate` runs. */
+  adopt(inst: Instance, stored: ReadBack | null, revision: number, soft?: unknown): void {
+    const def = inst.reg.definition;
+    inst.state = stored ? stored.s : soft !== undefined ? soft : def.initialState(inst.id);
+    inst.storedEpoch = stored?.e ?? 0;
+    inst.revision = revision;
+    inst.loaded = true;
+    this.o.events.emit({
+      type: "actor_activated",
+      actorType: inst.type,
+      id: inst.id,
+      partition: inst.partition,
+    });
+    const fx =
+      inst.reg.definition.onActivate?.(inst.state, this.ctx(inst, this.o.clock.now())) ?? [];
+    this.hostEffects(inst, fx);
+  }
+
+  hostEffects(inst: Instance, effects: readonly HostEffect<unknown>[]): void {
+    const { reminders, passivation } = this.parts;
+    for (const fx of effects) {
+      switch (fx.kind) {
+        case "timer":
+          reminders.arm(inst, fx.name, fx.atMs, fx.msg);
+          if (fx.name === inst.reg.definition.warmTimer) passivation.warmAhead(inst, fx.atMs);
+          break;
+        case "cancel_timer":
+          reminders.cancel(inst, fx.name);
+          if (fx.name === inst.reg.definition.warmTimer) passivation.cancelWarm(inst);
+          break;
+        case "send":
+          this.o
+            .send(fx.to, fx.msg)
+            .catch((e: unknown) =>
+              this.o.onError(`send from ${inst.type}/${inst.id} to ${fx.to.type}/${fx.to.id}`, e),
+            );
+          break;
+      }
+    }
+  }
+
+  drop(inst: Instance, _reason: string): void {
+    inst.dropped = true;
+    if (this.actors.get(inst.key) === inst) this.actors.delete(inst.key);
+  }
+}

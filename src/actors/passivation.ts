@@ -1,0 +1,142 @@
+/**
+ * Passivation: actors idle for `idleMs` with an empty mailbox leave memory (their timers stay
+ * armed) — unless their type's `keepLoaded` says so, or their `warmTimer` fires within `warmMs`.
+ * A passivated actor is read back that long before its `warmTimer` (at most
+ * `WARM_LOADS_IN_FLIGHT` loads at once, a background lane), so its timer finds it in memory.
+ */
+import { isKairosError } from "../lib/errors.ts";
+import { partitionOf } from "../cluster/placement.ts";
+import { TimerQueue } from "../cluster/timer-queue.ts";
+import type { HostCore, Instance } from "./host-core.ts";
+import type { ActorRegistration } from "./registration.ts";
+import { timerKey } from "./reminders.ts";
+
+/**
+ * How long before its `warmTimer` (a job's `fire`) an actor is read back and kept in memory. Job
+ * actors passivate a minute after their last message; a top-of-the-hour burst read 166,000 of
+ * 200,000 back in its look-ahead window (a minute then) (one KV get, a decode and the re-arming of its timers
+ * each, ~8 % of the scheduler's main thread then), when the same work fits in the quiet minutes
+ * before.
+ */
+export const WARM_MS = 120_000;
+/** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
+export const WARM_LOADS_IN_FLIGHT = 16;
+
+export class Passivation {
+  readonly #c: HostCore;
+  /** Ahead-of-time loads (see `warmTimer`): due ones wait in `#warmDue`, at most `WARM_LOADS_IN_FLIGHT` run. */
+  readonly #warmMs: number;
+  readonly #warm: TimerQueue<{ type: string; id: string }>;
+  #warmDue: { type: string; id: string }[] = [];
+  #warmHead = 0;
+  #warmLoads = 0;
+  #warmed = 0;
+
+  constructor(c: HostCore) {
+    this.#c = c;
+    const { o } = c;
+    this.#warmMs = o.warmMs ?? WARM_MS;
+    if (!Number.isFinite(this.#warmMs) || this.#warmMs < 0)
+      throw new RangeError(`warmMs must be >= 0, got ${this.#warmMs}`);
+    this.#warm = new TimerQueue(o.clock, (_k, a) => {
+      this.#warmDue.push(a);
+      this.#pumpWarm();
+    });
+  }
+
+  /** Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not count). */
+  get warmed(): number {
+    return this.#warmed;
+  }
+
+  /** Starts due ahead-of-time loads while fewer than `WARM_LOADS_IN_FLIGHT` run. */
+  #pumpWarm(): void {
+    const c = this.#c;
+    const { o } = c;
+    while (this.#warmLoads < WARM_LOADS_IN_FLIGHT && this.#warmHead < this.#warmDue.length) {
+      const a = this.#warmDue[this.#warmHead++]!;
+      if (this.#warmHead === this.#warmDue.length) {
+        this.#warmDue = [];
+        this.#warmHead = 0;
+      } else if (this.#warmHead > 1024 && this.#warmHead * 2 > this.#warmDue.length) {
+        this.#warmDue.splice(0, this.#warmHead); // served entries do not stay in memory
+        this.#warmHead = 0;
+      }
+      const reg = c.types.get(a.type);
+      const partition = partitionOf(a, o.partitions);
+      if (!reg || !c.accepting.has(partition) || !o.isTrusted(partition)) continue;
+      // Still worth it: its timer still armed and that close (not cancelled, moved, fired or
+      // dropped with its partition while this entry waited for a free load).
+      if (!this.#warmTimerClose(reg, partition, a.id, o.clock.now())) continue;
+      const inst = c.instance(reg, a.type, a.id, partition);
+      if (inst.loaded || inst.running || inst.mailbox.length > 0) continue; // in memory, or on its way
+      this.#warmLoads++;
+      c.parts.mailbox
+        .loadAhead(inst)
+        // A failed load is redone by the timer's own message; only the unexpected is reported.
+        .then(
+          () => void this.#warmed++,
+          (e: unknown) => {
+            if (!isKairosError(e, "not_owner"))
+              o.onError(`loading ${a.type}/${a.id} ahead of its timer`, e);
+          },
+        )
+        .finally(() => {
+          this.#warmLoads--;
+          this.#pumpWarm();
+        });
+    }
+  }
+
+  /** A `warmTimer` armed at `atMs`: the actor is loaded `warmMs` before it if passivated by then. */
+  warmAhead(inst: Instance, atMs: number): void {
+    if (this.#warmMs === 0) return;
+    // Loaded ahead if it is passivated by then (a timer closer than that keeps it in memory).
+    const key = `${inst.partition}|${inst.type}|${inst.id}`;
+    if (atMs - this.#warmMs > this.#c.o.clock.now())
+      this.#warm.schedule(key, atMs - this.#warmMs, { type: inst.type, id: inst.id });
+    else this.#warm.cancel(key);
+  }
+
+  /** The `warmTimer` was cancelled: no load ahead. */
+  cancelWarm(inst: Instance): void {
+    this.#warm.cancel(`${inst.partition}|${inst.type}|${inst.id}`);
+  }
+
+  /** Passivates actors idle longer than `idleMs` (timers stay armed). */
+  sweep(): void {
+    const c = this.#c;
+    const now = c.o.clock.now();
+    for (const a of c.actors.values()) {
+      if (this.#mayPassivate(a, now)) {
+        c.actors.delete(a.key);
+        c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
+      }
+    }
+  }
+
+  /** Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer` keeps it. */
+  #mayPassivate(a: Instance, now: number): boolean {
+    if (a.running || a.mailbox.length > 0 || now - a.lastActiveMs <= this.#c.o.idleMs) return false;
+    if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;
+    return !this.#warmTimerClose(a.reg, a.partition, a.id, now);
+  }
+
+  /** Whether the actor's `warmTimer` is armed and fires within `warmMs`. */
+  #warmTimerClose(reg: ActorRegistration, partition: number, id: string, now: number): boolean {
+    const name = reg.definition.warmTimer;
+    if (name === undefined || this.#warmMs === 0) return false;
+    const due = this.#c.parts.reminders
+      .queue(reg.definition.type)
+      .dueOf(timerKey(partition, reg.definition.type, id, name));
+    return due !== undefined && due - now <= this.#warmMs;
+  }
+
+  dropPartition(partition: number): void {
+    this.#warm.cancelPrefix(`${partition}|`);
+  }
+
+  stop(): void {
+    this.#warm.stop();
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * What a node registers for an actor type with its host (host.ts): the pure definition
+ * (actor.ts) and the shell around it — effect performers, and loaders for soft-state types and
+ * for adjusting a persisted state read back. `ShellContext` is what the performers get.
+ */
+import type { AnyActorDefinition } from "./actor.ts";
+
+/** Shell services available to type-specific effect performers. */
+export interface ShellContext {
+  readonly address: { type: string; id: string };
+  readonly partition: number;
+  readonly epoch: number;
+  readonly nodeId: string;
+  /** True while this node may still act for the actor (partition trusted, instance current). */
+  stillOwner(): boolean;
+  /** Sends a message to this same actor (it queues behind the current one). */
+  tell(msg: unknown): void;
+}
+
+export interface ActorRegistration {
+  readonly definition: AnyActorDefinition;
+  /**
+   * Performs the decision's `pre` effects before the state write. May return follow-up messages,
+   * which this actor processes next, before anything else in its mailbox.
+   */
+  perform?(pre: readonly unknown[], ctx: ShellContext): Promise<readonly unknown[] | void>;
+  /** Performs the decision's `post` effects after the state write (not awaited by the reply). */
+  performPost?(post: readonly unknown[], ctx: ShellContext): void;
+  /**
+   * For soft-state types (`persist: false`) whose state is rebuilt from elsewhere on activation
+   * (e.g. a tenant's slot grants, one KV key each): resolves to the state to start from.
+   */
+  loadSoft?(id: string, partition: number): Promise<unknown>;
+  /**
+   * For persisted types: adjusts a state just read back from KV (after the definition's `onLoad`)
+   * with what other keys say, before the actor's first decision and its `onActivate` — e.g. a
+   * job's runs whose end was a deferred state change (their terminal records say they ended).
+   * A failure fails the activation (retried like any load).
+   */
+  reconcile?(state: unknown, at: { partition: number; id: string }): Promise<unknown>;
+  /**
+   * For soft-state types: `pre` effects are started in message order and the state applied at
+   * once, so the next message does not wait for them; this message's reply, host effects (sends,
+   * timers) and post effects wait until its `pre` effects are done. Durable before visible,
+   * without one KV round trip per message in series (a tenant's grants in a burst).
+   */
+  readonly pipelinePre?: boolean;
+}
