@@ -2,7 +2,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { measure, turnarounds, waterFill } from "../../../bench/fleet.ts";
-import type { RunView } from "../../../src/jobs/model.ts";
+import type { RunView } from "../../../src/protocol/model.ts";
 
 const T = Date.UTC(2026, 0, 1);
 const iso = (ms: number) => new Date(T + ms).toISOString();
