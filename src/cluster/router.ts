@@ -110,6 +110,11 @@ export class ActorRouter {
     return this.#o.clock.now();
   }
 
+  /** The clock the router's waits run on (for callers pacing their own retries alike). */
+  get clock(): Clock {
+    return this.#o.clock;
+  }
+
   async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {
     const { nc, clock } = this.#o;
     const p = partitionOf(addr, this.#o.partitions);

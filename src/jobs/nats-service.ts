@@ -53,7 +53,7 @@ export class NatsJobsService implements JobsService {
     /** Seals `task.secret_env` (needs the cluster secret key); none: secrets are refused. */
     private readonly secrets?: SecretEnvStore,
   ) {
-    this.#quota = new TenantJobCounter(buckets.tenants, async (tenantId) => (await this.#liveJobs(tenantId)).length);
+    this.#quota = new TenantJobCounter(buckets.tenants, async (tenantId) => (await this.#liveJobs(tenantId)).length, { clock: router.clock, random });
   }
 
   /** Every live job state of a tenant (a list of its job actors' state). */

@@ -12,6 +12,7 @@
  * Pitfall: delivery is at-least-once — a replay or a partition move can deliver twice; receivers
  * dedupe on `run.run_id` (also the `Kairos-Delivery-Id` header).
  */
+import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvEntry, KvStore } from "../cluster/kv.ts";
@@ -63,8 +64,8 @@ export interface DeadLetterOutboxOptions {
   retentionEveryMs?: number;
 }
 
-const BACKOFF_BASE_MS = 5_000;
-const BACKOFF_MAX_MS = 600_000;
+/** The wait before a failed delivery's next try: 5 s doubling, at most 10 minutes. */
+const DELIVERY_BACKOFF: BackoffPolicy = { baseMs: 5_000, maxMs: 600_000 };
 
 export class DeadLetterOutbox {
   readonly #o: DeadLetterOutboxOptions;
@@ -178,7 +179,7 @@ export class DeadLetterOutbox {
         return;
       }
       this.#o.log("warn", "dead-letter webhook failed; will retry", { ...ids, status: r.status, err: r.error });
-      const next_at_ms = this.#o.clock.now() + Math.min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** (tries - 1));
+      const next_at_ms = this.#o.clock.now() + backoffMs(tries - 1, DELIVERY_BACKOFF);
       await runs.update(e.key, encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry), e.revision);
     } finally {
       this.#inFlight.delete(e.key);

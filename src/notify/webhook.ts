@@ -14,6 +14,7 @@ import { createHmac } from "node:crypto";
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { request as httpsRequest } from "node:https";
+import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import { isBlockedAddress, isInternalHost } from "../lib/net-address.ts";
 import type { RunView } from "../protocol/model.ts";
 
@@ -39,6 +40,9 @@ export const DEFAULT_WEBHOOK_POLICY: WebhookPolicy = Object.freeze({
   maxConcurrentPerTenant: 4,
   maxQueuedPerTenant: 100,
 });
+
+/** The pause between the POSTs of one delivery: 0.5 s doubling (0.5, 1 s with the default 3), at most 30 s. */
+const POST_BACKOFF: BackoffPolicy = { baseMs: 500, maxMs: 30_000 };
 
 /** Resolves a host name to all its addresses (injectable for tests; default: the OS resolver). */
 export type Resolve = (hostname: string) => Promise<LookupAddress[]>;
@@ -204,7 +208,7 @@ export async function notifyDeadLetter(
   const sent = await sender.limit(run.tenant_id, async (): Promise<WebhookOutcome> => {
     let last: WebhookOutcome = { ok: false, error: "not sent" };
     for (let i = 0; i < (opts.attempts ?? 3); i++) {
-      if (i > 0) await opts.sleep(500 * 2 ** (i - 1));
+      if (i > 0) await opts.sleep(backoffMs(i - 1, POST_BACKOFF));
       // The delivery id is the run id: the same on every redelivery (the outbox is at-least-once).
       const headers = { "content-type": "application/json", "kairos-signature": signWebhook(target.secret, opts.nowS(), body), "kairos-delivery-id": run.run_id };
       const r = await sender.post(url, headers, body, opts.timeoutMs ?? 5000);

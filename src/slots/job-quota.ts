@@ -10,7 +10,11 @@
  */
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
+import { backoffMs } from "../lib/backoff.ts";
+import { casUpdate, type CasOptions } from "../lib/cas-update.ts";
+import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
+import type { Random } from "../lib/random.ts";
 import type { Tenant } from "../protocol/service.ts";
 
 interface JobCount {
@@ -19,9 +23,9 @@ interface JobCount {
 
 const MAX_CAS_RETRIES = 20;
 
-/** A pause after the i-th CAS conflict with another process: 1–2 ms doubling, at most ~100 ms. */
-const backoff = (i: number): Promise<void> =>
-  new Promise((r) => setTimeout(r, Math.min(100, 2 ** Math.min(i, 6)) * (1 + Math.random())));
+/** The pause after the i-th CAS conflict with another process: 1 ms doubling to 64, times 1–2. */
+const conflictBackoff = (i: number, random: Random) =>
+  backoffMs(i, { baseMs: 1, maxMs: 64, jitter: { random, min: 1 } });
 
 /** The counter's key in the `tenants` bucket. */
 export function jobCountKey(tenantId: string): string {
@@ -42,7 +46,21 @@ export class TenantJobCounter {
     private readonly tenants: KvStore,
     /** How many live jobs the tenant has now (used once, to seed a missing counter). */
     private readonly countExisting: (tenantId: string) => Promise<number>,
+    /** Paces retries after a conflict with another process (a jittered pause). */
+    private readonly pace: { readonly clock: Clock; readonly random: Random },
   ) {}
+
+  /** How a counter update reads, writes and retries (`casUpdate`). */
+  #cas(tenantId: string): CasOptions<JobCount> {
+    const { clock, random } = this.pace;
+    return {
+      attempts: MAX_CAS_RETRIES,
+      encode: (v) => encode(v),
+      decode: (b) => decode<JobCount>(b),
+      conflictMessage: `the job count of tenant ${tenantId} kept changing; retry`,
+      pause: (i) => new Promise<void>((r) => clock.setTimer(conflictBackoff(i, random), r)),
+    };
+  }
 
   /**
    * Counts one more job for the tenant, or throws `quota_exceeded`. Returns false (nothing
@@ -73,28 +91,25 @@ export class TenantJobCounter {
     const t = await this.tenants.get(`t.${tenantId}`);
     if (t === null) return false;
     const max = decode<Tenant>(t.value).max_jobs;
-    const key = jobCountKey(tenantId);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      let e = await this.tenants.get(key);
-      if (e === null) {
-        const seeded = await this.tenants.create(key, encode({ jobs: await this.countExisting(tenantId) } satisfies JobCount));
-        if (!seeded.ok) continue; // another create seeded it first
-        e = await this.tenants.get(key);
-        if (e === null) continue;
-      }
-      const n = decode<JobCount>(e.value).jobs;
-      if (n >= max) {
-        throw new KairosError(
-          "quota_exceeded",
-          `max_jobs: tenant ${tenantId} has ${n} jobs and its max_jobs quota is ${max}; delete a job or raise the quota (kairos admin tenant quota ${tenantId} --max-jobs N)`,
-          { retryable: false },
-        );
-      }
-      const r = await this.tenants.update(key, encode({ jobs: n + 1 } satisfies JobCount), e.revision);
-      if (r.ok) return true;
-      await backoff(i);
-    }
-    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+    // The count at the cap (a refusal), or null: counted.
+    const over = await casUpdate<JobCount, number | null>(
+      this.tenants,
+      jobCountKey(tenantId),
+      async (c) => {
+        // Absent: seeded from the jobs that exist (concurrent seeds race on the create).
+        const n = c === null ? await this.countExisting(tenantId) : c.jobs;
+        if (n < max) return { write: { jobs: n + 1 }, result: null };
+        // At the cap. A counter still absent is seeded all the same: the next create need not count.
+        return c === null ? { write: { jobs: n }, result: n } : { done: n };
+      },
+      this.#cas(tenantId),
+    );
+    if (over === null) return true;
+    throw new KairosError(
+      "quota_exceeded",
+      `max_jobs: tenant ${tenantId} has ${over} jobs and its max_jobs quota is ${max}; delete a job or raise the quota (kairos admin tenant quota ${tenantId} --max-jobs N)`,
+      { retryable: false },
+    );
   }
 
   /** Uncounts one job (never below zero; nothing when the counter does not exist). */
@@ -103,16 +118,14 @@ export class TenantJobCounter {
   }
 
   async #release(tenantId: string): Promise<void> {
-    const key = jobCountKey(tenantId);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const e = await this.tenants.get(key);
-      if (e === null) return;
-      const n = decode<JobCount>(e.value).jobs;
-      if (n <= 0) return;
-      const r = await this.tenants.update(key, encode({ jobs: n - 1 } satisfies JobCount), e.revision);
-      if (r.ok) return;
-      await backoff(i);
-    }
-    throw new KairosError("conflict", `the job count of tenant ${tenantId} kept changing; retry`);
+    await casUpdate<JobCount, void>(
+      this.tenants,
+      jobCountKey(tenantId),
+      (c) =>
+        c === null || c.jobs <= 0
+          ? { done: undefined }
+          : { write: { jobs: c.jobs - 1 }, result: undefined },
+      this.#cas(tenantId),
+    );
   }
 }

@@ -12,6 +12,7 @@
  * behind batches being gathered) and `RELEASE_IN_FLIGHT` for releases only.
  */
 import type { ActorAddress } from "../cluster/placement.ts";
+import { backoffMs } from "../lib/backoff.ts";
 import { TENANT_ACTOR } from "../protocol/ids.ts";
 import { GRANT_GATHER_LEAD_MS, MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./tenant-actor.ts";
 
@@ -73,7 +74,7 @@ export const RELEASE_ATTEMPTS = 5;
 
 /** After `failures` failed batches in a row, the next waits this long (capped exponential). */
 export function retryDelayMs(failures: number): number {
-  return failures === 0 ? 0 : Math.min(5_000, 100 * 2 ** Math.min(failures - 1, 6));
+  return failures === 0 ? 0 : backoffMs(failures - 1, { baseMs: 100, maxMs: 5_000 });
 }
 
 export class SlotBroker {

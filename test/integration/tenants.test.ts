@@ -12,11 +12,15 @@ import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import type { KvStore } from "../../src/cluster/kv.ts";
-import { FakeClock } from "../../src/lib/clock.ts";
+import { FakeClock, systemClock } from "../../src/lib/clock.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
+import { seededRandom } from "../../src/lib/random.ts";
 import { KvTenantDirectory, ensureDevTenant } from "../../src/tenants/index.ts";
 import { TenantJobCounter, jobCountKey, readJobCount } from "../../src/slots/job-quota.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
+
+/** The pause between CAS retries of the job counter runs on the real clock (real NATS). */
+const pace = { clock: systemClock, random: seededRandom(36) };
 
 let nats: NatsFixture;
 let nc: NatsConnection;
@@ -157,7 +161,7 @@ describe("tenant quotas on NATS", () => {
     const counter = new TenantJobCounter(kv, async () => {
       seeds++;
       return 2; // two jobs existed before the counter
-    });
+    }, pace);
     const results = await Promise.allSettled(Array.from({ length: 8 }, () => counter.reserve(tenant.tenant_id)));
     assert.equal(results.filter((r) => r.status === "fulfilled").length, 3, "2 existing + 3 = max_jobs 5");
     for (const r of results) {
@@ -183,8 +187,8 @@ describe("tenant quotas on NATS", () => {
     const { tenant } = await dir.createTenant("burst");
     await dir.setQuota(tenant.tenant_id, { max_jobs: 1_000 });
     // Two counters on one bucket stand for two API processes racing on the same CAS key.
-    const a = new TenantJobCounter(kv, async () => 0);
-    const b = new TenantJobCounter(kv, async () => 0);
+    const a = new TenantJobCounter(kv, async () => 0, pace);
+    const b = new TenantJobCounter(kv, async () => 0, pace);
     const results = await Promise.allSettled(Array.from({ length: 200 }, (_, i) => (i % 2 ? a : b).reserve(tenant.tenant_id)));
     assert.deepEqual(results.filter((r) => r.status === "rejected").map((r) => String((r).reason)), []);
     assert.equal(await readJobCount(kv, tenant.tenant_id), 200);
