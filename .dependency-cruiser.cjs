@@ -7,7 +7,7 @@ module.exports = {
       name: "no-area-cycle",
       severity: "error",
       comment:
-        "An area of src/ (a top-level folder: lib, schedule, cluster, actors, protocol, jobs, worker, ...) must not " +
+        "An area of src/ (a top-level folder: lib, schedule, cluster, actors, protocol, slots, history, notify, jobs, worker, ...) must not " +
         "depend on itself through another area. Move the shared piece down to the lower area " +
         "(as src/protocol/ holds what jobs and worker both need).",
       scope: "folder",

@@ -1,6 +1,6 @@
 /**
  * How long a process could listen: the rule membership (membership.ts) and the worker directory
- * (src/jobs/worker-directory.ts) judge silence by. A peer's heartbeat that waits in this process's
+ * (src/slots/worker-directory.ts) judge silence by. A peer's heartbeat that waits in this process's
  * socket while its event loop is stalled proves nothing about the peer; expiring it for that time
  * drops live peers — the scheduler that released its partitions after a 4.7 s stall; a worker
  * directory that would count no capacity after one.

@@ -1,6 +1,6 @@
 /**
  * Response schemas (zod) for the OpenAPI document and for tests that check what the API sends.
- * They describe `JobView` / `RunView` from src/jobs/model.ts; the request-side pieces (task,
+ * They describe `JobView` / `RunView` from src/protocol/model.ts; the request-side pieces (task,
  * retry, misfire, schedule) are the very schemas that validate requests.
  */
 import { z } from "zod";

@@ -33,7 +33,7 @@ export interface WorkerOps {
 }
 
 /**
- * `runsWaiting`: the scheduler's runs waiting, by reason, read at scrape time (src/jobs/run-waiting.ts).
+ * `runsWaiting`: the scheduler's runs waiting, by reason, read at scrape time (src/history/run-waiting.ts).
  */
 export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps | undefined, runsWaiting?: () => Record<WaitReason, number>): NodeOps {
   const checks: ReadinessCheck[] = [natsCheck(() => node.nc)];

@@ -82,7 +82,7 @@ export interface ProcessOptions {
    * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
    */
   drainTimeoutMs?: number;
-  /** scheduler: run-record retention per job and deleted-job purge (defaults: src/jobs/retention.ts). */
+  /** scheduler: run-record retention per job and deleted-job purge (defaults: src/history/retention.ts). */
   retention?: Partial<RetentionConfig>;
   /** worker, noop executor: how long each run takes (benchmarks); default 0. */
   noopDurationMs?: number;

@@ -167,7 +167,7 @@ export class WorkerDirectory {
   /**
    * The fleet's capacity as this node sees it: the slots advertised by workers heard from within
    * `expireAfterMs` of listening (busy or not; a draining worker still counts until it stops advertising).
-   * The fleet actor shares this between tenants (src/jobs/fleet-actor.ts). O(workers).
+   * The fleet actor shares this between tenants (src/slots/fleet-actor.ts). O(workers).
    */
   capacity(): number {
     const now = this.#listening.judgeAt();

@@ -2,7 +2,7 @@
  * Tenants and API keys over the `tenants` KV bucket (the KvStore port only). Keys: `t.<tenant>` →
  * TenantRecord; `n.<sha256(lower(name)) 32 hex>` → name claim; `k.<sha256(api key)>` →
  * KeyRecord; `kid.<key_id>` → `{hash, tenant_id}` (revoke by id); `jc.<tenant>` → the max_jobs
- * counter (src/jobs/job-quota.ts); `svc.<name>` → a service identity (services.ts).
+ * counter (src/slots/job-quota.ts); `svc.<name>` → a service identity (services.ts).
  *
  * The plain API key is returned once and never stored. Writes are ordered crash-safe without
  * transactions: tenant before name claim, `kid.` before `k.`; of two creates of one name exactly

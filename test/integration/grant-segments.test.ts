@@ -1,5 +1,5 @@
 /**
- * The tenant grant table's segments (src/jobs/tenant-shell.ts) on a real nats-server's actors
+ * The tenant grant table's segments (src/slots/tenant-shell.ts) on a real nats-server's actors
  * bucket: the KV operations they rely on — create of the next segment, CAS update of the tail,
  * revision-checked deletes and compactions — behave as on MemoryKv; a reload sees the live set;
  * a stale incarnation's batch fails.

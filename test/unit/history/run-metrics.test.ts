@@ -1,5 +1,5 @@
 /**
- * Run-path metrics derived from run records (src/jobs/run-metrics.ts), through the job shell's
+ * Run-path metrics derived from run records (src/history/run-metrics.ts), through the job shell's
  * real `putRun` (src/jobs/job-shell.ts) on the in-memory KV: each transition is counted once,
  * also when the next write comes from another owner (a new shell whose baseline is the stored
  * record it reads), and a create that finds the record already there counts nothing.

@@ -1,5 +1,5 @@
 /**
- * The run-record store's revision cache (src/jobs/run-record-store.ts): a run's updates use the
+ * The run-record store's revision cache (src/history/run-record-store.ts): a run's updates use the
  * revision its previous write returned, with no read, for as many runs as a burst keeps active.
  * A cache smaller than a burst, evicted oldest first, would find every revision evicted when
  * 200,000 runs created at once end in the same order — one `get` per run, each read-back evicting

@@ -1,4 +1,4 @@
-/** Runs waiting by reason (src/jobs/run-waiting.ts), from the records and effects the job shell reports. */
+/** Runs waiting by reason (src/history/run-waiting.ts), from the records and effects the job shell reports. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";

@@ -1,5 +1,5 @@
 /**
- * Dead-letter retention (src/jobs/dead-letter-retention.ts): a tenant keeps its newest
+ * Dead-letter retention (src/notify/dead-letter-retention.ts): a tenant keeps its newest
  * `keepPerTenant` dead letters and none older than the age limit, dropped as a prefix in write
  * order by one purge per tenant; other tenants and other keys of the runs bucket are untouched;
  * an old entry written after a kept one is not dropped before it; a second pass drops nothing.

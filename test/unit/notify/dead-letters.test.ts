@@ -1,5 +1,5 @@
 /**
- * Dead letters (src/jobs/dead-letters.ts) on the in-memory KV: the job shell records a
+ * Dead letters (src/notify/dead-letters.ts) on the in-memory KV: the job shell records a
  * dead-lettered run's list key and outbox entry with its terminal record (and nothing for other
  * endings); the outbox delivers an entry and deletes it only when it is done, keeps it with a
  * backoff after a failure (so a later sweep — on this node or the partition's next owner —

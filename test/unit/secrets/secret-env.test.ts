@@ -1,5 +1,5 @@
 /**
- * Task secrets (src/jobs/secret-env.ts) on the in-memory KV: sealed values round-trip, are bound
+ * Task secrets (src/secrets/secret-env.ts) on the in-memory KV: sealed values round-trip, are bound
  * to their key (a value copied to another tenant's or job's key does not open), need the same
  * cluster key, never contain the plaintext, and are purged; the API view shows names only.
  * The path through real nodes is test/e2e/secret-env.test.ts.

@@ -1,5 +1,5 @@
 /**
- * The node's slot broker (src/jobs/slot-broker.ts) against the real tenant actor core: acquires
+ * The node's slot broker (src/slots/slot-broker.ts) against the real tenant actor core: acquires
  * and releases decided in one turn ride in one `slots` message; the cap holds across batches;
  * a release cancels a queued acquire; a failed batch drops its acquires (the runs re-ask) and
  * keeps its releases; batches in flight per tenant are bounded. Plus the tenant side of a batch
