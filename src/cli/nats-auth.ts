@@ -62,7 +62,7 @@ export function registerNatsAuthCommand(program: Command): void {
       const files = writeNatsAuthFiles(dir, clusters, workers, parseServiceFlags(f.service ?? []), { sharedWorker: f.sharedWorker === true });
       console.log(`wrote ${files.configFile} (include it in nats-server's config) and ${Object.keys(files.creds).length} credentials files:`);
       for (const [user, file] of Object.entries(files.creds)) console.log(`  ${user.padEnd(22)} ${file}`);
-      console.log("Accounts: KAIROS (every role, admin; JetStream), SERVICES (tenant services; imports only the NATS API), SYS (sys).");
+      console.log("Accounts: KAIROS (api and scheduler role sets, admin; JetStream), WORKERS (worker-only users; only the worker protocol crosses), SERVICES (tenant services; imports only the NATS API), SYS (sys).");
       console.log("Tenant services: `kairos admin service create <name> --tenant <id>` (API nodes admit them through the auth callout).");
     });
 }

@@ -20,6 +20,12 @@ export interface BusMsg {
    * the sender, so check it before answering (reply-guard.ts).
    */
   readonly reply?: string | undefined;
+  /**
+   * The message's headers, where the transport has them (NATS; the simulation's bus has none).
+   * Read for `Nats-Request-Info`, which nats-server sets on a request crossing a service import
+   * (reply-guard.ts).
+   */
+  readonly headers?: { get(key: string): string } | undefined;
   /** Replies to a request (no-op for a plain publish). */
   respond(data: Uint8Array): unknown;
 }

@@ -14,7 +14,9 @@
  * every responder also checks it (reply-guard.ts).
  */
 import type { Role } from "./config.ts";
-import { AUTH_CALLOUT_SUBJECT } from "./nats-accounts.ts";
+
+/** Where nats-server sends auth callout requests (in the cluster account: nats-accounts.ts). */
+export const AUTH_CALLOUT_SUBJECT = "$SYS.REQ.USER.AUTH";
 
 export const NATS_ADMIN = "admin";
 

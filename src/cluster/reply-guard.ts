@@ -7,13 +7,24 @@
  * (`allow_responses`, or any subject its own allow list covers, `$JS.API.…` and `$KV.…` for an API
  * node). Without this a tenant's request could have an API node purge a stream or overwrite
  * another tenant's record. The rule: the reply is the per-user inbox `_INBOX_<user>.<token>…` of
- * an identity that may send this request (`Asker`); `_R_.…` only for imported `service` requests;
- * the shared `_INBOX.…` only on a server without authorization.
+ * an identity that may send this request (`Asker`); the shared `_INBOX.…` only on a server without
+ * authorization; `_R_.…` (the reply nats-server makes for a request that crossed a service
+ * import: answers go back across the import, never onto the responder's account's subjects) only
+ * for `service` requests, and for `worker` requests whose `Nats-Request-Info` header — written by
+ * the server on imports declared `share: true`, overwriting a client's own — names account
+ * WORKERS and the pinned user of the worker the request names, or the shared `worker`
+ * (nats-accounts.ts). Offers and probes cross into WORKERS as streams with the scheduler's own
+ * reply, and actor commands are not exported: `_R_.…` is refused for them.
  *
- * Pitfall: NATS does not name a sender, so within a class (shared worker credentials, service
- * users of different tenants) a reply can still be aimed at a peer's inbox (which learns no more).
+ * Pitfalls: NATS does not name a sender within one account, so within a class (shared worker
+ * credentials, service users of different tenants) a reply can still be aimed at a peer's inbox
+ * (which learns no more). The header is trustworthy only on a message that crossed an import; a
+ * `_R_.…` reply with a header of its own inside KAIROS comes only from an identity that may
+ * publish on the worker plane there (role sets with `worker` and `api` or `scheduler`), and the
+ * answer goes to `_R_.…`, where nobody may subscribe.
  */
 import type { Role } from "./config.ts";
+import { WORKERS_ACCOUNT } from "./nats-accounts.ts";
 import { NATS_ADMIN, inboxPrefixFor, natsUserFor, pinnedWorkerUser } from "./nats-permissions.ts";
 
 /** Who may have sent the request a responder is about to answer. */
@@ -36,6 +47,32 @@ export type InboxMode = "per_user" | "shared";
 /** The inbox mode of a node with these NATS auth options (credentials file or none). */
 export function inboxModeFor(auth: { readonly credsFile?: string | undefined }): InboxMode {
   return auth.credsFile === undefined ? "shared" : "per_user";
+}
+
+/** The header nats-server puts on a request crossing a service import declared with `share: true`. */
+export const REQUEST_INFO_HEADER = "Nats-Request-Info";
+
+/** Who sent a request that crossed a service import: the header's `acc` and `user`. */
+export interface Requester {
+  account: string;
+  user: string;
+}
+
+/** A longer header is not one nats-server wrote (its client info is a few hundred bytes). */
+const MAX_REQUEST_INFO_LENGTH = 4096;
+
+/** The requester a `Nats-Request-Info` header names (undefined: absent, malformed, or without a user). */
+export function requesterOf(header: string | undefined): Requester | undefined {
+  if (header === undefined || header.length === 0 || header.length > MAX_REQUEST_INFO_LENGTH) return undefined;
+  let v: unknown;
+  try {
+    v = JSON.parse(header);
+  } catch {
+    return undefined;
+  }
+  if (v === null || typeof v !== "object") return undefined;
+  const { acc, user } = v as { acc?: unknown; user?: unknown };
+  return typeof acc === "string" && typeof user === "string" && acc !== "" && user !== "" ? { account: acc, user } : undefined;
 }
 
 export type ReplyRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker";
@@ -98,15 +135,16 @@ const show = (s: string) => JSON.stringify(s.length > 120 ? `${s.slice(0, 120)}�
 
 /**
  * Why a responder must not answer a request with this `reply` subject (undefined: it may). See
- * the module header for the rule; `mode` is the responder's own (`inboxModeFor`).
+ * the module header for the rule; `mode` is the responder's own (`inboxModeFor`); `requestInfo`
+ * reads the request's `Nats-Request-Info` header (called only for an imported request's reply).
  */
-export function replyRefusal(reply: string | undefined, asker: Asker, mode: InboxMode): ReplyRefusal | undefined {
+export function replyRefusal(reply: string | undefined, asker: Asker, mode: InboxMode, requestInfo?: () => string | undefined): ReplyRefusal | undefined {
   if (reply === undefined || reply === "") return { reason: "no_reply", detail: "no reply subject" };
   if (reply.length > MAX_REPLY_LENGTH) return { reason: "not_an_inbox", detail: `reply subject of ${reply.length} characters` };
   const imported = IMPORTED_RE.exec(reply);
   if (imported) {
-    if (asker.kind === "service" && TOKENS_RE.test(imported[1]!)) return undefined;
-    return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply; only NATS API requests come through an import` };
+    if (!TOKENS_RE.test(imported[1]!)) return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
+    return importRefusal(reply, asker, requesterOf(requestInfo?.()));
   }
   const shared = SHARED_RE.exec(reply);
   if (shared) {
@@ -116,6 +154,26 @@ export function replyRefusal(reply: string | undefined, asker: Asker, mode: Inbo
   const m = USER_RE.exec(reply);
   if (!m || !TOKENS_RE.test(m[2]!)) return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
   if (!mayAsk(ownerOf(m[1]!), asker)) return { reason: "not_the_asker", detail: `reply ${show(reply)} is the inbox of "${m[1]!}", which may not send ${describe(asker)}` };
+  return undefined;
+}
+
+/** Whether a request that came through an import (reply `_R_.…`) may be answered: see the module header. */
+function importRefusal(reply: string, asker: Asker, requester: Requester | undefined): ReplyRefusal | undefined {
+  switch (asker.kind) {
+    case "service":
+      return undefined;
+    case "actor_command":
+    case "scheduler":
+      return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply; ${describe(asker)} do not come through a service import` };
+    case "worker":
+      break;
+  }
+  if (requester === undefined) return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply without a ${REQUEST_INFO_HEADER} header naming its sender` };
+  const owner = ownerOf(requester.user);
+  // Only worker identities live in WORKERS (`admin` is in KAIROS): the owner must be one of them.
+  if (requester.account !== WORKERS_ACCOUNT || (owner.kind !== "pinned_worker" && owner.kind !== "roles") || !mayAsk(owner, asker)) {
+    return { reason: "not_the_asker", detail: `${show(requester.user)} of account ${show(requester.account)} may not send ${describe(asker)}` };
+  }
   return undefined;
 }
 

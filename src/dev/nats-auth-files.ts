@@ -4,11 +4,11 @@
  * nats-permissions.ts) and `creds/<user>.json` per user (mode 0600). Used by `kairos dev`,
  * `kairos nats-auth` and the test harness.
  *
- * Users: one per role set a node may run (`api`, …, `api_scheduler_worker`) and `admin` in
- * `KAIROS`; `sys`; one pinned `worker-<id>` per worker id; static `service-<name>` users in
- * SERVICES. The shared `worker` user only on request (`sharedWorker`): its holder can speak for
- * any worker. Each run makes fresh 256-bit passwords, a callout issuer nkey (seed given to `api`
- * users only) and a callout curve key.
+ * Users: one per role set a node may run with `api` or `scheduler` (`api`, …,
+ * `api_scheduler_worker`) and `admin` in `KAIROS`; `sys`; one pinned `worker-<id>` per worker id,
+ * in `WORKERS`; static `service-<name>` users in SERVICES. The shared `worker` user (in `WORKERS`)
+ * only on request (`sharedWorker`): its holder can speak for any worker. Each run makes fresh
+ * 256-bit passwords, a callout issuer nkey (seed given to `api` users only) and a callout curve key.
  *
  * Pitfall: the server config holds passwords in clear: keep it 0600 (or use bcrypt hashes). The
  * issuer seed admits any user into SERVICES, never more.
@@ -82,8 +82,11 @@ export function writeNatsAuthFiles(
   const who = all.filter((w) => opts.sharedWorker === true || !shared(w));
   const creds: Record<string, string> = {};
   type Entry = { user: string; perms: () => SubjectPermissions; signsCallouts?: boolean };
-  const cluster: Entry[] = [
-    ...who.map((w) => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))), signsCallouts: w !== NATS_ADMIN && w.includes("api") })),
+  const roleUser = (w: readonly Role[] | typeof NATS_ADMIN): Entry => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))), signsCallouts: w !== NATS_ADMIN && w.includes("api") });
+  // Worker-only identities live in WORKERS (nats-accounts.ts); every other role set in KAIROS.
+  const cluster: Entry[] = who.filter((w) => !shared(w)).map(roleUser);
+  const workerOnly: Entry[] = [
+    ...who.filter(shared).map(roleUser),
     ...workers.map((id) => {
       const user = pinnedWorkerUser(id);
       return { user, perms: () => union(clusters.map((c) => natsPermissions(c, ["worker"], { workerId: id, user }))) };
@@ -102,6 +105,7 @@ export function writeNatsAuthFiles(
     return { user, password, permissions: perms() };
   };
   const clusterUsers = cluster.map(write);
+  const workerUsers = workerOnly.map(write);
   const serviceUsers = svc.map(write);
   const sysPassword = randomBytes(32).toString("base64url");
   const sysCreds = join(credsDir, `${SYS_USER}.json`);
@@ -109,7 +113,7 @@ export function writeNatsAuthFiles(
   creds[SYS_USER] = sysCreds;
   const configFile = join(dir, "auth.conf");
   writeFileSync(configFile, renderAccounts({
-    clusters, cluster: clusterUsers, services: serviceUsers,
+    clusters, cluster: clusterUsers, workers: workerUsers, services: serviceUsers,
     sys: { user: SYS_USER, password: sysPassword, permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] } } },
     calloutIssuer: issuer.getPublicKey(),
     calloutXkey: xkey.getPublicKey(),

@@ -24,7 +24,7 @@ import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
 import { ActorRouter, partitionSubject, workerPlaneSender, workerPlaneWildcard, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
-import { inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
+import { REQUEST_INFO_HEADER, inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
 import { addClockSkewSource, countBusRefusal } from "../metrics/index.ts";
 import { answerBatch } from "./batch-answer.ts";
 
@@ -346,7 +346,7 @@ export class KairosNode {
     // worker plane the asker is the worker the subject names (its items must name it too: `#refusal`).
     const sender = fromWorkers ? workerPlaneSender(m.subject) : undefined;
     const asker: Asker = sender !== undefined ? { kind: "worker", workerIds: [sender] } : { kind: "actor_command" };
-    const refused = replyRefusal(m.reply, asker, this.#inboxes);
+    const refused = replyRefusal(m.reply, asker, this.#inboxes, () => m.headers?.get(REQUEST_INFO_HEADER));
     if (refused) {
       const responder = fromWorkers ? "worker_plane" : "actors";
       countBusRefusal(responder, refused.reason);

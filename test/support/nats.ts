@@ -14,7 +14,7 @@
  * id; `credsFor(["worker"])`) is generated too, for tests of that weaker identity.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StorageType, jetstreamManager } from "@nats-io/jetstream";
@@ -64,6 +64,12 @@ export interface NatsFixtureOptions {
   /** Every stderr line of every server, with the server's index (after restarts too). */
   onLog?: (server: number, line: string) => void;
   /**
+   * Worker ids whose pinned user (`worker-<id>`, in WORKERS) gets every permission (`>` to publish
+   * and subscribe, responses): a misconfiguration on purpose, so a test can show what the account
+   * boundary alone keeps from a worker identity (`widenUsers`).
+   */
+  wideOpenWorkers?: readonly string[];
+  /**
    * Cluster members do not advertise each other's client URLs to clients (`--no_advertise`): a
    * client reached through proxies then never learns a direct URL to reconnect to.
    */
@@ -75,8 +81,34 @@ export const DEFAULT_TEST_WORKERS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "
 
 /** The harness's users: per role set, admin, the shared worker, pinned workers, services. */
 function writeAuth(dir: string, opts: NatsFixtureOptions): NatsAuthFiles {
-  const workers = [...new Set([...DEFAULT_TEST_WORKERS, ...(opts.workers ?? [])])];
-  return writeNatsAuthFiles(dir, opts.clusters, workers, opts.services, { sharedWorker: true });
+  const wide = opts.wideOpenWorkers ?? [];
+  const workers = [...new Set([...DEFAULT_TEST_WORKERS, ...(opts.workers ?? []), ...wide])];
+  const auth = writeNatsAuthFiles(dir, opts.clusters, workers, opts.services, { sharedWorker: true });
+  if (wide.length > 0) widenUsers(auth.configFile, wide.map(pinnedWorkerUser));
+  return auth;
+}
+
+/**
+ * Rewrites the server config so that `users` may publish and subscribe anything in their account
+ * (the config's `accounts` block is JSON: nats-accounts.ts `renderAccounts`). Fails when a user
+ * is not there, so a test cannot widen nobody and pass.
+ */
+export function widenUsers(configFile: string, users: readonly string[]): void {
+  const text = readFileSync(configFile, "utf8");
+  const m = /^accounts: (\{[\s\S]*?\n\})\nsystem_account:/m.exec(text);
+  if (!m) throw new Error(`${configFile}: no accounts block`);
+  const accounts = JSON.parse(m[1]!) as Record<string, { users?: { user: string; permissions: unknown }[] }>;
+  const found = new Set<string>();
+  for (const a of Object.values(accounts)) {
+    for (const u of a.users ?? []) {
+      if (!users.includes(u.user)) continue;
+      u.permissions = { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
+      found.add(u.user);
+    }
+  }
+  const missing = users.filter((u) => !found.has(u));
+  if (missing.length > 0) throw new Error(`${configFile}: no user ${missing.join(", ")} to widen`);
+  writeFileSync(configFile, text.replace(m[1]!, JSON.stringify(accounts, null, 2)), { mode: 0o600 });
 }
 
 /** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */

@@ -33,6 +33,7 @@ import type { Tenant } from "../../../src/protocol/service.ts";
 import { JOB_ACTOR, jobActorId } from "../../../src/protocol/ids.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
+import { apiSubject } from "../../../src/nats-api/subjects.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { armBusRefusal, defenceOrEffect, defended, nextPermissionError } from "../../support/attack.ts";
 
@@ -63,7 +64,7 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
   const messages = async (b: (typeof BUCKETS)[number]) => (await (await jetstreamManager(admin)).streams.info(`KV_kairos_${b}`)).state.messages;
 
   before(async () => {
-    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }] });
+    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }], wideOpenWorkers: ["w9"] });
     admin = await nats.connect("attack-js-admin");
     const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) => startKairos(
       makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile }, nodeId, roles, partitions: PARTITIONS }),
@@ -126,6 +127,71 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
       }
     });
   }
+
+  it("the WORKERS account alone: a worker identity with every permission widened reaches no bucket, actor, API or reply of KAIROS", async () => {
+    // worker-w9 may publish and subscribe anything (a misconfiguration on purpose): what it cannot
+    // reach now, only the account keeps from it. Each request must be refused — "no responders",
+    // the server's "JetStream not enabled for account" (10039), or no answer at all (a KV write
+    // nobody stores) — and the state must not change; any other answer is the attack's success.
+    const nc = await connectNats({ url: nats.url, name: "attack-js-wide-open", credsFile: nats.auth.credsForWorker("w9") });
+    const watch = await connectNats({ url: nats.url, name: "attack-js-wide-watch", credsFile: nats.auth.credsForWorker("w9") });
+    try {
+      const before = { consumers: await consumers(), tenants: await messages("tenants"), cluster: await messages("cluster"), actors: await messages("actors"), idem: await messages("idem") };
+      const job = { type: JOB_ACTOR, id: jobActorId(TA, jobId) };
+      const consumer = JSON.stringify({ stream_name: "KV_kairos_nodes", config: { deliver_subject: partitionSubject("kairos", 0), ack_policy: "none", deliver_policy: "new" } });
+      const attempts: { what: string; subject: string; body?: Uint8Array | string }[] = [
+        { what: "a push consumer on nodes delivering to an actor command subject", subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes", body: consumer },
+        { what: "a durable consumer on tenants", subject: "$JS.API.CONSUMER.DURABLE.CREATE.KV_kairos_tenants.evil", body: consumer },
+        ...BUCKETS.map((b) => ({ what: `stream info of ${b} with a subject filter`, subject: `$JS.API.STREAM.INFO.KV_kairos_${b}`, body: JSON.stringify({ subjects_filter: ">" }) })),
+        { what: "the JetStream account info", subject: "$JS.API.INFO" },
+        { what: "the list of streams", subject: "$JS.API.STREAM.LIST" },
+        { what: "a direct get of a tenant record", subject: `$JS.API.DIRECT.GET.KV_kairos_tenants.$KV.kairos_tenants.t.${TA}` },
+        { what: "a direct get by body of the cluster bucket", subject: "$JS.API.DIRECT.GET.KV_kairos_cluster", body: JSON.stringify({ last_by_subj: "$KV.kairos_cluster.>" }) },
+        { what: "a message get of the tenants stream", subject: "$JS.API.STREAM.MSG.GET.KV_kairos_tenants", body: JSON.stringify({ seq: 1 }) },
+        ...BUCKETS.map((b) => ({ what: `a purge of ${b}`, subject: `$JS.API.STREAM.PURGE.KV_kairos_${b}`, body: "{}" })),
+        { what: "a delete of the tenants stream", subject: "$JS.API.STREAM.DELETE.KV_kairos_tenants" },
+        { what: "a write of an API key record", subject: "$KV.kairos_tenants.k.forged", body: "x" },
+        { what: "a write of the cluster config", subject: "$KV.kairos_cluster.config", body: "x" },
+        { what: "a write of actor state", subject: `$KV.kairos_actors.forged`, body: "x" },
+        { what: "an actor command deleting the job", subject: partitionSubject("kairos", partitionOf(job, PARTITIONS)), body: encode({ t: job.type, i: job.id, m: { kind: "delete" } }) },
+        { what: "the NATS API of the tenant", subject: apiSubject("kairos", TA, "jobs.delete", jobId) },
+        { what: "the auth callout", subject: "$SYS.REQ.USER.AUTH", body: "x" },
+      ];
+      const succeeded: string[] = [];
+      for (const a of attempts) {
+        const data = a.body === undefined ? new Uint8Array(0) : typeof a.body === "string" ? new TextEncoder().encode(a.body) : a.body;
+        const outcome = await nc.request(a.subject, data, { timeout: 2000 }).then(
+          (m) => {
+            const text = new TextDecoder().decode(m.data);
+            return /"err_code":10039\b/.test(text) ? undefined : `answered: ${text.slice(0, 120)}`;
+          },
+          (e: unknown) => (/no responders|timeout/i.test(String(e)) ? undefined : `failed otherwise: ${String(e)}`));
+        if (outcome !== undefined) succeeded.push(`${a.what}: ${outcome}`);
+      }
+      assert.deepEqual(succeeded, [], "attacks that reached KAIROS");
+      // What it might overhear of KAIROS (subscribed after its own attacks, which it would hear in
+      // WORKERS): actor commands, the NATS API, the API node's replies, KV writes and JetStream.
+      const overheard: string[] = [];
+      for (const subject of ["kairos.kairos.p.*", "kairos.kairos.api.>", "_INBOX_api.>", "_INBOX_api_scheduler.>", "_INBOX_admin.>", "$KV.kairos_tenants.>", "$KV.kairos_runs.>", "$KV.kairos_actors.>", "$JS.API.>"]) {
+        watch.subscribe(subject, { callback: (e, m) => void (e ? undefined : overheard.push(m.subject)) });
+      }
+      await watch.flush();
+      await api.listJobs();
+      await api.getJob(jobId);
+      admin.publish(partitionSubject("kairos", 0), encode({ marker: true }));
+      admin.publish("_INBOX_api.marker", encode({ marker: true }));
+      await (await new Kvm(admin).open("kairos_runs")).put("marker", encode({ marker: true }));
+      await admin.flush();
+      await watch.flush();
+      assert.deepEqual(overheard, [], "KAIROS messages heard in WORKERS");
+      assert.deepEqual(await consumers(), before.consumers, "no consumer was created");
+      for (const b of ["tenants", "cluster", "actors", "idem"] as const) assert.equal(await messages(b), before[b], `the ${b} bucket is untouched`);
+      assert.equal((await api.getJob(jobId)).job_id, jobId, "the job is still there");
+    } finally {
+      await watch.close();
+      await nc.close();
+    }
+  });
 
   it("a worker node needs no more than its two rights: the pinned node w1 ran without a violation", () => {
     assert.deepEqual(nats.violations().filter((l) => l.includes('"worker-w1"')), []);

@@ -3,10 +3,11 @@
  * real nats-server with each role's real credentials, a requester names as its reply subject a
  * JetStream API or KV subject, hoping the responder — whose `allow_responses` lets it publish to
  * any reply subject it was given — does the write for it. Each responder in the cluster account
- * (the partition owner on the actor and worker planes, a worker answering offers) drops such a
- * request unanswered (reply-guard.ts) and nothing in the cluster changes; with the guard removed,
- * each of these tests sees the effect and fails. A tenant's service is in its own account: its
- * forged reply never reaches the API node (accounts.test.ts shows that defence removed).
+ * (the partition owner on the actor plane, a worker answering offers) drops such a request
+ * unanswered (reply-guard.ts) and nothing in the cluster changes; with the guard removed, each of
+ * these tests sees the effect and fails. A tenant's service and a worker are in accounts of their
+ * own: their forged reply never reaches KAIROS (the answer goes back into their account through
+ * the import; accounts.test.ts and this file's worker case show that defence).
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -24,6 +25,7 @@ import { JOB_ACTOR, jobActorId } from "../../../src/protocol/ids.ts";
 import { apiSubject } from "../../../src/nats-api/subjects.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { workerSubject, type StartRequest } from "../../../src/protocol/worker.ts";
+import { connectNats } from "../../../src/cluster/nats.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { defended, nextReplyRefusal } from "../../support/attack.ts";
 
@@ -54,7 +56,7 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
   };
 
   before(async () => {
-    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }, { name: "beta", tenantId: TB }] });
+    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }, { name: "beta", tenantId: TB }], wideOpenWorkers: ["w9"] });
     admin = await nats.connect("attack-replies-admin");
     sched = await start("attack-sched", ["scheduler"]);
     procs.push(sched);
@@ -132,17 +134,39 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     }
   });
 
-  it("a worker cannot have the scheduler write the tenants bucket: worker-plane heartbeat with reply $KV.kairos_tenants.<key>", async () => {
-    const nc = await nats.connect("attack-replies-worker", ["worker"]);
+  it("a worker cannot have the scheduler write the tenants bucket, nor another worker's node record: worker-plane heartbeat with reply $KV.…", async () => {
+    // A worker-only identity is in WORKERS: its request crosses a service import, so the scheduler
+    // sees a reply subject of the server's making (`_R_.…`) and its answer goes back to the
+    // worker's reply subject in WORKERS — no JetStream there, and an answer is not passed on
+    // through WORKERS's own import of `$KV.kairos_nodes.*`. A listener in WORKERS (worker-w9,
+    // every permission) sees the answer arrive there: that defence's signal. A worker role in
+    // KAIROS (`scheduler_worker`) asks inside the account: the reply guard refuses its request.
+    const nodesKv = await new Kvm(admin).open("kairos_nodes");
+    const listener = await connectNats({ url: nats.url, name: "attack-replies-w9", credsFile: nats.auth.credsForWorker("w9") });
     try {
-      const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000000") };
-      const p = partitionOf(job, PARTITIONS);
-      const refused = nextReplyRefusal(sched.node.events, "worker_plane");
-      const batch = { b: [{ t: job.type, i: job.id, m: { kind: "heartbeat", run_id: "jattack0000000000-1", fence: 1, worker: "attack-worker" } }] };
-      nc.publish(workerPlaneSubject("kairos", p, "attack-worker"), encode(batch), { reply: "$KV.kairos_tenants.k.forged-by-worker" });
-      await defended(refused, tenantsKeyChanged("k.forged-by-worker", 0), "tenants write through the scheduler's reply");
+      for (const who of [["worker"], ["scheduler", "worker"]] as const) {
+        const nc = await nats.connect(`attack-replies-${who.join("-")}`, [...who]);
+        const inWorkers = who.length === 1;
+        try {
+          for (const [reply, changed] of [
+            ["$KV.kairos_tenants.k.forged-by-worker", tenantsKeyChanged("k.forged-by-worker", 0)],
+            ["$KV.kairos_nodes.w2", async () => ((await nodesKv.get("w2")) ? "a node record of w2 was written" : undefined)],
+          ] as const) {
+            const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000000") };
+            const landed = new Promise<string>((resolve) => listener.subscribe(reply, { max: 1, callback: (_e, m) => resolve(`answered into WORKERS on ${m.subject}`) }));
+            await listener.flush();
+            const refused = nextReplyRefusal(sched.node.events, "worker_plane").then((e) => `refused: ${e.reason}`);
+            const batch = { b: [{ t: job.type, i: job.id, m: { kind: "heartbeat", run_id: "jattack0000000000-1", fence: 1, worker: "attack-worker" } }] };
+            nc.publish(workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "attack-worker"), encode(batch), { reply });
+            const how = await defended(Promise.race([refused, landed]), changed, `${who.join(",")}: a write through the scheduler's reply ${reply}`);
+            assert.equal(how, inWorkers ? `answered into WORKERS on ${reply}` : "refused: not_an_inbox", who.join(","));
+          }
+        } finally {
+          await nc.close();
+        }
+      }
     } finally {
-      await nc.close();
+      await listener.close();
     }
   });
 

@@ -4,7 +4,10 @@
  * `worker-w1`, as every worker has by default — tries to read w2's offers, to complete w2's
  * attempt (on w2's subject, and on its own subject naming w2, with every fence up to 2,048), and
  * to advertise for w2. The server refuses what the permissions forbid; the scheduler refuses what
- * reaches it naming another worker than its subject's; the run is untouched.
+ * reaches it naming another worker than its subject's; the run is untouched. And a worker whose
+ * permissions were widened (worker-w9, in WORKERS like every worker-only identity) reaches w2's
+ * subject, but not as w2: the header nats-server adds at the account boundary names worker-w9,
+ * and the scheduler drops its request.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -46,7 +49,7 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   const victim = () => api.getRun(run.run_id);
 
   before(async () => {
-    nats = await startNats({ workers: ["w1", "w2"], services: [{ name: "alpha", tenantId: TA }] });
+    nats = await startNats({ workers: ["w1", "w2"], services: [{ name: "alpha", tenantId: TA }], wideOpenWorkers: ["w9"] });
     admin = await nats.connect("attack-worker-admin");
     const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
     const t: Tenant = { tenant_id: TA, name: "alpha", created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
@@ -134,6 +137,34 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
     }
   });
 
+  it("across the account boundary the scheduler knows the sender: a worker whose permissions allow w2's subject still cannot complete w2's attempt", async () => {
+    // worker-w9 may publish anything in WORKERS (a misconfiguration on purpose), so the server
+    // lets its completions naming w2 onto w2's worker-plane subject. The request crosses the
+    // service import with the `Nats-Request-Info` header nats-server writes — user worker-w9 —
+    // and the partition owner drops it unanswered (reply-guard.ts): that user may not speak for w2.
+    const nc = await connectNats({ url: nats.url, name: "attacker-w9-complete", credsFile: nats.auth.credsForWorker("w9") });
+    try {
+      const job = { type: JOB_ACTOR, id: jobActorId(TA, run.job_id) };
+      const fences = Array.from({ length: 2048 }, (_, i) => i + 1);
+      const completion = (fence: number) => ({
+        kind: "complete", run_id: run.run_id, fence, worker: "w2", outcome: "exited", exit_code: 0, output: FORGED, error: null,
+        started_at_ms: Date.now() - 1000, finished_at_ms: Date.now(),
+      });
+      const refused = nextEvent(sched.node.events, (e) => e.type === "reply_refused" && e.responder === "worker_plane" && e.reason === "not_the_asker");
+      const forged = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(9), partitions: PARTITIONS, plane: "workers", workerId: "w2", deadlineMs: 3000 })
+        .requestMany(fences.map((f) => ({ to: job, msg: completion(f) })), { deadlineMs: 3000 });
+      const runChanged = async () => {
+        const r = await victim();
+        return r.status === "running" ? undefined : `the victim's run is ${r.status}: ${JSON.stringify(r.attempts.at(-1))}`;
+      };
+      await defended(refused, runChanged, "completions naming w2 from worker-w9 on w2's subject");
+      assert.equal((await forged).filter((r) => r.ok).length, 0, "forged completions were accepted");
+      assert.equal((await victim()).status, "running", "the victim's run is untouched");
+    } finally {
+      await nc.close();
+    }
+  });
+
   it("a worker cannot advertise for another: w2's advert subject is refused, an advert naming w2 on its own is ignored", async () => {
     const nc = await connectNats({ url: nats.url, name: "attacker-w1-advert", credsFile: nats.auth.credsForWorker("w1") });
     let delivered = 0;
@@ -160,6 +191,6 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   });
 
   it("the nodes themselves, each with its own identity, caused no violation", () => {
-    assert.deepEqual(nats.violations().filter((l) => !l.includes('"worker-w1"')), []);
+    assert.deepEqual(nats.violations().filter((l) => !l.includes('"worker-w1"') && !l.includes('"worker-w9"')), []);
   });
 });

@@ -5,7 +5,8 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { inboxModeFor, replyRefusal, type Asker } from "../../../src/cluster/reply-guard.ts";
+import { inboxModeFor, replyRefusal, requesterOf, type Asker } from "../../../src/cluster/reply-guard.ts";
+import { CLUSTER_ACCOUNT, SERVICES_ACCOUNT, WORKERS_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
 import { inboxPrefixFor, natsUserFor, pinnedWorkerUser, roleSets, serviceUser } from "../../../src/cluster/nats-permissions.ts";
 
 const cmd: Asker = { kind: "actor_command" };
@@ -32,13 +33,41 @@ describe("reply guard", () => {
     }
   });
 
-  it("a reply nats-server made for an imported request (`_R_.…`) only for NATS API requests", () => {
+  it("a reply nats-server made for an imported request (`_R_.…`): NATS API requests, and worker-plane requests from the worker the header names", () => {
+    const info = (acc: string, user: string) => () => JSON.stringify({ acc, user, rtt: 1, kind: "Client" });
+    const R = "_R_.aB3xYz.Q9";
     for (const mode of ["per_user", "shared"] as const) {
-      assert.equal(replyRefusal("_R_.aB3xYz.Q9", svc, mode), undefined);
-      const others: Asker[] = [cmd, sched, w1];
-      for (const a of others) assert.equal(replyRefusal("_R_.aB3xYz.Q9", a, mode)?.reason, "not_the_asker", a.kind);
+      assert.equal(replyRefusal(R, svc, mode), undefined);
       for (const bad of ["_R_.", "_R_.a..b", "_R_.>", "_R_.*", "_R_.a b"]) assert.ok(replyRefusal(bad, svc, mode), bad);
+      // Actor commands are not exported: never through an import, whoever the header names.
+      assert.equal(replyRefusal(R, cmd, mode, info(CLUSTER_ACCOUNT, "api"))?.reason, "not_the_asker");
+      // The worker plane, from WORKERS: the pinned user of the worker the request names, or the shared one.
+      assert.equal(replyRefusal(R, w1, mode, info(WORKERS_ACCOUNT, pinnedWorkerUser("w1"))), undefined);
+      assert.equal(replyRefusal(R, w1, mode, info(WORKERS_ACCOUNT, "worker")), undefined);
+      for (const [acc, user] of [[WORKERS_ACCOUNT, pinnedWorkerUser("w2")], [CLUSTER_ACCOUNT, pinnedWorkerUser("w1")], [SERVICES_ACCOUNT, "worker"], [WORKERS_ACCOUNT, "admin"], [WORKERS_ACCOUNT, "scheduler"]] as const) {
+        assert.equal(replyRefusal(R, w1, mode, info(acc, user))?.reason, "not_the_asker", `${acc}/${user}`);
+      }
+      // Offers and probes cross as streams with the scheduler's own reply: never through a service import.
+      for (const roles of roleSets()) assert.equal(replyRefusal(R, sched, mode, info(CLUSTER_ACCOUNT, natsUserFor(roles)))?.reason, "not_the_asker", roles.join(","));
+      assert.equal(replyRefusal(R, sched, mode, info(CLUSTER_ACCOUNT, "admin"))?.reason, "not_the_asker");
+      // No header, or one that is not nats-server's: refused.
+      for (const h of [undefined, "", "{", "null", "[]", JSON.stringify({ acc: WORKERS_ACCOUNT }), JSON.stringify({ acc: WORKERS_ACCOUNT, user: 7 }), JSON.stringify({ acc: WORKERS_ACCOUNT, user: "worker-w1", pad: "x".repeat(5000) })]) {
+        assert.equal(replyRefusal(R, w1, mode, () => h)?.reason, "not_the_asker", String(h).slice(0, 40));
+        assert.equal(replyRefusal(R, sched, mode, () => h)?.reason, "not_the_asker", String(h).slice(0, 40));
+      }
     }
+  });
+
+  it("reads the header only for an imported request's reply", () => {
+    let reads = 0;
+    const info = () => {
+      reads++;
+      return JSON.stringify({ acc: WORKERS_ACCOUNT, user: "worker-w1" });
+    };
+    replyRefusal(reply(pinnedWorkerUser("w1")), w1, "per_user", info);
+    replyRefusal("$KV.kairos_tenants.t.x", w1, "per_user", info);
+    assert.equal(reads, 0);
+    assert.deepEqual(requesterOf(info()), { account: WORKERS_ACCOUNT, user: "worker-w1" });
   });
 
   it("the shared `_INBOX.` only without credentials (a server without authorization)", () => {
