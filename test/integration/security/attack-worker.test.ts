@@ -28,6 +28,10 @@ import type { RunView } from "../../../src/protocol/model.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { openBuckets } from "../../../src/cluster/buckets.ts";
 import { workerAdvertSubject } from "../../../src/protocol/worker.ts";
+import { headers } from "@nats-io/nats-core";
+import { REQUEST_INFO_HEADER } from "../../../src/cluster/reply-guard.ts";
+import { WORKERS_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
+import { inboxPrefixFor, pinnedWorkerUser } from "../../../src/cluster/nats-permissions.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
 import { defended, nextEvent, nextPermissionError } from "../../support/attack.ts";
@@ -142,6 +146,7 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
     // lets its completions naming w2 onto w2's worker-plane subject. The request crosses the
     // service import with the `Nats-Request-Info` header nats-server writes — user worker-w9 —
     // and the partition owner drops it unanswered (reply-guard.ts): that user may not speak for w2.
+    // A header of the client's own naming worker-w2 is overwritten by the server.
     const nc = await connectNats({ url: nats.url, name: "attacker-w9-complete", credsFile: nats.auth.credsForWorker("w9") });
     try {
       const job = { type: JOB_ACTOR, id: jobActorId(TA, run.job_id) };
@@ -159,6 +164,13 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
       };
       await defended(refused, runChanged, "completions naming w2 from worker-w9 on w2's subject");
       assert.equal((await forged).filter((r) => r.ok).length, 0, "forged completions were accepted");
+      // With a `Nats-Request-Info` header of its own naming worker-w2: the server overwrites it.
+      const h = headers();
+      h.set(REQUEST_INFO_HEADER, JSON.stringify({ acc: WORKERS_ACCOUNT, user: pinnedWorkerUser("w2") }));
+      const refusedAgain = nextEvent(sched.node.events, (e) => e.type === "reply_refused" && e.responder === "worker_plane" && e.reason === "not_the_asker");
+      const subject = workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "w2");
+      for (const f of fences) nc.publish(subject, encode({ t: job.type, i: job.id, m: completion(f) }), { reply: `${inboxPrefixFor(pinnedWorkerUser("w9"))}.forged.${f}`, headers: h });
+      await defended(refusedAgain, runChanged, "completions naming w2 with a forged Nats-Request-Info header");
       assert.equal((await victim()).status, "running", "the victim's run is untouched");
     } finally {
       await nc.close();
