@@ -5,33 +5,13 @@
  * - `WORKERS`: worker-only identities (pinned `worker-<id>`, the shared `worker`); no JetStream;
  *   joined to KAIROS by the worker protocol's subject families only (`workerCrossings`).
  * - `SERVICES`: tenant services (static, or admitted by the auth callout); no JetStream; imports
- *   `kairos.<c>.api.>` only.
- * - `SYS`: `sys`, for operators (revocation kicks connections).
- * Every export names the one account that may import it.
+ *   `kairos.<c>.api.>` only. `SYS`: `sys`, for operators (revocation kicks connections).
  *
- * Why accounts and not only permissions: within one account a responder publishes to whatever
- * reply subject the requester chose, so a service could steer an API node's answer onto a
- * `$JS.API…`/`$KV…` subject. Across a service import the reply subject is the server's own
- * (`_R_.…`), mapped back to the requester's inbox; and an account without JetStream reaches no
- * bucket, consumer or stream info whatever its users' permissions say. Users not in the static
- * list go to the auth callout (src/nats-api/auth-callout.ts), answered by API nodes.
- *
- * The worker's crossings, and why each has its shape:
- * - worker → scheduler requests (worker plane `kairos.<c>.w.*.*`, the direct get of the partition
- *   count, node-record writes `$KV.<c>_nodes.*`) are service imports into WORKERS: a worker's
- *   forged reply gets the answer back in WORKERS (a response is not passed on through another
- *   import: tried on nats-server 2.10.27). Declared `share: true`, so the server adds the
- *   `Nats-Request-Info` header (the requester's account and user, overwriting a client's own),
- *   which the partition owner checks against the subject's worker id (reply-guard.ts).
- * - offers, cancels and probes (`kairos.<c>.worker.*.start|cancel|probe`) are streams into WORKERS,
- *   keeping the scheduler's reply; the answers cross back as streams covering only the schedulers'
- *   inboxes (`schedulerInboxes`). Not a service: the worker would see `_R_.…`, could not check the
- *   reply, and its answer would land on whatever subject the sender named in KAIROS, JetStream
- *   included (tried: a `$KV…` reply was stored).
- * - adverts and membership are streams: `adverts.*` and `node.hb|leave.n` into KAIROS,
- *   `node.hb|leave.s` into WORKERS (clock skew). Not `node.hb.*` both ways: the server refuses
- *   that as an import cycle. A stream keeps its subject, so an advert's worker id is the one the
- *   worker's publish permission pinned.
+ * Why accounts: within one account a responder publishes to whatever reply subject the requester
+ * chose; across a service import the reply is the server's own (`_R_.…`), and an account without
+ * JetStream reaches no bucket whatever its users' permissions say. Each crossing's shape and why
+ * (worker requests: `share: true` service imports; offers, adverts, membership: streams; not
+ * `node.hb.*` both ways, a cycle): docs/security.md, "Accounts". Every export names its importer.
  */
 
 import { AUTH_CALLOUT_SUBJECT, inboxPrefixFor, natsUserFor, roleSets } from "./nats-permissions.ts";

@@ -3,25 +3,15 @@
  * plane, the internal NATS API, workers answering offers and probes — asks `replyRefusal` before
  * replying, and drops the request unanswered (counted, logged) when it refuses.
  *
- * Why: the REQUESTER picks the reply subject, and nats-server lets a responder publish to it
- * (`allow_responses`, or any subject its own allow list covers, `$JS.API.…` and `$KV.…` for an API
- * node). Without this a tenant's request could have an API node purge a stream or overwrite
- * another tenant's record. The rule: the reply is the per-user inbox `_INBOX_<user>.<token>…` of
- * an identity that may send this request (`Asker`); the shared `_INBOX.…` only on a server without
- * authorization; `_R_.…` (the reply nats-server makes for a request that crossed a service
- * import: answers go back across the import, never onto the responder's account's subjects) only
- * for `service` requests, and for `worker` requests whose `Nats-Request-Info` header — written by
- * the server on imports declared `share: true`, overwriting a client's own — names account
- * WORKERS and the pinned user of the worker the request names, or the shared `worker`
- * (nats-accounts.ts). Offers and probes cross into WORKERS as streams with the scheduler's own
- * reply, and actor commands are not exported: `_R_.…` is refused for them.
+ * Why: the REQUESTER picks the reply subject, and nats-server lets a responder publish to it, so
+ * a forged reply could have an API node purge a stream or overwrite another tenant's record. The
+ * rule: the reply is the per-user inbox `_INBOX_<user>.…` of an identity that may ask (`Asker`);
+ * `_INBOX.…` only without authorization; `_R_.…` (a request that crossed an import) only for
+ * `service` requests and `worker` requests whose `Nats-Request-Info` names WORKERS and the worker.
  *
- * Pitfalls: NATS does not name a sender within one account, so within a class (shared worker
- * credentials, service users of different tenants) a reply can still be aimed at a peer's inbox
- * (which learns no more). The header is trustworthy only on a message that crossed an import; a
- * `_R_.…` reply with a header of its own inside KAIROS comes only from an identity that may
- * publish on the worker plane there (role sets with `worker` and `api` or `scheduler`), and the
- * answer goes to `_R_.…`, where nobody may subscribe.
+ * Pitfalls: within one account NATS names no sender, so within a class (shared worker credentials,
+ * service users of different tenants) a reply can be aimed at a peer's inbox; the header is
+ * trusted only on `_R_.…` replies (the server writes it there, overwriting a client's own).
  */
 import type { Role } from "./config.ts";
 import { WORKERS_ACCOUNT } from "./nats-accounts.ts";
