@@ -13,7 +13,7 @@ import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { grantId, runIdFor } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-actor.ts";
-import { activeRunView, activeRunsReply, jobView, slotsHeld } from "./job-state.ts";
+import { activeRunView, activeRunsReply, jobView, slotsHeld, type ActiveRun } from "./job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
@@ -83,10 +83,13 @@ function patch(tx: Tx, m: Command<"patch">): D {
   s.job = { ...job, spec, version: job.version + 1, updated_at_ms: tx.now };
   const scheduleChanged = JSON.stringify(before.schedule) !== JSON.stringify(spec.schedule);
   if (!spec.enabled || scheduleChanged) {
-    // Runs created ahead of their due time (look-ahead) for occurrences that the pause or
-    // the new schedule no longer calls for are cancelled before they start.
+    // A pause stops every run not heard to start — waiting for a slot or a retry, granted, offered
+    // or prepared on a worker, due or ahead — so the paused job starts nothing once the PATCH is
+    // answered: a run on a worker is told to stop (finish → cancel_on_worker, published before the
+    // reply), and one that did start meanwhile is killed. Runs already running go on. A new
+    // schedule cancels only the runs prepared ahead for occurrences it no longer calls for.
     for (const r of [...s.runs]) {
-      if (r.trigger !== "manual" && r.scheduled_for_ms > tx.now && (r.status === "queued" || r.status === "leased")) {
+      if (!spec.enabled ? notStarted(r) : r.trigger !== "manual" && r.scheduled_for_ms > tx.now && (r.status === "queued" || r.status === "leased")) {
         finish(tx, r, "cancelled", spec.enabled ? "schedule changed before it started" : "job paused before it started", null);
       }
     }
@@ -107,6 +110,11 @@ function patch(tx: Tx, m: Command<"patch">): D {
   tx.changed = true;
   tx.armFire();
   return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+}
+
+/** Its current attempt not heard to start: waiting (for a slot, a retry), granted, offered or prepared on a worker. */
+function notStarted(r: ActiveRun): boolean {
+  return r.status !== "running";
 }
 
 function remove(tx: Tx): D {

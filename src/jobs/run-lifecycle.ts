@@ -78,7 +78,8 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   });
   tx.pre.push({ kind: "put_run", record, mode: "update" });
   if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
-  if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted) {
+  // (Not for a paused job: a pause drops its queue, and the runs it cancels must not start one.)
+  if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted && tx.job.spec.enabled) {
     const next = tx.s.queued.shift()!;
     tx.occur(next, "schedule");
     tx.changed = true; // the queue is durable state (no record holds a queued occurrence)
@@ -104,6 +105,9 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
   delete r.probes;
+  // A paused job begins no new attempt (job-commands.ts `patch`).
+  const paused = !tx.job.spec.enabled;
+  if (retryable && paused) return finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", `not retried, the job is paused: ${why}`, result);
   if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
     moveRun(r, "retry");
     r.worker = null;
@@ -413,7 +417,11 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | 
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
   delete r.probes;
-  if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
+  if (!tx.job.spec.enabled) {
+    // A paused job begins no new attempt (job-commands.ts `patch`).
+    finish(tx, r, neverStarted ? "cancelled" : "failed", neverStarted ? "job paused before it started" : "not retried, the job is paused: lease lost", null);
+    tx.changed = true;
+  } else if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
     // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).
     moveRun(r, "requeue");
     r.worker = null;

@@ -32,11 +32,14 @@
  *     own. The documented exception, counted and reported (`unstartedCap`): after
  *     MAX_UNSTARTED_ATTEMPTS uncounted lapses (or MAX_GIVEN_BACK give-backs), the next ones count.
  *  m  manual_run_lost — every run-now that was answered has its run record.
+ *  p  started_while_paused — no execution of a job starts once its pause is answered (see
+ *     `checkPausedStarts` for the two exceptions).
  */
 import { compileSchedule } from "../../src/schedule/index.ts";
 import { parseRunId } from "../../src/protocol/ids.ts";
 import type { JobState } from "../../src/jobs/job-state.ts";
 import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/protocol/model.ts";
+import { START_SKEW_TOLERANCE_MS } from "../../src/protocol/worker.ts";
 import type { LedgerEntry } from "./executor.ts";
 
 export interface JobUnderTest {
@@ -125,6 +128,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
     const commands = input.commands.filter((c) => c.jobId === j.jobId);
     const records = input.records.get(j.jobId) ?? [];
     checkOccurrences(input, j, state, commands, records, byRun, fail);
+    checkPausedStarts(input, j, commands, records, fail);
     for (const r of records) {
       checkStatus(input, j, commands, r, byRun.get(r.run_id) ?? [], fail);
       out.unstartedCap += checkAttempts(input, r, byRun.get(r.run_id) ?? [], fail);
@@ -198,17 +202,21 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
 
 /**
  * A called-for occurrence's run may be cancelled: replaced (overlap `replace`); by a delete sent
- * after its due time (it may still run then); by a pause or reschedule sent within LATE_FIRE_MS
- * after it (its owner, down, had not fired it yet: the command settles it); or by a pause or
- * reschedule answered up to a look-ahead window before it, which cancels the runs prepared ahead
+ * after its due time (it may still run then); by a pause, whenever it was due, if it had not
+ * started (a pause cancels every run not heard to start); by a reschedule sent within
+ * LATE_FIRE_MS after it (its owner, down, had not fired it yet: the command settles it); or by a
+ * pause or reschedule answered up to a look-ahead window before it, which cancels the runs prepared ahead
  * for good even where the resumed or new schedule calls for the same occurrence (the documented
  * "stay cancelled": README, "Policies" and "Known limitations").
  */
 function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, o: number): boolean {
   const reason = r.reason ?? "";
   if (reason.includes("replaced by a newer occurrence")) return j.spec.overlap === "replace";
+  const upTo = (c: CommandRecord) => o <= (c.ackMs ?? Number.POSITIVE_INFINITY) + input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) + input.lookaheadMs;
   return commands.some((c) => c.kind === "delete" ? c.sentMs >= o && reason.includes("job deleted")
-    : (c.kind === "pause" || c.kind === "reschedule") && o >= c.sentMs - LATE_FIRE_MS && o <= (c.ackMs ?? Number.POSITIVE_INFINITY) + input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) + input.lookaheadMs);
+    // A pause cancels every run not started, however long due (a backlog waiting for slots).
+    : c.kind === "pause" ? reason.includes("job paused") && upTo(c)
+      : c.kind === "reschedule" && o >= c.sentMs - LATE_FIRE_MS && upTo(c));
 }
 
 /**
@@ -245,6 +253,30 @@ function segmentAt(segments: readonly Segment[], t: number): Segment | undefined
 function occursIn(spec: JobSpec, createdMs: number, t: number): boolean {
   const sched = compileSchedule(spec.schedule);
   return sched.next(Math.max(createdMs, t - 1), 1)[0] === t;
+}
+
+/**
+ * `started_while_paused`: once a pause is answered (widened by the clocks' offsets and the start
+ * tolerance) and until the job is enabled again, no execution of it starts — except a run-now sent
+ * after the pause, or a run the pause cancelled whose cancel a fault lost (a worker holding it
+ * prepared with a cover may start it; checkStatus bounds how long it runs on).
+ */
+function checkPausedStarts(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], records: readonly RunView[], fail: Fail): void {
+  const byId = new Map(records.map((r) => [r.run_id, r]));
+  const answered = commands.filter((c) => c.kind !== "run_now" && c.ackMs !== null);
+  for (const [i, c] of answered.entries()) {
+    if (c.kind !== "pause") continue;
+    const from = c.ackMs! + input.skewDuring(c.sentMs, c.ackMs!) + START_SKEW_TOLERANCE_MS;
+    const next = answered.slice(i + 1).find((x) => x.kind === "resume" || (x.kind === "reschedule" && x.spec?.enabled));
+    const to = next ? next.sentMs : Number.POSITIVE_INFINITY;
+    for (const x of input.ledger) {
+      if (x.job !== j.jobId || x.startMs <= from || x.startMs >= to) continue;
+      const r = byId.get(x.runId);
+      const manualAfter = commands.some((m) => m.kind === "run_now" && m.runId === x.runId && m.sentMs >= c.sentMs);
+      const cancelled = r?.status === "cancelled" && (r.reason ?? "").includes("job paused");
+      if (!manualAfter && !cancelled) fail("started_while_paused", x.runId, `job ${j.jobId}: attempt ${x.attempt} of ${x.runId} started at ${iso(x.startMs)}, after the pause answered at ${iso(c.ackMs!)} (record ${r?.status ?? "none"}: ${r?.reason ?? ""})`);
+    }
+  }
 }
 
 /** `status_unexplained`: each terminal status has its cause (see the module header). */

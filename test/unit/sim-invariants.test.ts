@@ -244,7 +244,18 @@ describe("simulation record checks fire on run records that break them", () => {
     const records = [record(at(5), "succeeded"), record(at(10), "succeeded"), record(at(15), "cancelled", { reason: "job paused before it started" }), record(at(20), "succeeded")];
     assert.deepEqual(check(records, { commands }), []);
     // A run for an occurrence the pause had stopped is unexpected.
-    assert.deepEqual(check([...records.filter((r) => r.status !== "cancelled"), record(at(15), "succeeded")], { commands }), ["unexpected_run"]);
+    assert.deepEqual(check([...records.filter((r) => r.status !== "cancelled"), record(at(15), "succeeded")], { commands }), ["unexpected_run", "started_while_paused"]);
+  });
+
+  it("p started_while_paused: a run due before the pause (a backlog) that starts after its answer; one the pause cancelled is fine", () => {
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [{ jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused }];
+    const late = (r: RunView): RunView => ({ ...r, attempts: [{ attempt: 1, worker: "w1", started_at: new Date(at(14)).toISOString(), finished_at: new Date(at(14.5)).toISOString(), exit_code: 0, outcome: "succeeded", error: null }] });
+    const base = [record(at(5), "succeeded")];
+    const ledger = [ok(at(5)), { ...ok(at(10)), startMs: at(14), endMs: at(14.5) }];
+    const run = (r10: RunView) => check([...base, r10], { commands, ledger, windowEndMs: at(10), stuckBeforeMs: at(10) });
+    assert.deepEqual(run(late(record(at(10), "succeeded"))), ["started_while_paused"]);
+    assert.deepEqual(run(record(at(10), "cancelled", { reason: "job paused before it started", finished_at: new Date(at(11.1)).toISOString() })), []);
   });
 
   it("c: a cancelled run that executed on past lease TTL + drain grace after its cancel", () => {

@@ -92,6 +92,49 @@ describe("job actor: create", () => {
 });
 
 describe("job actor: pause, resume, patch", () => {
+  it("a pause of an overlap=queue job with occurrences queued creates no run from the queue as it cancels", () => {
+    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    d.create(spec({ schedule: { cron: "* * * * * *", time_zone: "UTC" }, overlap: "queue" }));
+    d.advance(5_000);
+    assert.ok(d.state.queued.length > 0, "occurrences wait in the queue");
+    const records = d.records.size;
+    const r = d.send({ kind: "patch", patch: { enabled: false } });
+    assert.deepEqual(d.state.runs, []);
+    assert.equal((r.pre ?? []).filter((fx) => fx.kind === "put_run" && fx.mode === "create").length, 0, "no run made from the queue");
+    assert.ok(d.records.size >= records);
+    assert.equal(d.recordsByStatus("queued").length, 0);
+  });
+
+  it("a pause under a backlog cancels every run not heard to start — waiting, granted, offered, claimed, awaiting a retry — and nothing starts after it", () => {
+    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    d.create(spec({ schedule: { cron: "* * * * * *", time_zone: "UTC" }, overlap: "allow", retry: { max_attempts: 3, backoff: "fixed", base_s: 30, max_s: 30 } }));
+    d.advance(12_000);
+    assert.ok(d.pendingSlots.length >= 10, `a backlog waits for slots (${d.pendingSlots.length})`);
+    d.grant(); // granted, offered, not claimed
+    d.grant();
+    d.claim(); // claimed (leased), not heard to start
+    d.grant();
+    d.claim();
+    const running = d.state.runs.find((r) => r.status === "leased")!;
+    d.heartbeat(running.run_id, running.fence, d.now); // heard to start: running
+    d.grant();
+    d.claim();
+    const failing = d.state.runs.filter((r) => r.status === "leased").at(-1)!;
+    d.complete(failing.run_id, { outcome: "exited", exit_code: 1 }); // attempt 1 failed: a retry waits
+    assert.equal(d.run(failing.run_id)?.status, "retry_wait");
+    const dispatchesBefore = d.dispatches.length;
+    const before = d.state.runs.length;
+    d.send({ kind: "patch", patch: { enabled: false } });
+    assert.deepEqual(d.state.runs.map((r) => [r.run_id, r.status]), [[running.run_id, "running"]], "only the running run is left");
+    const cancelled = d.recordsByStatus("cancelled");
+    assert.equal(cancelled.length, before - 1);
+    assert.ok(cancelled.every((r) => r.reason === "job paused before it started"));
+    assert.ok(d.postsOf("cancel_on_worker").length >= 1, "the worker holding a claim is told (an offer not yet claimed dies with its fence)");
+    d.advance(120_000);
+    for (const x of d.pendingSlots.slice()) d.grant(x);
+    assert.equal(d.dispatches.length, dispatchesBefore, "nothing is offered after the pause");
+  });
+
   it("pause clears next_run_at and creates no run while paused; resume starts after the resume time without catch-up", () => {
     const d = new Driver(cfg(), { autoComplete: () => ({}) });
     d.create();
