@@ -18,6 +18,7 @@ import { workerSubject, type StartReply, type StartRequest, type TaskInput } fro
 import { splitJobActorId } from "../protocol/ids.ts";
 import type { JobActorConfig, JobEffect } from "./job-actor.ts";
 import type { JobShellDeps } from "./job-shell.ts";
+import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 /** How long to wait before offering again to a worker that had no free slot (see dispatch). */
 const OFFER_RACE_RETRY_MS = 25;
@@ -25,7 +26,7 @@ const OFFER_RACE_RETRY_MS = 25;
 export type DispatchDeps = Pick<JobShellDeps, "nc" | "clusterName" | "workers" | "log" | "sleep" | "secrets" | "nowMs">;
 
 /** The `dispatch` effect's performer for one job actor type's shell. */
-export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {
+export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps, faults: JobFaults = NO_FAULTS): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {
   /** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
   async function offeredTask(tenantId: string, jobId: string, task: TaskInput): Promise<TaskInput | null> {
     if (!task.sealed_env) return task;
@@ -48,8 +49,8 @@ export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps): (ctx: S
       return;
     }
     const tried = new Set<string>();
-    // One fence, one worker. (The test-only switch offers it to up to three.)
-    const tries = cfg.testOnlyHole1 ? 3 : 1;
+    // One fence, one worker. (A simulation's injected fault offers it to up to three.)
+    const tries = faults.fenceSharedByWorkers === true ? 3 : 1;
     for (let i = 0; i < tries; i++) {
       const worker = deps.workers.pick(tried);
       if (!worker) break;

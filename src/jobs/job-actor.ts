@@ -26,6 +26,7 @@ import { fire, occur } from "./occurrences.ts";
 import { complete, completionKey, heartbeatAck, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
+import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 export interface JobActorConfig {
   leaseTtlMs: number;
@@ -48,17 +49,6 @@ export interface JobActorConfig {
    * TTL plus this (the executor's kill grace: SIGTERM, then SIGKILL) — see `JobState.draining`.
    */
   drainGraceMs: number;
-  /**
-   * TEST ONLY: offers one fence to several workers and checks heartbeats and completions by fence
-   * alone, so the simulation can prove it detects the double execution. Never set in production.
-   */
-  testOnlyHole1?: boolean;
-  /**
-   * TEST ONLY: no probes (a silent lease lapses without asking its worker, an attempt never heard
-   * to start is presumed unstarted), so the simulation can prove its invariant h
-   * (`run_reexecuted`) detects the re-execution. Never set in production.
-   */
-  testOnlyNoProbe?: boolean;
 }
 
 export const DEFAULT_JOB_CONFIG: JobActorConfig = {
@@ -187,7 +177,8 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
   return fx;
 }
 
-export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDefinition<JobState, JobMsg, JobReply, JobEffect> {
+/** The job actor under `cfg`; `faults` only in the simulation's self-tests (faults.ts). */
+export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG, faults: JobFaults = NO_FAULTS): ActorDefinition<JobState, JobMsg, JobReply, JobEffect> {
   return {
     type: JOB_ACTOR,
     loadOnAcquire: true,
@@ -232,7 +223,7 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG): ActorDef
       return { reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs), alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
     },
     receive(state, msg, ctx) {
-      const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined, ctx.pending ? (k) => ctx.pending!(k) : undefined);
+      const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined, ctx.pending ? (k) => ctx.pending!(k) : undefined, faults);
       if (msg.kind !== "create" && !state.job) {
         return tx.done(null, fail("not_found", `job ${splitJobActorId(ctx.id).jobId} not found`));
       }

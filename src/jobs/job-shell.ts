@@ -17,6 +17,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { assertNever } from "../lib/assert.ts";
+import { deferOnHost } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { workerSubject, type ProbeReply } from "../protocol/worker.ts";
 import { deliverDeadLetter, isDeadLetter, recordDeadLetter, type DeadLetterOutbox } from "../notify/dead-letters.ts";
@@ -37,6 +38,7 @@ import type { SecretEnvStore } from "../secrets/secret-env.ts";
 import { SlotBroker } from "../slots/slot-broker.ts";
 import type { WebhookTarget } from "../notify/webhook.ts";
 import type { WorkerDirectory } from "../slots/worker-directory.ts";
+import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 export interface JobShellDeps {
   nc: Bus;
@@ -66,7 +68,7 @@ export interface JobShellDeps {
   deadLetters?: DeadLetterOutbox;
   /** The node's slot broker (default: one for this registration, see slot-broker.ts). */
   slots?: SlotBroker;
-  /** Runs `fn` after `ms`, 0: on a later turn of the event loop (default `setImmediate`/`setTimeout`; the simulation's clock). */
+  /** Runs `fn` after `ms`, 0: on a later turn of the event loop (default lib/clock.ts `deferOnHost`; the simulation's clock). */
   defer?: (fn: () => void, ms: number) => void;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
   secrets?: SecretEnvStore;
@@ -89,12 +91,13 @@ function isNoResponders(e: unknown): boolean {
   return /no responders/i.test(e.message) || (cause instanceof Error && cause.name === "NoRespondersError");
 }
 
-export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorRegistration {
+/** The job actor's registration on a node; `faults` only in the simulation's self-tests (faults.ts). */
+export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps, faults: JobFaults = NO_FAULTS): ActorRegistration {
   const metrics = deps.runMetrics ?? new RunMetrics();
   const records = new RunRecordStore(deps.runs, metrics);
-  const dispatch = makeDispatcher(cfg, deps);
+  const dispatch = makeDispatcher(cfg, deps, faults);
   /** Runs `fn` after `ms` on the shell's clock (the simulation's, in the simulation). */
-  const defer = deps.defer ?? ((f: () => void, wait: number) => (wait > 0 ? setTimeout(f, wait) : setImmediate(f)));
+  const defer = deps.defer ?? deferOnHost;
   const slots = deps.slots ?? new SlotBroker({
     request: (to, msg) => deps.router().request(to, msg),
     defer: (fn, ms) => defer(fn, ms),
@@ -178,7 +181,7 @@ export function jobRegistration(cfg: JobActorConfig, deps: JobShellDeps): ActorR
   }
 
   return {
-    definition: withRunIndex(deps.retention ? withRetention(makeJobActor(cfg), deps.retention.config) : makeJobActor(cfg)),
+    definition: withRunIndex(deps.retention ? withRetention(makeJobActor(cfg, faults), deps.retention.config) : makeJobActor(cfg, faults)),
     /**
      * A job state read back may still list runs whose end was a deferred change (`finish`): the
      * terminal record was written, the state not — and retention may have pruned that record

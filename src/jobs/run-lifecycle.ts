@@ -146,7 +146,7 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
 /** The attempt with this fence is the run's current lease, and `worker` holds it. */
 function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): boolean {
   if (r.fence !== fence || !isLeased(r)) return false;
-  return r.worker === worker || tx.cfg.testOnlyHole1 === true;
+  return r.worker === worker || tx.faults.fenceSharedByWorkers === true;
 }
 
 /** When the lease of `r` ends: the latest heartbeat arrival (or its start) plus the TTL. */
@@ -335,7 +335,7 @@ function heard(tx: Tx, r: ActiveRun): void {
 }
 
 function probeOrLapse(tx: Tx, r: ActiveRun): D {
-  if (tx.cfg.testOnlyNoProbe === true) return lapse(tx, r, null);
+  if (tx.faults.lapseWithoutProbe === true) return lapse(tx, r, null);
   if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
   r.probes = (r.probes ?? 0) + 1;
   tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes

@@ -15,6 +15,7 @@ import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-actor.ts
 import { FENCE_BLOCK, activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
 import type { RunView } from "../protocol/model.ts";
 import { fireAt } from "./occurrence-plan.ts";
+import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 /** Most request ids a job remembers (retried run-now and patch requests answer their first result). */
 export const RECENT_REQUESTS = 8;
@@ -42,6 +43,8 @@ export class Tx {
     readonly arrivalMs: (key: string) => number | undefined = () => undefined,
     /** Whether a message with this coalesce key waits in the actor's mailbox (ActorContext.pending). */
     readonly pending: (coalesceKey: string) => boolean = () => false,
+    /** Defences switched off by a simulation's self-test (faults.ts); none in production. */
+    readonly faults: JobFaults = NO_FAULTS,
   ) {
     this.s = {
       ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],

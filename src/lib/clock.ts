@@ -24,6 +24,16 @@ export const systemClock: Clock = {
   },
 };
 
+/**
+ * Runs `fn` after `ms` on the host's timers, or on a later turn of the event loop when `ms` is 0
+ * (`setImmediate`: after pending I/O). The default of shells that take a `defer` seam; the
+ * simulation passes its own, on its clock.
+ */
+export function deferOnHost(fn: () => void, ms: number): void {
+  if (ms > 0) setTimeout(fn, ms);
+  else setImmediate(fn);
+}
+
 /** A clock that only moves when told to; timers fire synchronously inside `advance`. */
 export class FakeClock implements Clock {
   #now: number;

@@ -16,6 +16,7 @@ import type { Buckets } from "../../src/cluster/buckets.ts";
 import { makeNodeConfig, type NodeConfig } from "../../src/cluster/config.ts";
 import { MAX_UNSTARTED_ATTEMPTS } from "../../src/jobs/job-actor.ts";
 import { MAX_GIVEN_BACK } from "../../src/jobs/run-lifecycle.ts";
+import type { JobFaults } from "../../src/jobs/faults.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../src/protocol/ids.ts";
 import { partitionOf } from "../../src/cluster/placement.ts";
@@ -51,15 +52,10 @@ export interface SimOptions {
   /** No fault events and no commands (background delays stay). */
   noFaults?: boolean;
   /**
-   * One fence offered to several workers, through the production code's test-only switch
-   * (src/jobs/job-actor.ts), for the self-test of invariant (a).
+   * Defences of the job actor switched off (src/jobs/faults.ts), for the self-tests of the
+   * invariants: one fence offered to several workers (a), silent leases lapsing without a probe (h).
    */
-  reopenHole1?: boolean;
-  /**
-   * Silent leases lapse without a probe (a run executed again after it ended), through the production
-   * code's test-only switch JobActorConfig.testOnlyNoProbe: invariant h's self-test.
-   */
-  skipProbes?: boolean;
+  faults?: JobFaults;
   /**
    * What kills a task whose worker is frozen (test/sim/executor.ts): by default each worker is
    * seeded `docker` (container lease countdown) or `process` (supervisor watching the worker), as
@@ -253,8 +249,7 @@ export class SimCluster {
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
-      // The test-only switches for the self-tests of invariants (a) and (h) (src/jobs/job-actor.ts).
-      n.register(jobRegistration({ ...this.profile.job, ...(this.o.reopenHole1 ? { testOnlyHole1: true } : {}), ...(this.o.skipProbes ? { testOnlyNoProbe: true } : {}) }, {
+      n.register(jobRegistration(this.profile.job, {
         nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
         tenantMaxConcurrent: async (id) => this.#caps.get(id),
         nowS: () => Math.floor(process.clock.now() / 1000),
@@ -264,7 +259,7 @@ export class SimCluster {
         // Bounded history as production runs it: a prune pass on the first terminal run after
         // a job comes to a node, among the run path's own writes.
         retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
-      }));
+      }, this.o.faults));
       n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, process.clock));
       n.register(fleetRegistration(() => directory.capacity()));
     });

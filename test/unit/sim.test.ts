@@ -8,11 +8,12 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { SimCluster, runSimulation } from "../sim/cluster.ts";
 import { report } from "../sim/report.ts";
+import type { JobFaults } from "../../src/jobs/faults.ts";
 
-/** Whether `invariant` fires in one of seeds 1..`seeds` run with `o` (a self-test's re-opened hole). */
-async function firesWithin(seeds: number, o: { reopenHole1?: boolean; skipProbes?: boolean }, invariant: string): Promise<boolean> {
+/** Whether `invariant` fires in one of seeds 1..`seeds` run with `faults` (a self-test: a defence switched off). */
+async function firesWithin(seeds: number, faults: JobFaults, invariant: string): Promise<boolean> {
   for (let seed = 1; seed <= seeds; seed++) {
-    const r = await runSimulation({ seed, ...o });
+    const r = await runSimulation({ seed, faults });
     if (r.violations.some((v) => v.invariant === invariant)) return true;
   }
   return false;
@@ -87,17 +88,17 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     }
   });
 
-  // The test-only switch offers one fence to up to three workers and checks heartbeats and
+  // The injected fault offers one fence to up to three workers and checks heartbeats and
   // completions by fence alone; with the production settings and users, seeds 1–40 fire at 14
   // and 16.
-  it("self-test: re-opened hole 1 (one fence offered to several workers) is caught by invariant (a)", async () => {
-    assert.ok(await firesWithin(40, { reopenHole1: true }, "attempt_on_two_workers"), "hole 1 re-opened but invariant (a) never fired in 40 seeds");
+  it("self-test: one fence offered to several workers is caught by invariant (a)", async () => {
+    assert.ok(await firesWithin(40, { fenceSharedByWorkers: true }, "attempt_on_two_workers"), "one fence offered to several workers but invariant (a) never fired in 40 seeds");
   });
 
-  // The test-only switch JobActorConfig.testOnlyNoProbe lapses silent leases without a probe, as
+  // The injected fault `lapseWithoutProbe` lapses silent leases without a probe, as
   // before probes existed; with (h) judged without the old exemption of any worker or bus
   // fault: seeds 1–40 fire at 4, 7, 27 and 36.
   it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
-    assert.ok(await firesWithin(40, { skipProbes: true }, "run_reexecuted"), "probes skipped but invariant (h) never fired in 40 seeds");
+    assert.ok(await firesWithin(40, { lapseWithoutProbe: true }, "run_reexecuted"), "probes skipped but invariant (h) never fired in 40 seeds");
   });
 });
