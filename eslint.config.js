@@ -1,11 +1,57 @@
-// Lint rules guard the boundaries described in CONTRIBUTING.md: no floating promises,
-// no `any` leaking, and no ambient time/randomness in the actor and cluster code.
+// Lint rules guard the boundaries described in CONTRIBUTING.md: no floating promises, no `any`
+// leaking, no ambient time, randomness or timers outside the entry points, and a budget on the
+// length of functions and modules. Formatting (and so line length: 100 columns) is Prettier's,
+// checked by `npm run lint:format`.
 import tseslint from "typescript-eslint";
+
+/**
+ * The files that may read the wall clock, draw random numbers and arm host timers: they wire the
+ * real ones. Everything else in src takes the injected Clock (src/lib/clock.ts) and Random
+ * (src/lib/random.ts), so the simulation and unit tests run it on their own time.
+ */
+const AMBIENT_ALLOWED = [
+  // Entry points: read the environment and wire the real clock and randomness into the rest.
+  "src/cli/**/*.ts",
+  // The real Clock (`systemClock`), the host's timers (`deferOnHost`) and the real Random.
+  "src/lib/clock.ts",
+  "src/lib/random.ts",
+  // `kairos dev`'s supervisors of real OS processes (dockerd, nats-server): kill grace and
+  // readiness polls on ref'd host timers that keep the CLI alive while they wait.
+  "src/dev/docker-engine.ts",
+  "src/dev/nats-launcher.ts",
+];
+
+/**
+ * Files whose longest functions are still over the budget (80 lines): reported as warnings until
+ * they are cut down. Take a file off this list once it fits; never add one.
+ */
+const FUNCTION_BUDGET_PENDING = [
+  "src/cli/admin.ts",
+  "src/cli/dev.ts",
+  "src/cli/node.ts",
+  "src/dev/nats-auth-files.ts",
+  "src/dev/nats-launcher.ts",
+  "src/http/openapi.ts",
+  "src/jobs/dispatcher.ts",
+  "src/jobs/job-shell.ts",
+  "src/nats-api/handler.ts",
+  "src/sandbox/docker.ts",
+  "src/server/node.ts",
+  "src/server/start.ts",
+  "src/slots/slot-broker.ts",
+  "src/slots/tenant-actor.ts",
+  "src/slots/tenant-shell.ts",
+];
 
 const ambient = [
   { object: "Date", property: "now", message: "Inject a Clock (src/lib/clock.ts)." },
   { object: "Math", property: "random", message: "Inject a Random (src/lib/random.ts)." },
 ];
+
+const budget = {
+  "max-lines-per-function": ["error", { max: 80, skipBlankLines: true, skipComments: true }],
+  "max-lines": ["error", { max: 500, skipBlankLines: true, skipComments: true }],
+};
 
 export default tseslint.config(
   // *.mjs: plain-JS entry shims (bin/kairos.mjs, the lease thread's boot) that only register tsx.
@@ -29,19 +75,26 @@ export default tseslint.config(
     },
   },
   {
-    files: ["src/actors/**/*.ts", "src/cluster/**/*.ts", "src/schedule/**/*.ts", "src/server/node.ts"],
+    files: ["src/**/*.ts"],
+    ignores: AMBIENT_ALLOWED,
     rules: {
       "no-restricted-properties": ["error", ...ambient],
       "no-restricted-globals": [
         "error",
-        { name: "setTimeout", message: "Use the node TimerQueue / Clock." },
-        { name: "setInterval", message: "Use the node TimerQueue / Clock." },
+        { name: "setTimeout", message: "Use the injected Clock's setTimer (or the node's TimerQueue)." },
+        { name: "setInterval", message: "Use the injected Clock's setTimer (or the node's TimerQueue)." },
       ],
       "no-restricted-syntax": [
         "error",
-        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: "Inject a Clock." },
+        { selector: "NewExpression[callee.name='Date'][arguments.length=0]", message: "Inject a Clock: new Date(clock.now())." },
       ],
     },
+  },
+  // The budget holds for src; tests and benchmarks read as one scenario per `describe`/`run`.
+  { files: ["src/**/*.ts"], rules: budget },
+  {
+    files: FUNCTION_BUDGET_PENDING,
+    rules: { "max-lines-per-function": ["warn", { max: 80, skipBlankLines: true, skipComments: true }] },
   },
   {
     files: ["test/**/*.ts", "bench/**/*.ts"],

@@ -13,6 +13,7 @@
  * this is an entry-point concern, not actor or cluster logic); `flush()` prints a pending one at
  * once, so the partitions released by Ctrl-C are reported before "stopping nats-server".
  */
+import { systemClock, type Clock } from "../lib/clock.ts";
 import type { LogDestination } from "../lib/log.ts";
 
 const QUIET_EVENTS = new Set(["actor_activated", "actor_passivated", "node_started", "node_stopping", "api_listening", "metrics_listening"]);
@@ -35,11 +36,14 @@ export class DevConsole implements LogDestination {
   readonly #out: (line: string) => void;
   readonly #held = new Set<number>();
   #partitions: () => number;
-  #summaryTimer: NodeJS.Timeout | undefined;
+  readonly #clock: Clock;
+  /** Cancels the pending partition summary (an unref'd timer of the system clock). */
+  #summaryTimer: (() => void) | undefined;
   #lastSummary = "";
 
-  constructor(out: (line: string) => void = (l) => process.stdout.write(l + "\n"), partitions: () => number = () => 0) {
+  constructor(out: (line: string) => void = (l) => process.stdout.write(l + "\n"), partitions: () => number = () => 0, clock: Clock = systemClock) {
     this.#out = out;
+    this.#clock = clock;
     this.#partitions = partitions;
   }
 
@@ -87,21 +91,20 @@ export class DevConsole implements LogDestination {
   /** Prints a pending partition summary now (the node has stopped: nothing more will settle). */
   flush(): void {
     if (!this.#summaryTimer) return;
-    clearTimeout(this.#summaryTimer);
+    this.#summaryTimer();
     this.#summarise();
   }
 
   #armSummary(): void {
-    if (this.#summaryTimer) clearTimeout(this.#summaryTimer);
-    this.#summaryTimer = setTimeout(() => this.#summarise(), 300);
-    this.#summaryTimer.unref();
+    this.#summaryTimer?.();
+    this.#summaryTimer = this.#clock.setTimer(300, () => this.#summarise());
   }
 
   #summarise(): void {
     this.#summaryTimer = undefined;
     const total = this.#partitions();
     const s = `scheduler: holding ${this.#held.size}${total > 0 ? `/${total}` : ""} partitions`;
-    if (s !== this.#lastSummary) this.#out(`${new Date().toISOString().slice(11, 19)} ${s}`);
+    if (s !== this.#lastSummary) this.#out(`${new Date(this.#clock.now()).toISOString().slice(11, 19)} ${s}`);
     this.#lastSummary = s;
   }
 }

@@ -13,6 +13,7 @@
  * N ms" (a NATS outage makes the flush hang until reconnection). Checks run in parallel, so a
  * probe costs at most one budget.
  */
+import type { Clock } from "../lib/clock.ts";
 
 export interface CheckResult {
   ok: boolean;
@@ -31,25 +32,25 @@ export interface Readiness {
 
 export const CHECK_BUDGET_MS = 2000;
 
-function withBudget(c: ReadinessCheck, budgetMs: number): Promise<CheckResult> {
+function withBudget(c: ReadinessCheck, budgetMs: number, clock: Clock): Promise<CheckResult> {
   return new Promise((resolve) => {
-    const t = setTimeout(() => resolve({ ok: false, detail: `no answer within ${budgetMs} ms` }), budgetMs);
+    const cancel = clock.setTimer(budgetMs, () => resolve({ ok: false, detail: `no answer within ${budgetMs} ms` }));
     c.run().then(
       (r) => {
-        clearTimeout(t);
+        cancel();
         resolve(r);
       },
       (e: unknown) => {
-        clearTimeout(t);
+        cancel();
         resolve({ ok: false, detail: e instanceof Error ? e.message : String(e) });
       },
     );
   });
 }
 
-/** Runs every check (in parallel, each within `budgetMs`); ready when all pass. */
-export async function checkReadiness(checks: readonly ReadinessCheck[], budgetMs = CHECK_BUDGET_MS): Promise<Readiness> {
-  const results = await Promise.all(checks.map(async (c) => [c.name, await withBudget(c, budgetMs)] as const));
+/** Runs every check (in parallel, each within `budgetMs` on `clock`); ready when all pass. */
+export async function checkReadiness(checks: readonly ReadinessCheck[], clock: Clock, budgetMs = CHECK_BUDGET_MS): Promise<Readiness> {
+  const results = await Promise.all(checks.map(async (c) => [c.name, await withBudget(c, budgetMs, clock)] as const));
   return { ready: results.every(([, r]) => r.ok), checks: Object.fromEntries(results) };
 }
 

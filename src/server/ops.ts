@@ -6,6 +6,7 @@
 import type { KairosNode } from "./node.ts";
 import { assign } from "../cluster/placement.ts";
 import type { NodeConfig } from "../cluster/config.ts";
+import { systemClock } from "../lib/clock.ts";
 import { checkReadiness, executorCheck, natsCheck, partitionsCheck, type ReadinessCheck } from "../health/readiness.ts";
 
 /** The worker's `executor` check; a draining worker (SIGTERM) fails it: it takes no new attempts. */
@@ -49,7 +50,7 @@ export function nodeOps(node: KairosNode, config: NodeConfig, worker: WorkerOps 
     checks.push(workerCheck(worker.kind, worker.draining));
   }
   return {
-    readiness: () => checkReadiness(checks),
+    readiness: () => checkReadiness(checks, systemClock),
     metrics: metricsText,
     close() {
       for (const r of removers.splice(0)) r();

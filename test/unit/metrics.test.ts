@@ -12,6 +12,7 @@ import {
   countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
 } from "../../src/metrics/index.ts";
 import { prometheusSink } from "../../src/history/run-metrics.ts";
+import { FakeClock } from "../../src/lib/clock.ts";
 import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
 
 const value = (text: string, series: string): number | undefined => {
@@ -130,7 +131,11 @@ describe("readiness", () => {
     const hang: ReadinessCheck = { name: "nats", run: () => new Promise(() => undefined) };
     const boom: ReadinessCheck = { name: "executor", run: () => Promise.reject(new Error("engine down")) };
     const fine: ReadinessCheck = { name: "partitions", run: async () => ({ ok: true, detail: "ok" }) };
-    const r = await checkReadiness([hang, boom, fine], 50);
+    const clock = new FakeClock();
+    const pending = checkReadiness([hang, boom, fine], clock, 50);
+    await new Promise((r) => setImmediate(r)); // the checks that answer have answered
+    clock.advance(50);
+    const r = await pending;
     assert.equal(r.ready, false);
     assert.deepEqual(r.checks, {
       nats: { ok: false, detail: "no answer within 50 ms" },
