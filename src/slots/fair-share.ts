@@ -10,6 +10,11 @@
  *
  * Deterministic: the input is sorted by tenant id first, so the same demands in any order give
  * the same shares, bit for bit (floating-point sums included). O(n log n).
+ *
+ * Whole slots over time (`carry`): a tenant whose part is 1.5 slots gets 1 and 2 in turn. Each
+ * computation adds a tenant's fractional part to its carry, the spare slots go to the largest
+ * carries, and each one given takes 1 off — deficit rounding, so over successive computations a
+ * tenant's slots average its exact part. A tenant served in full (or not wanting) owes nothing.
  */
 import { KairosError } from "../lib/errors.ts";
 
@@ -26,6 +31,19 @@ export const MAX_FAIR_TENANTS = 100_000;
 
 /** Shares by tenant, for every tenant in `demands` (0 for a tenant without demand). */
 export function maxMinShares(capacity: number, demands: readonly TenantDemand[]): Map<string, number> {
+  return fairShares(capacity, demands, new Map()).shares;
+}
+
+export interface FairShares {
+  shares: Map<string, number>;
+  /** Each rounded tenant's carry for the next computation, in (−1, 1]. */
+  carry: Map<string, number>;
+  /** Some tenant's exact part was not a whole number: the next computation may turn the rounding. */
+  fractional: boolean;
+}
+
+/** `maxMinShares` with deficit rounding across computations (see the module header). */
+export function fairShares(capacity: number, demands: readonly TenantDemand[], carry: ReadonlyMap<string, number>): FairShares {
   if (!Number.isInteger(capacity) || capacity < 0) throw new KairosError("invalid_argument", `capacity must be a whole number ≥ 0, got ${capacity}`, { field: "capacity" });
   if (demands.length > MAX_FAIR_TENANTS) throw new KairosError("invalid_argument", `at most ${MAX_FAIR_TENANTS} tenants, got ${demands.length}`, { field: "demands" });
   const shares = new Map<string, number>();
@@ -58,11 +76,14 @@ export function maxMinShares(capacity: number, demands: readonly TenantDemand[])
     return { t, whole, frac: exact - whole };
   });
   let spare = left - parts.reduce((n, p) => n + p.whole, 0);
-  parts.sort((a, b) => b.frac - a.frac || b.t.weight - a.t.weight || byId(a.t, b.t));
+  const owed = (p: (typeof parts)[number]) => p.frac + Math.max(-1, Math.min(1, carry.get(p.t.tenant) ?? 0));
+  parts.sort((a, b) => owed(b) - owed(a) || b.t.weight - a.t.weight || byId(a.t, b.t));
+  const nextCarry = new Map<string, number>();
   for (const p of parts) {
     const extra = spare > 0 && p.whole < p.t.demand ? 1 : 0;
     spare -= extra;
     shares.set(p.t.tenant, p.whole + extra);
+    if (p.frac > 0) nextCarry.set(p.t.tenant, Math.max(-1, Math.min(1, owed(p) - extra)));
   }
-  return shares;
+  return { shares, carry: nextCarry, fractional: parts.some((p) => p.frac > 1e-9) };
 }

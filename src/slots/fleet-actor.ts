@@ -2,7 +2,8 @@
  * The fleet actor's pure core: one per cluster (`fleet/fleet`), it shares the fleet's worker slots
  * between tenants by weighted max-min fairness (fair-share.ts). Tenant actors with demand report
  * `{demand, weight}` every FAIR_REPORT_MS; the fleet recomputes (at most every
- * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity), answers with a share, and
+ * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity; every FLEET_ROTATE_MS while a
+ * share is rounded, so a part of 1.5 slots is 1 and 2 in turn), answers with a share, and
  * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
  * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
  * shell (fleet-shell.ts).
@@ -13,7 +14,7 @@
  */
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { KairosError } from "../lib/errors.ts";
-import { MAX_FAIR_TENANTS, maxMinShares } from "./fair-share.ts";
+import { MAX_FAIR_TENANTS, fairShares } from "./fair-share.ts";
 import { TENANT_ACTOR, isValidId } from "../protocol/ids.ts";
 
 export const FLEET_ACTOR = "fleet";
@@ -25,6 +26,8 @@ export const FAIR_REPORT_MS = 500;
 export const FLEET_STALE_MS = 5_000;
 /** Shares are recomputed at most this often while only demands change. */
 export const FLEET_RECOMPUTE_MS = 100;
+/** While some share is rounded, the rounding turns (fair-share.ts `carry`) at least this often. */
+export const FLEET_ROTATE_MS = 1_000;
 /** A fresh fleet actor listens this long before it answers (every busy tenant reports by then). */
 export const FLEET_WARMUP_MS = 2 * FAIR_REPORT_MS;
 /** Most tenants told of a smaller share by one recomputation (the rest hear it at their next report). */
@@ -47,6 +50,10 @@ export interface FleetState {
   computed_at_ms?: number;
   /** Demands changed since the last computation. */
   dirty: boolean;
+  /** Deficit rounding between computations (fair-share.ts `fairShares`). */
+  carry?: Map<string, number>;
+  /** The last computation rounded some share: recompute every FLEET_ROTATE_MS to turn it. */
+  rounded?: boolean;
   /** When this incarnation heard its first message (warm-up). */
   started_ms?: number;
 }
@@ -86,7 +93,10 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
   const before = state.capacity > 0 ? state.shares : new Map<string, number>();
   for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
   const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
-  state.shares = maxMinShares(capacity, demands);
+  const fair = fairShares(capacity, demands, state.carry ?? new Map());
+  state.shares = fair.shares;
+  state.carry = fair.carry;
+  state.rounded = fair.fractional;
   // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
   let spare = capacity;
   let weights = 0;
@@ -147,7 +157,8 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
       state.tenants.set(msg.tenant, { demand: msg.demand, weight: msg.weight, seen_ms: now });
       if (msg.held && now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
       const due = state.computed_at_ms === undefined || fresh || capacity !== state.capacity
-        || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS;
+        || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS
+        || (state.rounded === true && now - state.computed_at_ms >= FLEET_ROTATE_MS);
       const shrunk = due ? recompute(state, now, capacity) : [];
       const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
       effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: msg.tenant }, msg: { kind: "share", share } satisfies ShareMsg });

@@ -6,7 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { maxMinShares, type TenantDemand } from "../../../src/slots/fair-share.ts";
+import { fairShares, maxMinShares, type TenantDemand } from "../../../src/slots/fair-share.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
 const obj = (m: Map<string, number>) => Object.fromEntries([...m].sort(([a], [b]) => (a < b ? -1 : 1)));
@@ -122,5 +122,28 @@ describe("maxMinShares", () => {
       const shuffled = [...demands].sort((a, b) => ((a.tenant.charCodeAt(0) * 31 + seed) % 7) - ((b.tenant.charCodeAt(0) * 31 + seed) % 7));
       assert.deepEqual(obj(maxMinShares(capacity, shuffled)), obj(maxMinShares(capacity, demands)));
     }), { numRuns: 300 });
+  });
+
+  it("deficit rounding: a part of 1.5 slots is 1 and 2 in turn, and over many computations each tenant averages its exact part", () => {
+    const demands = [{ tenant: "a", demand: 100, weight: 1 }, { tenant: "b", demand: 100, weight: 1 }, { tenant: "c", demand: 100, weight: 2 }, { tenant: "d", demand: 100, weight: 1 }];
+    let carry = new Map<string, number>();
+    const total = new Map<string, number>();
+    const rounds = 40;
+    const seen = new Set<string>();
+    for (let i = 0; i < rounds; i++) {
+      const r = fairShares(8, demands, carry);
+      carry = r.carry;
+      assert.equal([...r.shares.values()].reduce((n, x) => n + x, 0), 8, "all slots given");
+      assert.ok(r.fractional);
+      for (const [t, x] of r.shares) total.set(t, (total.get(t) ?? 0) + x);
+      seen.add(`${r.shares.get("a")}${r.shares.get("b")}${r.shares.get("d")}`);
+    }
+    // Exact parts: 8 × 1/5 = 1.6 for weight 1, 3.2 for weight 2.
+    for (const t of ["a", "b", "d"]) assert.ok(Math.abs(total.get(t)! / rounds - 1.6) <= 1 / rounds + 1e-9, `${t}: ${total.get(t)! / rounds}`);
+    assert.ok(Math.abs(total.get("c")! / rounds - 3.2) <= 1 / rounds + 1e-9, `c: ${total.get("c")! / rounds}`);
+    assert.ok(seen.size > 1, "the extra slots move between tenants");
+    // Without the carry the same tenants always win the rounding.
+    const fixed = maxMinShares(8, demands);
+    assert.deepEqual([fixed.get("a"), fixed.get("b"), fixed.get("d")], [2, 2, 1]);
   });
 });

@@ -6,7 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
-import { FLEET_RECOMPUTE_MS, FLEET_STALE_MS, FLEET_WARMUP_MS, makeFleetActor, type FleetMsg, type FleetReply, type FleetState, type FleetStatus } from "../../../src/slots/fleet-actor.ts";
+import { FLEET_RECOMPUTE_MS, FLEET_ROTATE_MS, FLEET_STALE_MS, FLEET_WARMUP_MS, makeFleetActor, type FleetMsg, type FleetReply, type FleetState, type FleetStatus } from "../../../src/slots/fleet-actor.ts";
 import { fleetRegistration } from "../../../src/slots/fleet-shell.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
@@ -109,6 +109,20 @@ describe("fleet actor", () => {
     f.now += FLEET_RECOMPUTE_MS;
     assert.equal((f.report("b", 500, 1).effects ?? []).length, 1, "b's share grew back: only the reporter hears");
     assert.deepEqual((f.send("status").reply as FleetStatus).tenants.map((t) => [t.tenant, t.share]), [["a", 12], ["b", 12], ["c", 16]]);
+  });
+
+  it("with demands steady, a rounded share turns every FLEET_ROTATE_MS: equal tenants get 1 and 2 of 3 slots in turn", () => {
+    const f = new Fleet();
+    f.capacity = 3;
+    const seen: string[] = [];
+    let first = f.warm([["a", 50, 1], ["b", 50, 1]]);
+    seen.push(`${first["a"]}${first["b"]}`);
+    for (let i = 0; i < 4; i++) {
+      f.now += FLEET_ROTATE_MS;
+      first = f.round([["a", 50, 1], ["b", 50, 1]]);
+      seen.push(`${first["a"]}${first["b"]}`);
+    }
+    assert.ok(seen.includes("21") && seen.includes("12"), seen.join(" "));
   });
 
   it("a tenant reporting no demand leaves (no answer); a silent one is dropped after FLEET_STALE_MS", () => {
