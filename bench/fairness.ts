@@ -5,7 +5,7 @@
  *
  * - Cluster: one nats-server, one in-process scheduler node (api + scheduler identities), one
  *   worker process with the noop executor, `--slots` slots, each run occupying its slot for
- *   `--duration-ms`. Worker heartbeats every 500 ms (`--run-lease-ttl-ms 2000`): a scheduler
+ *   `--duration-ms`. Default lease TTL and heartbeat (the settings a user gets); a scheduler
  *   offers a worker no more runs than it advertised free at its last heartbeat.
  * - Tenants (made over an admin connection): `large-a` (weight 1) with `--backlog` runs waiting,
  *   `large-b` (weight 1) and `large-c` (weight 2, capped at 40% of the slots: `max_concurrent`)
@@ -123,12 +123,12 @@ export async function run(args: string[]): Promise<void> {
   const tenants = new KvTenantDirectory((await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants, { clock: systemClock });
   const proc = await startKairos(
     makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fairness", roles: ["api", "scheduler"], partitions: PARTITIONS }),
-    { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0, workerHeartbeatMs: 500, job: { leaseTtlMs: 2_000 } },
+    { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0 },
   );
   let summary: Record<string, unknown> | undefined;
   const worker = spawnNode({
     natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "fairness-worker", roles: "worker", partitions: PARTITIONS,
-    extraArgs: ["--executor", "noop", "--slots", String(slots), "--noop-duration-ms", String(durationMs), "--run-lease-ttl-ms", "2000"],
+    extraArgs: ["--executor", "noop", "--slots", String(slots), "--noop-duration-ms", String(durationMs)],
     ignoreLines: RUN_LINES,
   });
   try {
