@@ -125,13 +125,14 @@ export interface ChaosReport {
 
 /**
  * A reply published after its permission lapsed: a node answers a request on the asker's inbox
- * (`_INBOX_<user>.…`), which it may publish to only once per request received, within two minutes,
+ * (`_INBOX_<user>.…`, or `_R_.…` for a request that crossed an account import), which it may
+ * publish to only once per request received, within two minutes,
  * on the connection that received it (`allow_responses`). A node frozen longer than that, or whose
  * connection was replaced meanwhile (a NATS server killed), answers late and the server refuses it;
  * the asker had timed out and asked again. Anything else refused is a node reaching past its rights.
  */
 export function isLateReply(line: string): boolean {
-  return /Publish Violation - User "[^"]+"(, Account "[^"]+")?, Subject "_INBOX_[A-Za-z0-9_-]+\./.test(line);
+  return /Publish Violation - User "[^"]+"(, Account "[^"]+")?, Subject "(_INBOX_[A-Za-z0-9_-]+|_R_)\./.test(line);
 }
 
 const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);

@@ -173,6 +173,7 @@ describe("ledger chaos (real processes)", { timeout: 600_000 }, () => {
     assert.equal(isLateReply(line("worker-w1", "$JS.API.STREAM.PURGE.KV_c_idem")), false);
     assert.equal(isLateReply(line("worker-w1", "_INBOX_worker-w2.>", "Subscription")), false, "subscribing to another's inbox");
     assert.equal(isLateReply(line("scheduler", "_INBOX.x")), false, "the shared inbox is no one's");
+    assert.equal(isLateReply(line("scheduler", "_R_.aB3.xY9")), true, "a reply to a request that crossed an import");
   });
 
   it("(c) follows the user's changes: an occurrence per instant called for, none (or cancelled, never executed) after a pause, a new schedule or a delete", () => {
