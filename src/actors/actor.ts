@@ -1,7 +1,8 @@
 /**
  * What an actor type is: a pure behaviour `(state, message, context) → decision` plus how its
- * state is named and initialised. The host (src/actors/host.ts) is the imperative shell that
- * loads state, serialises messages, persists with CAS and performs the effects.
+ * state is named and initialised (`ActorCore`), and four named policies for the host — arrival,
+ * urgency, storage, residency. The host (src/actors/host.ts) is the imperative shell that loads
+ * state, serialises messages, persists with CAS and performs the effects.
  *
  * Core actor files import nothing from nats, dockerode or hono, and never read the clock.
  */
@@ -60,68 +61,27 @@ export interface Decision<S, R, E> {
   readonly deferWrite?: boolean;
 }
 
-export interface ActorDefinition<S, M, R, E = never> {
+/** The core of a type: its name, its starting state, how a message is checked, its decision. */
+export interface ActorCore<S, M, R, E> {
   readonly type: string;
   initialState(id: string): S;
+  /** Validates a decoded message; throw a KairosError for bad input. */
+  parse?(raw: unknown): M;
   /** Pure. Must not mutate `state`. */
   receive(state: S, msg: M, ctx: ActorContext): Decision<S, R, E>;
-  /**
-   * Pure. Adjusts a state just read from KV before its first use (e.g. moves counters past what
-   * deferred writes of an earlier incarnation may have handed out). Persisted actors only.
-   */
-  onLoad?(state: S): S;
-  /** Effects to perform on activation (e.g. re-arm timers from persisted state). */
-  onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
-  /**
-   * `false`: the state is soft and lives in memory only (never written to KV); it starts from
-   * `initialState` after every activation. For state that is rebuilt by its senders (slot grants).
-   * A soft core may mutate its state in place and return it (O(1) per message instead of a copy):
-   * the host never rolls a soft decision back — any failure after `receive` (a failed write, a
-   * lapsed trust window) drops the actor, so the next message reloads what is durable.
-   */
-  readonly persist?: boolean;
+}
+
+/**
+ * What happens to a message as it arrives, before its turn: the mailbox bound, arrival times,
+ * copies joining a queued request, answers from memory.
+ */
+export interface ArrivalPolicy<S, M, R> {
   /**
    * This type's mailbox bound, overriding the node's `mailboxLimit`: for a fan-in actor that every
    * job actor of a tenant writes to (a tenant's slot economy), sized to its own waiting bound, so
    * a burst queues up to what the actor accepts instead of failing at the node-wide default.
    */
   readonly mailboxLimit?: number;
-  /**
-   * This type's timers go to the node's urgent timer queue, fired on their own: a control-plane
-   * actor's timer (a tenant's demand report) must not wait behind a burst's overdue preparation
-   * timers in the one queue (it did: 97 s in a 200,000-run burst).
-   */
-  readonly urgentTimers?: boolean;
-  /**
-   * The name of the timer whose actor is read back ahead of it: a passivated actor is loaded
-   * `HostOptions.warmMs` before this timer fires, a few at a time while the node has the time,
-   * and an actor is not passivated while the timer is that close. A burst of them (the `fire`s
-   * before a top-of-the-hour) then finds its actors in memory instead of reading each one back
-   * in its busiest minute.
-   */
-  readonly warmTimer?: string;
-  /**
-   * Pure. While this says true the actor is not passivated, however long it is idle: for a state
-   * whose deferred changes (`Decision.deferWrite`) are worth keeping — a job with an active run
-   * holds its grant, offer and start in memory only, and a prepared run idles until its due time.
-   * Passivated, it would lose them and redo each one at the due second, in the burst.
-   */
-  keepLoaded?(state: S): boolean;
-  /**
-   * Pure. Messages whose turn is admitted ahead of every waiting non-urgent turn (the node's
-   * `TURNS_IN_FLIGHT` bound, host.ts), and whose fence and state update go ahead in the KV
-   * store's in-flight bound (`KvStore.update` `urgent`); the mailbox stays in order. (Reads of
-   * an actor loaded by such a turn stay plain.) For a message with a deadline
-   * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
-   * completion report can wait with its lease kept (its arrival is the lease's heartbeat). The
-   * case it targets: a burst's claims waiting behind completion turns until their offers expire. An
-   * urgent message behind a non-urgent one in the same mailbox still waits for that one.
-   */
-  urgent?(msg: M): boolean;
-  /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
-  readonly loadOnAcquire?: boolean;
-  /** Validates a decoded message; throw a KairosError for bad input. */
-  parse?(raw: unknown): M;
   /** Messages whose arrival time the host records (keyed), e.g. lease heartbeats. */
   arrivalKey?(msg: M): string | undefined;
   /**
@@ -140,6 +100,81 @@ export interface ActorDefinition<S, M, R, E = never> {
    */
   query?(state: S, msg: M, ctx: ActorContext): { reply: R; alsoQueue: boolean } | { fail: NonNullable<Decision<S, R, unknown>["fail"]> } | undefined;
 }
+
+/** What goes ahead: turns admitted before the others waiting, timers fired on their own queue. */
+export interface UrgencyPolicy<M> {
+  /**
+   * Pure. Messages whose turn is admitted ahead of every waiting non-urgent turn (the node's
+   * `TURNS_IN_FLIGHT` bound, host.ts), and whose fence and state update go ahead in the KV
+   * store's in-flight bound (`KvStore.update` `urgent`); the mailbox stays in order. (Reads of
+   * an actor loaded by such a turn stay plain.) For a message with a deadline
+   * that others lack: a worker's claim of an offer dies after lease TTL − margin, while a
+   * completion report can wait with its lease kept (its arrival is the lease's heartbeat). The
+   * case it targets: a burst's claims waiting behind completion turns until their offers expire. An
+   * urgent message behind a non-urgent one in the same mailbox still waits for that one.
+   */
+  urgent?(msg: M): boolean;
+  /**
+   * This type's timers go to the node's urgent timer queue, fired on their own: a control-plane
+   * actor's timer (a tenant's demand report) must not wait behind a burst's overdue preparation
+   * timers in the one queue (it did: 97 s in a 200,000-run burst).
+   */
+  readonly urgentTimers?: boolean;
+}
+
+/**
+ * Where the state lives and how it comes back: persisted or soft, adjusted when read back,
+ * activated with its partition.
+ */
+export interface StoragePolicy<S> {
+  /**
+   * `false`: the state is soft and lives in memory only (never written to KV); it starts from
+   * `initialState` after every activation. For state that is rebuilt by its senders (slot grants).
+   * A soft core may mutate its state in place and return it (O(1) per message instead of a copy):
+   * the host never rolls a soft decision back — any failure after `receive` (a failed write, a
+   * lapsed trust window) drops the actor, so the next message reloads what is durable.
+   */
+  readonly persist?: boolean;
+  /**
+   * Pure. Adjusts a state just read from KV before its first use (e.g. moves counters past what
+   * deferred writes of an earlier incarnation may have handed out). Persisted actors only.
+   */
+  onLoad?(state: S): S;
+  /** Effects to perform on activation (e.g. re-arm timers from persisted state). */
+  onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
+  /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
+  readonly loadOnAcquire?: boolean;
+}
+
+/** How long an actor stays in memory: kept while its state says so, loaded ahead of a timer. */
+export interface ResidencyPolicy<S> {
+  /**
+   * Pure. While this says true the actor is not passivated, however long it is idle: for a state
+   * whose deferred changes (`Decision.deferWrite`) are worth keeping — a job with an active run
+   * holds its grant, offer and start in memory only, and a prepared run idles until its due time.
+   * Passivated, it would lose them and redo each one at the due second, in the burst.
+   */
+  keepLoaded?(state: S): boolean;
+  /**
+   * The name of the timer whose actor is read back ahead of it: a passivated actor is loaded
+   * `HostOptions.warmMs` before this timer fires, a few at a time while the node has the time,
+   * and an actor is not passivated while the timer is that close. A burst of them (the `fire`s
+   * before a top-of-the-hour) then finds its actors in memory instead of reading each one back
+   * in its busiest minute.
+   */
+  readonly warmTimer?: string;
+}
+
+/**
+ * An actor type: its core and four policies (arrival, urgency, storage, residency), each member
+ * optional but the core's. A definition is one object literal with any of these members.
+ */
+export interface ActorDefinition<S, M, R, E = never>
+  extends ActorCore<S, M, R, E>,
+    ArrivalPolicy<S, M, R>,
+    UrgencyPolicy<M>,
+    StoragePolicy<S>,
+    ResidencyPolicy<S> {}
 
 /** Type-erased definition, as the host registry stores them. */
 export type AnyActorDefinition = ActorDefinition<unknown, unknown, unknown, unknown>;

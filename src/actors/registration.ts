@@ -17,8 +17,8 @@ export interface ShellContext {
   tell(msg: unknown): void;
 }
 
-export interface ActorRegistration {
-  readonly definition: AnyActorDefinition;
+/** How a type's own effects are performed: `pre` before the state write, `post` after it. */
+export interface EffectPerformers {
   /**
    * Performs the decision's `pre` effects before the state write. May return follow-up messages,
    * which this actor processes next, before anything else in its mailbox.
@@ -26,6 +26,17 @@ export interface ActorRegistration {
   perform?(pre: readonly unknown[], ctx: ShellContext): Promise<readonly unknown[] | void>;
   /** Performs the decision's `post` effects after the state write (not awaited by the reply). */
   performPost?(post: readonly unknown[], ctx: ShellContext): void;
+  /**
+   * For soft-state types: `pre` effects are started in message order and the state applied at
+   * once, so the next message does not wait for them; this message's reply, host effects (sends,
+   * timers) and post effects wait until its `pre` effects are done. Durable before visible,
+   * without one KV round trip per message in series (a tenant's grants in a burst).
+   */
+  readonly pipelinePre?: boolean;
+}
+
+/** How a state comes back: a soft one rebuilt, a persisted one reconciled with other keys. */
+export interface StateLoaders {
   /**
    * For soft-state types (`persist: false`) whose state is rebuilt from elsewhere on activation
    * (e.g. a tenant's slot grants, one KV key each): resolves to the state to start from.
@@ -38,11 +49,9 @@ export interface ActorRegistration {
    * A failure fails the activation (retried like any load).
    */
   reconcile?(state: unknown, at: { partition: number; id: string }): Promise<unknown>;
-  /**
-   * For soft-state types: `pre` effects are started in message order and the state applied at
-   * once, so the next message does not wait for them; this message's reply, host effects (sends,
-   * timers) and post effects wait until its `pre` effects are done. Durable before visible,
-   * without one KV round trip per message in series (a tenant's grants in a burst).
-   */
-  readonly pipelinePre?: boolean;
+}
+
+/** An actor type as a node registers it: its definition, its effect performers, its loaders. */
+export interface ActorRegistration extends EffectPerformers, StateLoaders {
+  readonly definition: AnyActorDefinition;
 }
