@@ -4,7 +4,7 @@
  * job names them), default retry policy (max_attempts 1). Every worker is restarted under its own
  * id, one by one, before the due instant — two drained (SIGTERM), one killed (SIGKILL). Every run
  * must execute exactly once and succeed: the attempts a drained worker held are given back and
- * offered again at once (worker.ts `#giveBack`); those a killed one held are probed after their
+ * offered again at once (worker/drain.ts `#giveBack`); those a killed one held are probed after their
  * lease, answered `unknown` by the new process, and offered again uncounted (run-lifecycle.ts
  * `lapse`). Real nats-server, real node processes (noop executor: the count of starts is what is
  * judged, not the task).
