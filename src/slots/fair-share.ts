@@ -3,18 +3,14 @@
  *
  * Water-filling: tenants are served in order of demand per weight. A tenant asking no more than
  * its weighted part of what is left gets all it asks; what remains is split by weight among the
- * others. Shares are whole slots: the tenants still wanting more get the floor of their part,
- * and the slots left over by the rounding go one each to the largest remainders (ties: larger
- * weight, then tenant id), so the shares sum to min(capacity, total demand) and never exceed a
- * tenant's demand.
+ * others. Shares are whole slots: the floor of each part, and the slots left by the rounding go
+ * one each to the largest carries (`carry`: each computation adds a tenant's fractional part,
+ * each slot given takes 1 off — deficit rounding), so a part of 1.5 is 1 and 2 in turn and over
+ * successive computations a tenant's slots average its exact part. The shares sum to
+ * min(capacity, total demand) and never exceed a tenant's demand.
  *
- * Deterministic: the input is sorted by tenant id first, so the same demands in any order give
- * the same shares, bit for bit (floating-point sums included). O(n log n).
- *
- * Whole slots over time (`carry`): a tenant whose part is 1.5 slots gets 1 and 2 in turn. Each
- * computation adds a tenant's fractional part to its carry, the spare slots go to the largest
- * carries, and each one given takes 1 off — deficit rounding, so over successive computations a
- * tenant's slots average its exact part. A tenant served in full (or not wanting) owes nothing.
+ * Pitfalls: deterministic only because the input is sorted by tenant id first (floating-point
+ * sums included; carry ties: larger weight, then id); a tenant served in full owes nothing.
  */
 import { KairosError } from "../lib/errors.ts";
 
