@@ -16,14 +16,28 @@ import { decode, encode } from "../cluster/codec.ts";
 import { KairosError } from "../lib/errors.ts";
 import { workerSubject, type StartReply, type StartRequest, type TaskInput } from "../protocol/worker.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
-import type { JobActorConfig, JobEffect } from "./job-actor.ts";
-import type { JobShellDeps } from "./job-shell.ts";
+import type { JobActorConfig, JobEffect } from "./job-types.ts";
+import type { Bus } from "../cluster/bus.ts";
+import type { WorkerDirectory } from "../slots/worker-directory.ts";
+import type { SecretEnvStore } from "../secrets/secret-env.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 /** How long to wait before offering again to a worker that had no free slot (see dispatch). */
 const OFFER_RACE_RETRY_MS = 25;
 
-export type DispatchDeps = Pick<JobShellDeps, "nc" | "clusterName" | "workers" | "log" | "sleep" | "secrets" | "nowMs">;
+/** What the dispatcher needs from its node. */
+export interface DispatchDeps {
+  nc: Bus;
+  clusterName: string;
+  workers: WorkerDirectory;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+  /** Spaces the second ask of a worker that had no free slot; none: not asked again. */
+  sleep?: (ms: number) => Promise<void>;
+  /** Opens `task.sealed_env` for an offer; none: such runs are not offered. */
+  secrets?: SecretEnvStore;
+  /** The owner's clock, sent with the offer (`owner_now_ms`). */
+  nowMs?: () => number;
+}
 
 /** The `dispatch` effect's performer for one job actor type's shell. */
 export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps, faults: JobFaults = NO_FAULTS): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {

@@ -12,7 +12,7 @@ import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { grantId, runIdFor } from "../protocol/ids.ts";
-import type { JobMsg } from "./job-actor.ts";
+import type { JobMsg } from "./job-types.ts";
 import { activeRunView, activeRunsReply, jobView, slotsHeld, type ActiveRun } from "./job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";

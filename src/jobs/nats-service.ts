@@ -19,7 +19,7 @@ import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
 import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "../protocol/ids.ts";
-import type { JobReply } from "./job-actor.ts";
+import type { JobReply } from "./job-types.ts";
 import { jobView, type JobState } from "./job-state.ts";
 import { runView } from "../history/run-record.ts";
 import { decodeCursor, encodeCursor, indexedRunsPage, legacyRunsPage, readPage } from "../history/run-pages.ts";

@@ -10,7 +10,7 @@
  * timer once they have heard "go", with no further round trip.
  */
 import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
-import type { JobActorConfig } from "./job-actor.ts";
+import type { JobActorConfig } from "./job-types.ts";
 import type { ActiveRun, JobState } from "./job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
 

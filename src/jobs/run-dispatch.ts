@@ -12,7 +12,7 @@
  * names may not be written yet). Every offer gets a new fence: an earlier offer is dead.
  */
 import { grantId, splitGrant } from "../protocol/ids.ts";
-import type { JobEffect, JobMsg } from "./job-actor.ts";
+import type { JobEffect, JobMsg } from "./job-types.ts";
 import type { ActiveRun, Draining } from "./job-state.ts";
 import type { D, Tx } from "./tx.ts";
 

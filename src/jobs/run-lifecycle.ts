@@ -15,7 +15,7 @@ import { assertNever } from "../lib/assert.ts";
 import type { Completion, HeartbeatAck, ProbeReply } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
-import type { JobMsg } from "./job-actor.ts";
+import type { JobMsg } from "./job-types.ts";
 import { terminalRunView, type ActiveRun, type JobState } from "./job-state.ts";
 import { NOT_COUNTED, PRESUMED_NOT_STARTED, type AttemptOutcome, type RunView } from "../protocol/model.ts";
 import { holdOf } from "./occurrence-plan.ts";

@@ -11,7 +11,7 @@
  */
 import type { Decision, HostEffect } from "../actors/actor.ts";
 import type { ErrorCode } from "../lib/errors.ts";
-import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-actor.ts";
+import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-types.ts";
 import { FENCE_BLOCK, activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
 import type { RunView } from "../protocol/model.ts";
 import { fireAt } from "./occurrence-plan.ts";

@@ -10,7 +10,7 @@ import { systemRandom } from "../lib/random.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { KairosNode } from "./node.ts";
 import { actorRegistrations } from "../actors/index.ts";
-import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-actor.ts";
+import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-types.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../slots/tenant-shell.ts";
 import { fleetRegistration } from "../slots/fleet-shell.ts";

@@ -18,7 +18,8 @@
  * revived by a later write, an active run whose record is terminal, a slot held by no run).
  */
 import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
-import { makeJobActor, DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-actor.ts";
+import { makeJobActor } from "../../../src/jobs/job-actor.ts";
+import { DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-types.ts";
 import { activeRunView, type JobState } from "../../../src/jobs/job-state.ts";
 import { splitGrant } from "../../../src/protocol/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/protocol/model.ts";

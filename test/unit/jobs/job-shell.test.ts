@@ -21,7 +21,7 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
 import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { runKey } from "../../../src/protocol/ids.ts";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";

@@ -7,7 +7,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/protocol/ids.ts";
-import { heartbeatKey, type JobEffect } from "../../../src/jobs/job-actor.ts";
+import { heartbeatKey } from "../../../src/jobs/job-actor.ts";
+import { type JobEffect } from "../../../src/jobs/job-types.ts";
 import { MAX_GIVEN_BACK, MAX_UNANSWERED_PROBES, MAX_UNSTARTED_ATTEMPTS } from "../../../src/jobs/run-lifecycle.ts";
 import { loadJobState } from "../../../src/jobs/job-state.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
