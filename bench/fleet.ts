@@ -28,7 +28,7 @@ import { systemRandom } from "../src/lib/random.ts";
 import { decode } from "../src/cluster/codec.ts";
 import { openBuckets } from "../src/cluster/buckets.ts";
 import { makeNodeConfig } from "../src/cluster/config.ts";
-import { NatsJobsService } from "../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../src/service/nats-service.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { KvTenantDirectory } from "../src/tenants/index.ts";
 import { startKairos } from "../src/server/start.ts";

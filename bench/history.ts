@@ -31,7 +31,7 @@ import type { KvStore } from "../src/cluster/kv.ts";
 import { JOB_ACTOR, jobActorId, runIdFor, runKey } from "../src/protocol/ids.ts";
 import { activeRunsReply, emptyJobState, type JobState } from "../src/jobs/job-state.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
-import { NatsJobsService } from "../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../src/service/nats-service.ts";
 import { retentionConfig } from "../src/history/retention.ts";
 import { RUN_INDEX_CHUNK, runIdSuffix } from "../src/history/run-index.ts";
 import { listRunIndex, writeRunIndexChunk } from "../src/history/run-index-store.ts";

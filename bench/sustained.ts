@@ -37,7 +37,7 @@ import { openBuckets, type Buckets } from "../src/cluster/buckets.ts";
 import { assign } from "../src/cluster/placement.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
 import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-types.ts";
-import { NatsJobsService } from "../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../src/service/nats-service.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
 import { registry } from "../src/metrics/index.ts";

@@ -2,12 +2,12 @@
  * `kairos admin forecast [--hours H] [--max-jobs N] [--json]`: runs due per minute over the next
  * H hours across the whole cluster, with a per-tenant breakdown. It reads every job's stored
  * state from KV (the actors bucket, as the API's job lists do) and runs the same pure forecast
- * as the schedulers' `kairos_forecast_runs_due` gauge (src/jobs/forecast.ts), so for the next
+ * as the schedulers' `kairos_forecast_runs_due` gauge (src/service/forecast.ts), so for the next
  * hour it equals the sum of that gauge over the scheduler nodes (taken in the same minute).
  */
 import type { Buckets } from "../cluster/buckets.ts";
 import { KairosError } from "../lib/errors.ts";
-import { forecastRunsDue, type Forecast } from "../jobs/forecast.ts";
+import { forecastRunsDue, type Forecast } from "../service/forecast.ts";
 import { readForecastJobs } from "../server/forecast.ts";
 
 export const MAX_FORECAST_HOURS = 168;

@@ -2,7 +2,7 @@
  * The forecast service of a scheduler node: keeps `kairos_forecast_runs_due{minute}` (runs due
  * in each minute of the next hour) over the jobs of the partitions this node holds. It lists
  * those jobs' stored states from the actors bucket (`job.<p>.*.*`, one list per held partition)
- * and computes the pure forecast (src/jobs/forecast.ts) in the middle of every minute (away from
+ * and computes the pure forecast (src/service/forecast.ts) in the middle of every minute (away from
  * the top-of-the-minute bursts), and a couple of seconds after the held partitions change
  * (acquired, released, lost). It computes 61 minutes and re-publishes the gauge shifted by one at
  * each minute's start (from memory), so minute 0 is always the current minute.
@@ -18,7 +18,7 @@ import { decode } from "../cluster/codec.ts";
 import type { EventBus } from "../cluster/events.ts";
 import { JOB_ACTOR } from "../protocol/ids.ts";
 import type { JobState } from "../jobs/job-state.ts";
-import { DEFAULT_MAX_JOBS, forecastJobOf, forecastRunsDue, type Forecast, type ForecastJob } from "../jobs/forecast.ts";
+import { DEFAULT_MAX_JOBS, forecastJobOf, forecastRunsDue, type Forecast, type ForecastJob } from "../service/forecast.ts";
 import { setForecastRunsDue } from "../metrics/index.ts";
 
 export interface ForecastServiceOptions {

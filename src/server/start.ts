@@ -18,7 +18,7 @@ import { FAIR_REPORT_MS } from "../slots/fleet-actor.ts";
 import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
 import { JOB_ACTOR, TENANT_ACTOR } from "../protocol/ids.ts";
 import { WORKER_TO_JOB_KINDS } from "../protocol/worker.ts";
-import { NatsJobsService } from "../jobs/nats-service.ts";
+import { NatsJobsService } from "../service/nats-service.ts";
 import { WorkerDirectory } from "../slots/worker-directory.ts";
 import { Worker } from "../worker/worker.ts";
 import { createExecutor, taskLimits as resolveTaskLimits, type ExecutorKind, type ImagePolicy, type TaskLimits } from "../sandbox/index.ts";

@@ -13,7 +13,7 @@ import { decode } from "../../src/cluster/codec.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import { makeNodeConfig } from "../../src/cluster/config.ts";
-import { NatsJobsService } from "../../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../../src/service/nats-service.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../../src/slots/fleet-actor.ts";
 import type { JobSpec, RunView } from "../../src/protocol/model.ts";
 import { startKairos, type KairosProcess } from "../../src/server/start.ts";

@@ -13,7 +13,7 @@
  */
 import { ActorRouter } from "../../src/cluster/router.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
-import { NatsJobsService } from "../../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../../src/service/nats-service.ts";
 import type { JobSpec } from "../../src/protocol/model.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 import type { Random } from "../../src/lib/random.ts";

@@ -2,7 +2,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { forecastReport, formatForecast, parseForecastFlags } from "../../src/cli/forecast.ts";
-import { forecastRunsDue } from "../../src/jobs/forecast.ts";
+import { forecastRunsDue } from "../../src/service/forecast.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 
 describe("kairos admin forecast", () => {

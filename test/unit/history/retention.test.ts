@@ -16,7 +16,7 @@ import { makeJobActor } from "../../../src/jobs/job-actor.ts";
 import { DEFAULT_JOB_CONFIG, type JobMsg } from "../../../src/jobs/job-types.ts";
 import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
 import type { JobSpec, RunStatus, RunView } from "../../../src/protocol/model.ts";
-import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../../../src/service/nats-service.ts";
 import { DEFAULT_RETENTION, retentionConfig, runsToPrune, type RetentionMsg } from "../../../src/history/retention.ts";
 import { withRetention } from "../../../src/jobs/with-history.ts";
 import { encodeRunRecord } from "../../../src/history/run-record.ts";

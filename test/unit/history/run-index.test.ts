@@ -19,7 +19,7 @@ import { makeJobActor } from "../../../src/jobs/job-actor.ts";
 import { DEFAULT_JOB_CONFIG, type JobMsg } from "../../../src/jobs/job-types.ts";
 import { activeRunsReply, emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
 import type { JobSpec, RunView } from "../../../src/protocol/model.ts";
-import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../../../src/service/nats-service.ts";
 import { retentionConfig } from "../../../src/history/retention.ts";
 import { RUN_INDEX_CHUNK, indexDecision, isRunIndexEffect, runIndexKey, type RunIndexEffect } from "../../../src/history/run-index.ts";
 import { withRunIndex } from "../../../src/jobs/with-history.ts";

@@ -12,7 +12,7 @@ import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
 import { readJobCount } from "../../../src/slots/job-quota.ts";
 import type { JobSpec } from "../../../src/protocol/model.ts";
-import { NatsJobsService } from "../../../src/jobs/nats-service.ts";
+import { NatsJobsService } from "../../../src/service/nats-service.ts";
 import type { Tenant } from "../../../src/protocol/service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";

@@ -1,5 +1,5 @@
 /**
- * The capacity forecast (src/jobs/forecast.ts) equals forecasts computed by hand for schedules
+ * The capacity forecast (src/service/forecast.ts) equals forecasts computed by hand for schedules
  * across the two DST changes of America/New_York in 2026:
  * - 2026-03-08, clocks go 02:00 EST → 03:00 EDT (07:00Z): a wall time in the gap fires at the
  *   first instant after it (02:30 → 03:00 EDT = 07:00Z), wall times that map to one instant give
@@ -9,8 +9,8 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { Driver, cfg, spec } from "./driver.ts";
-import { forecastJobOf, forecastRunsDue, type ForecastJob } from "../../../src/jobs/forecast.ts";
+import { Driver, cfg, spec } from "../jobs/driver.ts";
+import { forecastJobOf, forecastRunsDue, type ForecastJob } from "../../../src/service/forecast.ts";
 import { emptyJobState } from "../../../src/jobs/job-state.ts";
 
 const ms = (iso: string) => Date.parse(iso);

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import type { Buckets } from "../../../src/cluster/buckets.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
-import { NatsJobsService, RUN_NOW_TRIES } from "../../../src/jobs/nats-service.ts";
+import { NatsJobsService, RUN_NOW_TRIES } from "../../../src/service/nats-service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 
