@@ -29,11 +29,17 @@ export interface HostOptions {
   mailboxLimit: number;
   idleMs: number;
   onError: (msg: string, err: unknown) => void;
-  /** Most timer deliveries (actor turns) of the data-plane queue in flight; default `TIMER_TURNS_IN_FLIGHT`. */
+  /**
+   * Most timer deliveries (actor turns) of the data-plane queue in flight; default
+   * `TIMER_TURNS_IN_FLIGHT`.
+   */
   timerTurnsInFlight?: number;
   /** Most turns of persisted actor types in flight on the node; default `TURNS_IN_FLIGHT`. */
   turnsInFlight?: number;
-  /** How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default `WARM_MS`. */
+  /**
+   * How long before its `warmTimer` an actor is in memory (0: never loaded ahead); default
+   * `WARM_MS`.
+   */
   warmMs?: number;
 }
 
@@ -56,7 +62,10 @@ export interface Instance {
   /** Partition epoch stamped in the stored state (0: never written or unknown). */
   storedEpoch: number;
   loaded: boolean;
-  /** Arrival times by arrival key (bounded), see ActorContext.arrivalMs; made at the first (~180 bytes a job actor that has none). */
+  /**
+   * Arrival times by arrival key (bounded), see ActorContext.arrivalMs; made at the first (~180
+   * bytes a job actor that has none).
+   */
   arrivals?: Map<string, number>;
   mailbox: Envelope[];
   /**
@@ -139,7 +148,9 @@ export class HostCore {
     };
   }
 
-  /** Activation: the state read back (or soft, or initial) becomes the actor's; `onActivate` runs. */
+  /**
+   * Activation: the state read back (or soft, or initial) becomes the actor's; `onActivate` runs.
+   */
   adopt(inst: Instance, stored: ReadBack | null, revision: number, soft?: unknown): void {
     const def = inst.reg.definition;
     inst.state = stored ? stored.s : soft !== undefined ? soft : def.initialState(inst.id);

@@ -44,7 +44,10 @@ export class ActorHost {
     this.#c = c;
   }
 
-  /** Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not count). */
+  /**
+   * Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not
+   * count).
+   */
   get warmed(): number {
     return this.#c.parts.passivation.warmed;
   }

@@ -14,7 +14,8 @@ import { timerKey } from "./reminders.ts";
 /**
  * How long before its `warmTimer` (a job's `fire`) an actor is read back and kept in memory. Job
  * actors passivate a minute after their last message; a top-of-the-hour burst read 166,000 of
- * 200,000 back in its look-ahead window (a minute then) (one KV get, a decode and the re-arming of its timers
+ * 200,000 back in its look-ahead window (a minute then) (one KV get, a decode and the re-arming of
+ * its timers
  * each, ~8 % of the scheduler's main thread then), when the same work fits in the quiet minutes
  * before.
  */
@@ -24,7 +25,10 @@ export const WARM_LOADS_IN_FLIGHT = 16;
 
 export class Passivation {
   readonly #c: HostCore;
-  /** Ahead-of-time loads (see `warmTimer`): due ones wait in `#warmDue`, at most `WARM_LOADS_IN_FLIGHT` run. */
+  /**
+   * Ahead-of-time loads (see `warmTimer`): due ones wait in `#warmDue`, at most
+   * `WARM_LOADS_IN_FLIGHT` run.
+   */
   readonly #warmMs: number;
   readonly #warm: TimerQueue<{ type: string; id: string }>;
   #warmDue: { type: string; id: string }[] = [];
@@ -44,7 +48,10 @@ export class Passivation {
     });
   }
 
-  /** Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not count). */
+  /**
+   * Actors read back ahead of their `warmTimer` so far (a load that found one in memory does not
+   * count).
+   */
   get warmed(): number {
     return this.#warmed;
   }
@@ -69,7 +76,8 @@ export class Passivation {
       // dropped with its partition while this entry waited for a free load).
       if (!this.#warmTimerClose(reg, partition, a.id, o.clock.now())) continue;
       const inst = c.instance(reg, a.type, a.id, partition);
-      if (inst.loaded || inst.running || inst.mailbox.length > 0) continue; // in memory, or on its way
+      // In memory, or on its way.
+      if (inst.loaded || inst.running || inst.mailbox.length > 0) continue;
       this.#warmLoads++;
       c.parts.mailbox
         .loadAhead(inst)
@@ -88,7 +96,9 @@ export class Passivation {
     }
   }
 
-  /** A `warmTimer` armed at `atMs`: the actor is loaded `warmMs` before it if passivated by then. */
+  /**
+   * A `warmTimer` armed at `atMs`: the actor is loaded `warmMs` before it if passivated by then.
+   */
   warmAhead(inst: Instance, atMs: number): void {
     if (this.#warmMs === 0) return;
     // Loaded ahead if it is passivated by then (a timer closer than that keeps it in memory).
@@ -115,7 +125,10 @@ export class Passivation {
     }
   }
 
-  /** Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer` keeps it. */
+  /**
+   * Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer`
+   * keeps it.
+   */
   #mayPassivate(a: Instance, now: number): boolean {
     if (a.running || a.mailbox.length > 0 || now - a.lastActiveMs <= this.#c.o.idleMs) return false;
     if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;

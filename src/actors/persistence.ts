@@ -14,7 +14,9 @@ import type { WriteOptions, WriteResult } from "../cluster/kv.ts";
 import type { HostCore, Instance } from "./host-core.ts";
 import { TIMER_RETRY } from "./reminders.ts";
 
-/** A stored state read back (see `readBack`): the state as the actor starts from it, and its epoch. */
+/**
+ * A stored state read back (see `readBack`): the state as the actor starts from it, and its epoch.
+ */
 export interface ReadBack {
   s: unknown;
   e: number;
@@ -42,7 +44,9 @@ export class Persistence {
     this.#c = c;
   }
 
-  /** Partition acquired: activates the actors of the types that carry reminders (`loadOnAcquire`). */
+  /**
+   * Partition acquired: activates the actors of the types that carry reminders (`loadOnAcquire`).
+   */
   async activatePartition(partition: number): Promise<void> {
     const c = this.#c;
     for (const reg of c.types.values()) {
@@ -84,7 +88,10 @@ export class Persistence {
     }
   }
 
-  /** A stored value read back: its state through the type's `onLoad` and the registration's `reconcile`. */
+  /**
+   * A stored value read back: its state through the type's `onLoad` and the registration's
+   * `reconcile`.
+   */
   async readBack(inst: Instance, value: Uint8Array): Promise<ReadBack> {
     const stored = decode<Stored>(value);
     const def = inst.reg.definition;
@@ -141,7 +148,9 @@ export class Persistence {
     inst.storedEpoch = epoch;
   }
 
-  /** Throws `not_owner` (dropping the actor, to be read back soon) unless the partition is trusted. */
+  /**
+   * Throws `not_owner` (dropping the actor, to be read back soon) unless the partition is trusted.
+   */
   checkTrusted(inst: Instance, when: string): void {
     const c = this.#c;
     if (!c.o.isTrusted(inst.partition)) {
@@ -179,7 +188,8 @@ export class Persistence {
       if (!c.accepting.has(inst.partition)) return;
       if (!c.o.isTrusted(inst.partition)) return again();
       const fresh = c.instance(inst.reg, inst.type, inst.id, inst.partition);
-      if (fresh.loaded || fresh.running || fresh.mailbox.length > 0) return; // in memory, or on its way
+      // In memory, or on its way.
+      if (fresh.loaded || fresh.running || fresh.mailbox.length > 0) return;
       c.parts.mailbox.loadAhead(fresh).catch(again);
     });
   }

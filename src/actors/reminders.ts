@@ -19,7 +19,10 @@ export interface TimerPayload {
   failures?: number;
 }
 
-/** Backoff of a timer message whose handling failed (at-least-once reminders), and of a partition's load. */
+/**
+ * Backoff of a timer message whose handling failed (at-least-once reminders), and of a partition's
+ * load.
+ */
 export const TIMER_RETRY: BackoffPolicy = { baseMs: 250, maxMs: 5_000 };
 
 /**

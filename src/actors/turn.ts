@@ -30,7 +30,8 @@ export class Turns {
     // Begun: a copy arriving from now on is a request of its own (it may see this one's outcome).
     if (env.coalesce !== undefined && inst.coalesced?.get(env.coalesce)?.env === env) {
       inst.coalesced.delete(env.coalesce);
-      if (inst.coalesced.size === 0) delete inst.coalesced; // an empty map on each of 200,000 job actors is ~20 MB
+      // An empty map on each of 200,000 job actors is ~20 MB.
+      if (inst.coalesced.size === 0) delete inst.coalesced;
     }
     // Checked here, after any wait for admission: the actor may have been dropped meanwhile.
     if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);

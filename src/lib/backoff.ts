@@ -17,7 +17,9 @@ export interface BackoffPolicy {
   readonly jitter?: { readonly random: Random; readonly min: number };
 }
 
-/** The wait after `failures` failed tries (0, 1, 2, …): `min(maxMs, baseMs × 2^failures)`, jittered. */
+/**
+ * The wait after `failures` failed tries (0, 1, 2, …): `min(maxMs, baseMs × 2^failures)`, jittered.
+ */
 export function backoffMs(failures: number, p: BackoffPolicy): number {
   const capped = Math.min(p.maxMs, p.baseMs * 2 ** failures);
   return p.jitter === undefined ? capped : capped * (p.jitter.min + p.jitter.random.next());

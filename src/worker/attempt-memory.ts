@@ -8,7 +8,10 @@ import { Fifo } from "../lib/fifo.ts";
 import type { Completion } from "../protocol/worker.ts";
 import { fencedKey, type Lease } from "./lease.ts";
 
-/** Attempts gone from this worker remembered for probes (whether each started), oldest forgotten first. */
+/**
+ * Attempts gone from this worker remembered for probes (whether each started), oldest forgotten
+ * first.
+ */
 export const FORGOTTEN_LIMIT = 262_144;
 /**
  * Completions of reports given up, kept for probes, oldest out first — as many as attempts gone
@@ -33,13 +36,18 @@ function keptChars(c: Completion): number {
 }
 
 export class AttemptMemory {
-  /** Attempts gone from here (key#fence → whether it started), for probes; bounded, oldest out first. */
+  /**
+   * Attempts gone from here (key#fence → whether it started), for probes; bounded, oldest out
+   * first.
+   */
   readonly forgotten = new Map<string, boolean>();
   /** Completions of reports given up (key#fence), for probes; bounded, oldest out first. */
   readonly givenUp = new Map<string, Completion>();
   /** Characters of output the given-up completions hold (at most GIVEN_UP_OUTPUT_CHARS). */
   #givenUpChars = 0;
-  /** Given-up completions holding their output, oldest first (the first to lose it past the budget). */
+  /**
+   * Given-up completions holding their output, oldest first (the first to lose it past the budget).
+   */
   #givenUpWithOutput = new Fifo<string>();
   /** Attempts killed at once whose result is not in yet (key#fence): a probe hears `running`. */
   readonly killing = new Set<string>();
@@ -61,7 +69,8 @@ export class AttemptMemory {
     if (keptChars(c) > 0) this.#givenUpWithOutput.push(k);
     while (this.givenUp.size > GIVEN_UP_LIMIT)
       this.#forgetGivenUp(this.givenUp.keys().next().value!);
-    // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber the live ones.
+    // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber
+    // the live ones.
     if (this.#givenUpWithOutput.size > 2 * this.givenUp.size + 1024) {
       this.#givenUpWithOutput = new Fifo<string>();
       for (const [key, kept] of this.givenUp)

@@ -59,7 +59,9 @@ export class WorkerCore {
     );
   }
 
-  /** `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent. */
+  /**
+   * `immediate` (self-fencing, lease lost): SIGKILL without grace — the margin is already spent.
+   */
   async kill(lease: Lease, why: string, immediate = false): Promise<void> {
     lease.lost = true;
     if (immediate) lease.killedAtOnce = true;
@@ -85,7 +87,8 @@ export class WorkerCore {
    * A report given up (completionDeadlineMs): the lease goes, but its completion is kept for its
    * owner's probe — under a burst a report can wait here past the deadline, and its attempt would
    * otherwise count as started with its result lost (a dead letter at max_attempts 1). Past the
-   * output budget the oldest lose their output first (a run's result matters more than its log tail).
+   * output budget the oldest lose their output first (a run's result matters more than its log
+   * tail).
    */
   giveUp(l: Lease): void {
     if (l.completion) {

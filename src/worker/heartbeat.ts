@@ -106,12 +106,15 @@ export class Heartbeats {
       })),
       { deadlineMs: o.heartbeatIntervalMs },
     );
-    c.parts.fencing.enforce(); // a lease that lapsed while the round was out is not revived by its reply
+    // A lease that lapsed while the round was out is not revived by its reply.
+    c.parts.fencing.enforce();
     await Promise.all(results.map((r, i) => this.#answered(live[i]!, r, sentAt)));
     c.parts.fencing.armFence();
   }
 
-  /** One attempt's answer in a round sent at `sentAt`: its validity extended, or the attempt killed. */
+  /**
+   * One attempt's answer in a round sent at `sentAt`: its validity extended, or the attempt killed.
+   */
   async #answered(l: Lease, r: ItemResult, sentAt: number): Promise<void> {
     const c = this.#c;
     const { o } = c;
@@ -122,7 +125,8 @@ export class Heartbeats {
       l.ackSentMono = Math.max(l.ackSentMono ?? sentAt, sentAt);
       l.execution?.renewLease?.(l.validUntilMono - o.clock.monoMs());
       // A gated run (look-ahead under overlap skip) starts only on an acknowledgement without
-      // `hold`; a due one that is still held asks again shortly (the owner decides at its due instant).
+      // `hold`; a due one that is still held asks again shortly (the owner decides at its due
+      // instant).
       l.held = !l.execution && ack?.hold === true;
       if (l.due && l.held) this.beatSoon();
       if (l.due && c.fresh(l)) {

@@ -24,7 +24,8 @@ export class LeaseTable {
    * Leases a start instant woke, not yet added to `awake`: a burst's start loop pushes here (an
    * array push) and the set takes them when next looked at — `awakeLeases`, or before any delete
    * from it (`sleep`), so the set's contents are as if each had been added in the loop. Adding
-   * 200,000 leases to the set inside the loop (its table regrown on the way) delays the last starts.
+   * 200,000 leases to the set inside the loop (its table regrown on the way) delays the last
+   * starts.
    */
   woken: Lease[] = [];
 
@@ -56,7 +57,10 @@ export class LeaseTable {
     this.woken = [];
   }
 
-  /** Takes a lease out of `awake` (after the woken ones are in: a later delete wins over an earlier wake). */
+  /**
+   * Takes a lease out of `awake` (after the woken ones are in: a later delete wins over an earlier
+   * wake).
+   */
   sleep(l: Lease): void {
     this.#takeWoken();
     this.awake.delete(l);
@@ -67,7 +71,10 @@ export class LeaseTable {
     return this.leases.get(l.key) === l && !l.lost;
   }
 
-  /** Removes `l` from the held leases, unless a newer lease of the same attempt took its key; remembers it for probes. */
+  /**
+   * Removes `l` from the held leases, unless a newer lease of the same attempt took its key;
+   * remembers it for probes.
+   */
   drop(l: Lease): void {
     if (this.leases.get(l.key) !== l) return;
     this.leases.delete(l.key);

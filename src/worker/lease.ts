@@ -18,19 +18,26 @@ export interface Lease {
   identity: RunIdentity;
   /** Its key in the worker's leases (run id # attempt), made once: rounds look leases up by it. */
   key: string;
-  /** Monotonic time of acceptance: an offer never acknowledged by then + TTL − margin is dropped. */
+  /**
+   * Monotonic time of acceptance: an offer never acknowledged by then + TTL − margin is dropped.
+   */
   acceptedAtMono: number;
   /** Monotonic time until which the last acknowledged heartbeat lets this attempt run. */
   validUntilMono?: number | undefined;
   /** Monotonic send time of the latest acknowledged heartbeat. */
   ackSentMono?: number | undefined;
-  /** The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run). */
+  /**
+   * The owner's last acknowledgement said `hold`: keep the attempt, do not start it (a gated run).
+   */
   held?: boolean | undefined;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
   due: boolean;
   execution?: Execution | undefined;
   startedAtMs?: number | undefined;
-  /** The attempt ended; its completion is not acknowledged yet (a copy after each wait until settled, outbox.ts). */
+  /**
+   * The attempt ended; its completion is not acknowledged yet (a copy after each wait until
+   * settled, outbox.ts).
+   */
   completion?: Completion | undefined;
   completionSinceMono?: number | undefined;
   /** A completion report is being made (waiting for its turn, in flight, or between copies). */
@@ -47,7 +54,8 @@ export interface Lease {
   handedBack?: boolean | undefined;
   /**
    * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
-   * and its end is reported once (the owner holds the tenant slot until then; src/jobs/run-dispatch.ts `drain`).
+   * and its end is reported once (the owner holds the tenant slot until then;
+   * src/jobs/run-dispatch.ts `drain`).
    */
   cancelled?: boolean | undefined;
 }
@@ -120,7 +128,9 @@ export function attemptKey(runId: string, attempt: number): string {
   return `${runId}#${attempt}`;
 }
 
-/** An attempt under one fence, as the worker's memory of attempts gone (attempt-memory.ts) names it. */
+/**
+ * An attempt under one fence, as the worker's memory of attempts gone (attempt-memory.ts) names it.
+ */
 export function fencedKey(key: string, fence: number): string {
   return `${key}#${fence}`;
 }

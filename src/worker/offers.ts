@@ -83,7 +83,8 @@ export class Offers {
    */
   #probe(p: ProbeRequest): ProbeReply {
     const reply = this.#probeAnswer(p);
-    // Counted by answer (`probe_started`: a result lost; `probe_dropped`: held, dropped by the probe).
+    // Counted by answer (`probe_started`: a result lost; `probe_dropped`: held, dropped by the
+    // probe).
     this.#c.o.onEvent?.({ type: `probe_${reply.state}`, run_id: p.run_id, attempt: p.attempt });
     return reply;
   }
@@ -103,7 +104,8 @@ export class Offers {
       return { state: "not_started" };
     }
     const k = fencedKey(key, p.fence);
-    // Killed at once, its result not in yet: asked again a TTL later (run-lifecycle.ts `onProbeAnswer`).
+    // Killed at once, its result not in yet: asked again a TTL later (run-lifecycle.ts
+    // `onProbeAnswer`).
     if (memory.killing.has(k)) return { state: "running" };
     const given = memory.givenUp.get(k);
     if (given) return { state: "ended", completion: given };
@@ -118,7 +120,8 @@ export class Offers {
     const { o, table } = c;
     if (c.stopping || c.draining)
       return { accepted: false, reason: c.draining ? "draining" : "stopping" };
-    // (The identity made at the offer formats scheduled_for: a malformed time is refused here, not thrown.)
+    // (The identity made at the offer formats scheduled_for: a malformed time is refused here, not
+    // thrown.)
     if (
       !Number.isFinite(req.start_at_ms) ||
       !Number.isFinite(req.scheduled_for_ms) ||

@@ -12,7 +12,10 @@ export interface WorkerOptions {
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;
-  /** Most completion reports being made at once, each from its first copy until settled (default COMPLETIONS_IN_FLIGHT). */
+  /**
+   * Most completion reports being made at once, each from its first copy until settled (default
+   * COMPLETIONS_IN_FLIGHT).
+   */
   completionsInFlight?: number;
   /** How long one completion report waits for its answer (default COMPLETION_WAIT_MS). */
   completionWaitMs?: number;
@@ -25,8 +28,14 @@ export interface WorkerOptions {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Test hook: observe lifecycle (accepted, started, lease_lost, completed, stale_fence). */
   onEvent?: (e: { type: string; run_id: string; attempt: number }) => void;
-  /** Which reply subjects offers and probes may name (reply-guard.ts; default `per_user`: NATS credentials). */
+  /**
+   * Which reply subjects offers and probes may name (reply-guard.ts; default `per_user`: NATS
+   * credentials).
+   */
   inboxes?: InboxMode;
-  /** Told of each offer or probe dropped because of its reply subject (after it is counted and logged). */
+  /**
+   * Told of each offer or probe dropped because of its reply subject (after it is counted and
+   * logged).
+   */
   onRefused?: (r: ReplyRefusal & { subject: string }) => void;
 }

@@ -63,7 +63,8 @@ export class CompletionOutbox {
     c.parts.beats.stayHeard();
     if (lease.cancelled) return this.reportCancelled(lease, r);
     if (lease.lost) {
-      c.table.drop(lease); // only if still held under its key (a newer offer of the attempt may hold it)
+      // Only if still held under its key (a newer offer of the attempt may hold it)
+      c.table.drop(lease);
       if (lease.killedAtOnce && endedBeforeKill(r)) c.keepEndedBeforeKill(lease, r);
       c.leaseGone();
       return;
@@ -172,7 +173,10 @@ export class CompletionOutbox {
     if (batch.length > 0) void this.#sendReports(batch);
   }
 
-  /** A report ends (`active`: it held a report slot): the drain may be done, a waiting report may go. */
+  /**
+   * A report ends (`active`: it held a report slot): the drain may be done, a waiting report may
+   * go.
+   */
   #reportSettled(l: Lease, active: boolean): void {
     l.reporting = false;
     if (active) this.#reportsActive--;
@@ -223,7 +227,8 @@ export class CompletionOutbox {
     const queueAgain = () => {
       for (const l of later) {
         if (l.reportOnWire) {
-          l.reportOnWire = false; // answered pending: off the wire now; rounds carry it until the copy goes
+          // Answered pending: off the wire now; rounds carry it until the copy goes.
+          l.reportOnWire = false;
           if (table.holds(l)) table.awake.add(l);
         }
         this.#reportAgain.push(l);
@@ -235,7 +240,10 @@ export class CompletionOutbox {
     else queueAgain();
   }
 
-  /** One report's answer (`r`; undefined: none): settled, given up, or true — a copy goes after the wait. */
+  /**
+   * One report's answer (`r`; undefined: none): settled, given up, or true — a copy goes after the
+   * wait.
+   */
   #answered(l: Lease, r: ItemResult | undefined, now: number): boolean {
     const c = this.#c;
     const { o } = c;

@@ -51,7 +51,8 @@ export class SelfFencing {
    * Monotonic time at which an attempt not ended is dropped (`enforce`): its last acknowledgement
    * + TTL − margin — an offer never acknowledged counts from its acceptance — except that an
    * acknowledged attempt not started yet is kept until start_at + TTL, when its owner's lease ends
-   * (it is not heartbeated before its start nears, see heartbeat.ts `needsBeat`, and never starts stale).
+   * (it is not heartbeated before its start nears, see heartbeat.ts `needsBeat`, and never starts
+   * stale).
    */
   #dropAtMono(l: Lease, monoNow: number, wallNow: number): number {
     if (l.validUntilMono === undefined)
@@ -95,7 +96,10 @@ export class SelfFencing {
     }
   }
 
-  /** A timer at the earliest moment an attempt's acknowledgement runs out (a walk of the awake leases). */
+  /**
+   * A timer at the earliest moment an attempt's acknowledgement runs out (a walk of the awake
+   * leases).
+   */
   armFence(): void {
     this.#cancelFence?.();
     this.#cancelFence = undefined;

@@ -13,11 +13,19 @@ export class StartTiming {
   readonly #c: WorkerCore;
   /** Attempts due at the same instant share one timer and start in one tight loop (bursts). */
   readonly #due = new Map<number, Lease[]>();
-  /** Starts deferred because this worker's clock ran ahead of an owner's (a skew the tolerance does not cover). */
+  /**
+   * Starts deferred because this worker's clock ran ahead of an owner's (a skew the tolerance does
+   * not cover).
+   */
   #skewDeferrals = 0;
-  /** Attempts started since the last `#reportStarted` (their `started` events are still to come). */
+  /**
+   * Attempts started since the last `#reportStarted` (their `started` events are still to come).
+   */
   #startedToReport: Lease[] = [];
-  /** Attempts started since the last `#completeEnded` whose execution had already ended (`Execution.ended`). */
+  /**
+   * Attempts started since the last `#completeEnded` whose execution had already ended
+   * (`Execution.ended`).
+   */
   #endedToComplete: Lease[] = [];
 
   constructor(c: WorkerCore) {
@@ -50,7 +58,9 @@ export class StartTiming {
     clock.setTimer(Math.max(0, atMs - clock.now()), fire);
   }
 
-  /** The attempts of one start instant: started, due (waiting for an acknowledgement) or deferred. */
+  /**
+   * The attempts of one start instant: started, due (waiting for an acknowledgement) or deferred.
+   */
   #startDue(leases: Lease[]): void {
     const c = this.#c;
     let waiting = false;
@@ -92,7 +102,10 @@ export class StartTiming {
     return Math.max(0, l.req.start_at_ms - START_SKEW_TOLERANCE_MS - ownerNow);
   }
 
-  /** Defers a start the worker's clock would make too early (see `#earlyByOwner`), grouped per 10 ms. */
+  /**
+   * Defers a start the worker's clock would make too early (see `#earlyByOwner`), grouped per 10
+   * ms.
+   */
   #deferForSkew(l: Lease, earlyMs: number): void {
     const { o } = this.#c;
     this.#skewDeferrals++;
@@ -122,7 +135,10 @@ export class StartTiming {
     }
   };
 
-  /** Starts an attempt in the executor (nothing if it is lost, already started, or the worker stops). */
+  /**
+   * Starts an attempt in the executor (nothing if it is lost, already started, or the worker
+   * stops).
+   */
   run(lease: Lease): void {
     const c = this.#c;
     const { o } = c;
@@ -131,7 +147,8 @@ export class StartTiming {
     c.parts.beats.stayHeard();
     const { req } = lease;
     lease.startedAtMs = o.clock.now();
-    // What is left of the acknowledged lease, in whole ms: the container dies when it runs out unrenewed.
+    // What is left of the acknowledged lease, in whole ms: the container dies when it runs out
+    // unrenewed.
     lease.task.leaseMs = Math.max(0, Math.floor((lease.validUntilMono ?? 0) - o.clock.monoMs()));
     lease.execution = o.executor.start(lease.task, lease.identity);
     // Reported after the loop that starts a burst's attempts: the event is a log line, and writing

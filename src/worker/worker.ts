@@ -68,7 +68,10 @@ export class Worker {
     return { held: table.size, awake: table.awakeLeases().length };
   }
 
-  /** Starts deferred because this worker's clock ran ahead of an owner's (a skew the tolerance does not cover). */
+  /**
+   * Starts deferred because this worker's clock ran ahead of an owner's (a skew the tolerance does
+   * not cover).
+   */
   get skewDeferrals(): number {
     return this.#c.parts.starts.skewDeferrals;
   }
