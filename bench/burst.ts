@@ -22,6 +22,7 @@ import { NatsJobsService } from "../src/service/nats-service.ts";
 import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-types.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
+import { settledTimes } from "./settled.ts";
 import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
@@ -287,6 +288,11 @@ export async function run(args: string[]): Promise<void> {
         console.log(`listing the run records failed (${String(e)}); trying again`);
       }
     }
+    // Run end → terminal record visible through the API (its store time in the runs stream).
+    const settleMs = await settledTimes(adminNc, "kairos_runs").catch((e: unknown) => {
+      console.log(`reading the settle times failed: ${String(e)}`);
+      return [] as number[];
+    });
     const lags = runs.flatMap((r) => {
       const at = firstStartedAt(r);
       return at === undefined ? [] : [Date.parse(at) - Date.parse(r.scheduled_for)];
@@ -306,6 +312,7 @@ export async function run(args: string[]): Promise<void> {
     ];
     const byStatus = new Map<string, number>();
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
+    lines.push(`settled (run end → terminal record visible through the API) ms: p50 ${pct(settleMs, 50)}, p99 ${pct(settleMs, 99)}, max ${settleMs.at(-1) ?? null} (${settleMs.length} runs)`);
     lines.push(`scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`);
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
     // What the workers logged about attempts the owner may have re-offered, by 10 s from the due
@@ -377,6 +384,7 @@ export async function run(args: string[]): Promise<void> {
       // Per started run, by operation and bucket: which writes a change adds or saves.
       kv_ops_per_run_by_bucket: Object.fromEntries(Object.entries(kvByOpBucket).map(([k, v]) => [k, Number((v / Math.max(1, lags.length)).toFixed(3))])),
       lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
+      settled_ms: { p50: pct(settleMs, 50), p99: pct(settleMs, 99), max: settleMs.at(-1) ?? null },
     };
     if (!args.includes("--no-md")) {
       await appendSection("burst (top-of-the-second dispatch lag, noop executor)", [
