@@ -9,7 +9,7 @@
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
  * slot a completion has just released may not be advertised yet); ownership is re-checked before
  * each request; only a task with secrets awaits anything before its offer, so offers keep their
- * timing. A test-only switch offers one fence to up to three workers (the simulation's fault).
+ * timing. An injected fault (faults.ts, a simulation self-test) offers a fence to up to three.
  */
 import type { ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
