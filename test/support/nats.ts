@@ -4,7 +4,8 @@
  * for R3 buckets (waits until every server answers a JetStream API request).
  *
  * Authorization is always on, as in production: the account layout of src/cluster/nats-accounts.ts
- * (cluster account KAIROS, tenant services in SERVICES, SYS with the auth callout), each Kairos role
+ * (cluster account KAIROS, worker-only identities in WORKERS, tenant services in SERVICES, SYS;
+ * the auth callout), each Kairos role
  * set with its own NATS user and least-privilege permissions (src/cluster/nats-permissions.ts) for
  * the given cluster names; `auth.sysCreds` is the system account's user.
  * Each worker id of `workers` (default `DEFAULT_TEST_WORKERS`) has its pinned user `worker-<id>`.
