@@ -14,6 +14,7 @@
 import type { ShellContext } from "../actors/host.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import { kvKeys, kvPurge, type KvKey, type KvStore } from "../cluster/kv.ts";
+import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
 import { runIdOfSuffix, runIndexKey, runIndexPrefix, runIndexSeq, type RunIndexEffect } from "./run-index.ts";
@@ -29,20 +30,25 @@ const sameIds = (a: readonly string[], b: readonly string[]) => a.length === b.l
 export async function writeRunIndexChunk(runs: KvStore, ctx: Pick<ShellContext, "address" | "partition" | "epoch">, fx: RunIndexEffect): Promise<void> {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   const key = runIndexKey(ctx.partition, tenantId, jobId, fx.seq);
-  const value = encode({ ids: fx.ids, e: ctx.epoch } satisfies StoredChunk);
+  const chunk: StoredChunk = { ids: fx.ids, e: ctx.epoch };
+  const value = encode(chunk);
   if ((await runs.create(key, value)).ok) return;
-  for (let i = 0; i < 3; i++) {
-    const cur = await runs.get(key);
-    if (!cur) {
-      if ((await runs.create(key, value)).ok) return;
-      continue;
-    }
-    const stored = decode<StoredChunk>(cur.value);
-    if (stored.e > ctx.epoch) throw new KairosError("not_owner", `run index chunk ${fx.seq} of ${ctx.address.id} was written under a later epoch (${stored.e} > ${ctx.epoch})`);
-    if (stored.e === ctx.epoch && sameIds(stored.ids, fx.ids)) return;
-    if ((await runs.update(key, value, cur.revision)).ok) return;
-  }
-  throw new KairosError("conflict", `run index chunk ${fx.seq} of ${ctx.address.id} keeps changing under this owner`);
+  await casUpdate<StoredChunk, void>(
+    runs,
+    key,
+    (stored) => {
+      if (stored === null) return { write: chunk, result: undefined };
+      if (stored.e > ctx.epoch) throw new KairosError("not_owner", `run index chunk ${fx.seq} of ${ctx.address.id} was written under a later epoch (${stored.e} > ${ctx.epoch})`);
+      if (stored.e === ctx.epoch && sameIds(stored.ids, fx.ids)) return { done: undefined };
+      return { write: chunk, result: undefined };
+    },
+    {
+      attempts: 3,
+      encode: () => value, // only `chunk` is ever written: encoded once, above
+      decode: (b) => decode<StoredChunk>(b),
+      conflictMessage: `run index chunk ${fx.seq} of ${ctx.address.id} keeps changing under this owner`,
+    },
+  );
 }
 
 /** The run ids of chunk `seq` (oldest first), or null when it is gone (pruned, purged). */

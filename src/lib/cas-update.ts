@@ -46,7 +46,10 @@ export async function casUpdate<T, R>(
 ): Promise<R> {
   for (let i = 0; i < o.attempts; i++) {
     const e = await store.get(key);
-    const step = await decide(e === null ? null : o.decode(e.value));
+    const decided = decide(e === null ? null : o.decode(e.value));
+    // A decision made at once is not awaited: no turn of the event loop more than a loop of
+    // one read and one write takes.
+    const step = decided instanceof Promise ? await decided : decided;
     if ("done" in step) return step.done;
     const value = o.encode(step.write);
     const r =

@@ -17,6 +17,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { Clock } from "../lib/clock.ts";
+import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";
 import { formatUtc } from "../schedule/index.ts";
 
@@ -36,7 +37,8 @@ export const SERVICE_NAME = /^[A-Za-z0-9_-]{1,48}$/;
 /** `ksvc_` and 43 base64url characters (32 bytes). */
 const SECRET = /^ksvc_[A-Za-z0-9_-]{43}$/;
 const TENANT_ID = /^t[a-z2-7]{16}$/;
-const MAX_CAS_RETRIES = 10;
+/** Read-modify-writes of a service record: at most 10 tries, no pause (an operator's command). */
+const CAS = { attempts: 10, encode, decode } as const;
 /** Most records `list` reads, and its page size. */
 export const MAX_LISTED = 10_000;
 const LIST_PAGE = 1000;
@@ -82,30 +84,33 @@ export class KvServiceDirectory {
     }
     const secret = `ksvc_${randomBytes(32).toString("base64url")}`;
     const record: ServiceRecord = { name, tenant_id: tenantId, hash: sha256(secret), revoked: false, created_at: formatUtc(this.#clock.now()) };
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const cur = await this.#kv.get(serviceKey(name));
-      if (cur !== null && !decode<ServiceRecord>(cur.value).revoked) {
-        throw new KairosError("conflict", `service ${name} already exists; revoke it first (kairos admin service revoke ${name})`, { field: "name", retryable: false });
-      }
-      const r = cur === null ? await this.#kv.create(serviceKey(name), encode(record)) : await this.#kv.update(serviceKey(name), encode(record), cur.revision);
-      if (r.ok) return { record, secret };
-    }
-    throw new KairosError("conflict", `service ${name} kept changing; retry`);
+    return casUpdate<ServiceRecord, { record: ServiceRecord; secret: string }>(
+      this.#kv,
+      serviceKey(name),
+      (cur) => {
+        if (cur !== null && !cur.revoked) {
+          throw new KairosError("conflict", `service ${name} already exists; revoke it first (kairos admin service revoke ${name})`, { field: "name", retryable: false });
+        }
+        return { write: record, result: { record, secret } };
+      },
+      { ...CAS, conflictMessage: `service ${name} kept changing; retry` },
+    );
   }
 
   /** Marks `name` revoked (CAS). Returns the record; `not_found` if there is none. Idempotent. */
   async revoke(name: string): Promise<ServiceRecord> {
     validateServiceName(name);
-    for (let i = 0; i < MAX_CAS_RETRIES; i++) {
-      const cur = await this.#kv.get(serviceKey(name));
-      if (cur === null) throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
-      const rec = decode<ServiceRecord>(cur.value);
-      if (rec.revoked) return rec;
-      const next: ServiceRecord = { ...rec, revoked: true, revoked_at: formatUtc(this.#clock.now()) };
-      const r = await this.#kv.update(serviceKey(name), encode(next), cur.revision);
-      if (r.ok) return next;
-    }
-    throw new KairosError("conflict", `service ${name} kept changing; retry the revocation`);
+    return casUpdate<ServiceRecord, ServiceRecord>(
+      this.#kv,
+      serviceKey(name),
+      (rec) => {
+        if (rec === null) throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
+        if (rec.revoked) return { done: rec };
+        const next: ServiceRecord = { ...rec, revoked: true, revoked_at: formatUtc(this.#clock.now()) };
+        return { write: next, result: next };
+      },
+      { ...CAS, conflictMessage: `service ${name} kept changing; retry the revocation` },
+    );
   }
 
   /** The record of `name`, or null (an invalid name is null too). */
