@@ -32,8 +32,6 @@ const FUNCTION_BUDGET_PENDING = [
   "src/dev/nats-auth-files.ts",
   "src/dev/nats-launcher.ts",
   "src/http/openapi.ts",
-  "src/jobs/dispatcher.ts",
-  "src/jobs/job-shell.ts",
   "src/nats-api/handler.ts",
   "src/sandbox/docker.ts",
   "src/server/node.ts",

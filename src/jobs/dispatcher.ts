@@ -12,92 +12,175 @@
  * timing. An injected fault (faults.ts, a simulation self-test) offers a fence to up to three.
  */
 import type { ShellContext } from "../actors/host.ts";
-import { decode, encode } from "../cluster/codec.ts";
-import { KairosError } from "../lib/errors.ts";
-import { workerSubject, type StartReply, type StartRequest, type TaskInput } from "../protocol/worker.ts";
-import { splitJobActorId } from "../protocol/ids.ts";
-import type { JobActorConfig, JobEffect } from "./job-types.ts";
 import type { Bus } from "../cluster/bus.ts";
-import type { WorkerDirectory } from "../slots/worker-directory.ts";
+import { decode, encode } from "../cluster/codec.ts";
+import type { Clock } from "../lib/clock.ts";
+import { KairosError } from "../lib/errors.ts";
+import { splitJobActorId } from "../protocol/ids.ts";
+import {
+  workerSubject,
+  type StartReply,
+  type StartRequest,
+  type TaskInput,
+} from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
+import type { WorkerDirectory } from "../slots/worker-directory.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
+import type { JobActorConfig, JobEffect } from "./job-types.ts";
 
 /** How long to wait before offering again to a worker that had no free slot (see dispatch). */
 const OFFER_RACE_RETRY_MS = 25;
 
-/** What the dispatcher needs from its node. */
-export interface DispatchDeps {
+/** How the job shell reaches the workers: offers, cancels and probes, and whom to offer to. */
+export interface WorkerLink {
   nc: Bus;
   clusterName: string;
-  workers: WorkerDirectory;
+  /** The workers with free slots, as their adverts say (src/slots/worker-directory.ts). */
+  directory: WorkerDirectory;
+}
+
+/** What the dispatcher needs from its node. */
+export interface DispatchDeps {
+  link: WorkerLink;
+  /** Offers carry the owner's time (`owner_now_ms`); the second ask of a full worker waits on it. */
+  clock: Clock;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
-  /** Spaces the second ask of a worker that had no free slot; none: not asked again. */
-  sleep?: (ms: number) => Promise<void>;
   /** Opens `task.sealed_env` for an offer; none: such runs are not offered. */
   secrets?: SecretEnvStore;
-  /** The owner's clock, sent with the offer (`owner_now_ms`). */
-  nowMs?: () => number;
+}
+
+type DispatchEffect = Extract<JobEffect, { kind: "dispatch" }>;
+
+/** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
+async function offeredTask(
+  deps: DispatchDeps,
+  tenantId: string,
+  jobId: string,
+  task: TaskInput,
+): Promise<TaskInput | null> {
+  if (!task.sealed_env) return task;
+  const { sealed_env: sealed, ...rest } = task;
+  try {
+    if (!deps.secrets)
+      throw new KairosError("unsupported", "this scheduler has no secret key (--secret-key-file)");
+    return { ...rest, env: { ...rest.env, ...(await deps.secrets.open(tenantId, jobId, sealed)) } };
+  } catch (e) {
+    deps.log("error", "secret_env cannot be opened: the run is not offered", {
+      job: `${tenantId}.${jobId}`,
+      err: String(e),
+    });
+    return null;
+  }
+}
+
+function startRequest(
+  cfg: JobActorConfig,
+  clock: Clock,
+  ctx: ShellContext,
+  fx: DispatchEffect,
+  task: TaskInput,
+): StartRequest {
+  const { tenantId, jobId } = splitJobActorId(ctx.address.id);
+  return {
+    job_actor: ctx.address.id,
+    tenant_id: tenantId,
+    job_id: jobId,
+    run_id: fx.run_id,
+    attempt: fx.attempt,
+    fence: fx.fence,
+    scheduled_for_ms: fx.scheduled_for_ms,
+    start_at_ms: fx.start_at_ms,
+    task,
+    lease_ttl_ms: cfg.leaseTtlMs,
+    // The owner's clock, so a worker whose clock runs ahead does not start it early.
+    owner_now_ms: clock.now(),
+  };
+}
+
+/** Offers `req` to `worker`: accepted (the actor is told `claimed`), refused, or stale (no longer the owner). */
+async function offerTo(
+  cfg: JobActorConfig,
+  deps: DispatchDeps,
+  ctx: ShellContext,
+  fx: DispatchEffect,
+  worker: string,
+  req: StartRequest,
+): Promise<"accepted" | "refused" | "stale"> {
+  const { link, clock } = deps;
+  try {
+    const offer = async () =>
+      decode<StartReply>(
+        (
+          await link.nc.request(workerSubject(link.clusterName, worker, "start"), encode(req), {
+            timeout: cfg.offerTimeoutMs,
+          })
+        ).data,
+      );
+    let reply = await offer();
+    // A worker frees a slot only once its completion is acknowledged, so an offer for the
+    // slot that completion released can arrive first: ask the same worker (same fence) once
+    // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
+    if (!reply.accepted && reply.reason === "no free slot") {
+      await new Promise<void>((resolve) => clock.setTimer(OFFER_RACE_RETRY_MS, resolve));
+      if (!ctx.stillOwner()) return "stale";
+      reply = await offer();
+    }
+    if (reply.accepted) {
+      ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
+      return "accepted";
+    }
+    link.directory.markFull(worker);
+  } catch {
+    // No answer in time: the offer is dead (the worker cannot start it without our ack).
+    link.directory.markFull(worker);
+  }
+  return "refused";
 }
 
 /** The `dispatch` effect's performer for one job actor type's shell. */
-export function makeDispatcher(cfg: JobActorConfig, deps: DispatchDeps, faults: JobFaults = NO_FAULTS): (ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>) => Promise<void> {
-  /** The task as offered: its secrets opened into its env; null when they cannot be (logged). */
-  async function offeredTask(tenantId: string, jobId: string, task: TaskInput): Promise<TaskInput | null> {
-    if (!task.sealed_env) return task;
-    const { sealed_env: sealed, ...rest } = task;
-    try {
-      if (!deps.secrets) throw new KairosError("unsupported", "this scheduler has no secret key (--secret-key-file)");
-      return { ...rest, env: { ...rest.env, ...(await deps.secrets.open(tenantId, jobId, sealed)) } };
-    } catch (e) {
-      deps.log("error", "secret_env cannot be opened: the run is not offered", { job: `${tenantId}.${jobId}`, err: String(e) });
-      return null;
-    }
-  }
-
-  return async function dispatch(ctx: ShellContext, fx: Extract<JobEffect, { kind: "dispatch" }>): Promise<void> {
+export function makeDispatcher(
+  cfg: JobActorConfig,
+  deps: DispatchDeps,
+  faults: JobFaults = NO_FAULTS,
+): (ctx: ShellContext, fx: DispatchEffect) => Promise<void> {
+  return async function dispatch(ctx, fx) {
     const { tenantId, jobId } = splitJobActorId(ctx.address.id);
     // Only a task with secrets waits for a read (no await otherwise: offers keep their timing).
-    const task = fx.task.sealed_env ? await offeredTask(tenantId, jobId, fx.task) : fx.task;
+    const task = fx.task.sealed_env ? await offeredTask(deps, tenantId, jobId, fx.task) : fx.task;
     if (!task) {
-      ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: "secret_env cannot be opened on this scheduler" });
+      ctx.tell({
+        kind: "dispatch_failed",
+        run_id: fx.run_id,
+        fence: fx.fence,
+        reason: "secret_env cannot be opened on this scheduler",
+      });
       return;
     }
     const tried = new Set<string>();
     // One fence, one worker. (A simulation's injected fault offers it to up to three.)
     const tries = faults.fenceSharedByWorkers === true ? 3 : 1;
     for (let i = 0; i < tries; i++) {
-      const worker = deps.workers.pick(tried);
+      const worker = deps.link.directory.pick(tried);
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
-      const req: StartRequest = {
-        job_actor: ctx.address.id, tenant_id: tenantId, job_id: jobId, run_id: fx.run_id, attempt: fx.attempt,
-        fence: fx.fence, scheduled_for_ms: fx.scheduled_for_ms, start_at_ms: fx.start_at_ms, task,
-        lease_ttl_ms: cfg.leaseTtlMs,
-        // The owner's clock, so a worker whose clock runs ahead does not start it early.
-        ...(deps.nowMs ? { owner_now_ms: deps.nowMs() } : {}),
-      };
-      try {
-        const offer = async () => decode<StartReply>((await deps.nc.request(workerSubject(deps.clusterName, worker, "start"), encode(req), { timeout: cfg.offerTimeoutMs })).data);
-        let reply = await offer();
-        // A worker frees a slot only once its completion is acknowledged, so an offer for the
-        // slot that completion released can arrive first: ask the same worker (same fence) once
-        // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
-        if (!reply.accepted && reply.reason === "no free slot" && deps.sleep) {
-          await deps.sleep(OFFER_RACE_RETRY_MS);
-          if (!ctx.stillOwner()) return;
-          reply = await offer();
-        }
-        if (reply.accepted) {
-          ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
-          return;
-        }
-        deps.workers.markFull(worker);
-      } catch {
-        // No answer in time: the offer is dead (the worker cannot start it without our ack).
-        deps.workers.markFull(worker);
-      }
+      if (
+        (await offerTo(
+          cfg,
+          deps,
+          ctx,
+          fx,
+          worker,
+          startRequest(cfg, deps.clock, ctx, fx, task),
+        )) !== "refused"
+      )
+        return;
     }
-    ctx.tell({ kind: "dispatch_failed", run_id: fx.run_id, fence: fx.fence, reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer" });
+    ctx.tell({
+      kind: "dispatch_failed",
+      run_id: fx.run_id,
+      fence: fx.fence,
+      reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer",
+    });
   };
 }

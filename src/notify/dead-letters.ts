@@ -187,29 +187,30 @@ export class DeadLetterOutbox {
   }
 }
 
-/** What `deliverDeadLetter` needs from the job shell. */
+/** Where the job shell's dead letters go. */
 export interface DeadLetterDeps {
-  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** The durable dead-letter list and webhook outbox; without it, delivered from memory. */
-  deadLetters?: DeadLetterOutbox;
+  outbox?: DeadLetterOutbox;
   /** The tenant's dead-letter webhook, if any (from its record; cached by the caller). */
   tenantWebhook?: (tenantId: string) => Promise<WebhookTarget | undefined>;
-  /** Wall-clock seconds (webhook signatures). */
-  nowS?: () => number;
-  /** A sleep between a delivery's POSTs. */
-  sleep?: (ms: number) => Promise<void>;
 }
+
+type Log = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 
 /**
  * The job shell's `dead_letter` effect: logged, then POSTed (HMAC-signed) to the tenant's webhook
  * when it has one — through the durable outbox when there is one (its keys were written with the
- * terminal record, before the state; a crash re-delivers), otherwise at once from memory.
+ * terminal record, before the state; a crash re-delivers), otherwise at once from memory (signed
+ * with `clock`'s time, its retries spaced on it).
  */
-export async function deliverDeadLetter(deps: DeadLetterDeps, partition: number, record: RunView): Promise<void> {
-  deps.log("warn", "run dead-lettered", { run_id: record.run_id, job_id: record.job_id, status: record.status, reason: record.reason });
-  if (deps.deadLetters) return deps.deadLetters.kick(partition, record.tenant_id, record.run_id);
+export async function deliverDeadLetter(deps: DeadLetterDeps, log: Log, clock: Clock, partition: number, record: RunView): Promise<void> {
+  log("warn", "run dead-lettered", { run_id: record.run_id, job_id: record.job_id, status: record.status, reason: record.reason });
+  if (deps.outbox) return deps.outbox.kick(partition, record.tenant_id, record.run_id);
   const target = await deps.tenantWebhook?.(record.tenant_id);
-  if (!target || !deps.nowS || !deps.sleep) return;
-  const r = await notifyDeadLetter(target, record, { nowS: deps.nowS, sleep: deps.sleep });
-  if (!r.ok) deps.log("warn", "dead-letter webhook failed", { run_id: record.run_id, status: r.status, err: r.error });
+  if (!target) return;
+  const r = await notifyDeadLetter(target, record, {
+    nowS: () => Math.floor(clock.now() / 1000),
+    sleep: (ms) => new Promise((done) => clock.setTimer(ms, done)),
+  });
+  if (!r.ok) log("warn", "dead-letter webhook failed", { run_id: record.run_id, status: r.status, err: r.error });
 }

@@ -178,16 +178,20 @@ export async function startKairos(config: NodeConfig, opts: ProcessOptions): Pro
       return t?.webhook_url && t.webhook_secret ? { url: t.webhook_url, secret: t.webhook_secret, sender: webhooks } : undefined;
     };
     n.register(jobRegistration(jobCfg, {
-      nc: n.nc, clusterName: config.clusterName, runs: n.buckets.runs, router: () => n.router, workers: directory, log: logFn,
-      tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
-      tenantWeight: async (id) => (await tenant(id))?.weight,
-      tenantWebhook: webhookOf,
-      nowS: () => Math.floor(systemClock.now() / 1000),
-      nowMs: () => systemClock.now(),
-      sleep: (ms) => new Promise((r) => systemClock.setTimer(ms, r)),
-      runMetrics,
-      retention: new RunRetention(retention, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => systemClock.now(), log: logFn }),
-      deadLetters: outbox,
+      log: logFn,
+      clock: systemClock,
+      workers: { nc: n.nc, clusterName: config.clusterName, directory },
+      history: {
+        runs: n.buckets.runs,
+        metrics: runMetrics,
+        retention: new RunRetention(retention, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => systemClock.now(), log: logFn }),
+      },
+      slots: {
+        router: () => n.router,
+        tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+        tenantWeight: async (id) => (await tenant(id))?.weight,
+      },
+      deadLetters: { outbox, tenantWebhook: webhookOf },
       ...(secrets ? { secrets } : {}),
     }));
     // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.

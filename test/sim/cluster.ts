@@ -250,15 +250,20 @@ export class SimCluster {
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
       n.register(jobRegistration(this.profile.job, {
-        nc: n.nc, clusterName: CLUSTER, runs: n.buckets.runs, router: () => n.router, workers: directory, log,
-        tenantMaxConcurrent: async (id) => this.#caps.get(id),
-        nowS: () => Math.floor(process.clock.now() / 1000),
-        nowMs: () => process.clock.now(),
-        sleep: (ms) => new Promise((r) => process.clock.setTimer(ms, r)),
-        defer: (fn, ms) => void process.clock.setTimer(ms, fn),
-        // Bounded history as production runs it: a prune pass on the first terminal run after
-        // a job comes to a node, among the run path's own writes.
-        retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
+        log,
+        clock: process.clock,
+        workers: { nc: n.nc, clusterName: CLUSTER, directory },
+        history: {
+          runs: n.buckets.runs,
+          // Bounded history as production runs it: a prune pass on the first terminal run after
+          // a job comes to a node, among the run path's own writes.
+          retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
+        },
+        slots: {
+          router: () => n.router,
+          tenantMaxConcurrent: async (id) => this.#caps.get(id),
+          defer: (fn, ms) => void process.clock.setTimer(ms, fn),
+        },
       }, this.o.faults));
       n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, process.clock));
       n.register(fleetRegistration(() => directory.capacity()));

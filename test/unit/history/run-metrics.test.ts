@@ -58,9 +58,12 @@ function run(status: RunStatus, attempts: AttemptView[], startedS: number | null
 
 function shell(runs: MemoryKv, rec: Recorder, epoch = 1) {
   const bus: Bus = { publish: () => undefined, request: () => Promise.reject(new Error("unused")), subscribe: () => ({ unsubscribe: () => undefined }), isClosed: () => false } as unknown as Bus;
+  const clock = new FakeClock(0);
   const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-    nc: bus, clusterName: "c", runs, router: () => { throw new Error("unused"); }, log: () => undefined,
-    workers: new WorkerDirectory(new FakeClock(0), seededRandom(1), 1000), runMetrics: new RunMetrics(rec),
+    log: () => undefined, clock,
+    workers: { nc: bus, clusterName: "c", directory: new WorkerDirectory(clock, seededRandom(1), 1000) },
+    history: { runs, metrics: new RunMetrics(rec) },
+    slots: { router: () => { throw new Error("unused"); } },
   });
   const ctx = { address: { type: "job", id: "t1.j1" }, partition: 3, epoch, stillOwner: () => true, tell: () => undefined } as unknown as ShellContext;
   return (record: RunView, mode: "create" | "update" = "update") => reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);

@@ -22,10 +22,11 @@ import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
-import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS, jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { jobRegistration } from "../../../src/jobs/job-shell.ts";
+import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS } from "../../../src/jobs/probe.ts";
 import { runKey } from "../../../src/protocol/ids.ts";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";
-import { FakeClock } from "../../../src/lib/clock.ts";
+import { FakeClock, type Clock } from "../../../src/lib/clock.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
@@ -65,13 +66,25 @@ function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (m
   const workers = new WorkerDirectory(clock, seededRandom(1), 60_000);
   for (const w of ["w1", "w2", "w3", "w4"]) workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
   const logs: string[] = [];
-  const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-    nc: bus, clusterName: CLUSTER, runs, workers,
-    router: () => {
-      throw new Error("no router in this test");
+  // The shell's clock: the directory's time; a wait is reported to `sleep` and ends when it resolves.
+  const shellClock: Clock = {
+    now: () => clock.now(),
+    monoMs: () => clock.monoMs(),
+    setTimer: (ms, fn) => {
+      void (sleep?.(ms) ?? Promise.resolve()).then(fn);
+      return () => undefined;
     },
+  };
+  const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
     log: (_l, m, x) => logs.push(`${m} ${JSON.stringify(x ?? {})}`),
-    ...(sleep ? { sleep } : {}),
+    clock: shellClock,
+    workers: { nc: bus, clusterName: CLUSTER, directory: workers },
+    history: { runs },
+    slots: {
+      router: () => {
+        throw new Error("no router in this test");
+      },
+    },
   });
   const told: unknown[] = [];
   let onTell: (() => void) | undefined;
@@ -117,7 +130,8 @@ describe("job shell: putRun (hole 7)", () => {
     await t.putRun(old, run("running"), "update"); // the old owner caches the record's revision
     // The new owner (epoch 6, another node: its own registration and revision cache) settles it.
     const freshReg = jobRegistration(DEFAULT_JOB_CONFIG, {
-      nc: {} as Bus, clusterName: CLUSTER, runs: t.runs, workers: t.workers, router: () => { throw new Error("unused"); }, log: () => undefined,
+      log: () => undefined, clock: t.clock, workers: { nc: {} as Bus, clusterName: CLUSTER, directory: t.workers }, history: { runs: t.runs },
+      slots: { router: () => { throw new Error("unused"); } },
     });
     await freshReg.perform!([{ kind: "put_run", record: run("succeeded"), mode: "update" } satisfies JobEffect], t.ctx(6));
     assert.equal((await t.stored())?.status, "succeeded");
@@ -184,7 +198,9 @@ describe("job shell: dispatch (hole 1)", () => {
     const told = t.nextTell();
     t.reg.performPost!([dispatchFx(12)], t.ctx(5));
     await told;
-    assert.equal(t.requests.length, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
+    // Asked twice ("no free slot" is asked once more), both times the same worker and fence.
+    assert.equal(new Set(t.requests.map((r) => r.subject)).size, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
+    assert.deepEqual(t.requests.map((r) => r.req.fence), [12, 12]);
     assert.equal(t.told.length, 1);
     assert.ok((t.told[0] as { kind: string }).kind === "dispatch_failed", JSON.stringify(t.told));
   });

@@ -66,11 +66,15 @@ describe("dead letters: the job shell's write path", () => {
     };
     const outbox = new DeadLetterOutbox({ runs: () => runs, held: () => [3], clock, log: () => undefined, webhook: async () => undefined });
     const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-      nc: bus, clusterName: "c", runs, workers: new WorkerDirectory(clock, seededRandom(1), 60_000), log: () => undefined,
-      router: () => {
-        throw new Error("no router in this test");
+      log: () => undefined, clock,
+      workers: { nc: bus, clusterName: "c", directory: new WorkerDirectory(clock, seededRandom(1), 60_000) },
+      history: { runs },
+      slots: {
+        router: () => {
+          throw new Error("no router in this test");
+        },
       },
-      deadLetters: outbox,
+      deadLetters: { outbox },
     });
     const ctx: ShellContext = { address: { type: "job", id: "t1.j1" }, partition: 3, epoch: 1, nodeId: "n1", stillOwner: () => true, tell: () => undefined };
     return (record: RunView, mode: "create" | "update" | "terminal" | "settle") => reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);

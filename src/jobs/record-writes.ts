@@ -1,0 +1,97 @@
+/**
+ * The job shell's run-record writes: the `pre` effects of a decision, performed before its state
+ * write (`put_run` through the run-record store, a dead letter's keys after its terminal record,
+ * the runs index's chunks), and `reconcile`, which squares a job state read back with its runs'
+ * records.
+ *
+ * Pitfall: ownership is re-checked before each write — a long series (catch-up records) must not
+ * outlive it; a stale owner's write throws `not_owner`, which drops the actor.
+ */
+import type { ActorRegistration } from "../actors/host.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { isRunIndexEffect, type RunIndexEffect } from "../history/run-index.ts";
+import { writeRunIndexChunk } from "../history/run-index-store.ts";
+import type { RunRecordStore } from "../history/run-record-store.ts";
+import { decodeRunRecord, encodeRunRecord } from "../history/run-record.ts";
+import { KairosError } from "../lib/errors.ts";
+import { isDeadLetter, recordDeadLetter } from "../notify/dead-letters.ts";
+import { runKey, splitJobActorId } from "../protocol/ids.ts";
+import { TERMINAL } from "../protocol/model.ts";
+import { activeRunView, type JobState } from "./job-state.ts";
+import type { JobEffect, JobMsg } from "./job-types.ts";
+
+type Log = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+
+/** The registration's `perform` and `reconcile` over the runs bucket; `deadLetterKeys`: write a dead letter's keys (a durable outbox delivers them). */
+export function makeRecordWrites(
+  runs: KvStore,
+  records: RunRecordStore,
+  deadLetterKeys: boolean,
+  log: Log,
+): Required<Pick<ActorRegistration, "perform" | "reconcile">> {
+  return {
+    /**
+     * A job state read back may still list runs whose end was a deferred change (`finish`): the
+     * terminal record was written, the state not — and retention may have pruned that record
+     * since (the state of a one-shot job is never written again). One read per active run finds
+     * them: a terminal record or none means ended; they are dropped (the state is written with
+     * the next write). Without this a completed run would be
+     * given a fresh lease and, its worker long gone, run again when the lease expired.
+     */
+    async reconcile(raw, at) {
+      const s = raw as JobState;
+      if (!s.job || s.runs.length === 0) return s;
+      const { tenantId, jobId } = splitJobActorId(at.id);
+      const ended = new Set<string>();
+      await Promise.all(
+        s.runs.map(async (r) => {
+          const key = runKey(at.partition, tenantId, jobId, r.run_id);
+          const e = await runs.get(key);
+          if (!e && r.recorded_after) {
+            // Written after the state (`create_run`), and that write did not happen: the state write
+            // landed unseen (a timeout) or the node stopped. The run is live; write its record now.
+            // Stamped epoch 0: any later write of an owner may replace it.
+            await runs.create(key, encodeRunRecord(activeRunView(s.job!, r), 0));
+            return;
+          }
+          // No record: it ended and retention pruned it (a stored state lists a run only after its
+          // record was created, and retention prunes terminal records only; once the end is
+          // deferred, the state may list the run long after — one-shot jobs).
+          if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
+        }),
+      );
+      if (ended.size === 0) return s;
+      log("info", "runs ended before the job state was written: dropped on load", {
+        job: at.id,
+        runs: [...ended],
+      });
+      return { ...s, runs: s.runs.filter((r) => !ended.has(r.run_id)) };
+    },
+    async perform(pre, ctx) {
+      const followUps: JobMsg[] = [];
+      for (const fx of pre as (JobEffect | RunIndexEffect)[]) {
+        // Re-checked before each write: a long series (catch-up records) must not outlive ownership.
+        if (!ctx.stillOwner())
+          throw new KairosError(
+            "not_owner",
+            `${ctx.address.type}/${ctx.address.id}: no longer the owner`,
+          );
+        if (isRunIndexEffect(fx)) {
+          await writeRunIndexChunk(runs, ctx, fx);
+          continue;
+        }
+        if (fx.kind === "put_run" && (await records.put(ctx, fx.record, fx.mode)) === "ended") {
+          followUps.push({ kind: "already_ended", run_id: fx.record.run_id } satisfies JobMsg);
+        }
+        if (
+          fx.kind === "put_run" &&
+          fx.mode === "update" &&
+          deadLetterKeys &&
+          isDeadLetter(fx.record)
+        )
+          await recordDeadLetter(runs, ctx.partition, fx.record);
+      }
+      return followUps;
+    },
+  };
+}
