@@ -216,6 +216,18 @@ export function cancelledAtChange(j: JobInfo, t: number, reason: string): boolea
   });
 }
 
+/**
+ * A pause cancels every run of its job not started by then, whatever its occurrence (README,
+ * "A pause stops what has not started"): `t`'s run, cancelled "job paused before it started", is
+ * explained by a pause (one of the user's, or the harness's final one) answered no earlier than
+ * `t` was due, before which none of its executions had started.
+ */
+export function cancelledUnstartedByPause(j: JobInfo, t: number, reason: string, execs: readonly Exec[]): boolean {
+  if (!reason.startsWith("job paused before")) return false;
+  const pauses = [...j.phases.filter((p) => p.change === "pause"), ...(j.finalPause ? [j.finalPause] : [])];
+  return pauses.some((p) => t <= (p.ackMs ?? Number.POSITIVE_INFINITY) && !execs.some((e) => e.startMs < p.sentMs));
+}
+
 /** Where a job's records come from: its listing (live jobs) or a lookup per run id (deleted jobs). */
 export interface JobRecords {
   /** Records by occurrence instant (scheduled runs only); for a deleted job, at most one each. */
@@ -233,7 +245,7 @@ export interface OccurrenceCheck {
   duplicate: number;
   /** A record the job no longer called for that is not `cancelled`, or such an occurrence executed with no fault to excuse it. */
   uncalled: number;
-  /** An occurrence the job called for, `cancelled` by a pause or a schedule change it was not the next occurrence for. */
+  /** An occurrence the job called for, `cancelled` by a schedule change it was not the next occurrence for, or by a pause after it had started. */
   cancelledByChange: number;
   /** More manual runs than run-now requests sent. */
   manualExtra: number;
@@ -260,7 +272,8 @@ export function checkOccurrences(jobs: JobInfo[], records: Map<string, JobRecord
       } else if (rs.length > 1) {
         out.duplicate++;
         v(`${name}: ${rs.length} run records for ${iso(t)}: ${rs.map((r) => `${r.run_id} ${r.status}`).join(", ")}`, t);
-      } else if (expect === "one" && rs[0]!.status === "cancelled" && /^(job paused|schedule changed) before/.test(rs[0]!.reason ?? "") && !cancelledAtChange(j, t, rs[0]!.reason!)) {
+      } else if (expect === "one" && rs[0]!.status === "cancelled" && /^(job paused|schedule changed) before/.test(rs[0]!.reason ?? "") && !cancelledAtChange(j, t, rs[0]!.reason!)
+        && !cancelledUnstartedByPause(j, t, rs[0]!.reason!, byRun.get(rs[0]!.run_id) ?? [])) {
         out.cancelledByChange++;
         v(`${name}: the occurrence ${iso(t)}, called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), was cancelled by a change it was not next for: ${rs[0]!.reason}`, t);
       } else if (expect === "none") {

@@ -349,7 +349,11 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       j.lastCheckedMs = fired.get(j.jobId) ?? healthyFrom - 30_000;
     }
     for (const j of deleted) j.lastCheckedMs = last(j).sentMs;
-    for (const j of live) await call(() => c.apiUrl, keyOf(j.tenant), "PATCH", `/v1/jobs/${j.jobId}`, { enabled: false });
+    for (const j of live) {
+      j.finalPause = { sentMs: Date.now() };
+      await call(() => c.apiUrl, keyOf(j.tenant), "PATCH", `/v1/jobs/${j.jobId}`, { enabled: false });
+      j.finalPause.ackMs = Date.now();
+    }
     const pausedAt = Date.now();
     o.log(`jobs paused; ${ended()} executions finished so far`);
 

@@ -127,6 +127,8 @@ export interface JobInfo {
   firstMs: number;
   /** The newest occurrence known to be fired by a healthy cluster (set before the final pause). */
   lastCheckedMs: number;
+  /** The harness's own pause of the job after the faults (it cancels the runs not started). */
+  finalPause?: { sentMs: number; ackMs?: number };
   phases: JobPhase[];
   /** Run-now requests sent, and the run ids of those acknowledged. */
   manual: { sent: number; acked: string[] };

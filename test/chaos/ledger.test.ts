@@ -221,6 +221,10 @@ describe("ledger chaos (real processes)", { timeout: 600_000 }, () => {
     assert.deepEqual(checkOccurrences([quick], records(quickRecs), [], [], 3000).violations, [], "resumed before its due time, the occurrence prepared at the pause stays cancelled");
     assert.equal(check(cancelled(27, "schedule changed before it started")).cancelledByChange, 0, "…and the one next at a schedule change (:27, on the old grid)");
     assert.equal(check(good, [], [], 2).manualExtra, 1, "two manual runs for one run-now request");
+    // A pause cancels every run not started by then, however long due (a backlog).
+    const final: JobInfo = { ...job, finalPause: { sentMs: s(44), ackMs: s(44) + 50 } };
+    assert.equal(checkOccurrences([final], records(cancelled(40, "job paused before it started")), [], [], 3000).cancelledByChange, 0, "the harness's own final pause");
+    assert.equal(checkOccurrences([final], records(cancelled(40, "job paused before it started")), [x(runIdFor(job.jobId, s(40)), 1, "w1", s(40), s(44) + 10)], [], 3000).cancelledByChange, 1, "…not a run that had started before it");
     const gone: JobInfo = { ...job, lastCheckedMs: s(30), phases: [job.phases[0]!, phase("delete", s(10), s(11), { deleted: true, enabled: false })] };
     const del = checkOccurrences([gone], records([0, 3, 6, 9].map((t) => recOf(t, "succeeded"))), [x(runIdFor(job.jobId, s(15)), 1, "w2", s(15), s(16))], [], 3000);
     assert.deepEqual([del.missing, del.uncalled, del.occurrences], [0, 1, 4], "a deleted job's occurrence executed after the delete");
