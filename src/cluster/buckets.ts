@@ -5,7 +5,7 @@
  */
 import { withMuxedRequests } from "./request-mux.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
+import { DiscardPolicy, RetentionPolicy, StorageType, jetstream, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { KV_TIMEOUT_MS, LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
 import { DeniedKv } from "./kv-denied.ts";
@@ -129,6 +129,7 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     for (let attempt = 0; ; attempt++) {
       try {
         if (opts.createStreams === false) await plane.jsm.streams.info(`KV_${name}`);
+        else await ensureStream(plane.jsm, name, settings, opts.warn);
         return new NatsKv(name, await plane.kvm.create(name, settings), plane.jsm, undefined, plane.limiter);
       } catch (e) {
         const missing = opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
@@ -148,6 +149,37 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     open("idem", IDEMPOTENCY_TTL_MS),
   ]);
   return { cluster, leases, nodes, actors, runs, tenants, idempotency };
+}
+
+/**
+ * Creates a bucket's stream when missing, as the KV library would but with rollup headers off
+ * (the library turns them on), and warns when an existing stream has them on. Why: a write
+ * carrying `Nats-Rollup: all` purges every other key of the stream, so any identity allowed to
+ * write one key of a bucket (a worker its own `nodes` record, an API node `jc.*` in `tenants`)
+ * could erase the whole bucket. Kairos never sends the header: it deletes with `KV-Operation:
+ * DEL` markers and purges with the stream purge API, neither of which needs rollups.
+ */
+async function ensureStream(jsm: JetStreamManager, name: string, s: { replicas: number; history: number; ttl?: number; max_bytes?: number }, warn?: (msg: string) => void): Promise<void> {
+  const stream = `KV_${name}`;
+  try {
+    const info = await jsm.streams.info(stream);
+    if (info.config.allow_rollup_hdrs) warn?.(`bucket ${name} allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream ${stream} with allow_rollup_hdrs false`);
+    return;
+  } catch (e) {
+    if (!(e instanceof Error && /stream not found/i.test(e.message))) throw e;
+  }
+  const config: Partial<StreamConfig> & { name: string } = {
+    name: stream, subjects: [`$KV.${name}.>`], retention: RetentionPolicy.Limits, storage: StorageType.File,
+    max_msgs_per_subject: s.history, max_msg_size: -1, discard: DiscardPolicy.New, num_replicas: s.replicas,
+    allow_direct: true, allow_rollup_hdrs: false, deny_delete: true, deny_purge: false,
+    ...(s.ttl ? { max_age: s.ttl * 1_000_000 } : {}), ...(s.max_bytes ? { max_bytes: s.max_bytes } : {}),
+  };
+  try {
+    await jsm.streams.add(config);
+  } catch (e) {
+    // Another node created it first (with this config, or an older node's): open what is there.
+    if (!(e instanceof Error && /already in use/i.test(e.message))) throw e;
+  }
 }
 
 /**
