@@ -37,7 +37,6 @@ const FUNCTION_BUDGET_PENDING = [
   "src/server/node.ts",
   "src/server/start.ts",
   "src/slots/slot-broker.ts",
-  "src/slots/tenant-actor.ts",
   "src/slots/tenant-shell.ts",
 ];
 

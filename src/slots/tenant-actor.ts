@@ -207,6 +207,183 @@ function nextWaiter(state: TenantState, now: number): [string, Waiter] | undefin
   }
 }
 
+/** One decision of the tenant actor in the making: the state, and the grant writes and host effects so far. */
+class Turn {
+  readonly pre: TenantEffect[] = [];
+  readonly effects: HostEffect<TenantMsg>[] = [];
+  /** The earliest grant expiry (the `expire` timer's time). */
+  expireAt: number | undefined;
+  constructor(
+    readonly state: TenantState,
+    readonly now: number,
+    readonly tenant: string,
+  ) {
+    this.expireAt = state.expire_at_ms;
+  }
+
+  put(id: string, exp: number, startAtMs?: number): void {
+    this.state.running.set(id, exp);
+    this.pre.push(startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: exp } : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs });
+    if (this.expireAt === undefined || exp < this.expireAt) this.expireAt = exp;
+  }
+
+  del(id: string): void {
+    if (!this.state.running.delete(id)) return;
+    this.pre.push({ kind: "del_grant", run_id: id });
+  }
+
+  /**
+   * Grants are made while running < limit(): the cap, and the fair share when there is one. The
+   * share's expiry and the wait for a first answer are judged here too, not only when the report
+   * timer runs: that timer can lag far behind in a saturated node (200,000 burst: ten tenants
+   * granted one run at a time for 97 s, their first report never sent).
+   */
+  limit(): number {
+    const { state, now } = this;
+    if (state.share !== undefined && (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)) return Math.min(state.max_concurrent, Math.max(1, state.share));
+    if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
+    return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
+  }
+
+  /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
+  acquire(id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" {
+    const { state, now } = this;
+    const held = state.running.get(id);
+    if (held !== undefined) {
+      if (held !== now + ttlMs) this.put(id, now + ttlMs, startAtMs);
+      else this.pre.push(startAtMs === undefined ? { kind: "sync_grant", run_id: id } : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs }); // its write may still be in flight
+      return "granted";
+    }
+    if (state.running.size < this.limit() && state.waiting.size === 0) {
+      this.put(id, now + ttlMs, startAtMs);
+      return "granted";
+    }
+    if (state.waiting.has(id)) return "waiting";
+    if (state.waiting.size >= WAITING_LIMIT) return "overloaded";
+    enqueue(state, id, { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }, now);
+    return "waiting";
+  }
+
+  /** Asks the job actor holding grant `id` (if it names one) whether its run still holds the slot. */
+  audit(id: string): void {
+    const jobId = jobIdOfRun(splitGrant(id).run_id);
+    if (jobId) this.effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(this.tenant, jobId) }, msg: { kind: "slot_audit", run_id: id } });
+  }
+}
+
+/** The cap, weight and fleet size a message carries, when valid. */
+function takeLimits(state: TenantState, msg: TenantMsg): void {
+  if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+  if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
+  if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
+    if (msg.fleet_slots > 0) state.fleet_slots = msg.fleet_slots;
+    else delete state.fleet_slots;
+  }
+}
+
+/**
+ * A broker's batch: releases first (they make room), then the acquires earliest start first; a
+ * malformed item is skipped (its run asks again), an overloaded one is simply not granted.
+ */
+function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantReply {
+  const granted: string[] = [];
+  const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
+  for (const id of rel) {
+    if (typeof id !== "string") continue;
+    t.del(id);
+    t.state.waiting.delete(id);
+  }
+  // Earliest start first within the batch too (a stable sort: ties in the order asked), or
+  // free slots would go to its first asks — runs prepared minutes ahead — before a run due now.
+  const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : []).filter(validAsk)
+    .map((a) => ({ a, at: startOf(a.start_at_ms) ?? t.now }))
+    .sort((x, y) => x.at - y.at);
+  for (const { a } of asks) {
+    if (t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted") granted.push(a.run_id);
+  }
+  return { granted };
+}
+
+/**
+ * The `expire` timer. A grant past its expiry is not dropped blindly (its run may still wait for
+ * a flexible start or a free worker): it is extended and audited; the job releases it if unheld.
+ */
+function onExpire(t: Turn): void {
+  const { running } = t.state;
+  const now = t.now;
+  const expired: string[] = [];
+  for (const [id, exp] of running) if (exp <= now) expired.push(id);
+  t.expireAt = undefined;
+  for (const [, exp] of running) if (exp > now && (t.expireAt === undefined || exp < t.expireAt)) t.expireAt = exp;
+  if (t.expireAt !== undefined) t.expireAt = Math.max(t.expireAt, now + EXPIRE_BATCH_MS);
+  for (const id of expired) {
+    if (!jobIdOfRun(splitGrant(id).run_id)) {
+      t.del(id);
+      continue;
+    }
+    t.put(id, now + EXPIRED_GRANT_GRACE_MS);
+    t.audit(id);
+  }
+}
+
+/** The `audit` timer: up to AUDIT_LIMIT grants audited. */
+function onAudit(t: Turn): void {
+  let n = 0;
+  for (const run_id of t.state.running.keys()) {
+    if (n++ >= AUDIT_LIMIT) break;
+    t.audit(run_id);
+  }
+  delete t.state.audit_at_ms;
+}
+
+function statusOf(t: Turn): TenantReply {
+  const { state } = t;
+  return {
+    running: state.running.size, waiting: state.waiting.size, max_concurrent: state.max_concurrent, limit: t.limit(),
+    ...(state.share !== undefined ? { share: state.share } : {}),
+    ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),
+    ...(state.awaiting_since_ms !== undefined ? { awaiting_share_ms: t.now - state.awaiting_since_ms } : {}),
+  };
+}
+
+/** The fleet actor's answer: the tenant's share (null: no share, the cap applies). */
+function onShare(t: Turn, msg: Extract<TenantMsg, { kind: "share" }>, fair: TenantFairOptions | undefined): void {
+  const { state } = t;
+  if (!fair || state.report_at_ms === undefined) return; // a late answer to an idle tenant
+  if (msg.share === null) delete state.share;
+  else if (Number.isInteger(msg.share) && msg.share >= 0) state.share = msg.share;
+  else return;
+  state.share_at_ms = t.now;
+  delete state.awaiting_since_ms;
+}
+
+/** The end of every decision: waiting requests granted while there is room, the timers armed. */
+function settle(t: Turn, releaseOnly: boolean, fair: TenantFairOptions | undefined): void {
+  const { state, now, effects } = t;
+  const { running, waiting } = state;
+  // Grant waiting requests while there is room (earliest start first).
+  while (waiting.size > 0 && running.size < t.limit()) {
+    const next = nextWaiter(state, now);
+    if (!next) break;
+    const [run_id, w] = next;
+    // Named without a start (so not gathered) when this decision is a release only: a node's
+    // release lane is one batch, and a release must not wait behind a gathering grant.
+    t.put(run_id, now + w.ttl_ms, releaseOnly ? undefined : w.start_at_ms);
+    effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
+  }
+  if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go
+  // The expiry timer: at the earliest grant expiry (a later put never moves it later).
+  if (running.size === 0) t.expireAt = undefined;
+  if (t.expireAt !== undefined && t.expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: t.expireAt, msg: { kind: "expire" } });
+  if (t.expireAt === undefined) delete state.expire_at_ms;
+  else state.expire_at_ms = t.expireAt;
+  if (waiting.size > 0 && (state.audit_at_ms === undefined || state.audit_at_ms <= now)) {
+    state.audit_at_ms = now + SLOT_AUDIT_MS;
+    effects.push({ kind: "timer", name: "audit", atMs: state.audit_at_ms, msg: { kind: "audit" } });
+  }
+  if (fair) armReport(state, fair, now, effects);
+}
+
 export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
     type: TENANT_ACTOR,
@@ -217,161 +394,46 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
     mailboxLimit: WAITING_LIMIT,
     initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
     receive(state, msg, ctx) {
-      const now = ctx.nowMs;
-      const { running, waiting } = state;
-      const pre: TenantEffect[] = [];
-      const effects: HostEffect<TenantMsg>[] = [];
-      let expireAt = state.expire_at_ms;
-      const put = (id: string, exp: number, startAtMs?: number) => {
-        running.set(id, exp);
-        pre.push(startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: exp } : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs });
-        if (expireAt === undefined || exp < expireAt) expireAt = exp;
-      };
-      const del = (id: string) => {
-        if (!running.delete(id)) return;
-        pre.push({ kind: "del_grant", run_id: id });
-      };
+      const t = new Turn(state, ctx.nowMs, ctx.id);
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
       const releaseOnly = msg.kind === "release" || (msg.kind === "slots" && (!Array.isArray(msg.acquire) || msg.acquire.length === 0));
-      if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
-      if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
-      if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
-        if (msg.fleet_slots > 0) state.fleet_slots = msg.fleet_slots;
-        else delete state.fleet_slots;
-      }
-      // Grants are made while running < limit(): the cap, and the fair share when there is one.
-      // The share's expiry and the wait for a first answer are judged here too, not only when the
-      // report timer runs: that timer can lag far behind in a saturated node (200,000 burst: ten
-      // tenants granted one run at a time for 97 s, their first report never sent).
-      const limit = () => {
-        if (state.share !== undefined && (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)) return Math.min(state.max_concurrent, Math.max(1, state.share));
-        if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
-        return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
-      };
-      /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
-      const acquire = (id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" => {
-        const held = running.get(id);
-        if (held !== undefined) {
-          if (held !== now + ttlMs) put(id, now + ttlMs, startAtMs);
-          else pre.push(startAtMs === undefined ? { kind: "sync_grant", run_id: id } : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs }); // its write may still be in flight
-          return "granted";
-        }
-        if (running.size < limit() && waiting.size === 0) {
-          put(id, now + ttlMs, startAtMs);
-          return "granted";
-        }
-        if (waiting.has(id)) return "waiting";
-        if (waiting.size >= WAITING_LIMIT) return "overloaded";
-        enqueue(state, id, { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }, now);
-        return "waiting";
-      };
+      takeLimits(state, msg);
       switch (msg.kind) {
         case "acquire": {
-          const got = acquire(msg.run_id, msg.job, msg.ttl_ms, startOf(msg.start_at_ms));
+          const got = t.acquire(msg.run_id, msg.job, msg.ttl_ms, startOf(msg.start_at_ms));
           if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
           else reply = { granted: got === "granted" };
           break;
         }
-        case "slots": {
-          // Releases first (they make room), then the acquires earliest start first; a malformed item is
-          // skipped (its run asks again), an overloaded one is simply not granted.
-          const granted: string[] = [];
-          const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
-          for (const id of rel) {
-            if (typeof id !== "string") continue;
-            del(id);
-            waiting.delete(id);
-          }
-          // Earliest start first within the batch too (a stable sort: ties in the order asked), or
-          // free slots would go to its first asks — runs prepared minutes ahead — before a run due now.
-          const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : []).filter(validAsk)
-            .map((a) => ({ a, at: startOf(a.start_at_ms) ?? now }))
-            .sort((x, y) => x.at - y.at);
-          for (const { a } of asks) {
-            if (acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted") granted.push(a.run_id);
-          }
-          reply = { granted };
+        case "slots":
+          reply = onSlots(t, msg);
           break;
-        }
         case "release":
-          del(msg.run_id);
-          waiting.delete(msg.run_id);
+          t.del(msg.run_id);
+          state.waiting.delete(msg.run_id);
           break;
         case "set_quota":
           state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
           break;
-        case "expire": {
-          // A grant past its expiry is not dropped blindly (its run may still wait for a flexible
-          // start or a free worker): it is extended and audited; the job releases it if unheld.
-          const expired: string[] = [];
-          for (const [id, exp] of running) if (exp <= now) expired.push(id);
-          expireAt = undefined;
-          for (const [, exp] of running) if (exp > now && (expireAt === undefined || exp < expireAt)) expireAt = exp;
-          if (expireAt !== undefined) expireAt = Math.max(expireAt, now + EXPIRE_BATCH_MS);
-          for (const id of expired) {
-            const jobId = jobIdOfRun(splitGrant(id).run_id);
-            if (!jobId) {
-              del(id);
-              continue;
-            }
-            put(id, now + EXPIRED_GRANT_GRACE_MS);
-            effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id: id } });
-          }
+        case "expire":
+          onExpire(t);
           break;
-        }
-        case "audit": {
-          let n = 0;
-          for (const run_id of running.keys()) {
-            if (n++ >= AUDIT_LIMIT) break;
-            const jobId = jobIdOfRun(splitGrant(run_id).run_id);
-            if (jobId) effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(ctx.id, jobId) }, msg: { kind: "slot_audit", run_id } });
-          }
-          delete state.audit_at_ms;
+        case "audit":
+          onAudit(t);
           break;
-        }
         case "status":
-          reply = {
-            running: running.size, waiting: waiting.size, max_concurrent: state.max_concurrent, limit: limit(),
-            ...(state.share !== undefined ? { share: state.share } : {}),
-            ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),
-            ...(state.awaiting_since_ms !== undefined ? { awaiting_share_ms: now - state.awaiting_since_ms } : {}),
-          };
+          reply = statusOf(t);
           break;
         case "share":
-          if (!fair || state.report_at_ms === undefined) break; // a late answer to an idle tenant
-          if (msg.share === null) delete state.share;
-          else if (Number.isInteger(msg.share) && msg.share >= 0) state.share = msg.share;
-          else break;
-          state.share_at_ms = now;
-          delete state.awaiting_since_ms;
+          onShare(t, msg, fair);
           break;
         case "fair_report":
-          if (fair) report(state, fair, now, effects, ctx.id);
+          if (fair) report(state, fair, t.now, t.effects, ctx.id);
           break;
       }
-      // Grant waiting requests while there is room (earliest start first).
-      while (waiting.size > 0 && running.size < limit()) {
-        const next = nextWaiter(state, now);
-        if (!next) break;
-        const [run_id, w] = next;
-        // Named without a start (so not gathered) when this decision is a release only: a node's
-        // release lane is one batch, and a release must not wait behind a gathering grant.
-        put(run_id, now + w.ttl_ms, releaseOnly ? undefined : w.start_at_ms);
-        effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
-      }
-      if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go
-      // The expiry timer: at the earliest grant expiry (a later put never moves it later).
-      if (running.size === 0) expireAt = undefined;
-      if (expireAt !== undefined && expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: expireAt, msg: { kind: "expire" } });
-      if (expireAt === undefined) delete state.expire_at_ms;
-      else state.expire_at_ms = expireAt;
-      if (waiting.size > 0 && (state.audit_at_ms === undefined || state.audit_at_ms <= now)) {
-        state.audit_at_ms = now + SLOT_AUDIT_MS;
-        effects.push({ kind: "timer", name: "audit", atMs: state.audit_at_ms, msg: { kind: "audit" } });
-      }
-      if (fair) armReport(state, fair, now, effects);
-      return { state, reply, effects, pre, ...(fail ? { fail } : {}) };
+      settle(t, releaseOnly, fair);
+      return { state, reply, effects: t.effects, pre: t.pre, ...(fail ? { fail } : {}) };
     },
   };
 }
