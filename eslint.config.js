@@ -29,8 +29,6 @@ const FUNCTION_BUDGET_PENDING = [
   "src/cli/admin.ts",
   "src/cli/dev.ts",
   "src/cli/node.ts",
-  "src/dev/nats-auth-files.ts",
-  "src/dev/nats-launcher.ts",
   "src/http/openapi.ts",
   "src/nats-api/handler.ts",
   "src/sandbox/docker.ts",

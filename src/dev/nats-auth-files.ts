@@ -20,8 +20,16 @@ import type { Role } from "../cluster/config.ts";
 import { createAccount, createCurve } from "@nats-io/nkeys";
 import type { NatsCredentials } from "../cluster/nats.ts";
 import {
-  NATS_ADMIN, inboxPrefixFor, natsPermissions, natsUserFor, pinnedWorkerUser, roleSets,
-  serviceUser, servicePermissions, type NatsUserEntry, type SubjectPermissions,
+  NATS_ADMIN,
+  inboxPrefixFor,
+  natsPermissions,
+  natsUserFor,
+  pinnedWorkerUser,
+  roleSets,
+  serviceUser,
+  servicePermissions,
+  type NatsUserEntry,
+  type SubjectPermissions,
 } from "../cluster/nats-permissions.ts";
 import { SYS_USER, renderAccounts } from "../cluster/nats-accounts.ts";
 
@@ -52,7 +60,9 @@ export interface NatsAuthFiles {
 
 /** Merges the permissions of several clusters (a test server may host more than one). */
 function union(ps: SubjectPermissions[]): SubjectPermissions {
-  const all = (f: (p: SubjectPermissions) => string[] | undefined) => [...new Set(ps.flatMap((p) => f(p) ?? []))];
+  const all = (f: (p: SubjectPermissions) => string[] | undefined) => [
+    ...new Set(ps.flatMap((p) => f(p) ?? [])),
+  ];
   const deny = all((p) => p.publish.deny);
   return {
     publish: { allow: all((p) => p.publish.allow), ...(deny.length ? { deny } : {}) },
@@ -68,7 +78,10 @@ function union(ps: SubjectPermissions[]): SubjectPermissions {
  * shared `worker` user (any worker id).
  */
 export function writeNatsAuthFiles(
-  dir: string, clusters: readonly string[] = ["kairos"], workers: readonly string[] = [], services: readonly ServiceIdentity[] = [],
+  dir: string,
+  clusters: readonly string[] = ["kairos"],
+  workers: readonly string[] = [],
+  services: readonly ServiceIdentity[] = [],
   opts: { sharedWorker?: boolean } = {},
 ): NatsAuthFiles {
   const credsDir = join(dir, "creds");
@@ -77,19 +90,28 @@ export function writeNatsAuthFiles(
   const issuerSeed = new TextDecoder().decode(issuer.getSeed());
   const xkey = createCurve();
   const xkeySeed = new TextDecoder().decode(xkey.getSeed());
-  const shared = (w: readonly Role[] | typeof NATS_ADMIN) => w !== NATS_ADMIN && w.length === 1 && w[0] === "worker";
+  const shared = (w: readonly Role[] | typeof NATS_ADMIN) =>
+    w !== NATS_ADMIN && w.length === 1 && w[0] === "worker";
   const all: (readonly Role[] | typeof NATS_ADMIN)[] = [...roleSets(), NATS_ADMIN];
   const who = all.filter((w) => opts.sharedWorker === true || !shared(w));
   const creds: Record<string, string> = {};
   type Entry = { user: string; perms: () => SubjectPermissions; signsCallouts?: boolean };
-  const roleUser = (w: readonly Role[] | typeof NATS_ADMIN): Entry => ({ user: natsUserFor(w), perms: () => union(clusters.map((c) => natsPermissions(c, w))), signsCallouts: w !== NATS_ADMIN && w.includes("api") });
+  const roleUser = (w: readonly Role[] | typeof NATS_ADMIN): Entry => ({
+    user: natsUserFor(w),
+    perms: () => union(clusters.map((c) => natsPermissions(c, w))),
+    signsCallouts: w !== NATS_ADMIN && w.includes("api"),
+  });
   // Worker-only identities live in WORKERS (nats-accounts.ts); every other role set in KAIROS.
   const cluster: Entry[] = who.filter((w) => !shared(w)).map(roleUser);
   const workerOnly: Entry[] = [
     ...who.filter(shared).map(roleUser),
     ...workers.map((id) => {
       const user = pinnedWorkerUser(id);
-      return { user, perms: () => union(clusters.map((c) => natsPermissions(c, ["worker"], { workerId: id, user }))) };
+      return {
+        user,
+        perms: () =>
+          union(clusters.map((c) => natsPermissions(c, ["worker"], { workerId: id, user }))),
+      };
     }),
   ];
   const svc: Entry[] = services.map(({ name, tenantId }) => {
@@ -99,7 +121,12 @@ export function writeNatsAuthFiles(
   const write = ({ user, perms, signsCallouts }: Entry): NatsUserEntry => {
     const password = randomBytes(32).toString("base64url");
     const file = join(credsDir, `${user}.json`);
-    const c: NatsCredentials = { user, password, inbox_prefix: inboxPrefixFor(user), ...(signsCallouts ? { callout_issuer_seed: issuerSeed, callout_xkey_seed: xkeySeed } : {}) };
+    const c: NatsCredentials = {
+      user,
+      password,
+      inbox_prefix: inboxPrefixFor(user),
+      ...(signsCallouts ? { callout_issuer_seed: issuerSeed, callout_xkey_seed: xkeySeed } : {}),
+    };
     writeFileSync(file, JSON.stringify(c, null, 2) + "\n", { mode: 0o600 });
     creds[user] = file;
     return { user, password, permissions: perms() };
@@ -107,35 +134,77 @@ export function writeNatsAuthFiles(
   const clusterUsers = cluster.map(write);
   const workerUsers = workerOnly.map(write);
   const serviceUsers = svc.map(write);
-  const sysPassword = randomBytes(32).toString("base64url");
-  const sysCreds = join(credsDir, `${SYS_USER}.json`);
-  writeFileSync(sysCreds, JSON.stringify({ user: SYS_USER, password: sysPassword, inbox_prefix: "_INBOX" } satisfies NatsCredentials, null, 2) + "\n", { mode: 0o600 });
+  const { sysCreds, sysPassword } = writeSysCreds(credsDir);
   creds[SYS_USER] = sysCreds;
   const configFile = join(dir, "auth.conf");
-  writeFileSync(configFile, renderAccounts({
-    clusters, cluster: clusterUsers, workers: workerUsers, services: serviceUsers,
-    sys: { user: SYS_USER, password: sysPassword, permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] } } },
-    calloutIssuer: issuer.getPublicKey(),
-    calloutXkey: xkey.getPublicKey(),
-  }), { mode: 0o600 });
+  writeFileSync(
+    configFile,
+    renderAccounts({
+      clusters,
+      cluster: clusterUsers,
+      workers: workerUsers,
+      services: serviceUsers,
+      sys: {
+        user: SYS_USER,
+        password: sysPassword,
+        permissions: { publish: { allow: [">"] }, subscribe: { allow: [">"] } },
+      },
+      calloutIssuer: issuer.getPublicKey(),
+      calloutXkey: xkey.getPublicKey(),
+    }),
+    { mode: 0o600 },
+  );
+  return authFilesHandle(configFile, creds, sysCreds, issuer.getPublicKey());
+}
+
+/** The `sys` user's credentials file (the system account's user), with a fresh password. */
+function writeSysCreds(credsDir: string): { sysCreds: string; sysPassword: string } {
+  const sysPassword = randomBytes(32).toString("base64url");
+  const sysCreds = join(credsDir, `${SYS_USER}.json`);
+  writeFileSync(
+    sysCreds,
+    JSON.stringify(
+      { user: SYS_USER, password: sysPassword, inbox_prefix: "_INBOX" } satisfies NatsCredentials,
+      null,
+      2,
+    ) + "\n",
+    { mode: 0o600 },
+  );
+  return { sysCreds, sysPassword };
+}
+
+/** The written files, looked up by role set, worker id or service name. */
+function authFilesHandle(
+  configFile: string,
+  creds: Record<string, string>,
+  sysCreds: string,
+  calloutIssuer: string,
+): NatsAuthFiles {
   return {
     configFile,
     creds,
     sysCreds,
-    calloutIssuer: issuer.getPublicKey(),
+    calloutIssuer,
     credsFor: (roles) => {
       const f = creds[natsUserFor(roles)];
-      if (f === undefined) throw new Error(`no user ${natsUserFor(roles)}: a worker-only node uses its pinned user (credsForWorker), or generate the shared one with sharedWorker`);
+      if (f === undefined)
+        throw new Error(
+          `no user ${natsUserFor(roles)}: a worker-only node uses its pinned user (credsForWorker), or generate the shared one with sharedWorker`,
+        );
       return f;
     },
     credsForWorker: (id) => {
       const f = creds[pinnedWorkerUser(id)];
-      if (f === undefined) throw new Error(`no pinned user for worker ${id}: generate it with workers: ["${id}"]`);
+      if (f === undefined)
+        throw new Error(`no pinned user for worker ${id}: generate it with workers: ["${id}"]`);
       return f;
     },
     credsForService: (name) => {
       const f = creds[serviceUser(name)];
-      if (f === undefined) throw new Error(`no service user ${name}: generate it with services: [{ name: "${name}", tenantId }]`);
+      if (f === undefined)
+        throw new Error(
+          `no service user ${name}: generate it with services: [{ name: "${name}", tenantId }]`,
+        );
       return f;
     },
   };

@@ -7,9 +7,10 @@
  * `authorization` comes from a generated config file (src/dev/nats-auth-files.ts) and each role's
  * credentials file is on the handle. Monitoring is never enabled here.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, type ChildProcess, type ChildProcessByStdio } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createServer } from "node:net";
+import type { Readable } from "node:stream";
 import { KairosError } from "../lib/errors.ts";
 import { writeNatsAuthFiles, type NatsAuthFiles } from "./nats-auth-files.ts";
 
@@ -85,20 +86,16 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
   installExitHook();
   mkdirSync(opts.storeDir, { recursive: true });
   const port = opts.port ?? (await freePort());
-  const auth = opts.auth === undefined ? undefined : "configFile" in opts.auth ? opts.auth : writeNatsAuthFiles(opts.auth.dir, opts.auth.clusters, opts.auth.workers);
-  // The config file holds only `authorization`; the flags below win over anything else in it.
-  const args = [...(auth ? ["-c", auth.configFile] : []), "-a", "127.0.0.1", "-p", String(port), "-js", "-sd", opts.storeDir];
-  if (opts.serverName) args.push("--name", opts.serverName);
-  if (opts.tls) args.push("--tls", "--tlscert", opts.tls.certFile, "--tlskey", opts.tls.keyFile);
-  if (opts.cluster) {
-    args.push(
-      "--cluster_name", opts.cluster.name,
-      "--cluster", `nats://127.0.0.1:${opts.cluster.port}`,
-      "--routes", opts.cluster.routes.join(","),
-    );
-    if (opts.cluster.noAdvertise) args.push("--no_advertise");
-  }
-  const child = spawn("nats-server", args, { stdio: ["ignore", "ignore", "pipe"], detached: opts.detached ?? false });
+  const auth =
+    opts.auth === undefined
+      ? undefined
+      : "configFile" in opts.auth
+        ? opts.auth
+        : writeNatsAuthFiles(opts.auth.dir, opts.auth.clusters, opts.auth.workers);
+  const child = spawn("nats-server", natsServerArgs(opts, port, auth), {
+    stdio: ["ignore", "ignore", "pipe"],
+    detached: opts.detached ?? false,
+  });
   live.add(child);
   const exited = new Promise<number | null>((resolve) => {
     child.on("exit", (code) => {
@@ -106,26 +103,108 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
       resolve(code);
     });
   });
+  await awaitReady(child, opts, port);
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    pid: child.pid!,
+    storeDir: opts.storeDir,
+    auth,
+    exited,
+    signal: (sig) => {
+      child.kill(sig);
+    },
+    async stop(graceMs = 5000) {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGCONT");
+      child.kill("SIGTERM");
+      const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      await exited;
+      clearTimeout(t);
+    },
+  };
+}
+
+/** The command line: the config file holds only `authorization`; these flags win over the rest. */
+function natsServerArgs(
+  opts: LaunchOptions,
+  port: number,
+  auth: NatsAuthFiles | undefined,
+): string[] {
+  const args = [
+    ...(auth ? ["-c", auth.configFile] : []),
+    "-a",
+    "127.0.0.1",
+    "-p",
+    String(port),
+    "-js",
+    "-sd",
+    opts.storeDir,
+  ];
+  if (opts.serverName) args.push("--name", opts.serverName);
+  if (opts.tls) args.push("--tls", "--tlscert", opts.tls.certFile, "--tlskey", opts.tls.keyFile);
+  if (opts.cluster) {
+    args.push(
+      "--cluster_name",
+      opts.cluster.name,
+      "--cluster",
+      `nats://127.0.0.1:${opts.cluster.port}`,
+      "--routes",
+      opts.cluster.routes.join(","),
+    );
+    if (opts.cluster.noAdvertise) args.push("--no_advertise");
+  }
+  return args;
+}
+
+/**
+ * Resolves once the server logged "Server is ready" (and a line matched `readyPattern`, if
+ * given); rejects, with the log's last 20 lines, on a spawn error, an early exit or the timeout
+ * (which kills the server).
+ */
+function awaitReady(
+  child: ChildProcessByStdio<null, null, Readable>,
+  opts: LaunchOptions,
+  port: number,
+): Promise<void> {
   const timeoutMs = opts.readyTimeoutMs ?? 20_000;
-  await new Promise<void>((resolve, reject) => {
+  return new Promise<void>((resolve, reject) => {
     let buf = "";
     let serverReady = false;
     let patternSeen = opts.readyPattern === undefined;
     let tail: string[] = [];
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      const unmet = [serverReady ? "" : "'Server is ready' not logged", patternSeen ? "" : `no line matched ${String(opts.readyPattern)}`].filter(Boolean).join("; ");
-      reject(new KairosError("unavailable", `nats-server on port ${port} not ready in ${timeoutMs} ms (${unmet}):\n${tail.join("\n")}`));
+      const unmet = [
+        serverReady ? "" : "'Server is ready' not logged",
+        patternSeen ? "" : `no line matched ${String(opts.readyPattern)}`,
+      ]
+        .filter(Boolean)
+        .join("; ");
+      reject(
+        new KairosError(
+          "unavailable",
+          `nats-server on port ${port} not ready in ${timeoutMs} ms (${unmet}):\n${tail.join("\n")}`,
+        ),
+      );
     }, timeoutMs);
     child.on("error", (e) => {
       clearTimeout(timer);
-      reject(new KairosError("unavailable", `cannot start nats-server: ${e.message} (run scripts/bootstrap.sh)`, { cause: e }));
+      reject(
+        new KairosError(
+          "unavailable",
+          `cannot start nats-server: ${e.message} (run scripts/bootstrap.sh)`,
+          { cause: e },
+        ),
+      );
     });
     let settled = false;
     child.on("exit", (code) => {
       if (settled) return;
       clearTimeout(timer);
-      reject(new KairosError("unavailable", `nats-server exited with ${code}:\n${tail.join("\n")}`));
+      reject(
+        new KairosError("unavailable", `nats-server exited with ${code}:\n${tail.join("\n")}`),
+      );
     });
     child.stderr.setEncoding("utf8");
     child.stderr.on("data", (chunk: string) => {
@@ -146,23 +225,4 @@ export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerH
       }
     });
   });
-  return {
-    url: `nats://127.0.0.1:${port}`,
-    port,
-    pid: child.pid!,
-    storeDir: opts.storeDir,
-    auth,
-    exited,
-    signal: (sig) => {
-      child.kill(sig);
-    },
-    async stop(graceMs = 5000) {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill("SIGCONT");
-      child.kill("SIGTERM");
-      const t = setTimeout(() => child.kill("SIGKILL"), graceMs);
-      await exited;
-      clearTimeout(t);
-    },
-  };
 }
