@@ -59,8 +59,16 @@ function decodeText(data: Uint8Array): string {
 
 /** Refuses any `tenant_id` at the top of a body: the tenant is the NATS identity's. */
 function refuseTenantId(body: unknown): void {
-  if (body !== null && typeof body === "object" && !Array.isArray(body) && Object.prototype.hasOwnProperty.call(body, "tenant_id")) {
-    throw invalid("tenant_id", "not accepted: the tenant is the one your NATS credentials are pinned to (the subject's tenant token), never a body field");
+  if (
+    body !== null &&
+    typeof body === "object" &&
+    !Array.isArray(body) &&
+    Object.prototype.hasOwnProperty.call(body, "tenant_id")
+  ) {
+    throw invalid(
+      "tenant_id",
+      "not accepted: the tenant is the one your NATS credentials are pinned to (the subject's tenant token), never a body field",
+    );
   }
 }
 
@@ -82,13 +90,15 @@ function parseParams(text: string, allowed: readonly Param[]): Partial<Record<Pa
   if (text.trim() === "") return {};
   const body = parseJsonText(text);
   refuseTenantId(body);
-  if (body === null || typeof body !== "object" || Array.isArray(body)) throw invalid("body", `must be a JSON object, got ${show(body)}`);
+  if (body === null || typeof body !== "object" || Array.isArray(body))
+    throw invalid("body", `must be a JSON object, got ${show(body)}`);
   const out: Partial<Record<Param, string>> = {};
   for (const [k, v] of Object.entries(body as Record<string, unknown>)) {
     const p = allowed.find((a) => a === k);
     if (p === undefined) throw invalid(k.slice(0, 100), "unknown field");
     if (p === "limit") {
-      if (typeof v !== "number" || !Number.isInteger(v)) throw invalid("limit", `must be an integer, got ${show(v)}`);
+      if (typeof v !== "number" || !Number.isInteger(v))
+        throw invalid("limit", `must be an integer, got ${show(v)}`);
       out.limit = String(v);
     } else {
       if (typeof v !== "string") throw invalid(p, `must be a string, got ${show(v)}`);
@@ -110,72 +120,114 @@ export function createNatsApiHandler(deps: NatsApiHandlerDeps): NatsApiHandler {
     if (hit !== undefined && hit.expiresAtMs > now) return hit.tenant;
     const t = TENANT_TOKEN.test(token) ? await deps.tenants.getTenant(token) : null;
     // Not cached when unknown: a tenant created a moment ago is found on the next request.
-    if (t === null) throw new KairosError("unauthenticated", "no such tenant: the subject's tenant token names no tenant");
-    if (cfg.tenantCacheMs > 0) cache.set(token, { tenant: t, expiresAtMs: now + cfg.tenantCacheMs });
+    if (t === null)
+      throw new KairosError(
+        "unauthenticated",
+        "no such tenant: the subject's tenant token names no tenant",
+      );
+    if (cfg.tenantCacheMs > 0)
+      cache.set(token, { tenant: t, expiresAtMs: now + cfg.tenantCacheMs });
     return t;
-  }
-
-  async function run(op: ApiOperation, tenant: Tenant, id: string | undefined, req: NatsApiRequest, text: string): Promise<ApiReply> {
-    const ok = (status: number, result: unknown): ApiReply => ({ ok: true, status, result });
-    switch (op) {
-      case "jobs.create": {
-        const r = await ops.createJob(tenant, { idempotencyKey: req.header(API_HEADERS.idempotencyKey), body: bodyReader(text) });
-        return ok(r.created ? 201 : 200, r.job);
-      }
-      case "jobs.list": {
-        const page = await ops.listJobs(tenant, parseParams(text, ["limit", "cursor"]));
-        return ok(200, { jobs: page.items, next_cursor: page.next_cursor });
-      }
-      case "jobs.get":
-        parseParams(text, []);
-        return ok(200, await ops.getJob(tenant, id));
-      case "jobs.patch":
-        return ok(200, await ops.patchJob(tenant, { jobId: id, ifMatch: req.header(API_HEADERS.ifMatch), body: bodyReader(text) }));
-      case "jobs.delete":
-        parseParams(text, []);
-        await ops.deleteJob(tenant, id);
-        return ok(204, null);
-      case "jobs.run":
-        parseParams(text, []);
-        return ok(202, await ops.runNow(tenant, id));
-      case "runs.list": {
-        const page = await ops.listRuns(tenant, { jobId: id, ...parseParams(text, ["limit", "cursor", "status"]) });
-        return ok(200, { runs: page.items, next_cursor: page.next_cursor });
-      }
-      case "runs.get":
-        parseParams(text, []);
-        return ok(200, await ops.getRun(tenant, id));
-      case "runs.dead_lettered": {
-        const page = await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"]));
-        return ok(200, { runs: page.items, next_cursor: page.next_cursor });
-      }
-      default:
-        return assertNever(op, "NATS API operation");
-    }
   }
 
   return async (req) => {
     const parsed = parseApiSubject(deps.clusterName, req.subject);
     try {
       if (parsed === null || parsed.op === undefined) {
-        throw new KairosError("not_found", `no operation ${JSON.stringify(parsed?.raw ?? "")} (see docs/nats-api.md)`);
+        throw new KairosError(
+          "not_found",
+          `no operation ${JSON.stringify(parsed?.raw ?? "")} (see docs/nats-api.md)`,
+        );
       }
       if (req.data.length > cfg.maxBodyBytes) {
-        throw new KairosError("payload_too_large", `body: larger than the limit of ${cfg.maxBodyBytes} bytes`, { field: "body" });
+        throw new KairosError(
+          "payload_too_large",
+          `body: larger than the limit of ${cfg.maxBodyBytes} bytes`,
+          { field: "body" },
+        );
       }
       const wait = buckets.take(parsed.tenantToken, deps.clock.monoMs());
-      if (wait > 0) throw rateLimited(`rate limit of ${cfg.tenantPerSecond} requests/s for this tenant exceeded`, wait);
+      if (wait > 0)
+        throw rateLimited(
+          `rate limit of ${cfg.tenantPerSecond} requests/s for this tenant exceeded`,
+          wait,
+        );
       const tenant = await tenantOf(parsed.tenantToken);
-      return await run(parsed.op, tenant, parsed.id, req, decodeText(req.data));
+      return await runOperation(ops, parsed.op, tenant, parsed.id, req, decodeText(req.data));
     } catch (e) {
       return errorReply(e, (x) => deps.logError(x, parsed?.raw ?? "?"));
     }
   };
 }
 
+/** One operation of an authenticated tenant: parses its body and calls the shared operation. */
+async function runOperation(
+  ops: NatsApiHandlerDeps["operations"],
+  op: ApiOperation,
+  tenant: Tenant,
+  id: string | undefined,
+  req: NatsApiRequest,
+  text: string,
+): Promise<ApiReply> {
+  const ok = (status: number, result: unknown): ApiReply => ({ ok: true, status, result });
+  switch (op) {
+    case "jobs.create": {
+      const r = await ops.createJob(tenant, {
+        idempotencyKey: req.header(API_HEADERS.idempotencyKey),
+        body: bodyReader(text),
+      });
+      return ok(r.created ? 201 : 200, r.job);
+    }
+    case "jobs.list": {
+      const page = await ops.listJobs(tenant, parseParams(text, ["limit", "cursor"]));
+      return ok(200, { jobs: page.items, next_cursor: page.next_cursor });
+    }
+    case "jobs.get":
+      parseParams(text, []);
+      return ok(200, await ops.getJob(tenant, id));
+    case "jobs.patch":
+      return ok(
+        200,
+        await ops.patchJob(tenant, {
+          jobId: id,
+          ifMatch: req.header(API_HEADERS.ifMatch),
+          body: bodyReader(text),
+        }),
+      );
+    case "jobs.delete":
+      parseParams(text, []);
+      await ops.deleteJob(tenant, id);
+      return ok(204, null);
+    case "jobs.run":
+      parseParams(text, []);
+      return ok(202, await ops.runNow(tenant, id));
+    case "runs.list": {
+      const page = await ops.listRuns(tenant, {
+        jobId: id,
+        ...parseParams(text, ["limit", "cursor", "status"]),
+      });
+      return ok(200, { runs: page.items, next_cursor: page.next_cursor });
+    }
+    case "runs.get":
+      parseParams(text, []);
+      return ok(200, await ops.getRun(tenant, id));
+    case "runs.dead_lettered": {
+      const page = await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"]));
+      return ok(200, { runs: page.items, next_cursor: page.next_cursor });
+    }
+    default:
+      return assertNever(op, "NATS API operation");
+  }
+}
+
 /** Any thrown value as the REST error object with its HTTP-equivalent status. */
 export function errorReply(e: unknown, log: (err: unknown) => void): ApiReply {
   const h = toHttpError(e, log);
   const retry = h.headers["Retry-After"];
-  return { ok: false, status: h.status, error: h.body.error, ...(retry !== undefined ? { retry_after_s: Number(retry) } : {}) };
+  return {
+    ok: false,
+    status: h.status,
+    error: h.body.error,
+    ...(retry !== undefined ? { retry_after_s: Number(retry) } : {}),
+  };
 }
