@@ -417,9 +417,11 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | 
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
   delete r.probes;
-  if (!tx.job.spec.enabled) {
-    // A paused job begins no new attempt (job-commands.ts `patch`).
-    finish(tx, r, neverStarted ? "cancelled" : "failed", neverStarted ? "job paused before it started" : "not retried, the job is paused: lease lost", null);
+  if (!tx.job.spec.enabled && !neverStarted) {
+    // A paused job begins no new attempt of a run that started (job-commands.ts `patch`). One
+    // never started is a run-now sent while paused (the pause cancelled every other): it runs,
+    // offered again as on an enabled job — cancelled, it would be lost to a worker's restart.
+    finish(tx, r, "failed", "not retried, the job is paused: lease lost", null);
     tx.changed = true;
   } else if (r.attempt - (r.unstarted ?? 0) < tx.job.spec.retry.max_attempts) {
     // Re-queue at once with a new fence (the old worker's heartbeat now gets lease_lost).

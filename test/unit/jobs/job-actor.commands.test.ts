@@ -135,6 +135,34 @@ describe("job actor: pause, resume, patch", () => {
     assert.equal(d.dispatches.length, dispatchesBefore, "nothing is offered after the pause");
   });
 
+  it("a run-now of a paused job whose attempt never started (given back by a draining worker, or its worker gone) is offered again, not cancelled", () => {
+    const yearly = { cron: "0 0 1 1 *", time_zone: "UTC" } as const;
+    for (const lapse of ["given back", "worker gone"] as const) {
+      const d = new Driver(cfg(), { autoGrant: true, autoClaim: true });
+      d.create(spec({ schedule: yearly }));
+      d.send({ kind: "patch", patch: { enabled: false } });
+      const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!.run_id;
+      const r = d.run(id)!;
+      assert.equal(r.status, "leased");
+      if (lapse === "given back") d.send({ kind: "complete", run_id: id, fence: r.fence, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: d.now, finished_at_ms: d.now, not_started: true });
+      else d.advance(cfg().leaseTtlMs + 1_000); // no heartbeat: the lease runs out, the probe finds the worker gone
+      assert.notEqual(d.records.get(id)?.status, "cancelled", `${lapse}: ${d.records.get(id)?.reason ?? ""}`);
+      assert.equal(d.dispatches.filter((x) => x.run_id === id).length, 2, `${lapse}: offered again`);
+    }
+  });
+
+  it("a paused job's run-now that started and lost its lease is not retried", () => {
+    const d = new Driver(cfg(), { autoGrant: true, autoClaim: true, probe: () => ({ state: "started" }) });
+    d.create(spec({ schedule: { cron: "0 0 1 1 *", time_zone: "UTC" }, retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    d.send({ kind: "patch", patch: { enabled: false } });
+    const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!.run_id;
+    d.heartbeat(id, d.run(id)!.fence, d.now);
+    d.advance(5 * cfg().leaseTtlMs);
+    assert.equal(d.records.get(id)?.status, "failed");
+    assert.equal(d.records.get(id)?.reason, "not retried, the job is paused: lease lost");
+    assert.equal(d.dispatches.filter((x) => x.run_id === id).length, 1);
+  });
+
   it("pause clears next_run_at and creates no run while paused; resume starts after the resume time without catch-up", () => {
     const d = new Driver(cfg(), { autoComplete: () => ({}) });
     d.create();
