@@ -98,6 +98,13 @@ export interface JobState {
    * (fewer than RUN_INDEX_CHUNK). Absent on jobs created before the index (key listing instead).
    */
   index?: RunIndexState;
+  /**
+   * In memory only: the read-back dropped a run-now's run whose terminal record it found
+   * (job-shell.ts `reconcile`), and the stored state still lists it. The next decision writes
+   * (tx.ts), a retention sweep too (with-history.ts) — before any prune could take that record:
+   * a stored state listing a run-now with no record is read back as "not recorded yet" and run.
+   */
+  ends_unwritten?: true;
 }
 
 export interface Draining {

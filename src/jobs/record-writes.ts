@@ -43,6 +43,7 @@ export function makeRecordWrites(
       if (!s.job || s.runs.length === 0) return s;
       const { tenantId, jobId } = splitJobActorId(at.id);
       const ended = new Set<string>();
+      let manualEnded = false;
       await Promise.all(
         s.runs.map(async (r) => {
           const key = runKey(at.partition, tenantId, jobId, r.run_id);
@@ -57,7 +58,11 @@ export function makeRecordWrites(
           // No record: it ended and retention pruned it (a stored state lists a run only after its
           // record was created, and retention prunes terminal records only; once the end is
           // deferred, the state may list the run long after — one-shot jobs).
-          if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) ended.add(r.run_id);
+          if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) {
+            ended.add(r.run_id);
+            // Its end is written before retention may prune that record (JobState.ends_unwritten).
+            if (r.recorded_after) manualEnded = true;
+          }
         }),
       );
       if (ended.size === 0) return s;
@@ -65,7 +70,11 @@ export function makeRecordWrites(
         job: at.id,
         runs: [...ended],
       });
-      return { ...s, runs: s.runs.filter((r) => !ended.has(r.run_id)) };
+      return {
+        ...s,
+        runs: s.runs.filter((r) => !ended.has(r.run_id)),
+        ...(manualEnded ? { ends_unwritten: true as const } : {}),
+      };
     },
     async perform(pre, ctx) {
       const followUps: JobMsg[] = [];

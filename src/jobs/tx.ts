@@ -51,6 +51,11 @@ export class Tx {
       ...(orig.recent ? { recent: [...orig.recent] } : {}),
       ...(orig.draining ? { draining: [...orig.draining] } : {}),
     };
+    if (orig.ends_unwritten) {
+      // A run-now's end the stored state does not show yet (JobState.ends_unwritten): written now.
+      delete this.s.ends_unwritten;
+      this.changed = true;
+    }
   }
   get job(): JobRecord {
     return this.s.job!;

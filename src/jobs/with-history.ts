@@ -82,7 +82,10 @@ export function withRetention(def: JobDefinition, cfg: RetentionConfig) {
       if (msg.kind === "purge_deleted") return { state: s, reply: null, ...(s.job && s.deleted ? { post: [{ kind: "purge_job" }] } : {}) };
       if (msg.kind === "retention_sweep") {
         if (!s.job || s.deleted || !limited) return { state: s, reply: null };
-        return { state: s, reply: null, post: [prune(s, 0, true)], effects: [sweepTimer(ctx.id, ctx.nowMs)] };
+        // A run-now's end not written yet (JobState.ends_unwritten): the state is written before
+        // the prune (a post effect), which may take that run's record.
+        const { ends_unwritten: unwritten, ...written } = s;
+        return { state: unwritten ? written : s, reply: null, post: [prune(s, 0, true)], effects: [sweepTimer(ctx.id, ctx.nowMs)] };
       }
       const d: D = def.receive(s, msg, ctx);
       const effects: HostEffect<unknown>[] = [];

@@ -220,7 +220,9 @@ export class Driver {
       if (r.recorded_after && !this.written.has(r.run_id) && loaded.job) this.#post({ kind: "create_run", record: activeRunView(loaded.job, r) });
     }
     const ended = (id: string) => { const w = this.written.get(id); return w === undefined || TERMINAL.has(w.status); };
-    this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)) } : loaded;
+    // A run-now's end found so is written by the next decision (JobState.ends_unwritten).
+    const unwritten = loaded.runs.some((r) => r.recorded_after && ended(r.run_id));
+    this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)), ...(unwritten ? { ends_unwritten: true as const } : {}) } : loaded;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
     for (const e of fx) this.#effect(e);
     return fx;

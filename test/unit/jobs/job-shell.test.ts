@@ -350,6 +350,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     runs.get = async (k: string) => (gets++, get(k));
     const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
     assert.deepEqual(out.runs.map((r) => r.run_id), ["live"]);
+    assert.equal((out as { ends_unwritten?: true }).ends_unwritten, undefined, "scheduled runs' ends need no write");
     assert.equal(gets, 3);
     const none = { ...state, runs: [] };
     assert.equal(await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }), none, "no active runs: no read, the same state");
@@ -371,6 +372,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     };
     const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
     assert.deepEqual(out.runs.map((r) => r.run_id), ["j1-new-m2"], "the unrecorded run is live; the ended one goes");
+    assert.equal((out as { ends_unwritten?: true }).ends_unwritten, true, "the ended run-now's drop is to be written before its record can be pruned");
     const written = await runs.get(runKey(PARTITION, "t1", "j1", "j1-new-m2"));
     assert.equal(written && decodeRunRecord(written.value).record.status, "queued");
   });
