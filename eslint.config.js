@@ -30,7 +30,6 @@ const FUNCTION_BUDGET_PENDING = [
   "src/cli/dev.ts",
   "src/cli/node.ts",
   "src/http/openapi.ts",
-  "src/sandbox/docker.ts",
   "src/server/node.ts",
   "src/server/start.ts",
   "src/slots/slot-broker.ts",

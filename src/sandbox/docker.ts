@@ -17,14 +17,35 @@ import { Writable } from "node:stream";
 import { chmodSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type Dockerode from "dockerode";
-import type { Execution, ExecutionResult, Executor, Outcome, RunIdentity, TaskSpec } from "./types.ts";
+import type {
+  Execution,
+  ExecutionResult,
+  Executor,
+  Outcome,
+  RunIdentity,
+  TaskSpec,
+} from "./types.ts";
 import type { ExecutorConfig } from "./options.ts";
 import { OutputTail } from "./output-tail.ts";
 import { validateTask } from "./identity.ts";
 import { ResultLatch, errorResult, finishedExecution, messageOf } from "./settle.ts";
-import { CONTAINER_DEADLINE_GRACE_S, LABEL, containerSpec, effectiveCommand, imageVolumes, resolveLimits, type ResolvedLimits } from "./docker-spec.ts";
+import {
+  CONTAINER_DEADLINE_GRACE_S,
+  LABEL,
+  containerSpec,
+  effectiveCommand,
+  imageVolumes,
+  resolveLimits,
+  type ResolvedLimits,
+} from "./docker-spec.ts";
 import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent, oomMarked } from "./supervisor.ts";
-import { classifyEngineError, engineMessage, statusOf, withTimeout, type EnginePhase } from "./docker-errors.ts";
+import {
+  classifyEngineError,
+  engineMessage,
+  statusOf,
+  withTimeout,
+  type EnginePhase,
+} from "./docker-errors.ts";
 import { imageCarriesName } from "./image-policy.ts";
 import { ensureImage } from "./docker-image.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -61,7 +82,13 @@ class DockerExecution implements Execution {
   #stopReason: StopReason | undefined;
   #startedAtMs: number;
 
-  constructor(docker: Dockerode, cfg: ExecutorConfig, task: TaskSpec, id: RunIdentity, limits: ResolvedLimits) {
+  constructor(
+    docker: Dockerode,
+    cfg: ExecutorConfig,
+    task: TaskSpec,
+    id: RunIdentity,
+    limits: ResolvedLimits,
+  ) {
     this.#docker = docker;
     this.#cfg = cfg;
     this.#task = task;
@@ -100,7 +127,10 @@ class DockerExecution implements Execution {
     if (dir === undefined || this.#latch.settled) return;
     try {
       const tmp = join(dir, `until.${++this.#leaseSeq}`);
-      writeFileSync(tmp, leaseFileContent(this.#leaseSeq, this.#leaseUntilMono - this.#cfg.clock.monoMs()));
+      writeFileSync(
+        tmp,
+        leaseFileContent(this.#leaseSeq, this.#leaseUntilMono - this.#cfg.clock.monoMs()),
+      );
       renameSync(tmp, join(dir, "until"));
     } catch (e) {
       // Not renewed: the container's countdown runs out and kills it (safe, never longer).
@@ -127,79 +157,159 @@ class DockerExecution implements Execution {
   }
 
   async #run(id: RunIdentity, limits: ResolvedLimits): Promise<ExecutionResult> {
-    const clock = this.#cfg.clock;
-    let phase: EnginePhase = "pull";
+    const at: { phase: EnginePhase } = { phase: "pull" };
     try {
-      if (this.#cfg.docker.pull === "if_missing") await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
-      phase = "create";
-      const image = await this.#quick(this.#docker.getImage(this.#task.image).inspect(), "image inspect");
-      if (!imageCarriesName(this.#task.image, image.RepoTags, image.RepoDigests)) {
-        // The engine resolved the reference as an image ID (prefix), which could be any tenant's image.
-        this.#cfg.log("warn", "task image resolved to an image that does not carry its name; refused", { run_id: id.runId, image: this.#task.image, image_id: image.Id });
-        return errorResult("image_not_found", `image ${this.#task.image} is not available on this worker (name images by repository and tag or digest, not by ID)`, clock.now());
-      }
-      const volumes = imageVolumes(image.Config?.Volumes, this.#task.image, this.#cfg.docker);
-      if (!Array.isArray(volumes)) return errorResult(volumes.class, volumes.message, clock.now());
-      const command = effectiveCommand(this.#task.args, image.Config?.Entrypoint, image.Config?.Cmd);
-      if (command.length === 0) {
-        return errorResult("invalid_task", `no command: the task has no args and image ${this.#task.image} defines none`, clock.now());
-      }
-      const deadlineAtMs = clock.now() + (this.#task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000 + 2 * this.#cfg.docker.engineTimeoutMs;
-      if (this.#task.leaseMs !== undefined) {
-        mkdirSync(this.#cfg.docker.leaseRoot, { recursive: true, mode: 0o755 });
-        this.#leaseDir = mkdtempSync(join(this.#cfg.docker.leaseRoot, `${id.runId}-${id.attempt}-`));
-        chmodSync(this.#leaseDir, 0o755); // the container's (unprivileged) user reads it
-        if (this.#leaseUntilMono === 0) this.#leaseUntilMono = clock.monoMs() + this.#task.leaseMs;
-        this.#writeLease();
-      }
-      const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, {
-        command, deadlineAtMs, volumes, ...(this.#leaseDir !== undefined ? { leaseDir: this.#leaseDir } : {}),
-      });
-      this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
-      if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
-      phase = "run";
-      const { drained } = await this.#attach(this.#container);
-      phase = "start";
-      this.#startedAtMs = clock.now();
-      await this.#quick(this.#container.start(), "start");
-      this.#running = true;
-      // The countdown began somewhere during start: restate what is left from now.
-      this.#writeLease();
-      phase = "run";
-      const cancelTimer = clock.setTimer(this.#task.timeoutS * 1000, () => this.#stop("timed_out"));
-      if (this.#stopReason !== undefined) void this.#killContainer(); // kill() raced with start
-      const waited = (await this.#container.wait()) as { StatusCode?: number };
-      cancelTimer();
-      this.#running = false;
-      this.#exited = true; // from here on the outcome is fixed; a late kill() only waits
-      const exitCode = typeof waited.StatusCode === "number" ? waited.StatusCode : null;
-      const engineOom = exitCode !== 0 && (await this.#oomKilled(this.#container));
-      let cancelDrain = (): void => {};
-      await Promise.race([drained, new Promise<void>((resolve) => (cancelDrain = clock.setTimer(OUTPUT_DRAIN_MS, resolve)))]);
-      cancelDrain();
-      // The engine's flag can miss a kill (its OOM event after the exit): the supervisor's marker does not.
-      const oom = engineOom || (exitCode !== 0 && oomMarked(this.#probe.text()));
-      const unrunnable = this.#stopReason === undefined ? this.#unrunnable(exitCode) : undefined;
-      if (unrunnable) return { ...unrunnable, startedAtMs: this.#startedAtMs, output: this.#tail.text() };
-      // SIGKILL after the timeout with no stop of ours: the container's own deadline fired first.
-      const ownDeadline = exitCode === 137 && clock.now() - this.#startedAtMs >= this.#task.timeoutS * 1000;
-      return this.#ended(this.#stopReason ?? (oom ? "oom" : ownDeadline ? "timed_out" : "exited"), exitCode);
+      const prepared = await this.#prepare(id, limits, at);
+      if ("result" in prepared) return prepared.result;
+      return await this.#execute(prepared.spec, at);
     } catch (e) {
-      const cause = e instanceof PhaseError ? e.cause : e;
-      const failedPhase = e instanceof PhaseError ? e.phase : phase;
-      const err = classifyEngineError(cause, failedPhase, this.#task.image);
-      // The tenant sees err.message; the engine's own words stay in the operator's log.
-      this.#cfg.log("warn", "docker attempt failed", { run_id: id.runId, attempt: id.attempt, image: this.#task.image, phase: failedPhase, class: err.class, engine_status: statusOf(cause), engine_message: engineMessage(cause) });
-      return { ...errorResult(err.class, err.message, clock.now(), err.retryable), startedAtMs: this.#startedAtMs, output: this.#tail.text() };
+      return this.#engineFailure(e, at.phase, id);
     } finally {
       this.#running = false;
       await this.#remove();
     }
   }
 
+  /**
+   * Pulls (if configured) and inspects the image, checks its name, volumes and command, and
+   * writes the lease file: the container's spec, or the result that ends the attempt before any
+   * container exists. Moves `at.phase` from pull to create.
+   */
+  async #prepare(
+    id: RunIdentity,
+    limits: ResolvedLimits,
+    at: { phase: EnginePhase },
+  ): Promise<{ result: ExecutionResult } | { spec: Dockerode.ContainerCreateOptions }> {
+    const clock = this.#cfg.clock;
+    if (this.#cfg.docker.pull === "if_missing")
+      await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
+    at.phase = "create";
+    const image = await this.#quick(
+      this.#docker.getImage(this.#task.image).inspect(),
+      "image inspect",
+    );
+    if (!imageCarriesName(this.#task.image, image.RepoTags, image.RepoDigests)) {
+      // The engine resolved the reference as an image ID (prefix), which could be any tenant's image.
+      this.#cfg.log(
+        "warn",
+        "task image resolved to an image that does not carry its name; refused",
+        { run_id: id.runId, image: this.#task.image, image_id: image.Id },
+      );
+      return {
+        result: errorResult(
+          "image_not_found",
+          `image ${this.#task.image} is not available on this worker (name images by repository and tag or digest, not by ID)`,
+          clock.now(),
+        ),
+      };
+    }
+    const volumes = imageVolumes(image.Config?.Volumes, this.#task.image, this.#cfg.docker);
+    if (!Array.isArray(volumes))
+      return { result: errorResult(volumes.class, volumes.message, clock.now()) };
+    const command = effectiveCommand(this.#task.args, image.Config?.Entrypoint, image.Config?.Cmd);
+    if (command.length === 0) {
+      return {
+        result: errorResult(
+          "invalid_task",
+          `no command: the task has no args and image ${this.#task.image} defines none`,
+          clock.now(),
+        ),
+      };
+    }
+    const deadlineAtMs =
+      clock.now() +
+      (this.#task.timeoutS + CONTAINER_DEADLINE_GRACE_S) * 1000 +
+      2 * this.#cfg.docker.engineTimeoutMs;
+    if (this.#task.leaseMs !== undefined) {
+      mkdirSync(this.#cfg.docker.leaseRoot, { recursive: true, mode: 0o755 });
+      this.#leaseDir = mkdtempSync(join(this.#cfg.docker.leaseRoot, `${id.runId}-${id.attempt}-`));
+      chmodSync(this.#leaseDir, 0o755); // the container's (unprivileged) user reads it
+      if (this.#leaseUntilMono === 0) this.#leaseUntilMono = clock.monoMs() + this.#task.leaseMs;
+      this.#writeLease();
+    }
+    const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, {
+      command,
+      deadlineAtMs,
+      volumes,
+      ...(this.#leaseDir !== undefined ? { leaseDir: this.#leaseDir } : {}),
+    });
+    return { spec };
+  }
+
+  /** Creates, attaches, starts and awaits the container: the attempt's result. */
+  async #execute(
+    spec: Dockerode.ContainerCreateOptions,
+    at: { phase: EnginePhase },
+  ): Promise<ExecutionResult> {
+    const clock = this.#cfg.clock;
+    this.#container = await this.#quick(this.#docker.createContainer(spec), "create");
+    if (this.#stopReason !== undefined) return this.#ended(this.#stopReason, null);
+    at.phase = "run";
+    const { drained } = await this.#attach(this.#container);
+    at.phase = "start";
+    this.#startedAtMs = clock.now();
+    await this.#quick(this.#container.start(), "start");
+    this.#running = true;
+    // The countdown began somewhere during start: restate what is left from now.
+    this.#writeLease();
+    at.phase = "run";
+    const cancelTimer = clock.setTimer(this.#task.timeoutS * 1000, () => this.#stop("timed_out"));
+    if (this.#stopReason !== undefined) void this.#killContainer(); // kill() raced with start
+    const waited = (await this.#container.wait()) as { StatusCode?: number };
+    cancelTimer();
+    this.#running = false;
+    this.#exited = true; // from here on the outcome is fixed; a late kill() only waits
+    const exitCode = typeof waited.StatusCode === "number" ? waited.StatusCode : null;
+    const engineOom = exitCode !== 0 && (await this.#oomKilled(this.#container));
+    let cancelDrain = (): void => {};
+    await Promise.race([
+      drained,
+      new Promise<void>((resolve) => (cancelDrain = clock.setTimer(OUTPUT_DRAIN_MS, resolve))),
+    ]);
+    cancelDrain();
+    // The engine's flag can miss a kill (its OOM event after the exit): the supervisor's marker does not.
+    const oom = engineOom || (exitCode !== 0 && oomMarked(this.#probe.text()));
+    const unrunnable = this.#stopReason === undefined ? this.#unrunnable(exitCode) : undefined;
+    if (unrunnable)
+      return { ...unrunnable, startedAtMs: this.#startedAtMs, output: this.#tail.text() };
+    // SIGKILL after the timeout with no stop of ours: the container's own deadline fired first.
+    const ownDeadline =
+      exitCode === 137 && clock.now() - this.#startedAtMs >= this.#task.timeoutS * 1000;
+    return this.#ended(
+      this.#stopReason ?? (oom ? "oom" : ownDeadline ? "timed_out" : "exited"),
+      exitCode,
+    );
+  }
+
+  /** An engine error (or one of ours) in `phase`: logged for the operator, classified for the tenant. */
+  #engineFailure(e: unknown, phase: EnginePhase, id: RunIdentity): ExecutionResult {
+    const clock = this.#cfg.clock;
+    const cause = e instanceof PhaseError ? e.cause : e;
+    const failedPhase = e instanceof PhaseError ? e.phase : phase;
+    const err = classifyEngineError(cause, failedPhase, this.#task.image);
+    // The tenant sees err.message; the engine's own words stay in the operator's log.
+    this.#cfg.log("warn", "docker attempt failed", {
+      run_id: id.runId,
+      attempt: id.attempt,
+      image: this.#task.image,
+      phase: failedPhase,
+      class: err.class,
+      engine_status: statusOf(cause),
+      engine_message: engineMessage(cause),
+    });
+    return {
+      ...errorResult(err.class, err.message, clock.now(), err.retryable),
+      startedAtMs: this.#startedAtMs,
+      output: this.#tail.text(),
+    };
+  }
+
   /** Attaches to stdout+stderr before start; resolves the returned promise when the stream ends. */
   async #attach(container: Dockerode.Container): Promise<{ drained: Promise<void> }> {
-    const stream = await this.#quick(container.attach({ stream: true, stdout: true, stderr: true, logs: false }), "attach");
+    const stream = await this.#quick(
+      container.attach({ stream: true, stdout: true, stderr: true, logs: false }),
+      "attach",
+    );
     const sink = new Writable({
       write: (chunk: Buffer, _enc, cb) => {
         this.#tail.write(chunk);
@@ -221,10 +331,18 @@ class DockerExecution implements Execution {
     const last = this.#probe.text().trimEnd().split("\n").pop() ?? "";
     const now = this.#cfg.clock.now();
     if (exitCode === 127 && last.startsWith(MARK_NOT_FOUND)) {
-      return errorResult("invalid_task", `cannot execute the task's command in ${this.#task.image}: not found: ${last.slice(MARK_NOT_FOUND.length)}`, now);
+      return errorResult(
+        "invalid_task",
+        `cannot execute the task's command in ${this.#task.image}: not found: ${last.slice(MARK_NOT_FOUND.length)}`,
+        now,
+      );
     }
     if (exitCode === 126 && last.startsWith(MARK_NOT_EXECUTABLE)) {
-      return errorResult("permission_denied", `permission denied starting the task in ${this.#task.image}: ${last.slice(MARK_NOT_EXECUTABLE.length)} is not executable`, now);
+      return errorResult(
+        "permission_denied",
+        `permission denied starting the task in ${this.#task.image}: ${last.slice(MARK_NOT_EXECUTABLE.length)} is not executable`,
+        now,
+      );
     }
     return undefined;
   }
@@ -257,7 +375,13 @@ class DockerExecution implements Execution {
             ? "container killed: attempt stopped by the worker (lease lost or cancelled)"
             : undefined;
     if (note !== undefined) this.#tail.write(`\n[kairos] ${note}\n`);
-    return { outcome, exitCode, output: this.#tail.text(), startedAtMs: this.#startedAtMs, finishedAtMs: this.#cfg.clock.now() };
+    return {
+      outcome,
+      exitCode,
+      output: this.#tail.text(),
+      startedAtMs: this.#startedAtMs,
+      finishedAtMs: this.#cfg.clock.now(),
+    };
   }
 }
 
@@ -294,7 +418,10 @@ export class DockerExecutor implements Executor {
    */
   async sweepExpired(): Promise<number> {
     const list = await withTimeout(
-      this.#docker.listContainers({ all: true, filters: { label: [`${LABEL.managed}=true`, LABEL.deadlineMs] } }),
+      this.#docker.listContainers({
+        all: true,
+        filters: { label: [`${LABEL.managed}=true`, LABEL.deadlineMs] },
+      }),
       this.#cfg.docker.engineTimeoutMs,
       "list containers",
       this.#cfg.clock,
@@ -305,7 +432,12 @@ export class DockerExecutor implements Executor {
       const deadline = Number(c.Labels[LABEL.deadlineMs]);
       if (!Number.isFinite(deadline) || deadline > cutoff) continue;
       try {
-        await withTimeout(this.#docker.getContainer(c.Id).remove({ force: true, v: true }), this.#cfg.docker.engineTimeoutMs, "remove", this.#cfg.clock);
+        await withTimeout(
+          this.#docker.getContainer(c.Id).remove({ force: true, v: true }),
+          this.#cfg.docker.engineTimeoutMs,
+          "remove",
+          this.#cfg.clock,
+        );
         removed++;
       } catch {
         // 404: removed concurrently (e.g. by another worker's sweep); otherwise the next sweep retries.
@@ -316,10 +448,12 @@ export class DockerExecutor implements Executor {
 
   start(task: TaskSpec, id: RunIdentity): Execution {
     const now = this.#cfg.clock.now();
-    if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", now));
+    if (this.#closed)
+      return finishedExecution(errorResult("executor_failure", "executor is closed", now));
     const invalid = validateTask(task, false);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, now));
-    if (typeof task.image !== "string" || task.image.trim() === "") return finishedExecution(errorResult("invalid_task", "task.image is required", now));
+    if (typeof task.image !== "string" || task.image.trim() === "")
+      return finishedExecution(errorResult("invalid_task", "task.image is required", now));
     const limits = resolveLimits(task, this.#cfg.docker);
     if ("class" in limits) return finishedExecution(errorResult(limits.class, limits.message, now));
     const exec = new DockerExecution(this.#docker, this.#cfg, task, id, limits);
@@ -332,13 +466,20 @@ export class DockerExecutor implements Executor {
     let list: Dockerode.ContainerInfo[];
     try {
       list = await withTimeout(
-        this.#docker.listContainers({ all: true, filters: { label: [`${LABEL.managed}=true`, `${LABEL.workerId}=${this.#cfg.workerId}`] } }),
+        this.#docker.listContainers({
+          all: true,
+          filters: { label: [`${LABEL.managed}=true`, `${LABEL.workerId}=${this.#cfg.workerId}`] },
+        }),
         this.#cfg.docker.engineTimeoutMs,
         "list containers",
         this.#cfg.clock,
       );
     } catch (e) {
-      throw new KairosError("unavailable", `could not list this worker's containers: ${messageOf(e)}`, { cause: e });
+      throw new KairosError(
+        "unavailable",
+        `could not list this worker's containers: ${messageOf(e)}`,
+        { cause: e },
+      );
     }
     const mine = new Map([...this.#live].map(([exec, k]) => [`${k.runId}/${k.attempt}`, exec]));
     let reaped = 0;
@@ -349,7 +490,13 @@ export class DockerExecutor implements Executor {
       const exec = mine.get(`${runId}/${attempt}`);
       try {
         if (exec) await exec.kill("orphan: lease no longer held");
-        else await withTimeout(this.#docker.getContainer(c.Id).remove({ force: true, v: true }), this.#cfg.docker.engineTimeoutMs, "remove", this.#cfg.clock);
+        else
+          await withTimeout(
+            this.#docker.getContainer(c.Id).remove({ force: true, v: true }),
+            this.#cfg.docker.engineTimeoutMs,
+            "remove",
+            this.#cfg.clock,
+          );
         reaped++;
       } catch (e) {
         if (statusOf(e) === 404) reaped++; // removed concurrently: it is gone either way
