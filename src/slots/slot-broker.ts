@@ -77,6 +77,46 @@ export function retryDelayMs(failures: number): number {
   return failures === 0 ? 0 : backoffMs(failures - 1, { baseMs: 100, maxMs: 5_000 });
 }
 
+/**
+ * Takes the next batch out of a lane: releases first (they make room at the tenant), then acquires
+ * in the order they were asked — every waiting one (`full`) or only the urgent ones (`urgent`).
+ * `tries`: how many times each release was sent before.
+ */
+function takeBatch(lane: Lane, mode: "full" | "urgent" | "releases"): { release: string[]; tries: Map<string, number>; acquire: SlotAsk[]; asked: Ask[] } {
+  const release: string[] = [];
+  const tries = new Map<string, number>();
+  for (const [g, n] of lane.releases) {
+    if (release.length >= MAX_SLOT_BATCH) break;
+    release.push(g);
+    tries.set(g, n);
+  }
+  for (const g of release) lane.releases.delete(g);
+  const acquire: SlotAsk[] = [];
+  const asked: Ask[] = [];
+  const take = (g: string, a: Ask) => {
+    acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}) });
+    asked.push(a);
+  };
+  if (mode === "full") {
+    for (const [g, a] of lane.asks) {
+      if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+      take(g, a);
+    }
+  } else if (mode === "urgent") {
+    // The other batches may all be gathering at the tenant: these runs are due soon.
+    for (const g of lane.urgent) {
+      if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
+      const a = lane.asks.get(g);
+      if (a) take(g, a);
+    }
+  }
+  for (const a of acquire) {
+    lane.asks.delete(a.run_id);
+    lane.urgent.delete(a.run_id);
+  }
+  return { release, tries, acquire, asked };
+}
+
 export class SlotBroker {
   readonly #lanes = new Map<string, Lane>();
   /** Batches sent and items carried (for tests and the cost accounting). */
@@ -153,38 +193,7 @@ export class SlotBroker {
   async #send(tenantId: string, lane: Lane): Promise<void> {
     const mode = this.#mode(lane);
     if (mode === undefined) return this.#kick(tenantId, lane);
-    // Releases first (they make room at the tenant), then acquires in the order they were asked.
-    const release: string[] = [];
-    const tries = new Map<string, number>();
-    for (const [g, n] of lane.releases) {
-      if (release.length >= MAX_SLOT_BATCH) break;
-      release.push(g);
-      tries.set(g, n);
-    }
-    for (const g of release) lane.releases.delete(g);
-    const acquire: SlotAsk[] = [];
-    const asked: Ask[] = [];
-    const take = (g: string, a: Ask) => {
-      acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}) });
-      asked.push(a);
-    };
-    if (mode === "full") {
-      for (const [g, a] of lane.asks) {
-        if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
-        take(g, a);
-      }
-    } else if (mode === "urgent") {
-      // The other batches may all be gathering at the tenant: these runs are due soon.
-      for (const g of lane.urgent) {
-        if (release.length + acquire.length >= MAX_SLOT_BATCH) break;
-        const a = lane.asks.get(g);
-        if (a) take(g, a);
-      }
-    }
-    for (const a of acquire) {
-      lane.asks.delete(a.run_id);
-      lane.urgent.delete(a.run_id);
-    }
+    const { release, tries, acquire, asked } = takeBatch(lane, mode);
     if (release.length + acquire.length === 0) return this.#kick(tenantId, lane);
     const count = (d: number) => {
       if (mode === "full") lane.inFlight += d;

@@ -237,16 +237,47 @@ export class GrantTable {
     }
     const headValue = encode(Object.fromEntries(head.live));
     head.written = head.live.size;
-    // Cleanup: segments emptied by releases (or by moves already written), below the tail.
+    // Cleanup: segments emptied by releases (or by moves already written), below the tail; then compaction.
+    const ops: Promise<void>[] = [...this.#cleanup(oldTail), ...this.#compact(headSeq)];
+    const fail = (what: string) => this.#stale(what);
+    this.batches++;
+    this.puts++;
+    const key = segmentKey(this.partition, this.tenantId, headSeq);
+    const written = (append ? this.kv.update(key, headValue, head.rev) : this.kv.create(key, headValue)).then((r) => {
+      if (!r.ok) throw fail(`${headSeq}`);
+      head.rev = r.revision;
+    });
+    await Promise.all([written, ...ops]);
+    for (const [id, seq] of moved) this.#segs.get(seq)?.live.delete(id);
+    // Folded segments go only now: their grants are in the head.
+    await Promise.all(folded.map(async ([seq, s]) => {
+      if (!(await this.#delete(seq, s.rev))) throw fail(`${seq} (fold)`);
+    }));
+  }
+
+  #stale(what: string): KairosError {
+    return new KairosError("not_owner", `tenant ${this.tenantId}: grant segment ${what} was written by another incarnation; reload`);
+  }
+
+  /** Deletes the segments below the tail that releases (or moves already written) emptied. */
+  #cleanup(oldTail: number): Promise<void>[] {
     const ops: Promise<void>[] = [];
-    const fail = (what: string) => new KairosError("not_owner", `tenant ${this.tenantId}: grant segment ${what} was written by another incarnation; reload`);
+    const fail = (what: string) => this.#stale(what);
     for (const [seq, s] of [...this.#segs]) {
       if (seq >= oldTail || s.live.size > 0) continue;
       this.#segs.delete(seq);
       ops.push(this.#delete(seq, s.rev).then((ok) => { if (!ok) throw fail(`${seq} (delete)`); }));
     }
-    // Compaction: while the dead grants on disk exceed a quarter of the live ones (+ slack); an
-    // empty segment kept (the old tail) is not counted: the next batch deletes it.
+    return ops;
+  }
+
+  /**
+   * Compaction: rewrites segments while the dead grants on disk exceed a quarter of the live ones
+   * (+ slack); an empty segment kept (the old tail) is not counted: the next batch deletes it.
+   */
+  #compact(headSeq: number): Promise<void>[] {
+    const ops: Promise<void>[] = [];
+    const fail = (what: string) => this.#stale(what);
     let live = 0;
     let dead = 0;
     for (const s of this.#segs.values()) {
@@ -267,19 +298,7 @@ export class GrantTable {
         s.rev = r.revision;
       }));
     }
-    this.batches++;
-    this.puts++;
-    const key = segmentKey(this.partition, this.tenantId, headSeq);
-    const written = (append ? this.kv.update(key, headValue, head.rev) : this.kv.create(key, headValue)).then((r) => {
-      if (!r.ok) throw fail(`${headSeq}`);
-      head.rev = r.revision;
-    });
-    await Promise.all([written, ...ops]);
-    for (const [id, seq] of moved) this.#segs.get(seq)?.live.delete(id);
-    // Folded segments go only now: their grants are in the head.
-    await Promise.all(folded.map(async ([seq, s]) => {
-      if (!(await this.#delete(seq, s.rev))) throw fail(`${seq} (fold)`);
-    }));
+    return ops;
   }
 
   async #delete(seq: number, rev: number): Promise<boolean> {
