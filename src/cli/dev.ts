@@ -27,8 +27,21 @@ import { KvTenantDirectory, ensureDevTenant } from "../tenants/index.ts";
 import { openBuckets } from "../cluster/buckets.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import { systemClock } from "../lib/clock.ts";
-import { nodeConfigFromFlags, onShutdown, startProcess, type NodeFlags, type ProcessFlags } from "./node.ts";
-import { natsAuthOptions, parseWorkerIds, readDevFile, stateDir, writeDevFile } from "./dev-file.ts";
+import type { NodeConfig } from "../cluster/config.ts";
+import {
+  nodeConfigFromFlags,
+  onShutdown,
+  startProcess,
+  type NodeFlags,
+  type ProcessFlags,
+} from "./node.ts";
+import {
+  natsAuthOptions,
+  parseWorkerIds,
+  readDevFile,
+  stateDir,
+  writeDevFile,
+} from "./dev-file.ts";
 
 export const DEV_API_PORT = 7700;
 /** The dev node's metrics listener (127.0.0.1); any free port if taken. */
@@ -37,7 +50,12 @@ export const DEV_METRICS_PORT = 9464;
 const say = (m: string): void => console.error(`kairos dev: ${m}`);
 
 /** Runs `fn` with a tenant directory over an admin connection, then disconnects. */
-async function withTenantAdmin<T>(url: string, clusterName: string, auth: NatsAuthOptions, fn: (dir: KvTenantDirectory) => Promise<T>): Promise<T> {
+async function withTenantAdmin<T>(
+  url: string,
+  clusterName: string,
+  auth: NatsAuthOptions,
+  fn: (dir: KvTenantDirectory) => Promise<T>,
+): Promise<T> {
   const nc = await connectNats({ url, name: "kairos-dev-admin", ...auth });
   try {
     const b = await openBuckets(nc, { clusterName, replicas: 1 });
@@ -48,98 +66,207 @@ async function withTenantAdmin<T>(url: string, clusterName: string, auth: NatsAu
 }
 
 export function registerDevCommand(program: Command): void {
-  natsAuthOptions(program
-    .command("dev")
-    .description("single-node dev cluster: embedded nats-server + one node with all roles")
-    .option("--nats <url>", "use this NATS instead of starting one (env KAIROS_NATS_URL)"))
+  natsAuthOptions(
+    program
+      .command("dev")
+      .description("single-node dev cluster: embedded nats-server + one node with all roles")
+      .option("--nats <url>", "use this NATS instead of starting one (env KAIROS_NATS_URL)"),
+  )
     .option("--partitions <n>", "partition count when the cluster is first created", "16")
-    .option("--executor <kind>", "docker, process or noop (default: docker if an engine answers or can be started, else process)")
+    .option(
+      "--executor <kind>",
+      "docker, process or noop (default: docker if an engine answers or can be started, else process)",
+    )
     .option("--slots <n>", "worker slots", "4")
-    .option("--workers <ids>", "ids of extra worker nodes that may join (one pinned NATS user each, worker-<id>)", "w1,w2,w3")
+    .option(
+      "--workers <ids>",
+      "ids of extra worker nodes that may join (one pinned NATS user each, worker-<id>)",
+      "w1,w2,w3",
+    )
     .option("--api-port <port>", `API port (default ${DEV_API_PORT}, any free port if taken)`)
-    .option("--metrics-port <port>", `/healthz, /readyz and /metrics on 127.0.0.1 (default ${DEV_METRICS_PORT}, any free port if taken)`)
-    .option("--metrics-token-file <path>", "/metrics answers only Authorization: Bearer <the token in this file>")
+    .option(
+      "--metrics-port <port>",
+      `/healthz, /readyz and /metrics on 127.0.0.1 (default ${DEV_METRICS_PORT}, any free port if taken)`,
+    )
+    .option(
+      "--metrics-token-file <path>",
+      "/metrics answers only Authorization: Bearer <the token in this file>",
+    )
     .option("--metrics-tenant-labels", "label the per-tenant metrics with the tenant id")
-    .option("--image-policy <entries>", "images the dev tenant may name, comma-separated (default: any)")
+    .option(
+      "--image-policy <entries>",
+      "images the dev tenant may name, comma-separated (default: any)",
+    )
     .option("--task-max-memory-mb <mb>", "the most memory a task may ask for (default 2048)")
     .option("--task-max-cpus <n>", "the most CPUs a task may ask for (default 2)")
     .option("--task-max-pids <n>", "the most processes a task may ask for (default 512)")
     .option("--webhook-allow-http", "allow plain-http dead-letter webhooks")
-    .option("--webhook-allow-private", "allow webhooks to loopback and private addresses (a receiver on this machine)")
-    .option("--secret-key-file <path>", "the cluster key for task.secret_env (default: .kairos/secret.key, made on first start)")
-    .option("--drain-timeout-ms <ms>", "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)")
-    .action(async (f: NodeFlags & ProcessFlags & { workers: string }) => {
-      let engine: DockerEngine | undefined;
-      let nats: NatsServerHandle | undefined;
-      // Everything started so far, stopped in reverse order if start-up fails half-way.
-      const undo = async (): Promise<void> => {
+    .option(
+      "--webhook-allow-private",
+      "allow webhooks to loopback and private addresses (a receiver on this machine)",
+    )
+    .option(
+      "--secret-key-file <path>",
+      "the cluster key for task.secret_env (default: .kairos/secret.key, made on first start)",
+    )
+    .option(
+      "--drain-timeout-ms <ms>",
+      "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)",
+    )
+    .action(runDev);
+}
+
+type DevFlags = NodeFlags & ProcessFlags & { workers: string };
+
+/** What `kairos dev` started itself, stopped in reverse order on failure or shutdown. */
+interface DevStarted {
+  engine?: DockerEngine;
+  nats?: NatsServerHandle;
+}
+
+type DevProcess = Awaited<ReturnType<typeof startProcess>>;
+
+async function runDev(f: DevFlags): Promise<void> {
+  const started: DevStarted = {};
+  // Everything started so far, stopped in reverse order if start-up fails half-way.
+  const undo = async (): Promise<void> => {
+    await started.nats?.stop();
+    await started.engine?.stop();
+  };
+  try {
+    if (f.executor === undefined || f.executor === "docker") await startDevDocker(started);
+    let url = f.nats ?? process.env["KAIROS_NATS_URL"];
+    if (!url) url = await startDevNats(f, started);
+    const nats = started.nats;
+    const natsCreds = f.natsCreds ?? nats?.auth?.credsFor(["api", "scheduler", "worker"]);
+    const config = nodeConfigFromFlags(
+      {
+        ...f,
+        ...(natsCreds ? { natsCreds } : {}),
+        nodeId: f.nodeId ?? "dev",
+        roles: "api,scheduler,worker",
+      },
+      url,
+    );
+    const devConsole = process.stdout.isTTY ? new DevConsole() : undefined;
+    setLogDestination(devConsole);
+    const proc = await startDevNode(f, config);
+    devConsole?.setPartitionCount(() => proc.node.partitions);
+    // Tenants and keys are written as admin: the node's own identity may not mint keys.
+    const tenant = nats?.auth
+      ? await withTenantAdmin(
+          url,
+          config.clusterName,
+          { credsFile: nats.auth.credsFor("admin") },
+          (dir) => ensureDevTenant(dir, readDevFile()?.api_key),
+        )
+      : await ensureDevTenant(proc.tenants, readDevFile()?.api_key);
+    announceDev(url, nats, config, proc, tenant);
+    onShutdown(
+      async () => {
+        say("stopping node");
+        await proc.stop();
+        devConsole?.flush();
+        if (nats) say("stopping nats-server");
         await nats?.stop();
-        await engine?.stop();
-      };
-      try {
-        if (f.executor === undefined || f.executor === "docker") {
-          engine = await ensureDockerEngine({ stateDir: stateDir() });
-          say(`docker: ${engine.note}`);
-          if (engine.started || engine.note.startsWith("a Docker engine")) {
-            try {
-              say(`docker: ${await ensureQuickStartImage(new Dockerode())}`);
-            } catch (e) {
-              say(`docker: could not provide the quick start image busybox:latest: ${String(e)}`);
-            }
-          }
-        }
-        let url = f.nats ?? process.env["KAIROS_NATS_URL"];
-        if (!url) {
-          if (moveGlobalAccountStreams(join(stateDir(), "nats"))) say(`nats-server data: moved this folder's streams from the global account to ${CLUSTER_ACCOUNT} (the account layout, docs/security.md)`);
-          const workers = parseWorkerIds(f.workers);
-          nats = await launchNatsServer({ storeDir: join(stateDir(), "nats"), detached: true, auth: { dir: join(stateDir(), "nats-auth"), workers } });
-          url = nats.url;
-          say(`nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir}, authorization on: credentials in ${join(stateDir(), "nats-auth", "creds")})`);
-        }
-        const natsCreds = f.natsCreds ?? nats?.auth?.credsFor(["api", "scheduler", "worker"]);
-        const config = nodeConfigFromFlags({ ...f, ...(natsCreds ? { natsCreds } : {}), nodeId: f.nodeId ?? "dev", roles: "api,scheduler,worker" }, url);
-        const devConsole = process.stdout.isTTY ? new DevConsole() : undefined;
-        setLogDestination(devConsole);
-        const withKey = { ...f, secretKeyFile: f.secretKeyFile ?? process.env["KAIROS_SECRET_KEY_FILE"] ?? ensureDevSecretKey() };
-        let p;
-        try {
-          p = await startProcess(config, { ...withKey, metricsPort: f.metricsPort ?? String(DEV_METRICS_PORT) }, { apiPort: DEV_API_PORT, drainTimeoutMs: 0 }, { processFallback: true });
-        } catch (e) {
-          if ((f.apiPort !== undefined && f.metricsPort !== undefined) || !String(e).includes("EADDRINUSE")) throw e;
-          // A port taken: the ones not given explicitly go to any free port.
-          p = await startProcess(config, { ...withKey, apiPort: f.apiPort ?? "0", metricsPort: f.metricsPort ?? "0" }, { apiPort: 0, drainTimeoutMs: 0 }, { processFallback: true });
-        }
-        const proc = p;
-        devConsole?.setPartitionCount(() => proc.node.partitions);
-        // Tenants and keys are written as admin: the node's own identity may not mint keys.
-        const tenant = nats?.auth
-          ? await withTenantAdmin(url, config.clusterName, { credsFile: nats.auth.credsFor("admin") }, (dir) => ensureDevTenant(dir, readDevFile()?.api_key))
-          : await ensureDevTenant(p.tenants, readDevFile()?.api_key);
-        const apiUrl = p.api!.url;
-        const opsUrl = p.metrics!.url;
-        writeDevFile({
-          nats_url: url, ...(nats?.auth ? { nats_creds: { ...nats.auth.creds } } : {}), api_url: apiUrl, api_key: tenant.api_key, tenant_id: tenant.tenant_id,
-          metrics_url: `${opsUrl}/metrics`, cluster: config.clusterName, pid: process.pid,
-        });
-        say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
-        say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
-        say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
-        say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
-        onShutdown(async () => {
-          say("stopping node");
-          await proc.stop();
-          devConsole?.flush();
-          if (nats) say("stopping nats-server");
-          await nats?.stop();
-          if (engine?.started) say("stopping dockerd");
-          await engine?.stop();
-          say("stopped");
-        }, () => proc.hurry());
-      } catch (e) {
-        await undo();
-        throw e;
-      }
-    });
+        if (started.engine?.started) say("stopping dockerd");
+        await started.engine?.stop();
+        say("stopped");
+      },
+      () => proc.hurry(),
+    );
+  } catch (e) {
+    await undo();
+    throw e;
+  }
+}
+
+/** A Docker engine (started if need be) and, on a usable one, the quick start image. */
+async function startDevDocker(started: DevStarted): Promise<void> {
+  const engine = await ensureDockerEngine({ stateDir: stateDir() });
+  started.engine = engine;
+  say(`docker: ${engine.note}`);
+  if (engine.started || engine.note.startsWith("a Docker engine")) {
+    try {
+      say(`docker: ${await ensureQuickStartImage(new Dockerode())}`);
+    } catch (e) {
+      say(`docker: could not provide the quick start image busybox:latest: ${String(e)}`);
+    }
+  }
+}
+
+/** nats-server on a free loopback port with fresh per-role users: its URL. */
+async function startDevNats(f: DevFlags, started: DevStarted): Promise<string> {
+  if (moveGlobalAccountStreams(join(stateDir(), "nats")))
+    say(
+      `nats-server data: moved this folder's streams from the global account to ${CLUSTER_ACCOUNT} (the account layout, docs/security.md)`,
+    );
+  const workers = parseWorkerIds(f.workers);
+  const nats = await launchNatsServer({
+    storeDir: join(stateDir(), "nats"),
+    detached: true,
+    auth: { dir: join(stateDir(), "nats-auth"), workers },
+  });
+  started.nats = nats;
+  say(
+    `nats-server ${nats.url} (pid ${nats.pid}, data ${nats.storeDir}, authorization on: credentials in ${join(stateDir(), "nats-auth", "creds")})`,
+  );
+  return nats.url;
+}
+
+/** The node on the dev ports; when one is taken, the ports not given go to any free port. */
+async function startDevNode(f: DevFlags, config: NodeConfig): Promise<DevProcess> {
+  const withKey = {
+    ...f,
+    secretKeyFile: f.secretKeyFile ?? process.env["KAIROS_SECRET_KEY_FILE"] ?? ensureDevSecretKey(),
+  };
+  try {
+    return await startProcess(
+      config,
+      { ...withKey, metricsPort: f.metricsPort ?? String(DEV_METRICS_PORT) },
+      { apiPort: DEV_API_PORT, drainTimeoutMs: 0 },
+      { processFallback: true },
+    );
+  } catch (e) {
+    if (
+      (f.apiPort !== undefined && f.metricsPort !== undefined) ||
+      !String(e).includes("EADDRINUSE")
+    )
+      throw e;
+    // A port taken: the ones not given explicitly go to any free port.
+    return await startProcess(
+      config,
+      { ...withKey, apiPort: f.apiPort ?? "0", metricsPort: f.metricsPort ?? "0" },
+      { apiPort: 0, drainTimeoutMs: 0 },
+      { processFallback: true },
+    );
+  }
+}
+
+/** Records the dev cluster in `.kairos/dev.json` and tells the user where it is. */
+function announceDev(
+  url: string,
+  nats: NatsServerHandle | undefined,
+  config: NodeConfig,
+  p: DevProcess,
+  tenant: { tenant_id: string; api_key: string },
+): void {
+  const apiUrl = p.api!.url;
+  const opsUrl = p.metrics!.url;
+  writeDevFile({
+    nats_url: url,
+    ...(nats?.auth ? { nats_creds: { ...nats.auth.creds } } : {}),
+    api_url: apiUrl,
+    api_key: tenant.api_key,
+    tenant_id: tenant.tenant_id,
+    metrics_url: `${opsUrl}/metrics`,
+    cluster: config.clusterName,
+    pid: process.pid,
+  });
+  say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
+  say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
+  say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
+  say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
 }
 
 /** The dev cluster's secret key file (`.kairos/secret.key`), made once with 32 random bytes. */
