@@ -37,6 +37,45 @@ interface Beat extends MemberInfo {
   sentMs?: number;
 }
 
+/** Longest node id, incarnation or role a membership message may carry (ids are far shorter). */
+const MAX_MEMBER_STRING = 256;
+/** Most roles a heartbeat may name (there are three). */
+const MAX_MEMBER_ROLES = 8;
+
+const memberString = (v: unknown): v is string => typeof v === "string" && v.length > 0 && v.length <= MAX_MEMBER_STRING;
+
+function isBeat(v: unknown): v is Beat {
+  if (typeof v !== "object" || v === null) return false;
+  const b = v as Partial<Record<keyof Beat, unknown>>;
+  return memberString(b.nodeId) && memberString(b.incarnation) && typeof b.startedAtMs === "number"
+    && Array.isArray(b.roles) && b.roles.length <= MAX_MEMBER_ROLES && b.roles.every(memberString)
+    && (b.sentMs === undefined || typeof b.sentMs === "number");
+}
+
+function isGoodbye(v: unknown): v is { nodeId: string; incarnation: string } {
+  if (typeof v !== "object" || v === null) return false;
+  const g = v as { nodeId?: unknown; incarnation?: unknown };
+  return memberString(g.nodeId) && memberString(g.incarnation);
+}
+
+/**
+ * The message a membership body carries, or undefined (counted) when it is not one. Anyone who
+ * may publish on `node.hb|leave.n` (every worker identity) reaches every node's subscription, and
+ * an exception thrown from a NATS callback ends the client's reader: that connection then hears
+ * nothing more (membership, adverts, its node record's answers) until the process restarts.
+ */
+function parsed<T>(data: Uint8Array, is: (v: unknown) => v is T): T | undefined {
+  let v: unknown;
+  try {
+    v = decode<unknown>(data);
+  } catch {
+    v = undefined;
+  }
+  if (is(v)) return v;
+  countBusRefusal("membership", "malformed");
+  return undefined;
+}
+
 /** Pure: the live members at `nowMs` (sorted ids). */
 export function liveMembers(peers: Iterable<Peer>, nowMs: number, failureTimeoutMs: number, role?: string): string[] {
   const out: string[] = [];
@@ -121,14 +160,19 @@ export class Membership {
         callback: (e, m) => {
           if (e) return;
           const s = voiceOf("hb", m.subject);
-          if (s !== undefined) this.#onBeat(decode<MemberInfo>(m.data), s);
+          if (s === undefined) return;
+          const b = parsed(m.data, isBeat);
+          // Only the fields a heartbeat has: nothing else a sender adds is kept.
+          if (b !== undefined) this.#onBeat({ nodeId: b.nodeId, incarnation: b.incarnation, roles: [...b.roles], startedAtMs: b.startedAtMs, ...(b.sentMs === undefined ? {} : { sentMs: b.sentMs }) }, s);
         },
       }),
       nc.subscribe(`${this.subjectPrefix}.leave.*`, {
         callback: (e, m) => {
           if (e) return;
           const s = voiceOf("leave", m.subject);
-          if (s !== undefined) this.#onLeave(decode<{ nodeId: string; incarnation: string }>(m.data), s);
+          if (s === undefined) return;
+          const bye = parsed(m.data, isGoodbye);
+          if (bye !== undefined) this.#onLeave(bye, s);
         },
       }),
     );

@@ -40,7 +40,7 @@ export type KvOp = "get" | "get_replica" | "create" | "update" | "put" | "delete
 /** Which responder refused a request (`countBusRefusal`). */
 export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
 /** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), or `subject` (delivered under another subject). */
-export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject";
+export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
 
 const sources: Record<GaugeSourceName, Set<() => number>> = {
@@ -141,7 +141,7 @@ new Counter({
 
 const busRefusals = new Counter({
   name: METRICS.busRefusals,
-  help: "Requests a responder dropped unanswered: a reply subject that is not the asker's own inbox, or a worker-plane message naming another worker than its sender",
+  help: "Requests a responder dropped unanswered: a reply subject that is not the asker's own inbox, a worker-plane message naming another worker than its sender, or a body that is not the message its subject carries",
   labelNames: ["responder", "reason"] as const,
   registers: [registry],
 });
