@@ -27,7 +27,6 @@ const AMBIENT_ALLOWED = [
  */
 const FUNCTION_BUDGET_PENDING = [
   "src/cli/admin.ts",
-  "src/cli/node.ts",
   "src/http/openapi.ts",
   "src/server/node.ts",
   "src/server/start.ts",
