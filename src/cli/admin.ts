@@ -15,7 +15,12 @@ import { connectNats } from "../cluster/nats.ts";
 import { readJobCount } from "../slots/job-quota.ts";
 import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
-import { KvTenantDirectory, publicTenant, validateQuota, type QuotaUpdate } from "../tenants/directory.ts";
+import {
+  KvTenantDirectory,
+  publicTenant,
+  validateQuota,
+  type QuotaUpdate,
+} from "../tenants/directory.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { clusterForecast, formatForecast, parseForecastFlags } from "./forecast.ts";
 import { readDevFile, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
@@ -33,14 +38,26 @@ interface AdminFlags extends NatsAuthFlags {
 }
 
 /** Opens the tenant directory of the cluster the flags point at, runs `fn`, disconnects. */
-async function withDirectory<T>(f: AdminFlags, fn: (dir: KvTenantDirectory, tenants: KvStore, buckets: Buckets) => Promise<T>): Promise<T> {
+async function withDirectory<T>(
+  f: AdminFlags,
+  fn: (dir: KvTenantDirectory, tenants: KvStore, buckets: Buckets) => Promise<T>,
+): Promise<T> {
   const url = resolveNatsUrl(f.nats);
-  if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`", { field: "nats" });
+  if (!url)
+    throw new KairosError(
+      "invalid_argument",
+      "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`",
+      { field: "nats" },
+    );
   const clusterName = f.cluster ?? readDevFile()?.cluster ?? "kairos";
   const nc = await connectNats({ url, name: "kairos-admin", ...resolveNatsAuth(f, url, "admin") });
   try {
     const buckets = await openBuckets(nc, { clusterName, replicas: 1 });
-    return await fn(new KvTenantDirectory(buckets.tenants, { clock: systemClock }), buckets.tenants, buckets);
+    return await fn(
+      new KvTenantDirectory(buckets.tenants, { clock: systemClock }),
+      buckets.tenants,
+      buckets,
+    );
   } finally {
     await nc.close();
   }
@@ -64,15 +81,25 @@ export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
   const q: QuotaUpdate = {};
   const int = (raw: string, flag: string): number => {
     const v = Number(raw);
-    if (!POSITIVE_INT.test(raw.trim()) || !Number.isSafeInteger(v)) throw new KairosError("invalid_argument", `${flag}: must be a positive integer, got ${JSON.stringify(raw)}`, { field: flag });
+    if (!POSITIVE_INT.test(raw.trim()) || !Number.isSafeInteger(v))
+      throw new KairosError(
+        "invalid_argument",
+        `${flag}: must be a positive integer, got ${JSON.stringify(raw)}`,
+        { field: flag },
+      );
     return v;
   };
-  if (f.maxConcurrent !== undefined) q.max_concurrent_runs = int(f.maxConcurrent, "--max-concurrent");
+  if (f.maxConcurrent !== undefined)
+    q.max_concurrent_runs = int(f.maxConcurrent, "--max-concurrent");
   if (f.maxJobs !== undefined) q.max_jobs = int(f.maxJobs, "--max-jobs");
   if (f.weight !== undefined) {
     const w = Number(f.weight);
     if (!POSITIVE_NUMBER.test(f.weight.trim()) || !(w > 0 && w <= 1000)) {
-      throw new KairosError("invalid_argument", `--weight: must be a positive number at most 1000, got ${JSON.stringify(f.weight)}`, { field: "--weight" });
+      throw new KairosError(
+        "invalid_argument",
+        `--weight: must be a positive number at most 1000, got ${JSON.stringify(f.weight)}`,
+        { field: "--weight" },
+      );
     }
     q.weight = w;
   }
@@ -83,7 +110,10 @@ export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
 function common(cmd: Command): Command {
   return cmd
     .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
-    .option("--nats-creds <file>", "NATS credentials file of the admin user (env KAIROS_NATS_CREDS; default: the dev cluster's)")
+    .option(
+      "--nats-creds <file>",
+      "NATS credentials file of the admin user (env KAIROS_NATS_CREDS; default: the dev cluster's)",
+    )
     .option("--nats-tls-ca <file>", "CA (PEM) for a TLS NATS server (env KAIROS_NATS_TLS_CA)")
     .option("--nats-tls-cert <file>", "client certificate (PEM) (env KAIROS_NATS_TLS_CERT)")
     .option("--nats-tls-key <file>", "client key (PEM) (env KAIROS_NATS_TLS_KEY)")
@@ -94,28 +124,46 @@ function common(cmd: Command): Command {
 export function registerAdminCommands(program: Command): void {
   const admin = program.command("admin").description("tenants, API keys and the capacity forecast");
   const tenant = admin.command("tenant").description("tenants");
+  registerTenantCreateAndGet(tenant);
+  registerTenantSettings(tenant);
+  registerForecastCommand(admin);
+  registerKeyCommands(admin);
+  registerServiceCommands(admin);
+}
+
+/** `kairos admin tenant create` and `get`. */
+function registerTenantCreateAndGet(tenant: Command): void {
   common(tenant.command("create <name>"))
     .description("create a tenant and its first API key")
     .option("--json", "print {tenant_id, api_key, key_id}")
     .action(async (name: string, f: AdminFlags) => {
       const r = await withDirectory(f, (dir) => dir.createTenant(name));
       if (f.json) {
-        console.log(JSON.stringify({ tenant_id: r.tenant.tenant_id, api_key: r.apiKey, key_id: r.keyId }));
+        console.log(
+          JSON.stringify({ tenant_id: r.tenant.tenant_id, api_key: r.apiKey, key_id: r.keyId }),
+        );
         return;
       }
       console.log(`tenant   ${r.tenant.tenant_id} (${r.tenant.name})`);
       console.log(`api key  ${r.apiKey}`);
       console.log(`key id   ${r.keyId}`);
-      console.error("The API key is shown only once: store it now. Revoke it with `kairos admin key revoke <key id>`.");
+      console.error(
+        "The API key is shown only once: store it now. Revoke it with `kairos admin key revoke <key id>`.",
+      );
     });
 
   common(tenant.command("get <tenant_id>"))
-    .description("show a tenant: quotas, webhook URL, job count (never key hashes or the webhook secret)")
+    .description(
+      "show a tenant: quotas, webhook URL, job count (never key hashes or the webhook secret)",
+    )
     .option("--json", "print the tenant record and job_count as one JSON object")
     .action(async (tenantId: string, f: AdminFlags) => {
       const r = await withDirectory(f, async (dir, kv) => {
         const t = await dir.getTenant(tenantId);
-        if (t === null) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+        if (t === null)
+          throw new KairosError("not_found", `tenant ${tenantId} not found`, {
+            field: "tenant_id",
+          });
         return { ...publicTenant(t), job_count: await readJobCount(kv, tenantId) };
       });
       if (f.json) {
@@ -127,30 +175,51 @@ export function registerAdminCommands(program: Command): void {
       console.log(`max concurrent runs ${r.max_concurrent_runs}`);
       console.log(`max jobs            ${r.max_jobs}`);
       console.log(`weight              ${r.weight}`);
-      console.log(`jobs                ${r.job_count ?? "not counted yet (counted from the first create)"}`);
+      console.log(
+        `jobs                ${r.job_count ?? "not counted yet (counted from the first create)"}`,
+      );
       console.log(`webhook             ${r.webhook_url ?? "none"}`);
-      console.log(`image policy        ${r.image_policy?.join(" ") ?? "the operator's default (kairos node --image-policy)"}`);
+      console.log(
+        `image policy        ${r.image_policy?.join(" ") ?? "the operator's default (kairos node --image-policy)"}`,
+      );
     });
+}
 
+/** `kairos admin tenant images`, `quota` and `webhook`: a tenant's settings. */
+function registerTenantSettings(tenant: Command): void {
   common(tenant.command("images <tenant_id> [entries...]"))
-    .description("set the images a tenant may name: \"*\", registry/namespace prefixes ending in \"/\", repo@sha256:<digest> or repo:tag (docs/security.md); --clear: the operator's default")
+    .description(
+      'set the images a tenant may name: "*", registry/namespace prefixes ending in "/", repo@sha256:<digest> or repo:tag (docs/security.md); --clear: the operator\'s default',
+    )
     .option("--clear", "remove the tenant's own policy")
     .option("--json", "print the updated tenant record")
     .action(async (tenantId: string, entries: string[], f: AdminFlags & { clear?: boolean }) => {
-      if (!f.clear && entries.length === 0) throw new KairosError("invalid_argument", "give at least one entry, or --clear", { field: "entries" });
-      const t = publicTenant(await withDirectory(f, (dir) => dir.setImagePolicy(tenantId, f.clear ? null : entries)));
+      if (!f.clear && entries.length === 0)
+        throw new KairosError("invalid_argument", "give at least one entry, or --clear", {
+          field: "entries",
+        });
+      const t = publicTenant(
+        await withDirectory(f, (dir) => dir.setImagePolicy(tenantId, f.clear ? null : entries)),
+      );
       if (f.json) {
         console.log(JSON.stringify(t));
         return;
       }
-      console.log(`tenant ${t.tenant_id}: image policy ${t.image_policy?.join(" ") ?? "the operator's default"}`);
-      console.error("Existing jobs keep their images until patched; new creates and patches are checked (API nodes apply it within 5 s).");
+      console.log(
+        `tenant ${t.tenant_id}: image policy ${t.image_policy?.join(" ") ?? "the operator's default"}`,
+      );
+      console.error(
+        "Existing jobs keep their images until patched; new creates and patches are checked (API nodes apply it within 5 s).",
+      );
     });
 
   common(tenant.command("quota <tenant_id>"))
     .description("set a tenant's quotas (positive integers; weight a positive number ≤ 1000)")
     .option("--max-concurrent <n>", "most runs of the tenant at once")
-    .option("--max-jobs <n>", "most jobs (a create over it answers 422 quota_exceeded; existing jobs stay)")
+    .option(
+      "--max-jobs <n>",
+      "most jobs (a create over it answers 422 quota_exceeded; existing jobs stay)",
+    )
     .option("--weight <w>", "share of the fleet relative to other tenants")
     .option("--json", "print the updated tenant record")
     .action(async (tenantId: string, f: AdminFlags & QuotaFlags) => {
@@ -160,39 +229,59 @@ export function registerAdminCommands(program: Command): void {
         console.log(JSON.stringify(t));
         return;
       }
-      console.log(`tenant ${t.tenant_id}: max_concurrent_runs ${t.max_concurrent_runs}, max_jobs ${t.max_jobs}, weight ${t.weight}`);
+      console.log(
+        `tenant ${t.tenant_id}: max_concurrent_runs ${t.max_concurrent_runs}, max_jobs ${t.max_jobs}, weight ${t.weight}`,
+      );
     });
 
   common(tenant.command("webhook <tenant_id> [url]"))
-    .description("set the dead-letter webhook (omit url, or pass --clear, to remove it); prints the signing secret")
+    .description(
+      "set the dead-letter webhook (omit url, or pass --clear, to remove it); prints the signing secret",
+    )
     .option("--clear", "remove the webhook")
     .option("--json", "print {tenant_id, webhook_url, webhook_secret}")
-    .action(async (tenantId: string, url: string | undefined, f: AdminFlags & { clear?: boolean }) => {
-      const target = f.clear || url === undefined ? null : url;
-      const r = await withDirectory(f, (dir) => dir.setWebhook(tenantId, target));
-      if (f.json) {
-        console.log(JSON.stringify({ tenant_id: tenantId, webhook_url: target, webhook_secret: r.secret }));
-        return;
-      }
-      if (target === null) console.log(`webhook of ${tenantId} removed`);
-      else {
-        console.log(`webhook  ${target}`);
-        console.log(`secret   ${r.secret}`);
-        console.error("Verify Kairos-Signature: t=<unix s>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`)). The secret is shown only once.");
-      }
-    });
+    .action(
+      async (tenantId: string, url: string | undefined, f: AdminFlags & { clear?: boolean }) => {
+        const target = f.clear || url === undefined ? null : url;
+        const r = await withDirectory(f, (dir) => dir.setWebhook(tenantId, target));
+        if (f.json) {
+          console.log(
+            JSON.stringify({ tenant_id: tenantId, webhook_url: target, webhook_secret: r.secret }),
+          );
+          return;
+        }
+        if (target === null) console.log(`webhook of ${tenantId} removed`);
+        else {
+          console.log(`webhook  ${target}`);
+          console.log(`secret   ${r.secret}`);
+          console.error(
+            "Verify Kairos-Signature: t=<unix s>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`)). The secret is shown only once.",
+          );
+        }
+      },
+    );
+}
 
+/** `kairos admin forecast`. */
+function registerForecastCommand(admin: Command): void {
   common(admin.command("forecast"))
-    .description("runs due per minute over the next hours, across the cluster, per tenant (from the jobs' schedules)")
+    .description(
+      "runs due per minute over the next hours, across the cluster, per tenant (from the jobs' schedules)",
+    )
     .option("--hours <h>", "hours ahead, 1-168", "1")
     .option("--max-jobs <n>", "most jobs read (past it the forecast is marked truncated)")
     .option("--json", "print the forecast as one JSON object (docs/cli.md)")
     .action(async (f: AdminFlags & { hours?: string; maxJobs?: string }) => {
       const o = parseForecastFlags(f);
-      const r = await withDirectory(f, (_dir, _tenants, buckets) => clusterForecast(buckets, systemClock.now(), o));
+      const r = await withDirectory(f, (_dir, _tenants, buckets) =>
+        clusterForecast(buckets, systemClock.now(), o),
+      );
       console.log(f.json ? JSON.stringify(r) : formatForecast(r));
     });
+}
 
+/** `kairos admin key create` and `revoke`. */
+function registerKeyCommands(admin: Command): void {
   const key = admin.command("key").description("API keys");
   common(key.command("create <tenant_id>"))
     .description("create another API key for a tenant (e.g. to rotate keys)")
@@ -213,21 +302,41 @@ export function registerAdminCommands(program: Command): void {
       await withDirectory(f, (dir) => dir.revokeKey(keyId));
       console.log(`revoked ${keyId}`);
     });
-  registerServiceCommands(admin);
 }
 
+/** `kairos admin service …`: tenant service identities. */
 function registerServiceCommands(admin: Command): void {
-  const service = admin.command("service").description("tenant service identities for the NATS API (effective at once, no server reload)");
+  const service = admin
+    .command("service")
+    .description(
+      "tenant service identities for the NATS API (effective at once, no server reload)",
+    );
+  registerServiceCreateAndRevoke(service);
+  registerServiceListAndGet(service);
+}
+
+/** `kairos admin service create` and `revoke`. */
+function registerServiceCreateAndRevoke(service: Command): void {
   common(service.command("create <name>"))
-    .description("issue the NATS identity service-<name>, allowed only the tenant's NATS API; prints its secret once")
+    .description(
+      "issue the NATS identity service-<name>, allowed only the tenant's NATS API; prints its secret once",
+    )
     .requiredOption("--tenant <tenant_id>", "the tenant whose API it may use")
-    .option("--creds-out <file>", "write its credentials file ({user, password, inbox_prefix}, mode 0600, must not exist) instead of printing the secret")
+    .option(
+      "--creds-out <file>",
+      "write its credentials file ({user, password, inbox_prefix}, mode 0600, must not exist) instead of printing the secret",
+    )
     .option("--json", "print {user, password, inbox_prefix, tenant_id}")
     .action(async (name: string, f: AdminFlags & { tenant: string; credsOut?: string }) => {
       const r = await withDirectory(f, (dir, kv) => createService(kv, dir, name, f.tenant));
       if (f.credsOut !== undefined) {
-        writeFileSync(f.credsOut, JSON.stringify(r.creds, null, 2) + "\n", { mode: 0o600, flag: "wx" });
-        console.log(`service ${r.creds.user} of tenant ${r.record.tenant_id}: credentials written to ${f.credsOut}`);
+        writeFileSync(f.credsOut, JSON.stringify(r.creds, null, 2) + "\n", {
+          mode: 0o600,
+          flag: "wx",
+        });
+        console.log(
+          `service ${r.creds.user} of tenant ${r.record.tenant_id}: credentials written to ${f.credsOut}`,
+        );
         return;
       }
       if (f.json) {
@@ -237,41 +346,68 @@ function registerServiceCommands(admin: Command): void {
       console.log(`user      ${r.creds.user}`);
       console.log(`secret    ${r.creds.password}`);
       console.log(`tenant    ${r.record.tenant_id}`);
-      console.error(`The secret is shown only once; it works at once as the NATS user/password. Revoke with \`kairos admin service revoke ${name}\`.`);
+      console.error(
+        `The secret is shown only once; it works at once as the NATS user/password. Revoke with \`kairos admin service revoke ${name}\`.`,
+      );
     });
   common(service.command("revoke <name>"))
-    .description("revoke a service identity and close its live connections at once (needs the NATS system account's credentials)")
-    .option("--nats-sys-creds <file>", "credentials file of the NATS system account's user sys (env KAIROS_NATS_SYS_CREDS; default: the dev cluster's)")
+    .description(
+      "revoke a service identity and close its live connections at once (needs the NATS system account's credentials)",
+    )
+    .option(
+      "--nats-sys-creds <file>",
+      "credentials file of the NATS system account's user sys (env KAIROS_NATS_SYS_CREDS; default: the dev cluster's)",
+    )
     .action(async (name: string, f: AdminFlags & { natsSysCreds?: string }) => {
       const sys = await connectSys(f);
       try {
         const r = await withDirectory(f, (_dir, kv) => revokeService(kv, sys, name));
-        console.log(`revoked ${serviceUser(name)} (tenant ${r.record.tenant_id}); ${r.kicked} live connection(s) closed on ${r.servers} server(s)`);
+        console.log(
+          `revoked ${serviceUser(name)} (tenant ${r.record.tenant_id}); ${r.kicked} live connection(s) closed on ${r.servers} server(s)`,
+        );
       } finally {
         await sys.close();
       }
     });
+}
+
+/** `kairos admin service list` and `get`: never secrets or hashes. */
+function registerServiceListAndGet(service: Command): void {
   common(service.command("list"))
     .description("list service identities (never secrets or hashes)")
     .option("--tenant <tenant_id>", "only this tenant's")
     .option("--json", "print {services: [...], truncated}")
     .action(async (f: AdminFlags & { tenant?: string }) => {
-      const r = await withDirectory(f, (_dir, kv) => new KvServiceDirectory(kv, systemClock).list(f.tenant));
+      const r = await withDirectory(f, (_dir, kv) =>
+        new KvServiceDirectory(kv, systemClock).list(f.tenant),
+      );
       const services = r.services.map(shownService);
       if (f.json) {
         console.log(JSON.stringify({ services, truncated: r.truncated }));
         return;
       }
-      for (const v of services) console.log(`${v.user.padEnd(30)} ${v.tenant_id}  ${v.revoked ? `revoked ${v.revoked_at ?? ""}` : "live"}  created ${v.created_at}`);
+      for (const v of services)
+        console.log(
+          `${v.user.padEnd(30)} ${v.tenant_id}  ${v.revoked ? `revoked ${v.revoked_at ?? ""}` : "live"}  created ${v.created_at}`,
+        );
       if (r.truncated) console.error("(truncated: more identities than one listing reads)");
     });
   common(service.command("get <name>"))
     .description("show a service identity (never its secret or hash)")
     .option("--json", "print the record as JSON")
     .action(async (name: string, f: AdminFlags) => {
-      const r = await withDirectory(f, (_dir, kv) => new KvServiceDirectory(kv, systemClock).get(name));
-      if (r === null) throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
+      const r = await withDirectory(f, (_dir, kv) =>
+        new KvServiceDirectory(kv, systemClock).get(name),
+      );
+      if (r === null)
+        throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
       const v = shownService(r);
-      console.log(f.json ? JSON.stringify(v) : Object.entries(v).map(([k, x]) => `${k.padEnd(10)} ${String(x)}`).join("\n"));
+      console.log(
+        f.json
+          ? JSON.stringify(v)
+          : Object.entries(v)
+              .map(([k, x]) => `${k.padEnd(10)} ${String(x)}`)
+              .join("\n"),
+      );
     });
 }
