@@ -9,7 +9,10 @@
  *
  * Pitfalls: the chunk is a `pre` effect, written before the state that drops its ids; a crash in
  * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
- * record `settle`d by a pause, delete or schedule change is not indexed (it could be listed twice).
+ * record `settle`d by a pause, delete or schedule change is indexed: it is an orphan of a fire
+ * whose state change (and so its index entry) was lost — settling visits only occurrences this
+ * state has not fired — so it is in no chunk the state counts, and without it the listing would
+ * miss a record GET finds.
  * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
 
@@ -70,7 +73,7 @@ function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
     }
     if (fx.kind !== "put_run") continue;
     const p = fx as { kind: "put_run"; mode: string; record: { run_id: string } };
-    if (p.mode === "create" || p.mode === "terminal") out.push(p.record.run_id);
+    if (p.mode === "create" || p.mode === "terminal" || p.mode === "settle") out.push(p.record.run_id);
   }
   return out;
 }

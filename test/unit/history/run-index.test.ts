@@ -140,8 +140,9 @@ describe("runs index: the pure decision", () => {
     assert.deepEqual(d.index, { seq: 1, pending: ids.slice(RUN_INDEX_CHUNK) });
   });
 
-  it("record updates and settled orphans are not new records; a job from before the index stays unindexed", () => {
-    assert.equal(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update"), put("c", "settle")], false), null);
+  it("record updates are not new records, settled orphans are (their fire's entry was lost with its state); a job from before the index stays unindexed", () => {
+    assert.equal(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update")], false), null);
+    assert.deepEqual(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update"), put("c", "settle")], false)?.index, { seq: 2, pending: ["a", "c"] });
     assert.equal(indexDecision(undefined, JOB, [put("b", "create")], false), null);
   });
 
