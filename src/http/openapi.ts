@@ -8,7 +8,13 @@ import { RUN_STATUSES } from "../protocol/model.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
-import { ErrorSchema, JobPageSchema, JobViewSchema, RunPageSchema, RunViewSchema } from "./views.ts";
+import {
+  ErrorSchema,
+  JobPageSchema,
+  JobViewSchema,
+  RunPageSchema,
+  RunViewSchema,
+} from "./views.ts";
 
 type Json = Record<string, unknown>;
 
@@ -34,7 +40,9 @@ const json = (schema: Json, description: string, headers?: Json): Json => ({
 });
 
 const errorResponse = (description: string): Json => json(ref("Error"), description);
-const etag: Json = { ETag: { description: 'the job version, quoted: "3"', schema: { type: "string" } } };
+const etag: Json = {
+  ETag: { description: 'the job version, quoted: "3"', schema: { type: "string" } },
+};
 const retryAfter: Json = { "Retry-After": { description: "seconds", schema: { type: "integer" } } };
 
 const errors = (...codes: number[]): Json => {
@@ -45,68 +53,208 @@ const errors = (...codes: number[]): Json => {
     409: errorResponse("conflict: e.g. Idempotency-Key reused with a different body"),
     412: errorResponse("precondition_failed: If-Match does not match the job's version"),
     413: errorResponse(`payload_too_large: body over ${DEFAULT_MAX_BODY_BYTES} bytes`),
-    422: errorResponse("quota_exceeded (e.g. the tenant's max_jobs) or policy_denied: task.image outside the tenant's image policy (or a registry on a loopback/private address it does not name), or task.resources above the cluster's per-task maxima; `error.field` names it"),
+    422: errorResponse(
+      "quota_exceeded (e.g. the tenant's max_jobs) or policy_denied: task.image outside the tenant's image policy (or a registry on a loopback/private address it does not name), or task.resources above the cluster's per-task maxima; `error.field` names it",
+    ),
   };
   const out: Json = {};
   for (const c of [...codes, 401]) if (all[c]) out[String(c)] = all[c];
-  out["429"] = { ...errorResponse("rate_limited (the tenant's request rate, or too many failed authentications from this address) or overloaded: retry after Retry-After seconds"), headers: retryAfter };
-  out["503"] = { ...errorResponse("unavailable / no_owner / timeout: retry after Retry-After seconds"), headers: retryAfter };
+  out["429"] = {
+    ...errorResponse(
+      "rate_limited (the tenant's request rate, or too many failed authentications from this address) or overloaded: retry after Retry-After seconds",
+    ),
+    headers: retryAfter,
+  };
+  out["503"] = {
+    ...errorResponse("unavailable / no_owner / timeout: retry after Retry-After seconds"),
+    headers: retryAfter,
+  };
   out["500"] = errorResponse("internal error");
   return out;
 };
 
-const param = (name: string, where: "path" | "query" | "header", schema: Json, description: string, required = where === "path"): Json => ({
-  name, in: where, required, description, schema,
+const param = (
+  name: string,
+  where: "path" | "query" | "header",
+  schema: Json,
+  description: string,
+  required = where === "path",
+): Json => ({
+  name,
+  in: where,
+  required,
+  description,
+  schema,
 });
 
-const jobId = param("job_id", "path", { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" }, "job id");
-const runId = param("run_id", "path", { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" }, "run id");
-const limit = param("limit", "query", { type: "integer", minimum: 1, maximum: PAGE.maxLimit, default: PAGE.defaultLimit }, "page size");
-const cursor = param("cursor", "query", { type: "string", maxLength: PAGE.maxCursorChars }, "next_cursor of the previous page");
+const jobId = param(
+  "job_id",
+  "path",
+  { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" },
+  "job id",
+);
+const runId = param(
+  "run_id",
+  "path",
+  { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$" },
+  "run id",
+);
+const limit = param(
+  "limit",
+  "query",
+  { type: "integer", minimum: 1, maximum: PAGE.maxLimit, default: PAGE.defaultLimit },
+  "page size",
+);
+const cursor = param(
+  "cursor",
+  "query",
+  { type: "string", maxLength: PAGE.maxCursorChars },
+  "next_cursor of the previous page",
+);
 
 function paths(): Json {
+  return { ...servicePaths(), ...jobPaths(), ...runPaths() };
+}
+
+/** Liveness and this document: no API key. */
+function servicePaths(): Json {
   return {
-    "/healthz": { get: { summary: "Liveness", security: [], responses: { "200": json({ type: "object", properties: { ok: { const: true } } }, "alive") } } },
-    "/openapi.json": { get: { summary: "This document", security: [], responses: { "200": json({ type: "object" }, "OpenAPI 3.1 document") } } },
+    "/healthz": {
+      get: {
+        summary: "Liveness",
+        security: [],
+        responses: {
+          "200": json({ type: "object", properties: { ok: { const: true } } }, "alive"),
+        },
+      },
+    },
+    "/openapi.json": {
+      get: {
+        summary: "This document",
+        security: [],
+        responses: { "200": json({ type: "object" }, "OpenAPI 3.1 document") },
+      },
+    },
+  };
+}
+
+/** Jobs: create, list, get, change, delete. */
+function jobPaths(): Json {
+  return {
     "/v1/jobs": {
       post: {
         summary: "Create a job",
-        parameters: [param("Idempotency-Key", "header", { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY_CHARS }, "a retried create with the same key (within 24 h) returns the same job")],
-        requestBody: { required: true, content: { "application/json": { schema: ref("CreateJobRequest") } } },
+        parameters: [
+          param(
+            "Idempotency-Key",
+            "header",
+            { type: "string", minLength: 1, maxLength: MAX_IDEMPOTENCY_KEY_CHARS },
+            "a retried create with the same key (within 24 h) returns the same job",
+          ),
+        ],
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: ref("CreateJobRequest") } },
+        },
         responses: {
           "201": json(ref("Job"), "created", { ...etag, Location: { schema: { type: "string" } } }),
-          "200": json(ref("Job"), "replayed: the Idempotency-Key was used before with this body", etag),
+          "200": json(
+            ref("Job"),
+            "replayed: the Idempotency-Key was used before with this body",
+            etag,
+          ),
           ...errors(400, 409, 413, 422),
         },
       },
-      get: { summary: "List jobs", parameters: [cursor, limit], responses: { "200": json(ref("JobPage"), "a page of jobs"), ...errors(400) } },
+      get: {
+        summary: "List jobs",
+        parameters: [cursor, limit],
+        responses: { "200": json(ref("JobPage"), "a page of jobs"), ...errors(400) },
+      },
     },
     "/v1/jobs/{job_id}": {
-      get: { summary: "Get a job (with next_runs)", parameters: [jobId], responses: { "200": json(ref("Job"), "the job", etag), ...errors(404) } },
+      get: {
+        summary: "Get a job (with next_runs)",
+        parameters: [jobId],
+        responses: { "200": json(ref("Job"), "the job", etag), ...errors(404) },
+      },
       patch: {
         summary: "Change a job: each top-level field sent replaces the job's field",
-        parameters: [jobId, param("If-Match", "header", { type: "string" }, 'expected version: "3", W/"3" or 3')],
-        requestBody: { required: true, content: { "application/json": { schema: ref("PatchJobRequest") } } },
-        responses: { "200": json(ref("Job"), "the changed job", etag), ...errors(400, 404, 412, 413, 422) },
+        parameters: [
+          jobId,
+          param("If-Match", "header", { type: "string" }, 'expected version: "3", W/"3" or 3'),
+        ],
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: ref("PatchJobRequest") } },
+        },
+        responses: {
+          "200": json(ref("Job"), "the changed job", etag),
+          ...errors(400, 404, 412, 413, 422),
+        },
       },
-      delete: { summary: "Delete a job (active runs are cancelled)", parameters: [jobId], responses: { "204": { description: "deleted" }, ...errors(404) } },
+      delete: {
+        summary: "Delete a job (active runs are cancelled)",
+        parameters: [jobId],
+        responses: { "204": { description: "deleted" }, ...errors(404) },
+      },
     },
+  };
+}
+
+/** Runs: run now, a job's runs, dead letters, one run. */
+function runPaths(): Json {
+  return {
     "/v1/jobs/{job_id}/runs": {
-      post: { summary: "Run now", parameters: [jobId], responses: { "202": json(ref("Run"), "the run, queued", { Location: { schema: { type: "string" } } }), ...errors(404, 422) } },
+      post: {
+        summary: "Run now",
+        parameters: [jobId],
+        responses: {
+          "202": json(ref("Run"), "the run, queued", { Location: { schema: { type: "string" } } }),
+          ...errors(404, 422),
+        },
+      },
       get: {
-        summary: "List a job's runs, newest first by creation (a status filter may return a short page with a cursor: follow it until null)",
-        parameters: [jobId, param("status", "query", { type: "string", enum: [...RUN_STATUSES] }, "only runs in this status"), cursor, limit],
+        summary:
+          "List a job's runs, newest first by creation (a status filter may return a short page with a cursor: follow it until null)",
+        parameters: [
+          jobId,
+          param(
+            "status",
+            "query",
+            { type: "string", enum: [...RUN_STATUSES] },
+            "only runs in this status",
+          ),
+          cursor,
+          limit,
+        ],
         responses: { "200": json(ref("RunPage"), "a page of runs"), ...errors(400, 404) },
       },
     },
     "/v1/runs": {
       get: {
         summary: "List the tenant's dead-lettered runs (ended failed or timed out), oldest first",
-        parameters: [param("status", "query", { type: "string", enum: ["dead_lettered"] }, "required: dead_lettered (other statuses are listed per job)", true), cursor, limit],
+        parameters: [
+          param(
+            "status",
+            "query",
+            { type: "string", enum: ["dead_lettered"] },
+            "required: dead_lettered (other statuses are listed per job)",
+            true,
+          ),
+          cursor,
+          limit,
+        ],
         responses: { "200": json(ref("RunPage"), "a page of dead-lettered runs"), ...errors(400) },
       },
     },
-    "/v1/runs/{run_id}": { get: { summary: "Get a run", parameters: [runId], responses: { "200": json(ref("Run"), "the run"), ...errors(404) } } },
+    "/v1/runs/{run_id}": {
+      get: {
+        summary: "Get a run",
+        parameters: [runId],
+        responses: { "200": json(ref("Run"), "the run"), ...errors(404) },
+      },
+    },
   };
 }
 
@@ -116,15 +264,40 @@ let cached: Json | undefined;
 export function openApiDocument(): Json {
   cached ??= {
     openapi: "3.1.0",
-    info: { title: "Kairos API", version: "1", description: "Multi-tenant job scheduler. Times are RFC 3339 UTC; fields are snake_case." },
+    info: {
+      title: "Kairos API",
+      version: "1",
+      description: "Multi-tenant job scheduler. Times are RFC 3339 UTC; fields are snake_case.",
+    },
     servers: [{ url: "/" }],
     security: [{ bearer: [] }],
     paths: paths(),
     components: {
-      securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "API key from `kairos admin tenant create`" } },
+      securitySchemes: {
+        bearer: {
+          type: "http",
+          scheme: "bearer",
+          description: "API key from `kairos admin tenant create`",
+        },
+      },
       schemas: {
-        ...components([["CreateJobRequest", CreateJobSchema], ["PatchJobRequest", PatchJobSchema]], "input"),
-        ...components([["Job", JobViewSchema], ["Run", RunViewSchema], ["JobPage", JobPageSchema], ["RunPage", RunPageSchema], ["Error", ErrorSchema]], "output"),
+        ...components(
+          [
+            ["CreateJobRequest", CreateJobSchema],
+            ["PatchJobRequest", PatchJobSchema],
+          ],
+          "input",
+        ),
+        ...components(
+          [
+            ["Job", JobViewSchema],
+            ["Run", RunViewSchema],
+            ["JobPage", JobPageSchema],
+            ["RunPage", RunPageSchema],
+            ["Error", ErrorSchema],
+          ],
+          "output",
+        ),
       },
     },
   };
