@@ -19,7 +19,8 @@ import { activeRunsReply, emptyJobState, loadJobState, type JobState } from "./j
 import { command } from "./job-commands.ts";
 import { fireAt, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
-import { complete, completionKey, heartbeatAck, heartbeatKey, onRunMessage } from "./run-lifecycle.ts";
+import { complete, completionKey, heartbeatKey } from "./run-lifecycle.ts";
+import { heartbeatAck, onRunMessage } from "./run-messages.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "./job-types.ts";

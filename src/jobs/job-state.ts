@@ -36,7 +36,7 @@ export interface ActiveRun {
   slot: boolean;
   /** Slots given back so far: names the current grant (see `grantId` in ids.ts). */
   slot_seq?: number;
-  /** Probes of the current lease sent and not answered (run-lifecycle.ts `MAX_UNANSWERED_PROBES`). */
+  /** Probes of the current lease sent and not answered (run-messages.ts `MAX_UNANSWERED_PROBES`). */
   probes?: number;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
@@ -50,7 +50,7 @@ export interface ActiveRun {
   gate?: true;
   /**
    * Claimed while the job's overlap was `queue`: its acknowledgements carry no cover
-   * (run-lifecycle.ts `heartbeatAck`), so its worker asks again as its start nears, and a run
+   * (run-messages.ts `heartbeatAck`), so its worker asks again as its start nears, and a run
    * started by hand can still send it back to the queue (job-commands.ts `unprepareQueued`).
    */
   no_cover?: true;
@@ -142,7 +142,7 @@ export const FENCE_BLOCK = 1_024;
 /** A state read back from KV: fences continue above everything an earlier incarnation reserved. */
 export function loadJobState(s: JobState): JobState {
   const fenced = s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq ? { ...s, fence_seq: s.fence_reserved } : s;
-  // A count of unanswered probes is memory only (run-lifecycle.ts `probeOrLapse`); one a later
+  // A count of unanswered probes is memory only (run-messages.ts `probeOrLapse`); one a later
   // write happened to store must not let a new owner lapse a lease without asking.
   return fenced.runs.some((r) => r.probes !== undefined)
     ? { ...fenced, runs: fenced.runs.map(({ probes: _probes, ...r }) => r) }

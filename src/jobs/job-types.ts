@@ -73,7 +73,7 @@ export type JobMsg =
   | { kind: "slot_audit"; run_id: string }
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
-  /** `after_probe`: the probe's answer never came (run-lifecycle.ts `onLeaseExpired`). */
+  /** `after_probe`: the probe's answer never came (run-messages.ts `onLeaseExpired`). */
   | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
   /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder, and the worker no longer advertises). */
   | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null; gone?: true }
@@ -85,7 +85,7 @@ export type JobMsg =
   /**
    * From the shell: creating this run's record met a terminal one — the occurrence was fired and
    * ended in decisions whose state change was lost (deferred), so the re-fire re-created a run
-   * that must not run again: it is dropped (run-lifecycle.ts `onAlreadyEnded`).
+   * that must not run again: it is dropped (run-messages.ts `onAlreadyEnded`).
    */
   | { kind: "already_ended"; run_id: string };
 
@@ -120,6 +120,6 @@ export type JobEffect =
   | { kind: "probe_worker"; worker: string; run_id: string; attempt: number; fence: number }
   | { kind: "dead_letter"; record: RunView };
 
-/** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-lifecycle.ts `heartbeatAck`). */
+/** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-messages.ts `heartbeatAck`). */
 /** `runs` and `index` answer `active_runs`: the active runs' views and the runs index (run-index.ts). */
 export type JobReply = { job?: JobView; run?: RunView; runs?: RunView[]; index?: RunIndexState; run_id?: string; ok?: true; hold?: true; cover_ms?: number } | null;

@@ -1,9 +1,8 @@
 /**
- * The run lifecycle: claims, leases and heartbeats, completion, retries with backoff, lease
- * expiry, the gate of a run prepared ahead, and the end of a run (`finish`: its terminal record,
- * its slot given back or drained, its worker told to stop, a dead letter, a queued occurrence
- * started). Status changes go through the transition table (run-status.ts); `onRunMessage`
- * handles every run message in an exhaustive `switch`.
+ * The run lifecycle: claims, leases, completion, retries with backoff, a lapsed lease, and the
+ * end of a run (`finish`: its terminal record, its slot given back or drained, its worker told to
+ * stop, a dead letter, a queued occurrence started). Status changes go through the transition
+ * table (run-status.ts); the other run messages are handled in run-messages.ts.
  *
  * Gotchas (ARCHITECTURE.md, "Design decisions"): a heartbeat or completion counts only with the run's current
  * fence AND the worker that claimed it (`holds`); the first one under an offer's fence claims the
@@ -11,16 +10,14 @@
  * (`leaseEndMs`, arrivals recorded by the host before the mailbox): busy is not dead. An attempt
  * whose lease ran out before it started does not count against `max_attempts` (bounded).
  */
-import { assertNever } from "../lib/assert.ts";
-import type { Completion, HeartbeatAck, ProbeReply } from "../protocol/worker.ts";
+import type { Completion, ProbeReply } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-types.ts";
-import { terminalRunView, type ActiveRun, type JobState } from "./job-state.ts";
+import { terminalRunView, type ActiveRun } from "./job-state.ts";
 import { NOT_COUNTED, PRESUMED_NOT_STARTED, type AttemptOutcome, type RunView } from "../protocol/model.ts";
-import { holdOf } from "./occurrence-plan.ts";
-import { askSlot, dispatch, drain, drained, onGrant } from "./run-dispatch.ts";
-import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
+import { askSlot, dispatch, drain, drained } from "./run-dispatch.ts";
+import { canMove, isLeased, moveRun } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "./tx.ts";
 
 /** Attempts that expired before they started and so do not count against max_attempts (a bound). */
@@ -128,7 +125,7 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
 }
 
 /** A worker holds the attempt with the run's current fence: leased, lease timer armed. */
-function claim(tx: Tx, r: ActiveRun, worker: string): void {
+export function claim(tx: Tx, r: ActiveRun, worker: string): void {
   moveRun(r, "claim");
   r.attempt += 1;
   r.worker = worker;
@@ -144,13 +141,13 @@ function claim(tx: Tx, r: ActiveRun, worker: string): void {
 }
 
 /** The attempt with this fence is the run's current lease, and `worker` holds it. */
-function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): boolean {
+export function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): boolean {
   if (r.fence !== fence || !isLeased(r)) return false;
   return r.worker === worker || tx.faults.fenceSharedByWorkers === true;
 }
 
 /** When the lease of `r` ends: the latest heartbeat arrival (or its start) plus the TTL. */
-function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
+export function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
   const seen = r.worker === null ? undefined : tx.arrivalMs(heartbeatKey(r.run_id, r.fence, r.worker));
   return Math.max(armedAtMs, seen ?? 0, r.start_at_ms) + tx.cfg.leaseTtlMs;
 }
@@ -195,192 +192,6 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   return tx.done({ ok: true });
 }
 
-type RunMsg<K extends JobMsg["kind"]> = Extract<JobMsg, { kind: K }>;
-
-/** Every run message but `complete` (see `complete`), each in its own handler. */
-export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
-  switch (m.kind) {
-    case "slot_granted":
-    case "slot_audit":
-      return onGrant(tx, m);
-    case "redispatch":
-      return onRedispatch(tx, tx.run(m.run_id));
-    case "slot_check": {
-      const r = tx.run(m.run_id);
-      if (actsOn("slot_check", r) && !r.slot) askSlot(tx, r);
-      return tx.done(null);
-    }
-    case "claimed":
-      return onClaimed(tx, m);
-    case "dispatch_failed": {
-      const r = tx.run(m.run_id);
-      if (actsOn("dispatch_failed", r) && r.fence === m.fence) {
-        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
-      }
-      return tx.done(null);
-    }
-    case "heartbeat":
-      return onHeartbeat(tx, m);
-    case "lease_expired":
-      return onLeaseExpired(tx, m);
-    case "probe_answer":
-      return onProbeAnswer(tx, m);
-    case "drained":
-      drained(tx, m.run_id, m.fence);
-      return tx.done(null);
-    case "gate":
-      return onGate(tx, tx.run(m.run_id));
-    case "retry_due":
-      return onRetryDue(tx, tx.run(m.run_id));
-    case "already_ended":
-      return onAlreadyEnded(tx, tx.run(m.run_id));
-    default:
-      return assertNever(m, "run message");
-  }
-}
-
-function onRedispatch(tx: Tx, r: ActiveRun | undefined): D {
-  if (!actsOn("redispatch", r)) return tx.done(null);
-  if (!r.slot) askSlot(tx, r);
-  else dispatch(tx, r); // a new fence: the earlier offer (if any) is dead
-  return tx.done(null);
-}
-
-function onClaimed(tx: Tx, m: RunMsg<"claimed">): D {
-  const r = tx.run(m.run_id);
-  if (r && holds(tx, r, m.fence, m.worker)) {
-    return tx.done(null); // already claimed implicitly by the worker's first heartbeat
-  }
-  if (!actsOn("claimed", r) || r.fence !== m.fence) {
-    // The worker holds a claim we no longer want: tell it to stop.
-    tx.post.push({ kind: "cancel_on_worker", worker: m.worker, run_id: m.run_id, fence: m.fence });
-    return tx.done(null);
-  }
-  claim(tx, r, m.worker);
-  return tx.done(null);
-}
-
-function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
-  const r = tx.run(m.run_id);
-  // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
-  // the current fence proves the claim.
-  if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
-  if (!r || !holds(tx, r, m.fence, m.worker)) {
-    return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
-  }
-  tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-  heard(tx, r);
-  const ack = heartbeatAck(tx.s, r, m.started_at_ms, tx.now, tx.cfg.leaseTtlMs);
-  if (ack.hold) return tx.done(ack);
-  if (canMove(r, "start") && m.started_at_ms !== undefined) {
-    moveRun(r, "start");
-    r.started_at_ms ??= m.started_at_ms;
-    const a = r.attempts[r.attempts.length - 1];
-    if (a) a.started_at = iso(m.started_at_ms);
-    tx.putRun(r);
-    // Deferred: the claim (written) is what lets the worker start; a lost start is learnt again
-    // from the completion (it carries started_at) and, at worst, an expired lease counts it unstarted.
-    tx.defer();
-  }
-  return tx.done(ack);
-}
-
-/**
- * The acknowledgement of a heartbeat from the holder of a lease (protocol/worker.ts `HeartbeatAck`):
- * `hold` for a gated run an earlier run still blocks; for an attempt not started yet, `cover_ms`
- * up to its lease's end at start_at + TTL (`leaseEndMs`; the lease timer armed at the claim never
- * fires before it), so a run prepared minutes ahead needs no acknowledgement as its start nears.
- * A `hold` carries no cover: a held attempt keeps asking, and `holdOf` being monotone, an attempt
- * acknowledged without `hold` is never held later (its cover cannot outlive a skip decision).
- */
-export function heartbeatAck(s: JobState, r: ActiveRun, startedAtMs: number | undefined, nowMs: number, leaseTtlMs: number): HeartbeatAck {
-  if (r.status !== "leased" || startedAtMs !== undefined) return { ok: true };
-  if (holdOf(s, r)) return { ok: true, hold: true };
-  if (r.no_cover) return { ok: true };
-  return r.start_at_ms > nowMs ? { ok: true, cover_ms: r.start_at_ms - nowMs + leaseTtlMs } : { ok: true };
-}
-
-function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
-  const r = tx.run(m.run_id);
-  if (!actsOn("lease_expired", r) || r.fence !== m.fence) return tx.done(null);
-  // Busy is not dead: a heartbeat or completion report that arrived (even if still queued behind
-  // this timer) extends the lease; re-arm for its end instead of expiring. A completion report of
-  // the holder still waiting in the mailbox keeps it however long it waits: its attempt has ended
-  // (nothing can overlap), and its turn will settle the run — expiring now would throw its result
-  // away and run it again. (Its worker does not heartbeat it while the report is on the wire.)
-  const end = r.worker !== null && tx.pending(completionKey(r.run_id, r.fence, r.worker))
-    ? tx.now + tx.cfg.leaseTtlMs
-    : leaseEndMs(tx, r, 0);
-  if (end > tx.now) {
-    tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-    heard(tx, r);
-    return tx.done(null);
-  }
-  // Silence is not an answer: the attempt may have run and its report be stuck behind a burst
-  // (offered again, it would run twice — a fifth of a 200,000-run burst). Ask its worker
-  // what became of it; the lease stands until the answer (`onProbeAnswer`), or until the fallback
-  // (`after_probe`: the answer never came in — the actor moved, its mailbox was full, a stall),
-  // which asks again. Only MAX_UNANSWERED_PROBES unanswered probes in a row lapse it.
-  return probeOrLapse(tx, r);
-}
-
-/** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
-export const MAX_UNANSWERED_PROBES = 3;
-
-/** The lease was heard from (a heartbeat, a report, an answer): unanswered probes start again from 0. */
-function heard(tx: Tx, r: ActiveRun): void {
-  if (r.probes === undefined) return;
-  delete r.probes;
-  tx.defer();
-}
-
-function probeOrLapse(tx: Tx, r: ActiveRun): D {
-  if (tx.faults.lapseWithoutProbe === true) return lapse(tx, r, null);
-  if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
-  r.probes = (r.probes ?? 0) + 1;
-  tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
-  tx.post.push({ kind: "probe_worker", worker: r.worker, run_id: r.run_id, attempt: r.attempt, fence: r.fence });
-  tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence, after_probe: true });
-  return tx.done(null);
-}
-
-/**
- * The worker's answer to a probe of a silent lease (protocol/worker.ts `ProbeReply`): it runs —
- * the lease goes on; it ended — its completion settles the run as its report would have;
- * `not_started` — the probe dropped it (or it was dropped before): the lease lapses at once.
- * `started`/`unknown` (gone from the worker) and no answer lapse it only once the lease is silent
- * still: a heartbeat acknowledged since the probe went covers its worker for a while, so the
- * owner waits that lease out (a TTL from the arrival, ≥ the worker's send + TTL − margin) before
- * a re-offer. No answer in time (a swamped, frozen or cut-off worker) asks again, up to
- * MAX_UNANSWERED_PROBES (at once: a probe already waited its time); `gone` (no responder, and
- * the worker no longer advertises: its process is gone, job-shell.ts `probe`) lapses it.
- */
-function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
-  const r = tx.run(m.run_id);
-  if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker) return tx.done(null);
-  const reply = m.reply;
-  if (reply !== null) heard(tx, r);
-  if (reply?.state === "running") {
-    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-    return tx.done(null);
-  }
-  if (reply?.state === "ended" && reply.completion) {
-    // The identity is the lease's own, never the wire reply's.
-    return complete(tx, { ...reply.completion, kind: "complete", run_id: r.run_id, fence: r.fence, worker: m.worker });
-  }
-  if (reply?.state !== "not_started") {
-    // Heard from since the probe went (a heartbeat, a report waiting here): not silent after all.
-    const end = tx.pending(completionKey(r.run_id, r.fence, m.worker)) ? tx.now + tx.cfg.leaseTtlMs : leaseEndMs(tx, r, 0);
-    if (end > tx.now) {
-      tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
-      heard(tx, r);
-      return tx.done(null);
-    }
-    if (reply === null && !m.gone) return probeOrLapse(tx, r);
-  }
-  return lapse(tx, r, reply);
-}
-
 /**
  * A lease that lapsed: the attempt ends `lease_lost` and the run is offered again (or
  * dead-lettered). `reply`: what its worker said of it (null: nothing). An attempt its worker says
@@ -388,7 +199,7 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
  * heard to start is presumed not started (a burst's unacknowledged offers; a worker that died
  * before starting it).
  */
-function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | "given back" = "expired"): D {
+export function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | "given back" = "expired"): D {
   const w = r.worker ?? "?";
   const said = reply?.state;
   // Never heard to start, and its worker does not say it did: a worker restarted under the same
@@ -436,58 +247,5 @@ function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | 
     finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
     tx.changed = true;
   }
-  return tx.done(null);
-}
-
-/**
- * The due instant of a gated run. A blocking run still active: skip this occurrence (its worker
- * has only ever heard `hold`, so it never started). Otherwise it goes (or went).
- */
-function onGate(tx: Tx, r: ActiveRun | undefined): D {
-  if (actsOn("gate", r) && r.gate && r.started_at_ms === null && holdOf(tx.s, r)) {
-    finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
-  }
-  // overlap=replace prepared ahead: the due occurrence replaces every run scheduled before it
-  // that is still active (one started by hand since the preparation). Written, as a replace is.
-  if (r?.gate && tx.job.spec.overlap === "replace" && tx.run(r.run_id)) {
-    const older = tx.s.runs.filter((x) => x !== r && x.scheduled_for_ms < r.scheduled_for_ms);
-    for (const x of older) finish(tx, x, "cancelled", "replaced by a newer occurrence", null);
-    // Decided: the gate is not re-armed on a later activation (job-actor.ts onActivate re-arms a
-    // replace gate until then, even once the run has started).
-    delete r.gate;
-    // Written when it replaced runs (as a replace at the due instant is); else deferred — lost,
-    // the gate is re-armed on activation and decides the same again.
-    if (older.length > 0) tx.changed = true;
-    else tx.defer();
-  }
-  return tx.done(null);
-}
-
-/**
- * A run re-created over a record that had already ended (see `already_ended`): dropped before it
- * goes anywhere — no record written (the terminal one stands), its slot or slot request given
- * back, its timers cancelled. Only a run not yet offered (the follow-up comes before any other
- * message); one already claimed is left to its lifecycle.
- */
-function onAlreadyEnded(tx: Tx, r: ActiveRun | undefined): D {
-  if (!r || r.attempt > 0 || isLeased(r)) return tx.done(null);
-  tx.s.runs = tx.s.runs.filter((x) => x !== r);
-  cancelRunTimers(tx, r.run_id);
-  if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
-  tx.defer();
-  return tx.done(null);
-}
-
-function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
-  if (!actsOn("retry_due", r)) return tx.done(null);
-  moveRun(r, "retry_due");
-  r.next_attempt_at_ms = null;
-  r.start_at_ms = tx.now;
-  r.fence = 0;
-  tx.putRun(r);
-  // A grant may have arrived during retry_wait: then the slot is held and the run goes now.
-  if (r.slot) dispatch(tx, r);
-  else askSlot(tx, r);
-  tx.changed = true;
   return tx.done(null);
 }
