@@ -40,7 +40,14 @@ export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorR
     // One timer for the batch (all its items share the budget).
     const cancel = clock.setTimer(budgetMs, finish);
     items.forEach((it, i) => {
-      void deliver(it).then(
+      // A deliver that throws is an item's error, never the batch's (it would go unanswered and unhandled).
+      let delivered: Promise<unknown>;
+      try {
+        delivered = deliver(it);
+      } catch (e) {
+        delivered = Promise.reject(e instanceof Error ? e : new Error(String(e)));
+      }
+      void delivered.then(
         (v): ItemResult => ({ ok: true, v }),
         (e: unknown): ItemResult => ({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
       ).then((r) => {

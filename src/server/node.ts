@@ -358,11 +358,18 @@ export class KairosNode {
       m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
       return;
     }
+    // Never throws: an item is untrusted input (a batch's `[null]` once threw here, inside the
+    // NATS callback or as an unhandled rejection that ended the process).
     const deliver = (it: ActorRequest): Promise<unknown> => {
-      const why = this.#refusal(it, sender);
-      if (why === undefined) return host.deliver(it.t, it.i, it.m);
-      this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
-      return Promise.reject(new KairosError("permission_denied", why));
+      if (!isActorRequest(it)) return Promise.reject(new KairosError("invalid_argument", "malformed actor request item: needs string t and i"));
+      try {
+        const why = this.#refusal(it, sender);
+        if (why === undefined) return host.deliver(it.t, it.i, it.m);
+        this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
+        return Promise.reject(new KairosError("permission_denied", why));
+      } catch (e) {
+        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
+      }
     };
     if ("b" in req) {
       // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
@@ -395,3 +402,9 @@ export class KairosNode {
   }
 }
 
+/** An actor request item as it arrived (untrusted): an object with string `t` and `i`. */
+function isActorRequest(v: unknown): v is ActorRequest {
+  if (typeof v !== "object" || v === null) return false;
+  const r = v as { t?: unknown; i?: unknown };
+  return typeof r.t === "string" && typeof r.i === "string";
+}
