@@ -19,12 +19,30 @@ import type { NodeConfig } from "../cluster/config.ts";
 import { EventBus } from "../cluster/events.ts";
 import { Membership } from "../cluster/membership.ts";
 import { connectNats } from "../cluster/nats.ts";
-import { ThreadLeaseKeeper, type LeaseThread, type ThreadData } from "../cluster/lease-keeper-thread.ts";
+import {
+  ThreadLeaseKeeper,
+  type LeaseThread,
+  type ThreadData,
+} from "../cluster/lease-keeper-thread.ts";
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { ActorRouter, partitionSubject, workerPlaneSender, workerPlaneWildcard, type ActorReply, type ActorRequest, type BatchRequest } from "../cluster/router.ts";
-import { REQUEST_INFO_HEADER, inboxModeFor, replyRefusal, type Asker, type InboxMode } from "../cluster/reply-guard.ts";
+import {
+  ActorRouter,
+  partitionSubject,
+  workerPlaneSender,
+  workerPlaneWildcard,
+  type ActorReply,
+  type ActorRequest,
+  type BatchRequest,
+} from "../cluster/router.ts";
+import {
+  REQUEST_INFO_HEADER,
+  inboxModeFor,
+  replyRefusal,
+  type Asker,
+  type InboxMode,
+} from "../cluster/reply-guard.ts";
 import { addClockSkewSource, countBusRefusal } from "../metrics/index.ts";
 import { answerBatch } from "./batch-answer.ts";
 
@@ -51,7 +69,12 @@ export interface NodeDeps {
  * Reads the cluster's partition count, creating it on first start. A bucket another node has
  * just created may not have a leader yet (no responders): retried with backoff, bounded.
  */
-async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCreate: boolean): Promise<number> {
+async function clusterPartitions(
+  b: Buckets,
+  wanted: number,
+  clock: Clock,
+  mayCreate: boolean,
+): Promise<number> {
   let last: unknown = "no scheduler node has created the cluster config yet";
   for (let i = 0; i < 40; i++) {
     try {
@@ -61,7 +84,9 @@ async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCr
       const e = await b.cluster.get("config", mayCreate ? undefined : REPLICA_READ);
       if (e) return decode<{ partitions: number }>(e.value).partitions;
       // Only scheduler identities may write the cluster bucket: other nodes wait for one.
-      const r = mayCreate ? await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" })) : { ok: false };
+      const r = mayCreate
+        ? await b.cluster.create("config", encode({ partitions: wanted, createdBy: "kairos" }))
+        : { ok: false };
       if (r.ok) return wanted;
     } catch (err) {
       if (!isKairosError(err, "unavailable") && !isKairosError(err, "timeout")) throw err;
@@ -69,7 +94,9 @@ async function clusterPartitions(b: Buckets, wanted: number, clock: Clock, mayCr
     }
     await new Promise<void>((r) => clock.setTimer(backoffMs(i, { baseMs: 50, maxMs: 1000 }), r));
   }
-  throw new KairosError("unavailable", `cannot read the cluster config: ${String(last)}`, { cause: last });
+  throw new KairosError("unavailable", `cannot read the cluster config: ${String(last)}`, {
+    cause: last,
+  });
 }
 
 export class KairosNode {
@@ -180,7 +207,11 @@ export class KairosNode {
     } else {
       const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}`, ...c.natsAuth });
       // The control plane (leases, membership) has a socket of its own: see openBuckets.
-      const control = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}-control`, ...c.natsAuth }).catch(async (e: unknown) => {
+      const control = await connectNats({
+        url: c.natsUrl,
+        name: `kairos-${c.nodeId}-control`,
+        ...c.natsAuth,
+      }).catch(async (e: unknown) => {
         await nc.close();
         throw e;
       });
@@ -202,18 +233,35 @@ export class KairosNode {
         scope: c.roles.includes("api") || c.roles.includes("scheduler") ? "cluster" : "worker",
       });
     }
-    this.#partitions = await clusterPartitions(this.#buckets, c.partitions, clock, c.roles.includes("scheduler"));
+    this.#partitions = await clusterPartitions(
+      this.#buckets,
+      c.partitions,
+      clock,
+      c.roles.includes("scheduler"),
+    );
     const routing = {
-      nc: this.#nc, clusterName: c.clusterName, clock, random: this.#deps.random,
-      partitions: this.#partitions, deadlineMs: c.requestDeadlineMs,
+      nc: this.#nc,
+      clusterName: c.clusterName,
+      clock,
+      random: this.#deps.random,
+      partitions: this.#partitions,
+      deadlineMs: c.requestDeadlineMs,
     };
     this.#router = new ActorRouter(routing);
     this.#workerRouter = new ActorRouter({ ...routing, plane: "workers", workerId: c.nodeId });
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
-      nc: this.#control ?? this.#nc, clusterName: c.clusterName, clock, events,
-      self: { nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles], startedAtMs: clock.now() },
+      nc: this.#control ?? this.#nc,
+      clusterName: c.clusterName,
+      clock,
+      events,
+      self: {
+        nodeId: c.nodeId,
+        incarnation: this.incarnation,
+        roles: [...c.roles],
+        startedAtMs: clock.now(),
+      },
       nodesKv: this.#buckets.nodes,
       heartbeatIntervalMs: c.heartbeatIntervalMs,
       failureTimeoutMs: c.failureTimeoutMs,
@@ -224,7 +272,12 @@ export class KairosNode {
     this.#skewRead = () => m.skews(); // held here: the metrics module holds it weakly
     this.#removeSkewSource = addClockSkewSource(this.#skewRead);
     if (isScheduler) await this.#startScheduler();
-    events.emit({ type: "node_started", nodeId: c.nodeId, incarnation: this.incarnation, roles: [...c.roles] });
+    events.emit({
+      type: "node_started",
+      nodeId: c.nodeId,
+      incarnation: this.incarnation,
+      roles: [...c.roles],
+    });
   }
 
   async #startScheduler(): Promise<void> {
@@ -232,34 +285,34 @@ export class KairosNode {
     const { clock } = this.#deps;
     const membership = this.#membership!;
     const host = new ActorHost({
-      nodeId: c.nodeId, clock, events, kv: this.buckets.actors, partitions: this.#partitions,
+      nodeId: c.nodeId,
+      clock,
+      events,
+      kv: this.buckets.actors,
+      partitions: this.#partitions,
       isTrusted: (p) => this.#leases?.isTrusted(p) ?? false,
       epochOf: (p) => this.#leases?.epochOf(p),
       send: (to, msg) => this.router.request(to, msg),
-      mailboxLimit: c.mailboxLimit, idleMs: c.actorIdleMs,
+      mailboxLimit: c.mailboxLimit,
+      idleMs: c.actorIdleMs,
       onError: (m, e) => this.#deps.log("warn", m, { err: String(e) }),
     });
     for (const r of this.#registrations) host.register(r);
     this.#host = host;
-    const keeperOptions = { me: c.nodeId, incarnation: this.incarnation, leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs, safetyMarginMs: c.leaseSafetyMarginMs };
-    const onError = (m: string, e: unknown) => this.#deps.log("warn", m, { err: String(e) });
-    // Renewals from a thread of their own need a real connection and the system clock (or a
-    // thread of the caller's making: the simulation's).
-    const spawn = this.#deps.leaseThread;
-    const keeper = c.leaseRenewer === "thread" && ((this.#deps.transport === undefined && clock === systemClock) || spawn !== undefined)
-      ? await ThreadLeaseKeeper.start({
-        keeper: keeperOptions, partitions: this.#partitions, natsUrl: c.natsUrl, natsAuth: c.natsAuth,
-        connectionName: `kairos-${c.nodeId}-leases`, bucket: bucketName(c.clusterName, "leases"),
-        tickMs: c.partitionTickMs, mainStallMs: c.leaseMainStallMs, startTimeoutMs: 10_000,
-        clock, leases: this.buckets.leases, onError, ...(spawn ? { spawn } : {}),
-      })
-      : undefined;
+    const keeperStart = this.#startLeaseKeeper();
+    const keeper = keeperStart ? await keeperStart : undefined;
     this.#leases = new PartitionManager({
       ...(keeper ? { keeper } : {}),
-      leases: this.buckets.leases, clock, events,
-      me: c.nodeId, incarnation: this.incarnation, partitions: this.#partitions,
-      leaseTtlMs: c.leaseTtlMs, renewIntervalMs: c.leaseRenewIntervalMs,
-      safetyMarginMs: c.leaseSafetyMarginMs, tickMs: c.partitionTickMs,
+      leases: this.buckets.leases,
+      clock,
+      events,
+      me: c.nodeId,
+      incarnation: this.incarnation,
+      partitions: this.#partitions,
+      leaseTtlMs: c.leaseTtlMs,
+      renewIntervalMs: c.leaseRenewIntervalMs,
+      safetyMarginMs: c.leaseSafetyMarginMs,
+      tickMs: c.partitionTickMs,
       desired: () => assign(this.#partitions, membership.live("scheduler")),
       callbacks: {
         onAcquired: async (p) => {
@@ -285,6 +338,45 @@ export class KairosNode {
       this.#cancelSweep = clock.setTimer(Math.max(1000, c.actorIdleMs / 4), sweep);
     };
     sweep();
+  }
+
+  /**
+   * The thread that renews partition leases (`--lease-renewer thread`), started when it can be:
+   * a real connection and the system clock, or a thread the caller makes (the simulation's).
+   * Undefined: the partition manager renews inline.
+   */
+  #startLeaseKeeper(): Promise<ThreadLeaseKeeper> | undefined {
+    const c = this.config;
+    const { clock } = this.#deps;
+    const keeperOptions = {
+      me: c.nodeId,
+      incarnation: this.incarnation,
+      leaseTtlMs: c.leaseTtlMs,
+      renewIntervalMs: c.leaseRenewIntervalMs,
+      safetyMarginMs: c.leaseSafetyMarginMs,
+    };
+    const onError = (m: string, e: unknown) => this.#deps.log("warn", m, { err: String(e) });
+    // Renewals from a thread of their own need a real connection and the system clock (or a
+    // thread of the caller's making: the simulation's).
+    const spawn = this.#deps.leaseThread;
+    return c.leaseRenewer === "thread" &&
+      ((this.#deps.transport === undefined && clock === systemClock) || spawn !== undefined)
+      ? ThreadLeaseKeeper.start({
+          keeper: keeperOptions,
+          partitions: this.#partitions,
+          natsUrl: c.natsUrl,
+          natsAuth: c.natsAuth,
+          connectionName: `kairos-${c.nodeId}-leases`,
+          bucket: bucketName(c.clusterName, "leases"),
+          tickMs: c.partitionTickMs,
+          mainStallMs: c.leaseMainStallMs,
+          startTimeoutMs: 10_000,
+          clock,
+          leases: this.buckets.leases,
+          onError,
+          ...(spawn ? { spawn } : {}),
+        })
+      : undefined;
   }
 
   #unsubscribe(p: number): void {
@@ -315,8 +407,14 @@ export class KairosNode {
   #subscribe(p: number): void {
     if (this.#subs.has(p)) return;
     this.#subs.set(p, [
-      this.nc.subscribe(partitionSubject(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, false, p) }),
-      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), { queue: "owners", callback: (e, m) => this.#serve(e, m, true, p) }),
+      this.nc.subscribe(partitionSubject(this.config.clusterName, p), {
+        queue: "owners",
+        callback: (e, m) => this.#serve(e, m, false, p),
+      }),
+      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), {
+        queue: "owners",
+        callback: (e, m) => this.#serve(e, m, true, p),
+      }),
     ]);
   }
 
@@ -330,9 +428,18 @@ export class KairosNode {
     // messages under their own subject (`$KV.…`) to whatever subject its creator chose, as the
     // account — past the permissions that keep workers off `p.<n>`.
     const c = this.config.clusterName;
-    if (fromWorkers ? !m.subject.startsWith(workerPlaneWildcard(c, p).slice(0, -1)) : m.subject !== partitionSubject(c, p)) {
+    if (
+      fromWorkers
+        ? !m.subject.startsWith(workerPlaneWildcard(c, p).slice(0, -1))
+        : m.subject !== partitionSubject(c, p)
+    ) {
       countBusRefusal(fromWorkers ? "worker_plane" : "actors", "subject");
-      this.events.emit({ type: "reply_refused", responder: fromWorkers ? "worker_plane" : "actors", reason: "subject", subject: m.subject.slice(0, 200) });
+      this.events.emit({
+        type: "reply_refused",
+        responder: fromWorkers ? "worker_plane" : "actors",
+        reason: "subject",
+        subject: m.subject.slice(0, 200),
+      });
       return;
     }
     const host = this.#host!;
@@ -345,23 +452,53 @@ export class KairosNode {
     // Answer only the asker's own inbox, never a subject it chose for us (reply-guard.ts). On the
     // worker plane the asker is the worker the subject names (its items must name it too: `#refusal`).
     const sender = fromWorkers ? workerPlaneSender(m.subject) : undefined;
-    const asker: Asker = sender !== undefined ? { kind: "worker", workerIds: [sender] } : { kind: "actor_command" };
-    const refused = replyRefusal(m.reply, asker, this.#inboxes, () => m.headers?.get(REQUEST_INFO_HEADER));
+    const asker: Asker =
+      sender !== undefined ? { kind: "worker", workerIds: [sender] } : { kind: "actor_command" };
+    const refused = replyRefusal(m.reply, asker, this.#inboxes, () =>
+      m.headers?.get(REQUEST_INFO_HEADER),
+    );
     if (refused) {
       const responder = fromWorkers ? "worker_plane" : "actors";
       countBusRefusal(responder, refused.reason);
-      this.#deps.log("warn", "request dropped unanswered: its reply subject is not the asker's inbox", { responder, reason: refused.reason, detail: refused.detail, subject: m.subject });
-      this.events.emit({ type: "reply_refused", responder, reason: refused.reason, subject: m.subject });
+      this.#deps.log(
+        "warn",
+        "request dropped unanswered: its reply subject is not the asker's inbox",
+        { responder, reason: refused.reason, detail: refused.detail, subject: m.subject },
+      );
+      this.events.emit({
+        type: "reply_refused",
+        responder,
+        reason: refused.reason,
+        subject: m.subject,
+      });
       return;
     }
     if (req === undefined || req === null || typeof req !== "object") {
-      m.respond(encode({ ok: false, e: { code: "invalid_argument", message: "undecodable actor request" } } satisfies ActorReply));
+      m.respond(
+        encode({
+          ok: false,
+          e: { code: "invalid_argument", message: "undecodable actor request" },
+        } satisfies ActorReply),
+      );
       return;
     }
+    this.#answer(m, req, sender, host);
+  }
+
+  /** Delivers a decoded request (one item or a batch) to its actors and answers with the reply. */
+  #answer(
+    m: BusMsg,
+    req: ActorRequest | BatchRequest,
+    sender: string | undefined,
+    host: ActorHost,
+  ): void {
     // Never throws: an item is untrusted input (a batch's `[null]` once threw here, inside the
     // NATS callback or as an unhandled rejection that ended the process).
     const deliver = (it: ActorRequest): Promise<unknown> => {
-      if (!isActorRequest(it)) return Promise.reject(new KairosError("invalid_argument", "malformed actor request item: needs string t and i"));
+      if (!isActorRequest(it))
+        return Promise.reject(
+          new KairosError("invalid_argument", "malformed actor request item: needs string t and i"),
+        );
       try {
         const why = this.#refusal(it, sender);
         if (why === undefined) return host.deliver(it.t, it.i, it.m);
@@ -373,15 +510,20 @@ export class KairosNode {
     };
     if ("b" in req) {
       // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
-      void answerBatch(req, deliver, this.#deps.clock).then((v) => m.respond(encode({ ok: true, v } satisfies ActorReply)));
+      void answerBatch(req, deliver, this.#deps.clock).then((v) =>
+        m.respond(encode({ ok: true, v } satisfies ActorReply)),
+      );
       return;
     }
     const one = req;
     deliver(one).then(
       (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
       (e: unknown) => {
-        const err = isKairosError(e) ? e.toJSON() : { code: "internal" as const, message: "internal error" };
-        if (!isKairosError(e)) this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
+        const err = isKairosError(e)
+          ? e.toJSON()
+          : { code: "internal" as const, message: "internal error" };
+        if (!isKairosError(e))
+          this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
         m.respond(encode({ ok: false, e: err } satisfies ActorReply));
       },
     );
