@@ -9,11 +9,9 @@
  *
  * Pitfalls: the chunk is a `pre` effect, written before the state that drops its ids; a crash in
  * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
- * record `settle`d by a pause, delete or schedule change is indexed: it is an orphan of a fire
- * whose state change (and so its index entry) was lost — settling visits only occurrences this
- * state has not fired — so it is in no chunk the state counts, and without it the listing would
- * miss a record GET finds.
- * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
+ * record `settle`d by a pause, delete or schedule change is indexed too: it is the orphan of a
+ * fire whose state change (and index entry) was lost, so no chunk holds it. Job states without
+ * `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
 
 /** Run ids per chunk record: a page of 200 reads at most 5 chunks; the state holds < CHUNK ids. */
