@@ -52,6 +52,10 @@ export interface FleetState {
   dirty: boolean;
   /** Deficit rounding between computations (fair-share.ts `fairShares`). */
   carry?: Map<string, number>;
+  /** The carry the next turn of the rounding starts from (the last turn's result). */
+  carry_next?: Map<string, number>;
+  /** When the rounding last turned. */
+  rotated_at_ms?: number;
   /** The last computation rounded some share: recompute every FLEET_ROTATE_MS to turn it. */
   rounded?: boolean;
   /** When this incarnation heard its first message (warm-up). */
@@ -93,9 +97,17 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
   const before = state.capacity > 0 ? state.shares : new Map<string, number>();
   for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
   const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
+  // The rounding turns at most every FLEET_ROTATE_MS: a recompute for changed demands in between
+  // keeps the turn's order (a carry advanced on every 100 ms recompute flipped shares ten times a
+  // second, each flip a push to the tenants whose share shrank).
+  const turn = state.rotated_at_ms === undefined || now - state.rotated_at_ms >= FLEET_ROTATE_MS;
+  if (turn) {
+    state.carry = state.carry_next ?? new Map<string, number>();
+    state.rotated_at_ms = now;
+  }
   const fair = fairShares(capacity, demands, state.carry ?? new Map());
   state.shares = fair.shares;
-  state.carry = fair.carry;
+  if (turn) state.carry_next = fair.carry;
   state.rounded = fair.fractional;
   // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
   let spare = capacity;

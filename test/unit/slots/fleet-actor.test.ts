@@ -125,6 +125,22 @@ describe("fleet actor", () => {
     assert.ok(seen.includes("21") && seen.includes("12"), seen.join(" "));
   });
 
+  it("recomputes for changed demands between turns keep the rounding's order: shares flip at most every FLEET_ROTATE_MS", () => {
+    const f = new Fleet();
+    f.capacity = 3;
+    f.warm([["a", 50, 1], ["b", 50, 1]]);
+    const seen: string[] = [];
+    for (let i = 0; i < 9; i++) {
+      f.now += FLEET_RECOMPUTE_MS; // inside one turn: only a's demand changes (still above its part)
+      const r = f.round([["a", 50 - (i % 2), 1], ["b", 50, 1]]);
+      seen.push(`${r["a"]}${r["b"]}`);
+    }
+    assert.equal(new Set(seen).size, 1, `one rounding between turns: ${seen.join(" ")}`);
+    f.now += FLEET_ROTATE_MS;
+    const turned = f.round([["a", 50, 1], ["b", 50, 1]]);
+    assert.notEqual(`${turned["a"]}${turned["b"]}`, seen[0], "and it turns at the next turn");
+  });
+
   it("a tenant reporting no demand leaves (no answer); a silent one is dropped after FLEET_STALE_MS", () => {
     const f = new Fleet();
     f.warm([["a", 100, 1], ["b", 100, 1], ["c", 100, 1]]);
