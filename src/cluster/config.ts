@@ -3,7 +3,7 @@
  * The environment is parsed once, at the entry point (src/cli), never here.
  */
 import { KairosError } from "../lib/errors.ts";
-import type { NatsAuthOptions } from "./nats.ts";
+import type { NatsAuthOptions } from "./nats-auth.ts";
 
 export const ROLES = ["api", "scheduler", "worker"] as const;
 export type Role = (typeof ROLES)[number];

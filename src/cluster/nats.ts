@@ -11,38 +11,10 @@ import { readFileSync } from "node:fs";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
 import { useBufferEncoder } from "./nats-encoding.ts";
+import type { NatsAuthOptions, NatsCredentials, NatsTlsOptions } from "./nats-auth.ts";
 import { inboxPrefixFor } from "./nats-permissions.ts";
 
-/** What a credentials file holds. */
-export interface NatsCredentials {
-  user: string;
-  password: string;
-  /** Default `_INBOX_<user>`. */
-  inbox_prefix?: string;
-  /**
-   * API users only: the seed of the account nkey that signs the auth callout's answers
-   * (src/nats-api/auth-callout.ts; nats-accounts.ts). An API node with it admits service identities.
-   */
-  callout_issuer_seed?: string;
-  /** API users only: the curve key seed that opens the callout's requests (they carry secrets) and seals its answers. */
-  callout_xkey_seed?: string;
-}
-
-export interface NatsTlsOptions {
-  /** CA certificate(s) (PEM) the server's certificate must chain to. */
-  readonly caFile?: string;
-  /** Client certificate and key (PEM) for servers that verify clients. */
-  readonly certFile?: string;
-  readonly keyFile?: string;
-}
-
-/** How a process authenticates to NATS; part of the validated node config. */
-export interface NatsAuthOptions {
-  /** A credentials file (`NatsCredentials` as JSON). Unset: no credentials (refused by a secured server). */
-  readonly credsFile?: string;
-  /** TLS for the client connection. Unset: plain TCP unless the URL says `tls://`. */
-  readonly tls?: NatsTlsOptions;
-}
+export type { NatsAuthOptions, NatsCredentials, NatsTlsOptions };
 
 export interface ConnectOptions extends NatsAuthOptions {
   /** One URL or a comma-separated list (every server of the cluster). */
