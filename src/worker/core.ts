@@ -5,20 +5,10 @@
  * given up.
  */
 import type { ExecutionResult } from "../sandbox/index.ts";
-import type { CompletionOutbox } from "./outbox.ts";
-import type { Heartbeats } from "./heartbeat.ts";
 import { fencedKey, marginOf, type Lease } from "./lease.ts";
 import { LeaseTable } from "./lease-table.ts";
 import type { WorkerOptions } from "./options.ts";
-import type { SelfFencing } from "./self-fencing.ts";
-import type { StartTiming } from "./start-timing.ts";
-
-export interface WorkerParts {
-  readonly starts: StartTiming;
-  readonly beats: Heartbeats;
-  readonly fencing: SelfFencing;
-  readonly outbox: CompletionOutbox;
-}
+import type { WorkerParts } from "./types.ts";
 
 export class WorkerCore {
   readonly o: WorkerOptions;

@@ -9,12 +9,13 @@ import type { ItemResult } from "../cluster/router.ts";
 import { encode } from "../cluster/codec.ts";
 import { JOB_ACTOR, workerAdvertSubject, type HeartbeatAck } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
+import type { HeartbeatsPart } from "./types.ts";
 import { coverOf, type Lease } from "./lease.ts";
 
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
 
-export class Heartbeats {
+export class Heartbeats implements HeartbeatsPart {
   readonly #c: WorkerCore;
   #round: Promise<void> | undefined;
   #roundAgain = false;

@@ -11,6 +11,7 @@ import { Fifo } from "../lib/fifo.ts";
 import type { ExecutionResult } from "../sandbox/index.ts";
 import { JOB_ACTOR } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
+import type { OutboxPart } from "./types.ts";
 import { endedBeforeKill, type Lease } from "./lease.ts";
 
 /** How long completion reports gather before their batch goes (`#flushReports`). */
@@ -32,7 +33,7 @@ export const COMPLETION_WAIT_MS = 10_000;
 const MIN_REPORT_WAIT_MS = 250;
 export const COMPLETIONS_IN_FLIGHT = 65_536;
 
-export class CompletionOutbox {
+export class CompletionOutbox implements OutboxPart {
   readonly #c: WorkerCore;
   /** Ended attempts waiting for a report slot (COMPLETIONS_IN_FLIGHT), oldest first. */
   readonly #reportQueue = new Fifo<Lease>();

@@ -5,9 +5,10 @@
  * acknowledged through their start are parked until their start timer wakes them.
  */
 import type { WorkerCore } from "./core.ts";
+import type { SelfFencingPart } from "./types.ts";
 import type { Lease } from "./lease.ts";
 
-export class SelfFencing {
+export class SelfFencing implements SelfFencingPart {
   readonly #c: WorkerCore;
   #cancelFence: (() => void) | undefined;
   /** When the armed fence timer fires (monotonic ms); +∞: none armed. */

@@ -7,9 +7,10 @@
  */
 import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
+import type { StartTimingPart } from "./types.ts";
 import type { Lease } from "./lease.ts";
 
-export class StartTiming {
+export class StartTiming implements StartTimingPart {
   readonly #c: WorkerCore;
   /** Attempts due at the same instant share one timer and start in one tight loop (bursts). */
   readonly #due = new Map<number, Lease[]>();
