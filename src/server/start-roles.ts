@@ -1,0 +1,465 @@
+/**
+ * The roles' parts of a Kairos process (startKairos in start.ts): the scheduler's actor
+ * registrations, the worker, the metrics listener and the api role's HTTP and NATS APIs.
+ */
+import { systemClock } from "../lib/clock.ts";
+import { createLogger } from "../lib/log.ts";
+import { systemRandom } from "../lib/random.ts";
+import type { NodeConfig } from "../cluster/config.ts";
+import { KairosNode } from "./node.ts";
+import { type JobActorConfig } from "../jobs/job-types.ts";
+import { jobRegistration } from "../jobs/job-shell.ts";
+import { tenantRegistration } from "../slots/tenant-shell.ts";
+import { fleetRegistration } from "../slots/fleet-shell.ts";
+import { FAIR_REPORT_MS } from "../slots/fleet-actor.ts";
+import { NatsJobsService } from "../service/nats-service.ts";
+import { WorkerDirectory } from "../slots/worker-directory.ts";
+import { Worker } from "../worker/worker.ts";
+import {
+  createExecutor,
+  taskLimits as resolveTaskLimits,
+  type ExecutorKind,
+  type ImagePolicy,
+  type TaskLimits,
+} from "../sandbox/index.ts";
+import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../notify/webhook.ts";
+import { DeadLetterOutbox } from "../notify/dead-letters.ts";
+import { SecretEnvStore } from "../secrets/secret-env.ts";
+import { createApp, serveApi, type ApiServer } from "../http/index.ts";
+import type { RateLimitOptions } from "../http/rate-limit.ts";
+import { createOpsApp, registerReadiness } from "../http/ops.ts";
+import { nodeOps } from "./ops.ts";
+import { RunMetrics } from "../history/run-metrics.ts";
+import { type RetentionConfig } from "../history/retention.ts";
+import { RunRetention } from "../history/run-retention.ts";
+import { KvTenantDirectory } from "../tenants/index.ts";
+import type { Tenant } from "../protocol/service.ts";
+import { connectNats, readNatsCredentials } from "../cluster/nats.ts";
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { EventBus } from "../cluster/events.ts";
+import { inboxModeFor } from "../cluster/reply-guard.ts";
+import { createOperations } from "../app/operations.ts";
+import { ALLOW_ANY_IMAGE } from "../sandbox/image-policy.ts";
+import { natsApiConfig, type NatsApiConfig } from "../nats-api/config.ts";
+import { createNatsApiHandler } from "../nats-api/handler.ts";
+import { NatsApiService } from "../nats-api/service.ts";
+import { ServiceAuthCallout, type Lookup } from "../nats-api/auth-callout.ts";
+import { KvServiceDirectory } from "../tenants/services.ts";
+
+export interface ProcessOptions {
+  executor: ExecutorKind;
+  workerSlots: number;
+  apiHost: string;
+  apiPort: number;
+  job?: Partial<JobActorConfig>;
+  workerHeartbeatMs?: number;
+  /**
+   * The node's metrics listener: /healthz, /readyz and /metrics (0: any free port); unset: none.
+   * /metrics is served nowhere else (API nodes answer /healthz and /readyz on the API port too).
+   */
+  metricsPort?: number;
+  /** Address of the metrics listener (default 127.0.0.1, whatever `apiHost` is). */
+  metricsHost?: string;
+  /** The metrics listener's /metrics answers only `Authorization: Bearer <metricsToken>`. */
+  metricsToken?: string;
+  /** scheduler: name the tenant in the per-tenant metrics' `tenant` label (default: left out). */
+  metricsTenantLabels?: boolean;
+  /** api: the operator's default image policy (default: any image). */
+  imagePolicy?: ImagePolicy;
+  /**
+   * api and worker: the cluster's per-task resource maxima (default DEFAULT_TASK_LIMITS) — API
+   * nodes refuse a task above them, workers' docker executors apply them; the same on every node.
+   */
+  taskLimits?: TaskLimits;
+  /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
+  rateLimits?: Partial<RateLimitOptions>;
+  /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
+  webhook?: Partial<WebhookPolicy>;
+  /**
+   * worker: on stop, how long running attempts may go on finishing before they are handed back
+   * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
+   */
+  drainTimeoutMs?: number;
+  /** scheduler: run-record retention per job and deleted-job purge (defaults: src/history/retention.ts). */
+  retention?: Partial<RetentionConfig>;
+  /** worker, noop executor: how long each run takes (benchmarks); default 0. */
+  noopDurationMs?: number;
+  /**
+   * api and scheduler: the cluster secret key (32 bytes) that seals and opens `task.secret_env`
+   * (secret-env.ts); the same on every api and scheduler node. Without it secrets are refused.
+   */
+  secretKey?: Buffer;
+  /**
+   * api: the internal NATS API (docs/nats-api.md; defaults in src/nats-api/config.ts: on, 64 KiB
+   * payloads, 256 requests in flight). Its per-tenant rate defaults to `rateLimits`'.
+   */
+  natsApi?: Partial<NatsApiConfig>;
+}
+
+export type LogFn = (
+  level: "info" | "warn" | "error",
+  msg: string,
+  extra?: Record<string, unknown>,
+) => void;
+export type Logger = ReturnType<typeof createLogger>;
+export type NatsApiHandle = { service: NatsApiService; close: () => Promise<void> };
+
+/** The listeners a process opens after its node starts, closed by its clean-up and stop. */
+export interface Listeners {
+  metrics?: ApiServer;
+  api?: ApiServer;
+  natsApi?: NatsApiHandle;
+}
+
+/** What the scheduler's actors share, handed to the registrations once the node is connected. */
+export interface SchedulerParts {
+  config: NodeConfig;
+  jobCfg: JobActorConfig;
+  retention: RetentionConfig;
+  logFn: LogFn;
+  directory: WorkerDirectory;
+  runMetrics: RunMetrics;
+  outbox: DeadLetterOutbox;
+  webhooks: WebhookSender;
+  secrets: SecretEnvStore | undefined;
+  setWebhookOf: (f: (tenantId: string) => Promise<WebhookTarget | undefined>) => void;
+}
+
+/** The NATS API's settings: its per-tenant rate defaults to the HTTP API's (`rateLimits`). */
+export function natsApiConfigFor(opts: ProcessOptions): NatsApiConfig {
+  return natsApiConfig({
+    ...(opts.rateLimits?.tenantPerSecond !== undefined
+      ? { tenantPerSecond: opts.rateLimits.tenantPerSecond }
+      : {}),
+    ...(opts.rateLimits?.tenantBurst !== undefined
+      ? { tenantBurst: opts.rateLimits.tenantBurst }
+      : {}),
+    ...opts.natsApi,
+  });
+}
+
+/** The workers' adverts as the job actors see them. */
+export function workerDirectory(node: KairosNode, workerHeartbeatMs: number): WorkerDirectory {
+  // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
+  return new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, {
+    optimistic: true,
+    // An advert naming another worker than its subject's (worker-directory.ts).
+    onRefused: (subject, reason) =>
+      node.events.emit({
+        type: "message_refused",
+        actor: `worker/${subject.slice(subject.lastIndexOf(".") + 1)}`,
+        reason,
+      }),
+  });
+}
+
+/**
+ * Once NATS and the buckets are ready: the worker directory (schedulers), the tenant lookups and
+ * the job, tenant and fleet actors' registrations.
+ */
+export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void {
+  const { config, logFn, directory } = p;
+  // Only job actors (schedulers) pick workers; other identities may not read the adverts. They
+  // are read on the control connection, never behind the run path's backlog on the data
+  // connection (worker-directory.ts, "Busy is not dead"); workers send them on their data one.
+  if (config.roles.includes("scheduler")) directory.start(n.control, config.clusterName);
+  const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
+  // Tenant records change rarely: read through a 10 s cache (bounded).
+  const cache = new Map<string, { t: Tenant | null; atMs: number }>();
+  const tenant = async (tenantId: string): Promise<Tenant | null> => {
+    const hit = cache.get(tenantId);
+    if (hit && systemClock.now() - hit.atMs < 10_000) return hit.t;
+    // A failed read is not cached and not guessed: the caller fails (a slot request without its
+    // cap would let a freshly activated tenant actor apply the default) and asks again later.
+    const t = await quotas.getTenant(tenantId);
+    if (cache.size > 10_000) cache.clear();
+    cache.set(tenantId, { t, atMs: systemClock.now() });
+    return t;
+  };
+  const webhookOf = async (id: string): Promise<WebhookTarget | undefined> => {
+    const t = await tenant(id);
+    return t?.webhook_url && t.webhook_secret
+      ? { url: t.webhook_url, secret: t.webhook_secret, sender: p.webhooks }
+      : undefined;
+  };
+  p.setWebhookOf(webhookOf);
+  n.register(
+    jobRegistration(p.jobCfg, {
+      log: logFn,
+      clock: systemClock,
+      workers: { nc: n.nc, clusterName: config.clusterName, directory },
+      history: {
+        runs: n.buckets.runs,
+        metrics: p.runMetrics,
+        retention: new RunRetention(p.retention, {
+          runs: n.buckets.runs,
+          actors: n.buckets.actors,
+          nowMs: () => systemClock.now(),
+          log: logFn,
+        }),
+      },
+      slots: {
+        router: () => n.router,
+        tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+        tenantWeight: async (id) => (await tenant(id))?.weight,
+      },
+      deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
+      ...(p.secrets ? { secrets: p.secrets } : {}),
+    }),
+  );
+  // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
+  n.register(
+    tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, systemClock),
+  );
+  n.register(fleetRegistration(() => directory.capacity()));
+}
+
+/** The worker role: its executor, then the worker on the node's worker plane, started. */
+export async function startWorker(
+  config: NodeConfig,
+  opts: ProcessOptions,
+  node: KairosNode,
+  w: {
+    limits: ReturnType<typeof resolveTaskLimits>;
+    workerHeartbeatMs: number;
+    log: Logger;
+    logFn: LogFn;
+  },
+): Promise<Worker> {
+  const { limits, log, logFn } = w;
+  const executor = await createExecutor(opts.executor, {
+    workerId: config.nodeId,
+    clock: systemClock,
+    log: logFn,
+    ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}),
+    docker: { maxMemoryMb: limits.maxMemoryMb, maxCpus: limits.maxCpus, maxPids: limits.maxPids },
+  });
+  const worker = new Worker({
+    workerId: config.nodeId,
+    clusterName: config.clusterName,
+    slots: opts.workerSlots,
+    heartbeatIntervalMs: w.workerHeartbeatMs,
+    completionDeadlineMs: 60_000,
+    nc: node.nc,
+    router: node.workerRouter,
+    executor,
+    clock: systemClock,
+    log: logFn,
+    onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
+    inboxes: inboxModeFor(config.natsAuth),
+    onRefused: (r) =>
+      node.events.emit({
+        type: "reply_refused",
+        responder: "worker",
+        reason: r.reason,
+        subject: r.subject,
+      }),
+  });
+  await worker.start();
+  return worker;
+}
+
+/** The metrics listener (`--metrics-port`); on failure, cleans up what started and rethrows. */
+export async function serveMetrics(
+  ops: ReturnType<typeof nodeOps>,
+  opts: ProcessOptions,
+  listeners: Listeners,
+  cleanUp: () => Promise<void>,
+  log: Logger,
+): Promise<void> {
+  let metrics: ApiServer;
+  try {
+    const app = createOpsApp(
+      ops,
+      opts.metricsToken !== undefined ? { metricsToken: opts.metricsToken } : {},
+    );
+    metrics = await serveApi(app, {
+      host: opts.metricsHost ?? "127.0.0.1",
+      port: opts.metricsPort!,
+    });
+    listeners.metrics = metrics;
+  } catch (e) {
+    await cleanUp();
+    throw e;
+  }
+  log.info(
+    { evt: "metrics_listening", metrics_url: `${metrics.url}/metrics` },
+    "metrics listening",
+  );
+}
+
+/**
+ * The api role: the HTTP API, then (unless disabled) the internal NATS API; on a failure, cleans
+ * up what started and rethrows.
+ */
+export async function serveApiRole(
+  a: {
+    config: NodeConfig;
+    opts: ProcessOptions;
+    node: KairosNode;
+    ops: ReturnType<typeof nodeOps>;
+    tenants: KvTenantDirectory;
+    limits: ReturnType<typeof resolveTaskLimits>;
+    secrets: SecretEnvStore | undefined;
+    natsApiCfg: NatsApiConfig;
+    log: Logger;
+    logFn: LogFn;
+  },
+  listeners: Listeners,
+  cleanUp: () => Promise<void>,
+): Promise<void> {
+  const { opts, node, log, limits, tenants } = a;
+  const jobs = new NatsJobsService(
+    node.router,
+    node.buckets,
+    node.partitions,
+    systemRandom,
+    a.secrets,
+  );
+  const app = createApp({
+    jobs,
+    tenants,
+    clock: systemClock,
+    taskLimits: limits,
+    ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}),
+    ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
+    logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error"),
+  });
+  registerReadiness(app, a.ops); // /readyz for load balancers; /metrics only on the metrics listener
+  let api: ApiServer;
+  try {
+    api = await serveApi(app, { host: opts.apiHost, port: opts.apiPort });
+    listeners.api = api;
+  } catch (e) {
+    await cleanUp();
+    throw e;
+  }
+  log.info({ evt: "api_listening", api_url: api.url }, "api listening");
+  if (!a.natsApiCfg.enabled) return;
+  let natsApi: NatsApiHandle;
+  try {
+    natsApi = await startNatsApi(a.config, a.natsApiCfg, {
+      operations: createOperations({
+        jobs,
+        clock: systemClock,
+        imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE,
+        taskLimits: limits,
+      }),
+      tenants,
+      services: new KvServiceDirectory(node.buckets.tenants, systemClock),
+      log: a.logFn,
+      events: node.events,
+    });
+    listeners.natsApi = natsApi;
+  } catch (e) {
+    await cleanUp();
+    throw e;
+  }
+  log.info({ evt: "nats_api_listening", subject: natsApi.service.subject }, "nats api listening");
+}
+
+/** What the internal NATS API serves with. */
+interface NatsApiDeps {
+  operations: ReturnType<typeof createOperations>;
+  tenants: KvTenantDirectory;
+  services: KvServiceDirectory;
+  events: EventBus;
+  log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+}
+
+/**
+ * The internal NATS API on its own connection (named `kairos-<node>-api`, the node's credentials):
+ * its requests carry headers, which the node's bus port does not, and it drains on its own. When
+ * the credentials carry the callout issuer's seed (`kairos nats-auth`, `kairos dev`), the same
+ * connection answers nats-server's auth callout for service identities (auth-callout.ts).
+ */
+async function startNatsApi(
+  config: NodeConfig,
+  cfg: NatsApiConfig,
+  deps: NatsApiDeps,
+): Promise<{ service: NatsApiService; close: () => Promise<void> }> {
+  const nc = await connectNats({
+    url: config.natsUrl,
+    name: `kairos-${config.nodeId}-api`,
+    ...config.natsAuth,
+  });
+  const handler = createNatsApiHandler({
+    clusterName: config.clusterName,
+    operations: deps.operations,
+    tenants: deps.tenants,
+    clock: systemClock,
+    config: cfg,
+    logError: (err, op) => deps.log("error", "nats api internal error", { err: String(err), op }),
+  });
+  const service = new NatsApiService(nc, handler, {
+    clusterName: config.clusterName,
+    maxInFlight: cfg.maxInFlight,
+    log: deps.log,
+    inboxes: inboxModeFor(config.natsAuth),
+    onRefused: (r) =>
+      deps.events.emit({
+        type: "reply_refused",
+        responder: "nats_api",
+        reason: r.reason,
+        subject: r.subject,
+      }),
+  });
+  const callout = serviceCallout(nc, config, deps);
+  try {
+    await service.start();
+    await callout?.start();
+  } catch (e) {
+    await nc.close();
+    throw e;
+  }
+  if (callout)
+    deps.log("info", "serving the auth callout for service identities", {
+      evt: "service_auth_listening",
+    });
+  else if (config.natsAuth.credsFile !== undefined) {
+    deps.log(
+      "warn",
+      "no callout_issuer_seed in this node's NATS credentials: it does not admit service identities (kairos admin service create); regenerate them with kairos nats-auth",
+      { evt: "service_auth_off" },
+    );
+  }
+  return {
+    service,
+    close: async () => {
+      await callout?.stop();
+      if (!nc.isClosed()) await nc.drain();
+    },
+  };
+}
+
+/**
+ * The auth callout for service identities, when this node's credentials carry the callout
+ * issuer's seed (`kairos nats-auth`, `kairos dev`); undefined otherwise.
+ */
+function serviceCallout(
+  nc: NatsConnection,
+  config: NodeConfig,
+  deps: Pick<NatsApiDeps, "tenants" | "services" | "log">,
+): ServiceAuthCallout | undefined {
+  const creds =
+    config.natsAuth.credsFile !== undefined
+      ? readNatsCredentials(config.natsAuth.credsFile)
+      : undefined;
+  const seed = creds?.callout_issuer_seed;
+  return seed === undefined
+    ? undefined
+    : new ServiceAuthCallout(nc, {
+        clusterName: config.clusterName,
+        issuerSeed: seed,
+        clock: systemClock,
+        log: deps.log,
+        ...(creds?.callout_xkey_seed !== undefined ? { xkeySeed: creds.callout_xkey_seed } : {}),
+        lookup: async (name, secret): Promise<Lookup> => {
+          const c = await deps.services.check(name, secret);
+          if (!c.ok) return c;
+          return (await deps.tenants.getTenant(c.record.tenant_id)) === null
+            ? { ...c, tenantGone: true }
+            : c;
+        },
+      });
+}
