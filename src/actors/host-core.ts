@@ -9,12 +9,8 @@ import type { EventBus } from "../cluster/events.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorContext, HostEffect } from "./actor.ts";
-import type { Mailbox } from "./mailbox.ts";
-import type { Passivation } from "./passivation.ts";
-import type { Persistence, ReadBack } from "./persistence.ts";
 import type { ActorRegistration } from "./registration.ts";
-import type { Reminders } from "./reminders.ts";
-import type { Turns } from "./turn.ts";
+import type { HostParts, Instance, ReadBack } from "./types.ts";
 
 export interface HostOptions {
   nodeId: string;
@@ -41,52 +37,6 @@ export interface HostOptions {
    * `WARM_MS`.
    */
   warmMs?: number;
-}
-
-export interface Envelope {
-  msg: unknown;
-  resolve: (v: unknown) => void;
-  reject: (e: unknown) => void;
-  /** Its `coalesceKey`: copies may join it until its turn begins (see `Instance.coalesced`). */
-  coalesce?: string;
-}
-
-export interface Instance {
-  readonly type: string;
-  readonly id: string;
-  readonly key: string;
-  readonly partition: number;
-  readonly reg: ActorRegistration;
-  state: unknown;
-  revision: number;
-  /** Partition epoch stamped in the stored state (0: never written or unknown). */
-  storedEpoch: number;
-  loaded: boolean;
-  /**
-   * Arrival times by arrival key (bounded), see ActorContext.arrivalMs; made at the first (~180
-   * bytes a job actor that has none).
-   */
-  arrivals?: Map<string, number>;
-  mailbox: Envelope[];
-  /**
-   * Queued messages that copies may join, by `coalesceKey` (see ActorDefinition): registered
-   * before the message can begin, removed as its turn begins (never later: a copy must not be
-   * answered by a decision made before it arrived).
-   */
-  coalesced?: Map<string, { env: Envelope; reply: Promise<unknown> }>;
-  running: boolean;
-  /** A turn is being decided or performed (not merely waiting for admission, `TURNS_IN_FLIGHT`). */
-  inTurn: boolean;
-  dropped: boolean;
-  lastActiveMs: number;
-}
-
-export interface HostParts {
-  readonly mailbox: Mailbox;
-  readonly turns: Turns;
-  readonly persistence: Persistence;
-  readonly reminders: Reminders;
-  readonly passivation: Passivation;
 }
 
 export class HostCore {

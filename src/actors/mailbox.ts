@@ -8,8 +8,9 @@
  */
 import { KairosError } from "../lib/errors.ts";
 import { InFlightLimiter } from "../cluster/in-flight.ts";
-import type { Envelope, HostCore, Instance } from "./host-core.ts";
+import type { HostCore } from "./host-core.ts";
 import type { ActorRegistration } from "./registration.ts";
+import type { Envelope, Instance, MailboxPart } from "./types.ts";
 
 /** Most arrival keys remembered per actor. */
 const ARRIVALS_LIMIT = 1_024;
@@ -34,7 +35,7 @@ export class Deferred {
  */
 export const TURNS_IN_FLIGHT = 8192;
 
-export class Mailbox {
+export class Mailbox implements MailboxPart {
   readonly #c: HostCore;
   /** Turns of persisted types in flight (see `TURNS_IN_FLIGHT`). */
   readonly #turns: InFlightLimiter;

@@ -7,9 +7,10 @@
 import { isKairosError } from "../lib/errors.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import { TimerQueue } from "../cluster/timer-queue.ts";
-import type { HostCore, Instance } from "./host-core.ts";
+import type { HostCore } from "./host-core.ts";
 import type { ActorRegistration } from "./registration.ts";
 import { timerKey } from "./reminders.ts";
+import type { Instance, PassivationPart } from "./types.ts";
 
 /**
  * How long before its `warmTimer` (a job's `fire`) an actor is read back and kept in memory. Job
@@ -23,7 +24,7 @@ export const WARM_MS = 120_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
 export const WARM_LOADS_IN_FLIGHT = 16;
 
-export class Passivation {
+export class Passivation implements PassivationPart {
   readonly #c: HostCore;
   /**
    * Ahead-of-time loads (see `warmTimer`): due ones wait in `#warmDue`, at most

@@ -11,16 +11,9 @@ import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import { KairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { WriteOptions, WriteResult } from "../cluster/kv.ts";
-import type { HostCore, Instance } from "./host-core.ts";
+import type { HostCore } from "./host-core.ts";
 import { TIMER_RETRY } from "./reminders.ts";
-
-/**
- * A stored state read back (see `readBack`): the state as the actor starts from it, and its epoch.
- */
-export interface ReadBack {
-  s: unknown;
-  e: number;
-}
+import type { Instance, PersistencePart, ReadBack } from "./types.ts";
 
 /** Stored form of actor state: the state, the epoch and node that wrote it. */
 interface Stored {
@@ -37,7 +30,7 @@ const RELOAD_RETRY: BackoffPolicy = { baseMs: RELOAD_AFTER_DROP_MS, maxMs: 10_00
 export const URGENT_WRITE: WriteOptions = Object.freeze({ urgent: true });
 export const PLAIN_WRITE: WriteOptions = Object.freeze({});
 
-export class Persistence {
+export class Persistence implements PersistencePart {
   readonly #c: HostCore;
 
   constructor(c: HostCore) {

@@ -9,15 +9,8 @@ import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import { isKairosError } from "../lib/errors.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import { TimerQueue } from "../cluster/timer-queue.ts";
-import type { HostCore, Instance } from "./host-core.ts";
-
-export interface TimerPayload {
-  type: string;
-  id: string;
-  msg: unknown;
-  /** Failed deliveries so far (for backoff). */
-  failures?: number;
-}
+import type { HostCore } from "./host-core.ts";
+import type { Instance, RemindersPart, TimerPayload } from "./types.ts";
 
 /**
  * Backoff of a timer message whose handling failed (at-least-once reminders), and of a partition's
@@ -41,7 +34,7 @@ export function timerKey(partition: number, type: string, id: string, name: stri
   return `${partition}|${type}|${id}|${name}`;
 }
 
-export class Reminders {
+export class Reminders implements RemindersPart {
   readonly #c: HostCore;
   readonly #timers: TimerQueue<TimerPayload>;
   /** Timers of `urgentTimers` types (the control plane: tenant actors), fired on their own. */

@@ -7,10 +7,11 @@
  */
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Decision } from "./actor.ts";
-import type { Envelope, HostCore, Instance } from "./host-core.ts";
+import type { HostCore } from "./host-core.ts";
 import { Deferred, WARM } from "./mailbox.ts";
 import { PLAIN_WRITE, URGENT_WRITE } from "./persistence.ts";
 import type { ShellContext } from "./registration.ts";
+import type { Envelope, Instance, TurnsPart } from "./types.ts";
 
 type AnyDecision = Decision<unknown, unknown, unknown>;
 
@@ -18,7 +19,7 @@ function failure(d: AnyDecision["fail"] & object): KairosError {
   return new KairosError(d.code, d.message, d.field === undefined ? {} : { field: d.field });
 }
 
-export class Turns {
+export class Turns implements TurnsPart {
   readonly #c: HostCore;
 
   constructor(c: HostCore) {
