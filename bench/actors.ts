@@ -412,10 +412,14 @@ export async function run(args: string[]): Promise<void> {
   console.log(`total ${totalS.toFixed(1)} s`);
   if (!o.md) return;
   const nats = await exec("nats-server", ["--version"]);
-  await appendSection("actors (runtime: request/reply, timers, activation)", [
-    `date: ${new Date().toUTCString()}`,
-    `machine: ${machine()}, ${nats.stdout.trim()}`,
-    `command: \`npm run bench -- actors${args.length ? " " + args.join(" ") : ""}\` (whole run ${totalS.toFixed(0)} s)`,
-    "one nats-server (JetStream, file store in a temp dir, R1 buckets) started for the run; nodes, clients and the\n  server share the same 2 cores",
-  ], out);
+  await appendSection(
+    "actors (runtime: request/reply, timers, activation)",
+    [
+      `date: ${new Date().toUTCString()}`,
+      `machine: ${machine()}, ${nats.stdout.trim()}`,
+      `command: \`npm run bench -- actors${args.length ? " " + args.join(" ") : ""}\` (whole run ${totalS.toFixed(0)} s)`,
+      "one nats-server (JetStream, file store in a temp dir, R1 buckets) started for the run; nodes, clients and the\n  server share the same 2 cores",
+    ],
+    out,
+  );
 }

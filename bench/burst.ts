@@ -49,7 +49,11 @@ const WORKER_LOG_BUFFER_MB = 2048;
 async function kvOps(): Promise<Record<string, number>> {
   const m = (await registry.getMetricsAsJSON()).find((x) => x.name === "kairos_kv_op_seconds");
   const out: Record<string, number> = {};
-  for (const v of (m?.values ?? []) as { metricName?: string; labels: Record<string, string | number>; value: number }[]) {
+  for (const v of (m?.values ?? []) as {
+    metricName?: string;
+    labels: Record<string, string | number>;
+    value: number;
+  }[]) {
     const k = `${String(v.labels["op"])} ${String(v.labels["bucket"])}`;
     if (v.metricName?.endsWith("_count")) out[k] = (out[k] ?? 0) + v.value;
   }
@@ -87,7 +91,8 @@ function arg(args: string[], name: string, dflt: number): number {
   const i = args.indexOf(`--${name}`);
   return i >= 0 ? Number(args[i + 1]) : dflt;
 }
-const pct = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+const pct = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 export async function run(args: string[]): Promise<void> {
   const jobs = arg(args, "jobs", 10_000);
@@ -98,21 +103,41 @@ export async function run(args: string[]): Promise<void> {
   const tenantCount = arg(args, "tenants", 10);
   const workerCount = arg(args, "workers", 1);
   const schedulerCount = arg(args, "schedulers", 1);
-  if (!Number.isInteger(workerCount) || workerCount < 1 || !Number.isInteger(schedulerCount) || schedulerCount < 1) throw new Error("--workers and --schedulers must be integers >= 1");
+  if (
+    !Number.isInteger(workerCount) ||
+    workerCount < 1 ||
+    !Number.isInteger(schedulerCount) ||
+    schedulerCount < 1
+  )
+    throw new Error("--workers and --schedulers must be integers >= 1");
   const oi = args.indexOf("--overlap");
   const overlap = oi >= 0 ? args[oi + 1] : "skip";
-  if (overlap !== "skip" && overlap !== "allow") throw new Error(`--overlap must be skip or allow, got ${overlap}`);
+  if (overlap !== "skip" && overlap !== "allow")
+    throw new Error(`--overlap must be skip or allow, got ${overlap}`);
   process.env["KAIROS_LOG_LEVEL"] ??= "warn";
   const nats = await startNats();
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "burst", roles: ["scheduler"], partitions: 64 }),
-    { executor: "noop", workerSlots: slots, apiHost: "127.0.0.1", apiPort: 0, job: { lookaheadMs } },
+    makeNodeConfig({
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsFor(["scheduler"]) },
+      nodeId: "burst",
+      roles: ["scheduler"],
+      partitions: 64,
+    }),
+    {
+      executor: "noop",
+      workerSlots: slots,
+      apiHost: "127.0.0.1",
+      apiPort: 0,
+      job: { lookaheadMs },
+    },
   );
   // Partitions the in-process scheduler lost, with the reason and when (a lost partition's jobs
   // are reloaded: under saturation this decides how many runs start).
   const lostPartitions: { atMs: number; reason: string }[] = [];
   proc.node.events.on((e) => {
-    if (e.type === "partition_lost") lostPartitions.push({ atMs: systemClock.now(), reason: e.reason });
+    if (e.type === "partition_lost")
+      lostPartitions.push({ atMs: systemClock.now(), reason: e.reason });
   });
   // The worker is its own process, as in production (its event loop only starts and reports runs).
   const perWorker = Math.ceil(slots / workerCount);
@@ -125,21 +150,58 @@ export async function run(args: string[]): Promise<void> {
     if (m) workerStarts.set(m[1]!, (workerStarts.get(m[1]!) ?? 0) + 1);
   };
   const workers = Array.from({ length: workerCount }, (_, i) =>
-    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `burst-worker${i}`, roles: "worker", partitions: 64, extraArgs: ["--executor", "noop", "--slots", String(perWorker)], ignoreLines: RUN_LINES, onIgnoredLine: countStart,
+    spawnNode({
+      natsUrl: nats.url,
+      creds: nats.credsFor(["worker"]),
+      nodeId: `burst-worker${i}`,
+      roles: "worker",
+      partitions: 64,
+      extraArgs: ["--executor", "noop", "--slots", String(perWorker)],
+      ignoreLines: RUN_LINES,
+      onIgnoredLine: countStart,
       // This process reads their lines while it schedules: with the default 16 MiB a worker drops
       // about a quarter of its start lines under 200,000 runs. Read to the end before the report.
-      env: { KAIROS_LOG_BUFFER_MB: String(WORKER_LOG_BUFFER_MB) } }));
+      env: { KAIROS_LOG_BUFFER_MB: String(WORKER_LOG_BUFFER_MB) },
+    }),
+  );
   // Further scheduler nodes are processes of their own (placement spreads the partitions); their
   // KV operations are read from their /metrics.
-  const metricsPorts = await Promise.all(Array.from({ length: schedulerCount - 1 }, () => freePort()));
+  const metricsPorts = await Promise.all(
+    Array.from({ length: schedulerCount - 1 }, () => freePort()),
+  );
   const schedulers = metricsPorts.map((port, i) =>
-    spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: `burst-sched${i + 1}`, roles: "scheduler", partitions: 64, extraArgs: ["--metrics-port", String(port), "--metrics-host", "127.0.0.1", "--lookahead-ms", String(lookaheadMs)] }));
+    spawnNode({
+      natsUrl: nats.url,
+      creds: nats.credsFor(["scheduler"]),
+      nodeId: `burst-sched${i + 1}`,
+      roles: "scheduler",
+      partitions: 64,
+      extraArgs: [
+        "--metrics-port",
+        String(port),
+        "--metrics-host",
+        "127.0.0.1",
+        "--lookahead-ms",
+        String(lookaheadMs),
+      ],
+    }),
+  );
   // The spawned schedulers' /metrics texts (one that does not answer gives "": it counts nothing this time).
-  const scrapeAll = () => Promise.all(metricsPorts.map((port) => fetch(`http://127.0.0.1:${port}/metrics`).then((r) => r.text(), () => "")));
+  const scrapeAll = () =>
+    Promise.all(
+      metricsPorts.map((port) =>
+        fetch(`http://127.0.0.1:${port}/metrics`).then(
+          (r) => r.text(),
+          () => "",
+        ),
+      ),
+    );
   const kvOpsAll = async (): Promise<Record<string, number>> => {
     const out = await kvOps();
     for (const text of await scrapeAll()) {
-      for (const m of text.matchAll(/^kairos_kv_op_seconds_count\{op="([a-z]+)",bucket="([^"]+)"\} (\d+)/gm)) {
+      for (const m of text.matchAll(
+        /^kairos_kv_op_seconds_count\{op="([a-z]+)",bucket="([^"]+)"\} (\d+)/gm,
+      )) {
         const k = `${m[1]!} ${m[2]!}`;
         out[k] = (out[k] ?? 0) + Number(m[3]);
       }
@@ -153,24 +215,42 @@ export async function run(args: string[]): Promise<void> {
   const runsEnded = async (): Promise<number> => {
     const json = await registry.getMetricsAsJSON();
     const sum = (name: string, pick: (labels: Record<string, string | number>) => boolean) =>
-      ((json.find((x) => x.name === name)?.values ?? []) as { labels: Record<string, string | number>; value: number }[]).filter((v) => pick(v.labels)).reduce((a, v) => a + v.value, 0);
-    let n = sum("kairos_attempts_total", (l) => l["outcome"] === "succeeded") + sum("kairos_dead_letters_total", () => true);
+      (
+        (json.find((x) => x.name === name)?.values ?? []) as {
+          labels: Record<string, string | number>;
+          value: number;
+        }[]
+      )
+        .filter((v) => pick(v.labels))
+        .reduce((a, v) => a + v.value, 0);
+    let n =
+      sum("kairos_attempts_total", (l) => l["outcome"] === "succeeded") +
+      sum("kairos_dead_letters_total", () => true);
     for (const text of await scrapeAll()) {
-      for (const x of text.matchAll(/^kairos_attempts_total\{[^}]*outcome="succeeded"[^}]*\} (\d+)/gm)) n += Number(x[1]);
+      for (const x of text.matchAll(
+        /^kairos_attempts_total\{[^}]*outcome="succeeded"[^}]*\} (\d+)/gm,
+      ))
+        n += Number(x[1]);
       // Without --metrics-tenant-labels the dead-letter counter has no labels at all.
-      for (const x of text.matchAll(/^kairos_dead_letters_total(?:\{[^}]*\})? (\d+)/gm)) n += Number(x[1]);
+      for (const x of text.matchAll(/^kairos_dead_letters_total(?:\{[^}]*\})? (\d+)/gm))
+        n += Number(x[1]);
     }
     return n;
   };
   const closers: (() => Promise<void>)[] = [];
   let summary: object | undefined;
   try {
-    for (const w of workers) await w.waitFor((e) => e.type === "node_started", 30_000, "worker started");
-    for (const x of schedulers) await x.waitFor((e) => e.type === "node_started", 30_000, "scheduler started");
+    for (const w of workers)
+      await w.waitFor((e) => e.type === "node_started", 30_000, "worker started");
+    for (const x of schedulers)
+      await x.waitFor((e) => e.type === "node_started", 30_000, "scheduler started");
     // Placement settled: every partition held, by exactly one of the scheduler nodes.
     const settled = () => {
       const sets = [new Set(proc.node.heldPartitions()), ...schedulers.map((x) => x.held())];
-      return sets.reduce((a, x) => a + x.size, 0) === proc.node.partitions && new Set(sets.flatMap((x) => [...x])).size === proc.node.partitions;
+      return (
+        sets.reduce((a, x) => a + x.size, 0) === proc.node.partitions &&
+        new Set(sets.flatMap((x) => [...x])).size === proc.node.partitions
+      );
     };
     while (!settled()) await new Promise((r) => setTimeout(r, 100));
     // Set-up as an operator and an API node would do it: tenants, quotas and jobs through an admin
@@ -190,13 +270,20 @@ export async function run(args: string[]): Promise<void> {
         const id = decode<WorkerAdvert>(m.data).worker_id;
         const now = systemClock.now();
         const g = advertGaps.get(id);
-        if (g && now - g.lastMs > g.maxGapMs && now >= dueMsForGaps - 10_000) Object.assign(g, { maxGapMs: now - g.lastMs, atMs: now });
+        if (g && now - g.lastMs > g.maxGapMs && now >= dueMsForGaps - 10_000)
+          Object.assign(g, { maxGapMs: now - g.lastMs, atMs: now });
         if (g) g.lastMs = now;
         else advertGaps.set(id, { lastMs: now, maxGapMs: 0, atMs: now });
       },
     });
     closers.push(async () => advertSub.unsubscribe());
-    const adminRouter = new ActorRouter({ nc: adminNc, clusterName: "kairos", clock: systemClock, random: systemRandom, partitions: proc.node.partitions });
+    const adminRouter = new ActorRouter({
+      nc: adminNc,
+      clusterName: "kairos",
+      clock: systemClock,
+      random: systemRandom,
+      partitions: proc.node.partitions,
+    });
     // Jobs spread over several tenants: one tenant actor hands out its tenant's slots serially,
     // so spreading the jobs keeps one tenant actor from being the bound.
     const tenants: string[] = [];
@@ -204,7 +291,15 @@ export async function run(args: string[]): Promise<void> {
       const { tenant } = await tenantDir.createTenant(`burst${i}`);
       const tkv = admin.tenants;
       const e = (await tkv.get(`t.${tenant.tenant_id}`))!;
-      await tkv.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: jobs, max_jobs: jobs }), e.revision);
+      await tkv.update(
+        `t.${tenant.tenant_id}`,
+        encode({
+          ...decode<Record<string, unknown>>(e.value),
+          max_concurrent_runs: jobs,
+          max_jobs: jobs,
+        }),
+        e.revision,
+      );
       tenants.push(tenant.tenant_id);
     }
     const svc = new NatsJobsService(adminRouter, admin, proc.node.partitions, systemRandom);
@@ -213,23 +308,32 @@ export async function run(args: string[]): Promise<void> {
     const dueMs = Math.ceil((systemClock.now() + setupS * 1000) / 1000) * 1000;
     dueMsForGaps = dueMs;
     const spec: JobSpec = {
-      name: null, schedule: { at: new Date(dueMs).toISOString() },
+      name: null,
+      schedule: { at: new Date(dueMs).toISOString() },
       task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 },
       retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
-      overlap, misfire: { policy: "run_once", starting_deadline_s: null }, flex_window_s: 0, enabled: true,
+      overlap,
+      misfire: { policy: "run_once", starting_deadline_s: null },
+      flex_window_s: 0,
+      enabled: true,
     };
     const t0 = performance.now();
     let next = 0;
-    await Promise.all(Array.from({ length: 64 }, async () => {
-      while (next < jobs) {
-        const i = next++;
-        await svc.createJob(tenants[i % tenants.length]!, spec);
-      }
-    }));
+    await Promise.all(
+      Array.from({ length: 64 }, async () => {
+        while (next < jobs) {
+          const i = next++;
+          await svc.createJob(tenants[i % tenants.length]!, spec);
+        }
+      }),
+    );
     const createS = (performance.now() - t0) / 1000;
     const opsBefore = await kvOpsAll();
-    console.log(`created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`);
-    if (systemClock.now() > dueMs - lookaheadMs) console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
+    console.log(
+      `created ${jobs} jobs in ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)}/s); all due at ${new Date(dueMs).toISOString()}`,
+    );
+    if (systemClock.now() > dueMs - lookaheadMs)
+      console.log("WARNING: set-up ran into the look-ahead window; lags include set-up");
     // The scheduler's event loop: a long stall starves lease renewals and heartbeats.
     const loop = monitorEventLoopDelay({ resolution: 10 });
     loop.enable();
@@ -237,12 +341,24 @@ export async function run(args: string[]): Promise<void> {
     // (the in-process scheduler) from 5 s before the due second to 20 s after it: the allocation
     // sites of what is still live then (what grows under the burst). Off by default.
     const heapSampleFile = process.env["KAIROS_BENCH_HEAP_SAMPLE"];
-    const heapSample = heapSampleFile === undefined ? undefined : setTimeout(() => void sampleHeap(heapSampleFile, 25_000), Math.max(0, dueMs - 5_000 - systemClock.now()));
+    const heapSample =
+      heapSampleFile === undefined
+        ? undefined
+        : setTimeout(
+            () => void sampleHeap(heapSampleFile, 25_000),
+            Math.max(0, dueMs - 5_000 - systemClock.now()),
+          );
     // KAIROS_BENCH_HEAP_SNAPSHOT=FILE writes a heap snapshot of this process 5 s before the due
     // second (every run prepared: what a loaded job actor costs). Off by default; it stalls the
     // process while it writes.
     const snapshotFile = process.env["KAIROS_BENCH_HEAP_SNAPSHOT"];
-    const snapshot = snapshotFile === undefined ? undefined : setTimeout(() => console.log(`heap snapshot written to ${writeHeapSnapshot(snapshotFile)}`), Math.max(0, dueMs - 5_000 - systemClock.now()));
+    const snapshot =
+      snapshotFile === undefined
+        ? undefined
+        : setTimeout(
+            () => console.log(`heap snapshot written to ${writeHeapSnapshot(snapshotFile)}`),
+            Math.max(0, dueMs - 5_000 - systemClock.now()),
+          );
     // Until every run has ended (the schedulers' counters), at most 300 s after the due second — the
     // peer script's default drain bound (../shared/peers, `--max-drain`). A run's record shows its
     // start only once its end is written (records are written at creation and end): with all
@@ -252,13 +368,32 @@ export async function run(args: string[]): Promise<void> {
     // The slot economy seen from inside, 10 s before and 10 s after the due second, on its own
     // timers: the fleet's capacity and shares, each tenant's grants (a throttle shows here first;
     // before the due second: whether the look-ahead prepared every run).
-    const economyAt = [-10_000, 10_000].map((offsetMs) => setTimeout(() => {
-      void (async () => {
-        const fleet = await proc.node.router.request<FleetStatus>({ type: FLEET_ACTOR, id: FLEET_ID }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e));
-        const perTenant = await Promise.all(tenants.map((t) => proc.node.router.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 5_000 }).catch((e: unknown) => String(e))));
-        console.log(`slot economy at due ${offsetMs < 0 ? "-" : "+"} ${Math.abs(offsetMs) / 1000} s: ${JSON.stringify({ fleet, tenants: perTenant })}`);
-      })();
-    }, Math.max(0, dueMs + offsetMs - systemClock.now())));
+    const economyAt = [-10_000, 10_000].map((offsetMs) =>
+      setTimeout(
+        () => {
+          void (async () => {
+            const fleet = await proc.node.router
+              .request<FleetStatus>(
+                { type: FLEET_ACTOR, id: FLEET_ID },
+                { kind: "status" },
+                { deadlineMs: 5_000 },
+              )
+              .catch((e: unknown) => String(e));
+            const perTenant = await Promise.all(
+              tenants.map((t) =>
+                proc.node.router
+                  .request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 5_000 })
+                  .catch((e: unknown) => String(e)),
+              ),
+            );
+            console.log(
+              `slot economy at due ${offsetMs < 0 ? "-" : "+"} ${Math.abs(offsetMs) / 1000} s: ${JSON.stringify({ fleet, tenants: perTenant })}`,
+            );
+          })();
+        },
+        Math.max(0, dueMs + offsetMs - systemClock.now()),
+      ),
+    );
     // Progress from the schedulers' own counters (attempts ended), not by listing the run records:
     // a listing of 200,000 records every second ran in the measured scheduler's process and on its
     // NATS connection, and took a large part of what it measured. One listing at the end.
@@ -278,7 +413,8 @@ export async function run(args: string[]): Promise<void> {
       try {
         for (let p = 0; p < proc.node.partitions; p++) {
           // (`<p>.>` holds run records only: the dead-letter keys start with `dl.`/`ob.`.)
-          for (const x of await proc.node.buckets.runs.list(`${p}.>`)) all.push(decode<RunView>(x.value));
+          for (const x of await proc.node.buckets.runs.list(`${p}.>`))
+            all.push(decode<RunView>(x.value));
         }
         runs = all;
         break;
@@ -293,17 +429,23 @@ export async function run(args: string[]): Promise<void> {
       console.log(`reading the settle times failed: ${String(e)}`);
       return [] as number[];
     });
-    const lags = runs.flatMap((r) => {
-      const at = firstStartedAt(r);
-      return at === undefined ? [] : [Date.parse(at) - Date.parse(r.scheduled_for)];
-    }).sort((a, b) => a - b);
+    const lags = runs
+      .flatMap((r) => {
+        const at = firstStartedAt(r);
+        return at === undefined ? [] : [Date.parse(at) - Date.parse(r.scheduled_for)];
+      })
+      .sort((a, b) => a - b);
     const done = runs.filter((r) => r.status === "succeeded").length;
     const failed = runs.filter((r) => r.status === "failed" || r.status === "timed_out").length;
     const leaseLost = runs.filter((r) => r.attempts.some((a) => a.outcome === "lease_lost")).length;
     const opsAfter = await kvOpsAll();
     // The scheduler's KV operations from the end of set-up to the end (reads, writes, grant keys),
     // per started run; `list` (this benchmark polling the runs bucket) is left out.
-    const kvByOpBucket = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
+    const kvByOpBucket = Object.fromEntries(
+      Object.entries(opsAfter)
+        .map(([k, v]) => [k, v - (opsBefore[k] ?? 0)])
+        .filter(([, v]) => v !== 0),
+    ) as Record<string, number>;
     const kvByOp = byOp(kvByOpBucket);
     const loopMs = { p99: Math.round(loop.percentile(99) / 1e6), max: Math.round(loop.max / 1e6) };
     const lines = [
@@ -312,8 +454,12 @@ export async function run(args: string[]): Promise<void> {
     ];
     const byStatus = new Map<string, number>();
     for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
-    lines.push(`settled (run end → terminal record visible through the API) ms: p50 ${pct(settleMs, 50)}, p99 ${pct(settleMs, 99)}, max ${settleMs.at(-1) ?? null} (${settleMs.length} runs)`);
-    lines.push(`scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`);
+    lines.push(
+      `settled (run end → terminal record visible through the API) ms: p50 ${pct(settleMs, 50)}, p99 ${pct(settleMs, 99)}, max ${settleMs.at(-1) ?? null} (${settleMs.length} runs)`,
+    );
+    lines.push(
+      `scheduler event-loop delay during the burst: p99 ${loopMs.p99} ms, max ${loopMs.max} ms`,
+    );
     lines.push(`run statuses at the end: ${[...byStatus].map(([k, v]) => `${k} ${v}`).join(", ")}`);
     // What the workers logged about attempts the owner may have re-offered, by 10 s from the due
     // second (`time` ISO or epoch ms): `offer_expired` — an attempt not started, dropped for want
@@ -324,12 +470,29 @@ export async function run(args: string[]): Promise<void> {
     // Every line the workers wrote, read: stop them (they drain and flush at exit) and read to the end.
     await Promise.all(workers.map((w) => w.stop(120_000)));
     await Promise.all(workers.map((w) => w.outputEnded));
-    const dropped = workers.reduce((n, w) => n + Number(/kairos: (\d+) log lines dropped/.exec(w.stderr())?.[1] ?? 0), 0);
-    lines.push(`worker log lines dropped (their stdout buffer full; the counts below miss them): ${dropped}`);
+    const dropped = workers.reduce(
+      (n, w) => n + Number(/kairos: (\d+) log lines dropped/.exec(w.stderr())?.[1] ?? 0),
+      0,
+    );
+    lines.push(
+      `worker log lines dropped (their stdout buffer full; the counts below miss them): ${dropped}`,
+    );
     // Also `report_given_up` — a report still unsettled past the worker's completion deadline (its
     // completion kept for a probe) — and the probes, by their answer (`probe_dropped`: those of
     // the `not_started` the probe itself dropped; `probe_started`: a result lost).
-    const kinds = ["offer_expired", "self_fenced", "lease_lost", "stale_fence", "report_given_up", "probe_dropped", "probe_ended", "probe_running", "probe_started", "probe_not_started", "probe_unknown"] as const;
+    const kinds = [
+      "offer_expired",
+      "self_fenced",
+      "lease_lost",
+      "stale_fence",
+      "report_given_up",
+      "probe_dropped",
+      "probe_ended",
+      "probe_running",
+      "probe_started",
+      "probe_not_started",
+      "probe_unknown",
+    ] as const;
     const byKind = new Map<string, Map<number, number>>();
     for (const w of workers) {
       for (const e of w.events as unknown as { type: string; time?: number | string }[]) {
@@ -344,10 +507,17 @@ export async function run(args: string[]): Promise<void> {
       }
     }
     const startedTwice = [...workerStarts.values()].filter((n) => n > 1).length;
-    lines.push(`runs the workers started more than once (their own start lines): ${startedTwice} of ${workerStarts.size}`);
+    lines.push(
+      `runs the workers started more than once (their own start lines): ${startedTwice} of ${workerStarts.size}`,
+    );
     for (const [kind, m] of byKind) {
       const total = [...m.values()].reduce((a, b) => a + b, 0);
-      lines.push(`worker ${kind}: ${total}, by seconds from the due second: ${[...m].sort((a, b) => a[0] - b[0]).map(([s, n]) => `[${s}, ${s + 10}) ${n}`).join("; ")}`);
+      lines.push(
+        `worker ${kind}: ${total}, by seconds from the due second: ${[...m]
+          .sort((a, b) => a[0] - b[0])
+          .map(([s, n]) => `[${s}, ${s + 10}) ${n}`)
+          .join("; ")}`,
+      );
     }
     if (lostPartitions.length > 0) {
       const why = new Map<string, number>();
@@ -360,38 +530,90 @@ export async function run(args: string[]): Promise<void> {
         if (Number.isFinite(n)) most.set(k, Math.max(most.get(k) ?? 0, n));
       }
       const rel = (ms: number) => `${((ms - dueMs) / 1000).toFixed(1)} s`;
-      lines.push(`partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}${most.has(k) ? ` [largest # ${most.get(k)}]` : ""}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`);
+      lines.push(
+        `partitions lost by the in-process scheduler: ${lostPartitions.length} (${[...why].map(([k, v]) => `${v}× ${k}${most.has(k) ? ` [largest # ${most.get(k)}]` : ""}`).join("; ")}), from ${rel(lostPartitions[0]!.atMs)} to ${rel(lostPartitions.at(-1)!.atMs)} after the due second`,
+      );
     }
-    const gapOf = [...advertGaps].map(([id, g]) => `${id} ${g.maxGapMs} ms (ending at due + ${((g.atMs - dueMs) / 1000).toFixed(1)} s)`);
-    lines.push(`longest silence of each worker's slot adverts from due − 10 s (a listener on its own connection): ${gapOf.join(", ") || "none heard"}`);
+    const gapOf = [...advertGaps].map(
+      ([id, g]) =>
+        `${id} ${g.maxGapMs} ms (ending at due + ${((g.atMs - dueMs) / 1000).toFixed(1)} s)`,
+    );
+    lines.push(
+      `longest silence of each worker's slot adverts from due − 10 s (a listener on its own connection): ${gapOf.join(", ") || "none heard"}`,
+    );
     const reasons = new Map<string, number>();
-    for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
-    if (reasons.size > 0) lines.push(`attempt errors: ${[...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; ")}`);
+    for (const r of runs)
+      for (const a of r.attempts)
+        if (a.error) {
+          const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#");
+          reasons.set(k, (reasons.get(k) ?? 0) + 1);
+        }
+    if (reasons.size > 0)
+      lines.push(
+        `attempt errors: ${[...reasons]
+          .sort((a, b) => b[1] - a[1])
+          .slice(0, 8)
+          .map(([k, v]) => `${v}× ${k}`)
+          .join("; ")}`,
+      );
     for (const l of lines) console.log(l);
     summary = {
-      jobs, overlap, started: lags.length, succeeded: done, failed, lease_lost_runs: leaseLost,
-      lost: jobs - runs.length, duplicates: runs.filter((r) => executions(r) > 1).length,
+      jobs,
+      overlap,
+      started: lags.length,
+      succeeded: done,
+      failed,
+      lease_lost_runs: leaseLost,
+      lost: jobs - runs.length,
+      duplicates: runs.filter((r) => executions(r) > 1).length,
       worker_started_twice: startedTwice,
       worker_runs_started: workerStarts.size,
       worker_log_lines_dropped: dropped,
-      worker_reports_given_up: [...(byKind.get("report_given_up")?.values() ?? [])].reduce((a, b) => a + b, 0),
-      worker_probes_started: [...(byKind.get("probe_started")?.values() ?? [])].reduce((a, b) => a + b, 0),
+      worker_reports_given_up: [...(byKind.get("report_given_up")?.values() ?? [])].reduce(
+        (a, b) => a + b,
+        0,
+      ),
+      worker_probes_started: [...(byKind.get("probe_started")?.values() ?? [])].reduce(
+        (a, b) => a + b,
+        0,
+      ),
       event_loop_ms: loopMs,
       partitions_lost: lostPartitions.length,
       advert_max_gap_ms: Math.max(0, ...[...advertGaps.values()].map((g) => g.maxGapMs)),
-      kv_ops_per_run: Number((Object.entries(kvByOp).filter(([k]) => k !== "list").reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)).toFixed(2)),
+      kv_ops_per_run: Number(
+        (
+          Object.entries(kvByOp)
+            .filter(([k]) => k !== "list")
+            .reduce((a, [, v]) => a + v, 0) / Math.max(1, lags.length)
+        ).toFixed(2),
+      ),
       kv_ops_by_op: kvByOp,
       // Per started run, by operation and bucket: which writes a change adds or saves.
-      kv_ops_per_run_by_bucket: Object.fromEntries(Object.entries(kvByOpBucket).map(([k, v]) => [k, Number((v / Math.max(1, lags.length)).toFixed(3))])),
-      lag_ms: { p50: pct(lags, 50), p90: pct(lags, 90), p99: pct(lags, 99), max: lags[lags.length - 1] ?? null },
+      kv_ops_per_run_by_bucket: Object.fromEntries(
+        Object.entries(kvByOpBucket).map(([k, v]) => [
+          k,
+          Number((v / Math.max(1, lags.length)).toFixed(3)),
+        ]),
+      ),
+      lag_ms: {
+        p50: pct(lags, 50),
+        p90: pct(lags, 90),
+        p99: pct(lags, 99),
+        max: lags[lags.length - 1] ?? null,
+      },
       settled_ms: { p50: pct(settleMs, 50), p99: pct(settleMs, 99), max: settleMs.at(-1) ?? null },
     };
     if (!args.includes("--no-md")) {
-      await appendSection("burst (top-of-the-second dispatch lag, noop executor)", [
-        `date: ${new Date().toISOString()}; machine: ${machine()}`,
-        `command: \`npm run bench -- burst --jobs ${jobs} --overlap ${overlap} --tenants ${tenantCount} --schedulers ${schedulerCount} --workers ${workerCount}\` (look-ahead ${lookaheadMs} ms; ${schedulerCount} scheduler node(s), one in-process, 64 partitions; ${workerCount} worker process(es), noop executor, ${slots} slots in all; one nats-server; all on this machine)`,
-        `job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
-      ], lines, false);
+      await appendSection(
+        "burst (top-of-the-second dispatch lag, noop executor)",
+        [
+          `date: ${new Date().toISOString()}; machine: ${machine()}`,
+          `command: \`npm run bench -- burst --jobs ${jobs} --overlap ${overlap} --tenants ${tenantCount} --schedulers ${schedulerCount} --workers ${workerCount}\` (look-ahead ${lookaheadMs} ms; ${schedulerCount} scheduler node(s), one in-process, 64 partitions; ${workerCount} worker process(es), noop executor, ${slots} slots in all; one nats-server; all on this machine)`,
+          `job creation through job actors: ${createS.toFixed(1)} s (${(jobs / createS).toFixed(0)} jobs/s)`,
+        ],
+        lines,
+        false,
+      );
     }
   } finally {
     for (const c of closers) await c().catch(() => undefined);

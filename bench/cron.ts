@@ -41,7 +41,8 @@ function measure(s: CompiledSchedule, seconds: number): { calls: number; elapsed
   while (elapsed < seconds) {
     for (let i = 0; i < BATCH; i++) {
       const next = s.next(after, 1)[0];
-      if (next === undefined || next <= after) throw new Error(`bad result after ${after}: ${next}`);
+      if (next === undefined || next <= after)
+        throw new Error(`bad result after ${after}: ${next}`);
       after = next >= WRAP_MS ? START_MS : next;
     }
     calls += BATCH;
@@ -59,7 +60,10 @@ function measureCompile(seconds: number): { compiles: number; elapsed: number } 
   while (elapsed < seconds) {
     for (let i = 0; i < 100; i++, compiles++) {
       const k = compiles % (60 * 24 * zones.length);
-      compileSchedule({ cron: `${k % 60} ${Math.floor(k / 60) % 24} * * 1-5`, time_zone: zones[Math.floor(k / 1440)] ?? "UTC" });
+      compileSchedule({
+        cron: `${k % 60} ${Math.floor(k / 60) % 24} * * 1-5`,
+        time_zone: zones[Math.floor(k / 1440)] ?? "UTC",
+      });
     }
     elapsed = (performance.now() - t0) / 1000;
   }
@@ -85,20 +89,31 @@ export async function run(args: string[]): Promise<void> {
   const totalSeconds = rows.reduce((a, r) => a + r.seconds, 0);
   const lines = [
     `${"expression".padEnd(16)}${"zone".padEnd(22)}${"calls".padStart(11)}${"s".padStart(7)}${"next/s".padStart(12)}${"µs/call".padStart(9)}`,
-    ...rows.map((r) => `${JSON.stringify(r.cron).padEnd(16)}${r.tz.padEnd(22)}${fmt(r.calls).padStart(11)}${r.seconds.toFixed(2).padStart(7)}${fmt(r.calls / r.seconds).padStart(12)}${((r.seconds / r.calls) * 1e6).toFixed(2).padStart(9)}`),
+    ...rows.map(
+      (r) =>
+        `${JSON.stringify(r.cron).padEnd(16)}${r.tz.padEnd(22)}${fmt(r.calls).padStart(11)}${r.seconds.toFixed(2).padStart(7)}${fmt(r.calls / r.seconds).padStart(12)}${((r.seconds / r.calls) * 1e6).toFixed(2).padStart(9)}`,
+    ),
     `${"total".padEnd(38)}${fmt(totalCalls).padStart(11)}${totalSeconds.toFixed(2).padStart(7)}${fmt(totalCalls / totalSeconds).padStart(12)}${((totalSeconds / totalCalls) * 1e6).toFixed(2).padStart(9)}`,
     `compile on cache miss ("m h * * 1-5" in the zones above): ${fmt(compile.compiles / compile.elapsed)}/s`,
   ];
-  const load = loadavg().map((l) => l.toFixed(2)).join(" ");
-  console.log(`next(after, 1) chained, one core, ~${seconds} s per case after warm-up (load average ${load})\n`);
+  const load = loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+  console.log(
+    `next(after, 1) chained, one core, ~${seconds} s per case after warm-up (load average ${load})\n`,
+  );
   console.log(lines.join("\n"));
   if (args.includes("--append")) await appendCronSection(lines, seconds, load);
 }
 
 async function appendCronSection(lines: string[], seconds: number, load: string): Promise<void> {
-  await appendSection("cron (schedule engine, `next(after, 1)` per second)", [
-    `date: ${new Date().toUTCString()}`,
-    `machine: ${machine()}; load average at the end ${load} (other work was running)`,
-    `command: \`npm run bench -- cron${seconds === 1 ? "" : ` --seconds ${seconds}`}\` — one process, one core; \`after\` chained from 2026-02-20, wrapped at 2040`,
-  ], lines);
+  await appendSection(
+    "cron (schedule engine, `next(after, 1)` per second)",
+    [
+      `date: ${new Date().toUTCString()}`,
+      `machine: ${machine()}; load average at the end ${load} (other work was running)`,
+      `command: \`npm run bench -- cron${seconds === 1 ? "" : ` --seconds ${seconds}`}\` — one process, one core; \`after\` chained from 2026-02-20, wrapped at 2040`,
+    ],
+    lines,
+  );
 }

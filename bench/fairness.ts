@@ -56,7 +56,12 @@ async function setUpStep<T>(step: () => Promise<T>): Promise<T> {
     try {
       return await step();
     } catch (e) {
-      const retryable = isKairosError(e, "no_owner") || isKairosError(e, "not_owner") || isKairosError(e, "overloaded") || isKairosError(e, "unavailable") || isKairosError(e, "rate_limited");
+      const retryable =
+        isKairosError(e, "no_owner") ||
+        isKairosError(e, "not_owner") ||
+        isKairosError(e, "overloaded") ||
+        isKairosError(e, "unavailable") ||
+        isKairosError(e, "rate_limited");
       if (!retryable || attempt >= 20) throw e;
       await new Promise((r) => setTimeout(r, Math.min(2_000, 50 * 2 ** attempt)));
     }
@@ -72,7 +77,10 @@ function arg(args: string[], name: string, dflt: number): number {
   if (!Number.isFinite(v) || v < 0) throw new Error(`--${name} must be a number ≥ 0`);
   return v;
 }
-const pct = (sorted: number[], p: number) => (sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!);
+const pct = (sorted: number[], p: number) =>
+  sorted.length === 0
+    ? null
+    : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 interface TenantPlan {
   name: string;
@@ -120,32 +128,66 @@ export async function run(args: string[]): Promise<void> {
   ];
   const nats = await startNats();
   const adminNc = await nats.connect("fairness-admin");
-  const tenants = new KvTenantDirectory((await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants, { clock: systemClock });
+  const tenants = new KvTenantDirectory(
+    (await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants,
+    { clock: systemClock },
+  );
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fairness", roles: ["api", "scheduler"], partitions: PARTITIONS }),
+    makeNodeConfig({
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) },
+      nodeId: "fairness",
+      roles: ["api", "scheduler"],
+      partitions: PARTITIONS,
+    }),
     { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0 },
   );
   let summary: Record<string, unknown> | undefined;
   const worker = spawnNode({
-    natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "fairness-worker", roles: "worker", partitions: PARTITIONS,
-    extraArgs: ["--executor", "noop", "--slots", String(slots), "--noop-duration-ms", String(durationMs)],
+    natsUrl: nats.url,
+    creds: nats.credsFor(["worker"]),
+    nodeId: "fairness-worker",
+    roles: "worker",
+    partitions: PARTITIONS,
+    extraArgs: [
+      "--executor",
+      "noop",
+      "--slots",
+      String(slots),
+      "--noop-duration-ms",
+      String(durationMs),
+    ],
     ignoreLines: RUN_LINES,
   });
   try {
     await worker.waitFor((e) => e.type === "node_started", 30_000, "worker started");
-    while (proc.node.heldPartitions().length !== proc.node.partitions) await new Promise((r) => setTimeout(r, 50));
+    while (proc.node.heldPartitions().length !== proc.node.partitions)
+      await new Promise((r) => setTimeout(r, 50));
     for (const p of plans) {
       const { tenant } = await tenants.createTenant(p.name);
-      await tenants.setQuota(tenant.tenant_id, { weight: p.weight, max_concurrent_runs: p.cap, max_jobs: 100_000 });
+      await tenants.setQuota(tenant.tenant_id, {
+        weight: p.weight,
+        max_concurrent_runs: p.cap,
+        max_jobs: 100_000,
+      });
       p.id = tenant.tenant_id;
     }
     const idOf = (name: string) => plans.find((p) => p.name === name)!.id!;
-    const svc = new NatsJobsService(proc.node.router, proc.node.buckets, proc.node.partitions, systemRandom);
+    const svc = new NatsJobsService(
+      proc.node.router,
+      proc.node.buckets,
+      proc.node.partitions,
+      systemRandom,
+    );
     const backlogSpec: JobSpec = {
-      name: null, schedule: { at: new Date(systemClock.now() + 86_400_000).toISOString() },
+      name: null,
+      schedule: { at: new Date(systemClock.now() + 86_400_000).toISOString() },
       task: { image: "noop", args: ["noop"], env: {}, timeout_s: 3600 },
       retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
-      overlap: "allow", misfire: { policy: "run_once", starting_deadline_s: null }, flex_window_s: 0, enabled: true,
+      overlap: "allow",
+      misfire: { policy: "run_once", starting_deadline_s: null },
+      flex_window_s: 0,
+      enabled: true,
     };
     // Backlogs: the largest first (it runs alone meanwhile), then the others; 64 requests in flight.
     const t0 = performance.now();
@@ -154,27 +196,40 @@ export async function run(args: string[]): Promise<void> {
       const jobs = Math.ceil(p.backlog / RUNS_PER_JOB);
       const ids: string[] = [];
       let next = 0;
-      await Promise.all(Array.from({ length: 64 }, async () => {
-        while (next < jobs) {
-          next++;
-          ids.push((await setUpStep(() => svc.createJob(p.id!, backlogSpec))).job.job_id);
-        }
-      }));
+      await Promise.all(
+        Array.from({ length: 64 }, async () => {
+          while (next < jobs) {
+            next++;
+            ids.push((await setUpStep(() => svc.createJob(p.id!, backlogSpec))).job.job_id);
+          }
+        }),
+      );
       let made = 0;
-      await Promise.all(Array.from({ length: 64 }, async () => {
-        while (made < p.backlog) {
-          const i = made++;
-          await setUpStep(() => svc.runNow(p.id!, ids[i % ids.length]!));
-        }
-      }));
-      console.log(`${p.name}: ${p.backlog} runs queued on ${jobs} jobs (${((performance.now() - t0) / 1000).toFixed(1)} s since set-up began)`);
+      await Promise.all(
+        Array.from({ length: 64 }, async () => {
+          while (made < p.backlog) {
+            const i = made++;
+            await setUpStep(() => svc.runNow(p.id!, ids[i % ids.length]!));
+          }
+        }),
+      );
+      console.log(
+        `${p.name}: ${p.backlog} runs queued on ${jobs} jobs (${((performance.now() - t0) / 1000).toFixed(1)} s since set-up began)`,
+      );
     }
     // The small tenant: two jobs every 2 s, from now on.
-    const smallSpec: JobSpec = { ...backlogSpec, schedule: { cron: "*/2 * * * * *", time_zone: "UTC" }, overlap: "skip", task: { ...backlogSpec.task, timeout_s: 60 } };
+    const smallSpec: JobSpec = {
+      ...backlogSpec,
+      schedule: { cron: "*/2 * * * * *", time_zone: "UTC" },
+      overlap: "skip",
+      task: { ...backlogSpec.task, timeout_s: 60 },
+    };
     for (let i = 0; i < 2; i++) await svc.createJob(idOf("small"), smallSpec);
     const windowStart = systemClock.now() + warmupS * 1000;
     const windowEnd = windowStart + seconds * 1000;
-    console.log(`set-up ${((performance.now() - t0) / 1000).toFixed(1)} s; warm-up ${warmupS} s, then measuring for ${seconds} s`);
+    console.log(
+      `set-up ${((performance.now() - t0) / 1000).toFixed(1)} s; warm-up ${warmupS} s, then measuring for ${seconds} s`,
+    );
     // Sample grants (tenant actors) and shares (fleet actor) through the window.
     const grantSamples = new Map<string, number[]>(plans.map((p) => [p.name, []]));
     const waitingSamples = new Map<string, number[]>(plans.map((p) => [p.name, []]));
@@ -184,14 +239,28 @@ export async function run(args: string[]): Promise<void> {
     while (systemClock.now() < windowEnd) {
       await new Promise((r) => setTimeout(r, 500));
       if (systemClock.now() < windowStart) continue;
-      await Promise.all(plans.map(async (p) => {
-        const s = await proc.node.router.request<{ running: number; waiting: number }>({ type: TENANT_ACTOR, id: p.id! }, { kind: "status" }, { deadlineMs: 2_000 }).catch(() => undefined);
-        if (!s) return;
-        grantSamples.get(p.name)!.push(s.running);
-        waitingSamples.get(p.name)!.push(s.waiting);
-        if (s.running > p.cap) capSamplesExceeded++;
-      }));
-      lastFleet = await proc.node.router.request<FleetStatus>({ type: FLEET_ACTOR, id: FLEET_ID }, { kind: "status" }, { deadlineMs: 2_000 }).catch(() => lastFleet);
+      await Promise.all(
+        plans.map(async (p) => {
+          const s = await proc.node.router
+            .request<{ running: number; waiting: number }>(
+              { type: TENANT_ACTOR, id: p.id! },
+              { kind: "status" },
+              { deadlineMs: 2_000 },
+            )
+            .catch(() => undefined);
+          if (!s) return;
+          grantSamples.get(p.name)!.push(s.running);
+          waitingSamples.get(p.name)!.push(s.waiting);
+          if (s.running > p.cap) capSamplesExceeded++;
+        }),
+      );
+      lastFleet = await proc.node.router
+        .request<FleetStatus>(
+          { type: FLEET_ACTOR, id: FLEET_ID },
+          { kind: "status" },
+          { deadlineMs: 2_000 },
+        )
+        .catch(() => lastFleet);
       smallDemand.push(lastFleet?.tenants.find((t) => t.tenant === idOf("small"))?.demand ?? 0);
     }
     const runs = (await proc.node.buckets.runs.list(">")).map((e) => decode<RunView>(e.value));
@@ -214,7 +283,16 @@ export async function run(args: string[]): Promise<void> {
     }
     let capExceeded = capSamplesExceeded;
     for (const p of plans) {
-      const events = intervals.get(p.name)!.flatMap(([s, f]) => [[s, 1], [f, -1]] as [number, number][]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      const events = intervals
+        .get(p.name)!
+        .flatMap(
+          ([s, f]) =>
+            [
+              [s, 1],
+              [f, -1],
+            ] as [number, number][],
+        )
+        .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
       let n = 0;
       for (const [, d] of events) {
         n += d;
@@ -223,22 +301,52 @@ export async function run(args: string[]): Promise<void> {
     }
     const avgSlots = (name: string) => usage.get(name)! / windowMs;
     const used = plans.reduce((n, p) => n + avgSlots(p.name), 0);
-    const smallReserved = smallDemand.length > 0 ? smallDemand.reduce((a, b) => a + b, 0) / smallDemand.length : 0;
+    const smallReserved =
+      smallDemand.length > 0 ? smallDemand.reduce((a, b) => a + b, 0) / smallDemand.length : 0;
     const demandOf = (p: TenantPlan) => (p.name === "small" ? smallReserved : p.cap);
-    const expected = waterFill(slots, plans.map((p) => ({ demand: demandOf(p), weight: p.weight })));
-    const integer = maxMinShares(slots, plans.map((p) => ({ tenant: p.name, demand: p.name === "small" ? Math.ceil(smallReserved) : Math.min(p.cap, slots), weight: p.weight })));
+    const expected = waterFill(
+      slots,
+      plans.map((p) => ({ demand: demandOf(p), weight: p.weight })),
+    );
+    const integer = maxMinShares(
+      slots,
+      plans.map((p) => ({
+        tenant: p.name,
+        demand: p.name === "small" ? Math.ceil(smallReserved) : Math.min(p.cap, slots),
+        weight: p.weight,
+      })),
+    );
     const large = plans.map((p, i) => ({ p, i })).filter(({ p }) => p.name !== "small");
     const largeUsed = large.reduce((n, { p }) => n + avgSlots(p.name), 0);
     const largeExpected = large.reduce((n, { i }) => n + expected[i]!, 0);
-    const shares: Record<string, { weight: number; cap: number; measured: number; expected: number; slots_in_use: number; fleet_share: number | null; grants_mean: number | null }> = {};
+    const shares: Record<
+      string,
+      {
+        weight: number;
+        cap: number;
+        measured: number;
+        expected: number;
+        slots_in_use: number;
+        fleet_share: number | null;
+        grants_mean: number | null;
+      }
+    > = {};
     let maxErr = 0;
     plans.forEach((p, i) => {
       const isSmall = p.name === "small";
-      const measured = isSmall ? avgSlots(p.name) / slots : largeUsed > 0 ? avgSlots(p.name) / largeUsed : 0;
+      const measured = isSmall
+        ? avgSlots(p.name) / slots
+        : largeUsed > 0
+          ? avgSlots(p.name) / largeUsed
+          : 0;
       const exp = isSmall ? expected[i]! / slots : expected[i]! / largeExpected;
       const g = grantSamples.get(p.name)!;
       shares[p.name] = {
-        weight: p.weight, cap: p.cap, measured: +measured.toFixed(4), expected: +exp.toFixed(4), slots_in_use: +avgSlots(p.name).toFixed(2),
+        weight: p.weight,
+        cap: p.cap,
+        measured: +measured.toFixed(4),
+        expected: +exp.toFixed(4),
+        slots_in_use: +avgSlots(p.name).toFixed(2),
         fleet_share: lastFleet?.tenants.find((t) => t.tenant === p.id)?.share ?? null,
         grants_mean: g.length > 0 ? +(g.reduce((a, b) => a + b, 0) / g.length).toFixed(2) : null,
       };
@@ -246,9 +354,20 @@ export async function run(args: string[]): Promise<void> {
     });
     // The small tenant's lag: runs due in the window.
     const endMs = systemClock.now();
-    const smallRuns = runs.filter((r) => r.tenant_id === idOf("small") && Date.parse(r.scheduled_for) >= windowStart && Date.parse(r.scheduled_for) < windowEnd);
-    const lags = smallRuns.filter((r) => r.status !== "skipped" && r.status !== "missed")
-      .map((r) => (r.attempts[0]?.started_at ? Date.parse(r.attempts[0].started_at) : endMs) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+    const smallRuns = runs.filter(
+      (r) =>
+        r.tenant_id === idOf("small") &&
+        Date.parse(r.scheduled_for) >= windowStart &&
+        Date.parse(r.scheduled_for) < windowEnd,
+    );
+    const lags = smallRuns
+      .filter((r) => r.status !== "skipped" && r.status !== "missed")
+      .map(
+        (r) =>
+          (r.attempts[0]?.started_at ? Date.parse(r.attempts[0].started_at) : endMs) -
+          Date.parse(r.scheduled_for),
+      )
+      .sort((a, b) => a - b);
     const skipped = smallRuns.filter((r) => r.status === "skipped").length;
     const waitingA = waitingSamples.get("large-a")!;
     const lines = [
@@ -256,7 +375,8 @@ export async function run(args: string[]): Promise<void> {
       `slots in use (average over the window): ${used.toFixed(1)} of ${slots} (${((used / slots) * 100).toFixed(0)}%); the small tenant's reported demand (mean): ${smallReserved.toFixed(2)}`,
       ...plans.map((p) => {
         const s = shares[p.name]!;
-        const basis = p.name === "small" ? "of all slots (in use vs reserved)" : "of the large tenants' slots";
+        const basis =
+          p.name === "small" ? "of all slots (in use vs reserved)" : "of the large tenants' slots";
         return `${p.name.padEnd(8)} weight ${p.weight}, cap ${p.cap}: ${s.slots_in_use} slots in use; measured ${(s.measured * 100).toFixed(1)}% vs weighted max-min ${(s.expected * 100).toFixed(1)}% ${basis} (whole slots: ${integer.get(p.name)}); last fleet share ${s.fleet_share ?? "-"}, grants held (mean of samples) ${s.grants_mean ?? "-"}`;
       }),
       `max share error (large tenants, relative): ${(maxErr * 100).toFixed(1)}%; cap exceeded: ${capExceeded}`,
@@ -265,15 +385,24 @@ export async function run(args: string[]): Promise<void> {
     ];
     for (const l of lines) console.log(l);
     if (!args.includes("--no-md")) {
-      await appendSection("fairness (weighted max-min shares under overload, noop executor)", [
-        `date: ${new Date().toISOString()}; machine: ${machine()}`,
-        `command: \`npm run bench -- fairness --seconds ${seconds} --slots ${slots} --duration-ms ${durationMs} --backlog ${backlog} --warmup-s ${warmupS}\` (one scheduler node in-process, ${PARTITIONS} partitions; one worker process; one nats-server; all on this machine)`,
-      ], lines);
+      await appendSection(
+        "fairness (weighted max-min shares under overload, noop executor)",
+        [
+          `date: ${new Date().toISOString()}; machine: ${machine()}`,
+          `command: \`npm run bench -- fairness --seconds ${seconds} --slots ${slots} --duration-ms ${durationMs} --backlog ${backlog} --warmup-s ${warmupS}\` (one scheduler node in-process, ${PARTITIONS} partitions; one worker process; one nats-server; all on this machine)`,
+        ],
+        lines,
+      );
     }
     summary = {
-      shares, max_share_error: +maxErr.toFixed(4), cap_exceeded: capExceeded,
+      shares,
+      max_share_error: +maxErr.toFixed(4),
+      cap_exceeded: capExceeded,
       small_tenant_p99_lag_ms: pct(lags, 99),
-      slots, seconds, utilisation: +(used / slots).toFixed(3), large_a_waiting_min: waitingA.length > 0 ? Math.min(...waitingA) : null,
+      slots,
+      seconds,
+      utilisation: +(used / slots).toFixed(3),
+      large_a_waiting_min: waitingA.length > 0 ? Math.min(...waitingA) : null,
     };
   } finally {
     await worker.stop();

@@ -49,7 +49,10 @@ function arg(args: string[], name: string, dflt: number): number {
   if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} must be a number > 0`);
   return v;
 }
-const pct = (sorted: number[], p: number) => (sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!);
+const pct = (sorted: number[], p: number) =>
+  sorted.length === 0
+    ? null
+    : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 
 /** Continuous weighted max-min (water-filling) of `capacity`. */
 export function waterFill(capacity: number, ds: { demand: number; weight: number }[]): number[] {
@@ -103,7 +106,8 @@ export async function run(args: string[]): Promise<void> {
   const workers = Math.round(arg(args, "workers", 1));
   const seconds = arg(args, "seconds", 60);
   const warmupS = arg(args, "warmup-s", 15);
-  if (slots % workers !== 0) throw new Error(`--slots (${slots}) must divide evenly among --workers (${workers})`);
+  if (slots % workers !== 0)
+    throw new Error(`--slots (${slots}) must divide evenly among --workers (${workers})`);
   process.env["KAIROS_LOG_LEVEL"] ??= "error";
   // Each heavy job asks for ~MEAN_S slots (one run a second of MEAN_S on average): together
   // about four times the fleet.
@@ -118,56 +122,99 @@ export async function run(args: string[]): Promise<void> {
   ];
   const nats = await startNats();
   const adminNc = await nats.connect("fleet-admin");
-  const tenants = new KvTenantDirectory((await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants, { clock: systemClock });
+  const tenants = new KvTenantDirectory(
+    (await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 })).tenants,
+    { clock: systemClock },
+  );
   const proc = await startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "fleet", roles: ["api", "scheduler"], partitions: PARTITIONS }),
+    makeNodeConfig({
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) },
+      nodeId: "fleet",
+      roles: ["api", "scheduler"],
+      partitions: PARTITIONS,
+    }),
     { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0 },
   );
   const procs: NodeProc[] = [];
   let summary: Record<string, unknown> | undefined;
   try {
     for (let i = 0; i < workers; i++) {
-      procs.push(spawnNode({
-        natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: `fleet-w${i + 1}`, roles: "worker", partitions: PARTITIONS,
-        extraArgs: ["--executor", "noop", "--slots", String(slots / workers)],
-        ignoreLines: RUN_LINES,
-      }));
+      procs.push(
+        spawnNode({
+          natsUrl: nats.url,
+          creds: nats.credsFor(["worker"]),
+          nodeId: `fleet-w${i + 1}`,
+          roles: "worker",
+          partitions: PARTITIONS,
+          extraArgs: ["--executor", "noop", "--slots", String(slots / workers)],
+          ignoreLines: RUN_LINES,
+        }),
+      );
     }
-    await Promise.all(procs.map((w) => w.waitFor((e) => e.type === "node_started", 30_000, "worker started")));
-    while (proc.node.heldPartitions().length !== proc.node.partitions) await new Promise((r) => setTimeout(r, 50));
+    await Promise.all(
+      procs.map((w) => w.waitFor((e) => e.type === "node_started", 30_000, "worker started")),
+    );
+    while (proc.node.heldPartitions().length !== proc.node.partitions)
+      await new Promise((r) => setTimeout(r, 50));
     for (const p of plans) {
       const { tenant } = await tenants.createTenant(p.name);
-      await tenants.setQuota(tenant.tenant_id, { weight: p.weight, ...(p.cap === null ? {} : { max_concurrent_runs: p.cap }), max_jobs: 10_000 });
+      await tenants.setQuota(tenant.tenant_id, {
+        weight: p.weight,
+        ...(p.cap === null ? {} : { max_concurrent_runs: p.cap }),
+        max_jobs: 10_000,
+      });
       p.id = tenant.tenant_id;
     }
-    const svc = new NatsJobsService(proc.node.router, proc.node.buckets, proc.node.partitions, systemRandom);
+    const svc = new NatsJobsService(
+      proc.node.router,
+      proc.node.buckets,
+      proc.node.partitions,
+      systemRandom,
+    );
     const t0 = performance.now();
     const base: Omit<JobSpec, "schedule" | "task"> = {
-      name: null, retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
-      overlap: "allow", misfire: { policy: "run_once", starting_deadline_s: null }, flex_window_s: 0, enabled: true,
+      name: null,
+      retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
+      overlap: "allow",
+      misfire: { policy: "run_once", starting_deadline_s: null },
+      flex_window_s: 0,
+      enabled: true,
     };
     for (const p of plans) {
       for (let j = 0; j < p.jobs; j++) {
         const sleep = p.sleeps[j % p.sleeps.length]!;
-        await svc.createJob(p.id!, { ...base, schedule: { cron: p.cron, time_zone: "UTC" }, task: { image: "noop", args: ["sleep", sleep], env: {}, timeout_s: 120 } });
+        await svc.createJob(p.id!, {
+          ...base,
+          schedule: { cron: p.cron, time_zone: "UTC" },
+          task: { image: "noop", args: ["sleep", sleep], env: {}, timeout_s: 120 },
+        });
       }
     }
     const windowStart = systemClock.now() + warmupS * 1000;
     const windowEnd = windowStart + seconds * 1000;
-    console.log(`set-up ${((performance.now() - t0) / 1000).toFixed(1)} s: ${plans.reduce((n, p) => n + p.jobs, 0)} jobs; warm-up ${warmupS} s, then measuring for ${seconds} s`);
+    console.log(
+      `set-up ${((performance.now() - t0) / 1000).toFixed(1)} s: ${plans.reduce((n, p) => n + p.jobs, 0)} jobs; warm-up ${warmupS} s, then measuring for ${seconds} s`,
+    );
     await new Promise((r) => setTimeout(r, windowEnd - systemClock.now()));
     // Every run started in the window ends within the longest task (20 s); its record is written
     // at its end. Read once they have had time to settle.
     const nameOf = new Map(plans.map((p) => [p.id!, p.name]));
     await new Promise((r) => setTimeout(r, 25_000));
-    const runs = (await proc.node.buckets.runs.list(">")).map((e) => decode<RunView>(e.value)).filter((r) => nameOf.has(r.tenant_id) && typeof r.run_id === "string");
+    const runs = (await proc.node.buckets.runs.list(">"))
+      .map((e) => decode<RunView>(e.value))
+      .filter((r) => nameOf.has(r.tenant_id) && typeof r.run_id === "string");
     summary = measure(plans, runs, { slots, seconds, warmupS, windowStart, windowEnd, workers });
     for (const l of summary["lines"] as string[]) console.log(l);
     if (!args.includes("--no-md")) {
-      await appendSection("fleet (utilisation and whole-fleet shares at default settings, noop executor)", [
-        `date: ${new Date().toISOString()}; machine: ${machine()}`,
-        `command: \`npm run bench -- fleet --slots ${slots} --workers ${workers} --seconds ${seconds} --warmup-s ${warmupS}\``,
-      ], summary["lines"] as string[]);
+      await appendSection(
+        "fleet (utilisation and whole-fleet shares at default settings, noop executor)",
+        [
+          `date: ${new Date().toISOString()}; machine: ${machine()}`,
+          `command: \`npm run bench -- fleet --slots ${slots} --workers ${workers} --seconds ${seconds} --warmup-s ${warmupS}\``,
+        ],
+        summary["lines"] as string[],
+      );
     }
     delete summary["lines"];
   } finally {
@@ -189,7 +236,11 @@ interface Window {
 }
 
 /** The figures, from the run records (pure: exported for its test). */
-export function measure(plans: readonly TenantPlan[], runs: readonly RunView[], w: Window): Record<string, unknown> {
+export function measure(
+  plans: readonly TenantPlan[],
+  runs: readonly RunView[],
+  w: Window,
+): Record<string, unknown> {
   const nameOf = new Map(plans.map((p) => [p.id!, p.name]));
   const intervals = new Map<string, [number, number][]>(plans.map((p) => [p.name, []]));
   const byWorker = new Map<string, [number, number][]>();
@@ -203,10 +254,14 @@ export function measure(plans: readonly TenantPlan[], runs: readonly RunView[], 
       const s = Date.parse(a.started_at);
       const f = a.finished_at ? Date.parse(a.finished_at) : w.windowEnd;
       intervals.get(name)!.push([s, f]);
-      if (a.worker) (byWorker.get(a.worker) ?? byWorker.set(a.worker, []).get(a.worker)!).push([s, f]);
+      if (a.worker)
+        (byWorker.get(a.worker) ?? byWorker.set(a.worker, []).get(a.worker)!).push([s, f]);
     }
   }
-  const used = (name: string, from: number, to: number) => intervals.get(name)!.reduce((n, [s, f]) => n + Math.max(0, Math.min(f, to) - Math.max(s, from)), 0);
+  const used = (name: string, from: number, to: number) =>
+    intervals
+      .get(name)!
+      .reduce((n, [s, f]) => n + Math.max(0, Math.min(f, to) - Math.max(s, from)), 0);
   const windowMs = w.windowEnd - w.windowStart;
   const totalUsed = plans.reduce((n, p) => n + used(p.name, w.windowStart, w.windowEnd), 0);
   const utilisation = totalUsed / (w.slots * windowMs);
@@ -216,7 +271,13 @@ export function measure(plans: readonly TenantPlan[], runs: readonly RunView[], 
   for (let from = w.windowStart; from + SHARE_WINDOW_MS <= w.windowEnd; from += SHARE_WINDOW_MS) {
     const to = from + SHARE_WINDOW_MS;
     const u = plans.map((p) => used(p.name, from, to) / SHARE_WINDOW_MS); // average slots in use
-    const ref = waterFill(w.slots, plans.map((p, i) => ({ weight: p.weight, demand: p.name === "light" ? u[i]! : p.cap ?? Number.MAX_SAFE_INTEGER })));
+    const ref = waterFill(
+      w.slots,
+      plans.map((p, i) => ({
+        weight: p.weight,
+        demand: p.name === "light" ? u[i]! : (p.cap ?? Number.MAX_SAFE_INTEGER),
+      })),
+    );
     plans.forEach((p, i) => {
       const err = Math.abs(u[i]! - ref[i]!) / w.slots;
       const t = (perTenant[p.name] ??= { share: 0, reference: 0, max_error: 0 });
@@ -228,13 +289,31 @@ export function measure(plans: readonly TenantPlan[], runs: readonly RunView[], 
     const t = (perTenant[p.name] ??= { share: 0, reference: 0, max_error: 0 });
     t.share = +(used(p.name, w.windowStart, w.windowEnd) / (w.slots * windowMs)).toFixed(4);
   }
-  const whole = waterFill(w.slots, plans.map((p) => ({ weight: p.weight, demand: p.name === "light" ? used(p.name, w.windowStart, w.windowEnd) / windowMs : p.cap ?? Number.MAX_SAFE_INTEGER })));
+  const whole = waterFill(
+    w.slots,
+    plans.map((p) => ({
+      weight: p.weight,
+      demand:
+        p.name === "light"
+          ? used(p.name, w.windowStart, w.windowEnd) / windowMs
+          : (p.cap ?? Number.MAX_SAFE_INTEGER),
+    })),
+  );
   plans.forEach((p, i) => (perTenant[p.name]!.reference = +(whole[i]! / w.slots).toFixed(4)));
   // Caps, from the attempt intervals.
   let capExceeded = 0;
   for (const p of plans) {
     if (p.cap === null) continue;
-    const events = intervals.get(p.name)!.flatMap(([s, f]) => [[s, 1], [f, -1]] as [number, number][]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+    const events = intervals
+      .get(p.name)!
+      .flatMap(
+        ([s, f]) =>
+          [
+            [s, 1],
+            [f, -1],
+          ] as [number, number][],
+      )
+      .sort((a, b) => a[0] - b[0] || a[1] - b[1]);
     let n = 0;
     for (const [, d] of events) {
       n += d;
@@ -242,22 +321,37 @@ export function measure(plans: readonly TenantPlan[], runs: readonly RunView[], 
     }
   }
   // Slot turnaround inside the window.
-  const idle = [...byWorker.values()].flatMap((xs) => turnarounds(xs.filter(([s]) => s >= w.windowStart && s < w.windowEnd))).sort((a, b) => a - b);
+  const idle = [...byWorker.values()]
+    .flatMap((xs) => turnarounds(xs.filter(([s]) => s >= w.windowStart && s < w.windowEnd)))
+    .sort((a, b) => a - b);
   // The light tenant's lag.
   const light = plans.find((p) => p.name === "light")!;
-  const lightRuns = runs.filter((r) => r.tenant_id === light.id && Date.parse(r.scheduled_for) >= w.windowStart && Date.parse(r.scheduled_for) < w.windowEnd);
-  const lags = lightRuns.filter((r) => r.attempts[0]?.started_at).map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for)).sort((a, b) => a - b);
+  const lightRuns = runs.filter(
+    (r) =>
+      r.tenant_id === light.id &&
+      Date.parse(r.scheduled_for) >= w.windowStart &&
+      Date.parse(r.scheduled_for) < w.windowEnd,
+  );
+  const lags = lightRuns
+    .filter((r) => r.attempts[0]?.started_at)
+    .map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for))
+    .sort((a, b) => a - b);
   const lines = [
     `fleet: ${w.slots} slots on ${w.workers} worker(s), default lease TTL and heartbeat; tasks of 0.2, 2 and 20 s; window ${w.seconds} s after ${w.warmupS} s`,
     `utilisation (all slots, idle counted): ${(utilisation * 100).toFixed(1)}%`,
-    ...plans.map((p) => `${p.name.padEnd(8)} weight ${p.weight}, cap ${p.cap ?? "-"}: ${(perTenant[p.name]!.share * 100).toFixed(1)}% of all slots vs ${(perTenant[p.name]!.reference * 100).toFixed(1)}% weighted max-min; worst 10 s window off by ${(perTenant[p.name]!.max_error * 100).toFixed(1)} points`),
+    ...plans.map(
+      (p) =>
+        `${p.name.padEnd(8)} weight ${p.weight}, cap ${p.cap ?? "-"}: ${(perTenant[p.name]!.share * 100).toFixed(1)}% of all slots vs ${(perTenant[p.name]!.reference * 100).toFixed(1)}% weighted max-min; worst 10 s window off by ${(perTenant[p.name]!.max_error * 100).toFixed(1)} points`,
+    ),
     `max share error (10 s windows, of all slots): ${(maxErr * 100).toFixed(1)} points; cap exceeded: ${capExceeded}`,
     `slot turnaround ms: p50 ${pct(idle, 50)}, p99 ${pct(idle, 99)} (${idle.length} turnarounds)`,
     `light tenant: ${lightRuns.length} runs due in the window, lag ms p50 ${pct(lags, 50)}, p99 ${pct(lags, 99)}; run records by status: ${JSON.stringify(statuses)}`,
   ];
   return {
     lines,
-    slots: w.slots, workers: w.workers, seconds: w.seconds,
+    slots: w.slots,
+    workers: w.workers,
+    seconds: w.seconds,
     utilisation: +utilisation.toFixed(3),
     max_share_error: +maxErr.toFixed(4),
     shares: perTenant,

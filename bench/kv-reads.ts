@@ -31,13 +31,20 @@ function parseArgs(args: string[]) {
     const i = args.indexOf(`--${name}`);
     if (i < 0) return dflt;
     const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1) throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
+    if (!Number.isInteger(v) || v < 1)
+      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
     return v;
   };
-  return { reads: int("reads", 4000), keys: int("keys", 1000), bytes: int("bytes", 400), md: !args.includes("--no-md") };
+  return {
+    reads: int("reads", 4000),
+    keys: int("keys", 1000),
+    bytes: int("bytes", 400),
+    md: !args.includes("--no-md"),
+  };
 }
 
-const pct = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+const pct = (sorted: number[], p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 
 interface Figure {
   server: "leader" | "follower";
@@ -49,24 +56,36 @@ interface Figure {
 }
 
 /** `reads` gets of random keys, `inFlight` at a time; the latency of each and the rate. */
-async function measure(kv: KvStore, keys: number, reads: number, inFlight: number, opts: ReadOptions): Promise<{ perSecond: number; p50Ms: number; p99Ms: number }> {
+async function measure(
+  kv: KvStore,
+  keys: number,
+  reads: number,
+  inFlight: number,
+  opts: ReadOptions,
+): Promise<{ perSecond: number; p50Ms: number; p99Ms: number }> {
   const random = seededRandom(inFlight * 7 + (opts.from === "replica" ? 1 : 0));
   const lat: number[] = [];
   let next = 0;
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: inFlight }, async () => {
-    while (next < reads) {
-      next++;
-      const key = `k.${Math.floor(random.next() * keys)}`;
-      const s = performance.now();
-      if ((await kv.get(key, opts)) === null) throw new Error(`${key}: no value`);
-      lat.push(performance.now() - s);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (next < reads) {
+        next++;
+        const key = `k.${Math.floor(random.next() * keys)}`;
+        const s = performance.now();
+        if ((await kv.get(key, opts)) === null) throw new Error(`${key}: no value`);
+        lat.push(performance.now() - s);
+      }
+    }),
+  );
   const ms = performance.now() - t0;
   lat.sort((a, b) => a - b);
   const r = (x: number) => Math.round(x * 100) / 100;
-  return { perSecond: Math.round((reads / ms) * 1000), p50Ms: r(pct(lat, 50)), p99Ms: r(pct(lat, 99)) };
+  return {
+    perSecond: Math.round((reads / ms) * 1000),
+    p50Ms: r(pct(lat, 50)),
+    p99Ms: r(pct(lat, 99)),
+  };
 }
 
 export async function run(args: string[]): Promise<void> {
@@ -77,21 +96,49 @@ export async function run(args: string[]): Promise<void> {
     const admin = await fx.connect("kv-bench-setup");
     const setup = await openBuckets(admin, { clusterName: CLUSTER, replicas: 3 });
     const value = new Uint8Array(o.bytes).fill(120);
-    for (let i = 0; i < o.keys; i += 100) await Promise.all(Array.from({ length: Math.min(100, o.keys - i) }, (_, j) => setup.runs.put(`k.${i + j}`, value)));
-    const leaderName = (await (await jetstreamManager(admin)).streams.info(`KV_${setup.runs.bucket}`)).cluster?.leader;
-    const leaderIndex = Math.max(0, fx.servers.findIndex((_, i) => `s${i}` === leaderName));
+    for (let i = 0; i < o.keys; i += 100)
+      await Promise.all(
+        Array.from({ length: Math.min(100, o.keys - i) }, (_, j) =>
+          setup.runs.put(`k.${i + j}`, value),
+        ),
+      );
+    const leaderName = (
+      await (await jetstreamManager(admin)).streams.info(`KV_${setup.runs.bucket}`)
+    ).cluster?.leader;
+    const leaderIndex = Math.max(
+      0,
+      fx.servers.findIndex((_, i) => `s${i}` === leaderName),
+    );
     await admin.close();
     for (const server of ["leader", "follower"] as const) {
       const at = server === "leader" ? leaderIndex : (leaderIndex + 1) % 3;
-      const nc = await connectNats({ url: fx.servers[at]!.url, name: `kv-bench-${server}`, credsFile: fx.credsFor("admin") });
+      const nc = await connectNats({
+        url: fx.servers[at]!.url,
+        name: `kv-bench-${server}`,
+        credsFile: fx.credsFor("admin"),
+      });
       try {
         const kv = (await openBuckets(nc, { clusterName: CLUSTER, replicas: 3 })).runs;
         for (const inFlight of [1, 64]) {
           for (const read of ["replica", "leader"] as const) {
-            await measure(kv, o.keys, Math.min(500, o.reads), inFlight, read === "replica" ? REPLICA_READ : {}); // warm-up
-            const m = await measure(kv, o.keys, o.reads, inFlight, read === "replica" ? REPLICA_READ : {});
+            await measure(
+              kv,
+              o.keys,
+              Math.min(500, o.reads),
+              inFlight,
+              read === "replica" ? REPLICA_READ : {},
+            ); // warm-up
+            const m = await measure(
+              kv,
+              o.keys,
+              o.reads,
+              inFlight,
+              read === "replica" ? REPLICA_READ : {},
+            );
             figures.push({ server, inFlight, read, ...m });
-            console.log(`connected to the ${server}'s server, ${String(inFlight).padStart(2)} in flight, ${read.padEnd(7)} read: ${String(m.perSecond).padStart(6)} reads/s, p50 ${m.p50Ms} ms, p99 ${m.p99Ms} ms`);
+            console.log(
+              `connected to the ${server}'s server, ${String(inFlight).padStart(2)} in flight, ${read.padEnd(7)} read: ${String(m.perSecond).padStart(6)} reads/s, p50 ${m.p50Ms} ms, p99 ${m.p99Ms} ms`,
+            );
           }
         }
       } finally {
@@ -103,9 +150,20 @@ export async function run(args: string[]): Promise<void> {
   }
   console.log(JSON.stringify({ bench: "kv-reads", ...o, figures }));
   if (!o.md) return;
-  const commit = (await exec("git", ["rev-parse", "--short", "HEAD"]).catch(() => ({ stdout: "unknown" }))).stdout.trim();
-  await appendSection(`KV reads: leader against replica (${new Date().toISOString().slice(0, 10)})`, [
-    `machine: ${machine()}; ${(await exec("nats-server", ["--version"]).catch(() => ({ stdout: "nats-server: ?" }))).stdout.trim()}, 3 servers on loopback, R3 bucket`,
-    `commit ${commit}; \`npm run bench -- kv-reads --reads ${o.reads} --keys ${o.keys} --bytes ${o.bytes}\`; load average at the end ${loadavg().map((x) => x.toFixed(1)).join(", ")} (a shared machine: compare the rows with each other, not across runs)`,
-  ], figures.map((f) => `${f.server.padEnd(8)} server, ${String(f.inFlight).padStart(2)} in flight, ${f.read.padEnd(7)} read: ${String(f.perSecond).padStart(6)}/s  p50 ${f.p50Ms} ms  p99 ${f.p99Ms} ms`));
+  const commit = (
+    await exec("git", ["rev-parse", "--short", "HEAD"]).catch(() => ({ stdout: "unknown" }))
+  ).stdout.trim();
+  await appendSection(
+    `KV reads: leader against replica (${new Date().toISOString().slice(0, 10)})`,
+    [
+      `machine: ${machine()}; ${(await exec("nats-server", ["--version"]).catch(() => ({ stdout: "nats-server: ?" }))).stdout.trim()}, 3 servers on loopback, R3 bucket`,
+      `commit ${commit}; \`npm run bench -- kv-reads --reads ${o.reads} --keys ${o.keys} --bytes ${o.bytes}\`; load average at the end ${loadavg()
+        .map((x) => x.toFixed(1))
+        .join(", ")} (a shared machine: compare the rows with each other, not across runs)`,
+    ],
+    figures.map(
+      (f) =>
+        `${f.server.padEnd(8)} server, ${String(f.inFlight).padStart(2)} in flight, ${f.read.padEnd(7)} read: ${String(f.perSecond).padStart(6)}/s  p50 ${f.p50Ms} ms  p99 ${f.p99Ms} ms`,
+    ),
+  );
 }

@@ -10,7 +10,8 @@ import { cpus } from "node:os";
 export function machine(): string {
   let model = cpus()[0]?.model ?? "unknown";
   try {
-    model = /^model name\s*:\s*(.+)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim() ?? model;
+    model =
+      /^model name\s*:\s*(.+)$/m.exec(readFileSync("/proc/cpuinfo", "utf8"))?.[1]?.trim() ?? model;
   } catch {
     // not Linux: keep os.cpus()'s model
   }
@@ -18,9 +19,22 @@ export function machine(): string {
 }
 
 /** Appends `## <title>`, the bullet lines, and `figures` (as a code block when `fenced`). */
-export async function appendSection(title: string, bullets: string[], figures: string[], fenced = true): Promise<void> {
+export async function appendSection(
+  title: string,
+  bullets: string[],
+  figures: string[],
+  fenced = true,
+): Promise<void> {
   const body = fenced ? ["```", ...figures, "```"] : figures.map((l) => `- ${l}`);
-  const section = ["", `## ${title}`, "", ...bullets.map((b) => `- ${b}`), ...(fenced ? [""] : []), ...body, ""].join("\n");
+  const section = [
+    "",
+    `## ${title}`,
+    "",
+    ...bullets.map((b) => `- ${b}`),
+    ...(fenced ? [""] : []),
+    ...body,
+    "",
+  ].join("\n");
   await appendFile(new URL("../BENCHMARKS.md", import.meta.url), section);
   console.log(`appended "${title}" to BENCHMARKS.md`);
 }

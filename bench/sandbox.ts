@@ -31,32 +31,53 @@ function stats(xs: number[]): Stats {
 function parseN(args: string[]): number {
   const i = args.indexOf("--n");
   const n = i >= 0 ? Number(args[i + 1]) : 20;
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--n must be a positive integer, got ${args[i + 1]}`);
+  if (!Number.isInteger(n) || n < 1)
+    throw new Error(`--n must be a positive integer, got ${args[i + 1]}`);
   return n;
 }
 
 function ident(workerId: string): RunIdentity {
-  return { runId: `bench-${randomUUID()}`, attempt: 1, jobId: "bench", tenantId: "bench", scheduledFor: new Date(0).toISOString(), workerId, fence: 1 };
+  return {
+    runId: `bench-${randomUUID()}`,
+    attempt: 1,
+    jobId: "bench",
+    tenantId: "bench",
+    scheduledFor: new Date(0).toISOString(),
+    workerId,
+    fence: 1,
+  };
 }
 
 async function executorRun(ex: Executor, image: string, workerId: string): Promise<number> {
   const t0 = performance.now();
-  const r = await ex.start({ image, args: ["true"], env: {}, timeoutS: 60 }, ident(workerId)).result;
+  const r = await ex.start({ image, args: ["true"], env: {}, timeoutS: 60 }, ident(workerId))
+    .result;
   const ms = performance.now() - t0;
-  if (r.outcome !== "exited" || r.exitCode !== 0) throw new Error(`executor run failed: ${JSON.stringify(r)}`);
+  if (r.outcome !== "exited" || r.exitCode !== 0)
+    throw new Error(`executor run failed: ${JSON.stringify(r)}`);
   return ms;
 }
 
 function cliRun(image: string): Promise<number> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const p = spawn("docker", ["run", "--rm", "--network", "none", image, "true"], { stdio: "ignore" });
+    const p = spawn("docker", ["run", "--rm", "--network", "none", image, "true"], {
+      stdio: "ignore",
+    });
     p.on("error", reject);
-    p.on("exit", (code) => (code === 0 ? resolve(performance.now() - t0) : reject(new Error(`docker run exited ${code}`))));
+    p.on("exit", (code) =>
+      code === 0 ? resolve(performance.now() - t0) : reject(new Error(`docker run exited ${code}`)),
+    );
   });
 }
 
-async function throughput(ex: Executor, image: string, workerId: string, n: number, concurrency: number): Promise<number> {
+async function throughput(
+  ex: Executor,
+  image: string,
+  workerId: string,
+  n: number,
+  concurrency: number,
+): Promise<number> {
   let next = 0;
   const t0 = performance.now();
   const lane = async (): Promise<void> => {
@@ -70,7 +91,13 @@ async function throughput(ex: Executor, image: string, workerId: string, n: numb
 }
 
 async function machineWithDocker(): Promise<string> {
-  const docker = (await exec("docker", ["version", "--format", "server {{.Server.Version}}, client {{.Client.Version}}"])).stdout.trim();
+  const docker = (
+    await exec("docker", [
+      "version",
+      "--format",
+      "server {{.Server.Version}}, client {{.Client.Version}}",
+    ])
+  ).stdout.trim();
   return `${machine()}, docker ${docker}`;
 }
 
@@ -105,12 +132,16 @@ export async function run(args: string[]): Promise<void> {
       `  concurrency 4: ${rate4.toFixed(2)} containers/s`,
     ];
     console.log(lines.join("\n"));
-    await appendSection("sandbox (docker executor)", [
-      `date: ${date}`,
-      `machine: ${await machineWithDocker()}`,
-      `command: \`npm run bench -- sandbox${args.length ? " " + args.join(" ") : ""}\``,
-      `image: ${image} (busybox-static imported locally); each executor run creates, attaches, starts, waits for and force-removes one container`,
-    ], lines);
+    await appendSection(
+      "sandbox (docker executor)",
+      [
+        `date: ${date}`,
+        `machine: ${await machineWithDocker()}`,
+        `command: \`npm run bench -- sandbox${args.length ? " " + args.join(" ") : ""}\``,
+        `image: ${image} (busybox-static imported locally); each executor run creates, attaches, starts, waits for and force-removes one container`,
+      ],
+      lines,
+    );
   } finally {
     await ex.close();
     await removeWorkerContainers(workerId);

@@ -24,7 +24,9 @@ export async function settledTimes(nc: NatsConnection, bucket: string): Promise<
   const stream = `KV_${bucket}`;
   const last = (await (await jetstreamManager(nc)).streams.info(stream)).state.last_seq;
   if (last === 0) return [];
-  const consumer = await jetstream(nc).consumers.get(stream, { filter_subjects: `$KV.${bucket}.>` });
+  const consumer = await jetstream(nc).consumers.get(stream, {
+    filter_subjects: `$KV.${bucket}.>`,
+  });
   const seen = new Set<string>();
   const out: number[] = [];
   const msgs = await consumer.consume({ max_messages: 10_000 });

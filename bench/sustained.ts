@@ -92,17 +92,22 @@ function options(args: string[]): Options {
   const num = (name: string, dflt: number): number => {
     const i = args.indexOf(`--${name}`);
     const v = i >= 0 ? Number(args[i + 1]) : dflt;
-    if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} must be a positive number, got ${args[i + 1]}`);
+    if (!Number.isFinite(v) || v <= 0)
+      throw new Error(`--${name} must be a positive number, got ${args[i + 1]}`);
     return v;
   };
   const oi = args.indexOf("--overlap");
   const overlap = oi >= 0 ? args[oi + 1] : "skip";
-  if (overlap !== "skip" && overlap !== "allow") throw new Error(`--overlap must be skip or allow, got ${overlap}`);
+  if (overlap !== "skip" && overlap !== "allow")
+    throw new Error(`--overlap must be skip or allow, got ${overlap}`);
   const rate = num("rate", 200);
   const seconds = num("seconds", 10);
   const schedulers = Math.floor(num("schedulers", 1));
   return {
-    rate, seconds, schedulers, overlap,
+    rate,
+    seconds,
+    schedulers,
+    overlap,
     spawn: schedulers > 1 || args.includes("--spawn"),
     tenants: Math.floor(num("tenants", 10)),
     lookaheadMs: args.includes("--lookahead-ms") ? num("lookahead-ms", 0) : undefined,
@@ -113,7 +118,10 @@ function options(args: string[]): Options {
   };
 }
 
-const pct = (sorted: number[], p: number): number | null => sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+const pct = (sorted: number[], p: number): number | null =>
+  sorted.length === 0
+    ? null
+    : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
 const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
@@ -126,13 +134,18 @@ function samples(texts: string[], name: string, ...labels: string[]): Record<str
   const re = new RegExp(`^${name}(?:\\{([^}]*)\\})? (\\S+)$`, "gm");
   for (const text of texts) {
     for (const m of text.matchAll(re)) {
-      const v = labels.map((label) => new RegExp(`${label}="([^"]*)"`).exec(m[1] ?? "")?.[1] ?? "").join(" ");
+      const v = labels
+        .map((label) => new RegExp(`${label}="([^"]*)"`).exec(m[1] ?? "")?.[1] ?? "")
+        .join(" ");
       out[v] = (out[v] ?? 0) + Number(m[2]);
     }
   }
   return out;
 }
-const total = (r: Record<string, number>, skip: string[] = []) => Object.entries(r).filter(([k]) => !skip.includes(k)).reduce((a, [, v]) => a + v, 0);
+const total = (r: Record<string, number>, skip: string[] = []) =>
+  Object.entries(r)
+    .filter(([k]) => !skip.includes(k))
+    .reduce((a, [, v]) => a + v, 0);
 
 /** The running cluster, whichever way the schedulers run. */
 interface Cluster {
@@ -150,7 +163,8 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
   const adminNc = await nats.connect("sustained-admin");
   const admin = await openBuckets(adminNc, { clusterName: "kairos", replicas: 1 });
   const job = o.lookaheadMs !== undefined ? { lookaheadMs: o.lookaheadMs } : {};
-  const lookaheadArgs = o.lookaheadMs !== undefined ? ["--lookahead-ms", String(o.lookaheadMs)] : [];
+  const lookaheadArgs =
+    o.lookaheadMs !== undefined ? ["--lookahead-ms", String(o.lookaheadMs)] : [];
   const procs: KairosProcess[] = [];
   const nodes: NodeProc[] = [];
   const stopAll = async () => {
@@ -160,11 +174,25 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
   };
   try {
     // The worker is its own process, as in production (its event loop only starts and reports runs).
-    const worker = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["worker"]), nodeId: "sustained-worker", roles: "worker", partitions: PARTITIONS, extraArgs: ["--executor", "noop", "--slots", String(o.slots)], ignoreLines: RUN_LINES });
+    const worker = spawnNode({
+      natsUrl: nats.url,
+      creds: nats.credsFor(["worker"]),
+      nodeId: "sustained-worker",
+      roles: "worker",
+      partitions: PARTITIONS,
+      extraArgs: ["--executor", "noop", "--slots", String(o.slots)],
+      ignoreLines: RUN_LINES,
+    });
     nodes.push(worker);
     if (!o.spawn) {
       const proc = await startKairos(
-        makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "sustained", roles: ["api", "scheduler"], partitions: PARTITIONS }),
+        makeNodeConfig({
+          natsUrl: nats.url,
+          natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) },
+          nodeId: "sustained",
+          roles: ["api", "scheduler"],
+          partitions: PARTITIONS,
+        }),
         { executor: "noop", workerSlots: o.slots, apiHost: "127.0.0.1", apiPort: 0, job },
       );
       procs.push(proc);
@@ -172,8 +200,15 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
       while (proc.node.heldPartitions().length !== proc.node.partitions) await sleep(50);
       const loop = monitorEventLoopDelay({ resolution: 10 });
       return {
-        svc: new NatsJobsService(proc.node.router, proc.node.buckets, proc.node.partitions, systemRandom),
-        admin, loop, stop: stopAll,
+        svc: new NatsJobsService(
+          proc.node.router,
+          proc.node.buckets,
+          proc.node.partitions,
+          systemRandom,
+        ),
+        admin,
+        loop,
+        stop: stopAll,
         describe: `one api+scheduler node in-process (mailbox limit 100,000), ${PARTITIONS} partitions`,
         metrics: async () => [await registry.metrics()],
       };
@@ -183,24 +218,45 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
     for (const nodeId of ids) {
       const port = await freePort();
       ports.push(port);
-      nodes.push(spawnNode({
-        natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId, roles: "scheduler", partitions: PARTITIONS,
-        extraArgs: ["--metrics-port", String(port), ...lookaheadArgs], env: { KAIROS_LOG_LEVEL: "warn" },
-      }));
+      nodes.push(
+        spawnNode({
+          natsUrl: nats.url,
+          creds: nats.credsFor(["scheduler"]),
+          nodeId,
+          roles: "scheduler",
+          partitions: PARTITIONS,
+          extraArgs: ["--metrics-port", String(port), ...lookaheadArgs],
+          env: { KAIROS_LOG_LEVEL: "warn" },
+        }),
+      );
     }
     // The jobs are created through an API-only node, as an API request would.
     const api = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api"]) }, nodeId: "sustained-api", roles: ["api"], partitions: PARTITIONS }),
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(["api"]) },
+        nodeId: "sustained-api",
+        roles: ["api"],
+        partitions: PARTITIONS,
+      }),
       { executor: "noop", workerSlots: 0, apiHost: "127.0.0.1", apiPort: 0, job },
     );
     procs.push(api);
     await worker.waitFor((e) => e.type === "node_started", 60_000, "worker started");
     await waitBalanced(admin, ids, nodes);
     return {
-      svc: new NatsJobsService(api.node.router, api.node.buckets, api.node.partitions, systemRandom),
-      admin, loop: undefined, stop: stopAll,
+      svc: new NatsJobsService(
+        api.node.router,
+        api.node.buckets,
+        api.node.partitions,
+        systemRandom,
+      ),
+      admin,
+      loop: undefined,
+      stop: stopAll,
       describe: `${o.schedulers} scheduler process(es) (\`kairos node --roles scheduler\`, default mailbox limit) and an in-process API-only node creating the jobs, ${PARTITIONS} partitions`,
-      metrics: () => Promise.all(ports.map(async (p) => (await fetch(`http://127.0.0.1:${p}/metrics`)).text())),
+      metrics: () =>
+        Promise.all(ports.map(async (p) => (await fetch(`http://127.0.0.1:${p}/metrics`)).text())),
     };
   } catch (e) {
     await stopAll();
@@ -213,12 +269,20 @@ async function waitBalanced(admin: Buckets, ids: string[], nodes: NodeProc[]): P
   const want = assign(PARTITIONS, ids);
   const deadline = performance.now() + 90_000;
   for (;;) {
-    const owners = new Map((await admin.leases.list(">")).map((e) => [e.key, decode<{ owner: string }>(e.value).owner]));
+    const owners = new Map(
+      (await admin.leases.list(">")).map((e) => [e.key, decode<{ owner: string }>(e.value).owner]),
+    );
     if (want.every((n, p) => owners.get(`p.${p}`) === n)) return;
-    const exited = await Promise.race([Promise.any(nodes.map((n) => n.exited)), sleep(0).then(() => undefined)]);
-    if (exited !== undefined) throw new Error(`a node exited (code ${exited}) while the schedulers took their partitions`);
+    const exited = await Promise.race([
+      Promise.any(nodes.map((n) => n.exited)),
+      sleep(0).then(() => undefined),
+    ]);
+    if (exited !== undefined)
+      throw new Error(`a node exited (code ${exited}) while the schedulers took their partitions`);
     if (performance.now() > deadline) {
-      throw new Error(`schedulers did not take their partitions within 90 s (held as wanted: ${want.filter((n, p) => owners.get(`p.${p}`) === n).length}/${PARTITIONS})`);
+      throw new Error(
+        `schedulers did not take their partitions within 90 s (held as wanted: ${want.filter((n, p) => owners.get(`p.${p}`) === n).length}/${PARTITIONS})`,
+      );
     }
     await sleep(250);
   }
@@ -231,7 +295,15 @@ async function createTenants(admin: Buckets, count: number, cap: number): Promis
   for (let i = 0; i < count; i++) {
     const { tenant } = await dir.createTenant(`sustained${i}`);
     const e = (await admin.tenants.get(`t.${tenant.tenant_id}`))!;
-    const r = await admin.tenants.update(`t.${tenant.tenant_id}`, encode({ ...decode<Record<string, unknown>>(e.value), max_concurrent_runs: cap, max_jobs: cap }), e.revision);
+    const r = await admin.tenants.update(
+      `t.${tenant.tenant_id}`,
+      encode({
+        ...decode<Record<string, unknown>>(e.value),
+        max_concurrent_runs: cap,
+        max_jobs: cap,
+      }),
+      e.revision,
+    );
     if (!r.ok) throw new Error(`raising ${tenant.tenant_id}'s quotas: ${r.conflict}`);
     out.push(tenant.tenant_id);
   }
@@ -240,23 +312,34 @@ async function createTenants(admin: Buckets, count: number, cap: number): Promis
 
 function jobSpec(o: Options, atMs: number, enabled: boolean): JobSpec {
   return {
-    name: null, schedule: { at: new Date(atMs).toISOString() },
+    name: null,
+    schedule: { at: new Date(atMs).toISOString() },
     task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 },
     retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
-    overlap: o.overlap, misfire: { policy: "run_once", starting_deadline_s: null }, flex_window_s: 0, enabled,
+    overlap: o.overlap,
+    misfire: { policy: "run_once", starting_deadline_s: null },
+    flex_window_s: 0,
+    enabled,
   };
 }
 
 /** Creates `n` jobs, 64 in flight, job i from `spec(i)`, round-robin over the tenants; returns seconds taken. */
-async function createJobs(c: Cluster, tenants: string[], n: number, spec: (i: number) => JobSpec): Promise<number> {
+async function createJobs(
+  c: Cluster,
+  tenants: string[],
+  n: number,
+  spec: (i: number) => JobSpec,
+): Promise<number> {
   const t = performance.now();
   let next = 0;
-  await Promise.all(Array.from({ length: 64 }, async () => {
-    while (next < n) {
-      const i = next++;
-      await c.svc.createJob(tenants[i % tenants.length]!, spec(i));
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: 64 }, async () => {
+      while (next < n) {
+        const i = next++;
+        await c.svc.createJob(tenants[i % tenants.length]!, spec(i));
+      }
+    }),
+  );
   return (performance.now() - t) / 1000;
 }
 
@@ -269,12 +352,13 @@ async function watchWindow(o: Options, c: Cluster, n: number, t0Ms: number): Pro
   let last: number | undefined;
   const deadline = t0Ms + o.seconds * 1000 + 120_000;
   while (systemClock.now() < deadline) {
-    await sleep(1000 - (systemClock.now() - t0Ms + 100_000_000) % 1000);
+    await sleep(1000 - ((systemClock.now() - t0Ms + 100_000_000) % 1000));
     if (systemClock.now() < t0Ms) continue;
     const texts = await c.metrics();
     const started = total(samples(texts, "kairos_dispatch_lag_seconds_count", "tenant"));
     const ended = total(samples(texts, "kairos_attempts_total", "outcome"));
-    if (last !== undefined && systemClock.now() <= t0Ms + o.seconds * 1000 + 500) perSecond.push(started - last);
+    if (last !== undefined && systemClock.now() <= t0Ms + o.seconds * 1000 + 500)
+      perSecond.push(started - last);
     last = started;
     if (ended >= n) break;
   }
@@ -282,7 +366,12 @@ async function watchWindow(o: Options, c: Cluster, n: number, t0Ms: number): Pro
 }
 
 /** Writes as fast as it can to a scratch bucket for `seconds`, `inFlight` puts outstanding. */
-async function rawKvWrites(nats: NatsFixture, seconds: number, inFlight: number, bytes: number): Promise<{ puts: number; errors: number; perS: number }> {
+async function rawKvWrites(
+  nats: NatsFixture,
+  seconds: number,
+  inFlight: number,
+  bytes: number,
+): Promise<{ puts: number; errors: number; perS: number }> {
   const nc = await nats.connect("sustained-raw");
   try {
     const kv = await new Kvm(nc).create("sustained_scratch", { history: 1 });
@@ -292,16 +381,18 @@ async function rawKvWrites(nats: NatsFixture, seconds: number, inFlight: number,
     let next = 0;
     const t = performance.now();
     const end = t + seconds * 1000;
-    await Promise.all(Array.from({ length: inFlight }, async () => {
-      while (performance.now() < end) {
-        try {
-          await kv.put(`k.${next++}`, value);
-          puts++;
-        } catch {
-          errors++;
+    await Promise.all(
+      Array.from({ length: inFlight }, async () => {
+        while (performance.now() < end) {
+          try {
+            await kv.put(`k.${next++}`, value);
+            puts++;
+          } catch {
+            errors++;
+          }
         }
-      }
-    }));
+      }),
+    );
     const perS = puts / ((performance.now() - t) / 1000);
     await kv.destroy();
     return { puts, errors, perS };
@@ -344,7 +435,12 @@ function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analy
   const byStatus = new Map<string, number>();
   for (const r of runs) byStatus.set(r.status, (byStatus.get(r.status) ?? 0) + 1);
   const reasons = new Map<string, number>();
-  for (const r of runs) for (const a of r.attempts) if (a.error) { const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#"); reasons.set(k, (reasons.get(k) ?? 0) + 1); }
+  for (const r of runs)
+    for (const a of r.attempts)
+      if (a.error) {
+        const k = a.error.replace(/[0-9a-f-]{8,}|\d+/g, "#");
+        reasons.set(k, (reasons.get(k) ?? 0) + 1);
+      }
   return {
     started: lags.length,
     achieved: Number((lags.length / Math.max(o.seconds, spanS)).toFixed(1)),
@@ -352,19 +448,41 @@ function analyse(o: Options, n: number, entries: { value: Uint8Array }[]): Analy
     lost: n - perJob.size,
     notStarted: runs.length - started.length,
     // A second run of a one-shot job, or a second attempt of a run with max_attempts 1.
-    duplicates: [...perJob.values()].reduce((a, k) => a + k - 1, 0) + runs.filter((r) => executions(r) > 1).length,
+    duplicates:
+      [...perJob.values()].reduce((a, k) => a + k - 1, 0) +
+      runs.filter((r) => executions(r) > 1).length,
     lags,
     statuses: [...byStatus].map(([k, v]) => `${k} ${v}`).join(", "),
-    errors: [...reasons].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => `${v}× ${k}`).join("; "),
-    avgRecordBytes: entries.length > 0 ? Math.round(entries.reduce((a, e) => a + e.value.length, 0) / entries.length) : 512,
+    errors: [...reasons]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 8)
+      .map(([k, v]) => `${v}× ${k}`)
+      .join("; "),
+    avgRecordBytes:
+      entries.length > 0
+        ? Math.round(entries.reduce((a, e) => a + e.value.length, 0) / entries.length)
+        : 512,
   };
 }
 
 type Raw = Awaited<ReturnType<typeof rawKvWrites>>;
 
 /** The human lines and the JSON summary (the requested keys first). */
-function report(o: Options, c: Cluster, a: Analysis, perSecond: number[], kvByOp: Record<string, number>, kvPerRun: number, raw: Raw): { lines: string[]; summary: Record<string, unknown> } {
-  const lag = { p50: pct(a.lags, 50), p90: pct(a.lags, 90), p99: pct(a.lags, 99), max: a.lags[a.lags.length - 1] ?? null };
+function report(
+  o: Options,
+  c: Cluster,
+  a: Analysis,
+  perSecond: number[],
+  kvByOp: Record<string, number>,
+  kvPerRun: number,
+  raw: Raw,
+): { lines: string[]; summary: Record<string, unknown> } {
+  const lag = {
+    p50: pct(a.lags, 50),
+    p90: pct(a.lags, 90),
+    p99: pct(a.lags, 99),
+    max: a.lags[a.lags.length - 1] ?? null,
+  };
   const steady = [...perSecond].sort((x, y) => x - y);
   const writes = total(kvByOp, ["list", "get"]);
   const lines = [
@@ -372,18 +490,35 @@ function report(o: Options, c: Cluster, a: Analysis, perSecond: number[], kvByOp
     `started ${a.started}; achieved ${a.achieved} runs/s (started ÷ max(S, last start − first start)); failed ${a.failed}; lost ${a.lost}; never started ${a.notStarted}; duplicates ${a.duplicates}`,
     `runs started per wall-clock second of the window (scheduler metrics): min ${pct(steady, 0)}, p50 ${pct(steady, 50)}, max ${pct(steady, 100)} over ${steady.length} s`,
     `dispatch lag (start − scheduled_for) ms: p50 ${lag.p50}, p90 ${lag.p90}, p99 ${lag.p99}, max ${lag.max}, min ${a.lags[0] ?? null}`,
-    `scheduler KV operations per started run: ${kvPerRun} (${Object.entries(kvByOp).filter(([k, v]) => k !== "list" && v > 0).map(([k, v]) => `${k} ${v}`).join(", ")}); writes per run ${(writes / Math.max(1, a.started)).toFixed(2)}`,
+    `scheduler KV operations per started run: ${kvPerRun} (${Object.entries(kvByOp)
+      .filter(([k, v]) => k !== "list" && v > 0)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(", ")}); writes per run ${(writes / Math.max(1, a.started)).toFixed(2)}`,
     `raw KV writes, same nats-server, ${o.rawInFlight} in flight for ${o.rawSeconds} s, ${a.avgRecordBytes}-byte values (the average run record): ${raw.perS.toFixed(0)} puts/s (${raw.puts} puts, ${raw.errors} errors)`,
     `ceiling implied for this path: ${(raw.perS / Math.max(0.01, kvPerRun)).toFixed(0)} runs/s (raw puts/s ÷ KV operations per run); achieved × ops per run = ${(a.achieved * kvPerRun).toFixed(0)} KV ops/s`,
     `run statuses at the end: ${a.statuses}`,
   ];
-  if (c.loop) lines.push(`scheduler event-loop delay during the window: p99 ${Math.round(c.loop.percentile(99) / 1e6)} ms, max ${Math.round(c.loop.max / 1e6)} ms`);
+  if (c.loop)
+    lines.push(
+      `scheduler event-loop delay during the window: p99 ${Math.round(c.loop.percentile(99) / 1e6)} ms, max ${Math.round(c.loop.max / 1e6)} ms`,
+    );
   if (a.errors) lines.push(`attempt errors: ${a.errors}`);
   const summary = {
-    rate: o.rate, seconds: o.seconds, started: a.started, achieved_runs_per_s: a.achieved,
-    failed: a.failed, lost: a.lost, duplicates: a.duplicates, lag_ms: lag,
-    kv_ops_per_run: kvPerRun, raw_kv_puts_per_s: Math.round(raw.perS),
-    schedulers: o.schedulers, spawned: o.spawn, overlap: o.overlap, not_started: a.notStarted, kv_ops_by_op: kvByOp,
+    rate: o.rate,
+    seconds: o.seconds,
+    started: a.started,
+    achieved_runs_per_s: a.achieved,
+    failed: a.failed,
+    lost: a.lost,
+    duplicates: a.duplicates,
+    lag_ms: lag,
+    kv_ops_per_run: kvPerRun,
+    raw_kv_puts_per_s: Math.round(raw.perS),
+    schedulers: o.schedulers,
+    spawned: o.spawn,
+    overlap: o.overlap,
+    not_started: a.notStarted,
+    kv_ops_by_op: kvByOp,
   };
   return { lines, summary };
 }
@@ -406,12 +541,22 @@ export async function run(args: string[]): Promise<void> {
     const far = systemClock.now() + 365 * 86_400_000;
     const calS = await createJobs(cluster, tenants, calibration, () => jobSpec(o, far, false));
     const estimateS = n / (0.75 * (calibration / calS));
-    const t0Ms = Math.ceil((systemClock.now() + lookaheadMs + 10_000 + estimateS * 1000) / 1000) * 1000;
+    const t0Ms =
+      Math.ceil((systemClock.now() + lookaheadMs + 10_000 + estimateS * 1000) / 1000) * 1000;
     const spacingMs = (o.seconds * 1000) / n;
-    console.log(`calibration: ${calibration} disabled jobs in ${calS.toFixed(1)} s (${(calibration / calS).toFixed(0)}/s); creating ${n} jobs, estimated ${estimateS.toFixed(0)} s`);
-    const createS = await createJobs(cluster, tenants, n, (i) => jobSpec(o, t0Ms + Math.floor(i * spacingMs), true));
-    console.log(`created ${n} jobs in ${createS.toFixed(1)} s (${(n / createS).toFixed(0)}/s); due evenly from ${new Date(t0Ms).toISOString()} for ${o.seconds} s (${o.rate}/s); look-ahead ${lookaheadMs} ms`);
-    if (systemClock.now() > t0Ms - lookaheadMs) console.log("WARNING: creation ran into the look-ahead window; the first runs were prepared during set-up");
+    console.log(
+      `calibration: ${calibration} disabled jobs in ${calS.toFixed(1)} s (${(calibration / calS).toFixed(0)}/s); creating ${n} jobs, estimated ${estimateS.toFixed(0)} s`,
+    );
+    const createS = await createJobs(cluster, tenants, n, (i) =>
+      jobSpec(o, t0Ms + Math.floor(i * spacingMs), true),
+    );
+    console.log(
+      `created ${n} jobs in ${createS.toFixed(1)} s (${(n / createS).toFixed(0)}/s); due evenly from ${new Date(t0Ms).toISOString()} for ${o.seconds} s (${o.rate}/s); look-ahead ${lookaheadMs} ms`,
+    );
+    if (systemClock.now() > t0Ms - lookaheadMs)
+      console.log(
+        "WARNING: creation ran into the look-ahead window; the first runs were prepared during set-up",
+      );
     const textsBefore = await cluster.metrics();
     const opsBefore = samples(textsBefore, "kairos_kv_op_seconds_count", "op");
     const bucketsBefore = samples(textsBefore, "kairos_kv_op_seconds_count", "op", "bucket");
@@ -420,22 +565,41 @@ export async function run(args: string[]): Promise<void> {
     cluster.loop?.disable();
     const textsAfter = await cluster.metrics();
     const opsAfter = samples(textsAfter, "kairos_kv_op_seconds_count", "op");
-    const kvByOp = Object.fromEntries(Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]));
-    const kvByOpBucket = Object.fromEntries(Object.entries(samples(textsAfter, "kairos_kv_op_seconds_count", "op", "bucket")).map(([k, v]) => [k, v - (bucketsBefore[k] ?? 0)]).filter(([, v]) => v !== 0)) as Record<string, number>;
+    const kvByOp = Object.fromEntries(
+      Object.entries(opsAfter).map(([k, v]) => [k, v - (opsBefore[k] ?? 0)]),
+    );
+    const kvByOpBucket = Object.fromEntries(
+      Object.entries(samples(textsAfter, "kairos_kv_op_seconds_count", "op", "bucket"))
+        .map(([k, v]) => [k, v - (bucketsBefore[k] ?? 0)])
+        .filter(([, v]) => v !== 0),
+    ) as Record<string, number>;
     const a = analyse(o, n, await listRunRecords(cluster.admin.runs));
     const kvOps = total(kvByOp, ["list"]);
     const kvPerRun = Number((kvOps / Math.max(1, a.started)).toFixed(2));
     const raw = await rawKvWrites(nats, o.rawSeconds, o.rawInFlight, a.avgRecordBytes);
     const { lines, summary: base } = report(o, cluster, a, perSecond, kvByOp, kvPerRun, raw);
     // Per started run, by operation and bucket: which writes a change adds or saves.
-    const summary = { ...base, kv_ops_per_run_by_bucket: Object.fromEntries(Object.entries(kvByOpBucket).map(([k, v]) => [k, Number((v / Math.max(1, a.started)).toFixed(3))])) };
+    const summary = {
+      ...base,
+      kv_ops_per_run_by_bucket: Object.fromEntries(
+        Object.entries(kvByOpBucket).map(([k, v]) => [
+          k,
+          Number((v / Math.max(1, a.started)).toFixed(3)),
+        ]),
+      ),
+    };
     for (const l of lines) console.log(l);
     if (o.md) {
-      await appendSection(`sustained (${o.rate} runs/s for ${o.seconds} s, noop executor)`, [
-        `date: ${new Date().toISOString()}; machine: ${machine()}`,
-        `command: \`npm run bench -- ${args.join(" ")}\` (${cluster.describe}; one worker process, noop executor, ${o.slots} slots; one nats-server; all on this machine)`,
-        `job creation through job actors: ${createS.toFixed(1)} s (${(n / createS).toFixed(0)} jobs/s)`,
-      ], lines, false);
+      await appendSection(
+        `sustained (${o.rate} runs/s for ${o.seconds} s, noop executor)`,
+        [
+          `date: ${new Date().toISOString()}; machine: ${machine()}`,
+          `command: \`npm run bench -- ${args.join(" ")}\` (${cluster.describe}; one worker process, noop executor, ${o.slots} slots; one nats-server; all on this machine)`,
+          `job creation through job actors: ${createS.toFixed(1)} s (${(n / createS).toFixed(0)} jobs/s)`,
+        ],
+        lines,
+        false,
+      );
     }
     last = summary;
   } finally {

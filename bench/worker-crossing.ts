@@ -36,14 +36,21 @@ function parseArgs(args: string[]) {
     const i = args.indexOf(`--${name}`);
     if (i < 0) return dflt;
     const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1 || v > 1_000_000) throw new Error(`--${name} must be an integer from 1 to 1000000, got ${args[i + 1]}`);
+    if (!Number.isInteger(v) || v < 1 || v > 1_000_000)
+      throw new Error(`--${name} must be an integer from 1 to 1000000, got ${args[i + 1]}`);
     return v;
   };
-  return { requests: int("requests", 5000), rounds: int("rounds", 3), md: !args.includes("--no-md") };
+  return {
+    requests: int("requests", 5000),
+    rounds: int("rounds", 3),
+    md: !args.includes("--no-md"),
+  };
 }
 
-const pct = (sorted: number[], p: number): number => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
-const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+const pct = (sorted: number[], p: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
+const median = (xs: number[]): number =>
+  [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
 
 interface Figure {
   path: "worker plane" | "offers";
@@ -55,35 +62,54 @@ interface Figure {
 }
 
 /** Answers every request on `subject` once its reply passes the guard for `asker` (as Kairos's responders do). */
-function answer(nc: NatsConnection, subject: string, asker: (subject: string) => Asker, body: Uint8Array): void {
+function answer(
+  nc: NatsConnection,
+  subject: string,
+  asker: (subject: string) => Asker,
+  body: Uint8Array,
+): void {
   nc.subscribe(subject, {
     queue: "owners",
     callback: (e, m) => {
       if (e) return;
-      const refused = replyRefusal(m.reply, asker(m.subject), "per_user", () => m.headers?.get(REQUEST_INFO_HEADER));
+      const refused = replyRefusal(m.reply, asker(m.subject), "per_user", () =>
+        m.headers?.get(REQUEST_INFO_HEADER),
+      );
       if (refused) throw new Error(`bench responder refused ${m.subject}: ${refused.detail}`);
       m.respond(body);
     },
   });
 }
 
-async function measure(nc: NatsConnection, subject: string, body: Uint8Array, requests: number, inFlight: number): Promise<{ perSecond: number; p50Ms: number; p99Ms: number }> {
+async function measure(
+  nc: NatsConnection,
+  subject: string,
+  body: Uint8Array,
+  requests: number,
+  inFlight: number,
+): Promise<{ perSecond: number; p50Ms: number; p99Ms: number }> {
   const bus = muxedBus(nc);
   const lat: number[] = [];
   let next = 0;
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: inFlight }, async () => {
-    while (next < requests) {
-      next++;
-      const s = performance.now();
-      await bus.request(subject, body, { timeout: 10_000 });
-      lat.push(performance.now() - s);
-    }
-  }));
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (next < requests) {
+        next++;
+        const s = performance.now();
+        await bus.request(subject, body, { timeout: 10_000 });
+        lat.push(performance.now() - s);
+      }
+    }),
+  );
   const ms = performance.now() - t0;
   lat.sort((a, b) => a - b);
   const r = (x: number) => Math.round(x * 1000) / 1000;
-  return { perSecond: Math.round((requests / ms) * 1000), p50Ms: r(pct(lat, 50)), p99Ms: r(pct(lat, 99)) };
+  return {
+    perSecond: Math.round((requests / ms) * 1000),
+    p50Ms: r(pct(lat, 50)),
+    p99Ms: r(pct(lat, 99)),
+  };
 }
 
 export async function run(args: string[]): Promise<void> {
@@ -104,39 +130,96 @@ export async function run(args: string[]): Promise<void> {
     const heartbeat = new Uint8Array(300).fill(7);
     const offer = new Uint8Array(700).fill(9);
     const ack = new Uint8Array(120).fill(1);
-    answer(scheduler, `kairos.${C}.w.0.*`, (s) => ({ kind: "worker", workerIds: [workerPlaneSender(s)] }), ack);
+    answer(
+      scheduler,
+      `kairos.${C}.w.0.*`,
+      (s) => ({ kind: "worker", workerIds: [workerPlaneSender(s)] }),
+      ack,
+    );
     answer(inside, `kairos.${C}.worker.k1.start`, () => ({ kind: "scheduler" }), ack);
     answer(worker, `kairos.${C}.worker.w1.start`, () => ({ kind: "scheduler" }), ack);
     await Promise.all(open.map((nc) => nc.flush()));
     const cases = [
-      { path: "worker plane", via: "inside KAIROS", nc: inside, subject: `kairos.${C}.w.0.k1`, body: heartbeat },
-      { path: "worker plane", via: "across WORKERS", nc: worker, subject: `kairos.${C}.w.0.w1`, body: heartbeat },
-      { path: "offers", via: "inside KAIROS", nc: scheduler, subject: `kairos.${C}.worker.k1.start`, body: offer },
-      { path: "offers", via: "across WORKERS", nc: scheduler, subject: `kairos.${C}.worker.w1.start`, body: offer },
+      {
+        path: "worker plane",
+        via: "inside KAIROS",
+        nc: inside,
+        subject: `kairos.${C}.w.0.k1`,
+        body: heartbeat,
+      },
+      {
+        path: "worker plane",
+        via: "across WORKERS",
+        nc: worker,
+        subject: `kairos.${C}.w.0.w1`,
+        body: heartbeat,
+      },
+      {
+        path: "offers",
+        via: "inside KAIROS",
+        nc: scheduler,
+        subject: `kairos.${C}.worker.k1.start`,
+        body: offer,
+      },
+      {
+        path: "offers",
+        via: "across WORKERS",
+        nc: scheduler,
+        subject: `kairos.${C}.worker.w1.start`,
+        body: offer,
+      },
     ] as const;
     for (const inFlight of [1, 64]) {
-      for (const c of cases) await measure(c.nc, c.subject, c.body, Math.min(500, o.requests), inFlight); // warm-up
-      const rounds = new Map<(typeof cases)[number], { perSecond: number; p50Ms: number; p99Ms: number }[]>();
+      for (const c of cases)
+        await measure(c.nc, c.subject, c.body, Math.min(500, o.requests), inFlight); // warm-up
+      const rounds = new Map<
+        (typeof cases)[number],
+        { perSecond: number; p50Ms: number; p99Ms: number }[]
+      >();
       for (let r = 0; r < o.rounds; r++) {
-        for (const c of cases) rounds.set(c, [...(rounds.get(c) ?? []), await measure(c.nc, c.subject, c.body, o.requests, inFlight)]);
+        for (const c of cases)
+          rounds.set(c, [
+            ...(rounds.get(c) ?? []),
+            await measure(c.nc, c.subject, c.body, o.requests, inFlight),
+          ]);
       }
       for (const c of cases) {
         const ms = rounds.get(c)!;
-        const f: Figure = { path: c.path, via: c.via, inFlight, perSecond: median(ms.map((m) => m.perSecond)), p50Ms: median(ms.map((m) => m.p50Ms)), p99Ms: median(ms.map((m) => m.p99Ms)) };
+        const f: Figure = {
+          path: c.path,
+          via: c.via,
+          inFlight,
+          perSecond: median(ms.map((m) => m.perSecond)),
+          p50Ms: median(ms.map((m) => m.p50Ms)),
+          p99Ms: median(ms.map((m) => m.p99Ms)),
+        };
         figures.push(f);
-        console.log(`${f.path.padEnd(12)} ${f.via.padEnd(14)} ${String(inFlight).padStart(2)} in flight: ${String(f.perSecond).padStart(6)} req/s, p50 ${f.p50Ms} ms, p99 ${f.p99Ms} ms`);
+        console.log(
+          `${f.path.padEnd(12)} ${f.via.padEnd(14)} ${String(inFlight).padStart(2)} in flight: ${String(f.perSecond).padStart(6)} req/s, p50 ${f.p50Ms} ms, p99 ${f.p99Ms} ms`,
+        );
       }
     }
   } finally {
     for (const nc of open) await nc.close();
     await fx.stop();
   }
-  const load = loadavg().map((x) => x.toFixed(1)).join(", ");
+  const load = loadavg()
+    .map((x) => x.toFixed(1))
+    .join(", ");
   console.log(JSON.stringify({ bench: "worker-crossing", ...o, load, figures }));
   if (!o.md) return;
-  const commit = (await exec("git", ["rev-parse", "--short", "HEAD"]).catch(() => ({ stdout: "unknown" }))).stdout.trim();
-  await appendSection(`Worker protocol inside KAIROS against across the WORKERS account (${new Date().toISOString().slice(0, 10)})`, [
-    `machine: ${machine()}; ${(await exec("nats-server", ["--version"]).catch(() => ({ stdout: "nats-server: ?" }))).stdout.trim()}, one server on loopback`,
-    `commit ${commit}; \`npm run bench -- worker-crossing --requests ${o.requests} --rounds ${o.rounds}\`; load average at the end ${load} (a shared machine: compare the rows with each other, not across runs)`,
-  ], figures.map((f) => `${f.path.padEnd(12)} ${f.via.padEnd(14)} ${String(f.inFlight).padStart(2)} in flight: ${String(f.perSecond).padStart(6)}/s  p50 ${f.p50Ms} ms  p99 ${f.p99Ms} ms`));
+  const commit = (
+    await exec("git", ["rev-parse", "--short", "HEAD"]).catch(() => ({ stdout: "unknown" }))
+  ).stdout.trim();
+  await appendSection(
+    `Worker protocol inside KAIROS against across the WORKERS account (${new Date().toISOString().slice(0, 10)})`,
+    [
+      `machine: ${machine()}; ${(await exec("nats-server", ["--version"]).catch(() => ({ stdout: "nats-server: ?" }))).stdout.trim()}, one server on loopback`,
+      `commit ${commit}; \`npm run bench -- worker-crossing --requests ${o.requests} --rounds ${o.rounds}\`; load average at the end ${load} (a shared machine: compare the rows with each other, not across runs)`,
+    ],
+    figures.map(
+      (f) =>
+        `${f.path.padEnd(12)} ${f.via.padEnd(14)} ${String(f.inFlight).padStart(2)} in flight: ${String(f.perSecond).padStart(6)}/s  p50 ${f.p50Ms} ms  p99 ${f.p99Ms} ms`,
+    ),
+  );
 }

@@ -19,7 +19,12 @@
  */
 import { PerformanceObserver, performance } from "node:perf_hooks";
 import { decode, encode } from "../src/cluster/codec.ts";
-import { ActorRouter, type ActorReply, type BatchRequest, type ItemResult } from "../src/cluster/router.ts";
+import {
+  ActorRouter,
+  type ActorReply,
+  type BatchRequest,
+  type ItemResult,
+} from "../src/cluster/router.ts";
 import { seededRandom } from "../src/lib/random.ts";
 import { NoopExecutor } from "../src/sandbox/noop.ts";
 import { resolveExecutorOptions } from "../src/sandbox/options.ts";
@@ -77,21 +82,41 @@ export async function run(args: string[]): Promise<void> {
   const dueMs = T0 + 60_000;
   // The owners: every heartbeat acknowledged with a cover until start_at + TTL (run-lifecycle.ts
   // `heartbeatAck`), every completion report with ok.
-  ownerEp.subscribe(`kairos.${CLUSTER}.p.*`, { queue: "owners", callback: (_e, m) => {
-    const req = decode<BatchRequest>(m.data);
-    const v: ItemResult[] = req.b.map((it) => {
-      const msg = it.m as { kind: string; started_at_ms?: number };
-      if (msg.kind === "heartbeat" && msg.started_at_ms === undefined && dueMs + TTL > sim.now()) return { ok: true, v: { ok: true, cover_ms: dueMs + TTL - sim.now() } };
-      return { ok: true, v: { ok: true } };
-    });
-    m.respond(encode({ ok: true, v } satisfies ActorReply));
-  } });
-  const router = new ActorRouter({ nc: workerEp, clusterName: CLUSTER, clock: sim, random: seededRandom(2), partitions: PARTITIONS });
-  const executor = new TimedNoop(new NoopExecutor(resolveExecutorOptions({ workerId: "w1", clock: sim, log: () => undefined })));
+  ownerEp.subscribe(`kairos.${CLUSTER}.p.*`, {
+    queue: "owners",
+    callback: (_e, m) => {
+      const req = decode<BatchRequest>(m.data);
+      const v: ItemResult[] = req.b.map((it) => {
+        const msg = it.m as { kind: string; started_at_ms?: number };
+        if (msg.kind === "heartbeat" && msg.started_at_ms === undefined && dueMs + TTL > sim.now())
+          return { ok: true, v: { ok: true, cover_ms: dueMs + TTL - sim.now() } };
+        return { ok: true, v: { ok: true } };
+      });
+      m.respond(encode({ ok: true, v } satisfies ActorReply));
+    },
+  });
+  const router = new ActorRouter({
+    nc: workerEp,
+    clusterName: CLUSTER,
+    clock: sim,
+    random: seededRandom(2),
+    partitions: PARTITIONS,
+  });
+  const executor = new TimedNoop(
+    new NoopExecutor(resolveExecutorOptions({ workerId: "w1", clock: sim, log: () => undefined })),
+  );
   let startedEvents = 0;
   const worker = new Worker({
-    workerId: "w1", clusterName: CLUSTER, slots: n, heartbeatIntervalMs: 1_000, completionDeadlineMs: 60_000,
-    nc: workerEp, router, executor, clock: sim, log: () => undefined,
+    workerId: "w1",
+    clusterName: CLUSTER,
+    slots: n,
+    heartbeatIntervalMs: 1_000,
+    completionDeadlineMs: 60_000,
+    nc: workerEp,
+    router,
+    executor,
+    clock: sim,
+    log: () => undefined,
     inboxes: "shared", // the simulated bus's `_INBOX.` replies (reply-guard.ts)
     onEvent: (e) => {
       if (e.type === "started") startedEvents++;
@@ -105,13 +130,24 @@ export async function run(args: string[]): Promise<void> {
     const replies: Promise<unknown>[] = [];
     for (let j = i; j < Math.min(n, i + OFFER_CHUNK); j++) {
       const req: StartRequest = {
-        job_actor: `t${j % 10}.j${j}`, tenant_id: `t${j % 10}`, job_id: `j${j}`, run_id: `r${j}`, attempt: 1, fence: 1,
-        scheduled_for_ms: dueMs, start_at_ms: dueMs,
-        task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 }, lease_ttl_ms: TTL,
+        job_actor: `t${j % 10}.j${j}`,
+        tenant_id: `t${j % 10}`,
+        job_id: `j${j}`,
+        run_id: `r${j}`,
+        attempt: 1,
+        fence: 1,
+        scheduled_for_ms: dueMs,
+        start_at_ms: dueMs,
+        task: { image: "noop", args: ["noop"], env: {}, timeout_s: 60 },
+        lease_ttl_ms: TTL,
       };
-      replies.push(schedEp.request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 10_000 }).then((m) => {
-        if (!decode<StartReply>(m.data).accepted) throw new Error(`offer r${j} refused`);
-      }));
+      replies.push(
+        schedEp
+          .request(workerSubject(CLUSTER, "w1", "start"), encode(req), { timeout: 10_000 })
+          .then((m) => {
+            if (!decode<StartReply>(m.data).accepted) throw new Error(`offer r${j} refused`);
+          }),
+      );
     }
     await drainMicrotasks();
     await Promise.all(replies);
@@ -132,18 +168,35 @@ export async function run(args: string[]): Promise<void> {
   const inLoop = gc.filter((g) => g.start >= executor.first && g.start <= executor.last);
   const loopMs = executor.last - executor.first;
   await worker.stop();
-  if (executor.starts !== n || startedEvents !== n) throw new Error(`${executor.starts} of ${n} attempts started at the instant (${startedEvents} started events): the figure would not be the loop's`);
+  if (executor.starts !== n || startedEvents !== n)
+    throw new Error(
+      `${executor.starts} of ${n} attempts started at the instant (${startedEvents} started events): the figure would not be the loop's`,
+    );
   const summary = {
-    attempts: n, started: executor.starts, started_events: startedEvents,
-    loop_ms: Math.round(loopMs), us_per_start: Number(((loopMs * 1000) / Math.max(1, executor.starts - 1)).toFixed(2)),
-    gc_ms_in_loop: Math.round(inLoop.reduce((a, g) => a + g.duration, 0)), gc_count_in_loop: inLoop.length,
-    turn_ms: Math.round(turnMs), offers_ms: Math.round(offerMs),
+    attempts: n,
+    started: executor.starts,
+    started_events: startedEvents,
+    loop_ms: Math.round(loopMs),
+    us_per_start: Number(((loopMs * 1000) / Math.max(1, executor.starts - 1)).toFixed(2)),
+    gc_ms_in_loop: Math.round(inLoop.reduce((a, g) => a + g.duration, 0)),
+    gc_count_in_loop: inLoop.length,
+    turn_ms: Math.round(turnMs),
+    offers_ms: Math.round(offerMs),
   };
   const lines = [
     `${n} attempts offered for one instant (simulated bus, ${Math.round(offerMs)} ms real time); started ${executor.starts} at the instant`,
     `start loop: first to last start ${summary.loop_ms} ms = ${summary.us_per_start} µs a start; GC inside it ${summary.gc_ms_in_loop} ms (${summary.gc_count_in_loop} pauses); the whole timer turn with its completions ${summary.turn_ms} ms`,
   ];
   for (const l of lines) console.log(l);
-  if (md) await appendSection("worker start loop (noop executor, simulated bus)", [`date: ${new Date().toISOString()}; machine: ${machine()}`, `command: \`npm run bench -- worker-starts ${args.join(" ")}\``], lines, false);
+  if (md)
+    await appendSection(
+      "worker start loop (noop executor, simulated bus)",
+      [
+        `date: ${new Date().toISOString()}; machine: ${machine()}`,
+        `command: \`npm run bench -- worker-starts ${args.join(" ")}\``,
+      ],
+      lines,
+      false,
+    );
   console.log(JSON.stringify(summary));
 }

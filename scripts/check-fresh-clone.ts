@@ -75,7 +75,13 @@ const STOP_DEADLINE_MS = 10_000;
 export function userEnv(from: NodeJS.ProcessEnv = process.env): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [k, v] of Object.entries(from)) {
-    if (v === undefined || /^(KAIROS_|npm_)/i.test(k) || k === "NODE_TEST_CONTEXT" || k === "INIT_CWD") continue;
+    if (
+      v === undefined ||
+      /^(KAIROS_|npm_)/i.test(k) ||
+      k === "NODE_TEST_CONTEXT" ||
+      k === "INIT_CWD"
+    )
+      continue;
     env[k] = v;
   }
   env["TERM"] ??= "xterm";
@@ -105,7 +111,8 @@ export interface QuickStart {
 export function readQuickStart(readme: string): QuickStart {
   const fence = (from: number, what: string): { body: string; endAt: number } => {
     const open = readme.indexOf("```sh\n", from);
-    if (open < 0 || readme.slice(from, open).trim().split("\n").length > 1) throw new Error(`README: no \`\`\`sh block right after the ${what} marker`);
+    if (open < 0 || readme.slice(from, open).trim().split("\n").length > 1)
+      throw new Error(`README: no \`\`\`sh block right after the ${what} marker`);
     const close = readme.indexOf("\n```", open + 6);
     if (close < 0) throw new Error(`README: the ${what} block is not closed`);
     return { body: readme.slice(open + 6, close + 1), endAt: close + 4 };
@@ -120,16 +127,27 @@ export function readQuickStart(readme: string): QuickStart {
   if (q < 0) throw new Error(`README: marker ${MARK.quickStart} not found`);
   const qs = fence(q + MARK.quickStart.length, "quick-start");
   const e = readme.indexOf(MARK.end, qs.endAt);
-  if (e < 0 || readme.slice(qs.endAt, e).trim() !== "") throw new Error(`README: ${MARK.end} must follow the quick-start block`);
+  if (e < 0 || readme.slice(qs.endAt, e).trim() !== "")
+    throw new Error(`README: ${MARK.end} must follow the quick-start block`);
   // The paragraph after the block says what the user sees.
-  const para = readme.slice(e + MARK.end.length).trimStart().split(/\n\s*\n/)[0] ?? "";
+  const para =
+    readme
+      .slice(e + MARK.end.length)
+      .trimStart()
+      .split(/\n\s*\n/)[0] ?? "";
   const status = /"status":\s*"(\w+)"/.exec(para)?.[1];
   const exitCode = /"exit_code":\s*(\d+)/.exec(para)?.[1];
   const output = /"output":\s*"((?:[^"\\]|\\.)*)"/.exec(para)?.[1];
   if (status === undefined || exitCode === undefined || output === undefined) {
-    throw new Error(`README: the paragraph after the quick start must name "status", "exit_code" and "output"; it reads: ${para.slice(0, 200)}`);
+    throw new Error(
+      `README: the paragraph after the quick start must name "status", "exit_code" and "output"; it reads: ${para.slice(0, 200)}`,
+    );
   }
-  return { startCommand, block: qs.body, expect: { status, exitCode: Number(exitCode), output: JSON.parse(`"${output}"`) as string } };
+  return {
+    startCommand,
+    block: qs.body,
+    expect: { status, exitCode: Number(exitCode), output: JSON.parse(`"${output}"`) as string },
+  };
 }
 
 /** The top-level JSON values printed one after another (curl's and jq's output), in order. */
@@ -163,7 +181,8 @@ export function jsonValues(text: string): unknown[] {
   return out;
 }
 
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const isRecord = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 
 function alive(pid: number): boolean {
   try {
@@ -182,7 +201,10 @@ function processesIn(dir: string): { pid: number; cmd: string }[] {
     try {
       const cwd = readlinkSync(`/proc/${name}/cwd`);
       if (cwd === dir || cwd.startsWith(dir + "/")) {
-        found.push({ pid: Number(name), cmd: readFileSync(`/proc/${name}/cmdline`, "utf8").replace(/\0/g, " ").trim() });
+        found.push({
+          pid: Number(name),
+          cmd: readFileSync(`/proc/${name}/cmdline`, "utf8").replace(/\0/g, " ").trim(),
+        });
       }
     } catch {
       /* gone, or not ours to read */
@@ -201,14 +223,20 @@ async function engineAnswers(): Promise<boolean> {
 }
 
 /** Polls `probe` until it returns a value, `abort` returns a reason, or the deadline passes. */
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | undefined>, abort: () => string | undefined = () => undefined): Promise<T> {
+async function until<T>(
+  what: string,
+  timeoutMs: number,
+  probe: () => Promise<T | undefined>,
+  abort: () => string | undefined = () => undefined,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await probe();
     if (v !== undefined) return v;
     const why = abort();
     if (why !== undefined) throw new StepFailed(`${what}: ${why}`);
-    if (Date.now() > deadline) throw new StepFailed(`${what}: not within ${Math.round(timeoutMs / 1000)} s`);
+    if (Date.now() > deadline)
+      throw new StepFailed(`${what}: not within ${Math.round(timeoutMs / 1000)} s`);
     await new Promise((r) => setTimeout(r, 250));
   }
 }
@@ -237,7 +265,10 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       detail = await fn();
     } catch (e) {
       ok = false;
-      detail = e instanceof StepFailed ? e.message : String(e instanceof Error ? (e.stack ?? e.message) : e);
+      detail =
+        e instanceof StepFailed
+          ? e.message
+          : String(e instanceof Error ? (e.stack ?? e.message) : e);
     }
     const st = { step: name, ok, seconds: Math.round((Date.now() - s0) / 100) / 10, detail };
     steps.push(st);
@@ -259,7 +290,8 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       clone = join(work, "kairos");
       await exec("git", ["clone", "--quiet", "--no-checkout", repo, clone]);
       await exec("git", ["-C", clone, "checkout", "--quiet", "--detach", sha]);
-      if (existsSync(join(clone, "node_modules")) || existsSync(join(clone, ".kairos"))) throw new StepFailed("the clone is not fresh (node_modules or .kairos exists)");
+      if (existsSync(join(clone, "node_modules")) || existsSync(join(clone, ".kairos")))
+        throw new StepFailed("the clone is not fresh (node_modules or .kairos exists)");
       qs = readQuickStart(readFileSync(join(clone, "README.md"), "utf8"));
       return `${sha.slice(0, 12)} into ${clone}; README: start \`${qs.startCommand}\`, quick start ${qs.block.split("\n").length - 1} lines, expects status ${qs.expect.status}, output ${JSON.stringify(qs.expect.output)}`;
     });
@@ -268,38 +300,52 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
 
     await step("engine before", async () => {
       engineBefore = await engineAnswers();
-      return engineBefore ? "a Docker engine is running (npm start must leave it running)" : "no Docker engine answers (npm start should start one and stop it on exit)";
+      return engineBefore
+        ? "a Docker engine is running (npm start must leave it running)"
+        : "no Docker engine answers (npm start should start one and stop it on exit)";
     });
 
     let devFile: Record<string, unknown> = {};
     const ready = await step(`${quick.startCommand} ready`, async () => {
       // `script` gives npm a terminal of its own, in a new session; its stdin is the keyboard.
-      term = spawn("script", ["-qefc", quick.startCommand, "/dev/null"], { cwd: clone, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+      term = spawn("script", ["-qefc", quick.startCommand, "/dev/null"], {
+        cwd: clone,
+        env,
+        detached: true,
+        stdio: ["pipe", "pipe", "pipe"],
+      });
       const child = term;
-      termExit = new Promise((res) => child.once("exit", (code, signal) => {
-        exited = { code, signal };
-        res(code);
-      }));
+      termExit = new Promise((res) =>
+        child.once("exit", (code, signal) => {
+          exited = { code, signal };
+          res(code);
+        }),
+      );
       child.stdout?.on("data", (b: Buffer) => (raw += b.toString("utf8")));
       child.stderr?.on("data", (b: Buffer) => (raw += b.toString("utf8")));
       const devPath = join(clone, ".kairos", "dev.json");
-      const url = await until("`.kairos/dev.json` and /readyz 200", opts.readyTimeoutMs ?? 360_000, async () => {
-        if (!existsSync(devPath)) return undefined;
-        try {
-          devFile = JSON.parse(readFileSync(devPath, "utf8")) as Record<string, unknown>;
-        } catch {
-          return undefined; // being written
-        }
-        const api = devFile["api_url"];
-        if (typeof api !== "string") return undefined;
-        try {
-          const r = await fetch(`${api}/readyz`, { signal: AbortSignal.timeout(5000) });
-          await r.text();
-          return r.status === 200 ? api : undefined;
-        } catch {
-          return undefined;
-        }
-      }, () => (exited ? `npm start exited (${JSON.stringify(exited)}):\n${tail()}` : undefined));
+      const url = await until(
+        "`.kairos/dev.json` and /readyz 200",
+        opts.readyTimeoutMs ?? 360_000,
+        async () => {
+          if (!existsSync(devPath)) return undefined;
+          try {
+            devFile = JSON.parse(readFileSync(devPath, "utf8")) as Record<string, unknown>;
+          } catch {
+            return undefined; // being written
+          }
+          const api = devFile["api_url"];
+          if (typeof api !== "string") return undefined;
+          try {
+            const r = await fetch(`${api}/readyz`, { signal: AbortSignal.timeout(5000) });
+            await r.text();
+            return r.status === 200 ? api : undefined;
+          } catch {
+            return undefined;
+          }
+        },
+        () => (exited ? `npm start exited (${JSON.stringify(exited)}):\n${tail()}` : undefined),
+      );
       const text = lines().join("\n");
       const dockerd = /started dockerd \(pid (\d+)/.exec(text)?.[1];
       const nats = /nats-server nats:\/\/\S+ \(pid (\d+)/.exec(text)?.[1];
@@ -308,8 +354,10 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       if (typeof devFile["pid"] === "number") pids["kairos dev"] = devFile["pid"];
       const node = lines().find((l) => l.includes('kairos dev: node "dev" up'));
       if (!node) throw new StepFailed(`ready, but no 'node "dev" up' line:\n${tail()}`);
-      if (!/executor docker\b/.test(node)) throw new StepFailed(`the dev node does not use the Docker executor: ${node}`);
-      if (!engineBefore && !dockerd) throw new StepFailed(`no engine was running, and npm start did not start one:\n${tail()}`);
+      if (!/executor docker\b/.test(node))
+        throw new StepFailed(`the dev node does not use the Docker executor: ${node}`);
+      if (!engineBefore && !dockerd)
+        throw new StepFailed(`no engine was running, and npm start did not start one:\n${tail()}`);
       return `${url}/readyz 200; ${node.replace(/^.*kairos dev: /, "")}; pids ${JSON.stringify(pids)}`;
     });
 
@@ -317,46 +365,97 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       let runId = "";
       const t1 = Math.floor(Date.now() / 1000) - 2;
       await step("quick start", async () => {
-        const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>((res) => {
-          const b = spawn("bash", ["-c", quick.block], { cwd: clone, env, stdio: ["ignore", "pipe", "pipe"] });
-          let stdout = "";
-          let stderr = "";
-          b.stdout.on("data", (d: Buffer) => (stdout += d.toString("utf8")));
-          b.stderr.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
-          const t = setTimeout(() => b.kill("SIGKILL"), 60_000);
-          b.once("exit", (code) => {
-            clearTimeout(t);
-            res({ code, stdout, stderr });
-          });
-        });
+        const r = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
+          (res) => {
+            const b = spawn("bash", ["-c", quick.block], {
+              cwd: clone,
+              env,
+              stdio: ["ignore", "pipe", "pipe"],
+            });
+            let stdout = "";
+            let stderr = "";
+            b.stdout.on("data", (d: Buffer) => (stdout += d.toString("utf8")));
+            b.stderr.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
+            const t = setTimeout(() => b.kill("SIGKILL"), 60_000);
+            b.once("exit", (code) => {
+              clearTimeout(t);
+              res({ code, stdout, stderr });
+            });
+          },
+        );
         const shown = `stdout:\n${r.stdout}\nstderr:\n${r.stderr}`;
         if (r.code !== 0) throw new StepFailed(`the quick start exited ${r.code}; ${shown}`);
         const values = jsonValues(r.stdout);
         const started = values.find((v) => isRecord(v) && typeof v["run_id"] === "string");
         const last = values[values.length - 1];
-        if (!isRecord(started) || !isRecord(last)) throw new StepFailed(`expected the run-now answer and the run's {status, result}; ${shown}`);
+        if (!isRecord(started) || !isRecord(last))
+          throw new StepFailed(
+            `expected the run-now answer and the run's {status, result}; ${shown}`,
+          );
         runId = String(started["run_id"]);
         const result = isRecord(last["result"]) ? last["result"] : {};
-        const want = { status: quick.expect.status, exit_code: quick.expect.exitCode, output: quick.expect.output.replace("<run id>", runId) };
-        const got = { status: last["status"], exit_code: result["exit_code"], output: result["output"] };
-        if (JSON.stringify(got) !== JSON.stringify(want)) throw new StepFailed(`the README says ${JSON.stringify(want)}, the quick start printed ${JSON.stringify(got)}; ${shown}`);
+        const want = {
+          status: quick.expect.status,
+          exit_code: quick.expect.exitCode,
+          output: quick.expect.output.replace("<run id>", runId),
+        };
+        const got = {
+          status: last["status"],
+          exit_code: result["exit_code"],
+          output: result["output"],
+        };
+        if (JSON.stringify(got) !== JSON.stringify(want))
+          throw new StepFailed(
+            `the README says ${JSON.stringify(want)}, the quick start printed ${JSON.stringify(got)}; ${shown}`,
+          );
         return `run ${runId}: ${JSON.stringify(got)}`;
       });
 
       if (runId) {
         await step("ran in a container", async () => {
-          const { stdout } = await exec("docker", [
-            "events", "--since", String(t1), "--until", String(Math.ceil(Date.now() / 1000) + 1),
-            "--filter", "type=container", "--filter", `label=kairos.run_id=${runId}`, "--format", "{{json .}}",
-          ], { timeout: 20_000 });
-          const evs = stdout.split("\n").filter(Boolean).map((l) => JSON.parse(l) as { Action?: string; Actor?: { ID?: string; Attributes?: Record<string, string> } });
+          const { stdout } = await exec(
+            "docker",
+            [
+              "events",
+              "--since",
+              String(t1),
+              "--until",
+              String(Math.ceil(Date.now() / 1000) + 1),
+              "--filter",
+              "type=container",
+              "--filter",
+              `label=kairos.run_id=${runId}`,
+              "--format",
+              "{{json .}}",
+            ],
+            { timeout: 20_000 },
+          );
+          const evs = stdout
+            .split("\n")
+            .filter(Boolean)
+            .map(
+              (l) =>
+                JSON.parse(l) as {
+                  Action?: string;
+                  Actor?: { ID?: string; Attributes?: Record<string, string> };
+                },
+            );
           const start = evs.find((e) => e.Action === "start");
           const die = evs.find((e) => e.Action === "die");
-          if (!start) throw new StepFailed(`the engine has no container start for run ${runId} (events: ${stdout.trim() || "none"})`);
+          if (!start)
+            throw new StepFailed(
+              `the engine has no container start for run ${runId} (events: ${stdout.trim() || "none"})`,
+            );
           const a = start.Actor?.Attributes ?? {};
-          if (die && die.Actor?.Attributes?.["exitCode"] !== "0") throw new StepFailed(`the container died with exit code ${die.Actor?.Attributes?.["exitCode"]}`);
+          if (die && die.Actor?.Attributes?.["exitCode"] !== "0")
+            throw new StepFailed(
+              `the container died with exit code ${die.Actor?.Attributes?.["exitCode"]}`,
+            );
           const consoleSaw = lines().some((l) => l.includes(`run ${runId} attempt 1 completed`));
-          if (!consoleSaw) throw new StepFailed(`the terminal shows no 'run ${runId} attempt 1 completed' line:\n${tail()}`);
+          if (!consoleSaw)
+            throw new StepFailed(
+              `the terminal shows no 'run ${runId} attempt 1 completed' line:\n${tail()}`,
+            );
           return `container ${String(start.Actor?.ID).slice(0, 12)} image ${a["image"]} (worker ${a["kairos.worker_id"]}, attempt ${a["kairos.attempt"]}) ${evs.map((e) => e.Action).join(" → ")}; the terminal shows the attempt`;
         });
       }
@@ -366,11 +465,19 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       await step("Ctrl-C", async () => {
         const s0 = Date.now();
         term?.stdin?.write("\x03"); // the terminal's interrupt character: SIGINT to its foreground group
-        const timer = new Promise<"late">((r) => setTimeout(() => r("late"), STOP_DEADLINE_MS).unref());
-        if ((await Promise.race([termExit, timer])) === "late" && !exited) throw new StepFailed(`still running ${STOP_DEADLINE_MS / 1000} s after Ctrl-C:\n${tail()}`);
+        const timer = new Promise<"late">((r) =>
+          setTimeout(() => r("late"), STOP_DEADLINE_MS).unref(),
+        );
+        if ((await Promise.race([termExit, timer])) === "late" && !exited)
+          throw new StepFailed(
+            `still running ${STOP_DEADLINE_MS / 1000} s after Ctrl-C:\n${tail()}`,
+          );
         const took = (Date.now() - s0) / 1000;
         const code = exited?.code;
-        if (code !== 0 && code !== 130) throw new StepFailed(`exit status ${code} (signal ${exited?.signal}); want 0 or 130:\n${tail()}`);
+        if (code !== 0 && code !== 130)
+          throw new StepFailed(
+            `exit status ${code} (signal ${exited?.signal}); want 0 or 130:\n${tail()}`,
+          );
         return `exited ${code} after ${took.toFixed(1)} s`;
       });
     }
@@ -381,18 +488,33 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
         const json = ls.filter((l) => /^\s*\{.*\}\s*$/.test(l));
         const errors = ls.filter((l) => /\berror\b|\bERR!/i.test(l));
         const unformatted = ls.filter((l) => /\bundefined\b|\[object Object\]/.test(l));
-        const problems = [...json.map((l) => `JSON line: ${l}`), ...errors.map((l) => `error line: ${l}`), ...unformatted.map((l) => `badly formatted line: ${l}`)];
+        const problems = [
+          ...json.map((l) => `JSON line: ${l}`),
+          ...errors.map((l) => `error line: ${l}`),
+          ...unformatted.map((l) => `badly formatted line: ${l}`),
+        ];
         // Ctrl-C stops the node, then nats-server, then dockerd (if it started it), and nothing
         // of the node's is printed once nats-server is being stopped.
         const at = (s: string): number => ls.findIndex((l) => l.endsWith(`kairos dev: ${s}`));
-        const order = ["stopping node", "stopping nats-server", ...(pids["dockerd"] ? ["stopping dockerd"] : []), "stopped"];
+        const order = [
+          "stopping node",
+          "stopping nats-server",
+          ...(pids["dockerd"] ? ["stopping dockerd"] : []),
+          "stopped",
+        ];
         const idx = order.map(at);
         if (idx.some((i) => i < 0) || idx.some((i, k) => k > 0 && i <= (idx[k - 1] ?? -1))) {
-          problems.push(`Ctrl-C should print ${order.map((o) => `'kairos dev: ${o}'`).join(", ")} in this order`);
+          problems.push(
+            `Ctrl-C should print ${order.map((o) => `'kairos dev: ${o}'`).join(", ")} in this order`,
+          );
         }
-        const afterNats = ls.slice(at("stopping nats-server") + 1).filter((l) => l.trim() && !/^kairos dev: /.test(l));
-        if (at("stopping nats-server") >= 0 && afterNats.length > 0) problems.push(`printed after 'stopping nats-server': ${afterNats.join(" | ")}`);
-        if (problems.length > 0) throw new StepFailed(`${problems.join("\n")}\n--- terminal:\n${tail(60)}`);
+        const afterNats = ls
+          .slice(at("stopping nats-server") + 1)
+          .filter((l) => l.trim() && !/^kairos dev: /.test(l));
+        if (at("stopping nats-server") >= 0 && afterNats.length > 0)
+          problems.push(`printed after 'stopping nats-server': ${afterNats.join(" | ")}`);
+        if (problems.length > 0)
+          throw new StepFailed(`${problems.join("\n")}\n--- terminal:\n${tail(60)}`);
         const warns = ls.filter((l) => /\bWARN\b/.test(l)).length;
         return `${ls.filter((l) => l.trim()).length} lines, no JSON line, no error line${warns ? `, ${warns} WARN line(s)` : ""}; last: ${ls.filter((l) => l.trim()).slice(-1)[0] ?? ""}`;
       });
@@ -402,17 +524,30 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
       await step("nothing left running", async () => {
         // Stopped processes may take a moment to be reaped by init.
         const left = (): string[] => [
-          ...Object.entries(pids).filter(([, p]) => alive(p)).map(([n, p]) => `${n} (pid ${p})`),
-          ...processesIn(clone).map((p) => `${p.cmd} (pid ${p.pid}, working directory in the clone)`),
+          ...Object.entries(pids)
+            .filter(([, p]) => alive(p))
+            .map(([n, p]) => `${n} (pid ${p})`),
+          ...processesIn(clone).map(
+            (p) => `${p.cmd} (pid ${p.pid}, working directory in the clone)`,
+          ),
         ];
-        await until("processes gone", 5000, async () => (left().length === 0 ? true : undefined)).catch(() => {
+        await until("processes gone", 5000, async () =>
+          left().length === 0 ? true : undefined,
+        ).catch(() => {
           throw new StepFailed(`still running: ${left().join(", ")}`);
         });
-        return `gone: ${Object.entries(pids).map(([n, p]) => `${n} ${p}`).join(", ")}; no process in the clone`;
+        return `gone: ${Object.entries(pids)
+          .map(([n, p]) => `${n} ${p}`)
+          .join(", ")}; no process in the clone`;
       });
       await step("engine after", async () => {
         const now = await engineAnswers();
-        if (now !== engineBefore) throw new StepFailed(engineBefore ? "the Docker engine that was running no longer answers" : "npm start started a Docker engine and left it running");
+        if (now !== engineBefore)
+          throw new StepFailed(
+            engineBefore
+              ? "the Docker engine that was running no longer answers"
+              : "npm start started a Docker engine and left it running",
+          );
         return engineBefore ? "still running, as before" : "stopped again, as before";
       });
     }
@@ -469,12 +604,24 @@ async function main(): Promise<void> {
   };
   const repo = opt("--repo");
   const ref = opt("--ref");
-  const report = await checkFreshClone({ ...(repo ? { repo } : {}), ...(ref ? { ref } : {}), keep: args.includes("--keep") });
+  const report = await checkFreshClone({
+    ...(repo ? { repo } : {}),
+    ...(ref ? { ref } : {}),
+    keep: args.includes("--keep"),
+  });
   const failed = report.steps.filter((s) => !s.ok);
-  console.log(`fresh-clone check: ${report.ok ? "PASSED" : `FAILED (${failed.map((s) => s.step).join(", ")})`} in ${report.seconds} s`);
-  const steps = report.steps.map((s) => ({ step: s.step, ok: s.ok, seconds: s.seconds, ...(s.ok ? {} : { detail: s.detail.split("\n")[0]?.slice(0, 300) }) }));
+  console.log(
+    `fresh-clone check: ${report.ok ? "PASSED" : `FAILED (${failed.map((s) => s.step).join(", ")})`} in ${report.seconds} s`,
+  );
+  const steps = report.steps.map((s) => ({
+    step: s.step,
+    ok: s.ok,
+    seconds: s.seconds,
+    ...(s.ok ? {} : { detail: s.detail.split("\n")[0]?.slice(0, 300) }),
+  }));
   console.log(JSON.stringify({ ok: report.ok, steps, seconds: report.seconds }));
   process.exitCode = report.ok ? 0 : 1;
 }
 
-if (process.argv[1] !== undefined && resolve(process.argv[1]) === import.meta.filename) await main();
+if (process.argv[1] !== undefined && resolve(process.argv[1]) === import.meta.filename)
+  await main();

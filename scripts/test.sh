@@ -28,6 +28,7 @@ fi
 
 echo "== type check"; npx tsc --noEmit -p .
 echo "== lint"; npx eslint .
+echo "== formatting"; npx prettier --check src test bench scripts
 echo "== dependency rules (no cycle between areas of src/)"; npx depcruise src
 echo "== tests"
 files=()

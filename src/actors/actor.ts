@@ -98,7 +98,14 @@ export interface ArrivalPolicy<S, M, R> {
    * `alsoQueue` the message is queued as well (its reply then goes nowhere). `fail`: a definitive
    * refusal from memory (nothing the mailbox holds could change it), answered as that error.
    */
-  query?(state: S, msg: M, ctx: ActorContext): { reply: R; alsoQueue: boolean } | { fail: NonNullable<Decision<S, R, unknown>["fail"]> } | undefined;
+  query?(
+    state: S,
+    msg: M,
+    ctx: ActorContext,
+  ):
+    | { reply: R; alsoQueue: boolean }
+    | { fail: NonNullable<Decision<S, R, unknown>["fail"]> }
+    | undefined;
 }
 
 /** What goes ahead: turns admitted before the others waiting, timers fired on their own queue. */
@@ -170,7 +177,8 @@ export interface ResidencyPolicy<S> {
  * optional but the core's. A definition is one object literal with any of these members.
  */
 export interface ActorDefinition<S, M, R, E = never>
-  extends ActorCore<S, M, R, E>,
+  extends
+    ActorCore<S, M, R, E>,
     ArrivalPolicy<S, M, R>,
     UrgencyPolicy<M>,
     StoragePolicy<S>,

@@ -23,17 +23,27 @@ export const counterActor: ActorDefinition<CounterState, CounterMsg, CounterRepl
   parse(raw) {
     const m = raw as Partial<{ kind: string; by: unknown; reqId: unknown }> | null;
     if (m?.kind === "get") return { kind: "get" };
-    if (m?.kind === "inc" && typeof m.by === "number" && Number.isInteger(m.by) && typeof m.reqId === "string" && m.reqId.length > 0) {
+    if (
+      m?.kind === "inc" &&
+      typeof m.by === "number" &&
+      Number.isInteger(m.by) &&
+      typeof m.reqId === "string" &&
+      m.reqId.length > 0
+    ) {
       return { kind: "inc", by: m.by, reqId: m.reqId };
     }
-    throw new KairosError("invalid_argument", "counter message must be {kind:'get'} or {kind:'inc', by:int, reqId:string}");
+    throw new KairosError(
+      "invalid_argument",
+      "counter message must be {kind:'get'} or {kind:'inc', by:int, reqId:string}",
+    );
   },
   receive(state, msg) {
     switch (msg.kind) {
       case "get":
         return { state, reply: { value: state.value } };
       case "inc": {
-        if (state.recent.includes(msg.reqId)) return { state, reply: { value: state.value, applied: false } };
+        if (state.recent.includes(msg.reqId))
+          return { state, reply: { value: state.value, applied: false } };
         const recent = [...state.recent, msg.reqId];
         if (recent.length > DEDUPE_WINDOW) recent.splice(0, recent.length - DEDUPE_WINDOW);
         const next = { value: state.value + msg.by, recent };

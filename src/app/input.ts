@@ -15,7 +15,8 @@ export function show(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "string") return clip(JSON.stringify(v));
-  if (typeof v === "number" || typeof v === "boolean" || typeof v === "bigint") return clip(String(v));
+  if (typeof v === "number" || typeof v === "boolean" || typeof v === "bigint")
+    return clip(String(v));
   return typeof v === "object" ? "an object" : `a ${typeof v}`;
 }
 

@@ -16,9 +16,20 @@ import type { JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
 import type { JobsService, Tenant } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
-import { DEFAULT_TASK_LIMITS, resourcesAboveLimits, type TaskLimits } from "../sandbox/task-rules.ts";
+import {
+  DEFAULT_TASK_LIMITS,
+  resourcesAboveLimits,
+  type TaskLimits,
+} from "../sandbox/task-rules.ts";
 import type { TaskInput } from "../protocol/model.ts";
-import { parseCursor, parseIdempotencyKey, parseIfMatch, parseLimit, parseRunStatus, pathId } from "./params.ts";
+import {
+  parseCursor,
+  parseIdempotencyKey,
+  parseIfMatch,
+  parseLimit,
+  parseRunStatus,
+  pathId,
+} from "./params.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 
 /** What the operations need. */
@@ -84,8 +95,12 @@ export interface Operations {
  * (environment names, NUL bytes: src/sandbox/task-rules.ts).
  */
 function checkTask(tenant: Tenant, deps: OperationDeps, task: TaskInput): void {
-  const policy = tenant.image_policy ? parseImagePolicy(tenant.image_policy, "tenant image_policy") : deps.imagePolicy;
-  const denied = checkImage(policy, task.image) ?? resourcesAboveLimits(task.resources, deps.taskLimits ?? DEFAULT_TASK_LIMITS);
+  const policy = tenant.image_policy
+    ? parseImagePolicy(tenant.image_policy, "tenant image_policy")
+    : deps.imagePolicy;
+  const denied =
+    checkImage(policy, task.image) ??
+    resourcesAboveLimits(task.resources, deps.taskLimits ?? DEFAULT_TASK_LIMITS);
   if (denied) throw denied;
 }
 
@@ -133,7 +148,11 @@ export function createOperations(deps: OperationDeps): Operations {
       const jobId = pathId(input.jobId, "job");
       const page = pageOf(input);
       const status: RunStatus | undefined = parseRunStatus(input.status);
-      return jobs.listRuns(tenant.tenant_id, jobId, status === undefined ? page : { ...page, status });
+      return jobs.listRuns(
+        tenant.tenant_id,
+        jobId,
+        status === undefined ? page : { ...page, status },
+      );
     },
     async getRun(tenant, runId) {
       return jobs.getRun(tenant.tenant_id, pathId(runId, "run"));

@@ -24,16 +24,19 @@ export function pathId(raw: string | undefined, what: "job" | "run"): string {
 /** `limit`: an integer 1..200, default 50. */
 export function parseLimit(raw: string | undefined): number {
   if (raw === undefined) return PAGE.defaultLimit;
-  if (!/^\d{1,6}$/.test(raw)) throw invalid("limit", `must be an integer from 1 to ${PAGE.maxLimit}, got ${show(raw)}`);
+  if (!/^\d{1,6}$/.test(raw))
+    throw invalid("limit", `must be an integer from 1 to ${PAGE.maxLimit}, got ${show(raw)}`);
   const n = Number(raw);
-  if (n < 1 || n > PAGE.maxLimit) throw invalid("limit", `must be an integer from 1 to ${PAGE.maxLimit}, got ${n}`);
+  if (n < 1 || n > PAGE.maxLimit)
+    throw invalid("limit", `must be an integer from 1 to ${PAGE.maxLimit}, got ${n}`);
   return n;
 }
 
 /** `cursor`: opaque (the service checks its content); empty means the first page. */
 export function parseCursor(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === "") return undefined;
-  if (raw.length > PAGE.maxCursorChars) throw invalid("cursor", `must be at most ${PAGE.maxCursorChars} characters`);
+  if (raw.length > PAGE.maxCursorChars)
+    throw invalid("cursor", `must be at most ${PAGE.maxCursorChars} characters`);
   return raw;
 }
 
@@ -41,7 +44,8 @@ export function parseCursor(raw: string | undefined): string | undefined {
 export function parseRunStatus(raw: string | undefined): RunStatus | undefined {
   if (raw === undefined || raw === "") return undefined;
   const s = RUN_STATUSES.find((x) => x === raw);
-  if (s === undefined) throw invalid("status", `must be one of ${RUN_STATUSES.join(", ")}, got ${show(raw)}`);
+  if (s === undefined)
+    throw invalid("status", `must be one of ${RUN_STATUSES.join(", ")}, got ${show(raw)}`);
   return s;
 }
 
@@ -49,7 +53,10 @@ export function parseRunStatus(raw: string | undefined): RunStatus | undefined {
 export function parseIdempotencyKey(raw: string | undefined): string | undefined {
   if (raw === undefined) return undefined;
   if (raw.length === 0 || raw.length > MAX_IDEMPOTENCY_KEY_CHARS || !/^[\x21-\x7e]+$/.test(raw)) {
-    throw invalid("Idempotency-Key", `must be 1 to ${MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters`);
+    throw invalid(
+      "Idempotency-Key",
+      `must be 1 to ${MAX_IDEMPOTENCY_KEY_CHARS} visible ASCII characters`,
+    );
   }
   return raw;
 }
@@ -64,7 +71,11 @@ export function parseIfMatch(raw: string | undefined): number | undefined {
   if (t === "*") return undefined;
   const m = /^(?:W\/)?"(\d{1,15})"$|^(\d{1,15})$/.exec(t);
   const digits = m?.[1] ?? m?.[2];
-  if (digits === undefined) throw invalid("If-Match", `must be a job version as returned in ETag, e.g. "3", got ${show(raw)}`);
+  if (digits === undefined)
+    throw invalid(
+      "If-Match",
+      `must be a job version as returned in ETag, e.g. "3", got ${show(raw)}`,
+    );
   return Number(digits);
 }
 

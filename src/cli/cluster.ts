@@ -11,11 +11,22 @@ import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import type { LeaseValue } from "../cluster/partition-manager.ts";
 import type { MemberInfo } from "../cluster/membership.ts";
 import { clockOffsets, skewWarnings, type BeatSample } from "../cluster/clock-skew.ts";
-import { natsAuthOptions, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
+import {
+  natsAuthOptions,
+  resolveNatsAuth,
+  resolveNatsUrl,
+  type NatsAuthFlags,
+} from "./dev-file.ts";
 
 export interface ClusterStatus {
   /** `clock_offset_ms`: the node's clock minus the median of the nodes heard (null: not heard while sampling). */
-  nodes: { node_id: string; roles: string[]; incarnation: string; last_heartbeat: string; clock_offset_ms: number | null }[];
+  nodes: {
+    node_id: string;
+    roles: string[];
+    incarnation: string;
+    last_heartbeat: string;
+    clock_offset_ms: number | null;
+  }[];
   partitions: { partition: number; owner: string | null; epoch: number | null }[];
   /** Clocks too far apart (clock-skew.ts `skewWarnings`). */
   warnings: string[];
@@ -25,14 +36,19 @@ export interface ClusterStatus {
 export const CLOCK_SAMPLE_MS = 1_200;
 
 /** Listens to the cluster's membership heartbeats for `ms` (each carries its sender's clock). */
-async function sampleBeats(nc: Awaited<ReturnType<typeof connectNats>>, clusterName: string, ms: number): Promise<BeatSample[]> {
+async function sampleBeats(
+  nc: Awaited<ReturnType<typeof connectNats>>,
+  clusterName: string,
+  ms: number,
+): Promise<BeatSample[]> {
   const out: BeatSample[] = [];
   if (ms <= 0) return out;
   const sub = nc.subscribe(`kairos.${clusterName}.node.hb.*`, {
     callback: (_e, m) => {
       try {
         const b = decode<{ nodeId?: unknown; sentMs?: unknown }>(m.data);
-        if (typeof b.nodeId === "string" && typeof b.sentMs === "number" && out.length < 10_000) out.push({ nodeId: b.nodeId, sentMs: b.sentMs, heardMs: Date.now() });
+        if (typeof b.nodeId === "string" && typeof b.sentMs === "number" && out.length < 10_000)
+          out.push({ nodeId: b.nodeId, sentMs: b.sentMs, heardMs: Date.now() });
       } catch {
         // not a heartbeat: ignored
       }
@@ -44,7 +60,12 @@ async function sampleBeats(nc: Awaited<ReturnType<typeof connectNats>>, clusterN
 }
 
 /** `clockSampleMs`: how long to listen to heartbeats to judge clock skew (0: not judged). */
-export async function readClusterStatus(natsUrl: string, clusterName: string, auth: NatsAuthOptions = {}, clockSampleMs = 0): Promise<ClusterStatus> {
+export async function readClusterStatus(
+  natsUrl: string,
+  clusterName: string,
+  auth: NatsAuthOptions = {},
+  clockSampleMs = 0,
+): Promise<ClusterStatus> {
   const nc = await connectNats({ url: natsUrl, name: "kairos-cli", ...auth });
   try {
     const offsets = clockOffsets(await sampleBeats(nc, clusterName, clockSampleMs));
@@ -53,9 +74,20 @@ export async function readClusterStatus(natsUrl: string, clusterName: string, au
     const partitions = cfg ? decode<{ partitions: number }>(cfg.value).partitions : 0;
     const nodes = (await b.nodes.list(">")).map((e) => {
       const n = decode<MemberInfo & { lastSeenMs: number }>(e.value);
-      return { node_id: n.nodeId, roles: n.roles, incarnation: n.incarnation, last_heartbeat: new Date(n.lastSeenMs).toISOString(), clock_offset_ms: offsets.get(n.nodeId) ?? null };
+      return {
+        node_id: n.nodeId,
+        roles: n.roles,
+        incarnation: n.incarnation,
+        last_heartbeat: new Date(n.lastSeenMs).toISOString(),
+        clock_offset_ms: offsets.get(n.nodeId) ?? null,
+      };
     });
-    const leases = new Map((await b.leases.list("p.*")).map((e) => [Number(e.key.slice(2)), decode<LeaseValue>(e.value)]));
+    const leases = new Map(
+      (await b.leases.list("p.*")).map((e) => [
+        Number(e.key.slice(2)),
+        decode<LeaseValue>(e.value),
+      ]),
+    );
     return {
       nodes: nodes.sort((a, b2) => a.node_id.localeCompare(b2.node_id)),
       partitions: Array.from({ length: partitions }, (_, p) => {
@@ -78,14 +110,29 @@ export function registerClusterCommands(program: Command): void {
     .option("--json", "machine-readable output")
     .action(async (f: { nats?: string; cluster: string; json?: boolean } & NatsAuthFlags) => {
       const url = resolveNatsUrl(f.nats);
-      if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats or start `kairos dev`", { field: "nats" });
-      const s = await readClusterStatus(url, f.cluster, resolveNatsAuth(f, url, "admin"), CLOCK_SAMPLE_MS);
+      if (!url)
+        throw new KairosError(
+          "invalid_argument",
+          "no cluster found: pass --nats or start `kairos dev`",
+          { field: "nats" },
+        );
+      const s = await readClusterStatus(
+        url,
+        f.cluster,
+        resolveNatsAuth(f, url, "admin"),
+        CLOCK_SAMPLE_MS,
+      );
       if (f.json) {
         console.log(JSON.stringify(s));
         return;
       }
-      console.log("NODE                     ROLES                  LAST HEARTBEAT            CLOCK");
-      for (const n of s.nodes) console.log(`${n.node_id.padEnd(24)} ${n.roles.join(",").padEnd(22)} ${n.last_heartbeat.padEnd(25)} ${n.clock_offset_ms === null ? "-" : `${n.clock_offset_ms >= 0 ? "+" : ""}${n.clock_offset_ms} ms`}`);
+      console.log(
+        "NODE                     ROLES                  LAST HEARTBEAT            CLOCK",
+      );
+      for (const n of s.nodes)
+        console.log(
+          `${n.node_id.padEnd(24)} ${n.roles.join(",").padEnd(22)} ${n.last_heartbeat.padEnd(25)} ${n.clock_offset_ms === null ? "-" : `${n.clock_offset_ms >= 0 ? "+" : ""}${n.clock_offset_ms} ms`}`,
+        );
       for (const w of s.warnings) console.log(`WARNING: ${w}`);
       const byOwner = new Map<string, number[]>();
       for (const p of s.partitions) {
@@ -93,7 +140,10 @@ export function registerClusterCommands(program: Command): void {
         byOwner.set(k, [...(byOwner.get(k) ?? []), p.partition]);
       }
       console.log(`\nPARTITIONS (${s.partitions.length})`);
-      for (const p of s.partitions) console.log(`  p${String(p.partition).padEnd(5)} owner ${p.owner ?? "(none)"}  epoch ${p.epoch ?? "-"}`);
+      for (const p of s.partitions)
+        console.log(
+          `  p${String(p.partition).padEnd(5)} owner ${p.owner ?? "(none)"}  epoch ${p.epoch ?? "-"}`,
+        );
       console.log("\nBY OWNER");
       for (const [o, ps] of byOwner) console.log(`  ${o}: ${ps.length}`);
     });

@@ -39,7 +39,10 @@ export function registerCronCommands(program: Command): void {
   cron
     .command("next")
     .description("print the next occurrences of a cron expression")
-    .argument("[expr]", "cron expression: 5 fields, 6 with leading seconds, or a macro such as @daily")
+    .argument(
+      "[expr]",
+      "cron expression: 5 fields, 6 with leading seconds, or a macro such as @daily",
+    )
     .option("--tz <zone>", "IANA time zone the expression is read in", "UTC")
     .option("--from <instant>", "ISO 8601 instant with offset or Z to start after (default: now)")
     .option("--count <n>", `how many occurrences, 1-${MAX_CLI_COUNT}`, String(DEFAULT_CLI_COUNT))
@@ -48,12 +51,20 @@ export function registerCronCommands(program: Command): void {
     .exitOverride(usageExitCode2)
     .action(async (expr: string | undefined, opts: NextOptions, cmd: Command) => {
       if (opts.batch === true) {
-        const extra = ["tz", "from", "count", "json"].filter((o) => cmd.getOptionValueSource(o) === "cli");
-        if (expr !== undefined || extra.length > 0) throw usage(`--batch reads everything from stdin; drop ${expr !== undefined ? "the expression" : `--${extra.join(", --")}`}`);
+        const extra = ["tz", "from", "count", "json"].filter(
+          (o) => cmd.getOptionValueSource(o) === "cli",
+        );
+        if (expr !== undefined || extra.length > 0)
+          throw usage(
+            `--batch reads everything from stdin; drop ${expr !== undefined ? "the expression" : `--${extra.join(", --")}`}`,
+          );
         await runBatch(process.stdin, process.stdout);
         return;
       }
-      if (expr === undefined) throw usage("an expression is required, e.g. kairos cron next \"0 9 * * 1-5\" --tz Europe/London");
+      if (expr === undefined)
+        throw usage(
+          'an expression is required, e.g. kairos cron next "0 9 * * 1-5" --tz Europe/London',
+        );
       printNext(expr, opts);
     });
 }
@@ -68,7 +79,8 @@ function usage(message: string): KairosError {
 }
 
 function parseCount(text: string): number {
-  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > MAX_CLI_COUNT) throw usage(`--count must be an integer 1-${MAX_CLI_COUNT}, got "${text}"`);
+  if (!/^\d+$/.test(text) || Number(text) < 1 || Number(text) > MAX_CLI_COUNT)
+    throw usage(`--count must be an integer 1-${MAX_CLI_COUNT}, got "${text}"`);
   return Number(text);
 }
 
@@ -84,7 +96,9 @@ function printNext(expr: string, opts: NextOptions): void {
     const local = Temporal.Instant.fromEpochMilliseconds(ms).toZonedDateTimeISO(opts.tz);
     return `${formatUtc(ms)}  ${local.toPlainDate().toString()} ${local.toPlainTime().toString({ smallestUnit: "second" })} ${local.offset}`;
   });
-  process.stdout.write(`next ${times.length} in ${opts.tz} after ${formatUtc(fromMs)} (UTC, then local time and offset):\n${lines.join("\n")}\n`);
+  process.stdout.write(
+    `next ${times.length} in ${opts.tz} after ${formatUtc(fromMs)} (UTC, then local time and offset):\n${lines.join("\n")}\n`,
+  );
 }
 
 /** Output buffered beyond this many characters is written at once, even mid-burst. */
@@ -97,7 +111,10 @@ const FLUSH_AT_CHARS = 256 * 1024;
  * full, input is paused until it drains. Resolves when all answers are written or the reader
  * has gone away (EPIPE).
  */
-export function runBatch(input: NodeJS.ReadableStream, output: NodeJS.WritableStream): Promise<void> {
+export function runBatch(
+  input: NodeJS.ReadableStream,
+  output: NodeJS.WritableStream,
+): Promise<void> {
   return new Promise((resolve) => {
     const lines = createInterface({ input, crlfDelay: Infinity });
     let pending: string[] = [];
@@ -167,13 +184,16 @@ export function answerBatchLine(line: string): string {
   try {
     return JSON.stringify({ next: answer(line) });
   } catch (e) {
-    const message = isKairosError(e) ? e.message : `internal error: ${e instanceof Error ? e.message : String(e)}`;
+    const message = isKairosError(e)
+      ? e.message
+      : `internal error: ${e instanceof Error ? e.message : String(e)}`;
     return JSON.stringify({ error: message });
   }
 }
 
 function answer(line: string): string[] {
-  if (line.length > MAX_BATCH_LINE) throw usage(`line too long (${line.length} characters, max ${MAX_BATCH_LINE})`);
+  if (line.length > MAX_BATCH_LINE)
+    throw usage(`line too long (${line.length} characters, max ${MAX_BATCH_LINE})`);
   if (line.trim() === "") throw usage("empty line");
   let value: unknown;
   try {
@@ -181,10 +201,12 @@ function answer(line: string): string[] {
   } catch (e) {
     throw usage(`bad JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw usage('expected a JSON object {"cron", "tz", "from", "count"}');
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw usage('expected a JSON object {"cron", "tz", "from", "count"}');
   const req = value as Record<string, unknown>;
   const unknown = Object.keys(req).find((k) => !BATCH_FIELDS.has(k));
-  if (unknown !== undefined) throw usage(`unknown field "${unknown}" (expected cron, tz, from, count)`);
+  if (unknown !== undefined)
+    throw usage(`unknown field "${unknown}" (expected cron, tz, from, count)`);
   const cron = stringField(req, "cron");
   const tz = stringField(req, "tz");
   const from = stringField(req, "from");
@@ -207,6 +229,7 @@ function parseFrom(text: string, label: string): number {
 function stringField(req: Record<string, unknown>, name: string): string {
   const v = req[name];
   if (v === undefined) throw usage(`missing field "${name}"`);
-  if (typeof v !== "string") throw usage(`field "${name}" must be a string, got ${v === null ? "null" : typeof v}`);
+  if (typeof v !== "string")
+    throw usage(`field "${name}" must be a string, got ${v === null ? "null" : typeof v}`);
   return v;
 }

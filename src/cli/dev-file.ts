@@ -56,12 +56,26 @@ export interface NatsAuthFlags {
 }
 
 /** Adds the NATS credentials and TLS options to a command. */
-export function natsAuthOptions<C extends { option(flags: string, description: string): C }>(cmd: C): C {
+export function natsAuthOptions<C extends { option(flags: string, description: string): C }>(
+  cmd: C,
+): C {
   return cmd
-    .option("--nats-creds <file>", "NATS credentials file {user, password} (env KAIROS_NATS_CREDS; default: the dev cluster's, for this command's identity)")
-    .option("--nats-tls-ca <file>", "CA (PEM) the NATS server's certificate must chain to; turns TLS on (env KAIROS_NATS_TLS_CA)")
-    .option("--nats-tls-cert <file>", "client certificate (PEM) for a NATS server that verifies clients (env KAIROS_NATS_TLS_CERT)")
-    .option("--nats-tls-key <file>", "the client certificate's key (PEM) (env KAIROS_NATS_TLS_KEY)");
+    .option(
+      "--nats-creds <file>",
+      "NATS credentials file {user, password} (env KAIROS_NATS_CREDS; default: the dev cluster's, for this command's identity)",
+    )
+    .option(
+      "--nats-tls-ca <file>",
+      "CA (PEM) the NATS server's certificate must chain to; turns TLS on (env KAIROS_NATS_TLS_CA)",
+    )
+    .option(
+      "--nats-tls-cert <file>",
+      "client certificate (PEM) for a NATS server that verifies clients (env KAIROS_NATS_TLS_CERT)",
+    )
+    .option(
+      "--nats-tls-key <file>",
+      "the client certificate's key (PEM) (env KAIROS_NATS_TLS_KEY)",
+    );
 }
 
 const WORKER_ID_RE = /^[A-Za-z0-9_-]{1,64}$/;
@@ -70,10 +84,21 @@ export const MAX_WORKER_IDS = 1000;
 
 /** `--workers a,b,c` → the ids, validated (node ids: 1-64 of [A-Za-z0-9_-]). */
 export function parseWorkerIds(v: string): string[] {
-  const ids = v.split(",").map((s) => s.trim()).filter(Boolean);
-  if (ids.length > MAX_WORKER_IDS) throw new KairosError("invalid_argument", `--workers: at most ${MAX_WORKER_IDS} ids`, { field: "workers" });
+  const ids = v
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (ids.length > MAX_WORKER_IDS)
+    throw new KairosError("invalid_argument", `--workers: at most ${MAX_WORKER_IDS} ids`, {
+      field: "workers",
+    });
   const bad = ids.find((w) => !WORKER_ID_RE.test(w));
-  if (bad !== undefined) throw new KairosError("invalid_argument", `--workers: "${bad.slice(0, 80)}" must be 1-64 of [A-Za-z0-9_-]`, { field: "workers" });
+  if (bad !== undefined)
+    throw new KairosError(
+      "invalid_argument",
+      `--workers: "${bad.slice(0, 80)}" must be 1-64 of [A-Za-z0-9_-]`,
+      { field: "workers" },
+    );
   return [...new Set(ids)];
 }
 
@@ -82,18 +107,39 @@ export function parseWorkerIds(v: string): string[] {
  * the dev cluster's — the dev file's credentials file of the first of `users` it has (the
  * node's pinned worker user, then its role set; or admin).
  */
-export function resolveNatsAuth(f: NatsAuthFlags, url: string, users: string | readonly string[]): NatsAuthOptions {
+export function resolveNatsAuth(
+  f: NatsAuthFlags,
+  url: string,
+  users: string | readonly string[],
+): NatsAuthOptions {
   const env = process.env;
   const dev = readDevFile();
   const devCreds = dev?.nats_url === url ? dev.nats_creds : undefined;
-  const devUser = (typeof users === "string" ? [users] : users).find((u) => devCreds?.[u] !== undefined);
-  const creds = f.natsCreds ?? env["KAIROS_NATS_CREDS"] ?? (devUser !== undefined ? devCreds?.[devUser] : undefined);
+  const devUser = (typeof users === "string" ? [users] : users).find(
+    (u) => devCreds?.[u] !== undefined,
+  );
+  const creds =
+    f.natsCreds ??
+    env["KAIROS_NATS_CREDS"] ??
+    (devUser !== undefined ? devCreds?.[devUser] : undefined);
   const ca = f.natsTlsCa ?? env["KAIROS_NATS_TLS_CA"];
   const cert = f.natsTlsCert ?? env["KAIROS_NATS_TLS_CERT"];
   const key = f.natsTlsKey ?? env["KAIROS_NATS_TLS_KEY"];
-  for (const [flag, v] of [["nats-creds", creds], ["nats-tls-ca", ca], ["nats-tls-cert", cert], ["nats-tls-key", key]] as const) {
-    if (v !== undefined && v.trim() === "") throw new KairosError("invalid_argument", `--${flag}: a file path is required`, { field: flag });
+  for (const [flag, v] of [
+    ["nats-creds", creds],
+    ["nats-tls-ca", ca],
+    ["nats-tls-cert", cert],
+    ["nats-tls-key", key],
+  ] as const) {
+    if (v !== undefined && v.trim() === "")
+      throw new KairosError("invalid_argument", `--${flag}: a file path is required`, {
+        field: flag,
+      });
   }
-  const tls = { ...(ca ? { caFile: ca } : {}), ...(cert ? { certFile: cert } : {}), ...(key ? { keyFile: key } : {}) };
+  const tls = {
+    ...(ca ? { caFile: ca } : {}),
+    ...(cert ? { certFile: cert } : {}),
+    ...(key ? { keyFile: key } : {}),
+  };
   return { ...(creds ? { credsFile: creds } : {}), ...(Object.keys(tls).length ? { tls } : {}) };
 }

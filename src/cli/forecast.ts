@@ -28,13 +28,24 @@ export interface ForecastReport {
 function positiveInt(raw: string | undefined, flag: string, def: number, max: number): number {
   if (raw === undefined) return def;
   const n = /^[1-9]\d{0,8}$/.test(raw) ? Number(raw) : NaN;
-  if (!(n >= 1 && n <= max)) throw new KairosError("invalid_argument", `${flag}: must be a whole number 1-${max}, got ${JSON.stringify(raw)}`, { field: flag });
+  if (!(n >= 1 && n <= max))
+    throw new KairosError(
+      "invalid_argument",
+      `${flag}: must be a whole number 1-${max}, got ${JSON.stringify(raw)}`,
+      { field: flag },
+    );
   return n;
 }
 
 /** `--hours` (1-168, default 1) and `--max-jobs` (default 1,000,000), validated. */
-export function parseForecastFlags(f: { hours?: string; maxJobs?: string }): { hours: number; maxJobs: number } {
-  return { hours: positiveInt(f.hours, "--hours", 1, MAX_FORECAST_HOURS), maxJobs: positiveInt(f.maxJobs, "--max-jobs", DEFAULT_CLI_MAX_JOBS, 100_000_000) };
+export function parseForecastFlags(f: { hours?: string; maxJobs?: string }): {
+  hours: number;
+  maxJobs: number;
+} {
+  return {
+    hours: positiveInt(f.hours, "--hours", 1, MAX_FORECAST_HOURS),
+    maxJobs: positiveInt(f.maxJobs, "--max-jobs", DEFAULT_CLI_MAX_JOBS, 100_000_000),
+  };
 }
 
 const sum = (a: readonly number[]): number => a.reduce((x, y) => x + y, 0);
@@ -46,20 +57,43 @@ export function forecastReport(f: Forecast, truncatedRead: boolean): ForecastRep
   for (let m = 0; m < f.perMinute.length; m += 60) per_hour.push(sum(f.perMinute.slice(m, m + 60)));
   let peak: ForecastReport["peak"] = null;
   f.perMinute.forEach((runs, m) => {
-    if (runs > 0 && (peak === null || runs > peak.runs)) peak = { minute: iso(f.startMs + m * 60_000), runs };
+    if (runs > 0 && (peak === null || runs > peak.runs))
+      peak = { minute: iso(f.startMs + m * 60_000), runs };
   });
-  const tenants = [...f.byTenant].map(([tenant_id, per_minute]) => ({ tenant_id, total: sum(per_minute), per_minute }));
+  const tenants = [...f.byTenant].map(([tenant_id, per_minute]) => ({
+    tenant_id,
+    total: sum(per_minute),
+    per_minute,
+  }));
   tenants.sort((a, b) => b.total - a.total || a.tenant_id.localeCompare(b.tenant_id));
   return {
-    from: iso(f.startMs), minutes: f.perMinute.length, total: sum(f.perMinute), per_minute: f.perMinute, per_hour, peak,
-    tenants, jobs_scanned: f.jobsScanned, truncated: f.truncated || truncatedRead,
+    from: iso(f.startMs),
+    minutes: f.perMinute.length,
+    total: sum(f.perMinute),
+    per_minute: f.perMinute,
+    per_hour,
+    peak,
+    tenants,
+    jobs_scanned: f.jobsScanned,
+    truncated: f.truncated || truncatedRead,
   };
 }
 
 /** Reads every job of the cluster (at most `maxJobs`) and forecasts `hours` from `nowMs`. */
-export async function clusterForecast(buckets: Buckets, nowMs: number, o: { hours: number; maxJobs: number }): Promise<ForecastReport> {
+export async function clusterForecast(
+  buckets: Buckets,
+  nowMs: number,
+  o: { hours: number; maxJobs: number },
+): Promise<ForecastReport> {
   const read = await readForecastJobs(buckets.actors, ["*"], o.maxJobs);
-  return forecastReport(forecastRunsDue(read.jobs, nowMs, { minutes: o.hours * 60, maxJobs: o.maxJobs, maxOccurrences: 50_000_000 }), read.truncated);
+  return forecastReport(
+    forecastRunsDue(read.jobs, nowMs, {
+      minutes: o.hours * 60,
+      maxJobs: o.maxJobs,
+      maxOccurrences: 50_000_000,
+    }),
+    read.truncated,
+  );
 }
 
 /** The report for a person: totals, per hour, the peak minute, tenants by runs. */
@@ -68,15 +102,21 @@ export function formatForecast(r: ForecastReport): string {
     `forecast from ${r.from} for ${r.minutes / 60} h: ${r.total} runs due (${r.jobs_scanned} jobs scanned)`,
     r.peak ? `peak minute ${r.peak.minute}: ${r.peak.runs} runs` : "no runs due",
   ];
-  if (r.truncated) lines.push("TRUNCATED: more jobs or occurrences than the bounds (--max-jobs): the counts are a lower bound");
+  if (r.truncated)
+    lines.push(
+      "TRUNCATED: more jobs or occurrences than the bounds (--max-jobs): the counts are a lower bound",
+    );
   lines.push("", "hour from           runs  peak/min");
   r.per_hour.forEach((runs, h) => {
     const mins = r.per_minute.slice(h * 60, h * 60 + 60);
-    lines.push(`${iso(Date.parse(r.from) + h * 3_600_000).padEnd(18)} ${String(runs).padStart(6)}  ${String(Math.max(0, ...mins)).padStart(8)}`);
+    lines.push(
+      `${iso(Date.parse(r.from) + h * 3_600_000).padEnd(18)} ${String(runs).padStart(6)}  ${String(Math.max(0, ...mins)).padStart(8)}`,
+    );
   });
   if (r.tenants.length > 0) {
     lines.push("", "tenant                            runs");
-    for (const t of r.tenants) lines.push(`${t.tenant_id.padEnd(30)} ${String(t.total).padStart(7)}`);
+    for (const t of r.tenants)
+      lines.push(`${t.tenant_id.padEnd(30)} ${String(t.total).padStart(7)}`);
   }
   return lines.join("\n");
 }

@@ -25,9 +25,18 @@ import type { KvStore } from "../cluster/kv.ts";
 import { readDevFile, resolveNatsAuth, resolveNatsUrl } from "./dev-file.ts";
 
 /** Issues a service identity; `tenants` checks that the tenant exists. */
-export async function createService(kv: KvStore, tenants: Pick<KvTenantDirectory, "getTenant">, name: string, tenantId: string): Promise<{ record: ServiceRecord; creds: NatsCredentials }> {
+export async function createService(
+  kv: KvStore,
+  tenants: Pick<KvTenantDirectory, "getTenant">,
+  name: string,
+  tenantId: string,
+): Promise<{ record: ServiceRecord; creds: NatsCredentials }> {
   const dir = new KvServiceDirectory(kv, systemClock);
-  const { record, secret } = await dir.create(name, tenantId, async (id) => (await tenants.getTenant(id)) !== null);
+  const { record, secret } = await dir.create(
+    name,
+    tenantId,
+    async (id) => (await tenants.getTenant(id)) !== null,
+  );
   const user = serviceUser(name);
   return { record, creds: { user, password: secret, inbox_prefix: inboxPrefixFor(user) } };
 }
@@ -37,12 +46,21 @@ export async function createService(kv: KvStore, tenants: Pick<KvTenantDirectory
  * refused), then kicks, then — after the auth timeout, by when any callout that read the record
  * before the revocation has finished — kicks again. `sys` is a system-account connection.
  */
-export async function revokeService(kv: KvStore, sys: NatsConnection, name: string, opts: { graceMs?: number } = {}): Promise<{ record: ServiceRecord; kicked: number; servers: number }> {
+export async function revokeService(
+  kv: KvStore,
+  sys: NatsConnection,
+  name: string,
+  opts: { graceMs?: number } = {},
+): Promise<{ record: ServiceRecord; kicked: number; servers: number }> {
   const record = await new KvServiceDirectory(kv, systemClock).revoke(name);
   const first = await kickUser(sys, SERVICES_ACCOUNT, serviceUser(name));
   await new Promise((r) => setTimeout(r, opts.graceMs ?? AUTH_TIMEOUT_S * 1000 + 500));
   const second = await kickUser(sys, SERVICES_ACCOUNT, serviceUser(name));
-  return { record, kicked: first.kicked + second.kicked, servers: Math.max(first.servers, second.servers) };
+  return {
+    record,
+    kicked: first.kicked + second.kicked,
+    servers: Math.max(first.servers, second.servers),
+  };
 }
 
 interface SysFlags {
@@ -56,13 +74,33 @@ interface SysFlags {
 /** A connection as the system account's user: flag, env `KAIROS_NATS_SYS_CREDS`, else the dev cluster's. */
 export async function connectSys(f: SysFlags): Promise<NatsConnection> {
   const url = resolveNatsUrl(f.nats);
-  if (!url) throw new KairosError("invalid_argument", "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`", { field: "nats" });
+  if (!url)
+    throw new KairosError(
+      "invalid_argument",
+      "no cluster found: pass --nats, set KAIROS_NATS_URL or start `kairos dev`",
+      { field: "nats" },
+    );
   const dev = readDevFile();
-  const creds = f.natsSysCreds ?? process.env["KAIROS_NATS_SYS_CREDS"] ?? (dev?.nats_url === url ? dev.nats_creds?.[SYS_USER] : undefined);
+  const creds =
+    f.natsSysCreds ??
+    process.env["KAIROS_NATS_SYS_CREDS"] ??
+    (dev?.nats_url === url ? dev.nats_creds?.[SYS_USER] : undefined);
   if (creds === undefined || creds.trim() === "") {
-    throw new KairosError("invalid_argument", "revoking closes live connections through the NATS system account: pass --nats-sys-creds <file> (`kairos nats-auth` writes creds/sys.json) or set KAIROS_NATS_SYS_CREDS", { field: "nats-sys-creds" });
+    throw new KairosError(
+      "invalid_argument",
+      "revoking closes live connections through the NATS system account: pass --nats-sys-creds <file> (`kairos nats-auth` writes creds/sys.json) or set KAIROS_NATS_SYS_CREDS",
+      { field: "nats-sys-creds" },
+    );
   }
-  const { tls } = resolveNatsAuth({ ...(f.natsTlsCa ? { natsTlsCa: f.natsTlsCa } : {}), ...(f.natsTlsCert ? { natsTlsCert: f.natsTlsCert } : {}), ...(f.natsTlsKey ? { natsTlsKey: f.natsTlsKey } : {}) }, url, SYS_USER);
+  const { tls } = resolveNatsAuth(
+    {
+      ...(f.natsTlsCa ? { natsTlsCa: f.natsTlsCa } : {}),
+      ...(f.natsTlsCert ? { natsTlsCert: f.natsTlsCert } : {}),
+      ...(f.natsTlsKey ? { natsTlsKey: f.natsTlsKey } : {}),
+    },
+    url,
+    SYS_USER,
+  );
   return connectNats({ url, name: "kairos-admin-sys", credsFile: creds, ...(tls ? { tls } : {}) });
 }
 

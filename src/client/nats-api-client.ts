@@ -13,7 +13,11 @@
  * The tenant id only builds subjects: the service's NATS permissions pin it, and the server
  * takes it from the subject.
  */
-import { errors as natsErrors, headers as natsHeaders, type NatsConnection } from "@nats-io/transport-node";
+import {
+  errors as natsErrors,
+  headers as natsHeaders,
+  type NatsConnection,
+} from "@nats-io/transport-node";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
 import { ErrorCodes, KairosError, type ErrorCode } from "../lib/errors.ts";
 import { API_HEADERS, apiSubject, type ApiOperation } from "../nats-api/subjects.ts";
@@ -22,7 +26,12 @@ import type { ApiReply, JobPage, RunPage } from "../nats-api/wire.ts";
 /** A failed request: the REST error code, message and field, and the HTTP-equivalent status. */
 export class NatsApiError extends KairosError {
   readonly status: number;
-  constructor(code: ErrorCode, message: string, status: number, opts: { field?: string; retryAfterMs?: number } = {}) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    status: number,
+    opts: { field?: string; retryAfterMs?: number } = {},
+  ) {
     super(code, message, opts);
     this.status = status;
   }
@@ -60,8 +69,18 @@ export class NatsApiClient {
   }
 
   /** Creates a job (REST `POST /v1/jobs`); `created` is false for an Idempotency-Key replay. */
-  async createJob(spec: Record<string, unknown>, opts: { idempotencyKey?: string } = {}): Promise<{ job: JobView; created: boolean }> {
-    const r = await this.#call<JobView>("jobs.create", undefined, spec, opts.idempotencyKey === undefined ? {} : { [API_HEADERS.idempotencyKey]: opts.idempotencyKey });
+  async createJob(
+    spec: Record<string, unknown>,
+    opts: { idempotencyKey?: string } = {},
+  ): Promise<{ job: JobView; created: boolean }> {
+    const r = await this.#call<JobView>(
+      "jobs.create",
+      undefined,
+      spec,
+      opts.idempotencyKey === undefined
+        ? {}
+        : { [API_HEADERS.idempotencyKey]: opts.idempotencyKey },
+    );
     return { job: r.result, created: r.status === 201 };
   }
 
@@ -74,7 +93,11 @@ export class NatsApiClient {
   }
 
   /** Changes a job (REST `PATCH`); `ifMatch` is the version the change was based on. */
-  async patchJob(jobId: string, patch: Record<string, unknown>, opts: { ifMatch?: number | string } = {}): Promise<JobView> {
+  async patchJob(
+    jobId: string,
+    patch: Record<string, unknown>,
+    opts: { ifMatch?: number | string } = {},
+  ): Promise<JobView> {
     const h = opts.ifMatch === undefined ? {} : { [API_HEADERS.ifMatch]: String(opts.ifMatch) };
     return (await this.#call<JobView>("jobs.patch", jobId, patch, h)).result;
   }
@@ -101,13 +124,22 @@ export class NatsApiClient {
     return (await this.#call<RunPage>("runs.dead_lettered", undefined, opts)).result;
   }
 
-  async #call<T>(op: ApiOperation, id: string | undefined, body?: unknown, hdrs: Record<string, string> = {}): Promise<{ status: number; result: T }> {
+  async #call<T>(
+    op: ApiOperation,
+    id: string | undefined,
+    body?: unknown,
+    hdrs: Record<string, string> = {},
+  ): Promise<{ status: number; result: T }> {
     const subject = apiSubject(this.#o.cluster, this.#o.tenantId, op, id);
     const h = natsHeaders();
     for (const [k, v] of Object.entries(hdrs)) h.set(k, v);
     let data: Uint8Array;
     try {
-      const m = await this.#nc.request(subject, body === undefined ? new Uint8Array() : enc.encode(JSON.stringify(body)), { timeout: this.#o.timeoutMs, headers: h });
+      const m = await this.#nc.request(
+        subject,
+        body === undefined ? new Uint8Array() : enc.encode(JSON.stringify(body)),
+        { timeout: this.#o.timeoutMs, headers: h },
+      );
       data = m.data;
     } catch (e) {
       throw transportError(e, op);
@@ -120,10 +152,12 @@ export class NatsApiClient {
     }
     if (reply.ok) return { status: reply.status, result: reply.result };
     const { code, message, field } = reply.error;
-    return Promise.reject(new NatsApiError(isErrorCode(code) ? code : "internal", message, reply.status, {
-      ...(field !== undefined ? { field } : {}),
-      ...(reply.retry_after_s !== undefined ? { retryAfterMs: reply.retry_after_s * 1000 } : {}),
-    }));
+    return Promise.reject(
+      new NatsApiError(isErrorCode(code) ? code : "internal", message, reply.status, {
+        ...(field !== undefined ? { field } : {}),
+        ...(reply.retry_after_s !== undefined ? { retryAfterMs: reply.retry_after_s * 1000 } : {}),
+      }),
+    );
   }
 }
 
@@ -134,15 +168,29 @@ export class NatsApiClient {
  * cause of a failed request in a `RequestError`.
  */
 function transportError(e: unknown, op: string): KairosError {
-  const cause: unknown = e instanceof natsErrors.RequestError && e.cause !== undefined ? e.cause : e;
-  if (cause instanceof natsErrors.NoRespondersError || (e instanceof natsErrors.RequestError && e.isNoResponders())) {
+  const cause: unknown =
+    e instanceof natsErrors.RequestError && e.cause !== undefined ? e.cause : e;
+  if (
+    cause instanceof natsErrors.NoRespondersError ||
+    (e instanceof natsErrors.RequestError && e.isNoResponders())
+  ) {
     return new KairosError("unavailable", `${op}: no API node answers the NATS API`, { cause: e });
   }
   if (cause instanceof natsErrors.TimeoutError) {
-    return new KairosError("timeout", `${op}: no reply in time (unknown outcome: the operation may have happened)`, { cause: e });
+    return new KairosError(
+      "timeout",
+      `${op}: no reply in time (unknown outcome: the operation may have happened)`,
+      { cause: e },
+    );
   }
   if (cause instanceof natsErrors.PermissionViolationError) {
-    return new KairosError("permission_denied", `${op}: these NATS credentials may not use this subject (${cause.message})`, { cause: e });
+    return new KairosError(
+      "permission_denied",
+      `${op}: these NATS credentials may not use this subject (${cause.message})`,
+      { cause: e },
+    );
   }
-  return new KairosError("unavailable", `${op}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+  return new KairosError("unavailable", `${op}: ${e instanceof Error ? e.message : String(e)}`, {
+    cause: e,
+  });
 }

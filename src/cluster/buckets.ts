@@ -5,7 +5,15 @@
  */
 import { withMuxedRequests } from "./request-mux.ts";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { DiscardPolicy, RetentionPolicy, StorageType, jetstream, jetstreamManager, type JetStreamManager, type StreamConfig } from "@nats-io/jetstream";
+import {
+  DiscardPolicy,
+  RetentionPolicy,
+  StorageType,
+  jetstream,
+  jetstreamManager,
+  type JetStreamManager,
+  type StreamConfig,
+} from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { KV_TIMEOUT_MS, LIBRARY_TIMEOUT_FACTOR, NatsKv } from "./kv-nats.ts";
 import { DeniedKv } from "./kv-denied.ts";
@@ -67,7 +75,8 @@ export interface BucketOptions {
 export const DEFAULT_MAX_IN_FLIGHT = 512;
 
 /** A cluster's bucket name (`<cluster>_<suffix>`, e.g. `kairos_leases`). */
-export const bucketName = (clusterName: string, suffix: string): string => `${clusterName}_${suffix}`;
+export const bucketName = (clusterName: string, suffix: string): string =>
+  `${clusterName}_${suffix}`;
 
 const NODE_TTL_MS = 30_000;
 const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
@@ -83,8 +92,12 @@ export function isTransientStartupError(e: unknown): boolean {
   if (!(e instanceof Error)) return false;
   const cause = (e as { cause?: unknown }).cause;
   const names = [e.name, cause instanceof Error ? cause.name : ""];
-  return names.some((n) => n === "TimeoutError" || n === "NoRespondersError")
-    || /no suitable peers|insufficient resources|timeout|timed out|no responders|jetstream (cluster )?not (available|enabled)|leader/i.test(e.message);
+  return (
+    names.some((n) => n === "TimeoutError" || n === "NoRespondersError") ||
+    /no suitable peers|insufficient resources|timeout|timed out|no responders|jetstream (cluster )?not (available|enabled)|leader/i.test(
+      e.message,
+    )
+  );
 }
 
 /** How often, and how long apart, a start-up step retries a transient JetStream error (~30 s in all). */
@@ -112,11 +125,24 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
   // KV reads, writes, scans and stream requests are JetStream requests: through the connection's
   // request mux (no Error built per request, stall-aware deadlines: request-mux.ts).
   // The manager serves leader reads, watch floors, scans and purges: the same longer timeout.
-  const js = (c: NatsConnection) => jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
-  const jsm = (c: NatsConnection) => jetstreamManager(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
+  const js = (c: NatsConnection) =>
+    jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
+  const jsm = (c: NatsConnection) =>
+    jetstreamManager(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
   const data = { jsm: await startupRetry(() => jsm(nc), clock), kvm: new Kvm(js(nc)), limiter };
-  const control = opts.control ? { jsm: await startupRetry(() => jsm(opts.control!), clock), kvm: new Kvm(js(opts.control)), limiter: undefined } : { ...data, limiter: undefined };
-  const open = async (suffix: string, ttl = 0, history = 1, plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data): Promise<KvStore> => {
+  const control = opts.control
+    ? {
+        jsm: await startupRetry(() => jsm(opts.control!), clock),
+        kvm: new Kvm(js(opts.control)),
+        limiter: undefined,
+      }
+    : { ...data, limiter: undefined };
+  const open = async (
+    suffix: string,
+    ttl = 0,
+    history = 1,
+    plane: { jsm: JetStreamManager; kvm: Kvm; limiter: InFlightLimiter | undefined } = data,
+  ): Promise<KvStore> => {
     const name = bucketName(opts.clusterName, suffix);
     const settings = {
       replicas: opts.replicas,
@@ -130,9 +156,16 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
       try {
         if (opts.createStreams === false) await plane.jsm.streams.info(`KV_${name}`);
         else await ensureStream(plane.jsm, name, settings, opts.warn);
-        return new NatsKv(name, await plane.kvm.create(name, settings), plane.jsm, undefined, plane.limiter);
+        return new NatsKv(
+          name,
+          await plane.kvm.create(name, settings),
+          plane.jsm,
+          undefined,
+          plane.limiter,
+        );
       } catch (e) {
-        const missing = opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
+        const missing =
+          opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
         const transient = missing || isTransientStartupError(e);
         if (!transient || attempt >= (missing ? 120 : 40)) throw e;
         await new Promise<void>((r) => clock.setTimer(250, r));
@@ -159,20 +192,38 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
  * could erase the whole bucket. Kairos never sends the header: it deletes with `KV-Operation:
  * DEL` markers and purges with the stream purge API, neither of which needs rollups.
  */
-async function ensureStream(jsm: JetStreamManager, name: string, s: { replicas: number; history: number; ttl?: number; max_bytes?: number }, warn?: (msg: string) => void): Promise<void> {
+async function ensureStream(
+  jsm: JetStreamManager,
+  name: string,
+  s: { replicas: number; history: number; ttl?: number; max_bytes?: number },
+  warn?: (msg: string) => void,
+): Promise<void> {
   const stream = `KV_${name}`;
   try {
     const info = await jsm.streams.info(stream);
-    if (info.config.allow_rollup_hdrs) warn?.(`bucket ${name} allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream ${stream} with allow_rollup_hdrs false`);
+    if (info.config.allow_rollup_hdrs)
+      warn?.(
+        `bucket ${name} allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream ${stream} with allow_rollup_hdrs false`,
+      );
     return;
   } catch (e) {
     if (!(e instanceof Error && /stream not found/i.test(e.message))) throw e;
   }
   const config: Partial<StreamConfig> & { name: string } = {
-    name: stream, subjects: [`$KV.${name}.>`], retention: RetentionPolicy.Limits, storage: StorageType.File,
-    max_msgs_per_subject: s.history, max_msg_size: -1, discard: DiscardPolicy.New, num_replicas: s.replicas,
-    allow_direct: true, allow_rollup_hdrs: false, deny_delete: true, deny_purge: false,
-    ...(s.ttl ? { max_age: s.ttl * 1_000_000 } : {}), ...(s.max_bytes ? { max_bytes: s.max_bytes } : {}),
+    name: stream,
+    subjects: [`$KV.${name}.>`],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_msgs_per_subject: s.history,
+    max_msg_size: -1,
+    discard: DiscardPolicy.New,
+    num_replicas: s.replicas,
+    allow_direct: true,
+    allow_rollup_hdrs: false,
+    deny_delete: true,
+    deny_purge: false,
+    ...(s.ttl ? { max_age: s.ttl * 1_000_000 } : {}),
+    ...(s.max_bytes ? { max_bytes: s.max_bytes } : {}),
   };
   try {
     await jsm.streams.add(config);
@@ -192,13 +243,17 @@ async function ensureStream(jsm: JetStreamManager, name: string, s: { replicas: 
 async function workerBuckets(nc: NatsConnection, opts: BucketOptions): Promise<Buckets> {
   const bind = async (c: NatsConnection, suffix: string): Promise<KvStore> => {
     const muxed = withMuxedRequests(c);
-    const js = jetstream(muxed, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS, checkAPI: false });
+    const js = jetstream(muxed, {
+      timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS,
+      checkAPI: false,
+    });
     const name = bucketName(opts.clusterName, suffix);
     const kv = await new Kvm(js).open(name, { allow_direct: true });
     return new NatsKv(name, kv, await jetstreamManager(muxed, { checkAPI: false }));
   };
   const control = opts.control ?? nc;
-  const denied = (suffix: string) => new DeniedKv(bucketName(opts.clusterName, suffix), "a worker's NATS identity");
+  const denied = (suffix: string) =>
+    new DeniedKv(bucketName(opts.clusterName, suffix), "a worker's NATS identity");
   return {
     cluster: await bind(control, "cluster"),
     nodes: await bind(control, "nodes"),

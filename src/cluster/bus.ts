@@ -41,7 +41,11 @@ export interface BusSubscribeOptions {
 
 export interface Bus {
   publish(subject: string, data: Uint8Array): void;
-  request(subject: string, data: Uint8Array, opts: { timeout: number }): Promise<{ readonly data: Uint8Array }>;
+  request(
+    subject: string,
+    data: Uint8Array,
+    opts: { timeout: number },
+  ): Promise<{ readonly data: Uint8Array }>;
   subscribe(subject: string, opts: BusSubscribeOptions): BusSubscription;
   /** Resolves once everything published so far has reached the server (or the peer). */
   flush(): Promise<void>;

@@ -19,7 +19,9 @@ export interface BeatSample {
 /** Each node's clock offset from the median of the nodes heard, in ms (its latest sample). */
 export function clockOffsets(samples: readonly BeatSample[]): Map<string, number> {
   const latest = new Map<string, number>();
-  for (const s of samples) if (Number.isFinite(s.sentMs) && Number.isFinite(s.heardMs)) latest.set(s.nodeId, s.sentMs - s.heardMs);
+  for (const s of samples)
+    if (Number.isFinite(s.sentMs) && Number.isFinite(s.heardMs))
+      latest.set(s.nodeId, s.sentMs - s.heardMs);
   const sorted = [...latest.values()].sort((a, b) => a - b);
   if (sorted.length === 0) return new Map();
   const mid = sorted.length >> 1;
@@ -32,5 +34,8 @@ export function skewWarnings(offsets: ReadonlyMap<string, number>): string[] {
   return [...offsets]
     .filter(([, off]) => Math.abs(off) > SKEW_WARN_MS)
     .sort(([a], [b]) => a.localeCompare(b))
-    .map(([id, off]) => `node ${id}: clock ${off > 0 ? "ahead of" : "behind"} the cluster's median by ${Math.abs(off)} ms (warned above ${SKEW_WARN_MS} ms; workers start runs by their owner's clock and defer starts more than ${START_SKEW_TOLERANCE_MS} ms early) — check its NTP`);
+    .map(
+      ([id, off]) =>
+        `node ${id}: clock ${off > 0 ? "ahead of" : "behind"} the cluster's median by ${Math.abs(off)} ms (warned above ${SKEW_WARN_MS} ms; workers start runs by their owner's clock and defer starts more than ${START_SKEW_TOLERANCE_MS} ms early) — check its NTP`,
+    );
 }

@@ -58,29 +58,56 @@ export const DEFAULTS = {
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
 
-export function makeNodeConfig(o: Partial<NodeConfig> & { natsUrl: string; nodeId: string }): NodeConfig {
+export function makeNodeConfig(
+  o: Partial<NodeConfig> & { natsUrl: string; nodeId: string },
+): NodeConfig {
   const c: NodeConfig = { ...DEFAULTS, ...o };
-  const bad = (field: string, why: string) => new KairosError("invalid_argument", `${field}: ${why}`, { field });
+  const bad = (field: string, why: string) =>
+    new KairosError("invalid_argument", `${field}: ${why}`, { field });
   if (!NAME_RE.test(c.nodeId)) throw bad("node_id", `"${c.nodeId}" must be 1-64 of [A-Za-z0-9_-]`);
-  if (!NAME_RE.test(c.clusterName)) throw bad("cluster", `"${c.clusterName}" must be 1-64 of [A-Za-z0-9_-]`);
+  if (!NAME_RE.test(c.clusterName))
+    throw bad("cluster", `"${c.clusterName}" must be 1-64 of [A-Za-z0-9_-]`);
   if (c.roles.length === 0) throw bad("roles", "at least one role is required");
-  for (const r of c.roles) if (!ROLES.includes(r)) throw bad("roles", `unknown role "${String(r)}" (expected ${ROLES.join(", ")})`);
-  if (!Number.isInteger(c.partitions) || c.partitions < 1 || c.partitions > 4096) throw bad("partitions", "must be an integer 1-4096");
+  for (const r of c.roles)
+    if (!ROLES.includes(r))
+      throw bad("roles", `unknown role "${String(r)}" (expected ${ROLES.join(", ")})`);
+  if (!Number.isInteger(c.partitions) || c.partitions < 1 || c.partitions > 4096)
+    throw bad("partitions", "must be an integer 1-4096");
   if (![1, 3, 5].includes(c.replicas)) throw bad("replicas", "must be 1, 3 or 5");
   if (c.leaseRenewIntervalMs * 2 > c.leaseTtlMs - c.leaseSafetyMarginMs) {
-    throw bad("lease_renew_interval_ms", "must leave room for two renewals inside the trust window (ttl - margin)");
+    throw bad(
+      "lease_renew_interval_ms",
+      "must leave room for two renewals inside the trust window (ttl - margin)",
+    );
   }
-  for (const [field, v] of [["nats_creds", c.natsAuth.credsFile], ["nats_tls_ca", c.natsAuth.tls?.caFile], ["nats_tls_cert", c.natsAuth.tls?.certFile], ["nats_tls_key", c.natsAuth.tls?.keyFile]] as const) {
+  for (const [field, v] of [
+    ["nats_creds", c.natsAuth.credsFile],
+    ["nats_tls_ca", c.natsAuth.tls?.caFile],
+    ["nats_tls_cert", c.natsAuth.tls?.certFile],
+    ["nats_tls_key", c.natsAuth.tls?.keyFile],
+  ] as const) {
     if (v !== undefined && v.trim() === "") throw bad(field, "must be a file path (empty given)");
   }
   if ((c.natsAuth.tls?.certFile === undefined) !== (c.natsAuth.tls?.keyFile === undefined)) {
-    throw bad("nats_tls_cert", "a client certificate and its key go together (--nats-tls-cert and --nats-tls-key)");
+    throw bad(
+      "nats_tls_cert",
+      "a client certificate and its key go together (--nats-tls-cert and --nats-tls-key)",
+    );
   }
-  if (c.leaseRenewer !== "thread" && c.leaseRenewer !== "inline") throw bad("lease_renewer", `"${String(c.leaseRenewer)}" must be thread or inline`);
-  if (!Number.isFinite(c.leaseMainStallMs) || c.leaseMainStallMs < c.leaseTtlMs || c.leaseMainStallMs > 600_000) {
+  if (c.leaseRenewer !== "thread" && c.leaseRenewer !== "inline")
+    throw bad("lease_renewer", `"${String(c.leaseRenewer)}" must be thread or inline`);
+  if (
+    !Number.isFinite(c.leaseMainStallMs) ||
+    c.leaseMainStallMs < c.leaseTtlMs ||
+    c.leaseMainStallMs > 600_000
+  ) {
     throw bad("lease_main_stall_ms", "must be at least the lease TTL and at most 600000");
   }
-  if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs) throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
-  const natsAuth = Object.freeze({ ...c.natsAuth, ...(c.natsAuth.tls ? { tls: Object.freeze({ ...c.natsAuth.tls }) } : {}) });
+  if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs)
+    throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
+  const natsAuth = Object.freeze({
+    ...c.natsAuth,
+    ...(c.natsAuth.tls ? { tls: Object.freeze({ ...c.natsAuth.tls }) } : {}),
+  });
   return Object.freeze({ ...c, natsAuth, roles: Object.freeze([...c.roles]) });
 }

@@ -36,7 +36,12 @@ export function armDeadline(clock: Clock, ms: number, onExpire: () => void): () 
 }
 
 /** `p`, or `onTimeout()` thrown once the deadline expires first (see `armDeadline`). */
-export function withDeadline<T>(p: Promise<T>, clock: Clock, ms: number, onTimeout: () => Error): Promise<T> {
+export function withDeadline<T>(
+  p: Promise<T>,
+  clock: Clock,
+  ms: number,
+  onTimeout: () => Error,
+): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let settled = false;
     const cancel = armDeadline(clock, ms, () => {

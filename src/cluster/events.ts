@@ -17,7 +17,12 @@ export type NodeEvent =
   /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/node.ts `guard`). */
   | { type: "message_refused"; actor: string; reason: string }
   /** A request dropped unanswered: its reply subject is not its asker's inbox (src/cluster/reply-guard.ts), or it came under another subject than the one subscribed (`subject`: a JetStream push consumer's delivery). */
-  | { type: "reply_refused"; responder: "actors" | "worker_plane" | "nats_api" | "worker"; reason: string; subject: string };
+  | {
+      type: "reply_refused";
+      responder: "actors" | "worker_plane" | "nats_api" | "worker";
+      reason: string;
+      subject: string;
+    };
 
 export type NodeEventListener = (e: NodeEvent) => void;
 

@@ -16,7 +16,8 @@ export class InFlightLimiter {
   readonly #urgent = new Fifo<() => void>();
 
   constructor(readonly limit: number) {
-    if (!Number.isInteger(limit) || limit < 1) throw new RangeError(`in-flight limit must be a positive integer, got ${limit}`);
+    if (!Number.isInteger(limit) || limit < 1)
+      throw new RangeError(`in-flight limit must be a positive integer, got ${limit}`);
   }
 
   /** Operations running now and waiting for a turn. */
@@ -29,13 +30,15 @@ export class InFlightLimiter {
 
   /** Runs `op` when fewer than `limit` run; an `urgent` one goes ahead of every waiting non-urgent one. */
   async run<T>(op: () => Promise<T>, urgent = false): Promise<T> {
-    if (this.#active >= this.limit) await new Promise<void>((r) => (urgent ? this.#urgent : this.#queue).push(r));
+    if (this.#active >= this.limit)
+      await new Promise<void>((r) => (urgent ? this.#urgent : this.#queue).push(r));
     else this.#active++;
     try {
       return await op();
     } finally {
       const next = this.#urgent.shift() ?? this.#queue.shift();
-      if (next) next(); // the slot passes straight to the next waiter
+      if (next)
+        next(); // the slot passes straight to the next waiter
       else this.#active--;
     }
   }

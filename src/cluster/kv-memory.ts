@@ -3,7 +3,17 @@
  * (revisions are one counter per bucket, like a stream sequence; deletes leave no live value;
  * create succeeds over a deleted key) and passes the same conformance suite.
  */
-import type { KvChange, KvEntry, KvKey, KvPage, KvStore, KvWatch, ReadOptions, WriteOptions, WriteResult } from "./kv.ts";
+import type {
+  KvChange,
+  KvEntry,
+  KvKey,
+  KvPage,
+  KvStore,
+  KvWatch,
+  ReadOptions,
+  WriteOptions,
+  WriteResult,
+} from "./kv.ts";
 import { keyMatches } from "./kv.ts";
 
 export class MemoryKv implements KvStore {
@@ -28,7 +38,12 @@ export class MemoryKv implements KvStore {
   }
 
   /** `_opts.urgent` has nothing to go ahead of here: no bound on operations in flight. */
-  async update(key: string, value: Uint8Array, expectedRevision: number, _opts?: WriteOptions): Promise<WriteResult> {
+  async update(
+    key: string,
+    value: Uint8Array,
+    expectedRevision: number,
+    _opts?: WriteOptions,
+  ): Promise<WriteResult> {
     if ((this.#lastRevision.get(key) ?? 0) !== expectedRevision) {
       return { ok: false, conflict: "revision_mismatch" };
     }
@@ -59,21 +74,30 @@ export class MemoryKv implements KvStore {
   }
 
   async keys(filter: string): Promise<KvKey[]> {
-    return [...this.#data.values()].filter((e) => keyMatches(filter, e.key)).map((e) => ({ key: e.key, revision: e.revision }));
+    return [...this.#data.values()]
+      .filter((e) => keyMatches(filter, e.key))
+      .map((e) => ({ key: e.key, revision: e.revision }));
   }
 
   /** Like a stream purge: no marker, no watcher notification, and the key's revision is gone. */
   async purge(filter: string, beforeRevision?: number): Promise<void> {
     for (const [k, rev] of [...this.#lastRevision]) {
-      if (!keyMatches(filter, k) || (beforeRevision !== undefined && rev >= beforeRevision)) continue;
+      if (!keyMatches(filter, k) || (beforeRevision !== undefined && rev >= beforeRevision))
+        continue;
       this.#data.delete(k);
       this.#lastRevision.delete(k);
     }
   }
 
-  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+  async watch(
+    filter: string,
+    onChange: (c: KvChange) => void,
+    onReady?: () => void,
+  ): Promise<KvWatch> {
     // Synchronous snapshot + registration: no write can fall between them.
-    const current = [...this.#data.values()].filter((e) => keyMatches(filter, e.key)).sort((a, b) => a.revision - b.revision);
+    const current = [...this.#data.values()]
+      .filter((e) => keyMatches(filter, e.key))
+      .sort((a, b) => a.revision - b.revision);
     for (const e of current) onChange({ key: e.key, value: e.value, revision: e.revision });
     onReady?.();
     const w = { filter, fn: onChange };

@@ -18,7 +18,19 @@ import { TimeoutError } from "@nats-io/transport-node";
 import { withDeadline } from "./deadline.ts";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
-import { isValidKey, REPLICA_READ, type KvChange, type KvEntry, type KvKey, type KvPage, type KvStore, type KvWatch, type ReadOptions, type WriteOptions, type WriteResult } from "./kv.ts";
+import {
+  isValidKey,
+  REPLICA_READ,
+  type KvChange,
+  type KvEntry,
+  type KvKey,
+  type KvPage,
+  type KvStore,
+  type KvWatch,
+  type ReadOptions,
+  type WriteOptions,
+  type WriteResult,
+} from "./kv.ts";
 import { startKvOp, type KvOp } from "../metrics/index.ts";
 
 /** Times `fn` as one KV operation on `bucket` (kairos_kv_op_seconds{op,bucket}), whether it succeeds or throws. */
@@ -57,7 +69,8 @@ function isMarker(m: StoredMsg): boolean {
 }
 
 function transportError(op: string, key: string, e: unknown): KairosError {
-  if (isTimeout(e)) return new KairosError("timeout", `kv ${op} ${key}: timed out (outcome unknown)`, { cause: e });
+  if (isTimeout(e))
+    return new KairosError("timeout", `kv ${op} ${key}: timed out (outcome unknown)`, { cause: e });
   const msg = e instanceof Error ? e.message : String(e);
   return new KairosError("unavailable", `kv ${op} ${key}: ${msg}`, { cause: e });
 }
@@ -87,7 +100,14 @@ export class NatsKv implements KvStore {
   readonly #listIdleMs: number;
 
   /** `limiter` bounds this bucket's reads and writes in flight (shared between buckets). */
-  constructor(bucket: string, kv: KV, jsm: JetStreamManager, timeoutMs = KV_TIMEOUT_MS, limiter?: InFlightLimiter, listIdleMs = LIST_IDLE_TIMEOUT_MS) {
+  constructor(
+    bucket: string,
+    kv: KV,
+    jsm: JetStreamManager,
+    timeoutMs = KV_TIMEOUT_MS,
+    limiter?: InFlightLimiter,
+    listIdleMs = LIST_IDLE_TIMEOUT_MS,
+  ) {
     this.#listIdleMs = listIdleMs;
     this.bucket = bucket;
     this.#kv = kv;
@@ -115,7 +135,10 @@ export class NatsKv implements KvStore {
       this.#limit(() => {
         const p = op();
         this.#deadline(p).then(resolve, reject);
-        return p.then(() => undefined, () => undefined);
+        return p.then(
+          () => undefined,
+          () => undefined,
+        );
       }, urgent).catch(reject);
     });
   }
@@ -126,25 +149,43 @@ export class NatsKv implements KvStore {
    * when it began. Under our deadline, outside the in-flight bound (as the watch itself).
    */
   async #leaderRevision(filter: string): Promise<number> {
-    const m = await this.#deadline(this.#jsm.streams.getMessage(`KV_${this.bucket}`, { last_by_subj: `$KV.${this.bucket}.${filter}` }));
+    const m = await this.#deadline(
+      this.#jsm.streams.getMessage(`KV_${this.bucket}`, {
+        last_by_subj: `$KV.${this.bucket}.${filter}`,
+      }),
+    );
     return m?.seq ?? 0;
   }
 
   async get(key: string, opts: ReadOptions = {}): Promise<KvEntry | null> {
     const fromReplica = opts.from === "replica";
-    if (!isValidKey(key)) throw new KairosError("invalid_argument", `kv get: ${JSON.stringify(key.slice(0, 80))} is not a key`);
-    return timed(fromReplica ? "get_replica" : "get", this.bucket, async (): Promise<KvEntry | null> => {
-      try {
-        if (fromReplica) {
-          const e = await this.#bounded(() => this.#kv.get(key));
-          return !e || e.operation !== "PUT" ? null : { key, value: e.value, revision: e.revision };
+    if (!isValidKey(key))
+      throw new KairosError(
+        "invalid_argument",
+        `kv get: ${JSON.stringify(key.slice(0, 80))} is not a key`,
+      );
+    return timed(
+      fromReplica ? "get_replica" : "get",
+      this.bucket,
+      async (): Promise<KvEntry | null> => {
+        try {
+          if (fromReplica) {
+            const e = await this.#bounded(() => this.#kv.get(key));
+            return !e || e.operation !== "PUT"
+              ? null
+              : { key, value: e.value, revision: e.revision };
+          }
+          const m = await this.#bounded(() =>
+            this.#jsm.streams.getMessage(`KV_${this.bucket}`, {
+              last_by_subj: `$KV.${this.bucket}.${key}`,
+            }),
+          );
+          return m === null || isMarker(m) ? null : { key, value: m.data, revision: m.seq };
+        } catch (err) {
+          throw transportError("get", key, err);
         }
-        const m = await this.#bounded(() => this.#jsm.streams.getMessage(`KV_${this.bucket}`, { last_by_subj: `$KV.${this.bucket}.${key}` }));
-        return m === null || isMarker(m) ? null : { key, value: m.data, revision: m.seq };
-      } catch (err) {
-        throw transportError("get", key, err);
-      }
-    });
+      },
+    );
   }
 
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
@@ -158,10 +199,22 @@ export class NatsKv implements KvStore {
     });
   }
 
-  async update(key: string, value: Uint8Array, expectedRevision: number, opts: WriteOptions = {}): Promise<WriteResult> {
+  async update(
+    key: string,
+    value: Uint8Array,
+    expectedRevision: number,
+    opts: WriteOptions = {},
+  ): Promise<WriteResult> {
     return timed("update", this.bucket, async (): Promise<WriteResult> => {
       try {
-        const revision = await this.#bounded(() => this.#kv.put(key, value, { previousSeq: expectedRevision, timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }), opts.urgent === true);
+        const revision = await this.#bounded(
+          () =>
+            this.#kv.put(key, value, {
+              previousSeq: expectedRevision,
+              timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs,
+            }),
+          opts.urgent === true,
+        );
         return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "revision_mismatch" };
@@ -173,7 +226,9 @@ export class NatsKv implements KvStore {
   async put(key: string, value: Uint8Array): Promise<number> {
     return timed("put", this.bucket, async (): Promise<number> => {
       try {
-        return await this.#bounded(() => this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }));
+        return await this.#bounded(() =>
+          this.#kv.put(key, value, { timeout: LIBRARY_TIMEOUT_FACTOR * this.#timeoutMs }),
+        );
       } catch (err) {
         throw transportError("put", key, err);
       }
@@ -183,7 +238,12 @@ export class NatsKv implements KvStore {
   async delete(key: string, expectedRevision?: number): Promise<WriteResult> {
     return timed("delete", this.bucket, async (): Promise<WriteResult> => {
       try {
-        await this.#bounded(() => this.#kv.delete(key, expectedRevision === undefined ? {} : { previousSeq: expectedRevision }));
+        await this.#bounded(() =>
+          this.#kv.delete(
+            key,
+            expectedRevision === undefined ? {} : { previousSeq: expectedRevision },
+          ),
+        );
         // The client does not return the marker's revision; read it back (never needed for fencing).
         return { ok: true, revision: 0 };
       } catch (err) {
@@ -209,7 +269,12 @@ export class NatsKv implements KvStore {
             if (ready) return;
             ready = true;
             w?.stop();
-            reject(new KairosError("timeout", `kv list ${filter}: no progress for ${this.#listIdleMs} ms`));
+            reject(
+              new KairosError(
+                "timeout",
+                `kv list ${filter}: no progress for ${this.#listIdleMs} ms`,
+              ),
+            );
           });
         };
         // Armed once the watch is set up (counting a large filter's keys first may take long;
@@ -257,7 +322,9 @@ export class NatsKv implements KvStore {
       for (let seq = afterRevision + 1; ;) {
         let m;
         try {
-          m = await this.#bounded(() => this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }));
+          m = await this.#bounded(() =>
+            this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }),
+          );
         } catch (err) {
           throw transportError("scan", filter, err);
         }
@@ -289,15 +356,20 @@ export class NatsKv implements KvStore {
       await new Promise<void>((resolve, reject) => {
         let w: KvWatch | undefined;
         let ready = false;
-        this.#watch(filter, true, (c) => {
-          if (ready) return;
-          if (c.value === null) out.delete(c.key);
-          else out.set(c.key, c.revision);
-        }, () => {
-          ready = true;
-          w?.stop();
-          resolve();
-        }).then((watch) => {
+        this.#watch(
+          filter,
+          true,
+          (c) => {
+            if (ready) return;
+            if (c.value === null) out.delete(c.key);
+            else out.set(c.key, c.revision);
+          },
+          () => {
+            ready = true;
+            w?.stop();
+            resolve();
+          },
+        ).then((watch) => {
           w = watch;
           if (ready) watch.stop();
         }, reject);
@@ -310,7 +382,14 @@ export class NatsKv implements KvStore {
     return timed("purge", this.bucket, async (): Promise<void> => {
       const subject = `$KV.${this.bucket}.${filter}`;
       try {
-        await this.#bounded(() => this.#jsm.streams.purge(`KV_${this.bucket}`, beforeRevision === undefined ? { filter: subject } : { filter: subject, seq: beforeRevision }));
+        await this.#bounded(() =>
+          this.#jsm.streams.purge(
+            `KV_${this.bucket}`,
+            beforeRevision === undefined
+              ? { filter: subject }
+              : { filter: subject, seq: beforeRevision },
+          ),
+        );
       } catch (err) {
         throw transportError("purge", filter, err);
       }
@@ -330,7 +409,12 @@ export class NatsKv implements KvStore {
    * short of that revision makes us ask the leader again: the message we wait for may have been
    * purged since (no marker), and then the leader's revision is lower.
    */
-  async #watch(filter: string, headersOnly: boolean, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+  async #watch(
+    filter: string,
+    headersOnly: boolean,
+    onChange: (c: KvChange) => void,
+    onReady?: () => void,
+  ): Promise<KvWatch> {
     let readyCalled = false;
     const ready = () => {
       if (!readyCalled) {
@@ -356,19 +440,26 @@ export class NatsKv implements KvStore {
     const askAgain = (): void => {
       if (readyCalled || stopped) return;
       asking = true;
-      this.#leaderRevision(filter).then((f) => {
-        floor = f;
-        asking = false;
-        if (passed >= floor) ready();
-      }, () => {
-        // No answer (leader unreachable meanwhile): ask again in a while, not only on the next entry.
-        if (!stopped) cancelRetry = systemClock.setTimer(WATCH_RETRY_MS, askAgain);
-      });
+      this.#leaderRevision(filter).then(
+        (f) => {
+          floor = f;
+          asking = false;
+          if (passed >= floor) ready();
+        },
+        () => {
+          // No answer (leader unreachable meanwhile): ask again in a while, not only on the next entry.
+          if (!stopped) cancelRetry = systemClock.setTimer(WATCH_RETRY_MS, askAgain);
+        },
+      );
     };
     void (async () => {
       try {
         for await (const e of it) {
-          onChange({ key: e.key, value: e.operation === "PUT" ? e.value : null, revision: e.revision });
+          onChange({
+            key: e.key,
+            value: e.operation === "PUT" ? e.value : null,
+            revision: e.revision,
+          });
           passed = Math.max(passed, e.revision);
           if (readyCalled) continue;
           if (passed >= floor) ready();

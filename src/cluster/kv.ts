@@ -84,7 +84,12 @@ export interface KvStore {
    * waiting non-urgent operation where the store bounds operations in flight (NatsKv's shared
    * limiter); a store without such a bound ignores it.
    */
-  update(key: string, value: Uint8Array, expectedRevision: number, opts?: WriteOptions): Promise<WriteResult>;
+  update(
+    key: string,
+    value: Uint8Array,
+    expectedRevision: number,
+    opts?: WriteOptions,
+  ): Promise<WriteResult>;
   /** Unconditional write; use only for values nobody races on (heartbeats, caches). */
   put(key: string, value: Uint8Array): Promise<number>;
   /** Deletes if the latest revision is `expectedRevision` (or blindly when omitted). */
@@ -127,13 +132,16 @@ export interface KvStore {
 
 /** `kv.keys(filter)`, or the keys of `kv.list(filter)` for a store without `keys`. */
 export async function kvKeys(kv: KvStore, filter: string): Promise<KvKey[]> {
-  return kv.keys ? kv.keys(filter) : (await kv.list(filter)).map((e) => ({ key: e.key, revision: e.revision }));
+  return kv.keys
+    ? kv.keys(filter)
+    : (await kv.list(filter)).map((e) => ({ key: e.key, revision: e.revision }));
 }
 
 /** `kv.purge(filter, before)`, or a blind `delete` of each matching key for a store without `purge`. */
 export async function kvPurge(kv: KvStore, filter: string, beforeRevision?: number): Promise<void> {
   if (kv.purge) return kv.purge(filter, beforeRevision);
-  for (const k of await kvKeys(kv, filter)) if (beforeRevision === undefined || k.revision < beforeRevision) await kv.delete(k.key);
+  for (const k of await kvKeys(kv, filter))
+    if (beforeRevision === undefined || k.revision < beforeRevision) await kv.delete(k.key);
 }
 
 /** Tests a key against a NATS-subject-style filter (`*` one token, `>` the rest). */

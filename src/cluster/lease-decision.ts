@@ -76,6 +76,10 @@ export function decideLeases(i: LeaseInputs): LeaseActions {
 }
 
 /** The local trust window: act as owner only until `renewStartedMs + ttl - margin`. */
-export function trustedUntil(renewStartedMs: number, leaseTtlMs: number, safetyMarginMs: number): number {
+export function trustedUntil(
+  renewStartedMs: number,
+  leaseTtlMs: number,
+  safetyMarginMs: number,
+): number {
   return renewStartedMs + leaseTtlMs - safetyMarginMs;
 }

@@ -53,7 +53,11 @@ export function startLeaseLoop(o: LeaseLoopOptions): LeaseLoop {
       Atomics.store(slots, b + Layout.REVISION, BigInt(k.revision));
       Atomics.store(slots, b + Layout.TRUSTED_UNTIL, int(k.trustedUntilMs));
       Atomics.store(slots, b + Layout.LAST_RENEW, int(k.lastRenewMs));
-      Atomics.store(slots, b + Layout.RENEWING_SINCE, k.renewingSinceMs === undefined ? -1n : int(k.renewingSinceMs));
+      Atomics.store(
+        slots,
+        b + Layout.RENEWING_SINCE,
+        k.renewingSinceMs === undefined ? -1n : int(k.renewingSinceMs),
+      );
       Atomics.store(slots, b + Layout.STATE, k.lost === undefined ? 1n : 2n);
       // Last: the main thread reads the slot only once it carries its hold's generation.
       Atomics.store(slots, b + Layout.GEN, BigInt(gens.get(p) ?? 0));

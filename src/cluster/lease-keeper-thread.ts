@@ -16,7 +16,13 @@ import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import type { NatsAuthOptions } from "./nats.ts";
 import type { KvStore } from "./kv.ts";
-import { InlineLeaseKeeper, type HeldLease, type LeaseKeeper, type LeaseKeeperOptions, type LeaseView } from "./lease-keeper.ts";
+import {
+  InlineLeaseKeeper,
+  type HeldLease,
+  type LeaseKeeper,
+  type LeaseKeeperOptions,
+  type LeaseView,
+} from "./lease-keeper.ts";
 
 /** Shared memory: `FIELDS` BigInt64 per partition, then the globals. */
 export const Layout = {
@@ -90,7 +96,17 @@ export function spawnWorkerThread(data: ThreadData): LeaseThread {
 }
 
 /** What the thread is started with: its part of the options, the shared memory, the clock offset. */
-export type ThreadData = Pick<ThreadLeaseKeeperOptions, "keeper" | "partitions" | "natsUrl" | "natsAuth" | "connectionName" | "bucket" | "tickMs" | "mainStallMs"> & {
+export type ThreadData = Pick<
+  ThreadLeaseKeeperOptions,
+  | "keeper"
+  | "partitions"
+  | "natsUrl"
+  | "natsAuth"
+  | "connectionName"
+  | "bucket"
+  | "tickMs"
+  | "mainStallMs"
+> & {
   sab: SharedArrayBuffer;
   /** Main clock ms − hrtime ms (constant: both are the process's monotonic clock). */
   offsetMs: number;
@@ -135,24 +151,55 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     Atomics.store(this.#slots, this.#g + Layout.MAIN_ALIVE, BigInt(Math.floor(o.clock.monoMs())));
     Atomics.store(this.#slots, this.#g + Layout.STALLED, -1n);
     const data: ThreadData = {
-      sab: this.#slots.buffer as SharedArrayBuffer, partitions: o.partitions, keeper: o.keeper, natsUrl: o.natsUrl, natsAuth: o.natsAuth,
-      connectionName: o.connectionName, bucket: o.bucket, tickMs: o.tickMs, mainStallMs: o.mainStallMs,
+      sab: this.#slots.buffer as SharedArrayBuffer,
+      partitions: o.partitions,
+      keeper: o.keeper,
+      natsUrl: o.natsUrl,
+      natsAuth: o.natsAuth,
+      connectionName: o.connectionName,
+      bucket: o.bucket,
+      tickMs: o.tickMs,
+      mainStallMs: o.mainStallMs,
       offsetMs: o.clock.monoMs() - hrMs(),
     };
     const w = (o.spawn ?? spawnWorkerThread)(data);
     this.#worker = w;
     const ready = new Promise<void>((resolve, reject) => {
-      const timer = o.clock.setTimer(o.startTimeoutMs, () => reject(new KairosError("unavailable", `lease thread did not connect within ${o.startTimeoutMs} ms`)));
+      const timer = o.clock.setTimer(o.startTimeoutMs, () =>
+        reject(
+          new KairosError(
+            "unavailable",
+            `lease thread did not connect within ${o.startTimeoutMs} ms`,
+          ),
+        ),
+      );
       w.on("message", (m: FromThread) => {
         switch (m.t) {
-          case "ready": timer(); resolve(); break;
-          case "fatal": timer(); reject(new KairosError("unavailable", `lease thread: ${m.message}`)); break;
-          case "error": o.onError(m.message, m.err); break;
-          case "released": this.#releases.get(m.id)?.(m.revision); this.#releases.delete(m.id); break;
-          default: { const never: never = m; void never; }
+          case "ready":
+            timer();
+            resolve();
+            break;
+          case "fatal":
+            timer();
+            reject(new KairosError("unavailable", `lease thread: ${m.message}`));
+            break;
+          case "error":
+            o.onError(m.message, m.err);
+            break;
+          case "released":
+            this.#releases.get(m.id)?.(m.revision);
+            this.#releases.delete(m.id);
+            break;
+          default: {
+            const never: never = m;
+            void never;
+          }
         }
       });
-      w.on("error", (e) => { timer(); reject(e); });
+      w.on("error", (e) => {
+        timer();
+        reject(e);
+      });
       w.on("exit", (code) => {
         timer();
         reject(new KairosError("unavailable", `lease thread exited (${code})`));
@@ -228,7 +275,12 @@ export class ThreadLeaseKeeper implements LeaseKeeper {
     const b = p * Layout.FIELDS;
     const stalled = Number(Atomics.load(s, this.#g + Layout.STALLED));
     if (Number(Atomics.load(s, b + Layout.GEN)) !== h.gen) {
-      return { ...h.lease, renewingSinceMs: undefined, lost: undefined, stalledMs: stalled >= 0 ? stalled : undefined };
+      return {
+        ...h.lease,
+        renewingSinceMs: undefined,
+        lost: undefined,
+        stalledMs: stalled >= 0 ? stalled : undefined,
+      };
     }
     const since = Number(Atomics.load(s, b + Layout.RENEWING_SINCE));
     return {

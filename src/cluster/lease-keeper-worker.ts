@@ -18,12 +18,28 @@ const send = (m: FromThread) => port.postMessage(m);
 
 async function main(): Promise<void> {
   const nc = await connectNats({ url: data.natsUrl, name: data.connectionName, ...data.natsAuth });
-  const kv = new NatsKv(data.bucket, await new Kvm(jetstream(nc, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS })).open(data.bucket), await jetstreamManager(nc));
+  const kv = new NatsKv(
+    data.bucket,
+    await new Kvm(jetstream(nc, { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS })).open(
+      data.bucket,
+    ),
+    await jetstreamManager(nc),
+  );
   let stopped = false;
   const loop = startLeaseLoop({
-    kv, sab: data.sab, partitions: data.partitions, keeper: data.keeper, tickMs: data.tickMs, mainStallMs: data.mainStallMs, send,
+    kv,
+    sab: data.sab,
+    partitions: data.partitions,
+    keeper: data.keeper,
+    tickMs: data.tickMs,
+    mainStallMs: data.mainStallMs,
+    send,
     // Both threads measure on the process's monotonic clock; the shared slots hold the main clock's ms.
-    clock: { now: () => systemClock.now(), monoMs: () => hrMs() + data.offsetMs, setTimer: (ms, fn) => systemClock.setTimer(ms, fn) },
+    clock: {
+      now: () => systemClock.now(),
+      monoMs: () => hrMs() + data.offsetMs,
+      setTimer: (ms, fn) => systemClock.setTimer(ms, fn),
+    },
     onStopped: () => void nc.close().finally(() => port.close()),
   });
   port.on("message", (m: ToThread) => {

@@ -70,8 +70,17 @@ export interface LeaseKeeper {
   stop(): Promise<void>;
 }
 
-export function leaseValue(o: Pick<LeaseKeeperOptions, "me" | "incarnation">, epoch: number, wallMs: number): Uint8Array {
-  return encode({ owner: o.me, incarnation: o.incarnation, epoch, renewedAtMs: wallMs } satisfies LeaseValue);
+export function leaseValue(
+  o: Pick<LeaseKeeperOptions, "me" | "incarnation">,
+  epoch: number,
+  wallMs: number,
+): Uint8Array {
+  return encode({
+    owner: o.me,
+    incarnation: o.incarnation,
+    epoch,
+    renewedAtMs: wallMs,
+  } satisfies LeaseValue);
 }
 
 interface Kept extends HeldLease {
@@ -116,7 +125,17 @@ export class InlineLeaseKeeper implements LeaseKeeper {
 
   view(p: number): LeaseView | undefined {
     const k = this.#held.get(p);
-    return k && { epoch: k.epoch, revision: k.revision, trustedUntilMs: k.trustedUntilMs, lastRenewMs: k.lastRenewMs, renewingSinceMs: k.renewingSinceMs, lost: k.lost, stalledMs: undefined };
+    return (
+      k && {
+        epoch: k.epoch,
+        revision: k.revision,
+        trustedUntilMs: k.trustedUntilMs,
+        lastRenewMs: k.lastRenewMs,
+        renewingSinceMs: k.renewingSinceMs,
+        lost: k.lost,
+        stalledMs: undefined,
+      }
+    );
   }
 
   trustedUntilMs(p: number): number {
@@ -126,7 +145,12 @@ export class InlineLeaseKeeper implements LeaseKeeper {
   tick(nowMs: number): void {
     for (const [p, k] of this.#held) {
       // Not once its trust window is over: the partition manager gives such a lease up.
-      if (k.inFlight === undefined && k.lost === undefined && nowMs < k.trustedUntilMs && nowMs - k.lastRenewMs >= this.o.renewIntervalMs) {
+      if (
+        k.inFlight === undefined &&
+        k.lost === undefined &&
+        nowMs < k.trustedUntilMs &&
+        nowMs - k.lastRenewMs >= this.o.renewIntervalMs
+      ) {
         k.inFlight = this.#renew(p, k).finally(() => (k.inFlight = undefined));
       }
     }
@@ -142,7 +166,11 @@ export class InlineLeaseKeeper implements LeaseKeeper {
     k.renewingSinceMs = started;
     this.onChange(p, k);
     try {
-      const r = await this.kv.update(leaseKey(p), leaseValue(this.o, k.epoch, this.clock.now()), k.revision);
+      const r = await this.kv.update(
+        leaseKey(p),
+        leaseValue(this.o, k.epoch, this.clock.now()),
+        k.revision,
+      );
       if (this.#held.get(p) !== k) return;
       if (!r.ok) {
         k.lost = "lease renewal conflict";

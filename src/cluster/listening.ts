@@ -13,7 +13,10 @@ import type { Clock } from "../lib/clock.ts";
 
 export class Listening {
   #lastTickMs: number | undefined;
-  constructor(private readonly clock: Clock, private readonly intervalMs: number) {}
+  constructor(
+    private readonly clock: Clock,
+    private readonly intervalMs: number,
+  ) {}
 
   /** Starts the count (the first tick); before it, `judgeAt()` is simply now. */
   start(): void {
@@ -58,7 +61,13 @@ export interface Heard {
  * heard + timeout + the longest stretch, as the credit stops growing while the clock does (within
  * two timeouts, two of the longest stretches and a tick of when it was heard).
  */
-export function creditedSeen(peer: Heard, seenMs: number, deafMs: number, nowMs: number, timeoutMs: number): number {
+export function creditedSeen(
+  peer: Heard,
+  seenMs: number,
+  deafMs: number,
+  nowMs: number,
+  timeoutMs: number,
+): number {
   peer.longestDeafMs = Math.max(peer.longestDeafMs, deafMs);
   return Math.min(nowMs, seenMs + deafMs, peer.heardMs + timeoutMs + peer.longestDeafMs);
 }

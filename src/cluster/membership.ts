@@ -42,14 +42,21 @@ const MAX_MEMBER_STRING = 256;
 /** Most roles a heartbeat may name (there are three). */
 const MAX_MEMBER_ROLES = 8;
 
-const memberString = (v: unknown): v is string => typeof v === "string" && v.length > 0 && v.length <= MAX_MEMBER_STRING;
+const memberString = (v: unknown): v is string =>
+  typeof v === "string" && v.length > 0 && v.length <= MAX_MEMBER_STRING;
 
 function isBeat(v: unknown): v is Beat {
   if (typeof v !== "object" || v === null) return false;
   const b = v as Partial<Record<keyof Beat, unknown>>;
-  return memberString(b.nodeId) && memberString(b.incarnation) && typeof b.startedAtMs === "number"
-    && Array.isArray(b.roles) && b.roles.length <= MAX_MEMBER_ROLES && b.roles.every(memberString)
-    && (b.sentMs === undefined || typeof b.sentMs === "number");
+  return (
+    memberString(b.nodeId) &&
+    memberString(b.incarnation) &&
+    typeof b.startedAtMs === "number" &&
+    Array.isArray(b.roles) &&
+    b.roles.length <= MAX_MEMBER_ROLES &&
+    b.roles.every(memberString) &&
+    (b.sentMs === undefined || typeof b.sentMs === "number")
+  );
 }
 
 function isGoodbye(v: unknown): v is { nodeId: string; incarnation: string } {
@@ -77,10 +84,16 @@ function parsed<T>(data: Uint8Array, is: (v: unknown) => v is T): T | undefined 
 }
 
 /** Pure: the live members at `nowMs` (sorted ids). */
-export function liveMembers(peers: Iterable<Peer>, nowMs: number, failureTimeoutMs: number, role?: string): string[] {
+export function liveMembers(
+  peers: Iterable<Peer>,
+  nowMs: number,
+  failureTimeoutMs: number,
+  role?: string,
+): string[] {
   const out: string[] = [];
   for (const p of peers) {
-    if (nowMs - p.lastSeenMs <= failureTimeoutMs && (role === undefined || p.roles.includes(role))) out.push(p.nodeId);
+    if (nowMs - p.lastSeenMs <= failureTimeoutMs && (role === undefined || p.roles.includes(role)))
+      out.push(p.nodeId);
   }
   return out.sort();
 }
@@ -163,7 +176,17 @@ export class Membership {
           if (s === undefined) return;
           const b = parsed(m.data, isBeat);
           // Only the fields a heartbeat has: nothing else a sender adds is kept.
-          if (b !== undefined) this.#onBeat({ nodeId: b.nodeId, incarnation: b.incarnation, roles: [...b.roles], startedAtMs: b.startedAtMs, ...(b.sentMs === undefined ? {} : { sentMs: b.sentMs }) }, s);
+          if (b !== undefined)
+            this.#onBeat(
+              {
+                nodeId: b.nodeId,
+                incarnation: b.incarnation,
+                roles: [...b.roles],
+                startedAtMs: b.startedAtMs,
+                ...(b.sentMs === undefined ? {} : { sentMs: b.sentMs }),
+              },
+              s,
+            );
         },
       }),
       nc.subscribe(`${this.subjectPrefix}.leave.*`, {
@@ -200,7 +223,10 @@ export class Membership {
     this.#cancelTimer?.();
     const { nc, self } = this.#o;
     if (!nc.isClosed()) {
-      nc.publish(`${this.subjectPrefix}.leave.${this.#voice}`, encode({ nodeId: self.nodeId, incarnation: self.incarnation }));
+      nc.publish(
+        `${this.subjectPrefix}.leave.${this.#voice}`,
+        encode({ nodeId: self.nodeId, incarnation: self.incarnation }),
+      );
       await nc.flush().catch(() => undefined);
       await this.#o.nodesKv.delete(self.nodeId).catch(() => undefined);
     }
@@ -227,9 +253,14 @@ export class Membership {
     }
     this.#peers.set(self.nodeId, { ...self, lastSeenMs: now, heardMs: now, longestDeafMs: 0 });
     if (!nc.isClosed()) {
-      nc.publish(`${this.subjectPrefix}.hb.${this.#voice}`, encode({ ...self, sentMs: now } satisfies Beat));
+      nc.publish(
+        `${this.subjectPrefix}.hb.${this.#voice}`,
+        encode({ ...self, sentMs: now } satisfies Beat),
+      );
       if (this.#beats++ % 4 === 0) {
-        this.#o.nodesKv.put(self.nodeId, encode({ ...self, lastSeenMs: now })).catch(() => undefined);
+        this.#o.nodesKv
+          .put(self.nodeId, encode({ ...self, lastSeenMs: now }))
+          .catch(() => undefined);
       }
     }
     this.#expire(now);
@@ -250,13 +281,18 @@ export class Membership {
 
   /** A live peer heard as a scheduler: only a scheduler identity may change its record. */
   #isScheduler(p: Peer | undefined): boolean {
-    return p !== undefined && p.roles.includes("scheduler") && this.#judgeAt() - p.lastSeenMs <= this.#o.failureTimeoutMs;
+    return (
+      p !== undefined &&
+      p.roles.includes("scheduler") &&
+      this.#judgeAt() - p.lastSeenMs <= this.#o.failureTimeoutMs
+    );
   }
 
   /** Each live peer's clock skew against this node's, in ms (see the module header). */
   skews(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const [id, p] of this.#peers) if (id !== this.#o.self.nodeId && p.skewMs !== undefined) out.set(id, p.skewMs);
+    for (const [id, p] of this.#peers)
+      if (id !== this.#o.self.nodeId && p.skewMs !== undefined) out.set(id, p.skewMs);
     return out;
   }
 
@@ -265,10 +301,19 @@ export class Membership {
     const prev = this.#peers.get(beat.nodeId);
     if (!fromScheduler && this.#isScheduler(prev)) return;
     const { sentMs, ...raw } = beat;
-    const info = fromScheduler ? raw : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
+    const info = fromScheduler
+      ? raw
+      : { ...raw, roles: raw.roles.filter((r) => r !== "scheduler") };
     const heard = this.#o.clock.now();
-    const skewMs = typeof sentMs === "number" && Number.isFinite(sentMs) ? sentMs - heard : undefined;
-    this.#peers.set(info.nodeId, { ...info, lastSeenMs: heard, heardMs: heard, longestDeafMs: 0, skewMs });
+    const skewMs =
+      typeof sentMs === "number" && Number.isFinite(sentMs) ? sentMs - heard : undefined;
+    this.#peers.set(info.nodeId, {
+      ...info,
+      lastSeenMs: heard,
+      heardMs: heard,
+      longestDeafMs: 0,
+      skewMs,
+    });
     if (!prev || prev.incarnation !== info.incarnation) {
       this.#o.events.emit({ type: "member_joined", nodeId: info.nodeId, roles: info.roles });
       this.#o.onChange();

@@ -62,30 +62,53 @@ export function exportedApi(c: string): string {
   return `kairos.${c}.api.>`;
 }
 
-type Export = { service: string; response_type?: "singleton"; accounts: string[] } | { stream: string; accounts: string[] };
-type Import = { service: { account: string; subject: string }; share: true } | { stream: { account: string; subject: string } };
+type Export =
+  | { service: string; response_type?: "singleton"; accounts: string[] }
+  | { stream: string; accounts: string[] };
+type Import =
+  | { service: { account: string; subject: string }; share: true }
+  | { stream: { account: string; subject: string } };
 
 /**
  * The reply inboxes of the identities that send offers and probes to workers (role sets with
  * `scheduler`): the only inboxes a worker's answer may reach in KAIROS.
  */
 export function schedulerInboxes(): string[] {
-  return roleSets().filter((r) => r.includes("scheduler")).map((r) => inboxPrefixFor(natsUserFor(r)));
+  return roleSets()
+    .filter((r) => r.includes("scheduler"))
+    .map((r) => inboxPrefixFor(natsUserFor(r)));
 }
 
 /** What crosses between KAIROS and WORKERS for cluster `c` (see the module header). */
-export function workerCrossings(c: string): { cluster: { exports: Export[]; imports: Import[] }; workers: { exports: Export[]; imports: Import[] } } {
+export function workerCrossings(c: string): {
+  cluster: { exports: Export[]; imports: Import[] };
+  workers: { exports: Export[]; imports: Import[] };
+} {
   const k = `kairos.${c}`;
   const fromKairos = {
-    services: [`${k}.w.*.*`, `$JS.API.DIRECT.GET.KV_${c}_cluster.$KV.${c}_cluster.config`, `$KV.${c}_nodes.*`],
-    streams: [`${k}.node.hb.s`, `${k}.node.leave.s`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, `${k}.worker.*.probe`],
+    services: [
+      `${k}.w.*.*`,
+      `$JS.API.DIRECT.GET.KV_${c}_cluster.$KV.${c}_cluster.config`,
+      `$KV.${c}_nodes.*`,
+    ],
+    streams: [
+      `${k}.node.hb.s`,
+      `${k}.node.leave.s`,
+      `${k}.worker.*.start`,
+      `${k}.worker.*.cancel`,
+      `${k}.worker.*.probe`,
+    ],
   };
   const fromWorkers = {
     services: [],
     streams: [`${k}.adverts.*`, `${k}.node.hb.n`, `${k}.node.leave.n`],
   };
   const exports = (f: { services: string[]; streams: string[] }, to: string): Export[] => [
-    ...f.services.map((service): Export => ({ service, response_type: "singleton", accounts: [to] })),
+    ...f.services.map((service): Export => ({
+      service,
+      response_type: "singleton",
+      accounts: [to],
+    })),
     ...f.streams.map((stream): Export => ({ stream, accounts: [to] })),
   ];
   const imports = (f: { services: string[]; streams: string[] }, account: string): Import[] => [
@@ -93,8 +116,14 @@ export function workerCrossings(c: string): { cluster: { exports: Export[]; impo
     ...f.streams.map((subject): Import => ({ stream: { account, subject } })),
   ];
   return {
-    cluster: { exports: exports(fromKairos, WORKERS_ACCOUNT), imports: imports(fromWorkers, WORKERS_ACCOUNT) },
-    workers: { exports: exports(fromWorkers, CLUSTER_ACCOUNT), imports: imports(fromKairos, CLUSTER_ACCOUNT) },
+    cluster: {
+      exports: exports(fromKairos, WORKERS_ACCOUNT),
+      imports: imports(fromWorkers, WORKERS_ACCOUNT),
+    },
+    workers: {
+      exports: exports(fromWorkers, CLUSTER_ACCOUNT),
+      imports: imports(fromKairos, CLUSTER_ACCOUNT),
+    },
   };
 }
 
@@ -120,7 +149,11 @@ export function renderAccounts(l: AccountLayout): string {
       jetstream: "enabled",
       users: l.cluster,
       exports: [
-        ...l.clusters.map((c): Export => ({ service: exportedApi(c), response_type: "singleton", accounts: [SERVICES_ACCOUNT] })),
+        ...l.clusters.map((c): Export => ({
+          service: exportedApi(c),
+          response_type: "singleton",
+          accounts: [SERVICES_ACCOUNT],
+        })),
         ...crossings.flatMap((x) => x.cluster.exports),
       ],
       imports: [...crossings.flatMap((x) => x.cluster.imports), ...replies.imports],
@@ -132,7 +165,9 @@ export function renderAccounts(l: AccountLayout): string {
     },
     [SERVICES_ACCOUNT]: {
       users: l.services,
-      imports: l.clusters.map((c) => ({ service: { account: CLUSTER_ACCOUNT, subject: exportedApi(c) } })),
+      imports: l.clusters.map((c) => ({
+        service: { account: CLUSTER_ACCOUNT, subject: exportedApi(c) },
+      })),
     },
     [SYSTEM_ACCOUNT]: { users: [l.sys] },
   };

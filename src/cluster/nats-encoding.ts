@@ -13,7 +13,11 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 interface Encoders {
-  TE: { encode(s?: string): Uint8Array; encodeInto?: (s: string, into: Uint8Array) => { read: number; written: number }; readonly encoding: string };
+  TE: {
+    encode(s?: string): Uint8Array;
+    encodeInto?: (s: string, into: Uint8Array) => { read: number; written: number };
+    readonly encoding: string;
+  };
 }
 
 const textEncoder = new TextEncoder();
@@ -29,7 +33,9 @@ let encoders: Encoders | undefined;
 export function useBufferEncoder(): Encoders["TE"] {
   if (!encoders) {
     const require = createRequire(import.meta.url);
-    encoders = require(join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js")) as Encoders;
+    encoders = require(
+      join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js"),
+    ) as Encoders;
     encoders.TE = fast;
   }
   return encoders.TE;

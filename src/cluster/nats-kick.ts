@@ -28,9 +28,17 @@ export interface KickResult {
   kicked: number;
 }
 
-async function connz(sys: NatsConnection, body: Record<string, unknown>, subject: string, waitMs: number): Promise<ConnzAnswer[]> {
+async function connz(
+  sys: NatsConnection,
+  body: Record<string, unknown>,
+  subject: string,
+  waitMs: number,
+): Promise<ConnzAnswer[]> {
   const out: ConnzAnswer[] = [];
-  const it = await sys.requestMany(subject, JSON.stringify(body), { strategy: "timer", maxWait: waitMs });
+  const it = await sys.requestMany(subject, JSON.stringify(body), {
+    strategy: "timer",
+    maxWait: waitMs,
+  });
   for await (const m of it) out.push(m.json<ConnzAnswer>());
   return out;
 }
@@ -40,11 +48,21 @@ async function connz(sys: NatsConnection, body: Record<string, unknown>, subject
  * and kicks in rounds until a round lists none (a server lists at most `PAGE` a round), at most
  * `MAX_ROUNDS` rounds.
  */
-export async function kickUser(sys: NatsConnection, account: string, user: string, waitMs = 1000): Promise<KickResult> {
+export async function kickUser(
+  sys: NatsConnection,
+  account: string,
+  user: string,
+  waitMs = 1000,
+): Promise<KickResult> {
   let kicked = 0;
   let servers = 0;
   for (let round = 0; round < MAX_ROUNDS; round++) {
-    const answers = await connz(sys, { acc: account, user, limit: PAGE }, "$SYS.REQ.SERVER.PING.CONNZ", waitMs);
+    const answers = await connz(
+      sys,
+      { acc: account, user, limit: PAGE },
+      "$SYS.REQ.SERVER.PING.CONNZ",
+      waitMs,
+    );
     servers = Math.max(servers, answers.length);
     let listed = 0;
     for (const a of answers) {
@@ -54,12 +72,19 @@ export async function kickUser(sys: NatsConnection, account: string, user: strin
       for (const c of a.data?.connections ?? []) {
         if (typeof c.cid !== "number") continue;
         listed++;
-        const r = (await sys.request(`$SYS.REQ.SERVER.${id}.KICK`, JSON.stringify({ cid: c.cid }), { timeout: waitMs })).json<{ error?: unknown }>();
+        const r = (
+          await sys.request(`$SYS.REQ.SERVER.${id}.KICK`, JSON.stringify({ cid: c.cid }), {
+            timeout: waitMs,
+          })
+        ).json<{ error?: unknown }>();
         // A connection gone meanwhile (closed by itself) answers an error: nothing left to close.
         if (!r.error) kicked++;
       }
     }
     if (listed === 0) return { servers, kicked };
   }
-  throw new KairosError("unavailable", `${user} still had connections after ${MAX_ROUNDS} rounds of kicks (${kicked} closed); run the revocation again`);
+  throw new KairosError(
+    "unavailable",
+    `${user} still had connections after ${MAX_ROUNDS} rounds of kicks (${kicked} closed); run the revocation again`,
+  );
 }

@@ -45,9 +45,14 @@ type Bucket = (typeof BUCKETS)[number];
 function readBucket(c: string, b: Bucket): string[] {
   const s = `KV_${c}_${b}`;
   return [
-    `$JS.API.DIRECT.GET.${s}`, `$JS.API.DIRECT.GET.${s}.>`, `$JS.API.STREAM.MSG.GET.${s}`,
-    `$JS.API.CONSUMER.CREATE.${s}`, `$JS.API.CONSUMER.CREATE.${s}.>`,
-    `$JS.API.CONSUMER.DELETE.${s}.>`, `$JS.API.CONSUMER.INFO.${s}.>`, `$JS.FC.${s}.>`,
+    `$JS.API.DIRECT.GET.${s}`,
+    `$JS.API.DIRECT.GET.${s}.>`,
+    `$JS.API.STREAM.MSG.GET.${s}`,
+    `$JS.API.CONSUMER.CREATE.${s}`,
+    `$JS.API.CONSUMER.CREATE.${s}.>`,
+    `$JS.API.CONSUMER.DELETE.${s}.>`,
+    `$JS.API.CONSUMER.INFO.${s}.>`,
+    `$JS.FC.${s}.>`,
   ];
 }
 
@@ -77,9 +82,11 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
     case "api":
       return {
         pub: [
-          `${k}.p.*`, ...createStreams(c),
+          `${k}.p.*`,
+          ...createStreams(c),
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
-          ...writeBucket(c, "idem"), ...writeBucket(c, "tenants", ["jc.*", "sk.>"]),
+          ...writeBucket(c, "idem"),
+          ...writeBucket(c, "tenants", ["jc.*", "sk.>"]),
         ],
         // The internal NATS API: requests of every tenant's service users, answered once each; and
         // nats-server's auth callout, which admits service identities (src/nats-api/auth-callout.ts).
@@ -89,11 +96,18 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
     case "scheduler":
       return {
         pub: [
-          `${k}.p.*`, `${k}.worker.*.start`, `${k}.worker.*.cancel`, `${k}.worker.*.probe`, ...createStreams(c),
-          ...(["cluster", "leases", "actors", "runs", "tenants"] as const).flatMap((b) => readBucket(c, b)),
+          `${k}.p.*`,
+          `${k}.worker.*.start`,
+          `${k}.worker.*.cancel`,
+          `${k}.worker.*.probe`,
+          ...createStreams(c),
+          ...(["cluster", "leases", "actors", "runs", "tenants"] as const).flatMap((b) =>
+            readBucket(c, b),
+          ),
           ...(["cluster", "leases", "actors", "runs"] as const).flatMap((b) => writeBucket(c, b)),
           // Run retention and deleted jobs: old run records and a deleted job's state are purged.
-          `$JS.API.STREAM.PURGE.KV_${c}_runs`, `$JS.API.STREAM.PURGE.KV_${c}_actors`,
+          `$JS.API.STREAM.PURGE.KV_${c}_runs`,
+          `$JS.API.STREAM.PURGE.KV_${c}_actors`,
         ],
         sub: [`${k}.p.*`, `${k}.w.*.*`, `${k}.adverts.*`],
         responds: true,
@@ -104,7 +118,11 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
         // heartbeat, complete nor advertise for another worker; the owner checks that each
         // item names the subject's worker (src/server/node.ts), the directory each advert's.
         pub: [`${k}.w.*.${workerId}`, `${k}.adverts.${workerId}`],
-        sub: [`${k}.worker.${workerId}.start`, `${k}.worker.${workerId}.cancel`, `${k}.worker.${workerId}.probe`],
+        sub: [
+          `${k}.worker.${workerId}.start`,
+          `${k}.worker.${workerId}.cancel`,
+          `${k}.worker.${workerId}.probe`,
+        ],
         responds: true,
       };
   }
@@ -126,23 +144,34 @@ export interface PermissionOptions {
 }
 
 /** The permissions of a NATS user for a node with `roles` (a union of each role's) in cluster `c`. */
-export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_ADMIN, opts: PermissionOptions = {}): SubjectPermissions {
+export function natsPermissions(
+  c: string,
+  roles: readonly Role[] | typeof NATS_ADMIN,
+  opts: PermissionOptions = {},
+): SubjectPermissions {
   const user = opts.user ?? natsUserFor(roles);
   const workerId = opts.workerId ?? "*";
-  if (roles === NATS_ADMIN) return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
+  if (roles === NATS_ADMIN)
+    return { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
   const k = `kairos.${c}`;
   const workerOnly = !roles.includes("scheduler") && !roles.includes("api");
   const base: Grant = {
     pub: workerOnly
-      // A worker reads one key and writes one (its own node record; `*` for a shared worker
-      // user): no JetStream API info, no stream info (with a subject filter it lists any
-      // bucket's keys), no consumer (a push consumer delivers where its creator says, as the
-      // account), no key listing (buckets.ts, scope `worker`).
-      ? [`$JS.API.DIRECT.GET.KV_${c}_cluster.$KV.${c}_cluster.config`, ...writeBucket(c, "nodes", [opts.workerId ?? "*"])]
+      ? // A worker reads one key and writes one (its own node record; `*` for a shared worker
+        // user): no JetStream API info, no stream info (with a subject filter it lists any
+        // bucket's keys), no consumer (a push consumer delivers where its creator says, as the
+        // account), no key listing (buckets.ts, scope `worker`).
+        [
+          `$JS.API.DIRECT.GET.KV_${c}_cluster.$KV.${c}_cluster.config`,
+          ...writeBucket(c, "nodes", [opts.workerId ?? "*"]),
+        ]
       : [
-        "$JS.API.INFO", ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
-        ...readBucket(c, "cluster"), ...readBucket(c, "nodes"), ...writeBucket(c, "nodes"),
-      ],
+          "$JS.API.INFO",
+          ...BUCKETS.map((b) => `$JS.API.STREAM.INFO.KV_${c}_${b}`),
+          ...readBucket(c, "cluster"),
+          ...readBucket(c, "nodes"),
+          ...writeBucket(c, "nodes"),
+        ],
     sub: [`${inboxPrefixFor(user)}.>`, `${k}.node.hb.*`, `${k}.node.leave.*`],
     responds: false,
   };
@@ -160,8 +189,13 @@ export function natsPermissions(c: string, roles: readonly Role[] | typeof NATS_
     // touch the tenants bucket, nor create consumers or read stream info (the allow list
     // already excludes all of them).
     perms.publish.deny = [
-      `${k}.p.>`, `$KV.${c}_tenants.>`, `$KV.${c}_actors.>`, `$KV.${c}_runs.>`,
-      "$JS.API.CONSUMER.>", "$JS.API.STREAM.>", "$JS.API.INFO",
+      `${k}.p.>`,
+      `$KV.${c}_tenants.>`,
+      `$KV.${c}_actors.>`,
+      `$KV.${c}_runs.>`,
+      "$JS.API.CONSUMER.>",
+      "$JS.API.STREAM.>",
+      "$JS.API.INFO",
     ];
   }
   if (grants.some((g) => g.responds)) perms.allow_responses = true;
@@ -188,7 +222,8 @@ export function servicePermissions(c: string, tenantId: string, user: string): S
 export function roleSets(): Role[][] {
   const all: Role[] = ["api", "scheduler", "worker"];
   const out: Role[][] = [];
-  for (let mask = 1; mask < 1 << all.length; mask++) out.push(all.filter((_, i) => (mask >> i) & 1));
+  for (let mask = 1; mask < 1 << all.length; mask++)
+    out.push(all.filter((_, i) => (mask >> i) & 1));
   return out;
 }
 

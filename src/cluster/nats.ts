@@ -36,21 +36,43 @@ export function readNatsCredentials(path: string): NatsCredentials {
   try {
     c = JSON.parse(readFileSync(path, "utf8")) as Partial<NatsCredentials>;
   } catch (e) {
-    throw new KairosError("invalid_argument", `NATS credentials ${path}: ${(e as Error).message}`, { field: "nats-creds", cause: e });
+    throw new KairosError("invalid_argument", `NATS credentials ${path}: ${(e as Error).message}`, {
+      field: "nats-creds",
+      cause: e,
+    });
   }
-  if (typeof c.user !== "string" || !USER_RE.test(c.user) || typeof c.password !== "string" || c.password.length === 0) {
-    throw new KairosError("invalid_argument", `NATS credentials ${path}: expected {"user": "<1-64 of [A-Za-z0-9_-]>", "password": "<non-empty>"}`, { field: "nats-creds" });
+  if (
+    typeof c.user !== "string" ||
+    !USER_RE.test(c.user) ||
+    typeof c.password !== "string" ||
+    c.password.length === 0
+  ) {
+    throw new KairosError(
+      "invalid_argument",
+      `NATS credentials ${path}: expected {"user": "<1-64 of [A-Za-z0-9_-]>", "password": "<non-empty>"}`,
+      { field: "nats-creds" },
+    );
   }
   const seed = c.callout_issuer_seed;
   if (seed !== undefined && (typeof seed !== "string" || !ACCOUNT_SEED_RE.test(seed))) {
-    throw new KairosError("invalid_argument", `NATS credentials ${path}: callout_issuer_seed must be an account nkey seed (SA…, 58 characters)`, { field: "nats-creds" });
+    throw new KairosError(
+      "invalid_argument",
+      `NATS credentials ${path}: callout_issuer_seed must be an account nkey seed (SA…, 58 characters)`,
+      { field: "nats-creds" },
+    );
   }
   const xseed = c.callout_xkey_seed;
   if (xseed !== undefined && (typeof xseed !== "string" || !CURVE_SEED_RE.test(xseed))) {
-    throw new KairosError("invalid_argument", `NATS credentials ${path}: callout_xkey_seed must be a curve nkey seed (SX…, 58 characters)`, { field: "nats-creds" });
+    throw new KairosError(
+      "invalid_argument",
+      `NATS credentials ${path}: callout_xkey_seed must be a curve nkey seed (SX…, 58 characters)`,
+      { field: "nats-creds" },
+    );
   }
   return {
-    user: c.user, password: c.password, inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user),
+    user: c.user,
+    password: c.password,
+    inbox_prefix: typeof c.inbox_prefix === "string" ? c.inbox_prefix : inboxPrefixFor(c.user),
     ...(seed !== undefined ? { callout_issuer_seed: seed } : {}),
     ...(xseed !== undefined ? { callout_xkey_seed: xseed } : {}),
   };
@@ -62,7 +84,10 @@ export async function connectNats(opts: ConnectOptions): Promise<NatsConnection>
   const tls = opts.tls;
   try {
     return await connect({
-      servers: opts.url.split(",").map((s) => s.trim()).filter(Boolean),
+      servers: opts.url
+        .split(",")
+        .map((s) => s.trim())
+        .filter(Boolean),
       name: opts.name,
       timeout: opts.connectTimeoutMs ?? 5000,
       maxReconnectAttempts: -1,
@@ -73,13 +98,25 @@ export async function connectNats(opts: ConnectOptions): Promise<NatsConnection>
       // Without this, every request builds an Error up front for a possible async stack trace:
       // about a fifth of a scheduler's CPU in a burst.
       noAsyncTraces: true,
-      ...(creds ? { user: creds.user, pass: creds.password, inboxPrefix: creds.inbox_prefix! } : {}),
+      ...(creds
+        ? { user: creds.user, pass: creds.password, inboxPrefix: creds.inbox_prefix! }
+        : {}),
       ...(tls
-        ? { tls: { ...(tls.caFile ? { caFile: tls.caFile } : {}), ...(tls.certFile ? { certFile: tls.certFile } : {}), ...(tls.keyFile ? { keyFile: tls.keyFile } : {}) } }
+        ? {
+            tls: {
+              ...(tls.caFile ? { caFile: tls.caFile } : {}),
+              ...(tls.certFile ? { certFile: tls.certFile } : {}),
+              ...(tls.keyFile ? { keyFile: tls.keyFile } : {}),
+            },
+          }
         : {}),
     });
   } catch (e) {
     const who = creds ? ` as "${creds.user}"` : " without credentials";
-    throw new KairosError("unavailable", `cannot connect to NATS at ${opts.url}${who}: ${(e as Error).message}`, { cause: e });
+    throw new KairosError(
+      "unavailable",
+      `cannot connect to NATS at ${opts.url}${who}: ${(e as Error).message}`,
+      { cause: e },
+    );
   }
 }

@@ -16,7 +16,13 @@ import { decode } from "./codec.ts";
 import type { EventBus } from "./events.ts";
 import type { KvStore, KvWatch } from "./kv.ts";
 import { decideLeases, trustedUntil, type LeaseView } from "./lease-decision.ts";
-import { InlineLeaseKeeper, leaseKey as key, leaseValue, type LeaseKeeper, type LeaseValue } from "./lease-keeper.ts";
+import {
+  InlineLeaseKeeper,
+  leaseKey as key,
+  leaseValue,
+  type LeaseKeeper,
+  type LeaseValue,
+} from "./lease-keeper.ts";
 
 export type { LeaseValue } from "./lease-keeper.ts";
 
@@ -66,7 +72,20 @@ export class PartitionManager {
 
   constructor(o: PartitionManagerOptions) {
     this.#o = o;
-    this.#keeper = o.keeper ?? new InlineLeaseKeeper(o.leases, o.clock, { me: o.me, incarnation: o.incarnation, leaseTtlMs: o.leaseTtlMs, renewIntervalMs: o.renewIntervalMs, safetyMarginMs: o.safetyMarginMs }, o.onError);
+    this.#keeper =
+      o.keeper ??
+      new InlineLeaseKeeper(
+        o.leases,
+        o.clock,
+        {
+          me: o.me,
+          incarnation: o.incarnation,
+          leaseTtlMs: o.leaseTtlMs,
+          renewIntervalMs: o.renewIntervalMs,
+          safetyMarginMs: o.safetyMarginMs,
+        },
+        o.onError,
+      );
   }
 
   async start(): Promise<void> {
@@ -119,9 +138,19 @@ export class PartitionManager {
       return;
     }
     const v = decode<LeaseValue>(value);
-    this.#mirror.set(p, { owner: v.owner, incarnation: v.incarnation, revision, changedAtMs: this.#o.clock.monoMs() });
+    this.#mirror.set(p, {
+      owner: v.owner,
+      incarnation: v.incarnation,
+      revision,
+      changedAtMs: this.#o.clock.monoMs(),
+    });
     const h = this.#keeper.view(p);
-    if (this.#held.has(p) && h && revision > h.revision && (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation)) {
+    if (
+      this.#held.has(p) &&
+      h &&
+      revision > h.revision &&
+      (v.owner !== this.#o.me || v.incarnation !== this.#o.incarnation)
+    ) {
       this.#lose(p, "lease taken by another node");
     }
   }
@@ -146,11 +175,14 @@ export class PartitionManager {
         else if (v === undefined || now >= v.trustedUntilMs) {
           // Which side was late: the renewal's KV write (in flight), this timer (none began), or
           // the main loop (the keeper's thread paused its renewals).
-          this.#lose(p, v?.stalledMs !== undefined
-            ? `trust window over before renewal (renewals paused: the main event loop silent for ${Math.round(v.stalledMs)} ms)`
-            : v?.renewingSinceMs !== undefined
-              ? `trust window over before renewal (a renewal in flight for ${Math.round(now - v.renewingSinceMs)} ms)`
-              : `trust window over before renewal (none in flight; the last began ${Math.round(now - (v?.lastRenewMs ?? now))} ms ago)`);
+          this.#lose(
+            p,
+            v?.stalledMs !== undefined
+              ? `trust window over before renewal (renewals paused: the main event loop silent for ${Math.round(v.stalledMs)} ms)`
+              : v?.renewingSinceMs !== undefined
+                ? `trust window over before renewal (a renewal in flight for ${Math.round(now - v.renewingSinceMs)} ms)`
+                : `trust window over before renewal (none in flight; the last began ${Math.round(now - (v?.lastRenewMs ?? now))} ms ago)`,
+          );
         }
       }
       // After the losses: no renewal starts for a lease this node has just given up.
@@ -184,12 +216,18 @@ export class PartitionManager {
     const started = this.#o.clock.monoMs();
     try {
       const v = this.#value(0, this.#o.clock.now());
-      const r = expectedRevision === undefined
-        ? await this.#o.leases.create(key(p), v)
-        : await this.#o.leases.update(key(p), v, expectedRevision);
+      const r =
+        expectedRevision === undefined
+          ? await this.#o.leases.create(key(p), v)
+          : await this.#o.leases.update(key(p), v, expectedRevision);
       if (!r.ok) return; // someone else won; the watch shows who
       this.#held.set(p, { epoch: r.revision });
-      this.#keeper.hold(p, { epoch: r.revision, revision: r.revision, lastRenewMs: started, trustedUntilMs: trustedUntil(started, this.#o.leaseTtlMs, this.#o.safetyMarginMs) });
+      this.#keeper.hold(p, {
+        epoch: r.revision,
+        revision: r.revision,
+        lastRenewMs: started,
+        trustedUntilMs: trustedUntil(started, this.#o.leaseTtlMs, this.#o.safetyMarginMs),
+      });
       this.#o.events.emit({ type: "partition_acquired", partition: p, epoch: r.revision });
       // Loading may take longer than a renew interval: let the renew loop run meanwhile.
       this.#busy.delete(p);

@@ -53,7 +53,8 @@ const MAX_REQUEST_INFO_LENGTH = 4096;
 
 /** The requester a `Nats-Request-Info` header names (undefined: absent, malformed, or without a user). */
 export function requesterOf(header: string | undefined): Requester | undefined {
-  if (header === undefined || header.length === 0 || header.length > MAX_REQUEST_INFO_LENGTH) return undefined;
+  if (header === undefined || header.length === 0 || header.length > MAX_REQUEST_INFO_LENGTH)
+    return undefined;
   let v: unknown;
   try {
     v = JSON.parse(header);
@@ -62,7 +63,9 @@ export function requesterOf(header: string | undefined): Requester | undefined {
   }
   if (v === null || typeof v !== "object") return undefined;
   const { acc, user } = v as { acc?: unknown; user?: unknown };
-  return typeof acc === "string" && typeof user === "string" && acc !== "" && user !== "" ? { account: acc, user } : undefined;
+  return typeof acc === "string" && typeof user === "string" && acc !== "" && user !== ""
+    ? { account: acc, user }
+    : undefined;
 }
 
 export type ReplyRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker";
@@ -96,10 +99,17 @@ const PINNED_PREFIX = pinnedWorkerUser("");
 
 function ownerOf(user: string): InboxOwner {
   if (user === NATS_ADMIN) return { kind: "admin" };
-  if (user.startsWith(PINNED_PREFIX)) return user.length > PINNED_PREFIX.length ? { kind: "pinned_worker", workerId: user.slice(PINNED_PREFIX.length) } : { kind: "unknown" };
-  if (user.startsWith(SERVICE_PREFIX)) return user.length > SERVICE_PREFIX.length ? { kind: "service", name: user.slice(SERVICE_PREFIX.length) } : { kind: "unknown" };
+  if (user.startsWith(PINNED_PREFIX))
+    return user.length > PINNED_PREFIX.length
+      ? { kind: "pinned_worker", workerId: user.slice(PINNED_PREFIX.length) }
+      : { kind: "unknown" };
+  if (user.startsWith(SERVICE_PREFIX))
+    return user.length > SERVICE_PREFIX.length
+      ? { kind: "service", name: user.slice(SERVICE_PREFIX.length) }
+      : { kind: "unknown" };
   const parts = user.split("_");
-  if (!parts.every((p): p is Role => (ROLES as readonly string[]).includes(p))) return { kind: "unknown" };
+  if (!parts.every((p): p is Role => (ROLES as readonly string[]).includes(p)))
+    return { kind: "unknown" };
   // Exactly the user natsUserFor names for that set (sorted, no repeats): no other spelling.
   if (natsUserFor(parts) !== user) return { kind: "unknown" };
   return { kind: "roles", roles: new Set(parts) };
@@ -128,41 +138,75 @@ const show = (s: string) => JSON.stringify(s.length > 120 ? `${s.slice(0, 120)}�
  * the module header for the rule; `mode` is the responder's own (`inboxModeFor`); `requestInfo`
  * reads the request's `Nats-Request-Info` header (called only for an imported request's reply).
  */
-export function replyRefusal(reply: string | undefined, asker: Asker, mode: InboxMode, requestInfo?: () => string | undefined): ReplyRefusal | undefined {
-  if (reply === undefined || reply === "") return { reason: "no_reply", detail: "no reply subject" };
-  if (reply.length > MAX_REPLY_LENGTH) return { reason: "not_an_inbox", detail: `reply subject of ${reply.length} characters` };
+export function replyRefusal(
+  reply: string | undefined,
+  asker: Asker,
+  mode: InboxMode,
+  requestInfo?: () => string | undefined,
+): ReplyRefusal | undefined {
+  if (reply === undefined || reply === "")
+    return { reason: "no_reply", detail: "no reply subject" };
+  if (reply.length > MAX_REPLY_LENGTH)
+    return { reason: "not_an_inbox", detail: `reply subject of ${reply.length} characters` };
   const imported = IMPORTED_RE.exec(reply);
   if (imported) {
-    if (!TOKENS_RE.test(imported[1]!)) return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
+    if (!TOKENS_RE.test(imported[1]!))
+      return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
     return importRefusal(reply, asker, requesterOf(requestInfo?.()));
   }
   const shared = SHARED_RE.exec(reply);
   if (shared) {
     if (mode === "shared" && TOKENS_RE.test(shared[1]!)) return undefined;
-    return { reason: "not_an_inbox", detail: `reply ${show(reply)} is the shared inbox (only per-user inboxes ${inboxPrefixFor("<user>")}.… are answered)` };
+    return {
+      reason: "not_an_inbox",
+      detail: `reply ${show(reply)} is the shared inbox (only per-user inboxes ${inboxPrefixFor("<user>")}.… are answered)`,
+    };
   }
   const m = USER_RE.exec(reply);
-  if (!m || !TOKENS_RE.test(m[2]!)) return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
-  if (!mayAsk(ownerOf(m[1]!), asker)) return { reason: "not_the_asker", detail: `reply ${show(reply)} is the inbox of "${m[1]!}", which may not send ${describe(asker)}` };
+  if (!m || !TOKENS_RE.test(m[2]!))
+    return { reason: "not_an_inbox", detail: `reply ${show(reply)} is not an inbox` };
+  if (!mayAsk(ownerOf(m[1]!), asker))
+    return {
+      reason: "not_the_asker",
+      detail: `reply ${show(reply)} is the inbox of "${m[1]!}", which may not send ${describe(asker)}`,
+    };
   return undefined;
 }
 
 /** Whether a request that came through an import (reply `_R_.…`) may be answered: see the module header. */
-function importRefusal(reply: string, asker: Asker, requester: Requester | undefined): ReplyRefusal | undefined {
+function importRefusal(
+  reply: string,
+  asker: Asker,
+  requester: Requester | undefined,
+): ReplyRefusal | undefined {
   switch (asker.kind) {
     case "service":
       return undefined;
     case "actor_command":
     case "scheduler":
-      return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply; ${describe(asker)} do not come through a service import` };
+      return {
+        reason: "not_the_asker",
+        detail: `reply ${show(reply)} is an imported request's reply; ${describe(asker)} do not come through a service import`,
+      };
     case "worker":
       break;
   }
-  if (requester === undefined) return { reason: "not_the_asker", detail: `reply ${show(reply)} is an imported request's reply without a ${REQUEST_INFO_HEADER} header naming its sender` };
+  if (requester === undefined)
+    return {
+      reason: "not_the_asker",
+      detail: `reply ${show(reply)} is an imported request's reply without a ${REQUEST_INFO_HEADER} header naming its sender`,
+    };
   const owner = ownerOf(requester.user);
   // Only worker identities live in WORKERS (`admin` is in KAIROS): the owner must be one of them.
-  if (requester.account !== WORKERS_ACCOUNT || (owner.kind !== "pinned_worker" && owner.kind !== "roles") || !mayAsk(owner, asker)) {
-    return { reason: "not_the_asker", detail: `${show(requester.user)} of account ${show(requester.account)} may not send ${describe(asker)}` };
+  if (
+    requester.account !== WORKERS_ACCOUNT ||
+    (owner.kind !== "pinned_worker" && owner.kind !== "roles") ||
+    !mayAsk(owner, asker)
+  ) {
+    return {
+      reason: "not_the_asker",
+      detail: `${show(requester.user)} of account ${show(requester.account)} may not send ${describe(asker)}`,
+    };
   }
   return undefined;
 }

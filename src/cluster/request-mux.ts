@@ -13,7 +13,14 @@
  * a role may subscribe to). No limit on pending requests: each lives at most its timeout and the
  * callers bound their own concurrency.
  */
-import { createInbox, errors, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import {
+  createInbox,
+  errors,
+  type Msg,
+  type MsgHdrs,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import type { Bus } from "./bus.ts";
 import { armDeadline } from "./deadline.ts";
@@ -75,7 +82,10 @@ export class RequestMux {
     if (nc.isClosed()) return Promise.reject(new errors.ClosedConnectionError());
     if (nc.isDraining()) return Promise.reject(new errors.DrainingConnectionError());
     const timeout = opts.timeout || 1000;
-    if (timeout < 1) return Promise.reject(errors.InvalidArgumentError.format("timeout", "must be greater than 0"));
+    if (timeout < 1)
+      return Promise.reject(
+        errors.InvalidArgumentError.format("timeout", "must be greater than 0"),
+      );
     try {
       this.#subscribe();
     } catch (e) {
@@ -120,7 +130,11 @@ export class RequestMux {
     this.#pending.delete(token);
     p.cancel();
     if (m.data.length === 0 && m.headers?.code === 503) {
-      p.reject(new errors.RequestError(`no responders: '${p.subject}'`, { cause: new errors.NoRespondersError(p.subject) }));
+      p.reject(
+        new errors.RequestError(`no responders: '${p.subject}'`, {
+          cause: new errors.NoRespondersError(p.subject),
+        }),
+      );
     } else {
       p.resolve(m);
     }
@@ -142,7 +156,12 @@ export class RequestMux {
    */
   async #watchPublishViolations(): Promise<void> {
     for await (const s of this.#nc.status()) {
-      if (s.type !== "error" || !(s.error instanceof errors.PermissionViolationError) || s.error.operation !== "publish") continue;
+      if (
+        s.type !== "error" ||
+        !(s.error instanceof errors.PermissionViolationError) ||
+        s.error.operation !== "publish"
+      )
+        continue;
       const err = s.error;
       for (const [token, p] of this.#pending) {
         if (p.subject !== err.subject) continue;
@@ -188,8 +207,15 @@ export function muxedBus(nc: NatsConnection, clock?: Clock): Bus {
  */
 export function withMuxedRequests(nc: NatsConnection, clock?: Clock): NatsConnection {
   const mux = requestMux(nc, clock);
-  const request = (subject: string, data?: Uint8Array, opts?: { timeout?: number; headers?: MsgHdrs }): Promise<Msg> =>
-    mux.request(subject, data ?? new Uint8Array(0), { timeout: opts?.timeout ?? 1000, ...(opts?.headers ? { headers: opts.headers } : {}) });
+  const request = (
+    subject: string,
+    data?: Uint8Array,
+    opts?: { timeout?: number; headers?: MsgHdrs },
+  ): Promise<Msg> =>
+    mux.request(subject, data ?? new Uint8Array(0), {
+      timeout: opts?.timeout ?? 1000,
+      ...(opts?.headers ? { headers: opts.headers } : {}),
+    });
   return new Proxy(nc, {
     get(target, p) {
       if (p === "request") return request;

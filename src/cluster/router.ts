@@ -43,11 +43,11 @@ export interface BatchRequest {
 }
 
 /** One item's outcome in a batch reply. */
-export type ItemResult = { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string } };
+export type ItemResult =
+  { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string } };
 
 export type ActorReply =
-  | { ok: true; v: unknown }
-  | { ok: false; e: { code: ErrorCode; message: string; field?: string } };
+  { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string; field?: string } };
 
 const RETRY_CODES = new Set<ErrorCode>(["not_owner", "no_owner"]);
 /** The pause between tries of a request that found no owner: 20 ms doubling, at most 1 s. */
@@ -98,7 +98,10 @@ export class ActorRouter {
     this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, plane: "actors", ...o };
     const workerId = o.workerId;
     if (this.#o.plane === "workers") {
-      if (workerId === undefined) throw new KairosError("invalid_argument", "a worker-plane router needs the worker's id", { field: "workerId" });
+      if (workerId === undefined)
+        throw new KairosError("invalid_argument", "a worker-plane router needs the worker's id", {
+          field: "workerId",
+        });
       this.#subject = (c, p) => workerPlaneSubject(c, p, workerId);
     } else {
       this.#subject = partitionSubject;
@@ -115,7 +118,11 @@ export class ActorRouter {
     return this.#o.clock;
   }
 
-  async request<R = unknown>(addr: ActorAddress, msg: unknown, opts: { deadlineMs?: number } = {}): Promise<R> {
+  async request<R = unknown>(
+    addr: ActorAddress,
+    msg: unknown,
+    opts: { deadlineMs?: number } = {},
+  ): Promise<R> {
     const { nc, clock } = this.#o;
     const p = partitionOf(addr, this.#o.partitions);
     const subject = this.#subject(this.#o.clusterName, p);
@@ -127,22 +134,37 @@ export class ActorRouter {
       const left = deadline - clock.now();
       if (left <= 0) break;
       try {
-        const m = await nc.request(subject, body, { timeout: Math.min(this.#o.attemptTimeoutMs, left) });
+        const m = await nc.request(subject, body, {
+          timeout: Math.min(this.#o.attemptTimeoutMs, left),
+        });
         const reply = decode<ActorReply>(m.data);
         if (reply.ok) return reply.v as R;
         if (!RETRY_CODES.has(reply.e.code)) {
-          throw new KairosError(reply.e.code, reply.e.message, reply.e.field === undefined ? {} : { field: reply.e.field });
+          throw new KairosError(
+            reply.e.code,
+            reply.e.message,
+            reply.e.field === undefined ? {} : { field: reply.e.field },
+          );
         }
         last = reply.e.message;
       } catch (e) {
         if (e instanceof KairosError) throw e;
         last = e instanceof Error ? e.message : String(e);
-        if (nc.isClosed()) throw new KairosError("unavailable", `NATS connection closed: ${last}`, { cause: e });
+        if (nc.isClosed())
+          throw new KairosError("unavailable", `NATS connection closed: ${last}`, { cause: e });
       }
-      const backoff = backoffMs(attempt++, { ...RETRY_BACKOFF, jitter: { random: this.#o.random, min: 0.5 } });
-      await new Promise<void>((r) => clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r));
+      const backoff = backoffMs(attempt++, {
+        ...RETRY_BACKOFF,
+        jitter: { random: this.#o.random, min: 0.5 },
+      });
+      await new Promise<void>((r) =>
+        clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r),
+      );
     }
-    throw new KairosError("no_owner", `no owner answered for ${addr.type}/${addr.id} (partition ${p}) within the deadline: ${last}`);
+    throw new KairosError(
+      "no_owner",
+      `no owner answered for ${addr.type}/${addr.id} (partition ${p}) within the deadline: ${last}`,
+    );
   }
 
   /**
@@ -151,7 +173,10 @@ export class ActorRouter {
    * `deadlineMs` yields `no_owner` for its items; callers retry on their next round. `budgetMs`:
    * how long the owner may take before answering items still queued as pending (`BatchRequest.w`).
    */
-  async requestMany(items: readonly { to: ActorAddress; msg: unknown }[], opts: { deadlineMs?: number; budgetMs?: number } = {}): Promise<ItemResult[]> {
+  async requestMany(
+    items: readonly { to: ActorAddress; msg: unknown }[],
+    opts: { deadlineMs?: number; budgetMs?: number } = {},
+  ): Promise<ItemResult[]> {
     const { nc, clock } = this.#o;
     const results: ItemResult[] = new Array<ItemResult>(items.length);
     const groups = new Map<number, number[]>();
@@ -162,34 +187,53 @@ export class ActorRouter {
       else groups.set(p, [i]);
     });
     const deadline = clock.now() + (opts.deadlineMs ?? this.#o.deadlineMs);
-    await Promise.all([...groups].flatMap(([p, idx]) => {
-      const chunks: number[][] = [];
-      for (let i = 0; i < idx.length; i += MAX_BATCH) chunks.push(idx.slice(i, i + MAX_BATCH));
-      return chunks.map(async (chunk) => {
-        const b = chunk.map((i) => ({ t: items[i]!.to.type, i: items[i]!.to.id, m: items[i]!.msg }));
-        const body = encode((opts.budgetMs === undefined ? { b } : { b, w: opts.budgetMs }) satisfies BatchRequest);
-        let last = "no attempt made";
-        for (let attempt = 0; clock.now() < deadline; attempt++) {
-          try {
-            const m = await nc.request(this.#subject(this.#o.clusterName, p), body, { timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())) });
-            const reply = decode<ActorReply>(m.data);
-            if (reply.ok) {
-              const out = reply.v as ItemResult[];
-              chunk.forEach((i, k) => (results[i] = out[k] ?? { ok: false, e: { code: "internal", message: "missing batch item" } }));
-              return;
+    await Promise.all(
+      [...groups].flatMap(([p, idx]) => {
+        const chunks: number[][] = [];
+        for (let i = 0; i < idx.length; i += MAX_BATCH) chunks.push(idx.slice(i, i + MAX_BATCH));
+        return chunks.map(async (chunk) => {
+          const b = chunk.map((i) => ({
+            t: items[i]!.to.type,
+            i: items[i]!.to.id,
+            m: items[i]!.msg,
+          }));
+          const body = encode(
+            (opts.budgetMs === undefined ? { b } : { b, w: opts.budgetMs }) satisfies BatchRequest,
+          );
+          let last = "no attempt made";
+          for (let attempt = 0; clock.now() < deadline; attempt++) {
+            try {
+              const m = await nc.request(this.#subject(this.#o.clusterName, p), body, {
+                timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())),
+              });
+              const reply = decode<ActorReply>(m.data);
+              if (reply.ok) {
+                const out = reply.v as ItemResult[];
+                chunk.forEach(
+                  (i, k) =>
+                    (results[i] = out[k] ?? {
+                      ok: false,
+                      e: { code: "internal", message: "missing batch item" },
+                    }),
+                );
+                return;
+              }
+              last = reply.e.message;
+              if (!RETRY_CODES.has(reply.e.code)) break;
+            } catch (e) {
+              last = e instanceof Error ? e.message : String(e);
+              if (nc.isClosed()) break;
             }
-            last = reply.e.message;
-            if (!RETRY_CODES.has(reply.e.code)) break;
-          } catch (e) {
-            last = e instanceof Error ? e.message : String(e);
-            if (nc.isClosed()) break;
+            const backoff = backoffMs(attempt, RETRY_BACKOFF);
+            await new Promise<void>((r) =>
+              clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r),
+            );
           }
-          const backoff = backoffMs(attempt, RETRY_BACKOFF);
-          await new Promise<void>((r) => clock.setTimer(Math.min(backoff, Math.max(0, deadline - clock.now())), r));
-        }
-        for (const i of chunk) results[i] = { ok: false, e: { code: "no_owner", message: `partition ${p}: ${last}` } };
-      });
-    }));
+          for (const i of chunk)
+            results[i] = { ok: false, e: { code: "no_owner", message: `partition ${p}: ${last}` } };
+        });
+      }),
+    );
     return results;
   }
 }

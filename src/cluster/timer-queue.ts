@@ -17,7 +17,8 @@ interface Entry<T> {
 }
 
 /** Heap order: earliest due first, then scheduling order. */
-const dueFirst = <T>(a: Entry<T>, b: Entry<T>): boolean => a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
+const dueFirst = <T>(a: Entry<T>, b: Entry<T>): boolean =>
+  a.dueMs < b.dueMs || (a.dueMs === b.dueMs && a.seq < b.seq);
 
 interface Group {
   name: string;
@@ -66,7 +67,14 @@ export class TimerQueue<T> {
   schedule(key: string, dueMs: number, payload: T): void {
     const old = this.#byKey.get(key);
     if (old) old.live = false;
-    const e: Entry<T> = { dueMs, seq: this.#seq++, key, payload, live: true, group: old ? old.group : this.#join(key) };
+    const e: Entry<T> = {
+      dueMs,
+      seq: this.#seq++,
+      key,
+      payload,
+      live: true,
+      group: old ? old.group : this.#join(key),
+    };
     this.#byKey.set(key, e);
     heapPush(this.#heap, e, dueFirst);
     if (dueMs < this.#armedFor) this.#arm();
@@ -108,7 +116,10 @@ export class TimerQueue<T> {
   cancelPrefix(prefix: string): number {
     const i = prefix.indexOf("|");
     // A whole group (`<group>|`): its keys only. Any other prefix: a scan of every key.
-    const keys = i === prefix.length - 1 ? [...(this.#groups.get(prefix)?.keys ?? [])] : [...this.#byKey.keys()].filter((k) => k.startsWith(prefix));
+    const keys =
+      i === prefix.length - 1
+        ? [...(this.#groups.get(prefix)?.keys ?? [])]
+        : [...this.#byKey.keys()].filter((k) => k.startsWith(prefix));
     for (const k of keys) this.cancel(k);
     // Mostly dead entries (a partition's timers gone): rebuild the heap in O(n) now, instead of
     // popping each dead entry at O(log n) when the earliest one is looked for (seconds at 400,000).

@@ -22,7 +22,11 @@ const run = promisify(execFile);
  * Ensures `busybox:latest` (or `image`: a test imports under its own name) exists; resolves to a
  * sentence saying what was found or done.
  */
-export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/busybox", image: { repo: string; tag: string } = QUICK_START_IMAGE): Promise<string> {
+export async function ensureQuickStartImage(
+  docker: Dockerode,
+  busybox = "/bin/busybox",
+  image: { repo: string; tag: string } = QUICK_START_IMAGE,
+): Promise<string> {
   const ref = `${image.repo}:${image.tag}`;
   try {
     await docker.getImage(ref).inspect();
@@ -32,7 +36,10 @@ export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/b
   }
   const problem = await staticBusyboxProblem(busybox);
   if (problem !== undefined) return `image ${ref} missing and not imported: ${problem}`;
-  const applets = (await run(busybox, ["--list"])).stdout.split("\n").map((s) => s.trim()).filter((s) => /^[a-z0-9_.[-]+$/i.test(s) && s !== "busybox");
+  const applets = (await run(busybox, ["--list"])).stdout
+    .split("\n")
+    .map((s) => s.trim())
+    .filter((s) => /^[a-z0-9_.[-]+$/i.test(s) && s !== "busybox");
   const dir = await mkdtemp(join(tmpdir(), "kairos-busybox-"));
   try {
     const root = join(dir, "root");
@@ -46,7 +53,9 @@ export async function ensureQuickStartImage(docker: Dockerode, busybox = "/bin/b
     await run("tar", ["-C", root, "--numeric-owner", "--owner=0", "--group=0", "-cf", tar, "."]);
     const stream = await docker.importImage(tar, { repo: image.repo, tag: image.tag });
     await new Promise<void>((resolve, reject) => {
-      docker.modem.followProgress(stream, (err: unknown) => (err ? reject(err instanceof Error ? err : new Error("image import failed")) : resolve()));
+      docker.modem.followProgress(stream, (err: unknown) =>
+        err ? reject(err instanceof Error ? err : new Error("image import failed")) : resolve(),
+      );
     });
     await docker.getImage(ref).inspect();
     return `image ${ref} imported from ${busybox} (${applets.length} applets)`;

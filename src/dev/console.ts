@@ -16,9 +16,33 @@
 import { systemClock, type Clock } from "../lib/clock.ts";
 import type { LogDestination } from "../lib/log.ts";
 
-const QUIET_EVENTS = new Set(["actor_activated", "actor_passivated", "node_started", "node_stopping", "api_listening", "metrics_listening"]);
-const LEVELS: Record<number, string> = { 10: "TRACE", 20: "DEBUG", 30: "INFO", 40: "WARN", 50: "ERROR", 60: "FATAL" };
-const SKIP_FIELDS = new Set(["level", "time", "node", "name", "msg", "evt", "type", "pid", "hostname"]);
+const QUIET_EVENTS = new Set([
+  "actor_activated",
+  "actor_passivated",
+  "node_started",
+  "node_stopping",
+  "api_listening",
+  "metrics_listening",
+]);
+const LEVELS: Record<number, string> = {
+  10: "TRACE",
+  20: "DEBUG",
+  30: "INFO",
+  40: "WARN",
+  50: "ERROR",
+  60: "FATAL",
+};
+const SKIP_FIELDS = new Set([
+  "level",
+  "time",
+  "node",
+  "name",
+  "msg",
+  "evt",
+  "type",
+  "pid",
+  "hostname",
+]);
 
 function hhmmss(time: unknown): string {
   return typeof time === "string" && time.length >= 19 ? time.slice(11, 19) : "";
@@ -41,7 +65,11 @@ export class DevConsole implements LogDestination {
   #summaryTimer: (() => void) | undefined;
   #lastSummary = "";
 
-  constructor(out: (line: string) => void = (l) => process.stdout.write(l + "\n"), partitions: () => number = () => 0, clock: Clock = systemClock) {
+  constructor(
+    out: (line: string) => void = (l) => process.stdout.write(l + "\n"),
+    partitions: () => number = () => 0,
+    clock: Clock = systemClock,
+  ) {
     this.#out = out;
     this.#clock = clock;
     this.#partitions = partitions;
@@ -67,7 +95,8 @@ export class DevConsole implements LogDestination {
       const p = typeof o["partition"] === "number" ? o["partition"] : -1;
       if (evt === "partition_acquired") this.#held.add(p);
       else this.#held.delete(p);
-      if (evt === "partition_lost") this.#out(`${t} WARN partition ${p} lost (${String(o["reason"])})`);
+      if (evt === "partition_lost")
+        this.#out(`${t} WARN partition ${p} lost (${String(o["reason"])})`);
       this.#armSummary();
       return;
     }
@@ -75,17 +104,22 @@ export class DevConsole implements LogDestination {
     if (level < 40 && evt?.startsWith("worker_")) {
       const what = evt.slice("worker_".length).replace(/_/g, " ");
       // Attempt events name their run; the worker's own (draining, drained) are printed with their fields.
-      if (typeof o["run_id"] === "string") this.#out(`${t} run ${o["run_id"]} attempt ${String(o["attempt"])} ${what}`);
+      if (typeof o["run_id"] === "string")
+        this.#out(`${t} run ${o["run_id"]} attempt ${String(o["attempt"])} ${what}`);
       else this.#out(`${t} worker ${what}${fields(o) ? "  " + fields(o) : ""}`);
       return;
     }
     if (level < 40 && (evt === "member_joined" || evt === "member_left")) {
-      this.#out(`${t} ${evt === "member_joined" ? "member joined" : "member left"}: ${String(o["nodeId"])}${evt === "member_left" ? ` (${String(o["reason"])})` : ""}`);
+      this.#out(
+        `${t} ${evt === "member_joined" ? "member joined" : "member left"}: ${String(o["nodeId"])}${evt === "member_left" ? ` (${String(o["reason"])})` : ""}`,
+      );
       return;
     }
     const rest = fields(o);
     const label = level >= 40 ? `${LEVELS[level] ?? level} ` : "";
-    this.#out(`${t} ${label}${typeof o["msg"] === "string" ? o["msg"] : (evt ?? "")}${rest ? "  " + rest : ""}`);
+    this.#out(
+      `${t} ${label}${typeof o["msg"] === "string" ? o["msg"] : (evt ?? "")}${rest ? "  " + rest : ""}`,
+    );
   }
 
   /** Prints a pending partition summary now (the node has stopped: nothing more will settle). */
@@ -104,7 +138,8 @@ export class DevConsole implements LogDestination {
     this.#summaryTimer = undefined;
     const total = this.#partitions();
     const s = `scheduler: holding ${this.#held.size}${total > 0 ? `/${total}` : ""} partitions`;
-    if (s !== this.#lastSummary) this.#out(`${new Date(this.#clock.now()).toISOString().slice(11, 19)} ${s}`);
+    if (s !== this.#lastSummary)
+      this.#out(`${new Date(this.#clock.now()).toISOString().slice(11, 19)} ${s}`);
     this.#lastSummary = s;
   }
 }

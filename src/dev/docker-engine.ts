@@ -50,14 +50,20 @@ function onPath(cmd: string): boolean {
   });
 }
 
-const none = (note: string): DockerEngine => ({ started: false, pid: undefined, note, stop: async () => undefined });
+const none = (note: string): DockerEngine => ({
+  started: false,
+  pid: undefined,
+  note,
+  stop: async () => undefined,
+});
 
 /** Makes sure an engine answers when one can be had; never throws (the dev node then uses `process`). */
 export async function ensureDockerEngine(opts: { stateDir: string }): Promise<DockerEngine> {
   const docker = new Dockerode();
   if (await answers(docker)) return none("a Docker engine was already running");
   if (!onPath("dockerd")) return none("dockerd is not installed (apt-get install -y docker.io)");
-  if (process.getuid?.() !== 0) return none("no Docker engine answers and starting dockerd needs root");
+  if (process.getuid?.() !== 0)
+    return none("no Docker engine answers and starting dockerd needs root");
   mkdirSync(opts.stateDir, { recursive: true });
   const logPath = join(opts.stateDir, "dockerd.log");
   const logFd = openSync(logPath, "a");
@@ -84,7 +90,12 @@ export async function ensureDockerEngine(opts: { stateDir: string }): Promise<Do
   const deadline = Date.now() + READY_TIMEOUT_MS;
   while (Date.now() < deadline && !gone) {
     if (await answers(docker)) {
-      return { started: true, pid: child.pid, note: `started dockerd (pid ${child.pid}, log ${logPath}); stopped again on exit`, stop };
+      return {
+        started: true,
+        pid: child.pid,
+        note: `started dockerd (pid ${child.pid}, log ${logPath}); stopped again on exit`,
+        stop,
+      };
     }
     await new Promise((r) => setTimeout(r, POLL_MS));
   }

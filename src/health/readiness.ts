@@ -34,7 +34,9 @@ export const CHECK_BUDGET_MS = 2000;
 
 function withBudget(c: ReadinessCheck, budgetMs: number, clock: Clock): Promise<CheckResult> {
   return new Promise((resolve) => {
-    const cancel = clock.setTimer(budgetMs, () => resolve({ ok: false, detail: `no answer within ${budgetMs} ms` }));
+    const cancel = clock.setTimer(budgetMs, () =>
+      resolve({ ok: false, detail: `no answer within ${budgetMs} ms` }),
+    );
     c.run().then(
       (r) => {
         cancel();
@@ -49,13 +51,21 @@ function withBudget(c: ReadinessCheck, budgetMs: number, clock: Clock): Promise<
 }
 
 /** Runs every check (in parallel, each within `budgetMs` on `clock`); ready when all pass. */
-export async function checkReadiness(checks: readonly ReadinessCheck[], clock: Clock, budgetMs = CHECK_BUDGET_MS): Promise<Readiness> {
-  const results = await Promise.all(checks.map(async (c) => [c.name, await withBudget(c, budgetMs, clock)] as const));
+export async function checkReadiness(
+  checks: readonly ReadinessCheck[],
+  clock: Clock,
+  budgetMs = CHECK_BUDGET_MS,
+): Promise<Readiness> {
+  const results = await Promise.all(
+    checks.map(async (c) => [c.name, await withBudget(c, budgetMs, clock)] as const),
+  );
   return { ready: results.every(([, r]) => r.ok), checks: Object.fromEntries(results) };
 }
 
 /** `nats`: the bus answers a flush (a PING/PONG round trip on a real connection). */
-export function natsCheck(bus: () => { flush(): Promise<void>; isClosed(): boolean }): ReadinessCheck {
+export function natsCheck(
+  bus: () => { flush(): Promise<void>; isClosed(): boolean },
+): ReadinessCheck {
   return {
     name: "nats",
     async run() {
@@ -71,7 +81,11 @@ export function natsCheck(bus: () => { flush(): Promise<void>; isClosed(): boole
  * `partitions`: the partitions placement assigns to `nodeId` (`desired[p] === nodeId`) are all
  * held. `desired` and `held` are read at check time.
  */
-export function partitionsCheck(nodeId: string, desired: () => readonly (string | undefined)[], held: () => readonly number[]): ReadinessCheck {
+export function partitionsCheck(
+  nodeId: string,
+  desired: () => readonly (string | undefined)[],
+  held: () => readonly number[],
+): ReadinessCheck {
   return {
     name: "partitions",
     async run() {
@@ -80,7 +94,10 @@ export function partitionsCheck(nodeId: string, desired: () => readonly (string 
       const missing = want.filter((p) => !have.has(p));
       if (missing.length > 0) {
         const list = missing.slice(0, 10).join(",") + (missing.length > 10 ? ",…" : "");
-        return { ok: false, detail: `holding ${have.size}; placement assigns ${want.length} here, not yet held: ${list}` };
+        return {
+          ok: false,
+          detail: `holding ${have.size}; placement assigns ${want.length} here, not yet held: ${list}`,
+        };
       }
       return { ok: true, detail: `holding ${have.size} (placement assigns ${want.length} here)` };
     },

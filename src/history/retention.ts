@@ -50,15 +50,21 @@ const LIMITS: Record<keyof RetentionConfig, [number, number]> = {
 /** Defaults, overridden and validated (whole numbers within LIMITS), frozen. */
 export function retentionConfig(opts: Partial<RetentionConfig> = {}): RetentionConfig {
   const cfg = { ...DEFAULT_RETENTION, ...opts };
-  for (const [field, [min, max]] of Object.entries(LIMITS) as [keyof RetentionConfig, [number, number]][]) {
+  for (const [field, [min, max]] of Object.entries(LIMITS) as [
+    keyof RetentionConfig,
+    [number, number],
+  ][]) {
     const v = cfg[field];
     if (!Number.isInteger(v) || v < min || v > max) {
-      throw new KairosError("invalid_argument", `retention ${field}: ${v} is not a whole number ${min}-${max}`, { field });
+      throw new KairosError(
+        "invalid_argument",
+        `retention ${field}: ${v} is not a whole number ${min}-${max}`,
+        { field },
+      );
     }
   }
   return Object.freeze(cfg);
 }
-
 
 /** Occurrence time and manual sequence of a run id (ids.ts `parseRunId`), or null. */
 export function runTime(runId: string): { ms: number; seq: number } | null {
@@ -83,15 +89,34 @@ export function orderRunKeys(keys: readonly string[]): RunKeyOrder[] {
     const t = runTime(runId);
     if (t) out.push({ key, runId, ms: t.ms, scheduledFor: formatUtc(t.ms) });
   }
-  return out.sort((a, b) => (a.scheduledFor === b.scheduledFor ? (a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0) : a.scheduledFor < b.scheduledFor ? 1 : -1));
+  return out.sort((a, b) =>
+    a.scheduledFor === b.scheduledFor
+      ? a.runId < b.runId
+        ? 1
+        : a.runId > b.runId
+          ? -1
+          : 0
+      : a.scheduledFor < b.scheduledFor
+        ? 1
+        : -1,
+  );
 }
 
 /** The keys retention deletes from one job's records: beyond the newest keepRuns, or too old. */
-export function runsToPrune(keys: readonly string[], active: ReadonlySet<string>, cfg: RetentionConfig, nowMs: number): string[] {
+export function runsToPrune(
+  keys: readonly string[],
+  active: ReadonlySet<string>,
+  cfg: RetentionConfig,
+  nowMs: number,
+): string[] {
   const settled = orderRunKeys(keys).filter((k) => !active.has(k.runId));
   const out: string[] = [];
   settled.forEach((k, i) => {
-    if ((cfg.keepRuns > 0 && i >= cfg.keepRuns) || (cfg.maxAgeMs > 0 && k.ms < nowMs - cfg.maxAgeMs)) out.push(k.key);
+    if (
+      (cfg.keepRuns > 0 && i >= cfg.keepRuns) ||
+      (cfg.maxAgeMs > 0 && k.ms < nowMs - cfg.maxAgeMs)
+    )
+      out.push(k.key);
   });
   return out.reverse(); // oldest first
 }
@@ -101,7 +126,7 @@ export type RetentionMsg = { kind: "purge_deleted" } | { kind: "retention_sweep"
 /** Effects for the shell (performed after the state write, while the partition is held). */
 export type RetentionEffect =
   /** `settled` terminal records were written; `force`: prune now (the daily sweep). */
-  | { kind: "prune_runs"; settled: number; active: string[]; force: boolean }
-  | { kind: "purge_job" };
+  { kind: "prune_runs"; settled: number; active: string[]; force: boolean } | { kind: "purge_job" };
 
-export const isRetentionEffect = (fx: { kind: string }): fx is RetentionEffect => fx.kind === "prune_runs" || fx.kind === "purge_job";
+export const isRetentionEffect = (fx: { kind: string }): fx is RetentionEffect =>
+  fx.kind === "prune_runs" || fx.kind === "purge_job";

@@ -17,17 +17,28 @@ import { kvKeys, kvPurge, type KvKey, type KvStore } from "../cluster/kv.ts";
 import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
-import { runIdOfSuffix, runIndexKey, runIndexPrefix, runIndexSeq, type RunIndexEffect } from "./run-index.ts";
+import {
+  runIdOfSuffix,
+  runIndexKey,
+  runIndexPrefix,
+  runIndexSeq,
+  type RunIndexEffect,
+} from "./run-index.ts";
 
 interface StoredChunk {
   ids: string[];
   e: number;
 }
 
-const sameIds = (a: readonly string[], b: readonly string[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+const sameIds = (a: readonly string[], b: readonly string[]) =>
+  a.length === b.length && a.every((x, i) => x === b[i]);
 
 /** Writes one chunk of the job's index (see the module header); idempotent per (seq, ids). */
-export async function writeRunIndexChunk(runs: KvStore, ctx: Pick<ShellContext, "address" | "partition" | "epoch">, fx: RunIndexEffect): Promise<void> {
+export async function writeRunIndexChunk(
+  runs: KvStore,
+  ctx: Pick<ShellContext, "address" | "partition" | "epoch">,
+  fx: RunIndexEffect,
+): Promise<void> {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   const key = runIndexKey(ctx.partition, tenantId, jobId, fx.seq);
   const chunk: StoredChunk = { ids: fx.ids, e: ctx.epoch };
@@ -38,7 +49,11 @@ export async function writeRunIndexChunk(runs: KvStore, ctx: Pick<ShellContext, 
     key,
     (stored) => {
       if (stored === null) return { write: chunk, result: undefined };
-      if (stored.e > ctx.epoch) throw new KairosError("not_owner", `run index chunk ${fx.seq} of ${ctx.address.id} was written under a later epoch (${stored.e} > ${ctx.epoch})`);
+      if (stored.e > ctx.epoch)
+        throw new KairosError(
+          "not_owner",
+          `run index chunk ${fx.seq} of ${ctx.address.id} was written under a later epoch (${stored.e} > ${ctx.epoch})`,
+        );
       if (stored.e === ctx.epoch && sameIds(stored.ids, fx.ids)) return { done: undefined };
       return { write: chunk, result: undefined };
     },
@@ -52,13 +67,24 @@ export async function writeRunIndexChunk(runs: KvStore, ctx: Pick<ShellContext, 
 }
 
 /** The run ids of chunk `seq` (oldest first), or null when it is gone (pruned, purged). */
-export async function readRunIndexChunk(runs: KvStore, partition: number, tenantId: string, jobId: string, seq: number): Promise<string[] | null> {
+export async function readRunIndexChunk(
+  runs: KvStore,
+  partition: number,
+  tenantId: string,
+  jobId: string,
+  seq: number,
+): Promise<string[] | null> {
   const e = await runs.get(runIndexKey(partition, tenantId, jobId, seq));
   return e ? decode<StoredChunk>(e.value).ids.map((s) => runIdOfSuffix(jobId, s)) : null;
 }
 
 /** The job's chunk keys with their revisions, oldest seq first (headers only). */
-export async function listRunIndex(runs: KvStore, partition: number, tenantId: string, jobId: string): Promise<(KvKey & { seq: number })[]> {
+export async function listRunIndex(
+  runs: KvStore,
+  partition: number,
+  tenantId: string,
+  jobId: string,
+): Promise<(KvKey & { seq: number })[]> {
   const out: (KvKey & { seq: number })[] = [];
   for (const k of await kvKeys(runs, `${runIndexPrefix(partition, tenantId, jobId)}.*`)) {
     const seq = runIndexSeq(k.key);
@@ -73,7 +99,14 @@ export async function listRunIndex(runs: KvStore, partition: number, tenantId: s
  * that `remains` answers from: a chunk written after that listing may name records the listing
  * missed. Reads the chunks it removes plus one. Resolves to how many chunks were removed.
  */
-export async function pruneRunIndex(runs: KvStore, partition: number, tenantId: string, jobId: string, chunks: readonly (KvKey & { seq: number })[], remains: (runId: string) => boolean): Promise<number> {
+export async function pruneRunIndex(
+  runs: KvStore,
+  partition: number,
+  tenantId: string,
+  jobId: string,
+  chunks: readonly (KvKey & { seq: number })[],
+  remains: (runId: string) => boolean,
+): Promise<number> {
   let doomed = 0;
   for (const c of chunks) {
     const ids = await readRunIndexChunk(runs, partition, tenantId, jobId, c.seq);
@@ -84,13 +117,21 @@ export async function pruneRunIndex(runs: KvStore, partition: number, tenantId: 
   const kept = chunks.slice(doomed);
   // Chunks are written in seq order, so revisions grow with seq; a doomed chunk at or above the
   // oldest kept revision (never expected) simply stays.
-  const floor = kept.length > 0 ? Math.min(...kept.map((c) => c.revision)) : Math.max(...chunks.map((c) => c.revision)) + 1;
+  const floor =
+    kept.length > 0
+      ? Math.min(...kept.map((c) => c.revision))
+      : Math.max(...chunks.map((c) => c.revision)) + 1;
   const removed = chunks.slice(0, doomed).filter((c) => c.revision < floor).length;
   if (removed > 0) await kvPurge(runs, `${runIndexPrefix(partition, tenantId, jobId)}.*`, floor);
   return removed;
 }
 
 /** A deleted job's chunks, all of them (one purge). */
-export async function purgeRunIndex(runs: KvStore, partition: number, tenantId: string, jobId: string): Promise<void> {
+export async function purgeRunIndex(
+  runs: KvStore,
+  partition: number,
+  tenantId: string,
+  jobId: string,
+): Promise<void> {
   await kvPurge(runs, `${runIndexPrefix(partition, tenantId, jobId)}.*`);
 }

@@ -25,7 +25,6 @@ export interface RunIndexState {
   pending: string[];
 }
 
-
 /** Effect (pre, before the state write): write chunk `seq` holding `ids` (suffixes, oldest first). */
 export interface RunIndexEffect {
   kind: "write_run_index";
@@ -33,10 +32,16 @@ export interface RunIndexEffect {
   ids: string[];
 }
 
-export const isRunIndexEffect = (fx: { kind: string }): fx is RunIndexEffect => fx.kind === "write_run_index";
+export const isRunIndexEffect = (fx: { kind: string }): fx is RunIndexEffect =>
+  fx.kind === "write_run_index";
 
 /** KV key (runs bucket) of a job's chunk `seq`; zero-padded so the keys sort by seq. */
-export function runIndexKey(partition: number, tenantId: string, jobId: string, seq: number): string {
+export function runIndexKey(
+  partition: number,
+  tenantId: string,
+  jobId: string,
+  seq: number,
+): string {
   return `${runIndexPrefix(partition, tenantId, jobId)}.${String(seq).padStart(10, "0")}`;
 }
 
@@ -59,7 +64,8 @@ export function runIdSuffix(jobId: string, runId: string): string {
 export const runIdOfSuffix = (jobId: string, suffix: string): string => `${jobId}-${suffix}`;
 
 /** Number of indexed positions (the newest is this − 1). */
-export const indexLength = (ix: RunIndexState): number => ix.seq * RUN_INDEX_CHUNK + ix.pending.length;
+export const indexLength = (ix: RunIndexState): number =>
+  ix.seq * RUN_INDEX_CHUNK + ix.pending.length;
 
 /** Run ids of the records a decision creates, in order (see the module header for `settle`). */
 function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
@@ -71,7 +77,8 @@ function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
     }
     if (fx.kind !== "put_run") continue;
     const p = fx as { kind: "put_run"; mode: string; record: { run_id: string } };
-    if (p.mode === "create" || p.mode === "terminal" || p.mode === "settle") out.push(p.record.run_id);
+    if (p.mode === "create" || p.mode === "terminal" || p.mode === "settle")
+      out.push(p.record.run_id);
   }
   return out;
 }
@@ -80,7 +87,12 @@ function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
  * Adds the records `pre` creates to the index: appended to `pending`, and every full CHUNK moved
  * into a chunk effect. Null when nothing changes. A new job (`created`) starts with an empty index.
  */
-export function indexDecision(prev: RunIndexState | undefined, jobId: string, pre: readonly { kind: string }[] | undefined, created: boolean): { index: RunIndexState; effects: RunIndexEffect[] } | null {
+export function indexDecision(
+  prev: RunIndexState | undefined,
+  jobId: string,
+  pre: readonly { kind: string }[] | undefined,
+  created: boolean,
+): { index: RunIndexState; effects: RunIndexEffect[] } | null {
   const ids = createdRunIds(pre);
   const base = prev ?? (created ? { seq: 0, pending: [] } : undefined);
   if (!base || (ids.length === 0 && prev)) return null;

@@ -10,13 +10,21 @@
  * node created has an empty baseline; a write whose baseline was evicted counts nothing. Each node
  * counts what it wrote: sum across nodes in PromQL.
  */
-import { countAttempt, countDeadLetter, countLeaseExpiry, countRetry, observeDispatchLag } from "../metrics/index.ts";
+import {
+  countAttempt,
+  countDeadLetter,
+  countLeaseExpiry,
+  countRetry,
+  observeDispatchLag,
+} from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "../protocol/model.ts";
 import { TERMINAL, lapseKind, type LapseKind } from "../protocol/model.ts";
 import type { RunsWaiting } from "./run-waiting.ts";
 
 /** The job shell's post effects a run waits for (its `acquire_slot` and `dispatch` effects). */
-export type WaitingEffect = { kind: "acquire_slot"; run_id: string } | { kind: "dispatch"; run_id: string; scheduled_for_ms: number };
+export type WaitingEffect =
+  | { kind: "acquire_slot"; run_id: string }
+  | { kind: "dispatch"; run_id: string; scheduled_for_ms: number };
 
 /** Where the counts go (the Prometheus recorders; a test passes its own). */
 export interface RunMetricsSink {
@@ -83,7 +91,12 @@ export class RunMetrics {
   }
 
   /** This node wrote `record` under `key` (`created`: the write created the key). Counts what changed. */
-  written(key: string, record: RunView, created: boolean, stillOwner: () => boolean = () => true): void {
+  written(
+    key: string,
+    record: RunView,
+    created: boolean,
+    stillOwner: () => boolean = () => true,
+  ): void {
     this.waiting?.record(record, stillOwner);
     const before = created ? EMPTY : this.#baselines.get(key);
     if (before !== undefined) this.#count(before, record);
@@ -94,7 +107,8 @@ export class RunMetrics {
   /** A post effect the shell performs: a slot request or a worker offer means the run waits for it. */
   effect(fx: WaitingEffect, stillOwner: () => boolean): void {
     if (fx.kind === "acquire_slot") this.waiting?.effect(fx.run_id, "slot", stillOwner);
-    else if (fx.kind === "dispatch") this.waiting?.effect(fx.run_id, "worker", stillOwner, fx.scheduled_for_ms);
+    else if (fx.kind === "dispatch")
+      this.waiting?.effect(fx.run_id, "worker", stillOwner, fx.scheduled_for_ms);
   }
 
   /** Baselines held (for tests: terminal runs leave none). */
@@ -104,14 +118,18 @@ export class RunMetrics {
 
   #keep(key: string, b: Baseline): void {
     this.#baselines.delete(key);
-    if (this.#baselines.size >= this.limit) this.#baselines.delete(this.#baselines.keys().next().value!);
+    if (this.#baselines.size >= this.limit)
+      this.#baselines.delete(this.#baselines.keys().next().value!);
     this.#baselines.set(key, b);
   }
 
   #count(before: Baseline, r: RunView): void {
     const tenant = r.tenant_id;
     if (!before.started && r.started_at !== null) {
-      this.sink.dispatchLag(tenant, (Date.parse(r.started_at) - Date.parse(r.scheduled_for)) / 1000);
+      this.sink.dispatchLag(
+        tenant,
+        (Date.parse(r.started_at) - Date.parse(r.scheduled_for)) / 1000,
+      );
     }
     let seen = 0;
     for (const a of r.attempts) {
@@ -121,7 +139,8 @@ export class RunMetrics {
       if (a.outcome === "lease_lost") this.sink.leaseExpiry(lapseKind(a.error));
     }
     if (r.status !== before.status) {
-      const requeued = r.status === "queued" && (before.status === "leased" || before.status === "running");
+      const requeued =
+        r.status === "queued" && (before.status === "leased" || before.status === "running");
       if (r.status === "retry_wait" || requeued) this.sink.retry(tenant);
       if (r.status === "failed" || r.status === "timed_out") this.sink.deadLetter(tenant);
     }

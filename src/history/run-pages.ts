@@ -41,16 +41,24 @@ export function decodeCursor(c: string, n: number): string[] {
   return parts;
 }
 
-const badCursor = () => new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
+const badCursor = () =>
+  new KairosError("invalid_argument", "cursor: not a cursor returned by this API", {
+    field: "cursor",
+  });
 
 /**
  * Reads the values of `keys` in order, a batch at a time, until `want` of them pass `pick` (null:
  * skip; a key gone meanwhile is skipped too). Without a filter that is one batch of `want` reads.
  * From any replica: for pages shown, never for a decision (see the module header).
  */
-export async function readPage<T>(kv: KvStore, keys: readonly { key: string }[], want: number, pick: (e: KvEntry) => T | null): Promise<T[]> {
+export async function readPage<T>(
+  kv: KvStore,
+  keys: readonly { key: string }[],
+  want: number,
+  pick: (e: KvEntry) => T | null,
+): Promise<T[]> {
   const out: T[] = [];
-  for (let i = 0; i < keys.length && out.length < want; ) {
+  for (let i = 0; i < keys.length && out.length < want;) {
     const batch = keys.slice(i, i + want - out.length);
     i += batch.length;
     for (const e of await Promise.all(batch.map((k) => kv.get(k.key, REPLICA_READ)))) {
@@ -61,14 +69,21 @@ export async function readPage<T>(kv: KvStore, keys: readonly { key: string }[],
   return out;
 }
 
-const matches = (q: RunsPageQuery) => (e: KvEntry): RunView | null => {
-  const stored = runView(e.value);
-  const r = q.view ? q.view(stored) : stored;
-  return q.status === undefined || r.status === q.status ? r : null;
-};
+const matches =
+  (q: RunsPageQuery) =>
+  (e: KvEntry): RunView | null => {
+    const stored = runView(e.value);
+    const r = q.view ? q.view(stored) : stored;
+    return q.status === undefined || r.status === q.status ? r : null;
+  };
 
 /** A page of an indexed job (see the module header). */
-export async function indexedRunsPage(runs: KvStore, partition: number, job: { tenantId: string; jobId: string; index: RunIndexState }, q: RunsPageQuery): Promise<Page<RunView>> {
+export async function indexedRunsPage(
+  runs: KvStore,
+  partition: number,
+  job: { tenantId: string; jobId: string; index: RunIndexState },
+  q: RunsPageQuery,
+): Promise<Page<RunView>> {
   const { tenantId, jobId } = job;
   const ix = job.index;
   let next = indexLength(ix) - 1; // the next position to examine
@@ -83,7 +98,8 @@ export async function indexedRunsPage(runs: KvStore, partition: number, job: { t
   const idAt = async (pos: number): Promise<string | null> => {
     const seq = Math.floor(pos / RUN_INDEX_CHUNK);
     if (seq >= ix.seq) return runIdOfSuffix(jobId, ix.pending[pos - ix.seq * RUN_INDEX_CHUNK]!);
-    if (!chunks.has(seq)) chunks.set(seq, await readRunIndexChunk(runs, partition, tenantId, jobId, seq));
+    if (!chunks.has(seq))
+      chunks.set(seq, await readRunIndexChunk(runs, partition, tenantId, jobId, seq));
     return chunks.get(seq)?.[pos % RUN_INDEX_CHUNK] ?? null;
   };
   const want = q.limit + 1;
@@ -104,7 +120,9 @@ export async function indexedRunsPage(runs: KvStore, partition: number, job: { t
     }
     if (next < 0) ended = true;
     examined += batch.length;
-    const entries = await Promise.all(batch.map((b) => runs.get(runKey(partition, tenantId, jobId, b.id), REPLICA_READ)));
+    const entries = await Promise.all(
+      batch.map((b) => runs.get(runKey(partition, tenantId, jobId, b.id), REPLICA_READ)),
+    );
     entries.forEach((e, i) => {
       const run = e ? pick(e) : null;
       if (run) found.push({ run, pos: batch[i]!.pos });
@@ -114,11 +132,20 @@ export async function indexedRunsPage(runs: KvStore, partition: number, job: { t
   let cursor: number | null = null;
   if (found.length > q.limit) cursor = page[page.length - 1]!.pos;
   else if (!ended) cursor = next + 1; // the bound was hit: continue below the last position examined
-  return { items: page.map((f) => f.run), next_cursor: cursor === null ? null : encodeCursor(["ix", String(cursor)]) };
+  return {
+    items: page.map((f) => f.run),
+    next_cursor: cursor === null ? null : encodeCursor(["ix", String(cursor)]),
+  };
 }
 
 /** A page of a job created before the index: its keys listed and ordered (module header). */
-export async function legacyRunsPage(runs: KvStore, partition: number, tenantId: string, jobId: string, q: RunsPageQuery): Promise<Page<RunView>> {
+export async function legacyRunsPage(
+  runs: KvStore,
+  partition: number,
+  tenantId: string,
+  jobId: string,
+  q: RunsPageQuery,
+): Promise<Page<RunView>> {
   let cur: [string, string] | undefined;
   if (q.cursor !== undefined) {
     const [a, b] = decodeCursor(q.cursor, 2);
@@ -126,10 +153,17 @@ export async function legacyRunsPage(runs: KvStore, partition: number, tenantId:
     cur = [a!, b!];
   }
   // Newest first by (scheduled_for, run_id), both read from the keys (ids.ts runIdFor).
-  const keys = orderRunKeys((await kvKeys(runs, `${partition}.${tenantId}.${jobId}.*`)).map((k) => k.key))
-    .filter((k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]));
+  const keys = orderRunKeys(
+    (await kvKeys(runs, `${partition}.${tenantId}.${jobId}.*`)).map((k) => k.key),
+  ).filter(
+    (k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]),
+  );
   const found = await readPage(runs, keys, q.limit + 1, matches(q));
   const page = found.slice(0, q.limit);
   const last = page[page.length - 1];
-  return { items: page, next_cursor: found.length > q.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null };
+  return {
+    items: page,
+    next_cursor:
+      found.length > q.limit && last ? encodeCursor([last.scheduled_for, last.run_id]) : null,
+  };
 }

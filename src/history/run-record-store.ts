@@ -36,7 +36,8 @@ export class RunRecordStore {
   #remember(key: string, rev: number, record: RunView): void {
     this.#revisions.delete(key);
     if (TERMINAL.has(record.status)) return;
-    if (this.#revisions.size >= REVISION_CACHE_LIMIT) this.#revisions.delete(this.#revisions.keys().next().value!);
+    if (this.#revisions.size >= REVISION_CACHE_LIMIT)
+      this.#revisions.delete(this.#revisions.keys().next().value!);
     this.#revisions.set(key, rev);
   }
 
@@ -47,7 +48,12 @@ export class RunRecordStore {
 
   /** A transition of an active run that is not written (`note_run`): counted as if it were. */
   note(ctx: ShellContext, record: RunView): void {
-    this.metrics.written(runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id), record, false, () => ctx.stillOwner());
+    this.metrics.written(
+      runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id),
+      record,
+      false,
+      () => ctx.stillOwner(),
+    );
   }
 
   /**
@@ -80,18 +86,26 @@ export class RunRecordStore {
         } else {
           const stored = decodeRunRecord(e.value);
           this.metrics.known(key, stored.record);
-          if (stored.epoch > ctx.epoch) throw new KairosError("not_owner", `run record ${record.run_id} was written under a later epoch (${stored.epoch} > ${ctx.epoch})`);
+          if (stored.epoch > ctx.epoch)
+            throw new KairosError(
+              "not_owner",
+              `run record ${record.run_id} was written under a later epoch (${stored.epoch} > ${ctx.epoch})`,
+            );
           if (mode !== "update" && TERMINAL.has(stored.record.status)) return; // already settled
           rev = e.revision;
         }
       }
-      const r = rev === 0 ? await this.runs.create(key, value) : await this.runs.update(key, value, rev);
+      const r =
+        rev === 0 ? await this.runs.create(key, value) : await this.runs.update(key, value, rev);
       if (r.ok) {
         this.metrics.written(key, record, rev === 0, () => ctx.stillOwner());
         return this.#remember(key, r.revision, record);
       }
       this.#revisions.delete(key);
     }
-    throw new KairosError("conflict", `run record ${record.run_id} keeps changing under this owner`);
+    throw new KairosError(
+      "conflict",
+      `run record ${record.run_id} keeps changing under this owner`,
+    );
   }
 }

@@ -54,8 +54,10 @@ export class RunRetention {
   /** Performs one retention effect of the job actor `actorId` (`<tenant>.<job>`) in `partition`. */
   async perform(partition: number, actorId: string, fx: RetentionEffect): Promise<void> {
     if (fx.kind === "purge_job") return this.purgeJob(partition, actorId);
-    const since = (this.#since.get(actorId) ?? firstCount(actorId, this.config.pruneEveryRuns)) + fx.settled;
-    if ((!fx.force && since < this.config.pruneEveryRuns) || this.#busy.has(actorId)) return this.#count(actorId, since);
+    const since =
+      (this.#since.get(actorId) ?? firstCount(actorId, this.config.pruneEveryRuns)) + fx.settled;
+    if ((!fx.force && since < this.config.pruneEveryRuns) || this.#busy.has(actorId))
+      return this.#count(actorId, since);
     this.#busy.add(actorId);
     try {
       this.#count(actorId, 0);
@@ -77,7 +79,14 @@ export class RunRetention {
     // records this listing misses).
     const chunks = await listRunIndex(this.deps.runs, partition, tenantId, jobId);
     const keys = await kvKeys(this.deps.runs, filter);
-    const dropped = new Set(runsToPrune(keys.map((k) => k.key), active, this.config, this.deps.nowMs()));
+    const dropped = new Set(
+      runsToPrune(
+        keys.map((k) => k.key),
+        active,
+        this.config,
+        this.deps.nowMs(),
+      ),
+    );
     // Everything of the job below the oldest revision kept goes in one purge (no markers left).
     let floor = Number.MAX_SAFE_INTEGER;
     let newest = 0;
@@ -87,7 +96,8 @@ export class RunRetention {
     }
     if (floor === Number.MAX_SAFE_INTEGER) floor = newest + 1; // nothing kept: all of it
     // (It also removes the delete markers of earlier passes' late records once all kept are newer.)
-    if (keys.some((k) => dropped.has(k.key) && k.revision < floor)) await kvPurge(this.deps.runs, filter, floor);
+    if (keys.some((k) => dropped.has(k.key) && k.revision < floor))
+      await kvPurge(this.deps.runs, filter, floor);
     const late: KvKey[] = keys.filter((k) => dropped.has(k.key) && k.revision >= floor);
     const batch = late.slice(0, this.config.maxDeletesPerPass);
     let next = 0;
@@ -99,9 +109,17 @@ export class RunRetention {
     };
     await Promise.all(Array.from({ length: Math.min(DELETE_CONCURRENCY, batch.length) }, lane));
     // The oldest chunks of the runs index whose runs are all gone now go too.
-    const gone = new Set([...keys.filter((k) => dropped.has(k.key) && k.revision < floor), ...batch].map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)));
-    const remaining = new Set(keys.map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)).filter((id) => !gone.has(id)));
-    await pruneRunIndex(this.deps.runs, partition, tenantId, jobId, chunks, (id) => remaining.has(id));
+    const gone = new Set(
+      [...keys.filter((k) => dropped.has(k.key) && k.revision < floor), ...batch].map((k) =>
+        k.key.slice(k.key.lastIndexOf(".") + 1),
+      ),
+    );
+    const remaining = new Set(
+      keys.map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)).filter((id) => !gone.has(id)),
+    );
+    await pruneRunIndex(this.deps.runs, partition, tenantId, jobId, chunks, (id) =>
+      remaining.has(id),
+    );
     return late.length - batch.length;
   }
 

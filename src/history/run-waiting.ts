@@ -36,7 +36,12 @@ export class RunsWaiting {
       return;
     }
     const w = this.#runs.get(r.run_id);
-    this.#set(r.run_id, { reason: w?.reason ?? "slot", dueMs: Date.parse(r.scheduled_for), stillOwner, touchedMs: this.now() });
+    this.#set(r.run_id, {
+      reason: w?.reason ?? "slot",
+      dueMs: Date.parse(r.scheduled_for),
+      stillOwner,
+      touchedMs: this.now(),
+    });
   }
 
   /** A post effect for a run: it now waits for a slot (`acquire_slot`) or a worker (`dispatch`). */

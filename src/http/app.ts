@@ -14,7 +14,12 @@ import { KairosError } from "../lib/errors.ts";
 import { type ApiEnv, bearerAuth } from "./auth.ts";
 import { DEFAULT_MAX_BODY_BYTES, limitBody } from "./body.ts";
 import { toHttpError } from "./errors.ts";
-import { DEFAULT_RATE_LIMITS, TokenBuckets, rateLimited, type RateLimitOptions } from "./rate-limit.ts";
+import {
+  DEFAULT_RATE_LIMITS,
+  TokenBuckets,
+  rateLimited,
+  type RateLimitOptions,
+} from "./rate-limit.ts";
 import { openApiDocument } from "./openapi.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
@@ -78,7 +83,10 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     return c.json(e.body, e.status);
   });
   app.notFound((c) => {
-    const e = toHttpError(new KairosError("not_found", `no route ${c.req.method} ${c.req.path.slice(0, 200)}`), () => undefined);
+    const e = toHttpError(
+      new KairosError("not_found", `no route ${c.req.method} ${c.req.path.slice(0, 200)}`),
+      () => undefined,
+    );
     closeIfBodyUnread(c);
     return c.json(e.body, e.status);
   });
@@ -92,15 +100,28 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const nowMs = () => deps.clock.monoMs();
   app.use(
     "/v1/*",
-    bearerAuth(deps.tenants, { failures, clientAddress: deps.clientAddress ?? socketAddress, nowMs }),
+    bearerAuth(deps.tenants, {
+      failures,
+      clientAddress: deps.clientAddress ?? socketAddress,
+      nowMs,
+    }),
     async (c, next) => {
       const wait = perTenant.take(c.get("tenant").tenant_id, nowMs());
-      if (wait > 0) throw rateLimited(`rate limit of ${limits.tenantPerSecond} requests/s for this tenant exceeded`, wait);
+      if (wait > 0)
+        throw rateLimited(
+          `rate limit of ${limits.tenantPerSecond} requests/s for this tenant exceeded`,
+          wait,
+        );
       await next();
     },
     limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
   );
-  const ops = createOperations({ jobs: deps.jobs, clock: deps.clock, imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE, ...(deps.taskLimits ? { taskLimits: deps.taskLimits } : {}) });
+  const ops = createOperations({
+    jobs: deps.jobs,
+    clock: deps.clock,
+    imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE,
+    ...(deps.taskLimits ? { taskLimits: deps.taskLimits } : {}),
+  });
   registerJobRoutes(app, ops);
   registerRunRoutes(app, ops);
   return app;

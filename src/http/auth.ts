@@ -30,7 +30,10 @@ export interface AuthThrottle {
 }
 
 /** Middleware that authenticates the request or throws `unauthenticated` (or `rate_limited`). */
-export function bearerAuth(tenants: TenantDirectory, throttle?: AuthThrottle): MiddlewareHandler<ApiEnv> {
+export function bearerAuth(
+  tenants: TenantDirectory,
+  throttle?: AuthThrottle,
+): MiddlewareHandler<ApiEnv> {
   return async (c, next) => {
     const client = throttle?.clientAddress(c);
     if (client !== undefined) {

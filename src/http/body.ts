@@ -17,7 +17,11 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
   return bodyLimit({
     maxSize: maxBytes,
     onError: () => {
-      throw new KairosError("payload_too_large", `body: larger than the limit of ${maxBytes} bytes`, { field: "body" });
+      throw new KairosError(
+        "payload_too_large",
+        `body: larger than the limit of ${maxBytes} bytes`,
+        { field: "body" },
+      );
     },
   });
 }
@@ -26,7 +30,10 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
 export async function readJson(c: Context): Promise<unknown> {
   const type = c.req.header("content-type");
   if (type === undefined || !/^application\/json\s*(;|$)/i.test(type)) {
-    throw invalid("Content-Type", `must be application/json, got ${show(type)} (curl: -H 'Content-Type: application/json')`);
+    throw invalid(
+      "Content-Type",
+      `must be application/json, got ${show(type)} (curl: -H 'Content-Type: application/json')`,
+    );
   }
   return parseJsonText(await c.req.text());
 }

@@ -56,10 +56,16 @@ export function toHttpError(e: unknown, log: (err: unknown) => void): HttpError 
   const status = k === undefined ? 500 : statusOf(k.code);
   if (k === undefined || status === 500) {
     log(e);
-    return { status: 500, body: { error: { code: "internal", message: "internal error" } }, headers: {} };
+    return {
+      status: 500,
+      body: { error: { code: "internal", message: "internal error" } },
+      headers: {},
+    };
   }
-  const retryAfterS = k.retryAfterMs === undefined ? RETRY_AFTER_S : Math.max(1, Math.ceil(k.retryAfterMs / 1000));
-  const headers: Record<string, string> = status === 429 || status === 503 ? { "Retry-After": String(retryAfterS) } : {};
+  const retryAfterS =
+    k.retryAfterMs === undefined ? RETRY_AFTER_S : Math.max(1, Math.ceil(k.retryAfterMs / 1000));
+  const headers: Record<string, string> =
+    status === 429 || status === 503 ? { "Retry-After": String(retryAfterS) } : {};
   if (status === 401) headers["WWW-Authenticate"] = 'Bearer realm="kairos"';
   return { status, body: { error: k.toJSON() }, headers };
 }
@@ -68,8 +74,10 @@ export function toHttpError(e: unknown, log: (err: unknown) => void): HttpError 
 function asKairosError(e: unknown): KairosError | undefined {
   if (isKairosError(e)) return e;
   if (e instanceof HTTPException) {
-    if (e.status === 413) return new KairosError("payload_too_large", "request body too large", { field: "body" });
-    if (e.status >= 400 && e.status < 500) return new KairosError("invalid_argument", e.message || "bad request");
+    if (e.status === 413)
+      return new KairosError("payload_too_large", "request body too large", { field: "body" });
+    if (e.status >= 400 && e.status < 500)
+      return new KairosError("invalid_argument", e.message || "bad request");
   }
   return undefined;
 }

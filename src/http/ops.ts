@@ -37,8 +37,16 @@ export const METRICS_TOKEN_CHARS = { min: 16, max: 512 } as const;
  */
 export function parseMetricsToken(text: string, field = "metrics-token-file"): string {
   const token = text.trim();
-  if (token.length < METRICS_TOKEN_CHARS.min || token.length > METRICS_TOKEN_CHARS.max || !/^[\x21-\x7e]+$/.test(token)) {
-    throw new KairosError("invalid_argument", `${field}: the token must be ${METRICS_TOKEN_CHARS.min}-${METRICS_TOKEN_CHARS.max} printable characters without spaces (e.g. \`openssl rand -hex 32\`)`, { field });
+  if (
+    token.length < METRICS_TOKEN_CHARS.min ||
+    token.length > METRICS_TOKEN_CHARS.max ||
+    !/^[\x21-\x7e]+$/.test(token)
+  ) {
+    throw new KairosError(
+      "invalid_argument",
+      `${field}: the token must be ${METRICS_TOKEN_CHARS.min}-${METRICS_TOKEN_CHARS.max} printable characters without spaces (e.g. \`openssl rand -hex 32\`)`,
+      { field },
+    );
   }
   return token;
 }
@@ -47,12 +55,16 @@ const digest = (s: string): Buffer => createHash("sha256").update(s).digest();
 
 /** Whether an Authorization header carries `token` (constant time in the header's content). */
 export function bearerMatches(header: string | undefined, token: string): boolean {
-  const m = header !== undefined && header.length <= 1024 ? /^Bearer +(\S+) *$/i.exec(header) : null;
+  const m =
+    header !== undefined && header.length <= 1024 ? /^Bearer +(\S+) *$/i.exec(header) : null;
   return timingSafeEqual(digest(m?.[1] ?? ""), digest(token)) && m !== null;
 }
 
 /** Adds `/readyz` to an app (the API app has its own `/healthz`; it never gets `/metrics`). */
-export function registerReadiness<E extends Env>(app: Hono<E>, deps: Pick<OpsDeps, "readiness">): void {
+export function registerReadiness<E extends Env>(
+  app: Hono<E>,
+  deps: Pick<OpsDeps, "readiness">,
+): void {
   app.get("/readyz", async (c) => {
     const r = await deps.readiness();
     return c.json(r, r.ready ? 200 : 503);
@@ -62,18 +74,39 @@ export function registerReadiness<E extends Env>(app: Hono<E>, deps: Pick<OpsDep
 /** The app of a `--metrics-port` listener: `/healthz`, `/readyz`, `/metrics`, JSON 404 otherwise. */
 export function createOpsApp(deps: OpsDeps, opts: OpsAppOptions = {}): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
-  const token = opts.metricsToken === undefined ? undefined : parseMetricsToken(opts.metricsToken, "metricsToken");
+  const token =
+    opts.metricsToken === undefined
+      ? undefined
+      : parseMetricsToken(opts.metricsToken, "metricsToken");
   app.get("/healthz", (c) => c.json({ ok: true }));
   registerReadiness(app, deps);
   app.get("/metrics", async (c) => {
     if (token !== undefined && !bearerMatches(c.req.header("authorization"), token)) {
       c.header("WWW-Authenticate", 'Bearer realm="kairos-metrics"');
-      return c.json({ error: { code: "unauthenticated", message: "/metrics needs Authorization: Bearer <metrics token>" } }, 401);
+      return c.json(
+        {
+          error: {
+            code: "unauthenticated",
+            message: "/metrics needs Authorization: Bearer <metrics token>",
+          },
+        },
+        401,
+      );
     }
     const m = await deps.metrics();
     return c.body(m.body, 200, { "content-type": m.contentType });
   });
-  app.notFound((c) => c.json({ error: { code: "not_found", message: `no route ${c.req.method} ${c.req.path.slice(0, 200)}` } }, 404));
+  app.notFound((c) =>
+    c.json(
+      {
+        error: {
+          code: "not_found",
+          message: `no route ${c.req.method} ${c.req.path.slice(0, 200)}`,
+        },
+      },
+      404,
+    ),
+  );
   app.onError((_e, c) => c.json({ error: { code: "internal", message: "internal error" } }, 500));
   return app;
 }

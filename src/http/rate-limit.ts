@@ -44,8 +44,18 @@ export class TokenBuckets {
     private readonly burst: number,
     private readonly maxKeys = MAX_LIMITER_KEYS,
   ) {
-    if (!(Number.isFinite(perSecond) && perSecond >= 0)) throw new KairosError("invalid_argument", `rate limit: ${perSecond} per second is not a number >= 0`, { field: "rate_limit" });
-    if (perSecond > 0 && !(Number.isInteger(burst) && burst >= 1)) throw new KairosError("invalid_argument", `rate limit burst: ${burst} is not an integer >= 1`, { field: "rate_limit_burst" });
+    if (!(Number.isFinite(perSecond) && perSecond >= 0))
+      throw new KairosError(
+        "invalid_argument",
+        `rate limit: ${perSecond} per second is not a number >= 0`,
+        { field: "rate_limit" },
+      );
+    if (perSecond > 0 && !(Number.isInteger(burst) && burst >= 1))
+      throw new KairosError(
+        "invalid_argument",
+        `rate limit burst: ${burst} is not an integer >= 1`,
+        { field: "rate_limit_burst" },
+      );
   }
 
   get enabled(): boolean {
@@ -81,10 +91,14 @@ export class TokenBuckets {
     let b = this.#buckets.get(key);
     if (b === undefined) {
       b = { tokens: this.burst, atMs: nowMs };
-      if (this.#buckets.size >= this.maxKeys) this.#buckets.delete(this.#buckets.keys().next().value!);
+      if (this.#buckets.size >= this.maxKeys)
+        this.#buckets.delete(this.#buckets.keys().next().value!);
     } else {
       this.#buckets.delete(key); // re-inserted below: Map order is least recently used first
-      b.tokens = Math.min(this.burst, b.tokens + (Math.max(0, nowMs - b.atMs) / 1000) * this.perSecond);
+      b.tokens = Math.min(
+        this.burst,
+        b.tokens + (Math.max(0, nowMs - b.atMs) / 1000) * this.perSecond,
+      );
       b.atMs = nowMs;
     }
     this.#buckets.set(key, b);
@@ -94,5 +108,9 @@ export class TokenBuckets {
 
 /** The 429 for a limit: `retryAfterMs` becomes the `Retry-After` header (whole seconds, ≥ 1). */
 export function rateLimited(what: string, retryAfterMs: number): KairosError {
-  return new KairosError("rate_limited", `${what}; retry after ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s`, { retryAfterMs });
+  return new KairosError(
+    "rate_limited",
+    `${what}; retry after ${Math.max(1, Math.ceil(retryAfterMs / 1000))} s`,
+    { retryAfterMs },
+  );
 }

@@ -27,21 +27,24 @@ export function serveApi(app: Hono<ApiEnv>, opts: ServeOptions = {}): Promise<Ap
   return new Promise((resolve, reject) => {
     let server: ServerType | undefined = undefined;
     const onError = (e: unknown): void => reject(e instanceof Error ? e : new Error(String(e)));
-    server = serve({ fetch: app.fetch, hostname: host, port: opts.port ?? 0 }, (info: AddressInfo) => {
-      server?.off("error", onError);
-      const urlHost = info.family === "IPv6" ? `[${info.address}]` : info.address;
-      const s = server;
-      resolve({
-        url: `http://${urlHost}:${info.port}`,
-        port: info.port,
-        close: () =>
-          new Promise<void>((res, rej) => {
-            if (s === undefined) return res();
-            s.close((err) => (err ? rej(err) : res()));
-            if ("closeIdleConnections" in s) s.closeIdleConnections();
-          }),
-      });
-    });
+    server = serve(
+      { fetch: app.fetch, hostname: host, port: opts.port ?? 0 },
+      (info: AddressInfo) => {
+        server?.off("error", onError);
+        const urlHost = info.family === "IPv6" ? `[${info.address}]` : info.address;
+        const s = server;
+        resolve({
+          url: `http://${urlHost}:${info.port}`,
+          port: info.port,
+          close: () =>
+            new Promise<void>((res, rej) => {
+              if (s === undefined) return res();
+              s.close((err) => (err ? rej(err) : res()));
+              if ("closeIdleConnections" in s) s.closeIdleConnections();
+            }),
+        });
+      },
+    );
     server.once("error", onError);
   });
 }

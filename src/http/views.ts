@@ -7,28 +7,36 @@ import { z } from "zod";
 import { BACKOFFS, MISFIRES, OVERLAPS, RUN_STATUSES } from "../protocol/model.ts";
 import { ScheduleSchema, TaskViewSchema } from "../app/schemas.ts";
 
-const instant = z.string().meta({ format: "date-time", description: "RFC 3339 UTC", examples: ["2030-01-01T09:00:00Z"] });
+const instant = z
+  .string()
+  .meta({ format: "date-time", description: "RFC 3339 UTC", examples: ["2030-01-01T09:00:00Z"] });
 
 /** A job as the API returns it. */
-export const JobViewSchema = z
-  .looseObject({
-    job_id: z.string(),
-    tenant_id: z.string(),
-    version: z.int().min(1),
-    name: z.string().nullable(),
-    schedule: ScheduleSchema,
-    task: TaskViewSchema,
-    retry: z.object({ max_attempts: z.int(), backoff: z.enum(BACKOFFS), base_s: z.int(), max_s: z.int() }),
-    overlap: z.enum(OVERLAPS),
-    misfire: z.object({ policy: z.enum(MISFIRES), starting_deadline_s: z.int().nullable() }),
-    flex_window_s: z.int(),
-    enabled: z.boolean(),
-    created_at: instant,
-    updated_at: instant,
-    next_run_at: instant.nullable(),
-    next_runs: z.array(instant).optional().meta({ description: "only in single-job responses: the next 5 run times" }),
-  })
-  ;
+export const JobViewSchema = z.looseObject({
+  job_id: z.string(),
+  tenant_id: z.string(),
+  version: z.int().min(1),
+  name: z.string().nullable(),
+  schedule: ScheduleSchema,
+  task: TaskViewSchema,
+  retry: z.object({
+    max_attempts: z.int(),
+    backoff: z.enum(BACKOFFS),
+    base_s: z.int(),
+    max_s: z.int(),
+  }),
+  overlap: z.enum(OVERLAPS),
+  misfire: z.object({ policy: z.enum(MISFIRES), starting_deadline_s: z.int().nullable() }),
+  flex_window_s: z.int(),
+  enabled: z.boolean(),
+  created_at: instant,
+  updated_at: instant,
+  next_run_at: instant.nullable(),
+  next_runs: z
+    .array(instant)
+    .optional()
+    .meta({ description: "only in single-job responses: the next 5 run times" }),
+});
 
 const attempt = z.object({
   attempt: z.int().min(1),
@@ -36,41 +44,54 @@ const attempt = z.object({
   started_at: instant.nullable(),
   finished_at: instant.nullable(),
   exit_code: z.int().nullable(),
-  outcome: z.enum(["succeeded", "failed", "timed_out", "oom", "lease_lost", "cancelled", "error"]).nullable(),
+  outcome: z
+    .enum(["succeeded", "failed", "timed_out", "oom", "lease_lost", "cancelled", "error"])
+    .nullable(),
   error: z.string().nullable(),
 });
 
 /** A run as the API returns it. */
-export const RunViewSchema = z
-  .looseObject({
-    run_id: z.string(),
-    job_id: z.string(),
-    tenant_id: z.string(),
-    scheduled_for: instant,
-    trigger: z.enum(["schedule", "manual", "catch_up"]),
-    status: z.enum(RUN_STATUSES),
-    attempt: z.int().min(0),
-    attempts: z.array(attempt),
-    created_at: instant,
-    started_at: instant.nullable(),
-    finished_at: instant.nullable(),
-    next_attempt_at: instant.nullable().meta({ description: "set while status is retry_wait" }),
-    result: z.object({ exit_code: z.int().nullable(), output: z.string().meta({ description: "tail of stdout/stderr, bounded" }) }).nullable(),
-    reason: z.string().nullable(),
-  })
-  ;
+export const RunViewSchema = z.looseObject({
+  run_id: z.string(),
+  job_id: z.string(),
+  tenant_id: z.string(),
+  scheduled_for: instant,
+  trigger: z.enum(["schedule", "manual", "catch_up"]),
+  status: z.enum(RUN_STATUSES),
+  attempt: z.int().min(0),
+  attempts: z.array(attempt),
+  created_at: instant,
+  started_at: instant.nullable(),
+  finished_at: instant.nullable(),
+  next_attempt_at: instant.nullable().meta({ description: "set while status is retry_wait" }),
+  result: z
+    .object({
+      exit_code: z.int().nullable(),
+      output: z.string().meta({ description: "tail of stdout/stderr, bounded" }),
+    })
+    .nullable(),
+  reason: z.string().nullable(),
+});
 
 /** A page of jobs. */
-export const JobPageSchema = z.object({ jobs: z.array(JobViewSchema), next_cursor: z.string().nullable() });
+export const JobPageSchema = z.object({
+  jobs: z.array(JobViewSchema),
+  next_cursor: z.string().nullable(),
+});
 /** A page of runs. */
-export const RunPageSchema = z.object({ runs: z.array(RunViewSchema), next_cursor: z.string().nullable() });
+export const RunPageSchema = z.object({
+  runs: z.array(RunViewSchema),
+  next_cursor: z.string().nullable(),
+});
 
 /** The error body of every non-2xx response. */
-export const ErrorSchema = z
-  .object({
-    error: z.object({
-      code: z.string().meta({ description: "stable error code, e.g. invalid_argument, not_found" }),
-      message: z.string(),
-      field: z.string().optional().meta({ description: "the offending input, e.g. task.timeout_s or If-Match" }),
-    }),
-  });
+export const ErrorSchema = z.object({
+  error: z.object({
+    code: z.string().meta({ description: "stable error code, e.g. invalid_argument, not_found" }),
+    message: z.string(),
+    field: z
+      .string()
+      .optional()
+      .meta({ description: "the offending input, e.g. task.timeout_s or If-Match" }),
+  }),
+});

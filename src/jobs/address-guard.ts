@@ -17,23 +17,28 @@ function shown(v: unknown): string {
 }
 
 function field(msg: unknown, name: string): unknown {
-  return typeof msg === "object" && msg !== null ? (msg as Record<string, unknown>)[name] : undefined;
+  return typeof msg === "object" && msg !== null
+    ? (msg as Record<string, unknown>)[name]
+    : undefined;
 }
 
 /** `job/<tenant>.<job>`: a `tenant_id` or `job_id` in the message must be the address's. */
 export const jobAddressGuard: MessageGuard = (id, msg) => {
   const { tenantId, jobId } = splitJobActorId(id);
   const t = field(msg, "tenant_id");
-  if (t !== undefined && t !== tenantId) return `message for tenant ${shown(t)} addressed to a job of tenant ${tenantId}`;
+  if (t !== undefined && t !== tenantId)
+    return `message for tenant ${shown(t)} addressed to a job of tenant ${tenantId}`;
   const j = field(msg, "job_id");
-  if (j !== undefined && j !== jobId) return `message for job ${shown(j)} addressed to job ${jobId}`;
+  if (j !== undefined && j !== jobId)
+    return `message for job ${shown(j)} addressed to job ${jobId}`;
   return undefined;
 };
 
 /** `tenant/<tenant>`: a `tenant_id`, or the tenant of a `job` address, must be this tenant. */
 export const tenantAddressGuard: MessageGuard = (id, msg) => {
   const t = field(msg, "tenant_id");
-  if (t !== undefined && t !== id) return `message for tenant ${shown(t)} addressed to tenant ${id}`;
+  if (t !== undefined && t !== id)
+    return `message for tenant ${shown(t)} addressed to tenant ${id}`;
   const jobs = [field(msg, "job")];
   // A `slots` batch (slot-broker.ts) names a job per acquire: every one must be of this tenant.
   const asks = field(msg, "acquire");

@@ -23,7 +23,13 @@ import { complete, completionKey, heartbeatKey } from "./run-lifecycle.ts";
 import { heartbeatAck, onRunMessage } from "./run-messages.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
-import { DEFAULT_JOB_CONFIG, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "./job-types.ts";
+import {
+  DEFAULT_JOB_CONFIG,
+  type JobActorConfig,
+  type JobEffect,
+  type JobMsg,
+  type JobReply,
+} from "./job-types.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
 
 // Limits and names defined with the code that uses them, exported here for the shell and tests.
@@ -38,29 +44,65 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
   const fx: HostEffect<JobMsg>[] = [];
   // A bound set by an earlier owner, whose clock may differ from this one's: allowed the start
   // tolerance (1 s); beyond it the kill grace in the bound (drainGraceMs) absorbs the skew.
-  for (const d of s.draining ?? []) fx.push({ kind: "timer", name: `drain:${d.run_id}`, atMs: Math.max(d.until_ms + START_SKEW_TOLERANCE_MS, ctx.nowMs), msg: { kind: "drained", run_id: d.run_id, fence: d.fence } });
+  for (const d of s.draining ?? [])
+    fx.push({
+      kind: "timer",
+      name: `drain:${d.run_id}`,
+      atMs: Math.max(d.until_ms + START_SKEW_TOLERANCE_MS, ctx.nowMs),
+      msg: { kind: "drained", run_id: d.run_id, fence: d.fence },
+    });
   if (!s.job || s.deleted) return fx;
-  if (s.next_run_at_ms !== null) fx.push({ kind: "timer", name: "fire", atMs: fireAt(cfg, s, ctx.nowMs), msg: { kind: "fire" } });
+  if (s.next_run_at_ms !== null)
+    fx.push({
+      kind: "timer",
+      name: "fire",
+      atMs: fireAt(cfg, s, ctx.nowMs),
+      msg: { kind: "fire" },
+    });
   for (const r of s.runs) {
-    if (needsGate(s, r)) fx.push({ kind: "timer", name: `gate:${r.run_id}`, atMs: r.scheduled_for_ms, msg: { kind: "gate", run_id: r.run_id } });
+    if (needsGate(s, r))
+      fx.push({
+        kind: "timer",
+        name: `gate:${r.run_id}`,
+        atMs: r.scheduled_for_ms,
+        msg: { kind: "gate", run_id: r.run_id },
+      });
     if (isLeased(r)) {
       // A fresh grace period: live workers re-heartbeat with the same fence.
-      fx.push({ kind: "timer", name: `lease:${r.run_id}`, atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs, msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence } });
+      fx.push({
+        kind: "timer",
+        name: `lease:${r.run_id}`,
+        atMs: Math.max(ctx.nowMs, r.start_at_ms) + cfg.leaseTtlMs,
+        msg: { kind: "lease_expired", run_id: r.run_id, fence: r.fence },
+      });
     } else if (r.status === "retry_wait" && r.next_attempt_at_ms !== null) {
-      fx.push({ kind: "timer", name: `retry:${r.run_id}`, atMs: r.next_attempt_at_ms, msg: { kind: "retry_due", run_id: r.run_id } });
+      fx.push({
+        kind: "timer",
+        name: `retry:${r.run_id}`,
+        atMs: r.next_attempt_at_ms,
+        msg: { kind: "retry_due", run_id: r.run_id },
+      });
     } else if (r.status === "queued") {
       // An offer of the previous owner may have been accepted: give its worker the offer timeout
       // to claim it by heartbeat before offering again under a new fence. (It cannot be running
       // unclaimed: workers start only after an acknowledged heartbeat.)
       const wait = r.fence > 0 ? cfg.offerTimeoutMs : 0;
-      fx.push({ kind: "timer", name: `dispatch:${r.run_id}`, atMs: ctx.nowMs + wait, msg: { kind: "redispatch", run_id: r.run_id } });
+      fx.push({
+        kind: "timer",
+        name: `dispatch:${r.run_id}`,
+        atMs: ctx.nowMs + wait,
+        msg: { kind: "redispatch", run_id: r.run_id },
+      });
     }
   }
   return fx;
 }
 
 /** The job actor under `cfg`; `faults` only in the simulation's self-tests (faults.ts). */
-export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG, faults: JobFaults = NO_FAULTS): ActorDefinition<JobState, JobMsg, JobReply, JobEffect> {
+export function makeJobActor(
+  cfg: JobActorConfig = DEFAULT_JOB_CONFIG,
+  faults: JobFaults = NO_FAULTS,
+): ActorDefinition<JobState, JobMsg, JobReply, JobEffect> {
   return {
     type: JOB_ACTOR,
     loadOnAcquire: true,
@@ -75,14 +117,22 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG, faults: J
     // A completion report's arrival counts as the lease's heartbeat too (the worker does not
     // heartbeat an attempt whose report is on the wire): it proves the holder alive, and its
     // attempt has ended — a lease kept longer by it cannot let two executions overlap.
-    arrivalKey: (m) => (m.kind === "heartbeat" || m.kind === "complete" ? heartbeatKey(m.run_id, m.fence, m.worker) : undefined),
+    arrivalKey: (m) =>
+      m.kind === "heartbeat" || m.kind === "complete"
+        ? heartbeatKey(m.run_id, m.fence, m.worker)
+        : undefined,
     // A worker's completion report or heartbeat sent again (its answer timed out, or the next
     // round came) while the first still waits here behind a turn: one turn for both. Safe for
     // heartbeats: the copy's arrival is recorded before it joins (the lease runs from it), and
     // the shared reply is decided after that arrival, so its cover ends no later than for the copy
     // alone; a start the copy carried (`started_at_ms`) comes again with the next round or the
     // completion. (One attempt ends once: a report's content is fixed.)
-    coalesceKey: (m) => (m.kind === "complete" ? completionKey(m.run_id, m.fence, m.worker) : m.kind === "heartbeat" ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}` : undefined),
+    coalesceKey: (m) =>
+      m.kind === "complete"
+        ? completionKey(m.run_id, m.fence, m.worker)
+        : m.kind === "heartbeat"
+          ? `heartbeat|${heartbeatKey(m.run_id, m.fence, m.worker)}`
+          : undefined,
     // Admitted ahead of a burst's completion turns: a claim (the dispatcher's `claimed`, or a
     // worker's heartbeat under the offer's fence) — the offer dies on the worker after lease TTL −
     // margin without it — and EVERY heartbeat: a running attempt's worker kills it itself once no
@@ -92,20 +142,38 @@ export function makeJobActor(cfg: JobActorConfig = DEFAULT_JOB_CONFIG, faults: J
     onLoad: loadJobState,
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.
-      if (m.kind === "active_runs") return s.job && !s.deleted ? { reply: activeRunsReply(s), alsoQueue: false } : undefined;
+      if (m.kind === "active_runs")
+        return s.job && !s.deleted ? { reply: activeRunsReply(s), alsoQueue: false } : undefined;
       if (m.kind !== "heartbeat") return undefined;
       const r = s.runs.find((x) => x.run_id === m.run_id);
       // A dead offer, answered from memory: the run is gone, or it has moved on to another fence
       // (fences are never handed out twice, so no message in the mailbox can make this one
       // current again). Through the mailbox, a burst's dead offers re-asked every round queued
       // faster than they were answered (200,000-run burst: 100,000+ per 5 s).
-      if (s.job && !s.deleted && (!r || r.fence !== m.fence)) return { fail: { code: "lease_lost", message: `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone` } };
+      if (s.job && !s.deleted && (!r || r.fence !== m.fence))
+        return {
+          fail: {
+            code: "lease_lost",
+            message: `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`,
+          },
+        };
       if (!r || r.fence !== m.fence || r.worker !== m.worker || !isLeased(r)) return undefined;
       // The first heartbeat after the start still goes through the mailbox (status running).
-      return { reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs), alsoQueue: r.status === "leased" && m.started_at_ms !== undefined };
+      return {
+        reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs),
+        alsoQueue: r.status === "leased" && m.started_at_ms !== undefined,
+      };
     },
     receive(state, msg, ctx) {
-      const tx = new Tx(state, ctx.nowMs, cfg, occur, ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined, ctx.pending ? (k) => ctx.pending!(k) : undefined, faults);
+      const tx = new Tx(
+        state,
+        ctx.nowMs,
+        cfg,
+        occur,
+        ctx.arrivalMs ? (k) => ctx.arrivalMs!(k) : undefined,
+        ctx.pending ? (k) => ctx.pending!(k) : undefined,
+        faults,
+      );
       if (msg.kind !== "create" && !state.job) {
         return tx.done(null, fail("not_found", `job ${splitJobActorId(ctx.id).jobId} not found`));
       }

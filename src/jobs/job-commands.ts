@@ -20,7 +20,10 @@ import { createRun, dropQueued, settleNext } from "./occurrences.ts";
 import { cancelRunTimers, finish } from "./run-lifecycle.ts";
 import { fail, type D, type Tx } from "./tx.ts";
 
-type CommandMsg = Extract<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" }>;
+type CommandMsg = Extract<
+  JobMsg,
+  { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" }
+>;
 type Command<K extends CommandMsg["kind"]> = Extract<CommandMsg, { kind: K }>;
 
 /** Null when the spec's schedule compiles; otherwise why not (as a command failure). */
@@ -57,12 +60,21 @@ export function command(tx: Tx, m: CommandMsg): D {
 function create(tx: Tx, m: Command<"create">): D {
   const s = tx.s;
   if (s.job) {
-    if (!s.deleted && s.job.request_hash === m.request_hash) return tx.done({ job: jobView(s, nextRuns(s, 5)) });
+    if (!s.deleted && s.job.request_hash === m.request_hash)
+      return tx.done({ job: jobView(s, nextRuns(s, 5)) });
     return tx.done(null, fail("conflict", `job ${m.job_id} already exists`));
   }
   const bad = validSchedule(m.spec);
   if (bad) return tx.done(null, bad);
-  s.job = { tenant_id: m.tenant_id, job_id: m.job_id, spec: m.spec, version: 1, created_at_ms: tx.now, updated_at_ms: tx.now, request_hash: m.request_hash };
+  s.job = {
+    tenant_id: m.tenant_id,
+    job_id: m.job_id,
+    spec: m.spec,
+    version: 1,
+    created_at_ms: tx.now,
+    updated_at_ms: tx.now,
+    request_hash: m.request_hash,
+  };
   s.next_run_at_ms = firstAfter(m.spec, tx.now);
   tx.changed = true;
   tx.armFire();
@@ -74,7 +86,14 @@ function patch(tx: Tx, m: Command<"patch">): D {
   const job = s.job!;
   if (tx.recalled(m.request_id)) return tx.done({ job: jobView(s, nextRuns(s, 5)) }); // a retry of a patch that applied
   if (m.if_match !== undefined && m.if_match !== job.version) {
-    return tx.done(null, fail("precondition_failed", `If-Match: job is at version ${job.version}, not ${m.if_match}`, "If-Match"));
+    return tx.done(
+      null,
+      fail(
+        "precondition_failed",
+        `If-Match: job is at version ${job.version}, not ${m.if_match}`,
+        "If-Match",
+      ),
+    );
   }
   const before = job.spec;
   const spec: JobSpec = { ...before, ...m.patch };
@@ -89,8 +108,20 @@ function patch(tx: Tx, m: Command<"patch">): D {
     // reply), and one that did start meanwhile is killed. Runs already running go on. A new
     // schedule cancels only the runs prepared ahead for occurrences it no longer calls for.
     for (const r of [...s.runs]) {
-      if (!spec.enabled ? notStarted(r) : r.trigger !== "manual" && r.scheduled_for_ms > tx.now && (r.status === "queued" || r.status === "leased")) {
-        finish(tx, r, "cancelled", spec.enabled ? "schedule changed before it started" : "job paused before it started", null);
+      if (
+        !spec.enabled
+          ? notStarted(r)
+          : r.trigger !== "manual" &&
+            r.scheduled_for_ms > tx.now &&
+            (r.status === "queued" || r.status === "leased")
+      ) {
+        finish(
+          tx,
+          r,
+          "cancelled",
+          spec.enabled ? "schedule changed before it started" : "job paused before it started",
+          null,
+        );
       }
     }
     // A new schedule: what was handled ahead of now is no longer, beyond the runs still active.
@@ -99,13 +130,19 @@ function patch(tx: Tx, m: Command<"patch">): D {
     // it named skipped every occurrence of the new schedule before it — up to a look-ahead window
     // of them (5 min). (A pause keeps it: the schedule has no occurrence before the prepared one,
     // which is the next, and a resume's next run is then the one after it, as the job view says.)
-    const ahead = Math.max(tx.now, ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms));
-    if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) s.last_occurrence_ms = ahead;
+    const ahead = Math.max(
+      tx.now,
+      ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms),
+    );
+    if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead)
+      s.last_occurrence_ms = ahead;
   }
-  if ((!spec.enabled && before.enabled) || scheduleChanged) settleNext(tx, spec.enabled ? "schedule changed" : "job paused", before);
+  if ((!spec.enabled && before.enabled) || scheduleChanged)
+    settleNext(tx, spec.enabled ? "schedule changed" : "job paused", before);
   if (!spec.enabled) s.next_run_at_ms = null;
   else if (scheduleChanged || !before.enabled) s.next_run_at_ms = firstAfter(spec, tx.now, s); // resume: no catch-up
-  if (!spec.enabled || spec.overlap !== "queue") dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
+  if (!spec.enabled || spec.overlap !== "queue")
+    dropQueued(tx, spec.enabled ? "overlap policy changed" : "job paused");
   if (m.request_id !== undefined) tx.remember({ id: m.request_id, version: s.job.version });
   tx.changed = true;
   tx.armFire();
@@ -147,13 +184,26 @@ function unprepareQueued(tx: Tx): void {
     // Sent back only while its worker cannot start it before its fence is dead: a queue attempt has
     // no cover, so it needs an acknowledgement fresher than TTL − margin, and its start may come up
     // to START_SKEW_TOLERANCE_MS early by this clock.
-    if (!r.gate || r.trigger === "manual" || r.started_at_ms !== null || r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS) continue;
+    if (
+      !r.gate ||
+      r.trigger === "manual" ||
+      r.started_at_ms !== null ||
+      r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS
+    )
+      continue;
     if (r.worker !== null && r.status !== "queued" && !r.no_cover) continue;
     s.runs = s.runs.filter((x) => x !== r);
     cancelRunTimers(tx, r.run_id);
-    if (r.worker !== null && r.fence > 0) tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+    if (r.worker !== null && r.fence > 0)
+      tx.post.push({
+        kind: "cancel_on_worker",
+        worker: r.worker,
+        run_id: r.run_id,
+        fence: r.fence,
+      });
     if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
-    if (!s.queued.includes(r.scheduled_for_ms)) s.queued = [r.scheduled_for_ms, ...s.queued].sort((a, b) => a - b);
+    if (!s.queued.includes(r.scheduled_for_ms))
+      s.queued = [r.scheduled_for_ms, ...s.queued].sort((a, b) => a - b);
   }
 }
 
@@ -169,13 +219,25 @@ function runNow(tx: Tx, m: Command<"run_now">): D {
     const active = tx.run(prior.run_id);
     return tx.done(active ? { run: activeRunView(job, active) } : { run_id: prior.run_id });
   }
-  if (slotsHeld(s) >= tx.cfg.maxActiveRuns) return tx.done(null, fail("quota_exceeded", `job has ${s.runs.length} active runs and ${slotsHeld(s) - s.runs.length} still being stopped (at most ${tx.cfg.maxActiveRuns} together)`));
+  if (slotsHeld(s) >= tx.cfg.maxActiveRuns)
+    return tx.done(
+      null,
+      fail(
+        "quota_exceeded",
+        `job has ${s.runs.length} active runs and ${slotsHeld(s) - s.runs.length} still being stopped (at most ${tx.cfg.maxActiveRuns} together)`,
+      ),
+    );
   if (job.spec.overlap === "queue") unprepareQueued(tx);
   const seq = ++s.manual_seq;
   // Named by the request's time, not this owner's now, so that every try of one request (the same
   // message, the same manual_seq read back after a lost write) names the same run. Its record is
   // written after the state (`recorded_after`). Bounded: a time far from this clock is not taken.
-  const at = m.requested_at_ms !== undefined && Number.isSafeInteger(m.requested_at_ms) && Math.abs(m.requested_at_ms - tx.now) <= REQUESTED_AT_BOUND_MS ? m.requested_at_ms : tx.now;
+  const at =
+    m.requested_at_ms !== undefined &&
+    Number.isSafeInteger(m.requested_at_ms) &&
+    Math.abs(m.requested_at_ms - tx.now) <= REQUESTED_AT_BOUND_MS
+      ? m.requested_at_ms
+      : tx.now;
   const runId = runIdFor(job.job_id, at, seq);
   createRun(tx, at, "manual", runId, false, Math.min(at, tx.now)); // it starts now, whatever the API node's clock said
   tx.changed = true; // written: manual_seq names the next manual run (a fire's creation is deferred, this is not)

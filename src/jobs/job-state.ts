@@ -141,7 +141,10 @@ export const FENCE_BLOCK = 1_024;
 
 /** A state read back from KV: fences continue above everything an earlier incarnation reserved. */
 export function loadJobState(s: JobState): JobState {
-  const fenced = s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq ? { ...s, fence_seq: s.fence_reserved } : s;
+  const fenced =
+    s.fence_reserved !== undefined && s.fence_reserved > s.fence_seq
+      ? { ...s, fence_seq: s.fence_reserved }
+      : s;
   // A count of unanswered probes is memory only (run-messages.ts `probeOrLapse`); one a later
   // write happened to store must not let a new owner lapse a lease without asking.
   return fenced.runs.some((r) => r.probes !== undefined)
@@ -150,7 +153,13 @@ export function loadJobState(s: JobState): JobState {
 }
 
 export const emptyJobState = (): JobState => ({
-  job: null, deleted: false, next_run_at_ms: null, runs: [], queued: [], fence_seq: 0, manual_seq: 0,
+  job: null,
+  deleted: false,
+  next_run_at_ms: null,
+  runs: [],
+  queued: [],
+  fence_seq: 0,
+  manual_seq: 0,
 });
 
 /** Event times (created, started, finished) keep milliseconds; occurrence times are whole seconds. */
@@ -194,7 +203,12 @@ export function activeRunView(j: JobRecord, r: ActiveRun): RunView {
 /** A terminal record for an occurrence that never ran (skipped, missed) or a finished run. */
 export function terminalRunView(
   j: JobRecord,
-  base: { run_id: string; scheduled_for_ms: number; trigger: RunView["trigger"]; created_at_ms: number },
+  base: {
+    run_id: string;
+    scheduled_for_ms: number;
+    trigger: RunView["trigger"];
+    created_at_ms: number;
+  },
   status: Exclude<RunStatus, ActiveStatus>,
   nowMs: number,
   extra: Partial<Pick<RunView, "attempt" | "attempts" | "started_at" | "result" | "reason">> = {},

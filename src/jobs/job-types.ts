@@ -76,7 +76,14 @@ export type JobMsg =
   /** `after_probe`: the probe's answer never came (run-messages.ts `onLeaseExpired`). */
   | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
   /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder, and the worker no longer advertises). */
-  | { kind: "probe_answer"; run_id: string; fence: number; worker: string; reply: ProbeReply | null; gone?: true }
+  | {
+      kind: "probe_answer";
+      run_id: string;
+      fence: number;
+      worker: string;
+      reply: ProbeReply | null;
+      gone?: true;
+    }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */
   | { kind: "gate"; run_id: string }
@@ -112,9 +119,24 @@ export type JobEffect =
    * now): the grant lives that long plus the task's timeout plus the shell's grace. `start_at_ms`:
    * when it can start (the tenant grants its waiting runs earliest start first).
    */
-  | { kind: "acquire_slot"; run_id: string; grant: string; timeout_s: number; starts_in_ms: number; start_at_ms: number }
+  | {
+      kind: "acquire_slot";
+      run_id: string;
+      grant: string;
+      timeout_s: number;
+      starts_in_ms: number;
+      start_at_ms: number;
+    }
   | { kind: "release_slot"; grant: string }
-  | { kind: "dispatch"; run_id: string; fence: number; attempt: number; start_at_ms: number; scheduled_for_ms: number; task: TaskInput }
+  | {
+      kind: "dispatch";
+      run_id: string;
+      fence: number;
+      attempt: number;
+      start_at_ms: number;
+      scheduled_for_ms: number;
+      task: TaskInput;
+    }
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   /** Ask the worker what became of an attempt whose lease fell silent; answered by `probe_answer`. */
   | { kind: "probe_worker"; worker: string; run_id: string; attempt: number; fence: number }
@@ -122,4 +144,13 @@ export type JobEffect =
 
 /** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-messages.ts `heartbeatAck`). */
 /** `runs` and `index` answer `active_runs`: the active runs' views and the runs index (run-index.ts). */
-export type JobReply = { job?: JobView; run?: RunView; runs?: RunView[]; index?: RunIndexState; run_id?: string; ok?: true; hold?: true; cover_ms?: number } | null;
+export type JobReply = {
+  job?: JobView;
+  run?: RunView;
+  runs?: RunView[];
+  index?: RunIndexState;
+  run_id?: string;
+  ok?: true;
+  hold?: true;
+  cover_ms?: number;
+} | null;

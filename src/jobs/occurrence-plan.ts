@@ -19,7 +19,11 @@ export function scheduleOf(spec: JobSpec): CompiledSchedule {
   const k = JSON.stringify(spec.schedule);
   let s = schedules.get(k);
   if (!s) {
-    s = compileSchedule("cron" in spec.schedule ? { cron: spec.schedule.cron, time_zone: spec.schedule.time_zone } : { at: spec.schedule.at });
+    s = compileSchedule(
+      "cron" in spec.schedule
+        ? { cron: spec.schedule.cron, time_zone: spec.schedule.time_zone }
+        : { at: spec.schedule.at },
+    );
     if (schedules.size > 10_000) schedules.clear();
     schedules.set(k, s);
   }
@@ -91,7 +95,13 @@ function aheadFor(s: JobState, now: number): boolean {
  */
 function undecided(s: JobState, now: number): number | undefined {
   let at: number | undefined;
-  for (const r of s.runs) if (r.trigger !== "manual" && r.scheduled_for_ms > now && (at === undefined || r.scheduled_for_ms < at)) at = r.scheduled_for_ms;
+  for (const r of s.runs)
+    if (
+      r.trigger !== "manual" &&
+      r.scheduled_for_ms > now &&
+      (at === undefined || r.scheduled_for_ms < at)
+    )
+      at = r.scheduled_for_ms;
   return at;
 }
 
@@ -106,7 +116,12 @@ function undecided(s: JobState, now: number): number | undefined {
  */
 export function holdOf(s: JobState, r: ActiveRun): boolean {
   if (!r.gate || s.job?.spec.overlap !== "skip") return false;
-  return s.runs.some((x) => x !== r && (x.created_at_ms < r.created_at_ms || (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)));
+  return s.runs.some(
+    (x) =>
+      x !== r &&
+      (x.created_at_ms < r.created_at_ms ||
+        (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)),
+  );
 }
 
 /**
@@ -153,5 +168,7 @@ export function nextRuns(s: JobState, count: number): number[] {
 
 /** The next occurrence after now that has not been handled yet (never re-fires an old one). */
 export function firstAfter(spec: JobSpec, nowMs: number, s?: JobState): number | null {
-  return spec.enabled ? (scheduleOf(spec).next(Math.max(nowMs, s?.last_occurrence_ms ?? 0), 1)[0] ?? null) : null;
+  return spec.enabled
+    ? (scheduleOf(spec).next(Math.max(nowMs, s?.last_occurrence_ms ?? 0), 1)[0] ?? null)
+    : null;
 }

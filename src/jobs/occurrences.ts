@@ -20,7 +20,14 @@ import { finish } from "./run-lifecycle.ts";
 import type { Tx } from "./tx.ts";
 
 /** A new active run for an occurrence (or a manual run): its record created first, then a slot asked for. */
-export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], runId: string, gate = false, startFromMs = scheduledForMs): void {
+export function createRun(
+  tx: Tx,
+  scheduledForMs: number,
+  trigger: RunView["trigger"],
+  runId: string,
+  gate = false,
+  startFromMs = scheduledForMs,
+): void {
   const spec = tx.job.spec;
   const r: ActiveRun = {
     run_id: runId,
@@ -48,7 +55,8 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
   tx.putRun(r, true);
   // The decision at the due instant (skip if a blocking run is still active then; replace the
   // runs started since): only when there is one to take (`needsGate`).
-  if (needsGate(tx.s, r)) tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
+  if (needsGate(tx.s, r))
+    tx.timer(`gate:${runId}`, scheduledForMs, { kind: "gate", run_id: runId });
   askSlot(tx, r);
   // Deferred when nothing else in the decision must be written (a run-now remembers its request
   // id, a replace finishes runs: those write): lost, the record stays and the re-fire of the
@@ -57,12 +65,24 @@ export function createRun(tx: Tx, scheduledForMs: number, trigger: RunView["trig
 }
 
 /** A terminal record for an occurrence that does not run. */
-function recordTerminal(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"], status: "skipped" | "missed", reason: string): void {
+function recordTerminal(
+  tx: Tx,
+  scheduledForMs: number,
+  trigger: RunView["trigger"],
+  status: "skipped" | "missed",
+  reason: string,
+): void {
   const run_id = runIdFor(tx.job.job_id, scheduledForMs);
   tx.pre.push({
     kind: "put_run",
     mode: "terminal",
-    record: terminalRunView(tx.job, { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now }, status, tx.now, { reason }),
+    record: terminalRunView(
+      tx.job,
+      { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now },
+      status,
+      tx.now,
+      { reason },
+    ),
   });
 }
 
@@ -72,7 +92,13 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
   const runId = runIdFor(tx.job.job_id, scheduledForMs);
   if (tx.s.runs.some((r) => r.run_id === runId)) return; // re-fired after a crash: already there
   if (slotsHeld(tx.s) >= tx.cfg.maxActiveRuns) {
-    recordTerminal(tx, scheduledForMs, trigger, "skipped", `too many active runs (${tx.cfg.maxActiveRuns}, counting those still being stopped)`);
+    recordTerminal(
+      tx,
+      scheduledForMs,
+      trigger,
+      "skipped",
+      `too many active runs (${tx.cfg.maxActiveRuns}, counting those still being stopped)`,
+    );
     return;
   }
   switch (tx.job.spec.overlap) {
@@ -81,14 +107,27 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
     case "skip":
       // Not due yet (look-ahead): prepared under a gate, decided at the due instant.
       if (scheduledForMs > tx.now) return createRun(tx, scheduledForMs, trigger, runId, true);
-      if (active) return recordTerminal(tx, scheduledForMs, trigger, "skipped", "overlap: an earlier run is still active");
+      if (active)
+        return recordTerminal(
+          tx,
+          scheduledForMs,
+          trigger,
+          "skipped",
+          "overlap: an earlier run is still active",
+        );
       return createRun(tx, scheduledForMs, trigger, runId);
     case "queue":
       // Not due yet (look-ahead, only with no run active — occurrence-plan.ts `lookahead`; or an
       // occurrence sent back to the queue by a run-now, job-commands.ts): prepared gated.
       if (!active) return createRun(tx, scheduledForMs, trigger, runId, scheduledForMs > tx.now);
       if (tx.s.queued.length >= tx.cfg.queueLimit) {
-        return recordTerminal(tx, scheduledForMs, trigger, "skipped", `overlap: queue full (${tx.cfg.queueLimit})`);
+        return recordTerminal(
+          tx,
+          scheduledForMs,
+          trigger,
+          "skipped",
+          `overlap: queue full (${tx.cfg.queueLimit})`,
+        );
       }
       tx.s.queued.push(scheduledForMs);
       tx.changed = true;
@@ -96,10 +135,12 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
     case "replace":
       // Not due yet (look-ahead, only with no run active): prepared gated; at its due instant its
       // `gate` cancels any run scheduled before it that is still active (run-lifecycle.ts onGate).
-      if (scheduledForMs > tx.now && !active) return createRun(tx, scheduledForMs, trigger, runId, true);
+      if (scheduledForMs > tx.now && !active)
+        return createRun(tx, scheduledForMs, trigger, runId, true);
       // Written (not deferred): the replaced runs' workers are told to stop and their slots drain.
       if (tx.s.runs.length > 0) tx.changed = true;
-      for (const r of [...tx.s.runs]) finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
+      for (const r of [...tx.s.runs])
+        finish(tx, r, "cancelled", "replaced by a newer occurrence", null);
       return createRun(tx, scheduledForMs, trigger, runId);
   }
 }
@@ -120,7 +161,11 @@ export function fire(tx: Tx): void {
   // queue/replace act on the runs active at a due instant: one prepared ahead never rides with
   // occurrences due now (they may start runs it would then have to queue behind or replace).
   const aheadWithDue = s.job.spec.overlap === "allow" || s.job.spec.overlap === "skip";
-  while (cursor <= horizon && !(due.length > 0 && due[due.length - 1]! > tx.now) && !(cursor > tx.now && due.length > 0 && !aheadWithDue)) {
+  while (
+    cursor <= horizon &&
+    !(due.length > 0 && due[due.length - 1]! > tx.now) &&
+    !(cursor > tx.now && due.length > 0 && !aheadWithDue)
+  ) {
     if (due.length >= MAX_ENUMERATED) {
       due.shift();
       dropped++;
@@ -130,20 +175,32 @@ export function fire(tx: Tx): void {
   }
   if (due.length === 0) return tx.armFire();
   const { policy, starting_deadline_s } = s.job.spec.misfire;
-  const pastDeadline = (o: number) => starting_deadline_s !== null && tx.now - o > starting_deadline_s * 1000;
+  const pastDeadline = (o: number) =>
+    starting_deadline_s !== null && tx.now - o > starting_deadline_s * 1000;
   const isLate = (o: number) => tx.now - o > tx.cfg.misfireGraceMs;
   const late = due.filter((o) => isLate(o) && !pastDeadline(o));
   // Bounded catch-up: at most `catchUpLimit` records for occurrences that will not run (the
   // newest ones), and with run_all at most `catchUpLimit` runs (the newest ones).
-  const toRun = new Set(policy === "run_all" ? late.slice(-tx.cfg.catchUpLimit) : policy === "run_once" ? late.slice(-1) : []);
+  const toRun = new Set(
+    policy === "run_all"
+      ? late.slice(-tx.cfg.catchUpLimit)
+      : policy === "run_once"
+        ? late.slice(-1)
+        : [],
+  );
   const notRun = due.filter((o) => (isLate(o) || pastDeadline(o)) && !toRun.has(o));
   const recorded = new Set(notRun.slice(-tx.cfg.catchUpLimit));
   const unrecorded = notRun.length - recorded.size + dropped;
   for (const o of due) {
     if (toRun.has(o)) occur(tx, o, "catch_up");
     else if (recorded.has(o)) {
-      const why = pastDeadline(o) ? `misfire: past starting deadline (${starting_deadline_s} s)` : `misfire (${policy})`;
-      const extra = o === notRun[notRun.length - recorded.size] && unrecorded > 0 ? `; ${unrecorded} earlier occurrence(s) not recorded (limit ${tx.cfg.catchUpLimit})` : "";
+      const why = pastDeadline(o)
+        ? `misfire: past starting deadline (${starting_deadline_s} s)`
+        : `misfire (${policy})`;
+      const extra =
+        o === notRun[notRun.length - recorded.size] && unrecorded > 0
+          ? `; ${unrecorded} earlier occurrence(s) not recorded (limit ${tx.cfg.catchUpLimit})`
+          : "";
       recordTerminal(tx, o, "catch_up", "missed", why + extra);
     } else if (!isLate(o) && !pastDeadline(o)) occur(tx, o, "schedule");
   }
@@ -178,8 +235,15 @@ export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): vo
     const run_id = runIdFor(tx.job.job_id, o);
     if (!tx.run(run_id)) {
       tx.pre.push({
-        kind: "put_run", mode: "settle",
-        record: terminalRunView(tx.job, { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now }, "cancelled", tx.now, { reason: `${why} before the occurrence started` }),
+        kind: "put_run",
+        mode: "settle",
+        record: terminalRunView(
+          tx.job,
+          { run_id, scheduled_for_ms: o, trigger: "schedule", created_at_ms: tx.now },
+          "cancelled",
+          tx.now,
+          { reason: `${why} before the occurrence started` },
+        ),
       });
     }
     if (o > tx.now) break;
@@ -189,7 +253,8 @@ export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): vo
 
 /** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */
 export function dropQueued(tx: Tx, why: string): void {
-  for (const o of tx.s.queued) recordTerminal(tx, o, "schedule", "skipped", `overlap queue dropped: ${why}`);
+  for (const o of tx.s.queued)
+    recordTerminal(tx, o, "schedule", "skipped", `overlap queue dropped: ${why}`);
   if (tx.s.queued.length > 0) tx.changed = true;
   tx.s.queued = [];
 }

@@ -23,13 +23,21 @@ export function dispatch(tx: Tx, r: ActiveRun): void {
   r.fence = tx.nextFence();
   // A reminder in case neither the acceptance nor the refusal comes back (a `tell` lost with a
   // dropped instance): after the offer timeout the offer is dead and the run is offered again.
-  tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+  tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.offerTimeoutMs + tx.cfg.redispatchDelayMs, {
+    kind: "redispatch",
+    run_id: r.run_id,
+  });
   // A later attempt under the same slot: refresh the grant so it cannot expire under a run that
   // outlives one timeout (the tenant would then grant the slot twice).
   if (r.slot && r.attempt > 0) tx.post.push(slotAsk(tx, r));
   tx.post.push({
-    kind: "dispatch", run_id: r.run_id, fence: r.fence, attempt: r.attempt + 1,
-    start_at_ms: r.start_at_ms, scheduled_for_ms: r.scheduled_for_ms, task: tx.job.spec.task,
+    kind: "dispatch",
+    run_id: r.run_id,
+    fence: r.fence,
+    attempt: r.attempt + 1,
+    start_at_ms: r.start_at_ms,
+    scheduled_for_ms: r.scheduled_for_ms,
+    task: tx.job.spec.task,
   });
 }
 
@@ -62,7 +70,14 @@ export function slotRecheckMs(waitedMs: number): number {
  * of its grants per expiry (a 200,000-run burst with a 5 min look-ahead stalled on it).
  */
 function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot" }> {
-  return { kind: "acquire_slot", run_id: r.run_id, grant: grantId(r), timeout_s: tx.job.spec.task.timeout_s, starts_in_ms: Math.max(0, r.start_at_ms - tx.now), start_at_ms: Math.max(tx.now, r.start_at_ms) };
+  return {
+    kind: "acquire_slot",
+    run_id: r.run_id,
+    grant: grantId(r),
+    timeout_s: tx.job.spec.task.timeout_s,
+    starts_in_ms: Math.max(0, r.start_at_ms - tx.now),
+    start_at_ms: Math.max(tx.now, r.start_at_ms),
+  };
 }
 
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
@@ -75,7 +90,10 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
   // is granted by a message as slots free, not by these asks (lost asks only).
   const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
   const waited = tx.now - since;
-  tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), { kind: "slot_check", run_id: r.run_id });
+  tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), {
+    kind: "slot_check",
+    run_id: r.run_id,
+  });
 }
 
 /**
@@ -124,7 +142,10 @@ function granted(tx: Tx, r: ActiveRun): D {
 export function onGrant(tx: Tx, m: Extract<JobMsg, { kind: "slot_granted" | "slot_audit" }>): D {
   const { run_id, seq } = splitGrant(m.run_id);
   const r = tx.run(run_id);
-  const keep = r !== undefined && seq === (r.slot_seq ?? 0) && (m.kind === "slot_granted" || r.slot || r.status === "queued");
+  const keep =
+    r !== undefined &&
+    seq === (r.slot_seq ?? 0) &&
+    (m.kind === "slot_granted" || r.slot || r.status === "queued");
   // A cancelled run's slot is still in use until its worker has killed it.
   if (!keep && tx.s.draining?.some((d) => d.grant === m.run_id)) return tx.done(null);
   if (!keep) {

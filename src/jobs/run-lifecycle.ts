@@ -15,7 +15,12 @@ import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-types.ts";
 import { terminalRunView, type ActiveRun } from "./job-state.ts";
-import { NOT_COUNTED, PRESUMED_NOT_STARTED, type AttemptOutcome, type RunView } from "../protocol/model.ts";
+import {
+  NOT_COUNTED,
+  PRESUMED_NOT_STARTED,
+  type AttemptOutcome,
+  type RunView,
+} from "../protocol/model.ts";
 import { askSlot, dispatch, drain, drained } from "./run-dispatch.ts";
 import { canMove, isLeased, moveRun } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "./tx.ts";
@@ -30,10 +35,12 @@ export const MAX_UNSTARTED_ATTEMPTS = 10;
 export const MAX_GIVEN_BACK = 100;
 
 /** The arrival key of a heartbeat (see ActorContext.arrivalMs). */
-export const heartbeatKey = (runId: string, fence: number, worker: string): string => `hb:${runId}:${fence}:${worker}`;
+export const heartbeatKey = (runId: string, fence: number, worker: string): string =>
+  `hb:${runId}:${fence}:${worker}`;
 
 /** The coalesce key of a completion report (see ActorContext.pending and the job actor's `coalesceKey`). */
-export const completionKey = (runId: string, fence: number, worker: string): string => `complete|${heartbeatKey(runId, fence, worker)}`;
+export const completionKey = (runId: string, fence: number, worker: string): string =>
+  `complete|${heartbeatKey(runId, fence, worker)}`;
 
 /** Cancels every timer a run may have armed (a run dropped without a terminal record). */
 export function cancelRunTimers(tx: Tx, runId: string): void {
@@ -41,7 +48,13 @@ export function cancelRunTimers(tx: Tx, runId: string): void {
 }
 
 /** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
-export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped", reason: string | null, result: RunView["result"]): void {
+export function finish(
+  tx: Tx,
+  r: ActiveRun,
+  status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped",
+  reason: string | null,
+  result: RunView["result"],
+): void {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
   // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What
@@ -68,10 +81,21 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   // skipped at its due instant too: under `skip` throughout its worker only ever heard `hold`
   // (holdOf is monotone), but a patch of the overlap policy meanwhile (skip → allow → skip) may
   // have let an acknowledgement without `hold`, and so a cover, through.
-  if (r.slot && onWorker && (status === "cancelled" || status === "skipped")) drain(tx, { run_id: r.run_id, fence: r.fence, worker: r.worker!, grant: grantId(r), until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs });
+  if (r.slot && onWorker && (status === "cancelled" || status === "skipped"))
+    drain(tx, {
+      run_id: r.run_id,
+      fence: r.fence,
+      worker: r.worker!,
+      grant: grantId(r),
+      until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs,
+    });
   else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
-    attempt: r.attempt, attempts: r.attempts, started_at: r.started_at_ms === null ? null : iso(r.started_at_ms), result, reason,
+    attempt: r.attempt,
+    attempts: r.attempts,
+    started_at: r.started_at_ms === null ? null : iso(r.started_at_ms),
+    result,
+    reason,
   });
   tx.pre.push({ kind: "put_run", record, mode: "update" });
   if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
@@ -84,27 +108,52 @@ export function finish(tx: Tx, r: ActiveRun, status: "succeeded" | "failed" | "t
   // queue/replace prepare ahead only while no run is active (occurrence-plan.ts `lookahead`):
   // the last one ended, so the next occurrence's window opens now instead of at its due instant.
   const overlap = tx.job.spec.overlap;
-  if (tx.s.runs.length === 0 && (overlap === "queue" || overlap === "replace") && !tx.s.deleted && tx.job.spec.enabled) tx.armFire();
+  if (
+    tx.s.runs.length === 0 &&
+    (overlap === "queue" || overlap === "replace") &&
+    !tx.s.deleted &&
+    tx.job.spec.enabled
+  )
+    tx.armFire();
 }
 
 function mapOutcome(c: Completion): AttemptOutcome {
   switch (c.outcome) {
-    case "exited": return c.exit_code === 0 ? "succeeded" : "failed";
-    case "timed_out": return "timed_out";
-    case "oom": return "oom";
-    case "killed": return "cancelled";
-    case "error": return "error";
+    case "exited":
+      return c.exit_code === 0 ? "succeeded" : "failed";
+    case "timed_out":
+      return "timed_out";
+    case "oom":
+      return "oom";
+    case "killed":
+      return "cancelled";
+    case "error":
+      return "error";
   }
 }
 
 /** After a failed attempt: retry with backoff, or dead-letter. */
-function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: boolean, why: string, result: RunView["result"]): void {
+function failAttempt(
+  tx: Tx,
+  r: ActiveRun,
+  outcome: AttemptOutcome,
+  retryable: boolean,
+  why: string,
+  result: RunView["result"],
+): void {
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
   delete r.probes;
   // A paused job begins no new attempt (job-commands.ts `patch`).
   const paused = !tx.job.spec.enabled;
-  if (retryable && paused) return finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", `not retried, the job is paused: ${why}`, result);
+  if (retryable && paused)
+    return finish(
+      tx,
+      r,
+      outcome === "timed_out" ? "timed_out" : "failed",
+      `not retried, the job is paused: ${why}`,
+      result,
+    );
   if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
     moveRun(r, "retry");
     r.worker = null;
@@ -120,7 +169,9 @@ function failAttempt(tx: Tx, r: ActiveRun, outcome: AttemptOutcome, retryable: b
     tx.changed = true;
     return;
   }
-  const reason = retryable ? `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): ${why}` : `not retryable: ${why}`;
+  const reason = retryable
+    ? `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): ${why}`
+    : `not retryable: ${why}`;
   finish(tx, r, outcome === "timed_out" ? "timed_out" : "failed", reason, result);
 }
 
@@ -132,12 +183,24 @@ export function claim(tx: Tx, r: ActiveRun, worker: string): void {
   delete r.probes;
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
-  r.attempts.push({ attempt: r.attempt, worker, started_at: null, finished_at: null, exit_code: null, outcome: null, error: null });
+  r.attempts.push({
+    attempt: r.attempt,
+    worker,
+    started_at: null,
+    finished_at: null,
+    exit_code: null,
+    outcome: null,
+    error: null,
+  });
   if (tx.job.spec.overlap === "queue") r.no_cover = true;
   else delete r.no_cover;
   tx.putRun(r);
   tx.changed = true;
-  tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+  tx.timer(`lease:${r.run_id}`, Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs, {
+    kind: "lease_expired",
+    run_id: r.run_id,
+    fence: r.fence,
+  });
 }
 
 /** The attempt with this fence is the run's current lease, and `worker` holds it. */
@@ -148,39 +211,57 @@ export function holds(tx: Tx, r: ActiveRun, fence: number, worker: string): bool
 
 /** When the lease of `r` ends: the latest heartbeat arrival (or its start) plus the TTL. */
 export function leaseEndMs(tx: Tx, r: ActiveRun, armedAtMs: number): number {
-  const seen = r.worker === null ? undefined : tx.arrivalMs(heartbeatKey(r.run_id, r.fence, r.worker));
+  const seen =
+    r.worker === null ? undefined : tx.arrivalMs(heartbeatKey(r.run_id, r.fence, r.worker));
   return Math.max(armedAtMs, seen ?? 0, r.start_at_ms) + tx.cfg.leaseTtlMs;
 }
 
 /** A worker reports an attempt ended: success, a retry, a dead letter — or the end of a drain. */
 export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
   // The end of a cancelled attempt: its slot goes back now (the record is already terminal).
-  if (tx.s.draining?.some((d) => d.run_id === m.run_id && d.fence === m.fence && d.worker === m.worker)) {
+  if (
+    tx.s.draining?.some(
+      (d) => d.run_id === m.run_id && d.fence === m.fence && d.worker === m.worker,
+    )
+  ) {
     drained(tx, m.run_id, m.fence);
     return tx.done({ ok: true });
   }
   const r = tx.run(m.run_id);
   if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
   if (!r || !holds(tx, r, m.fence, m.worker)) {
-    return tx.done(null, fail("stale_fence", `run ${m.run_id}: fence ${m.fence} of worker ${m.worker} is not the current lease`));
+    return tx.done(
+      null,
+      fail(
+        "stale_fence",
+        `run ${m.run_id}: fence ${m.fence} of worker ${m.worker} is not the current lease`,
+      ),
+    );
   }
   // Given back unstarted (a draining worker): offered again at once, not counted (bounded). A
   // start already heard for it (it cannot have one: the worker gives back only attempts it never
   // started) would make it a lapse like any other.
   if (m.not_started === true) {
     tx.cancelTimer(`lease:${r.run_id}`);
-    lapse(tx, r, r.status === "leased" ? { state: "not_started" } : { state: "started" }, r.status === "leased" ? "given back" : "expired");
+    lapse(
+      tx,
+      r,
+      r.status === "leased" ? { state: "not_started" } : { state: "started" },
+      r.status === "leased" ? "given back" : "expired",
+    );
     return tx.done({ ok: true });
   }
   const outcome = mapOutcome(m);
   const a = r.attempts[r.attempts.length - 1];
-  const errorText = m.error?.message ?? (outcome === "oom" ? "killed: out of memory" : outcome === "timed_out" ? "timed out" : null);
+  const errorText =
+    m.error?.message ??
+    (outcome === "oom" ? "killed: out of memory" : outcome === "timed_out" ? "timed out" : null);
   if (a) {
     a.started_at ??= iso(m.started_at_ms);
     a.finished_at = iso(m.finished_at_ms);
     a.exit_code = m.exit_code;
     a.outcome = outcome;
-    a.error = outcome === "succeeded" ? null : errorText ?? `exit code ${m.exit_code}`;
+    a.error = outcome === "succeeded" ? null : (errorText ?? `exit code ${m.exit_code}`);
   }
   r.started_at_ms ??= m.started_at_ms;
   const result = { exit_code: m.exit_code, output: m.output };
@@ -199,7 +280,12 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
  * heard to start is presumed not started (a burst's unacknowledged offers; a worker that died
  * before starting it).
  */
-export function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expired" | "given back" = "expired"): D {
+export function lapse(
+  tx: Tx,
+  r: ActiveRun,
+  reply: ProbeReply | null,
+  how: "expired" | "given back" = "expired",
+): D {
   const w = r.worker ?? "?";
   const said = reply?.state;
   // Never heard to start, and its worker does not say it did: a worker restarted under the same
@@ -209,21 +295,35 @@ export function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expi
   // first heartbeat arrived) hides among these, bounded by MAX_UNSTARTED_ATTEMPTS and counted
   // apart (kairos_lease_expiries_total{kind="presumed_not_started"}).
   const givenBack = how === "given back" && said === "not_started";
-  const presumed = said !== "not_started" && (reply === null || said === "unknown") && r.status === "leased";
-  const bounded = givenBack ? (r.given_back ?? 0) < MAX_GIVEN_BACK : (r.unstarted ?? 0) - (r.given_back ?? 0) < MAX_UNSTARTED_ATTEMPTS;
+  const presumed =
+    said !== "not_started" && (reply === null || said === "unknown") && r.status === "leased";
+  const bounded = givenBack
+    ? (r.given_back ?? 0) < MAX_GIVEN_BACK
+    : (r.unstarted ?? 0) - (r.given_back ?? 0) < MAX_UNSTARTED_ATTEMPTS;
   const neverStarted = (said === "not_started" || presumed) && bounded;
   const a = r.attempts[r.attempts.length - 1];
   if (a) {
     a.finished_at = iso(tx.now);
     a.outcome = "lease_lost";
-    const why = how === "given back" ? `given back unstarted by worker ${w} (draining)`
-      : said === "not_started" ? `lease expired on worker ${w}, which had not started the attempt`
-        : said === "started" || said === "ended" ? `lease expired on worker ${w}; the attempt started there and its result was lost`
-          : said === "unknown" && r.status === "leased" ? `lease expired on worker ${w}, which no longer knows the attempt (restarted), before the attempt was heard to start`
-            : said === "unknown" ? `lease expired on worker ${w}, which no longer knows the attempt`
-              : r.status === "leased" ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
-                : `lease expired on worker ${w}, which did not answer`;
-    a.error = !neverStarted ? why : presumed ? `${why}${PRESUMED_NOT_STARTED}` : `${why}${NOT_COUNTED}`;
+    const why =
+      how === "given back"
+        ? `given back unstarted by worker ${w} (draining)`
+        : said === "not_started"
+          ? `lease expired on worker ${w}, which had not started the attempt`
+          : said === "started" || said === "ended"
+            ? `lease expired on worker ${w}; the attempt started there and its result was lost`
+            : said === "unknown" && r.status === "leased"
+              ? `lease expired on worker ${w}, which no longer knows the attempt (restarted), before the attempt was heard to start`
+              : said === "unknown"
+                ? `lease expired on worker ${w}, which no longer knows the attempt`
+                : r.status === "leased"
+                  ? `lease expired on worker ${w}, which did not answer, before the attempt was heard to start`
+                  : `lease expired on worker ${w}, which did not answer`;
+    a.error = !neverStarted
+      ? why
+      : presumed
+        ? `${why}${PRESUMED_NOT_STARTED}`
+        : `${why}${NOT_COUNTED}`;
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
@@ -244,7 +344,13 @@ export function lapse(tx: Tx, r: ActiveRun, reply: ProbeReply | null, how: "expi
     else askSlot(tx, r);
     tx.changed = true;
   } else {
-    finish(tx, r, "failed", `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`, null);
+    finish(
+      tx,
+      r,
+      "failed",
+      `dead-lettered after ${r.attempt - (r.unstarted ?? 0)} attempt(s): lease lost`,
+      null,
+    );
     tx.changed = true;
   }
   return tx.done(null);

@@ -14,14 +14,31 @@ import type { JobMsg } from "./job-types.ts";
 import type { ActiveRun, JobState } from "./job-state.ts";
 import { holdOf } from "./occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
-import { cancelRunTimers, claim, complete, completionKey, finish, holds, lapse, leaseEndMs } from "./run-lifecycle.ts";
+import {
+  cancelRunTimers,
+  claim,
+  complete,
+  completionKey,
+  finish,
+  holds,
+  lapse,
+  leaseEndMs,
+} from "./run-lifecycle.ts";
 import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "./tx.ts";
 
 type RunMsg<K extends JobMsg["kind"]> = Extract<JobMsg, { kind: K }>;
 
 /** Every run message but `complete` (see `complete`), each in its own handler. */
-export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" | "fire" | "complete" }>): D {
+export function onRunMessage(
+  tx: Tx,
+  m: Exclude<
+    JobMsg,
+    {
+      kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" | "fire" | "complete";
+    }
+  >,
+): D {
   switch (m.kind) {
     case "slot_granted":
     case "slot_audit":
@@ -38,7 +55,10 @@ export function onRunMessage(tx: Tx, m: Exclude<JobMsg, { kind: "create" | "get"
     case "dispatch_failed": {
       const r = tx.run(m.run_id);
       if (actsOn("dispatch_failed", r) && r.fence === m.fence) {
-        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, { kind: "redispatch", run_id: r.run_id });
+        tx.timer(`dispatch:${r.run_id}`, tx.now + tx.cfg.redispatchDelayMs, {
+          kind: "redispatch",
+          run_id: r.run_id,
+        });
       }
       return tx.done(null);
     }
@@ -89,9 +109,19 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
   // the current fence proves the claim.
   if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
   if (!r || !holds(tx, r, m.fence, m.worker)) {
-    return tx.done(null, fail("lease_lost", `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`));
+    return tx.done(
+      null,
+      fail(
+        "lease_lost",
+        `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`,
+      ),
+    );
   }
-  tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+  tx.timer(`lease:${r.run_id}`, leaseEndMs(tx, r, tx.now), {
+    kind: "lease_expired",
+    run_id: r.run_id,
+    fence: r.fence,
+  });
   heard(tx, r);
   const ack = heartbeatAck(tx.s, r, m.started_at_ms, tx.now, tx.cfg.leaseTtlMs);
   if (ack.hold) return tx.done(ack);
@@ -116,11 +146,19 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
  * A `hold` carries no cover: a held attempt keeps asking, and `holdOf` being monotone, an attempt
  * acknowledged without `hold` is never held later (its cover cannot outlive a skip decision).
  */
-export function heartbeatAck(s: JobState, r: ActiveRun, startedAtMs: number | undefined, nowMs: number, leaseTtlMs: number): HeartbeatAck {
+export function heartbeatAck(
+  s: JobState,
+  r: ActiveRun,
+  startedAtMs: number | undefined,
+  nowMs: number,
+  leaseTtlMs: number,
+): HeartbeatAck {
   if (r.status !== "leased" || startedAtMs !== undefined) return { ok: true };
   if (holdOf(s, r)) return { ok: true, hold: true };
   if (r.no_cover) return { ok: true };
-  return r.start_at_ms > nowMs ? { ok: true, cover_ms: r.start_at_ms - nowMs + leaseTtlMs } : { ok: true };
+  return r.start_at_ms > nowMs
+    ? { ok: true, cover_ms: r.start_at_ms - nowMs + leaseTtlMs }
+    : { ok: true };
 }
 
 function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
@@ -131,9 +169,10 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
   // the holder still waiting in the mailbox keeps it however long it waits: its attempt has ended
   // (nothing can overlap), and its turn will settle the run — expiring now would throw its result
   // away and run it again. (Its worker does not heartbeat it while the report is on the wire.)
-  const end = r.worker !== null && tx.pending(completionKey(r.run_id, r.fence, r.worker))
-    ? tx.now + tx.cfg.leaseTtlMs
-    : leaseEndMs(tx, r, 0);
+  const end =
+    r.worker !== null && tx.pending(completionKey(r.run_id, r.fence, r.worker))
+      ? tx.now + tx.cfg.leaseTtlMs
+      : leaseEndMs(tx, r, 0);
   if (end > tx.now) {
     tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
     heard(tx, r);
@@ -162,8 +201,19 @@ function probeOrLapse(tx: Tx, r: ActiveRun): D {
   if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
   r.probes = (r.probes ?? 0) + 1;
   tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
-  tx.post.push({ kind: "probe_worker", worker: r.worker, run_id: r.run_id, attempt: r.attempt, fence: r.fence });
-  tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence, after_probe: true });
+  tx.post.push({
+    kind: "probe_worker",
+    worker: r.worker,
+    run_id: r.run_id,
+    attempt: r.attempt,
+    fence: r.fence,
+  });
+  tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, {
+    kind: "lease_expired",
+    run_id: r.run_id,
+    fence: r.fence,
+    after_probe: true,
+  });
   return tx.done(null);
 }
 
@@ -180,22 +230,39 @@ function probeOrLapse(tx: Tx, r: ActiveRun): D {
  */
 function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   const r = tx.run(m.run_id);
-  if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker) return tx.done(null);
+  if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker)
+    return tx.done(null);
   const reply = m.reply;
   if (reply !== null) heard(tx, r);
   if (reply?.state === "running") {
-    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+    tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, {
+      kind: "lease_expired",
+      run_id: r.run_id,
+      fence: r.fence,
+    });
     return tx.done(null);
   }
   if (reply?.state === "ended" && reply.completion) {
     // The identity is the lease's own, never the wire reply's.
-    return complete(tx, { ...reply.completion, kind: "complete", run_id: r.run_id, fence: r.fence, worker: m.worker });
+    return complete(tx, {
+      ...reply.completion,
+      kind: "complete",
+      run_id: r.run_id,
+      fence: r.fence,
+      worker: m.worker,
+    });
   }
   if (reply?.state !== "not_started") {
     // Heard from since the probe went (a heartbeat, a report waiting here): not silent after all.
-    const end = tx.pending(completionKey(r.run_id, r.fence, m.worker)) ? tx.now + tx.cfg.leaseTtlMs : leaseEndMs(tx, r, 0);
+    const end = tx.pending(completionKey(r.run_id, r.fence, m.worker))
+      ? tx.now + tx.cfg.leaseTtlMs
+      : leaseEndMs(tx, r, 0);
     if (end > tx.now) {
-      tx.timer(`lease:${r.run_id}`, end, { kind: "lease_expired", run_id: r.run_id, fence: r.fence });
+      tx.timer(`lease:${r.run_id}`, end, {
+        kind: "lease_expired",
+        run_id: r.run_id,
+        fence: r.fence,
+      });
       heard(tx, r);
       return tx.done(null);
     }
@@ -203,7 +270,6 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   }
   return lapse(tx, r, reply);
 }
-
 
 /**
  * The due instant of a gated run. A blocking run still active: skip this occurrence (its worker

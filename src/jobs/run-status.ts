@@ -41,7 +41,8 @@ export function canMove(r: ActiveRun, edge: RunEdge): boolean {
 /** Takes `edge` from the run's current status; an edge the table does not have is a bug. */
 export function moveRun(r: ActiveRun, edge: RunEdge): void {
   const to = (RUN_EDGES[edge] as Edges)[r.status];
-  if (to === undefined) throw new KairosError("internal", `run ${r.run_id}: no edge "${edge}" from status ${r.status}`);
+  if (to === undefined)
+    throw new KairosError("internal", `run ${r.run_id}: no edge "${edge}" from status ${r.status}`);
   r.status = to;
 }
 

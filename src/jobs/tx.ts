@@ -12,7 +12,14 @@
 import type { Decision, HostEffect } from "../actors/actor.ts";
 import type { ErrorCode } from "../lib/errors.ts";
 import type { JobActorConfig, JobEffect, JobMsg, JobReply } from "./job-types.ts";
-import { FENCE_BLOCK, activeRunView, instant, type ActiveRun, type JobRecord, type JobState } from "./job-state.ts";
+import {
+  FENCE_BLOCK,
+  activeRunView,
+  instant,
+  type ActiveRun,
+  type JobRecord,
+  type JobState,
+} from "./job-state.ts";
 import type { RunView } from "../protocol/model.ts";
 import { fireAt } from "./occurrence-plan.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
@@ -47,7 +54,9 @@ export class Tx {
     readonly faults: JobFaults = NO_FAULTS,
   ) {
     this.s = {
-      ...orig, runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })), queued: [...orig.queued],
+      ...orig,
+      runs: orig.runs.map((r) => ({ ...r, attempts: r.attempts.map((a) => ({ ...a })) })),
+      queued: [...orig.queued],
       ...(orig.recent ? { recent: [...orig.recent] } : {}),
       ...(orig.draining ? { draining: [...orig.draining] } : {}),
     };
@@ -62,7 +71,8 @@ export class Tx {
   }
   done(reply: JobReply, fail?: { code: ErrorCode; message: string; field?: string }): D {
     // Every write reserves the next block of fences (see JobState.fence_reserved).
-    if (this.changed && (this.s.fence_reserved ?? 0) < this.s.fence_seq + FENCE_BLOCK / 2) this.s.fence_reserved = this.s.fence_seq + FENCE_BLOCK;
+    if (this.changed && (this.s.fence_reserved ?? 0) < this.s.fence_seq + FENCE_BLOCK / 2)
+      this.s.fence_reserved = this.s.fence_seq + FENCE_BLOCK;
     return {
       state: this.changed || this.deferred ? this.s : this.orig,
       ...(this.deferred && !this.changed ? { deferWrite: true } : {}),
@@ -93,8 +103,10 @@ export class Tx {
    * this actor) — the record is written again only with its end (`finish`).
    */
   putRun(r: ActiveRun, create = false): void {
-    if (create && r.recorded_after) this.post.push({ kind: "create_run", record: activeRunView(this.job, r) });
-    else if (create) this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
+    if (create && r.recorded_after)
+      this.post.push({ kind: "create_run", record: activeRunView(this.job, r) });
+    else if (create)
+      this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
     else this.post.push({ kind: "note_run", record: activeRunView(this.job, r) });
   }
   remember(entry: { id: string; run_id?: string; version?: number }): void {
@@ -122,4 +134,5 @@ export class Tx {
 
 export const iso = (ms: number): string => instant(ms);
 
-export const fail = (code: ErrorCode, message: string, field?: string) => (field === undefined ? { code, message } : { code, message, field });
+export const fail = (code: ErrorCode, message: string, field?: string) =>
+  field === undefined ? { code, message } : { code, message, field };

@@ -19,7 +19,9 @@ import { indexDecision, type RunIndexEffect } from "../history/run-index.ts";
  * The job actor with the runs index: the same behaviour, plus `index` kept in the state and the
  * chunk writes appended to the decision's `pre` effects (after its run records).
  */
-export function withRunIndex<M, E extends { kind: string }>(def: ActorDefinition<JobState, M, JobReply, E>): ActorDefinition<JobState, M, JobReply, E | RunIndexEffect> {
+export function withRunIndex<M, E extends { kind: string }>(
+  def: ActorDefinition<JobState, M, JobReply, E>,
+): ActorDefinition<JobState, M, JobReply, E | RunIndexEffect> {
   return {
     ...def,
     receive(s, msg, ctx) {
@@ -27,7 +29,12 @@ export function withRunIndex<M, E extends { kind: string }>(def: ActorDefinition
       const job = d.state.job;
       if (!job) return d;
       // A run-now's record is a post effect (`create_run`): indexed all the same.
-      const next = indexDecision(d.state.index, job.job_id, d.post && d.post.length > 0 ? [...(d.pre ?? []), ...d.post] : d.pre, !s.job);
+      const next = indexDecision(
+        d.state.index,
+        job.job_id,
+        d.post && d.post.length > 0 ? [...(d.pre ?? []), ...d.post] : d.pre,
+        !s.job,
+      );
       if (!next) return d;
       return {
         ...d,
@@ -54,7 +61,10 @@ const PURGE_TIMER = "retention:purge";
 const SWEEP_TIMER = "retention:sweep";
 
 function purgeTimer(s: JobState, nowMs: number, cfg: RetentionConfig): HostEffect<Msg> {
-  const atMs = Math.max(nowMs + cfg.purgeDeletedAfterMs, (s.job?.created_at_ms ?? 0) + PURGE_AFTER_CREATE_MS);
+  const atMs = Math.max(
+    nowMs + cfg.purgeDeletedAfterMs,
+    (s.job?.created_at_ms ?? 0) + PURGE_AFTER_CREATE_MS,
+  );
   return { kind: "timer", name: PURGE_TIMER, atMs, msg: { kind: "purge_deleted" } };
 }
 
@@ -65,7 +75,12 @@ function sweepTimer(id: string, nowMs: number): HostEffect<Msg> {
   return { kind: "timer", name: SWEEP_TIMER, atMs, msg: { kind: "retention_sweep" } };
 }
 
-const prune = (s: JobState, settled: number, force: boolean): RetentionEffect => ({ kind: "prune_runs", settled, active: s.runs.map((r) => r.run_id), force });
+const prune = (s: JobState, settled: number, force: boolean): RetentionEffect => ({
+  kind: "prune_runs",
+  settled,
+  active: s.runs.map((r) => r.run_id),
+  force,
+});
 
 /** The job actor with retention: the same behaviour plus the messages and effects above. */
 export function withRetention(def: JobDefinition, cfg: RetentionConfig) {
@@ -79,20 +94,35 @@ export function withRetention(def: JobDefinition, cfg: RetentionConfig) {
       return fx;
     },
     receive(s: JobState, msg: Msg, ctx: ActorContext): D {
-      if (msg.kind === "purge_deleted") return { state: s, reply: null, ...(s.job && s.deleted ? { post: [{ kind: "purge_job" }] } : {}) };
+      if (msg.kind === "purge_deleted")
+        return {
+          state: s,
+          reply: null,
+          ...(s.job && s.deleted ? { post: [{ kind: "purge_job" }] } : {}),
+        };
       if (msg.kind === "retention_sweep") {
         if (!s.job || s.deleted || !limited) return { state: s, reply: null };
         // A run-now's end not written yet (JobState.ends_unwritten): the state is written before
         // the prune (a post effect), which may take that run's record.
         const { ends_unwritten: unwritten, ...written } = s;
-        return { state: unwritten ? written : s, reply: null, post: [prune(s, 0, true)], effects: [sweepTimer(ctx.id, ctx.nowMs)] };
+        return {
+          state: unwritten ? written : s,
+          reply: null,
+          post: [prune(s, 0, true)],
+          effects: [sweepTimer(ctx.id, ctx.nowMs)],
+        };
       }
       const d: D = def.receive(s, msg, ctx);
       const effects: HostEffect<unknown>[] = [];
-      if (d.state.job && d.state.deleted && !s.deleted) effects.push(purgeTimer(d.state, ctx.nowMs, cfg));
+      if (d.state.job && d.state.deleted && !s.deleted)
+        effects.push(purgeTimer(d.state, ctx.nowMs, cfg));
       if (!s.job && d.state.job && limited) effects.push(sweepTimer(ctx.id, ctx.nowMs));
       // `settle` only rewrites a record a crash left behind, so it adds no terminal run.
-      const settled = limited ? (d.pre ?? []).filter((fx) => fx.kind === "put_run" && fx.mode !== "settle" && TERMINAL.has(fx.record.status)).length : 0;
+      const settled = limited
+        ? (d.pre ?? []).filter(
+            (fx) => fx.kind === "put_run" && fx.mode !== "settle" && TERMINAL.has(fx.record.status),
+          ).length
+        : 0;
       if (effects.length === 0 && settled === 0) return d;
       return {
         ...d,

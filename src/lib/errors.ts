@@ -48,7 +48,13 @@ export interface KairosErrorOptions {
  * costs a saturated scheduler a fifth of its CPU in a burst. Their code and message
  * say everything.
  */
-const PROTOCOL_ANSWERS: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["not_owner", "no_owner", "stale_fence", "lease_lost", "overloaded"]);
+const PROTOCOL_ANSWERS: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  "not_owner",
+  "no_owner",
+  "stale_fence",
+  "lease_lost",
+  "overloaded",
+]);
 
 export class KairosError extends Error {
   override readonly name = "KairosError";

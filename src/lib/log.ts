@@ -31,7 +31,9 @@ export function logBufferBytes(env: string | undefined): number {
   if (env === undefined || env === "") return STDOUT_BUFFER_BYTES;
   const mb = Number(env);
   if (!/^\d+$/.test(env) || !Number.isSafeInteger(mb) || mb < 1 || mb > MAX_LOG_BUFFER_MB) {
-    throw new Error(`KAIROS_LOG_BUFFER_MB must be an integer from 1 to ${MAX_LOG_BUFFER_MB} (MiB), got ${JSON.stringify(env)}`);
+    throw new Error(
+      `KAIROS_LOG_BUFFER_MB must be an integer from 1 to ${MAX_LOG_BUFFER_MB} (MiB), got ${JSON.stringify(env)}`,
+    );
   }
   return mb * 1024 * 1024;
 }
@@ -58,7 +60,11 @@ function stdoutDestination(): ReturnType<typeof pino.destination> {
     d.on("drop", () => dropped++);
     // Said once at exit, on stderr (synchronously: stdout is the thing that fell behind).
     process.once("exit", () => {
-      if (dropped > 0) writeSync(2, `kairos: ${dropped} log lines dropped: stdout's reader fell behind (buffer ${bytes / 1024 / 1024} MiB, KAIROS_LOG_BUFFER_MB)\n`);
+      if (dropped > 0)
+        writeSync(
+          2,
+          `kairos: ${dropped} log lines dropped: stdout's reader fell behind (buffer ${bytes / 1024 / 1024} MiB, KAIROS_LOG_BUFFER_MB)\n`,
+        );
     });
     stdout = d;
   }
@@ -70,7 +76,10 @@ export function setLogDestination(d: LogDestination | undefined): void {
   destination = d;
 }
 
-export function createLogger(name: string, level = process.env["KAIROS_LOG_LEVEL"] ?? "info"): Logger {
+export function createLogger(
+  name: string,
+  level = process.env["KAIROS_LOG_LEVEL"] ?? "info",
+): Logger {
   const opts = { name, level, base: { node: name }, timestamp: pino.stdTimeFunctions.isoTime };
   return pino(opts, destination ?? stdoutDestination());
 }

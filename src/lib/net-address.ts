@@ -65,7 +65,12 @@ export function isBlockedAddress(address: string): boolean {
 }
 
 /** Names of this machine in every resolver (RFC 6761 `localhost`, Debian's /etc/hosts names). */
-const LOOPBACK_NAMES = new Set(["localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"]);
+const LOOPBACK_NAMES = new Set([
+  "localhost",
+  "localhost.localdomain",
+  "ip6-localhost",
+  "ip6-loopback",
+]);
 
 /**
  * Whether a host (a name, an IPv4 literal in any spelling a resolver accepts, or a bracketed

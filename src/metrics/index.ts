@@ -35,12 +35,16 @@ export const METRICS = {
 } as const;
 
 export type WaitReason = "slot" | "worker";
-export type AttemptOutcomeLabel = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
-export type KvOp = "get" | "get_replica" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
+export type AttemptOutcomeLabel =
+  "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
+export type KvOp =
+  "get" | "get_replica" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 /** Which responder refused a request (`countBusRefusal`). */
-export type BusResponder = "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
+export type BusResponder =
+  "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
 /** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), or `subject` (delivered under another subject). */
-export type BusRefusalReason = "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed";
+export type BusRefusalReason =
+  "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
 
 const sources: Record<GaugeSourceName, Set<() => number>> = {
@@ -97,10 +101,30 @@ export function addRunsWaitingSource(read: () => Readonly<Record<WaitReason, num
   waitingSources.add(read);
   return () => waitingSources.delete(read);
 }
-const leaseExpiries = new Counter({ name: METRICS.leaseExpiries, help: "Attempt leases that lapsed without completion, by kind: counted against max_attempts; not_started (its worker said so: given back, dropped by a probe); presumed_not_started (never heard to start, not known to its worker: where an at-least-once re-run can hide)", labelNames: ["kind"] as const, registers: [registry] });
-const attempts = new Counter({ name: METRICS.attempts, help: "Attempts that ended, by tenant and outcome", labelNames: ["tenant", "outcome"] as const, registers: [registry] });
-const retries = new Counter({ name: METRICS.retries, help: "Attempts scheduled again after a retryable failure", labelNames: ["tenant"] as const, registers: [registry] });
-const deadLetters = new Counter({ name: METRICS.deadLetters, help: "Runs dead-lettered after their last attempt", labelNames: ["tenant"] as const, registers: [registry] });
+const leaseExpiries = new Counter({
+  name: METRICS.leaseExpiries,
+  help: "Attempt leases that lapsed without completion, by kind: counted against max_attempts; not_started (its worker said so: given back, dropped by a probe); presumed_not_started (never heard to start, not known to its worker: where an at-least-once re-run can hide)",
+  labelNames: ["kind"] as const,
+  registers: [registry],
+});
+const attempts = new Counter({
+  name: METRICS.attempts,
+  help: "Attempts that ended, by tenant and outcome",
+  labelNames: ["tenant", "outcome"] as const,
+  registers: [registry],
+});
+const retries = new Counter({
+  name: METRICS.retries,
+  help: "Attempts scheduled again after a retryable failure",
+  labelNames: ["tenant"] as const,
+  registers: [registry],
+});
+const deadLetters = new Counter({
+  name: METRICS.deadLetters,
+  help: "Runs dead-lettered after their last attempt",
+  labelNames: ["tenant"] as const,
+  registers: [registry],
+});
 const pullGauge = (name: string, help: string, source: GaugeSourceName): Gauge =>
   new Gauge({
     name,
@@ -112,7 +136,11 @@ const pullGauge = (name: string, help: string, source: GaugeSourceName): Gauge =
   });
 pullGauge(METRICS.partitionsHeld, "Partitions whose lease this node holds", "partitions_held");
 pullGauge(METRICS.actorsActive, "Actors active in memory on this node", "actors_active");
-const mailboxDepth = pullGauge(METRICS.mailboxDepth, "Messages queued in actor mailboxes on this node", "mailbox_depth");
+const mailboxDepth = pullGauge(
+  METRICS.mailboxDepth,
+  "Messages queued in actor mailboxes on this node",
+  "mailbox_depth",
+);
 const kvOp = new Histogram({
   name: METRICS.kvOp,
   help: "JetStream KV operation latency in seconds, failures included",

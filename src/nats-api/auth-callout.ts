@@ -36,23 +36,33 @@ export interface CalloutRequest {
 }
 
 /** What the service lookup answered, and whether its tenant still exists. */
-export type Lookup = ServiceCheck | { ok: true; record: { tenant_id: string; name: string }; tenantGone: true };
+export type Lookup =
+  ServiceCheck | { ok: true; record: { tenant_id: string; name: string }; tenantGone: true };
 
 export type Decision =
   | { kind: "admit"; name: string; tenantId: string }
-  | { kind: "refuse"; name: string; reason: "bad_secret" | "revoked" | "tenant_gone" | "busy" | "unavailable" }
+  | {
+      kind: "refuse";
+      name: string;
+      reason: "bad_secret" | "revoked" | "tenant_gone" | "busy" | "unavailable";
+    }
   | { kind: "ignore"; why: "not_a_service_user" | "unknown_service" };
 
 const SERVICE_PREFIX = "service-";
 
 /** The service name in a user name (`service-<name>`), or undefined. */
 export function serviceNameOf(user: string): string | undefined {
-  return user.startsWith(SERVICE_PREFIX) && user.length > SERVICE_PREFIX.length ? user.slice(SERVICE_PREFIX.length) : undefined;
+  return user.startsWith(SERVICE_PREFIX) && user.length > SERVICE_PREFIX.length
+    ? user.slice(SERVICE_PREFIX.length)
+    : undefined;
 }
 
 /** The decision for a looked-up request (pure). */
 export function decide(name: string, lookup: Lookup): Decision {
-  if (!lookup.ok) return lookup.reason === "unknown_service" ? { kind: "ignore", why: "unknown_service" } : { kind: "refuse", name, reason: lookup.reason };
+  if (!lookup.ok)
+    return lookup.reason === "unknown_service"
+      ? { kind: "ignore", why: "unknown_service" }
+      : { kind: "refuse", name, reason: lookup.reason };
   if ("tenantGone" in lookup) return { kind: "refuse", name, reason: "tenant_gone" };
   return { kind: "admit", name, tenantId: lookup.record.tenant_id };
 }
@@ -60,11 +70,16 @@ export function decide(name: string, lookup: Lookup): Decision {
 /** The human sentence of a refusal (sent to nats-server, which logs it and refuses the client). */
 export function refusalText(reason: Extract<Decision, { kind: "refuse" }>["reason"]): string {
   switch (reason) {
-    case "bad_secret": return "kairos: wrong secret for this service identity";
-    case "revoked": return "kairos: this service identity was revoked";
-    case "tenant_gone": return "kairos: the tenant of this service identity no longer exists";
-    case "busy": return "kairos: too many connection attempts, retry later";
-    case "unavailable": return "kairos: this identity cannot be checked now (the tenants bucket did not answer), retry later";
+    case "bad_secret":
+      return "kairos: wrong secret for this service identity";
+    case "revoked":
+      return "kairos: this service identity was revoked";
+    case "tenant_gone":
+      return "kairos: the tenant of this service identity no longer exists";
+    case "busy":
+      return "kairos: too many connection attempts, retry later";
+    case "unavailable":
+      return "kairos: this identity cannot be checked now (the tenants bucket did not answer), retry later";
   }
 }
 
@@ -85,11 +100,17 @@ export function parseCalloutRequest(data: Uint8Array): CalloutRequest {
   const claims = decode<RequestClaims>(new TextDecoder().decode(data));
   const n = claims.nats;
   const req: CalloutRequest = {
-    userNkey: str(n.user_nkey, 64), serverId: str(n.server_id?.id, 64),
-    user: str(n.connect_opts?.user, 256), password: str(n.connect_opts?.pass, 256), host: str(n.client_info?.host, 64),
+    userNkey: str(n.user_nkey, 64),
+    serverId: str(n.server_id?.id, 64),
+    user: str(n.connect_opts?.user, 256),
+    password: str(n.connect_opts?.pass, 256),
+    host: str(n.client_info?.host, 64),
   };
   if (!/^U[A-Z2-7]{55}$/.test(req.userNkey) || !/^N[A-Z2-7]{55}$/.test(req.serverId)) {
-    throw new KairosError("invalid_argument", "auth callout request without a user nkey or server id");
+    throw new KairosError(
+      "invalid_argument",
+      "auth callout request without a user nkey or server id",
+    );
   }
   return req;
 }
@@ -120,8 +141,28 @@ export interface CalloutOptions {
 }
 
 /** Limits of the callout on each API node. */
-export const CALLOUT_DEFAULTS: Readonly<Required<Pick<CalloutOptions, "userJwtTtlS" | "maxInFlight" | "perSecond" | "burst" | "perHostPerSecond" | "perHostBurst" | "maxRequestBytes">>> =
-  Object.freeze({ userJwtTtlS: 3600, maxInFlight: 64, perSecond: 50, burst: 100, perHostPerSecond: 5, perHostBurst: 20, maxRequestBytes: 32 * 1024 });
+export const CALLOUT_DEFAULTS: Readonly<
+  Required<
+    Pick<
+      CalloutOptions,
+      | "userJwtTtlS"
+      | "maxInFlight"
+      | "perSecond"
+      | "burst"
+      | "perHostPerSecond"
+      | "perHostBurst"
+      | "maxRequestBytes"
+    >
+  >
+> = Object.freeze({
+  userJwtTtlS: 3600,
+  maxInFlight: 64,
+  perSecond: 50,
+  burst: 100,
+  perHostPerSecond: 5,
+  perHostBurst: 20,
+  maxRequestBytes: 32 * 1024,
+});
 /** Client addresses whose callout rate is tracked (least recently seen forgotten first). */
 const MAX_TRACKED_HOSTS = 10_000;
 /** The header carrying the server's curve key when it sealed the request. */
@@ -152,15 +193,28 @@ export class ServiceAuthCallout {
     try {
       this.#issuer = fromSeed(new TextEncoder().encode(opts.issuerSeed));
     } catch (e) {
-      throw new KairosError("invalid_argument", "callout_issuer_seed is not an nkey seed", { field: "nats-creds", cause: e });
+      throw new KairosError("invalid_argument", "callout_issuer_seed is not an nkey seed", {
+        field: "nats-creds",
+        cause: e,
+      });
     }
     try {
-      this.#xkey = opts.xkeySeed === undefined ? undefined : fromCurveSeed(new TextEncoder().encode(opts.xkeySeed));
+      this.#xkey =
+        opts.xkeySeed === undefined
+          ? undefined
+          : fromCurveSeed(new TextEncoder().encode(opts.xkeySeed));
     } catch (e) {
-      throw new KairosError("invalid_argument", "callout_xkey_seed is not a curve nkey seed", { field: "nats-creds", cause: e });
+      throw new KairosError("invalid_argument", "callout_xkey_seed is not a curve nkey seed", {
+        field: "nats-creds",
+        cause: e,
+      });
     }
     this.#rate = new TokenBuckets(this.#o.perSecond, this.#o.burst, 1);
-    this.#hostRate = new TokenBuckets(this.#o.perHostPerSecond, this.#o.perHostBurst, MAX_TRACKED_HOSTS);
+    this.#hostRate = new TokenBuckets(
+      this.#o.perHostPerSecond,
+      this.#o.perHostBurst,
+      MAX_TRACKED_HOSTS,
+    );
   }
 
   async start(): Promise<void> {
@@ -183,7 +237,11 @@ export class ServiceAuthCallout {
 
   #receive(msg: Msg): void {
     if (!msg.reply || msg.data.length > this.#o.maxRequestBytes) {
-      this.#o.log("warn", "auth callout request dropped", { evt: "service_auth", bytes: msg.data.length, reply: Boolean(msg.reply) });
+      this.#o.log("warn", "auth callout request dropped", {
+        evt: "service_auth",
+        bytes: msg.data.length,
+        reply: Boolean(msg.reply),
+      });
       return;
     }
     let req: CalloutRequest;
@@ -192,17 +250,33 @@ export class ServiceAuthCallout {
       serverXkey = msg.headers?.get(SERVER_XKEY_HEADER) || undefined;
       req = parseCalloutRequest(this.#open(msg.data, serverXkey));
     } catch (e) {
-      this.#o.log("warn", "auth callout request malformed", { evt: "service_auth", err: String(e).slice(0, 200) });
+      this.#o.log("warn", "auth callout request malformed", {
+        evt: "service_auth",
+        err: String(e).slice(0, 200),
+      });
       return;
     }
     const name = serviceNameOf(req.user);
     if (name === undefined) return this.#log({ kind: "ignore", why: "not_a_service_user" }, req);
     const now = this.#o.clock.now();
     // The address's own budget first: a flood from one address is refused before it spends the node's.
-    const busy = this.#inFlight >= this.#o.maxInFlight || this.#hostRate.take(req.host, now) > 0 || this.#rate.take("callout", now) > 0;
-    const p = (busy ? Promise.resolve<Decision>({ kind: "refuse", name, reason: "busy" }) : this.#decide(name, req))
+    const busy =
+      this.#inFlight >= this.#o.maxInFlight ||
+      this.#hostRate.take(req.host, now) > 0 ||
+      this.#rate.take("callout", now) > 0;
+    const p = (
+      busy
+        ? Promise.resolve<Decision>({ kind: "refuse", name, reason: "busy" })
+        : this.#decide(name, req)
+    )
       .then((d) => this.#answer(msg, req, d, serverXkey))
-      .catch((e: unknown) => this.#o.log("error", "auth callout failed: the connection is refused after nats-server's auth timeout", { evt: "service_auth", service: name, err: String(e) }))
+      .catch((e: unknown) =>
+        this.#o.log(
+          "error",
+          "auth callout failed: the connection is refused after nats-server's auth timeout",
+          { evt: "service_auth", service: name, err: String(e) },
+        ),
+      )
       .finally(() => {
         this.#inFlight--;
         this.#pending.delete(p);
@@ -216,7 +290,11 @@ export class ServiceAuthCallout {
     try {
       return decide(name, await this.#o.lookup(name, req.password));
     } catch (e) {
-      this.#o.log("error", "auth callout lookup failed", { evt: "service_auth", service: name, err: String(e).slice(0, 300) });
+      this.#o.log("error", "auth callout lookup failed", {
+        evt: "service_auth",
+        service: name,
+        err: String(e).slice(0, 300),
+      });
       return { kind: "refuse", name, reason: "unavailable" };
     }
   }
@@ -224,18 +302,38 @@ export class ServiceAuthCallout {
   /** The request's JWT: opened with the curve key when the server sealed it (it must, when we have one). */
   #open(data: Uint8Array, serverXkey: string | undefined): Uint8Array {
     if (this.#xkey === undefined) return data;
-    if (serverXkey === undefined) throw new KairosError("invalid_argument", "auth callout request not sealed, but this node has callout_xkey_seed: the server's auth_callout.xkey and the credentials disagree");
+    if (serverXkey === undefined)
+      throw new KairosError(
+        "invalid_argument",
+        "auth callout request not sealed, but this node has callout_xkey_seed: the server's auth_callout.xkey and the credentials disagree",
+      );
     const opened = this.#xkey.open(data, serverXkey);
-    if (opened === null) throw new KairosError("invalid_argument", "auth callout request does not open with this node's callout_xkey_seed");
+    if (opened === null)
+      throw new KairosError(
+        "invalid_argument",
+        "auth callout request does not open with this node's callout_xkey_seed",
+      );
     return opened;
   }
 
-  async #answer(msg: Msg, req: CalloutRequest, d: Decision, serverXkey: string | undefined): Promise<void> {
+  async #answer(
+    msg: Msg,
+    req: CalloutRequest,
+    d: Decision,
+    serverXkey: string | undefined,
+  ): Promise<void> {
     this.#log(d, req);
     if (d.kind === "ignore") return;
-    const data = d.kind === "admit" ? { jwt: await this.#userJwt(req, d.name, d.tenantId) } : { error: refusalText(d.reason) };
-    const jwt = new TextEncoder().encode(await encodeAuthorizationResponse(req.userNkey, req.serverId, this.#issuer, data, {}));
-    msg.respond(this.#xkey !== undefined && serverXkey !== undefined ? this.#xkey.seal(jwt, serverXkey) : jwt);
+    const data =
+      d.kind === "admit"
+        ? { jwt: await this.#userJwt(req, d.name, d.tenantId) }
+        : { error: refusalText(d.reason) };
+    const jwt = new TextEncoder().encode(
+      await encodeAuthorizationResponse(req.userNkey, req.serverId, this.#issuer, data, {}),
+    );
+    msg.respond(
+      this.#xkey !== undefined && serverXkey !== undefined ? this.#xkey.seal(jwt, serverXkey) : jwt,
+    );
   }
 
   /** The user JWT: SERVICES account (audience), its tenant's API only, its own inbox, an expiry. */
@@ -243,17 +341,39 @@ export class ServiceAuthCallout {
     const user = serviceUser(name);
     const p = servicePermissions(this.#o.clusterName, tenantId, user);
     const exp = Math.floor(this.#o.clock.now() / 1000) + this.#o.userJwtTtlS;
-    return encodeUser(user, req.userNkey, this.#issuer, {
-      pub: { allow: p.publish.allow, deny: [] }, sub: { allow: p.subscribe.allow, deny: [] }, subs: SERVICE_MAX_SUBS,
-    }, { aud: SERVICES_ACCOUNT, exp });
+    return encodeUser(
+      user,
+      req.userNkey,
+      this.#issuer,
+      {
+        pub: { allow: p.publish.allow, deny: [] },
+        sub: { allow: p.subscribe.allow, deny: [] },
+        subs: SERVICE_MAX_SUBS,
+      },
+      { aud: SERVICES_ACCOUNT, exp },
+    );
   }
 
   #log(d: Decision, req: CalloutRequest): void {
-    const base = { evt: "service_auth", user: req.user.slice(0, 80), host: req.host, server: req.serverId };
+    const base = {
+      evt: "service_auth",
+      user: req.user.slice(0, 80),
+      host: req.host,
+      server: req.serverId,
+    };
     switch (d.kind) {
-      case "admit": return this.#o.log("info", "service identity admitted", { ...base, tenant_id: d.tenantId });
-      case "refuse": return this.#o.log("warn", "service identity refused", { ...base, reason: d.reason });
-      case "ignore": return d.why === "unknown_service" ? this.#o.log("info", "auth callout: unknown service (not this cluster's), left to the auth timeout", base) : undefined;
+      case "admit":
+        return this.#o.log("info", "service identity admitted", { ...base, tenant_id: d.tenantId });
+      case "refuse":
+        return this.#o.log("warn", "service identity refused", { ...base, reason: d.reason });
+      case "ignore":
+        return d.why === "unknown_service"
+          ? this.#o.log(
+              "info",
+              "auth callout: unknown service (not this cluster's), left to the auth timeout",
+              base,
+            )
+          : undefined;
     }
   }
 }

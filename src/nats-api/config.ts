@@ -35,15 +35,20 @@ export const NATS_API_DEFAULTS: NatsApiConfig = Object.freeze({
 /** Validates and freezes; throws `invalid_argument` naming the option. */
 export function natsApiConfig(o: Partial<NatsApiConfig> = {}): NatsApiConfig {
   const c: NatsApiConfig = { ...NATS_API_DEFAULTS, ...o };
-  const bad = (field: string, why: string) => new KairosError("invalid_argument", `nats_api.${field}: ${why}`, { field: `nats_api.${field}` });
+  const bad = (field: string, why: string) =>
+    new KairosError("invalid_argument", `nats_api.${field}: ${why}`, {
+      field: `nats_api.${field}`,
+    });
   const intIn = (field: keyof NatsApiConfig, v: number, min: number, max: number): void => {
-    if (!(Number.isInteger(v) && v >= min && v <= max)) throw bad(field, `must be an integer ${min}-${max}, got ${String(v)}`);
+    if (!(Number.isInteger(v) && v >= min && v <= max))
+      throw bad(field, `must be an integer ${min}-${max}, got ${String(v)}`);
   };
   if (typeof c.enabled !== "boolean") throw bad("enabled", "must be true or false");
   // NATS's own max_payload defaults to 1 MiB: a larger limit would never be reached.
   intIn("maxBodyBytes", c.maxBodyBytes, 1024, 1024 * 1024);
   intIn("maxInFlight", c.maxInFlight, 1, 100_000);
-  if (!(Number.isFinite(c.tenantPerSecond) && c.tenantPerSecond >= 0)) throw bad("tenantPerSecond", `must be a number >= 0, got ${String(c.tenantPerSecond)}`);
+  if (!(Number.isFinite(c.tenantPerSecond) && c.tenantPerSecond >= 0))
+    throw bad("tenantPerSecond", `must be a number >= 0, got ${String(c.tenantPerSecond)}`);
   intIn("tenantBurst", c.tenantBurst, 1, 1_000_000);
   intIn("tenantCacheMs", c.tenantCacheMs, 0, 60_000);
   intIn("tenantCacheMax", c.tenantCacheMax, 1, 1_000_000);

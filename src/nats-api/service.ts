@@ -10,7 +10,13 @@
  * Why not `@nats-io/services`: its `$SRV.PING|INFO|STATS` subjects answer anyone allowed there
  * with every endpoint and every tenant's counters, which service users must not get.
  */
-import { Match, headers as natsHeaders, type Msg, type NatsConnection, type Subscription } from "@nats-io/transport-node";
+import {
+  Match,
+  headers as natsHeaders,
+  type Msg,
+  type NatsConnection,
+  type Subscription,
+} from "@nats-io/transport-node";
 import { KairosError } from "../lib/errors.ts";
 import { replyRefusal, type InboxMode, type ReplyRefusal } from "../cluster/reply-guard.ts";
 import { countBusRefusal } from "../metrics/index.ts";
@@ -74,15 +80,26 @@ export class NatsApiService {
     // Before anything is done for it: a reply subject that is not a tenant service's own inbox
     // (`$JS.API.…`, `$KV.…`, another identity's) would have this node publish there (reply-guard.ts).
     const tenantId = parseApiSubject(this.#opts.clusterName, msg.subject)?.tenantToken ?? "";
-    const refused = replyRefusal(msg.reply, { kind: "service", tenantId }, this.#opts.inboxes ?? "per_user");
+    const refused = replyRefusal(
+      msg.reply,
+      { kind: "service", tenantId },
+      this.#opts.inboxes ?? "per_user",
+    );
     if (refused) {
       countBusRefusal("nats_api", refused.reason);
-      this.#opts.log("warn", "nats api request dropped unanswered: its reply subject is not the asker's inbox", { reason: refused.reason, detail: refused.detail, subject: msg.subject.slice(0, 200) });
+      this.#opts.log(
+        "warn",
+        "nats api request dropped unanswered: its reply subject is not the asker's inbox",
+        { reason: refused.reason, detail: refused.detail, subject: msg.subject.slice(0, 200) },
+      );
       this.#opts.onRefused?.({ ...refused, subject: msg.subject.slice(0, 200) });
       return;
     }
     if (this.#inFlight >= this.#opts.maxInFlight) {
-      const e = new KairosError("overloaded", `this API node is handling ${this.#opts.maxInFlight} NATS API requests; retry`);
+      const e = new KairosError(
+        "overloaded",
+        `this API node is handling ${this.#opts.maxInFlight} NATS API requests; retry`,
+      );
       msg.respond(encodeReply(errorReply(e, () => undefined)));
       this.#answered++;
       return;
@@ -92,13 +109,21 @@ export class NatsApiService {
     const p = this.#handle({
       subject: msg.subject,
       data: msg.data,
-      header: (name) => (h !== undefined && h.has(name, Match.IgnoreCase) ? h.get(name, Match.IgnoreCase) : undefined),
+      header: (name) =>
+        h !== undefined && h.has(name, Match.IgnoreCase)
+          ? h.get(name, Match.IgnoreCase)
+          : undefined,
     })
       .then((reply) => {
         msg.respond(encodeReply(reply), { headers: statusHeaders(reply.status) });
         this.#answered++;
       })
-      .catch((e: unknown) => this.#opts.log("error", "nats api reply failed", { err: String(e), subject: msg.subject.slice(0, 200) }))
+      .catch((e: unknown) =>
+        this.#opts.log("error", "nats api reply failed", {
+          err: String(e),
+          subject: msg.subject.slice(0, 200),
+        }),
+      )
       .finally(() => {
         this.#inFlight--;
         this.#pending.delete(p);

@@ -48,8 +48,15 @@ export function tenantApiWildcard(cluster: string, tenantId: string): string {
 }
 
 /** The subject of one request. `id` is required exactly when the operation names one. */
-export function apiSubject(cluster: string, tenantId: string, op: ApiOperation, id?: string): string {
-  return id === undefined ? `${apiPrefix(cluster)}.${tenantId}.${op}` : `${apiPrefix(cluster)}.${tenantId}.${op}.${id}`;
+export function apiSubject(
+  cluster: string,
+  tenantId: string,
+  op: ApiOperation,
+  id?: string,
+): string {
+  return id === undefined
+    ? `${apiPrefix(cluster)}.${tenantId}.${op}`
+    : `${apiPrefix(cluster)}.${tenantId}.${op}.${id}`;
 }
 
 /** A parsed request subject. `op` undefined: no such operation (answered `not_found`). */
@@ -78,7 +85,8 @@ export function parseApiSubject(cluster: string, subject: string): ParsedApiSubj
   if (tenantToken === undefined || tenantToken === "") return null;
   const name = `${resource ?? ""}.${verb ?? ""}`;
   const raw = tokens.slice(1).join(".").slice(0, 200);
-  if (!isOperation(name) || extra.length > 0) return { tenantToken, op: undefined, id: undefined, raw };
+  if (!isOperation(name) || extra.length > 0)
+    return { tenantToken, op: undefined, id: undefined, raw };
   const takesId = API_OPERATIONS[name] !== "none";
   if (takesId !== (id !== undefined)) return { tenantToken, op: undefined, id: undefined, raw };
   return { tenantToken, op: name, id, raw };

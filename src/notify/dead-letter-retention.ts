@@ -22,16 +22,27 @@ export interface DeadLetterRetention {
   readonly maxAgeMs: number;
 }
 
-export const DEFAULT_DEAD_LETTER_RETENTION: DeadLetterRetention = Object.freeze({ keepPerTenant: 10_000, maxAgeMs: 30 * 86_400_000 });
+export const DEFAULT_DEAD_LETTER_RETENTION: DeadLetterRetention = Object.freeze({
+  keepPerTenant: 10_000,
+  maxAgeMs: 30 * 86_400_000,
+});
 
 /** Defaults overridden and validated (whole numbers, bounded), frozen. */
 export function deadLetterRetention(o: Partial<DeadLetterRetention> = {}): DeadLetterRetention {
   const c = { ...DEFAULT_DEAD_LETTER_RETENTION, ...o };
   if (!Number.isInteger(c.keepPerTenant) || c.keepPerTenant < 0 || c.keepPerTenant > 10_000_000) {
-    throw new KairosError("invalid_argument", `dead-letter keepPerTenant: ${c.keepPerTenant} is not a whole number 0-10000000`, { field: "keepPerTenant" });
+    throw new KairosError(
+      "invalid_argument",
+      `dead-letter keepPerTenant: ${c.keepPerTenant} is not a whole number 0-10000000`,
+      { field: "keepPerTenant" },
+    );
   }
   if (!Number.isInteger(c.maxAgeMs) || c.maxAgeMs < 0 || c.maxAgeMs > 10 * 365 * 86_400_000) {
-    throw new KairosError("invalid_argument", `dead-letter maxAgeMs: ${c.maxAgeMs} is not a whole number of ms up to 10 years`, { field: "maxAgeMs" });
+    throw new KairosError(
+      "invalid_argument",
+      `dead-letter maxAgeMs: ${c.maxAgeMs} is not a whole number of ms up to 10 years`,
+      { field: "maxAgeMs" },
+    );
   }
   return Object.freeze(c);
 }
@@ -41,7 +52,11 @@ export function deadLetterRetention(o: Partial<DeadLetterRetention> = {}): DeadL
  * entry's, or one past its last when all go) and how many entries that drops. Keys that are not
  * `dl.<tenant>.<run_id>` with a parseable run id are never dropped and stop the prefix.
  */
-export function deadLetterCuts(keys: readonly KvKey[], cfg: DeadLetterRetention, nowMs: number): Map<string, { beforeRevision: number; dropped: number }> {
+export function deadLetterCuts(
+  keys: readonly KvKey[],
+  cfg: DeadLetterRetention,
+  nowMs: number,
+): Map<string, { beforeRevision: number; dropped: number }> {
   const byTenant = new Map<string, { revision: number; ms: number | null }[]>();
   for (const k of keys) {
     const parts = k.key.split(".");
@@ -63,13 +78,21 @@ export function deadLetterCuts(keys: readonly KvKey[], cfg: DeadLetterRetention,
       if (!(n < overCount || old) || e.ms === null) break;
       n++;
     }
-    if (n > 0) cuts.set(tenant, { beforeRevision: n < list.length ? list[n]!.revision : list[n - 1]!.revision + 1, dropped: n });
+    if (n > 0)
+      cuts.set(tenant, {
+        beforeRevision: n < list.length ? list[n]!.revision : list[n - 1]!.revision + 1,
+        dropped: n,
+      });
   }
   return cuts;
 }
 
 /** One pass (see the module header). Returns the number of dead letters dropped. */
-export async function pruneDeadLetters(runs: KvStore, cfg: DeadLetterRetention, nowMs: number): Promise<number> {
+export async function pruneDeadLetters(
+  runs: KvStore,
+  cfg: DeadLetterRetention,
+  nowMs: number,
+): Promise<number> {
   if (cfg.keepPerTenant === 0 && cfg.maxAgeMs === 0) return 0;
   const cuts = deadLetterCuts(await kvKeys(runs, "dl.>"), cfg, nowMs);
   let dropped = 0;

@@ -18,10 +18,15 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvEntry, KvStore } from "../cluster/kv.ts";
 import type { RunView } from "../protocol/model.ts";
 import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
-import { DEFAULT_DEAD_LETTER_RETENTION, pruneDeadLetters, type DeadLetterRetention } from "./dead-letter-retention.ts";
+import {
+  DEFAULT_DEAD_LETTER_RETENTION,
+  pruneDeadLetters,
+  type DeadLetterRetention,
+} from "./dead-letter-retention.ts";
 
 export const deadLetterKey = (tenantId: string, runId: string): string => `dl.${tenantId}.${runId}`;
-export const outboxKey = (partition: number, tenantId: string, runId: string): string => `ob.${partition}.${tenantId}.${runId}`;
+export const outboxKey = (partition: number, tenantId: string, runId: string): string =>
+  `ob.${partition}.${tenantId}.${runId}`;
 
 /** A run is dead-lettered when it ends failed or timed out (its retries, if any, are spent). */
 export function isDeadLetter(run: RunView): boolean {
@@ -38,9 +43,16 @@ interface OutboxEntry {
  * Records a dead letter and its pending delivery (see the module header). Idempotent; throws
  * only on transport failures (the caller's pre effect then fails and is decided again).
  */
-export async function recordDeadLetter(runs: KvStore, partition: number, run: RunView): Promise<void> {
+export async function recordDeadLetter(
+  runs: KvStore,
+  partition: number,
+  run: RunView,
+): Promise<void> {
   await runs.create(deadLetterKey(run.tenant_id, run.run_id), encode(run));
-  await runs.create(outboxKey(partition, run.tenant_id, run.run_id), encode({ run, tries: 0, next_at_ms: 0 } satisfies OutboxEntry));
+  await runs.create(
+    outboxKey(partition, run.tenant_id, run.run_id),
+    encode({ run, tries: 0, next_at_ms: 0 } satisfies OutboxEntry),
+  );
 }
 
 export interface DeadLetterOutboxOptions {
@@ -95,7 +107,11 @@ export class DeadLetterOutbox {
 
   /** One dead-letter retention pass now (also run daily once started); the number dropped. */
   async prune(): Promise<number> {
-    const dropped = await pruneDeadLetters(this.#o.runs(), this.#o.retention ?? DEFAULT_DEAD_LETTER_RETENTION, this.#o.clock.now());
+    const dropped = await pruneDeadLetters(
+      this.#o.runs(),
+      this.#o.retention ?? DEFAULT_DEAD_LETTER_RETENTION,
+      this.#o.clock.now(),
+    );
     if (dropped > 0) this.#o.log("info", "dead letters pruned", { dropped });
     return dropped;
   }
@@ -104,7 +120,9 @@ export class DeadLetterOutbox {
     if (this.#stopped) return;
     this.#cancelPrune = this.#o.clock.setTimer(ms, () => {
       this.prune()
-        .catch((e: unknown) => this.#o.log("warn", "dead-letter retention pass failed", { err: String(e) }))
+        .catch((e: unknown) =>
+          this.#o.log("warn", "dead-letter retention pass failed", { err: String(e) }),
+        )
         .finally(() => this.#armPrune(this.#o.retentionEveryMs ?? 86_400_000));
     });
   }
@@ -142,7 +160,9 @@ export class DeadLetterOutbox {
     if (this.#stopped) return;
     this.#cancel = this.#o.clock.setTimer(this.#o.sweepMs ?? 5_000, () => {
       this.sweep()
-        .catch((e: unknown) => this.#o.log("warn", "dead-letter outbox sweep failed", { err: String(e) }))
+        .catch((e: unknown) =>
+          this.#o.log("warn", "dead-letter outbox sweep failed", { err: String(e) }),
+        )
         .finally(() => this.#arm());
     });
   }
@@ -168,19 +188,40 @@ export class DeadLetterOutbox {
       if (!r.ok && r.status === undefined && r.error?.startsWith("dropped:")) return;
       const tries = entry.tries + 1;
       const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, tries };
-      if (r.ok || r.refused || (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)) {
-        if (!r.ok) this.#o.log("warn", "dead-letter webhook refused; not retried", { ...ids, status: r.status, err: r.error });
+      if (
+        r.ok ||
+        r.refused ||
+        (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)
+      ) {
+        if (!r.ok)
+          this.#o.log("warn", "dead-letter webhook refused; not retried", {
+            ...ids,
+            status: r.status,
+            err: r.error,
+          });
         await runs.delete(e.key, e.revision);
         return;
       }
       if (tries >= (this.#o.maxTries ?? 10)) {
-        this.#o.log("warn", "dead-letter webhook given up", { ...ids, status: r.status, err: r.error });
+        this.#o.log("warn", "dead-letter webhook given up", {
+          ...ids,
+          status: r.status,
+          err: r.error,
+        });
         await runs.delete(e.key, e.revision);
         return;
       }
-      this.#o.log("warn", "dead-letter webhook failed; will retry", { ...ids, status: r.status, err: r.error });
+      this.#o.log("warn", "dead-letter webhook failed; will retry", {
+        ...ids,
+        status: r.status,
+        err: r.error,
+      });
       const next_at_ms = this.#o.clock.now() + backoffMs(tries - 1, DELIVERY_BACKOFF);
-      await runs.update(e.key, encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry), e.revision);
+      await runs.update(
+        e.key,
+        encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry),
+        e.revision,
+      );
     } finally {
       this.#inFlight.delete(e.key);
     }
@@ -203,8 +244,19 @@ type Log = (level: "info" | "warn" | "error", msg: string, extra?: Record<string
  * terminal record, before the state; a crash re-delivers), otherwise at once from memory (signed
  * with `clock`'s time, its retries spaced on it).
  */
-export async function deliverDeadLetter(deps: DeadLetterDeps, log: Log, clock: Clock, partition: number, record: RunView): Promise<void> {
-  log("warn", "run dead-lettered", { run_id: record.run_id, job_id: record.job_id, status: record.status, reason: record.reason });
+export async function deliverDeadLetter(
+  deps: DeadLetterDeps,
+  log: Log,
+  clock: Clock,
+  partition: number,
+  record: RunView,
+): Promise<void> {
+  log("warn", "run dead-lettered", {
+    run_id: record.run_id,
+    job_id: record.job_id,
+    status: record.status,
+    reason: record.reason,
+  });
   if (deps.outbox) return deps.outbox.kick(partition, record.tenant_id, record.run_id);
   const target = await deps.tenantWebhook?.(record.tenant_id);
   if (!target) return;
@@ -212,5 +264,10 @@ export async function deliverDeadLetter(deps: DeadLetterDeps, log: Log, clock: C
     nowS: () => Math.floor(clock.now() / 1000),
     sleep: (ms) => new Promise((done) => clock.setTimer(ms, done)),
   });
-  if (!r.ok) log("warn", "dead-letter webhook failed", { run_id: record.run_id, status: r.status, err: r.error });
+  if (!r.ok)
+    log("warn", "dead-letter webhook failed", {
+      run_id: record.run_id,
+      status: r.status,
+      err: r.error,
+    });
 }

@@ -48,7 +48,11 @@ const POST_BACKOFF: BackoffPolicy = { baseMs: 500, maxMs: 30_000 };
 export type Resolve = (hostname: string) => Promise<LookupAddress[]>;
 
 const systemResolve: Resolve = (hostname) =>
-  new Promise((resolve, reject) => dnsLookup(hostname, { all: true, verbatim: true }, (err, addrs) => (err ? reject(err) : resolve(addrs))));
+  new Promise((resolve, reject) =>
+    dnsLookup(hostname, { all: true, verbatim: true }, (err, addrs) =>
+      err ? reject(err) : resolve(addrs),
+    ),
+  );
 
 export { isBlockedAddress };
 
@@ -57,7 +61,11 @@ export class WebhookRefused extends Error {
   override readonly name = "WebhookRefused";
 }
 
-type LookupCallback = (err: Error | null, address: string | LookupAddress[], family?: number) => void;
+type LookupCallback = (
+  err: Error | null,
+  address: string | LookupAddress[],
+  family?: number,
+) => void;
 
 /**
  * The `lookup` handed to the socket: resolves, drops blocked addresses, and gives the socket
@@ -67,7 +75,9 @@ function checkedLookup(policy: WebhookPolicy, resolve: Resolve, refused: (why: s
   return (hostname: string, options: { all?: boolean | undefined }, cb: LookupCallback): void => {
     resolve(hostname).then(
       (addrs) => {
-        const ok = policy.allowPrivateAddresses ? addrs : addrs.filter((a) => !isBlockedAddress(a.address));
+        const ok = policy.allowPrivateAddresses
+          ? addrs
+          : addrs.filter((a) => !isBlockedAddress(a.address));
         if (ok.length === 0) {
           const why = `${hostname} resolves only to non-public addresses (${addrs.map((a) => a.address).join(", ") || "none"})`;
           refused(why);
@@ -90,14 +100,23 @@ function refuseUrl(url: URL, policy: WebhookPolicy): string | undefined {
   if (url.protocol !== "https:" && !(url.protocol === "http:" && policy.allowHttp)) {
     return `${url.protocol.replace(/:$/, "")} webhooks are not allowed (https only${url.protocol === "http:" ? "; the operator can allow http with --webhook-allow-http" : ""})`;
   }
-  if (url.username !== "" || url.password !== "") return "credentials in the webhook URL are not allowed";
+  if (url.username !== "" || url.password !== "")
+    return "credentials in the webhook URL are not allowed";
   // A literal address or a loopback name (`localhost.`, `x.localhost`) is refused before any
   // lookup; a name's addresses are checked in the connection's lookup (checkedLookup).
-  if (!policy.allowPrivateAddresses && isInternalHost(url.hostname)) return `${url.hostname} is not a public address`;
+  if (!policy.allowPrivateAddresses && isInternalHost(url.hostname))
+    return `${url.hostname} is not a public address`;
   return undefined;
 }
 
-async function post(url: URL, headers: Record<string, string>, body: string, timeoutMs: number, policy: WebhookPolicy, resolve: Resolve): Promise<PostResult> {
+async function post(
+  url: URL,
+  headers: Record<string, string>,
+  body: string,
+  timeoutMs: number,
+  policy: WebhookPolicy,
+  resolve: Resolve,
+): Promise<PostResult> {
   const early = refuseUrl(url, policy);
   if (early !== undefined) return { refused: early };
   let refusedWhy: string | undefined;
@@ -115,7 +134,9 @@ async function post(url: URL, headers: Record<string, string>, body: string, tim
       res.destroy(); // the body is not needed
       done({ status: res.statusCode ?? 0 });
     });
-    req.once("error", (e: Error) => done(refusedWhy !== undefined ? { refused: refusedWhy } : { error: e.message }));
+    req.once("error", (e: Error) =>
+      done(refusedWhy !== undefined ? { refused: refusedWhy } : { error: e.message }),
+    );
     req.end(body);
   });
 }
@@ -158,10 +179,16 @@ export class WebhookSender {
     this.policy = Object.freeze({ ...DEFAULT_WEBHOOK_POLICY, ...policy });
     for (const k of ["maxConcurrentPerTenant", "maxQueuedPerTenant"] as const) {
       const v = this.policy[k];
-      if (!Number.isInteger(v) || v < (k === "maxQueuedPerTenant" ? 0 : 1)) throw new RangeError(`webhook ${k} must be a ${k === "maxQueuedPerTenant" ? "non-negative" : "positive"} integer, got ${v}`);
+      if (!Number.isInteger(v) || v < (k === "maxQueuedPerTenant" ? 0 : 1))
+        throw new RangeError(
+          `webhook ${k} must be a ${k === "maxQueuedPerTenant" ? "non-negative" : "positive"} integer, got ${v}`,
+        );
     }
     this.#resolve = opts.resolve ?? systemResolve;
-    this.#limiter = new TenantLimiter(this.policy.maxConcurrentPerTenant, this.policy.maxQueuedPerTenant);
+    this.#limiter = new TenantLimiter(
+      this.policy.maxConcurrentPerTenant,
+      this.policy.maxQueuedPerTenant,
+    );
   }
 
   /** Runs `fn` within `tenantId`'s bound; undefined when too many are waiting. */
@@ -169,7 +196,12 @@ export class WebhookSender {
     return this.#limiter.run(tenantId, fn);
   }
 
-  post(url: URL, headers: Record<string, string>, body: string, timeoutMs: number): Promise<PostResult> {
+  post(
+    url: URL,
+    headers: Record<string, string>,
+    body: string,
+    timeoutMs: number,
+  ): Promise<PostResult> {
     return post(url, headers, body, timeoutMs, this.policy, this.#resolve);
   }
 }
@@ -195,7 +227,12 @@ export interface WebhookOutcome {
 export async function notifyDeadLetter(
   target: WebhookTarget,
   run: RunView,
-  opts: { nowS: () => number; attempts?: number; timeoutMs?: number; sleep: (ms: number) => Promise<void> },
+  opts: {
+    nowS: () => number;
+    attempts?: number;
+    timeoutMs?: number;
+    sleep: (ms: number) => Promise<void>;
+  },
 ): Promise<WebhookOutcome> {
   const sender = target.sender ?? defaultSender;
   let url: URL;
@@ -210,7 +247,11 @@ export async function notifyDeadLetter(
     for (let i = 0; i < (opts.attempts ?? 3); i++) {
       if (i > 0) await opts.sleep(backoffMs(i - 1, POST_BACKOFF));
       // The delivery id is the run id: the same on every redelivery (the outbox is at-least-once).
-      const headers = { "content-type": "application/json", "kairos-signature": signWebhook(target.secret, opts.nowS(), body), "kairos-delivery-id": run.run_id };
+      const headers = {
+        "content-type": "application/json",
+        "kairos-signature": signWebhook(target.secret, opts.nowS(), body),
+        "kairos-delivery-id": run.run_id,
+      };
       const r = await sender.post(url, headers, body, opts.timeoutMs ?? 5000);
       if ("refused" in r) return { ok: false, refused: true, error: `refused: ${r.refused}` };
       if ("error" in r) {
@@ -218,11 +259,22 @@ export async function notifyDeadLetter(
         continue;
       }
       if (r.status >= 200 && r.status < 300) return { ok: true, status: r.status };
-      if (r.status >= 300 && r.status < 400) return { ok: false, refused: true, status: r.status, error: "refused: the receiver answered with a redirect, which is not followed" };
+      if (r.status >= 300 && r.status < 400)
+        return {
+          ok: false,
+          refused: true,
+          status: r.status,
+          error: "refused: the receiver answered with a redirect, which is not followed",
+        };
       last = { ok: false, status: r.status };
       if (r.status >= 400 && r.status < 500 && r.status !== 429) return last;
     }
     return last;
   });
-  return sent ?? { ok: false, error: `dropped: more than ${sender.policy.maxQueuedPerTenant} deliveries of tenant ${run.tenant_id} waiting` };
+  return (
+    sent ?? {
+      ok: false,
+      error: `dropped: more than ${sender.policy.maxQueuedPerTenant} deliveries of tenant ${run.tenant_id} waiting`,
+    }
+  );
 }

@@ -63,7 +63,8 @@ export function runKey(partition: number, tenantId: string, jobId: string, runId
  * (`slot_seq`): a release of an earlier grant that arrives after the run asked again (messages
  * through the router can overtake each other) then cannot delete the newer grant.
  */
-export const grantId = (r: { run_id: string; slot_seq?: number }): string => `${r.run_id}_${r.slot_seq ?? 0}`;
+export const grantId = (r: { run_id: string; slot_seq?: number }): string =>
+  `${r.run_id}_${r.slot_seq ?? 0}`;
 
 export function splitGrant(id: string): { run_id: string; seq: number } {
   const i = id.lastIndexOf("_");

@@ -64,11 +64,26 @@ export interface JobView extends JobSpec {
 }
 
 export const RUN_STATUSES = [
-  "queued", "leased", "running", "retry_wait",
-  "succeeded", "failed", "timed_out", "cancelled", "skipped", "missed",
+  "queued",
+  "leased",
+  "running",
+  "retry_wait",
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+  "missed",
 ] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
-export const TERMINAL: ReadonlySet<RunStatus> = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
+export const TERMINAL: ReadonlySet<RunStatus> = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+  "missed",
+]);
 
 /**
  * The suffixes of a lapsed attempt's `error` when the attempt does not count against max_attempts
@@ -85,10 +100,15 @@ export type LapseKind = "counted" | "not_started" | "presumed_not_started";
 /** The kind of a lapsed attempt, from its error text. */
 export function lapseKind(error: string | null): LapseKind {
   const e = error ?? "";
-  return e.endsWith(PRESUMED_NOT_STARTED) ? "presumed_not_started" : e.endsWith(NOT_COUNTED) ? "not_started" : "counted";
+  return e.endsWith(PRESUMED_NOT_STARTED)
+    ? "presumed_not_started"
+    : e.endsWith(NOT_COUNTED)
+      ? "not_started"
+      : "counted";
 }
 
-export type AttemptOutcome = "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
+export type AttemptOutcome =
+  "succeeded" | "failed" | "timed_out" | "oom" | "lease_lost" | "cancelled" | "error";
 
 export interface AttemptView {
   attempt: number;

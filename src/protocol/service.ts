@@ -12,7 +12,11 @@ import type { JobSpec } from "./model.ts";
 
 export interface JobsService {
   /** `created` is false when an idempotency key replayed an earlier create. */
-  createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }>;
+  createJob(
+    tenantId: string,
+    spec: JobSpec,
+    idempotencyKey?: string,
+  ): Promise<{ job: JobView; created: boolean }>;
   listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>>;
   /** The job with `next_runs`. */
   getJob(tenantId: string, jobId: string): Promise<JobView>;
@@ -20,13 +24,20 @@ export interface JobsService {
   patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView>;
   deleteJob(tenantId: string, jobId: string): Promise<void>;
   runNow(tenantId: string, jobId: string): Promise<RunView>;
-  listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>>;
+  listRuns(
+    tenantId: string,
+    jobId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>>;
   getRun(tenantId: string, runId: string): Promise<RunView>;
   /**
    * The tenant's dead-lettered runs (ended failed or timed out), oldest first, as they were when
    * dead-lettered; O(page). `GET /v1/runs?status=dead_lettered`.
    */
-  listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>>;
+  listDeadLetters(
+    tenantId: string,
+    opts: { cursor?: string; limit: number },
+  ): Promise<Page<RunView>>;
 }
 
 export interface Tenant {

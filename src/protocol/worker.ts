@@ -83,7 +83,11 @@ export function advertSubjectWorker(subject: string): string {
   return subject.slice(subject.lastIndexOf(".") + 1);
 }
 
-export function workerSubject(cluster: string, workerId: string, verb: "start" | "cancel" | "probe"): string {
+export function workerSubject(
+  cluster: string,
+  workerId: string,
+  verb: "start" | "cancel" | "probe",
+): string {
   return `kairos.${cluster}.worker.${workerId}.${verb}`;
 }
 

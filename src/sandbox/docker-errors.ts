@@ -27,38 +27,66 @@ export function statusOf(e: unknown): number | undefined {
 export function engineMessage(e: unknown): string {
   if (typeof e === "object" && e !== null && "json" in e) {
     const j = e.json;
-    if (typeof j === "object" && j !== null && "message" in j && typeof j.message === "string") return j.message;
+    if (typeof j === "object" && j !== null && "message" in j && typeof j.message === "string")
+      return j.message;
   }
   return messageOf(e);
 }
 
-const NOT_EXECUTABLE = /executable file not found|no such file or directory|exec format error|not a directory/i;
+const NOT_EXECUTABLE =
+  /executable file not found|no such file or directory|exec format error|not a directory/i;
 
 export function classifyEngineError(e: unknown, phase: EnginePhase, image: string): ExecutionError {
   const status = statusOf(e);
   const msg = engineMessage(e);
   if (status === undefined) {
-    return { class: "executor_failure", message: `the worker's container engine did not answer during ${phase} (image ${image}); retryable`, retryable: true };
+    return {
+      class: "executor_failure",
+      message: `the worker's container engine did not answer during ${phase} (image ${image}); retryable`,
+      retryable: true,
+    };
   }
   if ((phase === "create" || phase === "pull") && status === 404) {
-    return { class: "image_not_found", message: `image ${image} is not available on this worker`, retryable: false };
+    return {
+      class: "image_not_found",
+      message: `image ${image} is not available on this worker`,
+      retryable: false,
+    };
   }
   if (phase === "start" && NOT_EXECUTABLE.test(msg)) {
-    return { class: "invalid_task", message: `cannot execute the task's command in ${image} (not found or not executable)`, retryable: false };
+    return {
+      class: "invalid_task",
+      message: `cannot execute the task's command in ${image} (not found or not executable)`,
+      retryable: false,
+    };
   }
   if (/permission denied/i.test(msg) && phase === "start") {
-    return { class: "permission_denied", message: `permission denied starting the task in ${image}`, retryable: false };
+    return {
+      class: "permission_denied",
+      message: `permission denied starting the task in ${image}`,
+      retryable: false,
+    };
   }
   if (status === 400 && phase !== "run") {
-    return { class: "invalid_task", message: `the container engine rejected the task's container configuration (image ${image})`, retryable: false };
+    return {
+      class: "invalid_task",
+      message: `the container engine rejected the task's container configuration (image ${image})`,
+      retryable: false,
+    };
   }
-  return { class: "executor_failure", message: `container engine error during ${phase} (image ${image}, HTTP ${status}); retryable`, retryable: true };
+  return {
+    class: "executor_failure",
+    message: `container engine error during ${phase} (image ${image}, HTTP ${status}); retryable`,
+    retryable: true,
+  };
 }
 
 /** Rejects with a labelled error if `p` does not settle within `ms` (the engine may hang). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string, clock: Clock): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const cancel = clock.setTimer(ms, () => reject(new Error(`Docker engine did not answer ${what} within ${ms} ms`)));
+    const cancel = clock.setTimer(ms, () =>
+      reject(new Error(`Docker engine did not answer ${what} within ${ms} ms`)),
+    );
     p.then(
       (v) => {
         cancel();

@@ -8,7 +8,12 @@ import type Dockerode from "dockerode";
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
 import type { DockerConfig } from "./options.ts";
 import { invalidTask, taskEnv } from "./identity.ts";
-import { CONTAINER_BUSYBOX, CONTAINER_LEASE_DIR, DOCKER_SUPERVISOR, DOCKER_SUPERVISOR_PIDS } from "./supervisor.ts";
+import {
+  CONTAINER_BUSYBOX,
+  CONTAINER_LEASE_DIR,
+  DOCKER_SUPERVISOR,
+  DOCKER_SUPERVISOR_PIDS,
+} from "./supervisor.ts";
 
 /** The in-container deadline trails the executor's own timer by this much (the executor normally wins). */
 export const CONTAINER_DEADLINE_GRACE_S = 2;
@@ -35,10 +40,13 @@ const TMPFS_OPTS = "rw,noexec,nosuid,nodev";
  * image leaves root-owned stays read-only for the task's user.
  */
 export function tmpfsMounts(cfg: DockerConfig, volumes: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = { "/tmp": `${TMPFS_OPTS},size=${cfg.tmpfsSizeMb}m,mode=1777` };
+  const out: Record<string, string> = {
+    "/tmp": `${TMPFS_OPTS},size=${cfg.tmpfsSizeMb}m,mode=1777`,
+  };
   for (const v of volumes) {
     const path = normaliseVolumePath(v);
-    if (path !== undefined && !(path in out)) out[path] = `${TMPFS_OPTS},size=${cfg.volumeTmpfsSizeMb}m`;
+    if (path !== undefined && !(path in out))
+      out[path] = `${TMPFS_OPTS},size=${cfg.volumeTmpfsSizeMb}m`;
   }
   return out;
 }
@@ -51,11 +59,21 @@ function normaliseVolumePath(v: string): string | undefined {
 }
 
 /** The image's VOLUME paths within the node's bound, or an invalid_task error. */
-export function imageVolumes(volumes: Record<string, unknown> | null | undefined, image: string, cfg: DockerConfig): string[] | ExecutionError {
+export function imageVolumes(
+  volumes: Record<string, unknown> | null | undefined,
+  image: string,
+  cfg: DockerConfig,
+): string[] | ExecutionError {
   const paths = Object.keys(volumes ?? {});
-  if (paths.length > cfg.maxImageVolumes) return invalidTask(`image ${image} declares ${paths.length} VOLUME paths; this node allows at most ${cfg.maxImageVolumes}`);
+  if (paths.length > cfg.maxImageVolumes)
+    return invalidTask(
+      `image ${image} declares ${paths.length} VOLUME paths; this node allows at most ${cfg.maxImageVolumes}`,
+    );
   const bad = paths.find((p) => normaliseVolumePath(p) === undefined);
-  if (bad !== undefined) return invalidTask(`image ${image} declares an unsupported VOLUME path ${JSON.stringify(bad.slice(0, 100))}`);
+  if (bad !== undefined)
+    return invalidTask(
+      `image ${image} declares an unsupported VOLUME path ${JSON.stringify(bad.slice(0, 100))}`,
+    );
   return paths;
 }
 
@@ -68,7 +86,11 @@ export function ulimits(cfg: DockerConfig): { Name: string; Soft: number; Hard: 
 }
 
 /** The effective command of a task in an image with `entrypoint` and `cmd` (docker's own rule). */
-export function effectiveCommand(args: string[], entrypoint: string | string[] | null | undefined, cmd: string[] | null | undefined): string[] {
+export function effectiveCommand(
+  args: string[],
+  entrypoint: string | string[] | null | undefined,
+  cmd: string[] | null | undefined,
+): string[] {
   const ep = typeof entrypoint === "string" ? [entrypoint] : (entrypoint ?? []);
   return [...ep, ...(args.length > 0 ? args : (cmd ?? []))];
 }
@@ -108,17 +130,31 @@ export function resolveLimits(task: TaskSpec, cfg: DockerConfig): ResolvedLimits
   const memoryMb = r.memoryMb ?? cfg.defaultMemoryMb;
   const cpus = r.cpus ?? cfg.defaultCpus;
   const pids = r.pids ?? cfg.defaultPids;
-  if (!Number.isInteger(memoryMb) || memoryMb < MIN_MEMORY_MB) return invalidTask(`resources.memoryMb must be an integer >= ${MIN_MEMORY_MB}, got ${memoryMb}`);
-  if (memoryMb > cfg.maxMemoryMb) return invalidTask(`resources.memoryMb ${memoryMb} exceeds this node's maximum of ${cfg.maxMemoryMb}`);
-  if (!Number.isFinite(cpus) || cpus <= 0) return invalidTask(`resources.cpus must be a positive number, got ${cpus}`);
-  if (cpus > cfg.maxCpus) return invalidTask(`resources.cpus ${cpus} exceeds this node's maximum of ${cfg.maxCpus}`);
-  if (!Number.isInteger(pids) || pids < 1) return invalidTask(`resources.pids must be a positive integer, got ${pids}`);
-  if (pids > cfg.maxPids) return invalidTask(`resources.pids ${pids} exceeds this node's maximum of ${cfg.maxPids}`);
+  if (!Number.isInteger(memoryMb) || memoryMb < MIN_MEMORY_MB)
+    return invalidTask(
+      `resources.memoryMb must be an integer >= ${MIN_MEMORY_MB}, got ${memoryMb}`,
+    );
+  if (memoryMb > cfg.maxMemoryMb)
+    return invalidTask(
+      `resources.memoryMb ${memoryMb} exceeds this node's maximum of ${cfg.maxMemoryMb}`,
+    );
+  if (!Number.isFinite(cpus) || cpus <= 0)
+    return invalidTask(`resources.cpus must be a positive number, got ${cpus}`);
+  if (cpus > cfg.maxCpus)
+    return invalidTask(`resources.cpus ${cpus} exceeds this node's maximum of ${cfg.maxCpus}`);
+  if (!Number.isInteger(pids) || pids < 1)
+    return invalidTask(`resources.pids must be a positive integer, got ${pids}`);
+  if (pids > cfg.maxPids)
+    return invalidTask(`resources.pids ${pids} exceeds this node's maximum of ${cfg.maxPids}`);
   return { memoryMb, cpus, pids };
 }
 
 /** Labels for one attempt; `workerId` is the executor's own (what reapOrphans filters on). */
-export function runLabels(id: RunIdentity, workerId: string, deadlineAtMs: number): Record<string, string> {
+export function runLabels(
+  id: RunIdentity,
+  workerId: string,
+  deadlineAtMs: number,
+): Record<string, string> {
   return {
     [LABEL.managed]: "true",
     [LABEL.runId]: id.runId,
@@ -147,7 +183,16 @@ export function containerSpec(
     User: cfg.user,
     Labels: runLabels(id, workerId, run.deadlineAtMs),
     // PID 1 is the host's static busybox running DOCKER_SUPERVISOR: the deadline holds without the worker.
-    Entrypoint: [CONTAINER_BUSYBOX, "sh", "-c", DOCKER_SUPERVISOR, "kairos-supervisor", containerDeadlineS(task), run.leaseDir === undefined ? "0" : "1", ...run.command],
+    Entrypoint: [
+      CONTAINER_BUSYBOX,
+      "sh",
+      "-c",
+      DOCKER_SUPERVISOR,
+      "kairos-supervisor",
+      containerDeadlineS(task),
+      run.leaseDir === undefined ? "0" : "1",
+      ...run.command,
+    ],
     Tty: false,
     OpenStdin: false,
     AttachStdin: false,
@@ -167,7 +212,16 @@ export function containerSpec(
       // attempt's lease directory (its lease file, renewed by the worker).
       Mounts: [
         { Type: "bind", Source: cfg.busyboxPath, Target: CONTAINER_BUSYBOX, ReadOnly: true },
-        ...(run.leaseDir === undefined ? [] : [{ Type: "bind" as const, Source: run.leaseDir, Target: CONTAINER_LEASE_DIR, ReadOnly: true }]),
+        ...(run.leaseDir === undefined
+          ? []
+          : [
+              {
+                Type: "bind" as const,
+                Source: run.leaseDir,
+                Target: CONTAINER_LEASE_DIR,
+                ReadOnly: true,
+              },
+            ]),
       ],
       Devices: [],
       IpcMode: "private",

@@ -28,7 +28,14 @@ export type {
   TaskSpec,
 } from "./types.ts";
 export { isRetryable } from "./types.ts";
-export type { ExecutorOptions, ExecutorLog, DockerOptions, ProcessOptions, NoopOptions, PullPolicy } from "./options.ts";
+export type {
+  ExecutorOptions,
+  ExecutorLog,
+  DockerOptions,
+  ProcessOptions,
+  NoopOptions,
+  PullPolicy,
+} from "./options.ts";
 
 const PING_TIMEOUT_MS = 3000;
 
@@ -51,11 +58,15 @@ async function pingEngine(docker: Dockerode, timeoutMs: number): Promise<string>
  * Why an engine's `docker info` SecurityOptions (e.g. `["name=seccomp,profile=default"]`) do not
  * give containers a seccomp filter, or undefined when they do.
  */
-export function seccompProblem(securityOptions: readonly string[] | null | undefined): string | undefined {
+export function seccompProblem(
+  securityOptions: readonly string[] | null | undefined,
+): string | undefined {
   const opts = securityOptions ?? [];
   const seccomp = opts.find((o) => o.split(",").includes("name=seccomp"));
-  if (seccomp === undefined) return `the engine reports no seccomp support (SecurityOptions: ${JSON.stringify(opts)})`;
-  if (/(^|,)profile=unconfined(,|$)/.test(seccomp)) return `the engine's default seccomp profile is unconfined (${seccomp})`;
+  if (seccomp === undefined)
+    return `the engine reports no seccomp support (SecurityOptions: ${JSON.stringify(opts)})`;
+  if (/(^|,)profile=unconfined(,|$)/.test(seccomp))
+    return `the engine's default seccomp profile is unconfined (${seccomp})`;
   return undefined;
 }
 
@@ -84,28 +95,47 @@ export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions):
       if (cfg.docker.requireSeccomp) {
         let secOpts: string[] | undefined;
         try {
-          const info = (await withTimeout(docker.info(), cfg.docker.engineTimeoutMs, "info", systemClock)) as { SecurityOptions?: string[] };
+          const info = (await withTimeout(
+            docker.info(),
+            cfg.docker.engineTimeoutMs,
+            "info",
+            systemClock,
+          )) as { SecurityOptions?: string[] };
           secOpts = info.SecurityOptions;
         } catch (e) {
-          throw new KairosError("unavailable", `the docker executor could not read the engine's security options: ${engineMessage(e)}`, { cause: e });
+          throw new KairosError(
+            "unavailable",
+            `the docker executor could not read the engine's security options: ${engineMessage(e)}`,
+            { cause: e },
+          );
         }
         const noSeccomp = seccompProblem(secOpts);
         if (noSeccomp !== undefined) {
-          throw new KairosError("unavailable", `the docker executor refuses to run tenant code on this engine: ${noSeccomp}. Run the engine with seccomp (the default), or set docker.requireSeccomp=false knowingly`, {
-            field: "docker.requireSeccomp",
-          });
+          throw new KairosError(
+            "unavailable",
+            `the docker executor refuses to run tenant code on this engine: ${noSeccomp}. Run the engine with seccomp (the default), or set docker.requireSeccomp=false knowingly`,
+            {
+              field: "docker.requireSeccomp",
+            },
+          );
         }
       }
       const problem = await staticBusyboxProblem(cfg.docker.busyboxPath);
       if (problem !== undefined) {
-        throw new KairosError("unavailable", `the docker executor mounts a static busybox into every container to enforce its deadline: ${problem}`, {
-          field: "docker.busyboxPath",
-        });
+        throw new KairosError(
+          "unavailable",
+          `the docker executor mounts a static busybox into every container to enforce its deadline: ${problem}`,
+          {
+            field: "docker.busyboxPath",
+          },
+        );
       }
       return new DockerExecutor(docker, cfg);
     }
     default:
-      throw new KairosError("invalid_argument", `unknown executor kind ${JSON.stringify(kind)}`, { field: "executor" });
+      throw new KairosError("invalid_argument", `unknown executor kind ${JSON.stringify(kind)}`, {
+        field: "executor",
+      });
   }
 }
 
@@ -113,11 +143,16 @@ export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions):
  * Which executor this machine supports: "docker" when an engine answers, else "process",
  * with a sentence for the operator saying why (printed by `kairos dev`).
  */
-export async function detectExecutor(opts: { socketPath?: string } = {}): Promise<{ kind: "docker" | "process"; reason: string }> {
+export async function detectExecutor(
+  opts: { socketPath?: string } = {},
+): Promise<{ kind: "docker" | "process"; reason: string }> {
   const where = engineAddress(opts.socketPath);
   try {
     const version = await pingEngine(dockerClient(opts.socketPath), PING_TIMEOUT_MS);
-    return { kind: "docker", reason: `a Docker engine ${version} answered at ${where}; tasks run in locked-down containers` };
+    return {
+      kind: "docker",
+      reason: `a Docker engine ${version} answered at ${where}; tasks run in locked-down containers`,
+    };
   } catch (e) {
     return {
       kind: "process",

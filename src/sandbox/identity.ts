@@ -31,17 +31,22 @@ export function validateTask(task: TaskSpec, requireArgs: boolean): ExecutionErr
   if (!Array.isArray(task.args) || task.args.some((a) => typeof a !== "string" || hasNul(a))) {
     return invalidTask("task.args must be strings without NUL bytes");
   }
-  if (requireArgs && task.args.length === 0) return invalidTask("task.args must name a program (args[0])");
+  if (requireArgs && task.args.length === 0)
+    return invalidTask("task.args must name a program (args[0])");
   if (!Number.isFinite(task.timeoutS) || task.timeoutS <= 0) {
     return invalidTask(`task.timeoutS must be a positive number of seconds, got ${task.timeoutS}`);
   }
   const keys = Object.keys(task.env);
-  if (keys.length > MAX_ENV_ENTRIES) return invalidTask(`task.env has ${keys.length} entries; at most ${MAX_ENV_ENTRIES}`);
+  if (keys.length > MAX_ENV_ENTRIES)
+    return invalidTask(`task.env has ${keys.length} entries; at most ${MAX_ENV_ENTRIES}`);
   for (const key of keys) {
-    if (isReservedEnvName(key)) return invalidTask(`task.env key ${key} is reserved (KAIROS_ prefix)`);
-    if (!ENV_NAME.test(key)) return invalidTask(`task.env key ${JSON.stringify(key)} is not a valid variable name`);
+    if (isReservedEnvName(key))
+      return invalidTask(`task.env key ${key} is reserved (KAIROS_ prefix)`);
+    if (!ENV_NAME.test(key))
+      return invalidTask(`task.env key ${JSON.stringify(key)} is not a valid variable name`);
     const value = task.env[key];
-    if (typeof value !== "string" || hasNul(value)) return invalidTask(`task.env.${key} must be a string without NUL bytes`);
+    if (typeof value !== "string" || hasNul(value))
+      return invalidTask(`task.env.${key} must be a string without NUL bytes`);
   }
   return undefined;
 }

@@ -48,7 +48,8 @@ export const MAX_POLICY_ENTRIES = 64;
 const COMPONENT = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$/;
 const TAG = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
 const DIGEST = /^sha256:[a-f0-9]{64}$/;
-const DOMAIN = /^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
+const DOMAIN =
+  /^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*$/;
 const IPV6_HOST = /^\[([0-9A-Fa-f:.]+)\]$/;
 /** Longest repository name (registry and path), the engine's own bound. */
 const MAX_NAME_CHARS = 255;
@@ -56,7 +57,12 @@ const DOCKER_HUB = "docker.io";
 
 /** Whether the first path component names a registry host (the engine's rule). */
 function isRegistry(component: string): boolean {
-  return component === "localhost" || component.includes(".") || component.includes(":") || component.startsWith("[");
+  return (
+    component === "localhost" ||
+    component.includes(".") ||
+    component.includes(":") ||
+    component.startsWith("[")
+  );
 }
 
 /** Why `registry` (host[:port]) is not a registry host, or undefined when it is one. */
@@ -64,15 +70,19 @@ function registryProblem(registry: string): string | undefined {
   const m = /^(.*?)(?::([0-9]{1,5}))?$/.exec(registry);
   const host = m?.[1] ?? "";
   const port = m?.[2];
-  if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535)) return `"${registry}": the port must be 1-65535`;
+  if (port !== undefined && !(Number(port) >= 1 && Number(port) <= 65535))
+    return `"${registry}": the port must be 1-65535`;
   const v6 = IPV6_HOST.exec(host);
-  if (v6 !== null ? isIP(v6[1]!) !== 6 : !DOMAIN.test(host)) return `"${registry.slice(0, 100)}" is not a registry host`;
+  if (v6 !== null ? isIP(v6[1]!) !== 6 : !DOMAIN.test(host))
+    return `"${registry.slice(0, 100)}" is not a registry host`;
   return undefined;
 }
 
 /** The host of a registry (`[::1]` kept bracketed, port dropped). */
 export function registryHost(registry: string): string {
-  return registry.startsWith("[") ? registry.slice(0, registry.indexOf("]") + 1) : registry.replace(/:[0-9]+$/, "");
+  return registry.startsWith("[")
+    ? registry.slice(0, registry.indexOf("]") + 1)
+    : registry.replace(/:[0-9]+$/, "");
 }
 
 /** Splits `name` into registry and normalised path, or returns why it is not a name. */
@@ -83,10 +93,13 @@ function splitName(name: string, hubLibrary = true): { registry: string; path: s
     registry = parts.shift()!;
     const problem = registryProblem(registry);
     if (problem !== undefined) return problem;
-    if (registry === "index.docker.io" || registry === "registry-1.docker.io") registry = DOCKER_HUB;
+    if (registry === "index.docker.io" || registry === "registry-1.docker.io")
+      registry = DOCKER_HUB;
   }
-  if (parts.length === 0 || parts.some((p) => !COMPONENT.test(p))) return "repository path components must be lowercase letters, digits and separators (. _ __ -)";
-  if (name.length > MAX_NAME_CHARS) return `the repository name must be at most ${MAX_NAME_CHARS} characters`;
+  if (parts.length === 0 || parts.some((p) => !COMPONENT.test(p)))
+    return "repository path components must be lowercase letters, digits and separators (. _ __ -)";
+  if (name.length > MAX_NAME_CHARS)
+    return `the repository name must be at most ${MAX_NAME_CHARS} characters`;
   if (hubLibrary && registry === DOCKER_HUB && parts.length === 1) parts.unshift("library");
   return { registry, path: parts.join("/") };
 }
@@ -99,7 +112,8 @@ function splitName(name: string, hubLibrary = true): { registry: string; path: s
  */
 export function parseImageRef(ref: string): ImageRef | string {
   if (ref.length === 0 || ref.length > 512) return "must be 1-512 characters";
-  if (/^(?:sha256:)?[a-f0-9]{12,64}$/.test(ref)) return "an image ID is not accepted; name the image by repository (and tag or digest)";
+  if (/^(?:sha256:)?[a-f0-9]{12,64}$/.test(ref))
+    return "an image ID is not accepted; name the image by repository (and tag or digest)";
   let rest = ref;
   let digest: string | undefined;
   const at = rest.indexOf("@");
@@ -129,7 +143,13 @@ function parseEntry(text: string): ImagePolicyEntry | string {
   if (s.endsWith("/")) {
     const host = s.slice(0, -1);
     // A bare registry host ("registry.example.com/"): every repository on it.
-    if (!host.includes("/") && isRegistry(host)) return registryProblem(host) ?? { kind: "prefix", prefix: `${host === "index.docker.io" ? DOCKER_HUB : host}/` };
+    if (!host.includes("/") && isRegistry(host))
+      return (
+        registryProblem(host) ?? {
+          kind: "prefix",
+          prefix: `${host === "index.docker.io" ? DOCKER_HUB : host}/`,
+        }
+      );
     // A namespace: "team/" on Docker Hub stays "docker.io/team/" (no "library/").
     const name = splitName(host, false);
     if (typeof name === "string") return name;
@@ -143,12 +163,27 @@ function parseEntry(text: string): ImagePolicyEntry | string {
 
 /** Validates policy entries (operator flag or tenant record); `invalid_argument` naming the bad entry. */
 export function parseImagePolicy(entries: readonly string[], field = "image_policy"): ImagePolicy {
-  if (entries.length === 0) throw new KairosError("invalid_argument", `${field}: at least one entry (use "*" to allow any image)`, { field });
-  if (entries.length > MAX_POLICY_ENTRIES) throw new KairosError("invalid_argument", `${field}: at most ${MAX_POLICY_ENTRIES} entries, got ${entries.length}`, { field });
+  if (entries.length === 0)
+    throw new KairosError(
+      "invalid_argument",
+      `${field}: at least one entry (use "*" to allow any image)`,
+      { field },
+    );
+  if (entries.length > MAX_POLICY_ENTRIES)
+    throw new KairosError(
+      "invalid_argument",
+      `${field}: at most ${MAX_POLICY_ENTRIES} entries, got ${entries.length}`,
+      { field },
+    );
   const out: ImagePolicyEntry[] = [];
   for (const e of entries) {
     const p = parseEntry(e);
-    if (typeof p === "string") throw new KairosError("invalid_argument", `${field}: ${JSON.stringify(e.slice(0, 200))}: ${p}`, { field });
+    if (typeof p === "string")
+      throw new KairosError(
+        "invalid_argument",
+        `${field}: ${JSON.stringify(e.slice(0, 200))}: ${p}`,
+        { field },
+      );
     out.push(p);
   }
   return Object.freeze({ entries: Object.freeze(out), source: Object.freeze([...entries]) });
@@ -178,16 +213,29 @@ function allows(e: ImagePolicyEntry, r: ImageRef): boolean {
  * that names it (a prefix, tag or digest on that registry), never by `*` alone: the engine that
  * pulls it sits inside that network.
  */
-export function checkImage(policy: ImagePolicy, image: string, field = "task.image"): KairosError | undefined {
+export function checkImage(
+  policy: ImagePolicy,
+  image: string,
+  field = "task.image",
+): KairosError | undefined {
   const ref = parseImageRef(image);
-  if (typeof ref === "string") return new KairosError("invalid_argument", `${field}: ${ref}`, { field });
+  if (typeof ref === "string")
+    return new KairosError("invalid_argument", `${field}: ${ref}`, { field });
   if (policy.entries.some((e) => e.kind !== "any" && allows(e, ref))) return undefined;
   if (isInternalHost(registryHost(ref.registry))) {
-    return new KairosError("policy_denied", `${field}: image ${JSON.stringify(image.slice(0, 200))} names a registry on a loopback, private or link-local address (${ref.registry}); only an image policy entry naming that registry (e.g. "${ref.registry}/") allows it`, { field });
+    return new KairosError(
+      "policy_denied",
+      `${field}: image ${JSON.stringify(image.slice(0, 200))} names a registry on a loopback, private or link-local address (${ref.registry}); only an image policy entry naming that registry (e.g. "${ref.registry}/") allows it`,
+      { field },
+    );
   }
   if (policy.entries.some((e) => e.kind === "any")) return undefined;
   const shown = policy.source.slice(0, 5).join(", ") + (policy.source.length > 5 ? ", …" : "");
-  return new KairosError("policy_denied", `${field}: image ${JSON.stringify(image.slice(0, 200))} is not allowed for this tenant (allowed: ${shown})`, { field });
+  return new KairosError(
+    "policy_denied",
+    `${field}: image ${JSON.stringify(image.slice(0, 200))} is not allowed for this tenant (allowed: ${shown})`,
+    { field },
+  );
 }
 
 /**
@@ -195,7 +243,11 @@ export function checkImage(policy: ImagePolicy, image: string, field = "task.ima
  * them) carries the name `image` — i.e. the engine resolved the reference as a name and not
  * as an ID prefix. An unparseable reference carries no name.
  */
-export function imageCarriesName(image: string, repoTags: readonly string[] | null | undefined, repoDigests: readonly string[] | null | undefined): boolean {
+export function imageCarriesName(
+  image: string,
+  repoTags: readonly string[] | null | undefined,
+  repoDigests: readonly string[] | null | undefined,
+): boolean {
   const want = parseImageRef(image);
   if (typeof want === "string") return false;
   const names = [...(repoTags ?? []), ...(repoDigests ?? [])];

@@ -5,5 +5,11 @@
 export * from "./executor.ts";
 export { OutputTail, DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
 export { LABEL as DOCKER_LABEL } from "./docker-spec.ts";
-export { ALLOW_ANY_IMAGE, checkImage, parseImagePolicy, parseImageRef, type ImagePolicy } from "./image-policy.ts";
+export {
+  ALLOW_ANY_IMAGE,
+  checkImage,
+  parseImagePolicy,
+  parseImageRef,
+  type ImagePolicy,
+} from "./image-policy.ts";
 export { DEFAULT_TASK_LIMITS, taskLimits, type TaskLimits } from "./task-rules.ts";

@@ -10,8 +10,18 @@ import { ResultLatch, errorResult, finishedExecution } from "./settle.ts";
 import { validateTask } from "./identity.ts";
 
 /** A noop attempt's result: exit 0 with no output, or killed. */
-function noopResult(outcome: "exited" | "killed", startedAtMs: number, finishedAtMs: number): ExecutionResult {
-  return { outcome, exitCode: outcome === "exited" ? 0 : null, output: "", startedAtMs, finishedAtMs };
+function noopResult(
+  outcome: "exited" | "killed",
+  startedAtMs: number,
+  finishedAtMs: number,
+): ExecutionResult {
+  return {
+    outcome,
+    exitCode: outcome === "exited" ? 0 : null,
+    output: "",
+    startedAtMs,
+    finishedAtMs,
+  };
 }
 
 /** The longest `sleep` a noop task may ask for: a day. */
@@ -19,7 +29,8 @@ const MAX_SLEEP_MS = 86_400_000;
 
 /** A `["sleep", "<seconds>"]` task's length in ms, or undefined (not such a task, or out of range). */
 export function sleepMsOf(task: TaskSpec): number | undefined {
-  if (task.args.length !== 2 || task.args[0] !== "sleep" || !/^\d+(\.\d+)?$/.test(task.args[1]!)) return undefined;
+  if (task.args.length !== 2 || task.args[0] !== "sleep" || !/^\d+(\.\d+)?$/.test(task.args[1]!))
+    return undefined;
   const ms = Math.round(Number(task.args[1]) * 1000);
   return ms <= MAX_SLEEP_MS ? ms : undefined;
 }
@@ -45,7 +56,8 @@ export class NoopExecutor implements Executor {
   start(task: TaskSpec, id: RunIdentity): Execution {
     const clock = this.#cfg.clock;
     const startedAtMs = clock.now();
-    if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", startedAtMs));
+    if (this.#closed)
+      return finishedExecution(errorResult("executor_failure", "executor is closed", startedAtMs));
     const invalid = validateTask(task, false);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, startedAtMs));
     const durationMs = sleepMsOf(task) ?? this.#cfg.noop.durationMs;
@@ -53,11 +65,14 @@ export class NoopExecutor implements Executor {
     if (durationMs === 0) {
       const last = this.#lastEnded;
       if (last !== undefined && last.atMs === startedAtMs) return last.execution;
-      const execution = Object.freeze(finishedExecution(Object.freeze(noopResult("exited", startedAtMs, startedAtMs))));
+      const execution = Object.freeze(
+        finishedExecution(Object.freeze(noopResult("exited", startedAtMs, startedAtMs))),
+      );
       this.#lastEnded = { atMs: startedAtMs, execution };
       return execution;
     }
-    const done = (outcome: "exited" | "killed"): ExecutionResult => noopResult(outcome, startedAtMs, clock.now());
+    const done = (outcome: "exited" | "killed"): ExecutionResult =>
+      noopResult(outcome, startedAtMs, clock.now());
     const latch = new ResultLatch();
     const kill = (): void => {
       cancel();

@@ -74,7 +74,11 @@ export interface DockerOptions {
 }
 
 /** Where an executor writes what tenants must not see (engine messages): the operator's log. */
-export type ExecutorLog = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
+export type ExecutorLog = (
+  level: "info" | "warn" | "error",
+  msg: string,
+  extra?: Record<string, unknown>,
+) => void;
 
 export interface ExecutorOptions {
   /** This worker's id: labels docker containers and scopes orphan reaping. */
@@ -120,23 +124,42 @@ export interface ExecutorConfig {
   readonly docker: DockerConfig;
 }
 
-function positive(field: string, value: number | undefined, fallback: number, integer: boolean): number {
+function positive(
+  field: string,
+  value: number | undefined,
+  fallback: number,
+  integer: boolean,
+): number {
   const v = value ?? fallback;
   if (!Number.isFinite(v) || v <= 0 || (integer && !Number.isInteger(v))) {
-    throw new KairosError("invalid_argument", `${field} must be a positive ${integer ? "integer" : "number"}, got ${v}`, { field });
+    throw new KairosError(
+      "invalid_argument",
+      `${field} must be a positive ${integer ? "integer" : "number"}, got ${v}`,
+      { field },
+    );
   }
   return v;
 }
 
 function resolveDocker(d: DockerOptions): DockerConfig {
   // The cluster's per-task maxima (task-rules.ts): API nodes refuse a task above them.
-  const maxMemoryMb = positive("docker.maxMemoryMb", d.maxMemoryMb, DEFAULT_TASK_LIMITS.maxMemoryMb, true);
+  const maxMemoryMb = positive(
+    "docker.maxMemoryMb",
+    d.maxMemoryMb,
+    DEFAULT_TASK_LIMITS.maxMemoryMb,
+    true,
+  );
   const maxCpus = positive("docker.maxCpus", d.maxCpus, DEFAULT_TASK_LIMITS.maxCpus, false);
   const maxPids = positive("docker.maxPids", d.maxPids, DEFAULT_TASK_LIMITS.maxPids, true);
   const cfg: DockerConfig = {
     socketPath: d.socketPath,
     pull: d.pull ?? "never",
-    defaultMemoryMb: positive("docker.defaultMemoryMb", d.defaultMemoryMb, Math.min(256, maxMemoryMb), true),
+    defaultMemoryMb: positive(
+      "docker.defaultMemoryMb",
+      d.defaultMemoryMb,
+      Math.min(256, maxMemoryMb),
+      true,
+    ),
     defaultCpus: positive("docker.defaultCpus", d.defaultCpus, Math.min(1, maxCpus), false),
     defaultPids: positive("docker.defaultPids", d.defaultPids, Math.min(64, maxPids), true),
     maxMemoryMb,
@@ -154,27 +177,48 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     sweepIntervalMs: d.sweepIntervalMs ?? 30_000,
   };
   if (typeof cfg.leaseRoot !== "string" || !cfg.leaseRoot.startsWith("/")) {
-    throw new KairosError("invalid_argument", `docker.leaseRoot must be an absolute path, got ${String(cfg.leaseRoot)}`, { field: "docker.leaseRoot" });
+    throw new KairosError(
+      "invalid_argument",
+      `docker.leaseRoot must be an absolute path, got ${String(cfg.leaseRoot)}`,
+      { field: "docker.leaseRoot" },
+    );
   }
   if (typeof cfg.busyboxPath !== "string" || !cfg.busyboxPath.startsWith("/")) {
-    throw new KairosError("invalid_argument", `docker.busyboxPath must be an absolute path, got ${String(cfg.busyboxPath)}`, { field: "docker.busyboxPath" });
+    throw new KairosError(
+      "invalid_argument",
+      `docker.busyboxPath must be an absolute path, got ${String(cfg.busyboxPath)}`,
+      { field: "docker.busyboxPath" },
+    );
   }
   if (!Number.isInteger(cfg.sweepIntervalMs) || cfg.sweepIntervalMs < 0) {
-    throw new KairosError("invalid_argument", `docker.sweepIntervalMs must be an integer >= 0, got ${cfg.sweepIntervalMs}`, { field: "docker.sweepIntervalMs" });
+    throw new KairosError(
+      "invalid_argument",
+      `docker.sweepIntervalMs must be an integer >= 0, got ${cfg.sweepIntervalMs}`,
+      { field: "docker.sweepIntervalMs" },
+    );
   }
   if (cfg.pull !== "never" && cfg.pull !== "if_missing") {
-    throw new KairosError("invalid_argument", `docker.pull must be "never" or "if_missing", got ${String(cfg.pull)}`, { field: "docker.pull" });
+    throw new KairosError(
+      "invalid_argument",
+      `docker.pull must be "never" or "if_missing", got ${String(cfg.pull)}`,
+      { field: "docker.pull" },
+    );
   }
   if (cfg.defaultMemoryMb > maxMemoryMb || cfg.defaultCpus > maxCpus || cfg.defaultPids > maxPids) {
-    throw new KairosError("invalid_argument", "docker defaults must not exceed the node maximums", { field: "docker" });
+    throw new KairosError("invalid_argument", "docker defaults must not exceed the node maximums", {
+      field: "docker",
+    });
   }
   if (cfg.user.startsWith("0:") || cfg.user === "0" || cfg.user === "root") {
-    throw new KairosError("invalid_argument", "docker.user must not be root", { field: "docker.user" });
+    throw new KairosError("invalid_argument", "docker.user must not be root", {
+      field: "docker.user",
+    });
   }
   return Object.freeze(cfg);
 }
 
-const stderrLog: ExecutorLog = (level, msg, extra) => console.error(`kairos sandbox ${level}: ${msg}`, extra ?? "");
+const stderrLog: ExecutorLog = (level, msg, extra) =>
+  console.error(`kairos sandbox ${level}: ${msg}`, extra ?? "");
 
 /** Validates and freezes executor options. */
 export function resolveExecutorOptions(opts: ExecutorOptions): ExecutorConfig {
@@ -183,11 +227,17 @@ export function resolveExecutorOptions(opts: ExecutorOptions): ExecutorConfig {
   }
   const tail = opts.outputTailBytes ?? DEFAULT_OUTPUT_TAIL_BYTES;
   if (!Number.isInteger(tail) || tail < 0 || tail > 1 << 20) {
-    throw new KairosError("invalid_argument", `outputTailBytes must be an integer in [0, 1 MiB], got ${tail}`, { field: "outputTailBytes" });
+    throw new KairosError(
+      "invalid_argument",
+      `outputTailBytes must be an integer in [0, 1 MiB], got ${tail}`,
+      { field: "outputTailBytes" },
+    );
   }
   const duration = opts.noop?.durationMs ?? 0;
   if (!Number.isFinite(duration) || duration < 0) {
-    throw new KairosError("invalid_argument", `noop.durationMs must be >= 0, got ${duration}`, { field: "noop.durationMs" });
+    throw new KairosError("invalid_argument", `noop.durationMs must be >= 0, got ${duration}`, {
+      field: "noop.durationMs",
+    });
   }
   return Object.freeze({
     workerId: opts.workerId,

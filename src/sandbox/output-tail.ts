@@ -12,7 +12,8 @@ export class OutputTail {
   #totalBytes = 0;
 
   constructor(limitBytes: number = DEFAULT_OUTPUT_TAIL_BYTES) {
-    if (!Number.isInteger(limitBytes) || limitBytes < 0) throw new RangeError(`limitBytes must be a non-negative integer, got ${limitBytes}`);
+    if (!Number.isInteger(limitBytes) || limitBytes < 0)
+      throw new RangeError(`limitBytes must be a non-negative integer, got ${limitBytes}`);
     this.limitBytes = limitBytes;
   }
 

@@ -7,9 +7,15 @@ import Dockerode from "dockerode";
 import type { ExecutorKind } from "./types.ts";
 import { engineMessage } from "./docker-errors.ts";
 
-export function executorProbe(kind: ExecutorKind, opts: { socketPath?: string } = {}): () => Promise<string> {
+export function executorProbe(
+  kind: ExecutorKind,
+  opts: { socketPath?: string } = {},
+): () => Promise<string> {
   if (kind !== "docker") return async () => `${kind} executor`;
-  const docker = opts.socketPath === undefined ? new Dockerode() : new Dockerode({ socketPath: opts.socketPath });
+  const docker =
+    opts.socketPath === undefined
+      ? new Dockerode()
+      : new Dockerode({ socketPath: opts.socketPath });
   return async () => {
     try {
       await docker.ping();

@@ -59,13 +59,29 @@ class ProcessExecution implements Execution {
     const [program, ...rest] = task.args as [string, ...string[]];
     const workerPath = process.env["PATH"] ?? DEFAULT_PATH;
     const env: Record<string, string> = { PATH: workerPath, ...taskEnv(task, id) };
-    const deadlineS = ((task.timeoutS * 1000 + cfg.process.killGraceMs + SUPERVISOR_SLACK_MS) / 1000).toFixed(3);
-    this.#child = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, SUPERVISOR_NAME, workerPath, String(process.pid), deadlineS, program, ...rest], {
-      env,
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-      ...(cfg.process.cwd === undefined ? {} : { cwd: cfg.process.cwd }),
-    });
+    const deadlineS = (
+      (task.timeoutS * 1000 + cfg.process.killGraceMs + SUPERVISOR_SLACK_MS) /
+      1000
+    ).toFixed(3);
+    this.#child = spawn(
+      "/bin/sh",
+      [
+        "-c",
+        PROCESS_SUPERVISOR,
+        SUPERVISOR_NAME,
+        workerPath,
+        String(process.pid),
+        deadlineS,
+        program,
+        ...rest,
+      ],
+      {
+        env,
+        detached: true,
+        stdio: ["ignore", "pipe", "pipe"],
+        ...(cfg.process.cwd === undefined ? {} : { cwd: cfg.process.cwd }),
+      },
+    );
     const child = this.#child;
     child.stdout?.on("data", (d: Buffer) => this.#tail.write(d));
     child.stderr?.on("data", (d: Buffer) => this.#tail.write(d));
@@ -98,7 +114,11 @@ class ProcessExecution implements Execution {
   #onError(e: NodeJS.ErrnoException): void {
     if (this.#child.pid !== undefined) return; // a late signalling error; exit/close still come
     // The program itself was checked in start(); what failed here is the supervising shell.
-    const r = errorResult("executor_failure", `could not spawn the supervisor /bin/sh: ${messageOf(e)}`, this.#cfg.clock.now());
+    const r = errorResult(
+      "executor_failure",
+      `could not spawn the supervisor /bin/sh: ${messageOf(e)}`,
+      this.#cfg.clock.now(),
+    );
     this.#settle({ ...r, startedAtMs: this.#startedAtMs });
   }
 
@@ -106,7 +126,9 @@ class ProcessExecution implements Execution {
     if (this.#latch.settled || this.#exit !== undefined || this.#stopReason !== undefined) return;
     this.#stopReason = reason;
     this.#signalGroup("SIGTERM");
-    this.#cancels.push(this.#cfg.clock.setTimer(this.#cfg.process.killGraceMs, () => this.#signalGroup("SIGKILL")));
+    this.#cancels.push(
+      this.#cfg.clock.setTimer(this.#cfg.process.killGraceMs, () => this.#signalGroup("SIGKILL")),
+    );
   }
 
   #signalGroup(signal: NodeJS.Signals): void {
@@ -123,7 +145,8 @@ class ProcessExecution implements Execution {
     if (this.#exit === undefined) return; // "close" without "exit" only follows a spawn error
     const { code, signal } = this.#exit;
     // SIGKILL after the timeout with no stop of ours: the supervisor's deadline fired first.
-    const supervisorDeadline = signal === "SIGKILL" && this.#cfg.clock.now() - this.#startedAtMs >= this.#timeoutMs;
+    const supervisorDeadline =
+      signal === "SIGKILL" && this.#cfg.clock.now() - this.#startedAtMs >= this.#timeoutMs;
     this.#child.stdout?.destroy();
     this.#child.stderr?.destroy();
     this.#settle({
@@ -154,18 +177,22 @@ export class ProcessExecutor implements Executor {
 
   start(task: TaskSpec, id: RunIdentity): Execution {
     const now = this.#cfg.clock.now();
-    if (this.#closed) return finishedExecution(errorResult("executor_failure", "executor is closed", now));
+    if (this.#closed)
+      return finishedExecution(errorResult("executor_failure", "executor is closed", now));
     const invalid = validateTask(task, true);
     if (invalid) return finishedExecution(errorResult(invalid.class, invalid.message, now));
     const path = task.env["PATH"] ?? process.env["PATH"] ?? DEFAULT_PATH;
     const unrunnable = checkProgram(task.args[0]!, path, this.#cfg.process.cwd ?? process.cwd());
-    if (unrunnable) return finishedExecution(errorResult(unrunnable.class, unrunnable.message, now));
+    if (unrunnable)
+      return finishedExecution(errorResult(unrunnable.class, unrunnable.message, now));
     let exec: ProcessExecution;
     try {
       exec = new ProcessExecution(this.#cfg, task, id);
     } catch (e) {
       // spawn throws synchronously for malformed arguments (e.g. invalid option types).
-      return finishedExecution(errorResult("invalid_task", `could not spawn: ${messageOf(e)}`, now));
+      return finishedExecution(
+        errorResult("invalid_task", `could not spawn: ${messageOf(e)}`, now),
+      );
     }
     this.#live.set(exec, { runId: id.runId, attempt: id.attempt });
     void exec.result.then(() => this.#live.delete(exec));

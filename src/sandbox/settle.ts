@@ -26,7 +26,12 @@ export class ResultLatch {
 }
 
 /** An error result; `retryable` defaults to the class's rule. */
-export function errorResult(cls: ErrorClass, message: string, atMs: number, retryable = ERROR_CLASS_RETRYABLE[cls]): ExecutionResult {
+export function errorResult(
+  cls: ErrorClass,
+  message: string,
+  atMs: number,
+  retryable = ERROR_CLASS_RETRYABLE[cls],
+): ExecutionResult {
   return {
     outcome: "error",
     exitCode: null,

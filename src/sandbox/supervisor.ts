@@ -187,7 +187,11 @@ export function oomMarked(outputTail: string): boolean {
  * process executor can still tell a missing program (invalid_task) from a non-executable
  * one (permission_denied) although the shell, not node, now executes it.
  */
-export function checkProgram(program: string, pathEnv: string, cwd: string): ExecutionError | undefined {
+export function checkProgram(
+  program: string,
+  pathEnv: string,
+  cwd: string,
+): ExecutionError | undefined {
   const candidates = program.includes("/")
     ? [isAbsolute(program) ? program : resolve(cwd, program)]
     : pathEnv.split(delimiter).map((dir) => resolve(cwd, join(dir === "" ? "." : dir, program)));
@@ -208,7 +212,11 @@ export function checkProgram(program: string, pathEnv: string, cwd: string): Exe
     }
   }
   return denied
-    ? { class: "permission_denied", message: `permission denied executing ${program}`, retryable: false }
+    ? {
+        class: "permission_denied",
+        message: `permission denied executing ${program}`,
+        retryable: false,
+      }
     : { class: "invalid_task", message: `program not found: ${program}`, retryable: false };
 }
 
@@ -236,13 +244,16 @@ export async function staticBusyboxProblem(path: string): Promise<string | undef
     const le = head[5] === 1;
     const u16 = (b: Buffer, o: number): number => (le ? b.readUInt16LE(o) : b.readUInt16BE(o));
     const u32 = (b: Buffer, o: number): number => (le ? b.readUInt32LE(o) : b.readUInt32BE(o));
-    const phoff = is64 ? Number(le ? head.readBigUInt64LE(32) : head.readBigUInt64BE(32)) : u32(head, 28);
+    const phoff = is64
+      ? Number(le ? head.readBigUInt64LE(32) : head.readBigUInt64BE(32))
+      : u32(head, 28);
     const phentsize = u16(head, is64 ? 54 : 42);
     const phnum = u16(head, is64 ? 56 : 44);
     const table = Buffer.alloc(phentsize * phnum);
     await fh.read(table, 0, table.length, phoff);
     for (let i = 0; i < phnum; i++) {
-      if (u32(table, i * phentsize) === PT_INTERP) return `${path} is dynamically linked; the containers need a static busybox (apt-get install -y busybox-static)`;
+      if (u32(table, i * phentsize) === PT_INTERP)
+        return `${path} is dynamically linked; the containers need a static busybox (apt-get install -y busybox-static)`;
     }
     return undefined;
   } finally {

@@ -40,14 +40,27 @@ export const TASK_RESOURCE_BOUNDS = {
   pids: { min: 8, max: 4096 },
 } as const;
 
-export const DEFAULT_TASK_LIMITS: TaskLimits = Object.freeze({ maxMemoryMb: 2048, maxCpus: 2, maxPids: 512 });
+export const DEFAULT_TASK_LIMITS: TaskLimits = Object.freeze({
+  maxMemoryMb: 2048,
+  maxCpus: 2,
+  maxPids: 512,
+});
 
 /** Options → defaults → validated, frozen maxima; `invalid_argument` naming the option. */
 export function taskLimits(opts: Partial<TaskLimits> = {}): TaskLimits {
   const out = { ...DEFAULT_TASK_LIMITS, ...opts };
-  const check = (field: string, v: number, b: { min: number; max: number }, integer: boolean): void => {
+  const check = (
+    field: string,
+    v: number,
+    b: { min: number; max: number },
+    integer: boolean,
+  ): void => {
     if (!Number.isFinite(v) || v < b.min || v > b.max || (integer && !Number.isInteger(v))) {
-      throw new KairosError("invalid_argument", `${field}: must be ${integer ? "an integer" : "a number"} ${b.min}-${b.max}, got ${v}`, { field });
+      throw new KairosError(
+        "invalid_argument",
+        `${field}: must be ${integer ? "an integer" : "a number"} ${b.min}-${b.max}, got ${v}`,
+        { field },
+      );
     }
   };
   check("task-max-memory-mb", out.maxMemoryMb, TASK_RESOURCE_BOUNDS.memoryMb, true);
@@ -60,7 +73,10 @@ export function taskLimits(opts: Partial<TaskLimits> = {}): TaskLimits {
  * The first resource of a task above the maxima, as a `policy_denied` error naming its field
  * (`task.resources.memory_mb`…), or undefined when all are within them.
  */
-export function resourcesAboveLimits(r: { memory_mb?: number; cpus?: number; pids?: number } | undefined, limits: TaskLimits): KairosError | undefined {
+export function resourcesAboveLimits(
+  r: { memory_mb?: number; cpus?: number; pids?: number } | undefined,
+  limits: TaskLimits,
+): KairosError | undefined {
   const over: [string, number | undefined, number, string][] = [
     ["memory_mb", r?.memory_mb, limits.maxMemoryMb, "MiB"],
     ["cpus", r?.cpus, limits.maxCpus, "CPUs"],
@@ -69,7 +85,11 @@ export function resourcesAboveLimits(r: { memory_mb?: number; cpus?: number; pid
   for (const [name, value, max, unit] of over) {
     if (value !== undefined && value > max) {
       const field = `task.resources.${name}`;
-      return new KairosError("policy_denied", `${field}: ${value} is above this cluster's maximum of ${max} ${unit} per task`, { field });
+      return new KairosError(
+        "policy_denied",
+        `${field}: ${value} is above this cluster's maximum of ${max} ${unit} per task`,
+        { field },
+      );
     }
   }
   return undefined;

@@ -41,7 +41,8 @@ export interface RunIdentity {
 }
 
 /** Why an attempt could not run at all (as opposed to ran and failed). */
-export type ErrorClass = "image_not_found" | "invalid_task" | "permission_denied" | "executor_failure";
+export type ErrorClass =
+  "image_not_found" | "invalid_task" | "permission_denied" | "executor_failure";
 
 /** How an attempt ended. `killed` means `kill()` was called (lease lost, cancel, orphan reaping). */
 export type Outcome = "exited" | "timed_out" | "killed" | "oom" | "error";

@@ -12,12 +12,19 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\
 /** Epoch ms of an RFC 3339 instant; throws `invalid_schedule` with field `schedule.at`. */
 export function parseAt(text: string): number {
   if (typeof text !== "string" || !RFC3339.test(text)) {
-    throw scheduleError(FIELD_AT, `at must be an RFC 3339 instant with an offset or Z, e.g. 2026-03-08T07:00:00Z (got ${JSON.stringify(text)})`);
+    throw scheduleError(
+      FIELD_AT,
+      `at must be an RFC 3339 instant with an offset or Z, e.g. 2026-03-08T07:00:00Z (got ${JSON.stringify(text)})`,
+    );
   }
   try {
     return Temporal.Instant.from(text).epochMilliseconds;
   } catch (e) {
-    throw scheduleError(FIELD_AT, `at ${JSON.stringify(text)} is not a valid instant (${e instanceof Error ? e.message : String(e)})`, e);
+    throw scheduleError(
+      FIELD_AT,
+      `at ${JSON.stringify(text)} is not a valid instant (${e instanceof Error ? e.message : String(e)})`,
+      e,
+    );
   }
 }
 
@@ -29,7 +36,11 @@ export function parseInstant(text: string, field: string): number {
   try {
     return Temporal.Instant.from(text).epochMilliseconds;
   } catch (e) {
-    throw scheduleError(field, `${JSON.stringify(text)} is not an ISO 8601 instant with an offset or Z, e.g. 2026-03-07T12:00:00Z`, e);
+    throw scheduleError(
+      field,
+      `${JSON.stringify(text)} is not an ISO 8601 instant with an offset or Z, e.g. 2026-03-07T12:00:00Z`,
+      e,
+    );
   }
 }
 

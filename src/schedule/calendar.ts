@@ -44,7 +44,9 @@ export function civilFromDays(days: number, out: CivilDateTime): CivilDateTime {
   const z = days + 719_468;
   const era = Math.floor(z / 146_097);
   const doe = z - era * 146_097;
-  const yoe = Math.floor((doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365);
+  const yoe = Math.floor(
+    (doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365,
+  );
   const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100));
   const mp = Math.floor((5 * doy + 2) / 153);
   const m = mp < 10 ? mp + 3 : mp - 9;
@@ -72,7 +74,14 @@ export function civilFromLocalSeconds(localS: number, out: CivilDateTime): Civil
 }
 
 /** The local-second count of a date and time. */
-export function localSecondsOf(y: number, mo: number, d: number, h: number, mi: number, s: number): number {
+export function localSecondsOf(
+  y: number,
+  mo: number,
+  d: number,
+  h: number,
+  mi: number,
+  s: number,
+): number {
   return daysFromCivil(y, mo, d) * SECONDS_PER_DAY + h * 3600 + mi * 60 + s;
 }
 

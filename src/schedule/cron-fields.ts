@@ -47,18 +47,41 @@ interface FieldSpec {
   readonly allowLast?: boolean;
 }
 
-const MONTH_NAMES = ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+const MONTH_NAMES = [
+  "JAN",
+  "FEB",
+  "MAR",
+  "APR",
+  "MAY",
+  "JUN",
+  "JUL",
+  "AUG",
+  "SEP",
+  "OCT",
+  "NOV",
+  "DEC",
+];
 const DAY_NAMES = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 const SECOND: FieldSpec = { name: "second", min: 0, max: 59, stepMax: 59 };
 const MINUTE: FieldSpec = { name: "minute", min: 0, max: 59, stepMax: 59 };
 const HOUR: FieldSpec = { name: "hour", min: 0, max: 23, stepMax: 23 };
 const DAY_OF_MONTH: FieldSpec = {
-  name: "day-of-month", min: 1, max: 31, stepMax: 31, allowQuestion: true, allowLast: true,
+  name: "day-of-month",
+  min: 1,
+  max: 31,
+  stepMax: 31,
+  allowQuestion: true,
+  allowLast: true,
 };
 const MONTH: FieldSpec = { name: "month", min: 1, max: 12, stepMax: 12, names: MONTH_NAMES };
 const DAY_OF_WEEK: FieldSpec = {
-  name: "day-of-week", min: 0, max: 7, stepMax: 6, names: DAY_NAMES, allowQuestion: true,
+  name: "day-of-week",
+  min: 0,
+  max: 7,
+  stepMax: 6,
+  names: DAY_NAMES,
+  allowQuestion: true,
 };
 
 const MACROS: Readonly<Record<string, string>> = {
@@ -77,13 +100,19 @@ function fail(message: string): never {
 
 /** Parses `expr`; throws `invalid_schedule` (field `schedule.cron`) naming field, token and why. */
 export function parseCronFields(expr: string): CronFields {
-  if (expr.length > MAX_CRON_LENGTH) fail(`cron expression is too long (${expr.length} characters, max ${MAX_CRON_LENGTH})`);
-  const parts = expr.trim().split(/\s+/).filter((p) => p !== "");
+  if (expr.length > MAX_CRON_LENGTH)
+    fail(`cron expression is too long (${expr.length} characters, max ${MAX_CRON_LENGTH})`);
+  const parts = expr
+    .trim()
+    .split(/\s+/)
+    .filter((p) => p !== "");
   const first = parts[0];
   if (first === undefined) fail("cron expression is empty");
   if (first.startsWith("@")) return parseMacro(first, parts.length);
   if (parts.length !== 5 && parts.length !== 6) {
-    fail(`expected 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading second field, got ${parts.length}`);
+    fail(
+      `expected 5 fields (minute hour day-of-month month day-of-week) or 6 with a leading second field, got ${parts.length}`,
+    );
   }
   const hasSeconds = parts.length === 6;
   const [sec, min, hour, dom, mon, dow] = hasSeconds ? parts : ["0", ...parts];
@@ -105,8 +134,10 @@ export function parseCronFields(expr: string): CronFields {
 
 function parseMacro(macro: string, tokenCount: number): CronFields {
   const body = MACROS[macro.toLowerCase()];
-  if (body === undefined) fail(`unknown macro "${macro}" (expected one of ${Object.keys(MACROS).join(" ")})`);
-  if (tokenCount !== 1) fail(`macro "${macro}" must stand alone, got ${tokenCount - 1} more field(s)`);
+  if (body === undefined)
+    fail(`unknown macro "${macro}" (expected one of ${Object.keys(MACROS).join(" ")})`);
+  if (tokenCount !== 1)
+    fail(`macro "${macro}" must stand alone, got ${tokenCount - 1} more field(s)`);
   return parseCronFields(body);
 }
 
@@ -138,7 +169,8 @@ function parseItem(spec: FieldSpec, item: string, into: Set<number>): boolean {
     return true;
   }
   if (item === "?") {
-    if (spec.allowQuestion !== true) fail(`${spec.name}: "?" is only allowed in day-of-month and day-of-week`);
+    if (spec.allowQuestion !== true)
+      fail(`${spec.name}: "?" is only allowed in day-of-month and day-of-week`);
     addRange(into, spec.min, spec.stepMax, 1);
     return false;
   }
@@ -152,7 +184,13 @@ function parseItem(spec: FieldSpec, item: string, into: Set<number>): boolean {
     fail(`${spec.name}: "${base}" cannot take a step in "${item}"`);
   } else if (base.includes("-")) {
     const [loText, hiText, extra] = base.split("-");
-    if (loText === undefined || hiText === undefined || loText === "" || hiText === "" || extra !== undefined) {
+    if (
+      loText === undefined ||
+      hiText === undefined ||
+      loText === "" ||
+      hiText === "" ||
+      extra !== undefined
+    ) {
       fail(`${spec.name}: invalid range "${base}" (expected a-b)`);
     }
     const lo = parseValue(spec, loText);
@@ -171,23 +209,28 @@ function parseStep(spec: FieldSpec, item: string, text: string): number {
   if (!/^\d+$/.test(text)) fail(`${spec.name}: step "${text}" in "${item}" is not a whole number`);
   const width = spec.stepMax - spec.min + 1;
   const step = Number(text);
-  if (step < 1 || step > width) fail(`${spec.name}: step ${step} in "${item}" is out of range 1-${width}`);
+  if (step < 1 || step > width)
+    fail(`${spec.name}: step ${step} in "${item}" is out of range 1-${width}`);
   return step;
 }
 
 function parseValue(spec: FieldSpec, text: string): number {
   if (/^\d+$/.test(text)) {
     const n = Number(text);
-    if (n < spec.min || n > spec.max) fail(`${spec.name}: ${n} is out of range ${spec.min}-${spec.max}`);
+    if (n < spec.min || n > spec.max)
+      fail(`${spec.name}: ${n} is out of range ${spec.min}-${spec.max}`);
     return n;
   }
   if (spec.names !== undefined && /^[A-Za-z]+$/.test(text)) {
     const index = spec.names.indexOf(text.toUpperCase());
-    if (index < 0) fail(`${spec.name}: unknown name "${text}" (expected one of ${spec.names.join(" ")})`);
+    if (index < 0)
+      fail(`${spec.name}: unknown name "${text}" (expected one of ${spec.names.join(" ")})`);
     return spec.min + index;
   }
   if (text.toUpperCase() === "L") fail(`${spec.name}: "L" cannot be used in a range`);
-  return fail(`${spec.name}: invalid value "${text}" (expected a number ${spec.min}-${spec.max}${spec.names === undefined ? "" : " or a name"})`);
+  return fail(
+    `${spec.name}: invalid value "${text}" (expected a number ${spec.min}-${spec.max}${spec.names === undefined ? "" : " or a name"})`,
+  );
 }
 
 function addRange(into: Set<number>, lo: number, hi: number, step: number): void {

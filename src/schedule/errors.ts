@@ -12,7 +12,11 @@ export const FIELD_SCHEDULE = "schedule";
 
 /** An `invalid_schedule` error for `field`. */
 export function scheduleError(field: string, message: string, cause?: unknown): KairosError {
-  return new KairosError("invalid_schedule", message, cause === undefined ? { field } : { field, cause });
+  return new KairosError(
+    "invalid_schedule",
+    message,
+    cause === undefined ? { field } : { field, cause },
+  );
 }
 
 /** An `invalid_argument` error for a caller's misuse (bad count, non-finite time). */

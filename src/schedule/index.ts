@@ -16,7 +16,13 @@ import { zoneFor } from "./zone.ts";
 import { yearOfMs } from "./calendar.ts";
 
 export type { CompiledSchedule, ScheduleSpec } from "./types.ts";
-export { nextOccurrences, occurrencesBetween, MAX_COUNT, MAX_WINDOW_LIMIT, MAX_INSTANT_MS } from "./occurrences.ts";
+export {
+  nextOccurrences,
+  occurrencesBetween,
+  MAX_COUNT,
+  MAX_WINDOW_LIMIT,
+  MAX_INSTANT_MS,
+} from "./occurrences.ts";
 export { spreadOffsetMs, MAX_SPREAD_WINDOW_S } from "./spread.ts";
 export { validateTimeZone } from "./zone.ts";
 export { formatInstant, formatUtc, parseInstant } from "./at.ts";
@@ -29,14 +35,29 @@ const cache = new Map<string, CompiledSchedule>();
 /** Validates and compiles a schedule; throws `KairosError` `invalid_schedule` with `field`. */
 export function compileSchedule(spec: ScheduleSpec): CompiledSchedule {
   const raw = spec as Partial<Record<"cron" | "time_zone" | "at", unknown>>;
-  if (typeof raw !== "object" || raw === null) throw scheduleError(FIELD_SCHEDULE, "schedule must be an object with cron and time_zone, or at");
+  if (typeof raw !== "object" || raw === null)
+    throw scheduleError(
+      FIELD_SCHEDULE,
+      "schedule must be an object with cron and time_zone, or at",
+    );
   if (raw.at !== undefined) {
-    if (raw.cron !== undefined || raw.time_zone !== undefined) throw scheduleError(FIELD_SCHEDULE, "schedule has both at and cron/time_zone; give one");
+    if (raw.cron !== undefined || raw.time_zone !== undefined)
+      throw scheduleError(FIELD_SCHEDULE, "schedule has both at and cron/time_zone; give one");
     if (typeof raw.at !== "string") throw scheduleError(FIELD_AT, "at must be a string");
     return new AtSchedule(parseAt(raw.at));
   }
-  if (typeof raw.cron !== "string") throw scheduleError(raw.cron === undefined ? FIELD_SCHEDULE : FIELD_CRON, raw.cron === undefined ? "schedule needs cron and time_zone, or at" : "cron must be a string");
-  if (typeof raw.time_zone !== "string") throw scheduleError(FIELD_TIME_ZONE, raw.time_zone === undefined ? "time_zone is required with cron" : "time_zone must be a string");
+  if (typeof raw.cron !== "string")
+    throw scheduleError(
+      raw.cron === undefined ? FIELD_SCHEDULE : FIELD_CRON,
+      raw.cron === undefined ? "schedule needs cron and time_zone, or at" : "cron must be a string",
+    );
+  if (typeof raw.time_zone !== "string")
+    throw scheduleError(
+      FIELD_TIME_ZONE,
+      raw.time_zone === undefined
+        ? "time_zone is required with cron"
+        : "time_zone must be a string",
+    );
   return compileCron(raw.cron, raw.time_zone);
 }
 
@@ -48,7 +69,10 @@ function compileCron(expr: string, tz: string): CompiledSchedule {
   const zone = zoneFor(tz);
   // Calendar-only question (every local date exists in some form): the worst start is just
   // after a Feb 29 whose next one is 8 years later (2096 → 2104).
-  if (matcher.nextMatch(NEVER_FIRES_PROBE_S, yearOfMs(NEVER_FIRES_PROBE_S * 1000) + SEARCH_YEARS) === undefined) {
+  if (
+    matcher.nextMatch(NEVER_FIRES_PROBE_S, yearOfMs(NEVER_FIRES_PROBE_S * 1000) + SEARCH_YEARS) ===
+    undefined
+  ) {
     throw scheduleError(FIELD_CRON, `schedule never fires (searched ${SEARCH_YEARS} years ahead)`);
   }
   const compiled = new CronSchedule(matcher, zone);
@@ -64,5 +88,9 @@ function compileCron(expr: string, tz: string): CompiledSchedule {
 export function assertFuture(spec: ScheduleSpec, nowMs: number): void {
   if (!("at" in spec)) return;
   const atMs = parseAt(spec.at);
-  if (atMs <= nowMs) throw scheduleError(FIELD_AT, `at is in the past (${spec.at} is not after now, ${formatUtc(nowMs)})`);
+  if (atMs <= nowMs)
+    throw scheduleError(
+      FIELD_AT,
+      `at is in the past (${spec.at} is not after now, ${formatUtc(nowMs)})`,
+    );
 }

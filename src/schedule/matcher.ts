@@ -10,7 +10,14 @@
  * Day rule (Vixie cron): when both day fields are restricted a day matches if EITHER does;
  * otherwise it must match both (an unrestricted field such as `*\/2` still filters).
  */
-import { daysFromCivil, daysInMonth, localSecondsOf, newCivil, civilFromLocalSeconds, weekdayOfDays } from "./calendar.ts";
+import {
+  daysFromCivil,
+  daysInMonth,
+  localSecondsOf,
+  newCivil,
+  civilFromLocalSeconds,
+  weekdayOfDays,
+} from "./calendar.ts";
 import type { CronFields } from "./cron-fields.ts";
 
 /** Upper bound on loop steps of one search; each step advances at least one field. */
@@ -78,26 +85,71 @@ export class CronMatcher {
       if (y > lastYear) return undefined;
       const nmo = this.nextMonth[mo] ?? -1;
       if (nmo < 0) {
-        y++; mo = 1; d = 1; h = 0; mi = 0; s = 0;
+        y++;
+        mo = 1;
+        d = 1;
+        h = 0;
+        mi = 0;
+        s = 0;
         continue;
       }
-      if (nmo !== mo) { mo = nmo; d = 1; h = 0; mi = 0; s = 0; }
+      if (nmo !== mo) {
+        mo = nmo;
+        d = 1;
+        h = 0;
+        mi = 0;
+        s = 0;
+      }
       const days = d <= 31 ? this.dayMask(y, mo) & (-1 << (d - 1)) : 0;
       if (days === 0) {
-        mo++; d = 1; h = 0; mi = 0; s = 0;
-        if (mo > 12) { y++; mo = 1; }
+        mo++;
+        d = 1;
+        h = 0;
+        mi = 0;
+        s = 0;
+        if (mo > 12) {
+          y++;
+          mo = 1;
+        }
         continue;
       }
       const nd = 32 - Math.clz32(days & -days);
-      if (nd !== d) { d = nd; h = 0; mi = 0; s = 0; }
+      if (nd !== d) {
+        d = nd;
+        h = 0;
+        mi = 0;
+        s = 0;
+      }
       const nh = this.nextHour[h] ?? -1;
-      if (nh < 0) { d++; h = 0; mi = 0; s = 0; continue; }
-      if (nh !== h) { h = nh; mi = 0; s = 0; }
+      if (nh < 0) {
+        d++;
+        h = 0;
+        mi = 0;
+        s = 0;
+        continue;
+      }
+      if (nh !== h) {
+        h = nh;
+        mi = 0;
+        s = 0;
+      }
       const nmi = this.nextMinute[mi] ?? -1;
-      if (nmi < 0) { h++; mi = 0; s = 0; continue; }
-      if (nmi !== mi) { mi = nmi; s = 0; }
+      if (nmi < 0) {
+        h++;
+        mi = 0;
+        s = 0;
+        continue;
+      }
+      if (nmi !== mi) {
+        mi = nmi;
+        s = 0;
+      }
       const ns = this.nextSecond[s] ?? -1;
-      if (ns < 0) { mi++; s = 0; continue; }
+      if (ns < 0) {
+        mi++;
+        s = 0;
+        continue;
+      }
       return localSecondsOf(y, mo, d, h, mi, ns);
     }
     return undefined;

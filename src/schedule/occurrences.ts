@@ -31,8 +31,10 @@ const MAX_SKIPS = 200_000;
 export const MAX_INSTANT_MS = 8.64e15;
 
 function checkArgs(afterMs: number, count: number): void {
-  if (!Number.isFinite(afterMs) || Math.abs(afterMs) > MAX_INSTANT_MS) throw argumentError(`after must be an epoch-ms instant, got ${afterMs}`);
-  if (!Number.isInteger(count) || count < 0 || count > MAX_COUNT) throw argumentError(`count must be an integer 0-${MAX_COUNT}, got ${count}`);
+  if (!Number.isFinite(afterMs) || Math.abs(afterMs) > MAX_INSTANT_MS)
+    throw argumentError(`after must be an epoch-ms instant, got ${afterMs}`);
+  if (!Number.isInteger(count) || count < 0 || count > MAX_COUNT)
+    throw argumentError(`count must be an integer 0-${MAX_COUNT}, got ${count}`);
 }
 
 /** A cron expression in a zone. */
@@ -51,7 +53,8 @@ export class CronSchedule implements CompiledSchedule {
     let lastYear = yearOfMs(fromS * 1000) + SEARCH_YEARS;
     let previous = afterMs;
     for (let steps = 0; out.length < count; steps++) {
-      if (steps > count + MAX_SKIPS) throw new KairosError("internal", `cron search exceeded ${count + MAX_SKIPS} steps`);
+      if (steps > count + MAX_SKIPS)
+        throw new KairosError("internal", `cron search exceeded ${count + MAX_SKIPS} steps`);
       const wallS = this.matcher.nextMatch(fromS, lastYear);
       if (wallS === undefined) break;
       const utc = this.zone.localToUtc(wallS * 1000);
@@ -92,7 +95,8 @@ export function occurrencesBetween(
   toMs: number,
   limit: number,
 ): { times: number[]; truncated: boolean } {
-  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_WINDOW_LIMIT) throw argumentError(`limit must be an integer 0-${MAX_WINDOW_LIMIT}, got ${limit}`);
+  if (!Number.isInteger(limit) || limit < 0 || limit > MAX_WINDOW_LIMIT)
+    throw argumentError(`limit must be an integer 0-${MAX_WINDOW_LIMIT}, got ${limit}`);
   if (!(toMs >= fromMs)) throw argumentError(`window end ${toMs} is before its start ${fromMs}`);
   const times: number[] = [];
   let cursor = fromMs;

@@ -30,7 +30,8 @@ export function spreadOffsetMs(jobId: string, occurrenceMs: number, windowS: num
   if (!Number.isFinite(windowS) || windowS < 0 || windowS > MAX_SPREAD_WINDOW_S) {
     throw argumentError(`flexible window must be 0-${MAX_SPREAD_WINDOW_S} seconds, got ${windowS}`);
   }
-  if (!Number.isFinite(occurrenceMs)) throw argumentError(`occurrence must be an epoch-ms instant, got ${occurrenceMs}`);
+  if (!Number.isFinite(occurrenceMs))
+    throw argumentError(`occurrence must be an epoch-ms instant, got ${occurrenceMs}`);
   const windowMs = Math.floor(windowS * 1000);
   if (windowMs === 0) return 0;
   return fnv1a32(encoder.encode(`${jobId}\n${occurrenceMs}`)) % windowMs;

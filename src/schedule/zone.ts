@@ -51,8 +51,16 @@ export function zoneFor(tz: string): ZoneOffsets {
 
 function canonicalZoneId(tz: string): string {
   // Temporal also accepts offsets ("+05:00") and whole ISO strings as zones; only names are time zones here.
-  if (typeof tz !== "string" || tz.length === 0 || tz.length > MAX_ZONE_LENGTH || !/^[A-Za-z][A-Za-z0-9_+\-/]*$/.test(tz)) {
-    throw scheduleError(FIELD_TIME_ZONE, `unknown time zone ${JSON.stringify(tz)} (expected an IANA name such as "Europe/London")`);
+  if (
+    typeof tz !== "string" ||
+    tz.length === 0 ||
+    tz.length > MAX_ZONE_LENGTH ||
+    !/^[A-Za-z][A-Za-z0-9_+\-/]*$/.test(tz)
+  ) {
+    throw scheduleError(
+      FIELD_TIME_ZONE,
+      `unknown time zone ${JSON.stringify(tz)} (expected an IANA name such as "Europe/London")`,
+    );
   }
   try {
     return Temporal.Instant.fromEpochMilliseconds(0).toZonedDateTimeISO(tz).timeZoneId;
@@ -87,7 +95,8 @@ export class ZoneOffsets {
   /** The instant a local wall time (local ms, see calendar.ts) stands for, by the DST rule above. */
   localToUtc(localMs: number): number {
     const from = localMs - WINDOW_MS;
-    if (this.firstTransitionIn(from, localMs + WINDOW_MS) === undefined) return localMs - this.offsetAt(from);
+    if (this.firstTransitionIn(from, localMs + WINDOW_MS) === undefined)
+      return localMs - this.offsetAt(from);
     return this.localToUtcNearTransition(localMs);
   }
 
@@ -97,7 +106,11 @@ export class ZoneOffsets {
     const to = localMs + WINDOW_MS;
     const bounds: number[] = [];
     const offsets: number[] = [this.offsetAt(from)];
-    for (let t = this.firstTransitionIn(from, to); t !== undefined; t = this.firstTransitionIn(t, to)) {
+    for (
+      let t = this.firstTransitionIn(from, to);
+      t !== undefined;
+      t = this.firstTransitionIn(t, to)
+    ) {
       bounds.push(t);
       offsets.push(this.offsetAt(t));
     }
@@ -113,7 +126,10 @@ export class ZoneOffsets {
       const t = bounds[k] ?? 0;
       if (t + (offsets[k] ?? 0) <= localMs && localMs < t + (offsets[k + 1] ?? 0)) return t;
     }
-    throw new KairosError("internal", `time zone ${this.id}: cannot map local time ${localMs} to an instant`);
+    throw new KairosError(
+      "internal",
+      `time zone ${this.id}: cannot map local time ${localMs} to an instant`,
+    );
   }
 
   /** The first transition instant in (afterMs, toMs], or undefined. */
@@ -150,7 +166,10 @@ export class ZoneOffsets {
     for (let i = 0; i < 64; i++) {
       const t = zdt.getTimeZoneTransition("next");
       if (t === null) break;
-      if (t.epochMilliseconds >= endMs) { nextMs = t.epochMilliseconds; break; }
+      if (t.epochMilliseconds >= endMs) {
+        nextMs = t.epochMilliseconds;
+        break;
+      }
       transitions.push(t.epochMilliseconds);
       offsets.push(t.offsetNanoseconds / 1e6);
       zdt = t;
@@ -162,7 +181,13 @@ export class ZoneOffsets {
     const quietUntil = Math.min(nextMs === Infinity ? Infinity : yearOfMs(nextMs), year + 51);
     for (let y = year + 1; y < quietUntil && !this.years.has(y); y++) {
       const s = daysFromCivil(y, 1, 1) * MS_PER_DAY;
-      this.years.set(y, { startMs: s, endMs: daysFromCivil(y + 1, 1, 1) * MS_PER_DAY, startOffsetMs: lastOffset, transitions: [], offsets: [] });
+      this.years.set(y, {
+        startMs: s,
+        endMs: daysFromCivil(y + 1, 1, 1) * MS_PER_DAY,
+        startOffsetMs: lastOffset,
+        transitions: [],
+        offsets: [],
+      });
     }
     return info;
   }

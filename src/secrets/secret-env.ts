@@ -31,17 +31,26 @@ export const SECRET_KEY_BYTES = 32;
 export function parseSecretKey(text: string): Buffer {
   const t = text.trim();
   const key = /^[0-9a-fA-F]{64}$/.test(t) ? Buffer.from(t, "hex") : Buffer.from(t, "base64");
-  if (key.length !== SECRET_KEY_BYTES || (!/^[0-9a-fA-F]{64}$/.test(t) && key.toString("base64") !== t)) {
-    throw new KairosError("invalid_argument", `secret key: must be ${SECRET_KEY_BYTES} random bytes, base64 or hex (e.g. openssl rand -base64 32)`);
+  if (
+    key.length !== SECRET_KEY_BYTES ||
+    (!/^[0-9a-fA-F]{64}$/.test(t) && key.toString("base64") !== t)
+  ) {
+    throw new KairosError(
+      "invalid_argument",
+      `secret key: must be ${SECRET_KEY_BYTES} random bytes, base64 or hex (e.g. openssl rand -base64 32)`,
+    );
   }
   return key;
 }
 
-export const secretKeyPrefix = (tenantId: string, jobId: string): string => `sk.${tenantId}.${jobId}`;
+export const secretKeyPrefix = (tenantId: string, jobId: string): string =>
+  `sk.${tenantId}.${jobId}`;
 
 /** Canonical JSON of an env map (sorted names), so equal maps seal and hash equally. */
 function canonicalEnv(env: Record<string, string>): string {
-  return JSON.stringify(Object.fromEntries(Object.entries(env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))));
+  return JSON.stringify(
+    Object.fromEntries(Object.entries(env).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))),
+  );
 }
 
 export class SecretEnvStore {
@@ -51,7 +60,8 @@ export class SecretEnvStore {
 
   /** `key`: the cluster secret key (parseSecretKey); `kv`: the tenants bucket. */
   constructor(key: Buffer, kv: () => KvStore, random: (n: number) => Buffer = randomBytes) {
-    if (key.length !== SECRET_KEY_BYTES) throw new KairosError("invalid_argument", "secret key: must be 32 bytes");
+    if (key.length !== SECRET_KEY_BYTES)
+      throw new KairosError("invalid_argument", "secret key: must be 32 bytes");
     this.#key = Buffer.from(key);
     this.#kv = kv;
     this.#random = random;
@@ -67,36 +77,52 @@ export class SecretEnvStore {
 
   /** Encrypts and stores a new version of a job's secrets; returns what the job keeps. */
   async seal(tenantId: string, jobId: string, env: Record<string, string>): Promise<SealedEnvRef> {
-    const ref = this.#random(9).toString("base64url").replace(/[^A-Za-z0-9]/g, "x");
+    const ref = this.#random(9)
+      .toString("base64url")
+      .replace(/[^A-Za-z0-9]/g, "x");
     const key = `${secretKeyPrefix(tenantId, jobId)}.${ref}`;
     const iv = this.#random(12);
     const c = createCipheriv("aes-256-gcm", this.#key, iv);
     c.setAAD(Buffer.from(key));
     const ct = Buffer.concat([c.update(canonicalEnv(env), "utf8"), c.final(), c.getAuthTag()]);
-    const r = await this.#kv().create(key, encode(`v1.${iv.toString("base64url")}.${ct.toString("base64url")}`));
-    if (!r.ok) throw new KairosError("conflict", "secret_env: a version with this reference exists; retry");
+    const r = await this.#kv().create(
+      key,
+      encode(`v1.${iv.toString("base64url")}.${ct.toString("base64url")}`),
+    );
+    if (!r.ok)
+      throw new KairosError("conflict", "secret_env: a version with this reference exists; retry");
     return { names: Object.keys(env).sort(), ref };
   }
 
   /** Reads and decrypts a job's secrets (schedulers, when they offer an attempt). */
-  async open(tenantId: string, jobId: string, sealed: SealedEnvRef): Promise<Record<string, string>> {
+  async open(
+    tenantId: string,
+    jobId: string,
+    sealed: SealedEnvRef,
+  ): Promise<Record<string, string>> {
     const key = `${secretKeyPrefix(tenantId, jobId)}.${sealed.ref}`;
     const e = await this.#kv().get(key);
     if (!e) throw new KairosError("not_found", `secret_env of job ${jobId}: not stored (deleted?)`);
     const [v, iv, body] = decode<string>(e.value).split(".");
-    if (v !== "v1" || !iv || !body) throw new KairosError("internal", `secret_env of job ${jobId}: unknown format`);
+    if (v !== "v1" || !iv || !body)
+      throw new KairosError("internal", `secret_env of job ${jobId}: unknown format`);
     const raw = Buffer.from(body, "base64url");
     try {
       const d = createDecipheriv("aes-256-gcm", this.#key, Buffer.from(iv, "base64url"));
       d.setAAD(Buffer.from(key));
       d.setAuthTag(raw.subarray(raw.length - 16));
-      const plain = Buffer.concat([d.update(raw.subarray(0, raw.length - 16)), d.final()]).toString("utf8");
+      const plain = Buffer.concat([d.update(raw.subarray(0, raw.length - 16)), d.final()]).toString(
+        "utf8",
+      );
       return JSON.parse(plain) as Record<string, string>;
     } catch (err) {
-      throw new KairosError("internal", `secret_env of job ${jobId}: does not decrypt with this node's secret key`, { cause: err });
+      throw new KairosError(
+        "internal",
+        `secret_env of job ${jobId}: does not decrypt with this node's secret key`,
+        { cause: err },
+      );
     }
   }
-
 }
 
 /**
@@ -104,7 +130,12 @@ export class SecretEnvStore {
  * patch that changed them), or `only` one (a version sealed for a create or patch that did not
  * happen). Needs no key. With one revision kept per key, the delete marker replaces the value.
  */
-export async function purgeSecretEnv(kv: KvStore, tenantId: string, jobId: string, which: { keep?: string; only?: string } = {}): Promise<void> {
+export async function purgeSecretEnv(
+  kv: KvStore,
+  tenantId: string,
+  jobId: string,
+  which: { keep?: string; only?: string } = {},
+): Promise<void> {
   const prefix = secretKeyPrefix(tenantId, jobId);
   if (which.only !== undefined) {
     await kv.delete(`${prefix}.${which.only}`);

@@ -9,26 +9,43 @@
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";
-import { MAX_BATCH, type ActorRequest, type BatchRequest, type ItemResult } from "../cluster/router.ts";
+import {
+  MAX_BATCH,
+  type ActorRequest,
+  type BatchRequest,
+  type ItemResult,
+} from "../cluster/router.ts";
 
 /** How long a batch's items may take before those still queued are answered as pending (default). */
 export const BATCH_ITEM_BUDGET_MS = 500;
 /** The longest budget a batch may name (`w`). */
 export const MAX_BATCH_BUDGET_MS = 30_000;
 
-const PENDING: ItemResult = { ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } };
+const PENDING: ItemResult = {
+  ok: false,
+  e: { code: "unavailable", message: "pending: still queued at the actor" },
+};
 
 /** The budget a batch asked for (`w`, bounded), or the default. */
 export function batchBudgetMs(req: Pick<BatchRequest, "w">): number {
   const w = req.w;
-  return typeof w === "number" && Number.isFinite(w) && w >= BATCH_ITEM_BUDGET_MS ? Math.min(w, MAX_BATCH_BUDGET_MS) : BATCH_ITEM_BUDGET_MS;
+  return typeof w === "number" && Number.isFinite(w) && w >= BATCH_ITEM_BUDGET_MS
+    ? Math.min(w, MAX_BATCH_BUDGET_MS)
+    : BATCH_ITEM_BUDGET_MS;
 }
 
 /** Delivers every item; resolves with each item's answer, or PENDING for those unanswered at `budgetMs`. */
-export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorRequest) => Promise<unknown>, clock: Clock, budgetMs: number): Promise<ItemResult[]> {
+export function answerItems(
+  items: readonly ActorRequest[],
+  deliver: (it: ActorRequest) => Promise<unknown>,
+  clock: Clock,
+  budgetMs: number,
+): Promise<ItemResult[]> {
   if (items.length === 0) return Promise.resolve([]);
   return new Promise((resolve) => {
-    const out: (ItemResult | undefined)[] = new Array<ItemResult | undefined>(items.length).fill(undefined); // no holes: map skips them
+    const out: (ItemResult | undefined)[] = new Array<ItemResult | undefined>(items.length).fill(
+      undefined,
+    ); // no holes: map skips them
     let left = items.length;
     let done = false;
     const finish = () => {
@@ -47,14 +64,21 @@ export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorR
       } catch (e) {
         delivered = Promise.reject(e instanceof Error ? e : new Error(String(e)));
       }
-      void delivered.then(
-        (v): ItemResult => ({ ok: true, v }),
-        (e: unknown): ItemResult => ({ ok: false, e: isKairosError(e) ? { code: e.code, message: e.message } : { code: "internal", message: "internal error" } }),
-      ).then((r) => {
-        if (done) return;
-        out[i] = r;
-        if (--left === 0) finish();
-      });
+      void delivered
+        .then(
+          (v): ItemResult => ({ ok: true, v }),
+          (e: unknown): ItemResult => ({
+            ok: false,
+            e: isKairosError(e)
+              ? { code: e.code, message: e.message }
+              : { code: "internal", message: "internal error" },
+          }),
+        )
+        .then((r) => {
+          if (done) return;
+          out[i] = r;
+          if (--left === 0) finish();
+        });
     });
   });
 }
@@ -63,7 +87,11 @@ export function answerItems(items: readonly ActorRequest[], deliver: (it: ActorR
  * A node's answer to a batch request as it arrived (untrusted): at most MAX_BATCH items (a
  * malformed `b` is none), within the budget the batch names (`batchBudgetMs`).
  */
-export function answerBatch(req: BatchRequest, deliver: (it: ActorRequest) => Promise<unknown>, clock: Clock): Promise<ItemResult[]> {
+export function answerBatch(
+  req: BatchRequest,
+  deliver: (it: ActorRequest) => Promise<unknown>,
+  clock: Clock,
+): Promise<ItemResult[]> {
   const items = Array.isArray(req.b) ? req.b.slice(0, MAX_BATCH) : [];
   return answerItems(items, deliver, clock, batchBudgetMs(req));
 }

@@ -18,7 +18,13 @@ import { decode } from "../cluster/codec.ts";
 import type { EventBus } from "../cluster/events.ts";
 import { JOB_ACTOR } from "../protocol/ids.ts";
 import type { JobState } from "../jobs/job-state.ts";
-import { DEFAULT_MAX_JOBS, forecastJobOf, forecastRunsDue, type Forecast, type ForecastJob } from "../service/forecast.ts";
+import {
+  DEFAULT_MAX_JOBS,
+  forecastJobOf,
+  forecastRunsDue,
+  type Forecast,
+  type ForecastJob,
+} from "../service/forecast.ts";
 import { setForecastRunsDue } from "../metrics/index.ts";
 
 export interface ForecastServiceOptions {
@@ -41,7 +47,11 @@ export const REFRESH_AT_MS = 30_000;
 const SHIFT_SLACK_MS = 10;
 
 /** Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`). */
-export async function readForecastJobs(actors: KvStore, partitions: Iterable<number | "*">, maxJobs: number): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
+export async function readForecastJobs(
+  actors: KvStore,
+  partitions: Iterable<number | "*">,
+  maxJobs: number,
+): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
   const jobs: ForecastJob[] = [];
   for (const p of partitions) {
     for (const e of await actors.list(`${JOB_ACTOR}.${p}.*.*`)) {
@@ -71,7 +81,12 @@ export class ForecastService {
 
   start(): void {
     this.#offEvents = this.#o.events.on((e) => {
-      if (e.type === "partition_acquired" || e.type === "partition_released" || e.type === "partition_lost") this.#soon();
+      if (
+        e.type === "partition_acquired" ||
+        e.type === "partition_released" ||
+        e.type === "partition_lost"
+      )
+        this.#soon();
     });
     this.#tick();
     this.#shiftAtMinute();
@@ -97,7 +112,10 @@ export class ForecastService {
           this.#last = { startMs: f.startMs, perMinute: f.perMinute };
           this.#publish();
         },
-        (e: unknown) => this.#o.log("warn", "forecast refresh failed; the previous forecast stays", { err: String(e) }),
+        (e: unknown) =>
+          this.#o.log("warn", "forecast refresh failed; the previous forecast stays", {
+            err: String(e),
+          }),
       )
       .finally(() => {
         this.#running = undefined;
@@ -111,10 +129,19 @@ export class ForecastService {
 
   async #compute(): Promise<Forecast> {
     const maxJobs = this.#o.maxJobs ?? DEFAULT_MAX_JOBS;
-    const read = await readForecastJobs(this.#o.actors(), [...this.#o.held()].sort((a, b) => a - b), maxJobs);
+    const read = await readForecastJobs(
+      this.#o.actors(),
+      [...this.#o.held()].sort((a, b) => a - b),
+      maxJobs,
+    );
     // One minute more than the gauge shows: at the next minute's start it is shifted by one.
     const f = forecastRunsDue(read.jobs, this.#o.clock.now(), { minutes: 61, maxJobs });
-    if (read.truncated || f.truncated) this.#o.log("warn", "forecast truncated: more jobs or occurrences than its bounds (an undercount)", { jobs_scanned: f.jobsScanned, max_jobs: maxJobs });
+    if (read.truncated || f.truncated)
+      this.#o.log(
+        "warn",
+        "forecast truncated: more jobs or occurrences than its bounds (an undercount)",
+        { jobs_scanned: f.jobsScanned, max_jobs: maxJobs },
+      );
     return f;
   }
 
@@ -131,10 +158,13 @@ export class ForecastService {
   #shiftAtMinute(): void {
     if (this.#stopped) return;
     const now = this.#o.clock.now();
-    this.#cancelShift = this.#o.clock.setTimer(MINUTE_MS - (now % MINUTE_MS) + SHIFT_SLACK_MS, () => {
-      this.#publish();
-      this.#shiftAtMinute();
-    });
+    this.#cancelShift = this.#o.clock.setTimer(
+      MINUTE_MS - (now % MINUTE_MS) + SHIFT_SLACK_MS,
+      () => {
+        this.#publish();
+        this.#shiftAtMinute();
+      },
+    );
   }
 
   /**

@@ -53,17 +53,37 @@ export function forecastJobOf(s: JobState): ForecastJob | undefined {
   // it; until it starts it is still to come, so the forecast counts from it.
   let next = s.next_run_at_ms;
   for (const r of s.runs) {
-    if (r.trigger !== "manual" && r.started_at_ms === null && (next === null || r.scheduled_for_ms < next)) next = r.scheduled_for_ms;
+    if (
+      r.trigger !== "manual" &&
+      r.started_at_ms === null &&
+      (next === null || r.scheduled_for_ms < next)
+    )
+      next = r.scheduled_for_ms;
   }
-  return { tenant_id: s.job.tenant_id, schedule: s.job.spec.schedule, enabled: s.job.spec.enabled, next_run_at_ms: next };
+  return {
+    tenant_id: s.job.tenant_id,
+    schedule: s.job.spec.schedule,
+    enabled: s.job.spec.enabled,
+    next_run_at_ms: next,
+  };
 }
 
-export function forecastRunsDue(jobs: Iterable<ForecastJob>, nowMs: number, o: ForecastOptions): Forecast {
+export function forecastRunsDue(
+  jobs: Iterable<ForecastJob>,
+  nowMs: number,
+  o: ForecastOptions,
+): Forecast {
   const startMs = Math.floor(nowMs / MINUTE_MS) * MINUTE_MS;
   const endMs = startMs + o.minutes * MINUTE_MS;
   const maxJobs = o.maxJobs ?? DEFAULT_MAX_JOBS;
   let budget = o.maxOccurrences ?? DEFAULT_MAX_OCCURRENCES;
-  const f: Forecast = { startMs, perMinute: new Array<number>(o.minutes).fill(0), byTenant: new Map(), jobsScanned: 0, truncated: false };
+  const f: Forecast = {
+    startMs,
+    perMinute: new Array<number>(o.minutes).fill(0),
+    byTenant: new Map(),
+    jobsScanned: 0,
+    truncated: false,
+  };
   for (const job of jobs) {
     if (f.jobsScanned >= maxJobs || budget <= 0) {
       f.truncated = true;

@@ -22,10 +22,30 @@ import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "
 import type { JobReply } from "../jobs/job-types.ts";
 import { jobView, type JobState } from "../jobs/job-state.ts";
 import { runView } from "../history/run-record.ts";
-import { decodeCursor, encodeCursor, indexedRunsPage, legacyRunsPage, readPage } from "../history/run-pages.ts";
+import {
+  decodeCursor,
+  encodeCursor,
+  indexedRunsPage,
+  legacyRunsPage,
+  readPage,
+} from "../history/run-pages.ts";
 import { deadLetterKey } from "../notify/dead-letters.ts";
-import { publicJob, purgeSecretEnv, secretKeyPrefix, type SealedEnvRef, type SecretEnvStore } from "../secrets/secret-env.ts";
-import { TERMINAL, type JobPatch, type JobSpec, type JobView, type Page, type RunStatus, type RunView } from "../protocol/model.ts";
+import {
+  publicJob,
+  purgeSecretEnv,
+  secretKeyPrefix,
+  type SealedEnvRef,
+  type SecretEnvStore,
+} from "../secrets/secret-env.ts";
+import {
+  TERMINAL,
+  type JobPatch,
+  type JobSpec,
+  type JobView,
+  type Page,
+  type RunStatus,
+  type RunView,
+} from "../protocol/model.ts";
 import type { JobsService } from "../protocol/service.ts";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -34,7 +54,10 @@ const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
   if (v && typeof v === "object") {
-    return `{${Object.entries(v as Record<string, unknown>).sort(([a], [b]) => a.localeCompare(b)).map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`).join(",")}}`;
+    return `{${Object.entries(v as Record<string, unknown>)
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`)
+      .join(",")}}`;
   }
   return JSON.stringify(v) ?? "null";
 }
@@ -53,7 +76,11 @@ export class NatsJobsService implements JobsService {
     /** Seals `task.secret_env` (needs the cluster secret key); none: secrets are refused. */
     private readonly secrets?: SecretEnvStore,
   ) {
-    this.#quota = new TenantJobCounter(buckets.tenants, async (tenantId) => (await this.#liveJobs(tenantId)).length, { clock: router.clock, random });
+    this.#quota = new TenantJobCounter(
+      buckets.tenants,
+      async (tenantId) => (await this.#liveJobs(tenantId)).length,
+      { clock: router.clock, random },
+    );
   }
 
   /** Every live job state of a tenant (a list of its job actors' state). */
@@ -70,9 +97,17 @@ export class NatsJobsService implements JobsService {
   }
 
   /** The task's secrets: the store that seals them, or a 400 when this node has no key. */
-  #secretStore(task: { secret_env?: Record<string, string> } | undefined): SecretEnvStore | undefined {
-    if (task?.secret_env === undefined || Object.keys(task.secret_env).length === 0) return undefined;
-    if (!this.secrets) throw new KairosError("invalid_argument", "task.secret_env: this cluster has no secret key configured (--secret-key-file), so it cannot store secrets", { field: "task.secret_env" });
+  #secretStore(
+    task: { secret_env?: Record<string, string> } | undefined,
+  ): SecretEnvStore | undefined {
+    if (task?.secret_env === undefined || Object.keys(task.secret_env).length === 0)
+      return undefined;
+    if (!this.secrets)
+      throw new KairosError(
+        "invalid_argument",
+        "task.secret_env: this cluster has no secret key configured (--secret-key-file), so it cannot store secrets",
+        { field: "task.secret_env" },
+      );
     return this.secrets;
   }
 
@@ -82,23 +117,45 @@ export class NatsJobsService implements JobsService {
     return (sealed ? { ...rest, sealed_env: sealed } : rest) as T;
   }
 
-  async createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }> {
+  async createJob(
+    tenantId: string,
+    spec: JobSpec,
+    idempotencyKey?: string,
+  ): Promise<{ job: JobView; created: boolean }> {
     const secrets = this.#secretStore(spec.task);
     // Hashed for idempotency with a keyed digest in place of the secret values (the hash is stored).
-    const requestHash = sha256(canonical(secrets ? { ...spec, task: { ...spec.task, secret_env: secrets.digest(spec.task.secret_env!) } } : spec));
+    const requestHash = sha256(
+      canonical(
+        secrets
+          ? { ...spec, task: { ...spec.task, secret_env: secrets.digest(spec.task.secret_env!) } }
+          : spec,
+      ),
+    );
     let jobId = newJobId(() => this.random.next());
     let created = true;
     let idem: { key: string; revision: number } | undefined;
     if (idempotencyKey !== undefined) {
       const key = `${tenantId}.${sha256(idempotencyKey)}`;
-      const r = await this.buckets.idempotency.create(key, encode({ job_id: jobId, request_hash: requestHash }));
+      const r = await this.buckets.idempotency.create(
+        key,
+        encode({ job_id: jobId, request_hash: requestHash }),
+      );
       if (r.ok) idem = { key, revision: r.revision };
       else {
         const e = await this.buckets.idempotency.get(key);
         const prior = e ? decode<{ job_id: string; request_hash: string }>(e.value) : null;
-        if (!prior) throw new KairosError("conflict", "Idempotency-Key: a request with this key is in flight; retry", { field: "Idempotency-Key" });
+        if (!prior)
+          throw new KairosError(
+            "conflict",
+            "Idempotency-Key: a request with this key is in flight; retry",
+            { field: "Idempotency-Key" },
+          );
         if (prior.request_hash !== requestHash) {
-          throw new KairosError("conflict", "Idempotency-Key: already used with a different request body", { field: "Idempotency-Key" });
+          throw new KairosError(
+            "conflict",
+            "Idempotency-Key: already used with a different request body",
+            { field: "Idempotency-Key" },
+          );
         }
         jobId = prior.job_id;
         created = false;
@@ -112,7 +169,8 @@ export class NatsJobsService implements JobsService {
       } catch (e) {
         // Forget the key, so a retry after the quota was raised or a job deleted is a new create
         // (checked again) rather than a replay of a create that never happened.
-        if (idem) await this.buckets.idempotency.delete(idem.key, idem.revision).catch(() => undefined);
+        if (idem)
+          await this.buckets.idempotency.delete(idem.key, idem.revision).catch(() => undefined);
         throw e;
       }
     }
@@ -121,41 +179,65 @@ export class NatsJobsService implements JobsService {
     try {
       sealed = secrets ? await secrets.seal(tenantId, jobId, spec.task.secret_env!) : undefined;
       reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
-        kind: "create", tenant_id: tenantId, job_id: jobId, spec: sealed ? { ...spec, task: NatsJobsService.#sealedTask(spec.task, sealed) } : spec, request_hash: requestHash,
+        kind: "create",
+        tenant_id: tenantId,
+        job_id: jobId,
+        spec: sealed ? { ...spec, task: NatsJobsService.#sealedTask(spec.task, sealed) } : spec,
+        request_hash: requestHash,
       });
     } catch (e) {
       // A definite refusal (e.g. invalid_schedule) made no job: uncount it. After a timeout the
       // job may exist, so the reservation stays (an over-count, never an under-count).
-      if (counted && e instanceof KairosError && !e.retryable) await this.#quota.release(tenantId).catch(() => undefined);
-      if (sealed && e instanceof KairosError && !e.retryable) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
+      if (counted && e instanceof KairosError && !e.retryable)
+        await this.#quota.release(tenantId).catch(() => undefined);
+      if (sealed && e instanceof KairosError && !e.retryable)
+        await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(
+          () => undefined,
+        );
       throw e;
     }
     const job = reply!.job!;
     // A replayed create answers with the job made first: the version sealed now is not its.
-    if (sealed && job.task.sealed_env?.ref !== sealed.ref) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
+    if (sealed && job.task.sealed_env?.ref !== sealed.ref)
+      await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(
+        () => undefined,
+      );
     return { job: publicJob(job), created };
   }
 
-  async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
+  async listJobs(
+    tenantId: string,
+    opts: { cursor?: string; limit: number },
+  ): Promise<Page<JobView>> {
     const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
     const keys = (await kvKeys(this.buckets.actors, `${JOB_ACTOR}.*.${tenantId}.*`))
       .map(({ key }) => ({ key, id: key.slice(key.lastIndexOf(".") + 1) }))
       .filter((k) => k.id > after)
       .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const jobs = (await readPage(this.buckets.actors, keys, opts.limit + 1, (e) => {
+    const jobs = await readPage(this.buckets.actors, keys, opts.limit + 1, (e) => {
       const s = decode<{ s: JobState }>(e.value).s;
       return s.job && !s.deleted && s.job.tenant_id === tenantId ? s : null; // deleted: a tombstone until purged
-    }));
+    });
     const page = jobs.slice(0, opts.limit).map((s) => publicJob(jobView(s)));
     const more = jobs.length > opts.limit;
-    return { items: page, next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null };
+    return {
+      items: page,
+      next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null,
+    };
   }
 
   async getJob(tenantId: string, jobId: string): Promise<JobView> {
-    return publicJob((await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "get" }))!.job!);
+    return publicJob(
+      (await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "get" }))!.job!,
+    );
   }
 
-  async patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView> {
+  async patchJob(
+    tenantId: string,
+    jobId: string,
+    patch: JobPatch,
+    ifMatch?: number,
+  ): Promise<JobView> {
     // A request id, so the router's retry of a patch whose reply was lost is answered with its
     // first result, not 412 (If-Match) or a second application.
     const request_id = this.#requestId();
@@ -165,19 +247,32 @@ export class NatsJobsService implements JobsService {
     // The versions stored before this patch: once it applied, all but the one the job uses go.
     // (Not versions sealed meanwhile by a concurrent patch, which may yet apply after this one.)
     const prefix = secretKeyPrefix(tenantId, jobId);
-    const earlier = patch.task ? (await this.buckets.tenants.list(`${prefix}.*`)).map((e) => e.key) : [];
-    const sealed = secrets ? await secrets.seal(tenantId, jobId, patch.task!.secret_env!) : undefined;
-    const stored = patch.task ? { ...patch, task: NatsJobsService.#sealedTask(patch.task, sealed) } : patch;
-    const msg = ifMatch === undefined ? { kind: "patch", patch: stored, request_id } : { kind: "patch", patch: stored, if_match: ifMatch, request_id };
+    const earlier = patch.task
+      ? (await this.buckets.tenants.list(`${prefix}.*`)).map((e) => e.key)
+      : [];
+    const sealed = secrets
+      ? await secrets.seal(tenantId, jobId, patch.task!.secret_env!)
+      : undefined;
+    const stored = patch.task
+      ? { ...patch, task: NatsJobsService.#sealedTask(patch.task, sealed) }
+      : patch;
+    const msg =
+      ifMatch === undefined
+        ? { kind: "patch", patch: stored, request_id }
+        : { kind: "patch", patch: stored, if_match: ifMatch, request_id };
     let job: JobView;
     try {
       job = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
     } catch (e) {
-      if (sealed && e instanceof KairosError && !e.retryable) await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(() => undefined);
+      if (sealed && e instanceof KairosError && !e.retryable)
+        await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(
+          () => undefined,
+        );
       throw e;
     }
     const current = job.task.sealed_env ? `${prefix}.${job.task.sealed_env.ref}` : undefined;
-    for (const key of earlier) if (key !== current) await this.buckets.tenants.delete(key).catch(() => undefined);
+    for (const key of earlier)
+      if (key !== current) await this.buckets.tenants.delete(key).catch(() => undefined);
     return publicJob(job);
   }
 
@@ -187,7 +282,8 @@ export class NatsJobsService implements JobsService {
       await this.router.request(job, { kind: "delete" });
     } catch (e) {
       // Already deleted (a retry of a delete whose purge failed): purge its secrets anyway.
-      if (e instanceof KairosError && e.code === "not_found") await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
+      if (e instanceof KairosError && e.code === "not_found")
+        await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
       throw e;
     }
     // Its secrets go with it, now (secret-env.ts); if this fails the delete fails, and a retry
@@ -203,14 +299,22 @@ export class NatsJobsService implements JobsService {
     // answered by the owner (a KV write that timed out, the store unreachable) is sent again the
     // same way, a few times. Given up, nothing is left half-made: the run's record follows its
     // state write (`create_run`), and a state that landed unseen is read back and its run goes on.
-    const msg = { kind: "run_now", request_id: this.#requestId(), requested_at_ms: this.router.now() };
+    const msg = {
+      kind: "run_now",
+      request_id: this.#requestId(),
+      requested_at_ms: this.router.now(),
+    };
     let reply: JobReply;
     for (let tries = 1; ; tries++) {
       try {
         reply = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!;
         break;
       } catch (e) {
-        if (tries >= RUN_NOW_TRIES || !(e instanceof KairosError && (e.code === "timeout" || e.code === "unavailable"))) throw e;
+        if (
+          tries >= RUN_NOW_TRIES ||
+          !(e instanceof KairosError && (e.code === "timeout" || e.code === "unavailable"))
+        )
+          throw e;
       }
     }
     return reply.run ?? (await this.getRun(tenantId, reply.run_id!));
@@ -220,29 +324,45 @@ export class NatsJobsService implements JobsService {
     return newJobId(() => this.random.next()).slice(1);
   }
 
-  async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
+  async listRuns(
+    tenantId: string,
+    jobId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
     const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
     // One request to the job actor, answered from memory (404 for unknown, deleted or foreign
     // jobs): its active runs as it holds them (records are written at creation and end only)
     // and its runs index — in memory, since a `fire`'s state change (and the index entries of
     // the records it creates) is deferred until the job's next state write.
-    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" });
+    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
+      kind: "active_runs",
+    });
     const live = liveRuns(reply);
     const q = { ...opts, view: (r: RunView) => withLive(r, live) };
-    if (reply?.index) return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
+    if (reply?.index)
+      return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
     return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
   }
 
-  async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {
+  async listDeadLetters(
+    tenantId: string,
+    opts: { cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
     let after = 0;
     if (opts.cursor !== undefined) {
       const [kind, rev] = decodeCursor(opts.cursor, 2);
       after = Number(rev);
-      if (kind !== "dl" || !Number.isSafeInteger(after) || after < 0) throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", { field: "cursor" });
+      if (kind !== "dl" || !Number.isSafeInteger(after) || after < 0)
+        throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", {
+          field: "cursor",
+        });
     }
     // Keys dl.<tenant>.<run> (dead-letters.ts), in the order they were written.
     const page = await this.buckets.runs.scan(deadLetterKey(tenantId, "*"), after, opts.limit);
-    return { items: page.entries.map((e) => runView(e.value)), next_cursor: page.next === null ? null : encodeCursor(["dl", String(page.next)]) };
+    return {
+      items: page.entries.map((e) => runView(e.value)),
+      next_cursor: page.next === null ? null : encodeCursor(["dl", String(page.next)]),
+    };
   }
 
   async getRun(tenantId: string, runId: string): Promise<RunView> {
@@ -266,7 +386,9 @@ export class NatsJobsService implements JobsService {
    */
   async #activeRuns(tenantId: string, jobId: string): Promise<Map<string, RunView>> {
     try {
-      return liveRuns(await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" }));
+      return liveRuns(
+        await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" }),
+      );
     } catch (e) {
       if (isKairosError(e, "not_found")) return new Map(); // a deleted job: its records are all there is
       throw e;
@@ -275,7 +397,8 @@ export class NatsJobsService implements JobsService {
 }
 
 /** The active runs of an `active_runs` reply, by run id. */
-const liveRuns = (reply: JobReply | undefined): Map<string, RunView> => new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
+const liveRuns = (reply: JobReply | undefined): Map<string, RunView> =>
+  new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
 
 /** A record as the API shows it: an active run's live view from its job actor, if it has one. */
 function withLive(record: RunView, live: ReadonlyMap<string, RunView>): RunView {

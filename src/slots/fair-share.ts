@@ -26,7 +26,10 @@ export interface TenantDemand {
 export const MAX_FAIR_TENANTS = 100_000;
 
 /** Shares by tenant, for every tenant in `demands` (0 for a tenant without demand). */
-export function maxMinShares(capacity: number, demands: readonly TenantDemand[]): Map<string, number> {
+export function maxMinShares(
+  capacity: number,
+  demands: readonly TenantDemand[],
+): Map<string, number> {
   return fairShares(capacity, demands, new Map()).shares;
 }
 
@@ -39,22 +42,53 @@ export interface FairShares {
 }
 
 /** `maxMinShares` with deficit rounding across computations (see the module header). */
-export function fairShares(capacity: number, demands: readonly TenantDemand[], carry: ReadonlyMap<string, number>): FairShares {
-  if (!Number.isInteger(capacity) || capacity < 0) throw new KairosError("invalid_argument", `capacity must be a whole number ≥ 0, got ${capacity}`, { field: "capacity" });
-  if (demands.length > MAX_FAIR_TENANTS) throw new KairosError("invalid_argument", `at most ${MAX_FAIR_TENANTS} tenants, got ${demands.length}`, { field: "demands" });
+export function fairShares(
+  capacity: number,
+  demands: readonly TenantDemand[],
+  carry: ReadonlyMap<string, number>,
+): FairShares {
+  if (!Number.isInteger(capacity) || capacity < 0)
+    throw new KairosError(
+      "invalid_argument",
+      `capacity must be a whole number ≥ 0, got ${capacity}`,
+      { field: "capacity" },
+    );
+  if (demands.length > MAX_FAIR_TENANTS)
+    throw new KairosError(
+      "invalid_argument",
+      `at most ${MAX_FAIR_TENANTS} tenants, got ${demands.length}`,
+      { field: "demands" },
+    );
   const shares = new Map<string, number>();
   for (const d of demands) {
-    if (shares.has(d.tenant)) throw new KairosError("invalid_argument", `tenant ${d.tenant} appears twice`, { field: "demands" });
-    if (!Number.isInteger(d.demand) || d.demand < 0) throw new KairosError("invalid_argument", `demand of ${d.tenant} must be a whole number ≥ 0, got ${d.demand}`, { field: "demand" });
-    if (!(Number.isFinite(d.weight) && d.weight > 0)) throw new KairosError("invalid_argument", `weight of ${d.tenant} must be > 0, got ${d.weight}`, { field: "weight" });
+    if (shares.has(d.tenant))
+      throw new KairosError("invalid_argument", `tenant ${d.tenant} appears twice`, {
+        field: "demands",
+      });
+    if (!Number.isInteger(d.demand) || d.demand < 0)
+      throw new KairosError(
+        "invalid_argument",
+        `demand of ${d.tenant} must be a whole number ≥ 0, got ${d.demand}`,
+        { field: "demand" },
+      );
+    if (!(Number.isFinite(d.weight) && d.weight > 0))
+      throw new KairosError(
+        "invalid_argument",
+        `weight of ${d.tenant} must be > 0, got ${d.weight}`,
+        { field: "weight" },
+      );
     shares.set(d.tenant, 0);
   }
-  const byId = (a: TenantDemand, b: TenantDemand) => (a.tenant < b.tenant ? -1 : a.tenant > b.tenant ? 1 : 0);
+  const byId = (a: TenantDemand, b: TenantDemand) =>
+    a.tenant < b.tenant ? -1 : a.tenant > b.tenant ? 1 : 0;
   // Served in order of demand per weight (ties by id): once one does not fit, none after it does.
-  const wanting = demands.filter((d) => d.demand > 0).sort((a, b) => a.demand / a.weight - b.demand / b.weight || byId(a, b));
+  const wanting = demands
+    .filter((d) => d.demand > 0)
+    .sort((a, b) => a.demand / a.weight - b.demand / b.weight || byId(a, b));
   // Suffix sums of weights, summed in a fixed order (deterministic floating point).
   const weightFrom = new Array<number>(wanting.length + 1).fill(0);
-  for (let i = wanting.length - 1; i >= 0; i--) weightFrom[i] = weightFrom[i + 1]! + wanting[i]!.weight;
+  for (let i = wanting.length - 1; i >= 0; i--)
+    weightFrom[i] = weightFrom[i + 1]! + wanting[i]!.weight;
   let left = capacity;
   let i = 0;
   for (; i < wanting.length; i++) {
@@ -72,7 +106,8 @@ export function fairShares(capacity: number, demands: readonly TenantDemand[], c
     return { t, whole, frac: exact - whole };
   });
   let spare = left - parts.reduce((n, p) => n + p.whole, 0);
-  const owed = (p: (typeof parts)[number]) => p.frac + Math.max(-1, Math.min(1, carry.get(p.t.tenant) ?? 0));
+  const owed = (p: (typeof parts)[number]) =>
+    p.frac + Math.max(-1, Math.min(1, carry.get(p.t.tenant) ?? 0));
   parts.sort((a, b) => owed(b) - owed(a) || b.t.weight - a.t.weight || byId(a.t, b.t));
   const nextCarry = new Map<string, number>();
   for (const p of parts) {

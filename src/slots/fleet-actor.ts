@@ -63,7 +63,9 @@ export interface FleetState {
 }
 
 /** What arrives on the bus. */
-export type FleetWireMsg = { kind: "demand"; tenant: string; demand: number; weight: number; held?: boolean } | { kind: "status" };
+export type FleetWireMsg =
+  | { kind: "demand"; tenant: string; demand: number; weight: number; held?: boolean }
+  | { kind: "status" };
 /** What the core receives: the shell adds the capacity it observes (fleet-shell.ts). */
 export type FleetMsg = FleetWireMsg & { capacity: number };
 
@@ -85,18 +87,32 @@ function parse(raw: unknown): FleetWireMsg {
   if (m["kind"] === "status") return { kind: "status" };
   const { tenant, demand, weight } = m;
   if (m["kind"] !== "demand" || typeof tenant !== "string" || !isValidId(tenant)) {
-    throw new KairosError("invalid_argument", "fleet message must be {kind:'status'} or {kind:'demand', tenant, demand, weight}");
+    throw new KairosError(
+      "invalid_argument",
+      "fleet message must be {kind:'status'} or {kind:'demand', tenant, demand, weight}",
+    );
   }
-  if (typeof demand !== "number" || !Number.isInteger(demand) || demand < 0 || demand > 1e9) throw new KairosError("invalid_argument", "demand must be a whole number 0-1e9", { field: "demand" });
-  if (typeof weight !== "number" || !(weight > 0 && weight <= 1e6)) throw new KairosError("invalid_argument", "weight must be a number in (0, 1e6]", { field: "weight" });
+  if (typeof demand !== "number" || !Number.isInteger(demand) || demand < 0 || demand > 1e9)
+    throw new KairosError("invalid_argument", "demand must be a whole number 0-1e9", {
+      field: "demand",
+    });
+  if (typeof weight !== "number" || !(weight > 0 && weight <= 1e6))
+    throw new KairosError("invalid_argument", "weight must be a number in (0, 1e6]", {
+      field: "weight",
+    });
   return { kind: "demand", tenant, demand, weight, ...(m["held"] === true ? { held: true } : {}) };
 }
 
 /** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
 function recompute(state: FleetState, now: number, capacity: number): string[] {
   const before = state.capacity > 0 ? state.shares : new Map<string, number>();
-  for (const [id, t] of state.tenants) if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
-  const demands = [...state.tenants].map(([tenant, t]) => ({ tenant, demand: t.demand, weight: t.weight }));
+  for (const [id, t] of state.tenants)
+    if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
+  const demands = [...state.tenants].map(([tenant, t]) => ({
+    tenant,
+    demand: t.demand,
+    weight: t.weight,
+  }));
   // The rounding turns at most every FLEET_ROTATE_MS: a recompute for changed demands in between
   // keeps the turn's order (a carry advanced on every 100 ms recompute flipped shares ten times a
   // second, each flip a push to the tenants whose share shrank).
@@ -116,7 +132,12 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
     spare -= state.shares.get(d.tenant)!;
     weights += d.weight;
   }
-  if (spare > 0 && weights > 0) for (const d of demands) state.shares.set(d.tenant, state.shares.get(d.tenant)! + Math.floor((spare * d.weight) / weights));
+  if (spare > 0 && weights > 0)
+    for (const d of demands)
+      state.shares.set(
+        d.tenant,
+        state.shares.get(d.tenant)! + Math.floor((spare * d.weight) / weights),
+      );
   state.capacity = capacity;
   state.computed_at_ms = now;
   state.dirty = false;
@@ -133,10 +154,16 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
 function status(state: FleetState, capacity: number): FleetStatus {
   const ids = [...state.tenants.keys()].sort().slice(0, STATUS_LIMIT);
   return {
-    capacity, computed_at_ms: state.computed_at_ms ?? null,
+    capacity,
+    computed_at_ms: state.computed_at_ms ?? null,
     tenants: ids.map((tenant) => {
       const t = state.tenants.get(tenant)!;
-      return { tenant, demand: t.demand, weight: t.weight, share: state.capacity > 0 ? (state.shares.get(tenant) ?? null) : null };
+      return {
+        tenant,
+        demand: t.demand,
+        weight: t.weight,
+        share: state.capacity > 0 ? (state.shares.get(tenant) ?? null) : null,
+      };
     }),
   };
 }
@@ -163,21 +190,36 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
         }
         return { state, reply: { share: null } };
       }
-      if (!known && state.tenants.size >= MAX_FAIR_TENANTS) return { state, reply: { share: null } }; // bounded: the cap applies
+      if (!known && state.tenants.size >= MAX_FAIR_TENANTS)
+        return { state, reply: { share: null } }; // bounded: the cap applies
       const fresh = !known || known.weight !== msg.weight;
       if (!known || known.demand !== msg.demand || known.weight !== msg.weight) state.dirty = true;
       state.tenants.set(msg.tenant, { demand: msg.demand, weight: msg.weight, seen_ms: now });
-      if (msg.held && now - state.started_ms < FLEET_WARMUP_MS) return { state, reply: { share: null } };
-      const due = state.computed_at_ms === undefined || fresh || capacity !== state.capacity
-        || (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) || now - state.computed_at_ms >= FLEET_STALE_MS
-        || (state.rounded === true && now - state.computed_at_ms >= FLEET_ROTATE_MS);
+      if (msg.held && now - state.started_ms < FLEET_WARMUP_MS)
+        return { state, reply: { share: null } };
+      const due =
+        state.computed_at_ms === undefined ||
+        fresh ||
+        capacity !== state.capacity ||
+        (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) ||
+        now - state.computed_at_ms >= FLEET_STALE_MS ||
+        (state.rounded === true && now - state.computed_at_ms >= FLEET_ROTATE_MS);
       const shrunk = due ? recompute(state, now, capacity) : [];
       const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
-      effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: msg.tenant }, msg: { kind: "share", share } satisfies ShareMsg });
+      effects.push({
+        kind: "send",
+        to: { type: TENANT_ACTOR, id: msg.tenant },
+        msg: { kind: "share", share } satisfies ShareMsg,
+      });
       // The others' smaller shares take effect now, not at their next reports (up to
       // FAIR_REPORT_MS later, meanwhile granting into the reporter's part of the fleet).
       for (const t of shrunk) {
-        if (t !== msg.tenant) effects.push({ kind: "send", to: { type: TENANT_ACTOR, id: t }, msg: { kind: "share", share: state.shares.get(t)! } satisfies ShareMsg });
+        if (t !== msg.tenant)
+          effects.push({
+            kind: "send",
+            to: { type: TENANT_ACTOR, id: t },
+            msg: { kind: "share", share: state.shares.get(t)! } satisfies ShareMsg,
+          });
       }
       return { state, reply: { share }, effects };
     },

@@ -14,7 +14,13 @@
 import type { ActorAddress } from "../cluster/placement.ts";
 import { backoffMs } from "../lib/backoff.ts";
 import { TENANT_ACTOR } from "../protocol/ids.ts";
-import { GRANT_GATHER_LEAD_MS, MAX_SLOT_BATCH, WAITING_LIMIT, type SlotAsk, type TenantMsg } from "./tenant-actor.ts";
+import {
+  GRANT_GATHER_LEAD_MS,
+  MAX_SLOT_BATCH,
+  WAITING_LIMIT,
+  type SlotAsk,
+  type TenantMsg,
+} from "./tenant-actor.ts";
 
 /** Batches in flight per tenant from one node. */
 export const IN_FLIGHT_PER_TENANT = 4;
@@ -82,7 +88,10 @@ export function retryDelayMs(failures: number): number {
  * in the order they were asked — every waiting one (`full`) or only the urgent ones (`urgent`).
  * `tries`: how many times each release was sent before.
  */
-function takeBatch(lane: Lane, mode: "full" | "urgent" | "releases"): { release: string[]; tries: Map<string, number>; acquire: SlotAsk[]; asked: Ask[] } {
+function takeBatch(
+  lane: Lane,
+  mode: "full" | "urgent" | "releases",
+): { release: string[]; tries: Map<string, number>; acquire: SlotAsk[]; asked: Ask[] } {
   const release: string[] = [];
   const tries = new Map<string, number>();
   for (const [g, n] of lane.releases) {
@@ -94,7 +103,12 @@ function takeBatch(lane: Lane, mode: "full" | "urgent" | "releases"): { release:
   const acquire: SlotAsk[] = [];
   const asked: Ask[] = [];
   const take = (g: string, a: Ask) => {
-    acquire.push({ run_id: g, job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}) });
+    acquire.push({
+      run_id: g,
+      job: a.job,
+      ttl_ms: a.ttl_ms,
+      ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}),
+    });
     asked.push(a);
   };
   if (mode === "full") {
@@ -126,14 +140,28 @@ export class SlotBroker {
   constructor(private readonly deps: SlotBrokerDeps) {}
 
   /** Asks for grant `grant` of job actor `job`; `granted` is called if the tenant grants it now. */
-  acquire(tenantId: string, a: { grant: string; job: string; ttl_ms: number; start_at_ms?: number }, granted: () => void): void {
+  acquire(
+    tenantId: string,
+    a: { grant: string; job: string; ttl_ms: number; start_at_ms?: number },
+    granted: () => void,
+  ): void {
     const lane = this.#lane(tenantId);
     lane.releases.delete(a.grant);
     if (!lane.asks.has(a.grant) && lane.asks.size >= MAX_QUEUED_PER_TENANT) return; // the run re-asks
-    lane.asks.set(a.grant, { job: a.job, ttl_ms: a.ttl_ms, ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}), granted });
+    lane.asks.set(a.grant, {
+      job: a.job,
+      ttl_ms: a.ttl_ms,
+      ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}),
+      granted,
+    });
     // (An ask of unknown start is not gathered at the tenant: it needs no lane of its own.)
     const now = this.deps.nowMs?.();
-    if (a.start_at_ms !== undefined && now !== undefined && a.start_at_ms - now < GRANT_GATHER_LEAD_MS) lane.urgent.add(a.grant);
+    if (
+      a.start_at_ms !== undefined &&
+      now !== undefined &&
+      a.start_at_ms - now < GRANT_GATHER_LEAD_MS
+    )
+      lane.urgent.add(a.grant);
     else lane.urgent.delete(a.grant);
     this.#kick(tenantId, lane);
   }
@@ -157,7 +185,16 @@ export class SlotBroker {
   #lane(tenantId: string): Lane {
     let lane = this.#lanes.get(tenantId);
     if (!lane) {
-      lane = { asks: new Map(), urgent: new Set(), releases: new Map(), inFlight: 0, urgentInFlight: 0, releaseInFlight: 0, scheduled: false, failures: 0 };
+      lane = {
+        asks: new Map(),
+        urgent: new Set(),
+        releases: new Map(),
+        inFlight: 0,
+        urgentInFlight: 0,
+        releaseInFlight: 0,
+        scheduled: false,
+        failures: 0,
+      };
       this.#lanes.set(tenantId, lane);
     }
     return lane;
@@ -170,7 +207,8 @@ export class SlotBroker {
    * RELEASE_IN_FLIGHT; undefined: none.
    */
   #mode(lane: Lane): "full" | "urgent" | "releases" | undefined {
-    if (lane.inFlight < IN_FLIGHT_PER_TENANT && (lane.asks.size > 0 || lane.releases.size > 0)) return "full";
+    if (lane.inFlight < IN_FLIGHT_PER_TENANT && (lane.asks.size > 0 || lane.releases.size > 0))
+      return "full";
     if (lane.urgent.size > 0 && lane.urgentInFlight < URGENT_IN_FLIGHT) return "urgent";
     if (lane.releases.size > 0 && lane.releaseInFlight < RELEASE_IN_FLIGHT) return "releases";
     return undefined;
@@ -179,7 +217,11 @@ export class SlotBroker {
   #kick(tenantId: string, lane: Lane): void {
     if (lane.scheduled) return;
     if (lane.asks.size === 0 && lane.releases.size === 0) {
-      if (lane.inFlight + lane.urgentInFlight + lane.releaseInFlight === 0 && this.#lanes.get(tenantId) === lane) this.#lanes.delete(tenantId);
+      if (
+        lane.inFlight + lane.urgentInFlight + lane.releaseInFlight === 0 &&
+        this.#lanes.get(tenantId) === lane
+      )
+        this.#lanes.delete(tenantId);
       return;
     }
     if (this.#mode(lane) === undefined) return;
@@ -209,10 +251,17 @@ export class SlotBroker {
       const max = await this.deps.tenantMaxConcurrent?.(tenantId);
       const weight = await this.deps.tenantWeight?.(tenantId);
       const fleet = this.deps.fleetSlots?.();
-      const reply = (await this.deps.request({ type: TENANT_ACTOR, id: tenantId }, {
-        kind: "slots", acquire, release, ...(max !== undefined ? { max_concurrent: max } : {}), ...(weight !== undefined ? { weight } : {}),
-        ...(fleet !== undefined ? { fleet_slots: fleet } : {}),
-      })) as { granted?: unknown } | null;
+      const reply = (await this.deps.request(
+        { type: TENANT_ACTOR, id: tenantId },
+        {
+          kind: "slots",
+          acquire,
+          release,
+          ...(max !== undefined ? { max_concurrent: max } : {}),
+          ...(weight !== undefined ? { weight } : {}),
+          ...(fleet !== undefined ? { fleet_slots: fleet } : {}),
+        },
+      )) as { granted?: unknown } | null;
       const granted = new Set(Array.isArray(reply?.granted) ? reply.granted : []);
       acquire.forEach((a, i) => {
         if (granted.has(a.run_id)) asked[i]!.granted();
@@ -225,10 +274,21 @@ export class SlotBroker {
       lane.failures++;
       for (const g of release) {
         const n = (tries.get(g) ?? 0) + 1;
-        if (n < RELEASE_ATTEMPTS && lane.releases.size < MAX_QUEUED_PER_TENANT && !lane.releases.has(g)) lane.releases.set(g, n);
+        if (
+          n < RELEASE_ATTEMPTS &&
+          lane.releases.size < MAX_QUEUED_PER_TENANT &&
+          !lane.releases.has(g)
+        )
+          lane.releases.set(g, n);
       }
       if (lane.failures === 1 || lane.failures % 10 === 0) {
-        this.deps.log("warn", "slot batch failed", { tenant: tenantId, acquires: acquire.length, releases: release.length, failures: lane.failures, err: String(e) });
+        this.deps.log("warn", "slot batch failed", {
+          tenant: tenantId,
+          acquires: acquire.length,
+          releases: release.length,
+          failures: lane.failures,
+          err: String(e),
+        });
       }
     } finally {
       count(-1);

@@ -78,13 +78,29 @@ export interface Waiter {
   at?: number;
 }
 type WaitEntry = { at: number; seq: number; id: string };
-const earlier = (a: WaitEntry, b: WaitEntry): boolean => a.at < b.at || (a.at === b.at && a.seq < b.seq);
+const earlier = (a: WaitEntry, b: WaitEntry): boolean =>
+  a.at < b.at || (a.at === b.at && a.seq < b.seq);
 
 export type TenantMsg =
-  | { kind: "acquire"; run_id: string; job: string; ttl_ms: number; start_at_ms?: number; max_concurrent?: number; weight?: number }
+  | {
+      kind: "acquire";
+      run_id: string;
+      job: string;
+      ttl_ms: number;
+      start_at_ms?: number;
+      max_concurrent?: number;
+      weight?: number;
+    }
   | { kind: "release"; run_id: string }
   /** Many acquires and releases from one node's slot broker (slot-broker.ts), in one decision. */
-  | { kind: "slots"; acquire: SlotAsk[]; release: string[]; max_concurrent?: number; weight?: number; fleet_slots?: number }
+  | {
+      kind: "slots";
+      acquire: SlotAsk[];
+      release: string[];
+      max_concurrent?: number;
+      weight?: number;
+      fleet_slots?: number;
+    }
   | { kind: "set_quota"; max_concurrent: number; weight?: number }
   | { kind: "fair_report" }
   | { kind: "share"; share: number | null }
@@ -115,7 +131,19 @@ export interface SlotAsk {
 /** Most acquires plus releases in one `slots` message (the broker's batch bound). */
 export const MAX_SLOT_BATCH = 1_024;
 
-export type TenantReply = { granted: boolean } | { granted: string[] } | { running: number; waiting: number; max_concurrent: number; limit: number; share?: number; fleet_slots?: number; awaiting_share_ms?: number } | null;
+export type TenantReply =
+  | { granted: boolean }
+  | { granted: string[] }
+  | {
+      running: number;
+      waiting: number;
+      max_concurrent: number;
+      limit: number;
+      share?: number;
+      fleet_slots?: number;
+      awaiting_share_ms?: number;
+    }
+  | null;
 
 export const WAITING_LIMIT = 100_000;
 /**
@@ -156,10 +184,19 @@ const validWeight = (w: unknown): w is number => typeof w === "number" && w > 0 
 const validCap = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
 const validAsk = (a: unknown): a is SlotAsk => {
   const x = a as Partial<SlotAsk> | null;
-  return typeof x === "object" && x !== null && typeof x.run_id === "string" && typeof x.job === "string" && typeof x.ttl_ms === "number" && Number.isFinite(x.ttl_ms) && x.ttl_ms > 0;
+  return (
+    typeof x === "object" &&
+    x !== null &&
+    typeof x.run_id === "string" &&
+    typeof x.job === "string" &&
+    typeof x.ttl_ms === "number" &&
+    Number.isFinite(x.ttl_ms) &&
+    x.ttl_ms > 0
+  );
 };
 /** An ask's start, if it names a usable one (else it counts as due now: a bad value only reorders the tenant's own runs). */
-const startOf = (v: unknown): number | undefined => (typeof v === "number" && Number.isFinite(v) ? v : undefined);
+const startOf = (v: unknown): number | undefined =>
+  typeof v === "number" && Number.isFinite(v) ? v : undefined;
 
 /** Lazy entries beyond the waiting requests' count before the heap is rebuilt (bounds its garbage). */
 const ORDER_SLACK = 1_024;
@@ -192,7 +229,7 @@ function rebuildOrder(state: TenantState, now: number): void {
 /** Takes the waiting request that starts first out of `waiting` (undefined: none waits). */
 function nextWaiter(state: TenantState, now: number): [string, Waiter] | undefined {
   if (state.waiting.size === 0) return undefined;
-  for (let rebuilt = false; ; ) {
+  for (let rebuilt = false; ;) {
     const e = state.order ? heapPop(state.order, earlier) : undefined;
     if (e === undefined) {
       if (rebuilt) return undefined; // unreachable: a rebuilt heap holds every waiting request
@@ -223,7 +260,11 @@ class Turn {
 
   put(id: string, exp: number, startAtMs?: number): void {
     this.state.running.set(id, exp);
-    this.pre.push(startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: exp } : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs });
+    this.pre.push(
+      startAtMs === undefined
+        ? { kind: "put_grant", run_id: id, expires_at_ms: exp }
+        : { kind: "put_grant", run_id: id, expires_at_ms: exp, start_at_ms: startAtMs },
+    );
     if (this.expireAt === undefined || exp < this.expireAt) this.expireAt = exp;
   }
 
@@ -240,18 +281,35 @@ class Turn {
    */
   limit(): number {
     const { state, now } = this;
-    if (state.share !== undefined && (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)) return Math.min(state.max_concurrent, Math.max(1, state.share));
-    if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS) return 1;
-    return state.fleet_slots === undefined ? state.max_concurrent : Math.min(state.max_concurrent, state.fleet_slots);
+    if (
+      state.share !== undefined &&
+      (state.share_at_ms === undefined || now - state.share_at_ms <= SHARE_TTL_MS)
+    )
+      return Math.min(state.max_concurrent, Math.max(1, state.share));
+    if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms < SHARE_WAIT_MS)
+      return 1;
+    return state.fleet_slots === undefined
+      ? state.max_concurrent
+      : Math.min(state.max_concurrent, state.fleet_slots);
   }
 
   /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
-  acquire(id: string, job: string, ttlMs: number, startAtMs: number | undefined): "granted" | "waiting" | "overloaded" {
+  acquire(
+    id: string,
+    job: string,
+    ttlMs: number,
+    startAtMs: number | undefined,
+  ): "granted" | "waiting" | "overloaded" {
     const { state, now } = this;
     const held = state.running.get(id);
     if (held !== undefined) {
       if (held !== now + ttlMs) this.put(id, now + ttlMs, startAtMs);
-      else this.pre.push(startAtMs === undefined ? { kind: "sync_grant", run_id: id } : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs }); // its write may still be in flight
+      else
+        this.pre.push(
+          startAtMs === undefined
+            ? { kind: "sync_grant", run_id: id }
+            : { kind: "sync_grant", run_id: id, start_at_ms: startAtMs },
+        ); // its write may still be in flight
       return "granted";
     }
     if (state.running.size < this.limit() && state.waiting.size === 0) {
@@ -260,22 +318,42 @@ class Turn {
     }
     if (state.waiting.has(id)) return "waiting";
     if (state.waiting.size >= WAITING_LIMIT) return "overloaded";
-    enqueue(state, id, { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }, now);
+    enqueue(
+      state,
+      id,
+      { job, ttl_ms: ttlMs, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) },
+      now,
+    );
     return "waiting";
   }
 
   /** Asks the job actor holding grant `id` (if it names one) whether its run still holds the slot. */
   audit(id: string): void {
     const jobId = jobIdOfRun(splitGrant(id).run_id);
-    if (jobId) this.effects.push({ kind: "send", to: { type: JOB_ACTOR, id: jobActorId(this.tenant, jobId) }, msg: { kind: "slot_audit", run_id: id } });
+    if (jobId)
+      this.effects.push({
+        kind: "send",
+        to: { type: JOB_ACTOR, id: jobActorId(this.tenant, jobId) },
+        msg: { kind: "slot_audit", run_id: id },
+      });
   }
 }
 
 /** The cap, weight and fleet size a message carries, when valid. */
 function takeLimits(state: TenantState, msg: TenantMsg): void {
-  if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent)) state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
-  if ((msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") && validWeight(msg.weight)) state.weight = msg.weight;
-  if (msg.kind === "slots" && typeof msg.fleet_slots === "number" && Number.isInteger(msg.fleet_slots) && msg.fleet_slots >= 0) {
+  if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent))
+    state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+  if (
+    (msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") &&
+    validWeight(msg.weight)
+  )
+    state.weight = msg.weight;
+  if (
+    msg.kind === "slots" &&
+    typeof msg.fleet_slots === "number" &&
+    Number.isInteger(msg.fleet_slots) &&
+    msg.fleet_slots >= 0
+  ) {
     if (msg.fleet_slots > 0) state.fleet_slots = msg.fleet_slots;
     else delete state.fleet_slots;
   }
@@ -295,11 +373,13 @@ function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantRep
   }
   // Earliest start first within the batch too (a stable sort: ties in the order asked), or
   // free slots would go to its first asks — runs prepared minutes ahead — before a run due now.
-  const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : []).filter(validAsk)
+  const asks = (Array.isArray(msg.acquire) ? msg.acquire.slice(0, MAX_SLOT_BATCH) : [])
+    .filter(validAsk)
     .map((a) => ({ a, at: startOf(a.start_at_ms) ?? t.now }))
     .sort((x, y) => x.at - y.at);
   for (const { a } of asks) {
-    if (t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted") granted.push(a.run_id);
+    if (t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted")
+      granted.push(a.run_id);
   }
   return { granted };
 }
@@ -314,7 +394,8 @@ function onExpire(t: Turn): void {
   const expired: string[] = [];
   for (const [id, exp] of running) if (exp <= now) expired.push(id);
   t.expireAt = undefined;
-  for (const [, exp] of running) if (exp > now && (t.expireAt === undefined || exp < t.expireAt)) t.expireAt = exp;
+  for (const [, exp] of running)
+    if (exp > now && (t.expireAt === undefined || exp < t.expireAt)) t.expireAt = exp;
   if (t.expireAt !== undefined) t.expireAt = Math.max(t.expireAt, now + EXPIRE_BATCH_MS);
   for (const id of expired) {
     if (!jobIdOfRun(splitGrant(id).run_id)) {
@@ -339,15 +420,24 @@ function onAudit(t: Turn): void {
 function statusOf(t: Turn): TenantReply {
   const { state } = t;
   return {
-    running: state.running.size, waiting: state.waiting.size, max_concurrent: state.max_concurrent, limit: t.limit(),
+    running: state.running.size,
+    waiting: state.waiting.size,
+    max_concurrent: state.max_concurrent,
+    limit: t.limit(),
     ...(state.share !== undefined ? { share: state.share } : {}),
     ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),
-    ...(state.awaiting_since_ms !== undefined ? { awaiting_share_ms: t.now - state.awaiting_since_ms } : {}),
+    ...(state.awaiting_since_ms !== undefined
+      ? { awaiting_share_ms: t.now - state.awaiting_since_ms }
+      : {}),
   };
 }
 
 /** The fleet actor's answer: the tenant's share (null: no share, the cap applies). */
-function onShare(t: Turn, msg: Extract<TenantMsg, { kind: "share" }>, fair: TenantFairOptions | undefined): void {
+function onShare(
+  t: Turn,
+  msg: Extract<TenantMsg, { kind: "share" }>,
+  fair: TenantFairOptions | undefined,
+): void {
   const { state } = t;
   if (!fair || state.report_at_ms === undefined) return; // a late answer to an idle tenant
   if (msg.share === null) delete state.share;
@@ -369,12 +459,17 @@ function settle(t: Turn, releaseOnly: boolean, fair: TenantFairOptions | undefin
     // Named without a start (so not gathered) when this decision is a release only: a node's
     // release lane is one batch, and a release must not wait behind a gathering grant.
     t.put(run_id, now + w.ttl_ms, releaseOnly ? undefined : w.start_at_ms);
-    effects.push({ kind: "send", to: { type: JOB_ACTOR, id: w.job }, msg: { kind: "slot_granted", run_id } });
+    effects.push({
+      kind: "send",
+      to: { type: JOB_ACTOR, id: w.job },
+      msg: { kind: "slot_granted", run_id },
+    });
   }
   if (waiting.size === 0 && (state.order?.length ?? 0) > 0) state.order = []; // its stale entries go
   // The expiry timer: at the earliest grant expiry (a later put never moves it later).
   if (running.size === 0) t.expireAt = undefined;
-  if (t.expireAt !== undefined && t.expireAt !== state.expire_at_ms) effects.push({ kind: "timer", name: "expire", atMs: t.expireAt, msg: { kind: "expire" } });
+  if (t.expireAt !== undefined && t.expireAt !== state.expire_at_ms)
+    effects.push({ kind: "timer", name: "expire", atMs: t.expireAt, msg: { kind: "expire" } });
   if (t.expireAt === undefined) delete state.expire_at_ms;
   else state.expire_at_ms = t.expireAt;
   if (waiting.size > 0 && (state.audit_at_ms === undefined || state.audit_at_ms <= now)) {
@@ -384,7 +479,10 @@ function settle(t: Turn, releaseOnly: boolean, fair: TenantFairOptions | undefin
   if (fair) armReport(state, fair, now, effects);
 }
 
-export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOptions): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
+export function makeTenantActor(
+  defaultMaxConcurrent = 100,
+  fair?: TenantFairOptions,
+): ActorDefinition<TenantState, TenantMsg, TenantReply, TenantEffect> {
   return {
     type: TENANT_ACTOR,
     persist: false,
@@ -392,17 +490,29 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
     // Every job actor of the tenant asks it for slots: in a burst its queue may hold one acquire
     // per waiting run, which it bounds itself (WAITING_LIMIT), not the node-wide default.
     mailboxLimit: WAITING_LIMIT,
-    initialState: () => ({ max_concurrent: defaultMaxConcurrent, weight: 1, peaks: [0], running: new Map(), waiting: new Map() }),
+    initialState: () => ({
+      max_concurrent: defaultMaxConcurrent,
+      weight: 1,
+      peaks: [0],
+      running: new Map(),
+      waiting: new Map(),
+    }),
     receive(state, msg, ctx) {
       const t = new Turn(state, ctx.nowMs, ctx.id);
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
-      const releaseOnly = msg.kind === "release" || (msg.kind === "slots" && (!Array.isArray(msg.acquire) || msg.acquire.length === 0));
+      const releaseOnly =
+        msg.kind === "release" ||
+        (msg.kind === "slots" && (!Array.isArray(msg.acquire) || msg.acquire.length === 0));
       takeLimits(state, msg);
       switch (msg.kind) {
         case "acquire": {
           const got = t.acquire(msg.run_id, msg.job, msg.ttl_ms, startOf(msg.start_at_ms));
-          if (got === "overloaded") fail = { code: "overloaded", message: `tenant has ${WAITING_LIMIT} runs waiting for slots` };
+          if (got === "overloaded")
+            fail = {
+              code: "overloaded",
+              message: `tenant has ${WAITING_LIMIT} runs waiting for slots`,
+            };
           else reply = { granted: got === "granted" };
           break;
         }
@@ -439,7 +549,13 @@ export function makeTenantActor(defaultMaxConcurrent = 100, fair?: TenantFairOpt
 }
 
 /** The `fair_report` timer: sends the demand (peak of the window, capped) to the fleet actor. */
-function report(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[], tenant: string): void {
+function report(
+  state: TenantState,
+  fair: TenantFairOptions,
+  now: number,
+  effects: HostEffect<TenantMsg>[],
+  tenant: string,
+): void {
   const current = state.running.size + state.waiting.size;
   const demand = Math.min(state.max_concurrent, Math.max(current, ...state.peaks));
   state.peaks.unshift(current);
@@ -448,13 +564,29 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
     delete state.share; // not confirmed for too long: the fleet actor is gone
     delete state.share_at_ms;
   }
-  if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS) delete state.awaiting_since_ms; // no answer: the cap
-  effects.push({ kind: "send", to: { type: FLEET_ACTOR, id: FLEET_ID }, msg: { kind: "demand", tenant, demand, weight: state.weight, ...(state.share !== undefined ? { held: true } : {}) } });
+  if (state.awaiting_since_ms !== undefined && now - state.awaiting_since_ms >= SHARE_WAIT_MS)
+    delete state.awaiting_since_ms; // no answer: the cap
+  effects.push({
+    kind: "send",
+    to: { type: FLEET_ACTOR, id: FLEET_ID },
+    msg: {
+      kind: "demand",
+      tenant,
+      demand,
+      weight: state.weight,
+      ...(state.share !== undefined ? { held: true } : {}),
+    },
+  });
   state.reported = demand;
   state.reported_at_ms = now;
   if (demand > 0) {
     state.report_at_ms = now + fair.reportMs;
-    effects.push({ kind: "timer", name: "fair", atMs: state.report_at_ms, msg: { kind: "fair_report" } });
+    effects.push({
+      kind: "timer",
+      name: "fair",
+      atMs: state.report_at_ms,
+      msg: { kind: "fair_report" },
+    });
   } else {
     // Idle: out of the fleet's computation; a new burst starts unconstrained by a stale share.
     delete state.report_at_ms;
@@ -465,7 +597,12 @@ function report(state: TenantState, fair: TenantFairOptions, now: number, effect
 }
 
 /** After every message: track the peak demand; arm the first report, or an early one. O(1). */
-function armReport(state: TenantState, fair: TenantFairOptions, now: number, effects: HostEffect<TenantMsg>[]): void {
+function armReport(
+  state: TenantState,
+  fair: TenantFairOptions,
+  now: number,
+  effects: HostEffect<TenantMsg>[],
+): void {
   const current = state.running.size + state.waiting.size;
   if (current > (state.peaks[0] ?? 0)) state.peaks[0] = current;
   if (current === 0) return;
@@ -480,7 +617,14 @@ function armReport(state: TenantState, fair: TenantFairOptions, now: number, eff
   // Only when overdue by far more than any timer lag of a working node: re-arming moves the
   // timer behind every overdue timer of the node, so re-arming it often would starve it.
   else if (at < now - REPORT_LOST_MS) at = now;
-  else if (state.share !== undefined && state.reported !== undefined && state.share >= state.reported && state.waiting.size > 0 && current > state.reported && state.share < state.max_concurrent) {
+  else if (
+    state.share !== undefined &&
+    state.reported !== undefined &&
+    state.share >= state.reported &&
+    state.waiting.size > 0 &&
+    current > state.reported &&
+    state.share < state.max_concurrent
+  ) {
     // Held back by a share it had filled: its demand grew, so ask again soon.
     at = Math.min(at, Math.max(now, (state.reported_at_ms ?? now) + EARLY_REPORT_MS));
   }

@@ -19,7 +19,13 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
-import { GRANT_GATHER_LEAD_MS, makeTenantActor, type TenantEffect, type TenantFairOptions, type TenantState } from "./tenant-actor.ts";
+import {
+  GRANT_GATHER_LEAD_MS,
+  makeTenantActor,
+  type TenantEffect,
+  type TenantFairOptions,
+  type TenantState,
+} from "./tenant-actor.ts";
 
 export const GRANT_PREFIX = "grants";
 /** The tail segment is rewritten (appended to) while it holds fewer grants than this on disk. */
@@ -32,7 +38,8 @@ export const COMPACT_SLACK = 64;
 export const MAX_COMPACTIONS = 4;
 /** How long such a batch gathers at most (its replies wait as long: their runs start ≥ 10 s later). */
 export const GRANT_GATHER_MS = 1_000;
-export const segmentKey = (partition: number, tenantId: string, seq: number) => `${GRANT_PREFIX}.${partition}.${tenantId}.s${seq}`;
+export const segmentKey = (partition: number, tenantId: string, seq: number) =>
+  `${GRANT_PREFIX}.${partition}.${tenantId}.s${seq}`;
 const SEGMENT_TOKEN = /^s([1-9][0-9]{0,14})$/;
 
 /** One segment as this table last read or wrote it. */
@@ -88,7 +95,11 @@ export class GrantTable {
     for (const e of await this.kv.list(`${prefix}*`)) {
       const m = SEGMENT_TOKEN.exec(e.key.slice(prefix.length));
       if (!m) continue; // the 16-shard layout's keys (never shipped): not read
-      found.push({ seq: Number(m[1]), rev: e.revision, grants: decode<Record<string, number>>(e.value) });
+      found.push({
+        seq: Number(m[1]),
+        rev: e.revision,
+        grants: decode<Record<string, number>>(e.value),
+      });
     }
     found.sort((a, b) => a.seq - b.seq);
     for (const f of found) {
@@ -137,7 +148,8 @@ export class GrantTable {
           this.#pending.set(f.run_id, f.expires_at_ms);
           put = true;
           if (!this.#gatherable(f.start_at_ms)) this.#urgent = true;
-          else if (this.#earliestStart === undefined || f.start_at_ms < this.#earliestStart) this.#earliestStart = f.start_at_ms;
+          else if (this.#earliestStart === undefined || f.start_at_ms < this.#earliestStart)
+            this.#earliestStart = f.start_at_ms;
           break;
         default:
           assertNever(f, "tenant effect");
@@ -155,7 +167,10 @@ export class GrantTable {
 
   /** The batch that will carry what is pending now (started, after its gathering, once the one in flight is done). */
   #nextBatch(ctx: ShellContext): Promise<void> {
-    this.#next ??= this.#inFlight.catch(() => undefined).then(() => this.#gathered()).then(() => this.#write(ctx));
+    this.#next ??= this.#inFlight
+      .catch(() => undefined)
+      .then(() => this.#gathered())
+      .then(() => this.#write(ctx));
     return this.#next;
   }
 
@@ -171,7 +186,13 @@ export class GrantTable {
    * grant that is urgent comes.
    */
   #gathered(): Promise<void> {
-    if (this.#urgent || this.#broken || this.#pending.size === 0 || !this.#gatherable(this.#earliestStart)) return Promise.resolve();
+    if (
+      this.#urgent ||
+      this.#broken ||
+      this.#pending.size === 0 ||
+      !this.#gatherable(this.#earliestStart)
+    )
+      return Promise.resolve();
     return new Promise<void>((resolve) => {
       const stop = () => {
         this.#stopGathering = undefined;
@@ -188,7 +209,11 @@ export class GrantTable {
     this.#next = null;
     this.#urgent = false; // what is decided from now on goes into the next batch
     this.#earliestStart = undefined;
-    if (this.#broken) throw new KairosError("not_owner", `tenant ${this.tenantId}: an earlier grant batch failed; reload`);
+    if (this.#broken)
+      throw new KairosError(
+        "not_owner",
+        `tenant ${this.tenantId}: an earlier grant batch failed; reload`,
+      );
     if (!ctx.stillOwner()) {
       this.#broken = true;
       throw new KairosError("not_owner", `tenant ${this.tenantId}: no longer the owner`);
@@ -216,7 +241,8 @@ export class GrantTable {
     if (!append) {
       const full = [...this.#segs].filter(([, s]) => s.live.size > 0);
       const excess = full.length + 1 - MAX_SEGMENTS;
-      if (excess > 0) folded.push(...full.sort((a, b) => a[1].live.size - b[1].live.size).slice(0, excess));
+      if (excess > 0)
+        folded.push(...full.sort((a, b) => a[1].live.size - b[1].live.size).slice(0, excess));
       this.#segs.set(headSeq, head);
       this.#tail = headSeq;
     }
@@ -243,20 +269,27 @@ export class GrantTable {
     this.batches++;
     this.puts++;
     const key = segmentKey(this.partition, this.tenantId, headSeq);
-    const written = (append ? this.kv.update(key, headValue, head.rev) : this.kv.create(key, headValue)).then((r) => {
+    const written = (
+      append ? this.kv.update(key, headValue, head.rev) : this.kv.create(key, headValue)
+    ).then((r) => {
       if (!r.ok) throw fail(`${headSeq}`);
       head.rev = r.revision;
     });
     await Promise.all([written, ...ops]);
     for (const [id, seq] of moved) this.#segs.get(seq)?.live.delete(id);
     // Folded segments go only now: their grants are in the head.
-    await Promise.all(folded.map(async ([seq, s]) => {
-      if (!(await this.#delete(seq, s.rev))) throw fail(`${seq} (fold)`);
-    }));
+    await Promise.all(
+      folded.map(async ([seq, s]) => {
+        if (!(await this.#delete(seq, s.rev))) throw fail(`${seq} (fold)`);
+      }),
+    );
   }
 
   #stale(what: string): KairosError {
-    return new KairosError("not_owner", `tenant ${this.tenantId}: grant segment ${what} was written by another incarnation; reload`);
+    return new KairosError(
+      "not_owner",
+      `tenant ${this.tenantId}: grant segment ${what} was written by another incarnation; reload`,
+    );
   }
 
   /** Deletes the segments below the tail that releases (or moves already written) emptied. */
@@ -266,7 +299,11 @@ export class GrantTable {
     for (const [seq, s] of [...this.#segs]) {
       if (seq >= oldTail || s.live.size > 0) continue;
       this.#segs.delete(seq);
-      ops.push(this.#delete(seq, s.rev).then((ok) => { if (!ok) throw fail(`${seq} (delete)`); }));
+      ops.push(
+        this.#delete(seq, s.rev).then((ok) => {
+          if (!ok) throw fail(`${seq} (delete)`);
+        }),
+      );
     }
     return ops;
   }
@@ -285,18 +322,25 @@ export class GrantTable {
       live += s.live.size;
       dead += s.written - s.live.size;
     }
-    const candidates = [...this.#segs].filter(([seq, s]) => seq !== headSeq && s.live.size > 0 && s.written > s.live.size)
-      .sort((a, b) => (b[1].written - b[1].live.size) / b[1].written - (a[1].written - a[1].live.size) / a[1].written);
+    const candidates = [...this.#segs]
+      .filter(([seq, s]) => seq !== headSeq && s.live.size > 0 && s.written > s.live.size)
+      .sort(
+        (a, b) =>
+          (b[1].written - b[1].live.size) / b[1].written -
+          (a[1].written - a[1].live.size) / a[1].written,
+      );
     for (const [seq, s] of candidates.slice(0, MAX_COMPACTIONS)) {
       if (dead <= live / 4 + COMPACT_SLACK) break;
       dead -= s.written - s.live.size;
       const value = encode(Object.fromEntries(s.live));
       s.written = s.live.size;
       this.puts++;
-      ops.push(this.kv.update(segmentKey(this.partition, this.tenantId, seq), value, s.rev).then((r) => {
-        if (!r.ok) throw fail(`${seq} (compaction)`);
-        s.rev = r.revision;
-      }));
+      ops.push(
+        this.kv.update(segmentKey(this.partition, this.tenantId, seq), value, s.rev).then((r) => {
+          if (!r.ok) throw fail(`${seq} (compaction)`);
+          s.rev = r.revision;
+        }),
+      );
     }
     return ops;
   }
@@ -308,7 +352,12 @@ export class GrantTable {
 }
 
 /** `fair`: report demand to the fleet actor and grant within the fair share (tenant-actor.ts). */
-export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100, fair?: TenantFairOptions, clock: Clock = systemClock): ActorRegistration & { tables: Map<string, GrantTable> } {
+export function tenantRegistration(
+  kv: KvStore,
+  defaultMaxConcurrent = 100,
+  fair?: TenantFairOptions,
+  clock: Clock = systemClock,
+): ActorRegistration & { tables: Map<string, GrantTable> } {
   const definition = makeTenantActor(defaultMaxConcurrent, fair);
   /** Per tenant actor instance on this node (`<partition>.<tenant>`), replaced at each load. */
   const tables = new Map<string, GrantTable>();
@@ -326,7 +375,8 @@ export function tenantRegistration(kv: KvStore, defaultMaxConcurrent = 100, fair
     },
     async perform(pre, ctx) {
       const table = tables.get(`${ctx.partition}.${ctx.address.id}`);
-      if (!table) throw new KairosError("not_owner", `tenant ${ctx.address.id}: grant table not loaded here`);
+      if (!table)
+        throw new KairosError("not_owner", `tenant ${ctx.address.id}: grant table not loaded here`);
       await table.apply(pre as TenantEffect[], ctx);
     },
   };

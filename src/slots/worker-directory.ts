@@ -16,9 +16,12 @@ import type { Clock } from "../lib/clock.ts";
 import type { Random } from "../lib/random.ts";
 import { decode } from "../cluster/codec.ts";
 import { creditedSeen, Listening, type Heard } from "../cluster/listening.ts";
-import { advertSubjectWorker, workerAdvertWildcard, type WorkerAdvert } from "../protocol/worker.ts";
+import {
+  advertSubjectWorker,
+  workerAdvertWildcard,
+  type WorkerAdvert,
+} from "../protocol/worker.ts";
 import { countBusRefusal } from "../metrics/index.ts";
-
 
 interface Entry extends WorkerAdvert, Heard {
   /** When last heard, credited with time this process could not listen. */
@@ -31,7 +34,14 @@ interface Entry extends WorkerAdvert, Heard {
 /** A well-formed advert (a worker's own process sends it, but its identity may be stolen). */
 function isAdvert(a: unknown): a is WorkerAdvert {
   const v = a as Partial<WorkerAdvert> | null;
-  return typeof v === "object" && v !== null && typeof v.worker_id === "string" && Number.isInteger(v.slots) && Number.isInteger(v.free) && typeof v.executor === "string";
+  return (
+    typeof v === "object" &&
+    v !== null &&
+    typeof v.worker_id === "string" &&
+    Number.isInteger(v.slots) &&
+    Number.isInteger(v.free) &&
+    typeof v.executor === "string"
+  );
 }
 
 export class WorkerDirectory {
@@ -47,7 +57,10 @@ export class WorkerDirectory {
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
-    private readonly opts: { optimistic?: boolean; onRefused?: (subject: string, reason: string) => void } = {},
+    private readonly opts: {
+      optimistic?: boolean;
+      onRefused?: (subject: string, reason: string) => void;
+    } = {},
   ) {
     // Three ticks per expiry: the workers' heartbeat interval when expiry is three of them.
     this.#tickMs = Math.max(1, Math.floor(expireAfterMs / 3));
@@ -79,7 +92,12 @@ export class WorkerDirectory {
         // identity to its own subject): an advert naming another is ignored, and counted.
         if (!isAdvert(a) || a.worker_id !== advertSubjectWorker(m.subject)) {
           countBusRefusal("adverts", "identity");
-          this.opts.onRefused?.(m.subject, isAdvert(a) ? `advert names worker ${JSON.stringify(a.worker_id.slice(0, 80))}` : "malformed advert");
+          this.opts.onRefused?.(
+            m.subject,
+            isAdvert(a)
+              ? `advert names worker ${JSON.stringify(a.worker_id.slice(0, 80))}`
+              : "malformed advert",
+          );
           return;
         }
         this.observe(a);
@@ -98,7 +116,14 @@ export class WorkerDirectory {
     const now = this.clock.now();
     if (now - this.#lastAdvertMs > this.expireAfterMs) this.#hearingSinceMs = now;
     this.#lastAdvertMs = now;
-    this.#workers.set(a.worker_id, { ...a, seenMs: now, heardMs: now, longestDeafMs: 0, reserved: 0, refused: false });
+    this.#workers.set(a.worker_id, {
+      ...a,
+      seenMs: now,
+      heardMs: now,
+      longestDeafMs: 0,
+      reserved: 0,
+      refused: false,
+    });
   }
 
   #armTick(): void {
@@ -131,7 +156,14 @@ export class WorkerDirectory {
         best = w;
         bestFree = free;
       }
-      if (this.opts.optimistic && !best && !w.refused && w.reserved < w.slots && (!hope || free > hope.free - hope.reserved)) hope = w;
+      if (
+        this.opts.optimistic &&
+        !best &&
+        !w.refused &&
+        w.reserved < w.slots &&
+        (!hope || free > hope.free - hope.reserved)
+      )
+        hope = w;
     }
     best ??= hope;
     if (best) best.reserved++;
@@ -153,7 +185,11 @@ export class WorkerDirectory {
    */
   stoppedAdvertising(workerId: string): boolean {
     const now = this.clock.now();
-    return !this.advertises(workerId) && now - this.#hearingSinceMs >= this.expireAfterMs && now - this.#lastAdvertMs <= this.expireAfterMs;
+    return (
+      !this.advertises(workerId) &&
+      now - this.#hearingSinceMs >= this.expireAfterMs &&
+      now - this.#lastAdvertMs <= this.expireAfterMs
+    );
   }
 
   /** A worker refused (full): stop offering it work until its next heartbeat. */
@@ -172,7 +208,8 @@ export class WorkerDirectory {
   capacity(): number {
     const now = this.#listening.judgeAt();
     let slots = 0;
-    for (const w of this.#workers.values()) if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
+    for (const w of this.#workers.values())
+      if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
     return slots;
   }
 

@@ -11,13 +11,18 @@ import { isKairosError } from "../lib/errors.ts";
 export const DEV_TENANT_NAME = "dev";
 
 /** Returns the dev tenant's id and a working API key, creating what is missing. */
-export async function ensureDevTenant(dir: TenantDirectory, existingKey?: string): Promise<{ tenant_id: string; api_key: string }> {
+export async function ensureDevTenant(
+  dir: TenantDirectory,
+  existingKey?: string,
+): Promise<{ tenant_id: string; api_key: string }> {
   if (existingKey !== undefined) {
     const t = await dir.authenticate(existingKey);
-    if (t !== null && t.name === DEV_TENANT_NAME) return { tenant_id: t.tenant_id, api_key: existingKey };
+    if (t !== null && t.name === DEV_TENANT_NAME)
+      return { tenant_id: t.tenant_id, api_key: existingKey };
   }
   const found = await dir.findTenantByName(DEV_TENANT_NAME);
-  if (found !== null) return { tenant_id: found.tenant_id, api_key: (await dir.createKey(found.tenant_id)).apiKey };
+  if (found !== null)
+    return { tenant_id: found.tenant_id, api_key: (await dir.createKey(found.tenant_id)).apiKey };
   try {
     const created = await dir.createTenant(DEV_TENANT_NAME);
     return { tenant_id: created.tenant.tenant_id, api_key: created.apiKey };

@@ -39,7 +39,12 @@ interface KeyIdRecord {
 }
 
 /** Defaults of a new tenant. */
-export const TENANT_DEFAULTS = { max_concurrent_runs: 100, max_jobs: 10_000, weight: 1, webhook_url: null } as const;
+export const TENANT_DEFAULTS = {
+  max_concurrent_runs: 100,
+  max_jobs: 10_000,
+  weight: 1,
+  webhook_url: null,
+} as const;
 
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$/;
 const API_KEY = /^kai_[A-Za-z0-9_-]{43}$/;
@@ -61,23 +66,53 @@ export const MAX_WEIGHT = 1000;
 /** Throws `invalid_argument` naming the field unless every given quota value is valid. */
 export function validateQuota(q: QuotaUpdate): void {
   const fields = Object.keys(q).filter((k) => q[k as keyof QuotaUpdate] !== undefined);
-  if (fields.length === 0) throw new KairosError("invalid_argument", "nothing to change: pass --max-concurrent, --max-jobs and/or --weight", { field: "quota" });
+  if (fields.length === 0)
+    throw new KairosError(
+      "invalid_argument",
+      "nothing to change: pass --max-concurrent, --max-jobs and/or --weight",
+      { field: "quota" },
+    );
   for (const f of ["max_concurrent_runs", "max_jobs"] as const) {
     const v = q[f];
     if (v !== undefined && !(Number.isSafeInteger(v) && v >= 1)) {
-      throw new KairosError("invalid_argument", `${f}: must be a positive integer, got ${String(v)}`, { field: f });
+      throw new KairosError(
+        "invalid_argument",
+        `${f}: must be a positive integer, got ${String(v)}`,
+        { field: f },
+      );
     }
   }
   const w = q.weight;
   if (w !== undefined && !(Number.isFinite(w) && w > 0 && w <= MAX_WEIGHT)) {
-    throw new KairosError("invalid_argument", `weight: must be a positive number at most ${MAX_WEIGHT}, got ${String(w)}`, { field: "weight" });
+    throw new KairosError(
+      "invalid_argument",
+      `weight: must be a positive number at most ${MAX_WEIGHT}, got ${String(w)}`,
+      { field: "weight" },
+    );
   }
 }
 
 /** The tenant record without secrets (what `kairos admin tenant get` shows). */
 export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
-  const { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url, image_policy } = t;
-  const out: Omit<Tenant, "webhook_secret"> = { tenant_id, name, created_at, max_concurrent_runs, max_jobs, weight, webhook_url };
+  const {
+    tenant_id,
+    name,
+    created_at,
+    max_concurrent_runs,
+    max_jobs,
+    weight,
+    webhook_url,
+    image_policy,
+  } = t;
+  const out: Omit<Tenant, "webhook_secret"> = {
+    tenant_id,
+    name,
+    created_at,
+    max_concurrent_runs,
+    max_jobs,
+    weight,
+    webhook_url,
+  };
   if (image_policy) out.image_policy = image_policy;
   return out;
 }
@@ -130,35 +165,53 @@ export class KvTenantDirectory implements TenantDirectory {
 
   async createTenant(name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }> {
     if (!NAME.test(name)) {
-      throw new KairosError("invalid_argument", `tenant name must be 1-63 letters, digits, ".", "_" or "-", starting with a letter or digit, got ${JSON.stringify(name.slice(0, 80))}`, { field: "name" });
+      throw new KairosError(
+        "invalid_argument",
+        `tenant name must be 1-63 letters, digits, ".", "_" or "-", starting with a letter or digit, got ${JSON.stringify(name.slice(0, 80))}`,
+        { field: "name" },
+      );
     }
-    const tenant: Tenant = { tenant_id: newId("t"), name, created_at: formatUtc(this.#clock.now()), ...TENANT_DEFAULTS };
+    const tenant: Tenant = {
+      tenant_id: newId("t"),
+      name,
+      created_at: formatUtc(this.#clock.now()),
+      ...TENANT_DEFAULTS,
+    };
     const t = await this.#kv.create(`t.${tenant.tenant_id}`, encode(tenant));
-    if (!t.ok) throw new KairosError("conflict", `tenant id ${tenant.tenant_id} already exists; retry`);
+    if (!t.ok)
+      throw new KairosError("conflict", `tenant id ${tenant.tenant_id} already exists; retry`);
     const claim = await this.#kv.create(nameKey(name), encode({ tenant_id: tenant.tenant_id }));
     if (!claim.ok) {
       await this.#kv.delete(`t.${tenant.tenant_id}`, t.revision);
-      throw new KairosError("conflict", `a tenant named ${JSON.stringify(name)} already exists`, { field: "name", retryable: false });
+      throw new KairosError("conflict", `a tenant named ${JSON.stringify(name)} already exists`, {
+        field: "name",
+        retryable: false,
+      });
     }
     const { apiKey, keyId } = await this.#writeKey(tenant.tenant_id);
     return { tenant, apiKey, keyId };
   }
 
   async createKey(tenantId: string): Promise<{ apiKey: string; keyId: string }> {
-    if ((await this.getTenant(tenantId)) === null) throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+    if ((await this.getTenant(tenantId)) === null)
+      throw new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
     return this.#writeKey(tenantId);
   }
 
   async revokeKey(keyId: string): Promise<void> {
     const idEntry = KEY_ID.test(keyId) ? await this.#kv.get(`kid.${keyId}`) : null;
-    if (idEntry === null) throw new KairosError("not_found", `key ${keyId} not found`, { field: "key_id" });
+    if (idEntry === null)
+      throw new KairosError("not_found", `key ${keyId} not found`, { field: "key_id" });
     const { hash } = decode<KeyIdRecord>(idEntry.value);
     this.#cache.delete(hash);
     await casUpdate<KeyRecord, void>(
       this.#kv,
       `k.${hash}`,
       // Absent: the key was never completed (crash between the two writes).
-      (rec) => (rec === null || rec.revoked ? { done: undefined } : { write: { ...rec, revoked: true }, result: undefined }),
+      (rec) =>
+        rec === null || rec.revoked
+          ? { done: undefined }
+          : { write: { ...rec, revoked: true }, result: undefined },
       { ...CAS, conflictMessage: `key ${keyId} kept changing; retry the revocation` },
     );
   }
@@ -176,10 +229,14 @@ export class KvTenantDirectory implements TenantDirectory {
       try {
         u = new URL(url);
       } catch {
-        throw new KairosError("invalid_argument", `webhook_url: "${url}" is not a URL`, { field: "webhook_url" });
+        throw new KairosError("invalid_argument", `webhook_url: "${url}" is not a URL`, {
+          field: "webhook_url",
+        });
       }
       if (u.protocol !== "https:" && u.protocol !== "http:") {
-        throw new KairosError("invalid_argument", "webhook_url: must be http or https", { field: "webhook_url" });
+        throw new KairosError("invalid_argument", "webhook_url: must be http or https", {
+          field: "webhook_url",
+        });
       }
     }
     const secret = url === null ? null : `whsec_${randomBytes(24).toString("base64url")}`;
@@ -223,8 +280,12 @@ export class KvTenantDirectory implements TenantDirectory {
   }
 
   /** Changes a tenant's record with CAS (`casUpdate`); `not_found` when there is none. */
-  #updateTenant(tenantId: string, change: (t: TenantRecord) => TenantRecord): Promise<TenantRecord> {
-    const notFound = () => new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
+  #updateTenant(
+    tenantId: string,
+    change: (t: TenantRecord) => TenantRecord,
+  ): Promise<TenantRecord> {
+    const notFound = () =>
+      new KairosError("not_found", `tenant ${tenantId} not found`, { field: "tenant_id" });
     if (!TENANT_ID.test(tenantId)) return Promise.reject(notFound());
     return casUpdate<TenantRecord, TenantRecord>(
       this.#kv,
@@ -250,9 +311,17 @@ export class KvTenantDirectory implements TenantDirectory {
     const apiKey = `kai_${randomBytes(32).toString("base64url")}`;
     const keyId = newId("k");
     const hash = sha256(apiKey);
-    const a = await this.#kv.create(`kid.${keyId}`, encode({ hash, tenant_id: tenantId } satisfies KeyIdRecord));
+    const a = await this.#kv.create(
+      `kid.${keyId}`,
+      encode({ hash, tenant_id: tenantId } satisfies KeyIdRecord),
+    );
     if (!a.ok) throw new KairosError("conflict", `key id ${keyId} already exists; retry`);
-    const rec: KeyRecord = { tenant_id: tenantId, key_id: keyId, revoked: false, created_at: formatUtc(this.#clock.now()) };
+    const rec: KeyRecord = {
+      tenant_id: tenantId,
+      key_id: keyId,
+      revoked: false,
+      created_at: formatUtc(this.#clock.now()),
+    };
     const b = await this.#kv.create(`k.${hash}`, encode(rec));
     if (!b.ok) throw new KairosError("conflict", "API key collision; retry");
     return { apiKey, keyId };

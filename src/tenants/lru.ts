@@ -7,7 +7,8 @@ export class LruCache<K, V> {
   readonly #map = new Map<K, V>();
 
   constructor(max: number) {
-    if (!Number.isInteger(max) || max < 1) throw new RangeError(`LruCache max must be a positive integer, got ${max}`);
+    if (!Number.isInteger(max) || max < 1)
+      throw new RangeError(`LruCache max must be a positive integer, got ${max}`);
     this.#max = max;
   }
 

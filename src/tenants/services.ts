@@ -46,7 +46,8 @@ const LIST_PAGE = 1000;
 /** Why a service's credentials were refused (closed set: logs and callout answers name it). */
 export type ServiceRefusal = "unknown_service" | "bad_secret" | "revoked";
 
-export type ServiceCheck = { ok: true; record: ServiceRecord } | { ok: false; reason: ServiceRefusal };
+export type ServiceCheck =
+  { ok: true; record: ServiceRecord } | { ok: false; reason: ServiceRefusal };
 
 function serviceKey(name: string): string {
   return `svc.${name}`;
@@ -59,7 +60,11 @@ function sha256(s: string): string {
 /** Throws `invalid_argument` unless `name` is a valid service name. */
 export function validateServiceName(name: string): void {
   if (!SERVICE_NAME.test(name)) {
-    throw new KairosError("invalid_argument", `service name must be 1-48 of [A-Za-z0-9_-], got ${JSON.stringify(name.slice(0, 80))}`, { field: "name" });
+    throw new KairosError(
+      "invalid_argument",
+      `service name must be 1-48 of [A-Za-z0-9_-], got ${JSON.stringify(name.slice(0, 80))}`,
+      { field: "name" },
+    );
   }
 }
 
@@ -77,19 +82,35 @@ export class KvServiceDirectory {
    * Issues identity `name` for `tenantId` (which must exist: `tenantExists`); returns the secret,
    * shown once. A live identity of that name is a `conflict`; a revoked one is replaced.
    */
-  async create(name: string, tenantId: string, tenantExists: (id: string) => Promise<boolean>): Promise<{ record: ServiceRecord; secret: string }> {
+  async create(
+    name: string,
+    tenantId: string,
+    tenantExists: (id: string) => Promise<boolean>,
+  ): Promise<{ record: ServiceRecord; secret: string }> {
     validateServiceName(name);
     if (!TENANT_ID.test(tenantId) || !(await tenantExists(tenantId))) {
-      throw new KairosError("not_found", `tenant ${tenantId.slice(0, 80)} not found`, { field: "tenant_id" });
+      throw new KairosError("not_found", `tenant ${tenantId.slice(0, 80)} not found`, {
+        field: "tenant_id",
+      });
     }
     const secret = `ksvc_${randomBytes(32).toString("base64url")}`;
-    const record: ServiceRecord = { name, tenant_id: tenantId, hash: sha256(secret), revoked: false, created_at: formatUtc(this.#clock.now()) };
+    const record: ServiceRecord = {
+      name,
+      tenant_id: tenantId,
+      hash: sha256(secret),
+      revoked: false,
+      created_at: formatUtc(this.#clock.now()),
+    };
     return casUpdate<ServiceRecord, { record: ServiceRecord; secret: string }>(
       this.#kv,
       serviceKey(name),
       (cur) => {
         if (cur !== null && !cur.revoked) {
-          throw new KairosError("conflict", `service ${name} already exists; revoke it first (kairos admin service revoke ${name})`, { field: "name", retryable: false });
+          throw new KairosError(
+            "conflict",
+            `service ${name} already exists; revoke it first (kairos admin service revoke ${name})`,
+            { field: "name", retryable: false },
+          );
         }
         return { write: record, result: { record, secret } };
       },
@@ -104,9 +125,14 @@ export class KvServiceDirectory {
       this.#kv,
       serviceKey(name),
       (rec) => {
-        if (rec === null) throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
+        if (rec === null)
+          throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
         if (rec.revoked) return { done: rec };
-        const next: ServiceRecord = { ...rec, revoked: true, revoked_at: formatUtc(this.#clock.now()) };
+        const next: ServiceRecord = {
+          ...rec,
+          revoked: true,
+          revoked_at: formatUtc(this.#clock.now()),
+        };
         return { write: next, result: next };
       },
       { ...CAS, conflictMessage: `service ${name} kept changing; retry the revocation` },
@@ -127,7 +153,7 @@ export class KvServiceDirectory {
   async list(tenantId?: string): Promise<{ services: ServiceRecord[]; truncated: boolean }> {
     const services: ServiceRecord[] = [];
     let after = 0;
-    for (let read = 0; read < MAX_LISTED; ) {
+    for (let read = 0; read < MAX_LISTED;) {
       const page = await this.#kv.scan("svc.>", after, LIST_PAGE);
       read += page.entries.length;
       for (const e of page.entries) {
@@ -144,7 +170,11 @@ export class KvServiceDirectory {
   async check(name: string, secret: string): Promise<ServiceCheck> {
     const rec = await this.get(name);
     if (rec === null) return { ok: false, reason: "unknown_service" };
-    if (!SECRET.test(secret) || !timingSafeEqual(Buffer.from(sha256(secret), "hex"), Buffer.from(rec.hash, "hex"))) return { ok: false, reason: "bad_secret" };
+    if (
+      !SECRET.test(secret) ||
+      !timingSafeEqual(Buffer.from(sha256(secret), "hex"), Buffer.from(rec.hash, "hex"))
+    )
+      return { ok: false, reason: "bad_secret" };
     if (rec.revoked) return { ok: false, reason: "revoked" };
     return { ok: true, record: rec };
   }

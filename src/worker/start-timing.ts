@@ -179,14 +179,12 @@ export class StartTiming implements StartTimingPart {
     const ended = this.#endedToComplete;
     this.#endedToComplete = [];
     for (const l of ended) {
-      this.#c.parts.outbox
-        .complete(l, l.execution!.ended!)
-        .catch((e: unknown) =>
-          this.#c.o.log("error", "completing an attempt failed", {
-            run_id: l.req.run_id,
-            err: String(e),
-          }),
-        );
+      this.#c.parts.outbox.complete(l, l.execution!.ended!).catch((e: unknown) =>
+        this.#c.o.log("error", "completing an attempt failed", {
+          run_id: l.req.run_id,
+          err: String(e),
+        }),
+      );
     }
   };
 }

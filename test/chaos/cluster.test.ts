@@ -25,7 +25,8 @@ function fullyOwned(nodes: readonly NodeProc[]): boolean {
 }
 /** A counter id whose partition is `p`. */
 function idInPartition(p: number, salt = ""): string {
-  for (let i = 0; ; i++) if (partitionOf({ type: "counter", id: `c${salt}${i}` }, P) === p) return `c${salt}${i}`;
+  for (let i = 0; ; i++)
+    if (partitionOf({ type: "counter", id: `c${salt}${i}` }, P) === p) return `c${salt}${i}`;
 }
 
 describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
@@ -35,7 +36,14 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
 
   before(async () => {
     nats = await startNats();
-    nodes = ["n1", "n2", "n3"].map((id) => spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: id, partitions: P }));
+    nodes = ["n1", "n2", "n3"].map((id) =>
+      spawnNode({
+        natsUrl: nats.url,
+        creds: nats.credsFor(["scheduler"]),
+        nodeId: id,
+        partitions: P,
+      }),
+    );
     client = await testClient(nats, P);
   });
   after(async () => {
@@ -45,35 +53,79 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
   });
 
   it("every partition has exactly one owner, matching the KV leases", async () => {
-    await until(nodes, () => fullyOwned(nodes) && nodes.every((n) => n.held().size > 0), 30_000, "all partitions owned once");
+    await until(
+      nodes,
+      () => fullyOwned(nodes) && nodes.every((n) => n.held().size > 0),
+      30_000,
+      "all partitions owned once",
+    );
     // Nodes start one after another, so handoffs may still be in flight: wait until the KV
     // leases and every node's own view agree (re-reading both until they do).
     let agreed = false;
     let last = "";
     for (let i = 0; i < 100 && !agreed; i++) {
-      const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") });
+      const status = await readClusterStatus(nats.url, "kairos", {
+        credsFile: nats.credsFor("admin"),
+      });
       const m = owners(nodes);
       assert.equal(status.partitions.length, P);
-      agreed = fullyOwned(nodes) && status.partitions.every((row) => m.get(row.partition)?.length === 1 && m.get(row.partition)![0] === row.owner);
-      last = JSON.stringify(status.partitions.filter((row) => m.get(row.partition)?.[0] !== row.owner));
-      if (status.nodes.length === 3) assert.deepEqual(status.nodes.map((n) => n.node_id), ["n1", "n2", "n3"]);
+      agreed =
+        fullyOwned(nodes) &&
+        status.partitions.every(
+          (row) => m.get(row.partition)?.length === 1 && m.get(row.partition)![0] === row.owner,
+        );
+      last = JSON.stringify(
+        status.partitions.filter((row) => m.get(row.partition)?.[0] !== row.owner),
+      );
+      if (status.nodes.length === 3)
+        assert.deepEqual(
+          status.nodes.map((n) => n.node_id),
+          ["n1", "n2", "n3"],
+        );
     }
     assert.ok(agreed, `KV leases and node views disagree: ${last}`);
     // Every node's heartbeat carries its clock: each is judged, and on one machine none is off.
-    const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") }, 1_200);
-    assert.deepEqual(status.nodes.map((n) => typeof n.clock_offset_ms), ["number", "number", "number"], JSON.stringify(status.nodes));
+    const status = await readClusterStatus(
+      nats.url,
+      "kairos",
+      { credsFile: nats.credsFor("admin") },
+      1_200,
+    );
+    assert.deepEqual(
+      status.nodes.map((n) => typeof n.clock_offset_ms),
+      ["number", "number", "number"],
+      JSON.stringify(status.nodes),
+    );
     assert.deepEqual(status.warnings, []);
   });
 
   it("cluster status warns of a node whose clock is off (a heartbeat that says so, on the real bus)", async () => {
     const nc = await nats.connect("skewed", "admin");
-    const beat = () => nc.publish("kairos.kairos.node.hb.n", encode({ nodeId: "skewed", incarnation: "x", roles: ["worker"], startedAtMs: 0, sentMs: Date.now() + 5_000 }));
+    const beat = () =>
+      nc.publish(
+        "kairos.kairos.node.hb.n",
+        encode({
+          nodeId: "skewed",
+          incarnation: "x",
+          roles: ["worker"],
+          startedAtMs: 0,
+          sentMs: Date.now() + 5_000,
+        }),
+      );
     beat();
     const timer = setInterval(beat, 200);
     try {
-      const status = await readClusterStatus(nats.url, "kairos", { credsFile: nats.credsFor("admin") }, 1_200);
+      const status = await readClusterStatus(
+        nats.url,
+        "kairos",
+        { credsFile: nats.credsFor("admin") },
+        1_200,
+      );
       assert.equal(status.warnings.length, 1, JSON.stringify(status.warnings));
-      assert.match(status.warnings[0]!, /^node skewed: clock ahead of the cluster's median by \d+ ms/);
+      assert.match(
+        status.warnings[0]!,
+        /^node skewed: clock ahead of the cluster's median by \d+ ms/,
+      );
     } finally {
       clearInterval(timer);
       await nc.close();
@@ -85,7 +137,11 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
     const lostParts = [...victim.held()];
     assert.ok(lostParts.length > 0);
     const ids = lostParts.map((p) => idInPartition(p, "k"));
-    for (const id of ids) await client.router.request({ type: "counter", id }, { kind: "inc", by: 1, reqId: `${id}-1` });
+    for (const id of ids)
+      await client.router.request(
+        { type: "counter", id },
+        { kind: "inc", by: 1, reqId: `${id}-1` },
+      );
     victim.signal("SIGKILL");
     await victim.exited;
     const killedAt = Date.now();
@@ -93,7 +149,10 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
     await until(survivors, () => fullyOwned(survivors), 10_000, "survivors own every partition");
     const tookMs = Date.now() - killedAt;
     for (const id of ids) {
-      const r = await client.router.request<{ value: number }>({ type: "counter", id }, { kind: "get" });
+      const r = await client.router.request<{ value: number }>(
+        { type: "counter", id },
+        { kind: "get" },
+      );
       assert.equal(r.value, 1, `counter ${id} kept its state`);
     }
     assert.ok(tookMs <= 10_000, `took ${tookMs} ms`);
@@ -101,11 +160,21 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
   });
 
   it("a joining node takes about a third of the partitions", async () => {
-    const n4 = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: "n4", partitions: P });
+    const n4 = spawnNode({
+      natsUrl: nats.url,
+      creds: nats.credsFor(["scheduler"]),
+      nodeId: "n4",
+      partitions: P,
+    });
     nodes = [...nodes, n4];
     await until(nodes, () => fullyOwned(nodes) && n4.held().size > 0, 30_000, "n4 owns partitions");
     // Placement settles once every node has seen n4; wait for the handoffs to finish.
-    await until(nodes, () => fullyOwned(nodes) && [...nodes].every((n) => n.held().size >= 4), 15_000, "balanced");
+    await until(
+      nodes,
+      () => fullyOwned(nodes) && [...nodes].every((n) => n.held().size >= 4),
+      15_000,
+      "balanced",
+    );
     const share = n4.held().size / P;
     assert.ok(share > 0.15 && share < 0.55, `n4 took ${n4.held().size}/${P}`);
   });
@@ -122,7 +191,10 @@ describe("cluster of three kairos nodes", { timeout: 180_000 }, () => {
       for (let i = 0; !stop; i++) {
         const id = ids[i % ids.length]!;
         try {
-          await client.router.request({ type: "counter", id }, { kind: "inc", by: 1, reqId: `${id}-t${i}` });
+          await client.router.request(
+            { type: "counter", id },
+            { kind: "inc", by: 1, reqId: `${id}-t${i}` },
+          );
           ok++;
         } catch (e) {
           failures.push(String(e));

@@ -20,7 +20,13 @@ const P = 32;
 const COUNTERS = 24;
 const LEASE_TTL_MS = 2000;
 
-interface Write { key: string; writer: string; epoch: number; revision: number; atMs: number }
+interface Write {
+  key: string;
+  writer: string;
+  epoch: number;
+  revision: number;
+  atMs: number;
+}
 
 describe("fencing under churn", { timeout: 240_000 }, () => {
   let nats: NatsFixture;
@@ -32,11 +38,23 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
 
   before(async () => {
     nats = await startNats();
-    const spawnOne = (id: string) => spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: id, partitions: P, leaseTtlMs: LEASE_TTL_MS });
+    const spawnOne = (id: string) =>
+      spawnNode({
+        natsUrl: nats.url,
+        creds: nats.credsFor(["scheduler"]),
+        nodeId: id,
+        partitions: P,
+        leaseTtlMs: LEASE_TTL_MS,
+      });
     nodes = ["a", "b", "c"].map(spawnOne);
     client = await testClient(nats, P, 60_000);
     watchNc = await nats.connect("fencing-watch");
-    await until(nodes, () => nodes.reduce((n, x) => n + x.held().size, 0) === P, 30_000, "partitions owned");
+    await until(
+      nodes,
+      () => nodes.reduce((n, x) => n + x.held().size, 0) === P,
+      30_000,
+      "partitions owned",
+    );
     const b = await openBuckets(watchNc, { clusterName: "kairos", replicas: 1 });
     watch = await b.actors.watch("counter.>", (c) => {
       if (!c.value) return;
@@ -63,7 +81,10 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
         // Retry the same request id until acknowledged: the dedupe window makes it exactly-once.
         for (;;) {
           try {
-            await client.router.request({ type: "counter", id: `k${c}` }, { kind: "inc", by: 1, reqId });
+            await client.router.request(
+              { type: "counter", id: `k${c}` },
+              { kind: "inc", by: 1, reqId },
+            );
             acked[c]!++;
             break;
           } catch (e) {
@@ -89,7 +110,13 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
     await c.exited;
     await progress(200, "after kill -9");
     // 2. add a node.
-    const d = spawnNode({ natsUrl: nats.url, creds: nats.credsFor(["scheduler"]), nodeId: "d", partitions: P, leaseTtlMs: LEASE_TTL_MS });
+    const d = spawnNode({
+      natsUrl: nats.url,
+      creds: nats.credsFor(["scheduler"]),
+      nodeId: "d",
+      partitions: P,
+      leaseTtlMs: LEASE_TTL_MS,
+    });
     nodes = [a, b, d];
     await d.waitFor((e) => e.type === "partition_acquired", 30_000, "d acquires");
     await progress(200, "after join");
@@ -98,7 +125,12 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
     assert.ok(heldBefore.size > 0, "a holds partitions before the pause");
     a.signal("SIGSTOP");
     const others = [b, d];
-    await until(others, () => [...heldBefore].every((p) => b.held().has(p) || d.held().has(p)), 30_000, "a's partitions stolen");
+    await until(
+      others,
+      () => [...heldBefore].every((p) => b.held().has(p) || d.held().has(p)),
+      30_000,
+      "a's partitions stolen",
+    );
     await progress(200, "while a is paused");
     const resumedAt = Date.now();
     const eventsBeforeResume = a.events.length;
@@ -110,7 +142,10 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
 
     // Exactly the acknowledged increments, per counter.
     for (let i = 0; i < COUNTERS; i++) {
-      const r = await client.router.request<{ value: number }>({ type: "counter", id: `k${i}` }, { kind: "get" });
+      const r = await client.router.request<{ value: number }>(
+        { type: "counter", id: `k${i}` },
+        { kind: "get" },
+      );
       assert.equal(r.value, acked[i], `counter k${i}`);
     }
     // Epochs never go backwards in any key's write history.
@@ -118,14 +153,21 @@ describe("fencing under churn", { timeout: 240_000 }, () => {
     for (const w of writes) byKey.set(w.key, [...(byKey.get(w.key) ?? []), w]);
     for (const [key, ws] of byKey) {
       for (let i = 1; i < ws.length; i++) {
-        assert.ok(ws[i]!.epoch >= ws[i - 1]!.epoch, `${key}: epoch went back from ${ws[i - 1]!.epoch} to ${ws[i]!.epoch}`);
+        assert.ok(
+          ws[i]!.epoch >= ws[i - 1]!.epoch,
+          `${key}: epoch went back from ${ws[i - 1]!.epoch} to ${ws[i]!.epoch}`,
+        );
       }
     }
     // After resuming, node a wrote only under epochs it acquired after resuming.
     const newEpochs = new Set(
-      a.events.slice(eventsBeforeResume).flatMap((e) => (e.type === "partition_acquired" ? [e.epoch] : [])),
+      a.events
+        .slice(eventsBeforeResume)
+        .flatMap((e) => (e.type === "partition_acquired" ? [e.epoch] : [])),
     );
-    const stale = writes.filter((w) => w.writer === "a" && w.atMs > resumedAt && !newEpochs.has(w.epoch));
+    const stale = writes.filter(
+      (w) => w.writer === "a" && w.atMs > resumedAt && !newEpochs.has(w.epoch),
+    );
     assert.deepEqual(stale, [], "writes by the resumed node under a lost epoch");
     assert.ok(total() > 1000, `enough traffic: ${total()}`);
   });

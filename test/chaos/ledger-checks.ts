@@ -25,16 +25,34 @@
  *       killed -9 within 2 s, before the task could write its first line).
  */
 import { runIdFor } from "../../src/protocol/ids.ts";
-import type { Exec, Expectation, FaultRecord, Hit, JobInfo, JobPhase, Rerun, RunRec, Violation } from "./ledger-types.ts";
+import type {
+  Exec,
+  Expectation,
+  FaultRecord,
+  Hit,
+  JobInfo,
+  JobPhase,
+  Rerun,
+  RunRec,
+  Violation,
+} from "./ledger-types.ts";
 
 export const iso = (ms: number): string => new Date(ms).toISOString();
 
 const hitsOf = (faults: FaultRecord[]): Hit[] => faults.flatMap((f) => f.hits);
 
-export function faultsNear(faults: FaultRecord[], atMs: number, workers: string[], ttl: number): string[] {
+export function faultsNear(
+  faults: FaultRecord[],
+  atMs: number,
+  workers: string[],
+  ttl: number,
+): string[] {
   return faults
     .filter((f) => atMs >= f.atMs - 2000 && atMs <= (f.recoveredMs ?? f.liftedMs) + 2 * ttl + 5000)
-    .map((f) => `${f.kind}(${f.target}${f.hits.some((h) => workers.includes(h.target)) ? ", involved" : ""}) at ${iso(f.atMs)}`);
+    .map(
+      (f) =>
+        `${f.kind}(${f.target}${f.hits.some((h) => workers.includes(h.target)) ? ", involved" : ""}) at ${iso(f.atMs)}`,
+    );
 }
 
 /**
@@ -42,7 +60,12 @@ export function faultsNear(faults: FaultRecord[], atMs: number, workers: string[
  * the cluster never recovered from stays open (its effects may last).
  */
 export function faultedBetween(hits: Hit[], worker: string, fromMs: number, toMs: number): boolean {
-  return hits.some((h) => ((h.target === worker && h.hard) || h.target.startsWith("nats:")) && h.atMs <= toMs && (h.untilMs ?? Number.POSITIVE_INFINITY) >= fromMs);
+  return hits.some(
+    (h) =>
+      ((h.target === worker && h.hard) || h.target.startsWith("nats:")) &&
+      h.atMs <= toMs &&
+      (h.untilMs ?? Number.POSITIVE_INFINITY) >= fromMs,
+  );
 }
 
 /** Closes executions left without an end: at their worker's next kill -9, else at `endMs`. */
@@ -50,7 +73,9 @@ export function closeOpen(execs: Exec[], killTimes: Map<string, number[]>, endMs
   let open = 0;
   for (const e of execs) {
     if (e.endMs !== undefined) continue;
-    const k = (killTimes.get(e.worker) ?? []).filter((t) => t >= e.startMs).sort((a, b) => a - b)[0];
+    const k = (killTimes.get(e.worker) ?? [])
+      .filter((t) => t >= e.startMs)
+      .sort((a, b) => a - b)[0];
     if (k !== undefined) {
       e.endMs = k;
       e.how = "kill9";
@@ -62,7 +87,8 @@ export function closeOpen(execs: Exec[], killTimes: Map<string, number[]>, endMs
   return open;
 }
 
-const desc = (e: Exec) => `attempt ${e.attempt} fence ${e.fence} on ${e.worker} ${iso(e.startMs)}..${e.endMs === undefined ? "?" : iso(e.endMs)} (${e.how})`;
+const desc = (e: Exec) =>
+  `attempt ${e.attempt} fence ${e.fence} on ${e.worker} ${iso(e.startMs)}..${e.endMs === undefined ? "?" : iso(e.endMs)} (${e.how})`;
 
 function groupBy<T>(xs: T[], key: (x: T) => string): Map<string, T[]> {
   const m = new Map<string, T[]>();
@@ -75,7 +101,11 @@ function groupBy<T>(xs: T[], key: (x: T) => string): Map<string, T[]> {
   return m;
 }
 
-export function checkAttempts(execs: Exec[], faults: FaultRecord[], ttl: number): { a: Violation[]; b: Violation[] } {
+export function checkAttempts(
+  execs: Exec[],
+  faults: FaultRecord[],
+  ttl: number,
+): { a: Violation[]; b: Violation[] } {
   const a: Violation[] = [];
   const b: Violation[] = [];
   for (const [k, es] of groupBy(execs, (e) => `${e.run}/${e.fence}`)) {
@@ -94,11 +124,12 @@ export function checkAttempts(execs: Exec[], faults: FaultRecord[], ttl: number)
         const x = sorted[i]!;
         const y = sorted[j]!;
         if (y.startMs < (x.endMs ?? Number.POSITIVE_INFINITY)) {
-          const why = x.fence === y.fence
-            ? "the same attempt twice"
-            : x.fence > y.fence
-              ? "an older attempt started after a newer one was running"
-              : "a newer attempt started while an older execution was still running";
+          const why =
+            x.fence === y.fence
+              ? "the same attempt twice"
+              : x.fence > y.fence
+                ? "an older attempt started after a newer one was running"
+                : "a newer attempt started while an older execution was still running";
           b.push({
             invariant: "b",
             text: `run ${run}: ${desc(x)} overlaps ${desc(y)} by ${(x.endMs ?? 0) - y.startMs} ms (${why})`,
@@ -118,7 +149,11 @@ export function checkAttempts(execs: Exec[], faults: FaultRecord[], ttl: number)
  * execution's start and this one's: an at-least-once re-run — or a violation (one per run shown).
  * A graceful drain or stop excuses nothing: a drained worker reports what it finished.
  */
-export function checkRunAgain(execs: Exec[], faults: FaultRecord[], ttl: number): { f: Violation[]; reruns: Rerun[] } {
+export function checkRunAgain(
+  execs: Exec[],
+  faults: FaultRecord[],
+  ttl: number,
+): { f: Violation[]; reruns: Rerun[] } {
   const f: Violation[] = [];
   const reruns: Rerun[] = [];
   const hits = hitsOf(faults);
@@ -133,10 +168,19 @@ export function checkRunAgain(execs: Exec[], faults: FaultRecord[], ttl: number)
       const d = bad ?? before[0]!;
       const text = `run ${run}: attempt ${again.attempt} fence ${again.fence} on ${again.worker} started ${iso(again.startMs)} after attempt ${d.attempt} fence ${d.fence} on ${d.worker} ended by itself ${iso(d.endMs!)}`;
       const near = faultsNear(faults, again.startMs, [d.worker, again.worker], ttl);
-      if (!bad) reruns.push({ run, text: `${text} (a hard fault on that worker or NATS between)`, faults: near });
+      if (!bad)
+        reruns.push({
+          run,
+          text: `${text} (a hard fault on that worker or NATS between)`,
+          faults: near,
+        });
       else if (!shown) {
         shown = true;
-        f.push({ invariant: "f", text: `${text}, with no hard fault on that worker or NATS between`, faults: near });
+        f.push({
+          invariant: "f",
+          text: `${text}, with no hard fault on that worker or NATS between`,
+          faults: near,
+        });
       }
     }
   }
@@ -144,11 +188,19 @@ export function checkRunAgain(execs: Exec[], faults: FaultRecord[], ttl: number)
 }
 
 /** Most distinct runs of each tenant executing at once, and the episodes above its cap. */
-export function checkTenantCaps(execs: Exec[], caps: Map<string, number>, faults: FaultRecord[], ttl: number): { max: Map<string, number>; e: Violation[] } {
+export function checkTenantCaps(
+  execs: Exec[],
+  caps: Map<string, number>,
+  faults: FaultRecord[],
+  ttl: number,
+): { max: Map<string, number>; e: Violation[] } {
   const max = new Map<string, number>();
   const e: Violation[] = [];
   for (const [tenant, xs] of groupBy(execs, (x) => x.tenant)) {
-    const points = xs.flatMap((x) => [{ t: x.startMs, d: 1, x }, { t: x.endMs ?? Number.POSITIVE_INFINITY, d: -1, x }]);
+    const points = xs.flatMap((x) => [
+      { t: x.startMs, d: 1, x },
+      { t: x.endMs ?? Number.POSITIVE_INFINITY, d: -1, x },
+    ]);
     points.sort((p, q) => p.t - q.t || p.d - q.d); // an end at the same ms as a start counts first
     const openRuns = new Map<string, number>();
     let peak = 0;
@@ -177,7 +229,8 @@ export function checkTenantCaps(execs: Exec[], caps: Map<string, number>, faults
 // ---------------------------------------------------------------------------------------------
 // (c): occurrences against the job's phases
 
-const onGrid = (p: JobPhase, t: number) => !p.deleted && p.enabled && (Math.floor(t / 1000) % 60) % p.step === 0;
+const onGrid = (p: JobPhase, t: number) =>
+  !p.deleted && p.enabled && (Math.floor(t / 1000) % 60) % p.step === 0;
 
 /**
  * What the job's phases expect at occurrence instant `t` (whole seconds), and the phase in effect:
@@ -188,7 +241,8 @@ export function expectAt(j: JobInfo, t: number): { expect: Expectation; phase: J
   let cur = j.phases[0]!;
   for (const p of j.phases.slice(1)) {
     if (t <= p.sentMs) break;
-    if (p.ackMs === undefined || t <= p.ackMs) return { expect: onGrid(cur, t) || onGrid(p, t) ? "maybe" : "none", phase: p };
+    if (p.ackMs === undefined || t <= p.ackMs)
+      return { expect: onGrid(cur, t) || onGrid(p, t) ? "maybe" : "none", phase: p };
     cur = p;
   }
   return { expect: onGrid(cur, t) ? "one" : "none", phase: cur };
@@ -211,8 +265,18 @@ function gridAfter(p: JobPhase, ms: number): number {
 export function cancelledAtChange(j: JobInfo, t: number, reason: string): boolean {
   return j.phases.some((c, k) => {
     const q = k > 0 ? j.phases[k - 1]! : undefined;
-    const says = c.change === "pause" ? reason.startsWith("job paused before") : c.change === "patch" ? reason.startsWith("schedule changed before") : false;
-    return says && q !== undefined && onGrid(q, t) && (c.ackMs === undefined || t <= gridAfter(q, c.ackMs));
+    const says =
+      c.change === "pause"
+        ? reason.startsWith("job paused before")
+        : c.change === "patch"
+          ? reason.startsWith("schedule changed before")
+          : false;
+    return (
+      says &&
+      q !== undefined &&
+      onGrid(q, t) &&
+      (c.ackMs === undefined || t <= gridAfter(q, c.ackMs))
+    );
   });
 }
 
@@ -222,10 +286,20 @@ export function cancelledAtChange(j: JobInfo, t: number, reason: string): boolea
  * explained by a pause (one of the user's, or the harness's final one) answered no earlier than
  * `t` was due, before which none of its executions had started.
  */
-export function cancelledUnstartedByPause(j: JobInfo, t: number, reason: string, execs: readonly Exec[]): boolean {
+export function cancelledUnstartedByPause(
+  j: JobInfo,
+  t: number,
+  reason: string,
+  execs: readonly Exec[],
+): boolean {
   if (!reason.startsWith("job paused before")) return false;
-  const pauses = [...j.phases.filter((p) => p.change === "pause"), ...(j.finalPause ? [j.finalPause] : [])];
-  return pauses.some((p) => t <= (p.ackMs ?? Number.POSITIVE_INFINITY) && !execs.some((e) => e.startMs < p.sentMs));
+  const pauses = [
+    ...j.phases.filter((p) => p.change === "pause"),
+    ...(j.finalPause ? [j.finalPause] : []),
+  ];
+  return pauses.some(
+    (p) => t <= (p.ackMs ?? Number.POSITIVE_INFINITY) && !execs.some((e) => e.startMs < p.sentMs),
+  );
 }
 
 /** Where a job's records come from: its listing (live jobs) or a lookup per run id (deleted jobs). */
@@ -253,11 +327,27 @@ export interface OccurrenceCheck {
   cancelledRanUnderFault: number;
 }
 
-export function checkOccurrences(jobs: JobInfo[], records: Map<string, JobRecords>, execs: Exec[], faults: FaultRecord[], ttl: number): OccurrenceCheck {
-  const out: OccurrenceCheck = { violations: [], occurrences: 0, missing: 0, duplicate: 0, uncalled: 0, cancelledByChange: 0, manualExtra: 0, cancelledRanUnderFault: 0 };
+export function checkOccurrences(
+  jobs: JobInfo[],
+  records: Map<string, JobRecords>,
+  execs: Exec[],
+  faults: FaultRecord[],
+  ttl: number,
+): OccurrenceCheck {
+  const out: OccurrenceCheck = {
+    violations: [],
+    occurrences: 0,
+    missing: 0,
+    duplicate: 0,
+    uncalled: 0,
+    cancelledByChange: 0,
+    manualExtra: 0,
+    cancelledRanUnderFault: 0,
+  };
   const byRun = groupBy(execs, (e) => e.run);
   const hits = hitsOf(faults);
-  const v = (text: string, t: number) => out.violations.push({ invariant: "c", text, faults: faultsNear(faults, t, [], ttl) });
+  const v = (text: string, t: number) =>
+    out.violations.push({ invariant: "c", text, faults: faultsNear(faults, t, [], ttl) });
   for (const j of jobs) {
     const rec = records.get(j.jobId);
     if (!rec) continue;
@@ -271,15 +361,29 @@ export function checkOccurrences(jobs: JobInfo[], records: Map<string, JobRecord
         v(`${name}: no run record for ${iso(t)} (${rec.direct.get(t) ?? "?"})`, t);
       } else if (rs.length > 1) {
         out.duplicate++;
-        v(`${name}: ${rs.length} run records for ${iso(t)}: ${rs.map((r) => `${r.run_id} ${r.status}`).join(", ")}`, t);
-      } else if (expect === "one" && rs[0]!.status === "cancelled" && /^(job paused|schedule changed) before/.test(rs[0]!.reason ?? "") && !cancelledAtChange(j, t, rs[0]!.reason!)
-        && !cancelledUnstartedByPause(j, t, rs[0]!.reason!, byRun.get(rs[0]!.run_id) ?? [])) {
+        v(
+          `${name}: ${rs.length} run records for ${iso(t)}: ${rs.map((r) => `${r.run_id} ${r.status}`).join(", ")}`,
+          t,
+        );
+      } else if (
+        expect === "one" &&
+        rs[0]!.status === "cancelled" &&
+        /^(job paused|schedule changed) before/.test(rs[0]!.reason ?? "") &&
+        !cancelledAtChange(j, t, rs[0]!.reason!) &&
+        !cancelledUnstartedByPause(j, t, rs[0]!.reason!, byRun.get(rs[0]!.run_id) ?? [])
+      ) {
         out.cancelledByChange++;
-        v(`${name}: the occurrence ${iso(t)}, called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), was cancelled by a change it was not next for: ${rs[0]!.reason}`, t);
+        v(
+          `${name}: the occurrence ${iso(t)}, called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), was cancelled by a change it was not next for: ${rs[0]!.reason}`,
+          t,
+        );
       } else if (expect === "none") {
         if (rs.length === 1 && rs[0]!.status !== "cancelled") {
           out.uncalled++;
-          v(`${name}: the occurrence ${iso(t)}, no longer called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), has a ${rs[0]!.status} record`, t);
+          v(
+            `${name}: the occurrence ${iso(t)}, no longer called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), has a ${rs[0]!.status} record`,
+            t,
+          );
         }
         for (const e of byRun.get(runIdFor(j.jobId, t)) ?? []) {
           if (faultedBetween(hits, e.worker, phase.sentMs, e.startMs)) {
@@ -287,13 +391,19 @@ export function checkOccurrences(jobs: JobInfo[], records: Map<string, JobRecord
             continue;
           }
           out.uncalled++;
-          v(`${name}: the occurrence ${iso(t)}, no longer called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), executed: ${desc(e)}`, e.startMs);
+          v(
+            `${name}: the occurrence ${iso(t)}, no longer called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), executed: ${desc(e)}`,
+            e.startMs,
+          );
         }
       }
     }
     if (rec.manual !== undefined && rec.manual > j.manual.sent) {
       out.manualExtra++;
-      v(`${name}: ${rec.manual} manual runs for ${j.manual.sent} run-now requests`, j.lastCheckedMs);
+      v(
+        `${name}: ${rec.manual} manual runs for ${j.manual.sent} run-now requests`,
+        j.lastCheckedMs,
+      );
     }
   }
   return out;
@@ -309,14 +419,26 @@ const DEAD = new Set(["failed", "timed_out"]);
  * one (`failed`, `timed_out`) at least one execution. Exception: an attempt its owner heard start
  * on a worker killed -9 within 2 s after that start (the task may have died before its first line).
  */
-export function checkOutcomes(runs: RunRec[], execs: Exec[], killTimes: Map<string, number[]>, faults: FaultRecord[], ttl: number): Violation[] {
+export function checkOutcomes(
+  runs: RunRec[],
+  execs: Exec[],
+  killTimes: Map<string, number[]>,
+  faults: FaultRecord[],
+  ttl: number,
+): Violation[] {
   const g: Violation[] = [];
   const byRun = groupBy(execs, (e) => e.run);
   for (const r of runs) {
     const es = byRun.get(r.run_id) ?? [];
-    const attempts = JSON.stringify(r.attempts.map((x) => [x.worker, x.started_at, x.outcome, x.error ?? null]));
+    const attempts = JSON.stringify(
+      r.attempts.map((x) => [x.worker, x.started_at, x.outcome, x.error ?? null]),
+    );
     if (r.status === "succeeded" && !es.some((e) => e.endLine)) {
-      g.push({ invariant: "g", text: `run ${r.run_id} (${r.scheduled_for}) succeeded with no execution that ended by itself (${es.length} executions); attempts ${attempts}`, faults: faultsNear(faults, Date.parse(r.scheduled_for), [], ttl) });
+      g.push({
+        invariant: "g",
+        text: `run ${r.run_id} (${r.scheduled_for}) succeeded with no execution that ended by itself (${es.length} executions); attempts ${attempts}`,
+        faults: faultsNear(faults, Date.parse(r.scheduled_for), [], ttl),
+      });
     } else if (DEAD.has(r.status) && es.length === 0) {
       const killedAtStart = r.attempts.some((x) => {
         if (x.started_at === null || x.worker === null) return false;
@@ -324,7 +446,11 @@ export function checkOutcomes(runs: RunRec[], execs: Exec[], killTimes: Map<stri
         return (killTimes.get(x.worker) ?? []).some((k) => k >= s && k <= s + 2000);
       });
       if (killedAtStart) continue;
-      g.push({ invariant: "g", text: `run ${r.run_id} (${r.scheduled_for}) ${r.status} without ever executing: ${r.reason ?? ""}; attempts ${attempts}`, faults: faultsNear(faults, Date.parse(r.scheduled_for), [], ttl) });
+      g.push({
+        invariant: "g",
+        text: `run ${r.run_id} (${r.scheduled_for}) ${r.status} without ever executing: ${r.reason ?? ""}; attempts ${attempts}`,
+        faults: faultsNear(faults, Date.parse(r.scheduled_for), [], ttl),
+      });
     }
   }
   return g;

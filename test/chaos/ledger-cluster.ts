@@ -25,7 +25,11 @@ import { removeWorkerContainers } from "../support/docker-image.ts";
 export const delay = (ms: number): Promise<void> => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Polls `check` (state re-read) until it returns a value or the deadline passes (then undefined). */
-export async function pollUntil<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs: number, everyMs = 100): Promise<T | undefined> {
+export async function pollUntil<T>(
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs: number,
+  everyMs = 100,
+): Promise<T | undefined> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     try {
@@ -81,7 +85,12 @@ export interface Slot {
 }
 
 /** A node that exited by itself (restarted a second later under its id, as an orchestrator would). */
-export interface Crash { id: string; atMs: number; code: number | null; stderr: string }
+export interface Crash {
+  id: string;
+  atMs: number;
+  code: number | null;
+  stderr: string;
+}
 
 /** How long after a crash the node is started again. */
 const CRASH_RESTART_MS = 1000;
@@ -130,7 +139,10 @@ export class Cluster {
   #jsm: JetStreamManager | undefined;
   #stopped = false;
 
-  constructor(readonly o: ClusterOptions, readonly tag: string) {
+  constructor(
+    readonly o: ClusterOptions,
+    readonly tag: string,
+  ) {
     this.dir = mkdtempSync(join(tmpdir(), "kairos-ledger-"));
     this.ledger = join(this.dir, "ledger.log");
     writeFileSync(this.ledger, "");
@@ -147,7 +159,8 @@ export class Cluster {
   }
 
   #onNatsLog(i: number, line: string): void {
-    if (line.includes("Self is new JetStream cluster metadata leader")) this.metaLeader = this.serverName(i);
+    if (line.includes("Self is new JetStream cluster metadata leader"))
+      this.metaLeader = this.serverName(i);
     else {
       const m = /JetStream cluster new metadata leader: ([^/\s]+)\//.exec(line);
       if (m) this.metaLeader = m[1];
@@ -157,7 +170,11 @@ export class Cluster {
   async #startNats(): Promise<void> {
     // Authorization on, as in production: each worker runs as its own pinned user (worker-<id>).
     const workers = Array.from({ length: this.o.workers }, (_, i) => `${this.tag}w${i + 1}`);
-    const opts = { onLog: (i: number, line: string) => this.#onNatsLog(i, line), noAdvertise: true, workers };
+    const opts = {
+      onLog: (i: number, line: string) => this.#onNatsLog(i, line),
+      noAdvertise: true,
+      workers,
+    };
     this.nats = this.o.natsServers === 3 ? await startNatsCluster(3, opts) : await startNats(opts);
     this.#admin = await this.nats.connect("ledger-chaos-admin");
     this.#jsm = await jetstreamManager(this.#admin, { timeout: 3000 });
@@ -169,7 +186,12 @@ export class Cluster {
   }
 
   #args(worker: boolean): string[] {
-    const a = ["--run-lease-ttl-ms", String(this.o.runLeaseTtlMs), "--replicas", String(this.replicas)];
+    const a = [
+      "--run-lease-ttl-ms",
+      String(this.o.runLeaseTtlMs),
+      "--replicas",
+      String(this.replicas),
+    ];
     if (worker) a.push("--executor", this.o.executor, "--slots", String(this.o.slots));
     else if (this.o.keepRuns !== undefined) a.push("--keep-runs", String(this.o.keepRuns));
     return a;
@@ -180,7 +202,10 @@ export class Cluster {
     const proc = spawnNode({
       natsUrl: slot.proxies.length > 0 ? slot.proxies.map((p) => p.url).join(",") : this.nats.url,
       creds: this.nats.credsForNode(slot.id, slot.roles.split(",") as Role[]),
-      nodeId: slot.id, roles: slot.roles, partitions: this.o.partitions, extraArgs: this.#args(worker),
+      nodeId: slot.id,
+      roles: slot.roles,
+      partitions: this.o.partitions,
+      extraArgs: this.#args(worker),
     });
     this.all.push(proc);
     return proc;
@@ -197,19 +222,23 @@ export class Cluster {
   #watch(slot: Slot): void {
     const proc = slot.proc;
     if (slot.roles.includes("api")) {
-      proc.waitFor((ev) => (ev.type as string) === "api_listening", 120_000, "api listening").then(
-        (e) => {
-          if (slot.proc === proc) this.apiUrl = (e as unknown as { api_url: string }).api_url;
-        },
-        () => undefined, // it never listened (killed or crashed first): `whole` and the API calls notice
-      );
+      proc
+        .waitFor((ev) => (ev.type as string) === "api_listening", 120_000, "api listening")
+        .then(
+          (e) => {
+            if (slot.proc === proc) this.apiUrl = (e as unknown as { api_url: string }).api_url;
+          },
+          () => undefined, // it never listened (killed or crashed first): `whole` and the API calls notice
+        );
     }
     void proc.exited.then((code) => {
       this.#gone.add(proc);
       if (this.#stopped || slot.proc !== proc || slot.expectExit) return;
       const crash = { id: slot.id, atMs: Date.now(), code, stderr: proc.stderr().slice(-600) };
       this.crashes.push(crash);
-      this.o.log(`CRASH: ${slot.id} exited by itself (code ${code}); restarted in ${CRASH_RESTART_MS} ms; stderr: ${JSON.stringify(crash.stderr)}`);
+      this.o.log(
+        `CRASH: ${slot.id} exited by itself (code ${code}); restarted in ${CRASH_RESTART_MS} ms; stderr: ${JSON.stringify(crash.stderr)}`,
+      );
       setTimeout(() => {
         if (!this.#stopped && slot.proc === proc) void this.respawn(slot);
       }, CRASH_RESTART_MS);
@@ -232,33 +261,54 @@ export class Cluster {
   async start(): Promise<void> {
     await this.#startNats();
     for (let i = 1; i <= this.o.schedulers; i++) {
-      this.schedulers.push(this.#launch({ id: `${this.tag}s${i}`, roles: i === 1 ? "api,scheduler" : "scheduler", proxies: [] }));
+      this.schedulers.push(
+        this.#launch({
+          id: `${this.tag}s${i}`,
+          roles: i === 1 ? "api,scheduler" : "scheduler",
+          proxies: [],
+        }),
+      );
     }
     for (let i = 1; i <= this.o.workers; i++) {
       const proxies = await Promise.all(this.nats.servers.map((s) => startTcpProxy(s.port)));
       this.workers.push(this.#launch({ id: `${this.tag}w${i}`, roles: "worker", proxies }));
     }
-    if (!(await this.whole(90_000))) throw new Error(`cluster did not come up within 90 s: ${this.lastUnwhole}`);
+    if (!(await this.whole(90_000)))
+      throw new Error(`cluster did not come up within 90 s: ${this.lastUnwhole}`);
     if (this.apiUrl === "") throw new Error("the API node never said where it listens");
   }
 
   /** Why the processes are not whole yet (undefined: live schedulers own every partition exactly once and every process has started). */
   processesUnwhole(): string | undefined {
     const owners = new Map<number, number>();
-    for (const s of this.schedulers) for (const p of s.proc.held()) owners.set(p, (owners.get(p) ?? 0) + 1);
-    if (owners.size !== this.o.partitions) return `${owners.size} of ${this.o.partitions} partitions held`;
+    for (const s of this.schedulers)
+      for (const p of s.proc.held()) owners.set(p, (owners.get(p) ?? 0) + 1);
+    if (owners.size !== this.o.partitions)
+      return `${owners.size} of ${this.o.partitions} partitions held`;
     const twice = [...owners].filter(([, n]) => n !== 1).map(([p]) => p);
     if (twice.length > 0) return `partitions ${twice.join(", ")} held by two schedulers`;
-    const down = [...this.schedulers, ...this.workers].filter((s) => !s.proc.events.some((e) => e.type === "node_started"));
-    if (down.length === 0 && this.apiUrl === "") return "the API node has not said where it listens";
-    return down.length > 0 ? `${down.map((s) => `${s.id} not started (last events ${JSON.stringify(s.proc.events.slice(-3))}; stderr ${JSON.stringify(s.proc.stderr().slice(-300))})`).join(", ")}` : undefined;
+    const down = [...this.schedulers, ...this.workers].filter(
+      (s) => !s.proc.events.some((e) => e.type === "node_started"),
+    );
+    if (down.length === 0 && this.apiUrl === "")
+      return "the API node has not said where it listens";
+    return down.length > 0
+      ? `${down.map((s) => `${s.id} not started (last events ${JSON.stringify(s.proc.events.slice(-3))}; stderr ${JSON.stringify(s.proc.stderr().slice(-300))})`).join(", ")}`
+      : undefined;
   }
 
   /** A stream's leader and its replicas' names, current or not (undefined: no answer). */
-  async streamInfo(bucket: string): Promise<{ leader: string | undefined; replicas: { name: string; current: boolean }[] } | undefined> {
+  async streamInfo(
+    bucket: string,
+  ): Promise<
+    { leader: string | undefined; replicas: { name: string; current: boolean }[] } | undefined
+  > {
     try {
       const info = await this.#jsm!.streams.info(`KV_${bucketName("kairos", bucket)}`);
-      return { leader: info.cluster?.leader, replicas: (info.cluster?.replicas ?? []).map((r) => ({ name: r.name, current: r.current })) };
+      return {
+        leader: info.cluster?.leader,
+        replicas: (info.cluster?.replicas ?? []).map((r) => ({ name: r.name, current: r.current })),
+      };
     } catch {
       return undefined;
     }
@@ -266,24 +316,32 @@ export class Cluster {
 
   /** Why NATS is not whole yet (undefined: every server runs, a meta leader is known, each bucket's stream is led with all its replicas current). */
   async natsUnwhole(): Promise<string | undefined> {
-    if (this.natsDown.size > 0) return `NATS server(s) ${[...this.natsDown].map((i) => this.serverName(i)).join(", ")} down or paused`;
+    if (this.natsDown.size > 0)
+      return `NATS server(s) ${[...this.natsDown].map((i) => this.serverName(i)).join(", ")} down or paused`;
     if (this.o.natsServers === 1) return undefined;
     if (this.metaLeader === undefined) return "no meta leader logged";
     for (const b of ALL_BUCKETS) {
       const s = await this.streamInfo(b);
       if (!s) return `no stream info for ${b}`;
       if (s.leader === undefined) return `stream ${b}: no leader`;
-      if (s.replicas.length !== this.o.natsServers - 1 || s.replicas.some((r) => !r.current)) return `stream ${b}: leader ${s.leader}, replicas ${JSON.stringify(s.replicas)}`;
+      if (s.replicas.length !== this.o.natsServers - 1 || s.replicas.some((r) => !r.current))
+        return `stream ${b}: leader ${s.leader}, replicas ${JSON.stringify(s.replicas)}`;
     }
     return undefined;
   }
 
   async whole(timeoutMs: number): Promise<boolean> {
-    return (await pollUntil(async () => {
-      const why = this.processesUnwhole() ?? (await this.natsUnwhole());
-      this.lastUnwhole = why ?? "";
-      return why === undefined ? true : undefined;
-    }, timeoutMs, this.o.natsServers === 3 ? 200 : 50)) === true;
+    return (
+      (await pollUntil(
+        async () => {
+          const why = this.processesUnwhole() ?? (await this.natsUnwhole());
+          this.lastUnwhole = why ?? "";
+          return why === undefined ? true : undefined;
+        },
+        timeoutMs,
+        this.o.natsServers === 3 ? 200 : 50,
+      )) === true
+    );
   }
 
   /**
@@ -327,7 +385,10 @@ export class Cluster {
     await Promise.all(this.all.map((p) => p.stop().catch(() => null)));
     killByEnvMarker(this.marker);
     for (const w of this.workers) for (const p of w.proxies) await p.close();
-    if (this.o.executor === "docker") await Promise.all(this.workers.map((w) => removeWorkerContainers(w.id).catch(() => undefined)));
+    if (this.o.executor === "docker")
+      await Promise.all(
+        this.workers.map((w) => removeWorkerContainers(w.id).catch(() => undefined)),
+      );
     await this.#admin?.close().catch(() => undefined);
     await this.nats?.stop().catch(() => undefined);
   }

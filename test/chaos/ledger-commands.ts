@@ -21,27 +21,47 @@ const COMMAND_DEADLINE_MS = 120_000;
 export type ApiUrl = () => string;
 
 export class ApiError extends Error {
-  constructor(message: string, readonly status: number | undefined, readonly delivered: boolean) {
+  constructor(
+    message: string,
+    readonly status: number | undefined,
+    readonly delivered: boolean,
+  ) {
     super(message);
   }
 }
 
 /** One request. Throws ApiError: `status` undefined when no answer came, `delivered` false only when it never left. */
-export async function request<T>(url: string, key: string, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<T> {
+export async function request<T>(
+  url: string,
+  key: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<T> {
   let res: Response;
   try {
     res = await fetch(`${url}${path}`, {
       method,
-      headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        ...headers,
+      },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
     });
   } catch (e) {
     const code = (e as { cause?: { code?: string } }).cause?.code;
-    throw new ApiError(`${method} ${path}: ${String(e)}${code ? ` (${code})` : ""}`, undefined, code !== "ECONNREFUSED");
+    throw new ApiError(
+      `${method} ${path}: ${String(e)}${code ? ` (${code})` : ""}`,
+      undefined,
+      code !== "ECONNREFUSED",
+    );
   }
   const text = await res.text();
-  if (res.status >= 400) throw new ApiError(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`, res.status, true);
+  if (res.status >= 400)
+    throw new ApiError(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`, res.status, true);
   return (text ? JSON.parse(text) : null) as T;
 }
 
@@ -49,7 +69,15 @@ export async function request<T>(url: string, key: string, method: string, path:
  * Calls the API through whatever node serves it now, retrying while it is unavailable (no answer,
  * 5xx, 429) until `timeoutMs`; a 4xx other than 429 is thrown at once.
  */
-export async function call<T>(apiUrl: ApiUrl, key: string, method: string, path: string, body?: unknown, timeoutMs = 30_000, headers: Record<string, string> = {}): Promise<T> {
+export async function call<T>(
+  apiUrl: ApiUrl,
+  key: string,
+  method: string,
+  path: string,
+  body?: unknown,
+  timeoutMs = 30_000,
+  headers: Record<string, string> = {},
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last = "";
   for (;;) {
@@ -60,7 +88,8 @@ export async function call<T>(apiUrl: ApiUrl, key: string, method: string, path:
       if (e.status !== undefined && e.status < 500 && e.status !== 429) throw e;
       last = e.message; // the API node is restarting, or the cluster is busy: try again
     }
-    if (Date.now() > deadline) throw new Error(`${method} ${path}: no answer within ${timeoutMs} ms (${last})`);
+    if (Date.now() > deadline)
+      throw new Error(`${method} ${path}: no answer within ${timeoutMs} ms (${last})`);
     await delay(200);
   }
 }
@@ -97,7 +126,15 @@ const KINDS = COMMAND_KINDS;
 const WEIGHTS: Record<CommandKind, number> = { pause: 3, patch: 3, run_now: 3, delete: 1 };
 
 export class Commander {
-  readonly counts: CommandCounts = { pause: 0, resume: 0, patch: 0, delete: 0, run_now: 0, run_now_unanswered: 0, unacknowledged: 0 };
+  readonly counts: CommandCounts = {
+    pause: 0,
+    resume: 0,
+    patch: 0,
+    delete: 0,
+    run_now: 0,
+    run_now_unanswered: 0,
+    unacknowledged: 0,
+  };
   readonly #pending = new Set<Promise<void>>();
   /** Jobs with a change in flight or a resume to come, or whose state is unknown (never acknowledged). */
   readonly #busy = new Set<string>();
@@ -111,7 +148,9 @@ export class Commander {
     if (live.length === 0) return;
     const j = live[Math.floor(this.d.rng() * live.length)]!;
     let r = this.d.rng() * Object.values(WEIGHTS).reduce((a, b) => a + b, 0);
-    const kind = this.d.order ? this.d.order[this.#issued % this.d.order.length]! : (KINDS.find((k) => (r -= WEIGHTS[k]) < 0) ?? "run_now");
+    const kind = this.d.order
+      ? this.d.order[this.#issued % this.d.order.length]!
+      : (KINDS.find((k) => (r -= WEIGHTS[k]) < 0) ?? "run_now");
     this.#issued++;
     this.#busy.add(j.jobId);
     const done = this.#run(j, kind).catch((e: unknown) => {
@@ -139,10 +178,24 @@ export class Commander {
     const cur = last(j);
     switch (kind) {
       case "pause": {
-        if (!(await this.#change(j, { change: "pause", enabled: false, step: cur.step, deleted: false }, { enabled: false }))) return;
+        if (
+          !(await this.#change(
+            j,
+            { change: "pause", enabled: false, step: cur.step, deleted: false },
+            { enabled: false },
+          ))
+        )
+          return;
         // The resume comes later, during whatever fault is active then; the job stays busy until it.
         const resume = delay(Math.round(3000 + this.d.rng() * 9000)).then(async () => {
-          if (await this.#change(j, { change: "resume", enabled: true, step: cur.step, deleted: false }, { enabled: true })) this.#busy.delete(j.jobId);
+          if (
+            await this.#change(
+              j,
+              { change: "resume", enabled: true, step: cur.step, deleted: false },
+              { enabled: true },
+            )
+          )
+            this.#busy.delete(j.jobId);
         });
         this.#pending.add(resume);
         void resume.finally(() => this.#pending.delete(resume));
@@ -151,11 +204,25 @@ export class Commander {
       case "patch": {
         const steps = this.d.steps.filter((s) => s !== cur.step);
         const step = steps[Math.floor(this.d.rng() * steps.length)]!;
-        if (await this.#change(j, { change: "patch", enabled: cur.enabled, step, deleted: false }, { schedule: { cron: `*/${step} * * * * *`, time_zone: "UTC" } })) this.#busy.delete(j.jobId);
+        if (
+          await this.#change(
+            j,
+            { change: "patch", enabled: cur.enabled, step, deleted: false },
+            { schedule: { cron: `*/${step} * * * * *`, time_zone: "UTC" } },
+          )
+        )
+          this.#busy.delete(j.jobId);
         return;
       }
       case "delete": {
-        if (await this.#change(j, { change: "delete", enabled: false, step: cur.step, deleted: true }, null)) await this.d.replace(j.tenant);
+        if (
+          await this.#change(
+            j,
+            { change: "delete", enabled: false, step: cur.step, deleted: true },
+            null,
+          )
+        )
+          await this.d.replace(j.tenant);
         return; // a deleted job stays busy: no more commands
       }
       case "run_now":
@@ -166,7 +233,11 @@ export class Commander {
   }
 
   /** Sends a change until acknowledged; its phase is recorded before the first send. False: never acknowledged. */
-  async #change(j: JobInfo, p: Omit<JobPhase, "sentMs" | "ackMs">, patch: Record<string, unknown> | null): Promise<boolean> {
+  async #change(
+    j: JobInfo,
+    p: Omit<JobPhase, "sentMs" | "ackMs">,
+    patch: Record<string, unknown> | null,
+  ): Promise<boolean> {
     const phase: JobPhase = { ...p, sentMs: Date.now(), ackMs: undefined };
     j.phases.push(phase);
     const key = this.d.keyOf(j.tenant);
@@ -184,12 +255,16 @@ export class Commander {
       }
       if (phase.ackMs !== undefined) {
         this.counts[p.change === "create" ? "patch" : p.change]++;
-        this.d.log(`command: ${p.change} ${j.jobId}${p.change === "patch" ? ` → */${p.step}` : ""} acknowledged after ${phase.ackMs - phase.sentMs} ms${tries > 1 ? ` (${tries} sends)` : ""}`);
+        this.d.log(
+          `command: ${p.change} ${j.jobId}${p.change === "patch" ? ` → */${p.step}` : ""} acknowledged after ${phase.ackMs - phase.sentMs} ms${tries > 1 ? ` (${tries} sends)` : ""}`,
+        );
         return true;
       }
       if (Date.now() > deadline) {
         this.counts.unacknowledged++;
-        this.d.log(`command: ${p.change} ${j.jobId} NOT acknowledged within ${COMMAND_DEADLINE_MS} ms`);
+        this.d.log(
+          `command: ${p.change} ${j.jobId} NOT acknowledged within ${COMMAND_DEADLINE_MS} ms`,
+        );
         return false;
       }
       await delay(200);
@@ -201,7 +276,12 @@ export class Commander {
     const t0 = Date.now();
     for (;;) {
       try {
-        const run = await request<{ run_id: string }>(this.d.apiUrl(), key, "POST", `/v1/jobs/${j.jobId}/runs`);
+        const run = await request<{ run_id: string }>(
+          this.d.apiUrl(),
+          key,
+          "POST",
+          `/v1/jobs/${j.jobId}/runs`,
+        );
         j.manual.sent++;
         j.manual.acked.push(run.run_id);
         this.counts.run_now++;

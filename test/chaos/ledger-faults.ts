@@ -7,7 +7,14 @@
 import { DEFAULTS } from "../../src/cluster/config.ts";
 import type { CutMode } from "../support/tcp-proxy.ts";
 import { Cluster, RUN_PATH_BUCKETS, delay, type Slot } from "./ledger-cluster.ts";
-import { CLUSTER_ONLY, NATS_KINDS, SINGLE_KINDS, type FaultKind, type FaultRecord, type Hit } from "./ledger-types.ts";
+import {
+  CLUSTER_ONLY,
+  NATS_KINDS,
+  SINGLE_KINDS,
+  type FaultKind,
+  type FaultRecord,
+  type Hit,
+} from "./ledger-types.ts";
 
 /** The partition lease TTL the nodes run with (the product default: the harness sets none). */
 const PARTITION_LEASE_TTL_MS = DEFAULTS.leaseTtlMs;
@@ -47,7 +54,13 @@ const indexOf = (c: Cluster, name: string | undefined): number | undefined => {
 };
 
 /** Injects `kind`; resolves once it is lifted (every process back or resumed), with its record(s). */
-export async function injectFault(c: Cluster, rng: () => number, ttl: number, kind: FaultKind, log: (line: string) => void): Promise<FaultRecord[]> {
+export async function injectFault(
+  c: Cluster,
+  rng: () => number,
+  ttl: number,
+  kind: FaultKind,
+  log: (line: string) => void,
+): Promise<FaultRecord[]> {
   const x: Ctx = { c, rng, ttl, busy: new Set(), log };
   switch (kind) {
     case "two_at_once":
@@ -65,7 +78,10 @@ async function twoAtOnce(x: Ctx): Promise<FaultRecord[]> {
   const singles = kindsFor(x.c.o.natsServers, SINGLE_KINDS);
   const k1 = pick(x.rng, singles);
   // At most one NATS server at a time: two of three down is beyond what the cluster tolerates.
-  const k2 = pick(x.rng, singles.filter((k) => !(NATS_KINDS.has(k) && NATS_KINDS.has(k1))));
+  const k2 = pick(
+    x.rng,
+    singles.filter((k) => !(NATS_KINDS.has(k) && NATS_KINDS.has(k1))),
+  );
   const offset = Math.round(between(x.rng, 0, 1500));
   const [a, b] = await Promise.all([single(x, k1), delay(offset).then(() => single(x, k2))]);
   a.detail += `; with ${k2} ${offset} ms later`;
@@ -76,7 +92,15 @@ async function twoAtOnce(x: Ctx): Promise<FaultRecord[]> {
 async function single(x: Ctx, kind: FaultKind): Promise<FaultRecord> {
   const { c, rng, ttl } = x;
   const atMs = Date.now();
-  const rec = (target: string, detail: string, hard: boolean): FaultRecord => ({ kind, target, atMs, liftedMs: Date.now(), recoveredMs: undefined, detail, hits: [{ target, atMs, untilMs: undefined, hard }] });
+  const rec = (target: string, detail: string, hard: boolean): FaultRecord => ({
+    kind,
+    target,
+    atMs,
+    liftedMs: Date.now(),
+    recoveredMs: undefined,
+    detail,
+    hits: [{ target, atMs, untilMs: undefined, hard }],
+  });
   switch (kind) {
     case "kill9_scheduler": {
       const s = freeSlot(x, c.schedulers);
@@ -98,7 +122,11 @@ async function single(x: Ctx, kind: FaultKind): Promise<FaultRecord> {
       s.proc.signal("SIGSTOP");
       await delay(hold);
       s.proc.signal("SIGCONT");
-      return rec(s.id, `paused ${hold} ms (partition lease TTL ${PARTITION_LEASE_TTL_MS} ms)`, true);
+      return rec(
+        s.id,
+        `paused ${hold} ms (partition lease TTL ${PARTITION_LEASE_TTL_MS} ms)`,
+        true,
+      );
     }
     case "kill9_worker": {
       const w = freeSlot(x, c.workers);
@@ -134,7 +162,11 @@ async function single(x: Ctx, kind: FaultKind): Promise<FaultRecord> {
       } finally {
         c.natsDown.delete(i);
       }
-      return rec(natsTarget(c, i), "stopped (SIGTERM) and restarted on the same port and store", true);
+      return rec(
+        natsTarget(c, i),
+        "stopped (SIGTERM) and restarted on the same port and store",
+        true,
+      );
     }
     case "sigstop_nats": {
       const { i, why } = await natsVictim(x);
@@ -156,7 +188,11 @@ async function single(x: Ctx, kind: FaultKind): Promise<FaultRecord> {
         const down = Math.round(between(rng, 500, 3000));
         await delay(down);
         await c.nats.start(i);
-        return rec(natsTarget(c, i), `${why} killed (-9), down ${down} ms, restarted on its port and store`, true);
+        return rec(
+          natsTarget(c, i),
+          `${why} killed (-9), down ${down} ms, restarted on its port and store`,
+          true,
+        );
       } finally {
         c.natsDown.delete(i);
       }
@@ -177,27 +213,47 @@ async function natsVictim(x: Ctx, kind?: FaultKind): Promise<{ i: number; why: s
   const { c, rng } = x;
   const n = c.nats.servers.length;
   if (n === 1) return { i: 0, why: "the server" };
-  const role = kind === "kill9_nats_meta_leader" ? "meta" : kind === "kill9_nats_stream_leader" ? "leader" : kind === "kill9_nats_follower" ? "follower" : pick(rng, ["meta", "leader", "follower", "any"] as const);
+  const role =
+    kind === "kill9_nats_meta_leader"
+      ? "meta"
+      : kind === "kill9_nats_stream_leader"
+        ? "leader"
+        : kind === "kill9_nats_follower"
+          ? "follower"
+          : pick(rng, ["meta", "leader", "follower", "any"] as const);
   const meta = indexOf(c, c.metaLeader);
   const also = (i: number) => (role !== "meta" && i === meta ? " (also the meta leader)" : "");
-  if (role === "meta" && meta !== undefined) return { i: meta, why: `meta leader ${c.serverName(meta)}` };
+  if (role === "meta" && meta !== undefined)
+    return { i: meta, why: `meta leader ${c.serverName(meta)}` };
   if (role === "leader" || role === "follower") {
     const bucket = pick(rng, RUN_PATH_BUCKETS);
     const info = await c.streamInfo(bucket);
     const leader = indexOf(c, info?.leader);
-    if (role === "leader" && leader !== undefined) return { i: leader, why: `leader of the ${bucket} stream ${c.serverName(leader)}${also(leader)}` };
-    const followers = (info?.replicas ?? []).map((r) => indexOf(c, r.name)).filter((i): i is number => i !== undefined && i !== meta);
+    if (role === "leader" && leader !== undefined)
+      return {
+        i: leader,
+        why: `leader of the ${bucket} stream ${c.serverName(leader)}${also(leader)}`,
+      };
+    const followers = (info?.replicas ?? [])
+      .map((r) => indexOf(c, r.name))
+      .filter((i): i is number => i !== undefined && i !== meta);
     if (role === "follower" && followers.length > 0) {
       const i = pick(rng, followers);
       return { i, why: `follower of the ${bucket} stream ${c.serverName(i)}` };
     }
   }
   const i = Math.floor(rng() * n);
-  return { i, why: `server ${c.serverName(i)}${role === "any" ? "" : ` (no ${role} known)`}${also(i)}` };
+  return {
+    i,
+    why: `server ${c.serverName(i)}${role === "any" ? "" : ` (no ${role} known)`}${also(i)}`,
+  };
 }
 
 /** Every worker (or scheduler) in turn, under its own id; the next once the cluster is whole. */
-async function roll(x: Ctx, kind: "rolling_workers_drain" | "rolling_workers_kill9" | "rolling_schedulers"): Promise<FaultRecord> {
+async function roll(
+  x: Ctx,
+  kind: "rolling_workers_drain" | "rolling_workers_kill9" | "rolling_schedulers",
+): Promise<FaultRecord> {
   const { c, rng } = x;
   const atMs = Date.now();
   const hits: Hit[] = [];
@@ -214,14 +270,32 @@ async function roll(x: Ctx, kind: "rolling_workers_drain" | "rolling_workers_kil
     } else {
       const old = s.proc;
       await c.stopNode(s, DRAIN_EXIT_MS);
-      const drained = old.events.find((e) => (e.type as string) === "worker_drained") as unknown as { finished?: number; handed_back?: number; dropped?: number } | undefined;
-      what = drained ? `drained in ${Date.now() - at} ms (finished ${drained.finished ?? "?"}, handed back ${drained.handed_back ?? "?"}, dropped ${drained.dropped ?? "?"})` : `stopped in ${Date.now() - at} ms`;
+      const drained = old.events.find((e) => (e.type as string) === "worker_drained") as unknown as
+        { finished?: number; handed_back?: number; dropped?: number } | undefined;
+      what = drained
+        ? `drained in ${Date.now() - at} ms (finished ${drained.finished ?? "?"}, handed back ${drained.handed_back ?? "?"}, dropped ${drained.dropped ?? "?"})`
+        : `stopped in ${Date.now() - at} ms`;
     }
     await c.respawn(s);
     const whole = await c.whole(STEP_RECOVERY_MS);
-    hits.push({ target: s.id, atMs: at, untilMs: whole ? Date.now() : undefined, hard: kind === "rolling_workers_kill9" });
-    steps.push(`${s.id} ${what}, whole ${whole ? `after ${Date.now() - at} ms` : `NOT within 45 s (${c.lastUnwhole})`}`);
+    hits.push({
+      target: s.id,
+      atMs: at,
+      untilMs: whole ? Date.now() : undefined,
+      hard: kind === "rolling_workers_kill9",
+    });
+    steps.push(
+      `${s.id} ${what}, whole ${whole ? `after ${Date.now() - at} ms` : `NOT within 45 s (${c.lastUnwhole})`}`,
+    );
     x.log(`  ${kind} step: ${steps[steps.length - 1]}`);
   }
-  return { kind, target: kind === "rolling_schedulers" ? "schedulers" : "workers", atMs, liftedMs: Date.now(), recoveredMs: undefined, detail: steps.join("; "), hits };
+  return {
+    kind,
+    target: kind === "rolling_schedulers" ? "schedulers" : "workers",
+    atMs,
+    liftedMs: Date.now(),
+    recoveredMs: undefined,
+    detail: steps.join("; "),
+    hits,
+  };
 }

@@ -28,13 +28,37 @@ import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import type { TenantRecord } from "../../src/tenants/directory.ts";
 import { runIdFor } from "../../src/protocol/ids.ts";
 import { TEST_IMAGE } from "../support/docker-image.ts";
-import { checkAttempts, checkOccurrences, checkOutcomes, checkRunAgain, checkTenantCaps, closeOpen, expectAt, type JobRecords } from "./ledger-checks.ts";
+import {
+  checkAttempts,
+  checkOccurrences,
+  checkOutcomes,
+  checkRunAgain,
+  checkTenantCaps,
+  closeOpen,
+  expectAt,
+  type JobRecords,
+} from "./ledger-checks.ts";
 import { Cluster, delay, pollUntil, type Crash } from "./ledger-cluster.ts";
-import { ApiError, Commander, call, last, type CommandCounts, type CommandKind } from "./ledger-commands.ts";
+import {
+  ApiError,
+  Commander,
+  call,
+  last,
+  type CommandCounts,
+  type CommandKind,
+} from "./ledger-commands.ts";
 import { injectFault, kindsFor } from "./ledger-faults.ts";
 import { DockerLedger, PidWatcher, readProcessLedger } from "./ledger-readers.ts";
-import { FAULT_KINDS, type Exec, type FaultKind, type FaultRecord, type JobInfo, type Rerun, type RunRec, type Violation } from "./ledger-types.ts";
-
+import {
+  FAULT_KINDS,
+  type Exec,
+  type FaultKind,
+  type FaultRecord,
+  type JobInfo,
+  type Rerun,
+  type RunRec,
+  type Violation,
+} from "./ledger-types.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Options and report
@@ -104,9 +128,17 @@ export interface ChaosReport {
   executions: number;
   openExecutions: number;
   invariants: {
-    a_attempt_twice: number; b_run_overlap: number;
-    c_missing: number; c_duplicate: number; c_uncalled: number; c_cancelled_by_change: number; c_manual_extra: number;
-    d_stuck: number; e_over_cap: number | null; f_run_again: number; g_outcome_unexecuted: number;
+    a_attempt_twice: number;
+    b_run_overlap: number;
+    c_missing: number;
+    c_duplicate: number;
+    c_uncalled: number;
+    c_cancelled_by_change: number;
+    c_manual_extra: number;
+    d_stuck: number;
+    e_over_cap: number | null;
+    f_run_again: number;
+    g_outcome_unexecuted: number;
     /** Permission violations a node caused other than a late reply (see `isLateReply`). */
     h_permission: number;
   };
@@ -132,7 +164,9 @@ export interface ChaosReport {
  * the asker had timed out and asked again. Anything else refused is a node reaching past its rights.
  */
 export function isLateReply(line: string): boolean {
-  return /Publish Violation - User "[^"]+"(, Account "[^"]+")?, Subject "(_INBOX_[A-Za-z0-9_-]+|_R_)\./.test(line);
+  return /Publish Violation - User "[^"]+"(, Account "[^"]+")?, Subject "(_INBOX_[A-Za-z0-9_-]+|_R_)\./.test(
+    line,
+  );
 }
 
 const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
@@ -171,12 +205,23 @@ function taskScript(): string {
   ].join("\n");
 }
 
-function taskFor(o: ChaosOptions, tenant: string, seconds: number, ledger: string): Record<string, unknown> {
+function taskFor(
+  o: ChaosOptions,
+  tenant: string,
+  seconds: number,
+  ledger: string,
+): Record<string, unknown> {
   if (o.executor === "docker") {
-    return { image: TEST_IMAGE, args: ["/bin/sh", "-c", `sleep ${Math.max(1, Math.round(seconds))}`], timeout_s: 20 };
+    return {
+      image: TEST_IMAGE,
+      args: ["/bin/sh", "-c", `sleep ${Math.max(1, Math.round(seconds))}`],
+      timeout_s: 20,
+    };
   }
   return {
-    image: "ledger", args: ["/bin/sh", "-c", taskScript()], timeout_s: 20,
+    image: "ledger",
+    args: ["/bin/sh", "-c", taskScript()],
+    timeout_s: 20,
     env: { CHAOS_LEDGER: ledger, D: seconds.toFixed(1), TENANT: tenant },
   };
 }
@@ -186,7 +231,12 @@ async function allRuns(c: Cluster, key: string, jobId: string): Promise<RunRec[]
   let cursor: string | null = null;
   do {
     const q: string = `/v1/jobs/${jobId}/runs?limit=200${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`;
-    const page: { runs: RunRec[]; next_cursor: string | null } = await call(() => c.apiUrl, key, "GET", q);
+    const page: { runs: RunRec[]; next_cursor: string | null } = await call(
+      () => c.apiUrl,
+      key,
+      "GET",
+      q,
+    );
     out.push(...page.runs);
     cursor = page.next_cursor;
   } while (cursor);
@@ -194,27 +244,49 @@ async function allRuns(c: Cluster, key: string, jobId: string): Promise<RunRec[]
 }
 
 /** A run by its id, or undefined when the API says 404; `how` says what the lookup saw. */
-async function runById(c: Cluster, key: string, runId: string): Promise<{ run: RunRec | undefined; how: string }> {
+async function runById(
+  c: Cluster,
+  key: string,
+  runId: string,
+): Promise<{ run: RunRec | undefined; how: string }> {
   try {
     const r = await call<RunRec>(() => c.apiUrl, key, "GET", `/v1/runs/${runId}`);
     return { run: r, how: `GET ${runId}: ${r.status}` };
   } catch (e) {
-    if (e instanceof ApiError && e.status === 404) return { run: undefined, how: `GET ${runId}: 404` };
+    if (e instanceof ApiError && e.status === 404)
+      return { run: undefined, how: `GET ${runId}: 404` };
     return { run: undefined, how: `GET ${runId}: ${String(e).slice(0, 120)}` };
   }
 }
 
-const stepOf = (t: number, steps: number[]) => steps.filter((s) => (Math.floor(t / 1000) % 60) % s === 0);
+const stepOf = (t: number, steps: number[]) =>
+  steps.filter((s) => (Math.floor(t / 1000) % 60) % s === 0);
 
 // ---------------------------------------------------------------------------------------------
 // The run
 
-export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => Promise<void>) => void): Promise<ChaosReport> {
+export async function runLedgerChaos(
+  o: ChaosOptions,
+  onCluster?: (stop: () => Promise<void>) => void,
+): Promise<ChaosReport> {
   const t0 = Date.now();
   const rng = prng(o.seed);
   const natsServers = o.natsServers ?? 1;
   const tag = `L${(o.seed % 100_000).toString(36)}${process.pid.toString(36)}`;
-  const c = new Cluster({ executor: o.executor, natsServers, schedulers: o.schedulers, workers: o.workers, slots: o.slots, partitions: o.partitions, runLeaseTtlMs: o.runLeaseTtlMs, log: o.log, ...(o.keepRuns !== undefined ? { keepRuns: o.keepRuns } : {}) }, tag);
+  const c = new Cluster(
+    {
+      executor: o.executor,
+      natsServers,
+      schedulers: o.schedulers,
+      workers: o.workers,
+      slots: o.slots,
+      partitions: o.partitions,
+      runLeaseTtlMs: o.runLeaseTtlMs,
+      log: o.log,
+      ...(o.keepRuns !== undefined ? { keepRuns: o.keepRuns } : {}),
+    },
+    tag,
+  );
   onCluster?.(() => c.stop());
   const dockerLedger = o.executor === "docker" ? new DockerLedger() : undefined;
   const faults: FaultRecord[] = [];
@@ -222,7 +294,9 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     o.log(`seed ${o.seed}; ledger ${c.ledger}`);
     if (dockerLedger) await dockerLedger.start();
     await c.start();
-    o.log(`cluster up: ${natsServers} NATS server(s) (R${natsServers} buckets), ${o.schedulers} schedulers, ${o.workers} workers (${o.executor}) in ${Date.now() - t0} ms`);
+    o.log(
+      `cluster up: ${natsServers} NATS server(s) (R${natsServers} buckets), ${o.schedulers} schedulers, ${o.workers} workers (${o.executor}) in ${Date.now() - t0} ms`,
+    );
 
     // Tenants (through the real tenant directory), one with a low cap set on its record.
     const keys = new Map<string, string>();
@@ -237,7 +311,11 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       if (t.cap !== undefined) {
         const entry = await b.tenants.get(`t.${r.tenant.tenant_id}`);
         const rec = decode<TenantRecord>(entry!.value);
-        const w = await b.tenants.update(`t.${r.tenant.tenant_id}`, encode({ ...rec, max_concurrent_runs: t.cap }), entry!.revision);
+        const w = await b.tenants.update(
+          `t.${r.tenant.tenant_id}`,
+          encode({ ...rec, max_concurrent_runs: t.cap }),
+          entry!.revision,
+        );
         if (!w.ok) throw new Error(`could not set the cap of tenant ${t.name}`);
         caps.set(o.executor === "docker" ? r.tenant.tenant_id : t.name, t.cap);
       }
@@ -259,22 +337,56 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       const secs = long ? o.longTasks!.seconds : between(rng, o.taskSeconds[0], o.taskSeconds[1]);
       const maxAttempts = n % DEFAULT_RETRY_EVERY === DEFAULT_RETRY_EVERY - 1 ? 1 : MAX_ATTEMPTS;
       const sentMs = Date.now();
-      const job = await call<{ job_id: string; next_run_at: string }>(() => c.apiUrl, keyOf(tenant), "POST", "/v1/jobs", {
-        name: `${tenant}-${n}`, schedule: { cron: `*/${step} * * * * *`, time_zone: "UTC" },
-        task: taskFor(o, tenant, secs, c.ledger), overlap, misfire: { policy: misfire },
-        ...(maxAttempts > 1 ? { retry: { max_attempts: maxAttempts, backoff: "fixed", base_s: BACKOFF_S, max_s: BACKOFF_S } } : {}),
-      }, 120_000, { "idempotency-key": `ledger-${tag}-${n}` });
+      const job = await call<{ job_id: string; next_run_at: string }>(
+        () => c.apiUrl,
+        keyOf(tenant),
+        "POST",
+        "/v1/jobs",
+        {
+          name: `${tenant}-${n}`,
+          schedule: { cron: `*/${step} * * * * *`, time_zone: "UTC" },
+          task: taskFor(o, tenant, secs, c.ledger),
+          overlap,
+          misfire: { policy: misfire },
+          ...(maxAttempts > 1
+            ? {
+                retry: {
+                  max_attempts: maxAttempts,
+                  backoff: "fixed",
+                  base_s: BACKOFF_S,
+                  max_s: BACKOFF_S,
+                },
+              }
+            : {}),
+        },
+        120_000,
+        { "idempotency-key": `ledger-${tag}-${n}` },
+      );
       const firstMs = Date.parse(job.next_run_at);
       jobs.push({
-        jobId: job.job_id, tenant, overlap, misfire, maxAttempts, firstMs, lastCheckedMs: 0,
-        phases: [{ change: "create", sentMs, ackMs: Date.now(), enabled: true, step, deleted: false }],
+        jobId: job.job_id,
+        tenant,
+        overlap,
+        misfire,
+        maxAttempts,
+        firstMs,
+        lastCheckedMs: 0,
+        phases: [
+          { change: "create", sentMs, ackMs: Date.now(), enabled: true, step, deleted: false },
+        ],
         manual: { sent: 0, acked: [] },
       });
     };
     for (const t of o.tenants) for (let i = 0; i < t.jobs; i++) await createJob(t.name);
     o.log(`${jobs.length} jobs created for ${o.tenants.length} tenants`);
     const commander = new Commander({
-      jobs, apiUrl: () => c.apiUrl, keyOf, rng: prng(o.seed ^ 0xc0ffee), steps: o.steps, log: o.log, ...(o.commandOrder ? { order: o.commandOrder } : {}),
+      jobs,
+      apiUrl: () => c.apiUrl,
+      keyOf,
+      rng: prng(o.seed ^ 0xc0ffee),
+      steps: o.steps,
+      log: o.log,
+      ...(o.commandOrder ? { order: o.commandOrder } : {}),
       replace: async (tenant) => {
         await createJob(tenant);
         o.log(`command: job ${jobs[jobs.length - 1]!.jobId} created in place of a deleted one`);
@@ -283,18 +395,23 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
 
     const pids = dockerLedger ? undefined : new PidWatcher(c.ledger);
     pids?.start();
-    const executions = (): Exec[] => (dockerLedger ? [...dockerLedger.execs.values()] : readProcessLedger(c.ledger, pids?.gone));
+    const executions = (): Exec[] =>
+      dockerLedger ? [...dockerLedger.execs.values()] : readProcessLedger(c.ledger, pids?.gone);
     const ended = () => executions().filter((e) => e.endMs !== undefined).length;
     const progress = async (n: number, timeoutMs: number): Promise<boolean> => {
       const target = ended() + n;
-      return (await pollUntil(() => (ended() >= target ? true : undefined), timeoutMs, 200)) === true;
+      return (
+        (await pollUntil(() => (ended() >= target ? true : undefined), timeoutMs, 200)) === true
+      );
     };
-    if (!(await progress(Math.min(10, jobs.length), 60_000))) throw new Error("no executions finished within 60 s of creating the jobs");
+    if (!(await progress(Math.min(10, jobs.length), 60_000)))
+      throw new Error("no executions finished within 60 s of creating the jobs");
     o.log(`warm: ${ended()} executions finished`);
 
     // Faults, a user's command during some of them.
     const faultPhaseStart = Date.now();
-    const faultPhaseEnd = "durationMs" in o.faults ? faultPhaseStart + o.faults.durationMs : Number.POSITIVE_INFINITY;
+    const faultPhaseEnd =
+      "durationMs" in o.faults ? faultPhaseStart + o.faults.durationMs : Number.POSITIVE_INFINITY;
     const kinds = kindsFor(natsServers, "kinds" in o.faults ? o.faults.kinds : FAULT_KINDS);
     const cmdRng = prng(o.seed ^ 0xbeef);
     let recoveryTimeouts = 0;
@@ -305,7 +422,8 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       else if (Date.now() < faultPhaseEnd) kind = pick(rng, kinds);
       if (kind === undefined) break;
       const atMs = Date.now();
-      if (cmdRng() < (o.commandShare ?? 0)) commander.issueAfter(Math.round(between(cmdRng, 300, 1500)));
+      if (cmdRng() < (o.commandShare ?? 0))
+        commander.issueAfter(Math.round(between(cmdRng, 300, 1500)));
       const recs = await injectFault(c, rng, o.runLeaseTtlMs, kind, o.log);
       const recovered = await c.whole(45_000);
       const now = Date.now();
@@ -319,7 +437,9 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
         f.recoveredMs = recovered ? now : undefined;
         for (const h of f.hits) if (h.untilMs === undefined && recovered) h.untilMs = now;
         faults.push(f);
-        o.log(`fault ${faults.length} ${f.kind} ${f.target} (${f.detail}): lifted after ${f.liftedMs - f.atMs} ms, ${recovered ? `whole after ${now - f.liftedMs} ms` : `NOT whole within 45 s (${c.lastUnwhole})`}`);
+        o.log(
+          `fault ${faults.length} ${f.kind} ${f.target} (${f.detail}): lifted after ${f.liftedMs - f.atMs} ms, ${recovered ? `whole after ${now - f.liftedMs} ms` : `NOT whole within 45 s (${c.lastUnwhole})`}`,
+        );
       }
       // Pacing: the next fault starts `faultEveryMs` after this one started.
       const wait = atMs + o.faultEveryMs - Date.now();
@@ -331,18 +451,33 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     const deleted = jobs.filter((j) => last(j).deleted);
 
     // Settle: whole, working, and every job has fired after recovery.
-    if (!(await c.whole(60_000))) o.log(`WARNING: cluster not whole 60 s after the last fault (${c.lastUnwhole})`);
+    if (!(await c.whole(60_000)))
+      o.log(`WARNING: cluster not whole 60 s after the last fault (${c.lastUnwhole})`);
     const healthyFrom = Date.now();
     const fired = new Map<string, number>();
-    const allFired = await pollUntil(async () => {
-      for (const j of live) {
-        if (fired.has(j.jobId)) continue;
-        const page = await call<{ runs: RunRec[] }>(() => c.apiUrl, keyOf(j.tenant), "GET", `/v1/jobs/${j.jobId}/runs?limit=1`);
-        const newest = page.runs[0];
-        if (newest && newest.trigger !== "manual" && Date.parse(newest.scheduled_for) >= healthyFrom + 1000) fired.set(j.jobId, Date.parse(newest.scheduled_for));
-      }
-      return fired.size === live.length ? true : undefined;
-    }, 60_000, 500);
+    const allFired = await pollUntil(
+      async () => {
+        for (const j of live) {
+          if (fired.has(j.jobId)) continue;
+          const page = await call<{ runs: RunRec[] }>(
+            () => c.apiUrl,
+            keyOf(j.tenant),
+            "GET",
+            `/v1/jobs/${j.jobId}/runs?limit=1`,
+          );
+          const newest = page.runs[0];
+          if (
+            newest &&
+            newest.trigger !== "manual" &&
+            Date.parse(newest.scheduled_for) >= healthyFrom + 1000
+          )
+            fired.set(j.jobId, Date.parse(newest.scheduled_for));
+        }
+        return fired.size === live.length ? true : undefined;
+      },
+      60_000,
+      500,
+    );
     if (!allFired) o.log(`WARNING: only ${fired.size}/${live.length} jobs fired after recovery`);
     for (const j of live) {
       // The newest recorded occurrence: everything before it was enumerated by a healthy owner.
@@ -351,40 +486,64 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     for (const j of deleted) j.lastCheckedMs = last(j).sentMs;
     for (const j of live) {
       j.finalPause = { sentMs: Date.now() };
-      await call(() => c.apiUrl, keyOf(j.tenant), "PATCH", `/v1/jobs/${j.jobId}`, { enabled: false });
+      await call(() => c.apiUrl, keyOf(j.tenant), "PATCH", `/v1/jobs/${j.jobId}`, {
+        enabled: false,
+      });
       j.finalPause.ackMs = Date.now();
     }
     const pausedAt = Date.now();
     o.log(`jobs paused; ${ended()} executions finished so far`);
 
     // (d): every run terminal within lease TTL + retry bound (+ a slot re-ask period and slack).
-    const maxTask = Math.max(o.taskSeconds[1], o.longTasks?.seconds ?? 0) * 1000 + (o.executor === "docker" ? 3000 : 0);
-    const boundMs = 2 * o.runLeaseTtlMs + MAX_ATTEMPTS * (BACKOFF_S * 2000 + o.runLeaseTtlMs + maxTask + 1000) + 10_000 + 5_000;
+    const maxTask =
+      Math.max(o.taskSeconds[1], o.longTasks?.seconds ?? 0) * 1000 +
+      (o.executor === "docker" ? 3000 : 0);
+    const boundMs =
+      2 * o.runLeaseTtlMs +
+      MAX_ATTEMPTS * (BACKOFF_S * 2000 + o.runLeaseTtlMs + maxTask + 1000) +
+      10_000 +
+      5_000;
     const runsOf = new Map<string, RunRec[]>();
-    const allTerminal = await pollUntil(async () => {
-      for (const j of live) {
-        const prev = runsOf.get(j.jobId);
-        if (prev && prev.every((r) => TERMINAL.has(r.status))) continue;
-        runsOf.set(j.jobId, await allRuns(c, keyOf(j.tenant), j.jobId));
-      }
-      return [...runsOf.values()].every((rs) => rs.every((r) => TERMINAL.has(r.status))) ? true : undefined;
-    }, boundMs, 1000);
-    o.log(`${allTerminal ? "all runs terminal" : "runs still active"} ${Date.now() - pausedAt} ms after pausing (bound ${boundMs} ms)`);
+    const allTerminal = await pollUntil(
+      async () => {
+        for (const j of live) {
+          const prev = runsOf.get(j.jobId);
+          if (prev && prev.every((r) => TERMINAL.has(r.status))) continue;
+          runsOf.set(j.jobId, await allRuns(c, keyOf(j.tenant), j.jobId));
+        }
+        return [...runsOf.values()].every((rs) => rs.every((r) => TERMINAL.has(r.status)))
+          ? true
+          : undefined;
+      },
+      boundMs,
+      1000,
+    );
+    o.log(
+      `${allTerminal ? "all runs terminal" : "runs still active"} ${Date.now() - pausedAt} ms after pausing (bound ${boundMs} ms)`,
+    );
     // Re-read everything once more for the final picture.
     for (const j of live) runsOf.set(j.jobId, await allRuns(c, keyOf(j.tenant), j.jobId));
     const records = new Map<string, JobRecords>();
     for (const j of live) {
       const rs = runsOf.get(j.jobId) ?? [];
       const bySched = new Map<number, RunRec[]>();
-      for (const r of rs) if (r.trigger !== "manual") bySched.set(Date.parse(r.scheduled_for), [...(bySched.get(Date.parse(r.scheduled_for)) ?? []), r]);
+      for (const r of rs)
+        if (r.trigger !== "manual")
+          bySched.set(Date.parse(r.scheduled_for), [
+            ...(bySched.get(Date.parse(r.scheduled_for)) ?? []),
+            r,
+          ]);
       // An occurrence the listing lacks is looked up by its run id too: a record the listing
       // missed and a record never written are different bugs.
       const direct = new Map<number, string>();
       for (let t = Math.ceil(j.firstMs / 1000) * 1000; t <= j.lastCheckedMs; t += 1000) {
-        if (expectAt(j, t).expect === "one" && !bySched.has(t)) direct.set(t, (await runById(c, keyOf(j.tenant), runIdFor(j.jobId, t))).how);
+        if (expectAt(j, t).expect === "one" && !bySched.has(t))
+          direct.set(t, (await runById(c, keyOf(j.tenant), runIdFor(j.jobId, t))).how);
       }
       const manualIds = new Set(rs.filter((r) => r.trigger === "manual").map((r) => r.run_id));
-      for (const id of j.manual.acked) if (!manualIds.has(id)) o.log(`acknowledged manual run ${id} of ${j.jobId} not in its listing`);
+      for (const id of j.manual.acked)
+        if (!manualIds.has(id))
+          o.log(`acknowledged manual run ${id} of ${j.jobId} not in its listing`);
       records.set(j.jobId, { bySched, manual: manualIds.size, direct });
     }
     // A deleted job is not listed: its runs are looked up one by one (kept a minute past the delete,
@@ -432,7 +591,11 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     const occ = checkOccurrences(jobs, records, execs, faults, o.runLeaseTtlMs);
     violations.push(...occ.violations);
     for (const r of stuck) {
-      violations.push({ invariant: "d", text: `run ${r.run_id} (job ${r.job_id}, ${r.scheduled_for}) still ${r.status} ${boundMs} ms after pausing; attempts ${JSON.stringify(r.attempts.map((x) => [x.worker, x.outcome]))}`, faults: [] });
+      violations.push({
+        invariant: "d",
+        text: `run ${r.run_id} (job ${r.job_id}, ${r.scheduled_for}) still ${r.status} ${boundMs} ms after pausing; attempts ${JSON.stringify(r.attempts.map((x) => [x.worker, x.outcome]))}`,
+        faults: [],
+      });
     }
     const { max, e } = checkTenantCaps(execs, caps, faults, o.runLeaseTtlMs);
     violations.push(...e);
@@ -441,13 +604,17 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     const g = checkOutcomes(runs, execs, c.killTimes, faults, o.runLeaseTtlMs);
     violations.push(...g);
     const lateReplies = permissionViolations.filter(isLateReply);
-    const h = permissionViolations.filter((l) => !isLateReply(l)).map((l): Violation => ({ invariant: "h", text: `NATS refused a node: ${l}`, faults: [] }));
+    const h = permissionViolations
+      .filter((l) => !isLateReply(l))
+      .map((l): Violation => ({ invariant: "h", text: `NATS refused a node: ${l}`, faults: [] }));
     violations.push(...h);
 
     const runsByStatus: Record<string, number> = {};
     for (const r of runs) runsByStatus[r.status] = (runsByStatus[r.status] ?? 0) + 1;
     const attemptOutcomes: Record<string, number> = {};
-    for (const r of runs) for (const x of r.attempts) attemptOutcomes[x.outcome ?? "none"] = (attemptOutcomes[x.outcome ?? "none"] ?? 0) + 1;
+    for (const r of runs)
+      for (const x of r.attempts)
+        attemptOutcomes[x.outcome ?? "none"] = (attemptOutcomes[x.outcome ?? "none"] ?? 0) + 1;
     const faultCounts: Record<string, number> = {};
     for (const x of faults) faultCounts[x.kind] = (faultCounts[x.kind] ?? 0) + 1;
     const tenantMaxConcurrent: ChaosReport["tenantMaxConcurrent"] = {};
@@ -457,16 +624,40 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
     }
     const hasCap = o.tenants.some((t) => t.cap !== undefined);
     return {
-      seed: o.seed, executor: o.executor, natsServers, wallMs: Date.now() - t0, faultPhaseMs,
-      faults: faultCounts, faultsTotal: faults.length, pairs, recoveryTimeouts, nodeCrashes: c.crashes.length, natsPermissionViolations: permissionViolations.length, natsLateReplies: lateReplies.length, commands: commander.counts,
-      jobs: jobs.length, occurrences: occ.occurrences, runs: runs.length, runsByStatus,
+      seed: o.seed,
+      executor: o.executor,
+      natsServers,
+      wallMs: Date.now() - t0,
+      faultPhaseMs,
+      faults: faultCounts,
+      faultsTotal: faults.length,
+      pairs,
+      recoveryTimeouts,
+      nodeCrashes: c.crashes.length,
+      natsPermissionViolations: permissionViolations.length,
+      natsLateReplies: lateReplies.length,
+      commands: commander.counts,
+      jobs: jobs.length,
+      occurrences: occ.occurrences,
+      runs: runs.length,
+      runsByStatus,
       attempts: runs.reduce((n, r) => n + r.attempts.length, 0),
       attemptOutcomes,
-      executions: execs.length, openExecutions,
+      executions: execs.length,
+      openExecutions,
       invariants: {
-        a_attempt_twice: a.length, b_run_overlap: overlap.length,
-        c_missing: occ.missing, c_duplicate: occ.duplicate, c_uncalled: occ.uncalled, c_cancelled_by_change: occ.cancelledByChange, c_manual_extra: occ.manualExtra,
-        d_stuck: stuck.length, e_over_cap: hasCap ? e.length : null, f_run_again: f.length, g_outcome_unexecuted: g.length, h_permission: h.length,
+        a_attempt_twice: a.length,
+        b_run_overlap: overlap.length,
+        c_missing: occ.missing,
+        c_duplicate: occ.duplicate,
+        c_uncalled: occ.uncalled,
+        c_cancelled_by_change: occ.cancelledByChange,
+        c_manual_extra: occ.manualExtra,
+        d_stuck: stuck.length,
+        e_over_cap: hasCap ? e.length : null,
+        f_run_again: f.length,
+        g_outcome_unexecuted: g.length,
+        h_permission: h.length,
       },
       atLeastOnceReruns: reruns.length,
       cancelledRanUnderFault: occ.cancelledRanUnderFault,
@@ -475,7 +666,10 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
       examples: violations,
       reruns,
       crashes: [...c.crashes],
-      natsViolationLines: [...permissionViolations.filter((l) => !isLateReply(l)), ...lateReplies].slice(0, 10),
+      natsViolationLines: [
+        ...permissionViolations.filter((l) => !isLateReply(l)),
+        ...lateReplies,
+      ].slice(0, 10),
     };
   } finally {
     dockerLedger?.stop();
@@ -488,31 +682,77 @@ export async function runLedgerChaos(o: ChaosOptions, onCluster?: (stop: () => P
 /** A human report; the last line is one JSON object with the figures. */
 export function formatReport(r: ChaosReport, maxExamples = 10): string {
   const lines: string[] = [];
-  lines.push(`== ledger chaos (${r.executor}, ${r.natsServers === 3 ? "3-server NATS cluster, R3 buckets" : "one NATS server, R1 buckets"}), seed ${r.seed}, ${(r.wallMs / 1000).toFixed(0)} s wall, fault phase ${(r.faultPhaseMs / 1000).toFixed(0)} s`);
-  lines.push(`faults: ${r.faultsTotal} (${Object.entries(r.faults).map(([k, n]) => `${k} ${n}`).join(", ")}); two at once ${r.pairs} times; recovery timeouts ${r.recoveryTimeouts}`);
-  lines.push(`NATS permission violations logged: ${r.natsPermissionViolations}, of which late replies ${r.natsLateReplies}${r.natsViolationLines.map((l) => `\n    ${l}`).join("")}`);
-  lines.push(`nodes that exited by themselves (restarted): ${r.nodeCrashes}${r.crashes.map((x) => `\n    ${x.id} at ${new Date(x.atMs).toISOString()}, code ${x.code}: ${JSON.stringify(x.stderr.slice(-300))}`).join("")}`);
+  lines.push(
+    `== ledger chaos (${r.executor}, ${r.natsServers === 3 ? "3-server NATS cluster, R3 buckets" : "one NATS server, R1 buckets"}), seed ${r.seed}, ${(r.wallMs / 1000).toFixed(0)} s wall, fault phase ${(r.faultPhaseMs / 1000).toFixed(0)} s`,
+  );
+  lines.push(
+    `faults: ${r.faultsTotal} (${Object.entries(r.faults)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(", ")}); two at once ${r.pairs} times; recovery timeouts ${r.recoveryTimeouts}`,
+  );
+  lines.push(
+    `NATS permission violations logged: ${r.natsPermissionViolations}, of which late replies ${r.natsLateReplies}${r.natsViolationLines.map((l) => `\n    ${l}`).join("")}`,
+  );
+  lines.push(
+    `nodes that exited by themselves (restarted): ${r.nodeCrashes}${r.crashes.map((x) => `\n    ${x.id} at ${new Date(x.atMs).toISOString()}, code ${x.code}: ${JSON.stringify(x.stderr.slice(-300))}`).join("")}`,
+  );
   const cmd = r.commands;
-  lines.push(`commands during faults: pause ${cmd.pause}, resume ${cmd.resume}, new schedule ${cmd.patch}, delete ${cmd.delete}, run-now ${cmd.run_now} (+${cmd.run_now_unanswered} unanswered); never acknowledged ${cmd.unacknowledged}`);
-  lines.push(`jobs ${r.jobs}, occurrences checked ${r.occurrences}, run records ${r.runs} (${Object.entries(r.runsByStatus).map(([k, n]) => `${k} ${n}`).join(", ")})`);
-  lines.push(`attempts (API) ${r.attempts} (${Object.entries(r.attemptOutcomes).map(([k, n]) => `${k} ${n}`).join(", ")}), executions (ledger) ${r.executions}, executions never closed ${r.openExecutions}`);
+  lines.push(
+    `commands during faults: pause ${cmd.pause}, resume ${cmd.resume}, new schedule ${cmd.patch}, delete ${cmd.delete}, run-now ${cmd.run_now} (+${cmd.run_now_unanswered} unanswered); never acknowledged ${cmd.unacknowledged}`,
+  );
+  lines.push(
+    `jobs ${r.jobs}, occurrences checked ${r.occurrences}, run records ${r.runs} (${Object.entries(
+      r.runsByStatus,
+    )
+      .map(([k, n]) => `${k} ${n}`)
+      .join(", ")})`,
+  );
+  lines.push(
+    `attempts (API) ${r.attempts} (${Object.entries(r.attemptOutcomes)
+      .map(([k, n]) => `${k} ${n}`)
+      .join(
+        ", ",
+      )}), executions (ledger) ${r.executions}, executions never closed ${r.openExecutions}`,
+  );
   const inv = r.invariants;
   lines.push(`(a) attempt executed twice:        ${inv.a_attempt_twice}`);
   lines.push(`(b) executions of a run overlap:   ${inv.b_run_overlap}`);
-  lines.push(`(c) occurrence without a record:   ${inv.c_missing}; with several records: ${inv.c_duplicate}; not called for yet recorded or run: ${inv.c_uncalled}; cancelled by an earlier change: ${inv.c_cancelled_by_change}; manual runs beyond requests: ${inv.c_manual_extra}`);
+  lines.push(
+    `(c) occurrence without a record:   ${inv.c_missing}; with several records: ${inv.c_duplicate}; not called for yet recorded or run: ${inv.c_uncalled}; cancelled by an earlier change: ${inv.c_cancelled_by_change}; manual runs beyond requests: ${inv.c_manual_extra}`,
+  );
   lines.push(`(d) run stuck non-terminal:        ${inv.d_stuck}`);
   lines.push(`(e) tenant above its cap:          ${inv.e_over_cap ?? "not checked (no cap)"}`);
   lines.push(`(f) run again after it ended:      ${inv.f_run_again}`);
   lines.push(`(g) outcome with no execution:     ${inv.g_outcome_unexecuted}`);
   lines.push(`(h) NATS refused a node (not a late reply): ${inv.h_permission}`);
-  lines.push(`at-least-once re-runs (a run executed again after an execution that ended by itself, its worker or NATS hard-faulted between): ${r.atLeastOnceReruns}`);
-  lines.push(`cancelled occurrences executed by a worker faulted since the change: ${r.cancelledRanUnderFault}`);
-  for (const [t, m] of Object.entries(r.tenantMaxConcurrent)) lines.push(`    tenant ${t}: cap ${m.cap ?? "default"}, most runs executing at once ${m.maxSeen}`);
-  for (const v of r.examples.slice(0, maxExamples)) lines.push(`  [${v.invariant}] ${v.text}${v.faults.length ? `\n        near: ${v.faults.join("; ")}` : ""}`);
+  lines.push(
+    `at-least-once re-runs (a run executed again after an execution that ended by itself, its worker or NATS hard-faulted between): ${r.atLeastOnceReruns}`,
+  );
+  lines.push(
+    `cancelled occurrences executed by a worker faulted since the change: ${r.cancelledRanUnderFault}`,
+  );
+  for (const [t, m] of Object.entries(r.tenantMaxConcurrent))
+    lines.push(
+      `    tenant ${t}: cap ${m.cap ?? "default"}, most runs executing at once ${m.maxSeen}`,
+    );
+  for (const v of r.examples.slice(0, maxExamples))
+    lines.push(
+      `  [${v.invariant}] ${v.text}${v.faults.length ? `\n        near: ${v.faults.join("; ")}` : ""}`,
+    );
   if (r.examples.length > maxExamples) lines.push(`  … ${r.examples.length - maxExamples} more`);
-  for (const x of r.reruns.slice(0, maxExamples)) lines.push(`  [re-run] ${x.text}${x.faults.length ? `\n        near: ${x.faults.join("; ")}` : ""}`);
-  if (r.reruns.length > maxExamples) lines.push(`  … ${r.reruns.length - maxExamples} more re-runs`);
-  const { examples: _examples, reruns: _reruns, crashes: _crashes, natsViolationLines: _lines, ...figures } = r;
+  for (const x of r.reruns.slice(0, maxExamples))
+    lines.push(
+      `  [re-run] ${x.text}${x.faults.length ? `\n        near: ${x.faults.join("; ")}` : ""}`,
+    );
+  if (r.reruns.length > maxExamples)
+    lines.push(`  … ${r.reruns.length - maxExamples} more re-runs`);
+  const {
+    examples: _examples,
+    reruns: _reruns,
+    crashes: _crashes,
+    natsViolationLines: _lines,
+    ...figures
+  } = r;
   lines.push(JSON.stringify(figures));
   return lines.join("\n");
 }
@@ -522,4 +762,3 @@ export function ledgerClockWorks(): boolean {
   const r = spawnSync("/bin/sh", ["-c", "date +%s%3N"], { encoding: "utf8" });
   return /^\d{13}$/.test(r.stdout.trim());
 }
-

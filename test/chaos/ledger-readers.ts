@@ -8,7 +8,6 @@ import { existsSync, readFileSync } from "node:fs";
 import { dockerClient } from "../support/docker-image.ts";
 import type { Exec } from "./ledger-types.ts";
 
-
 /**
  * Watches the pids of started tasks that wrote no end line yet and records when each is gone: a
  * task killed with SIGKILL (a worker fencing itself kills without grace) cannot write a `killed`
@@ -45,7 +44,16 @@ export class PidWatcher {
     for (const line of text.split("\n")) {
       const f = line.trim().split(/\s+/);
       if (f.length < 8) continue;
-      const [kind, run, , fence, worker, , , pid] = f as [string, string, string, string, string, string, string, string];
+      const [kind, run, , fence, worker, , , pid] = f as [
+        string,
+        string,
+        string,
+        string,
+        string,
+        string,
+        string,
+        string,
+      ];
       const key = `${run}/${fence}/${worker}/${pid}`;
       if (kind === "start") this.#open.set(key, Number(pid));
       else this.#open.delete(key);
@@ -85,10 +93,30 @@ export function readProcessLedger(path: string, gone?: ReadonlyMap<string, numbe
   for (const line of readFileSync(path, "utf8").split("\n")) {
     const f = line.trim().split(/\s+/);
     if (f.length < 8) continue;
-    const [kind, run, attempt, fence, worker, ms, tenant, pid] = f as [string, string, string, string, string, string, string, string];
+    const [kind, run, attempt, fence, worker, ms, tenant, pid] = f as [
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+    ];
     const key = `${run}/${fence}/${worker}/${pid}`;
     if (kind === "start") {
-      execs.set(key, { run, attempt: Number(attempt), fence: Number(fence), worker, tenant, key, startMs: Number(ms), endMs: undefined, how: "open", endLine: false });
+      execs.set(key, {
+        run,
+        attempt: Number(attempt),
+        fence: Number(fence),
+        worker,
+        tenant,
+        key,
+        startMs: Number(ms),
+        endMs: undefined,
+        how: "open",
+        endLine: false,
+      });
     } else if ((kind === "end" || kind === "killed") && execs.has(key)) {
       const e = execs.get(key)!;
       if (kind === "end") e.endLine = true;
@@ -141,8 +169,16 @@ export class DockerLedger {
     const action = ev.Action ?? ev.status;
     if (action === "start") {
       this.execs.set(id, {
-        run: a["kairos.run_id"] ?? "?", attempt: Number(a["kairos.attempt"]), fence: Number(a["kairos.fence"]),
-        worker: a["kairos.worker_id"] ?? "?", tenant: a["kairos.tenant_id"] ?? "?", key: id, startMs: ms, endMs: undefined, how: "open", endLine: false,
+        run: a["kairos.run_id"] ?? "?",
+        attempt: Number(a["kairos.attempt"]),
+        fence: Number(a["kairos.fence"]),
+        worker: a["kairos.worker_id"] ?? "?",
+        tenant: a["kairos.tenant_id"] ?? "?",
+        key: id,
+        startMs: ms,
+        endMs: undefined,
+        how: "open",
+        endLine: false,
       });
     } else if (action === "die") {
       const e = this.execs.get(id);
@@ -172,4 +208,3 @@ interface DockerEvent {
   timeNano?: number;
   Actor?: { ID?: string; Attributes?: Record<string, string> };
 }
-

@@ -32,8 +32,10 @@ const fail = (why: string): never => {
   process.exit(2);
 };
 if (!(minutes > 0)) fail("--minutes must be a positive number");
-if (natsServers !== 1 && natsServers !== 3) fail("--nats-cluster must be 1 (one server, R1 buckets) or 3 (a 3-server cluster, R3 buckets)");
-if (!(commandShare >= 0 && commandShare <= 1)) fail("--commands must be a share of faults between 0 and 1");
+if (natsServers !== 1 && natsServers !== 3)
+  fail("--nats-cluster must be 1 (one server, R1 buckets) or 3 (a 3-server cluster, R3 buckets)");
+if (!(commandShare >= 0 && commandShare <= 1))
+  fail("--commands must be a share of faults between 0 and 1");
 if (!Number.isSafeInteger(seed) || seed < 0) fail("--seed must be a whole number ≥ 0");
 
 let stopCluster: (() => Promise<void>) | undefined;
@@ -50,13 +52,34 @@ const steps = [3, 4, 5, 6];
 const keepRuns = Math.max(1000, Math.ceil((minutes * 60) / Math.min(...steps)) + 200);
 
 try {
-  const report = await runLedgerChaos({
-    seed, executor: "process", natsServers: natsServers as 1 | 3, schedulers: 3, workers: Number(values.workers), slots: 8, partitions: 16,
-    tenants: [{ name: "alpha", jobs: 9 }, { name: "beta", jobs: 9 }, { name: "capped", jobs: 4, cap: 2 }],
-    runLeaseTtlMs: 3000, faults: { durationMs: minutes * 60_000, kinds: FAULT_KINDS }, faultEveryMs: Number(values["every-s"]) * 1000,
-    commandShare, taskSeconds: [1, 2], longTasks: { every: 6, seconds: 4.5 }, steps, ...(keepRuns > 1000 ? { keepRuns } : {}),
-    log: (l) => console.error(`[${new Date().toISOString()}] ${l}`),
-  }, (s) => { stopCluster = s; });
+  const report = await runLedgerChaos(
+    {
+      seed,
+      executor: "process",
+      natsServers: natsServers as 1 | 3,
+      schedulers: 3,
+      workers: Number(values.workers),
+      slots: 8,
+      partitions: 16,
+      tenants: [
+        { name: "alpha", jobs: 9 },
+        { name: "beta", jobs: 9 },
+        { name: "capped", jobs: 4, cap: 2 },
+      ],
+      runLeaseTtlMs: 3000,
+      faults: { durationMs: minutes * 60_000, kinds: FAULT_KINDS },
+      faultEveryMs: Number(values["every-s"]) * 1000,
+      commandShare,
+      taskSeconds: [1, 2],
+      longTasks: { every: 6, seconds: 4.5 },
+      steps,
+      ...(keepRuns > 1000 ? { keepRuns } : {}),
+      log: (l) => console.error(`[${new Date().toISOString()}] ${l}`),
+    },
+    (s) => {
+      stopCluster = s;
+    },
+  );
   console.log(formatReport(report, Number(values.examples)));
   process.exit(report.violations > 0 ? 1 : 0);
 } catch (e) {

@@ -20,23 +20,52 @@
  *   most one NATS server).
  */
 export const FAULT_KINDS = [
-  "kill9_scheduler", "sigterm_scheduler", "sigstop_scheduler",
-  "kill9_worker", "sigstop_worker", "cut_worker",
-  "nats_restart", "sigstop_nats", "kill9_nats_meta_leader", "kill9_nats_stream_leader", "kill9_nats_follower",
-  "rolling_workers_drain", "rolling_workers_kill9", "rolling_schedulers",
+  "kill9_scheduler",
+  "sigterm_scheduler",
+  "sigstop_scheduler",
+  "kill9_worker",
+  "sigstop_worker",
+  "cut_worker",
+  "nats_restart",
+  "sigstop_nats",
+  "kill9_nats_meta_leader",
+  "kill9_nats_stream_leader",
+  "kill9_nats_follower",
+  "rolling_workers_drain",
+  "rolling_workers_kill9",
+  "rolling_schedulers",
   "two_at_once",
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** Kinds that need a NATS cluster (a meta leader, stream leaders and their followers). */
-export const CLUSTER_ONLY: ReadonlySet<FaultKind> = new Set(["kill9_nats_meta_leader", "kill9_nats_stream_leader", "kill9_nats_follower"]);
+export const CLUSTER_ONLY: ReadonlySet<FaultKind> = new Set([
+  "kill9_nats_meta_leader",
+  "kill9_nats_stream_leader",
+  "kill9_nats_follower",
+]);
 /** Kinds that fault one process, which `two_at_once` combines. */
 export const SINGLE_KINDS: readonly FaultKind[] = [
-  "kill9_scheduler", "sigterm_scheduler", "sigstop_scheduler", "kill9_worker", "sigstop_worker", "cut_worker",
-  "nats_restart", "sigstop_nats", "kill9_nats_meta_leader", "kill9_nats_stream_leader", "kill9_nats_follower",
+  "kill9_scheduler",
+  "sigterm_scheduler",
+  "sigstop_scheduler",
+  "kill9_worker",
+  "sigstop_worker",
+  "cut_worker",
+  "nats_restart",
+  "sigstop_nats",
+  "kill9_nats_meta_leader",
+  "kill9_nats_stream_leader",
+  "kill9_nats_follower",
 ];
 /** Kinds whose process is a NATS server. */
-export const NATS_KINDS: ReadonlySet<FaultKind> = new Set(["nats_restart", "sigstop_nats", "kill9_nats_meta_leader", "kill9_nats_stream_leader", "kill9_nats_follower"]);
+export const NATS_KINDS: ReadonlySet<FaultKind> = new Set([
+  "nats_restart",
+  "sigstop_nats",
+  "kill9_nats_meta_leader",
+  "kill9_nats_stream_leader",
+  "kill9_nats_follower",
+]);
 
 /** One process a fault touched, and for how long its effects may last. */
 export interface Hit {
@@ -143,6 +172,12 @@ export interface RunRec {
   scheduled_for: string;
   status: string;
   trigger: string;
-  attempts: { worker: string | null; started_at: string | null; finished_at: string | null; outcome: string | null; error?: string | null }[];
+  attempts: {
+    worker: string | null;
+    started_at: string | null;
+    finished_at: string | null;
+    outcome: string | null;
+    error?: string | null;
+  }[];
   reason: string | null;
 }

@@ -14,12 +14,27 @@ import { createServer, type ServerResponse, type Server } from "node:http";
 import { openBuckets, type Buckets } from "../../src/cluster/buckets.ts";
 import { signWebhook } from "../../src/notify/webhook.ts";
 import type { RunView } from "../../src/protocol/model.ts";
-import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type Api,
+  type KairosFixture,
+} from "../support/kairos.ts";
 import type { NodeProc } from "../support/nodes.ts";
 
-interface Received { signature: string; deliveryId: string; body: string }
+interface Received {
+  signature: string;
+  deliveryId: string;
+  body: string;
+}
 
-const SCHEDULER_FLAGS = ["--webhook-allow-http", "--webhook-allow-private", "--lease-ttl-ms", "3000"];
+const SCHEDULER_FLAGS = [
+  "--webhook-allow-http",
+  "--webhook-allow-private",
+  "--lease-ttl-ms",
+  "3000",
+];
 
 describe("dead-letter outbox", { timeout: 180_000 }, () => {
   let fx: KairosFixture;
@@ -36,13 +51,20 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
   before(async () => {
     server = createServer((req, res) => {
       let body = "";
-      req.setEncoding("utf8").on("data", (c: string) => (body += c)).on("end", () => {
-        received.push({ signature: String(req.headers["kairos-signature"] ?? ""), deliveryId: String(req.headers["kairos-delivery-id"] ?? ""), body });
-        // The first delivery is never answered: the scheduler is killed while it waits.
-        if (received.length === 1) held.push(res);
-        else res.writeHead(204).end();
-        onReceive?.();
-      });
+      req
+        .setEncoding("utf8")
+        .on("data", (c: string) => (body += c))
+        .on("end", () => {
+          received.push({
+            signature: String(req.headers["kairos-signature"] ?? ""),
+            deliveryId: String(req.headers["kairos-delivery-id"] ?? ""),
+            body,
+          });
+          // The first delivery is never answered: the scheduler is killed while it waits.
+          if (received.length === 1) held.push(res);
+          else res.writeHead(204).end();
+          onReceive?.();
+        });
     });
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const addr = server.address();
@@ -73,15 +95,25 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
     return job.body.job_id;
   };
   const runNow = async (c: Api, jobId: string): Promise<string> => {
-    const r = await eventually(async () => {
-      const x = await c.call<{ run_id: string }>("POST", `/v1/jobs/${jobId}/runs`);
-      return x.status === 202 ? x.body.run_id : undefined;
-    }, 30_000, "run now accepted");
+    const r = await eventually(
+      async () => {
+        const x = await c.call<{ run_id: string }>("POST", `/v1/jobs/${jobId}/runs`);
+        return x.status === 202 ? x.body.run_id : undefined;
+      },
+      30_000,
+      "run now accepted",
+    );
     return r;
   };
   const waitReceived = (n: number, ms: number, phase: string) =>
     new Promise<void>((resolve, reject) => {
-      const t = setTimeout(() => reject(new Error(`${phase}: ${received.length} deliveries after ${ms} ms, expected ${n}`)), ms);
+      const t = setTimeout(
+        () =>
+          reject(
+            new Error(`${phase}: ${received.length} deliveries after ${ms} ms, expected ${n}`),
+          ),
+        ms,
+      );
       const check = () => {
         if (received.length >= n) {
           clearTimeout(t);
@@ -99,7 +131,10 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
     deadRunId = await runNow(api, jobId);
     await waitReceived(1, 60_000, "first delivery");
     assert.equal(received[0]!.deliveryId, deadRunId);
-    assert.ok(await buckets.runs.list("ob.*.*." + deadRunId).then((l) => l.length === 1), "outbox entry pending while the delivery is unanswered");
+    assert.ok(
+      await buckets.runs.list("ob.*.*." + deadRunId).then((l) => l.length === 1),
+      "outbox entry pending while the delivery is unanswered",
+    );
     s1.signal("SIGKILL");
     await s1.exited;
     fx.spawn("ob-s2", "scheduler", SCHEDULER_FLAGS);
@@ -112,25 +147,53 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
     assert.equal(payload.type, "run.dead_lettered");
     assert.equal(payload.run.run_id, deadRunId);
     assert.equal(payload.run.status, "failed");
-    await eventually(async () => ((await buckets.runs.list("ob.>")).length === 0 ? true : undefined), 20_000, "outbox entry deleted after the 2xx");
+    await eventually(
+      async () => ((await buckets.runs.list("ob.>")).length === 0 ? true : undefined),
+      20_000,
+      "outbox entry deleted after the 2xx",
+    );
   });
 
   it("dead letters are listed per tenant, paged, oldest first; another tenant sees none of them", async () => {
     const jobId = await failingJob(api);
     const more = [await runNow(api, jobId)];
-    await eventually(async () => ((await api.call<{ status: string }>("GET", `/v1/runs/${more[0]}`)).body.status === "failed" ? true : undefined), 60_000, "second run failed");
+    await eventually(
+      async () =>
+        (await api.call<{ status: string }>("GET", `/v1/runs/${more[0]}`)).body.status === "failed"
+          ? true
+          : undefined,
+      60_000,
+      "second run failed",
+    );
     more.push(await runNow(api, jobId));
-    await eventually(async () => ((await api.call<{ status: string }>("GET", `/v1/runs/${more[1]}`)).body.status === "failed" ? true : undefined), 60_000, "third run failed");
+    await eventually(
+      async () =>
+        (await api.call<{ status: string }>("GET", `/v1/runs/${more[1]}`)).body.status === "failed"
+          ? true
+          : undefined,
+      60_000,
+      "third run failed",
+    );
     const jobB = await failingJob(apiB);
     const runB = await runNow(apiB, jobB);
-    await eventually(async () => ((await apiB.call<{ status: string }>("GET", `/v1/runs/${runB}`)).body.status === "failed" ? true : undefined), 60_000, "tenant B's run failed");
+    await eventually(
+      async () =>
+        (await apiB.call<{ status: string }>("GET", `/v1/runs/${runB}`)).body.status === "failed"
+          ? true
+          : undefined,
+      60_000,
+      "tenant B's run failed",
+    );
 
     const seen: string[] = [];
     let cursor: string | null = null;
     let pages = 0;
     do {
       const q: string = cursor === null ? "" : `&cursor=${encodeURIComponent(cursor)}`;
-      const page = await api.call<{ runs: RunView[]; next_cursor: string | null }>("GET", `/v1/runs?status=dead_lettered&limit=2${q}`);
+      const page = await api.call<{ runs: RunView[]; next_cursor: string | null }>(
+        "GET",
+        `/v1/runs?status=dead_lettered&limit=2${q}`,
+      );
       assert.equal(page.status, 200, JSON.stringify(page.body));
       assert.ok(page.body.runs.length <= 2);
       for (const r of page.body.runs) {
@@ -143,11 +206,25 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
     assert.deepEqual(seen, [deadRunId, ...more], "every dead letter once, oldest first");
     assert.equal(pages, 2);
 
-    const b = await apiB.call<{ runs: RunView[]; next_cursor: string | null }>("GET", "/v1/runs?status=dead_lettered");
-    assert.deepEqual(b.body.runs.map((r) => r.run_id), [runB], "tenant B sees its own dead letter only");
+    const b = await apiB.call<{ runs: RunView[]; next_cursor: string | null }>(
+      "GET",
+      "/v1/runs?status=dead_lettered",
+    );
+    assert.deepEqual(
+      b.body.runs.map((r) => r.run_id),
+      [runB],
+      "tenant B sees its own dead letter only",
+    );
     const bad = await api.call<{ error: { code: string } }>("GET", "/v1/runs?status=failed");
     assert.equal(bad.status, 400);
-    const forged = await apiB.call("GET", `/v1/runs?status=dead_lettered&cursor=${encodeURIComponent(Buffer.from("dl\n0").toString("base64url"))}`);
-    assert.deepEqual((forged.body as { runs: RunView[] }).runs.map((r) => r.run_id), [runB], "a cursor cannot widen the tenant");
+    const forged = await apiB.call(
+      "GET",
+      `/v1/runs?status=dead_lettered&cursor=${encodeURIComponent(Buffer.from("dl\n0").toString("base64url"))}`,
+    );
+    assert.deepEqual(
+      (forged.body as { runs: RunView[] }).runs.map((r) => r.run_id),
+      [runB],
+      "a cursor cannot widen the tenant",
+    );
   });
 });

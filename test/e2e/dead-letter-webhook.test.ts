@@ -9,7 +9,10 @@ import { createServer, type Server } from "node:http";
 import { signWebhook } from "../../src/notify/webhook.ts";
 import { apiClient, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
 
-interface Received { signature: string; body: string }
+interface Received {
+  signature: string;
+  body: string;
+}
 
 describe("dead-letter webhook", { timeout: 120_000 }, () => {
   let fx: KairosFixture;
@@ -23,18 +26,24 @@ describe("dead-letter webhook", { timeout: 120_000 }, () => {
   before(async () => {
     server = createServer((req, res) => {
       let body = "";
-      req.setEncoding("utf8").on("data", (c: string) => (body += c)).on("end", () => {
-        received.push({ signature: String(req.headers["kairos-signature"] ?? ""), body });
-        res.writeHead(204).end();
-        onReceive?.();
-      });
+      req
+        .setEncoding("utf8")
+        .on("data", (c: string) => (body += c))
+        .on("end", () => {
+          received.push({ signature: String(req.headers["kairos-signature"] ?? ""), body });
+          res.writeHead(204).end();
+          onReceive?.();
+        });
     });
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const addr = server.address();
     const port = typeof addr === "object" && addr ? addr.port : 0;
     fx = await startKairosFixture();
     // The receiver is plain http on loopback: both are refused unless the operator allows them.
-    const node = fx.spawn("wh-1", "api,scheduler,worker", ["--webhook-allow-http", "--webhook-allow-private"]);
+    const node = fx.spawn("wh-1", "api,scheduler,worker", [
+      "--webhook-allow-http",
+      "--webhook-allow-private",
+    ]);
     const t = await fx.newTenant("hooked");
     tenantId = t.tenant_id;
     secret = (await fx.tenants.setWebhook(tenantId, `http://127.0.0.1:${port}/kairos`)).secret!;
@@ -53,13 +62,18 @@ describe("dead-letter webhook", { timeout: 120_000 }, () => {
     });
     assert.equal(job.status, 201);
     const run = await api.call<{ run_id: string }>("POST", `/v1/jobs/${job.body.job_id}/runs`);
-    const timeout = new Promise<never>((_, rej) => setTimeout(() => rej(new Error("no webhook within 30 s")), 30_000).unref());
+    const timeout = new Promise<never>((_, rej) =>
+      setTimeout(() => rej(new Error("no webhook within 30 s")), 30_000).unref(),
+    );
     await Promise.race([arrived, timeout]);
     const got = received[0]!;
     const t = Number(/^t=(\d+),/.exec(got.signature)?.[1]);
     assert.equal(got.signature, signWebhook(secret, t, got.body), "signature verifies");
     assert.ok(Math.abs(Date.now() / 1000 - t) < 60, "fresh timestamp");
-    const payload = JSON.parse(got.body) as { type: string; run: { run_id: string; status: string; tenant_id: string; result: { exit_code: number } } };
+    const payload = JSON.parse(got.body) as {
+      type: string;
+      run: { run_id: string; status: string; tenant_id: string; result: { exit_code: number } };
+    };
     assert.equal(payload.type, "run.dead_lettered");
     assert.equal(payload.run.run_id, run.body.run_id);
     assert.equal(payload.run.status, "failed");

@@ -5,10 +5,22 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type Api,
+  type KairosFixture,
+} from "../support/kairos.ts";
 import { dockerSkip, ensureTestImage, TEST_IMAGE } from "../support/docker-image.ts";
 
-interface Run { run_id: string; status: string; attempts: { outcome: string | null; error: string | null }[]; result: { exit_code: number | null; output: string } | null; reason: string | null }
+interface Run {
+  run_id: string;
+  status: string;
+  attempts: { outcome: string | null; error: string | null }[];
+  result: { exit_code: number | null; output: string } | null;
+  reason: string | null;
+}
 
 describe("jobs on the docker executor", { skip: dockerSkip(), timeout: 180_000 }, () => {
   let fx: KairosFixture;
@@ -29,14 +41,22 @@ describe("jobs on the docker executor", { skip: dockerSkip(), timeout: 180_000 }
   it("runs a task in a container: identity in env, output captured, not root, no network", async () => {
     const job = await api.call<{ job_id: string }>("POST", "/v1/jobs", {
       schedule: { at: new Date(Date.now() + 3600_000).toISOString() },
-      task: { image: TEST_IMAGE, args: ["/bin/sh", "-c", 'echo "run=$KAIROS_RUN_ID uid=$(id -u)"; ls /sys/class/net'], timeout_s: 30 },
+      task: {
+        image: TEST_IMAGE,
+        args: ["/bin/sh", "-c", 'echo "run=$KAIROS_RUN_ID uid=$(id -u)"; ls /sys/class/net'],
+        timeout_s: 30,
+      },
     });
     assert.equal(job.status, 201, JSON.stringify(job.body));
     const now = await api.call<Run>("POST", `/v1/jobs/${job.body.job_id}/runs`);
-    const done = await eventually(async () => {
-      const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
-      return r.status === "succeeded" || r.status === "failed" ? r : undefined;
-    }, 60_000, "docker run finished");
+    const done = await eventually(
+      async () => {
+        const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
+        return r.status === "succeeded" || r.status === "failed" ? r : undefined;
+      },
+      60_000,
+      "docker run finished",
+    );
     assert.equal(done.status, "succeeded", JSON.stringify(done));
     assert.equal(done.result?.output, `run=${now.body.run_id} uid=65534\nlo\n`);
   });
@@ -48,10 +68,14 @@ describe("jobs on the docker executor", { skip: dockerSkip(), timeout: 180_000 }
       retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 1 },
     });
     const now = await api.call<Run>("POST", `/v1/jobs/${job.body.job_id}/runs`);
-    const done = await eventually(async () => {
-      const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
-      return r.status === "failed" ? r : undefined;
-    }, 60_000, "run failed");
+    const done = await eventually(
+      async () => {
+        const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
+        return r.status === "failed" ? r : undefined;
+      },
+      60_000,
+      "run failed",
+    );
     assert.equal(done.attempts.length, 1);
     assert.match(done.reason ?? "", /not retryable/);
     assert.match(done.attempts[0]!.error ?? "", /does-not-exist/);

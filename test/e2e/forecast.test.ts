@@ -10,13 +10,19 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import { apiClient, eventually, startKairosFixture, type KairosFixture } from "../support/kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type KairosFixture,
+} from "../support/kairos.ts";
 
 const run = promisify(execFile);
 
 function gauge(text: string): number[] {
   const out = new Array<number>(60).fill(0);
-  for (const m of text.matchAll(/^kairos_forecast_runs_due\{minute="(\d+)"\} (\S+)$/gm)) out[Number(m[1])] = Number(m[2]);
+  for (const m of text.matchAll(/^kairos_forecast_runs_due\{minute="(\d+)"\} (\S+)$/gm))
+    out[Number(m[1])] = Number(m[2]);
   return out;
 }
 /** Runs due in minute m of a window starting at `startMs`: a's every minute, b's every fifth. */
@@ -41,7 +47,8 @@ describe("capacity forecast on a real cluster", { timeout: 180_000 }, () => {
     tenants.b = tb.tenant_id;
     const job = async (key: string, cron: string, enabled = true) => {
       const r = await apiClient(base, key).call("POST", "/v1/jobs", {
-        schedule: { cron, time_zone: "UTC" }, enabled,
+        schedule: { cron, time_zone: "UTC" },
+        enabled,
         task: { image: "busybox", args: ["true"], timeout_s: 10 },
       });
       assert.equal(r.status, 201, JSON.stringify(r.body));
@@ -59,18 +66,46 @@ describe("capacity forecast on a real cluster", { timeout: 180_000 }, () => {
   });
 
   it("the gauge summed over the schedulers equals the hand-computed forecast of the next hour", async () => {
-    await eventually(async () => {
-      const startMs = Math.floor(Date.now() / 60_000) * 60_000;
-      const per = await Promise.all(metricsUrls.map(async (u) => gauge(await (await fetch(u)).text())));
-      const total = per[0]!.map((v, m) => v + per[1]![m]!);
-      for (let m = 1; m < 60; m++) if (total[m] !== expected(startMs, m, "all")) return undefined;
-      return true;
-    }, 75_000, "forecast gauge = expected (refreshed 2 s after partition moves, then every minute)");
+    await eventually(
+      async () => {
+        const startMs = Math.floor(Date.now() / 60_000) * 60_000;
+        const per = await Promise.all(
+          metricsUrls.map(async (u) => gauge(await (await fetch(u)).text())),
+        );
+        const total = per[0]!.map((v, m) => v + per[1]![m]!);
+        for (let m = 1; m < 60; m++) if (total[m] !== expected(startMs, m, "all")) return undefined;
+        return true;
+      },
+      75_000,
+      "forecast gauge = expected (refreshed 2 s after partition moves, then every minute)",
+    );
   });
 
   it("kairos admin forecast --hours 2 --json: the cluster's forecast per minute and per tenant", async () => {
-    const { stdout } = await run(process.execPath, ["--import", "tsx", "src/cli/main.ts", "admin", "forecast", "--nats", fx.nats.url, "--nats-creds", fx.nats.credsFor("admin"), "--hours", "2", "--json"]);
-    const r = JSON.parse(stdout) as { from: string; minutes: number; total: number; per_minute: number[]; per_hour: number[]; tenants: { tenant_id: string; total: number; per_minute: number[] }[]; jobs_scanned: number; truncated: boolean };
+    const { stdout } = await run(process.execPath, [
+      "--import",
+      "tsx",
+      "src/cli/main.ts",
+      "admin",
+      "forecast",
+      "--nats",
+      fx.nats.url,
+      "--nats-creds",
+      fx.nats.credsFor("admin"),
+      "--hours",
+      "2",
+      "--json",
+    ]);
+    const r = JSON.parse(stdout) as {
+      from: string;
+      minutes: number;
+      total: number;
+      per_minute: number[];
+      per_hour: number[];
+      tenants: { tenant_id: string; total: number; per_minute: number[] }[];
+      jobs_scanned: number;
+      truncated: boolean;
+    };
     const startMs = Date.parse(r.from);
     assert.equal(startMs % 60_000, 0);
     assert.ok(Math.abs(Date.now() - startMs) < 120_000);

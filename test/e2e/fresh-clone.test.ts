@@ -12,13 +12,32 @@ import assert from "node:assert/strict";
 import { checkFreshClone } from "../../scripts/check-fresh-clone.ts";
 import { dockerSkip } from "../support/docker-image.ts";
 
-describe("fresh clone: npm start and the README quick start verbatim (docker)", { skip: dockerSkip(), timeout: 480_000 }, () => {
-  it("a run succeeds in a container with the README's output; Ctrl-C stops everything cleanly", { timeout: 480_000 }, async () => {
-    const log: string[] = [];
-    const report = await checkFreshClone({ readyTimeoutMs: 300_000, log: (l) => log.push(l) });
-    assert.ok(report.ok, `the fresh-clone check failed:\n${log.join("\n")}`);
-    assert.deepEqual(report.steps.map((s) => s.step), [
-      "clone", "engine before", "npm start ready", "quick start", "ran in a container", "Ctrl-C", "terminal output", "nothing left running", "engine after",
-    ]);
-  });
-});
+describe(
+  "fresh clone: npm start and the README quick start verbatim (docker)",
+  { skip: dockerSkip(), timeout: 480_000 },
+  () => {
+    it(
+      "a run succeeds in a container with the README's output; Ctrl-C stops everything cleanly",
+      { timeout: 480_000 },
+      async () => {
+        const log: string[] = [];
+        const report = await checkFreshClone({ readyTimeoutMs: 300_000, log: (l) => log.push(l) });
+        assert.ok(report.ok, `the fresh-clone check failed:\n${log.join("\n")}`);
+        assert.deepEqual(
+          report.steps.map((s) => s.step),
+          [
+            "clone",
+            "engine before",
+            "npm start ready",
+            "quick start",
+            "ran in a container",
+            "Ctrl-C",
+            "terminal output",
+            "nothing left running",
+            "engine after",
+          ],
+        );
+      },
+    );
+  },
+);

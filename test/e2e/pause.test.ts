@@ -6,10 +6,23 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type Api,
+  type KairosFixture,
+} from "../support/kairos.ts";
 
-interface Attempt { started_at: string | null }
-interface Run { run_id: string; status: string; reason: string | null; attempts: Attempt[] }
+interface Attempt {
+  started_at: string | null;
+}
+interface Run {
+  run_id: string;
+  status: string;
+  reason: string | null;
+  attempts: Attempt[];
+}
 const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
 
 describe("pause under a backlog", { timeout: 180_000 }, () => {
@@ -30,7 +43,10 @@ describe("pause under a backlog", { timeout: 180_000 }, () => {
     const out: Run[] = [];
     let cursor: string | undefined;
     do {
-      const r = await api.call<{ runs: Run[]; next_cursor: string | null }>("GET", `/v1/jobs/${jobId}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`);
+      const r = await api.call<{ runs: Run[]; next_cursor: string | null }>(
+        "GET",
+        `/v1/jobs/${jobId}/runs?limit=100${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
       assert.equal(r.status, 200, JSON.stringify(r.body));
       out.push(...r.body.runs);
       cursor = r.body.next_cursor ?? undefined;
@@ -42,33 +58,51 @@ describe("pause under a backlog", { timeout: 180_000 }, () => {
     const jobs: string[] = [];
     for (let i = 0; i < 3; i++) {
       const r = await api.call<{ job_id: string }>("POST", "/v1/jobs", {
-        name: `busy-${i}`, schedule: { cron: "* * * * * *", time_zone: "UTC" }, overlap: "allow",
+        name: `busy-${i}`,
+        schedule: { cron: "* * * * * *", time_zone: "UTC" },
+        overlap: "allow",
         task: { image: "noop", args: ["sleep", "2"], timeout_s: 60 },
       });
       assert.equal(r.status, 201, JSON.stringify(r.body));
       jobs.push(r.body.job_id);
     }
     // A backlog: runs waiting for a slot on every job.
-    await eventually(async () => {
-      const waiting = await Promise.all(jobs.map(async (j) => (await runsOf(j)).filter((r) => r.status === "queued").length));
-      return waiting.every((n) => n >= 3) ? waiting : undefined;
-    }, 60_000, "three runs waiting on every job");
+    await eventually(
+      async () => {
+        const waiting = await Promise.all(
+          jobs.map(async (j) => (await runsOf(j)).filter((r) => r.status === "queued").length),
+        );
+        return waiting.every((n) => n >= 3) ? waiting : undefined;
+      },
+      60_000,
+      "three runs waiting on every job",
+    );
     const pausedAt = new Map<string, number>();
-    await Promise.all(jobs.map(async (j) => {
-      const r = await api.call("PATCH", `/v1/jobs/${j}`, { enabled: false });
-      assert.equal(r.status, 200, JSON.stringify(r.body));
-      pausedAt.set(j, Date.now());
-    }));
+    await Promise.all(
+      jobs.map(async (j) => {
+        const r = await api.call("PATCH", `/v1/jobs/${j}`, { enabled: false });
+        assert.equal(r.status, 200, JSON.stringify(r.body));
+        pausedAt.set(j, Date.now());
+      }),
+    );
     // Every run ends: the running ones finish, the rest were cancelled by the pause.
-    const all = await eventually(async () => {
-      const runs = await Promise.all(jobs.map((j) => runsOf(j)));
-      return runs.every((rs) => rs.every((r) => TERMINAL.has(r.status))) ? runs : undefined;
-    }, 60_000, "every run of the paused jobs ended");
+    const all = await eventually(
+      async () => {
+        const runs = await Promise.all(jobs.map((j) => runsOf(j)));
+        return runs.every((rs) => rs.every((r) => TERMINAL.has(r.status))) ? runs : undefined;
+      },
+      60_000,
+      "every run of the paused jobs ended",
+    );
     let cancelled = 0;
     jobs.forEach((j, i) => {
       for (const r of all[i]!) {
         for (const a of r.attempts) {
-          if (a.started_at) assert.ok(Date.parse(a.started_at) <= pausedAt.get(j)!, `${r.run_id} started at ${a.started_at}, after its job's pause returned at ${new Date(pausedAt.get(j)!).toISOString()}`);
+          if (a.started_at)
+            assert.ok(
+              Date.parse(a.started_at) <= pausedAt.get(j)!,
+              `${r.run_id} started at ${a.started_at}, after its job's pause returned at ${new Date(pausedAt.get(j)!).toISOString()}`,
+            );
         }
         if (r.status === "cancelled") {
           assert.equal(r.reason, "job paused before it started");

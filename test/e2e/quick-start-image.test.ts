@@ -17,14 +17,19 @@ describe("quick-start image imported from the static busybox (docker)", { skip }
   const image = { repo: "kairos-test/quick-start-busybox", tag: `t${process.pid}` };
   const ref = `${image.repo}:${image.tag}`;
   after(async () => {
-    await docker.getImage(ref).remove({ force: true }).catch(() => undefined);
+    await docker
+      .getImage(ref)
+      .remove({ force: true })
+      .catch(() => undefined);
   });
 
   it("imports the image when missing, runs the quick start's command in it, and keeps it the next time", async () => {
     const made = await ensureQuickStartImage(docker, "/bin/busybox", image);
     assert.match(made, new RegExp(`^image ${ref} imported from /bin/busybox \\(\\d+ applets\\)$`));
     const container = await docker.createContainer({
-      Image: ref, Cmd: ["/bin/sh", "-c", "echo hello from $KAIROS_RUN_ID"], Env: ["KAIROS_RUN_ID=r1"],
+      Image: ref,
+      Cmd: ["/bin/sh", "-c", "echo hello from $KAIROS_RUN_ID"],
+      Env: ["KAIROS_RUN_ID=r1"],
       HostConfig: { NetworkMode: "none", AutoRemove: false },
     });
     try {
@@ -36,6 +41,9 @@ describe("quick-start image imported from the static busybox (docker)", { skip }
     } finally {
       await container.remove({ force: true });
     }
-    assert.equal(await ensureQuickStartImage(docker, "/bin/busybox", image), `image ${ref} present`);
+    assert.equal(
+      await ensureQuickStartImage(docker, "/bin/busybox", image),
+      `image ${ref} present`,
+    );
   });
 });

@@ -9,10 +9,23 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { apiClient, eventually, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type Api,
+  type KairosFixture,
+} from "../support/kairos.ts";
 
-interface Run { run_id: string; status: string; result: { exit_code: number | null; output: string } | null; attempts: { error: unknown }[] }
-interface ErrorBody { error?: { code: string; field: string; message: string } }
+interface Run {
+  run_id: string;
+  status: string;
+  result: { exit_code: number | null; output: string } | null;
+  attempts: { error: unknown }[];
+}
+interface ErrorBody {
+  error?: { code: string; field: string; message: string };
+}
 const inAnHour = () => ({ at: new Date(Date.now() + 3600_000).toISOString() });
 
 describe("the API refuses what the worker would refuse", { timeout: 120_000 }, () => {
@@ -28,7 +41,10 @@ describe("the API refuses what the worker would refuse", { timeout: 120_000 }, (
   });
 
   const create = (task: Record<string, unknown>) =>
-    api.call<ErrorBody & { job_id?: string }>("POST", "/v1/jobs", { schedule: inAnHour(), task: { image: "busybox", timeout_s: 30, ...task } });
+    api.call<ErrorBody & { job_id?: string }>("POST", "/v1/jobs", {
+      schedule: inAnHour(),
+      task: { image: "busybox", timeout_s: 30, ...task },
+    });
 
   it("400 for reserved names in any case and NUL bytes, 422 above the maxima; nothing is created", async () => {
     const refused: [Record<string, unknown>, number, string][] = [
@@ -45,18 +61,30 @@ describe("the API refuses what the worker would refuse", { timeout: 120_000 }, (
       assert.equal(r.status, status, `${JSON.stringify(task)}: ${JSON.stringify(r.body)}`);
       assert.equal(r.body.error?.field, field, JSON.stringify(r.body));
     }
-    assert.deepEqual((await api.call<{ jobs: unknown[] }>("GET", "/v1/jobs")).body.jobs, [], "nothing was created");
+    assert.deepEqual(
+      (await api.call<{ jobs: unknown[] }>("GET", "/v1/jobs")).body.jobs,
+      [],
+      "nothing was created",
+    );
   });
 
   it("a task at the edge of every rule is created and runs on the worker", async () => {
-    const job = await create({ args: ["/bin/sh", "-c", 'echo "$kairosx-$KAIROS-$KAIROS_ATTEMPT"'], env: { kairosx: "a", KAIROS: "b" }, resources: { memory_mb: 512, cpus: 2, pids: 512 } });
+    const job = await create({
+      args: ["/bin/sh", "-c", 'echo "$kairosx-$KAIROS-$KAIROS_ATTEMPT"'],
+      env: { kairosx: "a", KAIROS: "b" },
+      resources: { memory_mb: 512, cpus: 2, pids: 512 },
+    });
     assert.equal(job.status, 201, JSON.stringify(job.body));
     const now = await api.call<Run>("POST", `/v1/jobs/${job.body.job_id!}/runs`);
     assert.equal(now.status, 202, JSON.stringify(now.body));
-    const done = await eventually(async () => {
-      const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
-      return ["succeeded", "failed", "timed_out"].includes(r.status) ? r : undefined;
-    }, 60_000, "run finished");
+    const done = await eventually(
+      async () => {
+        const r = (await api.call<Run>("GET", `/v1/runs/${now.body.run_id}`)).body;
+        return ["succeeded", "failed", "timed_out"].includes(r.status) ? r : undefined;
+      },
+      60_000,
+      "run finished",
+    );
     assert.equal(done.status, "succeeded", JSON.stringify(done));
     assert.equal(done.result?.output, "a-b-1\n");
   });

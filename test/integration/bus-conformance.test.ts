@@ -90,7 +90,11 @@ function conformance(name: string, getPair: () => Pair): void {
       const { a, b } = getPair();
       const s = subj("q");
       const c = collector();
-      const subs = [b.subscribe(s, { queue: "g", callback: c.cb("m1") }), b.subscribe(s, { queue: "g", callback: c.cb("m2") }), a.subscribe(s, { queue: "g", callback: c.cb("m3") })];
+      const subs = [
+        b.subscribe(s, { queue: "g", callback: c.cb("m1") }),
+        b.subscribe(s, { queue: "g", callback: c.cb("m2") }),
+        a.subscribe(s, { queue: "g", callback: c.cb("m3") }),
+      ];
       const plain = collector();
       const p = b.subscribe(s, { callback: plain.cb("plain") });
       await b.flush();
@@ -147,7 +151,10 @@ function conformance(name: string, getPair: () => Pair): void {
       a.publish(s, enc("after"));
       await a.flush();
       await c.settle();
-      assert.deepEqual(c.got.map((g) => g.data), ["before"]);
+      assert.deepEqual(
+        c.got.map((g) => g.data),
+        ["before"],
+      );
     });
   });
 }

@@ -13,11 +13,34 @@ import { openBuckets } from "../../src/cluster/buckets.ts";
 import { encode } from "../../src/cluster/codec.ts";
 
 /** Runs `kairos node` until it prints `until` on stdout (then SIGTERM) or exits; returns its exit code and stderr. */
-function runNode(nats: NatsFixture, extra: string[], env: Record<string, string>, until?: RegExp): Promise<{ code: number | null; stderr: string; matched: boolean }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", "node", "--nats", nats.url, "--nats-creds", nats.credsFor(["worker"]), "--roles", "worker", "--node-id", `choice-${process.pid}`, ...extra], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ...env },
-  });
+function runNode(
+  nats: NatsFixture,
+  extra: string[],
+  env: Record<string, string>,
+  until?: RegExp,
+): Promise<{ code: number | null; stderr: string; matched: boolean }> {
+  const child = spawn(
+    process.execPath,
+    [
+      "--import",
+      "tsx",
+      "src/cli/main.ts",
+      "node",
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor(["worker"]),
+      "--roles",
+      "worker",
+      "--node-id",
+      `choice-${process.pid}`,
+      ...extra,
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, ...env },
+    },
+  );
   let stderr = "";
   let matched = false;
   const kill = setTimeout(() => child.kill("SIGKILL"), 60_000);
@@ -51,7 +74,9 @@ describe("executor choice", { timeout: 120_000 }, () => {
   });
 
   it("kairos node without --executor and without an engine refuses to start; no process fallback", async () => {
-    const r = await runNode(nats, [], { DOCKER_HOST: "unix:///nonexistent/kairos-test-docker.sock" });
+    const r = await runNode(nats, [], {
+      DOCKER_HOST: "unix:///nonexistent/kairos-test-docker.sock",
+    });
     assert.notEqual(r.code, 0, r.stderr);
     assert.match(r.stderr, /the docker executor needs a Docker engine, but none answered/);
   });

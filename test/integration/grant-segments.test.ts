@@ -28,9 +28,18 @@ after(async () => {
   await fx?.stop();
 });
 
-const ctx = { address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner: () => true, tell: () => undefined };
-const puts = (ids: string[], exp = 1): TenantEffect[] => ids.map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
-const dels = (ids: string[]): TenantEffect[] => ids.map((id) => ({ kind: "del_grant", run_id: id }));
+const ctx = {
+  address: { type: "tenant", id: "t1" },
+  partition: 3,
+  epoch: 1,
+  nodeId: "n",
+  stillOwner: () => true,
+  tell: () => undefined,
+};
+const puts = (ids: string[], exp = 1): TenantEffect[] =>
+  ids.map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
+const dels = (ids: string[]): TenantEffect[] =>
+  ids.map((id) => ({ kind: "del_grant", run_id: id }));
 const range = (p: string, n: number) => Array.from({ length: n }, (_, i) => `${p}${i}`);
 const reload = async (tenant: string) => {
   const running = new Map<string, number>();

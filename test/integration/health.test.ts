@@ -38,7 +38,12 @@ async function get(url: string): Promise<{ status: number; body: string }> {
   return { status: r.status, body: await r.text() };
 }
 
-async function waitForStatus(url: string, status: number, phase: string, timeoutMs: number): Promise<{ status: number; body: string }> {
+async function waitForStatus(
+  url: string,
+  status: number,
+  phase: string,
+  timeoutMs: number,
+): Promise<{ status: number; body: string }> {
   const deadline = Date.now() + timeoutMs;
   let last: { status: number; body: string } | string = "no answer yet";
   while (Date.now() < deadline) {
@@ -50,7 +55,9 @@ async function waitForStatus(url: string, status: number, phase: string, timeout
     }
     await new Promise((r) => setTimeout(r, 100));
   }
-  assert.fail(`${phase}: expected ${url} to answer ${status} within ${timeoutMs} ms; last answer: ${typeof last === "string" ? last : `${last.status} ${last.body}`}`);
+  assert.fail(
+    `${phase}: expected ${url} to answer ${status} within ${timeoutMs} ms; last answer: ${typeof last === "string" ? last : `${last.status} ${last.body}`}`,
+  );
 }
 
 describe("health and readiness", () => {
@@ -59,33 +66,55 @@ describe("health and readiness", () => {
   it("a scheduler+worker node is ready, not ready while NATS is down, ready again after", async () => {
     const server = nats.servers[0]!;
     p = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler", "worker"]) }, nodeId: "health-1", clusterName: "health", roles: ["scheduler", "worker"], partitions: 4 }),
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(["scheduler", "worker"]) },
+        nodeId: "health-1",
+        clusterName: "health",
+        roles: ["scheduler", "worker"],
+        partitions: 4,
+      }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, metricsPort: 0 },
     );
     assert.equal(p.api, undefined);
     const base = p.metrics!.url;
-    const ready = JSON.parse((await waitForStatus(`${base}/readyz`, 200, "start-up", 20_000)).body) as { ready: boolean; checks: Record<string, { ok: boolean }> };
+    const ready = JSON.parse(
+      (await waitForStatus(`${base}/readyz`, 200, "start-up", 20_000)).body,
+    ) as { ready: boolean; checks: Record<string, { ok: boolean }> };
     assert.equal(ready.ready, true);
     assert.deepEqual(Object.keys(ready.checks).sort(), ["executor", "nats", "partitions"]);
     const metrics = (await get(`${base}/metrics`)).body;
-    for (const name of Object.values(METRICS)) assert.match(metrics, new RegExp(`^# TYPE ${name} `, "m"), `${name} is exposed`);
+    for (const name of Object.values(METRICS))
+      assert.match(metrics, new RegExp(`^# TYPE ${name} `, "m"), `${name} is exposed`);
     assert.match(metrics, /^kairos_partitions_held 4$/m);
     assert.match(metrics, /^kairos_kv_op_seconds_count\{op="get",bucket="[a-z0-9_-]+"\} [1-9]/m);
 
     await server.stop();
-    const down = JSON.parse((await waitForStatus(`${base}/readyz`, 503, "NATS stopped", 15_000)).body) as { ready: boolean; checks: Record<string, { ok: boolean }> };
+    const down = JSON.parse(
+      (await waitForStatus(`${base}/readyz`, 503, "NATS stopped", 15_000)).body,
+    ) as { ready: boolean; checks: Record<string, { ok: boolean }> };
     assert.equal(down.ready, false);
     assert.equal(down.checks["nats"]?.ok, false);
     assert.equal((await get(`${base}/healthz`)).status, 200, "liveness does not depend on NATS");
 
-    restarted = await launchNatsServer({ storeDir: server.storeDir, port: server.port, auth: nats.auth });
+    restarted = await launchNatsServer({
+      storeDir: server.storeDir,
+      port: server.port,
+      auth: nats.auth,
+    });
     await waitForStatus(`${base}/readyz`, 200, "NATS restarted", 30_000);
     await p.stop();
   });
 
   it("an API node serves /healthz and /readyz on its API port, /metrics only on its metrics listener", async () => {
     const api = await startKairos(
-      makeNodeConfig({ natsUrl: restarted?.url ?? nats.url, natsAuth: { credsFile: nats.credsFor(["api"]) }, nodeId: "health-api", clusterName: "health", roles: ["api"] }),
+      makeNodeConfig({
+        natsUrl: restarted?.url ?? nats.url,
+        natsAuth: { credsFile: nats.credsFor(["api"]) },
+        nodeId: "health-api",
+        clusterName: "health",
+        roles: ["api"],
+      }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
     );
     try {
@@ -105,47 +134,102 @@ describe("health and readiness", () => {
     const token = "t0ken-for-the-metrics-listener";
     const start = (nodeId: string, tenantLabels: boolean) =>
       startKairos(
-        makeNodeConfig({ natsUrl: restarted?.url ?? nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) }, nodeId, clusterName: "health", roles: ["api", "scheduler", "worker"], partitions: 4 }),
-        { executor: "noop", workerSlots: 2, apiHost: "127.0.0.1", apiPort: 0, metricsPort: 0, metricsToken: token, metricsTenantLabels: tenantLabels },
+        makeNodeConfig({
+          natsUrl: restarted?.url ?? nats.url,
+          natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) },
+          nodeId,
+          clusterName: "health",
+          roles: ["api", "scheduler", "worker"],
+          partitions: 4,
+        }),
+        {
+          executor: "noop",
+          workerSlots: 2,
+          apiHost: "127.0.0.1",
+          apiPort: 0,
+          metricsPort: 0,
+          metricsToken: token,
+          metricsTenantLabels: tenantLabels,
+        },
       );
     // Tenants are written as admin (a node's own NATS user may not mint API keys).
-    const adminNc = await connectNats({ url: restarted?.url ?? nats.url, name: "health-admin", credsFile: nats.credsFor("admin") });
-    const admin = new KvTenantDirectory((await openBuckets(adminNc, { clusterName: "health", replicas: 1 })).tenants, { clock: systemClock });
-    const runOnce = async (p: KairosProcess, name: string): Promise<{ tenantId: string; text: string }> => {
+    const adminNc = await connectNats({
+      url: restarted?.url ?? nats.url,
+      name: "health-admin",
+      credsFile: nats.credsFor("admin"),
+    });
+    const admin = new KvTenantDirectory(
+      (await openBuckets(adminNc, { clusterName: "health", replicas: 1 })).tenants,
+      { clock: systemClock },
+    );
+    const runOnce = async (
+      p: KairosProcess,
+      name: string,
+    ): Promise<{ tenantId: string; text: string }> => {
       const t = await admin.createTenant(name);
-      const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
+      const call = async (
+        method: string,
+        path: string,
+        body?: unknown,
+      ): Promise<{ status: number; json: Record<string, unknown> }> => {
         const res = await fetch(`${p.api!.url}${path}`, {
-          method, headers: { authorization: `Bearer ${t.apiKey}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+          method,
+          headers: {
+            authorization: `Bearer ${t.apiKey}`,
+            ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          },
           ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
         });
         return { status: res.status, json: (await res.json()) as Record<string, unknown> };
       };
       await waitForStatus(`${p.metrics!.url}/readyz`, 200, "node start-up", 20_000);
-      const job = await call("POST", "/v1/jobs", { schedule: { at: new Date(Date.now() + 3600_000).toISOString() }, task: { image: "busybox", args: ["true"], timeout_s: 10 } });
+      const job = await call("POST", "/v1/jobs", {
+        schedule: { at: new Date(Date.now() + 3600_000).toISOString() },
+        task: { image: "busybox", args: ["true"], timeout_s: 10 },
+      });
       assert.equal(job.status, 201, JSON.stringify(job.json));
       const run = await call("POST", `/v1/jobs/${String(job.json["job_id"])}/runs`);
       assert.equal(run.status, 202, JSON.stringify(run.json));
       const deadline = Date.now() + 20_000;
       let status = "";
       while (status !== "succeeded") {
-        if (Date.now() > deadline) assert.fail(`run ${String(run.json["run_id"])} did not succeed within 20 s; last status ${status}`);
-        status = String((await call("GET", `/v1/runs/${String(run.json["run_id"])}`)).json["status"]);
+        if (Date.now() > deadline)
+          assert.fail(
+            `run ${String(run.json["run_id"])} did not succeed within 20 s; last status ${status}`,
+          );
+        status = String(
+          (await call("GET", `/v1/runs/${String(run.json["run_id"])}`)).json["status"],
+        );
         if (status !== "succeeded") await new Promise((r) => setTimeout(r, 100));
       }
-      const res = await fetch(`${p.metrics!.url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
+      const res = await fetch(`${p.metrics!.url}/metrics`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
       assert.equal(res.status, 200);
       return { tenantId: t.tenant.tenant_id, text: await res.text() };
     };
 
     const plain = await start("health-plain", false);
     try {
-      for (const auth of [undefined, "Bearer wrong-token-of-some-length", `Basic ${token}`, `Bearer ${token}x`]) {
-        const r = await fetch(`${plain.metrics!.url}/metrics`, auth === undefined ? {} : { headers: { authorization: auth } });
+      for (const auth of [
+        undefined,
+        "Bearer wrong-token-of-some-length",
+        `Basic ${token}`,
+        `Bearer ${token}x`,
+      ]) {
+        const r = await fetch(
+          `${plain.metrics!.url}/metrics`,
+          auth === undefined ? {} : { headers: { authorization: auth } },
+        );
         const body = await r.text();
         assert.equal(r.status, 401, `${auth ?? "no header"}: ${body}`);
         assert.doesNotMatch(body, /kairos_/);
       }
-      assert.equal((await get(`${plain.metrics!.url}/healthz`)).status, 200, "probes need no token");
+      assert.equal(
+        (await get(`${plain.metrics!.url}/healthz`)).status,
+        200,
+        "probes need no token",
+      );
       assert.equal((await get(`${plain.api!.url}/metrics`)).status, 404);
       const { tenantId, text } = await runOnce(plain, "metrics-plain");
       assert.match(text, /^kairos_attempts_total\{outcome="succeeded"\} [1-9]/m);
@@ -157,7 +241,10 @@ describe("health and readiness", () => {
     const labelled = await start("health-labelled", true);
     try {
       const { tenantId, text } = await runOnce(labelled, "metrics-labelled");
-      assert.match(text, new RegExp(`^kairos_attempts_total\\{tenant="${tenantId}",outcome="succeeded"\\} 1$`, "m"));
+      assert.match(
+        text,
+        new RegExp(`^kairos_attempts_total\\{tenant="${tenantId}",outcome="succeeded"\\} 1$`, "m"),
+      );
     } finally {
       await labelled.stop();
       await adminNc.close();

@@ -13,7 +13,12 @@ import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { seededRandom } from "../../src/lib/random.ts";
 import { FaultyKv, HistoryKv, KvView } from "../sim/faulty-kv.ts";
-import { REPLICA_READ, type KvChange, type KvStore, type ReadOptions } from "../../src/cluster/kv.ts";
+import {
+  REPLICA_READ,
+  type KvChange,
+  type KvStore,
+  type ReadOptions,
+} from "../../src/cluster/kv.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -58,12 +63,21 @@ type Probe = keyof typeof AFTER;
 const PROBES = Object.keys(AFTER) as Probe[];
 
 /** `${p}.<probe>` read with `opts`: true when every value is the acknowledged one. */
-async function fresh(kv: KvStore, p: string, opts?: ReadOptions): Promise<{ ok: boolean; seen: string }> {
-  const got = await Promise.all(PROBES.map(async (n) => {
-    const e = await kv.get(`${p}.${n}`, opts);
-    return e && dec(e.value);
-  }));
-  return { ok: PROBES.every((n, i) => got[i] === AFTER[n]), seen: PROBES.map((n, i) => `${n}=${got[i]}`).join(" ") };
+async function fresh(
+  kv: KvStore,
+  p: string,
+  opts?: ReadOptions,
+): Promise<{ ok: boolean; seen: string }> {
+  const got = await Promise.all(
+    PROBES.map(async (n) => {
+      const e = await kv.get(`${p}.${n}`, opts);
+      return e && dec(e.value);
+    }),
+  );
+  return {
+    ok: PROBES.every((n, i) => got[i] === AFTER[n]),
+    seen: PROBES.map((n, i) => `${n}=${got[i]}`).join(" "),
+  };
 }
 
 /** The first writes (before a fault), then the acknowledged ones a read must see. */
@@ -110,14 +124,23 @@ async function readThrough(reader: KvStore, p: string, phase: string): Promise<T
     if ("error" in leader) out.leaderErrors++;
     else {
       out.leaderReads++;
-      assert.ok(leader.ok, `${phase}: leader read ${out.leaderReads} after the writes were acknowledged is stale: ${leader.seen}`);
+      assert.ok(
+        leader.ok,
+        `${phase}: leader read ${out.leaderReads} after the writes were acknowledged is stale: ${leader.seen}`,
+      );
     }
     const replica = await attempt(() => fresh(reader, p, REPLICA_READ));
     if (!("error" in replica) && !replica.ok) out.staleReplicaReads++;
     if (out.leaderReads > 0 && !("error" in replica) && replica.ok) break;
-    assert.ok(Date.now() < deadline, `${phase}: no fresh replica read in 20 s (${"error" in replica ? replica.error : replica.seen}; ${out.leaderReads} leader reads answered)`);
+    assert.ok(
+      Date.now() < deadline,
+      `${phase}: no fresh replica read in 20 s (${"error" in replica ? replica.error : replica.seen}; ${out.leaderReads} leader reads answered)`,
+    );
   }
-  assert.deepEqual((await reader.list(`${p}.*`)).map((e) => [e.key, dec(e.value)]).sort(), [[`${p}.created`, "new"], [`${p}.updated`, "2"]]);
+  assert.deepEqual((await reader.list(`${p}.*`)).map((e) => [e.key, dec(e.value)]).sort(), [
+    [`${p}.created`, "new"],
+    [`${p}.updated`, "2"],
+  ]);
   return out;
 }
 
@@ -125,7 +148,11 @@ async function readThrough(reader: KvStore, p: string, phase: string): Promise<T
 const FILL_WRITES = 2000;
 const FILL_BYTES = 1000;
 
-const FAULTS = ["a follower stopped and resumed", "a follower killed and restarted", "the leader stopped and resumed"] as const;
+const FAULTS = [
+  "a follower stopped and resumed",
+  "a follower killed and restarted",
+  "the leader stopped and resumed",
+] as const;
 type Fault = (typeof FAULTS)[number];
 
 type Reader = { kv: KvStore; close(): Promise<void> };
@@ -137,7 +164,16 @@ type Reader = { kv: KvStore; close(): Promise<void> };
  * replica reads through it were stale before it could be read from (`fresh(..., REPLICA_READ)`
  * on `p`, the former leader only: see below).
  */
-async function injectAround(replicas: Replicas, fault: Fault, down: number, write: () => Promise<void>, fill: () => Promise<void>, reader: Reader, writer: number, p: string): Promise<{ reader: Reader; staleMeanwhile: number }> {
+async function injectAround(
+  replicas: Replicas,
+  fault: Fault,
+  down: number,
+  write: () => Promise<void>,
+  fill: () => Promise<void>,
+  reader: Reader,
+  writer: number,
+  p: string,
+): Promise<{ reader: Reader; staleMeanwhile: number }> {
   switch (fault) {
     case "a follower stopped and resumed":
       await replicas.pause(down);
@@ -177,7 +213,10 @@ async function injectAround(replicas: Replicas, fault: Fault, down: number, writ
         const view = await replicas.leaderView(writer).catch(() => null);
         const ago = view && view.leader !== down ? view.heardMsAgo[down] : undefined;
         if (ago !== undefined && ago < asked - resumedAt) return { reader, staleMeanwhile };
-        assert.ok(Date.now() < deadline, `the new leader has not heard from server ${down} in 30 s since it resumed`);
+        assert.ok(
+          Date.now() < deadline,
+          `the new leader has not heard from server ${down} in 30 s since it resumed`,
+        );
       }
     }
     default:
@@ -187,43 +226,66 @@ async function injectAround(replicas: Replicas, fault: Fault, down: number, writ
 
 function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Replicas): void {
   describe(`KvStore conformance: ${name}`, () => {
-    it("a read after an acknowledged write sees it, also through a replica stopped, killed or deposed meanwhile", { timeout: 180_000 }, async (t) => {
-      const base = k("raw");
-      const replicas = getReplicas?.();
-      if (!replicas) {
-        // One copy: the read follows the write on the same store.
-        const kv = getKv();
-        await writeBefore(kv, base);
-        await writeAfter(kv, base);
-        assert.deepEqual(await readThrough(kv, base, "one copy"), { leaderReads: 1, leaderErrors: 0, staleReplicaReads: 0 });
-        return;
-      }
-      for (const [n, fault] of FAULTS.entries()) {
-        const p = `${base}.${n}`;
-        const { leader, followers } = await replicas.roles();
-        const down = fault === "the leader stopped and resumed" ? leader : followers[0];
-        const writerAt = followers[1];
-        const writer = await replicas.via(writerAt);
-        let reader = await replicas.via(down);
-        try {
-          await writeBefore(writer.kv, p);
-          // Until a replica read through it shows the first writes, so a stale answer shows them.
-          while ((await reader.kv.get(`${p}.deleted`, REPLICA_READ)) === null) await new Promise((r) => setImmediate(r));
-          const fill = async () => {
-            const value = new Uint8Array(FILL_BYTES).fill(120);
-            for (let i = 0; i < FILL_WRITES; i += 100) await Promise.all(Array.from({ length: 100 }, (_, j) => writer.kv.put(`${p}.fill.${i + j}`, value)));
-          };
-          const around = await injectAround(replicas, fault, down, () => writeAfter(writer.kv, p), fill, reader, writerAt, p);
-          reader = around.reader;
-          const r = await readThrough(reader.kv, p, fault);
-          t.diagnostic(`${fault}: ${r.leaderReads} leader reads through it, none stale (${r.leaderErrors} failed); replica reads stale before it caught up: ${around.staleMeanwhile} while it could still be leader, ${r.staleReplicaReads} after`);
-        } finally {
-          replicas.resume(down); // a failed assertion must not leave it frozen
-          await reader.close();
-          await writer.close();
+    it(
+      "a read after an acknowledged write sees it, also through a replica stopped, killed or deposed meanwhile",
+      { timeout: 180_000 },
+      async (t) => {
+        const base = k("raw");
+        const replicas = getReplicas?.();
+        if (!replicas) {
+          // One copy: the read follows the write on the same store.
+          const kv = getKv();
+          await writeBefore(kv, base);
+          await writeAfter(kv, base);
+          assert.deepEqual(await readThrough(kv, base, "one copy"), {
+            leaderReads: 1,
+            leaderErrors: 0,
+            staleReplicaReads: 0,
+          });
+          return;
         }
-      }
-    });
+        for (const [n, fault] of FAULTS.entries()) {
+          const p = `${base}.${n}`;
+          const { leader, followers } = await replicas.roles();
+          const down = fault === "the leader stopped and resumed" ? leader : followers[0];
+          const writerAt = followers[1];
+          const writer = await replicas.via(writerAt);
+          let reader = await replicas.via(down);
+          try {
+            await writeBefore(writer.kv, p);
+            // Until a replica read through it shows the first writes, so a stale answer shows them.
+            while ((await reader.kv.get(`${p}.deleted`, REPLICA_READ)) === null)
+              await new Promise((r) => setImmediate(r));
+            const fill = async () => {
+              const value = new Uint8Array(FILL_BYTES).fill(120);
+              for (let i = 0; i < FILL_WRITES; i += 100)
+                await Promise.all(
+                  Array.from({ length: 100 }, (_, j) => writer.kv.put(`${p}.fill.${i + j}`, value)),
+                );
+            };
+            const around = await injectAround(
+              replicas,
+              fault,
+              down,
+              () => writeAfter(writer.kv, p),
+              fill,
+              reader,
+              writerAt,
+              p,
+            );
+            reader = around.reader;
+            const r = await readThrough(reader.kv, p, fault);
+            t.diagnostic(
+              `${fault}: ${r.leaderReads} leader reads through it, none stale (${r.leaderErrors} failed); replica reads stale before it caught up: ${around.staleMeanwhile} while it could still be leader, ${r.staleReplicaReads} after`,
+            );
+          } finally {
+            replicas.resume(down); // a failed assertion must not leave it frozen
+            await reader.close();
+            await writer.close();
+          }
+        }
+      },
+    );
 
     it("create writes once; a second create is a conflict, not an exception", async () => {
       const kv = getKv();
@@ -266,7 +328,10 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       assert.equal(await kv.get(key), null);
       const a = await kv.create(key, enc("x"));
       assert.ok(a.ok);
-      assert.deepEqual(await kv.delete(key, a.revision + 100), { ok: false, conflict: "revision_mismatch" });
+      assert.deepEqual(await kv.delete(key, a.revision + 100), {
+        ok: false,
+        conflict: "revision_mismatch",
+      });
       assert.equal((await kv.delete(key, a.revision)).ok, true);
       assert.equal(await kv.get(key), null);
       const again = await kv.create(key, enc("y"));
@@ -283,7 +348,10 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       assert.ok(gone.ok);
       await kv.delete(`${base}.a.4`);
       const got = await kv.list(`${base}.a.*`);
-      assert.deepEqual(got.map((e) => e.key), [`${base}.a.1`, `${base}.a.3`]);
+      assert.deepEqual(
+        got.map((e) => e.key),
+        [`${base}.a.1`, `${base}.a.3`],
+      );
       assert.deepEqual((await kv.list(`${base}.>`)).length, 3);
       assert.deepEqual(await kv.list(`${base}.zzz.>`), []);
     });
@@ -296,10 +364,19 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       await kv.put(`${base}.b.9`, enc("9"));
       await kv.delete(`${base}.a.3`);
       const p1 = await kv.scan(`${base}.a.*`, 0, 2);
-      assert.deepEqual(p1.entries.map((e) => dec(e.value)), ["1", "2"]);
+      assert.deepEqual(
+        p1.entries.map((e) => dec(e.value)),
+        ["1", "2"],
+      );
       assert.equal(p1.next, revs[1]);
       const p2 = await kv.scan(`${base}.a.*`, p1.next, 2);
-      assert.deepEqual(p2.entries.map((e) => [e.key, dec(e.value)]), [[`${base}.a.4`, "4"], [`${base}.a.5`, "5"]]);
+      assert.deepEqual(
+        p2.entries.map((e) => [e.key, dec(e.value)]),
+        [
+          [`${base}.a.4`, "4"],
+          [`${base}.a.5`, "5"],
+        ],
+      );
       assert.equal(p2.next, null);
       assert.deepEqual(await kv.scan(`${base}.a.*`, revs[4]!, 2), { entries: [], next: null });
       assert.deepEqual(await kv.scan(`${base}.zzz.>`, 0, 10), { entries: [], next: null });
@@ -312,12 +389,16 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       const seen: KvChange[] = [];
       let readyAt = -1;
       let notify: (() => void) | undefined;
-      const w = await kv.watch(`${base}.>`, (c) => {
-        seen.push(c);
-        notify?.();
-      }, () => {
-        readyAt = seen.length;
-      });
+      const w = await kv.watch(
+        `${base}.>`,
+        (c) => {
+          seen.push(c);
+          notify?.();
+        },
+        () => {
+          readyAt = seen.length;
+        },
+      );
       const waitFor = (n: number) =>
         new Promise<void>((resolve) => {
           if (seen.length >= n) return resolve();
@@ -329,19 +410,26 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       await kv.delete(`${base}.x`);
       await waitFor(3);
       w.stop();
-      assert.deepEqual(seen.map((c) => [c.key, c.value && dec(c.value)]), [
-        [`${base}.x`, "1"],
-        [`${base}.y`, "2"],
-        [`${base}.x`, null],
-      ]);
+      assert.deepEqual(
+        seen.map((c) => [c.key, c.value && dec(c.value)]),
+        [
+          [`${base}.x`, "1"],
+          [`${base}.y`, "2"],
+          [`${base}.x`, null],
+        ],
+      );
     });
 
     it("watch on an empty filter is ready at once", async () => {
       const kv = getKv();
       let ready = false;
-      const w = await kv.watch(`${k("empty")}.>`, () => assert.fail("no entries expected"), () => {
-        ready = true;
-      });
+      const w = await kv.watch(
+        `${k("empty")}.>`,
+        () => assert.fail("no entries expected"),
+        () => {
+          ready = true;
+        },
+      );
       await new Promise<void>((r) => setImmediate(r));
       w.stop();
       assert.equal(ready, true);
@@ -358,18 +446,30 @@ function conformance(name: string, getKv: () => KvStore, getReplicas?: () => Rep
       assert.ok(gone.ok);
       await kv.delete(`${base}.a.4`);
       const names = async (f: string) => (await kv.keys!(f)).map((x) => x.key).sort();
-      assert.deepEqual((await kv.keys(`${base}.a.*`)).sort((a, b) => a.revision - b.revision), [{ key: `${base}.a.1`, revision: one }, { key: `${base}.a.2`, revision: two }]);
+      assert.deepEqual(
+        (await kv.keys(`${base}.a.*`)).sort((a, b) => a.revision - b.revision),
+        [
+          { key: `${base}.a.1`, revision: one },
+          { key: `${base}.a.2`, revision: two },
+        ],
+      );
       await kv.purge(`${base}.a.2`);
       assert.equal(await kv.get(`${base}.a.2`), null);
       assert.deepEqual(await names(`${base}.a.*`), [`${base}.a.1`]);
-      assert.deepEqual(await kv.update(`${base}.a.2`, enc("x"), two), { ok: false, conflict: "revision_mismatch" });
+      assert.deepEqual(await kv.update(`${base}.a.2`, enc("x"), two), {
+        ok: false,
+        conflict: "revision_mismatch",
+      });
       // Below a revision: only older keys go.
       const five = await kv.put(`${base}.a.5`, enc("5"));
       await kv.purge(`${base}.a.*`, five);
       assert.deepEqual(await names(`${base}.>`), [`${base}.a.5`, `${base}.b.3`]);
       await kv.purge(`${base}.a.*`);
       assert.deepEqual(await names(`${base}.>`), [`${base}.b.3`]);
-      assert.deepEqual((await kv.list(`${base}.>`)).map((e) => e.key), [`${base}.b.3`]);
+      assert.deepEqual(
+        (await kv.list(`${base}.>`)).map((e) => e.key),
+        [`${base}.b.3`],
+      );
       assert.ok((await kv.create(`${base}.a.2`, enc("again"))).ok);
       assert.deepEqual(await names(`${k("none")}.>`), []);
     });
@@ -386,8 +486,14 @@ conformance("memory", () => new MemoryKv());
 
 /** The replicas of the `conf` cluster's actors bucket on fixture `fx` (see `Replicas`). */
 function replicasOf(fx: NatsFixture): Replicas {
-  const serverIndex = (name: string | undefined) => fx.servers.findIndex((_, i) => `s${i}` === name);
-  const connectTo = (i: number) => connectNats({ url: fx.servers[i]!.url, name: `conformance-s${i}`, credsFile: fx.credsFor("admin") });
+  const serverIndex = (name: string | undefined) =>
+    fx.servers.findIndex((_, i) => `s${i}` === name);
+  const connectTo = (i: number) =>
+    connectNats({
+      url: fx.servers[i]!.url,
+      name: `conformance-s${i}`,
+      credsFile: fx.credsFor("admin"),
+    });
   const info = async (via: number) => {
     const nc = await connectTo(via);
     try {
@@ -414,7 +520,9 @@ function replicasOf(fx: NatsFixture): Replicas {
     },
     async nextElection(via) {
       const nc = await connectTo(via);
-      const sub = nc.subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_conf_actors", { max: 1 });
+      const sub = nc.subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.KV_conf_actors", {
+        max: 1,
+      });
       await nc.flush();
       const leader = (async () => {
         for await (const m of sub) return serverIndex(m.json<{ leader: string }>().leader);
@@ -429,7 +537,10 @@ function replicasOf(fx: NatsFixture): Replicas {
         // This bucket only (as openBuckets opens it: allow_direct on): another bucket whose
         // leader was on a killed server may still be electing one.
         const kv = await new Kvm(jetstream(nc)).create("conf_actors", { replicas: 3, history: 4 });
-        return { kv: new NatsKv("conf_actors", kv, await jetstreamManager(nc)), close: () => nc.close() };
+        return {
+          kv: new NatsKv("conf_actors", kv, await jetstreamManager(nc)),
+          close: () => nc.close(),
+        };
       } catch (e) {
         await nc.close();
         throw e;
@@ -450,13 +561,20 @@ for (const shape of ["single server", "3-server cluster, R3"] as const) {
     before(async () => {
       fx = shape === "single server" ? await startNats() : await startNatsCluster(3);
       nc = await fx.connect("conformance");
-      const buckets = await openBuckets(nc, { clusterName: "conf", replicas: shape === "single server" ? 1 : 3 });
+      const buckets = await openBuckets(nc, {
+        clusterName: "conf",
+        replicas: shape === "single server" ? 1 : 3,
+      });
       kv = buckets.actors;
     });
     after(async () => {
       await nc?.close();
       await fx?.stop();
     });
-    conformance(`nats (${shape})`, () => kv, shape === "single server" ? undefined : () => replicasOf(fx));
+    conformance(
+      `nats (${shape})`,
+      () => kv,
+      shape === "single server" ? undefined : () => replicasOf(fx),
+    );
   });
 }

@@ -22,31 +22,43 @@ describe("kv urgent write", () => {
     await nats?.stop();
   });
 
-  it("an urgent update waiting for the limiter is written before the non-urgent writes queued ahead of it", { timeout: 60_000 }, async () => {
-    nats = await startNats();
-    nc = await nats.connect("urgent-write");
-    const limiter = new InFlightLimiter(1);
-    const kv = new NatsKv("kairos_urgent", await new Kvm(nc).create("kairos_urgent", { history: 1 }), await jetstreamManager(nc), 5_000, limiter);
-    const keys = ["a", "b", "c", "u"];
-    const revs = new Map<string, number>();
-    for (const k of keys) {
-      const r = await kv.create(k, new Uint8Array([0]));
-      assert.ok(r.ok);
-      revs.set(k, r.revision);
-    }
-    // Hold the limiter's one place, queue three plain updates, then one urgent.
-    let release!: () => void;
-    const holder = limiter.run(() => new Promise<void>((r) => (release = r)));
-    const writes = keys.map((k) => kv.update(k, new Uint8Array([1]), revs.get(k)!, { urgent: k === "u" }));
-    assert.equal(limiter.waiting, 4);
-    release();
-    await holder;
-    const results = await Promise.all(writes);
-    const written = results.map((r, i) => {
-      assert.ok(r.ok, `update of ${keys[i]} failed`);
-      return { key: keys[i]!, revision: r.revision };
-    });
-    const order = [...written].sort((x, y) => x.revision - y.revision).map((w) => w.key);
-    assert.deepEqual(order, ["u", "a", "b", "c"]);
-  });
+  it(
+    "an urgent update waiting for the limiter is written before the non-urgent writes queued ahead of it",
+    { timeout: 60_000 },
+    async () => {
+      nats = await startNats();
+      nc = await nats.connect("urgent-write");
+      const limiter = new InFlightLimiter(1);
+      const kv = new NatsKv(
+        "kairos_urgent",
+        await new Kvm(nc).create("kairos_urgent", { history: 1 }),
+        await jetstreamManager(nc),
+        5_000,
+        limiter,
+      );
+      const keys = ["a", "b", "c", "u"];
+      const revs = new Map<string, number>();
+      for (const k of keys) {
+        const r = await kv.create(k, new Uint8Array([0]));
+        assert.ok(r.ok);
+        revs.set(k, r.revision);
+      }
+      // Hold the limiter's one place, queue three plain updates, then one urgent.
+      let release!: () => void;
+      const holder = limiter.run(() => new Promise<void>((r) => (release = r)));
+      const writes = keys.map((k) =>
+        kv.update(k, new Uint8Array([1]), revs.get(k)!, { urgent: k === "u" }),
+      );
+      assert.equal(limiter.waiting, 4);
+      release();
+      await holder;
+      const results = await Promise.all(writes);
+      const written = results.map((r, i) => {
+        assert.ok(r.ok, `update of ${keys[i]} failed`);
+        return { key: keys[i]!, revision: r.revision };
+      });
+      const order = [...written].sort((x, y) => x.revision - y.revision).map((w) => w.key);
+      assert.deepEqual(order, ["u", "a", "b", "c"]);
+    },
+  );
 });

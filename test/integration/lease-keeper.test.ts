@@ -12,20 +12,33 @@ import { bucketName, openBuckets } from "../../src/cluster/buckets.ts";
 import type { KvStore } from "../../src/cluster/kv.ts";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import { trustedUntil } from "../../src/cluster/lease-decision.ts";
-import { InlineLeaseKeeper, leaseKey, leaseValue, type LeaseKeeper, type LeaseKeeperOptions } from "../../src/cluster/lease-keeper.ts";
+import {
+  InlineLeaseKeeper,
+  leaseKey,
+  leaseValue,
+  type LeaseKeeper,
+  type LeaseKeeperOptions,
+} from "../../src/cluster/lease-keeper.ts";
 import { ThreadLeaseKeeper } from "../../src/cluster/lease-keeper-thread.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
 const CLUSTER = "kairos";
-const OPTS: LeaseKeeperOptions = { me: "n1", incarnation: "i1", leaseTtlMs: 1000, renewIntervalMs: 150, safetyMarginMs: 250 };
+const OPTS: LeaseKeeperOptions = {
+  me: "n1",
+  incarnation: "i1",
+  leaseTtlMs: 1000,
+  renewIntervalMs: 150,
+  safetyMarginMs: 250,
+};
 const TICK_MS = 25;
 
 /** Waits (polling memory, 5 ms) until `cond` holds; fails after `ms`. */
 async function until(cond: () => boolean, ms: number, what: string): Promise<void> {
   const deadline = performance.now() + ms;
   while (!cond()) {
-    if (performance.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    if (performance.now() > deadline)
+      throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
 }
@@ -33,7 +46,9 @@ async function until(cond: () => boolean, ms: number, what: string): Promise<voi
 /** Blocks this thread's event loop (no timers, no I/O) for `ms`. */
 function blockFor(ms: number): void {
   const end = performance.now() + ms;
-  while (performance.now() < end) { /* busy */ }
+  while (performance.now() < end) {
+    /* busy */
+  }
 }
 
 interface Subject {
@@ -47,7 +62,12 @@ async function acquire(s: Subject, p: number): Promise<number> {
   const started = systemClock.monoMs();
   const r = await s.kv.create(leaseKey(p), leaseValue(OPTS, 0, systemClock.now()));
   assert.ok(r.ok, "lease created");
-  s.keeper.hold(p, { epoch: r.revision, revision: r.revision, lastRenewMs: started, trustedUntilMs: trustedUntil(started, OPTS.leaseTtlMs, OPTS.safetyMarginMs) });
+  s.keeper.hold(p, {
+    epoch: r.revision,
+    revision: r.revision,
+    lastRenewMs: started,
+    trustedUntilMs: trustedUntil(started, OPTS.leaseTtlMs, OPTS.safetyMarginMs),
+  });
   return r.revision;
 }
 
@@ -89,7 +109,11 @@ function conformance(name: string, make: () => Promise<Subject>): void {
       const p = next++;
       await acquire(s, p);
       const e = (await s.kv.get(leaseKey(p)))!;
-      const stolen = await s.kv.update(leaseKey(p), leaseValue({ me: "n2", incarnation: "x" }, e.revision, systemClock.now()), e.revision);
+      const stolen = await s.kv.update(
+        leaseKey(p),
+        leaseValue({ me: "n2", incarnation: "x" }, e.revision, systemClock.now()),
+        e.revision,
+      );
       assert.ok(stolen.ok);
       await until(() => s.keeper.view(p)?.lost !== undefined, 3000, "the conflict");
       assert.equal(s.keeper.view(p)!.lost, "lease renewal conflict");
@@ -129,7 +153,11 @@ function conformance(name: string, make: () => Promise<Subject>): void {
       assert.ok(last !== undefined);
       assert.ok((await s.kv.delete(leaseKey(p), last)).ok);
       const rev1 = await acquire(s, p);
-      await until(() => (s.keeper.view(p)?.revision ?? 0) > rev1, 3000, "a renewal of the new hold");
+      await until(
+        () => (s.keeper.view(p)?.revision ?? 0) > rev1,
+        3000,
+        "a renewal of the new hold",
+      );
       assert.equal(s.keeper.view(p)!.epoch, rev1);
     });
   });
@@ -151,24 +179,48 @@ after(async () => {
   await nats?.stop();
 });
 
-const threadKeeper = (o: Partial<{ url: string; mainStallMs: number; startTimeoutMs: number }> = {}) => ThreadLeaseKeeper.start({
-  keeper: OPTS, partitions: 64, natsUrl: o.url ?? natsUrl(), natsAuth: { credsFile: creds() }, connectionName: "lease-keeper-test-thread",
-  bucket: bucketName(CLUSTER, "leases"), tickMs: TICK_MS, mainStallMs: o.mainStallMs ?? 5000, startTimeoutMs: o.startTimeoutMs ?? 10_000,
-  clock: systemClock, leases, onError: () => undefined,
-});
+const threadKeeper = (
+  o: Partial<{ url: string; mainStallMs: number; startTimeoutMs: number }> = {},
+) =>
+  ThreadLeaseKeeper.start({
+    keeper: OPTS,
+    partitions: 64,
+    natsUrl: o.url ?? natsUrl(),
+    natsAuth: { credsFile: creds() },
+    connectionName: "lease-keeper-test-thread",
+    bucket: bucketName(CLUSTER, "leases"),
+    tickMs: TICK_MS,
+    mainStallMs: o.mainStallMs ?? 5000,
+    startTimeoutMs: o.startTimeoutMs ?? 10_000,
+    clock: systemClock,
+    leases,
+    onError: () => undefined,
+  });
 
 conformance("inline on MemoryKv", async () => {
   const kv = new MemoryKv("leases");
-  return { kv, keeper: new InlineLeaseKeeper(kv, systemClock, OPTS, () => undefined), stop: async () => undefined };
+  return {
+    kv,
+    keeper: new InlineLeaseKeeper(kv, systemClock, OPTS, () => undefined),
+    stop: async () => undefined,
+  };
 });
 conformance("inline on NatsKv", async () => {
   // A fresh key range: partitions 100+ would exceed nothing for the inline keeper, but share the bucket.
-  await Promise.all(Array.from({ length: 8 }, (_, p) => leases.get(leaseKey(p)).then((e) => e && leases.delete(leaseKey(p), e.revision))));
+  await Promise.all(
+    Array.from({ length: 8 }, (_, p) =>
+      leases.get(leaseKey(p)).then((e) => e && leases.delete(leaseKey(p), e.revision)),
+    ),
+  );
   const keeper = new InlineLeaseKeeper(leases, systemClock, OPTS, () => undefined);
   return { kv: leases, keeper, stop: () => keeper.stop() };
 });
 conformance("thread on its own NATS connection", async () => {
-  await Promise.all(Array.from({ length: 8 }, (_, p) => leases.get(leaseKey(p)).then((e) => e && leases.delete(leaseKey(p), e.revision))));
+  await Promise.all(
+    Array.from({ length: 8 }, (_, p) =>
+      leases.get(leaseKey(p)).then((e) => e && leases.delete(leaseKey(p), e.revision)),
+    ),
+  );
   const keeper = await threadKeeper();
   assert.equal(keeper.threaded, true, "the thread connected");
   return { kv: leases, keeper, stop: () => keeper.stop() };
@@ -183,7 +235,10 @@ describe("ThreadLeaseKeeper", () => {
       const rev0 = await acquire({ keeper, kv: leases, stop: async () => undefined }, p);
       const window = OPTS.leaseTtlMs - OPTS.safetyMarginMs;
       blockFor(2 * window); // no tick, no I/O on this thread
-      assert.ok(systemClock.monoMs() < keeper.trustedUntilMs(p), "trust window lapsed while the main loop was blocked");
+      assert.ok(
+        systemClock.monoMs() < keeper.trustedUntilMs(p),
+        "trust window lapsed while the main loop was blocked",
+      );
       assert.ok(keeper.view(p)!.revision > rev0 + 2, "renewed by the thread meanwhile");
       // The inline keeper on the same blocked loop would have lapsed: nothing renewed it.
       await keeper.release(p);
@@ -201,7 +256,11 @@ describe("ThreadLeaseKeeper", () => {
       keeper.tick(systemClock.monoMs());
       // No ticks from here: the thread must pause, and the trust window run out.
       await until(() => keeper.view(p)?.stalledMs !== undefined, 5000, "renewals paused");
-      await until(() => systemClock.monoMs() >= keeper.trustedUntilMs(p), 5000, "the trust window to end");
+      await until(
+        () => systemClock.monoMs() >= keeper.trustedUntilMs(p),
+        5000,
+        "the trust window to end",
+      );
       const rev = keeper.view(p)!.revision;
       await new Promise((r) => setTimeout(r, 4 * OPTS.renewIntervalMs));
       assert.equal(keeper.view(p)!.revision, rev, "renewed while paused");
@@ -223,14 +282,26 @@ describe("ThreadLeaseKeeper", () => {
   it("falls back to renewing inline when its thread cannot connect", async () => {
     const errors: string[] = [];
     const keeper = await ThreadLeaseKeeper.start({
-      keeper: OPTS, partitions: 64, natsUrl: "nats://127.0.0.1:1", natsAuth: {}, connectionName: "lease-keeper-test-bad",
-      bucket: bucketName(CLUSTER, "leases"), tickMs: TICK_MS, mainStallMs: 5000, startTimeoutMs: 10_000,
-      clock: systemClock, leases, onError: (m) => errors.push(m),
+      keeper: OPTS,
+      partitions: 64,
+      natsUrl: "nats://127.0.0.1:1",
+      natsAuth: {},
+      connectionName: "lease-keeper-test-bad",
+      bucket: bucketName(CLUSTER, "leases"),
+      tickMs: TICK_MS,
+      mainStallMs: 5000,
+      startTimeoutMs: 10_000,
+      clock: systemClock,
+      leases,
+      onError: (m) => errors.push(m),
     });
     const stopTicks = ticking(keeper);
     try {
       assert.equal(keeper.threaded, false);
-      assert.ok(errors.some((m) => /fall back/.test(m)), errors.join("; "));
+      assert.ok(
+        errors.some((m) => /fall back/.test(m)),
+        errors.join("; "),
+      );
       const p = 22;
       const rev0 = await acquire({ keeper, kv: leases, stop: async () => undefined }, p);
       await until(() => (keeper.view(p)?.revision ?? 0) > rev0 + 1, 3000, "inline renewals");

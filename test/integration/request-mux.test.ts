@@ -31,7 +31,12 @@ async function rejection(p: Promise<unknown>): Promise<Error> {
 }
 
 /** Class, message and cause class: what a caller can tell apart. */
-function shape(e: Error): { name: string; message: string; cause: string | undefined; noResponders: boolean } {
+function shape(e: Error): {
+  name: string;
+  message: string;
+  cause: string | undefined;
+  noResponders: boolean;
+} {
   return {
     name: e.constructor.name,
     message: e.message,
@@ -87,7 +92,10 @@ describe("request mux", () => {
     const r = await mux.request(s, enc("ping"), { timeout: 2000 });
     assert.equal(dec(r.data), "re:ping");
     assert.match(mux.replyBase, /^_INBOX_scheduler\.[A-Za-z0-9]+\.$/);
-    assert.ok(replyTo.startsWith(mux.replyBase), `reply subject ${replyTo} is not under ${mux.replyBase}`);
+    assert.ok(
+      replyTo.startsWith(mux.replyBase),
+      `reply subject ${replyTo} is not under ${mux.replyBase}`,
+    );
     assert.equal(mux.pending, 0);
     assert.deepEqual(fx.violations(), []);
     sub.unsubscribe();
@@ -106,7 +114,9 @@ describe("request mux", () => {
   it("rejects with TimeoutError when nobody answers in time, as nc.request does; a late reply is dropped", async () => {
     const s = subject();
     const late: Msg[] = [];
-    const sub = responder.subscribe(s, { callback: (_e, m) => void (late.push(m), setTimeout(() => m.respond(enc("late")), 400)) });
+    const sub = responder.subscribe(s, {
+      callback: (_e, m) => void (late.push(m), setTimeout(() => m.respond(enc("late")), 400)),
+    });
     await responder.flush();
     const mux = requestMux(sched);
     const t0 = Date.now();
@@ -144,7 +154,9 @@ describe("request mux", () => {
     const sub = await echo(s, () => Math.floor(Math.random() * 30));
     const bus = muxedBus(sched);
     const n = 2000;
-    const replies = await Promise.all(Array.from({ length: n }, (_, i) => bus.request(s, enc(String(i)), { timeout: 10_000 })));
+    const replies = await Promise.all(
+      Array.from({ length: n }, (_, i) => bus.request(s, enc(String(i)), { timeout: 10_000 })),
+    );
     replies.forEach((r, i) => assert.equal(dec(r.data), `re:${i}`));
     assert.equal(requestMux(sched).pending, 0);
     sub.unsubscribe();
@@ -177,7 +189,10 @@ describe("request mux", () => {
       const sub = await echo(s);
       const mux = new RequestMux(nc, { inboxPrefix: "_INBOX_api" });
       const e = await rejection(mux.request(s, enc("x"), { timeout: 5000 }));
-      assert.ok(e instanceof errors.RequestError && e.cause instanceof errors.PermissionViolationError, String(e));
+      assert.ok(
+        e instanceof errors.RequestError && e.cause instanceof errors.PermissionViolationError,
+        String(e),
+      );
       assert.equal(mux.pending, 0);
       sub.unsubscribe();
     } finally {
@@ -206,7 +221,10 @@ describe("request mux", () => {
     assert.deepEqual(shape(a), shape(theirs));
     assert.deepEqual(shape(b), shape(theirs));
     assert.equal(mux.pending, 0);
-    const [after, theirsAfter] = await Promise.all([rejection(mux.request(s, enc("d"), { timeout: 1000 })), rejection(nc.request(s, enc("d"), { timeout: 1000 }))]);
+    const [after, theirsAfter] = await Promise.all([
+      rejection(mux.request(s, enc("d"), { timeout: 1000 })),
+      rejection(nc.request(s, enc("d"), { timeout: 1000 })),
+    ]);
     assert.ok(after instanceof errors.ClosedConnectionError);
     assert.deepEqual(shape(after), shape(theirsAfter));
     sub.unsubscribe();
@@ -236,4 +254,3 @@ describe("request mux", () => {
     await nc.close();
   });
 });
-

@@ -45,28 +45,48 @@ after(async () => {
 describe("KvTenantDirectory on NATS", () => {
   it("creates a tenant with defaults and a key that authenticates; keys are stored hashed", async () => {
     const { kv } = await freshBucket();
-    const dir = new KvTenantDirectory(kv, { clock: new FakeClock(Date.parse("2026-03-01T00:00:00Z")) });
+    const dir = new KvTenantDirectory(kv, {
+      clock: new FakeClock(Date.parse("2026-03-01T00:00:00Z")),
+    });
     const { tenant, apiKey, keyId } = await dir.createTenant("Acme");
     assert.match(tenant.tenant_id, /^t[a-z2-7]{16}$/);
     assert.match(apiKey, /^kai_[A-Za-z0-9_-]{43}$/);
     assert.match(keyId, /^k[a-z2-7]{16}$/);
-    assert.deepEqual(tenant, { tenant_id: tenant.tenant_id, name: "Acme", created_at: "2026-03-01T00:00:00Z", max_concurrent_runs: 100, max_jobs: 10000, weight: 1, webhook_url: null });
+    assert.deepEqual(tenant, {
+      tenant_id: tenant.tenant_id,
+      name: "Acme",
+      created_at: "2026-03-01T00:00:00Z",
+      max_concurrent_runs: 100,
+      max_jobs: 10000,
+      weight: 1,
+      webhook_url: null,
+    });
     assert.deepEqual(await dir.authenticate(apiKey), tenant);
     assert.deepEqual(await dir.getTenant(tenant.tenant_id), tenant);
     assert.deepEqual(await dir.findTenantByName("acme"), tenant, "names are case-insensitive");
     const stored = await kv.list(">");
-    assert.ok(stored.every((e) => !e.key.includes(apiKey) && !Buffer.from(e.value).toString("latin1").includes(apiKey)), "the plain key is nowhere in KV");
+    assert.ok(
+      stored.every(
+        (e) => !e.key.includes(apiKey) && !Buffer.from(e.value).toString("latin1").includes(apiKey),
+      ),
+      "the plain key is nowhere in KV",
+    );
     assert.ok(stored.some((e) => e.key.startsWith("k.")));
   });
 
   it("rejects junk keys, unknown tenants and bad names", async () => {
     const { kv } = await freshBucket();
     const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
-    for (const k of ["", "kai_", "nope", `kai_${"A".repeat(43)}`, `kai_${"A".repeat(500)}`]) assert.equal(await dir.authenticate(k), null);
+    for (const k of ["", "kai_", "nope", `kai_${"A".repeat(43)}`, `kai_${"A".repeat(500)}`])
+      assert.equal(await dir.authenticate(k), null);
     await assert.rejects(dir.createKey("tzzzzzzzzzzzzzzzz"), (e) => isKairosError(e, "not_found"));
     await assert.rejects(dir.revokeKey("kzzzzzzzzzzzzzzzz"), (e) => isKairosError(e, "not_found"));
     await assert.rejects(dir.revokeKey("../x"), (e) => isKairosError(e, "not_found"));
-    for (const n of ["", " x", "a b", "x".repeat(64), "ünï"]) await assert.rejects(dir.createTenant(n), (e) => isKairosError(e, "invalid_argument") && e.field === "name");
+    for (const n of ["", " x", "a b", "x".repeat(64), "ünï"])
+      await assert.rejects(
+        dir.createTenant(n),
+        (e) => isKairosError(e, "invalid_argument") && e.field === "name",
+      );
     assert.equal(await dir.getTenant("not-an-id"), null);
     assert.equal(await dir.findTenantByName("nobody"), null);
   });
@@ -79,26 +99,55 @@ describe("KvTenantDirectory on NATS", () => {
     const { tenant, apiKey: k1, keyId: id1 } = await dir.createTenant("multi");
     const { apiKey: k2 } = await dir.createKey(tenant.tenant_id);
     assert.equal((await dir.authenticate(k2))?.tenant_id, tenant.tenant_id);
-    assert.equal((await other.authenticate(k1))?.tenant_id, tenant.tenant_id, "cached on the other node");
+    assert.equal(
+      (await other.authenticate(k1))?.tenant_id,
+      tenant.tenant_id,
+      "cached on the other node",
+    );
     await dir.revokeKey(id1);
     await dir.revokeKey(id1); // idempotent
     assert.equal(await dir.authenticate(k1), null, "this node drops it at once");
-    assert.equal((await other.authenticate(k1))?.tenant_id, tenant.tenant_id, "the other node trusts its cache until the TTL");
+    assert.equal(
+      (await other.authenticate(k1))?.tenant_id,
+      tenant.tenant_id,
+      "the other node trusts its cache until the TTL",
+    );
     clock.advance(5001);
     assert.equal(await other.authenticate(k1), null, "after the TTL the revocation is seen");
-    assert.equal((await other.authenticate(k2))?.tenant_id, tenant.tenant_id, "the other key still works");
+    assert.equal(
+      (await other.authenticate(k2))?.tenant_id,
+      tenant.tenant_id,
+      "the other key still works",
+    );
   });
 
   it("a race of concurrent creates of one name: exactly one wins, the rest are conflict, no orphan tenants", async () => {
     const { kv } = await freshBucket();
-    const dirs = Array.from({ length: 4 }, () => new KvTenantDirectory(kv, { clock: new FakeClock() }));
-    const results = await Promise.allSettled(Array.from({ length: 24 }, (_, i) => dirs[i % dirs.length]!.createTenant(i % 2 === 0 ? "race" : "RACE")));
+    const dirs = Array.from(
+      { length: 4 },
+      () => new KvTenantDirectory(kv, { clock: new FakeClock() }),
+    );
+    const results = await Promise.allSettled(
+      Array.from({ length: 24 }, (_, i) =>
+        dirs[i % dirs.length]!.createTenant(i % 2 === 0 ? "race" : "RACE"),
+      ),
+    );
     const won = results.filter((r) => r.status === "fulfilled");
     assert.equal(won.length, 1);
-    for (const r of results) if (r.status === "rejected") assert.ok(isKairosError(r.reason, "conflict") && r.reason.field === "name", String(r.reason));
-    const winner = (won[0] as PromiseFulfilledResult<Awaited<ReturnType<KvTenantDirectory["createTenant"]>>>).value;
+    for (const r of results)
+      if (r.status === "rejected")
+        assert.ok(
+          isKairosError(r.reason, "conflict") && r.reason.field === "name",
+          String(r.reason),
+        );
+    const winner = (
+      won[0] as PromiseFulfilledResult<Awaited<ReturnType<KvTenantDirectory["createTenant"]>>>
+    ).value;
     assert.equal((await dirs[0]!.findTenantByName("race"))?.tenant_id, winner.tenant.tenant_id);
-    assert.deepEqual((await kv.list("t.*")).map((e) => e.key), [`t.${winner.tenant.tenant_id}`]);
+    assert.deepEqual(
+      (await kv.list("t.*")).map((e) => e.key),
+      [`t.${winner.tenant.tenant_id}`],
+    );
     assert.equal((await dirs[1]!.authenticate(winner.apiKey))?.tenant_id, winner.tenant.tenant_id);
   });
 
@@ -121,7 +170,10 @@ describe("KvTenantDirectory on NATS", () => {
 describe("tenant quotas on NATS", () => {
   it("setQuota writes only the given fields; concurrent updates of different fields all land (CAS retry)", async () => {
     const { kv } = await freshBucket();
-    const dirs = Array.from({ length: 3 }, () => new KvTenantDirectory(kv, { clock: new FakeClock() }));
+    const dirs = Array.from(
+      { length: 3 },
+      () => new KvTenantDirectory(kv, { clock: new FakeClock() }),
+    );
     const { tenant } = await dirs[0]!.createTenant("quota");
     await dirs[0]!.setWebhook(tenant.tenant_id, "https://example.com/hook");
     const updated = await dirs[0]!.setQuota(tenant.tenant_id, { max_jobs: 5 });
@@ -143,11 +195,28 @@ describe("tenant quotas on NATS", () => {
   it("setQuota: unknown tenant is not_found, bad values are invalid_argument and change nothing", async () => {
     const { kv } = await freshBucket();
     const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
-    await assert.rejects(dir.setQuota("tzzzzzzzzzzzzzzzz", { max_jobs: 3 }), (e) => isKairosError(e, "not_found") && /tenant tzzzzzzzzzzzzzzzz not found/.test(e.message));
-    await assert.rejects(dir.setQuota("../x", { max_jobs: 3 }), (e) => isKairosError(e, "not_found"));
+    await assert.rejects(
+      dir.setQuota("tzzzzzzzzzzzzzzzz", { max_jobs: 3 }),
+      (e) => isKairosError(e, "not_found") && /tenant tzzzzzzzzzzzzzzzz not found/.test(e.message),
+    );
+    await assert.rejects(dir.setQuota("../x", { max_jobs: 3 }), (e) =>
+      isKairosError(e, "not_found"),
+    );
     const { tenant } = await dir.createTenant("bad-values");
-    for (const q of [{}, { max_jobs: 0 }, { max_concurrent_runs: -1 }, { max_jobs: 1.5 }, { weight: 0 }, { weight: 1001 }, { weight: Number.NaN }]) {
-      await assert.rejects(dir.setQuota(tenant.tenant_id, q), (e) => isKairosError(e, "invalid_argument"), JSON.stringify(q));
+    for (const q of [
+      {},
+      { max_jobs: 0 },
+      { max_concurrent_runs: -1 },
+      { max_jobs: 1.5 },
+      { weight: 0 },
+      { weight: 1001 },
+      { weight: Number.NaN },
+    ]) {
+      await assert.rejects(
+        dir.setQuota(tenant.tenant_id, q),
+        (e) => isKairosError(e, "invalid_argument"),
+        JSON.stringify(q),
+      );
     }
     assert.deepEqual(await dir.getTenant(tenant.tenant_id), tenant);
   });
@@ -158,26 +227,51 @@ describe("tenant quotas on NATS", () => {
     const { tenant } = await dir.createTenant("counted");
     await dir.setQuota(tenant.tenant_id, { max_jobs: 5 });
     let seeds = 0;
-    const counter = new TenantJobCounter(kv, async () => {
-      seeds++;
-      return 2; // two jobs existed before the counter
-    }, pace);
-    const results = await Promise.allSettled(Array.from({ length: 8 }, () => counter.reserve(tenant.tenant_id)));
-    assert.equal(results.filter((r) => r.status === "fulfilled").length, 3, "2 existing + 3 = max_jobs 5");
+    const counter = new TenantJobCounter(
+      kv,
+      async () => {
+        seeds++;
+        return 2; // two jobs existed before the counter
+      },
+      pace,
+    );
+    const results = await Promise.allSettled(
+      Array.from({ length: 8 }, () => counter.reserve(tenant.tenant_id)),
+    );
+    assert.equal(
+      results.filter((r) => r.status === "fulfilled").length,
+      3,
+      "2 existing + 3 = max_jobs 5",
+    );
     for (const r of results) {
-      if (r.status === "rejected") assert.ok(isKairosError(r.reason, "quota_exceeded") && /has 5 jobs and its max_jobs quota is 5/.test(r.reason.message), String(r.reason));
+      if (r.status === "rejected")
+        assert.ok(
+          isKairosError(r.reason, "quota_exceeded") &&
+            /has 5 jobs and its max_jobs quota is 5/.test(r.reason.message),
+          String(r.reason),
+        );
     }
     assert.ok(seeds >= 1);
     assert.equal(await readJobCount(kv, tenant.tenant_id), 5);
     await counter.release(tenant.tenant_id);
     assert.equal(await readJobCount(kv, tenant.tenant_id), 4);
     assert.equal(await counter.reserve(tenant.tenant_id), true);
-    await assert.rejects(counter.reserve(tenant.tenant_id), (e) => isKairosError(e, "quota_exceeded"));
+    await assert.rejects(counter.reserve(tenant.tenant_id), (e) =>
+      isKairosError(e, "quota_exceeded"),
+    );
     await dir.setQuota(tenant.tenant_id, { max_jobs: 6 });
-    assert.equal(await counter.reserve(tenant.tenant_id), true, "raising the quota lets the next create in");
+    assert.equal(
+      await counter.reserve(tenant.tenant_id),
+      true,
+      "raising the quota lets the next create in",
+    );
     for (let i = 0; i < 10; i++) await counter.release(tenant.tenant_id);
     assert.equal(await readJobCount(kv, tenant.tenant_id), 0, "never below zero");
-    assert.equal(await counter.reserve("tnotarecordxxxxxx"), false, "no tenant record: no quota, nothing counted");
+    assert.equal(
+      await counter.reserve("tnotarecordxxxxxx"),
+      false,
+      "no tenant record: no quota, nothing counted",
+    );
     assert.equal(await kv.get(jobCountKey("tnotarecordxxxxxx")), null);
   });
 
@@ -189,19 +283,31 @@ describe("tenant quotas on NATS", () => {
     // Two counters on one bucket stand for two API processes racing on the same CAS key.
     const a = new TenantJobCounter(kv, async () => 0, pace);
     const b = new TenantJobCounter(kv, async () => 0, pace);
-    const results = await Promise.allSettled(Array.from({ length: 200 }, (_, i) => (i % 2 ? a : b).reserve(tenant.tenant_id)));
-    assert.deepEqual(results.filter((r) => r.status === "rejected").map((r) => String((r).reason)), []);
+    const results = await Promise.allSettled(
+      Array.from({ length: 200 }, (_, i) => (i % 2 ? a : b).reserve(tenant.tenant_id)),
+    );
+    assert.deepEqual(
+      results.filter((r) => r.status === "rejected").map((r) => String(r.reason)),
+      [],
+    );
     assert.equal(await readJobCount(kv, tenant.tenant_id), 200);
   });
 });
 
-interface CliResult { code: number | null; stdout: string; stderr: string }
+interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
 
 function runCli(args: string[], stateDir: string): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const env: NodeJS.ProcessEnv = { ...process.env, KAIROS_STATE_DIR: stateDir };
     delete env["KAIROS_NATS_URL"];
-    const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], {
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
@@ -220,16 +326,33 @@ describe("kairos admin CLI", () => {
 
   it("tenant create --json prints a key that authenticates; key create/revoke work; a duplicate name fails", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = ["--nats", nats.url, "--nats-creds", nats.credsFor("admin"), "--cluster", cluster];
-    const created = await runCli(["admin", "tenant", "create", "acme", "--json", ...flags], stateDir);
+    const flags = [
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor("admin"),
+      "--cluster",
+      cluster,
+    ];
+    const created = await runCli(
+      ["admin", "tenant", "create", "acme", "--json", ...flags],
+      stateDir,
+    );
     assert.equal(created.code, 0, created.stderr);
-    const out = JSON.parse(created.stdout) as { tenant_id: string; api_key: string; key_id: string };
+    const out = JSON.parse(created.stdout) as {
+      tenant_id: string;
+      api_key: string;
+      key_id: string;
+    };
     const b = await openBuckets(nc, { clusterName: cluster, replicas: 1 });
     const dir = new KvTenantDirectory(b.tenants, { clock: new FakeClock(), authCacheTtlMs: 0 });
     assert.equal((await dir.authenticate(out.api_key))?.tenant_id, out.tenant_id);
     assert.equal((await dir.authenticate(out.api_key))?.name, "acme");
 
-    const second = await runCli(["admin", "key", "create", out.tenant_id, "--json", ...flags], stateDir);
+    const second = await runCli(
+      ["admin", "key", "create", out.tenant_id, "--json", ...flags],
+      stateDir,
+    );
     assert.equal(second.code, 0, second.stderr);
     const k2 = JSON.parse(second.stdout) as { tenant_id: string; api_key: string; key_id: string };
     assert.equal((await dir.authenticate(k2.api_key))?.tenant_id, out.tenant_id);
@@ -245,43 +368,107 @@ describe("kairos admin CLI", () => {
 
     const human = await runCli(["admin", "tenant", "create", "beta", ...flags], stateDir);
     assert.equal(human.code, 0, human.stderr);
-    assert.match(human.stdout, /^tenant +t[a-z2-7]{16} \(beta\)\napi key +kai_\S+\nkey id +k[a-z2-7]{16}\n$/);
+    assert.match(
+      human.stdout,
+      /^tenant +t[a-z2-7]{16} \(beta\)\napi key +kai_\S+\nkey id +k[a-z2-7]{16}\n$/,
+    );
   });
 
   it("tenant quota sets the record with validation; tenant get --json shows it without secrets", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = ["--nats", nats.url, "--nats-creds", nats.credsFor("admin"), "--cluster", cluster];
-    const created = await runCli(["admin", "tenant", "create", "quota-cli", "--json", ...flags], stateDir);
+    const flags = [
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor("admin"),
+      "--cluster",
+      cluster,
+    ];
+    const created = await runCli(
+      ["admin", "tenant", "create", "quota-cli", "--json", ...flags],
+      stateDir,
+    );
     assert.equal(created.code, 0, created.stderr);
     const { tenant_id } = JSON.parse(created.stdout) as { tenant_id: string };
-    const hook = await runCli(["admin", "tenant", "webhook", tenant_id, "https://example.com/h", "--json", ...flags], stateDir);
+    const hook = await runCli(
+      ["admin", "tenant", "webhook", tenant_id, "https://example.com/h", "--json", ...flags],
+      stateDir,
+    );
     assert.equal(hook.code, 0, hook.stderr);
     const { webhook_secret } = JSON.parse(hook.stdout) as { webhook_secret: string };
 
-    const set = await runCli(["admin", "tenant", "quota", tenant_id, "--max-concurrent", "4", "--max-jobs", "20", "--weight", "2", ...flags], stateDir);
+    const set = await runCli(
+      [
+        "admin",
+        "tenant",
+        "quota",
+        tenant_id,
+        "--max-concurrent",
+        "4",
+        "--max-jobs",
+        "20",
+        "--weight",
+        "2",
+        ...flags,
+      ],
+      stateDir,
+    );
     assert.equal(set.code, 0, set.stderr);
     assert.match(set.stdout, /max_concurrent_runs 4, max_jobs 20, weight 2/);
 
     const got = await runCli(["admin", "tenant", "get", tenant_id, "--json", ...flags], stateDir);
     assert.equal(got.code, 0, got.stderr);
     const rec = JSON.parse(got.stdout) as Record<string, unknown>;
-    assert.deepEqual(Object.keys(rec).sort(), ["created_at", "job_count", "max_concurrent_runs", "max_jobs", "name", "tenant_id", "webhook_url", "weight"]);
-    assert.deepEqual({ ...rec, created_at: null }, { tenant_id, name: "quota-cli", created_at: null, max_concurrent_runs: 4, max_jobs: 20, weight: 2, webhook_url: "https://example.com/h", job_count: null });
+    assert.deepEqual(Object.keys(rec).sort(), [
+      "created_at",
+      "job_count",
+      "max_concurrent_runs",
+      "max_jobs",
+      "name",
+      "tenant_id",
+      "webhook_url",
+      "weight",
+    ]);
+    assert.deepEqual(
+      { ...rec, created_at: null },
+      {
+        tenant_id,
+        name: "quota-cli",
+        created_at: null,
+        max_concurrent_runs: 4,
+        max_jobs: 20,
+        weight: 2,
+        webhook_url: "https://example.com/h",
+        job_count: null,
+      },
+    );
     assert.ok(!got.stdout.includes(webhook_secret), "the webhook secret is never printed");
 
-    const bad = await runCli(["admin", "tenant", "quota", tenant_id, "--max-jobs", "0", ...flags], stateDir);
+    const bad = await runCli(
+      ["admin", "tenant", "quota", tenant_id, "--max-jobs", "0", ...flags],
+      stateDir,
+    );
     assert.equal(bad.code, 2);
     assert.match(bad.stderr, /--max-jobs: must be a positive integer, got "0"/);
-    const heavy = await runCli(["admin", "tenant", "quota", tenant_id, "--weight", "1001", ...flags], stateDir);
+    const heavy = await runCli(
+      ["admin", "tenant", "quota", tenant_id, "--weight", "1001", ...flags],
+      stateDir,
+    );
     assert.equal(heavy.code, 2);
     assert.match(heavy.stderr, /--weight: must be a positive number at most 1000/);
     const none = await runCli(["admin", "tenant", "quota", tenant_id, ...flags], stateDir);
     assert.equal(none.code, 2);
     assert.match(none.stderr, /nothing to change/);
-    const unknown = await runCli(["admin", "tenant", "quota", "tzzzzzzzzzzzzzzzz", "--max-jobs", "3", ...flags], stateDir);
+    const unknown = await runCli(
+      ["admin", "tenant", "quota", "tzzzzzzzzzzzzzzzz", "--max-jobs", "3", ...flags],
+      stateDir,
+    );
     assert.equal(unknown.code, 2);
     assert.match(unknown.stderr, /tenant tzzzzzzzzzzzzzzzz not found/);
-    const unknownGet = await runCli(["admin", "tenant", "get", "tzzzzzzzzzzzzzzzz", "--json", ...flags], stateDir);
+    const unknownGet = await runCli(
+      ["admin", "tenant", "get", "tzzzzzzzzzzzzzzzz", "--json", ...flags],
+      stateDir,
+    );
     assert.equal(unknownGet.code, 2);
     assert.match(unknownGet.stderr, /not found/);
   });

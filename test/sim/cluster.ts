@@ -31,7 +31,14 @@ import { DEFAULT_RETENTION } from "../../src/history/retention.ts";
 import { RunRetention } from "../../src/history/run-retention.ts";
 import { Ledger, SimExecutor, type SimSandbox } from "./executor.ts";
 import { HistoryKv, KvView, NO_KV_FAULTS, type KvFaults } from "./faulty-kv.ts";
-import { Checker, Trace, saturatedTenants, type FaultKind, type JobUnderTest, type Violation } from "./invariants.ts";
+import {
+  Checker,
+  Trace,
+  saturatedTenants,
+  type FaultKind,
+  type JobUnderTest,
+  type Violation,
+} from "./invariants.ts";
 import { SimBus, type BusFaults, type SimEndpoint } from "./sim-bus.ts";
 import { HostClock, SimClock, SimProcess } from "./sim-clock.ts";
 import { SimLeaseThread } from "./lease-thread.ts";
@@ -73,7 +80,12 @@ export interface SimResult {
   profile: ProfileName;
   violations: Violation[];
   stats: {
-    executions: number; runs: number; faults: string[]; commands: number; simMs: number; digest: string;
+    executions: number;
+    runs: number;
+    faults: string[];
+    commands: number;
+    simMs: number;
+    digest: string;
     /** h's documented exception: executions after one that exited 0 whose worker could not report it. */
     atLeastOnce: number;
     /** i's documented exception: attempts counted unexecuted past MAX_UNSTARTED_ATTEMPTS. */
@@ -130,15 +142,30 @@ export class SimCluster {
     this.sim = new SimClock(this.profile.startMs);
     this.trace = new Trace(() => this.sim.now(), this.profile.startMs);
     const m = (n: string) => new HistoryKv(`${CLUSTER}_${n}`, this.sim);
-    this.shared = { cluster: m("cluster"), leases: m("leases"), nodes: m("nodes"), actors: m("actors"), runs: m("runs"), tenants: m("tenants"), idempotency: m("idem") };
+    this.shared = {
+      cluster: m("cluster"),
+      leases: m("leases"),
+      nodes: m("nodes"),
+      actors: m("actors"),
+      runs: m("runs"),
+      tenants: m("tenants"),
+      idempotency: m("idem"),
+    };
     this.bus = new SimBus({ clock: this.sim, random: stream(o.seed, 1), faults: this.#busFaults });
     this.bus.tap = (e) => {
-      if (e.kind !== "cut" && !e.subject.endsWith(".hb")) this.trace.add(`bus ${e.kind} ${e.from}→${e.to} ${e.subject}`);
+      if (e.kind !== "cut" && !e.subject.endsWith(".hb"))
+        this.trace.add(`bus ${e.kind} ${e.from}→${e.to} ${e.subject}`);
     };
     this.checker = new Checker(this.trace, () => this.sim.now(), this.profile.startMs, this.#caps);
     // An offer made up to a look-ahead window (and a lease) before the start names its owner's clock then.
-    this.checker.schedulersAheadMs = () => this.schedulerSkewDuring(this.sim.now() - this.profile.job.lookaheadMs - this.profile.job.leaseTtlMs, this.sim.now(), true);
-    this.checker.partitionOfJob = (tenant, job) => partitionOf({ type: JOB_ACTOR, id: jobActorId(tenant, job) }, PARTITIONS);
+    this.checker.schedulersAheadMs = () =>
+      this.schedulerSkewDuring(
+        this.sim.now() - this.profile.job.lookaheadMs - this.profile.job.leaseTtlMs,
+        this.sim.now(),
+        true,
+      );
+    this.checker.partitionOfJob = (tenant, job) =>
+      partitionOf({ type: JOB_ACTOR, id: jobActorId(tenant, job) }, PARTITIONS);
   }
 
   rng(): Random {
@@ -147,12 +174,20 @@ export class SimCluster {
 
   #log(who: string) {
     return (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => {
-      if (level === "error") this.trace.add(`${who} ERROR ${msg} ${extra ? JSON.stringify(extra) : ""}`);
+      if (level === "error")
+        this.trace.add(`${who} ERROR ${msg} ${extra ? JSON.stringify(extra) : ""}`);
     };
   }
 
   #nodeConfig(nodeId: string, roles: NodeConfig["roles"]): NodeConfig {
-    return makeNodeConfig({ natsUrl: "sim://", nodeId, clusterName: CLUSTER, roles, partitions: PARTITIONS, ...this.profile.node });
+    return makeNodeConfig({
+      natsUrl: "sim://",
+      nodeId,
+      clusterName: CLUSTER,
+      roles,
+      partitions: PARTITIONS,
+      ...this.profile.node,
+    });
   }
 
   /** The host clock of `id` (made on first use: a skew of ±150 ms, inside every margin). */
@@ -190,14 +225,17 @@ export class SimCluster {
   /** The furthest any scheduler's wall clock had read by true time `atMs` (sampled every 100 ms). */
   schedulersReadBy(atMs: number): number {
     let max = atMs;
-    for (const x of this.#skewSamples) if (x.atMs <= atMs) max = Math.max(max, x.atMs + x.aheadMs + 100);
+    for (const x of this.#skewSamples)
+      if (x.atMs <= atMs) max = Math.max(max, x.atMs + x.aheadMs + 100);
     return max;
   }
 
   /** The largest offset (either way) of a scheduler's clock at some time in [fromMs, toMs] (sampled every 100 ms). */
   schedulerSkewDuring(fromMs: number, toMs: number, ahead = false): number {
     let max = 0;
-    for (const x of this.#skewSamples) if (x.atMs >= fromMs - 100 && x.atMs <= toMs + 100) max = Math.max(max, ahead ? x.aheadMs : x.absMs);
+    for (const x of this.#skewSamples)
+      if (x.atMs >= fromMs - 100 && x.atMs <= toMs + 100)
+        max = Math.max(max, ahead ? x.aheadMs : x.absMs);
     return max;
   }
 
@@ -208,27 +246,62 @@ export class SimCluster {
     const clock = this.hostClock(id);
     const process = new SimProcess(this.sim, `${id}#${gen}`, clock);
     const ep = this.bus.endpoint(id, process);
-    const kv = new KvView({ clock: this.sim, random: this.rng(), host: process, faults: this.#kvFaults });
+    const kv = new KvView({
+      clock: this.sim,
+      random: this.rng(),
+      host: process,
+      faults: this.#kvFaults,
+    });
     kv.tap = (e) => this.trace.add(`kv ${e.kind} ${id} ${e.bucket} ${e.op} ${e.key}`);
     const log = this.#log(id);
-    const p: Proc = { id, kind, gen, process, kv, ep, node: undefined as unknown as KairosNode, up: true };
+    const p: Proc = {
+      id,
+      kind,
+      gen,
+      process,
+      kv,
+      ep,
+      node: undefined as unknown as KairosNode,
+      up: true,
+    };
     const config = this.#nodeConfig(id, kind === "scheduler" ? ["scheduler"] : ["worker"]);
     const node = new KairosNode(config, {
-      clock: process.clock, random: this.rng(), log, incarnation: `${id}-${gen}`,
+      clock: process.clock,
+      random: this.rng(),
+      log,
+      incarnation: `${id}-${gen}`,
       transport: { bus: ep, buckets: kv.buckets(this.shared), close: async () => ep.close() },
-      ...(kind === "scheduler" && config.leaseRenewer === "thread" ? {
-        leaseThread: (data) => {
-          const tp = new SimProcess(this.sim, `${id}#${gen}/leases`, clock);
-          const tkv = new KvView({ clock: this.sim, random: this.rng(), host: tp, faults: { ...this.#kvFaults, unavailable: kv.faults.unavailable } });
-          const t = new SimLeaseThread({ sim: this.sim, main: process, thread: tp, kv: tkv.buckets(this.shared).leases, data });
-          p.thread = { t, process: tp, kv: tkv };
-          return t;
-        },
-      } : {}),
+      ...(kind === "scheduler" && config.leaseRenewer === "thread"
+        ? {
+            leaseThread: (data) => {
+              const tp = new SimProcess(this.sim, `${id}#${gen}/leases`, clock);
+              const tkv = new KvView({
+                clock: this.sim,
+                random: this.rng(),
+                host: tp,
+                faults: { ...this.#kvFaults, unavailable: kv.faults.unavailable },
+              });
+              const t = new SimLeaseThread({
+                sim: this.sim,
+                main: process,
+                thread: tp,
+                kv: tkv.buckets(this.shared).leases,
+                data,
+              });
+              p.thread = { t, process: tp, kv: tkv };
+              return t;
+            },
+          }
+        : {}),
     });
     p.node = node;
     node.events.on((e) => {
-      if (e.type === "partition_acquired" || e.type === "partition_lost" || e.type === "partition_released" || e.type === "write_fenced") {
+      if (
+        e.type === "partition_acquired" ||
+        e.type === "partition_lost" ||
+        e.type === "partition_released" ||
+        e.type === "write_fenced"
+      ) {
         this.trace.add(`${id} ${e.type} ${JSON.stringify({ ...e, type: undefined })}`);
       }
     });
@@ -245,27 +318,50 @@ export class SimCluster {
   /** Mirrors src/server/start.ts: job actors (with retention), tenant and fleet actors (fair shares), the worker directory. */
   #composeScheduler(p: Proc): void {
     const { process } = p;
-    const directory = new WorkerDirectory(process.clock, this.rng(), this.profile.workerHeartbeatMs * 3, { optimistic: true });
+    const directory = new WorkerDirectory(
+      process.clock,
+      this.rng(),
+      this.profile.workerHeartbeatMs * 3,
+      { optimistic: true },
+    );
     const log = this.#log(p.id);
     p.node.onConnected((n) => {
       directory.start(n.nc, CLUSTER);
-      n.register(jobRegistration(this.profile.job, {
-        log,
-        clock: process.clock,
-        workers: { nc: n.nc, clusterName: CLUSTER, directory },
-        history: {
-          runs: n.buckets.runs,
-          // Bounded history as production runs it: a prune pass on the first terminal run after
-          // a job comes to a node, among the run path's own writes.
-          retention: new RunRetention(DEFAULT_RETENTION, { runs: n.buckets.runs, actors: n.buckets.actors, nowMs: () => process.clock.now(), log }),
-        },
-        slots: {
-          router: () => n.router,
-          tenantMaxConcurrent: async (id) => this.#caps.get(id),
-          defer: (fn, ms) => void process.clock.setTimer(ms, fn),
-        },
-      }, this.o.faults));
-      n.register(tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, process.clock));
+      n.register(
+        jobRegistration(
+          this.profile.job,
+          {
+            log,
+            clock: process.clock,
+            workers: { nc: n.nc, clusterName: CLUSTER, directory },
+            history: {
+              runs: n.buckets.runs,
+              // Bounded history as production runs it: a prune pass on the first terminal run after
+              // a job comes to a node, among the run path's own writes.
+              retention: new RunRetention(DEFAULT_RETENTION, {
+                runs: n.buckets.runs,
+                actors: n.buckets.actors,
+                nowMs: () => process.clock.now(),
+                log,
+              }),
+            },
+            slots: {
+              router: () => n.router,
+              tenantMaxConcurrent: async (id) => this.#caps.get(id),
+              defer: (fn, ms) => void process.clock.setTimer(ms, fn),
+            },
+          },
+          this.o.faults,
+        ),
+      );
+      n.register(
+        tenantRegistration(
+          n.buckets.actors,
+          undefined,
+          { reportMs: FAIR_REPORT_MS },
+          process.clock,
+        ),
+      );
       n.register(fleetRegistration(() => directory.capacity()));
     });
   }
@@ -274,19 +370,36 @@ export class SimCluster {
     // Separate streams: the sandbox kind is the machine's (the same across restarts), and neither
     // draw shifts the others.
     const k = Number(p.id.slice(1));
-    const sandbox = this.o.sandbox ?? (stream(this.o.seed, 3 + k).next() < 0.5 ? "docker" : "process");
+    const sandbox =
+      this.o.sandbox ?? (stream(this.o.seed, 3 + k).next() < 0.5 ? "docker" : "process");
     if (p.gen === 1) this.trace.add(`${p.id} sandbox ${sandbox}`);
     const executor = new SimExecutor({
-      workerId: p.id, sim: this.sim, process: p.process, random: this.rng(), ledger: this.ledger,
-      sandbox, watchdogRandom: stream(this.o.seed, 1000 + 100 * k + p.gen),
+      workerId: p.id,
+      sim: this.sim,
+      process: p.process,
+      random: this.rng(),
+      ledger: this.ledger,
+      sandbox,
+      watchdogRandom: stream(this.o.seed, 1000 + 100 * k + p.gen),
       // A fifth of the tasks end as they start (`Execution.ended`, the noop executor's path).
-      endedRandom: stream(this.o.seed, 1_000_000 + 100 * k + p.gen), endedRate: 0.2,
-      durationMs: [300, 4000], failRate: 0.1, ...(this.o.brokenExecutor ? { broken: true } : {}),
+      endedRandom: stream(this.o.seed, 1_000_000 + 100 * k + p.gen),
+      endedRate: 0.2,
+      durationMs: [300, 4000],
+      failRate: 0.1,
+      ...(this.o.brokenExecutor ? { broken: true } : {}),
     });
     p.executor = executor;
     const worker = new Worker({
-      workerId: p.id, clusterName: CLUSTER, slots: this.profile.workerSlots, heartbeatIntervalMs: this.profile.workerHeartbeatMs, completionDeadlineMs: 60_000,
-      nc: p.node.nc, router: p.node.router, executor, clock: p.process.clock, log: this.#log(p.id),
+      workerId: p.id,
+      clusterName: CLUSTER,
+      slots: this.profile.workerSlots,
+      heartbeatIntervalMs: this.profile.workerHeartbeatMs,
+      completionDeadlineMs: 60_000,
+      nc: p.node.nc,
+      router: p.node.router,
+      executor,
+      clock: p.process.clock,
+      log: this.#log(p.id),
       inboxes: "shared", // no NATS credentials in the simulation: `_INBOX.` replies (reply-guard.ts)
       onEvent: (e) => {
         this.trace.add(`${p.id} worker ${e.type} ${e.run_id} attempt ${e.attempt}`);
@@ -324,11 +437,16 @@ export class SimCluster {
     p.up = false;
     this.trace.add(`${id} stopping gracefully`);
     const worker = p.worker;
-    const drained = worker ? worker.drain(drainTimeoutMs).then(() => worker.stop()) : Promise.resolve();
-    drained.then(() => p.node.stop()).then(
-      () => this.trace.add(`${id} stopped`),
-      (e: unknown) => this.trace.add(`${id} stop failed: ${String(e)}`),
-    ).finally(() => this.#kill(p));
+    const drained = worker
+      ? worker.drain(drainTimeoutMs).then(() => worker.stop())
+      : Promise.resolve();
+    drained
+      .then(() => p.node.stop())
+      .then(
+        () => this.trace.add(`${id} stopped`),
+        (e: unknown) => this.trace.add(`${id} stop failed: ${String(e)}`),
+      )
+      .finally(() => this.#kill(p));
   }
 
   /** The process of `id` is gone (or going): a new one starts under the same id, on the same host. */
@@ -355,8 +473,18 @@ export class SimCluster {
    * A fault on `subjects` (process ids, "bus" or "kv") from `atMs` for `durationMs`; invariant h
    * reads which kinds keep a worker from reporting (invariants.ts `blocksReports`).
    */
-  fault(atMs: number, subjects: readonly string[], kind: FaultKind, what: string, apply: () => void, durationMs: number, undo: () => void): void {
-    this.faultLog.push(`${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`);
+  fault(
+    atMs: number,
+    subjects: readonly string[],
+    kind: FaultKind,
+    what: string,
+    apply: () => void,
+    durationMs: number,
+    undo: () => void,
+  ): void {
+    this.faultLog.push(
+      `${(atMs / 1000).toFixed(1)}s ${what} for ${(durationMs / 1000).toFixed(1)}s`,
+    );
     this.sim.setTimer(atMs, () => {
       this.trace.add(`FAULT ${what} (${(durationMs / 1000).toFixed(1)} s)`);
       const over = this.checker.faultBegins(subjects, kind);
@@ -375,8 +503,17 @@ export class SimCluster {
   setKv(f: Partial<KvFaults>): void {
     this.#kvFaults = { ...this.#kvFaults, ...f };
     for (const p of this.procs.values()) {
-      p.kv.faults = { ...this.#kvFaults, unavailable: p.kv.faults.unavailable, stale: p.kv.faults.stale };
-      if (p.thread) p.thread.kv.faults = { ...this.#kvFaults, unavailable: p.thread.kv.faults.unavailable, stale: p.thread.kv.faults.stale };
+      p.kv.faults = {
+        ...this.#kvFaults,
+        unavailable: p.kv.faults.unavailable,
+        stale: p.kv.faults.stale,
+      };
+      if (p.thread)
+        p.thread.kv.faults = {
+          ...this.#kvFaults,
+          unavailable: p.thread.kv.faults.unavailable,
+          stale: p.thread.kv.faults.stale,
+        };
     }
   }
 
@@ -392,10 +529,16 @@ export class SimCluster {
     for (const { tenant, spec } of jobs) {
       for (let attempt = 0; attempt < 20; attempt++) {
         try {
-          const { job } = await this.client.service.createJob(tenant, spec, `sim-${this.jobs.length}`);
+          const { job } = await this.client.service.createJob(
+            tenant,
+            spec,
+            `sim-${this.jobs.length}`,
+          );
           this.jobs.push({ tenant, jobId: job.job_id, spec });
           if (spec.overlap === "skip") this.checker.skipJobs.add(job.job_id);
-          this.trace.add(`created job ${tenant}/${job.job_id} (${"cron" in spec.schedule ? spec.schedule.cron : spec.schedule.at}, ${spec.overlap}, max_attempts ${spec.retry.max_attempts})`);
+          this.trace.add(
+            `created job ${tenant}/${job.job_id} (${"cron" in spec.schedule ? spec.schedule.cron : spec.schedule.at}, ${spec.overlap}, max_attempts ${spec.retry.max_attempts})`,
+          );
           break;
         } catch (e) {
           this.trace.add(`create failed (${String(e)}); retrying`);
@@ -417,7 +560,15 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   c.trace.add(`seed ${o.seed}: profile ${profile.name}`);
   await c.checker.watchStore(c.shared);
   c.checker.watchLedger(c.ledger);
-  c.client = new SimClient({ sim: c.sim, bus: c.bus, shared: c.shared, cluster: CLUSTER, partitions: PARTITIONS, random: () => c.rng(), trace: (l) => c.trace.add(l) });
+  c.client = new SimClient({
+    sim: c.sim,
+    bus: c.bus,
+    shared: c.shared,
+    cluster: CLUSTER,
+    partitions: PARTITIONS,
+    random: () => c.rng(),
+    trace: (l) => c.trace.add(l),
+  });
   for (const id of ["n1", "n2", "n3"]) c.start(id, "scheduler");
   c.watchClocks();
   const workers = stream(o.seed, 2).next() < 0.5 ? 2 : 3;
@@ -433,36 +584,78 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
     if (o.noFaults) return;
     const r = c.rng();
     const n = between(r, profile.commands[0], profile.commands[1]);
-    for (const cmd of planCommands(r, c.jobs, n, Math.max(c.sim.now(), t0 + faultsFrom), t0 + faultsTo)) c.client.schedule(cmd);
+    for (const cmd of planCommands(
+      r,
+      c.jobs,
+      n,
+      Math.max(c.sim.now(), t0 + faultsFrom),
+      t0 + faultsTo,
+    ))
+      c.client.schedule(cmd);
   });
   await c.sim.runUntil(t0 + duration);
-  if (!created) c.checker.fail("occurrence_lost", "create", "the jobs were not all created within the simulation");
+  if (!created)
+    c.checker.fail(
+      "occurrence_lost",
+      "create",
+      "the jobs were not all created within the simulation",
+    );
   // For the report: what each tenant actor believes at the end (slots held, runs waiting).
   // A tenant's effective cap is the lower of its max_concurrent and its fair share of the fleet.
   const limits = new Map(c.caps);
-  const status = Promise.all([...new Set(c.jobs.map((j) => j.tenant))].map(async (t) => {
-    const s = await c.client.router.request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 }).catch((e: unknown) => String(e));
-    c.trace.add(`tenant ${t} at the end: ${JSON.stringify(s)}`);
-    const share = (s as { share?: number } | undefined)?.share;
-    if (typeof share === "number" && share > 0 && share < (limits.get(t) ?? Infinity)) limits.set(t, share);
-  }));
+  const status = Promise.all(
+    [...new Set(c.jobs.map((j) => j.tenant))].map(async (t) => {
+      const s = await c.client.router
+        .request({ type: TENANT_ACTOR, id: t }, { kind: "status" }, { deadlineMs: 1500 })
+        .catch((e: unknown) => String(e));
+      c.trace.add(`tenant ${t} at the end: ${JSON.stringify(s)}`);
+      const share = (s as { share?: number } | undefined)?.share;
+      if (typeof share === "number" && share > 0 && share < (limits.get(t) ?? Infinity))
+        limits.set(t, share);
+    }),
+  );
   await c.sim.runUntil(t0 + duration + 2000);
   await status;
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
   const saturated = saturatedTenants(c.ledger.all, limits, t0 + duration);
   await c.checker.final(c.shared, c.ledger, {
-    jobs: c.jobs, commands: c.client.log, windowEndMs: t0 + duration - 5000, stuckBeforeMs: t0 + duration - quiet, saturated,
-    skewDuring: (from, to) => c.schedulerSkewDuring(from, to), firedBy: (t) => c.schedulersReadBy(t), leaseTtlMs: profile.job.leaseTtlMs, drainGraceMs: profile.job.drainGraceMs, lookaheadMs: profile.job.lookaheadMs, maxUnstarted: MAX_UNSTARTED_ATTEMPTS, maxGivenBack: MAX_GIVEN_BACK,
+    jobs: c.jobs,
+    commands: c.client.log,
+    windowEndMs: t0 + duration - 5000,
+    stuckBeforeMs: t0 + duration - quiet,
+    saturated,
+    skewDuring: (from, to) => c.schedulerSkewDuring(from, to),
+    firedBy: (t) => c.schedulersReadBy(t),
+    leaseTtlMs: profile.job.leaseTtlMs,
+    drainGraceMs: profile.job.drainGraceMs,
+    lookaheadMs: profile.job.lookaheadMs,
+    maxUnstarted: MAX_UNSTARTED_ATTEMPTS,
+    maxGivenBack: MAX_GIVEN_BACK,
     killSlackMs: profile.workerHeartbeatMs + 1000,
   });
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;
-  const digest = fnv(c.ledger.all.map((x) => `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`).join("\n"));
+  const digest = fnv(
+    c.ledger.all
+      .map(
+        (x) =>
+          `${x.runId}|${x.attempt}|${x.fence}|${x.worker}|${x.startMs}|${x.endMs}|${x.outcome}`,
+      )
+      .join("\n"),
+  );
   return {
-    seed: o.seed, profile: profile.name, violations: c.checker.violations,
+    seed: o.seed,
+    profile: profile.name,
+    violations: c.checker.violations,
     stats: {
-      executions: c.ledger.all.length, runs, faults: c.faultLog, commands: c.client.log.length, simMs: duration, digest,
-      atLeastOnce: c.checker.atLeastOnce.length, unstartedCap: c.checker.unstartedCap,
+      executions: c.ledger.all.length,
+      runs,
+      faults: c.faultLog,
+      commands: c.client.log.length,
+      simMs: duration,
+      digest,
+      atLeastOnce: c.checker.atLeastOnce.length,
+      unstartedCap: c.checker.unstartedCap,
     },
   };
 }

@@ -30,13 +30,18 @@ export interface PlannedCommand {
   spec?: JobSpec;
 }
 
-
 /**
  * A seed's commands within [fromMs, toMs) (simulation time): run-now of any job, a pause of a
  * cron job followed 3–20 s later by its resume, a schedule change of a cron job (another period),
  * and at most one delete — each job's commands in time order.
  */
-export function planCommands(r: Random, jobs: readonly JobUnderTest[], n: number, fromMs: number, toMs: number): PlannedCommand[] {
+export function planCommands(
+  r: Random,
+  jobs: readonly JobUnderTest[],
+  n: number,
+  fromMs: number,
+  toMs: number,
+): PlannedCommand[] {
   const out: PlannedCommand[] = [];
   const specOf = new Map(jobs.map((j) => [j.jobId, j.spec]));
   const busyUntil = new Map<string, number>();
@@ -82,12 +87,27 @@ export class SimClient {
   readonly #queues = new Map<string, Promise<void>>();
   readonly #trace: (line: string) => void;
 
-  constructor(o: { sim: SimClock; bus: SimBus; shared: Buckets; cluster: string; partitions: number; random: () => Random; trace: (line: string) => void }) {
+  constructor(o: {
+    sim: SimClock;
+    bus: SimBus;
+    shared: Buckets;
+    cluster: string;
+    partitions: number;
+    random: () => Random;
+    trace: (line: string) => void;
+  }) {
     this.#sim = o.sim;
     this.#trace = o.trace;
     this.process = new SimProcess(o.sim, "client", 0);
     const ep = o.bus.endpoint("client", this.process);
-    this.router = new ActorRouter({ nc: ep, clusterName: o.cluster, clock: this.process.clock, random: o.random(), partitions: o.partitions, deadlineMs: 10_000 });
+    this.router = new ActorRouter({
+      nc: ep,
+      clusterName: o.cluster,
+      clock: this.process.clock,
+      random: o.random(),
+      partitions: o.partitions,
+      deadlineMs: 10_000,
+    });
     this.service = new NatsJobsService(this.router, o.shared, o.partitions, o.random());
   }
 
@@ -106,7 +126,13 @@ export class SimClient {
 
   async #send(c: PlannedCommand): Promise<void> {
     const { tenant, jobId } = c.job;
-    const rec: CommandRecord = { jobId, kind: c.kind, sentMs: this.#sim.now(), ackMs: null, ...(c.spec ? { spec: c.spec } : {}) };
+    const rec: CommandRecord = {
+      jobId,
+      kind: c.kind,
+      sentMs: this.#sim.now(),
+      ackMs: null,
+      ...(c.spec ? { spec: c.spec } : {}),
+    };
     this.log.push(rec);
     this.#trace(`client ${c.kind} ${tenant}/${jobId} sent`);
     for (let attempt = 1; ; attempt++) {
@@ -127,7 +153,9 @@ export class SimClient {
             break;
         }
         rec.ackMs = this.#sim.now();
-        this.#trace(`client ${c.kind} ${tenant}/${jobId} answered${rec.runId ? `: run ${rec.runId}` : ""}`);
+        this.#trace(
+          `client ${c.kind} ${tenant}/${jobId} answered${rec.runId ? `: run ${rec.runId}` : ""}`,
+        );
         return;
       } catch (e) {
         // A retried delete meets the job already deleted: that is its answer.
@@ -135,7 +163,9 @@ export class SimClient {
           rec.ackMs = this.#sim.now();
           return;
         }
-        this.#trace(`client ${c.kind} ${tenant}/${jobId} failed (${String(e)})${c.kind === "run_now" ? "" : "; sent again"}`);
+        this.#trace(
+          `client ${c.kind} ${tenant}/${jobId} failed (${String(e)})${c.kind === "run_now" ? "" : "; sent again"}`,
+        );
         if (c.kind === "run_now" || attempt >= 30) return;
         await this.sleep(1000);
       }

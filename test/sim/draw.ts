@@ -10,6 +10,7 @@ export function stream(seed: number, k: number): Random {
 }
 
 /** A whole number in [lo, hi]. */
-export const between = (r: Random, lo: number, hi: number): number => lo + Math.floor(r.next() * (hi - lo + 1));
+export const between = (r: Random, lo: number, hi: number): number =>
+  lo + Math.floor(r.next() * (hi - lo + 1));
 
 export const pick = <T>(r: Random, xs: readonly T[]): T => xs[Math.floor(r.next() * xs.length)]!;

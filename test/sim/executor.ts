@@ -16,7 +16,13 @@
  *   worker is stopped (paused) or gone.
  * - `none` (self-tests only): nothing does — a frozen worker's task runs to its end.
  */
-import type { Execution, ExecutionResult, Executor, RunIdentity, TaskSpec } from "../../src/sandbox/types.ts";
+import type {
+  Execution,
+  ExecutionResult,
+  Executor,
+  RunIdentity,
+  TaskSpec,
+} from "../../src/sandbox/types.ts";
 import { finishedExecution } from "../../src/sandbox/settle.ts";
 import type { Random } from "../../src/lib/random.ts";
 import type { SimClock, SimProcess } from "./sim-clock.ts";
@@ -114,8 +120,14 @@ export class SimExecutor implements Executor {
   #ledgerStart(id: RunIdentity): LedgerEntry {
     const broken = this.#o.broken === true;
     return this.#o.ledger.start({
-      runId: broken ? "broken" : id.runId, attempt: id.attempt, fence: broken ? 1 : id.fence, worker: this.#o.workerId,
-      tenant: id.tenantId, job: id.jobId, scheduledForMs: Date.parse(id.scheduledFor), startMs: this.#o.sim.now(),
+      runId: broken ? "broken" : id.runId,
+      attempt: id.attempt,
+      fence: broken ? 1 : id.fence,
+      worker: this.#o.workerId,
+      tenant: id.tenantId,
+      job: id.jobId,
+      scheduledForMs: Date.parse(id.scheduledFor),
+      startMs: this.#o.sim.now(),
     });
   }
 
@@ -127,7 +139,15 @@ export class SimExecutor implements Executor {
       const atMs = process.clock.now();
       const last = this.#lastEnded;
       if (last !== undefined && last.atMs === atMs && last.code === code) return last.execution;
-      const execution = finishedExecution(Object.freeze({ outcome: "exited", exitCode: code, output: "", startedAtMs: atMs, finishedAtMs: atMs }));
+      const execution = finishedExecution(
+        Object.freeze({
+          outcome: "exited",
+          exitCode: code,
+          output: "",
+          startedAtMs: atMs,
+          finishedAtMs: atMs,
+        }),
+      );
       this.#lastEnded = { atMs, code, execution };
       return execution;
     }
@@ -145,18 +165,30 @@ export class SimExecutor implements Executor {
       cancel();
       this.#live.delete(x);
       ledger.end(x, sim.now(), outcome === "exited" ? `exit ${code}` : outcome);
-      const r: ExecutionResult = { outcome, exitCode: code, output: "", startedAtMs, finishedAtMs: startedAtMs + (sim.now() - x.startMs) };
+      const r: ExecutionResult = {
+        outcome,
+        exitCode: code,
+        output: "",
+        startedAtMs,
+        finishedAtMs: startedAtMs + (sim.now() - x.startMs),
+      };
       // The worker hears about it when its process runs (never, if it crashed).
       process.gate(() => settle(r));
     };
     const timeoutMs = task.timeoutS * 1000;
-    const cancel = duration > timeoutMs
-      ? sim.setTimer(timeoutMs, () => finish("timed_out", null))
-      : sim.setTimer(duration, () => finish("exited", exitCode));
+    const cancel =
+      duration > timeoutMs
+        ? sim.setTimer(timeoutMs, () => finish("timed_out", null))
+        : sim.setTimer(duration, () => finish("exited", exitCode));
     this.#live.set(x, () => finish("killed", null));
     // Until when (sim monotonic ms) the container's lease runs (docker; none: no lease).
-    let leaseUntil = task.leaseMs === undefined ? Number.POSITIVE_INFINITY : sim.monoMs() + task.leaseMs;
-    this.#watch(x, () => leaseUntil, () => finish("killed", null));
+    let leaseUntil =
+      task.leaseMs === undefined ? Number.POSITIVE_INFINITY : sim.monoMs() + task.leaseMs;
+    this.#watch(
+      x,
+      () => leaseUntil,
+      () => finish("killed", null),
+    );
     return {
       result,
       // A graceful kill (a cancel) takes the task's grace: SIGTERM, the task's trap, exit — up to
@@ -180,7 +212,8 @@ export class SimExecutor implements Executor {
    */
   #watch(x: LedgerEntry, leaseUntil: () => number, kill: () => void): void {
     const { sim, sandbox, process } = this.#o;
-    if (sandbox === "none" || (sandbox === "docker" && leaseUntil() === Number.POSITIVE_INFINITY)) return;
+    if (sandbox === "none" || (sandbox === "docker" && leaseUntil() === Number.POSITIVE_INFINITY))
+      return;
     const tick = () => {
       if (!this.#live.has(x)) return;
       const out = sandbox === "docker" ? sim.monoMs() >= leaseUntil() : process.state !== "running";

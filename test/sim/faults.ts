@@ -29,8 +29,24 @@ import type { SimCluster } from "./cluster.ts";
 import { between, pick } from "./draw.ts";
 
 export const ALL_FAULTS: readonly FaultKind[] = [
-  "crash", "stop", "restart", "drain_restart", "pause", "stall", "isolate", "isolate_bus", "isolate_kv", "cut",
-  "thread_cut", "thread_death", "kv_timeouts", "kv_stale", "kv_stale_all", "lossy_bus", "clock_step", "clock_drift",
+  "crash",
+  "stop",
+  "restart",
+  "drain_restart",
+  "pause",
+  "stall",
+  "isolate",
+  "isolate_bus",
+  "isolate_kv",
+  "cut",
+  "thread_cut",
+  "thread_death",
+  "kv_timeouts",
+  "kv_stale",
+  "kv_stale_all",
+  "lossy_bus",
+  "clock_step",
+  "clock_drift",
 ];
 
 /**
@@ -44,7 +60,13 @@ export const DEFAULT_FAULTS: readonly FaultKind[] = ALL_FAULTS.filter((k) => k !
 const THREAD_FAULTS: ReadonlySet<FaultKind> = new Set(["stall", "thread_cut", "thread_death"]);
 
 /** Draws and arms this seed's faults within [fromMs, toMs) of its start (simulation time offsets). */
-export function planFaults(c: SimCluster, r: Random, fromMs: number, toMs: number, only?: readonly FaultKind[]): void {
+export function planFaults(
+  c: SimCluster,
+  r: Random,
+  fromMs: number,
+  toMs: number,
+  only?: readonly FaultKind[],
+): void {
   const threads = c.profile.node.leaseRenewer === "thread";
   const kinds = (only ?? DEFAULT_FAULTS).filter((k) => threads || !THREAD_FAULTS.has(k));
   if (kinds.length === 0) return;
@@ -61,74 +83,214 @@ export function planFaults(c: SimCluster, r: Random, fromMs: number, toMs: numbe
   }
 }
 
-function arm(c: SimCluster, r: Random, at: number, kind: FaultKind, node: string, worker: string, anyone: string): void {
+function arm(
+  c: SimCluster,
+  r: Random,
+  at: number,
+  kind: FaultKind,
+  node: string,
+  worker: string,
+  anyone: string,
+): void {
   const proc = (id: string) => c.procs.get(id);
   switch (kind) {
     case "crash":
-      return c.fault(at, [anyone], kind, `crash ${anyone}`, () => c.crash(anyone), between(r, 1000, anyone === node ? 8000 : 5000), () => c.restart(anyone));
+      return c.fault(
+        at,
+        [anyone],
+        kind,
+        `crash ${anyone}`,
+        () => c.crash(anyone),
+        between(r, 1000, anyone === node ? 8000 : 5000),
+        () => c.restart(anyone),
+      );
     case "stop":
-      return c.fault(at, [node], kind, `graceful stop ${node}`, () => c.stop(node), between(r, 1000, 8000), () => c.restart(node));
+      return c.fault(
+        at,
+        [node],
+        kind,
+        `graceful stop ${node}`,
+        () => c.stop(node),
+        between(r, 1000, 8000),
+        () => c.restart(node),
+      );
     case "restart":
-      return c.fault(at, [worker], kind, `restart ${worker} under its own id`, () => c.crash(worker), between(r, 200, 3000), () => c.restart(worker));
+      return c.fault(
+        at,
+        [worker],
+        kind,
+        `restart ${worker} under its own id`,
+        () => c.crash(worker),
+        between(r, 200, 3000),
+        () => c.restart(worker),
+      );
     case "drain_restart": {
       const drain = between(r, c.profile.drainTimeoutMs[0], c.profile.drainTimeoutMs[1]);
       // The new process starts once the old one has exited (a supervisor's restart), polled.
-      const whenEnded = () => (c.ended(worker) ? c.restart(worker) : c.sim.setTimer(100, whenEnded));
-      return c.fault(at, [worker], kind, `rolling restart of ${worker} (drain ${(drain / 1000).toFixed(1)} s)`, () => c.stop(worker, drain), drain + 500, whenEnded);
+      const whenEnded = () =>
+        c.ended(worker) ? c.restart(worker) : c.sim.setTimer(100, whenEnded);
+      return c.fault(
+        at,
+        [worker],
+        kind,
+        `rolling restart of ${worker} (drain ${(drain / 1000).toFixed(1)} s)`,
+        () => c.stop(worker, drain),
+        drain + 500,
+        whenEnded,
+      );
     }
     case "pause":
-      return c.fault(at, [anyone], kind, `pause ${anyone}`, () => {
-        proc(anyone)?.process.pause();
-        proc(anyone)?.thread?.process.pause();
-      }, between(r, 2000, 12_000), () => {
-        proc(anyone)?.process.resume();
-        proc(anyone)?.thread?.process.resume();
-      });
+      return c.fault(
+        at,
+        [anyone],
+        kind,
+        `pause ${anyone}`,
+        () => {
+          proc(anyone)?.process.pause();
+          proc(anyone)?.thread?.process.pause();
+        },
+        between(r, 2000, 12_000),
+        () => {
+          proc(anyone)?.process.resume();
+          proc(anyone)?.thread?.process.resume();
+        },
+      );
     case "stall":
-      return c.fault(at, [node], kind, `stall ${node}'s main loop (lease thread runs)`, () => proc(node)?.process.pause(), between(r, 2000, 20_000), () => proc(node)?.process.resume());
+      return c.fault(
+        at,
+        [node],
+        kind,
+        `stall ${node}'s main loop (lease thread runs)`,
+        () => proc(node)?.process.pause(),
+        between(r, 2000, 20_000),
+        () => proc(node)?.process.resume(),
+      );
     case "isolate":
     case "isolate_bus":
     case "isolate_kv": {
       let heal = () => {};
       const bus = kind !== "isolate_kv";
       const kv = kind !== "isolate_bus";
-      const what = kind === "isolate" ? "bus and KV" : bus ? "bus only: KV reachable" : "KV only: bus reachable";
-      return c.fault(at, [anyone], kind, `isolate ${anyone} (${what})`, () => {
-        if (bus) heal = c.bus.isolate(anyone);
-        if (kv) setKvUnavailable(c, anyone, true, true);
-      }, between(r, 2000, 10_000), () => {
-        heal();
-        if (kv) setKvUnavailable(c, anyone, false, true);
-      });
+      const what =
+        kind === "isolate"
+          ? "bus and KV"
+          : bus
+            ? "bus only: KV reachable"
+            : "KV only: bus reachable";
+      return c.fault(
+        at,
+        [anyone],
+        kind,
+        `isolate ${anyone} (${what})`,
+        () => {
+          if (bus) heal = c.bus.isolate(anyone);
+          if (kv) setKvUnavailable(c, anyone, true, true);
+        },
+        between(r, 2000, 10_000),
+        () => {
+          heal();
+          if (kv) setKvUnavailable(c, anyone, false, true);
+        },
+      );
     }
     case "cut": {
-      const other = r.next() < 0.5 ? worker : pick(r, ["n1", "n2", "n3"].filter((x) => x !== node));
+      const other =
+        r.next() < 0.5
+          ? worker
+          : pick(
+              r,
+              ["n1", "n2", "n3"].filter((x) => x !== node),
+            );
       let heal = () => {};
-      return c.fault(at, [node, other], kind, `cut the bus between ${node} and ${other}`, () => (heal = c.bus.partition([node], [other])), between(r, 2000, 10_000), () => heal());
+      return c.fault(
+        at,
+        [node, other],
+        kind,
+        `cut the bus between ${node} and ${other}`,
+        () => (heal = c.bus.partition([node], [other])),
+        between(r, 2000, 10_000),
+        () => heal(),
+      );
     }
     case "thread_cut":
-      return c.fault(at, [node], kind, `cut ${node}'s lease thread from KV`, () => setKvUnavailable(c, node, true, false), between(r, 2000, 12_000), () => setKvUnavailable(c, node, false, false));
+      return c.fault(
+        at,
+        [node],
+        kind,
+        `cut ${node}'s lease thread from KV`,
+        () => setKvUnavailable(c, node, true, false),
+        between(r, 2000, 12_000),
+        () => setKvUnavailable(c, node, false, false),
+      );
     case "thread_death":
-      return c.fault(at, [node], kind, `${node}'s lease thread dies`, () => proc(node)?.thread?.t.kill(), 1, () => {});
+      return c.fault(
+        at,
+        [node],
+        kind,
+        `${node}'s lease thread dies`,
+        () => proc(node)?.thread?.t.kill(),
+        1,
+        () => {},
+      );
     case "kv_timeouts":
-      return c.fault(at, ["kv"], kind, "KV timeouts (5%)", () => c.setKv({ timeout: 0.05 }), between(r, 3000, 10_000), () => c.setKv({ timeout: 0 }));
+      return c.fault(
+        at,
+        ["kv"],
+        kind,
+        "KV timeouts (5%)",
+        () => c.setKv({ timeout: 0.05 }),
+        between(r, 3000, 10_000),
+        () => c.setKv({ timeout: 0 }),
+      );
     case "kv_stale":
     case "kv_stale_all": {
       const every = kind === "kv_stale_all";
-      return c.fault(at, ["kv"], kind, `stale KV reads (25% of ${every ? "every read" : "replica reads"}, up to 2 s behind)`, () => c.setKv({ stale: { share: 0.25, lagMs: 2000, everyRead: every } }), between(r, 3000, 15_000), () => c.setKv({ stale: null }));
+      return c.fault(
+        at,
+        ["kv"],
+        kind,
+        `stale KV reads (25% of ${every ? "every read" : "replica reads"}, up to 2 s behind)`,
+        () => c.setKv({ stale: { share: 0.25, lagMs: 2000, everyRead: every } }),
+        between(r, 3000, 15_000),
+        () => c.setKv({ stale: null }),
+      );
     }
     case "lossy_bus":
-      return c.fault(at, ["bus"], kind, "lossy bus (5% loss, 5% dup, 0-200 ms delay)", () => c.setBus({ loss: 0.05, dup: 0.05, delayMs: [0, 200] }), between(r, 3000, 15_000), () => c.setBus({ loss: 0, dup: 0, delayMs: [0, 15] }));
+      return c.fault(
+        at,
+        ["bus"],
+        kind,
+        "lossy bus (5% loss, 5% dup, 0-200 ms delay)",
+        () => c.setBus({ loss: 0.05, dup: 0.05, delayMs: [0, 200] }),
+        between(r, 3000, 15_000),
+        () => c.setBus({ loss: 0, dup: 0, delayMs: [0, 15] }),
+      );
     case "clock_step": {
       const step = (r.next() < 0.5 ? -1 : 1) * between(r, 1000, 30_000);
       const host = c.hostClock(anyone);
-      return c.fault(at, [anyone], kind, `${anyone}'s clock steps ${step > 0 ? "+" : ""}${(step / 1000).toFixed(1)} s`, () => host.step(step), between(r, 2000, 40_000), () => host.step(-step));
+      return c.fault(
+        at,
+        [anyone],
+        kind,
+        `${anyone}'s clock steps ${step > 0 ? "+" : ""}${(step / 1000).toFixed(1)} s`,
+        () => host.step(step),
+        between(r, 2000, 40_000),
+        () => host.step(-step),
+      );
     }
     case "clock_drift": {
       const rate = (r.next() < 0.5 ? -1 : 1) * between(r, 20, 300);
       const host = c.hostClock(anyone);
       let end = () => {};
-      return c.fault(at, [anyone], kind, `${anyone}'s clock drifts ${rate} ms/s`, () => (end = host.drift(rate)), between(r, 3000, 30_000), () => end());
+      return c.fault(
+        at,
+        [anyone],
+        kind,
+        `${anyone}'s clock drifts ${rate} ms/s`,
+        () => (end = host.drift(rate)),
+        between(r, 3000, 30_000),
+        () => end(),
+      );
     }
   }
 }

@@ -24,7 +24,18 @@
  * the process stops still lands.
  */
 import type { Buckets } from "../../src/cluster/buckets.ts";
-import { keyMatches, type KvChange, type KvEntry, type KvKey, type KvPage, type KvStore, type KvWatch, type ReadOptions, type WriteOptions, type WriteResult } from "../../src/cluster/kv.ts";
+import {
+  keyMatches,
+  type KvChange,
+  type KvEntry,
+  type KvKey,
+  type KvPage,
+  type KvStore,
+  type KvWatch,
+  type ReadOptions,
+  type WriteOptions,
+  type WriteResult,
+} from "../../src/cluster/kv.ts";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import type { Clock } from "../../src/lib/clock.ts";
 import { KairosError } from "../../src/lib/errors.ts";
@@ -42,10 +53,21 @@ export interface KvFaults {
   unavailable: boolean;
 }
 
-export const NO_KV_FAULTS: KvFaults = Object.freeze({ delayMs: [0, 0] as const, stale: null, timeout: 0, timeoutMs: 2000, unavailable: false });
+export const NO_KV_FAULTS: KvFaults = Object.freeze({
+  delayMs: [0, 0] as const,
+  stale: null,
+  timeout: 0,
+  timeoutMs: 2000,
+  unavailable: false,
+});
 
 /** Observes fault decisions (for the simulation's trace). */
-export type KvTap = (e: { kind: "timeout_applied" | "timeout_lost" | "unavailable" | "stale_read"; bucket: string; op: string; key: string }) => void;
+export type KvTap = (e: {
+  kind: "timeout_applied" | "timeout_lost" | "unavailable" | "stale_read";
+  bucket: string;
+  op: string;
+  key: string;
+}) => void;
 
 /** One process's connection to the KV store: its faults, its gate, its watches. */
 export class KvView {
@@ -81,8 +103,13 @@ export class KvView {
   buckets(shared: Buckets): Buckets {
     const w = (kv: KvStore) => new FaultyKv(kv as HistoryKv, this);
     return {
-      cluster: w(shared.cluster), leases: w(shared.leases), nodes: w(shared.nodes), actors: w(shared.actors),
-      runs: w(shared.runs), tenants: w(shared.tenants), idempotency: w(shared.idempotency),
+      cluster: w(shared.cluster),
+      leases: w(shared.leases),
+      nodes: w(shared.nodes),
+      actors: w(shared.actors),
+      runs: w(shared.runs),
+      tenants: w(shared.tenants),
+      idempotency: w(shared.idempotency),
     };
   }
 }
@@ -95,7 +122,10 @@ export class HistoryKv extends MemoryKv {
   /** Per key, its versions oldest first (value null: deleted or purged). */
   readonly #history = new Map<string, { atMs: number; entry: KvEntry | null }[]>();
 
-  constructor(bucket: string, private readonly clock: Pick<Clock, "now">) {
+  constructor(
+    bucket: string,
+    private readonly clock: Pick<Clock, "now">,
+  ) {
     super(bucket);
   }
 
@@ -112,7 +142,12 @@ export class HistoryKv extends MemoryKv {
     return r;
   }
 
-  override async update(key: string, value: Uint8Array, expectedRevision: number, opts?: WriteOptions): Promise<WriteResult> {
+  override async update(
+    key: string,
+    value: Uint8Array,
+    expectedRevision: number,
+    opts?: WriteOptions,
+  ): Promise<WriteResult> {
     const r = await super.update(key, value, expectedRevision, opts);
     if (r.ok) this.#note(key, { key, value: value.slice(), revision: r.revision });
     return r;
@@ -131,7 +166,9 @@ export class HistoryKv extends MemoryKv {
   }
 
   override async purge(filter: string, beforeRevision?: number): Promise<void> {
-    const gone = (await super.keys(filter)).filter((k) => beforeRevision === undefined || k.revision < beforeRevision);
+    const gone = (await super.keys(filter)).filter(
+      (k) => beforeRevision === undefined || k.revision < beforeRevision,
+    );
     await super.purge(filter, beforeRevision);
     for (const k of gone) this.#note(k.key, null);
   }
@@ -166,7 +203,8 @@ export class FaultyKv implements KvStore {
   /** A stale answer (a lagging follower's) for a read a replica may answer, or undefined for the latest one. */
   #staleAt(op: string, key: string, replica: boolean): number | undefined {
     const s = this.#view.faults.stale;
-    if (!s || (!replica && s.everyRead !== true) || this.#view.random.next() >= s.share) return undefined;
+    if (!s || (!replica && s.everyRead !== true) || this.#view.random.next() >= s.share)
+      return undefined;
     this.#view.tap?.({ kind: "stale_read", bucket: this.bucket, op, key });
     return this.#view.clock.now() - Math.floor(this.#view.random.next() * s.lagMs);
   }
@@ -180,7 +218,12 @@ export class FaultyKv implements KvStore {
   create(key: string, value: Uint8Array): Promise<WriteResult> {
     return this.#op("create", key, () => this.#inner.create(key, value));
   }
-  update(key: string, value: Uint8Array, expectedRevision: number, opts?: WriteOptions): Promise<WriteResult> {
+  update(
+    key: string,
+    value: Uint8Array,
+    expectedRevision: number,
+    opts?: WriteOptions,
+  ): Promise<WriteResult> {
     return this.#op("update", key, () => this.#inner.update(key, value, expectedRevision, opts));
   }
   put(key: string, value: Uint8Array): Promise<number> {
@@ -207,16 +250,23 @@ export class FaultyKv implements KvStore {
   keys(filter: string): Promise<KvKey[]> {
     return this.#op("list", filter, async () => {
       const at = this.#staleAt("keys", filter, false);
-      return (at === undefined ? await this.#inner.keys(filter) : this.#inner.asOf(filter, at)).map((e) => ({ key: e.key, revision: e.revision }));
+      return (at === undefined ? await this.#inner.keys(filter) : this.#inner.asOf(filter, at)).map(
+        (e) => ({ key: e.key, revision: e.revision }),
+      );
     });
   }
   purge(filter: string, beforeRevision?: number): Promise<void> {
     return this.#op("purge", filter, () => this.#inner.purge(filter, beforeRevision));
   }
 
-  async watch(filter: string, onChange: (c: KvChange) => void, onReady?: () => void): Promise<KvWatch> {
+  async watch(
+    filter: string,
+    onChange: (c: KvChange) => void,
+    onReady?: () => void,
+  ): Promise<KvWatch> {
     await this.#enter();
-    if (this.#view.faults.unavailable) throw new KairosError("unavailable", `kv ${this.bucket} unavailable`);
+    if (this.#view.faults.unavailable)
+      throw new KairosError("unavailable", `kv ${this.bucket} unavailable`);
     let stopped = false;
     const w = await this.#inner.watch(
       filter,
@@ -243,7 +293,8 @@ export class FaultyKv implements KvStore {
   async #op<T>(op: string, key: string, apply: () => Promise<T>): Promise<T> {
     const v = this.#view;
     const f = v.faults;
-    const faulty = v.gated || f.unavailable || f.timeout > 0 || f.delayMs[1] > 0 || f.stale !== null;
+    const faulty =
+      v.gated || f.unavailable || f.timeout > 0 || f.delayMs[1] > 0 || f.stale !== null;
     if (!faulty) return apply();
     await this.#enter();
     if (f.unavailable) {

@@ -47,7 +47,12 @@ import type { RunView } from "../../src/protocol/model.ts";
 import { jobIdOfRun } from "../../src/protocol/ids.ts";
 import { START_SKEW_TOLERANCE_MS } from "../../src/protocol/worker.ts";
 import type { Ledger, LedgerEntry } from "./executor.ts";
-import { checkRecords, isManual, type CommandRecord, type RecordCheckInput } from "./record-check.ts";
+import {
+  checkRecords,
+  isManual,
+  type CommandRecord,
+  type RecordCheckInput,
+} from "./record-check.ts";
 
 export type { JobUnderTest } from "./record-check.ts";
 
@@ -59,8 +64,24 @@ export const START_TOLERANCE_MS = START_SKEW_TOLERANCE_MS;
 
 /** The faults the simulation injects (cluster.ts `planFaults`), by what they do to their subject. */
 export type FaultKind =
-  | "crash" | "stop" | "restart" | "drain_restart" | "pause" | "stall" | "isolate" | "isolate_bus" | "isolate_kv" | "cut"
-  | "thread_cut" | "thread_death" | "kv_timeouts" | "kv_stale" | "kv_stale_all" | "lossy_bus" | "clock_step" | "clock_drift";
+  | "crash"
+  | "stop"
+  | "restart"
+  | "drain_restart"
+  | "pause"
+  | "stall"
+  | "isolate"
+  | "isolate_bus"
+  | "isolate_kv"
+  | "cut"
+  | "thread_cut"
+  | "thread_death"
+  | "kv_timeouts"
+  | "kv_stale"
+  | "kv_stale_all"
+  | "lossy_bus"
+  | "clock_step"
+  | "clock_drift";
 
 /**
  * Whether a fault of this kind on a worker keeps it from reporting a completion (h's exemption):
@@ -70,9 +91,25 @@ export type FaultKind =
  */
 export function blocksReports(kind: FaultKind): boolean {
   switch (kind) {
-    case "crash": case "stop": case "restart": case "drain_restart": case "pause": case "stall": case "isolate": case "isolate_bus": case "cut":
+    case "crash":
+    case "stop":
+    case "restart":
+    case "drain_restart":
+    case "pause":
+    case "stall":
+    case "isolate":
+    case "isolate_bus":
+    case "cut":
       return true;
-    case "isolate_kv": case "thread_cut": case "thread_death": case "kv_timeouts": case "kv_stale": case "kv_stale_all": case "lossy_bus": case "clock_step": case "clock_drift":
+    case "isolate_kv":
+    case "thread_cut":
+    case "thread_death":
+    case "kv_timeouts":
+    case "kv_stale":
+    case "kv_stale_all":
+    case "lossy_bus":
+    case "clock_step":
+    case "clock_drift":
       return false;
   }
 }
@@ -167,11 +204,20 @@ export class Checker {
    * the job's partition then (h, see the module header).
    */
   #couldNotReport(x: LedgerEntry, fromMs: number, toMs: number): boolean {
-    const during = (f: FaultWindow) => f.fromMs <= toMs && (f.toMs ?? Number.POSITIVE_INFINITY) >= fromMs;
-    if (this.#faults.some((f) => f.subjects.includes(x.worker) && blocksReports(f.kind) && during(f))) return true;
+    const during = (f: FaultWindow) =>
+      f.fromMs <= toMs && (f.toMs ?? Number.POSITIVE_INFINITY) >= fromMs;
+    if (
+      this.#faults.some((f) => f.subjects.includes(x.worker) && blocksReports(f.kind) && during(f))
+    )
+      return true;
     const owners = this.#ownersDuring(this.partitionOfJob(x.tenant, x.job), fromMs, toMs);
-    return this.#faults.some((f) => during(f) && cutsOwner(f.kind) && f.subjects.some((s) => owners.has(s))
-      && (f.kind !== "cut" || f.subjects.includes(x.worker)));
+    return this.#faults.some(
+      (f) =>
+        during(f) &&
+        cutsOwner(f.kind) &&
+        f.subjects.some((s) => owners.has(s)) &&
+        (f.kind !== "cut" || f.subjects.includes(x.worker)),
+    );
   }
 
   /** Who held partition `p`'s lease at some time in [fromMs, toMs] (from the leases bucket). */
@@ -191,12 +237,18 @@ export class Checker {
     if (this.#seen.has(k)) return;
     this.#seen.add(k);
     this.trace.add(`!! VIOLATION ${invariant}: ${detail}`);
-    this.violations.push({ invariant, atMs: this.now() - this.startMs, detail, trace: this.trace.last(30) });
+    this.violations.push({
+      invariant,
+      atMs: this.now() - this.startMs,
+      detail,
+      trace: this.trace.last(30),
+    });
   }
 
   /** A worker's event: `completed` means the owner answered its completion report ok. */
   workerEvent(worker: string, e: { type: string; run_id: string; attempt: number }): void {
-    if (e.type === "completed") this.#reported.set(`${e.run_id}#${e.attempt}@${worker}`, this.now());
+    if (e.type === "completed")
+      this.#reported.set(`${e.run_id}#${e.attempt}@${worker}`, this.now());
   }
 
   watchLedger(ledger: Ledger): void {
@@ -205,8 +257,11 @@ export class Checker {
       this.#onStart(x, active);
     };
     ledger.onEnd = (x) => {
-      this.trace.add(`end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`);
-      if (x.outcome === "exit 0") this.#succeeded.set(x.runId, [...(this.#succeeded.get(x.runId) ?? []), x]);
+      this.trace.add(
+        `end ${x.runId} attempt ${x.attempt} fence ${x.fence} on ${x.worker}: ${x.outcome}`,
+      );
+      if (x.outcome === "exit 0")
+        this.#succeeded.set(x.runId, [...(this.#succeeded.get(x.runId) ?? []), x]);
     };
   }
 
@@ -214,28 +269,55 @@ export class Checker {
     const k = `${x.runId}|${x.fence}`;
     const other = this.#workersOfAttempt.get(k);
     if (other !== undefined && other !== x.worker) {
-      this.fail("attempt_on_two_workers", k, `run ${x.runId} fence ${x.fence} executed on ${other} and ${x.worker}`);
+      this.fail(
+        "attempt_on_two_workers",
+        k,
+        `run ${x.runId} fence ${x.fence} executed on ${other} and ${x.worker}`,
+      );
     }
     this.#workersOfAttempt.set(k, x.worker);
     const overlap = [...active].find((y) => y !== x && y.runId === x.runId);
     if (overlap) {
-      this.fail("run_overlap", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started while attempt ${overlap.attempt} (fence ${overlap.fence}) on ${overlap.worker} still ran (since ${fmt(overlap.startMs - this.startMs)})`);
+      this.fail(
+        "run_overlap",
+        x.runId,
+        `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started while attempt ${overlap.attempt} (fence ${overlap.fence}) on ${overlap.worker} still ran (since ${fmt(overlap.startMs - this.startMs)})`,
+      );
     }
     const jobId = jobIdOfRun(x.runId);
     // Runs started by hand ignore overlap (README): only scheduled runs are judged.
     if (jobId !== null && this.skipJobs.has(jobId) && !isManual(x.runId)) {
-      const other = [...active].find((y) => y !== x && y.runId !== x.runId && jobIdOfRun(y.runId) === jobId && !isManual(y.runId));
-      if (other) this.fail("skip_overlap", x.runId, `job ${jobId} (overlap skip): run ${x.runId} started while run ${other.runId} still ran (since ${fmt(other.startMs - this.startMs)})`);
+      const other = [...active].find(
+        (y) =>
+          y !== x && y.runId !== x.runId && jobIdOfRun(y.runId) === jobId && !isManual(y.runId),
+      );
+      if (other)
+        this.fail(
+          "skip_overlap",
+          x.runId,
+          `job ${jobId} (overlap skip): run ${x.runId} started while run ${other.runId} still ran (since ${fmt(other.startMs - this.startMs)})`,
+        );
     }
     this.#reexecuted(x);
     const cap = this.caps.get(x.tenant);
     const n = [...active].filter((y) => y.tenant === x.tenant).length;
     if (cap !== undefined && n > cap) {
-      this.fail("tenant_cap", `${x.tenant}|${x.runId}`, `tenant ${x.tenant} has ${n} executions at once (cap ${cap}): ${[...active].filter((y) => y.tenant === x.tenant).map(label).join(", ")}`);
+      this.fail(
+        "tenant_cap",
+        `${x.tenant}|${x.runId}`,
+        `tenant ${x.tenant} has ${n} executions at once (cap ${cap}): ${[...active]
+          .filter((y) => y.tenant === x.tenant)
+          .map(label)
+          .join(", ")}`,
+      );
     }
     const early = x.scheduledForMs - x.startMs - START_TOLERANCE_MS - this.schedulersAheadMs();
     if (!isManual(x.runId) && early > 0) {
-      this.fail("started_early", x.runId, `run ${x.runId} (attempt ${x.attempt}, fence ${x.fence}) started on ${x.worker} at ${fmt(x.startMs - this.startMs)}, ${x.scheduledForMs - x.startMs} ms before its scheduled_for ${new Date(x.scheduledForMs).toISOString()} (tolerance ${START_TOLERANCE_MS} ms, schedulers' clocks ahead by up to ${this.schedulersAheadMs()} ms)`);
+      this.fail(
+        "started_early",
+        x.runId,
+        `run ${x.runId} (attempt ${x.attempt}, fence ${x.fence}) started on ${x.worker} at ${fmt(x.startMs - this.startMs)}, ${x.scheduledForMs - x.startMs} ms before its scheduled_for ${new Date(x.scheduledForMs).toISOString()} (tolerance ${START_TOLERANCE_MS} ms, schedulers' clocks ahead by up to ${this.schedulersAheadMs()} ms)`,
+      );
     }
   }
 
@@ -243,14 +325,24 @@ export class Checker {
   #reexecuted(x: LedgerEntry): void {
     for (const ok of this.#succeeded.get(x.runId) ?? []) {
       const reportedAt = this.#reported.get(`${ok.runId}#${ok.attempt}@${ok.worker}`);
-      const excused = reportedAt === undefined && this.#couldNotReport(ok, ok.endMs ?? ok.startMs, x.startMs);
+      const excused =
+        reportedAt === undefined && this.#couldNotReport(ok, ok.endMs ?? ok.startMs, x.startMs);
       if (excused) {
         this.atLeastOnce.push(`${x.runId}#${x.attempt}`);
-        this.trace.add(`at-least-once: ${x.runId} attempt ${x.attempt} after attempt ${ok.attempt} exited 0 on ${ok.worker}, which could not report it to the job's owner`);
+        this.trace.add(
+          `at-least-once: ${x.runId} attempt ${x.attempt} after attempt ${ok.attempt} exited 0 on ${ok.worker}, which could not report it to the job's owner`,
+        );
         continue;
       }
-      const why = reportedAt !== undefined ? `whose report its owner had answered ok at ${fmt(reportedAt - this.startMs)}` : `with no fault keeping ${ok.worker} from reporting to the job's owner since`;
-      this.fail("run_reexecuted", x.runId, `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started after attempt ${ok.attempt} (fence ${ok.fence}) on ${ok.worker} exited 0 at ${fmt((ok.endMs ?? 0) - this.startMs)}, ${why}`);
+      const why =
+        reportedAt !== undefined
+          ? `whose report its owner had answered ok at ${fmt(reportedAt - this.startMs)}`
+          : `with no fault keeping ${ok.worker} from reporting to the job's owner since`;
+      this.fail(
+        "run_reexecuted",
+        x.runId,
+        `run ${x.runId}: attempt ${x.attempt} (fence ${x.fence}) on ${x.worker} started after attempt ${ok.attempt} (fence ${ok.fence}) on ${ok.worker} exited 0 at ${fmt((ok.endMs ?? 0) - this.startMs)}, ${why}`,
+      );
       return;
     }
   }
@@ -263,7 +355,8 @@ export class Checker {
       const p = Number(c.key.slice(2));
       const epoch = v.epoch === 0 ? c.revision : v.epoch;
       const h = this.#owners.get(p) ?? [];
-      if (h[h.length - 1]?.owner !== v.owner) this.#owners.set(p, [...h, { atMs: this.now(), owner: v.owner }]);
+      if (h[h.length - 1]?.owner !== v.owner)
+        this.#owners.set(p, [...h, { atMs: this.now(), owner: v.owner }]);
       if (epoch > (this.#maxEpochOfPartition.get(p) ?? 0)) {
         this.#maxEpochOfPartition.set(p, epoch);
         this.trace.add(`lease p.${p} epoch ${epoch} → ${v.owner}/${v.incarnation}`);
@@ -275,7 +368,11 @@ export class Checker {
       const p = Number(c.key.split(".")[1]);
       const maxKey = this.#maxEpochOfKey.get(c.key) ?? 0;
       if (v.e < maxKey) {
-        this.fail("stale_epoch_key", c.key, `${c.key} written by ${v.w} under epoch ${v.e} after epoch ${maxKey} had written it (revision ${c.revision})`);
+        this.fail(
+          "stale_epoch_key",
+          c.key,
+          `${c.key} written by ${v.w} under epoch ${v.e} after epoch ${maxKey} had written it (revision ${c.revision})`,
+        );
       }
       this.#maxEpochOfKey.set(c.key, Math.max(maxKey, v.e));
       const maxP = this.#maxEpochOfPartition.get(p) ?? 0;
@@ -284,15 +381,25 @@ export class Checker {
   }
 
   /** End of the simulation: the record checks (record-check.ts) on the shared store's records. */
-  async final(shared: Buckets, ledger: Ledger, o: Omit<RecordCheckInput, "states" | "records" | "ledger">): Promise<void> {
+  async final(
+    shared: Buckets,
+    ledger: Ledger,
+    o: Omit<RecordCheckInput, "states" | "records" | "ledger">,
+  ): Promise<void> {
     const states = new Map<string, JobState | undefined>();
     const records = new Map<string, RunView[]>();
     for (const j of o.jobs) {
       const s = await shared.actors.list(`job.*.${j.tenant}.${j.jobId}`);
       states.set(j.jobId, s[0] ? decode<{ s: JobState }>(s[0].value).s : undefined);
-      records.set(j.jobId, (await shared.runs.list(`*.${j.tenant}.${j.jobId}.*`)).map((e) => decode<RunView>(e.value)));
+      records.set(
+        j.jobId,
+        (await shared.runs.list(`*.${j.tenant}.${j.jobId}.*`)).map((e) => decode<RunView>(e.value)),
+      );
     }
-    const out = checkRecords({ ...o, states, records, ledger: ledger.all }, (inv, subject, detail) => this.fail(inv, subject, detail));
+    const out = checkRecords(
+      { ...o, states, records, ledger: ledger.all },
+      (inv, subject, detail) => this.fail(inv, subject, detail),
+    );
     this.unstartedCap += out.unstartedCap;
   }
 }
@@ -310,7 +417,11 @@ export type { CommandRecord };
  * the fleet when that is lower (the caller passes the lower) — they are not stuck. A tenant
  * stalled by leaked grants starts nothing and is not exempted.
  */
-export function saturatedTenants(ledger: readonly LedgerEntry[], caps: ReadonlyMap<string, number>, endMs: number): Set<string> {
+export function saturatedTenants(
+  ledger: readonly LedgerEntry[],
+  caps: ReadonlyMap<string, number>,
+  endMs: number,
+): Set<string> {
   const out = new Set<string>();
   const from = endMs - 15_000;
   for (const [tenant, cap] of caps) {

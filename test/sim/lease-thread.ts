@@ -13,7 +13,12 @@
  *   read and written at once, as shared memory is.
  * - The thread can die (`kill`, a fault): the keeper hears `exit` and falls back to renewing inline.
  */
-import type { FromThread, LeaseThread, ThreadData, ToThread } from "../../src/cluster/lease-keeper-thread.ts";
+import type {
+  FromThread,
+  LeaseThread,
+  ThreadData,
+  ToThread,
+} from "../../src/cluster/lease-keeper-thread.ts";
 import { startLeaseLoop, type LeaseLoop } from "../../src/cluster/lease-keeper-loop.ts";
 import type { KvStore } from "../../src/cluster/kv.ts";
 import type { SimClock, SimProcess } from "./sim-clock.ts";
@@ -28,20 +33,33 @@ export class SimLeaseThread implements LeaseThread {
   #loop: LeaseLoop | undefined;
   #exited = false;
 
-  constructor(o: { sim: SimClock; main: SimProcess; thread: SimProcess; kv: KvStore; data: ThreadData }) {
+  constructor(o: {
+    sim: SimClock;
+    main: SimProcess;
+    thread: SimProcess;
+    kv: KvStore;
+    data: ThreadData;
+  }) {
     this.#sim = o.sim;
     this.#main = o.main;
     this.#thread = o.thread;
     // The worker thread's start: connect (a step), start the loop, say ready.
-    o.sim.setTimer(1, () => o.thread.gate(() => {
-      this.#loop = startLeaseLoop({
-        kv: o.kv, clock: o.thread.clock, sab: o.data.sab, partitions: o.data.partitions, keeper: o.data.keeper,
-        tickMs: o.data.tickMs, mainStallMs: o.data.mainStallMs,
-        send: (m) => this.#toMain(m),
-        onStopped: () => this.#exit(0),
-      });
-      this.#toMain({ t: "ready" });
-    }));
+    o.sim.setTimer(1, () =>
+      o.thread.gate(() => {
+        this.#loop = startLeaseLoop({
+          kv: o.kv,
+          clock: o.thread.clock,
+          sab: o.data.sab,
+          partitions: o.data.partitions,
+          keeper: o.data.keeper,
+          tickMs: o.data.tickMs,
+          mainStallMs: o.data.mainStallMs,
+          send: (m) => this.#toMain(m),
+          onStopped: () => this.#exit(0),
+        });
+        this.#toMain({ t: "ready" });
+      }),
+    );
   }
 
   postMessage(m: ToThread): void {
@@ -86,7 +104,10 @@ export class SimLeaseThread implements LeaseThread {
 
   #emit(event: string, v: unknown): void {
     const ls = this.#listeners.get(event) ?? [];
-    this.#listeners.set(event, ls.filter((l) => !l.once));
+    this.#listeners.set(
+      event,
+      ls.filter((l) => !l.once),
+    );
     for (const l of ls) (l.fn as (x: unknown) => void)(v);
   }
 }

@@ -24,9 +24,14 @@ function arg(name: string): string | undefined {
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
 
-function oneOf<T extends string>(name: string, v: string | undefined, allowed: readonly T[]): T | undefined {
+function oneOf<T extends string>(
+  name: string,
+  v: string | undefined,
+  allowed: readonly T[],
+): T | undefined {
   if (v === undefined) return undefined;
-  if (!(allowed as readonly string[]).includes(v)) throw new Error(`--${name} must be one of ${allowed.join(", ")}, not ${JSON.stringify(v)}`);
+  if (!(allowed as readonly string[]).includes(v))
+    throw new Error(`--${name} must be one of ${allowed.join(", ")}, not ${JSON.stringify(v)}`);
   return v as T;
 }
 
@@ -37,7 +42,9 @@ async function main(): Promise<void> {
   const verbose = process.argv.includes("--verbose");
   const sandbox = oneOf<SimSandbox>("sandbox", arg("sandbox"), ["docker", "process", "none"]);
   const profile = oneOf<ProfileName>("profile", arg("profile"), PROFILES);
-  const faultKinds = arg("faults")?.split(",").map((k) => oneOf<FaultKind>("faults", k, ALL_FAULTS)!);
+  const faultKinds = arg("faults")
+    ?.split(",")
+    .map((k) => oneOf<FaultKind>("faults", k, ALL_FAULTS)!);
   const t0 = performance.now();
   let violations = 0;
   let atLeastOnce = 0;
@@ -47,23 +54,35 @@ async function main(): Promise<void> {
   const byInvariant = new Map<string, number[]>();
   for (let i = 0; i < seeds; i++) {
     const seed = first + i;
-    const r = await runSimulation({ seed, brokenExecutor: process.argv.includes("--broken-executor"),
-      ...(sandbox !== undefined ? { sandbox } : {}), ...(profile !== undefined ? { profile } : {}), ...(faultKinds ? { faultKinds } : {}),
-      ...(process.argv.includes("--trace") ? { echo: (l: string) => console.log(`  | ${l}`) } : {}) });
+    const r = await runSimulation({
+      seed,
+      brokenExecutor: process.argv.includes("--broken-executor"),
+      ...(sandbox !== undefined ? { sandbox } : {}),
+      ...(profile !== undefined ? { profile } : {}),
+      ...(faultKinds ? { faultKinds } : {}),
+      ...(process.argv.includes("--trace") ? { echo: (l: string) => console.log(`  | ${l}`) } : {}),
+    });
     violations += r.violations.length;
     atLeastOnce += r.stats.atLeastOnce;
     unstartedCap += r.stats.unstartedCap;
     executions += r.stats.executions;
     byProfile.set(r.profile, (byProfile.get(r.profile) ?? 0) + 1);
     report(r);
-    for (const v of r.violations) byInvariant.set(v.invariant, [...(byInvariant.get(v.invariant) ?? []), seed]);
+    for (const v of r.violations)
+      byInvariant.set(v.invariant, [...(byInvariant.get(v.invariant) ?? []), seed]);
     if (verbose || r.violations.length > 0) {
-      console.log(`seed ${seed} (${r.profile}): ${r.violations.length} violation(s), ${r.stats.executions} executions, ${r.stats.runs} run records, ${r.stats.commands} commands, ${r.stats.atLeastOnce} at-least-once re-run(s)`);
+      console.log(
+        `seed ${seed} (${r.profile}): ${r.violations.length} violation(s), ${r.stats.executions} executions, ${r.stats.runs} run records, ${r.stats.commands} commands, ${r.stats.atLeastOnce} at-least-once re-run(s)`,
+      );
     }
   }
   for (const [inv, s] of byInvariant) console.log(`  ${inv}: seeds ${[...new Set(s)].join(", ")}`);
-  console.log(`profiles: ${[...byProfile].map(([p, n]) => `${p} ${n}`).join(", ")}; ${executions} executions`);
-  console.log(`at-least-once re-runs (a success its worker could not report, run again): ${atLeastOnce}; attempts counted past the uncounted bound: ${unstartedCap}`);
+  console.log(
+    `profiles: ${[...byProfile].map(([p, n]) => `${p} ${n}`).join(", ")}; ${executions} executions`,
+  );
+  console.log(
+    `at-least-once re-runs (a success its worker could not report, run again): ${atLeastOnce}; attempts counted past the uncounted bound: ${unstartedCap}`,
+  );
   console.log(`first seed ${first}; ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   console.log(`simulation: ${seeds} seeds, ${violations} violations`);
   process.exitCode = violations > 0 ? 1 : 0;

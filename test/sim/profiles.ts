@@ -21,7 +21,19 @@ import { between, pick } from "./draw.ts";
 export const PROFILES = ["short", "production"] as const;
 export type ProfileName = (typeof PROFILES)[number];
 
-type NodeTimes = Pick<NodeConfig, "heartbeatIntervalMs" | "failureTimeoutMs" | "leaseTtlMs" | "leaseRenewIntervalMs" | "leaseSafetyMarginMs" | "partitionTickMs" | "actorIdleMs" | "requestDeadlineMs" | "leaseMainStallMs" | "leaseRenewer">;
+type NodeTimes = Pick<
+  NodeConfig,
+  | "heartbeatIntervalMs"
+  | "failureTimeoutMs"
+  | "leaseTtlMs"
+  | "leaseRenewIntervalMs"
+  | "leaseSafetyMarginMs"
+  | "partitionTickMs"
+  | "actorIdleMs"
+  | "requestDeadlineMs"
+  | "leaseMainStallMs"
+  | "leaseRenewer"
+>;
 
 export interface SimProfile {
   readonly name: ProfileName;
@@ -42,10 +54,13 @@ export interface SimProfile {
   plan(r: Random): { caps: Map<string, number>; jobs: { tenant: string; spec: JobSpec }[] };
 }
 
-
 function spec(schedule: JobSpec["schedule"], overlap: Overlap, maxAttempts = 3): JobSpec {
   return {
-    name: null, schedule, overlap, enabled: true, flex_window_s: 0,
+    name: null,
+    schedule,
+    overlap,
+    enabled: true,
+    flex_window_s: 0,
     task: { image: "sim", args: [], env: {}, timeout_s: 20 },
     retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 4 },
     misfire: { policy: "run_all", starting_deadline_s: null },
@@ -55,22 +70,41 @@ function spec(schedule: JobSpec["schedule"], overlap: Overlap, maxAttempts = 3):
 const utc = (cron: string) => ({ cron, time_zone: "UTC" });
 
 /** Tenant "ta" (cap 2) with a job of each of allow, skip and queue every few seconds; "tb", maybe "tc". */
-function cappedTenant(r: Random, jobs: { tenant: string; spec: JobSpec }[], caps: Map<string, number>, attempts: () => number): void {
+function cappedTenant(
+  r: Random,
+  jobs: { tenant: string; spec: JobSpec }[],
+  caps: Map<string, number>,
+  attempts: () => number,
+): void {
   caps.set("ta", 2);
   // Overlap=queue needs a period above the mean task time, or its backlog grows without bound.
   const cron = (o: Overlap) => utc(`*/${pick(r, o === "queue" ? [5, 6] : [3, 4, 5, 6])} * * * * *`);
-  for (const overlap of ["allow", "skip", "queue"] as const) jobs.push({ tenant: "ta", spec: spec(cron(overlap), overlap, attempts()) });
+  for (const overlap of ["allow", "skip", "queue"] as const)
+    jobs.push({ tenant: "ta", spec: spec(cron(overlap), overlap, attempts()) });
 }
 
-const SHORT_JOB: JobActorConfig = { ...DEFAULT_JOB_CONFIG, leaseTtlMs: 4000, lookaheadMs: 2000, redispatchDelayMs: 500 };
+const SHORT_JOB: JobActorConfig = {
+  ...DEFAULT_JOB_CONFIG,
+  leaseTtlMs: 4000,
+  lookaheadMs: 2000,
+  redispatchDelayMs: 500,
+};
 
 export const SHORT: SimProfile = {
   name: "short",
   startMs: Date.UTC(2026, 0, 5, 12, 0, 0),
   job: SHORT_JOB,
   node: {
-    heartbeatIntervalMs: 500, failureTimeoutMs: 2000, leaseTtlMs: 3000, leaseRenewIntervalMs: 700, leaseSafetyMarginMs: 800,
-    partitionTickMs: 250, actorIdleMs: 20_000, requestDeadlineMs: 10_000, leaseMainStallMs: 15_000, leaseRenewer: "inline",
+    heartbeatIntervalMs: 500,
+    failureTimeoutMs: 2000,
+    leaseTtlMs: 3000,
+    leaseRenewIntervalMs: 700,
+    leaseSafetyMarginMs: 800,
+    partitionTickMs: 250,
+    actorIdleMs: 20_000,
+    requestDeadlineMs: 10_000,
+    leaseMainStallMs: 15_000,
+    leaseRenewer: "inline",
   },
   workerHeartbeatMs: Math.max(250, Math.floor(SHORT_JOB.leaseTtlMs / 4)),
   workerSlots: 2,
@@ -86,11 +120,17 @@ export const SHORT: SimProfile = {
     caps.set("tb", 100);
     const tb = pick(r, ["allow", "skip", "queue", "replace"] as const);
     jobs.push({ tenant: "tb", spec: spec(utc(`*/${pick(r, [3, 4, 5, 6])} * * * * *`), tb) });
-    jobs.push({ tenant: "tb", spec: spec({ at: new Date(this.startMs + between(r, 20, 60) * 1000).toISOString() }, "skip") });
+    jobs.push({
+      tenant: "tb",
+      spec: spec({ at: new Date(this.startMs + between(r, 20, 60) * 1000).toISOString() }, "skip"),
+    });
     if (r.next() < 0.5) {
       caps.set("tc", 100);
       const tc = pick(r, ["allow", "skip", "queue"] as const);
-      jobs.push({ tenant: "tc", spec: spec(utc(`*/${pick(r, tc === "queue" ? [5, 6] : [3, 4, 5, 6])} * * * * *`), tc) });
+      jobs.push({
+        tenant: "tc",
+        spec: spec(utc(`*/${pick(r, tc === "queue" ? [5, 6] : [3, 4, 5, 6])} * * * * *`), tc),
+      });
     }
     return { caps, jobs };
   },
@@ -102,11 +142,16 @@ export const PRODUCTION: SimProfile = {
   startMs: Date.UTC(2026, 0, 5, 11, 57, 0),
   job: DEFAULT_JOB_CONFIG,
   node: {
-    heartbeatIntervalMs: NODE_DEFAULTS.heartbeatIntervalMs, failureTimeoutMs: NODE_DEFAULTS.failureTimeoutMs,
-    leaseTtlMs: NODE_DEFAULTS.leaseTtlMs, leaseRenewIntervalMs: NODE_DEFAULTS.leaseRenewIntervalMs,
-    leaseSafetyMarginMs: NODE_DEFAULTS.leaseSafetyMarginMs, partitionTickMs: NODE_DEFAULTS.partitionTickMs,
-    actorIdleMs: NODE_DEFAULTS.actorIdleMs, requestDeadlineMs: NODE_DEFAULTS.requestDeadlineMs,
-    leaseMainStallMs: NODE_DEFAULTS.leaseMainStallMs, leaseRenewer: "thread",
+    heartbeatIntervalMs: NODE_DEFAULTS.heartbeatIntervalMs,
+    failureTimeoutMs: NODE_DEFAULTS.failureTimeoutMs,
+    leaseTtlMs: NODE_DEFAULTS.leaseTtlMs,
+    leaseRenewIntervalMs: NODE_DEFAULTS.leaseRenewIntervalMs,
+    leaseSafetyMarginMs: NODE_DEFAULTS.leaseSafetyMarginMs,
+    partitionTickMs: NODE_DEFAULTS.partitionTickMs,
+    actorIdleMs: NODE_DEFAULTS.actorIdleMs,
+    requestDeadlineMs: NODE_DEFAULTS.requestDeadlineMs,
+    leaseMainStallMs: NODE_DEFAULTS.leaseMainStallMs,
+    leaseRenewer: "thread",
   },
   // src/server/start.ts: a quarter of the run lease, at least 250 ms.
   workerHeartbeatMs: Math.max(250, Math.floor(DEFAULT_JOB_CONFIG.leaseTtlMs / 4)),
@@ -124,15 +169,46 @@ export const PRODUCTION: SimProfile = {
     // Long-held prepared runs in tenants without a tight cap: a prepared run holds its tenant's
     // slot until it ends (README, "Known limitations").
     caps.set("tb", 100);
-    jobs.push({ tenant: "tb", spec: spec(utc("0 * * * *"), pick(r, ["skip", "allow", "replace"] as const), attempts()) });
-    jobs.push({ tenant: "tb", spec: spec(utc("0 * * * * *"), pick(r, ["allow", "skip", "queue", "replace"] as const), attempts()) });
+    jobs.push({
+      tenant: "tb",
+      spec: spec(utc("0 * * * *"), pick(r, ["skip", "allow", "replace"] as const), attempts()),
+    });
+    jobs.push({
+      tenant: "tb",
+      spec: spec(
+        utc("0 * * * * *"),
+        pick(r, ["allow", "skip", "queue", "replace"] as const),
+        attempts(),
+      ),
+    });
     for (let i = between(r, 1, 3); i > 0; i--) {
-      jobs.push({ tenant: "tb", spec: spec({ at: new Date(this.startMs + between(r, 60, 220) * 1000).toISOString() }, "skip", attempts()) });
+      jobs.push({
+        tenant: "tb",
+        spec: spec(
+          { at: new Date(this.startMs + between(r, 60, 220) * 1000).toISOString() },
+          "skip",
+          attempts(),
+        ),
+      });
     }
     if (r.next() < 0.7) {
       caps.set("tc", 100);
-      jobs.push({ tenant: "tc", spec: spec(utc("*/20 * * * * *"), pick(r, ["allow", "skip", "queue", "replace"] as const), attempts()) });
-      jobs.push({ tenant: "tc", spec: spec({ at: new Date(this.startMs + between(r, 30, 200) * 1000).toISOString() }, "allow", attempts()) });
+      jobs.push({
+        tenant: "tc",
+        spec: spec(
+          utc("*/20 * * * * *"),
+          pick(r, ["allow", "skip", "queue", "replace"] as const),
+          attempts(),
+        ),
+      });
+      jobs.push({
+        tenant: "tc",
+        spec: spec(
+          { at: new Date(this.startMs + between(r, 30, 200) * 1000).toISOString() },
+          "allow",
+          attempts(),
+        ),
+      });
     }
     return { caps, jobs };
   },
@@ -140,7 +216,9 @@ export const PRODUCTION: SimProfile = {
 
 export function profileNamed(name: ProfileName): SimProfile {
   switch (name) {
-    case "short": return SHORT;
-    case "production": return PRODUCTION;
+    case "short":
+      return SHORT;
+    case "production":
+      return PRODUCTION;
   }
 }

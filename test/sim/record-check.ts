@@ -122,7 +122,11 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
   for (const j of input.jobs) {
     const state = input.states.get(j.jobId);
     if (!state?.job) {
-      fail("occurrence_lost", j.jobId, `job ${j.tenant}/${j.jobId} has no state: its create never landed`);
+      fail(
+        "occurrence_lost",
+        j.jobId,
+        `job ${j.tenant}/${j.jobId} has no state: its create never landed`,
+      );
       continue;
     }
     const commands = input.commands.filter((c) => c.jobId === j.jobId);
@@ -137,33 +141,59 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
       // due time for a run prepared ahead.
       const since = Math.max(Date.parse(r.created_at), Date.parse(r.scheduled_for));
       if (!TERMINAL.has(r.status) && !backlog && since <= input.stuckBeforeMs) {
-        fail("run_stuck", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} (created ${r.created_at}) still ${r.status} (attempt ${r.attempt}) at the end`);
+        fail(
+          "run_stuck",
+          r.run_id,
+          `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} (created ${r.created_at}) still ${r.status} (attempt ${r.attempt}) at the end`,
+        );
       }
     }
     const ids = new Set(records.map((r) => r.run_id));
     for (const c of commands) {
       if (c.kind === "run_now" && c.runId !== undefined && !ids.has(c.runId)) {
-        fail("manual_run_lost", c.runId, `job ${j.jobId}: run-now answered with run ${c.runId} at t=${c.ackMs}, which has no record`);
+        fail(
+          "manual_run_lost",
+          c.runId,
+          `job ${j.jobId}: run-now answered with run ${c.runId} at t=${c.ackMs}, which has no record`,
+        );
       }
     }
   }
   return out;
 }
 
-function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobState, commands: readonly CommandRecord[], records: readonly RunView[], byRun: ReadonlyMap<string, readonly LedgerEntry[]>, fail: Fail): void {
+function checkOccurrences(
+  input: RecordCheckInput,
+  j: JobUnderTest,
+  state: JobState,
+  commands: readonly CommandRecord[],
+  records: readonly RunView[],
+  byRun: ReadonlyMap<string, readonly LedgerEntry[]>,
+  fail: Fail,
+): void {
   const created = state.job!.created_at_ms;
   const segments = segmentsOf(j.spec, created, commands);
-  const open: Window[] = commands.filter((c) => c.kind !== "run_now").map((c) => {
-    const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
-    const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
-    return { fromMs: c.sentMs - skew, toMs: Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack) };
-  });
+  const open: Window[] = commands
+    .filter((c) => c.kind !== "run_now")
+    .map((c) => {
+      const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
+      const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
+      return {
+        fromMs: c.sentMs - skew,
+        toMs: Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack),
+      };
+    });
   const uncertain = (t: number) => open.some((w) => t >= w.fromMs && t <= w.toMs);
   // Every instant any of the job's schedules calls for, after its creation.
   const candidates = new Set<number>();
   for (const spec of new Set(segments.map((s) => JSON.stringify(s.spec.schedule)))) {
     const sched = compileSchedule(JSON.parse(spec) as JobSpec["schedule"]);
-    for (let t = sched.next(created, 1)[0]; t !== undefined && t <= input.windowEndMs; t = sched.next(t, 1)[0]) candidates.add(t);
+    for (
+      let t = sched.next(created, 1)[0];
+      t !== undefined && t <= input.windowEndMs;
+      t = sched.next(t, 1)[0]
+    )
+      candidates.add(t);
   }
   const byTime = new Map<number, RunView[]>();
   for (const r of records) {
@@ -174,7 +204,11 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
   for (const o of [...candidates].sort((a, b) => a - b)) {
     const found = byTime.get(o) ?? [];
     if (found.length > 1) {
-      fail("occurrence_duplicated", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)} has ${found.length} run records`);
+      fail(
+        "occurrence_duplicated",
+        `${j.jobId}|${o}`,
+        `job ${j.jobId}: occurrence ${iso(o)} has ${found.length} run records`,
+      );
       continue;
     }
     if (uncertain(o)) continue;
@@ -183,19 +217,51 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
     const r = found[0];
     // (Not fired yet when a pause, reschedule or delete came soon after its due time — its owner
     // down or slow: the command is decided first, and settles only records that exist.)
-    const lateCommand = commands.some((c) => c.kind !== "run_now" && c.kind !== "resume" && c.sentMs >= o && c.sentMs <= o + LATE_FIRE_MS);
+    const lateCommand = commands.some(
+      (c) =>
+        c.kind !== "run_now" &&
+        c.kind !== "resume" &&
+        c.sentMs >= o &&
+        c.sentMs <= o + LATE_FIRE_MS,
+    );
     if (calledFor && r === undefined && !state.queued.includes(o) && !lateCommand) {
-      fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId} (${describe(seg.spec)}): occurrence ${iso(o)} has no run record`);
-    } else if (calledFor && r?.status === "cancelled" && !cancelledInTime(input, j, commands, r, o)) {
-      fail("occurrence_lost", `${j.jobId}|${o}`, `job ${j.jobId}: occurrence ${iso(o)}, called for, was cancelled (${r.reason}) with no command of the job soon after it`);
-    } else if (!calledFor && r !== undefined && r.status !== "cancelled" && r.status !== "skipped" && !startedBefore(byRun.get(r.run_id), seg, input)) {
-      fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} (${r.status}), an occurrence its schedule did not call for then (${seg ? (seg.enabled ? describe(seg.spec) : "paused or deleted") : "before creation"})`);
+      fail(
+        "occurrence_lost",
+        `${j.jobId}|${o}`,
+        `job ${j.jobId} (${describe(seg.spec)}): occurrence ${iso(o)} has no run record`,
+      );
+    } else if (
+      calledFor &&
+      r?.status === "cancelled" &&
+      !cancelledInTime(input, j, commands, r, o)
+    ) {
+      fail(
+        "occurrence_lost",
+        `${j.jobId}|${o}`,
+        `job ${j.jobId}: occurrence ${iso(o)}, called for, was cancelled (${r.reason}) with no command of the job soon after it`,
+      );
+    } else if (
+      !calledFor &&
+      r !== undefined &&
+      r.status !== "cancelled" &&
+      r.status !== "skipped" &&
+      !startedBefore(byRun.get(r.run_id), seg, input)
+    ) {
+      fail(
+        "unexpected_run",
+        r.run_id,
+        `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} (${r.status}), an occurrence its schedule did not call for then (${seg ? (seg.enabled ? describe(seg.spec) : "paused or deleted") : "before creation"})`,
+      );
     }
   }
   for (const r of records) {
     const t = Date.parse(r.scheduled_for);
     if (r.trigger !== "manual" && t <= input.windowEndMs && !candidates.has(t)) {
-      fail("unexpected_run", r.run_id, `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`);
+      fail(
+        "unexpected_run",
+        r.run_id,
+        `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for}, not an occurrence of its schedule`,
+      );
     }
   }
 }
@@ -209,14 +275,28 @@ function checkOccurrences(input: RecordCheckInput, j: JobUnderTest, state: JobSt
  * for good even where the resumed or new schedule calls for the same occurrence (the documented
  * "stay cancelled": README, "Policies" and "Known limitations").
  */
-function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, o: number): boolean {
+function cancelledInTime(
+  input: RecordCheckInput,
+  j: JobUnderTest,
+  commands: readonly CommandRecord[],
+  r: RunView,
+  o: number,
+): boolean {
   const reason = r.reason ?? "";
   if (reason.includes("replaced by a newer occurrence")) return j.spec.overlap === "replace";
-  const upTo = (c: CommandRecord) => o <= (c.ackMs ?? Number.POSITIVE_INFINITY) + input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) + input.lookaheadMs;
-  return commands.some((c) => c.kind === "delete" ? c.sentMs >= o && reason.includes("job deleted")
-    // A pause cancels every run not started, however long due (a backlog waiting for slots).
-    : c.kind === "pause" ? reason.includes("job paused") && upTo(c)
-      : c.kind === "reschedule" && o >= c.sentMs - LATE_FIRE_MS && upTo(c));
+  const upTo = (c: CommandRecord) =>
+    o <=
+    (c.ackMs ?? Number.POSITIVE_INFINITY) +
+      input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) +
+      input.lookaheadMs;
+  return commands.some((c) =>
+    c.kind === "delete"
+      ? c.sentMs >= o && reason.includes("job deleted")
+      : // A pause cancels every run not started, however long due (a backlog waiting for slots).
+        c.kind === "pause"
+        ? reason.includes("job paused") && upTo(c)
+        : c.kind === "reschedule" && o >= c.sentMs - LATE_FIRE_MS && upTo(c),
+  );
 }
 
 /**
@@ -225,14 +305,22 @@ function cancelledInTime(input: RecordCheckInput, j: JobUnderTest, commands: rea
  * and not started are), and it finishes, retries included — prepared ahead, it may start up to the
  * start tolerance early.
  */
-function startedBefore(runs: readonly LedgerEntry[] | undefined, seg: Segment | undefined, input: RecordCheckInput): boolean {
+function startedBefore(
+  runs: readonly LedgerEntry[] | undefined,
+  seg: Segment | undefined,
+  input: RecordCheckInput,
+): boolean {
   if (!runs || runs.length === 0 || seg === undefined) return false;
   const first = Math.min(...runs.map((x) => x.startMs));
   return first <= seg.fromMs + input.skewDuring(seg.fromMs, seg.fromMs);
 }
 
 /** The job's spec and enabled state from creation on, as its answered commands set them (applied at their answer). */
-function segmentsOf(spec: JobSpec, createdMs: number, commands: readonly CommandRecord[]): Segment[] {
+function segmentsOf(
+  spec: JobSpec,
+  createdMs: number,
+  commands: readonly CommandRecord[],
+): Segment[] {
   const out: Segment[] = [{ fromMs: createdMs, spec, enabled: spec.enabled }];
   for (const c of commands) {
     if (c.kind === "run_now") continue;
@@ -261,57 +349,99 @@ function occursIn(spec: JobSpec, createdMs: number, t: number): boolean {
  * after the pause, or a run the pause cancelled whose cancel a fault lost (a worker holding it
  * prepared with a cover may start it; checkStatus bounds how long it runs on).
  */
-function checkPausedStarts(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], records: readonly RunView[], fail: Fail): void {
+function checkPausedStarts(
+  input: RecordCheckInput,
+  j: JobUnderTest,
+  commands: readonly CommandRecord[],
+  records: readonly RunView[],
+  fail: Fail,
+): void {
   const byId = new Map(records.map((r) => [r.run_id, r]));
   const answered = commands.filter((c) => c.kind !== "run_now" && c.ackMs !== null);
   for (const [i, c] of answered.entries()) {
     if (c.kind !== "pause") continue;
     const from = c.ackMs! + input.skewDuring(c.sentMs, c.ackMs!) + START_SKEW_TOLERANCE_MS;
-    const next = answered.slice(i + 1).find((x) => x.kind === "resume" || (x.kind === "reschedule" && x.spec?.enabled));
+    const next = answered
+      .slice(i + 1)
+      .find((x) => x.kind === "resume" || (x.kind === "reschedule" && x.spec?.enabled));
     const to = next ? next.sentMs : Number.POSITIVE_INFINITY;
     for (const x of input.ledger) {
       if (x.job !== j.jobId || x.startMs <= from || x.startMs >= to) continue;
       const r = byId.get(x.runId);
-      const manualAfter = commands.some((m) => m.kind === "run_now" && m.runId === x.runId && m.sentMs >= c.sentMs);
+      const manualAfter = commands.some(
+        (m) => m.kind === "run_now" && m.runId === x.runId && m.sentMs >= c.sentMs,
+      );
       const cancelled = r?.status === "cancelled" && (r.reason ?? "").includes("job paused");
-      if (!manualAfter && !cancelled) fail("started_while_paused", x.runId, `job ${j.jobId}: attempt ${x.attempt} of ${x.runId} started at ${iso(x.startMs)}, after the pause answered at ${iso(c.ackMs!)} (record ${r?.status ?? "none"}: ${r?.reason ?? ""})`);
+      if (!manualAfter && !cancelled)
+        fail(
+          "started_while_paused",
+          x.runId,
+          `job ${j.jobId}: attempt ${x.attempt} of ${x.runId} started at ${iso(x.startMs)}, after the pause answered at ${iso(c.ackMs!)} (record ${r?.status ?? "none"}: ${r?.reason ?? ""})`,
+        );
     }
   }
 }
 
 /** `status_unexplained`: each terminal status has its cause (see the module header). */
-function checkStatus(input: RecordCheckInput, j: JobUnderTest, commands: readonly CommandRecord[], r: RunView, runs: readonly LedgerEntry[], fail: Fail): void {
-  const why = (s: string) => fail("status_unexplained", r.run_id, `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} is ${r.status} (${r.reason ?? "no reason"}) but ${s}`);
+function checkStatus(
+  input: RecordCheckInput,
+  j: JobUnderTest,
+  commands: readonly CommandRecord[],
+  r: RunView,
+  runs: readonly LedgerEntry[],
+  fail: Fail,
+): void {
+  const why = (s: string) =>
+    fail(
+      "status_unexplained",
+      r.run_id,
+      `job ${j.jobId} (${describe(j.spec)}): run ${r.run_id} for ${r.scheduled_for} is ${r.status} (${r.reason ?? "no reason"}) but ${s}`,
+    );
   const reason = r.reason ?? "";
   switch (r.status) {
     case "succeeded":
-      if (!runs.some((x) => x.attempt === r.attempt && x.outcome === "exit 0")) why(`no execution of attempt ${r.attempt} exited 0 (ledger: ${runs.map(label).join(", ") || "none"})`);
+      if (!runs.some((x) => x.attempt === r.attempt && x.outcome === "exit 0"))
+        why(
+          `no execution of attempt ${r.attempt} exited 0 (ledger: ${runs.map(label).join(", ") || "none"})`,
+        );
       return;
     case "cancelled": {
-      const cause = reason.includes("replaced by a newer occurrence") ? j.spec.overlap === "replace"
-        : reason.includes("job deleted") ? commands.some((c) => c.kind === "delete")
-          : reason.includes("job paused") ? commands.some((c) => c.kind === "pause")
-            : reason.includes("schedule changed") ? commands.some((c) => c.kind === "reschedule")
+      const cause = reason.includes("replaced by a newer occurrence")
+        ? j.spec.overlap === "replace"
+        : reason.includes("job deleted")
+          ? commands.some((c) => c.kind === "delete")
+          : reason.includes("job paused")
+            ? commands.some((c) => c.kind === "pause")
+            : reason.includes("schedule changed")
+              ? commands.some((c) => c.kind === "reschedule")
               : false;
       if (!cause) return why("no command of the job or overlap policy explains it");
       const stamped = Date.parse(r.finished_at ?? r.created_at);
       const at = stamped + input.skewDuring(stamped - 60_000, stamped + 60_000);
       for (const x of runs) {
-        const bound = Math.max(at, x.startMs) + input.leaseTtlMs + input.drainGraceMs + input.killSlackMs;
-        if ((x.endMs ?? Number.POSITIVE_INFINITY) > bound) why(`its execution ${label(x)} ran on past ${iso(bound)}, lease TTL + drain grace after the cancel`);
+        const bound =
+          Math.max(at, x.startMs) + input.leaseTtlMs + input.drainGraceMs + input.killSlackMs;
+        if ((x.endMs ?? Number.POSITIVE_INFINITY) > bound)
+          why(
+            `its execution ${label(x)} ran on past ${iso(bound)}, lease TTL + drain grace after the cancel`,
+          );
       }
       return;
     }
     case "skipped": {
-      const cause = reason.startsWith("overlap: an earlier run") ? j.spec.overlap === "skip"
-        : reason.includes("queue") ? j.spec.overlap === "queue"
+      const cause = reason.startsWith("overlap: an earlier run")
+        ? j.spec.overlap === "skip"
+        : reason.includes("queue")
+          ? j.spec.overlap === "queue"
           : reason.startsWith("too many active runs");
       if (!cause) why("the job's overlap policy does not explain it");
       else if (runs.length > 0) why(`it executed: ${runs.map(label).join(", ")}`);
       return;
     }
     case "missed":
-      return why("the simulation's jobs catch up every missed occurrence (run_all, within its bound)");
+      return why(
+        "the simulation's jobs catch up every missed occurrence (run_all, within its bound)",
+      );
     case "failed":
     case "timed_out":
       if (runs.length === 0) why("it never executed (ledger: none)");
@@ -325,7 +455,12 @@ function checkStatus(input: RecordCheckInput, j: JobUnderTest, commands: readonl
 }
 
 /** `attempt_unexecuted`; returns 1 when the documented bound explains an unexecuted counted attempt. */
-function checkAttempts(input: RecordCheckInput, r: RunView, runs: readonly LedgerEntry[], fail: Fail): number {
+function checkAttempts(
+  input: RecordCheckInput,
+  r: RunView,
+  runs: readonly LedgerEntry[],
+  fail: Fail,
+): number {
   let uncounted = 0;
   let givenBack = 0;
   let capped = 0;
@@ -342,7 +477,11 @@ function checkAttempts(input: RecordCheckInput, r: RunView, runs: readonly Ledge
       capped = 1;
       continue;
     }
-    fail("attempt_unexecuted", `${r.run_id}#${a.attempt}`, `run ${r.run_id} (${r.status}): attempt ${a.attempt} on ${a.worker ?? "?"} counted against max_attempts (${a.outcome}: ${a.error ?? "no error"}) but never executed (ledger: ${runs.map(label).join(", ") || "none"})`);
+    fail(
+      "attempt_unexecuted",
+      `${r.run_id}#${a.attempt}`,
+      `run ${r.run_id} (${r.status}): attempt ${a.attempt} on ${a.worker ?? "?"} counted against max_attempts (${a.outcome}: ${a.error ?? "no error"}) but never executed (ledger: ${runs.map(label).join(", ") || "none"})`,
+    );
   }
   return capped;
 }
@@ -354,7 +493,9 @@ function label(x: LedgerEntry): string {
 const iso = (ms: number) => new Date(ms).toISOString();
 
 export function describe(spec: JobSpec): string {
-  return "cron" in spec.schedule ? `cron ${spec.schedule.cron}, overlap ${spec.overlap}` : `at ${spec.schedule.at}`;
+  return "cron" in spec.schedule
+    ? `cron ${spec.schedule.cron}, overlap ${spec.overlap}`
+    : `at ${spec.schedule.at}`;
 }
 
 /** Whether a run id names a manual run (run-now). */

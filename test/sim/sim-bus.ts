@@ -29,7 +29,11 @@ export interface BusFaults {
   delayMs: readonly [number, number];
 }
 
-export const NO_BUS_FAULTS: BusFaults = Object.freeze({ loss: 0, dup: 0, delayMs: [0, 0] as const });
+export const NO_BUS_FAULTS: BusFaults = Object.freeze({
+  loss: 0,
+  dup: 0,
+  delayMs: [0, 0] as const,
+});
 
 /** What an endpoint needs from its process: a gate and a clock (request timeouts). */
 export interface EndpointHost {
@@ -62,7 +66,12 @@ interface Sub {
 }
 
 /** Observes every delivery decision (for the simulation's trace). */
-export type BusTap = (e: { kind: "lost" | "dup" | "cut"; from: string; to: string; subject: string }) => void;
+export type BusTap = (e: {
+  kind: "lost" | "dup" | "cut";
+  from: string;
+  to: string;
+  subject: string;
+}) => void;
 
 export class SimBus {
   faults: BusFaults;
@@ -186,7 +195,13 @@ export class SimBus {
     return targets.length;
   }
 
-  #deliver(from: SimEndpoint, s: Sub, subject: string, data: Uint8Array, reply: string | undefined): void {
+  #deliver(
+    from: SimEndpoint,
+    s: Sub,
+    subject: string,
+    data: Uint8Array,
+    reply: string | undefined,
+  ): void {
     const f = this.faults;
     if (!this.reachable(from.name, s.ep.name)) {
       this.tap?.({ kind: "cut", from: from.name, to: s.ep.name, subject });
@@ -245,9 +260,15 @@ export class SimEndpoint implements Bus {
     this.#bus.route(this, subject, data, undefined);
   }
 
-  request(subject: string, data: Uint8Array, opts: { timeout: number }): Promise<{ readonly data: Uint8Array }> {
+  request(
+    subject: string,
+    data: Uint8Array,
+    opts: { timeout: number },
+  ): Promise<{ readonly data: Uint8Array }> {
     if (this.#closed) return Promise.reject(new Error("CONNECTION_CLOSED"));
-    const reachable = this.#bus.matching(subject).filter((s) => this.#bus.reachable(this.name, s.ep.name));
+    const reachable = this.#bus
+      .matching(subject)
+      .filter((s) => this.#bus.reachable(this.name, s.ep.name));
     const anyone = this.#bus.matching(subject).length > 0;
     if (!anyone) return Promise.reject(new SimNoRespondersError(subject));
     const inbox = `_INBOX.${this.name}.${++this.#inbox}`;
@@ -274,7 +295,14 @@ export class SimEndpoint implements Bus {
   }
 
   subscribe(subject: string, opts: BusSubscribeOptions): BusSubscription {
-    const s: Sub = { seq: this.#bus.nextSeq(), ep: this, subject, queue: opts.queue, callback: opts.callback, active: !this.#closed };
+    const s: Sub = {
+      seq: this.#bus.nextSeq(),
+      ep: this,
+      subject,
+      queue: opts.queue,
+      callback: opts.callback,
+      active: !this.#closed,
+    };
     if (s.active) this.#bus.addSub(s);
     return { unsubscribe: () => this.#bus.removeSub(s) };
   }

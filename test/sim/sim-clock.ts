@@ -50,7 +50,12 @@ export class SimClock implements Clock {
   }
 
   setTimer(delayMs: number, fn: () => void): () => void {
-    const t: Timer = { at: this.#now + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0), seq: this.#seq++, fn, live: true };
+    const t: Timer = {
+      at: this.#now + Math.max(0, Number.isFinite(delayMs) ? delayMs : 0),
+      seq: this.#seq++,
+      fn,
+      live: true,
+    };
     heapPush(this.#heap, t, dueFirst);
     return () => {
       t.live = false;
@@ -151,7 +156,7 @@ export class HostClock {
 
   offsetMs(): number {
     let drift = 0;
-    for (const d of this.#drifts) drift += (this.#sim.now() - d.fromMs) * d.msPerS / 1000;
+    for (const d of this.#drifts) drift += ((this.#sim.now() - d.fromMs) * d.msPerS) / 1000;
     return Math.round(this.#skewMs + this.#stepsMs + drift);
   }
 

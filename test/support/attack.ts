@@ -13,7 +13,10 @@ import type { EventBus } from "../../src/cluster/events.ts";
 import { metricsText, type BusRefusalReason, type BusResponder } from "../../src/metrics/index.ts";
 
 /** Resolves with the first node event matching `pred` (armed at the call: call before acting). */
-export function nextEvent<E extends NodeEvent>(events: EventBus, pred: (e: NodeEvent) => e is E): Promise<E>;
+export function nextEvent<E extends NodeEvent>(
+  events: EventBus,
+  pred: (e: NodeEvent) => e is E,
+): Promise<E>;
 export function nextEvent(events: EventBus, pred: (e: NodeEvent) => boolean): Promise<NodeEvent>;
 export function nextEvent(events: EventBus, pred: (e: NodeEvent) => boolean): Promise<NodeEvent> {
   return new Promise((resolve) => {
@@ -26,8 +29,15 @@ export function nextEvent(events: EventBus, pred: (e: NodeEvent) => boolean): Pr
 }
 
 /** The next `reply_refused` of `responder` on this node's events (armed at the call). */
-export function nextReplyRefusal(events: EventBus, responder: Extract<NodeEvent, { type: "reply_refused" }>["responder"]): Promise<Extract<NodeEvent, { type: "reply_refused" }>> {
-  return nextEvent(events, (e): e is Extract<NodeEvent, { type: "reply_refused" }> => e.type === "reply_refused" && e.responder === responder);
+export function nextReplyRefusal(
+  events: EventBus,
+  responder: Extract<NodeEvent, { type: "reply_refused" }>["responder"],
+): Promise<Extract<NodeEvent, { type: "reply_refused" }>> {
+  return nextEvent(
+    events,
+    (e): e is Extract<NodeEvent, { type: "reply_refused" }> =>
+      e.type === "reply_refused" && e.responder === responder,
+  );
 }
 
 /** Resolves with the next permission violation the server reports to `nc` (armed at the call). */
@@ -48,34 +58,54 @@ export type Outcome<T> = { kind: "defended"; value: T } | { kind: "effect"; what
  * changed, or undefined while nothing did; it is read every 50 ms. Throws after `timeoutMs` when
  * neither came (the test then names `phase`).
  */
-export async function defenceOrEffect<T>(defence: Promise<T>, effect: () => Promise<string | undefined>, phase: string, timeoutMs = 10_000): Promise<Outcome<T>> {
+export async function defenceOrEffect<T>(
+  defence: Promise<T>,
+  effect: () => Promise<string | undefined>,
+  phase: string,
+  timeoutMs = 10_000,
+): Promise<Outcome<T>> {
   let settled: Outcome<T> | undefined;
-  void defence.then((value) => {
-    settled ??= { kind: "defended", value };
-  }, () => undefined);
+  void defence.then(
+    (value) => {
+      settled ??= { kind: "defended", value };
+    },
+    () => undefined,
+  );
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     if (settled) return settled;
     const what = await effect();
     if (what !== undefined) return { kind: "effect", what };
     if (settled) return settled;
-    if (Date.now() > deadline) throw new Error(`${phase}: neither the defence's signal nor the attack's effect within ${timeoutMs} ms`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${phase}: neither the defence's signal nor the attack's effect within ${timeoutMs} ms`,
+      );
     await new Promise((r) => setTimeout(r, 50));
   }
 }
 
 /** `defenceOrEffect`, asserting the defence won: returns its value, or throws naming the effect. */
-export async function defended<T>(defence: Promise<T>, effect: () => Promise<string | undefined>, phase: string, timeoutMs?: number): Promise<T> {
+export async function defended<T>(
+  defence: Promise<T>,
+  effect: () => Promise<string | undefined>,
+  phase: string,
+  timeoutMs?: number,
+): Promise<T> {
   const o = await defenceOrEffect(defence, effect, phase, timeoutMs);
   if (o.kind === "effect") throw new Error(`${phase}: the attack succeeded: ${o.what}`);
   // The defence spoke first; the effect must not follow (e.g. a refusal logged, then a write anyway).
   const late = await effect();
-  if (late !== undefined) throw new Error(`${phase}: refused, yet the attack had its effect: ${late}`);
+  if (late !== undefined)
+    throw new Error(`${phase}: refused, yet the attack had its effect: ${late}`);
   return o.value;
 }
 
 /** `kairos_bus_refusals_total{responder, reason}` of this process (its nodes run in-process). */
-export async function busRefusals(responder: BusResponder, reason: BusRefusalReason): Promise<number> {
+export async function busRefusals(
+  responder: BusResponder,
+  reason: BusRefusalReason,
+): Promise<number> {
   const series = `kairos_bus_refusals_total{responder="${responder}",reason="${reason}"} `;
   const line = (await metricsText()).body.split("\n").find((l) => l.startsWith(series));
   return line === undefined ? 0 : Number(line.slice(series.length));
@@ -86,14 +116,20 @@ export async function busRefusals(responder: BusResponder, reason: BusRefusalRea
  * the call (await the call before acting: it reads the baseline). The counter has no event, so it is
  * re-read every 25 ms, for at most 20 s.
  */
-export async function armBusRefusal(responder: BusResponder, reason: BusRefusalReason): Promise<{ refused: Promise<number> }> {
+export async function armBusRefusal(
+  responder: BusResponder,
+  reason: BusRefusalReason,
+): Promise<{ refused: Promise<number> }> {
   const base = await busRefusals(responder, reason);
   const deadline = Date.now() + 20_000;
   const refused = (async () => {
     for (;;) {
       const n = await busRefusals(responder, reason);
       if (n > base) return n - base;
-      if (Date.now() > deadline) throw new Error(`kairos_bus_refusals_total{responder="${responder}",reason="${reason}"} did not grow in 20 s`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `kairos_bus_refusals_total{responder="${responder}",reason="${reason}"} did not grow in 20 s`,
+        );
       await new Promise((r) => setTimeout(r, 25));
     }
   })();

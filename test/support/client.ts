@@ -15,11 +15,24 @@ export interface TestClient {
   close(): Promise<void>;
 }
 
-export async function testClient(nats: Pick<NatsFixture, "url" | "credsFor">, partitions: number, deadlineMs = 20_000): Promise<TestClient> {
-  const nc = await connectNats({ url: nats.url, name: "test-client", credsFile: nats.credsFor(["api"]) });
+export async function testClient(
+  nats: Pick<NatsFixture, "url" | "credsFor">,
+  partitions: number,
+  deadlineMs = 20_000,
+): Promise<TestClient> {
+  const nc = await connectNats({
+    url: nats.url,
+    name: "test-client",
+    credsFile: nats.credsFor(["api"]),
+  });
   const router = new ActorRouter({
-    nc, clusterName: "kairos", clock: systemClock, random: seededRandom(42), partitions,
-    deadlineMs, attemptTimeoutMs: 1500,
+    nc,
+    clusterName: "kairos",
+    clock: systemClock,
+    random: seededRandom(42),
+    partitions,
+    deadlineMs,
+    attemptTimeoutMs: 1500,
   });
   return { nc, router, close: () => nc.close() };
 }

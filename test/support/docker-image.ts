@@ -18,8 +18,35 @@ import Dockerode from "dockerode";
 export const TEST_IMAGE = "kairos-test/busybox:1";
 const BUSYBOX = "/bin/busybox";
 const APPLETS = [
-  "sh", "echo", "sleep", "cat", "yes", "head", "tail", "dd", "wget", "nc", "touch", "id", "ls", "seq",
-  "true", "false", "env", "ip", "ps", "wc", "printf", "test", "mkdir", "rm", "grep", "tr", "kill", "cp", "chmod",
+  "sh",
+  "echo",
+  "sleep",
+  "cat",
+  "yes",
+  "head",
+  "tail",
+  "dd",
+  "wget",
+  "nc",
+  "touch",
+  "id",
+  "ls",
+  "seq",
+  "true",
+  "false",
+  "env",
+  "ip",
+  "ps",
+  "wc",
+  "printf",
+  "test",
+  "mkdir",
+  "rm",
+  "grep",
+  "tr",
+  "kill",
+  "cp",
+  "chmod",
 ] as const;
 
 const run = promisify(execFile);
@@ -71,7 +98,9 @@ async function build(): Promise<string> {
     await run("tar", ["-C", root, "--numeric-owner", "--owner=0", "--group=0", "-cf", tar, "."]);
     const stream = await docker.importImage(tar, { repo: "kairos-test/busybox", tag: "1" });
     await new Promise<void>((resolve, reject) => {
-      docker.modem.followProgress(stream, (err: unknown) => (err ? reject(err instanceof Error ? err : new Error("import failed")) : resolve()));
+      docker.modem.followProgress(stream, (err: unknown) =>
+        err ? reject(err instanceof Error ? err : new Error("import failed")) : resolve(),
+      );
     });
     await docker.getImage(TEST_IMAGE).inspect();
     return TEST_IMAGE;
@@ -82,21 +111,38 @@ async function build(): Promise<string> {
 
 /** Containers (any state) carrying `kairos.run_id=<runId>`. */
 export async function containersOfRun(runId: string): Promise<Dockerode.ContainerInfo[]> {
-  return dockerClient().listContainers({ all: true, filters: { label: [`kairos.run_id=${runId}`] } });
+  return dockerClient().listContainers({
+    all: true,
+    filters: { label: [`kairos.run_id=${runId}`] },
+  });
 }
 
 /** Removes every container of the given worker id (test clean-up). */
 export async function removeWorkerContainers(workerId: string): Promise<void> {
   const docker = dockerClient();
-  const list = await docker.listContainers({ all: true, filters: { label: [`kairos.worker_id=${workerId}`] } });
-  await Promise.all(list.map((c) => docker.getContainer(c.Id).remove({ force: true }).catch(() => undefined)));
+  const list = await docker.listContainers({
+    all: true,
+    filters: { label: [`kairos.worker_id=${workerId}`] },
+  });
+  await Promise.all(
+    list.map((c) =>
+      docker
+        .getContainer(c.Id)
+        .remove({ force: true })
+        .catch(() => undefined),
+    ),
+  );
 }
 
 /**
  * Arms a waiter for a container event (e.g. "start") of the given run, before acting.
  * `await` the returned arm call first; then await `.event` after starting the run.
  */
-export async function armContainerEvent(runId: string, event: string, timeoutMs = 30_000): Promise<{ event: Promise<void>; cancel: () => void }> {
+export async function armContainerEvent(
+  runId: string,
+  event: string,
+  timeoutMs = 30_000,
+): Promise<{ event: Promise<void>; cancel: () => void }> {
   const stream = (await dockerClient().getEvents({
     filters: { type: ["container"], event: [event], label: [`kairos.run_id=${runId}`] },
   })) as NodeJS.ReadableStream & { destroy?: () => void };
@@ -106,7 +152,11 @@ export async function armContainerEvent(runId: string, event: string, timeoutMs 
     stream.destroy?.();
   };
   const seen = new Promise<void>((resolve, reject) => {
-    timer = setTimeout(() => reject(new Error(`no container ${event} event for run ${runId} within ${timeoutMs} ms`)), timeoutMs);
+    timer = setTimeout(
+      () =>
+        reject(new Error(`no container ${event} event for run ${runId} within ${timeoutMs} ms`)),
+      timeoutMs,
+    );
     stream.on("data", () => {
       cancel();
       resolve();

@@ -15,7 +15,12 @@ import { spawnNode, type NodeProc } from "./nodes.ts";
 export interface Api {
   readonly url: string;
   readonly key: string;
-  call<T = Record<string, unknown>>(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: T; headers: Headers }>;
+  call<T = Record<string, unknown>>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+  ): Promise<{ status: number; body: T; headers: Headers }>;
 }
 
 export function apiClient(url: string, key: string): Api {
@@ -25,11 +30,19 @@ export function apiClient(url: string, key: string): Api {
     async call(method, path, body, headers = {}) {
       const res = await fetch(`${url}${path}`, {
         method,
-        headers: { authorization: `Bearer ${key}`, ...(body !== undefined ? { "content-type": "application/json" } : {}), ...headers },
+        headers: {
+          authorization: `Bearer ${key}`,
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...headers,
+        },
         ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       });
       const text = await res.text();
-      return { status: res.status, body: (text ? JSON.parse(text) : null) as never, headers: res.headers };
+      return {
+        status: res.status,
+        body: (text ? JSON.parse(text) : null) as never,
+        headers: res.headers,
+      };
     },
   };
 }
@@ -53,25 +66,45 @@ export interface KairosFixture {
   stop(): Promise<void>;
 }
 
-export async function startKairosFixture(opts: { partitions?: number; nats?: NatsFixtureOptions } = {}): Promise<KairosFixture> {
+export async function startKairosFixture(
+  opts: { partitions?: number; nats?: NatsFixtureOptions } = {},
+): Promise<KairosFixture> {
   const nats = await startNats(opts.nats);
   const nc = await nats.connect("e2e");
   const nodes: NodeProc[] = [];
   const b = await openBuckets(nc, { clusterName: "kairos", replicas: 1 });
   const tenants = new KvTenantDirectory(b.tenants, { clock: systemClock, authCacheTtlMs: 0 });
   const fx: KairosFixture = {
-    nats, nodes, nc, tenants,
+    nats,
+    nodes,
+    nc,
+    tenants,
     spawn(nodeId, roles, extra = []) {
-      const n = spawnNode({ natsUrl: nats.url, creds: nats.credsForNode(nodeId, roles), nodeId, roles, partitions: opts.partitions ?? 8, extraArgs: ["--executor", "process", ...extra] });
+      const n = spawnNode({
+        natsUrl: nats.url,
+        creds: nats.credsForNode(nodeId, roles),
+        nodeId,
+        roles,
+        partitions: opts.partitions ?? 8,
+        extraArgs: ["--executor", "process", ...extra],
+      });
       nodes.push(n);
       return n;
     },
     async apiUrl(node) {
-      const e = (await node.waitFor((ev) => (ev as { type: string }).type === "api_listening", 30_000, "api listening")) as unknown as { api_url: string };
+      const e = (await node.waitFor(
+        (ev) => (ev as { type: string }).type === "api_listening",
+        30_000,
+        "api listening",
+      )) as unknown as { api_url: string };
       return e.api_url;
     },
     async metricsUrl(node) {
-      const e = (await node.waitFor((ev) => (ev as { type: string }).type === "metrics_listening", 30_000, "metrics listening")) as unknown as { metrics_url: string };
+      const e = (await node.waitFor(
+        (ev) => (ev as { type: string }).type === "metrics_listening",
+        30_000,
+        "metrics listening",
+      )) as unknown as { metrics_url: string };
       return e.metrics_url;
     },
     async newTenant(name) {
@@ -79,7 +112,12 @@ export async function startKairosFixture(opts: { partitions?: number; nats?: Nat
       return { tenant_id: t.tenant.tenant_id, api_key: t.apiKey };
     },
     async putTenant(tenantId, name) {
-      const t: Tenant = { tenant_id: tenantId, name, created_at: new Date().toISOString().replace(/\.\d+Z$/, "Z"), ...TENANT_DEFAULTS };
+      const t: Tenant = {
+        tenant_id: tenantId,
+        name,
+        created_at: new Date().toISOString().replace(/\.\d+Z$/, "Z"),
+        ...TENANT_DEFAULTS,
+      };
       const w = await b.tenants.create(`t.${tenantId}`, encode(t));
       if (!w.ok) throw new Error(`tenant ${tenantId} exists`);
       const k = await fx.tenants.createKey(tenantId);
@@ -91,7 +129,10 @@ export async function startKairosFixture(opts: { partitions?: number; nats?: Nat
       // Every node ran with its role's NATS user: a violation is a permission the role lacks.
       // (Service users' violations are the tests' own attempts: test/e2e/nats-api.test.ts.)
       const v = nats.violations().filter((l) => !l.includes('User "service-'));
-      if (v.length > 0) console.error(`nats-server reported ${v.length} permission violation(s) by Kairos nodes:\n${v.slice(0, 20).join("\n")}`);
+      if (v.length > 0)
+        console.error(
+          `nats-server reported ${v.length} permission violation(s) by Kairos nodes:\n${v.slice(0, 20).join("\n")}`,
+        );
       await nats.stop();
     },
   };
@@ -99,7 +140,11 @@ export async function startKairosFixture(opts: { partitions?: number; nats?: Nat
 }
 
 /** Polls `fn` until it returns a value (not undefined); the poll only re-reads state over HTTP. */
-export async function eventually<T>(fn: () => Promise<T | undefined>, timeoutMs: number, phase: string): Promise<T> {
+export async function eventually<T>(
+  fn: () => Promise<T | undefined>,
+  timeoutMs: number,
+  phase: string,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -109,7 +154,10 @@ export async function eventually<T>(fn: () => Promise<T | undefined>, timeoutMs:
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${phase}${last instanceof Error ? `: ${last.message}` : ""}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${phase}${last instanceof Error ? `: ${last.message}` : ""}`,
+      );
     await new Promise((r) => setTimeout(r, 100));
   }
 }

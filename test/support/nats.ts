@@ -23,8 +23,17 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { Role } from "../../src/cluster/config.ts";
 import { connectNats } from "../../src/cluster/nats.ts";
 import { pinnedWorkerUser } from "../../src/cluster/nats-permissions.ts";
-import { writeNatsAuthFiles, type NatsAuthFiles, type ServiceIdentity } from "../../src/dev/nats-auth-files.ts";
-import { freePort, launchNatsServer, type LaunchOptions, type NatsServerHandle } from "../../src/dev/nats-launcher.ts";
+import {
+  writeNatsAuthFiles,
+  type NatsAuthFiles,
+  type ServiceIdentity,
+} from "../../src/dev/nats-auth-files.ts";
+import {
+  freePort,
+  launchNatsServer,
+  type LaunchOptions,
+  type NatsServerHandle,
+} from "../../src/dev/nats-launcher.ts";
 
 export interface NatsFixture {
   readonly servers: NatsServerHandle[];
@@ -84,7 +93,9 @@ export const DEFAULT_TEST_WORKERS = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "
 function writeAuth(dir: string, opts: NatsFixtureOptions): NatsAuthFiles {
   const wide = opts.wideOpenWorkers ?? [];
   const workers = [...new Set([...DEFAULT_TEST_WORKERS, ...(opts.workers ?? []), ...wide])];
-  const auth = writeNatsAuthFiles(dir, opts.clusters, workers, opts.services, { sharedWorker: true });
+  const auth = writeNatsAuthFiles(dir, opts.clusters, workers, opts.services, {
+    sharedWorker: true,
+  });
   if (wide.length > 0) widenUsers(auth.configFile, wide.map(pinnedWorkerUser));
   return auth;
 }
@@ -98,29 +109,47 @@ export function widenUsers(configFile: string, users: readonly string[]): void {
   const text = readFileSync(configFile, "utf8");
   const m = /^accounts: (\{[\s\S]*?\n\})\nsystem_account:/m.exec(text);
   if (!m) throw new Error(`${configFile}: no accounts block`);
-  const accounts = JSON.parse(m[1]!) as Record<string, { users?: { user: string; permissions: unknown }[] }>;
+  const accounts = JSON.parse(m[1]!) as Record<
+    string,
+    { users?: { user: string; permissions: unknown }[] }
+  >;
   const found = new Set<string>();
   for (const a of Object.values(accounts)) {
     for (const u of a.users ?? []) {
       if (!users.includes(u.user)) continue;
-      u.permissions = { publish: { allow: [">"] }, subscribe: { allow: [">"] }, allow_responses: true };
+      u.permissions = {
+        publish: { allow: [">"] },
+        subscribe: { allow: [">"] },
+        allow_responses: true,
+      };
       found.add(u.user);
     }
   }
   const missing = users.filter((u) => !found.has(u));
   if (missing.length > 0) throw new Error(`${configFile}: no user ${missing.join(", ")} to widen`);
-  writeFileSync(configFile, text.replace(m[1]!, JSON.stringify(accounts, null, 2)), { mode: 0o600 });
+  writeFileSync(configFile, text.replace(m[1]!, JSON.stringify(accounts, null, 2)), {
+    mode: 0o600,
+  });
 }
 
 /** `"api,scheduler"` or `["api", "scheduler"]` or `"admin"` → the credentials file. */
 function credsOf(auth: NatsAuthFiles, roles: readonly Role[] | string): string {
   if (roles === "admin") return auth.credsFor("admin");
-  const list = typeof roles === "string" ? (roles.split(",").map((r) => r.trim()).filter(Boolean) as Role[]) : roles;
+  const list =
+    typeof roles === "string"
+      ? (roles
+          .split(",")
+          .map((r) => r.trim())
+          .filter(Boolean) as Role[])
+      : roles;
   return auth.credsFor(list);
 }
 
 /** Collects the servers' "Publish Violation" / "Subscription Violation" log lines (and passes every line on, with its server). */
-function violationLog(onLog?: (server: number, line: string) => void): { onLog: (server: number) => (line: string) => void; lines: string[] } {
+function violationLog(onLog?: (server: number, line: string) => void): {
+  onLog: (server: number) => (line: string) => void;
+  lines: string[];
+} {
   const lines: string[] = [];
   return {
     lines,
@@ -131,9 +160,16 @@ function violationLog(onLog?: (server: number, line: string) => void): { onLog: 
   };
 }
 
-function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, log: { lines: string[] }, launch: readonly LaunchOptions[]): NatsFixture {
+function fixture(
+  servers: NatsServerHandle[],
+  auth: NatsAuthFiles,
+  dir: string,
+  log: { lines: string[] },
+  launch: readonly LaunchOptions[],
+): NatsFixture {
   const url = servers.map((s) => s.url).join(",");
-  const at = (i: number): NatsServerHandle => servers[i] ?? assert.fail(`no nats server ${i} (of ${servers.length})`);
+  const at = (i: number): NatsServerHandle =>
+    servers[i] ?? assert.fail(`no nats server ${i} (of ${servers.length})`);
   return {
     servers,
     url,
@@ -142,11 +178,15 @@ function fixture(servers: NatsServerHandle[], auth: NatsAuthFiles, dir: string, 
     credsFor: (roles) => credsOf(auth, roles),
     credsForNode: (nodeId, roles) => {
       const list = typeof roles === "string" ? roles.split(",").map((r) => r.trim()) : roles;
-      const pinned = list.length === 1 && list[0] === "worker" ? auth.creds[pinnedWorkerUser(nodeId)] : undefined;
+      const pinned =
+        list.length === 1 && list[0] === "worker"
+          ? auth.creds[pinnedWorkerUser(nodeId)]
+          : undefined;
       return pinned ?? credsOf(auth, roles);
     },
     connect: (name, who = "admin") => connectNats({ url, name, credsFile: credsOf(auth, who) }),
-    connectService: (name) => connectNats({ url, name: `svc-${name}`, credsFile: auth.credsForService(name) }),
+    connectService: (name) =>
+      connectNats({ url, name: `svc-${name}`, credsFile: auth.credsForService(name) }),
     async pause(i) {
       const s = at(i);
       s.signal("SIGSTOP");
@@ -181,7 +221,8 @@ export async function awaitProcessStopped(pid: number, timeoutMs = 5000): Promis
   };
   const deadline = Date.now() + timeoutMs;
   while (state() !== "T") {
-    if (Date.now() > deadline) assert.fail(`process ${pid} is not stopped after SIGSTOP (state ${state()})`);
+    if (Date.now() > deadline)
+      assert.fail(`process ${pid} is not stopped after SIGSTOP (state ${state()})`);
     await new Promise((r) => setTimeout(r, 2));
   }
 }
@@ -213,7 +254,10 @@ const PLACEMENT_WAIT_MS = 12_000;
 /** The cluster's meta leader never placed an R3 stream in time (see `CLUSTER_STARTS`). */
 class PlacementError extends Error {}
 
-export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}): Promise<NatsFixture> {
+export async function startNatsCluster(
+  size = 3,
+  opts: NatsFixtureOptions = {},
+): Promise<NatsFixture> {
   const failures: string[] = [];
   for (let attempt = 1; ; attempt++) {
     try {
@@ -221,9 +265,15 @@ export async function startNatsCluster(size = 3, opts: NatsFixtureOptions = {}):
     } catch (e) {
       const why = e instanceof Error ? e.message : String(e);
       failures.push(`start ${attempt}: ${why}`);
-      if (!(e instanceof PlacementError) || attempt >= CLUSTER_STARTS) throw new Error(`nats cluster not ready after ${attempt} start(s):\n${failures.join("\n")}`, { cause: e });
+      if (!(e instanceof PlacementError) || attempt >= CLUSTER_STARTS)
+        throw new Error(
+          `nats cluster not ready after ${attempt} start(s):\n${failures.join("\n")}`,
+          { cause: e },
+        );
       // Said aloud, not hidden: the run's log shows each cluster that never formed.
-      process.stderr.write(`nats cluster fixture: ${why}; starting a fresh cluster (${attempt + 1} of ${CLUSTER_STARTS})\n`);
+      process.stderr.write(
+        `nats cluster fixture: ${why}; starting a fresh cluster (${attempt + 1} of ${CLUSTER_STARTS})\n`,
+      );
     }
   }
 }
@@ -244,7 +294,12 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
   const launch = routePorts.map((port, i): LaunchOptions => ({
     storeDir: join(dir, `s${i}`),
     serverName: `s${i}`,
-    cluster: { name: "kairos-test", port, routes, ...(opts.noAdvertise ? { noAdvertise: true } : {}) },
+    cluster: {
+      name: "kairos-test",
+      port,
+      routes,
+      ...(opts.noAdvertise ? { noAdvertise: true } : {}),
+    },
     readyTimeoutMs: 30_000,
     auth,
     onLog: log.onLog(i),
@@ -272,21 +327,38 @@ async function startClusterOnce(size: number, opts: NatsFixtureOptions): Promise
  * failed so once, 2026-12-04). Creates and deletes a small in-memory stream until one is placed;
  * a `PlacementError` when none is in `timeoutMs`.
  */
-async function awaitPlacement(server: NatsServerHandle, auth: NatsAuthFiles, replicas: number, timeoutMs: number): Promise<void> {
+async function awaitPlacement(
+  server: NatsServerHandle,
+  auth: NatsAuthFiles,
+  replicas: number,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  const nc = await connectNats({ url: server.url, name: "fixture-placement", credsFile: auth.credsFor("admin") });
+  const nc = await connectNats({
+    url: server.url,
+    name: "fixture-placement",
+    credsFile: auth.credsFor("admin"),
+  });
   let last = "no answer";
   try {
     const jsm = await jetstreamManager(nc, { timeout: 5000 });
     for (;;) {
       try {
-        await jsm.streams.add({ name: "fixture_placement", subjects: ["fixture.placement"], num_replicas: replicas, storage: StorageType.Memory });
+        await jsm.streams.add({
+          name: "fixture_placement",
+          subjects: ["fixture.placement"],
+          num_replicas: replicas,
+          storage: StorageType.Memory,
+        });
         await jsm.streams.delete("fixture_placement");
         return;
       } catch (e) {
         last = e instanceof Error ? e.message : String(e);
       }
-      if (Date.now() > deadline) throw new PlacementError(`nats cluster: no stream placed on ${replicas} servers in ${timeoutMs} ms (last: ${last})`);
+      if (Date.now() > deadline)
+        throw new PlacementError(
+          `nats cluster: no stream placed on ${replicas} servers in ${timeoutMs} ms (last: ${last})`,
+        );
       await new Promise((r) => setTimeout(r, 200));
     }
   } finally {
@@ -299,9 +371,17 @@ async function awaitPlacement(server: NatsServerHandle, auth: NatsAuthFiles, rep
  * routes are up). A log line is not enough: a server that joins after the election, or whose
  * routes raced ("Duplicate Route"), may never log one, and the wait then timed out at random.
  */
-async function awaitJetStream(server: NatsServerHandle, auth: NatsAuthFiles, timeoutMs: number): Promise<void> {
+async function awaitJetStream(
+  server: NatsServerHandle,
+  auth: NatsAuthFiles,
+  timeoutMs: number,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  const nc = await connectNats({ url: server.url, name: "fixture-ready", credsFile: auth.credsFor("admin") });
+  const nc = await connectNats({
+    url: server.url,
+    name: "fixture-ready",
+    credsFile: auth.credsFor("admin"),
+  });
   let last = "no answer";
   try {
     for (;;) {
@@ -312,7 +392,10 @@ async function awaitJetStream(server: NatsServerHandle, auth: NatsAuthFiles, tim
       } catch (e) {
         last = e instanceof Error ? e.message : String(e);
       }
-      if (Date.now() > deadline) throw new Error(`nats-server ${server.url}: JetStream not ready in ${timeoutMs} ms (last: ${last})`);
+      if (Date.now() > deadline)
+        throw new Error(
+          `nats-server ${server.url}: JetStream not ready in ${timeoutMs} ms (last: ${last})`,
+        );
       await new Promise((r) => setTimeout(r, 100));
     }
   } finally {

@@ -64,9 +64,20 @@ export function spawnNode(o: SpawnOptions): NodeProc {
     ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []),
     // As a deployed node runs (package.json, bin/kairos.mjs, the Nomad job): docs/operations.md.
     "--max-semi-space-size=64",
-    "--import", "tsx", "src/cli/main.ts", "node",
-    "--nats", o.natsUrl, "--nats-creds", o.creds, "--node-id", o.nodeId, "--roles", o.roles ?? "scheduler",
-    "--partitions", String(o.partitions ?? 32),
+    "--import",
+    "tsx",
+    "src/cli/main.ts",
+    "node",
+    "--nats",
+    o.natsUrl,
+    "--nats-creds",
+    o.creds,
+    "--node-id",
+    o.nodeId,
+    "--roles",
+    o.roles ?? "scheduler",
+    "--partitions",
+    String(o.partitions ?? 32),
     ...(o.leaseTtlMs ? ["--lease-ttl-ms", String(o.leaseTtlMs)] : []),
     ...(o.extraArgs ?? []),
   ];
@@ -131,10 +142,20 @@ export function spawnNode(o: SpawnOptions): NodeProc {
       const seen = events.find(pred);
       if (seen) return Promise.resolve(seen);
       return new Promise((resolve, reject) => {
-        const w = { pred, resolve: (e: NodeEvent) => { clearTimeout(t); resolve(e); } };
+        const w = {
+          pred,
+          resolve: (e: NodeEvent) => {
+            clearTimeout(t);
+            resolve(e);
+          },
+        };
         const t = setTimeout(() => {
           waiters.delete(w);
-          reject(new Error(`${o.nodeId}: timed out after ${timeoutMs} ms waiting for ${phase}; last events: ${JSON.stringify(events.slice(-5))}; stderr: ${stderr.join("").slice(-500)}`));
+          reject(
+            new Error(
+              `${o.nodeId}: timed out after ${timeoutMs} ms waiting for ${phase}; last events: ${JSON.stringify(events.slice(-5))}; stderr: ${stderr.join("").slice(-500)}`,
+            ),
+          );
         }, timeoutMs);
         waiters.add(w);
       });
@@ -158,7 +179,12 @@ export function spawnNode(o: SpawnOptions): NodeProc {
  * Resolves when `check()` holds. The check reads state that node events and test traffic update;
  * a short poll only wakes us up to re-read it (the assertion is on state, not on elapsed time).
  */
-export function until(_nodes: readonly NodeProc[], check: () => boolean, timeoutMs: number, phase: string): Promise<void> {
+export function until(
+  _nodes: readonly NodeProc[],
+  check: () => boolean,
+  timeoutMs: number,
+  phase: string,
+): Promise<void> {
   return new Promise((resolve, reject) => {
     if (check()) return resolve();
     const t = setTimeout(() => {

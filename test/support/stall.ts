@@ -9,8 +9,12 @@ import type { Clock } from "../../src/lib/clock.ts";
 export class StallClock implements Clock {
   t = 0;
   timers = new Set<() => void>();
-  now(): number { return this.t; }
-  monoMs(): number { return this.t; }
+  now(): number {
+    return this.t;
+  }
+  monoMs(): number {
+    return this.t;
+  }
   setTimer(_ms: number, fn: () => void): () => void {
     this.timers.add(fn);
     return () => this.timers.delete(fn);
@@ -28,7 +32,10 @@ export function stubBus(subs: Map<string, BusSubscribeOptions>): Bus {
   return {
     publish: () => undefined,
     request: () => Promise.reject(new Error("unused")),
-    subscribe: (subject, opts) => { subs.set(subject, opts); return { unsubscribe: () => subs.delete(subject) }; },
+    subscribe: (subject, opts) => {
+      subs.set(subject, opts);
+      return { unsubscribe: () => subs.delete(subject) };
+    },
     flush: async () => undefined,
     isClosed: () => false,
   };

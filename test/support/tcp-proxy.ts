@@ -37,7 +37,10 @@ export interface TcpProxy {
   stats(): { pairs: number; blackholed: number };
 }
 
-export async function startTcpProxy(targetPort: number, targetHost = "127.0.0.1"): Promise<TcpProxy> {
+export async function startTcpProxy(
+  targetPort: number,
+  targetHost = "127.0.0.1",
+): Promise<TcpProxy> {
   const pairs = new Set<Pair>();
   const blackholed = new Set<Socket>();
   let cut = false;

@@ -13,7 +13,12 @@ describe("--drain-timeout-ms", () => {
   });
   it("refuses anything else, naming the flag", () => {
     for (const bad of ["", " ", "-1", "1.5", "1e3", "abc", "3600001", "99999999", "0x10"]) {
-      assert.throws(() => drainTimeoutFlag(bad), (e: unknown) => isKairosError(e, "invalid_argument") && /--drain-timeout-ms/.test((e as Error).message), bad);
+      assert.throws(
+        () => drainTimeoutFlag(bad),
+        (e: unknown) =>
+          isKairosError(e, "invalid_argument") && /--drain-timeout-ms/.test((e as Error).message),
+        bad,
+      );
     }
   });
 });

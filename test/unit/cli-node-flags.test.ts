@@ -1,7 +1,13 @@
 /** `kairos node` flag validation: the health and metrics listener (`--metrics-port`, `--metrics-token-file`), limits, NATS. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { metricsTokenFromFlag, nodeConfigFromFlags, portFlag, rateLimitsFromFlags, taskLimitsFromFlags } from "../../src/cli/node.ts";
+import {
+  metricsTokenFromFlag,
+  nodeConfigFromFlags,
+  portFlag,
+  rateLimitsFromFlags,
+  taskLimitsFromFlags,
+} from "../../src/cli/node.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -17,7 +23,12 @@ describe("--metrics-port", () => {
 
   it("refuses anything else with a message naming the flag", () => {
     for (const bad of ["65536", "-1", "9.5", "abc", ""]) {
-      assert.throws(() => portFlag(bad, "metrics-port"), (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith("--metrics-port:"), bad);
+      assert.throws(
+        () => portFlag(bad, "metrics-port"),
+        (e: unknown) =>
+          isKairosError(e, "invalid_argument") && e.message.startsWith("--metrics-port:"),
+        bad,
+      );
     }
   });
 });
@@ -31,11 +42,21 @@ describe("--metrics-token-file", () => {
   };
   it("reads the token, trimmed; no flag is no token", () => {
     assert.deepEqual(metricsTokenFromFlag(undefined), {});
-    assert.deepEqual(metricsTokenFromFlag(file("ok", "  0123456789abcdef0123\n")), { metricsToken: "0123456789abcdef0123" });
+    assert.deepEqual(metricsTokenFromFlag(file("ok", "  0123456789abcdef0123\n")), {
+      metricsToken: "0123456789abcdef0123",
+    });
   });
   it("refuses a missing file, a short token and one with spaces, naming the flag", () => {
-    for (const p of [join(dir, "absent"), file("short", "abc\n"), file("spaces", "0123456789 abcdef0123")]) {
-      assert.throws(() => metricsTokenFromFlag(p), (e: unknown) => isKairosError(e, "invalid_argument") && e.field === "metrics-token-file", p);
+    for (const p of [
+      join(dir, "absent"),
+      file("short", "abc\n"),
+      file("spaces", "0123456789 abcdef0123"),
+    ]) {
+      assert.throws(
+        () => metricsTokenFromFlag(p),
+        (e: unknown) => isKairosError(e, "invalid_argument") && e.field === "metrics-token-file",
+        p,
+      );
     }
   });
 });
@@ -43,11 +64,28 @@ describe("--metrics-token-file", () => {
 describe("--task-max-memory-mb, --task-max-cpus, --task-max-pids", () => {
   it("give the cluster's per-task maxima; absent flags keep the defaults", () => {
     assert.deepEqual(taskLimitsFromFlags({}), { maxMemoryMb: 2048, maxCpus: 2, maxPids: 512 });
-    assert.deepEqual(taskLimitsFromFlags({ taskMaxMemoryMb: "4096", taskMaxCpus: "0.5", taskMaxPids: "128" }), { maxMemoryMb: 4096, maxCpus: 0.5, maxPids: 128 });
+    assert.deepEqual(
+      taskLimitsFromFlags({ taskMaxMemoryMb: "4096", taskMaxCpus: "0.5", taskMaxPids: "128" }),
+      { maxMemoryMb: 4096, maxCpus: 0.5, maxPids: 128 },
+    );
   });
   it("refuse values outside the bounds a task may ask for, naming the flag", () => {
-    for (const [f, field] of [[{ taskMaxMemoryMb: "8" }, "task-max-memory-mb"], [{ taskMaxMemoryMb: "512.5" }, "task-max-memory-mb"], [{ taskMaxCpus: "0" }, "task-max-cpus"], [{ taskMaxCpus: "65" }, "task-max-cpus"], [{ taskMaxPids: "x" }, "task-max-pids"], [{ taskMaxPids: "5000" }, "task-max-pids"]] as const) {
-      assert.throws(() => taskLimitsFromFlags(f), (e: unknown) => isKairosError(e, "invalid_argument") && e.field === field && e.message.startsWith(`--${field}`), JSON.stringify(f));
+    for (const [f, field] of [
+      [{ taskMaxMemoryMb: "8" }, "task-max-memory-mb"],
+      [{ taskMaxMemoryMb: "512.5" }, "task-max-memory-mb"],
+      [{ taskMaxCpus: "0" }, "task-max-cpus"],
+      [{ taskMaxCpus: "65" }, "task-max-cpus"],
+      [{ taskMaxPids: "x" }, "task-max-pids"],
+      [{ taskMaxPids: "5000" }, "task-max-pids"],
+    ] as const) {
+      assert.throws(
+        () => taskLimitsFromFlags(f),
+        (e: unknown) =>
+          isKairosError(e, "invalid_argument") &&
+          e.field === field &&
+          e.message.startsWith(`--${field}`),
+        JSON.stringify(f),
+      );
     }
   });
 });
@@ -55,22 +93,58 @@ describe("--task-max-memory-mb, --task-max-cpus, --task-max-pids", () => {
 describe("--rate-limit, --rate-limit-burst, --auth-failure-limit", () => {
   it("map to the API's limits; absent flags leave the defaults", () => {
     assert.deepEqual(rateLimitsFromFlags({}), {});
-    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5" }), { tenantPerSecond: 5, tenantBurst: 10 });
-    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5", rateLimitBurst: "7" }), { tenantPerSecond: 5, tenantBurst: 7 });
-    assert.deepEqual(rateLimitsFromFlags({ authFailureLimit: "0" }), { authFailuresPerSecond: 0, authFailuresBurst: 1 });
+    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5" }), {
+      tenantPerSecond: 5,
+      tenantBurst: 10,
+    });
+    assert.deepEqual(rateLimitsFromFlags({ rateLimit: "5", rateLimitBurst: "7" }), {
+      tenantPerSecond: 5,
+      tenantBurst: 7,
+    });
+    assert.deepEqual(rateLimitsFromFlags({ authFailureLimit: "0" }), {
+      authFailuresPerSecond: 0,
+      authFailuresBurst: 1,
+    });
   });
   it("refuse non-numbers and a burst below 1", () => {
-    for (const f of [{ rateLimit: "-1" }, { rateLimit: "" }, { rateLimit: "1e9" }, { rateLimitBurst: "0" }, { authFailureLimit: "x" }]) {
-      assert.throws(() => rateLimitsFromFlags(f), (e: unknown) => isKairosError(e, "invalid_argument"), JSON.stringify(f));
+    for (const f of [
+      { rateLimit: "-1" },
+      { rateLimit: "" },
+      { rateLimit: "1e9" },
+      { rateLimitBurst: "0" },
+      { authFailureLimit: "x" },
+    ]) {
+      assert.throws(
+        () => rateLimitsFromFlags(f),
+        (e: unknown) => isKairosError(e, "invalid_argument"),
+        JSON.stringify(f),
+      );
     }
   });
 });
 
 describe("--nats-creds, --nats-tls-*", () => {
   it("go into the node config; a client certificate needs its key", () => {
-    const c = nodeConfigFromFlags({ natsCreds: "/etc/kairos/worker.json", natsTlsCa: "/etc/kairos/ca.pem", roles: "worker", nodeId: "w1" }, "tls://nats:4222");
-    assert.deepEqual(c.natsAuth, { credsFile: "/etc/kairos/worker.json", tls: { caFile: "/etc/kairos/ca.pem" } });
-    assert.throws(() => nodeConfigFromFlags({ natsTlsCert: "/c.pem", nodeId: "w1" }, "tls://nats:4222"), (e: unknown) => isKairosError(e, "invalid_argument"));
-    assert.throws(() => nodeConfigFromFlags({ natsCreds: " ", nodeId: "w1" }, "nats://x"), (e: unknown) => isKairosError(e, "invalid_argument"));
+    const c = nodeConfigFromFlags(
+      {
+        natsCreds: "/etc/kairos/worker.json",
+        natsTlsCa: "/etc/kairos/ca.pem",
+        roles: "worker",
+        nodeId: "w1",
+      },
+      "tls://nats:4222",
+    );
+    assert.deepEqual(c.natsAuth, {
+      credsFile: "/etc/kairos/worker.json",
+      tls: { caFile: "/etc/kairos/ca.pem" },
+    });
+    assert.throws(
+      () => nodeConfigFromFlags({ natsTlsCert: "/c.pem", nodeId: "w1" }, "tls://nats:4222"),
+      (e: unknown) => isKairosError(e, "invalid_argument"),
+    );
+    assert.throws(
+      () => nodeConfigFromFlags({ natsCreds: " ", nodeId: "w1" }, "nats://x"),
+      (e: unknown) => isKairosError(e, "invalid_argument"),
+    );
   });
 });

@@ -8,12 +8,27 @@ import assert from "node:assert/strict";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import {
-  METRICS, addClockSkewSource, addGaugeSource, addRunsWaitingSource, countAttempt, countDeadLetter, countLeaseExpiry, countRetry,
-  countBusRefusal, metricsText, observeDispatchLag, setForecastRunsDue, startKvOp,
+  METRICS,
+  addClockSkewSource,
+  addGaugeSource,
+  addRunsWaitingSource,
+  countAttempt,
+  countDeadLetter,
+  countLeaseExpiry,
+  countRetry,
+  countBusRefusal,
+  metricsText,
+  observeDispatchLag,
+  setForecastRunsDue,
+  startKvOp,
 } from "../../src/metrics/index.ts";
 import { prometheusSink } from "../../src/history/run-metrics.ts";
 import { FakeClock } from "../../src/lib/clock.ts";
-import { checkReadiness, partitionsCheck, type ReadinessCheck } from "../../src/health/readiness.ts";
+import {
+  checkReadiness,
+  partitionsCheck,
+  type ReadinessCheck,
+} from "../../src/health/readiness.ts";
 
 const value = (text: string, series: string): number | undefined => {
   const line = text.split("\n").find((l) => l.startsWith(series + " "));
@@ -33,7 +48,11 @@ describe("metrics", () => {
     gc();
     const { body } = await metricsText();
     assert.equal(value(body, `kairos_clock_skew_seconds{node="kept-node"}`), 1.5);
-    assert.equal(value(body, `kairos_clock_skew_seconds{node="gone-node"}`), undefined, "a source nobody holds is still read");
+    assert.equal(
+      value(body, `kairos_clock_skew_seconds{node="gone-node"}`),
+      undefined,
+      "a source nobody holds is still read",
+    );
     remove();
   });
 
@@ -41,14 +60,23 @@ describe("metrics", () => {
     const { body, contentType } = await metricsText();
     assert.match(contentType, /^text\/plain/);
     const types: Record<string, string> = {
-      [METRICS.dispatchLag]: "histogram", [METRICS.runsWaiting]: "gauge", [METRICS.leaseExpiries]: "counter",
-      [METRICS.attempts]: "counter", [METRICS.retries]: "counter", [METRICS.deadLetters]: "counter",
-      [METRICS.partitionsHeld]: "gauge", [METRICS.actorsActive]: "gauge", [METRICS.mailboxDepth]: "gauge",
-      [METRICS.kvOp]: "histogram", [METRICS.forecast]: "gauge", [METRICS.logLinesDropped]: "counter",
+      [METRICS.dispatchLag]: "histogram",
+      [METRICS.runsWaiting]: "gauge",
+      [METRICS.leaseExpiries]: "counter",
+      [METRICS.attempts]: "counter",
+      [METRICS.retries]: "counter",
+      [METRICS.deadLetters]: "counter",
+      [METRICS.partitionsHeld]: "gauge",
+      [METRICS.actorsActive]: "gauge",
+      [METRICS.mailboxDepth]: "gauge",
+      [METRICS.kvOp]: "histogram",
+      [METRICS.forecast]: "gauge",
+      [METRICS.logLinesDropped]: "counter",
       [METRICS.busRefusals]: "counter",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
-    for (const [name, type] of Object.entries(types)) assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
+    for (const [name, type] of Object.entries(types))
+      assert.match(body, new RegExp(`^# TYPE ${name} ${type}$`, "m"));
   });
 
   it("records run-path events under their labels", async () => {
@@ -74,7 +102,10 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="59"}'), 0);
-    assert.equal(value(body, 'kairos_bus_refusals_total{responder="nats_api",reason="not_an_inbox"}'), 1);
+    assert.equal(
+      value(body, 'kairos_bus_refusals_total{responder="nats_api",reason="not_an_inbox"}'),
+      1,
+    );
   });
 
   it("the node's sink names no tenant unless asked to (--metrics-tenant-labels)", async () => {
@@ -118,19 +149,39 @@ describe("readiness", () => {
   it("placement is settled when every partition assigned here is held", async () => {
     const desired = ["a", "b", "a", undefined, "a"];
     let held: number[] = [0, 2];
-    const check = partitionsCheck("a", () => desired, () => held);
+    const check = partitionsCheck(
+      "a",
+      () => desired,
+      () => held,
+    );
     const r1 = await check.run();
     assert.equal(r1.ok, false);
     assert.match(r1.detail, /not yet held: 4$/);
     held = [0, 2, 4, 1]; // holding one more (being handed off) is fine
     assert.equal((await check.run()).ok, true);
-    assert.equal((await partitionsCheck("c", () => desired, () => []).run()).ok, true, "nothing assigned: settled");
+    assert.equal(
+      (
+        await partitionsCheck(
+          "c",
+          () => desired,
+          () => [],
+        ).run()
+      ).ok,
+      true,
+      "nothing assigned: settled",
+    );
   });
 
   it("a check that hangs or throws fails within its budget; the others still answer", async () => {
     const hang: ReadinessCheck = { name: "nats", run: () => new Promise(() => undefined) };
-    const boom: ReadinessCheck = { name: "executor", run: () => Promise.reject(new Error("engine down")) };
-    const fine: ReadinessCheck = { name: "partitions", run: async () => ({ ok: true, detail: "ok" }) };
+    const boom: ReadinessCheck = {
+      name: "executor",
+      run: () => Promise.reject(new Error("engine down")),
+    };
+    const fine: ReadinessCheck = {
+      name: "partitions",
+      run: async () => ({ ok: true, detail: "ok" }),
+    };
     const clock = new FakeClock();
     const pending = checkReadiness([hang, boom, fine], clock, 50);
     await new Promise((r) => setImmediate(r)); // the checks that answer have answered

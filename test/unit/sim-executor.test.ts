@@ -19,13 +19,35 @@ function setup(sandbox: SimSandbox) {
   const ledger = new Ledger();
   // A 10 s task (durationMs fixed), never failing.
   const executor = new SimExecutor({
-    workerId: "w1", sim, process, random: seededRandom(1), ledger, durationMs: [10_000, 10_000], failRate: 0,
-    sandbox, watchdogRandom: seededRandom(2),
+    workerId: "w1",
+    sim,
+    process,
+    random: seededRandom(1),
+    ledger,
+    durationMs: [10_000, 10_000],
+    failRate: 0,
+    sandbox,
+    watchdogRandom: seededRandom(2),
   });
-  const start = (leaseMs: number | undefined) => executor.start(
-    { image: "sim", args: [], env: {}, timeoutS: 60, ...(leaseMs !== undefined ? { leaseMs } : {}) },
-    { runId: "r1", attempt: 1, jobId: "j1", tenantId: "t1", scheduledFor: new Date(T0).toISOString(), workerId: "w1", fence: 1 },
-  );
+  const start = (leaseMs: number | undefined) =>
+    executor.start(
+      {
+        image: "sim",
+        args: [],
+        env: {},
+        timeoutS: 60,
+        ...(leaseMs !== undefined ? { leaseMs } : {}),
+      },
+      {
+        runId: "r1",
+        attempt: 1,
+        jobId: "j1",
+        tenantId: "t1",
+        scheduledFor: new Date(T0).toISOString(),
+        workerId: "w1",
+        fence: 1,
+      },
+    );
   return { sim, process, ledger, start };
 }
 

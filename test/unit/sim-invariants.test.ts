@@ -11,7 +11,12 @@ import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { runIdFor } from "../../src/protocol/ids.ts";
 import type { JobState } from "../../src/jobs/job-state.ts";
-import { NOT_COUNTED, PRESUMED_NOT_STARTED, type JobSpec, type RunView } from "../../src/protocol/model.ts";
+import {
+  NOT_COUNTED,
+  PRESUMED_NOT_STARTED,
+  type JobSpec,
+  type RunView,
+} from "../../src/protocol/model.ts";
 import { Ledger, type LedgerEntry } from "../sim/executor.ts";
 import { Checker, Trace, START_TOLERANCE_MS } from "../sim/invariants.ts";
 import { checkRecords, type CommandRecord, type RecordCheckInput } from "../sim/record-check.ts";
@@ -27,10 +32,25 @@ function setup(caps: Record<string, number> = {}) {
   const ledger = new Ledger();
   checker.watchLedger(ledger);
   const at = (ms: number) => (now = T0 + ms);
-  const start = (o: { run?: string; fence?: number; attempt?: number; worker?: string; tenant?: string; job?: string; scheduledForMs?: number }) => ledger.start({
-    runId: o.run ?? runIdFor(JOB, T0), attempt: o.attempt ?? 1, fence: o.fence ?? 1, worker: o.worker ?? "w1",
-    tenant: o.tenant ?? "ta", job: o.job ?? JOB, scheduledForMs: o.scheduledForMs ?? T0, startMs: now,
-  });
+  const start = (o: {
+    run?: string;
+    fence?: number;
+    attempt?: number;
+    worker?: string;
+    tenant?: string;
+    job?: string;
+    scheduledForMs?: number;
+  }) =>
+    ledger.start({
+      runId: o.run ?? runIdFor(JOB, T0),
+      attempt: o.attempt ?? 1,
+      fence: o.fence ?? 1,
+      worker: o.worker ?? "w1",
+      tenant: o.tenant ?? "ta",
+      job: o.job ?? JOB,
+      scheduledForMs: o.scheduledForMs ?? T0,
+      startMs: now,
+    });
   const end = (x: LedgerEntry, outcome = "exit 0") => ledger.end(x, now, outcome);
   const fired = () => checker.violations.map((v) => v.invariant);
   return { checker, ledger, at, start, end, fired };
@@ -117,11 +137,17 @@ describe("simulation invariants fire on a history that breaks them", () => {
   });
 
   it("h: the bus cut between the worker and the job's owner (from the leases bucket) excuses; another node's isolation does not", async () => {
-    for (const [isolated, excused] of [["n1", true], ["n2", false]] as const) {
+    for (const [isolated, excused] of [
+      ["n1", true],
+      ["n2", false],
+    ] as const) {
       const t = setup();
       const leases = new MemoryKv("leases");
       await t.checker.watchStore({ leases, actors: new MemoryKv("actors") } as unknown as Buckets);
-      await leases.put("p.0", encode({ owner: "n1", incarnation: "n1-1", epoch: 1, renewedAtMs: T0 }));
+      await leases.put(
+        "p.0",
+        encode({ owner: "n1", incarnation: "n1-1", epoch: 1, renewedAtMs: T0 }),
+      );
       const x = t.start({ fence: 1 });
       t.at(1000);
       t.end(x);
@@ -135,7 +161,10 @@ describe("simulation invariants fire on a history that breaks them", () => {
   it("j started_early: a scheduled run started more than the tolerance before its scheduled_for", () => {
     const t = setup();
     t.at(0);
-    t.start({ run: runIdFor(JOB, T0 + START_TOLERANCE_MS), scheduledForMs: T0 + START_TOLERANCE_MS });
+    t.start({
+      run: runIdFor(JOB, T0 + START_TOLERANCE_MS),
+      scheduledForMs: T0 + START_TOLERANCE_MS,
+    });
     assert.deepEqual(t.fired(), []);
     t.start({ run: runIdFor(JOB, T0 + 5000), scheduledForMs: T0 + 5000 });
     assert.ok(t.fired().includes("started_early"));
@@ -156,7 +185,11 @@ describe("simulation invariants fire on a history that breaks them", () => {
 // ---- record-check.ts ----
 
 const every5s: JobSpec = {
-  name: null, schedule: { cron: "*/5 * * * * *", time_zone: "UTC" }, overlap: "allow", enabled: true, flex_window_s: 0,
+  name: null,
+  schedule: { cron: "*/5 * * * * *", time_zone: "UTC" },
+  overlap: "allow",
+  enabled: true,
+  flex_window_s: 0,
   task: { image: "sim", args: [], env: {}, timeout_s: 20 },
   retry: { max_attempts: 3, backoff: "exponential", base_s: 1, max_s: 4 },
   misfire: { policy: "run_all", starting_deadline_s: null },
@@ -164,35 +197,103 @@ const every5s: JobSpec = {
 
 function state(spec: JobSpec = every5s): JobState {
   return {
-    job: { tenant_id: "ta", job_id: JOB, spec, version: 1, created_at_ms: T0, updated_at_ms: T0, request_hash: "h" },
-    deleted: false, next_run_at_ms: null, runs: [], queued: [], fence_seq: 0, manual_seq: 0,
+    job: {
+      tenant_id: "ta",
+      job_id: JOB,
+      spec,
+      version: 1,
+      created_at_ms: T0,
+      updated_at_ms: T0,
+      request_hash: "h",
+    },
+    deleted: false,
+    next_run_at_ms: null,
+    runs: [],
+    queued: [],
+    fence_seq: 0,
+    manual_seq: 0,
   };
 }
 
 function record(atMs: number, status: RunView["status"], o: Partial<RunView> = {}): RunView {
   const iso = new Date(atMs).toISOString();
   return {
-    run_id: runIdFor(JOB, atMs), job_id: JOB, tenant_id: "ta", scheduled_for: iso, trigger: "schedule", status, attempt: 1,
-    attempts: status === "succeeded" ? [{ attempt: 1, worker: "w1", started_at: iso, finished_at: iso, exit_code: 0, outcome: "succeeded", error: null }] : [],
-    created_at: iso, started_at: null, finished_at: iso, next_attempt_at: null, result: null, reason: null, ...o,
+    run_id: runIdFor(JOB, atMs),
+    job_id: JOB,
+    tenant_id: "ta",
+    scheduled_for: iso,
+    trigger: "schedule",
+    status,
+    attempt: 1,
+    attempts:
+      status === "succeeded"
+        ? [
+            {
+              attempt: 1,
+              worker: "w1",
+              started_at: iso,
+              finished_at: iso,
+              exit_code: 0,
+              outcome: "succeeded",
+              error: null,
+            },
+          ]
+        : [],
+    created_at: iso,
+    started_at: null,
+    finished_at: iso,
+    next_attempt_at: null,
+    result: null,
+    reason: null,
+    ...o,
   };
 }
 
 const ok = (atMs: number, attempt = 1): LedgerEntry => ({
-  seq: 0, runId: runIdFor(JOB, atMs), attempt, fence: attempt, worker: "w1", tenant: "ta", job: JOB, scheduledForMs: atMs,
-  startMs: atMs, endMs: atMs + 500, outcome: "exit 0",
+  seq: 0,
+  runId: runIdFor(JOB, atMs),
+  attempt,
+  fence: attempt,
+  worker: "w1",
+  tenant: "ta",
+  job: JOB,
+  scheduledForMs: atMs,
+  startMs: atMs,
+  endMs: atMs + 500,
+  outcome: "exit 0",
 });
 
 /** Runs the record check on one job's history; returns the invariants that fired. */
-function check(records: RunView[], o: Partial<RecordCheckInput> & { spec?: JobSpec } = {}): string[] {
+function check(
+  records: RunView[],
+  o: Partial<RecordCheckInput> & { spec?: JobSpec } = {},
+): string[] {
   const out: string[] = [];
   const spec = o.spec ?? every5s;
-  checkRecords({
-    jobs: [{ tenant: "ta", jobId: JOB, spec }], states: new Map([[JOB, state(spec)]]), records: new Map([[JOB, records]]),
-    ledger: records.filter((r) => r.status === "succeeded").map((r) => ok(Date.parse(r.scheduled_for))),
-    commands: [], windowEndMs: T0 + 20_000, stuckBeforeMs: T0 + 20_000, saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
-    leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000, ...o,
-  }, (inv) => out.push(inv));
+  checkRecords(
+    {
+      jobs: [{ tenant: "ta", jobId: JOB, spec }],
+      states: new Map([[JOB, state(spec)]]),
+      records: new Map([[JOB, records]]),
+      ledger: records
+        .filter((r) => r.status === "succeeded")
+        .map((r) => ok(Date.parse(r.scheduled_for))),
+      commands: [],
+      windowEndMs: T0 + 20_000,
+      stuckBeforeMs: T0 + 20_000,
+      saturated: new Set(),
+      skewDuring: () => 0,
+      firedBy: (t) => t,
+      leaseTtlMs: 4000,
+      drainGraceMs: 10_000,
+      lookaheadMs: 2000,
+      maxUnstarted: 10,
+      maxGivenBack: 100,
+      killSlackMs: 1000,
+      ...o,
+    },
+    (inv) => out.push(inv),
+  );
   return out;
 }
 
@@ -205,11 +306,19 @@ describe("simulation record checks fire on run records that break them", () => {
   });
 
   it("c occurrence_lost: an occurrence with no record", () => {
-    assert.deepEqual(check(all().filter((r) => r.scheduled_for !== new Date(at(10)).toISOString())), ["occurrence_lost"]);
+    assert.deepEqual(
+      check(all().filter((r) => r.scheduled_for !== new Date(at(10)).toISOString())),
+      ["occurrence_lost"],
+    );
   });
 
   it("c occurrence_duplicated: an occurrence with two records", () => {
-    assert.ok(check([...all(), { ...record(at(10), "succeeded"), run_id: `${runIdFor(JOB, at(10))}x` }]).includes("occurrence_duplicated"));
+    assert.ok(
+      check([
+        ...all(),
+        { ...record(at(10), "succeeded"), run_id: `${runIdFor(JOB, at(10))}x` },
+      ]).includes("occurrence_duplicated"),
+    );
   });
 
   it("c unexpected_run: a record for a time no schedule of the job calls for", () => {
@@ -218,21 +327,55 @@ describe("simulation record checks fire on run records that break them", () => {
 
   it("c status_unexplained: succeeded with no execution that exited 0", () => {
     const out: string[] = [];
-    checkRecords({
-      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, all()]]),
-      ledger: [ok(at(5)), ok(at(10)), ok(at(15)), { ...ok(at(20)), outcome: "exit 1" }], commands: [], windowEndMs: at(20), stuckBeforeMs: at(20),
-      saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t, leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
-    }, (inv) => out.push(inv));
+    checkRecords(
+      {
+        jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }],
+        states: new Map([[JOB, state()]]),
+        records: new Map([[JOB, all()]]),
+        ledger: [ok(at(5)), ok(at(10)), ok(at(15)), { ...ok(at(20)), outcome: "exit 1" }],
+        commands: [],
+        windowEndMs: at(20),
+        stuckBeforeMs: at(20),
+        saturated: new Set(),
+        skewDuring: () => 0,
+        firedBy: (t) => t,
+        leaseTtlMs: 4000,
+        drainGraceMs: 10_000,
+        lookaheadMs: 2000,
+        maxUnstarted: 10,
+        maxGivenBack: 100,
+        killSlackMs: 1000,
+      },
+      (inv) => out.push(inv),
+    );
     assert.deepEqual(out, ["status_unexplained"]);
   });
 
   it("c status_unexplained: cancelled with no command; skipped under allow; missed", () => {
     const with10 = (r: RunView) => [...all().filter((x) => x.scheduled_for !== r.scheduled_for), r];
-    assert.ok(check(with10(record(at(10), "cancelled", { reason: "job paused before it started" }))).includes("status_unexplained"));
-    assert.ok(check(with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" }))).includes("status_unexplained"));
-    assert.ok(check(with10(record(at(10), "missed", { reason: "misfire (run_all)" }))).includes("status_unexplained"));
+    assert.ok(
+      check(
+        with10(record(at(10), "cancelled", { reason: "job paused before it started" })),
+      ).includes("status_unexplained"),
+    );
+    assert.ok(
+      check(
+        with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" })),
+      ).includes("status_unexplained"),
+    );
+    assert.ok(
+      check(with10(record(at(10), "missed", { reason: "misfire (run_all)" }))).includes(
+        "status_unexplained",
+      ),
+    );
     // The same skipped record under overlap=skip is explained.
-    assert.deepEqual(check(with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" })), { spec: { ...every5s, overlap: "skip" } }), []);
+    assert.deepEqual(
+      check(
+        with10(record(at(10), "skipped", { reason: "overlap: an earlier run is still active" })),
+        { spec: { ...every5s, overlap: "skip" } },
+      ),
+      [],
+    );
   });
 
   it("c: a pause explains the cancelled prepared run, and the occurrences it paused have no record", () => {
@@ -241,82 +384,236 @@ describe("simulation record checks fire on run records that break them", () => {
       { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
       { jobId: JOB, kind: "resume", sentMs: at(17), ackMs: at(17.1), spec: every5s },
     ];
-    const records = [record(at(5), "succeeded"), record(at(10), "succeeded"), record(at(15), "cancelled", { reason: "job paused before it started" }), record(at(20), "succeeded")];
+    const records = [
+      record(at(5), "succeeded"),
+      record(at(10), "succeeded"),
+      record(at(15), "cancelled", { reason: "job paused before it started" }),
+      record(at(20), "succeeded"),
+    ];
     assert.deepEqual(check(records, { commands }), []);
     // A run for an occurrence the pause had stopped is unexpected.
-    assert.deepEqual(check([...records.filter((r) => r.status !== "cancelled"), record(at(15), "succeeded")], { commands }), ["unexpected_run", "started_while_paused"]);
+    assert.deepEqual(
+      check([...records.filter((r) => r.status !== "cancelled"), record(at(15), "succeeded")], {
+        commands,
+      }),
+      ["unexpected_run", "started_while_paused"],
+    );
   });
 
   it("p started_while_paused: a run due before the pause (a backlog) that starts after its answer; one the pause cancelled is fine", () => {
     const paused = { ...every5s, enabled: false };
-    const commands: CommandRecord[] = [{ jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused }];
-    const late = (r: RunView): RunView => ({ ...r, attempts: [{ attempt: 1, worker: "w1", started_at: new Date(at(14)).toISOString(), finished_at: new Date(at(14.5)).toISOString(), exit_code: 0, outcome: "succeeded", error: null }] });
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
+    ];
+    const late = (r: RunView): RunView => ({
+      ...r,
+      attempts: [
+        {
+          attempt: 1,
+          worker: "w1",
+          started_at: new Date(at(14)).toISOString(),
+          finished_at: new Date(at(14.5)).toISOString(),
+          exit_code: 0,
+          outcome: "succeeded",
+          error: null,
+        },
+      ],
+    });
     const base = [record(at(5), "succeeded")];
     const ledger = [ok(at(5)), { ...ok(at(10)), startMs: at(14), endMs: at(14.5) }];
-    const run = (r10: RunView) => check([...base, r10], { commands, ledger, windowEndMs: at(10), stuckBeforeMs: at(10) });
+    const run = (r10: RunView) =>
+      check([...base, r10], { commands, ledger, windowEndMs: at(10), stuckBeforeMs: at(10) });
     assert.deepEqual(run(late(record(at(10), "succeeded"))), ["started_while_paused"]);
-    assert.deepEqual(run(record(at(10), "cancelled", { reason: "job paused before it started", finished_at: new Date(at(11.1)).toISOString() })), []);
+    assert.deepEqual(
+      run(
+        record(at(10), "cancelled", {
+          reason: "job paused before it started",
+          finished_at: new Date(at(11.1)).toISOString(),
+        }),
+      ),
+      [],
+    );
   });
 
   it("c: a cancelled run that executed on past lease TTL + drain grace after its cancel", () => {
-    const commands: CommandRecord[] = [{ jobId: JOB, kind: "delete", sentMs: at(12), ackMs: at(12.1) }];
-    const records = [record(at(5), "succeeded"), record(at(10), "cancelled", { reason: "job deleted", finished_at: new Date(at(12.1)).toISOString() })];
-    const late: LedgerEntry = { ...ok(at(10)), endMs: at(12.1) + 4000 + 10_000 + 1000 + 1, outcome: "killed" };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "delete", sentMs: at(12), ackMs: at(12.1) },
+    ];
+    const records = [
+      record(at(5), "succeeded"),
+      record(at(10), "cancelled", {
+        reason: "job deleted",
+        finished_at: new Date(at(12.1)).toISOString(),
+      }),
+    ];
+    const late: LedgerEntry = {
+      ...ok(at(10)),
+      endMs: at(12.1) + 4000 + 10_000 + 1000 + 1,
+      outcome: "killed",
+    };
     const out: string[] = [];
-    checkRecords({
-      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, records]]),
-      ledger: [ok(at(5)), late], commands, windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
-      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
-    }, (inv) => out.push(inv));
+    checkRecords(
+      {
+        jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }],
+        states: new Map([[JOB, state()]]),
+        records: new Map([[JOB, records]]),
+        ledger: [ok(at(5)), late],
+        commands,
+        windowEndMs: at(20),
+        stuckBeforeMs: at(20),
+        saturated: new Set(),
+        skewDuring: () => 0,
+        firedBy: (t) => t,
+        leaseTtlMs: 4000,
+        drainGraceMs: 10_000,
+        lookaheadMs: 2000,
+        maxUnstarted: 10,
+        maxGivenBack: 100,
+        killSlackMs: 1000,
+      },
+      (inv) => out.push(inv),
+    );
     assert.deepEqual(out, ["status_unexplained"]);
   });
 
   it("f run_stuck: a run created and due before the faults stopped, still active at the end", () => {
     const stuck = record(at(10), "queued", { finished_at: null, attempts: [] });
-    assert.deepEqual(check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], { stuckBeforeMs: at(15) }), ["run_stuck"]);
-    assert.deepEqual(check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], { stuckBeforeMs: at(9) }), []);
+    assert.deepEqual(
+      check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], {
+        stuckBeforeMs: at(15),
+      }),
+      ["run_stuck"],
+    );
+    assert.deepEqual(
+      check([...all().filter((r) => r.scheduled_for !== stuck.scheduled_for), stuck], {
+        stuckBeforeMs: at(9),
+      }),
+      [],
+    );
   });
 
   it("i attempt_unexecuted: a dead letter for a lapse of an attempt that never executed; the bound past MAX uncounted is counted", () => {
     const lapse = (attempt: number, counted: boolean, presumed = false) => ({
-      attempt, worker: "w1", started_at: null, finished_at: null, exit_code: null, outcome: "lease_lost" as const,
+      attempt,
+      worker: "w1",
+      started_at: null,
+      finished_at: null,
+      exit_code: null,
+      outcome: "lease_lost" as const,
       error: `lease expired on worker w1, which no longer knows the attempt${counted ? "" : presumed ? PRESUMED_NOT_STARTED : NOT_COUNTED}`,
     });
-    const failed = record(at(10), "failed", { reason: "dead-lettered after 1 attempt(s): lease lost", attempts: [lapse(1, true)] });
-    const records = [record(at(5), "succeeded"), failed, record(at(15), "succeeded"), record(at(20), "succeeded")];
+    const failed = record(at(10), "failed", {
+      reason: "dead-lettered after 1 attempt(s): lease lost",
+      attempts: [lapse(1, true)],
+    });
+    const records = [
+      record(at(5), "succeeded"),
+      failed,
+      record(at(15), "succeeded"),
+      record(at(20), "succeeded"),
+    ];
     assert.deepEqual(check(records), ["status_unexplained", "attempt_unexecuted"]);
     // The same lapse uncounted (then offered again and succeeded) is fine, whichever suffix says so.
-    const retried = record(at(10), "succeeded", { attempt: 3, attempts: [lapse(1, false), lapse(2, false, true), { ...record(at(10), "succeeded").attempts[0]!, attempt: 3 }] });
+    const retried = record(at(10), "succeeded", {
+      attempt: 3,
+      attempts: [
+        lapse(1, false),
+        lapse(2, false, true),
+        { ...record(at(10), "succeeded").attempts[0]!, attempt: 3 },
+      ],
+    });
     const out: string[] = [];
-    checkRecords({
-      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [record(at(5), "succeeded"), retried, record(at(15), "succeeded"), record(at(20), "succeeded")]]]),
-      ledger: [ok(at(5)), ok(at(10), 3), ok(at(15)), ok(at(20))], commands: [], windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
-      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
-    }, (inv) => out.push(inv));
+    checkRecords(
+      {
+        jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }],
+        states: new Map([[JOB, state()]]),
+        records: new Map([
+          [
+            JOB,
+            [
+              record(at(5), "succeeded"),
+              retried,
+              record(at(15), "succeeded"),
+              record(at(20), "succeeded"),
+            ],
+          ],
+        ]),
+        ledger: [ok(at(5)), ok(at(10), 3), ok(at(15)), ok(at(20))],
+        commands: [],
+        windowEndMs: at(20),
+        stuckBeforeMs: at(20),
+        saturated: new Set(),
+        skewDuring: () => 0,
+        firedBy: (t) => t,
+        leaseTtlMs: 4000,
+        drainGraceMs: 10_000,
+        lookaheadMs: 2000,
+        maxUnstarted: 10,
+        maxGivenBack: 100,
+        killSlackMs: 1000,
+      },
+      (inv) => out.push(inv),
+    );
     assert.deepEqual(out, []);
     // Past the bound of uncounted lapses, the next counted one is the documented reason: counted, not a violation.
-    const capped = record(at(10), "failed", { attempts: [...Array.from({ length: 10 }, (_, i) => lapse(i + 1, false)), lapse(11, true)] });
+    const capped = record(at(10), "failed", {
+      attempts: [...Array.from({ length: 10 }, (_, i) => lapse(i + 1, false)), lapse(11, true)],
+    });
     const fired: string[] = [];
-    const res = checkRecords({
-      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [capped]]]),
-      ledger: [], commands: [], windowEndMs: at(10), stuckBeforeMs: at(10), saturated: new Set(), skewDuring: () => 0, firedBy: (t) => t,
-      leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
-    }, (inv) => fired.push(inv));
+    const res = checkRecords(
+      {
+        jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }],
+        states: new Map([[JOB, state()]]),
+        records: new Map([[JOB, [capped]]]),
+        ledger: [],
+        commands: [],
+        windowEndMs: at(10),
+        stuckBeforeMs: at(10),
+        saturated: new Set(),
+        skewDuring: () => 0,
+        firedBy: (t) => t,
+        leaseTtlMs: 4000,
+        drainGraceMs: 10_000,
+        lookaheadMs: 2000,
+        maxUnstarted: 10,
+        maxGivenBack: 100,
+        killSlackMs: 1000,
+      },
+      (inv) => fired.push(inv),
+    );
     assert.equal(res.unstartedCap, 1);
     assert.ok(!fired.includes("attempt_unexecuted"), fired.join(", "));
   });
 
   it("m manual_run_lost: an answered run-now with no record", () => {
     const runId = runIdFor(JOB, at(3), 1);
-    const commands: CommandRecord[] = [{ jobId: JOB, kind: "run_now", sentMs: at(3), ackMs: at(3.1), runId }];
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "run_now", sentMs: at(3), ackMs: at(3.1), runId },
+    ];
     assert.deepEqual(check(all(), { commands }), ["manual_run_lost"]);
     const manual = { ...record(at(3), "succeeded"), run_id: runId, trigger: "manual" as const };
     const out: string[] = [];
-    checkRecords({
-      jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }], states: new Map([[JOB, state()]]), records: new Map([[JOB, [...all(), manual]]]),
-      ledger: [...[5, 10, 15, 20].map((s) => ok(at(s))), { ...ok(at(3)), runId }], commands, windowEndMs: at(20), stuckBeforeMs: at(20), saturated: new Set(),
-      skewDuring: () => 0, firedBy: (t) => t, leaseTtlMs: 4000, drainGraceMs: 10_000, lookaheadMs: 2000, maxUnstarted: 10, maxGivenBack: 100, killSlackMs: 1000,
-    }, (inv) => out.push(inv));
+    checkRecords(
+      {
+        jobs: [{ tenant: "ta", jobId: JOB, spec: every5s }],
+        states: new Map([[JOB, state()]]),
+        records: new Map([[JOB, [...all(), manual]]]),
+        ledger: [...[5, 10, 15, 20].map((s) => ok(at(s))), { ...ok(at(3)), runId }],
+        commands,
+        windowEndMs: at(20),
+        stuckBeforeMs: at(20),
+        saturated: new Set(),
+        skewDuring: () => 0,
+        firedBy: (t) => t,
+        leaseTtlMs: 4000,
+        drainGraceMs: 10_000,
+        lookaheadMs: 2000,
+        maxUnstarted: 10,
+        maxGivenBack: 100,
+        killSlackMs: 1000,
+      },
+      (inv) => out.push(inv),
+    );
     assert.deepEqual(out, []);
   });
 });

@@ -24,7 +24,9 @@ async function firesWithin(seeds: number, faults: JobFaults, invariant: string):
 // simulation since changed what each seed does — see test/unit/sim-executor.test.ts for that model.)
 const FIXED = [1, 3, 8, 1071];
 // KAIROS_SIM_RANDOM_SEEDS=0 turns the random ones off (e.g. while a known violation is open).
-const RANDOM = Array.from({ length: Number(process.env.KAIROS_SIM_RANDOM_SEEDS ?? "2") }, () => Math.floor(Math.random() * 2 ** 31));
+const RANDOM = Array.from({ length: Number(process.env.KAIROS_SIM_RANDOM_SEEDS ?? "2") }, () =>
+  Math.floor(Math.random() * 2 ** 31),
+);
 
 describe("cluster simulation", { timeout: 110_000 }, () => {
   for (const profile of ["short", "production"] as const) {
@@ -34,7 +36,10 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
       const b = await runSimulation(o);
       assert.ok(a.stats.executions > 0, "nothing ran");
       assert.equal(a.stats.digest, b.stats.digest, "the ledgers differ");
-      assert.deepEqual(a.violations.map((v) => v.detail), b.violations.map((v) => v.detail));
+      assert.deepEqual(
+        a.violations.map((v) => v.detail),
+        b.violations.map((v) => v.detail),
+      );
     });
   }
 
@@ -51,7 +56,10 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     const lost: number[] = [];
     n1.node.events.on((e) => e.type === "partition_lost" && lost.push(e.partition));
     const held = n1.node.heldPartitions();
-    assert.ok(held.length > 0 && n1.thread !== undefined, "n1 holds partitions and renews from a thread");
+    assert.ok(
+      held.length > 0 && n1.thread !== undefined,
+      "n1 holds partitions and renews from a thread",
+    );
     n1.process.pause(); // the main loop only: its thread runs on
     await c.sim.runUntil(t0 + 15_000);
     n1.process.resume();
@@ -62,7 +70,11 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
     await c.sim.runUntil(t0 + 38_000);
     n1.process.resume();
     await c.sim.runUntil(t0 + 39_000);
-    assert.deepEqual([...new Set(lost)].sort(), [...held].sort(), "a 22 s stall (past leaseMainStallMs) kept its partitions");
+    assert.deepEqual(
+      [...new Set(lost)].sort(),
+      [...held].sort(),
+      "a 22 s stall (past leaseMainStallMs) kept its partitions",
+    );
   });
 
   for (const seed of [...FIXED, ...RANDOM]) {
@@ -76,15 +88,28 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   }
 
   it("self-test: a broken executor (one fence on several workers) is caught by invariant (a)", async () => {
-    const r = await runSimulation({ seed: 1, durationMs: 30_000, quietTailMs: 10_000, brokenExecutor: true, noFaults: true });
-    assert.ok(r.violations.some((v) => v.invariant === "attempt_on_two_workers"), "invariant (a) did not fire");
+    const r = await runSimulation({
+      seed: 1,
+      durationMs: 30_000,
+      quietTailMs: 10_000,
+      brokenExecutor: true,
+      noFaults: true,
+    });
+    assert.ok(
+      r.violations.some((v) => v.invariant === "attempt_on_two_workers"),
+      "invariant (a) did not fire",
+    );
   });
 
   // Both production sandboxes (the model itself: test/unit/sim-executor.test.ts).
   it("seed 1071 holds with either sandbox (docker lease countdown, process supervisor)", async () => {
     for (const sandbox of ["docker", "process"] as const) {
       const r = await runSimulation({ seed: 1071, sandbox });
-      assert.deepEqual(r.violations.map((v) => v.invariant), [], `sandbox ${sandbox}`);
+      assert.deepEqual(
+        r.violations.map((v) => v.invariant),
+        [],
+        `sandbox ${sandbox}`,
+      );
     }
   });
 
@@ -92,13 +117,19 @@ describe("cluster simulation", { timeout: 110_000 }, () => {
   // completions by fence alone; with the production settings and users, seeds 1–40 fire at 14
   // and 16.
   it("self-test: one fence offered to several workers is caught by invariant (a)", async () => {
-    assert.ok(await firesWithin(40, { fenceSharedByWorkers: true }, "attempt_on_two_workers"), "one fence offered to several workers but invariant (a) never fired in 40 seeds");
+    assert.ok(
+      await firesWithin(40, { fenceSharedByWorkers: true }, "attempt_on_two_workers"),
+      "one fence offered to several workers but invariant (a) never fired in 40 seeds",
+    );
   });
 
   // The injected fault `lapseWithoutProbe` lapses silent leases without a probe, as
   // before probes existed; with (h) judged without the old exemption of any worker or bus
   // fault: seeds 1–40 fire at 4, 7, 27 and 36.
   it("self-test: silent leases lapsing without a probe (a run executed again after it ended) is caught by invariant (h)", async () => {
-    assert.ok(await firesWithin(40, { lapseWithoutProbe: true }, "run_reexecuted"), "probes skipped but invariant (h) never fired in 40 seeds");
+    assert.ok(
+      await firesWithin(40, { lapseWithoutProbe: true }, "run_reexecuted"),
+      "probes skipped but invariant (h) never fired in 40 seeds",
+    );
   });
 });

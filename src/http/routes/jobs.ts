@@ -22,14 +22,20 @@ function sendJob(c: Context<ApiEnv>, job: JobView, status: 200 | 201): Response 
 /** Mounts the /v1/jobs routes on `app` (authentication is already in place). */
 export function registerJobRoutes(app: Hono<ApiEnv>, ops: Operations): void {
   app.post("/v1/jobs", async (c) => {
-    const { job, created } = await ops.createJob(c.get("tenant"), { idempotencyKey: c.req.header("idempotency-key"), body: () => readJson(c) });
+    const { job, created } = await ops.createJob(c.get("tenant"), {
+      idempotencyKey: c.req.header("idempotency-key"),
+      body: () => readJson(c),
+    });
     c.header("Location", `/v1/jobs/${job.job_id}`);
     if (!created) c.header("Idempotent-Replayed", "true");
     return sendJob(c, job, created ? 201 : 200);
   });
 
   app.get("/v1/jobs", async (c) => {
-    const page = await ops.listJobs(c.get("tenant"), { limit: c.req.query("limit"), cursor: c.req.query("cursor") });
+    const page = await ops.listJobs(c.get("tenant"), {
+      limit: c.req.query("limit"),
+      cursor: c.req.query("cursor"),
+    });
     return c.json({ jobs: page.items, next_cursor: page.next_cursor });
   });
 
@@ -38,7 +44,11 @@ export function registerJobRoutes(app: Hono<ApiEnv>, ops: Operations): void {
   });
 
   app.patch("/v1/jobs/:job_id", async (c) => {
-    const job = await ops.patchJob(c.get("tenant"), { jobId: c.req.param("job_id"), ifMatch: c.req.header("if-match"), body: () => readJson(c) });
+    const job = await ops.patchJob(c.get("tenant"), {
+      jobId: c.req.param("job_id"),
+      ifMatch: c.req.header("if-match"),
+      body: () => readJson(c),
+    });
     return sendJob(c, job, 200);
   });
 

@@ -14,7 +14,10 @@ import type { ApiEnv } from "../auth.ts";
 export function registerRunRoutes(app: Hono<ApiEnv>, ops: Operations): void {
   app.get("/v1/jobs/:job_id/runs", async (c) => {
     const page = await ops.listRuns(c.get("tenant"), {
-      jobId: c.req.param("job_id"), limit: c.req.query("limit"), cursor: c.req.query("cursor"), status: c.req.query("status"),
+      jobId: c.req.param("job_id"),
+      limit: c.req.query("limit"),
+      cursor: c.req.query("cursor"),
+      status: c.req.query("status"),
     });
     return c.json({ runs: page.items, next_cursor: page.next_cursor });
   });
@@ -23,9 +26,16 @@ export function registerRunRoutes(app: Hono<ApiEnv>, ops: Operations): void {
     // Which list this URL names: only the dead-letter list is tenant-wide.
     const status = c.req.query("status");
     if (status !== "dead_lettered") {
-      throw new KairosError("invalid_argument", `status: must be dead_lettered (other statuses are listed per job: /v1/jobs/{job_id}/runs), got ${JSON.stringify(status ?? null)}`, { field: "status" });
+      throw new KairosError(
+        "invalid_argument",
+        `status: must be dead_lettered (other statuses are listed per job: /v1/jobs/{job_id}/runs), got ${JSON.stringify(status ?? null)}`,
+        { field: "status" },
+      );
     }
-    const page = await ops.listDeadLetters(c.get("tenant"), { limit: c.req.query("limit"), cursor: c.req.query("cursor") });
+    const page = await ops.listDeadLetters(c.get("tenant"), {
+      limit: c.req.query("limit"),
+      cursor: c.req.query("cursor"),
+    });
     return c.json({ runs: page.items, next_cursor: page.next_cursor });
   });
 

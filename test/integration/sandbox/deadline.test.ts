@@ -19,10 +19,25 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
-import { createExecutor, DOCKER_LABEL, type ExecutionResult, type Executor, type ExecutorOptions, type RunIdentity, type TaskSpec } from "../../../src/sandbox/index.ts";
+import {
+  createExecutor,
+  DOCKER_LABEL,
+  type ExecutionResult,
+  type Executor,
+  type ExecutorOptions,
+  type RunIdentity,
+  type TaskSpec,
+} from "../../../src/sandbox/index.ts";
 import type { DockerExecutor } from "../../../src/sandbox/docker.ts";
 import { PROCESS_SUPERVISOR } from "../../../src/sandbox/supervisor.ts";
-import { armContainerEvent, containersOfRun, dockerClient, dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
+import {
+  armContainerEvent,
+  containersOfRun,
+  dockerClient,
+  dockerSkip,
+  ensureTestImage,
+  removeWorkerContainers,
+} from "../../support/docker-image.ts";
 import { identity, task, uniqueWorkerId } from "./fixtures.ts";
 
 const CHILD = fileURLToPath(new URL("./worker-child.ts", import.meta.url));
@@ -45,7 +60,11 @@ async function groupMembers(pgid: number): Promise<number[]> {
 }
 
 /** Polls `check` every 100 ms until it returns true; fails after `timeoutMs`. */
-async function waitFor(what: string, timeoutMs: number, check: () => Promise<boolean>): Promise<void> {
+async function waitFor(
+  what: string,
+  timeoutMs: number,
+  check: () => Promise<boolean>,
+): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > until) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
@@ -60,10 +79,19 @@ interface Worker {
   started: Promise<void>;
 }
 
-function startWorker(kind: "process" | "docker", options: ExecutorOptions, t: TaskSpec, id: RunIdentity): Worker {
-  const child = spawn(process.execPath, ["--import", "tsx", CHILD, JSON.stringify({ kind, options, task: t, identity: id })], {
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+function startWorker(
+  kind: "process" | "docker",
+  options: ExecutorOptions,
+  t: TaskSpec,
+  id: RunIdentity,
+): Worker {
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", CHILD, JSON.stringify({ kind, options, task: t, identity: id })],
+    {
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
   const lines = createInterface({ input: child.stdout });
   let onStarted: () => void = () => {};
   const started = new Promise<void>((resolve, reject) => {
@@ -110,10 +138,22 @@ describe("process executor: the deadline holds without the worker", () => {
   });
 
   /** Starts a worker child running a long task that records its pid (= its group) in a marker file. */
-  async function longTask(name: string, extra: Partial<TaskSpec>, killGraceMs = 200): Promise<{ w: Worker; pgid: number }> {
+  async function longTask(
+    name: string,
+    extra: Partial<TaskSpec>,
+    killGraceMs = 200,
+  ): Promise<{ w: Worker; pgid: number }> {
     const marker = join(dir, name);
-    const t = task(["sh", "-c", 'echo $$ > "$MARK.tmp" && mv "$MARK.tmp" "$MARK"; sleep 300 & sleep 300'], { env: { MARK: marker }, ...extra });
-    const w = startWorker("process", { workerId: "w-deadline", process: { killGraceMs } }, t, identity("w-deadline"));
+    const t = task(
+      ["sh", "-c", 'echo $$ > "$MARK.tmp" && mv "$MARK.tmp" "$MARK"; sleep 300 & sleep 300'],
+      { env: { MARK: marker }, ...extra },
+    );
+    const w = startWorker(
+      "process",
+      { workerId: "w-deadline", process: { killGraceMs } },
+      t,
+      identity("w-deadline"),
+    );
     workers.push(w);
     await w.started;
     let pgid = 0;
@@ -122,7 +162,11 @@ describe("process executor: the deadline holds without the worker", () => {
       return pgid > 0;
     });
     pgids.push(pgid);
-    await waitFor("the task's group to hold the task and its sleeps", 5_000, async () => (await groupMembers(pgid)).length >= 3);
+    await waitFor(
+      "the task's group to hold the task and its sleeps",
+      5_000,
+      async () => (await groupMembers(pgid)).length >= 3,
+    );
     return { w, pgid };
   }
 
@@ -130,7 +174,11 @@ describe("process executor: the deadline holds without the worker", () => {
     const { w, pgid } = await longTask("killed", { timeoutS: 600 });
     await killWorker(w);
     const t0 = Date.now();
-    await waitFor(`process group ${pgid} to be gone`, 5_000, async () => (await groupMembers(pgid)).length === 0);
+    await waitFor(
+      `process group ${pgid} to be gone`,
+      5_000,
+      async () => (await groupMembers(pgid)).length === 0,
+    );
     assert.ok(Date.now() - t0 < 5_000);
     assert.equal(await w.result, undefined, "the killed worker reported nothing");
   });
@@ -141,7 +189,20 @@ describe("process executor: the deadline holds without the worker", () => {
     // ledger chaos test, seed 7321). Here the given worker pid is one that has exited.
     const gone = spawn("true");
     await once(gone, "exit");
-    const task = spawn("/bin/sh", ["-c", PROCESS_SUPERVISOR, "kairos-supervisor", process.env["PATH"] ?? "/usr/bin:/bin", String(gone.pid), "60", "sleep", "300"], { detached: true, stdio: "ignore" });
+    const task = spawn(
+      "/bin/sh",
+      [
+        "-c",
+        PROCESS_SUPERVISOR,
+        "kairos-supervisor",
+        process.env["PATH"] ?? "/usr/bin:/bin",
+        String(gone.pid),
+        "60",
+        "sleep",
+        "300",
+      ],
+      { detached: true, stdio: "ignore" },
+    );
     if (task.pid !== undefined) pgids.push(task.pid);
     const t0 = Date.now();
     const [, signal] = (await once(task, "exit")) as [number | null, NodeJS.Signals | null];
@@ -155,7 +216,11 @@ describe("process executor: the deadline holds without the worker", () => {
     w.child.kill("SIGSTOP");
     try {
       // The watchdog polls every 250 ms; a frozen worker's task must not outlive the lease.
-      await waitFor(`process group ${pgid} to be gone`, 5_000, async () => (await groupMembers(pgid)).length === 0);
+      await waitFor(
+        `process group ${pgid} to be gone`,
+        5_000,
+        async () => (await groupMembers(pgid)).length === 0,
+      );
       const elapsed = Date.now() - t0;
       assert.ok(elapsed < 2_000, `died ${elapsed} ms after its worker froze`);
     } finally {
@@ -182,7 +247,11 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     await Promise.all(executors.map((e) => e.close()));
     await removeWorkerContainers(workerId);
     await removeWorkerContainers(otherWorkerId);
-    for (const tag of images) await dockerClient().getImage(tag).remove().catch(() => undefined);
+    for (const tag of images)
+      await dockerClient()
+        .getImage(tag)
+        .remove()
+        .catch(() => undefined);
   });
 
   it("a container whose worker was killed exits by its own deadline", async () => {
@@ -190,7 +259,12 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     const timeoutS = 2;
     const started = await armContainerEvent(id.runId, "start");
     const died = await armContainerEvent(id.runId, "die", 30_000);
-    const w = startWorker("docker", { workerId, docker: { sweepIntervalMs: 0 } }, { image, args: ["sleep", "300"], env: {}, timeoutS }, id);
+    const w = startWorker(
+      "docker",
+      { workerId, docker: { sweepIntervalMs: 0 } },
+      { image, args: ["sleep", "300"], env: {}, timeoutS },
+      id,
+    );
     workers.push(w);
     await started.event;
     await killWorker(w);
@@ -203,9 +277,14 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     const ranMs = Date.parse(info.State.FinishedAt) - Date.parse(info.State.StartedAt);
     assert.ok(ranMs >= timeoutS * 1000, `ran ${ranMs} ms`);
     assert.ok(ranMs < (timeoutS + 2) * 1000 + 3_000, `ran ${ranMs} ms`);
-    const logs = (await dockerClient().getContainer(c.Id).logs({ stdout: true, stderr: true })).toString("utf8");
+    const logs = (
+      await dockerClient().getContainer(c.Id).logs({ stdout: true, stderr: true })
+    ).toString("utf8");
     assert.match(logs, /container killed by its own deadline/);
-    assert.ok(Number(info.Config.Labels[DOCKER_LABEL.deadlineMs]) >= Date.parse(info.State.StartedAt) + timeoutS * 1000);
+    assert.ok(
+      Number(info.Config.Labels[DOCKER_LABEL.deadlineMs]) >=
+        Date.parse(info.State.StartedAt) + timeoutS * 1000,
+    );
   });
 
   it("a container's lease: renewed, it keeps running; unrenewed (worker killed, frozen or cut off), it dies when the lease runs out — long before its timeout", async () => {
@@ -215,7 +294,10 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     const started = await armContainerEvent(id.runId, "start");
     const died = await armContainerEvent(id.runId, "die", 30_000);
     const leaseMs = 1_500;
-    const exec = executor.start({ image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs }, id);
+    const exec = executor.start(
+      { image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs },
+      id,
+    );
     await started.event;
     const startedAt = Date.now();
     // Renewed every 400 ms for 4 s (well past the first lease): still running.
@@ -224,20 +306,29 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
       await new Promise((r) => setTimeout(r, 4_000));
       const [c] = await containersOfRun(id.runId);
       assert.ok(c, "container exists");
-      assert.equal((await dockerClient().getContainer(c.Id).inspect()).State.Status, "running", "a renewed lease keeps the container alive");
+      assert.equal(
+        (await dockerClient().getContainer(c.Id).inspect()).State.Status,
+        "running",
+        "a renewed lease keeps the container alive",
+      );
     } finally {
       clearInterval(renew);
     }
     const lastRenewal = Date.now();
     await died.event;
     const diedAfterMs = Date.now() - lastRenewal;
-    assert.ok(diedAfterMs <= leaseMs + 1_000, `died ${diedAfterMs} ms after the last renewal (lease ${leaseMs} ms)`);
+    assert.ok(
+      diedAfterMs <= leaseMs + 1_000,
+      `died ${diedAfterMs} ms after the last renewal (lease ${leaseMs} ms)`,
+    );
     assert.ok(Date.now() - startedAt >= 4_000);
     const r = await exec.result;
     assert.notEqual(r.outcome, "timed_out");
     const [c] = await containersOfRun(id.runId);
     if (c) {
-      const logs = (await dockerClient().getContainer(c.Id).logs({ stdout: true, stderr: true })).toString("utf8");
+      const logs = (
+        await dockerClient().getContainer(c.Id).logs({ stdout: true, stderr: true })
+      ).toString("utf8");
       assert.match(logs, /its worker stopped renewing the lease/);
     } else {
       assert.match(r.output, /its worker stopped renewing the lease/);
@@ -248,14 +339,22 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     const id = identity(workerId);
     const started = await armContainerEvent(id.runId, "start");
     const died = await armContainerEvent(id.runId, "die", 30_000);
-    const w = startWorker("docker", { workerId, docker: { sweepIntervalMs: 0 } }, { image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs: 2_000 }, id);
+    const w = startWorker(
+      "docker",
+      { workerId, docker: { sweepIntervalMs: 0 } },
+      { image, args: ["sleep", "300"], env: {}, timeoutS: 120, leaseMs: 2_000 },
+      id,
+    );
     workers.push(w);
     await started.event;
     const frozenAt = Date.now();
     w.child.kill("SIGSTOP");
     try {
       await died.event;
-      assert.ok(Date.now() - frozenAt < 2_000 + 1_000, `died ${Date.now() - frozenAt} ms after the freeze`);
+      assert.ok(
+        Date.now() - frozenAt < 2_000 + 1_000,
+        `died ${Date.now() - frozenAt} ms after the freeze`,
+      );
     } finally {
       w.child.kill("SIGCONT");
     }
@@ -276,16 +375,25 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
       [expired, Date.now() - 120_000],
       [current, Date.now() + 600_000],
     ] as const) {
-      const c = await docker.createContainer({ Image: image, Cmd: ["sleep", "300"], Labels: labels(runId, deadline), HostConfig: { NetworkMode: "none" } });
+      const c = await docker.createContainer({
+        Image: image,
+        Cmd: ["sleep", "300"],
+        Labels: labels(runId, deadline),
+        HostConfig: { NetworkMode: "none" },
+      });
       // The expired one may already be taken by another worker's sweep on this engine between its
       // create and its start (409 "marked for removal", or 404): that is the behaviour under test,
       // and its destroy event below still says it went.
-      const taken = (e: unknown) => runId === expired && [404, 409].includes((e as { statusCode?: number }).statusCode ?? 0);
+      const taken = (e: unknown) =>
+        runId === expired && [404, 409].includes((e as { statusCode?: number }).statusCode ?? 0);
       await c.start().catch((e: unknown) => {
         if (!taken(e)) throw e;
       });
     }
-    const sweeper = (await createExecutor("docker", { workerId, docker: { sweepIntervalMs: 0 } })) as DockerExecutor;
+    const sweeper = (await createExecutor("docker", {
+      workerId,
+      docker: { sweepIntervalMs: 0 },
+    })) as DockerExecutor;
     executors.push(sweeper);
     // Another worker's sweep on this engine (the full suite runs several) may get there first: its
     // removal then still runs when ours is refused ("already in progress"), so the container's
@@ -294,7 +402,11 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     await sweeper.sweepExpired();
     await destroyed.event;
     assert.deepEqual(await containersOfRun(expired), []);
-    assert.equal((await containersOfRun(current)).length, 1, "a container within its deadline is left alone");
+    assert.equal(
+      (await containersOfRun(current)).length,
+      1,
+      "a container within its deadline is left alone",
+    );
   });
 
   it("runs the image's Entrypoint + Cmd under the supervisor when args are empty, and Entrypoint + args otherwise", async () => {
@@ -302,19 +414,28 @@ describe("docker executor: the deadline holds without the worker", { skip: docke
     const tag = `kairos-test/busybox-ep:${workerId}`;
     const base = await docker.createContainer({ Image: image, Cmd: ["true"] });
     try {
-      await base.commit({ repo: "kairos-test/busybox-ep", tag: workerId, changes: ['ENTRYPOINT ["echo", "ep"]', 'CMD ["default-cmd"]'] });
+      await base.commit({
+        repo: "kairos-test/busybox-ep",
+        tag: workerId,
+        changes: ['ENTRYPOINT ["echo", "ep"]', 'CMD ["default-cmd"]'],
+      });
       images.push(tag);
     } finally {
       await base.remove({ force: true });
     }
     const ex = await createExecutor("docker", { workerId, docker: { sweepIntervalMs: 0 } });
     executors.push(ex);
-    const r1 = await ex.start({ image: tag, args: [], env: {}, timeoutS: 30 }, identity(workerId)).result;
+    const r1 = await ex.start({ image: tag, args: [], env: {}, timeoutS: 30 }, identity(workerId))
+      .result;
     assert.equal(r1.outcome, "exited", JSON.stringify(r1));
     assert.equal(r1.output, "ep default-cmd\n");
-    const r2 = await ex.start({ image: tag, args: ["mine"], env: {}, timeoutS: 30 }, identity(workerId)).result;
+    const r2 = await ex.start(
+      { image: tag, args: ["mine"], env: {}, timeoutS: 30 },
+      identity(workerId),
+    ).result;
     assert.equal(r2.output, "ep mine\n");
-    const r3 = await ex.start({ image, args: ["/bin"], env: {}, timeoutS: 30 }, identity(workerId)).result;
+    const r3 = await ex.start({ image, args: ["/bin"], env: {}, timeoutS: 30 }, identity(workerId))
+      .result;
     assert.equal(r3.error?.class, "permission_denied", JSON.stringify(r3));
   });
 });

@@ -7,7 +7,12 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:net";
-import { createExecutor, isRetryable, type Executor, type TaskSpec } from "../../../src/sandbox/index.ts";
+import {
+  createExecutor,
+  isRetryable,
+  type Executor,
+  type TaskSpec,
+} from "../../../src/sandbox/index.ts";
 import { dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
 import { identity, uniqueWorkerId } from "./fixtures.ts";
 import { MARK_OOM } from "../../../src/sandbox/supervisor.ts";
@@ -17,8 +22,15 @@ const workerId = uniqueWorkerId("w-docker-lock");
 describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
   let ex: Executor;
   let image: string;
-  const t = (args: string[], extra: Partial<TaskSpec> = {}): TaskSpec => ({ image, args, env: {}, timeoutS: 30, ...extra });
-  const run = (args: string[], extra: Partial<TaskSpec> = {}) => ex.start(t(args, extra), identity(workerId)).result;
+  const t = (args: string[], extra: Partial<TaskSpec> = {}): TaskSpec => ({
+    image,
+    args,
+    env: {},
+    timeoutS: 30,
+    ...extra,
+  });
+  const run = (args: string[], extra: Partial<TaskSpec> = {}) =>
+    ex.start(t(args, extra), identity(workerId)).result;
 
   before(async () => {
     image = await ensureTestImage();
@@ -30,7 +42,9 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
   });
 
   it("reports a memory hog over its limit as oom, retryable", async () => {
-    const r = await run(["sh", "-c", "x=$(yes | head -c 200000000); echo ${#x}"], { resources: { memoryMb: 32 } });
+    const r = await run(["sh", "-c", "x=$(yes | head -c 200000000); echo ${#x}"], {
+      resources: { memoryMb: 32 },
+    });
     assert.equal(r.outcome, "oom", JSON.stringify(r));
     assert.equal(isRetryable(r), true);
     assert.match(r.output, /out of memory \(OOM, limit 32 MiB\)/);
@@ -41,17 +55,23 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
 
   it("takes the supervisor's marker for an OOM kill when the engine's flag says none", async () => {
     // The engine saw no OOM here; the marker alone must decide, as when its OOM event comes late.
-    const r = await run(["sh", "-c", `printf '%s1\\n' '${MARK_OOM}' >&2; exit 137`], { resources: { memoryMb: 32 } });
+    const r = await run(["sh", "-c", `printf '%s1\\n' '${MARK_OOM}' >&2; exit 137`], {
+      resources: { memoryMb: 32 },
+    });
     assert.equal(r.outcome, "oom", JSON.stringify(r));
     assert.equal(r.exitCode, 137);
   });
 
   it("marks no OOM for a task that failed otherwise, nor for one that survived a killed child", async () => {
-    const failed = await run(["sh", "-c", "echo no-memory-trouble; exit 3"], { resources: { memoryMb: 32 } });
+    const failed = await run(["sh", "-c", "echo no-memory-trouble; exit 3"], {
+      resources: { memoryMb: 32 },
+    });
     assert.equal(failed.outcome, "exited", JSON.stringify(failed));
     assert.equal(failed.exitCode, 3);
     assert.ok(!failed.output.includes(MARK_OOM), failed.output);
-    const survived = await run(["sh", "-c", "(x=$(yes | head -c 200000000)); echo survived"], { resources: { memoryMb: 32 } });
+    const survived = await run(["sh", "-c", "(x=$(yes | head -c 200000000)); echo survived"], {
+      resources: { memoryMb: 32 },
+    });
     assert.equal(survived.outcome, "exited", JSON.stringify(survived));
     assert.equal(survived.exitCode, 0);
     assert.match(survived.output, /survived/);
@@ -59,7 +79,10 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
   });
 
   it("contains a fork bomb with the pids limit", async () => {
-    const r = await run(["sh", "-c", "for i in $(seq 1 200); do sleep 5 & done; wait; echo all-forked"], { resources: { pids: 16 }, timeoutS: 20 });
+    const r = await run(
+      ["sh", "-c", "for i in $(seq 1 200); do sleep 5 & done; wait; echo all-forked"],
+      { resources: { pids: 16 }, timeoutS: 20 },
+    );
     assert.match(r.output, /can't fork|Resource temporarily unavailable/, JSON.stringify(r));
     assert.doesNotMatch(r.output, /all-forked/);
     assert.ok(r.outcome === "exited" || r.outcome === "timed_out", r.outcome);
@@ -107,7 +130,11 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
   });
 
   it("mounts the deadline supervisor's busybox read-only", async () => {
-    const r = await run(["sh", "-c", "echo x > /.kairos/busybox || echo BB-RO; grep -c ' /.kairos/busybox ' /proc/self/mounts; grep ' /.kairos/busybox ' /proc/self/mounts"]);
+    const r = await run([
+      "sh",
+      "-c",
+      "echo x > /.kairos/busybox || echo BB-RO; grep -c ' /.kairos/busybox ' /proc/self/mounts; grep ' /.kairos/busybox ' /proc/self/mounts",
+    ]);
     assert.equal(r.outcome, "exited", JSON.stringify(r));
     assert.match(r.output, /Read-only file system/);
     assert.match(r.output, /BB-RO/);
@@ -116,7 +143,11 @@ describe("docker executor: lock-down", { skip: dockerSkip() }, () => {
   });
 
   it("runs as nobody without capabilities and with no-new-privileges", async () => {
-    const r = await run(["sh", "-c", "echo uid=$(id -u) gid=$(id -g); grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status"]);
+    const r = await run([
+      "sh",
+      "-c",
+      "echo uid=$(id -u) gid=$(id -g); grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status",
+    ]);
     assert.match(r.output, /uid=65534 gid=65534/);
     assert.match(r.output, /CapEff:\s+0000000000000000/);
     assert.match(r.output, /CapBnd:\s+0000000000000000/);

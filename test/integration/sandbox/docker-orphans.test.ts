@@ -6,7 +6,13 @@
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createExecutor, type Executor, type TaskSpec } from "../../../src/sandbox/index.ts";
-import { armContainerEvent, containersOfRun, dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
+import {
+  armContainerEvent,
+  containersOfRun,
+  dockerSkip,
+  ensureTestImage,
+  removeWorkerContainers,
+} from "../../support/docker-image.ts";
 import { identity, uniqueWorkerId } from "./fixtures.ts";
 
 const workerId = uniqueWorkerId("w-docker-orphan");
@@ -37,8 +43,14 @@ describe("docker executor: orphans", { skip: dockerSkip() }, () => {
     const orphan = identity(workerId);
     const live = identity(workerId);
     const foreign = identity(otherWorkerId);
-    const armed = await Promise.all([orphan, live, foreign].map((id) => armContainerEvent(id.runId, "start")));
-    const runs = [before.start(long(), orphan), before.start(long(), live), other.start(long(), foreign)];
+    const armed = await Promise.all(
+      [orphan, live, foreign].map((id) => armContainerEvent(id.runId, "start")),
+    );
+    const runs = [
+      before.start(long(), orphan),
+      before.start(long(), live),
+      other.start(long(), foreign),
+    ];
     await Promise.all(armed.map((a) => a.event));
 
     // "Restart": a new executor instance with the same worker id, knowing nothing in memory.
@@ -47,7 +59,11 @@ describe("docker executor: orphans", { skip: dockerSkip() }, () => {
     assert.equal(reaped, 1);
     assert.deepEqual(await containersOfRun(orphan.runId), []);
     assert.equal((await containersOfRun(live.runId)).length, 1, "the live run keeps its container");
-    assert.equal((await containersOfRun(foreign.runId)).length, 1, "another worker's container is untouched");
+    assert.equal(
+      (await containersOfRun(foreign.runId)).length,
+      1,
+      "another worker's container is untouched",
+    );
 
     // The old instance's view of the reaped run ends (not hangs) with the SIGKILL status,
     // without crashing (in production that instance died before the restart anyway).

@@ -5,9 +5,21 @@
  */
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { createExecutor, detectExecutor, isRetryable, type Executor, type TaskSpec } from "../../../src/sandbox/index.ts";
+import {
+  createExecutor,
+  detectExecutor,
+  isRetryable,
+  type Executor,
+  type TaskSpec,
+} from "../../../src/sandbox/index.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
-import { armContainerEvent, containersOfRun, dockerSkip, ensureTestImage, removeWorkerContainers } from "../../support/docker-image.ts";
+import {
+  armContainerEvent,
+  containersOfRun,
+  dockerSkip,
+  ensureTestImage,
+  removeWorkerContainers,
+} from "../../support/docker-image.ts";
 import { identity, uniqueWorkerId } from "./fixtures.ts";
 
 const workerId = uniqueWorkerId("w-docker-run");
@@ -15,7 +27,13 @@ const workerId = uniqueWorkerId("w-docker-run");
 describe("docker executor: runs", { skip: dockerSkip() }, () => {
   let ex: Executor;
   let image: string;
-  const t = (args: string[], extra: Partial<TaskSpec> = {}): TaskSpec => ({ image, args, env: {}, timeoutS: 30, ...extra });
+  const t = (args: string[], extra: Partial<TaskSpec> = {}): TaskSpec => ({
+    image,
+    args,
+    env: {},
+    timeoutS: 30,
+    ...extra,
+  });
 
   before(async () => {
     image = await ensureTestImage();
@@ -34,10 +52,23 @@ describe("docker executor: runs", { skip: dockerSkip() }, () => {
 
   it("runs a container with the run identity and returns its output; the container is removed", async () => {
     const id = identity(workerId, 3);
-    const r = await ex.start(t(["sh", "-c", 'echo "run=$KAIROS_RUN_ID attempt=$KAIROS_ATTEMPT job=$KAIROS_JOB_ID at=$KAIROS_SCHEDULED_FOR x=$X"; echo oops >&2'], { env: { X: "y" } }), id).result;
+    const r = await ex.start(
+      t(
+        [
+          "sh",
+          "-c",
+          'echo "run=$KAIROS_RUN_ID attempt=$KAIROS_ATTEMPT job=$KAIROS_JOB_ID at=$KAIROS_SCHEDULED_FOR x=$X"; echo oops >&2',
+        ],
+        { env: { X: "y" } },
+      ),
+      id,
+    ).result;
     assert.equal(r.outcome, "exited", JSON.stringify(r));
     assert.equal(r.exitCode, 0);
-    assert.match(r.output, new RegExp(`run=${id.runId} attempt=3 job=job-1 at=2026-03-08T07:00:00Z x=y`));
+    assert.match(
+      r.output,
+      new RegExp(`run=${id.runId} attempt=3 job=job-1 at=2026-03-08T07:00:00Z x=y`),
+    );
     assert.match(r.output, /oops/);
     assert.equal(isRetryable(r), false);
     assert.deepEqual(await containersOfRun(id.runId), []);
@@ -123,7 +154,8 @@ describe("docker executor: runs", { skip: dockerSkip() }, () => {
       const ok = await pulling.start(t(["true"]), identity(workerId)).result;
       assert.equal(ok.outcome, "exited", JSON.stringify(ok));
       const id = identity(workerId);
-      const r = await pulling.start(t(["true"], { image: "127.0.0.1:1/kairos/missing:1" }), id).result;
+      const r = await pulling.start(t(["true"], { image: "127.0.0.1:1/kairos/missing:1" }), id)
+        .result;
       assert.equal(r.outcome, "error");
       assert.equal(r.error?.class, "executor_failure");
       assert.equal(r.error?.retryable, true);
@@ -137,7 +169,8 @@ describe("docker executor: runs", { skip: dockerSkip() }, () => {
   it("refuses to create a docker executor when no engine answers", async () => {
     await assert.rejects(
       createExecutor("docker", { workerId, docker: { socketPath: "/nonexistent/docker.sock" } }),
-      (e: unknown) => isKairosError(e, "unavailable") && /nonexistent\/docker\.sock/.test(e.message),
+      (e: unknown) =>
+        isKairosError(e, "unavailable") && /nonexistent\/docker\.sock/.test(e.message),
     );
     const d = await detectExecutor({ socketPath: "/nonexistent/docker.sock" });
     assert.equal(d.kind, "process");

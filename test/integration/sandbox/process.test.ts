@@ -23,12 +23,25 @@ async function alive(pid: number): Promise<boolean> {
 }
 
 describe("process executor", async () => {
-  const ex: Executor = await createExecutor("process", { workerId: "w-proc", process: { killGraceMs: 500 } });
+  const ex: Executor = await createExecutor("process", {
+    workerId: "w-proc",
+    process: { killGraceMs: 500 },
+  });
   after(() => ex.close());
 
   it("runs a program with the run identity in its env and returns the output tail", async () => {
     const id = identity("w-proc", 2);
-    const r = await ex.start(task(["sh", "-c", 'echo "$KAIROS_RUN_ID $KAIROS_ATTEMPT $KAIROS_JOB_ID $KAIROS_SCHEDULED_FOR $GREETING"; echo err >&2'], { env: { GREETING: "hi" } }), id).result;
+    const r = await ex.start(
+      task(
+        [
+          "sh",
+          "-c",
+          'echo "$KAIROS_RUN_ID $KAIROS_ATTEMPT $KAIROS_JOB_ID $KAIROS_SCHEDULED_FOR $GREETING"; echo err >&2',
+        ],
+        { env: { GREETING: "hi" } },
+      ),
+      id,
+    ).result;
     assert.equal(r.outcome, "exited");
     assert.equal(r.exitCode, 0);
     assert.equal(r.output, `${id.runId} 2 job-1 2026-03-08T07:00:00Z hi\nerr\n`);
@@ -44,14 +57,20 @@ describe("process executor", async () => {
   });
 
   it("rejects task env keys with the reserved KAIROS_ prefix", async () => {
-    const r = await ex.start(task(["true"], { env: { KAIROS_RUN_ID: "forged" } }), identity("w-proc")).result;
+    const r = await ex.start(
+      task(["true"], { env: { KAIROS_RUN_ID: "forged" } }),
+      identity("w-proc"),
+    ).result;
     assert.equal(r.outcome, "error");
     assert.equal(r.error?.class, "invalid_task");
     assert.equal(isRetryable(r), false);
   });
 
   it("kills the whole process group at the timeout", async () => {
-    const e = ex.start(task(["sh", "-c", "sleep 60 & echo $!; wait"], { timeoutS: 0.5 }), identity("w-proc"));
+    const e = ex.start(
+      task(["sh", "-c", "sleep 60 & echo $!; wait"], { timeoutS: 0.5 }),
+      identity("w-proc"),
+    );
     const r = await e.result;
     assert.equal(r.outcome, "timed_out");
     assert.equal(isRetryable(r), true);
@@ -61,7 +80,12 @@ describe("process executor", async () => {
   });
 
   it("escalates to SIGKILL when the task ignores SIGTERM", async () => {
-    const r = await ex.start(task(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"], { timeoutS: 0.3 }), identity("w-proc")).result;
+    const r = await ex.start(
+      task(["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.1; done"], {
+        timeoutS: 0.3,
+      }),
+      identity("w-proc"),
+    ).result;
     assert.equal(r.outcome, "timed_out");
     assert.equal(r.exitCode, 137);
   });
@@ -78,16 +102,17 @@ describe("process executor", async () => {
     // A child of this process that has exited and is not reaped yet: libuv reaps in the event
     // loop, so waiting here without yielding keeps it a zombie — the state a self-fencing timer
     // meets when it fires between a task's exit and the worker's hearing of it.
-    const zombieChild = (): boolean => readdirSync("/proc").some((d) => {
-      if (!/^\d+$/.test(d)) return false;
-      try {
-        const st = readFileSync(`/proc/${d}/stat`, "utf8");
-        const rest = st.slice(st.lastIndexOf(")") + 2).split(" ");
-        return rest[0] === "Z" && Number(rest[1]) === process.pid;
-      } catch {
-        return false;
-      }
-    });
+    const zombieChild = (): boolean =>
+      readdirSync("/proc").some((d) => {
+        if (!/^\d+$/.test(d)) return false;
+        try {
+          const st = readFileSync(`/proc/${d}/stat`, "utf8");
+          const rest = st.slice(st.lastIndexOf(")") + 2).split(" ");
+          return rest[0] === "Z" && Number(rest[1]) === process.pid;
+        } catch {
+          return false;
+        }
+      });
     const e = ex.start(task(["true"]), identity("w-proc"));
     const pause = new Int32Array(new SharedArrayBuffer(4));
     const deadline = Date.now() + 5_000;
@@ -100,12 +125,19 @@ describe("process executor", async () => {
     // A task that would exit 0 on SIGTERM: an immediate kill is SIGKILL alone, so it cannot. (Before,
     // SIGTERM and SIGKILL went out in the same tick: the trap could win only if the worker was
     // preempted in between — this check rarely tells the two apart; it guards the outcome.)
-    const killed = ex.start(task(["sh", "-c", "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"]), identity("w-proc"));
+    const killed = ex.start(
+      task(["sh", "-c", "trap 'exit 0' TERM; echo ready; while :; do sleep 0.05; done"]),
+      identity("w-proc"),
+    );
     await new Promise((res) => setTimeout(res, 200));
     await killed.kill("self-fenced", { immediate: true });
     const k = await killed.result;
     assert.equal(k.exitCode, 137);
-    assert.equal(endedBeforeKill(k), false, "a task the kill ended is not taken for one that ended by itself");
+    assert.equal(
+      endedBeforeKill(k),
+      false,
+      "a task the kill ended is not taken for one that ended by itself",
+    );
   });
 
   it("reports a missing program as invalid_task, not retryable", async () => {
@@ -128,7 +160,10 @@ describe("process executor", async () => {
 
   it("keeps only a bounded, UTF-8 safe tail of a large output", async () => {
     const small = await createExecutor("process", { workerId: "w-proc", outputTailBytes: 101 });
-    const r = await small.start(task(["sh", "-c", "i=0; while [ $i -lt 2000 ]; do printf 'é'; i=$((i+1)); done; echo END"]), identity("w-proc")).result;
+    const r = await small.start(
+      task(["sh", "-c", "i=0; while [ $i -lt 2000 ]; do printf 'é'; i=$((i+1)); done; echo END"]),
+      identity("w-proc"),
+    ).result;
     await small.close();
     assert.equal(r.exitCode, 0);
     assert.ok(Buffer.byteLength(r.output) <= 101);

@@ -5,7 +5,13 @@
  *
  * argv[2]: JSON { kind, options, task, identity } (see deadline.test.ts).
  */
-import { createExecutor, type ExecutorKind, type ExecutorOptions, type RunIdentity, type TaskSpec } from "../../../src/sandbox/index.ts";
+import {
+  createExecutor,
+  type ExecutorKind,
+  type ExecutorOptions,
+  type RunIdentity,
+  type TaskSpec,
+} from "../../../src/sandbox/index.ts";
 
 interface Spec {
   kind: ExecutorKind;

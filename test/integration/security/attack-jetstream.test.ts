@@ -35,7 +35,12 @@ import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import { apiSubject } from "../../../src/nats-api/subjects.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
-import { armBusRefusal, defenceOrEffect, defended, nextPermissionError } from "../../support/attack.ts";
+import {
+  armBusRefusal,
+  defenceOrEffect,
+  defended,
+  nextPermissionError,
+} from "../../support/attack.ts";
 
 const TA = "tjsattackaaaaaaaa";
 const PARTITIONS = 4;
@@ -56,27 +61,49 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
     const out: string[] = [];
     for (const b of BUCKETS) {
       for await (const c of jsm.consumers.list(`KV_kairos_${b}`)) {
-        if (!c.config.deliver_subject?.startsWith("_INBOX_")) out.push(`${b}:${c.name}:${c.config.deliver_subject ?? "(pull)"}`);
+        if (!c.config.deliver_subject?.startsWith("_INBOX_"))
+          out.push(`${b}:${c.name}:${c.config.deliver_subject ?? "(pull)"}`);
       }
     }
     return out;
   };
-  const messages = async (b: (typeof BUCKETS)[number]) => (await (await jetstreamManager(admin)).streams.info(`KV_kairos_${b}`)).state.messages;
+  const messages = async (b: (typeof BUCKETS)[number]) =>
+    (await (await jetstreamManager(admin)).streams.info(`KV_kairos_${b}`)).state.messages;
 
   before(async () => {
-    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }], wideOpenWorkers: ["w9"] });
+    nats = await startNats({
+      services: [{ name: "alpha", tenantId: TA }],
+      wideOpenWorkers: ["w9"],
+    });
     admin = await nats.connect("attack-js-admin");
-    const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) => startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile }, nodeId, roles, partitions: PARTITIONS }),
-      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
-    );
+    const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) =>
+      startKairos(
+        makeNodeConfig({
+          natsUrl: nats.url,
+          natsAuth: { credsFile },
+          nodeId,
+          roles,
+          partitions: PARTITIONS,
+        }),
+        { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
+      );
     sched = await start("js-sched", ["api", "scheduler"], nats.credsFor(["api", "scheduler"]));
     worker = await start("w1", ["worker"], nats.credsForNode("w1", ["worker"]));
-    const t: Tenant = { tenant_id: TA, name: "alpha", created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+    const t: Tenant = {
+      tenant_id: TA,
+      name: "alpha",
+      created_at: "2026-01-01T00:00:00Z",
+      ...TENANT_DEFAULTS,
+    };
     await (await new Kvm(admin).open("kairos_tenants")).create(`t.${TA}`, encode(t));
     svc = await nats.connectService("alpha");
     api = new NatsApiClient(svc, { cluster: "kairos", tenantId: TA });
-    jobId = (await api.createJob({ schedule: { at: "2099-01-01T00:00:00Z" }, task: { image: "busybox", args: ["true"], timeout_s: 5 } })).job.job_id;
+    jobId = (
+      await api.createJob({
+        schedule: { at: "2099-01-01T00:00:00Z" },
+        task: { image: "busybox", args: ["true"], timeout_s: 5 },
+      })
+    ).job.job_id;
   });
 
   after(async () => {
@@ -89,34 +116,110 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
 
   for (const who of ["pinned worker w2", "shared worker"] as const) {
     it(`${who}: no consumer, no stream info, no account info, no other key, no other record, no purge`, async () => {
-      const nc = await connectNats({ url: nats.url, name: `attack-js-${who}`, credsFile: who === "shared worker" ? nats.credsFor(["worker"]) : nats.auth.credsForWorker("w2") });
+      const nc = await connectNats({
+        url: nats.url,
+        name: `attack-js-${who}`,
+        credsFile:
+          who === "shared worker" ? nats.credsFor(["worker"]) : nats.auth.credsForWorker("w2"),
+      });
       try {
-        const before = { consumers: await consumers(), tenants: await messages("tenants"), nodes: await messages("nodes"), cluster: await messages("cluster") };
-        const consumer = JSON.stringify({ stream_name: "KV_kairos_nodes", config: { deliver_subject: partitionSubject("kairos", 0), ack_policy: "none", deliver_policy: "new" } });
+        const before = {
+          consumers: await consumers(),
+          tenants: await messages("tenants"),
+          nodes: await messages("nodes"),
+          cluster: await messages("cluster"),
+        };
+        const consumer = JSON.stringify({
+          stream_name: "KV_kairos_nodes",
+          config: {
+            deliver_subject: partitionSubject("kairos", 0),
+            ack_policy: "none",
+            deliver_policy: "new",
+          },
+        });
         const attempts: { what: string; subject: string; body?: string }[] = [
-          { what: "a push consumer on nodes delivering to an actor command subject", subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes", body: consumer },
-          { what: "the same, named, with a filter", subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes.evil.$KV.kairos_nodes.>", body: consumer },
-          { what: "a durable consumer", subject: "$JS.API.CONSUMER.DURABLE.CREATE.KV_kairos_nodes.evil", body: consumer },
-          ...BUCKETS.map((b) => ({ what: `stream info of ${b} with a subject filter (its keys)`, subject: `$JS.API.STREAM.INFO.KV_kairos_${b}`, body: JSON.stringify({ subjects_filter: ">" }) })),
+          {
+            what: "a push consumer on nodes delivering to an actor command subject",
+            subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes",
+            body: consumer,
+          },
+          {
+            what: "the same, named, with a filter",
+            subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes.evil.$KV.kairos_nodes.>",
+            body: consumer,
+          },
+          {
+            what: "a durable consumer",
+            subject: "$JS.API.CONSUMER.DURABLE.CREATE.KV_kairos_nodes.evil",
+            body: consumer,
+          },
+          ...BUCKETS.map((b) => ({
+            what: `stream info of ${b} with a subject filter (its keys)`,
+            subject: `$JS.API.STREAM.INFO.KV_kairos_${b}`,
+            body: JSON.stringify({ subjects_filter: ">" }),
+          })),
           { what: "the JetStream account info", subject: "$JS.API.INFO" },
           { what: "the list of streams", subject: "$JS.API.STREAM.LIST" },
-          { what: "a direct get of a tenant record", subject: `$JS.API.DIRECT.GET.KV_kairos_tenants.$KV.kairos_tenants.t.${TA}` },
-          { what: "a direct get by body (any key, wildcards)", subject: "$JS.API.DIRECT.GET.KV_kairos_cluster", body: JSON.stringify({ last_by_subj: "$KV.kairos_cluster.>" }) },
-          { what: "a direct get of another key of the cluster bucket", subject: "$JS.API.DIRECT.GET.KV_kairos_cluster.$KV.kairos_cluster.other" },
-          { what: "a message get of the tenants stream", subject: "$JS.API.STREAM.MSG.GET.KV_kairos_tenants", body: JSON.stringify({ seq: 1 }) },
-          { what: "a purge of the tenants stream", subject: "$JS.API.STREAM.PURGE.KV_kairos_tenants", body: "{}" },
-          { what: "a write of an API key record (minting a key)", subject: "$KV.kairos_tenants.k.forged", body: "x" },
-          { what: "a write of the cluster config", subject: "$KV.kairos_cluster.config", body: "x" },
-          ...(who === "pinned worker w2" ? [{ what: "a write of another worker's node record", subject: "$KV.kairos_nodes.w1", body: "x" }] : []),
+          {
+            what: "a direct get of a tenant record",
+            subject: `$JS.API.DIRECT.GET.KV_kairos_tenants.$KV.kairos_tenants.t.${TA}`,
+          },
+          {
+            what: "a direct get by body (any key, wildcards)",
+            subject: "$JS.API.DIRECT.GET.KV_kairos_cluster",
+            body: JSON.stringify({ last_by_subj: "$KV.kairos_cluster.>" }),
+          },
+          {
+            what: "a direct get of another key of the cluster bucket",
+            subject: "$JS.API.DIRECT.GET.KV_kairos_cluster.$KV.kairos_cluster.other",
+          },
+          {
+            what: "a message get of the tenants stream",
+            subject: "$JS.API.STREAM.MSG.GET.KV_kairos_tenants",
+            body: JSON.stringify({ seq: 1 }),
+          },
+          {
+            what: "a purge of the tenants stream",
+            subject: "$JS.API.STREAM.PURGE.KV_kairos_tenants",
+            body: "{}",
+          },
+          {
+            what: "a write of an API key record (minting a key)",
+            subject: "$KV.kairos_tenants.k.forged",
+            body: "x",
+          },
+          {
+            what: "a write of the cluster config",
+            subject: "$KV.kairos_cluster.config",
+            body: "x",
+          },
+          ...(who === "pinned worker w2"
+            ? [
+                {
+                  what: "a write of another worker's node record",
+                  subject: "$KV.kairos_nodes.w1",
+                  body: "x",
+                },
+              ]
+            : []),
         ];
         const succeeded: string[] = [];
         for (const a of attempts) {
           const v = nextPermissionError(nc);
-          const answered = nc.request(a.subject, a.body === undefined ? new Uint8Array(0) : new TextEncoder().encode(a.body), { timeout: 3000 }).then(
-            (m) => `answered: ${new TextDecoder().decode(m.data).slice(0, 120)}`, () => undefined);
+          const answered = nc
+            .request(
+              a.subject,
+              a.body === undefined ? new Uint8Array(0) : new TextEncoder().encode(a.body),
+              { timeout: 3000 },
+            )
+            .then(
+              (m) => `answered: ${new TextDecoder().decode(m.data).slice(0, 120)}`,
+              () => undefined,
+            );
           const o = await defenceOrEffect(v, () => answered, a.what);
           if (o.kind === "effect") succeeded.push(`${a.what}: ${o.what}`);
-          else assert.deepEqual([o.value.operation, o.value.subject], ["publish", a.subject], a.what);
+          else
+            assert.deepEqual([o.value.operation, o.value.subject], ["publish", a.subject], a.what);
         }
         assert.deepEqual(succeeded, [], "attacks the server let through");
         assert.deepEqual(await consumers(), before.consumers, "no consumer was created");
@@ -133,47 +236,124 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
     // reach now, only the account keeps from it. Each request must be refused — "no responders",
     // the server's "JetStream not enabled for account" (10039), or no answer at all (a KV write
     // nobody stores) — and the state must not change; any other answer is the attack's success.
-    const nc = await connectNats({ url: nats.url, name: "attack-js-wide-open", credsFile: nats.auth.credsForWorker("w9") });
-    const watch = await connectNats({ url: nats.url, name: "attack-js-wide-watch", credsFile: nats.auth.credsForWorker("w9") });
+    const nc = await connectNats({
+      url: nats.url,
+      name: "attack-js-wide-open",
+      credsFile: nats.auth.credsForWorker("w9"),
+    });
+    const watch = await connectNats({
+      url: nats.url,
+      name: "attack-js-wide-watch",
+      credsFile: nats.auth.credsForWorker("w9"),
+    });
     try {
-      const before = { consumers: await consumers(), tenants: await messages("tenants"), cluster: await messages("cluster"), actors: await messages("actors"), idem: await messages("idem") };
+      const before = {
+        consumers: await consumers(),
+        tenants: await messages("tenants"),
+        cluster: await messages("cluster"),
+        actors: await messages("actors"),
+        idem: await messages("idem"),
+      };
       const job = { type: JOB_ACTOR, id: jobActorId(TA, jobId) };
-      const consumer = JSON.stringify({ stream_name: "KV_kairos_nodes", config: { deliver_subject: partitionSubject("kairos", 0), ack_policy: "none", deliver_policy: "new" } });
+      const consumer = JSON.stringify({
+        stream_name: "KV_kairos_nodes",
+        config: {
+          deliver_subject: partitionSubject("kairos", 0),
+          ack_policy: "none",
+          deliver_policy: "new",
+        },
+      });
       const attempts: { what: string; subject: string; body?: Uint8Array | string }[] = [
-        { what: "a push consumer on nodes delivering to an actor command subject", subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes", body: consumer },
-        { what: "a durable consumer on tenants", subject: "$JS.API.CONSUMER.DURABLE.CREATE.KV_kairos_tenants.evil", body: consumer },
-        ...BUCKETS.map((b) => ({ what: `stream info of ${b} with a subject filter`, subject: `$JS.API.STREAM.INFO.KV_kairos_${b}`, body: JSON.stringify({ subjects_filter: ">" }) })),
+        {
+          what: "a push consumer on nodes delivering to an actor command subject",
+          subject: "$JS.API.CONSUMER.CREATE.KV_kairos_nodes",
+          body: consumer,
+        },
+        {
+          what: "a durable consumer on tenants",
+          subject: "$JS.API.CONSUMER.DURABLE.CREATE.KV_kairos_tenants.evil",
+          body: consumer,
+        },
+        ...BUCKETS.map((b) => ({
+          what: `stream info of ${b} with a subject filter`,
+          subject: `$JS.API.STREAM.INFO.KV_kairos_${b}`,
+          body: JSON.stringify({ subjects_filter: ">" }),
+        })),
         { what: "the JetStream account info", subject: "$JS.API.INFO" },
         { what: "the list of streams", subject: "$JS.API.STREAM.LIST" },
-        { what: "a direct get of a tenant record", subject: `$JS.API.DIRECT.GET.KV_kairos_tenants.$KV.kairos_tenants.t.${TA}` },
-        { what: "a direct get by body of the cluster bucket", subject: "$JS.API.DIRECT.GET.KV_kairos_cluster", body: JSON.stringify({ last_by_subj: "$KV.kairos_cluster.>" }) },
-        { what: "a message get of the tenants stream", subject: "$JS.API.STREAM.MSG.GET.KV_kairos_tenants", body: JSON.stringify({ seq: 1 }) },
-        ...BUCKETS.map((b) => ({ what: `a purge of ${b}`, subject: `$JS.API.STREAM.PURGE.KV_kairos_${b}`, body: "{}" })),
-        { what: "a delete of the tenants stream", subject: "$JS.API.STREAM.DELETE.KV_kairos_tenants" },
+        {
+          what: "a direct get of a tenant record",
+          subject: `$JS.API.DIRECT.GET.KV_kairos_tenants.$KV.kairos_tenants.t.${TA}`,
+        },
+        {
+          what: "a direct get by body of the cluster bucket",
+          subject: "$JS.API.DIRECT.GET.KV_kairos_cluster",
+          body: JSON.stringify({ last_by_subj: "$KV.kairos_cluster.>" }),
+        },
+        {
+          what: "a message get of the tenants stream",
+          subject: "$JS.API.STREAM.MSG.GET.KV_kairos_tenants",
+          body: JSON.stringify({ seq: 1 }),
+        },
+        ...BUCKETS.map((b) => ({
+          what: `a purge of ${b}`,
+          subject: `$JS.API.STREAM.PURGE.KV_kairos_${b}`,
+          body: "{}",
+        })),
+        {
+          what: "a delete of the tenants stream",
+          subject: "$JS.API.STREAM.DELETE.KV_kairos_tenants",
+        },
         { what: "a write of an API key record", subject: "$KV.kairos_tenants.k.forged", body: "x" },
         { what: "a write of the cluster config", subject: "$KV.kairos_cluster.config", body: "x" },
         { what: "a write of actor state", subject: `$KV.kairos_actors.forged`, body: "x" },
-        { what: "an actor command deleting the job", subject: partitionSubject("kairos", partitionOf(job, PARTITIONS)), body: encode({ t: job.type, i: job.id, m: { kind: "delete" } }) },
-        { what: "the NATS API of the tenant", subject: apiSubject("kairos", TA, "jobs.delete", jobId) },
+        {
+          what: "an actor command deleting the job",
+          subject: partitionSubject("kairos", partitionOf(job, PARTITIONS)),
+          body: encode({ t: job.type, i: job.id, m: { kind: "delete" } }),
+        },
+        {
+          what: "the NATS API of the tenant",
+          subject: apiSubject("kairos", TA, "jobs.delete", jobId),
+        },
         { what: "the auth callout", subject: "$SYS.REQ.USER.AUTH", body: "x" },
       ];
       const succeeded: string[] = [];
       for (const a of attempts) {
-        const data = a.body === undefined ? new Uint8Array(0) : typeof a.body === "string" ? new TextEncoder().encode(a.body) : a.body;
+        const data =
+          a.body === undefined
+            ? new Uint8Array(0)
+            : typeof a.body === "string"
+              ? new TextEncoder().encode(a.body)
+              : a.body;
         const outcome = await nc.request(a.subject, data, { timeout: 2000 }).then(
           (m) => {
             const text = new TextDecoder().decode(m.data);
             return /"err_code":10039\b/.test(text) ? undefined : `answered: ${text.slice(0, 120)}`;
           },
-          (e: unknown) => (/no responders|timeout/i.test(String(e)) ? undefined : `failed otherwise: ${String(e)}`));
+          (e: unknown) =>
+            /no responders|timeout/i.test(String(e)) ? undefined : `failed otherwise: ${String(e)}`,
+        );
         if (outcome !== undefined) succeeded.push(`${a.what}: ${outcome}`);
       }
       assert.deepEqual(succeeded, [], "attacks that reached KAIROS");
       // What it might overhear of KAIROS (subscribed after its own attacks, which it would hear in
       // WORKERS): actor commands, the NATS API, the API node's replies, KV writes and JetStream.
       const overheard: string[] = [];
-      for (const subject of ["kairos.kairos.p.*", "kairos.kairos.api.>", "_INBOX_api.>", "_INBOX_api_scheduler.>", "_INBOX_admin.>", "$KV.kairos_tenants.>", "$KV.kairos_runs.>", "$KV.kairos_actors.>", "$JS.API.>"]) {
-        watch.subscribe(subject, { callback: (e, m) => void (e ? undefined : overheard.push(m.subject)) });
+      for (const subject of [
+        "kairos.kairos.p.*",
+        "kairos.kairos.api.>",
+        "_INBOX_api.>",
+        "_INBOX_api_scheduler.>",
+        "_INBOX_admin.>",
+        "$KV.kairos_tenants.>",
+        "$KV.kairos_runs.>",
+        "$KV.kairos_actors.>",
+        "$JS.API.>",
+      ]) {
+        watch.subscribe(subject, {
+          callback: (e, m) => void (e ? undefined : overheard.push(m.subject)),
+        });
       }
       await watch.flush();
       await api.listJobs();
@@ -185,7 +365,8 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
       await watch.flush();
       assert.deepEqual(overheard, [], "KAIROS messages heard in WORKERS");
       assert.deepEqual(await consumers(), before.consumers, "no consumer was created");
-      for (const b of ["tenants", "cluster", "actors", "idem"] as const) assert.equal(await messages(b), before[b], `the ${b} bucket is untouched`);
+      for (const b of ["tenants", "cluster", "actors", "idem"] as const)
+        assert.equal(await messages(b), before[b], `the ${b} bucket is untouched`);
       assert.equal((await api.getJob(jobId)).job_id, jobId, "the job is still there");
     } finally {
       await watch.close();
@@ -194,7 +375,10 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
   });
 
   it("a worker node needs no more than its two rights: the pinned node w1 ran without a violation", () => {
-    assert.deepEqual(nats.violations().filter((l) => l.includes('"worker-w1"')), []);
+    assert.deepEqual(
+      nats.violations().filter((l) => l.includes('"worker-w1"')),
+      [],
+    );
   });
 
   it("an api identity's push consumer delivering to Kairos subjects is inert: each subscriber takes only its own subject", async () => {
@@ -205,24 +389,43 @@ describe("attacks through the JetStream API", { timeout: 180_000 }, () => {
       const job = { type: JOB_ACTOR, id: jobActorId(TA, jobId) };
       const deliveries = [
         // The partition owners subscribe in queue group `owners`: a push consumer names it to reach them.
-        { to: partitionSubject("kairos", partitionOf(job, PARTITIONS)), group: "owners", responder: "actors", key: "del", value: { t: job.type, i: job.id, m: { kind: "delete" } } },
-        { to: workerSubject("kairos", "w1", "cancel"), responder: "worker", key: "c", value: { run_id: "any", fence: 1 } },
+        {
+          to: partitionSubject("kairos", partitionOf(job, PARTITIONS)),
+          group: "owners",
+          responder: "actors",
+          key: "del",
+          value: { t: job.type, i: job.id, m: { kind: "delete" } },
+        },
+        {
+          to: workerSubject("kairos", "w1", "cancel"),
+          responder: "worker",
+          key: "c",
+          value: { run_id: "any", fence: 1 },
+        },
       ] as const;
       for (const d of deliveries) {
         const ci = await jsm.consumers.add("KV_kairos_idem", {
-          deliver_subject: d.to, ack_policy: AckPolicy.None, deliver_policy: DeliverPolicy.New, filter_subject: `$KV.kairos_idem.${d.key}`,
+          deliver_subject: d.to,
+          ack_policy: AckPolicy.None,
+          deliver_policy: DeliverPolicy.New,
+          filter_subject: `$KV.kairos_idem.${d.key}`,
           ...("group" in d ? { deliver_group: d.group } : {}),
         });
         try {
           // The server delivers only once it has seen interest on the deliver subject.
           const bound = Date.now() + 10_000;
           while (!(await jsm.consumers.info("KV_kairos_idem", ci.name)).push_bound) {
-            if (Date.now() > bound) throw new Error(`the consumer delivering to ${d.to} never saw its subscribers`);
+            if (Date.now() > bound)
+              throw new Error(`the consumer delivering to ${d.to} never saw its subscribers`);
             await new Promise((r) => setTimeout(r, 50));
           }
           const { refused } = await armBusRefusal(d.responder, "subject");
           await idem.put(d.key, encode(d.value));
-          const effect = () => api.getJob(jobId).then(() => undefined, (e: unknown) => `the job is gone: ${String(e)}`);
+          const effect = () =>
+            api.getJob(jobId).then(
+              () => undefined,
+              (e: unknown) => `the job is gone: ${String(e)}`,
+            );
           assert.ok((await defended(refused, effect, `delivery to ${d.to}`)) >= 1);
         } finally {
           // (An ephemeral push consumer may be gone already: the server drops it without interest.)

@@ -28,8 +28,14 @@ const POISON: { what: string; body: Uint8Array }[] = [
   { what: "an invalid msgpack byte", body: new Uint8Array([0xc1]) },
   { what: "100,000 nested arrays", body: new Uint8Array(100_000).fill(0x91) },
   { what: "a truncated array of 2^32 items", body: new Uint8Array([0xdd, 0xff, 0xff, 0xff, 0xff]) },
-  { what: "a number for a node id, no roles", body: encode({ nodeId: 5, incarnation: "x", startedAtMs: 0 }) },
-  { what: "roles that are not a list, no incarnation", body: encode({ nodeId: "ghost-x", roles: "worker", startedAtMs: 0 }) },
+  {
+    what: "a number for a node id, no roles",
+    body: encode({ nodeId: 5, incarnation: "x", startedAtMs: 0 }),
+  },
+  {
+    what: "roles that are not a list, no incarnation",
+    body: encode({ nodeId: "ghost-x", roles: "worker", startedAtMs: 0 }),
+  },
 ];
 
 describe("malformed membership messages from a worker", { timeout: 120_000 }, () => {
@@ -41,15 +47,26 @@ describe("malformed membership messages from a worker", { timeout: 120_000 }, ()
 
   before(async () => {
     nats = await startNats({ workers: ["w1", "w2"] });
-    const start = (nodeId: string, roles: Role[]) => startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsForNode(nodeId, roles) }, nodeId, roles, partitions: 4 }),
-      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
-    );
+    const start = (nodeId: string, roles: Role[]) =>
+      startKairos(
+        makeNodeConfig({
+          natsUrl: nats.url,
+          natsAuth: { credsFile: nats.credsForNode(nodeId, roles) },
+          nodeId,
+          roles,
+          partitions: 4,
+        }),
+        { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
+      );
     sched = await start("ms-sched", ["api", "scheduler"]);
     procs.push(sched);
     w1 = await start("w1", ["worker"]);
     procs.push(w1);
-    attacker = await connectNats({ url: nats.url, name: "attacker-w2-membership", credsFile: nats.auth.credsForWorker("w2") });
+    attacker = await connectNats({
+      url: nats.url,
+      name: "attacker-w2-membership",
+      credsFile: nats.auth.credsForWorker("w2"),
+    });
   });
 
   after(async () => {
@@ -62,19 +79,40 @@ describe("malformed membership messages from a worker", { timeout: 120_000 }, ()
     it(`${p.what} as a heartbeat and as a goodbye is dropped, and both nodes still hear the next heartbeat`, async () => {
       const before = await busRefusals("membership", "malformed");
       const ghost = `ghost-${i}`;
-      const heard = (proc: KairosProcess) => nextEvent(proc.node.events, (e) => e.type === "member_joined" && e.nodeId === ghost);
+      const heard = (proc: KairosProcess) =>
+        nextEvent(proc.node.events, (e) => e.type === "member_joined" && e.nodeId === ghost);
       const heardBySched = heard(sched);
       const heardByW1 = heard(w1);
       attacker.publish(`${K}.node.hb.n`, p.body);
       attacker.publish(`${K}.node.leave.n`, p.body);
       // A well-formed heartbeat after them: a node whose reader died never hears it.
-      attacker.publish(`${K}.node.hb.n`, encode({ nodeId: ghost, incarnation: "i1", roles: ["worker"], startedAtMs: Date.now(), sentMs: Date.now() }));
+      attacker.publish(
+        `${K}.node.hb.n`,
+        encode({
+          nodeId: ghost,
+          incarnation: "i1",
+          roles: ["worker"],
+          startedAtMs: Date.now(),
+          sentMs: Date.now(),
+        }),
+      );
       await attacker.flush();
-      const deaf = (who: string) => new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${who} heard no heartbeat after ${p.what}: its control connection went deaf`)), 10_000).unref());
+      const deaf = (who: string) =>
+        new Promise<never>((_, reject) =>
+          setTimeout(
+            () =>
+              reject(
+                new Error(
+                  `${who} heard no heartbeat after ${p.what}: its control connection went deaf`,
+                ),
+              ),
+            10_000,
+          ).unref(),
+        );
       await Promise.race([heardBySched, deaf("the scheduler node")]);
       await Promise.race([heardByW1, deaf("worker w1")]);
       // Both nodes run in this process: each counted the heartbeat and the goodbye.
-      assert.equal(await busRefusals("membership", "malformed") - before, 4);
+      assert.equal((await busRefusals("membership", "malformed")) - before, 4);
     });
   }
 

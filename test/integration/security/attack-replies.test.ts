@@ -43,20 +43,36 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
   let sched: KairosProcess;
   let worker: KairosProcess;
 
-  const start = (nodeId: string, roles: Role[]) => startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(roles) }, nodeId, roles, partitions: PARTITIONS }),
-    { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
-  );
-  const idemMessages = async () => (await (await jetstreamManager(admin)).streams.info("KV_kairos_idem")).state.messages;
+  const start = (nodeId: string, roles: Role[]) =>
+    startKairos(
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(roles) },
+        nodeId,
+        roles,
+        partitions: PARTITIONS,
+      }),
+      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
+    );
+  const idemMessages = async () =>
+    (await (await jetstreamManager(admin)).streams.info("KV_kairos_idem")).state.messages;
   /** What became of key `k` of the tenants bucket since `revision` (undefined: unchanged). */
   const tenantsKeyChanged = (k: string, revision: number) => async () => {
     const e = await tenantsKv.get(k);
     const now = e?.revision ?? 0;
-    return now === revision ? undefined : `${k} is at revision ${now} (was ${revision}), ${e?.length ?? 0} bytes: "${e ? e.string().slice(0, 80) : ""}"`;
+    return now === revision
+      ? undefined
+      : `${k} is at revision ${now} (was ${revision}), ${e?.length ?? 0} bytes: "${e ? e.string().slice(0, 80) : ""}"`;
   };
 
   before(async () => {
-    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }, { name: "beta", tenantId: TB }], wideOpenWorkers: ["w9"] });
+    nats = await startNats({
+      services: [
+        { name: "alpha", tenantId: TA },
+        { name: "beta", tenantId: TB },
+      ],
+      wideOpenWorkers: ["w9"],
+    });
     admin = await nats.connect("attack-replies-admin");
     sched = await start("attack-sched", ["scheduler"]);
     procs.push(sched);
@@ -67,8 +83,16 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     const kvm = new Kvm(admin);
     tenantsKv = await kvm.open("kairos_tenants");
     idemKv = await kvm.open("kairos_idem");
-    for (const [id, name] of [[TA, "alpha"], [TB, "beta"]] as const) {
-      const t: Tenant = { tenant_id: id, name, created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+    for (const [id, name] of [
+      [TA, "alpha"],
+      [TB, "beta"],
+    ] as const) {
+      const t: Tenant = {
+        tenant_id: id,
+        name,
+        created_at: "2026-01-01T00:00:00Z",
+        ...TENANT_DEFAULTS,
+      };
       await tenantsKv.create(`t.${id}`, encode(t));
     }
     await idemKv.put(`${TB}.somekey`, encode({ job_id: "jidem", request_hash: "h" }));
@@ -103,10 +127,14 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     nc.publish(apiSubject("kairos", TA, "jobs.list"), new Uint8Array(0), { reply });
     const deadline = Date.now() + 10_000;
     while (api.natsApi!.answered <= base) {
-      if (Date.now() > deadline) throw new Error(`the API node did not answer the request with reply ${reply}`);
+      if (Date.now() > deadline)
+        throw new Error(`the API node did not answer the request with reply ${reply}`);
       await new Promise((r) => setTimeout(r, 10));
     }
-    assert.deepEqual((await new NatsApiClient(nc, { cluster: "kairos", tenantId: TA }).listJobs()).jobs, []);
+    assert.deepEqual(
+      (await new NatsApiClient(nc, { cluster: "kairos", tenantId: TA }).listJobs()).jobs,
+      [],
+    );
   };
 
   it("a tenant's service cannot have the API node purge a stream: reply $JS.API.STREAM.PURGE.KV_kairos_idem", async () => {
@@ -142,7 +170,11 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     // every permission) sees the answer arrive there: that defence's signal. A worker role in
     // KAIROS (`scheduler_worker`) asks inside the account: the reply guard refuses its request.
     const nodesKv = await new Kvm(admin).open("kairos_nodes");
-    const listener = await connectNats({ url: nats.url, name: "attack-replies-w9", credsFile: nats.auth.credsForWorker("w9") });
+    const listener = await connectNats({
+      url: nats.url,
+      name: "attack-replies-w9",
+      credsFile: nats.auth.credsForWorker("w9"),
+    });
     try {
       for (const who of [["worker"], ["scheduler", "worker"]] as const) {
         const nc = await nats.connect(`attack-replies-${who.join("-")}`, [...who]);
@@ -150,16 +182,52 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
         try {
           for (const [reply, changed] of [
             ["$KV.kairos_tenants.k.forged-by-worker", tenantsKeyChanged("k.forged-by-worker", 0)],
-            ["$KV.kairos_nodes.w2", async () => ((await nodesKv.get("w2")) ? "a node record of w2 was written" : undefined)],
+            [
+              "$KV.kairos_nodes.w2",
+              async () =>
+                (await nodesKv.get("w2")) ? "a node record of w2 was written" : undefined,
+            ],
           ] as const) {
             const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000000") };
-            const landed = new Promise<string>((resolve) => listener.subscribe(reply, { max: 1, callback: (_e, m) => resolve(`answered into WORKERS on ${m.subject}`) }));
+            const landed = new Promise<string>((resolve) =>
+              listener.subscribe(reply, {
+                max: 1,
+                callback: (_e, m) => resolve(`answered into WORKERS on ${m.subject}`),
+              }),
+            );
             await listener.flush();
-            const refused = nextReplyRefusal(sched.node.events, "worker_plane").then((e) => `refused: ${e.reason}`);
-            const batch = { b: [{ t: job.type, i: job.id, m: { kind: "heartbeat", run_id: "jattack0000000000-1", fence: 1, worker: "attack-worker" } }] };
-            nc.publish(workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "attack-worker"), encode(batch), { reply });
-            const how = await defended(Promise.race([refused, landed]), changed, `${who.join(",")}: a write through the scheduler's reply ${reply}`);
-            assert.equal(how, inWorkers ? `answered into WORKERS on ${reply}` : "refused: not_an_inbox", who.join(","));
+            const refused = nextReplyRefusal(sched.node.events, "worker_plane").then(
+              (e) => `refused: ${e.reason}`,
+            );
+            const batch = {
+              b: [
+                {
+                  t: job.type,
+                  i: job.id,
+                  m: {
+                    kind: "heartbeat",
+                    run_id: "jattack0000000000-1",
+                    fence: 1,
+                    worker: "attack-worker",
+                  },
+                },
+              ],
+            };
+            nc.publish(
+              workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "attack-worker"),
+              encode(batch),
+              { reply },
+            );
+            const how = await defended(
+              Promise.race([refused, landed]),
+              changed,
+              `${who.join(",")}: a write through the scheduler's reply ${reply}`,
+            );
+            assert.equal(
+              how,
+              inWorkers ? `answered into WORKERS on ${reply}` : "refused: not_an_inbox",
+              who.join(","),
+            );
           }
         } finally {
           await nc.close();
@@ -175,8 +243,16 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     try {
       const job = { type: JOB_ACTOR, id: jobActorId(TA, "jattack0000000001") };
       const refused = nextReplyRefusal(sched.node.events, "actors");
-      nc.publish(partitionSubject("kairos", partitionOf(job, PARTITIONS)), encode({ t: job.type, i: job.id, m: { kind: "get" } }), { reply: "$KV.kairos_tenants.k.forged-by-api" });
-      await defended(refused, tenantsKeyChanged("k.forged-by-api", 0), "tenants write through the owner's reply");
+      nc.publish(
+        partitionSubject("kairos", partitionOf(job, PARTITIONS)),
+        encode({ t: job.type, i: job.id, m: { kind: "get" } }),
+        { reply: "$KV.kairos_tenants.k.forged-by-api" },
+      );
+      await defended(
+        refused,
+        tenantsKeyChanged("k.forged-by-api", 0),
+        "tenants write through the owner's reply",
+      );
     } finally {
       await nc.close();
     }
@@ -186,12 +262,26 @@ describe("attacks through reply subjects", { timeout: 120_000 }, () => {
     const nc = await nats.connect("attack-replies-sched", ["scheduler"]);
     try {
       const req: StartRequest = {
-        job_actor: jobActorId(TA, "jattack0000000002"), tenant_id: TA, job_id: "jattack0000000002", run_id: "jattack0000000002-1", attempt: 1, fence: 1,
-        scheduled_for_ms: Date.now(), start_at_ms: Date.now(), task: { image: "busybox", args: ["true"], env: {}, timeout_s: 5 }, lease_ttl_ms: 5_000,
+        job_actor: jobActorId(TA, "jattack0000000002"),
+        tenant_id: TA,
+        job_id: "jattack0000000002",
+        run_id: "jattack0000000002-1",
+        attempt: 1,
+        fence: 1,
+        scheduled_for_ms: Date.now(),
+        start_at_ms: Date.now(),
+        task: { image: "busybox", args: ["true"], env: {}, timeout_s: 5 },
+        lease_ttl_ms: 5_000,
       };
       const refused = nextReplyRefusal(worker.node.events, "worker");
-      nc.publish(workerSubject("kairos", "attack-worker", "start"), encode(req), { reply: "$KV.kairos_tenants.k.forged-by-scheduler" });
-      await defended(refused, tenantsKeyChanged("k.forged-by-scheduler", 0), "tenants write through the worker's reply");
+      nc.publish(workerSubject("kairos", "attack-worker", "start"), encode(req), {
+        reply: "$KV.kairos_tenants.k.forged-by-scheduler",
+      });
+      await defended(
+        refused,
+        tenantsKeyChanged("k.forged-by-scheduler", 0),
+        "tenants write through the worker's reply",
+      );
       assert.equal(worker.worker!.leaseCounts.held, 0, "the offer was not taken");
     } finally {
       await nc.close();

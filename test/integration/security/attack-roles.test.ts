@@ -33,58 +33,113 @@ interface Attacks {
 
 const kvWrites = (buckets: string[]) => buckets.map((k) => `$KV.kairos_${k}`);
 
-const ATTACKS: Record<"service" | "api" | "scheduler" | "shared worker" | "pinned worker w1", Attacks> = {
+const ATTACKS: Record<
+  "service" | "api" | "scheduler" | "shared worker" | "pinned worker w1",
+  Attacks
+> = {
   service: {
     pub: [
-      `${K}.api.${TB}.jobs.list`, `${K}.p.0`, `${K}.w.0.w1`, `${K}.adverts.w1`, `${K}.worker.w1.start`, `${K}.node.hb.s`, `${K}.node.hb.n`,
-      ...kvWrites(["tenants.k.forged", "idem.x", "nodes.x"]), "$JS.API.STREAM.PURGE.KV_kairos_idem", "$JS.API.INFO",
+      `${K}.api.${TB}.jobs.list`,
+      `${K}.p.0`,
+      `${K}.w.0.w1`,
+      `${K}.adverts.w1`,
+      `${K}.worker.w1.start`,
+      `${K}.node.hb.s`,
+      `${K}.node.hb.n`,
+      ...kvWrites(["tenants.k.forged", "idem.x", "nodes.x"]),
+      "$JS.API.STREAM.PURGE.KV_kairos_idem",
+      "$JS.API.INFO",
     ],
     sub: [
-      { subject: `${K}.>`, marker: `${K}.worker.w1.start` }, { subject: "_INBOX.>", marker: "_INBOX.x.1" },
-      { subject: "_INBOX_api.>", marker: "_INBOX_api.x.1" }, { subject: `${K}.api.${TA}.>`, marker: `${K}.api.${TA}.jobs.list` },
+      { subject: `${K}.>`, marker: `${K}.worker.w1.start` },
+      { subject: "_INBOX.>", marker: "_INBOX.x.1" },
+      { subject: "_INBOX_api.>", marker: "_INBOX_api.x.1" },
+      { subject: `${K}.api.${TA}.>`, marker: `${K}.api.${TA}.jobs.list` },
     ],
   },
   api: {
     pub: [
-      `${K}.worker.w1.start`, `${K}.worker.w1.cancel`, `${K}.w.0.w1`, `${K}.adverts.w1`, `${K}.node.hb.s`,
-      ...kvWrites(["tenants.t.forged", "tenants.k.forged", "actors.job.0.t.j", "runs.0.t.j.r", "leases.p.0", "cluster.config"]),
-      "$JS.API.STREAM.PURGE.KV_kairos_tenants", "$JS.API.STREAM.DELETE.KV_kairos_tenants", "$JS.API.CONSUMER.CREATE.KV_kairos_leases",
+      `${K}.worker.w1.start`,
+      `${K}.worker.w1.cancel`,
+      `${K}.w.0.w1`,
+      `${K}.adverts.w1`,
+      `${K}.node.hb.s`,
+      ...kvWrites([
+        "tenants.t.forged",
+        "tenants.k.forged",
+        "actors.job.0.t.j",
+        "runs.0.t.j.r",
+        "leases.p.0",
+        "cluster.config",
+      ]),
+      "$JS.API.STREAM.PURGE.KV_kairos_tenants",
+      "$JS.API.STREAM.DELETE.KV_kairos_tenants",
+      "$JS.API.CONSUMER.CREATE.KV_kairos_leases",
     ],
     sub: [
-      { subject: `${K}.p.*`, marker: `${K}.p.0` }, { subject: `${K}.worker.*.start`, marker: `${K}.worker.w1.start` },
-      { subject: `${K}.w.*.*`, marker: `${K}.w.0.w1` }, { subject: "_INBOX.>", marker: "_INBOX.x.1" },
-      { subject: "_INBOX_scheduler.>", marker: "_INBOX_scheduler.x.1" }, { subject: "$KV.kairos_tenants.>", marker: "$KV.kairos_tenants.marker" },
+      { subject: `${K}.p.*`, marker: `${K}.p.0` },
+      { subject: `${K}.worker.*.start`, marker: `${K}.worker.w1.start` },
+      { subject: `${K}.w.*.*`, marker: `${K}.w.0.w1` },
+      { subject: "_INBOX.>", marker: "_INBOX.x.1" },
+      { subject: "_INBOX_scheduler.>", marker: "_INBOX_scheduler.x.1" },
+      { subject: "$KV.kairos_tenants.>", marker: "$KV.kairos_tenants.marker" },
     ],
   },
   scheduler: {
     pub: [
-      `${K}.api.${TA}.jobs.list`, `${K}.w.0.w1`, `${K}.adverts.w1`,
+      `${K}.api.${TA}.jobs.list`,
+      `${K}.w.0.w1`,
+      `${K}.adverts.w1`,
       ...kvWrites(["tenants.t.forged", "tenants.k.forged", "idem.x"]),
-      "$JS.API.STREAM.PURGE.KV_kairos_tenants", "$JS.API.STREAM.DELETE.KV_kairos_runs", "$JS.API.CONSUMER.CREATE.KV_kairos_idem",
+      "$JS.API.STREAM.PURGE.KV_kairos_tenants",
+      "$JS.API.STREAM.DELETE.KV_kairos_runs",
+      "$JS.API.CONSUMER.CREATE.KV_kairos_idem",
     ],
     sub: [
-      { subject: `${K}.api.*.>`, marker: `${K}.api.${TA}.jobs.list` }, { subject: `${K}.worker.w1.start`, marker: `${K}.worker.w1.start` },
-      { subject: "_INBOX.>", marker: "_INBOX.x.1" }, { subject: "_INBOX_api.>", marker: "_INBOX_api.x.1" },
+      { subject: `${K}.api.*.>`, marker: `${K}.api.${TA}.jobs.list` },
+      { subject: `${K}.worker.w1.start`, marker: `${K}.worker.w1.start` },
+      { subject: "_INBOX.>", marker: "_INBOX.x.1" },
+      { subject: "_INBOX_api.>", marker: "_INBOX_api.x.1" },
     ],
   },
   "shared worker": {
     pub: [
-      `${K}.p.0`, `${K}.api.${TA}.jobs.list`, `${K}.node.hb.s`, `${K}.worker.w2.start`, `${K}.worker.w2.cancel`,
-      ...kvWrites(["tenants.k.forged", "actors.job.0.t.j", "runs.0.t.j.r", "idem.x", "cluster.config", "leases.p.0"]),
+      `${K}.p.0`,
+      `${K}.api.${TA}.jobs.list`,
+      `${K}.node.hb.s`,
+      `${K}.worker.w2.start`,
+      `${K}.worker.w2.cancel`,
+      ...kvWrites([
+        "tenants.k.forged",
+        "actors.job.0.t.j",
+        "runs.0.t.j.r",
+        "idem.x",
+        "cluster.config",
+        "leases.p.0",
+      ]),
     ],
     sub: [
-      { subject: `${K}.p.*`, marker: `${K}.p.0` }, { subject: `${K}.api.*.>`, marker: `${K}.api.${TA}.jobs.list` },
-      { subject: `${K}.adverts.*`, marker: `${K}.adverts.w2` }, { subject: `${K}.w.*.*`, marker: `${K}.w.0.w2` }, { subject: "_INBOX.>", marker: "_INBOX.x.1" },
+      { subject: `${K}.p.*`, marker: `${K}.p.0` },
+      { subject: `${K}.api.*.>`, marker: `${K}.api.${TA}.jobs.list` },
+      { subject: `${K}.adverts.*`, marker: `${K}.adverts.w2` },
+      { subject: `${K}.w.*.*`, marker: `${K}.w.0.w2` },
+      { subject: "_INBOX.>", marker: "_INBOX.x.1" },
     ],
   },
   "pinned worker w1": {
     pub: [
-      `${K}.p.0`, `${K}.w.0.w2`, `${K}.adverts.w2`, `${K}.worker.w2.start`, `${K}.node.hb.s`,
+      `${K}.p.0`,
+      `${K}.w.0.w2`,
+      `${K}.adverts.w2`,
+      `${K}.worker.w2.start`,
+      `${K}.node.hb.s`,
       ...kvWrites(["tenants.k.forged", "nodes.w2", "actors.job.0.t.j"]),
     ],
     sub: [
-      { subject: `${K}.worker.w2.start`, marker: `${K}.worker.w2.start` }, { subject: `${K}.worker.*.probe`, marker: `${K}.worker.w2.probe` },
-      { subject: `${K}.w.*.*`, marker: `${K}.w.0.w2` }, { subject: "_INBOX_worker-w2.>", marker: "_INBOX_worker-w2.x.1" },
+      { subject: `${K}.worker.w2.start`, marker: `${K}.worker.w2.start` },
+      { subject: `${K}.worker.*.probe`, marker: `${K}.worker.w2.probe` },
+      { subject: `${K}.w.*.*`, marker: `${K}.w.0.w2` },
+      { subject: "_INBOX_worker-w2.>", marker: "_INBOX_worker-w2.x.1" },
     ],
   },
 };
@@ -94,12 +149,22 @@ describe("every role against the subjects it must not reach", { timeout: 180_000
   let admin: NatsConnection;
 
   const connectAs = (who: keyof typeof ATTACKS): Promise<NatsConnection> => {
-    const roles: Record<string, Role[]> = { api: ["api"], scheduler: ["scheduler"], "shared worker": ["worker"] };
+    const roles: Record<string, Role[]> = {
+      api: ["api"],
+      scheduler: ["scheduler"],
+      "shared worker": ["worker"],
+    };
     if (who === "service") return nats.connectService("alpha");
-    if (who === "pinned worker w1") return connectNats({ url: nats.url, name: "roles-w1", credsFile: nats.auth.credsForWorker("w1") });
+    if (who === "pinned worker w1")
+      return connectNats({
+        url: nats.url,
+        name: "roles-w1",
+        credsFile: nats.auth.credsForWorker("w1"),
+      });
     return nats.connect(`roles-${who}`, roles[who]);
   };
-  const tenantsMessages = async () => (await (await jetstreamManager(admin)).streams.info("KV_kairos_tenants")).state.messages;
+  const tenantsMessages = async () =>
+    (await (await jetstreamManager(admin)).streams.info("KV_kairos_tenants")).state.messages;
 
   before(async () => {
     nats = await startNats({ services: [{ name: "alpha", tenantId: TA }] });
@@ -121,12 +186,18 @@ describe("every role against the subjects it must not reach", { timeout: 180_000
       try {
         for (const subject of attacks.pub) {
           let heard = 0;
-          const witness = admin.subscribe(subject, { callback: (e) => void (e ? undefined : heard++) });
+          const witness = admin.subscribe(subject, {
+            callback: (e) => void (e ? undefined : heard++),
+          });
           await admin.flush();
           const v = nextPermissionError(nc);
           nc.publish(subject, new TextEncoder().encode(`{"forged":"by ${who}"}`));
           await nc.flush().catch(() => undefined);
-          const o = await defenceOrEffect(v, async () => (heard > 0 ? "published: the admin's listener received it" : undefined), `${who} publish ${subject}`);
+          const o = await defenceOrEffect(
+            v,
+            async () => (heard > 0 ? "published: the admin's listener received it" : undefined),
+            `${who} publish ${subject}`,
+          );
           witness.unsubscribe();
           if (o.kind === "effect") through.push(`publish ${subject}: ${o.what}`);
           else assert.deepEqual([o.value.operation, o.value.subject], ["publish", subject]);
@@ -138,7 +209,11 @@ describe("every role against the subjects it must not reach", { timeout: 180_000
           await nc.flush().catch(() => undefined);
           admin.publish(marker, new TextEncoder().encode("marker"));
           await admin.flush();
-          const o = await defenceOrEffect(v, async () => (got > 0 ? `subscribed: received ${marker}` : undefined), `${who} subscribe ${subject}`);
+          const o = await defenceOrEffect(
+            v,
+            async () => (got > 0 ? `subscribed: received ${marker}` : undefined),
+            `${who} subscribe ${subject}`,
+          );
           if (o.kind === "effect") through.push(`subscribe ${subject}: ${o.what}`);
           else assert.deepEqual([o.value.operation, o.value.subject], ["subscription", subject]);
         }
@@ -146,7 +221,11 @@ describe("every role against the subjects it must not reach", { timeout: 180_000
         await nc.close();
       }
       assert.deepEqual(through, [], `what ${who} got through`);
-      assert.equal(await tenantsMessages(), tenantsBefore + (who === "api" ? 1 : 0), "the tenants bucket holds no forged record (only the admin's marker)");
+      assert.equal(
+        await tenantsMessages(),
+        tenantsBefore + (who === "api" ? 1 : 0),
+        "the tenants bucket holds no forged record (only the admin's marker)",
+      );
     });
   }
 });

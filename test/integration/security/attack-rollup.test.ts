@@ -58,26 +58,69 @@ describe("a write with a rollup header cannot purge a bucket", { timeout: 120_00
   const rollup = async (nc: NatsConnection, subject: string): Promise<string> => {
     const h = headers();
     h.set("Nats-Rollup", "all");
-    const answer = JSON.parse(new TextDecoder().decode((await nc.request(subject, enc("rolled up"), { headers: h, timeout: 5000 })).data)) as { error?: { description?: string }; seq?: number };
+    const answer = JSON.parse(
+      new TextDecoder().decode(
+        (await nc.request(subject, enc("rolled up"), { headers: h, timeout: 5000 })).data,
+      ),
+    ) as { error?: { description?: string }; seq?: number };
     return answer.error?.description ?? `stored at sequence ${answer.seq}`;
   };
 
-  const attacks: { who: string; creds: () => string; subject: string; victims: () => { kv: KvStore; keys: string[] } }[] = [
-    { who: "pinned worker w1 (its own node record)", creds: () => nats.auth.credsForWorker("w1"), subject: "$KV.kairos_nodes.w1", victims: () => ({ kv: b.nodes, keys: ["w2", "sched-1"] }) },
-    { who: "the shared worker (a node record)", creds: () => nats.credsFor(["worker"]), subject: "$KV.kairos_nodes.w3", victims: () => ({ kv: b.nodes, keys: ["w2", "sched-1"] }) },
-    { who: "api (a job count key of tenants)", creds: () => nats.credsFor(["api"]), subject: `$KV.kairos_tenants.jc.${TA}`, victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }) },
-    { who: "api (a sealed-key record of tenants)", creds: () => nats.credsFor(["api"]), subject: `$KV.kairos_tenants.sk.${TA}.x`, victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }) },
-    { who: "api (its tenant's idempotency key)", creds: () => nats.credsFor(["api"]), subject: `$KV.kairos_idem.${TA}.abad1dea`, victims: () => ({ kv: b.idempotency, keys: [`${TB}.feedface`] }) },
+  const attacks: {
+    who: string;
+    creds: () => string;
+    subject: string;
+    victims: () => { kv: KvStore; keys: string[] };
+  }[] = [
+    {
+      who: "pinned worker w1 (its own node record)",
+      creds: () => nats.auth.credsForWorker("w1"),
+      subject: "$KV.kairos_nodes.w1",
+      victims: () => ({ kv: b.nodes, keys: ["w2", "sched-1"] }),
+    },
+    {
+      who: "the shared worker (a node record)",
+      creds: () => nats.credsFor(["worker"]),
+      subject: "$KV.kairos_nodes.w3",
+      victims: () => ({ kv: b.nodes, keys: ["w2", "sched-1"] }),
+    },
+    {
+      who: "api (a job count key of tenants)",
+      creds: () => nats.credsFor(["api"]),
+      subject: `$KV.kairos_tenants.jc.${TA}`,
+      victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }),
+    },
+    {
+      who: "api (a sealed-key record of tenants)",
+      creds: () => nats.credsFor(["api"]),
+      subject: `$KV.kairos_tenants.sk.${TA}.x`,
+      victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }),
+    },
+    {
+      who: "api (its tenant's idempotency key)",
+      creds: () => nats.credsFor(["api"]),
+      subject: `$KV.kairos_idem.${TA}.abad1dea`,
+      victims: () => ({ kv: b.idempotency, keys: [`${TB}.feedface`] }),
+    },
   ];
 
   for (const a of attacks) {
     it(`${a.who}: Nats-Rollup: all is refused, every other key is still there`, async () => {
-      const nc = await connectNats({ url: nats.url, name: "attacker-rollup", credsFile: a.creds() });
+      const nc = await connectNats({
+        url: nats.url,
+        name: "attacker-rollup",
+        credsFile: a.creds(),
+      });
       try {
         const { kv, keys } = a.victims();
         const answer = rollup(nc, a.subject);
-        const refusal = answer.then((text) => (/rollup not permitted/.test(text) ? text : new Promise<string>(() => undefined)));
-        assert.match(await defended(refusal, gone(kv, keys), `${a.who}: rollup on ${a.subject}`), /rollup not permitted/);
+        const refusal = answer.then((text) =>
+          /rollup not permitted/.test(text) ? text : new Promise<string>(() => undefined),
+        );
+        assert.match(
+          await defended(refusal, gone(kv, keys), `${a.who}: rollup on ${a.subject}`),
+          /rollup not permitted/,
+        );
         assert.match(await answer, /rollup not permitted/);
       } finally {
         await nc.close();
@@ -88,12 +131,19 @@ describe("a write with a rollup header cannot purge a bucket", { timeout: 120_00
   it("a bucket whose stream allows rollup headers (made before they were turned off) is named at start-up", async () => {
     // The KV library's own create turns rollup headers on.
     await new Kvm(jetstream(admin)).create("legacy_tenants", { history: 1 });
-    assert.equal((await (await jetstreamManager(admin)).streams.info("KV_legacy_tenants")).config.allow_rollup_hdrs, true);
+    assert.equal(
+      (await (await jetstreamManager(admin)).streams.info("KV_legacy_tenants")).config
+        .allow_rollup_hdrs,
+      true,
+    );
     const warnings: string[] = [];
     await openBuckets(admin, { clusterName: "legacy", replicas: 1, warn: (m) => warnings.push(m) });
-    assert.deepEqual(warnings.filter((w) => w.includes("rollup")), [
-      "bucket legacy_tenants allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream KV_legacy_tenants with allow_rollup_hdrs false",
-    ]);
+    assert.deepEqual(
+      warnings.filter((w) => w.includes("rollup")),
+      [
+        "bucket legacy_tenants allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream KV_legacy_tenants with allow_rollup_hdrs false",
+      ],
+    );
   });
 
   it("no node identity's write above was refused by its permissions", () => {

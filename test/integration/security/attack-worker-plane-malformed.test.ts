@@ -26,11 +26,27 @@ const TA = "twpmalformedaaaaa";
 /** Bodies a worker may send on its own worker-plane subject that are not well-formed requests. */
 const BODIES: { what: string; body: unknown; item: boolean }[] = [
   { what: "a batch of [null]", body: { b: [null] }, item: true },
-  { what: "a batch of [5, \"x\", []]", body: { b: [5, "x", []] }, item: true },
-  { what: "a batch item without an id", body: { b: [{ t: "job", m: { kind: "heartbeat", worker: "w1" } }] }, item: true },
-  { what: "a batch item with numbers for type and id", body: { b: [{ t: 1, i: 2, m: { kind: "heartbeat", worker: "w1" } }] }, item: true },
-  { what: "a request without an id", body: { t: "job", m: { kind: "complete", worker: "w1" } }, item: false },
-  { what: "a request with an object for its type", body: { t: { toString: 1 }, i: "x", m: null }, item: false },
+  { what: 'a batch of [5, "x", []]', body: { b: [5, "x", []] }, item: true },
+  {
+    what: "a batch item without an id",
+    body: { b: [{ t: "job", m: { kind: "heartbeat", worker: "w1" } }] },
+    item: true,
+  },
+  {
+    what: "a batch item with numbers for type and id",
+    body: { b: [{ t: 1, i: 2, m: { kind: "heartbeat", worker: "w1" } }] },
+    item: true,
+  },
+  {
+    what: "a request without an id",
+    body: { t: "job", m: { kind: "complete", worker: "w1" } },
+    item: false,
+  },
+  {
+    what: "a request with an object for its type",
+    body: { t: { toString: 1 }, i: "x", m: null },
+    item: false,
+  },
 ];
 
 type Reply = { ok: boolean; v?: { ok: boolean; e?: { code: string } }[]; e?: { code: string } };
@@ -47,15 +63,30 @@ describe("malformed worker-plane requests from a worker", { timeout: 120_000 }, 
     nats = await startNats({ workers: ["w1"], services: [{ name: "alpha", tenantId: TA }] });
     admin = await nats.connect("attack-wpm-admin");
     const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    const t: Tenant = { tenant_id: TA, name: "alpha", created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+    const t: Tenant = {
+      tenant_id: TA,
+      name: "alpha",
+      created_at: "2026-01-01T00:00:00Z",
+      ...TENANT_DEFAULTS,
+    };
     await b.tenants.create(`t.${TA}`, encode(t));
     sched = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) }, nodeId: "wpm-sched", roles: ["api", "scheduler"], partitions: 1 }),
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) },
+        nodeId: "wpm-sched",
+        roles: ["api", "scheduler"],
+        partitions: 1,
+      }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
     );
     svc = await nats.connectService("alpha");
     api = new NatsApiClient(svc, { cluster: "kairos", tenantId: TA });
-    attacker = await connectNats({ url: nats.url, name: "attacker-w1-plane", credsFile: nats.auth.credsForWorker("w1") });
+    attacker = await connectNats({
+      url: nats.url,
+      name: "attacker-w1-plane",
+      credsFile: nats.auth.credsForWorker("w1"),
+    });
   });
 
   after(async () => {
@@ -68,13 +99,30 @@ describe("malformed worker-plane requests from a worker", { timeout: 120_000 }, 
 
   for (const c of BODIES) {
     it(`${c.what} is answered with an error, and the owner goes on serving`, async () => {
-      const r = decode<Reply>((await attacker.request(workerPlaneSubject("kairos", 0, "w1"), encode(c.body), { timeout: 5000 })).data);
+      const r = decode<Reply>(
+        (
+          await attacker.request(workerPlaneSubject("kairos", 0, "w1"), encode(c.body), {
+            timeout: 5000,
+          })
+        ).data,
+      );
       if (c.item) {
         assert.equal(r.ok, true, JSON.stringify(r));
-        assert.ok(r.v !== undefined && r.v.length > 0 && r.v.every((x) => !x.ok && (x.e?.code === "invalid_argument" || x.e?.code === "permission_denied")), JSON.stringify(r));
+        assert.ok(
+          r.v !== undefined &&
+            r.v.length > 0 &&
+            r.v.every(
+              (x) =>
+                !x.ok && (x.e?.code === "invalid_argument" || x.e?.code === "permission_denied"),
+            ),
+          JSON.stringify(r),
+        );
       } else {
         assert.equal(r.ok, false, JSON.stringify(r));
-        assert.ok(r.e?.code === "invalid_argument" || r.e?.code === "permission_denied", JSON.stringify(r));
+        assert.ok(
+          r.e?.code === "invalid_argument" || r.e?.code === "permission_denied",
+          JSON.stringify(r),
+        );
       }
       // The same node still answers its tenants.
       assert.deepEqual((await api.listJobs()).jobs, []);

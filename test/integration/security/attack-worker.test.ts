@@ -53,27 +53,57 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   const victim = () => api.getRun(run.run_id);
 
   before(async () => {
-    nats = await startNats({ workers: ["w1", "w2"], services: [{ name: "alpha", tenantId: TA }], wideOpenWorkers: ["w9"] });
+    nats = await startNats({
+      workers: ["w1", "w2"],
+      services: [{ name: "alpha", tenantId: TA }],
+      wideOpenWorkers: ["w9"],
+    });
     admin = await nats.connect("attack-worker-admin");
     const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    const t: Tenant = { tenant_id: TA, name: "alpha", created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+    const t: Tenant = {
+      tenant_id: TA,
+      name: "alpha",
+      created_at: "2026-01-01T00:00:00Z",
+      ...TENANT_DEFAULTS,
+    };
     await b.tenants.create(`t.${TA}`, encode(t));
-    const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) => startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile }, nodeId, roles, partitions: PARTITIONS }),
-      // The victim's attempt runs ten minutes: it is running throughout the attacks.
-      { executor: "noop", noopDurationMs: 600_000, workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
-    );
+    const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) =>
+      startKairos(
+        makeNodeConfig({
+          natsUrl: nats.url,
+          natsAuth: { credsFile },
+          nodeId,
+          roles,
+          partitions: PARTITIONS,
+        }),
+        // The victim's attempt runs ten minutes: it is running throughout the attacks.
+        {
+          executor: "noop",
+          noopDurationMs: 600_000,
+          workerSlots: 1,
+          apiHost: "127.0.0.1",
+          apiPort: 0,
+          drainTimeoutMs: 0,
+        },
+      );
     sched = await start("wa-sched", ["api", "scheduler"], nats.credsFor(["api", "scheduler"]));
     procs.push(sched);
     procs.push(await start("w2", ["worker"], nats.auth.credsForWorker("w2")));
     svc = await nats.connectService("alpha");
     api = new NatsApiClient(svc, { cluster: "kairos", tenantId: TA });
-    const { job } = await api.createJob({ schedule: { at: "2099-01-01T00:00:00Z" }, task: { image: "busybox", args: ["sleep", "600"], timeout_s: 900 } });
+    const { job } = await api.createJob({
+      schedule: { at: "2099-01-01T00:00:00Z" },
+      task: { image: "busybox", args: ["sleep", "600"], timeout_s: 900 },
+    });
     run = await api.runNow(job.job_id);
-    run = await eventually(async () => {
-      const r = await victim();
-      return r.status === "running" && r.attempts.at(-1)?.worker === "w2" ? r : undefined;
-    }, 30_000, "the victim's run running on w2");
+    run = await eventually(
+      async () => {
+        const r = await victim();
+        return r.status === "running" && r.attempts.at(-1)?.worker === "w2" ? r : undefined;
+      },
+      30_000,
+      "the victim's run running on w2",
+    );
   });
 
   after(async () => {
@@ -84,9 +114,19 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   });
 
   it("a worker cannot read another worker's offers: subscriptions to w2's or every worker's offers are refused", async () => {
-    const nc = await connectNats({ url: nats.url, name: "attacker-w1-sub", credsFile: nats.auth.credsForWorker("w1") });
+    const nc = await connectNats({
+      url: nats.url,
+      name: "attacker-w1-sub",
+      credsFile: nats.auth.credsForWorker("w1"),
+    });
     try {
-      for (const subject of ["kairos.kairos.worker.w2.cancel", "kairos.kairos.worker.*.cancel", "kairos.kairos.worker.>", "kairos.kairos.>", ">"]) {
+      for (const subject of [
+        "kairos.kairos.worker.w2.cancel",
+        "kairos.kairos.worker.*.cancel",
+        "kairos.kairos.worker.>",
+        "kairos.kairos.>",
+        ">",
+      ]) {
         const v = nextPermissionError(nc);
         let got = 0;
         // (A refused subscription's callback is called once with the error and an empty message.)
@@ -95,7 +135,14 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
         // A message to w2 (a cancel of no attempt: w2 ignores it) that the attacker must not see.
         admin.publish("kairos.kairos.worker.w2.cancel", encode({ run_id: "none", fence: 0 }));
         await admin.flush();
-        const e = await defended(v, async () => (got > 0 ? `subscribed to ${subject}: received ${got} message(s) meant for w2` : undefined), `subscribe ${subject}`);
+        const e = await defended(
+          v,
+          async () =>
+            got > 0
+              ? `subscribed to ${subject}: received ${got} message(s) meant for w2`
+              : undefined,
+          `subscribe ${subject}`,
+        );
         assert.equal(e.operation, "subscription");
         assert.equal(e.subject, subject);
       }
@@ -105,33 +152,81 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   });
 
   it("a worker cannot complete another worker's attempt: not on its subject, nor naming it on its own, whatever the fence", async () => {
-    const nc = await connectNats({ url: nats.url, name: "attacker-w1-complete", credsFile: nats.auth.credsForWorker("w1") });
+    const nc = await connectNats({
+      url: nats.url,
+      name: "attacker-w1-complete",
+      credsFile: nats.auth.credsForWorker("w1"),
+    });
     try {
       const job = { type: JOB_ACTOR, id: jobActorId(TA, run.job_id) };
       const completion = (worker: string, fence: number) => ({
-        kind: "complete", run_id: run.run_id, fence, worker, outcome: "exited", exit_code: 0, output: FORGED, error: null,
-        started_at_ms: Date.now() - 1000, finished_at_ms: Date.now(),
+        kind: "complete",
+        run_id: run.run_id,
+        fence,
+        worker,
+        outcome: "exited",
+        exit_code: 0,
+        output: FORGED,
+        error: null,
+        started_at_ms: Date.now() - 1000,
+        finished_at_ms: Date.now(),
       });
       const fences = Array.from({ length: 2048 }, (_, i) => i + 1);
-      const forge = (as: string) => new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(7), partitions: PARTITIONS, plane: "workers", workerId: as, deadlineMs: 10_000 })
-        .requestMany(fences.map((f) => ({ to: job, msg: completion("w2", f) })), { deadlineMs: 10_000 });
+      const forge = (as: string) =>
+        new ActorRouter({
+          nc,
+          clusterName: "kairos",
+          clock: systemClock,
+          random: seededRandom(7),
+          partitions: PARTITIONS,
+          plane: "workers",
+          workerId: as,
+          deadlineMs: 10_000,
+        }).requestMany(
+          fences.map((f) => ({ to: job, msg: completion("w2", f) })),
+          { deadlineMs: 10_000 },
+        );
       // On w2's own worker-plane subject: the server refuses the publish.
       const v = nextPermissionError(nc);
       const asW2 = await forge("w2");
-      assert.equal(asW2.filter((r) => r.ok).length, 0, "forged completions on w2's subject were accepted");
+      assert.equal(
+        asW2.filter((r) => r.ok).length,
+        0,
+        "forged completions on w2's subject were accepted",
+      );
       const runChanged = async () => {
         const r = await victim();
-        return r.status === "running" ? undefined : `the victim's run is ${r.status}: ${JSON.stringify(r.attempts.at(-1))}`;
+        return r.status === "running"
+          ? undefined
+          : `the victim's run is ${r.status}: ${JSON.stringify(r.attempts.at(-1))}`;
       };
-      assert.equal((await defended(v, runChanged, "completions on w2's subject")).subject, workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "w2"));
+      assert.equal(
+        (await defended(v, runChanged, "completions on w2's subject")).subject,
+        workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "w2"),
+      );
       // On its own subject, naming w2, every fence up to 2,048: each item refused by the owner.
       const results = await forge("w1");
       const accepted = results.filter((r) => r.ok).length;
       assert.equal(accepted, 0, `${accepted} forged completions naming w2 were accepted`);
-      assert.ok(results.every((r) => !r.ok && r.e.code === "permission_denied"), JSON.stringify(results.find((r) => r.ok || r.e.code !== "permission_denied")));
+      assert.ok(
+        results.every((r) => !r.ok && r.e.code === "permission_denied"),
+        JSON.stringify(results.find((r) => r.ok || r.e.code !== "permission_denied")),
+      );
       // Naming itself, it is not the attempt's lease holder: the job actor refuses (fence check).
-      const own = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(8), partitions: PARTITIONS, plane: "workers", workerId: "w1", deadlineMs: 10_000 });
-      await assert.rejects(own.request(job, completion("w1", run.attempt)), (e: unknown) => isKairosError(e) && e.code !== "permission_denied");
+      const own = new ActorRouter({
+        nc,
+        clusterName: "kairos",
+        clock: systemClock,
+        random: seededRandom(8),
+        partitions: PARTITIONS,
+        plane: "workers",
+        workerId: "w1",
+        deadlineMs: 10_000,
+      });
+      await assert.rejects(
+        own.request(job, completion("w1", run.attempt)),
+        (e: unknown) => isKairosError(e) && e.code !== "permission_denied",
+      );
       const after = await victim();
       assert.equal(after.status, "running", "the victim's run is untouched");
       assert.equal(after.attempts.length, run.attempts.length);
@@ -147,30 +242,82 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
     // service import with the `Nats-Request-Info` header nats-server writes — user worker-w9 —
     // and the partition owner drops it unanswered (reply-guard.ts): that user may not speak for w2.
     // A header of the client's own naming worker-w2 is overwritten by the server.
-    const nc = await connectNats({ url: nats.url, name: "attacker-w9-complete", credsFile: nats.auth.credsForWorker("w9") });
+    const nc = await connectNats({
+      url: nats.url,
+      name: "attacker-w9-complete",
+      credsFile: nats.auth.credsForWorker("w9"),
+    });
     try {
       const job = { type: JOB_ACTOR, id: jobActorId(TA, run.job_id) };
       const fences = Array.from({ length: 2048 }, (_, i) => i + 1);
       const completion = (fence: number) => ({
-        kind: "complete", run_id: run.run_id, fence, worker: "w2", outcome: "exited", exit_code: 0, output: FORGED, error: null,
-        started_at_ms: Date.now() - 1000, finished_at_ms: Date.now(),
+        kind: "complete",
+        run_id: run.run_id,
+        fence,
+        worker: "w2",
+        outcome: "exited",
+        exit_code: 0,
+        output: FORGED,
+        error: null,
+        started_at_ms: Date.now() - 1000,
+        finished_at_ms: Date.now(),
       });
-      const refused = nextEvent(sched.node.events, (e) => e.type === "reply_refused" && e.responder === "worker_plane" && e.reason === "not_the_asker");
-      const forged = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(9), partitions: PARTITIONS, plane: "workers", workerId: "w2", deadlineMs: 3000 })
-        .requestMany(fences.map((f) => ({ to: job, msg: completion(f) })), { deadlineMs: 3000 });
+      const refused = nextEvent(
+        sched.node.events,
+        (e) =>
+          e.type === "reply_refused" &&
+          e.responder === "worker_plane" &&
+          e.reason === "not_the_asker",
+      );
+      const forged = new ActorRouter({
+        nc,
+        clusterName: "kairos",
+        clock: systemClock,
+        random: seededRandom(9),
+        partitions: PARTITIONS,
+        plane: "workers",
+        workerId: "w2",
+        deadlineMs: 3000,
+      }).requestMany(
+        fences.map((f) => ({ to: job, msg: completion(f) })),
+        { deadlineMs: 3000 },
+      );
       const runChanged = async () => {
         const r = await victim();
-        return r.status === "running" ? undefined : `the victim's run is ${r.status}: ${JSON.stringify(r.attempts.at(-1))}`;
+        return r.status === "running"
+          ? undefined
+          : `the victim's run is ${r.status}: ${JSON.stringify(r.attempts.at(-1))}`;
       };
       await defended(refused, runChanged, "completions naming w2 from worker-w9 on w2's subject");
-      assert.equal((await forged).filter((r) => r.ok).length, 0, "forged completions were accepted");
+      assert.equal(
+        (await forged).filter((r) => r.ok).length,
+        0,
+        "forged completions were accepted",
+      );
       // With a `Nats-Request-Info` header of its own naming worker-w2: the server overwrites it.
       const h = headers();
-      h.set(REQUEST_INFO_HEADER, JSON.stringify({ acc: WORKERS_ACCOUNT, user: pinnedWorkerUser("w2") }));
-      const refusedAgain = nextEvent(sched.node.events, (e) => e.type === "reply_refused" && e.responder === "worker_plane" && e.reason === "not_the_asker");
+      h.set(
+        REQUEST_INFO_HEADER,
+        JSON.stringify({ acc: WORKERS_ACCOUNT, user: pinnedWorkerUser("w2") }),
+      );
+      const refusedAgain = nextEvent(
+        sched.node.events,
+        (e) =>
+          e.type === "reply_refused" &&
+          e.responder === "worker_plane" &&
+          e.reason === "not_the_asker",
+      );
       const subject = workerPlaneSubject("kairos", partitionOf(job, PARTITIONS), "w2");
-      for (const f of fences) nc.publish(subject, encode({ t: job.type, i: job.id, m: completion(f) }), { reply: `${inboxPrefixFor(pinnedWorkerUser("w9"))}.forged.${f}`, headers: h });
-      await defended(refusedAgain, runChanged, "completions naming w2 with a forged Nats-Request-Info header");
+      for (const f of fences)
+        nc.publish(subject, encode({ t: job.type, i: job.id, m: completion(f) }), {
+          reply: `${inboxPrefixFor(pinnedWorkerUser("w9"))}.forged.${f}`,
+          headers: h,
+        });
+      await defended(
+        refusedAgain,
+        runChanged,
+        "completions naming w2 with a forged Nats-Request-Info header",
+      );
       assert.equal((await victim()).status, "running", "the victim's run is untouched");
     } finally {
       await nc.close();
@@ -178,7 +325,11 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   });
 
   it("a worker cannot advertise for another: w2's advert subject is refused, an advert naming w2 on its own is ignored", async () => {
-    const nc = await connectNats({ url: nats.url, name: "attacker-w1-advert", credsFile: nats.auth.credsForWorker("w1") });
+    const nc = await connectNats({
+      url: nats.url,
+      name: "attacker-w1-advert",
+      credsFile: nats.auth.credsForWorker("w1"),
+    });
     let delivered = 0;
     const watch = admin.subscribe(workerAdvertSubject("kairos", "w2"), {
       callback: (_e, m) => {
@@ -190,9 +341,17 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
       const advert = { worker_id: "w2", slots: 1000, free: 1000, executor: "docker" };
       const v = nextPermissionError(nc);
       nc.publish(workerAdvertSubject("kairos", "w2"), encode(advert));
-      const e = await defended(v, async () => (delivered > 0 ? "a forged advert for w2 reached w2's advert subject" : undefined), "advert on w2's subject");
+      const e = await defended(
+        v,
+        async () =>
+          delivered > 0 ? "a forged advert for w2 reached w2's advert subject" : undefined,
+        "advert on w2's subject",
+      );
       assert.equal(e.subject, workerAdvertSubject("kairos", "w2"));
-      const refused = nextEvent(sched.node.events, (ev) => ev.type === "message_refused" && ev.actor === "worker/w1");
+      const refused = nextEvent(
+        sched.node.events,
+        (ev) => ev.type === "message_refused" && ev.actor === "worker/w1",
+      );
       nc.publish(workerAdvertSubject("kairos", "w1"), encode(advert));
       const r = await defended(refused, async () => undefined, "advert naming w2 on w1's subject");
       assert.equal(r.type === "message_refused" && r.reason, 'advert names worker "w2"');
@@ -203,6 +362,9 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
   });
 
   it("the nodes themselves, each with its own identity, caused no violation", () => {
-    assert.deepEqual(nats.violations().filter((l) => !l.includes('"worker-w1"') && !l.includes('"worker-w9"')), []);
+    assert.deepEqual(
+      nats.violations().filter((l) => !l.includes('"worker-w1"') && !l.includes('"worker-w9"')),
+      [],
+    );
   });
 });

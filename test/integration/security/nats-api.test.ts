@@ -24,7 +24,10 @@ import { rejectsWith } from "../../support/errors.ts";
 const TA = "tsecaaaaaaaaaaaaa";
 const TB = "tsecbbbbbbbbbbbbb";
 const PARTITIONS = 4;
-const spec = { schedule: { at: "2099-01-01T00:00:00Z" }, task: { image: "busybox", args: ["true"], timeout_s: 5 } };
+const spec = {
+  schedule: { at: "2099-01-01T00:00:00Z" },
+  task: { image: "busybox", args: ["true"], timeout_s: 5 },
+};
 
 /** Resolves with the next permission violation the connection reports (armed before acting). */
 function nextPermissionError(nc: NatsConnection): Promise<PermissionViolationError> {
@@ -43,17 +46,43 @@ describe("NATS API identities", { timeout: 120_000 }, () => {
   let sched: KairosProcess;
   const extra: KairosProcess[] = [];
 
-  const start = (nodeId: string, roles: Role[], natsApi = true) => startKairos(
-    makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(roles) }, nodeId, roles, partitions: PARTITIONS }),
-    { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, natsApi: { enabled: natsApi } },
-  );
+  const start = (nodeId: string, roles: Role[], natsApi = true) =>
+    startKairos(
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(roles) },
+        nodeId,
+        roles,
+        partitions: PARTITIONS,
+      }),
+      {
+        executor: "noop",
+        workerSlots: 1,
+        apiHost: "127.0.0.1",
+        apiPort: 0,
+        natsApi: { enabled: natsApi },
+      },
+    );
 
   before(async () => {
-    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }, { name: "beta", tenantId: TB }] });
+    nats = await startNats({
+      services: [
+        { name: "alpha", tenantId: TA },
+        { name: "beta", tenantId: TB },
+      ],
+    });
     admin = await nats.connect("natsapi-sec-admin");
     buckets = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    for (const [id, name] of [[TA, "alpha"], [TB, "beta"]] as const) {
-      const t: Tenant = { tenant_id: id, name, created_at: "2026-01-01T00:00:00Z", ...TENANT_DEFAULTS };
+    for (const [id, name] of [
+      [TA, "alpha"],
+      [TB, "beta"],
+    ] as const) {
+      const t: Tenant = {
+        tenant_id: id,
+        name,
+        created_at: "2026-01-01T00:00:00Z",
+        ...TENANT_DEFAULTS,
+      };
       await buckets.tenants.create(`t.${id}`, encode(t));
     }
     sched = await start("natsapi-sec-1", ["api", "scheduler"]);
@@ -108,7 +137,10 @@ describe("NATS API identities", { timeout: 120_000 }, () => {
       await rejectsWith(a.listJobs({ tenant_id: TB } as never), "invalid_argument", "tenant_id");
       assert.deepEqual((await a.listJobs()).jobs, []);
       const ncB = await nats.connectService("beta");
-      assert.deepEqual((await new NatsApiClient(ncB, { cluster: "kairos", tenantId: TB }).listJobs()).jobs, []);
+      assert.deepEqual(
+        (await new NatsApiClient(ncB, { cluster: "kairos", tenantId: TB }).listJobs()).jobs,
+        [],
+      );
       await ncB.close();
     } finally {
       await ncA.close();
@@ -119,19 +151,31 @@ describe("NATS API identities", { timeout: 120_000 }, () => {
     const nc = await nats.connectService("alpha");
     try {
       let violation = nextPermissionError(nc);
-      await assert.rejects(nc.request(partitionSubject("kairos", 0), encode({ t: "job", i: `${TB}.j1`, m: { kind: "delete" } }), { timeout: 2000 }));
+      await assert.rejects(
+        nc.request(
+          partitionSubject("kairos", 0),
+          encode({ t: "job", i: `${TB}.j1`, m: { kind: "delete" } }),
+          { timeout: 2000 },
+        ),
+      );
       assert.equal((await violation).subject, partitionSubject("kairos", 0));
       violation = nextPermissionError(nc);
       nc.publish("$KV.kairos_tenants.k.forged", encode({ tenant_id: TB }));
       assert.equal((await violation).subject, "$KV.kairos_tenants.k.forged");
-      await assert.rejects((async () => (await new Kvm(nc).open("kairos_tenants")).get(`t.${TB}`))());
+      await assert.rejects(
+        (async () => (await new Kvm(nc).open("kairos_tenants")).get(`t.${TB}`))(),
+      );
       for (const s of ["_INBOX.>", "_INBOX_api.>", "kairos.kairos.api.>"]) {
         violation = nextPermissionError(nc);
         nc.subscribe(s);
         const v = await violation;
         assert.equal(v.operation, "subscription", s);
       }
-      assert.equal(await (await new Kvm(admin).open("kairos_tenants")).get("k.forged"), null, "nothing was written");
+      assert.equal(
+        await (await new Kvm(admin).open("kairos_tenants")).get("k.forged"),
+        null,
+        "nothing was written",
+      );
     } finally {
       await nc.close();
     }
@@ -162,6 +206,9 @@ describe("NATS API identities", { timeout: 120_000 }, () => {
   });
 
   it("the nodes themselves, as api and api_scheduler users, caused no violation", () => {
-    assert.deepEqual(nats.violations().filter((l) => !l.includes('"service-alpha"')), []);
+    assert.deepEqual(
+      nats.violations().filter((l) => !l.includes('"service-alpha"')),
+      [],
+    );
   });
 });

@@ -47,7 +47,13 @@ describe("NATS authorization", () => {
     admin = await nats.connect("auth-test-admin");
     await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
     node = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.credsFor(["scheduler"]) }, nodeId: "auth-sched", roles: ["scheduler"], partitions: PARTITIONS }),
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.credsFor(["scheduler"]) },
+        nodeId: "auth-sched",
+        roles: ["scheduler"],
+        partitions: PARTITIONS,
+      }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
     );
     await new Promise<void>((resolve) => {
@@ -69,18 +75,29 @@ describe("NATS authorization", () => {
   });
 
   it("refuses a connection without credentials, and one with a wrong password", async () => {
-    await assert.rejects(connectNats({ url: nats.url, name: "anonymous", connectTimeoutMs: 3000 }), (e: unknown) => {
-      assert.ok(isKairosError(e, "unavailable"));
-      assert.match((e as Error).message, /without credentials.*(Authorization Violation|authorization)/i);
-      return true;
-    });
+    await assert.rejects(
+      connectNats({ url: nats.url, name: "anonymous", connectTimeoutMs: 3000 }),
+      (e: unknown) => {
+        assert.ok(isKairosError(e, "unavailable"));
+        assert.match(
+          (e as Error).message,
+          /without credentials.*(Authorization Violation|authorization)/i,
+        );
+        return true;
+      },
+    );
     const wrong = join(mkdtempSync(join(tmpdir(), "kairos-creds-")), "wrong.json");
-    writeFileSync(wrong, JSON.stringify({ user: "admin", password: "not-the-password" }), { mode: 0o600 });
-    await assert.rejects(connectNats({ url: nats.url, name: "wrong", credsFile: wrong, connectTimeoutMs: 3000 }), (e: unknown) => {
-      assert.ok(isKairosError(e, "unavailable"));
-      assert.match((e as Error).message, /as "admin".*(Authorization Violation|authorization)/i);
-      return true;
+    writeFileSync(wrong, JSON.stringify({ user: "admin", password: "not-the-password" }), {
+      mode: 0o600,
     });
+    await assert.rejects(
+      connectNats({ url: nats.url, name: "wrong", credsFile: wrong, connectTimeoutMs: 3000 }),
+      (e: unknown) => {
+        assert.ok(isKairosError(e, "unavailable"));
+        assert.match((e as Error).message, /as "admin".*(Authorization Violation|authorization)/i);
+        return true;
+      },
+    );
     rmSync(dirname(wrong), { recursive: true, force: true });
   });
 
@@ -89,12 +106,23 @@ describe("NATS authorization", () => {
     try {
       const kv = await new Kvm(nc).open("kairos_tenants");
       const violation = nextPermissionError(nc);
-      await assert.rejects(kv.put("k.forged", encode({ tenant_id: "t_victim", key_id: "x", revoked: false })));
+      await assert.rejects(
+        kv.put("k.forged", encode({ tenant_id: "t_victim", key_id: "x", revoked: false })),
+      );
       const v = await violation;
       assert.equal(v.operation, "publish");
       assert.equal(v.subject, "$KV.kairos_tenants.k.forged");
-      assert.equal(await (await new Kvm(admin).open("kairos_tenants")).get("k.forged"), null, "nothing was written");
-      assert.ok(nats.violations().some((l) => l.includes("$KV.kairos_tenants.k.forged") && l.includes('"worker"')), "the server logged the violation and the user");
+      assert.equal(
+        await (await new Kvm(admin).open("kairos_tenants")).get("k.forged"),
+        null,
+        "nothing was written",
+      );
+      assert.ok(
+        nats
+          .violations()
+          .some((l) => l.includes("$KV.kairos_tenants.k.forged") && l.includes('"worker"')),
+        "the server logged the violation and the user",
+      );
     } finally {
       await nc.close();
     }
@@ -119,7 +147,11 @@ describe("NATS authorization", () => {
     try {
       const violation = nextPermissionError(nc);
       const subject = partitionSubject("kairos", 0);
-      await assert.rejects(nc.request(subject, encode({ t: JOB_ACTOR, i: "t_a.j1", m: { kind: "delete" } }), { timeout: 2000 }));
+      await assert.rejects(
+        nc.request(subject, encode({ t: JOB_ACTOR, i: "t_a.j1", m: { kind: "delete" } }), {
+          timeout: 2000,
+        }),
+      );
       const v = await violation;
       assert.equal(v.operation, "publish");
       assert.equal(v.subject, subject);
@@ -135,12 +167,34 @@ describe("NATS authorization", () => {
       if (e.type === "message_refused") refused.push(e);
     });
     try {
-      const router = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(1), partitions: PARTITIONS, plane: "workers", workerId: "w", deadlineMs: 5000 });
+      const router = new ActorRouter({
+        nc,
+        clusterName: "kairos",
+        clock: systemClock,
+        random: seededRandom(1),
+        partitions: PARTITIONS,
+        plane: "workers",
+        workerId: "w",
+        deadlineMs: 5000,
+      });
       const job = { type: JOB_ACTOR, id: jobActorId("t_victim", "jvictim00000000000") };
-      await assert.rejects(router.request(job, { kind: "delete" }), (e: unknown) => isKairosError(e, "permission_denied"));
-      await assert.rejects(router.request({ type: TENANT_ACTOR, id: "t_victim" }, { kind: "release", run_id: "x" }), (e: unknown) => isKairosError(e, "permission_denied"));
+      await assert.rejects(router.request(job, { kind: "delete" }), (e: unknown) =>
+        isKairosError(e, "permission_denied"),
+      );
+      await assert.rejects(
+        router.request({ type: TENANT_ACTOR, id: "t_victim" }, { kind: "release", run_id: "x" }),
+        (e: unknown) => isKairosError(e, "permission_denied"),
+      );
       // A heartbeat passes the plane's filter and reaches the job actor (which knows no such run).
-      await assert.rejects(router.request(job, { kind: "heartbeat", run_id: "jvictim00000000000-1", fence: 1, worker: "w" }), (e: unknown) => !isKairosError(e, "permission_denied"));
+      await assert.rejects(
+        router.request(job, {
+          kind: "heartbeat",
+          run_id: "jvictim00000000000-1",
+          fence: 1,
+          worker: "w",
+        }),
+        (e: unknown) => !isKairosError(e, "permission_denied"),
+      );
       assert.equal(refused.length, 2);
     } finally {
       off();
@@ -163,14 +217,37 @@ describe("NATS authorization", () => {
   it("a forged tenant_id is rejected by the owner before the job actor sees it", async () => {
     const nc = await nats.connect("auth-test-api-forge", ["api"]);
     try {
-      const router = new ActorRouter({ nc, clusterName: "kairos", clock: systemClock, random: seededRandom(2), partitions: PARTITIONS, deadlineMs: 5000 });
-      const spec = { schedule: { at: "2099-01-01T00:00:00Z" }, task: { image: "busybox", command: ["true"] } };
+      const router = new ActorRouter({
+        nc,
+        clusterName: "kairos",
+        clock: systemClock,
+        random: seededRandom(2),
+        partitions: PARTITIONS,
+        deadlineMs: 5000,
+      });
+      const spec = {
+        schedule: { at: "2099-01-01T00:00:00Z" },
+        task: { image: "busybox", command: ["true"] },
+      };
       await assert.rejects(
-        router.request({ type: JOB_ACTOR, id: jobActorId("t_attacker", "jforged0000000000") }, { kind: "create", tenant_id: "t_victim", job_id: "jforged0000000000", spec, request_hash: "h" }),
-        (e: unknown) => isKairosError(e, "permission_denied") && /tenant "t_victim"/.test((e as Error).message),
+        router.request(
+          { type: JOB_ACTOR, id: jobActorId("t_attacker", "jforged0000000000") },
+          {
+            kind: "create",
+            tenant_id: "t_victim",
+            job_id: "jforged0000000000",
+            spec,
+            request_hash: "h",
+          },
+        ),
+        (e: unknown) =>
+          isKairosError(e, "permission_denied") && /tenant "t_victim"/.test((e as Error).message),
       );
       await assert.rejects(
-        router.request({ type: TENANT_ACTOR, id: "t_victim" }, { kind: "acquire", run_id: "r", job: jobActorId("t_attacker", "j1"), ttl_ms: 1000 }),
+        router.request(
+          { type: TENANT_ACTOR, id: "t_victim" },
+          { kind: "acquire", run_id: "r", job: jobActorId("t_attacker", "j1"), ttl_ms: 1000 },
+        ),
         (e: unknown) => isKairosError(e, "permission_denied"),
       );
       // Nothing was stored for the forged job.
@@ -180,7 +257,16 @@ describe("NATS authorization", () => {
       for await (const k of keys) found.push(k);
       assert.deepEqual(found, []);
       // The same command with a matching tenant is admitted (the guard is not a blanket refusal).
-      const ok = await router.request<{ job?: unknown }>({ type: JOB_ACTOR, id: jobActorId("t_attacker", "jforged0000000000") }, { kind: "create", tenant_id: "t_attacker", job_id: "jforged0000000000", spec, request_hash: "h" });
+      const ok = await router.request<{ job?: unknown }>(
+        { type: JOB_ACTOR, id: jobActorId("t_attacker", "jforged0000000000") },
+        {
+          kind: "create",
+          tenant_id: "t_attacker",
+          job_id: "jforged0000000000",
+          spec,
+          request_hash: "h",
+        },
+      );
       assert.ok(ok.job, "created");
     } finally {
       await nc.close();
@@ -189,11 +275,20 @@ describe("NATS authorization", () => {
 
   it("a worker user pinned to its id runs its node and cannot take another worker's offers", async () => {
     const worker = await startKairos(
-      makeNodeConfig({ natsUrl: nats.url, natsAuth: { credsFile: nats.auth.credsForWorker("pw1") }, nodeId: "pw1", roles: ["worker"] }),
+      makeNodeConfig({
+        natsUrl: nats.url,
+        natsAuth: { credsFile: nats.auth.credsForWorker("pw1") },
+        nodeId: "pw1",
+        roles: ["worker"],
+      }),
       { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0 },
     );
     try {
-      const nc = await connectNats({ url: nats.url, name: "auth-test-pinned", credsFile: nats.auth.credsForWorker("pw1") });
+      const nc = await connectNats({
+        url: nats.url,
+        name: "auth-test-pinned",
+        credsFile: nats.auth.credsForWorker("pw1"),
+      });
       try {
         const violation = nextPermissionError(nc);
         nc.subscribe("kairos.kairos.worker.other.start");
@@ -206,7 +301,13 @@ describe("NATS authorization", () => {
     } finally {
       await worker.stop();
     }
-    assert.deepEqual(nats.violations().filter((l) => l.includes('User "worker-pw1"') && !l.includes("worker.other.start")), [], "the pinned worker node itself needed nothing more");
+    assert.deepEqual(
+      nats
+        .violations()
+        .filter((l) => l.includes('User "worker-pw1"') && !l.includes("worker.other.start")),
+      [],
+      "the pinned worker node itself needed nothing more",
+    );
   });
 
   // Last but one: it adds a (fake) second scheduler, which moves partitions away from the node.
@@ -214,21 +315,33 @@ describe("NATS authorization", () => {
     const worker = await nats.connect("auth-test-worker-member", ["worker"]);
     const sched = await nats.connect("auth-test-sched-member", ["scheduler"]);
     const membership = node.node.membership!;
-    const joined = (id: string) => new Promise<void>((resolve) => {
-      const off = node.node.events.on((e) => {
-        if (e.type === "member_joined" && e.nodeId === id) {
-          off();
-          resolve();
-        }
+    const joined = (id: string) =>
+      new Promise<void>((resolve) => {
+        const off = node.node.events.on((e) => {
+          if (e.type === "member_joined" && e.nodeId === id) {
+            off();
+            resolve();
+          }
+        });
       });
-    });
     try {
       const violation = nextPermissionError(worker);
-      worker.publish("kairos.kairos.node.hb.s", encode({ nodeId: "ghost", incarnation: "x", roles: ["scheduler"], startedAtMs: 0 }));
+      worker.publish(
+        "kairos.kairos.node.hb.s",
+        encode({ nodeId: "ghost", incarnation: "x", roles: ["scheduler"], startedAtMs: 0 }),
+      );
       assert.equal((await violation).subject, "kairos.kairos.node.hb.s");
       // On the subject workers may use, a claim to be a scheduler is not believed.
       const ghost2 = joined("ghost2");
-      worker.publish("kairos.kairos.node.hb.n", encode({ nodeId: "ghost2", incarnation: "x", roles: ["scheduler", "worker"], startedAtMs: 0 }));
+      worker.publish(
+        "kairos.kairos.node.hb.n",
+        encode({
+          nodeId: "ghost2",
+          incarnation: "x",
+          roles: ["scheduler", "worker"],
+          startedAtMs: 0,
+        }),
+      );
       await ghost2;
       assert.deepEqual(membership.live("scheduler"), ["auth-sched"]);
       assert.ok(membership.live("worker").includes("ghost2"));
@@ -238,10 +351,19 @@ describe("NATS authorization", () => {
       const joined2 = joined("sched-2");
       sched.publish("kairos.kairos.node.hb.s", encode(s2));
       await joined2;
-      worker.publish("kairos.kairos.node.leave.n", encode({ nodeId: "sched-2", incarnation: "i2" }));
-      worker.publish("kairos.kairos.node.hb.n", encode({ ...s2, incarnation: "i3", roles: ["worker"] }));
+      worker.publish(
+        "kairos.kairos.node.leave.n",
+        encode({ nodeId: "sched-2", incarnation: "i2" }),
+      );
+      worker.publish(
+        "kairos.kairos.node.hb.n",
+        encode({ ...s2, incarnation: "i3", roles: ["worker"] }),
+      );
       const ghost3 = joined("ghost3"); // same publisher, same subscriber connection: in order
-      worker.publish("kairos.kairos.node.hb.n", encode({ nodeId: "ghost3", incarnation: "x", roles: ["worker"], startedAtMs: 0 }));
+      worker.publish(
+        "kairos.kairos.node.hb.n",
+        encode({ nodeId: "ghost3", incarnation: "x", roles: ["worker"], startedAtMs: 0 }),
+      );
       await ghost3;
       assert.deepEqual(membership.live("scheduler"), ["auth-sched", "sched-2"]);
       assert.ok(membership.isLive("sched-2", "i2"));
@@ -252,6 +374,9 @@ describe("NATS authorization", () => {
   });
 
   it("the scheduler node itself, running as the scheduler user, caused no violation", () => {
-    assert.deepEqual(nats.violations().filter((l) => l.includes('User "scheduler"')), []);
+    assert.deepEqual(
+      nats.violations().filter((l) => l.includes('User "scheduler"')),
+      [],
+    );
   });
 });

@@ -11,7 +11,12 @@ import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
-import { isBlockedAddress, notifyDeadLetter, WebhookSender, type Resolve } from "../../../src/notify/webhook.ts";
+import {
+  isBlockedAddress,
+  notifyDeadLetter,
+  WebhookSender,
+  type Resolve,
+} from "../../../src/notify/webhook.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 
 const run = { run_id: "r1", tenant_id: "t1", job_id: "j1", status: "failed" } as unknown as RunView;
@@ -26,14 +31,23 @@ interface Receiver {
 }
 
 async function receiver(): Promise<Receiver> {
-  const r: Receiver = { server: createServer(), port: 0, connections: 0, requests: [], handler: (res) => res.writeHead(204).end() };
+  const r: Receiver = {
+    server: createServer(),
+    port: 0,
+    connections: 0,
+    requests: [],
+    handler: (res) => res.writeHead(204).end(),
+  };
   r.server.on("connection", (_s: Socket) => r.connections++);
   r.server.on("request", (req, res) => {
     let body = "";
-    req.setEncoding("utf8").on("data", (c: string) => (body += c)).on("end", () => {
-      r.requests.push({ url: req.url ?? "", body });
-      r.handler(res);
-    });
+    req
+      .setEncoding("utf8")
+      .on("data", (c: string) => (body += c))
+      .on("end", () => {
+        r.requests.push({ url: req.url ?? "", body });
+        r.handler(res);
+      });
   });
   await new Promise<void>((ok) => r.server.listen(0, "127.0.0.1", ok));
   r.port = (r.server.address() as AddressInfo).port;
@@ -55,22 +69,61 @@ describe("webhook destinations (SSRF)", () => {
   });
 
   it("classifies addresses: loopback, private, link-local, CGNAT, unspecified, mapped are blocked; public is not", () => {
-    for (const a of ["127.0.0.1", "127.9.9.9", "10.0.0.1", "172.16.5.5", "192.168.1.1", "169.254.169.254", "100.64.0.1", "100.127.255.254", "0.0.0.0", "224.0.0.1", "255.255.255.255",
-      "::1", "::", "fe80::1", "fd00::1", "::ffff:127.0.0.1", "::ffff:a9fe:a9fe", "64:ff9b::a00:1", "not-an-ip",
+    for (const a of [
+      "127.0.0.1",
+      "127.9.9.9",
+      "10.0.0.1",
+      "172.16.5.5",
+      "192.168.1.1",
+      "169.254.169.254",
+      "100.64.0.1",
+      "100.127.255.254",
+      "0.0.0.0",
+      "224.0.0.1",
+      "255.255.255.255",
+      "::1",
+      "::",
+      "fe80::1",
+      "fd00::1",
+      "::ffff:127.0.0.1",
+      "::ffff:a9fe:a9fe",
+      "64:ff9b::a00:1",
+      "not-an-ip",
       // IPv6 forms that carry an IPv4 address: compatible (::/96), translated, NAT64 local use, 6to4, Teredo.
-      "::7f00:1", "::a9fe:a9fe", "::ffff:0:7f00:1", "64:ff9b:1::7f00:1", "2002:7f00:1::1", "2001:0:7f00:1::1", "192.88.99.1", "3fff::1"]) {
+      "::7f00:1",
+      "::a9fe:a9fe",
+      "::ffff:0:7f00:1",
+      "64:ff9b:1::7f00:1",
+      "2002:7f00:1::1",
+      "2001:0:7f00:1::1",
+      "192.88.99.1",
+      "3fff::1",
+    ]) {
       assert.equal(isBlockedAddress(a), true, a);
     }
-    for (const a of ["93.184.216.34", "8.8.8.8", "100.128.0.1", "2606:4700:4700::1111"]) assert.equal(isBlockedAddress(a), false, a);
+    for (const a of ["93.184.216.34", "8.8.8.8", "100.128.0.1", "2606:4700:4700::1111"])
+      assert.equal(isBlockedAddress(a), false, a);
   });
 
   it("refuses literal non-public addresses without opening a connection", async () => {
     // http is allowed here so that only the address rule decides.
     const sender = new WebhookSender({ allowHttp: true });
     const before = rx.connections;
-    for (const host of ["127.0.0.1", "169.254.169.254", "10.0.0.1", "100.64.0.1", "[::1]", "0.0.0.0", "[::ffff:127.0.0.1]"]) {
+    for (const host of [
+      "127.0.0.1",
+      "169.254.169.254",
+      "10.0.0.1",
+      "100.64.0.1",
+      "[::1]",
+      "0.0.0.0",
+      "[::ffff:127.0.0.1]",
+    ]) {
       const port = host === "127.0.0.1" ? rx.port : 80;
-      const r = await notifyDeadLetter({ url: `http://${host}:${port}/hook`, secret: "s", sender }, run, opts);
+      const r = await notifyDeadLetter(
+        { url: `http://${host}:${port}/hook`, secret: "s", sender },
+        run,
+        opts,
+      );
       assert.equal(r.ok, false, host);
       assert.equal(r.refused, true, `${host}: ${JSON.stringify(r)}`);
       assert.match(r.error ?? "", /not a public address/, host);
@@ -81,11 +134,25 @@ describe("webhook destinations (SSRF)", () => {
   it("refuses loopback names and other spellings of internal addresses as written, before any lookup", async () => {
     // The resolver would say "public"; only the check of the URL as written may refuse these.
     let resolved = 0;
-    const sender = new WebhookSender({}, { resolve: async () => (resolved++, [{ address: "127.0.0.1", family: 4 }]) });
+    const sender = new WebhookSender(
+      {},
+      { resolve: async () => (resolved++, [{ address: "127.0.0.1", family: 4 }]) },
+    );
     const urls = [
-      "https://localhost./hook", "https://LOCALHOST../hook", "https://kairos.localhost/hook", "https://localhost.localdomain/",
-      "https://[::7f00:1]/hook", "https://[::a9fe:a9fe]/", "https://[64:ff9b::7f00:1]/", "https://[::ffff:0:7f00:1]/", "https://[2002:7f00:1::1]/",
-      "https://0x7f.1/", "https://2130706433/", "https://127.0.0.1./", "https://0177.0.0.1/", "https://[0:0:0:0:0:ffff:169.254.169.254]/",
+      "https://localhost./hook",
+      "https://LOCALHOST../hook",
+      "https://kairos.localhost/hook",
+      "https://localhost.localdomain/",
+      "https://[::7f00:1]/hook",
+      "https://[::a9fe:a9fe]/",
+      "https://[64:ff9b::7f00:1]/",
+      "https://[::ffff:0:7f00:1]/",
+      "https://[2002:7f00:1::1]/",
+      "https://0x7f.1/",
+      "https://2130706433/",
+      "https://127.0.0.1./",
+      "https://0177.0.0.1/",
+      "https://[0:0:0:0:0:ffff:169.254.169.254]/",
     ];
     for (const url of urls) {
       const r = await notifyDeadLetter({ url, secret: "s", sender }, run, opts);
@@ -97,8 +164,15 @@ describe("webhook destinations (SSRF)", () => {
 
   it("a public-looking name is still resolved and checked (the check as written does not replace it)", async () => {
     let resolved = 0;
-    const sender = new WebhookSender({}, { resolve: async () => (resolved++, [{ address: "::7f00:1", family: 6 }]) });
-    const r = await notifyDeadLetter({ url: "https://hooks.example.test/hook", secret: "s", sender }, run, opts);
+    const sender = new WebhookSender(
+      {},
+      { resolve: async () => (resolved++, [{ address: "::7f00:1", family: 6 }]) },
+    );
+    const r = await notifyDeadLetter(
+      { url: "https://hooks.example.test/hook", secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(r.refused, true, JSON.stringify(r));
     assert.match(r.error ?? "", /resolves only to non-public addresses \(::7f00:1\)/);
     assert.equal(resolved, 1);
@@ -112,7 +186,11 @@ describe("webhook destinations (SSRF)", () => {
     };
     const sender = new WebhookSender({ allowHttp: true }, { resolve });
     const before = rx.connections;
-    const r = await notifyDeadLetter({ url: `http://hooks.example.test:${rx.port}/hook`, secret: "s", sender }, run, opts);
+    const r = await notifyDeadLetter(
+      { url: `http://hooks.example.test:${rx.port}/hook`, secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(r.refused, true, JSON.stringify(r));
     assert.match(r.error ?? "", /resolves only to non-public addresses \(127\.0\.0\.1\)/);
     assert.deepEqual(resolved, ["hooks.example.test"]);
@@ -124,9 +202,16 @@ describe("webhook destinations (SSRF)", () => {
     // A resolver whose answer changes between calls. There is exactly one resolution, inside the
     // TLS socket's lookup, and the socket may only use what it returned (here: private, refused);
     // with the system resolver this name would not exist at all (ENOTFOUND, not a refusal).
-    const resolve: Resolve = async () => (calls++ === 0 ? [{ address: "10.0.0.1", family: 4 }] : [{ address: "93.184.216.34", family: 4 }]);
+    const resolve: Resolve = async () =>
+      calls++ === 0
+        ? [{ address: "10.0.0.1", family: 4 }]
+        : [{ address: "93.184.216.34", family: 4 }];
     const sender = new WebhookSender({}, { resolve });
-    const r = await notifyDeadLetter({ url: "https://hooks.example.test/hook", secret: "s", sender }, run, opts);
+    const r = await notifyDeadLetter(
+      { url: "https://hooks.example.test/hook", secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(r.refused, true, JSON.stringify(r));
     assert.match(r.error ?? "", /resolves only to non-public addresses \(10\.0\.0\.1\)/);
     assert.equal(calls, 1, "resolved once; the refusal is not retried");
@@ -135,9 +220,16 @@ describe("webhook destinations (SSRF)", () => {
   it("connects to the address that was checked (the resolver's answer is what the socket uses)", async () => {
     // The receiver is on loopback, so private addresses are allowed here; the point is that the
     // socket goes where the checked lookup said, not to a second resolution of the name.
-    const sender = new WebhookSender({ allowHttp: true, allowPrivateAddresses: true }, { resolve: async () => [{ address: "127.0.0.1", family: 4 }] });
+    const sender = new WebhookSender(
+      { allowHttp: true, allowPrivateAddresses: true },
+      { resolve: async () => [{ address: "127.0.0.1", family: 4 }] },
+    );
     const n = rx.requests.length;
-    const r = await notifyDeadLetter({ url: `http://receiver.example.test:${rx.port}/hook`, secret: "s", sender }, run, opts);
+    const r = await notifyDeadLetter(
+      { url: `http://receiver.example.test:${rx.port}/hook`, secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(r.ok, true, JSON.stringify(r));
     assert.equal(rx.requests.length, n + 1);
     assert.equal(JSON.parse(rx.requests[n]!.body).run.run_id, "r1");
@@ -145,26 +237,46 @@ describe("webhook destinations (SSRF)", () => {
 
   it("refuses http unless the operator allows it, before resolving anything", async () => {
     let resolved = 0;
-    const sender = new WebhookSender({}, { resolve: async () => (resolved++, [{ address: "93.184.216.34", family: 4 }]) });
-    const r = await notifyDeadLetter({ url: "http://hooks.example.test/hook", secret: "s", sender }, run, opts);
+    const sender = new WebhookSender(
+      {},
+      { resolve: async () => (resolved++, [{ address: "93.184.216.34", family: 4 }]) },
+    );
+    const r = await notifyDeadLetter(
+      { url: "http://hooks.example.test/hook", secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(r.refused, true);
     assert.match(r.error ?? "", /http webhooks are not allowed \(https only/);
     assert.equal(resolved, 0);
-    const ftp = await notifyDeadLetter({ url: "ftp://hooks.example.test/", secret: "s", sender }, run, opts);
+    const ftp = await notifyDeadLetter(
+      { url: "ftp://hooks.example.test/", secret: "s", sender },
+      run,
+      opts,
+    );
     assert.equal(ftp.refused, true);
   });
 
   it("the default sender (no operator policy) is strict: https and public addresses only", async () => {
-    const r = await notifyDeadLetter({ url: `https://127.0.0.1:${rx.port}/hook`, secret: "s" }, run, opts);
+    const r = await notifyDeadLetter(
+      { url: `https://127.0.0.1:${rx.port}/hook`, secret: "s" },
+      run,
+      opts,
+    );
     assert.equal(r.refused, true, JSON.stringify(r));
   });
 
   it("does not follow a redirect (not even once), and does not retry it", async () => {
     const sender = new WebhookSender({ allowHttp: true, allowPrivateAddresses: true });
-    rx.handler = (res) => res.writeHead(302, { location: `http://127.0.0.1:${other.port}/stolen` }).end();
+    rx.handler = (res) =>
+      res.writeHead(302, { location: `http://127.0.0.1:${other.port}/stolen` }).end();
     try {
       const n = rx.requests.length;
-      const r = await notifyDeadLetter({ url: `http://127.0.0.1:${rx.port}/hook`, secret: "s", sender }, run, { ...opts, attempts: 3 });
+      const r = await notifyDeadLetter(
+        { url: `http://127.0.0.1:${rx.port}/hook`, secret: "s", sender },
+        run,
+        { ...opts, attempts: 3 },
+      );
       assert.equal(r.ok, false);
       assert.equal(r.status, 302);
       assert.match(r.error ?? "", /redirect, which is not followed/);
@@ -176,7 +288,12 @@ describe("webhook destinations (SSRF)", () => {
   });
 
   it("bounds one tenant's deliveries in flight; the overflow is dropped, other tenants unaffected", async () => {
-    const sender = new WebhookSender({ allowHttp: true, allowPrivateAddresses: true, maxConcurrentPerTenant: 2, maxQueuedPerTenant: 1 });
+    const sender = new WebhookSender({
+      allowHttp: true,
+      allowPrivateAddresses: true,
+      maxConcurrentPerTenant: 2,
+      maxQueuedPerTenant: 1,
+    });
     const held: (() => void)[] = [];
     let arrived: () => void = () => {};
     rx.handler = (res) => {
@@ -197,7 +314,10 @@ describe("webhook destinations (SSRF)", () => {
       await thirdArrived;
       held[1]!();
       held[2]!();
-      assert.deepEqual((await Promise.all(first)).map((r) => r.ok), [true, true, true]);
+      assert.deepEqual(
+        (await Promise.all(first)).map((r) => r.ok),
+        [true, true, true],
+      );
     } finally {
       rx.handler = (res) => res.writeHead(204).end();
     }

@@ -15,7 +15,13 @@ import { FakeJobs } from "../http/fakes.ts";
 import { NOW, validJob } from "../http/helpers.ts";
 
 const tenant = (id: string, image_policy?: string[]): Tenant => ({
-  tenant_id: id, name: id, created_at: "2026-01-01T00:00:00Z", max_concurrent_runs: 1, max_jobs: 10, weight: 1, webhook_url: null,
+  tenant_id: id,
+  name: id,
+  created_at: "2026-01-01T00:00:00Z",
+  max_concurrent_runs: 1,
+  max_jobs: 10,
+  weight: 1,
+  webhook_url: null,
   ...(image_policy ? { image_policy } : {}),
 });
 
@@ -26,7 +32,11 @@ function setup(policy = ALLOW_ANY_IMAGE) {
 }
 
 async function fails(p: Promise<unknown>, code: string, field?: string): Promise<void> {
-  await assert.rejects(p, (e: unknown) => isKairosError(e) && e.code === code && (field === undefined || e.field === field));
+  await assert.rejects(
+    p,
+    (e: unknown) =>
+      isKairosError(e) && e.code === code && (field === undefined || e.field === field),
+  );
 }
 
 describe("operations", () => {
@@ -37,7 +47,10 @@ describe("operations", () => {
     assert.equal(job.tenant_id, "ta");
     await fails(ops.getJob(tenant("tb"), job.job_id), "not_found");
     await fails(ops.deleteJob(tenant("tb"), job.job_id), "not_found");
-    assert.deepEqual(jobs.calls.map((c) => c.tenantId), ["ta", "tb", "tb"]);
+    assert.deepEqual(
+      jobs.calls.map((c) => c.tenantId),
+      ["ta", "tb", "tb"],
+    );
   });
 
   it("check ids, then headers, then the body; the body is not read when an earlier input is bad", async () => {
@@ -48,20 +61,44 @@ describe("operations", () => {
       return { nope: 1 };
     };
     await fails(ops.patchJob(tenant("ta"), { jobId: "bad id", ifMatch: "x", body }), "not_found");
-    await fails(ops.patchJob(tenant("ta"), { jobId: "j1", ifMatch: "x", body }), "invalid_argument", "If-Match");
-    await fails(ops.createJob(tenant("ta"), { idempotencyKey: "", body }), "invalid_argument", "Idempotency-Key");
+    await fails(
+      ops.patchJob(tenant("ta"), { jobId: "j1", ifMatch: "x", body }),
+      "invalid_argument",
+      "If-Match",
+    );
+    await fails(
+      ops.createJob(tenant("ta"), { idempotencyKey: "", body }),
+      "invalid_argument",
+      "Idempotency-Key",
+    );
     assert.equal(reads, 0);
     await fails(ops.createJob(tenant("ta"), { body }), "invalid_argument", "nope");
     assert.equal(reads, 1);
-    await fails(ops.listRuns(tenant("ta"), { jobId: "j1", limit: "0", status: "bogus" }), "invalid_argument", "limit");
-    await fails(ops.listRuns(tenant("ta"), { jobId: "j1", status: "bogus" }), "invalid_argument", "status");
-    await fails(ops.listJobs(tenant("ta"), { cursor: "c".repeat(1025) }), "invalid_argument", "cursor");
+    await fails(
+      ops.listRuns(tenant("ta"), { jobId: "j1", limit: "0", status: "bogus" }),
+      "invalid_argument",
+      "limit",
+    );
+    await fails(
+      ops.listRuns(tenant("ta"), { jobId: "j1", status: "bogus" }),
+      "invalid_argument",
+      "status",
+    );
+    await fails(
+      ops.listJobs(tenant("ta"), { cursor: "c".repeat(1025) }),
+      "invalid_argument",
+      "cursor",
+    );
     assert.equal(jobs.calls.length, 0, "the service saw none of it");
   });
 
   it("the tenant's own image policy replaces the operator's", async () => {
     const { ops } = setup(parseImagePolicy(["registry.example.com/ops/"], "operator"));
-    await fails(ops.createJob(tenant("ta"), { body: async () => validJob() }), "policy_denied", "task.image");
+    await fails(
+      ops.createJob(tenant("ta"), { body: async () => validJob() }),
+      "policy_denied",
+      "task.image",
+    );
     const own = tenant("ta", ["busybox"]);
     assert.equal((await ops.createJob(own, { body: async () => validJob() })).created, true);
   });

@@ -21,17 +21,33 @@ import type { JobSpec } from "../../../src/protocol/model.ts";
 
 // Each rule is broken now and then, so that most tasks break at most one (and some none).
 const name = fc.oneof(
-  { arbitrary: fc.constantFrom("A", "PATH", "_x", "kairos", "KAIROSX", "KAIROS", "kairos_x"), weight: 6 },
-  { arbitrary: fc.constantFrom("kairos_x", "KAIROS_RUN_ID", "Kairos_Token", "kAiRoS_", "kairos__"), weight: 2 },
+  {
+    arbitrary: fc.constantFrom("A", "PATH", "_x", "kairos", "KAIROSX", "KAIROS", "kairos_x"),
+    weight: 6,
+  },
+  {
+    arbitrary: fc.constantFrom("kairos_x", "KAIROS_RUN_ID", "Kairos_Token", "kAiRoS_", "kairos__"),
+    weight: 2,
+  },
   { arbitrary: fc.constantFrom("1BAD", "A-B", "A B", "", "É", "A=B", "A\0"), weight: 1 },
-  { arbitrary: fc.string({ unit: fc.constantFrom("a", "K", "_", "1"), minLength: 1, maxLength: 8 }), weight: 2 },
+  {
+    arbitrary: fc.string({ unit: fc.constantFrom("a", "K", "_", "1"), minLength: 1, maxLength: 8 }),
+    weight: 2,
+  },
 );
 const text = fc.oneof(
-  { arbitrary: fc.string({ unit: fc.constantFrom("a", " ", "é", "=", "\n"), maxLength: 6 }), weight: 8 },
+  {
+    arbitrary: fc.string({ unit: fc.constantFrom("a", " ", "é", "=", "\n"), maxLength: 6 }),
+    weight: 8,
+  },
   { arbitrary: fc.constantFrom("a\0b", "\0", "x\0"), weight: 1 },
 );
 const resources = fc.record(
-  { memory_mb: fc.constantFrom(16, 256, 2047, 2048, 2049, 4096, 65_536), cpus: fc.constantFrom(0.1, 1, 2, 2.5, 64), pids: fc.constantFrom(8, 64, 512, 513, 4096) },
+  {
+    memory_mb: fc.constantFrom(16, 256, 2047, 2048, 2049, 4096, 65_536),
+    cpus: fc.constantFrom(0.1, 1, 2, 2.5, 64),
+    pids: fc.constantFrom(8, 64, 512, 513, 4096),
+  },
   { requiredKeys: [] },
 );
 const taskBody = fc.record({
@@ -43,7 +59,12 @@ const taskBody = fc.record({
 
 /** The task a worker builds from a stored job (worker.ts `newLease`; secrets opened into env). */
 function asWorkerTask(t: JobSpec["task"]): TaskSpec {
-  const spec: TaskSpec = { image: t.image, args: t.args, env: { ...t.env, ...t.secret_env }, timeoutS: t.timeout_s };
+  const spec: TaskSpec = {
+    image: t.image,
+    args: t.args,
+    env: { ...t.env, ...t.secret_env },
+    timeoutS: t.timeout_s,
+  };
   if (t.resources) {
     spec.resources = {
       ...(t.resources.memory_mb ? { memoryMb: t.resources.memory_mb } : {}),
@@ -57,7 +78,11 @@ function asWorkerTask(t: JobSpec["task"]): TaskSpec {
 function workerRefusal(task: TaskSpec, limits: TaskLimits): string | undefined {
   const docker = resolveExecutorOptions({ workerId: "w", docker: limits }).docker;
   const limited = resolveLimits(task, docker);
-  return validateTask(task, false)?.message ?? validateTask(task, true)?.message ?? ("class" in limited ? limited.message : undefined);
+  return (
+    validateTask(task, false)?.message ??
+    validateTask(task, true)?.message ??
+    ("class" in limited ? limited.message : undefined)
+  );
 }
 
 describe("the API accepts a task exactly when a worker would run it", () => {
@@ -66,7 +91,14 @@ describe("the API accepts a task exactly when a worker would run it", () => {
       await fc.assert(
         fc.asyncProperty(taskBody, async (t) => {
           const h = harness(undefined, limits);
-          const task = { image: "busybox", timeout_s: 30, args: t.args, env: t.env, ...(t.secret_env ? { secret_env: t.secret_env } : {}), ...(t.resources ? { resources: t.resources } : {}) };
+          const task = {
+            image: "busybox",
+            timeout_s: 30,
+            args: t.args,
+            env: t.env,
+            ...(t.secret_env ? { secret_env: t.secret_env } : {}),
+            ...(t.resources ? { resources: t.resources } : {}),
+          };
           const res = await h.req("POST", "/v1/jobs", { body: validJob({ task }) });
           const answer = await res.text();
           if (res.status === 201) {
@@ -80,8 +112,19 @@ describe("the API accepts a task exactly when a worker would run it", () => {
           // (name/secret overlap, env count) or the secret_env of the request decided.
           const overlap = Object.keys(t.secret_env ?? {}).some((k) => k in t.env);
           if (overlap) return;
-          const asSent = asWorkerTask({ image: "busybox", args: t.args, env: t.env, timeout_s: 30, ...(t.secret_env ? { secret_env: t.secret_env } : {}), ...(t.resources ? { resources: t.resources } : {}) });
-          assert.notEqual(workerRefusal(asSent, limits), undefined, `refused (${answer}), but a worker would run it`);
+          const asSent = asWorkerTask({
+            image: "busybox",
+            args: t.args,
+            env: t.env,
+            timeout_s: 30,
+            ...(t.secret_env ? { secret_env: t.secret_env } : {}),
+            ...(t.resources ? { resources: t.resources } : {}),
+          });
+          assert.notEqual(
+            workerRefusal(asSent, limits),
+            undefined,
+            `refused (${answer}), but a worker would run it`,
+          );
         }),
         { numRuns: 1000 },
       );

@@ -12,8 +12,14 @@ describe("start-up against a NATS cluster in flux", () => {
       new Error("insufficient resources"),
       new Error("JetStream cluster not available"),
       new Error("stream leader not found"),
-    ]) assert.equal(isTransientStartupError(e), true, e.message);
-    for (const e of [new Error("Permissions Violation for Publish"), new Error("Authorization Violation"), "timeout", null]) {
+    ])
+      assert.equal(isTransientStartupError(e), true, e.message);
+    for (const e of [
+      new Error("Permissions Violation for Publish"),
+      new Error("Authorization Violation"),
+      "timeout",
+      null,
+    ]) {
       assert.equal(isTransientStartupError(e), false, String(e));
     }
   });

@@ -10,7 +10,14 @@ describe("clock skew from membership heartbeats", () => {
       { nodeId: "b", sentMs: 100_010, heardMs: 90_000 },
       { nodeId: "c", sentMs: 103_000, heardMs: 90_000 },
     ]);
-    assert.deepEqual([...o], [["a", -10], ["b", 0], ["c", 2_990]]);
+    assert.deepEqual(
+      [...o],
+      [
+        ["a", -10],
+        ["b", 0],
+        ["c", 2_990],
+      ],
+    );
     const w = skewWarnings(o);
     assert.equal(w.length, 1);
     assert.match(w[0]!, /^node c: clock ahead of the cluster's median by 2990 ms/);
@@ -27,7 +34,15 @@ describe("clock skew from membership heartbeats", () => {
   });
 
   it("warns only beyond SKEW_WARN_MS, either way", () => {
-    assert.deepEqual(skewWarnings(new Map([["a", SKEW_WARN_MS], ["b", -SKEW_WARN_MS]])), []);
+    assert.deepEqual(
+      skewWarnings(
+        new Map([
+          ["a", SKEW_WARN_MS],
+          ["b", -SKEW_WARN_MS],
+        ]),
+      ),
+      [],
+    );
     assert.match(skewWarnings(new Map([["b", -SKEW_WARN_MS - 1]]))[0]!, /behind/);
   });
 });

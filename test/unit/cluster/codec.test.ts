@@ -8,7 +8,15 @@ import { execFileSync } from "node:child_process";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 
 it("round-trips what Kairos sends and stores", () => {
-  const v = { kind: "create", tenant_id: "t_1", n: 3, big: 2 ** 40, none: null, list: ["é", "x".repeat(300)], nested: { ok: true } };
+  const v = {
+    kind: "create",
+    tenant_id: "t_1",
+    n: 3,
+    big: 2 ** 40,
+    none: null,
+    list: ["é", "x".repeat(300)],
+    nested: { ok: true },
+  };
   assert.deepEqual(decode(encode(v)), v);
 });
 
@@ -18,6 +26,14 @@ it("no module of a node turns msgpackr's native string extraction on", () => {
     for (const m of ["./src/server/start.ts", "./src/cli/node.ts", "./src/cli/dev.ts", "./src/cli/admin.ts", "./src/nats-api/service.ts"]) await import(m);
     const m = await import("msgpackr/pack");
     process.stdout.write(String(m.isNativeAccelerationEnabled));`;
-  const out = execFileSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], { cwd: new URL("../../../", import.meta.url), encoding: "utf8" });
-  assert.equal(out.trim().split("\n").at(-1), "false", "a module imports msgpackr's Node entry (use msgpackr/pack)");
+  const out = execFileSync(
+    process.execPath,
+    ["--import", "tsx", "--input-type=module", "-e", script],
+    { cwd: new URL("../../../", import.meta.url), encoding: "utf8" },
+  );
+  assert.equal(
+    out.trim().split("\n").at(-1),
+    "false",
+    "a module imports msgpackr's Node entry (use msgpackr/pack)",
+  );
 });

@@ -2,7 +2,12 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { counterActor, DEDUPE_WINDOW, type CounterMsg, type CounterState } from "../../../src/actors/counter.ts";
+import {
+  counterActor,
+  DEDUPE_WINDOW,
+  type CounterMsg,
+  type CounterState,
+} from "../../../src/actors/counter.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
 const ctx = { id: "c1", nowMs: 0 };
@@ -33,30 +38,45 @@ describe("counter actor", () => {
 
   it(`remembers at most ${DEDUPE_WINDOW} ids, forgetting the oldest first`, () => {
     let s = counterActor.initialState("c1");
-    for (let i = 0; i < DEDUPE_WINDOW + 10; i++) s = recv(s, { kind: "inc", by: 1, reqId: `r${i}` }).state;
+    for (let i = 0; i < DEDUPE_WINDOW + 10; i++)
+      s = recv(s, { kind: "inc", by: 1, reqId: `r${i}` }).state;
     assert.equal(s.recent.length, DEDUPE_WINDOW);
     assert.equal(s.recent[0], "r10");
     assert.equal(s.value, DEDUPE_WINDOW + 10);
-    assert.deepEqual(recv(s, { kind: "inc", by: 1, reqId: "r10" }).reply, { value: s.value, applied: false });
+    assert.deepEqual(recv(s, { kind: "inc", by: 1, reqId: "r10" }).reply, {
+      value: s.value,
+      applied: false,
+    });
     // r9 fell out of the window: a retry that late is applied again (the window is the bound).
-    assert.deepEqual(recv(s, { kind: "inc", by: 1, reqId: "r9" }).reply, { value: s.value + 1, applied: true });
+    assert.deepEqual(recv(s, { kind: "inc", by: 1, reqId: "r9" }).reply, {
+      value: s.value + 1,
+      applied: true,
+    });
   });
 
   it("property: value = sum of distinct ids' increments when repeats stay within the window", () => {
     fc.assert(
-      fc.property(fc.array(fc.tuple(fc.integer({ min: 0, max: 40 }), fc.integer({ min: -5, max: 5 })), { maxLength: 200 }), (ops) => {
-        let s = counterActor.initialState("c1");
-        const byId = new Map<string, number>();
-        for (const [id, by] of ops) {
-          const reqId = `r${id}`;
-          // the first increment for an id wins; later ones with the same id are repeats
-          const r = recv(s, { kind: "inc", by: byId.get(reqId) ?? by, reqId });
-          if (!byId.has(reqId)) byId.set(reqId, by);
-          s = r.state;
-        }
-        assert.equal(s.value, [...byId.values()].reduce((a, b) => a + b, 0));
-        assert.ok(s.recent.length <= DEDUPE_WINDOW);
-      }),
+      fc.property(
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 40 }), fc.integer({ min: -5, max: 5 })), {
+          maxLength: 200,
+        }),
+        (ops) => {
+          let s = counterActor.initialState("c1");
+          const byId = new Map<string, number>();
+          for (const [id, by] of ops) {
+            const reqId = `r${id}`;
+            // the first increment for an id wins; later ones with the same id are repeats
+            const r = recv(s, { kind: "inc", by: byId.get(reqId) ?? by, reqId });
+            if (!byId.has(reqId)) byId.set(reqId, by);
+            s = r.state;
+          }
+          assert.equal(
+            s.value,
+            [...byId.values()].reduce((a, b) => a + b, 0),
+          );
+          assert.ok(s.recent.length <= DEDUPE_WINDOW);
+        },
+      ),
     );
   });
 
@@ -64,7 +84,11 @@ describe("counter actor", () => {
     const parse = (raw: unknown) => counterActor.parse!(raw);
     it("accepts get and inc", () => {
       assert.deepEqual(parse({ kind: "get" }), { kind: "get" });
-      assert.deepEqual(parse({ kind: "inc", by: -2, reqId: "x", extra: 1 }), { kind: "inc", by: -2, reqId: "x" });
+      assert.deepEqual(parse({ kind: "inc", by: -2, reqId: "x", extra: 1 }), {
+        kind: "inc",
+        by: -2,
+        reqId: "x",
+      });
     });
     const bad: [string, unknown][] = [
       ["null", null],
@@ -77,7 +101,10 @@ describe("counter actor", () => {
     ];
     for (const [what, raw] of bad) {
       it(`rejects ${what} with invalid_argument`, () => {
-        assert.throws(() => parse(raw), (e: unknown) => isKairosError(e, "invalid_argument"));
+        assert.throws(
+          () => parse(raw),
+          (e: unknown) => isKairosError(e, "invalid_argument"),
+        );
       });
     }
   });

@@ -11,7 +11,9 @@ import { systemClock } from "../../../src/lib/clock.ts";
 
 function blockFor(ms: number): void {
   const end = performance.now() + ms;
-  while (performance.now() < end) { /* busy: no timers, no I/O */ }
+  while (performance.now() < end) {
+    /* busy: no timers, no I/O */
+  }
 }
 
 it("a reply that arrived while the event loop was blocked past the deadline is taken", async () => {
@@ -25,7 +27,11 @@ it("a reply that arrived while the event loop was blocked past the deadline is t
       const result = withDeadline(reply, systemClock, 50, () => new Error("timed out"));
       sock.write(`ping${i}`);
       blockFor(300); // the echo arrives meanwhile; the deadline expires meanwhile
-      assert.equal(await result, `ping${i}`, "a naive timer would reject: timers run before the socket is read");
+      assert.equal(
+        await result,
+        `ping${i}`,
+        "a naive timer would reject: timers run before the socket is read",
+      );
     }
   } finally {
     sock.destroy();
@@ -43,20 +49,22 @@ async function alive<T>(f: () => Promise<T>): Promise<T> {
   }
 }
 
-it("no reply: the deadline still expires (extended once by the time the loop was blocked)", () => alive(async () => {
-  const started = performance.now();
-  const never = new Promise<never>(() => undefined);
-  const p = withDeadline(never, systemClock, 50, () => new Error("timed out"));
-  blockFor(200);
-  await assert.rejects(p, /timed out/);
-  const took = performance.now() - started;
-  assert.ok(took >= 200 && took < 2000, `took ${took} ms`);
-}));
+it("no reply: the deadline still expires (extended once by the time the loop was blocked)", () =>
+  alive(async () => {
+    const started = performance.now();
+    const never = new Promise<never>(() => undefined);
+    const p = withDeadline(never, systemClock, 50, () => new Error("timed out"));
+    blockFor(200);
+    await assert.rejects(p, /timed out/);
+    const took = performance.now() - started;
+    assert.ok(took >= 200 && took < 2000, `took ${took} ms`);
+  }));
 
-it("a cancelled deadline never fires", () => alive(async () => {
-  let fired = false;
-  const cancel = armDeadline(systemClock, 10, () => (fired = true));
-  cancel();
-  await new Promise((r) => setTimeout(r, 50));
-  assert.equal(fired, false);
-}));
+it("a cancelled deadline never fires", () =>
+  alive(async () => {
+    let fired = false;
+    const cancel = armDeadline(systemClock, 10, () => (fired = true));
+    cancel();
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(fired, false);
+  }));

@@ -41,7 +41,15 @@ describe("hash32 (frozen, placement version 1)", () => {
       h ^= h >>> 16;
       return h >>> 0;
     };
-    for (const s of ["job/t1.jabc", "ascii then é", "é first", "\u007f\u0080", "z".repeat(500), "tenant/t_x✓"]) assert.equal(hash32(s), viaBytes(s), s);
+    for (const s of [
+      "job/t1.jabc",
+      "ascii then é",
+      "é first",
+      "\u007f\u0080",
+      "z".repeat(500),
+      "tenant/t_x✓",
+    ])
+      assert.equal(hash32(s), viaBytes(s), s);
   });
 
   it("returns an unsigned 32-bit integer", () => {

@@ -75,7 +75,12 @@ class FaultyKv extends MemoryKv {
   readonly updateLog: { key: string; urgent: boolean }[] = [];
   /** Next updates are applied, then throw KairosError("timeout") (an unknown outcome that landed). */
   applyThenTimeout = 0;
-  override async update(key: string, value: Uint8Array, rev: number, opts?: WriteOptions): Promise<WriteResult> {
+  override async update(
+    key: string,
+    value: Uint8Array,
+    rev: number,
+    opts?: WriteOptions,
+  ): Promise<WriteResult> {
     this.updates++;
     if (this.applyThenTimeout > 0) {
       this.applyThenTimeout--;
@@ -110,7 +115,11 @@ const timedActor: ActorDefinition<TimedState, TimedMsg, number> = {
   initialState: () => ({ dueMs: null, fired: 0 }),
   receive(s, m) {
     if (m.kind === "arm") {
-      return { state: { ...s, dueMs: m.atMs }, reply: s.fired, effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "fire" } }] };
+      return {
+        state: { ...s, dueMs: m.atMs },
+        reply: s.fired,
+        effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "fire" } }],
+      };
     }
     return { state: { dueMs: null, fired: s.fired + 1 }, reply: s.fired + 1 };
   },
@@ -127,7 +136,11 @@ const posterActor: ActorDefinition<PosterState, { n: number }, number, string> =
 };
 
 /** The poster whose messages n >= 50 are urgent (`ActorDefinition.urgent`). */
-const urgentPosterActor: ActorDefinition<PosterState, { n: number }, number, string> = { ...posterActor, type: "uposter", urgent: (m) => m.n >= 50 };
+const urgentPosterActor: ActorDefinition<PosterState, { n: number }, number, string> = {
+  ...posterActor,
+  type: "uposter",
+  urgent: (m) => m.n >= 50,
+};
 
 interface PendingState {
   readonly pending: boolean;
@@ -143,8 +156,12 @@ const pendingActor: ActorDefinition<PendingState, PendingMsg, number> = {
   type: "pending",
   loadOnAcquire: true,
   initialState: () => ({ pending: false, done: 0 }),
-  onActivate: (s, ctx) => (s.pending ? [{ kind: "timer", name: "go", atMs: ctx.nowMs, msg: { kind: "go" } }] : []),
-  receive: (s, m) => (m.kind === "work" ? { state: { ...s, pending: true }, reply: s.done } : { state: { pending: false, done: s.done + 1 }, reply: s.done + 1 }),
+  onActivate: (s, ctx) =>
+    s.pending ? [{ kind: "timer", name: "go", atMs: ctx.nowMs, msg: { kind: "go" } }] : [],
+  receive: (s, m) =>
+    m.kind === "work"
+      ? { state: { ...s, pending: true }, reply: s.done }
+      : { state: { pending: false, done: s.done + 1 }, reply: s.done + 1 },
 };
 
 // --- fixture ----------------------------------------------------------------------------------
@@ -161,11 +178,16 @@ function setup(epochAtStart = 7) {
   const posts: string[] = [];
   const state = { epoch: epochAtStart };
   const host = new ActorHost({
-    nodeId: NODE, clock, events, kv, partitions: PARTITIONS,
+    nodeId: NODE,
+    clock,
+    events,
+    kv,
+    partitions: PARTITIONS,
     isTrusted: (p) => !untrusted.has(p),
     epochOf: () => state.epoch,
     send: async () => undefined,
-    mailboxLimit: 16, idleMs: 60_000,
+    mailboxLimit: 16,
+    idleMs: 60_000,
     onError: (m, e) => {
       errors.push(`${m}: ${String(e)}`);
       onError?.();
@@ -173,7 +195,10 @@ function setup(epochAtStart = 7) {
   });
   host.register({ definition: counterActor });
   host.register({ definition: timedActor });
-  host.register({ definition: posterActor, performPost: (post) => void posts.push(...(post as string[])) });
+  host.register({
+    definition: posterActor,
+    performPost: (post) => void posts.push(...(post as string[])),
+  });
   host.register({ definition: urgentPosterActor });
   host.register({ definition: pendingActor });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
@@ -191,7 +216,10 @@ function setup(epochAtStart = 7) {
         }
       });
     });
-  const written = async <S>(key: string, pred: (s: S) => boolean): Promise<{ done: Promise<S> }> => {
+  const written = async <S>(
+    key: string,
+    pred: (s: S) => boolean,
+  ): Promise<{ done: Promise<S> }> => {
     const d = deferred<S>();
     const w = await kv.watch(key, (c) => {
       if (c.value) {
@@ -204,76 +232,114 @@ function setup(epochAtStart = 7) {
   const acquireAll = async () => {
     for (let p = 0; p < PARTITIONS; p++) await host.acquire(p);
   };
-  return { clock, kv, events, seen, untrusted, errors, posts, state, host, stored, nextError, next, written, acquireAll };
+  return {
+    clock,
+    kv,
+    events,
+    seen,
+    untrusted,
+    errors,
+    posts,
+    state,
+    host,
+    stored,
+    nextError,
+    next,
+    written,
+    acquireAll,
+  };
 }
 
-const keyOf = (type: string, id: string) => `${type}.${partitionOf({ type, id }, PARTITIONS)}.${id}`;
+const keyOf = (type: string, id: string) =>
+  `${type}.${partitionOf({ type, id }, PARTITIONS)}.${id}`;
 
 // --- timers are reminders ---------------------------------------------------------------------
 
 describe("ActorHost: an actor dropped with its state in doubt", () => {
   // The simulation's seed 826: a run-now whose state write timed out (applied) was answered with
   // the error; its job got no further message, and the run its state now held stayed queued.
-  it("is read back soon when its type must be in memory while its partition is held, and its activation takes up what its state holds", T, async () => {
-    const t = setup();
-    await t.acquireAll();
-    const id = "in-doubt";
-    const key = keyOf("pending", id);
-    await t.host.deliver("pending", id, { kind: "go" }); // written: done 1
-    const taken = await t.written<PendingState>(key, (s) => !s.pending && s.done === 2);
-    t.kv.applyThenTimeout = 1;
-    await assert.rejects(t.host.deliver("pending", id, { kind: "work" }), (e) => isKairosError(e, "timeout"));
-    assert.deepEqual((await t.stored<PendingState>(key))?.s, { pending: true, done: 1 }, "the write landed");
-    const reloaded = t.next((e) => e.type === "actor_activated" && e.id === id);
-    t.clock.advance(RELOAD_AFTER_DROP_MS); // no message for it: only the reload can take the work up
-    await reloaded;
-    t.clock.advance(1); // the timer its activation armed
-    assert.deepEqual(await taken.done, { pending: false, done: 2 });
-  });
+  it(
+    "is read back soon when its type must be in memory while its partition is held, and its activation takes up what its state holds",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "in-doubt";
+      const key = keyOf("pending", id);
+      await t.host.deliver("pending", id, { kind: "go" }); // written: done 1
+      const taken = await t.written<PendingState>(key, (s) => !s.pending && s.done === 2);
+      t.kv.applyThenTimeout = 1;
+      await assert.rejects(t.host.deliver("pending", id, { kind: "work" }), (e) =>
+        isKairosError(e, "timeout"),
+      );
+      assert.deepEqual(
+        (await t.stored<PendingState>(key))?.s,
+        { pending: true, done: 1 },
+        "the write landed",
+      );
+      const reloaded = t.next((e) => e.type === "actor_activated" && e.id === id);
+      t.clock.advance(RELOAD_AFTER_DROP_MS); // no message for it: only the reload can take the work up
+      await reloaded;
+      t.clock.advance(1); // the timer its activation armed
+      assert.deepEqual(await taken.done, { pending: false, done: 2 });
+    },
+  );
 });
 
 describe("ActorHost timers are reminders (hole 5)", () => {
-  it("5: a timer whose handling fails once (KV timeout) is delivered again while the partition is held", T, async () => {
-    const t = setup();
-    await t.acquireAll();
-    const id = "remind-me";
-    const key = keyOf("timed", id);
-    await t.host.deliver("timed", id, { kind: "arm", atMs: t.clock.now() + 1_000 });
-    t.kv.failUpdates = 1;
-    const failed = t.nextError();
-    t.clock.advance(1_000);
-    await failed;
-    assert.match(t.errors[0] ?? "", /timer for timed\/remind-me/);
-    assert.equal(t.host.pendingTimers, 1, "the failed timer message is scheduled again");
-    assert.deepEqual((await t.stored<TimedState>(key))?.s.fired, 0, "the failed write was not applied");
-    const fired = await t.written<TimedState>(key, (s) => s.fired === 1);
-    t.clock.advance(5_000); // beyond the first backoff step
-    assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
-    await turn();
-    assert.equal(t.host.pendingTimers, 0, "delivered once it succeeded: no further retry");
-    assert.equal((await t.stored<TimedState>(key))?.s.fired, 1);
-  });
+  it(
+    "5: a timer whose handling fails once (KV timeout) is delivered again while the partition is held",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "remind-me";
+      const key = keyOf("timed", id);
+      await t.host.deliver("timed", id, { kind: "arm", atMs: t.clock.now() + 1_000 });
+      t.kv.failUpdates = 1;
+      const failed = t.nextError();
+      t.clock.advance(1_000);
+      await failed;
+      assert.match(t.errors[0] ?? "", /timer for timed\/remind-me/);
+      assert.equal(t.host.pendingTimers, 1, "the failed timer message is scheduled again");
+      assert.deepEqual(
+        (await t.stored<TimedState>(key))?.s.fired,
+        0,
+        "the failed write was not applied",
+      );
+      const fired = await t.written<TimedState>(key, (s) => s.fired === 1);
+      t.clock.advance(5_000); // beyond the first backoff step
+      assert.deepEqual(await fired.done, { dueMs: null, fired: 1 });
+      await turn();
+      assert.equal(t.host.pendingTimers, 0, "delivered once it succeeded: no further retry");
+      assert.equal((await t.stored<TimedState>(key))?.s.fired, 1);
+    },
+  );
 
-  it("5: a timer whose handling fails is not delivered again once the partition is lost", T, async () => {
-    const t = setup();
-    await t.acquireAll();
-    const id = "lost-one";
-    const p = partitionOf({ type: "timed", id }, PARTITIONS);
-    await t.host.deliver("timed", id, { kind: "arm", atMs: t.clock.now() + 1_000 });
-    const hold = t.kv.holdNextUpdate();
-    t.kv.failUpdates = 1;
-    t.clock.advance(1_000);
-    await hold.entered; // the fire's write is in flight…
-    t.host.lose(p); // …when the partition is lost
-    hold.release();
-    for (let i = 0; i < 5; i++) await turn();
-    assert.equal(t.host.pendingTimers, 0, "no retry armed for a partition no longer held");
-    const updates = t.kv.updates;
-    t.clock.advance(60_000);
-    for (let i = 0; i < 5; i++) await turn();
-    assert.equal(t.kv.updates, updates, "nothing was delivered after the loss");
-    assert.equal((await t.stored<TimedState>(keyOf("timed", id)))?.s.fired, 0);
-  });
+  it(
+    "5: a timer whose handling fails is not delivered again once the partition is lost",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "lost-one";
+      const p = partitionOf({ type: "timed", id }, PARTITIONS);
+      await t.host.deliver("timed", id, { kind: "arm", atMs: t.clock.now() + 1_000 });
+      const hold = t.kv.holdNextUpdate();
+      t.kv.failUpdates = 1;
+      t.clock.advance(1_000);
+      await hold.entered; // the fire's write is in flight…
+      t.host.lose(p); // …when the partition is lost
+      hold.release();
+      for (let i = 0; i < 5; i++) await turn();
+      assert.equal(t.host.pendingTimers, 0, "no retry armed for a partition no longer held");
+      const updates = t.kv.updates;
+      t.clock.advance(60_000);
+      for (let i = 0; i < 5; i++) await turn();
+      assert.equal(t.kv.updates, updates, "nothing was delivered after the loss");
+      assert.equal((await t.stored<TimedState>(keyOf("timed", id)))?.s.fired, 0);
+    },
+  );
 
   it("5: a pending retry is dropped when the partition is lost before it is due", T, async () => {
     const t = setup();
@@ -298,92 +364,130 @@ describe("ActorHost timers are reminders (hole 5)", () => {
 // --- the epoch fence -------------------------------------------------------------------------
 
 describe("ActorHost epoch fencing and post effects (hole 7)", () => {
-  it("an urgent message's turn marks its writes urgent — the epoch fence and the state update — and a plain one's neither", T, async () => {
-    const t = setup(8);
-    for (const id of ["u", "p"]) await t.kv.put(keyOf("uposter", id), encode({ s: { n: 0 }, e: 7, w: "node-old" }));
-    await t.acquireAll();
-    assert.equal(await t.host.deliver("uposter", "u", { n: 51 }), 1);
-    assert.equal(await t.host.deliver("uposter", "p", { n: 1 }), 1);
-    assert.deepEqual(t.kv.updateLog, [
-      { key: keyOf("uposter", "u"), urgent: true }, // the fence (epoch 7 → 8)
-      { key: keyOf("uposter", "u"), urgent: true }, // the state
-      { key: keyOf("uposter", "p"), urgent: false },
-      { key: keyOf("uposter", "p"), urgent: false },
-    ]);
-  });
+  it(
+    "an urgent message's turn marks its writes urgent — the epoch fence and the state update — and a plain one's neither",
+    T,
+    async () => {
+      const t = setup(8);
+      for (const id of ["u", "p"])
+        await t.kv.put(keyOf("uposter", id), encode({ s: { n: 0 }, e: 7, w: "node-old" }));
+      await t.acquireAll();
+      assert.equal(await t.host.deliver("uposter", "u", { n: 51 }), 1);
+      assert.equal(await t.host.deliver("uposter", "p", { n: 1 }), 1);
+      assert.deepEqual(t.kv.updateLog, [
+        { key: keyOf("uposter", "u"), urgent: true }, // the fence (epoch 7 → 8)
+        { key: keyOf("uposter", "u"), urgent: true }, // the state
+        { key: keyOf("uposter", "p"), urgent: false },
+        { key: keyOf("uposter", "p"), urgent: false },
+      ]);
+    },
+  );
 
-  it("7: the first message under a new epoch fences the state first; the old owner's in-flight write then conflicts", T, async () => {
-    const t = setup(8);
-    const id = "taken-over";
-    const key = keyOf("counter", id);
-    // The old owner (epoch 7) wrote the state; its next write (at this revision) is in flight.
-    const oldRev = await t.kv.put(key, encode({ s: { value: 41, recent: [] }, e: 7, w: "node-old" }));
-    await t.acquireAll();
-    // A read-only message: without the fence it would write nothing.
-    assert.deepEqual(await t.host.deliver("counter", id, { kind: "get" }), { value: 41 });
-    const fenced = await t.stored<CounterState>(key);
-    assert.equal(fenced?.e, 8, "state rewritten under the new epoch before the first decision");
-    assert.equal(fenced?.w, NODE);
-    assert.deepEqual(fenced?.s, { value: 41, recent: [] }, "the fence write keeps the state");
-    assert.ok(fenced.revision > oldRev);
-    // The stalled old owner's write lands now, at its old revision: refused.
-    const late = await t.kv.update(key, encode({ s: { value: 999, recent: ["old"] }, e: 7, w: "node-old" }), oldRev);
-    assert.deepEqual(late, { ok: false, conflict: "revision_mismatch" });
-    assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "n1" }), { value: 42, applied: true });
-    assert.equal((await t.stored<CounterState>(key))?.e, 8);
-  });
+  it(
+    "7: the first message under a new epoch fences the state first; the old owner's in-flight write then conflicts",
+    T,
+    async () => {
+      const t = setup(8);
+      const id = "taken-over";
+      const key = keyOf("counter", id);
+      // The old owner (epoch 7) wrote the state; its next write (at this revision) is in flight.
+      const oldRev = await t.kv.put(
+        key,
+        encode({ s: { value: 41, recent: [] }, e: 7, w: "node-old" }),
+      );
+      await t.acquireAll();
+      // A read-only message: without the fence it would write nothing.
+      assert.deepEqual(await t.host.deliver("counter", id, { kind: "get" }), { value: 41 });
+      const fenced = await t.stored<CounterState>(key);
+      assert.equal(fenced?.e, 8, "state rewritten under the new epoch before the first decision");
+      assert.equal(fenced?.w, NODE);
+      assert.deepEqual(fenced?.s, { value: 41, recent: [] }, "the fence write keeps the state");
+      assert.ok(fenced.revision > oldRev);
+      // The stalled old owner's write lands now, at its old revision: refused.
+      const late = await t.kv.update(
+        key,
+        encode({ s: { value: 999, recent: ["old"] }, e: 7, w: "node-old" }),
+        oldRev,
+      );
+      assert.deepEqual(late, { ok: false, conflict: "revision_mismatch" });
+      assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "n1" }), {
+        value: 42,
+        applied: true,
+      });
+      assert.equal((await t.stored<CounterState>(key))?.e, 8);
+    },
+  );
 
-  it("7: an old owner's write landing between load and fence: the fence fails, not_owner, write_fenced, their write stays", T, async () => {
-    const t = setup(8);
-    const id = "raced";
-    const key = keyOf("counter", id);
-    const oldRev = await t.kv.put(key, encode({ s: { value: 1, recent: [] }, e: 7, w: "node-old" }));
-    await t.acquireAll();
-    t.kv.afterGet = async () => {
-      const r = await t.kv.update(key, encode({ s: { value: 2, recent: ["old"] }, e: 7, w: "node-old" }), oldRev);
-      assert.ok(r.ok);
-    };
-    const fenced = t.next((e) => e.type === "write_fenced");
-    await assert.rejects(t.host.deliver("counter", id, { kind: "get" }), (e: unknown) => {
-      assert.ok(isKairosError(e, "not_owner"), String(e));
-      return true;
-    });
-    const ev = await fenced;
-    assert.ok(ev.type === "write_fenced" && /epoch fence/.test(ev.reason), JSON.stringify(ev));
-    assert.deepEqual((await t.stored<CounterState>(key))?.s, { value: 2, recent: ["old"] });
-    // The retry reloads, fences on the winner's state and answers from it.
-    assert.deepEqual(await t.host.deliver("counter", id, { kind: "get" }), { value: 2 });
-    assert.equal((await t.stored<CounterState>(key))?.e, 8);
-  });
+  it(
+    "7: an old owner's write landing between load and fence: the fence fails, not_owner, write_fenced, their write stays",
+    T,
+    async () => {
+      const t = setup(8);
+      const id = "raced";
+      const key = keyOf("counter", id);
+      const oldRev = await t.kv.put(
+        key,
+        encode({ s: { value: 1, recent: [] }, e: 7, w: "node-old" }),
+      );
+      await t.acquireAll();
+      t.kv.afterGet = async () => {
+        const r = await t.kv.update(
+          key,
+          encode({ s: { value: 2, recent: ["old"] }, e: 7, w: "node-old" }),
+          oldRev,
+        );
+        assert.ok(r.ok);
+      };
+      const fenced = t.next((e) => e.type === "write_fenced");
+      await assert.rejects(t.host.deliver("counter", id, { kind: "get" }), (e: unknown) => {
+        assert.ok(isKairosError(e, "not_owner"), String(e));
+        return true;
+      });
+      const ev = await fenced;
+      assert.ok(ev.type === "write_fenced" && /epoch fence/.test(ev.reason), JSON.stringify(ev));
+      assert.deepEqual((await t.stored<CounterState>(key))?.s, { value: 2, recent: ["old"] });
+      // The retry reloads, fences on the winner's state and answers from it.
+      assert.deepEqual(await t.host.deliver("counter", id, { kind: "get" }), { value: 2 });
+      assert.equal((await t.stored<CounterState>(key))?.e, 8);
+    },
+  );
 
-  it("7: post effects are not performed when the partition's trust lapsed during the handling", T, async () => {
-    const t = setup();
-    await t.acquireAll();
-    const id = "post-trust";
-    const p = partitionOf({ type: "poster", id }, PARTITIONS);
-    assert.equal(await t.host.deliver("poster", id, { n: 1 }), 1);
-    assert.deepEqual(t.posts, ["p1"], "control: a trusted owner performs its post effects");
-    const hold = t.kv.holdNextUpdate();
-    const r = t.host.deliver("poster", id, { n: 2 });
-    await hold.entered; // passed the trust check before the write; the write is in flight
-    t.untrusted.add(p);
-    hold.release();
-    assert.equal(await r, 2, "the write itself landed");
-    assert.equal((await t.stored<PosterState>(keyOf("poster", id)))?.s.n, 2);
-    assert.deepEqual(t.posts, ["p1"], "a stale owner stays silent");
-  });
+  it(
+    "7: post effects are not performed when the partition's trust lapsed during the handling",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "post-trust";
+      const p = partitionOf({ type: "poster", id }, PARTITIONS);
+      assert.equal(await t.host.deliver("poster", id, { n: 1 }), 1);
+      assert.deepEqual(t.posts, ["p1"], "control: a trusted owner performs its post effects");
+      const hold = t.kv.holdNextUpdate();
+      const r = t.host.deliver("poster", id, { n: 2 });
+      await hold.entered; // passed the trust check before the write; the write is in flight
+      t.untrusted.add(p);
+      hold.release();
+      assert.equal(await r, 2, "the write itself landed");
+      assert.equal((await t.stored<PosterState>(keyOf("poster", id)))?.s.n, 2);
+      assert.deepEqual(t.posts, ["p1"], "a stale owner stays silent");
+    },
+  );
 
-  it("7: post effects are not performed when the partition's epoch moved on during the handling", T, async () => {
-    const t = setup();
-    await t.acquireAll();
-    const id = "post-epoch";
-    assert.equal(await t.host.deliver("poster", id, { n: 1 }), 1);
-    const hold = t.kv.holdNextUpdate();
-    const r = t.host.deliver("poster", id, { n: 2 });
-    await hold.entered;
-    t.state.epoch = 8; // the partition was lost and re-acquired under a new epoch meanwhile
-    hold.release();
-    await r;
-    assert.deepEqual(t.posts, ["p1"]);
-  });
+  it(
+    "7: post effects are not performed when the partition's epoch moved on during the handling",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "post-epoch";
+      assert.equal(await t.host.deliver("poster", id, { n: 1 }), 1);
+      const hold = t.kv.holdNextUpdate();
+      const r = t.host.deliver("poster", id, { n: 2 });
+      await hold.entered;
+      t.state.epoch = 8; // the partition was lost and re-acquired under a new epoch meanwhile
+      hold.release();
+      await r;
+      assert.deepEqual(t.posts, ["p1"]);
+    },
+  );
 });

@@ -39,7 +39,8 @@ const turn = () => new Promise<void>((r) => setImmediate(r));
 /** The first id `a<i>` of `type` that falls in `partition`, skipping `skip` matches. */
 function idIn(type: string, partition: number, skip = 0): string {
   for (let i = 0; ; i++) {
-    if (partitionOf({ type, id: `a${i}` }, PARTITIONS) === partition && skip-- === 0) return `a${i}`;
+    if (partitionOf({ type, id: `a${i}` }, PARTITIONS) === partition && skip-- === 0)
+      return `a${i}`;
   }
 }
 
@@ -86,7 +87,10 @@ const gateActor: ActorDefinition<GateState, { n: number }, number, number> = {
 const queryGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
   type: "qgate",
   initialState: () => ({ log: [] }),
-  receive: (s, m) => (m.n < 0 ? { state: s, reply: s.log.length } : { state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] }),
+  receive: (s, m) =>
+    m.n < 0
+      ? { state: s, reply: s.log.length }
+      : { state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] },
   query: (s, m) => (m.n < 0 ? { reply: s.log.length, alsoQueue: false } : undefined),
 };
 
@@ -101,7 +105,10 @@ const coalescingGateActor: ActorDefinition<GateState, { n: number }, number, num
 const pendingGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
   ...coalescingGateActor,
   type: "pgate",
-  receive: (s, m, ctx) => (m.n >= 7 && m.n <= 9 ? { state: s, reply: ctx.pending?.("n100") ? 1 : 0 } : gateActor.receive(s, m, ctx)),
+  receive: (s, m, ctx) =>
+    m.n >= 7 && m.n <= 9
+      ? { state: s, reply: ctx.pending?.("n100") ? 1 : 0 }
+      : gateActor.receive(s, m, ctx),
 };
 
 class Gates {
@@ -140,21 +147,37 @@ interface TimedState {
   readonly fired: number;
 }
 type TimedMsg = { kind: "arm"; atMs: number } | { kind: "fire" };
-function timedActor(type: string, loadOnAcquire: boolean): ActorDefinition<TimedState, TimedMsg, number> {
+function timedActor(
+  type: string,
+  loadOnAcquire: boolean,
+): ActorDefinition<TimedState, TimedMsg, number> {
   return {
     type,
     loadOnAcquire,
     initialState: () => ({ dueMs: null, fired: 0 }),
     receive(s, m) {
       if (m.kind === "arm") {
-        return { state: { ...s, dueMs: m.atMs }, reply: s.fired, effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "fire" } }] };
+        return {
+          state: { ...s, dueMs: m.atMs },
+          reply: s.fired,
+          effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "fire" } }],
+        };
       }
       // cancel_timer: if this very timer activated us, onActivate re-armed it from dueMs.
-      return { state: { dueMs: null, fired: s.fired + 1 }, reply: s.fired + 1, effects: [{ kind: "cancel_timer", name: "t" }] };
+      return {
+        state: { dueMs: null, fired: s.fired + 1 },
+        reply: s.fired + 1,
+        effects: [{ kind: "cancel_timer", name: "t" }],
+      };
     },
     // Only the reminder type re-arms from state; "timed" relies on the host keeping its timer.
     ...(loadOnAcquire
-      ? { onActivate: (s: TimedState) => (s.dueMs === null ? [] : [{ kind: "timer" as const, name: "t", atMs: s.dueMs, msg: { kind: "fire" } }]) }
+      ? {
+          onActivate: (s: TimedState) =>
+            s.dueMs === null
+              ? []
+              : [{ kind: "timer" as const, name: "t", atMs: s.dueMs, msg: { kind: "fire" } }],
+        }
       : {}),
   };
 }
@@ -165,7 +188,12 @@ const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number>
   type: "gtimer",
   initialState: () => ({ log: [] }),
   receive(s, m) {
-    if (m.kind === "arm") return { state: s, reply: 0, effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "go", n: m.n } }] };
+    if (m.kind === "arm")
+      return {
+        state: s,
+        reply: 0,
+        effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "go", n: m.n } }],
+      };
     return { state: { log: [...s.log, m.n] }, reply: m.n, pre: [m.n] };
   },
 };
@@ -173,12 +201,28 @@ const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number>
 // --- fixture ----------------------------------------------------------------------------------
 
 /** The gate actor whose messages n >= 50 are urgent (admitted ahead of waiting turns). */
-const urgentGateActor: ActorDefinition<GateState, { n: number }, number, number> = { ...gateActor, type: "ugate", urgent: (m) => m.n >= 50 };
+const urgentGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  ...gateActor,
+  type: "ugate",
+  urgent: (m) => m.n >= 50,
+};
 
 /** The gate actor as a soft type (no state writes: the slot economy's kind). */
-const softGateActor: ActorDefinition<GateState, { n: number }, number, number> = { ...gateActor, type: "sgate", persist: false };
+const softGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  ...gateActor,
+  type: "sgate",
+  persist: false,
+};
 
-function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?: number; turnsInFlight?: number; warmMs?: number } = {}) {
+function setup(
+  o: {
+    idleMs?: number;
+    mailboxLimit?: number;
+    timerTurnsInFlight?: number;
+    turnsInFlight?: number;
+    warmMs?: number;
+  } = {},
+) {
   const clock = new FakeClock(1_000_000);
   const kv = new CountingKv("actors");
   const events = new EventBus();
@@ -216,7 +260,13 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
   host.register({ definition: timedActor("remind", true) });
   host.register({ definition: { ...timedActor("warm", false), warmTimer: "t" } });
   // Kept in memory while its value is odd (a state with changes worth keeping).
-  host.register({ definition: { ...counterActor, type: "keep", keepLoaded: (s: CounterState) => s.value % 2 === 1 } });
+  host.register({
+    definition: {
+      ...counterActor,
+      type: "keep",
+      keepLoaded: (s: CounterState) => s.value % 2 === 1,
+    },
+  });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -235,7 +285,10 @@ function setup(o: { idleMs?: number; mailboxLimit?: number; timerTurnsInFlight?:
    * Watches `key` and returns once the watch is in place (so nothing written afterwards is
    * missed); `done` resolves with the first state satisfying `pred`.
    */
-  const written = async <S>(key: string, pred: (s: S) => boolean): Promise<{ done: Promise<S> }> => {
+  const written = async <S>(
+    key: string,
+    pred: (s: S) => boolean,
+  ): Promise<{ done: Promise<S> }> => {
     const d = deferred<S>();
     const w = await kv.watch(key, (c) => {
       if (c.value) {
@@ -294,7 +347,16 @@ describe("ActorHost", () => {
     t.gates.release(100);
     t.gates.release(2);
     assert.deepEqual(await Promise.all([r1, r2, r3, r5, r4]), [1, 100, 100, 2, 100]);
-    assert.deepEqual(t.gates.trace, ["start 1", "end 1", "start 100", "end 100", "start 2", "end 2", "start 100", "end 100"]);
+    assert.deepEqual(t.gates.trace, [
+      "start 1",
+      "end 1",
+      "start 100",
+      "end 100",
+      "start 2",
+      "end 2",
+      "start 100",
+      "end 100",
+    ]);
     const p = partitionOf({ type: "cgate", id }, PARTITIONS);
     assert.deepEqual((await t.stored<GateState>(`cgate.${p}.${id}`))?.s.log, [1, 100, 2, 100]);
   });
@@ -335,7 +397,14 @@ describe("ActorHost", () => {
     await acquireAll(t.host);
     // Each actor written once first, so every later turn's write is an update (creates take no option).
     t.gates.release(0);
-    for (const [type, id] of [["gate", "u1"], ["gate", "u2"], ["ugate", "u3"], ["ugate", "u4"], ["ugate", "u5"]] as const) await t.host.deliver(type, id, { n: 0 });
+    for (const [type, id] of [
+      ["gate", "u1"],
+      ["gate", "u2"],
+      ["ugate", "u3"],
+      ["ugate", "u4"],
+      ["ugate", "u5"],
+    ] as const)
+      await t.host.deliver(type, id, { n: 0 });
     const r1 = t.host.deliver("gate", "u1", { n: 1 }); // holds the one admission
     await t.gates.startedP(1);
     const r2 = t.host.deliver("gate", "u2", { n: 2 }); // waits
@@ -427,7 +496,11 @@ describe("ActorHost", () => {
     await t.gates.startedP(1);
     await turn();
     await turn();
-    assert.deepEqual(t.gates.trace, ["start 1"], "message 2 started while message 1 was in its effect");
+    assert.deepEqual(
+      t.gates.trace,
+      ["start 1"],
+      "message 2 started while message 1 was in its effect",
+    );
     t.gates.release(1);
     assert.equal(await r1, 1);
     await t.gates.startedP(2);
@@ -445,7 +518,11 @@ describe("ActorHost", () => {
     const r1 = t.host.deliver("qgate", id, { n: 1 });
     t.gates.release(1);
     assert.equal(await r1, 1);
-    assert.equal(await t.host.deliver("qgate", id, { n: -1 }), 1, "no turn in flight: answered from memory");
+    assert.equal(
+      await t.host.deliver("qgate", id, { n: -1 }),
+      1,
+      "no turn in flight: answered from memory",
+    );
     const r2 = t.host.deliver("qgate", id, { n: 2 });
     await t.gates.startedP(2);
     let answered: number | undefined;
@@ -474,9 +551,14 @@ describe("ActorHost", () => {
     const t = setup({ mailboxLimit: 1_000 });
     await acquireAll(t.host);
     const replies = await Promise.all(
-      Array.from({ length: 200 }, (_, i) => t.host.deliver("counter", "hot", { kind: "inc", by: 1, reqId: `r${i}` })),
+      Array.from({ length: 200 }, (_, i) =>
+        t.host.deliver("counter", "hot", { kind: "inc", by: 1, reqId: `r${i}` }),
+      ),
     );
-    assert.deepEqual(replies.map((r) => (r as { value: number }).value), Array.from({ length: 200 }, (_, i) => i + 1));
+    assert.deepEqual(
+      replies.map((r) => (r as { value: number }).value),
+      Array.from({ length: 200 }, (_, i) => i + 1),
+    );
     const p = partitionOf({ type: "counter", id: "hot" }, PARTITIONS);
     assert.equal((await t.stored<CounterState>(`counter.${p}.hot`))?.s.value, 200);
   });
@@ -490,8 +572,16 @@ describe("ActorHost", () => {
     await acquireAll(t.host);
     const activated = t.next((e) => e.type === "actor_activated");
     assert.deepEqual(await t.host.deliver("counter", id, { kind: "get" }), { value: 41 });
-    assert.deepEqual(await activated, { type: "actor_activated", actorType: "counter", id, partition: p });
-    assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "q" }), { value: 42, applied: true });
+    assert.deepEqual(await activated, {
+      type: "actor_activated",
+      actorType: "counter",
+      id,
+      partition: p,
+    });
+    assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "q" }), {
+      value: 42,
+      applied: true,
+    });
     const s = await t.stored<CounterState>(key);
     assert.deepEqual(s?.s, { value: 42, recent: ["q"] });
     assert.equal(s?.e, EPOCH);
@@ -518,15 +608,25 @@ describe("ActorHost", () => {
     t.clock.advance(1);
     const passivated = t.next((e) => e.type === "actor_passivated");
     t.host.sweep();
-    assert.deepEqual(await passivated, { type: "actor_passivated", actorType: "counter", id: "p1" });
+    assert.deepEqual(await passivated, {
+      type: "actor_passivated",
+      actorType: "counter",
+      id: "p1",
+    });
     assert.equal(t.host.activeCount, 0);
     const gets = t.kv.gets;
     const activated = t.next((e) => e.type === "actor_activated");
-    assert.deepEqual(await t.host.deliver("counter", "p1", { kind: "inc", by: 1, reqId: "b" }), { value: 6, applied: true });
+    assert.deepEqual(await t.host.deliver("counter", "p1", { kind: "inc", by: 1, reqId: "b" }), {
+      value: 6,
+      applied: true,
+    });
     await activated;
     assert.equal(t.kv.gets, gets + 1, "reactivation reads the state from KV");
     // The dedupe window survived passivation too: a retried "a" is not applied again.
-    assert.deepEqual(await t.host.deliver("counter", "p1", { kind: "inc", by: 5, reqId: "a" }), { value: 6, applied: false });
+    assert.deepEqual(await t.host.deliver("counter", "p1", { kind: "inc", by: 5, reqId: "a" }), {
+      value: 6,
+      applied: false,
+    });
   });
 
   it("keepLoaded: not passivated while it says so, however long idle; passivated as usual once it does not", async () => {
@@ -563,15 +663,31 @@ describe("ActorHost", () => {
     await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r1" });
     const mine = await t.stored<CounterState>(key);
     // Another owner (new epoch) writes behind our back.
-    const theirs = await t.kv.update(key, encode({ s: { value: 100, recent: ["x"] }, e: EPOCH + 1, w: "node-b" }), mine!.revision);
+    const theirs = await t.kv.update(
+      key,
+      encode({ s: { value: 100, recent: ["x"] }, e: EPOCH + 1, w: "node-b" }),
+      mine!.revision,
+    );
     assert.ok(theirs.ok);
     const fenced = t.next((e) => e.type === "write_fenced");
-    await rejectsWith(t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r2" }), "not_owner");
-    assert.deepEqual(await fenced, { type: "write_fenced", actorType: "counter", id, partition: p, reason: "revision_mismatch" });
+    await rejectsWith(
+      t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r2" }),
+      "not_owner",
+    );
+    assert.deepEqual(await fenced, {
+      type: "write_fenced",
+      actorType: "counter",
+      id,
+      partition: p,
+      reason: "revision_mismatch",
+    });
     assert.equal(t.host.activeCount, 0, "the fenced actor is dropped");
     assert.deepEqual((await t.stored<CounterState>(key))?.s, { value: 100, recent: ["x"] });
     // The retry reloads and decides again on the winner's state.
-    assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r2" }), { value: 101, applied: true });
+    assert.deepEqual(await t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r2" }), {
+      value: 101,
+      applied: true,
+    });
   });
 
   it("a create that loses to another writer is fenced as `exists`; queued messages get not_owner", async () => {
@@ -589,9 +705,16 @@ describe("ActorHost", () => {
     await rejectsWith(r1, "not_owner");
     await rejectsWith(r2, "not_owner");
     const e = await fenced;
-    assert.ok(e.type === "write_fenced" && e.reason === "exists" && e.partition === p, JSON.stringify(e));
+    assert.ok(
+      e.type === "write_fenced" && e.reason === "exists" && e.partition === p,
+      JSON.stringify(e),
+    );
     assert.deepEqual((await t.stored<GateState>(key))?.s.log, [9]);
-    assert.deepEqual(t.gates.trace, ["start 1", "end 1"], "message 2 never ran on the fenced instance");
+    assert.deepEqual(
+      t.gates.trace,
+      ["start 1", "end 1"],
+      "message 2 never ran on the fenced instance",
+    );
   });
 
   it("an untrusted partition answers not_owner and writes nothing", async () => {
@@ -599,7 +722,10 @@ describe("ActorHost", () => {
     await acquireAll(t.host);
     const id = "untrusted";
     t.untrusted.add(partitionOf({ type: "counter", id }, PARTITIONS));
-    await rejectsWith(t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r" }), "not_owner");
+    await rejectsWith(
+      t.host.deliver("counter", id, { kind: "inc", by: 1, reqId: "r" }),
+      "not_owner",
+    );
     assert.equal(t.kv.writes, 0);
     assert.equal(t.kv.gets, 0);
   });
@@ -616,7 +742,10 @@ describe("ActorHost", () => {
     t.gates.release(1);
     await rejectsWith(r, "not_owner");
     const e = await fenced;
-    assert.ok(e.type === "write_fenced" && /not trusted before write/.test(e.reason), JSON.stringify(e));
+    assert.ok(
+      e.type === "write_fenced" && /not trusted before write/.test(e.reason),
+      JSON.stringify(e),
+    );
     assert.equal(t.kv.writes, 0);
     assert.equal(await t.kv.get(`gate.${p}.${id}`), null);
   });
@@ -724,7 +853,8 @@ describe("ActorHost", () => {
     const lost = idIn("warm", 1);
     const cancelled = idIn("warm", 2);
     const due = t.clock.now() + 60_000;
-    for (const id of [kept, lost, cancelled]) await t.host.deliver("warm", id, { kind: "arm", atMs: due });
+    for (const id of [kept, lost, cancelled])
+      await t.host.deliver("warm", id, { kind: "arm", atMs: due });
     // `cancelled` fires early by a message of its own (its handler cancels the timer, and with it the load).
     await t.host.deliver("warm", cancelled, { kind: "fire" });
     t.host.lose(1);
@@ -736,7 +866,11 @@ describe("ActorHost", () => {
     const gets = t.kv.gets;
     t.clock.advance(50_000);
     await turn();
-    assert.equal(t.kv.gets, gets, "nothing read back: one in memory, one partition lost, one load cancelled");
+    assert.equal(
+      t.kv.gets,
+      gets,
+      "nothing read back: one in memory, one partition lost, one load cancelled",
+    );
     assert.equal(t.host.warmed, 0);
     assert.deepEqual(t.errors, []);
   });
@@ -746,7 +880,8 @@ describe("ActorHost", () => {
     await acquireAll(t.host);
     const base = t.clock.now() + 1_000;
     // Five actors, due in the order 0..4 (armed out of order).
-    for (const n of [3, 0, 4, 1, 2]) await t.host.deliver("gtimer", `g${n}`, { kind: "arm", atMs: base + n, n });
+    for (const n of [3, 0, 4, 1, 2])
+      await t.host.deliver("gtimer", `g${n}`, { kind: "arm", atMs: base + n, n });
     t.clock.advance(1_000 + 10);
     await Promise.all([t.gates.startedP(0), t.gates.startedP(1)]);
     await new Promise((r) => setImmediate(r));
@@ -762,7 +897,11 @@ describe("ActorHost", () => {
     t.gates.release(1);
     await settleAndTick();
     await t.gates.startedP(2);
-    assert.deepEqual(t.gates.trace, ["start 0", "start 1", "end 1", "start 2"], "the next in due order as one ends");
+    assert.deepEqual(
+      t.gates.trace,
+      ["start 0", "start 1", "end 1", "start 2"],
+      "the next in due order as one ends",
+    );
     for (const n of [0, 2]) t.gates.release(n);
     await settleAndTick();
     await t.gates.startedP(3);
@@ -770,7 +909,10 @@ describe("ActorHost", () => {
     t.gates.release(3);
     t.gates.release(4);
     await new Promise((r) => setImmediate(r));
-    assert.deepEqual(t.gates.trace.filter((x) => x.startsWith("start")), ["start 0", "start 1", "start 2", "start 3", "start 4"]);
+    assert.deepEqual(
+      t.gates.trace.filter((x) => x.startsWith("start")),
+      ["start 0", "start 1", "start 2", "start 3", "start 4"],
+    );
     assert.equal(t.host.pendingTimers, 0);
     assert.deepEqual(t.host.timerTurns, { inFlight: 0, held: false });
     // The urgent queue is not bounded by it: its timers fire while data-plane turns are stuck.
@@ -853,15 +995,29 @@ describe("ActorHost", () => {
     const t = setup();
     const due = t.clock.now() + 5_000;
     const inP2 = [idIn("remind", 2, 0), idIn("remind", 2, 1), idIn("remind", 2, 2)];
-    for (const id of inP2) await t.kv.put(`remind.2.${id}`, encode({ s: { dueMs: due, fired: 0 }, e: 1, w: "node-z" }));
-    await t.kv.put(`remind.3.${idIn("remind", 3)}`, encode({ s: { dueMs: due, fired: 0 }, e: 1, w: "node-z" }));
-    await t.kv.put(`counter.2.${idIn("counter", 2)}`, encode({ s: { value: 1, recent: [] }, e: 1, w: "node-z" }));
+    for (const id of inP2)
+      await t.kv.put(`remind.2.${id}`, encode({ s: { dueMs: due, fired: 0 }, e: 1, w: "node-z" }));
+    await t.kv.put(
+      `remind.3.${idIn("remind", 3)}`,
+      encode({ s: { dueMs: due, fired: 0 }, e: 1, w: "node-z" }),
+    );
+    await t.kv.put(
+      `counter.2.${idIn("counter", 2)}`,
+      encode({ s: { value: 1, recent: [] }, e: 1, w: "node-z" }),
+    );
     await t.host.acquire(2);
     const activated = t.seen.filter((e) => e.type === "actor_activated");
-    assert.deepEqual(activated.map((e) => (e.type === "actor_activated" ? `${e.actorType}/${e.id}/${e.partition}` : "")).sort(), inP2.map((id) => `remind/${id}/2`).sort());
+    assert.deepEqual(
+      activated
+        .map((e) => (e.type === "actor_activated" ? `${e.actorType}/${e.id}/${e.partition}` : ""))
+        .sort(),
+      inP2.map((id) => `remind/${id}/2`).sort(),
+    );
     assert.equal(t.host.activeCount, 3);
     assert.equal(t.host.pendingTimers, 3);
-    const watches = await Promise.all(inP2.map((id) => t.written<TimedState>(`remind.2.${id}`, (s) => s.fired === 1)));
+    const watches = await Promise.all(
+      inP2.map((id) => t.written<TimedState>(`remind.2.${id}`, (s) => s.fired === 1)),
+    );
     t.clock.advance(5_000);
     await Promise.all(watches.map((w) => w.done));
     assert.equal(t.kv.gets, 0, "loaded by the partition listing, not one read per actor");
@@ -878,19 +1034,34 @@ describe("actor host: pipelined soft actors", () => {
       type: "softpipe",
       persist: false,
       initialState: () => ({ n: 0 }),
-      receive: (s) => ({ state: { n: s.n + 1 }, reply: s.n + 1, pre: ["w"], effects: [{ kind: "timer", name: "t", atMs: 2_000_000, msg: { kind: "inc" } }] }),
+      receive: (s) => ({
+        state: { n: s.n + 1 },
+        reply: s.n + 1,
+        pre: ["w"],
+        effects: [{ kind: "timer", name: "t", atMs: 2_000_000, msg: { kind: "inc" } }],
+      }),
     };
     const reg: ActorRegistration = {
       definition: def,
       pipelinePre: true,
-      loadSoft: async () => { loads++; return { n: 0 }; },
-      perform: () => { const d = deferred(); writes.push(d); return d.promise; },
+      loadSoft: async () => {
+        loads++;
+        return { n: 0 };
+      },
+      perform: () => {
+        const d = deferred();
+        writes.push(d);
+        return d.promise;
+      },
     };
     host.register(reg);
     await acquireAll(host);
     const id = idIn("softpipe", 1);
     let spins = 0;
-    const turnBounded = async () => { assert.ok(++spins < 1000, "perform never called"); await turn(); };
+    const turnBounded = async () => {
+      assert.ok(++spins < 1000, "perform never called");
+      await turn();
+    };
     const first = host.deliver("softpipe", id, { kind: "inc" });
     while (writes.length < 1) await turnBounded();
     untrusted.add(1); // the trust window lapses while the write is in flight
@@ -901,6 +1072,10 @@ describe("actor host: pipelined soft actors", () => {
     while (writes.length < 2) await turnBounded();
     writes[1]!.resolve();
     assert.equal(await second, 1, "reloaded: the state starts again from what is durable");
-    assert.equal(loads, 2, "the instance was dropped and reloaded (before the fix: kept, its timer gone)");
+    assert.equal(
+      loads,
+      2,
+      "the instance was dropped and reloaded (before the fix: kept, its timer gone)",
+    );
   });
 });

@@ -14,20 +14,25 @@ describe("InFlightLimiter", () => {
     let peak = 0;
     const order: number[] = [];
     const ops = Array.from({ length: 10_000 }, (_, i) =>
-      lim.run(async () => {
-        running++;
-        peak = Math.max(peak, running);
-        order.push(i);
-        await new Promise((r) => setImmediate(r));
-        running--;
-        if (i % 997 === 0) throw new Error(`op ${i} fails`);
-        return i;
-      }).catch((e: unknown) => (e as Error).message),
+      lim
+        .run(async () => {
+          running++;
+          peak = Math.max(peak, running);
+          order.push(i);
+          await new Promise((r) => setImmediate(r));
+          running--;
+          if (i % 997 === 0) throw new Error(`op ${i} fails`);
+          return i;
+        })
+        .catch((e: unknown) => (e as Error).message),
     );
     assert.equal(lim.waiting, 10_000 - 4);
     const results = await Promise.all(ops);
     assert.equal(peak, 4);
-    assert.deepEqual(order, Array.from({ length: 10_000 }, (_, i) => i));
+    assert.deepEqual(
+      order,
+      Array.from({ length: 10_000 }, (_, i) => i),
+    );
     assert.equal(results[997], "op 997 fails");
     assert.equal(results[998], 998);
     assert.equal(lim.active, 0);

@@ -24,12 +24,14 @@ describe("keyMatches", () => {
     ["*", "a.b", false],
   ];
   for (const [filter, key, want] of cases) {
-    it(`${filter} ${want ? "matches" : "does not match"} ${key}`, () => assert.equal(keyMatches(filter, key), want));
+    it(`${filter} ${want ? "matches" : "does not match"} ${key}`, () =>
+      assert.equal(keyMatches(filter, key), want));
   }
 });
 
 describe("isValidKey", () => {
-  for (const k of ["a", "a.b", "counter.3.id-1_x=/y", "p.0", "A9"]) it(`accepts ${k}`, () => assert.equal(isValidKey(k), true));
+  for (const k of ["a", "a.b", "counter.3.id-1_x=/y", "p.0", "A9"])
+    it(`accepts ${k}`, () => assert.equal(isValidKey(k), true));
   for (const k of ["", ".a", "a.", "a..b", "a b", "a*b", "a>b", "é", "a\nb"]) {
     it(`rejects ${JSON.stringify(k)}`, () => assert.equal(isValidKey(k), false));
   }

@@ -10,13 +10,21 @@ import { headers } from "@nats-io/transport-node";
 import { useBufferEncoder } from "../../../src/cluster/nats-encoding.ts";
 
 const require = createRequire(import.meta.url);
-const encoders = require(join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js")) as { encode(...a: string[]): Uint8Array };
+const encoders = require(join(dirname(require.resolve("@nats-io/nats-core")), "encoders.js")) as {
+  encode(...a: string[]): Uint8Array;
+};
 
 describe("nats encoding", () => {
   it("encodes exactly as TextEncoder does (ASCII, multi-byte, astral, lone surrogate, empty, absent)", () => {
     const te = useBufferEncoder();
     const ref = new TextEncoder();
-    for (const s of ["PUB $JS.API.STREAM.MSG.GET.x _INBOX.a.b 123\r\n", "é ü ß 東京 ☃", "😀 a𝄞b", "a\ud800b", ""]) {
+    for (const s of [
+      "PUB $JS.API.STREAM.MSG.GET.x _INBOX.a.b 123\r\n",
+      "é ü ß 東京 ☃",
+      "😀 a𝄞b",
+      "a\ud800b",
+      "",
+    ]) {
       assert.deepEqual([...te.encode(s)], [...ref.encode(s)], JSON.stringify(s));
     }
     assert.deepEqual([...te.encode()], []);
@@ -32,6 +40,9 @@ describe("nats encoding", () => {
     h.set("Nats-Expected-Last-Subject-Sequence", "42");
     const block = (h as unknown as { encode(): Uint8Array }).encode();
     assert.ok(Buffer.isBuffer(block), "the header block");
-    assert.match(Buffer.from(block).toString("utf8"), /^NATS\/1\.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\n\r\n$/);
+    assert.match(
+      Buffer.from(block).toString("utf8"),
+      /^NATS\/1\.0\r\nNats-Expected-Last-Subject-Sequence: 42\r\n\r\n$/,
+    );
   });
 });

@@ -9,7 +9,8 @@ import fc from "fast-check";
 import { assign, ownerOf, partitionOf } from "../../../src/cluster/placement.ts";
 
 const nodeId = fc.stringMatching(/^[A-Za-z0-9_-]{1,12}$/);
-const nodeSet = (min: number, max: number) => fc.uniqueArray(nodeId, { minLength: min, maxLength: max });
+const nodeSet = (min: number, max: number) =>
+  fc.uniqueArray(nodeId, { minLength: min, maxLength: max });
 
 describe("placement: ownerOf / assign", () => {
   it("gives no owner when no node is live", () => {
@@ -48,7 +49,11 @@ describe("placement: ownerOf / assign", () => {
         let moved = 0;
         for (let p = 0; p < partitions; p++) {
           if (before[p] !== after[p]) {
-            assert.equal(after[p], joiner, `partition ${p} moved to ${after[p]}, not to the joiner`);
+            assert.equal(
+              after[p],
+              joiner,
+              `partition ${p} moved to ${after[p]}, not to the joiner`,
+            );
             moved++;
           }
         }
@@ -64,15 +69,24 @@ describe("placement: ownerOf / assign", () => {
 
   it("a leave moves only the leaver's partitions", () => {
     fc.assert(
-      fc.property(nodeSet(2, 9), fc.integer({ min: 1, max: 512 }), fc.nat(), (nodes, partitions, pick) => {
-        const leaver = nodes[pick % nodes.length]!;
-        const before = assign(partitions, nodes);
-        const after = assign(partitions, nodes.filter((n) => n !== leaver));
-        for (let p = 0; p < partitions; p++) {
-          if (before[p] !== leaver) assert.equal(after[p], before[p], `partition ${p} moved though its owner stayed`);
-          else assert.notEqual(after[p], leaver);
-        }
-      }),
+      fc.property(
+        nodeSet(2, 9),
+        fc.integer({ min: 1, max: 512 }),
+        fc.nat(),
+        (nodes, partitions, pick) => {
+          const leaver = nodes[pick % nodes.length]!;
+          const before = assign(partitions, nodes);
+          const after = assign(
+            partitions,
+            nodes.filter((n) => n !== leaver),
+          );
+          for (let p = 0; p < partitions; p++) {
+            if (before[p] !== leaver)
+              assert.equal(after[p], before[p], `partition ${p} moved though its owner stayed`);
+            else assert.notEqual(after[p], leaver);
+          }
+        },
+      ),
       { numRuns: 60 },
     );
   });
@@ -91,11 +105,16 @@ describe("placement: ownerOf / assign", () => {
 describe("placement: partitionOf", () => {
   it("is in range [0, partitions) and deterministic", () => {
     fc.assert(
-      fc.property(fc.string({ minLength: 1 }), fc.string(), fc.integer({ min: 1, max: 4096 }), (type, id, partitions) => {
-        const p = partitionOf({ type, id }, partitions);
-        assert.ok(Number.isInteger(p) && p >= 0 && p < partitions);
-        assert.equal(partitionOf({ type, id }, partitions), p);
-      }),
+      fc.property(
+        fc.string({ minLength: 1 }),
+        fc.string(),
+        fc.integer({ min: 1, max: 4096 }),
+        (type, id, partitions) => {
+          const p = partitionOf({ type, id }, partitions);
+          assert.ok(Number.isInteger(p) && p >= 0 && p < partitions);
+          assert.equal(partitionOf({ type, id }, partitions), p);
+        },
+      ),
     );
   });
 
@@ -103,7 +122,8 @@ describe("placement: partitionOf", () => {
     const partitions = 64;
     const n = 64_000;
     const counts = new Array<number>(partitions).fill(0);
-    for (let i = 0; i < n; i++) counts[partitionOf({ type: "counter", id: String(i) }, partitions)]!++;
+    for (let i = 0; i < n; i++)
+      counts[partitionOf({ type: "counter", id: String(i) }, partitions)]!++;
     const mean = n / partitions;
     for (let p = 0; p < partitions; p++) {
       const c = counts[p]!;
@@ -112,7 +132,12 @@ describe("placement: partitionOf", () => {
   });
 
   it("separates type and id (counter/1 and job/1 are hashed as different strings)", () => {
-    const hits = Array.from({ length: 100 }, (_, i) => partitionOf({ type: "counter", id: String(i) }, 1024) === partitionOf({ type: "job", id: String(i) }, 1024));
+    const hits = Array.from(
+      { length: 100 },
+      (_, i) =>
+        partitionOf({ type: "counter", id: String(i) }, 1024) ===
+        partitionOf({ type: "job", id: String(i) }, 1024),
+    );
     assert.ok(hits.filter(Boolean).length < 10);
   });
 });

@@ -20,14 +20,36 @@ it("host.acquire: lose() during the loadOnAcquire listing still activates actors
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   class SlowList extends MemoryKv {
-    override async list(f: string): Promise<KvEntry[]> { const r = await super.list(f); await gate; return r; }
+    override async list(f: string): Promise<KvEntry[]> {
+      const r = await super.list(f);
+      await gate;
+      return r;
+    }
   }
   const kv = new SlowList();
   const clock = new FakeClock(0);
-  const host = new ActorHost({ nodeId: "n", clock, events: new EventBus(), kv, partitions: 1, isTrusted: () => true, epochOf: () => 1,
-    send: async () => undefined, mailboxLimit: 10, idleMs: 1000, onError: () => undefined });
-  host.register({ definition: { type: "r", loadOnAcquire: true, initialState: () => ({}), receive: (s) => ({ state: s, reply: null }),
-    onActivate: () => [{ kind: "timer", name: "t", atMs: 100, msg: {} }] } });
+  const host = new ActorHost({
+    nodeId: "n",
+    clock,
+    events: new EventBus(),
+    kv,
+    partitions: 1,
+    isTrusted: () => true,
+    epochOf: () => 1,
+    send: async () => undefined,
+    mailboxLimit: 10,
+    idleMs: 1000,
+    onError: () => undefined,
+  });
+  host.register({
+    definition: {
+      type: "r",
+      loadOnAcquire: true,
+      initialState: () => ({}),
+      receive: (s) => ({ state: s, reply: null }),
+      onActivate: () => [{ kind: "timer", name: "t", atMs: 100, msg: {} }],
+    },
+  });
   await kv.put("r.0.x", encode({ s: {}, e: 1, w: "z" }));
   const acq = host.acquire(0);
   host.lose(0);

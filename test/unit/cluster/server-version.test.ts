@@ -29,7 +29,8 @@ describe("checkServerVersion", () => {
       for (const replicas of [3, 5]) {
         assert.throws(
           () => checkServerVersion(v, replicas),
-          (e: unknown) => isKairosError(e, "unsupported") && e.message.includes(v) && e.message.includes("#4320"),
+          (e: unknown) =>
+            isKairosError(e, "unsupported") && e.message.includes(v) && e.message.includes("#4320"),
         );
       }
     }

@@ -18,7 +18,9 @@ interface Fired {
 function setup(startMs = 1_000) {
   const clock = new FakeClock(startMs);
   const fired: Fired[] = [];
-  const q = new TimerQueue<string>(clock, (key, payload) => fired.push({ key, payload, atMs: clock.now() }));
+  const q = new TimerQueue<string>(clock, (key, payload) =>
+    fired.push({ key, payload, atMs: clock.now() }),
+  );
   return { clock, fired, q };
 }
 
@@ -32,7 +34,14 @@ describe("TimerQueue", () => {
     clock.advance(150);
     assert.deepEqual(fired, [{ key: "a", payload: "A", atMs: 1_100 }]);
     clock.advance(1_000);
-    assert.deepEqual(fired.map((f) => [f.key, f.atMs]), [["a", 1_100], ["b", 1_200], ["c", 1_300]]);
+    assert.deepEqual(
+      fired.map((f) => [f.key, f.atMs]),
+      [
+        ["a", 1_100],
+        ["b", 1_200],
+        ["c", 1_300],
+      ],
+    );
     assert.equal(q.size, 0);
   });
 
@@ -51,7 +60,13 @@ describe("TimerQueue", () => {
       room--;
     });
     q.admitWith(() => room > 0);
-    for (const [k, at] of [["c", 1_030], ["a", 1_010], ["b", 1_020], ["d", 1_040]] as const) q.schedule(k, at, k);
+    for (const [k, at] of [
+      ["c", 1_030],
+      ["a", 1_010],
+      ["b", 1_020],
+      ["d", 1_040],
+    ] as const)
+      q.schedule(k, at, k);
     clock.advance(50);
     assert.deepEqual(fired, ["a", "b"], "two admitted, in due order");
     assert.equal(q.held, true);
@@ -108,7 +123,10 @@ describe("TimerQueue", () => {
     const { clock, fired, q } = setup();
     for (const k of ["x", "y", "z", "w"]) q.schedule(k, 1_050, k);
     clock.advance(50);
-    assert.deepEqual(fired.map((f) => f.key), ["x", "y", "z", "w"]);
+    assert.deepEqual(
+      fired.map((f) => f.key),
+      ["x", "y", "z", "w"],
+    );
   });
 
   it("fires a timer due in the past on the next turn of the clock", () => {
@@ -128,7 +146,13 @@ describe("TimerQueue", () => {
     q.schedule("j", 1_300, "J");
     q.schedule("j", 1_900, "later");
     clock.advance(2_000);
-    assert.deepEqual(fired.map((f) => [f.key, f.payload, f.atMs]), [["k", "earlier", 1_200], ["j", "later", 1_900]]);
+    assert.deepEqual(
+      fired.map((f) => [f.key, f.payload, f.atMs]),
+      [
+        ["k", "earlier", 1_200],
+        ["j", "later", 1_900],
+      ],
+    );
   });
 
   it("a replaced key goes behind others due at the same time (new insertion)", () => {
@@ -137,7 +161,10 @@ describe("TimerQueue", () => {
     q.schedule("b", 1_100, "b");
     q.schedule("a", 1_100, "a2");
     clock.advance(100);
-    assert.deepEqual(fired.map((f) => f.payload), ["b", "a2"]);
+    assert.deepEqual(
+      fired.map((f) => f.payload),
+      ["b", "a2"],
+    );
   });
 
   it("cancel removes a timer and reports whether there was one", () => {
@@ -150,7 +177,10 @@ describe("TimerQueue", () => {
     assert.equal(q.dueOf("a"), undefined);
     assert.equal(q.size, 1);
     clock.advance(500);
-    assert.deepEqual(fired.map((f) => f.key), ["b"]);
+    assert.deepEqual(
+      fired.map((f) => f.key),
+      ["b"],
+    );
   });
 
   it("cancelPrefix removes exactly the keys with that prefix", () => {
@@ -162,7 +192,10 @@ describe("TimerQueue", () => {
     assert.equal(q.cancelPrefix("1|"), 2);
     assert.equal(q.size, 2);
     clock.advance(1_000);
-    assert.deepEqual(fired.map((f) => f.payload), ["p12", "p2"]);
+    assert.deepEqual(
+      fired.map((f) => f.payload),
+      ["p12", "p2"],
+    );
   });
 
   it("timers scheduled from inside a firing callback fire too (now, later, and replacing)", () => {
@@ -192,7 +225,10 @@ describe("TimerQueue", () => {
     clock.advance(500);
     assert.equal(fired.length, 0);
     assert.equal(q.fireDue(), 1);
-    assert.deepEqual(fired.map((f) => f.key), ["a"]);
+    assert.deepEqual(
+      fired.map((f) => f.key),
+      ["a"],
+    );
   });
 
   it("holds far-future timers (beyond the 32-bit host timer range) without firing early", () => {
@@ -223,12 +259,33 @@ type Op =
   | { op: "advance"; ms: number };
 
 // Keys with and without a group (`<group>|…`, the host's partition prefix, indexed for cancelPrefix).
-const keyArb = fc.tuple(fc.constantFrom("a", "b", "c", "a|", "b|", "a1|"), fc.integer({ min: 0, max: 5 })).map(([p, i]) => `${p}${i}`);
+const keyArb = fc
+  .tuple(fc.constantFrom("a", "b", "c", "a|", "b|", "a1|"), fc.integer({ min: 0, max: 5 }))
+  .map(([p, i]) => `${p}${i}`);
 const opArb: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ op: fc.constant("schedule" as const), key: keyArb, delay: fc.integer({ min: -20, max: 200 }) }) },
+  {
+    weight: 5,
+    arbitrary: fc.record({
+      op: fc.constant("schedule" as const),
+      key: keyArb,
+      delay: fc.integer({ min: -20, max: 200 }),
+    }),
+  },
   { weight: 2, arbitrary: fc.record({ op: fc.constant("cancel" as const), key: keyArb }) },
-  { weight: 1, arbitrary: fc.record({ op: fc.constant("cancelPrefix" as const), prefix: fc.constantFrom("a", "b", "c", "a1", "a|", "b|", "a1|", "a|1") }) },
-  { weight: 3, arbitrary: fc.record({ op: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 150 }) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      op: fc.constant("cancelPrefix" as const),
+      prefix: fc.constantFrom("a", "b", "c", "a1", "a|", "b|", "a1|", "a|1"),
+    }),
+  },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      op: fc.constant("advance" as const),
+      ms: fc.integer({ min: 0, max: 150 }),
+    }),
+  },
 );
 
 /** The model: a plain list; fire the minimum (due, seq) while due ≤ target; fire time = max(due, armed at). */

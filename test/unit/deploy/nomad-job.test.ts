@@ -9,12 +9,18 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 
-const hcl = readFileSync(new URL("../../../deploy/nomad/kairos.nomad.hcl", import.meta.url), "utf8");
+const hcl = readFileSync(
+  new URL("../../../deploy/nomad/kairos.nomad.hcl", import.meta.url),
+  "utf8",
+);
 
 /** The text of each top-level `group "<name>" { … }` block (comments dropped). */
 function groups(text: string): Map<string, string> {
   const out = new Map<string, string>();
-  const code = text.split("\n").map((l) => l.replace(/^\s*#.*$/, "")).join("\n");
+  const code = text
+    .split("\n")
+    .map((l) => l.replace(/^\s*#.*$/, ""))
+    .join("\n");
   for (const m of code.matchAll(/^ {2}group "([a-z]+)" \{$/gm)) {
     let depth = 0;
     let end = m.index;
@@ -40,25 +46,47 @@ describe("Nomad job: secrets per group", () => {
   it("each group reads only the job's path (the CA) and its own path", () => {
     for (const [name, text] of g) {
       // `{{ .key }}`, or a per-host key: `{{ index . (printf "creds_worker-%s" (env "node.unique.id")) }}`.
-      const reads = [...text.matchAll(/nomadVar "([^"]+)" \}\}\{\{ (?:\.(\w+)|index \. \(printf "([\w-]+)%s")/g)].map((m) => [m[1]!, m[2] ?? m[3]!] as const);
+      const reads = [
+        ...text.matchAll(/nomadVar "([^"]+)" \}\}\{\{ (?:\.(\w+)|index \. \(printf "([\w-]+)%s")/g),
+      ].map((m) => [m[1]!, m[2] ?? m[3]!] as const);
       assert.ok(reads.length >= 2, `${name} renders its credentials and the CA`);
       for (const [path, key] of reads) {
-        if (path === "nomad/jobs/kairos") assert.equal(key, "nats_ca", `${name}: only the CA comes from the job's path, not ${key}`);
+        if (path === "nomad/jobs/kairos")
+          assert.equal(
+            key,
+            "nats_ca",
+            `${name}: only the CA comes from the job's path, not ${key}`,
+          );
         else assert.equal(path, `nomad/jobs/kairos/${name}`, `${name} reads ${path}`);
       }
       // A worker host renders the credentials of its own worker id (`creds_worker-<id>`).
-      assert.ok(reads.some(([p, k]) => p === `nomad/jobs/kairos/${name}` && (k === "creds" || (name === "worker" && k === "creds_worker-"))), `${name} renders its own creds`);
+      assert.ok(
+        reads.some(
+          ([p, k]) =>
+            p === `nomad/jobs/kairos/${name}` &&
+            (k === "creds" || (name === "worker" && k === "creds_worker-")),
+        ),
+        `${name} renders its own creds`,
+      );
     }
   });
 
   it("the worker group renders no cluster key; scheduler and api do, from their own paths", () => {
     assert.doesNotMatch(g.get("worker")!, /secret_key|SECRET_KEY/);
-    for (const name of ["scheduler", "api"]) assert.match(g.get(name)!, new RegExp(`nomadVar "nomad/jobs/kairos/${name}" \\}\\}\\{\\{ \\.secret_key \\}\\}`));
+    for (const name of ["scheduler", "api"])
+      assert.match(
+        g.get(name)!,
+        new RegExp(`nomadVar "nomad/jobs/kairos/${name}" \\}\\}\\{\\{ \\.secret_key \\}\\}`),
+      );
   });
 
   it("scheduler and api never run on a worker host (raw_exec enabled there only)", () => {
-    const offWorkerHosts = /constraint \{\s*attribute = "\$\{driver\.raw_exec\}"\s*operator\s*= "!="\s*value\s*= "1"\s*\}/;
+    const offWorkerHosts =
+      /constraint \{\s*attribute = "\$\{driver\.raw_exec\}"\s*operator\s*= "!="\s*value\s*= "1"\s*\}/;
     for (const name of ["scheduler", "api"]) assert.match(g.get(name)!, offWorkerHosts, name);
-    assert.match(g.get("worker")!, /constraint \{\s*attribute = "\$\{driver\.raw_exec\}"\s*value\s*= "1"\s*\}/);
+    assert.match(
+      g.get("worker")!,
+      /constraint \{\s*attribute = "\$\{driver\.raw_exec\}"\s*value\s*= "1"\s*\}/,
+    );
   });
 });

@@ -14,7 +14,13 @@ describe("dev data: global account → KAIROS", () => {
       mkdirSync(join(d, "jetstream", "$G", "streams", "KV_kairos_tenants"), { recursive: true });
       writeFileSync(join(d, "jetstream", "$G", "streams", "KV_kairos_tenants", "meta.inf"), "x");
       assert.equal(moveGlobalAccountStreams(d), true);
-      assert.equal(readFileSync(join(d, "jetstream", "KAIROS", "streams", "KV_kairos_tenants", "meta.inf"), "utf8"), "x");
+      assert.equal(
+        readFileSync(
+          join(d, "jetstream", "KAIROS", "streams", "KV_kairos_tenants", "meta.inf"),
+          "utf8",
+        ),
+        "x",
+      );
       assert.ok(!existsSync(join(d, "jetstream", "$G")));
       mkdirSync(join(d, "jetstream", "$G"), { recursive: true });
       assert.equal(moveGlobalAccountStreams(d), false, "KAIROS has data: never overwritten");

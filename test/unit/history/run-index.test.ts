@@ -21,7 +21,13 @@ import { activeRunsReply, emptyJobState, type JobState } from "../../../src/jobs
 import type { JobSpec, RunView } from "../../../src/protocol/model.ts";
 import { NatsJobsService } from "../../../src/service/nats-service.ts";
 import { retentionConfig } from "../../../src/history/retention.ts";
-import { RUN_INDEX_CHUNK, indexDecision, isRunIndexEffect, runIndexKey, type RunIndexEffect } from "../../../src/history/run-index.ts";
+import {
+  RUN_INDEX_CHUNK,
+  indexDecision,
+  isRunIndexEffect,
+  runIndexKey,
+  type RunIndexEffect,
+} from "../../../src/history/run-index.ts";
 import { withRunIndex } from "../../../src/jobs/with-history.ts";
 import { listRunIndex, writeRunIndexChunk } from "../../../src/history/run-index-store.ts";
 import { MAX_EXAMINED } from "../../../src/history/run-pages.ts";
@@ -40,21 +46,51 @@ const MIN = 60_000;
 
 /** Every minute; occurrences fired late are recorded `missed` (one record each, no run). */
 const SPEC: JobSpec = {
-  name: null, schedule: { cron: "* * * * *", time_zone: "UTC" }, task: { image: "busybox", args: ["true"], env: {}, timeout_s: 60 },
-  retry: { max_attempts: 1, backoff: "exponential", base_s: 1, max_s: 60 }, overlap: "skip",
-  misfire: { policy: "skip", starting_deadline_s: null }, flex_window_s: 0, enabled: true,
+  name: null,
+  schedule: { cron: "* * * * *", time_zone: "UTC" },
+  task: { image: "busybox", args: ["true"], env: {}, timeout_s: 60 },
+  retry: { max_attempts: 1, backoff: "exponential", base_s: 1, max_s: 60 },
+  overlap: "skip",
+  misfire: { policy: "skip", starting_deadline_s: null },
+  flex_window_s: 0,
+  enabled: true,
 };
 
 const CFG = { ...DEFAULT_JOB_CONFIG, lookaheadMs: 0, catchUpLimit: 100 };
 
 /** Counts every KV operation made on a store (the port's methods). */
-function counted(kv: MemoryKv): { kv: MemoryKv; ops: Record<string, number>; reset(): void; total(): number } {
+function counted(kv: MemoryKv): {
+  kv: MemoryKv;
+  ops: Record<string, number>;
+  reset(): void;
+  total(): number;
+} {
   const ops: Record<string, number> = {};
-  for (const m of ["get", "create", "update", "put", "delete", "list", "scan", "keys", "purge"] as const) {
+  for (const m of [
+    "get",
+    "create",
+    "update",
+    "put",
+    "delete",
+    "list",
+    "scan",
+    "keys",
+    "purge",
+  ] as const) {
     const f = (kv[m] as (...a: unknown[]) => Promise<unknown>).bind(kv);
-    (kv as unknown as Record<string, unknown>)[m] = (...a: unknown[]) => ((ops[m] = (ops[m] ?? 0) + 1), f(...a));
+    (kv as unknown as Record<string, unknown>)[m] = (...a: unknown[]) => (
+      (ops[m] = (ops[m] ?? 0) + 1),
+      f(...a)
+    );
   }
-  return { kv, ops, reset: () => { for (const k of Object.keys(ops)) delete ops[k]; }, total: () => Object.values(ops).reduce((a, b) => a + b, 0) };
+  return {
+    kv,
+    ops,
+    reset: () => {
+      for (const k of Object.keys(ops)) delete ops[k];
+    },
+    total: () => Object.values(ops).reduce((a, b) => a + b, 0),
+  };
 }
 
 /**
@@ -65,7 +101,15 @@ function harness() {
   const mk = (n: string) => new MemoryKv(n);
   const runs = counted(mk("runs"));
   const actors = counted(mk("actors"));
-  const buckets = { cluster: mk("cluster"), leases: mk("leases"), nodes: mk("nodes"), actors: actors.kv, runs: runs.kv, tenants: mk("tenants"), idempotency: mk("idempotency") } as unknown as Buckets;
+  const buckets = {
+    cluster: mk("cluster"),
+    leases: mk("leases"),
+    nodes: mk("nodes"),
+    actors: actors.kv,
+    runs: runs.kv,
+    tenants: mk("tenants"),
+    idempotency: mk("idempotency"),
+  } as unknown as Buckets;
   // The job actor answers only `active_runs` (its live runs, for the overlay); the page itself
   // reads the job's state from KV.
   let live: () => JobState = () => emptyJobState();
@@ -73,7 +117,8 @@ function harness() {
     request: async (_to: unknown, msg: JobMsg) => {
       const s = live();
       if (msg.kind === "active_runs" && s.job && !s.deleted) return activeRunsReply(s);
-      if (msg.kind === "active_runs" || msg.kind === "get") throw new KairosError("not_found", "job not found");
+      if (msg.kind === "active_runs" || msg.kind === "get")
+        throw new KairosError("not_found", "job not found");
       throw new Error(`the job actor is asked only for active_runs here, not ${msg.kind}`);
     },
   } as unknown as ActorRouter;
@@ -82,14 +127,27 @@ function harness() {
   const stateKey = `${JOB_ACTOR}.${P}.${ACTOR}`;
   const known = new Set<string>();
   const h = {
-    runs, actors, service, state: emptyJobState(), created: [] as string[], epoch: 1,
+    runs,
+    actors,
+    service,
+    state: emptyJobState(),
+    created: [] as string[],
+    epoch: 1,
     /** One decision, performed: records, then chunks, then the state (crash-safe order). */
     async send(msg: JobMsg, nowMs: number, opts: { dropStateWrite?: boolean } = {}) {
       const d = def.receive(h.state, msg, { id: ACTOR, nowMs });
       for (const fx of d.pre ?? []) {
-        if (isRunIndexEffect(fx)) await writeRunIndexChunk(runs.kv, { address: { type: JOB_ACTOR, id: ACTOR }, partition: P, epoch: h.epoch }, fx);
+        if (isRunIndexEffect(fx))
+          await writeRunIndexChunk(
+            runs.kv,
+            { address: { type: JOB_ACTOR, id: ACTOR }, partition: P, epoch: h.epoch },
+            fx,
+          );
         else if (fx.kind === "put_run" && (fx.mode === "create" || fx.mode === "terminal")) {
-          await runs.kv.create(runKey(P, TENANT, JOB, fx.record.run_id), encodeRunRecord(fx.record, h.epoch));
+          await runs.kv.create(
+            runKey(P, TENANT, JOB, fx.record.run_id),
+            encodeRunRecord(fx.record, h.epoch),
+          );
           if (!known.has(fx.record.run_id)) {
             known.add(fx.record.run_id);
             h.created.push(fx.record.run_id);
@@ -103,8 +161,12 @@ function harness() {
     },
     /** A job, then `n` missed occurrences recorded (100 per fire), oldest first. */
     async build(n: number) {
-      await h.send({ kind: "create", tenant_id: TENANT, job_id: JOB, spec: SPEC, request_hash: "h" }, T0);
-      for (let done = 0; done < n; done += 100) await h.send({ kind: "fire" }, T0 + (done + Math.min(100, n - done)) * MIN + 30_000);
+      await h.send(
+        { kind: "create", tenant_id: TENANT, job_id: JOB, spec: SPEC, request_hash: "h" },
+        T0,
+      );
+      for (let done = 0; done < n; done += 100)
+        await h.send({ kind: "fire" }, T0 + (done + Math.min(100, n - done)) * MIN + 30_000);
       assert.equal(h.created.length, n);
       return h;
     },
@@ -114,7 +176,11 @@ function harness() {
       let cursor: string | undefined;
       let page = 0;
       do {
-        const p = await service.listRuns(TENANT, JOB, cursor === undefined ? { limit } : { limit, cursor });
+        const p = await service.listRuns(
+          TENANT,
+          JOB,
+          cursor === undefined ? { limit } : { limit, cursor },
+        );
         seen.push(...p.items.map((r) => r.run_id));
         cursor = p.next_cursor ?? undefined;
         if (between) await between(page++);
@@ -126,33 +192,61 @@ function harness() {
   return h;
 }
 
-const noDuplicates = (ids: string[]) => assert.equal(new Set(ids).size, ids.length, "a run served twice");
+const noDuplicates = (ids: string[]) =>
+  assert.equal(new Set(ids).size, ids.length, "a run served twice");
 
 describe("runs index: the pure decision", () => {
-  const put = (id: string, mode: string) => ({ kind: "put_run", mode, record: { run_id: `${JOB}-${id}` } });
+  const put = (id: string, mode: string) => ({
+    kind: "put_run",
+    mode,
+    record: { run_id: `${JOB}-${id}` },
+  });
 
   it("a new job starts indexed; records created (runs, skipped, missed) are appended, a full chunk becomes a chunk effect", () => {
     const first = indexDecision(undefined, JOB, [], true)!;
     assert.deepEqual(first, { index: { seq: 0, pending: [] }, effects: [] });
     const ids = Array.from({ length: RUN_INDEX_CHUNK + 3 }, (_, i) => `r${i}`);
-    const d = indexDecision({ seq: 0, pending: [] }, JOB, ids.map((id, i) => put(id, i % 2 ? "create" : "terminal")), false)!;
-    assert.deepEqual(d.effects, [{ kind: "write_run_index", seq: 0, ids: ids.slice(0, RUN_INDEX_CHUNK) }]);
+    const d = indexDecision(
+      { seq: 0, pending: [] },
+      JOB,
+      ids.map((id, i) => put(id, i % 2 ? "create" : "terminal")),
+      false,
+    )!;
+    assert.deepEqual(d.effects, [
+      { kind: "write_run_index", seq: 0, ids: ids.slice(0, RUN_INDEX_CHUNK) },
+    ]);
     assert.deepEqual(d.index, { seq: 1, pending: ids.slice(RUN_INDEX_CHUNK) });
   });
 
   it("record updates are not new records, settled orphans are (their fire's entry was lost with its state); a job from before the index stays unindexed", () => {
     assert.equal(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update")], false), null);
-    assert.deepEqual(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update"), put("c", "settle")], false)?.index, { seq: 2, pending: ["a", "c"] });
+    assert.deepEqual(
+      indexDecision(
+        { seq: 2, pending: ["a"] },
+        JOB,
+        [put("b", "update"), put("c", "settle")],
+        false,
+      )?.index,
+      { seq: 2, pending: ["a", "c"] },
+    );
     assert.equal(indexDecision(undefined, JOB, [put("b", "create")], false), null);
   });
 
   it("the wrapped actor keeps the index in the state its decision writes anyway (no extra write per run)", () => {
     const def = withRunIndex(makeJobActor(CFG));
-    const created = def.receive(emptyJobState(), { kind: "create", tenant_id: TENANT, job_id: JOB, spec: SPEC, request_hash: "h" }, { id: ACTOR, nowMs: T0 });
+    const created = def.receive(
+      emptyJobState(),
+      { kind: "create", tenant_id: TENANT, job_id: JOB, spec: SPEC, request_hash: "h" },
+      { id: ACTOR, nowMs: T0 },
+    );
     assert.deepEqual(created.state.index, { seq: 0, pending: [] });
     const run = def.receive(created.state, { kind: "run_now" }, { id: ACTOR, nowMs: T0 + 1000 });
     assert.equal(run.state.index!.pending.length, 1);
-    assert.equal(`${JOB}-${run.state.index!.pending[0]}`, run.reply!.run!.run_id, "stored without the job id");
+    assert.equal(
+      `${JOB}-${run.state.index!.pending[0]}`,
+      run.reply!.run!.run_id,
+      "stored without the job id",
+    );
     assert.equal((run.pre ?? []).filter(isRunIndexEffect).length, 0, "no KV operation of its own");
     const get = def.receive(run.state, { kind: "get" }, { id: ACTOR, nowMs: T0 + 2000 });
     assert.equal(get.state, run.state, "a decision creating nothing leaves the state alone");
@@ -169,13 +263,26 @@ describe("runs index: a runs page reads O(page)", () => {
     for (let i = 0; i < 3; i++) {
       h.runs.reset();
       h.actors.reset();
-      const page = await h.service.listRuns(TENANT, JOB, cursor === undefined ? { limit: 50 } : { limit: 50, cursor });
+      const page = await h.service.listRuns(
+        TENANT,
+        JOB,
+        cursor === undefined ? { limit: 50 } : { limit: 50, cursor },
+      );
       served.push(...page.items.map((r) => r.run_id));
       cursor = page.next_cursor!;
-      assert.equal((h.runs.ops.keys ?? 0) + (h.runs.ops.list ?? 0) + (h.runs.ops.scan ?? 0), 0, "no listing");
+      assert.equal(
+        (h.runs.ops.keys ?? 0) + (h.runs.ops.list ?? 0) + (h.runs.ops.scan ?? 0),
+        0,
+        "no listing",
+      );
       const gets = h.runs.ops.get ?? 0;
       const chunks = gets - 51; // 51 records (a page and one to know there is more), the rest chunks
-      pages.push({ total: h.runs.total() + h.actors.total(), records: 51, chunks, state: h.actors.total() });
+      pages.push({
+        total: h.runs.total() + h.actors.total(),
+        records: 51,
+        chunks,
+        state: h.actors.total(),
+      });
     }
     assert.deepEqual(served, h.created.slice(-150).reverse(), "newest first");
     return pages;
@@ -187,19 +294,32 @@ describe("runs index: a runs page reads O(page)", () => {
     const aligned = await pageCost(1_040); // 10,000 and 1,040 both leave 16 ids pending
     assert.deepEqual(large, aligned, "the same offset in a chunk: exactly the same operations");
     for (const p of [...small, ...large]) {
-      assert.equal(p.state, 0, "no read of the job's state (the job actor answers its index from memory)");
+      assert.equal(
+        p.state,
+        0,
+        "no read of the job's state (the job actor answers its index from memory)",
+      );
       assert.ok(p.chunks >= 0 && p.chunks <= 2, `${p.chunks} chunk reads`);
       assert.ok(p.total <= 2 + 51, `${p.total} KV operations for a page of 50`);
     }
     // Only where a page crosses a chunk boundary differs (1,000 leaves 40 ids pending, 10,000 16).
-    assert.deepEqual(small.map((p) => p.total - p.chunks), large.map((p) => p.total - p.chunks));
-    console.log(`KV operations, pages 1-3 of 50: 1,000 records ${small.map((p) => p.total).join(", ")}; 10,000 records ${large.map((p) => p.total).join(", ")}`);
+    assert.deepEqual(
+      small.map((p) => p.total - p.chunks),
+      large.map((p) => p.total - p.chunks),
+    );
+    console.log(
+      `KV operations, pages 1-3 of 50: 1,000 records ${small.map((p) => p.total).join(", ")}; 10,000 records ${large.map((p) => p.total).join(", ")}`,
+    );
   });
 
   it("every run exactly once, newest first by creation, also while retention prunes and runs are created between pages", async () => {
     const h = await harness().build(1_000);
     const cfg = retentionConfig({ keepRuns: 300, maxAgeMs: 0, maxDeletesPerPass: 1_000_000 });
-    const retention = new RunRetention(cfg, { runs: h.runs.kv, nowMs: () => T0, log: () => undefined });
+    const retention = new RunRetention(cfg, {
+      runs: h.runs.kv,
+      nowMs: () => T0,
+      log: () => undefined,
+    });
     const chunksBefore = (await listRunIndex(h.runs.kv, P, TENANT, JOB)).length;
     const order = new Map(h.created.map((id, i) => [id, i]));
     const seen = await h.all(97, async (page) => {
@@ -210,13 +330,22 @@ describe("runs index: a runs page reads O(page)", () => {
     });
     noDuplicates(seen);
     const positions = seen.map((id) => order.get(id)!);
-    assert.ok(positions.every((p, i) => p !== undefined && (i === 0 || p < positions[i - 1]!)), "newest first by creation");
+    assert.ok(
+      positions.every((p, i) => p !== undefined && (i === 0 || p < positions[i - 1]!)),
+      "newest first by creation",
+    );
     // Everything retention kept is served; the pages before the prune served the newest 194 first.
     const kept = h.created.slice(1_000 - 300, 1_000);
-    assert.deepEqual(seen.filter((id) => kept.includes(id)), [...kept].reverse());
+    assert.deepEqual(
+      seen.filter((id) => kept.includes(id)),
+      [...kept].reverse(),
+    );
     assert.equal(seen.length, 300, "pruned runs not yet served are skipped");
     const chunksAfter = (await listRunIndex(h.runs.kv, P, TENANT, JOB)).length;
-    assert.ok(chunksAfter < chunksBefore && chunksAfter <= Math.ceil(300 / RUN_INDEX_CHUNK) + 1, `chunks ${chunksBefore} → ${chunksAfter}`);
+    assert.ok(
+      chunksAfter < chunksBefore && chunksAfter <= Math.ceil(300 / RUN_INDEX_CHUNK) + 1,
+      `chunks ${chunksBefore} → ${chunksAfter}`,
+    );
     // A fresh listing serves the 50 new ones and the 300 kept, nothing pruned.
     assert.deepEqual(await h.all(64), [...h.created.slice(-50).reverse(), ...[...kept].reverse()]);
   });
@@ -227,24 +356,37 @@ describe("runs index: a runs page reads O(page)", () => {
     const p1 = await h.service.listRuns(TENANT, JOB, { limit: 10, status: "failed" });
     assert.deepEqual(p1.items, []);
     assert.ok(p1.next_cursor, "the bound was hit: a cursor to go on");
-    assert.ok((h.runs.ops.get ?? 0) <= MAX_EXAMINED + Math.ceil(MAX_EXAMINED / RUN_INDEX_CHUNK) + 1, `${h.runs.ops.get} reads`);
+    assert.ok(
+      (h.runs.ops.get ?? 0) <= MAX_EXAMINED + Math.ceil(MAX_EXAMINED / RUN_INDEX_CHUNK) + 1,
+      `${h.runs.ops.get} reads`,
+    );
     let cursor: string | null = p1.next_cursor;
     let pages = 1;
     while (cursor) {
-      const p: { items: RunView[]; next_cursor: string | null } = await h.service.listRuns(TENANT, JOB, { limit: 10, status: "failed", cursor });
+      const p: { items: RunView[]; next_cursor: string | null } = await h.service.listRuns(
+        TENANT,
+        JOB,
+        { limit: 10, status: "failed", cursor },
+      );
       assert.deepEqual(p.items, []);
       cursor = p.next_cursor;
       pages++;
     }
     assert.equal(pages, Math.ceil(2_500 / MAX_EXAMINED));
     const missed = await h.service.listRuns(TENANT, JOB, { limit: 3, status: "missed" });
-    assert.deepEqual(missed.items.map((r) => r.run_id), h.created.slice(-3).reverse());
+    assert.deepEqual(
+      missed.items.map((r) => r.run_id),
+      h.created.slice(-3).reverse(),
+    );
   });
 
   it("a cursor of another kind is refused", async () => {
     const h = await harness().build(100);
     const legacy = Buffer.from(`2026-01-01T00:00:00Z\n${runIdFor(JOB, T0)}`).toString("base64url");
-    await assert.rejects(h.service.listRuns(TENANT, JOB, { limit: 5, cursor: legacy }), (e: unknown) => isKairosError(e, "invalid_argument"));
+    await assert.rejects(
+      h.service.listRuns(TENANT, JOB, { limit: 5, cursor: legacy }),
+      (e: unknown) => isKairosError(e, "invalid_argument"),
+    );
   });
 });
 
@@ -258,7 +400,9 @@ describe("runs index: crash cases", () => {
     // The re-fire after the crash finds its 10 records (create fails harmlessly) and makes 5 more.
     await h.send({ kind: "fire" }, T0 + 75 * MIN + 30_000);
     assert.equal(h.state.index!.seq, 1);
-    const chunk = decode<{ ids: string[] }>((await h.runs.kv.get(runIndexKey(P, TENANT, JOB, 0)))!.value).ids;
+    const chunk = decode<{ ids: string[] }>(
+      (await h.runs.kv.get(runIndexKey(P, TENANT, JOB, 0)))!.value,
+    ).ids;
     assert.equal(chunk.length, RUN_INDEX_CHUNK);
     assert.equal(h.created.length, 75);
     const seen = await h.all(20);
@@ -268,17 +412,31 @@ describe("runs index: crash cases", () => {
   it("a stale owner cannot overwrite a chunk a later epoch wrote", async () => {
     const runs = new MemoryKv("runs");
     const fx: RunIndexEffect = { kind: "write_run_index", seq: 3, ids: ["a", "b"] };
-    const at = (epoch: number) => ({ address: { type: JOB_ACTOR, id: ACTOR }, partition: P, epoch });
+    const at = (epoch: number) => ({
+      address: { type: JOB_ACTOR, id: ACTOR },
+      partition: P,
+      epoch,
+    });
     await writeRunIndexChunk(runs, at(7), fx);
     await writeRunIndexChunk(runs, at(7), fx); // idempotent
-    await assert.rejects(writeRunIndexChunk(runs, at(5), { ...fx, ids: ["x"] }), (e: unknown) => isKairosError(e, "not_owner"));
+    await assert.rejects(writeRunIndexChunk(runs, at(5), { ...fx, ids: ["x"] }), (e: unknown) =>
+      isKairosError(e, "not_owner"),
+    );
     await writeRunIndexChunk(runs, at(9), { ...fx, ids: ["a", "b", "c"] }); // a later owner replaces an orphan
-    assert.deepEqual(decode<{ ids: string[] }>((await runs.get(runIndexKey(P, TENANT, JOB, 3)))!.value).ids, ["a", "b", "c"]);
+    assert.deepEqual(
+      decode<{ ids: string[] }>((await runs.get(runIndexKey(P, TENANT, JOB, 3)))!.value).ids,
+      ["a", "b", "c"],
+    );
   });
 
   it("a deleted job's chunks are purged with its records and state", async () => {
     const h = await harness().build(300);
-    const retention = new RunRetention(retentionConfig(), { runs: h.runs.kv, actors: h.actors.kv, nowMs: () => T0, log: () => undefined });
+    const retention = new RunRetention(retentionConfig(), {
+      runs: h.runs.kv,
+      actors: h.actors.kv,
+      nowMs: () => T0,
+      log: () => undefined,
+    });
     assert.ok((await listRunIndex(h.runs.kv, P, TENANT, JOB)).length > 0);
     await retention.purgeJob(P, ACTOR);
     assert.equal((await listRunIndex(h.runs.kv, P, TENANT, JOB)).length, 0);
@@ -287,11 +445,19 @@ describe("runs index: crash cases", () => {
 
   it("the state carries the index across an owner move (it is persisted); a job state from before the index lists by keys", async () => {
     const h = await harness().build(130);
-    const stored = decode<{ s: JobState }>((await h.actors.kv.get(`${JOB_ACTOR}.${P}.${ACTOR}`))!.value).s;
-    assert.deepEqual(stored.index, { seq: 2, pending: h.created.slice(128).map((id) => id.slice(JOB.length + 1)) });
+    const stored = decode<{ s: JobState }>(
+      (await h.actors.kv.get(`${JOB_ACTOR}.${P}.${ACTOR}`))!.value,
+    ).s;
+    assert.deepEqual(stored.index, {
+      seq: 2,
+      pending: h.created.slice(128).map((id) => id.slice(JOB.length + 1)),
+    });
     const { index: _ix, ...legacy } = stored;
     await h.actors.kv.put(`${JOB_ACTOR}.${P}.${ACTOR}`, encode({ s: legacy }));
     const page = await h.service.listRuns(TENANT, JOB, { limit: 5 });
-    assert.deepEqual(page.items.map((r) => r.run_id), h.created.slice(-5).reverse());
+    assert.deepEqual(
+      page.items.map((r) => r.run_id),
+      h.created.slice(-5).reverse(),
+    );
   });
 });

@@ -45,28 +45,70 @@ class Recorder implements RunMetricsSink {
 
 const SCHEDULED = "2026-03-08T07:00:00Z";
 const at = (s: number) => new Date(Date.parse(SCHEDULED) + s * 1000).toISOString();
-const attempt = (n: number, outcome: AttemptView["outcome"], startedS: number | null = 1): AttemptView => ({
-  attempt: n, worker: "w1", started_at: startedS === null ? null : at(startedS), finished_at: outcome ? at(9) : null, exit_code: null, outcome, error: null,
+const attempt = (
+  n: number,
+  outcome: AttemptView["outcome"],
+  startedS: number | null = 1,
+): AttemptView => ({
+  attempt: n,
+  worker: "w1",
+  started_at: startedS === null ? null : at(startedS),
+  finished_at: outcome ? at(9) : null,
+  exit_code: null,
+  outcome,
+  error: null,
 });
 function run(status: RunStatus, attempts: AttemptView[], startedS: number | null): RunView {
   return {
-    run_id: "j1-r1", job_id: "j1", tenant_id: "t1", scheduled_for: SCHEDULED, trigger: "schedule", status,
-    attempt: attempts.length, attempts, created_at: SCHEDULED, started_at: startedS === null ? null : at(startedS),
-    finished_at: null, next_attempt_at: null, result: null, reason: null,
+    run_id: "j1-r1",
+    job_id: "j1",
+    tenant_id: "t1",
+    scheduled_for: SCHEDULED,
+    trigger: "schedule",
+    status,
+    attempt: attempts.length,
+    attempts,
+    created_at: SCHEDULED,
+    started_at: startedS === null ? null : at(startedS),
+    finished_at: null,
+    next_attempt_at: null,
+    result: null,
+    reason: null,
   };
 }
 
 function shell(runs: MemoryKv, rec: Recorder, epoch = 1) {
-  const bus: Bus = { publish: () => undefined, request: () => Promise.reject(new Error("unused")), subscribe: () => ({ unsubscribe: () => undefined }), isClosed: () => false } as unknown as Bus;
+  const bus: Bus = {
+    publish: () => undefined,
+    request: () => Promise.reject(new Error("unused")),
+    subscribe: () => ({ unsubscribe: () => undefined }),
+    isClosed: () => false,
+  } as unknown as Bus;
   const clock = new FakeClock(0);
   const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-    log: () => undefined, clock,
-    workers: { nc: bus, clusterName: "c", directory: new WorkerDirectory(clock, seededRandom(1), 1000) },
+    log: () => undefined,
+    clock,
+    workers: {
+      nc: bus,
+      clusterName: "c",
+      directory: new WorkerDirectory(clock, seededRandom(1), 1000),
+    },
     history: { runs, metrics: new RunMetrics(rec) },
-    slots: { router: () => { throw new Error("unused"); } },
+    slots: {
+      router: () => {
+        throw new Error("unused");
+      },
+    },
   });
-  const ctx = { address: { type: "job", id: "t1.j1" }, partition: 3, epoch, stillOwner: () => true, tell: () => undefined } as unknown as ShellContext;
-  return (record: RunView, mode: "create" | "update" = "update") => reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
+  const ctx = {
+    address: { type: "job", id: "t1.j1" },
+    partition: 3,
+    epoch,
+    stillOwner: () => true,
+    tell: () => undefined,
+  } as unknown as ShellContext;
+  return (record: RunView, mode: "create" | "update" = "update") =>
+    reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
 }
 
 describe("run metrics from run records", () => {
@@ -82,7 +124,13 @@ describe("run metrics from run records", () => {
     await put(run("leased", [attempt(1, "failed"), attempt(2, null, null)], 2.5));
     await put(run("running", [attempt(1, "failed"), attempt(2, null, 20)], 2.5));
     await put(run("queued", [attempt(1, "failed"), attempt(2, "lease_lost", 20)], 2.5)); // lease expired, re-queued
-    await put(run("failed", [attempt(1, "failed"), attempt(2, "lease_lost", 20), attempt(3, "timed_out", 30)], 2.5));
+    await put(
+      run(
+        "failed",
+        [attempt(1, "failed"), attempt(2, "lease_lost", 20), attempt(3, "timed_out", 30)],
+        2.5,
+      ),
+    );
     assert.deepEqual(rec.lags, [["t1", 2.5]]);
     assert.equal(rec.get("attempt:t1:failed"), 1);
     assert.equal(rec.get("attempt:t1:lease_lost"), 1);

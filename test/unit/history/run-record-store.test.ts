@@ -30,35 +30,74 @@ function counted(kv: KvStore): { kv: KvStore; ops: Map<string, number> } {
   return { kv: proxy, ops };
 }
 
-const ctx: ShellContext = { address: { type: "job", id: "t1.j" }, partition: 3, epoch: 1, nodeId: "n1", stillOwner: () => true, tell: () => undefined };
+const ctx: ShellContext = {
+  address: { type: "job", id: "t1.j" },
+  partition: 3,
+  epoch: 1,
+  nodeId: "n1",
+  stillOwner: () => true,
+  tell: () => undefined,
+};
 
 function run(i: number, status: RunView["status"]): RunView {
   const ended = status === "succeeded";
   return {
-    run_id: `r${i}`, job_id: `j${i}`, tenant_id: "t1", scheduled_for: "2026-12-05T13:00:00Z", trigger: "schedule", status, attempt: ended ? 1 : 0,
-    attempts: ended ? [{ attempt: 1, worker: "w1", started_at: "2026-12-05T13:00:00.100Z", finished_at: "2026-12-05T13:00:00.200Z", outcome: "succeeded", exit_code: 0, error: null }] : [],
-    created_at: "2026-12-05T12:55:00Z", started_at: ended ? "2026-12-05T13:00:00.100Z" : null, finished_at: ended ? "2026-12-05T13:00:00.200Z" : null,
-    next_attempt_at: null, result: null, reason: null,
+    run_id: `r${i}`,
+    job_id: `j${i}`,
+    tenant_id: "t1",
+    scheduled_for: "2026-12-05T13:00:00Z",
+    trigger: "schedule",
+    status,
+    attempt: ended ? 1 : 0,
+    attempts: ended
+      ? [
+          {
+            attempt: 1,
+            worker: "w1",
+            started_at: "2026-12-05T13:00:00.100Z",
+            finished_at: "2026-12-05T13:00:00.200Z",
+            outcome: "succeeded",
+            exit_code: 0,
+            error: null,
+          },
+        ]
+      : [],
+    created_at: "2026-12-05T12:55:00Z",
+    started_at: ended ? "2026-12-05T13:00:00.100Z" : null,
+    finished_at: ended ? "2026-12-05T13:00:00.200Z" : null,
+    next_attempt_at: null,
+    result: null,
+    reason: null,
   };
 }
 
 describe("run-record store: revisions for a burst", () => {
-  it(`a burst of 150,000 runs created, then each ended in creation order, reads no record (the cache held 100,000); terminal runs leave no revision and no baseline (limit ${REVISION_CACHE_LIMIT})`, { timeout: 120_000 }, async () => {
-    const { kv, ops } = counted(new MemoryKv("runs"));
-    const lags: number[] = [];
-    const sink: RunMetricsSink = { dispatchLag: (_t, s) => lags.push(s), attempt: () => undefined, leaseExpiry: () => undefined, retry: () => undefined, deadLetter: () => undefined };
-    const metrics = new RunMetrics(sink);
-    const store = new RunRecordStore(kv, metrics);
-    const n = 150_000;
-    for (let i = 0; i < n; i++) await store.put(ctx, run(i, "queued"), "create");
-    assert.equal(store.cached, n, "every active run's revision is kept");
-    for (let i = 0; i < n; i++) await store.put(ctx, run(i, "succeeded"), "update");
-    assert.equal(ops.get("get") ?? 0, 0, "no run record was read back");
-    assert.equal(ops.get("update"), n, "one update per run");
-    assert.equal(store.cached, 0, "terminal runs leave the revision cache");
-    assert.equal(metrics.size, 0, "and run metrics' baselines");
-    assert.equal(lags.length, n, "every run's dispatch lag observed once (no baseline lost)");
-  });
+  it(
+    `a burst of 150,000 runs created, then each ended in creation order, reads no record (the cache held 100,000); terminal runs leave no revision and no baseline (limit ${REVISION_CACHE_LIMIT})`,
+    { timeout: 120_000 },
+    async () => {
+      const { kv, ops } = counted(new MemoryKv("runs"));
+      const lags: number[] = [];
+      const sink: RunMetricsSink = {
+        dispatchLag: (_t, s) => lags.push(s),
+        attempt: () => undefined,
+        leaseExpiry: () => undefined,
+        retry: () => undefined,
+        deadLetter: () => undefined,
+      };
+      const metrics = new RunMetrics(sink);
+      const store = new RunRecordStore(kv, metrics);
+      const n = 150_000;
+      for (let i = 0; i < n; i++) await store.put(ctx, run(i, "queued"), "create");
+      assert.equal(store.cached, n, "every active run's revision is kept");
+      for (let i = 0; i < n; i++) await store.put(ctx, run(i, "succeeded"), "update");
+      assert.equal(ops.get("get") ?? 0, 0, "no run record was read back");
+      assert.equal(ops.get("update"), n, "one update per run");
+      assert.equal(store.cached, 0, "terminal runs leave the revision cache");
+      assert.equal(metrics.size, 0, "and run metrics' baselines");
+      assert.equal(lags.length, n, "every run's dispatch lag observed once (no baseline lost)");
+    },
+  );
 
   it("a revision missing (evicted, or written by another node) costs one read, then the update; a terminal record is not cached", async () => {
     const { kv, ops } = counted(new MemoryKv("runs"));
@@ -79,9 +118,19 @@ describe("run metrics: a read-back does not replace a newer baseline", () => {
   it("a run whose start was counted (a noted transition), then read back as stored at creation (its revision evicted), is not counted again at its end", () => {
     const lags: number[] = [];
     const attempts: string[] = [];
-    const sink: RunMetricsSink = { dispatchLag: (_t, s) => lags.push(s), attempt: (_t, o) => attempts.push(o), leaseExpiry: () => undefined, retry: () => undefined, deadLetter: () => undefined };
+    const sink: RunMetricsSink = {
+      dispatchLag: (_t, s) => lags.push(s),
+      attempt: (_t, o) => attempts.push(o),
+      leaseExpiry: () => undefined,
+      retry: () => undefined,
+      deadLetter: () => undefined,
+    };
     const m = new RunMetrics(sink);
-    const running = { ...run(1, "queued"), status: "running" as const, started_at: "2026-12-05T13:00:00.100Z" };
+    const running = {
+      ...run(1, "queued"),
+      status: "running" as const,
+      started_at: "2026-12-05T13:00:00.100Z",
+    };
     m.written("k", run(1, "queued"), true);
     m.written("k", running, false); // the start (noted, not written: the shell's `note`)
     assert.equal(lags.length, 1);

@@ -6,8 +6,20 @@ import { RunsWaiting, STALE_MS } from "../../../src/history/run-waiting.ts";
 
 const T0 = Date.parse("2026-03-08T07:00:00Z");
 const rec = (id: string, status: RunStatus, scheduledMs = T0): RunView => ({
-  run_id: id, job_id: "j", tenant_id: "t", scheduled_for: new Date(scheduledMs).toISOString(), trigger: "schedule", status,
-  attempt: 0, attempts: [], created_at: "", started_at: null, finished_at: null, next_attempt_at: null, result: null, reason: null,
+  run_id: id,
+  job_id: "j",
+  tenant_id: "t",
+  scheduled_for: new Date(scheduledMs).toISOString(),
+  trigger: "schedule",
+  status,
+  attempt: 0,
+  attempts: [],
+  created_at: "",
+  started_at: null,
+  finished_at: null,
+  next_attempt_at: null,
+  result: null,
+  reason: null,
 });
 
 describe("runs waiting", () => {

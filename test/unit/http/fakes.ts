@@ -5,7 +5,14 @@
  * e2e tests run the real service over a socket.
  */
 import { KairosError } from "../../../src/lib/errors.ts";
-import type { JobPatch, JobSpec, JobView, Page, RunStatus, RunView } from "../../../src/protocol/model.ts";
+import type {
+  JobPatch,
+  JobSpec,
+  JobView,
+  Page,
+  RunStatus,
+  RunView,
+} from "../../../src/protocol/model.ts";
 import type { JobsService, Tenant, TenantDirectory } from "../../../src/protocol/service.ts";
 import type { Clock } from "../../../src/lib/clock.ts";
 import { compileSchedule, formatUtc } from "../../../src/schedule/index.ts";
@@ -32,7 +39,8 @@ export class FakeJobs implements JobsService {
 
   #job(tenantId: string, jobId: string): StoredJob {
     const j = this.#jobs.get(jobId);
-    if (!j || j.view.tenant_id !== tenantId) throw new KairosError("not_found", `job ${jobId} not found`);
+    if (!j || j.view.tenant_id !== tenantId)
+      throw new KairosError("not_found", `job ${jobId} not found`);
     return j;
   }
 
@@ -40,28 +48,54 @@ export class FakeJobs implements JobsService {
     return compileSchedule(spec.schedule).next(this.clock.now(), n).map(formatUtc);
   }
 
-  async createJob(tenantId: string, spec: JobSpec, idempotencyKey?: string): Promise<{ job: JobView; created: boolean }> {
+  async createJob(
+    tenantId: string,
+    spec: JobSpec,
+    idempotencyKey?: string,
+  ): Promise<{ job: JobView; created: boolean }> {
     this.#enter("createJob", tenantId, spec, idempotencyKey);
     const body = JSON.stringify(spec);
     if (idempotencyKey !== undefined) {
       const prior = this.#idem.get(`${tenantId}/${idempotencyKey}`);
       if (prior) {
-        if (prior.body !== body) throw new KairosError("conflict", "Idempotency-Key was used with a different body", { field: "Idempotency-Key" });
+        if (prior.body !== body)
+          throw new KairosError("conflict", "Idempotency-Key was used with a different body", {
+            field: "Idempotency-Key",
+          });
         return { job: this.#job(tenantId, prior.jobId).view, created: false };
       }
     }
     const now = formatUtc(this.clock.now());
     const jobId = `job${String(++this.#seq).padStart(6, "0")}`;
-    const view: JobView = { ...spec, job_id: jobId, tenant_id: tenantId, version: 1, created_at: now, updated_at: now, next_run_at: spec.enabled ? (this.#nextRuns(spec, 1)[0] ?? null) : null };
+    const view: JobView = {
+      ...spec,
+      job_id: jobId,
+      tenant_id: tenantId,
+      version: 1,
+      created_at: now,
+      updated_at: now,
+      next_run_at: spec.enabled ? (this.#nextRuns(spec, 1)[0] ?? null) : null,
+    };
     this.#jobs.set(jobId, { view });
-    if (idempotencyKey !== undefined) this.#idem.set(`${tenantId}/${idempotencyKey}`, { body, jobId });
+    if (idempotencyKey !== undefined)
+      this.#idem.set(`${tenantId}/${idempotencyKey}`, { body, jobId });
     return { job: view, created: true };
   }
 
-  async listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>> {
+  async listJobs(
+    tenantId: string,
+    opts: { cursor?: string; limit: number },
+  ): Promise<Page<JobView>> {
     this.#enter("listJobs", tenantId, opts);
-    if (opts.cursor !== undefined && !/^job\d{6}$/.test(opts.cursor)) throw new KairosError("invalid_argument", "cursor: not a cursor from this API", { field: "cursor" });
-    const all = [...this.#jobs.values()].map((j) => j.view).filter((v) => v.tenant_id === tenantId && (opts.cursor === undefined || v.job_id > opts.cursor));
+    if (opts.cursor !== undefined && !/^job\d{6}$/.test(opts.cursor))
+      throw new KairosError("invalid_argument", "cursor: not a cursor from this API", {
+        field: "cursor",
+      });
+    const all = [...this.#jobs.values()]
+      .map((j) => j.view)
+      .filter(
+        (v) => v.tenant_id === tenantId && (opts.cursor === undefined || v.job_id > opts.cursor),
+      );
     all.sort((a, b) => a.job_id.localeCompare(b.job_id));
     const items = all.slice(0, opts.limit);
     return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.job_id ?? null) : null };
@@ -73,13 +107,27 @@ export class FakeJobs implements JobsService {
     return { ...j.view, next_runs: j.view.enabled ? this.#nextRuns(j.view, 5) : [] };
   }
 
-  async patchJob(tenantId: string, jobId: string, patch: JobPatch, ifMatch?: number): Promise<JobView> {
+  async patchJob(
+    tenantId: string,
+    jobId: string,
+    patch: JobPatch,
+    ifMatch?: number,
+  ): Promise<JobView> {
     this.#enter("patchJob", tenantId, jobId, patch, ifMatch);
     const j = this.#job(tenantId, jobId);
     if (ifMatch !== undefined && ifMatch !== j.view.version) {
-      throw new KairosError("precondition_failed", `If-Match: job is at version ${j.view.version}, not ${ifMatch}`, { field: "If-Match" });
+      throw new KairosError(
+        "precondition_failed",
+        `If-Match: job is at version ${j.view.version}, not ${ifMatch}`,
+        { field: "If-Match" },
+      );
     }
-    j.view = { ...j.view, ...patch, version: j.view.version + 1, updated_at: formatUtc(this.clock.now()) };
+    j.view = {
+      ...j.view,
+      ...patch,
+      version: j.view.version + 1,
+      updated_at: formatUtc(this.clock.now()),
+    };
     return j.view;
   }
 
@@ -94,27 +142,56 @@ export class FakeJobs implements JobsService {
     this.#job(tenantId, jobId);
     const now = formatUtc(this.clock.now());
     const run: RunView = {
-      run_id: `run${String(++this.#seq).padStart(6, "0")}`, job_id: jobId, tenant_id: tenantId, scheduled_for: now, trigger: "manual",
-      status: "queued", attempt: 0, attempts: [], created_at: now, started_at: null, finished_at: null, next_attempt_at: null, result: null, reason: null,
+      run_id: `run${String(++this.#seq).padStart(6, "0")}`,
+      job_id: jobId,
+      tenant_id: tenantId,
+      scheduled_for: now,
+      trigger: "manual",
+      status: "queued",
+      attempt: 0,
+      attempts: [],
+      created_at: now,
+      started_at: null,
+      finished_at: null,
+      next_attempt_at: null,
+      result: null,
+      reason: null,
     };
     this.#runs.set(run.run_id, run);
     return run;
   }
 
-  async listRuns(tenantId: string, jobId: string, opts: { status?: RunStatus; cursor?: string; limit: number }): Promise<Page<RunView>> {
+  async listRuns(
+    tenantId: string,
+    jobId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
     this.#enter("listRuns", tenantId, jobId, opts);
     this.#job(tenantId, jobId);
     const all = [...this.#runs.values()]
-      .filter((r) => r.job_id === jobId && (opts.status === undefined || r.status === opts.status) && (opts.cursor === undefined || r.run_id < opts.cursor))
+      .filter(
+        (r) =>
+          r.job_id === jobId &&
+          (opts.status === undefined || r.status === opts.status) &&
+          (opts.cursor === undefined || r.run_id < opts.cursor),
+      )
       .sort((a, b) => b.run_id.localeCompare(a.run_id));
     const items = all.slice(0, opts.limit);
     return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
   }
 
-  async listDeadLetters(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<RunView>> {
+  async listDeadLetters(
+    tenantId: string,
+    opts: { cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
     this.#enter("listDeadLetters", tenantId, opts);
     const all = [...this.#runs.values()]
-      .filter((r) => r.tenant_id === tenantId && (r.status === "failed" || r.status === "timed_out") && (opts.cursor === undefined || r.run_id > opts.cursor))
+      .filter(
+        (r) =>
+          r.tenant_id === tenantId &&
+          (r.status === "failed" || r.status === "timed_out") &&
+          (opts.cursor === undefined || r.run_id > opts.cursor),
+      )
       .sort((a, b) => a.run_id.localeCompare(b.run_id));
     const items = all.slice(0, opts.limit);
     return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
@@ -123,7 +200,8 @@ export class FakeJobs implements JobsService {
   async getRun(tenantId: string, runId: string): Promise<RunView> {
     this.#enter("getRun", tenantId, runId);
     const r = this.#runs.get(runId);
-    if (!r || r.tenant_id !== tenantId) throw new KairosError("not_found", `run ${runId} not found`);
+    if (!r || r.tenant_id !== tenantId)
+      throw new KairosError("not_found", `run ${runId} not found`);
     return r;
   }
 }
@@ -159,5 +237,13 @@ export class FakeTenants implements TenantDirectory {
 }
 
 function tenant(id: string, name: string): Tenant {
-  return { tenant_id: id, name, created_at: "2026-01-01T00:00:00Z", max_concurrent_runs: 100, max_jobs: 10000, weight: 1, webhook_url: null };
+  return {
+    tenant_id: id,
+    name,
+    created_at: "2026-01-01T00:00:00Z",
+    max_concurrent_runs: 100,
+    max_jobs: 10000,
+    weight: 1,
+    webhook_url: null,
+  };
 }

@@ -13,7 +13,11 @@ export interface Harness {
   clock: FakeClock;
   errors: unknown[];
   /** Sends a request as tenant A (JSON body unless `body` is a string). */
-  req(method: string, path: string, opts?: { body?: unknown; headers?: Record<string, string>; key?: string | null }): Promise<Response>;
+  req(
+    method: string,
+    path: string,
+    opts?: { body?: unknown; headers?: Record<string, string>; key?: string | null },
+  ): Promise<Response>;
 }
 
 export function harness(maxBodyBytes?: number, taskLimits?: TaskLimits): Harness {
@@ -22,9 +26,20 @@ export function harness(maxBodyBytes?: number, taskLimits?: TaskLimits): Harness
   const errors: unknown[] = [];
   // Route tests send hundreds of requests at one frozen instant: no per-tenant limit here (the
   // limits have their own tests, rate-limit.test.ts).
-  const app = createApp({ jobs, tenants: new FakeTenants(), clock, rateLimits: { tenantPerSecond: 0 }, logError: (e) => errors.push(e), ...(maxBodyBytes ? { maxBodyBytes } : {}), ...(taskLimits ? { taskLimits } : {}) });
+  const app = createApp({
+    jobs,
+    tenants: new FakeTenants(),
+    clock,
+    rateLimits: { tenantPerSecond: 0 },
+    logError: (e) => errors.push(e),
+    ...(maxBodyBytes ? { maxBodyBytes } : {}),
+    ...(taskLimits ? { taskLimits } : {}),
+  });
   return {
-    app, jobs, clock, errors,
+    app,
+    jobs,
+    clock,
+    errors,
     req(method, path, opts = {}) {
       const headers: Record<string, string> = {};
       const key = opts.key === undefined ? FakeTenants.KEY_A : opts.key;
@@ -35,18 +50,29 @@ export function harness(maxBodyBytes?: number, taskLimits?: TaskLimits): Harness
         body = typeof opts.body === "string" ? opts.body : JSON.stringify(opts.body);
       }
       Object.assign(headers, opts.headers ?? {});
-      return Promise.resolve(app.request(path, { method, headers, ...(body === undefined ? {} : { body }) }));
+      return Promise.resolve(
+        app.request(path, { method, headers, ...(body === undefined ? {} : { body }) }),
+      );
     },
   };
 }
 
 /** A minimal valid create body. */
 export function validJob(over: Record<string, unknown> = {}): Record<string, unknown> {
-  return { schedule: { cron: "*/5 * * * *" }, task: { image: "busybox", args: ["echo", "hi"], timeout_s: 30 }, ...over };
+  return {
+    schedule: { cron: "*/5 * * * *" },
+    task: { image: "busybox", args: ["echo", "hi"], timeout_s: 30 },
+    ...over,
+  };
 }
 
 /** Asserts a well-formed error response and returns its error object. */
-export async function expectError(res: Response, status: number, code: string, field?: string): Promise<{ code: string; message: string; field?: string }> {
+export async function expectError(
+  res: Response,
+  status: number,
+  code: string,
+  field?: string,
+): Promise<{ code: string; message: string; field?: string }> {
   const text = await res.text();
   assert.equal(res.status, status, `status ${res.status}, body ${text}`);
   assert.match(res.headers.get("content-type") ?? "", /application\/json/);

@@ -10,28 +10,93 @@ import fc from "fast-check";
 import { FakeTenants } from "./fakes.ts";
 import { harness, validJob } from "./helpers.ts";
 
-const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 80 });
+const printable = fc.string({
+  unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  maxLength: 80,
+});
 const anyText = fc.string({ unit: "binary", maxLength: 200 });
 
 const segment = fc.oneof(
-  fc.constantFrom("job000001", "run000002", "jobs", "runs", "", "..", "%2F", "%00", "%E2%82%AC", "x".repeat(70)),
+  fc.constantFrom(
+    "job000001",
+    "run000002",
+    "jobs",
+    "runs",
+    "",
+    "..",
+    "%2F",
+    "%00",
+    "%E2%82%AC",
+    "x".repeat(70),
+  ),
   anyText.map((s) => encodeURIComponent(s)),
 );
 const path = fc.oneof(
-  fc.tuple(fc.constantFrom("/v1/jobs/", "/v1/runs/", "/v1/jobs/job000001/runs/", "/v1/", "/", "/healthz/", "/openapi.json/"), segment).map(([a, b]) => a + b),
+  fc
+    .tuple(
+      fc.constantFrom(
+        "/v1/jobs/",
+        "/v1/runs/",
+        "/v1/jobs/job000001/runs/",
+        "/v1/",
+        "/",
+        "/healthz/",
+        "/openapi.json/",
+      ),
+      segment,
+    )
+    .map(([a, b]) => a + b),
   fc.tuple(segment, segment).map(([a, b]) => `/v1/jobs/${a}/${b}`),
-  fc.constantFrom("/v1/jobs", "/v1/jobs/job000001", "/v1/jobs/job000001/runs", "/v1/runs/run000002", "/healthz", "/openapi.json"),
+  fc.constantFrom(
+    "/v1/jobs",
+    "/v1/jobs/job000001",
+    "/v1/jobs/job000001/runs",
+    "/v1/runs/run000002",
+    "/healthz",
+    "/openapi.json",
+  ),
 );
 const query = fc.option(
-  fc.array(fc.tuple(fc.constantFrom("limit", "cursor", "status", "x", ""), fc.oneof(anyText, fc.constantFrom("0", "1", "200", "201", "-1", "1e3", "queued", "retry_wait", "job000001"))), { maxLength: 3 })
+  fc
+    .array(
+      fc.tuple(
+        fc.constantFrom("limit", "cursor", "status", "x", ""),
+        fc.oneof(
+          anyText,
+          fc.constantFrom("0", "1", "200", "201", "-1", "1e3", "queued", "retry_wait", "job000001"),
+        ),
+      ),
+      { maxLength: 3 },
+    )
     .map((kv) => "?" + kv.map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join("&")),
   { nil: "" },
 );
 
 const FIELD_PATHS = [
-  [], ["name"], ["schedule"], ["schedule", "cron"], ["schedule", "time_zone"], ["schedule", "at"], ["task"], ["task", "image"],
-  ["task", "args"], ["task", "args", "0"], ["task", "env"], ["task", "env", "K"], ["task", "timeout_s"], ["task", "resources"],
-  ["task", "resources", "cpus"], ["retry"], ["retry", "max_s"], ["overlap"], ["misfire"], ["misfire", "policy"], ["flex_window_s"], ["enabled"], ["__proto__"], ["constructor"],
+  [],
+  ["name"],
+  ["schedule"],
+  ["schedule", "cron"],
+  ["schedule", "time_zone"],
+  ["schedule", "at"],
+  ["task"],
+  ["task", "image"],
+  ["task", "args"],
+  ["task", "args", "0"],
+  ["task", "env"],
+  ["task", "env", "K"],
+  ["task", "timeout_s"],
+  ["task", "resources"],
+  ["task", "resources", "cpus"],
+  ["retry"],
+  ["retry", "max_s"],
+  ["overlap"],
+  ["misfire"],
+  ["misfire", "policy"],
+  ["flex_window_s"],
+  ["enabled"],
+  ["__proto__"],
+  ["constructor"],
 ];
 
 function setPath(obj: Record<string, unknown>, p: readonly string[], value: unknown): unknown {
@@ -43,21 +108,54 @@ function setPath(obj: Record<string, unknown>, p: readonly string[], value: unkn
     if (typeof next !== "object" || next === null) cur[k] = {};
     cur = cur[k] as Record<string, unknown>;
   }
-  Object.defineProperty(cur, p.at(-1)!, { value, enumerable: true, configurable: true, writable: true });
+  Object.defineProperty(cur, p.at(-1)!, {
+    value,
+    enumerable: true,
+    configurable: true,
+    writable: true,
+  });
   return copy;
 }
 
-const junkValue = fc.oneof(fc.jsonValue({ maxDepth: 3 }), fc.constantFrom(1e308, -0, 2 ** 53, "", " ", "\u0000", "@daily", "2030-01-01T00:00:00Z", "* * * * *", "Europe/Berlin"));
+const junkValue = fc.oneof(
+  fc.jsonValue({ maxDepth: 3 }),
+  fc.constantFrom(
+    1e308,
+    -0,
+    2 ** 53,
+    "",
+    " ",
+    "\u0000",
+    "@daily",
+    "2030-01-01T00:00:00Z",
+    "* * * * *",
+    "Europe/Berlin",
+  ),
+);
 const body = fc.oneof(
   fc.constant(undefined),
-  fc.tuple(fc.constantFrom(...FIELD_PATHS), junkValue).map(([p, v]) => JSON.stringify(setPath(validJob(), p, v))),
+  fc
+    .tuple(fc.constantFrom(...FIELD_PATHS), junkValue)
+    .map(([p, v]) => JSON.stringify(setPath(validJob(), p, v))),
   fc.jsonValue({ maxDepth: 4 }).map((v) => JSON.stringify(v)),
   anyText,
-  fc.constantFrom("[".repeat(5000), "{\"a\":".repeat(3000), "\u0000", "{}", "null", JSON.stringify(validJob())),
+  fc.constantFrom(
+    "[".repeat(5000),
+    '{"a":'.repeat(3000),
+    "\u0000",
+    "{}",
+    "null",
+    JSON.stringify(validJob()),
+  ),
 );
 const headers = fc.record(
   {
-    authorization: fc.oneof(fc.constant(`Bearer ${FakeTenants.KEY_A}`), fc.constant(`Bearer ${FakeTenants.KEY_B}`), printable.map((s) => `Bearer ${s}`), printable),
+    authorization: fc.oneof(
+      fc.constant(`Bearer ${FakeTenants.KEY_A}`),
+      fc.constant(`Bearer ${FakeTenants.KEY_B}`),
+      printable.map((s) => `Bearer ${s}`),
+      printable,
+    ),
     "content-type": fc.oneof(fc.constant("application/json"), printable),
     "if-match": printable,
     "idempotency-key": printable,
@@ -78,15 +176,23 @@ describe("junk never makes a 5xx", () => {
         const init: RequestInit = { method: m, headers: hs };
         if (b !== undefined && m !== "GET" && m !== "HEAD") init.body = b;
         if (init.body === undefined) delete (hs as Record<string, string>)["content-length"];
-        else (hs as Record<string, string>)["content-length"] = String(new TextEncoder().encode(b).length);
+        else
+          (hs as Record<string, string>)["content-length"] = String(
+            new TextEncoder().encode(b).length,
+          );
         const res = await h.app.request(p + q, init);
         const text = await res.text();
         assert.ok(res.status < 500, `${m} ${p}${q} → ${res.status} ${text.slice(0, 300)}`);
         if (res.status >= 400 && m !== "HEAD") {
-          const parsed = JSON.parse(text) as { error?: { code?: unknown; message?: unknown; field?: unknown } };
+          const parsed = JSON.parse(text) as {
+            error?: { code?: unknown; message?: unknown; field?: unknown };
+          };
           assert.equal(typeof parsed.error?.code, "string", text);
           assert.equal(typeof parsed.error?.message, "string", text);
-          assert.ok(parsed.error?.field === undefined || typeof parsed.error.field === "string", text);
+          assert.ok(
+            parsed.error?.field === undefined || typeof parsed.error.field === "string",
+            text,
+          );
         }
       }),
       { numRuns: 1500 },
@@ -99,23 +205,41 @@ describe("junk never makes a 5xx", () => {
     await h.req("POST", "/v1/jobs", { body: validJob() });
     const statuses = new Map<number, number>();
     await fc.assert(
-      fc.asyncProperty(fc.constantFrom("POST /v1/jobs", "PATCH /v1/jobs/job000001"), body, fc.option(printable, { nil: undefined }), async (route, b, ifMatch) => {
-        const [m, p] = route.split(" ") as [string, string];
-        const hs: Record<string, string> = { authorization: `Bearer ${FakeTenants.KEY_A}`, "content-type": "application/json" };
-        if (ifMatch !== undefined) hs["if-match"] = ifMatch;
-        const res = await h.app.request(p, { method: m, headers: hs, ...(b === undefined ? {} : { body: b }) });
-        const text = await res.text();
-        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        assert.ok([200, 201, 400, 404, 409, 412, 413].includes(res.status), `${route} → ${res.status} ${text.slice(0, 300)}`);
-        if (res.status === 400) {
-          const e = (JSON.parse(text) as { error: { field?: string; message: string } }).error;
-          assert.equal(typeof e.field, "string", text);
-          assert.ok(e.message.startsWith(`${e.field}: `), text);
-        }
-      }),
+      fc.asyncProperty(
+        fc.constantFrom("POST /v1/jobs", "PATCH /v1/jobs/job000001"),
+        body,
+        fc.option(printable, { nil: undefined }),
+        async (route, b, ifMatch) => {
+          const [m, p] = route.split(" ") as [string, string];
+          const hs: Record<string, string> = {
+            authorization: `Bearer ${FakeTenants.KEY_A}`,
+            "content-type": "application/json",
+          };
+          if (ifMatch !== undefined) hs["if-match"] = ifMatch;
+          const res = await h.app.request(p, {
+            method: m,
+            headers: hs,
+            ...(b === undefined ? {} : { body: b }),
+          });
+          const text = await res.text();
+          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+          assert.ok(
+            [200, 201, 400, 404, 409, 412, 413].includes(res.status),
+            `${route} → ${res.status} ${text.slice(0, 300)}`,
+          );
+          if (res.status === 400) {
+            const e = (JSON.parse(text) as { error: { field?: string; message: string } }).error;
+            assert.equal(typeof e.field, "string", text);
+            assert.ok(e.message.startsWith(`${e.field}: `), text);
+          }
+        },
+      ),
       { numRuns: 1500 },
     );
-    assert.ok((statuses.get(201) ?? 0) + (statuses.get(200) ?? 0) > 0, `some junk is valid: ${JSON.stringify([...statuses])}`);
+    assert.ok(
+      (statuses.get(201) ?? 0) + (statuses.get(200) ?? 0) > 0,
+      `some junk is valid: ${JSON.stringify([...statuses])}`,
+    );
     assert.ok((statuses.get(400) ?? 0) > 100, `mostly rejected: ${JSON.stringify([...statuses])}`);
     assert.deepEqual(h.errors, []);
   });

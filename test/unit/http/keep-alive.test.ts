@@ -14,14 +14,22 @@ import { FakeClock } from "../../../src/lib/clock.ts";
 import { FakeJobs, FakeTenants } from "./fakes.ts";
 import { NOW, validJob } from "./helpers.ts";
 
-const JSON_AUTH = { authorization: `Bearer ${FakeTenants.KEY_A}`, "content-type": "application/json" };
+const JSON_AUTH = {
+  authorization: `Bearer ${FakeTenants.KEY_A}`,
+  "content-type": "application/json",
+};
 const MIB = 1024 * 1024;
 
 describe("early answers on a keep-alive connection", () => {
   let server: ApiServer;
   before(async () => {
     const clock = new FakeClock(NOW);
-    const app = createApp({ jobs: new FakeJobs(clock), tenants: new FakeTenants(), clock, rateLimits: { tenantPerSecond: 0 } });
+    const app = createApp({
+      jobs: new FakeJobs(clock),
+      tenants: new FakeTenants(),
+      clock,
+      rateLimits: { tenantPerSecond: 0 },
+    });
     server = await serveApi(app);
   });
   after(async () => {
@@ -33,7 +41,11 @@ describe("early answers on a keep-alive connection", () => {
     const out: string[] = [];
     for (let i = 0; i < n; i++) {
       try {
-        const r = await fetch(`${server.url}/v1/jobs`, { method: "POST", headers: JSON_AUTH, body: JSON.stringify(validJob()) });
+        const r = await fetch(`${server.url}/v1/jobs`, {
+          method: "POST",
+          headers: JSON_AUTH,
+          body: JSON.stringify(validJob()),
+        });
         await r.text();
         out.push(String(r.status));
       } catch (e) {
@@ -45,10 +57,37 @@ describe("early answers on a keep-alive connection", () => {
 
   const big = JSON.stringify({ padding: "a".repeat(MIB) });
   const cases: [string, () => Promise<Response>, number][] = [
-    ["1 MiB with Content-Length → 413", () => fetch(`${server.url}/v1/jobs`, { method: "POST", headers: JSON_AUTH, body: big }), 413],
-    ["1 MiB streamed, no Content-Length → 413", () => fetch(`${server.url}/v1/jobs`, { method: "POST", headers: JSON_AUTH, body: new Blob([big]).stream(), duplex: "half" }), 413],
-    ["1 MiB without a key → 401", () => fetch(`${server.url}/v1/jobs`, { method: "POST", headers: { "content-type": "application/json" }, body: big }), 401],
-    ["1 MiB to no route → 404", () => fetch(`${server.url}/nowhere`, { method: "POST", headers: JSON_AUTH, body: big }), 404],
+    [
+      "1 MiB with Content-Length → 413",
+      () => fetch(`${server.url}/v1/jobs`, { method: "POST", headers: JSON_AUTH, body: big }),
+      413,
+    ],
+    [
+      "1 MiB streamed, no Content-Length → 413",
+      () =>
+        fetch(`${server.url}/v1/jobs`, {
+          method: "POST",
+          headers: JSON_AUTH,
+          body: new Blob([big]).stream(),
+          duplex: "half",
+        }),
+      413,
+    ],
+    [
+      "1 MiB without a key → 401",
+      () =>
+        fetch(`${server.url}/v1/jobs`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: big,
+        }),
+      401,
+    ],
+    [
+      "1 MiB to no route → 404",
+      () => fetch(`${server.url}/nowhere`, { method: "POST", headers: JSON_AUTH, body: big }),
+      404,
+    ],
   ];
   for (const [name, send, status] of cases) {
     it(`${name}, then every request on the same client gets an HTTP status`, async () => {

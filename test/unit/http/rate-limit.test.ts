@@ -7,17 +7,37 @@ import { FakeClock } from "../../../src/lib/clock.ts";
 import { FakeJobs, FakeTenants } from "./fakes.ts";
 import { NOW } from "./helpers.ts";
 
-function app(limits: { tenantPerSecond: number; tenantBurst: number; authFailuresPerSecond: number; authFailuresBurst: number }) {
+function app(limits: {
+  tenantPerSecond: number;
+  tenantBurst: number;
+  authFailuresPerSecond: number;
+  authFailuresBurst: number;
+}) {
   const clock = new FakeClock(NOW);
   let address: string | undefined = "192.0.2.1";
-  const a = createApp({ jobs: new FakeJobs(clock), tenants: new FakeTenants(), clock, rateLimits: limits, clientAddress: () => address, logError: () => undefined });
-  const get = (key: string | null) => Promise.resolve(a.request("/v1/jobs", { headers: key === null ? {} : { authorization: `Bearer ${key}` } }));
+  const a = createApp({
+    jobs: new FakeJobs(clock),
+    tenants: new FakeTenants(),
+    clock,
+    rateLimits: limits,
+    clientAddress: () => address,
+    logError: () => undefined,
+  });
+  const get = (key: string | null) =>
+    Promise.resolve(
+      a.request("/v1/jobs", { headers: key === null ? {} : { authorization: `Bearer ${key}` } }),
+    );
   return { clock, get, setAddress: (x: string | undefined) => (address = x) };
 }
 
 describe("rate limits", () => {
   it("a tenant past its burst gets 429 rate_limited with Retry-After; another tenant does not; tokens come back", async () => {
-    const t = app({ tenantPerSecond: 2, tenantBurst: 3, authFailuresPerSecond: 0, authFailuresBurst: 1 });
+    const t = app({
+      tenantPerSecond: 2,
+      tenantBurst: 3,
+      authFailuresPerSecond: 0,
+      authFailuresBurst: 1,
+    });
     for (let i = 0; i < 3; i++) assert.equal((await t.get(FakeTenants.KEY_A)).status, 200);
     const r = await t.get(FakeTenants.KEY_A);
     assert.equal(r.status, 429);
@@ -30,20 +50,30 @@ describe("rate limits", () => {
   });
 
   it("failed authentications are throttled per address before the key is looked up", async () => {
-    const t = app({ tenantPerSecond: 0, tenantBurst: 1, authFailuresPerSecond: 0.5, authFailuresBurst: 2 });
+    const t = app({
+      tenantPerSecond: 0,
+      tenantBurst: 1,
+      authFailuresPerSecond: 0.5,
+      authFailuresBurst: 2,
+    });
     assert.equal((await t.get("kai_wrong")).status, 401);
     assert.equal((await t.get(null)).status, 401);
     const r = await t.get("kai_wrong");
     assert.equal(r.status, 429);
     assert.equal(r.headers.get("retry-after"), "2", "one failure token per 2 s");
-    assert.equal((await t.get(FakeTenants.KEY_A)).status, 429, "a throttled address is refused before any lookup");
+    assert.equal(
+      (await t.get(FakeTenants.KEY_A)).status,
+      429,
+      "a throttled address is refused before any lookup",
+    );
     t.setAddress("192.0.2.2");
     assert.equal((await t.get(FakeTenants.KEY_A)).status, 200, "other addresses are not affected");
     t.setAddress("192.0.2.1");
     t.clock.advance(2000);
     assert.equal((await t.get(FakeTenants.KEY_A)).status, 200, "a failure token came back");
     t.setAddress(undefined);
-    for (let i = 0; i < 5; i++) assert.equal((await t.get("kai_wrong")).status, 401, "no address (no socket): not throttled");
+    for (let i = 0; i < 5; i++)
+      assert.equal((await t.get("kai_wrong")).status, 401, "no address (no socket): not throttled");
   });
 
   it("token buckets are bounded in keys and validate their settings", () => {

@@ -11,9 +11,19 @@ import { JobViewSchema, RunViewSchema } from "../../../src/http/views.ts";
 import { FakeTenants } from "./fakes.ts";
 import { expectError, harness, validJob } from "./helpers.ts";
 
-interface Job { job_id: string; version: number; enabled: boolean; next_runs?: string[]; next_run_at: string | null }
+interface Job {
+  job_id: string;
+  version: number;
+  enabled: boolean;
+  next_runs?: string[];
+  next_run_at: string | null;
+}
 
-async function create(h: ReturnType<typeof harness>, over: Record<string, unknown> = {}, key?: string): Promise<Job> {
+async function create(
+  h: ReturnType<typeof harness>,
+  over: Record<string, unknown> = {},
+  key?: string,
+): Promise<Job> {
   const res = await h.req("POST", "/v1/jobs", { body: validJob(over), ...(key ? { key } : {}) });
   assert.equal(res.status, 201, await res.clone().text());
   return (await res.json()) as Job;
@@ -29,7 +39,12 @@ describe("jobs routes", () => {
     assert.equal(res.headers.get("location"), `/v1/jobs/${job.job_id}`);
     JobViewSchema.parse(job);
     assert.deepEqual(job["schedule"], { cron: "*/5 * * * *", time_zone: "UTC" });
-    assert.deepEqual(job["retry"], { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 });
+    assert.deepEqual(job["retry"], {
+      max_attempts: 1,
+      backoff: "exponential",
+      base_s: 10,
+      max_s: 3600,
+    });
     assert.deepEqual(job["misfire"], { policy: "run_once", starting_deadline_s: null });
     assert.equal(job["overlap"], "skip");
     assert.equal(job["flex_window_s"], 0);
@@ -42,7 +57,12 @@ describe("jobs routes", () => {
 
   it("the tenant comes only from the key: a tenant_id in the body is an unknown field", async () => {
     const h = harness();
-    await expectError(await h.req("POST", "/v1/jobs", { body: validJob({ tenant_id: "tb" }) }), 400, "invalid_argument", "tenant_id");
+    await expectError(
+      await h.req("POST", "/v1/jobs", { body: validJob({ tenant_id: "tb" }) }),
+      400,
+      "invalid_argument",
+      "tenant_id",
+    );
   });
 
   it("Idempotency-Key: the replay is 200 with the same job; another body is 409; the key reaches the service", async () => {
@@ -56,16 +76,33 @@ describe("jobs routes", () => {
     assert.equal(b.headers.get("etag"), '"1"');
     assert.equal(((await a.json()) as Job).job_id, ((await b.json()) as Job).job_id);
     assert.equal(h.jobs.calls[0]?.args[1], "req-123");
-    await expectError(await h.req("POST", "/v1/jobs", { body: validJob({ enabled: false }), headers }), 409, "conflict");
+    await expectError(
+      await h.req("POST", "/v1/jobs", { body: validJob({ enabled: false }), headers }),
+      409,
+      "conflict",
+    );
   });
 
   it("Idempotency-Key: empty, too long or with spaces/control characters is 400 naming the header", async () => {
     const h = harness();
     for (const k of ["x".repeat(256), "a b", "", "tab\there"]) {
-      await expectError(await h.req("POST", "/v1/jobs", { body: validJob(), headers: { "idempotency-key": k } }), 400, "invalid_argument", "Idempotency-Key");
+      await expectError(
+        await h.req("POST", "/v1/jobs", { body: validJob(), headers: { "idempotency-key": k } }),
+        400,
+        "invalid_argument",
+        "Idempotency-Key",
+      );
     }
     assert.equal(h.jobs.calls.length, 0);
-    assert.equal((await h.req("POST", "/v1/jobs", { body: validJob(), headers: { "idempotency-key": "x".repeat(255) } })).status, 201);
+    assert.equal(
+      (
+        await h.req("POST", "/v1/jobs", {
+          body: validJob(),
+          headers: { "idempotency-key": "x".repeat(255) },
+        })
+      ).status,
+      201,
+    );
   });
 
   it("GET /v1/jobs/{id} returns the job with next_runs and ETag", async () => {
@@ -75,18 +112,33 @@ describe("jobs routes", () => {
     assert.equal(res.status, 200);
     assert.equal(res.headers.get("etag"), '"1"');
     const body = (await res.json()) as Job;
-    assert.deepEqual(body.next_runs, ["2026-03-01T00:05:00Z", "2026-03-01T00:10:00Z", "2026-03-01T00:15:00Z", "2026-03-01T00:20:00Z", "2026-03-01T00:25:00Z"]);
+    assert.deepEqual(body.next_runs, [
+      "2026-03-01T00:05:00Z",
+      "2026-03-01T00:10:00Z",
+      "2026-03-01T00:15:00Z",
+      "2026-03-01T00:20:00Z",
+      "2026-03-01T00:25:00Z",
+    ]);
   });
 
   it("GET /v1/jobs pages with cursor and limit", async () => {
     const h = harness();
     for (let i = 0; i < 5; i++) await create(h);
-    const p1 = (await (await h.req("GET", "/v1/jobs?limit=2")).json()) as { jobs: Job[]; next_cursor: string | null };
+    const p1 = (await (await h.req("GET", "/v1/jobs?limit=2")).json()) as {
+      jobs: Job[];
+      next_cursor: string | null;
+    };
     assert.equal(p1.jobs.length, 2);
     assert.ok(p1.next_cursor);
-    const p2 = (await (await h.req("GET", `/v1/jobs?limit=2&cursor=${p1.next_cursor}`)).json()) as { jobs: Job[]; next_cursor: string | null };
+    const p2 = (await (await h.req("GET", `/v1/jobs?limit=2&cursor=${p1.next_cursor}`)).json()) as {
+      jobs: Job[];
+      next_cursor: string | null;
+    };
     assert.notEqual(p2.jobs[0]?.job_id, p1.jobs[0]?.job_id);
-    const all = (await (await h.req("GET", "/v1/jobs")).json()) as { jobs: Job[]; next_cursor: string | null };
+    const all = (await (await h.req("GET", "/v1/jobs")).json()) as {
+      jobs: Job[];
+      next_cursor: string | null;
+    };
     assert.equal(all.jobs.length, 5);
     assert.equal(all.next_cursor, null);
     assert.deepEqual(h.jobs.calls.at(-1)?.args[0], { limit: 50 });
@@ -97,25 +149,47 @@ describe("jobs routes", () => {
     for (const q of ["limit=0", "limit=201", "limit=abc", "limit=1.5", "limit=-1"]) {
       await expectError(await h.req("GET", `/v1/jobs?${q}`), 400, "invalid_argument", "limit");
     }
-    await expectError(await h.req("GET", `/v1/jobs?cursor=${"c".repeat(2000)}`), 400, "invalid_argument", "cursor");
-    await expectError(await h.req("GET", "/v1/jobs?cursor=bogus"), 400, "invalid_argument", "cursor");
+    await expectError(
+      await h.req("GET", `/v1/jobs?cursor=${"c".repeat(2000)}`),
+      400,
+      "invalid_argument",
+      "cursor",
+    );
+    await expectError(
+      await h.req("GET", "/v1/jobs?cursor=bogus"),
+      400,
+      "invalid_argument",
+      "cursor",
+    );
   });
 
   it("PATCH applies the change, bumps the version, and honours every If-Match form", async () => {
     const h = harness();
     const job = await create(h);
-    const r1 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { enabled: false }, headers: { "if-match": '"1"' } });
+    const r1 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+      body: { enabled: false },
+      headers: { "if-match": '"1"' },
+    });
     assert.equal(r1.status, 200);
     assert.equal(r1.headers.get("etag"), '"2"');
     assert.equal(((await r1.json()) as Job).enabled, false);
-    const r2 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { enabled: true }, headers: { "if-match": 'W/"2"' } });
+    const r2 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+      body: { enabled: true },
+      headers: { "if-match": 'W/"2"' },
+    });
     assert.equal(r2.status, 200);
-    const r3 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { overlap: "queue" }, headers: { "if-match": "3" } });
+    const r3 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+      body: { overlap: "queue" },
+      headers: { "if-match": "3" },
+    });
     assert.equal(r3.status, 200);
     const r4 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { overlap: "allow" } });
     assert.equal(r4.status, 200);
     assert.equal(h.jobs.calls.at(-1)?.args[2], undefined);
-    const r5 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { overlap: "allow" }, headers: { "if-match": "*" } });
+    const r5 = await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+      body: { overlap: "allow" },
+      headers: { "if-match": "*" },
+    });
     assert.equal(r5.status, 200);
     assert.equal(h.jobs.calls.at(-1)?.args[2], undefined);
   });
@@ -123,22 +197,63 @@ describe("jobs routes", () => {
   it("PATCH with a stale If-Match is 412; a malformed one is 400 naming If-Match", async () => {
     const h = harness();
     const job = await create(h);
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { enabled: false }, headers: { "if-match": '"7"' } }), 412, "precondition_failed");
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+        body: { enabled: false },
+        headers: { "if-match": '"7"' },
+      }),
+      412,
+      "precondition_failed",
+    );
     for (const bad of ["abc", '"v1"', '"1", "2"', "W/1", "-1", '""']) {
-      await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { enabled: false }, headers: { "if-match": bad } }), 400, "invalid_argument", "If-Match");
+      await expectError(
+        await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+          body: { enabled: false },
+          headers: { "if-match": bad },
+        }),
+        400,
+        "invalid_argument",
+        "If-Match",
+      );
     }
   });
 
   it("PATCH validates like create, sends only the fields given, and rejects an empty patch", async () => {
     const h = harness();
     const job = await create(h);
-    const ok = await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { retry: { max_attempts: 3 } } });
+    const ok = await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+      body: { retry: { max_attempts: 3 } },
+    });
     assert.equal(ok.status, 200);
-    assert.deepEqual(h.jobs.calls.at(-1)?.args[1], { retry: { max_attempts: 3, backoff: "exponential", base_s: 10, max_s: 3600 } });
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: {} }), 400, "invalid_argument", "body");
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { schedule: { cron: "* * * * * * *" } } }), 400, "invalid_argument", "schedule.cron");
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { version: 3 } }), 400, "invalid_argument", "version");
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { name: null, enabled: "no" } }), 400, "invalid_argument", "enabled");
+    assert.deepEqual(h.jobs.calls.at(-1)?.args[1], {
+      retry: { max_attempts: 3, backoff: "exponential", base_s: 10, max_s: 3600 },
+    });
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: {} }),
+      400,
+      "invalid_argument",
+      "body",
+    );
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, {
+        body: { schedule: { cron: "* * * * * * *" } },
+      }),
+      400,
+      "invalid_argument",
+      "schedule.cron",
+    );
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { version: 3 } }),
+      400,
+      "invalid_argument",
+      "version",
+    );
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, { body: { name: null, enabled: "no" } }),
+      400,
+      "invalid_argument",
+      "enabled",
+    );
   });
 
   it("DELETE is 204 with no body; the job is then 404", async () => {
@@ -163,11 +278,15 @@ describe("jobs routes", () => {
     assert.equal(got.status, 200);
     assert.equal(((await got.json()) as { run_id: string }).run_id, run.run_id);
     await h.req("POST", `/v1/jobs/${job.job_id}/runs`);
-    const list = (await (await h.req("GET", `/v1/jobs/${job.job_id}/runs?status=queued&limit=1`)).json()) as { runs: { run_id: string }[]; next_cursor: string | null };
+    const list = (await (
+      await h.req("GET", `/v1/jobs/${job.job_id}/runs?status=queued&limit=1`)
+    ).json()) as { runs: { run_id: string }[]; next_cursor: string | null };
     assert.equal(list.runs.length, 1);
     assert.ok(list.next_cursor);
     assert.deepEqual(h.jobs.calls.at(-1)?.args[1], { limit: 1, status: "queued" });
-    const page2 = (await (await h.req("GET", `/v1/jobs/${job.job_id}/runs?cursor=${list.next_cursor}`)).json()) as { runs: { run_id: string }[] };
+    const page2 = (await (
+      await h.req("GET", `/v1/jobs/${job.job_id}/runs?cursor=${list.next_cursor}`)
+    ).json()) as { runs: { run_id: string }[] };
     assert.equal(page2.runs[0]?.run_id, run.run_id);
   });
 
@@ -180,20 +299,36 @@ describe("jobs routes", () => {
     assert.equal(call?.method, "listDeadLetters");
     assert.deepEqual(call?.args[0], { limit: 5, cursor: "abc" });
     await expectError(await h.req("GET", "/v1/runs"), 400, "invalid_argument", "status");
-    await expectError(await h.req("GET", "/v1/runs?status=failed"), 400, "invalid_argument", "status");
+    await expectError(
+      await h.req("GET", "/v1/runs?status=failed"),
+      400,
+      "invalid_argument",
+      "status",
+    );
   });
 
   it("GET runs validates status against the run statuses", async () => {
     const h = harness();
     const job = await create(h);
-    const e = await expectError(await h.req("GET", `/v1/jobs/${job.job_id}/runs?status=done`), 400, "invalid_argument", "status");
+    const e = await expectError(
+      await h.req("GET", `/v1/jobs/${job.job_id}/runs?status=done`),
+      400,
+      "invalid_argument",
+      "status",
+    );
     assert.match(e.message, /retry_wait/);
     assert.equal((await h.req("GET", `/v1/jobs/${job.job_id}/runs?status=retry_wait`)).status, 200);
   });
 
   it("malformed path ids are 404, like ids that do not exist, and never reach the service", async () => {
     const h = harness();
-    for (const p of ["/v1/jobs/a%20b", `/v1/jobs/${"x".repeat(65)}`, "/v1/jobs/a.b", "/v1/runs/%2e%2e", "/v1/jobs/%C3%A9/runs"]) {
+    for (const p of [
+      "/v1/jobs/a%20b",
+      `/v1/jobs/${"x".repeat(65)}`,
+      "/v1/jobs/a.b",
+      "/v1/runs/%2e%2e",
+      "/v1/jobs/%C3%A9/runs",
+    ]) {
       await expectError(await h.req("GET", p), 404, "not_found");
     }
     assert.equal(h.jobs.calls.length, 0);
@@ -203,13 +338,31 @@ describe("jobs routes", () => {
   it("another tenant's job and runs are 404 for every route", async () => {
     const h = harness();
     const job = await create(h);
-    const run = (await (await h.req("POST", `/v1/jobs/${job.job_id}/runs`)).json()) as { run_id: string };
+    const run = (await (await h.req("POST", `/v1/jobs/${job.job_id}/runs`)).json()) as {
+      run_id: string;
+    };
     const B = FakeTenants.KEY_B;
     await expectError(await h.req("GET", `/v1/jobs/${job.job_id}`, { key: B }), 404, "not_found");
-    await expectError(await h.req("PATCH", `/v1/jobs/${job.job_id}`, { key: B, body: { enabled: false } }), 404, "not_found");
-    await expectError(await h.req("DELETE", `/v1/jobs/${job.job_id}`, { key: B }), 404, "not_found");
-    await expectError(await h.req("POST", `/v1/jobs/${job.job_id}/runs`, { key: B }), 404, "not_found");
-    await expectError(await h.req("GET", `/v1/jobs/${job.job_id}/runs`, { key: B }), 404, "not_found");
+    await expectError(
+      await h.req("PATCH", `/v1/jobs/${job.job_id}`, { key: B, body: { enabled: false } }),
+      404,
+      "not_found",
+    );
+    await expectError(
+      await h.req("DELETE", `/v1/jobs/${job.job_id}`, { key: B }),
+      404,
+      "not_found",
+    );
+    await expectError(
+      await h.req("POST", `/v1/jobs/${job.job_id}/runs`, { key: B }),
+      404,
+      "not_found",
+    );
+    await expectError(
+      await h.req("GET", `/v1/jobs/${job.job_id}/runs`, { key: B }),
+      404,
+      "not_found",
+    );
     await expectError(await h.req("GET", `/v1/runs/${run.run_id}`, { key: B }), 404, "not_found");
     const list = (await (await h.req("GET", "/v1/jobs", { key: B })).json()) as { jobs: unknown[] };
     assert.deepEqual(list.jobs, []);
@@ -238,13 +391,20 @@ describe("authentication", () => {
 
   it("the scheme is case-insensitive", async () => {
     const h = harness();
-    const res = await h.req("GET", "/v1/jobs", { key: null, headers: { authorization: `bearer ${FakeTenants.KEY_A}` } });
+    const res = await h.req("GET", "/v1/jobs", {
+      key: null,
+      headers: { authorization: `bearer ${FakeTenants.KEY_A}` },
+    });
     assert.equal(res.status, 200);
   });
 
   it("auth is checked before the body: an unauthenticated bad body is 401, not 400", async () => {
     const h = harness();
-    await expectError(await h.req("POST", "/v1/jobs", { key: null, body: "{nope" }), 401, "unauthenticated");
+    await expectError(
+      await h.req("POST", "/v1/jobs", { key: null, body: "{nope" }),
+      401,
+      "unauthenticated",
+    );
   });
 
   it("/healthz and /openapi.json need no key; unknown routes are 404", async () => {
@@ -281,9 +441,13 @@ describe("error mapping", () => {
 
   it("POST /v1/jobs over the tenant's max_jobs: 422 quota_exceeded with the service's message, no Location", async () => {
     const h = harness();
-    const msg = "max_jobs: tenant ta has 2 jobs and its max_jobs quota is 2; delete a job or raise the quota (kairos admin tenant quota ta --max-jobs N)";
+    const msg =
+      "max_jobs: tenant ta has 2 jobs and its max_jobs quota is 2; delete a job or raise the quota (kairos admin tenant quota ta --max-jobs N)";
     h.jobs.failWith = new KairosError("quota_exceeded", msg, { retryable: false });
-    const res = await h.req("POST", "/v1/jobs", { body: validJob(), headers: { "idempotency-key": "q-1" } });
+    const res = await h.req("POST", "/v1/jobs", {
+      body: validJob(),
+      headers: { "idempotency-key": "q-1" },
+    });
     assert.equal(res.headers.get("location"), null);
     assert.equal(res.headers.get("retry-after"), null);
     const e = await expectError(res, 422, "quota_exceeded");
@@ -313,13 +477,19 @@ describe("serveApi", () => {
       assert.deepEqual(await res.json(), { ok: true });
       const big = await fetch(`${server.url}/v1/jobs`, {
         method: "POST",
-        headers: { authorization: `Bearer ${FakeTenants.KEY_A}`, "content-type": "application/json" },
+        headers: {
+          authorization: `Bearer ${FakeTenants.KEY_A}`,
+          "content-type": "application/json",
+        },
         body: JSON.stringify(validJob({ name: "x".repeat(70_000) })),
       });
       await expectError(big, 413, "payload_too_large", "body");
       const created = await fetch(`${server.url}/v1/jobs`, {
         method: "POST",
-        headers: { authorization: `Bearer ${FakeTenants.KEY_A}`, "content-type": "application/json" },
+        headers: {
+          authorization: `Bearer ${FakeTenants.KEY_A}`,
+          "content-type": "application/json",
+        },
         body: JSON.stringify(validJob()),
       });
       assert.equal(created.status, 201);

@@ -31,7 +31,11 @@ describe("deferred writes: what one run costs", () => {
     const [records, states] = [d.recordWrites, d.stateWrites];
     d.advance(1_500); // fire: record created; the state change, the grant and the offer deferred
     assert.equal(d.recordWrites - records, 1, "the record is created");
-    assert.equal(d.stateWrites - states, 0, "neither the fire nor the grant nor the offer writes the state");
+    assert.equal(
+      d.stateWrites - states,
+      0,
+      "neither the fire nor the grant nor the offer writes the state",
+    );
     d.claim(); // the claim is written (carrying the deferred changes): only then may the worker start
     assert.equal(d.stateWrites - states, 1);
     assert.equal(d.stored.runs[0]?.status, "leased");
@@ -43,7 +47,11 @@ describe("deferred writes: what one run costs", () => {
     assert.equal(d.records.get(RUN)?.status, "running", "what the API shows comes from the actor");
     d.complete(RUN);
     assert.equal(d.recordWrites - records, 2, "the record is written at the end");
-    assert.equal(d.stateWrites - states, 1, "the end is deferred: the terminal record is the durable fact");
+    assert.equal(
+      d.stateWrites - states,
+      1,
+      "the end is deferred: the terminal record is the durable fact",
+    );
     assert.equal(d.stored.runs.length, 1, "the state written last still lists the run");
     assert.equal(d.written.get(RUN)?.status, "succeeded");
     assert.deepEqual(d.violations, []);
@@ -74,7 +82,11 @@ describe("deferred writes: what one run costs", () => {
     assert.equal(reply?.runs?.[0]?.status, "running");
     assert.equal(reply?.runs?.[0]?.attempts[0]?.worker, "w1");
     assert.equal(d.stateWrites, writes);
-    const q = makeJobActor(cfg()).query!(d.state, { kind: "active_runs" }, { id: ACTOR_ID, nowMs: d.now });
+    const q = makeJobActor(cfg()).query!(
+      d.state,
+      { kind: "active_runs" },
+      { id: ACTOR_ID, nowMs: d.now },
+    );
     assert.deepEqual(q, { reply: { runs: reply.runs }, alsoQueue: false });
   });
 
@@ -102,7 +114,11 @@ describe("deferred writes: what one run costs", () => {
     d.advance(0);
     const asks = d.postsOf("acquire_slot").map((a) => a.grant);
     assert.ok(asks.length >= 2, "the slot is asked for again");
-    assert.equal(new Set(asks).size, 1, "under the same name: the tenant's durable grant answers it");
+    assert.equal(
+      new Set(asks).size,
+      1,
+      "under the same name: the tenant's durable grant answers it",
+    );
     d.send({ kind: "slot_granted", run_id: asks[0]! }); // the tenant holds it: granted again at once
     d.claim(); // the first offer's worker is too late…
     d.claim(); // …the second one's claim counts
@@ -123,7 +139,10 @@ describe("deferred writes: what one run costs", () => {
     const newGrant = d.postsOf("acquire_slot").at(-1)!.grant;
     assert.notEqual(newGrant, lostGrant, "a new grant name");
     d.send({ kind: "slot_granted", run_id: lostGrant }); // the lost run's grant, late
-    assert.ok(d.postsOf("release_slot").some((r) => r.grant === lostGrant), "is given back");
+    assert.ok(
+      d.postsOf("release_slot").some((r) => r.grant === lostGrant),
+      "is given back",
+    );
     assert.equal(d.run(RUN)?.slot, true, "the new run keeps its own slot");
     d.claim(); // the lost offer's worker: its fence was never handed out again…
     assert.equal(d.run(RUN)?.status, "queued");
@@ -187,7 +206,11 @@ describe("deferred writes: what one run costs", () => {
   it("offers within the reserved block are not written; the offer beyond it writes and reserves the next block; a state read back starts above the block", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec());
-    assert.equal(d.stored.fence_reserved, FENCE_BLOCK, "the create's write reserved the first block");
+    assert.equal(
+      d.stored.fence_reserved,
+      FENCE_BLOCK,
+      "the create's write reserved the first block",
+    );
     d.advance(1_500);
     d.send({ kind: "patch", patch: { schedule: { cron: "0 * * * *", time_zone: "UTC" } } }); // nothing else fires
     const reserved = d.stored.fence_reserved;
@@ -204,6 +227,10 @@ describe("deferred writes: what one run costs", () => {
     assert.equal(d.stateWrites, writes + 1, "the offer past the block writes");
     assert.ok(d.stored.fence_reserved >= reserved + FENCE_BLOCK);
     const loaded = loadJobState({ ...d.stored, fence_seq: 3 });
-    assert.equal(loaded.fence_seq, d.stored.fence_reserved, "fences continue above everything reserved");
+    assert.equal(
+      loaded.fence_seq,
+      d.stored.fence_reserved,
+      "fences continue above everything reserved",
+    );
   });
 });

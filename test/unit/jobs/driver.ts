@@ -19,7 +19,14 @@
  */
 import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
-import { DEFAULT_JOB_CONFIG, type Completion, type JobActorConfig, type JobEffect, type JobMsg, type JobReply } from "../../../src/jobs/job-types.ts";
+import {
+  DEFAULT_JOB_CONFIG,
+  type Completion,
+  type JobActorConfig,
+  type JobEffect,
+  type JobMsg,
+  type JobReply,
+} from "../../../src/jobs/job-types.ts";
 import { activeRunView, type JobState } from "../../../src/jobs/job-state.ts";
 import { splitGrant } from "../../../src/protocol/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/protocol/model.ts";
@@ -71,7 +78,9 @@ export interface DriverOptions {
    * Default: "gone", as from a worker process that is gone (a silent lease in these tests is a
    * dead worker's).
    */
-  probe?: (fx: Extract<JobEffect, { kind: "probe_worker" }>) => ProbeReply | null | "gone" | undefined;
+  probe?: (
+    fx: Extract<JobEffect, { kind: "probe_worker" }>,
+  ) => ProbeReply | null | "gone" | undefined;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -149,7 +158,13 @@ export class Driver {
   }
 
   create(s: JobSpec = spec(), requestHash = "h1"): D {
-    return this.send({ kind: "create", tenant_id: TENANT, job_id: JOB, spec: s, request_hash: requestHash });
+    return this.send({
+      kind: "create",
+      tenant_id: TENANT,
+      job_id: JOB,
+      spec: s,
+      request_hash: requestHash,
+    });
   }
 
   #apply(msg: JobMsg): D {
@@ -165,10 +180,24 @@ export class Driver {
     for (const fx of d.effects ?? []) this.#effect(fx);
     for (const fx of d.post ?? []) this.#post(fx);
     const auto = this.opts.autoComplete;
-    if (auto && msg.kind === "claimed" && this.run(msg.run_id)?.fence === msg.fence && this.run(msg.run_id)?.status === "leased") {
+    if (
+      auto &&
+      msg.kind === "claimed" &&
+      this.run(msg.run_id)?.fence === msg.fence &&
+      this.run(msg.run_id)?.status === "leased"
+    ) {
       this.#inbox.push({
-        kind: "complete", run_id: msg.run_id, fence: msg.fence, worker: WORKER,
-        outcome: "exited", exit_code: 0, output: "ok", error: null, started_at_ms: this.now, finished_at_ms: this.now, ...auto(msg.run_id),
+        kind: "complete",
+        run_id: msg.run_id,
+        fence: msg.fence,
+        worker: WORKER,
+        outcome: "exited",
+        exit_code: 0,
+        output: "ok",
+        error: null,
+        started_at_ms: this.now,
+        finished_at_ms: this.now,
+        ...auto(msg.run_id),
       });
     }
     return d;
@@ -203,7 +232,12 @@ export class Driver {
   }
 
   #ctx() {
-    return { id: ACTOR_ID, nowMs: this.now, arrivalMs: (k: string) => this.arrivals.get(k), pending: (k: string) => this.pending.has(k) };
+    return {
+      id: ACTOR_ID,
+      nowMs: this.now,
+      arrivalMs: (k: string) => this.arrivals.get(k),
+      pending: (k: string) => this.pending.has(k),
+    };
   }
 
   /**
@@ -217,12 +251,22 @@ export class Driver {
     // The shell's reconcile (job-shell.ts): runs whose record ended are dropped on load.
     // A run-now's run whose record is not written yet (`recorded_after`) is live: its record is written.
     for (const r of loaded.runs) {
-      if (r.recorded_after && !this.written.has(r.run_id) && loaded.job) this.#post({ kind: "create_run", record: activeRunView(loaded.job, r) });
+      if (r.recorded_after && !this.written.has(r.run_id) && loaded.job)
+        this.#post({ kind: "create_run", record: activeRunView(loaded.job, r) });
     }
-    const ended = (id: string) => { const w = this.written.get(id); return w === undefined || TERMINAL.has(w.status); };
+    const ended = (id: string) => {
+      const w = this.written.get(id);
+      return w === undefined || TERMINAL.has(w.status);
+    };
     // A run-now's end found so is written by the next decision (JobState.ends_unwritten).
     const unwritten = loaded.runs.some((r) => r.recorded_after && ended(r.run_id));
-    this.state = loaded.runs.some((r) => ended(r.run_id)) ? { ...loaded, runs: loaded.runs.filter((r) => !ended(r.run_id)), ...(unwritten ? { ends_unwritten: true as const } : {}) } : loaded;
+    this.state = loaded.runs.some((r) => ended(r.run_id))
+      ? {
+          ...loaded,
+          runs: loaded.runs.filter((r) => !ended(r.run_id)),
+          ...(unwritten ? { ends_unwritten: true as const } : {}),
+        }
+      : loaded;
     const fx = this.actor.onActivate?.(this.state, this.#ctx()) ?? [];
     for (const e of fx) this.#effect(e);
     return fx;
@@ -237,7 +281,8 @@ export class Driver {
         if (old) {
           this.dupCreates++;
           // The shell tells the actor when the record it met had ended (`already_ended`).
-          if (TERMINAL.has(this.written.get(fx.record.run_id)?.status ?? "queued")) this.#inbox.unshift({ kind: "already_ended", run_id: fx.record.run_id });
+          if (TERMINAL.has(this.written.get(fx.record.run_id)?.status ?? "queued"))
+            this.#inbox.unshift({ kind: "already_ended", run_id: fx.record.run_id });
           return; // KV create: the key exists, nothing written
         }
         break;
@@ -248,7 +293,9 @@ export class Driver {
         break;
       case "update":
         if (old && TERMINAL.has(old.status)) {
-          this.violations.push(`terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`);
+          this.violations.push(
+            `terminal record ${old.run_id} (${old.status}) overwritten with ${fx.record.status}`,
+          );
         }
         break;
     }
@@ -287,7 +334,8 @@ export class Driver {
         return;
       case "dispatch":
         this.dispatches.push(fx);
-        if (this.autoClaim) this.#inbox.push({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: WORKER });
+        if (this.autoClaim)
+          this.#inbox.push({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: WORKER });
         else this.pendingClaims.push(fx);
         return;
       case "note_run": {
@@ -297,8 +345,23 @@ export class Driver {
       }
       case "probe_worker": {
         const reply = this.opts.probe ? this.opts.probe(fx) : "gone";
-        if (reply === "gone") this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply: null, gone: true });
-        else if (reply !== undefined) this.#inbox.push({ kind: "probe_answer", run_id: fx.run_id, fence: fx.fence, worker: fx.worker, reply });
+        if (reply === "gone")
+          this.#inbox.push({
+            kind: "probe_answer",
+            run_id: fx.run_id,
+            fence: fx.fence,
+            worker: fx.worker,
+            reply: null,
+            gone: true,
+          });
+        else if (reply !== undefined)
+          this.#inbox.push({
+            kind: "probe_answer",
+            run_id: fx.run_id,
+            fence: fx.fence,
+            worker: fx.worker,
+            reply,
+          });
         return;
       }
       case "create_run":
@@ -339,7 +402,13 @@ export class Driver {
     for (;;) {
       let best: [string, Timer] | undefined;
       for (const e of this.timers) {
-        if (e[1].atMs <= target && (!best || e[1].atMs < best[1].atMs || (e[1].atMs === best[1].atMs && e[1].seq < best[1].seq))) best = e;
+        if (
+          e[1].atMs <= target &&
+          (!best ||
+            e[1].atMs < best[1].atMs ||
+            (e[1].atMs === best[1].atMs && e[1].seq < best[1].seq))
+        )
+          best = e;
       }
       if (!best) break;
       this.timers.delete(best[0]);
@@ -360,14 +429,29 @@ export class Driver {
 
   heartbeat(runId: string, fence?: number, startedAtMs?: number): D {
     const f = fence ?? this.run(runId)?.fence ?? 0;
-    return this.send({ kind: "heartbeat", run_id: runId, fence: f, worker: WORKER, ...(startedAtMs === undefined ? {} : { started_at_ms: startedAtMs }) });
+    return this.send({
+      kind: "heartbeat",
+      run_id: runId,
+      fence: f,
+      worker: WORKER,
+      ...(startedAtMs === undefined ? {} : { started_at_ms: startedAtMs }),
+    });
   }
 
   complete(runId: string, c: Partial<Completion> = {}, fence?: number): D {
     const f = fence ?? this.run(runId)?.fence ?? 0;
     return this.send({
-      kind: "complete", run_id: runId, fence: f, worker: WORKER,
-      outcome: "exited", exit_code: 0, output: "ok", error: null, started_at_ms: this.now, finished_at_ms: this.now, ...c,
+      kind: "complete",
+      run_id: runId,
+      fence: f,
+      worker: WORKER,
+      outcome: "exited",
+      exit_code: 0,
+      output: "ok",
+      error: null,
+      started_at_ms: this.now,
+      finished_at_ms: this.now,
+      ...c,
     });
   }
 
@@ -376,6 +460,8 @@ export class Driver {
   }
 
   recordsByStatus(status: RunView["status"]): RunView[] {
-    return [...this.records.values()].filter((r) => r.status === status).sort((a, b) => a.scheduled_for.localeCompare(b.scheduled_for));
+    return [...this.records.values()]
+      .filter((r) => r.status === status)
+      .sort((a, b) => a.scheduled_for.localeCompare(b.scheduled_for));
   }
 }

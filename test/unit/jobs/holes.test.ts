@@ -24,7 +24,9 @@ import { Driver, JOB, cfg, spec } from "./driver.ts";
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
 const RUN = runIdFor(JOB, sec(2));
 const hourly = { cron: "0 * * * *", time_zone: "UTC" };
-const retries = (max_attempts: number) => ({ retry: { max_attempts, backoff: "fixed" as const, base_s: 1, max_s: 1 } });
+const retries = (max_attempts: number) => ({
+  retry: { max_attempts, backoff: "fixed" as const, base_s: 1, max_s: 1 },
+});
 type PutRun = Extract<JobEffect, { kind: "put_run" }>;
 
 /** A job whose :02 run is leased to w1 (claimed at :02.0); nothing else fires for an hour. */
@@ -52,18 +54,41 @@ describe("hole 1: one fence, several workers", () => {
     const r = d.run(RUN)!;
     const lease = d.timers.get(`lease:${RUN}`)?.atMs;
     d.advance(3_000);
-    const hb = d.send({ kind: "heartbeat", run_id: RUN, fence: r.fence, worker: "w2", started_at_ms: d.now });
+    const hb = d.send({
+      kind: "heartbeat",
+      run_id: RUN,
+      fence: r.fence,
+      worker: "w2",
+      started_at_ms: d.now,
+    });
     assert.equal(hb.fail?.code, "lease_lost");
     assert.equal(d.run(RUN)?.worker, "w1");
-    assert.equal(d.run(RUN)?.status, "leased", "the intruder's started_at does not mark the run running");
-    assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, lease, "the intruder does not extend the lease");
+    assert.equal(
+      d.run(RUN)?.status,
+      "leased",
+      "the intruder's started_at does not mark the run running",
+    );
+    assert.equal(
+      d.timers.get(`lease:${RUN}`)?.atMs,
+      lease,
+      "the intruder does not extend the lease",
+    );
     assert.deepEqual(d.heartbeat(RUN, r.fence).reply, { ok: true }, "the claimant still holds it");
   });
 
   it("1: a completion with the current fence from a worker other than the claimant gets stale_fence; the claimant's counts", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
-    const c = d.send({ kind: "complete", run_id: RUN, fence: f, worker: "w2", ...completion, output: "w2", started_at_ms: d.now, finished_at_ms: d.now });
+    const c = d.send({
+      kind: "complete",
+      run_id: RUN,
+      fence: f,
+      worker: "w2",
+      ...completion,
+      output: "w2",
+      started_at_ms: d.now,
+      finished_at_ms: d.now,
+    });
     assert.equal(c.fail?.code, "stale_fence");
     assert.equal(d.run(RUN)?.status, "leased");
     assert.equal(d.records.get(RUN)?.status, "leased", "no terminal record from the wrong worker");
@@ -76,7 +101,9 @@ describe("hole 1: one fence, several workers", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
     d.send({ kind: "claimed", run_id: RUN, fence: f, worker: "w2" });
-    assert.deepEqual(d.postsOf("cancel_on_worker"), [{ kind: "cancel_on_worker", worker: "w2", run_id: RUN, fence: f }]);
+    assert.deepEqual(d.postsOf("cancel_on_worker"), [
+      { kind: "cancel_on_worker", worker: "w2", run_id: RUN, fence: f },
+    ]);
     assert.equal(d.run(RUN)?.worker, "w1");
     assert.equal(d.run(RUN)?.attempt, 1, "no second attempt recorded");
   });
@@ -113,7 +140,11 @@ describe("hole 3: takeover re-dispatches at once", () => {
     d.activate();
     d.advance(0);
     d.advance(1_000);
-    assert.deepEqual(d.heartbeat(RUN, offer.fence).reply, { ok: true }, "the accepted offer is still valid");
+    assert.deepEqual(
+      d.heartbeat(RUN, offer.fence).reply,
+      { ok: true },
+      "the accepted offer is still valid",
+    );
     assert.equal(d.run(RUN)?.status, "leased");
     d.advance(5_000);
     assert.equal(d.dispatches.length, 1, "offered once only");
@@ -125,15 +156,26 @@ describe("hole 3: takeover re-dispatches at once", () => {
     d.create(spec());
     d.advance(1_500); // :02 offered (deferred: not written), not yet accepted
     const offer = d.pendingClaims[0]!;
-    assert.equal(d.stored.runs.find((x) => x.run_id === RUN)?.fence ?? 0, 0, "the offer was not written");
+    assert.equal(
+      d.stored.runs.find((x) => x.run_id === RUN)?.fence ?? 0,
+      0,
+      "the offer was not written",
+    );
     d.activate(); // the old owner died: its offer is gone from the state
     d.advance(0);
     const again = d.dispatches.at(-1)!;
     assert.equal(d.dispatches.length, 2, "offered again at once");
-    assert.ok(again.fence > offer.fence, `the new fence ${again.fence} was never handed out (old ${offer.fence})`);
+    assert.ok(
+      again.fence > offer.fence,
+      `the new fence ${again.fence} was never handed out (old ${offer.fence})`,
+    );
     // The old offer's worker accepted it and asks to start: no acknowledgement, so it never starts.
     assert.equal(d.heartbeat(RUN, offer.fence).reply, null);
-    assert.equal(d.heartbeat(RUN, again.fence).reply?.ok, true, "the new offer's worker holds the lease");
+    assert.equal(
+      d.heartbeat(RUN, again.fence).reply?.ok,
+      true,
+      "the new offer's worker holds the lease",
+    );
   });
 
   it("3: onActivate of a queued run with no offer (fence 0) arms its redispatch at once", () => {
@@ -171,7 +213,11 @@ describe("hole 6: a record stuck queued", () => {
     assert.equal(put.record.status, "missed");
     assert.equal(d.records.get(RUN)?.status, "missed");
     assert.match(d.records.get(RUN)?.reason ?? "", /misfire/);
-    assert.equal(d.dispatches.filter((x) => x.run_id === RUN).length, 0, "the missed occurrence never runs");
+    assert.equal(
+      d.dispatches.filter((x) => x.run_id === RUN).length,
+      0,
+      "the missed occurrence never runs",
+    );
     assert.deepEqual(d.violations, []);
   });
 
@@ -208,11 +254,17 @@ describe("hole 6: a record stuck queued", () => {
     d.create(spec({ overlap: "allow" }));
     d.advance(5_000); // :02 and :04 fired, deferred: records queued, the stored state still says :02
     const orphans = [2, 4].map((x) => runIdFor(JOB, sec(x)));
-    assert.deepEqual(orphans.map((id) => d.records.get(id)?.status), ["queued", "queued"]);
+    assert.deepEqual(
+      orphans.map((id) => d.records.get(id)?.status),
+      ["queued", "queued"],
+    );
     d.activate(); // a takeover: the deferred fires are lost
     assert.equal(d.state.next_run_at_ms, sec(2));
     d.send({ kind: "delete" });
-    assert.deepEqual(orphans.map((id) => d.records.get(id)?.status), ["cancelled", "cancelled"]);
+    assert.deepEqual(
+      orphans.map((id) => d.records.get(id)?.status),
+      ["cancelled", "cancelled"],
+    );
     assert.equal(d.records.has(runIdFor(JOB, sec(6))), false, "settle never creates");
     assert.deepEqual(d.violations, []);
   });
@@ -269,7 +321,12 @@ describe("hole 9: unknown outcomes mishandled", () => {
   it("9: a retried patch with the same request_id and an If-Match that matched the first time is answered with the job and applies once", () => {
     const d = new Driver(cfg());
     d.create(spec());
-    const p = { kind: "patch" as const, patch: { name: "renamed" }, if_match: 1, request_id: "rq-p" };
+    const p = {
+      kind: "patch" as const,
+      patch: { name: "renamed" },
+      if_match: 1,
+      request_id: "rq-p",
+    };
     const first = d.send(p);
     assert.equal(first.reply?.job?.version, 2);
     const again = d.send(p); // the reply was lost; the router retries
@@ -277,7 +334,11 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.equal(again.reply?.job?.version, 2);
     assert.equal(again.reply?.job?.name, "renamed");
     assert.equal(d.state.job?.version, 2, "applied once");
-    assert.equal(d.send({ kind: "patch", patch: { name: "x" }, if_match: 1, request_id: "rq-q" }).fail?.code, "precondition_failed", "a new request still checks If-Match");
+    assert.equal(
+      d.send({ kind: "patch", patch: { name: "x" }, if_match: 1, request_id: "rq-q" }).fail?.code,
+      "precondition_failed",
+      "a new request still checks If-Match",
+    );
   });
 
   it("9: a slot granted during retry_wait lets the run go at retry_due (it does not hang)", () => {
@@ -394,8 +455,22 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
 
   it("10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all — and a completion report's under the same key (the worker does not heartbeat an attempt whose report is on the wire)", () => {
     const def = makeJobActor(cfg());
-    assert.equal(def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), heartbeatKey(RUN, 3, "w1"));
-    const complete = { kind: "complete", run_id: RUN, fence: 3, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } as const;
+    assert.equal(
+      def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }),
+      heartbeatKey(RUN, 3, "w1"),
+    );
+    const complete = {
+      kind: "complete",
+      run_id: RUN,
+      fence: 3,
+      worker: "w1",
+      outcome: "exited",
+      exit_code: 0,
+      output: "",
+      error: null,
+      started_at_ms: sec(2),
+      finished_at_ms: sec(3),
+    } as const;
     assert.equal(def.arrivalKey?.(complete), heartbeatKey(RUN, 3, "w1"));
     assert.equal(def.arrivalKey?.({ kind: "lease_expired", run_id: RUN, fence: 3 }), undefined);
   });
@@ -405,9 +480,25 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     const def = makeJobActor(cfg());
     const f = d.run(RUN)!.fence;
     const ctx = { id: "t.j", nowMs: d.now };
-    assert.deepEqual(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w1" }, ctx), { reply: { ok: true }, alsoQueue: false });
-    assert.equal(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w2" }, ctx), undefined, "another worker: queued, answered lease_lost");
-    assert.deepEqual(def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f - 1, worker: "w1" }, ctx), { fail: { code: "lease_lost", message: `run ${RUN}: lease with fence ${f - 1} of worker w1 is gone` } }, "an old fence: refused from memory (no mailbox turn), as the mailbox would");
+    assert.deepEqual(
+      def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w1" }, ctx),
+      { reply: { ok: true }, alsoQueue: false },
+    );
+    assert.equal(
+      def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f, worker: "w2" }, ctx),
+      undefined,
+      "another worker: queued, answered lease_lost",
+    );
+    assert.deepEqual(
+      def.query?.(d.state, { kind: "heartbeat", run_id: RUN, fence: f - 1, worker: "w1" }, ctx),
+      {
+        fail: {
+          code: "lease_lost",
+          message: `run ${RUN}: lease with fence ${f - 1} of worker w1 is gone`,
+        },
+      },
+      "an old fence: refused from memory (no mailbox turn), as the mailbox would",
+    );
   });
 
   it("10: an arrival from another worker or under an old fence does not keep the lease alive", () => {

@@ -3,39 +3,71 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { retryDelayMs } from "../../../src/jobs/backoff.ts";
-import { isValidId, jobActorId, jobIdOfRun, newJobId, parseRunId, runIdFor, splitJobActorId } from "../../../src/protocol/ids.ts";
+import {
+  isValidId,
+  jobActorId,
+  jobIdOfRun,
+  newJobId,
+  parseRunId,
+  runIdFor,
+  splitJobActorId,
+} from "../../../src/protocol/ids.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import type { RetryPolicy } from "../../../src/protocol/model.ts";
 
-const jobIdArb = fc.array(fc.integer({ min: 0, max: 35 }), { minLength: 16, maxLength: 16 }).map((ds) => `j${ds.map((x) => x.toString(36)).join("")}`);
+const jobIdArb = fc
+  .array(fc.integer({ min: 0, max: 35 }), { minLength: 16, maxLength: 16 })
+  .map((ds) => `j${ds.map((x) => x.toString(36)).join("")}`);
 const msArb = fc.integer({ min: 0, max: 253_402_300_799_000 });
 
 describe("ids", () => {
   it("runIdFor / jobIdOfRun round-trip for scheduled and manual runs", () => {
     fc.assert(
-      fc.property(jobIdArb, msArb, fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined }), (job, ms, seq) => {
-        const id = runIdFor(job, ms, seq);
-        assert.equal(jobIdOfRun(id), job);
-        assert.ok(isValidId(id));
-        assert.notEqual(runIdFor(job, ms, 1), runIdFor(job, ms), "manual differs from scheduled at the same instant");
-      }),
+      fc.property(
+        jobIdArb,
+        msArb,
+        fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined }),
+        (job, ms, seq) => {
+          const id = runIdFor(job, ms, seq);
+          assert.equal(jobIdOfRun(id), job);
+          assert.ok(isValidId(id));
+          assert.notEqual(
+            runIdFor(job, ms, 1),
+            runIdFor(job, ms),
+            "manual differs from scheduled at the same instant",
+          );
+        },
+      ),
       { seed: 7, numRuns: 500 },
     );
   });
 
   it("parseRunId gives back exactly the job, time and manual sequence runIdFor was given", () => {
     fc.assert(
-      fc.property(jobIdArb, msArb, fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined }), (job, ms, seq) => {
-        assert.deepEqual(parseRunId(runIdFor(job, ms, seq)), { jobId: job, ms, seq: seq ?? 0 });
-      }),
+      fc.property(
+        jobIdArb,
+        msArb,
+        fc.option(fc.integer({ min: 1, max: 1e9 }), { nil: undefined }),
+        (job, ms, seq) => {
+          assert.deepEqual(parseRunId(runIdFor(job, ms, seq)), { jobId: job, ms, seq: seq ?? 0 });
+        },
+      ),
       { seed: 9, numRuns: 2000 },
     );
     // A time whose base-36 form ends in `m` and digits (2026-12-02T23:08:42Z is `mx6qm100`) is
     // a scheduled run's time, not a time plus a manual sequence: read so, retention deleted it.
     const at = Date.parse("2026-12-02T23:08:42Z");
     assert.equal(at.toString(36), "mx6qm100");
-    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at)), { jobId: "j0123456789abcdef", ms: at, seq: 0 });
-    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at, 3)), { jobId: "j0123456789abcdef", ms: at, seq: 3 });
+    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at)), {
+      jobId: "j0123456789abcdef",
+      ms: at,
+      seq: 0,
+    });
+    assert.deepEqual(parseRunId(runIdFor("j0123456789abcdef", at, 3)), {
+      jobId: "j0123456789abcdef",
+      ms: at,
+      seq: 3,
+    });
   });
 
   it("distinct occurrences of one job get distinct run ids", () => {
@@ -49,8 +81,20 @@ describe("ids", () => {
   });
 
   it("jobIdOfRun rejects malformed run ids", () => {
-    for (const bad of ["", "x", "j0123456789abcdef", "j0123456789abcdef-", "j0123456789ABCDEF-abc", "j0123456789abcde-abc", "j0123456789abcdef0-abc",
-      "j0123456789abcdef-ab-c", "j0123456789abcdef-AB", "k0123456789abcdef-abc", "j0123456789abcdef--1", "j0123456789abcdef-a.b"]) {
+    for (const bad of [
+      "",
+      "x",
+      "j0123456789abcdef",
+      "j0123456789abcdef-",
+      "j0123456789ABCDEF-abc",
+      "j0123456789abcde-abc",
+      "j0123456789abcdef0-abc",
+      "j0123456789abcdef-ab-c",
+      "j0123456789abcdef-AB",
+      "k0123456789abcdef-abc",
+      "j0123456789abcdef--1",
+      "j0123456789abcdef-a.b",
+    ]) {
       assert.equal(jobIdOfRun(bad), null, JSON.stringify(bad));
     }
   });
@@ -74,33 +118,46 @@ const policyArb: fc.Arbitrary<RetryPolicy> = fc.record({
 describe("retry backoff", () => {
   it("attempt n+1 waits base × 2^(n−1) plus jitter below the same again, capped at max_s", () => {
     fc.assert(
-      fc.property(policyArb, fc.integer({ min: 1, max: 40 }), fc.string({ minLength: 1, maxLength: 30 }), (p, n, run) => {
-        const core = p.backoff === "fixed" ? p.base_s * 1000 : p.base_s * 1000 * 2 ** Math.min(n - 1, 30);
-        const cap = p.max_s * 1000;
-        const d = retryDelayMs(p, n, run);
-        assert.ok(Number.isFinite(d));
-        assert.ok(d >= Math.min(core, cap), `${d} >= min(${core}, ${cap})`);
-        assert.ok(d <= cap, `${d} <= cap ${cap}`);
-        if (core * 2 <= cap) assert.ok(d < core * 2, `${d} < 2 × ${core}`);
-        assert.equal(retryDelayMs(p, n, run), d, "deterministic");
-      }),
+      fc.property(
+        policyArb,
+        fc.integer({ min: 1, max: 40 }),
+        fc.string({ minLength: 1, maxLength: 30 }),
+        (p, n, run) => {
+          const core =
+            p.backoff === "fixed" ? p.base_s * 1000 : p.base_s * 1000 * 2 ** Math.min(n - 1, 30);
+          const cap = p.max_s * 1000;
+          const d = retryDelayMs(p, n, run);
+          assert.ok(Number.isFinite(d));
+          assert.ok(d >= Math.min(core, cap), `${d} >= min(${core}, ${cap})`);
+          assert.ok(d <= cap, `${d} <= cap ${cap}`);
+          if (core * 2 <= cap) assert.ok(d < core * 2, `${d} < 2 × ${core}`);
+          assert.equal(retryDelayMs(p, n, run), d, "deterministic");
+        },
+      ),
       { seed: 9, numRuns: 1000 },
     );
   });
 
   it("exponential waits never shrink from one attempt to the next", () => {
     fc.assert(
-      fc.property(policyArb, fc.integer({ min: 1, max: 35 }), fc.string({ minLength: 1, maxLength: 30 }), (p, n, run) => {
-        const e = { ...p, backoff: "exponential" as const };
-        assert.ok(retryDelayMs(e, n + 1, run) >= retryDelayMs(e, n, run));
-      }),
+      fc.property(
+        policyArb,
+        fc.integer({ min: 1, max: 35 }),
+        fc.string({ minLength: 1, maxLength: 30 }),
+        (p, n, run) => {
+          const e = { ...p, backoff: "exponential" as const };
+          assert.ok(retryDelayMs(e, n + 1, run) >= retryDelayMs(e, n, run));
+        },
+      ),
       { seed: 10, numRuns: 1000 },
     );
   });
 
   it("jitter spreads the retries of many runs", () => {
     const p: RetryPolicy = { max_attempts: 3, backoff: "exponential", base_s: 10, max_s: 3600 };
-    const delays = new Set(Array.from({ length: 100 }, (_, i) => Math.floor(retryDelayMs(p, 1, `run-${i}`) / 100)));
+    const delays = new Set(
+      Array.from({ length: 100 }, (_, i) => Math.floor(retryDelayMs(p, 1, `run-${i}`) / 100)),
+    );
     assert.ok(delays.size > 50, `${delays.size} distinct 100 ms buckets of 100`);
   });
 });

@@ -12,7 +12,8 @@ import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
 const ms = (iso: string) => Date.parse(iso);
 /** Compares instants, not their spelling ("Z" or "Z"). */
-const at = (iso: string | null | undefined) => (iso === null || iso === undefined ? iso : Date.parse(iso));
+const at = (iso: string | null | undefined) =>
+  iso === null || iso === undefined ? iso : Date.parse(iso);
 
 describe("job actor: create", () => {
   it("sets next_run_at to the first occurrence strictly after now and arms the fire timer", () => {
@@ -22,7 +23,10 @@ describe("job actor: create", () => {
     assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:00:02Z"));
     assert.equal(d.state.next_run_at_ms, every2s.next(T0, 1)[0]);
     assert.equal(r.reply?.job?.version, 1);
-    assert.deepEqual(r.reply?.job?.next_runs?.map(at), [2, 4, 6, 8, 10].map((sec) => Date.UTC(2026, 0, 1, 0, 0, sec)));
+    assert.deepEqual(
+      r.reply?.job?.next_runs?.map(at),
+      [2, 4, 6, 8, 10].map((sec) => Date.UTC(2026, 0, 1, 0, 0, sec)),
+    );
     assert.equal(d.timers.get("fire")?.atMs, ms("2026-01-01T00:00:02Z"));
   });
 
@@ -85,7 +89,12 @@ describe("job actor: create", () => {
 
   it("messages to a job that was never created fail not_found", () => {
     const d = new Driver();
-    for (const msg of [{ kind: "get" }, { kind: "fire" }, { kind: "run_now" }, { kind: "heartbeat", run_id: "x", fence: 1, worker: "w" }] as const) {
+    for (const msg of [
+      { kind: "get" },
+      { kind: "fire" },
+      { kind: "run_now" },
+      { kind: "heartbeat", run_id: "x", fence: 1, worker: "w" },
+    ] as const) {
       assert.equal(d.send(msg).fail?.code, "not_found", msg.kind);
     }
   });
@@ -100,14 +109,24 @@ describe("job actor: pause, resume, patch", () => {
     const records = d.records.size;
     const r = d.send({ kind: "patch", patch: { enabled: false } });
     assert.deepEqual(d.state.runs, []);
-    assert.equal((r.pre ?? []).filter((fx) => fx.kind === "put_run" && fx.mode === "create").length, 0, "no run made from the queue");
+    assert.equal(
+      (r.pre ?? []).filter((fx) => fx.kind === "put_run" && fx.mode === "create").length,
+      0,
+      "no run made from the queue",
+    );
     assert.ok(d.records.size >= records);
     assert.equal(d.recordsByStatus("queued").length, 0);
   });
 
   it("a pause under a backlog cancels every run not heard to start — waiting, granted, offered, claimed, awaiting a retry — and nothing starts after it", () => {
     const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
-    d.create(spec({ schedule: { cron: "* * * * * *", time_zone: "UTC" }, overlap: "allow", retry: { max_attempts: 3, backoff: "fixed", base_s: 30, max_s: 30 } }));
+    d.create(
+      spec({
+        schedule: { cron: "* * * * * *", time_zone: "UTC" },
+        overlap: "allow",
+        retry: { max_attempts: 3, backoff: "fixed", base_s: 30, max_s: 30 },
+      }),
+    );
     d.advance(12_000);
     assert.ok(d.pendingSlots.length >= 10, `a backlog waits for slots (${d.pendingSlots.length})`);
     d.grant(); // granted, offered, not claimed
@@ -125,11 +144,18 @@ describe("job actor: pause, resume, patch", () => {
     const dispatchesBefore = d.dispatches.length;
     const before = d.state.runs.length;
     d.send({ kind: "patch", patch: { enabled: false } });
-    assert.deepEqual(d.state.runs.map((r) => [r.run_id, r.status]), [[running.run_id, "running"]], "only the running run is left");
+    assert.deepEqual(
+      d.state.runs.map((r) => [r.run_id, r.status]),
+      [[running.run_id, "running"]],
+      "only the running run is left",
+    );
     const cancelled = d.recordsByStatus("cancelled");
     assert.equal(cancelled.length, before - 1);
     assert.ok(cancelled.every((r) => r.reason === "job paused before it started"));
-    assert.ok(d.postsOf("cancel_on_worker").length >= 1, "the worker holding a claim is told (an offer not yet claimed dies with its fence)");
+    assert.ok(
+      d.postsOf("cancel_on_worker").length >= 1,
+      "the worker holding a claim is told (an offer not yet claimed dies with its fence)",
+    );
     d.advance(120_000);
     for (const x of d.pendingSlots.slice()) d.grant(x);
     assert.equal(d.dispatches.length, dispatchesBefore, "nothing is offered after the pause");
@@ -141,21 +167,53 @@ describe("job actor: pause, resume, patch", () => {
       const d = new Driver(cfg(), { autoGrant: true, autoClaim: true });
       d.create(spec({ schedule: yearly }));
       d.send({ kind: "patch", patch: { enabled: false } });
-      const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!.run_id;
+      const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!
+        .run_id;
       const r = d.run(id)!;
       assert.equal(r.status, "leased");
-      if (lapse === "given back") d.send({ kind: "complete", run_id: id, fence: r.fence, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: d.now, finished_at_ms: d.now, not_started: true });
+      if (lapse === "given back")
+        d.send({
+          kind: "complete",
+          run_id: id,
+          fence: r.fence,
+          worker: "w1",
+          outcome: "exited",
+          exit_code: 0,
+          output: "",
+          error: null,
+          started_at_ms: d.now,
+          finished_at_ms: d.now,
+          not_started: true,
+        });
       else d.advance(cfg().leaseTtlMs + 1_000); // no heartbeat: the lease runs out, the probe finds the worker gone
-      assert.notEqual(d.records.get(id)?.status, "cancelled", `${lapse}: ${d.records.get(id)?.reason ?? ""}`);
-      assert.equal(d.dispatches.filter((x) => x.run_id === id).length, 2, `${lapse}: offered again`);
+      assert.notEqual(
+        d.records.get(id)?.status,
+        "cancelled",
+        `${lapse}: ${d.records.get(id)?.reason ?? ""}`,
+      );
+      assert.equal(
+        d.dispatches.filter((x) => x.run_id === id).length,
+        2,
+        `${lapse}: offered again`,
+      );
     }
   });
 
   it("a paused job's run-now that started and lost its lease is not retried", () => {
-    const d = new Driver(cfg(), { autoGrant: true, autoClaim: true, probe: () => ({ state: "started" }) });
-    d.create(spec({ schedule: { cron: "0 0 1 1 *", time_zone: "UTC" }, retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    const d = new Driver(cfg(), {
+      autoGrant: true,
+      autoClaim: true,
+      probe: () => ({ state: "started" }),
+    });
+    d.create(
+      spec({
+        schedule: { cron: "0 0 1 1 *", time_zone: "UTC" },
+        retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 1 },
+      }),
+    );
     d.send({ kind: "patch", patch: { enabled: false } });
-    const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!.run_id;
+    const id = d.send({ kind: "run_now", request_id: "rq-1", requested_at_ms: d.now }).reply!.run!
+      .run_id;
     d.heartbeat(id, d.run(id)!.fence, d.now);
     d.advance(5 * cfg().leaseTtlMs);
     assert.equal(d.records.get(id)?.status, "failed");
@@ -195,17 +253,27 @@ describe("job actor: pause, resume, patch", () => {
     assert.equal(stale.fail?.code, "precondition_failed");
     assert.equal(stale.fail.field, "If-Match");
     assert.equal(d.state.job?.spec.name, "a");
-    assert.equal(d.send({ kind: "patch", patch: { name: "c" } }).reply?.job?.version, 3, "If-Match is optional");
+    assert.equal(
+      d.send({ kind: "patch", patch: { name: "c" } }).reply?.job?.version,
+      3,
+      "If-Match is optional",
+    );
   });
 
   it("a schedule change recomputes next_run_at from now; an invalid one is refused with its field", () => {
     const d = new Driver();
     d.create();
     d.advance(1_000);
-    const r = d.send({ kind: "patch", patch: { schedule: { cron: "*/15 * * * * *", time_zone: "UTC" } } });
+    const r = d.send({
+      kind: "patch",
+      patch: { schedule: { cron: "*/15 * * * * *", time_zone: "UTC" } },
+    });
     assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:00:15Z"));
     assert.equal(d.timers.get("fire")?.atMs, ms("2026-01-01T00:00:15Z"));
-    const bad = d.send({ kind: "patch", patch: { schedule: { cron: "* * * * *", time_zone: "Nowhere/City" } } });
+    const bad = d.send({
+      kind: "patch",
+      patch: { schedule: { cron: "* * * * *", time_zone: "Nowhere/City" } },
+    });
     assert.equal(bad.fail?.code, "invalid_schedule");
     assert.equal(bad.fail.field, "schedule.time_zone");
     assert.equal(d.state.job?.version, 2);
@@ -221,13 +289,30 @@ describe("job actor: pause, resume, patch", () => {
     d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
     d.advance(4_000); // 00:58:04.5: the 01:00 run is prepared
     const prepared = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
-    assert.ok(d.state.runs.some((r) => r.run_id === prepared), "the hourly run is prepared ahead");
-    const r = d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
+    assert.ok(
+      d.state.runs.some((r) => r.run_id === prepared),
+      "the hourly run is prepared ahead",
+    );
+    const r = d.send({
+      kind: "patch",
+      patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } },
+    });
     assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:58:10Z"));
-    assert.equal(d.records.get(prepared)?.status, "cancelled", "the prepared run stays cancelled (README)");
+    assert.equal(
+      d.records.get(prepared)?.status,
+      "cancelled",
+      "the prepared run stays cancelled (README)",
+    );
     d.advance(30_000); // 00:58:34.5
-    const created = [...d.records.values()].filter((x) => x.status !== "cancelled").map((x) => at(x.scheduled_for)).sort();
-    assert.deepEqual(created, [10, 20, 30, 40].map((sec) => Date.UTC(2026, 0, 1, 0, 58, sec)), "the new schedule's occurrences from now (:40 prepared ahead)");
+    const created = [...d.records.values()]
+      .filter((x) => x.status !== "cancelled")
+      .map((x) => at(x.scheduled_for))
+      .sort();
+    assert.deepEqual(
+      created,
+      [10, 20, 30, 40].map((sec) => Date.UTC(2026, 0, 1, 0, 58, sec)),
+      "the new schedule's occurrences from now (:40 prepared ahead)",
+    );
   });
 
   it("a patch that leaves the schedule alone keeps next_run_at", () => {
@@ -251,9 +336,14 @@ describe("job actor: delete and run now", () => {
     for (const a of active) d.heartbeat(a.id, a.fence, d.now); // all 80 running
     assert.deepEqual(d.send({ kind: "delete" }).reply, { ok: true });
     assert.equal(d.state.draining?.length, 80);
-    assert.equal(d.postsOf("release_slot").length, 0, "no slot released while its task may still be dying");
+    assert.equal(
+      d.postsOf("release_slot").length,
+      0,
+      "no slot released while its task may still be dying",
+    );
     assert.equal(d.slots.size, 80);
-    for (const a of active.slice(0, 79)) d.complete(a.id, { outcome: "killed", exit_code: null }, a.fence);
+    for (const a of active.slice(0, 79))
+      d.complete(a.id, { outcome: "killed", exit_code: null }, a.fence);
     assert.equal(d.slots.size, 1, "each slot back once its kill is reported");
   });
 
@@ -275,11 +365,18 @@ describe("job actor: delete and run now", () => {
     d.create(spec({ overlap: "replace" }));
     for (let i = 0; i < 8; i++) {
       d.advance(1_000);
-      for (const r of d.state.runs) if (r.status === "leased") d.heartbeat(r.run_id, r.fence, d.now); // started; their kills never reported
+      for (const r of d.state.runs)
+        if (r.status === "leased") d.heartbeat(r.run_id, r.fence, d.now); // started; their kills never reported
     }
-    assert.ok(d.state.runs.length + (d.state.draining?.length ?? 0) <= 2, "slots held within maxActiveRuns");
+    assert.ok(
+      d.state.runs.length + (d.state.draining?.length ?? 0) <= 2,
+      "slots held within maxActiveRuns",
+    );
     assert.ok(d.slots.size <= 2, `tenant slots held: ${d.slots.size}`);
-    assert.match(d.recordsByStatus("skipped")[0]?.reason ?? "", /counting those still being stopped/);
+    assert.match(
+      d.recordsByStatus("skipped")[0]?.reason ?? "",
+      /counting those still being stopped/,
+    );
   });
 
   it("delete cancels active runs (cancel_on_worker with the fence; each slot held until its worker reports the kill or the drain bound passes) and later messages are not_found", () => {
@@ -293,7 +390,11 @@ describe("job actor: delete and run now", () => {
     const r = d.send({ kind: "delete" });
     assert.deepEqual(r.reply, { ok: true });
     for (const a of active) {
-      assert.ok(d.postsOf("cancel_on_worker").some((c) => c.run_id === a.id && c.fence === a.fence && c.worker === "w1"));
+      assert.ok(
+        d
+          .postsOf("cancel_on_worker")
+          .some((c) => c.run_id === a.id && c.fence === a.fence && c.worker === "w1"),
+      );
       assert.equal(d.records.get(a.id)?.status, "cancelled");
       assert.equal(d.records.get(a.id)?.reason, "job deleted");
     }
@@ -302,15 +403,28 @@ describe("job actor: delete and run now", () => {
     assert.equal(d.postsOf("release_slot").length, 0);
     assert.equal(d.slots.size, active.length);
     // The worker reports the first kill: its slot goes back at once (the record stays cancelled).
-    assert.deepEqual(d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).reply, { ok: true });
+    assert.deepEqual(
+      d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).reply,
+      { ok: true },
+    );
     assert.equal(d.records.get(active[0]!.id)?.status, "cancelled");
     assert.ok(!d.slots.has(active[0]!.id));
-    assert.equal(d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).fail?.code, "stale_fence", "once");
+    assert.equal(
+      d.complete(active[0]!.id, { outcome: "killed", exit_code: null }, active[0]!.fence).fail
+        ?.code,
+      "stale_fence",
+      "once",
+    );
     // The others' reports are lost: their slots come back at the drain bound (lease TTL + kill grace).
     d.advance(cfg().leaseTtlMs + cfg().drainGraceMs + 1);
     assert.equal(d.slots.size, 0);
     assert.equal(d.timers.size, 0, "fire, lease and drain timers done");
-    for (const msg of [{ kind: "get" }, { kind: "patch", patch: { enabled: true } }, { kind: "delete" }, { kind: "run_now" }] as const) {
+    for (const msg of [
+      { kind: "get" },
+      { kind: "patch", patch: { enabled: true } },
+      { kind: "delete" },
+      { kind: "run_now" },
+    ] as const) {
       assert.equal(d.send(msg).fail?.code, "not_found", msg.kind);
     }
     const count = d.records.size;
@@ -333,7 +447,11 @@ describe("job actor: delete and run now", () => {
     assert.ok(ra && rb);
     assert.equal(ra.trigger, "manual");
     assert.notEqual(ra.run_id, rb.run_id);
-    assert.notEqual(ra.run_id, runIdFor(JOB, T0), "distinct from a scheduled occurrence at the same instant");
+    assert.notEqual(
+      ra.run_id,
+      runIdFor(JOB, T0),
+      "distinct from a scheduled occurrence at the same instant",
+    );
     assert.equal(ra.run_id, runIdFor(JOB, T0, 1));
     assert.equal(d.records.get(ra.run_id)?.status, "leased");
     assert.equal(d.state.next_run_at_ms, next);

@@ -29,18 +29,59 @@ type Op =
   | { t: "delete" };
 
 const op: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 6, arbitrary: fc.record({ t: fc.constant("advance" as const), ms: fc.integer({ min: 0, max: 6_000 }) }) },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant("downtime" as const), ms: fc.integer({ min: 0, max: 120_000 }) }) },
+  {
+    weight: 6,
+    arbitrary: fc.record({
+      t: fc.constant("advance" as const),
+      ms: fc.integer({ min: 0, max: 6_000 }),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant("downtime" as const),
+      ms: fc.integer({ min: 0, max: 120_000 }),
+    }),
+  },
   { weight: 2, arbitrary: fc.constant({ t: "fire" as const }) },
-  { weight: 4, arbitrary: fc.record({ t: fc.constant("heartbeat" as const), pick: fc.nat(), stale: fc.integer({ min: 0, max: 3 }), started: fc.boolean() }) },
-  { weight: 4, arbitrary: fc.record({ t: fc.constant("complete" as const), pick: fc.nat(), stale: fc.integer({ min: 0, max: 3 }), outcome: fc.integer({ min: 0, max: 4 }) }) },
-  { weight: 2, arbitrary: fc.record({ t: fc.constant("lease_expired" as const), pick: fc.nat(), stale: fc.integer({ min: 0, max: 2 }) }) },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      t: fc.constant("heartbeat" as const),
+      pick: fc.nat(),
+      stale: fc.integer({ min: 0, max: 3 }),
+      started: fc.boolean(),
+    }),
+  },
+  {
+    weight: 4,
+    arbitrary: fc.record({
+      t: fc.constant("complete" as const),
+      pick: fc.nat(),
+      stale: fc.integer({ min: 0, max: 3 }),
+      outcome: fc.integer({ min: 0, max: 4 }),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant("lease_expired" as const),
+      pick: fc.nat(),
+      stale: fc.integer({ min: 0, max: 2 }),
+    }),
+  },
   { weight: 1, arbitrary: fc.record({ t: fc.constant("retry_due" as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.record({ t: fc.constant("redispatch" as const), pick: fc.nat() }) },
   { weight: 3, arbitrary: fc.record({ t: fc.constant("claim" as const), pick: fc.nat() }) },
   { weight: 3, arbitrary: fc.record({ t: fc.constant("grant" as const), pick: fc.nat() }) },
   { weight: 1, arbitrary: fc.constant({ t: "run_now" as const }) },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant("patch" as const), change: fc.integer({ min: 0, max: 5 }) }) },
+  {
+    weight: 1,
+    arbitrary: fc.record({
+      t: fc.constant("patch" as const),
+      change: fc.integer({ min: 0, max: 5 }),
+    }),
+  },
   { weight: 1, arbitrary: fc.constant({ t: "delete" as const }) },
 );
 
@@ -59,7 +100,11 @@ const COMPLETIONS: Partial<Completion>[] = [
   { exit_code: 0 },
   { exit_code: 3 },
   { outcome: "timed_out", exit_code: null },
-  { outcome: "error", exit_code: null, error: { class: "invalid_task", message: "bad", retryable: false } },
+  {
+    outcome: "error",
+    exit_code: null,
+    error: { class: "invalid_task", message: "bad", retryable: false },
+  },
   { outcome: "oom", exit_code: 137 },
 ];
 
@@ -78,7 +123,9 @@ function runOf(d: Driver, pick: number): string {
 function fenceOf(d: Driver, runId: string, stale: number): number {
   const current = d.run(runId)?.fence ?? 0;
   if (stale === 0) return current;
-  const older = d.dispatches.filter((x) => x.run_id === runId && x.fence !== current).map((x) => x.fence);
+  const older = d.dispatches
+    .filter((x) => x.run_id === runId && x.fence !== current)
+    .map((x) => x.fence);
   return pickOf(older, stale) ?? current + stale;
 }
 
@@ -112,7 +159,8 @@ function step(d: Driver, o: Op): void {
       return;
     case "claim": {
       const fx = d.pendingClaims.splice(o.pick % Math.max(1, d.pendingClaims.length), 1)[0];
-      if (fx) d.send({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: `w${o.pick % 3}` });
+      if (fx)
+        d.send({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker: `w${o.pick % 3}` });
       return;
     }
     case "grant": {
@@ -149,22 +197,39 @@ function check(d: Driver, prevFenceSeq: number): void {
   const ids = s.runs.map((r) => r.run_id);
   assert.equal(new Set(ids).size, ids.length, "one active run per run id");
   const fences = s.runs.map((r) => r.fence).filter((f) => f > 0);
-  assert.equal(new Set(fences).size, fences.length, `active fences are unique: ${fences.join(",")}`);
+  assert.equal(
+    new Set(fences).size,
+    fences.length,
+    `active fences are unique: ${fences.join(",")}`,
+  );
   for (const r of s.runs) {
     assert.ok(r.fence <= s.fence_seq, "fence <= fence_seq");
     assert.ok(!TERMINAL.has(r.status), `run ${r.run_id} in state is ${r.status}`);
     const rec = d.records.get(r.run_id);
     assert.equal(rec?.status, r.status, `record of active run ${r.run_id}`);
     assert.equal(r.attempt, r.attempts.length);
-    if (r.status === "leased" || r.status === "running") assert.ok(r.slot && r.worker !== null, "a claimed run holds a slot");
+    if (r.status === "leased" || r.status === "running")
+      assert.ok(r.slot && r.worker !== null, "a claimed run holds a slot");
   }
   for (const rec of d.records.values()) {
-    if (rec.trigger !== "manual") assert.equal(rec.run_id, runIdFor(JOB, Date.parse(rec.scheduled_for)), "run id = runIdFor(job, scheduled_for)");
+    if (rec.trigger !== "manual")
+      assert.equal(
+        rec.run_id,
+        runIdFor(JOB, Date.parse(rec.scheduled_for)),
+        "run id = runIdFor(job, scheduled_for)",
+      );
   }
   // A slot is held by an active run, or by a cancelled one whose worker may still be killing it.
   const draining = (s.draining ?? []).map((x) => x.run_id);
-  assert.ok(s.runs.length + draining.length <= d.config.maxActiveRuns, `active ${s.runs.length} + draining ${draining.length} within maxActiveRuns`);
-  for (const slot of d.slots) assert.ok(ids.includes(slot) || draining.includes(slot), `slot held by ${slot}, which is neither active nor draining`);
+  assert.ok(
+    s.runs.length + draining.length <= d.config.maxActiveRuns,
+    `active ${s.runs.length} + draining ${draining.length} within maxActiveRuns`,
+  );
+  for (const slot of d.slots)
+    assert.ok(
+      ids.includes(slot) || draining.includes(slot),
+      `slot held by ${slot}, which is neither active nor draining`,
+    );
   assert.ok(d.slots.size <= s.runs.length + draining.length);
   if (s.deleted) assert.equal(s.runs.length, 0, "a deleted job has no active runs");
 }
@@ -173,13 +238,18 @@ describe("job actor: property", () => {
   it("invariants hold after every step of random interleavings", () => {
     fc.assert(
       fc.property(scenario, (sc) => {
-        const d = new Driver(cfg({ leaseTtlMs: 5_000, queueLimit: 2, catchUpLimit: 1_000, maxActiveRuns: 8 }), { autoGrant: sc.autoGrant, autoClaim: sc.autoClaim, freeze: true });
-        d.create(spec({
-          overlap: sc.overlap,
-          misfire: { policy: sc.policy, starting_deadline_s: sc.deadline },
-          retry: { max_attempts: sc.maxAttempts, backoff: "exponential", base_s: 1, max_s: 10 },
-          flex_window_s: sc.flex,
-        }));
+        const d = new Driver(
+          cfg({ leaseTtlMs: 5_000, queueLimit: 2, catchUpLimit: 1_000, maxActiveRuns: 8 }),
+          { autoGrant: sc.autoGrant, autoClaim: sc.autoClaim, freeze: true },
+        );
+        d.create(
+          spec({
+            overlap: sc.overlap,
+            misfire: { policy: sc.policy, starting_deadline_s: sc.deadline },
+            retry: { max_attempts: sc.maxAttempts, backoff: "exponential", base_s: 1, max_s: 10 },
+            flex_window_s: sc.flex,
+          }),
+        );
         let prev = d.state.fence_seq;
         for (const o of sc.ops) {
           step(d, o);

@@ -17,7 +17,9 @@ const hourly = { cron: "0 * * * *", time_zone: "UTC" };
 /** A job whose first run (:02) is leased to w1; nothing else fires for a while. */
 function leased(maxAttempts = 3, leaseTtlMs = 10_000) {
   const d = new Driver(cfg({ leaseTtlMs }));
-  d.create(spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }));
+  d.create(
+    spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }),
+  );
   d.advance(1_500);
   d.send({ kind: "patch", patch: { schedule: hourly } });
   const r = d.run(RUN);
@@ -66,14 +68,21 @@ describe("job actor: slots and claims", () => {
     d.create(spec());
     d.advance(1_500);
     const first = d.pendingClaims[0]!;
-    d.send({ kind: "dispatch_failed", run_id: RUN, fence: first.fence, reason: "no worker with a free slot" });
+    d.send({
+      kind: "dispatch_failed",
+      run_id: RUN,
+      fence: first.fence,
+      reason: "no worker with a free slot",
+    });
     assert.equal(d.timers.get(`dispatch:${RUN}`)?.atMs, d.now + 1_000);
     d.advance(1_000); // redispatch with a new fence
     assert.equal(d.pendingClaims.length, 2);
     const second = d.pendingClaims[1]!;
     assert.ok(second.fence > first.fence);
     d.send({ kind: "claimed", run_id: RUN, fence: first.fence, worker: "w9" });
-    assert.deepEqual(d.postsOf("cancel_on_worker"), [{ kind: "cancel_on_worker", worker: "w9", run_id: RUN, fence: first.fence }]);
+    assert.deepEqual(d.postsOf("cancel_on_worker"), [
+      { kind: "cancel_on_worker", worker: "w9", run_id: RUN, fence: first.fence },
+    ]);
     assert.equal(d.run(RUN)?.status, "queued");
     d.send({ kind: "claimed", run_id: RUN, fence: second.fence, worker: "w1" });
     assert.equal(d.run(RUN)?.status, "leased");
@@ -110,8 +119,17 @@ describe("job actor: slots and claims", () => {
   it("the fast path (no mailbox) answers a dead offer's heartbeat lease_lost, as the mailbox does, and leaves a claimable or current one to the mailbox", () => {
     const d = leased();
     const fence = d.run(RUN)!.fence;
-    const q = (run_id: string, f: number) => d.actor.query!(d.state, { kind: "heartbeat", run_id, fence: f, worker: "w1" }, { id: "t1.j1", nowMs: d.now });
-    for (const [run, f] of [[RUN, fence - 1], [RUN, fence + 1], ["nope", fence]] as const) {
+    const q = (run_id: string, f: number) =>
+      d.actor.query!(
+        d.state,
+        { kind: "heartbeat", run_id, fence: f, worker: "w1" },
+        { id: "t1.j1", nowMs: d.now },
+      );
+    for (const [run, f] of [
+      [RUN, fence - 1],
+      [RUN, fence + 1],
+      ["nope", fence],
+    ] as const) {
       const fast = q(run, f);
       assert.ok(fast && "fail" in fast, `fast answer for ${run}@${f}: ${JSON.stringify(fast)}`);
       assert.equal(fast.fail.code, "lease_lost");
@@ -130,13 +148,19 @@ describe("job actor: slots and claims", () => {
     assert.equal(r.attempt, 2);
     assert.equal(r.status, "leased");
     assert.equal(r.attempts[0]?.outcome, "lease_lost");
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
+    assert.equal(
+      r.attempts[0]?.error,
+      "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)",
+    );
     assert.equal(d.heartbeat(RUN, old).fail?.code, "lease_lost");
     assert.equal(d.complete(RUN, {}, old).fail?.code, "stale_fence");
     assert.equal(d.run(RUN)?.status, "leased");
     assert.deepEqual(d.complete(RUN).reply, { ok: true });
     assert.equal(d.records.get(RUN)?.status, "succeeded");
-    assert.deepEqual(d.records.get(RUN)?.attempts.map((a) => a.outcome), ["lease_lost", "succeeded"]);
+    assert.deepEqual(
+      d.records.get(RUN)?.attempts.map((a) => a.outcome),
+      ["lease_lost", "succeeded"],
+    );
   });
 
   it("a lease_expired with a stale fence does nothing", () => {
@@ -158,7 +182,10 @@ describe("job actor: slots and claims", () => {
     assert.equal(rec.status, "failed");
     assert.equal(rec.attempt, 2);
     assert.equal(rec.reason, "dead-lettered after 2 attempt(s): lease lost");
-    assert.deepEqual(d.postsOf("dead_letter").map((x) => x.record.run_id), [RUN]);
+    assert.deepEqual(
+      d.postsOf("dead_letter").map((x) => x.record.run_id),
+      [RUN],
+    );
     assert.equal(d.slots.size, 0);
     assert.equal(d.timers.has(`lease:${RUN}`), false);
   });
@@ -171,9 +198,17 @@ describe("job actor: slots and claims", () => {
     const f = d.run(RUN)!.fence;
     const asked = d.postsOf("acquire_slot").length;
     d.send({ kind: "lease_expired", run_id: RUN, fence: f });
-    assert.equal(d.run(RUN)!.fence, f, "a lease_expired before the lease's end only re-arms its timer");
+    assert.equal(
+      d.run(RUN)!.fence,
+      f,
+      "a lease_expired before the lease's end only re-arms its timer",
+    );
     d.advance(cfg().leaseTtlMs); // no heartbeat arrives: the lease timer fires for real
-    assert.equal(d.postsOf("acquire_slot").length, asked + 1, "one refresh of the held grant, so it cannot expire under the run");
+    assert.equal(
+      d.postsOf("acquire_slot").length,
+      asked + 1,
+      "one refresh of the held grant, so it cannot expire under the run",
+    );
     assert.equal(d.run(RUN)?.status, "leased", "slot held: re-dispatched at once");
     assert.ok(d.run(RUN)!.fence > f);
   });
@@ -182,12 +217,21 @@ describe("job actor: slots and claims", () => {
 describe("job actor: retries and dead letters", () => {
   it("exit 3 with max_attempts 3: three attempts with growing backoff, then failed and dead-lettered", () => {
     const d = new Driver(cfg(), { autoComplete: () => ({ exit_code: 3, output: "boom" }) });
-    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 } }));
+    d.create(
+      spec({
+        schedule: { at: "2026-01-01T00:00:02Z" },
+        retry: { max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 },
+      }),
+    );
     d.advance(1_500);
     const r1 = d.run(RUN)!;
     assert.equal(r1.status, "retry_wait");
     assert.equal(r1.attempt, 1);
-    assert.equal(r1.next_attempt_at_ms, d.now + retryDelayMs({ max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 }, 1, RUN));
+    assert.equal(
+      r1.next_attempt_at_ms,
+      d.now +
+        retryDelayMs({ max_attempts: 3, backoff: "exponential", base_s: 2, max_s: 60 }, 1, RUN),
+    );
     const wait1 = r1.next_attempt_at_ms - d.now;
     assert.ok(wait1 >= 2_000 && wait1 < 4_000, `${wait1}`);
     assert.equal(at(d.records.get(RUN)?.next_attempt_at), Math.floor(r1.next_attempt_at_ms));
@@ -207,20 +251,37 @@ describe("job actor: retries and dead letters", () => {
     const rec = d.records.get(RUN)!;
     assert.equal(rec.status, "failed");
     assert.equal(rec.attempt, 3);
-    assert.deepEqual(rec.attempts.map((a) => [a.attempt, a.outcome, a.exit_code, a.error]), [
-      [1, "failed", 3, "exit code 3"], [2, "failed", 3, "exit code 3"], [3, "failed", 3, "exit code 3"],
-    ]);
+    assert.deepEqual(
+      rec.attempts.map((a) => [a.attempt, a.outcome, a.exit_code, a.error]),
+      [
+        [1, "failed", 3, "exit code 3"],
+        [2, "failed", 3, "exit code 3"],
+        [3, "failed", 3, "exit code 3"],
+      ],
+    );
     const starts = rec.attempts.map((a) => at(a.started_at));
     assert.ok(starts[2]! - starts[1]! > starts[1]! - starts[0]!, "gaps grow");
     assert.equal(rec.reason, "dead-lettered after 3 attempt(s): exit code 3");
     assert.deepEqual(rec.result, { exit_code: 3, output: "boom" });
-    assert.deepEqual(d.postsOf("dead_letter").map((x) => x.record), [rec]);
-    assert.deepEqual(d.dispatches.map((x) => x.attempt), [1, 2, 3]);
+    assert.deepEqual(
+      d.postsOf("dead_letter").map((x) => x.record),
+      [rec],
+    );
+    assert.deepEqual(
+      d.dispatches.map((x) => x.attempt),
+      [1, 2, 3],
+    );
     assert.equal(d.slots.size, 0);
   });
 
   it("a non-retryable error fails after one attempt", () => {
-    const d = new Driver(cfg(), { autoComplete: () => ({ outcome: "error", exit_code: null, error: { class: "image_not_found", message: "no such image", retryable: false } }) });
+    const d = new Driver(cfg(), {
+      autoComplete: () => ({
+        outcome: "error",
+        exit_code: null,
+        error: { class: "image_not_found", message: "no such image", retryable: false },
+      }),
+    });
     d.create(spec({ retry: { max_attempts: 5, backoff: "exponential", base_s: 1, max_s: 60 } }));
     d.advance(1_500);
     const rec = d.records.get(RUN)!;
@@ -232,24 +293,47 @@ describe("job actor: retries and dead letters", () => {
   });
 
   it("a timeout is retryable, and the final status of a run whose last attempt timed out is timed_out", () => {
-    const d = new Driver(cfg(), { autoComplete: () => ({ outcome: "timed_out", exit_code: null }) });
-    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 60 } }));
+    const d = new Driver(cfg(), {
+      autoComplete: () => ({ outcome: "timed_out", exit_code: null }),
+    });
+    d.create(
+      spec({
+        schedule: { at: "2026-01-01T00:00:02Z" },
+        retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 60 },
+      }),
+    );
     d.advance(10_000);
     const rec = d.records.get(RUN)!;
     assert.equal(rec.status, "timed_out");
     assert.equal(rec.attempt, 2);
-    assert.deepEqual(rec.attempts.map((a) => [a.outcome, a.error]), [["timed_out", "timed out"], ["timed_out", "timed out"]]);
+    assert.deepEqual(
+      rec.attempts.map((a) => [a.outcome, a.error]),
+      [
+        ["timed_out", "timed out"],
+        ["timed_out", "timed out"],
+      ],
+    );
     assert.equal(d.postsOf("dead_letter")[0]?.record.status, "timed_out");
   });
 
   it("success on a retry ends succeeded with every attempt kept", () => {
     let n = 0;
-    const d = new Driver(cfg(), { autoComplete: () => (++n < 2 ? { exit_code: 1 } : { exit_code: 0 }) });
-    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 60 } }));
+    const d = new Driver(cfg(), {
+      autoComplete: () => (++n < 2 ? { exit_code: 1 } : { exit_code: 0 }),
+    });
+    d.create(
+      spec({
+        schedule: { at: "2026-01-01T00:00:02Z" },
+        retry: { max_attempts: 3, backoff: "fixed", base_s: 1, max_s: 60 },
+      }),
+    );
     d.advance(10_000);
     const rec = d.records.get(RUN)!;
     assert.equal(rec.status, "succeeded");
-    assert.deepEqual(rec.attempts.map((a) => a.outcome), ["failed", "succeeded"]);
+    assert.deepEqual(
+      rec.attempts.map((a) => a.outcome),
+      ["failed", "succeeded"],
+    );
     assert.equal(d.postsOf("dead_letter").length, 0);
   });
 
@@ -273,15 +357,27 @@ describe("job actor: slot audit", () => {
     assert.equal(d.run(RUN)?.status, "queued");
     const asks = d.postsOf("acquire_slot").length;
     d.send({ kind: "slot_audit", run_id: grantId(d.run(RUN)!) });
-    assert.equal(d.run(RUN)?.slot, false, "the grant may not be written yet: the run gets it from its own re-ask");
+    assert.equal(
+      d.run(RUN)?.slot,
+      false,
+      "the grant may not be written yet: the run gets it from its own re-ask",
+    );
     assert.equal(d.postsOf("release_slot").length, before + 1, "and the grant is kept");
-    assert.deepEqual(d.postsOf("acquire_slot").slice(asks).map((p) => p.grant), [grantId(d.run(RUN)!)], "the re-ask goes out now, not at the slot check (before: nothing until then)");
+    assert.deepEqual(
+      d
+        .postsOf("acquire_slot")
+        .slice(asks)
+        .map((p) => p.grant),
+      [grantId(d.run(RUN)!)],
+      "the re-ask goes out now, not at the slot check (before: nothing until then)",
+    );
   });
 });
 
 describe("job actor: a run waiting for its slot re-asks less often the longer it waits", () => {
   it("first after SLOT_RECHECK_MS, then as long as it has waited, at most every SLOT_RECHECK_MAX_MS (before: every 10 s for as long as it waited)", async () => {
-    const { SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS } = await import("../../../src/jobs/run-dispatch.ts");
+    const { SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS } =
+      await import("../../../src/jobs/run-dispatch.ts");
     const d = new Driver(cfg(), { autoGrant: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
     d.advance(1_500);
@@ -296,9 +392,20 @@ describe("job actor: a run waiting for its slot re-asks less often the longer it
     }
     assert.equal(d.postsOf("acquire_slot").length - n0, times.length);
     const gaps = [createdAt, ...times].slice(1).map((t, i) => t - [createdAt, ...times][i]!);
-    assert.deepEqual(gaps.slice(0, 4), [SLOT_RECHECK_MS, SLOT_RECHECK_MS, 2 * SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS].map((g) => Math.ceil(g / 1_000) * 1_000));
-    assert.ok(gaps.every((g) => g <= SLOT_RECHECK_MAX_MS + 1_000), `never longer than SLOT_RECHECK_MAX_MS: ${gaps.join(",")}`);
-    assert.ok(times.length <= 22, `10 minutes of waiting: ${times.length} re-asks (every 10 s: 60)`);
+    assert.deepEqual(
+      gaps.slice(0, 4),
+      [SLOT_RECHECK_MS, SLOT_RECHECK_MS, 2 * SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS].map(
+        (g) => Math.ceil(g / 1_000) * 1_000,
+      ),
+    );
+    assert.ok(
+      gaps.every((g) => g <= SLOT_RECHECK_MAX_MS + 1_000),
+      `never longer than SLOT_RECHECK_MAX_MS: ${gaps.join(",")}`,
+    );
+    assert.ok(
+      times.length <= 22,
+      `10 minutes of waiting: ${times.length} re-asks (every 10 s: 60)`,
+    );
     // Granted from the tenant's waiting list by a message, whenever that comes: no timer involved.
     d.grant();
     assert.equal(d.run(RUN)?.slot, true);
@@ -309,7 +416,12 @@ describe("job actor: a run waiting for its slot re-asks less often the longer it
 describe("job actor: grants are named per hold", () => {
   it("a late release of an earlier grant cannot take the slot of the retry (the sim's seed 40)", () => {
     const d = new Driver(cfg(), { autoComplete: () => ({ exit_code: 1, output: "" }) });
-    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 } }));
+    d.create(
+      spec({
+        schedule: { at: "2026-01-01T00:00:02Z" },
+        retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 },
+      }),
+    );
     d.advance(1_500);
     const releases = d.postsOf("release_slot").map((p) => p.grant);
     const asks = d.postsOf("acquire_slot").map((p) => p.grant);
@@ -318,7 +430,10 @@ describe("job actor: grants are named per hold", () => {
     const seq = splitGrant(first).seq;
     assert.deepEqual(releases, [first], "attempt 1 gives back its grant");
     d.advance(2_500); // retry_due asks again, under a new name
-    const later = d.postsOf("acquire_slot").map((p) => p.grant).slice(asks.length);
+    const later = d
+      .postsOf("acquire_slot")
+      .map((p) => p.grant)
+      .slice(asks.length);
     assert.ok(later.length > 0 && later.every((g) => g === `${RUN}_${seq + 1}`), later.join(","));
   });
 });
@@ -332,7 +447,11 @@ describe("job actor: attempts that never started", () => {
     assert.equal(d.run(RUN)?.attempt, 2);
     assert.equal(d.postsOf("dead_letter").length, 0);
     for (let i = 1; i < MAX_UNSTARTED_ATTEMPTS; i++) d.advance(10_000);
-    assert.equal(d.postsOf("dead_letter").length, 0, `${MAX_UNSTARTED_ATTEMPTS} unstarted attempts are forgiven`);
+    assert.equal(
+      d.postsOf("dead_letter").length,
+      0,
+      `${MAX_UNSTARTED_ATTEMPTS} unstarted attempts are forgiven`,
+    );
     d.advance(10_000);
     assert.equal(d.postsOf("dead_letter").length, 1, "then the bound dead-letters it");
   });
@@ -343,14 +462,27 @@ describe("job actor: a completion report or heartbeat sent again", () => {
     // (The host side: test/unit/cluster/host.test.ts "coalesceKey".)
     const def = makeJobActor();
     const report = (fence: number, worker: string) => ({
-      kind: "complete" as const, run_id: RUN, fence, worker, outcome: "exited" as const, exit_code: 0, output: "", error: null, started_at_ms: 1, finished_at_ms: 2,
+      kind: "complete" as const,
+      run_id: RUN,
+      fence,
+      worker,
+      outcome: "exited" as const,
+      exit_code: 0,
+      output: "",
+      error: null,
+      started_at_ms: 1,
+      finished_at_ms: 2,
     });
     const key = (m: Parameters<NonNullable<typeof def.coalesceKey>>[0]) => def.coalesceKey!(m);
     assert.equal(key(report(3, "w1")), key({ ...report(3, "w1") }));
     assert.notEqual(key(report(3, "w1")), key(report(4, "w1")));
     assert.notEqual(key(report(3, "w1")), key(report(3, "w2")));
     const beat = { kind: "heartbeat" as const, run_id: RUN, fence: 3, worker: "w1" };
-    assert.equal(key(beat), key({ ...beat, started_at_ms: 5 }), "a heartbeat's copy joins it, started or not");
+    assert.equal(
+      key(beat),
+      key({ ...beat, started_at_ms: 5 }),
+      "a heartbeat's copy joins it, started or not",
+    );
     assert.notEqual(key(beat), key(report(3, "w1")));
     assert.notEqual(key(beat), key({ ...beat, fence: 4 }));
   });
@@ -361,7 +493,21 @@ describe("job actor: a completion report or heartbeat sent again", () => {
     const urgent = (m: Parameters<NonNullable<typeof def.urgent>>[0]) => def.urgent!(m);
     assert.equal(urgent({ kind: "claimed", run_id: RUN, fence: 3, worker: "w1" }), true);
     assert.equal(urgent({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }), true);
-    assert.equal(urgent({ kind: "complete", run_id: RUN, fence: 3, worker: "w1", outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: 1, finished_at_ms: 2 }), false);
+    assert.equal(
+      urgent({
+        kind: "complete",
+        run_id: RUN,
+        fence: 3,
+        worker: "w1",
+        outcome: "exited",
+        exit_code: 0,
+        output: "",
+        error: null,
+        started_at_ms: 1,
+        finished_at_ms: 2,
+      }),
+      false,
+    );
     assert.equal(urgent({ kind: "fire" }), false);
     assert.equal(urgent({ kind: "lease_expired", run_id: RUN, fence: 3 }), false);
     assert.equal(urgent({ kind: "dispatch_failed", run_id: RUN, fence: 3, reason: "x" }), false);

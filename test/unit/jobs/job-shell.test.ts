@@ -39,16 +39,31 @@ const ACTOR_ID = "t1.j1";
 
 function run(status: RunStatus, over: Partial<RunView> = {}): RunView {
   return {
-    run_id: "r1", job_id: "j1", tenant_id: "t1", scheduled_for: "2024-01-01T00:00:00Z", trigger: "schedule",
-    status, attempt: 1, attempts: [], created_at: "2024-01-01T00:00:00Z", started_at: null, finished_at: null,
-    next_attempt_at: null, result: null, reason: null, ...over,
+    run_id: "r1",
+    job_id: "j1",
+    tenant_id: "t1",
+    scheduled_for: "2024-01-01T00:00:00Z",
+    trigger: "schedule",
+    status,
+    attempt: 1,
+    attempts: [],
+    created_at: "2024-01-01T00:00:00Z",
+    started_at: null,
+    finished_at: null,
+    next_attempt_at: null,
+    result: null,
+    reason: null,
+    ...over,
   };
 }
 const KEY = runKey(PARTITION, "t1", "j1", "r1");
 
 type Responder = (subject: string, req: StartRequest) => Promise<StartReply>;
 
-function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (ms: number) => Promise<void>) {
+function setup(
+  respond: Responder = async () => ({ accepted: true }),
+  sleep?: (ms: number) => Promise<void>,
+) {
   const clock = new FakeClock(1_000_000);
   const runs = new MemoryKv("runs");
   const requests: { subject: string; req: StartRequest; timeout: number }[] = [];
@@ -64,7 +79,8 @@ function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (m
     isClosed: () => false,
   };
   const workers = new WorkerDirectory(clock, seededRandom(1), 60_000);
-  for (const w of ["w1", "w2", "w3", "w4"]) workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
+  for (const w of ["w1", "w2", "w3", "w4"])
+    workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
   const logs: string[] = [];
   // The shell's clock: the directory's time; a wait is reported to `sleep` and ends when it resolves.
   const shellClock: Clock = {
@@ -89,7 +105,11 @@ function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (m
   const told: unknown[] = [];
   let onTell: (() => void) | undefined;
   const ctx = (epoch: number, stillOwner: () => boolean = () => true): ShellContext => ({
-    address: { type: "job", id: ACTOR_ID }, partition: PARTITION, epoch, nodeId: `node-e${epoch}`, stillOwner,
+    address: { type: "job", id: ACTOR_ID },
+    partition: PARTITION,
+    epoch,
+    nodeId: `node-e${epoch}`,
+    stillOwner,
     tell: (m) => {
       told.push(m);
       onTell?.();
@@ -97,8 +117,11 @@ function setup(respond: Responder = async () => ({ accepted: true }), sleep?: (m
   });
   /** Resolves once the shell told its actor something (arm before acting). */
   const nextTell = () => new Promise<void>((r) => (onTell = r));
-  const putRun = (c: ShellContext, record: RunView, mode: "create" | "update" | "terminal" | "settle") =>
-    reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], c);
+  const putRun = (
+    c: ShellContext,
+    record: RunView,
+    mode: "create" | "update" | "terminal" | "settle",
+  ) => reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], c);
   const stored = async () => {
     const e = await runs.get(KEY);
     return e ? decode<RunView & { _e?: number }>(e.value) : null;
@@ -130,10 +153,20 @@ describe("job shell: putRun (hole 7)", () => {
     await t.putRun(old, run("running"), "update"); // the old owner caches the record's revision
     // The new owner (epoch 6, another node: its own registration and revision cache) settles it.
     const freshReg = jobRegistration(DEFAULT_JOB_CONFIG, {
-      log: () => undefined, clock: t.clock, workers: { nc: {} as Bus, clusterName: CLUSTER, directory: t.workers }, history: { runs: t.runs },
-      slots: { router: () => { throw new Error("unused"); } },
+      log: () => undefined,
+      clock: t.clock,
+      workers: { nc: {} as Bus, clusterName: CLUSTER, directory: t.workers },
+      history: { runs: t.runs },
+      slots: {
+        router: () => {
+          throw new Error("unused");
+        },
+      },
     });
-    await freshReg.perform!([{ kind: "put_run", record: run("succeeded"), mode: "update" } satisfies JobEffect], t.ctx(6));
+    await freshReg.perform!(
+      [{ kind: "put_run", record: run("succeeded"), mode: "update" } satisfies JobEffect],
+      t.ctx(6),
+    );
     assert.equal((await t.stored())?.status, "succeeded");
     // The stalled old owner's write lands now: CAS conflict on its cached revision, then re-read.
     await assert.rejects(t.putRun(old, run("queued"), "update"), notOwner);
@@ -176,7 +209,12 @@ describe("job shell: putRun (hole 7)", () => {
 
 describe("job shell: dispatch (hole 1)", () => {
   const dispatchFx = (fence: number): JobEffect => ({
-    kind: "dispatch", run_id: "r1", fence, attempt: 1, start_at_ms: 1_000_000, scheduled_for_ms: 1_000_000,
+    kind: "dispatch",
+    run_id: "r1",
+    fence,
+    attempt: 1,
+    start_at_ms: 1_000_000,
+    scheduled_for_ms: 1_000_000,
     task: { image: "i", args: ["true"], env: {}, timeout_s: 30 },
   });
 
@@ -199,8 +237,15 @@ describe("job shell: dispatch (hole 1)", () => {
     t.reg.performPost!([dispatchFx(12)], t.ctx(5));
     await told;
     // Asked twice ("no free slot" is asked once more), both times the same worker and fence.
-    assert.equal(new Set(t.requests.map((r) => r.subject)).size, 1, `offered to ${t.requests.map((r) => r.subject).join(", ")}`);
-    assert.deepEqual(t.requests.map((r) => r.req.fence), [12, 12]);
+    assert.equal(
+      new Set(t.requests.map((r) => r.subject)).size,
+      1,
+      `offered to ${t.requests.map((r) => r.subject).join(", ")}`,
+    );
+    assert.deepEqual(
+      t.requests.map((r) => r.req.fence),
+      [12, 12],
+    );
     assert.equal(t.told.length, 1);
     assert.ok((t.told[0] as { kind: string }).kind === "dispatch_failed", JSON.stringify(t.told));
   });
@@ -209,13 +254,19 @@ describe("job shell: dispatch (hole 1)", () => {
     const slept: number[] = [];
     const sleep = async (ms: number) => void slept.push(ms);
     let n = 0;
-    const t = setup(async () => (n++ === 0 ? { accepted: false, reason: "no free slot" } : { accepted: true }), sleep);
+    const t = setup(
+      async () => (n++ === 0 ? { accepted: false, reason: "no free slot" } : { accepted: true }),
+      sleep,
+    );
     const told = t.nextTell();
     t.reg.performPost!([dispatchFx(15)], t.ctx(5));
     await told;
     assert.equal(t.requests.length, 2);
     assert.equal(t.requests[0]!.subject, t.requests[1]!.subject, "the same worker");
-    assert.deepEqual(t.requests.map((r) => r.req.fence), [15, 15]);
+    assert.deepEqual(
+      t.requests.map((r) => r.req.fence),
+      [15, 15],
+    );
     assert.equal(slept.length, 1);
     assert.equal((t.told[0] as { kind: string }).kind, "claimed");
     // refused twice: dispatch_failed, and no third offer
@@ -230,7 +281,10 @@ describe("job shell: dispatch (hole 1)", () => {
 
   it("7: a stale owner (stillOwner false) offers nothing", async () => {
     const t = setup();
-    t.reg.performPost!([dispatchFx(14)], t.ctx(5, () => false));
+    t.reg.performPost!(
+      [dispatchFx(14)],
+      t.ctx(5, () => false),
+    );
     for (let i = 0; i < 3; i++) await new Promise<void>((r) => setImmediate(r));
     assert.deepEqual(t.requests, []);
     assert.deepEqual(t.told, []);
@@ -243,17 +297,32 @@ describe("job shell: dispatch (hole 1)", () => {
     const told = t.nextTell();
     t.reg.performPost!([dispatchFx(13)], t.ctx(5));
     await told;
-    assert.equal(t.requests.length, 1, `the fence went to ${t.requests.map((r) => r.subject).join(", ")}`);
+    assert.equal(
+      t.requests.length,
+      1,
+      `the fence went to ${t.requests.map((r) => r.subject).join(", ")}`,
+    );
     assert.equal(t.told.length, 1);
     const m = t.told[0] as { kind: string; run_id: string; fence: number };
-    assert.deepEqual({ kind: m.kind, run_id: m.run_id, fence: m.fence }, { kind: "dispatch_failed", run_id: "r1", fence: 13 });
+    assert.deepEqual(
+      { kind: m.kind, run_id: m.run_id, fence: m.fence },
+      { kind: "dispatch_failed", run_id: "r1", fence: 13 },
+    );
   });
 });
 
 describe("job shell: a probe of a silent lease", () => {
-  const probeFx = (worker: string) => ({ kind: "probe_worker", worker, run_id: "r1", attempt: 1, fence: 7 }) satisfies JobEffect;
+  const probeFx = (worker: string) =>
+    ({ kind: "probe_worker", worker, run_id: "r1", attempt: 1, fence: 7 }) satisfies JobEffect;
   const noResponders = () => new Error("503: no responders available for request");
-  type Told = { kind: string; reply: unknown; gone?: boolean; run_id: string; fence: number; worker: string };
+  type Told = {
+    kind: string;
+    reply: unknown;
+    gone?: boolean;
+    run_id: string;
+    fence: number;
+    worker: string;
+  };
   const probe = async (t: ReturnType<typeof setup>, worker: string): Promise<Told> => {
     const told = t.nextTell();
     t.reg.performPost!([probeFx(worker)], t.ctx(5));
@@ -266,7 +335,8 @@ describe("job shell: a probe of a silent lease", () => {
     for (const w of also) t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
     for (let i = 0; i < 4; i++) {
       t.clock.advance(20_500);
-      for (const w of ["w1", "w2", "w3", "w4"]) t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
+      for (const w of ["w1", "w2", "w3", "w4"])
+        t.workers.observe({ worker_id: w, slots: 4, free: 4, executor: "noop" });
     }
   };
   const gap = PROBE_TIMEOUT_MS / PROBE_NO_RESPONDER_ASKS; // the default TTL (10 s) allows the whole 5 s
@@ -278,44 +348,82 @@ describe("job shell: a probe of a silent lease", () => {
     hearFleet(t, ["w5"]);
     assert.equal(t.workers.advertises("w5"), false);
     const m = await probe(t, "w5");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w5", reply: null, gone: true });
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w5",
+      reply: null,
+      gone: true,
+    });
     assert.equal(t.requests.length, 1);
     assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w5", "probe"));
   });
 
   it("no responder while this node has heard no advert for longer than the expiry (itself cut off): not gone — asked PROBE_NO_RESPONDER_ASKS times, then no answer", async () => {
-    const t = setup(async () => {
-      throw noResponders();
-    }, async () => undefined);
+    const t = setup(
+      async () => {
+        throw noResponders();
+      },
+      async () => undefined,
+    );
     hearFleet(t, ["w5"]);
     t.clock.advance(61_000); // silence from everyone
     const m = await probe(t, "w5");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w5", reply: null });
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w5",
+      reply: null,
+    });
     assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);
   });
 
   it("no responder from a worker still advertising (between two connections) is asked again shortly, and its answer counts — not taken for gone", async () => {
     const sleeps: number[] = [];
     let n = 0;
-    const t = setup(async () => {
-      if (++n < 3) throw noResponders();
-      return { state: "running" } as unknown as StartReply;
-    }, async (ms) => void sleeps.push(ms));
+    const t = setup(
+      async () => {
+        if (++n < 3) throw noResponders();
+        return { state: "running" } as unknown as StartReply;
+      },
+      async (ms) => void sleeps.push(ms),
+    );
     hearFleet(t);
     const m = await probe(t, "w1");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: { state: "running" } });
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w1",
+      reply: { state: "running" },
+    });
     assert.equal(t.requests.length, 3);
     assert.deepEqual(sleeps, [gap, gap]);
-    assert.deepEqual(t.requests.map((r) => r.timeout), [PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS - gap, PROBE_TIMEOUT_MS - 2 * gap], "every ask within the one budget");
+    assert.deepEqual(
+      t.requests.map((r) => r.timeout),
+      [PROBE_TIMEOUT_MS, PROBE_TIMEOUT_MS - gap, PROBE_TIMEOUT_MS - 2 * gap],
+      "every ask within the one budget",
+    );
   });
 
   it("no responder all along from a worker still advertising: no answer after PROBE_NO_RESPONDER_ASKS (the actor asks again), not gone", async () => {
-    const t = setup(async () => {
-      throw noResponders();
-    }, async () => undefined);
+    const t = setup(
+      async () => {
+        throw noResponders();
+      },
+      async () => undefined,
+    );
     hearFleet(t);
     const m = await probe(t, "w1");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w1",
+      reply: null,
+    });
     assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);
   });
 
@@ -324,7 +432,13 @@ describe("job shell: a probe of a silent lease", () => {
       throw new Error("TIMEOUT");
     });
     const m = await probe(t, "w1");
-    assert.deepEqual(m, { kind: "probe_answer", run_id: "r1", fence: 7, worker: "w1", reply: null });
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w1",
+      reply: null,
+    });
     assert.equal(t.requests.length, 1);
   });
 });
@@ -335,25 +449,64 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
     const { encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const active = (run_id: string) => ({
-      run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "schedule" as const, status: "leased" as const, attempt: 1, fence: 5,
-      worker: "w1", slot: true, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [],
+      run_id,
+      scheduled_for_ms: 0,
+      start_at_ms: 0,
+      trigger: "schedule" as const,
+      status: "leased" as const,
+      attempt: 1,
+      fence: 5,
+      worker: "w1",
+      slot: true,
+      created_at_ms: 0,
+      started_at_ms: null,
+      next_attempt_at_ms: null,
+      attempts: [],
     });
-    await runs.put(runKey(PARTITION, "t1", "j1", "ended"), encodeRunRecord(run("succeeded", { run_id: "ended" }), 1));
-    await runs.put(runKey(PARTITION, "t1", "j1", "live"), encodeRunRecord(run("queued", { run_id: "live" }), 1));
+    await runs.put(
+      runKey(PARTITION, "t1", "j1", "ended"),
+      encodeRunRecord(run("succeeded", { run_id: "ended" }), 1),
+    );
+    await runs.put(
+      runKey(PARTITION, "t1", "j1", "live"),
+      encodeRunRecord(run("queued", { run_id: "live" }), 1),
+    );
     const state = {
       ...emptyJobState(),
-      job: { tenant_id: "t1", job_id: "j1", spec: {} as never, version: 1, created_at_ms: 0, updated_at_ms: 0, request_hash: "h" },
+      job: {
+        tenant_id: "t1",
+        job_id: "j1",
+        spec: {} as never,
+        version: 1,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        request_hash: "h",
+      },
       runs: [active("ended"), active("pruned"), active("live")],
     };
     let gets = 0;
     const get = runs.get.bind(runs);
     runs.get = async (k: string) => (gets++, get(k));
-    const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
-    assert.deepEqual(out.runs.map((r) => r.run_id), ["live"]);
-    assert.equal((out as { ends_unwritten?: true }).ends_unwritten, undefined, "scheduled runs' ends need no write");
+    const out = (await reg.reconcile!(state, {
+      partition: PARTITION,
+      id: ACTOR_ID,
+    })) as typeof state;
+    assert.deepEqual(
+      out.runs.map((r) => r.run_id),
+      ["live"],
+    );
+    assert.equal(
+      (out as { ends_unwritten?: true }).ends_unwritten,
+      undefined,
+      "scheduled runs' ends need no write",
+    );
     assert.equal(gets, 3);
     const none = { ...state, runs: [] };
-    assert.equal(await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }), none, "no active runs: no read, the same state");
+    assert.equal(
+      await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }),
+      none,
+      "no active runs: no read, the same state",
+    );
   });
 
   it("a run-now's run with no record yet (its state write landed unseen) is kept and its record written; one that ended is dropped", async () => {
@@ -361,18 +514,52 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
     const { decodeRunRecord, encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const manual = (run_id: string) => ({
-      run_id, scheduled_for_ms: 0, start_at_ms: 0, trigger: "manual" as const, status: "queued" as const, attempt: 0, fence: 0,
-      worker: null, slot: false, created_at_ms: 0, started_at_ms: null, next_attempt_at_ms: null, attempts: [], recorded_after: true as const,
+      run_id,
+      scheduled_for_ms: 0,
+      start_at_ms: 0,
+      trigger: "manual" as const,
+      status: "queued" as const,
+      attempt: 0,
+      fence: 0,
+      worker: null,
+      slot: false,
+      created_at_ms: 0,
+      started_at_ms: null,
+      next_attempt_at_ms: null,
+      attempts: [],
+      recorded_after: true as const,
     });
-    await runs.put(runKey(PARTITION, "t1", "j1", "j1-done-m1"), encodeRunRecord(run("succeeded", { run_id: "j1-done-m1" }), 1));
+    await runs.put(
+      runKey(PARTITION, "t1", "j1", "j1-done-m1"),
+      encodeRunRecord(run("succeeded", { run_id: "j1-done-m1" }), 1),
+    );
     const state = {
       ...emptyJobState(),
-      job: { tenant_id: "t1", job_id: "j1", spec: { task: { image: "x", command: [] } } as never, version: 1, created_at_ms: 0, updated_at_ms: 0, request_hash: "h" },
+      job: {
+        tenant_id: "t1",
+        job_id: "j1",
+        spec: { task: { image: "x", command: [] } } as never,
+        version: 1,
+        created_at_ms: 0,
+        updated_at_ms: 0,
+        request_hash: "h",
+      },
       runs: [manual("j1-new-m2"), manual("j1-done-m1")],
     };
-    const out = (await reg.reconcile!(state, { partition: PARTITION, id: ACTOR_ID })) as typeof state;
-    assert.deepEqual(out.runs.map((r) => r.run_id), ["j1-new-m2"], "the unrecorded run is live; the ended one goes");
-    assert.equal((out as { ends_unwritten?: true }).ends_unwritten, true, "the ended run-now's drop is to be written before its record can be pruned");
+    const out = (await reg.reconcile!(state, {
+      partition: PARTITION,
+      id: ACTOR_ID,
+    })) as typeof state;
+    assert.deepEqual(
+      out.runs.map((r) => r.run_id),
+      ["j1-new-m2"],
+      "the unrecorded run is live; the ended one goes",
+    );
+    assert.equal(
+      (out as { ends_unwritten?: true }).ends_unwritten,
+      true,
+      "the ended run-now's drop is to be written before its record can be pruned",
+    );
     const written = await runs.get(runKey(PARTITION, "t1", "j1", "j1-new-m2"));
     assert.equal(written && decodeRunRecord(written.value).record.status, "queued");
   });

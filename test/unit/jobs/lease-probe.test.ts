@@ -23,7 +23,9 @@ type ProbeFx = Extract<JobEffect, { kind: "probe_worker" }>;
 /** A job whose first run (:02) is leased to w1 (claimed at :01.5, lease end :12); probes answered by `probe`. */
 function leased(probe: (fx: ProbeFx) => ProbeReply | null | "gone" | undefined, maxAttempts = 3) {
   const d = new Driver(cfg(), { probe });
-  d.create(spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }));
+  d.create(
+    spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }),
+  );
   d.advance(1_500);
   d.send({ kind: "patch", patch: { schedule: hourly } });
   assert.equal(d.run(RUN)?.status, "leased");
@@ -36,11 +38,18 @@ describe("a silent lease is resolved by probing its worker", () => {
     const f = d.run(RUN)!.fence;
     const offers = d.dispatches.length;
     d.advance(10_000); // :12, nothing heard
-    assert.deepEqual(d.postsOf("probe_worker"), [{ kind: "probe_worker", worker: "w1", run_id: RUN, attempt: 1, fence: f }]);
+    assert.deepEqual(d.postsOf("probe_worker"), [
+      { kind: "probe_worker", worker: "w1", run_id: RUN, attempt: 1, fence: f },
+    ]);
     assert.equal(d.run(RUN)?.status, "leased");
     assert.equal(d.run(RUN)?.fence, f);
     assert.equal(d.dispatches.length, offers, "not offered again while the answer is out");
-    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f, after_probe: true });
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, {
+      kind: "lease_expired",
+      run_id: RUN,
+      fence: f,
+      after_probe: true,
+    });
     // The answer never comes in (the actor moved, its mailbox was full): the fallback asks again,
     // and only MAX_UNANSWERED_PROBES unanswered ones in a row lapse the lease.
     d.advance(10_000);
@@ -50,13 +59,31 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(d.postsOf("probe_worker").length, MAX_UNANSWERED_PROBES);
     assert.equal(d.run(RUN)?.attempt, 1);
     d.advance(10_000);
-    assert.equal(d.postsOf("probe_worker").filter((p) => p.fence === f).length, MAX_UNANSWERED_PROBES, "no fourth probe of that lease");
+    assert.equal(
+      d.postsOf("probe_worker").filter((p) => p.fence === f).length,
+      MAX_UNANSWERED_PROBES,
+      "no fourth probe of that lease",
+    );
     assert.equal(d.run(RUN)?.attempt, 2);
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
   it("no answer in time (a swamped worker) asks again; an answer after that decides; no responder (gone) lapses at once", () => {
-    let answers: (ProbeReply | null | "gone")[] = [null, null, { state: "ended", completion: { outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }];
+    let answers: (ProbeReply | null | "gone")[] = [
+      null,
+      null,
+      {
+        state: "ended",
+        completion: {
+          outcome: "exited",
+          exit_code: 0,
+          output: "",
+          error: null,
+          started_at_ms: sec(2),
+          finished_at_ms: sec(3),
+        },
+      },
+    ];
     const d = leased(() => answers.shift());
     d.advance(10_000);
     assert.equal(d.postsOf("probe_worker").length, 3, "two timeouts, then the answer");
@@ -66,7 +93,10 @@ describe("a silent lease is resolved by probing its worker", () => {
     g.advance(10_000);
     assert.equal(g.postsOf("probe_worker").length, 1);
     assert.equal(g.run(RUN)?.attempt, 2);
-    assert.equal(g.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
+    assert.equal(
+      g.run(RUN)?.attempts[0]?.error,
+      "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)",
+    );
   });
 
   it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
@@ -76,30 +106,66 @@ describe("a silent lease is resolved by probing its worker", () => {
     d.advance(10_000); // :12, probe out
     d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(12) + 500); // a late heartbeat, acknowledged: covers w1 for a while
     d.advance(1_000);
-    d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: { state: "started" } });
-    assert.equal(d.run(RUN)?.attempt, 1, "not offered again while that acknowledgement may still cover the worker");
+    d.send({
+      kind: "probe_answer",
+      run_id: RUN,
+      fence: f,
+      worker: "w1",
+      reply: { state: "started" },
+    });
+    assert.equal(
+      d.run(RUN)?.attempt,
+      1,
+      "not offered again while that acknowledgement may still cover the worker",
+    );
     assert.equal(d.run(RUN)?.fence, f);
     assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(22) + 500);
     reply = { state: "started" };
     d.advance(10_000);
     assert.equal(d.run(RUN)?.attempt, 2);
-    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1; the attempt started there and its result was lost");
+    assert.equal(
+      d.run(RUN)?.attempts[0]?.error,
+      "lease expired on worker w1; the attempt started there and its result was lost",
+    );
   });
 
   it("an attempt that ran: its completion in the answer settles the run; it is not offered again", () => {
-    const d = leased(() => ({ state: "ended", completion: { outcome: "exited", exit_code: 0, output: "done", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }));
+    const d = leased(() => ({
+      state: "ended",
+      completion: {
+        outcome: "exited",
+        exit_code: 0,
+        output: "done",
+        error: null,
+        started_at_ms: sec(2),
+        finished_at_ms: sec(3),
+      },
+    }));
     const offers = d.dispatches.length;
     d.advance(10_000);
     assert.equal(d.run(RUN), undefined);
     const rec = d.records.get(RUN)!;
     assert.equal(rec.status, "succeeded");
-    assert.deepEqual(rec.attempts.map((a) => a.outcome), ["succeeded"]);
+    assert.deepEqual(
+      rec.attempts.map((a) => a.outcome),
+      ["succeeded"],
+    );
     assert.equal(rec.result?.output, "done");
     assert.equal(d.dispatches.length, offers, "one execution, one offer");
   });
 
   it("a failed attempt in the answer is retried as its report would have been (counted)", () => {
-    const d = leased(() => ({ state: "ended", completion: { outcome: "exited", exit_code: 3, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } }));
+    const d = leased(() => ({
+      state: "ended",
+      completion: {
+        outcome: "exited",
+        exit_code: 3,
+        output: "",
+        error: null,
+        started_at_ms: sec(2),
+        finished_at_ms: sec(3),
+      },
+    }));
     d.advance(10_000);
     assert.equal(d.run(RUN)?.status, "retry_wait");
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "failed");
@@ -113,7 +179,11 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(d.run(RUN)?.fence, f);
     assert.equal(d.run(RUN)?.attempt, 1);
     assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(22));
-    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f });
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, {
+      kind: "lease_expired",
+      run_id: RUN,
+      fence: f,
+    });
     d.advance(10_000); // :22: silent again, asked again
     assert.equal(d.postsOf("probe_worker").length, 2);
     assert.equal(d.run(RUN)?.fence, f);
@@ -127,12 +197,18 @@ describe("a silent lease is resolved by probing its worker", () => {
     assert.equal(r.attempt, 2);
     assert.ok(r.fence > f);
     assert.equal(r.unstarted, 1);
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which had not started the attempt (not counted)");
+    assert.equal(
+      r.attempts[0]?.error,
+      "lease expired on worker w1, which had not started the attempt (not counted)",
+    );
     assert.equal(d.heartbeat(RUN, f).fail?.code, "lease_lost", "the old fence is dead");
   });
 
   it("started and gone, or forgotten after it was heard to start: offered again and counted (the last attempt dead-letters)", () => {
-    for (const [state, why] of [["started", "lease expired on worker w1; the attempt started there and its result was lost"], ["unknown", "lease expired on worker w1, which no longer knows the attempt"]] as const) {
+    for (const [state, why] of [
+      ["started", "lease expired on worker w1; the attempt started there and its result was lost"],
+      ["unknown", "lease expired on worker w1, which no longer knows the attempt"],
+    ] as const) {
       const d = leased(() => ({ state }), 1);
       if (state === "unknown") {
         d.advance(500); // :02, due
@@ -152,18 +228,38 @@ describe("a silent lease is resolved by probing its worker", () => {
     const f = d.run(RUN)!.fence;
     d.advance(10_000);
     const r = d.run(RUN)!;
-    assert.equal(r.status, "leased", "max_attempts 1, yet not dead-lettered (it never executed): offered again and claimed");
+    assert.equal(
+      r.status,
+      "leased",
+      "max_attempts 1, yet not dead-lettered (it never executed): offered again and claimed",
+    );
     assert.equal(r.attempt, 2);
     assert.ok(r.fence > f, "offered again under a new fence");
     assert.equal(r.unstarted, 1);
-    assert.equal(r.attempts[0]?.error, "lease expired on worker w1, which no longer knows the attempt (restarted), before the attempt was heard to start (not counted: presumed never started)");
+    assert.equal(
+      r.attempts[0]?.error,
+      "lease expired on worker w1, which no longer knows the attempt (restarted), before the attempt was heard to start (not counted: presumed never started)",
+    );
   });
 
   it("given back by more workers than the lapse bound (a rolling restart of a large fleet): still not counted, up to its own bound", () => {
     const d = leased(() => undefined, 1);
     for (let i = 0; i < MAX_UNSTARTED_ATTEMPTS + 5; i++) {
       const r = d.run(RUN)!;
-      assert.deepEqual(d.complete(RUN, { outcome: "error", exit_code: null, output: "", error: { class: "not_started", message: "given back", retryable: true }, not_started: true }, r.fence).reply, { ok: true });
+      assert.deepEqual(
+        d.complete(
+          RUN,
+          {
+            outcome: "error",
+            exit_code: null,
+            output: "",
+            error: { class: "not_started", message: "given back", retryable: true },
+            not_started: true,
+          },
+          r.fence,
+        ).reply,
+        { ok: true },
+      );
     }
     assert.equal(d.run(RUN)?.status, "leased", "never dead-lettered: it never executed");
     assert.equal(d.run(RUN)?.given_back, MAX_UNSTARTED_ATTEMPTS + 5);
@@ -174,14 +270,30 @@ describe("a silent lease is resolved by probing its worker", () => {
     const d = leased(() => undefined, 1);
     const f = d.run(RUN)!.fence;
     const offers = d.dispatches.length;
-    assert.deepEqual(d.complete(RUN, { outcome: "error", exit_code: null, output: "", error: { class: "not_started", message: "given back", retryable: true }, not_started: true }).reply, { ok: true });
+    assert.deepEqual(
+      d.complete(RUN, {
+        outcome: "error",
+        exit_code: null,
+        output: "",
+        error: { class: "not_started", message: "given back", retryable: true },
+        not_started: true,
+      }).reply,
+      { ok: true },
+    );
     const r = d.run(RUN)!;
-    assert.equal(d.records.get(RUN)?.status, "leased", "not dead-lettered: offered again and claimed");
+    assert.equal(
+      d.records.get(RUN)?.status,
+      "leased",
+      "not dead-lettered: offered again and claimed",
+    );
     assert.ok(r.fence > f, "offered again at once");
     assert.equal(d.dispatches.length, offers + 1);
     assert.equal(r.unstarted, 1);
     assert.equal(r.attempts[0]?.outcome, "lease_lost");
-    assert.equal(r.attempts[0]?.error, "given back unstarted by worker w1 (draining) (not counted)");
+    assert.equal(
+      r.attempts[0]?.error,
+      "given back unstarted by worker w1 (draining) (not counted)",
+    );
     assert.equal(d.heartbeat(RUN, f).fail?.code, "lease_lost", "the old fence is dead");
     assert.equal(d.postsOf("probe_worker").length, 0, "no probe needed");
   });
@@ -196,28 +308,57 @@ describe("a silent lease is resolved by probing its worker", () => {
     d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: null });
     assert.equal(d.run(RUN)?.attempt, 1);
     assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(23));
-    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, { kind: "lease_expired", run_id: RUN, fence: f });
+    assert.deepEqual(d.timers.get(`lease:${RUN}`)?.msg, {
+      kind: "lease_expired",
+      run_id: RUN,
+      fence: f,
+    });
     answer = "gone"; // and at the next silence, no responder at all: it lapses
     d.advance(10_000);
     assert.equal(d.run(RUN)?.attempt, 2);
-    assert.equal(d.run(RUN)?.attempts[0]?.error, "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)");
+    assert.equal(
+      d.run(RUN)?.attempts[0]?.error,
+      "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)",
+    );
   });
 
   it("an answer for another fence or worker, or after the run moved on, changes nothing", () => {
     const d = leased(() => undefined);
     const f = d.run(RUN)!.fence;
     d.advance(10_000);
-    const ended: ProbeReply = { state: "ended", completion: { outcome: "exited", exit_code: 0, output: "", error: null, started_at_ms: sec(2), finished_at_ms: sec(3) } };
-    for (const m of [{ fence: f - 1, worker: "w1" }, { fence: f, worker: "w2" }]) {
+    const ended: ProbeReply = {
+      state: "ended",
+      completion: {
+        outcome: "exited",
+        exit_code: 0,
+        output: "",
+        error: null,
+        started_at_ms: sec(2),
+        finished_at_ms: sec(3),
+      },
+    };
+    for (const m of [
+      { fence: f - 1, worker: "w1" },
+      { fence: f, worker: "w2" },
+    ]) {
       const before = d.state;
       d.send({ kind: "probe_answer", run_id: RUN, ...m, reply: ended });
       assert.equal(d.state, before, JSON.stringify(m));
     }
     assert.deepEqual(d.complete(RUN).reply, { ok: true }); // its own report came after all
     assert.equal(d.records.get(RUN)?.status, "succeeded");
-    d.send({ kind: "probe_answer", run_id: RUN, fence: f, worker: "w1", reply: { state: "not_started" } });
+    d.send({
+      kind: "probe_answer",
+      run_id: RUN,
+      fence: f,
+      worker: "w1",
+      reply: { state: "not_started" },
+    });
     assert.equal(d.records.get(RUN)?.status, "succeeded");
-    assert.deepEqual(d.records.get(RUN)?.attempts.map((a) => a.outcome), ["succeeded"]);
+    assert.deepEqual(
+      d.records.get(RUN)?.attempts.map((a) => a.outcome),
+      ["succeeded"],
+    );
   });
 });
 

@@ -12,7 +12,11 @@ it("regression: delete: delete of an overlap=queue job with a held occurrence st
   assert.deepEqual(d.state.queued, [sec(4)]);
   d.send({ kind: "delete" });
   assert.deepEqual(d.state.runs, [], "a deleted job must have no active runs");
-  assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "skipped", "the held occurrence is recorded, not run");
+  assert.equal(
+    d.records.get(runIdFor(JOB, sec(4)))?.status,
+    "skipped",
+    "the held occurrence is recorded, not run",
+  );
 });
 
 it("regression: pause then resume of a job with a look-ahead occurrence: the prepared occurrence stays cancelled (dispatched once, never again), the next one runs", () => {
@@ -25,9 +29,17 @@ it("regression: pause then resume of a job with a look-ahead occurrence: the pre
   assert.equal(d.state.next_run_at_ms, sec(4));
   d.advance(4_000);
   assert.deepEqual(d.violations, []);
-  assert.equal(d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(2))).length, 1, ":02 dispatched once, before the pause");
+  assert.equal(
+    d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(2))).length,
+    1,
+    ":02 dispatched once, before the pause",
+  );
   assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "cancelled");
-  assert.equal(d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(4))).length, 1, ":04 runs");
+  assert.equal(
+    d.dispatches.filter((x) => x.run_id === runIdFor(JOB, sec(4))).length,
+    1,
+    ":04 runs",
+  );
 });
 
 it("regression: run_once after a downtime longer than catchUpLimit occurrences runs the oldest batch's last, not the latest missed", () => {
@@ -35,7 +47,10 @@ it("regression: run_once after a downtime longer than catchUpLimit occurrences r
   d.create(spec({ misfire: { policy: "run_once", starting_deadline_s: null } }));
   d.skipTime(61_000); // 30 missed (:02 … 1:00)
   d.send({ kind: "fire" });
-  assert.deepEqual(d.state.runs.map((r) => r.scheduled_for_ms), [sec(60)]);
+  assert.deepEqual(
+    d.state.runs.map((r) => r.scheduled_for_ms),
+    [sec(60)],
+  );
 });
 
 it("regression: misfire skip past catchUpLimit records the newest catchUpLimit occurrences and counts the rest", () => {
@@ -45,7 +60,10 @@ it("regression: misfire skip past catchUpLimit records the newest catchUpLimit o
   d.send({ kind: "fire" });
   const missed = d.recordsByStatus("missed");
   assert.equal(missed.length, 5, "records are bounded by catchUpLimit");
-  assert.ok(missed.some((r) => /25 earlier occurrence\(s\) not recorded/.test(r.reason ?? "")), JSON.stringify(missed.map((r) => r.reason)));
+  assert.ok(
+    missed.some((r) => /25 earlier occurrence\(s\) not recorded/.test(r.reason ?? "")),
+    JSON.stringify(missed.map((r) => r.reason)),
+  );
 });
 
 it("regression: overlap=allow after downtime (defaults): a finished occurrence is run a second time", () => {
@@ -56,7 +74,11 @@ it("regression: overlap=allow after downtime (defaults): a finished occurrence i
   d.advance(0);
   const perRun = new Map<string, number>();
   for (const x of d.dispatches) perRun.set(x.run_id, (perRun.get(x.run_id) ?? 0) + 1);
-  assert.deepEqual([...perRun].filter(([, n]) => n > 1), [], "each occurrence dispatched once");
+  assert.deepEqual(
+    [...perRun].filter(([, n]) => n > 1),
+    [],
+    "each occurrence dispatched once",
+  );
   assert.deepEqual(d.violations, []);
 });
 
@@ -87,7 +109,11 @@ it("regression: a worker's first heartbeat may arrive before its acceptance (cla
   assert.equal(d.run(run.run_id)?.status, "running");
   const cancelsBefore = d.postsOf("cancel_on_worker").length;
   d.claim(); // the acceptance arrives late
-  assert.equal(d.postsOf("cancel_on_worker").length, cancelsBefore, "the late claimed message does not cancel the attempt");
+  assert.equal(
+    d.postsOf("cancel_on_worker").length,
+    cancelsBefore,
+    "the late claimed message does not cancel the attempt",
+  );
   assert.equal(d.complete(run.run_id, {}, fence).fail, undefined);
   assert.equal(d.records.get(run.run_id)?.status, "succeeded");
 });

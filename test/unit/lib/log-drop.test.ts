@@ -20,7 +20,11 @@ describe("the stdout logger's buffer", () => {
     assert.equal(logBufferBytes("1"), 1024 * 1024);
     assert.equal(logBufferBytes(String(MAX_LOG_BUFFER_MB)), MAX_LOG_BUFFER_MB * 1024 * 1024);
     for (const bad of ["0", "-1", "1.5", "4097", "16MB", " 16", "1e3"]) {
-      assert.throws(() => logBufferBytes(bad), /KAIROS_LOG_BUFFER_MB must be an integer from 1 to 4096 \(MiB\)/, bad);
+      assert.throws(
+        () => logBufferBytes(bad),
+        /KAIROS_LOG_BUFFER_MB must be an integer from 1 to 4096 \(MiB\)/,
+        bad,
+      );
     }
   });
 
@@ -39,18 +43,27 @@ describe("the stdout logger's buffer", () => {
         const line = stderr.split("\n").find((l) => l.startsWith("{"));
         if (line) resolve(JSON.parse(line) as { dropped: number; metric: number });
       });
-      child.once("exit", (code) => reject(new Error(`child exited ${code} before its report: ${stderr}`)));
+      child.once("exit", (code) =>
+        reject(new Error(`child exited ${code} before its report: ${stderr}`)),
+      );
     });
     // Only now is stdout read: every line the logger kept arrives, the rest were counted.
     let read = 0;
     const closed = new Promise<void>((resolve) => child.stdout.once("close", resolve));
     createInterface({ input: child.stdout }).on("line", () => read++);
-    const code = await new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", resolve)));
+    const code = await new Promise<number | null>((resolve) =>
+      child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", resolve),
+    );
     await closed;
     assert.equal(code, 0, stderr);
     assert.ok(report.dropped > 0, `nothing dropped: ${JSON.stringify(report)}`);
     assert.equal(report.metric, report.dropped, "the metric counts each dropped line");
     assert.equal(read + report.dropped, logged, `read ${read} + dropped ${report.dropped}`);
-    assert.match(stderr, new RegExp(`kairos: ${report.dropped} log lines dropped: stdout's reader fell behind \\(buffer 1 MiB, KAIROS_LOG_BUFFER_MB\\)`));
+    assert.match(
+      stderr,
+      new RegExp(
+        `kairos: ${report.dropped} log lines dropped: stdout's reader fell behind \\(buffer 1 MiB, KAIROS_LOG_BUFFER_MB\\)`,
+      ),
+    );
   });
 });

@@ -21,10 +21,19 @@ const T = "tabcdefghijklmnop";
 async function request(user: string, pass: string): Promise<Uint8Array> {
   const server = createServer();
   const claim = {
-    iss: server.getPublicKey(), sub: server.getPublicKey(), aud: "nats-authorization-request", jti: "x", iat: 1, name: "",
+    iss: server.getPublicKey(),
+    sub: server.getPublicKey(),
+    aud: "nats-authorization-request",
+    jti: "x",
+    iat: 1,
+    name: "",
     nats: {
-      type: "authorization_request", version: 2, user_nkey: createUser().getPublicKey(),
-      server_id: { id: server.getPublicKey(), name: "s" }, client_info: { host: "127.0.0.1" }, connect_opts: { user, pass },
+      type: "authorization_request",
+      version: 2,
+      user_nkey: createUser().getPublicKey(),
+      server_id: { id: server.getPublicKey(), name: "s" },
+      client_info: { host: "127.0.0.1" },
+      connect_opts: { user, pass },
     },
   };
   return new TextEncoder().encode(await encode(Algorithms.v2, claim, server));
@@ -34,10 +43,25 @@ describe("auth callout decisions", () => {
   it("admits a known, live identity; refuses a bad secret, a revoked one, a gone tenant; ignores the unknown", () => {
     const record = { name: "a", tenant_id: T, hash: "", revoked: false, created_at: "" };
     assert.deepEqual(decide("a", { ok: true, record }), { kind: "admit", name: "a", tenantId: T });
-    assert.deepEqual(decide("a", { ok: false, reason: "bad_secret" }), { kind: "refuse", name: "a", reason: "bad_secret" });
-    assert.deepEqual(decide("a", { ok: false, reason: "revoked" }), { kind: "refuse", name: "a", reason: "revoked" });
-    assert.deepEqual(decide("a", { ok: true, record, tenantGone: true }), { kind: "refuse", name: "a", reason: "tenant_gone" });
-    assert.deepEqual(decide("a", { ok: false, reason: "unknown_service" }), { kind: "ignore", why: "unknown_service" });
+    assert.deepEqual(decide("a", { ok: false, reason: "bad_secret" }), {
+      kind: "refuse",
+      name: "a",
+      reason: "bad_secret",
+    });
+    assert.deepEqual(decide("a", { ok: false, reason: "revoked" }), {
+      kind: "refuse",
+      name: "a",
+      reason: "revoked",
+    });
+    assert.deepEqual(decide("a", { ok: true, record, tenantGone: true }), {
+      kind: "refuse",
+      name: "a",
+      reason: "tenant_gone",
+    });
+    assert.deepEqual(decide("a", { ok: false, reason: "unknown_service" }), {
+      kind: "ignore",
+      why: "unknown_service",
+    });
   });
 
   it("takes the service name only from `service-<name>`", () => {
@@ -54,7 +78,9 @@ describe("auth callout decisions", () => {
     assert.match(req.serverId, /^N/);
     const jwt = new TextDecoder().decode(await request("service-a", "pw"));
     const [h, p] = jwt.split(".");
-    const forged = JSON.parse(Buffer.from(p!, "base64url").toString()) as { nats: { connect_opts: { user: string } } };
+    const forged = JSON.parse(Buffer.from(p!, "base64url").toString()) as {
+      nats: { connect_opts: { user: string } };
+    };
     forged.nats.connect_opts.user = "service-b";
     const tampered = `${h}.${Buffer.from(JSON.stringify(forged)).toString("base64url")}.${jwt.split(".")[2]}`;
     assert.throws(() => parseCalloutRequest(new TextEncoder().encode(tampered)));
@@ -65,7 +91,10 @@ describe("auth callout decisions", () => {
 describe("service records", () => {
   const setup = () => {
     const kv = new MemoryKv("tenants");
-    return { kv, dir: new KvServiceDirectory(kv, new FakeClock(Date.parse("2026-01-01T00:00:00Z"))) };
+    return {
+      kv,
+      dir: new KvServiceDirectory(kv, new FakeClock(Date.parse("2026-01-01T00:00:00Z"))),
+    };
   };
   const exists = async (id: string) => id === T;
 
@@ -77,7 +106,10 @@ describe("service records", () => {
     assert.ok(!JSON.stringify(stored).includes(secret.slice(5)), "the secret is not stored");
     assert.equal(stored.hash.length, 64);
     assert.deepEqual(await dir.check("billing", secret), { ok: true, record: stored });
-    assert.deepEqual(await dir.check("billing", `ksvc_${"A".repeat(43)}`), { ok: false, reason: "bad_secret" });
+    assert.deepEqual(await dir.check("billing", `ksvc_${"A".repeat(43)}`), {
+      ok: false,
+      reason: "bad_secret",
+    });
     assert.deepEqual(await dir.check("billing", "short"), { ok: false, reason: "bad_secret" });
     assert.deepEqual(await dir.check("other", secret), { ok: false, reason: "unknown_service" });
   });
@@ -100,7 +132,10 @@ describe("service records", () => {
     await dir.create("b", T, exists);
     await dir.revoke("a");
     const all = await dir.list();
-    assert.deepEqual(all.services.map((r) => [r.name, r.revoked]).sort(), [["a", true], ["b", false]]);
+    assert.deepEqual(all.services.map((r) => [r.name, r.revoked]).sort(), [
+      ["a", true],
+      ["b", false],
+    ]);
     assert.equal(all.truncated, false);
     assert.deepEqual((await dir.list("tother00000000000")).services, []);
   });

@@ -26,7 +26,13 @@ interface H {
   errors: unknown[];
   handle: NatsApiHandler;
   /** A request as tenant `ta` (or `tenant`): body JSON unless a string or bytes. */
-  req(op: ApiOperation, id?: string, body?: unknown, headers?: Record<string, string>, tenant?: string): Promise<ApiReply>;
+  req(
+    op: ApiOperation,
+    id?: string,
+    body?: unknown,
+    headers?: Record<string, string>,
+    tenant?: string,
+  ): Promise<ApiReply>;
 }
 
 function nh(cfg: Partial<NatsApiConfig> = {}, imagePolicy = ALLOW_ANY_IMAGE): H {
@@ -34,15 +40,33 @@ function nh(cfg: Partial<NatsApiConfig> = {}, imagePolicy = ALLOW_ANY_IMAGE): H 
   const jobs = new FakeJobs(clock);
   const errors: unknown[] = [];
   const handle = createNatsApiHandler({
-    clusterName: "kairos", operations: createOperations({ jobs, clock, imagePolicy }), tenants: new FakeTenants(), clock,
-    config: natsApiConfig({ tenantPerSecond: 0, ...cfg }), logError: (e) => errors.push(e),
+    clusterName: "kairos",
+    operations: createOperations({ jobs, clock, imagePolicy }),
+    tenants: new FakeTenants(),
+    clock,
+    config: natsApiConfig({ tenantPerSecond: 0, ...cfg }),
+    logError: (e) => errors.push(e),
   });
   return {
-    jobs, clock, errors, handle,
+    jobs,
+    clock,
+    errors,
+    handle,
     req(op, id, body, headers = {}, tenant = "ta") {
-      const data = body === undefined ? new Uint8Array() : body instanceof Uint8Array ? body : enc.encode(typeof body === "string" ? body : JSON.stringify(body));
-      const lower = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
-      return handle({ subject: apiSubject("kairos", tenant, op, id), data, header: (n) => lower[n.toLowerCase()] });
+      const data =
+        body === undefined
+          ? new Uint8Array()
+          : body instanceof Uint8Array
+            ? body
+            : enc.encode(typeof body === "string" ? body : JSON.stringify(body));
+      const lower = Object.fromEntries(
+        Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]),
+      );
+      return handle({
+        subject: apiSubject("kairos", tenant, op, id),
+        data,
+        header: (n) => lower[n.toLowerCase()],
+      });
     },
   };
 }
@@ -63,8 +87,16 @@ function err(r: ApiReply, status: number, code: string, field?: string): ErrorRe
   return e.error;
 }
 
-interface Job { job_id: string; tenant_id: string; version: number; enabled: boolean }
-interface Run { run_id: string; job_id: string }
+interface Job {
+  job_id: string;
+  tenant_id: string;
+  version: number;
+  enabled: boolean;
+}
+interface Run {
+  run_id: string;
+  job_id: string;
+}
 
 describe("NATS API subjects", () => {
   it("build and parse each operation; unknown operations and missing or extra ids parse as no operation", () => {
@@ -84,8 +116,21 @@ describe("NATS API config", () => {
     assert.equal(c.enabled, true);
     assert.equal(c.maxBodyBytes, 64 * 1024);
     assert.ok(Object.isFrozen(c));
-    for (const bad of [{ maxBodyBytes: 2 * 1024 * 1024 }, { maxInFlight: 0 }, { tenantPerSecond: -1 }, { tenantBurst: 0.5 }, { tenantCacheMs: -1 }]) {
-      assert.throws(() => natsApiConfig(bad), (e: unknown) => e instanceof KairosError && e.code === "invalid_argument" && (e.field ?? "").startsWith("nats_api."), JSON.stringify(bad));
+    for (const bad of [
+      { maxBodyBytes: 2 * 1024 * 1024 },
+      { maxInFlight: 0 },
+      { tenantPerSecond: -1 },
+      { tenantBurst: 0.5 },
+      { tenantCacheMs: -1 },
+    ]) {
+      assert.throws(
+        () => natsApiConfig(bad),
+        (e: unknown) =>
+          e instanceof KairosError &&
+          e.code === "invalid_argument" &&
+          (e.field ?? "").startsWith("nats_api."),
+        JSON.stringify(bad),
+      );
     }
   });
 });
@@ -93,33 +138,74 @@ describe("NATS API config", () => {
 describe("NATS API handler: operations", () => {
   it("create (201, tenant from the subject), replay with Idempotency-Key (200), conflict (409)", async () => {
     const h = nh();
-    const a = ok<Job>(await h.req("jobs.create", undefined, validJob(), { "Idempotency-Key": "k1" }), 201);
+    const a = ok<Job>(
+      await h.req("jobs.create", undefined, validJob(), { "Idempotency-Key": "k1" }),
+      201,
+    );
     assert.equal(a.tenant_id, "ta");
     assert.equal(h.jobs.calls[0]?.tenantId, "ta");
     assert.equal(h.jobs.calls[0]?.args[1], "k1");
-    const b = ok<Job>(await h.req("jobs.create", undefined, validJob(), { "idempotency-key": "k1" }), 200);
+    const b = ok<Job>(
+      await h.req("jobs.create", undefined, validJob(), { "idempotency-key": "k1" }),
+      200,
+    );
     assert.equal(b.job_id, a.job_id);
-    err(await h.req("jobs.create", undefined, validJob({ enabled: false }), { "Idempotency-Key": "k1" }), 409, "conflict");
-    err(await h.req("jobs.create", undefined, validJob(), { "Idempotency-Key": "a b" }), 400, "invalid_argument", "Idempotency-Key");
+    err(
+      await h.req("jobs.create", undefined, validJob({ enabled: false }), {
+        "Idempotency-Key": "k1",
+      }),
+      409,
+      "conflict",
+    );
+    err(
+      await h.req("jobs.create", undefined, validJob(), { "Idempotency-Key": "a b" }),
+      400,
+      "invalid_argument",
+      "Idempotency-Key",
+    );
   });
 
   it("list, get, patch with If-Match (stale: 412), run now (202), runs list and get, delete (204)", async () => {
     const h = nh();
     const job = ok<Job>(await h.req("jobs.create", undefined, validJob()), 201);
-    const page = ok<{ jobs: Job[]; next_cursor: string | null }>(await h.req("jobs.list", undefined, { limit: 10 }), 200);
-    assert.deepEqual(page.jobs.map((j) => j.job_id), [job.job_id]);
+    const page = ok<{ jobs: Job[]; next_cursor: string | null }>(
+      await h.req("jobs.list", undefined, { limit: 10 }),
+      200,
+    );
+    assert.deepEqual(
+      page.jobs.map((j) => j.job_id),
+      [job.job_id],
+    );
     assert.equal(page.next_cursor, null);
     ok(await h.req("jobs.list"), 200); // no body: defaults
     assert.equal(ok<Job>(await h.req("jobs.get", job.job_id), 200).job_id, job.job_id);
-    const p = ok<Job>(await h.req("jobs.patch", job.job_id, { enabled: false }, { "If-Match": '"1"' }), 200);
+    const p = ok<Job>(
+      await h.req("jobs.patch", job.job_id, { enabled: false }, { "If-Match": '"1"' }),
+      200,
+    );
     assert.equal(p.version, 2);
     assert.equal(p.enabled, false);
-    err(await h.req("jobs.patch", job.job_id, { enabled: true }, { "If-Match": "1" }), 412, "precondition_failed");
-    err(await h.req("jobs.patch", job.job_id, { enabled: true }, { "If-Match": "one" }), 400, "invalid_argument", "If-Match");
+    err(
+      await h.req("jobs.patch", job.job_id, { enabled: true }, { "If-Match": "1" }),
+      412,
+      "precondition_failed",
+    );
+    err(
+      await h.req("jobs.patch", job.job_id, { enabled: true }, { "If-Match": "one" }),
+      400,
+      "invalid_argument",
+      "If-Match",
+    );
     const run = ok<Run>(await h.req("jobs.run", job.job_id), 202);
     assert.equal(run.job_id, job.job_id);
-    const runs = ok<{ runs: Run[] }>(await h.req("runs.list", job.job_id, { limit: 5, status: "queued" }), 200);
-    assert.deepEqual(runs.runs.map((r) => r.run_id), [run.run_id]);
+    const runs = ok<{ runs: Run[] }>(
+      await h.req("runs.list", job.job_id, { limit: 5, status: "queued" }),
+      200,
+    );
+    assert.deepEqual(
+      runs.runs.map((r) => r.run_id),
+      [run.run_id],
+    );
     assert.equal(ok<Run>(await h.req("runs.get", run.run_id, {}), 200).run_id, run.run_id);
     ok(await h.req("runs.dead_lettered", undefined, { limit: 1 }), 200);
     assert.equal(ok(await h.req("jobs.delete", job.job_id), 204), null);
@@ -141,7 +227,11 @@ describe("NATS API handler: operations", () => {
     err(await asB("runs.get", run.run_id), 404, "not_found");
     assert.deepEqual(ok<{ jobs: Job[] }>(await asB("jobs.list"), 200).jobs, []);
     err(await h.req("jobs.get", "bad%id"), 404, "not_found");
-    assert.equal(ok<Job>(await h.req("jobs.get", job.job_id), 200).enabled, true, "B changed nothing");
+    assert.equal(
+      ok<Job>(await h.req("jobs.get", job.job_id), 200).enabled,
+      true,
+      "B changed nothing",
+    );
   });
 
   it("the image policy applies as over REST (422 policy_denied on task.image)", async () => {
@@ -155,19 +245,45 @@ describe("NATS API handler: the tenant is the subject's", () => {
   it("a tenant_id in any body is refused before anything happens — another tenant's or its own", async () => {
     const h = nh();
     for (const t of ["tb", "ta"]) {
-      err(await h.req("jobs.create", undefined, validJob({ tenant_id: t })), 400, "invalid_argument", "tenant_id");
-      err(await h.req("jobs.list", undefined, { tenant_id: t }), 400, "invalid_argument", "tenant_id");
+      err(
+        await h.req("jobs.create", undefined, validJob({ tenant_id: t })),
+        400,
+        "invalid_argument",
+        "tenant_id",
+      );
+      err(
+        await h.req("jobs.list", undefined, { tenant_id: t }),
+        400,
+        "invalid_argument",
+        "tenant_id",
+      );
       err(await h.req("jobs.get", "j1", { tenant_id: t }), 400, "invalid_argument", "tenant_id");
     }
     const job = ok<Job>(await h.req("jobs.create", undefined, validJob()), 201);
-    err(await h.req("jobs.patch", job.job_id, { tenant_id: "tb", enabled: false }), 400, "invalid_argument", "tenant_id");
-    assert.deepEqual(h.jobs.calls.map((c) => c.method), ["createJob"]);
+    err(
+      await h.req("jobs.patch", job.job_id, { tenant_id: "tb", enabled: false }),
+      400,
+      "invalid_argument",
+      "tenant_id",
+    );
+    assert.deepEqual(
+      h.jobs.calls.map((c) => c.method),
+      ["createJob"],
+    );
   });
 
   it("a subject naming no tenant is 401 unauthenticated; an unknown operation is 404", async () => {
     const h = nh();
     err(await h.req("jobs.list", undefined, undefined, {}, "tnobody"), 401, "unauthenticated");
-    err(await h.handle({ subject: "kairos.kairos.api.ta.jobs.explode", data: new Uint8Array(), header: () => undefined }), 404, "not_found");
+    err(
+      await h.handle({
+        subject: "kairos.kairos.api.ta.jobs.explode",
+        data: new Uint8Array(),
+        header: () => undefined,
+      }),
+      404,
+      "not_found",
+    );
     assert.equal(h.jobs.calls.length, 0);
   });
 });
@@ -175,9 +291,17 @@ describe("NATS API handler: the tenant is the subject's", () => {
 describe("NATS API handler: bad payloads are error replies, never throws", () => {
   it("malformed JSON, empty create, invalid UTF-8, non-object params, unknown and mistyped params", async () => {
     const h = nh();
-    assert.match(err(await h.req("jobs.create", undefined, "{nope"), 400, "invalid_argument", "body").message, /malformed JSON/);
+    assert.match(
+      err(await h.req("jobs.create", undefined, "{nope"), 400, "invalid_argument", "body").message,
+      /malformed JSON/,
+    );
     err(await h.req("jobs.create"), 400, "invalid_argument", "body");
-    err(await h.req("jobs.create", undefined, new Uint8Array([0x7b, 0xff, 0xfe, 0x7d])), 400, "invalid_argument", "body");
+    err(
+      await h.req("jobs.create", undefined, new Uint8Array([0x7b, 0xff, 0xfe, 0x7d])),
+      400,
+      "invalid_argument",
+      "body",
+    );
     err(await h.req("jobs.list", undefined, "[1,2]"), 400, "invalid_argument", "body");
     err(await h.req("jobs.list", undefined, "nul"), 400, "invalid_argument", "body");
     err(await h.req("jobs.list", undefined, { limit: 1.5 }), 400, "invalid_argument", "limit");
@@ -203,11 +327,43 @@ describe("NATS API handler: bad payloads are error replies, never throws", () =>
     const h = nh();
     let seed = 42;
     const rnd = (n: number) => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
-    const ops: string[] = ["jobs.create", "jobs.list", "jobs.get.j1", "jobs.patch.j1", "jobs.delete.x", "jobs.run.y", "runs.list.j", "runs.get.r", "runs.dead_lettered", "x.y", "jobs"];
-    const bodies = ["", "{}", "null", "[]", "1", '"s"', "{", '{"limit":-1}', '{"schedule":{"cron":"nope"}}', '{"task":{}}', "\u0000", '{"__proto__":{"x":1}}'];
+    const ops: string[] = [
+      "jobs.create",
+      "jobs.list",
+      "jobs.get.j1",
+      "jobs.patch.j1",
+      "jobs.delete.x",
+      "jobs.run.y",
+      "runs.list.j",
+      "runs.get.r",
+      "runs.dead_lettered",
+      "x.y",
+      "jobs",
+    ];
+    const bodies = [
+      "",
+      "{}",
+      "null",
+      "[]",
+      "1",
+      '"s"',
+      "{",
+      '{"limit":-1}',
+      '{"schedule":{"cron":"nope"}}',
+      '{"task":{}}',
+      "\u0000",
+      '{"__proto__":{"x":1}}',
+    ];
     for (let i = 0; i < 300; i++) {
-      const bytes = i % 5 === 0 ? new Uint8Array(Array.from({ length: rnd(64) }, () => rnd(256))) : enc.encode(bodies[rnd(bodies.length)]);
-      const r = await h.handle({ subject: `kairos.kairos.api.ta.${ops[rnd(ops.length)]!}`, data: bytes, header: (n) => (rnd(4) === 0 ? `${n}:${rnd(1000)}` : undefined) });
+      const bytes =
+        i % 5 === 0
+          ? new Uint8Array(Array.from({ length: rnd(64) }, () => rnd(256)))
+          : enc.encode(bodies[rnd(bodies.length)]);
+      const r = await h.handle({
+        subject: `kairos.kairos.api.ta.${ops[rnd(ops.length)]!}`,
+        data: bytes,
+        header: (n) => (rnd(4) === 0 ? `${n}:${rnd(1000)}` : undefined),
+      });
       assert.equal(typeof r.ok, "boolean");
       assert.ok(r.status < 500, JSON.stringify(r));
       if (!r.ok) assert.equal(typeof r.error.code, "string");
@@ -253,7 +409,11 @@ describe("NATS API and REST answer the same error for the same input (one applic
       const r = await nats.req("jobs.create", undefined, body);
       assert.equal(r.ok, false);
       assert.equal(r.status, res.status, JSON.stringify(body));
-      assert.deepEqual((r).error, ((await res.json()) as { error: unknown }).error, JSON.stringify(body));
+      assert.deepEqual(
+        r.error,
+        ((await res.json()) as { error: unknown }).error,
+        JSON.stringify(body),
+      );
     }
   });
   it("patch", async () => {
@@ -266,12 +426,22 @@ describe("NATS API and REST answer the same error for the same input (one applic
       const res = await rest.req("PATCH", `/v1/jobs/${id}`, { body });
       const r = await nats.req("jobs.patch", id, body);
       assert.equal(r.status, res.status, JSON.stringify(body));
-      assert.deepEqual((r as ErrorReply).error, ((await res.json()) as { error: unknown }).error, JSON.stringify(body));
+      assert.deepEqual(
+        (r as ErrorReply).error,
+        ((await res.json()) as { error: unknown }).error,
+        JSON.stringify(body),
+      );
     }
   });
   it("service errors map to the same status and code", async () => {
     const nats = nh();
-    for (const [code, status] of [["quota_exceeded", 422], ["no_owner", 503], ["timeout", 503], ["overloaded", 429], ["stale_fence", 500]] as const) {
+    for (const [code, status] of [
+      ["quota_exceeded", 422],
+      ["no_owner", 503],
+      ["timeout", 503],
+      ["overloaded", 429],
+      ["stale_fence", 500],
+    ] as const) {
       nats.jobs.failWith = new KairosError(code, "x");
       const r = await nats.req("jobs.list");
       assert.equal(r.status, status, code);

@@ -11,7 +11,11 @@ import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { deadLetterKey } from "../../../src/notify/dead-letters.ts";
-import { deadLetterCuts, deadLetterRetention, pruneDeadLetters } from "../../../src/notify/dead-letter-retention.ts";
+import {
+  deadLetterCuts,
+  deadLetterRetention,
+  pruneDeadLetters,
+} from "../../../src/notify/dead-letter-retention.ts";
 
 const JOB = "j0123456789abcdef";
 const DAY = 86_400_000;
@@ -26,7 +30,8 @@ async function write(kv: MemoryKv, tenant: string, atMs: number[]): Promise<stri
   }
   return ids;
 }
-const left = async (kv: MemoryKv, tenant: string) => (await kv.list(`dl.${tenant}.>`)).map((e) => e.key.split(".")[2]).sort();
+const left = async (kv: MemoryKv, tenant: string) =>
+  (await kv.list(`dl.${tenant}.>`)).map((e) => e.key.split(".")[2]).sort();
 
 describe("dead-letter retention", () => {
   it("keeps the newest keepPerTenant per tenant, in one purge each; other tenants and keys untouched", async () => {
@@ -35,13 +40,21 @@ describe("dead-letter retention", () => {
     const b = await write(kv, "tb", [NOW - 1000, NOW - 2000]);
     await kv.create("0.ta.j.run", encode({}));
     await kv.create(`ob.0.ta.${a[0]}`, encode({}));
-    const dropped = await pruneDeadLetters(kv, deadLetterRetention({ keepPerTenant: 3, maxAgeMs: 0 }), NOW);
+    const dropped = await pruneDeadLetters(
+      kv,
+      deadLetterRetention({ keepPerTenant: 3, maxAgeMs: 0 }),
+      NOW,
+    );
     assert.equal(dropped, 2);
     assert.deepEqual(await left(kv, "ta"), a.slice(2).sort());
     assert.deepEqual(await left(kv, "tb"), b.sort());
     assert.ok(await kv.get("0.ta.j.run"), "run records are not dead letters");
     assert.ok(await kv.get(`ob.0.ta.${a[0]}`), "outbox entries are not dead letters");
-    assert.equal(await pruneDeadLetters(kv, deadLetterRetention({ keepPerTenant: 3, maxAgeMs: 0 }), NOW), 0, "a second pass drops nothing");
+    assert.equal(
+      await pruneDeadLetters(kv, deadLetterRetention({ keepPerTenant: 3, maxAgeMs: 0 }), NOW),
+      0,
+      "a second pass drops nothing",
+    );
   });
 
   it("drops dead letters older than the age limit, all of a tenant's when all are old", async () => {
@@ -58,14 +71,27 @@ describe("dead-letter retention", () => {
     const rev = (key: string, revision: number) => ({ key, revision });
     const old = runIdFor(JOB, NOW - 60 * DAY);
     const fresh = runIdFor(JOB, NOW - DAY);
-    const cuts = deadLetterCuts([rev(`dl.ta.${old}`, 1), rev(`dl.ta.${fresh}`, 2), rev(`dl.ta.${runIdFor(JOB, NOW - 70 * DAY)}`, 3), rev("dl.tb.not-a-run-id", 4), rev(`dl.tb.${old}`, 5)], deadLetterRetention(), NOW);
+    const cuts = deadLetterCuts(
+      [
+        rev(`dl.ta.${old}`, 1),
+        rev(`dl.ta.${fresh}`, 2),
+        rev(`dl.ta.${runIdFor(JOB, NOW - 70 * DAY)}`, 3),
+        rev("dl.tb.not-a-run-id", 4),
+        rev(`dl.tb.${old}`, 5),
+      ],
+      deadLetterRetention(),
+      NOW,
+    );
     assert.deepEqual([...cuts], [["ta", { beforeRevision: 2, dropped: 1 }]]);
   });
 
   it("0 and 0 turn it off; bounds are validated with the field named", async () => {
     const kv = new MemoryKv("runs");
     await write(kv, "ta", [NOW - 400 * DAY]);
-    assert.equal(await pruneDeadLetters(kv, deadLetterRetention({ keepPerTenant: 0, maxAgeMs: 0 }), NOW), 0);
+    assert.equal(
+      await pruneDeadLetters(kv, deadLetterRetention({ keepPerTenant: 0, maxAgeMs: 0 }), NOW),
+      0,
+    );
     assert.throws(() => deadLetterRetention({ keepPerTenant: -1 }), /keepPerTenant/);
     assert.throws(() => deadLetterRetention({ maxAgeMs: 1.5 }), /maxAgeMs/);
   });
@@ -78,10 +104,20 @@ describe("dead-letter retention in the outbox", () => {
     const kv = new MemoryKv("runs");
     const clock = new FakeClock(NOW);
     const logs: string[] = [];
-    const outbox = new DeadLetterOutbox({ runs: () => kv, held: () => [], clock, log: (_l, m) => logs.push(m), webhook: async () => undefined, retention: deadLetterRetention({ keepPerTenant: 1, maxAgeMs: 0 }) });
+    const outbox = new DeadLetterOutbox({
+      runs: () => kv,
+      held: () => [],
+      clock,
+      log: (_l, m) => logs.push(m),
+      webhook: async () => undefined,
+      retention: deadLetterRetention({ keepPerTenant: 1, maxAgeMs: 0 }),
+    });
     await write(kv, "ta", [NOW - 3000, NOW - 2000, NOW - 1000]);
     outbox.start();
-    const passed = async () => { for (let i = 0; i < 50 && !logs.includes("dead letters pruned"); i++) await new Promise((r) => setImmediate(r)); };
+    const passed = async () => {
+      for (let i = 0; i < 50 && !logs.includes("dead letters pruned"); i++)
+        await new Promise((r) => setImmediate(r));
+    };
     clock.advance(59_000);
     await passed();
     assert.equal((await left(kv, "ta")).length, 3, "no pass before a minute");

@@ -14,7 +14,12 @@ import { decode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
-import { DeadLetterOutbox, deadLetterKey, outboxKey, recordDeadLetter } from "../../../src/notify/dead-letters.ts";
+import {
+  DeadLetterOutbox,
+  deadLetterKey,
+  outboxKey,
+  recordDeadLetter,
+} from "../../../src/notify/dead-letters.ts";
 import { WebhookSender } from "../../../src/notify/webhook.ts";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
@@ -23,9 +28,20 @@ import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
 
 function run(status: RunStatus, runId = "r1", tenantId = "t1"): RunView {
   return {
-    run_id: runId, job_id: "j1", tenant_id: tenantId, scheduled_for: "2024-01-01T00:00:00Z", trigger: "manual",
-    status, attempt: 1, attempts: [], created_at: "2024-01-01T00:00:00Z", started_at: null, finished_at: "2024-01-01T00:00:01Z",
-    next_attempt_at: null, result: { exit_code: 7, output: "" }, reason: "dead-lettered after 1 attempt(s)",
+    run_id: runId,
+    job_id: "j1",
+    tenant_id: tenantId,
+    scheduled_for: "2024-01-01T00:00:00Z",
+    trigger: "manual",
+    status,
+    attempt: 1,
+    attempts: [],
+    created_at: "2024-01-01T00:00:00Z",
+    started_at: null,
+    finished_at: "2024-01-01T00:00:01Z",
+    next_attempt_at: null,
+    result: { exit_code: 7, output: "" },
+    reason: "dead-lettered after 1 attempt(s)",
   };
 }
 
@@ -43,15 +59,24 @@ class ScriptedSender extends WebhookSender {
   }
 }
 
-function outboxSetup(answer: () => { status: number } | { refused: string } | { error: string }, opts: { held?: number[]; webhook?: boolean; maxTries?: number } = {}) {
+function outboxSetup(
+  answer: () => { status: number } | { refused: string } | { error: string },
+  opts: { held?: number[]; webhook?: boolean; maxTries?: number } = {},
+) {
   const runs = new MemoryKv("runs");
   const clock = new FakeClock(1_000_000);
   const sender = new ScriptedSender(answer);
   const logs: string[] = [];
   const outbox = new DeadLetterOutbox({
-    runs: () => runs, held: () => opts.held ?? [3], clock, postAttempts: 1,
+    runs: () => runs,
+    held: () => opts.held ?? [3],
+    clock,
+    postAttempts: 1,
     log: (_l, m) => logs.push(m),
-    webhook: async () => (opts.webhook === false ? undefined : { url: "https://hooks.example.com/k", secret: "s", sender }),
+    webhook: async () =>
+      opts.webhook === false
+        ? undefined
+        : { url: "https://hooks.example.com/k", secret: "s", sender },
     ...(opts.maxTries !== undefined ? { maxTries: opts.maxTries } : {}),
   });
   return { runs, clock, sender, outbox, logs };
@@ -61,13 +86,27 @@ describe("dead letters: the job shell's write path", () => {
   function shell(runs: MemoryKv) {
     const clock = new FakeClock(0);
     const bus: Bus = {
-      publish: () => undefined, request: async () => ({ data: new Uint8Array() }), subscribe: () => ({ unsubscribe: () => undefined }),
-      flush: async () => undefined, isClosed: () => false,
+      publish: () => undefined,
+      request: async () => ({ data: new Uint8Array() }),
+      subscribe: () => ({ unsubscribe: () => undefined }),
+      flush: async () => undefined,
+      isClosed: () => false,
     };
-    const outbox = new DeadLetterOutbox({ runs: () => runs, held: () => [3], clock, log: () => undefined, webhook: async () => undefined });
+    const outbox = new DeadLetterOutbox({
+      runs: () => runs,
+      held: () => [3],
+      clock,
+      log: () => undefined,
+      webhook: async () => undefined,
+    });
     const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-      log: () => undefined, clock,
-      workers: { nc: bus, clusterName: "c", directory: new WorkerDirectory(clock, seededRandom(1), 60_000) },
+      log: () => undefined,
+      clock,
+      workers: {
+        nc: bus,
+        clusterName: "c",
+        directory: new WorkerDirectory(clock, seededRandom(1), 60_000),
+      },
       history: { runs },
       slots: {
         router: () => {
@@ -76,8 +115,16 @@ describe("dead letters: the job shell's write path", () => {
       },
       deadLetters: { outbox },
     });
-    const ctx: ShellContext = { address: { type: "job", id: "t1.j1" }, partition: 3, epoch: 1, nodeId: "n1", stillOwner: () => true, tell: () => undefined };
-    return (record: RunView, mode: "create" | "update" | "terminal" | "settle") => reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
+    const ctx: ShellContext = {
+      address: { type: "job", id: "t1.j1" },
+      partition: 3,
+      epoch: 1,
+      nodeId: "n1",
+      stillOwner: () => true,
+      tell: () => undefined,
+    };
+    return (record: RunView, mode: "create" | "update" | "terminal" | "settle") =>
+      reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
   }
 
   it("a failed or timed-out terminal record writes the dead-letter and outbox keys; other endings write neither", async () => {
@@ -87,9 +134,18 @@ describe("dead letters: the job shell's write path", () => {
     await put(run("timed_out", "r2"), "update");
     for (const s of ["succeeded", "cancelled"] as const) await put(run(s, `r_${s}`), "update");
     await put(run("missed", "r_missed"), "terminal");
-    assert.deepEqual((await runs.list("dl.>")).map((e) => e.key), [deadLetterKey("t1", "r1"), deadLetterKey("t1", "r2")]);
-    assert.deepEqual((await runs.list("ob.>")).map((e) => e.key), [outboxKey(3, "t1", "r1"), outboxKey(3, "t1", "r2")]);
-    assert.equal(decode<RunView>((await runs.get(deadLetterKey("t1", "r1")))!.value).status, "failed");
+    assert.deepEqual(
+      (await runs.list("dl.>")).map((e) => e.key),
+      [deadLetterKey("t1", "r1"), deadLetterKey("t1", "r2")],
+    );
+    assert.deepEqual(
+      (await runs.list("ob.>")).map((e) => e.key),
+      [outboxKey(3, "t1", "r1"), outboxKey(3, "t1", "r2")],
+    );
+    assert.equal(
+      decode<RunView>((await runs.get(deadLetterKey("t1", "r1")))!.value).status,
+      "failed",
+    );
   });
 
   it("recording twice (a replay after a crash) writes each key once", async () => {
@@ -97,7 +153,10 @@ describe("dead letters: the job shell's write path", () => {
     await recordDeadLetter(runs, 3, run("failed"));
     const first = (await runs.list(">")).map((e) => [e.key, e.revision]);
     await recordDeadLetter(runs, 3, run("failed"));
-    assert.deepEqual((await runs.list(">")).map((e) => [e.key, e.revision]), first);
+    assert.deepEqual(
+      (await runs.list(">")).map((e) => [e.key, e.revision]),
+      first,
+    );
   });
 });
 
@@ -118,14 +177,23 @@ describe("dead letters: the outbox", () => {
     const t = outboxSetup(() => ({ status }));
     await recordDeadLetter(t.runs, 3, run("failed"));
     await t.outbox.kick(3, "t1", "r1");
-    const kept = decode<{ tries: number; next_at_ms: number }>((await t.runs.get(outboxKey(3, "t1", "r1")))!.value);
+    const kept = decode<{ tries: number; next_at_ms: number }>(
+      (await t.runs.get(outboxKey(3, "t1", "r1")))!.value,
+    );
     assert.deepEqual(kept, { ...kept, tries: 1, next_at_ms: 1_000_000 + 5_000 });
     await t.outbox.sweep();
     assert.equal(t.sender.sent.length, 1, "not due yet: not sent again");
     status = 200;
     t.clock.advance(5_000);
     // A fresh outbox (another node) finds the entry in KV.
-    const other = new DeadLetterOutbox({ runs: () => t.runs, held: () => [3], clock: t.clock, postAttempts: 1, log: () => undefined, webhook: async () => ({ url: "https://hooks.example.com/k", secret: "s", sender: t.sender }) });
+    const other = new DeadLetterOutbox({
+      runs: () => t.runs,
+      held: () => [3],
+      clock: t.clock,
+      postAttempts: 1,
+      log: () => undefined,
+      webhook: async () => ({ url: "https://hooks.example.com/k", secret: "s", sender: t.sender }),
+    });
     await other.sweep();
     assert.equal(t.sender.sent.length, 2);
     assert.equal(t.sender.sent[1]!.headers["kairos-delivery-id"], "r1");
@@ -142,7 +210,11 @@ describe("dead letters: the outbox", () => {
   });
 
   it("no webhook, a refused destination or a 4xx: the entry is done, not retried", async () => {
-    for (const [answer, webhook] of [[() => ({ status: 204 }), false], [() => ({ refused: "blocked address" }), true], [() => ({ status: 404 }), true]] as const) {
+    for (const [answer, webhook] of [
+      [() => ({ status: 204 }), false],
+      [() => ({ refused: "blocked address" }), true],
+      [() => ({ status: 404 }), true],
+    ] as const) {
       const t = outboxSetup(answer, { webhook });
       await recordDeadLetter(t.runs, 3, run("failed"));
       await t.outbox.sweep();
@@ -166,8 +238,14 @@ describe("dead letters: the outbox", () => {
     await recordDeadLetter(t.runs, 5, run("failed", "r2"));
     await recordDeadLetter(t.runs, 4, run("failed", "r3"));
     await t.outbox.sweep();
-    assert.deepEqual(t.sender.sent.map((x) => x.headers["kairos-delivery-id"]).sort(), ["r1", "r2"]);
-    assert.deepEqual((await t.runs.list("ob.>")).map((e) => e.key), [outboxKey(4, "t1", "r3")]);
+    assert.deepEqual(t.sender.sent.map((x) => x.headers["kairos-delivery-id"]).sort(), [
+      "r1",
+      "r2",
+    ]);
+    assert.deepEqual(
+      (await t.runs.list("ob.>")).map((e) => e.key),
+      [outboxKey(4, "t1", "r3")],
+    );
   });
 
   it("gives up after maxTries failed deliveries (logged)", async () => {

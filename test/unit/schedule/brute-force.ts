@@ -49,8 +49,19 @@ export const FIELDS = {
   minute: { min: 0, max: 59, stepMax: 59 },
   hour: { min: 0, max: 23, stepMax: 23 },
   dom: { min: 1, max: 31, stepMax: 31, day: "dom" },
-  month: { min: 1, max: 12, stepMax: 12, names: ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"] },
-  dow: { min: 0, max: 7, stepMax: 6, names: ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"], day: "dow" },
+  month: {
+    min: 1,
+    max: 12,
+    stepMax: 12,
+    names: ["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"],
+  },
+  dow: {
+    min: 0,
+    max: 7,
+    stepMax: 6,
+    names: ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"],
+    day: "dow",
+  },
 } as const satisfies Record<string, FieldDef>;
 
 export interface CronAst {
@@ -63,7 +74,10 @@ export interface CronAst {
 }
 
 /** Allowed values of one field (dow folded to 0-6); `last` for `L`. */
-export function fieldSet(def: FieldDef, items: readonly Item[]): { values: Set<number>; last: boolean; restricted: boolean } {
+export function fieldSet(
+  def: FieldDef,
+  items: readonly Item[],
+): { values: Set<number>; last: boolean; restricted: boolean } {
   const values = new Set<number>();
   let last = false;
   const add = (lo: number, hi: number, step: number): void => {
@@ -73,7 +87,8 @@ export function fieldSet(def: FieldDef, items: readonly Item[]): { values: Set<n
     if (it.kind === "star") add(def.min, def.stepMax, it.step ?? 1);
     else if (it.kind === "question") add(def.min, def.stepMax, 1);
     else if (it.kind === "last") last = true;
-    else if (it.kind === "value") add(it.v, it.step === undefined ? it.v : Math.max(it.v, def.stepMax), it.step ?? 1);
+    else if (it.kind === "value")
+      add(it.v, it.step === undefined ? it.v : Math.max(it.v, def.stepMax), it.step ?? 1);
     else add(it.a, it.b, it.step ?? 1);
   }
   const first = items[0];
@@ -96,11 +111,29 @@ function itemArb(def: FieldDef, small: boolean): fc.Arbitrary<Item> {
   const value = fc.integer({ min: lo, max: hi });
   const options: fc.Arbitrary<Item>[] = [
     value.map((v) => ({ kind: "value" as const, v })),
-    fc.tuple(value, value, step).map(([a, b, s]) => (s === undefined ? { kind: "range" as const, a: Math.min(a, b), b: Math.max(a, b) } : { kind: "range" as const, a: Math.min(a, b), b: Math.max(a, b), step: s })),
-    fc.tuple(value, fc.integer({ min: 1, max: Math.min(width, 20) })).map(([v, s]) => ({ kind: "value" as const, v, step: s })),
+    fc
+      .tuple(value, value, step)
+      .map(([a, b, s]) =>
+        s === undefined
+          ? { kind: "range" as const, a: Math.min(a, b), b: Math.max(a, b) }
+          : { kind: "range" as const, a: Math.min(a, b), b: Math.max(a, b), step: s },
+      ),
+    fc
+      .tuple(value, fc.integer({ min: 1, max: Math.min(width, 20) }))
+      .map(([v, s]) => ({ kind: "value" as const, v, step: s })),
   ];
-  if (!small) options.push(step.map((s) => (s === undefined ? { kind: "star" as const } : { kind: "star" as const, step: s })));
-  else options.push(fc.integer({ min: 5, max: Math.min(width, 30) }).map((s) => ({ kind: "star" as const, step: s })));
+  if (!small)
+    options.push(
+      step.map((s) =>
+        s === undefined ? { kind: "star" as const } : { kind: "star" as const, step: s },
+      ),
+    );
+  else
+    options.push(
+      fc
+        .integer({ min: 5, max: Math.min(width, 30) })
+        .map((s) => ({ kind: "star" as const, step: s })),
+    );
   if (def.day !== undefined) options.push(fc.constant({ kind: "question" as const }));
   if (def.day === "dom") options.push(fc.constant({ kind: "last" as const }));
   return fc.oneof(...options);
@@ -120,43 +153,68 @@ export function cronAstArb(withSeconds: boolean): fc.Arbitrary<CronAst> {
     dow: fc.oneof(fc.constant<Item[]>([{ kind: "star" }]), fieldArb(FIELDS.dow)),
   };
   if (!withSeconds) return fc.record(base);
-  return fc.record({ ...base, second: fieldArb(FIELDS.second, true), minute: fieldArb(FIELDS.minute, true) });
+  return fc.record({
+    ...base,
+    second: fieldArb(FIELDS.second, true),
+    minute: fieldArb(FIELDS.minute, true),
+  });
 }
 
 /** Renders an AST as cron text, with random spellings chosen by `style` bits. */
 export function renderCron(ast: CronAst, style: number): string {
   let bit = 0;
-  const flip = (): boolean => ((style >> bit++ % 30) & 1) === 1;
+  const flip = (): boolean => ((style >> (bit++ % 30)) & 1) === 1;
   const render = (def: FieldDef, items: readonly Item[]): string =>
     items
       .map((it) => {
         switch (it.kind) {
-          case "star": return it.step === undefined ? "*" : `*/${it.step}`;
-          case "question": return "?";
-          case "last": return flip() ? "L" : "l";
+          case "star":
+            return it.step === undefined ? "*" : `*/${it.step}`;
+          case "question":
+            return "?";
+          case "last":
+            return flip() ? "L" : "l";
           case "value": {
             const v = def.day === "dow" && it.v === 0 && it.step === undefined && flip() ? 7 : it.v;
-            return renderValue(def, v, flip(), flip()) + (it.step === undefined ? "" : `/${it.step}`);
+            return (
+              renderValue(def, v, flip(), flip()) + (it.step === undefined ? "" : `/${it.step}`)
+            );
           }
-          case "range": return `${renderValue(def, it.a, flip(), flip())}-${renderValue(def, it.b, flip(), flip())}${it.step === undefined ? "" : `/${it.step}`}`;
+          case "range":
+            return `${renderValue(def, it.a, flip(), flip())}-${renderValue(def, it.b, flip(), flip())}${it.step === undefined ? "" : `/${it.step}`}`;
         }
       })
       .join(",");
-  const parts = [render(FIELDS.minute, ast.minute), render(FIELDS.hour, ast.hour), render(FIELDS.dom, ast.dom), render(FIELDS.month, ast.month), render(FIELDS.dow, ast.dow)];
-  return (ast.second === undefined ? parts : [render(FIELDS.second, ast.second), ...parts]).join(" ");
+  const parts = [
+    render(FIELDS.minute, ast.minute),
+    render(FIELDS.hour, ast.hour),
+    render(FIELDS.dom, ast.dom),
+    render(FIELDS.month, ast.month),
+    render(FIELDS.dow, ast.dow),
+  ];
+  return (ast.second === undefined ? parts : [render(FIELDS.second, ast.second), ...parts]).join(
+    " ",
+  );
 }
 
 /** Instant of a wall time by the DST rule, straight from Temporal. */
 export function wallToInstant(pdt: Temporal.PlainDateTime, tz: string): number {
   const earlier = pdt.toZonedDateTime(tz, { disambiguation: "earlier" });
-  if (Temporal.PlainDateTime.compare(earlier.toPlainDateTime(), pdt) === 0) return earlier.epochMilliseconds;
+  if (Temporal.PlainDateTime.compare(earlier.toPlainDateTime(), pdt) === 0)
+    return earlier.epochMilliseconds;
   const transition = earlier.getTimeZoneTransition("next");
   if (transition === null) throw new Error(`no transition after gap at ${pdt.toString()} in ${tz}`);
   return transition.epochMilliseconds;
 }
 
 /** First `count` occurrences after `afterMs` by enumerating wall times; at most `years` searched. */
-export function bruteNext(ast: CronAst, tz: string, afterMs: number, count: number, years = 9): number[] {
+export function bruteNext(
+  ast: CronAst,
+  tz: string,
+  afterMs: number,
+  count: number,
+  years = 9,
+): number[] {
   const sec = fieldSet(FIELDS.second, ast.second ?? [{ kind: "value", v: 0 }]);
   const min = fieldSet(FIELDS.minute, ast.minute);
   const hour = fieldSet(FIELDS.hour, ast.hour);
@@ -165,11 +223,18 @@ export function bruteNext(ast: CronAst, tz: string, afterMs: number, count: numb
   const dow = fieldSet(FIELDS.dow, ast.dow);
   const sorted = (s: Set<number>): number[] => [...s].sort((a, b) => a - b);
   const [secs, mins, hours] = [sorted(sec.values), sorted(min.values), sorted(hour.values)];
-  const start = Temporal.Instant.fromEpochMilliseconds(afterMs).toZonedDateTimeISO(tz).toPlainDateTime().subtract({ hours: 3 });
+  const start = Temporal.Instant.fromEpochMilliseconds(afterMs)
+    .toZonedDateTimeISO(tz)
+    .toPlainDateTime()
+    .subtract({ hours: 3 });
   const endDate = start.toPlainDate().add({ years });
   const found = new Set<number>();
   let stopAt: Temporal.PlainDateTime | undefined;
-  for (let date = start.toPlainDate(); Temporal.PlainDate.compare(date, endDate) <= 0; date = date.add({ days: 1 })) {
+  for (
+    let date = start.toPlainDate();
+    Temporal.PlainDate.compare(date, endDate) <= 0;
+    date = date.add({ days: 1 })
+  ) {
     if (!month.values.has(date.month)) continue;
     const domOk = dom.values.has(date.day) || (dom.last && date.day === date.daysInMonth);
     const dowOk = dow.values.has(date.dayOfWeek % 7);
@@ -177,10 +242,15 @@ export function bruteNext(ast: CronAst, tz: string, afterMs: number, count: numb
     for (const h of hours) {
       for (const mi of mins) {
         const minute = date.toPlainDateTime({ hour: h, minute: mi });
-        if (stopAt !== undefined && Temporal.PlainDateTime.compare(minute, stopAt) > 0) return firstN(found, count);
+        if (stopAt !== undefined && Temporal.PlainDateTime.compare(minute, stopAt) > 0)
+          return firstN(found, count);
         if (Temporal.PlainDateTime.compare(minute.add({ minutes: 1 }), start) <= 0) continue;
         const base = wallToInstant(minute, tz);
-        const gap = Temporal.PlainDateTime.compare(Temporal.Instant.fromEpochMilliseconds(base).toZonedDateTimeISO(tz).toPlainDateTime(), minute) !== 0;
+        const gap =
+          Temporal.PlainDateTime.compare(
+            Temporal.Instant.fromEpochMilliseconds(base).toZonedDateTimeISO(tz).toPlainDateTime(),
+            minute,
+          ) !== 0;
         for (const s of secs) {
           const t = gap ? base : base + s * 1000;
           if (t > afterMs) found.add(t);

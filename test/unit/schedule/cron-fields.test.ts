@@ -19,7 +19,10 @@ const fields = (expr: string) => parseCronFields(expr);
 describe("cron syntax", () => {
   it("numbers, with leading zeros", () => {
     const f = fields("05 4 9 7 3");
-    assert.deepEqual([f.minute, f.hour, f.dayOfMonth, f.month, f.dayOfWeek], [[5], [4], [9], [7], [3]]);
+    assert.deepEqual(
+      [f.minute, f.hour, f.dayOfMonth, f.month, f.dayOfWeek],
+      [[5], [4], [9], [7], [3]],
+    );
     assert.deepEqual(f.second, [0]);
     assert.equal(f.hasSeconds, false);
   });
@@ -63,19 +66,28 @@ describe("cron syntax", () => {
     const list = fields("0 0 1,L * *");
     assert.deepEqual([list.dayOfMonth, list.lastDayOfMonth], [[1], true]);
     assert.deepEqual(nextIso("0 0 1,L * *", "UTC", "2026-02-01T12:00:00Z", 4), [
-      "2026-02-28T00:00:00Z", "2026-03-01T00:00:00Z", "2026-03-31T00:00:00Z", "2026-04-01T00:00:00Z",
+      "2026-02-28T00:00:00Z",
+      "2026-03-01T00:00:00Z",
+      "2026-03-31T00:00:00Z",
+      "2026-04-01T00:00:00Z",
     ]);
-    assert.deepEqual(nextIso("0 0 l * *", "UTC", "2028-02-01T00:00:00Z", 1), ["2028-02-29T00:00:00Z"]);
+    assert.deepEqual(nextIso("0 0 l * *", "UTC", "2028-02-01T00:00:00Z", 1), [
+      "2028-02-29T00:00:00Z",
+    ]);
   });
   it("? means *, also in both day fields at once", () => {
     const f = fields("0 0 ? * ?");
     assert.deepEqual([f.dayOfMonthRestricted, f.dayOfWeekRestricted], [false, false]);
     assert.deepEqual(f.dayOfMonth, range(1, 31));
     assert.deepEqual(f.dayOfWeek, range(0, 6));
-    assert.deepEqual(nextIso("0 12 ? * ?", "UTC", "2026-01-01T00:00:00Z", 2), ["2026-01-01T12:00:00Z", "2026-01-02T12:00:00Z"]);
+    assert.deepEqual(nextIso("0 12 ? * ?", "UTC", "2026-01-01T00:00:00Z", 2), [
+      "2026-01-01T12:00:00Z",
+      "2026-01-02T12:00:00Z",
+    ]);
   });
   it("macros", () => {
-    const same = (macro: string, expr: string): void => assert.deepEqual(fields(macro), fields(expr), macro);
+    const same = (macro: string, expr: string): void =>
+      assert.deepEqual(fields(macro), fields(expr), macro);
     same("@yearly", "0 0 1 1 *");
     same("@annually", "0 0 1 1 *");
     same("@monthly", "0 0 1 * *");
@@ -84,14 +96,18 @@ describe("cron syntax", () => {
     same("@midnight", "0 0 * * *");
     same("@hourly", "0 * * * *");
     same("@DAILY", "0 0 * * *");
-    assert.deepEqual(nextIso("@weekly", "UTC", "2026-03-04T00:00:00Z", 1), ["2026-03-08T00:00:00Z"]);
+    assert.deepEqual(nextIso("@weekly", "UTC", "2026-03-04T00:00:00Z", 1), [
+      "2026-03-08T00:00:00Z",
+    ]);
   });
   it("6 fields: a leading seconds field", () => {
     const f = fields("*/20 0 0 * * *");
     assert.equal(f.hasSeconds, true);
     assert.deepEqual(f.second, [0, 20, 40]);
     assert.deepEqual(nextIso("*/20 * * * * *", "UTC", "2026-01-01T00:00:05.500Z", 3), [
-      "2026-01-01T00:00:20Z", "2026-01-01T00:00:40Z", "2026-01-01T00:01:00Z",
+      "2026-01-01T00:00:20Z",
+      "2026-01-01T00:00:40Z",
+      "2026-01-01T00:01:00Z",
     ]);
   });
   it("surrounding and repeated whitespace is ignored", () => {
@@ -101,7 +117,10 @@ describe("cron syntax", () => {
 
 describe("Vixie day rule", () => {
   it("restricted unless the field starts with * or ?", () => {
-    const f = (e: string) => { const x = fields(e); return [x.dayOfMonthRestricted, x.dayOfWeekRestricted]; };
+    const f = (e: string) => {
+      const x = fields(e);
+      return [x.dayOfMonthRestricted, x.dayOfWeekRestricted];
+    };
     assert.deepEqual(f("0 0 1-31 * 1-5"), [true, true]);
     assert.deepEqual(f("0 0 */2 * ?"), [false, false]);
     assert.deepEqual(f("0 0 *,5 * 7"), [false, true]);
@@ -110,27 +129,39 @@ describe("Vixie day rule", () => {
   it("both restricted: a day matches when either matches", () => {
     // 2026-03: the 13th is a Friday; Fridays are 6, 13, 20, 27.
     assert.deepEqual(nextIso("0 0 13 * 5", "UTC", "2026-03-01T00:00:00Z", 4), [
-      "2026-03-06T00:00:00Z", "2026-03-13T00:00:00Z", "2026-03-20T00:00:00Z", "2026-03-27T00:00:00Z",
+      "2026-03-06T00:00:00Z",
+      "2026-03-13T00:00:00Z",
+      "2026-03-20T00:00:00Z",
+      "2026-03-27T00:00:00Z",
     ]);
   });
   it("0 0 1-31 * 1-5 matches every day (day-of-month 1-31 is restricted and matches all)", () => {
     assert.deepEqual(nextIso("0 0 1-31 * 1-5", "UTC", "2026-03-06T12:00:00Z", 3), [
-      "2026-03-07T00:00:00Z", "2026-03-08T00:00:00Z", "2026-03-09T00:00:00Z",
+      "2026-03-07T00:00:00Z",
+      "2026-03-08T00:00:00Z",
+      "2026-03-09T00:00:00Z",
     ]);
   });
   it("*/2 day-of-month with 1-5 day-of-week: odd days that are weekdays", () => {
     // March 2026: Sun 1, Tue 3, Thu 5, Sat 7, Mon 9, Wed 11, Fri 13.
     assert.deepEqual(nextIso("0 0 */2 * 1-5", "UTC", "2026-02-28T12:00:00Z", 4), [
-      "2026-03-03T00:00:00Z", "2026-03-05T00:00:00Z", "2026-03-09T00:00:00Z", "2026-03-11T00:00:00Z",
+      "2026-03-03T00:00:00Z",
+      "2026-03-05T00:00:00Z",
+      "2026-03-09T00:00:00Z",
+      "2026-03-11T00:00:00Z",
     ]);
   });
   it("* day-of-month with restricted day-of-week: only the weekdays", () => {
-    assert.deepEqual(nextIso("0 9 * * MON", "UTC", "2026-03-03T00:00:00Z", 2), ["2026-03-09T09:00:00Z", "2026-03-16T09:00:00Z"]);
+    assert.deepEqual(nextIso("0 9 * * MON", "UTC", "2026-03-03T00:00:00Z", 2), [
+      "2026-03-09T09:00:00Z",
+      "2026-03-16T09:00:00Z",
+    ]);
   });
 });
 
 describe("cron errors name the field, the token and why", () => {
-  const bad = (expr: string, message: string | RegExp): void => assertScheduleError(() => parseCronFields(expr), "schedule.cron", message);
+  const bad = (expr: string, message: string | RegExp): void =>
+    assertScheduleError(() => parseCronFields(expr), "schedule.cron", message);
   it("out of range, per field", () => {
     bad("60 * * * * *", "second: 60 is out of range 0-59");
     bad("60 * * * *", "minute: 60 is out of range 0-59");
@@ -182,25 +213,40 @@ describe("cron errors name the field, the token and why", () => {
     bad("0 0 1, * *", 'day-of-month: empty item in list "1,"');
   });
   it("wrong field count and empty expressions", () => {
-    bad("* * * *", /^expected 5 fields \(minute hour day-of-month month day-of-week\) or 6 with a leading second field, got 4$/);
+    bad(
+      "* * * *",
+      /^expected 5 fields \(minute hour day-of-month month day-of-week\) or 6 with a leading second field, got 4$/,
+    );
     bad("* * * * * * *", /got 7$/);
     bad("", "cron expression is empty");
     bad("   ", "cron expression is empty");
     bad("*".repeat(1001), /^cron expression is too long \(1001 characters, max 1000\)$/);
   });
   it("unknown macros and macros with fields", () => {
-    bad("@every", /^unknown macro "@every" \(expected one of @yearly @annually @monthly @weekly @daily @midnight @hourly\)$/);
+    bad(
+      "@every",
+      /^unknown macro "@every" \(expected one of @yearly @annually @monthly @weekly @daily @midnight @hourly\)$/,
+    );
     bad("@reboot", /^unknown macro "@reboot"/);
     bad("@daily 5", 'macro "@daily" must stand alone, got 1 more field(s)');
   });
   it("never-firing schedules are rejected at compile time", () => {
-    const never = (cron: string): void => assertScheduleError(() => compileSchedule({ cron, time_zone: "UTC" }), "schedule.cron", "schedule never fires (searched 8 years ahead)");
+    const never = (cron: string): void =>
+      assertScheduleError(
+        () => compileSchedule({ cron, time_zone: "UTC" }),
+        "schedule.cron",
+        "schedule never fires (searched 8 years ahead)",
+      );
     never("0 0 30 2 *");
     never("0 0 31 4,6,9,11 *");
     never("0 0 30,31 FEB *");
     // ... but Feb 29 fires (every 4 years; 8 across 2100), and so does L in February.
-    assert.deepEqual(nextIso("0 0 29 2 *", "UTC", "2096-03-01T00:00:00Z", 1), ["2104-02-29T00:00:00Z"]);
-    assert.deepEqual(nextIso("0 0 30 2 1", "UTC", "2026-01-01T00:00:00Z", 1), ["2026-02-02T00:00:00Z"]);
+    assert.deepEqual(nextIso("0 0 29 2 *", "UTC", "2096-03-01T00:00:00Z", 1), [
+      "2104-02-29T00:00:00Z",
+    ]);
+    assert.deepEqual(nextIso("0 0 30 2 1", "UTC", "2026-01-01T00:00:00Z", 1), [
+      "2026-02-02T00:00:00Z",
+    ]);
   });
 });
 
@@ -210,24 +256,46 @@ describe("cron-parser agrees on the grammar both support", () => {
       fc.oneof(
         fc.constant("*"),
         fc.integer({ min, max }).map(String),
-        fc.tuple(fc.integer({ min, max }), fc.integer({ min, max })).map(([a, b]) => `${Math.min(a, b)}-${Math.max(a, b)}`),
-        fc.tuple(fc.integer({ min, max }), fc.integer({ min, max }), fc.integer({ min: 1, max: stepMax - min + 1 })).map(([a, b, s]) => `${Math.min(a, b)}-${Math.max(a, b)}/${s}`),
+        fc
+          .tuple(fc.integer({ min, max }), fc.integer({ min, max }))
+          .map(([a, b]) => `${Math.min(a, b)}-${Math.max(a, b)}`),
+        fc
+          .tuple(
+            fc.integer({ min, max }),
+            fc.integer({ min, max }),
+            fc.integer({ min: 1, max: stepMax - min + 1 }),
+          )
+          .map(([a, b, s]) => `${Math.min(a, b)}-${Math.max(a, b)}/${s}`),
         fc.integer({ min: 1, max: stepMax - min + 1 }).map((s) => `*/${s}`),
       );
-    const expr = fc.tuple(item(0, 59, 59), item(0, 59, 59), item(0, 23, 23), item(1, 31, 31), item(1, 12, 12), fc.oneof(fc.constant("*"), fc.integer({ min: 0, max: 7 }).map(String)))
+    const expr = fc
+      .tuple(
+        item(0, 59, 59),
+        item(0, 59, 59),
+        item(0, 23, 23),
+        item(1, 31, 31),
+        item(1, 12, 12),
+        fc.oneof(fc.constant("*"), fc.integer({ min: 0, max: 7 }).map(String)),
+      )
       .map((parts) => parts.join(" "));
     fc.assert(
       fc.property(expr, (e) => {
         const ours = parseCronFields(e);
         const theirs = CronExpressionParser.parse(e, { tz: "UTC" }).fields;
-        const nums = (vs: readonly (number | string)[], fold7 = false) => [...new Set(vs.map((v) => (fold7 && v === 7 ? 0 : Number(v))))].sort((a, b) => a - b);
+        const nums = (vs: readonly (number | string)[], fold7 = false) =>
+          [...new Set(vs.map((v) => (fold7 && v === 7 ? 0 : Number(v))))].sort((a, b) => a - b);
         assert.deepEqual(ours.second, nums(theirs.second.values));
         assert.deepEqual(ours.minute, nums(theirs.minute.values));
         assert.deepEqual(ours.hour, nums(theirs.hour.values));
         // cron-parser drops days no allowed month has (`*/1` with month 2 stops at 29); the
         // matcher masks those days by month length anyway, so compare only days that exist.
-        const maxDay = Math.max(...ours.month.map((m) => [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m - 1] ?? 31));
-        assert.deepEqual(ours.dayOfMonth.filter((d) => d <= maxDay), nums(theirs.dayOfMonth.values).filter((d) => d <= maxDay));
+        const maxDay = Math.max(
+          ...ours.month.map((m) => [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][m - 1] ?? 31),
+        );
+        assert.deepEqual(
+          ours.dayOfMonth.filter((d) => d <= maxDay),
+          nums(theirs.dayOfMonth.values).filter((d) => d <= maxDay),
+        );
         assert.deepEqual(ours.month, nums(theirs.month.values));
         assert.deepEqual(ours.dayOfWeek, nums(theirs.dayOfWeek.values, true));
       }),

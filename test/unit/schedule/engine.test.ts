@@ -5,7 +5,13 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
-  assertFuture, compileSchedule, MAX_COUNT, nextOccurrences, occurrencesBetween, spreadOffsetMs, validateTimeZone,
+  assertFuture,
+  compileSchedule,
+  MAX_COUNT,
+  nextOccurrences,
+  occurrencesBetween,
+  spreadOffsetMs,
+  validateTimeZone,
   type ScheduleSpec,
 } from "../../../src/schedule/index.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
@@ -21,21 +27,37 @@ describe("compileSchedule", () => {
     assert.equal(compileSchedule({ cron: "0 9 * * 1-5", time_zone: "Asia/Kolkata" }), a);
   });
   it("rejects unknown zones and non-name zones, field schedule.time_zone", () => {
-    const zone = (time_zone: string, message: string | RegExp): void => assertScheduleError(() => compileSchedule({ cron: "* * * * *", time_zone }), "schedule.time_zone", message);
+    const zone = (time_zone: string, message: string | RegExp): void =>
+      assertScheduleError(
+        () => compileSchedule({ cron: "* * * * *", time_zone }),
+        "schedule.time_zone",
+        message,
+      );
     zone("Mars/Base", 'unknown time zone "Mars/Base"');
     zone("", /^unknown time zone "" \(expected an IANA name/);
     zone("+05:00", /^unknown time zone "\+05:00"/);
     zone("2020-01-01T00:00Z", /^unknown time zone/);
-    assertScheduleError(() => validateTimeZone("Europe/Atlantis"), "schedule.time_zone", 'unknown time zone "Europe/Atlantis"');
+    assertScheduleError(
+      () => validateTimeZone("Europe/Atlantis"),
+      "schedule.time_zone",
+      'unknown time zone "Europe/Atlantis"',
+    );
   });
   it("accepts IANA names case-insensitively, and UTC", () => {
     validateTimeZone("UTC");
     validateTimeZone("Etc/GMT+5");
     validateTimeZone("america/new_york");
-    assert.deepEqual(compileSchedule({ cron: "30 2 * * *", time_zone: "america/new_york" }).next(ms("2026-03-07T12:00:00Z"), 1), [ms("2026-03-08T07:00:00Z")]);
+    assert.deepEqual(
+      compileSchedule({ cron: "30 2 * * *", time_zone: "america/new_york" }).next(
+        ms("2026-03-07T12:00:00Z"),
+        1,
+      ),
+      [ms("2026-03-08T07:00:00Z")],
+    );
   });
   it("rejects malformed specs with the field at fault", () => {
-    const spec = (s: unknown, field: string, message: string | RegExp): void => assertScheduleError(() => compileSchedule(s as ScheduleSpec), field, message);
+    const spec = (s: unknown, field: string, message: string | RegExp): void =>
+      assertScheduleError(() => compileSchedule(s as ScheduleSpec), field, message);
     spec({ cron: "* * * * *" }, "schedule.time_zone", "time_zone is required with cron");
     spec({ cron: "* * * * *", time_zone: 5 }, "schedule.time_zone", "time_zone must be a string");
     spec({ cron: 5, time_zone: "UTC" }, "schedule.cron", "cron must be a string");
@@ -54,10 +76,13 @@ describe("one-shot at", () => {
     assert.deepEqual(s.next(at - 1, 5), [at]);
     assert.deepEqual(s.next(at, 5), []);
     assert.deepEqual(s.next(at - 1, 0), []);
-    assert.deepEqual(compileSchedule({ at: "2026-03-08t07:00:00z" }).next(0, 1), [ms("2026-03-08T07:00:00Z")]);
+    assert.deepEqual(compileSchedule({ at: "2026-03-08t07:00:00z" }).next(0, 1), [
+      ms("2026-03-08T07:00:00Z"),
+    ]);
   });
   it("rejects anything but an RFC 3339 instant with offset or Z", () => {
-    const bad = (at: string, message: RegExp): void => assertScheduleError(() => compileSchedule({ at }), "schedule.at", message);
+    const bad = (at: string, message: RegExp): void =>
+      assertScheduleError(() => compileSchedule({ at }), "schedule.at", message);
     bad("2026-03-08T07:00:00", /^at must be an RFC 3339 instant with an offset or Z/);
     bad("2026-03-08T07:00Z", /^at must be an RFC 3339 instant/);
     bad("tomorrow", /^at must be an RFC 3339 instant/);
@@ -69,8 +94,16 @@ describe("one-shot at", () => {
     const now = ms("2026-03-01T00:00:00Z");
     assertFuture({ at: "2026-03-01T00:00:01Z" }, now);
     assertFuture({ cron: "* * * * *", time_zone: "UTC" }, now);
-    assertScheduleError(() => assertFuture({ at: "2026-03-01T00:00:00Z" }, now), "schedule.at", /^at is in the past/);
-    assertScheduleError(() => assertFuture({ at: "2020-01-01T00:00:00Z" }, now), "schedule.at", "at is in the past (2020-01-01T00:00:00Z is not after now, 2026-03-01T00:00:00Z)");
+    assertScheduleError(
+      () => assertFuture({ at: "2026-03-01T00:00:00Z" }, now),
+      "schedule.at",
+      /^at is in the past/,
+    );
+    assertScheduleError(
+      () => assertFuture({ at: "2020-01-01T00:00:00Z" }, now),
+      "schedule.at",
+      "at is in the past (2020-01-01T00:00:00Z is not after now, 2026-03-01T00:00:00Z)",
+    );
   });
 });
 
@@ -79,7 +112,9 @@ describe("next and its limits", () => {
   it("is strictly after `after`, also for sub-second `after`", () => {
     assert.deepEqual(s.next(ms("2026-01-01T00:05:00Z"), 1), [ms("2026-01-01T00:10:00Z")]);
     assert.deepEqual(s.next(ms("2026-01-01T00:04:59.999Z"), 1), [ms("2026-01-01T00:05:00Z")]);
-    assert.deepEqual(nextOccurrences(s, ms("2026-01-01T00:05:00.001Z"), 1), [ms("2026-01-01T00:10:00Z")]);
+    assert.deepEqual(nextOccurrences(s, ms("2026-01-01T00:05:00.001Z"), 1), [
+      ms("2026-01-01T00:10:00Z"),
+    ]);
   });
   it("count 0 gives nothing; bad counts and instants are invalid_argument", () => {
     assert.deepEqual(s.next(0, 0), []);
@@ -91,30 +126,63 @@ describe("next and its limits", () => {
     assert.throws(() => s.next(Infinity, 1), isArgumentError);
   });
   it("works far from now (1900, 2200) and before the epoch", () => {
-    assert.deepEqual(compileSchedule({ cron: "0 0 1 1 *", time_zone: "UTC" }).next(ms("1899-06-01T00:00:00Z"), 1), [ms("1900-01-01T00:00:00Z")]);
-    assert.deepEqual(compileSchedule({ cron: "0 12 29 2 *", time_zone: "UTC" }).next(ms("2199-01-01T00:00:00Z"), 1), [ms("2204-02-29T12:00:00Z")]);
+    assert.deepEqual(
+      compileSchedule({ cron: "0 0 1 1 *", time_zone: "UTC" }).next(ms("1899-06-01T00:00:00Z"), 1),
+      [ms("1900-01-01T00:00:00Z")],
+    );
+    assert.deepEqual(
+      compileSchedule({ cron: "0 12 29 2 *", time_zone: "UTC" }).next(
+        ms("2199-01-01T00:00:00Z"),
+        1,
+      ),
+      [ms("2204-02-29T12:00:00Z")],
+    );
   });
 });
 
 describe("occurrencesBetween", () => {
   const hourly = compileSchedule({ cron: "0 * * * *", time_zone: "UTC" });
   it("returns (from, to], ascending", () => {
-    const r = occurrencesBetween(hourly, ms("2026-01-01T00:00:00Z"), ms("2026-01-01T03:00:00Z"), 10);
-    assert.deepEqual(r, { times: [1, 2, 3].map((h) => ms(`2026-01-01T0${h}:00:00Z`)), truncated: false });
+    const r = occurrencesBetween(
+      hourly,
+      ms("2026-01-01T00:00:00Z"),
+      ms("2026-01-01T03:00:00Z"),
+      10,
+    );
+    assert.deepEqual(r, {
+      times: [1, 2, 3].map((h) => ms(`2026-01-01T0${h}:00:00Z`)),
+      truncated: false,
+    });
   });
   it("truncates at the limit and says so", () => {
-    const r = occurrencesBetween(hourly, ms("2026-01-01T00:00:00Z"), ms("2026-01-11T00:00:00Z"), 100);
+    const r = occurrencesBetween(
+      hourly,
+      ms("2026-01-01T00:00:00Z"),
+      ms("2026-01-11T00:00:00Z"),
+      100,
+    );
     assert.equal(r.times.length, 100);
     assert.equal(r.truncated, true);
     assert.equal(r.times[99], ms("2026-01-05T04:00:00Z"));
     assert.deepEqual(occurrencesBetween(hourly, 0, ms("2026-01-01T00:00:00Z"), 0).truncated, true);
-    const exact = occurrencesBetween(hourly, ms("2026-01-01T00:00:00Z"), ms("2026-01-01T05:00:00Z"), 5);
+    const exact = occurrencesBetween(
+      hourly,
+      ms("2026-01-01T00:00:00Z"),
+      ms("2026-01-01T05:00:00Z"),
+      5,
+    );
     assert.deepEqual([exact.times.length, exact.truncated], [5, false]);
   });
   it("empty windows, one-shots, and bad arguments", () => {
-    assert.deepEqual(occurrencesBetween(hourly, ms("2026-01-01T00:10:00Z"), ms("2026-01-01T00:50:00Z"), 5), { times: [], truncated: false });
+    assert.deepEqual(
+      occurrencesBetween(hourly, ms("2026-01-01T00:10:00Z"), ms("2026-01-01T00:50:00Z"), 5),
+      { times: [], truncated: false },
+    );
     const at = compileSchedule({ at: "2026-01-01T00:30:00Z" });
-    assert.deepEqual(occurrencesBetween(at, ms("2026-01-01T00:00:00Z"), ms("2026-01-01T01:00:00Z"), 5), { times: [ms("2026-01-01T00:30:00Z")], truncated: false });
+    assert.deepEqual(
+      occurrencesBetween(at, ms("2026-01-01T00:00:00Z"), ms("2026-01-01T01:00:00Z"), 5),
+      { times: [ms("2026-01-01T00:30:00Z")], truncated: false },
+    );
     assert.throws(() => occurrencesBetween(hourly, 10, 5, 5), isArgumentError);
     assert.throws(() => occurrencesBetween(hourly, 0, 5, -1), isArgumentError);
   });
@@ -142,7 +210,9 @@ describe("spreadOffsetMs", () => {
     for (const b of buckets) assert.ok(b > 850 && b < 1150, `bucket ${b}`);
   });
   it("varies with the occurrence, and rejects bad windows", () => {
-    const offsets = new Set([0, 1, 2, 3, 4].map((h) => spreadOffsetMs("job-1", h * 3_600_000, 600)));
+    const offsets = new Set(
+      [0, 1, 2, 3, 4].map((h) => spreadOffsetMs("job-1", h * 3_600_000, 600)),
+    );
     assert.ok(offsets.size > 1);
     assert.throws(() => spreadOffsetMs("j", 0, -1), isArgumentError);
     assert.throws(() => spreadOffsetMs("j", 0, Number.NaN), isArgumentError);

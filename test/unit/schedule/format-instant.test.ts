@@ -18,15 +18,38 @@ it("formatInstant keeps milliseconds when there are any, and is formatUtc's form
 it("a run of an `at` with milliseconds shows scheduled_for with them (it was cut to the second)", () => {
   const at = parseAt("2026-03-08T07:00:00.250Z");
   const j = { job_id: "j1", tenant_id: "t1" } as unknown as JobRecord;
-  const r = { run_id: "r1", scheduled_for_ms: at, created_at_ms: at - 60_000, started_at_ms: null, next_attempt_at_ms: null, trigger: "schedule", status: "queued", attempt: 0, attempts: [] } as unknown as ActiveRun;
+  const r = {
+    run_id: "r1",
+    scheduled_for_ms: at,
+    created_at_ms: at - 60_000,
+    started_at_ms: null,
+    next_attempt_at_ms: null,
+    trigger: "schedule",
+    status: "queued",
+    attempt: 0,
+    attempts: [],
+  } as unknown as ActiveRun;
   assert.equal(activeRunView(j, r).scheduled_for, "2026-03-08T07:00:00.250Z");
 });
 
 it("formatUtc keeps the last second's text and never answers another second with it", () => {
   const a = parseAt("2026-03-08T07:00:00Z");
   const seq = [a, a + 999, a + 1000, a, a - 1, a - 1000, a + 86_400_000, a + 86_400_000 + 1];
-  const want = ["2026-03-08T07:00:00Z", "2026-03-08T07:00:00Z", "2026-03-08T07:00:01Z", "2026-03-08T07:00:00Z", "2026-03-08T06:59:59Z", "2026-03-08T06:59:59Z", "2026-03-09T07:00:00Z", "2026-03-09T07:00:00Z"];
+  const want = [
+    "2026-03-08T07:00:00Z",
+    "2026-03-08T07:00:00Z",
+    "2026-03-08T07:00:01Z",
+    "2026-03-08T07:00:00Z",
+    "2026-03-08T06:59:59Z",
+    "2026-03-08T06:59:59Z",
+    "2026-03-09T07:00:00Z",
+    "2026-03-09T07:00:00Z",
+  ];
   assert.deepEqual(seq.map(formatUtc), want);
-  assert.throws(() => formatUtc(Number.NaN), RangeError, "an invalid instant still throws, as before");
+  assert.throws(
+    () => formatUtc(Number.NaN),
+    RangeError,
+    "an invalid instant still throws, as before",
+  );
   assert.equal(formatUtc(a), "2026-03-08T07:00:00Z", "and the next valid one is right");
 });

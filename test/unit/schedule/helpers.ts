@@ -18,7 +18,11 @@ export function nextIso(cron: string, tz: string, from: string, count = 3): stri
 }
 
 /** Asserts that `fn` throws invalid_schedule with `field` and a message matching `message`. */
-export function assertScheduleError(fn: () => unknown, field: string, message: string | RegExp): void {
+export function assertScheduleError(
+  fn: () => unknown,
+  field: string,
+  message: string | RegExp,
+): void {
   assert.throws(fn, (e: unknown) => {
     assert.ok(isKairosError(e, "invalid_schedule"), `expected invalid_schedule, got ${String(e)}`);
     assert.equal(e.field, field);

@@ -8,7 +8,12 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { SecretEnvStore, parseSecretKey, publicJob, purgeSecretEnv } from "../../../src/secrets/secret-env.ts";
+import {
+  SecretEnvStore,
+  parseSecretKey,
+  publicJob,
+  purgeSecretEnv,
+} from "../../../src/secrets/secret-env.ts";
 import type { JobView } from "../../../src/protocol/model.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
@@ -25,7 +30,10 @@ describe("secret_env", () => {
     assert.equal(stored.length, 1);
     assert.equal(stored[0]!.key, `sk.t1.j1.${ref.ref}`);
     const raw = Buffer.from(stored[0]!.value).toString("utf8");
-    assert.ok(!raw.includes("hunter2") && !raw.includes("tok_abc") && !raw.includes("DB_PASSWORD"), "no plaintext at rest");
+    assert.ok(
+      !raw.includes("hunter2") && !raw.includes("tok_abc") && !raw.includes("DB_PASSWORD"),
+      "no plaintext at rest",
+    );
     assert.deepEqual(await store.open("t1", "j1", ref), SECRETS);
   });
 
@@ -36,7 +44,10 @@ describe("secret_env", () => {
     const value = (await kv.get(`sk.t1.j1.${ref.ref}`))!.value;
     await kv.put(`sk.t2.j1.${ref.ref}`, value);
     await kv.put(`sk.t1.j2.${ref.ref}`, value);
-    for (const [t, j] of [["t2", "j1"], ["t1", "j2"]] as const) {
+    for (const [t, j] of [
+      ["t2", "j1"],
+      ["t1", "j2"],
+    ] as const) {
       await assert.rejects(store.open(t, j, ref), (e) => isKairosError(e, "internal"));
     }
     const other = new SecretEnvStore(randomBytes(32), () => kv);
@@ -51,9 +62,15 @@ describe("secret_env", () => {
     const c = await store.seal("t1", "j1", { Y: "2" });
     const other = await store.seal("t1", "j10", { Z: "3" });
     await purgeSecretEnv(kv, "t1", "j1", { only: a.ref });
-    assert.deepEqual((await kv.list("sk.t1.j1.*")).map((e) => e.key).sort(), [`sk.t1.j1.${b.ref}`, `sk.t1.j1.${c.ref}`].sort());
+    assert.deepEqual(
+      (await kv.list("sk.t1.j1.*")).map((e) => e.key).sort(),
+      [`sk.t1.j1.${b.ref}`, `sk.t1.j1.${c.ref}`].sort(),
+    );
     await purgeSecretEnv(kv, "t1", "j1", { keep: c.ref });
-    assert.deepEqual((await kv.list("sk.t1.j1.*")).map((e) => e.key), [`sk.t1.j1.${c.ref}`]);
+    assert.deepEqual(
+      (await kv.list("sk.t1.j1.*")).map((e) => e.key),
+      [`sk.t1.j1.${c.ref}`],
+    );
     await purgeSecretEnv(kv, "t1", "j1");
     assert.deepEqual(await kv.list("sk.t1.j1.*"), []);
     await assert.rejects(store.open("t1", "j1", c), (e) => isKairosError(e, "not_found"));
@@ -70,11 +87,27 @@ describe("secret_env", () => {
 
   it("the API view shows names only", () => {
     const job = {
-      job_id: "j1", task: { image: "busybox", args: ["true"], env: { A: "1" }, timeout_s: 5, sealed_env: { names: ["DB_PASSWORD"], ref: "r1" } },
+      job_id: "j1",
+      task: {
+        image: "busybox",
+        args: ["true"],
+        env: { A: "1" },
+        timeout_s: 5,
+        sealed_env: { names: ["DB_PASSWORD"], ref: "r1" },
+      },
     } as unknown as JobView;
     const v = publicJob(job);
-    assert.deepEqual(v.task, { image: "busybox", args: ["true"], env: { A: "1" }, timeout_s: 5, secret_env_names: ["DB_PASSWORD"] });
-    const plain = publicJob({ ...job, task: { ...job.task, sealed_env: undefined, secret_env: { X: "leak" } } } as unknown as JobView);
+    assert.deepEqual(v.task, {
+      image: "busybox",
+      args: ["true"],
+      env: { A: "1" },
+      timeout_s: 5,
+      secret_env_names: ["DB_PASSWORD"],
+    });
+    const plain = publicJob({
+      ...job,
+      task: { ...job.task, sealed_env: undefined, secret_env: { X: "leak" } },
+    } as unknown as JobView);
     assert.ok(!JSON.stringify(plain).includes("leak"));
     assert.equal(plain.task.secret_env_names, undefined);
   });
@@ -83,8 +116,17 @@ describe("secret_env", () => {
     const k = randomBytes(32);
     assert.deepEqual(parseSecretKey(`${k.toString("base64")}\n`), k);
     assert.deepEqual(parseSecretKey(k.toString("hex")), k);
-    for (const bad of ["", "short", randomBytes(16).toString("base64"), `${k.toString("base64")}x`]) {
-      assert.throws(() => parseSecretKey(bad), (e) => isKairosError(e, "invalid_argument"), JSON.stringify(bad));
+    for (const bad of [
+      "",
+      "short",
+      randomBytes(16).toString("base64"),
+      `${k.toString("base64")}x`,
+    ]) {
+      assert.throws(
+        () => parseSecretKey(bad),
+        (e) => isKairosError(e, "invalid_argument"),
+        JSON.stringify(bad),
+      );
     }
   });
 });

@@ -1,7 +1,13 @@
 /** How a node answers a batch: within its budget, items still queued then answered as pending. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { answerBatch, answerItems, batchBudgetMs, BATCH_ITEM_BUDGET_MS, MAX_BATCH_BUDGET_MS } from "../../../src/server/batch-answer.ts";
+import {
+  answerBatch,
+  answerItems,
+  batchBudgetMs,
+  BATCH_ITEM_BUDGET_MS,
+  MAX_BATCH_BUDGET_MS,
+} from "../../../src/server/batch-answer.ts";
 import { MAX_BATCH, type BatchRequest } from "../../../src/cluster/router.ts";
 import { KairosError } from "../../../src/lib/errors.ts";
 import type { ActorRequest, ItemResult } from "../../../src/cluster/router.ts";
@@ -12,8 +18,16 @@ function items() {
   let release!: (v: unknown) => void;
   const slowReply = new Promise((r) => (release = r));
   const deliver = (it: ActorRequest): Promise<unknown> =>
-    it.i === "fast" ? Promise.resolve("ok-fast") : it.i === "bad" ? Promise.reject(new KairosError("stale_fence", "stale")) : slowReply;
-  const batch: ActorRequest[] = [{ t: "job", i: "fast", m: {} }, { t: "job", i: "slow", m: {} }, { t: "job", i: "bad", m: {} }];
+    it.i === "fast"
+      ? Promise.resolve("ok-fast")
+      : it.i === "bad"
+        ? Promise.reject(new KairosError("stale_fence", "stale"))
+        : slowReply;
+  const batch: ActorRequest[] = [
+    { t: "job", i: "fast", m: {} },
+    { t: "job", i: "slow", m: {} },
+    { t: "job", i: "bad", m: {} },
+  ];
   return { batch, deliver, release };
 }
 const settle = () => new Promise((r) => setImmediate(r));
@@ -57,20 +71,41 @@ describe("batch answers", () => {
   it("a node answers a batch as it arrived: within the budget it names (w), at most MAX_BATCH items, none for a malformed b", async () => {
     const stall = new StallClock();
     const asked: number[] = []; // the budget timer's duration, per batch
-    const clock = { now: () => stall.now(), monoMs: () => stall.monoMs(), setTimer: (ms: number, fn: () => void) => { asked.push(ms); return stall.setTimer(ms, fn); } };
+    const clock = {
+      now: () => stall.now(),
+      monoMs: () => stall.monoMs(),
+      setTimer: (ms: number, fn: () => void) => {
+        asked.push(ms);
+        return stall.setTimer(ms, fn);
+      },
+    };
     const { batch, deliver, release } = items();
     const named = answerBatch({ b: batch, w: 2_000 }, deliver, clock);
     release("ok-slow");
-    assert.deepEqual((await named).map((r) => r.ok), [true, true, false]);
+    assert.deepEqual(
+      (await named).map((r) => r.ok),
+      [true, true, false],
+    );
     const { batch: b2, deliver: d2 } = items();
     const dflt = answerBatch({ b: b2 }, d2, clock); // without w: the heartbeats' case
     await settle();
     stall.runTimers();
     assert.equal((await dflt)[1]!.ok, false, "pending at the default budget");
-    assert.deepEqual(asked, [2_000, BATCH_ITEM_BUDGET_MS], "the budget the batch named, then the default");
-    const many = Array.from({ length: MAX_BATCH + 10 }, (_, i): ActorRequest => ({ t: "job", i: `x${i}`, m: {} }));
+    assert.deepEqual(
+      asked,
+      [2_000, BATCH_ITEM_BUDGET_MS],
+      "the budget the batch named, then the default",
+    );
+    const many = Array.from({ length: MAX_BATCH + 10 }, (_, i): ActorRequest => ({
+      t: "job",
+      i: `x${i}`,
+      m: {},
+    }));
     assert.equal((await answerBatch({ b: many }, async () => "ok", clock)).length, MAX_BATCH);
-    assert.deepEqual(await answerBatch({ b: "nope" } as unknown as BatchRequest, async () => "ok", clock), []);
+    assert.deepEqual(
+      await answerBatch({ b: "nope" } as unknown as BatchRequest, async () => "ok", clock),
+      [],
+    );
   });
 
   it("the budget a batch names is used, bounded; a missing or malformed one is the default", () => {

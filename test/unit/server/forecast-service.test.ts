@@ -26,14 +26,21 @@ describe("forecast service", () => {
         at.push(clock.now());
         return kv;
       },
-      held: () => [0, 1], events: new EventBus(), clock, log: () => undefined,
+      held: () => [0, 1],
+      events: new EventBus(),
+      clock,
+      log: () => undefined,
       publish: () => publishedAt.push(clock.now()),
     });
     svc.start();
     await clock.runUntil(t0 + 3 * MINUTE + 5_000);
     svc.stop();
     assert.equal(REFRESH_AT_MS, 30_000);
-    assert.deepEqual(at.map((x) => x - t0), [0, 29_000, 89_000, 149_000], "at start, then each :30");
+    assert.deepEqual(
+      at.map((x) => x - t0),
+      [0, 29_000, 89_000, 149_000],
+      "at start, then each :30",
+    );
     for (const x of at.slice(1)) assert.equal(x % MINUTE, REFRESH_AT_MS);
     // Published after each refresh, and again at each minute's start (minute 0 shifted, no listing).
     const starts = publishedAt.filter((x) => x % MINUTE < 1_000).map((x) => x - t0);

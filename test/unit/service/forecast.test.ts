@@ -15,8 +15,17 @@ import { emptyJobState } from "../../../src/jobs/job-state.ts";
 
 const ms = (iso: string) => Date.parse(iso);
 const NY = "America/New_York";
-const cron = (tenant: string, expr: string, next: string, tz = NY, enabled = true): ForecastJob => ({
-  tenant_id: tenant, schedule: { cron: expr, time_zone: tz }, enabled, next_run_at_ms: ms(next),
+const cron = (
+  tenant: string,
+  expr: string,
+  next: string,
+  tz = NY,
+  enabled = true,
+): ForecastJob => ({
+  tenant_id: tenant,
+  schedule: { cron: expr, time_zone: tz },
+  enabled,
+  next_run_at_ms: ms(next),
 });
 /** A per-minute array with the given non-zero entries. */
 const minutes = (n: number, entries: Record<number, number>, fill = 0): number[] => {
@@ -33,9 +42,19 @@ describe("forecast of runs due per minute", () => {
       cron("t1", "0 3 * * *", "2026-03-08T07:00:00Z"), // 03:00 EDT = 07:00Z (minute 30)
       cron("t2", "*/15 * * * *", "2026-03-08T06:45:00Z"), // 06:30Z already fired; 06:45, 07:00 (02:00-02:45 all → 03:00), 07:15
       cron("t2", "* * * * *", "2026-03-08T06:31:00Z", NY, false), // paused: nothing
-      { tenant_id: "t3", schedule: { at: "2026-03-08T07:10:30Z" }, enabled: true, next_run_at_ms: ms("2026-03-08T07:10:30Z") }, // minute 40
+      {
+        tenant_id: "t3",
+        schedule: { at: "2026-03-08T07:10:30Z" },
+        enabled: true,
+        next_run_at_ms: ms("2026-03-08T07:10:30Z"),
+      }, // minute 40
       cron("t3", "*/20 * * * * *", "2026-03-08T06:30:40Z", "Europe/Berlin"), // every 20 s: minute 0 has only :40, then 3 a minute
-      { tenant_id: "t4", schedule: { at: "2026-03-08T05:00:00Z" }, enabled: true, next_run_at_ms: null }, // a past one-shot
+      {
+        tenant_id: "t4",
+        schedule: { at: "2026-03-08T05:00:00Z" },
+        enabled: true,
+        next_run_at_ms: null,
+      }, // a past one-shot
     ];
     const f = forecastRunsDue(jobs, now, { minutes: 60 });
     assert.equal(f.startMs, ms("2026-03-08T06:30:00Z"));
@@ -67,12 +86,18 @@ describe("forecast of runs due per minute", () => {
     const every = cron("t1", "* * * * * *", "2026-01-01T00:00:00Z", "UTC"); // 60 a minute
     const now = ms("2026-01-01T00:00:00Z");
     const full = forecastRunsDue([every, every], now, { minutes: 60 });
-    assert.equal(full.perMinute.reduce((a, b) => a + b, 0), 7200);
+    assert.equal(
+      full.perMinute.reduce((a, b) => a + b, 0),
+      7200,
+    );
     assert.equal(full.truncated, false);
     const fewJobs = forecastRunsDue([every, every, every], now, { minutes: 60, maxJobs: 2 });
     assert.deepEqual([fewJobs.jobsScanned, fewJobs.truncated], [2, true]);
     const fewOccurrences = forecastRunsDue([every], now, { minutes: 60, maxOccurrences: 1000 });
-    assert.equal(fewOccurrences.perMinute.reduce((a, b) => a + b, 0), 1000);
+    assert.equal(
+      fewOccurrences.perMinute.reduce((a, b) => a + b, 0),
+      1000,
+    );
     assert.equal(fewOccurrences.truncated, true);
   });
 
@@ -85,7 +110,10 @@ describe("forecast of runs due per minute", () => {
     d.create(spec());
     d.advance(0);
     const prepared = d.state.runs[0]!;
-    assert.ok(d.state.next_run_at_ms! > prepared.scheduled_for_ms, "next_run_at already past the prepared occurrence");
+    assert.ok(
+      d.state.next_run_at_ms! > prepared.scheduled_for_ms,
+      "next_run_at already past the prepared occurrence",
+    );
     assert.equal(forecastJobOf(d.state)?.next_run_at_ms, prepared.scheduled_for_ms);
     d.heartbeat(prepared.run_id, prepared.fence, prepared.scheduled_for_ms); // started: handled
     assert.equal(forecastJobOf(d.state)?.next_run_at_ms, d.state.next_run_at_ms);

@@ -21,7 +21,15 @@ const TENANT = "tquotaquotaquota";
 
 function setup(maxJobs: number) {
   const mk = (n: string) => new MemoryKv(n);
-  const buckets = { cluster: mk("cluster"), leases: mk("leases"), nodes: mk("nodes"), actors: mk("actors"), runs: mk("runs"), tenants: mk("tenants"), idempotency: mk("idempotency") } as unknown as Buckets;
+  const buckets = {
+    cluster: mk("cluster"),
+    leases: mk("leases"),
+    nodes: mk("nodes"),
+    actors: mk("actors"),
+    runs: mk("runs"),
+    tenants: mk("tenants"),
+    idempotency: mk("idempotency"),
+  } as unknown as Buckets;
   const jobs = new Map<string, string>(); // job_id → request_hash
   const asked: { kind: string; job_id?: string }[] = [];
   let failNext: Error | undefined;
@@ -45,7 +53,15 @@ function setup(maxJobs: number) {
       throw new Error(`unexpected ${msg.kind}`);
     },
   } as unknown as ActorRouter;
-  const tenant: Tenant = { tenant_id: TENANT, name: "q", created_at: "2026-03-01T00:00:00Z", max_concurrent_runs: 10, max_jobs: maxJobs, weight: 1, webhook_url: null };
+  const tenant: Tenant = {
+    tenant_id: TENANT,
+    name: "q",
+    created_at: "2026-03-01T00:00:00Z",
+    max_concurrent_runs: 10,
+    max_jobs: maxJobs,
+    weight: 1,
+    webhook_url: null,
+  };
   const ready = buckets.tenants.create(`t.${TENANT}`, encode(tenant));
   const service = new NatsJobsService(router, buckets, 4, seededRandom(7));
   return { buckets, service, jobs, asked, ready, fail: (e: Error) => (failNext = e) };
@@ -61,7 +77,12 @@ describe("NatsJobsService: max_jobs", () => {
     await h.service.createJob(TENANT, spec(1));
     await h.service.createJob(TENANT, spec(2));
     const asked = h.asked.length;
-    await assert.rejects(h.service.createJob(TENANT, spec(3)), (e) => isKairosError(e, "quota_exceeded") && e.message.startsWith(`max_jobs: tenant ${TENANT} has 2 jobs and its max_jobs quota is 2`));
+    await assert.rejects(
+      h.service.createJob(TENANT, spec(3)),
+      (e) =>
+        isKairosError(e, "quota_exceeded") &&
+        e.message.startsWith(`max_jobs: tenant ${TENANT} has 2 jobs and its max_jobs quota is 2`),
+    );
     assert.equal(h.asked.length, asked, "the job actor was not asked");
     assert.equal(h.jobs.size, 2);
     assert.equal(await count(h.buckets), 2);
@@ -71,10 +92,14 @@ describe("NatsJobsService: max_jobs", () => {
     const h = setup(1);
     await h.ready;
     const { job } = await h.service.createJob(TENANT, spec());
-    await assert.rejects(h.service.createJob(TENANT, spec(2)), (e) => isKairosError(e, "quota_exceeded"));
+    await assert.rejects(h.service.createJob(TENANT, spec(2)), (e) =>
+      isKairosError(e, "quota_exceeded"),
+    );
     await h.service.deleteJob(TENANT, job.job_id);
     assert.equal(await count(h.buckets), 0);
-    await assert.rejects(h.service.deleteJob(TENANT, job.job_id), (e) => isKairosError(e, "not_found"));
+    await assert.rejects(h.service.deleteJob(TENANT, job.job_id), (e) =>
+      isKairosError(e, "not_found"),
+    );
     await h.service.createJob(TENANT, spec(2));
     assert.equal(await count(h.buckets), 1);
   });
@@ -89,10 +114,16 @@ describe("NatsJobsService: max_jobs", () => {
     assert.equal(b.job.job_id, a.job.job_id);
     assert.equal(await count(h.buckets), 1);
     await h.service.createJob(TENANT, spec(2));
-    await assert.rejects(h.service.createJob(TENANT, spec(3), "key-2"), (e) => isKairosError(e, "quota_exceeded"));
+    await assert.rejects(h.service.createJob(TENANT, spec(3), "key-2"), (e) =>
+      isKairosError(e, "quota_exceeded"),
+    );
     await h.service.deleteJob(TENANT, a.job.job_id);
     const retried = await h.service.createJob(TENANT, spec(3), "key-2");
-    assert.equal(retried.created, true, "the retry is a new create, counted, not a replay of nothing");
+    assert.equal(
+      retried.created,
+      true,
+      "the retry is a new create, counted, not a replay of nothing",
+    );
     assert.equal(await count(h.buckets), 2);
   });
 
@@ -100,7 +131,9 @@ describe("NatsJobsService: max_jobs", () => {
     const h = setup(5);
     await h.ready;
     h.fail(new KairosError("invalid_schedule", "bad"));
-    await assert.rejects(h.service.createJob(TENANT, spec()), (e) => isKairosError(e, "invalid_schedule"));
+    await assert.rejects(h.service.createJob(TENANT, spec()), (e) =>
+      isKairosError(e, "invalid_schedule"),
+    );
     assert.equal(await count(h.buckets), 0);
     h.fail(new KairosError("timeout", "no owner answered"));
     await assert.rejects(h.service.createJob(TENANT, spec()), (e) => isKairosError(e, "timeout"));
@@ -110,14 +143,17 @@ describe("NatsJobsService: max_jobs", () => {
   it("a missing counter is seeded from the tenant's live jobs (deleted ones and other tenants not counted)", async () => {
     const h = setup(3);
     await h.ready;
-    const state = (tenant: string, job: string, deleted = false) => encode({ s: { job: { tenant_id: tenant, job_id: job }, deleted } });
+    const state = (tenant: string, job: string, deleted = false) =>
+      encode({ s: { job: { tenant_id: tenant, job_id: job }, deleted } });
     await h.buckets.actors.put(`job.1.${TENANT}.ja`, state(TENANT, "ja"));
     await h.buckets.actors.put(`job.2.${TENANT}.jb`, state(TENANT, "jb"));
     await h.buckets.actors.put(`job.2.${TENANT}.jc`, state(TENANT, "jc", true));
     await h.buckets.actors.put("job.3.tother.jd", state("tother", "jd"));
     await h.service.createJob(TENANT, spec());
     assert.equal(await count(h.buckets), 3);
-    await assert.rejects(h.service.createJob(TENANT, spec(2)), (e) => isKairosError(e, "quota_exceeded"));
+    await assert.rejects(h.service.createJob(TENANT, spec(2)), (e) =>
+      isKairosError(e, "quota_exceeded"),
+    );
   });
 
   it("a tenant without a record has no quota and no counter", async () => {

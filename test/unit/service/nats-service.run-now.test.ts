@@ -17,12 +17,23 @@ const T = 1_767_614_400_000;
 
 function setup(failures: KairosError[]) {
   const mk = (n: string) => new MemoryKv(n);
-  const buckets = { cluster: mk("cluster"), leases: mk("leases"), nodes: mk("nodes"), actors: mk("actors"), runs: mk("runs"), tenants: mk("tenants"), idempotency: mk("idempotency") } as unknown as Buckets;
+  const buckets = {
+    cluster: mk("cluster"),
+    leases: mk("leases"),
+    nodes: mk("nodes"),
+    actors: mk("actors"),
+    runs: mk("runs"),
+    tenants: mk("tenants"),
+    idempotency: mk("idempotency"),
+  } as unknown as Buckets;
   const sent: { kind: string; request_id?: string; requested_at_ms?: number }[] = [];
   let now = T;
   const router = {
     now: () => now,
-    async request(_addr: unknown, msg: { kind: string; request_id?: string; requested_at_ms?: number }) {
+    async request(
+      _addr: unknown,
+      msg: { kind: string; request_id?: string; requested_at_ms?: number },
+    ) {
       sent.push(msg);
       now += 500; // the clock moves on between tries: the message must not
       const e = failures.shift();
@@ -38,17 +49,27 @@ describe("NatsJobsService: run-now", () => {
     const h = setup([new KairosError("timeout", "kv sim_runs: create timed out")]);
     const run = await h.service.runNow("ta", "j0123456789abcdef");
     assert.equal(h.sent.length, 2);
-    assert.deepEqual(h.sent[1], h.sent[0], "the retry is the same message: request id and first-send time");
+    assert.deepEqual(
+      h.sent[1],
+      h.sent[0],
+      "the retry is the same message: request id and first-send time",
+    );
     assert.equal(h.sent[0]!.requested_at_ms, T);
     assert.equal(run.run_id, `jrunrunrunrunrunr-${T.toString(36)}-m1`);
   });
 
   it("gives up after RUN_NOW_TRIES unknown outcomes, and at once on a definite refusal", async () => {
-    const h = setup(Array.from({ length: RUN_NOW_TRIES }, () => new KairosError("unavailable", "kv unreachable")));
-    await assert.rejects(h.service.runNow("ta", "j0123456789abcdef"), (e) => isKairosError(e, "unavailable"));
+    const h = setup(
+      Array.from({ length: RUN_NOW_TRIES }, () => new KairosError("unavailable", "kv unreachable")),
+    );
+    await assert.rejects(h.service.runNow("ta", "j0123456789abcdef"), (e) =>
+      isKairosError(e, "unavailable"),
+    );
     assert.equal(h.sent.length, RUN_NOW_TRIES);
     const g = setup([new KairosError("not_found", "job not found")]);
-    await assert.rejects(g.service.runNow("ta", "j0123456789abcdef"), (e) => isKairosError(e, "not_found"));
+    await assert.rejects(g.service.runNow("ta", "j0123456789abcdef"), (e) =>
+      isKairosError(e, "not_found"),
+    );
     assert.equal(g.sent.length, 1);
   });
 });
@@ -56,7 +77,15 @@ describe("NatsJobsService: run-now", () => {
 describe("NatsJobsService: a run whose record is not written yet", () => {
   it("is read from its job's owner (a run-now's record follows the state write); unknown to it, 404", async () => {
     const mk = (n: string) => new MemoryKv(n);
-    const buckets = { cluster: mk("cluster"), leases: mk("leases"), nodes: mk("nodes"), actors: mk("actors"), runs: mk("runs"), tenants: mk("tenants"), idempotency: mk("idempotency") } as unknown as Buckets;
+    const buckets = {
+      cluster: mk("cluster"),
+      leases: mk("leases"),
+      nodes: mk("nodes"),
+      actors: mk("actors"),
+      runs: mk("runs"),
+      tenants: mk("tenants"),
+      idempotency: mk("idempotency"),
+    } as unknown as Buckets;
     const runId = `j0123456789abcdef-${T.toString(36)}-m1`;
     const asked: string[] = [];
     const router = {
@@ -69,6 +98,8 @@ describe("NatsJobsService: a run whose record is not written yet", () => {
     const service = new NatsJobsService(router, buckets, 4, seededRandom(3));
     assert.equal((await service.getRun("ta", runId)).run_id, runId);
     assert.deepEqual(asked, ["active_runs"]);
-    await assert.rejects(service.getRun("ta", `j0123456789abcdef-${T.toString(36)}-m2`), (e) => isKairosError(e, "not_found"));
+    await assert.rejects(service.getRun("ta", `j0123456789abcdef-${T.toString(36)}-m2`), (e) =>
+      isKairosError(e, "not_found"),
+    );
   });
 });

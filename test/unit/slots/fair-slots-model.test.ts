@@ -17,7 +17,13 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { HostEffect } from "../../../src/actors/actor.ts";
-import { FAIR_REPORT_MS, makeFleetActor, type FleetMsg, type FleetState, type FleetStatus } from "../../../src/slots/fleet-actor.ts";
+import {
+  FAIR_REPORT_MS,
+  makeFleetActor,
+  type FleetMsg,
+  type FleetState,
+  type FleetStatus,
+} from "../../../src/slots/fleet-actor.ts";
 import { makeTenantActor, type TenantMsg } from "../../../src/slots/tenant-actor.ts";
 
 const SLOTS = 40;
@@ -29,16 +35,27 @@ const PLANS: readonly { id: string; weight: number; cap: number }[] = [
   { id: "small", weight: 1, cap: 100 },
 ];
 
-type Routed = { to: "fleet"; msg: Omit<FleetMsg, "capacity"> } | { to: "tenant"; id: string; msg: TenantMsg };
+type Routed =
+  { to: "fleet"; msg: Omit<FleetMsg, "capacity"> } | { to: "tenant"; id: string; msg: TenantMsg };
 
 class Model {
   now = 0;
   readonly fleet = makeFleetActor();
   fleetState: FleetState = this.fleet.initialState("fleet");
-  readonly tenants = new Map(PLANS.map((p) => {
-    const actor = makeTenantActor(p.cap, { reportMs: FAIR_REPORT_MS });
-    return [p.id, { plan: p, actor, state: actor.initialState(p.id), fairAt: undefined as number | undefined }];
-  }));
+  readonly tenants = new Map(
+    PLANS.map((p) => {
+      const actor = makeTenantActor(p.cap, { reportMs: FAIR_REPORT_MS });
+      return [
+        p.id,
+        {
+          plan: p,
+          actor,
+          state: actor.initialState(p.id),
+          fairAt: undefined as number | undefined,
+        },
+      ];
+    }),
+  );
   readonly #queue: Routed[] = [];
   /** Grant id → when its run ends (its release). */
   readonly #ends = new Map<string, { tenant: string; at: number }>();
@@ -51,7 +68,18 @@ class Model {
 
   acquire(tenant: string, runId: string): void {
     const p = this.tenants.get(tenant)!.plan;
-    this.#queue.push({ to: "tenant", id: tenant, msg: { kind: "acquire", run_id: runId, job: `${tenant}.j`, ttl_ms: 3_600_000, max_concurrent: p.cap, weight: p.weight } });
+    this.#queue.push({
+      to: "tenant",
+      id: tenant,
+      msg: {
+        kind: "acquire",
+        run_id: runId,
+        job: `${tenant}.j`,
+        ttl_ms: 3_600_000,
+        max_concurrent: p.cap,
+        weight: p.weight,
+      },
+    });
   }
 
   #granted(tenant: string, grant: string): void {
@@ -65,23 +93,31 @@ class Model {
     for (const e of effects) {
       if (e.kind === "timer" && e.name === "fair") t.fairAt = e.atMs;
       if (e.kind !== "send") continue;
-      if (e.to.type === "fleet") this.#queue.push({ to: "fleet", msg: e.msg as Omit<FleetMsg, "capacity"> });
-      else if ((e.msg as { kind: string }).kind === "slot_granted") this.#granted(tenant, (e.msg as { run_id: string }).run_id);
+      if (e.to.type === "fleet")
+        this.#queue.push({ to: "fleet", msg: e.msg as Omit<FleetMsg, "capacity"> });
+      else if ((e.msg as { kind: string }).kind === "slot_granted")
+        this.#granted(tenant, (e.msg as { run_id: string }).run_id);
     }
   }
 
   #drain(): void {
     for (let m = this.#queue.shift(); m !== undefined; m = this.#queue.shift()) {
       if (m.to === "fleet") {
-        const d = this.fleet.receive(this.fleetState, { ...m.msg, capacity: SLOTS } as FleetMsg, { id: "fleet", nowMs: this.now });
+        const d = this.fleet.receive(this.fleetState, { ...m.msg, capacity: SLOTS } as FleetMsg, {
+          id: "fleet",
+          nowMs: this.now,
+        });
         this.fleetState = d.state;
-        for (const e of d.effects ?? []) if (e.kind === "send") this.#queue.push({ to: "tenant", id: e.to.id, msg: e.msg as TenantMsg });
+        for (const e of d.effects ?? [])
+          if (e.kind === "send")
+            this.#queue.push({ to: "tenant", id: e.to.id, msg: e.msg as TenantMsg });
         continue;
       }
       const t = this.tenants.get(m.id)!;
       const d = t.actor.receive(t.state, m.msg, { id: m.id, nowMs: this.now });
       t.state = d.state;
-      if (m.msg.kind === "acquire" && d.reply && "granted" in d.reply && d.reply.granted === true) this.#granted(m.id, m.msg.run_id);
+      if (m.msg.kind === "acquire" && d.reply && "granted" in d.reply && d.reply.granted === true)
+        this.#granted(m.id, m.msg.run_id);
       this.#effects(m.id, d.effects ?? []);
     }
   }
@@ -105,7 +141,11 @@ class Model {
   }
 
   status(): FleetStatus {
-    return this.fleet.receive(this.fleetState, { kind: "status", capacity: SLOTS }, { id: "fleet", nowMs: this.now }).reply as FleetStatus;
+    return this.fleet.receive(
+      this.fleetState,
+      { kind: "status", capacity: SLOTS },
+      { id: "fleet", nowMs: this.now },
+    ).reply as FleetStatus;
   }
 
   running(tenant: string): number {
@@ -118,8 +158,12 @@ class Model {
    * ended, already due (its fire timer lagging as in the benchmark: no look-ahead left, an idle
    * gap longer than the 3 s demand window).
    */
-  run(ms: number, mode: "on_time" | "late"): { samples: FleetStatus[]; oversubscribedAtSmallGrant: number[] } {
-    for (const p of PLANS) if (p.id !== "small") for (let i = 0; i < 200; i++) this.acquire(p.id, `r${this.#seq++}`);
+  run(
+    ms: number,
+    mode: "on_time" | "late",
+  ): { samples: FleetStatus[]; oversubscribedAtSmallGrant: number[] } {
+    for (const p of PLANS)
+      if (p.id !== "small") for (let i = 0; i < 200; i++) this.acquire(p.id, `r${this.#seq++}`);
     this.#drain();
     const samples: FleetStatus[] = [];
     const oversubscribed: number[] = [];
@@ -137,7 +181,8 @@ class Model {
         }
         const before = this.grantedAt.size;
         this.step(0);
-        if (this.grantedAt.size > before) oversubscribed.push(PLANS.reduce((n, p) => n + this.running(p.id), 0) - SLOTS);
+        if (this.grantedAt.size > before)
+          oversubscribed.push(PLANS.reduce((n, p) => n + this.running(p.id), 0) - SLOTS);
         createAt += mode === "on_time" ? 2_000 : RUN_MS + 10_000;
       }
       if (this.now % 500 === 0 && this.now >= 5_000) samples.push(this.status());
@@ -147,7 +192,8 @@ class Model {
 }
 
 const shareOf = (s: FleetStatus, t: string) => s.tenants.find((x) => x.tenant === t)?.share ?? null;
-const largeSum = (s: FleetStatus) => ["large-a", "large-b", "large-c"].reduce((n, t) => n + (shareOf(s, t) ?? 0), 0);
+const largeSum = (s: FleetStatus) =>
+  ["large-a", "large-b", "large-c"].reduce((n, t) => n + (shareOf(s, t) ?? 0), 0);
 
 describe("fair slots model: the fairness benchmark's tenants on the tenant and fleet cores", () => {
   it("occurrences prepared on time: the small tenant never leaves the fleet and its part stays reserved", () => {
@@ -156,14 +202,25 @@ describe("fair slots model: the fairness benchmark's tenants on the tenant and f
     assert.ok(samples.length > 100);
     for (const s of samples) {
       const small = shareOf(s, "small");
-      assert.ok(small !== null && small >= 2, `small in the fleet with its part: ${JSON.stringify(s.tenants)}`);
-      assert.ok(largeSum(s) + small <= SLOTS, `large shares leave the small tenant's part: ${JSON.stringify(s.tenants)}`);
+      assert.ok(
+        small !== null && small >= 2,
+        `small in the fleet with its part: ${JSON.stringify(s.tenants)}`,
+      );
+      assert.ok(
+        largeSum(s) + small <= SLOTS,
+        `large shares leave the small tenant's part: ${JSON.stringify(s.tenants)}`,
+      );
     }
     // Once its demand window holds a whole cycle (4 runs: two running, two prepared), its slot asks
     // are granted at once (the grant is not what makes it wait).
-    const late = [...m.grantedAt].filter(([g, at]) => m.askedAt.get(g)! >= 10_000 && at !== m.askedAt.get(g));
+    const late = [...m.grantedAt].filter(
+      ([g, at]) => m.askedAt.get(g)! >= 10_000 && at !== m.askedAt.get(g),
+    );
     assert.deepEqual(late, [], "granted when asked");
-    assert.ok(oversubscribedAtSmallGrant.slice(5).every((n) => n <= 0), `grants within the fleet's slots when small runs are granted: ${oversubscribedAtSmallGrant.join(",")}`);
+    assert.ok(
+      oversubscribedAtSmallGrant.slice(5).every((n) => n <= 0),
+      `grants within the fleet's slots when small runs are granted: ${oversubscribedAtSmallGrant.join(",")}`,
+    );
   });
 
   it("occurrences created late (fire timers lagging 10 s): the small tenant goes idle past its demand window, leaves the fleet, and back, finds every slot granted to the large tenants", () => {
@@ -175,8 +232,23 @@ describe("fair slots model: the fairness benchmark's tenants on the tenant and f
     // tenants hold grants for every slot of the fleet: its runs then wait for a worker slot, until
     // large runs end and the large tenants no longer refill them.
     const later = oversubscribedAtSmallGrant.slice(1);
-    assert.ok(later.length >= 4 && later.every((n) => n > 0), `grants beyond the fleet's slots when small runs are granted: ${oversubscribedAtSmallGrant.join(",")}`);
-    for (const s of absent.filter((x) => x.computed_at_ms !== null)) assert.ok(largeSum(s) >= SLOTS - 1, `nothing reserved for it: ${JSON.stringify(s.tenants)}`);
-    assert.ok(absent.some((s) => JSON.stringify(s.tenants.map((t) => [t.tenant, t.share])) === JSON.stringify([["large-a", 12], ["large-b", 12], ["large-c", 16]])), "12/12/16, as the benchmark's last sample");
+    assert.ok(
+      later.length >= 4 && later.every((n) => n > 0),
+      `grants beyond the fleet's slots when small runs are granted: ${oversubscribedAtSmallGrant.join(",")}`,
+    );
+    for (const s of absent.filter((x) => x.computed_at_ms !== null))
+      assert.ok(largeSum(s) >= SLOTS - 1, `nothing reserved for it: ${JSON.stringify(s.tenants)}`);
+    assert.ok(
+      absent.some(
+        (s) =>
+          JSON.stringify(s.tenants.map((t) => [t.tenant, t.share])) ===
+          JSON.stringify([
+            ["large-a", 12],
+            ["large-b", 12],
+            ["large-c", 16],
+          ]),
+      ),
+      "12/12/16, as the benchmark's last sample",
+    );
   });
 });

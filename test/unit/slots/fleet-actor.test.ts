@@ -6,7 +6,17 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
-import { FLEET_RECOMPUTE_MS, FLEET_ROTATE_MS, FLEET_STALE_MS, FLEET_WARMUP_MS, makeFleetActor, type FleetMsg, type FleetReply, type FleetState, type FleetStatus } from "../../../src/slots/fleet-actor.ts";
+import {
+  FLEET_RECOMPUTE_MS,
+  FLEET_ROTATE_MS,
+  FLEET_STALE_MS,
+  FLEET_WARMUP_MS,
+  makeFleetActor,
+  type FleetMsg,
+  type FleetReply,
+  type FleetState,
+  type FleetStatus,
+} from "../../../src/slots/fleet-actor.ts";
 import { fleetRegistration } from "../../../src/slots/fleet-shell.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
@@ -15,8 +25,13 @@ class Fleet {
   state: FleetState = this.actor.initialState("fleet");
   now = 1_000;
   capacity = 40;
-  send(msg: Omit<Extract<FleetMsg, { kind: "demand" }>, "capacity" | "kind"> | "status"): Decision<FleetState, FleetReply, never> {
-    const m: FleetMsg = msg === "status" ? { kind: "status", capacity: this.capacity } : { kind: "demand", ...msg, capacity: this.capacity };
+  send(
+    msg: Omit<Extract<FleetMsg, { kind: "demand" }>, "capacity" | "kind"> | "status",
+  ): Decision<FleetState, FleetReply, never> {
+    const m: FleetMsg =
+      msg === "status"
+        ? { kind: "status", capacity: this.capacity }
+        : { kind: "demand", ...msg, capacity: this.capacity };
     const d = this.actor.receive(this.state, m, { id: "fleet", nowMs: this.now });
     this.state = d.state;
     return d;
@@ -54,8 +69,18 @@ describe("fleet actor", () => {
     const f = new Fleet();
     const early = f.report("a", 100, 1, true);
     assert.deepEqual(early.reply, { share: null });
-    assert.equal((early.effects ?? []).length, 0, "no answer during the warm-up: a keeps its old share");
-    assert.deepEqual(f.warm([["a", 100, 1], ["b", 100, 3]]), { a: 10, b: 30 });
+    assert.equal(
+      (early.effects ?? []).length,
+      0,
+      "no answer during the warm-up: a keeps its old share",
+    );
+    assert.deepEqual(
+      f.warm([
+        ["a", 100, 1],
+        ["b", 100, 3],
+      ]),
+      { a: 10, b: 30 },
+    );
   });
 
   it("a tenant without a share (busy from idle) is answered at once, even during the warm-up", () => {
@@ -66,16 +91,39 @@ describe("fleet actor", () => {
   it("slots nobody asked for are added to the shares by weight (headroom); under overload there is none", () => {
     const f = new Fleet();
     // max-min: 5 and 10; 25 spare → +6 (25·1/4) and +18 (25·3/4), floors
-    assert.deepEqual(f.warm([["a", 5, 1], ["b", 10, 3]]), { a: 11, b: 28 });
+    assert.deepEqual(
+      f.warm([
+        ["a", 5, 1],
+        ["b", 10, 3],
+      ]),
+      { a: 11, b: 28 },
+    );
     f.now += FLEET_RECOMPUTE_MS;
-    f.round([["a", 50, 1], ["b", 50, 3]]);
+    f.round([
+      ["a", 50, 1],
+      ["b", 50, 3],
+    ]);
     f.now += FLEET_RECOMPUTE_MS;
-    assert.deepEqual(f.round([["a", 50, 1], ["b", 50, 3]]), { a: 10, b: 30 });
+    assert.deepEqual(
+      f.round([
+        ["a", 50, 1],
+        ["b", 50, 3],
+      ]),
+      { a: 10, b: 30 },
+    );
   });
 
   it("weighted max-min: a small tenant gets what it asks; a capped tenant's demand is its cap", () => {
     const f = new Fleet();
-    assert.deepEqual(f.warm([["a", 500, 1], ["b", 500, 1], ["c", 16, 2], ["small", 2, 1]]), { a: 11, b: 11, c: 16, small: 2 });
+    assert.deepEqual(
+      f.warm([
+        ["a", 500, 1],
+        ["b", 500, 1],
+        ["c", 16, 2],
+        ["small", 2, 1],
+      ]),
+      { a: 11, b: 11, c: 16, small: 2 },
+    );
   });
 
   it("recomputes at once for a new tenant, a new weight or a new capacity; demand-only changes at most every FLEET_RECOMPUTE_MS", () => {
@@ -86,40 +134,87 @@ describe("fleet actor", () => {
     assert.deepEqual(f.round([["b", 100, 3]]), { b: 30 }, "new weight: recomputed now");
     f.capacity = 80;
     assert.deepEqual(f.round([["a", 100, 1]]), { a: 20 }, "new capacity: recomputed now");
-    assert.deepEqual(f.round([["b", 5, 3]]), { b: 60 }, "demand change within FLEET_RECOMPUTE_MS: cached share");
+    assert.deepEqual(
+      f.round([["b", 5, 3]]),
+      { b: 60 },
+      "demand change within FLEET_RECOMPUTE_MS: cached share",
+    );
     f.now += FLEET_RECOMPUTE_MS;
-    assert.deepEqual(f.round([["b", 5, 3], ["a", 100, 1]]), { b: 5, a: 75 });
+    assert.deepEqual(
+      f.round([
+        ["b", 5, 3],
+        ["a", 100, 1],
+      ]),
+      { b: 5, a: 75 },
+    );
     const st = f.send("status").reply as FleetStatus;
-    assert.deepEqual(st.tenants, [{ tenant: "a", demand: 100, weight: 1, share: 75 }, { tenant: "b", demand: 5, weight: 3, share: 5 }]);
+    assert.deepEqual(st.tenants, [
+      { tenant: "a", demand: 100, weight: 1, share: 75 },
+      { tenant: "b", demand: 5, weight: 3, share: 5 },
+    ]);
     assert.equal(st.capacity, 80);
   });
 
   it("a recomputation that shrinks other tenants' shares tells them at once, not at their next reports (the small tenant back from idle)", () => {
     const f = new Fleet();
-    assert.deepEqual(f.warm([["a", 500, 1], ["b", 500, 1], ["c", 16, 2]]), { a: 12, b: 12, c: 16 }, "the whole fleet, as in the fairness benchmark");
+    assert.deepEqual(
+      f.warm([
+        ["a", 500, 1],
+        ["b", 500, 1],
+        ["c", 16, 2],
+      ]),
+      { a: 12, b: 12, c: 16 },
+      "the whole fleet, as in the fairness benchmark",
+    );
     const d = f.report("small", 4, 1);
-    const sends = (d.effects ?? []).flatMap((e) => (e.kind === "send" ? [[e.to.id, (e.msg as { kind: string; share: number }).share] as const] : []));
+    const sends = (d.effects ?? []).flatMap((e) =>
+      e.kind === "send"
+        ? [[e.to.id, (e.msg as { kind: string; share: number }).share] as const]
+        : [],
+    );
     assert.deepEqual(d.reply, { share: 4 });
-    assert.deepEqual(Object.fromEntries(sends), { small: 4, a: 10, b: 10 }, "c keeps 16: not told; before the fix only small heard (a and b granted on to 12 until their next reports)");
-    for (const e of d.effects ?? []) assert.ok(e.kind === "send" && (e.msg as { kind: string }).kind === "share");
+    assert.deepEqual(
+      Object.fromEntries(sends),
+      { small: 4, a: 10, b: 10 },
+      "c keeps 16: not told; before the fix only small heard (a and b granted on to 12 until their next reports)",
+    );
+    for (const e of d.effects ?? [])
+      assert.ok(e.kind === "send" && (e.msg as { kind: string }).kind === "share");
     // Unchanged or grown shares are not pushed: they are heard with the next report.
     f.now += FLEET_RECOMPUTE_MS;
     assert.equal((f.report("a", 500, 1).effects ?? []).length, 1, "no change: only the reporter");
     f.report("small", 0);
     f.now += FLEET_RECOMPUTE_MS;
-    assert.equal((f.report("b", 500, 1).effects ?? []).length, 1, "b's share grew back: only the reporter hears");
-    assert.deepEqual((f.send("status").reply as FleetStatus).tenants.map((t) => [t.tenant, t.share]), [["a", 12], ["b", 12], ["c", 16]]);
+    assert.equal(
+      (f.report("b", 500, 1).effects ?? []).length,
+      1,
+      "b's share grew back: only the reporter hears",
+    );
+    assert.deepEqual(
+      (f.send("status").reply as FleetStatus).tenants.map((t) => [t.tenant, t.share]),
+      [
+        ["a", 12],
+        ["b", 12],
+        ["c", 16],
+      ],
+    );
   });
 
   it("with demands steady, a rounded share turns every FLEET_ROTATE_MS: equal tenants get 1 and 2 of 3 slots in turn", () => {
     const f = new Fleet();
     f.capacity = 3;
     const seen: string[] = [];
-    let first = f.warm([["a", 50, 1], ["b", 50, 1]]);
+    let first = f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
     seen.push(`${first["a"]}${first["b"]}`);
     for (let i = 0; i < 4; i++) {
       f.now += FLEET_ROTATE_MS;
-      first = f.round([["a", 50, 1], ["b", 50, 1]]);
+      first = f.round([
+        ["a", 50, 1],
+        ["b", 50, 1],
+      ]);
       seen.push(`${first["a"]}${first["b"]}`);
     }
     assert.ok(seen.includes("21") && seen.includes("12"), seen.join(" "));
@@ -128,37 +223,65 @@ describe("fleet actor", () => {
   it("recomputes for changed demands between turns keep the rounding's order: shares flip at most every FLEET_ROTATE_MS", () => {
     const f = new Fleet();
     f.capacity = 3;
-    f.warm([["a", 50, 1], ["b", 50, 1]]);
+    f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
     const seen: string[] = [];
     for (let i = 0; i < 9; i++) {
       f.now += FLEET_RECOMPUTE_MS; // inside one turn: only a's demand changes (still above its part)
-      const r = f.round([["a", 50 - (i % 2), 1], ["b", 50, 1]]);
+      const r = f.round([
+        ["a", 50 - (i % 2), 1],
+        ["b", 50, 1],
+      ]);
       seen.push(`${r["a"]}${r["b"]}`);
     }
     assert.equal(new Set(seen).size, 1, `one rounding between turns: ${seen.join(" ")}`);
     f.now += FLEET_ROTATE_MS;
-    const turned = f.round([["a", 50, 1], ["b", 50, 1]]);
+    const turned = f.round([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
     assert.notEqual(`${turned["a"]}${turned["b"]}`, seen[0], "and it turns at the next turn");
   });
 
   it("a tenant reporting no demand leaves (no answer); a silent one is dropped after FLEET_STALE_MS", () => {
     const f = new Fleet();
-    f.warm([["a", 100, 1], ["b", 100, 1], ["c", 100, 1]]);
+    f.warm([
+      ["a", 100, 1],
+      ["b", 100, 1],
+      ["c", 100, 1],
+    ]);
     const gone = f.report("c", 0);
     assert.deepEqual(gone.reply, { share: null });
     assert.equal((gone.effects ?? []).length, 0);
     f.now += FLEET_RECOMPUTE_MS;
-    assert.deepEqual(f.round([["a", 100, 1], ["b", 100, 1]]), { a: 20, b: 20 });
+    assert.deepEqual(
+      f.round([
+        ["a", 100, 1],
+        ["b", 100, 1],
+      ]),
+      { a: 20, b: 20 },
+    );
     // b falls silent (its actor moved or died): after FLEET_STALE_MS a gets the whole fleet
     f.now += FLEET_STALE_MS + 1;
     assert.deepEqual(f.round([["a", 100, 1]]), { a: 40 });
-    assert.deepEqual((f.send("status").reply as FleetStatus).tenants.map((t) => t.tenant), ["a"]);
+    assert.deepEqual(
+      (f.send("status").reply as FleetStatus).tenants.map((t) => t.tenant),
+      ["a"],
+    );
   });
 
   it("with no worker known (capacity 0) the share is null: tenants fall back to their caps", () => {
     const f = new Fleet();
     f.capacity = 0;
-    assert.deepEqual(f.warm([["a", 100, 1], ["b", 10, 1]]), { a: null, b: null });
+    assert.deepEqual(
+      f.warm([
+        ["a", 100, 1],
+        ["b", 10, 1],
+      ]),
+      { a: null, b: null },
+    );
     f.capacity = 10;
     assert.deepEqual(f.round([["a", 100, 1]]), { a: 5 });
   });
@@ -166,10 +289,27 @@ describe("fleet actor", () => {
   it("parses wire messages and refuses junk with invalid_argument", () => {
     const actor = makeFleetActor();
     const parse = (raw: unknown) => actor.parse!(raw);
-    assert.deepEqual(parse({ kind: "demand", tenant: "t1", demand: 3, weight: 1.5, extra: 1 }), { kind: "demand", tenant: "t1", demand: 3, weight: 1.5 });
+    assert.deepEqual(parse({ kind: "demand", tenant: "t1", demand: 3, weight: 1.5, extra: 1 }), {
+      kind: "demand",
+      tenant: "t1",
+      demand: 3,
+      weight: 1.5,
+    });
     assert.deepEqual(parse({ kind: "status" }), { kind: "status" });
-    for (const bad of [null, {}, { kind: "demand", tenant: "a.b", demand: 1, weight: 1 }, { kind: "demand", tenant: "t", demand: -1, weight: 1 }, { kind: "demand", tenant: "t", demand: 1.5, weight: 1 }, { kind: "demand", tenant: "t", demand: 1, weight: 0 }, { kind: "demand", tenant: "t", demand: 1, weight: "2" }]) {
-      assert.throws(() => parse(bad), (e) => isKairosError(e, "invalid_argument"), JSON.stringify(bad));
+    for (const bad of [
+      null,
+      {},
+      { kind: "demand", tenant: "a.b", demand: 1, weight: 1 },
+      { kind: "demand", tenant: "t", demand: -1, weight: 1 },
+      { kind: "demand", tenant: "t", demand: 1.5, weight: 1 },
+      { kind: "demand", tenant: "t", demand: 1, weight: 0 },
+      { kind: "demand", tenant: "t", demand: 1, weight: "2" },
+    ]) {
+      assert.throws(
+        () => parse(bad),
+        (e) => isKairosError(e, "invalid_argument"),
+        JSON.stringify(bad),
+      );
     }
   });
 
@@ -178,10 +318,24 @@ describe("fleet actor", () => {
     const reg = fleetRegistration(() => capacity);
     let state = reg.definition.initialState("fleet");
     const ctx = (nowMs: number) => ({ id: "fleet", nowMs });
-    state = reg.definition.receive(state, { kind: "demand", tenant: "a", demand: 100, weight: 1 }, ctx(0)).state;
-    const d = reg.definition.receive(state, { kind: "demand", tenant: "a", demand: 100, weight: 1 }, ctx(FLEET_WARMUP_MS));
+    state = reg.definition.receive(
+      state,
+      { kind: "demand", tenant: "a", demand: 100, weight: 1 },
+      ctx(0),
+    ).state;
+    const d = reg.definition.receive(
+      state,
+      { kind: "demand", tenant: "a", demand: 100, weight: 1 },
+      ctx(FLEET_WARMUP_MS),
+    );
     assert.deepEqual(d.reply, { share: 12 });
     capacity = 30;
-    assert.equal((reg.definition.receive(d.state, { kind: "status" }, ctx(FLEET_WARMUP_MS)).reply as FleetStatus).capacity, 30);
+    assert.equal(
+      (
+        reg.definition.receive(d.state, { kind: "status" }, ctx(FLEET_WARMUP_MS))
+          .reply as FleetStatus
+      ).capacity,
+      30,
+    );
   });
 });

@@ -5,7 +5,17 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
-import { makeTenantActor, REPORT_LOST_MS, SHARE_TTL_MS, SHARE_WAIT_MS, WAITING_LIMIT, type TenantEffect, type TenantMsg, type TenantReply, type TenantState } from "../../../src/slots/tenant-actor.ts";
+import {
+  makeTenantActor,
+  REPORT_LOST_MS,
+  SHARE_TTL_MS,
+  SHARE_WAIT_MS,
+  WAITING_LIMIT,
+  type TenantEffect,
+  type TenantMsg,
+  type TenantReply,
+  type TenantState,
+} from "../../../src/slots/tenant-actor.ts";
 
 class Tenant {
   readonly actor;
@@ -24,17 +34,31 @@ class Tenant {
     return this.send({ kind: "acquire", run_id: run, job: `t1.job-${run}`, ttl_ms: ttl });
   }
   grants(d: Decision<TenantState, TenantReply, TenantEffect>): string[] {
-    return (d.effects ?? []).filter((e) => e.kind === "send").map((e) => {
-      assert.equal(e.kind === "send" && e.to.type, "job");
-      return e.kind === "send" ? `${e.to.id}:${(e.msg as { run_id: string }).run_id}` : "";
-    });
+    return (d.effects ?? [])
+      .filter((e) => e.kind === "send")
+      .map((e) => {
+        assert.equal(e.kind === "send" && e.to.type, "job");
+        return e.kind === "send" ? `${e.to.id}:${(e.msg as { run_id: string }).run_id}` : "";
+      });
   }
 }
 
 describe("tenant actor", () => {
   it("grants its waiting runs earliest start first (look-ahead: a run due now does not wait behind runs prepared minutes ahead); ties and asks without a start (due now) in arrival order", () => {
     const t = new Tenant(1);
-    const ask = (run: string, startAtMs?: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release: [] });
+    const ask = (run: string, startAtMs?: number) =>
+      t.send({
+        kind: "slots",
+        acquire: [
+          {
+            run_id: run,
+            job: `t1.job-${run}`,
+            ttl_ms: 10_000,
+            ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}),
+          },
+        ],
+        release: [],
+      });
     assert.deepEqual(ask("held", t.now).reply, { granted: ["held"] });
     ask("in5min", t.now + 300_000);
     ask("in4min", t.now + 240_000);
@@ -56,12 +80,16 @@ describe("tenant actor", () => {
 
   it("earliest start first within one batch too: free slots go to the batch's runs due first, not to its first asks", () => {
     const t = new Tenant(2);
-    const d = t.send({ kind: "slots", release: [], acquire: [
-      { run_id: "far1", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 300_000 },
-      { run_id: "far2", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 200_000 },
-      { run_id: "now1", job: "t1.j", ttl_ms: 10_000 },
-      { run_id: "bad", job: "t1.j", ttl_ms: 10_000, start_at_ms: Number.NaN }, // a start it cannot read: due now, not dropped
-    ] });
+    const d = t.send({
+      kind: "slots",
+      release: [],
+      acquire: [
+        { run_id: "far1", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 300_000 },
+        { run_id: "far2", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 200_000 },
+        { run_id: "now1", job: "t1.j", ttl_ms: 10_000 },
+        { run_id: "bad", job: "t1.j", ttl_ms: 10_000, start_at_ms: Number.NaN }, // a start it cannot read: due now, not dropped
+      ],
+    });
     assert.deepEqual(d.reply, { granted: ["now1", "bad"] });
     assert.deepEqual([...t.state.waiting.keys()].sort(), ["far1", "far2"]);
     const g = t.grants(t.send({ kind: "release", run_id: "now1" }));
@@ -71,13 +99,21 @@ describe("tenant actor", () => {
   it("lazy heap entries below the rebuild bound: a released waiter is skipped, one asking again after its release waits under its new start, each granted once", () => {
     const t = new Tenant(1);
     t.acquire("held");
-    const ask = (run: string, at: number) => t.send({ kind: "slots", acquire: [{ run_id: run, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + at }], release: [] });
+    const ask = (run: string, at: number) =>
+      t.send({
+        kind: "slots",
+        acquire: [{ run_id: run, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + at }],
+        release: [],
+      });
     for (let i = 0; i < 6; i++) ask(`w${i}`, 1_000 * (i + 1));
     t.send({ kind: "release", run_id: "w0" });
     t.send({ kind: "release", run_id: "w2" });
     ask("w2", 10_000); // asks again, now for later than everyone
     ask("w4", 0); // still waiting: keeps its place (no re-key)
-    assert.ok((t.state.order?.length ?? 0) > t.state.waiting.size, "stale entries are still in the heap (no rebuild)");
+    assert.ok(
+      (t.state.order?.length ?? 0) > t.state.waiting.size,
+      "stale entries are still in the heap (no rebuild)",
+    );
     const order: string[] = [];
     let holder = "held";
     while (t.state.waiting.size > 0) {
@@ -92,7 +128,14 @@ describe("tenant actor", () => {
 
   it("a state whose waiters have no heap (built by hand, as in tests) keeps their places: a new ask due at the same instant goes after them", () => {
     const t = new Tenant(1);
-    t.state = { ...t.actor.initialState("t1"), running: new Map([["held", 1e12]]), waiting: new Map([["old1", { job: "t1.j", ttl_ms: 1 }], ["old2", { job: "t1.j", ttl_ms: 1 }]]) };
+    t.state = {
+      ...t.actor.initialState("t1"),
+      running: new Map([["held", 1e12]]),
+      waiting: new Map([
+        ["old1", { job: "t1.j", ttl_ms: 1 }],
+        ["old2", { job: "t1.j", ttl_ms: 1 }],
+      ]),
+    };
     t.acquire("new");
     const order: string[] = [];
     let holder = "held";
@@ -106,12 +149,28 @@ describe("tenant actor", () => {
   it("the wait order survives released waiters and waiters asking again (lazy heap entries), and bounds its garbage", () => {
     const t = new Tenant(1);
     t.acquire("held");
-    for (let i = 0; i < 3_000; i++) t.send({ kind: "slots", acquire: [{ run_id: `w${i}`, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 3_000 - i }], release: [] });
+    for (let i = 0; i < 3_000; i++)
+      t.send({
+        kind: "slots",
+        acquire: [{ run_id: `w${i}`, job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 3_000 - i }],
+        release: [],
+      });
     // Every waiter but the last ten gives up (its job was deleted, say); one asks again (a re-ask keeps its place).
     for (let i = 0; i < 2_990; i++) t.send({ kind: "release", run_id: `w${i}` });
-    t.send({ kind: "slots", acquire: [{ run_id: "w2995", job: "t1.j", ttl_ms: 10_000, start_at_ms: 0 }], release: [] });
-    t.send({ kind: "slots", acquire: [{ run_id: "late", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 5_000 }], release: [] });
-    assert.ok((t.state.order?.length ?? 0) <= 2 * t.state.waiting.size + 1_024 + 1, `heap rebuilt past its slack: ${t.state.order?.length} entries for ${t.state.waiting.size} waiting`);
+    t.send({
+      kind: "slots",
+      acquire: [{ run_id: "w2995", job: "t1.j", ttl_ms: 10_000, start_at_ms: 0 }],
+      release: [],
+    });
+    t.send({
+      kind: "slots",
+      acquire: [{ run_id: "late", job: "t1.j", ttl_ms: 10_000, start_at_ms: t.now + 5_000 }],
+      release: [],
+    });
+    assert.ok(
+      (t.state.order?.length ?? 0) <= 2 * t.state.waiting.size + 1_024 + 1,
+      `heap rebuilt past its slack: ${t.state.order?.length} entries for ${t.state.waiting.size} waiting`,
+    );
     const order: string[] = [];
     let holder = "held";
     while (t.state.waiting.size > 0) {
@@ -119,7 +178,23 @@ describe("tenant actor", () => {
       holder = g[0]!.split(":")[1]!;
       order.push(holder);
     }
-    assert.deepEqual(order, ["w2999", "w2998", "w2997", "w2996", "w2995", "w2994", "w2993", "w2992", "w2991", "w2990", "late"], "earliest start first; a re-ask kept its first place");
+    assert.deepEqual(
+      order,
+      [
+        "w2999",
+        "w2998",
+        "w2997",
+        "w2996",
+        "w2995",
+        "w2994",
+        "w2993",
+        "w2992",
+        "w2991",
+        "w2990",
+        "late",
+      ],
+      "earliest start first; a re-ask kept its first place",
+    );
   });
 
   it("grants up to max_concurrent, then queues (asks without a start: FIFO)", () => {
@@ -128,7 +203,12 @@ describe("tenant actor", () => {
     assert.deepEqual(t.acquire("b").reply, { granted: true });
     assert.deepEqual(t.acquire("c").reply, { granted: false });
     assert.deepEqual(t.acquire("d").reply, { granted: false });
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 2, limit: 2 });
+    assert.deepEqual(t.send({ kind: "status" }).reply, {
+      running: 2,
+      waiting: 2,
+      max_concurrent: 2,
+      limit: 2,
+    });
     assert.deepEqual([...t.state.waiting.keys()], ["c", "d"]);
   });
 
@@ -142,7 +222,12 @@ describe("tenant actor", () => {
     assert.deepEqual([...t.state.running.keys()].sort(), ["b", "c"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "b" })), ["t1.job-d:d"]);
     assert.deepEqual(t.grants(t.send({ kind: "release", run_id: "c" })), []);
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2, limit: 2 });
+    assert.deepEqual(t.send({ kind: "status" }).reply, {
+      running: 1,
+      waiting: 0,
+      max_concurrent: 2,
+      limit: 2,
+    });
   });
 
   it("a new request never jumps the queue, even when a slot is free", () => {
@@ -167,7 +252,9 @@ describe("tenant actor", () => {
   it("grants expire after their ttl, freeing the slot for a waiter; the expire timer tracks the earliest grant", () => {
     const t = new Tenant();
     const first = t.acquire("a", 5_000);
-    assert.deepEqual(first.effects, [{ kind: "timer", name: "expire", atMs: 6_000, msg: { kind: "expire" } }]);
+    assert.deepEqual(first.effects, [
+      { kind: "timer", name: "expire", atMs: 6_000, msg: { kind: "expire" } },
+    ]);
     t.acquire("b", 20_000);
     t.acquire("c", 1_000);
     t.now = 5_999;
@@ -194,7 +281,14 @@ describe("tenant actor", () => {
 
   it("the waiting queue is bounded: past WAITING_LIMIT an acquire fails overloaded", () => {
     const t = new Tenant();
-    t.state = { ...t.actor.initialState("t1"), max_concurrent: 1, running: new Map([["r", 1e12]]), waiting: new Map(Array.from({ length: WAITING_LIMIT }, (_, i) => [`w${i}`, { job: "t1.j", ttl_ms: 1 }])) };
+    t.state = {
+      ...t.actor.initialState("t1"),
+      max_concurrent: 1,
+      running: new Map([["r", 1e12]]),
+      waiting: new Map(
+        Array.from({ length: WAITING_LIMIT }, (_, i) => [`w${i}`, { job: "t1.j", ttl_ms: 1 }]),
+      ),
+    };
     const d = t.acquire("one-too-many");
     assert.equal(d.fail?.code, "overloaded");
     assert.equal(t.state.waiting.size, WAITING_LIMIT);
@@ -204,9 +298,14 @@ describe("tenant actor", () => {
     const t = new Tenant();
     t.send({ kind: "set_quota", max_concurrent: 0 });
     assert.equal(t.state.max_concurrent, 1);
-    const snap = () => JSON.stringify({ ...t.state, running: [...t.state.running], waiting: [...t.state.waiting] });
+    const snap = () =>
+      JSON.stringify({ ...t.state, running: [...t.state.running], waiting: [...t.state.waiting] });
     const before = snap();
-    for (const m of [{ kind: "status" }, { kind: "expire" }, { kind: "release", run_id: "nobody" }] as TenantMsg[]) {
+    for (const m of [
+      { kind: "status" },
+      { kind: "expire" },
+      { kind: "release", run_id: "nobody" },
+    ] as TenantMsg[]) {
       assert.deepEqual(t.send(m).pre ?? [], [], m.kind);
     }
     assert.equal(snap(), before);
@@ -232,8 +331,16 @@ describe("tenant actor", () => {
 describe("tenant actor: quota from the tenant record", () => {
   it("an acquire carrying max_concurrent sets the tenant's maximum", () => {
     const t = new Tenant();
-    assert.deepEqual(t.send({ kind: "acquire", run_id: "a", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 }).reply, { granted: true });
-    assert.deepEqual(t.send({ kind: "acquire", run_id: "b", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 }).reply, { granted: false });
+    assert.deepEqual(
+      t.send({ kind: "acquire", run_id: "a", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 })
+        .reply,
+      { granted: true },
+    );
+    assert.deepEqual(
+      t.send({ kind: "acquire", run_id: "b", job: "t1.j", ttl_ms: 10_000, max_concurrent: 1 })
+        .reply,
+      { granted: false },
+    );
     assert.equal(t.state.max_concurrent, 1);
     const d = t.send({ kind: "release", run_id: "a" });
     assert.deepEqual(t.grants(d), ["t1.j:b"]);
@@ -246,10 +353,20 @@ describe("tenant actor: durable grants (hole 8)", () => {
     const a = t.acquire("r1");
     assert.deepEqual(a.pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 11_000 }]);
     const again = t.acquire("r1");
-    assert.deepEqual(again.pre, [{ kind: "sync_grant", run_id: "r1" }], "same expiry: nothing to write, the reply waits for the grant's batch");
+    assert.deepEqual(
+      again.pre,
+      [{ kind: "sync_grant", run_id: "r1" }],
+      "same expiry: nothing to write, the reply waits for the grant's batch",
+    );
     t.now = 2_000;
-    assert.deepEqual(t.acquire("r1").pre, [{ kind: "put_grant", run_id: "r1", expires_at_ms: 12_000 }], "a refresh extends the stored grant");
-    assert.deepEqual(t.send({ kind: "release", run_id: "r1" }).pre, [{ kind: "del_grant", run_id: "r1" }]);
+    assert.deepEqual(
+      t.acquire("r1").pre,
+      [{ kind: "put_grant", run_id: "r1", expires_at_ms: 12_000 }],
+      "a refresh extends the stored grant",
+    );
+    assert.deepEqual(t.send({ kind: "release", run_id: "r1" }).pre, [
+      { kind: "del_grant", run_id: "r1" },
+    ]);
     t.acquire("r2", 500);
     t.now = 3_000;
     assert.deepEqual(t.send({ kind: "expire" }).pre, [{ kind: "del_grant", run_id: "r2" }]);
@@ -260,7 +377,14 @@ describe("tenant actor: durable grants (hole 8)", () => {
     const { tenantRegistration } = await import("../../../src/slots/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const reg = tenantRegistration(kv, 2);
-    const ctx = { address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner: () => true, tell: () => undefined };
+    const ctx = {
+      address: { type: "tenant", id: "t1" },
+      partition: 3,
+      epoch: 1,
+      nodeId: "n",
+      stillOwner: () => true,
+      tell: () => undefined,
+    };
     const t = new Tenant();
     await reg.loadSoft!("t1", 3); // the host loads before the first decision
     for (const run of ["r1", "r2"]) await reg.perform!(t.acquire(run).pre!, ctx);
@@ -274,9 +398,20 @@ describe("tenant actor: durable grants (hole 8)", () => {
 });
 
 describe("tenant shell: a batch of grants for runs that start well ahead gathers (GRANT_GATHER_MS)", () => {
-  const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
+  const ctxOf = (stillOwner = () => true) => ({
+    address: { type: "tenant", id: "t1" },
+    partition: 3,
+    epoch: 1,
+    nodeId: "n",
+    stillOwner,
+    tell: () => undefined,
+  });
   const T0 = 1_000_000;
-  const grant = (id: string, startAtMs?: number): TenantEffect[] => [startAtMs === undefined ? { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000 } : { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000, start_at_ms: startAtMs }];
+  const grant = (id: string, startAtMs?: number): TenantEffect[] => [
+    startAtMs === undefined
+      ? { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000 }
+      : { kind: "put_grant", run_id: id, expires_at_ms: T0 + 600_000, start_at_ms: startAtMs },
+  ];
   const setup = async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
     const { GrantTable } = await import("../../../src/slots/tenant-shell.ts");
@@ -286,7 +421,8 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     const table = new GrantTable(kv, 3, "t1", sim);
     await table.load(new Map());
     const done = new Map<string, number>();
-    const apply = (id: string, startAtMs?: number, ctx = ctxOf()) => table.apply(grant(id, startAtMs), ctx).then(() => done.set(id, sim.now()));
+    const apply = (id: string, startAtMs?: number, ctx = ctxOf()) =>
+      table.apply(grant(id, startAtMs), ctx).then(() => done.set(id, sim.now()));
     return { sim, kv, table, done, apply };
   };
 
@@ -301,7 +437,10 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     assert.equal(done.size, 20, "every grant answered");
     assert.ok(table.puts <= 3, `${table.puts} writes for 20 grants over 2 s`);
     const first = done.get("r0")!;
-    assert.ok(first >= T0 + GRANT_GATHER_MS && first <= T0 + GRANT_GATHER_MS + 100, `the first reply waits out the gathering, no longer (${first - T0} ms)`);
+    assert.ok(
+      first >= T0 + GRANT_GATHER_MS && first <= T0 + GRANT_GATHER_MS + 100,
+      `the first reply waits out the gathering, no longer (${first - T0} ms)`,
+    );
     assert.equal(done.get("r9"), first, "grants decided while it gathers share its write");
   });
 
@@ -313,7 +452,10 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     assert.equal(done.size, 0, "gathering");
     void apply("soon", sim.now() + GRANT_GATHER_LEAD_MS - 1);
     await sim.runUntil(T0 + 200);
-    assert.deepEqual([...done.entries()].sort(), [["later", T0 + 200], ["soon", T0 + 200]]);
+    assert.deepEqual([...done.entries()].sort(), [
+      ["later", T0 + 200],
+      ["soon", T0 + 200],
+    ]);
     assert.equal(table.puts, 1, "one write for both");
     void apply("unknown");
     await sim.runUntil(T0 + 200);
@@ -329,7 +471,10 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     let owner = true;
     const ctx = ctxOf(() => owner);
     const failed: string[] = [];
-    for (const id of ["a", "b"]) void table.apply(grant(id, T0 + 300_000), ctx).catch((e: unknown) => failed.push(`${id}: ${String(e)}`));
+    for (const id of ["a", "b"])
+      void table
+        .apply(grant(id, T0 + 300_000), ctx)
+        .catch((e: unknown) => failed.push(`${id}: ${String(e)}`));
     await sim.runUntil(T0 + 100);
     owner = false;
     await sim.runUntil(T0 + 2 * GRANT_GATHER_MS);
@@ -354,10 +499,20 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     await drainMicrotasks();
     assert.equal(done.get("release"), T0 + 10, "a release answers at once");
     assert.equal(done.get("sync-written"), T0 + 10, "a grant already on disk is confirmed at once");
-    at(table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 300_000 }], ctx), "sync-far");
+    at(
+      table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 300_000 }], ctx),
+      "sync-far",
+    );
     await sim.runUntil(T0 + 200);
-    assert.equal(done.has("sync-far"), false, "a confirmed grant not yet written waits for its batch");
-    at(table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 5_000 }], ctx), "sync-soon");
+    assert.equal(
+      done.has("sync-far"),
+      false,
+      "a confirmed grant not yet written waits for its batch",
+    );
+    at(
+      table.apply([{ kind: "sync_grant", run_id: "far", start_at_ms: T0 + 5_000 }], ctx),
+      "sync-soon",
+    );
     await sim.runUntil(T0 + 300);
     assert.equal(done.get("sync-soon"), T0 + 300, "its run now due soon: the gathering ends");
     assert.equal(done.get("far"), T0 + 300);
@@ -371,7 +526,8 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     const slow = kv as unknown as { create: (...a: unknown[]) => Promise<unknown> };
     const create = slow.create.bind(kv);
     let stalled = true;
-    slow.create = (...a: unknown[]) => (stalled ? new Promise((r) => sim.setTimer(5_000, () => r(create(...a)))) : create(...a));
+    slow.create = (...a: unknown[]) =>
+      stalled ? new Promise((r) => sim.setTimer(5_000, () => r(create(...a)))) : create(...a);
     void apply("first");
     await sim.runUntil(T0 + 10);
     stalled = false;
@@ -379,35 +535,91 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
     await sim.runUntil(T0 + 5_100);
     const first = done.get("first")!;
     assert.ok(first >= T0 + 5_000, `the first batch took its 5 s (${first - T0} ms)`);
-    assert.equal(done.get("next"), first, "written right after the slow batch, not a gathering later");
+    assert.equal(
+      done.get("next"),
+      first,
+      "written right after the slow batch, not a gathering later",
+    );
     assert.equal(table.puts, 2);
   });
 
   it("the tenant actor names each grant's start: an acquire's own, a waiting run's when a slot frees — but none in a decision on releases only (its grant is written at once: a release never waits for a gathering batch)", () => {
     const t = new Tenant(1);
-    const ask = (run: string, startAtMs?: number, release: string[] = []) => t.send({ kind: "slots", acquire: [{ run_id: run, job: `t1.job-${run}`, ttl_ms: 10_000, ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}) }], release });
-    assert.deepEqual(ask("a", t.now + 300_000).pre, [{ kind: "put_grant", run_id: "a", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 300_000 }]);
+    const ask = (run: string, startAtMs?: number, release: string[] = []) =>
+      t.send({
+        kind: "slots",
+        acquire: [
+          {
+            run_id: run,
+            job: `t1.job-${run}`,
+            ttl_ms: 10_000,
+            ...(startAtMs !== undefined ? { start_at_ms: startAtMs } : {}),
+          },
+        ],
+        release,
+      });
+    assert.deepEqual(ask("a", t.now + 300_000).pre, [
+      {
+        kind: "put_grant",
+        run_id: "a",
+        expires_at_ms: t.now + 10_000,
+        start_at_ms: t.now + 300_000,
+      },
+    ]);
     ask("b", t.now + 200_000); // waits: the cap is 1
     ask("x", t.now + 250_000); // waits too
     const freedWithAsks = ask("y", t.now + 260_000, ["a"]); // a release with an ask: b (earliest) is granted, named with its start
-    assert.deepEqual(freedWithAsks.pre, [{ kind: "del_grant", run_id: "a" }, { kind: "put_grant", run_id: "b", expires_at_ms: t.now + 10_000, start_at_ms: t.now + 200_000 }]);
+    assert.deepEqual(freedWithAsks.pre, [
+      { kind: "del_grant", run_id: "a" },
+      {
+        kind: "put_grant",
+        run_id: "b",
+        expires_at_ms: t.now + 10_000,
+        start_at_ms: t.now + 200_000,
+      },
+    ]);
     const freed = t.send({ kind: "slots", acquire: [], release: ["b"] });
-    assert.deepEqual(freed.pre, [{ kind: "del_grant", run_id: "b" }, { kind: "put_grant", run_id: "x", expires_at_ms: t.now + 10_000 }], "releases only: x granted without its start");
+    assert.deepEqual(
+      freed.pre,
+      [
+        { kind: "del_grant", run_id: "b" },
+        { kind: "put_grant", run_id: "x", expires_at_ms: t.now + 10_000 },
+      ],
+      "releases only: x granted without its start",
+    );
     assert.deepEqual(t.acquire("c").pre, [], "the cap: c waits");
-    assert.deepEqual(t.send({ kind: "release", run_id: "x" }).pre, [{ kind: "del_grant", run_id: "x" }, { kind: "put_grant", run_id: "c", expires_at_ms: t.now + 10_000 }], "c (asked with no start: due now) before y; no start named");
+    assert.deepEqual(
+      t.send({ kind: "release", run_id: "x" }).pre,
+      [
+        { kind: "del_grant", run_id: "x" },
+        { kind: "put_grant", run_id: "c", expires_at_ms: t.now + 10_000 },
+      ],
+      "c (asked with no start: due now) before y; no start named",
+    );
   });
 });
 
 describe("tenant shell: grants in append-only segments, group-committed", () => {
-  const ctxOf = (stillOwner = () => true) => ({ address: { type: "tenant", id: "t1" }, partition: 3, epoch: 1, nodeId: "n", stillOwner, tell: () => undefined });
-  const puts = (ids: Iterable<string>, exp = 1): TenantEffect[] => [...ids].map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
-  const dels = (ids: Iterable<string>): TenantEffect[] => [...ids].map((id) => ({ kind: "del_grant", run_id: id }));
-  const range = (p: string, from: number, n: number) => Array.from({ length: n }, (_, i) => `${p}${from + i}`);
+  const ctxOf = (stillOwner = () => true) => ({
+    address: { type: "tenant", id: "t1" },
+    partition: 3,
+    epoch: 1,
+    nodeId: "n",
+    stillOwner,
+    tell: () => undefined,
+  });
+  const puts = (ids: Iterable<string>, exp = 1): TenantEffect[] =>
+    [...ids].map((id) => ({ kind: "put_grant", run_id: id, expires_at_ms: exp }));
+  const dels = (ids: Iterable<string>): TenantEffect[] =>
+    [...ids].map((id) => ({ kind: "del_grant", run_id: id }));
+  const range = (p: string, from: number, n: number) =>
+    Array.from({ length: n }, (_, i) => `${p}${from + i}`);
   /** The tenant's segment keys on disk, seq → grants in it. */
   const disk = async (kv: import("../../../src/cluster/kv-memory.ts").MemoryKv) => {
     const { decode } = await import("../../../src/cluster/codec.ts");
     const out = new Map<number, Record<string, number>>();
-    for (const e of await kv.list("grants.3.t1.*")) out.set(Number(e.key.split(".").pop()!.slice(1)), decode<Record<string, number>>(e.value));
+    for (const e of await kv.list("grants.3.t1.*"))
+      out.set(Number(e.key.split(".").pop()!.slice(1)), decode<Record<string, number>>(e.value));
     return out;
   };
   const reload = async (kv: import("../../../src/cluster/kv-memory.ts").MemoryKv) => {
@@ -428,8 +640,12 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const ctx = ctxOf();
     const order: string[] = [];
     const first = reg.perform!(t.acquire("r0").pre!, ctx).then(() => order.push("r0"));
-    const rest = Array.from({ length: 500 }, (_, i) => reg.perform!(t.acquire(`r${i + 1}`).pre!, ctx).then(() => order.push(`r${i + 1}`)));
-    const releases = Array.from({ length: 200 }, (_, i) => reg.perform!(t.send({ kind: "release", run_id: `r${i + 1}` }).pre!, ctx));
+    const rest = Array.from({ length: 500 }, (_, i) =>
+      reg.perform!(t.acquire(`r${i + 1}`).pre!, ctx).then(() => order.push(`r${i + 1}`)),
+    );
+    const releases = Array.from({ length: 200 }, (_, i) =>
+      reg.perform!(t.send({ kind: "release", run_id: `r${i + 1}` }).pre!, ctx),
+    );
     await Promise.all([first, ...rest, ...releases]);
     assert.ok(table.batches <= 2, `${table.batches} batches for 701 changes`);
     assert.equal(table.puts, table.batches, `${table.puts} writes for 701 changes`);
@@ -449,9 +665,16 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const before = table.puts;
     await table.apply(dels(["a"]), ctxOf());
     assert.equal(table.puts, before, "no write for a release");
-    assert.ok((await reload(kv)).has("a"), "reloaded now, the released grant still counts (the audit frees it)");
+    assert.ok(
+      (await reload(kv)).has("a"),
+      "reloaded now, the released grant still counts (the audit frees it)",
+    );
     await table.apply(puts(["b"]), ctxOf());
-    assert.deepEqual([...(await reload(kv)).keys()], ["b"], "the next batch rewrote the small tail without a");
+    assert.deepEqual(
+      [...(await reload(kv)).keys()],
+      ["b"],
+      "the next batch rewrote the small tail without a",
+    );
     assert.equal(table.puts, before + 1, "an idle grant: one write, its release none");
   });
 
@@ -467,7 +690,10 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const create = kv.create.bind(kv);
     const update = kv.update.bind(kv);
     kv.create = async (k, v) => (written.push(Object.keys(decode<object>(v)).length), create(k, v));
-    kv.update = async (k, v, r) => (written.push(Object.keys(decode<object>(v)).length), update(k, v, r));
+    kv.update = async (k, v, r) => (
+      written.push(Object.keys(decode<object>(v)).length),
+      update(k, v, r)
+    );
     const before = table.puts;
     await table.apply(puts(range("new", 0, 10)), ctxOf());
     assert.deepEqual(written, [10]);
@@ -499,13 +725,22 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     await table.apply(dels(range("d", 0, 700)), ctxOf());
     await table.apply(puts(["f0"]), ctxOf());
     const sizes = [...(await disk(kv))].map(([seq, g]) => [seq, Object.keys(g).length]);
-    assert.deepEqual(sizes.sort((a, b) => a[0]! - b[0]!), [[3, 302], [4, 1_000], [5, 1]], "s3 compacted to its live grants");
+    assert.deepEqual(
+      sizes.sort((a, b) => a[0]! - b[0]!),
+      [
+        [3, 302],
+        [4, 1_000],
+        [5, 1],
+      ],
+      "s3 compacted to its live grants",
+    );
     assert.equal((await reload(kv)).size, 302 + 1_000 + 1);
   });
 
   it("a reload after many batches (grants, refreshes, releases) holds every live grant at its latest expiry, over-counting by at most a quarter plus slack", async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
-    const { GrantTable, COMPACT_SLACK, MAX_SEGMENTS } = await import("../../../src/slots/tenant-shell.ts");
+    const { GrantTable, COMPACT_SLACK, MAX_SEGMENTS } =
+      await import("../../../src/slots/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const table = new GrantTable(kv, 3, "t1");
     await table.load(new Map());
@@ -537,13 +772,17 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const back = await reload(kv);
     for (const [id, exp] of live) assert.equal(back.get(id), exp, id);
     const extra = back.size - live.size;
-    assert.ok(extra <= live.size / 4 + COMPACT_SLACK + 450, `${extra} released grants still on disk, ${live.size} live`);
+    assert.ok(
+      extra <= live.size / 4 + COMPACT_SLACK + 450,
+      `${extra} released grants still on disk, ${live.size} live`,
+    );
     assert.ok((await disk(kv)).size <= MAX_SEGMENTS + 1);
   });
 
   it("live segments stay bounded: a batch that would exceed MAX_SEGMENTS folds the smallest into its new segment", async () => {
     const { MemoryKv } = await import("../../../src/cluster/kv-memory.ts");
-    const { GrantTable, APPEND_MAX, MAX_SEGMENTS } = await import("../../../src/slots/tenant-shell.ts");
+    const { GrantTable, APPEND_MAX, MAX_SEGMENTS } =
+      await import("../../../src/slots/tenant-shell.ts");
     const kv = new MemoryKv("actors");
     const table = new GrantTable(kv, 3, "t1");
     await table.load(new Map());
@@ -551,7 +790,10 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     for (let b = 0; b < MAX_SEGMENTS * 2; b++) {
       await table.apply(puts(range("g", n, APPEND_MAX + b)), ctxOf()); // nothing released
       n += APPEND_MAX + b;
-      assert.ok((await disk(kv)).size <= MAX_SEGMENTS, `batch ${b}: ${(await disk(kv)).size} segments`);
+      assert.ok(
+        (await disk(kv)).size <= MAX_SEGMENTS,
+        `batch ${b}: ${(await disk(kv)).size} segments`,
+      );
     }
     assert.equal((await reload(kv)).size, n, "no grant lost by a fold");
   });
@@ -569,7 +811,11 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     kv.create = async () => ({ ok: false, conflict: "exists" });
     await assert.rejects(table.apply(puts(["g"], 5), ctxOf()), /another incarnation/);
     assert.equal((await reload(kv)).get("g"), 1, "g's old copy is still on disk");
-    await assert.rejects(table.apply(puts(["h"]), ctxOf()), /earlier grant batch failed/, "the dropped table writes no more");
+    await assert.rejects(
+      table.apply(puts(["h"]), ctxOf()),
+      /earlier grant batch failed/,
+      "the dropped table writes no more",
+    );
   });
 
   it("two incarnations that loaded the same tail race on it: the one that writes second fails (create of the next segment, or update of the tail)", async () => {
@@ -584,7 +830,11 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const later = new GrantTable(kv, 3, "t1");
     await later.load(new Map());
     await old.apply(puts(["x"]), ctxOf()); // the old incarnation's stray batch lands first
-    await assert.rejects(later.apply(puts(["y"]), ctxOf()), /another incarnation/, "the later one's create of s2 fails: it reloads");
+    await assert.rejects(
+      later.apply(puts(["y"]), ctxOf()),
+      /another incarnation/,
+      "the later one's create of s2 fails: it reloads",
+    );
     const back = await reload(kv);
     assert.ok(back.has("x") && !back.has("y"));
   });
@@ -598,7 +848,9 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     await table.load(new Map());
     // A KV whose first write hangs until released, then fails: the batch writing "a" fails.
     let failWrite!: () => void;
-    const hung = new Promise<void>((_, reject) => (failWrite = () => reject(new Error("write lost"))));
+    const hung = new Promise<void>(
+      (_, reject) => (failWrite = () => reject(new Error("write lost"))),
+    );
     const create = kv.create.bind(kv);
     kv.create = async (...a: Parameters<typeof kv.create>) => {
       await hung;
@@ -609,13 +861,20 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     assert.deepEqual(dup.reply, { granted: true });
     assert.deepEqual(dup.pre, [{ kind: "sync_grant", run_id: "a" }]);
     let dupSettled: "ok" | "failed" | undefined;
-    const second = table.apply(dup.pre, ctxOf()).then(() => (dupSettled = "ok"), () => (dupSettled = "failed"));
+    const second = table.apply(dup.pre, ctxOf()).then(
+      () => (dupSettled = "ok"),
+      () => (dupSettled = "failed"),
+    );
     await new Promise((r) => setImmediate(r));
     assert.equal(dupSettled, undefined, "the duplicate's reply waits for the batch");
     failWrite();
     await assert.rejects(first, /write lost/);
     await second;
-    assert.equal(dupSettled, "failed", "and fails with it (the host drops and reloads the tenant; the job re-asks)");
+    assert.equal(
+      dupSettled,
+      "failed",
+      "and fails with it (the host drops and reloads the tenant; the job re-asks)",
+    );
   });
 
   it("a batch of an earlier incarnation cannot undo the grants a later one wrote (CAS on the tail); a batch is not started by a node that no longer owns the tenant", async () => {
@@ -630,9 +889,24 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     const running = new Map<string, number>();
     await later.load(running);
     assert.deepEqual([...running.keys()], ["a"]);
-    await later.apply([{ kind: "put_grant", run_id: "b", expires_at_ms: 1 }, { kind: "put_grant", run_id: "a", expires_at_ms: 2 }], ctxOf());
+    await later.apply(
+      [
+        { kind: "put_grant", run_id: "b", expires_at_ms: 1 },
+        { kind: "put_grant", run_id: "a", expires_at_ms: 2 },
+      ],
+      ctxOf(),
+    );
     // The earlier incarnation's late batch (its tail revision is stale) is refused.
-    await assert.rejects(old.apply([{ kind: "put_grant", run_id: "a", expires_at_ms: 9 }, { kind: "put_grant", run_id: "c", expires_at_ms: 1 }], ctxOf()), /another incarnation/);
+    await assert.rejects(
+      old.apply(
+        [
+          { kind: "put_grant", run_id: "a", expires_at_ms: 9 },
+          { kind: "put_grant", run_id: "c", expires_at_ms: 1 },
+        ],
+        ctxOf(),
+      ),
+      /another incarnation/,
+    );
     const after = new Map<string, number>();
     await new GrantTable(kv, 3, "t1").load(after);
     // What the later incarnation wrote stands, and nothing of the earlier one's refused batch.
@@ -641,7 +915,13 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
     assert.ok(!after.has("c"));
     const gone = new GrantTable(kv, 3, "t1");
     await gone.load(new Map());
-    await assert.rejects(gone.apply([{ kind: "put_grant", run_id: "d", expires_at_ms: 1 }], ctxOf(() => false)), /no longer the owner/);
+    await assert.rejects(
+      gone.apply(
+        [{ kind: "put_grant", run_id: "d", expires_at_ms: 1 }],
+        ctxOf(() => false),
+      ),
+      /no longer the owner/,
+    );
   });
 });
 
@@ -655,8 +935,13 @@ describe("tenant actor: grant audit (lost releases)", () => {
     const timer = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "audit");
     assert.ok(timer && timer.kind === "timer" && timer.atMs === t.now + SLOT_AUDIT_MS);
     const audit = t.send({ kind: "audit" });
-    const asked = (audit.effects ?? []).flatMap((e) => (e.kind === "send" ? [`${e.to.id}:${(e.msg as { kind: string }).kind}`] : []));
-    assert.deepEqual(asked.sort(), ["t1.jaaaaaaaaaaaaaaaa:slot_audit", "t1.jbbbbbbbbbbbbbbbb:slot_audit"]);
+    const asked = (audit.effects ?? []).flatMap((e) =>
+      e.kind === "send" ? [`${e.to.id}:${(e.msg as { kind: string }).kind}`] : [],
+    );
+    assert.deepEqual(asked.sort(), [
+      "t1.jaaaaaaaaaaaaaaaa:slot_audit",
+      "t1.jbbbbbbbbbbbbbbbb:slot_audit",
+    ]);
   });
 });
 
@@ -678,11 +963,17 @@ describe("tenant actor: expiry turns are batched", () => {
       turns++;
       const next = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "expire");
       assert.ok(next && next.kind === "timer", "re-armed while grants are held");
-      assert.ok(next.atMs >= t.now + EXPIRE_BATCH_MS, `next expire turn ${next.atMs - t.now} ms later`);
+      assert.ok(
+        next.atMs >= t.now + EXPIRE_BATCH_MS,
+        `next expire turn ${next.atMs - t.now} ms later`,
+      );
       at = next.atMs;
     }
     assert.equal(turns, 2, "the first expiry, then the other 499 in one turn (not 500 turns)");
-    assert.ok([...t.state.running.values()].every((exp) => exp > lastExpiry), "every expired grant was extended (and audited)");
+    assert.ok(
+      [...t.state.running.values()].every((exp) => exp > lastExpiry),
+      "every expired grant was extended (and audited)",
+    );
   });
 });
 
@@ -694,9 +985,19 @@ describe("tenant actor: an expired grant is audited, not dropped (review finding
     t.acquire(id, 500);
     t.now += 1_000;
     const d = t.send({ kind: "expire" });
-    assert.deepEqual(d.pre, [{ kind: "put_grant", run_id: id, expires_at_ms: t.now + EXPIRED_GRANT_GRACE_MS }]);
-    assert.ok((d.effects ?? []).some((e) => e.kind === "send" && (e.msg as { kind: string }).kind === "slot_audit"));
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 1, waiting: 0, max_concurrent: 2, limit: 2 }, "a run waiting for its flexible start keeps its slot");
+    assert.deepEqual(d.pre, [
+      { kind: "put_grant", run_id: id, expires_at_ms: t.now + EXPIRED_GRANT_GRACE_MS },
+    ]);
+    assert.ok(
+      (d.effects ?? []).some(
+        (e) => e.kind === "send" && (e.msg as { kind: string }).kind === "slot_audit",
+      ),
+    );
+    assert.deepEqual(
+      t.send({ kind: "status" }).reply,
+      { running: 1, waiting: 0, max_concurrent: 2, limit: 2 },
+      "a run waiting for its flexible start keeps its slot",
+    );
   });
 });
 
@@ -712,7 +1013,13 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
       return d;
     }
     acquire(run: string, extra: { max_concurrent?: number; weight?: number } = {}) {
-      return this.send({ kind: "acquire", run_id: run, job: `t1.job-${run}`, ttl_ms: 60_000, ...extra });
+      return this.send({
+        kind: "acquire",
+        run_id: run,
+        job: `t1.job-${run}`,
+        ttl_ms: 60_000,
+        ...extra,
+      });
     }
     fairTimer(d: Decision<TenantState, TenantReply, TenantEffect>): number | undefined {
       const t = (d.effects ?? []).find((e) => e.kind === "timer" && e.name === "fair");
@@ -732,7 +1039,11 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
       return { demand: m.demand, weight: m.weight, ...(next !== undefined ? { next } : {}) };
     }
     granted(d: Decision<TenantState, TenantReply, TenantEffect>): string[] {
-      return (d.effects ?? []).flatMap((e) => (e.kind === "send" && (e.msg as { kind: string }).kind === "slot_granted" ? [(e.msg as { run_id: string }).run_id] : []));
+      return (d.effects ?? []).flatMap((e) =>
+        e.kind === "send" && (e.msg as { kind: string }).kind === "slot_granted"
+          ? [(e.msg as { run_id: string }).run_id]
+          : [],
+      );
     }
   }
 
@@ -746,11 +1057,23 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
 
   it("a report overdue (its timer effect lost) is re-armed by the next message, not left silent for good", () => {
     const t = new FairTenant();
-    assert.equal(t.fairTimer(t.acquire("a")), t.now, "first report armed; this turn's timer effect is lost");
+    assert.equal(
+      t.fairTimer(t.acquire("a")),
+      t.now,
+      "first report armed; this turn's timer effect is lost",
+    );
     t.now += REPORT_LOST_MS / 2;
-    assert.equal(t.fairTimer(t.acquire("b")), undefined, "late, not lost: the timer may still fire (re-arming it would move it behind every overdue timer)");
+    assert.equal(
+      t.fairTimer(t.acquire("b")),
+      undefined,
+      "late, not lost: the timer may still fire (re-arming it would move it behind every overdue timer)",
+    );
     t.now += REPORT_LOST_MS;
-    assert.equal(t.fairTimer(t.acquire("c")), t.now, "overdue: re-armed at once (before the fix: never again)");
+    assert.equal(
+      t.fairTimer(t.acquire("c")),
+      t.now,
+      "overdue: re-armed at once (before the fix: never again)",
+    );
     assert.equal(t.fairTimer(t.acquire("d")), undefined, "armed once");
   });
 
@@ -759,12 +1082,26 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     t.acquire("a");
     assert.deepEqual(t.granted(t.acquire("b")), [], "awaiting the first share: one run");
     t.now += SHARE_WAIT_MS;
-    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "zzz" })), ["b"], "no answer within SHARE_WAIT_MS: the cap, without a report (before: one run for as long as the timer lagged)");
+    assert.deepEqual(
+      t.granted(t.send({ kind: "release", run_id: "zzz" })),
+      ["b"],
+      "no answer within SHARE_WAIT_MS: the cap, without a report (before: one run for as long as the timer lagged)",
+    );
     t.send({ kind: "share", share: 2 });
-    t.acquire("c"); t.acquire("d");
-    assert.equal(t.send({ kind: "status" }).reply && (t.send({ kind: "status" }).reply as { running: number }).running, 2, "the share: 2");
+    t.acquire("c");
+    t.acquire("d");
+    assert.equal(
+      t.send({ kind: "status" }).reply &&
+        (t.send({ kind: "status" }).reply as { running: number }).running,
+      2,
+      "the share: 2",
+    );
     t.now += SHARE_TTL_MS + 1;
-    assert.deepEqual(t.granted(t.send({ kind: "release", run_id: "zzz" })), ["c", "d"], "a share not confirmed for SHARE_TTL_MS no longer limits");
+    assert.deepEqual(
+      t.granted(t.send({ kind: "release", run_id: "zzz" })),
+      ["c", "d"],
+      "a share not confirmed for SHARE_TTL_MS no longer limits",
+    );
   });
 
   it("grants only while running < min(max_concurrent, share); a larger share grants the waiters", () => {
@@ -775,8 +1112,18 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     assert.deepEqual(t.acquire("b").reply, { granted: true });
     assert.deepEqual(t.acquire("c").reply, { granted: false }, "share of 2 filled");
     assert.deepEqual(t.acquire("d").reply, { granted: false });
-    assert.deepEqual(t.send({ kind: "status" }).reply, { running: 2, waiting: 2, max_concurrent: 10, limit: 2, share: 2 });
-    assert.deepEqual(t.granted(t.send({ kind: "share", share: 3 })), ["c"], "FIFO: the oldest waiter");
+    assert.deepEqual(t.send({ kind: "status" }).reply, {
+      running: 2,
+      waiting: 2,
+      max_concurrent: 10,
+      limit: 2,
+      share: 2,
+    });
+    assert.deepEqual(
+      t.granted(t.send({ kind: "share", share: 3 })),
+      ["c"],
+      "FIFO: the oldest waiter",
+    );
     assert.deepEqual(t.granted(t.send({ kind: "share", share: 50 })), ["d"]);
     // the cap still holds over a larger share
     for (const r of ["e", "f", "g", "h", "i", "j", "k", "l"]) t.acquire(r);
@@ -809,7 +1156,11 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     t.now += SHARE_WAIT_MS - 1;
     assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), []);
     t.now += 1;
-    assert.deepEqual(t.granted(t.send({ kind: "fair_report" })), ["b", "c"], "the fleet is silent: today's behaviour");
+    assert.deepEqual(
+      t.granted(t.send({ kind: "fair_report" })),
+      ["b", "c"],
+      "the fleet is silent: today's behaviour",
+    );
     // a share of null (the fleet knows no worker) also means the cap
     const u = new FairTenant();
     u.acquire("a");

@@ -9,7 +9,12 @@ import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import { StallClock, stubBus } from "../../support/stall.ts";
 
-const advert = (worker_id: string, free: number, slots = 4) => ({ worker_id, slots, free, executor: "process" });
+const advert = (worker_id: string, free: number, slots = 4) => ({
+  worker_id,
+  slots,
+  free,
+  executor: "process",
+});
 
 /** A started directory (expiry 1,500 ms: a 500 ms tick) on a stall clock; `advertise` delivers an advert. */
 function started() {
@@ -19,7 +24,11 @@ function started() {
   const dir = new WorkerDirectory(clock, seededRandom(9), 1_500, { optimistic: true });
   dir.start(bus, "c");
   const advertise = (worker_id: string, free: number) =>
-    subs.get("kairos.c.adverts.*")!.callback(null, { subject: `kairos.c.adverts.${worker_id}`, data: encode(advert(worker_id, free)), respond: () => undefined });
+    subs.get("kairos.c.adverts.*")!.callback(null, {
+      subject: `kairos.c.adverts.${worker_id}`,
+      data: encode(advert(worker_id, free)),
+      respond: () => undefined,
+    });
   return { clock, dir, subs, advertise };
 }
 
@@ -111,7 +120,11 @@ describe("worker directory", () => {
     dir.observe(advert("b", 0, 2));
     assert.equal(dir.pick(), "a", "an advertised free slot first");
     const hopeful = [dir.pick(), dir.pick(), dir.pick(), dir.pick()];
-    assert.deepEqual([...hopeful].sort(), ["a", "a", "b", "b"], "then the least over-reserved, up to each worker's slots");
+    assert.deepEqual(
+      [...hopeful].sort(),
+      ["a", "a", "b", "b"],
+      "then the least over-reserved, up to each worker's slots",
+    );
     assert.equal(dir.pick(), undefined);
     dir.observe(advert("a", 0, 3));
     dir.markFull("a");
@@ -154,7 +167,11 @@ describe("worker directory", () => {
     assert.equal(dir.capacity(), 4, "a stall drops nobody");
     clock.t = 10_000; // another 4,500 ms late: capped at heard + expiry + the longest stretch (6,000)
     clock.runTimers();
-    assert.equal(dir.capacity(), 0, "credited without a cap it stays (seen 9,000): a dead worker kept for as long as the ticks run late");
+    assert.equal(
+      dir.capacity(),
+      0,
+      "credited without a cap it stays (seen 9,000): a dead worker kept for as long as the ticks run late",
+    );
   });
 
   it("a stall followed by shorter late ticks still gives each worker an expiry of listening", () => {
@@ -178,7 +195,11 @@ describe("worker directory", () => {
     assert.equal(subs.size, 0);
     dir.observe(advert("a", 2));
     clock.t += 1_501;
-    assert.equal(dir.capacity(), 0, "stopped, it judges by the clock (its last tick would freeze it)");
+    assert.equal(
+      dir.capacity(),
+      0,
+      "stopped, it judges by the clock (its last tick would freeze it)",
+    );
   });
 
   it("worker subjects are per cluster and worker", () => {
@@ -191,10 +212,13 @@ describe("worker directory: who may advertise", () => {
     const subs = new Map<string, BusSubscribeOptions>();
     const dir = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500);
     const refused: string[] = [];
-    const d2 = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500, { onRefused: (subject, reason) => refused.push(`${subject}: ${reason}`) });
+    const d2 = new WorkerDirectory(new StallClock(), seededRandom(3), 1_500, {
+      onRefused: (subject, reason) => refused.push(`${subject}: ${reason}`),
+    });
     dir.start(stubBus(subs), "c");
     const cb = subs.get("kairos.c.adverts.*")!.callback;
-    const send = (subject: string, a: unknown) => cb(null, { subject, data: encode(a), respond: () => undefined });
+    const send = (subject: string, a: unknown) =>
+      cb(null, { subject, data: encode(a), respond: () => undefined });
     send("kairos.c.adverts.w1", advert("w2", 4)); // w1 speaking for w2
     send("$KV.c_idem.w2", advert("w2", 4)); // a JetStream push delivery under its own subject
     send("kairos.c.adverts.w3", { worker_id: "w3" }); // malformed
@@ -203,10 +227,13 @@ describe("worker directory: who may advertise", () => {
     assert.equal(dir.pick(), "w2");
     const subs2 = new Map<string, BusSubscribeOptions>();
     d2.start(stubBus(subs2), "c");
-    subs2.get("kairos.c.adverts.*")!.callback(null, { subject: "kairos.c.adverts.w1", data: encode(advert("w2", 4)), respond: () => undefined });
+    subs2.get("kairos.c.adverts.*")!.callback(null, {
+      subject: "kairos.c.adverts.w1",
+      data: encode(advert("w2", 4)),
+      respond: () => undefined,
+    });
     assert.deepEqual(refused, ['kairos.c.adverts.w1: advert names worker "w2"']);
     dir.stop();
     d2.stop();
   });
 });
-
