@@ -256,7 +256,7 @@ export async function run(args: string[]): Promise<void> {
       say(
         `${label}: one runs page (limit ${o.limit}, ${n} items) of a job with ${records.toLocaleString("en")} records, median of ${o.reps}:`,
       );
-      say(`  ${"list every record (before issue 11)".padEnd(52)}${old.toFixed(1).padStart(10)} ms`);
+      say(`  ${"list every record (no runs index)".padEnd(52)}${old.toFixed(1).padStart(10)} ms`);
       say(
         `  ${`keys, then ${o.limit + 1} values (the key listing)`.padEnd(52)}${keys.toFixed(1).padStart(10)} ms`,
       );

@@ -2,7 +2,7 @@
  * Self-tests of the simulation's invariants (test/sim/invariants.ts, record-check.ts): for each
  * one, a history that breaks it must make it fire — and, beside it, the nearest history that
  * does not break it must not (so the test shows the check sees the difference, not just noise).
- * End-to-end self-tests (a broken executor, re-opened holes) are in sim.test.ts.
+ * End-to-end self-tests (a broken executor, injected faults) are in sim.test.ts.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";

@@ -286,7 +286,7 @@ describe("ActorHost: an actor dropped with its state in doubt", () => {
   );
 });
 
-describe("ActorHost timers are reminders (hole 5)", () => {
+describe("ActorHost timers are reminders", () => {
   it(
     "5: a timer whose handling fails once (KV timeout) is delivered again while the partition is held",
     T,
@@ -363,7 +363,7 @@ describe("ActorHost timers are reminders (hole 5)", () => {
 
 // --- the epoch fence -------------------------------------------------------------------------
 
-describe("ActorHost epoch fencing and post effects (hole 7)", () => {
+describe("ActorHost epoch fencing and post effects", () => {
   it(
     "an urgent message's turn marks its writes urgent — the epoch fence and the state update — and a plain one's neither",
     T,

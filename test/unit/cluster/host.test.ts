@@ -446,7 +446,7 @@ describe("ActorHost", () => {
     assert.equal(await t.host.deliver("pgate", id, { n: 9 }), 0);
   });
 
-  it("coalesceKey: a keyed message to an idle actor begins at once, so a copy arriving during its turn is queued anew, not answered by it (cold review)", async () => {
+  it("coalesceKey: a keyed message to an idle actor begins at once, so a copy arriving during its turn is queued anew, not answered by it", async () => {
     const t = setup();
     await acquireAll(t.host);
     const id = "coalesce-idle";

@@ -63,7 +63,7 @@ describe("decideLeases", () => {
     assert.deepEqual(decideLeases(inputs({ leases })), { acquire: [], steal: [], release: [] });
   });
 
-  it("hole 4 (orphaned partitions): steals from a LIVE owner that stopped renewing for a TTL", () => {
+  it("orphaned partitions: steals from a LIVE owner that stopped renewing for a TTL", () => {
     // The owner lost trust in a NATS blip (so it stopped renewing) and placement moved the
     // partition here. Before the fix, a live owner was never stolen from: nobody owned it.
     const leases = new Map([[0, lease("other", "i1", 7, 10_000 - TTL)]]);

@@ -86,7 +86,7 @@ it("one stall of any length drops nobody: each peer gets a failure timeout of li
   assert.deepEqual(left, []);
 });
 
-it("a stall followed by a shorter late tick drops nobody: the cap keeps the longest stretch since the peer was heard (review)", () => {
+it("a stall followed by a shorter late tick drops nobody: the cap keeps the longest stretch since the peer was heard", () => {
   const { clock, left, beatFrom } = setup();
   clock.t = 400;
   beatFrom("n2");

@@ -166,7 +166,7 @@ describe("deferred writes: what one run costs", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("a one-shot job whose ended run's record retention pruned (the stored state still lists the run): a reload drops the run, never leases it again (review finding)", () => {
+  it("a one-shot job whose ended run's record retention pruned (the stored state still lists the run): a reload drops the run, never leases it again", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
     d.advance(1_500);

@@ -136,7 +136,7 @@ const notOwner = (e: unknown) => {
   return true;
 };
 
-describe("job shell: putRun (hole 7)", () => {
+describe("job shell: putRun", () => {
   it("7: update refuses not_owner when the stored record carries a later epoch, and leaves it alone", async () => {
     const t = setup();
     await t.seed(run("succeeded"), 9);
@@ -207,7 +207,7 @@ describe("job shell: putRun (hole 7)", () => {
   });
 });
 
-describe("job shell: dispatch (hole 1)", () => {
+describe("job shell: dispatch", () => {
   const dispatchFx = (fence: number): JobEffect => ({
     kind: "dispatch",
     run_id: "r1",

@@ -347,7 +347,7 @@ describe("tenant actor: quota from the tenant record", () => {
   });
 });
 
-describe("tenant actor: durable grants (hole 8)", () => {
+describe("tenant actor: durable grants", () => {
   it("every grant, refresh, release and expiry becomes a grant write before the reply", () => {
     const t = new Tenant();
     const a = t.acquire("r1");
@@ -977,7 +977,7 @@ describe("tenant actor: expiry turns are batched", () => {
   });
 });
 
-describe("tenant actor: an expired grant is audited, not dropped (review finding 4)", () => {
+describe("tenant actor: an expired grant is audited, not dropped", () => {
   it("past its expiry a grant of a real run is extended and its job actor asked; only a release frees it", async () => {
     const { EXPIRED_GRANT_GRACE_MS } = await import("../../../src/slots/tenant-actor.ts");
     const t = new Tenant();

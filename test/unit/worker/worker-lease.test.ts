@@ -548,7 +548,7 @@ describe("worker: executions ended as they start (`Execution.ended`)", () => {
   );
 });
 
-describe("worker: start only under an acknowledged heartbeat (hole 2)", () => {
+describe("worker: start only under an acknowledged heartbeat", () => {
   it(
     "2: an accepted offer whose start time passes before any acknowledgement is not started; it starts on the acknowledgement",
     T,
@@ -1043,7 +1043,7 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
   });
 });
 
-describe("worker: a completion with an unknown outcome is retried (hole 9)", () => {
+describe("worker: a completion with an unknown outcome is retried", () => {
   it(
     "9: a completion whose request times out is kept and sent again (a copy each wait) until the owner answers ok; while a copy is on the wire the attempt is not heartbeated",
     T,
@@ -1099,7 +1099,7 @@ describe("worker: a completion with an unknown outcome is retried (hole 9)", () 
   );
 
   it(
-    "a copy that fails at once (an error that settles nothing) is sent again only after its wait, and the attempt is heartbeated in between (cold review)",
+    "a copy that fails at once (an error that settles nothing) is sent again only after its wait, and the attempt is heartbeated in between",
     T,
     async () => {
       const t = await setup();

@@ -2,14 +2,14 @@
  * Run-path guarantees of the job actor's pure core (src/jobs/job-actor.ts), one `describe` per
  * failure mode, each at the depth of the fault: a message or an activation of the core on the
  * simulated shell of driver.ts, asserting the decision.
- *   1: one fence, one worker — a heartbeat, completion or `claimed` from a worker other than the
+ * - one fence, one worker — a heartbeat, completion or `claimed` from a worker other than the
  *      claimant changes nothing;
- *   3: a takeover with an offer out waits the offer timeout before offering again (an offer
+ * - a takeover with an offer out waits the offer timeout before offering again (an offer
  *      lost with its state is made again at once, under a fence never handed out);
- *   6: a record left `queued` by a crash is settled (missed, cancelled or skipped);
- *   9: unknown outcomes — retried run-now and patch answer their first result; a re-queued run
+ * - a record left `queued` by a crash is settled (missed, cancelled or skipped);
+ * - unknown outcomes — retried run-now and patch answer their first result; a re-queued run
  *      has fence 0, so an old worker's heartbeat gets lease_lost;
- *   10: a busy scheduler is not a dead worker — a recent arrival keeps the lease, and the job
+ * - a busy scheduler is not a dead worker — a recent arrival keeps the lease, and the job
  *      actor declares the arrival key the host records heartbeats under.
  * Most fail against a core without the mechanism they name; the rest guard behaviour that holds
  * without it too.
@@ -48,8 +48,8 @@ function putRunsOf(d: Driver, kind: string): PutRun[] {
   return (dec?.d.pre ?? []).filter((p): p is PutRun => p.kind === "put_run");
 }
 
-describe("hole 1: one fence, several workers", () => {
-  it("1: a heartbeat with the current fence from a worker other than the claimant gets lease_lost and changes nothing", () => {
+describe("one fence, several workers", () => {
+  it("a heartbeat with the current fence from a worker other than the claimant gets lease_lost and changes nothing", () => {
     const d = leased();
     const r = d.run(RUN)!;
     const lease = d.timers.get(`lease:${RUN}`)?.atMs;
@@ -76,7 +76,7 @@ describe("hole 1: one fence, several workers", () => {
     assert.deepEqual(d.heartbeat(RUN, r.fence).reply, { ok: true }, "the claimant still holds it");
   });
 
-  it("1: a completion with the current fence from a worker other than the claimant gets stale_fence; the claimant's counts", () => {
+  it("a completion with the current fence from a worker other than the claimant gets stale_fence; the claimant's counts", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
     const c = d.send({
@@ -97,7 +97,7 @@ describe("hole 1: one fence, several workers", () => {
     assert.equal(d.records.get(RUN)?.result?.output, "w1");
   });
 
-  it("1: a `claimed` with the current fence from a worker other than the claimant is cancelled on that worker", () => {
+  it("a `claimed` with the current fence from a worker other than the claimant is cancelled on that worker", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
     d.send({ kind: "claimed", run_id: RUN, fence: f, worker: "w2" });
@@ -109,8 +109,8 @@ describe("hole 1: one fence, several workers", () => {
   });
 });
 
-describe("hole 3: takeover re-dispatches at once", () => {
-  it("3: onActivate of a queued run holding an outstanding offer (fence > 0) arms its redispatch only after offerTimeoutMs", () => {
+describe("a takeover re-dispatches at once", () => {
+  it("onActivate of a queued run holding an outstanding offer (fence > 0) arms its redispatch only after offerTimeoutMs", () => {
     const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoClaim: false });
     d.create(spec());
     d.advance(1_500); // :02 offered, not yet accepted
@@ -131,7 +131,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     assert.ok(d.run(RUN)!.fence > r.fence, "under a new fence");
   });
 
-  it("3: after a takeover the old offer's worker claims it by heartbeat within offerTimeoutMs: no second offer", () => {
+  it("after a takeover the old offer's worker claims it by heartbeat within offerTimeoutMs: no second offer", () => {
     const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoClaim: false });
     d.create(spec());
     d.advance(1_500);
@@ -151,7 +151,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     assert.equal(d.run(RUN)?.fence, offer.fence);
   });
 
-  it("3: a takeover that lost a deferred offer offers again at once, under a fence never handed out; the old offer's worker gets lease_lost and never starts", () => {
+  it("a takeover that lost a deferred offer offers again at once, under a fence never handed out; the old offer's worker gets lease_lost and never starts", () => {
     const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoClaim: false });
     d.create(spec());
     d.advance(1_500); // :02 offered (deferred: not written), not yet accepted
@@ -178,7 +178,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
     );
   });
 
-  it("3: onActivate of a queued run with no offer (fence 0) arms its redispatch at once", () => {
+  it("onActivate of a queued run with no offer (fence 0) arms its redispatch at once", () => {
     const d = new Driver(cfg({ offerTimeoutMs: 2_000 }), { autoGrant: false });
     d.create(spec());
     d.advance(1_500); // :02 created, waiting for its tenant slot
@@ -191,7 +191,7 @@ describe("hole 3: takeover re-dispatches at once", () => {
   });
 });
 
-describe("hole 6: a record stuck queued", () => {
+describe("no record stuck queued", () => {
   /** The :02 fire's run record is written, then the node crashes before the job state advances. */
   function orphaned(over = {}): Driver {
     const d = new Driver(cfg(), {});
@@ -269,7 +269,7 @@ describe("hole 6: a record stuck queued", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("6: a run-now before the re-fire: the re-fire records the orphan skipped (overlap) over its queued record", () => {
+  it("a run-now before the re-fire: the re-fire records the orphan skipped (overlap) over its queued record", () => {
     const d = orphaned();
     d.activate();
     d.send({ kind: "run_now" }); // a manual run, leased at once: :02 now overlaps it
@@ -288,8 +288,8 @@ describe("hole 6: a record stuck queued", () => {
   });
 });
 
-describe("hole 9: unknown outcomes mishandled", () => {
-  it("9: a retried run_now with the same request_id returns the same run and creates no second run", () => {
+describe("unknown outcomes resolved, not guessed", () => {
+  it("a retried run_now with the same request_id returns the same run and creates no second run", () => {
     const d = new Driver(cfg(), { autoGrant: false });
     d.create(spec({ schedule: hourly }));
     const first = d.send({ kind: "run_now", request_id: "rq-1" });
@@ -308,7 +308,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
   // Found by the simulation's users' commands during faults (seed 2011): a run-now whose state
   // write was fenced (its owner's lease thread cut from KV) left its record `queued` for good; the
   // router's retry made a second manual run under another id (the owner's clock had moved on).
-  it("9: a run_now retried after its run ended is answered with that run's id, not a new run", () => {
+  it("a run_now retried after its run ended is answered with that run's id, not a new run", () => {
     const d = new Driver(cfg(), { autoComplete: () => ({}) });
     d.create(spec({ schedule: hourly }));
     const runId = d.send({ kind: "run_now", request_id: "rq-1" }).reply?.run?.run_id;
@@ -318,7 +318,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.equal(d.dispatches.length, 1);
   });
 
-  it("9: a retried patch with the same request_id and an If-Match that matched the first time is answered with the job and applies once", () => {
+  it("a retried patch with the same request_id and an If-Match that matched the first time is answered with the job and applies once", () => {
     const d = new Driver(cfg());
     d.create(spec());
     const p = {
@@ -341,7 +341,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
     );
   });
 
-  it("9: a slot granted during retry_wait lets the run go at retry_due (it does not hang)", () => {
+  it("a slot granted during retry_wait lets the run go at retry_due (it does not hang)", () => {
     const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, ...retries(2) }));
     d.advance(1_500);
@@ -360,7 +360,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.equal(d.run(RUN)?.attempt, 2);
   });
 
-  it("9: after a failed attempt the re-queued run has fence 0: the old worker's late heartbeat with its old fence gets lease_lost", () => {
+  it("after a failed attempt the re-queued run has fence 0: the old worker's late heartbeat with its old fence gets lease_lost", () => {
     const d = new Driver(cfg(), { autoGrant: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, ...retries(2) }));
     d.advance(1_500);
@@ -376,7 +376,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.equal(d.run(RUN)?.attempt, 1);
   });
 
-  it("9: after a lease expiry the re-queued run has fence 0 and the old worker's heartbeat with the old fence gets lease_lost", () => {
+  it("after a lease expiry the re-queued run has fence 0 and the old worker's heartbeat with the old fence gets lease_lost", () => {
     const d = new Driver(cfg(), { autoGrant: false });
     d.create(spec(retries(2)));
     d.advance(1_500);
@@ -398,7 +398,7 @@ describe("hole 9: unknown outcomes mishandled", () => {
     assert.ok(d.run(RUN)!.fence > old, "the next offer has a new fence");
   });
 
-  it("9: after a lease expiry with the slot held the run is offered again under a new fence; the old one gets lease_lost", () => {
+  it("after a lease expiry with the slot held the run is offered again under a new fence; the old one gets lease_lost", () => {
     const d = leased();
     const old = d.run(RUN)!.fence;
     d.advance(10_000);
@@ -408,8 +408,8 @@ describe("hole 9: unknown outcomes mishandled", () => {
   });
 });
 
-describe("hole 10: a busy scheduler is not a dead worker", () => {
-  it("10: a lease_expired while a heartbeat arrived within the TTL re-arms the lease at arrival + TTL instead of expiring", () => {
+describe("a busy scheduler is not a dead worker", () => {
+  it("a lease_expired while a heartbeat arrived within the TTL re-arms the lease at arrival + TTL instead of expiring", () => {
     const d = leased(); // claimed at :02.0: lease timer at :12.0
     const f = d.run(RUN)!.fence;
     assert.equal(d.timers.get(`lease:${RUN}`)?.atMs, sec(12));
@@ -424,7 +424,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
-  it("10: a lease_expired while the holder's completion report waits in the mailbox re-arms it (now + TTL) however long the report waits; without it the lease expires", () => {
+  it("a lease_expired while the holder's completion report waits in the mailbox re-arms it (now + TTL) however long the report waits; without it the lease expires", () => {
     // The worker does not heartbeat an attempt whose report is on the wire; a report queued behind
     // a saturated owner's turns for longer than a TTL must not lose its result to an expiry.
     const d = leased(); // claimed at :02.0: lease timer at :12.0
@@ -444,7 +444,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
-  it("10: without a recent arrival the lease expires at its end", () => {
+  it("without a recent arrival the lease expires at its end", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
     d.arrivals.set(heartbeatKey(RUN, f, "w1"), sec(2)); // at the claim, then silence
@@ -453,7 +453,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(d.run(RUN)?.attempts[0]?.outcome, "lease_lost");
   });
 
-  it("10: the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all — and a completion report's under the same key (the worker does not heartbeat an attempt whose report is on the wire)", () => {
+  it("the job actor declares a heartbeat's arrival key, so the host records heartbeat arrivals at all — and a completion report's under the same key (the worker does not heartbeat an attempt whose report is on the wire)", () => {
     const def = makeJobActor(cfg());
     assert.equal(
       def.arrivalKey?.({ kind: "heartbeat", run_id: RUN, fence: 3, worker: "w1" }),
@@ -475,7 +475,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     assert.equal(def.arrivalKey?.({ kind: "lease_expired", run_id: RUN, fence: 3 }), undefined);
   });
 
-  it("10: a heartbeat for a recorded lease is acknowledged from the committed state without queueing", () => {
+  it("a heartbeat for a recorded lease is acknowledged from the committed state without queueing", () => {
     const d = leased();
     const def = makeJobActor(cfg());
     const f = d.run(RUN)!.fence;
@@ -501,7 +501,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
     );
   });
 
-  it("10: an arrival from another worker or under an old fence does not keep the lease alive", () => {
+  it("an arrival from another worker or under an old fence does not keep the lease alive", () => {
     const d = leased();
     const f = d.run(RUN)!.fence;
     d.arrivals.set(heartbeatKey(RUN, f, "w2"), sec(11));
@@ -512,7 +512,7 @@ describe("hole 10: a busy scheduler is not a dead worker", () => {
   });
 });
 
-describe("review finding 7: an offer has a reminder", () => {
+describe("an offer has a reminder", () => {
   it("an offer whose answer never comes back is offered again under a new fence after the offer timeout", () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
