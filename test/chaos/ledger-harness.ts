@@ -146,6 +146,8 @@ export interface ChaosReport {
   atLeastOnceReruns: number;
   /** Occurrences no longer called for (paused, rescheduled, deleted) that executed on a worker faulted since the change. */
   cancelledRanUnderFault: number;
+  /** Occurrences due just before a change that a fault kept from being fired: no record (allowed, counted). */
+  unfiredAtChange: number;
   tenantMaxConcurrent: Record<string, { cap: number | null; maxSeen: number }>;
   violations: number;
   examples: Violation[];
@@ -661,6 +663,7 @@ export async function runLedgerChaos(
       },
       atLeastOnceReruns: reruns.length,
       cancelledRanUnderFault: occ.cancelledRanUnderFault,
+      unfiredAtChange: occ.unfiredAtChange,
       tenantMaxConcurrent,
       violations: violations.length,
       examples: violations,
@@ -730,6 +733,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
   );
   lines.push(
     `cancelled occurrences executed by a worker faulted since the change: ${r.cancelledRanUnderFault}`,
+    `occurrences due just before a change, not fired for a fault, with no record: ${r.unfiredAtChange}`,
   );
   for (const [t, m] of Object.entries(r.tenantMaxConcurrent))
     lines.push(

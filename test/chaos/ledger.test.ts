@@ -503,6 +503,39 @@ describe("ledger chaos (real processes)", { timeout: 600_000 }, () => {
       0,
       "the harness's own final pause",
     );
+    // A run whose start had not reached the owner when the pause came is stopped too (killed).
+    const inFlight = x(runIdFor(job.jobId, s(40)), 1, "w1", s(44) - 500, s(44) + 2000);
+    assert.equal(
+      checkOccurrences(
+        [final],
+        records(cancelled(40, "job paused before it started")),
+        [inFlight],
+        [],
+        3000,
+      ).cancelledByChange,
+      0,
+      "a start in flight at the pause, killed",
+    );
+    // An occurrence due just before a pause, not fired for a fault: no record, allowed and counted.
+    const late: JobInfo = {
+      ...job,
+      phases: [job.phases[0]!, phase("pause", s(21) + 400, s(30), { enabled: false })],
+    };
+    const lateRecs = records([0, 3, 6, 9, 12, 15, 18].map((t) => recOf(t, "succeeded")));
+    const noFault = checkOccurrences([{ ...late, lastCheckedMs: s(21) }], lateRecs, [], [], 3000);
+    assert.equal(noFault.missing, 1, "without a fault it is lost");
+    const faulted = checkOccurrences(
+      [{ ...late, lastCheckedMs: s(21) }],
+      lateRecs,
+      [],
+      [fault("kill9_nats_meta_leader", "nats:s0", s(20))],
+      3000,
+    );
+    assert.deepEqual(
+      [faulted.missing, faulted.unfiredAtChange],
+      [0, 1],
+      "with one it is counted apart",
+    );
     assert.equal(
       checkOccurrences(
         [final],
