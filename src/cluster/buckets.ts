@@ -85,8 +85,8 @@ const IDEMPOTENCY_TTL_MS = 24 * 3600_000;
  * A JetStream error that a node starting against a NATS cluster in flux should wait out: a
  * cluster that has just elected its JetStream leader may not know every peer yet ("no suitable
  * peers for placement"); a stream whose leader is being elected, or a server just restarted,
- * answers nothing in time (timeout, no responders). A node exited on them (a raw TimeoutError at
- * start-up on a 3-server cluster under faults); retried, bounded, they pass.
+ * answers nothing in time (timeout, no responders), or JetStream says it is temporarily
+ * unavailable or the stream offline (a meta leader being elected). Retried, bounded, they pass.
  */
 export function isTransientStartupError(e: unknown): boolean {
   if (!(e instanceof Error)) return false;
@@ -94,7 +94,7 @@ export function isTransientStartupError(e: unknown): boolean {
   const names = [e.name, cause instanceof Error ? cause.name : ""];
   return (
     names.some((n) => n === "TimeoutError" || n === "NoRespondersError") ||
-    /no suitable peers|insufficient resources|timeout|timed out|no responders|jetstream (cluster )?not (available|enabled)|leader/i.test(
+    /no suitable peers|insufficient resources|timeout|timed out|no responders|jetstream (cluster )?not (available|enabled)|temporarily unavailable|stream is offline|leader/i.test(
       e.message,
     )
   );

@@ -697,7 +697,7 @@ export function formatReport(r: ChaosReport, maxExamples = 10): string {
     `NATS permission violations logged: ${r.natsPermissionViolations}, of which late replies ${r.natsLateReplies}${r.natsViolationLines.map((l) => `\n    ${l}`).join("")}`,
   );
   lines.push(
-    `nodes that exited by themselves (restarted): ${r.nodeCrashes}${r.crashes.map((x) => `\n    ${x.id} at ${new Date(x.atMs).toISOString()}, code ${x.code}: ${JSON.stringify(x.stderr.slice(-300))}`).join("")}`,
+    `nodes that exited by themselves (restarted): ${r.nodeCrashes}${r.crashes.map((x) => `\n    ${x.id} at ${new Date(x.atMs).toISOString()}, code ${x.code}: ${JSON.stringify(x.stderr.slice(-1500))}`).join("")}`,
   );
   const cmd = r.commands;
   lines.push(

@@ -12,6 +12,8 @@ describe("start-up against a NATS cluster in flux", () => {
       new Error("insufficient resources"),
       new Error("JetStream cluster not available"),
       new Error("stream leader not found"),
+      new Error("JetStream system temporarily unavailable"),
+      new Error("stream is offline"),
     ])
       assert.equal(isTransientStartupError(e), true, e.message);
     for (const e of [
