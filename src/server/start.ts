@@ -11,7 +11,7 @@ import type { NodeConfig } from "../cluster/config.ts";
 import { KairosNode } from "./node.ts";
 import { actorRegistrations } from "../actors/index.ts";
 import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-types.ts";
-import { jobAddressGuard, tenantAddressGuard } from "../jobs/address-guard.ts";
+import { jobAddressGuard, tenantAddressGuard } from "./address-guard.ts";
 import { JOB_ACTOR, TENANT_ACTOR } from "../protocol/ids.ts";
 import { WORKER_TO_JOB_KINDS } from "../protocol/worker.ts";
 import { WorkerDirectory } from "../slots/worker-directory.ts";

@@ -7,7 +7,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { tenantAddressGuard } from "../../../src/jobs/address-guard.ts";
+import { tenantAddressGuard } from "../../../src/server/address-guard.ts";
 import {
   IN_FLIGHT_PER_TENANT,
   RELEASE_ATTEMPTS,
