@@ -13,6 +13,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { WriteOptions, WriteResult } from "../cluster/kv.ts";
 import type { HostCore } from "./host-core.ts";
 import { TIMER_RETRY } from "./reminders.ts";
+import { shellContextOf } from "./shell-context.ts";
 import type { Instance, PersistencePart, ReadBack } from "./types.ts";
 
 /** Stored form of actor state: the state, the epoch and node that wrote it. */
@@ -90,7 +91,10 @@ export class Persistence implements PersistencePart {
     const def = inst.reg.definition;
     let state = def.onLoad ? def.onLoad(stored.s) : stored.s;
     if (inst.reg.reconcile)
-      state = await inst.reg.reconcile(state, { partition: inst.partition, id: inst.id });
+      state = await inst.reg.reconcile(
+        state,
+        shellContextOf(this.#c, inst, this.#c.o.epochOf(inst.partition)),
+      );
     return { s: state, e: stored.e };
   }
 

@@ -46,9 +46,10 @@ export interface StateLoaders {
    * For persisted types: adjusts a state just read back from KV (after the definition's `onLoad`)
    * with what other keys say, before the actor's first decision and its `onActivate` — e.g. a
    * job's runs whose end was a deferred state change (their terminal records say they ended).
-   * A failure fails the activation (retried like any load).
+   * A failure fails the activation (retried like any load). `at` is a shell context of the
+   * partition's current epoch, for the writes a reconciliation must make.
    */
-  reconcile?(state: unknown, at: { partition: number; id: string }): Promise<unknown>;
+  reconcile?(state: unknown, at: ShellContext): Promise<unknown>;
 }
 
 /** An actor type as a node registers it: its definition, its effect performers, its loaders. */

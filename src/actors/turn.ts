@@ -5,12 +5,13 @@
  * the partition is trusted) and follow-up messages. Soft types with `pipelinePre` apply the state
  * at once and answer when their `pre` effects are done (durable before visible).
  */
-import { KairosError, isKairosError } from "../lib/errors.ts";
+import { KairosError } from "../lib/errors.ts";
 import type { Decision } from "./actor.ts";
 import type { HostCore } from "./host-core.ts";
 import { Deferred, WARM } from "./mailbox.ts";
 import { PLAIN_WRITE, URGENT_WRITE } from "./persistence.ts";
 import type { ShellContext } from "./registration.ts";
+import { shellContextOf } from "./shell-context.ts";
 import type { Envelope, Instance, TurnsPart } from "./types.ts";
 
 type AnyDecision = Decision<unknown, unknown, unknown>;
@@ -73,7 +74,7 @@ export class Turns implements TurnsPart {
     )
       await p.fence(inst, epoch, write);
     const d = def.receive(inst.state, msg, c.ctx(inst, o.clock.now()));
-    const ctx = this.#shellContext(inst, epoch);
+    const ctx = shellContextOf(this.#c, inst, epoch);
     let followUps: readonly unknown[] = [];
     if (inst.reg.pipelinePre && def.persist === false) return this.#pipelined(inst, d, ctx);
     if (d.pre && d.pre.length > 0) {
@@ -118,28 +119,6 @@ export class Turns implements TurnsPart {
       inst.storedEpoch = epoch ?? 0;
     }
     return this.#finish(inst, d, ctx, followUps);
-  }
-
-  /** What a turn's effect performers get (see registration.ts `ShellContext`). */
-  #shellContext(inst: Instance, epoch: number | undefined): ShellContext {
-    const c = this.#c;
-    const { o } = c;
-    return {
-      address: { type: inst.type, id: inst.id },
-      partition: inst.partition,
-      epoch: epoch ?? 0,
-      nodeId: o.nodeId,
-      stillOwner: () =>
-        !inst.dropped &&
-        c.accepting.has(inst.partition) &&
-        o.isTrusted(inst.partition) &&
-        o.epochOf(inst.partition) === epoch,
-      tell: (m) => {
-        c.parts.mailbox.deliver(inst.type, inst.id, m).catch((e: unknown) => {
-          if (!isKairosError(e, "not_owner")) o.onError(`tell ${inst.type}/${inst.id}`, e);
-        });
-      },
-    };
   }
 
   /**

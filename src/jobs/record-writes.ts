@@ -12,7 +12,7 @@ import type { KvStore } from "../cluster/kv.ts";
 import { isRunIndexEffect, type RunIndexEffect } from "../history/run-index.ts";
 import { writeRunIndexChunk } from "../history/run-index-store.ts";
 import type { RunRecordStore } from "../history/run-record-store.ts";
-import { decodeRunRecord, encodeRunRecord } from "../history/run-record.ts";
+import { decodeRunRecord } from "../history/run-record.ts";
 import { KairosError } from "../lib/errors.ts";
 import { isDeadLetter, recordDeadLetter } from "../notify/dead-letters.ts";
 import { runKey, splitJobActorId } from "../protocol/ids.ts";
@@ -41,7 +41,7 @@ export function makeRecordWrites(
     async reconcile(raw, at) {
       const s = raw as JobState;
       if (!s.job || s.runs.length === 0) return s;
-      const { tenantId, jobId } = splitJobActorId(at.id);
+      const { tenantId, jobId } = splitJobActorId(at.address.id);
       const ended = new Set<string>();
       let manualEnded = false;
       await Promise.all(
@@ -50,9 +50,9 @@ export function makeRecordWrites(
           const e = await runs.get(key);
           if (!e && r.recorded_after) {
             // Written after the state (`create_run`), and that write did not happen: the state write
-            // landed unseen (a timeout) or the node stopped. The run is live; write its record now.
-            // Stamped epoch 0: any later write of an owner may replace it.
-            await runs.create(key, encodeRunRecord(activeRunView(s.job!, r), 0));
+            // landed unseen (a timeout) or the node stopped. The run is live; write its record now,
+            // through the store (this epoch's fence, run metrics).
+            await records.put(at, activeRunView(s.job!, r), "create");
             return;
           }
           // No record: it ended and retention pruned it (a stored state lists a run only after its
@@ -67,7 +67,7 @@ export function makeRecordWrites(
       );
       if (ended.size === 0) return s;
       log("info", "runs ended before the job state was written: dropped on load", {
-        job: at.id,
+        job: at.address.id,
         runs: [...ended],
       });
       return {

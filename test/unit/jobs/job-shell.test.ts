@@ -3,17 +3,6 @@
  * record writes (`put_run` modes, epoch `_e` in the stored record) on the in-memory KV, and the
  * worker offer (`dispatch`) over a Bus that records requests. The shell is driven directly through
  * its registration (`perform` / `performPost`) with a hand-made ShellContext.
- *
- * Checked against the pre-fix code (f27166f, adapting only what its API lacked: `put_run` had a
- * boolean `create` instead of `mode`, so a non-create mode ran its CAS-update path):
- * - FAILED before: "7: update refuses not_owner …later epoch", "7: a stale owner whose cached
- *   revision conflicts …", "7: terminal … leaves a terminal one alone", "7: settle never creates",
- *   "1: … exactly one worker, even when it refuses", "1: an offer that times out …",
- *   "7: a stale owner (stillOwner false) offers nothing" (the old ShellContext had no
- *   `stillOwner`; the offer went out).
- * - "7: update overwrites … earlier epoch" failed before only on the `_e` stamp (no epoch in the
- *   record); "7: terminal settles an orphaned non-terminal record" and "1: an accepted offer …"
- *   passed before (controls).
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -137,7 +126,7 @@ const notOwner = (e: unknown) => {
 };
 
 describe("job shell: putRun", () => {
-  it("7: update refuses not_owner when the stored record carries a later epoch, and leaves it alone", async () => {
+  it("update refuses not_owner when the stored record carries a later epoch, and leaves it alone", async () => {
     const t = setup();
     await t.seed(run("succeeded"), 9);
     await assert.rejects(t.putRun(t.ctx(5), run("queued"), "update"), notOwner);
@@ -146,7 +135,7 @@ describe("job shell: putRun", () => {
     assert.equal(s?._e, 9);
   });
 
-  it("7: a stale owner whose cached revision conflicts re-reads and refuses; succeeded is not turned back into queued", async () => {
+  it("a stale owner whose cached revision conflicts re-reads and refuses; succeeded is not turned back into queued", async () => {
     const t = setup();
     const old = t.ctx(5);
     await t.putRun(old, run("queued"), "create");
@@ -175,7 +164,7 @@ describe("job shell: putRun", () => {
     assert.equal(s?._e, 6);
   });
 
-  it("7: update overwrites a record of an earlier epoch, stamping its own", async () => {
+  it("update overwrites a record of an earlier epoch, stamping its own", async () => {
     const t = setup();
     await t.seed(run("queued"), 3);
     await t.putRun(t.ctx(5), run("running"), "update");
@@ -184,14 +173,14 @@ describe("job shell: putRun", () => {
     assert.equal(s?._e, 5);
   });
 
-  it("7: terminal settles an orphaned non-terminal record", async () => {
+  it("terminal settles an orphaned non-terminal record", async () => {
     const t = setup();
     await t.seed(run("queued"), 3);
     await t.putRun(t.ctx(5), run("missed", { reason: "missed" }), "terminal");
     assert.equal((await t.stored())?.status, "missed");
   });
 
-  it("7: terminal leaves a terminal record alone", async () => {
+  it("terminal leaves a terminal record alone", async () => {
     const t = setup();
     await t.seed(run("succeeded"), 3);
     await t.putRun(t.ctx(5), run("missed", { reason: "missed" }), "terminal");
@@ -200,7 +189,7 @@ describe("job shell: putRun", () => {
     assert.equal(s?._e, 3);
   });
 
-  it("7: settle never creates a record", async () => {
+  it("settle never creates a record", async () => {
     const t = setup();
     await t.putRun(t.ctx(5), run("cancelled"), "settle");
     assert.equal(await t.stored(), null);
@@ -218,7 +207,7 @@ describe("job shell: dispatch", () => {
     task: { image: "i", args: ["true"], env: {}, timeout_s: 30 },
   });
 
-  it("1: an accepted offer goes to one worker and comes back as `claimed` with that worker and fence", async () => {
+  it("an accepted offer goes to one worker and comes back as `claimed` with that worker and fence", async () => {
     const t = setup();
     const told = t.nextTell();
     t.reg.performPost!([dispatchFx(11)], t.ctx(5));
@@ -231,7 +220,7 @@ describe("job shell: dispatch", () => {
     assert.deepEqual(t.told, [{ kind: "claimed", run_id: "r1", fence: 11, worker }]);
   });
 
-  it("1: one fence is offered to exactly one worker, even when it refuses (several are free)", async () => {
+  it("one fence is offered to exactly one worker, even when it refuses (several are free)", async () => {
     const t = setup(async () => ({ accepted: false, reason: "no free slot" }));
     const told = t.nextTell();
     t.reg.performPost!([dispatchFx(12)], t.ctx(5));
@@ -279,7 +268,7 @@ describe("job shell: dispatch", () => {
     assert.equal((u.told[0] as { kind: string }).kind, "dispatch_failed");
   });
 
-  it("7: a stale owner (stillOwner false) offers nothing", async () => {
+  it("a stale owner (stillOwner false) offers nothing", async () => {
     const t = setup();
     t.reg.performPost!(
       [dispatchFx(14)],
@@ -290,7 +279,7 @@ describe("job shell: dispatch", () => {
     assert.deepEqual(t.told, []);
   });
 
-  it("1: an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence", async () => {
+  it("an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence", async () => {
     const t = setup(async () => {
       throw new Error("TIMEOUT");
     });
@@ -445,7 +434,7 @@ describe("job shell: a probe of a silent lease", () => {
 
 describe("job shell: reconcile a state read back (deferred ends)", () => {
   it("drops the active runs whose record ended or is gone (pruned after a deferred end), keeps the others, and reads one record per active run", async () => {
-    const { runs, reg } = setup();
+    const { runs, reg, ctx } = setup();
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
     const { encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const active = (run_id: string) => ({
@@ -487,10 +476,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     let gets = 0;
     const get = runs.get.bind(runs);
     runs.get = async (k: string) => (gets++, get(k));
-    const out = (await reg.reconcile!(state, {
-      partition: PARTITION,
-      id: ACTOR_ID,
-    })) as typeof state;
+    const out = (await reg.reconcile!(state, ctx(3))) as typeof state;
     assert.deepEqual(
       out.runs.map((r) => r.run_id),
       ["live"],
@@ -503,14 +489,14 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     assert.equal(gets, 3);
     const none = { ...state, runs: [] };
     assert.equal(
-      await reg.reconcile!(none, { partition: PARTITION, id: ACTOR_ID }),
+      await reg.reconcile!(none, ctx(3)),
       none,
       "no active runs: no read, the same state",
     );
   });
 
   it("a run-now's run with no record yet (its state write landed unseen) is kept and its record written; one that ended is dropped", async () => {
-    const { runs, reg } = setup();
+    const { runs, reg, ctx } = setup();
     const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
     const { decodeRunRecord, encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const manual = (run_id: string) => ({
@@ -546,10 +532,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
       },
       runs: [manual("j1-new-m2"), manual("j1-done-m1")],
     };
-    const out = (await reg.reconcile!(state, {
-      partition: PARTITION,
-      id: ACTOR_ID,
-    })) as typeof state;
+    const out = (await reg.reconcile!(state, ctx(3))) as typeof state;
     assert.deepEqual(
       out.runs.map((r) => r.run_id),
       ["j1-new-m2"],
@@ -562,5 +545,6 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
     );
     const written = await runs.get(runKey(PARTITION, "t1", "j1", "j1-new-m2"));
     assert.equal(written && decodeRunRecord(written.value).record.status, "queued");
+    assert.equal(written && decodeRunRecord(written.value).epoch, 3, "under the loading epoch");
   });
 });
