@@ -341,7 +341,7 @@ describe("ActorHost timers are reminders", () => {
     },
   );
 
-  it("5: a pending retry is dropped when the partition is lost before it is due", T, async () => {
+  it("a pending retry is dropped when the partition is lost before it is due", T, async () => {
     const t = setup();
     await t.acquireAll();
     const id = "retry-then-lose";

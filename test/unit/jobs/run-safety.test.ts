@@ -203,7 +203,7 @@ describe("no record stuck queued", () => {
     return d;
   }
 
-  it("6a: a takeover past the misfire grace ends the orphaned queued record terminal (missed), via put_run mode terminal", () => {
+  it("a takeover past the misfire grace ends the orphaned queued record terminal (missed), via put_run mode terminal", () => {
     const d = orphaned({ misfire: { policy: "skip", starting_deadline_s: null } });
     d.skipTime(11_000); // down past the 10 s grace
     d.activate();
@@ -221,7 +221,7 @@ describe("no record stuck queued", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("6b: a pause before the re-fire settles the orphan to cancelled via put_run mode settle", () => {
+  it("a pause before the re-fire settles the orphan to cancelled via put_run mode settle", () => {
     const d = orphaned();
     d.activate();
     d.send({ kind: "patch", patch: { enabled: false } });
@@ -234,7 +234,7 @@ describe("no record stuck queued", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("6b: a delete before the re-fire settles the orphan to cancelled via put_run mode settle", () => {
+  it("a delete before the re-fire settles the orphan to cancelled via put_run mode settle", () => {
     const d = orphaned();
     d.activate();
     d.send({ kind: "delete" });
@@ -249,7 +249,7 @@ describe("no record stuck queued", () => {
   // without a state write (deferred) made records for :51, :54 and :57; the owner lost its
   // partition and took it back, reloading a state whose next_run_at was :51; a delete then
   // settled only :51, and :57's record stayed queued for good.
-  it("6b: a delete after a takeover lost several deferred fires settles every orphan from next_run_at on, not only the first", () => {
+  it("a delete after a takeover lost several deferred fires settles every orphan from next_run_at on, not only the first", () => {
     const d = new Driver(cfg(), { autoGrant: false }); // the runs wait for slots: no write
     d.create(spec({ overlap: "allow" }));
     d.advance(5_000); // :02 and :04 fired, deferred: records queued, the stored state still says :02
@@ -280,7 +280,7 @@ describe("no record stuck queued", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  it("6b: a pause with no orphan writes no record for the next occurrence (settle never creates)", () => {
+  it("a pause with no orphan writes no record for the next occurrence (settle never creates)", () => {
     const d = new Driver(cfg());
     d.create(spec());
     d.send({ kind: "patch", patch: { enabled: false } });
