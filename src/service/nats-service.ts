@@ -18,7 +18,7 @@ import { kvKeys } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
-import { JOB_ACTOR, isValidId, jobActorId, jobIdOfRun, newJobId, runKey } from "../protocol/ids.ts";
+import { JOB_ACTOR, isValidId, jobActorId, newJobId, parseRunId, runKey } from "../protocol/ids.ts";
 import type { JobReply } from "../jobs/job-types.ts";
 import { jobView, type JobState } from "../jobs/job-state.ts";
 import { runView } from "../history/run-record.ts";
@@ -366,12 +366,16 @@ export class NatsJobsService implements JobsService {
   }
 
   async getRun(tenantId: string, runId: string): Promise<RunView> {
-    const jobId = jobIdOfRun(runId);
-    if (!jobId) throw new KairosError("not_found", "run not found");
+    const id = parseRunId(runId);
+    if (!id) throw new KairosError("not_found", "run not found");
+    const { jobId } = id;
     const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
     const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
     if (!e) {
-      // A run-now's record is written just after the job state: its owner holds it meanwhile.
+      // A scheduled run's record is written before the job state, so none means none. Only a
+      // run-now's (`-m<n>`) is written just after: its owner holds it meanwhile — the one case
+      // in which a missing record costs an actor request.
+      if (id.seq === 0) throw new KairosError("not_found", "run not found");
       const live = (await this.#activeRuns(tenantId, jobId)).get(runId);
       if (live) return live;
       throw new KairosError("not_found", "run not found");

@@ -101,5 +101,12 @@ describe("NatsJobsService: a run whose record is not written yet", () => {
     await assert.rejects(service.getRun("ta", `j0123456789abcdef-${T.toString(36)}-m2`), (e) =>
       isKairosError(e, "not_found"),
     );
+    assert.deepEqual(asked, ["active_runs", "active_runs"]);
+    // A scheduled run's record is written before the state: none is a 404 without asking the
+    // owner, so a stream of made-up run ids costs one KV read each, not an actor request.
+    await assert.rejects(service.getRun("ta", `j0123456789abcdef-${T.toString(36)}`), (e) =>
+      isKairosError(e, "not_found"),
+    );
+    assert.deepEqual(asked, ["active_runs", "active_runs"], "the owner is not asked");
   });
 });
