@@ -45,6 +45,7 @@ import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 import { isKairosError } from "../src/lib/errors.ts";
+import { waterFill } from "./water-fill.ts";
 
 /**
  * A set-up request, tried again on a retryable failure (no owner answered in time, overloaded):
@@ -88,27 +89,6 @@ interface TenantPlan {
   cap: number;
   backlog: number;
   id?: string;
-}
-
-/** Continuous weighted max-min (water-filling) of `capacity` — the reference the shares are judged by. */
-function waterFill(capacity: number, ds: { demand: number; weight: number }[]): number[] {
-  const out = ds.map(() => 0);
-  let active = ds.map((_, i) => i).filter((i) => ds[i]!.demand > 0);
-  let left = capacity;
-  while (active.length > 0 && left > 1e-9) {
-    const level = left / active.reduce((n, i) => n + ds[i]!.weight, 0);
-    const sated = active.filter((i) => ds[i]!.demand <= level * ds[i]!.weight);
-    if (sated.length === 0) {
-      for (const i of active) out[i] = level * ds[i]!.weight;
-      break;
-    }
-    for (const i of sated) {
-      out[i] = ds[i]!.demand;
-      left -= ds[i]!.demand;
-    }
-    active = active.filter((i) => !sated.includes(i));
-  }
-  return out;
 }
 
 export async function run(args: string[]): Promise<void> {

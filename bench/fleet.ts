@@ -35,6 +35,7 @@ import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode, type NodeProc } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
+import { waterFill } from "./water-fill.ts";
 
 const PARTITIONS = 32;
 /** Task lengths in seconds, one per job in turn. */
@@ -53,27 +54,6 @@ const pct = (sorted: number[], p: number) =>
   sorted.length === 0
     ? null
     : sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-
-/** Continuous weighted max-min (water-filling) of `capacity`. */
-export function waterFill(capacity: number, ds: { demand: number; weight: number }[]): number[] {
-  const out = ds.map(() => 0);
-  let active = ds.map((_, i) => i).filter((i) => ds[i]!.demand > 0);
-  let left = capacity;
-  while (active.length > 0 && left > 1e-9) {
-    const level = left / active.reduce((n, i) => n + ds[i]!.weight, 0);
-    const sated = active.filter((i) => ds[i]!.demand <= level * ds[i]!.weight);
-    if (sated.length === 0) {
-      for (const i of active) out[i] = level * ds[i]!.weight;
-      break;
-    }
-    for (const i of sated) {
-      out[i] = ds[i]!.demand;
-      left -= ds[i]!.demand;
-    }
-    active = active.filter((i) => !sated.includes(i));
-  }
-  return out;
-}
 
 /**
  * Slot turnaround on one worker: each start after a slot was freed is matched to the earliest

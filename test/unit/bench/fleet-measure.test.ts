@@ -1,7 +1,8 @@
 /** The fleet benchmark's figures from run records: idle slots count, shares are of all slots, turnaround per worker. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { measure, turnarounds, waterFill } from "../../../bench/fleet.ts";
+import { measure, turnarounds } from "../../../bench/fleet.ts";
+import { waterFill } from "../../../bench/water-fill.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 
 const T = Date.UTC(2026, 0, 1);
