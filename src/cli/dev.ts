@@ -28,13 +28,8 @@ import { openBuckets } from "../cluster/buckets.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import { systemClock } from "../lib/clock.ts";
 import type { NodeConfig } from "../cluster/config.ts";
-import {
-  nodeConfigFromFlags,
-  onShutdown,
-  startProcess,
-  type NodeFlags,
-  type ProcessFlags,
-} from "./node.ts";
+import { onShutdown, startProcess } from "./node.ts";
+import { nodeConfigFromFlags, type NodeFlags, type ProcessFlags } from "./node-flags.ts";
 import {
   natsAuthOptions,
   parseWorkerIds,

@@ -3,231 +3,25 @@
  * Also the shared start-up used by `kairos dev`.
  */
 import type { Command } from "commander";
-import { KairosError, isKairosError } from "../lib/errors.ts";
-import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
-import type { RateLimitOptions } from "../http/rate-limit.ts";
-import { retentionConfig, type RetentionConfig } from "../history/retention.ts";
-import {
-  detectExecutor,
-  parseImagePolicy,
-  taskLimits,
-  type ExecutorKind,
-  type ImagePolicy,
-  type TaskLimits,
-} from "../sandbox/index.ts";
+import { KairosError } from "../lib/errors.ts";
+import { type NodeConfig } from "../cluster/config.ts";
+import { detectExecutor, type ExecutorKind } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
-import { natsUserFor, pinnedWorkerUser } from "../cluster/nats-permissions.ts";
+import { natsAuthOptions, resolveNatsUrl } from "./dev-file.ts";
 import {
-  natsAuthOptions,
-  resolveNatsAuth,
-  resolveNatsUrl,
-  type NatsAuthFlags,
-} from "./dev-file.ts";
-import { hostname } from "node:os";
-import { readFileSync } from "node:fs";
-import { parseSecretKey } from "../secrets/secret-env.ts";
-import { parseMetricsToken } from "../http/ops.ts";
-
-export interface NodeFlags extends NatsAuthFlags {
-  nats?: string;
-  roles?: string;
-  nodeId?: string;
-  cluster?: string;
-  partitions?: string;
-  replicas?: string;
-  leaseTtlMs?: string;
-  leaseRenewer?: string;
-}
-
-function int(v: string | undefined, field: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n))
-    throw new KairosError("invalid_argument", `--${field}: "${v}" is not an integer`, { field });
-  return n;
-}
-
-export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
-  const roles = (f.roles ?? ROLES.join(","))
-    .split(",")
-    .map((r) => r.trim())
-    .filter(Boolean) as Role[];
-  const partitions = int(f.partitions, "partitions");
-  const replicas = int(f.replicas, "replicas");
-  const leaseTtlMs = int(f.leaseTtlMs, "lease-ttl-ms");
-  const nodeId =
-    f.nodeId ??
-    `${hostname()
-      .replace(/[^A-Za-z0-9_-]/g, "-")
-      .slice(0, 40)}-${process.pid}`;
-  // A worker-only node's own identity first (`worker-<id>`), then the role set's.
-  const users =
-    roles.length === 1 && roles[0] === "worker"
-      ? [pinnedWorkerUser(nodeId), natsUserFor(roles)]
-      : [natsUserFor(roles)];
-  return makeNodeConfig({
-    natsUrl,
-    // Flags, env, or the dev cluster's credentials file for this node (`worker-<id>`, `api_scheduler`, …).
-    natsAuth: resolveNatsAuth(f, natsUrl, users),
-    nodeId,
-    roles,
-    ...(f.cluster ? { clusterName: f.cluster } : {}),
-    ...(partitions !== undefined ? { partitions } : {}),
-    ...(replicas !== undefined ? { replicas } : {}),
-    ...(leaseTtlMs !== undefined
-      ? {
-          leaseTtlMs,
-          leaseRenewIntervalMs: Math.floor(leaseTtlMs / 4),
-          leaseSafetyMarginMs: Math.floor(leaseTtlMs / 4),
-        }
-      : {}),
-    ...(f.leaseRenewer !== undefined
-      ? { leaseRenewer: f.leaseRenewer as NodeConfig["leaseRenewer"] }
-      : {}),
-  });
-}
-
-/** A TCP port flag: an integer 0-65535 (0: any free port). */
-export function portFlag(v: string | undefined, field: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = /^\d{1,5}$/.test(v) ? Number(v) : NaN;
-  if (!(n >= 0 && n <= 65535))
-    throw new KairosError("invalid_argument", `--${field}: "${v}" is not a port (0-65535)`, {
-      field,
-    });
-  return n;
-}
-
-/** Process options shared by `kairos node` and `kairos dev`. */
-export interface ProcessFlags {
-  executor?: string;
-  slots?: string;
-  apiHost?: string;
-  apiPort?: string;
-  runLeaseTtlMs?: string;
-  lookaheadMs?: string;
-  metricsHost?: string;
-  metricsPort?: string;
-  metricsTokenFile?: string;
-  metricsTenantLabels?: boolean;
-  imagePolicy?: string;
-  taskMaxMemoryMb?: string;
-  taskMaxCpus?: string;
-  taskMaxPids?: string;
-  webhookAllowHttp?: boolean;
-  webhookAllowPrivate?: boolean;
-  rateLimit?: string;
-  rateLimitBurst?: string;
-  authFailureLimit?: string;
-  drainTimeoutMs?: string;
-  noopDurationMs?: string;
-  secretKeyFile?: string;
-  keepRuns?: string;
-  keepRunsDays?: string;
-  /** `--no-nats-api` makes this false (commander's negated option). */
-  natsApi?: boolean;
-}
-
-/** `--keep-runs N` (0: no count limit) and `--keep-runs-days D` (0: no age limit), validated. */
-export function retentionFromFlags(f: ProcessFlags): Partial<RetentionConfig> {
-  const keepRuns = int(f.keepRuns, "keep-runs");
-  const days = int(f.keepRunsDays, "keep-runs-days");
-  const out = {
-    ...(keepRuns !== undefined ? { keepRuns } : {}),
-    ...(days !== undefined ? { maxAgeMs: days * 86_400_000 } : {}),
-  };
-  try {
-    retentionConfig(out);
-  } catch (e) {
-    const field =
-      keepRuns !== undefined && !(keepRuns >= 0 && keepRuns <= 1_000_000)
-        ? "keep-runs"
-        : "keep-runs-days";
-    throw new KairosError(
-      "invalid_argument",
-      `--${field}: ${e instanceof Error ? e.message : String(e)}`,
-      { field, cause: e },
-    );
-  }
-  return out;
-}
-
-/**
- * `--task-max-memory-mb`, `--task-max-cpus`, `--task-max-pids`: the cluster's per-task maxima
- * (unset: the defaults of src/sandbox/task-rules.ts), validated.
- */
-export function taskLimitsFromFlags(f: ProcessFlags): TaskLimits {
-  const num = (v: string | undefined, field: string): number | undefined => {
-    if (v === undefined) return undefined;
-    const n = /^\d{1,6}(\.\d{1,3})?$/.test(v) ? Number(v) : NaN;
-    if (!Number.isFinite(n))
-      throw new KairosError("invalid_argument", `--${field}: "${v}" is not a number`, { field });
-    return n;
-  };
-  const memory = num(f.taskMaxMemoryMb, "task-max-memory-mb");
-  const cpus = num(f.taskMaxCpus, "task-max-cpus");
-  const pids = num(f.taskMaxPids, "task-max-pids");
-  try {
-    return taskLimits({
-      ...(memory !== undefined ? { maxMemoryMb: memory } : {}),
-      ...(cpus !== undefined ? { maxCpus: cpus } : {}),
-      ...(pids !== undefined ? { maxPids: pids } : {}),
-    });
-  } catch (e) {
-    if (isKairosError(e))
-      throw new KairosError("invalid_argument", `--${e.message}`, {
-        field: e.field ?? "task-max",
-        cause: e,
-      });
-    throw e;
-  }
-}
-
-/** Longest drain a worker may be given (1 h): an orchestrator waits that long at most. */
-export const MAX_DRAIN_TIMEOUT_MS = 3_600_000;
-
-/** `--drain-timeout-ms`: an integer 0-3600000 (0: hand running attempts back at once). */
-export function drainTimeoutFlag(v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  const n = /^\d{1,7}$/.test(v) ? Number(v) : NaN;
-  if (!(n >= 0 && n <= MAX_DRAIN_TIMEOUT_MS)) {
-    throw new KairosError(
-      "invalid_argument",
-      `--drain-timeout-ms: "${v}" is not a whole number of milliseconds 0-${MAX_DRAIN_TIMEOUT_MS}`,
-      { field: "drain-timeout-ms" },
-    );
-  }
-  return n;
-}
-
-/** A non-negative decimal flag (`--rate-limit 2.5`); undefined when not given. */
-function rateFlag(v: string | undefined, field: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = /^\d{1,6}(\.\d{1,3})?$/.test(v) ? Number(v) : NaN;
-  if (!Number.isFinite(n))
-    throw new KairosError("invalid_argument", `--${field}: "${v}" is not a number >= 0`, { field });
-  return n;
-}
-
-/** `--rate-limit`, `--rate-limit-burst`, `--auth-failure-limit` → the API's limits (unset: defaults). */
-export function rateLimitsFromFlags(f: ProcessFlags): Partial<RateLimitOptions> {
-  const perSecond = rateFlag(f.rateLimit, "rate-limit");
-  const burst = int(f.rateLimitBurst, "rate-limit-burst");
-  const failures = rateFlag(f.authFailureLimit, "auth-failure-limit");
-  if (burst !== undefined && burst < 1)
-    throw new KairosError("invalid_argument", `--rate-limit-burst: must be at least 1`, {
-      field: "rate-limit-burst",
-    });
-  return {
-    ...(perSecond !== undefined
-      ? { tenantPerSecond: perSecond, tenantBurst: burst ?? Math.max(1, Math.ceil(perSecond * 2)) }
-      : {}),
-    ...(burst !== undefined ? { tenantBurst: burst } : {}),
-    ...(failures !== undefined
-      ? { authFailuresPerSecond: failures, authFailuresBurst: Math.max(1, Math.ceil(failures * 5)) }
-      : {}),
-  };
-}
+  drainTimeoutFlag,
+  imagePolicyFromFlag,
+  int,
+  portFlag,
+  metricsTokenFromFlag,
+  nodeConfigFromFlags,
+  rateLimitsFromFlags,
+  retentionFromFlags,
+  secretKeyFromFlag,
+  taskLimitsFromFlags,
+  type NodeFlags,
+  type ProcessFlags,
+} from "./node-flags.ts";
 
 /** What `kairos dev` may do that `kairos node` may not. */
 export interface StartMode {
@@ -281,60 +75,6 @@ export async function chooseExecutor(
  * The cluster secret key for `task.secret_env` from `--secret-key-file` (or KAIROS_SECRET_KEY_FILE):
  * a file holding 32 random bytes, base64 or hex (`openssl rand -base64 32 > key`). Read once, here.
  */
-export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffer } {
-  if (path === undefined || path === "") return {};
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new KairosError(
-      "invalid_argument",
-      `--secret-key-file: cannot read ${path}: ${(e as Error).message}`,
-      { field: "secret-key-file" },
-    );
-  }
-  try {
-    return { secretKey: parseSecretKey(text) };
-  } catch (e) {
-    throw new KairosError(
-      "invalid_argument",
-      `--secret-key-file ${path}: ${(e as Error).message}`,
-      { field: "secret-key-file" },
-    );
-  }
-}
-
-/**
- * The metrics listener's token from `--metrics-token-file` (or KAIROS_METRICS_TOKEN_FILE): a file
- * holding 16-512 printable characters (`openssl rand -hex 32 > token`). Read once, here.
- */
-export function metricsTokenFromFlag(path: string | undefined): { metricsToken?: string } {
-  if (path === undefined || path === "") return {};
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new KairosError(
-      "invalid_argument",
-      `--metrics-token-file: cannot read ${path}: ${(e as Error).message}`,
-      { field: "metrics-token-file" },
-    );
-  }
-  return { metricsToken: parseMetricsToken(text, "metrics-token-file") };
-}
-
-/** The operator's image policy from `--image-policy a,b,c` (undefined: any image, with a warning). */
-export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | undefined {
-  if (flag === undefined) return undefined;
-  return parseImagePolicy(
-    flag
-      .split(",")
-      .map((s) => s.trim())
-      .filter(Boolean),
-    "--image-policy",
-  );
-}
-
 export async function startProcess(
   config: NodeConfig,
   f: ProcessFlags,

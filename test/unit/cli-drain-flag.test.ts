@@ -1,7 +1,7 @@
 /** `--drain-timeout-ms` (kairos node / dev): whole milliseconds 0-3600000, else invalid_argument naming the flag. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { drainTimeoutFlag, MAX_DRAIN_TIMEOUT_MS } from "../../src/cli/node.ts";
+import { drainTimeoutFlag, MAX_DRAIN_TIMEOUT_MS } from "../../src/cli/node-flags.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 
 describe("--drain-timeout-ms", () => {

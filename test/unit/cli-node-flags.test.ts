@@ -7,7 +7,7 @@ import {
   portFlag,
   rateLimitsFromFlags,
   taskLimitsFromFlags,
-} from "../../src/cli/node.ts";
+} from "../../src/cli/node-flags.ts";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

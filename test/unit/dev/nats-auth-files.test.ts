@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { writeNatsAuthFiles } from "../../../src/dev/nats-auth-files.ts";
-import { nodeConfigFromFlags } from "../../../src/cli/node.ts";
+import { nodeConfigFromFlags } from "../../../src/cli/node-flags.ts";
 import { parseWorkerIds } from "../../../src/cli/dev-file.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
