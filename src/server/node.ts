@@ -11,7 +11,7 @@ import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { MessageGuard } from "../actors/actor.ts";
 import { ActorHost, type ActorRegistration } from "../actors/host.ts";
-import type { Bus, BusMsg, BusSubscription } from "../cluster/bus.ts";
+import type { Bus } from "../cluster/bus.ts";
 import { bucketName, openBuckets, type Buckets } from "../cluster/buckets.ts";
 import { REPLICA_READ } from "../cluster/kv.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -27,24 +27,10 @@ import {
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import {
-  ActorRouter,
-  partitionSubject,
-  workerPlaneSender,
-  workerPlaneWildcard,
-  type ActorReply,
-  type ActorRequest,
-  type BatchRequest,
-} from "../cluster/router.ts";
-import {
-  REQUEST_INFO_HEADER,
-  inboxModeFor,
-  replyRefusal,
-  type Asker,
-  type InboxMode,
-} from "../cluster/reply-guard.ts";
-import { addClockSkewSource, countBusRefusal } from "../metrics/index.ts";
-import { answerBatch } from "./batch-answer.ts";
+import { ActorRouter } from "../cluster/router.ts";
+import { inboxModeFor } from "../cluster/reply-guard.ts";
+import { addClockSkewSource } from "../metrics/index.ts";
+import { PartitionResponder } from "./partition-responder.ts";
 
 export interface NodeDeps {
   clock: Clock;
@@ -115,22 +101,26 @@ export class KairosNode {
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
   #workerRouter: ActorRouter | undefined;
-  /** Per held partition: its actor-command and worker-plane subscriptions. */
-  #subs = new Map<number, BusSubscription[]>();
-  readonly #guards = new Map<string, MessageGuard>();
-  readonly #workerKinds = new Map<string, ReadonlySet<string>>();
+  /** Answers the actor requests of the partitions this node holds (partition-responder.ts). */
+  readonly #responder: PartitionResponder;
   #cancelSweep: (() => void) | undefined;
   #drain: (() => Promise<void>) | undefined;
   /** The control-plane connection (membership, leases, reading worker adverts); none under an injected transport. */
   #control: Bus | undefined;
   #stopping = false;
-  /** Which reply subjects this node answers (reply-guard.ts): per-user inboxes when it has credentials. */
-  readonly #inboxes: InboxMode;
 
   constructor(config: NodeConfig, deps: NodeDeps) {
     this.config = config;
     this.#deps = deps;
-    this.#inboxes = inboxModeFor(config.natsAuth);
+    this.#responder = new PartitionResponder({
+      clusterName: config.clusterName,
+      inboxes: inboxModeFor(config.natsAuth),
+      bus: () => this.nc,
+      host: () => this.#host!,
+      events: this.events,
+      log: deps.log,
+      clock: deps.clock,
+    });
     this.incarnation = deps.incarnation ?? randomUUID().slice(0, 8);
   }
 
@@ -141,7 +131,7 @@ export class KairosNode {
 
   /** Adds a check of every message to actors of `type` arriving over NATS (see `MessageGuard`). */
   guard(type: string, fn: MessageGuard): void {
-    this.#guards.set(type, fn);
+    this.#responder.guard(type, fn);
   }
 
   /**
@@ -150,7 +140,7 @@ export class KairosNode {
    * refused with `permission_denied`.
    */
   allowFromWorkers(type: string, kinds: readonly string[]): void {
-    this.#workerKinds.set(type, new Set(kinds));
+    this.#responder.allowFromWorkers(type, kinds);
   }
 
   readonly #connectedHooks: ((node: KairosNode) => void | Promise<void>)[] = [];
@@ -319,14 +309,14 @@ export class KairosNode {
           await host.acquire(p);
           // Subscribe while held, even in a trust blip (deliveries check trust themselves): a
           // partition held but never subscribed answers "no responders" until its next loss.
-          if (this.#leases?.holds(p)) this.#subscribe(p);
+          if (this.#leases?.holds(p)) this.#responder.subscribe(p);
         },
         onReleasing: async (p) => {
-          this.#unsubscribe(p);
+          this.#responder.unsubscribe(p);
           await host.release(p);
         },
         onLost: (p) => {
-          this.#unsubscribe(p);
+          this.#responder.unsubscribe(p);
           host.lose(p);
         },
       },
@@ -379,156 +369,6 @@ export class KairosNode {
       : undefined;
   }
 
-  #unsubscribe(p: number): void {
-    for (const sub of this.#subs.get(p) ?? []) sub.unsubscribe();
-    this.#subs.delete(p);
-  }
-
-  /**
-   * Why an item may not reach its actor (undefined: admitted); see `guard`, `allowFromWorkers`.
-   * `sender`: the worker whose worker-plane subject the item came on (undefined: the actor plane);
-   * the item must name that worker (`worker`), the only one its sender's identity may speak for.
-   */
-  #refusal(it: ActorRequest, sender: string | undefined): string | undefined {
-    if (sender !== undefined) {
-      const m = it.m as { kind?: unknown; worker?: unknown } | null;
-      const kind = m?.kind;
-      if (!this.#workerKinds.get(it.t)?.has(typeof kind === "string" ? kind : "")) {
-        return `${it.t} message "${String(kind)}" is not accepted on the worker plane`;
-      }
-      if (m?.worker !== sender) {
-        countBusRefusal("worker_plane", "identity");
-        return `${it.t} message "${kind as string}" names worker ${JSON.stringify(String(m?.worker).slice(0, 80))} but came on worker ${JSON.stringify(sender)}'s subject`;
-      }
-    }
-    return this.#guards.get(it.t)?.(it.i, it.m);
-  }
-
-  #subscribe(p: number): void {
-    if (this.#subs.has(p)) return;
-    this.#subs.set(p, [
-      this.nc.subscribe(partitionSubject(this.config.clusterName, p), {
-        queue: "owners",
-        callback: (e, m) => this.#serve(e, m, false, p),
-      }),
-      this.nc.subscribe(workerPlaneWildcard(this.config.clusterName, p), {
-        queue: "owners",
-        callback: (e, m) => this.#serve(e, m, true, p),
-      }),
-    ]);
-  }
-
-  #serve(err: Error | null, m: BusMsg, fromWorkers: boolean, p: number): void {
-    if (err) {
-      // A subscription refused by the server (permissions): the callback gets an empty message.
-      this.#deps.log("error", "partition subscription failed", { err: String(err) });
-      return;
-    }
-    // Only what was published on the subscribed subject: a JetStream push consumer delivers stored
-    // messages under their own subject (`$KV.…`) to whatever subject its creator chose, as the
-    // account — past the permissions that keep workers off `p.<n>`.
-    const c = this.config.clusterName;
-    if (
-      fromWorkers
-        ? !m.subject.startsWith(workerPlaneWildcard(c, p).slice(0, -1))
-        : m.subject !== partitionSubject(c, p)
-    ) {
-      countBusRefusal(fromWorkers ? "worker_plane" : "actors", "subject");
-      this.events.emit({
-        type: "reply_refused",
-        responder: fromWorkers ? "worker_plane" : "actors",
-        reason: "subject",
-        subject: m.subject.slice(0, 200),
-      });
-      return;
-    }
-    const host = this.#host!;
-    let req: ActorRequest | BatchRequest | undefined;
-    try {
-      req = decode<ActorRequest | BatchRequest>(m.data);
-    } catch {
-      req = undefined;
-    }
-    // Answer only the asker's own inbox, never a subject it chose for us (reply-guard.ts). On the
-    // worker plane the asker is the worker the subject names (its items must name it too: `#refusal`).
-    const sender = fromWorkers ? workerPlaneSender(m.subject) : undefined;
-    const asker: Asker =
-      sender !== undefined ? { kind: "worker", workerIds: [sender] } : { kind: "actor_command" };
-    const refused = replyRefusal(m.reply, asker, this.#inboxes, () =>
-      m.headers?.get(REQUEST_INFO_HEADER),
-    );
-    if (refused) {
-      const responder = fromWorkers ? "worker_plane" : "actors";
-      countBusRefusal(responder, refused.reason);
-      this.#deps.log(
-        "warn",
-        "request dropped unanswered: its reply subject is not the asker's inbox",
-        { responder, reason: refused.reason, detail: refused.detail, subject: m.subject },
-      );
-      this.events.emit({
-        type: "reply_refused",
-        responder,
-        reason: refused.reason,
-        subject: m.subject,
-      });
-      return;
-    }
-    if (req === undefined || req === null || typeof req !== "object") {
-      m.respond(
-        encode({
-          ok: false,
-          e: { code: "invalid_argument", message: "undecodable actor request" },
-        } satisfies ActorReply),
-      );
-      return;
-    }
-    this.#answer(m, req, sender, host);
-  }
-
-  /** Delivers a decoded request (one item or a batch) to its actors and answers with the reply. */
-  #answer(
-    m: BusMsg,
-    req: ActorRequest | BatchRequest,
-    sender: string | undefined,
-    host: ActorHost,
-  ): void {
-    // Never throws: an item is untrusted input (a batch's `[null]` once threw here, inside the
-    // NATS callback or as an unhandled rejection that ended the process).
-    const deliver = (it: ActorRequest): Promise<unknown> => {
-      if (!isActorRequest(it))
-        return Promise.reject(
-          new KairosError("invalid_argument", "malformed actor request item: needs string t and i"),
-        );
-      try {
-        const why = this.#refusal(it, sender);
-        if (why === undefined) return host.deliver(it.t, it.i, it.m);
-        this.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
-        return Promise.reject(new KairosError("permission_denied", why));
-      } catch (e) {
-        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
-      }
-    };
-    if ("b" in req) {
-      // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
-      void answerBatch(req, deliver, this.#deps.clock).then((v) =>
-        m.respond(encode({ ok: true, v } satisfies ActorReply)),
-      );
-      return;
-    }
-    const one = req;
-    deliver(one).then(
-      (v) => m.respond(encode({ ok: true, v } satisfies ActorReply)),
-      (e: unknown) => {
-        const err = isKairosError(e)
-          ? e.toJSON()
-          : { code: "internal" as const, message: "internal error" };
-        if (!isKairosError(e))
-          this.#deps.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
-        m.respond(encode({ ok: false, e: err } satisfies ActorReply));
-      },
-    );
-  }
-
   /** Graceful stop: hand partitions off, say goodbye, drain NATS. */
   async stop(): Promise<void> {
     if (this.#stopping) return;
@@ -542,11 +382,4 @@ export class KairosNode {
     this.#removeSkewSource?.();
     if (this.#nc && !this.#nc.isClosed()) await (this.#drain ?? this.#deps.transport?.close)?.();
   }
-}
-
-/** An actor request item as it arrived (untrusted): an object with string `t` and `i`. */
-function isActorRequest(v: unknown): v is ActorRequest {
-  if (typeof v !== "object" || v === null) return false;
-  const r = v as { t?: unknown; i?: unknown };
-  return typeof r.t === "string" && typeof r.i === "string";
 }
