@@ -14,7 +14,7 @@ export type NodeEvent =
   | { type: "actor_activated"; actorType: string; id: string; partition: number }
   | { type: "actor_passivated"; actorType: string; id: string }
   | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string }
-  /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/node.ts `guard`). */
+  /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/partition-responder.ts). */
   | { type: "message_refused"; actor: string; reason: string }
   /** A request dropped unanswered: its reply subject is not its asker's inbox (src/cluster/reply-guard.ts), or it came under another subject than the one subscribed (`subject`: a JetStream push consumer's delivery). */
   | {

@@ -116,7 +116,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
       return {
         // Its own id's token only (`*` for a shared worker user): a pinned identity can neither
         // heartbeat, complete nor advertise for another worker; the owner checks that each
-        // item names the subject's worker (src/server/node.ts), the directory each advert's.
+        // item names the subject's worker (src/server/partition-responder.ts), the directory each advert's.
         pub: [`${k}.w.*.${workerId}`, `${k}.adverts.${workerId}`],
         sub: [
           `${k}.worker.${workerId}.start`,

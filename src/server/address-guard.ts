@@ -3,7 +3,7 @@
  * an actor of that tenant. The API derives both from the caller's API key, so an honest sender
  * never trips this; a forged message on the bus (`create` to `job/<A>.<job>` carrying
  * `tenant_id: B`, or a slot request of tenant A naming tenant B's job) is refused with
- * `permission_denied` before the actor sees it (`KairosNode.guard`, src/server/node.ts).
+ * `permission_denied` before the actor sees it (`KairosNode.guard`, checked in src/server/partition-responder.ts).
  *
  * The check is on the wire, where messages arrive from other processes; the host itself
  * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process.
