@@ -300,6 +300,25 @@ function cancelledInTime(
 }
 
 /**
+ * Whether a pause can have cancelled this run: one not answered before the run was created (a
+ * run-now sent to a paused job is created after the pause and is not cancelled by it).
+ */
+function pausedAfterCreation(
+  input: RecordCheckInput,
+  commands: readonly CommandRecord[],
+  r: RunView,
+): boolean {
+  const created = Date.parse(r.created_at);
+  return commands.some(
+    (c) =>
+      c.kind === "pause" &&
+      (c.ackMs ?? Number.POSITIVE_INFINITY) +
+        input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) >=
+        created,
+  );
+}
+
+/**
  * Whether a run had begun executing before the command that stopped calling for its occurrence
  * took effect: a started run is not cancelled by a pause or a schedule change (only runs prepared
  * and not started are), and it finishes, retries included — prepared ahead, it may start up to the
@@ -411,7 +430,7 @@ function checkStatus(
         : reason.includes("job deleted")
           ? commands.some((c) => c.kind === "delete")
           : reason.includes("job paused")
-            ? commands.some((c) => c.kind === "pause")
+            ? pausedAfterCreation(input, commands, r)
             : reason.includes("schedule changed")
               ? commands.some((c) => c.kind === "reschedule")
               : false;

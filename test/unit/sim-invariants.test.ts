@@ -387,7 +387,10 @@ describe("simulation record checks fire on run records that break them", () => {
     const records = [
       record(at(5), "succeeded"),
       record(at(10), "succeeded"),
-      record(at(15), "cancelled", { reason: "job paused before it started" }),
+      record(at(15), "cancelled", {
+        reason: "job paused before it started",
+        created_at: new Date(at(11.05)).toISOString(),
+      }),
       record(at(20), "succeeded"),
     ];
     assert.deepEqual(check(records, { commands }), []);
@@ -398,6 +401,27 @@ describe("simulation record checks fire on run records that break them", () => {
       }),
       ["unexpected_run", "started_while_paused"],
     );
+  });
+
+  it("c: a run-now created after the pause was answered is not explained by that pause", () => {
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
+    ];
+    const manual = (createdMs: number): RunView => ({
+      ...record(at(13), "cancelled", {
+        reason: "job paused before it started",
+        created_at: new Date(createdMs).toISOString(),
+        finished_at: new Date(at(14)).toISOString(),
+      }),
+      run_id: runIdFor(JOB, at(13), 1),
+      trigger: "manual",
+    });
+    const base = [record(at(5), "succeeded"), record(at(10), "succeeded")];
+    const opts = { commands, windowEndMs: at(10), stuckBeforeMs: at(10) };
+    assert.deepEqual(check([...base, manual(at(13))], opts), ["status_unexplained"]);
+    // Created before the pause was answered: the pause explains it.
+    assert.deepEqual(check([...base, manual(at(11))], opts), []);
   });
 
   it("p started_while_paused: a run due before the pause (a backlog) that starts after its answer; one the pause cancelled is fine", () => {
