@@ -4,9 +4,9 @@
  * passes the KV conformance suite for `keys` and `purge`), a deleted job purged, the wrapped job
  * actor's timers and effects, and runs/jobs pages read from keys (NatsJobsService).
  */
+import { memoryBuckets } from "../../support/memory-buckets.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { Buckets } from "../../../src/cluster/buckets.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
@@ -317,16 +317,7 @@ describe("retention: the wrapped job actor", () => {
 
 describe("NatsJobsService pages from keys", () => {
   function setup() {
-    const mk = (n: string) => new MemoryKv(n);
-    const buckets = {
-      cluster: mk("cluster"),
-      leases: mk("leases"),
-      nodes: mk("nodes"),
-      actors: mk("actors"),
-      runs: mk("runs"),
-      tenants: mk("tenants"),
-      idempotency: mk("idempotency"),
-    } as unknown as Buckets;
+    const buckets = memoryBuckets();
     const router = {
       request: async () => ({ job: { job_id: JOB, tenant_id: TENANT, ...SPEC } }),
     } as unknown as ActorRouter;

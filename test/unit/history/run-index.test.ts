@@ -6,9 +6,9 @@
  * newest first across a retention pass, the status filter's bound, the crash cases of a chunk
  * write, and a deleted job's chunks purged.
  */
+import { memoryBuckets } from "../../support/memory-buckets.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { Buckets } from "../../../src/cluster/buckets.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import type { KvStore } from "../../../src/cluster/kv.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
@@ -101,15 +101,7 @@ function harness() {
   const mk = (n: string) => new MemoryKv(n);
   const runs = counted(mk("runs"));
   const actors = counted(mk("actors"));
-  const buckets = {
-    cluster: mk("cluster"),
-    leases: mk("leases"),
-    nodes: mk("nodes"),
-    actors: actors.kv,
-    runs: runs.kv,
-    tenants: mk("tenants"),
-    idempotency: mk("idempotency"),
-  } as unknown as Buckets;
+  const buckets = memoryBuckets({ actors: actors.kv, runs: runs.kv });
   // The job actor answers only `active_runs` (its live runs, for the overlay); the page itself
   // reads the job's state from KV.
   let live: () => JobState = () => emptyJobState();

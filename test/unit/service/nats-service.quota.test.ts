@@ -4,11 +4,11 @@
  * Idempotency-Key replay is not counted twice, refusals and timeouts of the actor, and the seed
  * of a missing counter from the jobs that exist.
  */
+import { memoryBuckets } from "../../support/memory-buckets.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Buckets } from "../../../src/cluster/buckets.ts";
 import { encode } from "../../../src/cluster/codec.ts";
-import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
 import { readJobCount } from "../../../src/slots/job-quota.ts";
 import type { JobSpec } from "../../../src/protocol/model.ts";
@@ -20,16 +20,7 @@ import { seededRandom } from "../../../src/lib/random.ts";
 const TENANT = "tquotaquotaquota";
 
 function setup(maxJobs: number) {
-  const mk = (n: string) => new MemoryKv(n);
-  const buckets = {
-    cluster: mk("cluster"),
-    leases: mk("leases"),
-    nodes: mk("nodes"),
-    actors: mk("actors"),
-    runs: mk("runs"),
-    tenants: mk("tenants"),
-    idempotency: mk("idempotency"),
-  } as unknown as Buckets;
+  const buckets = memoryBuckets();
   const jobs = new Map<string, string>(); // job_id → request_hash
   const asked: { kind: string; job_id?: string }[] = [];
   let failNext: Error | undefined;

@@ -4,10 +4,9 @@
  * its request id and the time of its first send, which names the run (job-commands.ts `runNow`) —
  * so a try whose record landed and whose state did not is met by the retry, not left `queued`.
  */
+import { memoryBuckets } from "../../support/memory-buckets.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { Buckets } from "../../../src/cluster/buckets.ts";
-import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
 import { NatsJobsService, RUN_NOW_TRIES } from "../../../src/service/nats-service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
@@ -16,16 +15,7 @@ import { seededRandom } from "../../../src/lib/random.ts";
 const T = 1_767_614_400_000;
 
 function setup(failures: KairosError[]) {
-  const mk = (n: string) => new MemoryKv(n);
-  const buckets = {
-    cluster: mk("cluster"),
-    leases: mk("leases"),
-    nodes: mk("nodes"),
-    actors: mk("actors"),
-    runs: mk("runs"),
-    tenants: mk("tenants"),
-    idempotency: mk("idempotency"),
-  } as unknown as Buckets;
+  const buckets = memoryBuckets();
   const sent: { kind: string; request_id?: string; requested_at_ms?: number }[] = [];
   let now = T;
   const router = {
@@ -76,16 +66,7 @@ describe("NatsJobsService: run-now", () => {
 
 describe("NatsJobsService: a run whose record is not written yet", () => {
   it("is read from its job's owner (a run-now's record follows the state write); unknown to it, 404", async () => {
-    const mk = (n: string) => new MemoryKv(n);
-    const buckets = {
-      cluster: mk("cluster"),
-      leases: mk("leases"),
-      nodes: mk("nodes"),
-      actors: mk("actors"),
-      runs: mk("runs"),
-      tenants: mk("tenants"),
-      idempotency: mk("idempotency"),
-    } as unknown as Buckets;
+    const buckets = memoryBuckets();
     const runId = `j0123456789abcdef-${T.toString(36)}-m1`;
     const asked: string[] = [];
     const router = {
