@@ -9,9 +9,9 @@
  *
  * Pitfalls: the chunk is a `pre` effect, written before the state that drops its ids; a crash in
  * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
- * record `settle`d by a pause, delete or schedule change is indexed too: it is the orphan of a
- * fire whose state change (and index entry) was lost, so no chunk holds it. Job states without
- * `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
+ * record `settle`d by a pause, delete or schedule change is indexed once the settle has written
+ * it (`run_settled`): it is the orphan of a fire whose state change (and index entry) was lost.
+ * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
 
 /** Run ids per chunk record: a page of 200 reads at most 5 chunks; the state holds < CHUNK ids. */
@@ -67,7 +67,12 @@ export const runIdOfSuffix = (jobId: string, suffix: string): string => `${jobId
 export const indexLength = (ix: RunIndexState): number =>
   ix.seq * RUN_INDEX_CHUNK + ix.pending.length;
 
-/** Run ids of the records a decision creates, in order (see the module header for `settle`). */
+/**
+ * Run ids of the records a decision creates, in order. Not a `settle`'s: it may find nothing to
+ * settle, and an entry for a record never written would stand beside the one of the same run
+ * fired later (listed twice once a chunk boundary fell between); a settle that wrote is indexed
+ * by its own message (`indexAppend`, `run_settled`).
+ */
 function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
   const out: string[] = [];
   for (const fx of pre ?? []) {
@@ -77,8 +82,7 @@ function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
     }
     if (fx.kind !== "put_run") continue;
     const p = fx as { kind: "put_run"; mode: string; record: { run_id: string } };
-    if (p.mode === "create" || p.mode === "terminal" || p.mode === "settle")
-      out.push(p.record.run_id);
+    if (p.mode === "create" || p.mode === "terminal") out.push(p.record.run_id);
   }
   return out;
 }
@@ -96,6 +100,15 @@ export function indexDecision(
   const ids = createdRunIds(pre);
   const base = prev ?? (created ? { seq: 0, pending: [] } : undefined);
   if (!base || (ids.length === 0 && prev)) return null;
+  return indexAppend(base, jobId, ids);
+}
+
+/** Appends `ids` (not already pending) to the index; every full CHUNK becomes a chunk effect. */
+export function indexAppend(
+  base: RunIndexState,
+  jobId: string,
+  ids: readonly string[],
+): { index: RunIndexState; effects: RunIndexEffect[] } {
   let pending = [...base.pending];
   for (const id of ids) {
     const sfx = runIdSuffix(jobId, id);

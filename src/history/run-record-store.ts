@@ -59,9 +59,14 @@ export class RunRecordStore {
   /**
    * Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it.
    * Resolves to `"ended"` when a `create` met a record that is already terminal (the occurrence
-   * was fired before, and ended, in a decision whose state change was lost: see `already_ended`).
+   * was fired before, and ended, in a decision whose state change was lost: see `already_ended`),
+   * and to `"settled"` when a `settle` wrote (it found an orphan: see `run_settled`).
    */
-  async put(ctx: ShellContext, record: RunView, mode: PutRunMode): Promise<"ended" | void> {
+  async put(
+    ctx: ShellContext,
+    record: RunView,
+    mode: PutRunMode,
+  ): Promise<"ended" | "settled" | void> {
     const key = runKey(ctx.partition, record.tenant_id, record.job_id, record.run_id);
     const value = encodeRunRecord(record, ctx.epoch);
     if (mode === "create" || mode === "terminal") {
@@ -99,7 +104,8 @@ export class RunRecordStore {
         rev === 0 ? await this.runs.create(key, value) : await this.runs.update(key, value, rev);
       if (r.ok) {
         this.metrics.written(key, record, rev === 0, () => ctx.stillOwner());
-        return this.#remember(key, r.revision, record);
+        this.#remember(key, r.revision, record);
+        return mode === "settle" ? "settled" : undefined;
       }
       this.#revisions.delete(key);
     }

@@ -94,7 +94,12 @@ export type JobMsg =
    * ended in decisions whose state change was lost (deferred), so the re-fire re-created a run
    * that must not run again: it is dropped (run-messages.ts `onAlreadyEnded`).
    */
-  | { kind: "already_ended"; run_id: string };
+  | { kind: "already_ended"; run_id: string }
+  /**
+   * From the shell: a `settle` wrote this run's terminal record over an orphan (a fire whose state
+   * change was lost). Changes nothing in the core; the runs index adds the record (with-history.ts).
+   */
+  | { kind: "run_settled"; run_id: string };
 
 /** Work handed to the shell (src/jobs/job-shell.ts). */
 export type JobEffect =

@@ -89,15 +89,14 @@ export function makeRecordWrites(
           await writeRunIndexChunk(runs, ctx, fx);
           continue;
         }
-        if (fx.kind === "put_run" && (await records.put(ctx, fx.record, fx.mode)) === "ended") {
+        if (fx.kind !== "put_run") continue;
+        const put = await records.put(ctx, fx.record, fx.mode);
+        if (put === "ended")
           followUps.push({ kind: "already_ended", run_id: fx.record.run_id } satisfies JobMsg);
-        }
-        if (
-          fx.kind === "put_run" &&
-          fx.mode === "update" &&
-          deadLetterKeys &&
-          isDeadLetter(fx.record)
-        )
+        // Indexed only now that it exists (run-index.ts): a settle that found nothing adds no entry.
+        if (put === "settled")
+          followUps.push({ kind: "run_settled", run_id: fx.record.run_id } satisfies JobMsg);
+        if (fx.mode === "update" && deadLetterKeys && isDeadLetter(fx.record))
           await recordDeadLetter(runs, ctx.partition, fx.record);
       }
       return followUps;

@@ -77,6 +77,8 @@ export function onRunMessage(
       return onRetryDue(tx, tx.run(m.run_id));
     case "already_ended":
       return onAlreadyEnded(tx, tx.run(m.run_id));
+    case "run_settled":
+      return tx.done(null); // the runs index's (with-history.ts)
     default:
       return assertNever(m, "run message");
   }

@@ -13,7 +13,7 @@ import type { JobEffect, JobMsg, JobReply } from "./job-types.ts";
 import type { JobState } from "./job-state.ts";
 import { TERMINAL } from "../protocol/model.ts";
 import type { RetentionConfig, RetentionEffect, RetentionMsg } from "../history/retention.ts";
-import { indexDecision, type RunIndexEffect } from "../history/run-index.ts";
+import { indexAppend, indexDecision, type RunIndexEffect } from "../history/run-index.ts";
 
 /**
  * The job actor with the runs index: the same behaviour, plus `index` kept in the state and the
@@ -28,6 +28,15 @@ export function withRunIndex<M, E extends { kind: string }>(
       const d = def.receive(s, msg, ctx);
       const job = d.state.job;
       if (!job) return d;
+      const settled = (msg as { kind?: string; run_id?: string }).kind === "run_settled";
+      if (settled && d.state.index) {
+        const next = indexAppend(d.state.index, job.job_id, [(msg as { run_id: string }).run_id]);
+        return {
+          ...d,
+          state: { ...d.state, index: next.index },
+          ...(next.effects.length > 0 ? { pre: [...(d.pre ?? []), ...next.effects] } : {}),
+        };
+      }
       // A run-now's record is a post effect (`create_run`): indexed all the same.
       const next = indexDecision(
         d.state.index,

@@ -26,6 +26,7 @@ import {
   indexDecision,
   isRunIndexEffect,
   runIndexKey,
+  runIdSuffix,
   type RunIndexEffect,
 } from "../../../src/history/run-index.ts";
 import { withRunIndex } from "../../../src/jobs/with-history.ts";
@@ -210,16 +211,17 @@ describe("runs index: the pure decision", () => {
     assert.deepEqual(d.index, { seq: 1, pending: ids.slice(RUN_INDEX_CHUNK) });
   });
 
-  it("record updates are not new records, settled orphans are (their fire's entry was lost with its state); a job from before the index stays unindexed", () => {
+  it("record updates are not new records, nor are settles until they wrote; a job from before the index stays unindexed", () => {
     assert.equal(indexDecision({ seq: 2, pending: ["a"] }, JOB, [put("b", "update")], false), null);
-    assert.deepEqual(
+    assert.equal(
       indexDecision(
         { seq: 2, pending: ["a"] },
         JOB,
         [put("b", "update"), put("c", "settle")],
         false,
-      )?.index,
-      { seq: 2, pending: ["a", "c"] },
+      ),
+      null,
+      "a settle may find nothing: indexed by run_settled once it wrote",
     );
     assert.equal(indexDecision(undefined, JOB, [put("b", "create")], false), null);
   });
@@ -242,6 +244,42 @@ describe("runs index: the pure decision", () => {
     assert.equal((run.pre ?? []).filter(isRunIndexEffect).length, 0, "no KV operation of its own");
     const get = def.receive(run.state, { kind: "get" }, { id: ACTOR, nowMs: T0 + 2000 });
     assert.equal(get.state, run.state, "a decision creating nothing leaves the state alone");
+  });
+});
+
+describe("runs index: settled orphans", () => {
+  it("a settle that wrote is indexed by its run_settled; a settle of an occurrence fired later is listed once", () => {
+    const def = withRunIndex(makeJobActor(CFG));
+    const created = def.receive(
+      emptyJobState(),
+      { kind: "create", tenant_id: TENANT, job_id: JOB, spec: SPEC, request_hash: "h" },
+      { id: ACTOR, nowMs: T0 },
+    );
+    // A full chunk pending but one, so the next entry closes the chunk.
+    const ids = Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`);
+    const full = { ...created.state, index: { seq: 0, pending: ids } };
+    const runId = runIdFor(JOB, T0 + MIN);
+    const settled = def.receive(
+      full,
+      { kind: "run_settled", run_id: runId },
+      {
+        id: ACTOR,
+        nowMs: T0 + 1000,
+      },
+    );
+    assert.deepEqual(settled.state.index, { seq: 1, pending: [] });
+    assert.deepEqual(
+      (settled.pre ?? []).filter(isRunIndexEffect).map((fx) => fx.ids.at(-1)),
+      [runIdSuffix(JOB, runId)],
+    );
+    // The decision that asks for a settle indexes nothing: had the settle found no orphan, the
+    // occurrence's own run (fired after a resume) would stand at a second position.
+    const paused = def.receive(
+      full,
+      { kind: "patch", patch: { enabled: false }, request_id: "p1" },
+      { id: ACTOR, nowMs: T0 + 1000 },
+    );
+    assert.deepEqual(paused.state.index, full.index);
   });
 });
 

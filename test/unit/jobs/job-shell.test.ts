@@ -189,10 +189,15 @@ describe("job shell: putRun", () => {
     assert.equal(s?._e, 3);
   });
 
-  it("settle never creates a record", async () => {
+  it("settle never creates a record, and tells the actor only when it settled one", async () => {
     const t = setup();
-    await t.putRun(t.ctx(5), run("cancelled"), "settle");
+    assert.deepEqual(await t.putRun(t.ctx(5), run("cancelled"), "settle"), []);
     assert.equal(await t.stored(), null);
+    await t.seed(run("queued"), 3);
+    assert.deepEqual(await t.putRun(t.ctx(5), run("cancelled"), "settle"), [
+      { kind: "run_settled", run_id: "r1" },
+    ]);
+    assert.equal((await t.stored())?.status, "cancelled");
   });
 });
 
