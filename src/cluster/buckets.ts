@@ -166,7 +166,11 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
       } catch (e) {
         const missing =
           opts.createStreams === false && e instanceof Error && /stream not found/i.test(e.message);
-        const transient = missing || isTransientStartupError(e);
+        // The KV library reads the stream back and, told "stream not found" by a server that has
+        // not caught up with the creation just made, adds its own (rollups on): "already in use
+        // with a different configuration". The next try reads it back.
+        const raced = e instanceof Error && /already in use/i.test(e.message);
+        const transient = missing || raced || isTransientStartupError(e);
         if (!transient || attempt >= (missing ? 120 : 40)) throw e;
         await new Promise<void>((r) => clock.setTimer(250, r));
       }

@@ -234,7 +234,15 @@ export class Cluster {
     void proc.exited.then((code) => {
       this.#gone.add(proc);
       if (this.#stopped || slot.proc !== proc || slot.expectExit) return;
-      const crash = { id: slot.id, atMs: Date.now(), code, stderr: proc.stderr().slice(-600) };
+      // The error's own line first (a stack's tail alone does not say what failed), then the tail.
+      const err = proc.stderr();
+      const first = /^.*(Error|error)[^\n]*$/m.exec(err)?.[0] ?? "";
+      const crash = {
+        id: slot.id,
+        atMs: Date.now(),
+        code,
+        stderr: `${first.slice(0, 400)} … ${err.slice(-400)}`,
+      };
       this.crashes.push(crash);
       this.o.log(
         `CRASH: ${slot.id} exited by itself (code ${code}); restarted in ${CRASH_RESTART_MS} ms; stderr: ${JSON.stringify(crash.stderr)}`,
