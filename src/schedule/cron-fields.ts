@@ -11,7 +11,8 @@
  * both agree.
  *
  * Pitfalls: a field is `restricted` unless its text starts with `*` or `?` (Vixie cron). In
- * day-of-week, `a/n` and `*\/n` run to 6; 7 is only an alias of 0 as a value or range end.
+ * day-of-week, `*\/n` runs to 6 and `a/n` through 7 = Sunday (`1/2` is Mon, Wed, Fri, Sun, as in
+ * cronie and cron-parser); 7 is otherwise an alias of 0 as a value or range end.
  */
 import { FIELD_CRON, scheduleError } from "./errors.ts";
 
@@ -39,7 +40,7 @@ interface FieldSpec {
   readonly name: string;
   readonly min: number;
   readonly max: number;
-  /** Upper end of `*` and of `a/n` (6 for day-of-week, where 7 is an alias). */
+  /** Upper end of `*` (6 for day-of-week, where 7 is an alias); `a/n` runs to `max`. */
   readonly stepMax: number;
   /** Names for min, min+1, … (upper case), when the field has names. */
   readonly names?: readonly string[];
@@ -200,7 +201,7 @@ function parseItem(spec: FieldSpec, item: string, into: Set<number>): boolean {
   } else {
     const value = parseValue(spec, base);
     if (stepText === undefined) into.add(value);
-    else addRange(into, value, Math.max(value, spec.stepMax), step);
+    else addRange(into, value, spec.max, step); // day-of-week: through 7 = Sunday (cronie)
   }
   return false;
 }

@@ -39,9 +39,11 @@ describe("cron syntax", () => {
     assert.deepEqual(fields("0 0 * 2/5 *").month, [2, 7, 12]);
     assert.deepEqual(fields("0 20/1 * * *").hour, [20, 21, 22, 23]);
   });
-  it("day-of-week steps run to Saturday; 7 is only an alias of Sunday", () => {
+  it("day-of-week: */n runs to Saturday, a/n through 7 = Sunday (cronie, cron-parser)", () => {
     assert.deepEqual(fields("0 0 * * */2").dayOfWeek, [0, 2, 4, 6]);
-    assert.deepEqual(fields("0 0 * * 1/2").dayOfWeek, [1, 3, 5]);
+    assert.deepEqual(fields("0 0 * * 1/2").dayOfWeek, [0, 1, 3, 5]);
+    assert.deepEqual(fields("0 0 * * 2/5").dayOfWeek, [0, 2]);
+    assert.deepEqual(fields("0 0 * * 0/2").dayOfWeek, [0, 2, 4, 6]);
     assert.deepEqual(fields("0 0 * * 7/3").dayOfWeek, [0]);
   });
   it("month and weekday names, case-insensitive, mixed with numbers in ranges", () => {
@@ -251,6 +253,18 @@ describe("cron errors name the field, the token and why", () => {
 });
 
 describe("cron-parser agrees on the grammar both support", () => {
+  it("day-of-week a/n for every a and n, Sunday folded", () => {
+    for (let a = 0; a <= 7; a++)
+      for (let n = 1; n <= 7; n++) {
+        const e = `0 0 * * ${a}/${n}`;
+        const theirs = CronExpressionParser.parse(e, { tz: "UTC" }).fields.dayOfWeek.values;
+        const folded = [...new Set(theirs.map((v) => (Number(v) === 7 ? 0 : Number(v))))].sort(
+          (x, y) => x - y,
+        );
+        assert.deepEqual(fields(e).dayOfWeek, folded, e);
+      }
+  });
+
   it("single-item fields of numbers, ranges and */n steps", () => {
     const item = (min: number, max: number, stepMax: number) =>
       fc.oneof(
