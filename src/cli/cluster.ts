@@ -1,11 +1,13 @@
 /**
  * `kairos cluster status`: nodes with roles, last heartbeat and clock offset from the cluster's
  * median (a warning when one is off by more than clock-skew.ts SKEW_WARN_MS), and each
- * partition's owner and epoch.
+ * partition's owner and epoch. `kairos cluster harden-buckets`: rollup headers off on the streams
+ * of buckets an older version made (buckets.ts `hardenBuckets`).
  */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
-import { openBuckets } from "../cluster/buckets.ts";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { hardenBuckets, openBuckets, type BucketHardening } from "../cluster/buckets.ts";
 import { decode } from "../cluster/codec.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import type { LeaseValue } from "../cluster/partition-manager.ts";
@@ -101,21 +103,58 @@ export async function readClusterStatus(
   }
 }
 
+/** Connects as `auth` (the NATS admin) and hardens the cluster's bucket streams. */
+export async function hardenClusterBuckets(
+  natsUrl: string,
+  clusterName: string,
+  auth: NatsAuthOptions = {},
+): Promise<BucketHardening[]> {
+  const nc = await connectNats({ url: natsUrl, name: "kairos-cli", ...auth });
+  try {
+    return await hardenBuckets(await jetstreamManager(nc), clusterName);
+  } finally {
+    await nc.close();
+  }
+}
+
+function requireNatsUrl(flag: string | undefined): string {
+  const url = resolveNatsUrl(flag);
+  if (!url)
+    throw new KairosError(
+      "invalid_argument",
+      "no cluster found: pass --nats or start `kairos dev`",
+      {
+        field: "nats",
+      },
+    );
+  return url;
+}
+
 export function registerClusterCommands(program: Command): void {
   const cluster = program.command("cluster").description("cluster inspection");
+  natsAuthOptions(cluster.command("harden-buckets"))
+    .description(
+      "turn rollup headers off on buckets an older version made (as the NATS admin; keys are kept)",
+    )
+    .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
+    .option("--cluster <name>", "cluster name", "kairos")
+    .option("--json", "machine-readable output")
+    .action(async (f: { nats?: string; cluster: string; json?: boolean } & NatsAuthFlags) => {
+      const url = requireNatsUrl(f.nats);
+      const out = await hardenClusterBuckets(url, f.cluster, resolveNatsAuth(f, url, "admin"));
+      if (f.json) {
+        console.log(JSON.stringify(out));
+        return;
+      }
+      for (const b of out) console.log(`${b.bucket.padEnd(28)} ${b.state}`);
+    });
   natsAuthOptions(cluster.command("status"))
     .description("nodes and partition owners")
     .option("--nats <url>", "NATS URL (default: env KAIROS_NATS_URL or the dev cluster)")
     .option("--cluster <name>", "cluster name", "kairos")
     .option("--json", "machine-readable output")
     .action(async (f: { nats?: string; cluster: string; json?: boolean } & NatsAuthFlags) => {
-      const url = resolveNatsUrl(f.nats);
-      if (!url)
-        throw new KairosError(
-          "invalid_argument",
-          "no cluster found: pass --nats or start `kairos dev`",
-          { field: "nats" },
-        );
+      const url = requireNatsUrl(f.nats);
       const s = await readClusterStatus(
         url,
         f.cluster,

@@ -75,6 +75,17 @@ export interface BucketOptions {
 export const DEFAULT_MAX_IN_FLIGHT = 512;
 
 /** A cluster's bucket name (`<cluster>_<suffix>`, e.g. `kairos_leases`). */
+/** The suffixes of the cluster's buckets (`<cluster>_<suffix>`, stream `KV_<cluster>_<suffix>`). */
+export const BUCKET_SUFFIXES = [
+  "cluster",
+  "leases",
+  "nodes",
+  "actors",
+  "runs",
+  "tenants",
+  "idem",
+] as const;
+
 export const bucketName = (clusterName: string, suffix: string): string =>
   `${clusterName}_${suffix}`;
 
@@ -207,7 +218,7 @@ async function ensureStream(
     const info = await jsm.streams.info(stream);
     if (info.config.allow_rollup_hdrs)
       warn?.(
-        `bucket ${name} allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream ${stream} with allow_rollup_hdrs false`,
+        `bucket ${name} allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream ${stream} with allow_rollup_hdrs false (kairos cluster harden-buckets)`,
       );
     return;
   } catch (e) {
@@ -267,4 +278,42 @@ async function workerBuckets(nc: NatsConnection, opts: BucketOptions): Promise<B
     tenants: denied("tenants"),
     idempotency: denied("idem"),
   };
+}
+
+/** What `hardenBuckets` found of one bucket's stream. */
+export interface BucketHardening {
+  bucket: string;
+  state: "hardened" | "already" | "missing";
+}
+
+/**
+ * Turns rollup headers off on the streams of a cluster's buckets made by an older version (see
+ * `ensureStream`): `kairos cluster harden-buckets`, as the NATS `admin`. Keys are kept; only the
+ * stream's `allow_rollup_hdrs` changes. Idempotent.
+ */
+export async function hardenBuckets(
+  jsm: JetStreamManager,
+  clusterName: string,
+): Promise<BucketHardening[]> {
+  const out: BucketHardening[] = [];
+  for (const suffix of BUCKET_SUFFIXES) {
+    const bucket = bucketName(clusterName, suffix);
+    let info;
+    try {
+      info = await jsm.streams.info(`KV_${bucket}`);
+    } catch (e) {
+      if (e instanceof Error && /stream not found/i.test(e.message)) {
+        out.push({ bucket, state: "missing" });
+        continue;
+      }
+      throw e;
+    }
+    if (!info.config.allow_rollup_hdrs) {
+      out.push({ bucket, state: "already" });
+      continue;
+    }
+    await jsm.streams.update(info.config.name, { ...info.config, allow_rollup_hdrs: false });
+    out.push({ bucket, state: "hardened" });
+  }
+  return out;
 }

@@ -19,6 +19,7 @@ import { kvKeys, type KvStore } from "../../../src/cluster/kv.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { defended } from "../../support/attack.ts";
+import { hardenClusterBuckets } from "../../../src/cli/cluster.ts";
 
 const TA = "trollupaaaaaaaaaa";
 const TB = "trollupbbbbbbbbbb";
@@ -141,9 +142,49 @@ describe("a write with a rollup header cannot purge a bucket", { timeout: 120_00
     assert.deepEqual(
       warnings.filter((w) => w.includes("rollup")),
       [
-        "bucket legacy_tenants allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream KV_legacy_tenants with allow_rollup_hdrs false",
+        "bucket legacy_tenants allows rollup headers: any identity that may write one of its keys can purge all of them; as admin, update stream KV_legacy_tenants with allow_rollup_hdrs false (kairos cluster harden-buckets)",
       ],
     );
+  });
+
+  it("`kairos cluster harden-buckets` turns them off as admin, keeps the keys, and the rollup is refused", async () => {
+    const legacy = await new Kvm(jetstream(admin)).open("legacy_tenants");
+    await legacy.put("t.kept", enc("a tenant made before"));
+    const out = await hardenClusterBuckets(nats.url, "legacy", {
+      credsFile: nats.credsFor("admin"),
+    });
+    assert.deepEqual(
+      out.filter((b) => b.state !== "missing"),
+      [
+        { bucket: "legacy_cluster", state: "already" },
+        { bucket: "legacy_leases", state: "already" },
+        { bucket: "legacy_nodes", state: "already" },
+        { bucket: "legacy_actors", state: "already" },
+        { bucket: "legacy_runs", state: "already" },
+        { bucket: "legacy_tenants", state: "hardened" },
+        { bucket: "legacy_idem", state: "already" },
+      ],
+    );
+    assert.equal(
+      (await (await jetstreamManager(admin)).streams.info("KV_legacy_tenants")).config
+        .allow_rollup_hdrs,
+      false,
+    );
+    assert.match(await rollup(admin, "$KV.legacy_tenants.t.other"), /rollup not permitted/);
+    assert.equal(
+      new TextDecoder().decode((await legacy.get("t.kept"))?.value),
+      "a tenant made before",
+    );
+    const again = await hardenClusterBuckets(nats.url, "legacy", {
+      credsFile: nats.credsFor("admin"),
+    });
+    assert.ok(
+      again.every((b) => b.state === "already"),
+      "idempotent",
+    );
+    const warnings: string[] = [];
+    await openBuckets(admin, { clusterName: "legacy", replicas: 1, warn: (m) => warnings.push(m) });
+    assert.deepEqual(warnings, [], "no warning once hardened");
   });
 
   it("no node identity's write above was refused by its permissions", () => {
