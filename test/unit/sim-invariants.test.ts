@@ -424,6 +424,33 @@ describe("simulation record checks fire on run records that break them", () => {
     assert.deepEqual(check([...base, manual(at(11))], opts), []);
   });
 
+  it("review: a run created on a scheduler whose clock was ahead, before the pause, is explained", () => {
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
+    ];
+    // Created at true time 10 by a scheduler whose clock read +10 s (stepped back at 10.5): its
+    // record says 20. The pause (11-11.1, no scheduler off then) cancelled it.
+    const manual: RunView = {
+      ...record(at(13), "cancelled", {
+        reason: "job paused before it started",
+        created_at: new Date(at(20)).toISOString(),
+        finished_at: new Date(at(11.05)).toISOString(),
+      }),
+      run_id: runIdFor(JOB, at(13), 1),
+      trigger: "manual",
+    };
+    const base = [record(at(5), "succeeded"), record(at(10), "succeeded")];
+    const opts = {
+      commands,
+      windowEndMs: at(10),
+      stuckBeforeMs: at(10),
+      skewDuring: () => 0,
+      firedBy: (t: number) => (t >= at(10) ? Math.max(t, at(20.5)) : t),
+    };
+    assert.deepEqual(check([...base, manual], opts), []);
+  });
+
   it("p started_while_paused: a run due before the pause (a backlog) that starts after its answer; one the pause cancelled is fine", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [
