@@ -111,7 +111,12 @@ export async function hardenClusterBuckets(
 ): Promise<BucketHardening[]> {
   const nc = await connectNats({ url: natsUrl, name: "kairos-cli", ...auth });
   try {
-    return await hardenBuckets(await jetstreamManager(nc), clusterName);
+    const out = await hardenBuckets(await jetstreamManager(nc), clusterName);
+    if (out.every((b) => b.state === "missing"))
+      throw new KairosError("not_found", `no bucket of cluster "${clusterName}" exists`, {
+        field: "cluster",
+      });
+    return out;
   } finally {
     await nc.close();
   }

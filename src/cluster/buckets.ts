@@ -74,8 +74,10 @@ export interface BucketOptions {
 
 export const DEFAULT_MAX_IN_FLIGHT = 512;
 
-/** A cluster's bucket name (`<cluster>_<suffix>`, e.g. `kairos_leases`). */
-/** The suffixes of the cluster's buckets (`<cluster>_<suffix>`, stream `KV_<cluster>_<suffix>`). */
+/**
+ * The suffixes of the cluster's buckets (`<cluster>_<suffix>`, stream `KV_<cluster>_<suffix>`);
+ * nats-permissions.ts grants by this list.
+ */
 export const BUCKET_SUFFIXES = [
   "cluster",
   "leases",
@@ -86,6 +88,7 @@ export const BUCKET_SUFFIXES = [
   "idem",
 ] as const;
 
+/** A cluster's bucket name (`<cluster>_<suffix>`, e.g. `kairos_leases`). */
 export const bucketName = (clusterName: string, suffix: string): string =>
   `${clusterName}_${suffix}`;
 

@@ -13,6 +13,7 @@
  * (which would let anyone read every reply), and because the requester picks the reply subject,
  * every responder also checks it (reply-guard.ts).
  */
+import { BUCKET_SUFFIXES } from "./buckets.ts";
 import type { Role } from "./config.ts";
 
 /** Where nats-server sends auth callout requests (in the cluster account: nats-accounts.ts). */
@@ -38,7 +39,7 @@ export function inboxPrefixFor(user: string): string {
   return `_INBOX_${user}`;
 }
 
-const BUCKETS = ["cluster", "leases", "nodes", "actors", "runs", "tenants", "idem"] as const;
+const BUCKETS = BUCKET_SUFFIXES;
 type Bucket = (typeof BUCKETS)[number];
 
 /** The JetStream API subjects that read a KV bucket (get, list, watch). */

@@ -9,10 +9,10 @@
  */
 import { assertNever } from "../lib/assert.ts";
 import type { HeartbeatAck } from "../protocol/worker.ts";
-import { grantId } from "../protocol/ids.ts";
+import { grantId, parseRunId } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-types.ts";
 import type { ActiveRun, JobState } from "./job-state.ts";
-import { holdOf } from "./occurrence-plan.ts";
+import { firstAfter, holdOf } from "./occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
 import {
   cancelRunTimers,
@@ -78,7 +78,7 @@ export function onRunMessage(
     case "already_ended":
       return onAlreadyEnded(tx, tx.run(m.run_id));
     case "run_settled":
-      return tx.done(null); // the runs index's (with-history.ts)
+      return onRunSettled(tx, m.run_id);
     default:
       return assertNever(m, "run message");
   }
@@ -322,6 +322,27 @@ function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
   // A grant may have arrived during retry_wait: then the slot is held and the run goes now.
   if (r.slot) dispatch(tx, r);
   else askSlot(tx, r);
+  tx.changed = true;
+  return tx.done(null);
+}
+
+/**
+ * A settle wrote over an orphan (a run prepared by a fire whose state change was lost): that
+ * occurrence was prepared, so it stays cancelled like any run prepared before a pause or change
+ * (job-commands.ts): handled — `last_occurrence_ms` reaches it, and a `next_run_at` at or before
+ * it moves past it. Without this a resume or a schedule still calling for it fired it again, and
+ * its `create` (meeting the settled record) put it in the runs index a second time. The index
+ * entry itself is added by the wrapper (with-history.ts).
+ */
+function onRunSettled(tx: Tx, runId: string): D {
+  const s = tx.s;
+  const o = parseRunId(runId);
+  if (!o || o.seq !== 0 || !s.job || (s.last_occurrence_ms ?? 0) >= o.ms) return tx.done(null);
+  s.last_occurrence_ms = o.ms;
+  if (s.next_run_at_ms !== null && s.next_run_at_ms <= o.ms) {
+    s.next_run_at_ms = firstAfter(s.job.spec, tx.now, s);
+    tx.armFire();
+  }
   tx.changed = true;
   return tx.done(null);
 }

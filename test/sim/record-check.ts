@@ -309,13 +309,12 @@ function pausedAfterCreation(
   r: RunView,
 ): boolean {
   const created = Date.parse(r.created_at);
-  return commands.some(
-    (c) =>
-      c.kind === "pause" &&
-      (c.ackMs ?? Number.POSITIVE_INFINITY) +
-        input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) >=
-        created,
-  );
+  return commands.some((c) => {
+    if (c.kind !== "pause") return false;
+    const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
+    const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
+    return Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack) >= created;
+  });
 }
 
 /**

@@ -424,7 +424,7 @@ describe("simulation record checks fire on run records that break them", () => {
     assert.deepEqual(check([...base, manual(at(11))], opts), []);
   });
 
-  it("review: a run created on a scheduler whose clock was ahead, before the pause, is explained", () => {
+  it("c: a run created on a scheduler whose clock was ahead, before the pause, is explained", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [
       { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },

@@ -1,4 +1,4 @@
-/** Review check: harden-buckets on legacy buckets of every shape (TTL, history 4), keys kept. */
+/** `kairos cluster harden-buckets` on legacy buckets of every shape (TTL, history 4): rollups off, keys and limits kept. */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
@@ -7,12 +7,12 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { hardenBuckets } from "../../src/cluster/buckets.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
-describe("review: harden-buckets on TTL and history buckets", { timeout: 60_000 }, () => {
+describe("harden-buckets on TTL and history buckets", { timeout: 60_000 }, () => {
   let nats: NatsFixture;
   let admin: NatsConnection;
   before(async () => {
     nats = await startNats({ clusters: ["legacy"] });
-    admin = await nats.connect("review");
+    admin = await nats.connect("harden-admin");
   });
   after(async () => {
     await admin.close();
