@@ -81,6 +81,16 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
 }
 
 /** A TCP port flag: an integer 0-65535 (0: any free port). */
+/** `--prefetch`: a whole number ≥ 0. */
+export function prefetchFlag(v: string): number {
+  const n = int(v, "prefetch")!;
+  if (n < 0)
+    throw new KairosError("invalid_argument", `--prefetch: "${v}" must be 0 or more`, {
+      field: "prefetch",
+    });
+  return n;
+}
+
 export function portFlag(v: string | undefined, field: string): number | undefined {
   if (v === undefined) return undefined;
   const n = /^\d{1,5}$/.test(v) ? Number(v) : NaN;
@@ -95,6 +105,7 @@ export function portFlag(v: string | undefined, field: string): number | undefin
 export interface ProcessFlags {
   executor?: string;
   slots?: string;
+  prefetch?: string;
   apiHost?: string;
   apiPort?: string;
   runLeaseTtlMs?: string;

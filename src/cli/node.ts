@@ -13,6 +13,7 @@ import {
   imagePolicyFromFlag,
   int,
   portFlag,
+  prefetchFlag,
   metricsTokenFromFlag,
   nodeConfigFromFlags,
   rateLimitsFromFlags,
@@ -102,6 +103,7 @@ export async function startProcess(
     rateLimits: rateLimitsFromFlags(f),
     executor: executor.kind,
     workerSlots: int(f.slots, "slots") ?? 4,
+    ...(f.prefetch !== undefined ? { workerPrefetch: prefetchFlag(f.prefetch) } : {}),
     ...(f.metricsPort !== undefined
       ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! }
       : {}),
@@ -178,7 +180,11 @@ function clusterOptions(c: Command): Command {
       "--executor <kind>",
       "worker executor: docker (default; the node fails to start without an engine), noop, or process (UNISOLATED: tenant code runs as plain processes)",
     )
-    .option("--slots <n>", "worker slots (concurrent attempts)", "4");
+    .option("--slots <n>", "worker slots (concurrent attempts)", "4")
+    .option(
+      "--prefetch <n>",
+      "attempts already due a worker accepts beyond its slots, started the moment a slot frees (default: an eighth of the slots, at least 2, at most 256 and the slots; 0: none)",
+    );
 }
 
 /** The API and metrics listeners. */

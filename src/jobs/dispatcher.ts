@@ -7,7 +7,8 @@
  * them the offer is not made (`dispatch_failed`).
  *
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
- * slot a completion has just released may not be advertised yet); ownership is re-checked before
+ * room may have gone to another offer); a failed offer waits in the worker directory for the next
+ * advert with room, which offers it again at once (`redispatch` under its fence); ownership is re-checked before
  * each request; only a task with secrets awaits anything before its offer, so offers keep their
  * timing. An injected fault (faults.ts, a simulation self-test) offers a fence to up to three.
  */
@@ -117,15 +118,16 @@ async function offerTo(
         ).data,
       );
     let reply = await offer();
-    // A worker frees a slot only once its completion is acknowledged, so an offer for the
-    // slot that completion released can arrive first: ask the same worker (same fence) once
-    // more, shortly, instead of waiting for the redispatch delay and its next heartbeat.
+    // Its room may have gone to another scheduler's offer, or this node's reservations may lag
+    // its adverts: ask the same worker (same fence) once more, shortly, instead of waiting for
+    // the next advert with room.
     if (!reply.accepted && reply.reason === "no free slot") {
       await new Promise<void>((resolve) => clock.setTimer(OFFER_RACE_RETRY_MS, resolve));
       if (!ctx.stillOwner()) return "stale";
       reply = await offer();
     }
     if (reply.accepted) {
+      link.directory.stopWaiting(`${ctx.address.id}/${fx.run_id}`);
       ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
       return "accepted";
     }
@@ -181,6 +183,11 @@ export function makeDispatcher(
       run_id: fx.run_id,
       fence: fx.fence,
       reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer",
+    });
+    // Offered again as soon as a worker advertises room (a slot freed), not only at the
+    // redispatch timer; under the failed offer's fence, so a run offered again meanwhile is not.
+    deps.link.directory.waitForRoom(`${ctx.address.id}/${fx.run_id}`, () => {
+      if (ctx.stillOwner()) ctx.tell({ kind: "redispatch", run_id: fx.run_id, fence: fx.fence });
     });
   };
 }

@@ -65,7 +65,11 @@ export type JobMsg =
   | { kind: "fire" }
   /** `run_id` is the grant id (`<run_id>_<slot_seq>`, see `grantId`). */
   | { kind: "slot_granted"; run_id: string }
-  | { kind: "redispatch"; run_id: string }
+  /**
+   * Offer the run again (its timer). `fence`: from the dispatcher, when a worker advertised room
+   * after the offer under that fence failed — only while the run still waits under it.
+   */
+  | { kind: "redispatch"; run_id: string; fence?: number }
   | { kind: "claimed"; run_id: string; fence: number; worker: string }
   | { kind: "dispatch_failed"; run_id: string; fence: number; reason: string }
   | { kind: "slot_check"; run_id: string }

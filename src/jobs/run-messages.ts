@@ -43,8 +43,12 @@ export function onRunMessage(
     case "slot_granted":
     case "slot_audit":
       return onGrant(tx, m);
-    case "redispatch":
-      return onRedispatch(tx, tx.run(m.run_id));
+    case "redispatch": {
+      const r = tx.run(m.run_id);
+      // A wake for an offer that failed: nothing if the run was offered again since.
+      if (m.fence !== undefined && (r === undefined || r.fence !== m.fence)) return tx.done(null);
+      return onRedispatch(tx, r);
+    }
     case "slot_check": {
       const r = tx.run(m.run_id);
       if (actsOn("slot_check", r) && !r.slot) askSlot(tx, r);

@@ -32,6 +32,7 @@ export const METRICS = {
   forecast: "kairos_forecast_runs_due",
   logLinesDropped: "kairos_log_lines_dropped_total",
   busRefusals: "kairos_bus_refusals_total",
+  slotIdle: "kairos_slot_idle_seconds",
 } as const;
 
 export type WaitReason = "slot" | "worker";
@@ -69,6 +70,12 @@ const dispatchLag = new Histogram({
   help: "Dispatch lag: attempt start minus scheduled_for, seconds (once per run, at its first start)",
   labelNames: ["tenant"] as const,
   buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+  registers: [registry],
+});
+const slotIdle = new Histogram({
+  name: METRICS.slotIdle,
+  help: "Slot turnaround on a worker: a slot freed by an attempt's end to the next attempt started on it, seconds (worker nodes)",
+  buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
   registers: [registry],
 });
 const waitingSources = new Set<() => Readonly<Record<WaitReason, number>>>();
@@ -187,6 +194,11 @@ function tenantLabel(tenant: string | undefined): { tenant?: string } {
 /** A run's first attempt started `lagSeconds` after its scheduled_for (negative lags count as 0). */
 export function observeDispatchLag(tenant: string | undefined, lagSeconds: number): void {
   dispatchLag.observe(tenantLabel(tenant), Math.max(0, lagSeconds));
+}
+
+/** A worker started an attempt in a slot that an attempt's end had freed `seconds` before. */
+export function observeSlotIdle(seconds: number): void {
+  slotIdle.observe(Math.max(0, seconds));
 }
 
 /** `delta` runs started (+1) or stopped (−1) waiting for `reason`. */

@@ -57,12 +57,21 @@ export interface Completion {
   not_started?: true;
 }
 
-/** A worker's slot advert (heartbeat), on `workerAdvertSubject` of its own `worker_id`. */
+/**
+ * A worker's slot advert (every heartbeat, and at once when a slot or a prefetch place frees), on
+ * `workerAdvertSubject` of its own `worker_id`.
+ */
 export interface WorkerAdvert {
   worker_id: string;
   slots: number;
+  /** Offers it would take now: free slots plus free places in its prefetch queue. */
   free: number;
   executor: string;
+  /**
+   * Attempts already due it accepts beyond its slots, started the moment a slot frees (absent: a
+   * worker that predates it, none). The fleet shares slots plus prefetch between tenants.
+   */
+  prefetch?: number;
 }
 
 /**

@@ -49,6 +49,8 @@ import { KvServiceDirectory } from "../tenants/services.ts";
 export interface ProcessOptions {
   executor: ExecutorKind;
   workerSlots: number;
+  /** The worker's prefetch (src/worker/slot-ledger.ts; default `defaultPrefetch(workerSlots)`). */
+  workerPrefetch?: number;
   apiHost: string;
   apiPort: number;
   job?: Partial<JobActorConfig>;
@@ -238,6 +240,7 @@ export async function startWorker(
     workerId: config.nodeId,
     clusterName: config.clusterName,
     slots: opts.workerSlots,
+    ...(opts.workerPrefetch !== undefined ? { prefetch: opts.workerPrefetch } : {}),
     heartbeatIntervalMs: w.workerHeartbeatMs,
     completionDeadlineMs: 60_000,
     nc: node.nc,

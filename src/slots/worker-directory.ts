@@ -1,10 +1,13 @@
 /**
  * The worker directory of a scheduler node (the dispatcher's view of the fleet): workers advertise
- * free slots on `kairos.<cluster>.adverts.<worker id>`; a worker is forgotten after
+ * free slots on `kairos.<cluster>.adverts.<worker id>` — every heartbeat, and at once when a slot
+ * frees (so a freed slot is known without waiting for a heartbeat); a worker is forgotten after
  * `expireAfterMs` without one. `pick()` chooses the most free slots, counting local reservations
  * since the last advert so a burst does not pile onto one worker. `optimistic`: when all
  * advertised slots are reserved, it still offers to a worker that has not refused since its last
  * advert (slots free up between adverts); a refusal (`markFull`) stops that until the next.
+ * Dispatches that found no room wait here (`waitForRoom`, bounded) and are woken by the next
+ * advert with room.
  *
  * Pitfall: busy is not dead — expiry counts only time this process could listen
  * (src/cluster/listening.ts), so a stalled scheduler does not forget its workers; production
@@ -40,12 +43,18 @@ function isAdvert(a: unknown): a is WorkerAdvert {
     typeof v.worker_id === "string" &&
     Number.isInteger(v.slots) &&
     Number.isInteger(v.free) &&
-    typeof v.executor === "string"
+    typeof v.executor === "string" &&
+    (v.prefetch === undefined || (Number.isInteger(v.prefetch) && v.prefetch >= 0))
   );
 }
 
+/** Most dispatches waiting for room on one node (`waitForRoom`); beyond it they wait for their timer. */
+export const ROOM_WAITERS_LIMIT = 4_096;
+
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
+  /** Dispatches that found no worker with room, by run, oldest first (`waitForRoom`). */
+  readonly #waiters = new Map<string, () => void>();
   #sub: BusSubscription | undefined;
   #cancelTick: (() => void) | undefined;
   readonly #listening: Listening;
@@ -124,6 +133,35 @@ export class WorkerDirectory {
       reserved: 0,
       refused: false,
     });
+    // Room on this worker: as many waiting dispatches as it has room for try again now.
+    let room = a.free;
+    for (const [key, wake] of this.#waiters) {
+      if (room-- <= 0) break;
+      this.#waiters.delete(key);
+      wake();
+    }
+  }
+
+  /**
+   * The dispatch of run `key` found no worker with room (or was refused): `wake` is called, once,
+   * when an advert shows room — the longest waiting first, as many as the advert's room — so the
+   * run is offered again at once rather than at its redispatch timer. A run waits once: asking
+   * again keeps its place with the newer `wake`. False (not kept) when ROOM_WAITERS_LIMIT wait.
+   */
+  waitForRoom(key: string, wake: () => void): boolean {
+    if (!this.#waiters.has(key) && this.#waiters.size >= ROOM_WAITERS_LIMIT) return false;
+    this.#waiters.set(key, wake);
+    return true;
+  }
+
+  /** Run `key` no longer waits for room (its offer was accepted). */
+  stopWaiting(key: string): void {
+    this.#waiters.delete(key);
+  }
+
+  /** Dispatches waiting for room (for tests). */
+  get roomWaiters(): number {
+    return this.#waiters.size;
   }
 
   #armTick(): void {
@@ -201,16 +239,19 @@ export class WorkerDirectory {
   }
 
   /**
-   * The fleet's capacity as this node sees it: the slots advertised by workers heard from within
-   * `expireAfterMs` of listening (busy or not; a draining worker still counts until it stops advertising).
-   * The fleet actor shares this between tenants (src/slots/fleet-actor.ts). O(workers).
+   * The fleet's capacity as this node sees it: the places advertised by workers heard from within
+   * `expireAfterMs` of listening — slots plus prefetch (busy or not; a draining worker still
+   * counts until it stops advertising). The fleet actor shares this between tenants
+   * (src/slots/fleet-actor.ts): a prefetched run holds its tenant's grant while it waits for a
+   * slot, so without the prefetch every grant would have its slot and no worker would hold a
+   * run ready to start when a slot frees (src/worker/slot-ledger.ts). O(workers).
    */
   capacity(): number {
     const now = this.#listening.judgeAt();
-    let slots = 0;
+    let places = 0;
     for (const w of this.#workers.values())
-      if (now - w.seenMs <= this.expireAfterMs) slots += w.slots;
-    return slots;
+      if (now - w.seenMs <= this.expireAfterMs) places += w.slots + (w.prefetch ?? 0);
+    return places;
   }
 
   get size(): number {

@@ -8,11 +8,14 @@ import type { ExecutionResult } from "../sandbox/index.ts";
 import { fencedKey, marginOf, type Lease } from "./lease.ts";
 import { LeaseTable } from "./lease-table.ts";
 import type { WorkerOptions } from "./options.ts";
+import { defaultPrefetch, Turnaround } from "./slot-ledger.ts";
 import type { WorkerParts } from "./types.ts";
 
 export class WorkerCore {
   readonly o: WorkerOptions;
-  readonly table = new LeaseTable();
+  readonly table: LeaseTable;
+  /** Slot turnaround: a slot freed by an execution's end → the next start (slot-ledger.ts). */
+  readonly turnaround: Turnaround;
   stopping = false;
   draining = false;
   /** Called whenever a lease goes away (the drain waits for none to be left). */
@@ -21,6 +24,17 @@ export class WorkerCore {
 
   constructor(o: WorkerOptions) {
     this.o = o;
+    this.table = new LeaseTable(o.slots, o.prefetch ?? defaultPrefetch(o.slots));
+    this.turnaround = new Turnaround(o.slots);
+  }
+
+  /**
+   * Most attempts held at once, ended ones whose report waits for its answer included: twice the
+   * slots and prefetch (a slot frees when its execution ends, not when its report is answered).
+   */
+  get leaseLimit(): number {
+    const { slots } = this.table;
+    return 2 * (slots.slots + slots.prefetch);
   }
 
   /** The parts, set once by the worker that made them. */
@@ -29,6 +43,15 @@ export class WorkerCore {
   }
   set parts(p: WorkerParts) {
     this.#parts = p;
+  }
+
+  /**
+   * An attempt's execution ended: its slot is free now (its report may still be on its way), and
+   * passes to the oldest attempt in the prefetch queue.
+   */
+  executionEnded(l: Lease): void {
+    this.turnaround.freed(this.o.clock.monoMs());
+    this.table.freeSlot(l);
   }
 
   leaseGone(): void {

@@ -7,13 +7,20 @@
  */
 import type { ItemResult } from "../cluster/router.ts";
 import { encode } from "../cluster/codec.ts";
-import { JOB_ACTOR, workerAdvertSubject, type HeartbeatAck } from "../protocol/worker.ts";
+import {
+  JOB_ACTOR,
+  workerAdvertSubject,
+  type HeartbeatAck,
+  type WorkerAdvert,
+} from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { HeartbeatsPart } from "./types.ts";
 import { coverOf, type Lease } from "./lease.ts";
 
 /** Delay of the heartbeat round that acknowledges fresh offers (coalesces a burst). */
 const BEAT_SOON_MS = 20;
+/** Least time between an advert and one sent because a slot freed (`advertiseSoon`). */
+export const ADVERT_GAP_MS = 10;
 
 export class Heartbeats implements HeartbeatsPart {
   readonly #c: WorkerCore;
@@ -23,6 +30,7 @@ export class Heartbeats implements HeartbeatsPart {
   #periodicAgain = false;
   #cancelSoon: (() => void) | undefined;
   #cancelBeat: (() => void) | undefined;
+  #cancelAdvert: (() => void) | undefined;
   /** Monotonic time of the last slot advert. */
   #advertisedAtMono = Number.NEGATIVE_INFINITY;
   /** Starts and completions since the advert clock was last looked at (`stayHeard`). */
@@ -34,6 +42,7 @@ export class Heartbeats implements HeartbeatsPart {
 
   stop(): void {
     this.#cancelBeat?.();
+    this.#cancelAdvert?.();
   }
 
   stopSoon(): void {
@@ -174,7 +183,8 @@ export class Heartbeats implements HeartbeatsPart {
       const sinceAck = o.clock.monoMs() - (l.ackSentMono ?? Number.NEGATIVE_INFINITY);
       if (sinceAck < o.heartbeatIntervalMs / 2) return false;
     }
-    if (l.execution || l.completion) return true;
+    // Running, ended, or waiting in the prefetch queue for a slot (fresh when it takes one).
+    if (l.execution || l.completion || l.waitingSlot) return true;
     // Acknowledged through its start (the claim's `cover_ms`): nothing to ask before it starts.
     if (this.#c.parts.fencing.coveredThroughStart(l, l.validUntilMono, wallNow)) return false;
     // At least two rounds before start_at, each acknowledgement still fresh at start_at.
@@ -203,7 +213,24 @@ export class Heartbeats implements HeartbeatsPart {
     if (!o.nc.isClosed()) o.nc.flush().catch(() => undefined);
   }
 
-  /** The slot advert; a draining worker advertises no free slot. */
+  /**
+   * An advert soon (at most one per ADVERT_GAP_MS): a slot or a place in the prefetch queue freed,
+   * and the schedulers' directories hear of it now rather than at the next beat.
+   */
+  advertiseSoon(): void {
+    if (this.#cancelAdvert || this.#c.stopping) return;
+    const { clock } = this.#c.o;
+    const wait = Math.max(0, this.#advertisedAtMono + ADVERT_GAP_MS - clock.monoMs());
+    this.#cancelAdvert = clock.setTimer(wait, () => {
+      this.#cancelAdvert = undefined;
+      if (!this.#c.stopping) this.advertise();
+    });
+  }
+
+  /**
+   * The slot advert: its slots, its prefetch, and `free` — the offers it would take now (free
+   * slots and free places in the prefetch queue); a draining worker advertises none.
+   */
   advertise(): void {
     // On the data connection, the path offers take: an advert proves it (a worker whose data
     // connection is down must not go on advertising free slots from another).
@@ -211,10 +238,17 @@ export class Heartbeats implements HeartbeatsPart {
     const { nc, clusterName, workerId, slots } = o;
     if (nc.isClosed()) return;
     this.#advertisedAtMono = o.clock.monoMs();
-    const free = this.#c.draining ? 0 : Math.max(0, slots - this.#c.table.size);
+    const ledger = this.#c.table.slots;
+    const free = this.#c.draining ? 0 : ledger.room;
     nc.publish(
       workerAdvertSubject(clusterName, workerId),
-      encode({ worker_id: workerId, slots, free, executor: o.executor.kind }),
+      encode({
+        worker_id: workerId,
+        slots,
+        free,
+        executor: o.executor.kind,
+        prefetch: ledger.prefetch,
+      } satisfies WorkerAdvert),
     );
   }
 }

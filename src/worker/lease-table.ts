@@ -1,14 +1,22 @@
 /**
  * The worker's claims: the leases it holds by attempt key, the subset awake (visited by heartbeat
- * rounds and self-fencing), and the memory of attempts gone (attempt-memory.ts) that a lease
- * joins when it is dropped.
+ * rounds and self-fencing), the memory of attempts gone (attempt-memory.ts) that a lease joins
+ * when it is dropped, and the slots and prefetch queue (slot-ledger.ts) a lease leaves when it is
+ * dropped (`freeSlot`).
  */
 import { AttemptMemory } from "./attempt-memory.ts";
 import type { Lease } from "./lease.ts";
+import { SlotLedger } from "./slot-ledger.ts";
 
 export class LeaseTable {
   readonly leases = new Map<string, Lease>();
   readonly memory = new AttemptMemory();
+  readonly slots: SlotLedger<Lease>;
+  /**
+   * Told when a lease gave up its slot or its place in the prefetch queue, with the attempts that
+   * took the slot (start timing starts them; the worker advertises its room).
+   */
+  onFreed: ((promoted: Lease[]) => void) | undefined;
   /**
    * The leases heartbeat rounds, `enforce` and `armFence` (self-fencing.ts) visit: every lease but
    * those parked — acknowledged through their start and waiting for it (`parkIfCovered`), which
@@ -28,6 +36,10 @@ export class LeaseTable {
    * starts.
    */
   woken: Lease[] = [];
+
+  constructor(slots: number, prefetch: number) {
+    this.slots = new SlotLedger<Lease>(slots, prefetch);
+  }
 
   get size(): number {
     return this.leases.size;
@@ -79,5 +91,15 @@ export class LeaseTable {
     if (this.leases.get(l.key) !== l) return;
     this.leases.delete(l.key);
     this.memory.forget(l);
+    this.freeSlot(l);
+  }
+
+  /**
+   * `l` gives up its slot or its place in the prefetch queue (its execution ended, or it went);
+   * `onFreed` hears of it, with the attempts that take the freed slot.
+   */
+  freeSlot(l: Lease): void {
+    const promoted = this.slots.release(l);
+    if (promoted !== undefined) this.onFreed?.(promoted);
   }
 }

@@ -32,6 +32,11 @@ export interface Lease {
   held?: boolean | undefined;
   /** `start_at` passed while not (freshly) acknowledged: start on the next acknowledgement. */
   due: boolean;
+  /**
+   * `start_at` passed while it waited in the prefetch queue (slot-ledger.ts): it starts when it
+   * takes a slot. Heartbeated every periodic round meanwhile, so it is fresh then.
+   */
+  waitingSlot?: boolean | undefined;
   execution?: Execution | undefined;
   startedAtMs?: number | undefined;
   /**
@@ -110,6 +115,7 @@ export function newLease(
     ackSentMono: undefined,
     held: undefined,
     due: false,
+    waitingSlot: undefined,
     execution: undefined,
     startedAtMs: undefined,
     completion: undefined,

@@ -4,7 +4,9 @@
  * (reply-guard.ts). A probe (from the owner of a lease that fell silent) is answered with the
  * truth here: an attempt held but not started is dropped by it (`not_started`: it never starts
  * after that answer), a running one answers `running`, an ended one its completion; attempts
- * gone from here are answered from the worker's memory of them (attempt-memory.ts).
+ * gone from here are answered from the worker's memory of them (attempt-memory.ts). An offer
+ * takes a free slot, or — due now, every slot taken — a place in the prefetch queue
+ * (slot-ledger.ts); else it is refused ("no free slot").
  */
 import type { BusMsg, BusSubscription } from "../cluster/bus.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -157,8 +159,13 @@ export class Offers {
       existing.lost = true;
       table.drop(existing);
     }
-    if (table.size >= o.slots) return { accepted: false, reason: "no free slot" };
+    if (table.size >= c.leaseLimit) return { accepted: false, reason: "no free slot" };
     const lease = newLease(req, k, o.clock.monoMs(), o.workerId);
+    // A slot, or (due now by its owner's clock, with every slot taken) the prefetch queue: it
+    // starts the moment a slot frees (slot-ledger.ts).
+    const due = req.start_at_ms <= (req.owner_now_ms ?? o.clock.now());
+    if (table.slots.admit(lease, due) === "full")
+      return { accepted: false, reason: "no free slot" };
     table.add(lease);
     c.parts.starts.enqueueStart(lease, req.start_at_ms);
     o.onEvent?.({ type: "accepted", run_id: req.run_id, attempt: req.attempt });
@@ -174,9 +181,12 @@ export class Offers {
         continue;
       l.lost = true; // no more heartbeats, never started from here on
       l.cancelled = true;
-      // Never started: nothing to wait for. Running: its slot stays taken until the task is gone.
-      if (!l.execution) void c.parts.outbox.reportCancelled(l, null);
-      else void l.execution.kill("cancelled by the scheduler", { immediate: false });
+      // Never started: nothing to wait for (its slot is free now). Running: its slot stays taken
+      // until the task is gone.
+      if (!l.execution) {
+        c.table.freeSlot(l);
+        void c.parts.outbox.reportCancelled(l, null);
+      } else void l.execution.kill("cancelled by the scheduler", { immediate: false });
     }
   }
 }

@@ -9,6 +9,11 @@ export interface WorkerOptions {
   workerId: string;
   clusterName: string;
   slots: number;
+  /**
+   * Attempts already due that it accepts beyond its slots, queued to start the moment a slot frees
+   * (default: slot-ledger.ts `defaultPrefetch`; 0: none).
+   */
+  prefetch?: number;
   heartbeatIntervalMs: number;
   /** How long completion reports are retried before giving up (the lease then expires). */
   completionDeadlineMs: number;

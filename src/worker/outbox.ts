@@ -61,6 +61,7 @@ export class CompletionOutbox implements OutboxPart {
   /** An attempt's execution ended with `r`: its completion is made and reported. */
   async complete(lease: Lease, r: ExecutionResult): Promise<void> {
     const c = this.#c;
+    c.executionEnded(lease);
     c.parts.beats.stayHeard();
     if (lease.cancelled) return this.reportCancelled(lease, r);
     if (lease.lost) {

@@ -29,7 +29,15 @@ export class SelfFencing implements SelfFencingPart {
    * until start_at + TTL, and it needs no heartbeat before it starts (heartbeat.ts `needsBeat`).
    */
   parkIfCovered(l: Lease): void {
-    if (l.lost || l.due || l.held || l.execution || l.completion || l.validUntilMono === undefined)
+    if (
+      l.lost ||
+      l.due ||
+      l.held ||
+      l.waitingSlot ||
+      l.execution ||
+      l.completion ||
+      l.validUntilMono === undefined
+    )
       return;
     if (this.coveredThroughStart(l, l.validUntilMono, this.#c.o.clock.now()))
       this.#c.table.sleep(l);

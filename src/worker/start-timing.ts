@@ -3,8 +3,10 @@
  * owner's time (its clock carried from the offer), and only while a fresh acknowledgement covers
  * it; otherwise it is due and starts on the next acknowledgement. Attempts due at one instant
  * share one timer and start in one tight loop (bursts); their `started` events and the
- * completions of executions that ended as they started are reported by one microtask each.
+ * completions of executions that ended as they started are reported by one microtask each. An
+ * attempt in the prefetch queue (slot-ledger.ts) starts the moment it takes a freed slot.
  */
+import { observeSlotIdle } from "../metrics/index.ts";
 import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { StartTimingPart } from "./types.ts";
@@ -29,9 +31,49 @@ export class StartTiming implements StartTimingPart {
    */
   #endedToComplete: Lease[] = [];
 
+  /** Attempts that took a freed slot since the last `#startPromoted` (one microtask starts them). */
+  #promoted: Lease[] = [];
+
   constructor(c: WorkerCore) {
     this.#c = c;
+    c.table.onFreed = (promoted) => this.#slotFreed(promoted);
   }
+
+  /**
+   * A lease gave up its slot or its place in the prefetch queue: the room is advertised at once
+   * (schedulers need not wait for the next heartbeat), and the attempts that took the slot start
+   * now — in a microtask, not inside the caller (which may be walking the leases).
+   */
+  #slotFreed(promoted: Lease[]): void {
+    const c = this.#c;
+    if (!c.stopping && !c.draining) c.parts.beats.advertiseSoon();
+    if (promoted.length === 0) return;
+    if (this.#promoted.length === 0) queueMicrotask(this.#startPromoted);
+    this.#promoted.push(...promoted);
+  }
+
+  /**
+   * Attempts that took a slot: one whose start instant had passed (`waitingSlot`) starts now if
+   * its acknowledgement is fresh, else on the next one (due); the others start at their instant.
+   */
+  readonly #startPromoted = (): void => {
+    const c = this.#c;
+    const promoted = this.#promoted;
+    this.#promoted = [];
+    let waiting = false;
+    for (const l of promoted) {
+      if (!l.waitingSlot || !c.table.holds(l)) continue;
+      l.waitingSlot = false;
+      if (c.fresh(l)) {
+        this.run(l);
+        c.parts.fencing.fenceBy([l]);
+      } else {
+        l.due = true;
+        waiting = true;
+      }
+    }
+    if (waiting) void c.parts.beats.heartbeatAll();
+  };
 
   get skewDeferrals(): number {
     return this.#skewDeferrals;
@@ -145,9 +187,16 @@ export class StartTiming implements StartTimingPart {
     const { o } = c;
     if (lease.lost || c.stopping || lease.execution) return;
     lease.due = false;
+    if (!c.table.slots.holds(lease)) {
+      // In the prefetch queue: it starts when it takes a slot (`#startPromoted`).
+      lease.waitingSlot = true;
+      return;
+    }
     c.parts.beats.stayHeard();
     const { req } = lease;
     lease.startedAtMs = o.clock.now();
+    const idleMs = c.turnaround.started(o.clock.monoMs());
+    if (idleMs !== undefined) observeSlotIdle(idleMs / 1000);
     // What is left of the acknowledged lease, in whole ms: the container dies when it runs out
     // unrenewed.
     lease.task.leaseMs = Math.max(0, Math.floor((lease.validUntilMono ?? 0) - o.clock.monoMs()));

@@ -23,6 +23,7 @@ export interface HeartbeatsPart {
   heartbeatAll(periodic?: boolean): Promise<void>;
   stayHeard(): void;
   advertise(): void;
+  advertiseSoon(): void;
 }
 
 /** Killing attempts whose validity ran out (self-fencing.ts). */

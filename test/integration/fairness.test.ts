@@ -45,6 +45,8 @@ before(async () => {
     {
       executor: "noop",
       workerSlots: 8,
+      // Shares of the 8 slots alone (a prefetch would add its places to the capacity shared).
+      workerPrefetch: 0,
       noopDurationMs: 200,
       workerHeartbeatMs: 100,
       apiHost: "127.0.0.1",

@@ -5,6 +5,7 @@ import {
   metricsTokenFromFlag,
   nodeConfigFromFlags,
   portFlag,
+  prefetchFlag,
   rateLimitsFromFlags,
   taskLimitsFromFlags,
 } from "../../src/cli/node-flags.ts";
@@ -27,6 +28,20 @@ describe("--metrics-port", () => {
         () => portFlag(bad, "metrics-port"),
         (e: unknown) =>
           isKairosError(e, "invalid_argument") && e.message.startsWith("--metrics-port:"),
+        bad,
+      );
+    }
+  });
+});
+
+describe("--prefetch", () => {
+  it("takes a whole number ≥ 0 and refuses anything else, naming the flag", () => {
+    assert.equal(prefetchFlag("0"), 0);
+    assert.equal(prefetchFlag("13"), 13);
+    for (const bad of ["-1", "1.5", "abc"]) {
+      assert.throws(
+        () => prefetchFlag(bad),
+        (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith("--prefetch:"),
         bad,
       );
     }

@@ -19,6 +19,7 @@ import {
   countBusRefusal,
   metricsText,
   observeDispatchLag,
+  observeSlotIdle,
   setForecastRunsDue,
   startKvOp,
 } from "../../src/metrics/index.ts";
@@ -73,6 +74,7 @@ describe("metrics", () => {
       [METRICS.forecast]: "gauge",
       [METRICS.logLinesDropped]: "counter",
       [METRICS.busRefusals]: "counter",
+      [METRICS.slotIdle]: "histogram",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
     for (const [name, type] of Object.entries(types))
@@ -90,7 +92,11 @@ describe("metrics", () => {
     startKvOp("update", "kairos_runs")();
     setForecastRunsDue([3, 0, 7]);
     countBusRefusal("nats_api", "not_an_inbox");
+    observeSlotIdle(0.0004);
+    observeSlotIdle(3);
     const { body } = await metricsText();
+    assert.equal(value(body, "kairos_slot_idle_seconds_count"), 2);
+    assert.equal(value(body, 'kairos_slot_idle_seconds_bucket{le="0.001"}'), 1);
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_count{tenant="tA"}'), 2);
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_bucket{le="0.005",tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_attempts_total{tenant="tA",outcome="succeeded"}'), 1);

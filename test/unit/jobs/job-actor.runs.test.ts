@@ -89,6 +89,29 @@ describe("job actor: slots and claims", () => {
     assert.equal(d.run(RUN)?.attempt, 1);
   });
 
+  it("a wake after a failed offer (worker room advertised) offers again at once, only under that offer's fence", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(spec());
+    d.advance(1_500);
+    const first = d.pendingClaims[0]!;
+    d.send({ kind: "dispatch_failed", run_id: RUN, fence: first.fence, reason: "no free slot" });
+    d.send({ kind: "redispatch", run_id: RUN, fence: first.fence });
+    assert.equal(d.pendingClaims.length, 2, "offered again now, not after the redispatch delay");
+    const second = d.pendingClaims[1]!;
+    assert.ok(second.fence > first.fence);
+    assert.equal(
+      d.timers.get(`dispatch:${RUN}`)?.atMs,
+      d.now + cfg().offerTimeoutMs + cfg().redispatchDelayMs,
+      "the failed offer's timer is replaced by the new offer's",
+    );
+    d.send({ kind: "redispatch", run_id: RUN, fence: first.fence });
+    assert.equal(d.pendingClaims.length, 2, "a second wake for the old fence does nothing");
+    d.send({ kind: "claimed", run_id: RUN, fence: second.fence, worker: "w1" });
+    d.send({ kind: "redispatch", run_id: RUN, fence: second.fence });
+    assert.equal(d.pendingClaims.length, 2, "nor one for a run claimed since");
+    assert.equal(d.run(RUN)?.status, "leased");
+  });
+
   it("a heartbeat with the current fence is ok, marks the run running and re-arms the lease", () => {
     const d = leased();
     const fence = d.run(RUN)!.fence;

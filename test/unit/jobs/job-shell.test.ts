@@ -273,6 +273,20 @@ describe("job shell: dispatch", () => {
     assert.equal((u.told[0] as { kind: string }).kind, "dispatch_failed");
   });
 
+  it("a refused offer is woken by the next advert with room: the actor is told redispatch under that fence, once", async () => {
+    const t = setup(async () => ({ accepted: false, reason: "no free slot" }));
+    const failed = t.nextTell();
+    t.reg.performPost!([dispatchFx(17)], t.ctx(5));
+    await failed;
+    assert.equal((t.told[0] as { kind: string }).kind, "dispatch_failed");
+    assert.equal(t.workers.roomWaiters, 1);
+    t.workers.observe({ worker_id: "w2", slots: 4, free: 0, executor: "noop" });
+    assert.equal(t.told.length, 1, "no room: not woken");
+    t.workers.observe({ worker_id: "w2", slots: 4, free: 1, executor: "noop" });
+    t.workers.observe({ worker_id: "w3", slots: 4, free: 3, executor: "noop" });
+    assert.deepEqual(t.told.slice(1), [{ kind: "redispatch", run_id: "r1", fence: 17 }]);
+  });
+
   it("a stale owner (stillOwner false) offers nothing", async () => {
     const t = setup();
     t.reg.performPost!(

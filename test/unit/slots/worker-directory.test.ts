@@ -5,7 +5,7 @@ import type { BusSubscribeOptions } from "../../../src/cluster/bus.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
+import { ROOM_WAITERS_LIMIT, WorkerDirectory } from "../../../src/slots/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import { StallClock, stubBus } from "../../support/stall.ts";
 
@@ -235,5 +235,46 @@ describe("worker directory: who may advertise", () => {
     assert.deepEqual(refused, ['kairos.c.adverts.w1: advert names worker "w2"']);
     dir.stop();
     d2.stop();
+  });
+});
+
+describe("worker directory: room", () => {
+  it("dispatches waiting for room are woken by an advert with room, longest waiting first, as many as it has room; one per run; bounded", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(3), 5_000);
+    const woken: string[] = [];
+    for (const r of ["r0", "r1", "r2", "r3"])
+      assert.ok(dir.waitForRoom(r, () => woken.push(`${r}@1`)));
+    assert.ok(
+      dir.waitForRoom("r0", () => woken.push("r0@2")),
+      "asked again: its place kept",
+    );
+    dir.stopWaiting("r3");
+    dir.observe(advert("a", 0));
+    assert.deepEqual(woken, [], "no room: nobody woken");
+    dir.observe(advert("a", 2));
+    assert.deepEqual(woken, ["r0@2", "r1@1"], "two places: the two that waited longest");
+    dir.observe(advert("b", 5));
+    assert.deepEqual(woken, ["r0@2", "r1@1", "r2@1"], "r3 stopped waiting");
+    assert.equal(dir.roomWaiters, 0);
+    for (let i = 0; i < ROOM_WAITERS_LIMIT; i++) dir.waitForRoom(`x${i}`, () => undefined);
+    assert.equal(
+      dir.waitForRoom("y", () => undefined),
+      false,
+      "beyond the bound: not kept",
+    );
+    assert.equal(
+      dir.waitForRoom("x0", () => undefined),
+      true,
+      "one already waiting is kept",
+    );
+  });
+
+  it("the fleet's capacity counts each worker's slots and prefetch", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(4), 5_000);
+    dir.observe({ ...advert("a", 0, 8), prefetch: 2 });
+    dir.observe(advert("b", 0, 4)); // a worker that predates the prefetch
+    assert.equal(dir.capacity(), 14);
   });
 });

@@ -40,6 +40,8 @@ import type {
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 import { GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
+import { ADVERT_GAP_MS } from "../../../src/worker/heartbeat.ts";
+import { metricsText } from "../../../src/metrics/index.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
 
@@ -239,6 +241,7 @@ async function setup(
     completionWaitMs?: number;
     completionDeadlineMs?: number;
     slots?: number;
+    prefetch?: number;
     executor?: Executor;
   } = {},
 ) {
@@ -277,6 +280,8 @@ async function setup(
     log: () => undefined,
     completionWaitMs: 2_000,
     inboxes: "shared",
+    // No prefetch unless a test asks: the others count slots as they always did.
+    prefetch: 0,
     ...o,
     // (`o.executor`: another executor than the recording one, which the test then does not see.)
     onEvent: (e) => events.push({ type: e.type, run_id: e.run_id, at: sim.now() }),
@@ -1588,4 +1593,94 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
     assert.deepEqual(await t.probe("r1"), { state: "not_started" });
     await t.worker.stop();
   });
+});
+
+/** `kairos_slot_idle_seconds`: its count, and how many fell in its first bucket (≤ 1 ms). */
+async function slotIdle(): Promise<{ count: number; underMs: number }> {
+  const { body } = await metricsText();
+  const read = (re: RegExp) => Number(re.exec(body)?.[1] ?? 0);
+  return {
+    count: read(/^kairos_slot_idle_seconds_count (\d+)$/m),
+    underMs: read(/^kairos_slot_idle_seconds_bucket\{le="0.001"\} (\d+)$/m),
+  };
+}
+
+describe("worker: the prefetch queue (a freed slot reused at once)", () => {
+  it(
+    "with its slot taken, an attempt already due waits in the queue, heartbeated, and starts the moment the slot frees — no round, no report answered",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 1 });
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      assert.deepEqual(await t.offer("r2", 0), { accepted: true }, "due: queued");
+      assert.deepEqual(
+        await t.offer("r3", 0),
+        { accepted: false, reason: "no free slot" },
+        "the queue holds one",
+      );
+      assert.deepEqual(
+        await t.offer("r4", 10_000),
+        { accepted: false, reason: "no free slot" },
+        "an attempt not due yet does not queue",
+      );
+      await t.runTo(T0 + 3 * HB + 500);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1"],
+        "r2 waits for the slot",
+      );
+      assert.ok(t.owner.acked("r2").length >= 3, "kept fresh by the periodic rounds");
+      t.owner.complete = "silent"; // r1's report is never answered: its slot frees at its end
+      const before = await slotIdle();
+      const rounds = t.owner.heartbeats.length;
+      t.adverts.length = 0;
+      const endAt = t.sim.now();
+      t.executor.exit("r1#1");
+      await drainMicrotasks();
+      assert.deepEqual(
+        t.executor.log.filter((e) => e.what === "start").map((e) => [e.key, e.at]),
+        [
+          ["r1#1", T0 + 100],
+          ["r2#1", endAt],
+        ],
+        "r2 started at r1's end",
+      );
+      assert.equal(t.owner.heartbeats.length, rounds, "no heartbeat round in between");
+      const after = await slotIdle();
+      assert.equal(after.count - before.count, 1, "one turnaround observed");
+      assert.equal(after.underMs - before.underMs, 1, "of no time at all");
+      await t.runFor(ADVERT_GAP_MS + 1);
+      assert.deepEqual(t.adverts, [1], "its room advertised at once, not at the next beat");
+      assert.deepEqual(await t.offer("r3", 0), { accepted: true }, "and taken");
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a queued attempt probed is dropped (not_started) and never starts; a cancelled one is dropped and reported",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 2 });
+      assert.deepEqual(await t.offer("r1", 0), { accepted: true });
+      assert.deepEqual(await t.offer("r2", 0), { accepted: true });
+      assert.deepEqual(await t.offer("r3", 0), { accepted: true });
+      await t.runFor(500);
+      assert.deepEqual(await t.probe("r2"), { state: "not_started" });
+      t.cancel("r3");
+      await t.runFor(500);
+      assert.deepEqual(
+        t.owner.completes.map((c) => [c.run_id, c.outcome]),
+        [["r3", "killed"]],
+        "the cancelled one reported once",
+      );
+      t.executor.exit("r1#1");
+      await t.runFor(500);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1"],
+        "neither starts when the slot frees",
+      );
+      await t.worker.stop();
+    },
+  );
 });

@@ -1,0 +1,131 @@
+/**
+ * A freed slot is reused at once, on a real nats-server: one node (scheduler + worker, noop
+ * executor) whose worker has ONE slot and a prefetch of one, default lease TTL and heartbeat
+ * (2.5 s). Three runs of 300 ms are asked for at once: the second waits in the worker's prefetch
+ * queue and starts the moment the first ends; the third is granted when the first's slot goes
+ * back to the tenant, offered to the worker (which advertised its freed place at once) and starts
+ * the moment the second ends. Each start follows the previous end within 20 ms — far less than
+ * the completion report, grant and offer path (two 20 ms gathering timers alone) or a heartbeat —
+ * and the worker counts both turnarounds in `kairos_slot_idle_seconds`.
+ */
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { systemClock } from "../../src/lib/clock.ts";
+import { systemRandom } from "../../src/lib/random.ts";
+import { decode } from "../../src/cluster/codec.ts";
+import { openBuckets } from "../../src/cluster/buckets.ts";
+import { makeNodeConfig } from "../../src/cluster/config.ts";
+import { metricsText } from "../../src/metrics/index.ts";
+import type { JobSpec, RunView } from "../../src/protocol/model.ts";
+import { NatsJobsService } from "../../src/service/nats-service.ts";
+import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../../src/slots/fleet-actor.ts";
+import { startKairos, type KairosProcess } from "../../src/server/start.ts";
+import { KvTenantDirectory } from "../../src/tenants/index.ts";
+import { startNats, type NatsFixture } from "../support/nats.ts";
+import { eventually } from "../support/kairos.ts";
+
+let nats: NatsFixture;
+let proc: KairosProcess;
+let admin: NatsConnection;
+let tenants: KvTenantDirectory;
+
+before(async () => {
+  nats = await startNats();
+  admin = await nats.connect("slot-reuse-admin");
+  tenants = new KvTenantDirectory(
+    (await openBuckets(admin, { clusterName: "kairos", replicas: 1 })).tenants,
+    { clock: systemClock },
+  );
+  proc = await startKairos(
+    makeNodeConfig({
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) },
+      nodeId: "reuse",
+      roles: ["scheduler", "worker"],
+      partitions: 8,
+    }),
+    { executor: "noop", workerSlots: 1, workerPrefetch: 1, apiHost: "127.0.0.1", apiPort: 0 },
+  );
+});
+
+after(async () => {
+  await proc?.stop();
+  await admin?.close();
+  await nats?.stop();
+});
+
+/** `kairos_slot_idle_seconds`: its count, and how many were at most 25 ms. */
+async function slotIdle(): Promise<{ count: number; fast: number }> {
+  const { body } = await metricsText();
+  const read = (re: RegExp) => Number(re.exec(body)?.[1] ?? 0);
+  return {
+    count: read(/^kairos_slot_idle_seconds_count (\d+)$/m),
+    fast: read(/^kairos_slot_idle_seconds_bucket\{le="0.025"\} (\d+)$/m),
+  };
+}
+
+describe("a freed slot is reused at once (real nats-server)", () => {
+  it("three runs on one slot: each starts within 20 ms of the previous end, with no heartbeat between", async () => {
+    await eventually(
+      async () => {
+        if (proc.node.heldPartitions().length !== proc.node.partitions) return undefined;
+        const s = await proc.node.router.request<FleetStatus>(
+          { type: FLEET_ACTOR, id: FLEET_ID },
+          { kind: "status" },
+        );
+        return s.capacity === 2 ? true : undefined;
+      },
+      20_000,
+      "all partitions held, and the worker's slot and prefetch (2 places) advertised",
+    );
+    const tenant = (await tenants.createTenant("reuse")).tenant.tenant_id;
+    const svc = new NatsJobsService(
+      proc.node.router,
+      proc.node.buckets,
+      proc.node.partitions,
+      systemRandom,
+    );
+    const spec: JobSpec = {
+      name: null,
+      schedule: { at: new Date(systemClock.now() + 86_400_000).toISOString() },
+      task: { image: "noop", args: ["sleep", "0.3"], env: {}, timeout_s: 60 },
+      retry: { max_attempts: 1, backoff: "exponential", base_s: 10, max_s: 3600 },
+      overlap: "allow",
+      misfire: { policy: "run_once", starting_deadline_s: null },
+      flex_window_s: 0,
+      enabled: true,
+    };
+    const jobs = await Promise.all(
+      [0, 1, 2].map(async () => (await svc.createJob(tenant, spec)).job.job_id),
+    );
+    const before = await slotIdle();
+    await Promise.all(jobs.map((j) => svc.runNow(tenant, j)));
+    let seen = "";
+    const runs = await eventually(
+      async () => {
+        const rs = (await proc.node.buckets.runs.list(">"))
+          .map((e) => decode<RunView>(e.value))
+          .filter((r) => r.tenant_id === tenant && typeof r.run_id === "string");
+        seen = JSON.stringify(rs.map((r) => r.status));
+        return rs.length === 3 && rs.every((r) => r.status === "succeeded") ? rs : undefined;
+      },
+      30_000,
+      "three runs succeeded",
+    ).catch((e: unknown) => {
+      throw new Error(`${String(e)}; runs: ${seen}`);
+    });
+    const spans = runs
+      .map((r) => r.attempts[0]!)
+      .map((a) => [Date.parse(a.started_at!), Date.parse(a.finished_at!)] as const)
+      .sort((x, y) => x[0] - y[0]);
+    const gaps = spans.slice(1).map(([s], i) => s - spans[i]![1]);
+    assert.ok(
+      gaps.every((g) => g >= 0 && g <= 20),
+      `each start within 20 ms of the previous end on the one slot: gaps ${gaps.join(", ")} ms`,
+    );
+    const after = await slotIdle();
+    assert.equal(after.count - before.count, 2, "two turnarounds counted by the worker");
+    assert.equal(after.fast - before.fast, 2, "both within 25 ms");
+  });
+});
