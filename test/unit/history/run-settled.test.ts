@@ -18,7 +18,6 @@ const TENANT = "t1";
 const JOB = "j0123456789abcdef";
 const ACTOR = jobActorId(TENANT, JOB);
 const T0 = Date.UTC(2026, 0, 1);
-const MIN = 60_000;
 const SPEC: JobSpec = {
   name: null,
   schedule: { cron: "* * * * *", time_zone: "UTC" },

@@ -87,8 +87,7 @@ export function fieldSet(
     if (it.kind === "star") add(def.min, def.stepMax, it.step ?? 1);
     else if (it.kind === "question") add(def.min, def.stepMax, 1);
     else if (it.kind === "last") last = true;
-    else if (it.kind === "value")
-      add(it.v, it.step === undefined ? it.v : def.max, it.step ?? 1);
+    else if (it.kind === "value") add(it.v, it.step === undefined ? it.v : def.max, it.step ?? 1);
     else add(it.a, it.b, it.step ?? 1);
   }
   const first = items[0];
