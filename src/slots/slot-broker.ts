@@ -21,7 +21,7 @@ import {
   WAITING_LIMIT,
   type SlotAsk,
   type TenantMsg,
-} from "./tenant-types.ts";
+} from "./tenant-actor.ts";
 
 /** Batches in flight per tenant from one node. */
 export const IN_FLIGHT_PER_TENANT = 4;

@@ -6,13 +6,14 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { makeTenantActor, maxWaiting } from "../../../src/slots/tenant-actor.ts";
 import {
+  makeTenantActor,
+  maxWaiting,
   type SlotAsk,
   type TenantMsg,
   type TenantReply,
   type TenantState,
-} from "../../../src/slots/tenant-types.ts";
+} from "../../../src/slots/tenant-actor.ts";
 import { SlotBroker } from "../../../src/slots/slot-broker.ts";
 import { DEFAULT_MAX_WAITING_RUNS } from "../../../src/protocol/service.ts";
 
