@@ -78,19 +78,15 @@ export function deadlineOf(
   return ms === null ? undefined : Math.max(r.start_at_ms, r.created_at_ms) + ms;
 }
 
-/** Whether `r` may still end `missed`: it has a deadline and waits, no attempt heard to start. */
-export function canMiss(r: ActiveRun): boolean {
+/** Whether `r` waits (queued: for a slot or a worker), never started, past its deadline. */
+export function pastDeadline(r: ActiveRun, nowMs: number): boolean {
   return (
     r.deadline_ms !== undefined &&
+    nowMs >= r.deadline_ms &&
     r.status === "queued" &&
     r.started_at_ms === null &&
     r.attempt === (r.unstarted ?? 0)
   );
-}
-
-/** Whether `r` waits (queued: for a slot or a worker), never started, past its deadline. */
-export function pastDeadline(r: ActiveRun, nowMs: number): boolean {
-  return canMiss(r) && nowMs >= r.deadline_ms!;
 }
 
 /** The reason of a run that missed its starting deadline. */

@@ -15,7 +15,6 @@ import { grantId, splitGrant } from "../protocol/ids.ts";
 import type { JobEffect, JobMsg } from "./job-types.ts";
 import type { ActiveRun, Draining } from "./job-state.ts";
 import type { D, Tx } from "./tx.ts";
-import { canMiss } from "./backlog.ts";
 
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 export function dispatch(tx: Tx, r: ActiveRun): void {
@@ -94,15 +93,15 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
   // is granted by a message as slots free, not by these asks (lost asks only).
   const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
   const waited = tx.now - since;
-  // At its starting deadline at the latest, while it can still miss it: the check then ends it
-  // `missed` (run-messages.ts). Never for a run that cannot (it started once): re-armed at a
-  // deadline already past, its check would come again at once, forever.
+  // At its starting deadline at the latest: the check then ends it `missed` (run-messages.ts).
   const at = tx.now + slotRecheckMs(waited);
-  const deadline = canMiss(r) ? r.deadline_ms : undefined;
   tx.timer(
     `slot:${r.run_id}`,
-    deadline === undefined ? at : Math.min(at, Math.max(tx.now, deadline)),
-    { kind: "slot_check", run_id: r.run_id },
+    r.deadline_ms === undefined ? at : Math.min(at, Math.max(tx.now, r.deadline_ms)),
+    {
+      kind: "slot_check",
+      run_id: r.run_id,
+    },
   );
 }
 

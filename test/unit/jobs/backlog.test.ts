@@ -246,44 +246,6 @@ describe("backlog: the starting deadline", () => {
     assert.equal(d.records.get(id)?.status, "missed");
   });
 
-  it("a retry waiting for a slot past the deadline (its first attempt ran) is never missed, and its slot checks keep their interval", () => {
-    const d = new Driver(cfg(), { autoGrant: false });
-    d.create(
-      spec({
-        schedule: { cron: "0 * * * *", time_zone: "UTC" },
-        retry: { max_attempts: 2, backoff: "fixed", base_s: 1, max_s: 1 },
-        misfire: { policy: "run_once", starting_deadline_s: 5 },
-      }),
-    );
-    d.advance(3_600_000);
-    const id = runIdFor(JOB, Date.UTC(2026, 0, 1, 1, 0, 0));
-    d.grant(id);
-    const r = d.run(id)!;
-    d.send({ kind: "heartbeat", run_id: id, fence: r.fence, worker: "w1", started_at_ms: d.now });
-    d.send({
-      kind: "complete",
-      run_id: id,
-      fence: r.fence,
-      worker: "w1",
-      outcome: "exited",
-      exit_code: 1,
-      output: "",
-      error: null,
-      started_at_ms: d.now,
-      finished_at_ms: d.now,
-    });
-    d.advance(10_000); // past the deadline: the retry asks for a slot
-    assert.equal(d.run(id)?.status, "queued");
-    const checks = () => d.decisions.filter((x) => x.msg.kind === "slot_check").length;
-    const before = checks();
-    d.advance(60_000);
-    assert.equal(d.run(id)?.status, "queued", "a run that ran once is not missed");
-    assert.ok(
-      checks() - before <= 6,
-      `slot checks every 10 s or more, not at once (${checks() - before})`,
-    );
-  });
-
   it("a run heard to start is never missed (its retry past the deadline is offered); a run-now has no deadline", () => {
     const d = new Driver(cfg());
     d.create(
