@@ -77,9 +77,6 @@ function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot
     timeout_s: tx.job.spec.task.timeout_s,
     starts_in_ms: Math.max(0, r.start_at_ms - tx.now),
     start_at_ms: Math.max(tx.now, r.start_at_ms),
-    // The tenant's backlog bound refuses only a run of the schedule never attempted: a run-now, a
-    // retry or a run offered before keeps its place (README, "Quotas and fairness").
-    ...(r.trigger !== "manual" && r.attempt === 0 && !r.slot ? { throttle: true as const } : {}),
   };
 }
 
@@ -93,16 +90,10 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
   // is granted by a message as slots free, not by these asks (lost asks only).
   const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
   const waited = tx.now - since;
-  // At its starting deadline at the latest: the check then ends it `missed` (run-messages.ts).
-  const at = tx.now + slotRecheckMs(waited);
-  tx.timer(
-    `slot:${r.run_id}`,
-    r.deadline_ms === undefined ? at : Math.min(at, Math.max(tx.now, r.deadline_ms)),
-    {
-      kind: "slot_check",
-      run_id: r.run_id,
-    },
-  );
+  tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), {
+    kind: "slot_check",
+    run_id: r.run_id,
+  });
 }
 
 /**

@@ -6,10 +6,6 @@
  * waiting list is soft (waiters re-ask, run-dispatch.ts). An expired grant is extended and audited
  * with its job actor, so a lost release cannot leak a slot.
  *
- * Bounded backlog: an ask marked `throttle` (a run of a schedule never attempted) that finds
- * `max_waiting` runs already waiting is refused — `throttled` in the reply, and the job actor
- * records the run `throttled` — instead of joining the list. Other asks wait up to WAITING_LIMIT.
- *
  * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand and
  * weight and grants only while running < min(max_concurrent, share), the share floored at 1.
  * Without a share it falls back to max_concurrent, bounded by the fleet's advertised slots.
@@ -20,13 +16,10 @@
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "../protocol/ids.ts";
 import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
-import { DEFAULT_MAX_WAITING_RUNS, MAX_WAITING_RUNS_LIMIT } from "../protocol/service.ts";
 import { heapify, heapPop, heapPush } from "../lib/min-heap.ts";
 
 export interface TenantState {
   max_concurrent: number;
-  /** The tenant's bound on waiting runs (its record's max_waiting_runs, with each batch). */
-  max_waiting?: number;
   /** The tenant's weight (from its record, with each acquire). */
   weight: number;
   /**
@@ -105,7 +98,6 @@ export type TenantMsg =
       acquire: SlotAsk[];
       release: string[];
       max_concurrent?: number;
-      max_waiting?: number;
       weight?: number;
       fleet_slots?: number;
     }
@@ -128,16 +120,12 @@ export type TenantEffect =
   /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
   | { kind: "sync_grant"; run_id: string; start_at_ms?: number };
 
-/**
- * One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run
- * can start (absent: now), and whether it may be refused when the backlog is at its bound.
- */
+/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run can start (absent: now). */
 export interface SlotAsk {
   run_id: string;
   job: string;
   ttl_ms: number;
   start_at_ms?: number;
-  throttle?: boolean;
 }
 
 /** Most acquires plus releases in one `slots` message (the broker's batch bound). */
@@ -145,14 +133,11 @@ export const MAX_SLOT_BATCH = 1_024;
 
 export type TenantReply =
   | { granted: boolean }
-  /** `throttled`: asks refused at the bound, with the waiting count and the bound then. */
-  | { granted: string[]; throttled?: string[]; waiting?: number; max_waiting?: number }
+  | { granted: string[] }
   | {
       running: number;
       waiting: number;
       max_concurrent: number;
-      /** The bound on waiting runs heard from the tenant's record (absent: none yet, the default applies). */
-      max_waiting?: number;
       limit: number;
       share?: number;
       fleet_slots?: number;
@@ -160,8 +145,7 @@ export type TenantReply =
     }
   | null;
 
-/** The hard limit on a tenant's waiting list, whatever its bound (asks beyond it: `overloaded`). */
-export const WAITING_LIMIT = MAX_WAITING_RUNS_LIMIT;
+export const WAITING_LIMIT = 100_000;
 /**
  * While runs wait, every this often the tenant asks the job actor of each grant whether its run
  * still holds the slot (`slot_audit`); a grant whose release was lost (a crash, a dropped
@@ -309,17 +293,13 @@ class Turn {
       : Math.min(state.max_concurrent, state.fleet_slots);
   }
 
-  /**
-   * One acquire (idempotent per grant id): granted, waiting (earliest start first), refused at
-   * the backlog's bound (`throttled`: only an ask that allows it), or refused (list full).
-   */
+  /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
   acquire(
     id: string,
     job: string,
     ttlMs: number,
     startAtMs: number | undefined,
-    throttle = false,
-  ): "granted" | "waiting" | "throttled" | "overloaded" {
+  ): "granted" | "waiting" | "overloaded" {
     const { state, now } = this;
     const held = state.running.get(id);
     if (held !== undefined) {
@@ -337,7 +317,6 @@ class Turn {
       return "granted";
     }
     if (state.waiting.has(id)) return "waiting";
-    if (throttle && state.waiting.size >= maxWaiting(state)) return "throttled";
     if (state.waiting.size >= WAITING_LIMIT) return "overloaded";
     enqueue(
       state,
@@ -360,17 +339,10 @@ class Turn {
   }
 }
 
-/** The bound on waiting runs in force. */
-export function maxWaiting(state: TenantState): number {
-  return state.max_waiting ?? DEFAULT_MAX_WAITING_RUNS;
-}
-
-/** The cap, bound, weight and fleet size a message carries, when valid. */
+/** The cap, weight and fleet size a message carries, when valid. */
 function takeLimits(state: TenantState, msg: TenantMsg): void {
   if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent))
     state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
-  if (msg.kind === "slots" && validCap(msg.max_waiting))
-    state.max_waiting = Math.min(WAITING_LIMIT, Math.max(1, Math.floor(msg.max_waiting)));
   if (
     (msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") &&
     validWeight(msg.weight)
@@ -393,7 +365,6 @@ function takeLimits(state: TenantState, msg: TenantMsg): void {
  */
 function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantReply {
   const granted: string[] = [];
-  const throttled: string[] = [];
   const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
   for (const id of rel) {
     if (typeof id !== "string") continue;
@@ -407,12 +378,10 @@ function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantRep
     .map((a) => ({ a, at: startOf(a.start_at_ms) ?? t.now }))
     .sort((x, y) => x.at - y.at);
   for (const { a } of asks) {
-    const got = t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms), a.throttle === true);
-    if (got === "granted") granted.push(a.run_id);
-    else if (got === "throttled") throttled.push(a.run_id);
+    if (t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted")
+      granted.push(a.run_id);
   }
-  if (throttled.length === 0) return { granted };
-  return { granted, throttled, waiting: t.state.waiting.size, max_waiting: maxWaiting(t.state) };
+  return { granted };
 }
 
 /**
@@ -454,7 +423,6 @@ function statusOf(t: Turn): TenantReply {
     running: state.running.size,
     waiting: state.waiting.size,
     max_concurrent: state.max_concurrent,
-    ...(state.max_waiting !== undefined ? { max_waiting: state.max_waiting } : {}),
     limit: t.limit(),
     ...(state.share !== undefined ? { share: state.share } : {}),
     ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),

@@ -23,15 +23,7 @@ interface Run {
   reason: string | null;
   attempts: Attempt[];
 }
-const TERMINAL = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "skipped",
-  "missed",
-  "throttled",
-]);
+const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
 
 describe("pause under a backlog", { timeout: 180_000 }, () => {
   let fx: KairosFixture;

@@ -84,7 +84,6 @@ describe("run-record store: revisions for a burst", () => {
         leaseExpiry: () => undefined,
         retry: () => undefined,
         deadLetter: () => undefined,
-        throttled: () => undefined,
       };
       const metrics = new RunMetrics(sink);
       const store = new RunRecordStore(kv, metrics);
@@ -125,7 +124,6 @@ describe("run metrics: a read-back does not replace a newer baseline", () => {
       leaseExpiry: () => undefined,
       retry: () => undefined,
       deadLetter: () => undefined,
-      throttled: () => undefined,
     };
     const m = new RunMetrics(sink);
     const running = {

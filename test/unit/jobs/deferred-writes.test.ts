@@ -205,8 +205,7 @@ describe("deferred writes: what one run costs", () => {
 
   it("offers within the reserved block are not written; the offer beyond it writes and reserves the next block; a state read back starts above the block", () => {
     const d = new Driver(cfg(), { autoClaim: false });
-    // A starting deadline longer than the ~1,000 offers take (1 s apart), so the run keeps waiting.
-    d.create(spec({ misfire: { policy: "run_once", starting_deadline_s: 86_400 } }));
+    d.create(spec());
     assert.equal(
       d.stored.fence_reserved,
       FENCE_BLOCK,
