@@ -20,7 +20,7 @@ import {
   WAITING_LIMIT,
   type SlotAsk,
   type TenantMsg,
-} from "./tenant-actor.ts";
+} from "./tenant-types.ts";
 
 /** Batches in flight per tenant from one node. */
 export const IN_FLIGHT_PER_TENANT = 4;

@@ -19,13 +19,13 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError } from "../lib/errors.ts";
+import { makeTenantActor } from "./tenant-actor.ts";
 import {
   GRANT_GATHER_LEAD_MS,
-  makeTenantActor,
   type TenantEffect,
   type TenantFairOptions,
   type TenantState,
-} from "./tenant-actor.ts";
+} from "./tenant-types.ts";
 
 export const GRANT_PREFIX = "grants";
 /** The tail segment is rewritten (appended to) while it holds fewer grants than this on disk. */

@@ -10,7 +10,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import type { KvStore } from "../../src/cluster/kv.ts";
 import { APPEND_MAX, GrantTable } from "../../src/slots/tenant-shell.ts";
-import type { TenantEffect } from "../../src/slots/tenant-actor.ts";
+import type { TenantEffect } from "../../src/slots/tenant-types.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
 let fx: NatsFixture;

@@ -24,7 +24,8 @@ import {
   type FleetState,
   type FleetStatus,
 } from "../../../src/slots/fleet-actor.ts";
-import { makeTenantActor, type TenantMsg } from "../../../src/slots/tenant-actor.ts";
+import { makeTenantActor } from "../../../src/slots/tenant-actor.ts";
+import { type TenantMsg } from "../../../src/slots/tenant-types.ts";
 
 const SLOTS = 40;
 const RUN_MS = 1_000;

@@ -16,13 +16,13 @@ import {
   URGENT_IN_FLIGHT,
   retryDelayMs,
 } from "../../../src/slots/slot-broker.ts";
+import { makeTenantActor } from "../../../src/slots/tenant-actor.ts";
 import {
-  makeTenantActor,
   MAX_SLOT_BATCH,
   type TenantMsg,
   type TenantReply,
   type TenantState,
-} from "../../../src/slots/tenant-actor.ts";
+} from "../../../src/slots/tenant-types.ts";
 
 /** A tenant actor core behind a request function; `hold` keeps replies back until released. */
 function tenant(max: number) {

@@ -5,8 +5,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Decision } from "../../../src/actors/actor.ts";
+import { makeTenantActor } from "../../../src/slots/tenant-actor.ts";
 import {
-  makeTenantActor,
   REPORT_LOST_MS,
   SHARE_TTL_MS,
   SHARE_WAIT_MS,
@@ -15,7 +15,7 @@ import {
   type TenantMsg,
   type TenantReply,
   type TenantState,
-} from "../../../src/slots/tenant-actor.ts";
+} from "../../../src/slots/tenant-types.ts";
 
 class Tenant {
   readonly actor;
@@ -445,7 +445,7 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
   });
 
   it("a grant for a run due sooner than GRANT_GATHER_LEAD_MS, or of unknown start, ends the gathering at once: it and the gathered ones go in one write now", async () => {
-    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/slots/tenant-types.ts");
     const { sim, table, done, apply } = await setup();
     void apply("later", T0 + 300_000);
     await sim.runUntil(T0 + 200);
@@ -520,7 +520,7 @@ describe("tenant shell: a batch of grants for runs that start well ahead gathers
   });
 
   it("a batch that waited behind a slow one gathers no longer once its earliest run is within GRANT_GATHER_LEAD_MS", async () => {
-    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { GRANT_GATHER_LEAD_MS } = await import("../../../src/slots/tenant-types.ts");
     const { sim, kv, table, done, apply } = await setup();
     // The first batch's write hangs 5 s (a stalled KV).
     const slow = kv as unknown as { create: (...a: unknown[]) => Promise<unknown> };
@@ -927,7 +927,7 @@ describe("tenant shell: grants in append-only segments, group-committed", () => 
 
 describe("tenant actor: grant audit (lost releases)", () => {
   it("while runs wait, audits every grant with its job actor every SLOT_AUDIT_MS", async () => {
-    const { SLOT_AUDIT_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { SLOT_AUDIT_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new Tenant();
     t.acquire("jaaaaaaaaaaaaaaaa-1");
     t.acquire("jbbbbbbbbbbbbbbbb-2");
@@ -947,7 +947,7 @@ describe("tenant actor: grant audit (lost releases)", () => {
 
 describe("tenant actor: expiry turns are batched", () => {
   it("grants expiring a millisecond apart are handled by one expire turn a second, not one turn each (each is O(grants))", async () => {
-    const { EXPIRE_BATCH_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { EXPIRE_BATCH_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new Tenant();
     t.send({ kind: "set_quota", max_concurrent: 1_000 });
     for (let i = 0; i < 500; i++) {
@@ -979,7 +979,7 @@ describe("tenant actor: expiry turns are batched", () => {
 
 describe("tenant actor: an expired grant is audited, not dropped", () => {
   it("past its expiry a grant of a real run is extended and its job actor asked; only a release frees it", async () => {
-    const { EXPIRED_GRANT_GRACE_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { EXPIRED_GRANT_GRACE_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new Tenant();
     const id = "jaaaaaaaaaaaaaaaa-1_0";
     t.acquire(id, 500);
@@ -1147,7 +1147,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
   });
 
   it("busy from idle: one grant at once, the rest when the share arrives; no answer within SHARE_WAIT_MS: the cap", async () => {
-    const { SHARE_WAIT_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { SHARE_WAIT_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new FairTenant();
     assert.deepEqual(t.acquire("a").reply, { granted: true });
     assert.deepEqual(t.acquire("b").reply, { granted: false }, "awaiting the first share");
@@ -1179,7 +1179,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
   });
 
   it("reports the peak demand of the last DEMAND_WINDOW_REPORTS intervals, capped at max_concurrent", async () => {
-    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/slots/tenant-actor.ts");
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/slots/tenant-types.ts");
     const t = new FairTenant();
     for (const r of ["a", "b", "c"]) t.acquire(r);
     for (const r of ["a", "b"]) t.send({ kind: "release", run_id: r });
@@ -1200,7 +1200,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     t.report();
     t.send({ kind: "share", share: 1 });
     t.send({ kind: "release", run_id: "a" });
-    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/slots/tenant-actor.ts");
+    const { DEMAND_WINDOW_REPORTS } = await import("../../../src/slots/tenant-types.ts");
     for (let i = 0; i < DEMAND_WINDOW_REPORTS; i++) {
       t.now += REPORT_MS;
       assert.equal(t.report().demand, 1, "the trailing window still holds the run");
@@ -1220,7 +1220,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
   });
 
   it("a share not confirmed for SHARE_TTL_MS is dropped at the next report: the cap applies alone", async () => {
-    const { SHARE_TTL_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { SHARE_TTL_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new FairTenant();
     t.acquire("a");
     t.report();
@@ -1237,7 +1237,7 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
   });
 
   it("held back by a share it had filled, a tenant whose demand grew reports early (EARLY_REPORT_MS after the last)", async () => {
-    const { EARLY_REPORT_MS } = await import("../../../src/slots/tenant-actor.ts");
+    const { EARLY_REPORT_MS } = await import("../../../src/slots/tenant-types.ts");
     const t = new FairTenant();
     t.acquire("a");
     const sentAt = t.now;
