@@ -284,11 +284,15 @@ function cancelledInTime(
 ): boolean {
   const reason = r.reason ?? "";
   if (reason.includes("replaced by a newer occurrence")) return j.spec.overlap === "replace";
-  const upTo = (c: CommandRecord) =>
-    o <=
-    (c.ackMs ?? Number.POSITIVE_INFINITY) +
-      input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs) +
-      input.lookaheadMs;
+  // A run prepared ahead by a scheduler whose clock ran ahead earlier (and has since stepped
+  // back) was prepared up to a look-ahead window past what that clock read: `firedBy`.
+  const upTo = (c: CommandRecord) => {
+    const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
+    const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
+    return (
+      o <= Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack) + input.lookaheadMs
+    );
+  };
   return commands.some((c) =>
     c.kind === "delete"
       ? c.sentMs >= o && reason.includes("job deleted")

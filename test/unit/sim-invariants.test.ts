@@ -451,6 +451,30 @@ describe("simulation record checks fire on run records that break them", () => {
     assert.deepEqual(check([...base, manual], opts), []);
   });
 
+  it("c: a pause explains a run prepared ahead by a scheduler whose clock had run ahead", () => {
+    // The owner's clock ran 10 s ahead before the pause and prepared the run due at 20 then; by
+    // the pause (answered at 11.1) it was back, so its window alone (2 s) does not reach 20.
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(11), ackMs: at(11.1), spec: paused },
+      { jobId: JOB, kind: "resume", sentMs: at(17), ackMs: at(17.1), spec: every5s },
+    ];
+    const records = [
+      record(at(5), "succeeded"),
+      record(at(10), "succeeded"),
+      record(at(20), "cancelled", {
+        reason: "job paused before it started",
+        created_at: new Date(at(8)).toISOString(),
+      }),
+    ];
+    const opts = { commands, windowEndMs: at(20), stuckBeforeMs: at(20) };
+    assert.deepEqual(check(records, opts), ["occurrence_lost"], "without the clock ahead");
+    assert.deepEqual(
+      check(records, { ...opts, firedBy: (t: number) => (t >= at(8) ? Math.max(t, at(18.5)) : t) }),
+      [],
+    );
+  });
+
   it("p started_while_paused: a run due before the pause (a backlog) that starts after its answer; one the pause cancelled is fine", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [
