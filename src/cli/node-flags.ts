@@ -233,18 +233,26 @@ export function rateLimitsFromFlags(f: ProcessFlags): Partial<RateLimitOptions> 
   };
 }
 
-export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffer } {
-  if (path === undefined || path === "") return {};
-  let text: string;
+/** The text of the file a `--<flag>` names; an unreadable one is `invalid_argument` naming the flag. */
+function readFlagFile(path: string, flag: string): string {
   try {
-    text = readFileSync(path, "utf8");
+    return readFileSync(path, "utf8");
   } catch (e) {
     throw new KairosError(
       "invalid_argument",
-      `--secret-key-file: cannot read ${path}: ${(e as Error).message}`,
-      { field: "secret-key-file" },
+      `--${flag}: cannot read ${path}: ${(e as Error).message}`,
+      { field: flag },
     );
   }
+}
+
+/**
+ * The cluster secret key for `task.secret_env` from `--secret-key-file` (or KAIROS_SECRET_KEY_FILE):
+ * a file holding 32 random bytes, base64 or hex (`openssl rand -base64 32 > key`). Read once, here.
+ */
+export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffer } {
+  if (path === undefined || path === "") return {};
+  const text = readFlagFile(path, "secret-key-file");
   try {
     return { secretKey: parseSecretKey(text) };
   } catch (e) {
@@ -262,16 +270,7 @@ export function secretKeyFromFlag(path: string | undefined): { secretKey?: Buffe
  */
 export function metricsTokenFromFlag(path: string | undefined): { metricsToken?: string } {
   if (path === undefined || path === "") return {};
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new KairosError(
-      "invalid_argument",
-      `--metrics-token-file: cannot read ${path}: ${(e as Error).message}`,
-      { field: "metrics-token-file" },
-    );
-  }
+  const text = readFlagFile(path, "metrics-token-file");
   return { metricsToken: parseMetricsToken(text, "metrics-token-file") };
 }
 
