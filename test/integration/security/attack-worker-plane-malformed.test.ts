@@ -20,6 +20,7 @@ import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
 import type { Tenant } from "../../../src/protocol/service.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
+import { eventually } from "../../support/kairos.ts";
 
 const TA = "twpmalformedaaaaa";
 
@@ -87,6 +88,18 @@ describe("malformed worker-plane requests from a worker", { timeout: 120_000 }, 
       name: "attacker-w1-plane",
       credsFile: nats.auth.credsForWorker("w1"),
     });
+    // The node answers worker planes only once it holds the partition (after startKairos
+    // returns): until then a request meets "no responders", not the defence under test.
+    await eventually(
+      async () =>
+        (await attacker.request(workerPlaneSubject("kairos", 0, "w1"), encode({ b: [] }), {
+          timeout: 5000,
+        }))
+          ? true
+          : undefined,
+      30_000,
+      "the partition owner to answer on w1's worker plane",
+    );
   });
 
   after(async () => {
