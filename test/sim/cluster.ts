@@ -45,6 +45,7 @@ import { SimLeaseThread } from "./lease-thread.ts";
 import { PROFILES, profileNamed, type ProfileName, type SimProfile } from "./profiles.ts";
 import { SimClient, planCommands } from "./commands.ts";
 import { planFaults } from "./faults.ts";
+import { checkListing, recordIds } from "./list-check.ts";
 
 export interface SimOptions {
   seed: number;
@@ -616,6 +617,7 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
   );
   await c.sim.runUntil(t0 + duration + 2000);
   await status;
+  await checkListAtEnd(c);
   // Occurrences due in the last seconds may not have fired yet; runs need time to finish.
   const saturated = saturatedTenants(c.ledger.all, limits, t0 + duration);
   await c.checker.final(c.shared, c.ledger, {
@@ -665,4 +667,18 @@ function fnv(s: string): string {
   let h = 0x811c9dc5;
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
   return h.toString(16);
+}
+
+/** The runs list against the store's records (list-check.ts), paged while the owners run. */
+async function checkListAtEnd(c: SimCluster): Promise<void> {
+  const before = await recordIds(c.shared.runs, c.jobs);
+  const deleted = new Set(c.client.log.filter((x) => x.kind === "delete").map((x) => x.jobId));
+  let done = false;
+  void checkListing(c.client.service, c.jobs, deleted, before, (i, s, d) => c.checker.fail(i, s, d))
+    .catch((e: unknown) => c.checker.fail("run_unlisted", "listing", `not read: ${String(e)}`))
+    .finally(() => {
+      done = true;
+    });
+  for (let n = 0; n < 60 && !done; n++) await c.sim.runUntil(c.sim.now() + 1000);
+  if (!done) c.checker.fail("run_unlisted", "listing", "the runs lists were not read in 60 s");
 }
