@@ -107,6 +107,7 @@ function patch(tx: Tx, m: Command<"patch">): D {
     // answered: a run on a worker is told to stop (finish → cancel_on_worker, published before the
     // reply), and one that did start meanwhile is killed. Runs already running go on. A new
     // schedule cancels only the runs prepared ahead for occurrences it no longer calls for.
+    const cancelled: number[] = [];
     for (const r of [...s.runs]) {
       if (
         !spec.enabled
@@ -115,6 +116,7 @@ function patch(tx: Tx, m: Command<"patch">): D {
             r.scheduled_for_ms > tx.now &&
             (r.status === "queued" || r.status === "leased")
       ) {
+        if (r.trigger !== "manual") cancelled.push(r.scheduled_for_ms);
         finish(
           tx,
           r,
@@ -134,8 +136,17 @@ function patch(tx: Tx, m: Command<"patch">): D {
       tx.now,
       ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms),
     );
-    if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead)
+    if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) {
+      // The cancelled ones above it stay handled: fired again, each would meet its record and
+      // be put in the runs index a second time (`fire` passes over them).
+      const last = s.last_occurrence_ms;
+      const handled = [...(s.handled_ahead ?? []), ...cancelled].filter(
+        (o) => o > ahead && o <= last,
+      );
+      if (handled.length > 0) s.handled_ahead = [...new Set(handled)].sort((a, b) => a - b);
+      else delete s.handled_ahead;
       s.last_occurrence_ms = ahead;
+    }
   }
   if ((!spec.enabled && before.enabled) || scheduleChanged)
     settleNext(tx, spec.enabled ? "schedule changed" : "job paused", before);

@@ -84,6 +84,13 @@ export interface JobState {
   manual_seq: number;
   /** The latest occurrence already handled (run, skipped or missed); never fired again. */
   last_occurrence_ms?: number;
+  /**
+   * Occurrences above `last_occurrence_ms` that were handled all the same: the runs prepared
+   * ahead that a schedule change cancelled (it lowers `last_occurrence_ms` so that the new
+   * schedule's occurrences before them fire). `fire` passes over them (their records stay
+   * cancelled); at most the runs a job prepares ahead.
+   */
+  handled_ahead?: number[];
   /** Request ids of recent run-now and patch commands and what they did (bounded). */
   recent?: { id: string; run_id?: string; version?: number }[];
   /**

@@ -191,7 +191,14 @@ export function fire(tx: Tx): void {
   const notRun = due.filter((o) => (isLate(o) || pastDeadline(o)) && !toRun.has(o));
   const recorded = new Set(notRun.slice(-tx.cfg.catchUpLimit));
   const unrecorded = notRun.length - recorded.size + dropped;
+  const handled = s.handled_ahead;
+  if (handled) {
+    const rest = handled.filter((o) => o > due[due.length - 1]!);
+    if (rest.length > 0) s.handled_ahead = rest;
+    else delete s.handled_ahead;
+  }
   for (const o of due) {
+    if (handled?.includes(o)) continue; // prepared, then cancelled by a schedule change
     if (toRun.has(o)) occur(tx, o, "catch_up");
     else if (recorded.has(o)) {
       const why = pastDeadline(o)

@@ -283,6 +283,52 @@ describe("runs index: settled orphans", () => {
   });
 });
 
+describe("runs index: a schedule change over a run prepared ahead", () => {
+  it("the cancelled prepared occurrence, called for again by the new schedule, is not fired or indexed again", () => {
+    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
+    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
+    const spec: JobSpec = {
+      ...SPEC,
+      overlap: "allow",
+      misfire: { policy: "run_all", starting_deadline_s: null },
+    };
+    let s = def.receive(
+      emptyJobState(),
+      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
+      ctx(T0 + 1000),
+    ).state;
+    // A chunk full but one: the prepared run closes it, so a second entry would land in the next.
+    const filler = Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`);
+    s = { ...s, index: { seq: 0, pending: filler } };
+    const ahead = runIdFor(JOB, T0 + MIN);
+    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state;
+    assert.ok(
+      s.runs.some((r) => r.run_id === ahead),
+      "prepared ahead by the look-ahead",
+    );
+    assert.deepEqual(s.index, { seq: 1, pending: [] });
+    // Every 30 s: the new schedule calls for :60 again, and for nothing between now and it.
+    s = def.receive(
+      s,
+      { kind: "patch", patch: { schedule: { cron: "*/30 * * * * *", time_zone: "UTC" } } },
+      ctx(T0 + 46_000),
+    ).state;
+    assert.ok(!s.runs.some((r) => r.run_id === ahead), "cancelled: it was prepared, not started");
+    const written: string[] = [];
+    for (const at of [T0 + MIN, T0 + MIN + 30_000]) {
+      const d = def.receive(s, { kind: "fire" }, ctx(at));
+      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
+      s = d.state;
+    }
+    assert.ok(!written.includes(ahead), "its record stays cancelled");
+    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, ahead)), "indexed once, in chunk 0");
+    assert.ok(
+      s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
+      "the next runs",
+    );
+  });
+});
+
 describe("runs index: a runs page reads O(page)", () => {
   /** KV operations of the first three pages of 50, by bucket and operation. */
   async function pageCost(n: number) {
