@@ -81,6 +81,9 @@ function create(tx: Tx, m: Command<"create">): D {
   return tx.done({ job: jobView(s, nextRuns(s, 5)) });
 }
 
+/** Most occurrences `JobState.handled_ahead` keeps (each change adds the runs it cancels ahead). */
+const MAX_HANDLED_AHEAD = 32;
+
 function patch(tx: Tx, m: Command<"patch">): D {
   const s = tx.s;
   const job = s.job!;
@@ -139,11 +142,13 @@ function patch(tx: Tx, m: Command<"patch">): D {
     if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) {
       // The cancelled ones above it stay handled: fired again, each would meet its record and
       // be put in the runs index a second time (`fire` passes over them).
+      // Those an earlier change kept stay too (a run prepared between is below them).
       const last = s.last_occurrence_ms;
-      const handled = [...(s.handled_ahead ?? []), ...cancelled].filter(
-        (o) => o > ahead && o <= last,
+      const handled = [...(s.handled_ahead ?? []), ...cancelled.filter((o) => o <= last)].filter(
+        (o) => o > ahead,
       );
-      if (handled.length > 0) s.handled_ahead = [...new Set(handled)].sort((a, b) => a - b);
+      if (handled.length > 0)
+        s.handled_ahead = [...new Set(handled)].sort((a, b) => a - b).slice(0, MAX_HANDLED_AHEAD);
       else delete s.handled_ahead;
       s.last_occurrence_ms = ahead;
     }

@@ -329,6 +329,46 @@ describe("runs index: a schedule change over a run prepared ahead", () => {
   });
 });
 
+describe("runs index: two schedule changes over runs prepared ahead", () => {
+  it("the first change's cancelled occurrence stays handled after a second change cancels one prepared between", () => {
+    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
+    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
+    const spec: JobSpec = {
+      ...SPEC,
+      overlap: "allow",
+      misfire: { policy: "run_all", starting_deadline_s: null },
+    };
+    const sched = (cron: string) => ({
+      kind: "patch" as const,
+      patch: { schedule: { cron, time_zone: "UTC" } },
+    });
+    let s = def.receive(
+      emptyJobState(),
+      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
+      ctx(T0 + 1000),
+    ).state;
+    s = {
+      ...s,
+      index: { seq: 0, pending: Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`) },
+    };
+    const at60 = runIdFor(JOB, T0 + MIN);
+    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state; // :60 prepared
+    s = def.receive(s, sched("*/50 * * * * *"), ctx(T0 + 46_000)).state; // :60 cancelled
+    s = def.receive(s, { kind: "fire" }, ctx(T0 + 46_500)).state; // :50 prepared
+    assert.ok(s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + 50_000)));
+    s = def.receive(s, sched("*/30 * * * * *"), ctx(T0 + 47_000)).state; // :50 cancelled
+    const written: string[] = [];
+    for (const at of [T0 + 50_000, T0 + MIN, T0 + MIN + 30_000]) {
+      const d = def.receive(s, { kind: "fire" }, ctx(at));
+      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
+      s = d.state;
+    }
+    assert.ok(!written.includes(at60), ":60 stays cancelled");
+    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
+    assert.deepEqual(s.handled_ahead, undefined, "passed, and forgotten");
+  });
+});
+
 describe("runs index: a runs page reads O(page)", () => {
   /** KV operations of the first three pages of 50, by bucket and operation. */
   async function pageCost(n: number) {
