@@ -21,17 +21,18 @@ export interface DevFile {
   pid?: number;
 }
 
-export function stateDir(): string {
-  return process.env["KAIROS_STATE_DIR"] ?? ".kairos";
+/** `.kairos`, or `KAIROS_STATE_DIR` (`env`: the environment to read, default the process's). */
+export function stateDir(env: NodeJS.ProcessEnv = process.env): string {
+  return env["KAIROS_STATE_DIR"] ?? ".kairos";
 }
 
-export function devFilePath(): string {
-  return join(stateDir(), "dev.json");
+export function devFilePath(env: NodeJS.ProcessEnv = process.env): string {
+  return join(stateDir(env), "dev.json");
 }
 
-export function readDevFile(): DevFile | undefined {
+export function readDevFile(env: NodeJS.ProcessEnv = process.env): DevFile | undefined {
   try {
-    return JSON.parse(readFileSync(devFilePath(), "utf8")) as DevFile;
+    return JSON.parse(readFileSync(devFilePath(env), "utf8")) as DevFile;
   } catch {
     return undefined;
   }

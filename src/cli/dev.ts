@@ -262,6 +262,7 @@ function announceDev(
   say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
   say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
   say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
+  say("or   bin/kairos.mjs jobs list   (the CLI reads the API and key from that file)");
 }
 
 /** The dev cluster's secret key file (`.kairos/secret.key`), made once with 32 random bytes. */

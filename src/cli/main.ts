@@ -1,36 +1,13 @@
 /**
- * The `kairos` command line. Each area registers its own sub-commands; this file only wires
- * them together and turns errors into a message and an exit code.
+ * The `kairos` process: runs the command line (program.ts) on the process's own io. A command
+ * that ends with an exit code (every one-shot command, and any failure) exits with it at once;
+ * one whose action returns while it keeps serving (`kairos dev`, `kairos node`) keeps the
+ * process alive until it stops.
  */
-import { Command, CommanderError } from "commander";
-import { isKairosError } from "../lib/errors.ts";
-import { registerAdminCommands } from "./admin.ts";
-import { registerClusterCommands } from "./cluster.ts";
-import { registerCronCommands } from "./cron.ts";
-import { registerDevCommand } from "./dev.ts";
-import { registerNodeCommand } from "./node.ts";
-import { registerNatsAuthCommand } from "./nats-auth.ts";
+import { cliContext } from "./api-command.ts";
+import { processIo } from "./io.ts";
+import { runCli } from "./program.ts";
 
-const program = new Command("kairos")
-  .description("Kairos: a distributed job scheduler")
-  .showHelpAfterError()
-  .exitOverride();
-
-registerCronCommands(program);
-registerDevCommand(program);
-registerNodeCommand(program);
-registerClusterCommands(program);
-registerAdminCommands(program);
-registerNatsAuthCommand(program);
-
-try {
-  await program.parseAsync(process.argv);
-} catch (e) {
-  if (e instanceof CommanderError) process.exit(e.exitCode);
-  if (isKairosError(e)) {
-    console.error(`kairos: ${e.message}`);
-    process.exit(2);
-  }
-  console.error(e);
-  process.exit(1);
-}
+const ctx = cliContext(processIo);
+const code = await runCli(process.argv.slice(2), ctx);
+if (code !== 0 || ctx.settled) process.exit(code);

@@ -1,0 +1,240 @@
+/**
+ * A small typed client of the HTTP API (docs/api.md), used by the `kairos jobs` and `kairos runs`
+ * commands and usable by any Node 20 program:
+ *
+ *   const api = new HttpApiClient({ url: "http://127.0.0.1:7700", apiKey: "kai_…" });
+ *   const { job } = await api.createJob({ schedule: { cron: "0 2 * * *" }, task: {…} });
+ *
+ * Results are the REST bodies' types; a non-2xx answer throws `HttpApiError` (a `KairosError`
+ * with the API's `code`, `message` and `field`, plus the HTTP `status` and `Retry-After`). No
+ * answer at all is `unavailable` (connection refused, DNS) or `timeout` (no answer within
+ * `timeoutMs`: an unknown outcome — the request may have been applied; use an Idempotency-Key for
+ * creates and If-Match for patches). The client never retries: what is safe to retry is the
+ * caller's decision. Answers are read up to `maxBodyBytes` (a page of 200 jobs is far below it).
+ */
+import type { ReadableStream } from "node:stream/web";
+import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
+import { ErrorCodes, KairosError, type ErrorCode } from "../lib/errors.ts";
+import type { JobPage, RunPage } from "../nats-api/wire.ts";
+
+export type { JobPage, RunPage };
+
+/** A non-2xx answer: the API's error code, message and field, and the HTTP status. */
+export class HttpApiError extends KairosError {
+  readonly status: number;
+  constructor(
+    code: ErrorCode,
+    message: string,
+    status: number,
+    opts: { field?: string; retryAfterMs?: number } = {},
+  ) {
+    super(code, message, opts);
+    this.status = status;
+  }
+}
+
+export interface HttpApiClientOptions {
+  /** The API's base URL (`http://host:port`, no trailing path). */
+  url: string;
+  /** Sent as `Authorization: Bearer <apiKey>`; never anywhere else. */
+  apiKey: string;
+  /** How long to wait for an answer (default 30 s; the API's own deadline is 15 s). */
+  timeoutMs?: number;
+  /** The most bytes of an answer read (default 8 MiB). */
+  maxBodyBytes?: number;
+}
+
+/** Paging of list calls (limit 1-200, default 50; the cursor from the previous page). */
+export interface PageOptions {
+  limit?: number;
+  cursor?: string;
+}
+
+const MIB = 1024 * 1024;
+
+function isErrorCode(s: unknown): s is ErrorCode {
+  return typeof s === "string" && Object.prototype.hasOwnProperty.call(ErrorCodes, s);
+}
+
+/** `Retry-After` in seconds as milliseconds, when it is a number. */
+function retryAfterMs(h: string | null): number | undefined {
+  if (h === null || !/^\d{1,6}$/.test(h.trim())) return undefined;
+  return Number(h.trim()) * 1000;
+}
+
+/** Reads a body of at most `max` bytes; a longer one is an `internal` error (not this API). */
+async function boundedText(res: Response, max: number): Promise<string> {
+  if (!res.body) return "";
+  const reader = (res.body as unknown as ReadableStream<Uint8Array>).getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel();
+      throw new KairosError("internal", `the API's answer is over ${max} bytes`);
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/** The error a non-2xx answer stands for (its body's `error`, else one from the status). */
+function errorOf(status: number, text: string, retryAfter: string | null): HttpApiError {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  const e = (body as { error?: { code?: unknown; message?: unknown; field?: unknown } } | undefined)
+    ?.error;
+  const [rawCode, rawMessage, field] = [e?.code, e?.message, e?.field];
+  const code: ErrorCode = isErrorCode(rawCode)
+    ? rawCode
+    : status === 401
+      ? "unauthenticated"
+      : status === 404
+        ? "not_found"
+        : status === 503
+          ? "unavailable"
+          : "internal";
+  const message =
+    typeof rawMessage === "string" ? rawMessage : `HTTP ${status}: ${text.slice(0, 200)}`;
+  const ms = retryAfterMs(retryAfter);
+  return new HttpApiError(code, message, status, {
+    ...(typeof field === "string" ? { field } : {}),
+    ...(ms !== undefined ? { retryAfterMs: ms } : {}),
+  });
+}
+
+const seg = (id: string): string => encodeURIComponent(id);
+
+function query(q: Record<string, string | number | undefined>): string {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined) p.set(k, String(v));
+  const s = p.toString();
+  return s ? `?${s}` : "";
+}
+
+export class HttpApiClient {
+  readonly #base: string;
+  readonly #key: string;
+  readonly #timeoutMs: number;
+  readonly #maxBody: number;
+
+  constructor(o: HttpApiClientOptions) {
+    this.#base = o.url.replace(/\/+$/, "");
+    this.#key = o.apiKey;
+    this.#timeoutMs = o.timeoutMs ?? 30_000;
+    this.#maxBody = o.maxBodyBytes ?? 8 * MIB;
+  }
+
+  /** Creates a job (`POST /v1/jobs`); `created` is false for an Idempotency-Key replay. */
+  async createJob(
+    spec: unknown,
+    opts: { idempotencyKey?: string } = {},
+  ): Promise<{ job: JobView; created: boolean }> {
+    const headers: Record<string, string> =
+      opts.idempotencyKey === undefined ? {} : { "idempotency-key": opts.idempotencyKey };
+    const r = await this.#call<JobView>("POST", "/v1/jobs", spec, headers);
+    return { job: r.body, created: r.status === 201 };
+  }
+
+  /** A page of the tenant's jobs (`GET /v1/jobs`). */
+  async listJobs(o: PageOptions = {}): Promise<JobPage> {
+    return (await this.#call<JobPage>("GET", `/v1/jobs${query({ ...o })}`)).body;
+  }
+
+  /** One job with `next_runs` (`GET /v1/jobs/{job_id}`). */
+  async getJob(jobId: string): Promise<JobView> {
+    return (await this.#call<JobView>("GET", `/v1/jobs/${seg(jobId)}`)).body;
+  }
+
+  /** Replaces the given top-level fields (`PATCH`); `ifMatch`: the version it must be at. */
+  async patchJob(jobId: string, patch: unknown, opts: { ifMatch?: number } = {}): Promise<JobView> {
+    const headers: Record<string, string> =
+      opts.ifMatch === undefined ? {} : { "if-match": `"${opts.ifMatch}"` };
+    return (await this.#call<JobView>("PATCH", `/v1/jobs/${seg(jobId)}`, patch, headers)).body;
+  }
+
+  /** Deletes a job; its active runs are cancelled (`DELETE`, 204). */
+  async deleteJob(jobId: string): Promise<void> {
+    await this.#call("DELETE", `/v1/jobs/${seg(jobId)}`);
+  }
+
+  /** Runs a job now (`POST /v1/jobs/{job_id}/runs`, 202 with the queued run). */
+  async runNow(jobId: string): Promise<RunView> {
+    return (await this.#call<RunView>("POST", `/v1/jobs/${seg(jobId)}/runs`)).body;
+  }
+
+  /** A page of a job's runs, newest first (`GET /v1/jobs/{job_id}/runs`). */
+  async listRuns(jobId: string, o: PageOptions & { status?: RunStatus } = {}): Promise<RunPage> {
+    const path = `/v1/jobs/${seg(jobId)}/runs${query({ ...o })}`;
+    return (await this.#call<RunPage>("GET", path)).body;
+  }
+
+  /** A page of the tenant's dead-lettered runs, oldest first (`GET /v1/runs?status=dead_lettered`). */
+  async listDeadLetters(o: PageOptions = {}): Promise<RunPage> {
+    const path = `/v1/runs${query({ status: "dead_lettered", ...o })}`;
+    return (await this.#call<RunPage>("GET", path)).body;
+  }
+
+  /** One run (`GET /v1/runs/{run_id}`). */
+  async getRun(runId: string): Promise<RunView> {
+    return (await this.#call<RunView>("GET", `/v1/runs/${seg(runId)}`)).body;
+  }
+
+  async #call<T = unknown>(
+    method: string,
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = {},
+  ): Promise<{ status: number; body: T }> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.#base}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${this.#key}`,
+          accept: "application/json",
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+          ...headers,
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+        signal: AbortSignal.timeout(this.#timeoutMs),
+      });
+    } catch (e) {
+      throw transportError(e, this.#base, this.#timeoutMs);
+    }
+    const text = await boundedText(res, this.#maxBody).catch((e: unknown) => {
+      throw isTimeout(e) ? transportError(e, this.#base, this.#timeoutMs) : e;
+    });
+    if (res.status < 200 || res.status > 299)
+      throw errorOf(res.status, text, res.headers.get("retry-after"));
+    if (!text) return { status: res.status, body: undefined as T };
+    try {
+      return { status: res.status, body: JSON.parse(text) as T };
+    } catch (e) {
+      throw new KairosError("internal", `the API answered ${res.status} with a body not JSON`, {
+        cause: e,
+      });
+    }
+  }
+}
+
+function isTimeout(e: unknown): boolean {
+  return e instanceof Error && (e.name === "TimeoutError" || e.name === "AbortError");
+}
+
+/** No answer: `timeout` (unknown outcome) or `unavailable` (nothing reached). */
+function transportError(e: unknown, base: string, timeoutMs: number): KairosError {
+  if (isTimeout(e))
+    return new KairosError("timeout", `no answer from ${base} within ${timeoutMs} ms`, {
+      cause: e,
+    });
+  const why = e instanceof Error && e.cause instanceof Error ? e.cause.message : String(e);
+  return new KairosError("unavailable", `cannot reach the API at ${base}: ${why}`, { cause: e });
+}
