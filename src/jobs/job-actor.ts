@@ -1,7 +1,7 @@
 /**
  * The job actor's pure core, `(state, message, now) → decision`, and its composition: activation
  * and `makeJobActor`, which routes each message to the module of its concern (occurrence-plan,
- * occurrences, run-status, run-lifecycle, run-dispatch, job-commands, tx; its types: job-types.ts). One actor per job decides every transition of its runs.
+ * occurrences, run-status, run-lifecycle, run-dispatch, run-cancel, job-commands, tx; its types: job-types.ts). One actor per job decides every transition of its runs.
  *
  * Crash-safe ordering: run records first (`pre` effects; a `create` that fails harmlessly if it
  * exists), then the job state with CAS; a crash in between re-fires the same occurrence, finds
@@ -21,6 +21,7 @@ import { fireAt, needsGate } from "./occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
 import { complete, completionKey, heartbeatKey } from "./run-lifecycle.ts";
 import { heartbeatAck, onRunMessage } from "./run-messages.ts";
+import { cancelRun } from "./run-cancel.ts";
 import { isLeased } from "./run-status.ts";
 import { Tx, fail } from "./tx.ts";
 import {
@@ -190,6 +191,8 @@ export function makeJobActor(
           return tx.done(null);
         case "complete":
           return complete(tx, msg);
+        case "cancel":
+          return cancelRun(tx, msg);
         default:
           return onRunMessage(tx, msg);
       }

@@ -100,6 +100,11 @@ export type JobMsg =
    */
   | { kind: "already_ended"; run_id: string }
   /**
+   * A user's request to cancel one run of this job (run-cancel.ts): `by` names who asked (the
+   * API key id, or the NATS API), `note` is the reason they gave, if any. Idempotent.
+   */
+  | { kind: "cancel"; run_id: string; by: string; note?: string }
+  /**
    * From the shell: a `settle` wrote this run's terminal record over an orphan (a fire whose state
    * change was lost). Changes nothing in the core; the runs index adds the record (with-history.ts).
    */

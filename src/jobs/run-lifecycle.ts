@@ -47,14 +47,14 @@ export function cancelRunTimers(tx: Tx, runId: string): void {
   for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${runId}`);
 }
 
-/** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. */
+/** Ends a run: record, release slot, stop the worker if needed, start a queued occurrence. Returns its terminal record. */
 export function finish(
   tx: Tx,
   r: ActiveRun,
   status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped",
   reason: string | null,
   result: RunView["result"],
-): void {
+): RunView {
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
   // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What
@@ -115,6 +115,7 @@ export function finish(
     tx.job.spec.enabled
   )
     tx.armFire();
+  return record;
 }
 
 function mapOutcome(c: Completion): AttemptOutcome {
@@ -146,14 +147,16 @@ function failAttempt(
   delete r.probes;
   // A paused job begins no new attempt (job-commands.ts `patch`).
   const paused = !tx.job.spec.enabled;
-  if (retryable && paused)
-    return finish(
+  if (retryable && paused) {
+    finish(
       tx,
       r,
       outcome === "timed_out" ? "timed_out" : "failed",
       `not retried, the job is paused: ${why}`,
       result,
     );
+    return;
+  }
   if (retryable && r.attempt - (r.unstarted ?? 0) < retry.max_attempts) {
     moveRun(r, "retry");
     r.worker = null;

@@ -35,7 +35,16 @@ export function onRunMessage(
   m: Exclude<
     JobMsg,
     {
-      kind: "create" | "get" | "active_runs" | "patch" | "delete" | "run_now" | "fire" | "complete";
+      kind:
+        | "create"
+        | "get"
+        | "active_runs"
+        | "patch"
+        | "delete"
+        | "run_now"
+        | "fire"
+        | "complete"
+        | "cancel";
     }
   >,
 ): D {
