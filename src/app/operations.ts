@@ -30,6 +30,7 @@ import {
   parseRunStatus,
   pathId,
 } from "./params.ts";
+import { parseCancelBody } from "./cancel-body.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 
 /** What the operations need. */
@@ -62,6 +63,14 @@ export interface PatchJobInput {
   body: BodyReader;
 }
 
+/** A cancel: the run, who asks (named by the transport: `API key <key_id>`, `NATS API`), the body. */
+export interface CancelRunInput {
+  runId: string | undefined;
+  caller: string;
+  /** The optional body `{"reason": "…"}`: undefined when the request has none. */
+  body: () => Promise<unknown>;
+}
+
 export interface ListRunsInput extends PageInput {
   jobId: string | undefined;
   status?: string | undefined;
@@ -84,6 +93,8 @@ export interface Operations {
   runNow(tenant: Tenant, jobId: string | undefined): Promise<RunView>;
   listRuns(tenant: Tenant, input: ListRunsInput): Promise<Page<RunView>>;
   getRun(tenant: Tenant, runId: string | undefined): Promise<RunView>;
+  /** Cancels a run that has not ended; idempotent (src/jobs/run-cancel.ts). */
+  cancelRun(tenant: Tenant, input: CancelRunInput): Promise<RunView>;
   /** The tenant's dead-lettered runs, oldest first (`status` must be `dead_lettered`). */
   listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;
 }
@@ -156,6 +167,13 @@ export function createOperations(deps: OperationDeps): Operations {
     },
     async getRun(tenant, runId) {
       return jobs.getRun(tenant.tenant_id, pathId(runId, "run"));
+    },
+    async cancelRun(tenant, input) {
+      const runId = pathId(input.runId, "run");
+      const { reason } = parseCancelBody(await input.body());
+      return reason === undefined
+        ? jobs.cancelRun(tenant.tenant_id, runId, input.caller)
+        : jobs.cancelRun(tenant.tenant_id, runId, input.caller, reason);
     },
     async listDeadLetters(tenant, input) {
       return jobs.listDeadLetters(tenant.tenant_id, pageOf(input));

@@ -119,6 +119,15 @@ export class NatsApiClient {
     return (await this.#call<RunView>("runs.get", runId)).result;
   }
 
+  /**
+   * Cancels a run that has not ended (REST `POST /v1/runs/{id}/cancel`): the run, `cancelled`.
+   * Idempotent; a run that ended otherwise is `conflict` (409), an unknown one `not_found`.
+   */
+  async cancelRun(runId: string, opts: { reason?: string } = {}): Promise<RunView> {
+    const body = opts.reason === undefined ? undefined : { reason: opts.reason };
+    return (await this.#call<RunView>("runs.cancel", runId, body)).result;
+  }
+
   /** The tenant's dead-lettered runs, oldest first. */
   async listDeadLetters(opts: PageOptions = {}): Promise<RunPage> {
     return (await this.#call<RunPage>("runs.dead_lettered", undefined, opts)).result;

@@ -1,8 +1,8 @@
 /**
- * Bearer authentication: `Authorization: Bearer <api key>` → the key's tenant, stored in the
- * request context. The tenant id comes only from the key, never from the path or body. Every
- * failure (no header, another scheme, unknown or revoked key) is the same 401, so a caller
- * cannot tell a revoked key from a made-up one.
+ * Bearer authentication: `Authorization: Bearer <api key>` → the key's tenant (and the key's id,
+ * which names the caller), stored in the request context. The tenant id comes only from the key,
+ * never from the path or body. Every failure (no header, another scheme, unknown or revoked key)
+ * is the same 401, so a caller cannot tell a revoked key from a made-up one.
  *
  * Failed authentications are throttled per client address (rate-limit.ts): once a client has
  * spent its failure budget it gets 429 `rate_limited` before any key lookup.
@@ -15,7 +15,8 @@ import type { Tenant, TenantDirectory } from "../protocol/service.ts";
 
 /** Hono environment of authenticated routes. */
 export interface ApiEnv {
-  Variables: { tenant: Tenant };
+  /** `caller`: who asks, as a cancelled run's reason names them (`API key <key_id>`). */
+  Variables: { tenant: Tenant; caller: string };
 }
 
 /** Longest Authorization header considered; longer ones are rejected without a lookup. */
@@ -49,9 +50,10 @@ export function bearerAuth(
     const m = header.length <= MAX_AUTH_HEADER_CHARS ? /^Bearer +(\S+) *$/i.exec(header) : null;
     const key = m?.[1];
     if (key === undefined) throw fail("Authorization must be: Bearer <api key>");
-    const tenant = await tenants.authenticate(key);
-    if (tenant === null) throw fail("invalid or revoked API key");
-    c.set("tenant", tenant);
+    const found = await tenants.authenticateKey(key);
+    if (found === null) throw fail("invalid or revoked API key");
+    c.set("tenant", found.tenant);
+    c.set("caller", `API key ${found.keyId}`);
     await next();
   };
 }

@@ -7,6 +7,7 @@ import { z } from "zod";
 import { RUN_STATUSES } from "../protocol/model.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
+import { MAX_CANCEL_NOTE_CHARS } from "../app/cancel-body.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
 import {
   ErrorSchema,
@@ -113,7 +114,7 @@ const cursor = param(
 );
 
 function paths(): Json {
-  return { ...servicePaths(), ...jobPaths(), ...runPaths() };
+  return { ...servicePaths(), ...jobPaths(), ...runPaths(), ...cancelPath() };
 }
 
 /** Liveness and this document: no API key. */
@@ -202,7 +203,7 @@ function jobPaths(): Json {
   };
 }
 
-/** Runs: run now, a job's runs, dead letters, one run. */
+/** Runs: run now, a job's runs, dead letters, one run (its cancel: `cancelPath`). */
 function runPaths(): Json {
   return {
     "/v1/jobs/{job_id}/runs": {
@@ -253,6 +254,45 @@ function runPaths(): Json {
         summary: "Get a run",
         parameters: [runId],
         responses: { "200": json(ref("Run"), "the run"), ...errors(404) },
+      },
+    },
+  };
+}
+
+/** A run's cancel. */
+function cancelPath(): Json {
+  return {
+    "/v1/runs/{run_id}/cancel": {
+      post: {
+        summary:
+          "Cancel a run that has not ended: one waiting or prepared ahead is dropped, a running one is stopped (process executor: SIGTERM, a grace, SIGKILL; Docker: the container is killed); it ends `cancelled`, its reason naming the API key that asked. Idempotent",
+        parameters: [runId],
+        requestBody: {
+          required: false,
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                additionalProperties: false,
+                properties: {
+                  reason: {
+                    type: "string",
+                    minLength: 1,
+                    maxLength: MAX_CANCEL_NOTE_CHARS,
+                    description: "shown in the run's reason after who cancelled it",
+                  },
+                },
+              },
+            },
+          },
+        },
+        responses: {
+          "200": json(ref("Run"), "the run, cancelled (now, or already before)"),
+          ...errors(400, 404, 413),
+          "409": errorResponse(
+            "conflict: the run has already ended otherwise (succeeded, failed…)",
+          ),
+        },
       },
     },
   };

@@ -45,6 +45,12 @@ export type NatsApiHandler = (req: NatsApiRequest) => Promise<ApiReply>;
 
 const TENANT_TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
 
+/**
+ * Who asks, as a cancelled run's reason names them: a service of the subject's tenant (the NATS
+ * identity is not visible here beyond the tenant its permissions pin).
+ */
+export const NATS_CALLER = "the NATS API";
+
 /** The fields a params-only request body may carry, per operation. */
 type Param = "limit" | "cursor" | "status";
 
@@ -211,6 +217,15 @@ async function runOperation(
     case "runs.get":
       parseParams(text, []);
       return ok(200, await ops.getRun(tenant, id));
+    case "runs.cancel":
+      return ok(
+        200,
+        await ops.cancelRun(tenant, {
+          runId: id,
+          caller: NATS_CALLER,
+          body: async () => (text.trim() === "" ? undefined : bodyReader(text)()),
+        }),
+      );
     case "runs.dead_lettered": {
       const page = await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"]));
       return ok(200, { runs: page.items, next_cursor: page.next_cursor });

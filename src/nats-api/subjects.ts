@@ -2,7 +2,8 @@
  * Subjects of the internal NATS API (pure; shared by the service and the client):
  * `kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]`, e.g. `jobs.create`,
  * `jobs.get.<job_id>`, `jobs.patch.<job_id>`, `jobs.delete.<job_id>`, `jobs.run.<job_id>`,
- * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.dead_lettered`; each maps to one REST route
+ * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.cancel.<run_id>`, `runs.dead_lettered`; each
+ * maps to one REST route
  * (the table is in docs/nats-api.md).
  *
  * The tenant is a subject token so that NATS permissions can pin it: a service user may publish
@@ -21,6 +22,7 @@ export const API_OPERATIONS = {
   "jobs.run": "job",
   "runs.list": "job",
   "runs.get": "run",
+  "runs.cancel": "run",
   "runs.dead_lettered": "none",
 } as const;
 

@@ -31,6 +31,12 @@ export interface JobsService {
   ): Promise<Page<RunView>>;
   getRun(tenantId: string, runId: string): Promise<RunView>;
   /**
+   * Cancels a run that has not ended (`by`: who asks, e.g. `API key k…`; `note`: their reason):
+   * answers the run, `cancelled`. Idempotent: a run already cancelled is answered as it is; one
+   * that ended otherwise is `conflict`; an unknown run, or another tenant's, `not_found`.
+   */
+  cancelRun(tenantId: string, runId: string, by: string, note?: string): Promise<RunView>;
+  /**
    * The tenant's dead-lettered runs (ended failed or timed out), oldest first, as they were when
    * dead-lettered; O(page). `GET /v1/runs?status=dead_lettered`.
    */
@@ -61,6 +67,8 @@ export interface Tenant {
 export interface TenantDirectory {
   /** The tenant of a valid, unrevoked key, or null. */
   authenticate(apiKey: string): Promise<Tenant | null>;
+  /** The same, with the key's id (which names the caller, e.g. in a cancelled run's reason). */
+  authenticateKey(apiKey: string): Promise<{ tenant: Tenant; keyId: string } | null>;
   createTenant(name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }>;
   createKey(tenantId: string): Promise<{ apiKey: string; keyId: string }>;
   revokeKey(keyId: string): Promise<void>;

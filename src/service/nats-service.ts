@@ -384,6 +384,40 @@ export class NatsJobsService implements JobsService {
     return TERMINAL.has(r.status) ? r : withLive(r, await this.#activeRuns(tenantId, jobId));
   }
 
+  async cancelRun(tenantId: string, runId: string, by: string, note?: string): Promise<RunView> {
+    const id = parseRunId(runId);
+    if (!id) throw new KairosError("not_found", "run not found");
+    // The actor is addressed with the caller's tenant: another tenant's run is not its job's.
+    const job = this.#job(tenantId, id.jobId);
+    let reply: JobReply = null;
+    try {
+      reply = await this.router.request<JobReply>(job, {
+        kind: "cancel",
+        run_id: runId,
+        by,
+        ...(note === undefined ? {} : { note }),
+      });
+    } catch (e) {
+      // No such job (or deleted, or another tenant's): the record, if any, decides below.
+      if (!isKairosError(e, "not_found")) throw e;
+    }
+    if (reply?.run) return reply.run;
+    // Not active under its job: read after the actor's answer, which came after any settle of
+    // the record it made, so an ended run's record is there.
+    const p = partitionOf(job, this.partitions);
+    const e = await this.buckets.runs.get(runKey(p, tenantId, id.jobId, runId));
+    if (!e) throw new KairosError("not_found", "run not found");
+    const r = runView(e.value);
+    if (r.status === "cancelled") return r;
+    throw new KairosError(
+      "conflict",
+      TERMINAL.has(r.status)
+        ? `run ${runId} has already ended (${r.status}); only a run that has not ended can be cancelled`
+        : `run ${runId} is not active under its job (the job was deleted)`,
+      { retryable: false },
+    );
+  }
+
   /**
    * The job's active runs from its actor (their records are written at creation and at their
    * end only; the actor holds every transition in between). Empty if the job has none.

@@ -131,7 +131,7 @@ export class KvTenantDirectory implements TenantDirectory {
   readonly #kv: KvStore;
   readonly #clock: Clock;
   readonly #ttlMs: number;
-  readonly #cache: LruCache<string, { tenant: Tenant; expiresAtMs: number }>;
+  readonly #cache: LruCache<string, { tenant: Tenant; keyId: string; expiresAtMs: number }>;
 
   constructor(kv: KvStore, opts: TenantDirectoryOptions) {
     this.#kv = kv;
@@ -141,11 +141,15 @@ export class KvTenantDirectory implements TenantDirectory {
   }
 
   async authenticate(apiKey: string): Promise<Tenant | null> {
+    return (await this.authenticateKey(apiKey))?.tenant ?? null;
+  }
+
+  async authenticateKey(apiKey: string): Promise<{ tenant: Tenant; keyId: string } | null> {
     if (!API_KEY.test(apiKey)) return null;
     const hash = sha256(apiKey);
     const now = this.#clock.now();
     const hit = this.#cache.get(hash);
-    if (hit !== undefined && hit.expiresAtMs > now) return hit.tenant;
+    if (hit !== undefined && hit.expiresAtMs > now) return { tenant: hit.tenant, keyId: hit.keyId };
     // Read from the stream leader: a lagging replica (a server stopped and resumed) could answer
     // with a key's record from before its revocation for as long as it lags — unbounded — where
     // the cache bounds that to its TTL (5 s). Two leader reads per key per TTL per node.
@@ -159,8 +163,8 @@ export class KvTenantDirectory implements TenantDirectory {
     const t = TENANT_ID.test(key.tenant_id) ? await this.#kv.get(`t.${key.tenant_id}`) : null;
     const tenant = t === null ? null : decode<TenantRecord>(t.value);
     if (tenant === null) return null;
-    this.#cache.set(hash, { tenant, expiresAtMs: now + this.#ttlMs });
-    return tenant;
+    this.#cache.set(hash, { tenant, keyId: key.key_id, expiresAtMs: now + this.#ttlMs });
+    return { tenant, keyId: key.key_id };
   }
 
   async createTenant(name: string): Promise<{ tenant: Tenant; apiKey: string; keyId: string }> {

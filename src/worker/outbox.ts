@@ -288,6 +288,8 @@ export class CompletionOutbox implements OutboxPart {
     const { o } = c;
     const { req } = lease;
     const now = o.clock.now();
+    // Its task is gone (killed, or it never started): logged `worker_cancelled`.
+    o.onEvent?.({ type: "cancelled", run_id: req.run_id, attempt: req.attempt });
     try {
       await o.router.request(
         { type: JOB_ACTOR, id: req.job_actor },

@@ -1,14 +1,16 @@
 /**
  * Run routes: a job's runs (newest first, cursor paging, optional status filter), one run by id,
- * and the tenant's dead-lettered runs across its jobs (`GET /v1/runs?status=dead_lettered`,
- * oldest first; the only status this route takes). Runs of another tenant's job are
- * `not_found`, as the service guarantees. Validation and the service calls are the shared
- * operations' (src/app/operations.ts).
+ * a run's cancel (`POST /v1/runs/{run_id}/cancel`, 200 with the cancelled run; idempotent; 409 on
+ * a run that ended otherwise), and the tenant's dead-lettered runs across its jobs
+ * (`GET /v1/runs?status=dead_lettered`, oldest first; the only status this route takes). Runs of
+ * another tenant's job are `not_found`, as the service guarantees. Validation and the service
+ * calls are the shared operations' (src/app/operations.ts).
  */
 import type { Hono } from "hono";
 import type { Operations } from "../../app/operations.ts";
 import { KairosError } from "../../lib/errors.ts";
 import type { ApiEnv } from "../auth.ts";
+import { readJson } from "../body.ts";
 
 /** Mounts the run routes on `app` (authentication is already in place). */
 export function registerRunRoutes(app: Hono<ApiEnv>, ops: Operations): void {
@@ -41,5 +43,15 @@ export function registerRunRoutes(app: Hono<ApiEnv>, ops: Operations): void {
 
   app.get("/v1/runs/:run_id", async (c) => {
     return c.json(await ops.getRun(c.get("tenant"), c.req.param("run_id")));
+  });
+
+  app.post("/v1/runs/:run_id/cancel", async (c) => {
+    const run = await ops.cancelRun(c.get("tenant"), {
+      runId: c.req.param("run_id"),
+      caller: c.get("caller"),
+      // Optional: an empty body is a cancel without a reason.
+      body: async () => ((await c.req.text()).trim() === "" ? undefined : readJson(c)),
+    });
+    return c.json(run, 200);
   });
 }

@@ -204,6 +204,32 @@ export class FakeJobs implements JobsService {
       throw new KairosError("not_found", `run ${runId} not found`);
     return r;
   }
+
+  async cancelRun(tenantId: string, runId: string, by: string, note?: string): Promise<RunView> {
+    this.#enter("cancelRun", tenantId, runId, by, note);
+    const r = this.#runs.get(runId);
+    if (!r || r.tenant_id !== tenantId)
+      throw new KairosError("not_found", `run ${runId} not found`);
+    if (r.status === "cancelled") return r;
+    if (r.finished_at !== null)
+      throw new KairosError("conflict", `run ${runId} already ended ${r.status}`, {
+        retryable: false,
+      });
+    const done: RunView = {
+      ...r,
+      status: "cancelled",
+      finished_at: formatUtc(this.clock.now()),
+      reason: `cancelled by request of ${by}${note === undefined ? "" : `: ${note}`}`,
+    };
+    this.#runs.set(runId, done);
+    return done;
+  }
+
+  /** Ends a run as the scheduler would (for tests of a cancel after the end). */
+  endRun(runId: string, status: RunView["status"]): void {
+    const r = this.#runs.get(runId);
+    if (r) this.#runs.set(runId, { ...r, status, finished_at: formatUtc(this.clock.now()) });
+  }
 }
 
 /** Two tenants with one fixed key each, plus a revoked key. */
@@ -217,6 +243,11 @@ export class FakeTenants implements TenantDirectory {
   ]);
   async authenticate(apiKey: string): Promise<Tenant | null> {
     return this.#tenants.get(apiKey) ?? null;
+  }
+  /** Through `authenticate`, so a subclass's override of it applies; key ids `k-<tenant id>`. */
+  async authenticateKey(apiKey: string): Promise<{ tenant: Tenant; keyId: string } | null> {
+    const tenant = await this.authenticate(apiKey);
+    return tenant === null ? null : { tenant, keyId: `k-${tenant.tenant_id}` };
   }
   async createTenant(): Promise<never> {
     throw new KairosError("unsupported", "fake");

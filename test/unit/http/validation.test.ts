@@ -579,6 +579,7 @@ describe("/openapi.json", () => {
       "PATCH /v1/jobs/{job_id}",
       "POST /v1/jobs",
       "POST /v1/jobs/{job_id}/runs",
+      "POST /v1/runs/{run_id}/cancel",
     ]);
     assert.deepEqual(served.components.securitySchemes, {
       bearer: {

@@ -449,3 +449,60 @@ describe("NATS API and REST answer the same error for the same input (one applic
     }
   });
 });
+
+describe("NATS API: runs.cancel", () => {
+  it("cancels (200, the caller named as the NATS API), idempotent, 409 once ended otherwise, 404 for another tenant's run", async () => {
+    const h = nh();
+    const job = ok<Job>(await h.req("jobs.create", undefined, validJob()), 201);
+    const run = ok<Run>(await h.req("jobs.run", job.job_id), 202);
+    const second = ok<Run>(await h.req("jobs.run", job.job_id), 202);
+    err(await h.req("runs.cancel", second.run_id, undefined, {}, "tb"), 404, "not_found");
+    const c = ok<{ status: string; reason: string }>(await h.req("runs.cancel", run.run_id), 200);
+    assert.equal(c.status, "cancelled");
+    assert.equal(c.reason, "cancelled by request of the NATS API");
+    assert.deepEqual(ok(await h.req("runs.cancel", run.run_id, {}), 200), c, "idempotent");
+    const noted = ok<{ reason: string }>(
+      await h.req("runs.cancel", second.run_id, { reason: "no longer needed" }),
+      200,
+    );
+    assert.equal(noted.reason, "cancelled by request of the NATS API: no longer needed");
+    const third = ok<Run>(await h.req("jobs.run", job.job_id), 202);
+    h.jobs.endRun(third.run_id, "failed");
+    err(await h.req("runs.cancel", third.run_id), 409, "conflict");
+    err(await h.req("runs.cancel", "bad%id"), 404, "not_found");
+  });
+
+  it("bad bodies are the same errors as over REST, and reach no service", async () => {
+    const rest = harness();
+    const nats = nh();
+    await rest.req("POST", "/v1/jobs", { body: validJob() });
+    await nats.req("jobs.create", undefined, validJob());
+    const runId = "run000002";
+    ok(await nats.req("jobs.run", "job000001"), 202);
+    assert.equal((await rest.req("POST", "/v1/jobs/job000001/runs")).status, 202);
+    for (const body of [
+      "{",
+      "[]",
+      { force: true },
+      { reason: 7 },
+      { reason: "" },
+      { reason: "a\tb" },
+    ]) {
+      const res = await rest.req("POST", `/v1/runs/${runId}/cancel`, { body });
+      const r = await nats.req("runs.cancel", runId, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.deepEqual(
+        (r as ErrorReply).error,
+        ((await res.json()) as { error: unknown }).error,
+        JSON.stringify(body),
+      );
+    }
+    err(
+      await nats.req("runs.cancel", runId, { tenant_id: "ta" }),
+      400,
+      "invalid_argument",
+      "tenant_id",
+    );
+    assert.equal(nats.jobs.calls.filter((c) => c.method === "cancelRun").length, 0);
+  });
+});
