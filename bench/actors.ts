@@ -206,16 +206,21 @@ async function requestReply(nats: NatsFixture, o: Options, out: string[]): Promi
     i: counterIds[counterIds.length - 1],
     m: { kind: "get" },
   });
-  const subs = nodes.map((n) =>
-    n.nc.subscribe("bench.echo", {
+  // The raw path on connections of its own: a scheduler's credentials allow only its own
+  // subjects (least privilege), and a refused subscription must not reach the nodes' connections.
+  const echo = await Promise.all([0, 1, 2].map((i) => nats.connect(`bench-echo-${i}`)));
+  const subs = echo.map((nc) =>
+    nc.subscribe("bench.echo", {
       queue: "echo",
-      callback: (_e, m) => {
+      callback: (e, m) => {
+        if (e) throw e;
         m.respond(m.data);
       },
     }),
   );
+  await Promise.all(echo.map((nc) => nc.flush()));
   const raw = () =>
-    drive(o.n, o.c, (i) => nodes[i % 3]!.nc.request("bench.echo", payload, { timeout: 10_000 }));
+    drive(o.n, o.c, (i) => echo[i % 3]!.request("bench.echo", payload, { timeout: 10_000 }));
   const warm = await drive(o.ids, o.c, (i) =>
     nodes[i % 3]!.router.request({ type: "counter", id: counterIds[i]! }, { kind: "get" }),
   );
@@ -242,6 +247,7 @@ async function requestReply(nats: NatsFixture, o: Options, out: string[]): Promi
       )
     ).value;
   for (const s of subs) s.unsubscribe();
+  await Promise.all(echo.map((nc) => nc.close()));
   const line = (name: string, r: Rate) =>
     `   ${name.padEnd(34)} ${f0(r.perSec).padStart(7)} req/s  p50 ${r.p50Ms.toFixed(2)} ms  p99 ${r.p99Ms.toFixed(2)} ms`;
   out.push(
