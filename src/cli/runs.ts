@@ -1,7 +1,8 @@
 /**
- * `kairos runs list|get|wait`: a tenant's runs over the HTTP API (docs/cli.md). `list` takes a
- * job id (its runs, newest first, `--status` to filter) or `--dead-lettered` (the tenant's
- * dead-lettered runs across its jobs, oldest first); `wait` is run-wait.ts.
+ * `kairos runs list|get|cancel|wait`: a tenant's runs over the HTTP API (docs/cli.md). `list`
+ * takes a job id (its runs, newest first, `--status` to filter) or `--dead-lettered` (the
+ * tenant's dead-lettered runs across its jobs, oldest first); `cancel` ends a run that has not
+ * ended (409 once it ended otherwise: exit 5); `wait` is run-wait.ts.
  */
 import { Option, type Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
@@ -82,6 +83,24 @@ export function registerRunCommands(program: Command, ctx: CliContext): void {
   ).action((runId: string, f: ApiFlags) =>
     withApi(ctx, f, async (api) => {
       const run = await retryingRead(ctx, () => api.getRun(runId));
+      if (f.json) return printJson(ctx, run);
+      ctx.io.out(formatRun(run));
+    }),
+  );
+  apiOptions(
+    runs
+      .command("cancel")
+      .description(
+        "cancel a run that has not ended: dropped if waiting or prepared, killed if running",
+      )
+      .argument("<run_id>")
+      .option(
+        "--reason <text>",
+        "shown in the run's reason after who cancelled it (1-200 characters)",
+      ),
+  ).action((runId: string, f: ApiFlags & { reason?: string }) =>
+    withApi(ctx, f, async (api) => {
+      const run = await api.cancelRun(runId, f.reason === undefined ? {} : { reason: f.reason });
       if (f.json) return printJson(ctx, run);
       ctx.io.out(formatRun(run));
     }),

@@ -187,6 +187,15 @@ export class HttpApiClient {
     return (await this.#call<RunView>("GET", `/v1/runs/${seg(runId)}`)).body;
   }
 
+  /**
+   * Cancels a run that has not ended (`POST /v1/runs/{run_id}/cancel`): the run, `cancelled`.
+   * Idempotent; a run that ended otherwise is `conflict` (409).
+   */
+  async cancelRun(runId: string, opts: { reason?: string } = {}): Promise<RunView> {
+    const body = opts.reason === undefined ? undefined : { reason: opts.reason };
+    return (await this.#call<RunView>("POST", `/v1/runs/${seg(runId)}/cancel`, body)).body;
+  }
+
   async #call<T = unknown>(
     method: string,
     path: string,

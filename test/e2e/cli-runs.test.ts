@@ -3,7 +3,7 @@
  * executor, real nats-server), in-process as the binary runs them: `runs wait` follows real runs
  * to each way a run ends and exits with its code (0 succeeded, 10 failed, 11 timed out,
  * 12 cancelled, 13 skipped, 14 still running at --timeout), printing progress as the run moves;
- * `runs list` and `runs get` for people and scripts; bad input and a wrong key.
+ * `runs list` and `runs get` for people and scripts; `runs cancel`; bad input and a wrong key.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -162,6 +162,35 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     const w = await k(["runs", "wait", skipped.run_id]);
     assert.equal(w.code, 13, w.stderr);
     assert.match(w.stdout, /^reason\s+.*overlap/m);
+  });
+
+  it("runs cancel: a running run ends cancelled with the reason (again: the same); an ended run exit 5", async () => {
+    const jobId = await job("sleep 30");
+    const id = await runNow(jobId);
+    await eventually(
+      async () => {
+        const r = await k(["runs", "get", id, "--json"]);
+        return json<Run>(r).status === "running" ? true : undefined;
+      },
+      30_000,
+      "the run running",
+    );
+    const c = await k(["runs", "cancel", id, "--reason", "wrong input"]);
+    ok(c);
+    assert.match(c.stdout, /^status\s+cancelled$/m);
+    assert.match(c.stdout, /^reason\s+cancelled by request of API key k\S+: wrong input$/m);
+    const again = await k(["runs", "cancel", id, "--json"]);
+    ok(again);
+    assert.equal(json<Run>(again).status, "cancelled");
+    const done = await runNow(await job("true"));
+    ok(await k(["runs", "wait", done, "--quiet"]));
+    const refused = await k(["runs", "cancel", done]);
+    assert.equal(refused.code, 5, refused.stderr);
+    assert.match(refused.stderr, /code: conflict \(HTTP 409\)/);
+    const bad = await k(["runs", "cancel", id, "--reason", ""]);
+    assert.equal(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /reason/);
+    assert.equal((await k(["runs", "cancel", "rnosuchrun"])).code, 4);
   });
 
   it("runs list and get: tables, paging, --json; bad input exit 2, unknown ids exit 4", async () => {
