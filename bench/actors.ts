@@ -329,6 +329,7 @@ const LOADER_LEASE = {
   leaseTtlMs: 60_000,
   leaseRenewIntervalMs: 10_000,
   leaseSafetyMarginMs: 10_000,
+  leaseMainStallMs: 60_000,
 } as const;
 
 async function activation(nats: NatsFixture, o: Options, out: string[]): Promise<void> {
