@@ -110,7 +110,6 @@ function patch(tx: Tx, m: Command<"patch">): D {
     // answered: a run on a worker is told to stop (finish → cancel_on_worker, published before the
     // reply), and one that did start meanwhile is killed. Runs already running go on. A new
     // schedule cancels only the runs prepared ahead for occurrences it no longer calls for.
-    const cancelled: number[] = [];
     for (const r of [...s.runs]) {
       if (
         !spec.enabled
@@ -119,7 +118,6 @@ function patch(tx: Tx, m: Command<"patch">): D {
             r.scheduled_for_ms > tx.now &&
             (r.status === "queued" || r.status === "leased")
       ) {
-        if (r.trigger !== "manual") cancelled.push(r.scheduled_for_ms);
         finish(
           tx,
           r,
@@ -140,13 +138,17 @@ function patch(tx: Tx, m: Command<"patch">): D {
       ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms),
     );
     if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) {
-      // The cancelled ones above it stay handled: fired again, each would meet its record and
-      // be put in the runs index a second time (`fire` passes over them).
-      // Those an earlier change kept stay too (a run prepared between is below them).
+      // Every occurrence the old schedule fired above it stays handled (the runs just cancelled,
+      // a run cancelled by hand before): fired again, each would meet its record and be put in
+      // the runs index a second time (`fire` passes over them). Those an earlier change kept stay
+      // too (a run prepared between is below them).
       const last = s.last_occurrence_ms;
-      const handled = [...(s.handled_ahead ?? []), ...cancelled.filter((o) => o <= last)].filter(
-        (o) => o > ahead,
-      );
+      const handled = (s.handled_ahead ?? []).filter((o) => o > ahead);
+      const old = scheduleOf(before);
+      for (let o = old.next(ahead, 1)[0]; o !== undefined && o <= last; o = old.next(o, 1)[0]) {
+        if (handled.length >= MAX_HANDLED_AHEAD) break;
+        handled.push(o);
+      }
       if (handled.length > 0)
         s.handled_ahead = [...new Set(handled)].sort((a, b) => a - b).slice(0, MAX_HANDLED_AHEAD);
       else delete s.handled_ahead;

@@ -369,6 +369,48 @@ describe("runs index: two schedule changes over runs prepared ahead", () => {
   });
 });
 
+describe("runs index: a run cancelled by hand, then a schedule change", () => {
+  it("the cancelled prepared occurrence, called for again by the new schedule, is not fired or indexed again", () => {
+    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
+    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
+    const spec: JobSpec = {
+      ...SPEC,
+      overlap: "allow",
+      misfire: { policy: "run_all", starting_deadline_s: null },
+    };
+    let s = def.receive(
+      emptyJobState(),
+      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
+      ctx(T0 + 1000),
+    ).state;
+    s = {
+      ...s,
+      index: { seq: 0, pending: Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`) },
+    };
+    const at60 = runIdFor(JOB, T0 + MIN);
+    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state; // :60 prepared
+    s = def.receive(s, { kind: "cancel", run_id: at60, by: "API key k1" }, ctx(T0 + 46_000)).state;
+    assert.ok(!s.runs.some((r) => r.run_id === at60), "cancelled by hand");
+    s = def.receive(
+      s,
+      { kind: "patch", patch: { schedule: { cron: "*/30 * * * * *", time_zone: "UTC" } } },
+      ctx(T0 + 47_000),
+    ).state;
+    const written: string[] = [];
+    for (const at of [T0 + MIN, T0 + MIN + 30_000]) {
+      const d = def.receive(s, { kind: "fire" }, ctx(at));
+      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
+      s = d.state;
+    }
+    assert.ok(!written.includes(at60), ":60 stays cancelled");
+    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
+    assert.ok(
+      s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
+      "the next runs",
+    );
+  });
+});
+
 describe("runs index: a runs page reads O(page)", () => {
   /** KV operations of the first three pages of 50, by bucket and operation. */
   async function pageCost(n: number) {
