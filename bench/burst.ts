@@ -116,6 +116,8 @@ export async function run(args: string[]): Promise<void> {
     throw new Error(`--overlap must be skip or allow, got ${overlap}`);
   process.env["KAIROS_LOG_LEVEL"] ??= "warn";
   const nats = await startNats();
+  // The schedulers believe each noop worker's slots (the default limit is a Docker host's, 1,024).
+  const maxWorkerSlots = Math.max(1_024, Math.ceil(slots / workerCount));
   const proc = await startKairos(
     makeNodeConfig({
       natsUrl: nats.url,
@@ -123,6 +125,7 @@ export async function run(args: string[]): Promise<void> {
       nodeId: "burst",
       roles: ["scheduler"],
       partitions: 64,
+      maxWorkerSlots,
     }),
     {
       executor: "noop",
@@ -183,6 +186,8 @@ export async function run(args: string[]): Promise<void> {
         "127.0.0.1",
         "--lookahead-ms",
         String(lookaheadMs),
+        "--max-worker-slots",
+        String(maxWorkerSlots),
       ],
     }),
   );

@@ -192,6 +192,8 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
           nodeId: "sustained",
           roles: ["api", "scheduler"],
           partitions: PARTITIONS,
+          // The noop worker's slots are believed (the default limit is a Docker host's, 1,024).
+          maxWorkerSlots: Math.max(1_024, o.slots),
         }),
         { executor: "noop", workerSlots: o.slots, apiHost: "127.0.0.1", apiPort: 0, job },
       );
@@ -225,7 +227,13 @@ async function startCluster(o: Options, nats: NatsFixture): Promise<Cluster> {
           nodeId,
           roles: "scheduler",
           partitions: PARTITIONS,
-          extraArgs: ["--metrics-port", String(port), ...lookaheadArgs],
+          extraArgs: [
+            "--metrics-port",
+            String(port),
+            "--max-worker-slots",
+            String(Math.max(1_024, o.slots)),
+            ...lookaheadArgs,
+          ],
           env: { KAIROS_LOG_LEVEL: "warn" },
         }),
       );

@@ -30,6 +30,8 @@ export interface NodeFlags extends NatsAuthFlags {
   replicas?: string;
   leaseTtlMs?: string;
   leaseRenewer?: string;
+  maxWorkerSlots?: string;
+  maxWorkerPrefetch?: string;
 }
 
 export function int(v: string | undefined, field: string): number | undefined {
@@ -48,6 +50,8 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
   const partitions = int(f.partitions, "partitions");
   const replicas = int(f.replicas, "replicas");
   const leaseTtlMs = int(f.leaseTtlMs, "lease-ttl-ms");
+  const maxWorkerSlots = int(f.maxWorkerSlots, "max-worker-slots");
+  const maxWorkerPrefetch = int(f.maxWorkerPrefetch, "max-worker-prefetch");
   const nodeId =
     f.nodeId ??
     `${hostname()
@@ -77,6 +81,8 @@ export function nodeConfigFromFlags(f: NodeFlags, natsUrl: string): NodeConfig {
     ...(f.leaseRenewer !== undefined
       ? { leaseRenewer: f.leaseRenewer as NodeConfig["leaseRenewer"] }
       : {}),
+    ...(maxWorkerSlots !== undefined ? { maxWorkerSlots } : {}),
+    ...(maxWorkerPrefetch !== undefined ? { maxWorkerPrefetch } : {}),
   });
 }
 

@@ -87,6 +87,12 @@ export async function startProcess(
     ? await chooseExecutor(f.executor, mode)
     : { kind: "noop" as const, reason: "no worker role" };
   if (executor.kind === "process") console.error(`kairos: ${UNISOLATED_WARNING}`);
+  const workerSlots = int(f.slots, "slots") ?? 4;
+  if (config.roles.includes("worker") && workerSlots > config.maxWorkerSlots) {
+    console.error(
+      `kairos: --slots ${workerSlots} is above --max-worker-slots ${config.maxWorkerSlots}: schedulers believe at most their own --max-worker-slots of one worker (docs/security.md)`,
+    );
+  }
   const imagePolicy = imagePolicyFromFlag(f.imagePolicy);
   if (imagePolicy === undefined && config.roles.includes("api")) {
     console.error(
@@ -102,7 +108,7 @@ export async function startProcess(
     },
     rateLimits: rateLimitsFromFlags(f),
     executor: executor.kind,
-    workerSlots: int(f.slots, "slots") ?? 4,
+    workerSlots,
     ...(f.prefetch !== undefined ? { workerPrefetch: prefetchFlag(f.prefetch) } : {}),
     ...(f.metricsPort !== undefined
       ? { metricsPort: portFlag(f.metricsPort, "metrics-port")! }
@@ -181,6 +187,14 @@ function clusterOptions(c: Command): Command {
       "worker executor: docker (default; the node fails to start without an engine), noop, or process (UNISOLATED: tenant code runs as plain processes)",
     )
     .option("--slots <n>", "worker slots (concurrent attempts)", "4")
+    .option(
+      "--max-worker-slots <n>",
+      "scheduler: the most slots believed of one worker's advert (1-1000000; default 1024); an advert above it is believed only up to it, counted and logged",
+    )
+    .option(
+      "--max-worker-prefetch <n>",
+      "scheduler: the most prefetch places believed of one worker's advert (0-1000000; default 256)",
+    )
     .option(
       "--prefetch <n>",
       "attempts already due a worker accepts beyond its slots, started the moment a slot frees (default: an eighth of the slots, at least 2, at most 256 and the slots; 0: none)",

@@ -35,7 +35,17 @@ export interface NodeConfig {
   readonly actorIdleMs: number;
   readonly mailboxLimit: number;
   readonly requestDeadlineMs: number;
+  /**
+   * Scheduler: the most slots believed of one worker identity's advert (`--max-worker-slots`); an
+   * advert above it is believed only up to it, counted and logged (src/slots/worker-trust.ts).
+   */
+  readonly maxWorkerSlots: number;
+  /** Scheduler: the most prefetch places believed of one worker (`--max-worker-prefetch`). */
+  readonly maxWorkerPrefetch: number;
 }
+
+/** The highest `maxWorkerSlots` and `maxWorkerPrefetch` may be set to. */
+export const WORKER_LIMIT_CEILING = 1_000_000;
 
 export const DEFAULTS = {
   clusterName: "kairos",
@@ -54,6 +64,10 @@ export const DEFAULTS = {
   actorIdleMs: 60_000,
   mailboxLimit: 1024,
   requestDeadlineMs: 15_000,
+  // Far above a Docker host's useful concurrency, far below what a lying advert claims; the
+  // prefetch's as high as a worker's default prefetch goes (src/worker/slot-ledger.ts).
+  maxWorkerSlots: 1_024,
+  maxWorkerPrefetch: 256,
 };
 
 const NAME_RE = /^[A-Za-z0-9_-]{1,64}$/;
@@ -103,6 +117,18 @@ export function makeNodeConfig(
   ) {
     throw bad("lease_main_stall_ms", "must be at least the lease TTL and at most 600000");
   }
+  if (
+    !Number.isInteger(c.maxWorkerSlots) ||
+    c.maxWorkerSlots < 1 ||
+    c.maxWorkerSlots > WORKER_LIMIT_CEILING
+  )
+    throw bad("max_worker_slots", `must be an integer 1-${WORKER_LIMIT_CEILING}`);
+  if (
+    !Number.isInteger(c.maxWorkerPrefetch) ||
+    c.maxWorkerPrefetch < 0 ||
+    c.maxWorkerPrefetch > WORKER_LIMIT_CEILING
+  )
+    throw bad("max_worker_prefetch", `must be an integer 0-${WORKER_LIMIT_CEILING}`);
   if (c.failureTimeoutMs < 2 * c.heartbeatIntervalMs)
     throw bad("failure_timeout_ms", "must be at least two heartbeat intervals");
   const natsAuth = Object.freeze({

@@ -16,6 +16,18 @@ export type NodeEvent =
   | { type: "write_fenced"; actorType: string; id: string; partition: number; reason: string }
   /** The bus boundary refused a message (worker plane, or a forged tenant: src/server/partition-responder.ts). */
   | { type: "message_refused"; actor: string; reason: string }
+  /** A worker's advert went above the per-worker limits (`--max-worker-slots`, `--max-worker-prefetch`): believed only up to them (src/slots/worker-trust.ts). */
+  | {
+      type: "worker_advert_clamped";
+      worker: string;
+      fields: string[];
+      slots: number;
+      free: number;
+      prefetch: number | null;
+    }
+  /** A worker left an offer unanswered and is benched until `until_ms`, or answered its trial and is trusted again (src/slots/worker-trust.ts). */
+  | { type: "worker_benched"; worker: string; strikes: number; until_ms: number }
+  | { type: "worker_trusted"; worker: string; strikes: number }
   /** A request dropped unanswered: its reply subject is not its asker's inbox (src/cluster/reply-guard.ts), or it came under another subject than the one subscribed (`subject`: a JetStream push consumer's delivery). */
   | {
       type: "reply_refused";

@@ -8,7 +8,9 @@
  *
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
  * room may have gone to another offer); a failed offer waits in the worker directory for the next
- * advert with room, which offers it again at once (`redispatch` under its fence); ownership is re-checked before
+ * advert with room, which offers it again at once (`redispatch` under its fence) — at once if
+ * the offer went unanswered and another worker has room, since a worker that leaves an offer
+ * unanswered is benched (src/slots/worker-trust.ts); ownership is re-checked before
  * each request; only a task with secrets awaits anything before its offer, so offers keep their
  * timing. An injected fault (faults.ts, a simulation self-test) offers a fence to up to three.
  */
@@ -106,36 +108,50 @@ async function offerTo(
   fx: DispatchEffect,
   worker: string,
   req: StartRequest,
-): Promise<"accepted" | "refused" | "stale"> {
+): Promise<"accepted" | "refused" | "unanswered" | "stale"> {
   const { link, clock } = deps;
-  try {
-    const offer = async () =>
-      decode<StartReply>(
-        (
-          await link.nc.request(workerSubject(link.clusterName, worker, "start"), encode(req), {
-            timeout: cfg.offerTimeoutMs,
-          })
-        ).data,
+  // The worker's answer, or null: none in time, no responder, or not an answer (the offer is
+  // dead either way: the worker cannot start it without our ack).
+  const offer = async (): Promise<StartReply | null> => {
+    try {
+      const m = await link.nc.request(
+        workerSubject(link.clusterName, worker, "start"),
+        encode(req),
+        {
+          timeout: cfg.offerTimeoutMs,
+        },
       );
-    let reply = await offer();
-    // Its room may have gone to another scheduler's offer, or this node's reservations may lag
-    // its adverts: ask the same worker (same fence) once more, shortly, instead of waiting for
-    // the next advert with room.
-    if (!reply.accepted && reply.reason === "no free slot") {
-      await new Promise<void>((resolve) => clock.setTimer(OFFER_RACE_RETRY_MS, resolve));
-      if (!ctx.stillOwner()) return "stale";
-      reply = await offer();
+      const reply = decode<StartReply>(m.data);
+      return typeof reply === "object" && reply !== null && typeof reply.accepted === "boolean"
+        ? reply
+        : null;
+    } catch {
+      return null;
     }
-    if (reply.accepted) {
-      link.directory.stopWaiting(`${ctx.address.id}/${fx.run_id}`);
-      ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
-      return "accepted";
-    }
-    link.directory.markFull(worker);
-  } catch {
-    // No answer in time: the offer is dead (the worker cannot start it without our ack).
-    link.directory.markFull(worker);
+  };
+  let reply = await offer();
+  // Its room may have gone to another scheduler's offer, or this node's reservations may lag
+  // its adverts: ask the same worker (same fence) once more, shortly, instead of waiting for
+  // the next advert with room.
+  if (reply && !reply.accepted && reply.reason === "no free slot") {
+    link.directory.markAnswered(worker);
+    await new Promise<void>((resolve) => clock.setTimer(OFFER_RACE_RETRY_MS, resolve));
+    if (!ctx.stillOwner()) return "stale";
+    reply = await offer();
   }
+  if (!reply) {
+    // Benched for a while (src/slots/worker-trust.ts): a worker that sits on its offers must not
+    // go on drawing runs, whatever it advertises.
+    link.directory.markUnanswered(worker);
+    return "unanswered";
+  }
+  link.directory.markAnswered(worker);
+  if (reply.accepted) {
+    link.directory.stopWaiting(`${ctx.address.id}/${fx.run_id}`);
+    ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
+    return "accepted";
+  }
+  link.directory.markFull(worker);
   return "refused";
 }
 
@@ -159,6 +175,7 @@ export function makeDispatcher(
       return;
     }
     const tried = new Set<string>();
+    let outcome: Awaited<ReturnType<typeof offerTo>> | undefined;
     // One fence, one worker. (A simulation's injected fault offers it to up to three.)
     const tries = faults.fenceSharedByWorkers === true ? 3 : 1;
     for (let i = 0; i < tries; i++) {
@@ -166,28 +183,24 @@ export function makeDispatcher(
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
-      if (
-        (await offerTo(
-          cfg,
-          deps,
-          ctx,
-          fx,
-          worker,
-          startRequest(cfg, deps.clock, ctx, fx, task),
-        )) !== "refused"
-      )
-        return;
+      const req = startRequest(cfg, deps.clock, ctx, fx, task);
+      outcome = await offerTo(cfg, deps, ctx, fx, worker, req);
+      if (outcome === "accepted" || outcome === "stale") return;
     }
     ctx.tell({
       kind: "dispatch_failed",
       run_id: fx.run_id,
       fence: fx.fence,
-      reason: tried.size === 0 ? "no worker with a free slot" : "worker refused or did not answer",
+      reason: tried.size === 0 ? "no worker with a free slot" : `worker ${outcome ?? "refused"}`,
     });
+    const again = () => {
+      if (ctx.stillOwner()) ctx.tell({ kind: "redispatch", run_id: fx.run_id, fence: fx.fence });
+    };
+    // A run drawn by a worker that sat on it (now benched) goes to another worker with room at
+    // once: it has waited an offer timeout already.
+    if (outcome === "unanswered" && deps.link.directory.hasRoom()) return again();
     // Offered again as soon as a worker advertises room (a slot freed), not only at the
     // redispatch timer; under the failed offer's fence, so a run offered again meanwhile is not.
-    deps.link.directory.waitForRoom(`${ctx.address.id}/${fx.run_id}`, () => {
-      if (ctx.stillOwner()) ctx.tell({ kind: "redispatch", run_id: fx.run_id, fence: fx.fence });
-    });
+    deps.link.directory.waitForRoom(`${ctx.address.id}/${fx.run_id}`, again);
   };
 }

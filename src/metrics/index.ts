@@ -33,6 +33,7 @@ export const METRICS = {
   logLinesDropped: "kairos_log_lines_dropped_total",
   busRefusals: "kairos_bus_refusals_total",
   slotIdle: "kairos_slot_idle_seconds",
+  workerBenches: "kairos_worker_benches_total",
 } as const;
 
 export type WaitReason = "slot" | "worker";
@@ -43,9 +44,9 @@ export type KvOp =
 /** Which responder refused a request (`countBusRefusal`). */
 export type BusResponder =
   "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
-/** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), or `subject` (delivered under another subject). */
+/** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), `subject` (delivered under another subject), or `inflated` (an advert above the operator's per-worker limits, believed only up to them). */
 export type BusRefusalReason =
-  "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed";
+  "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed" | "inflated";
 export type GaugeSourceName = "partitions_held" | "actors_active" | "mailbox_depth";
 
 const sources: Record<GaugeSourceName, Set<() => number>> = {
@@ -184,6 +185,17 @@ const busRefusals = new Counter({
 /** A responder dropped a request unanswered (src/cluster/reply-guard.ts). */
 export function countBusRefusal(responder: BusResponder, reason: BusRefusalReason): void {
   busRefusals.inc({ responder, reason });
+}
+
+const workerBenches = new Counter({
+  name: METRICS.workerBenches,
+  help: "Workers a scheduler stopped offering to for a while because an offer went unanswered (src/slots/worker-trust.ts)",
+  registers: [registry],
+});
+
+/** A worker left an offer unanswered and is benched (src/slots/worker-directory.ts). */
+export function countWorkerBench(): void {
+  workerBenches.inc();
 }
 
 /** The tenant label of a sample: none when the tenant is not to be named. */

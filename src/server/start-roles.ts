@@ -14,6 +14,7 @@ import { fleetRegistration } from "../slots/fleet-shell.ts";
 import { FAIR_REPORT_MS } from "../slots/fleet-actor.ts";
 import { NatsJobsService } from "../service/nats-service.ts";
 import { WorkerDirectory } from "../slots/worker-directory.ts";
+import { advertLimits } from "../slots/worker-trust.ts";
 import { Worker } from "../worker/worker.ts";
 import {
   createExecutor,
@@ -145,6 +146,7 @@ export function workerDirectory(node: KairosNode, workerHeartbeatMs: number): Wo
   // Optimistic offers between heartbeats: with fair shares a granted run usually has its slot.
   return new WorkerDirectory(systemClock, systemRandom, workerHeartbeatMs * 3, {
     optimistic: true,
+    limits: advertLimits(node.config),
     // An advert naming another worker than its subject's (worker-directory.ts).
     onRefused: (subject, reason) =>
       node.events.emit({
@@ -152,6 +154,27 @@ export function workerDirectory(node: KairosNode, workerHeartbeatMs: number): Wo
         actor: `worker/${subject.slice(subject.lastIndexOf(".") + 1)}`,
         reason,
       }),
+    // Adverts above the operator's limits, and workers that sat on offers (worker-trust.ts).
+    onClamped: (worker, fields, a) =>
+      node.events.emit({
+        type: "worker_advert_clamped",
+        worker,
+        fields,
+        slots: a.slots,
+        free: a.free,
+        prefetch: a.prefetch ?? null,
+      }),
+    onStanding: (worker, s) => {
+      if (s.kind === "benched")
+        node.events.emit({
+          type: "worker_benched",
+          worker,
+          strikes: s.strikes,
+          until_ms: s.until_ms,
+        });
+      else if (s.kind === "trusted")
+        node.events.emit({ type: "worker_trusted", worker, strikes: s.strikes });
+    },
   });
 }
 

@@ -9,6 +9,11 @@
  * Dispatches that found no room wait here (`waitForRoom`, bounded) and are woken by the next
  * advert with room.
  *
+ * An advert is a worker's own word: it is believed only up to the operator's limits per worker
+ * identity, and a worker that leaves an offer unanswered is benched for a growing interval
+ * (`markUnanswered`, `markAnswered`; the decisions are worker-trust.ts's). Standings outlive
+ * forgetting: a benched worker that stops advertising and comes back is still benched.
+ *
  * Pitfall: busy is not dead — expiry counts only time this process could listen
  * (src/cluster/listening.ts), so a stalled scheduler does not forget its workers; production
  * reads adverts on the control connection. A worker that itself stops advertising (its loop
@@ -24,7 +29,21 @@ import {
   workerAdvertWildcard,
   type WorkerAdvert,
 } from "../protocol/worker.ts";
-import { countBusRefusal } from "../metrics/index.ts";
+import { countBusRefusal, countWorkerBench } from "../metrics/index.ts";
+import {
+  DEFAULT_ADVERT_LIMITS,
+  TRUSTED,
+  afterOffer,
+  afterPick,
+  believedFree,
+  clampAdvert,
+  countsInCapacity,
+  standingAt,
+  type AdvertLimits,
+  type ClampedField,
+  type OfferOutcome,
+  type Standing,
+} from "./worker-trust.ts";
 
 interface Entry extends WorkerAdvert, Heard {
   /** When last heard, credited with time this process could not listen. */
@@ -32,6 +51,8 @@ interface Entry extends WorkerAdvert, Heard {
   reserved: number;
   /** Refused an offer since its last heartbeat. */
   refused: boolean;
+  /** Its last advert was above the limits (told once per run of such adverts). */
+  clamped: boolean;
 }
 
 /** A well-formed advert (a worker's own process sends it, but its identity may be stolen). */
@@ -50,9 +71,31 @@ function isAdvert(a: unknown): a is WorkerAdvert {
 
 /** Most dispatches waiting for room on one node (`waitForRoom`); beyond it they wait for their timer. */
 export const ROOM_WAITERS_LIMIT = 4_096;
+/**
+ * Most workers with a standing other than plain trust kept (benched, on trial, or strikes not yet
+ * forgiven); beyond it the oldest is dropped. Pinned worker identities are as many as the
+ * operator made; only the shared `worker` identity could name more.
+ */
+export const STANDINGS_LIMIT = 4_096;
+
+/** What the directory tells its node about workers it believes less than they say. */
+export interface DirectoryOptions {
+  /** When all advertised slots are reserved, still offer to a worker that has not refused. */
+  optimistic?: boolean;
+  /** The operator's per-worker limits (default DEFAULT_ADVERT_LIMITS). */
+  limits?: AdvertLimits;
+  onRefused?: (subject: string, reason: string) => void;
+  /** A worker's adverts went above the limits (once, until one is within them again). */
+  onClamped?: (workerId: string, fields: ClampedField[], advert: WorkerAdvert) => void;
+  /** A worker was benched (an offer unanswered) or trusted again (its trial answered). */
+  onStanding?: (workerId: string, standing: Standing) => void;
+}
 
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
+  /** Standings other than plain trust, by worker (bounded: STANDINGS_LIMIT). */
+  readonly #standings = new Map<string, Standing>();
+  readonly #limits: AdvertLimits;
   /** Dispatches that found no worker with room, by run, oldest first (`waitForRoom`). */
   readonly #waiters = new Map<string, () => void>();
   #sub: BusSubscription | undefined;
@@ -66,11 +109,9 @@ export class WorkerDirectory {
     private readonly clock: Clock,
     private readonly random: Random,
     private readonly expireAfterMs: number,
-    private readonly opts: {
-      optimistic?: boolean;
-      onRefused?: (subject: string, reason: string) => void;
-    } = {},
+    private readonly opts: DirectoryOptions = {},
   ) {
+    this.#limits = opts.limits ?? DEFAULT_ADVERT_LIMITS;
     // Three ticks per expiry: the workers' heartbeat interval when expiry is three of them.
     this.#tickMs = Math.max(1, Math.floor(expireAfterMs / 3));
     this.#listening = new Listening(clock, this.#tickMs);
@@ -121,20 +162,32 @@ export class WorkerDirectory {
     this.#listening.stop(); // no tick any more: judge by the clock, or nothing would expire
   }
 
-  observe(a: WorkerAdvert): void {
+  observe(sent: WorkerAdvert): void {
     const now = this.clock.now();
     if (now - this.#lastAdvertMs > this.expireAfterMs) this.#hearingSinceMs = now;
     this.#lastAdvertMs = now;
+    const { advert: a, clamped } = clampAdvert(sent, this.#limits);
+    const wasClamped = this.#workers.get(a.worker_id)?.clamped === true;
+    if (clamped.length > 0) {
+      countBusRefusal("adverts", "inflated");
+      if (!wasClamped) this.opts.onClamped?.(a.worker_id, clamped, sent);
+    }
     this.#workers.set(a.worker_id, {
-      ...a,
+      // Only the advert's own fields: whatever else a worker puts in its body is not kept.
+      worker_id: a.worker_id,
+      slots: a.slots,
+      free: a.free,
+      executor: a.executor,
+      ...(a.prefetch !== undefined ? { prefetch: a.prefetch } : {}),
       seenMs: now,
       heardMs: now,
       longestDeafMs: 0,
       reserved: 0,
       refused: false,
+      clamped: clamped.length > 0,
     });
     // Room on this worker: as many waiting dispatches as it has room for try again now.
-    let room = a.free;
+    let room = believedFree(this.#standing(a.worker_id, now), a.free);
     for (const [key, wake] of this.#waiters) {
       if (room-- <= 0) break;
       this.#waiters.delete(key);
@@ -180,6 +233,7 @@ export class WorkerDirectory {
   /** Workers believed to have a free slot, best first; `exclude` skips ones that just refused. */
   pick(exclude: ReadonlySet<string> = new Set()): string | undefined {
     const now = this.#listening.judgeAt();
+    const wallNow = this.clock.now();
     let best: Entry | undefined;
     let bestFree = 0;
     let hope: Entry | undefined; // optimistic: the least over-reserved worker that has not refused
@@ -189,7 +243,8 @@ export class WorkerDirectory {
         continue;
       }
       if (exclude.has(id)) continue;
-      const free = w.free - w.reserved;
+      const standing = this.#standings.size > 0 ? this.#standing(id, wallNow) : TRUSTED;
+      const free = believedFree(standing, w.free) - w.reserved;
       if (free > bestFree || (free === bestFree && free > 0 && this.random.next() < 0.5)) {
         best = w;
         bestFree = free;
@@ -197,6 +252,7 @@ export class WorkerDirectory {
       if (
         this.opts.optimistic &&
         !best &&
+        standing.kind === "trusted" &&
         !w.refused &&
         w.reserved < w.slots &&
         (!hope || free > hope.free - hope.reserved)
@@ -204,8 +260,72 @@ export class WorkerDirectory {
         hope = w;
     }
     best ??= hope;
-    if (best) best.reserved++;
-    return best?.worker_id;
+    if (!best) return undefined;
+    best.reserved++;
+    const s = this.#standings.get(best.worker_id);
+    if (s) this.#standings.set(best.worker_id, afterPick(s, wallNow));
+    return best.worker_id;
+  }
+
+  /** Whether some worker is believed to have a free slot not yet reserved (no optimism). */
+  hasRoom(): boolean {
+    const now = this.#listening.judgeAt();
+    const wallNow = this.clock.now();
+    for (const [id, w] of this.#workers) {
+      if (now - w.seenMs > this.expireAfterMs) continue;
+      if (believedFree(this.#standing(id, wallNow), w.free) - w.reserved > 0) return true;
+    }
+    return false;
+  }
+
+  /** Worker `workerId` answered an offer (accepted or refused it): a trial answered restores it. */
+  markAnswered(workerId: string): void {
+    this.#afterOffer(workerId, "answered");
+  }
+
+  /**
+   * Worker `workerId` left an offer unanswered (timeout, no responder, an unreadable answer): it
+   * is benched (worker-trust.ts), and takes no offer until its next advert in any case.
+   */
+  markUnanswered(workerId: string): void {
+    this.#afterOffer(workerId, "unanswered");
+    this.markFull(workerId);
+  }
+
+  /** Where `workerId` stands now (trusted unless benched, on trial, or with strikes not forgiven). */
+  standing(workerId: string): Standing {
+    return this.#standing(workerId, this.clock.now());
+  }
+
+  #afterOffer(workerId: string, outcome: OfferOutcome): void {
+    const now = this.clock.now();
+    const before = this.#standing(workerId, now);
+    const after = afterOffer(before, outcome, now);
+    if (after === before) return;
+    this.#setStanding(workerId, after);
+    if (after.kind === "benched") countWorkerBench();
+    if (after.kind !== before.kind) this.opts.onStanding?.(workerId, after);
+  }
+
+  /** The standing as time has moved it (and stored so: a trial begins, strikes are forgiven). */
+  #standing(workerId: string, now: number): Standing {
+    const s = this.#standings.get(workerId);
+    if (!s) return TRUSTED;
+    const moved = standingAt(s, now);
+    if (moved !== s) this.#setStanding(workerId, moved);
+    return moved;
+  }
+
+  #setStanding(workerId: string, s: Standing): void {
+    if (s.kind === "trusted" && s.strikes === 0) {
+      this.#standings.delete(workerId);
+      return;
+    }
+    if (!this.#standings.has(workerId) && this.#standings.size >= STANDINGS_LIMIT) {
+      const oldest = this.#standings.keys().next().value;
+      if (oldest !== undefined) this.#standings.delete(oldest);
+    }
+    this.#standings.set(workerId, s);
   }
 
   /** Whether `workerId` advertised within `expireAfterMs` of listening time (it is not forgotten). */
@@ -244,13 +364,20 @@ export class WorkerDirectory {
    * counts until it stops advertising). The fleet actor shares this between tenants
    * (src/slots/fleet-actor.ts): a prefetched run holds its tenant's grant while it waits for a
    * slot, so without the prefetch every grant would have its slot and no worker would hold a
-   * run ready to start when a slot frees (src/worker/slot-ledger.ts). O(workers).
+   * run ready to start when a slot frees (src/worker/slot-ledger.ts). Slots and prefetch as
+   * clamped to the limits; a benched worker or one on trial adds none. O(workers).
    */
   capacity(): number {
     const now = this.#listening.judgeAt();
+    const wallNow = this.clock.now();
     let places = 0;
-    for (const w of this.#workers.values())
-      if (now - w.seenMs <= this.expireAfterMs) places += w.slots + (w.prefetch ?? 0);
+    for (const [id, w] of this.#workers) {
+      if (now - w.seenMs > this.expireAfterMs) continue;
+      // A benched worker (or one on trial) takes almost no offers: sharing its places would
+      // grant tenants slots that only wait.
+      if (this.#standings.size > 0 && !countsInCapacity(this.#standing(id, wallNow))) continue;
+      places += w.slots + (w.prefetch ?? 0);
+    }
     return places;
   }
 

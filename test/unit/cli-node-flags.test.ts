@@ -163,3 +163,35 @@ describe("--nats-creds, --nats-tls-*", () => {
     );
   });
 });
+
+describe("--max-worker-slots, --max-worker-prefetch", () => {
+  it("go into the node config; absent flags keep the defaults (1024, 256)", () => {
+    const base = { nodeId: "s1", roles: "scheduler", natsCreds: "/etc/kairos/scheduler.json" };
+    const d = nodeConfigFromFlags(base, "nats://x");
+    assert.equal(d.maxWorkerSlots, 1_024);
+    assert.equal(d.maxWorkerPrefetch, 256);
+    const c = nodeConfigFromFlags(
+      { ...base, maxWorkerSlots: "100000", maxWorkerPrefetch: "0" },
+      "nats://x",
+    );
+    assert.equal(c.maxWorkerSlots, 100_000);
+    assert.equal(c.maxWorkerPrefetch, 0);
+  });
+
+  it("refuse what is not a whole number in bounds, naming the flag", () => {
+    const base = { nodeId: "s1", roles: "scheduler", natsCreds: "/etc/kairos/scheduler.json" };
+    for (const [flags, field] of [
+      [{ maxWorkerSlots: "lots" }, "max-worker-slots"],
+      [{ maxWorkerSlots: "0" }, "max_worker_slots"],
+      [{ maxWorkerSlots: "1000001" }, "max_worker_slots"],
+      [{ maxWorkerPrefetch: "-1" }, "max_worker_prefetch"],
+      [{ maxWorkerPrefetch: "2.5" }, "max-worker-prefetch"],
+    ] as const) {
+      assert.throws(
+        () => nodeConfigFromFlags({ ...base, ...flags }, "nats://x"),
+        (e: unknown) => isKairosError(e, "invalid_argument") && e.field === field,
+        JSON.stringify(flags),
+      );
+    }
+  });
+});

@@ -17,6 +17,7 @@ import {
   countLeaseExpiry,
   countRetry,
   countBusRefusal,
+  countWorkerBench,
   metricsText,
   observeDispatchLag,
   observeSlotIdle,
@@ -75,6 +76,7 @@ describe("metrics", () => {
       [METRICS.logLinesDropped]: "counter",
       [METRICS.busRefusals]: "counter",
       [METRICS.slotIdle]: "histogram",
+      [METRICS.workerBenches]: "counter",
     };
     assert.equal(Object.keys(types).length, Object.keys(METRICS).length);
     for (const [name, type] of Object.entries(types))
@@ -92,10 +94,17 @@ describe("metrics", () => {
     startKvOp("update", "kairos_runs")();
     setForecastRunsDue([3, 0, 7]);
     countBusRefusal("nats_api", "not_an_inbox");
+    countBusRefusal("adverts", "inflated");
+    countWorkerBench();
     observeSlotIdle(0.0004);
     observeSlotIdle(3);
     const { body } = await metricsText();
     assert.equal(value(body, "kairos_slot_idle_seconds_count"), 2);
+    assert.equal(
+      value(body, 'kairos_bus_refusals_total{responder="adverts",reason="inflated"}'),
+      1,
+    );
+    assert.equal(value(body, "kairos_worker_benches_total"), 1);
     assert.equal(value(body, 'kairos_slot_idle_seconds_bucket{le="0.001"}'), 1);
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_count{tenant="tA"}'), 2);
     assert.equal(value(body, 'kairos_dispatch_lag_seconds_bucket{le="0.005",tenant="tA"}'), 1);

@@ -298,7 +298,7 @@ describe("job shell: dispatch", () => {
     assert.deepEqual(t.told, []);
   });
 
-  it("an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence", async () => {
+  it("an offer that times out tells the actor dispatch_failed for that fence; no other worker gets the fence; the silent worker is benched and the run offered again at once", async () => {
     const t = setup(async () => {
       throw new Error("TIMEOUT");
     });
@@ -310,11 +310,43 @@ describe("job shell: dispatch", () => {
       1,
       `the fence went to ${t.requests.map((r) => r.subject).join(", ")}`,
     );
-    assert.equal(t.told.length, 1);
-    const m = t.told[0] as { kind: string; run_id: string; fence: number };
-    assert.deepEqual(
-      { kind: m.kind, run_id: m.run_id, fence: m.fence },
+    const msgs = (t.told as { kind: string; run_id: string; fence: number }[]).map((m) => ({
+      kind: m.kind,
+      run_id: m.run_id,
+      fence: m.fence,
+    }));
+    assert.deepEqual(msgs, [
       { kind: "dispatch_failed", run_id: "r1", fence: 13 },
+      // Other workers have room: offered again now (a new fence), not at the redispatch timer.
+      { kind: "redispatch", run_id: "r1", fence: 13 },
+    ]);
+    const silent = t.requests[0]!.subject.split(".")[3]!;
+    assert.equal(t.workers.standing(silent).kind, "benched");
+    for (let i = 0; i < 12; i++) assert.notEqual(t.workers.pick(), silent, "benched: never picked");
+  });
+
+  it("an unanswered offer with no other worker with room waits for an advert with room", async () => {
+    const t = setup(async () => {
+      throw new Error("TIMEOUT");
+    });
+    for (const w of ["w1", "w2", "w3", "w4"])
+      t.workers.observe({ worker_id: w, slots: 4, free: w === "w1" ? 4 : 0, executor: "noop" });
+    const told = t.nextTell();
+    t.reg.performPost!([dispatchFx(14)], t.ctx(5));
+    await told;
+    assert.equal(t.requests[0]!.subject, workerSubject(CLUSTER, "w1", "start"));
+    assert.deepEqual(
+      (t.told as { kind: string }[]).map((m) => m.kind),
+      ["dispatch_failed"],
+    );
+    assert.equal(t.workers.roomWaiters, 1);
+    t.workers.observe({ worker_id: "w1", slots: 4, free: 4, executor: "noop" });
+    assert.equal(t.workers.roomWaiters, 1, "the benched worker's advert wakes nobody");
+    t.workers.observe({ worker_id: "w2", slots: 4, free: 1, executor: "noop" });
+    assert.equal(t.workers.roomWaiters, 0);
+    assert.deepEqual(
+      (t.told as { kind: string }[]).map((m) => m.kind),
+      ["dispatch_failed", "redispatch"],
     );
   });
 });
