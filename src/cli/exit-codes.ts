@@ -30,7 +30,7 @@ export const EXIT = {
   runFailed: 10,
   /** `runs wait`: the run ended `timed_out` (dead-lettered). */
   runTimedOut: 11,
-  /** `runs wait`: the run was `cancelled` (job paused or deleted, or replaced by overlap). */
+  /** `runs wait`: the run was `cancelled` (`runs cancel`, job paused or deleted, replaced by overlap). */
   runCancelled: 12,
   /** `runs wait`: the run never executed: `skipped` (overlap) or `missed` (misfire). */
   runNotRun: 13,

@@ -99,11 +99,16 @@ export function registerRunCommands(program: Command, ctx: CliContext): void {
         "shown in the run's reason after who cancelled it (1-200 characters)",
       ),
   ).action((runId: string, f: ApiFlags & { reason?: string }) =>
-    withApi(ctx, f, async (api) => {
-      const run = await api.cancelRun(runId, f.reason === undefined ? {} : { reason: f.reason });
-      if (f.json) return printJson(ctx, run);
-      ctx.io.out(formatRun(run));
-    }),
+    withApi(
+      ctx,
+      f,
+      async (api) => {
+        const run = await api.cancelRun(runId, f.reason === undefined ? {} : { reason: f.reason });
+        if (f.json) return printJson(ctx, run);
+        ctx.io.out(formatRun(run));
+      },
+      (field) => (field === "reason" ? "--reason" : undefined),
+    ),
   );
   waitOptions(
     apiOptions(

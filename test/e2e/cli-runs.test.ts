@@ -167,16 +167,16 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
   it("runs cancel: a running run ends cancelled with the reason (again: the same); an ended run exit 5", async () => {
     const jobId = await job("sleep 30");
     const id = await runNow(jobId);
-    await eventually(
-      async () => {
-        const r = await k(["runs", "get", id, "--json"]);
-        return json<Run>(r).status === "running" ? true : undefined;
-      },
-      30_000,
-      "the run running",
-    );
+    const waiting = startKairos(["runs", "wait", id], { env });
+    await waiting.waitErr(/: running attempt 1 on cli-r1/, 30_000, "the run running");
     const c = await k(["runs", "cancel", id, "--reason", "wrong input"]);
     ok(c);
+    const waited = await waiting.done;
+    assert.equal(waited.code, 12, `its waiter exits 12\n${waited.stderr}`);
+    assert.match(
+      waited.stderr,
+      /: cancelled attempt 1 — cancelled by request of API key k\S+: wrong input$/m,
+    );
     assert.match(c.stdout, /^status\s+cancelled$/m);
     assert.match(c.stdout, /^reason\s+cancelled by request of API key k\S+: wrong input$/m);
     const again = await k(["runs", "cancel", id, "--json"]);
@@ -189,7 +189,7 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     assert.match(refused.stderr, /code: conflict \(HTTP 409\)/);
     const bad = await k(["runs", "cancel", id, "--reason", ""]);
     assert.equal(bad.code, 2, bad.stderr);
-    assert.match(bad.stderr, /reason/);
+    assert.match(bad.stderr, /field: reason \(set with --reason\)/);
     assert.equal((await k(["runs", "cancel", "rnosuchrun"])).code, 4);
   });
 
@@ -255,6 +255,7 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
       ["list", "--dead-lettered"],
       ["get", ids[0]!],
       ["wait", ids[0]!],
+      ["cancel", ids[0]!],
     ]) {
       const r = await k(["runs", ...args], wrong);
       assert.equal(r.code, 3, `${args.join(" ")}: exit ${r.code}\n${r.stderr}`);
