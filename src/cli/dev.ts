@@ -5,7 +5,8 @@
  * -js` on a free loopback port with data under `.kairos/nats` (unless --nats/KAIROS_NATS_URL),
  * with fresh per-role users on every start and one pinned user per `--workers` id; then one node
  * with every role and a dev tenant. `.kairos/dev.json` records the URLs, credentials map, API key
- * and tenant for other commands; `.kairos/secret.key` is the `task.secret_env` key.
+ * and tenant for other commands; `.kairos/secret.key` is the `task.secret_env` key and
+ * `.kairos/run-token-keys.json` the key set that signs run tokens.
  *
  * Pitfalls: nats-server and dockerd run in their own process groups so the terminal's Ctrl-C
  * does not kill them under the node; Ctrl-C/SIGTERM stops the node, then nats-server, then
@@ -29,6 +30,7 @@ import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import { systemClock } from "../lib/clock.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { onShutdown, startProcess } from "./node.ts";
+import { newRunTokenKeysFile } from "./run-token-keys.ts";
 import { nodeConfigFromFlags, type NodeFlags, type ProcessFlags } from "./node-flags.ts";
 import {
   natsAuthOptions,
@@ -103,6 +105,10 @@ export function registerDevCommand(program: Command): void {
     .option(
       "--secret-key-file <path>",
       "the cluster key for task.secret_env (default: .kairos/secret.key, made on first start)",
+    )
+    .option(
+      "--run-token-keys <path>",
+      "the key set that signs KAIROS_RUN_TOKEN (default: .kairos/run-token-keys.json, made on first start)",
     )
     .option(
       "--drain-timeout-ms <ms>",
@@ -214,6 +220,10 @@ async function startDevNode(f: DevFlags, config: NodeConfig): Promise<DevProcess
   const withKey = {
     ...f,
     secretKeyFile: f.secretKeyFile ?? process.env["KAIROS_SECRET_KEY_FILE"] ?? ensureDevSecretKey(),
+    runTokenKeys:
+      f.runTokenKeys ??
+      process.env["KAIROS_RUN_TOKEN_KEYS_FILE"] ??
+      (await ensureDevRunTokenKeys()),
   };
   try {
     return await startProcess(
@@ -263,6 +273,12 @@ function announceDev(
   say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
   say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
   say("or   bin/kairos.mjs jobs list   (the CLI reads the API and key from that file)");
+}
+
+/** The dev cluster's run-token key set (`.kairos/run-token-keys.json`), made once. */
+async function ensureDevRunTokenKeys(): Promise<string> {
+  mkdirSync(stateDir(), { recursive: true });
+  return newRunTokenKeysFile(join(stateDir(), "run-token-keys.json"), true);
 }
 
 /** The dev cluster's secret key file (`.kairos/secret.key`), made once with 32 random bytes. */

@@ -132,6 +132,7 @@ export interface ProcessFlags {
   drainTimeoutMs?: string;
   noopDurationMs?: string;
   secretKeyFile?: string;
+  runTokenKeys?: string;
   keepRuns?: string;
   keepRunsDays?: string;
   /** `--no-nats-api` makes this false (commander's negated option). */

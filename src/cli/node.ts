@@ -8,6 +8,8 @@ import { type NodeConfig } from "../cluster/config.ts";
 import { detectExecutor, type ExecutorKind } from "../sandbox/index.ts";
 import { startKairos, type KairosProcess } from "../server/start.ts";
 import { natsAuthOptions, resolveNatsUrl } from "./dev-file.ts";
+import { readRunTokenKeysFile } from "./run-token-keys.ts";
+import { runTokenConfig, type RunTokenConfig } from "../secrets/run-token.ts";
 import {
   drainTimeoutFlag,
   imagePolicyFromFlag,
@@ -73,9 +75,22 @@ export async function chooseExecutor(
 }
 
 /**
- * The cluster secret key for `task.secret_env` from `--secret-key-file` (or KAIROS_SECRET_KEY_FILE):
- * a file holding 32 random bytes, base64 or hex (`openssl rand -base64 32 > key`). Read once, here.
+ * The run-token settings from `--run-token-keys` (or KAIROS_RUN_TOKEN_KEYS_FILE): the key set,
+ * read once, here; the issuer names the cluster. None: no run tokens (docs/security.md).
  */
+export function runTokensFromFlag(
+  path: string | undefined,
+  clusterName: string,
+): { runTokens?: RunTokenConfig } {
+  if (path === undefined || path === "") return {};
+  return {
+    runTokens: runTokenConfig({
+      keys: readRunTokenKeysFile(path),
+      issuer: `kairos:${clusterName}`,
+    }),
+  };
+}
+
 export async function startProcess(
   config: NodeConfig,
   f: ProcessFlags,
@@ -123,6 +138,10 @@ export async function startProcess(
       ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! }
       : {}),
     ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
+    ...runTokensFromFlag(
+      f.runTokenKeys ?? process.env["KAIROS_RUN_TOKEN_KEYS_FILE"],
+      config.clusterName,
+    ),
     apiHost: f.apiHost ?? "127.0.0.1",
     apiPort: int(f.apiPort, "api-port") ?? defaults.apiPort,
     job: {
@@ -292,6 +311,10 @@ function lifecycleOptions(c: Command): Command {
     .option(
       "--secret-key-file <path>",
       "api, scheduler: the cluster key that encrypts task.secret_env (32 bytes, base64 or hex; the same on every api and scheduler node; workers do not need it; env KAIROS_SECRET_KEY_FILE). Without it, jobs with secret_env are refused",
+    )
+    .option(
+      "--run-token-keys <path>",
+      "scheduler, api: the Ed25519 key set (JWK Set; `kairos run-token-keys new`) that signs each attempt's KAIROS_RUN_TOKEN (schedulers: the first key with its private part) and verifies it (API nodes, which publish /.well-known/jwks.json); workers do not need it; env KAIROS_RUN_TOKEN_KEYS_FILE. Without it, attempts get no token",
     )
     .option(
       "--drain-timeout-ms <ms>",

@@ -18,6 +18,7 @@ import { registerJobCommands } from "./jobs.ts";
 import { registerNatsAuthCommand } from "./nats-auth.ts";
 import { registerNodeCommand } from "./node.ts";
 import { registerRunCommands } from "./runs.ts";
+import { registerRunTokenKeysCommand } from "./run-token-keys.ts";
 
 export function buildProgram(ctx: CliContext): Command {
   const program = new Command("kairos")
@@ -33,6 +34,7 @@ export function buildProgram(ctx: CliContext): Command {
   registerClusterCommands(program);
   registerAdminCommands(program);
   registerNatsAuthCommand(program);
+  registerRunTokenKeysCommand(program);
   registerCompletionCommand(program, ctx);
   return program;
 }

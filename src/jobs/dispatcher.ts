@@ -4,15 +4,17 @@
  * acceptance comes back to the actor as `claimed`; a refusal or no answer within the offer
  * timeout as `dispatch_failed` (the core offers again later, under a new fence). A task with
  * `sealed_env` has its secrets opened into its env for that one offer (secret-env.ts); without
- * them the offer is not made (`dispatch_failed`).
+ * them the offer is not made (`dispatch_failed`). With a run-token issuer, each offer carries the
+ * attempt's `run_token` (src/secrets/run-token.ts), signed here: the worker never holds the key.
  *
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
  * room may have gone to another offer); a failed offer waits in the worker directory for the next
  * advert with room, which offers it again at once (`redispatch` under its fence) — at once if
  * the offer went unanswered and another worker has room, since a worker that leaves an offer
  * unanswered is benched (src/slots/worker-trust.ts); ownership is re-checked before
- * each request; only a task with secrets awaits anything before its offer, so offers keep their
- * timing. An injected fault (faults.ts, a simulation self-test) offers a fence to up to three.
+ * each request; only a task with secrets awaits a read before its offer, so offers keep their
+ * timing (a run token's signature is local work of tens of microseconds). An injected fault
+ * (faults.ts, a simulation self-test) offers a fence to up to three.
  */
 import type { ShellContext } from "../actors/host.ts";
 import type { Bus } from "../cluster/bus.ts";
@@ -27,6 +29,7 @@ import {
   type TaskInput,
 } from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
+import type { RunTokenIssuer } from "../secrets/run-token.ts";
 import type { WorkerDirectory } from "../slots/worker-directory.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
 import type { JobActorConfig, JobEffect } from "./job-types.ts";
@@ -50,6 +53,8 @@ export interface DispatchDeps {
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Opens `task.sealed_env` for an offer; none: such runs are not offered. */
   secrets?: SecretEnvStore;
+  /** Signs each offered attempt's run token; none: offers carry no token. */
+  runTokens?: RunTokenIssuer;
 }
 
 type DispatchEffect = Extract<JobEffect, { kind: "dispatch" }>;
@@ -76,12 +81,43 @@ async function offeredTask(
   }
 }
 
+/** The attempt's run token (undefined: no issuer; null: minting failed, logged). */
+async function runTokenOf(
+  deps: DispatchDeps,
+  tenantId: string,
+  jobId: string,
+  fx: DispatchEffect,
+): Promise<string | undefined | null> {
+  if (!deps.runTokens) return undefined;
+  try {
+    return await deps.runTokens.mint(
+      {
+        tenant: tenantId,
+        job: jobId,
+        run: fx.run_id,
+        attempt: fx.attempt,
+        fence: fx.fence,
+        startAtMs: fx.start_at_ms,
+        timeoutS: fx.task.timeout_s,
+      },
+      deps.clock.now(),
+    );
+  } catch (e) {
+    deps.log("error", "run token cannot be minted: the run is not offered", {
+      job: `${tenantId}.${jobId}`,
+      err: String(e),
+    });
+    return null;
+  }
+}
+
 function startRequest(
   cfg: JobActorConfig,
   clock: Clock,
   ctx: ShellContext,
   fx: DispatchEffect,
   task: TaskInput,
+  runToken: string | undefined,
 ): StartRequest {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   return {
@@ -97,6 +133,7 @@ function startRequest(
     lease_ttl_ms: cfg.leaseTtlMs,
     // The owner's clock, so a worker whose clock runs ahead does not start it early.
     owner_now_ms: clock.now(),
+    ...(runToken !== undefined ? { run_token: runToken } : {}),
   };
 }
 
@@ -174,6 +211,16 @@ export function makeDispatcher(
       });
       return;
     }
+    const runToken = await runTokenOf(deps, tenantId, jobId, fx);
+    if (runToken === null) {
+      ctx.tell({
+        kind: "dispatch_failed",
+        run_id: fx.run_id,
+        fence: fx.fence,
+        reason: "run token cannot be minted on this scheduler",
+      });
+      return;
+    }
     const tried = new Set<string>();
     let outcome: Awaited<ReturnType<typeof offerTo>> | undefined;
     // One fence, one worker. (A simulation's injected fault offers it to up to three.)
@@ -183,7 +230,7 @@ export function makeDispatcher(
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
-      const req = startRequest(cfg, deps.clock, ctx, fx, task);
+      const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken);
       outcome = await offerTo(cfg, deps, ctx, fx, worker, req);
       if (outcome === "accepted" || outcome === "stale") return;
     }

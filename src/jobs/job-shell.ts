@@ -25,6 +25,7 @@ import { deliverDeadLetter, type DeadLetterDeps } from "../notify/dead-letters.t
 import { splitJobActorId } from "../protocol/ids.ts";
 import { workerSubject } from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
+import type { RunTokenIssuer } from "../secrets/run-token.ts";
 import { SlotBroker } from "../slots/slot-broker.ts";
 import { makeDispatcher, type WorkerLink } from "./dispatcher.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
@@ -76,6 +77,8 @@ export interface JobShellDeps {
   deadLetters?: DeadLetterDeps;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
   secrets?: SecretEnvStore;
+  /** Mints each offered attempt's `KAIROS_RUN_TOKEN` (run-token.ts); none: no token. */
+  runTokens?: RunTokenIssuer;
 }
 
 function slotBroker(deps: JobShellDeps): SlotBroker {
@@ -102,7 +105,13 @@ function postPerformer(
   const { workers, clock, log } = deps;
   const dispatch = makeDispatcher(
     cfg,
-    { link: workers, clock, log, ...(deps.secrets ? { secrets: deps.secrets } : {}) },
+    {
+      link: workers,
+      clock,
+      log,
+      ...(deps.secrets ? { secrets: deps.secrets } : {}),
+      ...(deps.runTokens ? { runTokens: deps.runTokens } : {}),
+    },
     faults,
   );
   const probe = makeProber(cfg.leaseTtlMs, workers, clock);

@@ -125,7 +125,17 @@ export interface StartRequest {
    * Absent (an owner that predates it): the worker's own clock decides.
    */
   owner_now_ms?: number;
+  /**
+   * The attempt's run token (a JWT signed by the owner, src/secrets/run-token.ts), given to the
+   * task as `KAIROS_RUN_TOKEN`. Absent: the owner has no run-token key (or predates them).
+   */
+  run_token?: string;
 }
+
+/** Longest `run_token` a worker accepts in an offer (a token is about 600 characters). */
+export const MAX_RUN_TOKEN_CHARS = 2048;
+/** The shape of a compact JWS: three base64url parts. */
+export const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/;
 
 /**
  * How far before `start_at_ms`, by its owner's clock, a worker may start an attempt: the offer's

@@ -9,7 +9,7 @@ import { ENV_NAME, hasNul, isReservedEnvName } from "./task-rules.ts";
 
 /** The identity variables every attempt sees (delivery is at-least-once: customer code makes its side effects idempotent with them). */
 export function identityEnv(id: RunIdentity): Record<string, string> {
-  return {
+  const env: Record<string, string> = {
     KAIROS_RUN_ID: id.runId,
     KAIROS_ATTEMPT: String(id.attempt),
     KAIROS_JOB_ID: id.jobId,
@@ -17,6 +17,9 @@ export function identityEnv(id: RunIdentity): Record<string, string> {
     KAIROS_FENCE: String(id.fence),
     KAIROS_WORKER_ID: id.workerId,
   };
+  // The attempt's signed credential (docs/security.md, "Per-run credentials").
+  if (id.runToken !== undefined) env["KAIROS_RUN_TOKEN"] = id.runToken;
+  return env;
 }
 
 /** Upper bound on a task's own environment (entries), so one task cannot bloat a spawn/create call. */

@@ -38,6 +38,8 @@ export interface RunIdentity {
   workerId: string;
   /** The attempt's fence (the lease it runs under); a ledger of executions can tell offers apart by it. */
   fence: number;
+  /** The attempt's run token (a signed JWT), given to the task as KAIROS_RUN_TOKEN; absent: none. */
+  runToken?: string;
 }
 
 /** Why an attempt could not run at all (as opposed to ran and failed). */

@@ -26,6 +26,11 @@ import {
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
+import {
+  RunTokenVerifier,
+  type RunTokenConfig,
+  type RunTokenIssuer,
+} from "../secrets/run-token.ts";
 import { createApp, serveApi, type ApiServer } from "../http/index.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { createOpsApp, registerReadiness } from "../http/ops.ts";
@@ -93,6 +98,12 @@ export interface ProcessOptions {
    */
   secretKey?: Buffer;
   /**
+   * scheduler and api: the run-token settings (src/secrets/run-token.ts): schedulers sign each
+   * offered attempt's `KAIROS_RUN_TOKEN` with the current key, API nodes accept the token for its
+   * own run and job and publish the public keys. None: no tokens, API keys only.
+   */
+  runTokens?: RunTokenConfig;
+  /**
    * api: the internal NATS API (docs/nats-api.md; defaults in src/nats-api/config.ts: on, 64 KiB
    * payloads, 256 requests in flight). Its per-tenant rate defaults to `rateLimits`'.
    */
@@ -125,6 +136,8 @@ export interface SchedulerParts {
   outbox: DeadLetterOutbox;
   webhooks: WebhookSender;
   secrets: SecretEnvStore | undefined;
+  /** Mints each offered attempt's run token (none: attempts get no token). */
+  runTokens: RunTokenIssuer | undefined;
   setWebhookOf: (f: (tenantId: string) => Promise<WebhookTarget | undefined>) => void;
 }
 
@@ -230,6 +243,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       },
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
       ...(p.secrets ? { secrets: p.secrets } : {}),
+      ...(p.runTokens ? { runTokens: p.runTokens } : {}),
     }),
   );
   // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.
@@ -349,6 +363,7 @@ export async function serveApiRole(
     taskLimits: limits,
     ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}),
     ...(opts.rateLimits ? { rateLimits: opts.rateLimits } : {}),
+    ...(opts.runTokens ? { runTokens: new RunTokenVerifier(opts.runTokens) } : {}),
     logError: (err, req) => log.error({ err: String(err), ...req }, "api internal error"),
   });
   registerReadiness(app, a.ops); // /readyz for load balancers; /metrics only on the metrics listener

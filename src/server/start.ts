@@ -20,6 +20,7 @@ import { taskLimits as resolveTaskLimits } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
+import { RunTokenIssuer } from "../secrets/run-token.ts";
 import { type ApiServer } from "../http/index.ts";
 import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
@@ -95,6 +96,11 @@ export async function startKairos(
   const secrets = opts.secretKey
     ? new SecretEnvStore(opts.secretKey, () => node.buckets.tenants)
     : undefined;
+  // scheduler: the run tokens of offered attempts, signed with the current key (run-token.ts).
+  const runTokens =
+    opts.runTokens && config.roles.includes("scheduler")
+      ? await RunTokenIssuer.create(opts.runTokens)
+      : undefined;
   const parts = schedulerParts(node, {
     config,
     jobCfg,
@@ -104,6 +110,7 @@ export async function startKairos(
     runMetrics,
     webhooks,
     secrets,
+    runTokens,
   });
   const { outbox } = parts;
   node.onConnected((n) => registerSchedulerActors(n, parts));

@@ -105,6 +105,7 @@ export function newLease(
     workerId,
     fence: req.fence,
   };
+  if (req.run_token !== undefined) identity.runToken = req.run_token;
   return {
     req,
     task,

@@ -15,6 +15,8 @@ import { countBusRefusal } from "../metrics/index.ts";
 import { MAX_INSTANT_MS } from "../schedule/index.ts";
 import {
   workerSubject,
+  COMPACT_JWS,
+  MAX_RUN_TOKEN_CHARS,
   type CancelRequest,
   type ProbeReply,
   type ProbeRequest,
@@ -142,6 +144,19 @@ export class Offers {
       return {
         accepted: false,
         reason: "malformed offer: owner_now_ms must be a finite time (within ±8.64e15 ms)",
+      };
+    }
+    if (
+      req.run_token !== undefined &&
+      !(
+        typeof req.run_token === "string" &&
+        req.run_token.length <= MAX_RUN_TOKEN_CHARS &&
+        COMPACT_JWS.test(req.run_token)
+      )
+    ) {
+      return {
+        accepted: false,
+        reason: `malformed offer: run_token must be a compact JWS of at most ${MAX_RUN_TOKEN_CHARS} characters`,
       };
     }
     const k = attemptKey(req.run_id, req.attempt);

@@ -38,6 +38,7 @@ import type {
   TaskSpec,
 } from "../../../src/sandbox/types.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
+import { identityEnv } from "../../../src/sandbox/identity.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 import { GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
 import { ADVERT_GAP_MS } from "../../../src/worker/heartbeat.ts";
@@ -443,6 +444,35 @@ describe("worker: what the executor is given", () => {
         );
       }
       assert.equal(seq.filter((x) => x.startsWith("started")).length, 3, "one `started` each");
+      await t.worker.stop();
+    },
+  );
+});
+
+describe("worker: the run token of an offer", () => {
+  it(
+    "an offer's run_token reaches the executor's identity (and so KAIROS_RUN_TOKEN); a malformed one is refused",
+    T,
+    async () => {
+      const t = await setup();
+      const token = "eyJhbGciOiJFZERTQSJ9.eyJydW4iOiJyMSJ9.c2ln";
+      for (const bad of ["not a jws", `${"a".repeat(2100)}.b.c`, "a.b.c\nX=1", 42]) {
+        const r = await t.offer("r0", 1_000, undefined, undefined, {
+          run_token: bad as string,
+        });
+        assert.equal(r.accepted, false, `run_token ${String(bad).slice(0, 20)}`);
+        assert.match(String(r.reason), /malformed offer: run_token/);
+      }
+      assert.deepEqual(await t.offer("r1", 1_000, undefined, undefined, { run_token: token }), {
+        accepted: true,
+      });
+      assert.deepEqual(await t.offer("r2", 1_000), { accepted: true });
+      await t.runTo(T0 + 1_100);
+      const [g1, g2] = t.executor.given;
+      assert.equal(g1!.id.runToken, token);
+      assert.equal(identityEnv(g1!.id)["KAIROS_RUN_TOKEN"], token);
+      assert.equal(g2!.id.runToken, undefined);
+      assert.equal("KAIROS_RUN_TOKEN" in identityEnv(g2!.id), false);
       await t.worker.stop();
     },
   );
