@@ -1,6 +1,7 @@
 /**
- * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json), then for /v1/*
- * authentication (with throttled failures), the per-tenant rate limit and the body limit, then
+ * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json, the run-token keys at
+ * /.well-known/jwks.json), then for /v1/* authentication by API key or run token (with throttled
+ * failures), a run token's scope, the per-tenant rate limit and the body limit, then
  * the job and run routes (thin: the operations are src/app/operations.ts, shared with the
  * internal NATS API). Errors of every route are
  * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
@@ -8,10 +9,10 @@
  */
 import { Hono, type Context } from "hono";
 import { createOperations } from "../app/operations.ts";
-import type { JobsService, TenantDirectory } from "../protocol/service.ts";
+import type { JobsService, Tenant, TenantDirectory } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
-import { type ApiEnv, bearerAuth } from "./auth.ts";
+import { type ApiEnv, bearerAuth, runTokenScope } from "./auth.ts";
 import { DEFAULT_MAX_BODY_BYTES, limitBody } from "./body.ts";
 import { toHttpError } from "./errors.ts";
 import {
@@ -21,10 +22,12 @@ import {
   type RateLimitOptions,
 } from "./rate-limit.ts";
 import { openApiDocument } from "./openapi.ts";
+import { registerJwks } from "./jwks.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
 import { ALLOW_ANY_IMAGE, type ImagePolicy } from "../sandbox/image-policy.ts";
 import type { TaskLimits } from "../sandbox/task-rules.ts";
+import type { RunTokenVerifier } from "../secrets/run-token.ts";
 
 /** What the API needs. */
 export interface AppDeps {
@@ -44,6 +47,11 @@ export interface AppDeps {
   rateLimits?: Partial<RateLimitOptions>;
   /** The client's address for the failure throttle (default: the TCP peer of @hono/node-server). */
   clientAddress?: (c: Context) => string | undefined;
+  /**
+   * Run tokens (src/secrets/run-token.ts): accepted as a credential for reading their own run and
+   * job, and their public keys served at /.well-known/jwks.json. None: API keys only, no keys.
+   */
+  runTokens?: RunTokenVerifier;
   /** Receives errors that became a 500 (default: stderr). */
   logError?: (err: unknown, req: { method: string; path: string }) => void;
 }
@@ -71,6 +79,26 @@ function closeIfBodyUnread(c: Context): void {
   if (env?.incoming?.complete === false) c.header("Connection", "close");
 }
 
+/** How long a run token's tenant record is trusted without a read, and how many are kept. */
+const TOKEN_TENANT_TTL_MS = 5_000;
+const TOKEN_TENANT_CACHE_MAX = 10_000;
+
+/** Tenant records by id through a short, bounded cache (a task may poll its run). */
+function cachedTenants(
+  tenants: TenantDirectory,
+  nowMs: () => number,
+): (id: string) => Promise<Tenant | null> {
+  const cache = new Map<string, { t: Tenant | null; atMs: number }>();
+  return async (id) => {
+    const hit = cache.get(id);
+    if (hit && nowMs() - hit.atMs < TOKEN_TENANT_TTL_MS) return hit.t;
+    const t = await tenants.getTenant(id);
+    if (cache.size >= TOKEN_TENANT_CACHE_MAX) cache.clear();
+    cache.set(id, { t, atMs: nowMs() });
+    return t;
+  };
+}
+
 /** Builds the API application; serve it with `serveApi` or call `app.request()` in tests. */
 export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -93,6 +121,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
 
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
+  registerJwks(app, deps.runTokens);
 
   const limits = { ...DEFAULT_RATE_LIMITS, ...deps.rateLimits };
   const perTenant = new TokenBuckets(limits.tenantPerSecond, limits.tenantBurst);
@@ -100,11 +129,18 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const nowMs = () => deps.clock.monoMs();
   app.use(
     "/v1/*",
-    bearerAuth(deps.tenants, {
-      failures,
-      clientAddress: deps.clientAddress ?? socketAddress,
-      nowMs,
-    }),
+    bearerAuth(
+      deps.tenants,
+      { failures, clientAddress: deps.clientAddress ?? socketAddress, nowMs },
+      deps.runTokens
+        ? {
+            verifier: deps.runTokens,
+            tenant: cachedTenants(deps.tenants, nowMs),
+            nowMs: () => deps.clock.now(),
+          }
+        : undefined,
+    ),
+    runTokenScope(),
     async (c, next) => {
       const wait = perTenant.take(c.get("tenant").tenant_id, nowMs());
       if (wait > 0)

@@ -25,6 +25,7 @@ const STATUS: Partial<Record<ErrorCode, ContentfulStatusCode>> = {
   invalid_argument: 400,
   invalid_schedule: 400,
   unauthenticated: 401,
+  permission_denied: 403,
   not_found: 404,
   conflict: 409,
   precondition_failed: 412,

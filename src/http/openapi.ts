@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { RUN_STATUSES } from "../protocol/model.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
+import { JWKS_MAX_AGE_S } from "./jwks.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
 import { MAX_CANCEL_NOTE_CHARS } from "../app/cancel-body.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
@@ -49,7 +50,12 @@ const retryAfter: Json = { "Retry-After": { description: "seconds", schema: { ty
 const errors = (...codes: number[]): Json => {
   const all: Record<number, Json> = {
     400: errorResponse("invalid_argument: `error.field` names the offending input"),
-    401: errorResponse("unauthenticated: missing, invalid or revoked API key"),
+    401: errorResponse(
+      "unauthenticated: missing, invalid or revoked API key, or a refused run token (the message says why: expired, unknown key, bad signature…)",
+    ),
+    403: errorResponse(
+      "permission_denied: a run token used for anything but reading its own run and its own job",
+    ),
     404: errorResponse("not_found (also for another tenant's ids and malformed ids)"),
     409: errorResponse("conflict: e.g. Idempotency-Key reused with a different body"),
     412: errorResponse("precondition_failed: If-Match does not match the job's version"),
@@ -136,8 +142,50 @@ function servicePaths(): Json {
         responses: { "200": json({ type: "object" }, "OpenAPI 3.1 document") },
       },
     },
+    "/.well-known/jwks.json": {
+      get: {
+        summary:
+          "The public keys that verify run tokens (KAIROS_RUN_TOKEN), as a JWK Set: Ed25519 (OKP) keys with their kid; the current key and the earlier ones still verifying. Empty when the node has no run-token keys",
+        security: [],
+        responses: {
+          "200": json(
+            {
+              type: "object",
+              required: ["keys"],
+              properties: {
+                keys: {
+                  type: "array",
+                  items: {
+                    type: "object",
+                    required: ["kty", "crv", "kid", "x"],
+                    properties: {
+                      kty: { const: "OKP" },
+                      crv: { const: "Ed25519" },
+                      kid: { type: "string" },
+                      x: { type: "string", description: "the public key, base64url" },
+                      alg: { const: "EdDSA" },
+                      use: { const: "sig" },
+                    },
+                  },
+                },
+              },
+            },
+            "the JWK Set",
+            {
+              "Cache-Control": {
+                description: `public, max-age=${JWKS_MAX_AGE_S}`,
+                schema: { type: "string" },
+              },
+            },
+          ),
+        },
+      },
+    },
   };
 }
+
+/** Either credential: an API key, or the run token of this run or job. */
+const keyOrRunToken: Json[] = [{ bearer: [] }, { runToken: [] }];
 
 /** Jobs: create, list, get, change, delete. */
 function jobPaths(): Json {
@@ -175,9 +223,10 @@ function jobPaths(): Json {
     },
     "/v1/jobs/{job_id}": {
       get: {
-        summary: "Get a job (with next_runs)",
+        summary: "Get a job (with next_runs); also with the run token of one of its attempts",
         parameters: [jobId],
-        responses: { "200": json(ref("Job"), "the job", etag), ...errors(404) },
+        security: keyOrRunToken,
+        responses: { "200": json(ref("Job"), "the job", etag), ...errors(403, 404) },
       },
       patch: {
         summary: "Change a job: each top-level field sent replaces the job's field",
@@ -251,9 +300,10 @@ function runPaths(): Json {
     },
     "/v1/runs/{run_id}": {
       get: {
-        summary: "Get a run",
+        summary: "Get a run; also with the run token of one of its attempts",
         parameters: [runId],
-        responses: { "200": json(ref("Run"), "the run"), ...errors(404) },
+        security: keyOrRunToken,
+        responses: { "200": json(ref("Run"), "the run"), ...errors(403, 404) },
       },
     },
   };
@@ -318,6 +368,13 @@ export function openApiDocument(): Json {
           type: "http",
           scheme: "bearer",
           description: "API key from `kairos admin tenant create`",
+        },
+        runToken: {
+          type: "http",
+          scheme: "bearer",
+          bearerFormat: "JWT",
+          description:
+            "An attempt's KAIROS_RUN_TOKEN (EdDSA-signed JWT; keys at /.well-known/jwks.json): reads only its own run and its own job, until the attempt's deadline",
         },
       },
       schemas: {

@@ -427,6 +427,7 @@ describe("error mapping", () => {
     [new KairosError("unavailable", "nats down"), 503, "1"],
     [new KairosError("timeout", "slow"), 503, "1"],
     [new KairosError("invalid_schedule", "bad", { field: "schedule.cron" }), 400, null],
+    [new KairosError("permission_denied", "not yours"), 403, null],
   ];
   for (const [err, status, retryAfter] of cases) {
     it(`${err.code} → ${status}`, async () => {

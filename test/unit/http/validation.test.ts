@@ -569,6 +569,7 @@ describe("/openapi.json", () => {
       .sort();
     assert.deepEqual(routes, [
       "DELETE /v1/jobs/{job_id}",
+      "GET /.well-known/jwks.json",
       "GET /healthz",
       "GET /openapi.json",
       "GET /v1/jobs",
@@ -586,6 +587,13 @@ describe("/openapi.json", () => {
         type: "http",
         scheme: "bearer",
         description: "API key from `kairos admin tenant create`",
+      },
+      runToken: {
+        type: "http",
+        scheme: "bearer",
+        bearerFormat: "JWT",
+        description:
+          "An attempt's KAIROS_RUN_TOKEN (EdDSA-signed JWT; keys at /.well-known/jwks.json): reads only its own run and its own job, until the attempt's deadline",
       },
     });
     for (const id of [
