@@ -35,8 +35,11 @@
 #   nomad/jobs/kairos/scheduler : creds (<dir>/creds/scheduler.json from `kairos nats-auth <dir>
 #                                 --cluster <name>`), secret_key (the cluster key of
 #                                 task.secret_env: `openssl rand -base64 32`; the same for the life
-#                                 of the cluster)
-#   nomad/jobs/kairos/api       : creds (<dir>/creds/api.json), secret_key (the same key)
+#                                 of the cluster), run_token_keys (the key set that signs
+#                                 KAIROS_RUN_TOKEN: `kairos run-token-keys new <file>`)
+#   nomad/jobs/kairos/api       : creds (<dir>/creds/api.json), secret_key (the same key),
+#                                 run_token_keys (the public set is enough:
+#                                 `kairos run-token-keys public <file>`)
 #   nomad/jobs/kairos/worker    : one item per worker host, creds_worker-<Nomad node id> (the file
 #                                 <dir>/creds/worker-worker-<node id>.json that `kairos nats-auth
 #                                 … --workers worker-<node id>,…` writes: that worker's own user,
@@ -211,6 +214,7 @@ job "kairos" {
           KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
           KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
           KAIROS_SECRET_KEY_FILE={{ env "NOMAD_SECRETS_DIR" }}/secret.key
+          KAIROS_RUN_TOKEN_KEYS_FILE={{ env "NOMAD_SECRETS_DIR" }}/run-token-keys.json
           KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
         EOT
       }
@@ -223,6 +227,16 @@ job "kairos" {
         change_mode = "restart"
         data        = <<-EOT
           {{ with nomadVar "nomad/jobs/kairos/scheduler" }}{{ .secret_key }}{{ end }}
+        EOT
+      }
+
+      # The run-token key set (docs/security.md, "Per-run credentials"): schedulers sign with its first key; workers never hold it.
+      template {
+        destination = "secrets/run-token-keys.json"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos/scheduler" }}{{ .run_token_keys }}{{ end }}
         EOT
       }
 
@@ -371,6 +385,7 @@ job "kairos" {
           KAIROS_NATS_URL={{ range $i, $s := nomadService "kairos-nats" }}{{ if $i }},{{ end }}tls://{{ .Address }}:{{ .Port }}{{ end }}
           KAIROS_NATS_CREDS={{ env "NOMAD_SECRETS_DIR" }}/nats-creds.json
           KAIROS_SECRET_KEY_FILE={{ env "NOMAD_SECRETS_DIR" }}/secret.key
+          KAIROS_RUN_TOKEN_KEYS_FILE={{ env "NOMAD_SECRETS_DIR" }}/run-token-keys.json
           KAIROS_NATS_TLS_CA={{ env "NOMAD_SECRETS_DIR" }}/nats-ca.pem
         EOT
       }
@@ -383,6 +398,16 @@ job "kairos" {
         change_mode = "restart"
         data        = <<-EOT
           {{ with nomadVar "nomad/jobs/kairos/api" }}{{ .secret_key }}{{ end }}
+        EOT
+      }
+
+      # The run-token key set (docs/security.md, "Per-run credentials"): API nodes verify with it and publish /.well-known/jwks.json; workers never hold it.
+      template {
+        destination = "secrets/run-token-keys.json"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/kairos/api" }}{{ .run_token_keys }}{{ end }}
         EOT
       }
 

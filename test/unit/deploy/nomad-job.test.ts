@@ -80,6 +80,17 @@ describe("Nomad job: secrets per group", () => {
       );
   });
 
+  it("the worker group renders no run-token keys; scheduler and api do, from their own paths", () => {
+    assert.doesNotMatch(g.get("worker")!, /run_token_keys|RUN_TOKEN_KEYS/);
+    for (const name of ["scheduler", "api"]) {
+      assert.match(
+        g.get(name)!,
+        new RegExp(`nomadVar "nomad/jobs/kairos/${name}" \\}\\}\\{\\{ \\.run_token_keys \\}\\}`),
+      );
+      assert.match(g.get(name)!, /KAIROS_RUN_TOKEN_KEYS_FILE=/);
+    }
+  });
+
   it("scheduler and api never run on a worker host (raw_exec enabled there only)", () => {
     const offWorkerHosts =
       /constraint \{\s*attribute = "\$\{driver\.raw_exec\}"\s*operator\s*= "!="\s*value\s*= "1"\s*\}/;
