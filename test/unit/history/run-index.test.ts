@@ -185,6 +185,43 @@ function harness() {
   return h;
 }
 
+/**
+ * The set-up of the schedule-change cases: a job every minute that runs every occurrence (overlap
+ * `allow`, misfire `run_all`) under a 30 s look-ahead, created at 00:01 with its index a chunk full
+ * but one, then fired at 00:45 — so the 01:00 occurrence (`at60`) is prepared ahead and closes
+ * chunk 0. `fires` fires at each time in turn and collects the run records each decision writes.
+ */
+function preparedAhead() {
+  const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
+  const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
+  const spec: JobSpec = {
+    ...SPEC,
+    overlap: "allow",
+    misfire: { policy: "run_all", starting_deadline_s: null },
+  };
+  let state = def.receive(
+    emptyJobState(),
+    { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
+    ctx(T0 + 1000),
+  ).state;
+  // A chunk full but one: the prepared run closes it, so a second entry would land in the next.
+  const filler = Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`);
+  state = { ...state, index: { seq: 0, pending: filler } };
+  const at60 = runIdFor(JOB, T0 + MIN);
+  state = def.receive(state, { kind: "fire" }, ctx(T0 + 45_000)).state; // :60 prepared
+  const fires = (from: JobState, times: number[]): { state: JobState; written: string[] } => {
+    const written: string[] = [];
+    let s = from;
+    for (const at of times) {
+      const d = def.receive(s, { kind: "fire" }, ctx(at));
+      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
+      s = d.state;
+    }
+    return { state: s, written };
+  };
+  return { def, ctx, at60, state, fires };
+}
+
 const noDuplicates = (ids: string[]) =>
   assert.equal(new Set(ids).size, ids.length, "a run served twice");
 
@@ -285,45 +322,27 @@ describe("runs index: settled orphans", () => {
 
 describe("runs index: a schedule change over a run prepared ahead", () => {
   it("the cancelled prepared occurrence, called for again by the new schedule, is not fired or indexed again", () => {
-    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
-    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
-    const spec: JobSpec = {
-      ...SPEC,
-      overlap: "allow",
-      misfire: { policy: "run_all", starting_deadline_s: null },
-    };
-    let s = def.receive(
-      emptyJobState(),
-      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
-      ctx(T0 + 1000),
-    ).state;
-    // A chunk full but one: the prepared run closes it, so a second entry would land in the next.
-    const filler = Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`);
-    s = { ...s, index: { seq: 0, pending: filler } };
-    const ahead = runIdFor(JOB, T0 + MIN);
-    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state;
+    const { def, ctx, at60: ahead, state, fires } = preparedAhead();
     assert.ok(
-      s.runs.some((r) => r.run_id === ahead),
+      state.runs.some((r) => r.run_id === ahead),
       "prepared ahead by the look-ahead",
     );
-    assert.deepEqual(s.index, { seq: 1, pending: [] });
+    assert.deepEqual(state.index, { seq: 1, pending: [] });
     // Every 30 s: the new schedule calls for :60 again, and for nothing between now and it.
-    s = def.receive(
-      s,
+    const s = def.receive(
+      state,
       { kind: "patch", patch: { schedule: { cron: "*/30 * * * * *", time_zone: "UTC" } } },
       ctx(T0 + 46_000),
     ).state;
     assert.ok(!s.runs.some((r) => r.run_id === ahead), "cancelled: it was prepared, not started");
-    const written: string[] = [];
-    for (const at of [T0 + MIN, T0 + MIN + 30_000]) {
-      const d = def.receive(s, { kind: "fire" }, ctx(at));
-      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
-      s = d.state;
-    }
-    assert.ok(!written.includes(ahead), "its record stays cancelled");
-    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, ahead)), "indexed once, in chunk 0");
+    const fired = fires(s, [T0 + MIN, T0 + MIN + 30_000]);
+    assert.ok(!fired.written.includes(ahead), "its record stays cancelled");
     assert.ok(
-      s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
+      !fired.state.index!.pending.includes(runIdSuffix(JOB, ahead)),
+      "indexed once, in chunk 0",
+    );
+    assert.ok(
+      fired.state.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
       "the next runs",
     );
   });
@@ -331,81 +350,41 @@ describe("runs index: a schedule change over a run prepared ahead", () => {
 
 describe("runs index: two schedule changes over runs prepared ahead", () => {
   it("the first change's cancelled occurrence stays handled after a second change cancels one prepared between", () => {
-    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
-    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
-    const spec: JobSpec = {
-      ...SPEC,
-      overlap: "allow",
-      misfire: { policy: "run_all", starting_deadline_s: null },
-    };
+    const { def, ctx, at60, state, fires } = preparedAhead();
     const sched = (cron: string) => ({
       kind: "patch" as const,
       patch: { schedule: { cron, time_zone: "UTC" } },
     });
-    let s = def.receive(
-      emptyJobState(),
-      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
-      ctx(T0 + 1000),
-    ).state;
-    s = {
-      ...s,
-      index: { seq: 0, pending: Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`) },
-    };
-    const at60 = runIdFor(JOB, T0 + MIN);
-    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state; // :60 prepared
-    s = def.receive(s, sched("*/50 * * * * *"), ctx(T0 + 46_000)).state; // :60 cancelled
+    let s = def.receive(state, sched("*/50 * * * * *"), ctx(T0 + 46_000)).state; // :60 cancelled
     s = def.receive(s, { kind: "fire" }, ctx(T0 + 46_500)).state; // :50 prepared
     assert.ok(s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + 50_000)));
     s = def.receive(s, sched("*/30 * * * * *"), ctx(T0 + 47_000)).state; // :50 cancelled
-    const written: string[] = [];
-    for (const at of [T0 + 50_000, T0 + MIN, T0 + MIN + 30_000]) {
-      const d = def.receive(s, { kind: "fire" }, ctx(at));
-      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
-      s = d.state;
-    }
-    assert.ok(!written.includes(at60), ":60 stays cancelled");
-    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
-    assert.deepEqual(s.handled_ahead, undefined, "passed, and forgotten");
+    const fired = fires(s, [T0 + 50_000, T0 + MIN, T0 + MIN + 30_000]);
+    assert.ok(!fired.written.includes(at60), ":60 stays cancelled");
+    assert.ok(!fired.state.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
+    assert.deepEqual(fired.state.handled_ahead, undefined, "passed, and forgotten");
   });
 });
 
 describe("runs index: a run cancelled by hand, then a schedule change", () => {
   it("the cancelled prepared occurrence, called for again by the new schedule, is not fired or indexed again", () => {
-    const def = withRunIndex(makeJobActor({ ...CFG, lookaheadMs: 30_000 }));
-    const ctx = (nowMs: number) => ({ id: ACTOR, nowMs });
-    const spec: JobSpec = {
-      ...SPEC,
-      overlap: "allow",
-      misfire: { policy: "run_all", starting_deadline_s: null },
-    };
+    const { def, ctx, at60, state, fires } = preparedAhead();
     let s = def.receive(
-      emptyJobState(),
-      { kind: "create", tenant_id: TENANT, job_id: JOB, spec, request_hash: "h" },
-      ctx(T0 + 1000),
+      state,
+      { kind: "cancel", run_id: at60, by: "API key k1" },
+      ctx(T0 + 46_000),
     ).state;
-    s = {
-      ...s,
-      index: { seq: 0, pending: Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`) },
-    };
-    const at60 = runIdFor(JOB, T0 + MIN);
-    s = def.receive(s, { kind: "fire" }, ctx(T0 + 45_000)).state; // :60 prepared
-    s = def.receive(s, { kind: "cancel", run_id: at60, by: "API key k1" }, ctx(T0 + 46_000)).state;
     assert.ok(!s.runs.some((r) => r.run_id === at60), "cancelled by hand");
     s = def.receive(
       s,
       { kind: "patch", patch: { schedule: { cron: "*/30 * * * * *", time_zone: "UTC" } } },
       ctx(T0 + 47_000),
     ).state;
-    const written: string[] = [];
-    for (const at of [T0 + MIN, T0 + MIN + 30_000]) {
-      const d = def.receive(s, { kind: "fire" }, ctx(at));
-      for (const fx of d.pre ?? []) if (fx.kind === "put_run") written.push(fx.record.run_id);
-      s = d.state;
-    }
-    assert.ok(!written.includes(at60), ":60 stays cancelled");
-    assert.ok(!s.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
+    const fired = fires(s, [T0 + MIN, T0 + MIN + 30_000]);
+    assert.ok(!fired.written.includes(at60), ":60 stays cancelled");
+    assert.ok(!fired.state.index!.pending.includes(runIdSuffix(JOB, at60)), "indexed once");
     assert.ok(
-      s.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
+      fired.state.runs.some((r) => r.run_id === runIdFor(JOB, T0 + MIN + 30_000)),
       "the next runs",
     );
   });
