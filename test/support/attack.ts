@@ -4,13 +4,68 @@
  * first — the defence's own signal (a node event, a permission violation reported to the
  * attacker's connection) or the attack's effect on the cluster's state — and asserts it was the
  * defence. So the same test fails (with the effect it saw) when the defence is removed, instead of
- * merely timing out.
+ * merely timing out. The set-up every attack shares is here too: the victim tenant's record and
+ * the nodes, each started with its own identity's credentials.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
 import { PermissionViolationError } from "@nats-io/nats-core";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import type { EventBus } from "../../src/cluster/events.ts";
+import { openBuckets } from "../../src/cluster/buckets.ts";
+import { encode } from "../../src/cluster/codec.ts";
+import { makeNodeConfig, type Role } from "../../src/cluster/config.ts";
 import { metricsText, type BusRefusalReason, type BusResponder } from "../../src/metrics/index.ts";
+import type { Tenant } from "../../src/protocol/service.ts";
+import { startKairos, type KairosProcess, type ProcessOptions } from "../../src/server/start.ts";
+import { TENANT_DEFAULTS } from "../../src/tenants/directory.ts";
+import type { NatsFixture } from "./nats.ts";
+
+/**
+ * Writes the victim tenant `tenantId` (named `alpha`, default limits) into the `kairos` cluster's
+ * tenants bucket with `admin`, opening the buckets first as every node does (one replica).
+ */
+export async function putVictimTenant(admin: NatsConnection, tenantId: string): Promise<void> {
+  const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
+  const t: Tenant = {
+    tenant_id: tenantId,
+    name: "alpha",
+    created_at: "2026-01-01T00:00:00Z",
+    ...TENANT_DEFAULTS,
+  };
+  const w = await b.tenants.create(`t.${tenantId}`, encode(t));
+  if (!w.ok) throw new Error(`tenant ${tenantId} exists`);
+}
+
+/**
+ * Starts an in-process Kairos node of the `kairos` cluster on `nats` with its own identity's
+ * credentials (`nats.credsForNode`: a worker-only node its pinned `worker-<id>` user, any other
+ * node its role set's user), so the attack meets the permissions production runs with. The noop
+ * executor, one worker slot, the HTTP API on a free loopback port and no drain on stop, unless
+ * `opts` says otherwise.
+ */
+export function startAttackNode(
+  nats: NatsFixture,
+  node: { nodeId: string; roles: Role[]; partitions: number },
+  opts: Partial<ProcessOptions> = {},
+): Promise<KairosProcess> {
+  return startKairos(
+    makeNodeConfig({
+      natsUrl: nats.url,
+      natsAuth: { credsFile: nats.credsForNode(node.nodeId, node.roles) },
+      nodeId: node.nodeId,
+      roles: node.roles,
+      partitions: node.partitions,
+    }),
+    {
+      executor: "noop",
+      workerSlots: 1,
+      apiHost: "127.0.0.1",
+      apiPort: 0,
+      drainTimeoutMs: 0,
+      ...opts,
+    },
+  );
+}
 
 /** Resolves with the first node event matching `pred` (armed at the call: call before acting). */
 export function nextEvent<E extends NodeEvent>(

@@ -14,16 +14,14 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { encode } from "../../../src/cluster/codec.ts";
-import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
+import type { Role } from "../../../src/cluster/config.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
-import { openBuckets } from "../../../src/cluster/buckets.ts";
-import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
-import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
+import type { KairosProcess } from "../../../src/server/start.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { workerAdvertSubject, workerSubject } from "../../../src/protocol/worker.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
+import { putVictimTenant, startAttackNode } from "../../support/attack.ts";
 
 const TA = "tadvertaaaaaaaaaa";
 
@@ -38,31 +36,12 @@ describe("a worker advertising a billion slots", { timeout: 120_000 }, () => {
   before(async () => {
     nats = await startNats({ workers: ["w1", "w2"], services: [{ name: "alpha", tenantId: TA }] });
     admin = await nats.connect("attack-advert-admin");
-    const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    const t: Tenant = {
-      tenant_id: TA,
-      name: "alpha",
-      created_at: "2026-01-01T00:00:00Z",
-      ...TENANT_DEFAULTS,
-    };
-    await b.tenants.create(`t.${TA}`, encode(t));
+    await putVictimTenant(admin, TA);
     const start = (nodeId: string, roles: Role[]) =>
-      startKairos(
-        makeNodeConfig({
-          natsUrl: nats.url,
-          natsAuth: { credsFile: nats.credsForNode(nodeId, roles) },
-          nodeId,
-          roles,
-          partitions: 4,
-        }),
-        {
-          executor: "noop",
-          noopDurationMs: 100,
-          workerSlots: 4,
-          apiHost: "127.0.0.1",
-          apiPort: 0,
-          drainTimeoutMs: 0,
-        },
+      startAttackNode(
+        nats,
+        { nodeId, roles, partitions: 4 },
+        { noopDurationMs: 100, workerSlots: 4 },
       );
     procs.push(await start("adv-sched", ["api", "scheduler"]));
     procs.push(await start("w2", ["worker"]));

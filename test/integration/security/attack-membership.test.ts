@@ -14,11 +14,11 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { encode } from "../../../src/cluster/codec.ts";
-import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
+import type { Role } from "../../../src/cluster/config.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
-import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
+import type { KairosProcess } from "../../../src/server/start.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
-import { busRefusals, nextEvent } from "../../support/attack.ts";
+import { busRefusals, nextEvent, startAttackNode } from "../../support/attack.ts";
 
 const K = "kairos.kairos";
 
@@ -48,16 +48,7 @@ describe("malformed membership messages from a worker", { timeout: 120_000 }, ()
   before(async () => {
     nats = await startNats({ workers: ["w1", "w2"] });
     const start = (nodeId: string, roles: Role[]) =>
-      startKairos(
-        makeNodeConfig({
-          natsUrl: nats.url,
-          natsAuth: { credsFile: nats.credsForNode(nodeId, roles) },
-          nodeId,
-          roles,
-          partitions: 4,
-        }),
-        { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
-      );
+      startAttackNode(nats, { nodeId, roles, partitions: 4 });
     sched = await start("ms-sched", ["api", "scheduler"]);
     procs.push(sched);
     w1 = await start("w1", ["worker"]);

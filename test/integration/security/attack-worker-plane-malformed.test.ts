@@ -11,16 +11,13 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { decode, encode } from "../../../src/cluster/codec.ts";
-import { makeNodeConfig } from "../../../src/cluster/config.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
-import { openBuckets } from "../../../src/cluster/buckets.ts";
 import { workerPlaneSubject } from "../../../src/cluster/router.ts";
-import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
-import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
+import type { KairosProcess } from "../../../src/server/start.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
+import { putVictimTenant, startAttackNode } from "../../support/attack.ts";
 
 const TA = "twpmalformedaaaaa";
 
@@ -63,24 +60,12 @@ describe("malformed worker-plane requests from a worker", { timeout: 120_000 }, 
   before(async () => {
     nats = await startNats({ workers: ["w1"], services: [{ name: "alpha", tenantId: TA }] });
     admin = await nats.connect("attack-wpm-admin");
-    const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    const t: Tenant = {
-      tenant_id: TA,
-      name: "alpha",
-      created_at: "2026-01-01T00:00:00Z",
-      ...TENANT_DEFAULTS,
-    };
-    await b.tenants.create(`t.${TA}`, encode(t));
-    sched = await startKairos(
-      makeNodeConfig({
-        natsUrl: nats.url,
-        natsAuth: { credsFile: nats.credsFor(["api", "scheduler"]) },
-        nodeId: "wpm-sched",
-        roles: ["api", "scheduler"],
-        partitions: 1,
-      }),
-      { executor: "noop", workerSlots: 1, apiHost: "127.0.0.1", apiPort: 0, drainTimeoutMs: 0 },
-    );
+    await putVictimTenant(admin, TA);
+    sched = await startAttackNode(nats, {
+      nodeId: "wpm-sched",
+      roles: ["api", "scheduler"],
+      partitions: 1,
+    });
     svc = await nats.connectService("alpha");
     api = new NatsApiClient(svc, { cluster: "kairos", tenantId: TA });
     attacker = await connectNats({

@@ -16,17 +16,14 @@ import { systemClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
-import { makeNodeConfig } from "../../../src/cluster/config.ts";
+import type { Role } from "../../../src/cluster/config.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { ActorRouter, workerPlaneSubject } from "../../../src/cluster/router.ts";
-import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
-import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
+import type { KairosProcess } from "../../../src/server/start.ts";
 import { JOB_ACTOR, jobActorId } from "../../../src/protocol/ids.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
-import { openBuckets } from "../../../src/cluster/buckets.ts";
 import { workerAdvertSubject } from "../../../src/protocol/worker.ts";
 import { headers } from "@nats-io/nats-core";
 import { REQUEST_INFO_HEADER } from "../../../src/cluster/reply-guard.ts";
@@ -34,7 +31,13 @@ import { WORKERS_ACCOUNT } from "../../../src/cluster/nats-accounts.ts";
 import { inboxPrefixFor, pinnedWorkerUser } from "../../../src/cluster/nats-permissions.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
-import { defended, nextEvent, nextPermissionError } from "../../support/attack.ts";
+import {
+  defended,
+  nextEvent,
+  nextPermissionError,
+  putVictimTenant,
+  startAttackNode,
+} from "../../support/attack.ts";
 
 const TA = "tworkattackaaaaaa";
 const PARTITIONS = 4;
@@ -59,36 +62,13 @@ describe("attacks with a worker's credentials", { timeout: 180_000 }, () => {
       wideOpenWorkers: ["w9"],
     });
     admin = await nats.connect("attack-worker-admin");
-    const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    const t: Tenant = {
-      tenant_id: TA,
-      name: "alpha",
-      created_at: "2026-01-01T00:00:00Z",
-      ...TENANT_DEFAULTS,
-    };
-    await b.tenants.create(`t.${TA}`, encode(t));
-    const start = (nodeId: string, roles: ("api" | "scheduler" | "worker")[], credsFile: string) =>
-      startKairos(
-        makeNodeConfig({
-          natsUrl: nats.url,
-          natsAuth: { credsFile },
-          nodeId,
-          roles,
-          partitions: PARTITIONS,
-        }),
-        // The victim's attempt runs ten minutes: it is running throughout the attacks.
-        {
-          executor: "noop",
-          noopDurationMs: 600_000,
-          workerSlots: 1,
-          apiHost: "127.0.0.1",
-          apiPort: 0,
-          drainTimeoutMs: 0,
-        },
-      );
-    sched = await start("wa-sched", ["api", "scheduler"], nats.credsFor(["api", "scheduler"]));
+    await putVictimTenant(admin, TA);
+    // The victim's attempt runs ten minutes: it is running throughout the attacks.
+    const start = (nodeId: string, roles: Role[]) =>
+      startAttackNode(nats, { nodeId, roles, partitions: PARTITIONS }, { noopDurationMs: 600_000 });
+    sched = await start("wa-sched", ["api", "scheduler"]);
     procs.push(sched);
-    procs.push(await start("w2", ["worker"], nats.auth.credsForWorker("w2")));
+    procs.push(await start("w2", ["worker"]));
     svc = await nats.connectService("alpha");
     api = new NatsApiClient(svc, { cluster: "kairos", tenantId: TA });
     const { job } = await api.createJob({
