@@ -25,9 +25,9 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { NatsApiClient } from "../../src/client/nats-api-client.ts";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import {
-  apiClient,
   eventually,
   startKairosFixture,
+  tenantAccess,
   type Api,
   type KairosFixture,
 } from "../support/kairos.ts";
@@ -37,6 +37,8 @@ import { ensureTestImage, TEST_IMAGE } from "../support/docker-image.ts";
 
 const TA = "tcancelaaaaaaaaaa";
 const TB = "tcancelbbbbbbbbbb";
+const ALPHA = { name: "alpha", tenantId: TA };
+const BETA = { name: "beta", tenantId: TB };
 const DOCKER = process.env["KAIROS_DOCKER"] === "1" || process.env["KAIROS_REQUIRE_DOCKER"] === "1";
 const IMAGE = DOCKER ? TEST_IMAGE : "busybox";
 
@@ -64,14 +66,7 @@ describe("cancel a run end to end", { timeout: 300_000 }, () => {
 
   before(async () => {
     if (DOCKER) await ensureTestImage();
-    fx = await startKairosFixture({
-      nats: {
-        services: [
-          { name: "alpha", tenantId: TA },
-          { name: "beta", tenantId: TB },
-        ],
-      },
-    });
+    fx = await startKairosFixture({ nats: { services: [ALPHA, BETA] } });
     const node = fx.spawn("api-1", "api,scheduler");
     const url = await fx.apiUrl(node);
     await node.waitFor(
@@ -79,22 +74,16 @@ describe("cancel a run end to end", { timeout: 300_000 }, () => {
       30_000,
       "nats api listening",
     );
-    const a = await fx.putTenant(TA, "alpha");
-    const b = await fx.putTenant(TB, "beta");
+    ({ rest: restA, nc: ncA, nats: natsA } = await tenantAccess(fx, url, ALPHA));
+    ({ rest: restB, nc: ncB, nats: natsB } = await tenantAccess(fx, url, BETA));
     // One run at a time for A: a second one waits for its slot.
     await fx.tenants.setQuota(TA, { max_concurrent_runs: 1 });
-    restA = apiClient(url, a.api_key);
-    restB = apiClient(url, b.api_key);
     worker = fx.spawn("w1", "worker", [
       "--slots",
       "4",
       ...(DOCKER ? ["--executor", "docker"] : []),
     ]);
     await worker.waitFor((e) => e.type === "node_started", 30_000, "w1 started");
-    ncA = await fx.nats.connectService("alpha");
-    ncB = await fx.nats.connectService("beta");
-    natsA = new NatsApiClient(ncA, { cluster: "kairos", tenantId: TA });
-    natsB = new NatsApiClient(ncB, { cluster: "kairos", tenantId: TB });
   });
   after(async () => {
     await ncA?.close();

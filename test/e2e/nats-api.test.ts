@@ -13,9 +13,9 @@ import { NatsApiClient, NatsApiError } from "../../src/client/nats-api-client.ts
 import { apiSubject } from "../../src/nats-api/subjects.ts";
 import type { ApiReply } from "../../src/nats-api/wire.ts";
 import {
-  apiClient,
   eventually,
   startKairosFixture,
+  tenantAccess,
   type Api,
   type KairosFixture,
 } from "../support/kairos.ts";
@@ -24,6 +24,8 @@ import { rejectsWith } from "../support/errors.ts";
 // Service users name their tenant in their permissions, so the ids are fixed before the server starts.
 const TA = "tnatsapiaaaaaaaaa";
 const TB = "tnatsapibbbbbbbbb";
+const ALPHA = { name: "alpha", tenantId: TA };
+const BETA = { name: "beta", tenantId: TB };
 
 const sh = (script: string, timeout_s = 10) => ({
   image: "busybox",
@@ -66,14 +68,7 @@ describe(
     let restA: Api;
 
     before(async () => {
-      fx = await startKairosFixture({
-        nats: {
-          services: [
-            { name: "alpha", tenantId: TA },
-            { name: "beta", tenantId: TB },
-          ],
-        },
-      });
+      fx = await startKairosFixture({ nats: { services: [ALPHA, BETA] } });
       const node = fx.spawn("natsapi-1", "api,scheduler,worker", ["--slots", "4"]);
       const url = await fx.apiUrl(node);
       await node.waitFor(
@@ -81,13 +76,8 @@ describe(
         30_000,
         "nats api listening",
       );
-      const a = await fx.putTenant(TA, "alpha");
-      await fx.putTenant(TB, "beta");
-      restA = apiClient(url, a.api_key);
-      ncA = await fx.nats.connectService("alpha");
-      ncB = await fx.nats.connectService("beta");
-      apiA = new NatsApiClient(ncA, { cluster: "kairos", tenantId: TA });
-      apiB = new NatsApiClient(ncB, { cluster: "kairos", tenantId: TB });
+      ({ rest: restA, nc: ncA, nats: apiA } = await tenantAccess(fx, url, ALPHA));
+      ({ nc: ncB, nats: apiB } = await tenantAccess(fx, url, BETA));
     });
     after(async () => {
       await ncA?.close();

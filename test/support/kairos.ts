@@ -1,8 +1,11 @@
 /**
  * End-to-end fixture: a real nats-server and real `kairos node` processes (process executor),
- * a tenant with an API key created through the real tenant directory, and a small HTTP client.
+ * a tenant with an API key created through the real tenant directory, and a small HTTP client;
+ * `tenantAccess` reaches such a tenant both ways, REST and the internal NATS API.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
+import { NatsApiClient } from "../../src/client/nats-api-client.ts";
+import type { ServiceIdentity } from "../../src/dev/nats-auth-files.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
@@ -137,6 +140,37 @@ export async function startKairosFixture(
     },
   };
   return fx;
+}
+
+/** A tenant reachable both ways: REST with its API key, the internal NATS API as its service. */
+export interface TenantAccess {
+  readonly tenant_id: string;
+  /** REST on the API node, with the tenant's API key. */
+  readonly rest: Api;
+  /** The connection as the service user `service-<name>` (the caller closes it). */
+  readonly nc: NatsConnection;
+  /** The internal NATS API over `nc`, on the tenant's own subjects. */
+  readonly nats: NatsApiClient;
+}
+
+/**
+ * Writes the tenant of `service` (named as the service) with an API key, and connects as its
+ * service user. The fixture must have been started with that service in `nats.services`: a service
+ * user's permissions name its tenant, so the id is fixed before the server starts.
+ */
+export async function tenantAccess(
+  fx: KairosFixture,
+  apiUrl: string,
+  service: ServiceIdentity,
+): Promise<TenantAccess> {
+  const t = await fx.putTenant(service.tenantId, service.name);
+  const nc = await fx.nats.connectService(service.name);
+  return {
+    tenant_id: t.tenant_id,
+    rest: apiClient(apiUrl, t.api_key),
+    nc,
+    nats: new NatsApiClient(nc, { cluster: "kairos", tenantId: t.tenant_id }),
+  };
 }
 
 /** Polls `fn` until it returns a value (not undefined); the poll only re-reads state over HTTP. */
