@@ -3,8 +3,9 @@
  * routes (src/http/routes/) and the internal NATS API (src/nats-api/). Each takes the caller's
  * tenant — resolved by the transport from its credentials (an API key, a NATS identity), never
  * from the request — and the request's inputs in their raw form, validates them with the one set
- * of parsers and schemas (src/http/params.ts, src/http/schemas.ts), checks the image policy and
- * the cluster's per-task maxima (so a job is never created that no worker would run), and
+ * of parsers and schemas (src/http/params.ts, src/http/schemas.ts), checks the image policy, the
+ * cluster's per-task maxima (so a job is never created that no worker would run) and, for
+ * `network: "egress"`, that the tenant has an egress policy, and
  * calls the jobs service. Results are plain values; failures are `KairosError`s with catalogue
  * codes, which each transport renders in its own envelope (HTTP: errors.ts; NATS: nats-api/wire.ts).
  *
@@ -15,6 +16,7 @@
 import type { JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
 import type { JobsService, Tenant } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
+import { KairosError } from "../lib/errors.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
 import {
   DEFAULT_TASK_LIMITS,
@@ -101,8 +103,9 @@ export interface Operations {
 
 /**
  * Throws unless a worker would run `task` for this tenant: its image is a reference the tenant's
- * policy allows (400 / 422 `policy_denied`) and its resources are within the cluster's per-task
- * maxima (422 `policy_denied`). The schema has already applied the rest of the worker's rules
+ * policy allows (400 / 422 `policy_denied`), its resources are within the cluster's per-task
+ * maxima (422 `policy_denied`), and it asks for egress only if the tenant has an egress policy
+ * (422 `policy_denied`). The schema has already applied the rest of the worker's rules
  * (environment names, NUL bytes: src/sandbox/task-rules.ts).
  */
 function checkTask(tenant: Tenant, deps: OperationDeps, task: TaskInput): void {
@@ -111,8 +114,19 @@ function checkTask(tenant: Tenant, deps: OperationDeps, task: TaskInput): void {
     : deps.imagePolicy;
   const denied =
     checkImage(policy, task.image) ??
-    resourcesAboveLimits(task.resources, deps.taskLimits ?? DEFAULT_TASK_LIMITS);
+    resourcesAboveLimits(task.resources, deps.taskLimits ?? DEFAULT_TASK_LIMITS) ??
+    egressDenied(tenant, task);
   if (denied) throw denied;
+}
+
+/** `egress` for a tenant without an egress policy: 422 `policy_denied` on `task.network`. */
+function egressDenied(tenant: Tenant, task: TaskInput): KairosError | undefined {
+  if (task.network !== "egress" || (tenant.egress_policy?.length ?? 0) > 0) return undefined;
+  return new KairosError(
+    "policy_denied",
+    "task.network: egress is not allowed for this tenant (it has no egress policy; an operator sets one with `kairos admin tenant egress`)",
+    { field: "task.network" },
+  );
 }
 
 /** `{limit, cursor?}` from raw paging inputs. */

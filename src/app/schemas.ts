@@ -24,6 +24,7 @@ import {
   type ScheduleInput,
   type TaskInput,
 } from "../protocol/model.ts";
+import { TASK_NETWORKS } from "../protocol/worker.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { assertFuture, compileSchedule } from "../schedule/index.ts";
 import { invalid, show } from "./input.ts";
@@ -170,6 +171,10 @@ const TaskFields = {
   env: envSchema.default({}),
   timeout_s: intIn(1, LIMITS.timeoutS),
   resources: resourcesSchema.optional(),
+  network: z.enum(TASK_NETWORKS).default("none").meta({
+    description:
+      "none: no network at all. egress: the task reaches the destinations of its tenant's egress policy through the worker's egress proxy (HTTP_PROXY/HTTPS_PROXY are set for it), and nothing else; 422 policy_denied when the tenant has no egress policy",
+  }),
 };
 
 /** The task: what runs, for how long. */
@@ -196,6 +201,10 @@ export const TaskSchema = z
 /** The task as responses show it: secret names, never secret values. */
 export const TaskViewSchema = z.strictObject({
   ...TaskFields,
+  network: z
+    .enum(TASK_NETWORKS)
+    .optional()
+    .meta({ description: "egress when the task asked for it; absent: none (no network)" }),
   secret_env_names: z
     .array(z.string())
     .optional()
@@ -326,6 +335,7 @@ function toTask(t: ParsedTask): TaskInput {
     if (t.resources.pids !== undefined) r.pids = t.resources.pids;
     task.resources = r;
   }
+  if (t.network === "egress") task.network = "egress";
   return task;
 }
 

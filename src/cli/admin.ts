@@ -2,6 +2,7 @@
  * `kairos admin`: tenants and API keys.
  *   tenant create <name> | get <id> | quota <id> [--max-concurrent N] [--max-jobs N] [--weight W]
  *   tenant images <id> [entries...] [--clear]       the images the tenant may name (CAS)
+ *   tenant egress <id> [destinations...] [--clear]  where its egress tasks may connect (CAS)
  *   key create <tenant_id> | revoke <key_id>        a revoked key works up to the API's
  *                                                   authentication cache TTL (5 s) longer
  *   forecast [--hours H] [--json]                   runs due per minute, per tenant (forecast.ts)
@@ -126,6 +127,7 @@ export function registerAdminCommands(program: Command): void {
   const tenant = admin.command("tenant").description("tenants");
   registerTenantCreateAndGet(tenant);
   registerTenantSettings(tenant);
+  registerTenantEgress(tenant);
   registerForecastCommand(admin);
   registerKeyCommands(admin);
   registerServiceCommands(admin);
@@ -181,6 +183,9 @@ function registerTenantCreateAndGet(tenant: Command): void {
       console.log(`webhook             ${r.webhook_url ?? "none"}`);
       console.log(
         `image policy        ${r.image_policy?.join(" ") ?? "the operator's default (kairos node --image-policy)"}`,
+      );
+      console.log(
+        `egress policy       ${r.egress_policy?.join(" ") ?? "none (tasks may not ask for network egress)"}`,
       );
     });
 }
@@ -258,6 +263,41 @@ function registerTenantSettings(tenant: Command): void {
             "Verify Kairos-Signature: t=<unix s>,v1=hex(HMAC-SHA256(secret, `${t}.${body}`)). The secret is shown only once.",
           );
         }
+      },
+    );
+}
+
+/** `kairos admin tenant egress`: where the tenant's egress tasks may connect. */
+function registerTenantEgress(tenant: Command): void {
+  common(tenant.command("egress <tenant_id> [destinations...]"))
+    .description(
+      'set where the tenant\'s tasks with network "egress" may connect: host[:port] or *.domain[:port] (no port: 80 and 443; docs/security.md); --clear: no egress',
+    )
+    .option("--clear", "remove the tenant's egress policy (its tasks may not ask for egress)")
+    .option("--json", "print the updated tenant record")
+    .action(
+      async (tenantId: string, destinations: string[], f: AdminFlags & { clear?: boolean }) => {
+        if (f.clear === true && destinations.length > 0)
+          throw new KairosError("invalid_argument", "give destinations or --clear, not both", {
+            field: "destinations",
+          });
+        if (!f.clear && destinations.length === 0)
+          throw new KairosError("invalid_argument", "give at least one destination, or --clear", {
+            field: "destinations",
+          });
+        const t = publicTenant(
+          await withDirectory(f, (dir) =>
+            dir.setEgressPolicy(tenantId, f.clear ? null : destinations),
+          ),
+        );
+        if (f.json) {
+          console.log(JSON.stringify(t));
+          return;
+        }
+        console.log(`tenant ${t.tenant_id}: egress policy ${t.egress_policy?.join(" ") ?? "none"}`);
+        console.error(
+          "Creates and patches are checked within 5 s; offers of every egress job carry the new policy within 10 s.",
+        );
       },
     );
 }

@@ -32,6 +32,7 @@ export interface JobSpecFlags {
   memory?: string;
   cpus?: string;
   pids?: string;
+  network?: string;
   maxAttempts?: string;
   backoff?: string;
   backoffBase?: string;
@@ -75,6 +76,10 @@ export function jobSpecOptions(cmd: Command, mode: "create" | "edit"): Command {
     .option("--memory <mb>", "memory limit in MiB (task.resources.memory_mb)")
     .option("--cpus <n>", "CPU limit (task.resources.cpus)")
     .option("--pids <n>", "process limit (task.resources.pids)")
+    .option(
+      "--network <mode>",
+      "none (no network) or egress (through the worker's proxy, to the tenant's egress policy) (task.network)",
+    )
     .option("--max-attempts <n>", "attempts per run, 1 = no retry (retry.max_attempts)")
     .addOption(new Option("--backoff <kind>", "retry backoff (retry.backoff)").choices(BACKOFFS))
     .option("--backoff-base <seconds>", "first retry wait (retry.base_s)")
@@ -178,6 +183,7 @@ function taskOf(f: JobSpecFlags, args: readonly string[], base: Obj): Obj | unde
     f.env !== undefined ||
     f.unsetEnv !== undefined ||
     f.timeout !== undefined ||
+    f.network !== undefined ||
     Object.values(res).some((v) => v !== undefined);
   if (!touched) return undefined;
   if (f.command !== undefined && args.length > 0)
@@ -194,6 +200,7 @@ function taskOf(f: JobSpecFlags, args: readonly string[], base: Obj): Obj | unde
         : undefined,
   );
   put(task, "timeout_s", num(f.timeout, "--timeout"));
+  put(task, "network", f.network);
   if (f.env !== undefined || f.unsetEnv !== undefined) {
     const env: Obj = {
       ...(isObj(task["env"]) ? task["env"] : {}),
@@ -307,6 +314,7 @@ const FLAGS: readonly (readonly [RegExp, keyof JobSpecFlags, string])[] = [
   [/^task\.resources\.memory_mb$/, "memory", "--memory"],
   [/^task\.resources\.cpus$/, "cpus", "--cpus"],
   [/^task\.resources\.pids$/, "pids", "--pids"],
+  [/^task\.network$/, "network", "--network"],
   [/^retry\.max_attempts$/, "maxAttempts", "--max-attempts"],
   [/^retry\.backoff$/, "backoff", "--backoff"],
   [/^retry\.base_s$/, "backoffBase", "--backoff-base"],

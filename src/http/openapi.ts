@@ -61,7 +61,7 @@ const errors = (...codes: number[]): Json => {
     412: errorResponse("precondition_failed: If-Match does not match the job's version"),
     413: errorResponse(`payload_too_large: body over ${DEFAULT_MAX_BODY_BYTES} bytes`),
     422: errorResponse(
-      "quota_exceeded (e.g. the tenant's max_jobs) or policy_denied: task.image outside the tenant's image policy (or a registry on a loopback/private address it does not name), or task.resources above the cluster's per-task maxima; `error.field` names it",
+      "quota_exceeded (e.g. the tenant's max_jobs) or policy_denied: task.image outside the tenant's image policy (or a registry on a loopback/private address it does not name), task.resources above the cluster's per-task maxima, or task.network egress for a tenant without an egress policy; `error.field` names it",
     ),
   };
   const out: Json = {};

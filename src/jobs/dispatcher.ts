@@ -13,7 +13,9 @@
  * the offer went unanswered and another worker has room, since a worker that leaves an offer
  * unanswered is benched (src/slots/worker-trust.ts); ownership is re-checked before
  * each request; only a task with secrets awaits a read before its offer, so offers keep their
- * timing (a run token's signature is local work of tens of microseconds). An injected fault
+ * timing (a run token's signature is local work of tens of microseconds). An egress task's offer
+ * carries its tenant's egress policy as read now (`egress`), so a narrowed or cleared policy holds
+ * from the next attempt on; it too is read only for such a task. An injected fault
  * (faults.ts, a simulation self-test) offers a fence to up to three.
  */
 import type { ShellContext } from "../actors/host.ts";
@@ -55,6 +57,11 @@ export interface DispatchDeps {
   secrets?: SecretEnvStore;
   /** Signs each offered attempt's run token; none: offers carry no token. */
   runTokens?: RunTokenIssuer;
+  /**
+   * The tenant's egress policy now (null: none), read for each offer of a task with
+   * `network: "egress"`; absent: such offers carry an empty policy (the attempt reaches nothing).
+   */
+  egressPolicy?: (tenantId: string) => Promise<readonly string[] | null>;
 }
 
 type DispatchEffect = Extract<JobEffect, { kind: "dispatch" }>;
@@ -75,6 +82,25 @@ async function offeredTask(
   } catch (e) {
     deps.log("error", "secret_env cannot be opened: the run is not offered", {
       job: `${tenantId}.${jobId}`,
+      err: String(e),
+    });
+    return null;
+  }
+}
+
+/** The egress policy an offer of `task` carries (undefined: not an egress task; null: unreadable, logged). */
+async function egressOf(
+  deps: DispatchDeps,
+  tenantId: string,
+  task: TaskInput,
+): Promise<string[] | undefined | null> {
+  if (task.network !== "egress") return undefined;
+  if (!deps.egressPolicy) return [];
+  try {
+    return [...((await deps.egressPolicy(tenantId)) ?? [])];
+  } catch (e) {
+    deps.log("warn", "egress policy cannot be read: the run is not offered now", {
+      tenant: tenantId,
       err: String(e),
     });
     return null;
@@ -118,6 +144,7 @@ function startRequest(
   fx: DispatchEffect,
   task: TaskInput,
   runToken: string | undefined,
+  egress: string[] | undefined,
 ): StartRequest {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   return {
@@ -134,6 +161,7 @@ function startRequest(
     // The owner's clock, so a worker whose clock runs ahead does not start it early.
     owner_now_ms: clock.now(),
     ...(runToken !== undefined ? { run_token: runToken } : {}),
+    ...(egress !== undefined ? { egress } : {}),
   };
 }
 
@@ -221,6 +249,18 @@ export function makeDispatcher(
       });
       return;
     }
+    // Only an egress task waits for its tenant's policy (cached by the node: start-roles.ts).
+    const egress =
+      fx.task.network === "egress" ? await egressOf(deps, tenantId, fx.task) : undefined;
+    if (egress === null) {
+      ctx.tell({
+        kind: "dispatch_failed",
+        run_id: fx.run_id,
+        fence: fx.fence,
+        reason: "the tenant's egress policy cannot be read",
+      });
+      return;
+    }
     const tried = new Set<string>();
     let outcome: Awaited<ReturnType<typeof offerTo>> | undefined;
     // One fence, one worker. (A simulation's injected fault offers it to up to three.)
@@ -230,7 +270,7 @@ export function makeDispatcher(
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
-      const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken);
+      const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken, egress);
       outcome = await offerTo(cfg, deps, ctx, fx, worker, req);
       if (outcome === "accepted" || outcome === "stale") return;
     }

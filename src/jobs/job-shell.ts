@@ -79,6 +79,8 @@ export interface JobShellDeps {
   secrets?: SecretEnvStore;
   /** Mints each offered attempt's `KAIROS_RUN_TOKEN` (run-token.ts); none: no token. */
   runTokens?: RunTokenIssuer;
+  /** The tenant's egress policy for offers of `egress` tasks (dispatcher.ts); none: empty. */
+  egressPolicy?: (tenantId: string) => Promise<readonly string[] | null>;
 }
 
 function slotBroker(deps: JobShellDeps): SlotBroker {
@@ -111,6 +113,7 @@ function postPerformer(
       log,
       ...(deps.secrets ? { secrets: deps.secrets } : {}),
       ...(deps.runTokens ? { runTokens: deps.runTokens } : {}),
+      ...(deps.egressPolicy ? { egressPolicy: deps.egressPolicy } : {}),
     },
     faults,
   );

@@ -59,6 +59,11 @@ export interface Tenant {
    * default (`kairos node --image-policy`). Set with `kairos admin tenant images`.
    */
   image_policy?: string[] | null;
+  /**
+   * Destinations this tenant's tasks with `network: "egress"` may reach (src/sandbox/egress-policy.ts);
+   * absent or null: none, and the API refuses `egress`. Set with `kairos admin tenant egress`.
+   */
+  egress_policy?: string[] | null;
   /** HMAC-SHA256 key for webhook signatures (never shown after it is set). */
   webhook_secret?: string;
 }

@@ -22,6 +22,10 @@ export const JOB_ACTOR = "job";
  */
 export const WORKER_TO_JOB_KINDS = ["heartbeat", "complete"] as const;
 
+/** A task's network: none at all, or egress through the worker's proxy. */
+export type TaskNetwork = "none" | "egress";
+export const TASK_NETWORKS = ["none", "egress"] as const satisfies readonly TaskNetwork[];
+
 /** A job's task, as stored in its spec and offered to a worker. */
 export interface TaskInput {
   image: string;
@@ -29,6 +33,11 @@ export interface TaskInput {
   env: Record<string, string>;
   timeout_s: number;
   resources?: { memory_mb?: number; cpus?: number; pids?: number };
+  /**
+   * `egress`: the task may reach the destinations of its tenant's egress policy through the
+   * worker's egress proxy (src/sandbox/egress-proxy.ts). Absent or `none`: no network at all.
+   */
+  network?: TaskNetwork;
   /**
    * Write-only secrets, in plaintext only between the API's validator and the jobs service,
    * which seals them (secret-env.ts) before the job leaves the API node; never stored or shown.
@@ -130,6 +139,13 @@ export interface StartRequest {
    * task as `KAIROS_RUN_TOKEN`. Absent: the owner has no run-token key (or predates them).
    */
   run_token?: string;
+  /**
+   * For a task with `network: "egress"`: its tenant's egress policy as the owner read it for this
+   * offer (entries of src/sandbox/egress-policy.ts), which the worker's proxy enforces for the
+   * attempt. Absent or empty: the attempt may reach nothing (a policy cleared since the job was
+   * created, or an owner that predates egress).
+   */
+  egress?: string[];
 }
 
 /** Longest `run_token` a worker accepts in an offer (a token is about 600 characters). */

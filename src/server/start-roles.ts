@@ -244,6 +244,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
       ...(p.secrets ? { secrets: p.secrets } : {}),
       ...(p.runTokens ? { runTokens: p.runTokens } : {}),
+      egressPolicy: async (id) => (await tenant(id))?.egress_policy ?? null,
     }),
   );
   // Weighted max-min shares of the fleet's slots: tenants report demand to one fleet actor.

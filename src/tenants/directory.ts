@@ -21,6 +21,7 @@ import { KairosError } from "../lib/errors.ts";
 import { formatUtc } from "../schedule/index.ts";
 import { LruCache } from "./lru.ts";
 import { parseImagePolicy } from "../sandbox/image-policy.ts";
+import { parseEgressPolicy } from "../sandbox/egress-policy.ts";
 
 /** What is stored under `t.<tenant_id>`. */
 export type TenantRecord = Tenant;
@@ -103,6 +104,7 @@ export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
     weight,
     webhook_url,
     image_policy,
+    egress_policy,
   } = t;
   const out: Omit<Tenant, "webhook_secret"> = {
     tenant_id,
@@ -114,6 +116,7 @@ export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
     webhook_url,
   };
   if (image_policy) out.image_policy = image_policy;
+  if (egress_policy) out.egress_policy = egress_policy;
   return out;
 }
 
@@ -279,6 +282,22 @@ export class KvTenantDirectory implements TenantDirectory {
       const next: TenantRecord = { ...t };
       if (entries === null) delete next.image_policy;
       else next.image_policy = [...entries];
+      return next;
+    });
+  }
+
+  /**
+   * Sets the destinations the tenant's `egress` tasks may reach (validated:
+   * src/sandbox/egress-policy.ts), or clears it with null (no egress: the API refuses `egress`,
+   * and offers of existing egress jobs carry an empty policy, so their attempts reach nothing).
+   * Schedulers read it through a 10 s cache, API nodes within their authentication cache TTL.
+   */
+  async setEgressPolicy(tenantId: string, entries: string[] | null): Promise<Tenant> {
+    if (entries !== null) parseEgressPolicy(entries);
+    return this.#updateTenant(tenantId, (t) => {
+      const next: TenantRecord = { ...t };
+      if (entries === null) delete next.egress_policy;
+      else next.egress_policy = [...entries];
       return next;
     });
   }

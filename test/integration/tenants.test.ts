@@ -473,6 +473,60 @@ describe("kairos admin CLI", () => {
     assert.match(unknownGet.stderr, /not found/);
   });
 
+  it("tenant egress sets, shows and clears the egress policy; bad destinations change nothing", async () => {
+    const cluster = `cli${++clusterSeq}`;
+    const flags = [
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor("admin"),
+      "--cluster",
+      cluster,
+    ];
+    const created = await runCli(
+      ["admin", "tenant", "create", "egress-cli", "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(created.code, 0, created.stderr);
+    const { tenant_id } = JSON.parse(created.stdout) as { tenant_id: string };
+    const set = await runCli(
+      [
+        "admin",
+        "tenant",
+        "egress",
+        tenant_id,
+        "api.example.com:8443",
+        "*.example.org",
+        "--json",
+      ].concat(flags),
+      stateDir,
+    );
+    assert.equal(set.code, 0, set.stderr);
+    assert.deepEqual((JSON.parse(set.stdout) as { egress_policy: string[] }).egress_policy, [
+      "api.example.com:8443",
+      "*.example.org",
+    ]);
+    const shown = await runCli(["admin", "tenant", "get", tenant_id, ...flags], stateDir);
+    assert.match(shown.stdout, /egress policy {7}api\.example\.com:8443 \*\.example\.org/);
+    for (const bad of [["*"], ["http://example.com"], ["example.com:0"], []]) {
+      const r = await runCli(["admin", "tenant", "egress", tenant_id, ...bad, ...flags], stateDir);
+      assert.equal(r.code, 2, JSON.stringify(bad));
+    }
+    const both = await runCli(
+      ["admin", "tenant", "egress", tenant_id, "example.com", "--clear", ...flags],
+      stateDir,
+    );
+    assert.equal(both.code, 2);
+    const still = await runCli(["admin", "tenant", "get", tenant_id, "--json", ...flags], stateDir);
+    assert.equal((JSON.parse(still.stdout) as { egress_policy: string[] }).egress_policy.length, 2);
+    const cleared = await runCli(
+      ["admin", "tenant", "egress", tenant_id, "--clear", "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(cleared.code, 0, cleared.stderr);
+    assert.ok(!("egress_policy" in (JSON.parse(cleared.stdout) as object)));
+  });
+
   it("without --nats and no dev cluster it says how to find one", async () => {
     const r = await runCli(["admin", "key", "revoke", "kabc"], stateDir);
     assert.equal(r.code, 2);

@@ -102,4 +102,35 @@ describe("operations", () => {
     const own = tenant("ta", ["busybox"]);
     assert.equal((await ops.createJob(own, { body: async () => validJob() })).created, true);
   });
+
+  it("network egress only for a tenant with an egress policy (422 policy_denied), on create and patch", async () => {
+    const { jobs, ops } = setup();
+    const egressTask = { image: "busybox", args: ["wget", "http://example.com/"], timeout_s: 30 };
+    const body = async () => validJob({ task: { ...egressTask, network: "egress" } });
+    await fails(ops.createJob(tenant("ta"), { body }), "policy_denied", "task.network");
+    const allowed: Tenant = { ...tenant("ta"), egress_policy: ["example.com"] };
+    const { job } = await ops.createJob(allowed, { body });
+    assert.equal(job.task.network, "egress");
+    await fails(
+      ops.patchJob(tenant("ta"), {
+        jobId: job.job_id,
+        body: async () => ({ task: { ...egressTask, network: "egress" } }),
+      }),
+      "policy_denied",
+      "task.network",
+    );
+    // "none" (the default) needs no policy, and is not stored: absent means none.
+    const { job: plain } = await ops.createJob(tenant("ta"), {
+      body: async () => validJob({ task: { ...egressTask, network: "none" } }),
+    });
+    assert.equal(plain.task.network, undefined);
+    await fails(
+      ops.createJob(allowed, {
+        body: async () => validJob({ task: { ...egressTask, network: "bridge" } }),
+      }),
+      "invalid_argument",
+      "task.network",
+    );
+    assert.equal(jobs.calls.filter((c) => c.method === "createJob").length, 2);
+  });
 });
