@@ -29,9 +29,11 @@ import { openBuckets } from "../cluster/buckets.ts";
 import { connectNats, type NatsAuthOptions } from "../cluster/nats.ts";
 import { systemClock } from "../lib/clock.ts";
 import type { NodeConfig } from "../cluster/config.ts";
-import { onShutdown, startProcess } from "./node.ts";
+import { egressOptions, onShutdown, startProcess } from "./node.ts";
+import { createTaskNetwork } from "../sandbox/index.ts";
+import { isKairosError } from "../lib/errors.ts";
 import { newRunTokenKeysFile } from "./run-token-keys.ts";
-import { nodeConfigFromFlags, type NodeFlags, type ProcessFlags } from "./node-flags.ts";
+import { nodeConfigFromFlags, portFlag, type NodeFlags, type ProcessFlags } from "./node-flags.ts";
 import {
   natsAuthOptions,
   parseWorkerIds,
@@ -63,7 +65,7 @@ async function withTenantAdmin<T>(
 }
 
 export function registerDevCommand(program: Command): void {
-  natsAuthOptions(
+  const dev = natsAuthOptions(
     program
       .command("dev")
       .description("single-node dev cluster: embedded nats-server + one node with all roles")
@@ -113,8 +115,8 @@ export function registerDevCommand(program: Command): void {
     .option(
       "--drain-timeout-ms <ms>",
       "on Ctrl-C, how long running attempts may finish before they are handed back (default 0: at once)",
-    )
-    .action(runDev);
+    );
+  egressOptions(dev).action(runDev);
 }
 
 type DevFlags = NodeFlags & ProcessFlags & { workers: string };
@@ -135,7 +137,11 @@ async function runDev(f: DevFlags): Promise<void> {
     await started.engine?.stop();
   };
   try {
-    if (f.executor === undefined || f.executor === "docker") await startDevDocker(started);
+    if (f.executor === undefined || f.executor === "docker") {
+      await startDevDocker(started);
+      const taskNetwork = await ensureDevTaskNetwork(f);
+      if (taskNetwork !== undefined) f = { ...f, taskNetwork };
+    }
     let url = f.nats ?? process.env["KAIROS_NATS_URL"];
     if (!url) url = await startDevNats(f, started);
     const nats = started.nats;
@@ -194,6 +200,33 @@ async function startDevDocker(started: DevStarted): Promise<void> {
       say(`docker: could not provide the quick start image busybox:latest: ${String(e)}`);
     }
   }
+}
+
+/** The dev cluster's task network (`kairos-tasks` unless --task-network names another). */
+export const DEV_TASK_NETWORK = "kairos-tasks";
+
+/**
+ * Creates the task network with its firewall (task-network.ts); without the rights for the
+ * firewall it is created anyway, with a warning. Its name, or undefined when it cannot be had.
+ */
+async function ensureDevTaskNetwork(f: DevFlags): Promise<string | undefined> {
+  const name = f.taskNetwork ?? DEV_TASK_NETWORK;
+  const proxyPort = portFlag(f.egressProxyPort, "egress-proxy-port") ?? 3128;
+  const docker = new Dockerode();
+  try {
+    const net = await createTaskNetwork(docker, name, { proxyPort, firewall: true });
+    say(`task network ${name} (${net.subnet}): egress proxy on ${net.gateway}:${proxyPort}`);
+  } catch (e) {
+    if (!(isKairosError(e) && e.code === "unavailable" && e.message.startsWith("nft"))) {
+      say(`task network ${name}: ${String(e)}; tasks asking for network egress will fail`);
+      return undefined;
+    }
+    await createTaskNetwork(docker, name, { proxyPort, firewall: false });
+    say(
+      `task network ${name}: WITHOUT its firewall (${e.message}); egress tasks can reach services of this machine listening on all addresses (docs/security.md)`,
+    );
+  }
+  return name;
 }
 
 /** nats-server on a free loopback port with fresh per-role users: its URL. */

@@ -11,6 +11,7 @@ import { retentionConfig, type RetentionConfig } from "../history/retention.ts";
 import {
   parseImagePolicy,
   taskLimits,
+  type EgressOptions,
   type ImagePolicy,
   type TaskLimits,
 } from "../sandbox/index.ts";
@@ -137,6 +138,54 @@ export interface ProcessFlags {
   keepRunsDays?: string;
   /** `--no-nats-api` makes this false (commander's negated option). */
   natsApi?: boolean;
+  taskNetwork?: string;
+  egressProxyPort?: string;
+  egressAllowInternal?: string;
+  egressMaxConnectionsPerRun?: string;
+  egressMaxBytesPerRun?: string;
+}
+
+/**
+ * `--task-network` and the `--egress-*` flags: the worker's egress settings (src/sandbox/options.ts
+ * validates the rest), or undefined without a task network (tasks asking for egress then fail).
+ */
+export function egressFromFlags(f: ProcessFlags): EgressOptions | undefined {
+  const egressFlags = [
+    f.egressProxyPort,
+    f.egressAllowInternal,
+    f.egressMaxConnectionsPerRun,
+    f.egressMaxBytesPerRun,
+  ];
+  if (f.taskNetwork === undefined || f.taskNetwork === "") {
+    if (egressFlags.some((v) => v !== undefined))
+      throw new KairosError("invalid_argument", "--egress-* flags need --task-network", {
+        field: "task-network",
+      });
+    return undefined;
+  }
+  const positive = (v: string | undefined, field: string): number | undefined => {
+    const n = int(v, field);
+    if (n !== undefined && n < 1)
+      throw new KairosError("invalid_argument", `--${field}: must be at least 1`, { field });
+    return n;
+  };
+  const port = portFlag(f.egressProxyPort, "egress-proxy-port");
+  const perRun = positive(f.egressMaxConnectionsPerRun, "egress-max-connections-per-run");
+  const bytes = positive(f.egressMaxBytesPerRun, "egress-max-bytes-per-run");
+  return {
+    network: f.taskNetwork,
+    ...(port !== undefined ? { proxyPort: port } : {}),
+    ...(f.egressAllowInternal !== undefined
+      ? {
+          allowInternal: f.egressAllowInternal
+            .split(",")
+            .map((s) => s.trim())
+            .filter(Boolean),
+        }
+      : {}),
+    ...(perRun !== undefined ? { maxConnectionsPerRun: perRun } : {}),
+    ...(bytes !== undefined ? { maxBytesPerRun: bytes } : {}),
+  };
 }
 
 /** `--keep-runs N` (0: no count limit) and `--keep-runs-days D` (0: no age limit), validated. */

@@ -13,6 +13,7 @@ import { runTokenConfig, type RunTokenConfig } from "../secrets/run-token.ts";
 import {
   drainTimeoutFlag,
   imagePolicyFromFlag,
+  egressFromFlags,
   int,
   portFlag,
   prefetchFlag,
@@ -108,6 +109,11 @@ export async function startProcess(
       `kairos: --slots ${workerSlots} is above --max-worker-slots ${config.maxWorkerSlots}: schedulers believe at most their own --max-worker-slots of one worker (docs/security.md)`,
     );
   }
+  const egress = egressFromFlags(f);
+  if (egress !== undefined && config.roles.includes("worker") && executor.kind !== "docker")
+    console.error(
+      `kairos: --task-network is for the docker executor; with ${executor.kind}, tasks asking for egress fail`,
+    );
   const imagePolicy = imagePolicyFromFlag(f.imagePolicy);
   if (imagePolicy === undefined && config.roles.includes("api")) {
     console.error(
@@ -117,6 +123,7 @@ export async function startProcess(
   const p = await startKairos(config, {
     ...(imagePolicy !== undefined ? { imagePolicy } : {}),
     taskLimits: taskLimitsFromFlags(f),
+    ...(egress !== undefined && executor.kind === "docker" ? { egress } : {}),
     webhook: {
       allowHttp: f.webhookAllowHttp === true,
       allowPrivateAddresses: f.webhookAllowPrivate === true,
@@ -185,7 +192,9 @@ export function registerNodeCommand(program: Command): void {
       .description("run one Kairos node against an existing NATS cluster")
       .option("--nats <url>", "NATS URL(s), comma-separated (env KAIROS_NATS_URL)"),
   );
-  lifecycleOptions(guardOptions(taskOptions(listenerOptions(clusterOptions(cmd))))).action(runNode);
+  egressOptions(
+    lifecycleOptions(guardOptions(taskOptions(listenerOptions(clusterOptions(cmd))))),
+  ).action(runNode);
 }
 
 /** The node: roles, identity, cluster, partition leases, executor and slots. */
@@ -269,6 +278,28 @@ function taskOptions(c: Command): Command {
     .option(
       "--task-max-pids <n>",
       "api, worker: the most processes a task may ask for (8-4096; default 512); the same on every api and worker node",
+    );
+}
+
+/** The task network and the egress proxy (worker, docker executor). */
+export function egressOptions(c: Command): Command {
+  return c
+    .option(
+      "--task-network <name>",
+      'worker: the internal Docker network tasks with network egress run on (docs/deploy.md, "Task network"); the egress proxy listens on its gateway. Without it, such tasks fail',
+    )
+    .option("--egress-proxy-port <port>", "worker: the egress proxy's port (default 3128)")
+    .option(
+      "--egress-allow-internal <cidrs>",
+      "worker: internal addresses the egress proxy may reach anyway, comma-separated CIDRs (default: none, public addresses only)",
+    )
+    .option(
+      "--egress-max-connections-per-run <n>",
+      "worker: connections one attempt may have open through the proxy (default 32)",
+    )
+    .option(
+      "--egress-max-bytes-per-run <bytes>",
+      "worker: bytes one attempt may move through the proxy, both directions (default 268435456)",
     );
 }
 

@@ -19,7 +19,9 @@ import {
   effectiveCommand,
   imageVolumes,
   type ResolvedLimits,
+  type TaskEgress,
 } from "./docker-spec.ts";
+import type { EgressGrant } from "./egress-proxy.ts";
 import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent, oomMarked } from "./supervisor.ts";
 import {
   classifyEngineError,
@@ -60,6 +62,9 @@ export class DockerExecution implements Execution {
   #exited = false;
   #stopReason: StopReason | undefined;
   #startedAtMs: number;
+  readonly #egress: TaskEgress | undefined;
+  /** The attempt's admission to the egress proxy, from create to removal. */
+  #grant: EgressGrant | undefined;
 
   constructor(
     docker: Dockerode,
@@ -67,14 +72,17 @@ export class DockerExecution implements Execution {
     task: TaskSpec,
     id: RunIdentity,
     limits: ResolvedLimits,
+    egress?: TaskEgress,
   ) {
     this.#docker = docker;
     this.#cfg = cfg;
     this.#task = task;
+    this.#egress = egress;
     this.#tail = new OutputTail(cfg.outputTailBytes);
     this.#startedAtMs = cfg.clock.now();
     this.result = this.#latch.promise;
     void this.#run(id, limits).then((r) => {
+      this.#grant?.close(); // the container is gone: cut whatever it left open
       this.#latch.settle(r);
       if (this.#leaseDir !== undefined) rmSync(this.#leaseDir, { recursive: true, force: true });
     });
@@ -206,11 +214,20 @@ export class DockerExecution implements Execution {
       if (this.#leaseUntilMono === 0) this.#leaseUntilMono = clock.monoMs() + this.#task.leaseMs;
       this.#writeLease();
     }
+    if (this.#task.egress !== undefined && this.#egress !== undefined) {
+      this.#grant = this.#egress.proxy.open(
+        { runId: id.runId, attempt: id.attempt, jobId: id.jobId, tenantId: id.tenantId },
+        this.#task.egress.allow,
+      );
+    }
     const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, {
       command,
       deadlineAtMs,
       volumes,
       ...(this.#leaseDir !== undefined ? { leaseDir: this.#leaseDir } : {}),
+      ...(this.#grant !== undefined && this.#egress !== undefined
+        ? { egress: { network: this.#egress.network, proxyUrl: this.#grant.proxyUrl } }
+        : {}),
     });
     return { spec };
   }

@@ -7,6 +7,7 @@
 import type Dockerode from "dockerode";
 import type { ExecutionError, RunIdentity, TaskSpec } from "./types.ts";
 import type { DockerConfig } from "./options.ts";
+import type { EgressProxy } from "./egress-proxy.ts";
 import { invalidTask, taskEnv } from "./identity.ts";
 import {
   CONTAINER_BUSYBOX,
@@ -28,6 +29,52 @@ export interface ContainerRun {
   volumes?: readonly string[];
   /** Host directory holding the attempt's lease file (mounted read-only), when it has a lease. */
   leaseDir?: string;
+  /** For a task with network egress: the task network, and the proxy URL with the attempt's credential. */
+  egress?: { network: string; proxyUrl: string };
+}
+
+/** A worker's task network and the egress proxy on its gateway (executor.ts `startEgress`). */
+export interface TaskEgress {
+  readonly network: string;
+  readonly proxy: EgressProxy;
+}
+
+/**
+ * The proxy variables of an egress task (both spellings: tools read one or the other). Only
+ * loopback bypasses the proxy; every other destination goes through it, or nowhere.
+ */
+export function proxyEnv(proxyUrl: string): Record<string, string> {
+  const noProxy = "localhost,127.0.0.1,::1";
+  return {
+    HTTP_PROXY: proxyUrl,
+    HTTPS_PROXY: proxyUrl,
+    http_proxy: proxyUrl,
+    https_proxy: proxyUrl,
+    NO_PROXY: noProxy,
+    no_proxy: noProxy,
+  };
+}
+
+/**
+ * The network settings of a container: none at all, or (egress) the task network only, with
+ * IPv6 off (its link-local addresses would reach the host and the other containers of the
+ * bridge beside the IPv4 firewall: task-network.ts).
+ */
+function networkSettings(run: ContainerRun): {
+  NetworkDisabled: boolean;
+  host: { NetworkMode: string; Sysctls?: Record<string, string> };
+} {
+  if (run.egress === undefined) return { NetworkDisabled: true, host: { NetworkMode: "none" } };
+  return {
+    NetworkDisabled: false,
+    host: {
+      NetworkMode: run.egress.network,
+      Sysctls: {
+        "net.ipv6.conf.all.disable_ipv6": "1",
+        "net.ipv6.conf.default.disable_ipv6": "1",
+      },
+    },
+  };
 }
 
 const TMPFS_OPTS = "rw,noexec,nosuid,nodev";
@@ -177,9 +224,14 @@ export function containerSpec(
   run: ContainerRun,
 ): Dockerode.ContainerCreateOptions {
   const memoryBytes = limits.memoryMb * 1024 * 1024;
+  const net = networkSettings(run);
+  const env = {
+    ...taskEnv(task, id),
+    ...(run.egress !== undefined ? proxyEnv(run.egress.proxyUrl) : {}),
+  };
   const spec: Dockerode.ContainerCreateOptions = {
     Image: task.image,
-    Env: Object.entries(taskEnv(task, id)).map(([k, v]) => `${k}=${v}`),
+    Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
     User: cfg.user,
     Labels: runLabels(id, workerId, run.deadlineAtMs),
     // PID 1 is the host's static busybox running DOCKER_SUPERVISOR: the deadline holds without the worker.
@@ -198,9 +250,9 @@ export function containerSpec(
     AttachStdin: false,
     AttachStdout: true,
     AttachStderr: true,
-    NetworkDisabled: true,
+    NetworkDisabled: net.NetworkDisabled,
     HostConfig: {
-      NetworkMode: "none",
+      ...net.host,
       ReadonlyRootfs: true,
       Tmpfs: tmpfsMounts(cfg, run.volumes ?? []),
       Ulimits: ulimits(cfg),

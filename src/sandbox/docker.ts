@@ -16,7 +16,7 @@ import type { Execution, Executor, RunIdentity, TaskSpec } from "./types.ts";
 import type { ExecutorConfig } from "./options.ts";
 import { validateTask } from "./identity.ts";
 import { errorResult, finishedExecution, messageOf } from "./settle.ts";
-import { LABEL, resolveLimits } from "./docker-spec.ts";
+import { LABEL, resolveLimits, type TaskEgress } from "./docker-spec.ts";
 import { statusOf, withTimeout } from "./docker-errors.ts";
 import { KairosError } from "../lib/errors.ts";
 import { DockerExecution } from "./docker-execution.ts";
@@ -30,12 +30,15 @@ export class DockerExecutor implements Executor {
   readonly #docker: Dockerode;
   readonly #cfg: ExecutorConfig;
   readonly #live = new Map<Execution, { runId: string; attempt: number }>();
+  readonly #egress: TaskEgress | undefined;
   #closed = false;
   #cancelSweep: () => void = () => {};
 
-  constructor(docker: Dockerode, cfg: ExecutorConfig) {
+  /** `egress`: the task network and its proxy (executor.ts), for tasks with network egress. */
+  constructor(docker: Dockerode, cfg: ExecutorConfig, egress?: TaskEgress) {
     this.#docker = docker;
     this.#cfg = cfg;
+    this.#egress = egress;
     if (cfg.docker.sweepIntervalMs > 0) this.#scheduleSweep(0);
   }
 
@@ -95,7 +98,15 @@ export class DockerExecutor implements Executor {
       return finishedExecution(errorResult("invalid_task", "task.image is required", now));
     const limits = resolveLimits(task, this.#cfg.docker);
     if ("class" in limits) return finishedExecution(errorResult(limits.class, limits.message, now));
-    const exec = new DockerExecution(this.#docker, this.#cfg, task, id, limits);
+    if (task.egress !== undefined && this.#egress === undefined)
+      return finishedExecution(
+        errorResult(
+          "invalid_task",
+          "the task asks for network egress, but this worker has no task network (kairos node --task-network)",
+          now,
+        ),
+      );
+    const exec = new DockerExecution(this.#docker, this.#cfg, task, id, limits, this.#egress);
     this.#live.set(exec, { runId: id.runId, attempt: id.attempt });
     void exec.result.then(() => this.#live.delete(exec));
     return exec;
@@ -148,5 +159,6 @@ export class DockerExecutor implements Executor {
     this.#closed = true;
     this.#cancelSweep();
     await Promise.all([...this.#live.keys()].map((e) => e.kill("executor closed")));
+    await this.#egress?.proxy.close();
   }
 }

@@ -9,12 +9,15 @@ import Dockerode from "dockerode";
 import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
 import type { Executor, ExecutorKind } from "./types.ts";
-import { resolveExecutorOptions, type ExecutorOptions } from "./options.ts";
+import { resolveExecutorOptions, type ExecutorConfig, type ExecutorOptions } from "./options.ts";
 import { ProcessExecutor } from "./process.ts";
 import { NoopExecutor } from "./noop.ts";
 import { DockerExecutor } from "./docker.ts";
 import { engineMessage, withTimeout } from "./docker-errors.ts";
 import { staticBusyboxProblem } from "./supervisor.ts";
+import { inspectTaskNetwork } from "./task-network.ts";
+import { EgressProxy } from "./egress-proxy.ts";
+import type { TaskEgress } from "./docker-spec.ts";
 
 export type {
   ErrorClass,
@@ -32,6 +35,7 @@ export type {
   ExecutorOptions,
   ExecutorLog,
   DockerOptions,
+  EgressOptions,
   ProcessOptions,
   NoopOptions,
   PullPolicy,
@@ -130,13 +134,45 @@ export async function createExecutor(kind: ExecutorKind, opts: ExecutorOptions):
           },
         );
       }
-      return new DockerExecutor(docker, cfg);
+      return new DockerExecutor(docker, cfg, await startEgress(docker, cfg));
     }
     default:
       throw new KairosError("invalid_argument", `unknown executor kind ${JSON.stringify(kind)}`, {
         field: "executor",
       });
   }
+}
+
+/**
+ * The task network and its egress proxy, when the node has one: the network must be an internal
+ * bridge (task-network.ts); the proxy listens on its gateway.
+ */
+async function startEgress(
+  docker: Dockerode,
+  cfg: ExecutorConfig,
+): Promise<TaskEgress | undefined> {
+  const e = cfg.docker.egress;
+  if (e === undefined) return undefined;
+  const net = await inspectTaskNetwork(docker, e.network);
+  const proxy = await EgressProxy.listen(
+    {
+      host: net.gateway,
+      port: e.port,
+      allowInternal: e.allowInternal,
+      maxConnectionsPerRun: e.maxConnectionsPerRun,
+      maxBytesPerRun: e.maxBytesPerRun,
+      maxConnections: e.maxConnections,
+      connectTimeoutMs: e.connectTimeoutMs,
+      idleTimeoutMs: e.idleTimeoutMs,
+    },
+    { clock: cfg.clock, log: cfg.log },
+  );
+  cfg.log("info", "egress proxy listening", {
+    network: net.name,
+    address: `${net.gateway}:${proxy.port}`,
+    allow_internal: e.allowInternal.source,
+  });
+  return { network: net.name, proxy };
 }
 
 /**

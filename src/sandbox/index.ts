@@ -13,3 +13,10 @@ export {
   type ImagePolicy,
 } from "./image-policy.ts";
 export { DEFAULT_TASK_LIMITS, taskLimits, type TaskLimits } from "./task-rules.ts";
+export {
+  createTaskNetwork,
+  firewallRules,
+  inspectTaskNetwork,
+  removeTaskNetwork,
+  type TaskNetworkInfo,
+} from "./task-network.ts";

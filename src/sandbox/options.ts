@@ -9,6 +9,7 @@ import { KairosError } from "../lib/errors.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
 import { DEFAULT_TASK_LIMITS } from "./task-rules.ts";
+import { parseInternalAllowance, type InternalAllowance } from "./egress-policy.ts";
 
 /** Whether the docker executor pulls an image that is not on the worker host. */
 export type PullPolicy = "never" | "if_missing";
@@ -23,6 +24,41 @@ export interface ProcessOptions {
 export interface NoopOptions {
   /** How long each noop "run" takes (via the clock). Default 0: completes immediately. */
   durationMs?: number;
+}
+
+/**
+ * Network egress (docs/security.md): the task network tasks with `network: "egress"` run on,
+ * and the bounds of the worker's egress proxy, which listens on that network's gateway.
+ */
+export interface EgressOptions {
+  /** An existing internal bridge network (task-network.ts). */
+  network: string;
+  /** The proxy's port on the gateway (the task network's firewall lets only it in). Default 3128. */
+  proxyPort?: number;
+  /** Internal addresses (CIDRs) the proxy may reach anyway; default none (public addresses only). */
+  allowInternal?: readonly string[];
+  /** Connections of one attempt at once. Default 32. */
+  maxConnectionsPerRun?: number;
+  /** Bytes one attempt may move through the proxy, both directions. Default 256 MiB. */
+  maxBytesPerRun?: number;
+  /** Connections of the whole proxy at once. Default 1024. */
+  maxConnections?: number;
+  /** Default 10000. */
+  connectTimeoutMs?: number;
+  /** A connection without traffic this long is closed. Default 300000. */
+  idleTimeoutMs?: number;
+}
+
+/** Egress options resolved (the gateway address is the network's, found at executor start). */
+export interface EgressConfig {
+  readonly network: string;
+  readonly port: number;
+  readonly allowInternal: InternalAllowance;
+  readonly maxConnectionsPerRun: number;
+  readonly maxBytesPerRun: number;
+  readonly maxConnections: number;
+  readonly connectTimeoutMs: number;
+  readonly idleTimeoutMs: number;
 }
 
 export interface DockerOptions {
@@ -71,6 +107,8 @@ export interface DockerOptions {
   leaseRoot?: string;
   /** How often the executor removes expired containers of any worker (by label). Default 30000; 0 = never. */
   sweepIntervalMs?: number;
+  /** Network egress; absent: a task with `network: "egress"` fails `invalid_task` here. */
+  egress?: EgressOptions;
 }
 
 /** Where an executor writes what tenants must not see (engine messages): the operator's log. */
@@ -112,6 +150,7 @@ export interface DockerConfig {
   readonly busyboxPath: string;
   readonly leaseRoot: string;
   readonly sweepIntervalMs: number;
+  readonly egress: EgressConfig | undefined;
 }
 
 export interface ExecutorConfig {
@@ -175,6 +214,7 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     busyboxPath: d.busyboxPath ?? "/bin/busybox",
     leaseRoot: d.leaseRoot ?? join(tmpdir(), "kairos-lease"),
     sweepIntervalMs: d.sweepIntervalMs ?? 30_000,
+    egress: d.egress === undefined ? undefined : resolveEgress(d.egress),
   };
   if (typeof cfg.leaseRoot !== "string" || !cfg.leaseRoot.startsWith("/")) {
     throw new KairosError(
@@ -215,6 +255,37 @@ function resolveDocker(d: DockerOptions): DockerConfig {
     });
   }
   return Object.freeze(cfg);
+}
+
+function resolveEgress(e: EgressOptions): EgressConfig {
+  if (typeof e.network !== "string" || !/^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/.test(e.network))
+    throw new KairosError(
+      "invalid_argument",
+      `docker.egress.network must name a Docker network, got ${JSON.stringify(e.network)}`,
+      { field: "docker.egress.network" },
+    );
+  const port = e.proxyPort ?? 3128;
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new KairosError(
+      "invalid_argument",
+      `docker.egress.proxyPort must be 1-65535, got ${port}`,
+      { field: "docker.egress.proxyPort" },
+    );
+  return Object.freeze({
+    network: e.network,
+    port,
+    allowInternal: parseInternalAllowance(e.allowInternal ?? []),
+    maxConnectionsPerRun: positive(
+      "docker.egress.maxConnectionsPerRun",
+      e.maxConnectionsPerRun,
+      32,
+      true,
+    ),
+    maxBytesPerRun: positive("docker.egress.maxBytesPerRun", e.maxBytesPerRun, 256 << 20, true),
+    maxConnections: positive("docker.egress.maxConnections", e.maxConnections, 1024, true),
+    connectTimeoutMs: positive("docker.egress.connectTimeoutMs", e.connectTimeoutMs, 10_000, true),
+    idleTimeoutMs: positive("docker.egress.idleTimeoutMs", e.idleTimeoutMs, 300_000, true),
+  });
 }
 
 const stderrLog: ExecutorLog = (level, msg, extra) =>

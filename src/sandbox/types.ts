@@ -25,6 +25,12 @@ export interface TaskSpec {
    * off; the process executor's supervisor watches the worker itself instead. Absent: no lease.
    */
   leaseMs?: number;
+  /**
+   * Present exactly for a task with `network: "egress"` (docker only): the destinations its
+   * tenant's policy allows (entries of egress-policy.ts; empty: none), which the worker's egress
+   * proxy enforces. Absent: the container has no network at all.
+   */
+  egress?: { allow: readonly string[] };
 }
 
 /** Who this attempt is: exported to the task as KAIROS_* variables and (docker) labels. */

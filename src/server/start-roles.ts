@@ -19,6 +19,7 @@ import { Worker } from "../worker/worker.ts";
 import {
   createExecutor,
   taskLimits as resolveTaskLimits,
+  type EgressOptions,
   type ExecutorKind,
   type ImagePolicy,
   type TaskLimits,
@@ -90,6 +91,8 @@ export interface ProcessOptions {
   drainTimeoutMs?: number;
   /** scheduler: run-record retention per job and deleted-job purge (defaults: src/history/retention.ts). */
   retention?: Partial<RetentionConfig>;
+  /** worker, docker executor: the task network and egress proxy (docs/security.md); none: no egress. */
+  egress?: EgressOptions;
   /** worker, noop executor: how long each run takes (benchmarks); default 0. */
   noopDurationMs?: number;
   /**
@@ -272,7 +275,12 @@ export async function startWorker(
     clock: systemClock,
     log: logFn,
     ...(opts.noopDurationMs ? { noop: { durationMs: opts.noopDurationMs } } : {}),
-    docker: { maxMemoryMb: limits.maxMemoryMb, maxCpus: limits.maxCpus, maxPids: limits.maxPids },
+    docker: {
+      maxMemoryMb: limits.maxMemoryMb,
+      maxCpus: limits.maxCpus,
+      maxPids: limits.maxPids,
+      ...(opts.egress !== undefined ? { egress: opts.egress } : {}),
+    },
   });
   const worker = new Worker({
     workerId: config.nodeId,

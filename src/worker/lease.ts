@@ -96,6 +96,7 @@ export function newLease(
     leaseMs: 0,
   };
   if (req.task.resources) task.resources = resourcesOf(req.task.resources);
+  if (req.task.network === "egress") task.egress = { allow: req.egress ?? [] };
   const identity: RunIdentity = {
     runId: req.run_id,
     attempt: req.attempt,
