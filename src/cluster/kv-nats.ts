@@ -12,7 +12,7 @@
  * passed the leader's last matching revision (`#leaderRevision`).
  */
 import type { KV } from "@nats-io/kv";
-import type { JetStreamManager, StoredMsg } from "@nats-io/jetstream";
+import type { JetStreamManager, MsgRequest, StoredMsg } from "@nats-io/jetstream";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import { TimeoutError } from "@nats-io/transport-node";
 import { withDeadline } from "./deadline.ts";
@@ -20,7 +20,6 @@ import { KairosError } from "../lib/errors.ts";
 import { systemClock } from "../lib/clock.ts";
 import {
   isValidKey,
-  REPLICA_READ,
   type KvChange,
   type KvEntry,
   type KvKey,
@@ -322,8 +321,13 @@ export class NatsKv implements KvStore {
       for (let seq = afterRevision + 1; ;) {
         let m;
         try {
+          // From the leader (STREAM.MSG.GET takes `next_by_subj` though the client's type does not
+          // say so): a replica behind would end the listing short of what it has missed.
           m = await this.#bounded(() =>
-            this.#jsm.direct.getMessage(stream, { seq, next_by_subj: `${prefix}${filter}` }),
+            this.#jsm.streams.getMessage(stream, {
+              seq,
+              next_by_subj: `${prefix}${filter}`,
+            } as unknown as MsgRequest),
           );
         } catch (err) {
           throw transportError("scan", filter, err);
@@ -338,8 +342,7 @@ export class NatsKv implements KvStore {
         // In a bucket that keeps history, this may be an older revision of a key that was
         // rewritten or deleted since: only the key's latest revision counts.
         const key = m.subject.slice(prefix.length);
-        // A page may lag like the direct gets above (see `KvStore.scan`): any replica answers.
-        const latest = await this.get(key, REPLICA_READ);
+        const latest = await this.get(key);
         if (latest?.revision !== m.seq) {
           if (--skips <= 0) return { entries, next: m.seq };
           continue;

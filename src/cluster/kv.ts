@@ -103,7 +103,7 @@ export interface KvStore {
    * One page of live entries matching `filter` whose revision is above `afterRevision`, in
    * revision order, at most `limit` (1..1000). Costs O(limit + deletes skipped), not O(all
    * matches): the store is read from that revision on (NATS: direct gets with `next_by_subj`).
-   * Served by any replica (a page may lag the latest writes): for listings shown, not decisions.
+   * Served by the stream leader: a replica behind would end a listing short.
    * `next` is the revision to scan after for the next page, null at the end.
    * Meant for keys written once and never rewritten (a rewrite moves a key to a later revision).
    */

@@ -5,15 +5,19 @@
  * and a position's run never changes, so each run is returned at most once while runs are created
  * or pruned.
  *
- * Pitfalls: a missing record is skipped; the first missing chunk ends the history. A page
+ * Records are read from any replica, and again from the stream leader when that answer is surely
+ * behind (`readShown`): a replica of an R3 bucket may lag for minutes after a fault (a server
+ * killed or paused and back), and its pages would lack every run created since and show ended
+ * runs as queued. Chunks are read from the leader: a replica behind must not end the history.
+ *
+ * Pitfalls: a record missing on the leader too is skipped (pruned) unless the job actor holds it
+ * (a run-now's record follows its state write); the first missing chunk ends the history. A page
  * examines at most MAX_EXAMINED positions, so a `status` filter may return a short (even empty)
- * page with a `next_cursor`. Records are read from any replica (shown, never decided on); chunks
- * from the leader, since a replica behind must not end the history. Job states without an index
- * use the key listing (`legacyRunsPage`).
+ * page with a `next_cursor`. Job states without an index use the key listing (`legacyRunsPage`).
  */
 import { KairosError } from "../lib/errors.ts";
 import { kvKeys, REPLICA_READ, type KvEntry, type KvStore } from "../cluster/kv.ts";
-import type { Page, RunStatus, RunView } from "../protocol/model.ts";
+import { TERMINAL, type Page, type RunStatus, type RunView } from "../protocol/model.ts";
 import { orderRunKeys } from "./retention.ts";
 import { runKey } from "../protocol/ids.ts";
 import { RUN_INDEX_CHUNK, indexLength, runIdOfSuffix, type RunIndexState } from "./run-index.ts";
@@ -25,8 +29,11 @@ export const MAX_EXAMINED = 1_000;
 
 export interface RunsPageQuery {
   status?: RunStatus;
-  /** How a stored record is shown (an active run: its job actor's live view); default as stored. */
-  view?: (stored: RunView) => RunView;
+  /**
+   * The job's active runs as its actor holds them, by run id: shown in place of their records
+   * (written at creation and end only). A record that is not terminal and not here is behind.
+   */
+  live?: ReadonlyMap<string, RunView>;
   cursor?: string;
   limit: number;
 }
@@ -47,13 +54,29 @@ const badCursor = () =>
   });
 
 /**
+ * A value shown on a page: a replica's answer unless it is surely behind — no value, a revision
+ * below `revision` (the key's latest, as a leader-consistent listing gave it), or one `behind`
+ * judges superseded — and then the leader's. Null when the key has no value on the leader either.
+ */
+export async function readShown(
+  kv: KvStore,
+  key: string,
+  revision?: number,
+  behind?: (e: KvEntry) => boolean,
+): Promise<KvEntry | null> {
+  const e = await kv.get(key, REPLICA_READ);
+  if (e && (revision === undefined || e.revision >= revision) && !behind?.(e)) return e;
+  return kv.get(key);
+}
+
+/**
  * Reads the values of `keys` in order, a batch at a time, until `want` of them pass `pick` (null:
  * skip; a key gone meanwhile is skipped too). Without a filter that is one batch of `want` reads.
- * From any replica: for pages shown, never for a decision (see the module header).
+ * Each through `readShown`, against the revision the key was listed with.
  */
 export async function readPage<T>(
   kv: KvStore,
-  keys: readonly { key: string }[],
+  keys: readonly { key: string; revision?: number | undefined }[],
   want: number,
   pick: (e: KvEntry) => T | null,
 ): Promise<T[]> {
@@ -61,7 +84,7 @@ export async function readPage<T>(
   for (let i = 0; i < keys.length && out.length < want;) {
     const batch = keys.slice(i, i + want - out.length);
     i += batch.length;
-    for (const e of await Promise.all(batch.map((k) => kv.get(k.key, REPLICA_READ)))) {
+    for (const e of await Promise.all(batch.map((k) => readShown(kv, k.key, k.revision)))) {
       const v = e ? pick(e) : null;
       if (v !== null) out.push(v);
     }
@@ -69,11 +92,23 @@ export async function readPage<T>(
   return out;
 }
 
+/** A stored record as shown: an active run's live view in place of its record. */
+const shown = (stored: RunView, live: RunsPageQuery["live"]): RunView =>
+  TERMINAL.has(stored.status) ? stored : (live?.get(stored.run_id) ?? stored);
+
+/** A stored record that is not terminal while its job actor holds no such run: a replica behind. */
+const behindLive =
+  (live: RunsPageQuery["live"]) =>
+  (e: KvEntry): boolean => {
+    if (!live) return false;
+    const r = runView(e.value);
+    return !TERMINAL.has(r.status) && !live.has(r.run_id);
+  };
+
 const matches =
   (q: RunsPageQuery) =>
   (e: KvEntry): RunView | null => {
-    const stored = runView(e.value);
-    const r = q.view ? q.view(stored) : stored;
+    const r = shown(runView(e.value), q.live);
     return q.status === undefined || r.status === q.status ? r : null;
   };
 
@@ -104,6 +139,7 @@ export async function indexedRunsPage(
   };
   const want = q.limit + 1;
   const pick = matches(q);
+  const behind = behindLive(q.live);
   const found: { run: RunView; pos: number }[] = [];
   let examined = 0;
   let ended = next < 0;
@@ -121,10 +157,18 @@ export async function indexedRunsPage(
     if (next < 0) ended = true;
     examined += batch.length;
     const entries = await Promise.all(
-      batch.map((b) => runs.get(runKey(partition, tenantId, jobId, b.id), REPLICA_READ)),
+      batch.map((b) =>
+        readShown(runs, runKey(partition, tenantId, jobId, b.id), undefined, behind),
+      ),
     );
     entries.forEach((e, i) => {
-      const run = e ? pick(e) : null;
+      // No record anywhere: pruned — or a run-now whose record its actor has not written yet.
+      const held = e ? undefined : q.live?.get(batch[i]!.id);
+      const run = e
+        ? pick(e)
+        : held && (q.status === undefined || held.status === q.status)
+          ? held
+          : null;
       if (run) found.push({ run, pos: batch[i]!.pos });
     });
   }
@@ -153,11 +197,13 @@ export async function legacyRunsPage(
     cur = [a!, b!];
   }
   // Newest first by (scheduled_for, run_id), both read from the keys (ids.ts runIdFor).
-  const keys = orderRunKeys(
-    (await kvKeys(runs, `${partition}.${tenantId}.${jobId}.*`)).map((k) => k.key),
-  ).filter(
-    (k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]),
-  );
+  const listed = await kvKeys(runs, `${partition}.${tenantId}.${jobId}.*`);
+  const revisions = new Map(listed.map((k) => [k.key, k.revision]));
+  const keys = orderRunKeys(listed.map((k) => k.key))
+    .map((k) => ({ ...k, revision: revisions.get(k.key) }))
+    .filter(
+      (k) => !cur || k.scheduledFor < cur[0] || (k.scheduledFor === cur[0] && k.runId < cur[1]),
+    );
   const found = await readPage(runs, keys, q.limit + 1, matches(q));
   const page = found.slice(0, q.limit);
   const last = page[page.length - 1];

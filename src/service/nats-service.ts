@@ -211,7 +211,7 @@ export class NatsJobsService implements JobsService {
   ): Promise<Page<JobView>> {
     const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
     const keys = (await kvKeys(this.buckets.actors, `${JOB_ACTOR}.*.${tenantId}.*`))
-      .map(({ key }) => ({ key, id: key.slice(key.lastIndexOf(".") + 1) }))
+      .map(({ key, revision }) => ({ key, revision, id: key.slice(key.lastIndexOf(".") + 1) }))
       .filter((k) => k.id > after)
       .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     const jobs = await readPage(this.buckets.actors, keys, opts.limit + 1, (e) => {
@@ -338,7 +338,7 @@ export class NatsJobsService implements JobsService {
       kind: "active_runs",
     });
     const live = liveRuns(reply);
-    const q = { ...opts, view: (r: RunView) => withLive(r, live) };
+    const q = { ...opts, live };
     if (reply?.index)
       return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
     return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);

@@ -12,7 +12,7 @@
  * - `unavailable`: operations throw `KairosError("unavailable")`, never applied; watch events
  *   are held and delivered, in order, once the store is reachable again;
  * - `stale`: a share of the reads the port lets a replica answer — `get` with `{ from: "replica" }`
- *   and `scan` (src/cluster/kv.ts) — is answered by a follower that lags up to `lagMs` behind:
+ *   (src/cluster/kv.ts) — is answered by a follower that lags up to `lagMs` behind:
  *   the store as it was then (`HistoryKv`), as a direct get served by a lagging replica of an R3
  *   bucket answers. Such a read may miss a key written since, or show an older value. Every other
  *   read (a `get` from the leader, `list`, `keys`, a watch's initial values) and every write is
@@ -240,7 +240,7 @@ export class FaultyKv implements KvStore {
   }
   scan(filter: string, afterRevision: number, limit: number): Promise<KvPage> {
     return this.#op("list", filter, async () => {
-      const at = this.#staleAt("scan", filter, true);
+      const at = this.#staleAt("scan", filter, false);
       if (at === undefined) return this.#inner.scan(filter, afterRevision, limit);
       const all = this.#inner.asOf(filter, at).filter((e) => e.revision > afterRevision);
       const entries = all.slice(0, limit);

@@ -9,8 +9,8 @@
  *  a  attempt_on_two_workers  one (run, fence) executed on two workers
  *  b  run_overlap             two executions of one run overlapping in time
  *  c  occurrence_lost / occurrence_duplicated / unexpected_run / status_unexplained (record-check.ts);
- *     run_unlisted / run_listed_twice: the runs list, paged as the API pages it, against the
- *     records (list-check.ts)
+ *     run_unlisted / run_listed_twice / run_listed_stale: the runs list, paged as the API pages
+ *     it (through a replica minutes behind), against the records (list-check.ts)
  *  d  stale_epoch_key         an actor write carrying a lower epoch than one already written for
  *                             that key
  *     (counted, not a violation: `staleLandedUnfenced`) an actor write of an older epoch landing

@@ -1,7 +1,7 @@
 /**
  * Self-test of the simulation's runs-list check (test/sim/list-check.ts): a list that repeats a
- * run or lacks a recorded one fails it; the same list without the fault passes; a deleted job is
- * not listed.
+ * run, lacks a recorded one or shows an ended one as still queued fails it; the same list without
+ * the fault passes; a deleted job is not listed.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -13,8 +13,8 @@ import { checkListing } from "../sim/list-check.ts";
 /** The check reads a job's tenant and id only. */
 const JOB: JobUnderTest = { tenant: "t1", jobId: "j0123456789abcdef", spec: {} as JobSpec };
 
-/** A service whose list pages `ids` two at a time (the cursor is the next index). */
-function service(ids: string[] | "not_found") {
+/** A service whose list pages `ids` two at a time (the cursor is the next index); `queued` are shown queued, the rest succeeded. */
+function service(ids: string[] | "not_found", queued: readonly string[] = []) {
   return {
     async listRuns(
       _t: string,
@@ -25,20 +25,30 @@ function service(ids: string[] | "not_found") {
       const from = Number(o.cursor ?? 0);
       const next = from + 2 < ids.length ? String(from + 2) : null;
       return {
-        items: ids.slice(from, from + 2).map((run_id) => ({ run_id }) as RunView),
+        items: ids
+          .slice(from, from + 2)
+          .map(
+            (run_id) =>
+              ({ run_id, status: queued.includes(run_id) ? "queued" : "succeeded" }) as RunView,
+          ),
         next_cursor: next,
       };
     },
   };
 }
 
-async function failures(ids: string[] | "not_found", records: string[], deleted = false) {
+async function failures(
+  ids: string[] | "not_found",
+  records: string[],
+  deleted = false,
+  shownQueued: readonly string[] = [],
+) {
   const out: string[] = [];
   await checkListing(
-    service(ids),
+    service(ids, shownQueued),
     [JOB],
     new Set(deleted ? [JOB.jobId] : []),
-    new Map([[JOB.jobId, records]]),
+    new Map([[JOB.jobId, records.map((id) => ({ id, ended: true }))]]),
     (inv, subject) => out.push(`${inv} ${subject}`),
   );
   return out;
@@ -56,6 +66,11 @@ describe("the simulation's runs-list check", () => {
   it("fires run_unlisted on a record the list lacks", async () => {
     assert.deepEqual(await failures(["r4", "r3", "r1"], ["r1", "r2", "r3", "r4"]), [
       "run_unlisted r2",
+    ]);
+  });
+  it("fires run_listed_stale on an ended run listed as queued", async () => {
+    assert.deepEqual(await failures(["r3", "r2", "r1"], ["r1", "r2", "r3"], false, ["r2"]), [
+      "run_listed_stale r2",
     ]);
   });
   it("skips a deleted job, and one the service no longer knows", async () => {
