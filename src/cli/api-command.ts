@@ -9,7 +9,7 @@
  * `{"error": {"code", "message", "field"?, "status"?}}`.
  */
 import type { Command } from "commander";
-import { HttpApiClient, HttpApiError } from "../client/http-api-client.ts";
+import { HttpApiClient, ApiError } from "../client/http-api-client.ts";
 import { isKairosError } from "../lib/errors.ts";
 import { resolveApiTarget, type ApiTargetFlags } from "./api-target.ts";
 import { EXIT, exitCodeOfError, type ExitCode } from "./exit-codes.ts";
@@ -65,7 +65,7 @@ export function reportError(ctx: CliContext, e: unknown, json: boolean, flagOf?:
     );
     return EXIT.internal;
   }
-  const status = e instanceof HttpApiError ? e.status : undefined;
+  const status = e instanceof ApiError ? e.status : undefined;
   if (json) {
     ctx.io.err(
       JSON.stringify({
@@ -128,7 +128,7 @@ export async function retryingRead<T>(ctx: CliContext, read: () => Promise<T>): 
       return await read();
     } catch (e) {
       const again =
-        e instanceof HttpApiError && e.retryable && (e.status === 429 || e.status === 503);
+        e instanceof ApiError && e.retryable && (e.status === 429 || e.status === 503);
       if (!again || attempt >= READ_TRIES) throw e;
       await ctx.sleep(Math.min(e.retryAfterMs ?? 500, MAX_RETRY_WAIT_MS));
     }

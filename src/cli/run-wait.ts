@@ -10,7 +10,7 @@
  * and said once; before that (a wrong URL), and on 401 or 404, the wait ends at once.
  */
 import type { Command } from "commander";
-import { HttpApiError, type HttpApiClient } from "../client/http-api-client.ts";
+import { ApiError, type HttpApiClient } from "../client/http-api-client.ts";
 import { isKairosError, KairosError } from "../lib/errors.ts";
 import type { RunView } from "../protocol/model.ts";
 import { printJson, retryingRead, type ApiFlags, type CliContext } from "./api-command.ts";
@@ -48,7 +48,7 @@ function waitMs(raw: string | undefined): number {
 
 /** An answer to wait out while polling: "retry later", or no answer at all. */
 function transient(e: unknown): boolean {
-  if (e instanceof HttpApiError) return e.status === 429 || e.status === 503;
+  if (e instanceof ApiError) return e.status === 429 || e.status === 503;
   return isKairosError(e, "unavailable") || isKairosError(e, "timeout");
 }
 

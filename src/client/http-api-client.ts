@@ -5,7 +5,7 @@
  *   const api = new HttpApiClient({ url: "http://127.0.0.1:7700", apiKey: "kai_…" });
  *   const { job } = await api.createJob({ schedule: { cron: "0 2 * * *" }, task: {…} });
  *
- * Results are the REST bodies' types; a non-2xx answer throws `HttpApiError` (a `KairosError`
+ * Results are the REST bodies' types; a non-2xx answer throws `ApiError` (a `KairosError`
  * with the API's `code`, `message` and `field`, plus the HTTP `status` and `Retry-After`). No
  * answer at all is `unavailable` (connection refused, DNS) or `timeout` (no answer within
  * `timeoutMs`: an unknown outcome — the request may have been applied; use an Idempotency-Key for
@@ -14,24 +14,12 @@
  */
 import type { ReadableStream } from "node:stream/web";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
-import { ErrorCodes, KairosError, type ErrorCode } from "../lib/errors.ts";
+import { KairosError, type ErrorCode } from "../lib/errors.ts";
+import { ApiError, isErrorCode, type PageOptions } from "./api-error.ts";
 import type { JobPage, RunPage } from "../nats-api/wire.ts";
 
 export type { JobPage, RunPage };
-
-/** A non-2xx answer: the API's error code, message and field, and the HTTP status. */
-export class HttpApiError extends KairosError {
-  readonly status: number;
-  constructor(
-    code: ErrorCode,
-    message: string,
-    status: number,
-    opts: { field?: string; retryAfterMs?: number } = {},
-  ) {
-    super(code, message, opts);
-    this.status = status;
-  }
-}
+export { ApiError, type PageOptions };
 
 export interface HttpApiClientOptions {
   /** The API's base URL (`http://host:port`, no trailing path). */
@@ -44,17 +32,7 @@ export interface HttpApiClientOptions {
   maxBodyBytes?: number;
 }
 
-/** Paging of list calls (limit 1-200, default 50; the cursor from the previous page). */
-export interface PageOptions {
-  limit?: number;
-  cursor?: string;
-}
-
 const MIB = 1024 * 1024;
-
-function isErrorCode(s: unknown): s is ErrorCode {
-  return typeof s === "string" && Object.prototype.hasOwnProperty.call(ErrorCodes, s);
-}
 
 /** `Retry-After` in seconds as milliseconds, when it is a number. */
 function retryAfterMs(h: string | null): number | undefined {
@@ -82,7 +60,7 @@ async function boundedText(res: Response, max: number): Promise<string> {
 }
 
 /** The error a non-2xx answer stands for (its body's `error`, else one from the status). */
-function errorOf(status: number, text: string, retryAfter: string | null): HttpApiError {
+function errorOf(status: number, text: string, retryAfter: string | null): ApiError {
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -104,7 +82,7 @@ function errorOf(status: number, text: string, retryAfter: string | null): HttpA
   const message =
     typeof rawMessage === "string" ? rawMessage : `HTTP ${status}: ${text.slice(0, 200)}`;
   const ms = retryAfterMs(retryAfter);
-  return new HttpApiError(code, message, status, {
+  return new ApiError(code, message, status, {
     ...(typeof field === "string" ? { field } : {}),
     ...(ms !== undefined ? { retryAfterMs: ms } : {}),
   });

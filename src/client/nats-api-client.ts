@@ -6,7 +6,7 @@
  *   const api = new NatsApiClient(nc, { cluster: "kairos", tenantId: "t…" });
  *   const { job } = await api.createJob({ schedule: { cron: "0 2 * * *" }, task: {…} }, { idempotencyKey: "nightly-1" });
  *
- * Results are the REST bodies' types; failures throw `NatsApiError` (a `KairosError` whose `code`
+ * Results are the REST bodies' types; failures throw `ApiError` (a `KairosError` whose `code`
  * is the REST error code, plus the HTTP-equivalent `status`). A request that gets no reply in
  * time throws `timeout` — an unknown outcome: the operation may have happened (use an
  * Idempotency-Key for creates, If-Match for patches); no API node listening is `unavailable`.
@@ -19,23 +19,12 @@ import {
   type NatsConnection,
 } from "@nats-io/transport-node";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
-import { ErrorCodes, KairosError, type ErrorCode } from "../lib/errors.ts";
+import { KairosError } from "../lib/errors.ts";
+import { ApiError, isErrorCode, type PageOptions } from "./api-error.ts";
+
+export { ApiError, type PageOptions };
 import { API_HEADERS, apiSubject, type ApiOperation } from "../nats-api/subjects.ts";
 import type { ApiReply, JobPage, RunPage } from "../nats-api/wire.ts";
-
-/** A failed request: the REST error code, message and field, and the HTTP-equivalent status. */
-export class NatsApiError extends KairosError {
-  readonly status: number;
-  constructor(
-    code: ErrorCode,
-    message: string,
-    status: number,
-    opts: { field?: string; retryAfterMs?: number } = {},
-  ) {
-    super(code, message, opts);
-    this.status = status;
-  }
-}
 
 export interface NatsApiClientOptions {
   /** The Kairos cluster name (subject prefix `kairos.<cluster>.api`). */
@@ -46,18 +35,8 @@ export interface NatsApiClientOptions {
   timeoutMs?: number;
 }
 
-/** Paging of list calls (limit 1-200, default 50; the cursor from the previous page). */
-export interface PageOptions {
-  limit?: number;
-  cursor?: string;
-}
-
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-
-function isErrorCode(s: string): s is ErrorCode {
-  return Object.prototype.hasOwnProperty.call(ErrorCodes, s);
-}
 
 export class NatsApiClient {
   readonly #nc: NatsConnection;
@@ -162,7 +141,7 @@ export class NatsApiClient {
     if (reply.ok) return { status: reply.status, result: reply.result };
     const { code, message, field } = reply.error;
     return Promise.reject(
-      new NatsApiError(isErrorCode(code) ? code : "internal", message, reply.status, {
+      new ApiError(isErrorCode(code) ? code : "internal", message, reply.status, {
         ...(field !== undefined ? { field } : {}),
         ...(reply.retry_after_s !== undefined ? { retryAfterMs: reply.retry_after_s * 1000 } : {}),
       }),

@@ -9,7 +9,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { NatsApiClient, NatsApiError } from "../../src/client/nats-api-client.ts";
+import { NatsApiClient, ApiError } from "../../src/client/nats-api-client.ts";
 import { apiSubject } from "../../src/nats-api/subjects.ts";
 import type { ApiReply } from "../../src/nats-api/wire.ts";
 import {
@@ -138,7 +138,7 @@ describe(
       await assert.rejects(
         apiA.patchJob(id, { name: "again" }, { ifMatch: '"1"' }),
         (e: unknown) =>
-          e instanceof NatsApiError && e.code === "precondition_failed" && e.status === 412,
+          e instanceof ApiError && e.code === "precondition_failed" && e.status === 412,
       );
       assert.equal(
         (await restA.call<{ name: string }>("GET", `/v1/jobs/${id}`)).body.name,
