@@ -74,6 +74,8 @@ if [ "$want_docker" = 1 ]; then
   missing=()
   command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
   dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+  # The task network's firewall (src/sandbox/task-network.ts) is nftables rules.
+  command -v nft >/dev/null 2>&1 || missing+=(nftables)
   # The quick start (README) talks to the API with curl and reads .kairos/dev.json with jq.
   command -v curl >/dev/null 2>&1 || missing+=(curl)
   command -v jq >/dev/null 2>&1 || missing+=(jq)
