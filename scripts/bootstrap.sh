@@ -4,16 +4,20 @@
 #   - nats-server >= 2.10.23 (Debian trixie's package; bookworm's 2.9.10 has a CAS bug)
 #   - docker.io and busybox-static, and curl and jq for the README's quick start (only with
 #     --docker, which `npm start` passes)
+#   - docker-registry and apache2-utils (htpasswd) for the tests' private registry (only with
+#     --registry, which `npm test` passes)
 # As root it installs through apt; otherwise it prints exactly what to install and exits 1.
-# Usage: scripts/bootstrap.sh [--docker] [--quiet]
+# Usage: scripts/bootstrap.sh [--docker] [--registry] [--quiet]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_docker=0
+want_registry=0
 quiet=0
 for a in "$@"; do
   case "$a" in
     --docker) want_docker=1 ;;
+    --registry) want_registry=1 ;;
     --quiet) quiet=1 ;;
     *) echo "bootstrap: unknown option $a" >&2; exit 2 ;;
   esac
@@ -69,16 +73,8 @@ MSG
 fi
 say "nats-server $v"
 
-# --- docker + busybox -----------------------------------------------------
-if [ "$want_docker" = 1 ]; then
-  missing=()
-  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
-  dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
-  # The task network's firewall (src/sandbox/task-network.ts) is nftables rules.
-  command -v nft >/dev/null 2>&1 || missing+=(nftables)
-  # The quick start (README) talks to the API with curl and reads .kairos/dev.json with jq.
-  command -v curl >/dev/null 2>&1 || missing+=(curl)
-  command -v jq >/dev/null 2>&1 || missing+=(jq)
+# Installs the packages named in "missing" (as root), or says what to install and exits 1.
+install_missing() {
   if [ "${#missing[@]}" -gt 0 ]; then
     if is_root; then
       say "installing ${missing[*]}"
@@ -89,5 +85,26 @@ if [ "$want_docker" = 1 ]; then
       exit 1
     fi
   fi
+}
+
+# --- docker + busybox -----------------------------------------------------
+if [ "$want_docker" = 1 ]; then
+  missing=()
+  command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
+  dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+  # The task network's firewall (src/sandbox/task-network.ts) is nftables rules.
+  command -v nft >/dev/null 2>&1 || missing+=(nftables)
+  # The quick start (README) talks to the API with curl and reads .kairos/dev.json with jq.
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v jq >/dev/null 2>&1 || missing+=(jq)
+  install_missing
+fi
+
+# --- a private registry for the pull tests (test/support/registry.ts) ------
+if [ "$want_registry" = 1 ]; then
+  missing=()
+  [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
+  [ -x /usr/bin/htpasswd ] || missing+=(apache2-utils)
+  install_missing
 fi
 exit 0

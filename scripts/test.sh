@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 docker_flag=()
-if [ "$(id -u)" = 0 ] || [ "${KAIROS_REQUIRE_DOCKER:-0}" = 1 ]; then docker_flag=(--docker); fi
+if [ "$(id -u)" = 0 ] || [ "${KAIROS_REQUIRE_DOCKER:-0}" = 1 ]; then docker_flag=(--docker --registry); fi
 bash scripts/bootstrap.sh "${docker_flag[@]}"
 
 dockerd_pid=""

@@ -10,9 +10,11 @@ import type { RateLimitOptions } from "../http/rate-limit.ts";
 import { retentionConfig, type RetentionConfig } from "../history/retention.ts";
 import {
   parseImagePolicy,
+  PULL_POLICIES,
   taskLimits,
   type EgressOptions,
   type ImagePolicy,
+  type PullPolicy,
   type TaskLimits,
 } from "../sandbox/index.ts";
 import { natsUserFor, pinnedWorkerUser } from "../cluster/nats-permissions.ts";
@@ -122,6 +124,7 @@ export interface ProcessFlags {
   metricsTokenFile?: string;
   metricsTenantLabels?: boolean;
   imagePolicy?: string;
+  pull?: string;
   taskMaxMemoryMb?: string;
   taskMaxCpus?: string;
   taskMaxPids?: string;
@@ -331,6 +334,18 @@ export function metricsTokenFromFlag(path: string | undefined): { metricsToken?:
 }
 
 /** The operator's image policy from `--image-policy a,b,c` (undefined: any image, with a warning). */
+/** `--pull`: never, if_missing or always (default if_missing: docs/sandbox.md). */
+export function pullFlag(v: string | undefined): PullPolicy {
+  if (v === undefined) return "if_missing";
+  if (!(PULL_POLICIES as readonly string[]).includes(v))
+    throw new KairosError(
+      "invalid_argument",
+      `--pull: "${v.slice(0, 40)}" is not one of ${PULL_POLICIES.join(", ")}`,
+      { field: "pull" },
+    );
+  return v as PullPolicy;
+}
+
 export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | undefined {
   if (flag === undefined) return undefined;
   return parseImagePolicy(

@@ -17,6 +17,7 @@ import {
   int,
   portFlag,
   prefetchFlag,
+  pullFlag,
   metricsTokenFromFlag,
   nodeConfigFromFlags,
   rateLimitsFromFlags,
@@ -130,6 +131,7 @@ export async function startProcess(
     },
     rateLimits: rateLimitsFromFlags(f),
     executor: executor.kind,
+    pull: pullFlag(f.pull),
     workerSlots,
     ...(f.prefetch !== undefined ? { workerPrefetch: prefetchFlag(f.prefetch) } : {}),
     ...(f.metricsPort !== undefined
@@ -266,6 +268,10 @@ function taskOptions(c: Command): Command {
     .option(
       "--image-policy <entries>",
       "api: images tenants without their own policy may name, comma-separated: *, registry/namespace/ prefixes, repo@sha256:…, repo:tag (default: any)",
+    )
+    .option(
+      "--pull <policy>",
+      "worker, docker executor: when to pull a task's image, with its tenant's registry credentials: never (images are provisioned on the hosts), if_missing (default: when absent, and before a tenant first runs a registry's image already here), always (every attempt)",
     )
     .option(
       "--task-max-memory-mb <mb>",

@@ -48,6 +48,10 @@ const attempt = z.object({
     .enum(["succeeded", "failed", "timed_out", "oom", "lease_lost", "cancelled", "error"])
     .nullable(),
   error: z.string().nullable(),
+  image_digest: z.string().optional().meta({
+    description:
+      "the registry digest (sha256:…) of the image the attempt ran in; absent when the image was built or imported on the worker host, or the attempt ended before its image was known",
+  }),
 });
 
 /** A run as the API returns it. */

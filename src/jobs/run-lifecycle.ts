@@ -10,7 +10,7 @@
  * (`leaseEndMs`, arrivals recorded by the host before the mailbox): busy is not dead. An attempt
  * whose lease ran out before it started does not count against `max_attempts` (bounded).
  */
-import type { Completion, ProbeReply } from "../protocol/worker.ts";
+import { IMAGE_DIGEST, type Completion, type ProbeReply } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
 import type { JobMsg } from "./job-types.ts";
@@ -265,6 +265,8 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
     a.exit_code = m.exit_code;
     a.outcome = outcome;
     a.error = outcome === "succeeded" ? null : (errorText ?? `exit code ${m.exit_code}`);
+    if (typeof m.image_digest === "string" && IMAGE_DIGEST.test(m.image_digest))
+      a.image_digest = m.image_digest;
   }
   r.started_at_ms ??= m.started_at_ms;
   const result = { exit_code: m.exit_code, output: m.output };

@@ -118,6 +118,12 @@ export interface AttemptView {
   exit_code: number | null;
   outcome: AttemptOutcome | null;
   error: string | null;
+  /**
+   * The registry digest (`sha256:…`) of the image the attempt ran in, as its worker reported it;
+   * absent when the image did not come from a registry (built or imported on the worker host) or
+   * the attempt ended before its image was known.
+   */
+  image_digest?: string;
 }
 
 export interface RunView {

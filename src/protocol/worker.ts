@@ -57,6 +57,8 @@ export interface Completion {
   error: { class: string; message: string; retryable: boolean } | null;
   started_at_ms: number;
   finished_at_ms: number;
+  /** The registry digest (`sha256:…`) of the image the attempt ran in, when it came from a registry. */
+  image_digest?: string;
   /**
    * The worker gives the attempt back without ever having started it (a drain drops the attempts
    * it holds ahead of their start): the owner offers the run again at once and does not count the
@@ -147,6 +149,9 @@ export interface StartRequest {
    */
   egress?: string[];
 }
+
+/** The shape of `Completion.image_digest`; a job actor keeps nothing else from a worker. */
+export const IMAGE_DIGEST = /^sha256:[a-f0-9]{64}$/;
 
 /** Longest `run_token` a worker accepts in an offer (a token is about 600 characters). */
 export const MAX_RUN_TOKEN_CHARS = 2048;

@@ -81,6 +81,56 @@ export function classifyEngineError(e: unknown, phase: EnginePhase, image: strin
   };
 }
 
+// The engine's words for a registry refusing a pull (distribution's `UNAUTHORIZED`/`DENIED`, the
+// engine's own "no basic auth credentials" and Docker Hub's "pull access denied").
+const UNAUTHORIZED =
+  /unauthorized|authentication required|no basic auth credentials|access denied|access to the resource is denied|incorrect username or password|\b401\b|\b403\b/i;
+const NOT_FOUND = /manifest unknown|not found|name unknown|no such image/i;
+// No answer from the registry: refused, unresolvable, timed out, reset, TLS or HTTP mismatch.
+const UNREACHABLE =
+  /connection refused|no such host|i\/o timeout|timeout|timed out|did not answer|connection reset|network is unreachable|no route to host|\btls\b|x509|server gave http response|\bEOF\b|dial tcp|lookup /i;
+
+/**
+ * A failed pull (docker-image.ts `PullFailure`) as the tenant sees it: the registry refused the
+ * credential or its lack (`image_unauthorized`), has no such image (`image_not_found`), or could not
+ * be reached (`registry_unreachable`, retryable); anything else is `executor_failure` (retryable).
+ * The message names the image and registry, never the engine's own text or a credential.
+ */
+export function classifyPullFailure(
+  f: { message: string; status: number | undefined; registry: string; withCredential: boolean },
+  image: string,
+): ExecutionError {
+  const msg = f.message;
+  if (f.status === 401 || f.status === 403 || UNAUTHORIZED.test(msg)) {
+    return {
+      class: "image_unauthorized",
+      message: f.withCredential
+        ? `registry ${f.registry} refused this tenant's credentials for image ${image} (unauthorized, or no access to that repository)`
+        : `registry ${f.registry} refused to serve image ${image} without credentials, and this tenant has none for it (an operator sets them with kairos admin tenant registry)`,
+      retryable: false,
+    };
+  }
+  if (f.status === 404 || NOT_FOUND.test(msg)) {
+    return {
+      class: "image_not_found",
+      message: `image ${image} was not found in registry ${f.registry}`,
+      retryable: false,
+    };
+  }
+  if (UNREACHABLE.test(msg)) {
+    return {
+      class: "registry_unreachable",
+      message: `registry ${f.registry} could not be reached to pull image ${image}; retryable`,
+      retryable: true,
+    };
+  }
+  return {
+    class: "executor_failure",
+    message: `pull of image ${image} from registry ${f.registry} failed${f.status !== undefined ? ` (HTTP ${f.status})` : ""}; retryable`,
+    retryable: true,
+  };
+}
+
 /** Rejects with a labelled error if `p` does not settle within `ms` (the engine may hang). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string, clock: Clock): Promise<T> {
   return new Promise<T>((resolve, reject) => {

@@ -25,13 +25,14 @@ import type { EgressGrant } from "./egress-proxy.ts";
 import { MARK_NOT_EXECUTABLE, MARK_NOT_FOUND, leaseFileContent, oomMarked } from "./supervisor.ts";
 import {
   classifyEngineError,
+  classifyPullFailure,
   engineMessage,
   statusOf,
   withTimeout,
   type EnginePhase,
 } from "./docker-errors.ts";
 import { imageCarriesName } from "./image-policy.ts";
-import { ensureImage } from "./docker-image.ts";
+import { PullFailure, type ImageProvider } from "./docker-image.ts";
 
 /** After the container exits, how long to wait for the attach stream to deliver the rest. */
 const OUTPUT_DRAIN_MS = 2000;
@@ -53,8 +54,13 @@ export class DockerExecution implements Execution {
   readonly result: Promise<ExecutionResult>;
   readonly #latch = new ResultLatch();
   readonly #docker: Dockerode;
+  readonly #images: ImageProvider;
   readonly #cfg: ExecutorConfig;
   readonly #task: TaskSpec;
+  /** Aborts a pull under way when the attempt is stopped. */
+  readonly #abort = new AbortController();
+  /** The registry digest of the image this attempt runs (docker-image.ts), once known. */
+  #imageDigest: string | undefined;
   readonly #tail: OutputTail;
   readonly #probe = new OutputTail(PROBE_BYTES);
   #container: Dockerode.Container | undefined;
@@ -68,6 +74,7 @@ export class DockerExecution implements Execution {
 
   constructor(
     docker: Dockerode,
+    images: ImageProvider,
     cfg: ExecutorConfig,
     task: TaskSpec,
     id: RunIdentity,
@@ -75,6 +82,7 @@ export class DockerExecution implements Execution {
     egress?: TaskEgress,
   ) {
     this.#docker = docker;
+    this.#images = images;
     this.#cfg = cfg;
     this.#task = task;
     this.#egress = egress;
@@ -132,6 +140,7 @@ export class DockerExecution implements Execution {
   #stop(reason: StopReason): void {
     if (this.#latch.settled || this.#exited || this.#stopReason !== undefined) return;
     this.#stopReason = reason;
+    this.#abort.abort();
     if (this.#running) void this.#killContainer();
   }
 
@@ -150,6 +159,9 @@ export class DockerExecution implements Execution {
       if ("result" in prepared) return prepared.result;
       return await this.#execute(prepared.spec, at);
     } catch (e) {
+      // Stopped during a pull (aborted) or another engine call: the stop is the outcome.
+      if (this.#stopReason !== undefined && !this.#exited)
+        return this.#ended(this.#stopReason, null);
       return this.#engineFailure(e, at.phase, id);
     } finally {
       this.#running = false;
@@ -158,9 +170,9 @@ export class DockerExecution implements Execution {
   }
 
   /**
-   * Pulls (if configured) and inspects the image, checks its name, volumes and command, and
-   * writes the lease file: the container's spec, or the result that ends the attempt before any
-   * container exists. Moves `at.phase` from pull to create.
+   * Provides the image by the pull policy (docker-image.ts), checks its name, volumes and command,
+   * and writes the lease file: the container's spec, or the result that ends the attempt before
+   * any container exists. A failed pull is a `PullFailure`; any other engine error is of `create`.
    */
   async #prepare(
     id: RunIdentity,
@@ -168,13 +180,14 @@ export class DockerExecution implements Execution {
     at: { phase: EnginePhase },
   ): Promise<{ result: ExecutionResult } | { spec: Dockerode.ContainerCreateOptions }> {
     const clock = this.#cfg.clock;
-    if (this.#cfg.docker.pull === "if_missing")
-      await ensureImage(this.#docker, this.#task.image, this.#cfg.docker.engineTimeoutMs, clock);
     at.phase = "create";
-    const image = await this.#quick(
-      this.#docker.getImage(this.#task.image).inspect(),
-      "image inspect",
+    const provided = await this.#images.provide(
+      this.#task.image,
+      id.tenantId,
+      this.#task.registryAuth,
+      this.#abort.signal,
     );
+    const image = provided.info;
     if (!imageCarriesName(this.#task.image, image.RepoTags, image.RepoDigests)) {
       // The engine resolved the reference as an image ID (prefix), which could be any tenant's image.
       this.#cfg.log(
@@ -214,6 +227,7 @@ export class DockerExecution implements Execution {
       if (this.#leaseUntilMono === 0) this.#leaseUntilMono = clock.monoMs() + this.#task.leaseMs;
       this.#writeLease();
     }
+    this.#imageDigest = provided.digest;
     if (this.#task.egress !== undefined && this.#egress !== undefined) {
       this.#grant = this.#egress.proxy.open(
         { runId: id.runId, attempt: id.attempt, jobId: id.jobId, tenantId: id.tenantId },
@@ -221,6 +235,7 @@ export class DockerExecution implements Execution {
       );
     }
     const spec = containerSpec(this.#task, id, limits, this.#cfg.docker, this.#cfg.workerId, {
+      imageId: image.Id,
       command,
       deadlineAtMs,
       volumes,
@@ -267,7 +282,12 @@ export class DockerExecution implements Execution {
     const oom = engineOom || (exitCode !== 0 && oomMarked(this.#probe.text()));
     const unrunnable = this.#stopReason === undefined ? this.#unrunnable(exitCode) : undefined;
     if (unrunnable)
-      return { ...unrunnable, startedAtMs: this.#startedAtMs, output: this.#tail.text() };
+      return {
+        ...unrunnable,
+        startedAtMs: this.#startedAtMs,
+        output: this.#tail.text(),
+        ...(this.#imageDigest !== undefined ? { imageDigest: this.#imageDigest } : {}),
+      };
     // SIGKILL after the timeout with no stop of ours: the container's own deadline fired first.
     const ownDeadline =
       exitCode === 137 && clock.now() - this.#startedAtMs >= this.#task.timeoutS * 1000;
@@ -281,8 +301,12 @@ export class DockerExecution implements Execution {
   #engineFailure(e: unknown, phase: EnginePhase, id: RunIdentity): ExecutionResult {
     const clock = this.#cfg.clock;
     const cause = e instanceof PhaseError ? e.cause : e;
-    const failedPhase = e instanceof PhaseError ? e.phase : phase;
-    const err = classifyEngineError(cause, failedPhase, this.#task.image);
+    const failedPhase =
+      e instanceof PullFailure ? "pull" : e instanceof PhaseError ? e.phase : phase;
+    const err =
+      e instanceof PullFailure
+        ? classifyPullFailure(e, this.#task.image)
+        : classifyEngineError(cause, failedPhase, this.#task.image);
     // The tenant sees err.message; the engine's own words stay in the operator's log.
     this.#cfg.log("warn", "docker attempt failed", {
       run_id: id.runId,
@@ -290,13 +314,17 @@ export class DockerExecution implements Execution {
       image: this.#task.image,
       phase: failedPhase,
       class: err.class,
-      engine_status: statusOf(cause),
+      engine_status: e instanceof PullFailure ? e.status : statusOf(cause),
       engine_message: engineMessage(cause),
+      ...(e instanceof PullFailure
+        ? { registry: e.registry, with_credential: e.withCredential }
+        : {}),
     });
     return {
       ...errorResult(err.class, err.message, clock.now(), err.retryable),
       startedAtMs: this.#startedAtMs,
       output: this.#tail.text(),
+      ...(this.#imageDigest !== undefined ? { imageDigest: this.#imageDigest } : {}),
     };
   }
 
@@ -377,6 +405,7 @@ export class DockerExecution implements Execution {
       output: this.#tail.text(),
       startedAtMs: this.#startedAtMs,
       finishedAtMs: this.#cfg.clock.now(),
+      ...(this.#imageDigest !== undefined ? { imageDigest: this.#imageDigest } : {}),
     };
   }
 }

@@ -21,6 +21,8 @@ export const CONTAINER_DEADLINE_GRACE_S = 2;
 
 /** What the container runs and until when (see supervisor.ts). */
 export interface ContainerRun {
+  /** The inspected image's ID: the container runs exactly that image, whatever its name points at now. */
+  imageId?: string;
   /** The effective command: the task's args, or the image's Entrypoint + Cmd; an image Entrypoint is kept before args. */
   command: string[];
   /** Epoch ms of the deadline label (create time + timeout + grace). */
@@ -230,7 +232,7 @@ export function containerSpec(
     ...(run.egress !== undefined ? proxyEnv(run.egress.proxyUrl) : {}),
   };
   const spec: Dockerode.ContainerCreateOptions = {
-    Image: task.image,
+    Image: run.imageId ?? task.image,
     Env: Object.entries(env).map(([k, v]) => `${k}=${v}`),
     User: cfg.user,
     Labels: runLabels(id, workerId, run.deadlineAtMs),

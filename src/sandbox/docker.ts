@@ -2,7 +2,7 @@
  * The `docker` executor: one locked-down container per attempt (settings in docker-spec.ts,
  * reasons in docs/sandbox.md), driven through dockerode.
  *
- * Life of an attempt: [pull if missing and allowed] → image inspect (Entrypoint/Cmd) → create
+ * Life of an attempt: image by the pull policy (docker-image.ts) → its Entrypoint/Cmd → create
  * → attach (before start, so no output is lost) → start → timer(timeoutS) → wait → inspect on
  * failure (OOMKilled, or the supervisor's OOM marker) → drain output → remove (force). The container carries its own deadline
  * (supervisor.ts: PID 1 is a mounted static busybox that kills the task at timeoutS + grace)
@@ -20,6 +20,7 @@ import { LABEL, resolveLimits, type TaskEgress } from "./docker-spec.ts";
 import { statusOf, withTimeout } from "./docker-errors.ts";
 import { KairosError } from "../lib/errors.ts";
 import { DockerExecution } from "./docker-execution.ts";
+import { ImageProvider } from "./docker-image.ts";
 
 /** How long past its deadline label a container may linger before any worker's sweep removes it. */
 export const SWEEP_MARGIN_MS = 30_000;
@@ -29,6 +30,7 @@ export class DockerExecutor implements Executor {
   readonly kind = "docker" as const;
   readonly #docker: Dockerode;
   readonly #cfg: ExecutorConfig;
+  readonly #images: ImageProvider;
   readonly #live = new Map<Execution, { runId: string; attempt: number }>();
   readonly #egress: TaskEgress | undefined;
   #closed = false;
@@ -39,6 +41,12 @@ export class DockerExecutor implements Executor {
     this.#docker = docker;
     this.#cfg = cfg;
     this.#egress = egress;
+    this.#images = new ImageProvider(
+      docker,
+      cfg.docker.pull,
+      cfg.docker.engineTimeoutMs,
+      cfg.clock,
+    );
     if (cfg.docker.sweepIntervalMs > 0) this.#scheduleSweep(0);
   }
 
@@ -106,7 +114,15 @@ export class DockerExecutor implements Executor {
           now,
         ),
       );
-    const exec = new DockerExecution(this.#docker, this.#cfg, task, id, limits, this.#egress);
+    const exec = new DockerExecution(
+      this.#docker,
+      this.#images,
+      this.#cfg,
+      task,
+      id,
+      limits,
+      this.#egress,
+    );
     this.#live.set(exec, { runId: id.runId, attempt: id.attempt });
     void exec.result.then(() => this.#live.delete(exec));
     return exec;

@@ -27,6 +27,7 @@ export type {
   Executor,
   ExecutorKind,
   Outcome,
+  RegistryAuth,
   RunIdentity,
   TaskSpec,
 } from "./types.ts";

@@ -78,6 +78,22 @@ function registryProblem(registry: string): string | undefined {
   return undefined;
 }
 
+/**
+ * A registry host as image references name it (`host[:port]`, a DNS name, IPv4 or bracketed
+ * IPv6 address), normalised (`index.docker.io` and `registry-1.docker.io` are `docker.io`);
+ * `invalid_argument` otherwise. A tenant's registry credential is stored under this name.
+ */
+export function parseRegistry(registry: string, field = "registry"): string {
+  const r = registry.trim();
+  const problem =
+    r.length === 0 || r.length > 255 || r.includes("/")
+      ? `${JSON.stringify(registry.slice(0, 100))} is not a registry host (host[:port], no scheme or path)`
+      : registryProblem(r);
+  if (problem !== undefined)
+    throw new KairosError("invalid_argument", `${field}: ${problem}`, { field });
+  return r === "index.docker.io" || r === "registry-1.docker.io" ? DOCKER_HUB : r;
+}
+
 /** The host of a registry (`[::1]` kept bracketed, port dropped). */
 export function registryHost(registry: string): string {
   return registry.startsWith("[")

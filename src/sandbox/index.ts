@@ -10,8 +10,10 @@ export {
   checkImage,
   parseImagePolicy,
   parseImageRef,
+  parseRegistry,
   type ImagePolicy,
 } from "./image-policy.ts";
+export { PULL_POLICIES } from "./options.ts";
 export { DEFAULT_TASK_LIMITS, taskLimits, type TaskLimits } from "./task-rules.ts";
 export {
   createTaskNetwork,

@@ -11,8 +11,13 @@ import { DEFAULT_OUTPUT_TAIL_BYTES } from "./output-tail.ts";
 import { DEFAULT_TASK_LIMITS } from "./task-rules.ts";
 import { parseInternalAllowance, type InternalAllowance } from "./egress-policy.ts";
 
-/** Whether the docker executor pulls an image that is not on the worker host. */
-export type PullPolicy = "never" | "if_missing";
+/**
+ * When the docker executor pulls a task's image (docker-image.ts): never; when it is not on the
+ * worker host (or is a registry's image this tenant has not pulled here); for every attempt.
+ */
+export type PullPolicy = "never" | "if_missing" | "always";
+
+export const PULL_POLICIES: readonly PullPolicy[] = ["never", "if_missing", "always"];
 
 export interface ProcessOptions {
   /** Time between SIGTERM and SIGKILL of the task's process group. Default 2000. */
@@ -64,7 +69,10 @@ export interface EgressConfig {
 export interface DockerOptions {
   /** Engine socket; default: DOCKER_HOST or /var/run/docker.sock (dockerode's rules). */
   socketPath?: string;
-  /** Default "never": images are provisioned on worker hosts ahead of time (docs/sandbox.md). */
+  /**
+   * Default "never" here (no registry is contacted unless asked); `kairos node --pull` defaults to
+   * "if_missing" (docs/sandbox.md, "Images and registries").
+   */
   pull?: PullPolicy;
   /** Defaults applied when a task does not ask. */
   defaultMemoryMb?: number;
@@ -237,10 +245,10 @@ function resolveDocker(d: DockerOptions): DockerConfig {
       { field: "docker.sweepIntervalMs" },
     );
   }
-  if (cfg.pull !== "never" && cfg.pull !== "if_missing") {
+  if (!PULL_POLICIES.includes(cfg.pull)) {
     throw new KairosError(
       "invalid_argument",
-      `docker.pull must be "never" or "if_missing", got ${String(cfg.pull)}`,
+      `docker.pull must be one of ${PULL_POLICIES.join(", ")}, got ${String(cfg.pull)}`,
       { field: "docker.pull" },
     );
   }

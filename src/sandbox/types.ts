@@ -31,6 +31,19 @@ export interface TaskSpec {
    * proxy enforces. Absent: the container has no network at all.
    */
   egress?: { allow: readonly string[] };
+  /**
+   * The tenant's credential for the registry of `image` (docker only, for pulls; never put into the
+   * container, its labels or any log). Used only when its `registry` is the image's.
+   */
+  registryAuth?: RegistryAuth;
+}
+
+/** A registry credential, as the engine's X-Registry-Auth carries it. */
+export interface RegistryAuth {
+  /** The normalised registry host (src/sandbox/image-policy.ts `parseImageRef`), e.g. `docker.io`. */
+  readonly registry: string;
+  readonly username: string;
+  readonly password: string;
 }
 
 /** Who this attempt is: exported to the task as KAIROS_* variables and (docker) labels. */
@@ -50,7 +63,12 @@ export interface RunIdentity {
 
 /** Why an attempt could not run at all (as opposed to ran and failed). */
 export type ErrorClass =
-  "image_not_found" | "invalid_task" | "permission_denied" | "executor_failure";
+  | "image_not_found"
+  | "image_unauthorized"
+  | "registry_unreachable"
+  | "invalid_task"
+  | "permission_denied"
+  | "executor_failure";
 
 /** How an attempt ended. `killed` means `kill()` was called (lease lost, cancel, orphan reaping). */
 export type Outcome = "exited" | "timed_out" | "killed" | "oom" | "error";
@@ -71,6 +89,11 @@ export interface ExecutionResult {
   error?: ExecutionError;
   startedAtMs: number;
   finishedAtMs: number;
+  /**
+   * Docker: the registry digest (`sha256:…`) of the image the attempt ran in, when the image came
+   * from a registry (absent for images built or imported on the host, and before a container).
+   */
+  imageDigest?: string;
 }
 
 /** A running attempt. */
@@ -131,6 +154,10 @@ export function isRetryable(r: ExecutionResult): boolean {
 /** Default retryability per error class (executor_failure: the engine or host hiccuped). */
 export const ERROR_CLASS_RETRYABLE: Readonly<Record<ErrorClass, boolean>> = {
   image_not_found: false,
+  // The registry refused the tenant's credential (or its lack of one): a retry would be refused too.
+  image_unauthorized: false,
+  // The registry did not answer (or timed out): another attempt, later or elsewhere, may reach it.
+  registry_unreachable: true,
   invalid_task: false,
   permission_denied: false,
   executor_failure: true,

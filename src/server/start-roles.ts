@@ -22,6 +22,7 @@ import {
   type EgressOptions,
   type ExecutorKind,
   type ImagePolicy,
+  type PullPolicy,
   type TaskLimits,
 } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../notify/webhook.ts";
@@ -73,6 +74,11 @@ export interface ProcessOptions {
   metricsToken?: string;
   /** scheduler: name the tenant in the per-tenant metrics' `tenant` label (default: left out). */
   metricsTenantLabels?: boolean;
+  /**
+   * worker, docker executor: when a task's image is pulled (src/sandbox/docker-image.ts); default
+   * "if_missing".
+   */
+  pull?: PullPolicy;
   /** api: the operator's default image policy (default: any image). */
   imagePolicy?: ImagePolicy;
   /**
@@ -280,6 +286,7 @@ export async function startWorker(
       maxCpus: limits.maxCpus,
       maxPids: limits.maxPids,
       ...(opts.egress !== undefined ? { egress: opts.egress } : {}),
+      pull: opts.pull ?? "if_missing",
     },
   });
   const worker = new Worker({

@@ -99,6 +99,7 @@ export class CompletionOutbox implements OutboxPart {
             started_at_ms: r.startedAtMs,
             finished_at_ms: r.finishedAtMs,
           };
+    if (r.imageDigest !== undefined) lease.completion.image_digest = r.imageDigest;
     lease.completionSinceMono = c.o.clock.monoMs();
     this.report(lease);
   }

@@ -30,7 +30,7 @@ describe("jobs on the docker executor", { skip: dockerSkip(), timeout: 180_000 }
     fx = await startKairosFixture();
     const node = fx.spawn("d1", "api,scheduler");
     // The fixture passes --executor process; the later flag wins.
-    const worker = fx.spawn("d2", "worker", ["--executor", "docker"]);
+    const worker = fx.spawn("d2", "worker", ["--executor", "docker", "--pull", "never"]);
     await worker.waitFor((e) => e.type === "node_started", 30_000, "docker worker started");
     api = apiClient(await fx.apiUrl(node), (await fx.newTenant("docker")).api_key);
   });

@@ -9,9 +9,9 @@
  *   processes racing both import identical content under the same tag, which is harmless.
  */
 import { execFile } from "node:child_process";
-import { chmod, mkdir, mkdtemp, copyFile, rm, symlink, access } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, copyFile, rm, symlink, access, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import Dockerode from "dockerode";
 
@@ -80,6 +80,20 @@ async function build(): Promise<string> {
   } catch (e) {
     if ((e as { statusCode?: number }).statusCode !== 404) throw e;
   }
+  await importBusyboxImage("kairos-test/busybox", "1");
+  return TEST_IMAGE;
+}
+
+/**
+ * Imports a busybox image as `repo:tag` (Debian's busybox-static and its applet links), with
+ * `files` (path under / → content, mode 0644) added: a distinct image per distinct content.
+ */
+export async function importBusyboxImage(
+  repo: string,
+  tag: string,
+  files: Readonly<Record<string, string>> = {},
+): Promise<void> {
+  const docker = dockerClient();
   await access(BUSYBOX).catch(() => {
     throw new Error(`${BUSYBOX} is missing: apt-get install -y busybox-static`);
   });
@@ -94,16 +108,20 @@ async function build(): Promise<string> {
     await copyFile(BUSYBOX, join(root, "bin", "busybox"));
     await chmod(join(root, "bin", "busybox"), 0o755);
     for (const a of APPLETS) await symlink("busybox", join(root, "bin", a));
+    for (const [path, content] of Object.entries(files)) {
+      const file = join(root, path);
+      await mkdir(dirname(file), { recursive: true });
+      await writeFile(file, content, { mode: 0o644 });
+    }
     const tar = join(dir, "rootfs.tar");
     await run("tar", ["-C", root, "--numeric-owner", "--owner=0", "--group=0", "-cf", tar, "."]);
-    const stream = await docker.importImage(tar, { repo: "kairos-test/busybox", tag: "1" });
+    const stream = await docker.importImage(tar, { repo, tag });
     await new Promise<void>((resolve, reject) => {
       docker.modem.followProgress(stream, (err: unknown) =>
         err ? reject(err instanceof Error ? err : new Error("import failed")) : resolve(),
       );
     });
-    await docker.getImage(TEST_IMAGE).inspect();
-    return TEST_IMAGE;
+    await docker.getImage(`${repo}:${tag}`).inspect();
   } finally {
     await rm(dir, { recursive: true, force: true });
   }

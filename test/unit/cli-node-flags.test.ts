@@ -6,6 +6,7 @@ import {
   nodeConfigFromFlags,
   portFlag,
   prefetchFlag,
+  pullFlag,
   rateLimitsFromFlags,
   taskLimitsFromFlags,
 } from "../../src/cli/node-flags.ts";
@@ -45,6 +46,18 @@ describe("--prefetch", () => {
         bad,
       );
     }
+  });
+});
+
+describe("--pull", () => {
+  it("defaults to if_missing, takes never, if_missing and always, refuses anything else", () => {
+    assert.equal(pullFlag(undefined), "if_missing");
+    for (const p of ["never", "if_missing", "always"] as const) assert.equal(pullFlag(p), p);
+    for (const bad of ["", "Always", "missing", "sometimes"])
+      assert.throws(
+        () => pullFlag(bad),
+        (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith("--pull:"),
+      );
   });
 });
 

@@ -157,9 +157,10 @@ describe("docker executor: runs", { skip: dockerSkip() }, () => {
       const r = await pulling.start(t(["true"], { image: "127.0.0.1:1/kairos/missing:1" }), id)
         .result;
       assert.equal(r.outcome, "error");
-      assert.equal(r.error?.class, "executor_failure");
+      assert.equal(r.error?.class, "registry_unreachable", JSON.stringify(r));
       assert.equal(r.error?.retryable, true);
       assert.match(r.error?.message ?? "", /127\.0\.0\.1:1\/kairos\/missing:1/);
+      assert.match(r.error?.message ?? "", /registry 127\.0\.0\.1:1 could not be reached/);
       assert.deepEqual(await containersOfRun(id.runId), []);
     } finally {
       await pulling.close();
