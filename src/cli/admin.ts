@@ -3,11 +3,15 @@
  *   tenant create <name> | get <id> | quota <id> [--max-concurrent N] [--max-jobs N] [--weight W]
  *   tenant images <id> [entries...] [--clear]       the images the tenant may name (CAS)
  *   tenant egress <id> [destinations...] [--clear]  where its egress tasks may connect (CAS)
+ *   tenant registry <id> <registry> --username U --password-stdin | --clear
+ *                                                   the tenant's pull credential for a registry,
+ *                                                   sealed with the cluster secret key
  *   key create <tenant_id> | revoke <key_id>        a revoked key works up to the API's
  *                                                   authentication cache TTL (5 s) longer
  *   forecast [--hours H] [--json]                   runs due per minute, per tenant (forecast.ts)
  *   service create|revoke|get|list                  NATS API service identities (service-admin.ts)
- * A new API key is shown once. `tenant get` never shows a key hash or the webhook secret. Like
+ * A new API key is shown once. `tenant get` never shows a key hash, the webhook secret or a
+ * registry credential (only the registries' names). Like
  * every command, they find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json.
  */
 import type { Command } from "commander";
@@ -29,6 +33,8 @@ import { writeFileSync } from "node:fs";
 import { serviceUser } from "../cluster/nats-permissions.ts";
 import { KvServiceDirectory } from "../tenants/services.ts";
 import { connectSys, createService, revokeService, shownService } from "./service-admin.ts";
+import { registryNames } from "../secrets/registry-credentials.ts";
+import { tenantRegistry, type RegistryFlags } from "./admin-registry.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
@@ -128,6 +134,7 @@ export function registerAdminCommands(program: Command): void {
   registerTenantCreateAndGet(tenant);
   registerTenantSettings(tenant);
   registerTenantEgress(tenant);
+  registerTenantRegistry(tenant);
   registerForecastCommand(admin);
   registerKeyCommands(admin);
   registerServiceCommands(admin);
@@ -166,7 +173,11 @@ function registerTenantCreateAndGet(tenant: Command): void {
           throw new KairosError("not_found", `tenant ${tenantId} not found`, {
             field: "tenant_id",
           });
-        return { ...publicTenant(t), job_count: await readJobCount(kv, tenantId) };
+        return {
+          ...publicTenant(t),
+          registries: await registryNames(kv, tenantId),
+          job_count: await readJobCount(kv, tenantId),
+        };
       });
       if (f.json) {
         console.log(JSON.stringify(r));
@@ -187,7 +198,29 @@ function registerTenantCreateAndGet(tenant: Command): void {
       console.log(
         `egress policy       ${r.egress_policy?.join(" ") ?? "none (tasks may not ask for network egress)"}`,
       );
+      console.log(
+        `registry logins     ${r.registries.length > 0 ? r.registries.join(" ") : "none"}`,
+      );
     });
+}
+
+/** `kairos admin tenant registry`: a tenant's pull credential for one registry. */
+function registerTenantRegistry(tenant: Command): void {
+  common(tenant.command("registry <tenant_id> <registry>"))
+    .description(
+      "set the tenant's credential for an image registry (host[:port] as its images name it, e.g. registry.example.com or 127.0.0.1:5000), used only to pull that tenant's images from it; the password is read from stdin and sealed with the cluster secret key; --clear removes it",
+    )
+    .option("--username <name>", "the registry user name")
+    .option("--password-stdin", "read the password (or token) from stdin")
+    .option("--clear", "remove the tenant's credential for this registry")
+    .option(
+      "--secret-key-file <path>",
+      "the cluster secret key (as on api and scheduler nodes; env KAIROS_SECRET_KEY_FILE; default: the dev cluster's)",
+    )
+    .option("--json", "print {tenant_id, registry, registries}")
+    .action((tenantId: string, registry: string, f: AdminFlags & RegistryFlags) =>
+      tenantRegistry(tenantId, registry, f, (fn) => withDirectory(f, fn)),
+    );
 }
 
 /** `kairos admin tenant images`, `quota` and `webhook`: a tenant's settings. */

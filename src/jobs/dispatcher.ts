@@ -6,6 +6,9 @@
  * `sealed_env` has its secrets opened into its env for that one offer (secret-env.ts); without
  * them the offer is not made (`dispatch_failed`). With a run-token issuer, each offer carries the
  * attempt's `run_token` (src/secrets/run-token.ts), signed here: the worker never holds the key.
+ * When the tenant holds a credential for the registry of the task's image, the offer carries it
+ * (`registry_auth`, src/secrets/registry-credentials.ts) to that one worker, for that one pull;
+ * one that cannot be read holds the offer back (`dispatch_failed`), never sends it without.
  *
  * Gotchas: a refusal "no free slot" is asked again once, 25 ms later, same worker and fence (the
  * room may have gone to another offer); a failed offer waits in the worker directory for the next
@@ -26,6 +29,7 @@ import { KairosError } from "../lib/errors.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
 import {
   workerSubject,
+  type OfferedRegistryAuth,
   type StartReply,
   type StartRequest,
   type TaskInput,
@@ -62,6 +66,42 @@ export interface DispatchDeps {
    * `network: "egress"`; absent: such offers carry an empty policy (the attempt reaches nothing).
    */
   egressPolicy?: (tenantId: string) => Promise<readonly string[] | null>;
+  /** Tenants' registry credentials (needs the cluster secret key); none: offers carry none. */
+  registryAuth?: RegistryAuthSource;
+}
+
+/** The tenant's credential for the registry of an image; at once when cached. */
+export interface RegistryAuthSource {
+  lookup(
+    tenantId: string,
+    image: string,
+  ): OfferedRegistryAuth | undefined | Promise<OfferedRegistryAuth | undefined>;
+}
+
+/**
+ * The offer's registry credential: undefined when there is none (or no source); null when it
+ * cannot be read (logged, without the credential). A promise only when the lookup must read.
+ */
+function registryAuthOf(
+  deps: DispatchDeps,
+  tenantId: string,
+  jobId: string,
+  image: string,
+): OfferedRegistryAuth | undefined | null | Promise<OfferedRegistryAuth | undefined | null> {
+  if (!deps.registryAuth) return undefined;
+  const failed = (e: unknown): null => {
+    deps.log("error", "registry credentials cannot be read: the run is not offered", {
+      job: `${tenantId}.${jobId}`,
+      err: String(e),
+    });
+    return null;
+  };
+  try {
+    const found = deps.registryAuth.lookup(tenantId, image);
+    return found instanceof Promise ? found.catch(failed) : found;
+  } catch (e) {
+    return failed(e);
+  }
 }
 
 type DispatchEffect = Extract<JobEffect, { kind: "dispatch" }>;
@@ -145,6 +185,7 @@ function startRequest(
   task: TaskInput,
   runToken: string | undefined,
   egress: string[] | undefined,
+  registryAuth: OfferedRegistryAuth | undefined,
 ): StartRequest {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   return {
@@ -162,6 +203,7 @@ function startRequest(
     owner_now_ms: clock.now(),
     ...(runToken !== undefined ? { run_token: runToken } : {}),
     ...(egress !== undefined ? { egress } : {}),
+    ...(registryAuth !== undefined ? { registry_auth: registryAuth } : {}),
   };
 }
 
@@ -249,6 +291,18 @@ export function makeDispatcher(
       });
       return;
     }
+    // (Awaited only when the tenant's credentials are not cached: offers keep their timing.)
+    const found = registryAuthOf(deps, tenantId, jobId, task.image);
+    const registryAuth = found instanceof Promise ? await found : found;
+    if (registryAuth === null) {
+      ctx.tell({
+        kind: "dispatch_failed",
+        run_id: fx.run_id,
+        fence: fx.fence,
+        reason: "registry credentials cannot be read on this scheduler",
+      });
+      return;
+    }
     // Only an egress task waits for its tenant's policy (cached by the node: start-roles.ts).
     const egress =
       fx.task.network === "egress" ? await egressOf(deps, tenantId, fx.task) : undefined;
@@ -270,7 +324,7 @@ export function makeDispatcher(
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
-      const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken, egress);
+      const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken, egress, registryAuth);
       outcome = await offerTo(cfg, deps, ctx, fx, worker, req);
       if (outcome === "accepted" || outcome === "stale") return;
     }

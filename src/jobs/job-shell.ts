@@ -27,7 +27,7 @@ import { workerSubject } from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
 import type { RunTokenIssuer } from "../secrets/run-token.ts";
 import { SlotBroker } from "../slots/slot-broker.ts";
-import { makeDispatcher, type WorkerLink } from "./dispatcher.ts";
+import { makeDispatcher, type RegistryAuthSource, type WorkerLink } from "./dispatcher.ts";
 import { NO_FAULTS, type JobFaults } from "./faults.ts";
 import { makeJobActor } from "./job-actor.ts";
 import type { JobActorConfig, JobEffect } from "./job-types.ts";
@@ -81,6 +81,8 @@ export interface JobShellDeps {
   runTokens?: RunTokenIssuer;
   /** The tenant's egress policy for offers of `egress` tasks (dispatcher.ts); none: empty. */
   egressPolicy?: (tenantId: string) => Promise<readonly string[] | null>;
+  /** Tenants' registry credentials for offers (registry-credentials.ts); none: offers carry none. */
+  registryAuth?: RegistryAuthSource;
 }
 
 function slotBroker(deps: JobShellDeps): SlotBroker {
@@ -114,6 +116,7 @@ function postPerformer(
       ...(deps.secrets ? { secrets: deps.secrets } : {}),
       ...(deps.runTokens ? { runTokens: deps.runTokens } : {}),
       ...(deps.egressPolicy ? { egressPolicy: deps.egressPolicy } : {}),
+      ...(deps.registryAuth ? { registryAuth: deps.registryAuth } : {}),
     },
     faults,
   );

@@ -148,7 +148,24 @@ export interface StartRequest {
    * created, or an owner that predates egress).
    */
   egress?: string[];
+  /**
+   * The tenant's credential for the registry of `task.image` (src/secrets/registry-credentials.ts),
+   * opened by the owner for this one offer; the worker uses it only to pull that image. Absent: the
+   * tenant has none for that registry. Never logged, stored or shown.
+   */
+  registry_auth?: OfferedRegistryAuth;
 }
+
+/** A registry credential in an offer. */
+export interface OfferedRegistryAuth {
+  /** The registry host of `task.image` (normalised, e.g. `docker.io`, `127.0.0.1:5000`). */
+  registry: string;
+  username: string;
+  password: string;
+}
+
+/** Longest fields of `registry_auth` a worker accepts. */
+export const MAX_REGISTRY_AUTH_CHARS = { registry: 255, username: 256, password: 8192 } as const;
 
 /** The shape of `Completion.image_digest`; a job actor keeps nothing else from a worker. */
 export const IMAGE_DIGEST = /^sha256:[a-f0-9]{64}$/;

@@ -11,11 +11,12 @@
  * Pitfalls: deleting a job deletes its `sk.` keys (a retried delete too); a patch replacing the
  * task writes a new version, then deletes older ones except the one in use.
  */
-import { createCipheriv, createDecipheriv, createHmac, randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { KairosError } from "../lib/errors.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { JobView } from "../protocol/model.ts";
+import { openText, sealText } from "./seal.ts";
 
 /** What a job stores of its secrets. */
 export interface SealedEnvRef {
@@ -81,13 +82,9 @@ export class SecretEnvStore {
       .toString("base64url")
       .replace(/[^A-Za-z0-9]/g, "x");
     const key = `${secretKeyPrefix(tenantId, jobId)}.${ref}`;
-    const iv = this.#random(12);
-    const c = createCipheriv("aes-256-gcm", this.#key, iv);
-    c.setAAD(Buffer.from(key));
-    const ct = Buffer.concat([c.update(canonicalEnv(env), "utf8"), c.final(), c.getAuthTag()]);
     const r = await this.#kv().create(
       key,
-      encode(`v1.${iv.toString("base64url")}.${ct.toString("base64url")}`),
+      encode(sealText(this.#key, key, canonicalEnv(env), this.#random)),
     );
     if (!r.ok)
       throw new KairosError("conflict", "secret_env: a version with this reference exists; retry");
@@ -103,25 +100,15 @@ export class SecretEnvStore {
     const key = `${secretKeyPrefix(tenantId, jobId)}.${sealed.ref}`;
     const e = await this.#kv().get(key);
     if (!e) throw new KairosError("not_found", `secret_env of job ${jobId}: not stored (deleted?)`);
-    const [v, iv, body] = decode<string>(e.value).split(".");
-    if (v !== "v1" || !iv || !body)
-      throw new KairosError("internal", `secret_env of job ${jobId}: unknown format`);
-    const raw = Buffer.from(body, "base64url");
-    try {
-      const d = createDecipheriv("aes-256-gcm", this.#key, Buffer.from(iv, "base64url"));
-      d.setAAD(Buffer.from(key));
-      d.setAuthTag(raw.subarray(raw.length - 16));
-      const plain = Buffer.concat([d.update(raw.subarray(0, raw.length - 16)), d.final()]).toString(
-        "utf8",
-      );
-      return JSON.parse(plain) as Record<string, string>;
-    } catch (err) {
+    const opened = openText(this.#key, key, decode<string>(e.value));
+    if (!opened.ok)
       throw new KairosError(
         "internal",
-        `secret_env of job ${jobId}: does not decrypt with this node's secret key`,
-        { cause: err },
+        opened.why === "format"
+          ? `secret_env of job ${jobId}: unknown format`
+          : `secret_env of job ${jobId}: does not decrypt with this node's secret key`,
       );
-    }
+    return JSON.parse(opened.text) as Record<string, string>;
   }
 }
 

@@ -28,6 +28,7 @@ import {
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
+import type { RegistryAuthLookup } from "../secrets/registry-credentials.ts";
 import {
   RunTokenVerifier,
   type RunTokenConfig,
@@ -145,6 +146,8 @@ export interface SchedulerParts {
   outbox: DeadLetterOutbox;
   webhooks: WebhookSender;
   secrets: SecretEnvStore | undefined;
+  /** Opens tenants' registry credentials for offers (none without the secret key). */
+  registryAuth: RegistryAuthLookup | undefined;
   /** Mints each offered attempt's run token (none: attempts get no token). */
   runTokens: RunTokenIssuer | undefined;
   setWebhookOf: (f: (tenantId: string) => Promise<WebhookTarget | undefined>) => void;
@@ -252,6 +255,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       },
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
       ...(p.secrets ? { secrets: p.secrets } : {}),
+      ...(p.registryAuth ? { registryAuth: p.registryAuth } : {}),
       ...(p.runTokens ? { runTokens: p.runTokens } : {}),
       egressPolicy: async (id) => (await tenant(id))?.egress_policy ?? null,
     }),

@@ -20,6 +20,7 @@ import { taskLimits as resolveTaskLimits } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
+import { RegistryAuthLookup, RegistryCredentialStore } from "../secrets/registry-credentials.ts";
 import { RunTokenIssuer } from "../secrets/run-token.ts";
 import { type ApiServer } from "../http/index.ts";
 import { nodeOps } from "./ops.ts";
@@ -92,10 +93,7 @@ export async function startKairos(
   node.guard(JOB_ACTOR, jobAddressGuard);
   node.guard(TENANT_ACTOR, tenantAddressGuard);
   node.allowFromWorkers(JOB_ACTOR, WORKER_TO_JOB_KINDS);
-  // api and scheduler: task secrets, sealed at the API and opened for an offer (secret-env.ts).
-  const secrets = opts.secretKey
-    ? new SecretEnvStore(opts.secretKey, () => node.buckets.tenants)
-    : undefined;
+  const { secrets, registryAuth } = sealedStores(config, opts, node);
   // scheduler: the run tokens of offered attempts, signed with the current key (run-token.ts).
   const runTokens =
     opts.runTokens && config.roles.includes("scheduler")
@@ -110,6 +108,7 @@ export async function startKairos(
     runMetrics,
     webhooks,
     secrets,
+    registryAuth,
     runTokens,
   });
   const { outbox } = parts;
@@ -144,6 +143,27 @@ export async function startKairos(
     );
   }
   return processHandle(started, listeners, stopNatsApi, opts);
+}
+
+/**
+ * What the cluster secret key opens (api and scheduler): task secrets, sealed at the API and opened
+ * for an offer (secret-env.ts), and (schedulers) tenants' registry credentials, opened for the
+ * offers of their images' registries (registry-credentials.ts). None without the key.
+ */
+function sealedStores(
+  config: NodeConfig,
+  opts: ProcessOptions,
+  node: KairosNode,
+): { secrets: SecretEnvStore | undefined; registryAuth: RegistryAuthLookup | undefined } {
+  if (!opts.secretKey) return { secrets: undefined, registryAuth: undefined };
+  const secrets = new SecretEnvStore(opts.secretKey, () => node.buckets.tenants);
+  const registryAuth = config.roles.includes("scheduler")
+    ? new RegistryAuthLookup(
+        new RegistryCredentialStore(opts.secretKey, () => node.buckets.tenants, systemClock),
+        systemClock,
+      )
+    : undefined;
+  return { secrets, registryAuth };
 }
 
 /**

@@ -97,6 +97,7 @@ export function newLease(
   };
   if (req.task.resources) task.resources = resourcesOf(req.task.resources);
   if (req.task.network === "egress") task.egress = { allow: req.egress ?? [] };
+  if (req.registry_auth !== undefined) task.registryAuth = { ...req.registry_auth };
   const identity: RunIdentity = {
     runId: req.run_id,
     attempt: req.attempt,

@@ -16,6 +16,7 @@ import { MAX_INSTANT_MS } from "../schedule/index.ts";
 import {
   workerSubject,
   COMPACT_JWS,
+  MAX_REGISTRY_AUTH_CHARS,
   MAX_RUN_TOKEN_CHARS,
   type CancelRequest,
   type ProbeReply,
@@ -159,6 +160,13 @@ export class Offers {
         reason: `malformed offer: run_token must be a compact JWS of at most ${MAX_RUN_TOKEN_CHARS} characters`,
       };
     }
+    if (req.registry_auth !== undefined && !validRegistryAuth(req.registry_auth)) {
+      return {
+        accepted: false,
+        reason:
+          "malformed offer: registry_auth must be {registry, username, password}, strings within their bounds",
+      };
+    }
     const k = attemptKey(req.run_id, req.attempt);
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
@@ -204,4 +212,13 @@ export class Offers {
       } else void l.execution.kill("cancelled by the scheduler", { immediate: false });
     }
   }
+}
+
+/** An offer's `registry_auth` has its shape: three non-empty strings within their bounds. */
+function validRegistryAuth(a: unknown): boolean {
+  if (typeof a !== "object" || a === null) return false;
+  const r = a as Record<string, unknown>;
+  return (["registry", "username", "password"] as const).every(
+    (f) => typeof r[f] === "string" && r[f].length > 0 && r[f].length <= MAX_REGISTRY_AUTH_CHARS[f],
+  );
 }
