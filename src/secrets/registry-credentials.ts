@@ -176,12 +176,15 @@ export class RegistryCredentialStore {
  * A scheduler's view of tenants' credentials for its offers: the credential of the tenant for the
  * registry of `image`, read through a short cache (AUTH_CACHE_TTL_MS, bounded). Answers at once
  * (no promise) when the tenant's entry is cached — offers of tenants without credentials keep their
- * timing. A failed read throws (the offer waits; it is not made without the credential).
+ * timing — and concurrent lookups of one tenant share one read. A failed read rejects (the offer
+ * waits; it is not made without the credential) and is not cached.
  */
 export class RegistryAuthLookup {
   readonly #store: RegistryCredentialStore;
   readonly #clock: Clock;
   readonly #cache = new Map<string, { atMs: number; auths: Map<string, RegistryAuth> }>();
+  /** Reads under way, one per tenant: a burst's offers of one tenant share one read. */
+  readonly #loading = new Map<string, Promise<Map<string, RegistryAuth>>>();
 
   constructor(store: RegistryCredentialStore, clock: Clock) {
     this.#store = store;
@@ -195,15 +198,23 @@ export class RegistryAuthLookup {
     const hit = this.#cache.get(tenantId);
     if (hit !== undefined && this.#clock.now() - hit.atMs < AUTH_CACHE_TTL_MS)
       return pick(hit.auths, image);
-    return this.#store.openAll(tenantId).then((auths) => {
-      this.#cache.delete(tenantId);
-      if (this.#cache.size >= AUTH_CACHE_MAX) {
-        const oldest = this.#cache.keys().next();
-        if (oldest.done !== true) this.#cache.delete(oldest.value);
-      }
-      this.#cache.set(tenantId, { atMs: this.#clock.now(), auths });
-      return pick(auths, image);
-    });
+    let loading = this.#loading.get(tenantId);
+    if (loading === undefined) {
+      loading = this.#store
+        .openAll(tenantId)
+        .then((auths) => {
+          this.#cache.delete(tenantId);
+          if (this.#cache.size >= AUTH_CACHE_MAX) {
+            const oldest = this.#cache.keys().next();
+            if (oldest.done !== true) this.#cache.delete(oldest.value);
+          }
+          this.#cache.set(tenantId, { atMs: this.#clock.now(), auths });
+          return auths;
+        })
+        .finally(() => this.#loading.delete(tenantId));
+      this.#loading.set(tenantId, loading);
+    }
+    return loading.then((auths) => pick(auths, image));
   }
 }
 

@@ -97,4 +97,26 @@ describe("registry credentials", () => {
     clock.advance(AUTH_CACHE_TTL_MS);
     assert.equal(await lookup.lookup("t1", "r.example.com:5000/team/app:1"), undefined);
   });
+
+  it("concurrent lookups of one tenant share one read", async () => {
+    const { kv, clock, store } = fixture();
+    await store.set("t1", "r.example.com", "alice", "pw");
+    let gets = 0;
+    const counted = new RegistryCredentialStore(
+      KEY,
+      () => {
+        gets++;
+        return kv;
+      },
+      clock,
+    );
+    const lookup = new RegistryAuthLookup(counted, clock);
+    const all = await Promise.all(
+      Array.from({ length: 50 }, () =>
+        Promise.resolve(lookup.lookup("t1", "r.example.com/team/app:1")),
+      ),
+    );
+    assert.equal(gets, 1, "one read for 50 concurrent offers");
+    assert.ok(all.every((a) => a?.username === "alice"));
+  });
 });

@@ -478,6 +478,40 @@ describe("worker: the run token of an offer", () => {
   );
 });
 
+describe("worker: the registry credential of an offer", () => {
+  it(
+    "an offer's registry_auth reaches the executor's task only (not its env or identity); a malformed one is refused",
+    T,
+    async () => {
+      const t = await setup();
+      const auth = { registry: "r.example.com", username: "u", password: "pw-secret" };
+      for (const bad of [
+        "u:pw",
+        { registry: "r.example.com", username: "u" },
+        { ...auth, password: "" },
+        { ...auth, password: "x".repeat(8193) },
+        { ...auth, username: 42 },
+      ]) {
+        const r = await t.offer("r0", 1_000, undefined, undefined, {
+          registry_auth: bad as typeof auth,
+        });
+        assert.equal(r.accepted, false, JSON.stringify(bad).slice(0, 60));
+        assert.match(String(r.reason), /malformed offer: registry_auth/);
+      }
+      assert.deepEqual(await t.offer("r1", 1_000, undefined, undefined, { registry_auth: auth }), {
+        accepted: true,
+      });
+      assert.deepEqual(await t.offer("r2", 1_000), { accepted: true });
+      await t.runTo(T0 + 1_100);
+      const [g1, g2] = t.executor.given;
+      assert.deepEqual(g1!.task.registryAuth, auth);
+      assert.ok(!JSON.stringify([g1!.task.env, g1!.id]).includes("pw-secret"));
+      assert.equal(g2!.task.registryAuth, undefined);
+      await t.worker.stop();
+    },
+  );
+});
+
 describe("worker: events of attempts that end at once", () => {
   it(
     "the noop executor's attempts, due together and ended at once: each `started` comes before its `completed`, one each",
