@@ -10,7 +10,8 @@
  * Pitfalls: the chunk is a `pre` effect, written before the state that drops its ids; a crash in
  * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
  * record `settle`d by a pause, delete or schedule change is indexed once the settle has written
- * it (`run_settled`): it is the orphan of a fire whose state change (and index entry) was lost.
+ * it, or found it ended already (`run_settled`): it is the orphan of a fire whose state change
+ * (and index entry) was lost.
  * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
  */
 

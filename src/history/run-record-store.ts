@@ -60,7 +60,8 @@ export class RunRecordStore {
    * Writes a run record (see the module header); throws `not_owner` when a later epoch wrote it.
    * Resolves to `"ended"` when a `create` met a record that is already terminal (the occurrence
    * was fired before, and ended, in a decision whose state change was lost: see `already_ended`),
-   * and to `"settled"` when a `settle` wrote (it found an orphan: see `run_settled`).
+   * and to `"settled"` when a `settle` found an orphan — written now, or ended already by the
+   * fire whose state change was lost (see `run_settled`).
    */
   async put(
     ctx: ShellContext,
@@ -96,7 +97,10 @@ export class RunRecordStore {
               "not_owner",
               `run record ${record.run_id} was written under a later epoch (${stored.epoch} > ${ctx.epoch})`,
             );
-          if (mode !== "update" && TERMINAL.has(stored.record.status)) return; // already settled
+          // Already ended: nothing to write. For a settle it is still an orphan of this
+          // occurrence (its fire's state change was lost, so the job's runs index lacks it).
+          if (mode !== "update" && TERMINAL.has(stored.record.status))
+            return mode === "settle" ? "settled" : undefined;
           rev = e.revision;
         }
       }

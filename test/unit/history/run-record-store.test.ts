@@ -140,3 +140,26 @@ describe("run metrics: a read-back does not replace a newer baseline", () => {
     assert.deepEqual(attempts, ["succeeded"]);
   });
 });
+
+describe("run-record store: a settle reports the orphan it finds", () => {
+  it("writes an orphan left queued, finds one ended already, and writes nothing where none is", async () => {
+    const kv = new MemoryKv("runs");
+    const store = new RunRecordStore(kv, new RunMetrics());
+    const cancelled = (i: number): RunView => ({
+      ...run(i, "cancelled"),
+      reason: "job paused before the occurrence started",
+    });
+    // Left queued by a fire whose state change was lost: the settle writes it.
+    await store.put(ctx, run(1, "queued"), "create");
+    assert.equal(await store.put(ctx, cancelled(1), "settle"), "settled");
+    // Ended already by that fire (a `skipped` occurrence, say): nothing to write, and still an
+    // orphan the job's runs index lacks — reported, so the job indexes it.
+    await store.put(ctx, run(2, "succeeded"), "create");
+    const before = await kv.get("3.t1.j2.r2");
+    assert.equal(await store.put(ctx, cancelled(2), "settle"), "settled");
+    assert.equal((await kv.get("3.t1.j2.r2"))?.revision, before?.revision, "not rewritten");
+    // No record: nothing to settle.
+    assert.equal(await store.put(ctx, cancelled(3), "settle"), undefined);
+    assert.equal(await kv.get("3.t1.j3.r3"), null);
+  });
+});
