@@ -16,7 +16,6 @@
 import type { JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
 import type { JobsService, Tenant } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
-import { KairosError } from "../lib/errors.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
 import {
   DEFAULT_TASK_LIMITS,
@@ -32,7 +31,11 @@ import {
   parseRunStatus,
   pathId,
 } from "./params.ts";
+import { invalid, show } from "./input.ts";
 import { parseCancelBody } from "./cancel-body.ts";
+import { parseSubscriptionBody } from "./subscription-body.ts";
+import type { SubscriptionService, SubscriptionView } from "../protocol/events.ts";
+import { KairosError, isKairosError } from "../lib/errors.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
 
 /** What the operations need. */
@@ -43,6 +46,8 @@ export interface OperationDeps {
   imagePolicy: ImagePolicy;
   /** The cluster's per-task resource maxima, the workers' own (default `DEFAULT_TASK_LIMITS`). */
   taskLimits?: TaskLimits;
+  /** The tenants' run-event subscriptions (src/notify/subscriptions.ts); none: not served here. */
+  subscriptions?: SubscriptionService;
 }
 
 /** Reads the request body (JSON, parsed; schema validation is the operation's). */
@@ -99,6 +104,14 @@ export interface Operations {
   cancelRun(tenant: Tenant, input: CancelRunInput): Promise<RunView>;
   /** The tenant's dead-lettered runs, oldest first (`status` must be `dead_lettered`). */
   listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;
+  /** Subscribes to run events (src/notify/run-events.ts); a webhook's answer carries its secret once. */
+  createSubscription(
+    tenant: Tenant,
+    body: BodyReader,
+  ): Promise<SubscriptionView & { secret?: string }>;
+  listSubscriptions(tenant: Tenant): Promise<SubscriptionView[]>;
+  getSubscription(tenant: Tenant, id: string | undefined): Promise<SubscriptionView>;
+  deleteSubscription(tenant: Tenant, id: string | undefined): Promise<void>;
 }
 
 /**
@@ -136,10 +149,55 @@ function pageOf(input: PageInput): { limit: number; cursor?: string } {
   return cursor === undefined ? { limit } : { limit, cursor };
 }
 
+/** The subscription service, or `not_found` on a node that does not serve it. */
+function subscriptionsOf(deps: OperationDeps): SubscriptionService {
+  if (deps.subscriptions === undefined)
+    throw new KairosError("not_found", "run-event subscriptions are not served by this node");
+  return deps.subscriptions;
+}
+
+/** A subscription's `job_id` must name a job of the tenant (400 `job_id` otherwise). */
+async function checkJobExists(deps: OperationDeps, tenant: Tenant, jobId: string): Promise<void> {
+  try {
+    await deps.jobs.getJob(tenant.tenant_id, jobId);
+  } catch (e) {
+    if (isKairosError(e) && e.code === "not_found")
+      throw invalid("job_id", `names no job of this tenant: ${show(jobId)}`);
+    throw e;
+  }
+}
+
+/** The subscription operations (create, list, get, delete). */
+function subscriptionOperations(
+  deps: OperationDeps,
+): Pick<
+  Operations,
+  "createSubscription" | "listSubscriptions" | "getSubscription" | "deleteSubscription"
+> {
+  return {
+    async createSubscription(tenant, body) {
+      const subs = subscriptionsOf(deps);
+      const input = parseSubscriptionBody(await body());
+      if (input.job_id !== null) await checkJobExists(deps, tenant, input.job_id);
+      return subs.create(tenant.tenant_id, input);
+    },
+    async listSubscriptions(tenant) {
+      return subscriptionsOf(deps).list(tenant.tenant_id);
+    },
+    async getSubscription(tenant, id) {
+      return subscriptionsOf(deps).get(tenant.tenant_id, pathId(id, "subscription"));
+    },
+    async deleteSubscription(tenant, id) {
+      await subscriptionsOf(deps).delete(tenant.tenant_id, pathId(id, "subscription"));
+    },
+  };
+}
+
 /** The operations over a jobs service. */
 export function createOperations(deps: OperationDeps): Operations {
   const { jobs, clock } = deps;
   return {
+    ...subscriptionOperations(deps),
     async createJob(tenant, input) {
       const idempotencyKey = parseIdempotencyKey(input.idempotencyKey);
       const spec = parseCreateBody(await input.body(), clock.now());

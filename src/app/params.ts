@@ -16,7 +16,7 @@ export const PAGE = { defaultLimit: 50, maxLimit: 200, maxCursorChars: 1024 } as
 export const MAX_IDEMPOTENCY_KEY_CHARS = 255;
 
 /** A path id (`job_id`, `run_id`); malformed ids are reported as not found. */
-export function pathId(raw: string | undefined, what: "job" | "run"): string {
+export function pathId(raw: string | undefined, what: "job" | "run" | "subscription"): string {
   if (raw === undefined || !ID.test(raw)) throw new KairosError("not_found", `${what} not found`);
   return raw;
 }

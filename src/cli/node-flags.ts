@@ -4,6 +4,7 @@
  * read once at start (secret key, metrics token, image policy). Every bad value is an
  * `invalid_argument` naming its flag.
  */
+import { mailConfig, type MailConfig } from "../notify/mail.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { makeNodeConfig, ROLES, type NodeConfig, type Role } from "../cluster/config.ts";
 import type { RateLimitOptions } from "../http/rate-limit.ts";
@@ -130,6 +131,10 @@ export interface ProcessFlags {
   taskMaxPids?: string;
   webhookAllowHttp?: boolean;
   webhookAllowPrivate?: boolean;
+  smtpUrl?: string;
+  smtpFrom?: string;
+  mailLimit?: string;
+  mailWindowS?: string;
   rateLimit?: string;
   rateLimitBurst?: string;
   authFailureLimit?: string;
@@ -355,4 +360,38 @@ export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | und
       .filter(Boolean),
     "--image-policy",
   );
+}
+
+/**
+ * `--smtp-url` (or KAIROS_SMTP_URL), `--smtp-from`, `--mail-limit`, `--mail-window-s`: the mail
+ * options, checked in full by `mailConfig` (src/notify/mail.ts) before the node starts. The mail
+ * flags without an SMTP server are an error, not silently ignored.
+ */
+export function mailFromFlags(
+  f: ProcessFlags,
+  envUrl: string | undefined,
+): { mail?: Partial<MailConfig> & { smtpUrl: string } } {
+  const smtpUrl = f.smtpUrl ?? (envUrl === "" ? undefined : envUrl);
+  const limit = int(f.mailLimit, "mail-limit");
+  const windowS = int(f.mailWindowS, "mail-window-s");
+  if (smtpUrl === undefined) {
+    const stray = [
+      f.smtpFrom !== undefined ? "--smtp-from" : undefined,
+      limit !== undefined ? "--mail-limit" : undefined,
+      windowS !== undefined ? "--mail-window-s" : undefined,
+    ].filter((x) => x !== undefined);
+    if (stray.length > 0)
+      throw new KairosError("invalid_argument", `${stray.join(", ")}: needs --smtp-url`, {
+        field: "smtp-url",
+      });
+    return {};
+  }
+  return {
+    mail: mailConfig({
+      smtpUrl,
+      ...(f.smtpFrom !== undefined ? { from: f.smtpFrom } : {}),
+      ...(limit !== undefined ? { maxPerWindow: limit } : {}),
+      ...(windowS !== undefined ? { windowMs: windowS * 1000 } : {}),
+    }),
+  };
 }

@@ -15,6 +15,7 @@ import {
   imagePolicyFromFlag,
   egressFromFlags,
   int,
+  mailFromFlags,
   portFlag,
   prefetchFlag,
   pullFlag,
@@ -147,6 +148,7 @@ export async function startProcess(
       ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! }
       : {}),
     ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
+    ...mailFromFlags(f, process.env["KAIROS_SMTP_URL"]),
     ...runTokensFromFlag(
       f.runTokenKeys ?? process.env["KAIROS_RUN_TOKEN_KEYS_FILE"],
       config.clusterName,
@@ -309,16 +311,32 @@ export function egressOptions(c: Command): Command {
     );
 }
 
-/** Webhook targets, rate limits and the NATS API. */
+/** Webhook targets, run-event mail, rate limits and the NATS API. */
 function guardOptions(c: Command): Command {
   return c
     .option(
       "--webhook-allow-http",
-      "scheduler: allow plain-http dead-letter webhooks (default: https only)",
+      "scheduler: allow plain-http webhooks (dead letters, run-event subscriptions; default: https only)",
     )
     .option(
       "--webhook-allow-private",
       "scheduler: allow webhooks to loopback, private, link-local and CGNAT addresses (default: refused)",
+    )
+    .option(
+      "--smtp-url <url>",
+      "scheduler: send run events to email subscriptions through this SMTP server: smtp://[user:pass@]host[:port] (STARTTLS when offered) or smtps://… (env KAIROS_SMTP_URL; default: no email)",
+    )
+    .option(
+      "--smtp-from <address>",
+      "scheduler, with --smtp-url: the sender address of run-event mails",
+    )
+    .option(
+      "--mail-limit <n>",
+      "scheduler: run-event mails per tenant per window on this node (1-1000; default 10); the rest are counted into one digest per address, sent when the window closes",
+    )
+    .option(
+      "--mail-window-s <s>",
+      "scheduler: the mail limit's window, opened by a tenant's first mail (1-86400; default 600)",
     )
     .option(
       "--rate-limit <rps>",

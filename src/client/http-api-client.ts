@@ -12,6 +12,7 @@
  * creates and If-Match for patches). The client never retries: what is safe to retry is the
  * caller's decision. Answers are read up to `maxBodyBytes` (a page of 200 jobs is far below it).
  */
+import type { SubscriptionView } from "../protocol/events.ts";
 import type { ReadableStream } from "node:stream/web";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
@@ -172,6 +173,27 @@ export class HttpApiClient {
   async cancelRun(runId: string, opts: { reason?: string } = {}): Promise<RunView> {
     const body = opts.reason === undefined ? undefined : { reason: opts.reason };
     return (await this.#call<RunView>("POST", `/v1/runs/${seg(runId)}/cancel`, body)).body;
+  }
+
+  /** Subscribes to run events (`POST /v1/subscriptions`); a webhook's `secret` is shown only here. */
+  async createSubscription(body: unknown): Promise<SubscriptionView & { secret?: string }> {
+    return (await this.#call<SubscriptionView>("POST", "/v1/subscriptions", body)).body;
+  }
+
+  /** The tenant's subscriptions, oldest first (`GET /v1/subscriptions`). */
+  async listSubscriptions(): Promise<SubscriptionView[]> {
+    const r = await this.#call<{ subscriptions: SubscriptionView[] }>("GET", "/v1/subscriptions");
+    return r.body.subscriptions;
+  }
+
+  /** One subscription (`GET /v1/subscriptions/{id}`). */
+  async getSubscription(id: string): Promise<SubscriptionView> {
+    return (await this.#call<SubscriptionView>("GET", `/v1/subscriptions/${seg(id)}`)).body;
+  }
+
+  /** Deletes a subscription (`DELETE /v1/subscriptions/{id}`, 204). */
+  async deleteSubscription(id: string): Promise<void> {
+    await this.#call("DELETE", `/v1/subscriptions/${seg(id)}`);
   }
 
   async #call<T = unknown>(

@@ -19,6 +19,7 @@ import {
   type NatsConnection,
 } from "@nats-io/transport-node";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
+import type { SubscriptionView } from "../protocol/events.ts";
 import { KairosError } from "../lib/errors.ts";
 import { ApiError, isErrorCode, type PageOptions } from "./api-error.ts";
 
@@ -110,6 +111,28 @@ export class NatsApiClient {
   /** The tenant's dead-lettered runs, oldest first. */
   async listDeadLetters(opts: PageOptions = {}): Promise<RunPage> {
     return (await this.#call<RunPage>("runs.dead_lettered", undefined, opts)).result;
+  }
+
+  /** Subscribes to run events (`subscriptions.create`); a webhook's `secret` is shown only here. */
+  async createSubscription(body: unknown): Promise<SubscriptionView & { secret?: string }> {
+    return (await this.#call<SubscriptionView>("subscriptions.create", undefined, body)).result;
+  }
+
+  /** The tenant's subscriptions, oldest first. */
+  async listSubscriptions(): Promise<SubscriptionView[]> {
+    const r = await this.#call<{ subscriptions: SubscriptionView[] }>(
+      "subscriptions.list",
+      undefined,
+    );
+    return r.result.subscriptions;
+  }
+
+  async getSubscription(id: string): Promise<SubscriptionView> {
+    return (await this.#call<SubscriptionView>("subscriptions.get", id)).result;
+  }
+
+  async deleteSubscription(id: string): Promise<void> {
+    await this.#call<null>("subscriptions.delete", id);
   }
 
   async #call<T>(

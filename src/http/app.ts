@@ -2,7 +2,7 @@
  * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json, the run-token keys at
  * /.well-known/jwks.json), then for /v1/* authentication by API key or run token (with throttled
  * failures), a run token's scope, the per-tenant rate limit and the body limit, then
- * the job and run routes (thin: the operations are src/app/operations.ts, shared with the
+ * the job, run and subscription routes (thin: the operations are src/app/operations.ts, shared with the
  * internal NATS API). Errors of every route are
  * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
  * answered before its request's body arrived also closes the connection (`closeIfBodyUnread`).
@@ -25,6 +25,8 @@ import { openApiDocument } from "./openapi.ts";
 import { registerJwks } from "./jwks.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
+import { registerSubscriptionRoutes } from "./routes/subscriptions.ts";
+import type { SubscriptionService } from "../protocol/events.ts";
 import { ALLOW_ANY_IMAGE, type ImagePolicy } from "../sandbox/image-policy.ts";
 import type { TaskLimits } from "../sandbox/task-rules.ts";
 import type { RunTokenVerifier } from "../secrets/run-token.ts";
@@ -52,6 +54,8 @@ export interface AppDeps {
    * job, and their public keys served at /.well-known/jwks.json. None: API keys only, no keys.
    */
   runTokens?: RunTokenVerifier;
+  /** The tenants' run-event subscriptions (/v1/subscriptions); none: those routes answer 404. */
+  subscriptions?: SubscriptionService;
   /** Receives errors that became a 500 (default: stderr). */
   logError?: (err: unknown, req: { method: string; path: string }) => void;
 }
@@ -157,8 +161,10 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     clock: deps.clock,
     imagePolicy: deps.imagePolicy ?? ALLOW_ANY_IMAGE,
     ...(deps.taskLimits ? { taskLimits: deps.taskLimits } : {}),
+    ...(deps.subscriptions ? { subscriptions: deps.subscriptions } : {}),
   });
   registerJobRoutes(app, ops);
   registerRunRoutes(app, ops);
+  registerSubscriptionRoutes(app, ops);
   return app;
 }

@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { RUN_STATUSES } from "../protocol/model.ts";
+import { subscriptionPaths, subscriptionSchemas } from "./openapi-subscriptions.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { JWKS_MAX_AGE_S } from "./jwks.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
@@ -120,7 +121,13 @@ const cursor = param(
 );
 
 function paths(): Json {
-  return { ...servicePaths(), ...jobPaths(), ...runPaths(), ...cancelPath() };
+  return {
+    ...servicePaths(),
+    ...jobPaths(),
+    ...runPaths(),
+    ...cancelPath(),
+    ...subscriptionPaths({ json, ref, errors, param }),
+  };
 }
 
 /** Liveness and this document: no API key. */
@@ -395,6 +402,7 @@ export function openApiDocument(): Json {
           ],
           "output",
         ),
+        ...subscriptionSchemas(ref),
       },
     },
   };

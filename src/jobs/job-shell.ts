@@ -3,7 +3,7 @@
  * the module of its concern — `put_run` and the runs index (record-writes.ts), `acquire_slot` /
  * `release_slot` (src/slots/slot-broker.ts), `dispatch` (dispatcher.ts), `cancel_on_worker`,
  * `probe_worker` (probe.ts), `note_run` and `create_run` (the run-record store), `dead_letter`
- * (src/notify/dead-letters.ts), and with retention `prune_runs` / `purge_job`
+ * (src/notify/dead-letters.ts), `run_ended` (src/notify/run-events.ts), and with retention `prune_runs` / `purge_job`
  * (src/history/run-retention.ts). Each performer gets the dependency record it needs; run metrics
  * derive from what is written (src/history/run-metrics.ts).
  *
@@ -22,6 +22,7 @@ import type { RunRetention } from "../history/run-retention.ts";
 import { assertNever } from "../lib/assert.ts";
 import { deferOnHost, type Clock } from "../lib/clock.ts";
 import { deliverDeadLetter, type DeadLetterDeps } from "../notify/dead-letters.ts";
+import type { RunEvents } from "../notify/run-events.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
 import { workerSubject } from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
@@ -75,6 +76,8 @@ export interface JobShellDeps {
   slots: SlotDeps;
   /** Dead letters: the durable outbox, or the tenant's webhook from memory; none: logged only. */
   deadLetters?: DeadLetterDeps;
+  /** Run events for the tenants' subscriptions (src/notify/run-events.ts); none: no run events. */
+  runEvents?: RunEvents;
   /** Opens `task.sealed_env` for an offer (needs the cluster secret key); none: such runs wait. */
   secrets?: SecretEnvStore;
   /** Mints each offered attempt's `KAIROS_RUN_TOKEN` (run-token.ts); none: no token. */
@@ -153,6 +156,8 @@ function postPerformer(
         return probe(ctx, fx);
       case "dead_letter":
         return deliverDeadLetter(deadLetters, log, clock, ctx.partition, fx.record);
+      case "run_ended":
+        return deps.runEvents?.ended(ctx.partition, fx.record);
       case "note_run":
         return records.note(ctx, fx.record);
       case "create_run":

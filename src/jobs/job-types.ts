@@ -154,7 +154,13 @@ export type JobEffect =
   | { kind: "cancel_on_worker"; worker: string; run_id: string; fence: number }
   /** Ask the worker what became of an attempt whose lease fell silent; answered by `probe_answer`. */
   | { kind: "probe_worker"; worker: string; run_id: string; attempt: number; fence: number }
-  | { kind: "dead_letter"; record: RunView };
+  | { kind: "dead_letter"; record: RunView }
+  /**
+   * A run ended (succeeded, failed, timed out, skipped, missed; not cancelled): its run event
+   * (src/notify/run-events.ts), written to the event outbox only if the tenant subscribes to it.
+   * A post effect: the end's record is written first; nothing in a burst's turn waits for it.
+   */
+  | { kind: "run_ended"; record: RunView };
 
 /** `hold`, `cover_ms`: a heartbeat's acknowledgement (run-messages.ts `heartbeatAck`). */
 /** `runs` and `index` answer `active_runs`: the active runs' views and the runs index (run-index.ts). */

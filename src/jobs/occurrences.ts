@@ -73,17 +73,15 @@ function recordTerminal(
   reason: string,
 ): void {
   const run_id = runIdFor(tx.job.job_id, scheduledForMs);
-  tx.pre.push({
-    kind: "put_run",
-    mode: "terminal",
-    record: terminalRunView(
-      tx.job,
-      { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now },
-      status,
-      tx.now,
-      { reason },
-    ),
-  });
+  const record = terminalRunView(
+    tx.job,
+    { run_id, scheduled_for_ms: scheduledForMs, trigger, created_at_ms: tx.now },
+    status,
+    tx.now,
+    { reason },
+  );
+  tx.pre.push({ kind: "put_run", mode: "terminal", record });
+  tx.post.push({ kind: "run_ended", record });
 }
 
 /** Applies the overlap policy to one occurrence that is due to run (or, gated, prepared ahead). */

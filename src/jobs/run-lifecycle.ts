@@ -99,6 +99,7 @@ export function finish(
   });
   tx.pre.push({ kind: "put_run", record, mode: "update" });
   if (status === "failed" || status === "timed_out") tx.post.push({ kind: "dead_letter", record });
+  if (status !== "cancelled") tx.post.push({ kind: "run_ended", record });
   // (Not for a paused job: a pause drops its queue, and the runs it cancels must not start one.)
   if (tx.s.runs.length === 0 && tx.s.queued.length > 0 && !tx.s.deleted && tx.job.spec.enabled) {
     const next = tx.s.queued.shift()!;

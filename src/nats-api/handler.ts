@@ -230,6 +230,18 @@ async function runOperation(
       const page = await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"]));
       return ok(200, { runs: page.items, next_cursor: page.next_cursor });
     }
+    case "subscriptions.create":
+      return ok(201, await ops.createSubscription(tenant, bodyReader(text)));
+    case "subscriptions.list":
+      parseParams(text, []);
+      return ok(200, { subscriptions: await ops.listSubscriptions(tenant) });
+    case "subscriptions.get":
+      parseParams(text, []);
+      return ok(200, await ops.getSubscription(tenant, id));
+    case "subscriptions.delete":
+      parseParams(text, []);
+      await ops.deleteSubscription(tenant, id);
+      return ok(204, null);
     default:
       return assertNever(op, "NATS API operation");
   }

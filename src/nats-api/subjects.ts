@@ -2,7 +2,8 @@
  * Subjects of the internal NATS API (pure; shared by the service and the client):
  * `kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]`, e.g. `jobs.create`,
  * `jobs.get.<job_id>`, `jobs.patch.<job_id>`, `jobs.delete.<job_id>`, `jobs.run.<job_id>`,
- * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.cancel.<run_id>`, `runs.dead_lettered`; each
+ * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.cancel.<run_id>`, `runs.dead_lettered`,
+ * `subscriptions.create`, `subscriptions.list`, `subscriptions.get.<id>`, `subscriptions.delete.<id>`; each
  * maps to one REST route
  * (the table is in docs/nats-api.md).
  *
@@ -24,6 +25,10 @@ export const API_OPERATIONS = {
   "runs.get": "run",
   "runs.cancel": "run",
   "runs.dead_lettered": "none",
+  "subscriptions.create": "none",
+  "subscriptions.list": "none",
+  "subscriptions.get": "subscription",
+  "subscriptions.delete": "subscription",
 } as const;
 
 export type ApiOperation = keyof typeof API_OPERATIONS;
@@ -65,7 +70,7 @@ export function apiSubject(
 export interface ParsedApiSubject {
   tenantToken: string;
   op: ApiOperation | undefined;
-  /** The id token (job or run id), when the operation takes one. */
+  /** The id token (job, run or subscription id), when the operation takes one. */
   id: string | undefined;
   /** The operation as sent, for error messages (bounded). */
   raw: string;

@@ -1,23 +1,32 @@
 /**
- * Dead letters, durably: a list per tenant and an outbox for the tenant's webhook. Writing a
- * dead-lettered run's terminal record (`failed`, `timed_out`) also `create`s, before the job
- * state moves on: `dl.<tenant>.<run_id>` (the run as the API shows it; written once, so its
- * revision orders the list and is the cursor of `GET /v1/runs?status=dead_lettered`) and
- * `ob.<partition>.<tenant>.<run_id>` (`{run, tries, next_at_ms}`, a pending delivery).
+ * Dead letters and run events, durably: a dead-letter list per tenant and one outbox for webhooks
+ * and mails. Writing a dead-lettered run's terminal record (`failed`, `timed_out`) also `create`s,
+ * before the job state moves on: `dl.<tenant>.<run_id>` (the run as the API shows it; written
+ * once, so its revision orders the list and is the cursor of `GET /v1/runs?status=dead_lettered`)
+ * and `ob.<partition>.<tenant>.<run_id>` (`{run, tries, next_at_ms, done?}`, a pending delivery to
+ * the tenant's dead-letter webhook and its `run.dead_lettered` subscriptions). Any other run event
+ * a subscription asks for is written after the run's end (run-events.ts, `addEvent`) as
+ * `ob.<partition>.<tenant>.<run_id>.<event>` (`event` set).
  *
  * The outbox delivers at once, and the sweeper of whoever holds the partition delivers what is
- * left after a crash. An entry is deleted (CAS) only after a 2xx, a refusal retrying cannot fix
- * (SSRF rule, redirect, 4xx other than 429), no webhook, or `maxTries` failures.
+ * left after a crash. Each destination (outbox-targets.ts) delivered is recorded in the entry;
+ * the entry is deleted (CAS) once every destination is done — a 2xx, a refusal retrying cannot
+ * fix (SSRF rule, redirect, 4xx other than 429), an email handed to the Mailer — or after
+ * `maxTries` rounds with a failure.
  *
  * Pitfall: delivery is at-least-once — a replay or a partition move can deliver twice; receivers
- * dedupe on `run.run_id` (also the `Kairos-Delivery-Id` header).
+ * dedupe on the `Kairos-Delivery-Id` header (a dead letter's: its run id; a subscription's:
+ * `<run_id>:<event>`).
  */
 import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import type { Clock } from "../lib/clock.ts";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvEntry, KvStore } from "../cluster/kv.ts";
 import type { RunView } from "../protocol/model.ts";
-import { notifyDeadLetter, type WebhookTarget } from "./webhook.ts";
+import { notifyDeadLetter, type WebhookSender, type WebhookTarget } from "./webhook.ts";
+import type { RunEventType, SubscriptionRecord } from "../protocol/events.ts";
+import type { Mailer } from "./mail.ts";
+import { destinationsOf, tryDestination, type TryResult } from "./outbox-targets.ts";
 import {
   DEFAULT_DEAD_LETTER_RETENTION,
   pruneDeadLetters,
@@ -28,15 +37,27 @@ export const deadLetterKey = (tenantId: string, runId: string): string => `dl.${
 export const outboxKey = (partition: number, tenantId: string, runId: string): string =>
   `ob.${partition}.${tenantId}.${runId}`;
 
+/** A run event's pending delivery: the dead letter's key with the event's name after it. */
+export const eventOutboxKey = (
+  partition: number,
+  tenantId: string,
+  runId: string,
+  type: RunEventType,
+): string => `${outboxKey(partition, tenantId, runId)}.${type.slice("run.".length)}`;
+
 /** A run is dead-lettered when it ends failed or timed out (its retries, if any, are spent). */
 export function isDeadLetter(run: RunView): boolean {
   return run.status === "failed" || run.status === "timed_out";
 }
 
+/** A pending delivery. `event`: a run event's type (absent: a dead letter, the legacy entry). */
 interface OutboxEntry {
   run: RunView;
   tries: number;
   next_at_ms: number;
+  event?: RunEventType;
+  /** The destinations already delivered (outbox-targets.ts ids). */
+  done?: string[];
 }
 
 /**
@@ -60,6 +81,12 @@ export interface DeadLetterOutboxOptions {
   /** The partitions this node holds now: only their entries are delivered from here. */
   held: () => readonly number[];
   webhook: (tenantId: string) => Promise<WebhookTarget | undefined>;
+  /** The tenant's run-event subscriptions (subscriptions.ts `SubscriptionLookup`); none: no subscriptions. */
+  subscriptions?: (tenantId: string) => Promise<SubscriptionRecord[]>;
+  /** Sends subscriptions' webhooks (the operator's policy and per-tenant bound). */
+  webhookSender?: WebhookSender;
+  /** Email subscriptions' mails (mail.ts); none: this node has no SMTP server. */
+  mailer?: Mailer;
   clock: Clock;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** How often pending entries are looked for (default 5 s). */
@@ -129,9 +156,25 @@ export class DeadLetterOutbox {
 
   /** Delivers one run's pending entry now (from the job shell, right after it dead-lettered it). */
   async kick(partition: number, tenantId: string, runId: string): Promise<void> {
-    const key = outboxKey(partition, tenantId, runId);
+    return this.kickKey(partition, outboxKey(partition, tenantId, runId));
+  }
+
+  /** Delivers the pending entry under `key` now (a dead letter's, or a run event's). */
+  async kickKey(partition: number, key: string): Promise<void> {
     const e = await this.#o.runs().get(key);
     if (e) await this.#deliver(partition, e);
+  }
+
+  /**
+   * Writes a run event's pending entry (`ob.<partition>.<tenant>.<run_id>.<event>`) and delivers
+   * it now. Idempotent: an entry already there (a replay) is delivered, not written again.
+   */
+  async addEvent(partition: number, type: RunEventType, run: RunView): Promise<void> {
+    const key = eventOutboxKey(partition, run.tenant_id, run.run_id, type);
+    await this.#o
+      .runs()
+      .create(key, encode({ run, tries: 0, next_at_ms: 0, event: type } satisfies OutboxEntry));
+    await this.kickKey(partition, key);
   }
 
   /**
@@ -172,59 +215,90 @@ export class DeadLetterOutbox {
     this.#inFlight.add(e.key);
     try {
       const entry = decode<OutboxEntry>(e.value);
-      const runs = this.#o.runs();
-      const target = await this.#o.webhook(entry.run.tenant_id);
-      if (!target) {
-        await runs.delete(e.key, e.revision);
-        return;
-      }
-      const r = await notifyDeadLetter(target, entry.run, {
-        nowS: () => Math.floor(this.#o.clock.now() / 1000),
-        sleep: (ms) => new Promise((done) => this.#o.clock.setTimer(ms, done)),
-        ...(this.#o.postAttempts !== undefined ? { attempts: this.#o.postAttempts } : {}),
-      });
-      // Not sent at all (the tenant's deliveries on this node are at their bound): not a try;
-      // the entry stays as it is for the next sweep.
-      if (!r.ok && r.status === undefined && r.error?.startsWith("dropped:")) return;
-      const tries = entry.tries + 1;
-      const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, tries };
-      if (
-        r.ok ||
-        r.refused ||
-        (r.status !== undefined && r.status >= 400 && r.status < 500 && r.status !== 429)
-      ) {
-        if (!r.ok)
-          this.#o.log("warn", "dead-letter webhook refused; not retried", {
-            ...ids,
-            status: r.status,
-            err: r.error,
-          });
-        await runs.delete(e.key, e.revision);
-        return;
-      }
-      if (tries >= (this.#o.maxTries ?? 10)) {
-        this.#o.log("warn", "dead-letter webhook given up", {
-          ...ids,
-          status: r.status,
-          err: r.error,
-        });
-        await runs.delete(e.key, e.revision);
-        return;
-      }
-      this.#o.log("warn", "dead-letter webhook failed; will retry", {
-        ...ids,
-        status: r.status,
-        err: r.error,
-      });
-      const next_at_ms = this.#o.clock.now() + backoffMs(tries - 1, DELIVERY_BACKOFF);
-      await runs.update(
-        e.key,
-        encode({ ...entry, tries, next_at_ms } satisfies OutboxEntry),
-        e.revision,
+      const { run } = entry;
+      const type = entry.event ?? "run.dead_lettered";
+      const legacy = entry.event === undefined ? await this.#o.webhook(run.tenant_id) : undefined;
+      const subs = (await this.#o.subscriptions?.(run.tenant_id)) ?? [];
+      const done = new Set(entry.done ?? []);
+      const pending = destinationsOf(type, run, legacy, subs, this.#o.webhookSender).filter(
+        (d) => !done.has(d.id),
       );
+      if (pending.some((d) => d.kind === "email") && !this.#o.mailer)
+        this.#o.log(
+          "warn",
+          "run event for an email subscription, but this node has no --smtp-url",
+          {
+            run_id: run.run_id,
+            tenant_id: run.tenant_id,
+            event: type,
+          },
+        );
+      const post = {
+        nowS: () => Math.floor(this.#o.clock.now() / 1000),
+        sleep: (ms: number) => new Promise<void>((r) => this.#o.clock.setTimer(ms, r)),
+        ...(this.#o.postAttempts !== undefined ? { attempts: this.#o.postAttempts } : {}),
+      };
+      const results = await Promise.all(
+        pending.map((d) => tryDestination(d, type, run, { mailer: this.#o.mailer, post })),
+      );
+      await this.#settle(e, entry, type, done, results);
     } finally {
       this.#inFlight.delete(e.key);
     }
+  }
+
+  /** After a round of tries: delete the entry when every destination is done, else reschedule. */
+  async #settle(
+    e: KvEntry,
+    entry: OutboxEntry,
+    type: RunEventType,
+    done: Set<string>,
+    results: TryResult[],
+  ): Promise<void> {
+    const runs = this.#o.runs();
+    const ids = { run_id: entry.run.run_id, tenant_id: entry.run.tenant_id, event: type };
+    const what = entry.event === undefined ? "dead-letter webhook" : "run-event webhook";
+    for (const r of results) {
+      if (r.result === "done") done.add(r.id);
+      if (r.result === "done" && r.outcome && !r.outcome.ok)
+        this.#o.log("warn", `${what} refused; not retried`, {
+          ...ids,
+          destination: r.id,
+          status: r.outcome.status,
+          err: r.outcome.error,
+        });
+    }
+    const failed = results.filter(
+      (r): r is Extract<TryResult, { result: "retry" }> => r.result === "retry",
+    );
+    if (results.every((r) => r.result === "done")) {
+      await runs.delete(e.key, e.revision);
+      return;
+    }
+    // Not sent at all (the tenant's deliveries on this node are at their bound): not a try.
+    const tries = entry.tries + (failed.length > 0 ? 1 : 0);
+    const why = failed.map((r) => ({
+      destination: r.id,
+      status: r.outcome.status,
+      err: r.outcome.error,
+    }));
+    if (tries >= (this.#o.maxTries ?? 10)) {
+      this.#o.log("warn", `${what} given up`, { ...ids, tries, failed: why });
+      await runs.delete(e.key, e.revision);
+      return;
+    }
+    if (failed.length === 0 && done.size === (entry.done ?? []).length) return; // nothing tried
+    if (failed.length > 0)
+      this.#o.log("warn", `${what} failed; will retry`, { ...ids, tries, failed: why });
+    const next_at_ms =
+      failed.length > 0
+        ? this.#o.clock.now() + backoffMs(tries - 1, DELIVERY_BACKOFF)
+        : entry.next_at_ms;
+    await runs.update(
+      e.key,
+      encode({ ...entry, tries, next_at_ms, done: [...done] } satisfies OutboxEntry),
+      e.revision,
+    );
   }
 }
 

@@ -1,8 +1,11 @@
 /**
- * Dead-letter notifications: an HMAC-signed POST of `{"type": "run.dead_lettered", "run": …}` with
- * `Kairos-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`; receivers verify it,
- * reject old timestamps and dedupe on `run.run_id`. Up to `attempts` tries with backoff per call;
- * durability is the outbox's (dead-letters.ts).
+ * Webhook notifications: an HMAC-signed POST with
+ * `Kairos-Signature: t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`, `Kairos-Event: <type>`
+ * and `Kairos-Delivery-Id`; receivers verify the signature, reject old timestamps and dedupe on the
+ * delivery id. The tenant's dead-letter webhook gets `{"type": "run.dead_lettered", "run": …}`
+ * (delivery id: the run id); a run-event subscription `{"id": "<run_id>:<type>", "type", "run"}`
+ * (delivery id: that id), signed with the subscription's own secret. Up to `attempts` tries with
+ * backoff per call; durability is the outbox's (dead-letters.ts).
  *
  * Pitfall: the URL is tenant-chosen (SSRF). Unless `WebhookPolicy` relaxes it: https only;
  * redirects never followed; literal addresses and loopback names refused; a name is resolved here,
@@ -17,6 +20,7 @@ import { request as httpsRequest } from "node:https";
 import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import { isBlockedAddress, isInternalHost } from "../lib/net-address.ts";
 import type { RunView } from "../protocol/model.ts";
+import { eventId, type RunEventType } from "../protocol/events.ts";
 
 export function signWebhook(secret: string, timestampS: number, body: string): string {
   return `t=${timestampS},v1=${createHmac("sha256", secret).update(`${timestampS}.${body}`).digest("hex")}`;
@@ -224,15 +228,62 @@ export interface WebhookOutcome {
   refused?: boolean;
 }
 
-export async function notifyDeadLetter(
+/** What a POST carries: its JSON body, its delivery id and the tenant whose bound it counts against. */
+export interface WebhookPayload {
+  body: string;
+  deliveryId: string;
+  tenantId: string;
+  /** `Kairos-Event` header: the event type. */
+  type: string;
+}
+
+/** The legacy dead-letter POST: `{"type": "run.dead_lettered", "run": …}`, delivery id = run id. */
+export function notifyDeadLetter(
   target: WebhookTarget,
   run: RunView,
-  opts: {
-    nowS: () => number;
-    attempts?: number;
-    timeoutMs?: number;
-    sleep: (ms: number) => Promise<void>;
-  },
+  opts: PostOptions,
+): Promise<WebhookOutcome> {
+  const payload = {
+    body: JSON.stringify({ type: "run.dead_lettered", run }),
+    deliveryId: run.run_id,
+    tenantId: run.tenant_id,
+    type: "run.dead_lettered",
+  };
+  return postSigned(target, payload, opts);
+}
+
+/** A subscription's POST: `{"id": "<run_id>:<type>", "type", "run"}`, delivery id = the event id. */
+export function notifyRunEvent(
+  target: WebhookTarget,
+  type: RunEventType,
+  run: RunView,
+  opts: PostOptions,
+): Promise<WebhookOutcome> {
+  const id = eventId(run.run_id, type);
+  const payload = {
+    body: JSON.stringify({ id, type, run }),
+    deliveryId: id,
+    tenantId: run.tenant_id,
+    type,
+  };
+  return postSigned(target, payload, opts);
+}
+
+export interface PostOptions {
+  nowS: () => number;
+  attempts?: number;
+  timeoutMs?: number;
+  sleep: (ms: number) => Promise<void>;
+}
+
+/**
+ * POSTs a signed payload (up to `attempts` tries with backoff) within the tenant's bound. The
+ * delivery id is the same on every redelivery (the outbox is at-least-once).
+ */
+async function postSigned(
+  target: WebhookTarget,
+  payload: WebhookPayload,
+  opts: PostOptions,
 ): Promise<WebhookOutcome> {
   const sender = target.sender ?? defaultSender;
   let url: URL;
@@ -241,16 +292,16 @@ export async function notifyDeadLetter(
   } catch {
     return { ok: false, refused: true, error: "refused: the webhook URL does not parse" };
   }
-  const body = JSON.stringify({ type: "run.dead_lettered", run });
-  const sent = await sender.limit(run.tenant_id, async (): Promise<WebhookOutcome> => {
+  const { body } = payload;
+  const sent = await sender.limit(payload.tenantId, async (): Promise<WebhookOutcome> => {
     let last: WebhookOutcome = { ok: false, error: "not sent" };
     for (let i = 0; i < (opts.attempts ?? 3); i++) {
       if (i > 0) await opts.sleep(backoffMs(i - 1, POST_BACKOFF));
-      // The delivery id is the run id: the same on every redelivery (the outbox is at-least-once).
       const headers = {
         "content-type": "application/json",
         "kairos-signature": signWebhook(target.secret, opts.nowS(), body),
-        "kairos-delivery-id": run.run_id,
+        "kairos-delivery-id": payload.deliveryId,
+        "kairos-event": payload.type,
       };
       const r = await sender.post(url, headers, body, opts.timeoutMs ?? 5000);
       if ("refused" in r) return { ok: false, refused: true, error: `refused: ${r.refused}` };
@@ -274,7 +325,7 @@ export async function notifyDeadLetter(
   return (
     sent ?? {
       ok: false,
-      error: `dropped: more than ${sender.policy.maxQueuedPerTenant} deliveries of tenant ${run.tenant_id} waiting`,
+      error: `dropped: more than ${sender.policy.maxQueuedPerTenant} deliveries of tenant ${payload.tenantId} waiting`,
     }
   );
 }

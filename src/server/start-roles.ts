@@ -27,6 +27,8 @@ import {
 } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookPolicy, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
+import type { Mailer, MailConfig } from "../notify/mail.ts";
+import type { RunEvents } from "../notify/run-events.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
 import type { RegistryAuthLookup } from "../secrets/registry-credentials.ts";
 import {
@@ -54,6 +56,7 @@ import { createNatsApiHandler } from "../nats-api/handler.ts";
 import { NatsApiService } from "../nats-api/service.ts";
 import { ServiceAuthCallout, type Lookup } from "../nats-api/auth-callout.ts";
 import { KvServiceDirectory } from "../tenants/services.ts";
+import { KvSubscriptions } from "../notify/subscriptions.ts";
 
 export interface ProcessOptions {
   executor: ExecutorKind;
@@ -89,8 +92,10 @@ export interface ProcessOptions {
   taskLimits?: TaskLimits;
   /** api: per-tenant request limit and failed-authentication throttle (defaults: src/http/rate-limit.ts). */
   rateLimits?: Partial<RateLimitOptions>;
-  /** scheduler: rules for dead-letter webhook destinations (default: https, public addresses only). */
+  /** scheduler: rules for webhook destinations (default: https, public addresses only). */
   webhook?: Partial<WebhookPolicy>;
+  /** scheduler: run-event mails through this SMTP server (src/notify/mail.ts); none: no email. */
+  mail?: Partial<MailConfig> & { smtpUrl: string };
   /**
    * worker: on stop, how long running attempts may go on finishing before they are handed back
    * (killed and reported as retryable errors); 0: hand back at once. Default `DEFAULT_DRAIN_TIMEOUT_MS`.
@@ -144,6 +149,10 @@ export interface SchedulerParts {
   directory: WorkerDirectory;
   runMetrics: RunMetrics;
   outbox: DeadLetterOutbox;
+  /** Run events for the tenants' subscriptions, through the outbox (src/notify/run-events.ts). */
+  runEvents: RunEvents;
+  /** Run-event mails (`--smtp-url`); none: email subscriptions are not served by this node. */
+  mailer: Mailer | undefined;
   webhooks: WebhookSender;
   secrets: SecretEnvStore | undefined;
   /** Opens tenants' registry credentials for offers (none without the secret key). */
@@ -254,6 +263,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
         tenantWeight: async (id) => (await tenant(id))?.weight,
       },
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
+      runEvents: p.runEvents,
       ...(p.secrets ? { secrets: p.secrets } : {}),
       ...(p.registryAuth ? { registryAuth: p.registryAuth } : {}),
       ...(p.runTokens ? { runTokens: p.runTokens } : {}),
@@ -376,9 +386,11 @@ export async function serveApiRole(
     systemRandom,
     a.secrets,
   );
+  const subscriptions = new KvSubscriptions(node.buckets.tenants, systemClock);
   const app = createApp({
     jobs,
     tenants,
+    subscriptions,
     clock: systemClock,
     taskLimits: limits,
     ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}),
@@ -405,6 +417,7 @@ export async function serveApiRole(
         clock: systemClock,
         imagePolicy: opts.imagePolicy ?? ALLOW_ANY_IMAGE,
         taskLimits: limits,
+        subscriptions,
       }),
       tenants,
       services: new KvServiceDirectory(node.buckets.tenants, systemClock),

@@ -19,6 +19,9 @@ import { Worker } from "../worker/worker.ts";
 import { taskLimits as resolveTaskLimits } from "../sandbox/index.ts";
 import { WebhookSender, type WebhookTarget } from "../notify/webhook.ts";
 import { DeadLetterOutbox } from "../notify/dead-letters.ts";
+import { Mailer, mailConfig, type MailConfig } from "../notify/mail.ts";
+import { RunEvents } from "../notify/run-events.ts";
+import { SubscriptionLookup } from "../notify/subscriptions.ts";
 import { SecretEnvStore } from "../secrets/secret-env.ts";
 import { RegistryAuthLookup, RegistryCredentialStore } from "../secrets/registry-credentials.ts";
 import { RunTokenIssuer } from "../secrets/run-token.ts";
@@ -77,6 +80,7 @@ export async function startKairos(
   const retention = retentionConfig(opts.retention); // validated before anything starts
   const limits = resolveTaskLimits(opts.taskLimits); // validated before anything starts
   const natsApiCfg = natsApiConfigFor(opts);
+  const mail = opts.mail ? mailConfig(opts.mail) : undefined; // validated before anything starts
   const webhooks = new WebhookSender(opts.webhook ?? {});
   const workerHeartbeatMs =
     opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
@@ -99,7 +103,7 @@ export async function startKairos(
     opts.runTokens && config.roles.includes("scheduler")
       ? await RunTokenIssuer.create(opts.runTokens)
       : undefined;
-  const parts = schedulerParts(node, {
+  const parts = schedulerParts(node, mail, {
     config,
     jobCfg,
     retention,
@@ -111,7 +115,7 @@ export async function startKairos(
     registryAuth,
     runTokens,
   });
-  const { outbox } = parts;
+  const { outbox, mailer } = parts;
   node.onConnected((n) => registerSchedulerActors(n, parts));
   await node.start();
 
@@ -132,7 +136,7 @@ export async function startKairos(
     await listeners.natsApi?.service.stop();
     await listeners.natsApi?.close();
   };
-  const started = { node, worker, tenants, directory, forecast, outbox, ops };
+  const started = { node, worker, tenants, directory, forecast, outbox, mailer, ops };
   const cleanUp = (): Promise<void> => cleanUpAfterFailedStart(started, listeners, stopNatsApi);
   if (opts.metricsPort !== undefined) await serveMetrics(ops, opts, listeners, cleanUp, log);
   if (config.roles.includes("api")) {
@@ -172,8 +176,16 @@ function sealedStores(
  */
 function schedulerParts(
   node: KairosNode,
-  p: Omit<SchedulerParts, "outbox" | "setWebhookOf">,
+  mail: MailConfig | undefined,
+  p: Omit<SchedulerParts, "outbox" | "setWebhookOf" | "runEvents" | "mailer">,
 ): SchedulerParts {
+  // scheduler: run events by email through the operator's SMTP server (mail.ts).
+  const mailer =
+    mail && p.config.roles.includes("scheduler")
+      ? new Mailer(mail, { clock: systemClock, log: p.logFn })
+      : undefined;
+  // Tenants' run-event subscriptions, read through a 10 s cache (subscriptions.ts).
+  const subscriptions = new SubscriptionLookup(() => node.buckets.tenants, systemClock);
   // scheduler: dead letters' webhook deliveries, kept in KV until done (dead-letters.ts).
   let webhookOf: ((tenantId: string) => Promise<WebhookTarget | undefined>) | undefined;
   const outbox = new DeadLetterOutbox({
@@ -182,12 +194,17 @@ function schedulerParts(
     clock: systemClock,
     log: p.logFn,
     webhook: async (id) => webhookOf?.(id),
+    subscriptions: (id) => subscriptions.of(id),
+    webhookSender: p.webhooks,
+    ...(mailer ? { mailer } : {}),
     // Dead letters age out with the run records (--keep-runs-days); at most 10,000 per tenant.
     retention: deadLetterRetention({ maxAgeMs: p.retention.maxAgeMs }),
   });
   return {
     ...p,
     outbox,
+    runEvents: new RunEvents(subscriptions, outbox),
+    mailer,
     setWebhookOf: (f) => {
       webhookOf = f;
     },
@@ -203,13 +220,14 @@ function processHandle(
     directory: WorkerDirectory;
     forecast: ForecastService | undefined;
     outbox: DeadLetterOutbox;
+    mailer: Mailer | undefined;
     ops: ReturnType<typeof nodeOps>;
   },
   listeners: Listeners,
   stopNatsApi: () => Promise<void>,
   opts: ProcessOptions,
 ): KairosProcess {
-  const { node, worker, tenants, directory, forecast, outbox, ops } = r;
+  const { node, worker, tenants, directory, forecast, outbox, mailer, ops } = r;
   const { api, metrics } = listeners;
   return {
     node,
@@ -230,6 +248,7 @@ function processHandle(
       directory.stop();
       forecast?.stop();
       outbox.stop();
+      mailer?.stop();
       await node.stop();
       await metrics?.close();
       ops.close();
@@ -267,11 +286,12 @@ async function cleanUpAfterFailedStart(
   listeners: Listeners,
   stopNatsApi: () => Promise<void>,
 ): Promise<void> {
-  const { node, worker, directory, forecast, outbox, ops } = r;
+  const { node, worker, directory, forecast, outbox, mailer, ops } = r;
   await listeners.api?.close();
   await stopNatsApi();
   forecast?.stop();
   outbox.stop();
+  mailer?.stop();
   await listeners.metrics?.close();
   await worker?.stop();
   directory.stop();

@@ -1,7 +1,7 @@
 /**
  * Rollup headers (docs/security.md, "JetStream rights"): a KV write carrying `Nats-Rollup: all`
  * purges every other key of the bucket's stream. So whoever may write one key of a bucket — a
- * worker its own `nodes` record, an API node `jc.*` or `sk.>` of `tenants`, any key of `idem` —
+ * worker its own `nodes` record, an API node `jc.*`, `sk.>` or `sub.>` of `tenants`, any key of `idem` —
  * could erase the whole bucket with that one write: every node record, every tenant, API key hash
  * and service identity. On a real nats-server, with each role's real credentials, that write is
  * made to the keys its permissions allow; the server must refuse it ("rollup not permitted": the
@@ -95,6 +95,12 @@ describe("a write with a rollup header cannot purge a bucket", { timeout: 120_00
       who: "api (a sealed-key record of tenants)",
       creds: () => nats.credsFor(["api"]),
       subject: `$KV.kairos_tenants.sk.${TA}.x`,
+      victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }),
+    },
+    {
+      who: "api (a run-event subscription of tenants)",
+      creds: () => nats.credsFor(["api"]),
+      subject: `$KV.kairos_tenants.sub.${TA}.sabcdefghijklmnop`,
       victims: () => ({ kv: b.tenants, keys: [`t.${TB}`, "k.0123456789abcdef", "svc.beta"] }),
     },
     {

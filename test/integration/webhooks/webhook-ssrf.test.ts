@@ -18,6 +18,8 @@ import {
   type Resolve,
 } from "../../../src/notify/webhook.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
+import type { SubscriptionRecord } from "../../../src/protocol/events.ts";
+import { destinationsOf, tryDestination } from "../../../src/notify/outbox-targets.ts";
 
 const run = { run_id: "r1", tenant_id: "t1", job_id: "j1", status: "failed" } as unknown as RunView;
 const opts = { nowS: () => 1_700_000_000, sleep: async () => undefined, timeoutMs: 3000 };
@@ -321,5 +323,37 @@ describe("webhook destinations (SSRF)", () => {
     } finally {
       rx.handler = (res) => res.writeHead(204).end();
     }
+  });
+
+  it("a run-event subscription's webhook goes through the same guard (and its control reaches the receiver)", async () => {
+    const resolve: Resolve = async () => [{ address: "127.0.0.1", family: 4 }];
+    const subs: SubscriptionRecord[] = [
+      {
+        subscription_id: "s1",
+        tenant_id: "t1",
+        events: ["run.failed"],
+        job_id: null,
+        webhook: { url: `http://hooks.example.test:${rx.port}/sub` },
+        email: null,
+        created_at: "2026-01-01T00:00:00Z",
+        secret: "whsec_x",
+      },
+    ];
+    const strict = new WebhookSender({ allowHttp: true }, { resolve });
+    const [d] = destinationsOf("run.failed", run, undefined, subs, strict);
+    const before = rx.connections;
+    const r = await tryDestination(d!, "run.failed", run, { mailer: undefined, post: opts });
+    assert.equal(r.result, "done", "refused: not retried");
+    assert.equal(r.outcome?.refused, true, JSON.stringify(r));
+    assert.equal(rx.connections, before, "no connection");
+    // Control: with private addresses allowed by the operator, the same delivery arrives.
+    const relaxed = new WebhookSender(
+      { allowHttp: true, allowPrivateAddresses: true },
+      { resolve },
+    );
+    const [d2] = destinationsOf("run.failed", run, undefined, subs, relaxed);
+    const ok = await tryDestination(d2!, "run.failed", run, { mailer: undefined, post: opts });
+    assert.equal(ok.outcome?.ok, true, JSON.stringify(ok));
+    assert.equal(rx.requests.at(-1)?.url, "/sub");
   });
 });

@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { createApp } from "../../../src/http/app.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { FakeJobs, FakeTenants } from "./fakes.ts";
+import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
+import { KvSubscriptions } from "../../../src/notify/subscriptions.ts";
 import type { TaskLimits } from "../../../src/sandbox/task-rules.ts";
 
 export const NOW = Date.parse("2026-03-01T00:00:00Z");
@@ -30,6 +32,7 @@ export function harness(maxBodyBytes?: number, taskLimits?: TaskLimits): Harness
     jobs,
     tenants: new FakeTenants(),
     clock,
+    subscriptions: new KvSubscriptions(new MemoryKv("tenants"), clock),
     rateLimits: { tenantPerSecond: 0 },
     logError: (e) => errors.push(e),
     ...(maxBodyBytes ? { maxBodyBytes } : {}),

@@ -569,6 +569,7 @@ describe("/openapi.json", () => {
       .sort();
     assert.deepEqual(routes, [
       "DELETE /v1/jobs/{job_id}",
+      "DELETE /v1/subscriptions/{subscription_id}",
       "GET /.well-known/jwks.json",
       "GET /healthz",
       "GET /openapi.json",
@@ -577,10 +578,13 @@ describe("/openapi.json", () => {
       "GET /v1/jobs/{job_id}/runs",
       "GET /v1/runs",
       "GET /v1/runs/{run_id}",
+      "GET /v1/subscriptions",
+      "GET /v1/subscriptions/{subscription_id}",
       "PATCH /v1/jobs/{job_id}",
       "POST /v1/jobs",
       "POST /v1/jobs/{job_id}/runs",
       "POST /v1/runs/{run_id}/cancel",
+      "POST /v1/subscriptions",
     ]);
     assert.deepEqual(served.components.securitySchemes, {
       bearer: {

@@ -374,6 +374,7 @@ export class Driver {
         return;
       case "cancel_on_worker":
       case "dead_letter":
+      case "run_ended":
       case "put_run":
         return;
     }

@@ -17,6 +17,8 @@ import type { ApiReply, ErrorReply } from "../../../src/nats-api/wire.ts";
 import { ALLOW_ANY_IMAGE, parseImagePolicy } from "../../../src/sandbox/image-policy.ts";
 import { FakeJobs, FakeTenants } from "../http/fakes.ts";
 import { NOW, harness, validJob } from "../http/helpers.ts";
+import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
+import { KvSubscriptions } from "../../../src/notify/subscriptions.ts";
 
 const enc = new TextEncoder();
 
@@ -41,7 +43,12 @@ function nh(cfg: Partial<NatsApiConfig> = {}, imagePolicy = ALLOW_ANY_IMAGE): H 
   const errors: unknown[] = [];
   const handle = createNatsApiHandler({
     clusterName: "kairos",
-    operations: createOperations({ jobs, clock, imagePolicy }),
+    operations: createOperations({
+      jobs,
+      clock,
+      imagePolicy,
+      subscriptions: new KvSubscriptions(new MemoryKv("tenants"), clock),
+    }),
     tenants: new FakeTenants(),
     clock,
     config: natsApiConfig({ tenantPerSecond: 0, ...cfg }),
@@ -504,5 +511,65 @@ describe("NATS API: runs.cancel", () => {
       "tenant_id",
     );
     assert.equal(nats.jobs.calls.filter((c) => c.method === "cancelRun").length, 0);
+  });
+});
+
+describe("NATS API subscriptions", () => {
+  it("create, list, get and delete mirror REST; bad bodies and other tenants' ids as REST", async () => {
+    const h = nh();
+    const created = ok<{ subscription_id: string; secret: string }>(
+      await h.req("subscriptions.create", undefined, {
+        events: ["run.failed"],
+        webhook: { url: "https://hooks.example.com/k" },
+      }),
+      201,
+    );
+    assert.match(created.secret, /^whsec_/);
+    const list = ok<{ subscriptions: { subscription_id: string }[] }>(
+      await h.req("subscriptions.list"),
+      200,
+    );
+    assert.deepEqual(
+      list.subscriptions.map((x) => x.subscription_id),
+      [created.subscription_id],
+    );
+    const got = ok<Record<string, unknown>>(
+      await h.req("subscriptions.get", created.subscription_id),
+      200,
+    );
+    assert.equal("secret" in got, false);
+    err(
+      await h.req("subscriptions.get", created.subscription_id, undefined, {}, "tb"),
+      404,
+      "not_found",
+    );
+    err(
+      await h.req("subscriptions.create", undefined, {
+        events: ["run.nope"],
+        email: { to: "a@b.co" },
+      }),
+      400,
+      "invalid_argument",
+      "events[0]",
+    );
+    err(
+      await h.req("subscriptions.create", undefined, {
+        tenant_id: "tb",
+        events: ["run.failed"],
+        email: { to: "a@b.co" },
+      }),
+      400,
+      "invalid_argument",
+      "tenant_id",
+    );
+    err(
+      await h.req("subscriptions.list", undefined, { limit: 5 }),
+      400,
+      "invalid_argument",
+      "limit",
+    );
+    ok(await h.req("subscriptions.delete", created.subscription_id), 204);
+    err(await h.req("subscriptions.get", created.subscription_id), 404, "not_found");
+    assert.deepEqual(h.errors, []);
   });
 });

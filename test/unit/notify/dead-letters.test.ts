@@ -22,6 +22,7 @@ import {
 } from "../../../src/notify/dead-letters.ts";
 import { WebhookSender } from "../../../src/notify/webhook.ts";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";
+import type { SubscriptionRecord } from "../../../src/protocol/events.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
@@ -258,5 +259,92 @@ describe("dead letters: the outbox", () => {
     assert.equal(t.sender.sent.length, 3);
     assert.equal(await t.runs.get(outboxKey(3, "t1", "r1")), null);
     assert.ok(t.logs.includes("dead-letter webhook given up"));
+  });
+});
+
+describe("run events: the outbox fans out to subscriptions", () => {
+  const sub = (id: string, over: Partial<SubscriptionRecord>): SubscriptionRecord => ({
+    subscription_id: id,
+    tenant_id: "t1",
+    events: ["run.dead_lettered", "run.succeeded"],
+    job_id: null,
+    webhook: null,
+    email: null,
+    created_at: "2024-01-01T00:00:00Z",
+    ...over,
+  });
+
+  it("a dead letter reaches the tenant webhook and each subscription once; a failed one alone is retried", async () => {
+    const runs = new MemoryKv("runs");
+    const clock = new FakeClock(1_000_000);
+    let subStatus = 503;
+    const sender = new ScriptedSender(() => ({ status: 204 }));
+    const subSender = new (class extends WebhookSender {
+      readonly sent: Record<string, string>[] = [];
+      override async post(_u: URL, headers: Record<string, string>) {
+        this.sent.push(headers);
+        return { status: subStatus };
+      }
+    })();
+    const subs = [
+      sub("sa", { webhook: { url: "https://a.example.com/k" }, secret: "sa-secret" }),
+      sub("sb", { job_id: "other-job", webhook: { url: "https://b.example.com/k" }, secret: "x" }),
+      sub("sc", {
+        events: ["run.failed"],
+        webhook: { url: "https://c.example.com/k" },
+        secret: "y",
+      }),
+    ];
+    const outbox = new DeadLetterOutbox({
+      runs: () => runs,
+      held: () => [3],
+      clock,
+      postAttempts: 1,
+      log: () => undefined,
+      webhook: async () => ({ url: "https://hooks.example.com/k", secret: "s", sender }),
+      subscriptions: async () => subs,
+      webhookSender: subSender,
+    });
+    await recordDeadLetter(runs, 3, run("failed"));
+    await outbox.kick(3, "t1", "r1");
+    assert.equal(sender.sent.length, 1, "the tenant webhook, legacy body");
+    assert.equal(JSON.parse(sender.sent[0]!.body).type, "run.dead_lettered");
+    assert.equal(subSender.sent.length, 1, "only the matching subscription (job and event)");
+    assert.equal(subSender.sent[0]!["kairos-delivery-id"], "r1:run.dead_lettered");
+    const kept = decode<{ done: string[]; tries: number }>(
+      (await runs.get(outboxKey(3, "t1", "r1")))!.value,
+    );
+    assert.deepEqual(kept.done, ["tenant"]);
+    assert.equal(kept.tries, 1);
+    subStatus = 200;
+    clock.advance(5_000);
+    await outbox.sweep();
+    assert.equal(sender.sent.length, 1, "the tenant webhook is not sent again");
+    assert.equal(subSender.sent.length, 2);
+    assert.equal(await runs.get(outboxKey(3, "t1", "r1")), null, "all done: deleted");
+  });
+
+  it("addEvent writes a run event's entry, delivers it and deletes it", async () => {
+    const runs = new MemoryKv("runs");
+    const clock = new FakeClock(1_000_000);
+    const sender = new ScriptedSender(() => ({ status: 200 }));
+    const outbox = new DeadLetterOutbox({
+      runs: () => runs,
+      held: () => [3],
+      clock,
+      postAttempts: 1,
+      log: () => undefined,
+      webhook: async () => ({ url: "https://hooks.example.com/k", secret: "s", sender }),
+      subscriptions: async () => [
+        sub("sa", { webhook: { url: "https://a.example.com/k" }, secret: "sa-secret" }),
+      ],
+      webhookSender: sender,
+    });
+    await outbox.addEvent(3, "run.succeeded", run("succeeded"));
+    assert.equal(sender.sent.length, 1, "the subscription only: not the dead-letter webhook");
+    const body = JSON.parse(sender.sent[0]!.body) as { id: string; type: string };
+    assert.deepEqual([body.id, body.type], ["r1:run.succeeded", "run.succeeded"]);
+    assert.equal(sender.sent[0]!.headers["kairos-event"], "run.succeeded");
+    assert.deepEqual(await runs.list("ob.>"), []);
   });
 });
