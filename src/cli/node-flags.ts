@@ -363,15 +363,17 @@ export function imagePolicyFromFlag(flag: string | undefined): ImagePolicy | und
 }
 
 /**
- * `--smtp-url` (or KAIROS_SMTP_URL), `--smtp-from`, `--mail-limit`, `--mail-window-s`: the mail
- * options, checked in full by `mailConfig` (src/notify/mail.ts) before the node starts. The mail
- * flags without an SMTP server are an error, not silently ignored.
+ * `--smtp-url` (or KAIROS_SMTP_URL), `--smtp-from` (or KAIROS_SMTP_FROM), `--mail-limit`,
+ * `--mail-window-s`: the mail options, checked in full by `mailConfig` (src/notify/mail.ts) before
+ * the node starts. The mail flags without an SMTP server are an error, not silently ignored.
+ * `kairos dev` has no mail flags: it reads the two environment variables only.
  */
 export function mailFromFlags(
   f: ProcessFlags,
-  envUrl: string | undefined,
+  env: { url?: string | undefined; from?: string | undefined },
 ): { mail?: Partial<MailConfig> & { smtpUrl: string } } {
-  const smtpUrl = f.smtpUrl ?? (envUrl === "" ? undefined : envUrl);
+  const smtpUrl = f.smtpUrl ?? (env.url === "" ? undefined : env.url);
+  const from = f.smtpFrom ?? (env.from === "" ? undefined : env.from);
   const limit = int(f.mailLimit, "mail-limit");
   const windowS = int(f.mailWindowS, "mail-window-s");
   if (smtpUrl === undefined) {
@@ -389,7 +391,7 @@ export function mailFromFlags(
   return {
     mail: mailConfig({
       smtpUrl,
-      ...(f.smtpFrom !== undefined ? { from: f.smtpFrom } : {}),
+      ...(from !== undefined ? { from } : {}),
       ...(limit !== undefined ? { maxPerWindow: limit } : {}),
       ...(windowS !== undefined ? { windowMs: windowS * 1000 } : {}),
     }),

@@ -148,7 +148,10 @@ export async function startProcess(
       ? { noopDurationMs: int(f.noopDurationMs, "noop-duration-ms")! }
       : {}),
     ...secretKeyFromFlag(f.secretKeyFile ?? process.env.KAIROS_SECRET_KEY_FILE),
-    ...mailFromFlags(f, process.env["KAIROS_SMTP_URL"]),
+    ...mailFromFlags(f, {
+      url: process.env["KAIROS_SMTP_URL"],
+      from: process.env["KAIROS_SMTP_FROM"],
+    }),
     ...runTokensFromFlag(
       f.runTokenKeys ?? process.env["KAIROS_RUN_TOKEN_KEYS_FILE"],
       config.clusterName,

@@ -53,18 +53,21 @@ const DEFAULTS = {
   timeoutMs: 10_000,
 } as const;
 
-const BOUNDS: Record<keyof typeof DEFAULTS, [number, number, string]> = {
-  maxPerWindow: [1, 1000, "mail-limit"],
-  windowMs: [1000, 86_400_000, "mail-window-s"],
-  digestMaxListed: [0, 1000, "mail-digest-listed"],
-  maxTenants: [1, 1_000_000, "mail-max-tenants"],
-  maxInFlight: [1, 100_000, "mail-max-in-flight"],
-  sendAttempts: [1, 10, "mail-send-attempts"],
-  timeoutMs: [100, 600_000, "mail-timeout-ms"],
+/** Each bound: [min, max, the flag or field named in errors, its unit's divisor for the message]. */
+const BOUNDS: Record<keyof typeof DEFAULTS, [number, number, string, number]> = {
+  maxPerWindow: [1, 1000, "--mail-limit", 1],
+  windowMs: [1000, 86_400_000, "--mail-window-s", 1000],
+  digestMaxListed: [0, 1000, "mail.digestMaxListed", 1],
+  maxTenants: [1, 1_000_000, "mail.maxTenants", 1],
+  maxInFlight: [1, 100_000, "mail.maxInFlight", 1],
+  sendAttempts: [1, 10, "mail.sendAttempts", 1],
+  timeoutMs: [100, 600_000, "mail.timeoutMs", 1],
 };
 
 function bad(field: string, why: string): KairosError {
-  return new KairosError("invalid_argument", `--${field}: ${why}`, { field });
+  return new KairosError("invalid_argument", `${field}: ${why}`, {
+    field: field.replace(/^--/, ""),
+  });
 }
 
 /** The validated, frozen mail config (`invalid_argument` naming the flag otherwise). */
@@ -73,25 +76,28 @@ export function mailConfig(o: Partial<MailConfig> & { smtpUrl: string }): MailCo
   try {
     u = new URL(o.smtpUrl);
   } catch {
-    throw bad("smtp-url", "is not a URL (smtp://host:port or smtps://host:port)");
+    throw bad("--smtp-url", "is not a URL (smtp://host:port or smtps://host:port)");
   }
   if (u.protocol !== "smtp:" && u.protocol !== "smtps:")
-    throw bad("smtp-url", `must be smtp:// or smtps://, got ${u.protocol}//`);
-  if (u.hostname === "") throw bad("smtp-url", "names no host");
-  if (u.pathname !== "" && u.pathname !== "/") throw bad("smtp-url", "must have no path");
+    throw bad("--smtp-url", `must be smtp:// or smtps://, got ${u.protocol}//`);
+  if (u.hostname === "") throw bad("--smtp-url", "names no host");
+  if (u.pathname !== "" && u.pathname !== "/") throw bad("--smtp-url", "must have no path");
   const from = o.from;
-  if (from === undefined) throw bad("smtp-from", "required with --smtp-url: the sender address");
+  if (from === undefined) throw bad("--smtp-from", "required with --smtp-url: the sender address");
   if (from.length > 254 || !EMAIL_ADDRESS.test(from))
     throw bad(
-      "smtp-from",
+      "--smtp-from",
       `must be one address local@domain, got ${JSON.stringify(from.slice(0, 80))}`,
     );
   const out: Record<string, unknown> = { smtpUrl: o.smtpUrl, from };
-  for (const [k, [min, max, flag]] of Object.entries(BOUNDS)) {
+  for (const [k, [min, max, name, unit]] of Object.entries(BOUNDS)) {
     const key = k as keyof typeof DEFAULTS;
     const v = o[key] ?? DEFAULTS[key];
     if (!Number.isSafeInteger(v) || v < min || v > max)
-      throw bad(flag, `must be an integer from ${min} to ${max}, got ${String(v)}`);
+      throw bad(
+        name,
+        `must be an integer from ${min / unit} to ${max / unit}, got ${String(v / unit)}`,
+      );
     out[key] = v;
   }
   return Object.freeze(out as unknown as MailConfig);

@@ -2,6 +2,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
+  mailFromFlags,
   metricsTokenFromFlag,
   nodeConfigFromFlags,
   portFlag,
@@ -204,6 +205,59 @@ describe("--max-worker-slots, --max-worker-prefetch", () => {
         () => nodeConfigFromFlags({ ...base, ...flags }, "nats://x"),
         (e: unknown) => isKairosError(e, "invalid_argument") && e.field === field,
         JSON.stringify(flags),
+      );
+    }
+  });
+});
+
+describe("--smtp-url, --smtp-from, --mail-limit, --mail-window-s", () => {
+  const none = { url: undefined, from: undefined };
+  it("no SMTP server: no mail; with one, the validated config (flags or environment)", () => {
+    assert.deepEqual(mailFromFlags({}, none), {});
+    const m = mailFromFlags(
+      { smtpUrl: "smtp://mail.example.com:2525", smtpFrom: "kairos@example.com", mailLimit: "5" },
+      none,
+    ).mail!;
+    assert.equal(m.maxPerWindow, 5);
+    assert.equal(m.windowMs, 600_000);
+    assert.ok(Object.isFrozen(m));
+    const env = mailFromFlags(
+      { mailWindowS: "60" },
+      {
+        url: "smtps://u:p@mail.example.com",
+        from: "k@example.com",
+      },
+    ).mail!;
+    assert.deepEqual([env.from, env.windowMs], ["k@example.com", 60_000]);
+  });
+
+  it("refuses every bad value with a message naming the flag", () => {
+    const cases: [Parameters<typeof mailFromFlags>[0], string][] = [
+      [{ smtpFrom: "k@example.com" }, "--smtp-from: needs --smtp-url"],
+      [{ mailLimit: "5" }, "--mail-limit: needs --smtp-url"],
+      [{ smtpUrl: "http://mail.example.com", smtpFrom: "k@example.com" }, "--smtp-url:"],
+      [{ smtpUrl: "not a url", smtpFrom: "k@example.com" }, "--smtp-url:"],
+      [{ smtpUrl: "smtp://mail.example.com/x", smtpFrom: "k@example.com" }, "--smtp-url:"],
+      [{ smtpUrl: "smtp://mail.example.com" }, "--smtp-from: required"],
+      [{ smtpUrl: "smtp://mail.example.com", smtpFrom: "Kairos <k@example.com>" }, "--smtp-from:"],
+      [
+        { smtpUrl: "smtp://m.example.com", smtpFrom: "k@example.com", mailLimit: "0" },
+        "--mail-limit:",
+      ],
+      [
+        { smtpUrl: "smtp://m.example.com", smtpFrom: "k@example.com", mailLimit: "x" },
+        "--mail-limit:",
+      ],
+      [
+        { smtpUrl: "smtp://m.example.com", smtpFrom: "k@example.com", mailWindowS: "0" },
+        "--mail-window-s:",
+      ],
+    ];
+    for (const [f, prefix] of cases) {
+      assert.throws(
+        () => mailFromFlags(f, none),
+        (e: unknown) => isKairosError(e, "invalid_argument") && e.message.startsWith(prefix),
+        `${JSON.stringify(f)} → ${prefix}`,
       );
     }
   });
