@@ -67,7 +67,8 @@ export function subscriptionPaths(h: OpenApiHelpers): Json {
         responses: { "200": json(ref("Subscription"), "the subscription"), ...errors(404) },
       },
       delete: {
-        summary: "Delete a subscription (schedulers stop delivering to it within 10 s)",
+        summary:
+          "Delete a subscription (schedulers stop delivering to it as soon as they see the delete; within 10 s)",
         parameters: [subscriptionId],
         responses: { "204": { description: "deleted" }, ...errors(404) },
       },

@@ -1,8 +1,8 @@
 /**
  * Run events from the job shell: a run's end (the job actor's `run_ended` post effect) becomes a
  * pending outbox entry only when the tenant subscribes to its event for that job — so a tenant
- * without subscriptions costs one cached lookup per run end (SubscriptionLookup: a KV list per
- * tenant per 10 s at most), and never a KV write. A dead letter's own entry is written with its
+ * without subscriptions costs a lookup in memory per run end (SubscriptionLookup: one watch of
+ * every subscription per node), and never a KV operation. A dead letter's own entry is written with its
  * terminal record (dead-letters.ts); `run.dead_lettered` subscriptions are served from it.
  *
  * Pitfall: the event entry is written after the decision that ended the run (a post effect, so a
@@ -21,6 +21,15 @@ export class RunEvents {
   constructor(lookup: SubscriptionLookup, outbox: DeadLetterOutbox) {
     this.#lookup = lookup;
     this.#outbox = outbox;
+  }
+
+  /** Starts following the subscriptions (one watch); until ready, lookups read per tenant. */
+  start(): Promise<void> {
+    return this.#lookup.start();
+  }
+
+  stop(): void {
+    this.#lookup.stop();
   }
 
   /** A run ended: its event into the outbox and delivered, if the tenant subscribes to it. */

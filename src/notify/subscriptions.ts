@@ -4,16 +4,18 @@
  * tenant's subscriptions are one filtered list and no id reaches another tenant's.
  *
  * `KvSubscriptions` is the API's side (create, list, get, delete); `SubscriptionLookup` is the
- * schedulers' side: a tenant's subscriptions through a short cache (default 10 s, at most 10,000
- * tenants), one KV list per tenant per TTL however many runs end — a change reaches delivery
- * within the TTL.
+ * schedulers' side: once started, ONE watch of `sub.>` per node keeps every tenant's
+ * subscriptions in memory (a few hundred bytes each; at most 20 per tenant), changes pushed as
+ * they are written, so a run's end costs no KV operation however many end at once. Until the
+ * watch is ready (or if it cannot start), a tenant's list is read per tenant through a short
+ * cache (default 10 s, at most 10,000 tenants).
  *
  * Pitfall: the per-tenant limit is checked by counting before the create; creates racing each
  * other may pass it by as many as race (each one a separate authenticated request).
  */
 import { randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
-import type { KvStore } from "../cluster/kv.ts";
+import type { KvStore, KvWatch } from "../cluster/kv.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import {
@@ -148,6 +150,10 @@ export class SubscriptionLookup {
   readonly #max: number;
   readonly #cache = new Map<string, { subs: SubscriptionRecord[]; atMs: number }>();
   readonly #reading = new Map<string, Promise<SubscriptionRecord[]>>();
+  /** Every tenant's subscriptions, oldest first, once the watch is ready. */
+  #watched: Map<string, SubscriptionRecord[]> | undefined;
+  #watch: KvWatch | undefined;
+  #stopped = false;
 
   constructor(kv: () => KvStore, clock: Clock, o: SubscriptionLookupOptions = {}) {
     this.#kv = kv;
@@ -156,8 +162,48 @@ export class SubscriptionLookup {
     this.#max = o.maxTenants ?? 10_000;
   }
 
+  /**
+   * Follows every subscription with one watch of `sub.>`; resolves once the current ones are
+   * loaded. From then on `of` and `cached` answer from memory.
+   */
+  async start(): Promise<void> {
+    type Held = Map<string, { rec: SubscriptionRecord; rev: number }>;
+    const byTenant = new Map<string, Held>();
+    await new Promise<void>((resolve, reject) => {
+      this.#kv()
+        .watch(
+          "sub.>",
+          (c) => {
+            const tenantId = c.key.split(".")[1] ?? "";
+            const subs: Held =
+              byTenant.get(tenantId) ?? new Map<string, { rec: SubscriptionRecord; rev: number }>();
+            if (c.value === null) subs.delete(c.key);
+            else subs.set(c.key, { rec: decode<SubscriptionRecord>(c.value), rev: c.revision });
+            if (subs.size === 0) byTenant.delete(tenantId);
+            else byTenant.set(tenantId, subs);
+            if (this.#watched) this.#watched.set(tenantId, ordered(subs));
+            if (this.#watched && subs.size === 0) this.#watched.delete(tenantId);
+          },
+          () => {
+            this.#watched = new Map([...byTenant].map(([t, subs]) => [t, ordered(subs)]));
+            resolve();
+          },
+        )
+        .then((w) => {
+          this.#watch = w;
+          if (this.#stopped) w.stop();
+        }, reject);
+    });
+  }
+
+  stop(): void {
+    this.#stopped = true;
+    this.#watch?.stop();
+  }
+
   /** The tenant's subscriptions; a failed read throws (the caller retries later). */
   of(tenantId: string): Promise<SubscriptionRecord[]> {
+    if (this.#watched) return Promise.resolve(this.#watched.get(tenantId) ?? []);
     const hit = this.#cache.get(tenantId);
     if (hit && this.#clock.monoMs() - hit.atMs < this.#ttlMs) return Promise.resolve(hit.subs);
     const inFlight = this.#reading.get(tenantId);
@@ -173,9 +219,17 @@ export class SubscriptionLookup {
     return p;
   }
 
-  /** The cached answer only (no read): undefined when not cached or stale. */
+  /** The answer from memory only (no read): undefined when not watched, cached or fresh. */
   cached(tenantId: string): SubscriptionRecord[] | undefined {
+    if (this.#watched) return this.#watched.get(tenantId) ?? [];
     const hit = this.#cache.get(tenantId);
     return hit && this.#clock.monoMs() - hit.atMs < this.#ttlMs ? hit.subs : undefined;
   }
+}
+
+/** A tenant's subscriptions from the watch, oldest first. */
+function ordered(
+  subs: Map<string, { rec: SubscriptionRecord; rev: number }>,
+): SubscriptionRecord[] {
+  return [...subs.values()].sort((a, b) => a.rev - b.rev).map((x) => x.rec);
 }

@@ -124,7 +124,7 @@ export async function startKairos(
     ? await startWorker(config, opts, node, { limits, workerHeartbeatMs, log, logFn })
     : undefined;
   const forecast = startForecast(config, node, logFn);
-  if (config.roles.includes("scheduler")) outbox.start();
+  if (config.roles.includes("scheduler")) startNotify(parts);
   const ops = nodeOps(
     node,
     config,
@@ -136,7 +136,8 @@ export async function startKairos(
     await listeners.natsApi?.service.stop();
     await listeners.natsApi?.close();
   };
-  const started = { node, worker, tenants, directory, forecast, outbox, mailer, ops };
+  const { runEvents } = parts;
+  const started = { node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops };
   const cleanUp = (): Promise<void> => cleanUpAfterFailedStart(started, listeners, stopNatsApi);
   if (opts.metricsPort !== undefined) await serveMetrics(ops, opts, listeners, cleanUp, log);
   if (config.roles.includes("api")) {
@@ -211,6 +212,19 @@ function schedulerParts(
   };
 }
 
+/**
+ * scheduler: the outbox's sweeper and the subscriptions' watch. A watch that cannot start is
+ * logged: lookups then read per tenant (subscriptions.ts), nothing is lost.
+ */
+function startNotify(parts: SchedulerParts): void {
+  parts.outbox.start();
+  parts.runEvents.start().catch((e: unknown) =>
+    parts.logFn("warn", "run-event subscriptions: watch not started; reading per tenant", {
+      err: String(e),
+    }),
+  );
+}
+
 /** The started process: its parts, and a stop that drains the worker before the rest. */
 function processHandle(
   r: {
@@ -221,13 +235,14 @@ function processHandle(
     forecast: ForecastService | undefined;
     outbox: DeadLetterOutbox;
     mailer: Mailer | undefined;
+    runEvents: RunEvents;
     ops: ReturnType<typeof nodeOps>;
   },
   listeners: Listeners,
   stopNatsApi: () => Promise<void>,
   opts: ProcessOptions,
 ): KairosProcess {
-  const { node, worker, tenants, directory, forecast, outbox, mailer, ops } = r;
+  const { node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops } = r;
   const { api, metrics } = listeners;
   return {
     node,
@@ -248,6 +263,7 @@ function processHandle(
       directory.stop();
       forecast?.stop();
       outbox.stop();
+      runEvents.stop();
       mailer?.stop();
       await node.stop();
       await metrics?.close();
@@ -286,11 +302,12 @@ async function cleanUpAfterFailedStart(
   listeners: Listeners,
   stopNatsApi: () => Promise<void>,
 ): Promise<void> {
-  const { node, worker, directory, forecast, outbox, mailer, ops } = r;
+  const { node, worker, directory, forecast, outbox, mailer, runEvents, ops } = r;
   await listeners.api?.close();
   await stopNatsApi();
   forecast?.stop();
   outbox.stop();
+  runEvents.stop();
   mailer?.stop();
   await listeners.metrics?.close();
   await worker?.stop();

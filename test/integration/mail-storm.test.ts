@@ -49,6 +49,7 @@ describe("a failure storm by email", { timeout: 300_000 }, () => {
   let smtp: SmtpFixture;
   let outbox: DeadLetterOutbox | undefined;
   let mailer: Mailer | undefined;
+  let lookup: SubscriptionLookup | undefined;
 
   before(async () => {
     nats = await startNats();
@@ -58,6 +59,7 @@ describe("a failure storm by email", { timeout: 300_000 }, () => {
   });
   after(async () => {
     outbox?.stop();
+    lookup?.stop();
     mailer?.stop();
     await smtp?.close();
     await nc?.close();
@@ -80,18 +82,20 @@ describe("a failure storm by email", { timeout: 300_000 }, () => {
       { clock: systemClock, log: () => undefined },
     );
     mailer = m;
-    const lookup = new SubscriptionLookup(() => buckets.tenants, systemClock);
+    const l = new SubscriptionLookup(() => buckets.tenants, systemClock);
+    lookup = l;
     const o = new DeadLetterOutbox({
       runs: () => buckets.runs,
       held: () => [3],
       webhook: async () => undefined,
-      subscriptions: (id) => lookup.of(id),
+      subscriptions: (id) => l.of(id),
       mailer: m,
       clock: systemClock,
       log: () => undefined,
     });
     outbox = o;
-    const events = new RunEvents(lookup, o);
+    const events = new RunEvents(l, o);
+    await events.start(); // the subscriptions followed by one watch, as on a scheduler node
     const started = Date.now();
     // The storm: every run end at once, as a burst's completions arrive (64 in flight).
     let next = 0;
