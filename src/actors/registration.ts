@@ -13,6 +13,12 @@ export interface ShellContext {
   readonly nodeId: string;
   /** True while this node may still act for the actor (partition trusted, instance current). */
   stillOwner(): boolean;
+  /**
+   * The KV revision of the actor's state as this instance last read or wrote it (0: none yet). A
+   * write that would replace what a later state's lineage wrote compares against it (see
+   * run-index-store.ts). Absent where no stored state stands behind the context (tests).
+   */
+  stateRevision?(): number;
   /** Sends a message to this same actor (it queues behind the current one). */
   tell(msg: unknown): void;
 }

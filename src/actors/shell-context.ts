@@ -26,6 +26,7 @@ export function shellContextOf(
       c.accepting.has(inst.partition) &&
       o.isTrusted(inst.partition) &&
       o.epochOf(inst.partition) === epoch,
+    stateRevision: () => inst.revision,
     tell: (m) => {
       c.parts.mailbox.deliver(inst.type, inst.id, m).catch((e: unknown) => {
         if (!isKairosError(e, "not_owner")) o.onError(`tell ${inst.type}/${inst.id}`, e);

@@ -5,7 +5,10 @@
  *
  * - `writeRunIndexChunk` (the job shell's `write_run_index` pre effect): `create`; if the key exists
  *   it is the orphan of a decision whose state write was lost (the state still holds `seq`), so it
- *   is replaced with CAS — unless a later epoch wrote it (this owner is stale: `not_owner`).
+ *   is replaced with CAS — unless a later epoch wrote it (this owner is stale: `not_owner`), or a
+ *   writer whose job state was newer than this one's (`r`: this owner loaded an old state, say from
+ *   a deposed stream leader; its state write will fail too: `conflict`, and it reloads). Replaced,
+ *   that chunk's runs would leave the list and the re-fired ones be listed twice.
  * - `listRunIndex` / `pruneRunIndex` (retention, run-retention.ts): the oldest chunks whose runs are
  *   all gone are removed in one purge below the oldest revision kept, so chunks stay a suffix of
  *   the sequence and a reader may stop at the first missing one (run-pages.ts).
@@ -28,6 +31,8 @@ import {
 interface StoredChunk {
   ids: string[];
   e: number;
+  /** The KV revision of the writer's job state when it wrote (absent: written before it was kept). */
+  r?: number;
 }
 
 const sameIds = (a: readonly string[], b: readonly string[]) =>
@@ -36,12 +41,17 @@ const sameIds = (a: readonly string[], b: readonly string[]) =>
 /** Writes one chunk of the job's index (see the module header); idempotent per (seq, ids). */
 export async function writeRunIndexChunk(
   runs: KvStore,
-  ctx: Pick<ShellContext, "address" | "partition" | "epoch">,
+  ctx: Pick<ShellContext, "address" | "partition" | "epoch" | "stateRevision">,
   fx: RunIndexEffect,
 ): Promise<void> {
   const { tenantId, jobId } = splitJobActorId(ctx.address.id);
   const key = runIndexKey(ctx.partition, tenantId, jobId, fx.seq);
-  const chunk: StoredChunk = { ids: fx.ids, e: ctx.epoch };
+  const base = ctx.stateRevision?.();
+  const chunk: StoredChunk = {
+    ids: fx.ids,
+    e: ctx.epoch,
+    ...(base === undefined ? {} : { r: base }),
+  };
   const value = encode(chunk);
   if ((await runs.create(key, value)).ok) return;
   await casUpdate<StoredChunk, void>(
@@ -55,6 +65,11 @@ export async function writeRunIndexChunk(
           `run index chunk ${fx.seq} of ${ctx.address.id} was written under a later epoch (${stored.e} > ${ctx.epoch})`,
         );
       if (stored.e === ctx.epoch && sameIds(stored.ids, fx.ids)) return { done: undefined };
+      if (base !== undefined && stored.r !== undefined && stored.r > base)
+        throw new KairosError(
+          "conflict",
+          `run index chunk ${fx.seq} of ${ctx.address.id} was written from a newer job state (revision ${stored.r} > ${base}): this owner's state is stale`,
+        );
       return { write: chunk, result: undefined };
     },
     {

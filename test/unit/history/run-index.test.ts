@@ -566,6 +566,30 @@ describe("runs index: crash cases", () => {
     );
   });
 
+  it("an owner that loaded an older job state cannot replace a chunk a newer one wrote", async () => {
+    const runs = new MemoryKv("runs");
+    const fx: RunIndexEffect = { kind: "write_run_index", seq: 3, ids: ["a", "b"] };
+    const at = (epoch: number, stateRevision: number) => ({
+      address: { type: JOB_ACTOR, id: ACTOR },
+      partition: P,
+      epoch,
+      stateRevision: () => stateRevision,
+    });
+    const ids = async () =>
+      decode<{ ids: string[] }>((await runs.get(runIndexKey(P, TENANT, JOB, 3)))!.value).ids;
+    // Written from job state revision 40 (its state write then lost, or not).
+    await writeRunIndexChunk(runs, at(7, 40), fx);
+    // A later owner that read revision 31 (a deposed stream leader's answer) re-fired older
+    // occurrences: replacing the chunk would drop a, b from the list and list its ids twice.
+    await assert.rejects(writeRunIndexChunk(runs, at(9, 31), { ...fx, ids: ["x"] }), (e: unknown) =>
+      isKairosError(e, "conflict"),
+    );
+    assert.deepEqual(await ids(), ["a", "b"]);
+    // One that read revision 40 (the write after the chunk was lost) replaces the orphan.
+    await writeRunIndexChunk(runs, at(9, 40), { ...fx, ids: ["a", "b", "c"] });
+    assert.deepEqual(await ids(), ["a", "b", "c"]);
+  });
+
   it("a deleted job's chunks are purged with its records and state", async () => {
     const h = await harness().build(300);
     const retention = new RunRetention(retentionConfig(), {
