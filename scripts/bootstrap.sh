@@ -6,18 +6,22 @@
 #     --docker, which `npm start` passes)
 #   - docker-registry and apache2-utils (htpasswd) for the tests' private registry (only with
 #     --registry, which `npm test` passes)
+#   - Debian's chromium for the dashboard's browser tests (only with --browser, which
+#     `npm test` passes; the tests drive it with playwright-core and never download a browser)
 # As root it installs through apt; otherwise it prints exactly what to install and exits 1.
-# Usage: scripts/bootstrap.sh [--docker] [--registry] [--quiet]
+# Usage: scripts/bootstrap.sh [--docker] [--registry] [--browser] [--quiet]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_docker=0
 want_registry=0
+want_browser=0
 quiet=0
 for a in "$@"; do
   case "$a" in
     --docker) want_docker=1 ;;
     --registry) want_registry=1 ;;
+    --browser) want_browser=1 ;;
     --quiet) quiet=1 ;;
     *) echo "bootstrap: unknown option $a" >&2; exit 2 ;;
   esac
@@ -105,6 +109,12 @@ if [ "$want_registry" = 1 ]; then
   missing=()
   [ -x /usr/bin/docker-registry ] || missing+=(docker-registry)
   [ -x /usr/bin/htpasswd ] || missing+=(apache2-utils)
+  install_missing
+fi
+# --- chromium for the dashboard's browser tests (test/support/browser.ts) ---
+if [ "$want_browser" = 1 ] && [ -z "${KAIROS_CHROMIUM:-}" ]; then
+  missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
   install_missing
 fi
 exit 0

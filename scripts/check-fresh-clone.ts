@@ -358,6 +358,15 @@ export async function checkFreshClone(opts: CheckOptions = {}): Promise<Report> 
         throw new StepFailed(`the dev node does not use the Docker executor: ${node}`);
       if (!engineBefore && !dockerd)
         throw new StepFailed(`no engine was running, and npm start did not start one:\n${tail()}`);
+      // The dashboard link it prints: the API's own `/`, signing in with the dev key.
+      const link = /kairos dev: dashboard (\S+)/.exec(text)?.[1] ?? "";
+      const key = String(devFile["api_key"]);
+      if (link !== `${String(devFile["api_url"])}/#key=${encodeURIComponent(key)}`)
+        throw new StepFailed(`no dashboard link with the API URL and key:\n${tail()}`);
+      const page = await fetch(link.replace(/#.*$/, ""), { signal: AbortSignal.timeout(5000) });
+      const html = await page.text();
+      if (page.status !== 200 || !html.includes("/dashboard/app.js"))
+        throw new StepFailed(`the dashboard at ${link.replace(/#.*$/, "")}: ${page.status}`);
       return `${url}/readyz 200; ${node.replace(/^.*kairos dev: /, "")}; pids ${JSON.stringify(pids)}`;
     });
 

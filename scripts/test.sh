@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 docker_flag=()
 if [ "$(id -u)" = 0 ] || [ "${KAIROS_REQUIRE_DOCKER:-0}" = 1 ]; then docker_flag=(--docker --registry); fi
-bash scripts/bootstrap.sh "${docker_flag[@]}"
+# --browser: Debian's chromium for the dashboard's browser tests (test/e2e/dashboard.test.ts).
+bash scripts/bootstrap.sh "${docker_flag[@]}" --browser
 
 dockerd_pid=""
 # dockerd is not our child (docker-up.sh started it), so `wait` cannot be used: poll until it is gone.

@@ -303,9 +303,18 @@ function announceDev(
   });
   say(`node "${config.nodeId}" up; executor ${p.executor.kind} (${p.executor.reason})`);
   say(`API ${apiUrl}  key ${tenant.api_key}  (saved in ${join(stateDir(), "dev.json")})`);
+  say(`dashboard ${dashboardLink(apiUrl, tenant.api_key)}  (signs this browser tab in)`);
   say(`health ${opsUrl}/readyz  metrics ${opsUrl}/metrics (this machine only)`);
   say(`try  curl -H "Authorization: Bearer ${tenant.api_key}" ${apiUrl}/v1/jobs`);
   say("or   bin/kairos.mjs jobs list   (the CLI reads the API and key from that file)");
+}
+
+/**
+ * The dashboard's sign-in link: the API's `/` with the key in the fragment, which the browser
+ * never sends to any server; the page moves it to sessionStorage and out of the address bar.
+ */
+export function dashboardLink(apiUrl: string, apiKey: string): string {
+  return `${apiUrl}/#key=${encodeURIComponent(apiKey)}`;
 }
 
 /** The dev cluster's run-token key set (`.kairos/run-token-keys.json`), made once. */

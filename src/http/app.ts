@@ -1,10 +1,10 @@
 /**
  * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json, the run-token keys at
- * /.well-known/jwks.json), then for /v1/* authentication by API key or run token (with throttled
- * failures), a run token's scope, the per-tenant rate limit and the body limit, then
- * the job, run and subscription routes (thin: the operations are src/app/operations.ts, shared with the
- * internal NATS API). Errors of every route are
- * mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
+ * /.well-known/jwks.json, the web dashboard's page at / and its assets: dashboard.ts), then for
+ * /v1/* authentication by API key or run token (with throttled failures), a run token's scope,
+ * the per-tenant rate limit and the body limit, then the job, run and subscription routes (thin:
+ * the operations are src/app/operations.ts, shared with the internal NATS API). Errors of every
+ * route are mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
  * answered before its request's body arrived also closes the connection (`closeIfBodyUnread`).
  */
 import { Hono, type Context } from "hono";
@@ -23,6 +23,7 @@ import {
 } from "./rate-limit.ts";
 import { openApiDocument } from "./openapi.ts";
 import { registerJwks } from "./jwks.ts";
+import { registerDashboard } from "./dashboard.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
 import { registerSubscriptionRoutes } from "./routes/subscriptions.ts";
@@ -126,6 +127,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   app.get("/healthz", (c) => c.json({ ok: true }));
   app.get("/openapi.json", (c) => c.json(openApiDocument()));
   registerJwks(app, deps.runTokens);
+  registerDashboard(app);
 
   const limits = { ...DEFAULT_RATE_LIMITS, ...deps.rateLimits };
   const perTenant = new TokenBuckets(limits.tenantPerSecond, limits.tenantBurst);

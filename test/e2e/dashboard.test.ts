@@ -1,0 +1,236 @@
+/**
+ * The web dashboard in headless Chromium (Debian's package, driven by playwright-core) against a
+ * real `kairos node` (api, scheduler and worker roles, process executor) on a real nats-server:
+ * a wrong key is refused with the API's message; sign-in by typing the key and by `#key=` (the
+ * key then in sessionStorage and gone from the address bar); creating a job in the form and
+ * watching its runs appear; pausing it; a failed run's attempts; cancelling a running run.
+ * Along the way: the page is served with its strict Content-Security-Policy and breaks none of
+ * it, and every request the page makes goes to the API's own origin. Waits are the browser's
+ * own waits for what the page shows (it re-reads the API every 2 s). Screenshots of each step go
+ * to test-artifacts/dashboard/.
+ */
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { apiClient, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
+import { artefactDir, launchChromium } from "../support/browser.ts";
+
+const WAIT_MS = 30_000;
+/** Evaluated in the page (a string: the page's globals are not Node's). */
+const KEY_IN_STORAGE = 'sessionStorage.getItem("kairos.apiKey")';
+
+describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
+  let fx: KairosFixture;
+  let url: string;
+  let key: string;
+  let rest: Api;
+  let browser: Browser;
+  const shots = artefactDir("dashboard");
+  const contexts: BrowserContext[] = [];
+  /** Requests the pages made, and the page errors and console errors they reported. */
+  const requests: { url: string; auth: string | undefined }[] = [];
+  const problems: string[] = [];
+
+  before(async () => {
+    fx = await startKairosFixture();
+    const node = fx.spawn("dash-1", "api,scheduler,worker", ["--slots", "4"]);
+    url = await fx.apiUrl(node);
+    const t = await fx.newTenant("dash");
+    key = t.api_key;
+    rest = apiClient(url, key);
+    browser = await launchChromium();
+  });
+  after(async () => {
+    await browser?.close();
+    await fx?.stop();
+  });
+
+  const newPage = async (): Promise<Page> => {
+    // A browser in India: the "local time" columns must differ from UTC.
+    const ctx = await browser.newContext({
+      viewport: { width: 1280, height: 900 },
+      timezoneId: "Asia/Kolkata",
+    });
+    contexts.push(ctx);
+    const page = await ctx.newPage();
+    page.on("request", (r) => requests.push({ url: r.url(), auth: r.headers()["authorization"] }));
+    page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+    page.on("console", (m) => {
+      if (m.type() === "error") problems.push(`console error: ${m.text()}`);
+    });
+    return page;
+  };
+  const shot = (page: Page, name: string) =>
+    page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+  const signIn = async (page: Page, withKey: string): Promise<void> => {
+    await page.goto(`${url}/`);
+    await page.getByLabel("API key").fill(withKey);
+    await page.getByRole("button", { name: "Sign in" }).click();
+  };
+  const heading = (page: Page, name: string | RegExp) =>
+    page.getByRole("heading", { level: 1, name }).waitFor({ timeout: WAIT_MS });
+  const job = async (name: string, script: string, retry?: object): Promise<string> => {
+    const r = await rest.call<{ job_id: string }>("POST", "/v1/jobs", {
+      name,
+      schedule: { at: new Date(Date.now() + 3600_000).toISOString() },
+      task: { image: "busybox", args: ["/bin/sh", "-c", script], timeout_s: 120 },
+      overlap: "allow",
+      ...(retry ? { retry } : {}),
+    });
+    assert.equal(r.status, 201, JSON.stringify(r.body));
+    return r.body.job_id;
+  };
+
+  it("serves the page with a strict Content-Security-Policy", async () => {
+    const res = await fetch(`${url}/`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get("content-type") ?? "", /^text\/html/);
+    const csp = res.headers.get("content-security-policy") ?? "";
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /script-src 'self'(;|$)/);
+    assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval|\*/);
+    const html = await res.text();
+    assert.doesNotMatch(html, /<script(?![^>]*\bsrc=)[^>]*>/, "an inline script");
+    assert.doesNotMatch(html, /\bon[a-z]+=|style=/, "an inline handler or style");
+    const js = await fetch(`${url}/dashboard/app.js`);
+    assert.equal(js.status, 200);
+    assert.match(js.headers.get("content-type") ?? "", /^text\/javascript/);
+  });
+
+  it("refuses a wrong key with the API's message", async () => {
+    const page = await newPage();
+    await signIn(page, "kai_thisisnotakey0000000000000000");
+    await page
+      .getByRole("alert")
+      .getByText(/refused the key: invalid or revoked API key/)
+      .waitFor({
+        timeout: WAIT_MS,
+      });
+    assert.equal(await page.evaluate(KEY_IN_STORAGE), null);
+    await heading(page, "Sign in");
+    await shot(page, "01-wrong-key");
+  });
+
+  it("signs in by #key=, keeps the key in sessionStorage and out of the address bar", async () => {
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(page, "Jobs");
+    assert.ok(!page.url().includes(key), `the key is still in the address: ${page.url()}`);
+    assert.equal(await page.evaluate(KEY_IN_STORAGE), key);
+    // about:blank, then the link's entry, replaced in place by #/jobs (not one more pushed).
+    assert.equal(await page.evaluate("history.length"), 2);
+    // The policy is in force: HTML from a string is refused (Trusted Types), as is an inline script.
+    const sink = await page.evaluate(
+      "(() => { try { document.body.innerHTML = '<b>x</b>'; return 'allowed'; } catch (e) { return e.name; } })()",
+    );
+    assert.equal(sink, "TypeError");
+    await shot(page, "02-signed-in-by-link");
+  });
+
+  it("signs in by key, creates a job, watches its runs appear and pauses it", async () => {
+    const page = await newPage();
+    await signIn(page, key);
+    await heading(page, "Jobs");
+    await page.getByRole("link", { name: "Create a job" }).click();
+    await heading(page, "Create a job");
+    await page.getByLabel("Name").fill("every-two-seconds");
+    await page.getByLabel("Schedule").fill("*/2 * * * * *");
+    await page.getByLabel("Time zone").fill("Asia/Kolkata");
+    await page.getByLabel("Command").fill("echo hello from the dashboard");
+    await shot(page, "03-create-job");
+    await page.getByRole("button", { name: "Create job" }).click();
+    await heading(page, "every-two-seconds").catch(async (e) => {
+      await shot(page, "03-create-job-failed");
+      throw e;
+    });
+    await page.getByText("every 2 seconds, Asia/Kolkata").waitFor({ timeout: WAIT_MS });
+    // Its next runs, in UTC and local time.
+    const next = page.getByRole("table", { name: "Next runs" });
+    assert.equal(await next.getByRole("row").count(), 6);
+    await next
+      .getByRole("columnheader", { name: /^Local \(Asia\/(Kolkata|Calcutta)\)$/ })
+      .waitFor();
+    assert.match((await next.getByRole("row").nth(1).textContent()) ?? "", /UTC.*GMT\+5:30/);
+    // Runs appear as the scheduler fires them (the page re-reads them every 2 s).
+    const runs = page.getByRole("table", { name: "Runs" });
+    await runs.getByText("succeeded").first().waitFor({ timeout: WAIT_MS });
+    await shot(page, "04-job-with-runs");
+    await page.getByRole("button", { name: "Pause" }).click();
+    await page.getByRole("button", { name: "Resume" }).waitFor({ timeout: WAIT_MS });
+    // The keyboard focus stays on the button that was pressed.
+    assert.equal(await page.evaluate("document.activeElement?.id"), "toggle-job");
+    await page.getByText("None while paused.").waitFor({ timeout: WAIT_MS });
+    const jobs = await rest.call<{ jobs: { name: string; enabled: boolean }[] }>("GET", "/v1/jobs");
+    const created = jobs.body.jobs.find((j) => j.name === "every-two-seconds");
+    assert.equal(created?.enabled, false);
+    await shot(page, "05-job-paused");
+    // The list shows it paused.
+    await page.getByRole("link", { name: "Jobs", exact: true }).first().click();
+    const row = page.getByRole("row", { name: /every-two-seconds/ });
+    await row.getByText("paused").waitFor({ timeout: WAIT_MS });
+  });
+
+  it("opens a failed run's attempts", async () => {
+    const jobId = await job("fails", "echo about to fail; exit 3", {
+      max_attempts: 2,
+      backoff: "fixed",
+      base_s: 1,
+    });
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(page, "Jobs");
+    await page.getByRole("link", { name: "fails" }).click();
+    await heading(page, "fails");
+    await page.getByRole("button", { name: "Run now" }).click();
+    await page.getByRole("table", { name: "Runs" }).getByRole("link").first().click();
+    await heading(page, /^Run /);
+    await page.locator(".status-failed").first().waitFor({ timeout: WAIT_MS });
+    const attempts = page.getByRole("table", { name: "Attempts" });
+    await attempts.getByRole("row").nth(2).waitFor({ timeout: WAIT_MS });
+    assert.equal(await attempts.getByRole("row").count(), 3, "header + 2 attempts");
+    assert.equal(await attempts.getByRole("cell", { name: "3", exact: true }).count(), 2);
+    await page.getByText("about to fail").waitFor({ timeout: WAIT_MS });
+    assert.equal(await page.getByRole("button", { name: "Cancel run" }).count(), 0);
+    await shot(page, "06-failed-run");
+    void jobId;
+  });
+
+  it("cancels a running run", async () => {
+    await job("sleeper", "echo started; sleep 120");
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await page.getByRole("link", { name: "sleeper" }).click();
+    await heading(page, "sleeper");
+    await page.getByRole("button", { name: "Run now" }).click();
+    await page.getByRole("table", { name: "Runs" }).getByRole("link").first().click();
+    await heading(page, /^Run /);
+    await page.locator(".status-running").first().waitFor({ timeout: WAIT_MS });
+    await shot(page, "07-running-run");
+    await page.getByRole("button", { name: "Cancel run" }).click();
+    await page.locator(".status-cancelled").first().waitFor({ timeout: WAIT_MS });
+    const runId = (await page.getByRole("heading", { level: 1 }).textContent())!.replace(
+      "Run ",
+      "",
+    );
+    const r = await rest.call<{ status: string; reason: string }>("GET", `/v1/runs/${runId}`);
+    assert.equal(r.body.status, "cancelled");
+    await shot(page, "08-cancelled-run");
+  });
+
+  it("sent the key only to the API, and broke no policy", async () => {
+    for (const c of contexts) await c.close();
+    const origin = new URL(url).origin;
+    const elsewhere = requests.filter((r) => new URL(r.url).origin !== origin);
+    assert.deepEqual(elsewhere, [], "requests to another origin");
+    const keyed = requests.filter((r) => r.auth !== undefined);
+    assert.ok(keyed.length > 0);
+    for (const r of keyed) assert.match(new URL(r.url).pathname, /^\/v1\//, r.url);
+    // The wrong key's 401 (a failed load, to Chromium) and the test's own innerHTML probe are
+    // expected; nothing else is.
+    const unexpected = problems.filter(
+      (p) => !/status of 401|requires 'TrustedHTML' assignment/.test(p),
+    );
+    assert.deepEqual(unexpected, []);
+  });
+});
