@@ -2,14 +2,16 @@
  * The dashboard's entry: sign-in, the hash router and the page frame. Sign-in takes an API key
  * typed into the form, or `#key=<api key>` in the address (a non-interactive sign-in): the key
  * goes to sessionStorage and is removed from the address bar at once (history.replaceState), so
- * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>, #/runs/<id>.
+ * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>,
+ * #/jobs/<id>/edit, #/runs/<id>, #/dead-letters.
  * A page that polls (a job's runs, a running run) stops when the route changes. A 401 from the
  * API signs out and shows the sign-in form with the API's message.
  */
 import { ApiError, api, clearKey, getKey, setKey } from "./api.js";
 import { h, replace } from "./dom.js";
 import { jobPage, jobsPage, newJobPage } from "./jobs.js";
-import { runPage } from "./runs.js";
+import { editJobPage } from "./edit.js";
+import { deadLettersPage, runPage } from "./runs.js";
 
 const main = /** @type {HTMLElement} */ (document.getElementById("main"));
 const alertBox = /** @type {HTMLElement} */ (document.getElementById("alert"));
@@ -146,6 +148,9 @@ async function route(focusId) {
     if (seg.length === 0 || (seg.length === 1 && seg[0] === "jobs")) await jobsPage(ctx);
     else if (seg[0] === "jobs" && seg[1] === "new" && seg.length === 2) await newJobPage(ctx);
     else if (seg[0] === "jobs" && seg.length === 2) await jobPage(ctx, seg[1] ?? "");
+    else if (seg[0] === "jobs" && seg[2] === "edit" && seg.length === 3)
+      await editJobPage(ctx, seg[1] ?? "");
+    else if (seg[0] === "dead-letters" && seg.length === 1) await deadLettersPage(ctx);
     else if (seg[0] === "runs" && seg.length === 2) await runPage(ctx, seg[1] ?? "");
     else replace(main, h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, `No page ${raw}.`));
   } catch (e) {

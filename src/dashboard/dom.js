@@ -100,3 +100,23 @@ export function pager(path, q, cursor, next) {
     next ? h("a", { href: link(path, { ...q, cursor: next }) }, "Next page") : null,
   );
 }
+
+/**
+ * @param {string} id @param {string} label @param {Record<string, unknown>} attrs
+ * @param {string} [hint]
+ */
+export function field(id, label, attrs, hint) {
+  const input = h("input", {
+    id,
+    name: id,
+    ...attrs,
+    ...(hint ? { "aria-describedby": `${id}-hint` } : {}),
+  });
+  return h(
+    "div",
+    { class: "field" },
+    h("label", { for: id }, label),
+    input,
+    hint ? h("p", { id: `${id}-hint`, class: "hint" }, hint) : null,
+  );
+}

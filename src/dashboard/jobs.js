@@ -1,12 +1,12 @@
 /**
  * Job pages: the tenant's jobs (paged, cursor in the address so a page can be linked), a job
  * (schedule in words, next 5 runs in UTC and local time, pause/resume, run now, delete, and its
- * runs: runs.js), and the form that creates a job. Only the API's own endpoints are used:
+ * runs: runs.js; editing: edit.js), and the form that creates a job. Only the API's own endpoints are used:
  * GET/POST /v1/jobs, GET/PATCH/DELETE /v1/jobs/{id}, POST /v1/jobs/{id}/runs.
  */
 import { api } from "./api.js";
 import { scheduleInWords } from "./cron-words.js";
-import { h, local, localZone, pager, replace, time, utc } from "./dom.js";
+import { field, h, local, localZone, pager, replace, time, utc } from "./dom.js";
 import { runsSection } from "./runs.js";
 
 const PAGE_SIZE = 20;
@@ -161,7 +161,15 @@ export async function jobPage(ctx, jobId) {
       fact("Attempts", `up to ${job.retry.max_attempts} (${job.retry.backoff} backoff)`),
       fact("Overlap", job.overlap),
     ),
-    h("div", { class: "actions" }, toggle, runNow, del, confirmDelete),
+    h(
+      "div",
+      { class: "actions" },
+      toggle,
+      runNow,
+      h("a", { href: `#/jobs/${encodeURIComponent(jobId)}/edit` }, "Edit"),
+      del,
+      confirmDelete,
+    ),
     h("h2", { id: "next-runs" }, "Next runs"),
     next.length === 0
       ? h("p", { class: "empty" }, job.enabled ? "No run is due." : "None while paused.")
@@ -185,26 +193,6 @@ export async function jobPage(ctx, jobId) {
           ),
         ),
     runs,
-  );
-}
-
-/**
- * @param {string} id @param {string} label @param {Record<string, unknown>} attrs
- * @param {string} [hint]
- */
-function field(id, label, attrs, hint) {
-  const input = h("input", {
-    id,
-    name: id,
-    ...attrs,
-    ...(hint ? { "aria-describedby": `${id}-hint` } : {}),
-  });
-  return h(
-    "div",
-    { class: "field" },
-    h("label", { for: id }, label),
-    input,
-    hint ? h("p", { id: `${id}-hint`, class: "hint" }, hint) : null,
   );
 }
 

@@ -2,8 +2,9 @@
  * Run views: a job's runs (newest first, status filter and cursor paging in the address; the
  * first page re-reads itself every 2 s so new runs appear) and a run's page (times, attempts
  * with worker, exit code, outcome and error, the output tail; re-read every 2 s until the run
- * ends; cancel while it has not). Endpoints: GET /v1/jobs/{id}/runs, GET /v1/runs/{id},
- * POST /v1/runs/{id}/cancel.
+ * ends; cancel while it has not), and the tenant's dead letters. Endpoints: GET
+ * /v1/jobs/{id}/runs, GET /v1/runs/{id}, POST /v1/runs/{id}/cancel,
+ * GET /v1/runs?status=dead_lettered.
  */
 import { api } from "./api.js";
 import { h, link, pager, replace, statusBadge, time } from "./dom.js";
@@ -226,4 +227,77 @@ export async function runPage(ctx, runId) {
     const r = await api("GET", path);
     if (ctx.live()) draw(r);
   }, POLL_MS);
+}
+
+/**
+ * The tenant's dead-lettered runs across its jobs (oldest first, paged): the API's one
+ * tenant-wide runs list.
+ * @param {Ctx} ctx
+ */
+export async function deadLettersPage(ctx) {
+  const cursor = ctx.query.get("cursor");
+  const qs = new URLSearchParams({ status: "dead_lettered", limit: String(PAGE_SIZE) });
+  if (cursor) qs.set("cursor", cursor);
+  const page = await api("GET", `/v1/runs?${qs}`);
+  if (!ctx.live()) return;
+  /** @type {any[]} */
+  const runs = page.runs;
+  replace(
+    ctx.main,
+    h("h1", {}, "Dead letters"),
+    h(
+      "p",
+      { class: "hint" },
+      "Runs that ended failed or timed out after their last attempt, across your jobs, oldest first.",
+    ),
+    runs.length === 0
+      ? h("p", { class: "empty" }, cursor ? "No more dead letters." : "No dead letters.")
+      : h(
+          "table",
+          { "aria-label": "Dead letters" },
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              ["Run", "Job", "Status", "Finished", "Reason"].map((t) =>
+                h("th", { scope: "col" }, t),
+              ),
+            ),
+          ),
+          h(
+            "tbody",
+            {},
+            runs.map((r) =>
+              h(
+                "tr",
+                {},
+                h(
+                  "td",
+                  {},
+                  h(
+                    "a",
+                    { href: `#/runs/${encodeURIComponent(r.run_id)}` },
+                    h("code", {}, r.run_id),
+                  ),
+                ),
+                h(
+                  "td",
+                  {},
+                  h(
+                    "a",
+                    { href: `#/jobs/${encodeURIComponent(r.job_id)}` },
+                    h("code", {}, r.job_id),
+                  ),
+                ),
+                h("td", {}, statusBadge(r.status)),
+                h("td", {}, time(r.finished_at)),
+                h("td", {}, r.reason ?? ""),
+              ),
+            ),
+          ),
+        ),
+    pager("/dead-letters", {}, cursor, page.next_cursor),
+  );
 }

@@ -3,7 +3,8 @@
  * real `kairos node` (api, scheduler and worker roles, process executor) on a real nats-server:
  * a wrong key is refused with the API's message; sign-in by typing the key and by `#key=` (the
  * key then in sessionStorage and gone from the address bar); creating a job in the form and
- * watching its runs appear; pausing it; a failed run's attempts; cancelling a running run.
+ * watching its runs appear; pausing it; editing its schedule (a bad one refused, its field
+ * marked); deleting it; a failed run's attempts and the tenant's dead letters; cancelling a running run.
  * Along the way: the page is served with its strict Content-Security-Policy and breaks none of
  * it, and every request the page makes goes to the API's own origin. Waits are the browser's
  * own waits for what the page shows (it re-reads the API every 2 s). Screenshots of each step go
@@ -161,14 +162,45 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     // The keyboard focus stays on the button that was pressed.
     assert.equal(await page.evaluate("document.activeElement?.id"), "toggle-job");
     await page.getByText("None while paused.").waitFor({ timeout: WAIT_MS });
-    const jobs = await rest.call<{ jobs: { name: string; enabled: boolean }[] }>("GET", "/v1/jobs");
+    const jobs = await rest.call<{ jobs: { job_id: string; name: string; enabled: boolean }[] }>(
+      "GET",
+      "/v1/jobs",
+    );
     const created = jobs.body.jobs.find((j) => j.name === "every-two-seconds");
-    assert.equal(created?.enabled, false);
+    assert.ok(created);
+    assert.equal(created.enabled, false);
     await shot(page, "05-job-paused");
+    // Edit its schedule: a bad one is refused with its field marked, a good one is saved.
+    await page.getByRole("link", { name: "Edit" }).click();
+    await heading(page, "Edit every-two-seconds");
+    const schedule = page.getByLabel("Schedule");
+    await schedule.fill("61 9 * * *");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await page
+      .getByRole("alert")
+      .getByText(/minute/)
+      .waitFor({ timeout: WAIT_MS });
+    assert.equal(await schedule.getAttribute("aria-invalid"), "true");
+    await shot(page, "05b-edit-refused");
+    await schedule.fill("0 9 * * 1-5");
+    await page.getByRole("button", { name: "Save changes" }).click();
+    await heading(page, "every-two-seconds");
+    await page
+      .getByText("at 09:00 on Monday to Friday, Asia/Kolkata")
+      .waitFor({ timeout: WAIT_MS });
     // The list shows it paused.
     await page.getByRole("link", { name: "Jobs", exact: true }).first().click();
     const row = page.getByRole("row", { name: /every-two-seconds/ });
     await row.getByText("paused").waitFor({ timeout: WAIT_MS });
+    // Delete it: one click shows the confirmation, the second deletes.
+    await row.getByRole("link", { name: "every-two-seconds" }).click();
+    await heading(page, "every-two-seconds");
+    await page.getByRole("button", { name: "Delete" }).click();
+    await page.getByRole("button", { name: "Yes, delete this job" }).click();
+    await heading(page, "Jobs");
+    await page.getByRole("row", { name: /every-two-seconds/ }).waitFor({ state: "detached" });
+    const gone = await rest.call("GET", `/v1/jobs/${created.job_id}`);
+    assert.equal(gone.status, 404);
   });
 
   it("opens a failed run's attempts", async () => {
@@ -193,7 +225,17 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     await page.getByText("about to fail").waitFor({ timeout: WAIT_MS });
     assert.equal(await page.getByRole("button", { name: "Cancel run" }).count(), 0);
     await shot(page, "06-failed-run");
-    void jobId;
+    // The tenant's dead letters list it.
+    const runId = (await page.getByRole("heading", { level: 1 }).textContent())!.replace(
+      "Run ",
+      "",
+    );
+    await page.getByRole("link", { name: "Dead letters" }).click();
+    await heading(page, "Dead letters");
+    const row = page.getByRole("table", { name: "Dead letters" }).getByRole("row", { name: runId });
+    await row.waitFor({ timeout: WAIT_MS });
+    await row.getByRole("link", { name: jobId, exact: true }).waitFor();
+    await shot(page, "06b-dead-letters");
   });
 
   it("cancels a running run", async () => {
@@ -226,10 +268,10 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const keyed = requests.filter((r) => r.auth !== undefined);
     assert.ok(keyed.length > 0);
     for (const r of keyed) assert.match(new URL(r.url).pathname, /^\/v1\//, r.url);
-    // The wrong key's 401 (a failed load, to Chromium) and the test's own innerHTML probe are
-    // expected; nothing else is.
+    // Expected: the wrong key's 401 and the refused edit's 400 (failed loads, to Chromium), and
+    // the test's own innerHTML probe; nothing else.
     const unexpected = problems.filter(
-      (p) => !/status of 401|requires 'TrustedHTML' assignment/.test(p),
+      (p) => !/status of (401|400) |requires 'TrustedHTML' assignment/.test(p),
     );
     assert.deepEqual(unexpected, []);
   });
