@@ -19,8 +19,14 @@
  * Then faults stop, the cluster must recover (events and polling with deadlines), the jobs are
  * paused and the invariants (a)–(h) are checked (test/chaos/ledger-checks.ts); the at-least-once
  * re-runs are counted and listed apart.
+ *
+ * Post-mortems: `KAIROS_TEST_NODE_LOGS=<dir>` keeps every node's output; `KAIROS_CHAOS_DUMP=<file>`
+ * writes, for each job whose list lacks or repeats a run, its stored state, runs-index chunks and
+ * record keys.
  */
 import { spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { kvKeys } from "../../src/cluster/kv.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { decode, encode } from "../../src/cluster/codec.ts";
 import { systemClock } from "../../src/lib/clock.ts";
@@ -546,6 +552,46 @@ export async function runLedgerChaos(
         if (!manualIds.has(id))
           o.log(`acknowledged manual run ${id} of ${j.jobId} not in its listing`);
       records.set(j.jobId, { bySched, manual: manualIds.size, direct });
+    }
+    // KAIROS_CHAOS_DUMP=<file>: for each job whose listing lacks a record that exists by id, its
+    // state and runs-index chunks as stored (a post-mortem of the runs list).
+    if (process.env.KAIROS_CHAOS_DUMP) {
+      const out: unknown[] = [];
+      const bk = await openBuckets(c.admin, { clusterName: "kairos", replicas: c.replicas });
+      for (const j of live) {
+        const rec = records.get(j.jobId)!;
+        const gaps = [...rec.direct.entries()].filter(([, how]) => !how.endsWith(": 404"));
+        const twice = [...rec.bySched.entries()].filter(([, rs]) => rs.length > 1).map(([t]) => t);
+        if (gaps.length === 0 && twice.length === 0 && out.length > 0) continue;
+        const tid = tenantIds.get(j.tenant) ?? j.tenant;
+        const states = [];
+        for (const k of await kvKeys(bk.actors, `job.*.${tid}.${j.jobId}`)) {
+          const e = await bk.actors.get(k.key);
+          states.push({ key: k.key, revision: e?.revision, value: e ? decode(e.value) : null });
+        }
+        const chunks = [];
+        for (const k of await kvKeys(bk.runs, `ix.*.${tid}.${j.jobId}.*`)) {
+          const e = await bk.runs.get(k.key);
+          chunks.push({ key: k.key, revision: e?.revision, value: e ? decode(e.value) : null });
+        }
+        const recs = (await kvKeys(bk.runs, `*.${tid}.${j.jobId}.*`)).map((k) => [
+          k.key,
+          k.revision,
+        ]);
+        out.push({
+          job: j.jobId,
+          tenant: tid,
+          listed: (runsOf.get(j.jobId) ?? []).map((r) => r.run_id),
+          gaps: gaps.map(([t, how]) => [runIdFor(j.jobId, t), how]),
+          twice: twice.map((t) => runIdFor(j.jobId, t)),
+          relisted: (await allRuns(c, keyOf(j.tenant), j.jobId)).map((r) => r.run_id),
+          states,
+          chunks,
+          recs,
+        });
+      }
+      writeFileSync(process.env.KAIROS_CHAOS_DUMP, JSON.stringify(out, null, 1));
+      o.log(`post-mortem of ${out.length} jobs written to ${process.env.KAIROS_CHAOS_DUMP}`);
     }
     // A deleted job is not listed: its runs are looked up one by one (kept a minute past the delete,
     // and not before a day since the create). Occurrences on a grid of any of its phases, and its manual runs.
