@@ -127,8 +127,7 @@ export async function retryingRead<T>(ctx: CliContext, read: () => Promise<T>): 
     try {
       return await read();
     } catch (e) {
-      const again =
-        e instanceof ApiError && e.retryable && (e.status === 429 || e.status === 503);
+      const again = e instanceof ApiError && e.retryable && (e.status === 429 || e.status === 503);
       if (!again || attempt >= READ_TRIES) throw e;
       await ctx.sleep(Math.min(e.retryAfterMs ?? 500, MAX_RETRY_WAIT_MS));
     }
