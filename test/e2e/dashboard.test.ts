@@ -131,7 +131,12 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
 
   it("signs in by key, creates a job, watches its runs appear and pauses it", async () => {
     const page = await newPage();
-    await signIn(page, key);
+    // By keyboard alone: the key field has the focus, Enter signs in.
+    await page.goto(`${url}/`);
+    await heading(page, "Sign in");
+    assert.equal(await page.evaluate("document.activeElement?.id"), "api-key");
+    await page.keyboard.type(key);
+    await page.keyboard.press("Enter");
     await heading(page, "Jobs");
     await page.getByRole("link", { name: "Create a job" }).click();
     await heading(page, "Create a job");
@@ -223,6 +228,17 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     assert.equal(await attempts.getByRole("row").count(), 3, "header + 2 attempts");
     assert.equal(await attempts.getByRole("cell", { name: "3", exact: true }).count(), 2);
     await page.getByText("about to fail").waitFor({ timeout: WAIT_MS });
+    // The job's runs by status.
+    await page.getByRole("link", { name: jobId }).click();
+    await heading(page, "fails");
+    await page.getByLabel("Status").selectOption("succeeded");
+    await page.getByText("No succeeded runs.").waitFor({ timeout: WAIT_MS });
+    await page.getByLabel("Status").selectOption("failed");
+    const failed = page.getByRole("table", { name: "Runs" }).locator(".status-failed");
+    await failed.first().waitFor({ timeout: WAIT_MS });
+    assert.equal(await failed.count(), 1);
+    await page.getByRole("table", { name: "Runs" }).getByRole("link").first().click();
+    await heading(page, /^Run /);
     assert.equal(await page.getByRole("button", { name: "Cancel run" }).count(), 0);
     await shot(page, "06-failed-run");
     // The tenant's dead letters list it.
@@ -258,6 +274,28 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const r = await rest.call<{ status: string; reason: string }>("GET", `/v1/runs/${runId}`);
     assert.equal(r.body.status, "cancelled");
     await shot(page, "08-cancelled-run");
+  });
+
+  it("pages through the jobs list", async () => {
+    for (let i = 0; i < 21; i++) await job(`page-${String(i).padStart(2, "0")}`, "true");
+    const all = await rest.call<{ jobs: { name: string }[] }>("GET", "/v1/jobs?limit=100");
+    const names = all.body.jobs.map((j) => j.name).sort();
+    assert.ok(names.length > 20 && names.length <= 40, `${names.length} jobs`);
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(page, "Jobs");
+    const rows = page.getByRole("table", { name: "Jobs" }).locator("tbody tr");
+    await rows.first().waitFor({ timeout: WAIT_MS });
+    assert.equal(await rows.count(), 20);
+    const seen = await rows.locator("td:first-child").allTextContents();
+    assert.equal(await page.getByRole("link", { name: "First page" }).count(), 0);
+    await page.getByRole("link", { name: "Next page" }).click();
+    await page.getByRole("link", { name: "First page" }).waitFor({ timeout: WAIT_MS });
+    await rows.first().waitFor({ timeout: WAIT_MS });
+    seen.push(...(await rows.locator("td:first-child").allTextContents()));
+    assert.deepEqual(seen.sort(), names, "the two pages hold every job once");
+    assert.equal(await page.getByRole("link", { name: "Next page" }).count(), 0);
+    await shot(page, "09-jobs-second-page");
   });
 
   it("sent the key only to the API, and broke no policy", async () => {
