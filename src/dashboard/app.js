@@ -5,7 +5,7 @@
  * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>,
  * #/jobs/<id>/edit, #/runs/<id>, #/dead-letters.
  * A page that polls (a job's runs, a running run) stops when the route changes. A 401 from the
- * API signs out and shows the sign-in form with the API's message.
+ * API (a key revoked meanwhile) signs out and shows the sign-in form with the API's message.
  */
 import { ApiError, api, clearKey, getKey, setKey } from "./api.js";
 import { h, replace } from "./dom.js";
@@ -121,11 +121,24 @@ function context(query) {
       if (live()) void route(focusId);
     },
     poll(fn, ms) {
+      // A transient failure (unreachable, 429, 5xx) is shown and retried, less often each time
+      // (at most every 30 s), so a page left open resumes by itself; any other error stops it.
+      let wait = ms;
       const tick = () => {
         if (!live()) return;
         fn().then(
-          () => live() && setTimeout(tick, ms),
-          (e) => live() && fail(e),
+          () => {
+            wait = ms;
+            if (live()) setTimeout(tick, wait);
+          },
+          (e) => {
+            if (!live()) return;
+            fail(e);
+            if (e instanceof ApiError && (e.status === 0 || e.status === 429 || e.status >= 500)) {
+              wait = Math.min(wait * 2, 30_000);
+              setTimeout(tick, wait);
+            }
+          },
         );
       };
       setTimeout(tick, ms);

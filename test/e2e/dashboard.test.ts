@@ -298,6 +298,32 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     await shot(page, "09-jobs-second-page");
   });
 
+  it("signs out with the API's message when the key is revoked meanwhile", async () => {
+    const other = await fx.tenants.createKey(
+      (await fx.tenants.authenticateKey(key))!.tenant.tenant_id,
+    );
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(other.apiKey)}`);
+    await heading(page, "Jobs");
+    const jobs = await rest.call<{ jobs: { job_id: string; name: string }[] }>(
+      "GET",
+      "/v1/jobs?limit=100",
+    );
+    const sleeper = jobs.body.jobs.find((j) => j.name === "sleeper");
+    assert.ok(sleeper);
+    await page.goto(`${url}/#/jobs/${sleeper.job_id}`);
+    await heading(page, "sleeper");
+    await fx.tenants.revokeKey(other.keyId);
+    // The job page re-reads its runs every 2 s; API nodes trust a key for up to 5 s.
+    await heading(page, "Sign in");
+    await page
+      .getByRole("alert")
+      .getByText(/refused the key: invalid or revoked API key/)
+      .waitFor();
+    assert.equal(await page.evaluate(KEY_IN_STORAGE), null);
+    await shot(page, "10-key-revoked");
+  });
+
   it("sent the key only to the API, and broke no policy", async () => {
     for (const c of contexts) await c.close();
     const origin = new URL(url).origin;
@@ -306,7 +332,7 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const keyed = requests.filter((r) => r.auth !== undefined);
     assert.ok(keyed.length > 0);
     for (const r of keyed) assert.match(new URL(r.url).pathname, /^\/v1\//, r.url);
-    // Expected: the wrong key's 401 and the refused edit's 400 (failed loads, to Chromium), and
+    // Expected: the wrong and the revoked key's 401 and the refused edit's 400 (failed loads, to Chromium), and
     // the test's own innerHTML probe; nothing else.
     const unexpected = problems.filter(
       (p) => !/status of (401|400) |requires 'TrustedHTML' assignment/.test(p),
