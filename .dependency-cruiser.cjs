@@ -20,7 +20,7 @@ module.exports = {
       comment:
         "No module of an area may reach itself through others of that area, not even through type-only " +
         "imports: a circle makes a reader follow one concern through several files and back. Put the " +
-        "shared types in a leaf module of the area (as jobs/job-types.ts holds the job actor's messages " +
+        "shared types in a leaf module of the area (as job-state/job-types.ts holds the job actor's messages " +
         "and effects, and worker/types.ts the interfaces of the worker's parts). A cycle through " +
         "several areas is an area cycle (no-area-cycle).",
       from: { path: "^src/([^/]+)/" },

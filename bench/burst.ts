@@ -19,7 +19,7 @@ import { systemRandom } from "../src/lib/random.ts";
 import { decode, encode } from "../src/cluster/codec.ts";
 import { makeNodeConfig } from "../src/cluster/config.ts";
 import { NatsJobsService } from "../src/service/nats-service.ts";
-import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG } from "../src/job-state/job-types.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";
 import { settledTimes } from "./settled.ts";

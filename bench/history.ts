@@ -29,7 +29,7 @@ import type { ActorRouter } from "../src/cluster/router.ts";
 import { encode } from "../src/cluster/codec.ts";
 import type { KvStore } from "../src/cluster/kv.ts";
 import { JOB_ACTOR, jobActorId, runIdFor, runKey } from "../src/protocol/ids.ts";
-import { activeRunsReply, emptyJobState, type JobState } from "../src/jobs/job-state.ts";
+import { activeRunsReply, emptyJobState, type JobState } from "../src/job-state/job-state.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { NatsJobsService } from "../src/service/nats-service.ts";
 import { retentionConfig } from "../src/history/retention.ts";

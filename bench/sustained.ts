@@ -36,7 +36,7 @@ import { makeNodeConfig } from "../src/cluster/config.ts";
 import { openBuckets, type Buckets } from "../src/cluster/buckets.ts";
 import { assign } from "../src/cluster/placement.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
-import { DEFAULT_JOB_CONFIG } from "../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG } from "../src/job-state/job-types.ts";
 import { NatsJobsService } from "../src/service/nats-service.ts";
 import type { JobSpec, RunView } from "../src/protocol/model.ts";
 import { executions, firstStartedAt } from "./run-starts.ts";

@@ -3,7 +3,7 @@
  * optional; when given, a JSON object with at most `reason`, a short text shown in the cancelled
  * run's `reason` after who asked. Unknown fields are refused, as everywhere in the API.
  */
-import { MAX_CANCEL_NOTE_CHARS } from "../jobs/run-cancel.ts";
+import { MAX_CANCEL_NOTE_CHARS } from "../runs/run-cancel.ts";
 import { invalid, show } from "./input.ts";
 
 export { MAX_CANCEL_NOTE_CHARS };

@@ -100,7 +100,7 @@ export interface Operations {
   runNow(tenant: Tenant, jobId: string | undefined): Promise<RunView>;
   listRuns(tenant: Tenant, input: ListRunsInput): Promise<Page<RunView>>;
   getRun(tenant: Tenant, runId: string | undefined): Promise<RunView>;
-  /** Cancels a run that has not ended; idempotent (src/jobs/run-cancel.ts). */
+  /** Cancels a run that has not ended; idempotent (src/runs/run-cancel.ts). */
   cancelRun(tenant: Tenant, input: CancelRunInput): Promise<RunView>;
   /** The tenant's dead-lettered runs, oldest first (`status` must be `dead_lettered`). */
   listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;

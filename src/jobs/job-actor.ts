@@ -15,30 +15,35 @@
 import type { ActorContext, ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import { JOB_ACTOR, splitJobActorId } from "../protocol/ids.ts";
-import { activeRunsReply, emptyJobState, loadJobState, type JobState } from "./job-state.ts";
+import {
+  activeRunsReply,
+  emptyJobState,
+  loadJobState,
+  type JobState,
+} from "../job-state/job-state.ts";
 import { command } from "./job-commands.ts";
-import { fireAt, needsGate } from "./occurrence-plan.ts";
+import { fireAt, needsGate } from "../job-state/occurrence-plan.ts";
 import { fire, occur } from "./occurrences.ts";
-import { complete, completionKey, heartbeatKey } from "./run-lifecycle.ts";
-import { heartbeatAck, onRunMessage } from "./run-messages.ts";
-import { cancelRun } from "./run-cancel.ts";
-import { isLeased } from "./run-status.ts";
-import { Tx, fail } from "./tx.ts";
+import { complete, completionKey, heartbeatKey } from "../runs/run-lifecycle.ts";
+import { heartbeatAck, onRunMessage } from "../runs/run-messages.ts";
+import { cancelRun } from "../runs/run-cancel.ts";
+import { isLeased } from "../runs/run-status.ts";
+import { Tx, fail } from "../job-state/tx.ts";
 import {
   DEFAULT_JOB_CONFIG,
   type JobActorConfig,
   type JobEffect,
   type JobMsg,
   type JobReply,
-} from "./job-types.ts";
-import { NO_FAULTS, type JobFaults } from "./faults.ts";
+} from "../job-state/job-types.ts";
+import { NO_FAULTS, type JobFaults } from "../job-state/faults.ts";
 
 // Limits and names defined with the code that uses them, exported here for the shell and tests.
-export { SLOT_RECHECK_MS } from "./run-dispatch.ts";
-export { MAX_UNSTARTED_ATTEMPTS, completionKey, heartbeatKey } from "./run-lifecycle.ts";
-export { RECENT_REQUESTS } from "./tx.ts";
+export { SLOT_RECHECK_MS } from "../runs/run-dispatch.ts";
+export { MAX_UNSTARTED_ATTEMPTS, completionKey, heartbeatKey } from "../runs/run-lifecycle.ts";
+export { RECENT_REQUESTS } from "../job-state/tx.ts";
 export { MAX_ENUMERATED } from "./occurrences.ts";
-export { holdOf } from "./occurrence-plan.ts";
+export { holdOf } from "../job-state/occurrence-plan.ts";
 
 /** Re-arms timers from persisted state when the actor is (re)activated on a node. */
 function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEffect<JobMsg>[] {

@@ -12,13 +12,19 @@ import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
 import { assertNever } from "../lib/assert.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
 import { grantId, runIdFor } from "../protocol/ids.ts";
-import type { JobMsg } from "./job-types.ts";
-import { activeRunView, activeRunsReply, jobView, slotsHeld, type ActiveRun } from "./job-state.ts";
+import type { JobMsg } from "../job-state/job-types.ts";
+import {
+  activeRunView,
+  activeRunsReply,
+  jobView,
+  slotsHeld,
+  type ActiveRun,
+} from "../job-state/job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
-import { firstAfter, nextRuns, scheduleOf } from "./occurrence-plan.ts";
+import { firstAfter, nextRuns, scheduleOf } from "../job-state/occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
-import { cancelRunTimers, finish } from "./run-lifecycle.ts";
-import { fail, type D, type Tx } from "./tx.ts";
+import { cancelRunTimers, finish } from "../runs/run-lifecycle.ts";
+import { fail, type D, type Tx } from "../job-state/tx.ts";
 
 type CommandMsg = Extract<
   JobMsg,

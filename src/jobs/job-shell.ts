@@ -28,11 +28,11 @@ import { workerSubject } from "../protocol/worker.ts";
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
 import type { RunTokenIssuer } from "../secrets/run-token.ts";
 import { SlotBroker } from "../slots/slot-broker.ts";
-import { makeDispatcher, type RegistryAuthSource, type WorkerLink } from "./dispatcher.ts";
-import { NO_FAULTS, type JobFaults } from "./faults.ts";
+import { makeDispatcher, type RegistryAuthSource, type WorkerLink } from "../runs/dispatcher.ts";
+import { NO_FAULTS, type JobFaults } from "../job-state/faults.ts";
 import { makeJobActor } from "./job-actor.ts";
-import type { JobActorConfig, JobEffect } from "./job-types.ts";
-import { makeProber } from "./probe.ts";
+import type { JobActorConfig, JobEffect } from "../job-state/job-types.ts";
+import { makeProber } from "../runs/probe.ts";
 import { makeRecordWrites } from "./record-writes.ts";
 import { withRetention, withRunIndex } from "./with-history.ts";
 

@@ -12,12 +12,12 @@
  */
 import { spreadOffsetMs } from "../schedule/index.ts";
 import { runIdFor } from "../protocol/ids.ts";
-import { slotsHeld, terminalRunView, type ActiveRun } from "./job-state.ts";
+import { slotsHeld, terminalRunView, type ActiveRun } from "../job-state/job-state.ts";
 import type { JobSpec, RunView } from "../protocol/model.ts";
-import { lookahead, needsGate, scheduleOf } from "./occurrence-plan.ts";
-import { askSlot } from "./run-dispatch.ts";
-import { finish } from "./run-lifecycle.ts";
-import type { Tx } from "./tx.ts";
+import { lookahead, needsGate, scheduleOf } from "../job-state/occurrence-plan.ts";
+import { askSlot } from "../runs/run-dispatch.ts";
+import { finish } from "../runs/run-lifecycle.ts";
+import type { Tx } from "../job-state/tx.ts";
 
 /** A new active run for an occurrence (or a manual run): its record created first, then a slot asked for. */
 export function createRun(

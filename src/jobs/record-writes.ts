@@ -17,8 +17,8 @@ import { KairosError } from "../lib/errors.ts";
 import { isDeadLetter, recordDeadLetter } from "../notify/dead-letters.ts";
 import { runKey, splitJobActorId } from "../protocol/ids.ts";
 import { TERMINAL } from "../protocol/model.ts";
-import { activeRunView, type JobState } from "./job-state.ts";
-import type { JobEffect, JobMsg } from "./job-types.ts";
+import { activeRunView, type JobState } from "../job-state/job-state.ts";
+import type { JobEffect, JobMsg } from "../job-state/job-types.ts";
 
 type Log = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 

@@ -9,8 +9,8 @@
 import type { ActorContext, ActorDefinition, Decision, HostEffect } from "../actors/actor.ts";
 import { hash32 } from "../cluster/hash.ts";
 import type { makeJobActor } from "./job-actor.ts";
-import type { JobEffect, JobMsg, JobReply } from "./job-types.ts";
-import type { JobState } from "./job-state.ts";
+import type { JobEffect, JobMsg, JobReply } from "../job-state/job-types.ts";
+import type { JobState } from "../job-state/job-state.ts";
 import { TERMINAL } from "../protocol/model.ts";
 import type { RetentionConfig, RetentionEffect, RetentionMsg } from "../history/retention.ts";
 import { indexAppend, indexDecision, type RunIndexEffect } from "../history/run-index.ts";

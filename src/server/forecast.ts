@@ -17,7 +17,7 @@ import type { KvStore } from "../cluster/kv.ts";
 import { decode } from "../cluster/codec.ts";
 import type { EventBus } from "../cluster/events.ts";
 import { JOB_ACTOR } from "../protocol/ids.ts";
-import type { JobState } from "../jobs/job-state.ts";
+import type { JobState } from "../job-state/job-state.ts";
 import {
   DEFAULT_MAX_JOBS,
   forecastJobOf,

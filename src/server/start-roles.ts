@@ -7,7 +7,7 @@ import { createLogger } from "../lib/log.ts";
 import { systemRandom } from "../lib/random.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { KairosNode } from "./node.ts";
-import { type JobActorConfig } from "../jobs/job-types.ts";
+import { type JobActorConfig } from "../job-state/job-types.ts";
 import { jobRegistration } from "../jobs/job-shell.ts";
 import { tenantRegistration } from "../slots/tenant-shell.ts";
 import { fleetRegistration } from "../slots/fleet-shell.ts";

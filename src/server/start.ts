@@ -10,7 +10,7 @@ import { systemRandom } from "../lib/random.ts";
 import type { NodeConfig } from "../cluster/config.ts";
 import { KairosNode } from "./node.ts";
 import { actorRegistrations } from "../actors/index.ts";
-import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../job-state/job-types.ts";
 import { jobAddressGuard, tenantAddressGuard } from "./address-guard.ts";
 import { JOB_ACTOR, TENANT_ACTOR } from "../protocol/ids.ts";
 import { WORKER_TO_JOB_KINDS } from "../protocol/worker.ts";

@@ -10,7 +10,7 @@
  * the forecast is `truncated` (an undercount), never slow.
  */
 import { compileSchedule, type ScheduleSpec } from "../schedule/index.ts";
-import type { JobState } from "../jobs/job-state.ts";
+import type { JobState } from "../job-state/job-state.ts";
 
 /** What the forecast needs of a job. */
 export interface ForecastJob {

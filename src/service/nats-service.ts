@@ -19,8 +19,8 @@ import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
 import { JOB_ACTOR, isValidId, jobActorId, newJobId, parseRunId, runKey } from "../protocol/ids.ts";
-import type { JobReply } from "../jobs/job-types.ts";
-import { jobView, type JobState } from "../jobs/job-state.ts";
+import type { JobReply } from "../job-state/job-types.ts";
+import { jobView, type JobState } from "../job-state/job-state.ts";
 import { runView } from "../history/run-record.ts";
 import {
   decodeCursor,

@@ -60,7 +60,7 @@ export interface Lease {
   /**
    * Cancelled by its owner: no more heartbeats, but it keeps its slot here until the task is gone,
    * and its end is reported once (the owner holds the tenant slot until then;
-   * src/jobs/run-dispatch.ts `drain`).
+   * src/runs/run-dispatch.ts `drain`).
    */
   cancelled?: boolean | undefined;
 }

@@ -109,7 +109,7 @@ export class Offers {
       return { state: "not_started" };
     }
     const k = fencedKey(key, p.fence);
-    // Killed at once, its result not in yet: asked again a TTL later (src/jobs/run-messages.ts
+    // Killed at once, its result not in yet: asked again a TTL later (src/runs/run-messages.ts
     // `onProbeAnswer`).
     if (memory.killing.has(k)) return { state: "running" };
     const given = memory.givenUp.get(k);

@@ -15,8 +15,8 @@ import { KairosNode } from "../../src/server/node.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { makeNodeConfig, type NodeConfig } from "../../src/cluster/config.ts";
 import { MAX_UNSTARTED_ATTEMPTS } from "../../src/jobs/job-actor.ts";
-import { MAX_GIVEN_BACK } from "../../src/jobs/run-lifecycle.ts";
-import type { JobFaults } from "../../src/jobs/faults.ts";
+import { MAX_GIVEN_BACK } from "../../src/runs/run-lifecycle.ts";
+import type { JobFaults } from "../../src/job-state/faults.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../src/protocol/ids.ts";
 import { partitionOf } from "../../src/cluster/placement.ts";
@@ -61,7 +61,7 @@ export interface SimOptions {
   /** No fault events and no commands (background delays stay). */
   noFaults?: boolean;
   /**
-   * Defences of the job actor switched off (src/jobs/faults.ts), for the self-tests of the
+   * Defences of the job actor switched off (src/job-state/faults.ts), for the self-tests of the
    * invariants: one fence offered to several workers (a), silent leases lapsing without a probe (h).
    */
   faults?: JobFaults;

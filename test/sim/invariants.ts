@@ -44,7 +44,7 @@
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { decode } from "../../src/cluster/codec.ts";
 import type { LeaseValue } from "../../src/cluster/partition-manager.ts";
-import type { JobState } from "../../src/jobs/job-state.ts";
+import type { JobState } from "../../src/job-state/job-state.ts";
 import type { RunView } from "../../src/protocol/model.ts";
 import { jobIdOfRun } from "../../src/protocol/ids.ts";
 import { START_SKEW_TOLERANCE_MS } from "../../src/protocol/worker.ts";

@@ -13,7 +13,7 @@
  *   minute ahead), one every 20 s, beside the capped tenant's jobs every few seconds. 300 s.
  */
 import { DEFAULTS as NODE_DEFAULTS, type NodeConfig } from "../../src/cluster/config.ts";
-import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobActorConfig } from "../../src/job-state/job-types.ts";
 import type { JobSpec, Overlap } from "../../src/protocol/model.ts";
 import type { Random } from "../../src/lib/random.ts";
 import { between, pick } from "./draw.ts";

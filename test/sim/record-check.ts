@@ -37,7 +37,7 @@
  */
 import { compileSchedule } from "../../src/schedule/index.ts";
 import { parseRunId } from "../../src/protocol/ids.ts";
-import type { JobState } from "../../src/jobs/job-state.ts";
+import type { JobState } from "../../src/job-state/job-state.ts";
 import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/protocol/model.ts";
 import { START_SKEW_TOLERANCE_MS } from "../../src/protocol/worker.ts";
 import type { LedgerEntry } from "./executor.ts";

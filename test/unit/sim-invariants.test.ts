@@ -10,7 +10,7 @@ import { encode } from "../../src/cluster/codec.ts";
 import { MemoryKv } from "../../src/cluster/kv-memory.ts";
 import type { Buckets } from "../../src/cluster/buckets.ts";
 import { runIdFor } from "../../src/protocol/ids.ts";
-import type { JobState } from "../../src/jobs/job-state.ts";
+import type { JobState } from "../../src/job-state/job-state.ts";
 import {
   NOT_COUNTED,
   PRESUMED_NOT_STARTED,

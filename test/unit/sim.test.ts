@@ -8,7 +8,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { SimCluster, runSimulation } from "../sim/cluster.ts";
 import { report } from "../sim/report.ts";
-import type { JobFaults } from "../../src/jobs/faults.ts";
+import type { JobFaults } from "../../src/job-state/faults.ts";
 
 /** Whether `invariant` fires in one of seeds 1..`seeds` run with `faults` (a self-test: a defence switched off). */
 async function firesWithin(seeds: number, faults: JobFaults, invariant: string): Promise<boolean> {

@@ -13,8 +13,8 @@ import type { ActorRouter } from "../../../src/cluster/router.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { JOB_ACTOR, jobActorId, runIdFor, runKey } from "../../../src/protocol/ids.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
-import { DEFAULT_JOB_CONFIG, type JobMsg } from "../../../src/jobs/job-types.ts";
-import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
+import { DEFAULT_JOB_CONFIG, type JobMsg } from "../../../src/job-state/job-types.ts";
+import { emptyJobState, type JobState } from "../../../src/job-state/job-state.ts";
 import type { JobSpec, RunStatus, RunView } from "../../../src/protocol/model.ts";
 import { NatsJobsService } from "../../../src/service/nats-service.ts";
 import {

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
 import type { AttemptView, RunStatus, RunView } from "../../../src/protocol/model.ts";
 import { RunMetrics, type RunMetricsSink } from "../../../src/history/run-metrics.ts";

@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
-import { FENCE_BLOCK, loadJobState } from "../../../src/jobs/job-state.ts";
+import { FENCE_BLOCK, loadJobState } from "../../../src/job-state/job-state.ts";
 import { ACTOR_ID, Driver, JOB, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);

@@ -1,6 +1,6 @@
 /**
  * The dispatcher gives an offer of an egress task its tenant's egress policy as read for that
- * offer (src/jobs/dispatcher.ts): a narrowed or cleared policy holds from the next offer on; a
+ * offer (src/runs/dispatcher.ts): a narrowed or cleared policy holds from the next offer on; a
  * task without egress carries none and reads nothing; an unreadable policy is not guessed.
  */
 import { describe, it } from "node:test";
@@ -9,7 +9,7 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";

@@ -1,5 +1,5 @@
 /**
- * The dispatcher carries the job's tenant's registry credential in an offer (src/jobs/dispatcher.ts
+ * The dispatcher carries the job's tenant's registry credential in an offer (src/runs/dispatcher.ts
  * with src/secrets/registry-credentials.ts): for the registry of the task's image only, and only
  * the tenant's own; a credential that cannot be opened holds the offer back (`dispatch_failed`)
  * instead of offering without it.
@@ -11,7 +11,11 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect, type JobMsg } from "../../../src/jobs/job-types.ts";
+import {
+  DEFAULT_JOB_CONFIG,
+  type JobEffect,
+  type JobMsg,
+} from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";

@@ -1,5 +1,5 @@
 /**
- * The dispatcher signs each offered attempt's run token (src/jobs/dispatcher.ts with
+ * The dispatcher signs each offered attempt's run token (src/runs/dispatcher.ts with
  * src/secrets/run-token.ts): with an issuer the offer carries `run_token`, whose claims are the
  * attempt's (tenant and job from the actor's address, run, attempt, fence) and whose expiry is its
  * start + timeout + the allowance; without one the offer carries none.
@@ -10,7 +10,7 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";

@@ -26,8 +26,8 @@ import {
   type JobEffect,
   type JobMsg,
   type JobReply,
-} from "../../../src/jobs/job-types.ts";
-import { activeRunView, type JobState } from "../../../src/jobs/job-state.ts";
+} from "../../../src/job-state/job-types.ts";
+import { activeRunView, type JobState } from "../../../src/job-state/job-state.ts";
 import { splitGrant } from "../../../src/protocol/ids.ts";
 import { TERMINAL, type JobSpec, type RunView } from "../../../src/protocol/model.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";

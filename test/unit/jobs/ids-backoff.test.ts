@@ -2,7 +2,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { retryDelayMs } from "../../../src/jobs/backoff.ts";
+import { retryDelayMs } from "../../../src/runs/backoff.ts";
 import {
   isValidId,
   jobActorId,

@@ -8,9 +8,9 @@ import assert from "node:assert/strict";
 import { splitGrant } from "../../../src/protocol/ids.ts";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { compileSchedule } from "../../../src/schedule/index.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
-import { emptyJobState, type JobState } from "../../../src/jobs/job-state.ts";
-import { SHORT_LOOKAHEAD_MS, windowOf } from "../../../src/jobs/occurrence-plan.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
+import { emptyJobState, type JobState } from "../../../src/job-state/job-state.ts";
+import { SHORT_LOOKAHEAD_MS, windowOf } from "../../../src/job-state/occurrence-plan.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);

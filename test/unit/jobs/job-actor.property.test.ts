@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { runIdFor } from "../../../src/protocol/ids.ts";
-import type { Completion, JobMsg } from "../../../src/jobs/job-types.ts";
+import type { Completion, JobMsg } from "../../../src/job-state/job-types.ts";
 import { TERMINAL, type JobSpec, type Overlap } from "../../../src/protocol/model.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 

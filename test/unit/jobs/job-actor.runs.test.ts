@@ -4,7 +4,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { retryDelayMs } from "../../../src/jobs/backoff.ts";
+import { retryDelayMs } from "../../../src/runs/backoff.ts";
 import { grantId, runIdFor, splitGrant } from "../../../src/protocol/ids.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
@@ -400,7 +400,7 @@ describe("job actor: slot audit", () => {
 describe("job actor: a run waiting for its slot re-asks less often the longer it waits", () => {
   it("first after SLOT_RECHECK_MS, then as long as it has waited, at most every SLOT_RECHECK_MAX_MS (before: every 10 s for as long as it waited)", async () => {
     const { SLOT_RECHECK_MS, SLOT_RECHECK_MAX_MS } =
-      await import("../../../src/jobs/run-dispatch.ts");
+      await import("../../../src/runs/run-dispatch.ts");
     const d = new Driver(cfg(), { autoGrant: false });
     d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" } }));
     d.advance(1_500);

@@ -10,9 +10,9 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
-import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS } from "../../../src/jobs/probe.ts";
+import { PROBE_NO_RESPONDER_ASKS, PROBE_TIMEOUT_MS } from "../../../src/runs/probe.ts";
 import { runKey } from "../../../src/protocol/ids.ts";
 import type { RunStatus, RunView } from "../../../src/protocol/model.ts";
 import { FakeClock, type Clock } from "../../../src/lib/clock.ts";
@@ -486,7 +486,7 @@ describe("job shell: a probe of a silent lease", () => {
 describe("job shell: reconcile a state read back (deferred ends)", () => {
   it("drops the active runs whose record ended or is gone (pruned after a deferred end), keeps the others, and reads one record per active run", async () => {
     const { runs, reg, ctx } = setup();
-    const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
+    const { emptyJobState } = await import("../../../src/job-state/job-state.ts");
     const { encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const active = (run_id: string) => ({
       run_id,
@@ -548,7 +548,7 @@ describe("job shell: reconcile a state read back (deferred ends)", () => {
 
   it("a run-now's run with no record yet (its state write landed unseen) is kept and its record written; one that ended is dropped", async () => {
     const { runs, reg, ctx } = setup();
-    const { emptyJobState } = await import("../../../src/jobs/job-state.ts");
+    const { emptyJobState } = await import("../../../src/job-state/job-state.ts");
     const { decodeRunRecord, encodeRunRecord } = await import("../../../src/history/run-record.ts");
     const manual = (run_id: string) => ({
       run_id,

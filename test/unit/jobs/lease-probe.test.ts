@@ -8,10 +8,10 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { heartbeatKey } from "../../../src/jobs/job-actor.ts";
-import { type JobEffect } from "../../../src/jobs/job-types.ts";
-import { MAX_GIVEN_BACK, MAX_UNSTARTED_ATTEMPTS } from "../../../src/jobs/run-lifecycle.ts";
-import { MAX_UNANSWERED_PROBES } from "../../../src/jobs/run-messages.ts";
-import { loadJobState } from "../../../src/jobs/job-state.ts";
+import { type JobEffect } from "../../../src/job-state/job-types.ts";
+import { MAX_GIVEN_BACK, MAX_UNSTARTED_ATTEMPTS } from "../../../src/runs/run-lifecycle.ts";
+import { MAX_UNANSWERED_PROBES } from "../../../src/runs/run-messages.ts";
+import { loadJobState } from "../../../src/job-state/job-state.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 

@@ -1,5 +1,5 @@
 /**
- * A user's cancel of one run, decided by the job actor's pure core (src/jobs/run-cancel.ts), on
+ * A user's cancel of one run, decided by the job actor's pure core (src/runs/run-cancel.ts), on
  * the simulated shell of driver.ts: a run waiting for its slot, one prepared on a worker ahead of
  * its due time, one running — each ends `cancelled` with who asked and nothing of it runs after;
  * a cancel racing with the completion leaves exactly one end; repeated cancels change nothing;
@@ -7,7 +7,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { cancelReason, MAX_CANCEL_NOTE_CHARS } from "../../../src/jobs/run-cancel.ts";
+import { cancelReason, MAX_CANCEL_NOTE_CHARS } from "../../../src/runs/run-cancel.ts";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 

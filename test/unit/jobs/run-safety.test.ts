@@ -18,7 +18,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { grantId, runIdFor } from "../../../src/protocol/ids.ts";
 import { completionKey, heartbeatKey, makeJobActor } from "../../../src/jobs/job-actor.ts";
-import { type JobEffect } from "../../../src/jobs/job-types.ts";
+import { type JobEffect } from "../../../src/job-state/job-types.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);

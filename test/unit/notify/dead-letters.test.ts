@@ -12,7 +12,7 @@ import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/jobs/job-types.ts";
+import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
 import { jobRegistration } from "../../../src/jobs/job-shell.ts";
 import {
   DeadLetterOutbox,

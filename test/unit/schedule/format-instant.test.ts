@@ -3,8 +3,8 @@ import { it } from "node:test";
 import assert from "node:assert/strict";
 import { formatInstant, formatUtc } from "../../../src/schedule/index.ts";
 import { parseAt } from "../../../src/schedule/at.ts";
-import { activeRunView } from "../../../src/jobs/job-state.ts";
-import type { ActiveRun, JobRecord } from "../../../src/jobs/job-state.ts";
+import { activeRunView } from "../../../src/job-state/job-state.ts";
+import type { ActiveRun, JobRecord } from "../../../src/job-state/job-state.ts";
 
 it("formatInstant keeps milliseconds when there are any, and is formatUtc's form on whole seconds", () => {
   const whole = parseAt("2026-03-08T07:00:00Z");

@@ -11,7 +11,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { Driver, cfg, spec } from "../jobs/driver.ts";
 import { forecastJobOf, forecastRunsDue, type ForecastJob } from "../../../src/service/forecast.ts";
-import { emptyJobState } from "../../../src/jobs/job-state.ts";
+import { emptyJobState } from "../../../src/job-state/job-state.ts";
 
 const ms = (iso: string) => Date.parse(iso);
 const NY = "America/New_York";

@@ -17,11 +17,11 @@
  * Pure: the run's record, its worker and its slot are effects for the shell.
  */
 import { parseRunId } from "../protocol/ids.ts";
-import { terminalRunView } from "./job-state.ts";
-import type { JobMsg } from "./job-types.ts";
+import { terminalRunView } from "../job-state/job-state.ts";
+import type { JobMsg } from "../job-state/job-types.ts";
 import { finish } from "./run-lifecycle.ts";
 import { isLeased } from "./run-status.ts";
-import { fail, iso, type D, type Tx } from "./tx.ts";
+import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
 
 /** Longest `by` and `note` kept in a cancelled run's reason (the API bounds them first). */
 export const MAX_CANCEL_BY_CHARS = 100;

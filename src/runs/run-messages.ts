@@ -10,9 +10,9 @@
 import { assertNever } from "../lib/assert.ts";
 import type { HeartbeatAck } from "../protocol/worker.ts";
 import { grantId, parseRunId } from "../protocol/ids.ts";
-import type { JobMsg } from "./job-types.ts";
-import type { ActiveRun, JobState } from "./job-state.ts";
-import { firstAfter, holdOf } from "./occurrence-plan.ts";
+import type { JobMsg } from "../job-state/job-types.ts";
+import type { ActiveRun, JobState } from "../job-state/job-state.ts";
+import { firstAfter, holdOf } from "../job-state/occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
 import {
   cancelRunTimers,
@@ -25,7 +25,7 @@ import {
   leaseEndMs,
 } from "./run-lifecycle.ts";
 import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
-import { fail, iso, type D, type Tx } from "./tx.ts";
+import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
 
 type RunMsg<K extends JobMsg["kind"]> = Extract<JobMsg, { kind: K }>;
 

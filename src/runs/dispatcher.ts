@@ -37,8 +37,8 @@ import {
 import type { SecretEnvStore } from "../secrets/secret-env.ts";
 import type { RunTokenIssuer } from "../secrets/run-token.ts";
 import type { WorkerDirectory } from "../slots/worker-directory.ts";
-import { NO_FAULTS, type JobFaults } from "./faults.ts";
-import type { JobActorConfig, JobEffect } from "./job-types.ts";
+import { NO_FAULTS, type JobFaults } from "../job-state/faults.ts";
+import type { JobActorConfig, JobEffect } from "../job-state/job-types.ts";
 
 /** How long to wait before offering again to a worker that had no free slot (see dispatch). */
 const OFFER_RACE_RETRY_MS = 25;

@@ -13,8 +13,8 @@
 import { IMAGE_DIGEST, type Completion, type ProbeReply } from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
-import type { JobMsg } from "./job-types.ts";
-import { terminalRunView, type ActiveRun } from "./job-state.ts";
+import type { JobMsg } from "../job-state/job-types.ts";
+import { terminalRunView, type ActiveRun } from "../job-state/job-state.ts";
 import {
   NOT_COUNTED,
   PRESUMED_NOT_STARTED,
@@ -23,7 +23,7 @@ import {
 } from "../protocol/model.ts";
 import { askSlot, dispatch, drain, drained } from "./run-dispatch.ts";
 import { canMove, isLeased, moveRun } from "./run-status.ts";
-import { fail, iso, type D, type Tx } from "./tx.ts";
+import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
 
 /** Attempts that expired before they started and so do not count against max_attempts (a bound). */
 export const MAX_UNSTARTED_ATTEMPTS = 10;

@@ -12,9 +12,9 @@
  * names may not be written yet). Every offer gets a new fence: an earlier offer is dead.
  */
 import { grantId, splitGrant } from "../protocol/ids.ts";
-import type { JobEffect, JobMsg } from "./job-types.ts";
-import type { ActiveRun, Draining } from "./job-state.ts";
-import type { D, Tx } from "./tx.ts";
+import type { JobEffect, JobMsg } from "../job-state/job-types.ts";
+import type { ActiveRun, Draining } from "../job-state/job-state.ts";
+import type { D, Tx } from "../job-state/tx.ts";
 
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 export function dispatch(tx: Tx, r: ActiveRun): void {

@@ -13,7 +13,7 @@
  * are judged by the grant or drain they name, so they have no row.
  */
 import { KairosError } from "../lib/errors.ts";
-import type { ActiveRun, ActiveStatus } from "./job-state.ts";
+import type { ActiveRun, ActiveStatus } from "../job-state/job-state.ts";
 
 type Edges = Partial<Record<ActiveStatus, ActiveStatus>>;
 

@@ -13,7 +13,7 @@ import { decode, encode } from "../cluster/codec.ts";
 import type { Clock } from "../lib/clock.ts";
 import { workerSubject, type ProbeReply } from "../protocol/worker.ts";
 import type { WorkerLink } from "./dispatcher.ts";
-import type { JobEffect } from "./job-types.ts";
+import type { JobEffect } from "../job-state/job-types.ts";
 
 /**
  * How long a probe waits for its worker's answer (at most half the lease TTL): the worker answers
