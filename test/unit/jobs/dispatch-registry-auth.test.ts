@@ -6,20 +6,11 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { dispatchOnce } from "../../support/dispatch.ts";
 import { randomBytes } from "node:crypto";
-import type { ShellContext } from "../../../src/actors/host.ts";
-import type { Bus } from "../../../src/cluster/bus.ts";
-import { decode, encode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import {
-  DEFAULT_JOB_CONFIG,
-  type JobEffect,
-  type JobMsg,
-} from "../../../src/job-state/job-types.ts";
-import { jobRegistration } from "../../../src/jobs/job-shell.ts";
+import type { JobMsg } from "../../../src/job-state/job-types.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
-import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
 import type { StartRequest } from "../../../src/protocol/worker.ts";
 import {
   RegistryAuthLookup,
@@ -35,54 +26,12 @@ async function offered(
   actorId: string,
   image: string,
 ): Promise<{ req: StartRequest | undefined; told: JobMsg }> {
-  const clock = new FakeClock(NOW);
-  const requests: StartRequest[] = [];
-  const bus: Bus = {
-    publish: () => undefined,
-    async request(_subject, data) {
-      requests.push(decode<StartRequest>(data));
-      return { data: encode({ accepted: true }) };
-    },
-    subscribe: () => ({ unsubscribe: () => undefined }),
-    flush: async () => undefined,
-    isClosed: () => false,
-  };
-  const directory = new WorkerDirectory(clock, seededRandom(1), 60_000);
-  directory.observe({ worker_id: "w1", slots: 4, free: 4, executor: "noop" });
-  const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-    log: () => undefined,
-    clock,
-    workers: { nc: bus, clusterName: "c", directory },
-    history: { runs: new MemoryKv("runs") },
-    slots: {
-      router: () => {
-        throw new Error("no router in this test");
-      },
-    },
-    registryAuth: lookup,
-  });
-  let told: (m: JobMsg) => void = () => undefined;
-  const done = new Promise<JobMsg>((r) => (told = r));
-  const ctx: ShellContext = {
-    address: { type: "job", id: actorId },
-    partition: 1,
-    epoch: 1,
-    nodeId: "n1",
-    stillOwner: () => true,
-    tell: (m) => told(m as JobMsg),
-  };
-  const fx: JobEffect = {
-    kind: "dispatch",
-    run_id: "r1",
-    fence: 17,
-    attempt: 1,
-    start_at_ms: NOW + 60_000,
-    scheduled_for_ms: NOW + 60_000,
+  const { req, told } = await dispatchOnce({
     task: { image, args: ["true"], env: {}, timeout_s: 30 },
-  };
-  reg.performPost!([fx], ctx);
-  const msg = await done;
-  return { req: requests[0], told: msg };
+    actorId,
+    deps: { registryAuth: lookup },
+  });
+  return { req, told };
 }
 
 async function lookupWith(tenantId: string, key = KEY): Promise<RegistryAuthLookup> {

@@ -6,15 +6,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { ShellContext } from "../../../src/actors/host.ts";
-import type { Bus } from "../../../src/cluster/bus.ts";
-import { decode, encode } from "../../../src/cluster/codec.ts";
-import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import { DEFAULT_JOB_CONFIG, type JobEffect } from "../../../src/job-state/job-types.ts";
-import { jobRegistration } from "../../../src/jobs/job-shell.ts";
-import { FakeClock } from "../../../src/lib/clock.ts";
-import { seededRandom } from "../../../src/lib/random.ts";
-import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
+import { dispatchOnce } from "../../support/dispatch.ts";
 import type { StartRequest } from "../../../src/protocol/worker.ts";
 import { generateRunTokenKey } from "../../../src/cli/run-token-keys.ts";
 import { rotatedRunTokenKeySet } from "../../../src/secrets/run-token-keys.ts";
@@ -28,55 +20,13 @@ import {
 const NOW = 1_000_000_000;
 
 async function offered(issuer: RunTokenIssuer | undefined): Promise<StartRequest> {
-  const clock = new FakeClock(NOW);
-  const requests: StartRequest[] = [];
-  const bus: Bus = {
-    publish: () => undefined,
-    async request(_subject, data) {
-      requests.push(decode<StartRequest>(data));
-      return { data: encode({ accepted: true }) };
-    },
-    subscribe: () => ({ unsubscribe: () => undefined }),
-    flush: async () => undefined,
-    isClosed: () => false,
-  };
-  const directory = new WorkerDirectory(clock, seededRandom(1), 60_000);
-  directory.observe({ worker_id: "w1", slots: 4, free: 4, executor: "noop" });
-  const reg = jobRegistration(DEFAULT_JOB_CONFIG, {
-    log: () => undefined,
-    clock,
-    workers: { nc: bus, clusterName: "c", directory },
-    history: { runs: new MemoryKv("runs") },
-    slots: {
-      router: () => {
-        throw new Error("no router in this test");
-      },
-    },
-    ...(issuer ? { runTokens: issuer } : {}),
-  });
-  let told: () => void = () => undefined;
-  const done = new Promise<void>((r) => (told = r));
-  const ctx: ShellContext = {
-    address: { type: "job", id: "t1.j1" },
-    partition: 1,
-    epoch: 1,
-    nodeId: "n1",
-    stillOwner: () => true,
-    tell: () => told(),
-  };
-  const fx: JobEffect = {
-    kind: "dispatch",
-    run_id: "r1",
-    fence: 17,
-    attempt: 3,
-    start_at_ms: NOW + 60_000,
-    scheduled_for_ms: NOW + 60_000,
+  const { req, offers } = await dispatchOnce({
     task: { image: "i", args: ["true"], env: {}, timeout_s: 30 },
-  };
-  reg.performPost!([fx], ctx);
-  await done;
-  assert.equal(requests.length, 1);
-  return requests[0]!;
+    attempt: 3,
+    deps: issuer ? { runTokens: issuer } : {},
+  });
+  assert.equal(offers, 1);
+  return req!;
 }
 
 describe("dispatch: run tokens", () => {
