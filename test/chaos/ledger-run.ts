@@ -46,7 +46,7 @@ for (const sig of ["SIGINT", "SIGTERM"] as const) {
   });
 }
 
-// Retention stays on (it is part of the run path under test) but keeps every run of the session:
+// Retention stays on (it is part of the run path under test) but keeps every run of this chaos run:
 // one run per job every min(steps) seconds, plus margin; the product default (1,000) when that is enough.
 const steps = [3, 4, 5, 6];
 const keepRuns = Math.max(1000, Math.ceil((minutes * 60) / Math.min(...steps)) + 200);
