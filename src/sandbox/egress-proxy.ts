@@ -16,12 +16,10 @@
  * request gets `Connection: close`, so every request is a connection, checked and logged alone;
  * `close()` of a grant (the attempt ended) cuts its open tunnels.
  */
-import { randomBytes, timingSafeEqual } from "node:crypto";
 import { lookup as dnsLookup } from "node:dns";
 import {
   createServer,
   request as httpRequest,
-  type IncomingHttpHeaders,
   type IncomingMessage,
   type Server,
   type ServerResponse,
@@ -34,10 +32,15 @@ import {
   addressAllowed,
   canonicalHost,
   egressAllows,
-  parseEgressPolicy,
-  type EgressRule,
   type InternalAllowance,
 } from "./egress-policy.ts";
+import {
+  EgressGrantTable,
+  type EgressGrant,
+  type EgressIdentity,
+  type Grant,
+  type Outcome,
+} from "./egress-grants.ts";
 import type { ExecutorLog } from "./options.ts";
 import { AUTH_CHALLENGE, CRLF, endToEndHeaders, rawResponse } from "./egress-wire.ts";
 
@@ -68,48 +71,14 @@ export interface EgressProxyConfig {
   readonly idleTimeoutMs: number;
 }
 
-/** Whose attempt a grant is (for the log). */
-export interface EgressIdentity {
-  runId: string;
-  attempt: number;
-  jobId: string;
-  tenantId: string;
-}
-
-/** An attempt's standing with the proxy: its credential, its usage; `close()` when it ends. */
-export interface EgressGrant {
-  /** The proxy URL with the attempt's credential, as the task's HTTP_PROXY. */
-  readonly proxyUrl: string;
-  readonly bytes: () => number;
-  close(): void;
-}
-
-interface Grant {
-  id: EgressIdentity;
-  user: string;
-  password: Buffer;
-  rules: readonly EgressRule[];
-  bytes: number;
-  /** Every socket of the attempt's connections (cut at its end or past its byte bound). */
-  sockets: Set<Duplex>;
-  /** Its connections admitted and not yet ended (the per-attempt bound). */
-  open: number;
-  closed: boolean;
-}
-
-/** How one connection ended, for its log line. */
-interface Outcome {
-  status: number;
-  reason?: string;
-  address?: string;
-}
+export type { EgressGrant, EgressIdentity } from "./egress-grants.ts";
 
 export class EgressProxy {
   readonly #cfg: EgressProxyConfig;
   readonly #clock: Clock;
   readonly #log: ExecutorLog;
   readonly #resolve: EgressResolve;
-  readonly #grants = new Map<string, Grant>();
+  readonly #grants: EgressGrantTable;
   readonly #server: Server;
   /** Every client connection (a CONNECT tunnel leaves the server's own bookkeeping). */
   readonly #clients = new Set<Socket>();
@@ -124,6 +93,7 @@ export class EgressProxy {
     this.#clock = clock;
     this.#log = log;
     this.#resolve = resolve;
+    this.#grants = new EgressGrantTable(cfg, log);
     this.#server = createServer({ requestTimeout: cfg.idleTimeoutMs });
     this.#server.maxConnections = cfg.maxConnections;
     this.#server.on("connection", (s: Socket) => {
@@ -175,75 +145,23 @@ export class EgressProxy {
     return typeof a === "object" && a !== null ? a.port : this.#cfg.port;
   }
 
-  /**
-   * Admits one attempt: its credential and the destinations it may reach. A policy that does not
-   * parse (a forged or corrupt offer) admits nothing, logged.
-   */
+  /** Admits one attempt (EgressGrantTable.open): its credential and its destinations. */
   open(id: EgressIdentity, allow: readonly string[]): EgressGrant {
-    let rules: readonly EgressRule[] = [];
-    if (allow.length > 0) {
-      try {
-        rules = parseEgressPolicy(allow, "egress policy of the offer");
-      } catch (e) {
-        this.#log("warn", "an offer's egress policy does not parse: the attempt reaches nothing", {
-          run_id: id.runId,
-          err: String(e),
-        });
-      }
-    }
-    const user = `${id.runId}-${id.attempt}`;
-    const secret = randomBytes(24).toString("base64url");
-    const g: Grant = {
-      id,
-      user,
-      password: Buffer.from(secret),
-      rules,
-      bytes: 0,
-      sockets: new Set(),
-      open: 0,
-      closed: false,
-    };
-    this.#grants.get(user)?.sockets.forEach((s) => s.destroy()); // a stale grant of the attempt
-    this.#grants.set(user, g);
     const host = isIP(this.#cfg.host) === 6 ? `[${this.#cfg.host}]` : this.#cfg.host;
-    return {
-      proxyUrl: `http://${encodeURIComponent(user)}:${secret}@${host}:${this.port}`,
-      bytes: () => g.bytes,
-      close: () => {
-        g.closed = true;
-        for (const s of g.sockets) s.destroy();
-        if (this.#grants.get(user) === g) this.#grants.delete(user);
-      },
-    };
+    return this.#grants.open(
+      id,
+      allow,
+      (user, secret) => `http://${encodeURIComponent(user)}:${secret}@${host}:${this.port}`,
+    );
   }
 
   /** Stops listening and cuts every open connection. */
   async close(): Promise<void> {
-    for (const g of this.#grants.values()) for (const s of g.sockets) s.destroy();
-    this.#grants.clear();
+    this.#grants.closeAll();
     const closed = new Promise<void>((resolve) => this.#server.close(() => resolve()));
     for (const s of this.#clients) s.destroy();
     this.#server.closeAllConnections();
     await closed;
-  }
-
-  /** The grant a request's Proxy-Authorization names, or undefined. */
-  #grantOf(headers: IncomingHttpHeaders): Grant | undefined {
-    const m = /^Basic ([A-Za-z0-9+/=]{1,512})$/.exec(headers["proxy-authorization"] ?? "");
-    if (m === null) return undefined;
-    const decoded = Buffer.from(m[1]!, "base64").toString("utf8");
-    const colon = decoded.indexOf(":");
-    if (colon < 0) return undefined;
-    let user: string;
-    try {
-      user = decodeURIComponent(decoded.slice(0, colon));
-    } catch {
-      return undefined;
-    }
-    const g = this.#grants.get(user);
-    const given = Buffer.from(decoded.slice(colon + 1));
-    if (g === undefined || g.closed || given.length !== g.password.length) return undefined;
-    return timingSafeEqual(given, g.password) ? g : undefined;
   }
 
   /**
@@ -275,32 +193,6 @@ export class EgressProxy {
         reason: `${host} resolves only to internal addresses (${addresses.join(", ") || "none"})`,
       };
     return { address: ok };
-  }
-
-  /**
-   * Takes one of the attempt's connection places at once (before any await, so concurrent
-   * requests cannot all pass the bound): a release to call exactly when the connection ends,
-   * or the refusal.
-   */
-  #admit(g: Grant): (() => void) | Outcome {
-    if (g.open >= this.#cfg.maxConnectionsPerRun)
-      return {
-        status: 429,
-        reason: `the attempt has ${this.#cfg.maxConnectionsPerRun} connections open already`,
-      };
-    g.open++;
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      g.open--;
-    };
-  }
-
-  /** Adds a chunk to the grant's bytes; past the bound, cuts every connection of the attempt. */
-  #count(g: Grant, n: number): void {
-    g.bytes += n;
-    if (g.bytes > this.#cfg.maxBytesPerRun) for (const s of g.sockets) s.destroy();
   }
 
   #logLine(
@@ -352,14 +244,14 @@ export class EgressProxy {
       if (!client.destroyed) rawResponse(client, out.status, out.reason ?? "", extra);
       this.#logLine(g, "CONNECT", target, out, started, bytes);
     };
-    const g = this.#grantOf(req.headers);
+    const g = this.#grants.of(req.headers);
     if (g === undefined)
       return refuse(
         undefined,
         { status: 407, reason: "proxy credential missing or wrong" },
         AUTH_CHALLENGE,
       );
-    const release = this.#admit(g);
+    const release = this.#grants.admit(g);
     if (typeof release !== "function") return refuse(g, release);
     const m = /^(\[[^\]]{1,64}\]|[^:[\]]{1,255}):([0-9]{1,5})$/.exec(target);
     const verdict =
@@ -392,7 +284,7 @@ export class EgressProxy {
     client.write(`HTTP/1.1 200 Connection established${CRLF}${CRLF}`);
     if (head.length > 0) {
       bytes.up += head.length;
-      this.#count(g, head.length);
+      this.#grants.count(g, head.length);
       upstream.write(head);
     }
     this.#pipe(g, client, upstream, bytes);
@@ -422,11 +314,11 @@ export class EgressProxy {
   #pipe(g: Grant, client: Duplex, upstream: Socket, bytes: { up: number; down: number }): void {
     client.on("data", (c: Buffer) => {
       bytes.up += c.length;
-      this.#count(g, c.length);
+      this.#grants.count(g, c.length);
     });
     upstream.on("data", (c: Buffer) => {
       bytes.down += c.length;
-      this.#count(g, c.length);
+      this.#grants.count(g, c.length);
     });
     client.on("error", () => upstream.destroy());
     upstream.on("error", () => client.destroy());
@@ -445,7 +337,7 @@ export class EgressProxy {
       res.end(`${out.reason ?? ""}\n`);
       this.#logLine(g, method, target, out, started, bytes);
     };
-    const g = this.#grantOf(req.headers);
+    const g = this.#grants.of(req.headers);
     if (g === undefined)
       return refuse(
         undefined,
@@ -454,7 +346,7 @@ export class EgressProxy {
           "proxy-authenticate": 'Basic realm="kairos-egress"',
         },
       );
-    const release = this.#admit(g);
+    const release = this.#grants.admit(g);
     if (typeof release !== "function") return refuse(g, release);
     let url: URL | undefined;
     try {
@@ -521,7 +413,7 @@ export class EgressProxy {
     };
     req.on("data", (c: Buffer) => {
       at.bytes.up += c.length;
-      this.#count(g, c.length);
+      this.#grants.count(g, c.length);
     });
     req.pipe(upstream);
     upstream.once("timeout", () => upstream.destroy(new Error("no answer in time")));
@@ -531,7 +423,7 @@ export class EgressProxy {
       res.writeHead(status, { ...back, connection: "close" });
       up.on("data", (c: Buffer) => {
         at.bytes.down += c.length;
-        this.#count(g, c.length);
+        this.#grants.count(g, c.length);
       });
       up.pipe(res);
       up.once("error", () => res.destroy());

@@ -38,7 +38,6 @@ import { NatsApiService } from "../nats-api/service.ts";
 import {
   natsApiConfigFor,
   registerSchedulerActors,
-  serveApiRole,
   serveMetrics,
   startWorker,
   workerDirectory,
@@ -47,6 +46,7 @@ import {
   type ProcessOptions,
   type SchedulerParts,
 } from "./start-roles.ts";
+import { serveApiRole } from "./api-role.ts";
 
 export type { ProcessOptions } from "./start-roles.ts";
 
