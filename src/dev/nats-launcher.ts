@@ -82,6 +82,20 @@ function installExitHook(): void {
   });
 }
 
+/**
+ * For test processes: a terminating signal (a test runner cancelling a file) first kills every
+ * server this process launched, then ends the process as the signal would have. The `exit` hook
+ * alone does not run when a signal ends a process. Not for `kairos dev`, which stops its servers
+ * itself on a signal.
+ */
+export function killServersOnSignal(): void {
+  for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"] as const)
+    process.once(sig, () => {
+      for (const c of live) c.kill("SIGKILL");
+      process.kill(process.pid, sig); // the listener is gone: the default action now
+    });
+}
+
 export async function launchNatsServer(opts: LaunchOptions): Promise<NatsServerHandle> {
   installExitHook();
   mkdirSync(opts.storeDir, { recursive: true });

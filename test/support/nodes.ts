@@ -5,7 +5,7 @@
  * exits, whatever happened. KAIROS_TEST_NODE_LOGS=<dir> keeps each node's output in <dir>.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream } from "node:fs";
+import { createWriteStream, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import type { NodeEvent } from "../../src/cluster/events.ts";
@@ -89,6 +89,7 @@ export function spawnNode(o: SpawnOptions): NodeProc {
   // KAIROS_TEST_NODE_LOGS=<dir>: every node's stdout and stderr, kept for a post-mortem.
   const logDir = process.env["KAIROS_TEST_NODE_LOGS"];
   if (logDir) {
+    mkdirSync(logDir, { recursive: true });
     const out = createWriteStream(join(logDir, `${o.nodeId}-${child.pid}.log`));
     child.stdout.pipe(out, { end: false });
     child.stderr.pipe(out, { end: false });
