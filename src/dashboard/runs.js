@@ -23,7 +23,14 @@ export const RUN_STATUSES = [
   "skipped",
   "missed",
 ];
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
+export const TERMINAL = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+  "missed",
+]);
 
 /** @typedef {import("./app.js").Ctx} Ctx */
 
