@@ -294,6 +294,46 @@ describe("tenant quotas on NATS", () => {
   });
 });
 
+describe("the max_jobs counter groups a process's updates", () => {
+  it("reserves and releases that arrive during one CAS share the next write; the cap holds", async () => {
+    const { kv } = await freshBucket();
+    const dir = new KvTenantDirectory(kv, { clock: new FakeClock() });
+    const { tenant } = await dir.createTenant("grouped");
+    await dir.setQuota(tenant.tenant_id, { max_jobs: 150 });
+    let writes = 0;
+    const counted = new Proxy(kv, {
+      get(target, prop, receiver) {
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        if (typeof v !== "function") return v;
+        return (...args: unknown[]) => {
+          if (prop === "update" || prop === "create") writes++;
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    const counter = new TenantJobCounter(counted, async () => 0, pace);
+    const results = await Promise.allSettled(
+      Array.from({ length: 200 }, () => counter.reserve(tenant.tenant_id)),
+    );
+    assert.equal(results.filter((r) => r.status === "fulfilled").length, 150);
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 150);
+    // One write for the first reserve, one for the 199 that queued behind it.
+    assert.ok(writes <= 3, `${writes} counter writes for 200 reserves`);
+    // Releases and reserves in one group: the releases first, then the reserves that fit.
+    writes = 0;
+    const mixed = await Promise.allSettled([
+      counter.reserve(tenant.tenant_id), // alone: at the cap, refused
+      ...Array.from({ length: 10 }, () => counter.release(tenant.tenant_id)),
+      ...Array.from({ length: 12 }, () => counter.reserve(tenant.tenant_id)),
+    ]);
+    assert.equal(mixed[0].status, "rejected");
+    const reserved = mixed.slice(11).filter((r) => r.status === "fulfilled").length;
+    assert.equal(reserved, 10, "the ten places freed in the group are taken");
+    assert.equal(await readJobCount(kv, tenant.tenant_id), 150);
+    assert.ok(writes <= 2, `${writes} counter writes for the mixed group`);
+  });
+});
+
 interface CliResult {
   code: number | null;
   stdout: string;

@@ -1,0 +1,166 @@
+/**
+ * The customer API under load (`npm run bench -- api [--jobs 10000] [--batch-jobs 20000]
+ * [--in-flight 64] [--no-md]`): one `kairos node --roles api,scheduler` on a real nats-server,
+ * one tenant, default settings except the per-tenant request rate (off, `--rate-limit 0`, so the
+ * figure is the node's, not the limiter's) and the tenant's `max_jobs` (raised to fit the jobs).
+ *
+ * 1. `--jobs` creates one by one (`POST /v1/jobs`), `--in-flight` at once: creates a second and
+ *    each create's latency.
+ * 2. `--batch-jobs` more through `POST /v1/jobs:batch`, 1,000 a request, 4 requests at once.
+ * 3. the list: the first page (`GET /v1/jobs?limit=50`, 50 reads one at a time) and a walk of
+ *    every job 100 at a time (the total and each page's latency).
+ * Jobs are due far in the future (`{at}` in 2100): nothing fires meanwhile. The last line printed
+ * is a JSON summary.
+ */
+import { performance } from "node:perf_hooks";
+import { startKairosFixture } from "../test/support/kairos.ts";
+import { appendSection, machine } from "./report.ts";
+
+function parseArgs(args: string[]) {
+  const int = (name: string, dflt: number): number => {
+    const i = args.indexOf(`--${name}`);
+    if (i < 0) return dflt;
+    const v = Number(args[i + 1]);
+    if (!Number.isInteger(v) || v < 1)
+      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
+    return v;
+  };
+  return {
+    jobs: int("jobs", 10_000),
+    batchJobs: int("batch-jobs", 20_000),
+    inFlight: int("in-flight", 64),
+    md: !args.includes("--no-md"),
+  };
+}
+
+const BATCH = 1000;
+const BATCHES_IN_FLIGHT = 4;
+
+const spec = (i: number) => ({
+  name: `bench-${i}`,
+  schedule: { at: "2100-01-01T00:00:00Z" },
+  task: { image: "busybox", args: ["true"] },
+});
+
+function quantiles(ms: number[]): { p50: number; p99: number; max: number } {
+  const s = [...ms].sort((a, b) => a - b);
+  const q = (p: number) =>
+    Math.round(s[Math.min(s.length - 1, Math.floor(p * s.length))]! * 10) / 10;
+  return { p50: q(0.5), p99: q(0.99), max: Math.round(s[s.length - 1]! * 10) / 10 };
+}
+
+/** Runs `n` tasks with `lanes` at once; each task's latency in ms. */
+async function lanes(
+  n: number,
+  width: number,
+  task: (i: number) => Promise<void>,
+): Promise<number[]> {
+  const ms: number[] = [];
+  let next = 0;
+  const lane = async () => {
+    for (let i = next++; i < n; i = next++) {
+      const t0 = performance.now();
+      await task(i);
+      ms.push(performance.now() - t0);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, n) }, lane));
+  return ms;
+}
+
+export async function run(args: string[]): Promise<void> {
+  const o = parseArgs(args);
+  const fx = await startKairosFixture();
+  try {
+    const url = await fx.apiUrl(fx.spawn("api-bench", "api,scheduler", ["--rate-limit", "0"]));
+    const t = await fx.newTenant("bench");
+    await fx.tenants.setQuota(t.tenant_id, { max_jobs: o.jobs + o.batchJobs + 1000 });
+    const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
+      const res = await fetch(`${url}${path}`, {
+        method,
+        headers: {
+          authorization: `Bearer ${t.api_key}`,
+          ...(body !== undefined ? { "content-type": "application/json" } : {}),
+        },
+        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      });
+      const text = await res.text();
+      if (res.status >= 300)
+        throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+      return JSON.parse(text) as unknown;
+    };
+
+    // 1. One by one.
+    let t0 = performance.now();
+    const createMs = await lanes(o.jobs, o.inFlight, async (i) => {
+      await call("POST", "/v1/jobs", spec(i));
+    });
+    const createS = (performance.now() - t0) / 1000;
+
+    // 2. Batches.
+    const batches = Math.ceil(o.batchJobs / BATCH);
+    t0 = performance.now();
+    let failed = 0;
+    const batchMs = await lanes(batches, BATCHES_IN_FLIGHT, async (b) => {
+      const n = Math.min(BATCH, o.batchJobs - b * BATCH);
+      const r = (await call("POST", "/v1/jobs:batch", {
+        jobs: Array.from({ length: n }, (_, i) => ({ job: spec(o.jobs + b * BATCH + i) })),
+      })) as { failed: number };
+      failed += r.failed;
+    });
+    const batchS = (performance.now() - t0) / 1000;
+    if (failed > 0) throw new Error(`${failed} items of the batches failed`);
+
+    // 3. Lists.
+    const firstMs = await lanes(50, 1, async () => {
+      await call("GET", "/v1/jobs?limit=50");
+    });
+    const walkMs: number[] = [];
+    let listed = 0;
+    let cursor: string | null = null;
+    t0 = performance.now();
+    do {
+      const p0 = performance.now();
+      const page = (await call(
+        "GET",
+        `/v1/jobs?limit=100${cursor !== null ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      )) as { jobs: unknown[]; next_cursor: string | null };
+      walkMs.push(performance.now() - p0);
+      listed += page.jobs.length;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+    const walkS = (performance.now() - t0) / 1000;
+    const total = o.jobs + o.batchJobs;
+    if (listed !== total) throw new Error(`the walk listed ${listed} jobs of ${total}`);
+
+    const summary = {
+      bench: "api",
+      jobs: o.jobs,
+      batch_jobs: o.batchJobs,
+      in_flight: o.inFlight,
+      creates_per_s: Math.round(o.jobs / createS),
+      create_ms: quantiles(createMs),
+      batch_jobs_per_s: Math.round(o.batchJobs / batchS),
+      batch_request_ms: quantiles(batchMs),
+      tenant_jobs: total,
+      first_page_ms: quantiles(firstMs),
+      walk_s: Math.round(walkS * 10) / 10,
+      walk_page_ms: quantiles(walkMs),
+    };
+    const lines = [
+      `creates one by one: ${summary.creates_per_s}/s (${o.inFlight} in flight), p50 ${summary.create_ms.p50} ms, p99 ${summary.create_ms.p99} ms`,
+      `batch creates: ${summary.batch_jobs_per_s} jobs/s (${BATCH} a request, ${BATCHES_IN_FLIGHT} at once), request p50 ${summary.batch_request_ms.p50} ms`,
+      `list with ${total} jobs: first page (50) p50 ${summary.first_page_ms.p50} ms, p99 ${summary.first_page_ms.p99} ms; walk of every job 100 a page ${summary.walk_s} s (page p50 ${summary.walk_page_ms.p50} ms, p99 ${summary.walk_page_ms.p99} ms)`,
+    ];
+    for (const l of lines) console.log(l);
+    if (o.md)
+      await appendSection(
+        `api (${new Date().toISOString().slice(0, 10)})`,
+        [machine(), `npm run bench -- api ${args.join(" ")}`.trim()],
+        lines,
+      );
+    console.log(JSON.stringify(summary));
+  } finally {
+    await fx.stop();
+  }
+}
