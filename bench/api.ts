@@ -39,7 +39,7 @@ const BATCHES_IN_FLIGHT = 4;
 const spec = (i: number) => ({
   name: `bench-${i}`,
   schedule: { at: "2100-01-01T00:00:00Z" },
-  task: { image: "busybox", args: ["true"] },
+  task: { image: "busybox", args: ["true"], timeout_s: 10 },
 });
 
 function quantiles(ms: number[]): { p50: number; p99: number; max: number } {

@@ -37,6 +37,7 @@ import { parseSubscriptionBody } from "./subscription-body.ts";
 import type { SubscriptionService, SubscriptionView } from "../protocol/events.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
+import { createBatch, parseBatchBody, type BatchOutcome } from "./job-batch.ts";
 
 /** What the operations need. */
 export interface OperationDeps {
@@ -93,6 +94,8 @@ export interface CreateJobResult {
 /** The customer operations of one API node. */
 export interface Operations {
   createJob(tenant: Tenant, input: CreateJobInput): Promise<CreateJobResult>;
+  /** A batch create (job-batch.ts): each item's outcome, in order. */
+  createJobs(tenant: Tenant, input: { body: BodyReader }): Promise<BatchOutcome[]>;
   listJobs(tenant: Tenant, input: PageInput): Promise<Page<JobView>>;
   getJob(tenant: Tenant, jobId: string | undefined): Promise<JobView>;
   patchJob(tenant: Tenant, input: PatchJobInput): Promise<JobView>;
@@ -196,15 +199,27 @@ function subscriptionOperations(
 /** The operations over a jobs service. */
 export function createOperations(deps: OperationDeps): Operations {
   const { jobs, clock } = deps;
+  /** One create, its key already checked: the body validated, the task checked, then made. */
+  const createOne = (
+    tenant: Tenant,
+    idempotencyKey: string | undefined,
+    body: unknown,
+  ): Promise<CreateJobResult> => {
+    const spec = parseCreateBody(body, clock.now());
+    checkTask(tenant, deps, spec.task);
+    return idempotencyKey === undefined
+      ? jobs.createJob(tenant.tenant_id, spec)
+      : jobs.createJob(tenant.tenant_id, spec, idempotencyKey);
+  };
   return {
     ...subscriptionOperations(deps),
     async createJob(tenant, input) {
       const idempotencyKey = parseIdempotencyKey(input.idempotencyKey);
-      const spec = parseCreateBody(await input.body(), clock.now());
-      checkTask(tenant, deps, spec.task);
-      return idempotencyKey === undefined
-        ? jobs.createJob(tenant.tenant_id, spec)
-        : jobs.createJob(tenant.tenant_id, spec, idempotencyKey);
+      return createOne(tenant, idempotencyKey, await input.body());
+    },
+    async createJobs(tenant, input) {
+      const items = parseBatchBody(await input.body());
+      return createBatch(items, (key, job) => createOne(tenant, key, job));
     },
     async listJobs(tenant, input) {
       return jobs.listJobs(tenant.tenant_id, pageOf(input));

@@ -7,8 +7,9 @@
  * route are mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
  * answered before its request's body arrived also closes the connection (`closeIfBodyUnread`).
  */
-import { Hono, type Context } from "hono";
+import { Hono, type Context, type MiddlewareHandler } from "hono";
 import { createOperations } from "../app/operations.ts";
+import { MAX_BATCH_BODY_BYTES } from "../app/job-batch.ts";
 import type { JobsService, Tenant, TenantDirectory } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -104,6 +105,13 @@ function cachedTenants(
   };
 }
 
+/** The body limit of a route: a batch create's own, larger one; `maxBytes` for every other. */
+function bodyLimits(maxBytes: number): MiddlewareHandler {
+  const batch = limitBody(Math.max(maxBytes, MAX_BATCH_BODY_BYTES));
+  const other = limitBody(maxBytes);
+  return (c, next) => (c.req.path === "/v1/jobs:batch" ? batch(c, next) : other(c, next));
+}
+
 /** Builds the API application; serve it with `serveApi` or call `app.request()` in tests. */
 export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
@@ -156,7 +164,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
         );
       await next();
     },
-    limitBody(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
+    bodyLimits(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
   );
   const ops = createOperations({
     jobs: deps.jobs,
@@ -165,7 +173,7 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
     ...(deps.taskLimits ? { taskLimits: deps.taskLimits } : {}),
     ...(deps.subscriptions ? { subscriptions: deps.subscriptions } : {}),
   });
-  registerJobRoutes(app, ops);
+  registerJobRoutes(app, ops, logError);
   registerRunRoutes(app, ops);
   registerSubscriptionRoutes(app, ops);
   return app;

@@ -11,7 +11,9 @@ import { JWKS_MAX_AGE_S } from "./jwks.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
 import { MAX_CANCEL_NOTE_CHARS } from "../app/cancel-body.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
+import { MAX_BATCH_BODY_BYTES, MAX_BATCH_JOBS } from "../app/job-batch.ts";
 import {
+  BatchCreateResultSchema,
   ErrorSchema,
   JobPageSchema,
   JobViewSchema,
@@ -124,6 +126,7 @@ function paths(): Json {
   return {
     ...servicePaths(),
     ...jobPaths(),
+    ...batchPath(),
     ...runPaths(),
     ...cancelPath(),
     ...subscriptionPaths({ json, ref, errors, param }),
@@ -193,6 +196,54 @@ function servicePaths(): Json {
 
 /** Either credential: an API key, or the run token of this run or job. */
 const keyOrRunToken: Json[] = [{ bearer: [] }, { runToken: [] }];
+
+/** The batch create: the body's envelope around CreateJobRequest items. */
+function batchPath(): Json {
+  return {
+    "/v1/jobs:batch": {
+      post: {
+        summary: `Create up to ${MAX_BATCH_JOBS} jobs, each with its own result`,
+        description: `Each item is created as \`POST /v1/jobs\` would create it (with its \`idempotency_key\` as the Idempotency-Key) and answered with the status and job or error that create would have answered. A body up to ${MAX_BATCH_BODY_BYTES} bytes.`,
+        requestBody: {
+          required: true,
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["jobs"],
+                additionalProperties: false,
+                properties: {
+                  jobs: {
+                    type: "array",
+                    minItems: 1,
+                    maxItems: MAX_BATCH_JOBS,
+                    items: {
+                      type: "object",
+                      required: ["job"],
+                      additionalProperties: false,
+                      properties: {
+                        job: ref("CreateJobRequest"),
+                        idempotency_key: {
+                          type: "string",
+                          minLength: 1,
+                          maxLength: MAX_IDEMPOTENCY_KEY_CHARS,
+                        },
+                      },
+                    },
+                  },
+                },
+              },
+            },
+          },
+        },
+        responses: {
+          "200": json(ref("BatchCreateResult"), "every item's result, in order"),
+          ...errors(400, 413),
+        },
+      },
+    },
+  };
+}
 
 /** Jobs: create, list, get, change, delete. */
 function jobPaths(): Json {
@@ -399,6 +450,7 @@ export function openApiDocument(): Json {
             ["JobPage", JobPageSchema],
             ["RunPage", RunPageSchema],
             ["Error", ErrorSchema],
+            ["BatchCreateResult", BatchCreateResultSchema],
           ],
           "output",
         ),

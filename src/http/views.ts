@@ -99,3 +99,24 @@ export const ErrorSchema = z.object({
       .meta({ description: "the offending input, e.g. task.timeout_s or If-Match" }),
   }),
 });
+
+/** The answer of a batch create: counts, and each item's result in the items' order. */
+export const BatchCreateResultSchema = z.object({
+  created: z.number().int().meta({ description: "items answered 201" }),
+  replayed: z
+    .number()
+    .int()
+    .meta({ description: "items answered 200 (an idempotency key's replay)" }),
+  failed: z.number().int().meta({ description: "items answered 4xx or 5xx" }),
+  results: z.array(
+    z.object({
+      index: z.number().int().meta({ description: "the item's place in `jobs`" }),
+      status: z
+        .number()
+        .int()
+        .meta({ description: "what `POST /v1/jobs` would have answered for this item" }),
+      job: JobViewSchema.optional(),
+      error: ErrorSchema.shape.error.optional(),
+    }),
+  ),
+});

@@ -24,7 +24,7 @@ interface Batch {
 const job = (name: string) => ({
   name,
   schedule: { cron: "0 9 * * 1-5", time_zone: "Asia/Kolkata" },
-  task: { image: "busybox", args: ["true"] },
+  task: { image: "busybox", args: ["true"], timeout_s: 10 },
 });
 
 describe("batch create end to end", { timeout: 300_000 }, () => {
@@ -48,7 +48,7 @@ describe("batch create end to end", { timeout: 300_000 }, () => {
         { job: job("a") },
         { job: { ...job("b"), schedule: { cron: "61 * * * *" } } },
         { job: job("c"), idempotency_key: "c-1" },
-        { job: { ...job("d"), task: { image: "busybox", timeout_s: -1 } } },
+        { job: { ...job("d"), task: { image: "busybox", args: ["true"], timeout_s: -1 } } },
         { job: job("e"), nope: 1 },
         "not an item",
       ],
@@ -64,10 +64,11 @@ describe("batch create end to end", { timeout: 300_000 }, () => {
         [4, 400],
         [5, 400],
       ],
+      JSON.stringify(r.body.results.map((x) => x.error ?? x.status)),
     );
     assert.deepEqual([r.body.created, r.body.replayed, r.body.failed], [2, 0, 4]);
     const [a, b, , d, e, f] = r.body.results;
-    assert.equal(b!.error!.code, "invalid_schedule");
+    assert.equal(b!.error!.code, "invalid_argument");
     assert.equal(b!.error!.field, "jobs[1].job.schedule.cron");
     assert.match(b!.error!.message, /^jobs\[1\]: /);
     assert.equal(d!.error!.field, "jobs[3].job.task.timeout_s");

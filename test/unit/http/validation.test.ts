@@ -583,6 +583,7 @@ describe("/openapi.json", () => {
       "PATCH /v1/jobs/{job_id}",
       "POST /v1/jobs",
       "POST /v1/jobs/{job_id}/runs",
+      "POST /v1/jobs:batch",
       "POST /v1/runs/{run_id}/cancel",
       "POST /v1/subscriptions",
     ]);
