@@ -235,7 +235,10 @@ export const RetrySchema = z
 /** Misfire policy. */
 export const MisfireSchema = z.strictObject({
   policy: z.enum(MISFIRES).default("run_once"),
-  starting_deadline_s: intIn(1, 86_400).nullable().optional(),
+  starting_deadline_s: intIn(1, 86_400).nullable().optional().meta({
+    description:
+      "a run not started within this many seconds of its due time is recorded missed (fired late, or waiting for a slot or a worker); null: for a cron job the gap to its next occurrence, 10-300 s",
+  }),
 });
 
 const nameSchema = z.string().min(1).max(LIMITS.nameChars).nullable();

@@ -1,6 +1,7 @@
 /**
  * `kairos admin`: tenants and API keys.
- *   tenant create <name> | get <id> | quota <id> [--max-concurrent N] [--max-jobs N] [--weight W]
+ *   tenant create <name> | get <id> | quota <id> [--max-concurrent N] [--max-jobs N]
+ *                                          [--max-waiting N] [--weight W]
  *   tenant images <id> [entries...] [--clear]       the images the tenant may name (CAS)
  *   tenant egress <id> [destinations...] [--clear]  where its egress tasks may connect (CAS)
  *   tenant registry <id> <registry> --username U --password-stdin | --clear
@@ -20,6 +21,7 @@ import { connectNats } from "../cluster/nats.ts";
 import { readJobCount } from "../slots/job-quota.ts";
 import { systemClock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
+import { MAX_WAITING_RUNS_LIMIT } from "../protocol/service.ts";
 import {
   KvTenantDirectory,
   publicTenant,
@@ -73,6 +75,7 @@ async function withDirectory<T>(
 interface QuotaFlags {
   maxConcurrent?: string;
   maxJobs?: string;
+  maxWaiting?: string;
   weight?: string;
 }
 
@@ -81,8 +84,8 @@ const POSITIVE_NUMBER = /^(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$/;
 
 /**
  * The quota flags as a `QuotaUpdate`, validated: `--max-concurrent` and `--max-jobs` positive
- * integers, `--weight` a positive number at most 1000, at least one flag. Throws
- * `invalid_argument` naming the flag.
+ * integers, `--max-waiting` a positive integer at most 100,000, `--weight` a positive number at
+ * most 1000, at least one flag. Throws `invalid_argument` naming the flag.
  */
 export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
   const q: QuotaUpdate = {};
@@ -99,6 +102,16 @@ export function parseQuotaFlags(f: QuotaFlags): QuotaUpdate {
   if (f.maxConcurrent !== undefined)
     q.max_concurrent_runs = int(f.maxConcurrent, "--max-concurrent");
   if (f.maxJobs !== undefined) q.max_jobs = int(f.maxJobs, "--max-jobs");
+  if (f.maxWaiting !== undefined) {
+    const n = int(f.maxWaiting, "--max-waiting");
+    if (n > MAX_WAITING_RUNS_LIMIT)
+      throw new KairosError(
+        "invalid_argument",
+        `--max-waiting: must be a positive integer at most ${MAX_WAITING_RUNS_LIMIT}, got ${JSON.stringify(f.maxWaiting)}`,
+        { field: "--max-waiting" },
+      );
+    q.max_waiting_runs = n;
+  }
   if (f.weight !== undefined) {
     const w = Number(f.weight);
     if (!POSITIVE_NUMBER.test(f.weight.trim()) || !(w > 0 && w <= 1000)) {
@@ -187,6 +200,7 @@ function registerTenantCreateAndGet(tenant: Command): void {
       console.log(`created             ${r.created_at}`);
       console.log(`max concurrent runs ${r.max_concurrent_runs}`);
       console.log(`max jobs            ${r.max_jobs}`);
+      console.log(`max waiting runs    ${r.max_waiting_runs}`);
       console.log(`weight              ${r.weight}`);
       console.log(
         `jobs                ${r.job_count ?? "not counted yet (counted from the first create)"}`,
@@ -252,11 +266,17 @@ function registerTenantSettings(tenant: Command): void {
     });
 
   common(tenant.command("quota <tenant_id>"))
-    .description("set a tenant's quotas (positive integers; weight a positive number ≤ 1000)")
+    .description(
+      "set a tenant's quotas (positive integers, max-waiting ≤ 100000; weight a positive number ≤ 1000)",
+    )
     .option("--max-concurrent <n>", "most runs of the tenant at once")
     .option(
       "--max-jobs <n>",
       "most jobs (a create over it answers 422 quota_exceeded; existing jobs stay)",
+    )
+    .option(
+      "--max-waiting <n>",
+      "most runs waiting for a slot (default 1000); a scheduled run asking beyond it is recorded throttled",
     )
     .option("--weight <w>", "share of the fleet relative to other tenants")
     .option("--json", "print the updated tenant record")
@@ -268,7 +288,7 @@ function registerTenantSettings(tenant: Command): void {
         return;
       }
       console.log(
-        `tenant ${t.tenant_id}: max_concurrent_runs ${t.max_concurrent_runs}, max_jobs ${t.max_jobs}, weight ${t.weight}`,
+        `tenant ${t.tenant_id}: max_concurrent_runs ${t.max_concurrent_runs}, max_jobs ${t.max_jobs}, max_waiting_runs ${t.max_waiting_runs}, weight ${t.weight}`,
       );
     });
 

@@ -32,7 +32,10 @@ export const EXIT = {
   runTimedOut: 11,
   /** `runs wait`: the run was `cancelled` (`runs cancel`, job paused or deleted, replaced by overlap). */
   runCancelled: 12,
-  /** `runs wait`: the run never executed: `skipped` (overlap) or `missed` (misfire). */
+  /**
+   * `runs wait`: the run never executed: `skipped` (overlap), `missed` (misfire or starting
+   * deadline) or `throttled` (a bounded backlog).
+   */
   runNotRun: 13,
   /** `runs wait --timeout`: still not ended when the wait gave up. */
   waitTimedOut: 14,
@@ -87,6 +90,7 @@ export function exitCodeOfRun(status: RunStatus): ExitCode | undefined {
       return EXIT.runCancelled;
     case "skipped":
     case "missed":
+    case "throttled":
       return EXIT.runNotRun;
     case "queued":
     case "leased":

@@ -2,7 +2,7 @@
  * `kairos runs wait <run_id>` (and `jobs run --wait`): reads the run until it ends, printing a
  * line on stderr each time it moves (status, attempt, worker, next retry), then the run on
  * stdout, and exits with the run's outcome (exit-codes.ts: 0 succeeded, 10 failed, 11 timed out,
- * 12 cancelled, 13 skipped or missed, 14 still running at `--timeout`).
+ * 12 cancelled, 13 skipped, missed or throttled, 14 still running at `--timeout`).
  *
  * There is no push channel for a run's changes, so it polls `GET /v1/runs/{id}`: every 250 ms at
  * first, slowing to every 2 s. Once the run has been read, an answer of "retry later" or no

@@ -22,6 +22,7 @@ export const RUN_STATUSES = [
   "cancelled",
   "skipped",
   "missed",
+  "throttled",
 ];
 export const TERMINAL = new Set([
   "succeeded",
@@ -30,6 +31,7 @@ export const TERMINAL = new Set([
   "cancelled",
   "skipped",
   "missed",
+  "throttled",
 ]);
 
 /** @typedef {import("./app.js").Ctx} Ctx */

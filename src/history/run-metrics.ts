@@ -3,7 +3,8 @@
  * of them (a decision counts only once its record is written). Each write is compared with the
  * record it replaces and every transition counted once: first `started_at` → dispatch lag; an
  * attempt's `outcome` → attempts (and lease expiries by kind); `retry_wait` or re-queue → retries;
- * `failed`/`timed_out` → dead letters. It also feeds `kairos_runs_waiting` (run-waiting.ts).
+ * `failed`/`timed_out` → dead letters; `throttled` → throttled runs. It also feeds
+ * `kairos_runs_waiting` (run-waiting.ts).
  *
  * Pitfalls: the baseline is the last record this node wrote or noted for the key, else the one
  * it read (`known` keeps a newer baseline — replacing it would count a start twice). A record this
@@ -15,6 +16,7 @@ import {
   countDeadLetter,
   countLeaseExpiry,
   countRetry,
+  countThrottled,
   observeDispatchLag,
 } from "../metrics/index.ts";
 import type { AttemptOutcome, RunStatus, RunView } from "../protocol/model.ts";
@@ -33,6 +35,7 @@ export interface RunMetricsSink {
   leaseExpiry(kind: LapseKind): void;
   retry(tenant: string): void;
   deadLetter(tenant: string): void;
+  throttled(tenant: string): void;
 }
 
 /**
@@ -47,6 +50,7 @@ export function prometheusSink(tenantLabels: boolean): RunMetricsSink {
     leaseExpiry: countLeaseExpiry,
     retry: (tenant) => countRetry(t(tenant)),
     deadLetter: (tenant) => countDeadLetter(t(tenant)),
+    throttled: (tenant) => countThrottled(t(tenant)),
   };
 }
 
@@ -143,6 +147,7 @@ export class RunMetrics {
         r.status === "queued" && (before.status === "leased" || before.status === "running");
       if (r.status === "retry_wait" || requeued) this.sink.retry(tenant);
       if (r.status === "failed" || r.status === "timed_out") this.sink.deadLetter(tenant);
+      if (r.status === "throttled") this.sink.throttled(tenant);
     }
   }
 }

@@ -61,7 +61,10 @@ export const RunViewSchema = z.looseObject({
   tenant_id: z.string(),
   scheduled_for: instant,
   trigger: z.enum(["schedule", "manual", "catch_up"]),
-  status: z.enum(RUN_STATUSES),
+  status: z.enum(RUN_STATUSES).meta({
+    description:
+      "queued, leased, running, retry_wait (active); succeeded, failed, timed_out, cancelled, skipped (overlap), missed (misfire, or not started within its starting deadline), throttled (beyond its job's or tenant's bound on runs waiting for a slot)",
+  }),
   attempt: z.int().min(0),
   attempts: z.array(attempt),
   created_at: instant,
@@ -74,7 +77,10 @@ export const RunViewSchema = z.looseObject({
       output: z.string().meta({ description: "tail of stdout/stderr, bounded" }),
     })
     .nullable(),
-  reason: z.string().nullable(),
+  reason: z
+    .string()
+    .nullable()
+    .meta({ description: "why a run is skipped, missed, throttled, cancelled or dead-lettered" }),
 });
 
 /** A page of jobs. */

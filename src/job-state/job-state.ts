@@ -59,6 +59,11 @@ export interface ActiveRun {
    * record means "not written yet", not "ended and pruned" (job-shell.ts `reconcile`).
    */
   recorded_after?: true;
+  /**
+   * Its starting deadline (backlog.ts `startingDeadlineMs`): not started by then, it ends `missed`
+   * instead of starting late. Absent: none (a run-now, a one-shot without `starting_deadline_s`).
+   */
+  deadline_ms?: number;
   created_at_ms: number;
   started_at_ms: number | null;
   next_attempt_at_ms: number | null;
@@ -132,6 +137,17 @@ export interface Draining {
  */
 export function slotsHeld(s: JobState): number {
   return s.runs.length + (s.draining?.length ?? 0);
+}
+
+/**
+ * The job's runs waiting for a tenant slot: queued and not granted (prepared ahead included). A
+ * job at its bound (`JobActorConfig.maxWaitingRuns`) prepares nothing ahead, and its occurrences
+ * falling due are recorded `throttled` (backlog.ts).
+ */
+export function waitingRuns(s: JobState): number {
+  let n = 0;
+  for (const r of s.runs) if (r.status === "queued" && !r.slot) n++;
+  return n;
 }
 
 export function activeRunViews(s: JobState): RunView[] {

@@ -19,6 +19,11 @@ export interface JobActorConfig {
   /** An occurrence fired later than this after its due time is a misfire. */
   misfireGraceMs: number;
   maxActiveRuns: number;
+  /**
+   * Most runs of one job waiting for a tenant slot (queued, not granted; backlog.ts
+   * `waitingRuns`): an occurrence of its schedule beyond it is recorded `throttled`.
+   */
+  maxWaitingRuns: number;
   queueLimit: number;
   catchUpLimit: number;
   redispatchDelayMs: number;
@@ -40,6 +45,7 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
   lookaheadMs: 300_000,
   misfireGraceMs: 10_000,
   maxActiveRuns: 100,
+  maxWaitingRuns: 10,
   queueLimit: 10,
   catchUpLimit: 100,
   redispatchDelayMs: 1_000,
@@ -65,6 +71,11 @@ export type JobMsg =
   | { kind: "fire" }
   /** `run_id` is the grant id (`<run_id>_<slot_seq>`, see `grantId`). */
   | { kind: "slot_granted"; run_id: string }
+  /**
+   * The tenant refused the ask named by grant id `run_id`: `waiting` of its runs already wait for
+   * a slot, its bound `max_waiting` (tenant-actor.ts). Only asks marked `throttle` are refused.
+   */
+  | { kind: "slot_throttled"; run_id: string; waiting: number; max_waiting: number }
   /**
    * Offer the run again (its timer). `fence`: from the dispatcher, when a worker advertised room
    * after the offer under that fence failed — only while the run still waits under it.
@@ -131,7 +142,9 @@ export type JobEffect =
   /**
    * `starts_in_ms`: how long until the run can start (a run prepared ahead holds its grant from
    * now): the grant lives that long plus the task's timeout plus the shell's grace. `start_at_ms`:
-   * when it can start (the tenant grants its waiting runs earliest start first).
+   * when it can start (the tenant grants its waiting runs earliest start first). `throttle`: the
+   * tenant may refuse it when its backlog is at its bound (a run of the schedule never attempted;
+   * answered `slot_throttled`).
    */
   | {
       kind: "acquire_slot";
@@ -140,6 +153,7 @@ export type JobEffect =
       timeout_s: number;
       starts_in_ms: number;
       start_at_ms: number;
+      throttle?: true;
     }
   | { kind: "release_slot"; grant: string }
   | {

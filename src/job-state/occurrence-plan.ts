@@ -11,7 +11,7 @@
  */
 import { compileSchedule, spreadOffsetMs, type CompiledSchedule } from "../schedule/index.ts";
 import type { JobActorConfig } from "./job-types.ts";
-import type { ActiveRun, JobState } from "./job-state.ts";
+import { waitingRuns, type ActiveRun, type JobState } from "./job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
 
 const schedules = new Map<string, CompiledSchedule>();
@@ -47,7 +47,18 @@ export function scheduleOf(spec: JobSpec): CompiledSchedule {
  *   window, they fire at the due instant as without look-ahead (`aheadFor`).
  */
 export function lookahead(cfg: JobActorConfig, s: JobState, now: number): number {
-  return aheadFor(s, now) && undecided(s, now) === undefined ? windowOf(cfg, s) : 0;
+  return aheadFor(s, now) && !atBound(cfg, s) && undecided(s, now) === undefined
+    ? windowOf(cfg, s)
+    : 0;
+}
+
+/**
+ * A job whose runs waiting for a slot are at its bound prepares nothing ahead: its next
+ * occurrence is fired and judged at its due time (backlog.ts `jobThrottle`), not throttled
+ * minutes early for a backlog that may be gone by then.
+ */
+function atBound(cfg: JobActorConfig, s: JobState): boolean {
+  return waitingRuns(s) >= cfg.maxWaitingRuns;
 }
 
 /** The shortest look-ahead window of a job whose occurrences come close together (see `windowOf`). */
@@ -152,7 +163,7 @@ export function fireAt(cfg: JobActorConfig, s: JobState, now: number): number {
   const due = s.next_run_at_ms!;
   if (!s.job) return due;
   // A run prepared ahead closes the window until its due instant (one ahead at a time).
-  const la = aheadFor(s, now) ? windowOf(cfg, s) : 0;
+  const la = aheadFor(s, now) && !atBound(cfg, s) ? windowOf(cfg, s) : 0;
   if (la <= 0) return due;
   const at = due - la + spreadOffsetMs(s.job.job_id, due, Math.floor(la / 2000));
   const waitFor = undecided(s, now);

@@ -55,6 +55,8 @@ export interface SlotDeps {
   graceMs?: number;
   /** The tenant's maximum of concurrent runs (from its record; cached by the caller). */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
+  /** The tenant's bound on waiting runs (from its record; cached by the caller). */
+  tenantMaxWaiting?: (tenantId: string) => Promise<number | undefined>;
   /** The tenant's weight for fair shares (from its record; cached by the caller). */
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
   /** The node's slot broker (default: one for this registration). */
@@ -98,6 +100,7 @@ function slotBroker(deps: JobShellDeps): SlotBroker {
     fleetSlots: () => deps.workers.directory.capacity(),
     nowMs: () => deps.clock.now(),
     ...(slots.tenantMaxConcurrent ? { tenantMaxConcurrent: slots.tenantMaxConcurrent } : {}),
+    ...(slots.tenantMaxWaiting ? { tenantMaxWaiting: slots.tenantMaxWaiting } : {}),
     ...(slots.tenantWeight ? { tenantWeight: slots.tenantWeight } : {}),
   });
 }
@@ -139,8 +142,13 @@ function postPerformer(
             job: ctx.address.id,
             ttl_ms: fx.starts_in_ms + fx.timeout_s * 1000 + graceMs,
             start_at_ms: fx.start_at_ms,
+            ...(fx.throttle ? { throttle: true } : {}),
           },
-          () => ctx.tell({ kind: "slot_granted", run_id: fx.grant }),
+          {
+            granted: () => ctx.tell({ kind: "slot_granted", run_id: fx.grant }),
+            throttled: (waiting, max) =>
+              ctx.tell({ kind: "slot_throttled", run_id: fx.grant, waiting, max_waiting: max }),
+          },
         );
       case "release_slot":
         return slots.release(tenantId, fx.grant);

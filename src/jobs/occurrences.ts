@@ -3,7 +3,8 @@
  * one ahead), applies the misfire policy with bounded catch-up, and hands each to `occur`, which
  * applies the overlap policy — a new run (`createRun`, which asks for a slot at once), a terminal
  * `skipped`/`missed` record (`recordTerminal`), a place in the `queue`, or, for `replace`, the end
- * of the active runs. `settleNext` and `dropQueued` record occurrences that will now never run.
+ * of the active runs; beyond the job's backlog bound, a `throttled` record (backlog.ts).
+ * `settleNext` and `dropQueued` record occurrences that will now never run.
  *
  * Gotchas: records are `pre` effects, written before the job state (crash-safe order: a re-fire
  * finds the record and advances); the state change of a `fire` is deferred (not written until the
@@ -16,6 +17,7 @@ import { slotsHeld, terminalRunView, type ActiveRun } from "../job-state/job-sta
 import type { JobSpec, RunView } from "../protocol/model.ts";
 import { lookahead, needsGate, scheduleOf } from "../job-state/occurrence-plan.ts";
 import { askSlot } from "../runs/run-dispatch.ts";
+import { deadlineOf, jobThrottle } from "../job-state/backlog.ts";
 import { finish } from "../runs/run-lifecycle.ts";
 import type { Tx } from "../job-state/tx.ts";
 
@@ -51,6 +53,8 @@ export function createRun(
     // A run-now has no occurrence a re-fire could find again: its state write comes first.
     ...(trigger === "manual" ? { recorded_after: true as const } : {}),
   };
+  const deadline = deadlineOf(spec, r);
+  if (deadline !== undefined) r.deadline_ms = deadline;
   tx.s.runs.push(r);
   tx.putRun(r, true);
   // The decision at the due instant (skip if a blocking run is still active then; replace the
@@ -69,7 +73,7 @@ function recordTerminal(
   tx: Tx,
   scheduledForMs: number,
   trigger: RunView["trigger"],
-  status: "skipped" | "missed",
+  status: "skipped" | "missed" | "throttled",
   reason: string,
 ): void {
   const run_id = runIdFor(tx.job.job_id, scheduledForMs);
@@ -99,6 +103,9 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
     );
     return;
   }
+  const throttled = jobThrottle(tx.s, trigger, scheduledForMs, tx.now, tx.cfg.maxWaitingRuns);
+  if (throttled !== undefined)
+    return recordTerminal(tx, scheduledForMs, trigger, "throttled", throttled);
   switch (tx.job.spec.overlap) {
     case "allow":
       return createRun(tx, scheduledForMs, trigger, runId);

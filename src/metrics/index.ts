@@ -25,6 +25,7 @@ export const METRICS = {
   attempts: "kairos_attempts_total",
   retries: "kairos_retries_total",
   deadLetters: "kairos_dead_letters_total",
+  runsThrottled: "kairos_runs_throttled_total",
   partitionsHeld: "kairos_partitions_held",
   actorsActive: "kairos_actors_active",
   mailboxDepth: "kairos_mailbox_depth",
@@ -133,6 +134,12 @@ const deadLetters = new Counter({
   labelNames: ["tenant"] as const,
   registers: [registry],
 });
+const runsThrottled = new Counter({
+  name: METRICS.runsThrottled,
+  help: "Runs recorded throttled: an occurrence beyond its job's or its tenant's bound on runs waiting for a slot",
+  labelNames: ["tenant"] as const,
+  registers: [registry],
+});
 const pullGauge = (name: string, help: string, source: GaugeSourceName): Gauge =>
   new Gauge({
     name,
@@ -236,6 +243,11 @@ export function countRetry(tenant: string | undefined): void {
 /** A run was dead-lettered. */
 export function countDeadLetter(tenant: string | undefined): void {
   deadLetters.inc(tenantLabel(tenant));
+}
+
+/** A run was recorded `throttled` (a bounded backlog). */
+export function countThrottled(tenant: string | undefined): void {
+  runsThrottled.inc(tenantLabel(tenant));
 }
 
 /**

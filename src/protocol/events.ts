@@ -4,7 +4,8 @@
  *
  * A run ends once and raises: `run.succeeded`, `run.failed`, `run.timed_out`, `run.skipped` or
  * `run.missed` after its status; a run that ends `failed` or `timed_out` (its retries spent, or
- * not retryable) raises `run.dead_lettered` too. A cancelled run raises nothing.
+ * not retryable) raises `run.dead_lettered` too. A cancelled or throttled run raises nothing (under
+ * overload a tenant's throttled runs are counted in `kairos_runs_throttled_total`, not mailed).
  *
  * Pitfall: the event id is `<run_id>:<type>` (a run raises each type at most once); delivery is
  * at-least-once, so receivers dedupe on it.

@@ -7,7 +7,9 @@
  *   queued ─claim─▶ leased ─started─▶ running ─▶ succeeded | failed | timed_out | cancelled
  *     ▲               │                  │
  *     └─ retry_wait ◀─┴── retryable failure / lease expired (attempt < max) ──┘
- *   skipped (overlap) and missed (misfire) are recorded terminal at creation.
+ *   skipped (overlap), missed (misfire) and throttled (a bounded backlog) are recorded terminal
+ *   at creation; a run not started within its starting deadline ends missed, and one the tenant's
+ *   backlog bound refuses ends throttled, both from queued (never started).
  */
 
 import type { TaskInput } from "./worker.ts";
@@ -74,6 +76,7 @@ export const RUN_STATUSES = [
   "cancelled",
   "skipped",
   "missed",
+  "throttled",
 ] as const;
 export type RunStatus = (typeof RUN_STATUSES)[number];
 export const TERMINAL: ReadonlySet<RunStatus> = new Set([
@@ -83,6 +86,7 @@ export const TERMINAL: ReadonlySet<RunStatus> = new Set([
   "cancelled",
   "skipped",
   "missed",
+  "throttled",
 ]);
 
 /**
@@ -140,7 +144,10 @@ export interface RunView {
   finished_at: string | null;
   next_attempt_at: string | null;
   result: { exit_code: number | null; output: string } | null;
-  /** Why a run is skipped, missed, cancelled or failed (e.g. "dead-lettered after 3 attempts"). */
+  /**
+   * Why a run is skipped, missed, throttled, cancelled or failed (e.g. "dead-lettered after 3
+   * attempts").
+   */
   reason: string | null;
 }
 

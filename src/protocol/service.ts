@@ -46,6 +46,11 @@ export interface JobsService {
   ): Promise<Page<RunView>>;
 }
 
+/** A tenant's default bound on its runs waiting for a slot (`Tenant.max_waiting_runs`). */
+export const DEFAULT_MAX_WAITING_RUNS = 1_000;
+/** The largest `max_waiting_runs` (the tenant actor's hard limit on its waiting list). */
+export const MAX_WAITING_RUNS_LIMIT = 100_000;
+
 export interface Tenant {
   tenant_id: string;
   name: string;
@@ -53,6 +58,11 @@ export interface Tenant {
   max_concurrent_runs: number;
   max_jobs: number;
   weight: number;
+  /**
+   * Most runs of the tenant waiting for a slot (queued, not granted); a run of a schedule asking
+   * beyond it is recorded `throttled`. Absent in records made before it: DEFAULT_MAX_WAITING_RUNS.
+   */
+  max_waiting_runs?: number;
   webhook_url: string | null;
   /**
    * Images this tenant may name (src/sandbox/image-policy.ts); absent or null: the operator's

@@ -15,6 +15,7 @@ import { grantId, splitGrant } from "../protocol/ids.ts";
 import type { JobEffect, JobMsg } from "../job-state/job-types.ts";
 import type { ActiveRun, Draining } from "../job-state/job-state.ts";
 import type { D, Tx } from "../job-state/tx.ts";
+import { canMiss } from "../job-state/backlog.ts";
 
 /** Offers the attempt to one worker under a fence of its own (the shell picks the worker). */
 export function dispatch(tx: Tx, r: ActiveRun): void {
@@ -77,6 +78,9 @@ function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot
     timeout_s: tx.job.spec.task.timeout_s,
     starts_in_ms: Math.max(0, r.start_at_ms - tx.now),
     start_at_ms: Math.max(tx.now, r.start_at_ms),
+    // The tenant's backlog bound refuses only a run of the schedule never attempted: a run-now, a
+    // retry or a run offered before keeps its place (README, "Quotas and fairness").
+    ...(r.trigger !== "manual" && r.attempt === 0 && !r.slot ? { throttle: true as const } : {}),
   };
 }
 
@@ -90,10 +94,16 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
   // is granted by a message as slots free, not by these asks (lost asks only).
   const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
   const waited = tx.now - since;
-  tx.timer(`slot:${r.run_id}`, tx.now + slotRecheckMs(waited), {
-    kind: "slot_check",
-    run_id: r.run_id,
-  });
+  // At its starting deadline at the latest, while it can still miss it: the check then ends it
+  // `missed` (run-messages.ts). Never for a run that cannot (it started once): re-armed at a
+  // deadline already past, its check would come again at once, forever.
+  const at = tx.now + slotRecheckMs(waited);
+  const deadline = canMiss(r) ? r.deadline_ms : undefined;
+  tx.timer(
+    `slot:${r.run_id}`,
+    deadline === undefined ? at : Math.min(at, Math.max(tx.now, deadline)),
+    { kind: "slot_check", run_id: r.run_id },
+  );
 }
 
 /**

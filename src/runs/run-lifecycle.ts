@@ -22,6 +22,7 @@ import {
   type RunView,
 } from "../protocol/model.ts";
 import { askSlot, dispatch, drain, drained } from "./run-dispatch.ts";
+import { deadlineReason, pastDeadline } from "../job-state/backlog.ts";
 import { canMove, isLeased, moveRun } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
 
@@ -42,6 +43,17 @@ export const heartbeatKey = (runId: string, fence: number, worker: string): stri
 export const completionKey = (runId: string, fence: number, worker: string): string =>
   `complete|${heartbeatKey(runId, fence, worker)}`;
 
+/**
+ * A run waiting for a slot or a worker past its starting deadline (backlog.ts) ends `missed`
+ * instead of starting late (its slot, or its place in the tenant's waiting list, goes back);
+ * true when it did.
+ */
+export function missIfLate(tx: Tx, r: ActiveRun): boolean {
+  if (!pastDeadline(r, tx.now)) return false;
+  finish(tx, r, "missed", deadlineReason(r), null);
+  return true;
+}
+
 /** Cancels every timer a run may have armed (a run dropped without a terminal record). */
 export function cancelRunTimers(tx: Tx, runId: string): void {
   for (const t of ["slot", "dispatch", "gate", "retry", "lease"]) tx.cancelTimer(`${t}:${runId}`);
@@ -51,10 +63,13 @@ export function cancelRunTimers(tx: Tx, runId: string): void {
 export function finish(
   tx: Tx,
   r: ActiveRun,
-  status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped",
+  status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped" | "missed" | "throttled",
   reason: string | null,
   result: RunView["result"],
 ): RunView {
+  // Ended by the scheduler, not by its attempt: a worker holding it is told to drop it.
+  const stopped =
+    status === "cancelled" || status === "skipped" || status === "missed" || status === "throttled";
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
   // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What
@@ -70,7 +85,7 @@ export function finish(
   tx.cancelTimer(`slot:${r.run_id}`);
   if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
   const onWorker = isLeased(r) && r.worker !== null;
-  if (onWorker && (status === "cancelled" || status === "skipped")) {
+  if (onWorker && stopped) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker!, run_id: r.run_id, fence: r.fence });
   }
   // A cancelled attempt may still be executing until its worker has killed it: its slot is held
@@ -81,7 +96,7 @@ export function finish(
   // skipped at its due instant too: under `skip` throughout its worker only ever heard `hold`
   // (holdOf is monotone), but a patch of the overlap policy meanwhile (skip → allow → skip) may
   // have let an acknowledgement without `hold`, and so a cover, through.
-  if (r.slot && onWorker && (status === "cancelled" || status === "skipped"))
+  if (r.slot && onWorker && stopped)
     drain(tx, {
       run_id: r.run_id,
       fence: r.fence,
@@ -90,6 +105,10 @@ export function finish(
       until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs,
     });
   else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+  // Still asking for a slot: its place in the tenant's waiting list goes back too (the list is
+  // what the tenant's backlog bound counts; a grant already on its way is released with it).
+  else if (r.status === "queued" && status !== "throttled")
+    tx.post.push({ kind: "release_slot", grant: grantId(r) });
   const record = terminalRunView(tx.job, r, status, tx.now, {
     attempt: r.attempt,
     attempts: r.attempts,

@@ -9,7 +9,7 @@
  */
 import { assertNever } from "../lib/assert.ts";
 import type { HeartbeatAck } from "../protocol/worker.ts";
-import { grantId, parseRunId } from "../protocol/ids.ts";
+import { grantId, parseRunId, splitGrant } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
 import type { ActiveRun, JobState } from "../job-state/job-state.ts";
 import { firstAfter, holdOf } from "../job-state/occurrence-plan.ts";
@@ -23,6 +23,7 @@ import {
   holds,
   lapse,
   leaseEndMs,
+  missIfLate,
 } from "./run-lifecycle.ts";
 import { actsOn, canMove, isLeased, moveRun } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
@@ -49,9 +50,18 @@ export function onRunMessage(
   >,
 ): D {
   switch (m.kind) {
-    case "slot_granted":
+    case "slot_granted": {
+      // A grant that comes past the run's starting deadline starts nothing: the run is missed.
+      const { run_id, seq } = splitGrant(m.run_id);
+      const r = tx.run(run_id);
+      if (r && seq === (r.slot_seq ?? 0) && r.fence === 0 && missIfLate(tx, r))
+        return tx.done(null);
+      return onGrant(tx, m);
+    }
     case "slot_audit":
       return onGrant(tx, m);
+    case "slot_throttled":
+      return onThrottled(tx, m);
     case "redispatch": {
       const r = tx.run(m.run_id);
       // A wake for an offer that failed: nothing if the run was offered again since.
@@ -60,7 +70,7 @@ export function onRunMessage(
     }
     case "slot_check": {
       const r = tx.run(m.run_id);
-      if (actsOn("slot_check", r) && !r.slot) askSlot(tx, r);
+      if (actsOn("slot_check", r) && !r.slot && !missIfLate(tx, r)) askSlot(tx, r);
       return tx.done(null);
     }
     case "claimed":
@@ -98,9 +108,43 @@ export function onRunMessage(
 }
 
 function onRedispatch(tx: Tx, r: ActiveRun | undefined): D {
-  if (!actsOn("redispatch", r)) return tx.done(null);
+  if (!actsOn("redispatch", r) || missIfLate(tx, r)) return tx.done(null);
   if (!r.slot) askSlot(tx, r);
   else dispatch(tx, r); // a new fence: the earlier offer (if any) is dead
+  return tx.done(null);
+}
+
+/**
+ * The tenant refused this run's ask: its backlog is at its bound (tenant-actor.ts). A run still
+ * waiting for that very ask, never attempted, ends `throttled` — it holds no slot and is in no
+ * waiting list, so it gives nothing back. Any other answer (a later ask, a run since granted or
+ * attempted) is stale and changes nothing.
+ */
+function onThrottled(tx: Tx, m: RunMsg<"slot_throttled">): D {
+  const { run_id, seq } = splitGrant(m.run_id);
+  const r = tx.run(run_id);
+  if (
+    !r ||
+    seq !== (r.slot_seq ?? 0) ||
+    r.slot ||
+    r.status !== "queued" ||
+    r.attempt > 0 ||
+    r.trigger === "manual"
+  )
+    return tx.done(null);
+  // Prepared ahead of its due time: not refused for a backlog that may be gone by then. It asks
+  // again at its due time (it is in no waiting list meanwhile), when the bound decides.
+  if (r.start_at_ms > tx.now) {
+    tx.timer(`slot:${r.run_id}`, r.start_at_ms, { kind: "slot_check", run_id: r.run_id });
+    return tx.done(null);
+  }
+  finish(
+    tx,
+    r,
+    "throttled",
+    `backlog: the tenant has ${m.waiting} runs waiting for a slot (max_waiting_runs ${m.max_waiting})`,
+    null,
+  );
   return tx.done(null);
 }
 
@@ -320,7 +364,8 @@ function onAlreadyEnded(tx: Tx, r: ActiveRun | undefined): D {
   if (!r || r.attempt > 0 || isLeased(r)) return tx.done(null);
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   cancelRunTimers(tx, r.run_id);
-  if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
+  // Its slot, or its place in the tenant's waiting list (a queued run still asking).
+  if (r.slot || r.status === "queued") tx.post.push({ kind: "release_slot", grant: grantId(r) });
   tx.defer();
   return tx.done(null);
 }

@@ -39,7 +39,7 @@ import { RunMetrics } from "../history/run-metrics.ts";
 import { type RetentionConfig } from "../history/retention.ts";
 import { RunRetention } from "../history/run-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
-import type { Tenant } from "../protocol/service.ts";
+import { DEFAULT_MAX_WAITING_RUNS, type Tenant } from "../protocol/service.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { natsApiConfig, type NatsApiConfig } from "../nats-api/config.ts";
 import type { NatsApiService } from "../nats-api/service.ts";
@@ -246,6 +246,10 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       slots: {
         router: () => n.router,
         tenantMaxConcurrent: async (id) => (await tenant(id))?.max_concurrent_runs,
+        tenantMaxWaiting: async (id) => {
+          const t = await tenant(id);
+          return t === null ? undefined : (t.max_waiting_runs ?? DEFAULT_MAX_WAITING_RUNS);
+        },
         tenantWeight: async (id) => (await tenant(id))?.weight,
       },
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },

@@ -2,8 +2,9 @@
  * The node's slot broker: every `acquire_slot`/`release_slot` decided on this node for one tenant
  * within one turn of the event loop rides in ONE `slots` message to the tenant actor (at most
  * `MAX_SLOT_BATCH`), decided in one receive and written in one group commit (tenant-shell.ts). A
- * grant given at once returns to its job actor as `slot_granted`. The broker holds nothing that
- * must survive: the cap's proof is the tenant's durable grant table.
+ * grant given at once returns to its job actor as `slot_granted`, an ask refused at the tenant's
+ * backlog bound as `slot_throttled`. The broker holds nothing that must survive: the cap's proof
+ * is the tenant's durable grant table.
  *
  * Pitfalls: a failed batch drops its acquires (each run's `slot_check` timer asks again; asking
  * at once would make a retry storm) and re-queues its releases with capped backoff, at most
@@ -41,8 +42,12 @@ export interface SlotBrokerDeps {
   request: (to: ActorAddress, msg: TenantMsg) => Promise<unknown>;
   /** Runs `fn` after `ms` (0: a later turn of the event loop — asks decided together ride together). */
   defer: (fn: () => void, ms: number) => void;
-  /** The tenant's cap and weight, sent with each batch (from its record; cached by the caller). */
+  /**
+   * The tenant's cap, bound on waiting runs and weight, sent with each batch (from its record;
+   * cached by the caller).
+   */
   tenantMaxConcurrent?: (tenantId: string) => Promise<number | undefined>;
+  tenantMaxWaiting?: (tenantId: string) => Promise<number | undefined>;
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
   /** The fleet's worker slots as this node sees them (0: unknown), sent with each batch. */
   fleetSlots?: () => number;
@@ -56,7 +61,16 @@ interface Ask {
   ttl_ms: number;
   /** When the run can start (the tenant grants its waiters earliest start first). */
   start_at_ms?: number;
+  /** The tenant may refuse it at its backlog bound (`throttled` is then called). */
+  throttle?: true;
   granted: () => void;
+  throttled?: (waiting: number, maxWaiting: number) => void;
+}
+
+/** What the broker's caller hears of an ask: granted now, or refused at the tenant's bound. */
+export interface AskAnswers {
+  granted: () => void;
+  throttled?: (waiting: number, maxWaiting: number) => void;
 }
 
 /** One tenant's queue on this node. */
@@ -108,6 +122,7 @@ function takeBatch(
       job: a.job,
       ttl_ms: a.ttl_ms,
       ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}),
+      ...(a.throttle ? { throttle: true } : {}),
     });
     asked.push(a);
   };
@@ -139,12 +154,16 @@ export class SlotBroker {
 
   constructor(private readonly deps: SlotBrokerDeps) {}
 
-  /** Asks for grant `grant` of job actor `job`; `granted` is called if the tenant grants it now. */
+  /**
+   * Asks for grant `grant` of job actor `job`; `granted` is called if the tenant grants it now,
+   * `throttled` if it refuses it at its backlog bound (only an ask with `throttle`).
+   */
   acquire(
     tenantId: string,
-    a: { grant: string; job: string; ttl_ms: number; start_at_ms?: number },
-    granted: () => void,
+    a: { grant: string; job: string; ttl_ms: number; start_at_ms?: number; throttle?: boolean },
+    answers: (() => void) | AskAnswers,
   ): void {
+    const { granted, throttled } = typeof answers === "function" ? { granted: answers } : answers;
     const lane = this.#lane(tenantId);
     lane.releases.delete(a.grant);
     if (!lane.asks.has(a.grant) && lane.asks.size >= MAX_QUEUED_PER_TENANT) return; // the run re-asks
@@ -152,6 +171,7 @@ export class SlotBroker {
       job: a.job,
       ttl_ms: a.ttl_ms,
       ...(a.start_at_ms !== undefined ? { start_at_ms: a.start_at_ms } : {}),
+      ...(a.throttle === true && throttled ? { throttle: true as const, throttled } : {}),
       granted,
     });
     // (An ask of unknown start is not gathered at the tenant: it needs no lane of its own.)
@@ -249,6 +269,7 @@ export class SlotBroker {
     this.#kick(tenantId, lane);
     try {
       const max = await this.deps.tenantMaxConcurrent?.(tenantId);
+      const maxWaiting = await this.deps.tenantMaxWaiting?.(tenantId);
       const weight = await this.deps.tenantWeight?.(tenantId);
       const fleet = this.deps.fleetSlots?.();
       const reply = (await this.deps.request(
@@ -258,13 +279,24 @@ export class SlotBroker {
           acquire,
           release,
           ...(max !== undefined ? { max_concurrent: max } : {}),
+          ...(maxWaiting !== undefined ? { max_waiting: maxWaiting } : {}),
           ...(weight !== undefined ? { weight } : {}),
           ...(fleet !== undefined ? { fleet_slots: fleet } : {}),
         },
-      )) as { granted?: unknown } | null;
+      )) as {
+        granted?: unknown;
+        throttled?: unknown;
+        waiting?: unknown;
+        max_waiting?: unknown;
+      } | null;
       const granted = new Set(Array.isArray(reply?.granted) ? reply.granted : []);
+      const throttled = new Set(Array.isArray(reply?.throttled) ? reply.throttled : []);
+      const count = (v: unknown) => (typeof v === "number" && Number.isSafeInteger(v) ? v : 0);
       acquire.forEach((a, i) => {
-        if (granted.has(a.run_id)) asked[i]!.granted();
+        const ask = asked[i]!;
+        if (granted.has(a.run_id)) ask.granted();
+        else if (ask.throttle && throttled.has(a.run_id))
+          ask.throttled?.(count(reply?.waiting), count(reply?.max_waiting));
       });
       lane.failures = 0;
     } catch (e) {

@@ -6,6 +6,10 @@
  * waiting list is soft (waiters re-ask, run-dispatch.ts). An expired grant is extended and audited
  * with its job actor, so a lost release cannot leak a slot.
  *
+ * Bounded backlog: an ask marked `throttle` (a run of a schedule never attempted) that finds
+ * `max_waiting` runs already waiting is refused — `throttled` in the reply, and the job actor
+ * records the run `throttled` — instead of joining the list. Other asks wait up to WAITING_LIMIT.
+ *
  * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand and
  * weight and grants only while running < min(max_concurrent, share), the share floored at 1.
  * Without a share it falls back to max_concurrent, bounded by the fleet's advertised slots.
@@ -16,6 +20,7 @@
 import type { ActorDefinition, HostEffect } from "../actors/actor.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId, jobIdOfRun, splitGrant } from "../protocol/ids.ts";
 import { FLEET_ACTOR, FLEET_ID } from "./fleet-actor.ts";
+import { DEFAULT_MAX_WAITING_RUNS } from "../protocol/service.ts";
 import { enqueue, nextWaiter } from "./tenant-waiting.ts";
 import {
   type TenantState,
@@ -104,13 +109,17 @@ class Turn {
       : Math.min(state.max_concurrent, state.fleet_slots);
   }
 
-  /** One acquire (idempotent per grant id): granted, waiting (earliest start first), or refused (list full). */
+  /**
+   * One acquire (idempotent per grant id): granted, waiting (earliest start first), refused at
+   * the backlog's bound (`throttled`: only an ask that allows it), or refused (list full).
+   */
   acquire(
     id: string,
     job: string,
     ttlMs: number,
     startAtMs: number | undefined,
-  ): "granted" | "waiting" | "overloaded" {
+    throttle = false,
+  ): "granted" | "waiting" | "throttled" | "overloaded" {
     const { state, now } = this;
     const held = state.running.get(id);
     if (held !== undefined) {
@@ -128,6 +137,7 @@ class Turn {
       return "granted";
     }
     if (state.waiting.has(id)) return "waiting";
+    if (throttle && state.waiting.size >= maxWaiting(state)) return "throttled";
     if (state.waiting.size >= WAITING_LIMIT) return "overloaded";
     enqueue(
       state,
@@ -150,10 +160,17 @@ class Turn {
   }
 }
 
-/** The cap, weight and fleet size a message carries, when valid. */
+/** The bound on waiting runs in force. */
+export function maxWaiting(state: TenantState): number {
+  return state.max_waiting ?? DEFAULT_MAX_WAITING_RUNS;
+}
+
+/** The cap, bound, weight and fleet size a message carries, when valid. */
 function takeLimits(state: TenantState, msg: TenantMsg): void {
   if ((msg.kind === "acquire" || msg.kind === "slots") && validCap(msg.max_concurrent))
     state.max_concurrent = Math.max(1, Math.floor(msg.max_concurrent));
+  if (msg.kind === "slots" && validCap(msg.max_waiting))
+    state.max_waiting = Math.min(WAITING_LIMIT, Math.max(1, Math.floor(msg.max_waiting)));
   if (
     (msg.kind === "acquire" || msg.kind === "slots" || msg.kind === "set_quota") &&
     validWeight(msg.weight)
@@ -176,6 +193,7 @@ function takeLimits(state: TenantState, msg: TenantMsg): void {
  */
 function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantReply {
   const granted: string[] = [];
+  const throttled: string[] = [];
   const rel = Array.isArray(msg.release) ? msg.release.slice(0, MAX_SLOT_BATCH) : [];
   for (const id of rel) {
     if (typeof id !== "string") continue;
@@ -189,10 +207,12 @@ function onSlots(t: Turn, msg: Extract<TenantMsg, { kind: "slots" }>): TenantRep
     .map((a) => ({ a, at: startOf(a.start_at_ms) ?? t.now }))
     .sort((x, y) => x.at - y.at);
   for (const { a } of asks) {
-    if (t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms)) === "granted")
-      granted.push(a.run_id);
+    const got = t.acquire(a.run_id, a.job, a.ttl_ms, startOf(a.start_at_ms), a.throttle === true);
+    if (got === "granted") granted.push(a.run_id);
+    else if (got === "throttled") throttled.push(a.run_id);
   }
-  return { granted };
+  if (throttled.length === 0) return { granted };
+  return { granted, throttled, waiting: t.state.waiting.size, max_waiting: maxWaiting(t.state) };
 }
 
 /**
@@ -234,6 +254,7 @@ function statusOf(t: Turn): TenantReply {
     running: state.running.size,
     waiting: state.waiting.size,
     max_concurrent: state.max_concurrent,
+    ...(state.max_waiting !== undefined ? { max_waiting: state.max_waiting } : {}),
     limit: t.limit(),
     ...(state.share !== undefined ? { share: state.share } : {}),
     ...(state.fleet_slots !== undefined ? { fleet_slots: state.fleet_slots } : {}),

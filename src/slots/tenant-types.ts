@@ -3,9 +3,12 @@
  * the timing constants its decisions use. A leaf of the area: the core, the shell and the broker
  * import these from here.
  */
+import { MAX_WAITING_RUNS_LIMIT } from "../protocol/service.ts";
 
 export interface TenantState {
   max_concurrent: number;
+  /** The tenant's bound on waiting runs (its record's max_waiting_runs, with each batch). */
+  max_waiting?: number;
   /** The tenant's weight (from its record, with each acquire). */
   weight: number;
   /**
@@ -83,6 +86,7 @@ export type TenantMsg =
       acquire: SlotAsk[];
       release: string[];
       max_concurrent?: number;
+      max_waiting?: number;
       weight?: number;
       fleet_slots?: number;
     }
@@ -105,12 +109,16 @@ export type TenantEffect =
   /** A grant confirmed unchanged: its reply waits for any batch still writing it (tenant-shell.ts). */
   | { kind: "sync_grant"; run_id: string; start_at_ms?: number };
 
-/** One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run can start (absent: now). */
+/**
+ * One acquire of a `slots` batch: the grant id, its job actor, the grant's lifetime, when its run
+ * can start (absent: now), and whether it may be refused when the backlog is at its bound.
+ */
 export interface SlotAsk {
   run_id: string;
   job: string;
   ttl_ms: number;
   start_at_ms?: number;
+  throttle?: boolean;
 }
 
 /** Most acquires plus releases in one `slots` message (the broker's batch bound). */
@@ -118,11 +126,14 @@ export const MAX_SLOT_BATCH = 1_024;
 
 export type TenantReply =
   | { granted: boolean }
-  | { granted: string[] }
+  /** `throttled`: asks refused at the bound, with the waiting count and the bound then. */
+  | { granted: string[]; throttled?: string[]; waiting?: number; max_waiting?: number }
   | {
       running: number;
       waiting: number;
       max_concurrent: number;
+      /** The bound on waiting runs heard from its record (absent: none yet, the default applies). */
+      max_waiting?: number;
       limit: number;
       share?: number;
       fleet_slots?: number;
@@ -130,7 +141,8 @@ export type TenantReply =
     }
   | null;
 
-export const WAITING_LIMIT = 100_000;
+/** The hard limit on a tenant's waiting list, whatever its bound (asks beyond it: `overloaded`). */
+export const WAITING_LIMIT = MAX_WAITING_RUNS_LIMIT;
 /**
  * While runs wait, every this often the tenant asks the job actor of each grant whether its run
  * still holds the slot (`slot_audit`); a grant whose release was lost (a crash, a dropped

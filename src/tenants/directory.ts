@@ -14,7 +14,12 @@
 import { createHash, randomBytes } from "node:crypto";
 import { decode, encode } from "../cluster/codec.ts";
 import type { KvStore } from "../cluster/kv.ts";
-import type { Tenant, TenantDirectory } from "../protocol/service.ts";
+import {
+  DEFAULT_MAX_WAITING_RUNS,
+  MAX_WAITING_RUNS_LIMIT,
+  type Tenant,
+  type TenantDirectory,
+} from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { casUpdate } from "../lib/cas-update.ts";
 import { KairosError } from "../lib/errors.ts";
@@ -43,6 +48,7 @@ interface KeyIdRecord {
 export const TENANT_DEFAULTS = {
   max_concurrent_runs: 100,
   max_jobs: 10_000,
+  max_waiting_runs: DEFAULT_MAX_WAITING_RUNS,
   weight: 1,
   webhook_url: null,
 } as const;
@@ -58,6 +64,7 @@ const CAS = { attempts: 10, encode, decode } as const;
 export interface QuotaUpdate {
   max_concurrent_runs?: number;
   max_jobs?: number;
+  max_waiting_runs?: number;
   weight?: number;
 }
 
@@ -70,7 +77,7 @@ export function validateQuota(q: QuotaUpdate): void {
   if (fields.length === 0)
     throw new KairosError(
       "invalid_argument",
-      "nothing to change: pass --max-concurrent, --max-jobs and/or --weight",
+      "nothing to change: pass --max-concurrent, --max-jobs, --max-waiting and/or --weight",
       { field: "quota" },
     );
   for (const f of ["max_concurrent_runs", "max_jobs"] as const) {
@@ -82,6 +89,14 @@ export function validateQuota(q: QuotaUpdate): void {
         { field: f },
       );
     }
+  }
+  const mw = q.max_waiting_runs;
+  if (mw !== undefined && !(Number.isSafeInteger(mw) && mw >= 1 && mw <= MAX_WAITING_RUNS_LIMIT)) {
+    throw new KairosError(
+      "invalid_argument",
+      `max_waiting_runs: must be a positive integer at most ${MAX_WAITING_RUNS_LIMIT}, got ${String(mw)}`,
+      { field: "max_waiting_runs" },
+    );
   }
   const w = q.weight;
   if (w !== undefined && !(Number.isFinite(w) && w > 0 && w <= MAX_WEIGHT)) {
@@ -101,6 +116,7 @@ export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
     created_at,
     max_concurrent_runs,
     max_jobs,
+    max_waiting_runs,
     weight,
     webhook_url,
     image_policy,
@@ -112,6 +128,8 @@ export function publicTenant(t: Tenant): Omit<Tenant, "webhook_secret"> {
     created_at,
     max_concurrent_runs,
     max_jobs,
+    // A record made before the bound existed has the default.
+    max_waiting_runs: max_waiting_runs ?? DEFAULT_MAX_WAITING_RUNS,
     weight,
     webhook_url,
   };
@@ -266,6 +284,7 @@ export class KvTenantDirectory implements TenantDirectory {
       const next: TenantRecord = { ...t };
       if (q.max_concurrent_runs !== undefined) next.max_concurrent_runs = q.max_concurrent_runs;
       if (q.max_jobs !== undefined) next.max_jobs = q.max_jobs;
+      if (q.max_waiting_runs !== undefined) next.max_waiting_runs = q.max_waiting_runs;
       if (q.weight !== undefined) next.weight = q.weight;
       return next;
     });

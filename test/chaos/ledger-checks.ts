@@ -417,7 +417,8 @@ export function checkOccurrences(
           t,
         );
       } else if (expect === "none") {
-        if (rs.length === 1 && rs[0]!.status !== "cancelled") {
+        // Cancelled by the change, or throttled by a decision made ahead of it (look-ahead).
+        if (rs.length === 1 && rs[0]!.status !== "cancelled" && rs[0]!.status !== "throttled") {
           out.uncalled++;
           v(
             `${name}: the occurrence ${iso(t)}, no longer called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), has a ${rs[0]!.status} record`,

@@ -177,7 +177,15 @@ export function isLateReply(line: string): boolean {
   );
 }
 
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
+const TERMINAL = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+  "missed",
+  "throttled",
+]);
 const OVERLAPS = ["skip", "queue", "allow", "replace"] as const;
 const MISFIRES = ["run_once", "run_all", "skip"] as const;
 const MAX_ATTEMPTS = 3;

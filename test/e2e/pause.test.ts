@@ -23,7 +23,15 @@ interface Run {
   reason: string | null;
   attempts: Attempt[];
 }
-const TERMINAL = new Set(["succeeded", "failed", "timed_out", "cancelled", "skipped", "missed"]);
+const TERMINAL = new Set([
+  "succeeded",
+  "failed",
+  "timed_out",
+  "cancelled",
+  "skipped",
+  "missed",
+  "throttled",
+]);
 
 describe("pause under a backlog", { timeout: 180_000 }, () => {
   let fx: KairosFixture;

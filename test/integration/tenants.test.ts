@@ -58,6 +58,7 @@ describe("KvTenantDirectory on NATS", () => {
       created_at: "2026-03-01T00:00:00Z",
       max_concurrent_runs: 100,
       max_jobs: 10000,
+      max_waiting_runs: 1000,
       weight: 1,
       webhook_url: null,
     });
@@ -183,9 +184,11 @@ describe("tenant quotas on NATS", () => {
       dirs[0]!.setQuota(tenant.tenant_id, { max_concurrent_runs: 7 }),
       dirs[1]!.setQuota(tenant.tenant_id, { weight: 2.5 }),
       dirs[2]!.setQuota(tenant.tenant_id, { max_jobs: 9 }),
+      dirs[0]!.setQuota(tenant.tenant_id, { max_waiting_runs: 40 }),
     ]);
     const t = (await dirs[0]!.getTenant(tenant.tenant_id))!;
     assert.equal(t.max_concurrent_runs, 7);
+    assert.equal(t.max_waiting_runs, 40);
     assert.equal(t.weight, 2.5);
     assert.equal(t.max_jobs, 9);
     assert.equal(t.webhook_url, "https://example.com/hook");
@@ -211,6 +214,8 @@ describe("tenant quotas on NATS", () => {
       { weight: 0 },
       { weight: 1001 },
       { weight: Number.NaN },
+      { max_waiting_runs: 0 },
+      { max_waiting_runs: 100_001 },
     ]) {
       await assert.rejects(
         dir.setQuota(tenant.tenant_id, q),
@@ -447,6 +452,8 @@ describe("kairos admin CLI", () => {
         "4",
         "--max-jobs",
         "20",
+        "--max-waiting",
+        "30",
         "--weight",
         "2",
         ...flags,
@@ -454,7 +461,7 @@ describe("kairos admin CLI", () => {
       stateDir,
     );
     assert.equal(set.code, 0, set.stderr);
-    assert.match(set.stdout, /max_concurrent_runs 4, max_jobs 20, weight 2/);
+    assert.match(set.stdout, /max_concurrent_runs 4, max_jobs 20, max_waiting_runs 30, weight 2/);
 
     const got = await runCli(["admin", "tenant", "get", tenant_id, "--json", ...flags], stateDir);
     assert.equal(got.code, 0, got.stderr);
@@ -464,6 +471,7 @@ describe("kairos admin CLI", () => {
       "job_count",
       "max_concurrent_runs",
       "max_jobs",
+      "max_waiting_runs",
       "name",
       "registries",
       "tenant_id",
@@ -478,6 +486,7 @@ describe("kairos admin CLI", () => {
         created_at: null,
         max_concurrent_runs: 4,
         max_jobs: 20,
+        max_waiting_runs: 30,
         weight: 2,
         registries: [],
         webhook_url: "https://example.com/h",
@@ -498,6 +507,15 @@ describe("kairos admin CLI", () => {
     );
     assert.equal(heavy.code, 2);
     assert.match(heavy.stderr, /--weight: must be a positive number at most 1000/);
+    const deep = await runCli(
+      ["admin", "tenant", "quota", tenant_id, "--max-waiting", "100001", ...flags],
+      stateDir,
+    );
+    assert.equal(deep.code, 2);
+    assert.match(
+      deep.stderr,
+      /--max-waiting: must be a positive integer at most 100000, got "100001"/,
+    );
     const none = await runCli(["admin", "tenant", "quota", tenant_id, ...flags], stateDir);
     assert.equal(none.code, 2);
     assert.match(none.stderr, /nothing to change/);

@@ -19,6 +19,7 @@ import { MAX_GIVEN_BACK } from "../../src/runs/run-lifecycle.ts";
 import type { JobFaults } from "../../src/job-state/faults.ts";
 import { jobRegistration } from "../../src/jobs/job-shell.ts";
 import { JOB_ACTOR, TENANT_ACTOR, jobActorId } from "../../src/protocol/ids.ts";
+import { DEFAULT_MAX_WAITING_RUNS } from "../../src/protocol/service.ts";
 import { partitionOf } from "../../src/cluster/placement.ts";
 import { tenantRegistration } from "../../src/slots/tenant-shell.ts";
 import { fleetRegistration } from "../../src/slots/fleet-shell.ts";
@@ -635,6 +636,9 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
     maxUnstarted: MAX_UNSTARTED_ATTEMPTS,
     maxGivenBack: MAX_GIVEN_BACK,
     killSlackMs: profile.workerHeartbeatMs + 1000,
+    maxWaitingRuns: profile.job.maxWaitingRuns,
+    // The simulation's tenants keep the default bound (their records set no other).
+    tenantMaxWaiting: () => DEFAULT_MAX_WAITING_RUNS,
   });
   for (const p of c.procs.values()) if (p.up) c.crash(p.id);
   const runs = (await c.shared.runs.list(">")).length;

@@ -23,7 +23,14 @@
  *       executions end within lease TTL + drain grace of the cancel (a lost cancel of a prepared
  *       run lets it start: its first heartbeat after the start says `lease_lost`);
  *     `skipped` — the job's overlap policy (skip, queue) or its active-run bound; never executed;
- *     `missed` — never: the simulation's jobs catch up (`run_all`, within its bound).
+ *     `missed` — only a run not started within its starting deadline (the simulation's jobs catch
+ *       up every misfire: `run_all`, within its bound): never executed, and ended no earlier than
+ *       its deadline after its due time (or its creation, if later);
+ *     `throttled` — a bounded backlog (the job's or the tenant's); never executed.
+ *  t  throttled_under_bound — no run is throttled while its job (tenant) had fewer runs waiting
+ *     for a slot than its bound: at the throttle's instant, the job's (tenant's) runs created and
+ *     not yet ended or started — a superset of the runs waiting for a slot — number at least the
+ *     bound (the instants widened by the schedulers' clock offsets).
  *  f  run_stuck — a run created (and due) before the faults stopped is still active at the end
  *     (except for a tenant whose backlog behind its cap still moves, `saturatedTenants`).
  *  i  attempt_unexecuted — an attempt counted against max_attempts (every attempt of a record
@@ -39,6 +46,9 @@ import { compileSchedule } from "../../src/schedule/index.ts";
 import { parseRunId } from "../../src/protocol/ids.ts";
 import type { JobState } from "../../src/job-state/job-state.ts";
 import { TERMINAL, lapseKind, type JobSpec, type RunView } from "../../src/protocol/model.ts";
+import { startingDeadlineMs } from "../../src/job-state/backlog.ts";
+import { DEFAULT_JOB_CONFIG } from "../../src/job-state/job-types.ts";
+import { DEFAULT_MAX_WAITING_RUNS } from "../../src/protocol/service.ts";
 import { START_SKEW_TOLERANCE_MS } from "../../src/protocol/worker.ts";
 import type { LedgerEntry } from "./executor.ts";
 
@@ -91,6 +101,10 @@ export interface RecordCheckInput {
   maxGivenBack: number;
   /** How late a cancelled run's kill may come (the executor's graceful kill, the worker's heartbeat interval). */
   killSlackMs: number;
+  /** The job actor's bound on a job's runs waiting for a slot (default: `DEFAULT_JOB_CONFIG`'s). */
+  maxWaitingRuns?: number;
+  /** Each tenant's bound on its runs waiting for a slot (default: DEFAULT_MAX_WAITING_RUNS). */
+  tenantMaxWaiting?: (tenant: string) => number;
 }
 
 export interface RecordCheckOutput {
@@ -148,6 +162,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
         );
       }
     }
+    checkThrottles(input, j, byRun, fail);
     const ids = new Set(records.map((r) => r.run_id));
     for (const c of commands) {
       if (c.kind === "run_now" && c.runId !== undefined && !ids.has(c.runId)) {
@@ -245,6 +260,7 @@ function checkOccurrences(
       r !== undefined &&
       r.status !== "cancelled" &&
       r.status !== "skipped" &&
+      r.status !== "throttled" &&
       !startedBefore(byRun.get(r.run_id), seg, input)
     ) {
       fail(
@@ -460,10 +476,38 @@ function checkStatus(
       else if (runs.length > 0) why(`it executed: ${runs.map(label).join(", ")}`);
       return;
     }
-    case "missed":
-      return why(
-        "the simulation's jobs catch up every missed occurrence (run_all, within its bound)",
-      );
+    case "missed": {
+      if (!reason.startsWith("starting deadline:"))
+        return why(
+          "the simulation's jobs catch up every missed occurrence (run_all, within its bound)",
+        );
+      if (runs.length > 0) return why(`it executed: ${runs.map(label).join(", ")}`);
+      const due = Date.parse(r.scheduled_for);
+      // Under any of the specs the job had (a reschedule changes a cron job's default): the
+      // shortest is the bound the run cannot have ended before.
+      const deadlines = [j.spec, ...commands.flatMap((c) => (c.spec ? [c.spec] : []))]
+        .map((spec) => startingDeadlineMs(spec, due, r.trigger))
+        .filter((d): d is number => d !== null);
+      if (deadlines.length === 0) return why("its job has no starting deadline for it");
+      const deadline = Math.min(...deadlines);
+      // From its due time (a run prepared ahead), or its creation if later (an occurrence that
+      // waited in the overlap queue); both stamped by owners' clocks.
+      const from = Math.max(due, Date.parse(r.created_at));
+      // Both stamped by the owner's clock that decided (its now against the deadline it set).
+      const ended = Date.parse(r.finished_at ?? r.created_at);
+      const skew = input.skewDuring(from - 60_000, ended + 60_000);
+      if (ended + 2 * skew < from + deadline)
+        why(`it ended ${ended - from} ms after its due time, before its deadline (${deadline} ms)`);
+      return;
+    }
+    case "throttled":
+      if (
+        !reason.startsWith("backlog: the job has") &&
+        !reason.startsWith("backlog: the tenant has")
+      )
+        why("no backlog bound explains it");
+      else if (runs.length > 0) why(`it executed: ${runs.map(label).join(", ")}`);
+      return;
     case "failed":
     case "timed_out":
       if (runs.length === 0) why("it never executed (ledger: none)");
@@ -473,6 +517,54 @@ function checkStatus(
     case "running":
     case "retry_wait":
       return;
+  }
+}
+
+/**
+ * `throttled_under_bound` (see the module header): each throttled run of the job had, at its
+ * throttle, at least the bound of runs created and neither ended nor started — of its job (the
+ * job's bound) or of its tenant (the tenant's). A necessary condition: those runs include every
+ * run waiting for a slot then.
+ */
+function checkThrottles(
+  input: RecordCheckInput,
+  j: JobUnderTest,
+  byRun: ReadonlyMap<string, readonly LedgerEntry[]>,
+  fail: Fail,
+): void {
+  const mine = input.records.get(j.jobId) ?? [];
+  for (const r of mine) {
+    if (r.status !== "throttled") continue;
+    const tenantWide = (r.reason ?? "").startsWith("backlog: the tenant has");
+    const bound = tenantWide
+      ? (input.tenantMaxWaiting?.(j.tenant) ?? DEFAULT_MAX_WAITING_RUNS)
+      : (input.maxWaitingRuns ?? DEFAULT_JOB_CONFIG.maxWaitingRuns);
+    const pool = tenantWide
+      ? input.jobs
+          .filter((x) => x.tenant === j.tenant)
+          .flatMap((x) => input.records.get(x.jobId) ?? [])
+      : mine;
+    const at = Date.parse(r.finished_at ?? r.created_at);
+    const tol = input.skewDuring(at - 60_000, at + 60_000) + 1_000;
+    let open = 0;
+    for (const x of pool) {
+      if (x === r) continue;
+      const created = Date.parse(x.created_at);
+      const ended = x.finished_at === null ? Number.POSITIVE_INFINITY : Date.parse(x.finished_at);
+      // A record made terminal at once (skipped, missed or throttled when fired) never waited.
+      if (ended === created && x.attempts.length === 0) continue;
+      const started = Math.min(
+        Number.POSITIVE_INFINITY,
+        ...(byRun.get(x.run_id) ?? []).map((e) => e.startMs),
+      );
+      if (created <= at + tol && ended >= at - tol && started >= at - tol) open++;
+    }
+    if (open < bound)
+      fail(
+        "throttled_under_bound",
+        r.run_id,
+        `job ${j.jobId}: run ${r.run_id} for ${r.scheduled_for} throttled at ${r.finished_at} (${r.reason}) while only ${open} of its ${tenantWide ? "tenant's" : "job's"} runs were created and neither ended nor started (bound ${bound})`,
+      );
   }
 }
 

@@ -55,6 +55,28 @@ describe("kairos admin tenant quota flags", () => {
     }
   });
 
+  it("--max-waiting: a positive integer at most 100000 into max_waiting_runs, else a precise error naming the flag", () => {
+    assert.deepEqual(parseQuotaFlags({ maxWaiting: "25" }), { max_waiting_runs: 25 });
+    assert.deepEqual(parseQuotaFlags({ maxWaiting: "100000" }), { max_waiting_runs: 100_000 });
+    for (const raw of ["0", "-1", "1.5", "abc", "", "1e3", " ", "100001"]) {
+      assert.throws(
+        () => parseQuotaFlags({ maxWaiting: raw }),
+        (e) =>
+          isKairosError(e, "invalid_argument") &&
+          e.field === "--max-waiting" &&
+          /positive integer/.test(e.message),
+        raw,
+      );
+    }
+    assert.throws(
+      () => validateQuota({ max_waiting_runs: 100_001 }),
+      (e) =>
+        isKairosError(e, "invalid_argument") &&
+        e.field === "max_waiting_runs" &&
+        /at most 100000/.test(e.message),
+    );
+  });
+
   it("validateQuota (the directory's own check) names the record field", () => {
     assert.throws(
       () => validateQuota({ max_jobs: 0 }),

@@ -156,7 +156,7 @@ describe("exit codes", () => {
     );
     assert.deepEqual(
       RUN_STATUSES.map((s) => exitCodeOfRun(s) ?? null),
-      [null, null, null, null, 0, 10, 11, 12, 13, 13],
+      [null, null, null, null, 0, 10, 11, 12, 13, 13, 13],
     );
     assert.equal(EXIT.waitTimedOut, 14);
   });

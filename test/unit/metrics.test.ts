@@ -14,6 +14,7 @@ import {
   addRunsWaitingSource,
   countAttempt,
   countDeadLetter,
+  countThrottled,
   countLeaseExpiry,
   countRetry,
   countBusRefusal,
@@ -68,6 +69,7 @@ describe("metrics", () => {
       [METRICS.attempts]: "counter",
       [METRICS.retries]: "counter",
       [METRICS.deadLetters]: "counter",
+      [METRICS.runsThrottled]: "counter",
       [METRICS.partitionsHeld]: "gauge",
       [METRICS.actorsActive]: "gauge",
       [METRICS.mailboxDepth]: "gauge",
@@ -91,6 +93,7 @@ describe("metrics", () => {
     countLeaseExpiry("counted");
     countRetry("tA");
     countDeadLetter("tA");
+    countThrottled("tA");
     startKvOp("update", "kairos_runs")();
     setForecastRunsDue([3, 0, 7]);
     countBusRefusal("nats_api", "not_an_inbox");
@@ -113,6 +116,7 @@ describe("metrics", () => {
     assert.equal(value(body, 'kairos_lease_expiries_total{kind="counted"}'), 1);
     assert.equal(value(body, 'kairos_retries_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_dead_letters_total{tenant="tA"}'), 1);
+    assert.equal(value(body, 'kairos_runs_throttled_total{tenant="tA"}'), 1);
     assert.equal(value(body, 'kairos_kv_op_seconds_count{op="update",bucket="kairos_runs"}'), 1);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="0"}'), 3);
     assert.equal(value(body, 'kairos_forecast_runs_due{minute="2"}'), 7);

@@ -378,6 +378,56 @@ describe("simulation record checks fire on run records that break them", () => {
     );
   });
 
+  it("c status_unexplained: missed at its starting deadline is explained; before it, or executed, it is not", () => {
+    const with10 = (r: RunView) => [...all().filter((x) => x.scheduled_for !== r.scheduled_for), r];
+    const missed = (endS: number) =>
+      record(at(10), "missed", {
+        reason: "starting deadline: not started within 10 s of its due time",
+        created_at: new Date(at(9)).toISOString(), // prepared ahead: counted from its due time
+        finished_at: new Date(at(endS)).toISOString(),
+      });
+    assert.deepEqual(check(with10(missed(20))), [], "every 5 s: a default deadline of 10 s");
+    assert.deepEqual(check(with10(missed(19))), ["status_unexplained"], "before its deadline");
+    assert.deepEqual(
+      check(with10(missed(20)), {
+        ledger: [
+          ...all()
+            .filter((r) => r.scheduled_for !== new Date(at(10)).toISOString())
+            .map((r) => ok(Date.parse(r.scheduled_for))),
+          ok(at(10)),
+        ],
+      }),
+      ["status_unexplained"],
+      "a missed run that executed",
+    );
+  });
+
+  it("c/t throttled: explained by its bound's reason; throttled_under_bound when the job had fewer runs open than its bound", () => {
+    // :05 and :10 wait (start at :16), :15 is throttled at its due time, :20 runs.
+    const late = (s: number): LedgerEntry => ({ ...ok(at(s)), startMs: at(16), endMs: at(17) });
+    const records = [
+      record(at(5), "succeeded", { finished_at: new Date(at(17)).toISOString() }),
+      record(at(10), "succeeded", { finished_at: new Date(at(17)).toISOString() }),
+      record(at(15), "throttled", {
+        attempt: 0,
+        reason: "backlog: the job has 2 runs waiting for a slot (at most 2)",
+      }),
+      record(at(20), "succeeded"),
+    ];
+    const ledger = [late(5), late(10), ok(at(20))];
+    assert.deepEqual(check(records, { ledger, maxWaitingRuns: 2 }), []);
+    assert.deepEqual(check(records, { ledger, maxWaitingRuns: 3 }), ["throttled_under_bound"]);
+    // Its two elders had started by then: nothing was waiting.
+    assert.deepEqual(
+      check(records, { ledger: [ok(at(5)), ok(at(10)), ok(at(20))], maxWaitingRuns: 2 }),
+      ["throttled_under_bound"],
+    );
+    const noBound = records.map((r) =>
+      r.status === "throttled" ? { ...r, reason: "why not" } : r,
+    );
+    assert.deepEqual(check(noBound, { ledger, maxWaitingRuns: 2 }), ["status_unexplained"]);
+  });
+
   it("c: a pause explains the cancelled prepared run, and the occurrences it paused have no record", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [

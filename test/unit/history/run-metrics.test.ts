@@ -38,6 +38,9 @@ class Recorder implements RunMetricsSink {
   deadLetter(tenant: string): void {
     this.#inc(`dead:${tenant}`);
   }
+  throttled(tenant: string): void {
+    this.#inc(`throttled:${tenant}`);
+  }
   get(k: string): number {
     return this.counts.get(k) ?? 0;
   }
@@ -107,7 +110,7 @@ function shell(runs: MemoryKv, rec: Recorder, epoch = 1) {
     stillOwner: () => true,
     tell: () => undefined,
   } as unknown as ShellContext;
-  return (record: RunView, mode: "create" | "update" = "update") =>
+  return (record: RunView, mode: "create" | "update" | "terminal" = "update") =>
     reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
 }
 
@@ -138,6 +141,21 @@ describe("run metrics from run records", () => {
     assert.equal(rec.get("lease_expiry"), 1);
     assert.equal(rec.get("retry:t1"), 2);
     assert.equal(rec.get("dead:t1"), 1);
+  });
+
+  it("a throttled run is counted once by tenant: recorded throttled at once, or a waiting run ended throttled; a re-fire's record is not counted again", async () => {
+    const rec = new Recorder();
+    const runs = new MemoryKv("runs");
+    const put = shell(runs, rec);
+    await put(run("throttled", [], null), "terminal");
+    assert.equal(rec.get("throttled:t1"), 1);
+    await shell(runs, rec)(run("throttled", [], null), "terminal"); // a re-fire meets it
+    assert.equal(rec.get("throttled:t1"), 1);
+    const other = { ...run("queued", [], null), run_id: "j1-r2" };
+    await put(other, "create");
+    await put({ ...other, status: "throttled" });
+    assert.equal(rec.get("throttled:t1"), 2);
+    assert.equal(rec.get("dead:t1"), 0, "not a dead letter");
   });
 
   it("a new owner compares with the stored record: nothing the old owner wrote is counted twice", async () => {

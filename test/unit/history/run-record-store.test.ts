@@ -84,6 +84,7 @@ describe("run-record store: revisions for a burst", () => {
         leaseExpiry: () => undefined,
         retry: () => undefined,
         deadLetter: () => undefined,
+        throttled: () => undefined,
       };
       const metrics = new RunMetrics(sink);
       const store = new RunRecordStore(kv, metrics);
@@ -124,6 +125,7 @@ describe("run metrics: a read-back does not replace a newer baseline", () => {
       leaseExpiry: () => undefined,
       retry: () => undefined,
       deadLetter: () => undefined,
+      throttled: () => undefined,
     };
     const m = new RunMetrics(sink);
     const running = {

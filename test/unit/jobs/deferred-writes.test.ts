@@ -205,7 +205,8 @@ describe("deferred writes: what one run costs", () => {
 
   it("offers within the reserved block are not written; the offer beyond it writes and reserves the next block; a state read back starts above the block", () => {
     const d = new Driver(cfg(), { autoClaim: false });
-    d.create(spec());
+    // A starting deadline longer than the ~1,000 offers take (1 s apart), so the run keeps waiting.
+    d.create(spec({ misfire: { policy: "run_once", starting_deadline_s: 86_400 } }));
     assert.equal(
       d.stored.fence_reserved,
       FENCE_BLOCK,

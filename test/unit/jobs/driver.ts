@@ -11,7 +11,7 @@
  * - host `effects` (timer / cancel_timer by name) are kept and fired in time order by `advance`.
  * - `post` effects are answered as the shell would: acquire_slot → `slot_granted` (or held back
  *   when `autoGrant` is off), dispatch → `claimed` by worker w1 (or held back when `autoClaim`
- *   is off), release_slot drops the slot, probe_worker → `probe_answer` (`probe`: default no
+ *   is off), release_slot drops the slot (or the ask still waiting), probe_worker → `probe_answer` (`probe`: default no
  *   answer, as from a dead worker); every post effect is logged for assertions.
  *
  * The driver also records invariant violations it can see from the outside (a terminal record
@@ -329,9 +329,14 @@ export class Driver {
           this.pendingSlots.push(fx.run_id);
         }
         return;
-      case "release_slot":
-        this.slots.delete(splitGrant(fx.grant).run_id);
+      case "release_slot": {
+        // The tenant drops the grant, or the ask still in its waiting list.
+        const id = splitGrant(fx.grant).run_id;
+        this.slots.delete(id);
+        const i = this.pendingSlots.indexOf(id);
+        if (i >= 0 && this.#grants.get(id) === fx.grant) this.pendingSlots.splice(i, 1);
         return;
+      }
       case "dispatch":
         this.dispatches.push(fx);
         if (this.autoClaim)

@@ -8,7 +8,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { cancelReason, MAX_CANCEL_NOTE_CHARS } from "../../../src/runs/run-cancel.ts";
-import { runIdFor } from "../../../src/protocol/ids.ts";
+import { grantId, runIdFor } from "../../../src/protocol/ids.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const yearly = { cron: "0 0 1 1 *", time_zone: "UTC" } as const;
@@ -42,10 +42,11 @@ describe("run cancel: the reason", () => {
 });
 
 describe("run cancel: each kind of run not yet ended", () => {
-  it("a run waiting for its slot is dropped: cancelled, its slot request given back when granted, never offered", () => {
+  it("a run waiting for its slot is dropped: cancelled, its place in the tenant's waiting list given back (and a grant that crossed that), never offered", () => {
     const d = manual({ autoGrant: false });
     const id = runNow(d);
     assert.equal(d.run(id)?.status, "queued");
+    const grant = grantId(d.run(id)!);
     const writes = d.stateWrites;
     const r = cancel(d, id, "not needed");
     assert.equal(r.fail, undefined);
@@ -59,9 +60,11 @@ describe("run cancel: each kind of run not yet ended", () => {
       [],
       "its timers are gone",
     );
-    d.grant(id); // the tenant's grant arrives late
+    const released = () => d.postsOf("release_slot").filter((p) => p.grant === grant).length;
+    assert.equal(released(), 1, "its ask leaves the tenant's waiting list");
+    d.send({ kind: "slot_granted", run_id: grant }); // a grant that crossed the release
     assert.equal(d.dispatches.length, 0, "never offered");
-    assert.equal(d.slots.size, 0, "the late grant is given back");
+    assert.equal(released(), 2, "the late grant is given back");
     d.advance(120_000);
     assert.equal(d.dispatches.length, 0);
     assert.deepEqual(d.violations, []);

@@ -378,7 +378,8 @@ describe("unknown outcomes resolved, not guessed", () => {
 
   it("after a lease expiry the re-queued run has fence 0 and the old worker's heartbeat with the old fence gets lease_lost", () => {
     const d = new Driver(cfg(), { autoGrant: false });
-    d.create(spec(retries(2)));
+    // A long starting deadline: the re-queued run (never heard to start) keeps waiting past :12.
+    d.create(spec({ ...retries(2), misfire: { policy: "run_once", starting_deadline_s: 3_600 } }));
     d.advance(1_500);
     d.grant();
     d.send({ kind: "patch", patch: { schedule: hourly } });
