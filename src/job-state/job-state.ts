@@ -24,8 +24,17 @@ export type ActiveStatus = Extract<RunStatus, "queued" | "leased" | "running" | 
 export interface ActiveRun {
   run_id: string;
   scheduled_for_ms: number;
-  /** When the worker should start it (scheduled_for + flexible-window spread). */
+  /**
+   * When the worker should start it (scheduled_for + flexible-window spread; a run-now's or a
+   * queued occurrence's creation). Never moved later: a retry keeps it (run-messages.ts
+   * `onRetryDue`), so it is a time of the schedule, not of the owner's clock at a retry.
+   */
   start_at_ms: number;
+  /**
+   * When it last began to wait for a slot after its start (its retry fell due): only how often it
+   * asks again (run-dispatch.ts `askSlot`). Absent: since its start or creation.
+   */
+  waiting_since_ms?: number;
   trigger: RunView["trigger"];
   status: ActiveStatus;
   attempt: number;

@@ -142,7 +142,8 @@ export type JobEffect =
   /**
    * `starts_in_ms`: how long until the run can start (a run prepared ahead holds its grant from
    * now): the grant lives that long plus the task's timeout plus the shell's grace. `start_at_ms`:
-   * when it can start (the tenant grants its waiting runs earliest start first). `throttle`: the
+   * when it can start, past for a run due since then (the tenant grants its waiting runs earliest
+   * start first: the longest waiting first). `throttle`: the
    * tenant may refuse it when its backlog is at its bound (a run of the schedule never attempted;
    * answered `slot_throttled`).
    */

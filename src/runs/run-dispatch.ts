@@ -77,7 +77,11 @@ function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot
     grant: grantId(r),
     timeout_s: tx.job.spec.task.timeout_s,
     starts_in_ms: Math.max(0, r.start_at_ms - tx.now),
-    start_at_ms: Math.max(tx.now, r.start_at_ms),
+    // Its own start, also when that is past: the tenant grants earliest start first, so a run
+    // that has waited longest goes before any due later or prepared ahead, and the order is the
+    // schedule's, not the asking owners' clocks (a run due since 12:00:57 asking through a clock
+    // 28 s ahead named 12:01:25, and runs due at 12:01:54 went first).
+    start_at_ms: r.start_at_ms,
     // The tenant's backlog bound refuses only a run of the schedule never attempted: a run-now, a
     // retry or a run offered before keeps its place (README, "Quotas and fairness").
     ...(r.trigger !== "manual" && r.attempt === 0 && !r.slot ? { throttle: true as const } : {}),
@@ -87,12 +91,16 @@ function slotAsk(tx: Tx, r: ActiveRun): Extract<JobEffect, { kind: "acquire_slot
 /** Asks the tenant actor for a slot, and arranges to ask again if none comes. */
 export function askSlot(tx: Tx, r: ActiveRun): void {
   tx.post.push(slotAsk(tx, r));
-  // Waiting since it could start: its start time (a retry waits from when it was due), or its
-  // creation if later — but a run prepared ahead and not due yet counts from its creation: counted
-  // from its due time it re-asked every SLOT_RECHECK_MS through the whole look-ahead window (up to
-  // 30 asks and turns per run in a 5 min window when a burst exceeds the tenant's cap). A waiter
-  // is granted by a message as slots free, not by these asks (lost asks only).
-  const since = r.start_at_ms > tx.now ? r.created_at_ms : Math.max(r.created_at_ms, r.start_at_ms);
+  // Waiting since it could start: its start time (a retry waits from when it fell due,
+  // `waiting_since_ms`), or its creation if later — but a run prepared ahead and not due yet
+  // counts from its creation: counted from its due time it re-asked every SLOT_RECHECK_MS
+  // through the whole look-ahead window (up to 30 asks and turns per run in a 5 min window when
+  // a burst exceeds the tenant's cap). A waiter is granted by a message as slots free, not by
+  // these asks (lost asks only).
+  const since =
+    r.start_at_ms > tx.now
+      ? r.created_at_ms
+      : Math.max(r.created_at_ms, r.start_at_ms, r.waiting_since_ms ?? 0);
   const waited = tx.now - since;
   // At its starting deadline at the latest, while it can still miss it: the check then ends it
   // `missed` (run-messages.ts). Never for a run that cannot (it started once): re-armed at a

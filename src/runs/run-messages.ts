@@ -374,7 +374,13 @@ function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
   if (!actsOn("retry_due", r)) return tx.done(null);
   moveRun(r, "retry_due");
   r.next_attempt_at_ms = null;
-  r.start_at_ms = tx.now;
+  // Its start stays its occurrence's (past): a start read from this clock outlives a step of it.
+  // Stamped "now" by an owner whose clock ran 28 s ahead, a retry was 28 s in the future once the
+  // clock stepped back: its workers held each offer that long (its probes dropped them as not
+  // started, again and again, its slot held throughout) and its asks ranked it behind runs
+  // prepared ahead, which took the tenant's slots until after their due times (simulation seed
+  // 7062). Only its re-ask cadence counts from now.
+  r.waiting_since_ms = tx.now;
   r.fence = 0;
   tx.putRun(r);
   // A grant may have arrived during retry_wait: then the slot is held and the run goes now.

@@ -311,3 +311,62 @@ describe("backlog: the starting deadline", () => {
   });
 });
 
+describe("backlog: a waiting run's place", () => {
+  const retryOnce = { max_attempts: 2, backoff: "fixed" as const, base_s: 1, max_s: 1 };
+
+  it("a run due since long asks with its own start, not the time of its ask: the tenant grants the longest waiting first", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    d.advance(3_600_000);
+    const due = Date.UTC(2026, 0, 1, 1, 0, 0);
+    const id = runIdFor(JOB, due);
+    d.advance(25_000); // it asks again (slot checks)
+    const asks = d.postsOf("acquire_slot").filter((p) => p.run_id === id);
+    assert.ok(asks.length >= 2, `asked again while waiting (${asks.length})`);
+    assert.deepEqual(
+      asks.map((p) => p.start_at_ms),
+      asks.map(() => due),
+      "every ask names its due time",
+    );
+  });
+
+  it("a retry that fell due while the owner's clock ran ahead keeps its place once the clock steps back: its ask names its occurrence's start, and its worker may start it at once", () => {
+    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: retryOnce }));
+    const id = runIdFor(JOB, sec(2));
+    d.advance(1_500);
+    d.grant(id);
+    d.claim();
+    d.complete(id, { exit_code: 1 }); // retry_wait, due 1 s on
+    assert.equal(d.run(id)?.status, "retry_wait");
+    d.skipTime(28_000); // the owner's clock steps 28 s ahead
+    d.advance(1_000); // its retry falls due by that clock
+    assert.equal(d.run(id)?.status, "queued");
+    d.now -= 28_000; // and steps back
+    const ask = d.postsOf("acquire_slot").at(-1)!;
+    assert.equal(ask.run_id, id);
+    assert.equal(ask.start_at_ms, sec(2), "ranked at its occurrence, ahead of any run due later");
+    assert.ok(ask.start_at_ms <= d.now, "not a start in the future");
+    d.grant(id);
+    const offer = d.dispatches.at(-1)!;
+    assert.equal(offer.run_id, id);
+    assert.ok(
+      offer.start_at_ms <= d.now,
+      `its worker may start it now (offer start ${offer.start_at_ms - d.now} ms from now)`,
+    );
+  });
+
+  it("a retry waiting for a slot asks again 10 s after it fell due, not 30 s as a run waiting since its occurrence a minute ago", () => {
+    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    const minute = { max_attempts: 2, backoff: "fixed" as const, base_s: 60, max_s: 60 };
+    d.create(spec({ schedule: { at: "2026-01-01T00:00:02Z" }, retry: minute }));
+    const id = runIdFor(JOB, sec(2));
+    d.advance(1_500);
+    d.grant(id);
+    d.claim();
+    d.complete(id, { exit_code: 1 }); // its retry is due a minute later
+    d.advance(60_000);
+    assert.equal(d.run(id)?.status, "queued", "its retry fell due and asks");
+    assert.equal(d.timers.get(`slot:${id}`)?.atMs, d.now + 10_000);
+  });
+});
