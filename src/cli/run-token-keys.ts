@@ -103,6 +103,8 @@ export function registerRunTokenKeysCommand(program: Command): void {
   cmd
     .command("retire <file> <kid>")
     .description("drop an earlier key (once every token it signed has expired)")
+    // A kid is base64url and may begin with "-": an operand here, not an unknown option.
+    .allowUnknownOption()
     .action((file: string, kid: string) => {
       writeSet(file, retiredRunTokenKeySet(readRunTokenKeysFile(file), kid), false);
       console.log(`${file}: ${kid} retired`);

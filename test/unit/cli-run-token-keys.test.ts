@@ -7,7 +7,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Command } from "commander";
@@ -30,6 +30,24 @@ async function kairos(...args: string[]): Promise<string> {
 }
 
 describe("kairos run-token-keys", () => {
+  it("retires a key whose kid begins with a dash (base64url thumbprints can)", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "kairos-rtk-"));
+    const file = join(dir, "keys.json");
+    await kairos("run-token-keys", "new", file);
+    await kairos("run-token-keys", "rotate", file);
+    const set = JSON.parse(readFileSync(file, "utf8")) as { keys: { kid: string }[] };
+    set.keys[1]!.kid = "-dashed_kid";
+    writeFileSync(file, JSON.stringify(set), { mode: 0o600 });
+    assert.match(
+      await kairos("run-token-keys", "retire", file, "-dashed_kid"),
+      /-dashed_kid retired/,
+    );
+    assert.deepEqual(
+      readRunTokenKeysFile(file).keys.map((k) => k.kid),
+      [set.keys[0]!.kid],
+    );
+  });
+
   it("new, rotate, public and retire", async () => {
     const dir = mkdtempSync(join(tmpdir(), "kairos-rtk-"));
     const file = join(dir, "keys.json");
