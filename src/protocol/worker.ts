@@ -79,8 +79,8 @@ export interface WorkerAdvert {
   free: number;
   executor: string;
   /**
-   * Attempts already due it accepts beyond its slots, started the moment a slot frees (absent: a
-   * worker that predates it, none). The fleet shares slots plus prefetch between tenants.
+   * Attempts it accepts beyond its slots, each started the moment a slot frees after its start
+   * (absent: a worker that predates it, none). The fleet shares slots plus prefetch between tenants.
    */
   prefetch?: number;
 }

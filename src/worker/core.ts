@@ -47,7 +47,7 @@ export class WorkerCore {
 
   /**
    * An attempt's execution ended: its slot is free now (its report may still be on its way), and
-   * passes to the oldest attempt in the prefetch queue.
+   * passes to an attempt in the prefetch queue whose start has passed (slot-ledger.ts `release`).
    */
   executionEnded(l: Lease): void {
     this.turnaround.freed(this.o.clock.monoMs());

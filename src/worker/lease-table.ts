@@ -99,7 +99,8 @@ export class LeaseTable {
    * `onFreed` hears of it, with the attempts that take the freed slot.
    */
   freeSlot(l: Lease): void {
-    const promoted = this.slots.release(l);
+    // A freed slot goes to a queued attempt whose start instant passed (start-timing.ts `run`).
+    const promoted = this.slots.release(l, (q) => q.waitingSlot === true);
     if (promoted !== undefined) this.onFreed?.(promoted);
   }
 }

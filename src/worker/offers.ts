@@ -5,8 +5,8 @@
  * truth here: an attempt held but not started is dropped by it (`not_started`: it never starts
  * after that answer), a running one answers `running`, an ended one its completion; attempts
  * gone from here are answered from the worker's memory of them (attempt-memory.ts). An offer
- * takes a free slot, or — due now, every slot taken — a place in the prefetch queue
- * (slot-ledger.ts); else it is refused ("no free slot").
+ * takes a free slot, or — every slot taken — a place in the prefetch queue (slot-ledger.ts); else
+ * it is refused ("no free slot").
  */
 import type { BusMsg, BusSubscription } from "../cluster/bus.ts";
 import { decode, encode } from "../cluster/codec.ts";
@@ -26,6 +26,7 @@ import {
 } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import { attemptKey, fencedKey, newLease } from "./lease.ts";
+import { ON_TIME_MS } from "./slot-ledger.ts";
 
 export class Offers {
   readonly #c: WorkerCore;
@@ -184,10 +185,11 @@ export class Offers {
     }
     if (table.size >= c.leaseLimit) return { accepted: false, reason: "no free slot" };
     const lease = newLease(req, k, o.clock.monoMs(), o.workerId);
-    // A slot, or (due now by its owner's clock, with every slot taken) the prefetch queue: it
-    // starts the moment a slot frees (slot-ledger.ts).
-    const due = req.start_at_ms <= (req.owner_now_ms ?? o.clock.now());
-    if (table.slots.admit(lease, due) === "full")
+    // A slot, or (every slot taken) the prefetch queue: it starts the moment a slot frees after
+    // its start instant — before the attempts that came late if it comes on time by its owner's
+    // clock (slot-ledger.ts).
+    const onTime = req.start_at_ms >= (req.owner_now_ms ?? o.clock.now()) - ON_TIME_MS;
+    if (table.slots.admit(lease, onTime) === "full")
       return { accepted: false, reason: "no free slot" };
     table.add(lease);
     c.parts.starts.enqueueStart(lease, req.start_at_ms);

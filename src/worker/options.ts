@@ -10,7 +10,7 @@ export interface WorkerOptions {
   clusterName: string;
   slots: number;
   /**
-   * Attempts already due that it accepts beyond its slots, queued to start the moment a slot frees
+   * Attempts it accepts beyond its slots, queued to start the moment a slot frees after their start
    * (default: slot-ledger.ts `defaultPrefetch`; 0: none).
    */
   prefetch?: number;

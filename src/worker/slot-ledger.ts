@@ -1,10 +1,20 @@
 /**
  * The worker's slots and its prefetch, as pure bookkeeping (no I/O, no clock): which accepted
  * attempts hold one of the `slots`, and which wait in the prefetch queue (at most `prefetch`) for
- * the next slot to free. A slot is held from the acceptance (an attempt prepared ahead keeps its
- * slot until it starts, as it always did) until the attempt's execution ends or the attempt goes;
- * the slot then passes at once to the oldest queued attempt. Only attempts already due may queue,
- * so an attempt prepared ahead never waits behind the queue at its start instant.
+ * a slot. A slot is held from the acceptance when one is free (an attempt prepared ahead keeps its
+ * slot until it starts, as it always did) until the attempt's execution ends or the attempt goes.
+ * With every slot taken, an offer waits in the queue; a freed slot passes at once to a queued
+ * attempt that is READY (its start instant passed, acknowledged: the caller says which), and one
+ * that becomes ready takes a slot left free (`take`). So a queued attempt prepared ahead holds no
+ * slot idle before its start.
+ *
+ * Which ready attempt a freed slot goes to: first those offered ON TIME (before their start
+ * instant, or at most ON_TIME_MS after it: its grant came by the time the run was due, so its
+ * tenant was within its share), then those already late when offered (a backlog: its tenant's runs waited for
+ * grants), each group oldest first. A light tenant's run so waits for the next slot to free, not
+ * behind the heavy tenants' backlogs that fill the queue; among backlogs, arrival order (the
+ * tenants' grants already bound how many each has here). A late attempt is passed over by at most
+ * MAX_PASSED on-time ones, then counts as on time (no starvation).
  *
  * Also the slot turnaround (`Turnaround`): each start matched to the earliest slot freed before it
  * and not matched yet — the time a slot sat idle between two executions
@@ -24,10 +34,22 @@ export function defaultPrefetch(slots: number): number {
 /** Where an offer goes (`admit`): a slot of its own, the prefetch queue, or nowhere (refused). */
 export type Placement = "slot" | "queued" | "full";
 
+/** An offer made at most this long after its start instant is on time (see the module header). */
+export const ON_TIME_MS = 1_000;
+/** A ready late attempt is passed over by at most this many on-time ones. */
+export const MAX_PASSED = 8;
+
+/** A place in the prefetch queue: the attempt, whether it came on time, how often it was passed over. */
+interface Queued<T> {
+  readonly x: T;
+  readonly onTime: boolean;
+  passed: number;
+}
+
 export class SlotLedger<T> {
   readonly #holding = new Set<T>();
-  /** The prefetch queue, oldest first (at most `prefetch`: a removal by splice is cheap). */
-  #queue: T[] = [];
+  /** The prefetch queue in arrival order (at most `prefetch`: a scan or a splice is cheap). */
+  #queue: Queued<T>[] = [];
 
   constructor(
     readonly slots: number,
@@ -58,40 +80,80 @@ export class SlotLedger<T> {
     return this.#holding.has(x);
   }
 
+  #indexOf(x: T): number {
+    return this.#queue.findIndex((q) => q.x === x);
+  }
+
   /**
-   * A new attempt: a slot if one is free; else the queue, if it is due now (`due`) and the queue
-   * has room; else `full` (nothing recorded).
+   * A new attempt: a slot if one is free; else the queue, if it has room; else `full` (nothing
+   * recorded). `onTime`: offered before its start instant or at most ON_TIME_MS after it.
    */
-  admit(x: T, due: boolean): Placement {
+  admit(x: T, onTime: boolean): Placement {
     if (this.#holding.has(x)) return "slot";
-    if (this.#queue.includes(x)) return "queued";
+    if (this.#indexOf(x) >= 0) return "queued";
     if (this.#holding.size < this.slots) {
       this.#holding.add(x);
       return "slot";
     }
-    if (!due || this.#queue.length >= this.prefetch) return "full";
-    this.#queue.push(x);
+    if (this.#queue.length >= this.prefetch) return "full";
+    this.#queue.push({ x, onTime, passed: 0 });
     return "queued";
+  }
+
+  /** A queued attempt that became ready takes a free slot, if there is one (true: it holds one). */
+  take(x: T): boolean {
+    if (this.#holding.has(x)) return true;
+    const i = this.#indexOf(x);
+    if (i < 0 || this.#holding.size >= this.slots) return false;
+    this.#queue.splice(i, 1);
+    this.#holding.add(x);
+    return true;
   }
 
   /**
    * `x` gives up its slot or its place in the queue (its execution ended, or it went): the
-   * attempts that take the freed slot, oldest first; undefined if `x` held neither.
+   * queued attempts that take the freed slot — `ready` ones, on time first (`#next`); undefined if
+   * `x` held neither. A slot no ready attempt takes stays free.
    */
-  release(x: T): T[] | undefined {
+  release(x: T, ready: (q: T) => boolean): T[] | undefined {
     if (!this.#holding.delete(x)) {
-      const i = this.#queue.indexOf(x);
+      const i = this.#indexOf(x);
       if (i < 0) return undefined;
       this.#queue.splice(i, 1);
       return [];
     }
     const promoted: T[] = [];
-    while (this.#holding.size < this.slots && this.#queue.length > 0) {
-      const next = this.#queue.shift()!;
-      this.#holding.add(next);
-      promoted.push(next);
+    while (this.#holding.size < this.slots) {
+      const i = this.#next(ready);
+      if (i < 0) break;
+      const [q] = this.#queue.splice(i, 1);
+      this.#holding.add(q!.x);
+      promoted.push(q!.x);
     }
     return promoted;
+  }
+
+  /**
+   * The queue index a freed slot goes to: the oldest ready attempt that came on time or was passed
+   * over MAX_PASSED times, else the oldest ready one; −1 when none is ready. The late ready ones it
+   * passes over count it.
+   */
+  #next(ready: (q: T) => boolean): number {
+    let oldest = -1;
+    for (let i = 0; i < this.#queue.length; i++) {
+      const q = this.#queue[i]!;
+      if (!ready(q.x)) continue;
+      if (q.onTime || q.passed >= MAX_PASSED) {
+        if (oldest >= 0)
+          for (let j = oldest; j < i; j++) {
+            const p = this.#queue[j]!;
+            if (ready(p.x)) p.passed++;
+          }
+        return i;
+      }
+      if (oldest < 0) oldest = i;
+    }
+    return oldest;
   }
 }
 

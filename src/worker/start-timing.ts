@@ -4,7 +4,8 @@
  * it; otherwise it is due and starts on the next acknowledgement. Attempts due at one instant
  * share one timer and start in one tight loop (bursts); their `started` events and the
  * completions of executions that ended as they started are reported by one microtask each. An
- * attempt in the prefetch queue (slot-ledger.ts) starts the moment it takes a freed slot.
+ * attempt in the prefetch queue (slot-ledger.ts) starts, once its start instant has passed, in a
+ * slot left free or the moment it takes a freed one.
  */
 import { observeSlotIdle } from "../metrics/index.ts";
 import { START_SKEW_TOLERANCE_MS } from "../protocol/worker.ts";
@@ -187,8 +188,8 @@ export class StartTiming implements StartTimingPart {
     const { o } = c;
     if (lease.lost || c.stopping || lease.execution) return;
     lease.due = false;
-    if (!c.table.slots.holds(lease)) {
-      // In the prefetch queue: it starts when it takes a slot (`#startPromoted`).
+    if (!c.table.slots.holds(lease) && !c.table.slots.take(lease)) {
+      // In the prefetch queue, every slot taken: it starts when one frees (`#startPromoted`).
       lease.waitingSlot = true;
       return;
     }

@@ -1,40 +1,117 @@
 /**
  * The worker's slots and prefetch queue (src/worker/slot-ledger.ts), pure: admission, promotion
- * of the oldest queued attempt into a freed slot, the bounds, the default prefetch, and the slot
- * turnaround matching.
+ * of a ready queued attempt into a freed slot (on time before late, each oldest first), the
+ * bounds, the default prefetch, and the slot turnaround matching.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { defaultPrefetch, SlotLedger, Turnaround } from "../../../src/worker/slot-ledger.ts";
+import {
+  defaultPrefetch,
+  MAX_PASSED,
+  SlotLedger,
+  Turnaround,
+} from "../../../src/worker/slot-ledger.ts";
 
 describe("slot ledger", () => {
-  it("takes slots first, then due attempts into the queue, then refuses", () => {
+  const all = () => true;
+  it("takes slots first, then the queue (on time or late alike), then refuses", () => {
     const l = new SlotLedger<string>(2, 2);
     assert.equal(l.room, 4);
-    assert.equal(l.admit("a", false), "slot", "a slot needs no due start");
-    assert.equal(l.admit("b", true), "slot");
-    assert.equal(l.admit("c", false), "full", "an attempt not due yet never queues");
-    assert.equal(l.admit("c", true), "queued");
-    assert.equal(l.admit("d", true), "queued");
-    assert.equal(l.admit("e", true), "full", "the queue is bounded by the prefetch");
+    assert.equal(l.admit("a", true), "slot", "a slot whether on time or late");
+    assert.equal(l.admit("b", false), "slot");
+    assert.equal(l.admit("c", true), "queued", "an attempt on time (not due yet) queues too");
+    assert.equal(l.admit("d", false), "queued");
+    assert.equal(l.admit("e", false), "full", "the queue is bounded by the prefetch");
     assert.deepEqual([l.room, l.held, l.queued], [0, 2, 2]);
-    assert.equal(l.admit("c", true), "queued", "admitting again changes nothing");
+    assert.equal(l.admit("c", false), "queued", "admitting again changes nothing");
     assert.equal(l.queued, 2);
   });
 
-  it("a freed slot goes to the oldest queued attempt at once; a queued one that goes frees its place", () => {
-    const l = new SlotLedger<string>(1, 2);
-    l.admit("a", true);
+  it("a freed slot goes to a READY queued attempt at once; a queued one that goes frees its place", () => {
+    const l = new SlotLedger<string>(1, 3);
+    l.admit("a", false);
     l.admit("b", true);
-    l.admit("c", true);
-    assert.deepEqual(l.release("c"), [], "a queued attempt leaves: nobody promoted");
+    l.admit("c", false);
+    l.admit("d", false);
+    assert.deepEqual(l.release("d", all), [], "a queued attempt leaves: nobody promoted");
     assert.equal(l.room, 1);
-    assert.deepEqual(l.release("a"), ["b"], "the slot passes to b");
-    assert.ok(l.holds("b"));
-    assert.deepEqual([l.room, l.held, l.queued], [2, 1, 0]);
-    assert.equal(l.release("a"), undefined, "released twice: nothing");
-    assert.equal(l.release("zz"), undefined, "never admitted: nothing");
+    assert.deepEqual(
+      l.release("a", (q) => q === "c"),
+      ["c"],
+      "b is not ready (its start is ahead): c, ready, takes the slot",
+    );
+    assert.ok(l.holds("c"));
+    assert.deepEqual(
+      l.release("c", () => false),
+      [],
+      "nobody ready: the slot stays free",
+    );
+    assert.deepEqual([l.room, l.held, l.queued], [3, 0, 1]);
+    assert.equal(l.take("b"), true, "b, ready now, takes the free slot");
+    assert.equal(l.take("b"), true, "taken already");
+    assert.equal(l.take("zz"), false, "not queued: nothing");
+    assert.equal(l.release("a", all), undefined, "released twice: nothing");
+    assert.equal(l.release("zz", all), undefined, "never admitted: nothing");
+  });
+
+  it("a ready attempt finds no free slot to take while every slot is held", () => {
+    const l = new SlotLedger<string>(1, 1);
+    l.admit("a", false);
+    l.admit("b", false);
+    assert.equal(l.take("b"), false);
+    assert.deepEqual(l.release("a", all), ["b"]);
+  });
+
+  it("a freed slot goes to a ready attempt that came on time before the late ones that came earlier", () => {
+    const l = new SlotLedger<string>(2, 4);
+    l.admit("run-1", false);
+    l.admit("run-2", false);
+    l.admit("late-1", false);
+    l.admit("late-2", false);
+    l.admit("light", true); // offered before its start: on time
+    l.admit("late-3", false);
+    assert.deepEqual(l.release("run-1", all), ["light"], "the on-time run first");
+    assert.deepEqual(l.release("run-2", all), ["late-1"], "then the late ones, oldest first");
+    l.admit("light-2", true);
+    assert.deepEqual(
+      l.release("light", (q) => q !== "light-2"),
+      ["late-2"],
+      "an on-time run before its start takes nothing",
+    );
+    assert.deepEqual(l.release("late-1", all), ["light-2"]);
+  });
+
+  it("a late attempt is passed over by at most MAX_PASSED on-time ones", () => {
+    const l = new SlotLedger<string>(1, 2);
+    l.admit("run", false);
+    l.admit("late", false);
+    let holder = "run";
+    for (let i = 0; i < MAX_PASSED; i++) {
+      l.admit(`on-time-${i}`, true);
+      assert.deepEqual(l.release(holder, all), [`on-time-${i}`], `pass ${i + 1}`);
+      holder = `on-time-${i}`;
+    }
+    l.admit("on-time-last", true);
+    assert.deepEqual(l.release(holder, all), ["late"], "passed over enough: its turn");
+    assert.deepEqual(l.release("late", all), ["on-time-last"]);
+  });
+
+  it("an attempt not ready is not passed over (its count waits for its start)", () => {
+    const l = new SlotLedger<string>(1, 2);
+    l.admit("run", false);
+    l.admit("late", false);
+    let holder = "run";
+    for (let i = 0; i < MAX_PASSED + 2; i++) {
+      l.admit(`on-time-${i}`, true);
+      assert.deepEqual(
+        l.release(holder, (q) => q !== "late"),
+        [`on-time-${i}`],
+      );
+      holder = `on-time-${i}`;
+    }
+    l.admit("on-time-last", true);
+    assert.deepEqual(l.release(holder, all), ["on-time-last"], "never passed while not ready");
   });
 
   it("never holds more than its slots nor queues more than its prefetch (random operations)", () => {
@@ -42,42 +119,74 @@ describe("slot ledger", () => {
       fc.property(
         fc.integer({ min: 0, max: 5 }),
         fc.integer({ min: 0, max: 5 }),
-        fc.array(fc.tuple(fc.boolean(), fc.integer({ min: 0, max: 15 }), fc.boolean()), {
-          maxLength: 80,
-        }),
-        (slots, prefetch, ops) => {
+        fc.array(
+          fc.tuple(
+            fc.constantFrom("admit", "release", "take"),
+            fc.integer({ min: 0, max: 15 }),
+            fc.boolean(),
+          ),
+          { maxLength: 80 },
+        ),
+        fc.func(fc.boolean()),
+        (slots, prefetch, ops, readyOf) => {
           const l = new SlotLedger<number>(slots, prefetch);
-          const queue: number[] = []; // reference model of the queue, oldest first
+          const ready = (x: number) => readyOf(x);
+          // Reference model of the queue, in arrival order: each entry's `onTime` and how often
+          // a ready late entry was passed over by an on-time (or long-passed) one.
+          const queue: { x: number; onTime: boolean; passed: number }[] = [];
+          const queued = (x: number) => queue.findIndex((q) => q.x === x);
           const holding = new Set<number>();
-          for (const [admit, x, due] of ops) {
-            if (admit) {
-              const got = l.admit(x, due);
+          /** The entry a freed slot goes to: least (not first-class, arrival) among the ready. */
+          const nextOf = () => {
+            const firstClass = (q: (typeof queue)[number]) => q.onTime || q.passed >= MAX_PASSED;
+            const ready_ = queue.filter((q) => ready(q.x));
+            const best = ready_.find(firstClass) ?? ready_[0];
+            if (best && firstClass(best))
+              for (const q of ready_) if (!firstClass(q) && queued(q.x) < queued(best.x)) q.passed++;
+            return best;
+          };
+          for (const [op, x, onTime] of ops) {
+            if (op === "admit") {
+              const got = l.admit(x, onTime);
               let want: string = "full";
               if (holding.has(x)) want = "slot";
-              else if (queue.includes(x)) want = "queued";
+              else if (queued(x) >= 0) want = "queued";
               else if (holding.size < slots) {
                 want = "slot";
                 holding.add(x);
-              } else if (due && queue.length < prefetch) {
+              } else if (queue.length < prefetch) {
                 want = "queued";
-                queue.push(x);
+                queue.push({ x, onTime, passed: 0 });
+              }
+              assert.equal(got, want);
+            } else if (op === "take") {
+              const got = l.take(x);
+              let want = holding.has(x);
+              if (!want && queued(x) >= 0 && holding.size < slots) {
+                queue.splice(queued(x), 1);
+                holding.add(x);
+                want = true;
               }
               assert.equal(got, want);
             } else {
-              const got = l.release(x);
+              const got = l.release(x, ready);
               if (holding.delete(x)) {
-                const moved = queue.splice(0, Math.max(0, slots - holding.size));
-                for (const m of moved) holding.add(m);
-                assert.deepEqual(got, moved, "the oldest queued take the freed slot");
-              } else if (queue.includes(x)) {
-                queue.splice(queue.indexOf(x), 1);
+                const moved: number[] = [];
+                while (holding.size < slots) {
+                  const q = nextOf();
+                  if (!q) break;
+                  queue.splice(queued(q.x), 1);
+                  holding.add(q.x);
+                  moved.push(q.x);
+                }
+                assert.deepEqual(got, moved, "ready ones take the freed slot, on time first");
+              } else if (queued(x) >= 0) {
+                queue.splice(queued(x), 1);
                 assert.deepEqual(got, []);
               } else assert.equal(got, undefined);
             }
             assert.ok(l.held <= slots && l.queued <= prefetch);
             assert.equal(l.room, slots + prefetch - holding.size - queue.length);
-            // A queued attempt waits only while every slot is held.
-            if (l.queued > 0) assert.equal(l.held, slots);
           }
         },
       ),

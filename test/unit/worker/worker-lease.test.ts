@@ -1682,11 +1682,6 @@ describe("worker: the prefetch queue (a freed slot reused at once)", () => {
         { accepted: false, reason: "no free slot" },
         "the queue holds one",
       );
-      assert.deepEqual(
-        await t.offer("r4", 10_000),
-        { accepted: false, reason: "no free slot" },
-        "an attempt not due yet does not queue",
-      );
       await t.runTo(T0 + 3 * HB + 500);
       assert.deepEqual(
         t.executor.given.map((g) => g.id.runId),
@@ -1716,6 +1711,69 @@ describe("worker: the prefetch queue (a freed slot reused at once)", () => {
       await t.runFor(ADVERT_GAP_MS + 1);
       assert.deepEqual(t.adverts, [1], "its room advertised at once, not at the next beat");
       assert.deepEqual(await t.offer("r3", 0), { accepted: true }, "and taken");
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a queued attempt prepared ahead holds no slot idle: a slot freed before its start goes to a later arrival; after its start, the next freed slot is its",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 2 });
+      assert.deepEqual(await t.offer("r1", 0), { accepted: true });
+      assert.deepEqual(await t.offer("ahead", 3_000), { accepted: true }, "queued, due in 3 s");
+      await t.runFor(500);
+      t.executor.exit("r1#1"); // the slot frees 2.5 s before `ahead` is due
+      await t.runFor(100);
+      assert.deepEqual(await t.offer("r2", 0), { accepted: true }, "the free slot: taken");
+      await t.runFor(100);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1", "r2"],
+        "r2 started in the slot `ahead` did not hold",
+      );
+      await t.runTo(T0 + 3_000 + 500);
+      assert.equal(t.executor.starts(), 2, "`ahead` is due, the slot busy: it waits");
+      assert.deepEqual(await t.offer("r3", 0), { accepted: true }, "a later arrival queues");
+      await t.runFor(100);
+      const endAt = t.sim.now();
+      t.executor.exit("r2#1");
+      await drainMicrotasks();
+      const starts = t.executor.log.filter((e) => e.what === "start");
+      assert.deepEqual(
+        starts.map((e) => e.key),
+        ["r1#1", "r2#1", "ahead#1"],
+        "`ahead` takes the freed slot before the later r3",
+      );
+      assert.equal(starts[2]!.at, endAt, "at once");
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a run offered on time takes the next freed slot before a run offered late, queued before it",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 2 });
+      assert.deepEqual(await t.offer("r1", 0), { accepted: true });
+      assert.deepEqual(await t.offer("late", -2_000), { accepted: true }, "2 s late already: queued");
+      assert.deepEqual(await t.offer("light", 1_500), { accepted: true }, "on time: queued");
+      await t.runTo(T0 + 3 * HB + 500);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1"],
+        "both due now, both wait for the slot",
+      );
+      t.executor.exit("r1#1");
+      await drainMicrotasks();
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1", "light"],
+        "the run that was on time goes first",
+      );
+      t.executor.exit("light#1");
+      await drainMicrotasks();
+      assert.deepEqual(t.executor.given.map((g) => g.id.runId), ["r1", "light", "late"]);
       await t.worker.stop();
     },
   );
