@@ -39,6 +39,8 @@ export interface FairShares {
   carry: Map<string, number>;
   /** Some tenant's exact part was not a whole number: the next computation may turn the rounding. */
   fractional: boolean;
+  /** Each rounded tenant's exact (fractional) part, before the rounding. */
+  parts: Map<string, number>;
 }
 
 /** `maxMinShares` with deficit rounding across computations (see the module header). */
@@ -110,11 +112,15 @@ export function fairShares(
     p.frac + Math.max(-1, Math.min(1, carry.get(p.t.tenant) ?? 0));
   parts.sort((a, b) => owed(b) - owed(a) || b.t.weight - a.t.weight || byId(a.t, b.t));
   const nextCarry = new Map<string, number>();
+  const exact = new Map<string, number>();
   for (const p of parts) {
     const extra = spare > 0 && p.whole < p.t.demand ? 1 : 0;
     spare -= extra;
     shares.set(p.t.tenant, p.whole + extra);
-    if (p.frac > 0) nextCarry.set(p.t.tenant, Math.max(-1, Math.min(1, owed(p) - extra)));
+    if (p.frac > 0) {
+      nextCarry.set(p.t.tenant, Math.max(-1, Math.min(1, owed(p) - extra)));
+      exact.set(p.t.tenant, p.whole + p.frac);
+    }
   }
-  return { shares, carry: nextCarry, fractional: parts.some((p) => p.frac > 1e-9) };
+  return { shares, carry: nextCarry, fractional: parts.some((p) => p.frac > 1e-9), parts: exact };
 }

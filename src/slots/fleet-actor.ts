@@ -1,12 +1,20 @@
 /**
  * The fleet actor's pure core: one per cluster (`fleet/fleet`), it shares the fleet's worker slots
  * between tenants by weighted max-min fairness (fair-share.ts). Tenant actors with demand report
- * `{demand, weight}` every FAIR_REPORT_MS; the fleet recomputes (at most every
+ * `{demand, weight, used}` every FAIR_REPORT_MS; the fleet recomputes (at most every
  * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity; every FLEET_ROTATE_MS while a
  * share is rounded, so a part of 1.5 slots is 1 and 2 in turn), answers with a share, and
  * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
  * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
  * shell (fleet-shell.ts).
+ *
+ * The rounding turns by what tenants held, not by what they were given: each rounded tenant's
+ * exact part minus the grants it reported holding on average (`used`; without one, the share it
+ * was given; scaled so that the rounded tenants' holdings sum to their parts) is summed over time
+ * (`owed`, slot·ms, at most ±OWED_LIMIT_MS), and at each turn the slots left by the rounding go
+ * to those owed most. A share that shrinks takes effect only as the tenant's runs end, and one
+ * that grows only once the tenant hears it: counting the grants held makes up for both within a
+ * few turns, where counting the shares given did not.
  *
  * Soft by design: shares are advice; the hard cap (`max_concurrent`) is the tenant's. A tenant
  * silent for FLEET_STALE_MS drops out. Pitfall: a fresh fleet actor waits FLEET_WARMUP_MS before
@@ -34,11 +42,15 @@ export const FLEET_WARMUP_MS = 2 * FAIR_REPORT_MS;
 export const PUSH_LIMIT = 1_000;
 /** Most tenants in a status reply. */
 export const STATUS_LIMIT = 1_000;
+/** What a rounded tenant may be owed or owe (slot·ms): two slots over one turn. */
+export const OWED_LIMIT_MS = 2 * FLEET_ROTATE_MS;
 
 interface TenantEntry {
   demand: number;
   weight: number;
   seen_ms: number;
+  /** The grants it held on average over its last report interval, as it reported. */
+  used?: number;
 }
 
 export interface FleetState {
@@ -50,10 +62,14 @@ export interface FleetState {
   computed_at_ms?: number;
   /** Demands changed since the last computation. */
   dirty: boolean;
-  /** Deficit rounding between computations (fair-share.ts `fairShares`). */
+  /** Deficit rounding between computations (fair-share.ts `fairShares`), set at each turn from `owed`. */
   carry?: Map<string, number>;
-  /** The carry the next turn of the rounding starts from (the last turn's result). */
-  carry_next?: Map<string, number>;
+  /** Each rounded tenant's exact part in the last computation. */
+  parts?: Map<string, number>;
+  /** Slot·ms each rounded tenant is owed: its exact part minus the grants it held, over time. */
+  owed?: Map<string, number>;
+  /** Until when `owed` is summed. */
+  accrued_at_ms?: number;
   /** When the rounding last turned. */
   rotated_at_ms?: number;
   /** The last computation rounded some share: recompute every FLEET_ROTATE_MS to turn it. */
@@ -64,7 +80,15 @@ export interface FleetState {
 
 /** What arrives on the bus. */
 export type FleetWireMsg =
-  | { kind: "demand"; tenant: string; demand: number; weight: number; held?: boolean }
+  | {
+      kind: "demand";
+      tenant: string;
+      demand: number;
+      weight: number;
+      held?: boolean;
+      /** The grants it held on average since its previous report (absent: unknown). */
+      used?: number;
+    }
   | { kind: "status" };
 /** What the core receives: the shell adds the capacity it observes (fleet-shell.ts). */
 export type FleetMsg = FleetWireMsg & { capacity: number };
@@ -100,7 +124,52 @@ function parse(raw: unknown): FleetWireMsg {
     throw new KairosError("invalid_argument", "weight must be a number in (0, 1e6]", {
       field: "weight",
     });
-  return { kind: "demand", tenant, demand, weight, ...(m["held"] === true ? { held: true } : {}) };
+  const used = m["used"];
+  if (used !== undefined && !(typeof used === "number" && used >= 0 && used <= 1e9))
+    throw new KairosError("invalid_argument", "used must be a number in [0, 1e9]", {
+      field: "used",
+    });
+  return {
+    kind: "demand",
+    tenant,
+    demand,
+    weight,
+    ...(m["held"] === true ? { held: true } : {}),
+    ...(used !== undefined ? { used } : {}),
+  };
+}
+
+/**
+ * Sums each rounded tenant's exact part minus the grants it held (its report's `used`, else the
+ * share it was given) since the last computation into `owed` (see the module header). What they
+ * held is scaled to what their parts sum to: grants outnumber the places while shrunk shares
+ * wait for runs to end, and unscaled every tenant would owe, all alike, the rounding then turning
+ * by ties.
+ */
+function accrue(state: FleetState, now: number): void {
+  const since = state.accrued_at_ms;
+  state.accrued_at_ms = now;
+  if (since === undefined || now <= since || !state.parts) return;
+  const owed = (state.owed ??= new Map());
+  const held = new Map<string, number>();
+  let parts = 0;
+  let sum = 0;
+  for (const [tenant, part] of state.parts) {
+    const t = state.tenants.get(tenant);
+    if (!t) {
+      owed.delete(tenant);
+      continue;
+    }
+    const h = t.used ?? state.shares.get(tenant) ?? part;
+    held.set(tenant, h);
+    parts += part;
+    sum += h;
+  }
+  const scale = sum > 0 ? parts / sum : 1;
+  for (const [tenant, h] of held) {
+    const o = (owed.get(tenant) ?? 0) + (state.parts.get(tenant)! - h * scale) * (now - since);
+    owed.set(tenant, Math.max(-OWED_LIMIT_MS, Math.min(OWED_LIMIT_MS, o)));
+  }
 }
 
 /** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
@@ -113,17 +182,22 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
     demand: t.demand,
     weight: t.weight,
   }));
+  accrue(state, now);
   // The rounding turns at most every FLEET_ROTATE_MS: a recompute for changed demands in between
   // keeps the turn's order (a carry advanced on every 100 ms recompute flipped shares ten times a
   // second, each flip a push to the tenants whose share shrank).
   const turn = state.rotated_at_ms === undefined || now - state.rotated_at_ms >= FLEET_ROTATE_MS;
   if (turn) {
-    state.carry = state.carry_next ?? new Map<string, number>();
+    state.carry = new Map<string, number>();
+    for (const [t, ms] of state.owed ?? [])
+      state.carry.set(t, Math.max(-1, Math.min(1, ms / FLEET_ROTATE_MS)));
     state.rotated_at_ms = now;
   }
   const fair = fairShares(capacity, demands, state.carry ?? new Map());
   state.shares = fair.shares;
-  if (turn) state.carry_next = fair.carry;
+  state.parts = fair.parts;
+  // A tenant no longer rounded (served in full, or its part whole) owes and is owed nothing.
+  for (const t of state.owed?.keys() ?? []) if (!fair.parts.has(t)) state.owed!.delete(t);
   state.rounded = fair.fractional;
   // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
   let spare = capacity;
@@ -194,7 +268,12 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
         return { state, reply: { share: null } }; // bounded: the cap applies
       const fresh = !known || known.weight !== msg.weight;
       if (!known || known.demand !== msg.demand || known.weight !== msg.weight) state.dirty = true;
-      state.tenants.set(msg.tenant, { demand: msg.demand, weight: msg.weight, seen_ms: now });
+      state.tenants.set(msg.tenant, {
+        demand: msg.demand,
+        weight: msg.weight,
+        seen_ms: now,
+        ...(msg.used !== undefined ? { used: msg.used } : {}),
+      });
       if (msg.held && now - state.started_ms < FLEET_WARMUP_MS)
         return { state, reply: { share: null } };
       const due =

@@ -10,8 +10,10 @@
  * `max_waiting` runs already waiting is refused — `throttled` in the reply, and the job actor
  * records the run `throttled` — instead of joining the list. Other asks wait up to WAITING_LIMIT.
  *
- * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand and
- * weight and grants only while running < min(max_concurrent, share), the share floored at 1.
+ * Fair shares (`fair`, fleet-actor.ts): while it has demand the tenant reports its peak demand,
+ * weight and the grants it held on average since its last report (`used`: the fleet turns its
+ * rounding by it), and grants only while running < min(max_concurrent, share), the share floored
+ * at 1.
  * Without a share it falls back to max_concurrent, bounded by the fleet's advertised slots.
  *
  * Pitfalls: maps are mutated in place, never copied per message (too slow for a burst): an actor
@@ -331,6 +333,7 @@ export function makeTenantActor(
     }),
     receive(state, msg, ctx) {
       const t = new Turn(state, ctx.nowMs, ctx.id);
+      if (fair) holdUntil(state, ctx.nowMs); // before this message changes what is held
       let reply: TenantReply = null;
       let fail: { code: "overloaded"; message: string } | undefined;
       const releaseOnly =
@@ -380,6 +383,21 @@ export function makeTenantActor(
   };
 }
 
+/** Adds the grants held since `held_at_ms` to `held_ms` (they change only inside a message). O(1). */
+function holdUntil(state: TenantState, now: number): void {
+  if (state.held_at_ms !== undefined && now > state.held_at_ms)
+    state.held_ms = (state.held_ms ?? 0) + state.running.size * (now - state.held_at_ms);
+  state.held_at_ms = now;
+}
+
+/** The grants held on average since the last report (the current ones if there was none). */
+function usedSinceReport(state: TenantState, now: number): number {
+  const since = state.reported_at_ms;
+  const used =
+    since !== undefined && now > since ? (state.held_ms ?? 0) / (now - since) : state.running.size;
+  return Math.round(used * 1000) / 1000;
+}
+
 /** The `fair_report` timer: sends the demand (peak of the window, capped) to the fleet actor. */
 function report(
   state: TenantState,
@@ -407,8 +425,10 @@ function report(
       demand,
       weight: state.weight,
       ...(state.share !== undefined ? { held: true } : {}),
+      used: usedSinceReport(state, now),
     },
   });
+  state.held_ms = 0;
   state.reported = demand;
   state.reported_at_ms = now;
   if (demand > 0) {

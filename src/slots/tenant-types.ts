@@ -28,6 +28,12 @@ export interface TenantState {
   /** When the last report went out, and the demand it carried. */
   reported_at_ms?: number;
   reported?: number;
+  /**
+   * Grants held × ms since the last report (`running.size` summed over time, up to `held_at_ms`):
+   * the report's `used` is its average, what the fleet actor turns its rounding by.
+   */
+  held_ms?: number;
+  held_at_ms?: number;
   /** Peak running + waiting since the last report, and over the interval before it. */
   /** Peak running + waiting per report interval, the current one first (DEMAND_WINDOW_REPORTS). */
   peaks: number[];

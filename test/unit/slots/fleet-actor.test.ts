@@ -11,6 +11,7 @@ import {
   FLEET_ROTATE_MS,
   FLEET_STALE_MS,
   FLEET_WARMUP_MS,
+  OWED_LIMIT_MS,
   makeFleetActor,
   type FleetMsg,
   type FleetReply,
@@ -245,6 +246,90 @@ describe("fleet actor", () => {
     assert.notEqual(`${turned["a"]}${turned["b"]}`, seen[0], "and it turns at the next turn");
   });
 
+  it("the rounding turns by the grants held, not the shares given: a tenant still holding more than its part (its runs not ended) gets the floor until the other has made up", () => {
+    const f = new Fleet();
+    f.capacity = 3;
+    const first = f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
+    assert.deepEqual(first, { a: 2, b: 1 }, "a tie: the smaller id first");
+    const seen: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      f.now += FLEET_ROTATE_MS;
+      // a's three long runs hold 2 slots whatever its share; b holds what it is given.
+      const a = f.send({ tenant: "a", demand: 50, weight: 1, used: 2 }).reply as { share: number };
+      const b = f.send({ tenant: "b", demand: 50, weight: 1, used: 1 }).reply as { share: number };
+      seen.push(`${a.share}${b.share}`);
+    }
+    // By the shares given, a would be owed after each turn it had 1 and get 2 every other turn.
+    assert.deepEqual(seen, ["12", "12", "12", "12", "12", "12"], seen.join(" "));
+    // Once each holds what it is given, b keeps the extra slot until a has made up, then the two
+    // take turns again.
+    const turns: string[] = [];
+    let held = { a: 1, b: 2 };
+    for (let i = 0; i < 6; i++) {
+      f.now += FLEET_ROTATE_MS;
+      const a = f.send({ tenant: "a", demand: 50, weight: 1, used: held.a }).reply as {
+        share: number;
+      };
+      const b = f.send({ tenant: "b", demand: 50, weight: 1, used: held.b }).reply as {
+        share: number;
+      };
+      held = { a: a.share, b: b.share };
+      turns.push(`${a.share}${b.share}`);
+    }
+    assert.deepEqual(turns.slice(0, 3), ["12", "12", "12"], turns.join(" "));
+    assert.ok(turns.includes("21"), turns.join(" "));
+  });
+
+  it("while grants outnumber the places (shrunk shares waiting for runs to end), the holdings are compared with each other: the tenant holding least gets the slot left by the rounding", () => {
+    const f = new Fleet();
+    f.capacity = 4;
+    f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+      ["c", 50, 1],
+    ]);
+    const turns: string[] = [];
+    for (let i = 0; i < 12; i++) {
+      f.now += FLEET_ROTATE_MS;
+      const shares = (["a", "b", "c"] as const).map(
+        (t) =>
+          (
+            f.send({ tenant: t, demand: 50, weight: 1, used: t === "c" ? 1.5 : 2 }).reply as {
+              share: number;
+            }
+          ).share,
+      );
+      turns.push(shares.join(""));
+    }
+    // Each holds more than its part (4/3): compared with the whole, without scaling, all three
+    // would owe alike after a few turns and the rounding would go by ties (to a).
+    assert.deepEqual(turns.slice(1), Array(11).fill("112"), turns.join(" "));
+  });
+
+  it("what a tenant is owed is bounded: a tenant that held too little for long is owed at most OWED_LIMIT_MS", () => {
+    const f = new Fleet();
+    f.capacity = 3;
+    f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
+    for (let i = 0; i < 20; i++) {
+      f.now += FLEET_ROTATE_MS;
+      f.send({ tenant: "a", demand: 50, weight: 1, used: 0 });
+      f.send({ tenant: "b", demand: 50, weight: 1, used: 3 });
+    }
+    assert.equal(f.state.owed?.get("a"), OWED_LIMIT_MS);
+    assert.equal(f.state.owed?.get("b"), -OWED_LIMIT_MS);
+    // Served in full (its part whole), a tenant owes and is owed nothing.
+    f.capacity = 100;
+    f.now += FLEET_ROTATE_MS;
+    f.send({ tenant: "a", demand: 50, weight: 1, used: 0 });
+    assert.equal(f.state.owed?.has("a"), false);
+  });
+
   it("a tenant reporting no demand leaves (no answer); a silent one is dropped after FLEET_STALE_MS", () => {
     const f = new Fleet();
     f.warm([
@@ -295,6 +380,13 @@ describe("fleet actor", () => {
       demand: 3,
       weight: 1.5,
     });
+    assert.deepEqual(parse({ kind: "demand", tenant: "t1", demand: 3, weight: 1, used: 2.5 }), {
+      kind: "demand",
+      tenant: "t1",
+      demand: 3,
+      weight: 1,
+      used: 2.5,
+    });
     assert.deepEqual(parse({ kind: "status" }), { kind: "status" });
     for (const bad of [
       null,
@@ -304,6 +396,9 @@ describe("fleet actor", () => {
       { kind: "demand", tenant: "t", demand: 1.5, weight: 1 },
       { kind: "demand", tenant: "t", demand: 1, weight: 0 },
       { kind: "demand", tenant: "t", demand: 1, weight: "2" },
+      { kind: "demand", tenant: "t", demand: 1, weight: 1, used: -1 },
+      { kind: "demand", tenant: "t", demand: 1, weight: 1, used: "2" },
+      { kind: "demand", tenant: "t", demand: 1, weight: 1, used: Number.NaN },
     ]) {
       assert.throws(
         () => parse(bad),

@@ -1104,6 +1104,28 @@ describe("tenant actor: fair shares of the fleet (with fair options)", () => {
     );
   });
 
+  it("each report carries the grants held on average since the previous one (`used`), what the fleet turns its rounding by", () => {
+    const t = new FairTenant();
+    const usedOf = (d: Decision<TenantState, TenantReply, TenantEffect>) => {
+      const s = (d.effects ?? []).find((e) => e.kind === "send");
+      assert.ok(s?.kind === "send");
+      return (s.msg as { used?: number }).used;
+    };
+    t.acquire("a");
+    assert.equal(usedOf(t.send({ kind: "fair_report" })), 1, "the first: what it holds now");
+    t.send({ kind: "share", share: 3 });
+    t.now += 250;
+    t.acquire("b");
+    t.now += 250;
+    assert.equal(usedOf(t.send({ kind: "fair_report" })), 1.5, "1 for 250 ms, 2 for 250 ms");
+    t.now += 100;
+    t.send({ kind: "release", run_id: "a" });
+    t.send({ kind: "release", run_id: "b" });
+    t.acquire("c");
+    t.now += 400;
+    assert.equal(usedOf(t.send({ kind: "fair_report" })), 1.2, "2 for 100 ms, 1 for 400 ms");
+  });
+
   it("grants only while running < min(max_concurrent, share); a larger share grants the waiters", () => {
     const t = new FairTenant();
     t.acquire("a");
