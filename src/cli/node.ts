@@ -232,7 +232,7 @@ function clusterOptions(c: Command): Command {
     )
     .option(
       "--prefetch <n>",
-      "attempts a worker accepts beyond its slots, each started the moment a slot frees after its start, runs on time before late ones (default: an eighth of the slots, at least 2, at most 256 and the slots; 0: none)",
+      "attempts a worker accepts beyond its slots, each started the moment a slot frees after its start, runs on time before late ones, with as many places again for them (default: an eighth of the slots, at least 2, at most 256 and the slots; 0: none)",
     );
 }
 

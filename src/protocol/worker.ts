@@ -75,7 +75,10 @@ export interface Completion {
 export interface WorkerAdvert {
   worker_id: string;
   slots: number;
-  /** Offers it would take now: free slots plus free places in its prefetch queue. */
+  /**
+   * Offers it would take now: free slots plus free places in its prefetch queue (not counting the
+   * places it keeps for offers on time: src/worker/slot-ledger.ts).
+   */
   free: number;
   executor: string;
   /**

@@ -30,11 +30,12 @@ export class WorkerCore {
 
   /**
    * Most attempts held at once, ended ones whose report waits for its answer included: twice the
-   * slots and prefetch (a slot frees when its execution ends, not when its report is answered).
+   * slots and queue places (a slot frees when its execution ends, not when its report is
+   * answered; the queue holds `prefetch` runs offered late and as many on time).
    */
   get leaseLimit(): number {
     const { slots } = this.table;
-    return 2 * (slots.slots + slots.prefetch);
+    return 2 * (slots.slots + 2 * slots.prefetch);
   }
 
   /** The parts, set once by the worker that made them. */

@@ -229,7 +229,8 @@ export class Heartbeats implements HeartbeatsPart {
 
   /**
    * The slot advert: its slots, its prefetch, and `free` — the offers it would take now (free
-   * slots and free places in the prefetch queue); a draining worker advertises none.
+   * slots and the free places in the prefetch queue a late offer may take: slot-ledger.ts `room`);
+   * a draining worker advertises none.
    */
   advertise(): void {
     // On the data connection, the path offers take: an advert proves it (a worker whose data

@@ -1,7 +1,7 @@
 /**
  * The worker's slots and its prefetch, as pure bookkeeping (no I/O, no clock): which accepted
- * attempts hold one of the `slots`, and which wait in the prefetch queue (at most `prefetch`) for
- * a slot. A slot is held from the acceptance when one is free (an attempt prepared ahead keeps its
+ * attempts hold one of the `slots`, and which wait in the prefetch queue (at most `prefetch` of
+ * each kind: see below) for a slot. A slot is held from the acceptance when one is free (an attempt prepared ahead keeps its
  * slot until it starts, as it always did) until the attempt's execution ends or the attempt goes.
  * With every slot taken, an offer waits in the queue; a freed slot passes at once to a queued
  * attempt that is READY (its start instant passed, acknowledged: the caller says which), and one
@@ -14,7 +14,10 @@
  * grants), each group oldest first. A light tenant's run so waits for the next slot to free, not
  * behind the heavy tenants' backlogs that fill the queue; among backlogs, arrival order (the
  * tenants' grants already bound how many each has here). A late attempt is passed over by at most
- * MAX_PASSED on-time ones, then counts as on time (no starvation).
+ * MAX_PASSED on-time ones, then counts as on time (no starvation). The queue holds up to
+ * `prefetch` offers that came late and as many that came on time: backlogs filling it never leave
+ * a run prepared ahead without a place (refused, it came back after its start, late, behind them).
+ * `room`, what the worker advertises, counts the places a late offer could take.
  *
  * Also the slot turnaround (`Turnaround`): each start matched to the earliest slot freed before it
  * and not matched yet — the time a slot sat idle between two executions
@@ -22,7 +25,8 @@
  *
  * Pitfall: the prefetched attempts hold their tenants' grants while they wait, so the fleet's
  * shares count the prefetch as places (worker-directory.ts `capacity`): without that, every grant
- * would have its slot and the queue would stay empty.
+ * would have its slot and the queue would stay empty. The places for runs on time are not counted:
+ * such a run waits in one only until a slot frees after its start.
  */
 import { Fifo } from "../lib/fifo.ts";
 
@@ -48,7 +52,7 @@ interface Queued<T> {
 
 export class SlotLedger<T> {
   readonly #holding = new Set<T>();
-  /** The prefetch queue in arrival order (at most `prefetch`: a scan or a splice is cheap). */
+  /** The prefetch queue in arrival order (at most 2 × `prefetch`: a scan or a splice is cheap). */
   #queue: Queued<T>[] = [];
 
   constructor(
@@ -61,9 +65,22 @@ export class SlotLedger<T> {
       throw new RangeError(`prefetch must be a whole number ≥ 0, got ${prefetch}`);
   }
 
-  /** Offers this worker would take now: free slots plus free places in the queue. */
+  /** Offers in the queue that came on time (`onTime`) or late. */
+  #queuedOf(onTime: boolean): number {
+    let n = 0;
+    for (const q of this.#queue) if (q.onTime === onTime) n++;
+    return n;
+  }
+
+  /**
+   * Offers this worker would take now, whether on time or late: free slots plus the free places a
+   * late offer may take (an on-time offer has places of its own: see the module header).
+   */
   get room(): number {
-    return Math.max(0, this.slots + this.prefetch - this.#holding.size - this.#queue.length);
+    return (
+      Math.max(0, this.slots - this.#holding.size) +
+      Math.max(0, this.prefetch - this.#queuedOf(false))
+    );
   }
 
   /** Attempts waiting in the prefetch queue. */
@@ -85,8 +102,9 @@ export class SlotLedger<T> {
   }
 
   /**
-   * A new attempt: a slot if one is free; else the queue, if it has room; else `full` (nothing
-   * recorded). `onTime`: offered before its start instant or at most ON_TIME_MS after it.
+   * A new attempt: a slot if one is free; else the queue, if fewer than `prefetch` of its kind
+   * (on time, or late) wait there; else `full` (nothing recorded). `onTime`: offered before its
+   * start instant or at most ON_TIME_MS after it.
    */
   admit(x: T, onTime: boolean): Placement {
     if (this.#holding.has(x)) return "slot";
@@ -95,7 +113,7 @@ export class SlotLedger<T> {
       this.#holding.add(x);
       return "slot";
     }
-    if (this.#queue.length >= this.prefetch) return "full";
+    if (this.#queuedOf(onTime) >= this.prefetch) return "full";
     this.#queue.push({ x, onTime, passed: 0 });
     return "queued";
   }

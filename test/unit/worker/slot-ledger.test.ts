@@ -15,17 +15,20 @@ import {
 
 describe("slot ledger", () => {
   const all = () => true;
-  it("takes slots first, then the queue (on time or late alike), then refuses", () => {
+  it("takes slots first, then the queue (up to `prefetch` late and as many on time), then refuses", () => {
     const l = new SlotLedger<string>(2, 2);
-    assert.equal(l.room, 4);
+    assert.equal(l.room, 4, "2 slots and the 2 places of late offers");
     assert.equal(l.admit("a", true), "slot", "a slot whether on time or late");
     assert.equal(l.admit("b", false), "slot");
     assert.equal(l.admit("c", true), "queued", "an attempt on time (not due yet) queues too");
     assert.equal(l.admit("d", false), "queued");
-    assert.equal(l.admit("e", false), "full", "the queue is bounded by the prefetch");
-    assert.deepEqual([l.room, l.held, l.queued], [0, 2, 2]);
+    assert.equal(l.admit("e", false), "queued");
+    assert.equal(l.admit("f", false), "full", "late offers: bounded by the prefetch");
+    assert.deepEqual([l.room, l.held, l.queued], [0, 2, 3]);
+    assert.equal(l.admit("g", true), "queued", "on time: places of their own");
+    assert.equal(l.admit("h", true), "full", "bounded by the prefetch too");
     assert.equal(l.admit("c", false), "queued", "admitting again changes nothing");
-    assert.equal(l.queued, 2);
+    assert.equal(l.queued, 4);
   });
 
   it("a freed slot goes to a READY queued attempt at once; a queued one that goes frees its place", () => {
@@ -35,7 +38,7 @@ describe("slot ledger", () => {
     l.admit("c", false);
     l.admit("d", false);
     assert.deepEqual(l.release("d", all), [], "a queued attempt leaves: nobody promoted");
-    assert.equal(l.room, 1);
+    assert.equal(l.room, 2, "of 3 late places, c holds one");
     assert.deepEqual(
       l.release("a", (q) => q === "c"),
       ["c"],
@@ -47,7 +50,7 @@ describe("slot ledger", () => {
       [],
       "nobody ready: the slot stays free",
     );
-    assert.deepEqual([l.room, l.held, l.queued], [3, 0, 1]);
+    assert.deepEqual([l.room, l.held, l.queued], [4, 0, 1]);
     assert.equal(l.take("b"), true, "b, ready now, takes the free slot");
     assert.equal(l.take("b"), true, "taken already");
     assert.equal(l.take("zz"), false, "not queued: nothing");
@@ -80,6 +83,25 @@ describe("slot ledger", () => {
       "an on-time run before its start takes nothing",
     );
     assert.deepEqual(l.release("late-1", all), ["light-2"]);
+  });
+
+  it("late offers fill at most the prefetch: offers on time have places of their own", () => {
+    const l = new SlotLedger<string>(1, 2);
+    l.admit("run", false);
+    assert.equal(l.admit("late-1", false), "queued");
+    assert.equal(l.admit("late-2", false), "queued");
+    assert.equal(l.room, 0, "advertised: no room for a late offer");
+    assert.equal(l.admit("late-3", false), "full");
+    assert.equal(l.admit("light", true), "queued", "an offer on time still finds a place");
+    assert.equal(l.admit("light-2", true), "queued");
+    assert.equal(l.admit("light-3", true), "full");
+    assert.equal(l.room, 0, "its places are not advertised");
+    assert.deepEqual(
+      l.release("late-1", () => false),
+      [],
+    );
+    assert.equal(l.room, 1, "a late offer's place again");
+    assert.equal(l.admit("late-3", false), "queued");
   });
 
   it("a late attempt is passed over by at most MAX_PASSED on-time ones", () => {
@@ -142,7 +164,8 @@ describe("slot ledger", () => {
             const ready_ = queue.filter((q) => ready(q.x));
             const best = ready_.find(firstClass) ?? ready_[0];
             if (best && firstClass(best))
-              for (const q of ready_) if (!firstClass(q) && queued(q.x) < queued(best.x)) q.passed++;
+              for (const q of ready_)
+                if (!firstClass(q) && queued(q.x) < queued(best.x)) q.passed++;
             return best;
           };
           for (const [op, x, onTime] of ops) {
@@ -154,7 +177,7 @@ describe("slot ledger", () => {
               else if (holding.size < slots) {
                 want = "slot";
                 holding.add(x);
-              } else if (queue.length < prefetch) {
+              } else if (queue.filter((q) => q.onTime === onTime).length < prefetch) {
                 want = "queued";
                 queue.push({ x, onTime, passed: 0 });
               }
@@ -185,8 +208,10 @@ describe("slot ledger", () => {
                 assert.deepEqual(got, []);
               } else assert.equal(got, undefined);
             }
-            assert.ok(l.held <= slots && l.queued <= prefetch);
-            assert.equal(l.room, slots + prefetch - holding.size - queue.length);
+            assert.ok(l.held <= slots && l.queued <= 2 * prefetch);
+            const late = queue.filter((q) => !q.onTime).length;
+            assert.ok(late <= prefetch && queue.length - late <= prefetch);
+            assert.equal(l.room, slots - holding.size + prefetch - late);
           }
         },
       ),

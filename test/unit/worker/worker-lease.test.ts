@@ -1751,13 +1751,26 @@ describe("worker: the prefetch queue (a freed slot reused at once)", () => {
   );
 
   it(
-    "a run offered on time takes the next freed slot before a run offered late, queued before it",
+    "a run offered on time finds a place of its own and takes the next freed slot before a run offered late, queued before it",
     T,
     async () => {
-      const t = await setup({ slots: 1, prefetch: 2 });
+      const t = await setup({ slots: 1, prefetch: 1 });
       assert.deepEqual(await t.offer("r1", 0), { accepted: true });
-      assert.deepEqual(await t.offer("late", -2_000), { accepted: true }, "2 s late already: queued");
-      assert.deepEqual(await t.offer("light", 1_500), { accepted: true }, "on time: queued");
+      assert.deepEqual(
+        await t.offer("late", -2_000),
+        { accepted: true },
+        "2 s late already: queued",
+      );
+      assert.deepEqual(
+        await t.offer("late-2", -2_000),
+        { accepted: false, reason: "no free slot" },
+        "the queue holds one run offered late",
+      );
+      assert.deepEqual(
+        await t.offer("light", 1_500),
+        { accepted: true },
+        "on time: a place of its own",
+      );
       await t.runTo(T0 + 3 * HB + 500);
       assert.deepEqual(
         t.executor.given.map((g) => g.id.runId),
@@ -1773,7 +1786,10 @@ describe("worker: the prefetch queue (a freed slot reused at once)", () => {
       );
       t.executor.exit("light#1");
       await drainMicrotasks();
-      assert.deepEqual(t.executor.given.map((g) => g.id.runId), ["r1", "light", "late"]);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1", "light", "late"],
+      );
       await t.worker.stop();
     },
   );
