@@ -9,17 +9,21 @@
  * - Tenants: `heavy-a`, `heavy-b` (weight 1), `heavy-c` (weight 2) and `capped` (weight 1,
  *   max_concurrent a quarter of the slots, at least 2) each with jobs firing every second,
  *   overlap allow — several times the fleet's capacity; `light`: one job every 5 s (0.2 s task).
+ *   The heavy tenants' max_concurrent is the fleet's slots: the default (100) would cap each of
+ *   them at a quarter of 400 slots, and their weights would decide nothing.
  * - Measured over the window (after the warm-up), from the run records (attempt start..finish,
  *   clipped; records are read 25 s after the window, once every run started in it has ended):
  *   - `utilisation`: slot-time used over all slot-time, idle counted;
  *   - `max_share_error`: over 10 s windows, per tenant, |its slot-seconds − the weighted max-min
  *     allocation of all slots| / all slot-seconds (the light tenant's demand is what it used,
- *     the capped tenant's its cap, the others unbounded);
+ *     the others' their caps: the heavy tenants' no bound below the slots);
  *   - `cap_exceeded`: attempt starts that took a tenant over its cap;
  *   - `small_tenant_p99_lag_ms`: the light tenant's first attempt start − scheduled_for;
  *   - `slot_idle_ms`: slot turnaround on each worker — a slot freed by an attempt's end, to the
  *     next start on that worker (frees matched to starts in order);
- *   - `throttled`: runs given status `throttled`; `waiting_at_end`: records still `queued`.
+ *   - `throttled`: runs given status `throttled`; `waiting_at_end`: records still `queued`;
+ *   - per tenant, `grants_mean` and `fleet_share_mean`: its grants held (tenant actor) and its
+ *     share (fleet actor), sampled every 500 ms through the window.
  * The last line printed is one JSON object.
  */
 import { performance } from "node:perf_hooks";
@@ -36,6 +40,8 @@ import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode, type NodeProc } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 import { waterFill } from "./water-fill.ts";
+import { TENANT_ACTOR } from "../src/protocol/ids.ts";
+import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/slots/fleet-actor.ts";
 
 const PARTITIONS = 32;
 /** Task lengths in seconds, one per job in turn. */
@@ -93,10 +99,18 @@ export async function run(args: string[]): Promise<void> {
   // about four times the fleet.
   const heavyJobs = Math.max(6, Math.ceil(slots / MEAN_S) + 1);
   const capOf = Math.max(2, Math.floor(slots / 4));
+  const heavy = (name: string, weight: number): TenantPlan => ({
+    name,
+    weight,
+    cap: slots,
+    jobs: heavyJobs,
+    cron: "* * * * * *",
+    sleeps: SLEEPS,
+  });
   const plans: TenantPlan[] = [
-    { name: "heavy-a", weight: 1, cap: null, jobs: heavyJobs, cron: "* * * * * *", sleeps: SLEEPS },
-    { name: "heavy-b", weight: 1, cap: null, jobs: heavyJobs, cron: "* * * * * *", sleeps: SLEEPS },
-    { name: "heavy-c", weight: 2, cap: null, jobs: heavyJobs, cron: "* * * * * *", sleeps: SLEEPS },
+    heavy("heavy-a", 1),
+    heavy("heavy-b", 1),
+    heavy("heavy-c", 2),
     { name: "capped", weight: 1, cap: capOf, jobs: heavyJobs, cron: "* * * * * *", sleeps: SLEEPS },
     { name: "light", weight: 1, cap: null, jobs: 1, cron: "*/5 * * * * *", sleeps: ["0.2"] },
   ];
@@ -176,7 +190,39 @@ export async function run(args: string[]): Promise<void> {
     console.log(
       `set-up ${((performance.now() - t0) / 1000).toFixed(1)} s: ${plans.reduce((n, p) => n + p.jobs, 0)} jobs; warm-up ${warmupS} s, then measuring for ${seconds} s`,
     );
-    await new Promise((r) => setTimeout(r, windowEnd - systemClock.now()));
+    // Sampled through the window every 500 ms: each tenant's grants held (its tenant actor) and
+    // share (the fleet actor) — where a share error comes from: the share, the grants, or the
+    // grants' runs not executing (waiting for a worker's place or slot).
+    const samples = new Map(
+      plans.map((p) => [p.name, { grants: [] as number[], share: [] as number[] }]),
+    );
+    while (systemClock.now() < windowEnd) {
+      await new Promise((r) =>
+        setTimeout(r, Math.min(500, Math.max(0, windowEnd - systemClock.now()))),
+      );
+      if (systemClock.now() < windowStart || systemClock.now() >= windowEnd) continue;
+      const fleet = await proc.node.router
+        .request<FleetStatus>(
+          { type: FLEET_ACTOR, id: FLEET_ID },
+          { kind: "status" },
+          { deadlineMs: 2_000 },
+        )
+        .catch(() => undefined);
+      await Promise.all(
+        plans.map(async (p) => {
+          const t = await proc.node.router
+            .request<{ running: number }>(
+              { type: TENANT_ACTOR, id: p.id! },
+              { kind: "status" },
+              { deadlineMs: 2_000 },
+            )
+            .catch(() => undefined);
+          if (t) samples.get(p.name)!.grants.push(t.running);
+          const share = fleet?.tenants.find((x) => x.tenant === p.id)?.share;
+          if (typeof share === "number") samples.get(p.name)!.share.push(share);
+        }),
+      );
+    }
     // Every run started in the window ends within the longest task (20 s); its record is written
     // at its end. Read once they have had time to settle.
     const nameOf = new Map(plans.map((p) => [p.id!, p.name]));
@@ -185,6 +231,22 @@ export async function run(args: string[]): Promise<void> {
       .map((e) => decode<RunView>(e.value))
       .filter((r) => nameOf.has(r.tenant_id) && typeof r.run_id === "string");
     summary = measure(plans, runs, { slots, seconds, warmupS, windowStart, windowEnd, workers });
+    const mean = (xs: number[]) =>
+      xs.length === 0 ? null : +(xs.reduce((a, b) => a + b, 0) / xs.length).toFixed(2);
+    const shares = summary["shares"] as Record<
+      string,
+      { grants_mean?: number | null; fleet_share_mean?: number | null }
+    >;
+    for (const p of plans) {
+      const x = samples.get(p.name)!;
+      Object.assign(shares[p.name]!, {
+        grants_mean: mean(x.grants),
+        fleet_share_mean: mean(x.share),
+      });
+    }
+    (summary["lines"] as string[]).push(
+      `grants held / fleet share, mean of 500 ms samples: ${plans.map((p) => `${p.name} ${shares[p.name]!.grants_mean ?? "-"} / ${shares[p.name]!.fleet_share_mean ?? "-"}`).join(", ")}`,
+    );
     for (const l of summary["lines"] as string[]) console.log(l);
     if (!args.includes("--no-md")) {
       await appendSection(
