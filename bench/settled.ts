@@ -8,17 +8,7 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { decode } from "../src/cluster/codec.ts";
-import type { RunView } from "../src/protocol/model.ts";
-
-const TERMINAL = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "skipped",
-  "missed",
-  "throttled",
-]);
+import { TERMINAL, type RunView } from "../src/protocol/model.ts";
 
 /** The end of a record's last attempt in ms, or undefined. */
 export function endedAtMs(r: RunView): number | undefined {
