@@ -99,6 +99,11 @@ export const MARK_OOM = "[kairos] out of memory: processes of the task killed by
  * `busybox sh -c` script, PID 1 of every container. $0 = name, $1 = deadline in seconds,
  * $2 = 1 when a lease file is mounted at CONTAINER_LEASE_DIR (else 0), $3… = the command (the
  * task's args, or the image's Entrypoint + Cmd).
+ *
+ * The task runs with `oom_score_adj` 1000 (raising it needs no privilege), so the kernel's OOM
+ * killer takes a task process while one is left — never the supervisor or its watchdogs first.
+ * Without it, a second OOM kill during the first victim's exit could take PID 1: the container
+ * died with no "Killed", no OOM marker, and a task that survived a killed child exited 137.
  */
 export const DOCKER_SUPERVISOR = `kairos_b=${CONTAINER_BUSYBOX}
 kairos_d=$1
@@ -156,7 +161,10 @@ if [ "$kairos_l" = 1 ]; then
     kill -KILL -1
   ) &
 fi
-"$kairos_p" "$@"
+(
+  { echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null
+  exec "$kairos_p" "$@"
+)
 kairos_rc=$?
 if [ "$kairos_rc" -ne 0 ]; then
   kairos_o=0
