@@ -5,7 +5,8 @@
  * the per-tenant rate limit and the body limit, then the job, run and subscription routes (thin:
  * the operations are src/app/operations.ts, shared with the internal NATS API). Errors of every
  * route are mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
- * answered before its request's body arrived also closes the connection (`closeIfBodyUnread`).
+ * answered before its request's body arrived first reads that body, within bounds, or closes the
+ * connection (`settleUnreadBody`).
  */
 import { Hono, type Context, type MiddlewareHandler } from "hono";
 import { createOperations } from "../app/operations.ts";
@@ -14,7 +15,7 @@ import type { JobsService, Tenant, TenantDirectory } from "../protocol/service.t
 import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { type ApiEnv, bearerAuth, runTokenScope } from "./auth.ts";
-import { DEFAULT_MAX_BODY_BYTES, limitBody } from "./body.ts";
+import { DEFAULT_MAX_BODY_BYTES, limitBody, settleUnreadBody } from "./body.ts";
 import { toHttpError } from "./errors.ts";
 import {
   DEFAULT_RATE_LIMITS,
@@ -72,19 +73,6 @@ function socketAddress(c: Context): string | undefined {
   return env?.incoming?.socket?.remoteAddress;
 }
 
-/**
- * An error answered before the request's body has fully arrived (413 on Content-Length, 401, 429,
- * a wrong Content-Type, an unknown route…) ends the connection: `Connection: close`, so Node
- * closes it after the answer and the client opens a new one for its next request. Without it the
- * server gave up draining the unread body after a while and dropped the socket under a
- * keep-alive client, whose next request on it then failed with no HTTP status at all. A body
- * that has fully arrived (`complete`) is drained by the server and the connection is kept.
- */
-function closeIfBodyUnread(c: Context): void {
-  const env = c.env as { incoming?: { complete?: boolean } } | undefined;
-  if (env?.incoming?.complete === false) c.header("Connection", "close");
-}
-
 /** How long a run token's tenant record is trusted without a read, and how many are kept. */
 const TOKEN_TENANT_TTL_MS = 5_000;
 const TOKEN_TENANT_CACHE_MAX = 10_000;
@@ -117,18 +105,18 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>();
   const logError = deps.logError ?? defaultLogError;
 
-  app.onError((err, c) => {
+  app.onError(async (err, c) => {
     const e = toHttpError(err, (x) => logError(x, { method: c.req.method, path: c.req.path }));
     for (const [k, v] of Object.entries(e.headers)) c.header(k, v);
-    closeIfBodyUnread(c);
+    await settleUnreadBody(c, deps.clock);
     return c.json(e.body, e.status);
   });
-  app.notFound((c) => {
+  app.notFound(async (c) => {
     const e = toHttpError(
       new KairosError("not_found", `no route ${c.req.method} ${c.req.path.slice(0, 200)}`),
       () => undefined,
     );
-    closeIfBodyUnread(c);
+    await settleUnreadBody(c, deps.clock);
     return c.json(e.body, e.status);
   });
 

@@ -6,6 +6,8 @@
  */
 import type { Context, MiddlewareHandler } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import type { ReadableStreamReadResult } from "node:stream/web";
+import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { invalid, show } from "./errors.ts";
 
@@ -24,6 +26,48 @@ export function limitBody(maxBytes: number): MiddlewareHandler {
       );
     },
   });
+}
+
+/** An unread body of at most this size is read to its end before an error is answered. */
+export const DRAIN_MAX_BYTES = 16 * 1024 * 1024;
+/** …and for at most this long. */
+export const DRAIN_MAX_MS = 5_000;
+
+/**
+ * Before an error is answered while the request's body is still arriving (413 on
+ * Content-Length, 401, 429, a wrong Content-Type, an unknown route…): reads and discards that
+ * body when it declares at most DRAIN_MAX_BYTES and arrives within DRAIN_MAX_MS, so the
+ * connection is kept and the client, still writing, reads the answer. Otherwise the answer says
+ * `Connection: close`. Answering at once and closing broke a client still sending a large body
+ * with EPIPE before it read the status; keeping the connection without reading made Node drop
+ * it later under a keep-alive client, whose next request then failed with no status at all.
+ */
+export async function settleUnreadBody(c: Context, clock: Clock): Promise<void> {
+  const incoming = (c.env as { incoming?: { complete?: boolean } } | undefined)?.incoming;
+  // A getter: TypeScript would keep `complete` narrowed to false across the reads below.
+  const complete = (): boolean => incoming?.complete !== false;
+  if (complete()) return;
+  const declared = Number(c.req.header("content-length") ?? Number.NaN);
+  const body = c.req.raw.body;
+  if (body !== null && !body.locked && declared <= DRAIN_MAX_BYTES) {
+    const reader = body.getReader();
+    const cancelTimer = clock.setTimer(
+      DRAIN_MAX_MS,
+      () => void reader.cancel().catch(() => undefined),
+    );
+    try {
+      for (let read = 0; read <= DRAIN_MAX_BYTES;) {
+        const chunk = (await reader.read()) as ReadableStreamReadResult<Uint8Array>;
+        if (chunk.done) break;
+        read += chunk.value.byteLength;
+      }
+    } catch {
+      // The client went or the wait ran out: closing below is all that is left.
+    } finally {
+      cancelTimer();
+    }
+  }
+  if (!complete()) c.header("Connection", "close");
 }
 
 /** Reads and parses a JSON body; the result still needs schema validation. */
