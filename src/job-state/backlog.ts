@@ -9,7 +9,8 @@
  * an occurrence held by overlap `queue` from when it leaves the queue; only a run none of whose
  * attempts was heard to start can miss its deadline (a started run is never ended for lateness).
  * A job at its bound prepares nothing ahead (occurrence-plan.ts `lookahead`), so its occurrences
- * are judged as they fall due, not minutes early. Run-now runs are never throttled and have no
+ * are judged as they fall due, not minutes early. An attempt presumed unstarted (no answer) may
+ * have run: its run is never missed, only offered again. Run-now runs are never throttled and have no
  * deadline; a misfire's catch-up runs (`run_all`) are bounded by `catchUpLimit`, not by the job's
  * waiting bound, but count towards it.
  */
@@ -79,13 +80,18 @@ export function deadlineOf(
   return ms === null ? undefined : Math.max(r.start_at_ms, r.created_at_ms) + ms;
 }
 
-/** Whether `r` may still end `missed`: it has a deadline and waits, no attempt heard to start. */
+/**
+ * Whether `r` may still end `missed`: it has a deadline and waits, and every attempt is known not
+ * to have started. One presumed unstarted (its lease lapsed unanswered) may have run — a worker
+ * cut off with a cover starts it and cannot tell — so the run is offered again instead.
+ */
 export function canMiss(r: ActiveRun): boolean {
   return (
     r.deadline_ms !== undefined &&
     r.status === "queued" &&
     r.started_at_ms === null &&
-    r.attempt === (r.unstarted ?? 0)
+    r.attempt === (r.unstarted ?? 0) &&
+    (r.presumed ?? 0) === 0
   );
 }
 

@@ -52,6 +52,11 @@ export interface ActiveRun {
   /** Of those, attempts their worker gave back unstarted (a drain): bounded apart (run-lifecycle.ts `MAX_GIVEN_BACK`). */
   given_back?: number;
   /**
+   * Of those, attempts presumed not started (their worker did not answer, or no longer knew
+   * them): each may have run, so the run can no longer end `missed` (backlog.ts `canMiss`).
+   */
+  presumed?: number;
+  /**
    * Prepared ahead of its due time under overlap `skip` (look-ahead): its worker holds it but may
    * start it only once the owner's heartbeat reply no longer says `hold` — at the due instant, if
    * no other run of the job is active then; otherwise the owner skips it (see `holdOf`).

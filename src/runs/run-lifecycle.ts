@@ -352,6 +352,7 @@ export function lapse(
   }
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
+  if (neverStarted && presumed) r.presumed = (r.presumed ?? 0) + 1;
   delete r.probes;
   if (!tx.job.spec.enabled && !neverStarted) {
     // A paused job begins no new attempt of a run that started (job-commands.ts `patch`). One

@@ -311,6 +311,61 @@ describe("backlog: the starting deadline", () => {
   });
 });
 
+describe("backlog: a deadline and an attempt of unknown fate", () => {
+  it("a run whose attempt lapsed unanswered (it may have run) is not missed past its deadline: it is offered again", () => {
+    // A worker cut off with a cover starts and ends the attempt, but cannot tell: the owner
+    // presumes it unstarted. Recording `missed` would then deny a run that executed
+    // (simulation seed 2000272).
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(
+      spec({
+        schedule: { cron: "0 * * * *", time_zone: "UTC" },
+        misfire: { policy: "run_once", starting_deadline_s: 5 },
+      }),
+    );
+    d.advance(3_600_000);
+    const id = runIdFor(JOB, Date.UTC(2026, 0, 1, 1, 0, 0));
+    d.claim();
+    assert.equal(d.run(id)?.status, "leased");
+    d.advance(30_000); // silent worker: the lease lapses, no probe answered, past the deadline
+    const again = d.pendingClaims.find((x) => x.run_id === id);
+    assert.ok(again, "offered again after the lapse");
+    d.send({ kind: "dispatch_failed", run_id: id, fence: again.fence, reason: "no worker" });
+    d.advance(10_000); // the redispatch, past the deadline
+    assert.notEqual(d.records.get(id)?.status, "missed");
+    assert.equal(d.run(id)?.status, "queued");
+    assert.ok(d.pendingClaims.some((x) => x.run_id === id && x.fence > again.fence));
+  });
+
+  it("a run whose worker said it never started its attempt still misses its deadline", () => {
+    const d = new Driver(cfg(), { autoClaim: false });
+    d.create(
+      spec({
+        schedule: { cron: "0 * * * *", time_zone: "UTC" },
+        misfire: { policy: "run_once", starting_deadline_s: 5 },
+      }),
+    );
+    d.advance(3_600_000);
+    const id = runIdFor(JOB, Date.UTC(2026, 0, 1, 1, 0, 0));
+    d.claim();
+    const fence = d.run(id)!.fence;
+    d.send({ kind: "lease_expired", run_id: id, fence });
+    d.send({
+      kind: "probe_answer",
+      run_id: id,
+      fence,
+      worker: "w1",
+      reply: { state: "not_started" },
+    });
+    const again = d.pendingClaims.find((x) => x.run_id === id);
+    assert.ok(again, "offered again after the lapse");
+    d.advance(10_000);
+    d.send({ kind: "dispatch_failed", run_id: id, fence: again.fence, reason: "no worker" });
+    d.advance(10_000);
+    assert.equal(d.records.get(id)?.status, "missed");
+  });
+});
+
 describe("backlog: a waiting run's place", () => {
   const retryOnce = { max_attempts: 2, backoff: "fixed" as const, base_s: 1, max_s: 1 };
 
