@@ -626,6 +626,7 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
     jobs: c.jobs,
     commands: c.client.log,
     windowEndMs: t0 + duration - 5000,
+    checkedAtMs: c.sim.now(),
     stuckBeforeMs: t0 + duration - quiet,
     saturated,
     skewDuring: (from, to) => c.schedulerSkewDuring(from, to),

@@ -21,7 +21,9 @@
  *     `failed` / `timed_out` — see i;
  *     `cancelled` — a command of the job (pause, reschedule, delete) or overlap `replace`; and its
  *       executions end within lease TTL + drain grace of the cancel (a lost cancel of a prepared
- *       run lets it start: its first heartbeat after the start says `lease_lost`);
+ *       run lets it start: its first heartbeat after the start says `lease_lost`); one still
+ *       running is judged at the check (`checkedAtMs`), so a cancel in the last seconds of a
+ *       seed, its bound not reached yet, fires nothing;
  *     `skipped` — the job's overlap policy (skip, queue) or its active-run bound; never executed;
  *     `missed` — only a run not started within its starting deadline (the simulation's jobs catch
  *       up every misfire: `run_all`, within its bound): never executed, and ended no earlier than
@@ -82,6 +84,8 @@ export interface RecordCheckInput {
   commands: readonly CommandRecord[];
   /** Occurrences due up to here are judged. */
   windowEndMs: number;
+  /** The simulated instant of the check: an execution without an end is judged as running to it. */
+  checkedAtMs: number;
   /** Runs created before this must have ended. */
   stuckBeforeMs: number;
   saturated: ReadonlySet<string>;
@@ -459,9 +463,11 @@ function checkStatus(
       for (const x of runs) {
         const bound =
           Math.max(at, x.startMs) + input.leaseTtlMs + input.drainGraceMs + input.killSlackMs;
-        if ((x.endMs ?? Number.POSITIVE_INFINITY) > bound)
+        // An execution still running is judged at the check: one whose cancel came in the last
+        // seconds has not had its bound yet, and proves nothing.
+        if ((x.endMs ?? input.checkedAtMs) > bound)
           why(
-            `its execution ${label(x)} ran on past ${iso(bound)}, lease TTL + drain grace after the cancel`,
+            `its execution ${label(x)} ran on past ${iso(bound)}, lease TTL + drain grace after the cancel${x.endMs === null ? ` (still running at ${iso(input.checkedAtMs)})` : ""}`,
           );
       }
       return;

@@ -280,6 +280,7 @@ function check(
         .map((r) => ok(Date.parse(r.scheduled_for))),
       commands: [],
       windowEndMs: T0 + 20_000,
+      checkedAtMs: T0 + 27_000,
       stuckBeforeMs: T0 + 20_000,
       saturated: new Set(),
       skewDuring: () => 0,
@@ -335,6 +336,7 @@ describe("simulation record checks fire on run records that break them", () => {
         ledger: [ok(at(5)), ok(at(10)), ok(at(15)), { ...ok(at(20)), outcome: "exit 1" }],
         commands: [],
         windowEndMs: at(20),
+        checkedAtMs: at(27),
         stuckBeforeMs: at(20),
         saturated: new Set(),
         skewDuring: () => 0,
@@ -494,6 +496,7 @@ describe("simulation record checks fire on run records that break them", () => {
     const opts = {
       commands,
       windowEndMs: at(10),
+      checkedAtMs: at(17),
       stuckBeforeMs: at(10),
       skewDuring: () => 0,
       firedBy: (t: number) => (t >= at(10) ? Math.max(t, at(20.5)) : t),
@@ -585,6 +588,7 @@ describe("simulation record checks fire on run records that break them", () => {
         ledger: [ok(at(5)), late],
         commands,
         windowEndMs: at(20),
+        checkedAtMs: at(27),
         stuckBeforeMs: at(20),
         saturated: new Set(),
         skewDuring: () => 0,
@@ -599,6 +603,29 @@ describe("simulation record checks fire on run records that break them", () => {
       (inv) => out.push(inv),
     );
     assert.deepEqual(out, ["status_unexplained"]);
+  });
+
+  it("c: a replaced run still running at the check is judged at the check, not as never ending", () => {
+    // A run replaced by the occurrence fired at the very end of a seed: its worker has not heard
+    // the cancel yet. Nothing is proven until lease TTL + drain grace (+ kill slack) have passed.
+    const spec: JobSpec = { ...every5s, overlap: "replace" };
+    const records = [
+      record(at(5), "succeeded"),
+      record(at(10), "cancelled", {
+        reason: "replaced by a newer occurrence",
+        finished_at: new Date(at(15)).toISOString(),
+      }),
+      record(at(15), "succeeded"),
+      record(at(20), "succeeded"),
+    ];
+    const running: LedgerEntry = { ...ok(at(10)), endMs: null, outcome: null };
+    const ledger = [ok(at(5)), running, ok(at(15)), ok(at(20))];
+    assert.deepEqual(check(records, { spec, ledger, checkedAtMs: at(15.1) }), []);
+    const bound = at(15) + 4000 + 10_000 + 1000;
+    assert.deepEqual(check(records, { spec, ledger, checkedAtMs: bound }), []);
+    assert.deepEqual(check(records, { spec, ledger, checkedAtMs: bound + 1 }), [
+      "status_unexplained",
+    ]);
   });
 
   it("f run_stuck: a run created and due before the faults stopped, still active at the end", () => {
@@ -666,6 +693,7 @@ describe("simulation record checks fire on run records that break them", () => {
         ledger: [ok(at(5)), ok(at(10), 3), ok(at(15)), ok(at(20))],
         commands: [],
         windowEndMs: at(20),
+        checkedAtMs: at(27),
         stuckBeforeMs: at(20),
         saturated: new Set(),
         skewDuring: () => 0,
@@ -693,6 +721,7 @@ describe("simulation record checks fire on run records that break them", () => {
         ledger: [],
         commands: [],
         windowEndMs: at(10),
+        checkedAtMs: at(17),
         stuckBeforeMs: at(10),
         saturated: new Set(),
         skewDuring: () => 0,
@@ -726,6 +755,7 @@ describe("simulation record checks fire on run records that break them", () => {
         ledger: [...[5, 10, 15, 20].map((s) => ok(at(s))), { ...ok(at(3)), runId }],
         commands,
         windowEndMs: at(20),
+        checkedAtMs: at(27),
         stuckBeforeMs: at(20),
         saturated: new Set(),
         skewDuring: () => 0,
