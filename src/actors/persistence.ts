@@ -4,8 +4,9 @@
  * CAS on the revision read, stamped with the partition epoch and made only while the partition
  * is trusted. The epoch fence: the first turn under a new epoch first rewrites the state stamped
  * with it, so a write of an earlier owner still in flight fails. A conflict means another owner
- * wrote: the actor is dropped (the caller gets `not_owner`). A write of unknown outcome drops the
- * actor too, and it is read back soon (`reloadSoon`) if its type must stay in memory.
+ * wrote: the actor is dropped (the caller gets `not_owner`). A write of unknown outcome — of the
+ * state, or of a `pre` effect before it (turn.ts) — drops the actor too, and it is read back soon
+ * (`reloadSoon`) if its type must stay in memory.
  */
 import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import { KairosError } from "../lib/errors.ts";

@@ -27,7 +27,9 @@ export interface ShellContext {
 export interface EffectPerformers {
   /**
    * Performs the decision's `pre` effects before the state write. May return follow-up messages,
-   * which this actor processes next, before anything else in its mailbox.
+   * which this actor processes next, before anything else in its mailbox. A rejection (a failure,
+   * or an unknown outcome: some effects may have landed) fails the turn and drops the actor: the
+   * next message reads back what is durable (through `reconcile`).
    */
   perform?(pre: readonly unknown[], ctx: ShellContext): Promise<readonly unknown[] | void>;
   /** Performs the decision's `post` effects after the state write (not awaited by the reply). */

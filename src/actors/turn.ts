@@ -4,6 +4,10 @@
  * deferred write kept in memory, or a soft change), then host effects, `post` effects (only while
  * the partition is trusted) and follow-up messages. Soft types with `pipelinePre` apply the state
  * at once and answer when their `pre` effects are done (durable before visible).
+ *
+ * Pitfall: a turn whose `pre` effects or state write fail (or end unknown) drops the actor — its
+ * memory may disagree with what landed — and it is read back (`reloadSoon`), never re-decided
+ * from the memory of before the failure.
  */
 import { KairosError } from "../lib/errors.ts";
 import type { Decision } from "./actor.ts";
@@ -77,10 +81,7 @@ export class Turns implements TurnsPart {
     const ctx = shellContextOf(this.#c, inst, epoch);
     let followUps: readonly unknown[] = [];
     if (inst.reg.pipelinePre && def.persist === false) return this.#pipelined(inst, d, ctx);
-    if (d.pre && d.pre.length > 0) {
-      p.checkTrusted(inst, "before effects");
-      followUps = (await inst.reg.perform?.(d.pre, ctx)) ?? [];
-    }
+    if (d.pre && d.pre.length > 0) followUps = await this.#performPre(inst, d.pre, ctx);
     if (def.persist === false) {
       p.checkTrusted(inst, "before a soft-state change"); // (also for a state mutated in place)
       inst.state = d.state;
@@ -119,6 +120,29 @@ export class Turns implements TurnsPart {
       inst.storedEpoch = epoch ?? 0;
     }
     return this.#finish(inst, d, ctx, followUps);
+  }
+
+  /** A decision's `pre` effects (not pipelined), performed before its state is applied. */
+  async #performPre(
+    inst: Instance,
+    pre: readonly unknown[],
+    ctx: ShellContext,
+  ): Promise<readonly unknown[]> {
+    const p = this.#c.parts.persistence;
+    p.checkTrusted(inst, "before effects");
+    try {
+      return (await inst.reg.perform?.(pre, ctx)) ?? [];
+    } catch (e) {
+      // Some of them may have landed (a write that timed out may be applied; the ones before it
+      // were): what is durable can be past what memory holds — a run's terminal record written,
+      // the run still active in memory. Kept, the actor would re-decide from that memory (a
+      // retried timer), unaware of the record: a gated run whose `skipped` record landed unseen
+      // was started once nothing blocked it any more (sim seed 2000356). Dropped, the next
+      // message (or the reload) reads back what is durable, reconciled with those records.
+      this.#c.drop(inst, "pre effects failed");
+      p.reloadSoon(inst);
+      throw e;
+    }
   }
 
   /**

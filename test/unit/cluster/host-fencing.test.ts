@@ -164,6 +164,25 @@ const pendingActor: ActorDefinition<PendingState, PendingMsg, number> = {
       : { state: { pending: false, done: s.done + 1 }, reply: s.done + 1 },
 };
 
+interface LedgerState {
+  readonly n: number;
+}
+type LedgerMsg = { kind: "defer" } | { kind: "record" } | { kind: "get" };
+/**
+ * `defer`: a change kept in memory (`deferWrite`); `record`: a change whose `pre` effect (the
+ * registration's `perform`, a write elsewhere) fails; `get`: the count it decides from.
+ */
+const ledgerActor: ActorDefinition<LedgerState, LedgerMsg, number, "record"> = {
+  type: "ledger",
+  initialState: () => ({ n: 0 }),
+  receive: (s, m) =>
+    m.kind === "defer"
+      ? { state: { n: s.n + 1 }, reply: s.n + 1, deferWrite: true }
+      : m.kind === "record"
+        ? { state: { n: s.n + 10 }, reply: s.n + 10, pre: ["record"] }
+        : { state: s, reply: s.n },
+};
+
 // --- fixture ----------------------------------------------------------------------------------
 
 function setup(epochAtStart = 7) {
@@ -201,6 +220,10 @@ function setup(epochAtStart = 7) {
   });
   host.register({ definition: urgentPosterActor });
   host.register({ definition: pendingActor });
+  host.register({
+    definition: ledgerActor,
+    perform: () => Promise.reject(new KairosError("timeout", "kv update timed out (applied?)")),
+  });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
     const e = await kv.get(key);
     return e ? { ...decode<Stored<S>>(e.value), revision: e.revision } : null;
@@ -282,6 +305,24 @@ describe("ActorHost: an actor dropped with its state in doubt", () => {
       await reloaded;
       t.clock.advance(1); // the timer its activation armed
       assert.deepEqual(await taken.done, { pending: false, done: 2 });
+    },
+  );
+  it(
+    "a turn whose `pre` effects fail is dropped: the next message is decided on the state read back, not on the memory from before the failure",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "pre-in-doubt";
+      assert.equal(await t.host.deliver("ledger", id, { kind: "defer" }), 1); // memory only
+      assert.equal(await t.host.deliver("ledger", id, { kind: "get" }), 1);
+      await assert.rejects(t.host.deliver("ledger", id, { kind: "record" }), (e) =>
+        isKairosError(e, "timeout"),
+      );
+      // What its `pre` effects did is unknown: memory (1) is not what it goes on from.
+      const reloaded = t.next((e) => e.type === "actor_activated" && e.id === id);
+      assert.equal(await t.host.deliver("ledger", id, { kind: "get" }), 0, "read back");
+      await reloaded;
     },
   );
 });
