@@ -9,8 +9,13 @@
  * 2. `--batch-jobs` more through `POST /v1/jobs:batch`, 1,000 a request, 4 requests at once.
  * 3. the list: the first page (`GET /v1/jobs?limit=50`, 50 reads one at a time) and a walk of
  *    every job 100 at a time (the total and each page's latency).
- * Jobs are due far in the future (`{at}` in 2100): nothing fires meanwhile. The last line printed
- * is a JSON summary.
+ * 4. filtered lists, 50 reads of each first page: by a part of the name (`name=bench-7`, about 1
+ *    job in 9), by state (`state=paused`: 1 job in 10 is created paused) and by both; then a
+ *    walk of every paused job 100 at a time (pages may be short: a request examines at most
+ *    5,000 jobs).
+ * The KV operations of the one-by-one creates are counted from the node's metrics
+ * (`kairos_kv_op_seconds_count` by operation and bucket, per create). Jobs are due far in the
+ * future (`{at}` in 2100): nothing fires meanwhile. The last line printed is a JSON summary.
  */
 import { performance } from "node:perf_hooks";
 import { startKairosFixture } from "../test/support/kairos.ts";
@@ -38,6 +43,7 @@ const BATCHES_IN_FLIGHT = 4;
 
 const spec = (i: number) => ({
   name: `bench-${i}`,
+  enabled: i % 10 !== 0,
   schedule: { at: "2100-01-01T00:00:00Z" },
   task: { image: "busybox", args: ["true"], timeout_s: 10 },
 });
@@ -47,6 +53,39 @@ function quantiles(ms: number[]): { p50: number; p99: number; max: number } {
   const q = (p: number) =>
     Math.round(s[Math.min(s.length - 1, Math.floor(p * s.length))]! * 10) / 10;
   return { p50: q(0.5), p99: q(0.99), max: Math.round(s[s.length - 1]! * 10) / 10 };
+}
+
+/** `kairos_kv_op_seconds_count` of a node, by `<op> <bucket>`. */
+async function kvOps(metricsUrl: string): Promise<Map<string, number>> {
+  const text = await (await fetch(metricsUrl)).text();
+  const out = new Map<string, number>();
+  for (const m of text.matchAll(
+    /^kairos_kv_op_seconds_count\{([^}]*)\} (\d+(?:\.\d+)?(?:e[+-]?\d+)?)$/gm,
+  )) {
+    const labels = Object.fromEntries(
+      [...m[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1]!, l[2]!]),
+    );
+    out.set(`${labels["op"]} ${labels["bucket"]}`, Number(m[2]));
+  }
+  return out;
+}
+
+/** KV operations per item between two `kvOps` readings, by `<op> <bucket>` (0.01 precision). */
+function perItem(
+  before: Map<string, number>,
+  afterOps: Map<string, number>,
+  n: number,
+): Record<string, number> {
+  const out: Record<string, number> = {};
+  let total = 0;
+  for (const [k, v] of afterOps) {
+    const d = v - (before.get(k) ?? 0);
+    if (d <= 0) continue;
+    out[k.replace(/ \S*_/, " ")] = Math.round((d / n) * 100) / 100;
+    total += d;
+  }
+  out["total"] = Math.round((total / n) * 100) / 100;
+  return out;
 }
 
 /** Runs `n` tasks with `lanes` at once; each task's latency in ms. */
@@ -72,7 +111,14 @@ export async function run(args: string[]): Promise<void> {
   const o = parseArgs(args);
   const fx = await startKairosFixture();
   try {
-    const url = await fx.apiUrl(fx.spawn("api-bench", "api,scheduler", ["--rate-limit", "0"]));
+    const node = fx.spawn("api-bench", "api,scheduler", [
+      "--rate-limit",
+      "0",
+      "--metrics-port",
+      "0",
+    ]);
+    const url = await fx.apiUrl(node);
+    const metricsUrl = await fx.metricsUrl(node);
     const t = await fx.newTenant("bench");
     await fx.tenants.setQuota(t.tenant_id, { max_jobs: o.jobs + o.batchJobs + 1000 });
     const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
@@ -91,11 +137,13 @@ export async function run(args: string[]): Promise<void> {
     };
 
     // 1. One by one.
+    const opsBefore = await kvOps(metricsUrl);
     let t0 = performance.now();
     const createMs = await lanes(o.jobs, o.inFlight, async (i) => {
       await call("POST", "/v1/jobs", spec(i));
     });
     const createS = (performance.now() - t0) / 1000;
+    const kvPerCreate = perItem(opsBefore, await kvOps(metricsUrl), o.jobs);
 
     // 2. Batches.
     const batches = Math.ceil(o.batchJobs / BATCH);
@@ -133,6 +181,33 @@ export async function run(args: string[]): Promise<void> {
     const total = o.jobs + o.batchJobs;
     if (listed !== total) throw new Error(`the walk listed ${listed} jobs of ${total}`);
 
+    // 4. Filtered lists.
+    const filteredMs: number[] = [];
+    for (const q of ["name=bench-7", "state=paused", "name=bench-7&state=paused"])
+      filteredMs.push(
+        ...(await lanes(50, 1, async () => {
+          await call("GET", `/v1/jobs?limit=50&${q}`);
+        })),
+      );
+    const pausedMs: number[] = [];
+    let paused = 0;
+    cursor = null;
+    t0 = performance.now();
+    do {
+      const p0 = performance.now();
+      const page = (await call(
+        "GET",
+        `/v1/jobs?limit=100&state=paused${cursor !== null ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      )) as { jobs: unknown[]; next_cursor: string | null };
+      pausedMs.push(performance.now() - p0);
+      paused += page.jobs.length;
+      cursor = page.next_cursor;
+    } while (cursor !== null);
+    const pausedWalkS = (performance.now() - t0) / 1000;
+    const wantPaused = Math.ceil(total / 10);
+    if (paused !== wantPaused)
+      throw new Error(`the walk of paused jobs listed ${paused} of ${wantPaused}`);
+
     const summary = {
       bench: "api",
       jobs: o.jobs,
@@ -146,11 +221,20 @@ export async function run(args: string[]): Promise<void> {
       first_page_ms: quantiles(firstMs),
       walk_s: Math.round(walkS * 10) / 10,
       walk_page_ms: quantiles(walkMs),
+      filtered_first_page_ms: quantiles(filteredMs),
+      paused_walk_s: Math.round(pausedWalkS * 100) / 100,
+      paused_walk_page_ms: quantiles(pausedMs),
+      paused_walk_pages: pausedMs.length,
+      kv_ops_per_create: kvPerCreate,
     };
     const lines = [
       `creates one by one: ${summary.creates_per_s}/s (${o.inFlight} in flight), p50 ${summary.create_ms.p50} ms, p99 ${summary.create_ms.p99} ms`,
       `batch creates: ${summary.batch_jobs_per_s} jobs/s (${BATCH} a request, ${BATCHES_IN_FLIGHT} at once), request p50 ${summary.batch_request_ms.p50} ms`,
       `list with ${total} jobs: first page (50) p50 ${summary.first_page_ms.p50} ms, p99 ${summary.first_page_ms.p99} ms; walk of every job 100 a page ${summary.walk_s} s (page p50 ${summary.walk_page_ms.p50} ms, p99 ${summary.walk_page_ms.p99} ms)`,
+      `filtered first pages (name, state, both; 50 each): p50 ${summary.filtered_first_page_ms.p50} ms, p99 ${summary.filtered_first_page_ms.p99} ms; walk of the ${wantPaused} paused jobs ${summary.paused_walk_s} s in ${pausedMs.length} pages (p50 ${summary.paused_walk_page_ms.p50} ms, p99 ${summary.paused_walk_page_ms.p99} ms)`,
+      `KV operations per create: ${Object.entries(kvPerCreate)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(", ")}`,
     ];
     for (const l of lines) console.log(l);
     if (o.md)

@@ -27,6 +27,8 @@ import {
   parseCursor,
   parseIdempotencyKey,
   parseIfMatch,
+  parseJobName,
+  parseJobState,
   parseLimit,
   parseRunStatus,
   pathId,
@@ -58,6 +60,12 @@ export type BodyReader = () => Promise<unknown>;
 export interface PageInput {
   limit?: string | undefined;
   cursor?: string | undefined;
+}
+
+/** A jobs list's inputs, raw: paging and the `name` and `state` filters. */
+export interface ListJobsInput extends PageInput {
+  name?: string | undefined;
+  state?: string | undefined;
 }
 
 export interface CreateJobInput {
@@ -96,7 +104,7 @@ export interface Operations {
   createJob(tenant: Tenant, input: CreateJobInput): Promise<CreateJobResult>;
   /** A batch create (job-batch.ts): each item's outcome, in order. */
   createJobs(tenant: Tenant, input: { body: BodyReader }): Promise<BatchOutcome[]>;
-  listJobs(tenant: Tenant, input: PageInput): Promise<Page<JobView>>;
+  listJobs(tenant: Tenant, input: ListJobsInput): Promise<Page<JobView>>;
   getJob(tenant: Tenant, jobId: string | undefined): Promise<JobView>;
   patchJob(tenant: Tenant, input: PatchJobInput): Promise<JobView>;
   deleteJob(tenant: Tenant, jobId: string | undefined): Promise<void>;
@@ -222,7 +230,13 @@ export function createOperations(deps: OperationDeps): Operations {
       return createBatch(items, (key, job) => createOne(tenant, key, job));
     },
     async listJobs(tenant, input) {
-      return jobs.listJobs(tenant.tenant_id, pageOf(input));
+      const name = parseJobName(input.name);
+      const state = parseJobState(input.state);
+      return jobs.listJobs(tenant.tenant_id, {
+        ...pageOf(input),
+        ...(name === undefined ? {} : { name }),
+        ...(state === undefined ? {} : { state }),
+      });
     },
     async getJob(tenant, jobId) {
       return jobs.getJob(tenant.tenant_id, pathId(jobId, "job"));

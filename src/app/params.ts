@@ -5,7 +5,7 @@
  * does not exist, so the API never tells a caller which ids are well-formed.
  */
 import { KairosError } from "../lib/errors.ts";
-import { RUN_STATUSES, type RunStatus } from "../protocol/model.ts";
+import { JOB_STATES, RUN_STATUSES, type JobListState, type RunStatus } from "../protocol/model.ts";
 import { invalid, show } from "./input.ts";
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;
@@ -46,6 +46,32 @@ export function parseRunStatus(raw: string | undefined): RunStatus | undefined {
   const s = RUN_STATUSES.find((x) => x === raw);
   if (s === undefined)
     throw invalid("status", `must be one of ${RUN_STATUSES.join(", ")}, got ${show(raw)}`);
+  return s;
+}
+
+/** Longest `name` filter of a jobs list (a job's name is at most 200 characters). */
+export const MAX_NAME_FILTER_CHARS = 200;
+
+/**
+ * `name` (jobs list): a part of the job's name, matched in any case; empty means no filter. At
+ * most 200 characters, no control characters.
+ */
+export function parseJobName(raw: string | undefined): string | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  if (raw.length > MAX_NAME_FILTER_CHARS)
+    throw invalid("name", `must be at most ${MAX_NAME_FILTER_CHARS} characters, got ${raw.length}`);
+   
+  if (/[\u0000-\u001f\u007f]/.test(raw))
+    throw invalid("name", `must not contain control characters, got ${show(raw)}`);
+  return raw;
+}
+
+/** `state` (jobs list): `enabled` or `paused`; empty means either. */
+export function parseJobState(raw: string | undefined): JobListState | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  const s = JOB_STATES.find((x) => x === raw);
+  if (s === undefined)
+    throw invalid("state", `must be one of ${JOB_STATES.join(", ")}, got ${show(raw)}`);
   return s;
 }
 

@@ -11,7 +11,7 @@
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
 import type { JobView } from "../protocol/model.ts";
-import type { HttpApiClient } from "../client/http-api-client.ts";
+import type { HttpApiClient, JobListOptions } from "../client/http-api-client.ts";
 import {
   apiOptions,
   printJson,
@@ -109,15 +109,41 @@ function registerCreate(jobs: Command, ctx: CliContext): void {
   );
 }
 
+interface ListFilterFlags {
+  name?: string;
+  state?: string;
+}
+
+/** `--name` and `--state` as the API's filters; a state other than enabled/paused is refused here. */
+function listFilter(f: ListFilterFlags): JobListOptions {
+  if (f.state !== undefined && f.state !== "enabled" && f.state !== "paused")
+    throw new KairosError(
+      "invalid_argument",
+      `--state: must be enabled or paused, got ${JSON.stringify(f.state)}`,
+      { field: "--state" },
+    );
+  return {
+    ...(f.name !== undefined ? { name: f.name } : {}),
+    ...(f.state !== undefined ? { state: f.state } : {}),
+  };
+}
+
 function registerReads(jobs: Command, ctx: CliContext): void {
   pageFlags(
-    apiOptions(jobs.command("list").description("the tenant's jobs (a page; --all: every page)")),
-  ).action((f: ApiFlags & PageFlags) =>
+    apiOptions(
+      jobs
+        .command("list")
+        .description("the tenant's jobs (a page; --all: every page)")
+        .option("--name <text>", "only jobs whose name contains this text (any case)")
+        .option("--state <state>", "only enabled or paused jobs"),
+    ),
+  ).action((f: ApiFlags & PageFlags & ListFilterFlags) =>
     withApi(ctx, f, async (api) => {
+      const filter = listFilter(f);
       const page = await walkPages(
         ctx,
         f,
-        (p) => api.listJobs(p),
+        (p) => api.listJobs({ ...p, ...filter }),
         (pg) => pg.jobs,
         "jobs",
       );

@@ -1,7 +1,10 @@
 /**
  * Paging for the list commands: `--limit` and `--cursor` ask for one page, as the API does;
  * `--all` follows `next_cursor` until the last page, up to `MAX_ALL_ITEMS` items (then it stops
- * with a `next_cursor` to go on from, and says so on stderr).
+ * with a `next_cursor` to go on from, and says so on stderr). A filtered list may answer a short
+ * page with a `next_cursor` (the API examines a bounded number of items per request): one page
+ * is then filled up from the next ones, asking each for what is missing, at most
+ * `MAX_FILL_REQUESTS` requests.
  */
 import type { Command } from "commander";
 import { KairosError } from "../lib/errors.ts";
@@ -17,6 +20,10 @@ export interface PageFlags {
 export const MAX_ALL_ITEMS = 100_000;
 /** The page size `--all` asks for (the API's most). */
 const ALL_PAGE = 200;
+/** The page size the API answers without `limit`. */
+const DEFAULT_PAGE = 50;
+/** Most requests made to fill one short page. */
+export const MAX_FILL_REQUESTS = 100;
 
 export function pageFlags(cmd: Command): Command {
   return cmd
@@ -54,13 +61,20 @@ export async function walkPages<P extends { next_cursor: string | null }, T>(
   noun: string,
 ): Promise<{ items: T[]; next_cursor: string | null }> {
   let p = firstPage(f);
+  const want = p.limit ?? DEFAULT_PAGE;
   const items: T[] = [];
-  for (;;) {
+  for (let requests = 1; ; requests++) {
     const q = p;
     const page = await retryingRead(ctx, () => read(q));
     items.push(...itemsOf(page));
     const next = page.next_cursor;
-    if (!f.all || next === null) return { items, next_cursor: next };
+    if (next === null) return { items, next_cursor: next };
+    if (!f.all) {
+      if (items.length >= want || requests >= MAX_FILL_REQUESTS)
+        return { items, next_cursor: next };
+      p = { ...p, cursor: next, limit: want - items.length };
+      continue;
+    }
     if (items.length >= MAX_ALL_ITEMS) {
       ctx.io.err(`--all: stopped after ${items.length} ${noun}; go on with --cursor ${next}\n`);
       return { items, next_cursor: next };

@@ -25,6 +25,12 @@ export interface PageOptions {
   cursor?: string;
 }
 
+/** A jobs list's options: paging, a part of the name (any case), a state. */
+export interface JobListOptions extends PageOptions {
+  name?: string;
+  state?: "enabled" | "paused";
+}
+
 /** Is `s` one of the API's error codes? (An unknown one is shown as `internal`.) */
 export function isErrorCode(s: unknown): s is ErrorCode {
   return typeof s === "string" && Object.prototype.hasOwnProperty.call(ErrorCodes, s);

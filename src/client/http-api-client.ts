@@ -16,11 +16,11 @@ import type { SubscriptionView } from "../protocol/events.ts";
 import type { ReadableStream } from "node:stream/web";
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
 import { KairosError, type ErrorCode } from "../lib/errors.ts";
-import { ApiError, isErrorCode, type PageOptions } from "./api-error.ts";
+import { ApiError, isErrorCode, type JobListOptions, type PageOptions } from "./api-error.ts";
 import type { JobPage, RunPage } from "../nats-api/wire.ts";
 
 export type { JobPage, RunPage };
-export { ApiError, type PageOptions };
+export { ApiError, type JobListOptions, type PageOptions };
 
 export interface HttpApiClientOptions {
   /** The API's base URL (`http://host:port`, no trailing path). */
@@ -145,8 +145,11 @@ export class HttpApiClient {
     return (await this.#call<BatchCreateResult>("POST", "/v1/jobs:batch", { jobs: items })).body;
   }
 
-  /** A page of the tenant's jobs (`GET /v1/jobs`). */
-  async listJobs(o: PageOptions = {}): Promise<JobPage> {
+  /**
+   * A page of the tenant's jobs (`GET /v1/jobs`), optionally those whose name contains `name`
+   * (any case) and/or in `state`; a filtered page may be short with a `next_cursor`.
+   */
+  async listJobs(o: JobListOptions = {}): Promise<JobPage> {
     return (await this.#call<JobPage>("GET", `/v1/jobs${query({ ...o })}`)).body;
   }
 

@@ -21,9 +21,9 @@ import {
 import type { JobView, RunStatus, RunView } from "../protocol/model.ts";
 import type { SubscriptionView } from "../protocol/events.ts";
 import { KairosError } from "../lib/errors.ts";
-import { ApiError, isErrorCode, type PageOptions } from "./api-error.ts";
+import { ApiError, isErrorCode, type JobListOptions, type PageOptions } from "./api-error.ts";
 
-export { ApiError, type PageOptions };
+export { ApiError, type JobListOptions, type PageOptions };
 import { API_HEADERS, apiSubject, type ApiOperation } from "../nats-api/subjects.ts";
 import type { ApiReply, JobPage, RunPage } from "../nats-api/wire.ts";
 
@@ -64,7 +64,7 @@ export class NatsApiClient {
     return { job: r.result, created: r.status === 201 };
   }
 
-  async listJobs(opts: PageOptions = {}): Promise<JobPage> {
+  async listJobs(opts: JobListOptions = {}): Promise<JobPage> {
     return (await this.#call<JobPage>("jobs.list", undefined, opts)).result;
   }
 

@@ -6,7 +6,8 @@
  *
  * KV access is the JetStream API of the bucket's stream and `$KV.<c>_<suffix>.<key>` publishes. A
  * worker-only identity gets two JetStream rights: the direct get of `cluster/config` and writes of
- * its own `nodes` record. API nodes write only `idem`, `jc.*`, `sk.>` and `sub.>` (run-event subscriptions) of the tenants bucket.
+ * its own `nodes` record. API nodes write only `idem`, `jc.*`, the job catalogs (`jd.*`, `jl.*.*`),
+ * `sk.>` and `sub.>` (run-event subscriptions) of the tenants bucket.
  * A service user may only publish requests on `kairos.<c>.api.<its tenant>.>`.
  *
  * Pitfall: replies go to a per-user inbox prefix (`_INBOX_<user>`), never the shared `_INBOX.>`
@@ -87,7 +88,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           ...createStreams(c),
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
           ...writeBucket(c, "idem"),
-          ...writeBucket(c, "tenants", ["jc.*", "sk.>", "sub.>"]),
+          ...writeBucket(c, "tenants", ["jc.*", "jd.*", "jl.*.*", "sk.>", "sub.>"]),
         ],
         // The internal NATS API: requests of every tenant's service users, answered once each; and
         // nats-server's auth callout, which admits service identities (src/nats-api/auth-callout.ts).

@@ -1,24 +1,91 @@
 /**
- * Job pages: the tenant's jobs (paged, cursor in the address so a page can be linked), a job
+ * Job pages: the tenant's jobs (paged, filtered by a part of the name and the state; cursor and
+ * filters in the address so a page can be linked), a job
  * (schedule in words, next 5 runs in UTC and local time, pause/resume, run now, delete, and its
  * runs: runs.js; editing: edit.js), and the form that creates a job. Only the API's own endpoints are used:
  * GET/POST /v1/jobs, GET/PATCH/DELETE /v1/jobs/{id}, POST /v1/jobs/{id}/runs.
  */
 import { api } from "./api.js";
 import { scheduleInWords } from "./cron-words.js";
-import { field, h, local, localZone, pager, replace, time, utc } from "./dom.js";
+import { field, h, link, local, localZone, pager, replace, time, utc } from "./dom.js";
 import { runsSection } from "./runs.js";
 
 const PAGE_SIZE = 20;
 
 /** @typedef {import("./app.js").Ctx} Ctx */
 
+/** Most requests made to fill one page of a filtered list (the API may answer short pages). */
+const MAX_FILL_REQUESTS = 10;
+
+/**
+ * A page of jobs: a filtered list may answer short pages with a cursor (the API examines a
+ * bounded number of jobs per request), so the page is filled from the next ones, a few at most.
+ * @param {{ name: string, state: string }} filter @param {string | null} cursor
+ */
+async function readJobs(filter, cursor) {
+  /** @type {any[]} */
+  const jobs = [];
+  /** @type {string | null} */
+  let next = cursor;
+  for (let i = 0; i < MAX_FILL_REQUESTS; i++) {
+    const qs = new URLSearchParams({ limit: String(PAGE_SIZE - jobs.length) });
+    if (filter.name) qs.set("name", filter.name);
+    if (filter.state) qs.set("state", filter.state);
+    if (next) qs.set("cursor", next);
+    const page = await api("GET", `/v1/jobs?${qs}`);
+    jobs.push(...page.jobs);
+    next = page.next_cursor;
+    if (next === null || jobs.length >= PAGE_SIZE) break;
+  }
+  return { jobs, next_cursor: next };
+}
+
+/**
+ * The filter box: a part of the name and the state; applied by navigating (linkable).
+ * @param {{ name: string, state: string }} filter
+ */
+function filterForm(filter) {
+  const name = h("input", {
+    id: "job-name",
+    name: "name",
+    type: "search",
+    maxlength: "200",
+    value: filter.name,
+  });
+  const state = h(
+    "select",
+    { id: "job-state", name: "state" },
+    [
+      ["", "any"],
+      ["enabled", "active"],
+      ["paused", "paused"],
+    ].map(([v, t]) => h("option", { value: v, selected: v === filter.state }, t)),
+  );
+  const form = h(
+    "form",
+    { class: "filters", role: "search", "aria-label": "Filter jobs" },
+    h("label", { for: "job-name" }, "Name contains"),
+    name,
+    h("label", { for: "job-state" }, "State"),
+    state,
+    h("button", { type: "submit" }, "Filter"),
+  );
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    location.hash = link("/jobs", {
+      name: /** @type {HTMLInputElement} */ (name).value.trim(),
+      state: /** @type {HTMLSelectElement} */ (state).value,
+    });
+  });
+  return form;
+}
+
 /** @param {Ctx} ctx */
 export async function jobsPage(ctx) {
   const cursor = ctx.query.get("cursor");
-  const qs = new URLSearchParams({ limit: String(PAGE_SIZE) });
-  if (cursor) qs.set("cursor", cursor);
-  const page = await api("GET", `/v1/jobs?${qs}`);
+  const filter = { name: ctx.query.get("name") ?? "", state: ctx.query.get("state") ?? "" };
+  const filtered = filter.name !== "" || filter.state !== "";
+  const page = await readJobs(filter, cursor);
   if (!ctx.live()) return;
   /** @type {any[]} */
   const jobs = page.jobs;
@@ -36,8 +103,19 @@ export async function jobsPage(ctx) {
     ctx.main,
     h("h1", {}, "Jobs"),
     h("div", { class: "actions" }, h("a", { href: "#/jobs/new" }, "Create a job")),
+    filterForm(filter),
     jobs.length === 0
-      ? h("p", { class: "empty" }, cursor ? "No more jobs." : "No jobs yet.")
+      ? h(
+          "p",
+          { class: "empty" },
+          filtered
+            ? page.next_cursor
+              ? "No matching jobs on this page."
+              : "No matching jobs."
+            : cursor
+              ? "No more jobs."
+              : "No jobs yet.",
+        )
       : h(
           "table",
           { "aria-label": "Jobs" },
@@ -54,7 +132,7 @@ export async function jobsPage(ctx) {
           ),
           h("tbody", {}, rows),
         ),
-    pager("/jobs", {}, cursor, page.next_cursor),
+    pager("/jobs", filter, cursor, page.next_cursor),
   );
 }
 

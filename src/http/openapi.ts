@@ -4,11 +4,11 @@
  * responses (views.ts); only the paths object is written by hand. Built once, on first use.
  */
 import { z } from "zod";
-import { RUN_STATUSES } from "../protocol/model.ts";
+import { JOB_STATES, RUN_STATUSES } from "../protocol/model.ts";
 import { subscriptionPaths, subscriptionSchemas } from "./openapi-subscriptions.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { JWKS_MAX_AGE_S } from "./jwks.ts";
-import { MAX_IDEMPOTENCY_KEY_CHARS, PAGE } from "../app/params.ts";
+import { MAX_IDEMPOTENCY_KEY_CHARS, MAX_NAME_FILTER_CHARS, PAGE } from "../app/params.ts";
 import { MAX_CANCEL_NOTE_CHARS } from "../app/cancel-body.ts";
 import { CreateJobSchema, PatchJobSchema } from "../app/schemas.ts";
 import { MAX_BATCH_BODY_BYTES, MAX_BATCH_JOBS } from "../app/job-batch.ts";
@@ -274,8 +274,24 @@ function jobPaths(): Json {
         },
       },
       get: {
-        summary: "List jobs",
-        parameters: [cursor, limit],
+        summary:
+          "List jobs in job id order (a name or state filter may return a short page with a cursor: follow it until null)",
+        parameters: [
+          param(
+            "name",
+            "query",
+            { type: "string", maxLength: MAX_NAME_FILTER_CHARS },
+            "only jobs whose name contains this text, in any case (empty: no filter)",
+          ),
+          param(
+            "state",
+            "query",
+            { type: "string", enum: [...JOB_STATES] },
+            "only enabled or only paused jobs",
+          ),
+          cursor,
+          limit,
+        ],
         responses: { "200": json(ref("JobPage"), "a page of jobs"), ...errors(400) },
       },
     },

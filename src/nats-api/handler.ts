@@ -52,7 +52,9 @@ const TENANT_TOKEN = /^[A-Za-z0-9_-]{1,64}$/;
 export const NATS_CALLER = "the NATS API";
 
 /** The fields a params-only request body may carry, per operation. */
-type Param = "limit" | "cursor" | "status";
+type Param = "limit" | "cursor" | "status" | "name" | "state";
+/** The parameters of `jobs.list`. */
+const JOB_LIST_PARAMS: readonly Param[] = ["limit", "cursor", "name", "state"];
 
 /** Decoded, size-checked payload: undefined when empty. */
 function decodeText(data: Uint8Array): string {
@@ -185,7 +187,7 @@ async function runOperation(
       return ok(r.created ? 201 : 200, r.job);
     }
     case "jobs.list": {
-      const page = await ops.listJobs(tenant, parseParams(text, ["limit", "cursor"]));
+      const page = await ops.listJobs(tenant, parseParams(text, JOB_LIST_PARAMS));
       return ok(200, { jobs: page.items, next_cursor: page.next_cursor });
     }
     case "jobs.get":

@@ -51,6 +51,16 @@ export interface JobSpec {
   enabled: boolean;
 }
 
+/** A job's state as the jobs list filters it: `enabled`, or `paused` (`enabled: false`). */
+export const JOB_STATES = ["enabled", "paused"] as const;
+export type JobListState = (typeof JOB_STATES)[number];
+
+/** The filters of a jobs list: a name substring (any case) and/or a state. */
+export interface JobListFilter {
+  name?: string;
+  state?: JobListState;
+}
+
 /** A partial update (PATCH): any of the spec's top-level fields. */
 export type JobPatch = Partial<JobSpec>;
 

@@ -4,7 +4,7 @@
  * `KairosError`s (validation: `invalid_argument` with `field`; ETag mismatch:
  * `precondition_failed`; idempotency key reused with another body: `conflict`).
  */
-import type { JobPatch, JobView, Page, RunStatus, RunView } from "./model.ts";
+import type { JobListFilter, JobPatch, JobView, Page, RunStatus, RunView } from "./model.ts";
 
 /** A validated create request (defaults applied by the validator). */
 export type { JobSpec as CreateJobInput } from "./model.ts";
@@ -17,7 +17,14 @@ export interface JobsService {
     spec: JobSpec,
     idempotencyKey?: string,
   ): Promise<{ job: JobView; created: boolean }>;
-  listJobs(tenantId: string, opts: { cursor?: string; limit: number }): Promise<Page<JobView>>;
+  /**
+   * The tenant's jobs in id order, after the cursor, matching the filters (`name`: lower-case
+   * substring of the name; `state`). A filtered page may be short, even empty, with a cursor.
+   */
+  listJobs(
+    tenantId: string,
+    opts: { cursor?: string; limit: number } & JobListFilter,
+  ): Promise<Page<JobView>>;
   /** The job with `next_runs`. */
   getJob(tenantId: string, jobId: string): Promise<JobView>;
   /** `ifMatch` is the expected version (bare number) when the client sent If-Match. */

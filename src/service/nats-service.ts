@@ -6,28 +6,32 @@
  * job it made. `max_jobs` is counted by `TenantJobCounter` (job-quota.ts).
  *
  * A runs page reads the job's runs index (run-pages.ts): O(page) whatever the history. A jobs
- * page reads KEYS to find and order the page, then that page's values only — bounded by the
- * tenant's max_jobs (docs/operations.md, "History").
+ * page reads the tenant's job catalog (src/catalog/, jobs-page.ts): a chunk or two and the page's
+ * job states, never the job actors. The catalog is written before the job actor on a create (a
+ * created job is always listed; an entry whose job never came is skipped, and dropped later) and
+ * after it on a delete (an entry of a deleted job is skipped and dropped by the page that meets
+ * it); a patch of the name or state marks the entry before and settles it after.
  */
 import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import { kvKeys } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
+import { JobCatalog } from "../catalog/job-catalog.ts";
+import type { CatalogEntry } from "../catalog/catalog-core.ts";
+import { jobsPage } from "./jobs-page.ts";
 import { JOB_ACTOR, isValidId, jobActorId, newJobId, parseRunId, runKey } from "../protocol/ids.ts";
 import type { JobReply } from "../job-state/job-types.ts";
-import { jobView, type JobState } from "../job-state/job-state.ts";
+import type { JobState } from "../job-state/job-state.ts";
 import { runView } from "../history/run-record.ts";
 import {
   decodeCursor,
   encodeCursor,
   indexedRunsPage,
   legacyRunsPage,
-  readPage,
 } from "../history/run-pages.ts";
 import { deadLetterKey } from "../notify/dead-letters.ts";
 import {
@@ -39,6 +43,7 @@ import {
 } from "../secrets/secret-env.ts";
 import {
   TERMINAL,
+  type JobListFilter,
   type JobPatch,
   type JobSpec,
   type JobView,
@@ -65,8 +70,18 @@ function canonical(v: unknown): string {
 /** How many times a run-now is sent when its owner answers an unknown outcome (a KV timeout). */
 export const RUN_NOW_TRIES = 3;
 
+/** A job state as a catalog entry (a tenant's first list builds its catalog from them). */
+const entryOf = (s: JobState): CatalogEntry => ({
+  i: s.job!.job_id,
+  n: s.job!.spec.name,
+  e: s.job!.spec.enabled,
+  v: s.job!.version,
+  t: s.job!.created_at_ms,
+});
+
 export class NatsJobsService implements JobsService {
   readonly #quota: TenantJobCounter;
+  readonly #catalog: JobCatalog;
 
   constructor(
     private readonly router: ActorRouter,
@@ -81,6 +96,12 @@ export class NatsJobsService implements JobsService {
       async (tenantId) => (await this.#liveJobs(tenantId)).length,
       { clock: router.clock, random },
     );
+    this.#catalog = new JobCatalog({
+      kv: buckets.tenants,
+      clock: router.clock,
+      random,
+      existing: async (tenantId) => (await this.#liveJobs(tenantId)).map(entryOf),
+    });
   }
 
   /** Every live job state of a tenant (a list of its job actors' state). */
@@ -174,6 +195,7 @@ export class NatsJobsService implements JobsService {
         throw e;
       }
     }
+    await this.#listNew(tenantId, jobId, spec, counted);
     let reply: JobReply | null;
     let sealed: SealedEnvRef | undefined;
     try {
@@ -188,8 +210,7 @@ export class NatsJobsService implements JobsService {
     } catch (e) {
       // A definite refusal (e.g. invalid_schedule) made no job: uncount it. After a timeout the
       // job may exist, so the reservation stays (an over-count, never an under-count).
-      if (counted && e instanceof KairosError && !e.retryable)
-        await this.#quota.release(tenantId).catch(() => undefined);
+      if (e instanceof KairosError && !e.retryable) await this.#unmake(tenantId, jobId, counted);
       if (sealed && e instanceof KairosError && !e.retryable)
         await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(
           () => undefined,
@@ -205,25 +226,50 @@ export class NatsJobsService implements JobsService {
     return { job: publicJob(job), created };
   }
 
+  /**
+   * Lists a job before it exists (a replay too: its first try may have stopped short of this), so
+   * a job the actor made is never missing from the list. Failed, the actor was never asked: its
+   * place in the quota is given back.
+   */
+  async #listNew(tenantId: string, jobId: string, spec: JobSpec, counted: boolean): Promise<void> {
+    try {
+      await this.#catalog.apply(tenantId, [
+        {
+          kind: "add",
+          entry: { i: jobId, n: spec.name, e: spec.enabled, v: 1, t: this.router.now() },
+        },
+      ]);
+    } catch (e) {
+      if (counted) await this.#quota.release(tenantId).catch(() => undefined);
+      throw e;
+    }
+  }
+
+  /** Removes a job's entry (a best effort: a page drops an entry whose job is gone). */
+  async #unlist(tenantId: string, jobId: string): Promise<void> {
+    await this.#catalog.apply(tenantId, [{ kind: "remove", id: jobId }]).catch(() => undefined);
+  }
+
+  /** A create refused for sure made no job: its place in the quota and its entry go. */
+  async #unmake(tenantId: string, jobId: string, counted: boolean): Promise<void> {
+    if (counted) await this.#quota.release(tenantId).catch(() => undefined);
+    await this.#unlist(tenantId, jobId);
+  }
+
   async listJobs(
     tenantId: string,
-    opts: { cursor?: string; limit: number },
+    opts: { cursor?: string; limit: number } & JobListFilter,
   ): Promise<Page<JobView>> {
-    const after = opts.cursor === undefined ? "" : decodeCursor(opts.cursor, 1)[0]!;
-    const keys = (await kvKeys(this.buckets.actors, `${JOB_ACTOR}.*.${tenantId}.*`))
-      .map(({ key, revision }) => ({ key, revision, id: key.slice(key.lastIndexOf(".") + 1) }))
-      .filter((k) => k.id > after)
-      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-    const jobs = await readPage(this.buckets.actors, keys, opts.limit + 1, (e) => {
-      const s = decode<{ s: JobState }>(e.value).s;
-      return s.job && !s.deleted && s.job.tenant_id === tenantId ? s : null; // deleted: a tombstone until purged
-    });
-    const page = jobs.slice(0, opts.limit).map((s) => publicJob(jobView(s)));
-    const more = jobs.length > opts.limit;
-    return {
-      items: page,
-      next_cursor: more ? encodeCursor([page[page.length - 1]!.job_id]) : null,
-    };
+    return jobsPage(
+      {
+        catalog: this.#catalog,
+        actors: this.buckets.actors,
+        partitions: this.partitions,
+        nowMs: this.router.now(),
+      },
+      tenantId,
+      opts,
+    );
   }
 
   async getJob(tenantId: string, jobId: string): Promise<JobView> {
@@ -260,6 +306,20 @@ export class NatsJobsService implements JobsService {
       ifMatch === undefined
         ? { kind: "patch", patch: stored, request_id }
         : { kind: "patch", patch: stored, if_match: ifMatch, request_id };
+    // A new name or state is marked on the job's entry first: a filter finds it either way while
+    // the patch is in flight, and after a crash (a page checks the job itself).
+    const listed = patch.name !== undefined || patch.enabled !== undefined;
+    if (listed)
+      await this.#catalog.apply(tenantId, [
+        {
+          kind: "pend",
+          id: jobId,
+          values: {
+            ...(patch.name !== undefined ? { n: patch.name } : {}),
+            ...(patch.enabled !== undefined ? { e: patch.enabled } : {}),
+          },
+        },
+      ]);
     let job: JobView;
     try {
       job = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
@@ -270,6 +330,12 @@ export class NatsJobsService implements JobsService {
         );
       throw e;
     }
+    if (listed)
+      await this.#catalog
+        .apply(tenantId, [
+          { kind: "settle", id: jobId, values: { n: job.name, e: job.enabled }, v: job.version },
+        ])
+        .catch(() => undefined); // the entry keeps both values until a page settles it
     const current = job.task.sealed_env ? `${prefix}.${job.task.sealed_env.ref}` : undefined;
     for (const key of earlier)
       if (key !== current) await this.buckets.tenants.delete(key).catch(() => undefined);
@@ -282,10 +348,15 @@ export class NatsJobsService implements JobsService {
       await this.router.request(job, { kind: "delete" });
     } catch (e) {
       // Already deleted (a retry of a delete whose purge failed): purge its secrets anyway.
-      if (e instanceof KairosError && e.code === "not_found")
+      if (e instanceof KairosError && e.code === "not_found") {
         await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);
+        await this.#unlist(tenantId, jobId);
+      }
       throw e;
     }
+    // Unlisted after the job is gone: if this fails (or the node dies first), the entry is one a
+    // page skips and drops.
+    await this.#unlist(tenantId, jobId);
     // Its secrets go with it, now (secret-env.ts); if this fails the delete fails, and a retry
     // (404, above) purges them.
     await purgeSecretEnv(this.buckets.tenants, tenantId, jobId);

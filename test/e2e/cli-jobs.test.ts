@@ -279,6 +279,41 @@ describe("kairos jobs (real cluster)", { timeout: 300_000 }, () => {
     assert.match(badCursor.stderr, /field: cursor/);
   });
 
+  it("list --name/--state: the API's filters; a bad state is refused with its flag", async () => {
+    const a = await create("--every", "1h", "--name", "Filter-Alpha", "--command", "true");
+    const b = await create(
+      "--every",
+      "1h",
+      "--name",
+      "filter-beta",
+      "--paused",
+      "--command",
+      "true",
+    );
+    const ids = (r: CliResult) =>
+      json<{ jobs: Job[] }>(r)
+        .jobs.map((j) => j.job_id)
+        .sort();
+    assert.deepEqual(ids(await k(["jobs", "list", "--name", "FILTER-", "--json"])), [a, b].sort());
+    assert.deepEqual(
+      ids(await k(["jobs", "list", "--name", "filter-", "--state", "paused", "--json"])),
+      [b],
+    );
+    assert.deepEqual(
+      ids(await k(["jobs", "list", "--name", "alpha", "--state", "enabled", "--json"])),
+      [a],
+    );
+    const table = await k(["jobs", "list", "--name", "filter-beta"]);
+    ok(table);
+    assert.match(table.stdout, new RegExp(`^${b}\\s+filter-beta\\s+paused`, "m"));
+    const bad = await k(["jobs", "list", "--state", "stopped"]);
+    assert.equal(bad.code, 2);
+    assert.match(bad.stderr, /--state: must be enabled or paused/);
+    const long = await k(["jobs", "list", "--name", "n".repeat(201)]);
+    assert.equal(long.code, 2);
+    assert.match(long.stderr, /field: name/);
+  });
+
   it("edit: changes only what the flags name, at the version read", async () => {
     const id = await create(
       "--cron",

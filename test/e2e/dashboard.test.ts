@@ -4,7 +4,8 @@
  * a wrong key is refused with the API's message; sign-in by typing the key and by `#key=` (the
  * key then in sessionStorage and gone from the address bar); creating a job in the form and
  * watching its runs appear; pausing it; editing its schedule (a bad one refused, its field
- * marked); deleting it; a failed run's attempts and the tenant's dead letters; cancelling a running run.
+ * marked); deleting it; a failed run's attempts and the tenant's dead letters; cancelling a running run;
+ * paging through the jobs list and filtering it by a part of the name and by state.
  * Along the way: the page is served with its strict Content-Security-Policy and breaks none of
  * it, and every request the page makes goes to the API's own origin. Waits are the browser's
  * own waits for what the page shows (it re-reads the API every 2 s). Screenshots of each step go
@@ -296,6 +297,29 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     assert.deepEqual(seen.sort(), names, "the two pages hold every job once");
     assert.equal(await page.getByRole("link", { name: "Next page" }).count(), 0);
     await shot(page, "09-jobs-second-page");
+  });
+
+  it("filters the jobs list by a part of the name and by state", async () => {
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(page, "Jobs");
+    await page.getByLabel("Name contains").fill("PAGE-1");
+    await page.getByLabel("State").selectOption("paused");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await page.getByText("No matching jobs.").waitFor({ timeout: WAIT_MS });
+    assert.match(page.url(), /name=PAGE-1&state=paused/, "the filter is in the address");
+    await page.getByLabel("State").selectOption("");
+    await page.getByRole("button", { name: "Filter" }).click();
+    const rows = page.getByRole("table", { name: "Jobs" }).locator("tbody tr");
+    await rows.first().waitFor({ timeout: WAIT_MS });
+    const names = await rows.locator("td:first-child").allTextContents();
+    assert.deepEqual(
+      names.sort(),
+      Array.from({ length: 10 }, (_, i) => `page-1${i}`),
+      "page-10 … page-19, in any case",
+    );
+    assert.equal(await page.getByLabel("Name contains").inputValue(), "PAGE-1");
+    await shot(page, "10-jobs-filtered");
   });
 
   it("signs out with the API's message when the key is revoked meanwhile", async () => {

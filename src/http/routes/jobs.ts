@@ -66,6 +66,8 @@ export function registerJobRoutes(
     const page = await ops.listJobs(c.get("tenant"), {
       limit: c.req.query("limit"),
       cursor: c.req.query("cursor"),
+      name: c.req.query("name"),
+      state: c.req.query("state"),
     });
     return c.json({ jobs: page.items, next_cursor: page.next_cursor });
   });

@@ -319,6 +319,7 @@ describe("NatsJobsService pages from keys", () => {
   function setup() {
     const buckets = memoryBuckets();
     const router = {
+      now: () => T0,
       request: async () => ({ job: { job_id: JOB, tenant_id: TENANT, ...SPEC } }),
     } as unknown as ActorRouter;
     const service = new NatsJobsService(router, buckets, 8, seededRandom(1));
@@ -403,7 +404,8 @@ describe("NatsJobsService pages from keys", () => {
           request_hash: "h",
         },
       };
-      await h.buckets.actors.put(`${JOB_ACTOR}.${i}.${TENANT}.${id}`, encode({ s }));
+      const p = partitionOf({ type: JOB_ACTOR, id: jobActorId(TENANT, id) }, 8);
+      await h.buckets.actors.put(`${JOB_ACTOR}.${p}.${TENANT}.${id}`, encode({ s }));
     }
     await h.buckets.actors.put(
       `${JOB_ACTOR}.0.other.j000000000000000e`,

@@ -6,6 +6,7 @@
  */
 import { KairosError } from "../../../src/lib/errors.ts";
 import type {
+  JobListFilter,
   JobPatch,
   JobSpec,
   JobView,
@@ -84,7 +85,7 @@ export class FakeJobs implements JobsService {
 
   async listJobs(
     tenantId: string,
-    opts: { cursor?: string; limit: number },
+    opts: { cursor?: string; limit: number } & JobListFilter,
   ): Promise<Page<JobView>> {
     this.#enter("listJobs", tenantId, opts);
     if (opts.cursor !== undefined && !/^job\d{6}$/.test(opts.cursor))
@@ -94,7 +95,12 @@ export class FakeJobs implements JobsService {
     const all = [...this.#jobs.values()]
       .map((j) => j.view)
       .filter(
-        (v) => v.tenant_id === tenantId && (opts.cursor === undefined || v.job_id > opts.cursor),
+        (v) =>
+          v.tenant_id === tenantId &&
+          (opts.cursor === undefined || v.job_id > opts.cursor) &&
+          (opts.name === undefined ||
+            (v.name ?? "").toLowerCase().includes(opts.name.toLowerCase())) &&
+          (opts.state === undefined || v.enabled === (opts.state === "enabled")),
       );
     all.sort((a, b) => a.job_id.localeCompare(b.job_id));
     const items = all.slice(0, opts.limit);

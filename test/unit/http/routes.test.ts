@@ -163,6 +163,25 @@ describe("jobs routes", () => {
     );
   });
 
+  it("GET /v1/jobs passes the name and state filters on; bad ones are 400s naming them", async () => {
+    const h = harness();
+    await h.req("GET", "/v1/jobs?name=Report&state=paused&limit=5");
+    assert.deepEqual(h.jobs.calls.at(-1)?.args[0], { limit: 5, name: "Report", state: "paused" });
+    await h.req("GET", "/v1/jobs?name=&state=");
+    assert.deepEqual(h.jobs.calls.at(-1)?.args[0], { limit: 50 }, "empty: no filter");
+    const bad: [string, string][] = [
+      ["state=stopped", "state"],
+      ["state=Paused", "state"],
+      [`name=${"n".repeat(201)}`, "name"],
+      ["name=a%0Ab", "name"],
+      ["name=%7F", "name"],
+    ];
+    for (const [q, field] of bad)
+      await expectError(await h.req("GET", `/v1/jobs?${q}`), 400, "invalid_argument", field);
+    await h.req("GET", `/v1/jobs?name=${"n".repeat(200)}`);
+    assert.equal((h.jobs.calls.at(-1)?.args[0] as { name: string }).name.length, 200);
+  });
+
   it("PATCH applies the change, bumps the version, and honours every If-Match form", async () => {
     const h = harness();
     const job = await create(h);

@@ -25,6 +25,7 @@ function setup(maxJobs: number) {
   const asked: { kind: string; job_id?: string }[] = [];
   let failNext: Error | undefined;
   const router = {
+    now: () => 0,
     async request(_addr: unknown, msg: { kind: string; job_id?: string; request_hash?: string }) {
       asked.push(msg);
       if (failNext) {
@@ -135,7 +136,12 @@ describe("NatsJobsService: max_jobs", () => {
     const h = setup(3);
     await h.ready;
     const state = (tenant: string, job: string, deleted = false) =>
-      encode({ s: { job: { tenant_id: tenant, job_id: job }, deleted } });
+      encode({
+        s: {
+          job: { tenant_id: tenant, job_id: job, spec: spec(), version: 1, created_at_ms: 0 },
+          deleted,
+        },
+      });
     await h.buckets.actors.put(`job.1.${TENANT}.ja`, state(TENANT, "ja"));
     await h.buckets.actors.put(`job.2.${TENANT}.jb`, state(TENANT, "jb"));
     await h.buckets.actors.put(`job.2.${TENANT}.jc`, state(TENANT, "jc", true));

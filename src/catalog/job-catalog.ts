@@ -1,0 +1,373 @@
+/**
+ * The job catalog in KV (the `tenants` bucket): per tenant a directory `jd.<tenant>` and a chain
+ * of chunks `jl.<tenant>.<key>` of `{id, name, enabled}` entries in id order (catalog-core.ts).
+ * The jobs list reads it instead of the job actors' states: one or two chunks and the page's jobs
+ * make a page, whatever the tenant's size, and the dispatch path's actors are never asked.
+ *
+ * Writes are CAS writes of one chunk (revision-checked, so concurrent writers on several API
+ * nodes never lose an entry); the changes of one chunk that arrive while a write of it is in
+ * flight are applied together by the next (at most MAX_GROUP). A chunk over MAX_CHUNK_ENTRIES is
+ * split: the upper half is created under a new random key, then the lower half is written in the
+ * same CAS that applies the changes, and then the directory learns the new chunk. A crash leaves
+ * at worst an unreferenced chunk or a directory that lags the chain, which readers and writers
+ * follow (`next`) and repair.
+ *
+ * A tenant's first use builds the catalog from the jobs that exist (`existing`, a listing once);
+ * of two nodes building at once, the one whose directory `create` lands wins and the other's
+ * chunks are removed.
+ *
+ * Pitfall: directories are cached per node (at most MAX_CACHED_DIRECTORIES tenants); a stale one
+ * costs a `next` hop, never a wrong answer. Chunks are never merged: a tenant that deleted most
+ * of its jobs keeps near-empty chunks, which a list steps over.
+ */
+import { decode, encode } from "../cluster/codec.ts";
+import type { KvStore } from "../cluster/kv.ts";
+import { backoffMs } from "../lib/backoff.ts";
+import { casUpdate } from "../lib/cas-update.ts";
+import type { Clock } from "../lib/clock.ts";
+import { KairosError } from "../lib/errors.ts";
+import type { Random } from "../lib/random.ts";
+import {
+  applyOps,
+  buildChain,
+  covers,
+  entryMatches,
+  keysAfter,
+  locate,
+  opId,
+  split,
+  withChunk,
+  type CatalogEntry,
+  type CatalogFilter,
+  type CatalogOp,
+  type Chunk,
+  type Directory,
+} from "./catalog-core.ts";
+
+/** Most changes of one chunk applied by one write. */
+export const MAX_GROUP = 512;
+/** Most tries of one chunk write against concurrent writers. */
+const MAX_CAS_TRIES = 30;
+/** Tenants whose directory a node keeps in memory. */
+export const MAX_CACHED_DIRECTORIES = 1024;
+/** Most `next` hops a write follows before it gives up (a chain being split under it). */
+const MAX_HOPS = 64;
+/** Chunks a node remembers for its next write of them (~20 KB each in memory). */
+export const MAX_KNOWN_CHUNKS = 1024;
+/** Chunks a filtered read fetches at once, ahead of the one it is reading. */
+const READ_AHEAD = 8;
+
+/** The directory's key. */
+export const directoryKey = (tenantId: string): string => `jd.${tenantId}`;
+/** A chunk's key. */
+export const chunkKey = (tenantId: string, key: string): string => `jl.${tenantId}.${key}`;
+
+/** A chunk as read or written, with its revision. */
+interface KnownChunk {
+  readonly revision: number;
+  readonly chunk: Chunk;
+}
+
+/** One change waiting for its chunk's write. */
+interface Pending {
+  readonly op: CatalogOp;
+  readonly resolve: () => void;
+  readonly reject: (e: unknown) => void;
+}
+
+export interface CatalogDeps {
+  /** The `tenants` bucket. */
+  readonly kv: KvStore;
+  readonly clock: Clock;
+  readonly random: Random;
+  /** The tenant's jobs now, as entries (its first use: the catalog is built from them). */
+  readonly existing: (tenantId: string) => Promise<CatalogEntry[]>;
+}
+
+/** What `read` found: matching entries after the position, and where to go on from. */
+export interface CatalogRead {
+  readonly entries: CatalogEntry[];
+  /** Examined up to here (resume after it); null when the chain ended. */
+  readonly resume: string | null;
+  /** Entries examined. */
+  readonly examined: number;
+}
+
+export class JobCatalog {
+  readonly #dirs = new Map<string, Directory>();
+  readonly #loading = new Map<string, Promise<Directory>>();
+  readonly #queues = new Map<string, Pending[]>();
+  /** Chunks as this node last wrote or read them (LRU): a write skips its read while they last. */
+  readonly #known = new Map<string, KnownChunk>();
+
+  constructor(private readonly d: CatalogDeps) {}
+
+  /** Applies the changes (each to the chunk that covers its id); resolves once all are stored. */
+  async apply(tenantId: string, ops: readonly CatalogOp[]): Promise<void> {
+    const dir = await this.#directory(tenantId);
+    await Promise.all(ops.map((op) => this.#enqueue(tenantId, locate(dir, opId(op)), op, 0)));
+  }
+
+  /**
+   * Entries after `after` (id order) that match the filter: at most `want`, examining whole
+   * chunks until `maxExamined` entries were looked at.
+   */
+  async read(
+    tenantId: string,
+    after: string,
+    o: { filter: CatalogFilter; want: number; maxExamined: number },
+  ): Promise<CatalogRead> {
+    const dir = await this.#directory(tenantId);
+    const filtered = o.filter.name !== undefined || o.filter.state !== undefined;
+    const out: CatalogEntry[] = [];
+    let examined = 0;
+    let chunk = await this.#chunkFor(tenantId, dir, after);
+    const ahead = new Map<string, Promise<Chunk | null>>();
+    for (;;) {
+      examined++; // a chunk counts, so a run of empty ones is bounded too
+      for (const e of chunk.entries) {
+        if (e.i <= after) continue;
+        examined++;
+        if (!entryMatches(e, o.filter)) continue;
+        out.push(e);
+        if (out.length >= o.want) return { entries: out, resume: e.i, examined };
+      }
+      if (chunk.next === null || chunk.hi === null) return { entries: out, resume: null, examined };
+      if (examined >= o.maxExamined)
+        return { entries: out, resume: positionBefore(chunk.hi), examined };
+      // A filtered read goes through many chunks: those the directory names next are fetched
+      // together; each is used only if the chain leads to it.
+      if (filtered && ahead.size === 0)
+        for (const k of keysAfter(dir, chunk.lo, READ_AHEAD)) {
+          const p = this.#getChunk(tenantId, k);
+          p.catch(() => undefined); // an unused read's failure is nobody's
+          ahead.set(k, p);
+        }
+      const next: string = chunk.next;
+      const got = await (ahead.get(next) ?? this.#getChunk(tenantId, next));
+      if (!ahead.delete(next)) ahead.clear(); // the directory lags here: guess again from here
+      if (got === null) throw missingChunk(tenantId, next);
+      chunk = got;
+    }
+  }
+
+  /** The chunk that covers `id`, from the directory's guess and the chain's `next` links. */
+  async #chunkFor(tenantId: string, dir: Directory, id: string): Promise<Chunk> {
+    let key = locate(dir, id);
+    for (let hops = 0; hops <= MAX_HOPS; hops++) {
+      const c = await this.#getChunk(tenantId, key);
+      if (c === null) throw missingChunk(tenantId, key);
+      if (covers(c, id) || c.next === null) return c;
+      key = c.next;
+      if (hops === 0) this.#learn(tenantId, c.hi!, key);
+    }
+    throw new KairosError(
+      "unavailable",
+      `job catalog of tenant ${tenantId}: chain too long; retry`,
+    );
+  }
+
+  async #getChunk(tenantId: string, key: string): Promise<Chunk | null> {
+    const fullKey = chunkKey(tenantId, key);
+    const e = await this.d.kv.get(fullKey);
+    if (e === null) return null;
+    const chunk = decode<Chunk>(e.value);
+    this.#remember(fullKey, { revision: e.revision, chunk });
+    return chunk;
+  }
+
+  async #readForWrite(fullKey: string): Promise<KnownChunk | null> {
+    const e = await this.d.kv.get(fullKey);
+    if (e === null) return null;
+    const known = { revision: e.revision, chunk: decode<Chunk>(e.value) };
+    this.#remember(fullKey, known);
+    return known;
+  }
+
+  #remember(fullKey: string, known: KnownChunk): void {
+    this.#known.delete(fullKey);
+    this.#known.set(fullKey, known);
+    if (this.#known.size > MAX_KNOWN_CHUNKS) this.#known.delete(this.#known.keys().next().value!);
+  }
+
+  /** The tenant's directory: cached, read, or (first use) built from its jobs. */
+  #directory(tenantId: string): Promise<Directory> {
+    const cached = this.#dirs.get(tenantId);
+    if (cached !== undefined) return Promise.resolve(cached);
+    let p = this.#loading.get(tenantId);
+    if (p === undefined) {
+      p = this.#loadDirectory(tenantId).finally(() => this.#loading.delete(tenantId));
+      this.#loading.set(tenantId, p);
+    }
+    return p;
+  }
+
+  async #loadDirectory(tenantId: string): Promise<Directory> {
+    const e = await this.d.kv.get(directoryKey(tenantId));
+    if (e !== null) return this.#cache(tenantId, decode<Directory>(e.value));
+    const built = buildChain(await this.d.existing(tenantId), () => this.#newKey());
+    for (const c of built.chunks) {
+      const r = await this.d.kv.create(chunkKey(tenantId, c.key), encode(c.chunk));
+      if (!r.ok) throw new KairosError("unavailable", `job catalog chunk ${c.key} exists; retry`);
+    }
+    const r = await this.d.kv.create(directoryKey(tenantId), encode(built.directory));
+    if (r.ok) return this.#cache(tenantId, built.directory);
+    // Another node built it first: ours goes, theirs is used.
+    for (const c of built.chunks)
+      await this.d.kv.delete(chunkKey(tenantId, c.key)).catch(() => undefined);
+    const theirs = await this.d.kv.get(directoryKey(tenantId));
+    if (theirs === null)
+      throw new KairosError("unavailable", `job catalog of tenant ${tenantId} vanished; retry`);
+    return this.#cache(tenantId, decode<Directory>(theirs.value));
+  }
+
+  #cache(tenantId: string, dir: Directory): Directory {
+    this.#dirs.delete(tenantId);
+    this.#dirs.set(tenantId, dir);
+    if (this.#dirs.size > MAX_CACHED_DIRECTORIES)
+      this.#dirs.delete(this.#dirs.keys().next().value!);
+    return dir;
+  }
+
+  /** A random chunk key (12 base36 characters). */
+  #newKey(): string {
+    let s = "";
+    for (let i = 0; i < 12; i++) s += Math.floor(this.d.random.next() * 36).toString(36);
+    return s;
+  }
+
+  /**
+   * A link the directory may lack (a split elsewhere, or one whose directory write was lost):
+   * added to the directory in KV and the cache, in the background — a failure only leaves it
+   * to be learnt again.
+   */
+  #learn(tenantId: string, lo: string, key: string): void {
+    void this.#addToDirectory(tenantId, lo, key).catch(() => undefined);
+  }
+
+  async #addToDirectory(tenantId: string, lo: string, key: string): Promise<void> {
+    const dir = await casUpdate<Directory, Directory>(
+      this.d.kv,
+      directoryKey(tenantId),
+      (cur) => {
+        if (cur === null) throw new KairosError("not_found", `no job catalog for ${tenantId}`);
+        const next = withChunk(cur, lo, key);
+        return next === cur ? { done: cur } : { write: next, result: next };
+      },
+      {
+        attempts: MAX_CAS_TRIES,
+        encode: (v) => encode(v),
+        decode: (b) => decode<Directory>(b),
+        conflictMessage: `the job catalog directory of tenant ${tenantId} kept changing`,
+        pause: (i) => this.#pause(i),
+      },
+    );
+    this.#cache(tenantId, dir);
+  }
+
+  #pause(i: number): Promise<void> {
+    const ms = backoffMs(i, { baseMs: 1, maxMs: 64, jitter: { random: this.d.random, min: 1 } });
+    return new Promise<void>((r) => this.d.clock.setTimer(ms, r));
+  }
+
+  #enqueue(tenantId: string, key: string, op: CatalogOp, hops: number): Promise<void> {
+    if (hops > MAX_HOPS)
+      return Promise.reject(
+        new KairosError("unavailable", `job catalog of tenant ${tenantId}: chain too long; retry`),
+      );
+    const qKey = chunkKey(tenantId, key);
+    return new Promise<void>((resolve, reject) => {
+      const p: Pending = { op, resolve, reject };
+      const queue = this.#queues.get(qKey);
+      if (queue !== undefined) return void queue.push(p);
+      const fresh = [p];
+      this.#queues.set(qKey, fresh);
+      void this.#drain(tenantId, key, fresh, hops);
+    });
+  }
+
+  async #drain(tenantId: string, key: string, queue: Pending[], hops: number): Promise<void> {
+    while (queue.length > 0) {
+      const group = queue.splice(0, MAX_GROUP);
+      try {
+        const beyond = await this.#write(tenantId, key, group);
+        for (const p of group) if (!beyond.next.has(p)) p.resolve();
+        for (const p of beyond.next)
+          void this.#enqueue(tenantId, beyond.key!, p.op, hops + 1).then(p.resolve, p.reject);
+      } catch (e) {
+        for (const p of group) p.reject(e);
+      }
+    }
+    this.#queues.delete(chunkKey(tenantId, key));
+  }
+
+  /**
+   * One CAS write of a chunk with a group's changes (split if it grows too big). Returns the
+   * changes for ids past the chunk, for the chunk its `next` names.
+   */
+  async #write(
+    tenantId: string,
+    key: string,
+    group: readonly Pending[],
+  ): Promise<{ next: Set<Pending>; key: string | null }> {
+    const kv = this.d.kv;
+    const ops = group.map((p) => p.op);
+    const fullKey = chunkKey(tenantId, key);
+    let fresh = false;
+    for (let i = 0; i < MAX_CAS_TRIES; i++) {
+      // The value this node last wrote or read, if any: a write from it is checked by its CAS
+      // (a stale one fails and reads again); a decision to write nothing is taken on a fresh read.
+      const known = fresh ? undefined : this.#known.get(fullKey);
+      const e = known ?? (await this.#readForWrite(fullKey));
+      if (e === null) throw missingChunk(tenantId, key);
+      const c = e.chunk;
+      const { chunk, beyond } = applyOps(c, ops);
+      const next = new Set(group.filter((p) => beyond.includes(p.op)));
+      if (next.size > 0 && c.next === null) throw missingChunk(tenantId, `after ${key}`);
+      if (next.size > 0) this.#learn(tenantId, c.hi!, c.next!);
+      if (chunk === null && known !== undefined) {
+        fresh = true;
+        i--; // not a conflict
+        continue;
+      }
+      if (chunk === null) return { next, key: c.next };
+      const upperKey = this.#newKey();
+      const halves = split(chunk, upperKey);
+      if (halves !== null) {
+        const made = await kv.create(chunkKey(tenantId, upperKey), encode(halves.upper));
+        if (!made.ok) continue; // a key taken (never in practice): another one
+      }
+      const written = halves?.lower ?? chunk;
+      this.#known.delete(fullKey); // until the outcome is known
+      const r = await kv.update(fullKey, encode(written), e.revision);
+      if (r.ok) {
+        this.#remember(fullKey, { revision: r.revision, chunk: written });
+        if (halves !== null) this.#learn(tenantId, halves.upper.lo, upperKey);
+        return { next, key: c.next };
+      }
+      if (halves !== null) await kv.delete(chunkKey(tenantId, upperKey)).catch(() => undefined);
+      fresh = true;
+      if (known === undefined)
+        await this.#pause(i); // a stale copy's conflict is not a race
+      else i--;
+    }
+    // Retryable (503): the change was not stored, nothing else happened.
+    throw new KairosError(
+      "unavailable",
+      `the job catalog chunk ${key} of tenant ${tenantId} kept changing; retry`,
+    );
+  }
+}
+
+/**
+ * A position just before `hi`: every job id below `hi` is at or before it, `hi` is after it.
+ * (Ids are `[A-Za-z0-9_-]`: `hi` with its last character lowered by one and a character above
+ * them all appended.)
+ */
+export function positionBefore(hi: string): string {
+  const last = hi.charCodeAt(hi.length - 1);
+  return `${hi.slice(0, -1)}${String.fromCharCode(last - 1)}~`;
+}
+
+const missingChunk = (tenantId: string, key: string) =>
+  new KairosError("internal", `job catalog of tenant ${tenantId}: chunk ${key} is missing`);
