@@ -11,8 +11,9 @@
  * between rewrites it. A chunk carries its writer's epoch (a stale owner stops, `not_owner`). A
  * record `settle`d by a pause, delete or schedule change is indexed once the settle has written
  * it, or found it ended already (`run_settled`): it is the orphan of a fire whose state change
- * (and index entry) was lost.
- * Job states without `index` keep the key listing (run-pages.ts). Pure: no I/O, no clock.
+ * (and index entry) was lost. A queued occurrence a run-now sent back keeps its entry: its next
+ * record is `indexed` already (JobState.requeued). Job states without `index` keep the key
+ * listing (run-pages.ts). Pure: no I/O, no clock.
  */
 
 /** Run ids per chunk record: a page of 200 reads at most 5 chunks; the state holds < CHUNK ids. */
@@ -82,8 +83,10 @@ function createdRunIds(pre: readonly { kind: string }[] | undefined): string[] {
       continue;
     }
     if (fx.kind !== "put_run") continue;
-    const p = fx as { kind: "put_run"; mode: string; record: { run_id: string } };
-    if (p.mode === "create" || p.mode === "terminal") out.push(p.record.run_id);
+    const p = fx as { kind: "put_run"; mode: string; record: { run_id: string }; indexed?: true };
+    // (`indexed`: an occurrence sent back to the queue after its record was made, JobState.requeued.)
+    if ((p.mode === "create" || p.mode === "terminal") && p.indexed !== true)
+      out.push(p.record.run_id);
   }
   return out;
 }

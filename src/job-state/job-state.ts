@@ -110,6 +110,14 @@ export interface JobState {
    * cancelled); at most the runs a job prepares ahead.
    */
   handled_ahead?: number[];
+  /**
+   * Occurrences in `queued` that a run started by hand sent back after they were prepared
+   * (job-commands.ts `unprepareQueued`): their record and runs-index entry exist already, so the
+   * record they get when they leave the queue (a run, or a `skipped`/`throttled` end) is not
+   * indexed again — a second entry lists the run twice once a chunk closed in between. Bounded by
+   * the queue (`queueLimit`).
+   */
+  requeued?: number[];
   /** Request ids of recent run-now and patch commands and what they did (bounded). */
   recent?: { id: string; run_id?: string; version?: number }[];
   /**

@@ -130,7 +130,13 @@ export type JobEffect =
    * or written over an orphaned non-terminal record left by a crash before the job state advanced.
    * `settle`: like `terminal` but only over an existing non-terminal record (never creates).
    */
-  | { kind: "put_run"; record: RunView; mode: PutRunMode }
+  | {
+      kind: "put_run";
+      record: RunView;
+      mode: PutRunMode;
+      /** Its record was made, and indexed, before (JobState.requeued): the runs index adds no entry. */
+      indexed?: true;
+    }
   /**
    * Creates the record of a run the job state already holds (post, after the state write): a
    * run-now's. Its state is the source of truth, so a try whose state write is lost leaves no

@@ -102,11 +102,16 @@ export class Tx {
    * its end is not written (`note_run`: counted by run metrics; the API reads an active run from
    * this actor) — the record is written again only with its end (`finish`).
    */
-  putRun(r: ActiveRun, create = false): void {
+  putRun(r: ActiveRun, create = false, indexed = false): void {
     if (create && r.recorded_after)
       this.post.push({ kind: "create_run", record: activeRunView(this.job, r) });
     else if (create)
-      this.pre.push({ kind: "put_run", record: activeRunView(this.job, r), mode: "create" });
+      this.pre.push({
+        kind: "put_run",
+        record: activeRunView(this.job, r),
+        mode: "create",
+        ...(indexed ? { indexed: true as const } : {}),
+      });
     else this.post.push({ kind: "note_run", record: activeRunView(this.job, r) });
   }
   remember(entry: { id: string; run_id?: string; version?: number }): void {

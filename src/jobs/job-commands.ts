@@ -228,6 +228,9 @@ function unprepareQueued(tx: Tx): void {
     if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
     if (!s.queued.includes(r.scheduled_for_ms))
       s.queued = [r.scheduled_for_ms, ...s.queued].sort((a, b) => a - b);
+    // Its record and runs-index entry stay: it is not indexed again when it leaves the queue.
+    if (!s.requeued?.includes(r.scheduled_for_ms))
+      s.requeued = [...(s.requeued ?? []), r.scheduled_for_ms];
   }
 }
 

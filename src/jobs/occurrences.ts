@@ -56,7 +56,7 @@ export function createRun(
   const deadline = deadlineOf(spec, r);
   if (deadline !== undefined) r.deadline_ms = deadline;
   tx.s.runs.push(r);
-  tx.putRun(r, true);
+  tx.putRun(r, true, trigger !== "manual" && leavesRequeue(tx, scheduledForMs));
   // The decision at the due instant (skip if a blocking run is still active then; replace the
   // runs started since): only when there is one to take (`needsGate`).
   if (needsGate(tx.s, r))
@@ -84,8 +84,22 @@ function recordTerminal(
     tx.now,
     { reason },
   );
-  tx.pre.push({ kind: "put_run", mode: "terminal", record });
+  const indexed = leavesRequeue(tx, scheduledForMs);
+  tx.pre.push({ kind: "put_run", mode: "terminal", record, ...(indexed ? { indexed } : {}) });
   tx.post.push({ kind: "run_ended", record });
+}
+
+/**
+ * Whether this occurrence was sent back to the queue after its record was made (JobState.requeued):
+ * its new record is then not indexed again. The mark goes with the record written.
+ */
+function leavesRequeue(tx: Tx, scheduledForMs: number): boolean {
+  const marked = tx.s.requeued;
+  if (!marked?.includes(scheduledForMs)) return false;
+  const rest = marked.filter((o) => o !== scheduledForMs);
+  if (rest.length > 0) tx.s.requeued = rest;
+  else delete tx.s.requeued;
+  return true;
 }
 
 /** Applies the overlap policy to one occurrence that is due to run (or, gated, prepared ahead). */

@@ -16,9 +16,17 @@
  *
  * The driver also records invariant violations it can see from the outside (a terminal record
  * revived by a later write, an active run whose record is terminal, a slot held by no run).
+ *
+ * With `index` the core is wrapped with the runs index (src/jobs/with-history.ts `withRunIndex`),
+ * as the shell runs it: its chunk writes (`write_run_index`, pre effects) are kept by seq, and a
+ * `settle` that wrote or met an ended record answers `run_settled` (record-writes.ts). `listing()`
+ * is what a runs page walks (the chunks, then the ids pending in the state in memory) and
+ * `listingProblems()` what it gets wrong: a record written but not listed, or listed twice.
  */
-import type { Decision, HostEffect } from "../../../src/actors/actor.ts";
+import type { ActorDefinition, Decision, HostEffect } from "../../../src/actors/actor.ts";
 import { makeJobActor } from "../../../src/jobs/job-actor.ts";
+import { withRunIndex } from "../../../src/jobs/with-history.ts";
+import { isRunIndexEffect, runIdOfSuffix } from "../../../src/history/run-index.ts";
 import {
   DEFAULT_JOB_CONFIG,
   type Completion,
@@ -81,6 +89,8 @@ export interface DriverOptions {
   probe?: (
     fx: Extract<JobEffect, { kind: "probe_worker" }>,
   ) => ProbeReply | null | "gone" | undefined;
+  /** Wrap the core with the runs index (see the module header); its decisions' `pre` then hold chunk writes too. */
+  index?: boolean;
 }
 
 function deepFreeze<T>(o: T): T {
@@ -92,7 +102,7 @@ function deepFreeze<T>(o: T): T {
 }
 
 export class Driver {
-  readonly actor;
+  readonly actor: ActorDefinition<JobState, JobMsg, JobReply, JobEffect>;
   state: JobState;
   now: number;
   readonly records = new Map<string, RunView>();
@@ -120,6 +130,8 @@ export class Driver {
   readonly pending = new Set<string>();
   /** `create: true` writes that met an existing record (legit only when re-firing after a crash). */
   dupCreates = 0;
+  /** Runs index chunks written (`index` only), by seq: run id suffixes, oldest first. */
+  readonly chunks = new Map<number, string[]>();
   readonly decisions: { msg: JobMsg; d: D }[] = [];
   #seq = 0;
   #inbox: JobMsg[] = [];
@@ -130,7 +142,15 @@ export class Driver {
     readonly opts: DriverOptions = {},
     startMs = T0,
   ) {
-    this.actor = makeJobActor(config);
+    // With the index its decisions' `pre` also hold `write_run_index` effects (handled in #pre).
+    this.actor = opts.index
+      ? (withRunIndex(makeJobActor(config)) as unknown as ActorDefinition<
+          JobState,
+          JobMsg,
+          JobReply,
+          JobEffect
+        >)
+      : makeJobActor(config);
     this.state = this.actor.initialState(ACTOR_ID);
     this.stored = this.state;
     this.now = startMs;
@@ -273,8 +293,17 @@ export class Driver {
   }
 
   #pre(fx: JobEffect): void {
+    if (isRunIndexEffect(fx)) {
+      // A chunk is created, or replaces the orphan of a decision whose state was lost.
+      const chunk = fx as unknown as { seq: number; ids: string[] };
+      this.chunks.set(chunk.seq, [...chunk.ids]);
+      return;
+    }
     if (fx.kind !== "put_run") throw new Error(`unexpected pre effect ${fx.kind}`);
     const old = this.records.get(fx.record.run_id);
+    // A settle that wrote over an orphan, or met it ended, indexes it (record-writes.ts).
+    if (this.opts.index && fx.mode === "settle" && old)
+      this.#inbox.unshift({ kind: "run_settled", run_id: fx.record.run_id });
     // Models the shell (src/jobs/job-shell.ts putRun) mode by mode.
     switch (fx.mode) {
       case "create":
@@ -463,6 +492,33 @@ export class Driver {
 
   postsOf<K extends JobEffect["kind"]>(kind: K): Extract<JobEffect, { kind: K }>[] {
     return this.posts.filter((p): p is Extract<JobEffect, { kind: K }> => p.kind === kind);
+  }
+
+  /** The run ids a runs page walks, oldest first: the chunks, then the ids pending (`index` only). */
+  listing(): string[] {
+    const ix = this.state.index;
+    if (!ix) throw new Error("no runs index: create the driver with { index: true }");
+    const out: string[] = [];
+    for (let seq = 0; seq < ix.seq; seq++) {
+      const chunk = this.chunks.get(seq);
+      if (!chunk) throw new Error(`runs index chunk ${seq} was never written`);
+      out.push(...chunk);
+    }
+    out.push(...ix.pending);
+    return out.map((sfx) => runIdOfSuffix(JOB, sfx));
+  }
+
+  /** What the runs list gets wrong: a record written but not listed, a run listed twice. */
+  listingProblems(): string[] {
+    const listed = this.listing();
+    const count = new Map<string, number>();
+    for (const id of listed) count.set(id, (count.get(id) ?? 0) + 1);
+    const out: string[] = [];
+    for (const [id, r] of this.written)
+      if (!count.has(id))
+        out.push(`${id} (${r.trigger}, ${r.status}) has a record but is not listed`);
+    for (const [id, n] of count) if (n > 1) out.push(`${id} is listed ${n} times`);
+    return out;
   }
 
   recordsByStatus(status: RunView["status"]): RunView[] {
