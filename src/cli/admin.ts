@@ -9,6 +9,7 @@
  *                                                   sealed with the cluster secret key
  *   key create <tenant_id> | revoke <key_id>        a revoked key works up to the API's
  *                                                   authentication cache TTL (5 s) longer
+ *   operator-key create <name> | revoke <id> | list the operators' views' keys (admin-operator.ts)
  *   forecast [--hours H] [--json]                   runs due per minute, per tenant (forecast.ts)
  *   service create|revoke|get|list                  NATS API service identities (service-admin.ts)
  * A new API key is shown once. `tenant get` never shows a key hash, the webhook secret or a
@@ -37,6 +38,7 @@ import { KvServiceDirectory } from "../tenants/services.ts";
 import { connectSys, createService, revokeService, shownService } from "./service-admin.ts";
 import { registryNames } from "../secrets/registry-credentials.ts";
 import { tenantRegistry, type RegistryFlags } from "./admin-registry.ts";
+import { registerOperatorKeyCommands } from "./admin-operator.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
@@ -150,6 +152,10 @@ export function registerAdminCommands(program: Command): void {
   registerTenantRegistry(tenant);
   registerForecastCommand(admin);
   registerKeyCommands(admin);
+  registerOperatorKeyCommands<AdminFlags>(admin, {
+    common,
+    withTenantsKv: (f, fn) => withDirectory(f, (_dir, kv) => fn(kv)),
+  });
   registerServiceCommands(admin);
 }
 

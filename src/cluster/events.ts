@@ -31,7 +31,7 @@ export type NodeEvent =
   /** A request dropped unanswered: its reply subject is not its asker's inbox (src/cluster/reply-guard.ts), or it came under another subject than the one subscribed (`subject`: a JetStream push consumer's delivery). */
   | {
       type: "reply_refused";
-      responder: "actors" | "worker_plane" | "nats_api" | "worker";
+      responder: "actors" | "worker_plane" | "nats_api" | "worker" | "stats";
       reason: string;
       subject: string;
     };

@@ -85,6 +85,8 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
       return {
         pub: [
           `${k}.p.*`,
+          // The tenants' live figures, asked of each scheduler (src/server/stats-responder.ts).
+          `${k}.stats.*`,
           ...createStreams(c),
           ...(["runs", "actors", "tenants", "idem"] as const).flatMap((b) => readBucket(c, b)),
           ...writeBucket(c, "idem"),
@@ -111,7 +113,7 @@ function roleGrant(c: string, role: Role, workerId: string): Grant {
           `$JS.API.STREAM.PURGE.KV_${c}_runs`,
           `$JS.API.STREAM.PURGE.KV_${c}_actors`,
         ],
-        sub: [`${k}.p.*`, `${k}.w.*.*`, `${k}.adverts.*`],
+        sub: [`${k}.p.*`, `${k}.w.*.*`, `${k}.adverts.*`, `${k}.stats.*`],
         responds: true,
       };
     case "worker":

@@ -26,7 +26,9 @@ export type Asker =
   /** A request on the NATS API subjects of `tenantId`: that tenant's services. */
   | { kind: "service"; tenantId: string }
   /** An offer or probe a worker answers: scheduler identities. */
-  | { kind: "scheduler" };
+  | { kind: "scheduler" }
+  /** A read an API node asks of a scheduler (a tenant's live figures): api identities. */
+  | { kind: "api_read" };
 
 /**
  * `per_user`: the responder's node has NATS credentials (the server has authorization on, every
@@ -123,6 +125,8 @@ function mayAsk(owner: InboxOwner, asker: Asker): boolean {
       return owner.kind === "roles" && (owner.roles.has("api") || owner.roles.has("scheduler"));
     case "scheduler":
       return owner.kind === "roles" && owner.roles.has("scheduler");
+    case "api_read":
+      return owner.kind === "roles" && owner.roles.has("api");
     case "service":
       return owner.kind === "service";
     case "worker":
@@ -184,6 +188,7 @@ function importRefusal(
       return undefined;
     case "actor_command":
     case "scheduler":
+    case "api_read":
       return {
         reason: "not_the_asker",
         detail: `reply ${show(reply)} is an imported request's reply; ${describe(asker)} do not come through a service import`,
@@ -217,6 +222,8 @@ function describe(a: Asker): string {
       return "actor commands";
     case "scheduler":
       return "offers or probes to workers";
+    case "api_read":
+      return "reads of a tenant's live figures";
     case "service":
       return `NATS API requests of tenant ${show(a.tenantId)}`;
     case "worker":

@@ -3,7 +3,8 @@
  * typed into the form, or `#key=<api key>` in the address (a non-interactive sign-in): the key
  * goes to sessionStorage and is removed from the address bar at once (history.replaceState), so
  * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>,
- * #/jobs/<id>/edit, #/runs/<id>, #/dead-letters.
+ * #/jobs/<id>/edit, #/runs/<id>, #/dead-letters, #/activity (the live charts); and for an
+ * operator key (`kop_…`) #/cluster, the operators' page (only it: the nav shows what the key reads).
  * A page that polls (a job's runs, a running run) stops when the route changes. A 401 from the
  * API (a key revoked meanwhile) signs out and shows the sign-in form with the API's message.
  */
@@ -12,6 +13,8 @@ import { h, replace } from "./dom.js";
 import { jobPage, jobsPage, newJobPage } from "./jobs.js";
 import { editJobPage } from "./edit.js";
 import { deadLettersPage, runPage } from "./runs.js";
+import { activityPage } from "./charts.js";
+import { clusterPage } from "./cluster.js";
 
 const main = /** @type {HTMLElement} */ (document.getElementById("main"));
 const alertBox = /** @type {HTMLElement} */ (document.getElementById("alert"));
@@ -76,7 +79,7 @@ function signIn(error) {
     h(
       "p",
       { id: "api-key-hint", class: "hint" },
-      "Your tenant's API key (kai_…). It is kept in this tab only and sent only to this API.",
+      "Your tenant's API key (kai_…), or an operator key (kop_…) for the cluster page. It is kept in this tab only and sent only to this API.",
     ),
     h("div", {}, h("button", { type: "submit" }, "Sign in")),
   );
@@ -90,11 +93,15 @@ function signIn(error) {
   input.focus();
 }
 
+/** Whether a key is an operator's (the operators' views) rather than a tenant's. @param {string | null} key */
+const isOperator = (key) => key !== null && key.startsWith("kop_");
+
 /** Checks a key against the API before keeping it. @param {string} key */
 async function tryKey(key) {
   setKey(key);
+  const home = isOperator(key) ? "#/cluster" : "#/jobs";
   try {
-    await api("GET", "/v1/jobs?limit=1");
+    await api("GET", isOperator(key) ? "/v1/admin/cluster" : "/v1/jobs?limit=1");
   } catch (e) {
     clearKey();
     if (e instanceof ApiError && e.status === 401) signIn(`The API refused the key: ${e.message}`);
@@ -102,8 +109,8 @@ async function tryKey(key) {
     return;
   }
   clearError();
-  if (location.hash === "#/jobs") void route();
-  else location.hash = "#/jobs";
+  if (location.hash === home) void route();
+  else location.hash = home;
 }
 
 /** @param {URLSearchParams} query @returns {Ctx} */
@@ -148,8 +155,12 @@ function context(query) {
 
 /** Draws the page the address names; then focuses `focusId` (default: its heading). */
 async function route(focusId) {
-  if (getKey() === null) return signIn();
+  const key = getKey();
+  if (key === null) return signIn();
   nav.hidden = false;
+  const mode = isOperator(key) ? "operator" : "tenant";
+  for (const a of nav.querySelectorAll("[data-for]"))
+    /** @type {HTMLElement} */ (a).hidden = /** @type {HTMLElement} */ (a).dataset.for !== mode;
   const raw = location.hash.replace(/^#/, "");
   const [path = "", q = ""] = raw.split("?");
   const ctx = context(new URLSearchParams(q));
@@ -158,12 +169,16 @@ async function route(focusId) {
     .filter((s) => s !== "")
     .map(decodeURIComponent);
   try {
-    if (seg.length === 0 || (seg.length === 1 && seg[0] === "jobs")) await jobsPage(ctx);
+    if (mode === "operator" && (seg.length === 0 || (seg.length === 1 && seg[0] === "cluster")))
+      await clusterPage(ctx);
+    else if (seg.length === 0 || (seg.length === 1 && seg[0] === "jobs")) await jobsPage(ctx);
     else if (seg[0] === "jobs" && seg[1] === "new" && seg.length === 2) await newJobPage(ctx);
     else if (seg[0] === "jobs" && seg.length === 2) await jobPage(ctx, seg[1] ?? "");
     else if (seg[0] === "jobs" && seg[2] === "edit" && seg.length === 3)
       await editJobPage(ctx, seg[1] ?? "");
     else if (seg[0] === "dead-letters" && seg.length === 1) await deadLettersPage(ctx);
+    else if (seg[0] === "activity" && seg.length === 1) await activityPage(ctx);
+    else if (seg[0] === "cluster" && seg.length === 1) await clusterPage(ctx);
     else if (seg[0] === "runs" && seg.length === 2) await runPage(ctx, seg[1] ?? "");
     else replace(main, h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, `No page ${raw}.`));
   } catch (e) {
@@ -188,7 +203,8 @@ function boot() {
       key = "";
     }
     // Out of the address bar (and so of history) before anything else happens.
-    history.replaceState(null, "", `${location.pathname}${location.search}#/jobs`);
+    const home = isOperator(key) ? "#/cluster" : "#/jobs";
+    history.replaceState(null, "", `${location.pathname}${location.search}${home}`);
     if (key !== "") {
       void tryKey(key);
     } else signIn("The link's #key= was empty.");

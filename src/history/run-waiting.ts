@@ -5,7 +5,8 @@
  * any other status does not) and each post effect (`acquire_slot` → slot; `dispatch` → worker).
  * A run that keeps waiting is touched again by its re-asks and re-offers.
  *
- * Read at scrape time (`count(now)`): runs not yet due (look-ahead) are not counted, nor runs of
+ * Read at scrape time (`count(now)`), and by tenant for the tenants' live charts
+ * (`countByTenant`, src/history/tenant-series.ts): runs not yet due (look-ahead) are not counted, nor runs of
  * actors this node no longer owns. Pitfalls: an entry untouched for `STALE_MS` (longer than the
  * re-ask and re-offer periods) is forgotten — its new owner counts it. Bounded at `LIMIT` entries,
  * oldest dropped first.
@@ -15,6 +16,8 @@ import type { RunView } from "../protocol/model.ts";
 
 interface Waiting {
   reason: WaitReason;
+  /** Its tenant (undefined: an effect before any record of it; not counted per tenant). */
+  tenant: string | undefined;
   /** When it falls due (undefined: unknown, counted as due). */
   dueMs: number | undefined;
   stillOwner: () => boolean;
@@ -38,6 +41,7 @@ export class RunsWaiting {
     const w = this.#runs.get(r.run_id);
     this.#set(r.run_id, {
       reason: w?.reason ?? "slot",
+      tenant: r.tenant_id,
       dueMs: Date.parse(r.scheduled_for),
       stillOwner,
       touchedMs: this.now(),
@@ -47,7 +51,13 @@ export class RunsWaiting {
   /** A post effect for a run: it now waits for a slot (`acquire_slot`) or a worker (`dispatch`). */
   effect(runId: string, reason: WaitReason, stillOwner: () => boolean, dueMs?: number): void {
     const w = this.#runs.get(runId);
-    this.#set(runId, { reason, dueMs: dueMs ?? w?.dueMs, stillOwner, touchedMs: this.now() });
+    this.#set(runId, {
+      reason,
+      tenant: w?.tenant,
+      dueMs: dueMs ?? w?.dueMs,
+      stillOwner,
+      touchedMs: this.now(),
+    });
   }
 
   /** Runs due and waiting, by reason (scrape time). */
@@ -61,6 +71,22 @@ export class RunsWaiting {
       if (w.dueMs === undefined || w.dueMs <= nowMs) n[w.reason]++;
     }
     return n;
+  }
+
+  /**
+   * Runs due and waiting by tenant, `[slot, worker]` (the tenants' live charts sample it every
+   * few seconds: one pass over at most `WAITING_LIMIT` entries).
+   */
+  countByTenant(nowMs: number): Map<string, [number, number]> {
+    const out = new Map<string, [number, number]>();
+    for (const w of this.#runs.values()) {
+      if (w.tenant === undefined || !w.stillOwner()) continue;
+      if (w.dueMs !== undefined && w.dueMs > nowMs) continue;
+      let n = out.get(w.tenant);
+      if (n === undefined) out.set(w.tenant, (n = [0, 0]));
+      n[w.reason === "slot" ? 0 : 1]++;
+    }
+    return out;
   }
 
   get size(): number {

@@ -2,7 +2,8 @@
  * The HTTP API (Hono): wiring only. Public routes (/healthz, /openapi.json, the run-token keys at
  * /.well-known/jwks.json, the web dashboard's page at / and its assets: dashboard.ts), then for
  * /v1/* authentication by API key or run token (with throttled failures), a run token's scope,
- * the per-tenant rate limit and the body limit, then the job, run and subscription routes (thin:
+ * the per-tenant rate limit and the body limit, then the job, run, subscription and live-figure
+ * (`/v1/stats`) routes (thin:
  * the operations are src/app/operations.ts, shared with the internal NATS API). Errors of every
  * route are mapped in ONE place (`onError`, `notFound`) to `{"error": {code, message, field?}}`; one
  * answered before its request's body arrived first reads that body, within bounds, or closes the
@@ -29,6 +30,9 @@ import { registerDashboard } from "./dashboard.ts";
 import { registerJobRoutes } from "./routes/jobs.ts";
 import { registerRunRoutes } from "./routes/runs.ts";
 import { registerSubscriptionRoutes } from "./routes/subscriptions.ts";
+import { registerStatsRoutes } from "./routes/stats.ts";
+import type { TenantStatsSource } from "../protocol/stats.ts";
+import { isAdminPath, registerAdminRoutes, type OperatorDeps } from "./admin.ts";
 import type { SubscriptionService } from "../protocol/events.ts";
 import { ALLOW_ANY_IMAGE, type ImagePolicy } from "../sandbox/image-policy.ts";
 import type { TaskLimits } from "../sandbox/task-rules.ts";
@@ -59,6 +63,10 @@ export interface AppDeps {
   runTokens?: RunTokenVerifier;
   /** The tenants' run-event subscriptions (/v1/subscriptions); none: those routes answer 404. */
   subscriptions?: SubscriptionService;
+  /** The tenants' live figures (`GET /v1/stats`); none: that route answers 404. */
+  stats?: TenantStatsSource;
+  /** The operators' views (`/v1/admin/…`, operator keys: admin.ts); none: those routes answer 404. */
+  operator?: OperatorDeps;
   /** Receives errors that became a 500 (default: stderr). */
   logError?: (err: unknown, req: { method: string; path: string }) => void;
 }
@@ -129,30 +137,47 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   const perTenant = new TokenBuckets(limits.tenantPerSecond, limits.tenantBurst);
   const failures = new TokenBuckets(limits.authFailuresPerSecond, limits.authFailuresBurst);
   const nowMs = () => deps.clock.monoMs();
+  const clientAddress = deps.clientAddress ?? socketAddress;
+  // The operators' routes authenticate operator keys on their own (admin.ts): the tenant chain
+  // below skips them, so a tenant's key is refused there, never taken for its tenant.
+  registerAdminRoutes(app, deps.operator, {
+    tenants: deps.tenants,
+    failures,
+    perKey: perTenant,
+    perSecond: limits.tenantPerSecond,
+    clientAddress,
+    nowMs,
+  });
+  const tenantOnly =
+    (mw: MiddlewareHandler<ApiEnv>): MiddlewareHandler<ApiEnv> =>
+    (c, next) =>
+      isAdminPath(c.req.path) ? next() : mw(c, next);
   app.use(
     "/v1/*",
-    bearerAuth(
-      deps.tenants,
-      { failures, clientAddress: deps.clientAddress ?? socketAddress, nowMs },
-      deps.runTokens
-        ? {
-            verifier: deps.runTokens,
-            tenant: cachedTenants(deps.tenants, nowMs),
-            nowMs: () => deps.clock.now(),
-          }
-        : undefined,
-    ),
-    runTokenScope(),
-    async (c, next) => {
-      const wait = perTenant.take(c.get("tenant").tenant_id, nowMs());
-      if (wait > 0)
-        throw rateLimited(
-          `rate limit of ${limits.tenantPerSecond} requests/s for this tenant exceeded`,
-          wait,
-        );
-      await next();
-    },
-    bodyLimits(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
+    ...[
+      bearerAuth(
+        deps.tenants,
+        { failures, clientAddress, nowMs },
+        deps.runTokens
+          ? {
+              verifier: deps.runTokens,
+              tenant: cachedTenants(deps.tenants, nowMs),
+              nowMs: () => deps.clock.now(),
+            }
+          : undefined,
+      ),
+      runTokenScope(),
+      async (c: Context<ApiEnv>, next: () => Promise<void>) => {
+        const wait = perTenant.take(c.get("tenant").tenant_id, nowMs());
+        if (wait > 0)
+          throw rateLimited(
+            `rate limit of ${limits.tenantPerSecond} requests/s for this tenant exceeded`,
+            wait,
+          );
+        await next();
+      },
+      bodyLimits(deps.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES),
+    ].map(tenantOnly),
   );
   const ops = createOperations({
     jobs: deps.jobs,
@@ -164,5 +189,6 @@ export function createApp(deps: AppDeps): Hono<ApiEnv> {
   registerJobRoutes(app, ops, logError);
   registerRunRoutes(app, ops);
   registerSubscriptionRoutes(app, ops);
+  registerStatsRoutes(app, deps.stats);
   return app;
 }

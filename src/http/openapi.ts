@@ -6,6 +6,7 @@
 import { z } from "zod";
 import { JOB_STATES, RUN_STATUSES } from "../protocol/model.ts";
 import { subscriptionPaths, subscriptionSchemas } from "./openapi-subscriptions.ts";
+import { statsPaths, statsSchemas } from "./openapi-stats.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
 import { JWKS_MAX_AGE_S } from "./jwks.ts";
 import { MAX_IDEMPOTENCY_KEY_CHARS, MAX_NAME_FILTER_CHARS, PAGE } from "../app/params.ts";
@@ -130,6 +131,7 @@ function paths(): Json {
     ...runPaths(),
     ...cancelPath(),
     ...subscriptionPaths({ json, ref, errors, param }),
+    ...statsPaths({ json, ref, errors, param }),
   };
 }
 
@@ -471,6 +473,7 @@ export function openApiDocument(): Json {
           "output",
         ),
         ...subscriptionSchemas(ref),
+        ...statsSchemas(),
       },
     },
   };

@@ -44,7 +44,7 @@ export type KvOp =
   "get" | "get_replica" | "create" | "update" | "put" | "delete" | "list" | "keys" | "purge";
 /** Which responder refused a request (`countBusRefusal`). */
 export type BusResponder =
-  "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership";
+  "actors" | "worker_plane" | "nats_api" | "worker" | "adverts" | "membership" | "stats";
 /** Why: reply-guard.ts's reasons, `identity` (a message naming another worker than its sender), `subject` (delivered under another subject), or `inflated` (an advert above the operator's per-worker limits, believed only up to them). */
 export type BusRefusalReason =
   "no_reply" | "not_an_inbox" | "not_the_asker" | "identity" | "subject" | "malformed" | "inflated";

@@ -28,6 +28,10 @@ import type { NatsApiConfig } from "../nats-api/config.ts";
 import { createNatsApiHandler } from "../nats-api/handler.ts";
 import { NatsApiService } from "../nats-api/service.ts";
 import { ServiceAuthCallout, type Lookup } from "../nats-api/auth-callout.ts";
+import { StatsGatherer } from "./stats-responder.ts";
+import { OperatorView } from "./operator-view.ts";
+import { KvOperatorKeys } from "../tenants/operator-keys.ts";
+import type { OperatorDeps } from "../http/admin.ts";
 
 /**
  * The api role: the HTTP API, then (unless disabled) the internal NATS API; on a failure, cleans
@@ -58,10 +62,13 @@ export async function serveApiRole(
     a.secrets,
   );
   const subscriptions = new KvSubscriptions(node.buckets.tenants, systemClock);
+  const { stats, operator } = clusterReads(a.config, node);
   const app = createApp({
     jobs,
     tenants,
     subscriptions,
+    stats,
+    operator,
     clock: systemClock,
     taskLimits: limits,
     ...(opts.imagePolicy ? { imagePolicy: opts.imagePolicy } : {}),
@@ -101,6 +108,38 @@ export async function serveApiRole(
     throw e;
   }
   log.info({ evt: "nats_api_listening", subject: natsApi.service.subject }, "nats api listening");
+}
+
+/**
+ * What the API reads of the cluster beside jobs and runs: the tenants' live figures, asked of
+ * the live schedulers on the control connection, and the operators' views behind operator keys
+ * (src/http/admin.ts).
+ */
+function clusterReads(
+  config: NodeConfig,
+  node: KairosNode,
+): { stats: StatsGatherer; operator: OperatorDeps } {
+  const schedulers = () => node.membership?.live("scheduler") ?? [];
+  return {
+    stats: new StatsGatherer({
+      clusterName: config.clusterName,
+      bus: () => node.control,
+      schedulers,
+      clock: systemClock,
+    }),
+    operator: {
+      keys: new KvOperatorKeys(node.buckets.tenants, systemClock),
+      view: new OperatorView({
+        clusterName: config.clusterName,
+        bus: () => node.control,
+        router: () => node.router,
+        nodes: () => node.buckets.nodes,
+        partitions: () => node.partitions,
+        schedulers,
+        clock: systemClock,
+      }),
+    },
+  };
 }
 
 /** What the internal NATS API serves with. */

@@ -72,7 +72,13 @@ export class ForecastService {
   #again = false;
   #stopped = false;
   /** The last forecast (61 minutes from its start), re-published shifted at each minute's start. */
-  #last: { startMs: number; perMinute: readonly number[] } | undefined;
+  #last:
+    | {
+        startMs: number;
+        perMinute: readonly number[];
+        byTenant: ReadonlyMap<string, readonly number[]>;
+      }
+    | undefined;
   #cancelShift: (() => void) | undefined;
 
   constructor(o: ForecastServiceOptions) {
@@ -109,7 +115,7 @@ export class ForecastService {
     this.#running = this.#compute()
       .then(
         (f) => {
-          this.#last = { startMs: f.startMs, perMinute: f.perMinute };
+          this.#last = { startMs: f.startMs, perMinute: f.perMinute, byTenant: f.byTenant };
           this.#publish();
         },
         (e: unknown) =>
@@ -143,6 +149,23 @@ export class ForecastService {
         { jobs_scanned: f.jobsScanned, max_jobs: maxJobs },
       );
     return f;
+  }
+
+  /**
+   * One tenant's runs due per minute over the next hour, from the last forecast (its jobs in the
+   * partitions this node holds): 60 minutes from the current one (zeros past the forecast's end,
+   * and for a tenant with nothing due); undefined before the first forecast. No listing.
+   */
+  tenantForecast(tenantId: string): { startMs: number; perMinute: number[] } | undefined {
+    const last = this.#last;
+    if (!last) return undefined;
+    const now = this.#o.clock.now();
+    const offset = Math.max(0, Math.floor((now - last.startMs) / MINUTE_MS));
+    const mine = last.byTenant.get(tenantId);
+    return {
+      startMs: last.startMs + offset * MINUTE_MS,
+      perMinute: Array.from({ length: 60 }, (_, i) => mine?.[offset + i] ?? 0),
+    };
   }
 
   /** The gauge from the last forecast: 60 minutes from the current one (zeros past its end). */

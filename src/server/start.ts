@@ -30,6 +30,10 @@ import { nodeOps } from "./ops.ts";
 import { ForecastService } from "./forecast.ts";
 import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../history/run-metrics.ts";
 import { RunsWaiting } from "../history/run-waiting.ts";
+import { TenantSeries } from "../history/tenant-series.ts";
+import { StatsResponder } from "./stats-responder.ts";
+import { inboxModeFor } from "../cluster/reply-guard.ts";
+import { STATS_STEP_MS } from "../protocol/stats.ts";
 import { retentionConfig } from "../history/retention.ts";
 import { deadLetterRetention } from "../notify/dead-letter-retention.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
@@ -86,13 +90,7 @@ export async function startKairos(
     opts.workerHeartbeatMs ?? Math.max(250, Math.floor(jobCfg.leaseTtlMs / 4));
   const directory = workerDirectory(node, workerHeartbeatMs);
   for (const r of actorRegistrations()) node.register(r);
-  // Run-path metrics from the run records and effects of this node's job actors.
-  const runsWaiting = new RunsWaiting(() => systemClock.now());
-  const runMetrics = new RunMetrics(
-    prometheusSink(opts.metricsTenantLabels === true),
-    BASELINE_LIMIT,
-    runsWaiting,
-  );
+  const { runsWaiting, series, runMetrics } = runPathMetrics(opts.metricsTenantLabels === true);
   // What arrives over NATS is checked before an actor sees it (docs/security.md, "The bus").
   node.guard(JOB_ACTOR, jobAddressGuard);
   node.guard(TENANT_ACTOR, tenantAddressGuard);
@@ -123,7 +121,8 @@ export async function startKairos(
   const worker = config.roles.includes("worker")
     ? await startWorker(config, opts, node, { limits, workerHeartbeatMs, log, logFn })
     : undefined;
-  const forecast = startForecast(config, node, logFn);
+  // scheduler: the forecast, and the tenants' live figures it feeds (one stop for both).
+  const forecast = startForecastAndStats(config, node, logFn, { series, runsWaiting, directory });
   if (config.roles.includes("scheduler")) startNotify(parts);
   const ops = nodeOps(
     node,
@@ -232,7 +231,7 @@ function processHandle(
     worker: Worker | undefined;
     tenants: KvTenantDirectory;
     directory: WorkerDirectory;
-    forecast: ForecastService | undefined;
+    forecast: { stop(): void } | undefined;
     outbox: DeadLetterOutbox;
     mailer: Mailer | undefined;
     runEvents: RunEvents;
@@ -292,6 +291,106 @@ function startForecast(
     : undefined;
   forecast?.start();
   return forecast;
+}
+
+/**
+ * Run-path metrics from the run records and effects of this node's job actors; each first start
+ * also goes to its tenant's live series (GET /v1/stats).
+ */
+function runPathMetrics(tenantLabels: boolean): {
+  runsWaiting: RunsWaiting;
+  series: TenantSeries;
+  runMetrics: RunMetrics;
+} {
+  const runsWaiting = new RunsWaiting(() => systemClock.now());
+  const series = new TenantSeries();
+  const prometheus = prometheusSink(tenantLabels);
+  const runMetrics = new RunMetrics(
+    {
+      ...prometheus,
+      dispatchLag: (tenant, seconds) => {
+        prometheus.dispatchLag(tenant, seconds);
+        series.started(tenant, systemClock.now(), seconds * 1000);
+      },
+    },
+    BASELINE_LIMIT,
+    runsWaiting,
+  );
+  return { runsWaiting, series, runMetrics };
+}
+
+/** scheduler: the forecast service and the tenants' live figures, with one stop for both. */
+function startForecastAndStats(
+  config: NodeConfig,
+  node: KairosNode,
+  logFn: LogFn,
+  p: { series: TenantSeries; runsWaiting: RunsWaiting; directory: WorkerDirectory },
+): { stop(): void } | undefined {
+  const forecast = startForecast(config, node, logFn);
+  const stats = startStats(config, node, { ...p, forecast });
+  if (forecast === undefined && stats === undefined) return undefined;
+  return {
+    stop() {
+      forecast?.stop();
+      stats?.stop();
+    },
+  };
+}
+
+/**
+ * scheduler: the tenants' live figures — runs waiting sampled into each tenant's series at every
+ * 5 s step (one pass over the runs waiting), and the answers to API nodes (stats-responder.ts),
+ * with this node's part of the operators' view.
+ */
+function startStats(
+  config: NodeConfig,
+  node: KairosNode,
+  p: {
+    series: TenantSeries;
+    runsWaiting: RunsWaiting;
+    forecast: ForecastService | undefined;
+    directory: WorkerDirectory;
+  },
+): { stop(): void } | undefined {
+  if (!config.roles.includes("scheduler")) return undefined;
+  const responder = new StatsResponder({
+    clusterName: config.clusterName,
+    nodeId: config.nodeId,
+    inboxes: inboxModeFor(config.natsAuth),
+    series: p.series,
+    forecast: (tenantId) => p.forecast?.tenantForecast(tenantId),
+    clock: systemClock,
+    events: node.events,
+    // The operators' view (operator-view.ts): this node's part, from memory.
+    overview: () => {
+      const w = p.runsWaiting.count(systemClock.now());
+      return {
+        partitions: node.heldPartitions(),
+        actors_active: node.host?.activeCount ?? 0,
+        mailbox_depth: node.host?.mailboxDepth ?? 0,
+        runs_waiting: [w.slot, w.worker],
+        workers: p.directory.list(),
+      };
+    },
+  });
+  responder.start(node.control);
+  let cancel: (() => void) | undefined;
+  let stopped = false;
+  const sample = (): void => {
+    if (stopped) return;
+    const now = systemClock.now();
+    p.series.sampleWaiting(p.runsWaiting.countByTenant(now), now);
+    // Just past the next step's start, so the sample lands in the step it describes.
+    cancel = systemClock.setTimer(STATS_STEP_MS - (now % STATS_STEP_MS) + 50, sample);
+  };
+  sample();
+  return {
+    stop() {
+      stopped = true;
+      cancel?.();
+      responder.stop();
+    },
+  };
 }
 
 type ProcessParts = Parameters<typeof processHandle>[0];

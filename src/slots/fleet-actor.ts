@@ -96,7 +96,14 @@ export type FleetMsg = FleetWireMsg & { capacity: number };
 export interface FleetStatus {
   capacity: number;
   computed_at_ms: number | null;
-  tenants: { tenant: string; demand: number; weight: number; share: number | null }[];
+  /** `used`: the grants it reported holding on average (absent: not reported). */
+  tenants: {
+    tenant: string;
+    demand: number;
+    weight: number;
+    share: number | null;
+    used?: number;
+  }[];
 }
 export type FleetReply = { share: number | null } | FleetStatus;
 
@@ -237,6 +244,7 @@ function status(state: FleetState, capacity: number): FleetStatus {
         demand: t.demand,
         weight: t.weight,
         share: state.capacity > 0 ? (state.shares.get(tenant) ?? null) : null,
+        ...(t.used === undefined ? {} : { used: t.used }),
       };
     }),
   };

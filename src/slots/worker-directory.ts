@@ -381,7 +381,39 @@ export class WorkerDirectory {
     return places;
   }
 
+  /**
+   * The workers heard within the expiry, as this node believes them (the operators' view; at
+   * most `max`, by id): their advert, clamped to the limits, and their standing.
+   */
+  list(max = 1_000): WorkerListing[] {
+    const now = this.#listening.judgeAt();
+    const wallNow = this.clock.now();
+    const out: WorkerListing[] = [];
+    for (const [id, w] of this.#workers) {
+      if (now - w.seenMs > this.expireAfterMs) continue;
+      out.push({
+        worker_id: id,
+        executor: w.executor,
+        slots: w.slots,
+        free: w.free,
+        prefetch: w.prefetch ?? 0,
+        standing: this.#standing(id, wallNow).kind,
+      });
+    }
+    return out.sort((a, b) => a.worker_id.localeCompare(b.worker_id)).slice(0, max);
+  }
+
   get size(): number {
     return this.#workers.size;
   }
+}
+
+/** A worker as `WorkerDirectory.list` shows it. */
+export interface WorkerListing {
+  worker_id: string;
+  executor: string;
+  slots: number;
+  free: number;
+  prefetch: number;
+  standing: Standing["kind"];
 }

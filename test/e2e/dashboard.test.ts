@@ -5,7 +5,10 @@
  * key then in sessionStorage and gone from the address bar); creating a job in the form and
  * watching its runs appear; pausing it; editing its schedule (a bad one refused, its field
  * marked); deleting it; a failed run's attempts and the tenant's dead letters; cancelling a running run;
- * paging through the jobs list and filtering it by a part of the name and by state.
+ * paging through the jobs list and filtering it by a part of the name and by state;
+ * the live charts of a job due every second (runs started, waiting, lag, the forecast), drawn
+ * and given as tables; an operator key's cluster page (nodes, partitions, workers, fair shares),
+ * which a tenant's key is refused.
  * Along the way: the page is served with its strict Content-Security-Policy and breaks none of
  * it, and every request the page makes goes to the API's own origin. Waits are the browser's
  * own waits for what the page shows (it re-reads the API every 2 s). Screenshots of each step go
@@ -17,6 +20,9 @@ import { join } from "node:path";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { apiClient, startKairosFixture, type Api, type KairosFixture } from "../support/kairos.ts";
 import { artefactDir, launchChromium } from "../support/browser.ts";
+import { openBuckets } from "../../src/cluster/buckets.ts";
+import { systemClock } from "../../src/lib/clock.ts";
+import { KvOperatorKeys } from "../../src/tenants/operator-keys.ts";
 
 const WAIT_MS = 30_000;
 /** Evaluated in the page (a string: the page's globals are not Node's). */
@@ -28,6 +34,7 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
   let key: string;
   let rest: Api;
   let browser: Browser;
+  let tickerId = "";
   const shots = artefactDir("dashboard");
   const contexts: BrowserContext[] = [];
   /** Requests the pages made, and the page errors and console errors they reported. */
@@ -41,6 +48,15 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const t = await fx.newTenant("dash");
     key = t.api_key;
     rest = apiClient(url, key);
+    // Due every second from the start: by the charts' test, its runs and its forecast are there.
+    const ticker = await rest.call<{ job_id: string }>("POST", "/v1/jobs", {
+      name: "ticker",
+      schedule: { cron: "* * * * * *", time_zone: "UTC" },
+      task: { image: "busybox", args: ["true"], timeout_s: 10 },
+      overlap: "allow",
+    });
+    assert.equal(ticker.status, 201, JSON.stringify(ticker.body));
+    tickerId = ticker.body.job_id;
     browser = await launchChromium();
   });
   after(async () => {
@@ -277,6 +293,69 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     await shot(page, "08-cancelled-run");
   });
 
+  it("draws the tenant's live charts, with their figures as tables", async () => {
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(page, "Jobs");
+    await page.getByRole("link", { name: "Activity" }).click();
+    await heading(page, "Activity");
+    for (const name of [
+      "Runs started per second",
+      "Runs waiting",
+      "Dispatch lag",
+      "Runs due per minute, next hour",
+    ])
+      await page.getByRole("figure", { name }).getByRole("img").waitFor({ timeout: WAIT_MS });
+    // The ticker's runs (every second): bars, a lag line, and words for them.
+    await page.getByText(/runs started, at most \d/).waitFor({ timeout: WAIT_MS });
+    assert.ok((await page.locator("#chart-started rect").count()) > 0, "bars of runs started");
+    assert.ok((await page.locator("#chart-lag polyline").count()) > 0, "a lag line");
+    await page.getByText(/^Dispatch lag \(a run's start after its due time\)/).waitFor();
+    // Its forecast: the schedulers compute it at :30 of each minute (75 s covers one).
+    await page
+      .getByText(/runs due over the next hour; the busiest minute is/)
+      .waitFor({ timeout: 75_000 });
+    assert.ok((await page.locator("#chart-forecast rect").count()) >= 58);
+    // The figures behind a chart, as a table (a text alternative).
+    await page.getByText("Runs started per second: the figures").click();
+    const table = page.getByRole("table", { name: "Runs started per second: the figures" });
+    await table.getByRole("row").nth(1).waitFor({ timeout: WAIT_MS });
+    assert.match((await table.getByRole("row").nth(1).textContent()) ?? "", /^\d\d:\d\d:\d\d\d+/);
+    await shot(page, "09a-activity");
+    const paused = await rest.call("PATCH", `/v1/jobs/${tickerId}`, { enabled: false });
+    assert.equal(paused.status, 200, JSON.stringify(paused.body));
+  });
+
+  it("shows an operator key the cluster page, and refuses it to a tenant's key", async () => {
+    const b = await openBuckets(fx.nc, { clusterName: "kairos", replicas: 1 });
+    const op = await new KvOperatorKeys(b.tenants, systemClock).create("dashboard-test");
+    const page = await newPage();
+    await page.goto(`${url}/#key=${encodeURIComponent(op.key)}`);
+    await heading(page, "Cluster");
+    assert.ok(!page.url().includes(op.key));
+    // The nav shows what an operator key reads: the cluster page, not the tenant's pages.
+    await page.getByRole("link", { name: "Cluster" }).waitFor();
+    assert.equal(await page.getByRole("link", { name: "Jobs", exact: true }).count(), 0);
+    await page.getByRole("table", { name: "Nodes" }).getByRole("cell", { name: "dash-1" }).waitFor({
+      timeout: WAIT_MS,
+    });
+    const workers = page.getByRole("table", { name: "Workers" });
+    await workers.getByRole("row").nth(1).waitFor({ timeout: WAIT_MS });
+    assert.match((await workers.getByRole("row").nth(1).textContent()) ?? "", /process4/);
+    await page.getByText(/^8 of 8$/).waitFor({ timeout: WAIT_MS });
+    await shot(page, "09b-cluster");
+    // A tenant's key on the same page: the API's refusal, no figures.
+    const tenantPage = await newPage();
+    await tenantPage.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await heading(tenantPage, "Jobs");
+    await tenantPage.goto(`${url}/#/cluster`);
+    await tenantPage
+      .getByRole("alert")
+      .getByText(/operator key/)
+      .waitFor({ timeout: WAIT_MS });
+    assert.equal(await tenantPage.getByRole("table", { name: "Nodes" }).count(), 0);
+  });
+
   it("pages through the jobs list", async () => {
     for (let i = 0; i < 21; i++) await job(`page-${String(i).padStart(2, "0")}`, "true");
     const all = await rest.call<{ jobs: { name: string }[] }>("GET", "/v1/jobs?limit=100");
@@ -356,10 +435,11 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const keyed = requests.filter((r) => r.auth !== undefined);
     assert.ok(keyed.length > 0);
     for (const r of keyed) assert.match(new URL(r.url).pathname, /^\/v1\//, r.url);
-    // Expected: the wrong and the revoked key's 401 and the refused edit's 400 (failed loads, to Chromium), and
+    // Expected: the wrong and the revoked key's 401, the refused edit's 400 and the tenant key's
+    // 403 on the cluster page (failed loads, to Chromium), and
     // the test's own innerHTML probe; nothing else.
     const unexpected = problems.filter(
-      (p) => !/status of (401|400) |requires 'TrustedHTML' assignment/.test(p),
+      (p) => !/status of (401|400|403) |requires 'TrustedHTML' assignment/.test(p),
     );
     assert.deepEqual(unexpected, []);
   });

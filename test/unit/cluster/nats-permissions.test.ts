@@ -202,6 +202,24 @@ describe("NATS permissions per role", () => {
     assert.throws(() => parseServiceFlags(["x:ta", "x:tb"]), /twice/);
   });
 
+  it("the tenants' live figures: api identities ask (stats.<node>), schedulers answer; nobody else", () => {
+    const subject = "kairos.k.stats.n1";
+    assert.ok(allowed(natsPermissions("k", ["api"]).publish, subject));
+    assert.ok(allowed(natsPermissions("k", ["scheduler"]).subscribe, subject));
+    assert.ok(!allowed(natsPermissions("k", ["api"]).subscribe, subject), "api does not answer");
+    assert.ok(!allowed(natsPermissions("k", ["scheduler"]).publish, subject));
+    for (const w of [
+      natsPermissions("k", ["worker"], { workerId: "w1", user: "worker-w1" }),
+      natsPermissions("k", ["worker"]),
+    ]) {
+      assert.ok(!allowed(w.publish, subject), "a worker cannot ask");
+      assert.ok(!allowed(w.subscribe, subject), "a worker cannot listen");
+    }
+    const svc = servicePermissions("k", "t1", serviceUser("alpha"));
+    assert.ok(!allowed(svc.publish, subject), "a tenant's service cannot ask");
+    assert.ok(!allowed(svc.subscribe, subject));
+  });
+
   it("renders a config where every subject is quoted (no $variable expansion)", () => {
     const text = renderAuthorization([
       { user: "worker", password: "pw", permissions: natsPermissions("k", ["worker"]) },

@@ -185,6 +185,22 @@ describe("reply guard", () => {
     assert.ok(replyRefusal(reply(serviceUser("alpha")), sched, "per_user"));
   });
 
+  it("reads of a tenant's live figures: only api identities (and admin)", () => {
+    const read: Asker = { kind: "api_read" };
+    for (const roles of roleSets()) {
+      assert.equal(
+        replyRefusal(reply(natsUserFor(roles)), read, "per_user") === undefined,
+        roles.includes("api"),
+        roles.join(","),
+      );
+    }
+    assert.equal(replyRefusal(reply("admin"), read, "per_user"), undefined);
+    assert.ok(replyRefusal(reply(pinnedWorkerUser("w1")), read, "per_user"));
+    assert.ok(replyRefusal(reply(serviceUser("alpha")), read, "per_user"));
+    assert.equal(replyRefusal("_R_.abc.def", read, "per_user")?.reason, "not_the_asker");
+    assert.equal(replyRefusal("$KV.kairos_tenants.t.x", read, "per_user")?.reason, "not_an_inbox");
+  });
+
   it("the NATS API: only a service identity (and admin)", () => {
     assert.equal(replyRefusal(reply(serviceUser("alpha")), svc, "per_user"), undefined);
     assert.equal(replyRefusal(reply("admin"), svc, "per_user"), undefined);

@@ -50,3 +50,22 @@ describe("runs waiting", () => {
     assert.equal(w.size, before - 1, "forgotten once stale");
   });
 });
+
+describe("runs waiting by tenant", () => {
+  it("counts each tenant's own runs due and owned, by reason; an effect keeps its record's tenant", () => {
+    const w = new RunsWaiting(() => T0);
+    const owner = () => true;
+    w.record({ ...rec("a1", "queued"), tenant_id: "ta" }, owner);
+    w.record({ ...rec("a2", "queued"), tenant_id: "ta" }, owner);
+    w.effect("a2", "worker", owner, T0);
+    w.record({ ...rec("b1", "queued"), tenant_id: "tb" }, owner);
+    w.record({ ...rec("b2", "queued", T0 + 60_000), tenant_id: "tb" }, owner); // not due yet
+    w.record({ ...rec("c1", "queued"), tenant_id: "tc" }, () => false); // moved away
+    w.effect("unknown", "slot", owner); // no record seen: no tenant to count it for
+    assert.deepEqual([...w.countByTenant(T0)].sort(), [
+      ["ta", [1, 1]],
+      ["tb", [1, 0]],
+    ]);
+    assert.deepEqual(w.count(T0), { slot: 3, worker: 1 });
+  });
+});
