@@ -60,7 +60,7 @@ export function parseJobName(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === "") return undefined;
   if (raw.length > MAX_NAME_FILTER_CHARS)
     throw invalid("name", `must be at most ${MAX_NAME_FILTER_CHARS} characters, got ${raw.length}`);
-   
+
   if (/[\u0000-\u001f\u007f]/.test(raw))
     throw invalid("name", `must not contain control characters, got ${show(raw)}`);
   return raw;
