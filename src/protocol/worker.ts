@@ -86,6 +86,12 @@ export interface WorkerAdvert {
    * (absent: a worker that predates it, none). The fleet shares slots plus prefetch between tenants.
    */
   prefetch?: number;
+  /**
+   * Attempts executing on it now, by tenant id (tenants with none left out; at most one entry per
+   * slot). The fleet actor turns the rounding of fair shares by the slots tenants' runs actually
+   * execute in (src/slots/fleet-actor.ts). Absent: a worker that predates it.
+   */
+  executing?: Record<string, number>;
 }
 
 /**

@@ -264,7 +264,12 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
   n.register(
     tenantRegistration(n.buckets.actors, undefined, { reportMs: FAIR_REPORT_MS }, systemClock),
   );
-  n.register(fleetRegistration(() => directory.capacity()));
+  n.register(
+    fleetRegistration(
+      () => directory.capacity(),
+      () => directory.executingByTenant(),
+    ),
+  );
 }
 
 /** The worker role: its executor, then the worker on the node's worker plane, started. */

@@ -3,18 +3,23 @@
  * between tenants by weighted max-min fairness (fair-share.ts). Tenant actors with demand report
  * `{demand, weight, used}` every FAIR_REPORT_MS; the fleet recomputes (at most every
  * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity; every FLEET_ROTATE_MS while a
- * share is rounded, so a part of 1.5 slots is 1 and 2 in turn), answers with a share, and
+ * tenant is held back by its part, so a part of 1.5 slots is 1 and 2 in turn, and a tenant whose
+ * runs executed beyond its part gives a slot to one whose runs executed less), answers with a share, and
  * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
  * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
  * shell (fleet-shell.ts).
  *
- * The rounding turns by what tenants held, not by what they were given: each rounded tenant's
- * exact part minus the grants it reported holding on average (`used`; without one, the share it
- * was given; scaled so that the rounded tenants' holdings sum to their parts) is summed over time
- * (`owed`, slot·ms, at most ±OWED_LIMIT_MS), and at each turn the slots left by the rounding go
- * to those owed most. A share that shrinks takes effect only as the tenant's runs end, and one
- * that grows only once the tenant hears it: counting the grants held makes up for both within a
- * few turns, where counting the shares given did not.
+ * The rounding turns by the slots tenants' runs execute in, not by what they were given: each
+ * rounded tenant's exact part minus the attempts it has executing on the fleet (`executing`, from
+ * the workers' adverts, added by the shell; when some worker does not advertise them, the grants
+ * the tenant reported holding on average, `used`, else the share it was given; scaled so that the
+ * rounded tenants' holdings sum to their parts) is summed over time (`owed`, slot·ms, at most
+ * ±OWED_LIMIT_MS), and at each turn it moves each rounded part by up to a slot (fair-share.ts
+ * `carry`): the slots left by the rounding go to those owed most, and a whole part of a tenant
+ * that owes a slot or more gives one up. A share
+ * that shrinks takes effect only as the tenant's runs end, one that grows only once the tenant
+ * hears it, and a grant is not an execution (its run may wait for a worker's place or slot):
+ * counting the slots executed makes up for all three within a few turns.
  *
  * Soft by design: shares are advice; the hard cap (`max_concurrent`) is the tenant's. A tenant
  * silent for FLEET_STALE_MS drops out. Pitfall: a fresh fleet actor waits FLEET_WARMUP_MS before
@@ -66,7 +71,7 @@ export interface FleetState {
   carry?: Map<string, number>;
   /** Each rounded tenant's exact part in the last computation. */
   parts?: Map<string, number>;
-  /** Slot·ms each rounded tenant is owed: its exact part minus the grants it held, over time. */
+  /** Slot·ms each rounded tenant is owed: its exact part minus the slots it held (executing), over time. */
   owed?: Map<string, number>;
   /** Until when `owed` is summed. */
   accrued_at_ms?: number;
@@ -90,8 +95,14 @@ export type FleetWireMsg =
       used?: number;
     }
   | { kind: "status" };
-/** What the core receives: the shell adds the capacity it observes (fleet-shell.ts). */
-export type FleetMsg = FleetWireMsg & { capacity: number };
+/**
+ * What the core receives: the shell adds the capacity it observes and the attempts executing on
+ * the fleet by tenant, when every worker counted in it advertises them (fleet-shell.ts).
+ */
+export type FleetMsg = FleetWireMsg & {
+  capacity: number;
+  executing?: ReadonlyMap<string, number> | undefined;
+};
 
 export interface FleetStatus {
   capacity: number;
@@ -147,13 +158,18 @@ function parse(raw: unknown): FleetWireMsg {
 }
 
 /**
- * Sums each rounded tenant's exact part minus the grants it held (its report's `used`, else the
- * share it was given) since the last computation into `owed` (see the module header). What they
- * held is scaled to what their parts sum to: grants outnumber the places while shrunk shares
- * wait for runs to end, and unscaled every tenant would owe, all alike, the rounding then turning
- * by ties.
+ * Sums each rounded tenant's exact part minus what it held — its attempts executing now
+ * (`executing`), else its report's `used` (grants held), else the share it was given — since the
+ * last computation into `owed` (see the module header). What they held is scaled to what their
+ * parts sum to: the parts share the prefetch places too (executions never fill those), and grants
+ * outnumber the places while shrunk shares wait for runs to end; unscaled every tenant would owe,
+ * all alike, the rounding then turning by ties.
  */
-function accrue(state: FleetState, now: number): void {
+function accrue(
+  state: FleetState,
+  now: number,
+  executing: ReadonlyMap<string, number> | undefined,
+): void {
   const since = state.accrued_at_ms;
   state.accrued_at_ms = now;
   if (since === undefined || now <= since || !state.parts) return;
@@ -167,7 +183,17 @@ function accrue(state: FleetState, now: number): void {
       owed.delete(tenant);
       continue;
     }
-    const h = t.used ?? state.shares.get(tenant) ?? part;
+    const h = executing
+      ? (executing.get(tenant) ?? 0)
+      : (t.used ?? state.shares.get(tenant) ?? part);
+    // Asking no more than its part rounded up and holding less than its floor, a tenant is not
+    // held back by its share (a light tenant whose grants are mostly runs prepared ahead, waiting
+    // for their start): counted, its shortfall would scale every other tenant's holding up, all of
+    // them would owe alike (OWED_LIMIT_MS) and the rounding would go by ties.
+    if (h < Math.floor(part) && t.demand <= Math.ceil(part)) {
+      owed.delete(tenant);
+      continue;
+    }
     held.set(tenant, h);
     parts += part;
     sum += h;
@@ -180,7 +206,12 @@ function accrue(state: FleetState, now: number): void {
 }
 
 /** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
-function recompute(state: FleetState, now: number, capacity: number): string[] {
+function recompute(
+  state: FleetState,
+  now: number,
+  capacity: number,
+  executing: ReadonlyMap<string, number> | undefined,
+): string[] {
   const before = state.capacity > 0 ? state.shares : new Map<string, number>();
   for (const [id, t] of state.tenants)
     if (now - t.seen_ms > FLEET_STALE_MS) state.tenants.delete(id);
@@ -189,7 +220,7 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
     demand: t.demand,
     weight: t.weight,
   }));
-  accrue(state, now);
+  accrue(state, now, executing);
   // The rounding turns at most every FLEET_ROTATE_MS: a recompute for changed demands in between
   // keeps the turn's order (a carry advanced on every 100 ms recompute flipped shares ten times a
   // second, each flip a push to the tenants whose share shrank).
@@ -203,7 +234,7 @@ function recompute(state: FleetState, now: number, capacity: number): string[] {
   const fair = fairShares(capacity, demands, state.carry ?? new Map());
   state.shares = fair.shares;
   state.parts = fair.parts;
-  // A tenant no longer rounded (served in full, or its part whole) owes and is owed nothing.
+  // A tenant no longer rounded (served in full) owes and is owed nothing.
   for (const t of state.owed?.keys() ?? []) if (!fair.parts.has(t)) state.owed!.delete(t);
   state.rounded = fair.fractional;
   // Headroom: slots nobody asked for, added by weight (floors: the sum stays ≤ capacity).
@@ -291,7 +322,7 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
         (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) ||
         now - state.computed_at_ms >= FLEET_STALE_MS ||
         (state.rounded === true && now - state.computed_at_ms >= FLEET_ROTATE_MS);
-      const shrunk = due ? recompute(state, now, capacity) : [];
+      const shrunk = due ? recompute(state, now, capacity, msg.executing) : [];
       const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
       effects.push({
         kind: "send",

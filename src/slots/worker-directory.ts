@@ -77,6 +77,8 @@ export const ROOM_WAITERS_LIMIT = 4_096;
  * operator made; only the shared `worker` identity could name more.
  */
 export const STANDINGS_LIMIT = 4_096;
+/** The executing attempts by tenant (`executing`) are summed again at most this often. */
+export const EXECUTING_SUM_MS = 100;
 
 /** What the directory tells its node about workers it believes less than they say. */
 export interface DirectoryOptions {
@@ -105,6 +107,10 @@ export class WorkerDirectory {
   /** When any worker last advertised, and since when adverts came with no gap longer than the expiry. */
   #lastAdvertMs = Number.NEGATIVE_INFINITY;
   #hearingSinceMs = Number.POSITIVE_INFINITY;
+  /** The last sum of `executing`, when it was made, and whether an advert came since. */
+  #executing: ReadonlyMap<string, number> | undefined;
+  #executingAtMs = Number.NEGATIVE_INFINITY;
+  #executingStale = true;
   constructor(
     private readonly clock: Clock,
     private readonly random: Random,
@@ -179,6 +185,7 @@ export class WorkerDirectory {
       free: a.free,
       executor: a.executor,
       ...(a.prefetch !== undefined ? { prefetch: a.prefetch } : {}),
+      ...(a.executing !== undefined ? { executing: a.executing } : {}),
       seenMs: now,
       heardMs: now,
       longestDeafMs: 0,
@@ -186,6 +193,7 @@ export class WorkerDirectory {
       refused: false,
       clamped: clamped.length > 0,
     });
+    this.#executingStale = true;
     // Room on this worker: as many waiting dispatches as it has room for try again now.
     let room = believedFree(this.#standing(a.worker_id, now), a.free);
     for (const [key, wake] of this.#waiters) {
@@ -401,6 +409,37 @@ export class WorkerDirectory {
       });
     }
     return out.sort((a, b) => a.worker_id.localeCompare(b.worker_id)).slice(0, max);
+  }
+
+  /**
+   * The attempts executing on the fleet now, by tenant, as the workers counted in `capacity`
+   * advertise them; undefined when one of them does not (a worker that predates the field, or
+   * whose count was not believed: worker-trust.ts): the fleet actor then goes by grants held.
+   * Summed again at most every EXECUTING_SUM_MS once an advert came (the same map until then: not
+   * to be changed by the caller); O(entries of the workers' adverts).
+   */
+  executingByTenant(): ReadonlyMap<string, number> | undefined {
+    const wallNow = this.clock.now();
+    const age = wallNow - this.#executingAtMs;
+    if (!(age >= this.#tickMs || (this.#executingStale && age >= EXECUTING_SUM_MS)))
+      return this.#executing;
+    this.#executingAtMs = wallNow;
+    this.#executingStale = false;
+    const now = this.#listening.judgeAt();
+    const sum = new Map<string, number>();
+    let known = true;
+    for (const [id, w] of this.#workers) {
+      if (now - w.seenMs > this.expireAfterMs) continue;
+      if (this.#standings.size > 0 && !countsInCapacity(this.#standing(id, wallNow))) continue;
+      if (!w.executing) {
+        known = false;
+        break;
+      }
+      for (const [tenant, n] of Object.entries(w.executing))
+        sum.set(tenant, (sum.get(tenant) ?? 0) + n);
+    }
+    this.#executing = known ? sum : undefined;
+    return this.#executing;
   }
 
   get size(): number {

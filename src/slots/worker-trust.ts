@@ -8,7 +8,9 @@
  * - **Clamp** (`clampAdvert`): no advert is believed beyond the operator's limits per worker
  *   identity (`kairos node --max-worker-slots`, `--max-worker-prefetch`; NodeConfig): `slots` and
  *   `prefetch` are cut to them and `free` to their sum, so one identity draws at most that many
- *   offers per advert and adds at most that much to the capacity the fleet actor shares.
+ *   offers per advert and adds at most that much to the capacity the fleet actor shares. Its
+ *   `executing` (attempts running by tenant) is believed only whole: ids, counts ≥ 1, at most one
+ *   per believed slot — a lying worker can tilt the fleet's rounding by its own slots at most.
  * - **Standing** (`afterOffer`, `standingAt`, `believedFree`): a worker that leaves an offer
  *   unanswered (timeout, no responder, an unreadable answer) is *benched* — believed to have no
  *   room, whatever it advertises — for `backoffMs(strikes)`, which doubles with every strike up to
@@ -30,6 +32,7 @@
  */
 import { DEFAULTS, type NodeConfig } from "../cluster/config.ts";
 import { assertNever } from "../lib/assert.ts";
+import { isValidId } from "../protocol/ids.ts";
 import type { WorkerAdvert } from "../protocol/worker.ts";
 
 /** The operator's bounds on what one worker identity's advert is believed for (NodeConfig). */
@@ -54,7 +57,32 @@ export function advertLimits(
 }
 
 /** The fields of an advert that can be cut by the limits. */
-export type ClampedField = "slots" | "prefetch" | "free";
+export type ClampedField = "slots" | "prefetch" | "free" | "executing";
+
+/**
+ * An advert's `executing` as believed: tenant ids that are ids, counts that are whole numbers ≥ 1,
+ * at most one per slot in all; anything else (a worker's word, or a malformed advert) is not
+ * believed at all (undefined: the fleet then knows nothing of this worker's executions).
+ */
+function believedExecuting(
+  e: unknown,
+  slots: number,
+): { executing: Record<string, number> | undefined; ok: boolean } {
+  if (e === undefined) return { executing: undefined, ok: true };
+  if (typeof e !== "object" || e === null || Array.isArray(e))
+    return { executing: undefined, ok: false };
+  let sum = 0;
+  const entries = Object.entries(e as Record<string, unknown>);
+  if (entries.length > slots) return { executing: undefined, ok: false };
+  for (const [tenant, n] of entries) {
+    if (!isValidId(tenant) || typeof n !== "number" || !Number.isInteger(n) || n < 1)
+      return { executing: undefined, ok: false };
+    sum += n;
+  }
+  return sum <= slots
+    ? { executing: e as Record<string, number>, ok: true }
+    : { executing: undefined, ok: false };
+}
 
 /** The advert as believed, and which of its fields were cut (empty: believed as sent). */
 export function clampAdvert(
@@ -70,9 +98,18 @@ export function clampAdvert(
   // `free` counts free slots and free prefetch places: never more than both together.
   const free = Math.max(0, Math.min(a.free, slots + (prefetch ?? 0)));
   if (free !== a.free) clamped.push("free");
+  const { executing, ok } = believedExecuting(a.executing, slots);
+  if (!ok) clamped.push("executing");
   if (clamped.length === 0) return { advert: a, clamped };
+  const { executing: _sent, ...rest } = a;
   return {
-    advert: { ...a, slots, free, ...(prefetch !== undefined ? { prefetch } : {}) },
+    advert: {
+      ...rest,
+      slots,
+      free,
+      ...(prefetch !== undefined ? { prefetch } : {}),
+      ...(executing !== undefined ? { executing } : {}),
+    },
     clamped,
   };
 }

@@ -16,6 +16,11 @@ export class WorkerCore {
   readonly table: LeaseTable;
   /** Slot turnaround: a slot freed by an execution's end → the next start (slot-ledger.ts). */
   readonly turnaround: Turnaround;
+  /**
+   * Attempts executing here, by tenant (each holds a slot: at most `slots` entries); advertised,
+   * so the fleet actor turns its rounding by the slots tenants' runs execute in (heartbeat.ts).
+   */
+  readonly executing = new Map<string, number>();
   stopping = false;
   draining = false;
   /** Called whenever a lease goes away (the drain waits for none to be left). */
@@ -51,8 +56,23 @@ export class WorkerCore {
    * passes to an attempt in the prefetch queue whose start has passed (slot-ledger.ts `release`).
    */
   executionEnded(l: Lease): void {
+    if (l.counted) {
+      l.counted = false;
+      const t = l.req.tenant_id;
+      const n = (this.executing.get(t) ?? 1) - 1;
+      if (n > 0) this.executing.set(t, n);
+      else this.executing.delete(t);
+    }
     this.turnaround.freed(this.o.clock.monoMs());
     this.table.freeSlot(l);
+  }
+
+  /** An attempt's execution began: counted among its tenant's (see `executing`). */
+  executionStarted(l: Lease): void {
+    if (l.counted) return;
+    l.counted = true;
+    const t = l.req.tenant_id;
+    this.executing.set(t, (this.executing.get(t) ?? 0) + 1);
   }
 
   leaseGone(): void {

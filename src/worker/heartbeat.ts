@@ -228,9 +228,9 @@ export class Heartbeats implements HeartbeatsPart {
   }
 
   /**
-   * The slot advert: its slots, its prefetch, and `free` — the offers it would take now (free
-   * slots and the free places in the prefetch queue a late offer may take: slot-ledger.ts `room`);
-   * a draining worker advertises none.
+   * The slot advert: its slots, its prefetch, `free` — the offers it would take now (free slots
+   * and the free places in the prefetch queue a late offer may take: slot-ledger.ts `room`; a
+   * draining worker advertises none) — and its executing attempts by tenant.
    */
   advertise(): void {
     // On the data connection, the path offers take: an advert proves it (a worker whose data
@@ -249,6 +249,7 @@ export class Heartbeats implements HeartbeatsPart {
         free,
         executor: o.executor.kind,
         prefetch: ledger.prefetch,
+        executing: Object.fromEntries(this.#c.executing),
       } satisfies WorkerAdvert),
     );
   }

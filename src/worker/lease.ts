@@ -63,6 +63,8 @@ export interface Lease {
    * src/runs/run-dispatch.ts `drain`).
    */
   cancelled?: boolean | undefined;
+  /** Counted among its tenant's executing attempts (WorkerCore `executing`) until it ends. */
+  counted?: boolean | undefined;
 }
 
 /** A job's resource limits as the executor names them (only those set). */
@@ -129,6 +131,7 @@ export function newLease(
     killedAtOnce: undefined,
     handedBack: undefined,
     cancelled: undefined,
+    counted: undefined,
   };
 }
 

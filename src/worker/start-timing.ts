@@ -202,6 +202,7 @@ export class StartTiming implements StartTimingPart {
     // unrenewed.
     lease.task.leaseMs = Math.max(0, Math.floor((lease.validUntilMono ?? 0) - o.clock.monoMs()));
     lease.execution = o.executor.start(lease.task, lease.identity);
+    c.executionStarted(lease);
     // Reported after the loop that starts a burst's attempts: the event is a log line, and writing
     // 20,000 of them inside the loop delayed the last starts of the burst. One microtask reports
     // the loop's starts (one per start was an event, a closure and an AsyncResource each, 3 % of

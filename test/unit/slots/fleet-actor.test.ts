@@ -26,13 +26,15 @@ class Fleet {
   state: FleetState = this.actor.initialState("fleet");
   now = 1_000;
   capacity = 40;
+  /** What the workers advertise executing, by tenant (undefined: not known). */
+  executing: Map<string, number> | undefined;
   send(
-    msg: Omit<Extract<FleetMsg, { kind: "demand" }>, "capacity" | "kind"> | "status",
+    msg: Omit<Extract<FleetMsg, { kind: "demand" }>, "capacity" | "kind" | "executing"> | "status",
   ): Decision<FleetState, FleetReply, never> {
     const m: FleetMsg =
       msg === "status"
         ? { kind: "status", capacity: this.capacity }
-        : { kind: "demand", ...msg, capacity: this.capacity };
+        : { kind: "demand", ...msg, capacity: this.capacity, executing: this.executing };
     const d = this.actor.receive(this.state, m, { id: "fleet", nowMs: this.now });
     this.state = d.state;
     return d;
@@ -307,6 +309,44 @@ describe("fleet actor", () => {
     // Each holds more than its part (4/3): compared with the whole, without scaling, all three
     // would owe alike after a few turns and the rounding would go by ties (to a).
     assert.deepEqual(turns.slice(1), Array(11).fill("112"), turns.join(" "));
+  });
+
+  it("with the workers' executions known, the rounding turns by the slots executed, not by the grants held", () => {
+    const f = new Fleet();
+    f.capacity = 3;
+    f.executing = new Map();
+    f.warm([
+      ["a", 50, 1],
+      ["b", 50, 1],
+    ]);
+    const turns: string[] = [];
+    for (let i = 0; i < 6; i++) {
+      f.now += FLEET_ROTATE_MS;
+      // Both report holding 1.5 grants; b's runs execute in 2 slots, a's in 1 (its second grant
+      // waits for a worker's place): a is owed, and keeps the slot left by the rounding.
+      f.executing = new Map([
+        ["a", 1],
+        ["b", 2],
+      ]);
+      const a = f.send({ tenant: "a", demand: 50, weight: 1, used: 1.5 }).reply as {
+        share: number;
+      };
+      const b = f.send({ tenant: "b", demand: 50, weight: 1, used: 1.5 }).reply as {
+        share: number;
+      };
+      turns.push(`${a.share}${b.share}`);
+    }
+    assert.deepEqual(turns.slice(1), Array(5).fill("21"), turns.join(" "));
+    assert.ok((f.state.owed?.get("a") ?? 0) > 0 && (f.state.owed?.get("b") ?? 0) < 0);
+    // A tenant with no attempt executing counts as holding none (it is absent from the map).
+    f.executing = new Map([["b", 3]]);
+    for (let i = 0; i < 3; i++) {
+      f.now += FLEET_ROTATE_MS;
+      f.send({ tenant: "a", demand: 50, weight: 1, used: 3 });
+      f.send({ tenant: "b", demand: 50, weight: 1, used: 0 });
+    }
+    assert.equal(f.state.owed?.get("a"), OWED_LIMIT_MS);
+    assert.equal(f.state.owed?.get("b"), -OWED_LIMIT_MS);
   });
 
   it("what a tenant is owed is bounded: a tenant that held too little for long is owed at most OWED_LIMIT_MS", () => {

@@ -5,7 +5,11 @@ import type { BusSubscribeOptions } from "../../../src/cluster/bus.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
-import { ROOM_WAITERS_LIMIT, WorkerDirectory } from "../../../src/slots/worker-directory.ts";
+import {
+  EXECUTING_SUM_MS,
+  ROOM_WAITERS_LIMIT,
+  WorkerDirectory,
+} from "../../../src/slots/worker-directory.ts";
 import { workerSubject } from "../../../src/protocol/worker.ts";
 import { StallClock, stubBus } from "../../support/stall.ts";
 
@@ -276,5 +280,46 @@ describe("worker directory: room", () => {
     dir.observe({ ...advert("a", 0, 8), prefetch: 2 });
     dir.observe(advert("b", 0, 4)); // a worker that predates the prefetch
     assert.equal(dir.capacity(), 14);
+  });
+
+  it("the attempts executing on the fleet by tenant: summed over the live workers, only when each advertises them, summed again once an advert came", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(4), 3_000);
+    dir.observe({ ...advert("a", 0, 8), executing: { t1: 3, t2: 5 } });
+    dir.observe({ ...advert("b", 1, 4), executing: { t1: 2 } });
+    assert.deepEqual(
+      [...dir.executingByTenant()!],
+      [
+        ["t1", 5],
+        ["t2", 5],
+      ],
+    );
+    dir.observe({ ...advert("b", 2, 4), executing: { t1: 1, t3: 1 } });
+    assert.deepEqual(
+      dir.executingByTenant()!.get("t1"),
+      5,
+      "within EXECUTING_SUM_MS of the last sum: the same",
+    );
+    clock.advance(EXECUTING_SUM_MS);
+    assert.deepEqual(
+      [...dir.executingByTenant()!],
+      [
+        ["t1", 4],
+        ["t2", 5],
+        ["t3", 1],
+      ],
+    );
+    // A worker that predates the field: the fleet's executions are not known.
+    clock.advance(EXECUTING_SUM_MS);
+    dir.observe(advert("c", 4, 4));
+    clock.advance(EXECUTING_SUM_MS);
+    assert.equal(dir.executingByTenant(), undefined);
+    // Once it is forgotten (silent past the expiry), they are known again.
+    dir.observe({ ...advert("a", 0, 8), executing: { t1: 1 } });
+    clock.advance(2_000);
+    dir.observe({ ...advert("a", 0, 8), executing: { t1: 1 } });
+    dir.observe({ ...advert("b", 2, 4), executing: {} });
+    clock.advance(1_500);
+    assert.deepEqual([...dir.executingByTenant()!], [["t1", 1]]);
   });
 });

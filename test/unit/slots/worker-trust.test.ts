@@ -61,6 +61,34 @@ describe("worker trust: the clamp", () => {
     assert.equal(old.advert.prefetch, undefined);
   });
 
+  it("believes an advert's executing attempts by tenant only whole: ids, counts ≥ 1, at most one per believed slot", () => {
+    const ok = { ...advert("w", 0, 4), executing: { t1: 3, "t-2": 1 } };
+    assert.equal(clampAdvert(ok, limits).advert, ok);
+    const bad: unknown[] = [
+      { t1: 5 }, // more than its 4 slots
+      { t1: 2, t2: 2, t3: 1 },
+      { t1: 0 },
+      { t1: 1.5 },
+      { t1: -1 },
+      { t1: "2" },
+      { "no.dots": 1 },
+      { ["x".repeat(65)]: 1 },
+      [1, 2],
+      null,
+      "t1",
+    ];
+    for (const executing of bad) {
+      const r = clampAdvert({ ...advert("w", 0, 4), executing } as unknown as WorkerAdvert, limits);
+      assert.deepEqual(r.clamped, ["executing"], JSON.stringify(executing));
+      assert.equal(r.advert.executing, undefined, JSON.stringify(executing));
+      assert.equal(r.advert.slots, 4);
+    }
+    // Cut to the believed slots: counted against those.
+    const big = clampAdvert({ ...advert("w", 0, 100), executing: { t1: 20 } }, limits);
+    assert.deepEqual(big.clamped, ["slots", "executing"]);
+    assert.equal(big.advert.executing, undefined);
+  });
+
   it("the node config's limits: defaults 1,024 and 256, validated", () => {
     const base = { natsUrl: "nats://127.0.0.1:4222", nodeId: "n1" };
     assert.deepEqual(advertLimits(makeNodeConfig(base)), DEFAULT_ADVERT_LIMITS);

@@ -317,8 +317,14 @@ async function setup(
     return decode<StartReply>((await p).data);
   };
   const adverts: number[] = [];
+  /** What each advert said executes here, by tenant. */
+  const executing: (Record<string, number> | undefined)[] = [];
   ownerEp.subscribe(`kairos.${CLUSTER}.adverts.w1`, {
-    callback: (_e, m) => adverts.push(decode<{ free: number }>(m.data).free),
+    callback: (_e, m) => {
+      const a = decode<{ free: number; executing?: Record<string, number> }>(m.data);
+      adverts.push(a.free);
+      executing.push(a.executing);
+    },
   });
   const cancel = (runId: string) =>
     schedEp.publish(workerSubject(CLUSTER, "w1", "cancel"), encode({ run_id: runId, fence: 1 }));
@@ -346,6 +352,7 @@ async function setup(
     runFor,
     runTo,
     adverts,
+    executing,
     cancel,
     probe,
   };
@@ -1093,6 +1100,34 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
       t.adverts.length = 0;
       await t.runFor(2 * HB);
       assert.ok(allFree(4), `the slot is free once the task is gone: ${t.adverts.join(",")}`);
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "its adverts say how many attempts execute here by tenant: from their start to their end",
+    T,
+    async () => {
+      const t = await setup();
+      const other = { job_actor: "t2.j1", tenant_id: "t2" };
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      assert.deepEqual(await t.offer("r2", 100), { accepted: true });
+      assert.deepEqual(await t.offer("r3", 100, undefined, undefined, other), { accepted: true });
+      assert.deepEqual(await t.offer("r4", 60_000), { accepted: true }); // accepted, not started
+      await t.runFor(HB);
+      t.executing.length = 0;
+      await t.runFor(HB);
+      assert.ok(t.executing.length > 0, "not advertised at the beat");
+      assert.deepEqual(t.executing.at(-1), { t1: 2, t2: 1 });
+      t.executor.exit("r1#1");
+      t.executor.exit("r3#1");
+      t.executing.length = 0;
+      await t.runFor(3 * HB);
+      assert.deepEqual(t.executing.at(-1), { t1: 1 }, "advertised once their slots free");
+      t.executor.exit("r2#1");
+      t.executing.length = 0;
+      await t.runFor(3 * HB);
+      assert.deepEqual(t.executing.at(-1), {});
       await t.worker.stop();
     },
   );
