@@ -148,6 +148,12 @@ export interface Draining {
   /** The slot grant the run holds (`grantId`). */
   grant: string;
   until_ms: number;
+  /**
+   * Made on load from a run whose terminal record was written but whose end was not
+   * (`reconcile`): its worker may never have heard the cancel. Told on activation (`recall`),
+   * then cleared.
+   */
+  untold?: true;
 }
 
 /** The API views of a job's active runs. */

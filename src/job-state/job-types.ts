@@ -105,6 +105,11 @@ export type JobMsg =
   /** A cancelled run's drain bound: its worker has stopped it by now; give its slot back. */
   | { kind: "drained"; run_id: string; fence: number }
   /**
+   * On load: a draining run found ended by its record alone (job-shell `reconcile`), whose worker
+   * was never told — tell it now (run-messages.ts `onRecall`).
+   */
+  | { kind: "recall"; run_id: string; fence: number }
+  /**
    * From the shell: creating this run's record met a terminal one — the occurrence was fired and
    * ended in decisions whose state change was lost (deferred), so the re-fire re-created a run
    * that must not run again: it is dropped (run-messages.ts `onAlreadyEnded`).

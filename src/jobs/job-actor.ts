@@ -57,6 +57,14 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
       atMs: Math.max(d.until_ms + START_SKEW_TOLERANCE_MS, ctx.nowMs),
       msg: { kind: "drained", run_id: d.run_id, fence: d.fence },
     });
+  for (const d of s.draining ?? [])
+    if (d.untold)
+      fx.push({
+        kind: "timer",
+        name: `recall:${d.run_id}`,
+        atMs: ctx.nowMs,
+        msg: { kind: "recall", run_id: d.run_id, fence: d.fence },
+      });
   if (!s.job || s.deleted) return fx;
   if (s.next_run_at_ms !== null)
     fx.push({

@@ -194,7 +194,14 @@ export function jobRegistration(
     definition: withRunIndex(
       history.retention ? withRetention(actor, history.retention.config) : actor,
     ),
-    ...makeRecordWrites(history.runs, records, deps.deadLetters?.outbox !== undefined, log),
+    ...makeRecordWrites(
+      history.runs,
+      records,
+      deps.deadLetters?.outbox !== undefined,
+      log,
+      // A cancelled attempt's drain bound, as `finish` sets it (run-lifecycle.ts).
+      (startAtMs) => Math.max(deps.clock.now(), startAtMs) + cfg.leaseTtlMs + cfg.drainGraceMs,
+    ),
     performPost(effects, ctx) {
       for (const fx of effects as (JobEffect | RetentionEffect)[]) {
         if (isRetentionEffect(fx)) {

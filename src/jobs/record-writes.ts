@@ -15,10 +15,38 @@ import type { RunRecordStore } from "../history/run-record-store.ts";
 import { decodeRunRecord } from "../history/run-record.ts";
 import { KairosError } from "../lib/errors.ts";
 import { isDeadLetter, recordDeadLetter } from "../notify/dead-letters.ts";
-import { runKey, splitJobActorId } from "../protocol/ids.ts";
-import { TERMINAL } from "../protocol/model.ts";
-import { activeRunView, type JobState } from "../job-state/job-state.ts";
+import { grantId, runKey, splitJobActorId } from "../protocol/ids.ts";
+import { TERMINAL, type RunStatus } from "../protocol/model.ts";
+import {
+  activeRunView,
+  type ActiveRun,
+  type Draining,
+  type JobState,
+} from "../job-state/job-state.ts";
+import { isLeased, STOPPED } from "../runs/run-status.ts";
 import type { JobEffect, JobMsg } from "../job-state/job-types.ts";
+
+/**
+ * A run ended by the scheduler (a cancel, a skip) while on a worker, which may hold it prepared
+ * ahead with a cover and never have heard the cancel: its slot is held until the lease's end and
+ * its worker told (`recall`), as `finish` would have done.
+ */
+function drainOnLoad(
+  r: ActiveRun,
+  status: RunStatus | null,
+  drainUntil: (startAtMs: number) => number,
+): Draining | undefined {
+  if (!r.slot || r.worker === null || !isLeased(r) || status === null || !STOPPED.has(status))
+    return undefined;
+  return {
+    run_id: r.run_id,
+    fence: r.fence,
+    worker: r.worker,
+    grant: grantId(r),
+    until_ms: drainUntil(r.start_at_ms),
+    untold: true,
+  };
+}
 
 type Log = (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
 
@@ -28,6 +56,7 @@ export function makeRecordWrites(
   records: RunRecordStore,
   deadLetterKeys: boolean,
   log: Log,
+  drainUntil: (startAtMs: number) => number,
 ): Required<Pick<ActorRegistration, "perform" | "reconcile">> {
   return {
     /**
@@ -43,6 +72,7 @@ export function makeRecordWrites(
       if (!s.job || s.runs.length === 0) return s;
       const { tenantId, jobId } = splitJobActorId(at.address.id);
       const ended = new Set<string>();
+      const draining: Draining[] = [];
       let manualEnded = false;
       await Promise.all(
         s.runs.map(async (r) => {
@@ -58,8 +88,11 @@ export function makeRecordWrites(
           // No record: it ended and retention pruned it (a stored state lists a run only after its
           // record was created, and retention prunes terminal records only; once the end is
           // deferred, the state may list the run long after — one-shot jobs).
-          if (!e || TERMINAL.has(decodeRunRecord(e.value).record.status)) {
+          const status = e ? decodeRunRecord(e.value).record.status : null;
+          if (status === null || TERMINAL.has(status)) {
             ended.add(r.run_id);
+            const d = drainOnLoad(r, status, drainUntil);
+            if (d) draining.push(d);
             // Its end is written before retention may prune that record (JobState.ends_unwritten).
             if (r.recorded_after) manualEnded = true;
           }
@@ -73,6 +106,7 @@ export function makeRecordWrites(
       return {
         ...s,
         runs: s.runs.filter((r) => !ended.has(r.run_id)),
+        ...(draining.length > 0 ? { draining: [...(s.draining ?? []), ...draining] } : {}),
         ...(manualEnded ? { ends_unwritten: true as const } : {}),
       };
     },

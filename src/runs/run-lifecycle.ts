@@ -23,7 +23,7 @@ import {
 } from "../protocol/model.ts";
 import { askSlot, dispatch, drain, drained } from "./run-dispatch.ts";
 import { deadlineReason, pastDeadline } from "../job-state/backlog.ts";
-import { canMove, isLeased, moveRun } from "./run-status.ts";
+import { canMove, isLeased, moveRun, STOPPED } from "./run-status.ts";
 import { fail, iso, type D, type Tx } from "../job-state/tx.ts";
 
 /** Attempts that expired before they started and so do not count against max_attempts (a bound). */
@@ -68,8 +68,7 @@ export function finish(
   result: RunView["result"],
 ): RunView {
   // Ended by the scheduler, not by its attempt: a worker holding it is told to drop it.
-  const stopped =
-    status === "cancelled" || status === "skipped" || status === "missed" || status === "throttled";
+  const stopped = STOPPED.has(status);
   tx.s.runs = tx.s.runs.filter((x) => x !== r);
   // Deferred: the terminal record (written first, `pre`) is the durable fact; a state read back
   // that still lists the run is reconciled against its record (job-shell.ts `reconcile`). What

@@ -94,6 +94,8 @@ export function onRunMessage(
     case "drained":
       drained(tx, m.run_id, m.fence);
       return tx.done(null);
+    case "recall":
+      return onRecall(tx, m);
     case "gate":
       return onGate(tx, tx.run(m.run_id));
     case "retry_due":
@@ -105,6 +107,22 @@ export function onRunMessage(
     default:
       return assertNever(m, "run message");
   }
+}
+
+/**
+ * A run dropped on load (its record ended it) that was on a worker: the cancel its end would have
+ * sent is sent now; its slot stays held until the drain bound.
+ */
+function onRecall(tx: Tx, m: RunMsg<"recall">): D {
+  const list = tx.s.draining ?? [];
+  const i = list.findIndex((x) => x.run_id === m.run_id && x.fence === m.fence);
+  const d = list[i];
+  if (!d?.untold) return tx.done(null);
+  const { untold: _told, ...told } = d;
+  list[i] = told; // (a copy: the entry is shared with the state before this turn)
+  tx.changed = true;
+  tx.post.push({ kind: "cancel_on_worker", worker: d.worker, run_id: d.run_id, fence: d.fence });
+  return tx.done(null);
 }
 
 function onRedispatch(tx: Tx, r: ActiveRun | undefined): D {

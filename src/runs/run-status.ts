@@ -9,11 +9,12 @@
  *   any ─end (`finish`)─▶ a terminal record; the run leaves the job state
  *
  * Pitfalls: a status is only half a message's check — fences and the claiming worker are checked
- * too (`holds` in run-lifecycle.ts). Grants and drains (`slot_granted`, `slot_audit`, `drained`)
- * are judged by the grant or drain they name, so they have no row.
+ * too (`holds` in run-lifecycle.ts). Grants and drains (`slot_granted`, `slot_audit`, `drained`,
+ * `recall`) are judged by the grant or drain they name, so they have no row.
  */
 import { KairosError } from "../lib/errors.ts";
 import type { ActiveRun, ActiveStatus } from "../job-state/job-state.ts";
+import type { RunStatus } from "../protocol/model.ts";
 
 type Edges = Partial<Record<ActiveStatus, ActiveStatus>>;
 
@@ -73,6 +74,14 @@ export function actsOn(kind: StatusGatedKind, r: ActiveRun | undefined): r is Ac
 }
 
 /** Whether a worker holds the run's lease (leased or running). */
+/** Ends the scheduler gives a run, not its attempt: a worker holding it is told to drop it. */
+export const STOPPED: ReadonlySet<RunStatus> = new Set<RunStatus>([
+  "cancelled",
+  "skipped",
+  "missed",
+  "throttled",
+]);
+
 export function isLeased(r: ActiveRun): boolean {
   return (LEASED as readonly ActiveStatus[]).includes(r.status);
 }

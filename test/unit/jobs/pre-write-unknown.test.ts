@@ -60,6 +60,8 @@ function setup() {
   const errors: string[] = [];
   let onError: (() => void) | undefined;
   const offers: Dispatch[] = [];
+  /** Cancels told to workers and slots given back, in order. */
+  const told: string[] = [];
   let onOffer: ((fx: Dispatch) => void) | undefined;
   const host = new ActorHost({
     nodeId: "n1",
@@ -78,14 +80,23 @@ function setup() {
     },
   });
   const records = new RunRecordStore(runs, new RunMetrics());
+  const jobCfg = cfg({ lookaheadMs: 2_000 });
   host.register({
     // A job prepared 2 s ahead (`skip`: under a gate), as the simulation's short profile does.
-    definition: makeJobActor(cfg({ lookaheadMs: 2_000 })),
-    ...makeRecordWrites(runs, records, false, () => undefined),
+    definition: makeJobActor(jobCfg),
+    ...makeRecordWrites(
+      runs,
+      records,
+      false,
+      () => undefined,
+      (startAtMs) => Math.max(clock.now(), startAtMs) + jobCfg.leaseTtlMs + jobCfg.drainGraceMs,
+    ),
     // The tenant grants every slot at once; offers wait for the test's `claimed`.
     performPost(effects, ctx) {
       for (const fx of effects as JobEffect[]) {
         if (fx.kind === "acquire_slot") ctx.tell({ kind: "slot_granted", run_id: fx.grant });
+        if (fx.kind === "cancel_on_worker") told.push(`cancel ${fx.run_id} ${fx.fence}`);
+        if (fx.kind === "release_slot") told.push(`release ${fx.grant}`);
         if (fx.kind === "dispatch") {
           offers.push(fx);
           onOffer?.(fx);
@@ -118,7 +129,20 @@ function setup() {
       worker: WORKER,
       ...(startedAtMs === undefined ? {} : { started_at_ms: startedAtMs }),
     }) as Promise<HeartbeatAck>;
-  return { clock, runs, errors, offers, host, send, offerOf, nextError, record, heartbeat };
+  return {
+    clock,
+    runs,
+    errors,
+    offers,
+    told,
+    jobCfg,
+    host,
+    send,
+    offerOf,
+    nextError,
+    record,
+    heartbeat,
+  };
 }
 
 /** Offered, then claimed by the worker: the claim is written (the state lists the run). */
@@ -183,6 +207,18 @@ describe("job actor on the host: a run record write of unknown outcome", () => {
       assert.ok(!active.runs.some((r) => r.run_id === RUN_B), "the skipped run is not active");
       assert.equal(t.offers.filter((o) => o.run_id === RUN_B).length, 1, "offered once");
       assert.equal((await t.record(RUN_B))?.status, "skipped", "the record stands");
+      // Its worker, which may hold it with a cover, is told to drop it — once — and its slot
+      // stays held until the lease's end (plus the kill grace) has passed.
+      assert.deepEqual(
+        t.told.filter((x) => x.includes(RUN_B)),
+        [`cancel ${RUN_B} ${fenceB}`],
+        "the worker is told, the slot still held",
+      );
+      t.clock.advance(t.jobCfg.leaseTtlMs + t.jobCfg.drainGraceMs + 1_000);
+      await t.send({ kind: "active_runs" });
+      const after = t.told.filter((x) => x.includes(RUN_B));
+      assert.equal(after.length, 2, "the slot goes back at the drain bound, once");
+      assert.match(after[1]!, new RegExp(`^release ${RUN_B}_\\d+$`));
     },
   );
 });
