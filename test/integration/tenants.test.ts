@@ -16,6 +16,7 @@ import { FakeClock, systemClock } from "../../src/lib/clock.ts";
 import { isKairosError } from "../../src/lib/errors.ts";
 import { seededRandom } from "../../src/lib/random.ts";
 import { KvTenantDirectory, ensureDevTenant } from "../../src/tenants/index.ts";
+import { KvOperatorKeys } from "../../src/tenants/operator-keys.ts";
 import { TenantJobCounter, jobCountKey, readJobCount } from "../../src/slots/job-quota.ts";
 import { startNats, type NatsFixture } from "../support/nats.ts";
 
@@ -585,6 +586,95 @@ describe("kairos admin CLI", () => {
     );
     assert.equal(cleared.code, 0, cleared.stderr);
     assert.ok(!("egress_policy" in (JSON.parse(cleared.stdout) as object)));
+  });
+
+  it("operator-key create/list/revoke: the key authenticates until revoked; list never shows a key; bad input and a non-admin refused", async () => {
+    // The cluster name the harness's role users are made for (only this test uses it here).
+    const cluster = "kairos";
+    const flags = [
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor("admin"),
+      "--cluster",
+      cluster,
+    ];
+    const created = await runCli(
+      ["admin", "operator-key", "create", "ops@example", "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(created.code, 0, created.stderr);
+    const out = JSON.parse(created.stdout) as {
+      key_id: string;
+      name: string;
+      operator_key: string;
+    };
+    assert.match(out.operator_key, /^kop_[A-Za-z0-9_-]{43}$/);
+    assert.match(out.key_id, /^o[a-z2-7]{16}$/);
+    assert.equal(out.name, "ops@example");
+    const b = await openBuckets(nc, { clusterName: cluster, replicas: 1 });
+    const keys = new KvOperatorKeys(b.tenants, new FakeClock(), 0);
+    assert.deepEqual(await keys.authenticate(out.operator_key), {
+      keyId: out.key_id,
+      name: "ops@example",
+    });
+
+    const human = await runCli(["admin", "operator-key", "create", "second", ...flags], stateDir);
+    assert.equal(human.code, 0, human.stderr);
+    assert.match(human.stdout, /^operator key +kop_\S+\nkey id +o[a-z2-7]{16}\n$/);
+    assert.match(human.stderr, /shown only once/);
+
+    const listed = await runCli(["admin", "operator-key", "list", "--json", ...flags], stateDir);
+    assert.equal(listed.code, 0, listed.stderr);
+    const list = JSON.parse(listed.stdout) as { key_id: string; name: string; revoked: boolean }[];
+    assert.deepEqual(
+      list.map((k) => [k.name, k.revoked]),
+      [
+        ["ops@example", false],
+        ["second", false],
+      ],
+    );
+    assert.ok(!listed.stdout.includes("kop_"), "list never shows a key");
+
+    const revoked = await runCli(
+      ["admin", "operator-key", "revoke", out.key_id, ...flags],
+      stateDir,
+    );
+    assert.equal(revoked.code, 0, revoked.stderr);
+    assert.equal(await keys.authenticate(out.operator_key), null);
+    const after = await runCli(["admin", "operator-key", "list", ...flags], stateDir);
+    assert.match(after.stdout, new RegExp(`^${out.key_id}  ops@example .*  revoked$`, "m"));
+
+    // Bad input: a name outside the alphabet, an unknown key id — refused, naming what is wrong.
+    const badName = await runCli(
+      ["admin", "operator-key", "create", "two words", ...flags],
+      stateDir,
+    );
+    assert.equal(badName.code, 2);
+    assert.match(badName.stderr, /name: 1-63 letters/);
+    const unknown = await runCli(
+      ["admin", "operator-key", "revoke", "oaaaaaaaaaaaaaaaa", ...flags],
+      stateDir,
+    );
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /operator key oaaaaaaaaaaaaaaaa not found/);
+
+    // An API node's credentials read operator keys but cannot make one.
+    const apiCreds = [...flags];
+    apiCreds[3] = nats.credsFor(["api"]);
+    const forged = await runCli(
+      ["admin", "operator-key", "create", "mallory", ...apiCreds],
+      stateDir,
+    );
+    assert.equal(forged.code, 2, "an api node's credentials must not create an operator key");
+    assert.match(
+      forged.stderr,
+      /Permissions Violation for Publish to "\$KV\.kairos_tenants\.opid\./,
+    );
+    assert.deepEqual(
+      (await keys.list()).map((k) => k.name),
+      ["ops@example", "second"],
+    );
   });
 
   it("without --nats and no dev cluster it says how to find one", async () => {
