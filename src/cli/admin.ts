@@ -11,7 +11,7 @@
  *                                                   authentication cache TTL (5 s) longer
  *   operator-key create <name> | revoke <id> | list the operators' views' keys (admin-operator.ts)
  *   forecast [--hours H] [--json]                   runs due per minute, per tenant (forecast.ts)
- *   service create|revoke|get|list                  NATS API service identities (service-admin.ts)
+ *   service create|revoke|get|list                  NATS API service identities (admin-service.ts)
  * A new API key is shown once. `tenant get` never shows a key hash, the webhook secret or a
  * registry credential (only the registries' names). Like
  * every command, they find the cluster from --nats, KAIROS_NATS_URL or .kairos/dev.json.
@@ -32,13 +32,10 @@ import {
 import type { KvStore } from "../cluster/kv.ts";
 import { clusterForecast, formatForecast, parseForecastFlags } from "./forecast.ts";
 import { readDevFile, resolveNatsAuth, resolveNatsUrl, type NatsAuthFlags } from "./dev-file.ts";
-import { writeFileSync } from "node:fs";
-import { serviceUser } from "../cluster/nats-permissions.ts";
-import { KvServiceDirectory } from "../tenants/services.ts";
-import { connectSys, createService, revokeService, shownService } from "./service-admin.ts";
 import { registryNames } from "../secrets/registry-credentials.ts";
 import { tenantRegistry, type RegistryFlags } from "./admin-registry.ts";
 import { registerOperatorKeyCommands } from "./admin-operator.ts";
+import { registerServiceCommands } from "./admin-service.ts";
 
 export { ensureDevTenant } from "../tenants/dev-tenant.ts";
 
@@ -156,7 +153,7 @@ export function registerAdminCommands(program: Command): void {
     common,
     withTenantsKv: (f, fn) => withDirectory(f, (_dir, kv) => fn(kv)),
   });
-  registerServiceCommands(admin);
+  registerServiceCommands<AdminFlags>(admin, { common, withDirectory });
 }
 
 /** `kairos admin tenant create` and `get`. */
@@ -400,113 +397,5 @@ function registerKeyCommands(admin: Command): void {
     .action(async (keyId: string, f: AdminFlags) => {
       await withDirectory(f, (dir) => dir.revokeKey(keyId));
       console.log(`revoked ${keyId}`);
-    });
-}
-
-/** `kairos admin service …`: tenant service identities. */
-function registerServiceCommands(admin: Command): void {
-  const service = admin
-    .command("service")
-    .description(
-      "tenant service identities for the NATS API (effective at once, no server reload)",
-    );
-  registerServiceCreateAndRevoke(service);
-  registerServiceListAndGet(service);
-}
-
-/** `kairos admin service create` and `revoke`. */
-function registerServiceCreateAndRevoke(service: Command): void {
-  common(service.command("create <name>"))
-    .description(
-      "issue the NATS identity service-<name>, allowed only the tenant's NATS API; prints its secret once",
-    )
-    .requiredOption("--tenant <tenant_id>", "the tenant whose API it may use")
-    .option(
-      "--creds-out <file>",
-      "write its credentials file ({user, password, inbox_prefix}, mode 0600, must not exist) instead of printing the secret",
-    )
-    .option("--json", "print {user, password, inbox_prefix, tenant_id}")
-    .action(async (name: string, f: AdminFlags & { tenant: string; credsOut?: string }) => {
-      const r = await withDirectory(f, (dir, kv) => createService(kv, dir, name, f.tenant));
-      if (f.credsOut !== undefined) {
-        writeFileSync(f.credsOut, JSON.stringify(r.creds, null, 2) + "\n", {
-          mode: 0o600,
-          flag: "wx",
-        });
-        console.log(
-          `service ${r.creds.user} of tenant ${r.record.tenant_id}: credentials written to ${f.credsOut}`,
-        );
-        return;
-      }
-      if (f.json) {
-        console.log(JSON.stringify({ ...r.creds, tenant_id: r.record.tenant_id }));
-        return;
-      }
-      console.log(`user      ${r.creds.user}`);
-      console.log(`secret    ${r.creds.password}`);
-      console.log(`tenant    ${r.record.tenant_id}`);
-      console.error(
-        `The secret is shown only once; it works at once as the NATS user/password. Revoke with \`kairos admin service revoke ${name}\`.`,
-      );
-    });
-  common(service.command("revoke <name>"))
-    .description(
-      "revoke a service identity and close its live connections at once (needs the NATS system account's credentials)",
-    )
-    .option(
-      "--nats-sys-creds <file>",
-      "credentials file of the NATS system account's user sys (env KAIROS_NATS_SYS_CREDS; default: the dev cluster's)",
-    )
-    .action(async (name: string, f: AdminFlags & { natsSysCreds?: string }) => {
-      const sys = await connectSys(f);
-      try {
-        const r = await withDirectory(f, (_dir, kv) => revokeService(kv, sys, name));
-        console.log(
-          `revoked ${serviceUser(name)} (tenant ${r.record.tenant_id}); ${r.kicked} live connection(s) closed on ${r.servers} server(s)`,
-        );
-      } finally {
-        await sys.close();
-      }
-    });
-}
-
-/** `kairos admin service list` and `get`: never secrets or hashes. */
-function registerServiceListAndGet(service: Command): void {
-  common(service.command("list"))
-    .description("list service identities (never secrets or hashes)")
-    .option("--tenant <tenant_id>", "only this tenant's")
-    .option("--json", "print {services: [...], truncated}")
-    .action(async (f: AdminFlags & { tenant?: string }) => {
-      const r = await withDirectory(f, (_dir, kv) =>
-        new KvServiceDirectory(kv, systemClock).list(f.tenant),
-      );
-      const services = r.services.map(shownService);
-      if (f.json) {
-        console.log(JSON.stringify({ services, truncated: r.truncated }));
-        return;
-      }
-      for (const v of services)
-        console.log(
-          `${v.user.padEnd(30)} ${v.tenant_id}  ${v.revoked ? `revoked ${v.revoked_at ?? ""}` : "live"}  created ${v.created_at}`,
-        );
-      if (r.truncated) console.error("(truncated: more identities than one listing reads)");
-    });
-  common(service.command("get <name>"))
-    .description("show a service identity (never its secret or hash)")
-    .option("--json", "print the record as JSON")
-    .action(async (name: string, f: AdminFlags) => {
-      const r = await withDirectory(f, (_dir, kv) =>
-        new KvServiceDirectory(kv, systemClock).get(name),
-      );
-      if (r === null)
-        throw new KairosError("not_found", `service ${name} not found`, { field: "name" });
-      const v = shownService(r);
-      console.log(
-        f.json
-          ? JSON.stringify(v)
-          : Object.entries(v)
-              .map(([k, x]) => `${k.padEnd(10)} ${String(x)}`)
-              .join("\n"),
-      );
     });
 }

@@ -677,6 +677,68 @@ describe("kairos admin CLI", () => {
     );
   });
 
+  it("service create/get/list through the CLI: the secret shown once, never listed; bad input refused", async () => {
+    const cluster = `cli${++clusterSeq}`;
+    const flags = [
+      "--nats",
+      nats.url,
+      "--nats-creds",
+      nats.credsFor("admin"),
+      "--cluster",
+      cluster,
+    ];
+    const tenant = await runCli(
+      ["admin", "tenant", "create", "svc-owner", "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(tenant.code, 0, tenant.stderr);
+    const { tenant_id } = JSON.parse(tenant.stdout) as { tenant_id: string };
+    const created = await runCli(
+      ["admin", "service", "create", "billing", "--tenant", tenant_id, "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(created.code, 0, created.stderr);
+    const creds = JSON.parse(created.stdout) as {
+      user: string;
+      password: string;
+      tenant_id: string;
+    };
+    assert.equal(creds.user, "service-billing");
+    assert.equal(creds.tenant_id, tenant_id);
+    assert.ok(creds.password.length >= 32, "a long secret");
+
+    const got = await runCli(["admin", "service", "get", "billing", "--json", ...flags], stateDir);
+    assert.equal(got.code, 0, got.stderr);
+    assert.ok(!got.stdout.includes(creds.password), "get never shows the secret");
+    assert.equal((JSON.parse(got.stdout) as { tenant_id: string }).tenant_id, tenant_id);
+    const listed = await runCli(
+      ["admin", "service", "list", "--tenant", tenant_id, "--json", ...flags],
+      stateDir,
+    );
+    assert.equal(listed.code, 0, listed.stderr);
+    const list = JSON.parse(listed.stdout) as { services: { user: string }[]; truncated: boolean };
+    assert.deepEqual(
+      list.services.map((v) => v.user),
+      ["service-billing"],
+    );
+    assert.ok(!listed.stdout.includes(creds.password), "list never shows the secret");
+
+    const again = await runCli(
+      ["admin", "service", "create", "billing", "--tenant", tenant_id, ...flags],
+      stateDir,
+    );
+    assert.equal(again.code, 2, "a second identity of the same name is refused");
+    const noTenant = await runCli(
+      ["admin", "service", "create", "other", "--tenant", "tnosuchtenant00000", ...flags],
+      stateDir,
+    );
+    assert.equal(noTenant.code, 2);
+    assert.match(noTenant.stderr, /tenant/);
+    const unknown = await runCli(["admin", "service", "get", "nosuch", ...flags], stateDir);
+    assert.equal(unknown.code, 2);
+    assert.match(unknown.stderr, /service nosuch not found/);
+  });
+
   it("without --nats and no dev cluster it says how to find one", async () => {
     const r = await runCli(["admin", "key", "revoke", "kabc"], stateDir);
     assert.equal(r.code, 2);
