@@ -457,7 +457,8 @@ const DEAD = new Set(["failed", "timed_out"]);
 /**
  * (g) A `succeeded` record needs an execution of that run that ended by itself; a dead-lettered
  * one (`failed`, `timed_out`) at least one execution. Exception: an attempt its owner heard start
- * on a worker killed -9 within 2 s after that start (the task may have died before its first line).
+ * on a worker whose tasks were killed within 2 s after that start — the worker killed -9, or
+ * frozen (SIGSTOP: the task's watchdog kills it) — the task may have died before its first line.
  */
 export function checkOutcomes(
   runs: RunRec[],

@@ -122,6 +122,11 @@ export class Cluster {
   readonly all: NodeProc[] = [];
   /** kill -9 times of each worker (closing the executions it left without an end line). */
   readonly killTimes = new Map<string, number[]>();
+  /**
+   * SIGSTOP times of each worker: its tasks' watchdogs kill them within a poll (a frozen worker's
+   * tasks die, src/sandbox/supervisor.ts) — one just spawned may die before its first line.
+   */
+  readonly freezeTimes = new Map<string, number[]>();
   apiUrl = "";
   /** Cut-offs so far: they alternate between a silent black hole and a reset. */
   cuts = 0;

@@ -139,6 +139,7 @@ async function single(x: Ctx, kind: FaultKind): Promise<FaultRecord> {
     case "sigstop_worker": {
       const w = freeSlot(x, c.workers);
       const hold = Math.round(ttl + between(rng, 1500, 4000));
+      c.freezeTimes.set(w.id, [...(c.freezeTimes.get(w.id) ?? []), Date.now()]);
       w.proc.signal("SIGSTOP");
       await delay(hold);
       w.proc.signal("SIGCONT");

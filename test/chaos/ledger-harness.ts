@@ -656,7 +656,10 @@ export async function runLedgerChaos(
     violations.push(...e);
     const { f, reruns } = checkRunAgain(execs, faults, o.runLeaseTtlMs);
     violations.push(...f);
-    const g = checkOutcomes(runs, execs, c.killTimes, faults, o.runLeaseTtlMs);
+    // A task dies with its worker: at a kill -9, or by its watchdog when the worker is frozen.
+    const taskKills = new Map(c.killTimes);
+    for (const [w, ts] of c.freezeTimes) taskKills.set(w, [...(taskKills.get(w) ?? []), ...ts]);
+    const g = checkOutcomes(runs, execs, taskKills, faults, o.runLeaseTtlMs);
     violations.push(...g);
     const lateReplies = permissionViolations.filter(isLateReply);
     const h = permissionViolations
