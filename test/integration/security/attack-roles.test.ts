@@ -10,12 +10,22 @@
  *
  * Forged reply subjects, consumer creation, stream info, direct gets and purges are in
  * attack-replies, attack-jetstream and attack-worker (each with the roles that hold those rights).
+ *
+ * The job catalogs (`jd.<tenant>`, `jl.<tenant>.<key>` of the tenants bucket: src/catalog) are
+ * written by API nodes only. A worker (shared or pinned) and a tenant's service user, with their
+ * real credentials, each try to put, delete (a `DEL` marker), purge (a `PURGE` marker) and
+ * stream-purge existing catalog keys and to create new ones: every attempt must be refused by the
+ * server and leave the tenants stream and the keys as they were. (Both identities also live in
+ * accounts without JetStream: with their permissions widened alone, nothing lands but nothing is
+ * refused either, and the test fails on that.)
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { headers } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { openBuckets } from "../../../src/cluster/buckets.ts";
+import { openBuckets, type Buckets } from "../../../src/cluster/buckets.ts";
+import { chunkKey, directoryKey } from "../../../src/catalog/job-catalog.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
 import type { Role } from "../../../src/cluster/config.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
@@ -227,5 +237,127 @@ describe("every role against the subjects it must not reach", { timeout: 180_000
         "the tenants bucket holds no forged record (only the admin's marker)",
       );
     });
+  }
+});
+
+describe("the job catalog keys against the identities that must not write them", () => {
+  let nats: NatsFixture;
+  let admin: NatsConnection;
+  let b: Buckets;
+  const enc = (x: string) => new TextEncoder().encode(x);
+  /** The catalog keys written by the admin, with their values: each must stay as it is. */
+  const victims = [
+    { key: directoryKey(TA), value: "tenant A's job directory" },
+    { key: chunkKey(TA, "0000"), value: "tenant A's first chunk" },
+  ];
+  /** Keys no one holds: a forged catalog of tenant B, and a chunk of tenant A. */
+  const fresh = [directoryKey(TB), chunkKey(TB, "0000"), chunkKey(TA, "ffff")];
+
+  /** The tenants stream's messages and last sequence: any write or purge changes them. */
+  const tenantsState = async () => {
+    const s = (await (await jetstreamManager(admin)).streams.info("KV_kairos_tenants")).state;
+    return `${s.messages} messages, last sequence ${s.last_seq}`;
+  };
+  /** An attempt's effect: the tenants stream changed since `before`. */
+  const streamChanged = (before: string) => async () => {
+    const now = await tenantsState();
+    return now !== before ? `the tenants stream went from ${before} to ${now}` : undefined;
+  };
+  /** How the catalog keys read unlike the set-up (undefined: as they were). */
+  const catalogChanged = async (): Promise<string | undefined> => {
+    for (const v of victims) {
+      const e = await b.tenants.get(v.key);
+      const got = e === null ? "nothing" : new TextDecoder().decode(e.value);
+      if (got !== v.value) return `${v.key} reads ${got}`;
+    }
+    for (const k of fresh) if ((await b.tenants.get(k)) !== null) return `${k} was written`;
+    return undefined;
+  };
+
+  /** One write to a key: a put, a delete marker, a purge marker, a stream purge of its subject. */
+  type Op = "put" | "delete" | "purge" | "stream purge";
+  const attempt = (nc: NatsConnection, op: Op, key: string): string => {
+    const subject = `$KV.kairos_tenants.${key}`;
+    const h = headers();
+    switch (op) {
+      case "put":
+        nc.publish(subject, enc('{"forged":true}'));
+        return subject;
+      case "delete":
+        h.set("KV-Operation", "DEL");
+        nc.publish(subject, undefined, { headers: h });
+        return subject;
+      case "purge":
+        // A purge marker. The KV library's purge adds `Nats-Rollup: sub`, which the buckets refuse
+        // from anyone (rollups off: attack-rollup.test.ts); the marker alone is what could land.
+        h.set("KV-Operation", "PURGE");
+        nc.publish(subject, undefined, { headers: h });
+        return subject;
+      case "stream purge": {
+        // A request: the JetStream API acts on one with a reply subject to answer.
+        const api = "$JS.API.STREAM.PURGE.KV_kairos_tenants";
+        void nc
+          .request(api, enc(JSON.stringify({ filter: subject })), { timeout: 2_000 })
+          .catch(() => undefined);
+        return api;
+      }
+    }
+  };
+
+  const attackers: { who: string; connect: () => Promise<NatsConnection> }[] = [
+    { who: "tenant A's service user", connect: () => nats.connectService("alpha") },
+    { who: "shared worker", connect: () => nats.connect("catalog-worker", ["worker"]) },
+    {
+      who: "pinned worker w1",
+      connect: () =>
+        connectNats({
+          url: nats.url,
+          name: "catalog-w1",
+          credsFile: nats.auth.credsForWorker("w1"),
+        }),
+    },
+  ];
+
+  before(async () => {
+    nats = await startNats({ services: [{ name: "alpha", tenantId: TA }] });
+    admin = await nats.connect("catalog-admin");
+    b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
+    for (const v of victims) await b.tenants.put(v.key, enc(v.value));
+  });
+
+  after(async () => {
+    await admin?.close();
+    await nats?.stop();
+  });
+
+  for (const a of attackers) {
+    it(
+      `${a.who}: cannot put, delete or purge a job catalog key`,
+      { timeout: 180_000 },
+      async () => {
+        const nc = await a.connect();
+        const through: string[] = [];
+        try {
+          for (const op of ["put", "delete", "purge", "stream purge"] as const) {
+            for (const key of [...victims.map((v) => v.key), ...fresh]) {
+              const effect = streamChanged(await tenantsState());
+              const v = nextPermissionError(nc);
+              const subject = attempt(nc, op, key);
+              await nc.flush().catch(() => undefined);
+              const o = await defenceOrEffect(v, effect, `${a.who} ${op} ${key}`);
+              // Refused, the write must not follow either.
+              const late = o.kind === "defended" ? await effect() : undefined;
+              if (o.kind === "effect") through.push(`${op} ${key}: ${o.what}`);
+              else if (late !== undefined) through.push(`${op} ${key}: refused, yet ${late}`);
+              else assert.deepEqual([o.value.operation, o.value.subject], ["publish", subject]);
+            }
+          }
+        } finally {
+          await nc.close();
+        }
+        assert.deepEqual(through, [], `what ${a.who} got through`);
+        assert.equal(await catalogChanged(), undefined, "the catalog keys are as they were");
+      },
+    );
   }
 });
