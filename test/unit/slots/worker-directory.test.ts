@@ -322,4 +322,49 @@ describe("worker directory: room", () => {
     clock.advance(1_500);
     assert.deepEqual([...dir.executingByTenant()!], [["t1", 1]]);
   });
+
+  it("a worker's forged executing counts move the fleet's sum by its believed slots at most, or make it unknown", () => {
+    // An honest worker `a`, and `f` advertising whatever it likes on its own subject: 500 seeded
+    // adverts with slots up to 40 (believed up to 16) and counts of up to 6 tenants up to 50, or
+    // huge, or not whole.
+    const clock = new FakeClock(0);
+    const limits = { maxSlots: 16, maxPrefetch: 4 };
+    const dir = new WorkerDirectory(clock, seededRandom(4), 3_000, { limits });
+    const honest = { t1: 3, t2: 5 };
+    const random = seededRandom(77);
+    const int = (n: number) => Math.floor(random.next() * n);
+    const counts = [0, 1, 2, 3, 16, 17, 50, 1.5, -1, 1e9];
+    let believed = 0;
+    for (let i = 0; i < 500; i++) {
+      const slots = int(41);
+      const executing: Record<string, number> = {};
+      for (let k = int(7); k > 0; k--) executing[`t${int(6)}`] = counts[int(counts.length)]!;
+      dir.observe({ ...advert("a", 0, 8), executing: honest });
+      dir.observe({ ...advert("f", 0, slots), executing });
+      clock.advance(EXECUTING_SUM_MS);
+      const sum = dir.executingByTenant();
+      if (sum === undefined) continue; // not believed: the fleet goes by grants held
+      believed++;
+      let tilt = 0;
+      for (const [t, n] of sum) {
+        const more = n - (honest[t as keyof typeof honest] ?? 0);
+        assert.ok(more >= 0, `${t}: ${n}, below the honest worker's count`);
+        tilt += more;
+      }
+      assert.ok(
+        tilt <= Math.min(slots, limits.maxSlots),
+        `advert ${i}: slots ${slots}, executing ${JSON.stringify(executing)} added ${tilt}`,
+      );
+      assert.deepEqual(Object.fromEntries(sum), {
+        ...honest,
+        ...Object.fromEntries(
+          Object.entries(executing).map(([t, n]) => [
+            t,
+            n + (honest[t as keyof typeof honest] ?? 0),
+          ]),
+        ),
+      });
+    }
+    assert.ok(believed > 20 && believed < 480, `both kinds drawn: ${believed} believed of 500`);
+  });
 });
