@@ -35,9 +35,9 @@ export interface BatchRequest {
    * How long (ms) the owner may take before answering the items still queued as pending
    * (src/server/batch-answer.ts; default and floor 500 ms, at most 30 s). Heartbeats leave it
    * out: one item queued behind a busy actor must not hold back the acknowledgements of the
-   * others. Completion reports name half their wait: a report is wanted for its effect, and an
-   * item answered pending costs a copy — yet one slow item must not cost every item of its batch
-   * a copy either (as a batch unanswered within the wait would).
+   * others. Completion reports name 1 s (at most half their wait): a report is wanted for its
+   * effect, yet one slow item must not cost every item of its batch a copy (as a batch unanswered
+   * within the wait would); one answered pending is copied only much later.
    */
   w?: number;
 }

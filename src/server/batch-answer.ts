@@ -4,8 +4,10 @@
  * answered or the batch's budget runs out — items still queued behind a busy actor then answer
  * `unavailable` ("pending"; the sender retries them), so a slow item does not hold back the
  * answers of the others. Heartbeats use the default budget, BATCH_ITEM_BUDGET_MS (an
- * acknowledgement is wanted soon); completion reports name a longer one (`w`: half their wait),
- * since a report is wanted for its effect and an item answered pending costs a copy.
+ * acknowledgement is wanted soon); completion reports name a longer one (`w`: 1 s, at most half
+ * their wait), since a report is wanted for its effect — yet short enough that a saturated
+ * owner's answer arrives within the sender's wait (a report answered pending is copied only much
+ * later: worker/outbox.ts `PENDING_REPORT_WAIT_MS`).
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";

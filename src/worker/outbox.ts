@@ -29,9 +29,35 @@ const REPORT_COALESCE_MS = 20;
  * answers those heartbeats instead of preparing runs.
  */
 export const COMPLETION_WAIT_MS = 10_000;
+/**
+ * The owner's budget for a batch of reports (server/batch-answer.ts): those not settled by then
+ * are answered `pending`. Short, so that a saturated owner's answer (sent when a timer fires on
+ * its busy event loop) arrives well within the wait: a batch answered late counts as no answer,
+ * and each of its reports is copied after the short wait (a burst's 200,000 reports were sent
+ * about 13 times each).
+ */
+const REPORT_BUDGET_MS = 1_000;
+/**
+ * How long a report its owner answered `pending` (still queued in its job actor's mailbox) waits
+ * before its next copy, at least the wait above and at most a quarter of the completion deadline.
+ * The owner keeps the lease of a report queued there however long it waits (run-messages.ts
+ * `onLeaseExpired`), so this copy only shortens the recovery of a report the owner lost (its
+ * actor dropped or moved: the lease then lapses into a probe, which this worker answers with the
+ * completion); sent at the short wait, a burst's queued reports came back as copies every round,
+ * each one more item for the saturated owner to decode and join.
+ */
+export const PENDING_REPORT_WAIT_MS = 15_000;
 /** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
 const MIN_REPORT_WAIT_MS = 250;
-export const COMPLETIONS_IN_FLIGHT = 65_536;
+/**
+ * Most reports being made at once: as many as the attempts a worker remembers (attempt-memory.ts),
+ * so that a burst's ended attempts are reported, not heartbeated while they wait here. With 65,536,
+ * the other 134,464 ended attempts of a 200,000-run burst were heartbeated every round (54,000
+ * heartbeats a second at their owner), which left the owner too little of its time for the reports
+ * themselves: none was answered within the completion deadline. A report waiting in its owner's
+ * mailbox costs that owner its message (a few hundred bytes) and nothing per round.
+ */
+export const COMPLETIONS_IN_FLIGHT = 262_144;
 
 export class CompletionOutbox implements OutboxPart {
   readonly #c: WorkerCore;
@@ -129,7 +155,7 @@ export class CompletionOutbox implements OutboxPart {
   /**
    * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
    * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
-   * request per partition (naming half the wait as the owner's budget) carries every report due
+   * request per partition (naming REPORT_BUDGET_MS, at most half the wait, as the owner's budget) carries every report due
    * within REPORT_COALESCE_MS, not a request and a socket write per completion. While a copy is on
    * the wire the lease is not heartbeated (its arrival keeps the lease); while it waits for a free
    * report slot or between copies, it is. So a burst's ended attempts cost their owner one item
@@ -214,7 +240,7 @@ export class CompletionOutbox implements OutboxPart {
             ...l.completion!,
           },
         })),
-        { deadlineMs: wait, budgetMs: Math.floor(wait / 2) },
+        { deadlineMs: wait, budgetMs: Math.min(REPORT_BUDGET_MS, Math.floor(wait / 2)) },
       );
     } catch (e) {
       o.log("warn", "completion reports failed; they are sent again", {
@@ -223,10 +249,28 @@ export class CompletionOutbox implements OutboxPart {
       });
     }
     const now = o.clock.monoMs();
-    const later = batch.filter((l, i) => this.#answered(l, results[i], now));
-    if (later.length === 0) return;
+    const unknown: Lease[] = [];
+    const queued: Lease[] = [];
+    batch.forEach((l, i) => {
+      const next = this.#answered(l, results[i], now);
+      if (next === "again") unknown.push(l);
+      else if (next === "queued") queued.push(l);
+    });
     // A failure faster than the wait (no responder, a closed connection) waits out the rest;
-    // meanwhile heartbeat rounds carry the leases again.
+    // meanwhile heartbeat rounds carry the leases again. A report the owner holds queued waits
+    // longer (PENDING_REPORT_WAIT_MS).
+    this.#copyLater(unknown, sentAt + wait - now);
+    const queuedWait = Math.max(
+      wait,
+      Math.min(PENDING_REPORT_WAIT_MS, o.completionDeadlineMs / 4),
+    );
+    this.#copyLater(queued, sentAt + queuedWait - now);
+  }
+
+  /** The next copy of each report in `later` goes in `rest` ms (at once if none is left). */
+  #copyLater(later: Lease[], rest: number): void {
+    if (later.length === 0) return;
+    const { o, table } = this.#c;
     const queueAgain = () => {
       for (const l of later) {
         if (l.reportOnWire) {
@@ -238,16 +282,15 @@ export class CompletionOutbox implements OutboxPart {
       }
       this.#flushReportsSoon();
     };
-    const rest = sentAt + wait - now;
     if (rest > 0) o.clock.setTimer(rest, queueAgain);
     else queueAgain();
   }
 
   /**
-   * One report's answer (`r`; undefined: none): settled, given up, or true — a copy goes after the
-   * wait.
+   * One report's answer (`r`; undefined: none): settled or given up (undefined), or a copy goes
+   * after the wait — `queued` when the owner said the report waits in its mailbox.
    */
-  #answered(l: Lease, r: ItemResult | undefined, now: number): boolean {
+  #answered(l: Lease, r: ItemResult | undefined, now: number): "again" | "queued" | undefined {
     const c = this.#c;
     const { o } = c;
     // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
@@ -268,15 +311,14 @@ export class CompletionOutbox implements OutboxPart {
       });
     } else if (c.table.holds(l)) {
       // Unknown outcome: the next copy goes after the wait.
-      if (!pending) {
-        l.reportOnWire = false;
-        c.table.awake.add(l); // rounds carry it meanwhile
-      }
-      return true;
+      if (pending) return "queued";
+      l.reportOnWire = false;
+      c.table.awake.add(l); // rounds carry it meanwhile
+      return "again";
     }
     l.reportOnWire = false;
     this.#reportSettled(l, true);
-    return false;
+    return undefined;
   }
 
   /**

@@ -11,7 +11,8 @@
  *   send time of its last acknowledged heartbeat, with no `lease_lost` reply; an offer never
  *   acknowledged is dropped (`offer_expired`).
  * - a completion whose request timed out is kept (and heartbeated) and reported again on
- *   the next round until the owner answers ok or stale_fence.
+ *   the next round until the owner answers ok or stale_fence; one its owner answered pending
+ *   (queued there) is copied only after the longer wait of a queued report.
  *
  * The tests of these two kinds fail against a worker that starts without an acknowledgement,
  * keeps a never-acknowledged offer, does not fence itself, or stops heartbeating an attempt whose
@@ -42,6 +43,7 @@ import { identityEnv } from "../../../src/sandbox/identity.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 import { GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
 import { ADVERT_GAP_MS } from "../../../src/worker/heartbeat.ts";
+import { PENDING_REPORT_WAIT_MS } from "../../../src/worker/outbox.ts";
 import { metricsText } from "../../../src/metrics/index.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
@@ -1317,7 +1319,7 @@ describe("worker: a completion with an unknown outcome is retried", () => {
   );
 
   it(
-    "in one batch, a report answered pending stays on the wire (not heartbeated) until its copy after the wait, while the others settle",
+    "in one batch, a report answered pending stays on the wire (not heartbeated) until its copy after the longer wait of a queued report, while the others settle",
     T,
     async () => {
       // One slow item must not cost every item of its batch a copy.
@@ -1341,12 +1343,19 @@ describe("worker: a completion with an unknown outcome is retried", () => {
         "pending: still on the wire, not heartbeated",
       );
       assert.deepEqual(t.worker.leaseCounts, { held: 1, awake: 0 });
+      await t.runTo(firstAt + 2_000 + 100); // past the 2 s wait of a report with no answer
+      assert.equal(
+        t.owner.completes.filter((c) => c.run_id === "r2").length,
+        1,
+        "queued at its owner: no copy after the short wait",
+      );
+      assert.deepEqual(t.worker.leaseCounts, { held: 1, awake: 0 }, "nor heartbeated meanwhile");
       t.owner.completePending.clear();
-      await t.runTo(firstAt + 2_000 + 100); // the copy after the 2 s wait
+      await t.runTo(firstAt + PENDING_REPORT_WAIT_MS + 100); // the copy after the queued wait
       assert.deepEqual(
         t.owner.completes.filter((c) => c.run_id === "r2").map((c) => c.at - firstAt),
-        [0, 2_020],
-        "one copy, after the wait and the gathering",
+        [0, PENDING_REPORT_WAIT_MS + 20],
+        "one copy, after the queued report's wait and the gathering",
       );
       assert.deepEqual(
         t
