@@ -54,6 +54,14 @@ export interface BucketOptions {
    * dead). Default: the data connection.
    */
   control?: NatsConnection;
+  /**
+   * The data buckets' connection (actors, runs, tenants, idem): by default the data connection
+   * itself. A scheduler gives them a socket of their own, so that the acknowledgement of a write
+   * does not wait behind the actor requests arriving on the data connection: a burst's completion
+   * reports (tens of megabytes read on a busy event loop) held back every write's acknowledgement,
+   * and so every job-actor turn, for tens of seconds.
+   */
+  data?: NatsConnection;
   /** Most data-bucket operations (actors, runs, tenants, idem) in flight at once (default 512). */
   maxInFlight?: number;
   /**
@@ -143,7 +151,12 @@ export async function openBuckets(nc: NatsConnection, opts: BucketOptions): Prom
     jetstream(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
   const jsm = (c: NatsConnection) =>
     jetstreamManager(withMuxedRequests(c), { timeout: LIBRARY_TIMEOUT_FACTOR * KV_TIMEOUT_MS });
-  const data = { jsm: await startupRetry(() => jsm(nc), clock), kvm: new Kvm(js(nc)), limiter };
+  const dataNc = opts.data ?? nc;
+  const data = {
+    jsm: await startupRetry(() => jsm(dataNc), clock),
+    kvm: new Kvm(js(dataNc)),
+    limiter,
+  };
   const control = opts.control
     ? {
         jsm: await startupRetry(() => jsm(opts.control!), clock),

@@ -5,6 +5,7 @@
  * node can send to actors through the router.
  */
 import { randomUUID } from "node:crypto";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { backoffMs } from "../lib/backoff.ts";
 import { systemClock, type Clock } from "../lib/clock.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
@@ -195,21 +196,13 @@ export class KairosNode {
       this.#nc = t.bus;
       this.#buckets = t.buckets;
     } else {
-      const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}`, ...c.natsAuth });
-      // The control plane (leases, membership) has a socket of its own: see openBuckets.
-      const control = await connectNats({
-        url: c.natsUrl,
-        name: `kairos-${c.nodeId}-control`,
-        ...c.natsAuth,
-      }).catch(async (e: unknown) => {
-        await nc.close();
-        throw e;
-      });
+      const { nc, control, data } = await connectNode(c);
       // Requests go through Kairos's own mux: nc.request builds a discarded Error per reply (request-mux.ts).
       this.#nc = muxedBus(nc, clock);
       this.#control = control;
       this.#drain = async () => {
         await nc.drain();
+        if (data && !data.isClosed()) await data.drain();
         if (!control.isClosed()) await control.drain();
       };
       this.#buckets = await openBuckets(nc, {
@@ -217,6 +210,7 @@ export class KairosNode {
         replicas: c.replicas,
         warn: (m) => log("warn", m),
         control,
+        ...(data ? { data } : {}),
         // A worker identity may not create streams: it waits for an api or scheduler node to. It
         // reads the partition count and writes its own node record, nothing else (buckets.ts).
         createStreams: c.roles.includes("api") || c.roles.includes("scheduler"),
@@ -382,4 +376,35 @@ export class KairosNode {
     this.#removeSkewSource?.();
     if (this.#nc && !this.#nc.isClosed()) await (this.#drain ?? this.#deps.transport?.close)?.();
   }
+}
+
+/**
+ * A node's NATS connections: the main one (actor requests and replies), the control plane's
+ * (leases, membership: see openBuckets `control`) and, on a scheduler or api node, the data
+ * buckets' (see openBuckets `data`), each a socket of its own. Those opened are closed if a later
+ * one fails.
+ */
+async function connectNode(
+  c: NodeConfig,
+): Promise<{ nc: NatsConnection; control: NatsConnection; data: NatsConnection | undefined }> {
+  const nc = await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}`, ...c.natsAuth });
+  const control = await connectNats({
+    url: c.natsUrl,
+    name: `kairos-${c.nodeId}-control`,
+    ...c.natsAuth,
+  }).catch(async (e: unknown) => {
+    await nc.close();
+    throw e;
+  });
+  const store = c.roles.includes("api") || c.roles.includes("scheduler");
+  const data = store
+    ? await connectNats({ url: c.natsUrl, name: `kairos-${c.nodeId}-kv`, ...c.natsAuth }).catch(
+        async (e: unknown) => {
+          await nc.close();
+          await control.close();
+          throw e;
+        },
+      )
+    : undefined;
+  return { nc, control, data };
 }
