@@ -116,6 +116,7 @@ export async function run(args: string[]): Promise<void> {
     router,
     executor,
     clock: sim,
+    random: seededRandom(3),
     log: () => undefined,
     inboxes: "shared", // the simulated bus's `_INBOX.` replies (reply-guard.ts)
     onEvent: (e) => {

@@ -309,6 +309,7 @@ export async function startWorker(
     router: node.workerRouter,
     executor,
     clock: systemClock,
+    random: systemRandom,
     log: logFn,
     onEvent: (e) => log.info({ evt: `worker_${e.type}`, ...e }, `worker_${e.type}`),
     inboxes: inboxModeFor(config.natsAuth),

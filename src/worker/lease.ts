@@ -52,6 +52,8 @@ export interface Lease {
    * report's arrival keeps the owner's lease as a heartbeat's would (job-actor.ts `arrivalKey`).
    */
   reportOnWire?: boolean | undefined;
+  /** Copies of the completion report sent so far (their waits grow: report-backoff.ts). */
+  reportCopies?: number | undefined;
   lost: boolean;
   /** Killed at once (SIGKILL: self-fenced, lease lost) — see `endedBeforeKill`. */
   killedAtOnce?: boolean | undefined;
@@ -127,6 +129,7 @@ export function newLease(
     completionSinceMono: undefined,
     reporting: undefined,
     reportOnWire: undefined,
+    reportCopies: undefined,
     lost: false,
     killedAtOnce: undefined,
     handedBack: undefined,

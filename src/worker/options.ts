@@ -3,6 +3,7 @@ import type { Bus } from "../cluster/bus.ts";
 import type { InboxMode, ReplyRefusal } from "../cluster/reply-guard.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import type { Clock } from "../lib/clock.ts";
+import type { Random } from "../lib/random.ts";
 import type { Executor } from "../sandbox/index.ts";
 
 export interface WorkerOptions {
@@ -30,6 +31,8 @@ export interface WorkerOptions {
   router: ActorRouter;
   executor: Executor;
   clock: Clock;
+  /** Spreads the waits between copies of a completion report (report-backoff.ts). */
+  random: Random;
   log: (level: "info" | "warn" | "error", msg: string, extra?: Record<string, unknown>) => void;
   /** Test hook: observe lifecycle (accepted, started, lease_lost, completed, stale_fence). */
   onEvent?: (e: { type: string; run_id: string; attempt: number }) => void;

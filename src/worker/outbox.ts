@@ -13,6 +13,7 @@ import { JOB_ACTOR } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { OutboxPart } from "./types.ts";
 import { endedBeforeKill, type Lease } from "./lease.ts";
+import { reportCopyWaitMs, reportDueSlot } from "./report-backoff.ts";
 
 /** How long completion reports gather before their batch goes (`#flushReports`). */
 const REPORT_COALESCE_MS = 20;
@@ -47,6 +48,12 @@ const REPORT_BUDGET_MS = 1_000;
  * each one more item for the saturated owner to decode and join.
  */
 export const PENDING_REPORT_WAIT_MS = 15_000;
+/**
+ * The longest wait between two copies of a report before its spread (report-backoff.ts): the waits
+ * double from the first (the wait above, or PENDING_REPORT_WAIT_MS) up to this, and at most half
+ * the completion deadline, so that a report is still copied a few times before it is given up.
+ */
+export const REPORT_MAX_WAIT_MS = 30_000;
 /** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
 const MIN_REPORT_WAIT_MS = 250;
 /**
@@ -69,6 +76,8 @@ export class CompletionOutbox implements OutboxPart {
   #reportsActive = 0;
   /** Reports whose next copy is due (they hold their slot). */
   #reportAgain: Lease[] = [];
+  /** Reports whose next copy waits, by the instant it is due (REPORT_DUE_GRAIN_MS). */
+  readonly #copiesDue = new Map<number, Lease[]>();
   #cancelReportFlush: (() => void) | undefined;
 
   constructor(c: WorkerCore) {
@@ -224,6 +233,7 @@ export class CompletionOutbox implements OutboxPart {
     let wait = Number.POSITIVE_INFINITY;
     for (const l of batch) {
       l.reportOnWire = true;
+      l.reportCopies = (l.reportCopies ?? 0) + 1;
       table.sleep(l);
       wait = Math.min(wait, this.#reportWaitMs(l));
     }
@@ -249,41 +259,61 @@ export class CompletionOutbox implements OutboxPart {
       });
     }
     const now = o.clock.monoMs();
-    const unknown: Lease[] = [];
-    const queued: Lease[] = [];
-    batch.forEach((l, i) => {
-      const next = this.#answered(l, results[i], now);
-      if (next === "again") unknown.push(l);
-      else if (next === "queued") queued.push(l);
-    });
-    // A failure faster than the wait (no responder, a closed connection) waits out the rest;
-    // meanwhile heartbeat rounds carry the leases again. A report the owner holds queued waits
-    // longer (PENDING_REPORT_WAIT_MS).
-    this.#copyLater(unknown, sentAt + wait - now);
-    const queuedWait = Math.max(
+    // The next copy of each unsettled report: after a wait growing with its copies sent
+    // (report-backoff.ts). A failure faster than the wait (no responder, a closed connection)
+    // waits out the rest; meanwhile heartbeat rounds carry the leases again. A report the owner
+    // holds queued starts from a longer wait (PENDING_REPORT_WAIT_MS).
+    const queuedFirst = Math.max(
       wait,
       Math.min(PENDING_REPORT_WAIT_MS, o.completionDeadlineMs / 4),
     );
-    this.#copyLater(queued, sentAt + queuedWait - now);
+    const cap = Math.max(queuedFirst, Math.min(REPORT_MAX_WAIT_MS, o.completionDeadlineMs / 2));
+    batch.forEach((l, i) => {
+      const next = this.#answered(l, results[i], now);
+      if (next === undefined) return;
+      const first = next === "queued" ? queuedFirst : wait;
+      this.#copyAt(l, sentAt + reportCopyWaitMs(l.reportCopies ?? 1, first, cap, o.random));
+    });
   }
 
-  /** The next copy of each report in `later` goes in `rest` ms (at once if none is left). */
-  #copyLater(later: Lease[], rest: number): void {
-    if (later.length === 0) return;
-    const { o, table } = this.#c;
-    const queueAgain = () => {
-      for (const l of later) {
-        if (l.reportOnWire) {
-          // Answered pending: off the wire now; rounds carry it until the copy goes.
-          l.reportOnWire = false;
-          if (table.holds(l)) table.awake.add(l);
-        }
-        this.#reportAgain.push(l);
+  /**
+   * The next copy of `l` goes at `due` (monotonic ms; at once if past), in one batch with the
+   * others due in the same REPORT_DUE_GRAIN_MS: their timer is the first one's, so each copy goes
+   * within that grain of its own instant.
+   */
+  #copyAt(l: Lease, due: number): void {
+    const { o } = this.#c;
+    const slot = reportDueSlot(due);
+    const group = this.#copiesDue.get(slot);
+    if (group) {
+      group.push(l);
+      return;
+    }
+    const rest = due - o.clock.monoMs();
+    if (rest <= 0) {
+      this.#queueAgain([l]);
+      return;
+    }
+    this.#copiesDue.set(slot, [l]);
+    o.clock.setTimer(rest, () => {
+      const later = this.#copiesDue.get(slot) ?? [];
+      this.#copiesDue.delete(slot);
+      this.#queueAgain(later);
+    });
+  }
+
+  /** The copies of `later` are due: they go in the next batch. */
+  #queueAgain(later: Lease[]): void {
+    const { table } = this.#c;
+    for (const l of later) {
+      if (l.reportOnWire) {
+        // Answered pending: off the wire now; rounds carry it until the copy goes.
+        l.reportOnWire = false;
+        if (table.holds(l)) table.awake.add(l);
       }
-      this.#flushReportsSoon();
-    };
-    if (rest > 0) o.clock.setTimer(rest, queueAgain);
-    else queueAgain();
+      this.#reportAgain.push(l);
+    }
+    this.#flushReportsSoon();
   }
 
   /**

@@ -402,6 +402,7 @@ export class SimCluster {
       router: p.node.router,
       executor,
       clock: p.process.clock,
+      random: this.rng(),
       log: this.#log(p.id),
       inboxes: "shared", // no NATS credentials in the simulation: `_INBOX.` replies (reply-guard.ts)
       onEvent: (e) => {

@@ -30,7 +30,7 @@ import {
 } from "../../../src/cluster/router.ts";
 import { ActorRouter } from "../../../src/cluster/router.ts";
 import type { BusMsg } from "../../../src/cluster/bus.ts";
-import { seededRandom } from "../../../src/lib/random.ts";
+import { seededRandom, type Random } from "../../../src/lib/random.ts";
 import type {
   Execution,
   ExecutionResult,
@@ -43,7 +43,7 @@ import { identityEnv } from "../../../src/sandbox/identity.ts";
 import type { ProbeReply, StartReply, StartRequest } from "../../../src/protocol/worker.ts";
 import { GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT, Worker } from "../../../src/worker/worker.ts";
 import { ADVERT_GAP_MS } from "../../../src/worker/heartbeat.ts";
-import { PENDING_REPORT_WAIT_MS } from "../../../src/worker/outbox.ts";
+import { PENDING_REPORT_WAIT_MS, REPORT_MAX_WAIT_MS } from "../../../src/worker/outbox.ts";
 import { metricsText } from "../../../src/metrics/index.ts";
 import { SimBus } from "../../sim/sim-bus.ts";
 import { SimClock, drainMicrotasks } from "../../sim/sim-clock.ts";
@@ -246,6 +246,7 @@ async function setup(
     slots?: number;
     prefetch?: number;
     executor?: Executor;
+    random?: Random;
   } = {},
 ) {
   const sim = new SimClock(T0);
@@ -280,6 +281,8 @@ async function setup(
     router,
     executor,
     clock: sim,
+    // The least spread: each copy's wait is exactly its first (report-backoff.ts).
+    random: { next: () => 0 },
     log: () => undefined,
     completionWaitMs: 2_000,
     inboxes: "shared",
@@ -1151,7 +1154,7 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
 
 describe("worker: a completion with an unknown outcome is retried", () => {
   it(
-    "9: a completion whose request times out is kept and sent again (a copy each wait) until the owner answers ok; while a copy is on the wire the attempt is not heartbeated",
+    "9: a completion whose request times out is kept and sent again (a copy after each wait, the waits growing) until the owner answers ok; while a copy is on the wire the attempt is not heartbeated",
     T,
     async () => {
       const t = await setup();
@@ -1184,7 +1187,9 @@ describe("worker: a completion with an unknown outcome is retried", () => {
       );
       assert.equal(t.executor.log.filter((e) => e.what === "kill").length, 0);
       t.owner.complete = "ok";
-      await t.runTo(t.sim.now() + 2_000 + 100); // the copy in flight waits out its 2 s, the next is answered
+      // The copy in flight waits out its 2 s; the next, the fourth, goes 4 s after the third (the
+      // waits double from the third copy here: report-backoff.ts) and is answered.
+      await t.runTo(t.sim.now() + 4_000 + 100);
       assert.equal(t.evs("completed").length, 1);
       const reported = t.owner.completes.length;
       const asked = t.owner.heartbeats.length;
@@ -1434,6 +1439,119 @@ async function selfFenced(
     ["r1"],
   );
 }
+
+describe("worker: the copies of an unsettled report back off", () => {
+  /** A Random that returns `values` in turn, then the last one for ever. */
+  const draws = (...values: number[]): Random => {
+    let i = 0;
+    return { next: () => values[Math.min(i++, values.length - 1)]! };
+  };
+
+  it(
+    "with no answer, the waits between copies double (spread by the random factor) up to the cap, and the attempt is heartbeated between copies",
+    T,
+    async () => {
+      // A fixed period sent a burst's reports again every 5.5 s to an owner still decoding the
+      // earlier copies; the waits must grow instead. Factor 1.25 (a draw of 0.75).
+      const t = await setup({ random: draws(0.75) });
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      t.owner.complete = "silent";
+      t.executor.exit("r1#1");
+      const exitedAt = t.sim.now();
+      await t.runTo(exitedAt + 59_000); // within the completion deadline: never given up
+      const at = t.owner.completes.map((c) => c.at);
+      const gaps = at.slice(1).map((x, i) => x - at[i]!);
+      // Waits 2 s × 1.25, 4 s × 1.25, 8 s × 1.25, 16 s × 1.25, each + the 20 ms gathering.
+      assert.deepEqual(gaps, [2_520, 5_020, 10_020, 20_020], `gaps ${JSON.stringify(gaps)}`);
+      assert.equal(t.worker.leaseCounts.held, 1, "not given up before the deadline");
+      for (let i = 1; i < at.length; i++) {
+        const between = t.owner.heartbeats.filter(
+          (h) => h.run_id === "r1" && h.at > at[i - 1]! + 2_000 && h.at < at[i]!,
+        );
+        assert.ok(i === 1 || between.length >= 1, `heartbeated between copies ${i} and ${i + 1}`);
+      }
+      // The next copy is due past the 60 s deadline: the report is given up then, and its
+      // completion kept for the owner's probe — the outcome is not lost.
+      await t.runTo(exitedAt + 60_000 + 2 * HB);
+      assert.equal(t.evs("report_given_up").length, 1, "given up at the completion deadline");
+      assert.equal(t.worker.leaseCounts.held, 0);
+      assertSucceeded(await t.probe("r1"), "ok", "the probe still learns the completion");
+      assert.deepEqual(t.evs("self_fenced"), []);
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a report answered pending waits PENDING_REPORT_WAIT_MS, then doubling waits up to REPORT_MAX_WAIT_MS",
+    T,
+    async () => {
+      const t = await setup({ random: draws(0.99), completionDeadlineMs: 600_000 });
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      t.owner.completePending.add("r1");
+      t.executor.exit("r1#1");
+      const exitedAt = t.sim.now();
+      await t.runTo(exitedAt + 200_000);
+      const at = t.owner.completes.map((c) => c.at);
+      const gaps = at.slice(1).map((x, i) => x - at[i]!);
+      // 15 s × 1.49, then 30 s (the cap) × 1.49 each time.
+      const first = Math.round(PENDING_REPORT_WAIT_MS * 1.49) + 20;
+      const capped = Math.round(REPORT_MAX_WAIT_MS * 1.49) + 20;
+      assert.deepEqual(gaps.slice(0, 3), [first, capped, capped], `gaps ${JSON.stringify(gaps)}`);
+      t.owner.completePending.clear();
+      await t.runTo(t.sim.now() + 2 * capped);
+      assert.equal(t.evs("completed").length, 1);
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "reports of one batch are spread apart by their own draws, and copies due within the same 100 ms share a timer and a request",
+    T,
+    async () => {
+      const ids = Array.from({ length: 12 }, (_, i) => `r${i}`);
+      // Draws for the 12 reports of the first batch: six due within 10 ms of one another
+      // (factors 1.100-1.105 of 2 s), six 1 s later (1.6).
+      const t = await setup({
+        slots: 12,
+        random: draws(0.6, 0.601, 0.602, 0.603, 0.604, 0.605, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1),
+      });
+      for (const r of ids) assert.deepEqual(await t.offer(r, 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      assert.equal(t.executor.starts(), 12);
+      t.owner.complete = "internal"; // answered at once, settling nothing: an unknown outcome
+      const timersBefore = t.sim.pending;
+      for (const r of ids) t.executor.exit(`${r}#1`);
+      await drainMicrotasks();
+      const exitedAt = t.sim.now();
+      await t.runTo(exitedAt + 1_000);
+      assert.equal(t.owner.completeRequests, 1, "the first copies in one request");
+      assert.ok(
+        t.sim.pending - timersBefore <= 3,
+        `12 copies waiting on at most 3 timers (two 100 ms spans and one), not one each: ${t.sim.pending - timersBefore}`,
+      );
+      const firstAt = t.owner.completes[0]!.at;
+      t.owner.complete = "ok";
+      await t.runTo(firstAt + 4_000);
+      const second = t.owner.completes.slice(12);
+      assert.equal(second.length, 12, "each report copied once");
+      const early = second.filter((c) => c.at - firstAt < 2_900).map((c) => c.run_id);
+      assert.deepEqual(early.sort(), ["r0", "r1", "r2", "r3", "r4", "r5"].sort());
+      for (const c of second) {
+        const gap = c.at - firstAt;
+        if (early.includes(c.run_id)) assert.ok(gap >= 2_200 && gap <= 2_330, `gap ${gap}`);
+        else assert.ok(gap >= 3_200 && gap <= 3_330, `gap ${gap}`);
+      }
+      assert.ok(
+        t.owner.completeRequests <= 1 + 2 + 2,
+        `copies grouped: ${t.owner.completeRequests - 1} requests for 12 copies in two clusters`,
+      );
+      assert.equal(t.evs("completed").length, 12);
+      await t.worker.stop();
+    },
+  );
+});
 
 describe("worker: a probe of a silent lease is answered with the truth", () => {
   it(

@@ -92,6 +92,7 @@ it(
       }),
       executor,
       clock,
+      random: seededRandom(3),
       log: () => undefined,
       inboxes: "shared",
     });
