@@ -9,56 +9,25 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { systemClock } from "../../src/lib/clock.ts";
-import { systemRandom } from "../../src/lib/random.ts";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { decode } from "../../src/cluster/codec.ts";
-import { openBuckets } from "../../src/cluster/buckets.ts";
-import { KvTenantDirectory } from "../../src/tenants/index.ts";
-import { makeNodeConfig } from "../../src/cluster/config.ts";
-import { NatsJobsService } from "../../src/service/nats-service.ts";
 import { METRICS, registry } from "../../src/metrics/index.ts";
 import type { JobSpec, RunView } from "../../src/protocol/model.ts";
-import { startKairos, type KairosProcess } from "../../src/server/start.ts";
-import { startNats, type NatsFixture } from "../support/nats.ts";
 import { eventually } from "../support/kairos.ts";
+import { startOneNode, type OneNode } from "../support/one-node.ts";
 
-let nats: NatsFixture;
-let proc: KairosProcess;
-let admin: NatsConnection;
-let tenants: KvTenantDirectory;
+let fx: OneNode;
 
 before(async () => {
-  nats = await startNats();
-  admin = await nats.connect("backlog-admin");
-  tenants = new KvTenantDirectory(
-    (await openBuckets(admin, { clusterName: "kairos", replicas: 1 })).tenants,
-    { clock: systemClock },
-  );
-  proc = await startKairos(
-    makeNodeConfig({
-      natsUrl: nats.url,
-      natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) },
-      nodeId: "backlog",
-      roles: ["scheduler", "worker"],
-      partitions: 8,
-    }),
-    {
-      executor: "noop",
-      workerSlots: 2,
-      noopDurationMs: 4_000,
-      apiHost: "127.0.0.1",
-      apiPort: 0,
-      metricsTenantLabels: true,
-      job: { maxWaitingRuns: 3 },
-    },
-  );
+  fx = await startOneNode("backlog", {
+    workerSlots: 2,
+    noopDurationMs: 4_000,
+    metricsTenantLabels: true,
+    job: { maxWaitingRuns: 3 },
+  });
 });
 
 after(async () => {
-  await proc?.stop();
-  await admin?.close();
-  await nats?.stop();
+  await fx?.stop();
 });
 
 const everySecond = (): JobSpec => ({
@@ -81,24 +50,12 @@ async function throttledMetric(tenant: string): Promise<number> {
 
 describe("bounded backlogs (real nats-server)", () => {
   it("occurrences beyond the tenant's and the job's bounds are recorded throttled with the bound, counted by tenant; late waiters end missed", async () => {
-    await eventually(
-      async () =>
-        proc.node.heldPartitions().length === proc.node.partitions && proc.worker
-          ? true
-          : undefined,
-      20_000,
-      "all partitions held",
-    );
+    await fx.ready();
+    const { proc, tenants, jobs: svc } = fx;
     const busy = (await tenants.createTenant("busy")).tenant.tenant_id;
     const solo = (await tenants.createTenant("solo")).tenant.tenant_id;
     await tenants.setQuota(busy, { max_concurrent_runs: 1, max_waiting_runs: 2 });
     await tenants.setQuota(solo, { max_concurrent_runs: 1 });
-    const svc = new NatsJobsService(
-      proc.node.router,
-      proc.node.buckets,
-      proc.node.partitions,
-      systemRandom,
-    );
     const jobs = {
       [busy]: [
         (await svc.createJob(busy, everySecond())).job.job_id,

@@ -7,58 +7,28 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { systemClock } from "../../src/lib/clock.ts";
-import { systemRandom } from "../../src/lib/random.ts";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { decode } from "../../src/cluster/codec.ts";
-import { openBuckets } from "../../src/cluster/buckets.ts";
-import { KvTenantDirectory } from "../../src/tenants/index.ts";
-import { makeNodeConfig } from "../../src/cluster/config.ts";
-import { NatsJobsService } from "../../src/service/nats-service.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../../src/slots/fleet-actor.ts";
 import type { JobSpec, RunView } from "../../src/protocol/model.ts";
-import { startKairos, type KairosProcess } from "../../src/server/start.ts";
-import { startNats, type NatsFixture } from "../support/nats.ts";
 import { eventually } from "../support/kairos.ts";
+import { startOneNode, type OneNode } from "../support/one-node.ts";
 
-let nats: NatsFixture;
-let proc: KairosProcess;
-let admin: NatsConnection;
-let tenants: KvTenantDirectory;
+let fx: OneNode;
 
 before(async () => {
-  nats = await startNats();
-  admin = await nats.connect("fairness-admin");
-  tenants = new KvTenantDirectory(
-    (await openBuckets(admin, { clusterName: "kairos", replicas: 1 })).tenants,
-    { clock: systemClock },
-  );
-  proc = await startKairos(
-    makeNodeConfig({
-      natsUrl: nats.url,
-      natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) },
-      nodeId: "fair",
-      roles: ["scheduler", "worker"],
-      partitions: 8,
-    }),
-    // Workers advertise free slots by heartbeat and a scheduler offers no more than that between
-    // two: a short heartbeat keeps 200 ms runs from idling their slots (this test is about shares).
-    {
-      executor: "noop",
-      workerSlots: 8,
-      // Shares of the 8 slots alone (a prefetch would add its places to the capacity shared).
-      workerPrefetch: 0,
-      noopDurationMs: 200,
-      workerHeartbeatMs: 100,
-      apiHost: "127.0.0.1",
-      apiPort: 0,
-    },
-  );
+  // Workers advertise free slots by heartbeat and a scheduler offers no more than that between
+  // two: a short heartbeat keeps 200 ms runs from idling their slots (this test is about shares).
+  fx = await startOneNode("fair", {
+    workerSlots: 8,
+    // Shares of the 8 slots alone (a prefetch would add its places to the capacity shared).
+    workerPrefetch: 0,
+    noopDurationMs: 200,
+    workerHeartbeatMs: 100,
+  });
 });
 
 after(async () => {
-  await proc?.stop();
-  await admin?.close();
-  await nats?.stop();
+  await fx?.stop();
 });
 
 const spec = (): JobSpec => ({
@@ -74,23 +44,11 @@ const spec = (): JobSpec => ({
 
 describe("fair shares between tenants (real nats-server)", () => {
   it("weights 1 and 3 with more demand than 8 slots: shares 2 and 6, runs start about 1:3", async () => {
-    await eventually(
-      async () =>
-        proc.node.heldPartitions().length === proc.node.partitions && proc.worker
-          ? true
-          : undefined,
-      20_000,
-      "all partitions held",
-    );
+    await fx.ready();
+    const { proc, tenants, jobs: svc } = fx;
     const light = (await tenants.createTenant("light")).tenant.tenant_id;
     const heavy = (await tenants.createTenant("heavy")).tenant.tenant_id;
     await tenants.setQuota(heavy, { weight: 3 });
-    const svc = new NatsJobsService(
-      proc.node.router,
-      proc.node.buckets,
-      proc.node.partitions,
-      systemRandom,
-    );
     const runs = { [light]: 120, [heavy]: 180 };
     await Promise.all(
       Object.entries(runs).map(async ([tenant, n]) => {

@@ -10,49 +10,22 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { NatsConnection } from "@nats-io/transport-node";
 import { systemClock } from "../../src/lib/clock.ts";
-import { systemRandom } from "../../src/lib/random.ts";
 import { decode } from "../../src/cluster/codec.ts";
-import { openBuckets } from "../../src/cluster/buckets.ts";
-import { makeNodeConfig } from "../../src/cluster/config.ts";
 import { metricsText } from "../../src/metrics/index.ts";
 import type { JobSpec, RunView } from "../../src/protocol/model.ts";
-import { NatsJobsService } from "../../src/service/nats-service.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../../src/slots/fleet-actor.ts";
-import { startKairos, type KairosProcess } from "../../src/server/start.ts";
-import { KvTenantDirectory } from "../../src/tenants/index.ts";
-import { startNats, type NatsFixture } from "../support/nats.ts";
 import { eventually } from "../support/kairos.ts";
+import { startOneNode, type OneNode } from "../support/one-node.ts";
 
-let nats: NatsFixture;
-let proc: KairosProcess;
-let admin: NatsConnection;
-let tenants: KvTenantDirectory;
+let fx: OneNode;
 
 before(async () => {
-  nats = await startNats();
-  admin = await nats.connect("slot-reuse-admin");
-  tenants = new KvTenantDirectory(
-    (await openBuckets(admin, { clusterName: "kairos", replicas: 1 })).tenants,
-    { clock: systemClock },
-  );
-  proc = await startKairos(
-    makeNodeConfig({
-      natsUrl: nats.url,
-      natsAuth: { credsFile: nats.credsFor(["api", "scheduler", "worker"]) },
-      nodeId: "reuse",
-      roles: ["scheduler", "worker"],
-      partitions: 8,
-    }),
-    { executor: "noop", workerSlots: 1, workerPrefetch: 1, apiHost: "127.0.0.1", apiPort: 0 },
-  );
+  fx = await startOneNode("reuse", { workerSlots: 1, workerPrefetch: 1 });
 });
 
 after(async () => {
-  await proc?.stop();
-  await admin?.close();
-  await nats?.stop();
+  await fx?.stop();
 });
 
 /** `kairos_slot_idle_seconds`: its count, and how many were at most 25 ms. */
@@ -67,6 +40,7 @@ async function slotIdle(): Promise<{ count: number; fast: number }> {
 
 describe("a freed slot is reused at once (real nats-server)", () => {
   it("three runs on one slot: each starts within 20 ms of the previous end, with no heartbeat between", async () => {
+    const { proc, tenants, jobs: svc } = fx;
     await eventually(
       async () => {
         if (proc.node.heldPartitions().length !== proc.node.partitions) return undefined;
@@ -80,12 +54,6 @@ describe("a freed slot is reused at once (real nats-server)", () => {
       "all partitions held, and the worker's slot and prefetch (2 places) advertised",
     );
     const tenant = (await tenants.createTenant("reuse")).tenant.tenant_id;
-    const svc = new NatsJobsService(
-      proc.node.router,
-      proc.node.buckets,
-      proc.node.partitions,
-      systemRandom,
-    );
     const spec: JobSpec = {
       name: null,
       schedule: { at: new Date(systemClock.now() + 86_400_000).toISOString() },

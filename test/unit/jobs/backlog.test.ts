@@ -312,10 +312,8 @@ describe("backlog: the starting deadline", () => {
 });
 
 describe("backlog: a deadline and an attempt of unknown fate", () => {
-  it("a run whose attempt lapsed unanswered (it may have run) is not missed past its deadline: it is offered again", () => {
-    // A worker cut off with a cover starts and ends the attempt, but cannot tell: the owner
-    // presumes it unstarted. Recording `missed` would then deny a run that executed
-    // (simulation seed 2000272).
+  /** An hourly job with a 5 s starting deadline, its first run (01:00) claimed by a worker. */
+  const claimedHourly = () => {
     const d = new Driver(cfg(), { autoClaim: false });
     d.create(
       spec({
@@ -326,6 +324,14 @@ describe("backlog: a deadline and an attempt of unknown fate", () => {
     d.advance(3_600_000);
     const id = runIdFor(JOB, Date.UTC(2026, 0, 1, 1, 0, 0));
     d.claim();
+    return { d, id };
+  };
+
+  it("a run whose attempt lapsed unanswered (it may have run) is not missed past its deadline: it is offered again", () => {
+    // A worker cut off with a cover starts and ends the attempt, but cannot tell: the owner
+    // presumes it unstarted. Recording `missed` would then deny a run that executed
+    // (simulation seed 2000272).
+    const { d, id } = claimedHourly();
     assert.equal(d.run(id)?.status, "leased");
     d.advance(30_000); // silent worker: the lease lapses, no probe answered, past the deadline
     const again = d.pendingClaims.find((x) => x.run_id === id);
@@ -338,16 +344,7 @@ describe("backlog: a deadline and an attempt of unknown fate", () => {
   });
 
   it("a run whose worker said it never started its attempt still misses its deadline", () => {
-    const d = new Driver(cfg(), { autoClaim: false });
-    d.create(
-      spec({
-        schedule: { cron: "0 * * * *", time_zone: "UTC" },
-        misfire: { policy: "run_once", starting_deadline_s: 5 },
-      }),
-    );
-    d.advance(3_600_000);
-    const id = runIdFor(JOB, Date.UTC(2026, 0, 1, 1, 0, 0));
-    d.claim();
+    const { d, id } = claimedHourly();
     const fence = d.run(id)!.fence;
     d.send({ kind: "lease_expired", run_id: id, fence });
     d.send({
