@@ -277,7 +277,7 @@ function jobPaths(): Json {
       },
       get: {
         summary:
-          "List jobs in job id order (a name or state filter may return a short page with a cursor: follow it until null)",
+          "List jobs in job id order, which is creation order (a name or state filter may return a short page with a cursor: follow it until null)",
         parameters: [
           param(
             "name",

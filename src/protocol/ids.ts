@@ -1,5 +1,6 @@
 /**
- * Identifiers. A job id is `j` + 16 lowercase base-36 characters; a job actor is addressed as
+ * Identifiers. A job id is `j` + 16 lowercase base-36 characters (a new job's begin with its
+ * creation time: `newTimedJobId`); a job actor is addressed as
  * `job/<tenant_id>.<job_id>`. A run id is derived from its job and occurrence —
  * `<job_id>-<scheduled_for ms in base 36>` (manual runs add `-m<n>`) — so one occurrence can only
  * ever have one run key: the unique-key safety net (ARCHITECTURE.md). The `-` before a manual run's
@@ -17,10 +18,27 @@ export function isValidId(s: string): boolean {
   return ID_RE.test(s);
 }
 
-/** A new job id from 16 random values in [0, 1). */
+/** A new id, `j` + 16 characters from random values in [0, 1) (request ids use it too). */
 export function newJobId(random: () => number): string {
   let s = "j";
   for (let i = 0; i < 16; i++) s += Math.floor(random() * 36).toString(36);
+  return s;
+}
+
+/** Characters of a job id that hold its creation time (ms in base 36: enough until year 5000). */
+export const JOB_ID_TIME_CHARS = 9;
+
+/**
+ * A new job's id: `j`, its creation time (ms, base 36, JOB_ID_TIME_CHARS characters) and 7
+ * random characters, so that ids sort in the order jobs were created. The jobs list is in id
+ * order: a tenant's creates land together at the end of its job catalog (src/catalog/), where the
+ * catalog writes them a group at a time. Two creates in the same millisecond with the same random
+ * part are one chance in 36^7; the create that meets a job with its id tries another
+ * (nats-service.ts).
+ */
+export function newTimedJobId(nowMs: number, random: () => number): string {
+  let s = `j${Math.max(0, Math.floor(nowMs)).toString(36).padStart(JOB_ID_TIME_CHARS, "0")}`;
+  while (s.length < 17) s += Math.floor(random() * 36).toString(36);
   return s;
 }
 

@@ -10,7 +10,9 @@
  * job states, never the job actors. The catalog is written before the job actor on a create (a
  * created job is always listed; an entry whose job never came is skipped, and dropped later) and
  * after it on a delete (an entry of a deleted job is skipped and dropped by the page that meets
- * it); a patch of the name or state marks the entry before and settles it after.
+ * it); a patch of the name or state marks the entry before and settles it after. A new job's id
+ * begins with its creation time (`newTimedJobId`), so a tenant's creates meet at the end of its
+ * catalog and are written a group at a time; a new id that is another job's is tried again.
  */
 import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";
@@ -23,7 +25,15 @@ import { TenantJobCounter } from "../slots/job-quota.ts";
 import { JobCatalog } from "../catalog/job-catalog.ts";
 import type { CatalogEntry } from "../catalog/catalog-core.ts";
 import { jobsPage } from "./jobs-page.ts";
-import { JOB_ACTOR, isValidId, jobActorId, newJobId, parseRunId, runKey } from "../protocol/ids.ts";
+import {
+  JOB_ACTOR,
+  isValidId,
+  jobActorId,
+  newJobId,
+  newTimedJobId,
+  parseRunId,
+  runKey,
+} from "../protocol/ids.ts";
 import type { JobReply } from "../job-state/job-types.ts";
 import type { JobState } from "../job-state/job-state.ts";
 import { runView } from "../history/run-record.ts";
@@ -66,6 +76,9 @@ function canonical(v: unknown): string {
   }
   return JSON.stringify(v) ?? "null";
 }
+
+/** How many ids a create tries when a new one is another job's (`newTimedJobId`). */
+export const CREATE_ID_TRIES = 3;
 
 /** How many times a run-now is sent when its owner answers an unknown outcome (a KV timeout). */
 export const RUN_NOW_TRIES = 3;
@@ -143,6 +156,63 @@ export class NatsJobsService implements JobsService {
     spec: JobSpec,
     idempotencyKey?: string,
   ): Promise<{ job: JobView; created: boolean }> {
+    for (let tries = 1; ; tries++) {
+      const r = await this.#create(tenantId, spec, idempotencyKey);
+      if (r !== "id_taken") return r;
+      if (tries >= CREATE_ID_TRIES)
+        throw new KairosError("unavailable", "could not find a free job id; retry");
+    }
+  }
+
+  /**
+   * The job id a create uses: the new one, unless the idempotency key was used before (its job's,
+   * `created` false). A new key is claimed for the new id (`idem`, to forget it if the create
+   * comes to nothing); a key in flight or used with another body is a `conflict`.
+   */
+  async #claim(
+    tenantId: string,
+    newId: string,
+    requestHash: string,
+    idempotencyKey: string | undefined,
+  ): Promise<{ jobId: string; created: boolean; idem?: { key: string; revision: number } }> {
+    if (idempotencyKey === undefined) return { jobId: newId, created: true };
+    const key = `${tenantId}.${sha256(idempotencyKey)}`;
+    const r = await this.buckets.idempotency.create(
+      key,
+      encode({ job_id: newId, request_hash: requestHash }),
+    );
+    if (r.ok) return { jobId: newId, created: true, idem: { key, revision: r.revision } };
+    const e = await this.buckets.idempotency.get(key);
+    const prior = e ? decode<{ job_id: string; request_hash: string }>(e.value) : null;
+    if (!prior)
+      throw new KairosError(
+        "conflict",
+        "Idempotency-Key: a request with this key is in flight; retry",
+        {
+          field: "Idempotency-Key",
+        },
+      );
+    if (prior.request_hash !== requestHash)
+      throw new KairosError(
+        "conflict",
+        "Idempotency-Key: already used with a different request body",
+        {
+          field: "Idempotency-Key",
+        },
+      );
+    return { jobId: prior.job_id, created: false };
+  }
+
+  /**
+   * One try of a create; "id_taken" when the new id is another job's (`newTimedJobId`): nothing
+   * of this try is left (its count, key and sealed secrets are undone, the other job's entry
+   * stays), so the caller tries another id.
+   */
+  async #create(
+    tenantId: string,
+    spec: JobSpec,
+    idempotencyKey: string | undefined,
+  ): Promise<{ job: JobView; created: boolean } | "id_taken"> {
     const secrets = this.#secretStore(spec.task);
     // Hashed for idempotency with a keyed digest in place of the secret values (the hash is stored).
     const requestHash = sha256(
@@ -152,36 +222,13 @@ export class NatsJobsService implements JobsService {
           : spec,
       ),
     );
-    let jobId = newJobId(() => this.random.next());
-    let created = true;
-    let idem: { key: string; revision: number } | undefined;
-    if (idempotencyKey !== undefined) {
-      const key = `${tenantId}.${sha256(idempotencyKey)}`;
-      const r = await this.buckets.idempotency.create(
-        key,
-        encode({ job_id: jobId, request_hash: requestHash }),
-      );
-      if (r.ok) idem = { key, revision: r.revision };
-      else {
-        const e = await this.buckets.idempotency.get(key);
-        const prior = e ? decode<{ job_id: string; request_hash: string }>(e.value) : null;
-        if (!prior)
-          throw new KairosError(
-            "conflict",
-            "Idempotency-Key: a request with this key is in flight; retry",
-            { field: "Idempotency-Key" },
-          );
-        if (prior.request_hash !== requestHash) {
-          throw new KairosError(
-            "conflict",
-            "Idempotency-Key: already used with a different request body",
-            { field: "Idempotency-Key" },
-          );
-        }
-        jobId = prior.job_id;
-        created = false;
-      }
-    }
+    const claim = await this.#claim(
+      tenantId,
+      newTimedJobId(this.router.now(), () => this.random.next()),
+      requestHash,
+      idempotencyKey,
+    );
+    const { jobId, created, idem } = claim;
     // Only a fresh job id is counted: a replay was counted by the create it replays.
     let counted = false;
     if (created) {
@@ -208,13 +255,22 @@ export class NatsJobsService implements JobsService {
         request_hash: requestHash,
       });
     } catch (e) {
+      // A new id that is another job's (the actor's `conflict` to a create that is no replay):
+      // that job and its entry stay; this try is undone and another id tried.
+      const taken = created && isKairosError(e, "conflict");
       // A definite refusal (e.g. invalid_schedule) made no job: uncount it. After a timeout the
       // job may exist, so the reservation stays (an over-count, never an under-count).
-      if (e instanceof KairosError && !e.retryable) await this.#unmake(tenantId, jobId, counted);
+      if (taken) {
+        if (counted) await this.#quota.release(tenantId).catch(() => undefined);
+        if (idem)
+          await this.buckets.idempotency.delete(idem.key, idem.revision).catch(() => undefined);
+      } else if (e instanceof KairosError && !e.retryable)
+        await this.#unmake(tenantId, jobId, counted);
       if (sealed && e instanceof KairosError && !e.retryable)
         await purgeSecretEnv(this.buckets.tenants, tenantId, jobId, { only: sealed.ref }).catch(
           () => undefined,
         );
+      if (taken) return "id_taken";
       throw e;
     }
     const job = reply!.job!;

@@ -8,6 +8,8 @@ import {
   jobActorId,
   jobIdOfRun,
   newJobId,
+  newTimedJobId,
+  JOB_ID_TIME_CHARS,
   parseRunId,
   runIdFor,
   splitJobActorId,
@@ -105,6 +107,26 @@ describe("ids", () => {
     assert.match(id, /^j[0-9a-z]{16}$/);
     assert.equal(jobIdOfRun(runIdFor(id, 1)), id);
     assert.deepEqual(splitJobActorId(jobActorId("t-1", id)), { tenantId: "t-1", jobId: id });
+  });
+
+  it("newTimedJobId makes well-formed ids that sort in the order of their times", () => {
+    const r = seededRandom(2);
+    const times = [0, 1, 35, 36, 1_796_000_000_000, 1_796_000_000_001, 1_796_000_001_000];
+    const ids = times.map((t) => newTimedJobId(t, () => r.next()));
+    for (const id of ids) {
+      assert.match(id, /^j[0-9a-z]{16}$/);
+      assert.equal(jobIdOfRun(runIdFor(id, 1)), id);
+    }
+    assert.deepEqual([...ids].sort(), ids);
+    assert.equal(
+      ids[4]!.slice(1, 1 + JOB_ID_TIME_CHARS),
+      (1_796_000_000_000).toString(36).padStart(9, "0"),
+    );
+    // The same millisecond: the random part decides.
+    const a = newTimedJobId(5, () => 0);
+    const b = newTimedJobId(5, () => 0.99);
+    assert.equal(a, "j000000005" + "0000000");
+    assert.equal(b, "j000000005" + "zzzzzzz");
   });
 });
 
