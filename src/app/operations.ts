@@ -31,6 +31,7 @@ import {
   parseJobState,
   parseLimit,
   parseRunStatus,
+  parseEndedStatus,
   pathId,
 } from "./params.ts";
 import { invalid, show } from "./input.ts";
@@ -87,6 +88,11 @@ export interface CancelRunInput {
   body: () => Promise<unknown>;
 }
 
+/** The tenant-wide runs list's inputs, raw. */
+export interface ListTenantRunsInput extends PageInput {
+  status?: string | undefined;
+}
+
 export interface ListRunsInput extends PageInput {
   jobId: string | undefined;
   status?: string | undefined;
@@ -115,6 +121,8 @@ export interface Operations {
   cancelRun(tenant: Tenant, input: CancelRunInput): Promise<RunView>;
   /** The tenant's dead-lettered runs, oldest first (`status` must be `dead_lettered`). */
   listDeadLetters(tenant: Tenant, input: PageInput): Promise<Page<RunView>>;
+  /** The tenant's runs across its jobs, newest first; `status` one a run ends with. */
+  listTenantRuns(tenant: Tenant, input: ListTenantRunsInput): Promise<Page<RunView>>;
   /** Subscribes to run events (src/notify/run-events.ts); a webhook's answer carries its secret once. */
   createSubscription(
     tenant: Tenant,
@@ -204,6 +212,25 @@ function subscriptionOperations(
   };
 }
 
+/** The tenant-wide run lists: its runs across its jobs, and its dead letters. */
+function tenantRunOperations({
+  jobs,
+}: OperationDeps): Pick<Operations, "listTenantRuns" | "listDeadLetters"> {
+  return {
+    async listTenantRuns(tenant, input) {
+      const page = pageOf(input);
+      const status = parseEndedStatus(input.status);
+      return jobs.listTenantRuns(
+        tenant.tenant_id,
+        status === undefined ? page : { ...page, status },
+      );
+    },
+    async listDeadLetters(tenant, input) {
+      return jobs.listDeadLetters(tenant.tenant_id, pageOf(input));
+    },
+  };
+}
+
 /** The operations over a jobs service. */
 export function createOperations(deps: OperationDeps): Operations {
   const { jobs, clock } = deps;
@@ -221,6 +248,7 @@ export function createOperations(deps: OperationDeps): Operations {
   };
   return {
     ...subscriptionOperations(deps),
+    ...tenantRunOperations(deps),
     async createJob(tenant, input) {
       const idempotencyKey = parseIdempotencyKey(input.idempotencyKey);
       return createOne(tenant, idempotencyKey, await input.body());
@@ -275,9 +303,6 @@ export function createOperations(deps: OperationDeps): Operations {
       return reason === undefined
         ? jobs.cancelRun(tenant.tenant_id, runId, input.caller)
         : jobs.cancelRun(tenant.tenant_id, runId, input.caller, reason);
-    },
-    async listDeadLetters(tenant, input) {
-      return jobs.listDeadLetters(tenant.tenant_id, pageOf(input));
     },
   };
 }

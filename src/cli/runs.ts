@@ -1,7 +1,8 @@
 /**
  * `kairos runs list|get|cancel|wait`: a tenant's runs over the HTTP API (docs/cli.md). `list`
- * takes a job id (its runs, newest first, `--status` to filter) or `--dead-lettered` (the
- * tenant's dead-lettered runs across its jobs, oldest first); `cancel` ends a run that has not
+ * takes a job id (its runs, newest first, `--status` to filter), nothing (the tenant's runs across
+ * its jobs, newest first; `--status` one a run ends with, checked by the API) or
+ * `--dead-lettered` (the tenant's dead-lettered runs across its jobs, oldest first); `cancel` ends a run that has not
  * ended (409 once it ended otherwise: exit 5); `wait` is run-wait.ts.
  */
 import { Option, type Command } from "commander";
@@ -33,7 +34,7 @@ async function listRuns(
   jobId: string | undefined,
   f: ListFlags,
 ): Promise<void> {
-  if ((jobId === undefined) === (f.deadLettered !== true))
+  if (jobId !== undefined && f.deadLettered === true)
     throw new KairosError(
       "invalid_argument",
       "give a job id (its runs) or --dead-lettered (the tenant's dead-lettered runs), not both",
@@ -52,7 +53,9 @@ async function listRuns(
     (p) =>
       jobId !== undefined
         ? api.listRuns(jobId, { ...p, ...(status !== undefined ? { status } : {}) })
-        : api.listDeadLetters(p),
+        : f.deadLettered === true
+          ? api.listDeadLetters(p)
+          : api.listTenantRuns(status !== undefined ? { ...p, status } : p),
     (pg) => pg.runs,
     "runs",
   );
@@ -68,7 +71,9 @@ export function registerRunCommands(program: Command, ctx: CliContext): void {
     apiOptions(
       runs
         .command("list")
-        .description("a job's runs, newest first; or --dead-lettered: the tenant's, oldest first")
+        .description(
+          "a job's runs, newest first; without a job, the tenant's across its jobs (--status: an ended one); --dead-lettered: the tenant's dead letters, oldest first",
+        )
         .argument("[job_id]")
         .addOption(
           new Option("--status <status>", "only runs in this status").choices(RUN_STATUSES),

@@ -187,6 +187,11 @@ export class HttpApiClient {
     return (await this.#call<RunPage>("GET", path)).body;
   }
 
+  /** A page of the tenant's runs across its jobs, newest first (`GET /v1/runs`). */
+  async listTenantRuns(o: PageOptions & { status?: RunStatus } = {}): Promise<RunPage> {
+    return (await this.#call<RunPage>("GET", `/v1/runs${query({ ...o })}`)).body;
+  }
+
   /** One run (`GET /v1/runs/{run_id}`). */
   async getRun(runId: string): Promise<RunView> {
     return (await this.#call<RunView>("GET", `/v1/runs/${seg(runId)}`)).body;

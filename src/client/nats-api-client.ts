@@ -108,6 +108,11 @@ export class NatsApiClient {
     return (await this.#call<RunView>("runs.cancel", runId, body)).result;
   }
 
+  /** The tenant's runs across its jobs, newest first (`status`: one a run ends with). */
+  async listTenantRuns(opts: PageOptions & { status?: RunStatus } = {}): Promise<RunPage> {
+    return (await this.#call<RunPage>("runs.tenant", undefined, opts)).result;
+  }
+
   /** The tenant's dead-lettered runs, oldest first. */
   async listDeadLetters(opts: PageOptions = {}): Promise<RunPage> {
     return (await this.#call<RunPage>("runs.dead_lettered", undefined, opts)).result;

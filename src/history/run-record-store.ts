@@ -5,7 +5,8 @@
  * - `update`: CAS on the record's revision (cached per node, bounded); on a conflict it re-reads
  *   and refuses (`not_owner`) if a later epoch wrote the record — never a blind overwrite.
  * - `terminal` / `settle`: settle an orphaned non-terminal record (see `JobEffect`).
- * Run-path metrics are derived from the records written (run-metrics.ts).
+ * Run-path metrics are derived from the records written (run-metrics.ts); every record created is
+ * appended to its tenant's runs log (tenant-run-log.ts: buffered in memory, never awaited here).
  *
  * Gotchas: a write that keeps conflicting (3 tries) throws `conflict`, which drops the actor so it
  * reloads; the revision cache is only a hint (a miss costs one read). It holds non-terminal runs
@@ -18,6 +19,7 @@ import { runKey } from "../protocol/ids.ts";
 import { TERMINAL, type RunView } from "../protocol/model.ts";
 import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
 import { BASELINE_LIMIT, type RunMetrics } from "./run-metrics.ts";
+import type { TenantRunLog } from "./tenant-run-log.ts";
 
 /** Revisions cached: as many as run metrics' baselines (the same runs, see BASELINE_LIMIT). */
 export const REVISION_CACHE_LIMIT = BASELINE_LIMIT;
@@ -30,6 +32,8 @@ export class RunRecordStore {
   constructor(
     private readonly runs: KvStore,
     private readonly metrics: RunMetrics,
+    /** Told of every record this store creates (the tenant's runs log, tenant-run-log.ts). */
+    private readonly tenantLog?: Pick<TenantRunLog, "created">,
   ) {}
 
   /** Keeps a record's revision for its next update; a terminal record has none (its entry goes). */
@@ -74,6 +78,7 @@ export class RunRecordStore {
       const r = await this.runs.create(key, value);
       if (r.ok) {
         this.metrics.written(key, record, true, () => ctx.stillOwner());
+        this.tenantLog?.created(record);
         return this.#remember(key, r.revision, record);
       }
       if (mode === "create") {
@@ -108,6 +113,7 @@ export class RunRecordStore {
         rev === 0 ? await this.runs.create(key, value) : await this.runs.update(key, value, rev);
       if (r.ok) {
         this.metrics.written(key, record, rev === 0, () => ctx.stillOwner());
+        if (rev === 0) this.tenantLog?.created(record);
         this.#remember(key, r.revision, record);
         return mode === "settle" ? "settled" : undefined;
       }

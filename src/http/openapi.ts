@@ -4,7 +4,7 @@
  * responses (views.ts); only the paths object is written by hand. Built once, on first use.
  */
 import { z } from "zod";
-import { JOB_STATES, RUN_STATUSES } from "../protocol/model.ts";
+import { JOB_STATES, RUN_STATUSES, TERMINAL } from "../protocol/model.ts";
 import { subscriptionPaths, subscriptionSchemas } from "./openapi-subscriptions.ts";
 import { statsPaths, statsSchemas } from "./openapi-stats.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
@@ -328,7 +328,7 @@ function jobPaths(): Json {
   };
 }
 
-/** Runs: run now, a job's runs, dead letters, one run (its cancel: `cancelPath`). */
+/** Runs: run now, a job's runs, the tenant's runs and dead letters, one run (its cancel: `cancelPath`). */
 function runPaths(): Json {
   return {
     "/v1/jobs/{job_id}/runs": {
@@ -359,19 +359,19 @@ function runPaths(): Json {
     },
     "/v1/runs": {
       get: {
-        summary: "List the tenant's dead-lettered runs (ended failed or timed out), oldest first",
+        summary:
+          "List the tenant's runs across its jobs, newest first by creation; or, with status=dead_lettered, its dead-lettered runs (ended failed or timed out), oldest first. A run that has not ended is listed as its record was created (queued): its page and its job's list show it live. A status filter may return a short page with a cursor: follow it until null",
         parameters: [
           param(
             "status",
             "query",
-            { type: "string", enum: ["dead_lettered"] },
-            "required: dead_lettered (other statuses are listed per job)",
-            true,
+            { type: "string", enum: [...TERMINAL, "dead_lettered"] },
+            "only runs that ended in this status; dead_lettered: the dead-letter list (oldest first). Runs that have not ended are filtered per job",
           ),
           cursor,
           limit,
         ],
-        responses: { "200": json(ref("RunPage"), "a page of dead-lettered runs"), ...errors(400) },
+        responses: { "200": json(ref("RunPage"), "a page of runs"), ...errors(400) },
       },
     },
     "/v1/runs/{run_id}": {

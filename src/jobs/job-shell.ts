@@ -19,6 +19,7 @@ import { isRetentionEffect, type RetentionEffect } from "../history/retention.ts
 import { RunMetrics } from "../history/run-metrics.ts";
 import { RunRecordStore } from "../history/run-record-store.ts";
 import type { RunRetention } from "../history/run-retention.ts";
+import type { TenantRunLog } from "../history/tenant-run-log.ts";
 import { assertNever } from "../lib/assert.ts";
 import { deferOnHost, type Clock } from "../lib/clock.ts";
 import { deliverDeadLetter, type DeadLetterDeps } from "../notify/dead-letters.ts";
@@ -46,6 +47,8 @@ export interface HistoryDeps {
   metrics?: RunMetrics;
   /** Bounded history (run retention, deleted jobs purged); none: records are kept forever. */
   retention?: RunRetention;
+  /** The tenants' runs logs (`GET /v1/runs`); none: records are not logged per tenant. */
+  tenantLog?: TenantRunLog;
 }
 
 /** How runs get their tenant's slots (src/slots/slot-broker.ts). */
@@ -187,7 +190,7 @@ export function jobRegistration(
 ): ActorRegistration {
   const { history, log } = deps;
   const metrics = history.metrics ?? new RunMetrics();
-  const records = new RunRecordStore(history.runs, metrics);
+  const records = new RunRecordStore(history.runs, metrics, history.tenantLog);
   const post = postPerformer(cfg, deps, records, faults);
   const actor = makeJobActor(cfg, faults);
   return {

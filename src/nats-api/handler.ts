@@ -168,6 +168,8 @@ export function createNatsApiHandler(deps: NatsApiHandlerDeps): NatsApiHandler {
   };
 }
 
+const RUN_LIST_PARAMS = ["limit", "cursor", "status"] as const;
+
 /** One operation of an authenticated tenant: parses its body and calls the shared operation. */
 async function runOperation(
   ops: NatsApiHandlerDeps["operations"],
@@ -178,6 +180,8 @@ async function runOperation(
   text: string,
 ): Promise<ApiReply> {
   const ok = (status: number, result: unknown): ApiReply => ({ ok: true, status, result });
+  const runs = (p: { items: unknown[]; next_cursor: string | null }): ApiReply =>
+    ok(200, { runs: p.items, next_cursor: p.next_cursor });
   switch (op) {
     case "jobs.create": {
       const r = await ops.createJob(tenant, {
@@ -209,13 +213,8 @@ async function runOperation(
     case "jobs.run":
       parseParams(text, []);
       return ok(202, await ops.runNow(tenant, id));
-    case "runs.list": {
-      const page = await ops.listRuns(tenant, {
-        jobId: id,
-        ...parseParams(text, ["limit", "cursor", "status"]),
-      });
-      return ok(200, { runs: page.items, next_cursor: page.next_cursor });
-    }
+    case "runs.list":
+      return runs(await ops.listRuns(tenant, { jobId: id, ...parseParams(text, RUN_LIST_PARAMS) }));
     case "runs.get":
       parseParams(text, []);
       return ok(200, await ops.getRun(tenant, id));
@@ -228,10 +227,10 @@ async function runOperation(
           body: async () => (text.trim() === "" ? undefined : bodyReader(text)()),
         }),
       );
-    case "runs.dead_lettered": {
-      const page = await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"]));
-      return ok(200, { runs: page.items, next_cursor: page.next_cursor });
-    }
+    case "runs.tenant":
+      return runs(await ops.listTenantRuns(tenant, parseParams(text, RUN_LIST_PARAMS)));
+    case "runs.dead_lettered":
+      return runs(await ops.listDeadLetters(tenant, parseParams(text, ["limit", "cursor"])));
     case "subscriptions.create":
       return ok(201, await ops.createSubscription(tenant, bodyReader(text)));
     case "subscriptions.list":

@@ -2,7 +2,7 @@
  * Subjects of the internal NATS API (pure; shared by the service and the client):
  * `kairos.<cluster>.api.<tenant_id>.<resource>.<verb>[.<id>]`, e.g. `jobs.create`,
  * `jobs.get.<job_id>`, `jobs.patch.<job_id>`, `jobs.delete.<job_id>`, `jobs.run.<job_id>`,
- * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.cancel.<run_id>`, `runs.dead_lettered`,
+ * `runs.list.<job_id>`, `runs.get.<run_id>`, `runs.cancel.<run_id>`, `runs.dead_lettered`, `runs.tenant`,
  * `subscriptions.create`, `subscriptions.list`, `subscriptions.get.<id>`, `subscriptions.delete.<id>`; each
  * maps to one REST route
  * (the table is in docs/nats-api.md).
@@ -25,6 +25,7 @@ export const API_OPERATIONS = {
   "runs.get": "run",
   "runs.cancel": "run",
   "runs.dead_lettered": "none",
+  "runs.tenant": "none",
   "subscriptions.create": "none",
   "subscriptions.list": "none",
   "subscriptions.get": "subscription",

@@ -51,6 +51,15 @@ export interface JobsService {
     tenantId: string,
     opts: { cursor?: string; limit: number },
   ): Promise<Page<RunView>>;
+  /**
+   * The tenant's runs across its jobs, newest first by creation, from its runs log; O(page), no
+   * actor asked (src/history/tenant-runs-page.ts). `status`: a status a run ends with.
+   * `GET /v1/runs`.
+   */
+  listTenantRuns(
+    tenantId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>>;
 }
 
 /** A tenant's default bound on its runs waiting for a slot (`Tenant.max_waiting_runs`). */

@@ -38,6 +38,7 @@ import { nodeOps } from "./ops.ts";
 import { RunMetrics } from "../history/run-metrics.ts";
 import { type RetentionConfig } from "../history/retention.ts";
 import { RunRetention } from "../history/run-retention.ts";
+import { TenantRunLog } from "../history/tenant-run-log.ts";
 import { KvTenantDirectory } from "../tenants/index.ts";
 import { DEFAULT_MAX_WAITING_RUNS, type Tenant } from "../protocol/service.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
@@ -134,6 +135,8 @@ export interface SchedulerParts {
   logFn: LogFn;
   directory: WorkerDirectory;
   runMetrics: RunMetrics;
+  /** Every run record this node creates goes to its tenant's runs log (tenant-run-log.ts). */
+  tenantLog: TenantRunLog;
   outbox: DeadLetterOutbox;
   /** Run events for the tenants' subscriptions, through the outbox (src/notify/run-events.ts). */
   runEvents: RunEvents;
@@ -236,6 +239,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       history: {
         runs: n.buckets.runs,
         metrics: p.runMetrics,
+        tenantLog: p.tenantLog,
         retention: new RunRetention(p.retention, {
           runs: n.buckets.runs,
           actors: n.buckets.actors,

@@ -31,6 +31,7 @@ import { ForecastService } from "./forecast.ts";
 import { RunMetrics, prometheusSink, BASELINE_LIMIT } from "../history/run-metrics.ts";
 import { RunsWaiting } from "../history/run-waiting.ts";
 import { TenantSeries } from "../history/tenant-series.ts";
+import { TenantRunLog } from "../history/tenant-run-log.ts";
 import { StatsResponder } from "./stats-responder.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { STATS_STEP_MS } from "../protocol/stats.ts";
@@ -113,7 +114,7 @@ export async function startKairos(
     registryAuth,
     runTokens,
   });
-  const { outbox, mailer } = parts;
+  const { outbox, mailer, tenantLog } = parts;
   node.onConnected((n) => registerSchedulerActors(n, parts));
   await node.start();
 
@@ -136,7 +137,10 @@ export async function startKairos(
     await listeners.natsApi?.close();
   };
   const { runEvents } = parts;
-  const started = { node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops };
+  const started = {
+    ...{ node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops },
+    tenantLog,
+  };
   const cleanUp = (): Promise<void> => cleanUpAfterFailedStart(started, listeners, stopNatsApi);
   if (opts.metricsPort !== undefined) await serveMetrics(ops, opts, listeners, cleanUp, log);
   if (config.roles.includes("api")) {
@@ -177,7 +181,7 @@ function sealedStores(
 function schedulerParts(
   node: KairosNode,
   mail: MailConfig | undefined,
-  p: Omit<SchedulerParts, "outbox" | "setWebhookOf" | "runEvents" | "mailer">,
+  p: Omit<SchedulerParts, "outbox" | "setWebhookOf" | "runEvents" | "mailer" | "tenantLog">,
 ): SchedulerParts {
   // scheduler: run events by email through the operator's SMTP server (mail.ts).
   const mailer =
@@ -203,6 +207,8 @@ function schedulerParts(
   return {
     ...p,
     outbox,
+    // The tenants' runs logs (GET /v1/runs), fed by the records this node's job actors create.
+    tenantLog: new TenantRunLog(() => node.buckets.runs, systemClock, p.logFn),
     runEvents: new RunEvents(subscriptions, outbox),
     mailer,
     setWebhookOf: (f) => {
@@ -236,12 +242,14 @@ function processHandle(
     mailer: Mailer | undefined;
     runEvents: RunEvents;
     ops: ReturnType<typeof nodeOps>;
+    tenantLog: TenantRunLog;
   },
   listeners: Listeners,
   stopNatsApi: () => Promise<void>,
   opts: ProcessOptions,
 ): KairosProcess {
-  const { node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops } = r;
+  const { node, worker, tenants, directory, forecast, outbox, mailer, runEvents, ops, tenantLog } =
+    r;
   const { api, metrics } = listeners;
   return {
     node,
@@ -264,6 +272,8 @@ function processHandle(
       outbox.stop();
       runEvents.stop();
       mailer?.stop();
+      // The runs created up to now into their tenants' logs, while NATS is still there.
+      await tenantLog.close();
       await node.stop();
       await metrics?.close();
       ops.close();

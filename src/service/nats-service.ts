@@ -44,6 +44,7 @@ import {
   legacyRunsPage,
 } from "../history/run-pages.ts";
 import { deadLetterKey } from "../notify/dead-letters.ts";
+import { tenantRunsPage } from "../history/tenant-runs-page.ts";
 import {
   publicJob,
   purgeSecretEnv,
@@ -469,6 +470,13 @@ export class NatsJobsService implements JobsService {
     if (reply?.index)
       return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
     return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
+  }
+
+  async listTenantRuns(
+    tenantId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
+    return tenantRunsPage(this.buckets.runs, this.partitions, tenantId, opts);
   }
 
   async listDeadLetters(

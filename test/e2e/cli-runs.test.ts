@@ -3,7 +3,8 @@
  * executor, real nats-server), in-process as the binary runs them: `runs wait` follows real runs
  * to each way a run ends and exits with its code (0 succeeded, 10 failed, 11 timed out,
  * 12 cancelled, 13 skipped, 14 still running at --timeout), printing progress as the run moves;
- * `runs list` and `runs get` for people and scripts; `runs cancel`; bad input and a wrong key.
+ * `runs list` (a job's, and the tenant's across its jobs) and `runs get` for people and scripts;
+ * `runs cancel`; bad input and a wrong key.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -193,6 +194,45 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     assert.equal((await k(["runs", "cancel", "rnosuchrun"])).code, 4);
   });
 
+  it("runs list without a job: the tenant's runs across its jobs, newest first", async () => {
+    const ids: string[] = [];
+    for (const script of ["echo one", "exit 4", "echo three"]) {
+      const id = await runNow(await job(script, "--max-attempts", "1"));
+      await k(["runs", "wait", id, "--quiet"]);
+      ids.push(id);
+    }
+    const newest = [...ids].reverse();
+    const page = await eventually(
+      async () => {
+        const r = await k(["runs", "list", "--limit", "3", "--json"]);
+        ok(r);
+        const p = json<{ runs: Run[]; next_cursor: string | null }>(r);
+        return p.runs.map((x) => x.run_id).join() === newest.join() ? p : undefined;
+      },
+      10_000,
+      "the three runs at the head of the tenant's runs",
+    );
+    assert.ok(page.next_cursor, "older runs of other jobs follow");
+    const table = await k(["runs", "list", "--limit", "3"]);
+    ok(table);
+    assert.deepEqual(
+      table.stdout
+        .trimEnd()
+        .split("\n")
+        .slice(1)
+        .map((l) => l.split(/\s+/)[0]),
+      newest,
+    );
+    assert.match(table.stderr, /^more: --cursor \S+ \(or --all\)$/m);
+    const failed = json<{ runs: Run[] }>(
+      await k(["runs", "list", "--status", "failed", "--limit", "1", "--json"]),
+    );
+    assert.deepEqual(
+      failed.runs.map((x) => x.run_id),
+      [ids[1]],
+    );
+  });
+
   it("runs list and get: tables, paging, --json; bad input exit 2, unknown ids exit 4", async () => {
     const jobId = await job("echo listed");
     const ids = [await runNow(jobId), await runNow(jobId)];
@@ -229,7 +269,7 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     assert.match(human.stdout, /output \(tail\):\nlisted\n$/);
 
     const bad: [string[], number, RegExp][] = [
-      [["runs", "list"], 2, /give a job id .* or --dead-lettered/],
+      [["runs", "list", "--status", "running"], 2, /field: status/],
       [["runs", "list", jobId, "--dead-lettered"], 2, /not both/],
       [["runs", "list", jobId, "--status", "done"], 2, /Allowed choices are queued, leased/],
       [
@@ -252,6 +292,7 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     const wrong = { KAIROS_API_KEY: "kai_wrongwrongwrongwrongwrongwrongwrongwrongwro" };
     for (const args of [
       ["list", jobId],
+      ["list"],
       ["list", "--dead-lettered"],
       ["get", ids[0]!],
       ["wait", ids[0]!],

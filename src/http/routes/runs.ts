@@ -1,14 +1,14 @@
 /**
  * Run routes: a job's runs (newest first, cursor paging, optional status filter), one run by id,
  * a run's cancel (`POST /v1/runs/{run_id}/cancel`, 200 with the cancelled run; idempotent; 409 on
- * a run that ended otherwise), and the tenant's dead-lettered runs across its jobs
- * (`GET /v1/runs?status=dead_lettered`, oldest first; the only status this route takes). Runs of
+ * a run that ended otherwise), the tenant's runs across its jobs (`GET /v1/runs`, newest first,
+ * `status` one a run ends with: src/history/tenant-runs-page.ts) and its dead-lettered runs
+ * (`GET /v1/runs?status=dead_lettered`, oldest first). Runs of
  * another tenant's job are `not_found`, as the service guarantees. Validation and the service
  * calls are the shared operations' (src/app/operations.ts).
  */
 import type { Hono } from "hono";
 import type { Operations } from "../../app/operations.ts";
-import { KairosError } from "../../lib/errors.ts";
 import type { ApiEnv } from "../auth.ts";
 import { readJson } from "../body.ts";
 
@@ -25,19 +25,13 @@ export function registerRunRoutes(app: Hono<ApiEnv>, ops: Operations): void {
   });
 
   app.get("/v1/runs", async (c) => {
-    // Which list this URL names: only the dead-letter list is tenant-wide.
+    // Which list this URL names: `status=dead_lettered` is the dead-letter list (oldest first).
     const status = c.req.query("status");
-    if (status !== "dead_lettered") {
-      throw new KairosError(
-        "invalid_argument",
-        `status: must be dead_lettered (other statuses are listed per job: /v1/jobs/{job_id}/runs), got ${JSON.stringify(status ?? null)}`,
-        { field: "status" },
-      );
-    }
-    const page = await ops.listDeadLetters(c.get("tenant"), {
-      limit: c.req.query("limit"),
-      cursor: c.req.query("cursor"),
-    });
+    const input = { limit: c.req.query("limit"), cursor: c.req.query("cursor") };
+    const page =
+      status === "dead_lettered"
+        ? await ops.listDeadLetters(c.get("tenant"), input)
+        : await ops.listTenantRuns(c.get("tenant"), { ...input, status });
     return c.json({ runs: page.items, next_cursor: page.next_cursor });
   });
 

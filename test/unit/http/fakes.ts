@@ -186,6 +186,23 @@ export class FakeJobs implements JobsService {
     return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
   }
 
+  async listTenantRuns(
+    tenantId: string,
+    opts: { status?: RunStatus; cursor?: string; limit: number },
+  ): Promise<Page<RunView>> {
+    this.#enter("listTenantRuns", tenantId, opts);
+    const all = [...this.#runs.values()]
+      .filter(
+        (r) =>
+          r.tenant_id === tenantId &&
+          (opts.status === undefined || r.status === opts.status) &&
+          (opts.cursor === undefined || r.run_id < opts.cursor),
+      )
+      .sort((a, b) => b.run_id.localeCompare(a.run_id));
+    const items = all.slice(0, opts.limit);
+    return { items, next_cursor: all.length > opts.limit ? (items.at(-1)?.run_id ?? null) : null };
+  }
+
   async listDeadLetters(
     tenantId: string,
     opts: { cursor?: string; limit: number },

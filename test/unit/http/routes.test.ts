@@ -6,6 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { KairosError } from "../../../src/lib/errors.ts";
+import type { RunView } from "../../../src/protocol/model.ts";
 import { serveApi } from "../../../src/http/server.ts";
 import { JobViewSchema, RunViewSchema } from "../../../src/http/views.ts";
 import { FakeTenants } from "./fakes.ts";
@@ -309,7 +310,7 @@ describe("jobs routes", () => {
     assert.equal(page2.runs[0]?.run_id, run.run_id);
   });
 
-  it("GET /v1/runs?status=dead_lettered pages the tenant's dead letters; any other status is 400", async () => {
+  it("GET /v1/runs?status=dead_lettered pages the tenant's dead letters", async () => {
     const h = harness();
     const res = await h.req("GET", "/v1/runs?status=dead_lettered&limit=5&cursor=abc");
     assert.equal(res.status, 200);
@@ -317,13 +318,48 @@ describe("jobs routes", () => {
     const call = h.jobs.calls.at(-1);
     assert.equal(call?.method, "listDeadLetters");
     assert.deepEqual(call?.args[0], { limit: 5, cursor: "abc" });
-    await expectError(await h.req("GET", "/v1/runs"), 400, "invalid_argument", "status");
-    await expectError(
-      await h.req("GET", "/v1/runs?status=failed"),
-      400,
-      "invalid_argument",
-      "status",
+  });
+
+  it("GET /v1/runs pages the tenant's runs across its jobs; every parameter is checked", async () => {
+    const h = harness();
+    const a = await create(h);
+    const b = await create(h);
+    const ra = (await (await h.req("POST", `/v1/jobs/${a.job_id}/runs`)).json()) as RunView;
+    const rb = (await (await h.req("POST", `/v1/jobs/${b.job_id}/runs`)).json()) as RunView;
+    const res = await h.req("GET", "/v1/runs?limit=1");
+    assert.equal(res.status, 200);
+    const page = (await res.json()) as { runs: RunView[]; next_cursor: string | null };
+    assert.deepEqual(
+      page.runs.map((r) => r.run_id),
+      [rb.run_id],
     );
+    assert.equal(h.jobs.calls.at(-1)?.method, "listTenantRuns");
+    assert.deepEqual(h.jobs.calls.at(-1)?.args, [{ limit: 1 }]);
+    const next = (await (
+      await h.req("GET", `/v1/runs?limit=1&cursor=${page.next_cursor}`)
+    ).json()) as { runs: RunView[] };
+    assert.deepEqual(
+      next.runs.map((r) => r.run_id),
+      [ra.run_id],
+    );
+    assert.equal((await h.req("GET", "/v1/runs?status=succeeded")).status, 200);
+    assert.deepEqual(h.jobs.calls.at(-1)?.args[0], { limit: 50, status: "succeeded" });
+    for (const [q, field] of [
+      ["status=running", "status"],
+      ["status=done", "status"],
+      ["limit=0", "limit"],
+      ["limit=201", "limit"],
+      ["limit=x", "limit"],
+      [`cursor=${"c".repeat(1025)}`, "cursor"],
+    ] as const) {
+      const e = await expectError(
+        await h.req("GET", `/v1/runs?${q}`),
+        400,
+        "invalid_argument",
+        field,
+      );
+      if (q === "status=running") assert.match(e.message, /per job/);
+    }
   });
 
   it("GET runs validates status against the run statuses", async () => {

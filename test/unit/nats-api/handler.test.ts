@@ -215,6 +215,13 @@ describe("NATS API handler: operations", () => {
     );
     assert.equal(ok<Run>(await h.req("runs.get", run.run_id, {}), 200).run_id, run.run_id);
     ok(await h.req("runs.dead_lettered", undefined, { limit: 1 }), 200);
+    assert.deepEqual(
+      ok<{ runs: Run[] }>(await h.req("runs.tenant", undefined, { limit: 5 }), 200).runs.map(
+        (r) => r.run_id,
+      ),
+      [run.run_id],
+    );
+    err(await h.req("runs.tenant", undefined, { status: "queued" }), 400, "invalid_argument");
     assert.equal(ok(await h.req("jobs.delete", job.job_id), 204), null);
     err(await h.req("jobs.get", job.job_id), 404, "not_found");
   });
@@ -344,6 +351,7 @@ describe("NATS API handler: bad payloads are error replies, never throws", () =>
       "runs.list.j",
       "runs.get.r",
       "runs.dead_lettered",
+      "runs.tenant",
       "x.y",
       "jobs",
     ];
