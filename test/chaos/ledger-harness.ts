@@ -27,12 +27,13 @@
 import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { kvKeys } from "../../src/cluster/kv.ts";
-import { openBuckets } from "../../src/cluster/buckets.ts";
+import { openBuckets, type Buckets } from "../../src/cluster/buckets.ts";
 import { decode, encode } from "../../src/cluster/codec.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import type { TenantRecord } from "../../src/tenants/directory.ts";
 import { runIdFor } from "../../src/protocol/ids.ts";
+import { TERMINAL } from "../../src/protocol/model.ts";
 import { TEST_IMAGE } from "../support/docker-image.ts";
 import {
   checkAttempts,
@@ -177,15 +178,6 @@ export function isLateReply(line: string): boolean {
   );
 }
 
-const TERMINAL = new Set([
-  "succeeded",
-  "failed",
-  "timed_out",
-  "cancelled",
-  "skipped",
-  "missed",
-  "throttled",
-]);
 const OVERLAPS = ["skip", "queue", "allow", "replace"] as const;
 const MISFIRES = ["run_once", "run_all", "skip"] as const;
 const MAX_ATTEMPTS = 3;
@@ -273,6 +265,39 @@ async function runById(
       return { run: undefined, how: `GET ${runId}: 404` };
     return { run: undefined, how: `GET ${runId}: ${String(e).slice(0, 120)}` };
   }
+}
+
+/** Whether a run's status (as the API spells it) is terminal: `TERMINAL` of the run model. */
+const isTerminal = (status: string): boolean => (TERMINAL as ReadonlySet<string>).has(status);
+
+/** How many run look-ups the final verification has in flight at once. */
+const LOOKUPS_IN_FLIGHT = 8;
+
+/** `fn` over `items` with at most `limit` calls in flight; the results in the items' order. */
+async function mapBounded<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const out: R[] = new Array<R>(items.length);
+  let next = 0;
+  const lane = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+/**
+ * The ids of the run records stored for a job: one key listing of the runs bucket (keys
+ * `<partition>.<tenant>.<job>.<run>`, headers only, as complete as a listing of the records).
+ */
+async function storedRunIds(bk: Buckets, tenantId: string, jobId: string): Promise<Set<string>> {
+  const keys = await kvKeys(bk.runs, `*.${tenantId}.${jobId}.*`);
+  return new Set(keys.map((k) => k.key.slice(k.key.lastIndexOf(".") + 1)));
 }
 
 const stepOf = (t: number, steps: number[]) =>
@@ -523,10 +548,10 @@ export async function runLedgerChaos(
       async () => {
         for (const j of live) {
           const prev = runsOf.get(j.jobId);
-          if (prev && prev.every((r) => TERMINAL.has(r.status))) continue;
+          if (prev && prev.every((r) => isTerminal(r.status))) continue;
           runsOf.set(j.jobId, await allRuns(c, keyOf(j.tenant), j.jobId));
         }
-        return [...runsOf.values()].every((rs) => rs.every((r) => TERMINAL.has(r.status)))
+        return [...runsOf.values()].every((rs) => rs.every((r) => isTerminal(r.status)))
           ? true
           : undefined;
       },
@@ -601,30 +626,52 @@ export async function runLedgerChaos(
       writeFileSync(process.env.KAIROS_CHAOS_DUMP, JSON.stringify(out, null, 1));
       o.log(`post-mortem of ${out.length} jobs written to ${process.env.KAIROS_CHAOS_DUMP}`);
     }
-    // A deleted job is not listed: its runs are looked up one by one (kept a minute past the delete,
-    // and not before a day since the create). Occurrences on a grid of any of its phases, and its manual runs.
+    // A deleted job is not listed: its runs are looked up by id (kept a minute past the delete,
+    // and not before a day since the create). Occurrences on a grid of any of its phases, and its
+    // manual runs. One key listing of the runs bucket says which of them have a record: those are
+    // read through the API (a few at a time), the rest are absent (a GET would answer 404) —
+    // instead of one GET per second of every deleted job's life.
     const deletedRuns: RunRec[] = [];
+    const bkRuns = await openBuckets(c.admin, { clusterName: "kairos", replicas: c.replicas });
+    const lookUpStart = Date.now();
+    let occurrences = 0;
     for (const j of deleted) {
+      const stored = await storedRunIds(bkRuns, tenantIds.get(j.tenant) ?? j.tenant, j.jobId);
+      const lookUp = (id: string) =>
+        stored.has(id)
+          ? runById(c, keyOf(j.tenant), id)
+          : Promise.resolve({
+              run: undefined,
+              how: `${id}: none of the job's ${stored.size} records in the runs bucket`,
+            });
+      const steps = [...new Set(j.phases.map((p) => p.step))];
+      const grid: number[] = [];
+      for (let t = Math.ceil(j.firstMs / 1000) * 1000; t <= j.lastCheckedMs; t += 1000)
+        if (stepOf(t, steps).length > 0) grid.push(t);
+      occurrences += grid.length + j.manual.acked.length;
+      const found = await mapBounded(grid, LOOKUPS_IN_FLIGHT, (t) => lookUp(runIdFor(j.jobId, t)));
       const bySched = new Map<number, RunRec[]>();
       const direct = new Map<number, string>();
-      const steps = [...new Set(j.phases.map((p) => p.step))];
-      for (let t = Math.ceil(j.firstMs / 1000) * 1000; t <= j.lastCheckedMs; t += 1000) {
-        if (stepOf(t, steps).length === 0) continue;
-        const { run, how } = await runById(c, keyOf(j.tenant), runIdFor(j.jobId, t));
+      grid.forEach((t, i) => {
+        const { run, how } = found[i]!;
         if (run) {
           bySched.set(t, [run]);
           deletedRuns.push(run);
         } else direct.set(t, how);
-      }
-      for (const id of j.manual.acked) {
-        const { run, how } = await runById(c, keyOf(j.tenant), id);
+      });
+      const manual = await mapBounded(j.manual.acked, LOOKUPS_IN_FLIGHT, lookUp);
+      j.manual.acked.forEach((id, i) => {
+        const { run, how } = manual[i]!;
         if (run) deletedRuns.push(run);
         else o.log(`acknowledged manual run ${id} of deleted job ${j.jobId}: ${how}`);
-      }
+      });
       records.set(j.jobId, { bySched, manual: undefined, direct });
     }
+    o.log(
+      `deleted jobs: ${deleted.length}, ${occurrences} runs looked up, ${deletedRuns.length} records read, in ${Date.now() - lookUpStart} ms`,
+    );
     const runs = [...[...runsOf.values()].flat(), ...deletedRuns];
-    const stuck = runs.filter((r) => !TERMINAL.has(r.status));
+    const stuck = runs.filter((r) => !isTerminal(r.status));
     // A Kairos node should cause none (each runs with its own identity's least privilege).
     const permissionViolations = c.nats.violations();
 
