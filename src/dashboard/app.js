@@ -3,7 +3,7 @@
  * typed into the form, or `#key=<api key>` in the address (a non-interactive sign-in): the key
  * goes to sessionStorage and is removed from the address bar at once (history.replaceState), so
  * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>,
- * #/jobs/<id>/edit, #/runs/<id>, #/dead-letters, #/activity (the live charts); and for an
+ * #/jobs/<id>/edit, #/runs (the tenant's), #/runs/<id>, #/dead-letters, #/activity (the live charts); and for an
  * operator key (`kop_…`) #/cluster, the operators' page (only it: the nav shows what the key reads).
  * A page that polls (a job's runs, a running run) stops when the route changes. A 401 from the
  * API (a key revoked meanwhile) signs out and shows the sign-in form with the API's message.
@@ -12,7 +12,7 @@ import { ApiError, api, clearKey, getKey, setKey } from "./api.js";
 import { h, replace } from "./dom.js";
 import { jobPage, jobsPage, newJobPage } from "./jobs.js";
 import { editJobPage } from "./edit.js";
-import { deadLettersPage, runPage } from "./runs.js";
+import { deadLettersPage, runPage, tenantRunsPage } from "./runs.js";
 import { activityPage } from "./charts.js";
 import { clusterPage } from "./cluster.js";
 
@@ -180,6 +180,7 @@ async function route(focusId) {
     else if (seg[0] === "activity" && seg.length === 1) await activityPage(ctx);
     else if (seg[0] === "cluster" && seg.length === 1) await clusterPage(ctx);
     else if (seg[0] === "runs" && seg.length === 2) await runPage(ctx, seg[1] ?? "");
+    else if (seg[0] === "runs" && seg.length === 1) await tenantRunsPage(ctx);
     else replace(main, h("h1", { tabindex: "-1" }, "Not found"), h("p", {}, `No page ${raw}.`));
   } catch (e) {
     ctx.fail(e);

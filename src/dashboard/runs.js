@@ -2,9 +2,9 @@
  * Run views: a job's runs (newest first, status filter and cursor paging in the address; the
  * first page re-reads itself every 2 s so new runs appear) and a run's page (times, attempts
  * with worker, exit code, outcome and error, the output tail; re-read every 2 s until the run
- * ends; cancel while it has not), and the tenant's dead letters. Endpoints: GET
- * /v1/jobs/{id}/runs, GET /v1/runs/{id}, POST /v1/runs/{id}/cancel,
- * GET /v1/runs?status=dead_lettered.
+ * ends; cancel while it has not), the tenant's runs across its jobs (the same table with a job
+ * column) and its dead letters. Endpoints: GET /v1/jobs/{id}/runs, GET /v1/runs/{id},
+ * POST /v1/runs/{id}/cancel, GET /v1/runs, GET /v1/runs?status=dead_lettered.
  */
 import { api } from "./api.js";
 import { h, link, pager, replace, statusBadge, time } from "./dom.js";
@@ -36,8 +36,8 @@ export const TERMINAL = new Set([
 
 /** @typedef {import("./app.js").Ctx} Ctx */
 
-/** @param {any} r */
-function runRow(r) {
+/** @param {any} r @param {boolean} withJob */
+function runRow(r, withJob) {
   return h(
     "tr",
     {},
@@ -46,6 +46,13 @@ function runRow(r) {
       {},
       h("a", { href: `#/runs/${encodeURIComponent(r.run_id)}` }, h("code", {}, r.run_id)),
     ),
+    withJob
+      ? h(
+          "td",
+          {},
+          h("a", { href: `#/jobs/${encodeURIComponent(r.job_id)}` }, h("code", {}, r.job_id)),
+        )
+      : null,
     h("td", {}, statusBadge(r.status)),
     h("td", {}, r.trigger),
     h("td", {}, time(r.scheduled_for)),
@@ -59,14 +66,29 @@ function runRow(r) {
  * The runs part of a job's page.
  * @param {Ctx} ctx @param {string} jobId @param {string} path the job page's route
  */
-export async function runsSection(ctx, jobId, path) {
+export function runsSection(ctx, jobId, path) {
+  return runList(ctx, {
+    path,
+    endpoint: `/v1/jobs/${encodeURIComponent(jobId)}/runs`,
+    statuses: RUN_STATUSES,
+    withJob: false,
+  });
+}
+
+/**
+ * A paged runs table with its status filter; the first page re-reads itself every POLL_MS.
+ * @param {Ctx} ctx
+ * @param {{ path: string, endpoint: string, statuses: readonly string[], withJob: boolean }} o
+ *   `path`: the page's route; `endpoint`: the list's API path; `statuses`: the filter's choices
+ */
+async function runList(ctx, { path, endpoint, statuses, withJob }) {
   const status = ctx.query.get("status");
   const cursor = ctx.query.get("cursor");
   const read = async () => {
     const qs = new URLSearchParams({ limit: String(PAGE_SIZE) });
     if (status) qs.set("status", status);
     if (cursor) qs.set("cursor", cursor);
-    return api("GET", `/v1/jobs/${encodeURIComponent(jobId)}/runs?${qs}`);
+    return api("GET", `${endpoint}?${qs}`);
   };
   const tbody = h("tbody", {});
   const pagerBox = h("div", {});
@@ -81,7 +103,10 @@ export async function runsSection(ctx, jobId, path) {
     const json = JSON.stringify(page);
     if (json === shown) return;
     shown = json;
-    replace(tbody, page.runs.map(runRow));
+    replace(
+      tbody,
+      page.runs.map((/** @type {any} */ r) => runRow(r, withJob)),
+    );
     empty.hidden = page.runs.length > 0;
     replace(pagerBox, pager(path, { status }, cursor, page.next_cursor));
   };
@@ -91,7 +116,7 @@ export async function runsSection(ctx, jobId, path) {
     "select",
     { id: "run-status" },
     h("option", { value: "" }, "all"),
-    RUN_STATUSES.map((s) => h("option", { value: s, selected: s === status }, s.replace("_", " "))),
+    statuses.map((s) => h("option", { value: s, selected: s === status }, s.replace("_", " "))),
   );
   select.addEventListener("change", () => {
     location.hash = link(path, { status: /** @type {HTMLSelectElement} */ (select).value });
@@ -111,9 +136,16 @@ export async function runsSection(ctx, jobId, path) {
         h(
           "tr",
           {},
-          ["Run", "Status", "Trigger", "Scheduled for", "Started", "Finished", "Attempt"].map((t) =>
-            h("th", { scope: "col" }, t),
-          ),
+          [
+            "Run",
+            ...(withJob ? ["Job"] : []),
+            "Status",
+            "Trigger",
+            "Scheduled for",
+            "Started",
+            "Finished",
+            "Attempt",
+          ].map((t) => h("th", { scope: "col" }, t)),
         ),
       ),
       tbody,
@@ -239,8 +271,33 @@ export async function runPage(ctx, runId) {
 }
 
 /**
- * The tenant's dead-lettered runs across its jobs (oldest first, paged): the API's one
- * tenant-wide runs list.
+ * The tenant's runs across its jobs (newest first by creation, paged; the first page re-reads
+ * itself). A run that has not ended shows its status at creation (the list reads records only,
+ * never the job actors): its own page shows it live; the filter offers the statuses runs end with.
+ * @param {Ctx} ctx
+ */
+export async function tenantRunsPage(ctx) {
+  const section = await runList(ctx, {
+    path: "/runs",
+    endpoint: "/v1/runs",
+    statuses: [...TERMINAL],
+    withJob: true,
+  });
+  if (!ctx.live()) return;
+  replace(
+    ctx.main,
+    h("h1", {}, "Runs"),
+    h(
+      "p",
+      { class: "hint" },
+      "Every run of your jobs, newest first. A run in progress shows as queued here; open it to follow it live.",
+    ),
+    section,
+  );
+}
+
+/**
+ * The tenant's dead-lettered runs across its jobs (oldest first, paged).
  * @param {Ctx} ctx
  */
 export async function deadLettersPage(ctx) {

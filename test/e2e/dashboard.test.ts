@@ -4,7 +4,8 @@
  * a wrong key is refused with the API's message; sign-in by typing the key and by `#key=` (the
  * key then in sessionStorage and gone from the address bar); creating a job in the form and
  * watching its runs appear; pausing it; editing its schedule (a bad one refused, its field
- * marked); deleting it; a failed run's attempts and the tenant's dead letters; cancelling a running run;
+ * marked); deleting it; a failed run's attempts, the tenant's dead letters and its runs across its
+ * jobs (filtered by status); cancelling a running run;
  * paging through the jobs list and filtering it by a part of the name and by state;
  * the live charts of a job due every second (runs started, waiting, lag, the forecast), drawn
  * and given as tables; an operator key's cluster page (nodes, partitions, workers, fair shares),
@@ -269,6 +270,23 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     await row.waitFor({ timeout: WAIT_MS });
     await row.getByRole("link", { name: jobId, exact: true }).waitFor();
     await shot(page, "06b-dead-letters");
+    // The tenant's runs across its jobs: the ticker's runs, and this one under "failed".
+    await page.getByRole("link", { name: "Runs", exact: true }).click();
+    await heading(page, "Runs");
+    const all = page.getByRole("table", { name: "Runs" });
+    await all
+      .getByRole("link", { name: tickerId, exact: true })
+      .first()
+      .waitFor({ timeout: WAIT_MS });
+    await page.getByLabel("Status").selectOption("failed");
+    const mine = all.getByRole("row", { name: runId });
+    await mine.waitFor({ timeout: WAIT_MS });
+    await mine.getByRole("link", { name: jobId, exact: true }).waitFor();
+    assert.equal(
+      await all.locator(".status-failed").count(),
+      await all.locator("tbody tr").count(),
+    );
+    await shot(page, "06c-tenant-runs");
   });
 
   it("cancels a running run", async () => {
