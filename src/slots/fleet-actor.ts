@@ -5,7 +5,7 @@
  * FLEET_RECOMPUTE_MS, at once on a new tenant, weight or capacity; every FLEET_ROTATE_MS while a
  * tenant is held back by its part, so a part of 1.5 slots is 1 and 2 in turn, and a tenant whose
  * runs executed beyond its part gives a slot to one whose runs executed less), answers with a share, and
- * tells tenants whose share shrank at once (PUSH_LIMIT). Unasked slots are added by weight as
+ * tells tenants whose share changed at once (PUSH_LIMIT). Unasked slots are added by weight as
  * headroom. Capacity is the sum of live workers' advertised slots, put into each message by the
  * shell (fleet-shell.ts).
  *
@@ -205,7 +205,7 @@ function accrue(
   }
 }
 
-/** Recomputes every share; returns the tenants whose share shrank (they are told at once). */
+/** Recomputes every share; returns the tenants whose share changed (they are told at once). */
 function recompute(
   state: FleetState,
   now: number,
@@ -223,7 +223,7 @@ function recompute(
   accrue(state, now, executing);
   // The rounding turns at most every FLEET_ROTATE_MS: a recompute for changed demands in between
   // keeps the turn's order (a carry advanced on every 100 ms recompute flipped shares ten times a
-  // second, each flip a push to the tenants whose share shrank).
+  // second, each flip pushes to the tenants whose share changed).
   const turn = state.rotated_at_ms === undefined || now - state.rotated_at_ms >= FLEET_ROTATE_MS;
   if (turn) {
     state.carry = new Map<string, number>();
@@ -253,14 +253,14 @@ function recompute(
   state.capacity = capacity;
   state.computed_at_ms = now;
   state.dirty = false;
-  const shrunk: string[] = [];
-  if (capacity === 0) return shrunk;
+  const changed: string[] = [];
+  if (capacity === 0) return changed;
   for (const [tenant, share] of state.shares) {
-    if (shrunk.length >= PUSH_LIMIT) break;
+    if (changed.length >= PUSH_LIMIT) break;
     const was = before.get(tenant);
-    if (was !== undefined && share < was) shrunk.push(tenant);
+    if (was !== undefined && share !== was) changed.push(tenant);
   }
-  return shrunk;
+  return changed;
 }
 
 function status(state: FleetState, capacity: number): FleetStatus {
@@ -322,16 +322,19 @@ export function makeFleetActor(): ActorDefinition<FleetState, FleetMsg, FleetRep
         (state.dirty && now - state.computed_at_ms >= FLEET_RECOMPUTE_MS) ||
         now - state.computed_at_ms >= FLEET_STALE_MS ||
         (state.rounded === true && now - state.computed_at_ms >= FLEET_ROTATE_MS);
-      const shrunk = due ? recompute(state, now, capacity, msg.executing) : [];
+      const changed = due ? recompute(state, now, capacity, msg.executing) : [];
       const share = capacity > 0 ? (state.shares.get(msg.tenant) ?? null) : null;
       effects.push({
         kind: "send",
         to: { type: TENANT_ACTOR, id: msg.tenant },
         msg: { kind: "share", share } satisfies ShareMsg,
       });
-      // The others' smaller shares take effect now, not at their next reports (up to
-      // FAIR_REPORT_MS later, meanwhile granting into the reporter's part of the fleet).
-      for (const t of shrunk) {
+      // The others' new shares take effect now, not at their next reports (up to FAIR_REPORT_MS
+      // later): a smaller one would meanwhile grant into the reporter's part of the fleet; a
+      // larger one (the rounding turned its way, a tenant left) would leave the slot freed by
+      // the tenant that gave it up idle until then — a slot turnaround of up to FAIR_REPORT_MS
+      // when no run of another tenant waits for it on its worker (fleet benchmark, 8 slots).
+      for (const t of changed) {
         if (t !== msg.tenant)
           effects.push({
             kind: "send",

@@ -368,12 +368,17 @@ export class WorkerDirectory {
 
   /**
    * The fleet's capacity as this node sees it: the places advertised by workers heard from within
-   * `expireAfterMs` of listening — slots plus prefetch (busy or not; a draining worker still
-   * counts until it stops advertising). The fleet actor shares this between tenants
-   * (src/slots/fleet-actor.ts): a prefetched run holds its tenant's grant while it waits for a
-   * slot, so without the prefetch every grant would have its slot and no worker would hold a
-   * run ready to start when a slot frees (src/worker/slot-ledger.ts). Slots and prefetch as
-   * clamped to the limits; a benched worker or one on trial adds none. O(workers).
+   * `expireAfterMs` of listening — slots plus both prefetch queues, `prefetch` places each for
+   * runs offered late and on time (busy or not; a draining worker still counts until it stops
+   * advertising). The fleet actor shares this between tenants (src/slots/fleet-actor.ts): a
+   * prefetched run holds its tenant's grant while it waits for a slot, so without the prefetch
+   * every grant would have its slot and no worker would hold a run ready to start when a slot
+   * frees (src/worker/slot-ledger.ts). The places for runs on time count too: a run prepared
+   * ahead holds its grant from its offer, seconds before its start; uncounted, a light tenant's
+   * prepared run took a place of the backlogs' prefetch, which was then often empty when a slot
+   * freed (fleet benchmark, 8 slots: a run ready at 1 free in 5, each other turnaround a grant's
+   * round trip or more). Slots and prefetch as clamped to the limits; a benched worker or one on
+   * trial adds none. O(workers).
    */
   capacity(): number {
     const now = this.#listening.judgeAt();
@@ -384,7 +389,7 @@ export class WorkerDirectory {
       // A benched worker (or one on trial) takes almost no offers: sharing its places would
       // grant tenants slots that only wait.
       if (this.#standings.size > 0 && !countsInCapacity(this.#standing(id, wallNow))) continue;
-      places += w.slots + (w.prefetch ?? 0);
+      places += w.slots + 2 * (w.prefetch ?? 0);
     }
     return places;
   }

@@ -25,8 +25,9 @@
  *
  * Pitfall: the prefetched attempts hold their tenants' grants while they wait, so the fleet's
  * shares count the prefetch as places (worker-directory.ts `capacity`): without that, every grant
- * would have its slot and the queue would stay empty. The places for runs on time are not counted:
- * such a run waits in one only until a slot frees after its start.
+ * would have its slot and the queue would stay empty. The places for runs on time are counted too:
+ * a run prepared ahead holds its grant there from its offer, seconds before its start, and out of
+ * the late places' grants it left the backlogs' queue empty at most frees on a small worker.
  */
 import { Fifo } from "../lib/fifo.ts";
 

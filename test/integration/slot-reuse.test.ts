@@ -2,11 +2,12 @@
  * A freed slot is reused at once, on a real nats-server: one node (scheduler + worker, noop
  * executor) whose worker has ONE slot and a prefetch of one, default lease TTL and heartbeat
  * (2.5 s). Three runs of 300 ms are asked for at once: the second waits in the worker's prefetch
- * queue and starts the moment the first ends; the third is granted when the first's slot goes
- * back to the tenant, offered to the worker (which advertised its freed place at once) and starts
- * the moment the second ends. Each start follows the previous end within 20 ms — far less than
- * the completion report, grant and offer path (two 20 ms gathering timers alone) or a heartbeat —
- * and the worker counts both turnarounds in `kairos_slot_idle_seconds`.
+ * queue and starts the moment the first ends; the third, granted too (the fleet shares the slot
+ * and both prefetch queues: 3 places) but refused while the worker's places are taken, is offered
+ * again once the worker advertises its freed place and starts the moment the second ends. Each
+ * start follows the previous end within 20 ms — far less than the completion report, grant and
+ * offer path (two 20 ms gathering timers alone) or a heartbeat — and the worker counts both
+ * turnarounds in `kairos_slot_idle_seconds`.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -48,10 +49,10 @@ describe("a freed slot is reused at once (real nats-server)", () => {
           { type: FLEET_ACTOR, id: FLEET_ID },
           { kind: "status" },
         );
-        return s.capacity === 2 ? true : undefined;
+        return s.capacity === 3 ? true : undefined;
       },
       20_000,
-      "all partitions held, and the worker's slot and prefetch (2 places) advertised",
+      "all partitions held, and the worker's slot and prefetch (1 + 2 × 1 places) advertised",
     );
     const tenant = (await tenants.createTenant("reuse")).tenant.tenant_id;
     const spec: JobSpec = {

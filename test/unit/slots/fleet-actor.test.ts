@@ -183,15 +183,20 @@ describe("fleet actor", () => {
     );
     for (const e of d.effects ?? [])
       assert.ok(e.kind === "send" && (e.msg as { kind: string }).kind === "share");
-    // Unchanged or grown shares are not pushed: they are heard with the next report.
+    // Unchanged shares are not pushed; grown ones are, like shrunk ones.
     f.now += FLEET_RECOMPUTE_MS;
     assert.equal((f.report("a", 500, 1).effects ?? []).length, 1, "no change: only the reporter");
     f.report("small", 0);
     f.now += FLEET_RECOMPUTE_MS;
-    assert.equal(
-      (f.report("b", 500, 1).effects ?? []).length,
-      1,
-      "b's share grew back: only the reporter hears",
+    const grown = (f.report("b", 500, 1).effects ?? []).flatMap((e) =>
+      e.kind === "send"
+        ? [[e.to.id, (e.msg as { kind: string; share: number }).share] as const]
+        : [],
+    );
+    assert.deepEqual(
+      Object.fromEntries(grown),
+      { b: 12, a: 12 },
+      "small left: a's share grew back and a hears it at once (before the fix: at its next report, its part of the freed slots idle until then)",
     );
     assert.deepEqual(
       (f.send("status").reply as FleetStatus).tenants.map((t) => [t.tenant, t.share]),

@@ -274,12 +274,16 @@ describe("worker directory: room", () => {
     );
   });
 
-  it("the fleet's capacity counts each worker's slots and prefetch", () => {
+  it("the fleet's capacity counts each worker's slots and both its prefetch queues (runs offered late, runs on time)", () => {
     const clock = new FakeClock(0);
     const dir = new WorkerDirectory(clock, seededRandom(4), 5_000);
     dir.observe({ ...advert("a", 0, 8), prefetch: 2 });
     dir.observe(advert("b", 0, 4)); // a worker that predates the prefetch
-    assert.equal(dir.capacity(), 14);
+    assert.equal(
+      dir.capacity(),
+      16,
+      "8 + 2 × 2, and 4: before, 14 — a run prepared ahead took a backlog's prefetch place",
+    );
   });
 
   it("the attempts executing on the fleet by tenant: summed over the live workers, only when each advertises them, summed again once an advert came", () => {

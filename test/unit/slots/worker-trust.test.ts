@@ -195,7 +195,7 @@ describe("worker trust: in the worker directory", () => {
       20,
       "an advert wakes as many waiting dispatches as its believed room",
     );
-    assert.equal(d.capacity(), 20);
+    assert.equal(d.capacity(), 24, "16 slots and 4 places in each of its two prefetch queues");
     d.observe(advert("liar", 1e9, 1e9, 1e9));
     d.observe(advert("honest", 4, 4, 2));
     assert.deepEqual(told, ["liar:slots,prefetch,free"]);
@@ -237,7 +237,7 @@ describe("worker trust: in the worker directory", () => {
     assert.equal(d.pick(), undefined);
     d.markAnswered("liar");
     assert.deepEqual(standings, ["liar:benched:1", "liar:trusted:1"]);
-    assert.equal(d.capacity(), 28);
+    assert.equal(d.capacity(), 32, "16 slots + 2 × 4 prefetch, and the honest worker's 8");
     d.observe(advert("liar", 20, 16, 4));
     assert.equal(d.pick(), "liar", "trusted: believed again (up to the limits)");
   });
