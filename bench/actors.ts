@@ -37,6 +37,7 @@ import { TimerQueue } from "../src/cluster/timer-queue.ts";
 import { systemClock } from "../src/lib/clock.ts";
 import { systemRandom } from "../src/lib/random.ts";
 import { startNats, type NatsFixture } from "../test/support/nats.ts";
+import { intOption, quantile, wantsMarkdown } from "./options.ts";
 import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
@@ -52,14 +53,7 @@ interface Options {
 }
 
 function parseArgs(args: string[]): Options {
-  const int = (name: string, dflt: number): number => {
-    const i = args.indexOf(`--${name}`);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1)
-      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
-    return v;
-  };
+  const int = (name: string, dflt: number): number => intOption(args, name, dflt);
   return {
     n: int("n", 20_000),
     c: int("c", 64),
@@ -67,7 +61,7 @@ function parseArgs(args: string[]): Options {
     timers: int("timers", 1_000_000),
     actors: int("actors", 100_000),
     partitions: int("partitions", 64),
-    md: !args.includes("--no-md"),
+    md: wantsMarkdown(args),
   };
 }
 
@@ -80,10 +74,6 @@ function gcFunction(): { gc: () => void; how: string } {
   if (typeof fn === "function")
     return { gc: fn, how: "gc exposed at run time (v8.setFlagsFromString)" };
   return { gc: () => undefined, how: "none (heap figures include garbage)" };
-}
-
-function percentile(sorted: Float64Array, p: number): number {
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))]!;
 }
 
 interface Rate {
@@ -110,7 +100,7 @@ async function drive(n: number, c: number, fn: (i: number) => Promise<unknown>):
   );
   const ms = performance.now() - t0;
   lat.sort();
-  return { perSec: (n / ms) * 1000, p50Ms: percentile(lat, 0.5), p99Ms: percentile(lat, 0.99), ms };
+  return { perSec: (n / ms) * 1000, p50Ms: quantile(lat, 0.5), p99Ms: quantile(lat, 0.99), ms };
 }
 
 /** Resolves when `cond()` holds, re-checked on every event of the given nodes; rejects after `timeoutMs`. */

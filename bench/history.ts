@@ -41,6 +41,7 @@ import { RunRetention } from "../src/history/run-retention.ts";
 import { seededRandom } from "../src/lib/random.ts";
 import { formatUtc } from "../src/schedule/index.ts";
 import { startNats } from "../test/support/nats.ts";
+import { intOption, quantile, wantsMarkdown } from "./options.ts";
 import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
@@ -50,20 +51,13 @@ const PARTITIONS = 64;
 const T0 = Date.UTC(2026, 0, 1);
 
 function parseArgs(args: string[]) {
-  const int = (name: string, dflt: number): number => {
-    const i = args.indexOf(`--${name}`);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1)
-      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
-    return v;
-  };
+  const int = (name: string, dflt: number): number => intOption(args, name, dflt);
   return {
     runs: int("runs", 100_000),
     keep: int("keep", 1_000),
     limit: int("limit", 50),
     reps: int("reps", 5),
-    md: !args.includes("--no-md"),
+    md: wantsMarkdown(args),
   };
 }
 
@@ -117,7 +111,11 @@ function countGets(kv: KvStore): () => number {
   return () => n;
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const median = (xs: number[]) =>
+  quantile(
+    [...xs].sort((a, b) => a - b),
+    0.5,
+  );
 
 async function timed(reps: number, fn: () => Promise<unknown>): Promise<number> {
   await fn(); // warm-up

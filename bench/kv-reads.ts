@@ -21,30 +21,21 @@ import { REPLICA_READ, type KvStore, type ReadOptions } from "../src/cluster/kv.
 import { connectNats } from "../src/cluster/nats.ts";
 import { seededRandom } from "../src/lib/random.ts";
 import { startNatsCluster } from "../test/support/nats.ts";
+import { intOption, quantile, wantsMarkdown } from "./options.ts";
 import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
 const CLUSTER = "kvbench";
 
 function parseArgs(args: string[]) {
-  const int = (name: string, dflt: number): number => {
-    const i = args.indexOf(`--${name}`);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1)
-      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
-    return v;
-  };
+  const int = (name: string, dflt: number): number => intOption(args, name, dflt);
   return {
     reads: int("reads", 4000),
     keys: int("keys", 1000),
     bytes: int("bytes", 400),
-    md: !args.includes("--no-md"),
+    md: wantsMarkdown(args),
   };
 }
-
-const pct = (sorted: number[], p: number): number =>
-  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
 
 interface Figure {
   server: "leader" | "follower";
@@ -83,8 +74,8 @@ async function measure(
   const r = (x: number) => Math.round(x * 100) / 100;
   return {
     perSecond: Math.round((reads / ms) * 1000),
-    p50Ms: r(pct(lat, 50)),
-    p99Ms: r(pct(lat, 99)),
+    p50Ms: r(quantile(lat, 0.5)),
+    p99Ms: r(quantile(lat, 0.99)),
   };
 }
 
