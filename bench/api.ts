@@ -19,22 +19,16 @@
  */
 import { performance } from "node:perf_hooks";
 import { startKairosFixture } from "../test/support/kairos.ts";
+import { intOption, quantile, wantsMarkdown } from "./options.ts";
 import { appendSection, machine } from "./report.ts";
 
 function parseArgs(args: string[]) {
-  const int = (name: string, dflt: number): number => {
-    const i = args.indexOf(`--${name}`);
-    if (i < 0) return dflt;
-    const v = Number(args[i + 1]);
-    if (!Number.isInteger(v) || v < 1)
-      throw new Error(`--${name} must be a positive integer, got ${args[i + 1]}`);
-    return v;
-  };
+  const int = (name: string, dflt: number): number => intOption(args, name, dflt);
   return {
     jobs: int("jobs", 10_000),
     batchJobs: int("batch-jobs", 20_000),
     inFlight: int("in-flight", 64),
-    md: !args.includes("--no-md"),
+    md: wantsMarkdown(args),
   };
 }
 
@@ -50,9 +44,8 @@ const spec = (i: number) => ({
 
 function quantiles(ms: number[]): { p50: number; p99: number; max: number } {
   const s = [...ms].sort((a, b) => a - b);
-  const q = (p: number) =>
-    Math.round(s[Math.min(s.length - 1, Math.floor(p * s.length))]! * 10) / 10;
-  return { p50: q(0.5), p99: q(0.99), max: Math.round(s[s.length - 1]! * 10) / 10 };
+  const q = (p: number) => Math.round(quantile(s, p) * 10) / 10;
+  return { p50: q(0.5), p99: q(0.99), max: q(1) };
 }
 
 /** `kairos_kv_op_seconds_count` of a node, by `<op> <bucket>`. */
