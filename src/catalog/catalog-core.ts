@@ -193,12 +193,25 @@ export function applyOps(c: Chunk, ops: readonly CatalogOp[]): Applied {
 }
 
 /**
- * A chunk over the size cut in two: the lower half keeps the chunk's key and points at the
- * upper half, stored under `upperKey`. Null when the chunk is small enough.
+ * A chunk over the size cut in two: the lower part keeps the chunk's key and points at the upper
+ * part, stored under `upperKey`. Null when the chunk is small enough. In halves, unless the chunk
+ * grew at its end — past `grewAfter`, its last id before the write, as creates do (new ids rise
+ * with time) — with at least half and at most MAX_CHUNK_ENTRIES of its entries at or below it:
+ * then the lower part keeps those and the upper takes the new ones, so chunks that creates fill
+ * stay full, not half full.
  */
-export function split(c: Chunk, upperKey: string): { lower: Chunk; upper: Chunk } | null {
+export function split(
+  c: Chunk,
+  upperKey: string,
+  grewAfter?: string,
+): { lower: Chunk; upper: Chunk } | null {
   if (c.entries.length <= MAX_CHUNK_ENTRIES) return null;
-  const mid = c.entries.length >> 1;
+  let mid = c.entries.length >> 1;
+  if (grewAfter !== undefined) {
+    const { at, found } = search(c.entries, grewAfter);
+    const end = found ? at + 1 : at;
+    if (end >= mid && end <= MAX_CHUNK_ENTRIES && end < c.entries.length) mid = end;
+  }
   const m = c.entries[mid]!.i;
   return {
     lower: { lo: c.lo, hi: m, next: upperKey, entries: c.entries.slice(0, mid) },

@@ -7,8 +7,9 @@
  * Writes are CAS writes of one chunk (revision-checked, so concurrent writers on several API
  * nodes never lose an entry); the changes of one chunk that arrive while a write of it is in
  * flight are applied together by the next (at most MAX_GROUP). A chunk over MAX_CHUNK_ENTRIES is
- * split: the upper half is created under a new random key, then the lower half is written in the
- * same CAS that applies the changes, and then the directory learns the new chunk. A crash leaves
+ * split (in halves, or, when it grew at its end as creates make it, after its earlier entries):
+ * the upper part is created under a new random key, then the lower part is written in the same
+ * CAS that applies the changes, and then the directory learns the new chunk. A crash leaves
  * at worst an unreferenced chunk or a directory that lags the chain, which readers and writers
  * follow (`next`) and repair.
  *
@@ -55,7 +56,7 @@ const MAX_HOPS = 64;
 /** Chunks a node remembers for its next write of them (~20 KB each in memory). */
 export const MAX_KNOWN_CHUNKS = 1024;
 /** Chunks a filtered read fetches at once, ahead of the one it is reading. */
-const READ_AHEAD = 8;
+const READ_AHEAD = 16;
 
 /** The directory's key. */
 export const directoryKey = (tenantId: string): string => `jd.${tenantId}`;
@@ -332,7 +333,7 @@ export class JobCatalog {
       }
       if (chunk === null) return { next, key: c.next };
       const upperKey = this.#newKey();
-      const halves = split(chunk, upperKey);
+      const halves = split(chunk, upperKey, c.entries[c.entries.length - 1]?.i);
       if (halves !== null) {
         const made = await kv.create(chunkKey(tenantId, upperKey), encode(halves.upper));
         if (!made.ok) continue; // a key taken (never in practice): another one

@@ -128,6 +128,34 @@ describe("catalog chain", () => {
     assert.ok(s.lower.entries.every((e) => e.i < mid) && s.upper.entries.every((e) => e.i >= mid));
   });
 
+  it("splits a chunk that grew at its end after its earlier entries; in halves otherwise", () => {
+    const entries = Array.from({ length: MAX_CHUNK_ENTRIES + 30 }, (_, i) =>
+      entry(`j${String(i).padStart(4, "0")}`),
+    );
+    const c = { lo: "", hi: "jz", next: "k9", entries };
+    const had = MAX_CHUNK_ENTRIES - 10; // entries before the write; 40 appended after them
+    const s = split(c, "k2", entries[had - 1]!.i)!;
+    assert.equal(s.lower.entries.length, had);
+    assert.equal(s.lower.hi, entries[had]!.i);
+    assert.deepEqual(s.upper.entries, entries.slice(had));
+    assert.deepEqual(
+      [s.lower.next, s.upper.lo, s.upper.hi, s.upper.next],
+      ["k2", entries[had]!.i, "jz", "k9"],
+    );
+    // Grown in the middle (the last id before the write is the last one now), or mostly new: halves.
+    const half = entries.length >> 1;
+    assert.equal(split(c, "k2", entries[entries.length - 1]!.i)!.lower.entries.length, half);
+    assert.equal(split(c, "k2", entries[10]!.i)!.lower.entries.length, half);
+    // More than a chunk's worth at or below it (a big group mostly below): halves.
+    const big = Array.from({ length: 3 * MAX_CHUNK_ENTRIES }, (_, i) =>
+      entry(`j${String(i).padStart(4, "0")}`),
+    );
+    const bigSplit = split({ ...c, entries: big }, "k2", big[2 * MAX_CHUNK_ENTRIES]!.i)!;
+    assert.equal(bigSplit.lower.entries.length, big.length >> 1);
+    // An id between entries (one removed meanwhile) cuts after the entries below it.
+    assert.equal(split(c, "k2", `${entries[had - 1]!.i}~`)!.lower.entries.length, had);
+  });
+
   it("the directory names the last chunk at or below an id; a stale one names an earlier chunk", () => {
     let d: Directory = { chunks: [["", "a"]] };
     d = withChunk(d, "jm", "b");
