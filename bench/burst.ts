@@ -1,6 +1,7 @@
 /**
  * Burst benchmark (`npm run bench -- burst [--jobs 10000] [--overlap skip|allow] [--slots max(100000, jobs)]
- * [--lookahead-ms 300000] [--tenants 10] [--schedulers 1] [--workers 1] [--no-md]`): the headline
+ * [--lookahead-ms 300000] [--tenants 10] [--schedulers 1] [--workers 1] [--dashboard off|idle|poll]
+ * [--no-md]`): the headline
  * "on time" figure. N one-shot `at` jobs, all due at the same instant T (overlap `skip` by
  * default, the API's default; both policies get look-ahead, the product default of 5 min), on one
  * in-process scheduler node (plus S − 1 spawned ones) and W worker processes with the `noop`
@@ -8,7 +9,9 @@
  * start − scheduled_for, from the run records. Tenants, their quotas (max_concurrent_runs and
  * max_jobs raised to N) and the jobs are set up through an admin connection and the jobs service
  * (job actors), not HTTP, to keep set-up short. Last line: one JSON object (jobs, overlap,
- * started, succeeded, failed, duplicates, lost, lag_ms, kv_ops_per_run, …).
+ * started, succeeded, failed, duplicates, lost, lag_ms, kv_ops_per_run, …). `--dashboard poll`
+ * adds an API node and one open dashboard's reads of the first tenant during the burst
+ * (dashboard-poller.ts); `idle` the same node without reads, the baseline for it.
  */
 import { writeFile } from "node:fs/promises";
 import { Session } from "node:inspector/promises";
@@ -27,6 +30,7 @@ import { startKairos } from "../src/server/start.ts";
 import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
+import { startDashboardPoller, type DashboardPoller } from "./dashboard-poller.ts";
 import { registry } from "../src/metrics/index.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
 import { openBuckets } from "../src/cluster/buckets.ts";
@@ -110,6 +114,10 @@ export async function run(args: string[]): Promise<void> {
     schedulerCount < 1
   )
     throw new Error("--workers and --schedulers must be integers >= 1");
+  const di = args.indexOf("--dashboard");
+  const dashboard = di >= 0 ? args[di + 1] : "off";
+  if (dashboard !== "off" && dashboard !== "idle" && dashboard !== "poll")
+    throw new Error(`--dashboard must be off, idle or poll, got ${dashboard}`);
   const oi = args.indexOf("--overlap");
   const overlap = oi >= 0 ? args[oi + 1] : "skip";
   if (overlap !== "skip" && overlap !== "allow")
@@ -191,6 +199,20 @@ export async function run(args: string[]): Promise<void> {
       ],
     }),
   );
+  // --dashboard idle|poll: an API node (its own process), for a dashboard left open on a tenant
+  // (poll: dashboard-poller.ts from 15 s before the due second to the end; idle: the same node,
+  // no reads — the baseline to compare with).
+  const apiNode =
+    dashboard === "off"
+      ? undefined
+      : spawnNode({
+          natsUrl: nats.url,
+          creds: nats.credsFor(["api"]),
+          nodeId: "burst-api",
+          roles: "api",
+          partitions: 64,
+          extraArgs: ["--api-port", "0", "--rate-limit", "0"],
+        });
   // The spawned schedulers' /metrics texts (one that does not answer gives "": it counts nothing this time).
   const scrapeAll = () =>
     Promise.all(
@@ -292,8 +314,10 @@ export async function run(args: string[]): Promise<void> {
     // Jobs spread over several tenants: one tenant actor hands out its tenant's slots serially,
     // so spreading the jobs keeps one tenant actor from being the bound.
     const tenants: string[] = [];
+    let firstKey = "";
     for (let i = 0; i < tenantCount; i++) {
-      const { tenant } = await tenantDir.createTenant(`burst${i}`);
+      const { tenant, apiKey } = await tenantDir.createTenant(`burst${i}`);
+      if (i === 0) firstKey = apiKey;
       const tkv = admin.tenants;
       const e = (await tkv.get(`t.${tenant.tenant_id}`))!;
       await tkv.update(
@@ -399,6 +423,26 @@ export async function run(args: string[]): Promise<void> {
         Math.max(0, dueMs + offsetMs - systemClock.now()),
       ),
     );
+    let poller: Promise<DashboardPoller> | undefined;
+    const pollerAt =
+      dashboard === "poll" && apiNode
+        ? setTimeout(
+            () => {
+              poller = (async () =>
+                startDashboardPoller(
+                  (
+                    (await apiNode.waitFor(
+                      (ev) => (ev as { type: string }).type === "api_listening",
+                      30_000,
+                      "api listening",
+                    )) as unknown as { api_url: string }
+                  ).api_url,
+                  firstKey,
+                ))();
+            },
+            Math.max(0, dueMs - 15_000 - systemClock.now()),
+          )
+        : undefined;
     // Progress from the schedulers' own counters (attempts ended), not by listing the run records:
     // a listing of 200,000 records every second ran in the measured scheduler's process and on its
     // NATS connection, and took a large part of what it measured. One listing at the end.
@@ -408,6 +452,8 @@ export async function run(args: string[]): Promise<void> {
       if ((await runsEnded()) >= jobs) break;
     }
     for (const t of economyAt) clearTimeout(t);
+    if (pollerAt !== undefined) clearTimeout(pollerAt);
+    const dashboardReads = poller === undefined ? undefined : (await poller).stop();
     if (heapSample !== undefined) clearTimeout(heapSample);
     if (snapshot !== undefined) clearTimeout(snapshot);
     loop.disable();
@@ -561,8 +607,13 @@ export async function run(args: string[]): Promise<void> {
           .map(([k, v]) => `${v}× ${k}`)
           .join("; ")}`,
       );
+    if (dashboard !== "off")
+      lines.push(
+        `dashboard ${dashboard}${dashboardReads ? `: ${dashboardReads.reads} reads (GET /v1/runs and a job's runs every 2 s, /v1/stats every 5 s), ${dashboardReads.failed} failed, ms p50 ${dashboardReads.ms.p50}, p99 ${dashboardReads.ms.p99}, max ${dashboardReads.ms.max}${dashboardReads.first_error ? ` (first error: ${dashboardReads.first_error})` : ""}` : ""}`,
+      );
     for (const l of lines) console.log(l);
     summary = {
+      dashboard: { mode: dashboard, ...(dashboardReads ?? {}) },
       jobs,
       overlap,
       started: lags.length,
@@ -622,7 +673,9 @@ export async function run(args: string[]): Promise<void> {
     }
   } finally {
     for (const c of closers) await c().catch(() => undefined);
-    await Promise.all([...workers, ...schedulers].map((x) => x.stop()));
+    await Promise.all(
+      [...workers, ...schedulers, ...(apiNode ? [apiNode] : [])].map((x) => x.stop()),
+    );
     await proc.stop();
     await nats.stop();
   }
