@@ -5,7 +5,7 @@
  * actor is asked, so a retried create, even after a crash, reaches the same actor and gets the
  * job it made. `max_jobs` is counted by `TenantJobCounter` (job-quota.ts).
  *
- * A runs page reads the job's runs index (run-pages.ts): O(page) whatever the history. A jobs
+ * Runs are read by run-reads.ts (a job's runs index, O(page) whatever the history). A jobs
  * page reads the tenant's job catalog (src/catalog/, jobs-page.ts): a chunk or two and the page's
  * job states, never the job actors. The catalog is written before the job actor on a create (a
  * created job is always listed; an entry whose job never came is skipped, and dropped later) and
@@ -19,32 +19,15 @@ import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
 import { JobCatalog } from "../catalog/job-catalog.ts";
 import type { CatalogEntry } from "../catalog/catalog-core.ts";
 import { jobsPage } from "./jobs-page.ts";
-import {
-  JOB_ACTOR,
-  isValidId,
-  jobActorId,
-  newJobId,
-  newTimedJobId,
-  parseRunId,
-  runKey,
-} from "../protocol/ids.ts";
+import { RunReads } from "./run-reads.ts";
+import { JOB_ACTOR, isValidId, jobActorId, newJobId, newTimedJobId } from "../protocol/ids.ts";
 import type { JobReply } from "../job-state/job-types.ts";
 import type { JobState } from "../job-state/job-state.ts";
-import { runView } from "../history/run-record.ts";
-import {
-  decodeCursor,
-  encodeCursor,
-  indexedRunsPage,
-  legacyRunsPage,
-} from "../history/run-pages.ts";
-import { deadLetterKey } from "../notify/dead-letters.ts";
-import { tenantRunsPage } from "../history/tenant-runs-page.ts";
 import {
   publicJob,
   purgeSecretEnv,
@@ -53,7 +36,6 @@ import {
   type SecretEnvStore,
 } from "../secrets/secret-env.ts";
 import {
-  TERMINAL,
   type JobListFilter,
   type JobPatch,
   type JobSpec,
@@ -96,6 +78,7 @@ const entryOf = (s: JobState): CatalogEntry => ({
 export class NatsJobsService implements JobsService {
   readonly #quota: TenantJobCounter;
   readonly #catalog: JobCatalog;
+  readonly #runs: RunReads;
 
   constructor(
     private readonly router: ActorRouter,
@@ -110,6 +93,7 @@ export class NatsJobsService implements JobsService {
       async (tenantId) => (await this.#liveJobs(tenantId)).length,
       { clock: router.clock, random },
     );
+    this.#runs = new RunReads(router, buckets, partitions, (t, j) => this.#job(t, j));
     this.#catalog = new JobCatalog({
       kv: buckets.tenants,
       clock: router.clock,
@@ -452,128 +436,33 @@ export class NatsJobsService implements JobsService {
     return newJobId(() => this.random.next()).slice(1);
   }
 
-  async listRuns(
+  listRuns(
     tenantId: string,
     jobId: string,
     opts: { status?: RunStatus; cursor?: string; limit: number },
   ): Promise<Page<RunView>> {
-    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
-    // One request to the job actor, answered from memory (404 for unknown, deleted or foreign
-    // jobs): its active runs as it holds them (records are written at creation and end only)
-    // and its runs index — in memory, since a `fire`'s state change (and the index entries of
-    // the records it creates) is deferred until the job's next state write.
-    const reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
-      kind: "active_runs",
-    });
-    const live = liveRuns(reply);
-    const q = { ...opts, live };
-    if (reply?.index)
-      return indexedRunsPage(this.buckets.runs, p, { tenantId, jobId, index: reply.index }, q);
-    return legacyRunsPage(this.buckets.runs, p, tenantId, jobId, q);
+    return this.#runs.listRuns(tenantId, jobId, opts);
   }
 
-  async listTenantRuns(
+  listTenantRuns(
     tenantId: string,
     opts: { status?: RunStatus; cursor?: string; limit: number },
   ): Promise<Page<RunView>> {
-    return tenantRunsPage(this.buckets.runs, this.partitions, tenantId, opts);
+    return this.#runs.listTenantRuns(tenantId, opts);
   }
 
-  async listDeadLetters(
+  listDeadLetters(
     tenantId: string,
     opts: { cursor?: string; limit: number },
   ): Promise<Page<RunView>> {
-    let after = 0;
-    if (opts.cursor !== undefined) {
-      const [kind, rev] = decodeCursor(opts.cursor, 2);
-      after = Number(rev);
-      if (kind !== "dl" || !Number.isSafeInteger(after) || after < 0)
-        throw new KairosError("invalid_argument", "cursor: not a cursor returned by this API", {
-          field: "cursor",
-        });
-    }
-    // Keys dl.<tenant>.<run> (dead-letters.ts), in the order they were written.
-    const page = await this.buckets.runs.scan(deadLetterKey(tenantId, "*"), after, opts.limit);
-    return {
-      items: page.entries.map((e) => runView(e.value)),
-      next_cursor: page.next === null ? null : encodeCursor(["dl", String(page.next)]),
-    };
+    return this.#runs.listDeadLetters(tenantId, opts);
   }
 
-  async getRun(tenantId: string, runId: string): Promise<RunView> {
-    const id = parseRunId(runId);
-    if (!id) throw new KairosError("not_found", "run not found");
-    const { jobId } = id;
-    const p = partitionOf(this.#job(tenantId, jobId), this.partitions);
-    const e = await this.buckets.runs.get(runKey(p, tenantId, jobId, runId));
-    if (!e) {
-      // A scheduled run's record is written before the job state, so none means none. Only a
-      // run-now's (`-m<n>`) is written just after: its owner holds it meanwhile — the one case
-      // in which a missing record costs an actor request.
-      if (id.seq === 0) throw new KairosError("not_found", "run not found");
-      const live = (await this.#activeRuns(tenantId, jobId)).get(runId);
-      if (live) return live;
-      throw new KairosError("not_found", "run not found");
-    }
-    const r = runView(e.value);
-    return TERMINAL.has(r.status) ? r : withLive(r, await this.#activeRuns(tenantId, jobId));
+  getRun(tenantId: string, runId: string): Promise<RunView> {
+    return this.#runs.getRun(tenantId, runId);
   }
 
-  async cancelRun(tenantId: string, runId: string, by: string, note?: string): Promise<RunView> {
-    const id = parseRunId(runId);
-    if (!id) throw new KairosError("not_found", "run not found");
-    // The actor is addressed with the caller's tenant: another tenant's run is not its job's.
-    const job = this.#job(tenantId, id.jobId);
-    let reply: JobReply = null;
-    try {
-      reply = await this.router.request<JobReply>(job, {
-        kind: "cancel",
-        run_id: runId,
-        by,
-        ...(note === undefined ? {} : { note }),
-      });
-    } catch (e) {
-      // No such job (or deleted, or another tenant's): the record, if any, decides below.
-      if (!isKairosError(e, "not_found")) throw e;
-    }
-    if (reply?.run) return reply.run;
-    // Not active under its job: read after the actor's answer, which came after any settle of
-    // the record it made, so an ended run's record is there.
-    const p = partitionOf(job, this.partitions);
-    const e = await this.buckets.runs.get(runKey(p, tenantId, id.jobId, runId));
-    if (!e) throw new KairosError("not_found", "run not found");
-    const r = runView(e.value);
-    if (r.status === "cancelled") return r;
-    throw new KairosError(
-      "conflict",
-      TERMINAL.has(r.status)
-        ? `run ${runId} has already ended (${r.status}); only a run that has not ended can be cancelled`
-        : `run ${runId} is not active under its job (the job was deleted)`,
-      { retryable: false },
-    );
+  cancelRun(tenantId: string, runId: string, by: string, note?: string): Promise<RunView> {
+    return this.#runs.cancelRun(tenantId, runId, by, note);
   }
-
-  /**
-   * The job's active runs from its actor (their records are written at creation and at their
-   * end only; the actor holds every transition in between). Empty if the job has none.
-   */
-  async #activeRuns(tenantId: string, jobId: string): Promise<Map<string, RunView>> {
-    try {
-      return liveRuns(
-        await this.router.request<JobReply>(this.#job(tenantId, jobId), { kind: "active_runs" }),
-      );
-    } catch (e) {
-      if (isKairosError(e, "not_found")) return new Map(); // a deleted job: its records are all there is
-      throw e;
-    }
-  }
-}
-
-/** The active runs of an `active_runs` reply, by run id. */
-const liveRuns = (reply: JobReply | undefined): Map<string, RunView> =>
-  new Map((reply?.runs ?? []).map((r) => [r.run_id, r]));
-
-/** A record as the API shows it: an active run's live view from its job actor, if it has one. */
-function withLive(record: RunView, live: ReadonlyMap<string, RunView>): RunView {
-  return TERMINAL.has(record.status) ? record : (live.get(record.run_id) ?? record);
 }
