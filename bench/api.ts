@@ -19,7 +19,7 @@
  */
 import { performance } from "node:perf_hooks";
 import { startKairosFixture } from "../test/support/kairos.ts";
-import { intOption, quantile, wantsMarkdown } from "./options.ts";
+import { apiCaller, intOption, quantile, wantsMarkdown } from "./options.ts";
 import { appendSection, machine } from "./report.ts";
 
 function parseArgs(args: string[]) {
@@ -114,20 +114,9 @@ export async function run(args: string[]): Promise<void> {
     const metricsUrl = await fx.metricsUrl(node);
     const t = await fx.newTenant("bench");
     await fx.tenants.setQuota(t.tenant_id, { max_jobs: o.jobs + o.batchJobs + 1000 });
-    const call = async (method: string, path: string, body?: unknown): Promise<unknown> => {
-      const res = await fetch(`${url}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${t.api_key}`,
-          ...(body !== undefined ? { "content-type": "application/json" } : {}),
-        },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-      const text = await res.text();
-      if (res.status >= 300)
-        throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
-      return JSON.parse(text) as unknown;
-    };
+    const api = apiCaller(url, t.api_key);
+    const call = (method: string, path: string, body?: unknown): Promise<unknown> =>
+      api(method, path, body);
 
     // 1. One by one.
     const opsBefore = await kvOps(metricsUrl);

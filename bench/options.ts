@@ -27,3 +27,21 @@ export function quantile(sorted: ArrayLike<number>, p: number): number {
   if (sorted.length === 0) return 0;
   return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
 }
+
+/** A JSON caller of the API at `url` with a tenant's key: throws on any status ≥ 300, with its body. */
+export function apiCaller(url: string, apiKey: string) {
+  return async <T = unknown>(method: string, path: string, body?: unknown): Promise<T> => {
+    const res = await fetch(`${url}${path}`, {
+      method,
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+    const text = await res.text();
+    if (res.status >= 300)
+      throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
+    return JSON.parse(text) as T;
+  };
+}

@@ -27,6 +27,7 @@ import { JOB_ACTOR, jobActorId, runIdFor, runKey } from "../src/protocol/ids.ts"
 import type { RunStatus, RunView } from "../src/protocol/model.ts";
 import { encodeRunRecord } from "../src/history/run-record.ts";
 import { TenantRunLog } from "../src/history/tenant-run-log.ts";
+import { apiCaller } from "./options.ts";
 
 const PARTITIONS = 8; // the fixture's default
 const BATCH = 1000;
@@ -94,20 +95,7 @@ export async function run(args: string[]): Promise<void> {
     const url = await fx.apiUrl(node);
     const t = await fx.newTenant("bench");
     await fx.tenants.setQuota(t.tenant_id, { max_jobs: o.jobs + 1000 });
-    const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
-      const res = await fetch(`${url}${path}`, {
-        method,
-        headers: {
-          authorization: `Bearer ${t.api_key}`,
-          ...(body !== undefined ? { "content-type": "application/json" } : {}),
-        },
-        ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      });
-      const text = await res.text();
-      if (res.status >= 300)
-        throw new Error(`${method} ${path}: ${res.status} ${text.slice(0, 300)}`);
-      return JSON.parse(text) as T;
-    };
+    const call = apiCaller(url, t.api_key);
 
     // Seed: jobs through the product, 4 batches at once.
     let t0 = performance.now();

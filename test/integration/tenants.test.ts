@@ -363,6 +363,16 @@ function runCli(args: string[], stateDir: string): Promise<CliResult> {
   });
 }
 
+/** The CLI's flags for the test server's cluster `cluster`, as the admin (or `creds`). */
+const adminFlags = (cluster: string, creds = nats.credsFor("admin")): string[] => [
+  "--nats",
+  nats.url,
+  "--nats-creds",
+  creds,
+  "--cluster",
+  cluster,
+];
+
 describe("kairos admin CLI", () => {
   let stateDir: string;
   before(() => {
@@ -372,14 +382,7 @@ describe("kairos admin CLI", () => {
 
   it("tenant create --json prints a key that authenticates; key create/revoke work; a duplicate name fails", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = [
-      "--nats",
-      nats.url,
-      "--nats-creds",
-      nats.credsFor("admin"),
-      "--cluster",
-      cluster,
-    ];
+    const flags = adminFlags(cluster);
     const created = await runCli(
       ["admin", "tenant", "create", "acme", "--json", ...flags],
       stateDir,
@@ -422,14 +425,7 @@ describe("kairos admin CLI", () => {
 
   it("tenant quota sets the record with validation; tenant get --json shows it without secrets", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = [
-      "--nats",
-      nats.url,
-      "--nats-creds",
-      nats.credsFor("admin"),
-      "--cluster",
-      cluster,
-    ];
+    const flags = adminFlags(cluster);
     const created = await runCli(
       ["admin", "tenant", "create", "quota-cli", "--json", ...flags],
       stateDir,
@@ -536,14 +532,7 @@ describe("kairos admin CLI", () => {
 
   it("tenant egress sets, shows and clears the egress policy; bad destinations change nothing", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = [
-      "--nats",
-      nats.url,
-      "--nats-creds",
-      nats.credsFor("admin"),
-      "--cluster",
-      cluster,
-    ];
+    const flags = adminFlags(cluster);
     const created = await runCli(
       ["admin", "tenant", "create", "egress-cli", "--json", ...flags],
       stateDir,
@@ -591,14 +580,7 @@ describe("kairos admin CLI", () => {
   it("operator-key create/list/revoke: the key authenticates until revoked; list never shows a key; bad input and a non-admin refused", async () => {
     // The cluster name the harness's role users are made for (only this test uses it here).
     const cluster = "kairos";
-    const flags = [
-      "--nats",
-      nats.url,
-      "--nats-creds",
-      nats.credsFor("admin"),
-      "--cluster",
-      cluster,
-    ];
+    const flags = adminFlags(cluster);
     const created = await runCli(
       ["admin", "operator-key", "create", "ops@example", "--json", ...flags],
       stateDir,
@@ -660,8 +642,7 @@ describe("kairos admin CLI", () => {
     assert.match(unknown.stderr, /operator key oaaaaaaaaaaaaaaaa not found/);
 
     // An API node's credentials read operator keys but cannot make one.
-    const apiCreds = [...flags];
-    apiCreds[3] = nats.credsFor(["api"]);
+    const apiCreds = adminFlags(cluster, nats.credsFor(["api"]));
     const forged = await runCli(
       ["admin", "operator-key", "create", "mallory", ...apiCreds],
       stateDir,
@@ -679,14 +660,7 @@ describe("kairos admin CLI", () => {
 
   it("service create/get/list through the CLI: the secret shown once, never listed; bad input refused", async () => {
     const cluster = `cli${++clusterSeq}`;
-    const flags = [
-      "--nats",
-      nats.url,
-      "--nats-creds",
-      nats.credsFor("admin"),
-      "--cluster",
-      cluster,
-    ];
+    const flags = adminFlags(cluster);
     const tenant = await runCli(
       ["admin", "tenant", "create", "svc-owner", "--json", ...flags],
       stateDir,
