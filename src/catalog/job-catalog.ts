@@ -44,6 +44,7 @@ import {
   type Chunk,
   type Directory,
 } from "./catalog-core.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** Most changes of one chunk applied by one write. */
 export const MAX_GROUP = 512;
@@ -95,11 +96,11 @@ export interface CatalogRead {
 }
 
 export class JobCatalog {
-  readonly #dirs = new Map<string, Directory>();
+  readonly #dirs = new OrderedMap<string, Directory>();
   readonly #loading = new Map<string, Promise<Directory>>();
   readonly #queues = new Map<string, Pending[]>();
   /** Chunks as this node last wrote or read them (LRU): a write skips its read while they last. */
-  readonly #known = new Map<string, KnownChunk>();
+  readonly #known = new OrderedMap<string, KnownChunk>();
 
   constructor(private readonly d: CatalogDeps) {}
 
@@ -188,7 +189,7 @@ export class JobCatalog {
   #remember(fullKey: string, known: KnownChunk): void {
     this.#known.delete(fullKey);
     this.#known.set(fullKey, known);
-    if (this.#known.size > MAX_KNOWN_CHUNKS) this.#known.delete(this.#known.keys().next().value!);
+    if (this.#known.size > MAX_KNOWN_CHUNKS) this.#known.delete(this.#known.oldest()!);
   }
 
   /** The tenant's directory: cached, read, or (first use) built from its jobs. */
@@ -225,8 +226,7 @@ export class JobCatalog {
   #cache(tenantId: string, dir: Directory): Directory {
     this.#dirs.delete(tenantId);
     this.#dirs.set(tenantId, dir);
-    if (this.#dirs.size > MAX_CACHED_DIRECTORIES)
-      this.#dirs.delete(this.#dirs.keys().next().value!);
+    if (this.#dirs.size > MAX_CACHED_DIRECTORIES) this.#dirs.delete(this.#dirs.oldest()!);
     return dir;
   }
 

@@ -22,6 +22,7 @@ import {
 import type { AttemptOutcome, RunStatus, RunView } from "../protocol/model.ts";
 import { TERMINAL, lapseKind, type LapseKind } from "../protocol/model.ts";
 import type { RunsWaiting } from "./run-waiting.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** The job shell's post effects a run waits for (its `acquire_slot` and `dispatch` effects). */
 export type WaitingEffect =
@@ -81,7 +82,7 @@ const summary = (r: RunView): Baseline => ({
 });
 
 export class RunMetrics {
-  readonly #baselines = new Map<string, Baseline>();
+  readonly #baselines = new OrderedMap<string, Baseline>();
 
   constructor(
     private readonly sink: RunMetricsSink = prometheusSink(false),
@@ -122,8 +123,7 @@ export class RunMetrics {
 
   #keep(key: string, b: Baseline): void {
     this.#baselines.delete(key);
-    if (this.#baselines.size >= this.limit)
-      this.#baselines.delete(this.#baselines.keys().next().value!);
+    if (this.#baselines.size >= this.limit) this.#baselines.delete(this.#baselines.oldest()!);
     this.#baselines.set(key, b);
   }
 

@@ -20,6 +20,7 @@ import { TERMINAL, type RunView } from "../protocol/model.ts";
 import { decodeRunRecord, encodeRunRecord } from "./run-record.ts";
 import { BASELINE_LIMIT, type RunMetrics } from "./run-metrics.ts";
 import type { TenantRunLog } from "./tenant-run-log.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** Revisions cached: as many as run metrics' baselines (the same runs, see BASELINE_LIMIT). */
 export const REVISION_CACHE_LIMIT = BASELINE_LIMIT;
@@ -28,7 +29,7 @@ export const REVISION_CACHE_LIMIT = BASELINE_LIMIT;
 export type PutRunMode = "create" | "update" | "terminal" | "settle";
 
 export class RunRecordStore {
-  readonly #revisions = new Map<string, number>();
+  readonly #revisions = new OrderedMap<string, number>();
   constructor(
     private readonly runs: KvStore,
     private readonly metrics: RunMetrics,
@@ -41,7 +42,7 @@ export class RunRecordStore {
     this.#revisions.delete(key);
     if (TERMINAL.has(record.status)) return;
     if (this.#revisions.size >= REVISION_CACHE_LIMIT)
-      this.#revisions.delete(this.#revisions.keys().next().value!);
+      this.#revisions.delete(this.#revisions.oldest()!);
     this.#revisions.set(key, rev);
   }
 

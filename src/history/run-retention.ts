@@ -17,6 +17,7 @@ import { kvKeys, kvPurge } from "../cluster/kv.ts";
 import { JOB_ACTOR, splitJobActorId } from "../protocol/ids.ts";
 import { runsToPrune, type RetentionConfig, type RetentionEffect } from "./retention.ts";
 import { listRunIndex, pruneRunIndex, purgeRunIndex } from "./run-index-store.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** Most jobs whose count this node remembers; a forgotten job prunes at its next terminal run. */
 const COUNT_LIMIT = 100_000;
@@ -43,7 +44,7 @@ export function firstCount(actorId: string, pruneEveryRuns: number): number {
 }
 
 export class RunRetention {
-  readonly #since = new Map<string, number>();
+  readonly #since = new OrderedMap<string, number>();
   readonly #busy = new Set<string>();
 
   constructor(
@@ -135,7 +136,7 @@ export class RunRetention {
 
   #count(actorId: string, n: number): void {
     this.#since.delete(actorId);
-    if (this.#since.size >= COUNT_LIMIT) this.#since.delete(this.#since.keys().next().value!);
+    if (this.#since.size >= COUNT_LIMIT) this.#since.delete(this.#since.oldest()!);
     this.#since.set(actorId, n);
   }
 }

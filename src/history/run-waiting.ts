@@ -13,6 +13,7 @@
  */
 import type { WaitReason } from "../metrics/index.ts";
 import type { RunView } from "../protocol/model.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 interface Waiting {
   reason: WaitReason;
@@ -28,7 +29,7 @@ export const WAITING_LIMIT = 100_000;
 export const STALE_MS = 60_000;
 
 export class RunsWaiting {
-  readonly #runs = new Map<string, Waiting>();
+  readonly #runs = new OrderedMap<string, Waiting>();
 
   constructor(private readonly now: () => number) {}
 
@@ -95,7 +96,7 @@ export class RunsWaiting {
 
   #set(runId: string, w: Waiting): void {
     this.#runs.delete(runId);
-    if (this.#runs.size >= WAITING_LIMIT) this.#runs.delete(this.#runs.keys().next().value!);
+    if (this.#runs.size >= WAITING_LIMIT) this.#runs.delete(this.#runs.oldest()!);
     this.#runs.set(runId, w);
   }
 }

@@ -16,6 +16,7 @@
  * true one).
  */
 import { STATS_POINTS, STATS_STEP_MS, type NodeStatsPoint } from "../protocol/stats.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 export const MAX_SERIES_TENANTS = 4_096;
 export const WINDOW_MS = STATS_STEP_MS * STATS_POINTS;
@@ -82,7 +83,7 @@ interface Series {
 const stepOf = (ms: number): number => Math.floor(ms / STATS_STEP_MS) * STATS_STEP_MS;
 
 export class TenantSeries {
-  readonly #tenants = new Map<string, Series>();
+  readonly #tenants = new OrderedMap<string, Series>();
 
   constructor(private readonly maxTenants = MAX_SERIES_TENANTS) {}
 
@@ -147,8 +148,7 @@ export class TenantSeries {
   #series(tenant: string, nowMs: number): Series {
     let s = this.#tenants.get(tenant);
     if (s === undefined) {
-      if (this.#tenants.size >= this.maxTenants)
-        this.#tenants.delete(this.#tenants.keys().next().value!);
+      if (this.#tenants.size >= this.maxTenants) this.#tenants.delete(this.#tenants.oldest()!);
       s = { steps: new Array<Step | undefined>(STATS_POINTS), activeMs: nowMs, waitingNow: [0, 0] };
     } else this.#tenants.delete(tenant); // re-inserted: Map order is least recently active first
     s.activeMs = Math.max(s.activeMs, nowMs);

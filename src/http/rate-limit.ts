@@ -9,6 +9,7 @@
  * throttle in the proxy). Both maps are bounded LRUs (`maxKeys`); an evicted bucket starts full.
  */
 import { KairosError } from "../lib/errors.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 export interface RateLimitOptions {
   /** Requests per second per tenant (0: no limit). Default 100. */
@@ -38,7 +39,7 @@ interface Bucket {
 
 /** Token buckets by key; time comes in as an argument (monotonic milliseconds). */
 export class TokenBuckets {
-  readonly #buckets = new Map<string, Bucket>();
+  readonly #buckets = new OrderedMap<string, Bucket>();
   constructor(
     private readonly perSecond: number,
     private readonly burst: number,
@@ -91,8 +92,7 @@ export class TokenBuckets {
     let b = this.#buckets.get(key);
     if (b === undefined) {
       b = { tokens: this.burst, atMs: nowMs };
-      if (this.#buckets.size >= this.maxKeys)
-        this.#buckets.delete(this.#buckets.keys().next().value!);
+      if (this.#buckets.size >= this.maxKeys) this.#buckets.delete(this.#buckets.oldest()!);
     } else {
       this.#buckets.delete(key); // re-inserted below: Map order is least recently used first
       b.tokens = Math.min(

@@ -22,6 +22,7 @@ import { engineMessage, statusOf, withTimeout } from "./docker-errors.ts";
 import { parseImageRef, type ImageRef } from "./image-policy.ts";
 import type { PullPolicy } from "./options.ts";
 import type { RegistryAuth } from "./types.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** Bound on one pull (large images on slow links); beyond it the attempt is a retryable failure. */
 export const PULL_TIMEOUT_MS = 10 * 60 * 1000;
@@ -92,7 +93,7 @@ export class ImageProvider {
   readonly #engineTimeoutMs: number;
   readonly #clock: Clock;
   /** `${tenant} ${image id}` → mono ms until which the tenant's pull of it counts. */
-  readonly #verified = new Map<string, number>();
+  readonly #verified = new OrderedMap<string, number>();
 
   constructor(docker: Dockerode, policy: PullPolicy, engineTimeoutMs: number, clock: Clock) {
     this.#docker = docker;
@@ -154,8 +155,8 @@ export class ImageProvider {
     this.#verified.delete(key);
     this.#verified.set(key, this.#clock.monoMs() + VERIFIED_TTL_MS);
     if (this.#verified.size > MAX_VERIFIED) {
-      const oldest = this.#verified.keys().next();
-      if (oldest.done !== true) this.#verified.delete(oldest.value);
+      const oldest = this.#verified.oldest();
+      if (oldest !== undefined) this.#verified.delete(oldest);
     }
   }
 

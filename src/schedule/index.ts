@@ -23,6 +23,7 @@ export {
   MAX_WINDOW_LIMIT,
   MAX_INSTANT_MS,
 } from "./occurrences.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 export { spreadOffsetMs, MAX_SPREAD_WINDOW_S } from "./spread.ts";
 export { validateTimeZone } from "./zone.ts";
 export { formatInstant, formatUtc, parseInstant } from "./at.ts";
@@ -30,7 +31,7 @@ export { FIELD_AT, FIELD_CRON, FIELD_TIME_ZONE } from "./errors.ts";
 
 /** Compiled cron schedules kept for reuse; oldest evicted first. */
 const CACHE_LIMIT = 4096;
-const cache = new Map<string, CompiledSchedule>();
+const cache = new OrderedMap<string, CompiledSchedule>();
 
 /** Validates and compiles a schedule; throws `KairosError` `invalid_schedule` with `field`. */
 export function compileSchedule(spec: ScheduleSpec): CompiledSchedule {
@@ -77,8 +78,8 @@ function compileCron(expr: string, tz: string): CompiledSchedule {
   }
   const compiled = new CronSchedule(matcher, zone);
   if (cache.size >= CACHE_LIMIT) {
-    const oldest = cache.keys().next();
-    if (oldest.done !== true) cache.delete(oldest.value);
+    const oldest = cache.oldest();
+    if (oldest !== undefined) cache.delete(oldest);
   }
   cache.set(key, compiled);
   return compiled;

@@ -21,6 +21,7 @@ import { KairosError } from "../lib/errors.ts";
 import { parseImageRef, parseRegistry } from "../sandbox/image-policy.ts";
 import type { RegistryAuth } from "../sandbox/index.ts";
 import { openText, sealText } from "./seal.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** Most registries one tenant holds credentials for. */
 export const MAX_REGISTRIES_PER_TENANT = 16;
@@ -182,7 +183,7 @@ export class RegistryCredentialStore {
 export class RegistryAuthLookup {
   readonly #store: RegistryCredentialStore;
   readonly #clock: Clock;
-  readonly #cache = new Map<string, { atMs: number; auths: Map<string, RegistryAuth> }>();
+  readonly #cache = new OrderedMap<string, { atMs: number; auths: Map<string, RegistryAuth> }>();
   /** Reads under way, one per tenant: a burst's offers of one tenant share one read. */
   readonly #loading = new Map<string, Promise<Map<string, RegistryAuth>>>();
 
@@ -205,8 +206,8 @@ export class RegistryAuthLookup {
         .then((auths) => {
           this.#cache.delete(tenantId);
           if (this.#cache.size >= AUTH_CACHE_MAX) {
-            const oldest = this.#cache.keys().next();
-            if (oldest.done !== true) this.#cache.delete(oldest.value);
+            const oldest = this.#cache.oldest();
+            if (oldest !== undefined) this.#cache.delete(oldest);
           }
           this.#cache.set(tenantId, { atMs: this.#clock.now(), auths });
           return auths;

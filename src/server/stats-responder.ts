@@ -30,6 +30,7 @@ import type {
   TenantStatsView,
 } from "../protocol/stats.ts";
 import { KairosError } from "../lib/errors.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /** The subject a scheduler node answers on. */
 export function statsSubject(clusterName: string, nodeId: string): string {
@@ -145,7 +146,7 @@ const MAX_CACHED_TENANTS = 1_000;
 
 /** The API node's side: asks every live scheduler for one tenant's figures and sums them. */
 export class StatsGatherer implements TenantStatsSource {
-  readonly #cache = new Map<string, { atMs: number; view: Promise<TenantStatsView> }>();
+  readonly #cache = new OrderedMap<string, { atMs: number; view: Promise<TenantStatsView> }>();
 
   constructor(private readonly o: StatsGathererOptions) {}
 
@@ -155,8 +156,7 @@ export class StatsGatherer implements TenantStatsSource {
     if (hit !== undefined && now - hit.atMs < (this.o.cacheMs ?? 1000)) return hit.view;
     const view = this.#gather(tenantId);
     this.#cache.delete(tenantId);
-    if (this.#cache.size >= MAX_CACHED_TENANTS)
-      this.#cache.delete(this.#cache.keys().next().value!);
+    if (this.#cache.size >= MAX_CACHED_TENANTS) this.#cache.delete(this.#cache.oldest()!);
     this.#cache.set(tenantId, { atMs: now, view });
     // A failure is not kept: the next read asks again.
     void view.catch(() => {

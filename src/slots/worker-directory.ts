@@ -44,6 +44,7 @@ import {
   type OfferOutcome,
   type Standing,
 } from "./worker-trust.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 interface Entry extends WorkerAdvert, Heard {
   /** When last heard, credited with time this process could not listen. */
@@ -96,7 +97,7 @@ export interface DirectoryOptions {
 export class WorkerDirectory {
   readonly #workers = new Map<string, Entry>();
   /** Standings other than plain trust, by worker (bounded: STANDINGS_LIMIT). */
-  readonly #standings = new Map<string, Standing>();
+  readonly #standings = new OrderedMap<string, Standing>();
   readonly #limits: AdvertLimits;
   /** Dispatches that found no worker with room, by run, oldest first (`waitForRoom`). */
   readonly #waiters = new Map<string, () => void>();
@@ -330,7 +331,7 @@ export class WorkerDirectory {
       return;
     }
     if (!this.#standings.has(workerId) && this.#standings.size >= STANDINGS_LIMIT) {
-      const oldest = this.#standings.keys().next().value;
+      const oldest = this.#standings.oldest();
       if (oldest !== undefined) this.#standings.delete(oldest);
     }
     this.#standings.set(workerId, s);

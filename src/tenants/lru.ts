@@ -2,9 +2,11 @@
  * A small bounded LRU map (a `Map` keeps insertion order: a hit is re-inserted at the end, the
  * first key is the least recently used). Used for the authentication cache.
  */
+import { OrderedMap } from "../lib/ordered-map.ts";
+
 export class LruCache<K, V> {
   readonly #max: number;
-  readonly #map = new Map<K, V>();
+  readonly #map = new OrderedMap<K, V>();
 
   constructor(max: number) {
     if (!Number.isInteger(max) || max < 1)
@@ -28,8 +30,8 @@ export class LruCache<K, V> {
     this.#map.delete(key);
     this.#map.set(key, value);
     if (this.#map.size > this.#max) {
-      const oldest = this.#map.keys().next();
-      if (oldest.done !== true) this.#map.delete(oldest.value);
+      const oldest = this.#map.oldest();
+      if (oldest !== undefined) this.#map.delete(oldest);
     }
   }
 

@@ -7,6 +7,7 @@
 import { Fifo } from "../lib/fifo.ts";
 import type { Completion } from "../protocol/worker.ts";
 import { fencedKey, type Lease } from "./lease.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 
 /**
  * Attempts gone from this worker remembered for probes (whether each started), oldest forgotten
@@ -40,9 +41,9 @@ export class AttemptMemory {
    * Attempts gone from here (key#fence → whether it started), for probes; bounded, oldest out
    * first.
    */
-  readonly forgotten = new Map<string, boolean>();
+  readonly forgotten = new OrderedMap<string, boolean>();
   /** Completions of reports given up (key#fence), for probes; bounded, oldest out first. */
-  readonly givenUp = new Map<string, Completion>();
+  readonly givenUp = new OrderedMap<string, Completion>();
   /** Characters of output the given-up completions hold (at most GIVEN_UP_OUTPUT_CHARS). */
   #givenUpChars = 0;
   /**
@@ -56,8 +57,7 @@ export class AttemptMemory {
   forget(l: Lease): void {
     const k = fencedKey(l.key, l.req.fence);
     this.forgotten.delete(k);
-    if (this.forgotten.size >= FORGOTTEN_LIMIT)
-      this.forgotten.delete(this.forgotten.keys().next().value!);
+    if (this.forgotten.size >= FORGOTTEN_LIMIT) this.forgotten.delete(this.forgotten.oldest()!);
     this.forgotten.set(k, l.execution !== undefined || l.completion !== undefined);
   }
 
@@ -67,8 +67,7 @@ export class AttemptMemory {
     this.givenUp.set(k, c);
     this.#givenUpChars += keptChars(c);
     if (keptChars(c) > 0) this.#givenUpWithOutput.push(k);
-    while (this.givenUp.size > GIVEN_UP_LIMIT)
-      this.#forgetGivenUp(this.givenUp.keys().next().value!);
+    while (this.givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.givenUp.oldest()!);
     // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber
     // the live ones.
     if (this.#givenUpWithOutput.size > 2 * this.givenUp.size + 1024) {
