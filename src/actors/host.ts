@@ -26,8 +26,13 @@ export { RELOAD_AFTER_DROP_MS } from "./persistence.ts";
 export type { ActorRegistration, ShellContext } from "./registration.ts";
 export { TIMER_TURNS_IN_FLIGHT } from "./reminders.ts";
 
+/** How old a mailbox depth (`mailboxDepth`) may be when read again. */
+export const MAILBOX_DEPTH_MAX_AGE_MS = 1_000;
+
 export class ActorHost {
   readonly #c: HostCore;
+  /** The last mailbox depth summed, and when (monotonic ms). */
+  #mailboxDepth: { atMs: number; n: number } | undefined;
 
   constructor(o: HostOptions) {
     const c = new HostCore(o);
@@ -65,10 +70,24 @@ export class ActorHost {
     return this.#c.actors.size;
   }
 
-  /** Messages queued in the mailboxes of this node's actors (O(actors); read at scrape time). */
+  /** Messages queued in the mailboxes of this node's actors (O(actors)). */
   get mailboxDepth(): number {
     let n = 0;
     for (const inst of this.#c.actors.values()) n += inst.mailbox.length;
+    return n;
+  }
+
+  /**
+   * `mailboxDepth` as summed at most MAILBOX_DEPTH_MAX_AGE_MS ago: for scrapes and the operators'
+   * view (summed at every read, it took 1 s of the scheduler's CPU a minute over 200,000 actors
+   * in a burst).
+   */
+  get recentMailboxDepth(): number {
+    const now = this.#c.o.clock.monoMs();
+    const last = this.#mailboxDepth;
+    if (last !== undefined && now - last.atMs < MAILBOX_DEPTH_MAX_AGE_MS) return last.n;
+    const n = this.mailboxDepth;
+    this.#mailboxDepth = { atMs: now, n };
     return n;
   }
 

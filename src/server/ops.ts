@@ -68,7 +68,7 @@ export function nodeOps(
     );
     removers.push(addGaugeSource("partitions_held", () => node.heldPartitions().length));
     removers.push(addGaugeSource("actors_active", () => node.host?.activeCount ?? 0));
-    removers.push(addGaugeSource("mailbox_depth", () => node.host?.mailboxDepth ?? 0));
+    removers.push(addGaugeSource("mailbox_depth", () => node.host?.recentMailboxDepth ?? 0));
     if (runsWaiting) removers.push(addRunsWaitingSource(runsWaiting));
   }
   if (config.roles.includes("worker") && worker !== undefined) {

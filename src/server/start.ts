@@ -377,7 +377,7 @@ function startStats(
       return {
         partitions: node.heldPartitions(),
         actors_active: node.host?.activeCount ?? 0,
-        mailbox_depth: node.host?.mailboxDepth ?? 0,
+        mailbox_depth: node.host?.recentMailboxDepth ?? 0,
         runs_waiting: [w.slot, w.worker],
         workers: p.directory.list(),
       };

@@ -10,7 +10,11 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ActorHost, type ActorRegistration } from "../../../src/actors/host.ts";
+import {
+  ActorHost,
+  MAILBOX_DEPTH_MAX_AGE_MS,
+  type ActorRegistration,
+} from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
 import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
@@ -327,6 +331,22 @@ describe("ActorHost", () => {
       await rs[n - 1];
     }
     assert.equal(t.host.mailboxDepth, 0);
+  });
+
+  it("recentMailboxDepth: the sum kept for MAILBOX_DEPTH_MAX_AGE_MS, then summed again", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    assert.equal(t.host.recentMailboxDepth, 0);
+    const rs = [1, 2, 3].map((n) => t.host.deliver("gate", "recent", { n }));
+    await t.gates.startedP(1);
+    assert.equal(t.host.recentMailboxDepth, 0, "read again within the age: the kept sum");
+    t.clock.advance(MAILBOX_DEPTH_MAX_AGE_MS);
+    assert.equal(t.host.recentMailboxDepth, 2, "older than the age: summed again");
+    for (const n of [1, 2, 3]) {
+      if (n > 1) await t.gates.startedP(n);
+      t.gates.release(n);
+      await rs[n - 1];
+    }
   });
 
   it("coalesceKey: a copy of a request still queued shares its reply and is not handled again; a copy arriving once it began is queued anew", async () => {
