@@ -126,6 +126,7 @@ function postPerformer(
       ...(deps.runTokens ? { runTokens: deps.runTokens } : {}),
       ...(deps.egressPolicy ? { egressPolicy: deps.egressPolicy } : {}),
       ...(deps.registryAuth ? { registryAuth: deps.registryAuth } : {}),
+      ...(deps.slots.tenantWeight ? { tenantWeight: deps.slots.tenantWeight } : {}),
     },
     faults,
   );

@@ -121,6 +121,14 @@ export function workerSubject(
 }
 
 /** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
+/**
+ * An offer made at most this long after its run's start instant is on time: its grant came by the
+ * time the run was due, as a tenant within its share gets them. A worker keeps places of its own
+ * for those (src/worker/slot-ledger.ts), and a scheduler offers them apart from the backlogs
+ * (src/slots/worker-directory.ts `pick`, `waitForRoom`).
+ */
+export const ON_TIME_MS = 1_000;
+
 export interface StartRequest {
   job_actor: string;
   tenant_id: string;
@@ -137,6 +145,12 @@ export interface StartRequest {
    * this minus its safety margin — the worker's half of "both sides of a lease keep time".
    */
   lease_ttl_ms: number;
+  /**
+   * The tenant's weight (fair shares): a worker with every slot taken gives a freed slot to the
+   * waiting attempt whose tenant holds fewest of its slots per unit of weight
+   * (src/worker/slot-ledger.ts). Absent (an owner that predates it, or none known): 1.
+   */
+  weight?: number;
   /**
    * The owner's wall clock when it sent the offer. The worker starts the attempt no earlier than
    * `start_at_ms` − START_SKEW_TOLERANCE_MS by the OWNER's clock (this value carried forward on

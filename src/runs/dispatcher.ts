@@ -28,6 +28,7 @@ import type { Clock } from "../lib/clock.ts";
 import { KairosError } from "../lib/errors.ts";
 import { splitJobActorId } from "../protocol/ids.ts";
 import {
+  ON_TIME_MS,
   workerSubject,
   type OfferedRegistryAuth,
   type StartReply,
@@ -68,6 +69,12 @@ export interface DispatchDeps {
   egressPolicy?: (tenantId: string) => Promise<readonly string[] | null>;
   /** Tenants' registry credentials (needs the cluster secret key); none: offers carry none. */
   registryAuth?: RegistryAuthSource;
+  /**
+   * The tenant's weight (cached by the node), carried by each offer: a full worker gives a freed
+   * slot to the waiting run whose tenant holds fewest of its slots per weight. None, or a failed
+   * read: offers carry none (the worker counts 1).
+   */
+  tenantWeight?: (tenantId: string) => Promise<number | undefined>;
 }
 
 /** The tenant's credential for the registry of an image; at once when cached. */
@@ -258,7 +265,11 @@ async function offerTo(
     ctx.tell({ kind: "claimed", run_id: fx.run_id, fence: fx.fence, worker });
     return "accepted";
   }
-  link.directory.markFull(worker);
+  // Refused on time: its places for those are full too.
+  link.directory.markFull(
+    worker,
+    req.start_at_ms >= (req.owner_now_ms ?? clock.now()) - ON_TIME_MS,
+  );
   return "refused";
 }
 
@@ -315,16 +326,23 @@ export function makeDispatcher(
       });
       return;
     }
+    const weight = deps.tenantWeight
+      ? await deps.tenantWeight(tenantId).catch(() => undefined)
+      : undefined;
+    // On time (by its start, or within ON_TIME_MS of it): the worker keeps places for it apart
+    // from the backlogs', so it is not held back by their refusals nor behind their waits.
+    const onTime = fx.start_at_ms >= deps.clock.now() - ON_TIME_MS;
     const tried = new Set<string>();
     let outcome: Awaited<ReturnType<typeof offerTo>> | undefined;
     // One fence, one worker. (A simulation's injected fault offers it to up to three.)
     const tries = faults.fenceSharedByWorkers === true ? 3 : 1;
     for (let i = 0; i < tries; i++) {
-      const worker = deps.link.directory.pick(tried);
+      const worker = deps.link.directory.pick(tried, onTime);
       if (!worker) break;
       tried.add(worker);
       if (!ctx.stillOwner()) return;
       const req = startRequest(cfg, deps.clock, ctx, fx, task, runToken, egress, registryAuth);
+      if (weight !== undefined) req.weight = weight;
       outcome = await offerTo(cfg, deps, ctx, fx, worker, req);
       if (outcome === "accepted" || outcome === "stale") return;
     }
@@ -342,6 +360,6 @@ export function makeDispatcher(
     if (outcome === "unanswered" && deps.link.directory.hasRoom()) return again();
     // Offered again as soon as a worker advertises room (a slot freed), not only at the
     // redispatch timer; under the failed offer's fence, so a run offered again meanwhile is not.
-    deps.link.directory.waitForRoom(`${ctx.address.id}/${fx.run_id}`, again);
+    deps.link.directory.waitForRoom(`${ctx.address.id}/${fx.run_id}`, again, onTime);
   };
 }

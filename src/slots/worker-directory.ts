@@ -52,6 +52,8 @@ interface Entry extends WorkerAdvert, Heard {
   reserved: number;
   /** Refused an offer since its last heartbeat. */
   refused: boolean;
+  /** Refused an offer on time since its last heartbeat (its places for those are full too). */
+  refusedOnTime: boolean;
   /** Its last advert was above the limits (told once per run of such adverts). */
   clamped: boolean;
 }
@@ -101,6 +103,8 @@ export class WorkerDirectory {
   readonly #limits: AdvertLimits;
   /** Dispatches that found no worker with room, by run, oldest first (`waitForRoom`). */
   readonly #waiters = new Map<string, () => void>();
+  /** The same for runs on time (`waitForRoom`): woken first, by any advert. */
+  readonly #onTimeWaiters = new Map<string, () => void>();
   #sub: BusSubscription | undefined;
   #cancelTick: (() => void) | undefined;
   readonly #listening: Listening;
@@ -192,11 +196,22 @@ export class WorkerDirectory {
       longestDeafMs: 0,
       reserved: 0,
       refused: false,
+      refusedOnTime: false,
       clamped: clamped.length > 0,
     });
     this.#executingStale = true;
-    // Room on this worker: as many waiting dispatches as it has room for try again now.
-    let room = believedFree(this.#standing(a.worker_id, now), a.free);
+    // Runs on time first, in the worker's places for them (not in its advertised room: a light
+    // tenant's run must not wait behind the backlogs' dispatches for a slot to free), then in its
+    // room; the others in what room is left.
+    const standing = this.#standing(a.worker_id, now);
+    let onTimePlaces = standing.kind === "trusted" ? (a.prefetch ?? 0) : 0;
+    let room = believedFree(standing, a.free);
+    for (const [key, wake] of this.#onTimeWaiters) {
+      if (onTimePlaces > 0) onTimePlaces--;
+      else if (room-- <= 0) break;
+      this.#onTimeWaiters.delete(key);
+      wake();
+    }
     for (const [key, wake] of this.#waiters) {
       if (room-- <= 0) break;
       this.#waiters.delete(key);
@@ -209,21 +224,27 @@ export class WorkerDirectory {
    * when an advert shows room — the longest waiting first, as many as the advert's room — so the
    * run is offered again at once rather than at its redispatch timer. A run waits once: asking
    * again keeps its place with the newer `wake`. False (not kept) when ROOM_WAITERS_LIMIT wait.
+   * A run `onTime` (offered by its start, as a tenant within its share is: a worker keeps places
+   * of its own for those, not counted in its room) waits apart and is woken first by any advert,
+   * as many as the worker's `prefetch`.
    */
-  waitForRoom(key: string, wake: () => void): boolean {
-    if (!this.#waiters.has(key) && this.#waiters.size >= ROOM_WAITERS_LIMIT) return false;
-    this.#waiters.set(key, wake);
+  waitForRoom(key: string, wake: () => void, onTime = false): boolean {
+    const waiters = onTime ? this.#onTimeWaiters : this.#waiters;
+    if (!waiters.has(key) && waiters.size >= ROOM_WAITERS_LIMIT) return false;
+    (onTime ? this.#waiters : this.#onTimeWaiters).delete(key);
+    waiters.set(key, wake);
     return true;
   }
 
   /** Run `key` no longer waits for room (its offer was accepted). */
   stopWaiting(key: string): void {
     this.#waiters.delete(key);
+    this.#onTimeWaiters.delete(key);
   }
 
   /** Dispatches waiting for room (for tests). */
   get roomWaiters(): number {
-    return this.#waiters.size;
+    return this.#waiters.size + this.#onTimeWaiters.size;
   }
 
   #armTick(): void {
@@ -239,8 +260,12 @@ export class WorkerDirectory {
     });
   }
 
-  /** Workers believed to have a free slot, best first; `exclude` skips ones that just refused. */
-  pick(exclude: ReadonlySet<string> = new Set()): string | undefined {
+  /**
+   * Workers believed to have a free slot, best first; `exclude` skips ones that just refused. An
+   * offer `onTime` may also go, optimistically, to a worker that refused only offers that came
+   * late since its last advert (it keeps places of its own for runs on time).
+   */
+  pick(exclude: ReadonlySet<string> = new Set(), onTime = false): string | undefined {
     const now = this.#listening.judgeAt();
     const wallNow = this.clock.now();
     let best: Entry | undefined;
@@ -262,7 +287,7 @@ export class WorkerDirectory {
         this.opts.optimistic &&
         !best &&
         standing.kind === "trusted" &&
-        !w.refused &&
+        !(onTime ? w.refusedOnTime : w.refused) &&
         w.reserved < w.slots &&
         (!hope || free > hope.free - hope.reserved)
       )
@@ -298,7 +323,7 @@ export class WorkerDirectory {
    */
   markUnanswered(workerId: string): void {
     this.#afterOffer(workerId, "unanswered");
-    this.markFull(workerId);
+    this.markFull(workerId, true);
   }
 
   /** Where `workerId` stands now (trusted unless benched, on trial, or with strikes not forgiven). */
@@ -359,12 +384,16 @@ export class WorkerDirectory {
     );
   }
 
-  /** A worker refused (full): stop offering it work until its next heartbeat. */
-  markFull(workerId: string): void {
+  /**
+   * A worker refused (full): stop offering it work until its next heartbeat — offers on time too
+   * if it refused one (`onTime`).
+   */
+  markFull(workerId: string, onTime = false): void {
     const w = this.#workers.get(workerId);
     if (!w) return;
     w.reserved = Math.max(w.reserved, w.free);
     w.refused = true;
+    if (onTime) w.refusedOnTime = true;
   }
 
   /**

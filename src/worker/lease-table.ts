@@ -38,7 +38,10 @@ export class LeaseTable {
   woken: Lease[] = [];
 
   constructor(slots: number, prefetch: number) {
-    this.slots = new SlotLedger<Lease>(slots, prefetch);
+    this.slots = new SlotLedger<Lease>(slots, prefetch, {
+      tenantOf: (l) => l.req.tenant_id,
+      weightOf: (l) => l.req.weight ?? 1,
+    });
   }
 
   get size(): number {

@@ -11,10 +11,14 @@
  * Which ready attempt a freed slot goes to: first those offered ON TIME (before their start
  * instant, or at most ON_TIME_MS after it: its grant came by the time the run was due, so its
  * tenant was within its share), then those already late when offered (a backlog: its tenant's runs waited for
- * grants), each group oldest first. A light tenant's run so waits for the next slot to free, not
- * behind the heavy tenants' backlogs that fill the queue; among backlogs, arrival order (the
- * tenants' grants already bound how many each has here). A late attempt is passed over by at most
- * MAX_PASSED on-time ones, then counts as on time (no starvation). The queue holds up to
+ * grants); within each group the one whose tenant holds fewest of this worker's slots per unit
+ * of weight (`Fairness`: the offer carries the tenant's weight), then the oldest. A light tenant's
+ * run so waits for the next slot to free, not behind the heavy tenants' backlogs that fill the
+ * queue, and each freed slot goes to the backlog furthest under its weighted part of the worker:
+ * the fleet's grants decide whose runs wait here, this decides whose runs execute (first come,
+ * first served among them let a tenant whose runs waited less execute up to its grants, above
+ * its part, while another's grants waited). An attempt is passed over by at most MAX_PASSED
+ * others, then goes first (no starvation). The queue holds up to
  * `prefetch` offers that came late and as many that came on time: backlogs filling it never leave
  * a run prepared ahead without a place (refused, it came back after its start, late, behind them).
  * `room`, what the worker advertises, counts the places a late offer could take.
@@ -30,6 +34,9 @@
  * the late places' grants it left the backlogs' queue empty at most frees on a small worker.
  */
 import { Fifo } from "../lib/fifo.ts";
+import { ON_TIME_MS } from "../protocol/worker.ts";
+
+export { ON_TIME_MS };
 
 /** The prefetch a worker with `slots` slots holds by default: an eighth, at least 2, at most 256 (never more than its slots). */
 export function defaultPrefetch(slots: number): number {
@@ -39,8 +46,6 @@ export function defaultPrefetch(slots: number): number {
 /** Where an offer goes (`admit`): a slot of its own, the prefetch queue, or nowhere (refused). */
 export type Placement = "slot" | "queued" | "full";
 
-/** An offer made at most this long after its start instant is on time (see the module header). */
-export const ON_TIME_MS = 1_000;
 /** A ready late attempt is passed over by at most this many on-time ones. */
 export const MAX_PASSED = 8;
 
@@ -51,14 +56,57 @@ interface Queued<T> {
   passed: number;
 }
 
+/** Whose an attempt is, for the choice of a freed slot's next holder (see the module header). */
+export interface Fairness<T> {
+  tenantOf(x: T): string;
+  /** The tenant's weight (> 0; anything else counts as 1). */
+  weightOf(x: T): number;
+}
+
+/** Nobody's: every attempt alike, so the order is on time first, then oldest. */
+const ALIKE: Fairness<unknown> = { tenantOf: () => "", weightOf: () => 1 };
+
+/**
+ * Which ready queued attempt a freed slot goes to (pure; see the module header): the oldest of
+ * those passed over MAX_PASSED times; else among those that came on time (else among all) the
+ * lowest `load` — the slots its tenant holds here per unit of weight — ties oldest; −1 when none
+ * is ready. `passed`: the indexes of the ready ones before it that it passes over (each counts it).
+ */
+export function nextHolder(
+  queue: readonly { readonly onTime: boolean; readonly passed: number }[],
+  ready: (i: number) => boolean,
+  load: (i: number) => number,
+): { next: number; passed: number[] } {
+  let best = -1;
+  let bestOnTime = false;
+  let bestLoad = 0;
+  const seen: number[] = [];
+  for (let i = 0; i < queue.length; i++) {
+    if (!ready(i)) continue;
+    const q = queue[i]!;
+    if (q.passed >= MAX_PASSED) return { next: i, passed: seen };
+    seen.push(i);
+    const l = load(i);
+    if (best < 0 || (q.onTime && !bestOnTime) || (q.onTime === bestOnTime && l < bestLoad)) {
+      best = i;
+      bestOnTime = q.onTime;
+      bestLoad = l;
+    }
+  }
+  return { next: best, passed: seen.filter((i) => i < best) };
+}
+
 export class SlotLedger<T> {
   readonly #holding = new Set<T>();
+  /** Slots held by tenant (`Fairness.tenantOf`): at most `slots` entries. */
+  readonly #heldBy = new Map<string, number>();
   /** The prefetch queue in arrival order (at most 2 × `prefetch`: a scan or a splice is cheap). */
   #queue: Queued<T>[] = [];
 
   constructor(
     readonly slots: number,
     readonly prefetch: number,
+    private readonly fair: Fairness<T> = ALIKE as Fairness<T>,
   ) {
     if (!Number.isInteger(slots) || slots < 0)
       throw new RangeError(`slots must be a whole number ≥ 0, got ${slots}`);
@@ -98,6 +146,19 @@ export class SlotLedger<T> {
     return this.#holding.has(x);
   }
 
+  #hold(x: T): void {
+    this.#holding.add(x);
+    const t = this.fair.tenantOf(x);
+    this.#heldBy.set(t, (this.#heldBy.get(t) ?? 0) + 1);
+  }
+
+  /** Slots `x`'s tenant holds here per unit of its weight. */
+  #load(x: T): number {
+    const w: unknown = this.fair.weightOf(x);
+    const weight = typeof w === "number" && w > 0 && Number.isFinite(w) ? w : 1;
+    return (this.#heldBy.get(this.fair.tenantOf(x)) ?? 0) / weight;
+  }
+
   #indexOf(x: T): number {
     return this.#queue.findIndex((q) => q.x === x);
   }
@@ -111,7 +172,7 @@ export class SlotLedger<T> {
     if (this.#holding.has(x)) return "slot";
     if (this.#indexOf(x) >= 0) return "queued";
     if (this.#holding.size < this.slots) {
-      this.#holding.add(x);
+      this.#hold(x);
       return "slot";
     }
     if (this.#queuedOf(onTime) >= this.prefetch) return "full";
@@ -125,7 +186,7 @@ export class SlotLedger<T> {
     const i = this.#indexOf(x);
     if (i < 0 || this.#holding.size >= this.slots) return false;
     this.#queue.splice(i, 1);
-    this.#holding.add(x);
+    this.#hold(x);
     return true;
   }
 
@@ -141,38 +202,34 @@ export class SlotLedger<T> {
       this.#queue.splice(i, 1);
       return [];
     }
+    const t = this.fair.tenantOf(x);
+    const n = (this.#heldBy.get(t) ?? 1) - 1;
+    if (n > 0) this.#heldBy.set(t, n);
+    else this.#heldBy.delete(t);
     const promoted: T[] = [];
     while (this.#holding.size < this.slots) {
       const i = this.#next(ready);
       if (i < 0) break;
       const [q] = this.#queue.splice(i, 1);
-      this.#holding.add(q!.x);
+      this.#hold(q!.x);
       promoted.push(q!.x);
     }
     return promoted;
   }
 
   /**
-   * The queue index a freed slot goes to: the oldest ready attempt that came on time or was passed
-   * over MAX_PASSED times, else the oldest ready one; −1 when none is ready. The late ready ones it
+   * The queue index a freed slot goes to (`nextHolder`); the ready ones queued before it that it
    * passes over count it.
    */
   #next(ready: (q: T) => boolean): number {
-    let oldest = -1;
-    for (let i = 0; i < this.#queue.length; i++) {
-      const q = this.#queue[i]!;
-      if (!ready(q.x)) continue;
-      if (q.onTime || q.passed >= MAX_PASSED) {
-        if (oldest >= 0)
-          for (let j = oldest; j < i; j++) {
-            const p = this.#queue[j]!;
-            if (ready(p.x)) p.passed++;
-          }
-        return i;
-      }
-      if (oldest < 0) oldest = i;
-    }
-    return oldest;
+    const queue = this.#queue;
+    const { next, passed } = nextHolder(
+      queue,
+      (k) => ready(queue[k]!.x),
+      (k) => this.#load(queue[k]!.x),
+    );
+    for (const k of passed) queue[k]!.passed++;
+    return next;
   }
 }
 

@@ -372,3 +372,37 @@ describe("worker directory: room", () => {
     assert.ok(believed > 20 && believed < 480, `both kinds drawn: ${believed} believed of 500`);
   });
 });
+
+describe("worker directory: runs on time", () => {
+  it("a run on time is offered to a full worker that refused only late offers, not to one that refused one on time", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(8), 5_000, { optimistic: true });
+    dir.observe({ ...advert("a", 0), prefetch: 2 });
+    dir.markFull("a"); // a late offer refused: its late places are full
+    assert.equal(dir.pick(), undefined, "a late offer waits for room");
+    assert.equal(dir.pick(new Set(), true), "a", "its places for runs on time are its own");
+    dir.markFull("a", true);
+    assert.equal(dir.pick(new Set(), true), undefined, "refused on time: full for those too");
+    dir.observe({ ...advert("a", 0), prefetch: 2 });
+    assert.equal(dir.pick(new Set(), true), "a", "until its next advert");
+  });
+
+  it("runs on time waiting for room are woken first, by any advert, up to its prefetch and then its room", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(3), 5_000);
+    const woken: string[] = [];
+    for (const r of ["late-0", "late-1"]) dir.waitForRoom(r, () => woken.push(r));
+    for (const r of ["light-0", "light-1", "light-2"])
+      dir.waitForRoom(r, () => woken.push(r), true);
+    assert.equal(dir.roomWaiters, 5);
+    dir.observe(advert("a", 0));
+    assert.deepEqual(woken, [], "no room, no places on time advertised: nobody");
+    dir.observe({ ...advert("a", 0), prefetch: 2 });
+    assert.deepEqual(woken, ["light-0", "light-1"], "full, but 2 places on time");
+    dir.observe({ ...advert("a", 2), prefetch: 0 });
+    assert.deepEqual(woken, ["light-0", "light-1", "light-2", "late-0"], "then the room");
+    dir.waitForRoom("late-1", () => woken.push("late-1!"), true);
+    dir.stopWaiting("late-1");
+    assert.equal(dir.roomWaiters, 0, "moved between the lists, then gone");
+  });
+});

@@ -9,6 +9,7 @@ import fc from "fast-check";
 import {
   defaultPrefetch,
   MAX_PASSED,
+  nextHolder,
   SlotLedger,
   Turnaround,
 } from "../../../src/worker/slot-ledger.ts";
@@ -136,6 +137,91 @@ describe("slot ledger", () => {
     assert.deepEqual(l.release(holder, all), ["on-time-last"], "never passed while not ready");
   });
 
+  describe("whose run a freed slot goes to: the tenant holding fewest slots here per weight", () => {
+    /** Attempts named `<tenant>-<n>`; weights by tenant (1 unless named). */
+    const tenants = (weights: Record<string, number> = {}) => ({
+      tenantOf: (x: string) => x.split("-")[0]!,
+      weightOf: (x: string) => weights[x.split("-")[0]!] ?? 1,
+    });
+
+    it("a light tenant's run on time goes before the heavy tenants' runs on time prefetched before it", () => {
+      // 4 slots: heavy holds 3, other 1; heavy's two runs on time came first, then light's.
+      const l = new SlotLedger<string>(4, 3, tenants());
+      for (const x of ["heavy-1", "heavy-2", "heavy-3", "other-1"]) l.admit(x, false);
+      assert.equal(l.admit("heavy-4", true), "queued");
+      assert.equal(l.admit("heavy-5", true), "queued");
+      assert.equal(l.admit("light-1", false), "queued", "a late place");
+      assert.equal(l.admit("light-2", true), "queued");
+      l.admit("light-3", true);
+      assert.equal(l.admit("light-4", true), "full", "on-time places: 3");
+      assert.deepEqual(
+        l.release("heavy-1", all),
+        ["light-2"],
+        "light holds none here: its run first",
+      );
+      assert.deepEqual(
+        l.release("heavy-2", all),
+        ["heavy-4"],
+        "then heavy (1 held) before light's late run (on time first)",
+      );
+    });
+
+    it("among backlogs, the tenant furthest under its weighted part of the worker, not the oldest", () => {
+      const w = tenants({ c: 2 });
+      const l = new SlotLedger<string>(4, 4, w);
+      for (const x of ["c-1", "c-2", "c-3", "a-1"]) l.admit(x, false); // c: 3/2 = 1.5, a: 1
+      for (const x of ["c-4", "b-1", "a-2"]) l.admit(x, false);
+      assert.deepEqual(l.release("c-1", all), ["b-1"], "b holds none: first, before c's older run");
+      // c 2/2 = 1, a 1, b 1: a tie, the oldest (c-4).
+      assert.deepEqual(l.release("c-2", all), ["c-4"]);
+      // c 2/2 = 1, a 1, b 1 → a-2 is the only one left.
+      assert.deepEqual(l.release("a-1", all), ["a-2"]);
+    });
+
+    it("a run passed over MAX_PASSED times goes first, whatever its tenant holds", () => {
+      const l = new SlotLedger<string>(2, 2, tenants());
+      l.admit("heavy-1", false);
+      l.admit("heavy-2", false);
+      l.admit("heavy-3", false);
+      let holder = "heavy-1";
+      for (let i = 0; i < MAX_PASSED; i++) {
+        l.admit(`light-${i}`, false);
+        assert.deepEqual(l.release(holder, all), [`light-${i}`], `pass ${i + 1}`);
+        holder = `light-${i}`;
+      }
+      l.admit("light-last", false);
+      assert.deepEqual(l.release(holder, all), ["heavy-3"], "passed over enough: its turn");
+    });
+
+    it("nextHolder: starved first, then on time, then by load, then oldest; only the ready count", () => {
+      const q = (onTime: boolean, passed = 0) => ({ onTime, passed });
+      const pick = (queue: ReturnType<typeof q>[], loads: number[], ready = () => true) =>
+        nextHolder(queue, ready, (i) => loads[i]!);
+      assert.deepEqual(pick([], []), { next: -1, passed: [] });
+      assert.deepEqual(pick([q(false), q(false)], [2, 1]), { next: 1, passed: [0] });
+      assert.deepEqual(pick([q(false), q(true)], [0, 5]), { next: 1, passed: [0] });
+      assert.deepEqual(pick([q(true), q(true)], [1, 1]), { next: 0, passed: [] });
+      assert.deepEqual(pick([q(true), q(false, MAX_PASSED)], [0, 9]), { next: 1, passed: [0] });
+      assert.deepEqual(
+        pick([q(false), q(false), q(false)], [0, 3, 1], (i) => i !== 0),
+        { next: 2, passed: [1] },
+        "not ready: neither chosen nor passed over",
+      );
+    });
+
+    it("a weight that is not a number above 0 counts as 1", () => {
+      const l = new SlotLedger<string>(2, 2, {
+        tenantOf: (x) => x.split("-")[0]!,
+        weightOf: (x) => (x.startsWith("z") ? Number.NaN : x.startsWith("y") ? -1 : 1),
+      });
+      l.admit("z-1", false);
+      l.admit("y-1", false);
+      l.admit("z-2", false);
+      l.admit("y-2", false);
+      assert.deepEqual(l.release("y-1", all), ["y-2"], "y holds 0, z 1/1");
+    });
+  });
+
   it("never holds more than its slots nor queues more than its prefetch (random operations)", () => {
     fc.assert(
       fc.property(
@@ -160,12 +246,12 @@ describe("slot ledger", () => {
           const holding = new Set<number>();
           /** The entry a freed slot goes to: least (not first-class, arrival) among the ready. */
           const nextOf = () => {
-            const firstClass = (q: (typeof queue)[number]) => q.onTime || q.passed >= MAX_PASSED;
             const ready_ = queue.filter((q) => ready(q.x));
-            const best = ready_.find(firstClass) ?? ready_[0];
-            if (best && firstClass(best))
-              for (const q of ready_)
-                if (!firstClass(q) && queued(q.x) < queued(best.x)) q.passed++;
+            const best =
+              ready_.find((q) => q.passed >= MAX_PASSED) ??
+              ready_.find((q) => q.onTime) ??
+              ready_[0];
+            if (best) for (const q of ready_) if (queued(q.x) < queued(best.x)) q.passed++;
             return best;
           };
           for (const [op, x, onTime] of ops) {

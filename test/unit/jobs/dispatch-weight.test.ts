@@ -1,0 +1,53 @@
+/**
+ * An offer carries its tenant's weight (src/runs/dispatcher.ts `tenantWeight`): a full worker gives
+ * a freed slot to the waiting run whose tenant holds fewest of its slots per weight
+ * (src/worker/slot-ledger.ts). No reader, no weight known or a failed read: no weight (the worker
+ * counts 1), and the run is offered all the same.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { dispatchOnce } from "../../support/dispatch.ts";
+import type { TaskInput } from "../../../src/protocol/worker.ts";
+
+/** The job shell's slot deps with a weight reader (the router is not used by a dispatch). */
+const slots = (tenantWeight?: (t: string) => Promise<number | undefined>) => ({
+  slots: {
+    router: () => {
+      throw new Error("no router in this test");
+    },
+    ...(tenantWeight ? { tenantWeight } : {}),
+  },
+});
+
+const task: TaskInput = { image: "i", args: ["true"], env: {}, timeout_s: 30 };
+
+describe("dispatch: the tenant's weight", () => {
+  it("the offer carries the weight read for its tenant", async () => {
+    const reads: string[] = [];
+    const { req, told } = await dispatchOnce({
+      task,
+      executor: "docker",
+      deps: slots(async (t: string) => {
+        reads.push(t);
+        return 2.5;
+      }),
+    });
+    assert.equal(told.kind, "claimed");
+    assert.equal(req?.weight, 2.5);
+    assert.deepEqual(reads, ["t1"]);
+  });
+
+  it("no reader, no weight known, or a failed read: offered without one", async () => {
+    for (const deps of [
+      slots(),
+      slots(async () => undefined),
+      slots(async () => {
+        throw new Error("kv down");
+      }),
+    ]) {
+      const { req, told } = await dispatchOnce({ task, executor: "docker", deps });
+      assert.equal(told.kind, "claimed");
+      assert.ok(req !== undefined && !("weight" in req));
+    }
+  });
+});
