@@ -120,7 +120,6 @@ export function workerSubject(
   return `kairos.${cluster}.worker.${workerId}.${verb}`;
 }
 
-/** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
 /**
  * An offer made at most this long after its run's start instant is on time: its grant came by the
  * time the run was due, as a tenant within its share gets them. A worker keeps places of its own
@@ -129,6 +128,7 @@ export function workerSubject(
  */
 export const ON_TIME_MS = 1_000;
 
+/** Offer of one attempt to a worker; the worker starts it at `start_at_ms` by its own timer. */
 export interface StartRequest {
   job_actor: string;
   tenant_id: string;

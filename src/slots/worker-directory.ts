@@ -226,7 +226,7 @@ export class WorkerDirectory {
    * again keeps its place with the newer `wake`. False (not kept) when ROOM_WAITERS_LIMIT wait.
    * A run `onTime` (offered by its start, as a tenant within its share is: a worker keeps places
    * of its own for those, not counted in its room) waits apart and is woken first by any advert,
-   * as many as the worker's `prefetch`.
+   * as many as the worker's `prefetch` and then its room.
    */
   waitForRoom(key: string, wake: () => void, onTime = false): boolean {
     const waiters = onTime ? this.#onTimeWaiters : this.#waiters;

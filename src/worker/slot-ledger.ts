@@ -46,7 +46,7 @@ export function defaultPrefetch(slots: number): number {
 /** Where an offer goes (`admit`): a slot of its own, the prefetch queue, or nowhere (refused). */
 export type Placement = "slot" | "queued" | "full";
 
-/** A ready late attempt is passed over by at most this many on-time ones. */
+/** A ready queued attempt is passed over by at most this many others (then it goes first). */
 export const MAX_PASSED = 8;
 
 /** A place in the prefetch queue: the attempt, whether it came on time, how often it was passed over. */
