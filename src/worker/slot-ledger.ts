@@ -106,7 +106,7 @@ export class SlotLedger<T> {
   constructor(
     readonly slots: number,
     readonly prefetch: number,
-    private readonly fair: Fairness<T> = ALIKE as Fairness<T>,
+    private readonly fair: Fairness<T> = ALIKE,
   ) {
     if (!Number.isInteger(slots) || slots < 0)
       throw new RangeError(`slots must be a whole number ≥ 0, got ${slots}`);

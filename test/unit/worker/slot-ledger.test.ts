@@ -195,8 +195,11 @@ describe("slot ledger", () => {
 
     it("nextHolder: starved first, then on time, then by load, then oldest; only the ready count", () => {
       const q = (onTime: boolean, passed = 0) => ({ onTime, passed });
-      const pick = (queue: ReturnType<typeof q>[], loads: number[], ready = () => true) =>
-        nextHolder(queue, ready, (i) => loads[i]!);
+      const pick = (
+        queue: ReturnType<typeof q>[],
+        loads: number[],
+        ready: (i: number) => boolean = () => true,
+      ) => nextHolder(queue, ready, (i) => loads[i]!);
       assert.deepEqual(pick([], []), { next: -1, passed: [] });
       assert.deepEqual(pick([q(false), q(false)], [2, 1]), { next: 1, passed: [0] });
       assert.deepEqual(pick([q(false), q(true)], [0, 5]), { next: 1, passed: [0] });
