@@ -106,6 +106,13 @@ export interface ArrivalPolicy<S, M, R> {
     | { reply: R; alsoQueue: boolean }
     | { fail: NonNullable<Decision<S, R, unknown>["fail"]> }
     | undefined;
+  /**
+   * Pure. Messages `query` may answer while a turn is in flight, from the state before it (the
+   * fast path is otherwise shut then): reads whose callers take a state one turn old — an API
+   * read of a job's runs — so they neither wait behind nor become a turn of a busy actor.
+   * Never a message whose answer a worker or an owner acts on.
+   */
+  queryDuringTurn?(msg: M): boolean;
 }
 
 /** What goes ahead: turns admitted before the others waiting, timers fired on their own queue. */

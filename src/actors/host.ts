@@ -95,6 +95,19 @@ export class ActorHost {
     return this.#c.parts.reminders.pending;
   }
 
+  /**
+   * The in-memory state of an actor this node holds loaded (undefined: not in memory here, or its
+   * partition is not accepted). For reads that must not queue behind or wake an actor: no
+   * mailbox, no load. Read-only — the caller must not change what it gets.
+   */
+  peek(type: string, id: string): unknown {
+    const c = this.#c;
+    const partition = c.partitionOf(type, id);
+    if (!c.accepting.has(partition)) return undefined;
+    const inst = c.actors.get(`${type}.${partition}.${id}`);
+    return inst?.loaded && !inst.dropped ? inst.state : undefined;
+  }
+
   /** Delivers a message to a local actor and resolves with its reply. */
   deliver(type: string, id: string, raw: unknown): Promise<unknown> {
     return this.#c.parts.mailbox.deliver(type, id, raw);

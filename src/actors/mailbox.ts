@@ -99,7 +99,8 @@ export class Mailbox implements MailboxPart {
    * expiry) and be writing a change the committed state does not show yet; answered from the
    * old state, a worker would start an attempt the owner is re-offering (sim seed 50). Queued
    * behind that turn, this message sees its outcome. (A turn merely queued is harmless: it
-   * runs after this arrival was recorded.)
+   * runs after this arrival was recorded.) Except the reads the definition lets through
+   * (`queryDuringTurn`): answered from the state before the turn.
    */
   #query(
     reg: ActorRegistration,
@@ -108,7 +109,8 @@ export class Mailbox implements MailboxPart {
     now: number,
   ): { reply: unknown; alsoQueue: boolean } | undefined {
     const def = reg.definition;
-    if (!def.query || !inst.loaded || inst.dropped || inst.inTurn) return undefined;
+    if (!def.query || !inst.loaded || inst.dropped) return undefined;
+    if (inst.inTurn && def.queryDuringTurn?.(msg) !== true) return undefined;
     if (def.persist !== false && inst.storedEpoch !== (this.#c.o.epochOf(inst.partition) ?? -1))
       return undefined;
     const q = def.query(inst.state, msg, this.#c.ctx(inst, now));

@@ -154,6 +154,9 @@ export function makeJobActor(
     // narrow this to claims). A queued completion keeps its lease: it can wait.
     urgent: (m) => m.kind === "claimed" || m.kind === "heartbeat",
     onLoad: loadJobState,
+    // An API read of the job's runs (run-reads.ts) is answered even while the actor is in a turn
+    // (a burst's): from the state before it, never queued behind it or admitted as a turn.
+    queryDuringTurn: (m) => m.kind === "active_runs",
     query: (s, m, ctx) => {
       // Read-only, from memory (deferred changes included): no queueing behind a burst.
       if (m.kind === "active_runs")

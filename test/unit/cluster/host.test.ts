@@ -98,6 +98,13 @@ const queryGateActor: ActorDefinition<GateState, { n: number }, number, number> 
   query: (s, m) => (m.n < 0 ? { reply: s.log.length, alsoQueue: false } : undefined),
 };
 
+/** The query gate whose reads (`{ n: -1 }`) are answered even while a turn is in flight. */
+const readAnyTimeGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
+  ...queryGateActor,
+  type: "rgate",
+  queryDuringTurn: (m) => m.n < 0,
+};
+
 /** The gate actor whose messages n ≥ 100 are one request per n (a sender's retries: `coalesceKey`). */
 const coalescingGateActor: ActorDefinition<GateState, { n: number }, number, number> = {
   ...gateActor,
@@ -255,6 +262,7 @@ function setup(
   host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
+  host.register(gates.registration(readAnyTimeGateActor));
   host.register(gates.registration(coalescingGateActor));
   host.register(gates.registration(pendingGateActor));
   host.register(gates.registration(softGateActor));
@@ -553,6 +561,31 @@ describe("ActorHost", () => {
     t.gates.release(2);
     assert.equal(await r2, 2);
     assert.equal(await q, 2, "the outcome of the turn it waited for");
+  });
+
+  it("queryDuringTurn: its reads are answered during a turn, from the state before it, and never queued; peek reads the same state", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const id = "r";
+    assert.equal(t.host.peek("rgate", id), undefined, "not in memory");
+    const r1 = t.host.deliver("rgate", id, { n: 1 });
+    t.gates.release(1);
+    assert.equal(await r1, 1);
+    const r2 = t.host.deliver("rgate", id, { n: 2 });
+    await t.gates.startedP(2);
+    assert.equal(
+      await t.host.deliver("rgate", id, { n: -1 }),
+      1,
+      "answered while turn 2 is in flight, from the state before it",
+    );
+    assert.deepEqual(t.host.peek("rgate", id), { log: [1] });
+    t.gates.release(2);
+    assert.equal(await r2, 2);
+    assert.equal(await t.host.deliver("rgate", id, { n: -1 }), 2);
+    assert.deepEqual(t.host.peek("rgate", id), { log: [1, 2] });
+    assert.equal(t.host.peek("qgate", id), undefined, "another type's actor of that id: none");
+    t.host.lose(partitionOf({ type: "rgate", id }, PARTITIONS));
+    assert.equal(t.host.peek("rgate", id), undefined, "its partition lost: none");
   });
 
   it("different actors are not serialized with each other", async () => {
