@@ -31,7 +31,7 @@ import {
   parseJobState,
   parseLimit,
   parseRunStatus,
-  parseEndedStatus,
+  parseTenantRunStatus,
   pathId,
 } from "./params.ts";
 import { invalid, show } from "./input.ts";
@@ -219,7 +219,7 @@ function tenantRunOperations({
   return {
     async listTenantRuns(tenant, input) {
       const page = pageOf(input);
-      const status = parseEndedStatus(input.status);
+      const status = parseTenantRunStatus(input.status);
       return jobs.listTenantRuns(
         tenant.tenant_id,
         status === undefined ? page : { ...page, status },

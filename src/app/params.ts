@@ -5,13 +5,7 @@
  * does not exist, so the API never tells a caller which ids are well-formed.
  */
 import { KairosError } from "../lib/errors.ts";
-import {
-  JOB_STATES,
-  RUN_STATUSES,
-  TERMINAL,
-  type JobListState,
-  type RunStatus,
-} from "../protocol/model.ts";
+import { JOB_STATES, RUN_STATUSES, type JobListState, type RunStatus } from "../protocol/model.ts";
 import { invalid, show } from "./input.ts";
 
 const ID = /^[A-Za-z0-9_-]{1,64}$/;
@@ -56,16 +50,16 @@ export function parseRunStatus(raw: string | undefined): RunStatus | undefined {
 }
 
 /**
- * `status` of the tenant-wide runs list: a status a run ends with (its record is written when it
- * is created and when it ends, and that list reads records only).
+ * `status` of the tenant-wide runs list: any run status (a run not ended is matched as its owner
+ * holds it live), or `dead_lettered`, which the route answers with the dead-letter list.
  */
-export function parseEndedStatus(raw: string | undefined): RunStatus | undefined {
+export function parseTenantRunStatus(raw: string | undefined): RunStatus | undefined {
   if (raw === undefined || raw === "") return undefined;
-  const s = RUN_STATUSES.find((x) => x === raw && TERMINAL.has(x));
+  const s = RUN_STATUSES.find((x) => x === raw);
   if (s === undefined)
     throw invalid(
       "status",
-      `must be one of ${[...TERMINAL].join(", ")} or dead_lettered (runs that have not ended are listed per job: /v1/jobs/{job_id}/runs), got ${show(raw)}`,
+      `must be one of ${RUN_STATUSES.join(", ")} or dead_lettered, got ${show(raw)}`,
     );
   return s;
 }

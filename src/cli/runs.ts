@@ -1,7 +1,7 @@
 /**
  * `kairos runs list|get|cancel|wait`: a tenant's runs over the HTTP API (docs/cli.md). `list`
  * takes a job id (its runs, newest first, `--status` to filter), nothing (the tenant's runs across
- * its jobs, newest first; `--status` one a run ends with, checked by the API) or
+ * its jobs, newest first; `--status` any status) or
  * `--dead-lettered` (the tenant's dead-lettered runs across its jobs, oldest first); `cancel` ends a run that has not
  * ended (409 once it ended otherwise: exit 5); `wait` is run-wait.ts.
  */
@@ -72,7 +72,7 @@ export function registerRunCommands(program: Command, ctx: CliContext): void {
       runs
         .command("list")
         .description(
-          "a job's runs, newest first; without a job, the tenant's across its jobs (--status: an ended one); --dead-lettered: the tenant's dead letters, oldest first",
+          "a job's runs, newest first; without a job, the tenant's across its jobs; --dead-lettered: the tenant's dead letters, oldest first",
         )
         .argument("[job_id]")
         .addOption(

@@ -2,12 +2,15 @@
  * A tenant's runs page (`GET /v1/runs`), newest first by creation, in O(page) through the
  * tenant's runs log (tenant-run-log.ts): the head hint, the chunks the page spans by key (newest
  * first), then the page's records by key — about `limit + limit / 64 + 3` reads whatever the
- * tenant's number of jobs and runs, and never an actor: a burst's job actors are not asked.
+ * tenant's number of jobs and runs, and never an actor's mailbox: a burst's job actors are not
+ * asked.
  *
- * So an active run is shown as its record holds it: a record is written when the run is created
- * and when it ends, so a run that has not ended is listed `queued` (its page,
- * `GET /v1/runs/{run_id}`, and its job's list show it live). For the same reason the `status`
- * filter takes the statuses a run ends with only (`ENDED_STATUSES`).
+ * A record is written when its run is created and when it ends, so a record that has not ended
+ * says `queued` whatever its run is doing: such records are shown through `live` (one request
+ * per batch that has any, answered by the scheduler nodes from the job actors they hold in
+ * memory — src/server/live-runs.ts — never an actor's mailbox). A run no node answers for in time
+ * is shown as its record holds it. The `status` filter takes every status and matches what is
+ * shown: a terminal status from the records alone (no live request), any other after the overlay.
  *
  * The cursor is a position (chunk seq, index) and a position's run never changes, so a walk
  * returns each logged run at most once while runs are created or pruned. Pitfalls: a record
@@ -39,8 +42,8 @@ export const GAP_TOLERANCE = 4;
 /** Chunks probed past the head hint (writers put it after their chunk: it lags by a few). */
 const MAX_PROBE = 64;
 
-/** The statuses the tenant-wide list filters by: a run's last, written with its end. */
-export const ENDED_STATUSES: readonly RunStatus[] = Object.freeze([...TERMINAL]);
+/** Live views of the named runs that have not ended (missing: shown as recorded). */
+export type LiveRuns = (runIds: string[]) => Promise<ReadonlyMap<string, RunView>>;
 
 export interface TenantRunsQuery {
   status?: RunStatus;
@@ -82,13 +85,10 @@ export async function tenantRunsPage(
   partitions: number,
   tenantId: string,
   q: TenantRunsQuery,
+  live?: LiveRuns,
 ): Promise<Page<RunView>> {
-  if (q.status !== undefined && !ENDED_STATUSES.includes(q.status))
-    throw new KairosError(
-      "invalid_argument",
-      `status: must be one of ${ENDED_STATUSES.join(", ")} or dead_lettered (a run's record is written when it is created and when it ends; runs that have not ended are listed per job, live: /v1/jobs/{job_id}/runs), got ${JSON.stringify(q.status)}`,
-      { field: "status" },
-    );
+  // A terminal filter cannot match a run that has not ended: no live view is needed for it.
+  const overlay = q.status === undefined || !TERMINAL.has(q.status) ? live : undefined;
   let [seq, idx] =
     q.cursor === undefined ? [await newestSeq(runs, tenantId), CHUNK] : positionOf(q.cursor);
   let ids: string[] | null = null;
@@ -130,8 +130,19 @@ export async function tenantRunsPage(
     }
     if (batch.length === 0) break;
     examined += batch.length;
+    // Without live views a record not ended is read again from the leader at once (a replica
+    // may have missed its end); with them, only those no owner holds live.
+    const records = await Promise.all(
+      batch.map((b) => readRecord(runs, partitions, tenantId, b.id, overlay === undefined)),
+    );
+    const active = records.filter((r): r is RunView => r !== null && !TERMINAL.has(r.status));
+    const views =
+      overlay && active.length > 0 ? await overlay(active.map((r) => r.run_id)) : undefined;
     const entries = await Promise.all(
-      batch.map((b) => readRecord(runs, partitions, tenantId, b.id)),
+      records.map(async (r) => {
+        if (r === null || TERMINAL.has(r.status) || views === undefined) return r;
+        return views.get(r.run_id) ?? (await readLeader(runs, partitions, r));
+      }),
     );
     entries.forEach((run, i) => {
       if (run && (q.status === undefined || run.status === q.status))
@@ -153,18 +164,36 @@ export async function tenantRunsPage(
 /** A record that has not ended may be a replica's that missed its end: read from the leader. */
 const notEnded = (e: KvEntry): boolean => !TERMINAL.has(runView(e.value).status);
 
-/** A logged run's record, or null when it is gone or is not the tenant's. */
+/** The record's key (null: not a run id). */
+function recordKey(partitions: number, tenantId: string, runId: string): string | null {
+  const id = parseRunId(runId);
+  if (!id) return null;
+  const p = partitionOf({ type: JOB_ACTOR, id: jobActorId(tenantId, id.jobId) }, partitions);
+  return runKey(p, tenantId, id.jobId, runId);
+}
+
+/**
+ * A logged run's record, or null when it is gone or is not the tenant's. `leaderIfNotEnded`: a
+ * replica's answer that has not ended is checked on the leader at once.
+ */
 async function readRecord(
   runs: KvStore,
   partitions: number,
   tenantId: string,
   runId: string,
+  leaderIfNotEnded: boolean,
 ): Promise<RunView | null> {
-  const id = parseRunId(runId);
-  if (!id) return null;
-  const p = partitionOf({ type: JOB_ACTOR, id: jobActorId(tenantId, id.jobId) }, partitions);
-  const e = await readShown(runs, runKey(p, tenantId, id.jobId, runId), undefined, notEnded);
+  const key = recordKey(partitions, tenantId, runId);
+  if (key === null) return null;
+  const e = await readShown(runs, key, undefined, leaderIfNotEnded ? notEnded : undefined);
   if (!e) return null;
   const r = runView(e.value);
   return r.tenant_id === tenantId ? r : null;
+}
+
+/** A replica's record not ended that no owner holds live, from the leader (gone: as it was). */
+async function readLeader(runs: KvStore, partitions: number, r: RunView): Promise<RunView> {
+  const key = recordKey(partitions, r.tenant_id, r.run_id);
+  const e = key === null ? null : await runs.get(key);
+  return e ? runView(e.value) : r;
 }

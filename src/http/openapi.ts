@@ -4,7 +4,7 @@
  * responses (views.ts); only the paths object is written by hand. Built once, on first use.
  */
 import { z } from "zod";
-import { JOB_STATES, RUN_STATUSES, TERMINAL } from "../protocol/model.ts";
+import { JOB_STATES, RUN_STATUSES } from "../protocol/model.ts";
 import { subscriptionPaths, subscriptionSchemas } from "./openapi-subscriptions.ts";
 import { statsPaths, statsSchemas } from "./openapi-stats.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./body.ts";
@@ -360,13 +360,13 @@ function runPaths(): Json {
     "/v1/runs": {
       get: {
         summary:
-          "List the tenant's runs across its jobs, newest first by creation; or, with status=dead_lettered, its dead-lettered runs (ended failed or timed out), oldest first. A run that has not ended is listed as its record was created (queued): its page and its job's list show it live. A status filter may return a short page with a cursor: follow it until null",
+          "List the tenant's runs across its jobs, newest first by creation; or, with status=dead_lettered, its dead-lettered runs (ended failed or timed out), oldest first. A run that has not ended is shown as its owner holds it now (read from the scheduler nodes' memory, never an actor's mailbox); one whose owner does not answer within 500 ms is shown as its record holds it (queued). A status filter may return a short page with a cursor: follow it until null",
         parameters: [
           param(
             "status",
             "query",
-            { type: "string", enum: [...TERMINAL, "dead_lettered"] },
-            "only runs that ended in this status; dead_lettered: the dead-letter list (oldest first). Runs that have not ended are filtered per job",
+            { type: "string", enum: [...RUN_STATUSES, "dead_lettered"] },
+            "only runs shown in this status (a run that has not ended: as its owner holds it now); dead_lettered: the dead-letter list (oldest first)",
           ),
           cursor,
           limit,

@@ -29,6 +29,7 @@ import { createNatsApiHandler } from "../nats-api/handler.ts";
 import { NatsApiService } from "../nats-api/service.ts";
 import { ServiceAuthCallout, type Lookup } from "../nats-api/auth-callout.ts";
 import { StatsGatherer } from "./stats-responder.ts";
+import { LiveRunsGatherer } from "./live-runs.ts";
 import { OperatorView } from "./operator-view.ts";
 import { KvOperatorKeys } from "../tenants/operator-keys.ts";
 import type { OperatorDeps } from "../http/admin.ts";
@@ -60,6 +61,12 @@ export async function serveApiRole(
     node.partitions,
     systemRandom,
     a.secrets,
+    // The tenant's runs list shows runs not ended as the schedulers hold them (live-runs.ts).
+    new LiveRunsGatherer({
+      clusterName: a.config.clusterName,
+      bus: () => node.control,
+      schedulers: () => node.membership?.live("scheduler") ?? [],
+    }),
   );
   const subscriptions = new KvSubscriptions(node.buckets.tenants, systemClock);
   const { stats, operator } = clusterReads(a.config, node);

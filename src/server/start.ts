@@ -33,6 +33,7 @@ import { RunsWaiting } from "../history/run-waiting.ts";
 import { TenantSeries } from "../history/tenant-series.ts";
 import { TenantRunLog } from "../history/tenant-run-log.ts";
 import { StatsResponder } from "./stats-responder.ts";
+import { nodeLiveRuns } from "./live-runs.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { STATS_STEP_MS } from "../protocol/stats.ts";
 import { retentionConfig } from "../history/retention.ts";
@@ -382,6 +383,9 @@ function startStats(
         workers: p.directory.list(),
       };
     },
+    // The tenant's runs list's live overlay: from the loaded job actors' memory (live-runs.ts).
+    liveRuns: (tenantId, runIds) =>
+      nodeLiveRuns((type, id) => node.host?.peek(type, id), tenantId, runIds),
   });
   responder.start(node.control);
   let cancel: (() => void) | undefined;

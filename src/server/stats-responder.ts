@@ -8,7 +8,9 @@
  * per tenant is in flight at a time, so dashboards left open cost the schedulers at most one
  * small answer per tenant per second per API node. The same subject answers `{kind: "node"}`
  * with the node's overview for the operators' view (operator-view.ts): its partitions, actors,
- * runs waiting and the workers its directory hears, also from memory.
+ * runs waiting and the workers its directory hears, also from memory; and `{kind: "runs"}` with
+ * the named runs of a tenant active in the job actors it holds in memory (live-runs.ts), for the
+ * tenant's runs list — read without a mailbox or a load, so never queued behind a burst.
  *
  * Who may ask: only API identities may publish on `stats.*` (nats-permissions.ts), and the
  * responder answers only an API identity's own inbox (reply-guard.ts, `api_read`). The tenant
@@ -31,6 +33,8 @@ import type {
 } from "../protocol/stats.ts";
 import { KairosError } from "../lib/errors.ts";
 import { OrderedMap } from "../lib/ordered-map.ts";
+import { MAX_LIVE_RUN_IDS, type NodeLiveRuns } from "../protocol/live-runs.ts";
+import type { RunView } from "../protocol/model.ts";
 
 /** The subject a scheduler node answers on. */
 export function statsSubject(clusterName: string, nodeId: string): string {
@@ -50,6 +54,11 @@ export interface StatsResponderOptions {
   events: EventBus;
   /** What this node tells the operators' view (`{kind: "node"}`); none: such requests are dropped. */
   overview?: () => Omit<NodeOverview, "v" | "node" | "now_ms">;
+  /**
+   * The named runs of a tenant active in the job actors this node holds in memory
+   * (`{kind: "runs"}`, src/server/live-runs.ts); none: such requests are dropped.
+   */
+  liveRuns?: (tenantId: string, runIds: readonly string[]) => RunView[];
 }
 
 /** A tenant's answer of this node (pure but for the series and forecast it reads). */
@@ -101,9 +110,9 @@ export class StatsResponder {
       });
       return;
     }
-    let body: { tenant_id?: unknown; kind?: unknown } | null;
+    let body: { tenant_id?: unknown; kind?: unknown; run_ids?: unknown } | null;
     try {
-      body = decode<{ tenant_id?: unknown; kind?: unknown } | null>(m.data);
+      body = decode<{ tenant_id?: unknown; kind?: unknown; run_ids?: unknown } | null>(m.data);
     } catch {
       body = null;
     }
@@ -121,6 +130,25 @@ export class StatsResponder {
     const tenantId = body?.tenant_id;
     if (typeof tenantId !== "string" || !TENANT_ID.test(tenantId)) {
       countBusRefusal("stats", "malformed");
+      return;
+    }
+    if (body?.kind === "runs") {
+      const ids = body.run_ids;
+      if (
+        this.o.liveRuns === undefined ||
+        !Array.isArray(ids) ||
+        ids.length > MAX_LIVE_RUN_IDS ||
+        !ids.every((x) => typeof x === "string")
+      ) {
+        countBusRefusal("stats", "malformed");
+        return;
+      }
+      const answer: NodeLiveRuns = {
+        v: 1,
+        node: this.o.nodeId,
+        runs: this.o.liveRuns(tenantId, ids),
+      };
+      m.respond(encode(answer));
       return;
     }
     m.respond(encode(nodeTenantStats(this.o, tenantId)));

@@ -45,6 +45,7 @@ import {
   type RunView,
 } from "../protocol/model.ts";
 import type { JobsService } from "../protocol/service.ts";
+import type { LiveRunSource } from "../protocol/live-runs.ts";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
 
@@ -87,13 +88,15 @@ export class NatsJobsService implements JobsService {
     private readonly random: Random,
     /** Seals `task.secret_env` (needs the cluster secret key); none: secrets are refused. */
     private readonly secrets?: SecretEnvStore,
+    /** Live views of runs not ended for the tenant's runs list; none: records as written. */
+    liveRuns?: LiveRunSource,
   ) {
     this.#quota = new TenantJobCounter(
       buckets.tenants,
       async (tenantId) => (await this.#liveJobs(tenantId)).length,
       { clock: router.clock, random },
     );
-    this.#runs = new RunReads(router, buckets, partitions, (t, j) => this.#job(t, j));
+    this.#runs = new RunReads(router, buckets, partitions, (t, j) => this.#job(t, j), liveRuns);
     this.#catalog = new JobCatalog({
       kv: buckets.tenants,
       clock: router.clock,

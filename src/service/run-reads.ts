@@ -2,7 +2,11 @@
  * The runs side of `JobsService` (nats-service.ts delegates): a job's runs pages, the tenant's
  * runs across its jobs, dead letters, one run, and cancel. Records are written at a run's
  * creation and end only; between them its job actor holds it, so a run not ended is shown as its
- * actor has it (`withLive`) — one actor request per page or run, never per record.
+ * actor has it: a job's page and one run through an `active_runs` query (answered from memory,
+ * also while the actor is in a turn — never queued behind a burst's turns nor admitted as one; a
+ * job not in memory is loaded; one per page or run, never per record), the tenant's page through
+ * the scheduler nodes' memory (`LiveRunSource`, one request per node per page), as it spans
+ * many jobs.
  */
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Buckets } from "../cluster/buckets.ts";
@@ -10,6 +14,7 @@ import { partitionOf } from "../cluster/placement.ts";
 import type { ActorRouter } from "../cluster/router.ts";
 import { parseRunId, runKey } from "../protocol/ids.ts";
 import type { JobReply } from "../job-state/job-types.ts";
+import type { LiveRunSource } from "../protocol/live-runs.ts";
 import { runView } from "../history/run-record.ts";
 import {
   decodeCursor,
@@ -30,6 +35,8 @@ export class RunReads {
     private readonly buckets: Buckets,
     private readonly partitions: number,
     private readonly jobAddress: JobAddress,
+    /** Live views of runs not ended for the tenant's runs list; none: records as written. */
+    private readonly live?: LiveRunSource,
   ) {}
 
   async listRuns(
@@ -38,10 +45,10 @@ export class RunReads {
     opts: { status?: RunStatus; cursor?: string; limit: number },
   ): Promise<Page<RunView>> {
     const p = partitionOf(this.jobAddress(tenantId, jobId), this.partitions);
-    // One request to the job actor, answered from memory (404 for unknown, deleted or foreign
-    // jobs): its active runs as it holds them (records are written at creation and end only)
-    // and its runs index — in memory, since a `fire`'s state change (and the index entries of
-    // the records it creates) is deferred until the job's next state write.
+    // One request to the job actor, answered from memory even during a turn (404 for unknown,
+    // deleted or foreign jobs): its active runs as it holds them (records are written at creation
+    // and end only) and its runs index — in memory, since a `fire`'s state change (and the index
+    // entries of the records it creates) is deferred until the job's next state write.
     const reply = await this.router.request<JobReply>(this.jobAddress(tenantId, jobId), {
       kind: "active_runs",
     });
@@ -56,7 +63,14 @@ export class RunReads {
     tenantId: string,
     opts: { status?: RunStatus; cursor?: string; limit: number },
   ): Promise<Page<RunView>> {
-    return tenantRunsPage(this.buckets.runs, this.partitions, tenantId, opts);
+    const live = this.live;
+    return tenantRunsPage(
+      this.buckets.runs,
+      this.partitions,
+      tenantId,
+      opts,
+      live && ((ids) => live.liveRuns(tenantId, ids)),
+    );
   }
 
   async listDeadLetters(

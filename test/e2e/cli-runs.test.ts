@@ -269,7 +269,7 @@ describe("kairos runs (real cluster)", { timeout: 300_000 }, () => {
     assert.match(human.stdout, /output \(tail\):\nlisted\n$/);
 
     const bad: [string[], number, RegExp][] = [
-      [["runs", "list", "--status", "running"], 2, /field: status/],
+      [["runs", "list", "--status", "done"], 2, /Allowed choices are queued, leased/],
       [["runs", "list", jobId, "--dead-lettered"], 2, /not both/],
       [["runs", "list", jobId, "--status", "done"], 2, /Allowed choices are queued, leased/],
       [

@@ -3,8 +3,9 @@
  * scheduler, worker; process executor) on a real nats-server, partitions spread over both, so the
  * runs of one tenant are created by both nodes' job actors and logged by both. Every run is
  * listed once, newest first, whichever node is asked; a walk 2 at a time returns each once; the
- * `status` filter; another tenant sees none of them; bad parameters are 400s naming the parameter;
- * `status=dead_lettered` is still the dead-letter list.
+ * `status` filter; a run not ended is shown as its owner holds it (running, not its record's
+ * queued) and filtered by that; another tenant sees none of them; bad parameters are 400s naming
+ * the parameter; `status=dead_lettered` is still the dead-letter list.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -143,9 +144,53 @@ describe("tenant runs list end to end", { timeout: 300_000 }, () => {
     assert.deepEqual(await walk(other, "limit=200"), [], "another tenant sees none of them");
   });
 
+  it("shows a run that has not ended as its owner holds it, and filters by it, on either node", async () => {
+    const r0 = await a.call<{ job_id: string }>("POST", "/v1/jobs", job("sleeper", "sleep 60"));
+    assert.equal(r0.status, 201, JSON.stringify(r0.body));
+    const started = await b.call<Run>("POST", `/v1/jobs/${r0.body.job_id}/runs`);
+    assert.equal(started.status, 202, JSON.stringify(started.body));
+    const runId = started.body.run_id;
+    // Its record says queued until it ends; the list shows it running, from either API node
+    // (its owner is one of the two scheduler nodes).
+    for (const api of [a, b])
+      await eventually(
+        async () => {
+          const p = await api.call<RunPage>("GET", "/v1/runs?status=running&limit=5");
+          assert.equal(p.status, 200, JSON.stringify(p.body));
+          return p.body.runs.some((r) => r.run_id === runId && r.status === "running")
+            ? true
+            : undefined;
+        },
+        30_000,
+        `run ${runId} listed running`,
+      );
+    const head = await a.call<RunPage>("GET", "/v1/runs?limit=1");
+    assert.equal(head.body.runs[0]?.run_id, runId);
+    assert.equal(head.body.runs[0]?.status, "running", "the unfiltered list shows it live too");
+    const queued = await a.call<RunPage>("GET", "/v1/runs?status=queued&limit=200");
+    assert.ok(!queued.body.runs.some((r) => r.run_id === runId), "not listed queued");
+    const cancel = await a.call<Run>("POST", `/v1/runs/${runId}/cancel`);
+    assert.equal(cancel.status, 200, JSON.stringify(cancel.body));
+    await eventually(
+      async () => {
+        const p = await b.call<RunPage>("GET", "/v1/runs?status=cancelled&limit=5");
+        return p.body.runs.some((r) => r.run_id === runId) ? true : undefined;
+      },
+      30_000,
+      `run ${runId} listed cancelled`,
+    );
+    const running = await a.call<RunPage>("GET", "/v1/runs?status=running&limit=200");
+    assert.ok(!running.body.runs.some((r) => r.run_id === runId), "no longer listed running");
+    assert.deepEqual(
+      (await other.call<RunPage>("GET", "/v1/runs?status=running")).body.runs,
+      [],
+      "another tenant sees none of it",
+    );
+  });
+
   it("answers bad parameters with a 400 naming the parameter", async () => {
     const cases: [string, string, RegExp][] = [
-      ["status=running", "status", /per job/],
+      ["status=started", "status", /retry_wait/],
       ["status=nope", "status", /succeeded/],
       ["limit=0", "limit", /1 to 200/],
       ["limit=abc", "limit", /1 to 200/],

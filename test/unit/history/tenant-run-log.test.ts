@@ -1,8 +1,8 @@
 /**
  * The tenant's runs log (src/history/tenant-run-log.ts) and its pages (tenant-runs-page.ts): every
  * record created is listed once, newest first, across jobs and partitions, by writers on several
- * nodes; a page reads O(page) keys whatever the tenant's size; the `status` filter, bad cursors,
- * pruned records and a missing chunk.
+ * nodes; a page reads O(page) keys whatever the tenant's size; runs not ended shown through the
+ * live views and every status as a filter; bad cursors, pruned records and a missing chunk.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -197,15 +197,94 @@ describe("tenant runs log", () => {
       .reverse();
     assert.deepEqual(listed, expected);
 
-    await assert.rejects(
-      tenantRunsPage(kv, PARTITIONS, T, { limit: 5, status: "running" }),
-      invalidField("status"),
-    );
     for (const cursor of ["nope", Buffer.from("ix\n3").toString("base64url"), "dGwKLTEKMA"])
       await assert.rejects(
         tenantRunsPage(kv, PARTITIONS, T, { limit: 5, cursor }),
         invalidField("cursor"),
       );
+  });
+
+  it("shows runs not ended as their owners hold them, and filters by any status", async () => {
+    const base = new MemoryKv("runs");
+    const log = new TenantRunLog(() => base, new FakeClock(0), quiet);
+    const made: RunView[] = [];
+    for (let i = 0; i < 200; i++) {
+      const r = record(jobId(i % 11), i, i % 4 === 0 ? "succeeded" : "queued");
+      await create(base, log, r);
+      made.push(r);
+    }
+    await log.flush();
+    // The owners' memory: of the runs not ended, every third is running, every third leased; the
+    // rest are not in any owner's memory (shown as recorded, queued).
+    const held = new Map<string, RunView>();
+    made
+      .filter((r) => r.status === "queued")
+      .forEach((r, i) => {
+        if (i % 3 !== 2)
+          held.set(r.run_id, { ...r, status: i % 3 === 0 ? "running" : "leased", attempt: 1 });
+      });
+    const asked: string[][] = [];
+    const live = async (ids: string[]) => {
+      asked.push(ids);
+      return new Map(ids.flatMap((id) => (held.has(id) ? [[id, held.get(id)!] as const] : [])));
+    };
+    const shown = made.map((r) => held.get(r.run_id) ?? r);
+    const { kv, ops } = counted(base);
+    const page = async (limit: number, status?: RunStatus, cursor?: string) =>
+      tenantRunsPage(
+        kv,
+        PARTITIONS,
+        T,
+        {
+          limit,
+          ...(status === undefined ? {} : { status }),
+          ...(cursor === undefined ? {} : { cursor }),
+        },
+        live,
+      );
+
+    // The first page: the live views over the records, one request for the page's runs not ended.
+    const first = await page(20);
+    assert.deepEqual(first.items, shown.slice(-20).reverse());
+    assert.equal(asked.length, 1);
+    assert.deepEqual(
+      new Set(asked[0]),
+      new Set(
+        made
+          .slice(-21)
+          .filter((r) => r.status === "queued")
+          .map((r) => r.run_id),
+      ),
+    );
+    // Every status filters what is shown, across pages.
+    for (const status of ["running", "leased", "queued", "succeeded"] as const) {
+      const out: RunView[] = [];
+      let cursor: string | undefined;
+      for (let n = 0; n < 100; n++) {
+        const p = await page(7, status, cursor);
+        out.push(...p.items);
+        if (p.next_cursor === null) break;
+        cursor = p.next_cursor;
+      }
+      assert.deepEqual(
+        out.map((r) => r.run_id),
+        shown
+          .filter((r) => r.status === status)
+          .map((r) => r.run_id)
+          .reverse(),
+        status,
+      );
+    }
+    // A terminal filter reads records only: no live request.
+    asked.length = 0;
+    await page(50, "succeeded");
+    assert.equal(asked.length, 0);
+    // Still O(page) in KV reads with the overlay (head, a probe, chunks, the records).
+    ops.clear();
+    await page(20);
+    assert.ok((ops.get("get") ?? 0) <= 2 * 21 + 6, `gets: ${ops.get("get")}`);
+    assert.equal(ops.get("keys") ?? 0, 0);
+    assert.equal(ops.get("list") ?? 0, 0);
   });
 
   it("shows no other tenant's runs and an empty tenant has one empty page", async () => {
