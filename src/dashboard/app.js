@@ -5,7 +5,8 @@
  * it is neither kept in history nor shown. Routes: #/jobs, #/jobs/new, #/jobs/<id>,
  * #/jobs/<id>/edit, #/runs (the tenant's), #/runs/<id>, #/dead-letters, #/activity (the live charts); and for an
  * operator key (`kop_…`) #/cluster, the operators' page (only it: the nav shows what the key reads).
- * A page that polls (a job's runs, a running run) stops when the route changes. A 401 from the
+ * A page that polls (a runs list, a running run, the charts; intervals: poll-intervals.js) stops
+ * when the route changes and pauses while the tab is hidden. A 401 from the
  * API (a key revoked meanwhile) signs out and shows the sign-in form with the API's message.
  */
 import { ApiError, api, clearKey, getKey, setKey } from "./api.js";
@@ -130,25 +131,51 @@ function context(query) {
     poll(fn, ms) {
       // A transient failure (unreachable, 429, 5xx) is shown and retried, less often each time
       // (at most every 30 s), so a page left open resumes by itself; any other error stops it.
+      // A hidden tab does not read: the next read waits until the tab is shown again, and is
+      // made at once then.
       let wait = ms;
+      /** @type {ReturnType<typeof setTimeout> | undefined} */
+      let timer;
+      let reading = false;
+      let paused = false;
+      const stop = () => document.removeEventListener("visibilitychange", onVisibility);
+      const later = (/** @type {number} */ delay) => {
+        timer = setTimeout(tick, delay);
+      };
       const tick = () => {
-        if (!live()) return;
+        timer = undefined;
+        if (!live()) return stop();
+        if (document.hidden) {
+          paused = true;
+          return;
+        }
+        reading = true;
         fn().then(
           () => {
+            reading = false;
             wait = ms;
-            if (live()) setTimeout(tick, wait);
+            if (live()) later(wait);
+            else stop();
           },
           (e) => {
-            if (!live()) return;
+            reading = false;
+            if (!live()) return stop();
             fail(e);
             if (e instanceof ApiError && (e.status === 0 || e.status === 429 || e.status >= 500)) {
               wait = Math.min(wait * 2, 30_000);
-              setTimeout(tick, wait);
-            }
+              later(wait);
+            } else stop();
           },
         );
       };
-      setTimeout(tick, ms);
+      const onVisibility = () => {
+        if (!live()) return stop();
+        if (document.hidden || !paused || reading || timer !== undefined) return;
+        paused = false;
+        tick();
+      };
+      document.addEventListener("visibilitychange", onVisibility);
+      later(ms);
     },
   };
 }

@@ -20,9 +20,9 @@ import {
   slotX,
   valueY,
 } from "./chart-scale.js";
+import { STATS_POLL_MS } from "./poll-intervals.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const POLL_MS = 5000;
 const WIDTH = 640;
 const HEIGHT = 180;
 
@@ -318,5 +318,5 @@ export async function activityPage(ctx) {
   ctx.poll(async () => {
     const st = await api("GET", "/v1/stats");
     if (ctx.live()) update(st);
-  }, POLL_MS);
+  }, STATS_POLL_MS);
 }

@@ -7,8 +7,7 @@
 import { api } from "./api.js";
 import { h, replace, time } from "./dom.js";
 import { formatCount } from "./chart-scale.js";
-
-const POLL_MS = 5000;
+import { CLUSTER_POLL_MS } from "./poll-intervals.js";
 
 /** @typedef {import("./app.js").Ctx} Ctx */
 
@@ -190,5 +189,5 @@ export async function clusterPage(ctx) {
   ctx.poll(async () => {
     const v = await api("GET", "/v1/admin/cluster");
     if (ctx.live()) draw(v);
-  }, POLL_MS);
+  }, CLUSTER_POLL_MS);
 }

@@ -1,6 +1,6 @@
 /**
  * Run views: a job's runs (newest first, status filter and cursor paging in the address; the
- * first page re-reads itself every 2 s so new runs appear) and a run's page (times, attempts
+ * first page re-reads itself every 5 s so new runs appear) and a run's page (times, attempts
  * with worker, exit code, outcome and error, the output tail; re-read every 2 s until the run
  * ends; cancel while it has not), the tenant's runs across its jobs (the same table with a job
  * column) and its dead letters. Endpoints: GET /v1/jobs/{id}/runs, GET /v1/runs/{id},
@@ -8,9 +8,9 @@
  */
 import { api } from "./api.js";
 import { h, link, pager, replace, statusBadge, time } from "./dom.js";
+import { RUN_POLL_MS, RUNS_POLL_MS } from "./poll-intervals.js";
 
 const PAGE_SIZE = 20;
-const POLL_MS = 2000;
 export const RUN_STATUSES = [
   "queued",
   "leased",
@@ -76,7 +76,7 @@ export function runsSection(ctx, jobId, path) {
 }
 
 /**
- * A paged runs table with its status filter; the first page re-reads itself every POLL_MS.
+ * A paged runs table with its status filter; the first page re-reads itself every RUNS_POLL_MS.
  * @param {Ctx} ctx
  * @param {{ path: string, endpoint: string, statuses: readonly string[], withJob: boolean }} o
  *   `path`: the page's route; `endpoint`: the list's API path; `statuses`: the filter's choices
@@ -111,7 +111,7 @@ async function runList(ctx, { path, endpoint, statuses, withJob }) {
     replace(pagerBox, pager(path, { status }, cursor, page.next_cursor));
   };
   draw(await read());
-  if (!cursor) ctx.poll(async () => draw(await read()), POLL_MS);
+  if (!cursor) ctx.poll(async () => draw(await read()), RUNS_POLL_MS);
   const select = h(
     "select",
     { id: "run-status" },
@@ -267,31 +267,27 @@ export async function runPage(ctx, runId) {
     if (TERMINAL.has(lastStatus)) return;
     const r = await api("GET", path);
     if (ctx.live()) draw(r);
-  }, POLL_MS);
+  }, RUN_POLL_MS);
 }
 
 /**
  * The tenant's runs across its jobs (newest first by creation, paged; the first page re-reads
- * itself). A run that has not ended shows its status at creation (the list reads records only,
- * never the job actors): its own page shows it live; the filter offers the statuses runs end with.
+ * itself). A run that has not ended shows its live status (the API overlays what the schedulers
+ * hold in memory on the records); the filter offers every status.
  * @param {Ctx} ctx
  */
 export async function tenantRunsPage(ctx) {
   const section = await runList(ctx, {
     path: "/runs",
     endpoint: "/v1/runs",
-    statuses: [...TERMINAL],
+    statuses: RUN_STATUSES,
     withJob: true,
   });
   if (!ctx.live()) return;
   replace(
     ctx.main,
     h("h1", {}, "Runs"),
-    h(
-      "p",
-      { class: "hint" },
-      "Every run of your jobs, newest first. A run in progress shows as queued here; open it to follow it live.",
-    ),
+    h("p", { class: "hint" }, "Every run of your jobs, newest first."),
     section,
   );
 }

@@ -12,8 +12,9 @@
  * which a tenant's key is refused.
  * Along the way: the page is served with its strict Content-Security-Policy and breaks none of
  * it, and every request the page makes goes to the API's own origin. Waits are the browser's
- * own waits for what the page shows (it re-reads the API every 2 s). Screenshots of each step go
- * to test-artifacts/dashboard/.
+ * own waits for what the page shows (it re-reads the API every few seconds: poll-intervals.js);
+ * an open list stops re-reading while its tab is hidden (the page's clock moved by the test).
+ * Screenshots of each step go to test-artifacts/dashboard/.
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -24,6 +25,7 @@ import { artefactDir, launchChromium } from "../support/browser.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { systemClock } from "../../src/lib/clock.ts";
 import { KvOperatorKeys } from "../../src/tenants/operator-keys.ts";
+import { RUNS_POLL_MS } from "../../src/dashboard/poll-intervals.js";
 
 const WAIT_MS = 30_000;
 /** Evaluated in the page (a string: the page's globals are not Node's). */
@@ -176,7 +178,7 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
       .getByRole("columnheader", { name: /^Local \(Asia\/(Kolkata|Calcutta)\)$/ })
       .waitFor();
     assert.match((await next.getByRole("row").nth(1).textContent()) ?? "", /UTC.*GMT\+5:30/);
-    // Runs appear as the scheduler fires them (the page re-reads them every 2 s).
+    // Runs appear as the scheduler fires them (the page re-reads them every 5 s).
     const runs = page.getByRole("table", { name: "Runs" });
     await runs.getByText("succeeded").first().waitFor({ timeout: WAIT_MS });
     await shot(page, "04-job-with-runs");
@@ -300,15 +302,60 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     await heading(page, /^Run /);
     await page.locator(".status-running").first().waitFor({ timeout: WAIT_MS });
     await shot(page, "07-running-run");
-    await page.getByRole("button", { name: "Cancel run" }).click();
-    await page.locator(".status-cancelled").first().waitFor({ timeout: WAIT_MS });
     const runId = (await page.getByRole("heading", { level: 1 }).textContent())!.replace(
       "Run ",
       "",
     );
+    // The tenant's runs list shows it running too (its record says queued until it ends), and
+    // its filter finds it under running.
+    const list = await newPage();
+    await list.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await list.getByRole("link", { name: "Runs", exact: true }).click();
+    await heading(list, "Runs");
+    await list.getByLabel("Status").selectOption("running");
+    await list
+      .getByRole("table", { name: "Runs" })
+      .getByRole("row", { name: runId })
+      .locator(".status-running")
+      .waitFor({ timeout: WAIT_MS });
+    await shot(list, "07b-tenant-runs-running");
+    await page.getByRole("button", { name: "Cancel run" }).click();
+    await page.locator(".status-cancelled").first().waitFor({ timeout: WAIT_MS });
     const r = await rest.call<{ status: string; reason: string }>("GET", `/v1/runs/${runId}`);
     assert.equal(r.body.status, "cancelled");
     await shot(page, "08-cancelled-run");
+  });
+
+  it("re-reads an open list while its tab is shown, not while it is hidden", async () => {
+    const page = await newPage();
+    // The page's timers on a clock the test moves: each poll is one step, no waiting.
+    await page.clock.install();
+    const reads: string[] = [];
+    page.on("request", (r) => {
+      if (new URL(r.url()).pathname === "/v1/runs") reads.push(r.url());
+    });
+    await page.goto(`${url}/#key=${encodeURIComponent(key)}`);
+    await page.getByRole("link", { name: "Runs", exact: true }).click();
+    await heading(page, "Runs");
+    const polled = page.waitForRequest((r) => new URL(r.url()).pathname === "/v1/runs");
+    await page.clock.runFor(RUNS_POLL_MS);
+    await (await polled).response(); // answered: the next read is on the clock
+    const setHidden = (hidden: boolean) =>
+      page.evaluate(
+        `Object.defineProperty(document, "hidden", { configurable: true, get: () => ${hidden} });` +
+          `document.dispatchEvent(new Event("visibilitychange"));`,
+      );
+    await setHidden(true);
+    const before = reads.length;
+    await page.clock.runFor(RUNS_POLL_MS * 4);
+    assert.equal(reads.length, before, "no reads while hidden");
+    // Shown again: a read at once, then every RUNS_POLL_MS as before.
+    const resumed = page.waitForRequest((r) => new URL(r.url()).pathname === "/v1/runs");
+    await setHidden(false);
+    await resumed;
+    const next = page.waitForRequest((r) => new URL(r.url()).pathname === "/v1/runs");
+    await page.clock.runFor(RUNS_POLL_MS);
+    await next;
   });
 
   it("draws the tenant's live charts, with their figures as tables", async () => {
