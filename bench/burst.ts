@@ -31,6 +31,7 @@ import { startNats } from "../test/support/nats.ts";
 import { RUN_LINES, spawnNode } from "../test/support/nodes.ts";
 import { appendSection, machine } from "./report.ts";
 import { startDashboardPoller, type DashboardPoller } from "./dashboard-poller.ts";
+import { RUNS_POLL_MS, STATS_POLL_MS } from "../src/dashboard/poll-intervals.js";
 import { registry } from "../src/metrics/index.ts";
 import { freePort } from "../src/dev/nats-launcher.ts";
 import { openBuckets } from "../src/cluster/buckets.ts";
@@ -200,8 +201,9 @@ export async function run(args: string[]): Promise<void> {
     }),
   );
   // --dashboard idle|poll: an API node (its own process), for a dashboard left open on a tenant
-  // (poll: dashboard-poller.ts from 15 s before the due second to the end; idle: the same node,
-  // no reads — the baseline to compare with).
+  // (poll: dashboard-poller.ts from 15 s before the due second to the end, a read of each of its
+  // endpoints at the due second itself; idle: the same node, no reads — the baseline to compare
+  // with).
   const apiNode =
     dashboard === "off"
       ? undefined
@@ -438,6 +440,7 @@ export async function run(args: string[]): Promise<void> {
                     )) as unknown as { api_url: string }
                   ).api_url,
                   firstKey,
+                  dueMs,
                 ))();
             },
             Math.max(0, dueMs - 15_000 - systemClock.now()),
@@ -609,7 +612,22 @@ export async function run(args: string[]): Promise<void> {
       );
     if (dashboard !== "off")
       lines.push(
-        `dashboard ${dashboard}${dashboardReads ? `: ${dashboardReads.reads} reads (GET /v1/runs and a job's runs every 2 s, /v1/stats every 5 s), ${dashboardReads.failed} failed, ms p50 ${dashboardReads.ms.p50}, p99 ${dashboardReads.ms.p99}, max ${dashboardReads.ms.max}${dashboardReads.first_error ? ` (first error: ${dashboardReads.first_error})` : ""}` : ""}`,
+        `dashboard ${dashboard}${
+          dashboardReads
+            ? `: ${dashboardReads.reads} reads (GET /v1/runs and a job's runs every ${RUNS_POLL_MS / 1000} s, /v1/stats every ${STATS_POLL_MS / 1000} s), ${dashboardReads.failed} failed, ms p50 ${dashboardReads.ms.p50}, p99 ${dashboardReads.ms.p99}, max ${dashboardReads.ms.max}${dashboardReads.first_error ? ` (first error: ${dashboardReads.first_error})` : ""}; by endpoint (all | started from 1 s before the due second to 5 s after): ${Object.entries(
+                dashboardReads.by_endpoint,
+              )
+                .map(
+                  ([k, v]) =>
+                    `${k} n ${v.all.n} p50 ${v.all.p50} p99 ${v.all.p99} max ${v.all.max} | n ${v.near_due.n} p50 ${v.near_due.p50} max ${v.near_due.max}`,
+                )
+                .join("; ")}; started within 1 s of the due second (ms from it, took): ${
+                dashboardReads.around_due
+                  .map((r) => `${r.endpoint} ${r.at_ms} (${r.ms})`)
+                  .join(", ") || "none"
+              }`
+            : ""
+        }`,
       );
     for (const l of lines) console.log(l);
     summary = {
