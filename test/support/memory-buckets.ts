@@ -16,3 +16,19 @@ export function memoryBuckets(over: Partial<Record<keyof Buckets, KvStore>> = {}
     idempotency: mk("idempotency"),
   };
 }
+
+/** `kv` behind a proxy that counts each of its operations by method name (`ops`). */
+export function countedKv(kv: KvStore): { kv: KvStore; ops: Map<string, number> } {
+  const ops = new Map<string, number>();
+  const proxy = new Proxy(kv, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (typeof v !== "function") return v;
+      return (...args: unknown[]) => {
+        ops.set(String(prop), (ops.get(String(prop)) ?? 0) + 1);
+        return (v as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { kv: proxy, ops };
+}

@@ -7,37 +7,14 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { ShellContext } from "../../../src/actors/host.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
-import type { KvStore } from "../../../src/cluster/kv.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 import { RunMetrics, type RunMetricsSink } from "../../../src/history/run-metrics.ts";
 import { REVISION_CACHE_LIMIT, RunRecordStore } from "../../../src/history/run-record-store.ts";
+import { countedKv } from "../../support/memory-buckets.ts";
+import { ownerContext } from "../../support/shell-context.ts";
 
-/** A MemoryKv that counts its operations. */
-function counted(kv: KvStore): { kv: KvStore; ops: Map<string, number> } {
-  const ops = new Map<string, number>();
-  const proxy = new Proxy(kv, {
-    get(target, prop, receiver) {
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if (typeof v !== "function") return v;
-      return (...args: unknown[]) => {
-        ops.set(String(prop), (ops.get(String(prop)) ?? 0) + 1);
-        return (v as (...a: unknown[]) => unknown).apply(target, args);
-      };
-    },
-  });
-  return { kv: proxy, ops };
-}
-
-const ctx: ShellContext = {
-  address: { type: "job", id: "t1.j" },
-  partition: 3,
-  epoch: 1,
-  nodeId: "n1",
-  stillOwner: () => true,
-  tell: () => undefined,
-};
+const ctx = ownerContext({ type: "job", id: "t1.j" }, 3);
 
 function run(i: number, status: RunView["status"]): RunView {
   const ended = status === "succeeded";
@@ -76,7 +53,7 @@ describe("run-record store: revisions for a burst", () => {
     `a burst of 150,000 runs created, then each ended in creation order, reads no record (the cache held 100,000); terminal runs leave no revision and no baseline (limit ${REVISION_CACHE_LIMIT})`,
     { timeout: 120_000 },
     async () => {
-      const { kv, ops } = counted(new MemoryKv("runs"));
+      const { kv, ops } = countedKv(new MemoryKv("runs"));
       const lags: number[] = [];
       const sink: RunMetricsSink = {
         dispatchLag: (_t, s) => lags.push(s),
@@ -101,7 +78,7 @@ describe("run-record store: revisions for a burst", () => {
   );
 
   it("a revision missing (evicted, or written by another node) costs one read, then the update; a terminal record is not cached", async () => {
-    const { kv, ops } = counted(new MemoryKv("runs"));
+    const { kv, ops } = countedKv(new MemoryKv("runs"));
     const a = new RunRecordStore(kv, new RunMetrics());
     const b = new RunRecordStore(kv, new RunMetrics()); // a second store (another node, say)
     await a.put(ctx, run(1, "queued"), "create");

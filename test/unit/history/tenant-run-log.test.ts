@@ -6,7 +6,6 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { ShellContext } from "../../../src/actors/host.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { KvStore } from "../../../src/cluster/kv.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
@@ -24,26 +23,12 @@ import {
 } from "../../../src/history/tenant-run-log.ts";
 import { tenantRunsPage } from "../../../src/history/tenant-runs-page.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
+import { countedKv } from "../../support/memory-buckets.ts";
+import { ownerContext } from "../../support/shell-context.ts";
 
 const PARTITIONS = 16;
 const T = "tabcdefghijklmnop";
 const quiet = () => undefined;
-
-/** A MemoryKv that counts its operations. */
-function counted(kv: KvStore): { kv: KvStore; ops: Map<string, number> } {
-  const ops = new Map<string, number>();
-  const proxy = new Proxy(kv, {
-    get(target, prop, receiver) {
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if (typeof v !== "function") return v;
-      return (...args: unknown[]) => {
-        ops.set(String(prop), (ops.get(String(prop)) ?? 0) + 1);
-        return (v as (...a: unknown[]) => unknown).apply(target, args);
-      };
-    },
-  });
-  return { kv: proxy, ops };
-}
 
 const jobId = (j: number) => `j${String(j).padStart(16, "0")}`;
 const partition = (job: string) =>
@@ -156,7 +141,7 @@ describe("tenant runs log", () => {
   });
 
   it("reads O(page) keys however many jobs and runs the tenant has", async () => {
-    const { kv, ops } = counted(new MemoryKv("runs"));
+    const { kv, ops } = countedKv(new MemoryKv("runs"));
     const log = new TenantRunLog(() => kv, new FakeClock(0), quiet);
     for (let i = 0; i < 20_000; i++)
       await create(kv, log, record(jobId(i % 2_000), i, "succeeded"));
@@ -305,14 +290,7 @@ describe("tenant runs log", () => {
       created: (r) => told.push(r.run_id),
     });
     const r = record(jobId(1), 1, "queued");
-    const ctx: ShellContext = {
-      address: { type: JOB_ACTOR, id: jobActorId(T, r.job_id) },
-      partition: partition(r.job_id),
-      epoch: 1,
-      nodeId: "n1",
-      stillOwner: () => true,
-      tell: () => undefined,
-    };
+    const ctx = ownerContext({ type: JOB_ACTOR, id: jobActorId(T, r.job_id) }, partition(r.job_id));
     await store.put(ctx, r, "create");
     await store.put(ctx, r, "create"); // re-fired after a lost state change: the record is there
     await store.put(ctx, { ...r, status: "succeeded" }, "update");

@@ -8,7 +8,6 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import type { ShellContext } from "../../../src/actors/host.ts";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode } from "../../../src/cluster/codec.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
@@ -26,6 +25,7 @@ import type { SubscriptionRecord } from "../../../src/protocol/events.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { WorkerDirectory } from "../../../src/slots/worker-directory.ts";
+import { ownerContext } from "../../support/shell-context.ts";
 
 function run(status: RunStatus, runId = "r1", tenantId = "t1"): RunView {
   return {
@@ -116,14 +116,7 @@ describe("dead letters: the job shell's write path", () => {
       },
       deadLetters: { outbox },
     });
-    const ctx: ShellContext = {
-      address: { type: "job", id: "t1.j1" },
-      partition: 3,
-      epoch: 1,
-      nodeId: "n1",
-      stillOwner: () => true,
-      tell: () => undefined,
-    };
+    const ctx = ownerContext({ type: "job", id: "t1.j1" }, 3);
     return (record: RunView, mode: "create" | "update" | "terminal" | "settle") =>
       reg.perform!([{ kind: "put_run", record, mode } satisfies JobEffect], ctx);
   }
