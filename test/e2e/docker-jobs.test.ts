@@ -5,13 +5,8 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import {
-  apiClient,
-  eventually,
-  startKairosFixture,
-  type Api,
-  type KairosFixture,
-} from "../support/kairos.ts";
+import { eventually, type Api, type KairosFixture } from "../support/kairos.ts";
+import { spawnOneNode } from "../support/one-node.ts";
 import { dockerSkip, ensureTestImage, TEST_IMAGE } from "../support/docker-image.ts";
 
 interface Run {
@@ -27,12 +22,10 @@ describe("jobs on the docker executor", { skip: dockerSkip(), timeout: 180_000 }
   let api: Api;
   before(async () => {
     await ensureTestImage();
-    fx = await startKairosFixture();
-    const node = fx.spawn("d1", "api,scheduler");
+    ({ fx, api } = await spawnOneNode({ nodeId: "d1", roles: "api,scheduler", tenant: "docker" }));
     // The fixture passes --executor process; the later flag wins.
     const worker = fx.spawn("d2", "worker", ["--executor", "docker", "--pull", "never"]);
     await worker.waitFor((e) => e.type === "node_started", 30_000, "docker worker started");
-    api = apiClient(await fx.apiUrl(node), (await fx.newTenant("docker")).api_key);
   });
   after(async () => {
     await fx?.stop();

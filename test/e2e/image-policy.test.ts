@@ -11,13 +11,8 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import {
-  apiClient,
-  eventually,
-  startKairosFixture,
-  type Api,
-  type KairosFixture,
-} from "../support/kairos.ts";
+import { apiClient, eventually, type Api, type KairosFixture } from "../support/kairos.ts";
+import { spawnOneNode } from "../support/one-node.ts";
 import { dockerSkip, ensureTestImage, TEST_IMAGE } from "../support/docker-image.ts";
 
 interface Run {
@@ -33,16 +28,16 @@ describe("image policy end to end (docker)", { skip: dockerSkip(), timeout: 180_
   let apiUrl: string;
   before(async () => {
     await ensureTestImage();
-    fx = await startKairosFixture();
-    // The fixture passes --executor process; the later flag wins.
-    const node = fx.spawn("ip1", "api,scheduler,worker", [
-      "--executor",
-      "docker",
-      "--image-policy",
-      "kairos-test/",
-    ]);
-    apiUrl = await fx.apiUrl(node);
-    api = apiClient(apiUrl, (await fx.newTenant("policed")).api_key);
+    ({
+      fx,
+      api,
+      url: apiUrl,
+    } = await spawnOneNode({
+      nodeId: "ip1",
+      roles: "api,scheduler,worker",
+      flags: ["--executor", "docker", "--image-policy", "kairos-test/"],
+      tenant: "policed",
+    }));
   });
   after(async () => {
     await fx?.stop();
@@ -113,9 +108,12 @@ describe("image references under the * policy (no Docker needed)", { timeout: 12
   let fx: KairosFixture;
   let api: Api;
   before(async () => {
-    fx = await startKairosFixture();
-    const node = fx.spawn("ip2", "api,scheduler", ["--image-policy", "*,localhost:5000/"]);
-    api = apiClient(await fx.apiUrl(node), (await fx.newTenant("any-image")).api_key);
+    ({ fx, api } = await spawnOneNode({
+      nodeId: "ip2",
+      roles: "api,scheduler",
+      flags: ["--image-policy", "*,localhost:5000/"],
+      tenant: "any-image",
+    }));
   });
   after(async () => {
     await fx?.stop();

@@ -4,13 +4,8 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import {
-  apiClient,
-  eventually,
-  startKairosFixture,
-  type Api,
-  type KairosFixture,
-} from "../support/kairos.ts";
+import { apiClient, eventually, type Api, type KairosFixture } from "../support/kairos.ts";
+import { spawnOneNode } from "../support/one-node.ts";
 
 interface Run {
   run_id: string;
@@ -51,11 +46,12 @@ describe("jobs end to end (single node, process executor)", { timeout: 300_000 }
   let api: Api;
 
   before(async () => {
-    fx = await startKairosFixture();
-    const node = fx.spawn("e2e-1", "api,scheduler,worker", ["--slots", "8"]);
-    const url = await fx.apiUrl(node);
-    const t = await fx.newTenant("acme");
-    api = apiClient(url, t.api_key);
+    ({ fx, api } = await spawnOneNode({
+      nodeId: "e2e-1",
+      roles: "api,scheduler,worker",
+      flags: ["--slots", "8"],
+      tenant: "acme",
+    }));
   });
   after(async () => {
     await fx?.stop();

@@ -9,13 +9,8 @@
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import {
-  apiClient,
-  eventually,
-  startKairosFixture,
-  type Api,
-  type KairosFixture,
-} from "../support/kairos.ts";
+import { eventually, type Api, type KairosFixture } from "../support/kairos.ts";
+import { spawnOneNode } from "../support/one-node.ts";
 
 interface Run {
   run_id: string;
@@ -32,9 +27,12 @@ describe("the API refuses what the worker would refuse", { timeout: 120_000 }, (
   let fx: KairosFixture;
   let api: Api;
   before(async () => {
-    fx = await startKairosFixture();
-    const node = fx.spawn("tr1", "api,scheduler,worker", ["--task-max-memory-mb", "512"]);
-    api = apiClient(await fx.apiUrl(node), (await fx.newTenant("task-rules")).api_key);
+    ({ fx, api } = await spawnOneNode({
+      nodeId: "tr1",
+      roles: "api,scheduler,worker",
+      flags: ["--task-max-memory-mb", "512"],
+      tenant: "task-rules",
+    }));
   });
   after(async () => {
     await fx?.stop();

@@ -1,9 +1,14 @@
 /**
- * One in-process node (scheduler + worker, noop executor, 8 partitions) on a fresh nats-server,
- * with the admin's tenant directory to create tenants and set their quotas, and a jobs service
- * on the node's router to create jobs and ask for runs: the set-up of the single-node tests of
- * shares and backlogs (test/integration/fairness, backlog, slot-reuse). Each test passes its own
- * process options (slots, prefetch, run duration, heartbeat, job config).
+ * Single-node set-ups.
+ * - `startOneNode`: one in-process node (scheduler + worker, noop executor, 8 partitions) on a
+ *   fresh nats-server, with the admin's tenant directory to create tenants and set their quotas,
+ *   and a jobs service on the node's router to create jobs and ask for runs: the set-up of the
+ *   single-node tests of shares and backlogs (test/integration/fairness, backlog, slot-reuse).
+ *   Each test passes its own process options (slots, prefetch, run duration, heartbeat, job
+ *   config).
+ * - `spawnOneNode`: one `kairos node` process on a fresh e2e fixture, driven over HTTP as one new
+ *   tenant: the set-up of the single-node e2e tests (test/e2e/jobs, task-rules, image-policy,
+ *   docker-jobs). Each test passes its roles and flags.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
 import { systemClock } from "../../src/lib/clock.ts";
@@ -14,7 +19,14 @@ import { NatsJobsService } from "../../src/service/nats-service.ts";
 import { startKairos, type KairosProcess, type ProcessOptions } from "../../src/server/start.ts";
 import { KvTenantDirectory } from "../../src/tenants/index.ts";
 import { startNats, type NatsFixture } from "./nats.ts";
-import { eventually } from "./kairos.ts";
+import {
+  apiClient,
+  eventually,
+  startKairosFixture,
+  type Api,
+  type KairosFixture,
+} from "./kairos.ts";
+import type { NodeProc } from "./nodes.ts";
 
 export interface OneNode {
   readonly nats: NatsFixture;
@@ -79,6 +91,39 @@ export async function startOneNode(
     return { nats, proc: p, tenants, jobs, ready, stop };
   } catch (e) {
     await stop();
+    throw e;
+  }
+}
+
+export interface SpawnedNode {
+  readonly fx: KairosFixture;
+  readonly node: NodeProc;
+  /** The node's HTTP API. */
+  readonly url: string;
+  /** The new tenant's client of `url`. */
+  readonly api: Api;
+}
+
+/**
+ * Starts the e2e fixture (nats-server; nodes run the process executor unless `flags` say
+ * otherwise: the later flag wins), spawns `kairos node` `nodeId` with `roles` and `flags`, waits
+ * for its API and creates tenant `tenant`. Stop with `fx.stop()`; on a failure here the fixture
+ * is stopped before the error is thrown.
+ */
+export async function spawnOneNode(o: {
+  nodeId: string;
+  roles: string;
+  flags?: string[];
+  tenant: string;
+}): Promise<SpawnedNode> {
+  const fx = await startKairosFixture();
+  try {
+    const node = fx.spawn(o.nodeId, o.roles, o.flags);
+    const url = await fx.apiUrl(node);
+    const api = apiClient(url, (await fx.newTenant(o.tenant)).api_key);
+    return { fx, node, url, api };
+  } catch (e) {
+    await fx.stop();
     throw e;
   }
 }
