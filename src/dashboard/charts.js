@@ -151,6 +151,35 @@ function chartFrame(id, title, legend, columns) {
   return { figure, svg, summary, tbody };
 }
 
+/**
+ * Fills a chart's frame from one read: draws `series` on a scale up to the nice ceiling of the
+ * last series' peak (the lag chart's p99, above its p50), sets the summary `summary(peak)` says,
+ * and replaces the table's rows (one array of cell texts a row).
+ * @param {ReturnType<typeof chartFrame>} chart
+ * @param {{ labels: string[], format: (v: number) => string, series: Series[],
+ *   summary: (top: ReturnType<typeof peak>) => string, rows: string[][] }} d
+ */
+function fillChart(chart, d) {
+  const top = peak(d.series[d.series.length - 1]?.values ?? []);
+  draw(chart.svg, {
+    labels: d.labels,
+    max: niceCeil(top?.value ?? 0),
+    format: d.format,
+    series: d.series,
+  });
+  chart.summary.textContent = d.summary(top);
+  replace(
+    chart.tbody,
+    d.rows.map((cells) =>
+      h(
+        "tr",
+        {},
+        cells.map((c) => h("td", {}, c)),
+      ),
+    ),
+  );
+}
+
 /** @param {Ctx} ctx */
 export async function activityPage(ctx) {
   const first = await api("GET", "/v1/stats");
@@ -203,72 +232,43 @@ export async function activityPage(ctx) {
     const waits = series.map((p) => p.waiting);
     const p50 = series.map((p) => p.lag_p50_s);
     const p99 = series.map((p) => p.lag_p99_s);
-    const rateTop = peak(perSecond);
-    draw(started.svg, {
+    fillChart(started, {
       labels,
-      max: niceCeil(rateTop?.value ?? 0),
       format: formatCount,
       series: [{ name: "runs/s", cls: "chart-bar", kind: "bars", values: perSecond }],
-    });
-    started.summary.textContent = rateTop
-      ? `Over the last 10 minutes ${st.totals.started} runs started, at most ${formatCount(rateTop.value)} a second (at ${labels[rateTop.i]} UTC).`
-      : "No run started in the last 10 minutes.";
-    replace(
-      started.tbody,
-      series
+      summary: (top) =>
+        top
+          ? `Over the last 10 minutes ${st.totals.started} runs started, at most ${formatCount(top.value)} a second (at ${labels[top.i]} UTC).`
+          : "No run started in the last 10 minutes.",
+      rows: series
         .filter((p) => p.started > 0)
-        .map((p) =>
-          h(
-            "tr",
-            {},
-            h("td", {}, clock(p.at)),
-            h("td", {}, String(p.started)),
-            h("td", {}, formatCount(p.started_per_s)),
-          ),
-        ),
-    );
-    const waitTop = peak(waits);
-    draw(waiting.svg, {
+        .map((p) => [clock(p.at), String(p.started), formatCount(p.started_per_s)]),
+    });
+    fillChart(waiting, {
       labels,
-      max: niceCeil(waitTop?.value ?? 0),
       format: formatCount,
       series: [{ name: "waiting", cls: "chart-line", kind: "line", values: waits }],
-    });
-    waiting.summary.textContent = `${st.waiting.slot + st.waiting.worker} runs waiting now (${st.waiting.slot} for a slot of your tenant, ${st.waiting.worker} for a worker)${waitTop ? `; at most ${waitTop.value} in the last 10 minutes (at ${labels[waitTop.i]} UTC)` : ""}.`;
-    replace(
-      waiting.tbody,
-      series
+      summary: (top) =>
+        `${st.waiting.slot + st.waiting.worker} runs waiting now (${st.waiting.slot} for a slot of your tenant, ${st.waiting.worker} for a worker)${top ? `; at most ${top.value} in the last 10 minutes (at ${labels[top.i]} UTC)` : ""}.`,
+      rows: series
         .filter((p) => p.waiting !== null && p.waiting > 0)
-        .map((p) => h("tr", {}, h("td", {}, clock(p.at)), h("td", {}, String(p.waiting)))),
-    );
-    const lagTop = peak(p99);
-    draw(lag.svg, {
+        .map((p) => [clock(p.at), String(p.waiting)]),
+    });
+    fillChart(lag, {
       labels,
-      max: niceCeil(lagTop?.value ?? 0),
       format: formatSeconds,
       series: [
         { name: "p50", cls: "chart-p50", kind: "line", values: p50 },
         { name: "p99", cls: "chart-p99", kind: "line", values: p99 },
       ],
-    });
-    lag.summary.textContent =
-      st.totals.lag_p50_s === null
-        ? "No run started in the last 10 minutes: no dispatch lag to show."
-        : `Dispatch lag (a run's start after its due time) over the last 10 minutes: p50 ${formatSeconds(st.totals.lag_p50_s)}, p99 ${formatSeconds(st.totals.lag_p99_s)}.`;
-    replace(
-      lag.tbody,
-      series
+      summary: () =>
+        st.totals.lag_p50_s === null
+          ? "No run started in the last 10 minutes: no dispatch lag to show."
+          : `Dispatch lag (a run's start after its due time) over the last 10 minutes: p50 ${formatSeconds(st.totals.lag_p50_s)}, p99 ${formatSeconds(st.totals.lag_p99_s)}.`,
+      rows: series
         .filter((p) => p.lag_p50_s !== null)
-        .map((p) =>
-          h(
-            "tr",
-            {},
-            h("td", {}, clock(p.at)),
-            h("td", {}, formatSeconds(p.lag_p50_s)),
-            h("td", {}, formatSeconds(p.lag_p99_s)),
-          ),
-        ),
-    );
+        .map((p) => [clock(p.at), formatSeconds(p.lag_p50_s), formatSeconds(p.lag_p99_s)]),
+    });
     drawForecast(st.forecast);
     replace(
       facts,
@@ -292,27 +292,20 @@ export async function activityPage(ctx) {
     const labels = per.map((/** @type {number} */ _n, /** @type {number} */ m) =>
       minute(new Date(from + m * 60_000).toISOString()),
     );
-    const top = peak(per);
-    draw(forecast.svg, {
+    fillChart(forecast, {
       labels,
-      max: niceCeil(top?.value ?? 0),
       format: formatCount,
       series: [{ name: "runs due", cls: "chart-bar-forecast", kind: "bars", values: per }],
+      summary: (top) =>
+        !f
+          ? "No forecast yet (the schedulers compute it once a minute)."
+          : top
+            ? `${f.total} runs due over the next hour; the busiest minute is ${labels[top.i]} UTC with ${top.value}.`
+            : "No run is due over the next hour.",
+      rows: per.flatMap((/** @type {number} */ n, /** @type {number} */ m) =>
+        n > 0 ? [[labels[m] ?? "", String(n)]] : [],
+      ),
     });
-    forecast.summary.textContent = !f
-      ? "No forecast yet (the schedulers compute it once a minute)."
-      : top
-        ? `${f.total} runs due over the next hour; the busiest minute is ${labels[top.i]} UTC with ${top.value}.`
-        : "No run is due over the next hour.";
-    replace(
-      forecast.tbody,
-      per
-        .map((/** @type {number} */ n, /** @type {number} */ m) => ({ n, m }))
-        .filter((/** @type {{ n: number }} */ x) => x.n > 0)
-        .map((/** @type {{ n: number, m: number }} */ x) =>
-          h("tr", {}, h("td", {}, labels[x.m]), h("td", {}, String(x.n))),
-        ),
-    );
   };
   update(first);
   ctx.poll(async () => {
