@@ -60,8 +60,12 @@ export function spawnNode(o: SpawnOptions): NodeProc {
   // KAIROS_TEST_NODE_CPU_PROF=<dir>: every spawned node writes a CPU profile there when it exits
   // (profiling a benchmark's worker process: BENCHMARKS.md, "Method").
   const profDir = process.env["KAIROS_TEST_NODE_CPU_PROF"];
+  // KAIROS_TEST_NODE_FLAGS="--trace-gc …": more node/V8 flags for every spawned node (a
+  // benchmark's GC pauses are read from its output, kept by KAIROS_TEST_NODE_LOGS).
+  const flags = (process.env["KAIROS_TEST_NODE_FLAGS"] ?? "").split(" ").filter((f) => f !== "");
   const args = [
     ...(profDir ? ["--cpu-prof", "--cpu-prof-dir", profDir] : []),
+    ...flags,
     // As a deployed node runs (package.json, bin/kairos.mjs, the Nomad job): docs/operations.md.
     "--max-semi-space-size=64",
     "--import",
