@@ -35,6 +35,7 @@ import {
   entryMatches,
   keysAfter,
   locate,
+  MAX_CHUNK_ENTRIES,
   opId,
   split,
   withChunk,
@@ -46,8 +47,13 @@ import {
 } from "./catalog-core.ts";
 import { OrderedMap } from "../lib/ordered-map.ts";
 
-/** Most changes of one chunk applied by one write. */
-export const MAX_GROUP = 512;
+/**
+ * Most changes of one chunk applied by one write: a chunk's size at most, so the split of a full
+ * chunk a write overfills leaves both parts within MAX_CHUNK_ENTRIES (a batch's thousand creates
+ * meet at one chunk; larger groups left chunks of 300 entries and more, which every read of
+ * them decodes).
+ */
+export const MAX_GROUP = MAX_CHUNK_ENTRIES;
 /** Most tries of one chunk write against concurrent writers. */
 const MAX_CAS_TRIES = 30;
 /** Tenants whose directory a node keeps in memory. */
@@ -56,8 +62,20 @@ export const MAX_CACHED_DIRECTORIES = 1024;
 const MAX_HOPS = 64;
 /** Chunks a node remembers for its next write of them (~20 KB each in memory). */
 export const MAX_KNOWN_CHUNKS = 1024;
-/** Chunks a filtered read fetches at once, ahead of the one it is reading. */
+/** Most chunks a filtered read fetches at once, ahead of the one it is reading. */
 const READ_AHEAD = 16;
+
+/**
+ * How many chunks a filtered read fetches ahead: enough for the `wanted` matches still missing
+ * at the rate seen so far (`matched` in `chunks` chunks), with one to spare; READ_AHEAD when
+ * nothing matched yet. Reading all READ_AHEAD for a page that needed two more chunks cost a
+ * common filter (a part of the name, a state) most of its time.
+ */
+export function readAhead(wanted: number, matched: number, chunks: number): number {
+  if (matched === 0 || chunks === 0) return READ_AHEAD;
+  const more = Math.ceil(wanted / (matched / chunks)) + 1;
+  return Math.max(1, Math.min(READ_AHEAD, more));
+}
 
 /** The directory's key. */
 export const directoryKey = (tenantId: string): string => `jd.${tenantId}`;
@@ -123,6 +141,7 @@ export class JobCatalog {
     const filtered = o.filter.name !== undefined || o.filter.state !== undefined;
     const out: CatalogEntry[] = [];
     let examined = 0;
+    let seen = 0; // entries examined (`examined` counts the chunks too)
     let chunk = await this.#chunkFor(tenantId, dir, after);
     const ahead = new Map<string, Promise<Chunk | null>>();
     for (;;) {
@@ -130,6 +149,7 @@ export class JobCatalog {
       for (const e of chunk.entries) {
         if (e.i <= after) continue;
         examined++;
+        seen++;
         if (!entryMatches(e, o.filter)) continue;
         out.push(e);
         if (out.length >= o.want) return { entries: out, resume: e.i, examined };
@@ -138,9 +158,14 @@ export class JobCatalog {
       if (examined >= o.maxExamined)
         return { entries: out, resume: positionBefore(chunk.hi), examined };
       // A filtered read goes through many chunks: those the directory names next are fetched
-      // together; each is used only if the chain leads to it.
+      // together — as many as the matches so far say the page still needs — each used only if
+      // the chain leads to it.
       if (filtered && ahead.size === 0)
-        for (const k of keysAfter(dir, chunk.lo, READ_AHEAD)) {
+        for (const k of keysAfter(
+          dir,
+          chunk.lo,
+          readAhead(o.want - out.length, out.length, examined - seen),
+        )) {
           const p = this.#getChunk(tenantId, k);
           p.catch(() => undefined); // an unused read's failure is nobody's
           ahead.set(k, p);
