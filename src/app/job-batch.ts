@@ -1,14 +1,17 @@
 /**
  * A batch create (`POST /v1/jobs:batch`): up to MAX_BATCH_JOBS jobs in one request, each with its
- * own optional idempotency key and its own result, created BATCH_CONCURRENCY at a time through
- * the same single-job create (validation, image policy, task maxima, quota) as `POST /v1/jobs`.
+ * own optional idempotency key and its own result, checked as `POST /v1/jobs` checks one
+ * (validation, image policy, task maxima) and then created together by the jobs service's
+ * `createJobs` (quota, catalog and actor writes grouped; each item's outcome its own), or, by a
+ * service without it, BATCH_CONCURRENCY at a time through the single-job create.
  * The envelope is checked whole (400 for the request); an item's error is that item's result.
  *
  * Pitfalls: results keep the items' order whatever order the creates end in; two items with the
  * same idempotency key are refused (the second would race the first's "in flight" marker);
  * an item's error names its place (`jobs[3].job.schedule.cron`).
  */
-import type { JobView } from "../protocol/model.ts";
+import type { JobSpec, JobView } from "../protocol/model.ts";
+import type { CreateOutcome } from "../protocol/service.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { invalid, show } from "./input.ts";
 import { parseIdempotencyKey } from "./params.ts";
@@ -123,5 +126,51 @@ export async function createBatch(
     }
   };
   await Promise.all(Array.from({ length: Math.min(BATCH_CONCURRENCY, items.length) }, lane));
+  return out;
+}
+
+/** A job as the single create checks it (schema, image policy, task maxima); throws why not. */
+export type CheckJob = (job: unknown) => JobSpec;
+
+/** Creates checked jobs together: one outcome per item, in order (`JobsService.createJobs`). */
+export type CreateMany = (
+  items: { spec: JobSpec; idempotencyKey?: string }[],
+) => Promise<CreateOutcome[]>;
+
+/** Checks every item, then creates the valid ones together; outcomes in the items' order. */
+export async function createGrouped(
+  items: BatchItem[],
+  check: CheckJob,
+  createMany: CreateMany,
+): Promise<BatchOutcome[]> {
+  const out: BatchOutcome[] = new Array<BatchOutcome>(items.length);
+  const valid: { spec: JobSpec; idempotencyKey?: string }[] = [];
+  const at: number[] = [];
+  items.forEach((item, i) => {
+    if ("error" in item) {
+      out[i] = { index: i, ok: false, error: item.error };
+      return;
+    }
+    try {
+      const spec = check(item.job);
+      valid.push(
+        item.idempotencyKey === undefined
+          ? { spec }
+          : { spec, idempotencyKey: item.idempotencyKey },
+      );
+      at.push(i);
+    } catch (e) {
+      out[i] = { index: i, ok: false, error: placed(e, i) };
+    }
+  });
+  const results = valid.length > 0 ? await createMany(valid) : [];
+  if (results.length !== valid.length)
+    throw new KairosError("internal", "a batch create answered the wrong number of items");
+  results.forEach((r, k) => {
+    const i = at[k]!;
+    out[i] = r.ok
+      ? { index: i, ok: true, created: r.created, job: r.job }
+      : { index: i, ok: false, error: placed(r.error, i) };
+  });
   return out;
 }

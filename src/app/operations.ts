@@ -13,7 +13,7 @@
  * Bodies are read lazily (`body()`), after the other inputs are checked, so the order of errors is
  * the same on every transport: ids, then headers (Idempotency-Key, If-Match), then the body.
  */
-import type { JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
+import type { JobSpec, JobView, Page, RunStatus, RunView } from "../protocol/model.ts";
 import type { JobsService, Tenant } from "../protocol/service.ts";
 import type { Clock } from "../lib/clock.ts";
 import { checkImage, parseImagePolicy, type ImagePolicy } from "../sandbox/image-policy.ts";
@@ -40,7 +40,7 @@ import { parseSubscriptionBody } from "./subscription-body.ts";
 import type { SubscriptionService, SubscriptionView } from "../protocol/events.ts";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import { parseCreateBody, parsePatchBody } from "./schemas.ts";
-import { createBatch, parseBatchBody, type BatchOutcome } from "./job-batch.ts";
+import { createBatch, createGrouped, parseBatchBody, type BatchOutcome } from "./job-batch.ts";
 
 /** What the operations need. */
 export interface OperationDeps {
@@ -151,6 +151,13 @@ function checkTask(tenant: Tenant, deps: OperationDeps, task: TaskInput): void {
   if (denied) throw denied;
 }
 
+/** A create's body validated and its task checked (`checkTask`). */
+function checkedSpec(deps: OperationDeps, tenant: Tenant, body: unknown): JobSpec {
+  const spec = parseCreateBody(body, deps.clock.now());
+  checkTask(tenant, deps, spec.task);
+  return spec;
+}
+
 /** `egress` for a tenant without an egress policy: 422 `policy_denied` on `task.network`. */
 function egressDenied(tenant: Tenant, task: TaskInput): KairosError | undefined {
   if (task.network !== "egress" || (tenant.egress_policy?.length ?? 0) > 0) return undefined;
@@ -240,8 +247,7 @@ export function createOperations(deps: OperationDeps): Operations {
     idempotencyKey: string | undefined,
     body: unknown,
   ): Promise<CreateJobResult> => {
-    const spec = parseCreateBody(body, clock.now());
-    checkTask(tenant, deps, spec.task);
+    const spec = checkedSpec(deps, tenant, body);
     return idempotencyKey === undefined
       ? jobs.createJob(tenant.tenant_id, spec)
       : jobs.createJob(tenant.tenant_id, spec, idempotencyKey);
@@ -255,7 +261,13 @@ export function createOperations(deps: OperationDeps): Operations {
     },
     async createJobs(tenant, input) {
       const items = parseBatchBody(await input.body());
-      return createBatch(items, (key, job) => createOne(tenant, key, job));
+      const many = jobs.createJobs?.bind(jobs);
+      if (many === undefined) return createBatch(items, (key, job) => createOne(tenant, key, job));
+      return createGrouped(
+        items,
+        (job) => checkedSpec(deps, tenant, job),
+        (specs) => many(tenant.tenant_id, specs),
+      );
     },
     async listJobs(tenant, input) {
       const name = parseJobName(input.name);

@@ -10,6 +10,11 @@ import type { JobListFilter, JobPatch, JobView, Page, RunStatus, RunView } from 
 export type { JobSpec as CreateJobInput } from "./model.ts";
 import type { JobSpec } from "./model.ts";
 
+/** One create's outcome among several (`JobsService.createJobs`). */
+export type CreateOutcome =
+  | { readonly ok: true; readonly job: JobView; readonly created: boolean }
+  | { readonly ok: false; readonly error: unknown };
+
 export interface JobsService {
   /** `created` is false when an idempotency key replayed an earlier create. */
   createJob(
@@ -17,6 +22,14 @@ export interface JobsService {
     spec: JobSpec,
     idempotencyKey?: string,
   ): Promise<{ job: JobView; created: boolean }>;
+  /**
+   * Several creates of one tenant at once (a batch), each with its own outcome, in order, as
+   * `createJob` would give it. Optional: without it a batch's jobs are created one by one.
+   */
+  createJobs?(
+    tenantId: string,
+    items: readonly { spec: JobSpec; idempotencyKey?: string }[],
+  ): Promise<CreateOutcome[]>;
   /**
    * The tenant's jobs in id order, after the cursor, matching the filters (`name`: lower-case
    * substring of the name; `state`). A filtered page may be short, even empty, with a cursor.

@@ -13,13 +13,17 @@
  * it); a patch of the name or state marks the entry before and settles it after. A new job's id
  * begins with its creation time (`newTimedJobId`), so a tenant's creates meet at the end of its
  * catalog and are written a group at a time; a new id that is another job's is tried again.
+ * A batch's creates (`createJobs`) go through the same steps together: their counts and entries
+ * grouped, their actor creates sent one request per partition.
  */
 import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
 import { decode, encode } from "../cluster/codec.ts";
-import type { ActorRouter } from "../cluster/router.ts";
+import { MAX_BATCH, type ActorRouter, type ItemResult } from "../cluster/router.ts";
+import { partitionOf } from "../cluster/placement.ts";
+import { InFlightLimiter } from "../cluster/in-flight.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
 import { JobCatalog } from "../catalog/job-catalog.ts";
 import type { CatalogEntry } from "../catalog/catalog-core.ts";
@@ -44,7 +48,7 @@ import {
   type RunStatus,
   type RunView,
 } from "../protocol/model.ts";
-import type { JobsService } from "../protocol/service.ts";
+import type { CreateOutcome, JobsService } from "../protocol/service.ts";
 import type { LiveRunSource } from "../protocol/live-runs.ts";
 
 const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
@@ -64,6 +68,36 @@ function canonical(v: unknown): string {
 /** How many ids a create tries when a new one is another job's (`newTimedJobId`). */
 export const CREATE_ID_TRIES = 3;
 
+/** Creates of a batch begun together (`createJobs`). */
+export const CREATE_WAVE = 256;
+/** Waves of batch creates in flight on a node, whatever the batches (`createJobs`). */
+export const CREATE_WAVES_IN_FLIGHT = 4;
+/** Most creates of one group request to a partition's owner (`createJobs`). */
+export const CREATE_GROUP_ITEMS = MAX_BATCH;
+/** About the most bytes of job specs in one group request (NATS's max_payload is 1 MiB). */
+export const CREATE_GROUP_BYTES = 256 * 1024;
+/**
+ * How long a group's creates may wait at the owner before those not done are answered pending
+ * (and sent again one by one): job activations queue behind the node's KV operations.
+ */
+export const CREATE_GROUP_BUDGET_MS = 5_000;
+
+/** A create that is counted, listed and has its id, before its actor is asked (`#begin`). */
+interface Begun {
+  readonly tenantId: string;
+  readonly spec: JobSpec;
+  readonly jobId: string;
+  /** False: an idempotent replay (the key's earlier job id). */
+  readonly created: boolean;
+  /** Counted in the tenant's `max_jobs` by this create. */
+  readonly counted: boolean;
+  readonly requestHash: string;
+  /** The length of the spec's canonical JSON (the size of its create message, near enough). */
+  readonly size: number;
+  readonly secrets: SecretEnvStore | undefined;
+  readonly idem: { key: string; revision: number } | undefined;
+}
+
 /** How many times a run-now is sent when its owner answers an unknown outcome (a KV timeout). */
 export const RUN_NOW_TRIES = 3;
 
@@ -80,6 +114,8 @@ export class NatsJobsService implements JobsService {
   readonly #quota: TenantJobCounter;
   readonly #catalog: JobCatalog;
   readonly #runs: RunReads;
+  /** Batch creates' waves in flight (`createJobs`). */
+  readonly #waves = new InFlightLimiter(CREATE_WAVES_IN_FLIGHT);
 
   constructor(
     private readonly router: ActorRouter,
@@ -201,15 +237,26 @@ export class NatsJobsService implements JobsService {
     spec: JobSpec,
     idempotencyKey: string | undefined,
   ): Promise<{ job: JobView; created: boolean } | "id_taken"> {
+    return this.#finish(await this.#begin(tenantId, spec, idempotencyKey));
+  }
+
+  /**
+   * A create up to its actor: the request hashed, the id claimed (or the key's earlier one),
+   * counted and listed. Throws what refuses it, with nothing of it left behind.
+   */
+  async #begin(
+    tenantId: string,
+    spec: JobSpec,
+    idempotencyKey: string | undefined,
+  ): Promise<Begun> {
     const secrets = this.#secretStore(spec.task);
     // Hashed for idempotency with a keyed digest in place of the secret values (the hash is stored).
-    const requestHash = sha256(
-      canonical(
-        secrets
-          ? { ...spec, task: { ...spec.task, secret_env: secrets.digest(spec.task.secret_env!) } }
-          : spec,
-      ),
+    const text = canonical(
+      secrets
+        ? { ...spec, task: { ...spec.task, secret_env: secrets.digest(spec.task.secret_env!) } }
+        : spec,
     );
+    const requestHash = sha256(text);
     const claim = await this.#claim(
       tenantId,
       newTimedJobId(this.router.now(), () => this.random.next()),
@@ -231,17 +278,55 @@ export class NatsJobsService implements JobsService {
       }
     }
     await this.#listNew(tenantId, jobId, spec, counted);
+    return {
+      tenantId,
+      spec,
+      jobId,
+      created,
+      counted,
+      requestHash,
+      size: text.length,
+      secrets,
+      idem,
+    };
+  }
+
+  /** The actor's create message of a begun create (its spec as stored: secrets sealed). */
+  static #createMsg(b: Begun, sealed: SealedEnvRef | undefined) {
+    const spec = sealed
+      ? { ...b.spec, task: NatsJobsService.#sealedTask(b.spec.task, sealed) }
+      : b.spec;
+    return {
+      kind: "create",
+      tenant_id: b.tenantId,
+      job_id: b.jobId,
+      spec,
+      request_hash: b.requestHash,
+    };
+  }
+
+  /**
+   * A begun create's actor request and its outcome. `first`: the actor's answer to this same
+   * message sent already (a batch's, `createJobs`); taken when it made or found the job,
+   * otherwise the message is sent again here — the actor answers a repeated create as the first
+   * (same request hash) — so every refusal is handled, and reported, as a single create's.
+   */
+  async #finish(
+    b: Begun,
+    first?: ItemResult,
+  ): Promise<{ job: JobView; created: boolean } | "id_taken"> {
+    const { tenantId, jobId, created, counted, secrets, idem } = b;
     let reply: JobReply | null;
     let sealed: SealedEnvRef | undefined;
     try {
-      sealed = secrets ? await secrets.seal(tenantId, jobId, spec.task.secret_env!) : undefined;
-      reply = await this.router.request<JobReply>(this.#job(tenantId, jobId), {
-        kind: "create",
-        tenant_id: tenantId,
-        job_id: jobId,
-        spec: sealed ? { ...spec, task: NatsJobsService.#sealedTask(spec.task, sealed) } : spec,
-        request_hash: requestHash,
-      });
+      sealed = secrets ? await secrets.seal(tenantId, jobId, b.spec.task.secret_env!) : undefined;
+      reply =
+        first?.ok === true
+          ? (first.v as JobReply | null)
+          : await this.router.request<JobReply>(
+              this.#job(tenantId, jobId),
+              NatsJobsService.#createMsg(b, sealed),
+            );
     } catch (e) {
       // A new id that is another job's (the actor's `conflict` to a create that is no replay):
       // that job and its entry stay; this try is undone and another id tried.
@@ -268,6 +353,100 @@ export class NatsJobsService implements JobsService {
         () => undefined,
       );
     return { job: publicJob(job), created };
+  }
+
+  /**
+   * Several creates of one tenant, each with its own outcome (in order), as `createJob` would
+   * give it, a wave of CREATE_WAVE at a time (at most CREATE_WAVES_IN_FLIGHT waves on a node,
+   * whatever the batches: thousands of activations at once ran the node's KV operations into
+   * their timeouts). A wave's creates are begun together, so their quota reservations and catalog
+   * entries are written a group at a time (job-quota.ts, job-catalog.ts), and their actor creates
+   * go out as one request per partition (`#sendCreates`). A create with secrets, or one the
+   * group's request did not settle, is finished on its own.
+   */
+  async createJobs(
+    tenantId: string,
+    items: readonly { spec: JobSpec; idempotencyKey?: string }[],
+  ): Promise<CreateOutcome[]> {
+    const out: CreateOutcome[] = [];
+    for (let i = 0; i < items.length; i += CREATE_WAVE) {
+      const wave = items.slice(i, i + CREATE_WAVE);
+      out.push(...(await this.#waves.run(() => this.#createWave(tenantId, wave))));
+    }
+    return out;
+  }
+
+  async #createWave(
+    tenantId: string,
+    items: readonly { spec: JobSpec; idempotencyKey?: string }[],
+  ): Promise<CreateOutcome[]> {
+    const begun = await Promise.allSettled(
+      items.map((it) => this.#begin(tenantId, it.spec, it.idempotencyKey)),
+    );
+    const grouped: { b: Begun; index: number }[] = [];
+    begun.forEach((r, index) => {
+      if (r.status === "fulfilled" && r.value.secrets === undefined)
+        grouped.push({ b: r.value, index });
+    });
+    // Failed whole (it should not: a group's failure is its items'), every create goes on its own.
+    const firsts = await this.#sendCreates(tenantId, grouped).catch(
+      () => new Map<number, ItemResult>(),
+    );
+    return Promise.all(
+      begun.map(async (r, index): Promise<CreateOutcome> => {
+        if (r.status === "rejected") return { ok: false, error: r.reason };
+        try {
+          const out = await this.#finish(r.value, firsts.get(index));
+          if (out !== "id_taken") return { ok: true, ...out };
+          // Its new id was another job's: the whole create again, on its own.
+          const { spec, idempotencyKey } = items[index]!;
+          return { ok: true, ...(await this.createJob(tenantId, spec, idempotencyKey)) };
+        } catch (e) {
+          return { ok: false, error: e };
+        }
+      }),
+    );
+  }
+
+  /**
+   * The actor creates of begun creates, one request per partition and group (at most
+   * CREATE_GROUP_ITEMS creates and about CREATE_GROUP_BYTES of specs each, well under NATS's
+   * max_payload); each create's answer by its index. A group that found no owner answers
+   * `no_owner` for its creates, which are then sent one by one.
+   */
+  async #sendCreates(
+    tenantId: string,
+    begun: readonly { b: Begun; index: number }[],
+  ): Promise<Map<number, ItemResult>> {
+    const groups: { b: Begun; index: number }[][] = [];
+    const open = new Map<number, { items: { b: Begun; index: number }[]; bytes: number }>();
+    for (const it of begun) {
+      const p = partitionOf(this.#job(tenantId, it.b.jobId), this.partitions);
+      let g = open.get(p);
+      if (g && (g.items.length >= CREATE_GROUP_ITEMS || g.bytes + it.b.size > CREATE_GROUP_BYTES))
+        g = undefined;
+      if (g === undefined) {
+        g = { items: [], bytes: 0 };
+        open.set(p, g);
+        groups.push(g.items);
+      }
+      g.items.push(it);
+      g.bytes += it.b.size;
+    }
+    const out = new Map<number, ItemResult>();
+    await Promise.all(
+      groups.map(async (g) => {
+        const answers = await this.router.requestMany(
+          g.map((it) => ({
+            to: this.#job(tenantId, it.b.jobId),
+            msg: NatsJobsService.#createMsg(it.b, undefined),
+          })),
+          { budgetMs: CREATE_GROUP_BUDGET_MS },
+        );
+        g.forEach((it, k) => out.set(it.index, answers[k]!));
+      }),
+    );
+    return out;
   }
 
   /**

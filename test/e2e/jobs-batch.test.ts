@@ -150,6 +150,117 @@ describe("batch create end to end", { timeout: 300_000 }, () => {
     assert.equal(listed, 50);
   });
 
+  /** Every job of a tenant (matching `query`), walked 200 a page. */
+  async function listAll(client: Api, query = ""): Promise<{ job_id: string; name: string }[]> {
+    const out: { job_id: string; name: string }[] = [];
+    let cursor: string | null = null;
+    do {
+      const page: {
+        status: number;
+        body: { jobs: { job_id: string; name: string }[]; next_cursor: string | null };
+      } = await client.call(
+        "GET",
+        `/v1/jobs?limit=200${query}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
+      );
+      assert.equal(page.status, 200);
+      out.push(...page.body.jobs);
+      cursor = page.body.next_cursor;
+    } while (cursor !== null);
+    return out;
+  }
+
+  it("a batch partly over the quota: the items that fit are made, the others leave nothing, and its replay makes them once the quota allows", async () => {
+    const t = await fx.newTenant("partial");
+    await fx.tenants.setQuota(t.tenant_id, { max_jobs: 5 });
+    const client = apiClient(url, t.api_key);
+    const body = {
+      jobs: Array.from({ length: 8 }, (_, i) => ({
+        job: job(`p-${i}`),
+        idempotency_key: `p-${i}`,
+      })),
+    };
+    const first = await client.call<Batch>("POST", "/v1/jobs:batch", body);
+    assert.equal(first.status, 200);
+    assert.deepEqual(
+      first.body.results.map((x) => x.status),
+      [201, 201, 201, 201, 201, 422, 422, 422],
+      "the quota is granted in the items' order",
+    );
+    assert.equal(first.body.results[5]!.error!.code, "quota_exceeded");
+    // Nothing of the refused items: not listed, and their keys are free.
+    assert.deepEqual((await listAll(client)).map((j) => j.name).sort(), [
+      "p-0",
+      "p-1",
+      "p-2",
+      "p-3",
+      "p-4",
+    ]);
+    await fx.tenants.setQuota(t.tenant_id, { max_jobs: 8 });
+    const again = await client.call<Batch>("POST", "/v1/jobs:batch", body);
+    assert.deepEqual(
+      again.body.results.map((x) => x.status),
+      [200, 200, 200, 200, 200, 201, 201, 201],
+    );
+    assert.deepEqual(
+      again.body.results.slice(0, 5).map((x) => x.job!.job_id),
+      first.body.results.slice(0, 5).map((x) => x.job!.job_id),
+      "a replayed item answers its first job",
+    );
+    assert.deepEqual([again.body.created, again.body.replayed, again.body.failed], [3, 5, 0]);
+    const listed = await listAll(client);
+    assert.equal(listed.length, 8);
+    assert.deepEqual(
+      listed.map((j) => j.job_id).sort(),
+      again.body.results.map((x) => x.job!.job_id).sort(),
+    );
+    // At the quota: a further create is refused.
+    const over = await client.call<Batch>("POST", "/v1/jobs:batch", {
+      jobs: [{ job: job("p-8") }],
+    });
+    assert.equal(over.body.results[0]!.status, 422);
+  });
+
+  it("a large batch over every partition: each item its own job, listed, and replayed whole by its keys", async () => {
+    const t = await fx.newTenant("large");
+    const client = apiClient(url, t.api_key);
+    const n = 600;
+    const body = {
+      jobs: Array.from({ length: n }, (_, i) => ({
+        job: { ...job(`l-${i}`), enabled: i % 3 !== 0 },
+        idempotency_key: `l-${i}`,
+      })),
+    };
+    const first = await client.call<Batch>("POST", "/v1/jobs:batch", body);
+    assert.equal(first.status, 200);
+    assert.deepEqual([first.body.created, first.body.replayed, first.body.failed], [n, 0, 0]);
+    first.body.results.forEach((x, i) => {
+      assert.equal(x.index, i);
+      assert.equal(x.job!.name, `l-${i}`, "each result is its own item's job");
+    });
+    const ids = first.body.results.map((x) => x.job!.job_id);
+    assert.equal(new Set(ids).size, n);
+    const listed = await listAll(client);
+    assert.deepEqual(listed.map((j) => j.job_id).sort(), [...ids].sort());
+    // Paused items are listed as paused.
+    const paused = await listAll(client, "&state=paused");
+    assert.equal(paused.length, n / 3);
+    assert.ok(paused.every((j) => Number(j.name.slice(2)) % 3 === 0));
+    // The same batch again: every item replayed with its first job; one item changed conflicts.
+    const replay = await client.call<Batch>("POST", "/v1/jobs:batch", {
+      jobs: body.jobs.map((it, i) => (i === 7 ? { ...it, job: job("changed") } : it)),
+    });
+    assert.deepEqual(
+      [replay.body.created, replay.body.replayed, replay.body.failed],
+      [0, n - 1, 1],
+    );
+    assert.equal(replay.body.results[7]!.status, 409);
+    assert.equal(replay.body.results[7]!.error!.field, "jobs[7].idempotency_key");
+    replay.body.results.forEach((x, i) => {
+      if (i !== 7) assert.equal(x.job!.job_id, ids[i]);
+    });
+    assert.equal((await listAll(client)).length, n);
+  });
+
   it("refuses a bad envelope whole, with the field", async () => {
     const cases: [unknown, string][] = [
       [[], "body"],
