@@ -119,6 +119,8 @@ export class JobCatalog {
   readonly #queues = new Map<string, Pending[]>();
   /** Chunks as this node last wrote or read them (LRU): a write skips its read while they last. */
   readonly #known = new OrderedMap<string, KnownChunk>();
+  /** Per tenant, links learnt and not yet written to its directory (present while one is written). */
+  readonly #learning = new Map<string, Map<string, string>>();
 
   constructor(private readonly d: CatalogDeps) {}
 
@@ -263,21 +265,42 @@ export class JobCatalog {
   }
 
   /**
-   * A link the directory may lack (a split elsewhere, or one whose directory write was lost):
-   * added to the directory in KV and the cache, in the background — a failure only leaves it
-   * to be learnt again.
+   * A link the directory may lack (a split here or elsewhere, or one whose directory write was
+   * lost): added to the cached directory at once (a link read from the chain is never wrong), and
+   * to the directory in KV in the background — the links learnt meanwhile written together by the
+   * next CAS, one at a time per tenant. Concurrent CASes of one node on the one key lost to each
+   * other under a batch's splits, the directory lagged by tens of chunks and every create and
+   * page then hopped along the chain (up to "chain too long"). A failure only leaves the link to
+   * be learnt again.
    */
   #learn(tenantId: string, lo: string, key: string): void {
-    void this.#addToDirectory(tenantId, lo, key).catch(() => undefined);
+    const cached = this.#dirs.get(tenantId);
+    if (cached !== undefined) this.#cache(tenantId, withChunk(cached, lo, key));
+    const queued = this.#learning.get(tenantId);
+    if (queued !== undefined) return void queued.set(lo, key);
+    if (this.#learning.size >= MAX_CACHED_DIRECTORIES) return; // bounded: learnt again later
+    const links = new Map([[lo, key]]);
+    this.#learning.set(tenantId, links);
+    void this.#drainLearnt(tenantId, links);
   }
 
-  async #addToDirectory(tenantId: string, lo: string, key: string): Promise<void> {
+  async #drainLearnt(tenantId: string, links: Map<string, string>): Promise<void> {
+    while (links.size > 0) {
+      const batch = [...links];
+      links.clear();
+      await this.#addToDirectory(tenantId, batch).catch(() => undefined);
+    }
+    this.#learning.delete(tenantId); // no await since the last check: nothing was queued meanwhile
+  }
+
+  async #addToDirectory(tenantId: string, links: readonly [string, string][]): Promise<void> {
     const dir = await casUpdate<Directory, Directory>(
       this.d.kv,
       directoryKey(tenantId),
       (cur) => {
         if (cur === null) throw new KairosError("not_found", `no job catalog for ${tenantId}`);
-        const next = withChunk(cur, lo, key);
+        let next = cur;
+        for (const [lo, key] of links) next = withChunk(next, lo, key);
         return next === cur ? { done: cur } : { write: next, result: next };
       },
       {
@@ -288,7 +311,11 @@ export class JobCatalog {
         pause: (i) => this.#pause(i),
       },
     );
-    this.#cache(tenantId, dir);
+    // The cache keeps what it learnt meanwhile (links queued after this write's read).
+    let cached = dir;
+    for (const [lo, key] of this.#dirs.get(tenantId)?.chunks ?? [])
+      cached = withChunk(cached, lo, key);
+    this.#cache(tenantId, cached);
   }
 
   #pause(i: number): Promise<void> {
