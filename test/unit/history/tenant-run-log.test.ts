@@ -214,7 +214,7 @@ describe("tenant runs log", () => {
       return new Map(ids.flatMap((id) => (held.has(id) ? [[id, held.get(id)!] as const] : [])));
     };
     const shown = made.map((r) => held.get(r.run_id) ?? r);
-    const { kv, ops } = counted(base);
+    const { kv, ops } = countedKv(base);
     const page = async (limit: number, status?: RunStatus, cursor?: string) =>
       tenantRunsPage(
         kv,
