@@ -36,6 +36,9 @@ import { OrderedMap } from "../lib/ordered-map.ts";
 import { MAX_LIVE_RUN_IDS, type NodeLiveRuns } from "../protocol/live-runs.ts";
 import type { RunView } from "../protocol/model.ts";
 
+/** The most bytes of a `{kind: "runs"}` answer (NATS's default max_payload is 1 MiB). */
+export const MAX_LIVE_RUNS_BYTES = 256 * 1024;
+
 /** The subject a scheduler node answers on. */
 export function statsSubject(clusterName: string, nodeId: string): string {
   return `kairos.${clusterName}.stats.${nodeId}`;
@@ -95,7 +98,19 @@ export class StatsResponder {
     this.#sub = undefined;
   }
 
+  /**
+   * Answers one request; never throws into the connection's reader (an answer the server refuses,
+   * e.g. past its max_payload, would otherwise stop the control connection reading).
+   */
   #answer(subject: string, m: BusMsg): void {
+    try {
+      this.#answerOrThrow(subject, m);
+    } catch {
+      // Unanswered: the asker's deadline passes and it shows what it has (records, figures).
+    }
+  }
+
+  #answerOrThrow(subject: string, m: BusMsg): void {
     const refused =
       m.subject !== subject
         ? { reason: "subject" as const, detail: `delivered under ${m.subject.slice(0, 120)}` }
@@ -143,12 +158,15 @@ export class StatsResponder {
         countBusRefusal("stats", "malformed");
         return;
       }
-      const answer: NodeLiveRuns = {
-        v: 1,
-        node: this.o.nodeId,
-        runs: this.o.liveRuns(tenantId, ids),
-      };
-      m.respond(encode(answer));
+      // Bounded in bytes (a run of many attempts with long errors is tens of KB): runs past the
+      // budget are left out, and the API shows them as recorded.
+      let runs = this.o.liveRuns(tenantId, ids);
+      let data = encode({ v: 1, node: this.o.nodeId, runs } satisfies NodeLiveRuns);
+      while (data.length > MAX_LIVE_RUNS_BYTES && runs.length > 0) {
+        runs = runs.slice(0, Math.floor(runs.length / 2));
+        data = encode({ v: 1, node: this.o.nodeId, runs } satisfies NodeLiveRuns);
+      }
+      m.respond(data);
       return;
     }
     m.respond(encode(nodeTenantStats(this.o, tenantId)));

@@ -10,13 +10,22 @@ import assert from "node:assert/strict";
 import type { Bus, BusMsg } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { EventBus } from "../../../src/cluster/events.ts";
-import { emptyJobState, type ActiveRun, type JobState } from "../../../src/job-state/job-state.ts";
+import {
+  activeRunView,
+  emptyJobState,
+  type ActiveRun,
+  type JobState,
+} from "../../../src/job-state/job-state.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { JOB_ACTOR, jobActorId, runIdFor } from "../../../src/protocol/ids.ts";
 import { MAX_LIVE_RUN_IDS } from "../../../src/protocol/live-runs.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 import { LiveRunsGatherer, nodeLiveRuns } from "../../../src/server/live-runs.ts";
-import { StatsResponder, statsSubject } from "../../../src/server/stats-responder.ts";
+import {
+  MAX_LIVE_RUNS_BYTES,
+  StatsResponder,
+  statsSubject,
+} from "../../../src/server/stats-responder.ts";
 import { TenantSeries } from "../../../src/history/tenant-series.ts";
 
 const T = "tabcdefghijklmnop";
@@ -186,5 +195,39 @@ describe("live runs", () => {
     );
     a.stop();
     b.stop();
+  });
+
+  it("an answer stays within MAX_LIVE_RUNS_BYTES: runs past it are left out (shown as recorded)", async () => {
+    const bus = memoryBus();
+    // Ten runs of 100 KB each (a run's attempts may carry long errors): 1 MB unbounded.
+    const big = (runId: string): RunView => ({
+      ...activeRunView(state(T, J1, []).job!, active(runId, "running")),
+      reason: "e".repeat(100_000),
+    });
+    const ids = Array.from({ length: 10 }, (_, i) => runIdFor(J1, 100 + i));
+    const r = new StatsResponder({
+      clusterName: "k",
+      nodeId: "s1",
+      inboxes: "shared",
+      series: new TenantSeries(),
+      forecast: () => undefined,
+      clock: new FakeClock(0),
+      events: new EventBus(),
+      liveRuns: (_t, runIds) => runIds.map(big),
+    });
+    r.start(bus);
+    const raw = await bus.request(
+      statsSubject("k", "s1"),
+      encode({ kind: "runs", tenant_id: T, run_ids: ids }),
+      { timeout: 100 },
+    );
+    assert.ok(raw.data.length <= MAX_LIVE_RUNS_BYTES, `${raw.data.length} bytes`);
+    const answer = decode<{ runs: RunView[] }>(raw.data);
+    assert.ok(answer.runs.length >= 1 && answer.runs.length < ids.length);
+    assert.deepEqual(
+      answer.runs.map((x) => x.run_id),
+      ids.slice(0, answer.runs.length),
+    );
+    r.stop();
   });
 });
