@@ -16,7 +16,6 @@
  * A batch's creates (`createJobs`) go through the same steps together: their counts and entries
  * grouped, their actor creates sent one request per partition.
  */
-import { createHash } from "node:crypto";
 import { KairosError, isKairosError } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import type { Buckets } from "../cluster/buckets.ts";
@@ -50,20 +49,7 @@ import {
 } from "../protocol/model.ts";
 import type { CreateOutcome, JobsService } from "../protocol/service.ts";
 import type { LiveRunSource } from "../protocol/live-runs.ts";
-
-const sha256 = (s: string) => createHash("sha256").update(s).digest("hex");
-
-/** Stable JSON (sorted keys) so equal requests hash equally. */
-function canonical(v: unknown): string {
-  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
-  if (v && typeof v === "object") {
-    return `{${Object.entries(v as Record<string, unknown>)
-      .sort(([a], [b]) => a.localeCompare(b))
-      .map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`)
-      .join(",")}}`;
-  }
-  return JSON.stringify(v) ?? "null";
-}
+import { canonical, sha256 } from "./request-hash.ts";
 
 /** How many ids a create tries when a new one is another job's (`newTimedJobId`). */
 export const CREATE_ID_TRIES = 3;
