@@ -179,6 +179,10 @@ export class WorkerDirectory {
     this.#lastAdvertMs = now;
     const { advert: a, clamped } = clampAdvert(sent, this.#limits);
     const wasClamped = this.#workers.get(a.worker_id)?.clamped === true;
+    // It refused a run on time since its last advert: its places for those were full then, and
+    // an advert does not say whether one freed since — only its room wakes waiters this time (a
+    // full fleet's every advert would otherwise wake `prefetch` runs into refusals).
+    const refusedOnTime = this.#workers.get(a.worker_id)?.refusedOnTime === true;
     if (clamped.length > 0) {
       countBusRefusal("adverts", "inflated");
       if (!wasClamped) this.opts.onClamped?.(a.worker_id, clamped, sent);
@@ -204,7 +208,7 @@ export class WorkerDirectory {
     // tenant's run must not wait behind the backlogs' dispatches for a slot to free), then in its
     // room; the others in what room is left.
     const standing = this.#standing(a.worker_id, now);
-    let onTimePlaces = standing.kind === "trusted" ? (a.prefetch ?? 0) : 0;
+    let onTimePlaces = standing.kind === "trusted" && !refusedOnTime ? (a.prefetch ?? 0) : 0;
     let room = believedFree(standing, a.free);
     for (const [key, wake] of this.#onTimeWaiters) {
       if (onTimePlaces > 0) onTimePlaces--;
@@ -230,8 +234,9 @@ export class WorkerDirectory {
    */
   waitForRoom(key: string, wake: () => void, onTime = false): boolean {
     const waiters = onTime ? this.#onTimeWaiters : this.#waiters;
-    if (!waiters.has(key) && waiters.size >= ROOM_WAITERS_LIMIT) return false;
+    // Out of the other list first: a wake left there would be called for nothing.
     (onTime ? this.#waiters : this.#onTimeWaiters).delete(key);
+    if (!waiters.has(key) && waiters.size >= ROOM_WAITERS_LIMIT) return false;
     waiters.set(key, wake);
     return true;
   }

@@ -405,4 +405,36 @@ describe("worker directory: runs on time", () => {
     dir.stopWaiting("late-1");
     assert.equal(dir.roomWaiters, 0, "moved between the lists, then gone");
   });
+
+  it("after a worker refused a run on time, its next advert wakes runs on time only into its room", () => {
+    // A full fleet: each advert waking `prefetch` runs on time into refusals would churn offers.
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(4), 5_000);
+    const woken: string[] = [];
+    dir.observe({ ...advert("a", 0), prefetch: 2 });
+    dir.markFull("a", true);
+    for (const r of ["light-0", "light-1", "light-2"])
+      dir.waitForRoom(r, () => woken.push(r), true);
+    dir.observe({ ...advert("a", 1), prefetch: 2 });
+    assert.deepEqual(woken, ["light-0"], "its room only, not its places on time");
+    dir.observe({ ...advert("a", 0), prefetch: 2 });
+    assert.deepEqual(
+      woken,
+      ["light-0", "light-1", "light-2"],
+      "no refusal since: its places again",
+    );
+  });
+
+  it("a run that moves between the lists leaves no wake behind, even when the list it joins is full", () => {
+    const clock = new FakeClock(0);
+    const dir = new WorkerDirectory(clock, seededRandom(5), 5_000);
+    dir.waitForRoom("r", () => undefined, false);
+    for (let i = 0; i < ROOM_WAITERS_LIMIT; i++) dir.waitForRoom(`t${i}`, () => undefined, true);
+    assert.equal(
+      dir.waitForRoom("r", () => undefined, true),
+      false,
+      "the on-time list is full",
+    );
+    assert.equal(dir.roomWaiters, ROOM_WAITERS_LIMIT, "r left the late list");
+  });
 });
