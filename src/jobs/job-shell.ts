@@ -62,6 +62,11 @@ export interface SlotDeps {
   tenantMaxWaiting?: (tenantId: string) => Promise<number | undefined>;
   /** The tenant's weight for fair shares (from its record; cached by the caller). */
   tenantWeight?: (tenantId: string) => Promise<number | undefined>;
+  /**
+   * The tenant's weight as the node holds it now, without a read (undefined: not known yet; the
+   * node reads it in the background). Carried by each offer: an offer never waits for a read.
+   */
+  tenantWeightNow?: (tenantId: string) => number | undefined;
   /** The node's slot broker (default: one for this registration). */
   broker?: SlotBroker;
   /**
@@ -126,7 +131,7 @@ function postPerformer(
       ...(deps.runTokens ? { runTokens: deps.runTokens } : {}),
       ...(deps.egressPolicy ? { egressPolicy: deps.egressPolicy } : {}),
       ...(deps.registryAuth ? { registryAuth: deps.registryAuth } : {}),
-      ...(deps.slots.tenantWeight ? { tenantWeight: deps.slots.tenantWeight } : {}),
+      ...(deps.slots.tenantWeightNow ? { tenantWeight: deps.slots.tenantWeightNow } : {}),
     },
     faults,
   );

@@ -70,11 +70,12 @@ export interface DispatchDeps {
   /** Tenants' registry credentials (needs the cluster secret key); none: offers carry none. */
   registryAuth?: RegistryAuthSource;
   /**
-   * The tenant's weight (cached by the node), carried by each offer: a full worker gives a freed
-   * slot to the waiting run whose tenant holds fewest of its slots per weight. None, or a failed
-   * read: offers carry none (the worker counts 1).
+   * The tenant's weight as the node holds it (no read: an offer never waits), carried by each
+   * offer: a full worker gives a freed slot to the waiting run whose tenant holds fewest of its
+   * slots per weight. None known: offers carry none (the worker counts 1). An awaited read here
+   * stalled a 200,000-run burst: each cache expiry sent every dispatch of a tenant to KV at once.
    */
-  tenantWeight?: (tenantId: string) => Promise<number | undefined>;
+  tenantWeight?: (tenantId: string) => number | undefined;
 }
 
 /** The tenant's credential for the registry of an image; at once when cached. */
@@ -326,9 +327,7 @@ export function makeDispatcher(
       });
       return;
     }
-    const weight = deps.tenantWeight
-      ? await deps.tenantWeight(tenantId).catch(() => undefined)
-      : undefined;
+    const weight = deps.tenantWeight?.(tenantId);
     // On time (by its start, or within ON_TIME_MS of it): the worker keeps places for it apart
     // from the backlogs', so it is not held back by their refusals nor behind their waits.
     const onTime = fx.start_at_ms >= deps.clock.now() - ON_TIME_MS;

@@ -214,15 +214,34 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
   const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
   // Tenant records change rarely: read through a 10 s cache (bounded).
   const cache = new Map<string, { t: Tenant | null; atMs: number }>();
+  // One read per tenant at a time: a burst's callers at a cache expiry share it.
+  const loading = new Map<string, Promise<Tenant | null>>();
   const tenant = async (tenantId: string): Promise<Tenant | null> => {
     const hit = cache.get(tenantId);
     if (hit && systemClock.now() - hit.atMs < 10_000) return hit.t;
     // A failed read is not cached and not guessed: the caller fails (a slot request without its
     // cap would let a freshly activated tenant actor apply the default) and asks again later.
-    const t = await quotas.getTenant(tenantId);
-    if (cache.size > 10_000) cache.clear();
-    cache.set(tenantId, { t, atMs: systemClock.now() });
-    return t;
+    let read = loading.get(tenantId);
+    if (read === undefined) {
+      read = quotas.getTenant(tenantId).then((t) => {
+        if (cache.size > 10_000) cache.clear();
+        cache.set(tenantId, { t, atMs: systemClock.now() });
+        return t;
+      });
+      loading.set(tenantId, read);
+      void read.then(
+        () => loading.delete(tenantId),
+        () => loading.delete(tenantId),
+      );
+    }
+    return read;
+  };
+  // The weight as held now (an offer never waits for a read); stale or unknown: read behind.
+  const tenantWeightNow = (tenantId: string): number | undefined => {
+    const hit = cache.get(tenantId);
+    if (!hit || systemClock.now() - hit.atMs >= 10_000)
+      void tenant(tenantId).catch(() => undefined);
+    return hit?.t?.weight;
   };
   const webhookOf = async (id: string): Promise<WebhookTarget | undefined> => {
     const t = await tenant(id);
@@ -255,6 +274,7 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
           return t === null ? undefined : (t.max_waiting_runs ?? DEFAULT_MAX_WAITING_RUNS);
         },
         tenantWeight: async (id) => (await tenant(id))?.weight,
+        tenantWeightNow,
       },
       deadLetters: { outbox: p.outbox, tenantWebhook: webhookOf },
       runEvents: p.runEvents,
