@@ -202,17 +202,13 @@ export function workerDirectory(node: KairosNode, workerHeartbeatMs: number): Wo
 }
 
 /**
- * Once NATS and the buckets are ready: the worker directory (schedulers), the tenant lookups and
- * the job, tenant and fleet actors' registrations.
+ * Tenant records through a 10 s cache (bounded; they change rarely): `tenant` reads once per tenant
+ * at a time (a burst's callers at an expiry share the read); `tenantWeightNow` never waits.
  */
-export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void {
-  const { config, logFn, directory } = p;
-  // Only job actors (schedulers) pick workers; other identities may not read the adverts. They
-  // are read on the control connection, never behind the run path's backlog on the data
-  // connection (worker-directory.ts, "Busy is not dead"); workers send them on their data one.
-  if (config.roles.includes("scheduler")) directory.start(n.control, config.clusterName);
-  const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
-  // Tenant records change rarely: read through a 10 s cache (bounded).
+function tenantReads(quotas: KvTenantDirectory): {
+  tenant: (tenantId: string) => Promise<Tenant | null>;
+  tenantWeightNow: (tenantId: string) => number | undefined;
+} {
   const cache = new Map<string, { t: Tenant | null; atMs: number }>();
   // One read per tenant at a time: a burst's callers at a cache expiry share it.
   const loading = new Map<string, Promise<Tenant | null>>();
@@ -243,6 +239,21 @@ export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void 
       void tenant(tenantId).catch(() => undefined);
     return hit?.t?.weight;
   };
+  return { tenant, tenantWeightNow };
+}
+
+/**
+ * Once NATS and the buckets are ready: the worker directory (schedulers), the tenant lookups and
+ * the job, tenant and fleet actors' registrations.
+ */
+export function registerSchedulerActors(n: KairosNode, p: SchedulerParts): void {
+  const { config, logFn, directory } = p;
+  // Only job actors (schedulers) pick workers; other identities may not read the adverts. They
+  // are read on the control connection, never behind the run path's backlog on the data
+  // connection (worker-directory.ts, "Busy is not dead"); workers send them on their data one.
+  if (config.roles.includes("scheduler")) directory.start(n.control, config.clusterName);
+  const quotas = new KvTenantDirectory(n.buckets.tenants, { clock: systemClock });
+  const { tenant, tenantWeightNow } = tenantReads(quotas);
   const webhookOf = async (id: string): Promise<WebhookTarget | undefined> => {
     const t = await tenant(id);
     return t?.webhook_url && t.webhook_secret
