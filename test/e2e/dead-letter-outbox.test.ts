@@ -215,8 +215,8 @@ describe("dead-letter outbox", { timeout: 180_000 }, () => {
       [runB],
       "tenant B sees its own dead letter only",
     );
-    // The tenant-wide list (newest first) filters by the statuses runs end with only.
-    const bad = await api.call<{ error: { code: string } }>("GET", "/v1/runs?status=retry_wait");
+    // The tenant-wide list (newest first) filters by a run status; anything else is refused.
+    const bad = await api.call<{ error: { code: string } }>("GET", "/v1/runs?status=nope");
     assert.equal(bad.status, 400);
     const forged = await apiB.call(
       "GET",

@@ -221,7 +221,7 @@ describe("NATS API handler: operations", () => {
       ),
       [run.run_id],
     );
-    err(await h.req("runs.tenant", undefined, { status: "queued" }), 400, "invalid_argument");
+    err(await h.req("runs.tenant", undefined, { status: "nope" }), 400, "invalid_argument");
     assert.equal(ok(await h.req("jobs.delete", job.job_id), 204), null);
     err(await h.req("jobs.get", job.job_id), 404, "not_found");
   });
