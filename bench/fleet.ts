@@ -1,11 +1,13 @@
 /**
  * Fleet benchmark (`npm run bench -- fleet [--slots 8] [--workers 1] [--seconds 60] [--warmup-s 15]
- * [--no-md]`): how full, and how fairly shared, a fleet is while demand exceeds it — at the
+ * [--tasks 0.2,2,20] [--no-md]`): how full, and how fairly shared, a fleet is while demand exceeds it — at the
  * settings a user gets (default lease TTL and heartbeat, nothing tuned).
  *
  * - Cluster: one nats-server, one in-process api+scheduler node, `--workers` worker processes with
  *   the noop executor sharing `--slots` slots. Tasks are `["sleep", s]` (the noop executor takes
- *   that long, as a process would): a mix of 0.2 s, 2 s and 20 s.
+ *   that long, as a process would): the heavy tenants' jobs take `--tasks` in turn, by default a
+ *   mix of 0.2 s, 2 s and 20 s (`--tasks 2`: every heavy task 2 s, the workload of issue-style
+ *   "2 s tasks" figures).
  * - Tenants: `heavy-a`, `heavy-b` (weight 1), `heavy-c` (weight 2) and `capped` (weight 1,
  *   max_concurrent a quarter of the slots, at least 2) each with jobs firing every second,
  *   overlap allow — several times the fleet's capacity; `light`: one job every 5 s (0.2 s task).
@@ -44,10 +46,8 @@ import { TENANT_ACTOR } from "../src/protocol/ids.ts";
 import { FLEET_ACTOR, FLEET_ID, type FleetStatus } from "../src/slots/fleet-actor.ts";
 
 const PARTITIONS = 32;
-/** Task lengths in seconds, one per job in turn. */
-const SLEEPS = ["0.2", "2", "20"] as const;
-/** Mean task length (s) of the mix. */
-const MEAN_S = (0.2 + 2 + 20) / 3;
+/** Heavy task lengths in seconds by default, one per job in turn. */
+const DEFAULT_TASKS = "0.2,2,20";
 const SHARE_WINDOW_MS = 10_000;
 
 function arg(args: string[], name: string, dflt: number): number {
@@ -55,6 +55,20 @@ function arg(args: string[], name: string, dflt: number): number {
   const v = i >= 0 ? Number(args[i + 1]) : dflt;
   if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} must be a number > 0`);
   return v;
+}
+/** `--tasks`: task lengths in seconds, comma-separated, each in (0, 60]. */
+export function taskSleeps(args: readonly string[]): string[] {
+  const i = args.indexOf("--tasks");
+  const raw = i >= 0 ? (args[i + 1] ?? "") : DEFAULT_TASKS;
+  const xs = raw.split(",").map((x) => x.trim());
+  for (const x of xs) {
+    const v = Number(x);
+    if (x === "" || !Number.isFinite(v) || v <= 0 || v > 60)
+      throw new Error(
+        `--tasks must be task lengths in seconds, comma-separated, each in (0, 60]: got "${raw}"`,
+      );
+  }
+  return xs;
 }
 const pct = (sorted: number[], p: number) =>
   sorted.length === 0
@@ -92,12 +106,14 @@ export async function run(args: string[]): Promise<void> {
   const workers = Math.round(arg(args, "workers", 1));
   const seconds = arg(args, "seconds", 60);
   const warmupS = arg(args, "warmup-s", 15);
+  const sleeps = taskSleeps(args);
+  const meanS = sleeps.reduce((n, x) => n + Number(x), 0) / sleeps.length;
   if (slots % workers !== 0)
     throw new Error(`--slots (${slots}) must divide evenly among --workers (${workers})`);
   process.env["KAIROS_LOG_LEVEL"] ??= "error";
-  // Each heavy job asks for ~MEAN_S slots (one run a second of MEAN_S on average): together
+  // Each heavy job asks for ~meanS slots (one run a second of meanS on average): together
   // about four times the fleet.
-  const heavyJobs = Math.max(6, Math.ceil(slots / MEAN_S) + 1);
+  const heavyJobs = Math.max(6, Math.ceil(slots / meanS) + 1);
   const capOf = Math.max(2, Math.floor(slots / 4));
   const heavy = (name: string, weight: number): TenantPlan => ({
     name,
@@ -105,13 +121,13 @@ export async function run(args: string[]): Promise<void> {
     cap: slots,
     jobs: heavyJobs,
     cron: "* * * * * *",
-    sleeps: SLEEPS,
+    sleeps,
   });
   const plans: TenantPlan[] = [
     heavy("heavy-a", 1),
     heavy("heavy-b", 1),
     heavy("heavy-c", 2),
-    { name: "capped", weight: 1, cap: capOf, jobs: heavyJobs, cron: "* * * * * *", sleeps: SLEEPS },
+    { name: "capped", weight: 1, cap: capOf, jobs: heavyJobs, cron: "* * * * * *", sleeps },
     { name: "light", weight: 1, cap: null, jobs: 1, cron: "*/5 * * * * *", sleeps: ["0.2"] },
   ];
   const nats = await startNats();
@@ -230,7 +246,15 @@ export async function run(args: string[]): Promise<void> {
     const runs = (await proc.node.buckets.runs.list(">"))
       .map((e) => decode<RunView>(e.value))
       .filter((r) => nameOf.has(r.tenant_id) && typeof r.run_id === "string");
-    summary = measure(plans, runs, { slots, seconds, warmupS, windowStart, windowEnd, workers });
+    summary = measure(plans, runs, {
+      slots,
+      seconds,
+      warmupS,
+      windowStart,
+      windowEnd,
+      workers,
+      tasks: sleeps,
+    });
     const mean = (xs: number[]) =>
       xs.length === 0 ? null : +(xs.reduce((a, b) => a + b, 0) / xs.length).toFixed(2);
     const shares = summary["shares"] as Record<
@@ -253,7 +277,7 @@ export async function run(args: string[]): Promise<void> {
         "fleet (utilisation and whole-fleet shares at default settings, noop executor)",
         [
           `date: ${new Date().toISOString()}; machine: ${machine()}`,
-          `command: \`npm run bench -- fleet --slots ${slots} --workers ${workers} --seconds ${seconds} --warmup-s ${warmupS}\``,
+          `command: \`npm run bench -- fleet --slots ${slots} --workers ${workers} --seconds ${seconds} --warmup-s ${warmupS} --tasks ${sleeps.join(",")}\``,
         ],
         summary["lines"] as string[],
       );
@@ -275,6 +299,8 @@ interface Window {
   windowStart: number;
   windowEnd: number;
   workers: number;
+  /** The heavy tenants' task lengths (s). */
+  tasks: readonly string[];
 }
 
 /** The figures, from the run records (pure: exported for its test). */
@@ -379,7 +405,7 @@ export function measure(
     .map((r) => Date.parse(r.attempts[0]!.started_at!) - Date.parse(r.scheduled_for))
     .sort((a, b) => a - b);
   const lines = [
-    `fleet: ${w.slots} slots on ${w.workers} worker(s), default lease TTL and heartbeat; tasks of 0.2, 2 and 20 s; window ${w.seconds} s after ${w.warmupS} s`,
+    `fleet: ${w.slots} slots on ${w.workers} worker(s), default lease TTL and heartbeat; heavy tasks of ${w.tasks.join(", ")} s; window ${w.seconds} s after ${w.warmupS} s`,
     `utilisation (all slots, idle counted): ${(utilisation * 100).toFixed(1)}%`,
     ...plans.map(
       (p) =>
@@ -394,6 +420,7 @@ export function measure(
     slots: w.slots,
     workers: w.workers,
     seconds: w.seconds,
+    tasks_s: w.tasks.map(Number),
     utilisation: +utilisation.toFixed(3),
     max_share_error: +maxErr.toFixed(4),
     shares: perTenant,

@@ -1,7 +1,7 @@
 /** The fleet benchmark's figures from run records: idle slots count, shares are of all slots, turnaround per worker. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { measure, turnarounds } from "../../../bench/fleet.ts";
+import { measure, taskSleeps, turnarounds } from "../../../bench/fleet.ts";
 import { waterFill } from "../../../bench/water-fill.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 
@@ -71,11 +71,20 @@ describe("fleet benchmark figures", () => {
       windowStart: T,
       windowEnd: T + 10_000,
       workers: 1,
+      tasks: ["2"],
     });
     assert.equal(m["utilisation"], 0.505);
     // heavy-a could have had 2 − 0.01 slots and used 1: off by (0.99)/2 of the fleet.
     assert.equal(m["max_share_error"], 0.495);
     assert.equal(m["small_tenant_p99_lag_ms"], 0);
     assert.equal(m["cap_exceeded"], 0);
+  });
+
+  it("--tasks: the default mix, a list, and a clear error for a bad one", () => {
+    assert.deepEqual(taskSleeps([]), ["0.2", "2", "20"]);
+    assert.deepEqual(taskSleeps(["--tasks", "2"]), ["2"]);
+    assert.deepEqual(taskSleeps(["--tasks", "0.5, 3"]), ["0.5", "3"]);
+    for (const bad of ["", "0", "-1", "2,,3", "x", "61"])
+      assert.throws(() => taskSleeps(["--tasks", bad]), /--tasks must be task lengths/);
   });
 });
