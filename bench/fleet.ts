@@ -26,7 +26,8 @@
  *   - `throttled`: runs given status `throttled`; `waiting_at_end`: records still `queued`;
  *   - per tenant, `grants_mean` and `fleet_share_mean`: its grants held (tenant actor) and its
  *     share (fleet actor), sampled every 500 ms through the window.
- * The last line printed is one JSON object.
+ * The last line printed is one JSON object. `KAIROS_FLEET_DUMP=<file>` writes the plans, the run
+ * records and the window there (to match runs with a worker's lines kept by KAIROS_TEST_NODE_LOGS).
  */
 import { performance } from "node:perf_hooks";
 import { systemClock } from "../src/lib/clock.ts";
@@ -246,6 +247,13 @@ export async function run(args: string[]): Promise<void> {
     const runs = (await proc.node.buckets.runs.list(">"))
       .map((e) => decode<RunView>(e.value))
       .filter((r) => nameOf.has(r.tenant_id) && typeof r.run_id === "string");
+    if (process.env["KAIROS_FLEET_DUMP"])
+      await import("node:fs/promises").then((fs) =>
+        fs.writeFile(
+          process.env["KAIROS_FLEET_DUMP"]!,
+          JSON.stringify({ plans, runs, windowStart, windowEnd }),
+        ),
+      );
     summary = measure(plans, runs, {
       slots,
       seconds,
