@@ -456,7 +456,7 @@ export async function run(args: string[]): Promise<void> {
     }
     for (const t of economyAt) clearTimeout(t);
     if (pollerAt !== undefined) clearTimeout(pollerAt);
-    const dashboardReads = poller === undefined ? undefined : (await poller).stop();
+    const dashboardReads = poller === undefined ? undefined : await (await poller).stop();
     if (heapSample !== undefined) clearTimeout(heapSample);
     if (snapshot !== undefined) clearTimeout(snapshot);
     loop.disable();

@@ -6,7 +6,13 @@
  * once) and the Activity charts (`GET /v1/stats`) — all three at once, so more than any one open
  * page reads. Each read's latency, by endpoint and by when it started against
  * the due second, and any failure are kept for the report.
+ *
+ * The poller runs in a process of its own (`startDashboardPoller` forks this file), as a browser
+ * would: in the benchmark's own process its HTTP client and JSON parsing took the measured
+ * scheduler's event loop at the due second, which no real dashboard does.
  */
+import { fork } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { performance } from "node:perf_hooks";
 import { RUNS_POLL_MS, STATS_POLL_MS } from "../src/dashboard/poll-intervals.js";
 
@@ -32,6 +38,11 @@ export interface PollerSummary {
 }
 
 export interface DashboardPoller {
+  stop(): Promise<PollerSummary>;
+}
+
+/** Polling in this process (the forked poller's body). */
+interface LocalPoller {
   stop(): PollerSummary;
 }
 
@@ -42,15 +53,59 @@ function quantiles(xs: readonly number[]): Quantiles {
   return { n: s.length, p50: q(0.5), p99: q(0.99), max: Math.round(s.at(-1) ?? 0) };
 }
 
+/** How long the forked poller may take to start or to sum up before it counts as failed. */
+const CHILD_DEADLINE_MS = 30_000;
+
+/** Messages between the benchmark and its forked poller (`start` in, `started` and `summary` out). */
+type ToPoller = { kind: "start"; url: string; apiKey: string; dueMs: number } | { kind: "stop" };
+type FromPoller = { kind: "started" } | { kind: "summary"; summary: PollerSummary };
+
 /**
- * Starts polling as one open dashboard does; `stop` ends it and sums up. `dueMs`: the burst's
- * due second (epoch ms), for the reads near it.
+ * Starts polling as one open dashboard does, in a process of its own; `stop` ends it and sums up.
+ * `dueMs`: the burst's due second (epoch ms), for the reads near it.
  */
 export async function startDashboardPoller(
   url: string,
   apiKey: string,
   dueMs: number,
 ): Promise<DashboardPoller> {
+  const child = fork(fileURLToPath(import.meta.url), [], {
+    execArgv: ["--import", "tsx"],
+    env: { ...process.env, KAIROS_DASHBOARD_POLLER: "1" },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+  const next = (kind: FromPoller["kind"]) =>
+    new Promise<FromPoller>((resolve, reject) => {
+      const t = setTimeout(() => {
+        child.kill("SIGKILL");
+        reject(new Error(`dashboard poller: no ${kind} within ${CHILD_DEADLINE_MS} ms`));
+      }, CHILD_DEADLINE_MS);
+      child.once("exit", (code) => {
+        clearTimeout(t);
+        reject(new Error(`dashboard poller exited (${code}) before ${kind}`));
+      });
+      child.on("message", (m: FromPoller) => {
+        if (m.kind !== kind) return;
+        clearTimeout(t);
+        resolve(m);
+      });
+    });
+  const started = next("started");
+  child.send({ kind: "start", url, apiKey, dueMs } satisfies ToPoller);
+  await started;
+  return {
+    async stop() {
+      const summary = next("summary");
+      child.send({ kind: "stop" } satisfies ToPoller);
+      const m = await summary;
+      if (m.kind !== "summary") throw new Error("dashboard poller: no summary");
+      return m.summary;
+    },
+  };
+}
+
+/** Polls in this process (the forked child). */
+async function pollHere(url: string, apiKey: string, dueMs: number): Promise<LocalPoller> {
   const reads: { endpoint: string; atMs: number; ms: number }[] = [];
   let failed = 0;
   let firstError: string | undefined;
@@ -123,4 +178,28 @@ export async function startDashboardPoller(
       };
     },
   };
+}
+
+// The forked poller: started by `startDashboardPoller`, answers over IPC, exits when stopped.
+if (process.env["KAIROS_DASHBOARD_POLLER"] === "1" && process.send) {
+  let poller: LocalPoller | undefined;
+  process.on("message", (m: ToPoller) => {
+    if (m.kind === "start" && poller === undefined) {
+      void pollHere(m.url, m.apiKey, m.dueMs).then((p) => {
+        poller = p;
+        process.send!({ kind: "started" } satisfies FromPoller);
+      });
+    } else if (m.kind === "stop") {
+      const summary: PollerSummary = poller?.stop() ?? {
+        reads: 0,
+        failed: 0,
+        ms: { p50: 0, p99: 0, max: 0 },
+        by_endpoint: {},
+        around_due: [],
+        first_error: "stopped before it started",
+      };
+      process.send!({ kind: "summary", summary } satisfies FromPoller, () => process.exit(0));
+    }
+  });
+  process.on("disconnect", () => process.exit(0));
 }
