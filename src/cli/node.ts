@@ -3,6 +3,7 @@
  * Also the shared start-up used by `kairos dev`.
  */
 import type { Command } from "commander";
+import { getPriority, setPriority } from "node:os";
 import { KairosError } from "../lib/errors.ts";
 import { type NodeConfig } from "../cluster/config.ts";
 import { detectExecutor, type ExecutorKind } from "../sandbox/index.ts";
@@ -11,6 +12,7 @@ import { natsAuthOptions, resolveNatsUrl } from "./dev-file.ts";
 import { readRunTokenKeysFile } from "./run-token-keys.ts";
 import { runTokenConfig, type RunTokenConfig } from "../secrets/run-token.ts";
 import {
+  cpuNiceFlag,
   drainTimeoutFlag,
   imagePolicyFromFlag,
   egressFromFlags,
@@ -94,6 +96,16 @@ export function runTokensFromFlag(
   };
 }
 
+/** Raises this process's nice value by `by` (at most to 19); a refusal is said, not fatal. */
+function lowerPriority(by: number): void {
+  if (by === 0) return;
+  try {
+    setPriority(Math.min(19, getPriority() + by));
+  } catch (e) {
+    console.error(`kairos: could not lower the CPU priority (--cpu-nice ${by}): ${String(e)}`);
+  }
+}
+
 export async function startProcess(
   config: NodeConfig,
   f: ProcessFlags,
@@ -101,6 +113,7 @@ export async function startProcess(
   mode: StartMode = { processFallback: false },
 ): Promise<KairosProcess & { executor: { kind: ExecutorKind; reason: string } }> {
   const drainTimeoutMs = drainTimeoutFlag(f.drainTimeoutMs) ?? defaults.drainTimeoutMs;
+  lowerPriority(cpuNiceFlag(f.cpuNice, config.roles));
   const executor = config.roles.includes("worker")
     ? await chooseExecutor(f.executor, mode)
     : { kind: "noop" as const, reason: "no worker role" };
@@ -377,6 +390,10 @@ function lifecycleOptions(c: Command): Command {
     .option(
       "--drain-timeout-ms <ms>",
       "worker: on SIGTERM, how long running attempts may finish before they are handed back (0-3600000; default 60000); a second signal hands back at once",
+    )
+    .option(
+      "--cpu-nice <n>",
+      "raise this process's nice value by n at start (0-19; default 10 for a node whose only role is api, else 0): on a host shared with schedulers, the API's reads take the CPU the dispatch leaves",
     )
     .option(
       "--keep-runs <n>",

@@ -2,6 +2,8 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
+  API_NODE_NICE,
+  cpuNiceFlag,
   mailFromFlags,
   metricsTokenFromFlag,
   nodeConfigFromFlags,
@@ -260,5 +262,23 @@ describe("--smtp-url, --smtp-from, --mail-limit, --mail-window-s", () => {
         `${JSON.stringify(f)} → ${prefix}`,
       );
     }
+  });
+});
+
+describe("--cpu-nice", () => {
+  it("defaults to API_NODE_NICE for an api-only node and to 0 for any other role set", () => {
+    assert.equal(cpuNiceFlag(undefined, ["api"]), API_NODE_NICE);
+    assert.equal(cpuNiceFlag(undefined, ["api", "scheduler"]), 0);
+    assert.equal(cpuNiceFlag(undefined, ["worker"]), 0);
+    assert.equal(cpuNiceFlag("0", ["api"]), 0);
+    assert.equal(cpuNiceFlag("19", ["scheduler"]), 19);
+  });
+  it("refuses anything but a whole number 0-19, naming the flag", () => {
+    for (const bad of ["-1", "20", "1.5", "x", "", "100"])
+      assert.throws(
+        () => cpuNiceFlag(bad, ["api"]),
+        (e: unknown) =>
+          isKairosError(e) && e.code === "invalid_argument" && /--cpu-nice/.test(e.message),
+      );
   });
 });
