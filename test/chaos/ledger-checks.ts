@@ -87,6 +87,10 @@ export function closeOpen(execs: Exec[], killTimes: Map<string, number[]>, endMs
   return open;
 }
 
+/** A run record's attempts, for a report: worker, start, outcome, error. */
+const attemptsOf = (r: RunRec): string =>
+  JSON.stringify(r.attempts.map((x) => [x.worker, x.started_at, x.outcome, x.error ?? null]));
+
 const desc = (e: Exec) =>
   `attempt ${e.attempt} fence ${e.fence} on ${e.worker} ${iso(e.startMs)}..${e.endMs === undefined ? "?" : iso(e.endMs)} (${e.how})`;
 
@@ -413,7 +417,7 @@ export function checkOccurrences(
       ) {
         out.cancelledByChange++;
         v(
-          `${name}: the occurrence ${iso(t)}, called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), was cancelled by a change it was not next for: ${rs[0]!.reason}`,
+          `${name}: the occurrence ${iso(t)}, called for (${phase.change} acknowledged ${phase.ackMs === undefined ? "never" : iso(phase.ackMs)}), was cancelled by a change it was not next for: ${rs[0]!.reason}${j.finalPause ? ` (final pause sent ${iso(j.finalPause.sentMs)})` : ""}; executions: ${(byRun.get(rs[0]!.run_id) ?? []).map(desc).join("; ") || "none"}; attempts ${attemptsOf(rs[0]!)}`,
           t,
         );
       } else if (expect === "none") {
@@ -471,9 +475,7 @@ export function checkOutcomes(
   const byRun = groupBy(execs, (e) => e.run);
   for (const r of runs) {
     const es = byRun.get(r.run_id) ?? [];
-    const attempts = JSON.stringify(
-      r.attempts.map((x) => [x.worker, x.started_at, x.outcome, x.error ?? null]),
-    );
+    const attempts = attemptsOf(r);
     if (r.status === "succeeded" && !es.some((e) => e.endLine)) {
       g.push({
         invariant: "g",

@@ -686,6 +686,21 @@ export async function runLedgerChaos(
     const execs = executions();
     const openExecutions = closeOpen(execs, c.killTimes, endMs);
 
+    // Post-mortem: a run the final pause cancelled "before it started" although an execution of it
+    // had started well before the pause (the owner never heard it). (c) flags it when no change
+    // of the user's explains the record; this lists every such run, whatever its job's phases.
+    for (const j of live) {
+      const sent = j.finalPause?.sentMs;
+      if (sent === undefined) continue;
+      for (const r of runsOf.get(j.jobId) ?? []) {
+        if (r.status !== "cancelled" || r.reason !== "job paused before it started") continue;
+        const xs = execs.filter((x) => x.run === r.run_id && x.startMs < sent - o.runLeaseTtlMs);
+        if (xs.length === 0) continue;
+        o.log(
+          `cancelled by the final pause (sent ${new Date(sent).toISOString()}) after executing: ${r.run_id} (${r.scheduled_for}); executions ${JSON.stringify(xs.map((x) => [x.attempt, x.fence, x.worker, new Date(x.startMs).toISOString(), x.endMs === undefined ? null : new Date(x.endMs).toISOString(), x.how]))}; attempts ${JSON.stringify(r.attempts.map((x) => [x.worker, x.started_at, x.outcome]))}`,
+        );
+      }
+    }
     // Invariants.
     const violations: Violation[] = [];
     const { a, b: overlap } = checkAttempts(execs, faults, o.runLeaseTtlMs);
