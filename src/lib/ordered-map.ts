@@ -12,6 +12,14 @@
  * queue holds (key, sequence) pairs; the head pairs whose key is gone or re-inserted since are
  * dropped as they are met, and the queue is rebuilt from the map once stale pairs outnumber live
  * ones (O(1) amortised per operation).
+ *
+ * Memory: each entry holds a slot object and a queue pair beside the `Map`'s own entry — about
+ * 120 bytes an entry against a `Map`'s 29 (1,000,000 fresh string keys, node 20, heap used after
+ * a full GC), and until a compaction up to 2 × size + 1,024 stale pairs more. Use it where
+ * eviction of the oldest is needed; a plain `Map` elsewhere.
+ *
+ * Iteration is the `Map`'s own (insertion order, live under changes as a `Map`'s): `keys()` is
+ * its iterator, `values()` and `entries()` thin iterator objects over it, not generators.
  */
 
 interface Slot<V> {
@@ -78,16 +86,17 @@ export class OrderedMap<K, V> implements Iterable<[K, V]> {
     return undefined;
   }
 
-  *keys(): IterableIterator<K> {
-    yield* this.#map.keys();
+  /** The `Map`'s own key iterator: insertion order, live as a `Map`'s is. */
+  keys(): IterableIterator<K> {
+    return this.#map.keys();
   }
 
-  *values(): IterableIterator<V> {
-    for (const slot of this.#map.values()) yield slot.value;
+  values(): IterableIterator<V> {
+    return new SlotValues(this.#map.values());
   }
 
-  *entries(): IterableIterator<[K, V]> {
-    for (const [k, slot] of this.#map) yield [k, slot.value];
+  entries(): IterableIterator<[K, V]> {
+    return new SlotEntries(this.#map.entries());
   }
 
   [Symbol.iterator](): IterableIterator<[K, V]> {
@@ -102,5 +111,40 @@ export class OrderedMap<K, V> implements Iterable<[K, V]> {
     for (const [key, slot] of this.#map) order.push({ key, seq: slot.seq });
     this.#order = order;
     this.#head = 0;
+  }
+}
+
+/**
+ * The values of a slot iterator, without a generator: a generator's `next()` resumes a suspended
+ * frame, where this is one call on the `Map`'s iterator (a full pass of a large cache is cheap).
+ */
+class SlotValues<V> implements IterableIterator<V> {
+  constructor(private readonly it: Iterator<Slot<V>>) {}
+
+  next(): IteratorResult<V, undefined> {
+    const r = this.it.next();
+    return r.done === true
+      ? { done: true, value: undefined }
+      : { done: false, value: r.value.value };
+  }
+
+  [Symbol.iterator](): this {
+    return this;
+  }
+}
+
+/** The entries of a slot iterator, without a generator (see `SlotValues`). */
+class SlotEntries<K, V> implements IterableIterator<[K, V]> {
+  constructor(private readonly it: Iterator<[K, Slot<V>]>) {}
+
+  next(): IteratorResult<[K, V], undefined> {
+    const r = this.it.next();
+    return r.done === true
+      ? { done: true, value: undefined }
+      : { done: false, value: [r.value[0], r.value[1].value] };
+  }
+
+  [Symbol.iterator](): this {
+    return this;
   }
 }

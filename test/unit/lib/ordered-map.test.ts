@@ -54,6 +54,57 @@ it("answers as a Map does, its oldest key the Map's first, under random operatio
   }
 });
 
+it("iterates as a Map does while keys are deleted and inserted mid-pass", () => {
+  const m = new OrderedMap<string, number>();
+  const model = new Map<string, number>();
+  for (let i = 0; i < 100; i++) {
+    m.set(`k${i}`, i);
+    model.set(`k${i}`, i);
+  }
+  /** One pass that deletes every third key it meets and inserts a new key every fifth. */
+  const pass = <T>(
+    it: Iterator<T>,
+    map: { delete(k: string): unknown; set(k: string, v: number): unknown },
+    key: (x: T) => string,
+  ): T[] => {
+    const seen: T[] = [];
+    for (let r = it.next(), n = 0; r.done !== true; r = it.next(), n++) {
+      seen.push(r.value);
+      if (n % 3 === 0) map.delete(key(r.value));
+      if (n % 5 === 0 && n < 150) map.set(`new${n}`, 1000 + n);
+    }
+    return seen;
+  };
+  const copy = () => {
+    const a = new OrderedMap<string, number>();
+    const b = new Map<string, number>();
+    for (const [k, v] of model) {
+      a.set(k, v);
+      b.set(k, v);
+    }
+    return [a, b] as const;
+  };
+  const [mk, bk] = copy();
+  assert.deepEqual(
+    pass(mk.keys(), mk, (k) => k),
+    pass(bk.keys(), bk, (k) => k),
+  );
+  const [mv, bv] = copy();
+  const keyOf = (v: number) => (v < 1000 ? `k${v}` : `new${v - 1000}`);
+  assert.deepEqual(pass(mv.values(), mv, keyOf), pass(bv.values(), bv, keyOf));
+  const [me, be] = copy();
+  assert.deepEqual(
+    pass(me[Symbol.iterator](), me, ([k]) => k),
+    pass(be[Symbol.iterator](), be, ([k]) => k),
+  );
+  assert.deepEqual([...me], [...be]);
+  // An iterator is its own iterable, and ends for good.
+  const it = m.values();
+  assert.equal(it[Symbol.iterator](), it);
+  assert.equal([...it].length, 100);
+  assert.deepEqual(it.next(), { done: true, value: undefined });
+});
+
 it("evicts the oldest of a full map in O(1): 200,000 evictions at 100,000 entries", () => {
   // A `Map` evicting its first key this way took 11.6 s on one core of the 2-CPU machine the
   // benchmarks run on (a scan of the deleted slots each time); this took 0.2 s there. The bound
