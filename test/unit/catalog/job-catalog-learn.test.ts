@@ -1,12 +1,16 @@
 /**
  * The job catalog's directory under a batch's splits (src/catalog/job-catalog.ts), over in-memory
  * KV: thousands of creates applied at once split the last chunk again and again; every link is
- * in the cached directory at once and in the directory in KV once written (the links learnt
- * meanwhile written together), so a later write or read needs no hop along the chain.
+ * in the cached directory at once (a read of the newest jobs right after a wave reads one chunk,
+ * no hop) and in the directory in KV once written, the links learnt meanwhile written together
+ * by one CAS at a time (the node's directory writes never conflict with each other), so a later
+ * write or read needs no hop along the chain.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { memoryBuckets } from "../../support/memory-buckets.ts";
+import type { KvEntry, ReadOptions, WriteOptions, WriteResult } from "../../../src/cluster/kv.ts";
+import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { decode } from "../../../src/cluster/codec.ts";
 import { systemClock } from "../../../src/lib/clock.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
@@ -26,9 +30,46 @@ async function directoryNaming(kv: ReturnType<typeof memoryBuckets>["tenants"], 
   assert.fail(`the directory never named ${n} chunks`);
 }
 
+/** A turn of the event loop: a round trip's worth of other work goes on meanwhile. */
+const roundTrip = () => new Promise<void>((r) => setImmediate(r));
+
+/**
+ * The tenants bucket with a round trip per read and write (as over NATS: without one, a CAS of
+ * the in-memory KV completes before anything else runs, and no two ever overlap), counting the
+ * directory's conflicting CAS writes and the chunks read (a read that hops reads more than one).
+ */
+class WatchedTenants extends MemoryKv {
+  dirConflicts = 0;
+  chunkGets = 0;
+
+  override async get(key: string, opts?: ReadOptions): Promise<KvEntry | null> {
+    if (key.startsWith(`jl.${TENANT}.`)) this.chunkGets++;
+    await roundTrip();
+    return super.get(key, opts);
+  }
+
+  override async create(key: string, value: Uint8Array): Promise<WriteResult> {
+    await roundTrip();
+    return super.create(key, value);
+  }
+
+  override async update(
+    key: string,
+    value: Uint8Array,
+    rev: number,
+    opts?: WriteOptions,
+  ): Promise<WriteResult> {
+    await roundTrip();
+    const r = await super.update(key, value, rev, opts);
+    if (!r.ok && key === directoryKey(TENANT)) this.dirConflicts++;
+    return r;
+  }
+}
+
 describe("job catalog directory", () => {
   it("learns every chunk a batch's splits make, in the cache at once and in KV", async () => {
-    const b = memoryBuckets();
+    const t = new WatchedTenants("tenants");
+    const b = memoryBuckets({ tenants: t });
     const catalog = new JobCatalog({
       kv: b.tenants,
       clock: systemClock,
@@ -44,6 +85,20 @@ describe("job catalog directory", () => {
         return { kind: "add" as const, entry: { i: id, n: id, e: true, v: 1, t: 0 } };
       });
       await Promise.all(batch.map((op) => catalog.apply(TENANT, [op])));
+      // The splits' links are in the cached directory as the creates return: a read of the
+      // newest jobs starts at their chunk (a lagging cache starts earlier and hops).
+      const before = t.chunkGets;
+      const newest = await catalog.read(TENANT, ids[ids.length - 3]!, {
+        filter: {},
+        want: 10,
+        maxExamined: 1000,
+      });
+      assert.deepEqual(
+        newest.entries.map((e) => e.i),
+        ids.slice(-2),
+        `wave ${wave}`,
+      );
+      assert.equal(t.chunkGets - before, 1, `wave ${wave}: chunks read for the newest jobs`);
     }
     // The chain, from the first chunk.
     const chain: string[] = [];
@@ -63,6 +118,8 @@ describe("job catalog directory", () => {
       chain,
       "the directory names every chunk of the chain, in order",
     );
+    // One writer of the directory at a time on this node: none of its CASes lost to another.
+    assert.equal(t.dirConflicts, 0, "the node's directory writes that conflicted");
     // A read of the last page starts at the right chunk: no hop (a hop would learn a link, and
     // the read would find a chunk the directory lacks).
     const last = await catalog.read(TENANT, ids[ids.length - 2]!, {
