@@ -7,12 +7,14 @@
  * merely timing out. The set-up every attack shares is here too: the victim tenant's record and
  * the nodes, each started with its own identity's credentials.
  */
+import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { PermissionViolationError } from "@nats-io/nats-core";
+import { PermissionViolationError, headers } from "@nats-io/nats-core";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import type { EventBus } from "../../src/cluster/events.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
 import { encode } from "../../src/cluster/codec.ts";
+import { connectNats } from "../../src/cluster/nats.ts";
 import { makeNodeConfig, type Role } from "../../src/cluster/config.ts";
 import { metricsText, type BusRefusalReason, type BusResponder } from "../../src/metrics/index.ts";
 import type { Tenant } from "../../src/protocol/service.ts";
@@ -189,4 +191,129 @@ export async function armBusRefusal(
     }
   })();
   return { refused };
+}
+
+/** An identity that attacks, connected with its real credentials. */
+export interface Attacker {
+  who: string;
+  connect: () => Promise<NatsConnection>;
+}
+
+/**
+ * The identities outside the cluster account: tenant services' users (`service-<name>`, as
+ * `who`) and both worker identities (the shared `worker` and the pinned `worker-w1`), connected
+ * under names starting with `tag`. `nats` is read when an attacker connects (the fixture is made
+ * in `before`).
+ */
+export function outsiders(
+  nats: () => NatsFixture,
+  services: readonly { who: string; name: string }[],
+  tag: string,
+): Attacker[] {
+  return [
+    ...services.map((s) => ({ who: s.who, connect: () => nats().connectService(s.name) })),
+    { who: "shared worker", connect: () => nats().connect(`${tag}-worker`, ["worker"]) },
+    {
+      who: "pinned worker w1",
+      connect: () =>
+        connectNats({
+          url: nats().url,
+          name: `${tag}-w1`,
+          credsFile: nats().auth.credsForWorker("w1"),
+        }),
+    },
+  ];
+}
+
+/** A write of a KV key made by publishing, as an attacker can: each must be refused. */
+export type KvWriteAttack = "put" | "delete" | "purge" | "stream purge";
+export const KV_WRITE_ATTACKS: readonly KvWriteAttack[] = [
+  "put",
+  "delete",
+  "purge",
+  "stream purge",
+];
+
+/**
+ * Makes one write attack on `key` of the `kairos` cluster's bucket `bucket` (`value` for a put):
+ * a put, a `DEL` marker, a `PURGE` marker, or a purge of the key's subject from the bucket's
+ * stream. Returns the subject the server must refuse. The KV library's purge adds `Nats-Rollup:
+ * sub`, which the buckets refuse from anyone (rollups off: attack-rollup.test.ts); the marker
+ * alone is what could land. A stream purge is a request: the JetStream API acts only on one with
+ * a reply subject to answer.
+ */
+export function attackKvWrite(
+  nc: NatsConnection,
+  bucket: string,
+  op: KvWriteAttack,
+  key: string,
+  value: Uint8Array,
+): string {
+  const subject = `$KV.kairos_${bucket}.${key}`;
+  const h = headers();
+  switch (op) {
+    case "put":
+      nc.publish(subject, value);
+      return subject;
+    case "delete":
+      h.set("KV-Operation", "DEL");
+      nc.publish(subject, undefined, { headers: h });
+      return subject;
+    case "purge":
+      h.set("KV-Operation", "PURGE");
+      nc.publish(subject, undefined, { headers: h });
+      return subject;
+    case "stream purge": {
+      const api = `$JS.API.STREAM.PURGE.KV_kairos_${bucket}`;
+      void nc
+        .request(api, new TextEncoder().encode(JSON.stringify({ filter: subject })), {
+          timeout: 2_000,
+        })
+        .catch(() => undefined);
+      return api;
+    }
+  }
+}
+
+/**
+ * Makes every write attack (`KV_WRITE_ATTACKS`) on every key of `keys` of the `kairos` cluster's
+ * bucket `bucket` with `nc`, each awaited to the server's refusal (of a publish of that very
+ * subject) or its effect: `state` read again unlike before the attempt (`label` names it). A
+ * refused attempt must not have its effect afterwards either. Returns what got through.
+ */
+export async function attackKvWrites(
+  nc: NatsConnection,
+  o: {
+    who: string;
+    bucket: string;
+    keys: readonly string[];
+    value: Uint8Array;
+    state: () => Promise<string>;
+    label: string;
+  },
+): Promise<string[]> {
+  const through: string[] = [];
+  for (const op of KV_WRITE_ATTACKS) {
+    for (const key of o.keys) {
+      const was = await o.state();
+      const changed = async () => {
+        const now = await o.state();
+        return now !== was ? `${o.label} went from ${was} to ${now}` : undefined;
+      };
+      const v = nextPermissionError(nc);
+      const subject = attackKvWrite(nc, o.bucket, op, key, o.value);
+      await nc.flush().catch(() => undefined);
+      const r = await defenceOrEffect(v, changed, `${o.who} ${op} ${key}`);
+      const late = r.kind === "defended" ? await changed() : undefined;
+      if (r.kind === "effect") through.push(`${op} ${key}: ${r.what}`);
+      else if (late !== undefined) through.push(`${op} ${key}: refused, yet ${late}`);
+      else
+        assert.deepEqual(
+          [r.value.operation, r.value.subject],
+          ["publish", subject],
+          `${o.who} ${op} ${key}`,
+        );
+    }
+  }
+  return through;
 }

@@ -22,14 +22,18 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { headers } from "@nats-io/nats-core";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { openBuckets, type Buckets } from "../../../src/cluster/buckets.ts";
 import { chunkKey, directoryKey } from "../../../src/catalog/job-catalog.ts";
 import { connectNats } from "../../../src/cluster/nats.ts";
 import type { Role } from "../../../src/cluster/config.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
-import { defenceOrEffect, nextPermissionError } from "../../support/attack.ts";
+import {
+  attackKvWrites,
+  defenceOrEffect,
+  nextPermissionError,
+  outsiders,
+} from "../../support/attack.ts";
 
 const TA = "trolesaaaaaaaaaaa";
 const TB = "trolesbbbbbbbbbbb";
@@ -258,11 +262,6 @@ describe("the job catalog keys against the identities that must not write them",
     const s = (await (await jetstreamManager(admin)).streams.info("KV_kairos_tenants")).state;
     return `${s.messages} messages, last sequence ${s.last_seq}`;
   };
-  /** An attempt's effect: the tenants stream changed since `before`. */
-  const streamChanged = (before: string) => async () => {
-    const now = await tenantsState();
-    return now !== before ? `the tenants stream went from ${before} to ${now}` : undefined;
-  };
   /** How the catalog keys read unlike the set-up (undefined: as they were). */
   const catalogChanged = async (): Promise<string | undefined> => {
     for (const v of victims) {
@@ -274,49 +273,11 @@ describe("the job catalog keys against the identities that must not write them",
     return undefined;
   };
 
-  /** One write to a key: a put, a delete marker, a purge marker, a stream purge of its subject. */
-  type Op = "put" | "delete" | "purge" | "stream purge";
-  const attempt = (nc: NatsConnection, op: Op, key: string): string => {
-    const subject = `$KV.kairos_tenants.${key}`;
-    const h = headers();
-    switch (op) {
-      case "put":
-        nc.publish(subject, enc('{"forged":true}'));
-        return subject;
-      case "delete":
-        h.set("KV-Operation", "DEL");
-        nc.publish(subject, undefined, { headers: h });
-        return subject;
-      case "purge":
-        // A purge marker. The KV library's purge adds `Nats-Rollup: sub`, which the buckets refuse
-        // from anyone (rollups off: attack-rollup.test.ts); the marker alone is what could land.
-        h.set("KV-Operation", "PURGE");
-        nc.publish(subject, undefined, { headers: h });
-        return subject;
-      case "stream purge": {
-        // A request: the JetStream API acts on one with a reply subject to answer.
-        const api = "$JS.API.STREAM.PURGE.KV_kairos_tenants";
-        void nc
-          .request(api, enc(JSON.stringify({ filter: subject })), { timeout: 2_000 })
-          .catch(() => undefined);
-        return api;
-      }
-    }
-  };
-
-  const attackers: { who: string; connect: () => Promise<NatsConnection> }[] = [
-    { who: "tenant A's service user", connect: () => nats.connectService("alpha") },
-    { who: "shared worker", connect: () => nats.connect("catalog-worker", ["worker"]) },
-    {
-      who: "pinned worker w1",
-      connect: () =>
-        connectNats({
-          url: nats.url,
-          name: "catalog-w1",
-          credsFile: nats.auth.credsForWorker("w1"),
-        }),
-    },
-  ];
+  const attackers = outsiders(
+    () => nats,
+    [{ who: "tenant A's service user", name: "alpha" }],
+    "catalog",
+  );
 
   before(async () => {
     nats = await startNats({ services: [{ name: "alpha", tenantId: TA }] });
@@ -336,22 +297,16 @@ describe("the job catalog keys against the identities that must not write them",
       { timeout: 180_000 },
       async () => {
         const nc = await a.connect();
-        const through: string[] = [];
+        let through: string[];
         try {
-          for (const op of ["put", "delete", "purge", "stream purge"] as const) {
-            for (const key of [...victims.map((v) => v.key), ...fresh]) {
-              const effect = streamChanged(await tenantsState());
-              const v = nextPermissionError(nc);
-              const subject = attempt(nc, op, key);
-              await nc.flush().catch(() => undefined);
-              const o = await defenceOrEffect(v, effect, `${a.who} ${op} ${key}`);
-              // Refused, the write must not follow either.
-              const late = o.kind === "defended" ? await effect() : undefined;
-              if (o.kind === "effect") through.push(`${op} ${key}: ${o.what}`);
-              else if (late !== undefined) through.push(`${op} ${key}: refused, yet ${late}`);
-              else assert.deepEqual([o.value.operation, o.value.subject], ["publish", subject]);
-            }
-          }
+          through = await attackKvWrites(nc, {
+            who: a.who,
+            bucket: "tenants",
+            keys: [...victims.map((v) => v.key), ...fresh],
+            value: enc('{"forged":true}'),
+            state: tenantsState,
+            label: "the tenants stream",
+          });
         } finally {
           await nc.close();
         }

@@ -15,17 +15,17 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { headers } from "@nats-io/nats-core";
 import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
-import { connectNats } from "../../../src/cluster/nats.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import type { KairosProcess } from "../../../src/server/start.ts";
 import { tenantLogHeadKey, tenantLogKey } from "../../../src/history/tenant-run-log.ts";
 import { startNats, type NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
 import {
+  attackKvWrites,
   defenceOrEffect,
   nextPermissionError,
+  outsiders,
   putVictimTenant,
   startAttackNode,
 } from "../../support/attack.ts";
@@ -296,47 +296,11 @@ describe(
       }
     };
 
-    type Write = "put" | "delete" | "purge" | "stream purge";
-    const WRITES: Write[] = ["put", "delete", "purge", "stream purge"];
-    const write = (nc: NatsConnection, op: Write, key: string): string => {
-      const subject = `$KV.kairos_runs.${key}`;
-      const h = headers();
-      switch (op) {
-        case "put":
-          // A forged chunk naming a run of B's choice (or a forged head).
-          nc.publish(subject, enc(JSON.stringify({ ids: ["forged"], t: 0 })));
-          return subject;
-        case "delete":
-          h.set("KV-Operation", "DEL");
-          nc.publish(subject, undefined, { headers: h });
-          return subject;
-        case "purge":
-          h.set("KV-Operation", "PURGE");
-          nc.publish(subject, undefined, { headers: h });
-          return subject;
-        case "stream purge": {
-          const api = `$JS.API.STREAM.PURGE.${STREAM}`;
-          void nc
-            .request(api, enc(JSON.stringify({ filter: subject })), { timeout: 2_000 })
-            .catch(() => undefined);
-          return api;
-        }
-      }
-    };
-
-    const attackers: { who: string; connect: () => Promise<NatsConnection> }[] = [
-      { who: "tenant B's service user", connect: () => nats.connectService("beta") },
-      { who: "shared worker", connect: () => nats.connect("truns-worker", ["worker"]) },
-      {
-        who: "pinned worker w1",
-        connect: () =>
-          connectNats({
-            url: nats.url,
-            name: "truns-w1",
-            credsFile: nats.auth.credsForWorker("w1"),
-          }),
-      },
-    ];
+    const attackers = outsiders(
+      () => nats,
+      [{ who: "tenant B's service user", name: "beta" }],
+      "truns",
+    );
 
     for (const a of attackers) {
       it(`${a.who}: cannot read or write a tenant's runs-log keys in KV`, async () => {
@@ -373,25 +337,17 @@ describe(
             if (o.kind === "effect") through.push(o.what);
             else assert.deepEqual([o.value.operation, o.value.subject], ["subscription", subject]);
           }
-          for (const op of WRITES) {
-            for (const key of keys()) {
-              const was = await lastSeqs();
-              const changed = async () => {
-                const now = await lastSeqs();
-                return now !== was
-                  ? `${op} ${key}: the keys went from ${was} to ${now}`
-                  : undefined;
-              };
-              const v = nextPermissionError(nc);
-              const subject = write(nc, op, key);
-              await nc.flush().catch(() => undefined);
-              const o = await defenceOrEffect(v, changed, `${a.who} ${op} ${key}`);
-              const late = o.kind === "defended" ? await changed() : undefined;
-              if (o.kind === "effect") through.push(o.what);
-              else if (late !== undefined) through.push(`refused, yet ${late}`);
-              else assert.deepEqual([o.value.operation, o.value.subject], ["publish", subject]);
-            }
-          }
+          through.push(
+            ...(await attackKvWrites(nc, {
+              who: a.who,
+              bucket: "runs",
+              keys: keys(),
+              // A forged chunk naming a run of the attacker's choice (or a forged head).
+              value: enc(JSON.stringify({ ids: ["forged"], t: 0 })),
+              state: lastSeqs,
+              label: "the keys",
+            })),
+          );
         } finally {
           await nc.close();
         }

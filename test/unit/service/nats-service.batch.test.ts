@@ -5,17 +5,14 @@
  * refused one leaves no count, entry or key, a new id that is another job's is tried again — and
  * a replayed batch answers its first jobs.
  */
-import { memoryBuckets } from "../../support/memory-buckets.ts";
+import { jobsServiceFixture } from "../../support/jobs-service.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { decode, encode } from "../../../src/cluster/codec.ts";
 import type { ActorRouter, ItemResult } from "../../../src/cluster/router.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { readJobCount } from "../../../src/slots/job-quota.ts";
 import type { JobSpec } from "../../../src/protocol/model.ts";
 import { CREATE_WAVE, NatsJobsService } from "../../../src/service/nats-service.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
-import type { Chunk } from "../../../src/catalog/catalog-core.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 import { systemClock } from "../../../src/lib/clock.ts";
@@ -35,7 +32,6 @@ type Addr = { type: string; id: string };
 type GroupAnswer = "pending" | "refuse" | "answer";
 
 function setup(maxJobs: number) {
-  const buckets = memoryBuckets();
   const jobs = new Map<string, { hash: string; name: string }>(); // job_id → its create
   const single: string[] = []; // names of the creates sent one by one
   const groups: { partition: number; names: string[] }[] = [];
@@ -79,22 +75,16 @@ function setup(maxJobs: number) {
       });
     },
   } as unknown as ActorRouter;
-  const tenant: Tenant = {
-    tenant_id: TENANT,
+  const fx = jobsServiceFixture(router, {
+    tenantId: TENANT,
     name: "b",
-    created_at: "2026-03-01T00:00:00Z",
-    max_concurrent_runs: 10,
-    max_jobs: maxJobs,
-    weight: 1,
-    webhook_url: null,
-  };
-  const ready = buckets.tenants.create(`t.${TENANT}`, encode(tenant));
-  const service = new NatsJobsService(router, buckets, PARTITIONS, seededRandom(11));
+    maxJobs,
+    partitions: PARTITIONS,
+    random: seededRandom(11),
+  });
   /** The job ids the tenant's catalog lists. */
-  const listed = async (): Promise<string[]> =>
-    (await buckets.tenants.list(`jl.${TENANT}.*`))
-      .flatMap((e) => decode<Chunk>(e.value).entries.map((x) => x.i))
-      .sort();
+  const listed = async (): Promise<string[]> => (await fx.catalog()).map((x) => x.i).sort();
+  const { buckets, service, ready } = fx;
   return { buckets, service, jobs, single, groups, inGroup, refused, taken, ready, listed };
 }
 

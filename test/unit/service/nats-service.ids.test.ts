@@ -7,14 +7,11 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { memoryBuckets } from "../../support/memory-buckets.ts";
-import { decode, encode } from "../../../src/cluster/codec.ts";
+import { jobsServiceFixture } from "../../support/jobs-service.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
-import type { Chunk } from "../../../src/catalog/catalog-core.ts";
 import { readJobCount } from "../../../src/slots/job-quota.ts";
 import type { JobSpec } from "../../../src/protocol/model.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
-import { CREATE_ID_TRIES, NatsJobsService } from "../../../src/service/nats-service.ts";
+import { CREATE_ID_TRIES } from "../../../src/service/nats-service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom, type Random } from "../../../src/lib/random.ts";
 
@@ -22,7 +19,6 @@ const TENANT = "tidsidsidsidsids";
 const NOW = 1_796_000_000_000;
 
 function setup() {
-  const buckets = memoryBuckets();
   const jobs = new Map<string, { hash: string; name: string }>();
   const router = {
     now: () => NOW,
@@ -44,26 +40,17 @@ function setup() {
   const seeded = seededRandom(11);
   const script: number[] = [];
   const random: Random = { next: () => script.shift() ?? seeded.next() };
-  const tenant: Tenant = {
-    tenant_id: TENANT,
+  const { buckets, service, ready, catalog } = jobsServiceFixture(router, {
+    tenantId: TENANT,
     name: "ids",
-    created_at: "2026-03-01T00:00:00Z",
-    max_concurrent_runs: 10,
-    max_jobs: 100,
-    weight: 1,
-    webhook_url: null,
-  };
-  const ready = buckets.tenants.create(`t.${TENANT}`, encode(tenant));
-  const service = new NatsJobsService(router, buckets, 4, random);
+    maxJobs: 100,
+    partitions: 4,
+    random,
+  });
   const sameIdNext = (times = 1) => {
     for (let i = 0; i < 7 * times; i++) script.push(0.5);
   };
-  const listed = async () =>
-    new Map(
-      (await buckets.tenants.list(`jl.${TENANT}.*`))
-        .flatMap((e) => decode<Chunk>(e.value).entries)
-        .map((e) => [e.i, e.n]),
-    );
+  const listed = async () => new Map((await catalog()).map((e) => [e.i, e.n]));
   return { buckets, service, jobs, ready, sameIdNext, listed };
 }
 

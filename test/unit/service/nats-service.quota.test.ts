@@ -4,7 +4,7 @@
  * Idempotency-Key replay is not counted twice, refusals and timeouts of the actor, and the seed
  * of a missing counter from the jobs that exist.
  */
-import { memoryBuckets } from "../../support/memory-buckets.ts";
+import { jobsServiceFixture } from "../../support/jobs-service.ts";
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Buckets } from "../../../src/cluster/buckets.ts";
@@ -12,15 +12,12 @@ import { encode } from "../../../src/cluster/codec.ts";
 import type { ActorRouter } from "../../../src/cluster/router.ts";
 import { readJobCount } from "../../../src/slots/job-quota.ts";
 import type { JobSpec } from "../../../src/protocol/model.ts";
-import { NatsJobsService } from "../../../src/service/nats-service.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
 import { seededRandom } from "../../../src/lib/random.ts";
 
 const TENANT = "tquotaquotaquota";
 
 function setup(maxJobs: number) {
-  const buckets = memoryBuckets();
   const jobs = new Map<string, string>(); // job_id → request_hash
   const asked: { kind: string; job_id?: string }[] = [];
   let failNext: Error | undefined;
@@ -45,17 +42,13 @@ function setup(maxJobs: number) {
       throw new Error(`unexpected ${msg.kind}`);
     },
   } as unknown as ActorRouter;
-  const tenant: Tenant = {
-    tenant_id: TENANT,
+  const { buckets, service, ready } = jobsServiceFixture(router, {
+    tenantId: TENANT,
     name: "q",
-    created_at: "2026-03-01T00:00:00Z",
-    max_concurrent_runs: 10,
-    max_jobs: maxJobs,
-    weight: 1,
-    webhook_url: null,
-  };
-  const ready = buckets.tenants.create(`t.${TENANT}`, encode(tenant));
-  const service = new NatsJobsService(router, buckets, 4, seededRandom(7));
+    maxJobs,
+    partitions: 4,
+    random: seededRandom(7),
+  });
   return { buckets, service, jobs, asked, ready, fail: (e: Error) => (failNext = e) };
 }
 
