@@ -60,7 +60,7 @@ const MAX_CAS_TRIES = 30;
 export const MAX_CACHED_DIRECTORIES = 1024;
 /** Most `next` hops a write follows before it gives up (a chain being split under it). */
 const MAX_HOPS = 64;
-/** Chunks a node remembers for its next write of them (~20 KB each in memory). */
+/** Chunks a node remembers, decoded: for its next write of them, and reads of the same revision (~20 KB each). */
 export const MAX_KNOWN_CHUNKS = 1024;
 /** Most chunks a filtered read fetches at once, ahead of the one it is reading. */
 const READ_AHEAD = 16;
@@ -68,13 +68,14 @@ const READ_AHEAD = 16;
 /**
  * How many chunks a filtered read fetches ahead: enough for the `wanted` matches still missing
  * at the rate seen so far (`matched` in `chunks` chunks), with one to spare; READ_AHEAD when
- * nothing matched yet. Reading all READ_AHEAD for a page that needed two more chunks cost a
- * common filter (a part of the name, a state) most of its time.
+ * nothing matched yet; never more than `budget`, the chunks the read may still examine. Reading
+ * all READ_AHEAD for a page that needed two more chunks cost a common filter (a part of the
+ * name, a state) most of its time, and a rare match's read fetched chunks past its bound.
  */
-export function readAhead(wanted: number, matched: number, chunks: number): number {
-  if (matched === 0 || chunks === 0) return READ_AHEAD;
-  const more = Math.ceil(wanted / (matched / chunks)) + 1;
-  return Math.max(1, Math.min(READ_AHEAD, more));
+export function readAhead(wanted: number, matched: number, chunks: number, budget: number): number {
+  const more =
+    matched === 0 || chunks === 0 ? READ_AHEAD : Math.ceil(wanted / (matched / chunks)) + 1;
+  return Math.max(1, Math.min(READ_AHEAD, more, budget));
 }
 
 /** The directory's key. */
@@ -160,18 +161,21 @@ export class JobCatalog {
       if (examined >= o.maxExamined)
         return { entries: out, resume: positionBefore(chunk.hi), examined };
       // A filtered read goes through many chunks: those the directory names next are fetched
-      // together — as many as the matches so far say the page still needs — each used only if
-      // the chain leads to it.
-      if (filtered && ahead.size === 0)
+      // together — as many as the matches so far say the page still needs and its bound allows —
+      // each used only if the chain leads to it.
+      if (filtered && ahead.size === 0) {
+        const chunks = examined - seen;
+        const budget = Math.ceil((o.maxExamined - examined) / Math.max(1, seen / chunks));
         for (const k of keysAfter(
           dir,
           chunk.lo,
-          readAhead(o.want - out.length, out.length, examined - seen),
+          readAhead(o.want - out.length, out.length, chunks, budget),
         )) {
           const p = this.#getChunk(tenantId, k);
           p.catch(() => undefined); // an unused read's failure is nobody's
           ahead.set(k, p);
         }
+      }
       const next: string = chunk.next;
       const got = await (ahead.get(next) ?? this.#getChunk(tenantId, next));
       if (!ahead.delete(next)) ahead.clear(); // the directory lags here: guess again from here
@@ -196,11 +200,17 @@ export class JobCatalog {
     );
   }
 
+  /**
+   * A chunk as the leader holds it now. A revision this node has seen already is not decoded
+   * again: the same revision is the same value, and decoding the ~30 chunks a sparse filter
+   * examines, page after page, was most of such a page's CPU and garbage.
+   */
   async #getChunk(tenantId: string, key: string): Promise<Chunk | null> {
     const fullKey = chunkKey(tenantId, key);
     const e = await this.d.kv.get(fullKey);
     if (e === null) return null;
-    const chunk = decode<Chunk>(e.value);
+    const seen = this.#known.get(fullKey);
+    const chunk = seen?.revision === e.revision ? seen.chunk : decode<Chunk>(e.value);
     this.#remember(fullKey, { revision: e.revision, chunk });
     return chunk;
   }
