@@ -130,7 +130,15 @@ export type CatalogOp =
       readonly v: number;
     }
   /** The job is gone. */
-  | { readonly kind: "remove"; readonly id: string };
+  | { readonly kind: "remove"; readonly id: string }
+  /**
+   * The job is enabled at version `v` (the paused index, job-lists.ts): its entry goes, unless
+   * it is of a later version or a pause is pending on it (a patch in flight may yet pause it).
+   */
+  | { readonly kind: "leave"; readonly id: string; readonly v: number };
+
+/** Is a pause pending on the entry (a patch in flight, or one a crash cut short)? */
+export const pausePending = (e: CatalogEntry): boolean => (e.p ?? []).some((v) => !v.e);
 
 /** The id an op is about. */
 export const opId = (op: CatalogOp): string => (op.kind === "add" ? op.entry.i : op.id);
@@ -165,6 +173,10 @@ function applyOne(entries: CatalogEntry[], op: CatalogOp): boolean {
     }
     case "remove":
       if (!cur) return false;
+      entries.splice(at, 1);
+      return true;
+    case "leave":
+      if (!cur || cur.v > op.v || pausePending(cur)) return false;
       entries.splice(at, 1);
       return true;
     default:

@@ -184,6 +184,12 @@ export class JobCatalog {
     }
   }
 
+  /** The entry of `id`, or null when the catalog has none. */
+  async find(tenantId: string, id: string): Promise<CatalogEntry | null> {
+    const chunk = await this.#chunkFor(tenantId, await this.#directory(tenantId), id);
+    return chunk.entries.find((e) => e.i === id) ?? null;
+  }
+
   /** The chunk that covers `id`, from the directory's guess and the chain's `next` links. */
   async #chunkFor(tenantId: string, dir: Directory, id: string): Promise<Chunk> {
     let key = locate(dir, id);

@@ -277,19 +277,19 @@ function jobPaths(): Json {
       },
       get: {
         summary:
-          "List jobs in job id order, which is creation order (a name or state filter may return a short page with a cursor: follow it until null)",
+          "List jobs in job id order, which is creation order (a name filter or state=enabled may return a short page with a cursor: follow it until null)",
         parameters: [
           param(
             "name",
             "query",
             { type: "string", maxLength: MAX_NAME_FILTER_CHARS },
-            "only jobs whose name contains this text, in any case (empty: no filter)",
+            "only jobs whose name contains this text, in any case (empty: no filter); a request examines at most 5,000 jobs (of the paused ones with state=paused)",
           ),
           param(
             "state",
             "query",
             { type: "string", enum: [...JOB_STATES] },
-            "only enabled or only paused jobs",
+            "only enabled or only paused jobs; paused is read from an index of the tenant's paused jobs, so its pages cost the same however few jobs are paused",
           ),
           cursor,
           limit,

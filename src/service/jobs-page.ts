@@ -1,13 +1,15 @@
 /**
- * A page of `GET /v1/jobs`: the tenant's job catalog (src/catalog/) gives the ids after the
- * cursor that may match the filters, then those jobs' states are read from the `actors` bucket
- * (by key, never through the actors) and each is checked: shown if it exists and matches, and
- * its entry repaired if it disagrees (a deleted job's entry removed, stale values settled) — in
+ * A page of `GET /v1/jobs`: the tenant's job catalog (src/catalog/) — or, for `state=paused`,
+ * its paused index (job-lists.ts) — gives the ids after the cursor that may match the filters,
+ * then those jobs' states are read from the `actors` bucket (by key, never through the actors)
+ * and each is checked: shown if it exists and matches, and its entry repaired if it disagrees (a
+ * deleted job's entry removed, stale values settled, an enabled job's paused entry dropped) — in
  * the background, so a page never waits on a repair. About `limit + 1` state reads and one or
  * two chunk reads, whatever the tenant's size.
  *
- * Pitfall: a page examines at most MAX_EXAMINED_JOBS catalog entries, so a filter that matches
- * few jobs may answer a short (even empty) page with a `next_cursor`. The cursor is a position
+ * Pitfall: a page examines at most MAX_EXAMINED_JOBS entries, so a name filter (or
+ * `state=enabled`) that matches few jobs may answer a short (even empty) page with a
+ * `next_cursor`. The cursor is a position
  * in id order, so jobs created or deleted meanwhile never make a walk repeat or skip another job.
  */
 import { decode } from "../cluster/codec.ts";
@@ -19,19 +21,15 @@ import type { JobListFilter, JobView, Page } from "../protocol/model.ts";
 import { jobView, type JobState } from "../job-state/job-state.ts";
 import { decodeCursor, encodeCursor, readShown } from "../history/run-pages.ts";
 import { publicJob } from "../secrets/secret-env.ts";
-import type { JobCatalog } from "../catalog/job-catalog.ts";
-import {
-  verdict,
-  type CatalogEntry,
-  type CatalogFilter,
-  type CatalogOp,
-} from "../catalog/catalog-core.ts";
+import { sourceOf, type JobLists, type ListSource } from "../catalog/job-lists.ts";
+import type { CatalogEntry, CatalogFilter, CatalogOp } from "../catalog/catalog-core.ts";
 
 /** Most catalog entries one page examines; past it a filtered page ends early with a cursor. */
 export const MAX_EXAMINED_JOBS = 5_000;
 
 export interface JobsPageDeps {
-  readonly catalog: JobCatalog;
+  /** The tenant's job catalog and paused index. */
+  readonly lists: JobLists;
   /** The `actors` bucket (job states, read by key). */
   readonly actors: KvStore;
   readonly partitions: number;
@@ -59,6 +57,7 @@ function positionOf(cursor: string | undefined): string {
 async function check(
   d: JobsPageDeps,
   tenantId: string,
+  source: ListSource,
   entries: readonly CatalogEntry[],
   filter: CatalogFilter,
 ): Promise<{ entry: CatalogEntry; view: JobView }[]> {
@@ -83,12 +82,12 @@ async function check(
             values: { n: s.job!.spec.name, e: s.job!.spec.enabled },
             v: s.job!.version,
           };
-    const v = verdict(e, job, filter, d.nowMs);
+    const v = d.lists.verdict(source, e, job, filter, d.nowMs);
     if (v.kind === "repair") repairs.push(v.op);
     if (v.kind === "show" || (v.kind === "repair" && v.show))
       shown.push({ entry: e, view: publicJob(jobView(s!)) });
   }
-  if (repairs.length > 0) void d.catalog.apply(tenantId, repairs).catch(() => undefined);
+  if (repairs.length > 0) void d.lists.repair(tenantId, source, repairs).catch(() => undefined);
   return shown;
 }
 
@@ -102,17 +101,18 @@ export async function jobsPage(
     ...(opts.name !== undefined ? { name: opts.name.toLowerCase() } : {}),
     ...(opts.state !== undefined ? { state: opts.state } : {}),
   };
+  const source = sourceOf(filter);
   let after = positionOf(opts.cursor);
   const out: JobView[] = [];
   let examined = 0;
   for (;;) {
-    const read = await d.catalog.read(tenantId, after, {
+    const read = await d.lists.read(tenantId, after, {
       filter,
       want: opts.limit + 1 - out.length,
       maxExamined: MAX_EXAMINED_JOBS - examined,
     });
     examined += read.examined;
-    for (const { view } of await check(d, tenantId, read.entries, filter)) out.push(view);
+    for (const { view } of await check(d, tenantId, source, read.entries, filter)) out.push(view);
     if (out.length > opts.limit) {
       const page = out.slice(0, opts.limit);
       return { items: page, next_cursor: encodeCursor([page[page.length - 1]!.job_id]) };

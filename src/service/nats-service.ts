@@ -24,7 +24,7 @@ import { MAX_BATCH, type ActorRouter, type ItemResult } from "../cluster/router.
 import { partitionOf } from "../cluster/placement.ts";
 import { InFlightLimiter } from "../cluster/in-flight.ts";
 import { TenantJobCounter } from "../slots/job-quota.ts";
-import { JobCatalog } from "../catalog/job-catalog.ts";
+import { JobLists } from "../catalog/job-lists.ts";
 import type { CatalogEntry } from "../catalog/catalog-core.ts";
 import { jobsPage } from "./jobs-page.ts";
 import { RunReads } from "./run-reads.ts";
@@ -98,7 +98,8 @@ const entryOf = (s: JobState): CatalogEntry => ({
 
 export class NatsJobsService implements JobsService {
   readonly #quota: TenantJobCounter;
-  readonly #catalog: JobCatalog;
+  /** The tenants' job catalogs and paused indexes. */
+  readonly #lists: JobLists;
   readonly #runs: RunReads;
   /** Batch creates' waves in flight (`createJobs`). */
   readonly #waves = new InFlightLimiter(CREATE_WAVES_IN_FLIGHT);
@@ -119,7 +120,7 @@ export class NatsJobsService implements JobsService {
       { clock: router.clock, random },
     );
     this.#runs = new RunReads(router, buckets, partitions, (t, j) => this.#job(t, j), liveRuns);
-    this.#catalog = new JobCatalog({
+    this.#lists = new JobLists({
       kv: buckets.tenants,
       clock: router.clock,
       random,
@@ -442,12 +443,13 @@ export class NatsJobsService implements JobsService {
    */
   async #listNew(tenantId: string, jobId: string, spec: JobSpec, counted: boolean): Promise<void> {
     try {
-      await this.#catalog.apply(tenantId, [
-        {
-          kind: "add",
-          entry: { i: jobId, n: spec.name, e: spec.enabled, v: 1, t: this.router.now() },
-        },
-      ]);
+      await this.#lists.listNew(tenantId, {
+        i: jobId,
+        n: spec.name,
+        e: spec.enabled,
+        v: 1,
+        t: this.router.now(),
+      });
     } catch (e) {
       if (counted) await this.#quota.release(tenantId).catch(() => undefined);
       throw e;
@@ -456,7 +458,7 @@ export class NatsJobsService implements JobsService {
 
   /** Removes a job's entry (a best effort: a page drops an entry whose job is gone). */
   async #unlist(tenantId: string, jobId: string): Promise<void> {
-    await this.#catalog.apply(tenantId, [{ kind: "remove", id: jobId }]).catch(() => undefined);
+    await this.#lists.unlist(tenantId, jobId).catch(() => undefined);
   }
 
   /** A create refused for sure made no job: its place in the quota and its entry go. */
@@ -471,7 +473,7 @@ export class NatsJobsService implements JobsService {
   ): Promise<Page<JobView>> {
     return jobsPage(
       {
-        catalog: this.#catalog,
+        lists: this.#lists,
         actors: this.buckets.actors,
         partitions: this.partitions,
         nowMs: this.router.now(),
@@ -519,16 +521,10 @@ export class NatsJobsService implements JobsService {
     // the patch is in flight, and after a crash (a page checks the job itself).
     const listed = patch.name !== undefined || patch.enabled !== undefined;
     if (listed)
-      await this.#catalog.apply(tenantId, [
-        {
-          kind: "pend",
-          id: jobId,
-          values: {
-            ...(patch.name !== undefined ? { n: patch.name } : {}),
-            ...(patch.enabled !== undefined ? { e: patch.enabled } : {}),
-          },
-        },
-      ]);
+      await this.#lists.beforePatch(tenantId, jobId, {
+        ...(patch.name !== undefined ? { n: patch.name } : {}),
+        ...(patch.enabled !== undefined ? { e: patch.enabled } : {}),
+      });
     let job: JobView;
     try {
       job = (await this.router.request<JobReply>(this.#job(tenantId, jobId), msg))!.job!;
@@ -540,10 +536,8 @@ export class NatsJobsService implements JobsService {
       throw e;
     }
     if (listed)
-      await this.#catalog
-        .apply(tenantId, [
-          { kind: "settle", id: jobId, values: { n: job.name, e: job.enabled }, v: job.version },
-        ])
+      await this.#lists
+        .afterPatch(tenantId, jobId, { n: job.name, e: job.enabled }, job.version)
         .catch(() => undefined); // the entry keeps both values until a page settles it
     const current = job.task.sealed_env ? `${prefix}.${job.task.sealed_env.ref}` : undefined;
     for (const key of earlier)

@@ -11,7 +11,9 @@
  *   hidden and dropped; a patch's pending values find the job under its new state and are settled;
  * - a tenant's first list builds the catalog from the jobs that exist;
  * - a filtered read examines a bounded number of entries: short pages with a cursor, and a walk
- *   returns every match once.
+ *   returns every match once;
+ * - the paused index: the cases of test/support/job-lists-suite.ts (which the in-memory KV
+ *   passes too, test/unit/catalog/job-lists.test.ts).
  */
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -30,7 +32,9 @@ import {
   type Directory,
 } from "../../src/catalog/catalog-core.ts";
 import { JobCatalog, chunkKey, directoryKey } from "../../src/catalog/job-catalog.ts";
+import { JobLists, pausedIndexOf } from "../../src/catalog/job-lists.ts";
 import { jobsPage } from "../../src/service/jobs-page.ts";
+import { describePausedIndex } from "../support/job-lists-suite.ts";
 import { emptyJobState, type JobState } from "../../src/job-state/job-state.ts";
 import { JOB_ACTOR, jobActorId, newJobId } from "../../src/protocol/ids.ts";
 import type { JobView } from "../../src/protocol/model.ts";
@@ -219,6 +223,7 @@ describe("job catalog on NATS", { timeout: 300_000 }, () => {
   describe("pages repair what a crash left", () => {
     let b: Buckets;
     let catalog: JobCatalog;
+    let lists: JobLists;
     const tenant = "tcat3";
     const now = Date.parse("2026-03-01T00:00:00Z");
 
@@ -259,21 +264,26 @@ describe("job catalog on NATS", { timeout: 300_000 }, () => {
       await b.actors.put(stateKey(id), encode({ s, e: 0, w: "test" }));
     };
     const page = (nowMs: number, o: { name?: string; state?: "enabled" | "paused" } = {}) =>
-      jobsPage({ catalog, actors: b.actors, partitions: PARTITIONS, nowMs }, tenant, {
+      jobsPage({ lists, actors: b.actors, partitions: PARTITIONS, nowMs }, tenant, {
         limit: 50,
         ...o,
       });
     const chunkIds = async () => (await walkChain(b.tenants, tenant)).ids;
-    /** Resolves once the (one) chunk's entry `id` satisfies `ok` (undefined: not there). */
+    /**
+     * Resolves once the (one) chunk's entry `id` satisfies `ok` (undefined: not there), in the
+     * catalog or (`index`) the paused index.
+     */
     const untilEntry = async (
       id: string,
       ok: (e: CatalogEntry | undefined) => boolean,
       what: string,
+      index = false,
     ) => {
-      const dir = decode<Directory>((await b.tenants.get(directoryKey(tenant)))!.value);
+      const token = index ? pausedIndexOf(tenant) : tenant;
+      const dir = decode<Directory>((await b.tenants.get(directoryKey(token)))!.value);
       await until(
         b.tenants,
-        chunkKey(tenant, dir.chunks[0]![1]),
+        chunkKey(token, dir.chunks[0]![1]),
         (v) => v !== null && ok(decode<Chunk>(v).entries.find((x) => x.i === id)),
         what,
       );
@@ -283,6 +293,12 @@ describe("job catalog on NATS", { timeout: 300_000 }, () => {
     before(async () => {
       [b] = (await cluster(1)) as [Buckets];
       catalog = catalogOf(b, 11);
+      lists = new JobLists({
+        kv: b.tenants,
+        clock: systemClock,
+        random: seededRandom(12),
+        existing: () => Promise.resolve([]),
+      });
       await catalog.apply(tenant, [
         { kind: "add", entry: entry(kept, "nightly report", true, now) },
         { kind: "add", entry: entry(neverMade, "lost create", true, now) },
@@ -321,6 +337,15 @@ describe("job catalog on NATS", { timeout: 300_000 }, () => {
         (await page(now, { state: "enabled", name: "REPORT" })).items.map((j) => j.job_id),
         [kept],
       );
+      // The paused page read the paused index (built from the catalog, the pause pending
+      // there) and settled its entry; an unfiltered page settles the catalog's.
+      await untilEntry(
+        paused,
+        (e) => e !== undefined && e.p === undefined && e.e === false && e.v === 2,
+        "the paused job's index entry to settle",
+        true,
+      );
+      await page(now);
       await untilEntry(
         paused,
         (e) => e !== undefined && e.p === undefined && e.e === false && e.v === 2,
@@ -371,4 +396,9 @@ describe("job catalog on NATS", { timeout: 300_000 }, () => {
     assert.deepEqual(found, [...rare].sort());
     assert.ok(short > 0 && reads >= 3, `short pages with a cursor (${short} of ${reads})`);
   });
+});
+
+describePausedIndex("JetStream KV", async () => {
+  const [b] = await cluster(1);
+  return { tenants: b!.tenants, actors: b!.actors };
 });

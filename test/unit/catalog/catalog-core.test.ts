@@ -110,6 +110,22 @@ describe("catalog chunk ops", () => {
     assert.equal(applyOps(c, [{ kind: "remove", id: "jz" }]).chunk, null);
     assert.equal(applyOps(c, [{ kind: "pend", id: "jz", values: { e: false } }]).chunk, null);
   });
+
+  it("a job enabled at a version leaves the paused index, unless later or a pause is pending", () => {
+    const c = chunk([entry("ja", "n", false, 2), entry("jb", "n", false, 5)]);
+    // Enabled at 3: ja (written at 2) leaves; jb (written at 5, a later pause) stays.
+    const left = applyOps(c, [
+      { kind: "leave", id: "ja", v: 3 },
+      { kind: "leave", id: "jb", v: 3 },
+    ]);
+    assert.deepEqual(ids(left.chunk), ["jb"]);
+    // A pause pending (a patch in flight since the page read the job) keeps it; a pending
+    // rename or resume does not.
+    const paused = applyOps(c, [{ kind: "pend", id: "ja", values: { e: false, n: "m" } }]).chunk!;
+    assert.equal(applyOps(paused, [{ kind: "leave", id: "ja", v: 3 }]).chunk, null);
+    const resumed = applyOps(c, [{ kind: "pend", id: "ja", values: { e: true } }]).chunk!;
+    assert.deepEqual(ids(applyOps(resumed, [{ kind: "leave", id: "ja", v: 3 }]).chunk), ["jb"]);
+  });
 });
 
 describe("catalog chain", () => {
