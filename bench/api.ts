@@ -13,7 +13,9 @@
  * 4. filtered lists, `--page-reads` reads of each first page: by a part of the name
  *    (`name=bench-7`, about 1 job in 9), by state (`state=paused`: 1 job in 10 is created
  *    paused) and by both; then a walk of every paused job 100 at a time (pages may be short: a
- *    request examines at most 5,000 jobs).
+ *    request examines at most 5,000 jobs). Each filter's latency and KV operations a page (from
+ *    the node's metrics: the catalog's chunk reads are `get tenants`) are printed beside the
+ *    pooled figure.
  * A page's p99 is of `--page-reads` reads (of fewer than 100 it is the slowest read alone, which
  * one GC pause decides); `max` is printed beside it.
  * The KV operations of the one-by-one creates are counted from the node's metrics
@@ -169,12 +171,18 @@ export async function run(args: string[]): Promise<void> {
 
     // 4. Filtered lists.
     const filteredMs: number[] = [];
-    for (const q of ["name=bench-7", "state=paused", "name=bench-7&state=paused"])
-      filteredMs.push(
-        ...(await lanes(o.pageReads, 1, async () => {
-          await call("GET", `/v1/jobs?limit=50&${q}`);
-        })),
-      );
+    const byQuery: Record<
+      string,
+      { ms: ReturnType<typeof quantiles>; kv: Record<string, number> }
+    > = {};
+    for (const q of ["name=bench-7", "state=paused", "name=bench-7&state=paused"]) {
+      const before = await kvOps(metricsUrl);
+      const ms = await lanes(o.pageReads, 1, async () => {
+        await call("GET", `/v1/jobs?limit=50&${q}`);
+      });
+      byQuery[q] = { ms: quantiles(ms), kv: perItem(before, await kvOps(metricsUrl), o.pageReads) };
+      filteredMs.push(...ms);
+    }
     const pausedMs: number[] = [];
     let paused = 0;
     cursor = null;
@@ -209,6 +217,7 @@ export async function run(args: string[]): Promise<void> {
       walk_s: Math.round(walkS * 10) / 10,
       walk_page_ms: quantiles(walkMs),
       filtered_first_page_ms: quantiles(filteredMs),
+      filtered_by_query: byQuery,
       paused_walk_s: Math.round(pausedWalkS * 100) / 100,
       paused_walk_page_ms: quantiles(pausedMs),
       paused_walk_pages: pausedMs.length,
@@ -219,6 +228,14 @@ export async function run(args: string[]): Promise<void> {
       `batch creates: ${summary.batch_jobs_per_s} jobs/s (${BATCH} a request, ${BATCHES_IN_FLIGHT} at once), request p50 ${summary.batch_request_ms.p50} ms`,
       `list with ${total} jobs: first page (50 jobs, ${o.pageReads} reads) p50 ${summary.first_page_ms.p50} ms, p99 ${summary.first_page_ms.p99} ms, max ${summary.first_page_ms.max} ms; walk of every job 100 a page ${summary.walk_s} s (page p50 ${summary.walk_page_ms.p50} ms, p99 ${summary.walk_page_ms.p99} ms)`,
       `filtered first pages (name, state, both; ${o.pageReads} reads each): p50 ${summary.filtered_first_page_ms.p50} ms, p99 ${summary.filtered_first_page_ms.p99} ms, max ${summary.filtered_first_page_ms.max} ms; walk of the ${wantPaused} paused jobs ${summary.paused_walk_s} s in ${pausedMs.length} pages (p50 ${summary.paused_walk_page_ms.p50} ms, p99 ${summary.paused_walk_page_ms.p99} ms)`,
+      ...Object.entries(byQuery).map(
+        ([q, r]) =>
+          `  ${q}: p50 ${r.ms.p50} ms, p99 ${r.ms.p99} ms, max ${r.ms.max} ms; KV operations a page: ${Object.entries(
+            r.kv,
+          )
+            .map(([k, v]) => `${k} ${v}`)
+            .join(", ")}`,
+      ),
       `KV operations per create: ${Object.entries(kvPerCreate)
         .map(([k, v]) => `${k} ${v}`)
         .join(", ")}`,
