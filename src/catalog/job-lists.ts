@@ -12,8 +12,8 @@
  * meanwhile), or leaves when the job is enabled. Membership is what counts: a page reads every
  * entry of the index (the name filter aside) and checks its job, so an entry whose values lag
  * still finds its paused job. An entry of a job that is not paused leaves only by a `leave`
- * op, which keeps an entry of a later version or with a pause pending (a patch in flight); a
- * page drops a pending pause left by a crash an hour after the entry was written.
+ * op, which keeps an entry of a later version or with a pause pending (a patch in flight, or
+ * one a crash cut short: that entry stays, hidden, until the job's next patch settles it).
  *
  * Pitfall: a settle drops every pending value. Two patches of one job in flight at once, one
  * pausing and one enabling, can so lose the pause's pending mark; if the pausing one's node then
@@ -28,7 +28,6 @@ import type { Clock } from "../lib/clock.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import type { Random } from "../lib/random.ts";
 import {
-  ABANDONED_CREATE_MS,
   pausePending,
   verdict,
   type CatalogEntry,
@@ -58,7 +57,8 @@ export type ReadJob = Parameters<typeof verdict>[1];
  * An entry of the paused index against its job (`f` the page's whole filter). A paused, deleted
  * or missing job is judged as in the catalog (`verdict`). An enabled one is hidden; its entry
  * leaves unless the job as read is older than the entry (a replica behind) or a pause is pending
- * on it — a pending pause is dropped (settled) only an hour after the entry was written.
+ * on it. A pending pause is never dropped here: its patch may apply after this page, and only
+ * the patch knows when it is done (a crash leaves the entry, hidden, until the job's next patch).
  */
 export function pausedVerdict(
   e: CatalogEntry,
@@ -67,15 +67,8 @@ export function pausedVerdict(
   nowMs: number,
 ): Verdict {
   if (job === null || job.deleted || !job.values.e) return verdict(e, job, f, nowMs);
-  if (job.v < e.v) return { kind: "hide" };
-  if (!pausePending(e))
-    return { kind: "repair", op: { kind: "leave", id: e.i, v: job.v }, show: false };
-  if (nowMs - e.t <= ABANDONED_CREATE_MS) return { kind: "hide" };
-  return {
-    kind: "repair",
-    op: { kind: "settle", id: e.i, values: job.values, v: job.v },
-    show: false,
-  };
+  if (job.v < e.v || pausePending(e)) return { kind: "hide" };
+  return { kind: "repair", op: { kind: "leave", id: e.i, v: job.v }, show: false };
 }
 
 export interface JobListsDeps {

@@ -158,6 +158,8 @@ export function describePausedIndex(port: string, open: OpenBuckets): void {
       await t.lists.beforePatch(t.tenant, "ja", { e: false });
       assert.deepEqual(await t.ids({ state: "paused" }), [], "not shown before it applies");
       await t.page({ state: "paused" }); // a page meets it while the job is still enabled
+      // Pages long after the job was made: the pending pause is still never dropped.
+      for (let i = 0; i < 2; i++) await t.page({ state: "paused" }, NOW + 2 * 3_600_000);
       const kept = (await t.indexed())!.find((e) => e.i === "ja");
       assert.ok(kept !== undefined, "a pause in flight keeps its entry");
       await t.putJob("ja", "nightly", false, 2); // applied; its settle never comes (a crash)
