@@ -108,6 +108,11 @@ export class ActorHost {
     return inst?.loaded && !inst.dropped ? inst.state : undefined;
   }
 
+  /** Whether this node takes messages for the partition now (held, within its trust window). */
+  serves(partition: number): boolean {
+    return this.#c.accepting.has(partition) && this.#c.o.isTrusted(partition);
+  }
+
   /** Delivers a message to a local actor and resolves with its reply. */
   deliver(type: string, id: string, raw: unknown): Promise<unknown> {
     return this.#c.parts.mailbox.deliver(type, id, raw);

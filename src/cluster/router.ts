@@ -16,7 +16,7 @@
 import type { Bus } from "./bus.ts";
 import { backoffMs, type BackoffPolicy } from "../lib/backoff.ts";
 import type { Clock } from "../lib/clock.ts";
-import { KairosError, type ErrorCode } from "../lib/errors.ts";
+import { KairosError, isKairosError, type ErrorCode } from "../lib/errors.ts";
 import type { Random } from "../lib/random.ts";
 import { decode, encode } from "./codec.ts";
 import { partitionOf, type ActorAddress } from "./placement.ts";
@@ -55,6 +55,24 @@ const RETRY_BACKOFF: BackoffPolicy = { baseMs: 20, maxMs: 1000 };
 /** Most items in one batch request. */
 export const MAX_BATCH = 256;
 
+/**
+ * The sender's own node as an owner: requests for a partition it serves are handed to its actor
+ * host in memory — no NATS round trip — under the wire's rules (the message and the reply copied
+ * through the codec, the same retries and deadline). See `ActorRouter.request`.
+ */
+export interface LocalActors {
+  /** Whether this node holds the partition and may act on it now (its trust window). */
+  serves(partition: number): boolean;
+  deliver(type: string, id: string, msg: unknown): Promise<unknown>;
+}
+
+/** A local try unanswered within its attempt's timeout (retried, as a NATS timeout is). */
+class LocalTimeout extends Error {
+  constructor(ms: number) {
+    super(`local request timed out after ${ms} ms`);
+  }
+}
+
 export interface RouterOptions {
   nc: Bus;
   clusterName: string;
@@ -69,6 +87,8 @@ export interface RouterOptions {
   plane?: "actors" | "workers";
   /** The sending worker's id: required on the worker plane, whose subjects carry it. */
   workerId?: string;
+  /** This node's actor host, for `request`s to the partitions it serves (actor plane only). */
+  local?: () => LocalActors | undefined;
 }
 
 export function partitionSubject(clusterName: string, p: number): string {
@@ -91,12 +111,14 @@ export function workerPlaneSender(subject: string): string {
 }
 
 export class ActorRouter {
-  readonly #o: Required<Omit<RouterOptions, "workerId">>;
+  readonly #o: Required<Omit<RouterOptions, "workerId" | "local">>;
+  readonly #local: (() => LocalActors | undefined) | undefined;
   readonly #subject: (clusterName: string, p: number) => string;
 
   constructor(o: RouterOptions) {
-    this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, plane: "actors", ...o };
-    const workerId = o.workerId;
+    const { local, workerId, ...rest } = o;
+    this.#o = { attemptTimeoutMs: 10_000, deadlineMs: 15_000, plane: "actors", ...rest };
+    this.#local = this.#o.plane === "actors" ? local : undefined;
     if (this.#o.plane === "workers") {
       if (workerId === undefined)
         throw new KairosError("invalid_argument", "a worker-plane router needs the worker's id", {
@@ -134,10 +156,12 @@ export class ActorRouter {
       const left = deadline - clock.now();
       if (left <= 0) break;
       try {
-        const m = await nc.request(subject, body, {
-          timeout: Math.min(this.#o.attemptTimeoutMs, left),
-        });
-        const reply = decode<ActorReply>(m.data);
+        const timeout = Math.min(this.#o.attemptTimeoutMs, left);
+        const local = this.#local?.();
+        const reply =
+          local?.serves(p) === true
+            ? await this.#deliverLocally(local, body, timeout)
+            : decode<ActorReply>((await nc.request(subject, body, { timeout })).data);
         if (reply.ok) return reply.v as R;
         if (!RETRY_CODES.has(reply.e.code)) {
           throw new KairosError(
@@ -165,6 +189,35 @@ export class ActorRouter {
       "no_owner",
       `no owner answered for ${addr.type}/${addr.id} (partition ${p}) within the deadline: ${last}`,
     );
+  }
+
+  /**
+   * One try of a request on this node's own host: the reply as the partition's responder would
+   * send it (partition-responder.ts), copied through the codec like the message, so neither side
+   * shares an object with the other. No answer within `timeoutMs` is a timeout, as on the wire
+   * (the turn goes on; a retry queues a copy).
+   */
+  async #deliverLocally(
+    local: LocalActors,
+    body: Uint8Array,
+    timeoutMs: number,
+  ): Promise<ActorReply> {
+    const req = decode<ActorRequest>(body);
+    let cancel: (() => void) | undefined;
+    // The timeout's Error is made only if it fires (a stack trace a request is a visible cost).
+    const expired = new Promise<never>((_, reject) => {
+      cancel = this.#o.clock.setTimer(timeoutMs, () => reject(new LocalTimeout(timeoutMs)));
+    });
+    try {
+      const v = await Promise.race([local.deliver(req.t, req.i, req.m), expired]);
+      return decode<ActorReply>(encode({ ok: true, v } satisfies ActorReply));
+    } catch (e) {
+      if (e instanceof LocalTimeout) throw e;
+      if (isKairosError(e)) return { ok: false, e: e.toJSON() };
+      return { ok: false, e: { code: "internal", message: "internal error" } };
+    } finally {
+      cancel?.();
+    }
   }
 
   /**

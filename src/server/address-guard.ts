@@ -6,7 +6,8 @@
  * `permission_denied` before the actor sees it (`KairosNode.guard`, checked in src/server/partition-responder.ts).
  *
  * The check is on the wire, where messages arrive from other processes; the host itself
- * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process.
+ * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process, nor
+ * for the API's own commands to a partition its node serves (`KairosNode.commandRouter`).
  */
 import type { MessageGuard } from "../actors/actor.ts";
 import { splitJobActorId } from "../protocol/ids.ts";

@@ -56,7 +56,7 @@ export async function serveApiRole(
 ): Promise<void> {
   const { opts, node, log, limits, tenants } = a;
   const jobs = new NatsJobsService(
-    node.router,
+    node.commandRouter,
     node.buckets,
     node.partitions,
     systemRandom,

@@ -102,6 +102,7 @@ export class KairosNode {
   #host: ActorHost | undefined;
   #router: ActorRouter | undefined;
   #workerRouter: ActorRouter | undefined;
+  #commandRouter: ActorRouter | undefined;
   /** Answers the actor requests of the partitions this node holds (partition-responder.ts). */
   readonly #responder: PartitionResponder;
   #cancelSweep: (() => void) | undefined;
@@ -170,6 +171,14 @@ export class KairosNode {
     if (!this.#router) throw new KairosError("unavailable", "node not started");
     return this.#router;
   }
+  /**
+   * The router of the API's commands to job actors: a partition this node serves is asked in
+   * memory, not over NATS (`LocalActors`, router.ts); any other as through `router`.
+   */
+  get commandRouter(): ActorRouter {
+    if (!this.#commandRouter) throw new KairosError("unavailable", "node not started");
+    return this.#commandRouter;
+  }
   /** The router a worker uses: heartbeats and completions on the worker plane. */
   get workerRouter(): ActorRouter {
     if (!this.#workerRouter) throw new KairosError("unavailable", "node not started");
@@ -233,6 +242,7 @@ export class KairosNode {
     };
     this.#router = new ActorRouter(routing);
     this.#workerRouter = new ActorRouter({ ...routing, plane: "workers", workerId: c.nodeId });
+    this.#commandRouter = new ActorRouter({ ...routing, local: () => this.#host });
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
