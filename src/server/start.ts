@@ -74,6 +74,12 @@ export interface KairosProcess {
   hurry(): void;
 }
 
+/**
+ * Events logged at `debug`, not `info`: one line per actor activated or passivated — one per job
+ * created, thousands when a partition is acquired (it activates every job of it).
+ */
+const PER_ACTOR_EVENTS: ReadonlySet<string> = new Set(["actor_activated", "actor_passivated"]);
+
 export async function startKairos(
   config: NodeConfig,
   opts: ProcessOptions,
@@ -81,7 +87,10 @@ export async function startKairos(
   const log = createLogger(config.nodeId);
   const logFn: LogFn = (level, msg, extra) => log[level](extra ?? {}, msg);
   const node = new KairosNode(config, { clock: systemClock, random: systemRandom, log: logFn });
-  node.events.on((e) => log.info({ evt: e.type, ...e }, e.type));
+  node.events.on((e) => {
+    if (!PER_ACTOR_EVENTS.has(e.type)) log.info({ evt: e.type, ...e }, e.type);
+    else if (log.isLevelEnabled("debug")) log.debug({ evt: e.type, ...e }, e.type);
+  });
   const jobCfg: JobActorConfig = { ...DEFAULT_JOB_CONFIG, ...opts.job };
   const retention = retentionConfig(opts.retention); // validated before anything starts
   const limits = resolveTaskLimits(opts.taskLimits); // validated before anything starts
