@@ -1,0 +1,42 @@
+/**
+ * The request hash's canonical JSON (request-hash.ts): its key order is `localeCompare`'s, which
+ * hashes stored with Idempotency-Keys depend on — pinned against it on drawn keys (env names:
+ * case, underscores, digits) and by one golden hash.
+ */
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { canonical, sha256 } from "../../../src/service/request-hash.ts";
+
+describe("canonical", () => {
+  it("orders keys as localeCompare does", () => {
+    fc.assert(
+      fc.property(
+        fc.uniqueArray(fc.stringMatching(/^[A-Za-z_0-9é-]{1,6}$/), { maxLength: 12 }),
+        (keys) => {
+          const obj = Object.fromEntries(keys.map((k, i) => [k, i]));
+          const want = [...keys].sort((a, b) => a.localeCompare(b));
+          assert.equal(
+            canonical(obj),
+            `{${want.map((k) => `${JSON.stringify(k)}:${obj[k]}`).join(",")}}`,
+          );
+        },
+      ),
+      { numRuns: 2_000 },
+    );
+  });
+
+  it("hashes a spec as it always has", () => {
+    const spec = {
+      name: "nightly",
+      schedule: { cron: "0 3 * * *", timezone: "Europe/Paris" },
+      task: { image: "busybox", args: ["true"], env: { B_X: "1", BX: "2", a: "3" }, timeout_s: 10 },
+      enabled: true,
+    };
+    assert.equal(
+      canonical(spec),
+      '{"enabled":true,"name":"nightly","schedule":{"cron":"0 3 * * *","timezone":"Europe/Paris"},"task":{"args":["true"],"env":{"a":"3","B_X":"1","BX":"2"},"image":"busybox","timeout_s":10}}',
+    );
+    assert.equal(sha256(canonical(spec)).length, 64);
+  });
+});
