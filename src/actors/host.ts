@@ -33,6 +33,10 @@ export class ActorHost {
   readonly #c: HostCore;
   /** The last mailbox depth summed, and when (monotonic ms). */
   #mailboxDepth: { atMs: number; n: number } | undefined;
+  /** Partitions whose `acquire` has resolved (activated) and that are not released or lost since. */
+  readonly #ready = new Set<number>();
+  /** Per partition, the latest `acquire` (an older one resolving late does not mark it ready). */
+  readonly #acquiring = new Map<number, object>();
 
   constructor(o: HostOptions) {
     const c = new HostCore(o);
@@ -108,9 +112,17 @@ export class ActorHost {
     return inst?.loaded && !inst.dropped ? inst.state : undefined;
   }
 
-  /** Whether this node takes messages for the partition now (held, within its trust window). */
+  /**
+   * Whether this node serves the partition to in-process requests now: held, activated (its
+   * `acquire` resolved — the point where the node's NATS responder subscribes), within its trust
+   * window. A partition still loading is asked over NATS, where its previous owner may answer.
+   */
   serves(partition: number): boolean {
-    return this.#c.accepting.has(partition) && this.#c.o.isTrusted(partition);
+    return (
+      this.#ready.has(partition) &&
+      this.#c.accepting.has(partition) &&
+      this.#c.o.isTrusted(partition)
+    );
   }
 
   /** Delivers a message to a local actor and resolves with its reply. */
@@ -119,14 +131,20 @@ export class ActorHost {
   }
 
   /** Partition acquired: accept messages and activate the types that carry reminders. */
-  acquire(partition: number): Promise<void> {
+  async acquire(partition: number): Promise<void> {
+    const token = {};
+    this.#acquiring.set(partition, token);
     this.#c.accepting.add(partition);
-    return this.#c.parts.persistence.activatePartition(partition);
+    await this.#c.parts.persistence.activatePartition(partition);
+    if (this.#acquiring.get(partition) === token && this.#c.accepting.has(partition)) {
+      this.#ready.add(partition);
+    }
   }
 
   /** Graceful release: refuse new messages, let mailboxes drain, passivate. */
   async release(partition: number): Promise<void> {
     const c = this.#c;
+    this.#unready(partition);
     c.accepting.delete(partition);
     const mine = [...c.actors.values()].filter((a) => a.partition === partition);
     await Promise.all(mine.map((a) => c.parts.mailbox.idle(a)));
@@ -135,6 +153,7 @@ export class ActorHost {
 
   /** Partition lost: drop at once; queued messages get `not_owner` so senders retry. */
   lose(partition: number): void {
+    this.#unready(partition);
     this.#c.accepting.delete(partition);
     this.#dropPartition(partition, "lost");
   }
@@ -149,6 +168,11 @@ export class ActorHost {
     c.parts.reminders.stop();
     c.parts.passivation.stop();
     for (const p of [...c.accepting]) this.lose(p);
+  }
+
+  #unready(partition: number): void {
+    this.#ready.delete(partition);
+    this.#acquiring.delete(partition);
   }
 
   #dropPartition(partition: number, why: string): void {

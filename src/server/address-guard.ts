@@ -5,9 +5,10 @@
  * `tenant_id: B`, or a slot request of tenant A naming tenant B's job) is refused with
  * `permission_denied` before the actor sees it (`KairosNode.guard`, checked in src/server/partition-responder.ts).
  *
- * The check is on the wire, where messages arrive from other processes; the host itself
- * (src/actors/host.ts) does not repeat it for messages an actor sends to another in-process, nor
- * for the API's own commands to a partition its node serves (`KairosNode.commandRouter`).
+ * The check is made by the partition's responder: on what arrives over NATS, and on the API's own
+ * commands that its node hands to a partition it serves in memory (`KairosNode.commandRouter`,
+ * `PartitionResponder.localActors`). The host itself (src/actors/host.ts) does not repeat it for a
+ * direct in-process `deliver`; an actor's sends to others go through NATS and are checked there.
  */
 import type { MessageGuard } from "../actors/actor.ts";
 import { splitJobActorId } from "../protocol/ids.ts";

@@ -28,7 +28,7 @@ import {
 import { PartitionManager } from "../cluster/partition-manager.ts";
 import { muxedBus } from "../cluster/request-mux.ts";
 import { assign } from "../cluster/placement.ts";
-import { ActorRouter } from "../cluster/router.ts";
+import { ActorRouter, type LocalActors } from "../cluster/router.ts";
 import { inboxModeFor } from "../cluster/reply-guard.ts";
 import { addClockSkewSource } from "../metrics/index.ts";
 import { PartitionResponder } from "./partition-responder.ts";
@@ -103,6 +103,8 @@ export class KairosNode {
   #router: ActorRouter | undefined;
   #workerRouter: ActorRouter | undefined;
   #commandRouter: ActorRouter | undefined;
+  /** The host as the command router's `LocalActors`: behind the responder's guards. */
+  #local: LocalActors | undefined;
   /** Answers the actor requests of the partitions this node holds (partition-responder.ts). */
   readonly #responder: PartitionResponder;
   #cancelSweep: (() => void) | undefined;
@@ -173,7 +175,8 @@ export class KairosNode {
   }
   /**
    * The router of the API's commands to job actors: a partition this node serves is asked in
-   * memory, not over NATS (`LocalActors`, router.ts); any other as through `router`.
+   * memory, not over NATS (`LocalActors`, router.ts), past the checks its NATS responder makes of
+   * an actor-plane request's message (`guard`); any other partition as through `router`.
    */
   get commandRouter(): ActorRouter {
     if (!this.#commandRouter) throw new KairosError("unavailable", "node not started");
@@ -242,7 +245,7 @@ export class KairosNode {
     };
     this.#router = new ActorRouter(routing);
     this.#workerRouter = new ActorRouter({ ...routing, plane: "workers", workerId: c.nodeId });
-    this.#commandRouter = new ActorRouter({ ...routing, local: () => this.#host });
+    this.#commandRouter = new ActorRouter({ ...routing, local: () => this.#local });
     for (const h of this.#connectedHooks) await h(this);
     const isScheduler = c.roles.includes("scheduler");
     this.#membership = new Membership({
@@ -293,6 +296,7 @@ export class KairosNode {
     });
     for (const r of this.#registrations) host.register(r);
     this.#host = host;
+    this.#local = this.#responder.localActors(host);
     const keeperStart = this.#startLeaseKeeper();
     const keeper = keeperStart ? await keeperStart : undefined;
     this.#leases = new PartitionManager({

@@ -17,6 +17,7 @@ import {
   type ActorReply,
   type ActorRequest,
   type BatchRequest,
+  type LocalActors,
 } from "../cluster/router.ts";
 import {
   REQUEST_INFO_HEADER,
@@ -63,6 +64,26 @@ export class PartitionResponder {
   /** The message kinds of `type` workers may send on their worker plane. */
   allowFromWorkers(type: string, kinds: readonly string[]): void {
     this.#workerKinds.set(type, new Set(kinds));
+  }
+
+  /**
+   * The host's partitions as the command router's `LocalActors` (router.ts): an in-process
+   * command passes what an actor-plane request over NATS passes — its type's guard (refused:
+   * `message_refused` event, `permission_denied`) — and an actor's failure other than a
+   * `KairosError` is logged as the wire logs it. Not checked: the reply subject and the subject
+   * (there is none).
+   */
+  localActors(host: ActorHost): LocalActors {
+    return {
+      serves: (p) => host.serves(p),
+      deliver: (t, i, msg) => {
+        const it: ActorRequest = { t, i, m: msg };
+        return this.#deliver(it, undefined, host).catch((e: unknown) => {
+          this.#logFailure(it, e);
+          throw e;
+        });
+      },
+    };
   }
 
   unsubscribe(p: number): void {
@@ -178,22 +199,7 @@ export class PartitionResponder {
     sender: string | undefined,
     host: ActorHost,
   ): void {
-    // Never throws: an item is untrusted input (a batch's `[null]` once threw here, inside the
-    // NATS callback or as an unhandled rejection that ended the process).
-    const deliver = (it: ActorRequest): Promise<unknown> => {
-      if (!isActorRequest(it))
-        return Promise.reject(
-          new KairosError("invalid_argument", "malformed actor request item: needs string t and i"),
-        );
-      try {
-        const why = this.#refusal(it, sender);
-        if (why === undefined) return host.deliver(it.t, it.i, it.m);
-        this.#o.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
-        return Promise.reject(new KairosError("permission_denied", why));
-      } catch (e) {
-        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
-      }
-    };
+    const deliver = (it: ActorRequest): Promise<unknown> => this.#deliver(it, sender, host);
     if ("b" in req) {
       // Answered once every item is, or at the batch's budget with the rest pending (batch-answer.ts).
       void answerBatch(req, deliver, this.#o.clock).then((v) =>
@@ -208,11 +214,36 @@ export class PartitionResponder {
         const err = isKairosError(e)
           ? e.toJSON()
           : { code: "internal" as const, message: "internal error" };
-        if (!isKairosError(e))
-          this.#o.log("error", `actor ${one.t}/${one.i} failed`, { err: String(e) });
+        this.#logFailure(one, e);
         m.respond(encode({ ok: false, e: err } satisfies ActorReply));
       },
     );
+  }
+
+  /**
+   * Delivers one item past its checks (`#refusal`), or rejects: `permission_denied` with a
+   * `message_refused` event for a refused one. Never throws: an item is untrusted input (a
+   * batch's `[null]` once threw here, inside the NATS callback or as an unhandled rejection that
+   * ended the process).
+   */
+  #deliver(it: ActorRequest, sender: string | undefined, host: ActorHost): Promise<unknown> {
+    if (!isActorRequest(it))
+      return Promise.reject(
+        new KairosError("invalid_argument", "malformed actor request item: needs string t and i"),
+      );
+    try {
+      const why = this.#refusal(it, sender);
+      if (why === undefined) return host.deliver(it.t, it.i, it.m);
+      this.#o.events.emit({ type: "message_refused", actor: `${it.t}/${it.i}`, reason: why });
+      return Promise.reject(new KairosError("permission_denied", why));
+    } catch (e) {
+      return Promise.reject(e instanceof Error ? e : new Error(String(e)));
+    }
+  }
+
+  /** An actor's failure other than a refusal it answers with (`KairosError`): a bug, logged. */
+  #logFailure(it: ActorRequest, e: unknown): void {
+    if (!isKairosError(e)) this.#o.log("error", `actor ${it.t}/${it.i} failed`, { err: String(e) });
   }
 }
 
