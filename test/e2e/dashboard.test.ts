@@ -284,6 +284,11 @@ describe("web dashboard in headless Chromium", { timeout: 300_000 }, () => {
     const mine = all.getByRole("row", { name: runId });
     await mine.waitFor({ timeout: WAIT_MS });
     await mine.getByRole("link", { name: jobId, exact: true }).waitFor();
+    // The failed run is in the unfiltered list too: wait for the filtered list to replace it.
+    await all
+      .locator("tbody tr:not(:has(.status-failed))")
+      .first()
+      .waitFor({ state: "detached", timeout: WAIT_MS });
     assert.equal(
       await all.locator(".status-failed").count(),
       await all.locator("tbody tr").count(),
