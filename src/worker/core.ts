@@ -133,6 +133,23 @@ export class WorkerCore {
   }
 
   /**
+   * An ended attempt its owner refused (a heartbeat answered `lease_lost`/`not_found`, a report
+   * `stale_fence`/`not_found`): the lease goes, nothing is killed (its execution is over), and its
+   * completion is kept for a probe under its fence, as a given-up report's is. The refusal may
+   * come from an owner whose state is behind the stored one (an actor read back stale, or a
+   * state the owner has yet to read back): the owner that then holds the lease probes it, and
+   * answered `started` it would count the result lost and offer the run again. An owner whose
+   * lease this no longer is never asks under that fence, and takes an answer only for its
+   * current lease (run-messages.ts `onProbeAnswer`).
+   */
+  refused(l: Lease): void {
+    l.lost = true;
+    if (l.completion) this.table.memory.remember(fencedKey(l.key, l.req.fence), l.completion);
+    this.table.drop(l);
+    this.leaseGone();
+  }
+
+  /**
    * An attempt killed at once that had ended by itself just before (`endedBeforeKill`): its
    * success is kept for its owner's probe, as a given-up report's is. Thrown away, the probe would
    * answer `started` and its owner offer the run again — a second execution of a run that had

@@ -3,7 +3,8 @@
  * request per partition) for the attempts that need one; rounds asked for in between (offers to
  * confirm, starts waiting for an acknowledgement) coalesce, one in flight at a time. An
  * acknowledgement extends an attempt's validity from the round's SEND time (by the lease TTL, or
- * the owner's cover through the start); `lease_lost`/`not_found` kill it.
+ * the owner's cover through the start); `lease_lost`/`not_found` kill it (an attempt that ended
+ * keeps its completion for a probe: core.ts `refused`).
  */
 import type { ItemResult } from "../cluster/router.ts";
 import { encode } from "../cluster/codec.ts";
@@ -154,7 +155,9 @@ export class Heartbeats implements HeartbeatsPart {
       c.parts.fencing.parkIfCovered(l);
     } else if (r.e.code === "lease_lost" || r.e.code === "not_found") {
       o.onEvent?.({ type: "lease_lost", run_id: l.req.run_id, attempt: l.req.attempt });
-      await c.kill(l, "lease lost", true);
+      // Ended (its report waits for its next copy): nothing to kill, its completion is kept.
+      if (l.completion) c.refused(l);
+      else await c.kill(l, "lease lost", true);
     }
   }
 

@@ -331,7 +331,7 @@ export class CompletionOutbox implements OutboxPart {
       c.table.drop(l);
       o.onEvent?.({ type: "completed", run_id: req.run_id, attempt: req.attempt });
     } else if (r !== undefined && (r.e.code === "stale_fence" || r.e.code === "not_found")) {
-      c.table.drop(l);
+      c.refused(l); // its completion kept for a probe under its fence
       o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
     } else if (now - (l.completionSinceMono ?? 0) > o.completionDeadlineMs) {
       c.giveUp(l);

@@ -1622,6 +1622,59 @@ describe("worker: a probe of a silent lease is answered with the truth", () => {
   );
 
   it(
+    "an ended attempt whose heartbeat is answered lease_lost keeps its completion: a later probe under that fence hears ended with it, not started",
+    T,
+    async () => {
+      // An owner that answers from a state behind the one stored (its actor read back an older
+      // value) says lease_lost, and one that reads the stored state later holds the lease still
+      // and probes it: answered `started`, it counts the result lost and offers the run again.
+      const t = await setup();
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      t.owner.complete = "internal"; // no verdict: the report waits for its next copy, heartbeated
+      t.executor.exit("r1#1");
+      const exitedAt = t.sim.now();
+      t.owner.hbFor.set("r1", "lease_lost");
+      await t.runTo(exitedAt + 1_900);
+      assert.deepEqual(
+        t.evs("lease_lost").map((e) => e.run_id),
+        ["r1"],
+      );
+      assert.equal(
+        t.executor.log.filter((e) => e.what === "kill").length,
+        0,
+        "an execution that ended is not killed",
+      );
+      assertSucceeded(
+        await t.probe("r1"),
+        "ok",
+        "a success thrown away on lease_lost answered started: its owner offered the run again",
+      );
+      assert.deepEqual(await t.probe("r1", 2), { state: "unknown" }, "only under its own fence");
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a completion its owner refuses (stale_fence) is kept for a probe under that fence",
+    T,
+    async () => {
+      const t = await setup();
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      t.owner.complete = "stale_fence";
+      t.executor.exit("r1#1");
+      await t.runTo(t.sim.now() + 1_000);
+      assert.deepEqual(
+        t.evs("stale_fence").map((e) => e.run_id),
+        ["r1"],
+      );
+      assertSucceeded(await t.probe("r1"), "ok", "answered started, the result was lost");
+      await t.worker.stop();
+    },
+  );
+
+  it(
     "an attempt killed by the worker itself answers started; another fence or an attempt never seen answers unknown",
     T,
     async () => {
