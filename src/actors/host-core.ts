@@ -5,6 +5,7 @@
  * host effects of a decision, and dropping an actor.
  */
 import type { Clock } from "../lib/clock.ts";
+import { OrderedMap } from "../lib/ordered-map.ts";
 import type { EventBus } from "../cluster/events.ts";
 import type { KvStore } from "../cluster/kv.ts";
 import { partitionOf } from "../cluster/placement.ts";
@@ -39,11 +40,22 @@ export interface HostOptions {
   warmMs?: number;
 }
 
+/** Most revision floors kept (see `HostCore.behind`); the oldest go first. */
+export const REVISION_FLOORS = 16_384;
+/**
+ * How long a floor holds (monotonic ms): a deposed stream leader hears of its successor within
+ * seconds. Past it a read below is taken: a stream whose replicas diverged may have lost the write
+ * for good (docs/kv.md), and a key read as behind for ever could never be written again.
+ */
+export const REVISION_FLOOR_MS = 30_000;
+
 export class HostCore {
   readonly o: HostOptions;
   readonly types = new Map<string, ActorRegistration>();
   readonly actors = new Map<string, Instance>();
   readonly accepting = new Set<number>();
+  /** Revisions of actors dropped outside a partition drop, by key (see `behind`). */
+  readonly #floors = new OrderedMap<string, { revision: number; untilMono: number }>();
   #parts: HostParts | undefined;
 
   constructor(o: HostOptions) {
@@ -141,8 +153,39 @@ export class HostCore {
     }
   }
 
-  drop(inst: Instance, _reason: string): void {
+  /**
+   * `floor`: the actor leaves while its partition stays (a write failed or of unknown outcome, a
+   * conflict, a trust blip): the revision it was at is remembered, and a read back below it is
+   * behind (`behind`). With its partition it leaves without: a new epoch's fence write catches a
+   * stale read.
+   */
+  drop(inst: Instance, _reason: string, floor = true): void {
     inst.dropped = true;
     if (this.actors.get(inst.key) === inst) this.actors.delete(inst.key);
+    if (!floor || inst.revision === 0) return;
+    const prev = this.#floors.get(inst.key);
+    this.#floors.delete(inst.key);
+    if (this.#floors.size >= REVISION_FLOORS) this.#floors.delete(this.#floors.oldest()!);
+    this.#floors.set(inst.key, {
+      revision: Math.max(inst.revision, prev?.revision ?? 0),
+      untilMono: this.o.clock.monoMs() + REVISION_FLOOR_MS,
+    });
+  }
+
+  /**
+   * The revision this node already saw of `key` when `revision` (read back; 0: no value) is below
+   * it: the read was answered by a stream leader deposed without knowing it (docs/kv.md, "What a
+   * read sees"), and its state is older than one this node wrote or read (or, no value, it missed
+   * the key's creation). Within the same epoch no fence write
+   * catches it: its fast path and its turns would answer from that older state until its next
+   * write (a heartbeat `lease_lost` for a lease the stored state holds). Undefined otherwise; a
+   * read at or above the floor, or past REVISION_FLOOR_MS, clears it.
+   */
+  behind(key: string, revision: number): number | undefined {
+    const f = this.#floors.get(key);
+    if (f === undefined) return undefined;
+    if (revision < f.revision && this.o.clock.monoMs() < f.untilMono) return f.revision;
+    this.#floors.delete(key);
+    return undefined;
   }
 }

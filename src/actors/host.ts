@@ -23,6 +23,7 @@ export type { HostOptions } from "./host-core.ts";
 export { TURNS_IN_FLIGHT } from "./mailbox.ts";
 export { WARM_LOADS_IN_FLIGHT, WARM_MS } from "./passivation.ts";
 export { RELOAD_AFTER_DROP_MS } from "./persistence.ts";
+export { REVISION_FLOOR_MS } from "./host-core.ts";
 export type { ActorRegistration, ShellContext } from "./registration.ts";
 export { TIMER_TURNS_IN_FLIGHT } from "./reminders.ts";
 
@@ -180,7 +181,7 @@ export class ActorHost {
     c.parts.reminders.dropPartition(partition);
     c.parts.passivation.dropPartition(partition);
     for (const a of [...c.actors.values()]) {
-      if (a.partition === partition) c.drop(a, why);
+      if (a.partition === partition) c.drop(a, why, false);
     }
   }
 }

@@ -60,6 +60,13 @@ export class Turns implements TurnsPart {
     }
     if (!inst.loaded) {
       const e = await o.kv.get(inst.key);
+      // No value, or an older one, below a revision seen here: a deposed leader's answer.
+      const floor = inst.loaded ? undefined : c.behind(inst.key, e?.revision ?? 0);
+      if (floor !== undefined)
+        throw new KairosError(
+          "not_owner",
+          `${inst.type}/${inst.id}: read back at revision ${e?.revision ?? "none"}, behind revision ${floor} seen here; retry`,
+        );
       const stored = e && !inst.loaded ? await p.readBack(inst, e.value) : null;
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
       if (!inst.loaded) c.adopt(inst, stored, e?.revision ?? 0);

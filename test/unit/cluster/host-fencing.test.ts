@@ -17,7 +17,7 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ActorHost, RELOAD_AFTER_DROP_MS } from "../../../src/actors/host.ts";
+import { ActorHost, RELOAD_AFTER_DROP_MS, REVISION_FLOOR_MS } from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
 import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
@@ -64,7 +64,14 @@ class FaultyKv extends MemoryKv {
     this.#hold = h;
     return { entered: h.entered.promise, release: () => h.open.resolve() };
   }
+  /** The next `reads` reads of `key` answer `entry` (a stream leader deposed without knowing it). */
+  stale: { key: string; entry: KvEntry | null; reads: number } | undefined;
   override async get(key: string): Promise<KvEntry | null> {
+    const st = this.stale;
+    if (st && st.key === key && st.reads > 0) {
+      st.reads--;
+      return st.entry;
+    }
     const e = await super.get(key);
     const after = this.afterGet;
     this.afterGet = undefined;
@@ -183,6 +190,19 @@ const ledgerActor: ActorDefinition<LedgerState, LedgerMsg, number, "record"> = {
         : { state: s, reply: s.n },
 };
 
+interface TallyState {
+  readonly n: number;
+}
+type TallyMsg = { kind: "inc" } | { kind: "peek" };
+/** Counts `inc`s; a `peek` is answered from memory (`query`, the fast path) once loaded. */
+const tallyActor: ActorDefinition<TallyState, TallyMsg, number> = {
+  type: "tally",
+  initialState: () => ({ n: 0 }),
+  query: (s, m) => (m.kind === "peek" ? { reply: s.n, alsoQueue: false } : undefined),
+  receive: (s, m) =>
+    m.kind === "inc" ? { state: { n: s.n + 1 }, reply: s.n + 1 } : { state: s, reply: s.n },
+};
+
 // --- fixture ----------------------------------------------------------------------------------
 
 function setup(epochAtStart = 7) {
@@ -220,6 +240,7 @@ function setup(epochAtStart = 7) {
   });
   host.register({ definition: urgentPosterActor });
   host.register({ definition: pendingActor });
+  host.register({ definition: tallyActor });
   host.register({
     definition: ledgerActor,
     perform: () => Promise.reject(new KairosError("timeout", "kv update timed out (applied?)")),
@@ -323,6 +344,71 @@ describe("ActorHost: an actor dropped with its state in doubt", () => {
       const reloaded = t.next((e) => e.type === "actor_activated" && e.id === id);
       assert.equal(await t.host.deliver("ledger", id, { kind: "get" }), 0, "read back");
       await reloaded;
+    },
+  );
+});
+
+describe("ActorHost: a state read back behind a revision this node saw", () => {
+  // A job actor dropped for a write of unknown outcome and read back, within the same epoch, from
+  // a stream leader deposed without knowing it: no fence write catches the older state, and its
+  // heartbeats were answered `lease_lost` for a lease the stored state held (its worker dropped
+  // the attempt; the lease, read back right later, was probed and its result counted lost).
+  const inDoubt = async (t: ReturnType<typeof setup>, id: string) => {
+    const key = keyOf("tally", id);
+    assert.equal(await t.host.deliver("tally", id, { kind: "inc" }), 1);
+    const old = await t.kv.get(key);
+    assert.equal(await t.host.deliver("tally", id, { kind: "inc" }), 2, "acknowledged");
+    t.kv.applyThenTimeout = 1;
+    await assert.rejects(t.host.deliver("tally", id, { kind: "inc" }), (e) =>
+      isKairosError(e, "timeout"),
+    );
+    assert.equal((await t.stored<TallyState>(key))?.s.n, 3, "the write landed");
+    return { key, old: old! };
+  };
+
+  it(
+    "is not taken: the reader hears not_owner (it retries), and the next read answers from the stored state",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "behind";
+      const { key, old } = await inDoubt(t, id);
+      t.kv.stale = { key, entry: old, reads: 1 };
+      await assert.rejects(
+        t.host.deliver("tally", id, { kind: "peek" }),
+        (e) => isKairosError(e, "not_owner"),
+        "answered from a state older than one this node wrote",
+      );
+      t.kv.stale = { key, entry: null, reads: 1 }; // a leader that missed the key's creation
+      await assert.rejects(
+        t.host.deliver("tally", id, { kind: "peek" }),
+        (e) => isKairosError(e, "not_owner"),
+        "answered from no state (initial): 0",
+      );
+      assert.equal(await t.host.deliver("tally", id, { kind: "peek" }), 3);
+      assert.equal(
+        await t.host.deliver("tally", id, { kind: "inc" }),
+        4,
+        "written at its revision",
+      );
+    },
+  );
+
+  it(
+    "is taken past REVISION_FLOOR_MS (a write the stream lost for good must not leave the key unreadable)",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "lost-for-good";
+      const { key, old } = await inDoubt(t, id);
+      t.kv.stale = { key, entry: old, reads: Number.POSITIVE_INFINITY };
+      await assert.rejects(t.host.deliver("tally", id, { kind: "peek" }), (e) =>
+        isKairosError(e, "not_owner"),
+      );
+      t.clock.advance(REVISION_FLOOR_MS);
+      assert.equal(await t.host.deliver("tally", id, { kind: "peek" }), 1);
     },
   );
 });
