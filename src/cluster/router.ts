@@ -42,9 +42,13 @@ export interface BatchRequest {
   w?: number;
 }
 
-/** One item's outcome in a batch reply. */
+/**
+ * One item's outcome in a batch reply. `pending`: not answered within the batch's budget, still
+ * queued at its actor (src/server/batch-answer.ts) — its code, `unavailable`, is also that of an
+ * item that failed (its owner's KV unavailable), which nothing holds at the owner.
+ */
 export type ItemResult =
-  { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string } };
+  { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string; pending?: true } };
 
 export type ActorReply =
   { ok: true; v: unknown } | { ok: false; e: { code: ErrorCode; message: string; field?: string } };

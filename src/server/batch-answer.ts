@@ -2,7 +2,7 @@
  * How a node answers a batch request (router.ts `BatchRequest`): every item is delivered to its
  * actor at once and the batch is answered with one result per item, in order, once every item is
  * answered or the batch's budget runs out — items still queued behind a busy actor then answer
- * `unavailable` ("pending"; the sender retries them), so a slow item does not hold back the
+ * `unavailable` marked `pending` (the sender retries them), so a slow item does not hold back the
  * answers of the others. Heartbeats use the default budget, BATCH_ITEM_BUDGET_MS (an
  * acknowledgement is wanted soon); completion reports name a longer one (`w`: 1 s, at most half
  * their wait), since a report is wanted for its effect — yet short enough that a saturated
@@ -25,7 +25,7 @@ export const MAX_BATCH_BUDGET_MS = 30_000;
 
 const PENDING: ItemResult = {
   ok: false,
-  e: { code: "unavailable", message: "pending: still queued at the actor" },
+  e: { code: "unavailable", message: "pending: still queued at the actor", pending: true },
 };
 
 /** The budget a batch asked for (`w`, bounded), or the default. */

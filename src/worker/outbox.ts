@@ -324,8 +324,11 @@ export class CompletionOutbox implements OutboxPart {
     const c = this.#c;
     const { o } = c;
     // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
-    // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy.
-    const pending = r !== undefined && !r.ok && r.e.code === "unavailable";
+    // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy. Only
+    // so marked: an `unavailable` failure (the owner's KV) holds nothing there, and taken for
+    // pending it left the attempt unheard for the longer wait (its start, lost with its owner's
+    // actor, never learnt before a pause cancelled the run "before it started").
+    const pending = r !== undefined && !r.ok && r.e.pending === true;
     const { req } = l;
     if (r?.ok === true) {
       c.table.drop(l);

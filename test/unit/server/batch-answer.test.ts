@@ -46,7 +46,10 @@ describe("batch answers", () => {
     await answer;
     assert.deepEqual(answered, [
       { ok: true, v: "ok-fast" },
-      { ok: false, e: { code: "unavailable", message: "pending: still queued at the actor" } },
+      {
+        ok: false,
+        e: { code: "unavailable", message: "pending: still queued at the actor", pending: true },
+      },
       { ok: false, e: { code: "stale_fence", message: "stale" } },
     ] satisfies ItemResult[]);
   });

@@ -121,8 +121,12 @@ class RecordingExecutor implements Executor {
 }
 
 type HbMode = "ok" | "silent" | "lease_lost" | "hold";
-/** `internal`: an error answered at once that settles nothing (the report is sent again after its wait). */
-type CompleteMode = "ok" | "silent" | "stale_fence" | "internal";
+/**
+ * `internal`: an error answered at once that settles nothing (the report is sent again after its
+ * wait); `kv_unavailable`: likewise, the owner's KV failing (the same code as a pending answer,
+ * without its mark: nothing is queued at the owner).
+ */
+type CompleteMode = "ok" | "silent" | "stale_fence" | "internal" | "kv_unavailable";
 
 /** The owner's side on the partition subjects. */
 class Owner {
@@ -170,12 +174,21 @@ class Owner {
       const e =
         this.complete === "internal"
           ? { code: "internal" as const, message: "internal error" }
-          : { code: "stale_fence" as const, message: "stale fence" };
+          : this.complete === "kv_unavailable"
+            ? {
+                code: "unavailable" as const,
+                message: "kv get job.0.t1.j1: jetstream is not enabled",
+              }
+            : { code: "stale_fence" as const, message: "stale fence" };
       const v: ItemResult[] = req.b.map((it) => {
         if (this.completePending.has((it.m as { run_id: string }).run_id))
           return {
             ok: false,
-            e: { code: "unavailable", message: "pending: still queued at the actor" },
+            e: {
+              code: "unavailable",
+              message: "pending: still queued at the actor",
+              pending: true,
+            },
           };
         return this.complete === "ok" ? { ok: true, v: { ok: true } } : { ok: false, e };
       });
@@ -1229,6 +1242,33 @@ describe("worker: a completion with an unknown outcome is retried", () => {
       await t.runTo(t.sim.now() + 2_500);
       assert.equal(t.evs("completed").length, 1);
       assert.deepEqual(t.evs("self_fenced"), []);
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a report failing for its owner's KV (unavailable, not queued there) is heartbeated and copied after the short wait, not taken for pending",
+    T,
+    async () => {
+      // Taken for a report queued at its owner, it went silent for the longer wait (15 s, up to
+      // 45 s): an owner that had lost the attempt's start with its actor never heard of it again,
+      // and a pause meanwhile cancelled the run "before it started" though it had run.
+      const t = await setup();
+      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
+      await t.runTo(T0 + 2_500);
+      t.owner.complete = "kv_unavailable";
+      t.executor.exit("r1#1");
+      const exitedAt = t.sim.now();
+      await t.runTo(exitedAt + 1_900);
+      assert.equal(t.owner.completes.length, 1);
+      const firstAt = t.owner.completes[0]!.at;
+      const beats = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > firstAt);
+      assert.ok(beats.length >= 1, "off the wire, heartbeated: nothing holds it at the owner");
+      await t.runTo(exitedAt + 2_600);
+      assert.equal(t.owner.completes.length, 2, "copied after the short wait (2 s), not 15 s");
+      t.owner.complete = "ok";
+      await t.runTo(t.sim.now() + 2_500);
+      assert.equal(t.evs("completed").length, 1);
       await t.worker.stop();
     },
   );
