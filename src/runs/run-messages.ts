@@ -209,8 +209,7 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
     if (a) a.started_at = iso(m.started_at_ms);
     tx.putRun(r);
     // Deferred: the claim (written) is what lets the worker start; a lost start is learnt again
-    // from the next heartbeat (each carries it, also one of an attempt that ended and waits for its
-    // report's next copy) or the completion, and at worst an expired lease counts it unstarted.
+    // from the completion (it carries started_at) and, at worst, an expired lease counts it unstarted.
     tx.defer();
   }
   return tx.done(ack);

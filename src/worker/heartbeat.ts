@@ -101,14 +101,9 @@ export class Heartbeats implements HeartbeatsPart {
       .filter((l) => !l.lost && this.#needsBeat(l, wallNow, periodic));
     if (live.length === 0) return;
     const sentAt = o.clock.monoMs();
-    // Every heartbeat of a started attempt reports its start, also once it has ended: an attempt
-    // that ended is heartbeated only while its report waits between copies (none answered yet), and
-    // its owner may have lost the start it had heard (deferred, not written: an owner that moved
-    // or reloaded). Left "leased", the lease kept by these heartbeats and never probed, the run
-    // would be cancelled "before it started" by a pause coming before the next copy (up to 45 s
-    // away), its success discarded. A report answered at once is never heartbeated: a short
-    // attempt's start still goes with its completion alone.
-    const reportsStart = live.map((l) => l.startedAtMs !== undefined);
+    // A completion carries started_at itself: a heartbeat of an attempt that ended does not also
+    // report its start (that would be one more actor turn and run-record write for nothing).
+    const reportsStart = live.map((l) => l.startedAtMs !== undefined && !l.completion);
     const results = await o.router.requestMany(
       live.map((l, i) => ({
         to: { type: JOB_ACTOR, id: l.req.job_actor },

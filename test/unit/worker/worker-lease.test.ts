@@ -1419,30 +1419,6 @@ describe("worker: a completion with an unknown outcome is retried", () => {
   );
 
   it(
-    "an ended attempt heartbeated between report copies reports its start: an owner that lost it (moved, reloaded) must not hold it not started",
-    T,
-    async () => {
-      const t = await setup();
-      assert.deepEqual(await t.offer("r1", 100), { accepted: true });
-      await t.runTo(T0 + 2_500);
-      t.owner.complete = "internal"; // no verdict: the report waits for its next copy
-      t.executor.exit("r1#1");
-      const exitedAt = t.sim.now();
-      await t.runTo(exitedAt + 1_900);
-      const beats = t.owner.heartbeats.filter((h) => h.run_id === "r1" && h.at > exitedAt + 200);
-      assert.ok(beats.length >= 1, "heartbeated between copies");
-      assert.ok(
-        beats.every((h) => h.started),
-        `each carries started_at: ${JSON.stringify(beats)}`,
-      );
-      t.owner.complete = "ok";
-      await t.runTo(t.sim.now() + 2_500);
-      assert.equal(t.evs("completed").length, 1);
-      await t.worker.stop();
-    },
-  );
-
-  it(
     "a short attempt's start goes with its completion: no heartbeat reports the start of an attempt that already ended",
     T,
     async () => {
