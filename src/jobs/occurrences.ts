@@ -249,7 +249,8 @@ export const MAX_SETTLED = 100;
  * job state, or fires decided without a write (deferred) before a takeover — left their records
  * `queued`: settle each (one read), from `next_run_at` through the occurrences due by now and the
  * next one (the one a look-ahead may have prepared), at most MAX_SETTLED. Runs this state holds
- * are not touched (their callers end them). `spec`: the schedule the records were made under
+ * are not touched (their callers end them), nor occurrences handled ahead (`handled_ahead`: their
+ * records ended with an earlier change). `spec`: the schedule the records were made under
  * (a patch has already set the new one).
  */
 export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): void {
@@ -259,7 +260,11 @@ export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): vo
   let o: number | undefined = first;
   for (let n = 0; o !== undefined && n < MAX_SETTLED; n++) {
     const run_id = runIdFor(tx.job.job_id, o);
-    if (!tx.run(run_id)) {
+    // An occurrence handled ahead (cancelled by an earlier schedule change) is no orphan: its
+    // record ended and was indexed then. Settled again, the store finds it ended and answers
+    // `run_settled` as for an orphan — a second index entry, and a `next_run_at` moved past it
+    // that skips the new schedule's occurrences before it.
+    if (!tx.run(run_id) && !tx.s.handled_ahead?.includes(o)) {
       tx.pre.push({
         kind: "put_run",
         mode: "settle",

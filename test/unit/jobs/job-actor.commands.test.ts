@@ -7,6 +7,7 @@ import { START_SKEW_TOLERANCE_MS } from "../../../src/protocol/worker.ts";
 import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
 import { runIdFor } from "../../../src/protocol/ids.ts";
+import { RUN_INDEX_CHUNK } from "../../../src/history/run-index.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
@@ -313,6 +314,44 @@ describe("job actor: pause, resume, patch", () => {
       [10, 20, 30, 40].map((sec) => Date.UTC(2026, 0, 1, 0, 58, sec)),
       "the new schedule's occurrences from now (:40 prepared ahead)",
     );
+  });
+
+  // Found by the simulation (seed 2100028): an hourly `replace` job's 12:00 run, prepared ahead,
+  // was cancelled by a change to every 10 s (12:00 handled ahead); a second change, to every 3 s,
+  // came before 12:00 fired. Its settle of the old schedule's next occurrence — 12:00, ended by the
+  // first change — met the cancelled record and reported it settled, as if the orphan of a lost
+  // fire: the occurrence was indexed twice and the job's next run moved past it, so 11:59:54 and
+  // 11:59:57 got no record.
+  it("a second schedule change before an occurrence handled ahead by the first fires the new schedule from now, and lists that occurrence once", () => {
+    const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500;
+    const d = new Driver(cfg({ lookaheadMs: 300_000 }), { index: true }, start);
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "replace" }));
+    // The runs index one entry short of a full chunk: the 01:00 run's entry closes it, so a second
+    // entry for it is not merged with the first (pending ids are).
+    const fill = Array.from({ length: RUN_INDEX_CHUNK - 1 }, (_, i) => `x${i}`);
+    d.state = { ...d.state, index: { seq: 0, pending: fill } };
+    d.advance(4_000); // 00:58:04.5: the 01:00 run is prepared
+    const hour = ms("2026-01-01T01:00:00Z");
+    assert.equal(d.state.index?.seq, 1, "the 01:00 run's entry closed the chunk");
+    assert.ok(d.state.runs.some((r) => r.run_id === runIdFor(JOB, hour)));
+    d.skipTime(ms("2026-01-01T00:59:51.300Z") - d.now);
+    d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
+    assert.equal(d.records.get(runIdFor(JOB, hour))?.status, "cancelled");
+    assert.equal(d.state.next_run_at_ms, hour, "the new schedule's next is the occurrence handled");
+    d.skipTime(50); // 01:00 not fired yet (here: no timer runs; in the seed, a run still active)
+    const r = d.send({
+      kind: "patch",
+      patch: { schedule: { cron: "*/3 * * * * *", time_zone: "UTC" } },
+    });
+    assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:59:54Z"));
+    d.advance(ms("2026-01-01T01:00:04Z") - d.now);
+    for (const due of ["00:59:54", "00:59:57", "01:00:03"])
+      assert.ok(
+        d.records.has(runIdFor(JOB, ms(`2026-01-01T${due}Z`))),
+        `the occurrence ${due} has a record`,
+      );
+    assert.deepEqual(d.listingProblems(), [], "each record listed once");
+    assert.deepEqual(d.violations, []);
   });
 
   it("a patch that leaves the schedule alone keeps next_run_at", () => {
