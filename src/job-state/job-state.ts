@@ -106,8 +106,9 @@ export interface JobState {
   /**
    * Occurrences above `last_occurrence_ms` that were handled all the same: the runs prepared
    * ahead that a schedule change cancelled (it lowers `last_occurrence_ms` so that the new
-   * schedule's occurrences before them fire). `fire` passes over them (their records stay
-   * cancelled); at most the runs a job prepares ahead.
+   * schedule's occurrences before them fire), or whose orphaned record it settled
+   * (run-messages.ts `onRunSettled`). `fire` passes over them (their records stay cancelled);
+   * at most MAX_HANDLED_AHEAD.
    */
   handled_ahead?: number[];
   /**
@@ -140,6 +141,9 @@ export interface JobState {
    */
   ends_unwritten?: true;
 }
+
+/** Most occurrences `JobState.handled_ahead` keeps (each change adds the runs it cancels ahead). */
+export const MAX_HANDLED_AHEAD = 32;
 
 export interface Draining {
   run_id: string;

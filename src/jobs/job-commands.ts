@@ -18,6 +18,7 @@ import {
   activeRunsReply,
   jobView,
   slotsHeld,
+  MAX_HANDLED_AHEAD,
   type ActiveRun,
 } from "../job-state/job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
@@ -86,9 +87,6 @@ function create(tx: Tx, m: Command<"create">): D {
   tx.armFire();
   return tx.done({ job: jobView(s, nextRuns(s, 5)) });
 }
-
-/** Most occurrences `JobState.handled_ahead` keeps (each change adds the runs it cancels ahead). */
-const MAX_HANDLED_AHEAD = 32;
 
 function patch(tx: Tx, m: Command<"patch">): D {
   const s = tx.s;

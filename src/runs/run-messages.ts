@@ -11,7 +11,7 @@ import { assertNever } from "../lib/assert.ts";
 import type { HeartbeatAck } from "../protocol/worker.ts";
 import { grantId, parseRunId, splitGrant } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
-import type { ActiveRun, JobState } from "../job-state/job-state.ts";
+import { MAX_HANDLED_AHEAD, type ActiveRun, type JobState } from "../job-state/job-state.ts";
 import { firstAfter, holdOf } from "../job-state/occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
 import {
@@ -415,11 +415,22 @@ function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
  * it moves past it. Without this a resume or a schedule still calling for it fired it again, and
  * its `create` (meeting the settled record) put it in the runs index a second time. The index
  * entry itself is added by the wrapper (with-history.ts).
+ *
+ * Pitfall: after a schedule change the orphan is the old schedule's, and the new one may call for
+ * occurrences before it (`next_run_at` is earlier): those must still fire, so it is handled ahead
+ * instead (`handled_ahead`, as `patch` keeps the prepared runs it cancels; `fire` passes over it).
+ * Raising `last_occurrence_ms` to it would move `next_run_at` past them: no record, ever.
  */
 function onRunSettled(tx: Tx, runId: string): D {
   const s = tx.s;
   const o = parseRunId(runId);
   if (!o || o.seq !== 0 || !s.job || (s.last_occurrence_ms ?? 0) >= o.ms) return tx.done(null);
+  if (s.next_run_at_ms !== null && s.next_run_at_ms < o.ms) {
+    const handled = new Set([...(s.handled_ahead ?? []), o.ms]);
+    s.handled_ahead = [...handled].sort((a, b) => a - b).slice(0, MAX_HANDLED_AHEAD);
+    tx.changed = true;
+    return tx.done(null);
+  }
   s.last_occurrence_ms = o.ms;
   if (s.next_run_at_ms !== null && s.next_run_at_ms <= o.ms) {
     s.next_run_at_ms = firstAfter(s.job.spec, tx.now, s);

@@ -354,6 +354,33 @@ describe("job actor: pause, resume, patch", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  // The orphan of a fire whose state change was lost (a takeover) is settled by a schedule change
+  // that reaches the new owner before its re-fire: it stays cancelled, like a prepared run the
+  // change cancels (the test before last), and the new schedule fires from now — not from after
+  // the orphan's occurrence, which `run_settled` once made the job's last handled one.
+  it("a schedule change that settles a lost fire's orphan prepared ahead fires the new schedule from now", () => {
+    const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500;
+    const d = new Driver(cfg({ lookaheadMs: 300_000 }), { index: true }, start);
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    d.skipTime(4_000);
+    const hour = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
+    d.crashAfterPre({ kind: "fire" }); // 01:00 prepared: its record written, the state change lost
+    assert.equal(d.written.get(hour)?.status, "queued");
+    d.activate();
+    d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
+    assert.equal(d.written.get(hour)?.status, "cancelled", "the orphan settled");
+    assert.equal(d.state.next_run_at_ms, ms("2026-01-01T00:58:10Z"));
+    d.advance(ms("2026-01-01T01:00:05Z") - d.now);
+    const fired = [...d.records.values()]
+      .filter((x) => x.status !== "cancelled")
+      .map((x) => at(x.scheduled_for));
+    for (let t = ms("2026-01-01T00:58:10Z"); t < ms("2026-01-01T01:00:00Z"); t += 10_000)
+      assert.ok(fired.includes(t), `the occurrence ${new Date(t).toISOString()} has a run`);
+    assert.equal(d.written.get(hour)?.status, "cancelled", "the orphan stays cancelled");
+    assert.deepEqual(d.listingProblems(), [], "each record listed once");
+    assert.deepEqual(d.violations, []);
+  });
+
   it("a patch that leaves the schedule alone keeps next_run_at", () => {
     const d = new Driver();
     d.create();
