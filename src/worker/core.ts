@@ -29,7 +29,9 @@ export class WorkerCore {
 
   constructor(o: WorkerOptions) {
     this.o = o;
-    this.table = new LeaseTable(o.slots, o.prefetch ?? defaultPrefetch(o.slots));
+    this.table = new LeaseTable(o.slots, o.prefetch ?? defaultPrefetch(o.slots), () =>
+      o.clock.now(),
+    );
     this.turnaround = new Turnaround(o.slots);
   }
 

@@ -6,7 +6,7 @@
  */
 import { AttemptMemory } from "./attempt-memory.ts";
 import type { Lease } from "./lease.ts";
-import { SlotLedger } from "./slot-ledger.ts";
+import { SLOT_HOLD_MS, SlotLedger, type Hold } from "./slot-ledger.ts";
 
 export class LeaseTable {
   readonly leases = new Map<string, Lease>();
@@ -37,11 +37,20 @@ export class LeaseTable {
    */
   woken: Lease[] = [];
 
-  constructor(slots: number, prefetch: number) {
+  /** Whether a freed slot may be kept for a queued attempt whose start is near (slot-ledger.ts). */
+  readonly #hold: Hold<Lease>;
+
+  /** `nowMs`: this worker's wall clock, as start instants are timed by (start-timing.ts). */
+  constructor(slots: number, prefetch: number, nowMs: () => number) {
     this.slots = new SlotLedger<Lease>(slots, prefetch, {
       tenantOf: (l) => l.req.tenant_id,
       weightOf: (l) => l.req.weight ?? 1,
     });
+    this.#hold = {
+      soon: (l) =>
+        !l.lost && l.execution === undefined && l.req.start_at_ms - nowMs() <= SLOT_HOLD_MS,
+      idle: (l) => !l.lost && l.execution === undefined,
+    };
   }
 
   get size(): number {
@@ -102,8 +111,9 @@ export class LeaseTable {
    * `onFreed` hears of it, with the attempts that take the freed slot.
    */
   freeSlot(l: Lease): void {
-    // A freed slot goes to a queued attempt whose start instant passed (start-timing.ts `run`).
-    const promoted = this.slots.release(l, (q) => q.waitingSlot === true);
+    // A freed slot goes to a queued attempt whose start instant passed (start-timing.ts `run`),
+    // or is kept for one whose start is near.
+    const promoted = this.slots.release(l, (q) => q.waitingSlot === true, this.#hold);
     if (promoted !== undefined) this.onFreed?.(promoted);
   }
 }

@@ -23,6 +23,14 @@
  * a run prepared ahead without a place (refused, it came back after its start, late, behind them).
  * `room`, what the worker advertises, counts the places a late offer could take.
  *
+ * One slot a worker may keep for a run prepared ahead (`Hold`): a slot freed when no queued attempt
+ * on time is ready, but one on time starts within SLOT_HOLD_MS, goes to that one (it holds the slot
+ * idle until its start) rather than to a late one ready now. Without it, on a worker whose slots
+ * all run tasks of one length started together, they free together, once a task length apart, and a
+ * light tenant's run due just after such a wave waits a whole task length for the next. At most
+ * one slot of the worker is kept so at a time (a large worker frees slots often enough, and the
+ * fleet loses at most one slot·SLOT_HOLD_MS a worker per run prepared ahead).
+ *
  * Also the slot turnaround (`Turnaround`): each start matched to the earliest slot freed before it
  * and not matched yet — the time a slot sat idle between two executions
  * (`kairos_slot_idle_seconds`).
@@ -42,6 +50,9 @@ export { ON_TIME_MS };
 export function defaultPrefetch(slots: number): number {
   return Math.min(slots, 256, Math.max(2, Math.ceil(slots / 8)));
 }
+
+/** A slot freed at most this long before a queued on-time attempt's start may be kept for it (`Hold`). */
+export const SLOT_HOLD_MS = 1_500;
 
 /** Where an offer goes (`admit`): a slot of its own, the prefetch queue, or nowhere (refused). */
 export type Placement = "slot" | "queued" | "full";
@@ -63,19 +74,30 @@ export interface Fairness<T> {
   weightOf(x: T): number;
 }
 
+/**
+ * For keeping a freed slot for an attempt prepared ahead (see the module header): `soon` — not
+ * ready, its start instant at most SLOT_HOLD_MS away; `idle` — holds a slot and executes nothing yet.
+ */
+export interface Hold<T> {
+  soon(x: T): boolean;
+  idle(x: T): boolean;
+}
+
 /** Nobody's: every attempt alike, so the order is on time first, then oldest. */
 const ALIKE: Fairness<unknown> = { tenantOf: () => "", weightOf: () => 1 };
 
 /**
  * Which ready queued attempt a freed slot goes to (pure; see the module header): the oldest of
  * those passed over MAX_PASSED times; else among those that came on time (else among all) the
- * lowest `load` — the slots its tenant holds here per unit of weight — ties oldest; −1 when none
- * is ready. `passed`: the indexes of the ready ones before it that it passes over (each counts it).
+ * lowest `load` — the slots its tenant holds here per unit of weight — ties oldest; when none of
+ * the ready ones came on time, the oldest on-time one that is `soon` (not ready) instead, if any;
+ * −1 when none. `passed`: the indexes of the ready ones before it that it passes over (each counts it).
  */
 export function nextHolder(
   queue: readonly { readonly onTime: boolean; readonly passed: number }[],
   ready: (i: number) => boolean,
   load: (i: number) => number,
+  soon?: (i: number) => boolean,
 ): { next: number; passed: number[] } {
   let best = -1;
   let bestOnTime = false;
@@ -93,6 +115,12 @@ export function nextHolder(
       bestLoad = l;
     }
   }
+  if (!bestOnTime && soon) {
+    // No ready attempt on time: the oldest on time that starts soon keeps the slot (every ready
+    // one is passed over).
+    for (let i = 0; i < queue.length; i++)
+      if (queue[i]!.onTime && !ready(i) && soon(i)) return { next: i, passed: seen };
+  }
   return { next: best, passed: seen.filter((i) => i < best) };
 }
 
@@ -102,6 +130,8 @@ export class SlotLedger<T> {
   readonly #heldBy = new Map<string, number>();
   /** The prefetch queue in arrival order (at most 2 × `prefetch`: a scan or a splice is cheap). */
   #queue: Queued<T>[] = [];
+  /** The attempt a freed slot was kept for (`Hold`), while it holds the slot idle. */
+  #kept: T | undefined;
 
   constructor(
     readonly slots: number,
@@ -192,10 +222,12 @@ export class SlotLedger<T> {
 
   /**
    * `x` gives up its slot or its place in the queue (its execution ended, or it went): the
-   * queued attempts that take the freed slot — `ready` ones, on time first (`#next`); undefined if
-   * `x` held neither. A slot no ready attempt takes stays free.
+   * queued attempts that take the freed slot — `ready` ones, on time first (`#next`), or one kept
+   * for (`hold`: see the module header); undefined if `x` held neither. A slot no ready attempt
+   * takes stays free.
    */
-  release(x: T, ready: (q: T) => boolean): T[] | undefined {
+  release(x: T, ready: (q: T) => boolean, hold?: Hold<T>): T[] | undefined {
+    if (this.#kept === x) this.#kept = undefined;
     if (!this.#holding.delete(x)) {
       const i = this.#indexOf(x);
       if (i < 0) return undefined;
@@ -208,25 +240,36 @@ export class SlotLedger<T> {
     else this.#heldBy.delete(t);
     const promoted: T[] = [];
     while (this.#holding.size < this.slots) {
-      const i = this.#next(ready);
+      const i = this.#next(ready, this.#mayKeep(hold) ? hold : undefined);
       if (i < 0) break;
       const [q] = this.#queue.splice(i, 1);
       this.#hold(q!.x);
       promoted.push(q!.x);
+      if (!ready(q!.x)) this.#kept = q!.x;
     }
     return promoted;
+  }
+
+  /** No slot is kept now (the one kept for an attempt is gone or executes). */
+  #mayKeep(hold: Hold<T> | undefined): boolean {
+    if (!hold) return false;
+    if (this.#kept !== undefined && this.#holding.has(this.#kept) && hold.idle(this.#kept))
+      return false;
+    this.#kept = undefined;
+    return true;
   }
 
   /**
    * The queue index a freed slot goes to (`nextHolder`); the ready ones queued before it that it
    * passes over count it.
    */
-  #next(ready: (q: T) => boolean): number {
+  #next(ready: (q: T) => boolean, hold: Hold<T> | undefined): number {
     const queue = this.#queue;
     const { next, passed } = nextHolder(
       queue,
       (k) => ready(queue[k]!.x),
       (k) => this.#load(queue[k]!.x),
+      hold && ((k) => hold.soon(queue[k]!.x)),
     );
     for (const k of passed) queue[k]!.passed++;
     return next;

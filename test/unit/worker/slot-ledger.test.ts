@@ -86,6 +86,115 @@ describe("slot ledger", () => {
     assert.deepEqual(l.release("late-1", all), ["light-2"]);
   });
 
+  describe("a slot kept for a run prepared ahead whose start is near (`Hold`)", () => {
+    // `soon`: names in the set start within SLOT_HOLD_MS; `idle`: names in `started` execute.
+    const holdOf = (soon: Set<string>, started: Set<string>) => ({
+      soon: (x: string) => soon.has(x),
+      idle: (x: string) => !started.has(x),
+    });
+
+    it("no ready attempt on time: the freed slot is kept for the on-time one starting soon, not given to a late one", () => {
+      const l = new SlotLedger<string>(2, 4);
+      l.admit("run-1", false);
+      l.admit("run-2", false);
+      l.admit("late-1", false);
+      l.admit("light", true); // prepared ahead, its start near
+      l.admit("late-2", false);
+      const soon = new Set(["light"]);
+      const started = new Set(["run-1", "run-2"]);
+      const ready = (q: string) => q !== "light";
+      assert.deepEqual(
+        l.release("run-1", ready, holdOf(soon, started)),
+        ["light"],
+        "kept for light: a late run would hold the slot through light's start",
+      );
+      assert.ok(l.holds("light"));
+      assert.deepEqual(
+        l.release("run-2", ready, holdOf(soon, started)),
+        ["late-1"],
+        "one slot kept at a time: the next freed slot goes to the late one",
+      );
+    });
+
+    it("an attempt whose start is not near keeps nothing; without `hold`, nothing is kept", () => {
+      const l = new SlotLedger<string>(1, 4);
+      l.admit("run", false);
+      l.admit("late", false);
+      l.admit("light", true);
+      const ready = (q: string) => q !== "light";
+      assert.deepEqual(
+        l.release("run", ready, holdOf(new Set(), new Set(["run"]))),
+        ["late"],
+        "light's start is far: the late run takes the slot",
+      );
+      const m = new SlotLedger<string>(1, 4);
+      m.admit("run", false);
+      m.admit("late", false);
+      m.admit("light", true);
+      assert.deepEqual(m.release("run", ready), ["late"], "no hold given: as before");
+    });
+
+    it("a ready on-time attempt goes before the one kept for; the kept slot frees the keep once it executes or goes", () => {
+      const l = new SlotLedger<string>(2, 4);
+      l.admit("run-1", false);
+      l.admit("run-2", false);
+      l.admit("light-1", true);
+      l.admit("light-2", true);
+      l.admit("late", false);
+      const soon = new Set(["light-1", "light-2"]);
+      const started = new Set(["run-1", "run-2"]);
+      const notReady = new Set(["light-1", "light-2"]);
+      const ready = (q: string) => !notReady.has(q);
+      assert.deepEqual(l.release("run-1", ready, holdOf(soon, started)), ["light-1"]);
+      notReady.delete("light-2");
+      assert.deepEqual(
+        l.release("run-2", ready, holdOf(soon, started)),
+        ["light-2"],
+        "ready and on time: first, as always",
+      );
+      l.admit("light-3", true);
+      soon.add("light-3");
+      notReady.add("light-3");
+      started.add("light-2");
+      assert.deepEqual(
+        l.release("light-2", ready, holdOf(soon, started)),
+        ["late"],
+        "light-1 still idle in its kept slot: no second one kept",
+      );
+      started.add("light-1"); // light-1 started: its slot executes, the keep is over
+      started.add("late");
+      assert.deepEqual(l.release("late", ready, holdOf(soon, started)), ["light-3"]);
+      assert.deepEqual(
+        l.release("light-3", ready, holdOf(soon, started)),
+        [],
+        "the kept one went before its start: nothing queued to take the slot",
+      );
+    });
+
+    it("keeping a slot passes over the ready late attempts (MAX_PASSED bounds it)", () => {
+      const l = new SlotLedger<string>(1, 2);
+      l.admit("run", false);
+      l.admit("late", false);
+      let holder = "run";
+      const ready = (q: string) => !q.startsWith("soon");
+      for (let i = 0; i < MAX_PASSED; i++) {
+        l.admit(`soon-${i}`, true);
+        assert.deepEqual(
+          l.release(holder, ready, holdOf(new Set([`soon-${i}`]), new Set())),
+          [`soon-${i}`],
+          `pass ${i + 1}`,
+        );
+        holder = `soon-${i}`;
+      }
+      l.admit("soon-last", true);
+      assert.deepEqual(
+        l.release(holder, ready, holdOf(new Set(["soon-last"]), new Set())),
+        ["late"],
+        "passed over enough: its turn",
+      );
+    });
+  });
+
   it("late offers fill at most the prefetch: offers on time have places of their own", () => {
     const l = new SlotLedger<string>(1, 2);
     l.admit("run", false);
