@@ -7,7 +7,10 @@
  * (acquired, released, lost). It computes 61 minutes and re-publishes the gauge shifted by one at
  * each minute's start (from memory), so minute 0 is always the current minute.
  *
- * Cost: one KV list of each held partition per minute, decoding every job state in it, bounded
+ * Cost: one KV list of each held partition per minute, decoding each job state whose revision
+ * changed since the last refresh (the others' forecast inputs, schedules compiled, are kept by
+ * key and revision: at 100,000 jobs, decoding every state each minute took seconds of the node's
+ * CPU, and the API's reads meanwhile waited behind it), bounded
  * by `maxJobs` (default 100,000 per node; past it the forecast is an undercount and a warning is
  * logged once per refresh) and by the forecast's occurrence budget. The gauge is process-wide:
  * with several nodes in one process (tests) the last refresh wins.
@@ -19,6 +22,7 @@ import type { EventBus } from "../cluster/events.ts";
 import { JOB_ACTOR } from "../protocol/ids.ts";
 import type { JobState } from "../job-state/job-state.ts";
 import {
+  compiledOrNull,
   DEFAULT_MAX_JOBS,
   forecastJobOf,
   forecastRunsDue,
@@ -46,21 +50,38 @@ export const REFRESH_AT_MS = 30_000;
 /** The minute's start is passed by this much before the gauge shifts (timers may fire early). */
 const SHIFT_SLACK_MS = 10;
 
-/** Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`). */
+/** A job state's forecast input as of a KV revision (undefined: a deleted or empty state). */
+export interface KnownJob {
+  readonly revision: number;
+  readonly job: ForecastJob | undefined;
+}
+
+/**
+ * Reads the stored job states of the given partitions, at most `maxJobs` (then `truncated`).
+ * `known`: the inputs of a previous read by key; a state at the same revision is not decoded
+ * again. `read` holds this read's inputs by key, for the next.
+ */
 export async function readForecastJobs(
   actors: KvStore,
   partitions: Iterable<number | "*">,
   maxJobs: number,
-): Promise<{ jobs: ForecastJob[]; truncated: boolean }> {
+  known?: ReadonlyMap<string, KnownJob>,
+): Promise<{ jobs: ForecastJob[]; truncated: boolean; read: Map<string, KnownJob> }> {
   const jobs: ForecastJob[] = [];
+  const read = new Map<string, KnownJob>();
   for (const p of partitions) {
     for (const e of await actors.list(`${JOB_ACTOR}.${p}.*.*`)) {
-      if (jobs.length >= maxJobs) return { jobs, truncated: true };
-      const j = forecastJobOf(decode<{ s: JobState }>(e.value).s);
-      if (j) jobs.push(j);
+      if (jobs.length >= maxJobs) return { jobs, truncated: true, read };
+      let k = known?.get(e.key);
+      if (k?.revision !== e.revision) {
+        const j = forecastJobOf(decode<{ s: JobState }>(e.value).s);
+        k = { revision: e.revision, job: j && { ...j, compiled: compiledOrNull(j.schedule) } };
+      }
+      read.set(e.key, k);
+      if (k.job) jobs.push(k.job);
     }
   }
-  return { jobs, truncated: false };
+  return { jobs, truncated: false, read };
 }
 
 export class ForecastService {
@@ -80,6 +101,8 @@ export class ForecastService {
       }
     | undefined;
   #cancelShift: (() => void) | undefined;
+  /** The last refresh's inputs by key and revision (at most `maxJobs`: see readForecastJobs). */
+  #known: ReadonlyMap<string, KnownJob> = new Map();
 
   constructor(o: ForecastServiceOptions) {
     this.#o = o;
@@ -139,7 +162,9 @@ export class ForecastService {
       this.#o.actors(),
       [...this.#o.held()].sort((a, b) => a - b),
       maxJobs,
+      this.#known,
     );
+    this.#known = read.read;
     // One minute more than the gauge shows: at the next minute's start it is shifted by one.
     const f = forecastRunsDue(read.jobs, this.#o.clock.now(), { minutes: 61, maxJobs });
     if (read.truncated || f.truncated)

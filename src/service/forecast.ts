@@ -9,7 +9,7 @@
  * Pitfall: bounded — at most `maxJobs` jobs and `maxOccurrences` occurrences in all; past a bound
  * the forecast is `truncated` (an undercount), never slow.
  */
-import { compileSchedule, type ScheduleSpec } from "../schedule/index.ts";
+import { compileSchedule, type CompiledSchedule, type ScheduleSpec } from "../schedule/index.ts";
 import type { JobState } from "../job-state/job-state.ts";
 
 /** What the forecast needs of a job. */
@@ -19,6 +19,20 @@ export interface ForecastJob {
   enabled: boolean;
   /** The job's next due time (null: nothing due — a past one-shot, a deleted job). */
   next_run_at_ms: number | null;
+  /**
+   * `schedule` compiled already (null: the engine refuses it), kept by a caller that forecasts the
+   * same jobs again (server/forecast.ts); absent: compiled here.
+   */
+  compiled?: CompiledSchedule | null;
+}
+
+/** `schedule` compiled, or null when the engine refuses it (a stored job fires nothing then). */
+export function compiledOrNull(schedule: ScheduleSpec): CompiledSchedule | null {
+  try {
+    return compileSchedule(schedule);
+  } catch {
+    return null;
+  }
 }
 
 export interface ForecastOptions {
@@ -91,12 +105,9 @@ export function forecastRunsDue(
     }
     f.jobsScanned++;
     if (!job.enabled || job.next_run_at_ms === null || job.next_run_at_ms >= endMs) continue;
-    let schedule;
-    try {
-      schedule = compileSchedule(job.schedule);
-    } catch {
-      continue; // stored jobs were validated at create; a schedule the engine now refuses fires nothing
-    }
+    // Stored jobs were validated at create; a schedule the engine now refuses fires nothing.
+    const schedule = job.compiled !== undefined ? job.compiled : compiledOrNull(job.schedule);
+    if (!schedule) continue;
     let tenant = f.byTenant.get(job.tenant_id);
     let after = Math.max(startMs, job.next_run_at_ms) - 1;
     for (;;) {
