@@ -22,7 +22,9 @@
  *   - `cap_exceeded`: attempt starts that took a tenant over its cap;
  *   - `small_tenant_p99_lag_ms`: the light tenant's first attempt start − scheduled_for;
  *   - `slot_idle_ms`: slot turnaround on each worker — a slot freed by an attempt's end, to the
- *     next start on that worker (frees matched to starts in order);
+ *     next start on that worker (frees matched to starts in order); `slot_idle_while_due_ms` the
+ *     same for the starts whose run was due when the slot freed (the rest: slots a worker kept
+ *     for a run due soon, src/worker/slot-ledger.ts);
  *   - `throttled`: runs given status `throttled`; `waiting_at_end`: records still `queued`;
  *   - per tenant, `grants_mean` and `fleet_share_mean`: its grants held (tenant actor) and its
  *     share (fleet actor), sampled every 500 ms through the window.
@@ -79,18 +81,30 @@ const pct = (sorted: number[], p: number) =>
 /**
  * Slot turnaround on one worker: each start after a slot was freed is matched to the earliest
  * unmatched free before it; the gaps, in ms. Starts with no free before them (slots never used
- * yet) are not turnarounds.
+ * yet) are not turnarounds. An interval's third element, its run's due time, marks the gaps
+ * whose run was due when the slot freed (`whileDue`): a slot idle while that run waited, not one
+ * its worker kept for a run due later (src/worker/slot-ledger.ts `Hold`).
  */
-export function turnarounds(intervals: readonly [number, number][]): number[] {
+export function turnaroundsOf(
+  intervals: readonly (readonly [number, number, number?])[],
+): { ms: number; whileDue: boolean }[] {
   const frees = intervals.map(([, f]) => f).sort((a, b) => a - b);
-  const starts = intervals.map(([s]) => s).sort((a, b) => a - b);
-  const out: number[] = [];
+  const starts = intervals
+    .map(([s, , due]) => [s, due ?? -Infinity] as const)
+    .sort((a, b) => a[0] - b[0]);
+  const out: { ms: number; whileDue: boolean }[] = [];
   let fi = 0;
-  for (const s of starts) {
-    if (fi < frees.length && frees[fi]! <= s) out.push(s - frees[fi++]!);
+  for (const [s, due] of starts) {
+    if (fi < frees.length && frees[fi]! <= s) {
+      const free = frees[fi++]!;
+      out.push({ ms: s - free, whileDue: due <= free });
+    }
   }
   return out;
 }
+
+export const turnarounds = (intervals: readonly (readonly [number, number, number?])[]): number[] =>
+  turnaroundsOf(intervals).map((t) => t.ms);
 
 interface TenantPlan {
   name: string;
@@ -319,7 +333,7 @@ export function measure(
 ): Record<string, unknown> {
   const nameOf = new Map(plans.map((p) => [p.id!, p.name]));
   const intervals = new Map<string, [number, number][]>(plans.map((p) => [p.name, []]));
-  const byWorker = new Map<string, [number, number][]>();
+  const byWorker = new Map<string, [number, number, number][]>();
   const statuses: Record<string, number> = {};
   for (const r of runs) {
     const name = nameOf.get(r.tenant_id);
@@ -331,7 +345,11 @@ export function measure(
       const f = a.finished_at ? Date.parse(a.finished_at) : w.windowEnd;
       intervals.get(name)!.push([s, f]);
       if (a.worker)
-        (byWorker.get(a.worker) ?? byWorker.set(a.worker, []).get(a.worker)!).push([s, f]);
+        (byWorker.get(a.worker) ?? byWorker.set(a.worker, []).get(a.worker)!).push([
+          s,
+          f,
+          Date.parse(r.scheduled_for),
+        ]);
     }
   }
   const used = (name: string, from: number, to: number) =>
@@ -397,8 +415,13 @@ export function measure(
     }
   }
   // Slot turnaround inside the window.
-  const idle = [...byWorker.values()]
-    .flatMap((xs) => turnarounds(xs.filter(([s]) => s >= w.windowStart && s < w.windowEnd)))
+  const gaps = [...byWorker.values()].flatMap((xs) =>
+    turnaroundsOf(xs.filter(([s]) => s >= w.windowStart && s < w.windowEnd)),
+  );
+  const idle = gaps.map((g) => g.ms).sort((a, b) => a - b);
+  const idleWhileDue = gaps
+    .filter((g) => g.whileDue)
+    .map((g) => g.ms)
     .sort((a, b) => a - b);
   // The light tenant's lag.
   const light = plans.find((p) => p.name === "light")!;
@@ -420,7 +443,7 @@ export function measure(
         `${p.name.padEnd(8)} weight ${p.weight}, cap ${p.cap ?? "-"}: ${(perTenant[p.name]!.share * 100).toFixed(1)}% of all slots vs ${(perTenant[p.name]!.reference * 100).toFixed(1)}% weighted max-min; worst 10 s window off by ${(perTenant[p.name]!.max_error * 100).toFixed(1)} points`,
     ),
     `max share error (10 s windows, of all slots): ${(maxErr * 100).toFixed(1)} points; cap exceeded: ${capExceeded}`,
-    `slot turnaround ms: p50 ${pct(idle, 50)}, p99 ${pct(idle, 99)} (${idle.length} turnarounds)`,
+    `slot turnaround ms: p50 ${pct(idle, 50)}, p99 ${pct(idle, 99)} (${idle.length} turnarounds); while the next run was due: p50 ${pct(idleWhileDue, 50)}, p99 ${pct(idleWhileDue, 99)} (${idleWhileDue.length}; the others were kept for a run due later)`,
     `light tenant: ${lightRuns.length} runs due in the window, lag ms p50 ${pct(lags, 50)}, p99 ${pct(lags, 99)}; run records by status: ${JSON.stringify(statuses)}`,
   ];
   return {
@@ -435,6 +458,7 @@ export function measure(
     cap_exceeded: capExceeded,
     small_tenant_p99_lag_ms: pct(lags, 99),
     slot_idle_ms: { p50: pct(idle, 50), p99: pct(idle, 99) },
+    slot_idle_while_due_ms: { p50: pct(idleWhileDue, 50), p99: pct(idleWhileDue, 99) },
     throttled: statuses["throttled"] ?? 0,
     waiting_at_end: statuses["queued"] ?? 0,
   };

@@ -1,7 +1,7 @@
 /** The fleet benchmark's figures from run records: idle slots count, shares are of all slots, turnaround per worker. */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { measure, taskSleeps, turnarounds } from "../../../bench/fleet.ts";
+import { measure, taskSleeps, turnarounds, turnaroundsOf } from "../../../bench/fleet.ts";
 import { waterFill } from "../../../bench/water-fill.ts";
 import type { RunView } from "../../../src/protocol/model.ts";
 
@@ -55,6 +55,21 @@ describe("fleet benchmark figures", () => {
         [250, 400],
       ]),
       [30, 50],
+    );
+  });
+
+  it("a turnaround whose run was due only after the slot freed is one kept for it (not while due)", () => {
+    assert.deepEqual(
+      turnaroundsOf([
+        [0, 100, 0],
+        [0, 200, 0],
+        [130, 300, 90], // due at 90, before the free at 100: idle while due
+        [250, 400, 250], // due at 250, after the free at 200: kept for it
+      ]),
+      [
+        { ms: 30, whileDue: true },
+        { ms: 50, whileDue: false },
+      ],
     );
   });
 
