@@ -9,16 +9,10 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { Bus } from "../../../src/cluster/bus.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
-import {
-  ActorRouter,
-  type ActorReply,
-  type ActorRequest,
-  type LocalActors,
-} from "../../../src/cluster/router.ts";
+import type { ActorReply, ActorRequest, LocalActors } from "../../../src/cluster/router.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { KairosError, isKairosError } from "../../../src/lib/errors.ts";
-import { systemClock, type Clock } from "../../../src/lib/clock.ts";
-import { seededRandom } from "../../../src/lib/random.ts";
+import { testRouter } from "../../support/router.ts";
 
 const PARTITIONS = 8;
 const addr = { type: "job", id: "t1.j1" };
@@ -41,26 +35,8 @@ function wireBus(): Bus & { requests: number } {
   return bus;
 }
 
-/** The system clock with timers that keep the test's event loop alive (the router's waits). */
-const clock: Clock = {
-  ...systemClock,
-  setTimer(delayMs, fn) {
-    const t = setTimeout(fn, Math.max(0, delayMs));
-    return () => clearTimeout(t);
-  },
-};
-
 function router(bus: Bus, local: LocalActors, o: { attemptTimeoutMs?: number } = {}) {
-  return new ActorRouter({
-    nc: bus,
-    clusterName: "c",
-    clock,
-    random: seededRandom(1),
-    partitions: PARTITIONS,
-    deadlineMs: 2_000,
-    local: () => local,
-    ...o,
-  });
+  return testRouter(bus, { partitions: PARTITIONS, local: () => local, ...o });
 }
 
 describe("ActorRouter.request to the node's own host", () => {

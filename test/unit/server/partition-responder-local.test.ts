@@ -13,24 +13,14 @@ import { EventBus, type NodeEvent } from "../../../src/cluster/events.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { encode } from "../../../src/cluster/codec.ts";
-import { ActorRouter, partitionSubject, type ActorReply } from "../../../src/cluster/router.ts";
-import { systemClock, type Clock } from "../../../src/lib/clock.ts";
-import { seededRandom } from "../../../src/lib/random.ts";
+import { partitionSubject, type ActorReply } from "../../../src/cluster/router.ts";
 import { jobAddressGuard } from "../../../src/server/address-guard.ts";
 import { PartitionResponder } from "../../../src/server/partition-responder.ts";
+import { testRouter, timerClock } from "../../support/router.ts";
 
 const PARTITIONS = 4;
 const addr = { type: "job", id: "tA.j1" };
 const P = partitionOf(addr, PARTITIONS);
-
-/** The system clock with timers that keep the test's event loop alive (the router's waits). */
-const clock: Clock = {
-  ...systemClock,
-  setTimer(ms, fn) {
-    const t = setTimeout(fn, Math.max(0, ms));
-    return () => clearTimeout(t);
-  },
-};
 
 type Msg = { kind: string; tenant_id?: string; job_id?: string; boom?: boolean };
 
@@ -86,7 +76,7 @@ function setup(kv = new MemoryKv("actors")) {
   eventBus.on((e) => events.push(e));
   const host = new ActorHost({
     nodeId: "a",
-    clock,
+    clock: timerClock,
     events: eventBus,
     kv,
     partitions: PARTITIONS,
@@ -105,17 +95,9 @@ function setup(kv = new MemoryKv("actors")) {
     host: () => host,
     events: eventBus,
     log: (level, msg, extra) => logged.push({ level, msg, ...(extra ? { extra } : {}) }),
-    clock,
+    clock: timerClock,
   });
   responder.guard("job", jobAddressGuard);
-  const routing = {
-    nc: bus,
-    clusterName: "c",
-    clock,
-    random: seededRandom(1),
-    partitions: PARTITIONS,
-    deadlineMs: 2_000,
-  };
   const local = responder.localActors(host);
   return {
     host,
@@ -125,9 +107,9 @@ function setup(kv = new MemoryKv("actors")) {
     events,
     logged,
     /** The node's `router`: always over the bus. */
-    wire: new ActorRouter(routing),
+    wire: testRouter(bus, { partitions: PARTITIONS }),
     /** The node's `commandRouter`: in memory for a served partition. */
-    command: new ActorRouter({ ...routing, local: () => local }),
+    command: testRouter(bus, { partitions: PARTITIONS, local: () => local }),
     /** What the node does on acquiring: activate, then subscribe the responder. */
     acquire: async () => {
       await host.acquire(P);
