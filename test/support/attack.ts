@@ -4,12 +4,14 @@
  * first — the defence's own signal (a node event, a permission violation reported to the
  * attacker's connection) or the attack's effect on the cluster's state — and asserts it was the
  * defence. So the same test fails (with the effect it saw) when the defence is removed, instead of
- * merely timing out. The set-up every attack shares is here too: the victim tenant's record and
- * the nodes, each started with its own identity's credentials.
+ * merely timing out. The set-up every attack shares is here too: the victim tenant's record (or
+ * two tenants' on a new nats-server), and the nodes, each started with its own identity's
+ * credentials.
  */
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { PermissionViolationError, headers } from "@nats-io/nats-core";
+import { NatsApiClient } from "../../src/client/nats-api-client.ts";
 import type { NodeEvent } from "../../src/cluster/events.ts";
 import type { EventBus } from "../../src/cluster/events.ts";
 import { openBuckets } from "../../src/cluster/buckets.ts";
@@ -20,17 +22,22 @@ import { metricsText, type BusRefusalReason, type BusResponder } from "../../src
 import type { Tenant } from "../../src/protocol/service.ts";
 import { startKairos, type KairosProcess, type ProcessOptions } from "../../src/server/start.ts";
 import { TENANT_DEFAULTS } from "../../src/tenants/directory.ts";
-import type { NatsFixture } from "./nats.ts";
+import { eventually } from "./kairos.ts";
+import { startNats, type NatsFixture } from "./nats.ts";
 
 /**
- * Writes the victim tenant `tenantId` (named `alpha`, default limits) into the `kairos` cluster's
+ * Writes the victim tenant `tenantId` (named `name`, default limits) into the `kairos` cluster's
  * tenants bucket with `admin`, opening the buckets first as every node does (one replica).
  */
-export async function putVictimTenant(admin: NatsConnection, tenantId: string): Promise<void> {
+export async function putVictimTenant(
+  admin: NatsConnection,
+  tenantId: string,
+  name = "alpha",
+): Promise<void> {
   const b = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
   const t: Tenant = {
     tenant_id: tenantId,
-    name: "alpha",
+    name,
     created_at: "2026-01-01T00:00:00Z",
     ...TENANT_DEFAULTS,
   };
@@ -66,6 +73,15 @@ export function startAttackNode(
       drainTimeoutMs: 0,
       ...opts,
     },
+  );
+}
+
+/** Resolves once `node` holds all its partitions, within 20 s: its actors are there to attack. */
+export async function allPartitionsHeld(node: KairosProcess): Promise<void> {
+  await eventually(
+    async () => (node.node.heldPartitions().length === node.node.partitions ? true : undefined),
+    20_000,
+    "all partitions held",
   );
 }
 
@@ -223,6 +239,55 @@ export function outsiders(
         }),
     },
   ];
+}
+
+/**
+ * A nats-server (authorization on) with two tenants, each with its NATS API service user: A
+ * (`tenantA`, `connectService("alpha")`) and B (`tenantB`, `connectService("beta")`), both
+ * tenants' records written (`putVictimTenant`, named after their user) by `admin`, an admin
+ * connection named `adminName`. The caller closes `admin` and stops `nats`; should the set-up
+ * fail, both are ended here, as the caller has neither yet.
+ */
+export async function startTwoTenants(
+  tenantA: string,
+  tenantB: string,
+  adminName: string,
+): Promise<{ nats: NatsFixture; admin: NatsConnection }> {
+  const nats = await startNats({
+    services: [
+      { name: "alpha", tenantId: tenantA },
+      { name: "beta", tenantId: tenantB },
+    ],
+  });
+  let admin: NatsConnection | undefined;
+  try {
+    admin = await nats.connect(adminName);
+    await putVictimTenant(admin, tenantA, "alpha");
+    await putVictimTenant(admin, tenantB, "beta");
+    return { nats, admin };
+  } catch (e) {
+    await admin?.close();
+    await nats.stop();
+    throw e;
+  }
+}
+
+/**
+ * Runs `fn` with a NATS API client of tenant `tenantId` over a connection as its service user
+ * `service-<service>` (the victim acting on its own tenant), closed after `fn` settles.
+ */
+export async function asTenant<T>(
+  nats: NatsFixture,
+  service: string,
+  tenantId: string,
+  fn: (client: NatsApiClient) => Promise<T>,
+): Promise<T> {
+  const nc = await nats.connectService(service);
+  try {
+    return await fn(new NatsApiClient(nc, { cluster: "kairos", tenantId }));
+  } finally {
+    await nc.close();
+  }
 }
 
 /** A write of a KV key made by publishing, as an attacker can: each must be refused. */

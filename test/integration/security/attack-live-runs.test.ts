@@ -16,18 +16,19 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { decode, encode } from "../../../src/cluster/codec.ts";
-import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import type { LiveRunsRequest, NodeLiveRuns } from "../../../src/protocol/live-runs.ts";
 import type { KairosProcess } from "../../../src/server/start.ts";
 import { statsSubject } from "../../../src/server/stats-responder.ts";
-import { startNats, type NatsFixture } from "../../support/nats.ts";
+import type { NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
 import {
+  allPartitionsHeld,
+  asTenant,
   defenceOrEffect,
   nextPermissionError,
   outsiders,
-  putVictimTenant,
   startAttackNode,
+  startTwoTenants,
 } from "../../support/attack.ts";
 
 const TA = "tliveaaaaaaaaaaaa";
@@ -62,33 +63,17 @@ describe("live runs: only an API identity gets a scheduler's answer", { timeout:
   };
 
   before(async () => {
-    nats = await startNats({
-      services: [
-        { name: "alpha", tenantId: TA },
-        { name: "beta", tenantId: TB },
-      ],
-    });
-    admin = await nats.connect("live-admin");
-    await putVictimTenant(admin, TA);
-    await putVictimTenant(admin, TB);
+    ({ nats, admin } = await startTwoTenants(TA, TB, "live-admin"));
     node = await startAttackNode(nats, {
       nodeId: NODE,
       roles: ["api", "scheduler"],
       partitions: 4,
     });
-    await eventually(
-      async () => (node.node.heldPartitions().length === 4 ? true : undefined),
-      20_000,
-      "all partitions held",
-    );
-    const nc = await nats.connectService("alpha");
-    try {
-      const a = new NatsApiClient(nc, { cluster: "kairos", tenantId: TA });
+    await allPartitionsHeld(node);
+    runA = await asTenant(nats, "alpha", TA, async (a) => {
       const { job } = await a.createJob(spec);
-      runA = (await a.runNow(job.job_id)).run_id;
-    } finally {
-      await nc.close();
-    }
+      return (await a.runNow(job.job_id)).run_id;
+    });
     const live = await eventually(askAsApi, 20_000, "the scheduler answers A's live run");
     assert.equal(live.node, NODE);
     assert.deepEqual(

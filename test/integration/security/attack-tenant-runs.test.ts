@@ -19,15 +19,17 @@ import { jetstreamManager, type JetStreamManager } from "@nats-io/jetstream";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
 import type { KairosProcess } from "../../../src/server/start.ts";
 import { tenantLogHeadKey, tenantLogKey } from "../../../src/history/tenant-run-log.ts";
-import { startNats, type NatsFixture } from "../../support/nats.ts";
+import type { NatsFixture } from "../../support/nats.ts";
 import { eventually } from "../../support/kairos.ts";
 import {
+  allPartitionsHeld,
+  asTenant,
   attackKvWrites,
   defenceOrEffect,
   nextPermissionError,
   outsiders,
-  putVictimTenant,
   startAttackNode,
+  startTwoTenants,
 } from "../../support/attack.ts";
 
 const TA = "truntaaaaaaaaaaaa";
@@ -65,29 +67,15 @@ describe(
     let cursorA: string;
 
     before(async () => {
-      nats = await startNats({
-        services: [
-          { name: "alpha", tenantId: TA },
-          { name: "beta", tenantId: TB },
-        ],
-      });
-      admin = await nats.connect("truns-admin");
+      ({ nats, admin } = await startTwoTenants(TA, TB, "truns-admin"));
       jsm = await jetstreamManager(admin);
-      await putVictimTenant(admin, TA);
-      await putVictimTenant(admin, TB);
       node = await startAttackNode(nats, {
         nodeId: "truns-1",
         roles: ["api", "scheduler", "worker"],
         partitions: 4,
       });
-      await eventually(
-        async () => (node.node.heldPartitions().length === 4 && node.worker ? true : undefined),
-        20_000,
-        "all partitions held",
-      );
-      const nc = await nats.connectService("alpha");
-      try {
-        const a = new NatsApiClient(nc, { cluster: "kairos", tenantId: TA });
+      await allPartitionsHeld(node);
+      await asTenant(nats, "alpha", TA, async (a) => {
         const { job } = await a.createJob(spec);
         const made = [(await a.runNow(job.job_id)).run_id, (await a.runNow(job.job_id)).run_id];
         // Ended and logged: A's own list shows both (the log is written within 200 ms).
@@ -103,9 +91,7 @@ describe(
         const page = await a.listTenantRuns({ limit: 1 });
         assert.ok(page.next_cursor, "A's first page of one has a cursor");
         cursorA = page.next_cursor;
-      } finally {
-        await nc.close();
-      }
+      });
     });
 
     after(async () => {

@@ -8,18 +8,15 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { PermissionViolationError } from "@nats-io/nats-core";
 import { Kvm } from "@nats-io/kv";
-import { openBuckets, type Buckets } from "../../../src/cluster/buckets.ts";
 import { encode } from "../../../src/cluster/codec.ts";
 import { makeNodeConfig, type Role } from "../../../src/cluster/config.ts";
 import { partitionSubject } from "../../../src/cluster/router.ts";
 import { startKairos, type KairosProcess } from "../../../src/server/start.ts";
-import { TENANT_DEFAULTS } from "../../../src/tenants/directory.ts";
-import type { Tenant } from "../../../src/protocol/service.ts";
 import { NatsApiClient } from "../../../src/client/nats-api-client.ts";
-import { startNats, type NatsFixture } from "../../support/nats.ts";
+import type { NatsFixture } from "../../support/nats.ts";
 import { rejectsWith } from "../../support/errors.ts";
+import { nextPermissionError, startTwoTenants } from "../../support/attack.ts";
 
 const TA = "tsecaaaaaaaaaaaaa";
 const TB = "tsecbbbbbbbbbbbbb";
@@ -29,20 +26,9 @@ const spec = {
   task: { image: "busybox", args: ["true"], timeout_s: 5 },
 };
 
-/** Resolves with the next permission violation the connection reports (armed before acting). */
-function nextPermissionError(nc: NatsConnection): Promise<PermissionViolationError> {
-  return (async () => {
-    for await (const s of nc.status()) {
-      if (s.type === "error" && s.error instanceof PermissionViolationError) return s.error;
-    }
-    throw new Error("connection closed before a permission violation was reported");
-  })();
-}
-
 describe("NATS API identities", { timeout: 120_000 }, () => {
   let nats: NatsFixture;
   let admin: NatsConnection;
-  let buckets: Buckets;
   let sched: KairosProcess;
   const extra: KairosProcess[] = [];
 
@@ -65,26 +51,7 @@ describe("NATS API identities", { timeout: 120_000 }, () => {
     );
 
   before(async () => {
-    nats = await startNats({
-      services: [
-        { name: "alpha", tenantId: TA },
-        { name: "beta", tenantId: TB },
-      ],
-    });
-    admin = await nats.connect("natsapi-sec-admin");
-    buckets = await openBuckets(admin, { clusterName: "kairos", replicas: 1 });
-    for (const [id, name] of [
-      [TA, "alpha"],
-      [TB, "beta"],
-    ] as const) {
-      const t: Tenant = {
-        tenant_id: id,
-        name,
-        created_at: "2026-01-01T00:00:00Z",
-        ...TENANT_DEFAULTS,
-      };
-      await buckets.tenants.create(`t.${id}`, encode(t));
-    }
+    ({ nats, admin } = await startTwoTenants(TA, TB, "natsapi-sec-admin"));
     sched = await start("natsapi-sec-1", ["api", "scheduler"]);
     await new Promise<void>((resolve) => {
       const check = () => sched.node.heldPartitions().length === sched.node.partitions;
