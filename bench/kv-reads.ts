@@ -22,6 +22,7 @@ import { connectNats } from "../src/cluster/nats.ts";
 import { seededRandom } from "../src/lib/random.ts";
 import { startNatsCluster } from "../test/support/nats.ts";
 import { intOption, quantile, wantsMarkdown } from "./options.ts";
+import { timedPool } from "./pool.ts";
 import { appendSection, machine } from "./report.ts";
 
 const exec = promisify(execFile);
@@ -56,20 +57,12 @@ async function measure(
 ): Promise<{ perSecond: number; p50Ms: number; p99Ms: number }> {
   const random = seededRandom(inFlight * 7 + (opts.from === "replica" ? 1 : 0));
   const lat: number[] = [];
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: inFlight }, async () => {
-      while (next < reads) {
-        next++;
-        const key = `k.${Math.floor(random.next() * keys)}`;
-        const s = performance.now();
-        if ((await kv.get(key, opts)) === null) throw new Error(`${key}: no value`);
-        lat.push(performance.now() - s);
-      }
-    }),
-  );
-  const ms = performance.now() - t0;
+  const ms = await timedPool(reads, inFlight, async () => {
+    const key = `k.${Math.floor(random.next() * keys)}`;
+    const s = performance.now();
+    if ((await kv.get(key, opts)) === null) throw new Error(`${key}: no value`);
+    lat.push(performance.now() - s);
+  });
   lat.sort((a, b) => a - b);
   const r = (x: number) => Math.round(x * 100) / 100;
   return {

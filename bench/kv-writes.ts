@@ -9,23 +9,16 @@
  * once at the revision its create returned (a run's terminal write), `--in-flight` operations at a
  * time from one connection. Last line: one JSON object with both rates.
  */
-import { performance } from "node:perf_hooks";
 import { openBuckets } from "../src/cluster/buckets.ts";
 import type { KvStore } from "../src/cluster/kv.ts";
 import { startNats } from "../test/support/nats.ts";
 import { intOption, wantsMarkdown } from "./options.ts";
+import { timedPool } from "./pool.ts";
 import { appendSection, machine } from "./report.ts";
 
 /** `n` operations, `inFlight` at a time; operations per second. */
 async function rate(n: number, inFlight: number, op: (i: number) => Promise<void>) {
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(
-    Array.from({ length: Math.min(inFlight, n) }, async () => {
-      while (next < n) await op(next++);
-    }),
-  );
-  const s = (performance.now() - t0) / 1000;
+  const s = (await timedPool(n, inFlight, op)) / 1000;
   return { seconds: +s.toFixed(2), per_s: Math.round(n / s) };
 }
 
