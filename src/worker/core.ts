@@ -29,9 +29,7 @@ export class WorkerCore {
 
   constructor(o: WorkerOptions) {
     this.o = o;
-    this.table = new LeaseTable(o.slots, o.prefetch ?? defaultPrefetch(o.slots), () =>
-      o.clock.now(),
-    );
+    this.table = new LeaseTable(o.slots, o.prefetch ?? defaultPrefetch(o.slots), o.clock);
     this.turnaround = new Turnaround(o.slots);
   }
 

@@ -40,15 +40,28 @@ export class LeaseTable {
   /** Whether a freed slot may be kept for a queued attempt whose start is near (slot-ledger.ts). */
   readonly #hold: Hold<Lease>;
 
-  /** `nowMs`: this worker's wall clock, as start instants are timed by (start-timing.ts). */
-  constructor(slots: number, prefetch: number, nowMs: () => number) {
+  /**
+   * `clock`: this worker's; a start is timed by its owner's clock where the offer carried it
+   * (start-timing.ts), so is the nearness of a start here — a worker whose clock runs ahead would
+   * otherwise keep a slot idle for as long as it is ahead.
+   */
+  constructor(slots: number, prefetch: number, clock: { now(): number; monoMs(): number }) {
     this.slots = new SlotLedger<Lease>(slots, prefetch, {
       tenantOf: (l) => l.req.tenant_id,
       weightOf: (l) => l.req.weight ?? 1,
     });
+    const ownerNow = (l: Lease): number =>
+      l.req.owner_now_ms === undefined
+        ? clock.now()
+        : l.req.owner_now_ms + (clock.monoMs() - l.acceptedAtMono);
     this.#hold = {
+      // Not one waiting for an acknowledgement (`due`) or gated (`held`): its start is not near.
       soon: (l) =>
-        !l.lost && l.execution === undefined && l.req.start_at_ms - nowMs() <= SLOT_HOLD_MS,
+        !l.lost &&
+        l.execution === undefined &&
+        !l.due &&
+        l.held !== true &&
+        l.req.start_at_ms - ownerNow(l) <= SLOT_HOLD_MS,
       idle: (l) => !l.lost && l.execution === undefined,
     };
   }

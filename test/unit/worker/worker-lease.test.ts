@@ -2006,6 +2006,67 @@ describe("worker: the prefetch queue (a freed slot reused at once)", () => {
   );
 
   it(
+    "a slot freed within SLOT_HOLD_MS of a queued on-time run's start is kept for it: a late run ready now does not take it",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 1 });
+      assert.deepEqual(await t.offer("r1", 0), { accepted: true });
+      assert.deepEqual(await t.offer("late", -2_000), { accepted: true }, "late: queued");
+      assert.deepEqual(await t.offer("light", 3_000), { accepted: true }, "on time: queued");
+      await t.runTo(T0 + 2_000);
+      t.executor.exit("r1#1"); // the slot frees 1 s before `light` is due
+      await t.runFor(100);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1"],
+        "the slot is kept for `light`: `late` does not start in it",
+      );
+      await t.runTo(T0 + 3_100);
+      assert.deepEqual(
+        t.executor.log.filter((e) => e.what === "start").map((e) => [e.key, e.at]),
+        [
+          ["r1#1", T0],
+          ["light#1", T0 + 3_000],
+        ],
+        "`light` starts on time in the kept slot",
+      );
+      await t.worker.stop();
+    },
+  );
+
+  it(
+    "a start is near by its owner's clock: a worker whose clock runs 60 s ahead keeps no slot for a run 4.5 s from its start",
+    T,
+    async () => {
+      const t = await setup({ slots: 1, prefetch: 2 });
+      assert.deepEqual(await t.offer("r1", 0), { accepted: true });
+      // The owner's clock reads 60 s less than the worker's: its start_at, 5 s from its now, is
+      // 55 s in the worker's past.
+      const ownerNow = t.sim.now() - 60_000;
+      t.owner.coverUntil.set("ahead", T0 + 5_000 + TTL);
+      assert.deepEqual(
+        await t.offer("ahead", 0, undefined, ownerNow + 5_000, {
+          owner_now_ms: ownerNow,
+          start_at_ms: ownerNow + 5_000,
+        }),
+        { accepted: true },
+        "queued (its start deferred to the owner's time)",
+      );
+      await t.runFor(500);
+      t.executor.exit("r1#1"); // 4.5 s before `ahead` starts by its owner's clock: not near
+      await t.runFor(100);
+      assert.deepEqual(await t.offer("r2", 0), { accepted: true });
+      await t.runFor(100);
+      assert.deepEqual(
+        t.executor.given.map((g) => g.id.runId),
+        ["r1", "r2"],
+        "the slot was not kept for `ahead`: r2 started in it",
+      );
+      await t.worker.stop();
+    },
+  );
+
+  it(
     "a run offered on time finds a place of its own and takes the next freed slot before a run offered late, queued before it",
     T,
     async () => {
