@@ -8,8 +8,8 @@
  * each minute's start (from memory), so minute 0 is always the current minute.
  *
  * Cost: one KV list of each held partition per minute, decoding each job state whose revision
- * changed since the last refresh (the others' forecast inputs, schedules compiled, are kept by
- * key and revision: at 100,000 jobs, decoding every state each minute took seconds of the node's
+ * changed since the last refresh (the others' forecast inputs — tenant, schedule, next run — are
+ * kept by key and revision, for jobs only, at most `maxJobs`: at 100,000 jobs, decoding every state each minute took seconds of the node's
  * CPU, and the API's reads meanwhile waited behind it), bounded
  * by `maxJobs` (default 100,000 per node; past it the forecast is an undercount and a warning is
  * logged once per refresh) and by the forecast's occurrence budget. The gauge is process-wide:
@@ -22,7 +22,6 @@ import type { EventBus } from "../cluster/events.ts";
 import { JOB_ACTOR } from "../protocol/ids.ts";
 import type { JobState } from "../job-state/job-state.ts";
 import {
-  compiledOrNull,
   DEFAULT_MAX_JOBS,
   forecastJobOf,
   forecastRunsDue,
@@ -74,11 +73,13 @@ export async function readForecastJobs(
       if (jobs.length >= maxJobs) return { jobs, truncated: true, read };
       let k = known?.get(e.key);
       if (k?.revision !== e.revision) {
-        const j = forecastJobOf(decode<{ s: JobState }>(e.value).s);
-        k = { revision: e.revision, job: j && { ...j, compiled: compiledOrNull(j.schedule) } };
+        k = { revision: e.revision, job: forecastJobOf(decode<{ s: JobState }>(e.value).s) };
       }
-      read.set(e.key, k);
-      if (k.job) jobs.push(k.job);
+      // Only jobs are kept (a deleted job's state is decoded again: it is small, and purged).
+      if (k.job) {
+        read.set(e.key, k);
+        jobs.push(k.job);
+      }
     }
   }
   return { jobs, truncated: false, read };

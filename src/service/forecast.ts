@@ -19,11 +19,6 @@ export interface ForecastJob {
   enabled: boolean;
   /** The job's next due time (null: nothing due — a past one-shot, a deleted job). */
   next_run_at_ms: number | null;
-  /**
-   * `schedule` compiled already (null: the engine refuses it), kept by a caller that forecasts the
-   * same jobs again (server/forecast.ts); absent: compiled here.
-   */
-  compiled?: CompiledSchedule | null;
 }
 
 /** `schedule` compiled, or null when the engine refuses it (a stored job fires nothing then). */
@@ -106,7 +101,7 @@ export function forecastRunsDue(
     f.jobsScanned++;
     if (!job.enabled || job.next_run_at_ms === null || job.next_run_at_ms >= endMs) continue;
     // Stored jobs were validated at create; a schedule the engine now refuses fires nothing.
-    const schedule = job.compiled !== undefined ? job.compiled : compiledOrNull(job.schedule);
+    const schedule = compiledOrNull(job.schedule);
     if (!schedule) continue;
     let tenant = f.byTenant.get(job.tenant_id);
     let after = Math.max(startMs, job.next_run_at_ms) - 1;
