@@ -190,7 +190,25 @@ export class NatsKv implements KvStore {
   async create(key: string, value: Uint8Array): Promise<WriteResult> {
     return timed("create", this.bucket, async (): Promise<WriteResult> => {
       try {
-        return { ok: true, revision: await this.#bounded(() => this.#kv.create(key, value)) };
+        try {
+          return { ok: true, revision: await this.#bounded(() => this.#kv.create(key, value)) };
+        } catch (err) {
+          if (!isWrongSequence(err)) throw err;
+        }
+        // The key has a last entry. The library looked at it with a direct get, which any replica
+        // answers: one behind still holds the value a delete marker has since replaced, and a
+        // create after a delete failed as `exists` (seen on an R3 cluster after a fault). Asked
+        // again of the stream leader: a marker is created over, fenced on its revision.
+        const m = await this.#bounded(() =>
+          this.#jsm.streams.getMessage(`KV_${this.bucket}`, {
+            last_by_subj: `$KV.${this.bucket}.${key}`,
+          }),
+        );
+        if (m !== null && !isMarker(m)) return { ok: false, conflict: "exists" };
+        const revision = await this.#bounded(() =>
+          m === null ? this.#kv.create(key, value) : this.#kv.update(key, value, m.seq),
+        );
+        return { ok: true, revision };
       } catch (err) {
         if (isWrongSequence(err)) return { ok: false, conflict: "exists" };
         throw transportError("create", key, err);
