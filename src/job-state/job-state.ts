@@ -153,6 +153,13 @@ export interface Draining {
   grant: string;
   until_ms: number;
   /**
+   * The run's `created_at_ms` and `scheduled_for_ms`: a run cancelled ahead whose worker missed
+   * the cancel may still start under its cover, so under overlap `skip` it blocks the runs created
+   * after it until its drain ends (occurrence-plan.ts `holdOf`). Absent in states written before.
+   */
+  created_at_ms?: number;
+  scheduled_for_ms?: number;
+  /**
    * Made on load from a run whose terminal record was written but whose end was not
    * (`reconcile`): its worker may never have heard the cancel. Told on activation (`recall`),
    * then cleared.

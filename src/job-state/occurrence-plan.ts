@@ -124,14 +124,28 @@ function undecided(s: JobState, now: number): number | undefined {
  * set only shrinks, so the answer is monotone: once no blocking run is left — at preparation in
  * the common case — the worker may start it at its due time from its own timer with no further
  * round trip, and the `gate` reminder at the due instant (same rule) can never contradict a go.
+ *
+ * A blocking run ended by the scheduler while on a worker blocks until its drain ends (the worker
+ * reports the attempt gone, or its lease's end has passed): a cancel its worker missed (cut off
+ * from the bus) lets it start at its start_at under the claim's cover — a run cancelled ahead by
+ * a reschedule, due after the new schedule's next one, would start while that one runs. Pitfall:
+ * only a drain of a run created before `r` counts (it blocked `r` already while active), so the
+ * blocking set still only shrinks; a drain without its creation (a state written before) counts
+ * for none.
  */
 export function holdOf(s: JobState, r: ActiveRun): boolean {
   if (!r.gate || s.job?.spec.overlap !== "skip") return false;
-  return s.runs.some(
-    (x) =>
-      x !== r &&
-      (x.created_at_ms < r.created_at_ms ||
-        (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms)),
+  const before = (x: { created_at_ms: number; scheduled_for_ms: number }): boolean =>
+    x.created_at_ms < r.created_at_ms ||
+    (x.created_at_ms === r.created_at_ms && x.scheduled_for_ms < r.scheduled_for_ms);
+  return (
+    s.runs.some((x) => x !== r && before(x)) ||
+    (s.draining ?? []).some(
+      (d) =>
+        d.created_at_ms !== undefined &&
+        d.scheduled_for_ms !== undefined &&
+        before({ created_at_ms: d.created_at_ms, scheduled_for_ms: d.scheduled_for_ms }),
+    )
   );
 }
 

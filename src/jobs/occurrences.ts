@@ -126,7 +126,9 @@ export function occur(tx: Tx, scheduledForMs: number, trigger: RunView["trigger"
     case "skip":
       // Not due yet (look-ahead): prepared under a gate, decided at the due instant.
       if (scheduledForMs > tx.now) return createRun(tx, scheduledForMs, trigger, runId, true);
-      if (active)
+      // A run ended by the scheduler may still execute until its drain ends (killed, or a lost
+      // cancel of one prepared ahead: it starts under its cover), as for the gate (`holdOf`).
+      if (active || (tx.s.draining?.length ?? 0) > 0)
         return recordTerminal(
           tx,
           scheduledForMs,

@@ -44,6 +44,8 @@ function drainOnLoad(
     worker: r.worker,
     grant: grantId(r),
     until_ms: drainUntil(r.start_at_ms),
+    created_at_ms: r.created_at_ms,
+    scheduled_for_ms: r.scheduled_for_ms,
     untold: true,
   };
 }

@@ -102,6 +102,8 @@ export function finish(
       worker: r.worker!,
       grant: grantId(r),
       until_ms: Math.max(tx.now, r.start_at_ms) + tx.cfg.leaseTtlMs + tx.cfg.drainGraceMs,
+      created_at_ms: r.created_at_ms,
+      scheduled_for_ms: r.scheduled_for_ms,
     });
   else if (r.slot) tx.post.push({ kind: "release_slot", grant: grantId(r) });
   // Still asking for a slot: its place in the tenant's waiting list goes back too (the list is

@@ -166,6 +166,62 @@ describe("job actor: firing", () => {
     );
   });
 
+  it("skip with look-ahead: a run cancelled ahead whose worker may not have heard it (a lost cancel: its cover lets it start) blocks the occurrences due before its drain ends — never two at once", () => {
+    // The sim's seed 5600439: a reschedule cancels the prepared run of an isolated worker, which
+    // starts it at its start_at under the claim's cover while the new schedule's run still runs.
+    const c = cfg({ lookaheadMs: 30_000 });
+    const d = new Driver(c);
+    d.create(spec({ schedule: { cron: "0 * * * * *", time_zone: "UTC" } }));
+    d.advance(45_000);
+    const old = d.state.runs[0]!;
+    assert.equal(old.scheduled_for_ms, sec(60));
+    assert.deepEqual(d.heartbeat(old.run_id).reply, go(d, old), "covered through its start");
+    d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
+    assert.equal(d.records.get(old.run_id)?.status, "cancelled");
+    assert.deepEqual(
+      d.state.draining?.map((x) => x.run_id),
+      [old.run_id],
+      "its cancel (cancel_on_worker) is never answered: it may still start at :60",
+    );
+    d.advance(sec(48) - d.now);
+    const next = d.state.runs.find((x) => x.scheduled_for_ms === sec(50))!;
+    assert.ok(next?.gate, "the new schedule's :50 is prepared ahead");
+    assert.deepEqual(d.heartbeat(next.run_id).reply, { ok: true, hold: true }, "never a go");
+    d.advance(sec(50) - d.now);
+    assert.equal(
+      d.records.get(next.run_id)?.status,
+      "skipped",
+      "it could still run when the cancelled one starts at :60",
+    );
+    // Once their workers report the cancelled attempts gone (as a worker that hears a cancel
+    // does, worker/outbox.ts `reportCancelled`), nothing blocks the next occurrence.
+    d.complete(old.run_id, { outcome: "killed", exit_code: null }, old.fence);
+    d.complete(next.run_id, { outcome: "killed", exit_code: null }, next.fence);
+    assert.equal(d.state.draining, undefined);
+    d.advance(sec(68) - d.now);
+    const later = d.state.runs.find((x) => x.scheduled_for_ms === sec(70))!;
+    assert.deepEqual(d.heartbeat(later.run_id).reply, go(d, later));
+  });
+
+  it("skip with look-ahead: a run cancelled ahead blocks only the runs created after it (the answer stays monotone)", () => {
+    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+    d.create(spec());
+    d.advance(0);
+    const r = d.state.runs[0]!;
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
+    d.advance(100);
+    d.send({ kind: "run_now" });
+    const manual = d.state.runs.find((x) => x.trigger === "manual")!;
+    d.heartbeat(manual.run_id, manual.fence, d.now);
+    d.send({ kind: "cancel", run_id: manual.run_id, by: "u1" });
+    assert.deepEqual(
+      d.state.draining?.map((x) => x.run_id),
+      [manual.run_id],
+      "the manual run is being killed",
+    );
+    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r), "a later run's drain never holds it");
+  });
+
   it("skip with look-ahead: a manual run started after an occurrence was prepared does not block it (the rule that keeps the answer monotone)", () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec());
@@ -331,6 +387,25 @@ describe("job actor: overlap", () => {
       "leased",
       "runs again once the active run ended",
     );
+  });
+
+  it("skip: an occurrence falling due while a cancelled run's task may still be dying is skipped; once its kill is reported, the next runs", () => {
+    const d = new Driver();
+    d.create(spec({ overlap: "skip" }));
+    d.advance(sec(2) - d.now);
+    const first = d.state.runs[0]!;
+    d.heartbeat(first.run_id, first.fence, d.now); // running
+    d.send({ kind: "cancel", run_id: first.run_id, by: "u1" });
+    assert.deepEqual(
+      d.state.draining?.map((x) => x.run_id),
+      [first.run_id],
+      "its kill is not reported yet",
+    );
+    d.advance(sec(4) - d.now);
+    assert.equal(d.records.get(runIdFor(JOB, sec(4)))?.status, "skipped");
+    d.complete(first.run_id, { outcome: "killed", exit_code: null }, first.fence);
+    d.advance(sec(6) - d.now);
+    assert.equal(d.records.get(runIdFor(JOB, sec(6)))?.status, "leased");
   });
 
   it("queue: occurrences are held (bounded by queueLimit) and started one by one as the previous run ends", () => {
