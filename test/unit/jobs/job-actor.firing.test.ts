@@ -203,7 +203,8 @@ describe("job actor: firing", () => {
     assert.deepEqual(d.heartbeat(later.run_id).reply, go(d, later));
   });
 
-  it("skip with look-ahead: a run cancelled ahead blocks only the runs created after it (the answer stays monotone)", () => {
+  /** A skip job with its next occurrence prepared ahead and told go, then a run-now 100 ms later. */
+  const preparedThenRunNow = () => {
     const d = new Driver(cfg({ lookaheadMs: 5_000 }));
     d.create(spec());
     d.advance(0);
@@ -211,6 +212,11 @@ describe("job actor: firing", () => {
     assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
     d.advance(100);
     d.send({ kind: "run_now" });
+    return { d, r };
+  };
+
+  it("skip with look-ahead: a run cancelled ahead blocks only the runs created after it (the answer stays monotone)", () => {
+    const { d, r } = preparedThenRunNow();
     const manual = d.state.runs.find((x) => x.trigger === "manual")!;
     d.heartbeat(manual.run_id, manual.fence, d.now);
     d.send({ kind: "cancel", run_id: manual.run_id, by: "u1" });
@@ -223,13 +229,7 @@ describe("job actor: firing", () => {
   });
 
   it("skip with look-ahead: a manual run started after an occurrence was prepared does not block it (the rule that keeps the answer monotone)", () => {
-    const d = new Driver(cfg({ lookaheadMs: 5_000 }));
-    d.create(spec());
-    d.advance(0);
-    const r = d.state.runs[0]!;
-    assert.deepEqual(d.heartbeat(r.run_id).reply, go(d, r));
-    d.advance(100);
-    d.send({ kind: "run_now" });
+    const { d, r } = preparedThenRunNow();
     assert.equal(d.state.runs.length, 2);
     assert.deepEqual(
       d.heartbeat(r.run_id).reply,
