@@ -50,6 +50,12 @@ export interface NatsFixture {
   credsForNode(nodeId: string, roles: readonly Role[] | string): string;
   /** The permission violations the servers logged so far (a Kairos node should cause none). */
   violations(): string[];
+  /**
+   * Resolves with the first violation line (logged before or after the call) that `match`
+   * accepts; rejects after `timeoutMs`. The server writes its log after it answers the client,
+   * so a test that saw the refusal must wait for the line, not read the log at once.
+   */
+  violationLogged(match: (line: string) => boolean, timeoutMs?: number): Promise<string>;
   /** A connection as `who` (default `admin`). */
   connect(name: string, who?: readonly Role[] | "admin"): Promise<NatsConnection>;
   /** A connection as the service user `service-<name>` (generated with `services`). */
@@ -149,16 +155,25 @@ function credsOf(auth: NatsAuthFiles, roles: readonly Role[] | string): string {
   return auth.credsFor(list);
 }
 
-/** Collects the servers' "Publish Violation" / "Subscription Violation" log lines (and passes every line on, with its server). */
-function violationLog(onLog?: (server: number, line: string) => void): {
+interface ViolationLog {
   onLog: (server: number) => (line: string) => void;
   lines: string[];
-} {
+  /** Called with each violation line as it is logged (`violationLogged`). */
+  waiters: Set<(line: string) => void>;
+}
+
+/** Collects the servers' "Publish Violation" / "Subscription Violation" log lines (and passes every line on, with its server). */
+function violationLog(onLog?: (server: number, line: string) => void): ViolationLog {
   const lines: string[] = [];
+  const waiters = new Set<(line: string) => void>();
   return {
     lines,
+    waiters,
     onLog: (server) => (line) => {
-      if (/Violation/.test(line) && lines.length < 1000) lines.push(line);
+      if (/Violation/.test(line) && lines.length < 1000) {
+        lines.push(line);
+        for (const w of [...waiters]) w(line);
+      }
       onLog?.(server, line);
     },
   };
@@ -168,7 +183,7 @@ function fixture(
   servers: NatsServerHandle[],
   auth: NatsAuthFiles,
   dir: string,
-  log: { lines: string[] },
+  log: ViolationLog,
   launch: readonly LaunchOptions[],
 ): NatsFixture {
   const url = servers.map((s) => s.url).join(",");
@@ -179,6 +194,22 @@ function fixture(
     url,
     auth,
     violations: () => [...log.lines],
+    violationLogged: (match, timeoutMs = 10_000) =>
+      new Promise<string>((resolve, reject) => {
+        const seen = log.lines.find(match);
+        if (seen !== undefined) return resolve(seen);
+        const timer = setTimeout(() => {
+          log.waiters.delete(waiter);
+          reject(new Error(`no matching violation logged within ${timeoutMs} ms`));
+        }, timeoutMs);
+        const waiter = (line: string): void => {
+          if (!match(line)) return;
+          clearTimeout(timer);
+          log.waiters.delete(waiter);
+          resolve(line);
+        };
+        log.waiters.add(waiter);
+      }),
     credsFor: (roles) => credsOf(auth, roles),
     credsForNode: (nodeId, roles) => {
       const list = typeof roles === "string" ? roles.split(",").map((r) => r.trim()) : roles;
