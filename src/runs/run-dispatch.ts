@@ -59,6 +59,16 @@ export const SLOT_RECHECK_MS = 10_000;
  */
 export const SLOT_RECHECK_MAX_MS = 30_000;
 
+/**
+ * How long before its starting deadline a waiting run asks once more, when its next re-ask would
+ * come at the deadline or later. The tenant's waiting list is soft: an ask held by a tenant actor
+ * whose node then died is gone, and the next ask came at the deadline itself — where the run ends
+ * `missed` — because the shortest default deadline (10 s, a cron job of a period up to 10 s) is
+ * SLOT_RECHECK_MS. Longer than a partition handoff (failure timeout and partition lease, ~4 s at
+ * the defaults): an ask made during one is retried by the router until the new owner answers.
+ */
+export const SLOT_ASK_BEFORE_DEADLINE_MS = 5_000;
+
 /** The re-ask interval of a run that has waited `waitedMs` for its slot (see SLOT_RECHECK_MAX_MS). */
 export function slotRecheckMs(waitedMs: number): number {
   return Math.min(SLOT_RECHECK_MAX_MS, Math.max(SLOT_RECHECK_MS, waitedMs));
@@ -102,16 +112,18 @@ export function askSlot(tx: Tx, r: ActiveRun): void {
       ? r.created_at_ms
       : Math.max(r.created_at_ms, r.start_at_ms, r.waiting_since_ms ?? 0);
   const waited = tx.now - since;
-  // At its starting deadline at the latest, while it can still miss it: the check then ends it
+  // While it can still miss its starting deadline: once more SLOT_ASK_BEFORE_DEADLINE_MS before
+  // it (a fixed instant, so that ask is made once), then at the deadline, where the check ends it
   // `missed` (run-messages.ts). Never for a run that cannot (it started once): re-armed at a
   // deadline already past, its check would come again at once, forever.
   const at = tx.now + slotRecheckMs(waited);
   const deadline = canMiss(r) ? r.deadline_ms : undefined;
-  tx.timer(
-    `slot:${r.run_id}`,
-    deadline === undefined ? at : Math.min(at, Math.max(tx.now, deadline)),
-    { kind: "slot_check", run_id: r.run_id },
-  );
+  let when = at;
+  if (deadline !== undefined) {
+    const lastAsk = deadline - SLOT_ASK_BEFORE_DEADLINE_MS;
+    when = Math.min(at, lastAsk > tx.now ? lastAsk : Math.max(tx.now, deadline));
+  }
+  tx.timer(`slot:${r.run_id}`, when, { kind: "slot_check", run_id: r.run_id });
 }
 
 /**

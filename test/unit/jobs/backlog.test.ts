@@ -14,6 +14,7 @@ import {
   waitingRuns,
 } from "../../../src/job-state/backlog.ts";
 import { grantId, runIdFor } from "../../../src/protocol/ids.ts";
+import { SLOT_ASK_BEFORE_DEADLINE_MS } from "../../../src/runs/run-dispatch.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const sec = (s: number) => Date.UTC(2026, 0, 1, 0, 0, s);
@@ -201,6 +202,37 @@ describe("backlog: the starting deadline", () => {
     d.send({ kind: "slot_granted", run_id: grantId(r) }); // a grant that crossed the release
     assert.equal(d.dispatches.filter((x) => x.run_id === id).length, 0, "never offered");
     assert.equal(d.postsOf("release_slot").length, 2, "the late grant is released");
+  });
+
+  it("a run whose ask was lost (its tenant actor's node died) asks once more before its deadline, and a grant then starts it", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec()); // */2 s, skip: the default deadline is 10 s, the first re-ask interval too
+    d.advance(1_500); // :02 due, asks, waits
+    const id = runIdFor(JOB, sec(2));
+    const asks = () => d.postsOf("acquire_slot").filter((p) => p.run_id === id).length;
+    assert.equal(asks(), 1);
+    d.pendingSlots.splice(0); // the tenant's soft waiting list is lost with its node
+    d.advance(sec(2) + 10_000 - SLOT_ASK_BEFORE_DEADLINE_MS - d.now - 1);
+    assert.equal(asks(), 1, "not before the last ask's instant");
+    d.advance(1);
+    assert.equal(asks(), 2, "asked again, 5 s before its deadline");
+    d.grant(id);
+    assert.equal(d.dispatches.filter((x) => x.run_id === id).length, 1, "offered");
+    d.advance(sec(12) - d.now);
+    assert.equal(d.records.get(id)?.status, "leased", "not missed at its deadline");
+  });
+
+  it("a run asks once more before its deadline, not again: unanswered, it ends missed at the deadline", () => {
+    const d = new Driver(cfg(), { autoGrant: false });
+    d.create(spec());
+    d.advance(1_500);
+    const id = runIdFor(JOB, sec(2));
+    const asks = () => d.postsOf("acquire_slot").filter((p) => p.run_id === id).length;
+    d.advance(sec(12) - d.now - 1);
+    assert.equal(asks(), 2, "the first ask and the one before the deadline");
+    d.advance(1);
+    assert.equal(d.records.get(id)?.status, "missed");
+    assert.equal(asks(), 2);
   });
 
   it("a grant that arrives at the deadline (before the check) does not start the run: missed, the slot released", () => {
