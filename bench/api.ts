@@ -123,6 +123,16 @@ export async function run(args: string[]): Promise<void> {
     const api = apiCaller(url, t.api_key);
     const call = (method: string, path: string, body?: unknown): Promise<unknown> =>
       api(method, path, body);
+    // Every list read, to name the slowest with their wall-clock time (to match with the node's
+    // log, its GC trace, the forecast's refresh at :30 of each minute).
+    const reads: { at: number; ms: number; path: string }[] = [];
+    const read = async (path: string): Promise<unknown> => {
+      const at = Date.now();
+      const p0 = performance.now();
+      const out = await call("GET", path);
+      reads.push({ at, ms: performance.now() - p0, path });
+      return out;
+    };
 
     // 1. One by one.
     const opsBefore = await kvOps(metricsUrl);
@@ -149,7 +159,7 @@ export async function run(args: string[]): Promise<void> {
 
     // 3. Lists.
     const firstMs = await lanes(o.pageReads, 1, async () => {
-      await call("GET", "/v1/jobs?limit=50");
+      await read("/v1/jobs?limit=50");
     });
     const walkMs: number[] = [];
     let listed = 0;
@@ -157,8 +167,7 @@ export async function run(args: string[]): Promise<void> {
     t0 = performance.now();
     do {
       const p0 = performance.now();
-      const page = (await call(
-        "GET",
+      const page = (await read(
         `/v1/jobs?limit=100${cursor !== null ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
       )) as { jobs: unknown[]; next_cursor: string | null };
       walkMs.push(performance.now() - p0);
@@ -178,7 +187,7 @@ export async function run(args: string[]): Promise<void> {
     for (const q of ["name=bench-7", "state=paused", "name=bench-7&state=paused"]) {
       const before = await kvOps(metricsUrl);
       const ms = await lanes(o.pageReads, 1, async () => {
-        await call("GET", `/v1/jobs?limit=50&${q}`);
+        await read(`/v1/jobs?limit=50&${q}`);
       });
       byQuery[q] = { ms: quantiles(ms), kv: perItem(before, await kvOps(metricsUrl), o.pageReads) };
       filteredMs.push(...ms);
@@ -189,8 +198,7 @@ export async function run(args: string[]): Promise<void> {
     t0 = performance.now();
     do {
       const p0 = performance.now();
-      const page = (await call(
-        "GET",
+      const page = (await read(
         `/v1/jobs?limit=100&state=paused${cursor !== null ? `&cursor=${encodeURIComponent(cursor)}` : ""}`,
       )) as { jobs: unknown[]; next_cursor: string | null };
       pausedMs.push(performance.now() - p0);
@@ -236,6 +244,13 @@ export async function run(args: string[]): Promise<void> {
             .map(([k, v]) => `${k} ${v}`)
             .join(", ")}`,
       ),
+      `slowest list reads: ${[...reads]
+        .sort((a, b) => b.ms - a.ms)
+        .slice(0, 6)
+        .map(
+          (r) => `${Math.round(r.ms)} ms at ${new Date(r.at).toISOString()} ${r.path.slice(0, 60)}`,
+        )
+        .join("; ")}`,
       `KV operations per create: ${Object.entries(kvPerCreate)
         .map(([k, v]) => `${k} ${v}`)
         .join(", ")}`,
