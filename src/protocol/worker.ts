@@ -63,7 +63,9 @@ export interface Completion {
    * The worker gives the attempt back without ever having started it (a drain drops the attempts
    * it holds ahead of their start): the owner offers the run again at once and does not count the
    * attempt. `outcome` is then `error` (retryable), which an owner that predates this field reads
-   * as a failed attempt to retry.
+   * as a failed attempt to retry. Also on the report of a cancelled attempt that never started
+   * (`outcome` `killed`): a run its job's pause or schedule change stopped is then recorded
+   * cancelled "before it started" (run-lifecycle.ts `endStopped`).
    */
   not_started?: true;
 }

@@ -357,7 +357,8 @@ export class CompletionOutbox implements OutboxPart {
   /**
    * A cancelled attempt ended (or never started): report it once, so the owner gives the tenant
    * slot back now rather than at its drain bound; then free the worker slot. The owner answers
-   * ok (it was draining it) or stale_fence; a lost report only delays the slot to that bound.
+   * ok (it was draining it, or stopping it for a pause: the report then decides its record) or
+   * stale_fence; a lost report only delays the slot to that bound (or to its lease's probe).
    */
   async reportCancelled(lease: Lease, r: ExecutionResult | null): Promise<void> {
     const c = this.#c;
@@ -380,6 +381,8 @@ export class CompletionOutbox implements OutboxPart {
           error: null,
           started_at_ms: r?.startedAtMs ?? now,
           finished_at_ms: r?.finishedAtMs ?? now,
+          // Never started: its owner may not know whether it had (a pause's stop waits for this).
+          ...(r === null ? { not_started: true as const } : {}),
         },
         { deadlineMs: Math.max(1000, o.heartbeatIntervalMs * 2) },
       );

@@ -232,6 +232,7 @@ class Owner {
       at: this.clock.now(),
       mode: this.complete,
       outcome: msg.outcome,
+      notStarted: (req.m as { not_started?: true }).not_started === true,
     });
     if (this.complete === "silent") return;
     const e =
@@ -1111,9 +1112,9 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
       t.executor.exit("r1#1");
       await t.runFor(10);
       assert.deepEqual(
-        t.owner.completes.map((c) => [c.run_id, c.outcome]),
-        [["r1", "killed"]],
-        "the end reported once, as killed",
+        t.owner.completes.map((c) => [c.run_id, c.outcome, c.notStarted]),
+        [["r1", "killed", false]],
+        "the end reported once, as killed (it had started)",
       );
       t.adverts.length = 0;
       await t.runFor(2 * HB);
@@ -1150,19 +1151,24 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
     },
   );
 
-  it("an accepted attempt not started yet is dropped at once and reported", T, async () => {
-    const t = await setup();
-    assert.deepEqual(await t.offer("r2", 10_000), { accepted: true });
-    await t.runFor(500);
-    t.cancel("r2");
-    await t.runTo(T0 + 15_000);
-    assert.equal(t.executor.starts(), 0, "a cancelled attempt never starts");
-    assert.deepEqual(
-      t.owner.completes.map((c) => [c.run_id, c.outcome]),
-      [["r2", "killed"]],
-    );
-    await t.worker.stop();
-  });
+  it(
+    "an accepted attempt not started yet is dropped at once and reported, as not started",
+    T,
+    async () => {
+      const t = await setup();
+      assert.deepEqual(await t.offer("r2", 10_000), { accepted: true });
+      await t.runFor(500);
+      t.cancel("r2");
+      await t.runTo(T0 + 15_000);
+      assert.equal(t.executor.starts(), 0, "a cancelled attempt never starts");
+      // `not_started`: a pause's stop records the run "before it started" on this word alone.
+      assert.deepEqual(
+        t.owner.completes.map((c) => [c.run_id, c.outcome, c.notStarted]),
+        [["r2", "killed", true]],
+      );
+      await t.worker.stop();
+    },
+  );
 });
 
 describe("worker: a completion with an unknown outcome is retried", () => {
