@@ -77,10 +77,10 @@ export const RunViewSchema = z.looseObject({
       output: z.string().meta({ description: "tail of stdout/stderr, bounded" }),
     })
     .nullable(),
-  reason: z
-    .string()
-    .nullable()
-    .meta({ description: "why a run is skipped, missed, throttled, cancelled or dead-lettered" }),
+  reason: z.string().nullable().meta({
+    description:
+      "why a run is skipped, missed, throttled, cancelled or dead-lettered; on a leased run, that a pause or schedule change is stopping it on its worker",
+  }),
 });
 
 /** A page of jobs. */

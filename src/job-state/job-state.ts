@@ -69,6 +69,12 @@ export interface ActiveRun {
    */
   no_cover?: true;
   /**
+   * A pause or a schedule change met it claimed by a worker, its start not heard: its worker was
+   * told to stop it, and the worker's answer — not a guess — decides its record
+   * (run-lifecycle.ts `stopBeforeStart`, `endStopped`). Its status stays `leased` meanwhile.
+   */
+  stopping?: "job paused" | "schedule changed";
+  /**
    * Its record is created after the state write (a run-now: `create_run`), so on load a missing
    * record means "not written yet", not "ended and pruned" (job-shell.ts `reconcile`).
    */
@@ -258,7 +264,8 @@ export function activeRunView(j: JobRecord, r: ActiveRun): RunView {
     finished_at: null,
     next_attempt_at: iso(r.next_attempt_at_ms),
     result: null,
-    reason: null,
+    // A run being stopped says so while its worker's answer is awaited (README, pause).
+    reason: r.stopping === undefined ? null : `${r.stopping}: stopping it on its worker`,
   };
 }
 

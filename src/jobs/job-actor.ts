@@ -81,6 +81,14 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
         atMs: r.scheduled_for_ms,
         msg: { kind: "gate", run_id: r.run_id },
       });
+    if (r.stopping !== undefined && r.worker !== null)
+      // Being stopped: its worker is told again (the old owner's cancel may not have gone out).
+      fx.push({
+        kind: "timer",
+        name: `recall:${r.run_id}`,
+        atMs: ctx.nowMs,
+        msg: { kind: "recall", run_id: r.run_id, fence: r.fence },
+      });
     if (isLeased(r)) {
       // A fresh grace period: live workers re-heartbeat with the same fence.
       fx.push({
@@ -111,6 +119,14 @@ function onActivate(s: JobState, ctx: ActorContext, cfg: JobActorConfig): HostEf
   }
   return fx;
 }
+
+/** The answer to a heartbeat whose lease is gone (or being stopped), from memory. */
+const leaseLost = (m: { run_id: string; fence: number; worker: string }) => ({
+  fail: {
+    code: "lease_lost" as const,
+    message: `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`,
+  },
+});
 
 /** The job actor under `cfg`; `faults` only in the simulation's self-tests (faults.ts). */
 export function makeJobActor(
@@ -167,14 +183,11 @@ export function makeJobActor(
       // (fences are never handed out twice, so no message in the mailbox can make this one
       // current again). Through the mailbox, a burst's dead offers re-asked every round queued
       // faster than they were answered (200,000-run burst: 100,000+ per 5 s).
-      if (s.job && !s.deleted && (!r || r.fence !== m.fence))
-        return {
-          fail: {
-            code: "lease_lost",
-            message: `run ${m.run_id}: lease with fence ${m.fence} of worker ${m.worker} is gone`,
-          },
-        };
+      if (s.job && !s.deleted && (!r || r.fence !== m.fence)) return leaseLost(m);
       if (!r || r.fence !== m.fence || r.worker !== m.worker || !isLeased(r)) return undefined;
+      // Being stopped (run-lifecycle.ts `stopBeforeStart`): answered as an ended run is, from
+      // memory — its worker stops the attempt; its report or the probe of its lease ends it.
+      if (r.stopping !== undefined) return leaseLost(m);
       // The first heartbeat after the start still goes through the mailbox (status running).
       return {
         reply: heartbeatAck(s, r, m.started_at_ms, ctx.nowMs, cfg.leaseTtlMs),

@@ -24,7 +24,7 @@ import {
 import type { JobSpec } from "../protocol/model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "../job-state/occurrence-plan.ts";
 import { createRun, dropQueued, settleNext } from "./occurrences.ts";
-import { cancelRunTimers, finish } from "../runs/run-lifecycle.ts";
+import { cancelRunTimers, finish, stopBeforeStart } from "../runs/run-lifecycle.ts";
 import { fail, type D, type Tx } from "../job-state/tx.ts";
 
 type CommandMsg = Extract<
@@ -111,9 +111,10 @@ function patch(tx: Tx, m: Command<"patch">): D {
   if (!spec.enabled || scheduleChanged) {
     // A pause stops every run not heard to start — waiting for a slot or a retry, granted, offered
     // or prepared on a worker, due or ahead — so the paused job starts nothing once the PATCH is
-    // answered: a run on a worker is told to stop (finish → cancel_on_worker, published before the
-    // reply), and one that did start meanwhile is killed. Runs already running go on. A new
-    // schedule cancels only the runs prepared ahead for occurrences it no longer calls for.
+    // answered: one no worker holds is cancelled now; one a worker holds is told to stop
+    // (cancel_on_worker, published before the reply) and ended by the worker's answer, since it
+    // may have started unheard (run-lifecycle.ts `stopBeforeStart`). Runs heard to start go on. A
+    // new schedule stops only the runs prepared ahead for occurrences it no longer calls for.
     for (const r of [...s.runs]) {
       if (
         !spec.enabled
@@ -122,13 +123,7 @@ function patch(tx: Tx, m: Command<"patch">): D {
             r.scheduled_for_ms > tx.now &&
             (r.status === "queued" || r.status === "leased")
       ) {
-        finish(
-          tx,
-          r,
-          "cancelled",
-          spec.enabled ? "schedule changed before it started" : "job paused before it started",
-          null,
-        );
+        stopBeforeStart(tx, r, spec.enabled ? "schedule changed" : "job paused");
       }
     }
     // A new schedule: what was handled ahead of now is no longer, beyond the runs still active.
@@ -137,9 +132,12 @@ function patch(tx: Tx, m: Command<"patch">): D {
     // it named skipped every occurrence of the new schedule before it — up to a look-ahead window
     // of them (5 min). (A pause keeps it: the schedule has no occurrence before the prepared one,
     // which is the next, and a resume's next run is then the one after it, as the job view says.)
+    // (A run being stopped by this change counts as cancelled here: its occurrence is handled.)
     const ahead = Math.max(
       tx.now,
-      ...s.runs.filter((r) => r.trigger !== "manual").map((r) => r.scheduled_for_ms),
+      ...s.runs
+        .filter((r) => r.trigger !== "manual" && r.stopping === undefined)
+        .map((r) => r.scheduled_for_ms),
     );
     if (scheduleChanged && s.last_occurrence_ms !== undefined && s.last_occurrence_ms > ahead) {
       // Every occurrence the old schedule fired above it stays handled (the runs just cancelled,

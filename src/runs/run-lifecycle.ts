@@ -66,6 +66,8 @@ export function finish(
   status: "succeeded" | "failed" | "timed_out" | "cancelled" | "skipped" | "missed" | "throttled",
   reason: string | null,
   result: RunView["result"],
+  /** Its worker has said the task is gone or never started (`endStopped`): nothing to tell or drain. */
+  taskGone = false,
 ): RunView {
   // Ended by the scheduler, not by its attempt: a worker holding it is told to drop it.
   const stopped = STOPPED.has(status);
@@ -83,7 +85,7 @@ export function finish(
   tx.cancelTimer(`dispatch:${r.run_id}`);
   tx.cancelTimer(`slot:${r.run_id}`);
   if (r.gate) tx.cancelTimer(`gate:${r.run_id}`);
-  const onWorker = isLeased(r) && r.worker !== null;
+  const onWorker = isLeased(r) && r.worker !== null && !taskGone;
   if (onWorker && stopped) {
     tx.post.push({ kind: "cancel_on_worker", worker: r.worker!, run_id: r.run_id, fence: r.fence });
   }
@@ -166,14 +168,16 @@ function failAttempt(
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
   delete r.probes;
-  // A paused job begins no new attempt (job-commands.ts `patch`).
-  const paused = !tx.job.spec.enabled;
-  if (retryable && paused) {
+  // A paused job begins no new attempt (job-commands.ts `patch`), nor does a run its job's change
+  // stopped (`stopBeforeStart`) and whose attempt ended by itself before the stop reached it.
+  if (retryable && (!tx.job.spec.enabled || r.stopping !== undefined)) {
     finish(
       tx,
       r,
       outcome === "timed_out" ? "timed_out" : "failed",
-      `not retried, the job is paused: ${why}`,
+      r.stopping === undefined
+        ? `not retried, the job is paused: ${why}`
+        : `not retried (${r.stopping}): ${why}`,
       result,
     );
     return;
@@ -262,6 +266,16 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
       ),
     );
   }
+  // Stopped by its job's change: the worker's answer decides its record (`endStopped`). An attempt
+  // that ended by itself before the stop reached it ends as it ended (below, never retried).
+  if (r.stopping !== undefined && (m.not_started === true || m.outcome === "killed")) {
+    endStopped(
+      tx,
+      r,
+      m.not_started === true ? { said: "not_started" } : { said: "killed", completion: m },
+    );
+    return tx.done({ ok: true });
+  }
   // Given back unstarted (a draining worker): offered again at once, not counted (bounded). A
   // start already heard for it (it cannot have one: the worker gives back only attempts it never
   // started) would make it a lapse like any other.
@@ -314,6 +328,20 @@ export function lapse(
 ): D {
   const w = r.worker ?? "?";
   const said = reply?.state;
+  if (r.stopping !== undefined) {
+    // Stopped by its job's change: never offered again; what its worker said decides the record.
+    endStopped(
+      tx,
+      r,
+      said === "not_started"
+        ? { said: "not_started" }
+        : said === "started" || said === "ended"
+          ? { said: "started" }
+          : { said: "unknown" },
+    );
+    tx.changed = true;
+    return tx.done(null);
+  }
   // Never heard to start, and its worker does not say it did: a worker restarted under the same
   // id (a rolling deploy) answers `unknown` for the attempts its earlier process held ahead of
   // their start — counted, they dead-lettered runs that never executed. Presumed not started, as
@@ -381,4 +409,69 @@ export function lapse(
     tx.changed = true;
   }
   return tx.done(null);
+}
+
+/** The change of a job that stops a run on its worker before its start was heard (`stopBeforeStart`). */
+export type StopCause = NonNullable<ActiveRun["stopping"]>;
+
+/**
+ * A pause or a schedule change ends a run not heard to start. One no worker holds (waiting for a
+ * slot or a retry, granted, offered: a worker starts only under an acknowledged claim) ends
+ * `cancelled` "… before it started" at once. One a worker holds (claimed) may have started all
+ * the same: its owner may have lost a start it had heard only in memory (read back after a move;
+ * the start's write is deferred), and the worker's later heartbeats, answered from memory, do not
+ * tell it again. That run is not recorded on a guess: its worker is told to stop it now
+ * (`cancel_on_worker`, published before the command's answer, so nothing of it starts after), its
+ * slot stays held, and the worker's answer ends it (`endStopped`): the cancelled attempt's report
+ * (not started, or killed), its completion if it ended first, or the probe of its lease once it
+ * falls silent (heartbeats of a stopping run are answered `lease_lost`, as for an ended run).
+ */
+export function stopBeforeStart(tx: Tx, r: ActiveRun, cause: StopCause): void {
+  if (r.stopping !== undefined) return; // told already; its answer is awaited
+  if (r.status !== "leased" || r.worker === null) {
+    finish(tx, r, "cancelled", `${cause} before it started`, null);
+    return;
+  }
+  r.stopping = cause;
+  tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+  tx.putRun(r);
+  tx.changed = true; // the stop outlives a move: the next owner tells the worker again (`recall`)
+}
+
+/** What a stopped run's worker said of its attempt (see `endStopped`). */
+type StopAnswer =
+  | { said: "not_started" }
+  | { said: "killed"; completion: Completion }
+  | { said: "started" }
+  | { said: "unknown" };
+
+/**
+ * The end of a run stopped by its job's change, as its worker told it: never started — `cancelled`
+ * "… before it started"; killed by the stop (or gone after a start, its result lost) — `cancelled`
+ * with the attempt's start as reported; no word (the worker gone, or its probes unanswered: its
+ * lease has lapsed, so it has fenced itself) — `cancelled`, saying that whether it started is not
+ * known. The task is gone in every case: the slot goes back at once, nothing is drained.
+ */
+function endStopped(tx: Tx, r: ActiveRun, answer: StopAnswer): void {
+  const cause = r.stopping!;
+  const w = r.worker ?? "?";
+  const reason =
+    answer.said === "not_started"
+      ? `${cause} before it started`
+      : answer.said === "unknown"
+        ? `${cause}; worker ${w} did not say whether the attempt had started`
+        : `${cause} after it started: stopped on worker ${w}`;
+  tx.cancelTimer(`lease:${r.run_id}`);
+  delete r.probes;
+  const c = answer.said === "killed" ? answer.completion : null;
+  const a = r.attempts[r.attempts.length - 1];
+  if (a && a.outcome === null) {
+    if (c) a.started_at ??= iso(c.started_at_ms);
+    a.finished_at = iso(c ? c.finished_at_ms : tx.now);
+    if (c) a.exit_code = c.exit_code;
+    a.outcome = "cancelled";
+    a.error = reason;
+  }
+  if (c) r.started_at_ms ??= c.started_at_ms;
+  finish(tx, r, "cancelled", reason, c ? { exit_code: c.exit_code, output: c.output } : null, true);
 }

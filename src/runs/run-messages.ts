@@ -114,6 +114,13 @@ export function onRunMessage(
  * sent is sent now; its slot stays held until the drain bound.
  */
 function onRecall(tx: Tx, m: RunMsg<"recall">): D {
+  // A run being stopped (run-lifecycle.ts `stopBeforeStart`), read back by a new owner: its worker
+  // is told again — the first cancel may have been lost with the old owner.
+  const r = tx.run(m.run_id);
+  if (r?.stopping !== undefined && r.fence === m.fence && r.worker !== null) {
+    tx.post.push({ kind: "cancel_on_worker", worker: r.worker, run_id: r.run_id, fence: r.fence });
+    return tx.done(null);
+  }
   const list = tx.s.draining ?? [];
   const i = list.findIndex((x) => x.run_id === m.run_id && x.fence === m.fence);
   const d = list[i];
@@ -185,7 +192,9 @@ function onHeartbeat(tx: Tx, m: RunMsg<"heartbeat">): D {
   // The worker may start (and heartbeat) before its acceptance reaches us as `claimed`:
   // the current fence proves the claim.
   if (r && r.fence === m.fence && canMove(r, "claim") && r.fence > 0) claim(tx, r, m.worker);
-  if (!r || !holds(tx, r, m.fence, m.worker)) {
+  // A run being stopped is answered as an ended one (its worker stops the attempt at once); its
+  // end waits for the worker's report or the probe of its lease (run-lifecycle.ts `endStopped`).
+  if (!r || !holds(tx, r, m.fence, m.worker) || r.stopping !== undefined) {
     return tx.done(
       null,
       fail(
@@ -312,6 +321,14 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   const reply = m.reply;
   if (reply !== null) heard(tx, r);
   if (reply?.state === "running") {
+    // Still running though stopped: the cancel may have been lost on the way; told again.
+    if (r.stopping !== undefined)
+      tx.post.push({
+        kind: "cancel_on_worker",
+        worker: m.worker,
+        run_id: r.run_id,
+        fence: r.fence,
+      });
     tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs, {
       kind: "lease_expired",
       run_id: r.run_id,
@@ -353,6 +370,8 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
  * has only ever heard `hold`, so it never started). Otherwise it goes (or went).
  */
 function onGate(tx: Tx, r: ActiveRun | undefined): D {
+  // Being stopped: its worker's answer ends it; it neither is skipped nor replaces older runs.
+  if (r?.stopping !== undefined) return tx.done(null);
   if (actsOn("gate", r) && r.gate && r.started_at_ms === null && holdOf(tx.s, r)) {
     finish(tx, r, "skipped", "overlap: an earlier run is still active", null);
   }

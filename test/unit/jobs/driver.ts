@@ -89,6 +89,12 @@ export interface DriverOptions {
   probe?: (
     fx: Extract<JobEffect, { kind: "probe_worker" }>,
   ) => ProbeReply | null | "gone" | undefined;
+  /**
+   * The worker's report of an attempt it was told to stop (`cancel_on_worker`), delivered at once
+   * as a `complete` with outcome `killed` and these fields (e.g. `{ not_started: true }`: it had
+   * not started; `{ started_at_ms }`: killed running). Default: no report (held back, or lost).
+   */
+  cancelReport?: (fx: Extract<JobEffect, { kind: "cancel_on_worker" }>) => Partial<Completion>;
   /** Wrap the core with the runs index (see the module header); its decisions' `pre` then hold chunk writes too. */
   index?: boolean;
 }
@@ -406,7 +412,24 @@ export class Driver {
           this.recordWrites++;
         }
         return;
-      case "cancel_on_worker":
+      case "cancel_on_worker": {
+        const report = this.opts.cancelReport?.(fx);
+        if (report !== undefined)
+          this.#inbox.push({
+            kind: "complete",
+            run_id: fx.run_id,
+            fence: fx.fence,
+            worker: fx.worker,
+            outcome: "killed",
+            exit_code: null,
+            output: "",
+            error: null,
+            started_at_ms: this.now,
+            finished_at_ms: this.now,
+            ...report,
+          });
+        return;
+      }
       case "dead_letter":
       case "run_ended":
       case "put_run":

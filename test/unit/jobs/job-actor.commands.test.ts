@@ -120,7 +120,12 @@ describe("job actor: pause, resume, patch", () => {
   });
 
   it("a pause under a backlog cancels every run not heard to start — waiting, granted, offered, claimed, awaiting a retry — and nothing starts after it", () => {
-    const d = new Driver(cfg(), { autoGrant: false, autoClaim: false });
+    // The claimed ones are ended by their worker's report that they had not started.
+    const d = new Driver(cfg(), {
+      autoGrant: false,
+      autoClaim: false,
+      cancelReport: () => ({ not_started: true }),
+    });
     d.create(
       spec({
         schedule: { cron: "* * * * * *", time_zone: "UTC" },
@@ -286,7 +291,11 @@ describe("job actor: pause, resume, patch", () => {
   // the job's last handled occurrence (12:00) stood, and `firstAfter` starts after it.
   it("a schedule change inside the look-ahead window fires the new schedule from now, not from the cancelled prepared occurrence", () => {
     const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500; // inside the window however the job's spread falls
-    const d = new Driver(cfg({ lookaheadMs: 300_000 }), {}, start);
+    const d = new Driver(
+      cfg({ lookaheadMs: 300_000 }),
+      { cancelReport: () => ({ not_started: true }) }, // its worker had not started it
+      start,
+    );
     d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
     d.advance(4_000); // 00:58:04.5: the 01:00 run is prepared
     const prepared = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));

@@ -20,10 +20,12 @@ it("regression: delete: delete of an overlap=queue job with a held occurrence st
 });
 
 it("regression: pause then resume of a job with a look-ahead occurrence: the prepared occurrence stays cancelled (dispatched once, never again), the next one runs", () => {
-  const d = new Driver(cfg({ lookaheadMs: 5_000 }));
+  const d = new Driver(cfg({ lookaheadMs: 5_000 }), {
+    cancelReport: () => ({ not_started: true }),
+  });
   d.create(spec({ overlap: "allow" }));
   d.advance(0); // look-ahead: :02 created and leased (the next occurrence only)
-  d.send({ kind: "patch", patch: { enabled: false } }); // cancelled
+  d.send({ kind: "patch", patch: { enabled: false } }); // cancelled once its worker says it had not started
   assert.equal(d.records.get(runIdFor(JOB, sec(2)))?.status, "cancelled");
   d.send({ kind: "patch", patch: { enabled: true } }); // the next occurrence after the cancelled one (README: "stay cancelled")
   assert.equal(d.state.next_run_at_ms, sec(4));
