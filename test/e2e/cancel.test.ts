@@ -264,7 +264,15 @@ describe("cancel a run end to end", { timeout: 300_000 }, () => {
           : await restA.call("DELETE", `/v1/jobs/${jobId}`);
       assert.ok(r.status === 200 || r.status === 204, JSON.stringify(r.body));
       await workerSaw("cancelled", prepared.run_id);
-      const ended = await get(prepared.run_id);
+      // A pause's stop of a leased run ends with the worker's report (its event comes first).
+      const ended = await eventually(
+        async () => {
+          const x = await get(prepared.run_id);
+          return x.status === "leased" ? undefined : x;
+        },
+        10_000,
+        `${how}: the run's end recorded`,
+      );
       assert.equal(ended.status, "cancelled");
       assert.equal(ended.reason, how === "pause" ? "job paused before it started" : "job deleted");
       assert.equal(workerSaid("started", prepared.run_id), false);
