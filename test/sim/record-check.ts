@@ -345,7 +345,11 @@ function pausedAfterCreation(
  * Whether a run had begun executing before the command that stopped calling for its occurrence
  * took effect: a started run is not cancelled by a pause or a schedule change (only runs prepared
  * and not started are), and it finishes, retries included — prepared ahead, it may start up to the
- * start tolerance early.
+ * start tolerance early. "Took effect" is the command's answer widened by the clocks' offsets and
+ * the start tolerance, the instant `checkPausedStarts` counts starts after: the stop a command
+ * sends a worker before its answer (a run it holds, its start not heard) may reach the worker just
+ * after a start, or be lost, and the worker's report of that execution then decides the record —
+ * one that ended by itself is recorded as it ended (succeeded, failed), truthfully.
  */
 function startedBefore(
   runs: readonly LedgerEntry[] | undefined,
@@ -354,7 +358,7 @@ function startedBefore(
 ): boolean {
   if (!runs || runs.length === 0 || seg === undefined) return false;
   const first = Math.min(...runs.map((x) => x.startMs));
-  return first <= seg.fromMs + input.skewDuring(seg.fromMs, seg.fromMs);
+  return first <= seg.fromMs + input.skewDuring(seg.fromMs, seg.fromMs) + START_SKEW_TOLERANCE_MS;
 }
 
 /** The job's spec and enabled state from creation on, as its answered commands set them (applied at their answer). */

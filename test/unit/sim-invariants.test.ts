@@ -455,6 +455,32 @@ describe("simulation record checks fire on run records that break them", () => {
     );
   });
 
+  it("c: a prepared run that started within the start tolerance of the pause's answer (its stop lost) may end succeeded; one started later may not", () => {
+    // Found by the simulation (seed 4100183): the pause's stop of a run its worker held was lost;
+    // the worker started it 0.5 s after the pause's answer (its start instant less the tolerance)
+    // and reported its exit 0: recorded succeeded, truthfully.
+    const paused = { ...every5s, enabled: false };
+    const commands: CommandRecord[] = [
+      { jobId: JOB, kind: "pause", sentMs: at(14.3), ackMs: at(14.4), spec: paused },
+    ];
+    const startedAt = (s: number) => {
+      const r = record(at(15), "succeeded");
+      return { r, x: { ...ok(at(15)), startMs: at(s), endMs: at(s + 0.5) } };
+    };
+    const run = (s: number) => {
+      const { r, x } = startedAt(s);
+      const base = [5, 10].map((t) => record(at(t), "succeeded"));
+      return check([...base, r], {
+        commands,
+        ledger: [ok(at(5)), ok(at(10)), x],
+        windowEndMs: at(15),
+        stuckBeforeMs: at(15),
+      });
+    };
+    assert.deepEqual(run(14.9), []);
+    assert.deepEqual(run(15.6), ["unexpected_run", "started_while_paused"]);
+  });
+
   it("c: a run-now created after the pause was answered is not explained by that pause", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [
