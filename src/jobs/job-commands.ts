@@ -204,9 +204,11 @@ function unprepareQueued(tx: Tx): void {
     // Sent back only while its worker cannot start it before its fence is dead: a queue attempt has
     // no cover, so it needs an acknowledgement fresher than TTL − margin, and its start may come up
     // to START_SKEW_TOLERANCE_MS early by this clock.
+    // A run being stopped (a pause or schedule change: `stopBeforeStart`) is no occurrence to run.
     if (
       !r.gate ||
       r.trigger === "manual" ||
+      r.stopping !== undefined ||
       r.started_at_ms !== null ||
       r.scheduled_for_ms - tx.now <= tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS
     )
