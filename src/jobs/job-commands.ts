@@ -111,9 +111,9 @@ function patch(tx: Tx, m: Command<"patch">): D {
   if (!spec.enabled || scheduleChanged) {
     // A pause stops every run not heard to start — waiting for a slot or a retry, granted, offered
     // or prepared on a worker, due or ahead — so the paused job starts nothing once the PATCH is
-    // answered: one no worker holds is cancelled now; one a worker holds is told to stop
-    // (cancel_on_worker, published before the reply) and ended by the worker's answer, since it
-    // may have started unheard (run-lifecycle.ts `stopBeforeStart`). Runs heard to start go on. A
+    // answered: one no worker holds, or too far from its start to have started, is cancelled now;
+    // one a worker holds is told to stop (cancel_on_worker, published before the reply) and ended
+    // by the worker's answer, since it may have started unheard (run-lifecycle.ts `stopBeforeStart`). Runs heard to start go on. A
     // new schedule stops only the runs prepared ahead for occurrences it no longer calls for.
     for (const r of [...s.runs]) {
       if (

@@ -10,7 +10,12 @@
  * (`leaseEndMs`, arrivals recorded by the host before the mailbox): busy is not dead. An attempt
  * whose lease ran out before it started does not count against `max_attempts` (bounded).
  */
-import { IMAGE_DIGEST, type Completion, type ProbeReply } from "../protocol/worker.ts";
+import {
+  IMAGE_DIGEST,
+  START_SKEW_TOLERANCE_MS,
+  type Completion,
+  type ProbeReply,
+} from "../protocol/worker.ts";
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
@@ -428,7 +433,12 @@ export type StopCause = NonNullable<ActiveRun["stopping"]>;
  */
 export function stopBeforeStart(tx: Tx, r: ActiveRun, cause: StopCause): void {
   if (r.stopping !== undefined) return; // told already; its answer is awaited
-  if (r.status !== "leased" || r.worker === null) {
+  // A worker starts an attempt no earlier than its start less the tolerance, by this clock: one
+  // further ahead than that (and than a lease TTL, as `unprepareQueued` asks) has not started. It
+  // ends now, its worker told to drop it (`finish`), and holds no `skip`/`queue` occurrence of the
+  // resumed or new schedule back while its worker is silent.
+  const cannotHaveStarted = r.start_at_ms - tx.now > tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS;
+  if (r.status !== "leased" || r.worker === null || cannotHaveStarted) {
     finish(tx, r, "cancelled", `${cause} before it started`, null);
     return;
   }

@@ -67,3 +67,40 @@ describe("a run being stopped and a run-now under overlap=queue", () => {
     assert.deepEqual(d.violations, []);
   });
 });
+
+describe("a run being stopped and the new schedule's overlap", () => {
+  // A run claimed further ahead of its start than a lease TTL + the start tolerance cannot have
+  // started (its worker starts it no earlier than its start less the tolerance, by the owner's
+  // clock): it is cancelled at once, and a silent worker does not hold the new schedule's `skip`
+  // occurrences back until the probe of its lease.
+  it("a schedule change 4 min before a prepared run's start cancels it at once; the new schedule skips nothing", () => {
+    const start = Date.UTC(2026, 0, 1, 0, 56, 0) + 500;
+    const d = new Driver(cfg({ lookaheadMs: 300_000 }), {}, start);
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "skip" }));
+    d.advance(4_000);
+    assert.equal(d.run(PREPARED)?.status, "leased");
+    const p = d.send({
+      kind: "patch",
+      patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } },
+    });
+    assert.equal(d.run(PREPARED), undefined, "ended at once");
+    assert.equal(d.records.get(PREPARED)?.status, "cancelled");
+    assert.equal(d.records.get(PREPARED)?.reason, "schedule changed before it started");
+    assert.ok(
+      p.post?.some((fx) => fx.kind === "cancel_on_worker" && fx.run_id === PREPARED),
+      "its worker is told to drop it",
+    );
+    d.opts.autoComplete = () => ({});
+    d.advance(5 * 60_000);
+    assert.equal(d.recordsByStatus("skipped").length, 0);
+    assert.ok(d.recordsByStatus("succeeded").length >= 25);
+    assert.deepEqual(d.violations, []);
+  });
+
+  it("within a lease TTL of its start it is stopped on its worker (it may have started)", () => {
+    const d = claimedAhead(); // 8 s before its start
+    d.send({ kind: "patch", patch: { enabled: false } });
+    assert.equal(d.run(PREPARED)?.stopping, "job paused");
+    assert.equal(d.written.get(PREPARED)?.status, "queued", "no end on a guess");
+  });
+});
