@@ -109,6 +109,10 @@ export class Offers {
       c.leaseGone();
       return { state: "not_started" };
     }
+    // Cancelled while it ran, its task still dying (a kill's grace): running — its owner holds the
+    // tenant's slot until the report of its end (run-lifecycle.ts `endStopped`).
+    if (l && l.req.fence === p.fence && l.cancelled && l.execution && !l.completion)
+      return { state: "running" };
     const k = fencedKey(key, p.fence);
     // Killed at once, its result not in yet: asked again a TTL later (src/runs/run-messages.ts
     // `onProbeAnswer`).

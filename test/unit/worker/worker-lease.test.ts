@@ -1109,6 +1109,9 @@ describe("worker: a cancelled attempt (the tenant cap during a kill)", () => {
         "not heartbeated after the cancel",
       );
       assert.equal(t.owner.completes.length, 0, "nothing reported while the task still runs");
+      // A probe meanwhile (its owner stopping it for a pause waits on the answer): the task still
+      // holds its slot, so its owner keeps the tenant's too.
+      assert.deepEqual(await t.probe("r1"), { state: "running" }, "dying, not unknown");
       t.executor.exit("r1#1");
       await t.runFor(10);
       assert.deepEqual(
