@@ -460,7 +460,10 @@ type StopAnswer =
  * "… before it started"; killed by the stop (or gone after a start, its result lost) — `cancelled`
  * with the attempt's start as reported; no word (the worker gone, or its probes unanswered: its
  * lease has lapsed, so it has fenced itself) — `cancelled`, saying that whether it started is not
- * known. The task is gone in every case: the slot goes back at once, nothing is drained.
+ * known. The task is gone when the worker says so (its report, or a probe answered `not_started`,
+ * `started`, `ended`): the slot goes back at once. When it cannot say (no responder, no answer,
+ * `unknown`: its lease lapsed, so it fenced itself, but a kill's grace may still be running), the
+ * slot drains as a cancel's does (`finish`), until the lease's end + drain grace or the report.
  */
 function endStopped(tx: Tx, r: ActiveRun, answer: StopAnswer): void {
   const cause = r.stopping!;
@@ -483,5 +486,13 @@ function endStopped(tx: Tx, r: ActiveRun, answer: StopAnswer): void {
     a.error = reason;
   }
   if (c) r.started_at_ms ??= c.started_at_ms;
-  finish(tx, r, "cancelled", reason, c ? { exit_code: c.exit_code, output: c.output } : null, true);
+  const taskGone = answer.said !== "unknown";
+  finish(
+    tx,
+    r,
+    "cancelled",
+    reason,
+    c ? { exit_code: c.exit_code, output: c.output } : null,
+    taskGone,
+  );
 }

@@ -180,6 +180,39 @@ describe("a pause meets a leased run whose start its owner has not heard", () =>
     });
   }
 
+  // Its task may still be dying (a kill's grace) when its worker cannot say: the slot is held as a
+  // cancel's drain holds it, until the lease's end + the drain grace, or the worker's report.
+  for (const [what, answer] of [
+    ["gone", "gone"],
+    ["no answer", null],
+    ["unknown", { state: "unknown" }],
+  ] as const) {
+    it(`the probe cannot say (${what}): the slot is held until the drain's bound`, () => {
+      const d = startLost({ probe: (_fx: ProbeFx) => answer });
+      pause(d);
+      d.advance(TTL); // the lease's end: probed
+      const ended = () => d.written.get(RUN)?.status === "cancelled";
+      for (let i = 0; i < 100 && !ended(); i++) d.advance(500);
+      assert.ok(d.slots.has(RUN), "the slot is held while the task may be dying");
+      assert.ok(d.state.draining?.some((x) => x.run_id === RUN));
+      d.advance(TTL + cfg().drainGraceMs);
+      assert.ok(!d.slots.has(RUN), "given back at the drain's bound");
+      assert.deepEqual(d.violations, []);
+    });
+  }
+
+  it("the probe cannot say, then the worker's report of the killed task ends the drain at once", () => {
+    const d = startLost({ probe: () => "gone" });
+    const fence = d.run(RUN)!.fence;
+    pause(d);
+    d.advance(TTL);
+    for (let i = 0; i < 100 && d.written.get(RUN)?.status !== "cancelled"; i++) d.advance(500);
+    assert.ok(d.slots.has(RUN));
+    d.complete(RUN, { outcome: "killed", exit_code: 143, started_at_ms: sec(2) }, fence);
+    assert.ok(!d.slots.has(RUN), "the task is gone: the slot goes back");
+    assert.deepEqual(d.violations, []);
+  });
+
   it("the worker still runs it at the probe (the cancel was lost): told again, then its kill decides", () => {
     const d = startLost({ probe: () => ({ state: "running" }) });
     pause(d);
