@@ -277,7 +277,9 @@ export function complete(tx: Tx, m: Extract<JobMsg, { kind: "complete" }>): D {
     endStopped(
       tx,
       r,
-      m.not_started === true ? { said: "not_started" } : { said: "killed", completion: m },
+      m.not_started === true || unstartedCancel(m)
+        ? { said: "not_started" }
+        : { said: "killed", completion: m },
     );
     return tx.done({ ok: true });
   }
@@ -414,6 +416,21 @@ export function lapse(
     tx.changed = true;
   }
   return tx.done(null);
+}
+
+/**
+ * The report of a cancelled attempt that never started, from a worker that predates `not_started`
+ * (workers upgrade after schedulers, or in any order): `killed` with no exit code, no output, and
+ * its start and end both stamped at the report. An execution killed leaves a duration or an exit.
+ */
+function unstartedCancel(m: Completion): boolean {
+  return (
+    m.outcome === "killed" &&
+    m.exit_code === null &&
+    m.output === "" &&
+    m.error === null &&
+    m.started_at_ms === m.finished_at_ms
+  );
 }
 
 /** The change of a job that stops a run on its worker before its start was heard (`stopBeforeStart`). */

@@ -92,6 +92,22 @@ describe("a pause meets a leased run whose start its owner has not heard", () =>
     assert.deepEqual(d.violations, []);
   });
 
+  it("a worker of an earlier version reports the unstarted attempt killed, no exit, no output, no time: before it started", () => {
+    const d = claimed();
+    assertStopping(d, pause(d).post ?? []);
+    d.complete(RUN, {
+      outcome: "killed",
+      exit_code: null,
+      output: "",
+      started_at_ms: d.now,
+      finished_at_ms: d.now,
+    });
+    assert.equal(d.written.get(RUN)?.status, "cancelled");
+    assert.equal(d.written.get(RUN)?.reason, "job paused before it started");
+    assert.equal(d.written.get(RUN)?.started_at, null);
+    assert.ok(!d.slots.has(RUN));
+  });
+
   it("the attempt had ended by itself (its report was waiting): its real outcome is recorded — succeeded", () => {
     const d = startLost();
     assertStopping(d, pause(d).post ?? []);
@@ -245,6 +261,7 @@ describe("a pause meets a leased run whose start its owner has not heard", () =>
 
   it("with the worker's report at once (the usual case) the run ends within the pause's own send", () => {
     const d = startLost({ cancelReport: () => ({ started_at_ms: sec(2) }) });
+    d.skipTime(100); // it ran 100 ms (killed within the millisecond of its start, see below)
     pause(d);
     assert.equal(d.written.get(RUN)?.status, "cancelled");
     assert.match(d.written.get(RUN)?.reason ?? "", /^job paused after it started/);
