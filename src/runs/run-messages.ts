@@ -446,7 +446,8 @@ function onRunSettled(tx: Tx, runId: string): D {
   if (!o || o.seq !== 0 || !s.job || (s.last_occurrence_ms ?? 0) >= o.ms) return tx.done(null);
   if (s.next_run_at_ms !== null && s.next_run_at_ms < o.ms) {
     const handled = new Set([...(s.handled_ahead ?? []), o.ms]);
-    s.handled_ahead = [...handled].sort((a, b) => a - b).slice(0, MAX_HANDLED_AHEAD);
+    // Full: the latest are kept, this one among them (it would fire again otherwise).
+    s.handled_ahead = [...handled].sort((a, b) => a - b).slice(-MAX_HANDLED_AHEAD);
     tx.changed = true;
     return tx.done(null);
   }

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { compileSchedule } from "../../../src/schedule/index.ts";
 import { runIdFor } from "../../../src/protocol/ids.ts";
 import { RUN_INDEX_CHUNK } from "../../../src/history/run-index.ts";
+import { MAX_HANDLED_AHEAD } from "../../../src/job-state/job-state.ts";
 import { Driver, JOB, T0, cfg, spec } from "./driver.ts";
 
 const every2s = compileSchedule({ cron: "*/2 * * * * *", time_zone: "UTC" });
@@ -554,5 +555,21 @@ describe("job actor: delete and run now", () => {
     const r = d.send({ kind: "get" });
     assert.equal(r.reply?.job?.next_runs?.length, 5);
     assert.equal(d.state, s);
+  });
+});
+
+describe("run_settled: an orphan handled ahead with the list full", () => {
+  it("keeps the latest occurrences, the settled orphan among them", () => {
+    const d = new Driver();
+    d.create(); // every 2 s: next at 00:00:02
+    const o = Date.UTC(2026, 0, 1, 0, 10, 0);
+    const full = Array.from({ length: MAX_HANDLED_AHEAD }, (_, i) =>
+      Date.UTC(2026, 0, 1, 0, 5, 2 * i),
+    );
+    d.state = { ...d.state, handled_ahead: full };
+    d.send({ kind: "run_settled", run_id: runIdFor(JOB, o) });
+    assert.equal(d.state.handled_ahead?.length, MAX_HANDLED_AHEAD);
+    assert.ok(d.state.handled_ahead?.includes(o), "the orphan just settled is kept");
+    assert.ok(!d.state.handled_ahead?.includes(full[0]!), "the earliest gives way");
   });
 });
