@@ -12,7 +12,7 @@ import type { HeartbeatAck } from "../protocol/worker.ts";
 import { grantId, parseRunId, splitGrant } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
 import { MAX_HANDLED_AHEAD, type ActiveRun, type JobState } from "../job-state/job-state.ts";
-import { firstAfter, holdOf } from "../job-state/occurrence-plan.ts";
+import { firstAfter, holdOf, scheduleOf } from "../job-state/occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
 import {
   cancelRunTimers,
@@ -438,13 +438,20 @@ function onRetryDue(tx: Tx, r: ActiveRun | undefined): D {
  * Pitfall: after a schedule change the orphan is the old schedule's, and the new one may call for
  * occurrences before it (`next_run_at` is earlier): those must still fire, so it is handled ahead
  * instead (`handled_ahead`, as `patch` keeps the prepared runs it cancels; `fire` passes over it).
- * Raising `last_occurrence_ms` to it would move `next_run_at` past them: no record, ever.
+ * Raising `last_occurrence_ms` to it would move `next_run_at` past them: no record, ever. A paused
+ * job (no `next_run_at`) is judged by its schedule's next occurrence, which a resume fires first.
  */
 function onRunSettled(tx: Tx, runId: string): D {
   const s = tx.s;
   const o = parseRunId(runId);
   if (!o || o.seq !== 0 || !s.job || (s.last_occurrence_ms ?? 0) >= o.ms) return tx.done(null);
-  if (s.next_run_at_ms !== null && s.next_run_at_ms < o.ms) {
+  // The schedule's first occurrence not handled yet: paused, the job has no `next_run_at`, but a
+  // resume fires from there (a PATCH may pause and change the schedule at once).
+  const first =
+    s.next_run_at_ms ??
+    scheduleOf(s.job.spec).next(Math.max(tx.now, s.last_occurrence_ms ?? 0), 1)[0] ??
+    null;
+  if (first !== null && first < o.ms) {
     const handled = new Set([...(s.handled_ahead ?? []), o.ms]);
     // Full: the latest are kept, this one among them (it would fire again otherwise).
     s.handled_ahead = [...handled].sort((a, b) => a - b).slice(-MAX_HANDLED_AHEAD);

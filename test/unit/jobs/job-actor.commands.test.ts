@@ -397,6 +397,35 @@ describe("job actor: pause, resume, patch", () => {
     assert.deepEqual(d.violations, []);
   });
 
+  // As the test before, with the pause in the same PATCH: the job has no next run when the settle
+  // is answered, but the new schedule has occurrences before the orphan all the same.
+  it("a PATCH that pauses and changes the schedule, settling a lost fire's orphan: a resume fires the new schedule from now", () => {
+    const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500;
+    const d = new Driver(cfg({ lookaheadMs: 300_000 }), { index: true }, start);
+    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
+    d.skipTime(4_000);
+    const hour = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
+    d.crashAfterPre({ kind: "fire" }); // 01:00 prepared: its record written, the state change lost
+    d.activate();
+    d.send({
+      kind: "patch",
+      patch: { enabled: false, schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } },
+    });
+    assert.equal(d.written.get(hour)?.status, "cancelled", "the orphan settled");
+    d.advance(20_000);
+    const r = d.send({ kind: "patch", patch: { enabled: true } });
+    assert.equal(at(r.reply?.job?.next_run_at), ms("2026-01-01T00:58:30Z"));
+    d.advance(ms("2026-01-01T01:00:05Z") - d.now);
+    for (let t = ms("2026-01-01T00:58:30Z"); t < ms("2026-01-01T01:00:00Z"); t += 10_000)
+      assert.ok(
+        d.records.has(runIdFor(JOB, t)),
+        `the occurrence ${new Date(t).toISOString()} has a run`,
+      );
+    assert.equal(d.written.get(hour)?.status, "cancelled", "the orphan stays cancelled");
+    assert.deepEqual(d.listingProblems(), [], "each record listed once");
+    assert.deepEqual(d.violations, []);
+  });
+
   it("a patch that leaves the schedule alone keeps next_run_at", () => {
     const d = new Driver();
     d.create();
