@@ -176,6 +176,8 @@ export class Checker {
   readonly #succeeded = new Map<string, LedgerEntry[]>();
   /** When the owner answered a worker's completion report ok (`run#attempt@worker` → sim ms). */
   readonly #reported = new Map<string, number>();
+  /** When a worker first accepted an attempt's offer (`run#attempt@worker` → sim ms). */
+  readonly #accepted = new Map<string, number>();
   readonly #faults: FaultWindow[] = [];
   /** The largest amount a scheduler's wall clock ran ahead of true time while a run starting now could have been offered (j). */
   schedulersAheadMs: () => number = () => 0;
@@ -249,8 +251,26 @@ export class Checker {
 
   /** A worker's event: `completed` means the owner answered its completion report ok. */
   workerEvent(worker: string, e: { type: string; run_id: string; attempt: number }): void {
-    if (e.type === "completed")
-      this.#reported.set(`${e.run_id}#${e.attempt}@${worker}`, this.now());
+    const k = `${e.run_id}#${e.attempt}@${worker}`;
+    if (e.type === "completed") this.#reported.set(k, this.now());
+    if (e.type === "accepted" && !this.#accepted.has(k)) this.#accepted.set(k, this.now());
+  }
+
+  /**
+   * Whether a fault could have kept a stop (`cancel_on_worker`, sent once) from `x`'s worker at
+   * some time in [fromMs, toMs]: one keeping it from reporting (`#couldNotReport`: the worker down,
+   * frozen or off the bus, or the bus cut between it and the job's owner), or a lossy bus.
+   */
+  stopCouldBeLost(x: LedgerEntry, fromMs: number, toMs: number): boolean {
+    return (
+      this.#couldNotReport(x, fromMs, toMs) ||
+      this.#faults.some(
+        (f) =>
+          f.kind === "lossy_bus" &&
+          f.fromMs <= toMs &&
+          (f.toMs ?? Number.POSITIVE_INFINITY) >= fromMs,
+      )
+    );
   }
 
   watchLedger(ledger: Ledger): void {
@@ -386,7 +406,7 @@ export class Checker {
   async final(
     shared: Buckets,
     ledger: Ledger,
-    o: Omit<RecordCheckInput, "states" | "records" | "ledger">,
+    o: Omit<RecordCheckInput, "states" | "records" | "ledger" | "acceptedAt" | "stopCouldBeLost">,
   ): Promise<void> {
     const states = new Map<string, JobState | undefined>();
     const records = new Map<string, RunView[]>();
@@ -399,7 +419,14 @@ export class Checker {
       );
     }
     const out = checkRecords(
-      { ...o, states, records, ledger: ledger.all },
+      {
+        ...o,
+        states,
+        records,
+        ledger: ledger.all,
+        acceptedAt: (worker, runId, attempt) => this.#accepted.get(`${runId}#${attempt}@${worker}`),
+        stopCouldBeLost: (x, fromMs, toMs) => this.stopCouldBeLost(x, fromMs, toMs),
+      },
       (inv, subject, detail) => this.fail(inv, subject, detail),
     );
     this.unstartedCap += out.unstartedCap;

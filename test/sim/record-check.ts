@@ -10,7 +10,9 @@
  *     no record for a time that is no occurrence of any of the job's schedules (manual runs
  *     aside) — or one `skipped` by a decision made ahead of the command (look-ahead decides skip
  *     at preparation when a run blocks it), or whose run had started before the command (a started
- *     run is not cancelled: it finishes, retries included). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
+ *     run is not cancelled: it finishes, retries included), or whose stop a fault lost and whose
+ *     record is what its one execution since did, begun within lease TTL + drain grace of the
+ *     command (`lostStopOutcome`). An occurrence its owner had not fired yet (down, or slow) when a pause, a schedule
  *     change or a delete came within LATE_FIRE_MS after it may have no record, or one cancelled
  *     by the command. Occurrences inside a command's window (its first send to its answer, widened by the
  *     schedulers' clock offsets, which decide "now" for the owner — and up to the furthest a
@@ -42,7 +44,7 @@
  *     MAX_UNSTARTED_ATTEMPTS uncounted lapses (or MAX_GIVEN_BACK give-backs), the next ones count.
  *  m  manual_run_lost — every run-now that was answered has its run record.
  *  p  started_while_paused — no execution of a job starts once its pause is answered (see
- *     `checkPausedStarts` for the two exceptions).
+ *     `checkPausedStarts` for the exceptions).
  */
 import { compileSchedule } from "../../src/schedule/index.ts";
 import { parseRunId } from "../../src/protocol/ids.ts";
@@ -109,6 +111,13 @@ export interface RecordCheckInput {
   maxWaitingRuns?: number;
   /** Each tenant's bound on its runs waiting for a slot (default: DEFAULT_MAX_WAITING_RUNS). */
   tenantMaxWaiting?: (tenant: string) => number;
+  /** When `worker` first accepted the offer of this attempt (its `accepted` event), if it did. */
+  acceptedAt?: (worker: string, runId: string, attempt: number) => number | undefined;
+  /**
+   * Whether a fault could have kept a stop sent to execution `x`'s worker at some time in
+   * [fromMs, toMs] from reaching it (invariants.ts `stopCouldBeLost`). Absent: none could.
+   */
+  stopCouldBeLost?: (x: LedgerEntry, fromMs: number, toMs: number) => boolean;
 }
 
 export interface RecordCheckOutput {
@@ -150,7 +159,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
     const commands = input.commands.filter((c) => c.jobId === j.jobId);
     const records = input.records.get(j.jobId) ?? [];
     checkOccurrences(input, j, state, commands, records, byRun, fail);
-    checkPausedStarts(input, j, commands, records, fail);
+    checkPausedStarts(input, j, state.job.created_at_ms, commands, records, fail);
     for (const r of records) {
       checkStatus(input, j, commands, r, byRun.get(r.run_id) ?? [], fail);
       out.unstartedCap += checkAttempts(input, r, byRun.get(r.run_id) ?? [], fail);
@@ -265,7 +274,13 @@ function checkOccurrences(
       r.status !== "cancelled" &&
       r.status !== "skipped" &&
       r.status !== "throttled" &&
-      !startedBefore(byRun.get(r.run_id), seg, input)
+      !startedBefore(byRun.get(r.run_id), seg, input) &&
+      !lostStopOutcome(
+        input,
+        seg && stopOf(input, created, commands, r, o, seg.fromMs),
+        r,
+        byRun.get(r.run_id) ?? [],
+      )
     ) {
       fail(
         "unexpected_run",
@@ -361,6 +376,85 @@ function startedBefore(
   return first <= seg.fromMs + input.skewDuring(seg.fromMs, seg.fromMs) + START_SKEW_TOLERANCE_MS;
 }
 
+/**
+ * The change that stopped run `r` of occurrence `o` on its worker: the first pause or schedule
+ * change answered once the run existed whose spec no longer calls for `o` — and answered by
+ * `notAfterMs` (the change in force at `o`, or the pause judged): a run created for an occurrence
+ * its schedule no longer called for is not excused by a later change.
+ */
+function stopOf(
+  input: RecordCheckInput,
+  jobCreatedMs: number,
+  commands: readonly CommandRecord[],
+  r: RunView,
+  o: number,
+  notAfterMs: number,
+): CommandRecord | undefined {
+  const c = commands.find(
+    (c) =>
+      (c.kind === "pause" || c.kind === "reschedule") &&
+      c.ackMs !== null &&
+      c.spec !== undefined &&
+      (!c.spec.enabled || !occursIn(c.spec, jobCreatedMs, o)) &&
+      answeredAfterCreation(input, c, r),
+  );
+  return c !== undefined && c.ackMs! <= notAfterMs ? c : undefined;
+}
+
+/** Whether command `c` was answered once run `r` existed (its creation stamped by an owner's clock). */
+function answeredAfterCreation(input: RecordCheckInput, c: CommandRecord, r: RunView): boolean {
+  const ack = c.ackMs ?? Number.POSITIVE_INFINITY;
+  const skew = input.skewDuring(c.sentMs, c.ackMs ?? input.windowEndMs);
+  return (
+    Math.max(ack + skew, Number.isFinite(ack) ? input.firedBy(ack) : ack) >=
+    Date.parse(r.created_at)
+  );
+}
+
+/**
+ * Whether `r`'s record is the truthful outcome of a stop that `change` (a pause or a schedule
+ * change) sent and a fault lost. The change stops a run its worker holds, its start not heard, and
+ * the worker's answer decides the record (src/runs/run-lifecycle.ts `stopBeforeStart`): a worker
+ * that missed the stop (cut off from the bus) starts the run at its start under its claim's cover,
+ * and one whose task ended before a heartbeat told it to stop reports its real end. Excused only
+ * when all of these hold: the executing worker had accepted the attempt by the change's answer (it
+ * held it: the change stopped it, not cancelled it at once); a fault could have kept the stop from
+ * it between the change and the start; the run's one execution (`runs`: a stopped run is never
+ * offered again nor retried) is of its last attempt, began after the change was sent and — as a
+ * cancelled run's execution is bounded (`checkStatus`) — at most lease TTL + drain grace after its
+ * answer (the cover ends lease TTL after a start at most lease TTL + the start tolerance ahead of
+ * the change), and ended within lease TTL + drain grace (+ the kill slack) of the change or its
+ * start; and the record's status is what that execution did. Any other execution is not excused.
+ */
+function lostStopOutcome(
+  input: RecordCheckInput,
+  change: CommandRecord | undefined,
+  r: RunView,
+  runs: readonly LedgerEntry[],
+): boolean {
+  if (change === undefined || change.ackMs === null || !answeredAfterCreation(input, change, r))
+    return false;
+  const at = change.ackMs + input.skewDuring(change.sentMs, change.ackMs);
+  const x = runs.length === 1 ? runs[0]! : undefined;
+  if (x === undefined || x.attempt !== r.attempt || x.endMs === null) return false;
+  if (x.startMs < change.sentMs) return false; // begun before the change: not what its stop missed
+  const accepted = input.acceptedAt?.(x.worker, x.runId, x.attempt);
+  if (accepted === undefined || accepted > change.ackMs) return false;
+  if (!(input.stopCouldBeLost?.(x, change.sentMs, x.startMs) ?? false)) return false;
+  const grace = input.leaseTtlMs + input.drainGraceMs;
+  if (x.startMs > at + grace) return false;
+  if (x.endMs > Math.max(at, x.startMs) + grace + input.killSlackMs) return false;
+  return statusOfExecution(x) === r.status;
+}
+
+/** The terminal status an execution's own end gives its run (none for a kill: the owner decides). */
+function statusOfExecution(x: LedgerEntry): RunView["status"] | undefined {
+  if (x.outcome === "exit 0") return "succeeded";
+  if (x.outcome === "timed_out") return "timed_out";
+  if (x.outcome !== null && /^exit \d+$/.test(x.outcome)) return "failed";
+  return undefined;
+}
+
 /** The job's spec and enabled state from creation on, as its answered commands set them (applied at their answer). */
 function segmentsOf(
   spec: JobSpec,
@@ -392,12 +486,14 @@ function occursIn(spec: JobSpec, createdMs: number, t: number): boolean {
 /**
  * `started_while_paused`: once a pause is answered (widened by the clocks' offsets and the start
  * tolerance) and until the job is enabled again, no execution of it starts — except a run-now sent
- * after the pause, or a run the pause cancelled whose cancel a fault lost (a worker holding it
- * prepared with a cover may start it; checkStatus bounds how long it runs on).
+ * after the pause, or a run the pause (or an earlier schedule change) stopped whose stop a fault
+ * lost: a worker holding it prepared with a cover may start it. Recorded `cancelled`, checkStatus
+ * bounds how long it runs on; recorded as it ended, `lostStopOutcome` bounds its start and end.
  */
 function checkPausedStarts(
   input: RecordCheckInput,
   j: JobUnderTest,
+  jobCreatedMs: number,
   commands: readonly CommandRecord[],
   records: readonly RunView[],
   fail: Fail,
@@ -418,7 +514,18 @@ function checkPausedStarts(
         (m) => m.kind === "run_now" && m.runId === x.runId && m.sentMs >= c.sentMs,
       );
       const cancelled = r?.status === "cancelled" && (r.reason ?? "").includes("job paused");
-      if (!manualAfter && !cancelled)
+      // Its stop lost: this execution is the run's only one, begun after the pause. A scheduled
+      // run may have been stopped by an earlier schedule change: bounded from that one.
+      const stop =
+        r === undefined || r.trigger === "manual"
+          ? c
+          : (stopOf(input, jobCreatedMs, commands, r, Date.parse(r.scheduled_for), c.ackMs!) ?? c);
+      const since = input.ledger.filter((y) => y.runId === x.runId);
+      const lostStop =
+        r !== undefined &&
+        since.every((y) => y.startMs > from) &&
+        lostStopOutcome(input, stop, r, since);
+      if (!manualAfter && !cancelled && !lostStop)
         fail(
           "started_while_paused",
           x.runId,

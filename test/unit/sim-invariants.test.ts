@@ -481,6 +481,118 @@ describe("simulation record checks fire on run records that break them", () => {
     assert.deepEqual(run(15.6), ["unexpected_run", "started_while_paused"]);
   });
 
+  it("c/p: a run whose stop a fault lost may end as its one execution did, started within lease TTL + drain grace of the change", () => {
+    // Found by the simulation (seed 5600439): a run prepared on w2 (accepted ahead), w2 cut off
+    // from the bus; a schedule change (or a pause) stops the run, its stop lost; w2 starts it at
+    // its due time under its claim's cover and reports exit 0: recorded succeeded, truthfully.
+    const every6s: JobSpec = { ...every5s, schedule: { cron: "*/6 * * * * *", time_zone: "UTC" } };
+    const lostRun = runIdFor(JOB, at(15));
+    const exec = (startS: number, endS = startS + 0.5, outcome = "exit 0"): LedgerEntry => ({
+      ...ok(at(15)),
+      worker: "w2",
+      startMs: at(startS),
+      endMs: at(endS),
+      outcome,
+    });
+    const lost = (status: RunView["status"] = "succeeded") =>
+      record(at(15), status, { created_at: new Date(at(9)).toISOString() });
+    // w2 off the bus from 8 s to 14 s; it accepted the run's offer at 9.5 s.
+    const cutOff = (x: LedgerEntry, from: number, to: number) =>
+      x.worker === "w2" && from <= at(14) && to >= at(8);
+    const accepted = (acceptedS: number) => (w: string, run: string, attempt: number) =>
+      w === "w2" && run === lostRun && attempt === 1 ? at(acceptedS) : undefined;
+    const judge = (
+      change: CommandRecord,
+      r: RunView,
+      xs: LedgerEntry[],
+      o: Partial<RecordCheckInput> = {},
+    ) =>
+      check([record(at(5), "succeeded"), record(at(10), "succeeded"), r], {
+        commands: [change],
+        ledger: [ok(at(5)), ok(at(10)), ...xs],
+        windowEndMs: at(15),
+        stuckBeforeMs: at(15),
+        acceptedAt: accepted(9.5),
+        stopCouldBeLost: cutOff,
+        ...o,
+      });
+    // Schedule change at 10.1 s to every 6 s: 15 s is no longer called for (12 s is: a record
+    // for it comes with the check's window, so the window ends at 15 s and 12 s is judged too).
+    const reschedule: CommandRecord = {
+      jobId: JOB,
+      kind: "reschedule",
+      sentMs: at(10),
+      ackMs: at(10.1),
+      spec: every6s,
+    };
+    const rs = (r: RunView, xs: LedgerEntry[], o: Partial<RecordCheckInput> = {}) =>
+      check(
+        [record(at(5), "succeeded"), record(at(10), "succeeded"), record(at(12), "succeeded"), r],
+        {
+          commands: [reschedule],
+          ledger: [ok(at(5)), ok(at(10)), ok(at(12)), ...xs],
+          windowEndMs: at(15),
+          stuckBeforeMs: at(15),
+          acceptedAt: accepted(9.5),
+          stopCouldBeLost: cutOff,
+          ...o,
+        },
+      );
+    assert.deepEqual(rs(lost(), [exec(15)]), []);
+    assert.deepEqual(rs(lost("failed"), [exec(15, 15.5, "exit 1")]), [], "failed, truthfully");
+    // Bounded like a cancelled run: a start up to lease TTL + drain grace (4 + 10 s) after the
+    // change's answer at 10.1 s is excused, a later one is not.
+    assert.deepEqual(rs(lost(), [exec(24.1)]), []);
+    assert.deepEqual(rs(lost(), [exec(24.2)]), ["unexpected_run"], "started past the bound");
+    assert.deepEqual(
+      rs(lost(), [exec(15, 15 + 4 + 10 + 1 + 0.01)]),
+      ["unexpected_run"],
+      "ran on past lease TTL + drain grace + kill slack",
+    );
+    // Not truthful: recorded failed, it exited 0 (no other check sees this one).
+    assert.deepEqual(rs(lost("failed"), [exec(15)]), ["unexpected_run"], "record not its end");
+    // Two executions: a stopped run is neither retried nor offered again.
+    assert.deepEqual(
+      rs({ ...lost(), attempt: 2 }, [exec(15, 15.2, "exit 1"), { ...exec(16), attempt: 2 }]),
+      ["unexpected_run"],
+      "executed twice",
+    );
+    // No fault could have lost the stop: its worker heard it and started the run all the same.
+    assert.deepEqual(rs(lost(), [exec(15)], { stopCouldBeLost: () => false }), ["unexpected_run"]);
+    // Accepted only after the change: the change did not stop it (a run offered after it).
+    assert.deepEqual(rs(lost(), [exec(15)], { acceptedAt: accepted(10.2) }), ["unexpected_run"]);
+    // Created after the change (created_at 10.5 s): not a run the change stopped.
+    assert.deepEqual(
+      rs({ ...lost(), created_at: new Date(at(10.5)).toISOString() }, [exec(15)], {
+        acceptedAt: accepted(10.05),
+      }),
+      ["unexpected_run"],
+    );
+
+    // The same under a pause answered at 11.1 s: its starts count from 12.1 s (tolerance).
+    const pause: CommandRecord = {
+      jobId: JOB,
+      kind: "pause",
+      sentMs: at(11),
+      ackMs: at(11.1),
+      spec: { ...every5s, enabled: false },
+    };
+    assert.deepEqual(judge(pause, lost(), [exec(15)]), []);
+    assert.deepEqual(judge(pause, lost(), [exec(25.1)]), []);
+    assert.deepEqual(judge(pause, lost(), [exec(25.2)]), [
+      "unexpected_run",
+      "started_while_paused",
+    ]);
+    assert.deepEqual(judge(pause, lost(), [exec(15)], { stopCouldBeLost: () => false }), [
+      "unexpected_run",
+      "started_while_paused",
+    ]);
+    assert.deepEqual(judge(pause, lost(), [exec(15)], { acceptedAt: accepted(11.2) }), [
+      "unexpected_run",
+      "started_while_paused",
+    ]);
+  });
+
   it("c: a run-now created after the pause was answered is not explained by that pause", () => {
     const paused = { ...every5s, enabled: false };
     const commands: CommandRecord[] = [
@@ -578,6 +690,19 @@ describe("simulation record checks fire on run records that break them", () => {
     const run = (r10: RunView) =>
       check([...base, r10], { commands, ledger, windowEndMs: at(10), stuckBeforeMs: at(10) });
     assert.deepEqual(run(late(record(at(10), "succeeded"))), ["started_while_paused"]);
+    // A fault on its worker does not excuse it: the worker took its offer after the pause, so
+    // no stop of the pause's was lost (`lostStopOutcome`).
+    assert.deepEqual(
+      check([...base, late(record(at(10), "succeeded"))], {
+        commands,
+        ledger,
+        windowEndMs: at(10),
+        stuckBeforeMs: at(10),
+        acceptedAt: () => at(13.9),
+        stopCouldBeLost: () => true,
+      }),
+      ["started_while_paused"],
+    );
     assert.deepEqual(
       run(
         record(at(10), "cancelled", {
