@@ -452,8 +452,9 @@ export function stopBeforeStart(tx: Tx, r: ActiveRun, cause: StopCause): void {
   if (r.stopping !== undefined) return; // told already; its answer is awaited
   // A worker starts an attempt no earlier than its start less the tolerance, by this clock: one
   // further ahead than that (and than a lease TTL, as `unprepareQueued` asks) has not started. It
-  // ends now, its worker told to drop it (`finish`), and holds no `skip`/`queue` occurrence of the
-  // resumed or new schedule back while its worker is silent.
+  // ends now, its worker told to drop it (`finish`). A worker that missed that cancel may still
+  // start it under its claim's cover: its drain holds later `skip` runs (`holdOf`) until the
+  // worker reports it gone (at once, as a rule) or the drain's bound.
   const cannotHaveStarted = r.start_at_ms - tx.now > tx.cfg.leaseTtlMs + START_SKEW_TOLERANCE_MS;
   if (r.status !== "leased" || r.worker === null || cannotHaveStarted) {
     finish(tx, r, "cancelled", `${cause} before it started`, null);

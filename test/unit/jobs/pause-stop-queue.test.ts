@@ -1,12 +1,14 @@
 /**
  * A run a pause or a schedule change is stopping on its worker (run-lifecycle.ts
  * `stopBeforeStart`) is not an occurrence waiting to run: a run-now under overlap=queue does not
- * send it back to the queue (job-commands.ts `unprepareQueued`), where it would run later.
+ * send it back to the queue (job-commands.ts `unprepareQueued`), where it would run later. One
+ * too far ahead to have started is cancelled at once, its drain holding `skip` runs behind it.
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { runIdFor } from "../../../src/protocol/ids.ts";
-import { Driver, JOB, cfg, spec } from "./driver.ts";
+import { holdOf } from "../../../src/jobs/job-actor.ts";
+import { Driver, JOB, cfg, spec, type DriverOptions } from "./driver.ts";
 
 const HOUR = Date.UTC(2026, 0, 1, 1, 0, 0);
 const PREPARED = runIdFor(JOB, HOUR);
@@ -71,11 +73,16 @@ describe("a run being stopped and a run-now under overlap=queue", () => {
 describe("a run being stopped and the new schedule's overlap", () => {
   // A run claimed further ahead of its start than a lease TTL + the start tolerance cannot have
   // started (its worker starts it no earlier than its start less the tolerance, by the owner's
-  // clock): it is cancelled at once, and a silent worker does not hold the new schedule's `skip`
-  // occurrences back until the probe of its lease.
-  it("a schedule change 4 min before a prepared run's start cancels it at once; the new schedule skips nothing", () => {
+  // clock): it is cancelled at once, not left waiting for its worker's answer. Its worker may
+  // still start it under its claim's cover if the cancel is lost, so its drain holds the new
+  // schedule's later `skip` runs until the worker reports the attempt gone (`holdOf`).
+  function changedFarAhead(cancelReport?: DriverOptions["cancelReport"]) {
     const start = Date.UTC(2026, 0, 1, 0, 56, 0) + 500;
-    const d = new Driver(cfg({ lookaheadMs: 300_000 }), {}, start);
+    const d = new Driver(
+      cfg({ lookaheadMs: 300_000 }),
+      cancelReport ? { cancelReport } : {},
+      start,
+    );
     d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "skip" }));
     d.advance(4_000);
     assert.equal(d.run(PREPARED)?.status, "leased");
@@ -90,11 +97,26 @@ describe("a run being stopped and the new schedule's overlap", () => {
       p.post?.some((fx) => fx.kind === "cancel_on_worker" && fx.run_id === PREPARED),
       "its worker is told to drop it",
     );
+    return d;
+  }
+
+  it("a schedule change 4 min before a prepared run's start cancels it at once; its worker's report frees the new schedule", () => {
+    const d = changedFarAhead(() => ({ not_started: true }));
+    assert.equal(d.state.draining, undefined, "the worker said it is gone: no drain");
     d.opts.autoComplete = () => ({});
     d.advance(5 * 60_000);
     assert.equal(d.recordsByStatus("skipped").length, 0);
     assert.ok(d.recordsByStatus("succeeded").length >= 25);
     assert.deepEqual(d.violations, []);
+  });
+
+  it("its worker silent (the cancel lost, it may start the run under its cover): the drain holds the new schedule's skip runs", () => {
+    const d = changedFarAhead();
+    assert.equal(d.state.draining?.[0]?.run_id, PREPARED);
+    d.advance(1_000);
+    const next = d.state.runs.find((r) => r.trigger === "schedule");
+    assert.ok(next, "the new schedule's next run is prepared");
+    assert.equal(holdOf(d.state, next), true);
   });
 
   it("within a lease TTL of its start it is stopped on its worker (it may have started)", () => {
