@@ -93,6 +93,8 @@ export interface SimResult {
     atLeastOnce: number;
     /** i's documented exception: attempts counted unexecuted past MAX_UNSTARTED_ATTEMPTS. */
     unstartedCap: number;
+    /** c/p's: runs recorded as their execution ended after a fault lost their stop. */
+    lostStops: number;
   };
 }
 
@@ -665,6 +667,7 @@ export async function runSimulation(o: SimOptions): Promise<SimResult> {
       digest,
       atLeastOnce: c.checker.atLeastOnce.length,
       unstartedCap: c.checker.unstartedCap,
+      lostStops: c.checker.lostStops.length,
     },
   };
 }

@@ -169,6 +169,8 @@ export class Checker {
   readonly atLeastOnce: string[] = [];
   /** i's documented exception (record-check.ts): attempts counted unexecuted past MAX_UNSTARTED_ATTEMPTS. */
   unstartedCap = 0;
+  /** c/p's: runs recorded as their execution ended after a fault lost their stop (record-check.ts `lostStopOutcome`). */
+  readonly lostStops: string[] = [];
   readonly #workersOfAttempt = new Map<string, string>();
   /** Jobs with overlap=skip (filled as the simulation creates them). */
   readonly skipJobs = new Set<string>();
@@ -430,6 +432,9 @@ export class Checker {
       (inv, subject, detail) => this.fail(inv, subject, detail),
     );
     this.unstartedCap += out.unstartedCap;
+    this.lostStops.push(...out.lostStops);
+    for (const id of out.lostStops)
+      this.trace.add(`lost stop: ${id} ended as its execution did after a fault lost its stop`);
   }
 }
 

@@ -4,9 +4,11 @@
  * checks the invariants of invariants.ts and record-check.ts. Each seed runs the settings its
  * seed draws (profiles.ts) unless `--profile` fixes them, and every fault kind (faults.ts) unless
  * `--faults` names some. On a violation it prints the seed, the invariant and the last events
- * before it. It reports the documented at-least-once re-runs (invariant h's one exception) and
- * the attempts counted past the uncounted bound (i's); the last line is
- * `simulation: N seeds, V violations`; the exit code is 1 when any invariant broke.
+ * before it. It reports the documented at-least-once re-runs (invariant h's one exception),
+ * the attempts counted past the uncounted bound (i's) and the runs recorded as their execution
+ * ended after a fault lost a pause's or schedule change's stop (c's and p's, with their seeds);
+ * the last line is `simulation: N seeds, V violations`; the exit code is 1 when any invariant
+ * broke.
  * Replay one seed with `--seeds 1 --seed S`. `--sandbox` fixes what kills a frozen worker's task
  * for every worker (default: seeded per worker, docker or process; `none`: nothing stops a frozen
  * worker's task — for experiments). `--trace` prints every event; `--broken-executor` is the
@@ -49,6 +51,8 @@ async function main(): Promise<void> {
   let violations = 0;
   let atLeastOnce = 0;
   let unstartedCap = 0;
+  const lostStopSeeds: number[] = [];
+  let lostStops = 0;
   let executions = 0;
   const byProfile = new Map<ProfileName, number>();
   const byInvariant = new Map<string, number[]>();
@@ -65,6 +69,8 @@ async function main(): Promise<void> {
     violations += r.violations.length;
     atLeastOnce += r.stats.atLeastOnce;
     unstartedCap += r.stats.unstartedCap;
+    lostStops += r.stats.lostStops;
+    if (r.stats.lostStops > 0) lostStopSeeds.push(seed);
     executions += r.stats.executions;
     byProfile.set(r.profile, (byProfile.get(r.profile) ?? 0) + 1);
     report(r);
@@ -82,6 +88,9 @@ async function main(): Promise<void> {
   );
   console.log(
     `at-least-once re-runs (a success its worker could not report, run again): ${atLeastOnce}; attempts counted past the uncounted bound: ${unstartedCap}`,
+  );
+  console.log(
+    `runs ended as executed after a fault lost their stop: ${lostStops}${lostStopSeeds.length > 0 ? ` (seeds ${lostStopSeeds.join(", ")})` : ""}`,
   );
   console.log(`first seed ${first}; ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   console.log(`simulation: ${seeds} seeds, ${violations} violations`);

@@ -123,6 +123,8 @@ export interface RecordCheckInput {
 export interface RecordCheckOutput {
   /** Attempts counted without an execution after MAX_UNSTARTED_ATTEMPTS uncounted lapses (the documented bound). */
   unstartedCap: number;
+  /** Runs excused as the truthful outcome of a lost stop (`lostStopOutcome`), counted, not silent. */
+  lostStops: string[];
 }
 
 type Fail = (invariant: string, subject: string, detail: string) => void;
@@ -143,7 +145,13 @@ interface Segment {
 }
 
 export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOutput {
-  const out: RecordCheckOutput = { unstartedCap: 0 };
+  const out: RecordCheckOutput = { unstartedCap: 0, lostStops: [] };
+  const lostStops = new Set<string>();
+  /** Notes a run excused as a lost stop's outcome; returns whether it was. */
+  const noteLostStop = (r: RunView, excused: boolean): boolean => {
+    if (excused) lostStops.add(r.run_id);
+    return excused;
+  };
   const byRun = new Map<string, LedgerEntry[]>();
   for (const x of input.ledger) byRun.set(x.runId, [...(byRun.get(x.runId) ?? []), x]);
   for (const j of input.jobs) {
@@ -158,8 +166,8 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
     }
     const commands = input.commands.filter((c) => c.jobId === j.jobId);
     const records = input.records.get(j.jobId) ?? [];
-    checkOccurrences(input, j, state, commands, records, byRun, fail);
-    checkPausedStarts(input, j, state.job.created_at_ms, commands, records, fail);
+    checkOccurrences(input, j, state, commands, records, byRun, noteLostStop, fail);
+    checkPausedStarts(input, j, state.job.created_at_ms, commands, records, noteLostStop, fail);
     for (const r of records) {
       checkStatus(input, j, commands, r, byRun.get(r.run_id) ?? [], fail);
       out.unstartedCap += checkAttempts(input, r, byRun.get(r.run_id) ?? [], fail);
@@ -187,6 +195,7 @@ export function checkRecords(input: RecordCheckInput, fail: Fail): RecordCheckOu
       }
     }
   }
+  out.lostStops = [...lostStops];
   return out;
 }
 
@@ -197,6 +206,7 @@ function checkOccurrences(
   commands: readonly CommandRecord[],
   records: readonly RunView[],
   byRun: ReadonlyMap<string, readonly LedgerEntry[]>,
+  noteLostStop: (r: RunView, excused: boolean) => boolean,
   fail: Fail,
 ): void {
   const created = state.job!.created_at_ms;
@@ -275,11 +285,14 @@ function checkOccurrences(
       r.status !== "skipped" &&
       r.status !== "throttled" &&
       !startedBefore(byRun.get(r.run_id), seg, input) &&
-      !lostStopOutcome(
-        input,
-        seg && stopOf(input, created, commands, r, o, seg.fromMs),
+      !noteLostStop(
         r,
-        byRun.get(r.run_id) ?? [],
+        lostStopOutcome(
+          input,
+          seg && stopOf(input, created, commands, r, o, seg.fromMs),
+          r,
+          byRun.get(r.run_id) ?? [],
+        ),
       )
     ) {
       fail(
@@ -496,6 +509,7 @@ function checkPausedStarts(
   jobCreatedMs: number,
   commands: readonly CommandRecord[],
   records: readonly RunView[],
+  noteLostStop: (r: RunView, excused: boolean) => boolean,
   fail: Fail,
 ): void {
   const byId = new Map(records.map((r) => [r.run_id, r]));
@@ -524,7 +538,7 @@ function checkPausedStarts(
       const lostStop =
         r !== undefined &&
         since.every((y) => y.startMs > from) &&
-        lostStopOutcome(input, stop, r, since);
+        noteLostStop(r, lostStopOutcome(input, stop, r, since));
       if (!manualAfter && !cancelled && !lostStop)
         fail(
           "started_while_paused",

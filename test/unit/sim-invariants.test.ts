@@ -19,7 +19,12 @@ import {
 } from "../../src/protocol/model.ts";
 import { Ledger, type LedgerEntry } from "../sim/executor.ts";
 import { Checker, Trace, START_TOLERANCE_MS } from "../sim/invariants.ts";
-import { checkRecords, type CommandRecord, type RecordCheckInput } from "../sim/record-check.ts";
+import {
+  checkRecords,
+  type CommandRecord,
+  type RecordCheckInput,
+  type RecordCheckOutput,
+} from "../sim/record-check.ts";
 
 const T0 = Date.UTC(2026, 0, 5, 12, 0, 0);
 const JOB = "j0123456789abcdef";
@@ -266,11 +271,11 @@ const ok = (atMs: number, attempt = 1): LedgerEntry => ({
 /** Runs the record check on one job's history; returns the invariants that fired. */
 function check(
   records: RunView[],
-  o: Partial<RecordCheckInput> & { spec?: JobSpec } = {},
+  o: Partial<RecordCheckInput> & { spec?: JobSpec; output?: (r: RecordCheckOutput) => void } = {},
 ): string[] {
   const out: string[] = [];
   const spec = o.spec ?? every5s;
-  checkRecords(
+  const res = checkRecords(
     {
       jobs: [{ tenant: "ta", jobId: JOB, spec }],
       states: new Map([[JOB, state(spec)]]),
@@ -295,6 +300,7 @@ function check(
     },
     (inv) => out.push(inv),
   );
+  o.output?.(res);
   return out;
 }
 
@@ -525,7 +531,7 @@ describe("simulation record checks fire on run records that break them", () => {
       ackMs: at(10.1),
       spec: every6s,
     };
-    const rs = (r: RunView, xs: LedgerEntry[], o: Partial<RecordCheckInput> = {}) =>
+    const rs = (r: RunView, xs: LedgerEntry[], o: Parameters<typeof check>[1] = {}) =>
       check(
         [record(at(5), "succeeded"), record(at(10), "succeeded"), record(at(12), "succeeded"), r],
         {
@@ -538,7 +544,9 @@ describe("simulation record checks fire on run records that break them", () => {
           ...o,
         },
       );
-    assert.deepEqual(rs(lost(), [exec(15)]), []);
+    let excused: string[] = [];
+    assert.deepEqual(rs(lost(), [exec(15)], { output: (res) => (excused = res.lostStops) }), []);
+    assert.deepEqual(excused, [lostRun], "counted, not silent");
     assert.deepEqual(rs(lost("failed"), [exec(15, 15.5, "exit 1")]), [], "failed, truthfully");
     // Bounded like a cancelled run: a start up to lease TTL + drain grace (4 + 10 s) after the
     // change's answer at 10.1 s is excused, a later one is not.
