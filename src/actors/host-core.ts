@@ -48,12 +48,6 @@ export const REVISION_FLOORS = 16_384;
  * for good (docs/kv.md), and a key read as behind for ever could never be written again.
  */
 export const REVISION_FLOOR_MS = 30_000;
-/**
- * Most floors kept for actors passivated early (`rememberCold`), apart from REVISION_FLOORS: a
- * batch of 100,000 jobs created for later passivates them all within seconds, and must not push
- * out the floors of actors dropped after a failed write.
- */
-export const COLD_FLOORS = 131_072;
 
 export class HostCore {
   readonly o: HostOptions;
@@ -62,8 +56,6 @@ export class HostCore {
   readonly accepting = new Set<number>();
   /** Revisions of actors dropped outside a partition drop, by key (see `behind`). */
   readonly #floors = new OrderedMap<string, { revision: number; untilMono: number }>();
-  /** Revisions of actors passivated early (see `rememberCold`), by key. */
-  readonly #coldFloors = new OrderedMap<string, { revision: number; untilMono: number }>();
   #parts: HostParts | undefined;
 
   constructor(o: HostOptions) {
@@ -190,33 +182,10 @@ export class HostCore {
    * read at or above the floor, or past REVISION_FLOOR_MS, clears it.
    */
   behind(key: string, revision: number): number | undefined {
-    return this.#below(this.#floors, key, revision) ?? this.#below(this.#coldFloors, key, revision);
-  }
-
-  #below(
-    floors: OrderedMap<string, { revision: number; untilMono: number }>,
-    key: string,
-    revision: number,
-  ): number | undefined {
-    const f = floors.get(key);
+    const f = this.#floors.get(key);
     if (f === undefined) return undefined;
     if (revision < f.revision && this.o.clock.monoMs() < f.untilMono) return f.revision;
-    floors.delete(key);
+    this.#floors.delete(key);
     return undefined;
-  }
-
-  /**
-   * An actor passivated seconds after its last write (passivation.ts, COLD_IDLE_MS) is read back
-   * as after a drop: a read below the revision it was at, within REVISION_FLOOR_MS, is behind.
-   * (After the host's idle minute no floor is needed: it is longer than REVISION_FLOOR_MS.)
-   */
-  rememberCold(inst: Instance): void {
-    if (inst.revision === 0) return;
-    this.#coldFloors.delete(inst.key);
-    if (this.#coldFloors.size >= COLD_FLOORS) this.#coldFloors.delete(this.#coldFloors.oldest()!);
-    this.#coldFloors.set(inst.key, {
-      revision: inst.revision,
-      untilMono: this.o.clock.monoMs() + REVISION_FLOOR_MS,
-    });
   }
 }

@@ -22,14 +22,11 @@ import type { Instance, PassivationPart } from "./types.ts";
  */
 export const WARM_MS = 120_000;
 /**
- * The idle time after which an actor whose `warmTimer` is armed but further off than `warmMs`
- * and the host's idle time together leaves memory (when the host's idle time is longer): it is
- * read back before that timer anyway, and nothing else is expected of it meanwhile. With the
- * host's minute, 100,000 jobs created in batches for later kept ~300 MB of job states in memory
- * for that minute, and collecting that heap stalled the node's list reads by 100-300 ms.
- * Pitfall: read back within seconds of its last write, a deposed stream leader may answer an
- * older state; the host keeps its revision as a floor (`rememberCold`), as for a dropped actor.
- * The sweep runs every quarter of the host's idle time, so it leaves 5-20 s after its last turn.
+ * The idle time after which an actor whose `warmTimer` is armed but further than `warmMs` away
+ * leaves memory (when the host's idle time is longer): it is read back before that timer anyway,
+ * and nothing else is expected of it meanwhile. With the host's minute, 100,000 jobs created in
+ * batches for later kept ~300 MB of job states in memory for that minute, and collecting that
+ * heap stalled the node's list reads by 100-300 ms.
  */
 export const COLD_IDLE_MS = 5_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
@@ -130,9 +127,7 @@ export class Passivation implements PassivationPart {
     const c = this.#c;
     const now = c.o.clock.now();
     for (const a of c.actors.values()) {
-      const how = this.#mayPassivate(a, now);
-      if (how !== false) {
-        if (how === "cold") c.rememberCold(a);
+      if (this.#mayPassivate(a, now)) {
         c.actors.delete(a.key);
         c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
       }
@@ -143,17 +138,15 @@ export class Passivation implements PassivationPart {
    * Idle (nothing running or queued for `idleMs`, or COLD_IDLE_MS when its `warmTimer` is armed
    * but far), and neither `keepLoaded` nor a close `warmTimer` keeps it.
    */
-  #mayPassivate(a: Instance, now: number): false | "idle" | "cold" {
+  #mayPassivate(a: Instance, now: number): boolean {
     if (a.running || a.mailbox.length > 0) return false;
-    const { idleMs } = this.#c.o;
     const idle = now - a.lastActiveMs;
-    if (idle <= Math.min(idleMs, COLD_IDLE_MS)) return false;
+    if (idle <= Math.min(this.#c.o.idleMs, COLD_IDLE_MS)) return false;
     if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;
     const due = this.#warmTimerDue(a.reg, a.partition, a.id);
     if (due !== undefined && due - now <= this.#warmMs) return false; // close: kept
-    if (idle > idleMs) return "idle";
-    // Far off (beyond the warm-up window and another idle time): the short idle time.
-    return due !== undefined && due - now > this.#warmMs + idleMs ? "cold" : false;
+    // Far (read back before it): the short idle time; none armed: the host's.
+    return due !== undefined || idle > this.#c.o.idleMs;
   }
 
   /** When the actor's `warmTimer` fires (undefined: none armed, or no loading ahead). */
