@@ -21,14 +21,6 @@ import type { Instance, PassivationPart } from "./types.ts";
  * before.
  */
 export const WARM_MS = 120_000;
-/**
- * The idle time after which an actor whose `warmTimer` is armed but further than `warmMs` away
- * leaves memory (when the host's idle time is longer): it is read back before that timer anyway,
- * and nothing else is expected of it meanwhile. With the host's minute, 100,000 jobs created in
- * batches for later kept ~300 MB of job states in memory for that minute, and collecting that
- * heap stalled the node's list reads by 100-300 ms.
- */
-export const COLD_IDLE_MS = 5_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
 export const WARM_LOADS_IN_FLIGHT = 16;
 
@@ -135,32 +127,22 @@ export class Passivation implements PassivationPart {
   }
 
   /**
-   * Idle (nothing running or queued for `idleMs`, or COLD_IDLE_MS when its `warmTimer` is armed
-   * but far), and neither `keepLoaded` nor a close `warmTimer` keeps it.
+   * Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer`
+   * keeps it.
    */
   #mayPassivate(a: Instance, now: number): boolean {
-    if (a.running || a.mailbox.length > 0) return false;
-    const idle = now - a.lastActiveMs;
-    if (idle <= Math.min(this.#c.o.idleMs, COLD_IDLE_MS)) return false;
+    if (a.running || a.mailbox.length > 0 || now - a.lastActiveMs <= this.#c.o.idleMs) return false;
     if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;
-    const due = this.#warmTimerDue(a.reg, a.partition, a.id);
-    if (due !== undefined && due - now <= this.#warmMs) return false; // close: kept
-    // Far (read back before it): the short idle time; none armed: the host's.
-    return due !== undefined || idle > this.#c.o.idleMs;
-  }
-
-  /** When the actor's `warmTimer` fires (undefined: none armed, or no loading ahead). */
-  #warmTimerDue(reg: ActorRegistration, partition: number, id: string): number | undefined {
-    const name = reg.definition.warmTimer;
-    if (name === undefined || this.#warmMs === 0) return undefined;
-    return this.#c.parts.reminders
-      .queue(reg.definition.type)
-      .dueOf(timerKey(partition, reg.definition.type, id, name));
+    return !this.#warmTimerClose(a.reg, a.partition, a.id, now);
   }
 
   /** Whether the actor's `warmTimer` is armed and fires within `warmMs`. */
   #warmTimerClose(reg: ActorRegistration, partition: number, id: string, now: number): boolean {
-    const due = this.#warmTimerDue(reg, partition, id);
+    const name = reg.definition.warmTimer;
+    if (name === undefined || this.#warmMs === 0) return false;
+    const due = this.#c.parts.reminders
+      .queue(reg.definition.type)
+      .dueOf(timerKey(partition, reg.definition.type, id, name));
     return due !== undefined && due - now <= this.#warmMs;
   }
 

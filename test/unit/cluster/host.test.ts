@@ -16,7 +16,6 @@ import {
   type ActorRegistration,
 } from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
-import { COLD_IDLE_MS } from "../../../src/actors/passivation.ts";
 import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { EventBus, type NodeEvent } from "../../../src/cluster/events.ts";
@@ -897,32 +896,6 @@ describe("ActorHost", () => {
     t.clock.advance(2_000);
     t.host.sweep();
     assert.equal(t.host.activeCount, 0);
-    assert.deepEqual(t.errors, []);
-  });
-
-  it("warmTimer: an actor whose timer is armed but further than warmMs leaves memory after COLD_IDLE_MS; one with no timer after idleMs", async () => {
-    const t = setup({ idleMs: 60_000, warmMs: 10_000 });
-    await acquireAll(t.host);
-    await t.host.deliver("warm", "far", { kind: "arm", atMs: t.clock.now() + 3_600_000 });
-    await t.host.deliver("warm", "close", { kind: "arm", atMs: t.clock.now() + 9_000 });
-    await t.host.deliver("warm", "none", { kind: "fire" });
-    await turn();
-    assert.equal(t.host.activeCount, 3);
-    t.clock.advance(COLD_IDLE_MS);
-    t.host.sweep();
-    assert.equal(t.host.activeCount, 3, "idle for exactly COLD_IDLE_MS is not yet idle");
-    const gone = t.next((e) => e.type === "actor_passivated");
-    t.clock.advance(1);
-    t.host.sweep();
-    assert.deepEqual(await gone, { type: "actor_passivated", actorType: "warm", id: "far" });
-    assert.equal(
-      t.host.activeCount,
-      2,
-      "the far one left; the close one and the one with none stay",
-    );
-    t.clock.advance(60_000 - COLD_IDLE_MS);
-    t.host.sweep();
-    assert.equal(t.host.activeCount, 1, "the one with no timer leaves after idleMs");
     assert.deepEqual(t.errors, []);
   });
 
