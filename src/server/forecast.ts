@@ -57,8 +57,8 @@ export interface KnownJob {
 
 /**
  * Job states decoded between two yields to the event loop while a forecast reads them: a
- * node's first forecast decodes every job state it holds (100,000 took ~0.5 s in one stretch,
- * the API's list reads waiting behind it at :30 of the minute).
+ * node's first forecast after many creates decodes every job state it holds, and with 100,000
+ * an API list read waited up to 0.6 s behind that refresh at :30 of the minute (bench api).
  */
 export const DECODES_PER_YIELD = 500;
 
