@@ -370,17 +370,23 @@ describe("job actor: pause, resume, patch", () => {
     assert.deepEqual(d.violations, []);
   });
 
-  // The orphan of a fire whose state change was lost (a takeover) is settled by a schedule change
-  // that reaches the new owner before its re-fire: it stays cancelled, like a prepared run the
-  // change cancels (the test before last), and the new schedule fires from now — not from after
-  // the orphan's occurrence, which `run_settled` once made the job's last handled one.
-  it("a schedule change that settles a lost fire's orphan prepared ahead fires the new schedule from now", () => {
+  /** An hourly job whose 01:00 fire prepared a run ahead and then lost its state change. */
+  const lostFireOrphan = () => {
     const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500;
     const d = new Driver(cfg({ lookaheadMs: 300_000 }), { index: true }, start);
     d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
     d.skipTime(4_000);
     const hour = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
     d.crashAfterPre({ kind: "fire" }); // 01:00 prepared: its record written, the state change lost
+    return { d, hour };
+  };
+
+  // The orphan of a fire whose state change was lost (a takeover) is settled by a schedule change
+  // that reaches the new owner before its re-fire: it stays cancelled, like a prepared run the
+  // change cancels (the test before last), and the new schedule fires from now — not from after
+  // the orphan's occurrence, which `run_settled` once made the job's last handled one.
+  it("a schedule change that settles a lost fire's orphan prepared ahead fires the new schedule from now", () => {
+    const { d, hour } = lostFireOrphan();
     assert.equal(d.written.get(hour)?.status, "queued");
     d.activate();
     d.send({ kind: "patch", patch: { schedule: { cron: "*/10 * * * * *", time_zone: "UTC" } } });
@@ -400,12 +406,7 @@ describe("job actor: pause, resume, patch", () => {
   // As the test before, with the pause in the same PATCH: the job has no next run when the settle
   // is answered, but the new schedule has occurrences before the orphan all the same.
   it("a PATCH that pauses and changes the schedule, settling a lost fire's orphan: a resume fires the new schedule from now", () => {
-    const start = Date.UTC(2026, 0, 1, 0, 58, 0) + 500;
-    const d = new Driver(cfg({ lookaheadMs: 300_000 }), { index: true }, start);
-    d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "allow" }));
-    d.skipTime(4_000);
-    const hour = runIdFor(JOB, ms("2026-01-01T01:00:00Z"));
-    d.crashAfterPre({ kind: "fire" }); // 01:00 prepared: its record written, the state change lost
+    const { d, hour } = lostFireOrphan();
     d.activate();
     d.send({
       kind: "patch",
