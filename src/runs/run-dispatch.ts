@@ -64,8 +64,8 @@ export const SLOT_RECHECK_MAX_MS = 30_000;
  * come at the deadline or later. The tenant's waiting list is soft: an ask held by a tenant actor
  * whose node then died is gone, and the next ask came at the deadline itself — where the run ends
  * `missed` — because the shortest default deadline (10 s, a cron job of a period up to 10 s) is
- * SLOT_RECHECK_MS. Longer than a partition handoff (failure timeout and partition lease, ~4 s at
- * the defaults): an ask made during one is retried by the router until the new owner answers.
+ * SLOT_RECHECK_MS. Longer than a partition handoff (the failure timeout, 3 s at the defaults, and
+ * the partition's lease): an ask made during one is retried by the router until the new owner answers.
  */
 export const SLOT_ASK_BEFORE_DEADLINE_MS = 5_000;
 
