@@ -98,6 +98,8 @@ export type JobMsg =
       worker: string;
       reply: ProbeReply | null;
       gone?: true;
+      /** No answer in time from a worker that still advertises (alive, swamped): see `probeOrLapse`. */
+      advertising?: true;
     }
   | { kind: "retry_due"; run_id: string }
   /** A gated run's due instant: skip it if another run of the job is still active. */

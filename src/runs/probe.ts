@@ -1,8 +1,8 @@
 /**
  * The `probe_worker` performer: asks a worker what became of an attempt whose lease fell silent
  * and tells the actor the answer (`probe_answer`: the reply; null when none came within
- * PROBE_TIMEOUT_MS — a frozen, cut-off or swamped worker; `gone` when no one answered and the
- * worker directory knows it stopped advertising).
+ * PROBE_TIMEOUT_MS — a frozen, cut-off or swamped worker, `advertising` when its adverts still
+ * come; `gone` when no one answered and the worker directory knows it stopped advertising).
  *
  * Pitfall: "no responders" from a worker that still advertises (a live worker between two
  * connections) is not taken for gone — its lease would lapse at once and an attempt never heard
@@ -73,10 +73,15 @@ export function makeProber(
     const gapMs = budgetMs / PROBE_NO_RESPONDER_ASKS;
     let reply: ProbeReply | null = null;
     let gone = false;
+    let advertising = false;
     for (let asked = 0; asked < PROBE_NO_RESPONDER_ASKS && ctx.stillOwner(); asked++) {
       if (asked > 0) await pause(gapMs);
       const r = await askOnce(fx, budgetMs - asked * gapMs);
-      if (r === "no_answer") break;
+      if (r === "no_answer") {
+        // Alive (its adverts still come) yet silent: swamped, not gone — the actor asks longer.
+        advertising = link.directory.advertises(fx.worker);
+        break;
+      }
       if (r !== "no_responders") {
         reply = r;
         break;
@@ -94,6 +99,7 @@ export function makeProber(
       worker: fx.worker,
       reply,
       ...(gone ? { gone: true as const } : {}),
+      ...(advertising ? { advertising: true as const } : {}),
     });
   };
 }

@@ -274,6 +274,13 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
 
 /** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
 export const MAX_UNANSWERED_PROBES = 3;
+/**
+ * The same bound while the worker still advertises (its probes time out, its adverts come: a
+ * worker swamped by a burst, its event loop seconds behind): ~5 min of asking at the default
+ * TTL. Lapsed after three, an attempt never heard to start is presumed not started and offered
+ * again — and a swamped worker that had run it runs it twice (a 200,000-run burst: 91 runs).
+ */
+export const MAX_PROBES_WHILE_ADVERTISING = 30;
 
 /** The lease was heard from (a heartbeat, a report, an answer): unanswered probes start again from 0. */
 function heard(tx: Tx, r: ActiveRun): void {
@@ -282,9 +289,11 @@ function heard(tx: Tx, r: ActiveRun): void {
   tx.defer();
 }
 
-function probeOrLapse(tx: Tx, r: ActiveRun): D {
+/** Probes again, or lapses the lease after too many unanswered (`advertising`: the worker is alive). */
+function probeOrLapse(tx: Tx, r: ActiveRun, advertising = false): D {
   if (tx.faults.lapseWithoutProbe === true) return lapse(tx, r, null);
-  if (r.worker === null || (r.probes ?? 0) >= MAX_UNANSWERED_PROBES) return lapse(tx, r, null);
+  const bound = advertising ? MAX_PROBES_WHILE_ADVERTISING : MAX_UNANSWERED_PROBES;
+  if (r.worker === null || (r.probes ?? 0) >= bound) return lapse(tx, r, null);
   r.probes = (r.probes ?? 0) + 1;
   tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
   tx.post.push({
@@ -360,7 +369,7 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
       heard(tx, r);
       return tx.done(null);
     }
-    if (reply === null && !m.gone) return probeOrLapse(tx, r);
+    if (reply === null && !m.gone) return probeOrLapse(tx, r, m.advertising === true);
   }
   return lapse(tx, r, reply);
 }

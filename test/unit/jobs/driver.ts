@@ -82,13 +82,14 @@ export interface DriverOptions {
   freeze?: boolean;
   /**
    * The worker's answer to a probe of a silent lease (`probe_worker`), delivered at once as
-   * `probe_answer`; `undefined` holds it back; null: no answer in time; "gone": no responder.
+   * `probe_answer`; `undefined` holds it back; null: no answer in time; "advertising": no answer
+   * in time from a worker that still advertises; "gone": no responder.
    * Default: "gone", as from a worker process that is gone (a silent lease in these tests is a
    * dead worker's).
    */
   probe?: (
     fx: Extract<JobEffect, { kind: "probe_worker" }>,
-  ) => ProbeReply | null | "gone" | undefined;
+  ) => ProbeReply | null | "gone" | "advertising" | undefined;
   /**
    * The worker's report of an attempt it was told to stop (`cancel_on_worker`), delivered at once
    * as a `complete` with outcome `killed` and these fields (e.g. `{ not_started: true }`: it had
@@ -393,6 +394,15 @@ export class Driver {
             worker: fx.worker,
             reply: null,
             gone: true,
+          });
+        else if (reply === "advertising")
+          this.#inbox.push({
+            kind: "probe_answer",
+            run_id: fx.run_id,
+            fence: fx.fence,
+            worker: fx.worker,
+            reply: null,
+            advertising: true,
           });
         else if (reply !== undefined)
           this.#inbox.push({

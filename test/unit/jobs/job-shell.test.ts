@@ -467,10 +467,28 @@ describe("job shell: a probe of a silent lease", () => {
     assert.equal(t.requests.length, PROBE_NO_RESPONDER_ASKS);
   });
 
-  it("a timeout is no answer, asked once (the actor asks again)", async () => {
+  it("a timeout from a worker not heard advertising is no answer, asked once (the actor asks again)", async () => {
     const t = setup(async () => {
       throw new Error("TIMEOUT");
     });
+    assert.equal(t.workers.advertises("w9"), false);
+    const m = await probe(t, "w9");
+    assert.deepEqual(m, {
+      kind: "probe_answer",
+      run_id: "r1",
+      fence: 7,
+      worker: "w9",
+      reply: null,
+    });
+    assert.equal(t.requests.length, 1);
+  });
+
+  it("a timeout from a worker still advertising is no answer from a live worker (`advertising`: the actor asks longer)", async () => {
+    const t = setup(async () => {
+      throw new Error("TIMEOUT");
+    });
+    hearFleet(t);
+    assert.equal(t.workers.advertises("w1"), true);
     const m = await probe(t, "w1");
     assert.deepEqual(m, {
       kind: "probe_answer",
@@ -478,6 +496,7 @@ describe("job shell: a probe of a silent lease", () => {
       fence: 7,
       worker: "w1",
       reply: null,
+      advertising: true,
     });
     assert.equal(t.requests.length, 1);
   });

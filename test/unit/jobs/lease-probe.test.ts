@@ -10,7 +10,10 @@ import { runIdFor } from "../../../src/protocol/ids.ts";
 import { heartbeatKey } from "../../../src/jobs/job-actor.ts";
 import { type JobEffect } from "../../../src/job-state/job-types.ts";
 import { MAX_GIVEN_BACK, MAX_UNSTARTED_ATTEMPTS } from "../../../src/runs/run-lifecycle.ts";
-import { MAX_UNANSWERED_PROBES } from "../../../src/runs/run-messages.ts";
+import {
+  MAX_PROBES_WHILE_ADVERTISING,
+  MAX_UNANSWERED_PROBES,
+} from "../../../src/runs/run-messages.ts";
 import { loadJobState } from "../../../src/job-state/job-state.ts";
 import type { ProbeReply } from "../../../src/protocol/worker.ts";
 import { Driver, JOB, cfg, spec } from "./driver.ts";
@@ -21,7 +24,10 @@ const hourly = { cron: "0 * * * *", time_zone: "UTC" };
 type ProbeFx = Extract<JobEffect, { kind: "probe_worker" }>;
 
 /** A job whose first run (:02) is leased to w1 (claimed at :01.5, lease end :12); probes answered by `probe`. */
-function leased(probe: (fx: ProbeFx) => ProbeReply | null | "gone" | undefined, maxAttempts = 3) {
+function leased(
+  probe: (fx: ProbeFx) => ProbeReply | null | "gone" | "advertising" | undefined,
+  maxAttempts = 3,
+) {
   const d = new Driver(cfg(), { probe });
   d.create(
     spec({ retry: { max_attempts: maxAttempts, backoff: "exponential", base_s: 1, max_s: 60 } }),
@@ -97,6 +103,32 @@ describe("a silent lease is resolved by probing its worker", () => {
       g.run(RUN)?.attempts[0]?.error,
       "lease expired on worker w1, which did not answer, before the attempt was heard to start (not counted: presumed never started)",
     );
+  });
+
+  it("no answer from a worker that still advertises (swamped): asked up to a larger bound before its lease lapses; one that stops advertising lapses as before", () => {
+    // Taken for dead after three, an attempt never heard to start is presumed not started and
+    // offered again — and a swamped worker that ran it runs it twice. (Each probe here is
+    // answered at once; a real one waits PROBE_TIMEOUT_MS for its answer.)
+    const d = leased(() => "advertising");
+    const f = d.run(RUN)!.fence;
+    d.advance(10_000);
+    assert.equal(
+      d.postsOf("probe_worker").filter((p) => p.fence === f).length,
+      MAX_PROBES_WHILE_ADVERTISING,
+      "asked up to the larger bound, and no further",
+    );
+    assert.ok(MAX_PROBES_WHILE_ADVERTISING > MAX_UNANSWERED_PROBES);
+    assert.equal(
+      d.run(RUN)?.attempt,
+      2,
+      "a worker that advertises yet never answers lapses in the end",
+    );
+    // Silent while advertising, then silent and no longer advertising: the count so far stands.
+    let n = 0;
+    const s = leased(() => (++n <= MAX_UNANSWERED_PROBES + 1 ? "advertising" : null));
+    s.advance(10_000);
+    assert.equal(s.postsOf("probe_worker").length, MAX_UNANSWERED_PROBES + 2);
+    assert.equal(s.run(RUN)?.attempt, 2);
   });
 
   it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
