@@ -177,6 +177,15 @@ export interface ResidencyPolicy<S> {
    * in its busiest minute.
    */
   readonly warmTimer?: string;
+  /**
+   * Pure. Whether this actor, idle, may leave memory after a few seconds (passivation.ts
+   * `EARLY_IDLE_MS`) instead of the host's idle time, when its `warmTimer` is further off than
+   * `warmMs` and the host's idle time together: only for a state no message but its own commands
+   * can be on its way to (a job that never had a run — no worker, tenant or dispatcher holds
+   * anything of it). Read back within seconds of a write, a state below the revision it left at
+   * is refused for a while (`HostCore.rememberEarly`). Absent: the host's idle time.
+   */
+  passivateEarly?(state: S): boolean;
 }
 
 /**

@@ -48,6 +48,14 @@ export const REVISION_FLOORS = 16_384;
  * for good (docs/kv.md), and a key read as behind for ever could never be written again.
  */
 export const REVISION_FLOOR_MS = 30_000;
+/**
+ * Most floors kept for actors passivated early (`rememberEarly`), apart from REVISION_FLOORS: a
+ * batch of 100,000 jobs created for later passivates them all within seconds, and must not push
+ * out the floors of actors dropped after a failed write.
+ */
+export const EARLY_FLOORS = 131_072;
+
+type Floor = { revision: number; untilMono: number };
 
 export class HostCore {
   readonly o: HostOptions;
@@ -55,7 +63,9 @@ export class HostCore {
   readonly actors = new Map<string, Instance>();
   readonly accepting = new Set<number>();
   /** Revisions of actors dropped outside a partition drop, by key (see `behind`). */
-  readonly #floors = new OrderedMap<string, { revision: number; untilMono: number }>();
+  readonly #floors = new OrderedMap<string, Floor>();
+  /** Revisions of actors passivated early (see `rememberEarly`), by key, oldest first. */
+  readonly #earlyFloors = new OrderedMap<string, Floor>();
   #parts: HostParts | undefined;
 
   constructor(o: HostOptions) {
@@ -182,10 +192,50 @@ export class HostCore {
    * read at or above the floor, or past REVISION_FLOOR_MS, clears it.
    */
   behind(key: string, revision: number): number | undefined {
-    const f = this.#floors.get(key);
+    return (
+      this.#below(this.#floors, key, revision) ?? this.#below(this.#earlyFloors, key, revision)
+    );
+  }
+
+  #below(floors: OrderedMap<string, Floor>, key: string, revision: number): number | undefined {
+    const f = floors.get(key);
     if (f === undefined) return undefined;
     if (revision < f.revision && this.o.clock.monoMs() < f.untilMono) return f.revision;
-    this.#floors.delete(key);
+    floors.delete(key);
     return undefined;
+  }
+
+  /**
+   * An actor passivated seconds after its last write (passivation.ts, EARLY_IDLE_MS) is read back
+   * as after a drop: a read below the revision it was at, within REVISION_FLOOR_MS, is behind (a
+   * deposed stream leader's older state). After the host's idle time (a minute by default, longer
+   * than REVISION_FLOOR_MS) the host keeps none.
+   */
+  rememberEarly(inst: Instance): void {
+    if (inst.revision === 0) return;
+    this.#earlyFloors.delete(inst.key);
+    if (this.#earlyFloors.size >= EARLY_FLOORS)
+      this.#earlyFloors.delete(this.#earlyFloors.oldest()!);
+    this.#earlyFloors.set(inst.key, {
+      revision: inst.revision,
+      untilMono: this.o.clock.monoMs() + REVISION_FLOOR_MS,
+    });
+  }
+
+  /**
+   * Forgets the early floors past REVISION_FLOOR_MS (oldest first: each is set with the same
+   * length), so a batch's 100,000 do not stay in memory until pushed out.
+   */
+  pruneEarlyFloors(): void {
+    const now = this.o.clock.monoMs();
+    for (let k = this.#earlyFloors.oldest(); k !== undefined; k = this.#earlyFloors.oldest()) {
+      if (this.#earlyFloors.get(k)!.untilMono > now) return;
+      this.#earlyFloors.delete(k);
+    }
+  }
+
+  /** Early floors held (see `rememberEarly`). */
+  get earlyFloors(): number {
+    return this.#earlyFloors.size;
   }
 }

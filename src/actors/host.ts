@@ -21,7 +21,7 @@ import { Turns } from "./turn.ts";
 
 export type { HostOptions } from "./host-core.ts";
 export { TURNS_IN_FLIGHT } from "./mailbox.ts";
-export { WARM_LOADS_IN_FLIGHT, WARM_MS } from "./passivation.ts";
+export { EARLY_IDLE_MS, WARM_LOADS_IN_FLIGHT, WARM_MS } from "./passivation.ts";
 export { RELOAD_AFTER_DROP_MS } from "./persistence.ts";
 export { REVISION_FLOOR_MS } from "./host-core.ts";
 export type { ActorRegistration, ShellContext } from "./registration.ts";
@@ -159,7 +159,15 @@ export class ActorHost {
     this.#dropPartition(partition, "lost");
   }
 
-  /** Passivates actors idle longer than `idleMs` (timers stay armed). */
+  /** Floors kept for actors passivated early (`HostCore.rememberEarly`), until they lapse. */
+  get earlyFloors(): number {
+    return this.#c.earlyFloors;
+  }
+
+  /**
+   * Passivates actors idle longer than `idleMs`, or EARLY_IDLE_MS (`passivateEarly`); timers stay
+   * armed.
+   */
   sweep(): void {
     this.#c.parts.passivation.sweep();
   }

@@ -1,6 +1,8 @@
 /**
  * Passivation: actors idle for `idleMs` with an empty mailbox leave memory (their timers stay
  * armed) — unless their type's `keepLoaded` says so, or their `warmTimer` fires within `warmMs`.
+ * One whose type's `passivateEarly` says so, and whose `warmTimer` is further off than `warmMs`
+ * and `idleMs` together, leaves after EARLY_IDLE_MS instead.
  * A passivated actor is read back that long before its `warmTimer` (at most
  * `WARM_LOADS_IN_FLIGHT` loads at once, a background lane), so its timer finds it in memory.
  */
@@ -21,6 +23,17 @@ import type { Instance, PassivationPart } from "./types.ts";
  * before.
  */
 export const WARM_MS = 120_000;
+/**
+ * The idle time after which an actor leaves memory when its type's `passivateEarly` says so and
+ * its `warmTimer` is further off than `warmMs` and the host's idle time together (when the host's
+ * idle time is longer): it would leave before its warm-up window anyway, and be read back in it,
+ * so only when it leaves changes. With the host's minute, 100,000 jobs created in batches for
+ * later kept ~300 MB of job states in memory for that minute. The sweep runs every quarter of the
+ * host's idle time (src/server/node.ts), so such an actor leaves 5-20 s after its last turn.
+ * Pitfall: read back within seconds of its last write, a deposed stream leader may answer an
+ * older state; the host keeps its revision as a floor (`rememberEarly`), as for a dropped actor.
+ */
+export const EARLY_IDLE_MS = 5_000;
 /** Most ahead-of-time loads in flight on a node (each one KV get): a background lane. */
 export const WARM_LOADS_IN_FLIGHT = 16;
 
@@ -114,35 +127,50 @@ export class Passivation implements PassivationPart {
     this.#warm.cancel(`${inst.partition}|${inst.type}|${inst.id}`);
   }
 
-  /** Passivates actors idle longer than `idleMs` (timers stay armed). */
+  /**
+   * Passivates actors idle longer than `idleMs`, or EARLY_IDLE_MS (see `passivateEarly`); timers
+   * stay armed.
+   */
   sweep(): void {
     const c = this.#c;
     const now = c.o.clock.now();
+    c.pruneEarlyFloors();
     for (const a of c.actors.values()) {
-      if (this.#mayPassivate(a, now)) {
-        c.actors.delete(a.key);
-        c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
-      }
+      const how = this.#mayPassivate(a, now);
+      if (how === "keep") continue;
+      if (how === "early") c.rememberEarly(a);
+      c.actors.delete(a.key);
+      c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
     }
   }
 
-  /**
-   * Idle (nothing running or queued for `idleMs`), and neither `keepLoaded` nor a close `warmTimer`
-   * keeps it.
-   */
-  #mayPassivate(a: Instance, now: number): boolean {
-    if (a.running || a.mailbox.length > 0 || now - a.lastActiveMs <= this.#c.o.idleMs) return false;
-    if (a.loaded && a.reg.definition.keepLoaded?.(a.state) === true) return false;
-    return !this.#warmTimerClose(a.reg, a.partition, a.id, now);
+  /** Whether the actor leaves memory now, and after which idle time. */
+  #mayPassivate(a: Instance, now: number): Residency {
+    if (a.running || a.mailbox.length > 0) return "keep";
+    const def = a.reg.definition;
+    return residency({
+      idleFor: now - a.lastActiveMs,
+      idleMs: this.#c.o.idleMs,
+      warmMs: this.#warmMs,
+      early: () => a.loaded && def.passivateEarly?.(a.state) === true,
+      keep: () => a.loaded && def.keepLoaded?.(a.state) === true,
+      warmDue: () => this.#warmTimerDue(a.reg, a.partition, a.id),
+      now,
+    });
+  }
+
+  /** When the actor's `warmTimer` fires (undefined: none armed, or no loading ahead). */
+  #warmTimerDue(reg: ActorRegistration, partition: number, id: string): number | undefined {
+    const name = reg.definition.warmTimer;
+    if (name === undefined || this.#warmMs === 0) return undefined;
+    return this.#c.parts.reminders
+      .queue(reg.definition.type)
+      .dueOf(timerKey(partition, reg.definition.type, id, name));
   }
 
   /** Whether the actor's `warmTimer` is armed and fires within `warmMs`. */
   #warmTimerClose(reg: ActorRegistration, partition: number, id: string, now: number): boolean {
-    const name = reg.definition.warmTimer;
-    if (name === undefined || this.#warmMs === 0) return false;
-    const due = this.#c.parts.reminders
-      .queue(reg.definition.type)
-      .dueOf(timerKey(partition, reg.definition.type, id, name));
+    const due = this.#warmTimerDue(reg, partition, id);
     return due !== undefined && due - now <= this.#warmMs;
   }
 
@@ -153,4 +181,33 @@ export class Passivation implements PassivationPart {
   stop(): void {
     this.#warm.stop();
   }
+}
+
+/** An idle actor's residency at a sweep: stays, leaves after the host's idle time, or early. */
+export type Residency = "keep" | "idle" | "early";
+
+/**
+ * Pure. Whether an actor with nothing running or queued leaves memory now. `idle` past `idleMs`,
+ * unless `keep` (its type's `keepLoaded`) or its `warmDue` is within `warmMs`; `early` past
+ * EARLY_IDLE_MS, when `early` (its type's `passivateEarly`) and its `warmDue` is further off than
+ * `warmMs + idleMs` (so it would leave before its warm-up window at the host's idle time too).
+ * The state's hooks and the timer are looked up only when the idle time calls for them.
+ */
+export function residency(a: {
+  idleFor: number;
+  idleMs: number;
+  warmMs: number;
+  now: number;
+  early: () => boolean;
+  keep: () => boolean;
+  warmDue: () => number | undefined;
+}): Residency {
+  const { idleFor, idleMs, warmMs, now } = a;
+  if (idleFor <= Math.min(idleMs, EARLY_IDLE_MS)) return "keep";
+  if (idleFor <= idleMs && !a.early()) return "keep";
+  if (a.keep()) return "keep";
+  const due = a.warmDue();
+  if (due !== undefined && due - now <= warmMs) return "keep"; // close: read back ahead anyway
+  if (idleFor > idleMs) return "idle";
+  return due !== undefined && due - now > warmMs + idleMs ? "early" : "keep";
 }

@@ -17,7 +17,12 @@
  */
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { ActorHost, RELOAD_AFTER_DROP_MS, REVISION_FLOOR_MS } from "../../../src/actors/host.ts";
+import {
+  ActorHost,
+  EARLY_IDLE_MS,
+  RELOAD_AFTER_DROP_MS,
+  REVISION_FLOOR_MS,
+} from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
 import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
@@ -203,6 +208,29 @@ const tallyActor: ActorDefinition<TallyState, TallyMsg, number> = {
     m.kind === "inc" ? { state: { n: s.n + 1 }, reply: s.n + 1 } : { state: s, reply: s.n },
 };
 
+/**
+ * A tally with a far-off warm timer whose type lets it leave early (a job created for later):
+ * passivated EARLY_IDLE_MS after its last turn.
+ */
+type FarMsg = TallyMsg | { kind: "arm"; atMs: number } | { kind: "fire" };
+const farTallyActor: ActorDefinition<TallyState, FarMsg, number> = {
+  type: "far",
+  warmTimer: "fire",
+  passivateEarly: () => true,
+  initialState: () => ({ n: 0 }),
+  query: (s, m) => (m.kind === "peek" ? { reply: s.n, alsoQueue: false } : undefined),
+  receive: (s, m) =>
+    m.kind === "arm"
+      ? {
+          state: { n: s.n + 1 },
+          reply: s.n + 1,
+          effects: [{ kind: "timer", name: "fire", atMs: m.atMs, msg: { kind: "fire" } }],
+        }
+      : m.kind === "inc"
+        ? { state: { n: s.n + 1 }, reply: s.n + 1 }
+        : { state: s, reply: s.n },
+};
+
 // --- fixture ----------------------------------------------------------------------------------
 
 function setup(epochAtStart = 7) {
@@ -241,6 +269,7 @@ function setup(epochAtStart = 7) {
   host.register({ definition: urgentPosterActor });
   host.register({ definition: pendingActor });
   host.register({ definition: tallyActor });
+  host.register({ definition: farTallyActor });
   host.register({
     definition: ledgerActor,
     perform: () => Promise.reject(new KairosError("timeout", "kv update timed out (applied?)")),
@@ -409,6 +438,58 @@ describe("ActorHost: a state read back behind a revision this node saw", () => {
       );
       t.clock.advance(REVISION_FLOOR_MS);
       assert.equal(await t.host.deliver("tally", id, { kind: "peek" }), 1);
+    },
+  );
+});
+
+describe("ActorHost: an actor passivated seconds after its last write", () => {
+  it(
+    "is not read back from an older state within REVISION_FLOOR_MS (a floor as for a drop); past it, it is, and the floor is forgotten",
+    T,
+    async () => {
+      const t = setup();
+      await t.acquireAll();
+      const id = "created-for-later";
+      const key = keyOf("far", id);
+      assert.equal(
+        await t.host.deliver("far", id, { kind: "arm", atMs: t.clock.now() + 3_600_000 }),
+        1,
+      );
+      const old = await t.kv.get(key);
+      assert.equal(await t.host.deliver("far", id, { kind: "inc" }), 2);
+      await turn();
+      const gone = t.next((e) => e.type === "actor_passivated" && e.id === id);
+      t.clock.advance(EARLY_IDLE_MS + 1);
+      t.host.sweep();
+      await gone;
+      assert.equal(t.host.earlyFloors, 1);
+      t.kv.stale = { key, entry: old!, reads: 1 }; // a stream leader deposed without knowing it
+      await assert.rejects(
+        t.host.deliver("far", id, { kind: "peek" }),
+        (e) => isKairosError(e, "not_owner"),
+        "answered from a state older than the one it was passivated at",
+      );
+      assert.equal(await t.host.deliver("far", id, { kind: "peek" }), 2);
+      // Past the floor's time, an older state is taken (as for a drop).
+      await turn();
+      const again = t.next((e) => e.type === "actor_passivated" && e.id === id);
+      t.clock.advance(EARLY_IDLE_MS + 1);
+      t.host.sweep();
+      await again;
+      t.clock.advance(REVISION_FLOOR_MS);
+      t.kv.stale = { key, entry: old!, reads: 1 };
+      assert.equal(await t.host.deliver("far", id, { kind: "peek" }), 1);
+      // Floors nobody read back are forgotten once they have lapsed (a batch's do not stay).
+      await t.host.deliver("far", "another", { kind: "arm", atMs: t.clock.now() + 3_600_000 });
+      await turn();
+      t.clock.advance(EARLY_IDLE_MS + 1);
+      t.host.sweep();
+      assert.equal(t.host.activeCount, 0);
+      assert.equal(t.host.earlyFloors, 2, "both passivated early: one floor each");
+      t.clock.advance(REVISION_FLOOR_MS);
+      t.host.sweep();
+      assert.equal(t.host.earlyFloors, 0, "lapsed floors are not kept");
+      assert.deepEqual(t.errors, []);
     },
   );
 });

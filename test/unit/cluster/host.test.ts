@@ -13,6 +13,7 @@ import assert from "node:assert/strict";
 import {
   ActorHost,
   MAILBOX_DEPTH_MAX_AGE_MS,
+  EARLY_IDLE_MS,
   type ActorRegistration,
 } from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
@@ -193,6 +194,33 @@ function timedActor(
   };
 }
 
+/**
+ * A job in miniature: a warm timer `t` (its `fire`); `ran` once it fired. Its type lets it leave
+ * early while it never ran (`passivateEarly`); `touch` changes nothing.
+ */
+type EarlyState = { dueMs: number | null; ran: boolean };
+type EarlyMsg = { kind: "arm"; atMs: number } | { kind: "fire" } | { kind: "touch" };
+const earlyActor: ActorDefinition<EarlyState, EarlyMsg, boolean> = {
+  type: "early",
+  warmTimer: "t",
+  passivateEarly: (s) => !s.ran,
+  initialState: () => ({ dueMs: null, ran: false }),
+  receive: (s, m) =>
+    m.kind === "arm"
+      ? {
+          state: { ...s, dueMs: m.atMs },
+          reply: s.ran,
+          effects: [{ kind: "timer", name: "t", atMs: m.atMs, msg: { kind: "fire" } }],
+        }
+      : m.kind === "fire"
+        ? {
+            state: { dueMs: null, ran: true },
+            reply: true,
+            effects: [{ kind: "cancel_timer", name: "t" }],
+          }
+        : { state: s, reply: s.ran },
+};
+
 /** Arms a timer that, when it fires, appends n and performs `pre` n (held by the test's gate). */
 type GatedTimerMsg = { kind: "arm"; atMs: number; n: number } | { kind: "go"; n: number };
 const gatedTimerActor: ActorDefinition<GateState, GatedTimerMsg, number, number> = {
@@ -271,6 +299,7 @@ function setup(
   host.register({ definition: { ...timedActor("urgent", false), urgentTimers: true } });
   host.register({ definition: timedActor("remind", true) });
   host.register({ definition: { ...timedActor("warm", false), warmTimer: "t" } });
+  host.register({ definition: earlyActor });
   // Kept in memory while its value is odd (a state with changes worth keeping).
   host.register({
     definition: {
@@ -896,6 +925,61 @@ describe("ActorHost", () => {
     t.clock.advance(2_000);
     t.host.sweep();
     assert.equal(t.host.activeCount, 0);
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("passivateEarly: an actor whose type allows it and whose warmTimer is further off than warmMs + idleMs leaves after EARLY_IDLE_MS; one it does not allow (it ran), one closer, one with no timer and one of a type without the hook stay for idleMs", async () => {
+    const t = setup({ idleMs: 60_000, warmMs: 10_000 });
+    await acquireAll(t.host);
+    const start = t.clock.now();
+    const sweepAt = start + EARLY_IDLE_MS + 1;
+    const far = start + 3_600_000;
+    await t.host.deliver("early", "far", { kind: "arm", atMs: far });
+    // At the sweep, due exactly warmMs + idleMs ahead (kept) and 1 ms further (leaves).
+    await t.host.deliver("early", "edge", { kind: "arm", atMs: sweepAt + 70_000 });
+    await t.host.deliver("early", "beyond", { kind: "arm", atMs: sweepAt + 70_001 });
+    await t.host.deliver("early", "ran", { kind: "fire" });
+    await t.host.deliver("early", "ran", { kind: "arm", atMs: far });
+    await t.host.deliver("early", "none", { kind: "touch" });
+    await t.host.deliver("warm", "far", { kind: "arm", atMs: far });
+    await turn();
+    assert.equal(t.host.activeCount, 6);
+    t.clock.advance(EARLY_IDLE_MS);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 6, "idle for exactly EARLY_IDLE_MS is not yet idle");
+    const passivated = () =>
+      t.seen.flatMap((e) => (e.type === "actor_passivated" ? [`${e.actorType}/${e.id}`] : []));
+    t.clock.advance(1);
+    t.host.sweep();
+    assert.deepEqual(passivated().sort(), ["early/beyond", "early/far"]);
+    assert.equal(t.host.earlyFloors, 2, "each keeps its revision as a floor");
+    t.clock.advance(start + 60_000 - t.clock.now());
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 4, "the others stay for idleMs");
+    t.clock.advance(1);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0, "then leave, the edge one's timer still beyond warmMs");
+    assert.deepEqual(t.errors, []);
+  });
+
+  it("passivateEarly: an early-passivated actor is read back warmMs before its timer, as one passivated after idleMs is", async () => {
+    const t = setup({ idleMs: 60_000, warmMs: 10_000 });
+    await acquireAll(t.host);
+    const due = t.clock.now() + 3_600_000;
+    await t.host.deliver("early", "a", { kind: "arm", atMs: due });
+    await turn();
+    t.clock.advance(EARLY_IDLE_MS + 1);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0);
+    const gets = t.kv.gets;
+    const activated = t.next((e) => e.type === "actor_activated" && e.id === "a");
+    t.clock.advance(due - 10_000 - t.clock.now());
+    await activated;
+    assert.equal(t.kv.gets, gets + 1, "read back once, at due - warmMs");
+    await turn();
+    t.clock.advance(EARLY_IDLE_MS + 1_000);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 1, "kept: its timer is that close");
     assert.deepEqual(t.errors, []);
   });
 
