@@ -185,6 +185,25 @@ export function slotsHeld(s: JobState): number {
 }
 
 /**
+ * Whether the job never had a run: none active or draining, no occurrence fired or held (not even
+ * one skipped or missed), no run-now, no run record in its runs index. Nothing of a run — a slot
+ * grant, an offer, a claim, a heartbeat, a completion, a probe's answer — can then be on its way
+ * to it; its first run comes from its own `fire` or a run-now, each a message that reads it back.
+ * A state read back after a fire whose change was lost says so too, but its `fire` is due then.
+ */
+export function neverRan(s: JobState): boolean {
+  return (
+    s.runs.length === 0 &&
+    (s.draining?.length ?? 0) === 0 &&
+    s.queued.length === 0 &&
+    s.last_occurrence_ms === undefined &&
+    (s.handled_ahead?.length ?? 0) === 0 &&
+    s.manual_seq === 0 &&
+    (s.index === undefined || (s.index.seq === 0 && s.index.pending.length === 0))
+  );
+}
+
+/**
  * The job's runs waiting for a tenant slot: queued and not granted (prepared ahead included). A
  * job at its bound (`JobActorConfig.maxWaitingRuns`) prepares nothing ahead, and its occurrences
  * falling due are recorded `throttled` (backlog.ts).

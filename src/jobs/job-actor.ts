@@ -19,6 +19,7 @@ import {
   activeRunsReply,
   emptyJobState,
   loadJobState,
+  neverRan,
   type JobState,
 } from "../job-state/job-state.ts";
 import { command } from "./job-commands.ts";
@@ -140,6 +141,10 @@ export function makeJobActor(
     warmTimer: "fire",
     // Not passivated while a run is active: its grant, offer and start are deferred (memory only).
     keepLoaded: (s) => s.runs.length > 0 || (s.draining?.length ?? 0) > 0,
+    // A job that never had a run, its `fire` far off (a job created for later), leaves memory
+    // seconds after its last command: nothing of a run can be on its way to it. One that has run
+    // keeps the host's idle time: its workers' late reports would each read it back.
+    passivateEarly: neverRan,
     initialState: () => emptyJobState(),
     onActivate: (s, ctx) => onActivate(s, ctx, cfg),
     // Heartbeats: their arrival is recorded before the mailbox, and one for a lease already
