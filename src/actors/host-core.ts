@@ -50,10 +50,10 @@ export const REVISION_FLOORS = 16_384;
 export const REVISION_FLOOR_MS = 30_000;
 /**
  * Most floors kept for actors passivated early (`rememberEarly`), apart from REVISION_FLOORS: a
- * batch of 100,000 jobs created for later passivates them all within seconds, and must not push
- * out the floors of actors dropped after a failed write.
+ * batch of 200,000 jobs created for later passivates them all within seconds, and must not push
+ * out the floors of actors dropped after a failed write. Past it, the oldest go first.
  */
-export const EARLY_FLOORS = 131_072;
+export const EARLY_FLOORS = 262_144;
 
 type Floor = { revision: number; untilMono: number };
 
@@ -207,24 +207,28 @@ export class HostCore {
 
   /**
    * An actor passivated seconds after its last write (passivation.ts, EARLY_IDLE_MS) is read back
-   * as after a drop: a read below the revision it was at, within REVISION_FLOOR_MS, is behind (a
-   * deposed stream leader's older state). After the host's idle time (a minute by default, longer
-   * than REVISION_FLOOR_MS) the host keeps none.
+   * as after a drop: a read below the revision it was at is behind (a deposed stream leader's
+   * older state) for REVISION_FLOOR_MS, or until the host's idle time since its last turn if that
+   * is later — as long as the idle rule would have kept it in memory, unread.
    */
   rememberEarly(inst: Instance): void {
     if (inst.revision === 0) return;
     this.#earlyFloors.delete(inst.key);
     if (this.#earlyFloors.size >= EARLY_FLOORS)
       this.#earlyFloors.delete(this.#earlyFloors.oldest()!);
+    // Never weaker than the idle rule: kept at least until the host's idle time since its last
+    // turn (it would have stayed in memory, never read back, until then), and REVISION_FLOOR_MS.
+    const idleLeft = this.o.idleMs - (this.o.clock.now() - inst.lastActiveMs);
     this.#earlyFloors.set(inst.key, {
       revision: inst.revision,
-      untilMono: this.o.clock.monoMs() + REVISION_FLOOR_MS,
+      untilMono: this.o.clock.monoMs() + Math.max(REVISION_FLOOR_MS, idleLeft),
     });
   }
 
   /**
-   * Forgets the early floors past REVISION_FLOOR_MS (oldest first: each is set with the same
-   * length), so a batch's 100,000 do not stay in memory until pushed out.
+   * Forgets the early floors past their time (oldest first, up to the first still held: their
+   * lengths differ by seconds at most), so a batch's 100,000 do not stay in memory until pushed
+   * out.
    */
   pruneEarlyFloors(): void {
     const now = this.o.clock.monoMs();

@@ -444,7 +444,7 @@ describe("ActorHost: a state read back behind a revision this node saw", () => {
 
 describe("ActorHost: an actor passivated seconds after its last write", () => {
   it(
-    "is not read back from an older state within REVISION_FLOOR_MS (a floor as for a drop); past it, it is, and the floor is forgotten",
+    "is not read back from an older state while the idle rule would have kept it unread (and at least REVISION_FLOOR_MS: a floor as for a drop); past it, it is, and the floor is forgotten",
     T,
     async () => {
       const t = setup();
@@ -476,7 +476,21 @@ describe("ActorHost: an actor passivated seconds after its last write", () => {
       t.clock.advance(EARLY_IDLE_MS + 1);
       t.host.sweep();
       await again;
-      t.clock.advance(REVISION_FLOOR_MS);
+      // Held as long as the idle rule would have kept it in memory, unread (the host's idle time
+      // of 60 s from its last turn here), and no less than REVISION_FLOOR_MS.
+      const held = Math.max(REVISION_FLOOR_MS, 60_000 - (EARLY_IDLE_MS + 1));
+      t.clock.advance(held - 1);
+      t.kv.stale = { key, entry: old!, reads: 1 };
+      await assert.rejects(t.host.deliver("far", id, { kind: "peek" }), (e) =>
+        isKairosError(e, "not_owner"),
+      );
+      assert.equal(await t.host.deliver("far", id, { kind: "peek" }), 2);
+      await turn();
+      const third = t.next((e) => e.type === "actor_passivated" && e.id === id);
+      t.clock.advance(EARLY_IDLE_MS + 1);
+      t.host.sweep();
+      await third;
+      t.clock.advance(held);
       t.kv.stale = { key, entry: old!, reads: 1 };
       assert.equal(await t.host.deliver("far", id, { kind: "peek" }), 1);
       // Floors nobody read back are forgotten once they have lapsed (a batch's do not stay).
@@ -486,7 +500,7 @@ describe("ActorHost: an actor passivated seconds after its last write", () => {
       t.host.sweep();
       assert.equal(t.host.activeCount, 0);
       assert.equal(t.host.earlyFloors, 2, "both passivated early: one floor each");
-      t.clock.advance(REVISION_FLOOR_MS);
+      t.clock.advance(held);
       t.host.sweep();
       assert.equal(t.host.earlyFloors, 0, "lapsed floors are not kept");
       assert.deepEqual(t.errors, []);
