@@ -45,8 +45,14 @@ export interface ActiveRun {
   slot: boolean;
   /** Slots given back so far: names the current grant (see `grantId` in ids.ts). */
   slot_seq?: number;
-  /** Probes of the current lease sent and not answered (run-messages.ts `MAX_UNANSWERED_PROBES`). */
+  /**
+   * Probes of the current lease sent and not answered (run-messages.ts `probeOrLapse`): all of
+   * them (`probes`), those that found the worker silent and not advertising, in a row
+   * (`silent_probes`), and whether one is out (`probe_open`). Memory only.
+   */
   probes?: number;
+  silent_probes?: number;
+  probe_open?: true;
   /** Attempts whose lease expired before they started: not counted against max_attempts (bounded). */
   unstarted?: number;
   /** Of those, attempts their worker gave back unstarted (a drain): bounded apart (run-lifecycle.ts `MAX_GIVEN_BACK`). */
@@ -234,9 +240,21 @@ export function loadJobState(s: JobState): JobState {
       : s;
   // A count of unanswered probes is memory only (run-messages.ts `probeOrLapse`); one a later
   // write happened to store must not let a new owner lapse a lease without asking.
-  return fenced.runs.some((r) => r.probes !== undefined)
-    ? { ...fenced, runs: fenced.runs.map(({ probes: _probes, ...r }) => r) }
+  return fenced.runs.some(
+    (r) => r.probes !== undefined || r.silent_probes !== undefined || r.probe_open !== undefined,
+  )
+    ? {
+        ...fenced,
+        runs: fenced.runs.map(({ probes: _p, silent_probes: _s, probe_open: _o, ...r }) => r),
+      }
     : fenced;
+}
+
+/** Forgets the probes of a lease (heard from, or the lease ended): memory only. */
+export function forgetProbes(r: ActiveRun): void {
+  delete r.probes;
+  delete r.silent_probes;
+  delete r.probe_open;
 }
 
 export const emptyJobState = (): JobState => ({

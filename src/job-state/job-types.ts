@@ -89,7 +89,14 @@ export type JobMsg =
   | { kind: "heartbeat"; run_id: string; fence: number; worker: string; started_at_ms?: number }
   | ({ kind: "complete"; run_id: string; fence: number; worker: string } & Completion)
   /** `after_probe`: the probe's answer never came (run-messages.ts `onLeaseExpired`). */
-  | { kind: "lease_expired"; run_id: string; fence: number; after_probe?: true }
+  | {
+      kind: "lease_expired";
+      run_id: string;
+      fence: number;
+      /** The fallback of the probe numbered `probe` (`probes` at its send): its answer never came. */
+      after_probe?: true;
+      probe?: number;
+    }
   /** From the shell: the worker's answer to a probe of a silent lease (null: none; `gone`: no responder, and the worker no longer advertises). */
   | {
       kind: "probe_answer";

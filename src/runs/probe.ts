@@ -18,7 +18,7 @@ import type { JobEffect } from "../job-state/job-types.ts";
 /**
  * How long a probe waits for its worker's answer (at most half the lease TTL): the worker answers
  * from memory, but a worker swamped by a burst reads it late. No answer: the actor asks again,
- * up to run-messages.ts MAX_UNANSWERED_PROBES in a row, then the lease lapses.
+ * up to the bounds of run-messages.ts `probeOrLapse`, then the lease lapses.
  */
 export const PROBE_TIMEOUT_MS = 5_000;
 

@@ -19,7 +19,7 @@ import {
 import { retryDelayMs } from "./backoff.ts";
 import { grantId } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
-import { terminalRunView, type ActiveRun } from "../job-state/job-state.ts";
+import { forgetProbes, terminalRunView, type ActiveRun } from "../job-state/job-state.ts";
 import {
   NOT_COUNTED,
   PRESUMED_NOT_STARTED,
@@ -172,7 +172,7 @@ function failAttempt(
 ): void {
   const retry = tx.job.spec.retry;
   tx.cancelTimer(`lease:${r.run_id}`);
-  delete r.probes;
+  forgetProbes(r);
   // A paused job begins no new attempt (job-commands.ts `patch`), nor does a run its job's change
   // stopped (`stopBeforeStart`) and whose attempt ended by itself before the stop reached it.
   if (retryable && (!tx.job.spec.enabled || r.stopping !== undefined)) {
@@ -213,7 +213,7 @@ export function claim(tx: Tx, r: ActiveRun, worker: string): void {
   moveRun(r, "claim");
   r.attempt += 1;
   r.worker = worker;
-  delete r.probes;
+  forgetProbes(r);
   tx.cancelTimer(`dispatch:${r.run_id}`);
   r.next_attempt_at_ms = null;
   r.attempts.push({
@@ -389,7 +389,7 @@ export function lapse(
   if (neverStarted) r.unstarted = (r.unstarted ?? 0) + 1;
   if (neverStarted && givenBack) r.given_back = (r.given_back ?? 0) + 1;
   if (neverStarted && presumed) r.presumed = (r.presumed ?? 0) + 1;
-  delete r.probes;
+  forgetProbes(r);
   if (!tx.job.spec.enabled && !neverStarted) {
     // A paused job begins no new attempt of a run that started (job-commands.ts `patch`). One
     // never started is a run-now sent while paused (the pause cancelled every other): it runs,
@@ -493,7 +493,7 @@ function endStopped(tx: Tx, r: ActiveRun, answer: StopAnswer): void {
         ? `${cause}; worker ${w} did not say whether the attempt had started`
         : `${cause} after it started: stopped on worker ${w}`;
   tx.cancelTimer(`lease:${r.run_id}`);
-  delete r.probes;
+  forgetProbes(r);
   const c = answer.said === "killed" ? answer.completion : null;
   const a = r.attempts[r.attempts.length - 1];
   if (a && a.outcome === null) {

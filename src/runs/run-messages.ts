@@ -5,13 +5,19 @@
  * and a run re-created over an ended record. `onRunMessage` routes them in an exhaustive `switch`.
  *
  * Pitfall: silence is not an answer — a lease whose heartbeats stopped is probed before it lapses
- * (MAX_UNANSWERED_PROBES unanswered probes in a row lapse it).
+ * (`probeOrLapse`: MAX_UNANSWERED_PROBES unanswered in a row from a worker not advertising, or
+ * MAX_PROBES_WHILE_ADVERTISING in all, lapse it).
  */
 import { assertNever } from "../lib/assert.ts";
 import type { HeartbeatAck } from "../protocol/worker.ts";
 import { grantId, parseRunId, splitGrant } from "../protocol/ids.ts";
 import type { JobMsg } from "../job-state/job-types.ts";
-import { MAX_HANDLED_AHEAD, type ActiveRun, type JobState } from "../job-state/job-state.ts";
+import {
+  MAX_HANDLED_AHEAD,
+  forgetProbes,
+  type ActiveRun,
+  type JobState,
+} from "../job-state/job-state.ts";
 import { firstAfter, holdOf, scheduleOf } from "../job-state/occurrence-plan.ts";
 import { askSlot, dispatch, drained, onGrant } from "./run-dispatch.ts";
 import {
@@ -250,6 +256,15 @@ export function heartbeatAck(
 function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
   const r = tx.run(m.run_id);
   if (!actsOn("lease_expired", r) || r.fence !== m.fence) return tx.done(null);
+  if (m.after_probe === true) {
+    // The fallback of a probe answered since (delivered before the answer re-armed the timer,
+    // then queued behind it: mailboxes are first in, first out): the answer decided.
+    if (r.probe_open !== true || (m.probe !== undefined && m.probe !== r.probes))
+      return tx.done(null);
+    // Its answer never came in: counted as a silent worker's.
+    delete r.probe_open;
+    r.silent_probes = (r.silent_probes ?? 0) + 1;
+  }
   // Busy is not dead: a heartbeat or completion report that arrived (even if still queued behind
   // this timer) extends the lease; re-arm for its end instead of expiring. A completion report of
   // the holder still waiting in the mailbox keeps it however long it waits: its attempt has ended
@@ -268,34 +283,46 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
   // (offered again, it would run twice — a fifth of a 200,000-run burst). Ask its worker
   // what became of it; the lease stands until the answer (`onProbeAnswer`), or until the fallback
   // (`after_probe`: the answer never came in — the actor moved, its mailbox was full, a stall),
-  // which asks again. Only MAX_UNANSWERED_PROBES unanswered probes in a row lapse it.
+  // which asks again. Only so many unanswered probes lapse it (`probeOrLapse`).
   return probeOrLapse(tx, r);
 }
 
 /** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
 export const MAX_UNANSWERED_PROBES = 3;
 /**
- * The same bound while the worker still advertises (its probes time out, its adverts come: a
- * worker swamped by a burst, its event loop seconds behind): ~5 min of asking at the default
- * TTL. Lapsed after three, an attempt never heard to start is presumed not started and offered
- * again — and a swamped worker that had run it runs it twice (a 200,000-run burst: 91 runs).
+ * Unanswered probes in all after which a silent lease lapses though its worker still advertises
+ * (its probes time out, its adverts come: a worker swamped by a burst, its event loop seconds
+ * behind). Such a probe is asked again after half a lease TTL, so ~5 min at the default TTL (a
+ * 5 s timeout and a 5 s pause each). Lapsed after three, an attempt never heard to start is
+ * presumed not started and offered again — and a swamped worker that had run it runs it twice
+ * (a 200,000-run burst: 91 runs).
  */
 export const MAX_PROBES_WHILE_ADVERTISING = 30;
 
 /** The lease was heard from (a heartbeat, a report, an answer): unanswered probes start again from 0. */
 function heard(tx: Tx, r: ActiveRun): void {
   if (r.probes === undefined) return;
-  delete r.probes;
+  forgetProbes(r);
   tx.defer();
 }
 
-/** Probes again, or lapses the lease after too many unanswered (`advertising`: the worker is alive). */
-function probeOrLapse(tx: Tx, r: ActiveRun, advertising = false): D {
+/**
+ * Probes the worker again, or lapses the lease: after MAX_UNANSWERED_PROBES unanswered in a row
+ * while the worker did not advertise (or their answers never came), or MAX_PROBES_WHILE_ADVERTISING
+ * unanswered in all. Counted apart, so a swamped worker whose adverts now and then come later than
+ * the directory's expiry is not cut off by one such gap, and a stopped one lapses as soon as ever.
+ */
+function probeOrLapse(tx: Tx, r: ActiveRun): D {
   if (tx.faults.lapseWithoutProbe === true) return lapse(tx, r, null);
-  const bound = advertising ? MAX_PROBES_WHILE_ADVERTISING : MAX_UNANSWERED_PROBES;
-  if (r.worker === null || (r.probes ?? 0) >= bound) return lapse(tx, r, null);
+  if (
+    r.worker === null ||
+    (r.silent_probes ?? 0) >= MAX_UNANSWERED_PROBES ||
+    (r.probes ?? 0) >= MAX_PROBES_WHILE_ADVERTISING
+  )
+    return lapse(tx, r, null);
   r.probes = (r.probes ?? 0) + 1;
-  tx.defer(); // a count in memory: lost with the actor, it only allows a few more probes
+  r.probe_open = true;
+  tx.defer(); // counts in memory: lost with the actor, they only allow a few more probes
   tx.post.push({
     kind: "probe_worker",
     worker: r.worker,
@@ -308,6 +335,7 @@ function probeOrLapse(tx: Tx, r: ActiveRun, advertising = false): D {
     run_id: r.run_id,
     fence: r.fence,
     after_probe: true,
+    probe: r.probes,
   });
   return tx.done(null);
 }
@@ -319,8 +347,9 @@ function probeOrLapse(tx: Tx, r: ActiveRun, advertising = false): D {
  * `started`/`unknown` (gone from the worker) and no answer lapse it only once the lease is silent
  * still: a heartbeat acknowledged since the probe went covers its worker for a while, so the
  * owner waits that lease out (a TTL from the arrival, ≥ the worker's send + TTL − margin) before
- * a re-offer. No answer in time (a swamped, frozen or cut-off worker) asks again, up to
- * MAX_UNANSWERED_PROBES (at once: a probe already waited its time); `gone` (no responder, and
+ * a re-offer. No answer in time from a frozen or cut-off worker (not advertising) asks again at
+ * once (a probe already waited its time), from a swamped one (advertising) after half a TTL, up
+ * to the bounds of `probeOrLapse`; `gone` (no responder, and
  * the worker no longer advertises: its process is gone, job-shell.ts `probe`) lapses it.
  */
 function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
@@ -328,6 +357,10 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
   if (!actsOn("probe_answer", r) || r.fence !== m.fence || r.worker !== m.worker)
     return tx.done(null);
   const reply = m.reply;
+  if (r.probe_open === true) {
+    delete r.probe_open; // answered: its fallback, should it still come, is stale
+    tx.defer();
+  }
   if (reply !== null) heard(tx, r);
   if (reply?.state === "running") {
     // Still running though stopped: the cancel may have been lost on the way; told again.
@@ -369,7 +402,22 @@ function onProbeAnswer(tx: Tx, m: RunMsg<"probe_answer">): D {
       heard(tx, r);
       return tx.done(null);
     }
-    if (reply === null && !m.gone) return probeOrLapse(tx, r, m.advertising === true);
+    if (reply === null && !m.gone && m.advertising === true) {
+      // Alive but silent (swamped): asked again after a pause, not at once — each probe is one
+      // more request in the backlog that keeps it from answering.
+      delete r.silent_probes;
+      tx.defer();
+      tx.timer(`lease:${r.run_id}`, tx.now + tx.cfg.leaseTtlMs / 2, {
+        kind: "lease_expired",
+        run_id: r.run_id,
+        fence: r.fence,
+      });
+      return tx.done(null);
+    }
+    if (reply === null && !m.gone) {
+      r.silent_probes = (r.silent_probes ?? 0) + 1;
+      return probeOrLapse(tx, r);
+    }
   }
   return lapse(tx, r, reply);
 }

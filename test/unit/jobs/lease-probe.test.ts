@@ -55,6 +55,7 @@ describe("a silent lease is resolved by probing its worker", () => {
       run_id: RUN,
       fence: f,
       after_probe: true,
+      probe: 1,
     });
     // The answer never comes in (the actor moved, its mailbox was full): the fallback asks again,
     // and only MAX_UNANSWERED_PROBES unanswered ones in a row lapse the lease.
@@ -105,30 +106,70 @@ describe("a silent lease is resolved by probing its worker", () => {
     );
   });
 
-  it("no answer from a worker that still advertises (swamped): asked up to a larger bound before its lease lapses; one that stops advertising lapses as before", () => {
+  it("no answer from a worker that still advertises (swamped): asked again after half a TTL, up to a larger bound, before its lease lapses", () => {
     // Taken for dead after three, an attempt never heard to start is presumed not started and
     // offered again — and a swamped worker that ran it runs it twice. (Each probe here is
     // answered at once; a real one waits PROBE_TIMEOUT_MS for its answer.)
     const d = leased(() => "advertising");
     const f = d.run(RUN)!.fence;
-    d.advance(10_000);
-    assert.equal(
-      d.postsOf("probe_worker").filter((p) => p.fence === f).length,
-      MAX_PROBES_WHILE_ADVERTISING,
-      "asked up to the larger bound, and no further",
-    );
-    assert.ok(MAX_PROBES_WHILE_ADVERTISING > MAX_UNANSWERED_PROBES);
+    const asked = () => d.postsOf("probe_worker").filter((p) => p.fence === f).length;
+    d.advance(10_000); // :12, the first silence
+    assert.equal(asked(), 1, "not asked again at once: each probe adds to the worker's backlog");
+    d.advance(5_000 * 10);
+    assert.equal(asked(), 11, "asked every half TTL");
+    assert.equal(d.run(RUN)?.attempt, 1, "the lease stands while its worker advertises");
+    d.advance(5_000 * (MAX_PROBES_WHILE_ADVERTISING - 11));
+    assert.equal(asked(), MAX_PROBES_WHILE_ADVERTISING);
+    assert.equal(d.run(RUN)?.attempt, 1);
+    d.advance(5_000);
+    assert.equal(asked(), MAX_PROBES_WHILE_ADVERTISING, "and no further");
     assert.equal(
       d.run(RUN)?.attempt,
       2,
       "a worker that advertises yet never answers lapses in the end",
     );
-    // Silent while advertising, then silent and no longer advertising: the count so far stands.
+    assert.ok(MAX_PROBES_WHILE_ADVERTISING > MAX_UNANSWERED_PROBES);
+  });
+
+  it("a worker that stops advertising is counted from then: MAX_UNANSWERED_PROBES silent ones in a row lapse it; one gap in its adverts does not", () => {
     let n = 0;
-    const s = leased(() => (++n <= MAX_UNANSWERED_PROBES + 1 ? "advertising" : null));
-    s.advance(10_000);
-    assert.equal(s.postsOf("probe_worker").length, MAX_UNANSWERED_PROBES + 2);
+    const s = leased(() => (++n <= 4 ? "advertising" : null));
+    s.advance(10_000 + 4 * 5_000);
+    assert.equal(s.postsOf("probe_worker").length, 4 + MAX_UNANSWERED_PROBES);
     assert.equal(s.run(RUN)?.attempt, 2);
+    // Advertising, now and then a timeout while its adverts came late: not cut off.
+    let k = 0;
+    const g = leased(() => (++k % 3 === 0 ? null : "advertising"));
+    g.advance(10_000 + 12 * 5_000);
+    assert.ok(g.postsOf("probe_worker").length > 10);
+    assert.equal(g.run(RUN)?.attempt, 1);
+  });
+
+  it("a probe's fallback that comes after its answer (queued behind it) changes nothing; one whose answer never came counts", () => {
+    const d = leased(() => undefined); // answers held back: sent by hand below
+    const f = d.run(RUN)!.fence;
+    const advertising = () =>
+      d.send({
+        kind: "probe_answer",
+        run_id: RUN,
+        fence: f,
+        worker: "w1",
+        reply: null,
+        advertising: true,
+      });
+    d.advance(10_000); // probe 1 out
+    for (let i = 0; i < MAX_UNANSWERED_PROBES; i++) {
+      advertising(); // answered: asked again after half a TTL
+      const sent = d.postsOf("probe_worker").length;
+      d.send({ kind: "lease_expired", run_id: RUN, fence: f, after_probe: true, probe: i + 1 });
+      assert.equal(d.postsOf("probe_worker").length, sent, "the stale fallback asks nothing");
+      assert.equal(d.run(RUN)?.attempt, 1);
+      d.advance(5_000); // the next probe goes
+    }
+    assert.equal(d.postsOf("probe_worker").length, MAX_UNANSWERED_PROBES + 1);
+    // From now on no answer comes: each fallback counts, and the third lapses the lease.
+    d.advance(10_000 * MAX_UNANSWERED_PROBES);
+    assert.equal(d.run(RUN)?.attempt, 2);
   });
 
   it("started (self-fenced just now) while a heartbeat was acknowledged since the probe went: the owner waits that lease out before offering again", () => {
