@@ -162,10 +162,13 @@ export class SimCluster {
         this.trace.add(`bus ${e.kind} ${e.from}→${e.to} ${e.subject}`);
     };
     this.checker = new Checker(this.trace, () => this.sim.now(), this.profile.startMs, this.#caps);
-    // An offer made up to a look-ahead window (and a lease) before the start names its owner's clock then.
-    this.checker.schedulersAheadMs = () =>
+    // An offer names its owner's clock when it is made: by the worker's acceptance (a look-ahead
+    // window and a lease of slack before it), however long before the start that was.
+    this.checker.schedulersAheadMs = (acceptedAtMs) =>
       this.schedulerSkewDuring(
-        this.sim.now() - this.profile.job.lookaheadMs - this.profile.job.leaseTtlMs,
+        Math.min(acceptedAtMs, this.sim.now()) -
+          this.profile.job.lookaheadMs -
+          this.profile.job.leaseTtlMs,
         this.sim.now(),
         true,
       );

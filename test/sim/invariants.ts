@@ -181,8 +181,12 @@ export class Checker {
   /** When a worker first accepted an attempt's offer (`run#attempt@worker` → sim ms). */
   readonly #accepted = new Map<string, number>();
   readonly #faults: FaultWindow[] = [];
-  /** The largest amount a scheduler's wall clock ran ahead of true time while a run starting now could have been offered (j). */
-  schedulersAheadMs: () => number = () => 0;
+  /**
+   * The largest amount a scheduler's wall clock ran ahead of true time from a while before
+   * `acceptedAtMs` (the worker's first acceptance of the attempt starting now: its offer read the
+   * owner's clock then) to now (j).
+   */
+  schedulersAheadMs: (acceptedAtMs: number) => number = () => 0;
   /** The partition of a job's actor (h: who owned it). */
   partitionOfJob: (tenant: string, job: string) => number = () => 0;
   /** Each partition's owners (node ids) over time, from the leases bucket. */
@@ -335,12 +339,17 @@ export class Checker {
           .join(", ")}`,
       );
     }
-    const early = x.scheduledForMs - x.startMs - START_TOLERANCE_MS - this.schedulersAheadMs();
+    // The worker carries the owner's clock from the offer, which may come long before the start
+    // (a worker whose clock lags the owner's waits for its own): the skew counts from there.
+    const ahead = this.schedulersAheadMs(
+      this.#accepted.get(`${x.runId}#${x.attempt}@${x.worker}`) ?? this.now(),
+    );
+    const early = x.scheduledForMs - x.startMs - START_TOLERANCE_MS - ahead;
     if (!isManual(x.runId) && early > 0) {
       this.fail(
         "started_early",
         x.runId,
-        `run ${x.runId} (attempt ${x.attempt}, fence ${x.fence}) started on ${x.worker} at ${fmt(x.startMs - this.startMs)}, ${x.scheduledForMs - x.startMs} ms before its scheduled_for ${new Date(x.scheduledForMs).toISOString()} (tolerance ${START_TOLERANCE_MS} ms, schedulers' clocks ahead by up to ${this.schedulersAheadMs()} ms)`,
+        `run ${x.runId} (attempt ${x.attempt}, fence ${x.fence}) started on ${x.worker} at ${fmt(x.startMs - this.startMs)}, ${x.scheduledForMs - x.startMs} ms before its scheduled_for ${new Date(x.scheduledForMs).toISOString()} (tolerance ${START_TOLERANCE_MS} ms, schedulers' clocks ahead by up to ${ahead} ms since its offer)`,
       );
     }
   }

@@ -175,6 +175,27 @@ describe("simulation invariants fire on a history that breaks them", () => {
     assert.ok(t.fired().includes("started_early"));
   });
 
+  it("j started_early: a scheduler's clock ahead when the attempt was offered, long before its start, excuses it", () => {
+    // A scheduler's clock 27 s ahead until T0 + 1 s (the checker asks for the skews since a
+    // given time); the worker's clock ahead too, so it starts 14 s early by true time.
+    for (const acceptedAt of [0, 8000]) {
+      const t = setup();
+      t.checker.schedulersAheadMs = (sinceMs) => (sinceMs <= T0 + 1000 ? 27_000 : 35);
+      const run = runIdFor(JOB, T0 + 23_000);
+      t.at(acceptedAt);
+      t.checker.workerEvent("w2", { type: "accepted", run_id: run, attempt: 2 });
+      t.at(9000);
+      t.start({ run, attempt: 2, worker: "w2", scheduledForMs: T0 + 23_000 });
+      // Offered while the owner's clock ran ahead: the start was on time by it. Offered after:
+      // 14 s early.
+      assert.equal(
+        t.fired().includes("started_early"),
+        acceptedAt !== 0,
+        `accepted at ${acceptedAt}`,
+      );
+    }
+  });
+
   it("d stale_epoch_key: an actor write under a lower epoch than one already written for that key", async () => {
     const t = setup();
     const actors = new MemoryKv("actors");
