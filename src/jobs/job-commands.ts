@@ -23,7 +23,7 @@ import {
 } from "../job-state/job-state.ts";
 import type { JobSpec } from "../protocol/model.ts";
 import { firstAfter, nextRuns, scheduleOf } from "../job-state/occurrence-plan.ts";
-import { createRun, dropQueued, settleNext } from "./occurrences.ts";
+import { cancelQueuedAhead, createRun, dropQueued, settleNext } from "./occurrences.ts";
 import { cancelRunTimers, finish, stopBeforeStart } from "../runs/run-lifecycle.ts";
 import { fail, type D, type Tx } from "../job-state/tx.ts";
 
@@ -126,6 +126,9 @@ function patch(tx: Tx, m: Command<"patch">): D {
         stopBeforeStart(tx, r, spec.enabled ? "schedule changed" : "job paused");
       }
     }
+    // An occurrence prepared ahead that a run-now sent back to the queue is stopped alike (a
+    // pause drops the whole queue below).
+    if (spec.enabled) cancelQueuedAhead(tx, "schedule changed");
     // A new schedule: what was handled ahead of now is no longer, beyond the runs still active.
     // The cancelled ones' records stay (a schedule that calls for one again meets it: "stay
     // cancelled"), but `firstAfter` starts after the last handled occurrence, and the prepared one

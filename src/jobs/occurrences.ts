@@ -4,7 +4,7 @@
  * applies the overlap policy — a new run (`createRun`, which asks for a slot at once), a terminal
  * `skipped`/`missed` record (`recordTerminal`), a place in the `queue`, or, for `replace`, the end
  * of the active runs; beyond the job's backlog bound, a `throttled` record (backlog.ts).
- * `settleNext` and `dropQueued` record occurrences that will now never run.
+ * `settleNext`, `cancelQueuedAhead` and `dropQueued` record occurrences that will now never run.
  *
  * Gotchas: records are `pre` effects, written before the job state (crash-safe order: a re-fire
  * finds the record and advances); the state change of a `fire` is deferred (not written until the
@@ -73,7 +73,7 @@ function recordTerminal(
   tx: Tx,
   scheduledForMs: number,
   trigger: RunView["trigger"],
-  status: "skipped" | "missed" | "throttled",
+  status: "skipped" | "missed" | "throttled" | "cancelled",
   reason: string,
 ): void {
   const run_id = runIdFor(tx.job.job_id, scheduledForMs);
@@ -282,6 +282,22 @@ export function settleNext(tx: Tx, why: string, spec: JobSpec = tx.job.spec): vo
     if (o > tx.now) break;
     o = sched.next(o, 1)[0];
   }
+}
+
+/**
+ * A schedule change: the queued occurrences not yet due — prepared ahead and sent back to the
+ * queue by a run-now (job-commands.ts `unprepareQueued`), their records `queued` — are cancelled
+ * like the runs prepared ahead it stops ("stay cancelled"); left queued, the old schedule's
+ * occurrence would run when the manual run ends. Those due by now stay: their schedule called
+ * for them.
+ */
+export function cancelQueuedAhead(tx: Tx, why: string): void {
+  const ahead = tx.s.queued.filter((o) => o > tx.now);
+  if (ahead.length === 0) return;
+  for (const o of ahead)
+    recordTerminal(tx, o, "schedule", "cancelled", `${why} before the occurrence started`);
+  tx.s.queued = tx.s.queued.filter((o) => o <= tx.now);
+  tx.changed = true;
 }
 
 /** Occurrences held by overlap=queue that will now never run get a `skipped` record each. */

@@ -70,6 +70,34 @@ describe("a run being stopped and a run-now under overlap=queue", () => {
   });
 });
 
+describe("an occurrence a run-now sent back to the queue, then a schedule change", () => {
+  // Prepared ahead and sent back to the queue by a run-now (`unprepareQueued`), it is still an
+  // occurrence created ahead of its due time: a schedule change cancels it like one prepared on
+  // a worker, rather than leaving it queued to run once the manual run ends.
+  for (const cron of ["30 * * * *", "*/30 * * * *"])
+    it(`the old schedule's occurrence is cancelled, never offered again (new schedule ${cron})`, () => {
+      const d = new Driver(cfg({ lookaheadMs: 300_000 }), {}, Date.UTC(2026, 0, 1, 0, 56, 0) + 500);
+      d.create(spec({ schedule: { cron: "0 * * * *", time_zone: "UTC" }, overlap: "queue" }));
+      d.advance(4_000);
+      assert.equal(d.run(PREPARED)?.status, "leased");
+      const man = d.send({ kind: "run_now" }).reply!.run!.run_id;
+      assert.ok(d.state.queued.includes(HOUR), "sent back to the queue by the run-now");
+      d.send({ kind: "patch", patch: { schedule: { cron, time_zone: "UTC" } } });
+      assert.ok(!d.state.queued.includes(HOUR), "the old schedule's occurrence left the queue");
+      assert.equal(d.written.get(PREPARED)?.status, "cancelled");
+      d.advance(1_000);
+      d.complete(man);
+      d.advance(2 * 3600_000);
+      assert.equal(
+        d.dispatches.filter((x) => x.run_id === PREPARED).length,
+        1,
+        "the old schedule's occurrence is never offered again",
+      );
+      assert.equal(d.written.get(PREPARED)?.status, "cancelled");
+      assert.deepEqual(d.violations, []);
+    });
+});
+
 describe("a run being stopped and the new schedule's overlap", () => {
   // A run claimed further ahead of its start than a lease TTL + the start tolerance cannot have
   // started (its worker starts it no earlier than its start less the tolerance, by the owner's
