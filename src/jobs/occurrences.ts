@@ -86,7 +86,8 @@ function recordTerminal(
   );
   const indexed = leavesRequeue(tx, scheduledForMs);
   tx.pre.push({ kind: "put_run", mode: "terminal", record, ...(indexed ? { indexed } : {}) });
-  tx.post.push({ kind: "run_ended", record });
+  // As for `finish`: every end but a cancel is a run event.
+  if (status !== "cancelled") tx.post.push({ kind: "run_ended", record });
 }
 
 /**
