@@ -287,7 +287,10 @@ function onLeaseExpired(tx: Tx, m: RunMsg<"lease_expired">): D {
   return probeOrLapse(tx, r);
 }
 
-/** Unanswered probes (timeouts or lost answers) in a row after which a silent lease lapses anyway. */
+/**
+ * Unanswered probes (timeouts from a worker not advertising, or answers that never came) in a row
+ * after which a silent lease lapses anyway.
+ */
 export const MAX_UNANSWERED_PROBES = 3;
 /**
  * Unanswered probes in all after which a silent lease lapses though its worker still advertises
