@@ -240,14 +240,19 @@ export function loadJobState(s: JobState): JobState {
       : s;
   // A count of unanswered probes is memory only (run-messages.ts `probeOrLapse`); one a later
   // write happened to store must not let a new owner lapse a lease without asking.
-  return fenced.runs.some(
-    (r) => r.probes !== undefined || r.silent_probes !== undefined || r.probe_open !== undefined,
-  )
-    ? {
-        ...fenced,
-        runs: fenced.runs.map(({ probes: _p, silent_probes: _s, probe_open: _o, ...r }) => r),
-      }
-    : fenced;
+  if (!fenced.runs.some(probed)) return fenced;
+  const runs = fenced.runs.map((r) => {
+    if (!probed(r)) return r;
+    const copy = { ...r };
+    forgetProbes(copy);
+    return copy;
+  });
+  return { ...fenced, runs };
+}
+
+/** Whether a run carries memory of its lease's probes (`forgetProbes` clears it). */
+function probed(r: ActiveRun): boolean {
+  return r.probes !== undefined || r.silent_probes !== undefined || r.probe_open !== undefined;
 }
 
 /** Forgets the probes of a lease (heard from, or the lease ended): memory only. */

@@ -386,32 +386,16 @@ export class Driver {
       }
       case "probe_worker": {
         const reply = this.opts.probe ? this.opts.probe(fx) : "gone";
-        if (reply === "gone")
-          this.#inbox.push({
-            kind: "probe_answer",
-            run_id: fx.run_id,
-            fence: fx.fence,
-            worker: fx.worker,
-            reply: null,
-            gone: true,
-          });
-        else if (reply === "advertising")
-          this.#inbox.push({
-            kind: "probe_answer",
-            run_id: fx.run_id,
-            fence: fx.fence,
-            worker: fx.worker,
-            reply: null,
-            advertising: true,
-          });
-        else if (reply !== undefined)
-          this.#inbox.push({
-            kind: "probe_answer",
-            run_id: fx.run_id,
-            fence: fx.fence,
-            worker: fx.worker,
-            reply,
-          });
+        if (reply === undefined) return;
+        this.#inbox.push({
+          kind: "probe_answer",
+          run_id: fx.run_id,
+          fence: fx.fence,
+          worker: fx.worker,
+          reply: reply === "gone" || reply === "advertising" ? null : reply,
+          ...(reply === "gone" ? { gone: true as const } : {}),
+          ...(reply === "advertising" ? { advertising: true as const } : {}),
+        });
         return;
       }
       case "create_run":
