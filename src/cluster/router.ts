@@ -229,10 +229,13 @@ export class ActorRouter {
    * and returns one result per item, in input order. A partition that does not answer within
    * `deadlineMs` yields `no_owner` for its items; callers retry on their next round. `budgetMs`:
    * how long the owner may take before answering items still queued as pending (`BatchRequest.w`).
+   * `attemptMs`: how long one request waits for its answer before it is sent again within the
+   * deadline (default the router's `attemptTimeoutMs`); a caller that sends its own copies (the
+   * worker's completion outbox) names its whole deadline, so that no copy goes unseen by it.
    */
   async requestMany(
     items: readonly { to: ActorAddress; msg: unknown }[],
-    opts: { deadlineMs?: number; budgetMs?: number } = {},
+    opts: { deadlineMs?: number; budgetMs?: number; attemptMs?: number } = {},
   ): Promise<ItemResult[]> {
     const { nc, clock } = this.#o;
     const results: ItemResult[] = new Array<ItemResult>(items.length);
@@ -261,7 +264,10 @@ export class ActorRouter {
           for (let attempt = 0; clock.now() < deadline; attempt++) {
             try {
               const m = await nc.request(this.#subject(this.#o.clusterName, p), body, {
-                timeout: Math.min(this.#o.attemptTimeoutMs, Math.max(1, deadline - clock.now())),
+                timeout: Math.min(
+                  opts.attemptMs ?? this.#o.attemptTimeoutMs,
+                  Math.max(1, deadline - clock.now()),
+                ),
               });
               const reply = decode<ActorReply>(m.data);
               if (reply.ok) {

@@ -1,13 +1,15 @@
 /**
  * How a node answers a batch request (router.ts `BatchRequest`): every item is delivered to its
  * actor at once and the batch is answered with one result per item, in order, once every item is
- * answered or the batch's budget runs out — items still queued behind a busy actor then answer
- * `unavailable` marked `pending` (the sender retries them), so a slow item does not hold back the
- * answers of the others. Heartbeats use the default budget, BATCH_ITEM_BUDGET_MS (an
+ * answered or the batch's budget runs out — items still queued behind a busy actor (delivered
+ * to it: in its mailbox or its turn) then answer `unavailable` marked `pending`, so a slow item
+ * does not hold back the answers of the others. Pending is a promise the sender relies on: the
+ * actor holds the item and will take it, unless it is dropped (a heartbeat is sent again; a
+ * completion report is handed over, its owner probing the lease should the actor lose it:
+ * worker/core.ts `handedOver`). Heartbeats use the default budget, BATCH_ITEM_BUDGET_MS (an
  * acknowledgement is wanted soon); completion reports name a longer one (`w`: 1 s, at most half
  * their wait), since a report is wanted for its effect — yet short enough that a saturated
- * owner's answer arrives within the sender's wait (a report answered pending is copied only much
- * later: worker/outbox.ts `PENDING_REPORT_WAIT_MS`).
+ * owner's answer arrives within the sender's wait.
  */
 import type { Clock } from "../lib/clock.ts";
 import { isKairosError } from "../lib/errors.ts";

@@ -31,9 +31,80 @@ export const GIVEN_UP_OUTPUT_CHARS = 64 * 1024 * 1024;
 export const OUTPUT_NOT_KEPT =
   "[kairos: output not kept — this attempt's completion report was given up under load, and the worker's memory for such outputs was full]";
 
-/** The characters of output a given-up completion holds (the shared OUTPUT_NOT_KEPT costs none). */
-function keptChars(c: Completion): number {
-  return c.output === OUTPUT_NOT_KEPT ? 0 : c.output.length;
+/**
+ * Completions of reports handed over (answered `pending`: queued at their owners, worker/core.ts
+ * `handedOver`), kept for the probe of an owner that lost one — as many as those given up, and
+ * apart from them, so that a burst's handed-over completions (nearly all settled by their owners,
+ * which does not tell the worker) never take the output budget of those given up.
+ */
+export const HANDED_OVER_LIMIT = FORGOTTEN_LIMIT;
+/** …and at most this many characters of their output tails in all. */
+export const HANDED_OVER_OUTPUT_CHARS = 32 * 1024 * 1024;
+/** The output of a handed-over completion kept once HANDED_OVER_OUTPUT_CHARS is spent. */
+export const OUTPUT_NOT_KEPT_HANDED_OVER =
+  "[kairos: output not kept — this attempt's completion report was queued at its owner, which lost it, and the worker's memory for such outputs was full]";
+
+/**
+ * Completions kept for probes (key#fence), bounded in entries and in output characters, oldest
+ * out first; past the output budget the oldest lose their output (`notKept` instead).
+ */
+export class KeptCompletions {
+  readonly #entries = new OrderedMap<string, Completion>();
+  /** Characters of output the entries hold (at most `outputChars`). */
+  #chars = 0;
+  /** Entries holding their output, oldest first (the first to lose it past the budget). */
+  #withOutput = new Fifo<string>();
+
+  constructor(
+    readonly limit: number,
+    readonly outputChars: number,
+    readonly notKept: string,
+  ) {}
+
+  get size(): number {
+    return this.#entries.size;
+  }
+
+  get(k: string): Completion | undefined {
+    return this.#entries.get(k);
+  }
+
+  has(k: string): boolean {
+    return this.#entries.has(k);
+  }
+
+  /** The characters of output `c` holds (the shared `notKept` costs none). */
+  #kept(c: Completion): number {
+    return c.output === this.notKept ? 0 : c.output.length;
+  }
+
+  set(k: string, c: Completion): void {
+    this.#delete(k);
+    this.#entries.set(k, c);
+    this.#chars += this.#kept(c);
+    if (this.#kept(c) > 0) this.#withOutput.push(k);
+    while (this.#entries.size > this.limit) this.#delete(this.#entries.oldest()!);
+    // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber
+    // the live ones.
+    if (this.#withOutput.size > 2 * this.#entries.size + 1024) {
+      this.#withOutput = new Fifo<string>();
+      for (const [key, kept] of this.#entries) if (this.#kept(kept) > 0) this.#withOutput.push(key);
+    }
+    while (this.#chars > this.outputChars && this.#withOutput.size > 0) {
+      const oldest = this.#withOutput.shift()!;
+      const kept = this.#entries.get(oldest);
+      if (!kept || this.#kept(kept) === 0) continue; // gone, or kept again since without output
+      this.#chars -= this.#kept(kept);
+      this.#entries.set(oldest, { ...kept, output: this.notKept });
+    }
+  }
+
+  #delete(k: string): void {
+    const c = this.#entries.get(k);
+    if (!c) return;
+    this.#entries.delete(k);
+    this.#chars -= this.#kept(c);
+  }
 }
 
 export class AttemptMemory {
@@ -42,14 +113,14 @@ export class AttemptMemory {
    * first.
    */
   readonly forgotten = new OrderedMap<string, boolean>();
-  /** Completions of reports given up (key#fence), for probes; bounded, oldest out first. */
-  readonly givenUp = new OrderedMap<string, Completion>();
-  /** Characters of output the given-up completions hold (at most GIVEN_UP_OUTPUT_CHARS). */
-  #givenUpChars = 0;
-  /**
-   * Given-up completions holding their output, oldest first (the first to lose it past the budget).
-   */
-  #givenUpWithOutput = new Fifo<string>();
+  /** Completions of reports given up (key#fence), for probes. */
+  readonly givenUp = new KeptCompletions(GIVEN_UP_LIMIT, GIVEN_UP_OUTPUT_CHARS, OUTPUT_NOT_KEPT);
+  /** Completions of reports handed over (key#fence), for probes. */
+  readonly handedOver = new KeptCompletions(
+    HANDED_OVER_LIMIT,
+    HANDED_OVER_OUTPUT_CHARS,
+    OUTPUT_NOT_KEPT_HANDED_OVER,
+  );
   /** Attempts killed at once whose result is not in yet (key#fence): a probe hears `running`. */
   readonly killing = new Set<string>();
 
@@ -61,33 +132,13 @@ export class AttemptMemory {
     this.forgotten.set(k, l.execution !== undefined || l.completion !== undefined);
   }
 
-  /** Keeps a completion for probes (`givenUp`), within GIVEN_UP_LIMIT and GIVEN_UP_OUTPUT_CHARS. */
+  /** Keeps a completion for probes (`givenUp`). */
   remember(k: string, c: Completion): void {
-    this.#forgetGivenUp(k);
     this.givenUp.set(k, c);
-    this.#givenUpChars += keptChars(c);
-    if (keptChars(c) > 0) this.#givenUpWithOutput.push(k);
-    while (this.givenUp.size > GIVEN_UP_LIMIT) this.#forgetGivenUp(this.givenUp.oldest()!);
-    // Keys of entries evicted or replaced stay in the queue until met: rebuilt once they outnumber
-    // the live ones.
-    if (this.#givenUpWithOutput.size > 2 * this.givenUp.size + 1024) {
-      this.#givenUpWithOutput = new Fifo<string>();
-      for (const [key, kept] of this.givenUp)
-        if (keptChars(kept) > 0) this.#givenUpWithOutput.push(key);
-    }
-    while (this.#givenUpChars > GIVEN_UP_OUTPUT_CHARS && this.#givenUpWithOutput.size > 0) {
-      const oldest = this.#givenUpWithOutput.shift()!;
-      const kept = this.givenUp.get(oldest);
-      if (!kept || keptChars(kept) === 0) continue; // gone, or kept again since without output
-      this.#givenUpChars -= keptChars(kept);
-      this.givenUp.set(oldest, { ...kept, output: OUTPUT_NOT_KEPT });
-    }
   }
 
-  #forgetGivenUp(k: string): void {
-    const c = this.givenUp.get(k);
-    if (!c) return;
-    this.givenUp.delete(k);
-    this.#givenUpChars -= keptChars(c);
+  /** The completion kept for a probe of `k`, if any (given up first: the later word). */
+  completion(k: string): Completion | undefined {
+    return this.givenUp.get(k) ?? this.handedOver.get(k);
   }
 }

@@ -5,11 +5,15 @@
  * given up.
  */
 import type { ExecutionResult } from "../sandbox/index.ts";
+import { GIVEN_UP_LIMIT } from "./attempt-memory.ts";
 import { fencedKey, marginOf, type Lease } from "./lease.ts";
 import { LeaseTable } from "./lease-table.ts";
 import type { WorkerOptions } from "./options.ts";
 import { defaultPrefetch, Turnaround } from "./slot-ledger.ts";
 import type { WorkerParts } from "./types.ts";
+
+/** Most handed-over reports kept for a drain to confirm (as many as the attempt memory holds). */
+export const HANDED_OVER_KEPT = GIVEN_UP_LIMIT;
 
 export class WorkerCore {
   readonly o: WorkerOptions;
@@ -25,6 +29,12 @@ export class WorkerCore {
   draining = false;
   /** Called whenever a lease goes away (the drain waits for none to be left). */
   onLeaseGone: (() => void) | undefined;
+  /**
+   * Reports handed over (`handedOver`) within the completion deadline, oldest first, at most
+   * HANDED_OVER_KEPT: a drain confirms them before the process ends (drain.ts), since its
+   * attempt memory, which a probe would read, ends with it.
+   */
+  readonly handedOverReports = new Map<string, Lease>();
   #parts: WorkerParts | undefined;
 
   constructor(o: WorkerOptions) {
@@ -130,6 +140,48 @@ export class WorkerCore {
       this.o.onEvent?.({ type: "report_given_up", run_id: l.req.run_id, attempt: l.req.attempt });
     }
     this.table.drop(l);
+  }
+
+  /**
+   * A report its owner answered `pending`: queued in its job actor's mailbox, whose turn settles
+   * the run; the owner keeps the lease while it waits there (run-messages.ts `onLeaseExpired`).
+   * Nothing is copied: the lease goes and the completion is kept for a probe under its fence, which
+   * is how an owner that lost the queued report (its actor dropped or moved) learns it. Copied
+   * instead, a burst's queued reports came back to the saturated owner every 15–45 s, each copy one
+   * more item for it and for NATS to carry, until the worker's deadline gave them up.
+   */
+  handedOver(l: Lease): void {
+    if (l.completion) {
+      this.table.memory.handedOver.set(fencedKey(l.key, l.req.fence), l.completion);
+      this.o.onEvent?.({ type: "report_queued", run_id: l.req.run_id, attempt: l.req.attempt });
+      const kept = this.handedOverReports;
+      const key = fencedKey(l.key, l.req.fence);
+      kept.delete(key);
+      kept.set(key, l);
+      this.#pruneHandedOver();
+    }
+    this.table.drop(l);
+  }
+
+  /**
+   * The reports handed over still within the completion deadline (past it, their owners have
+   * settled them or, having lost them, probed this worker long since); taken: a drain confirms them.
+   */
+  takeHandedOver(): Lease[] {
+    this.#pruneHandedOver();
+    const out = [...this.handedOverReports.values()];
+    this.handedOverReports.clear();
+    return out;
+  }
+
+  #pruneHandedOver(): void {
+    const kept = this.handedOverReports;
+    const now = this.o.clock.monoMs();
+    for (const [key, l] of kept) {
+      const old = now - (l.completionSinceMono ?? now) > this.o.completionDeadlineMs;
+      if (!old && kept.size <= HANDED_OVER_KEPT) break;
+      kept.delete(key);
+    }
   }
 
   /**

@@ -10,6 +10,7 @@ import type { ItemResult } from "../cluster/router.ts";
 import { JOB_ACTOR, type Completion } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { Lease } from "./lease.ts";
+import { reportItem } from "./outbox.ts";
 
 /** What a drain did: attempts that finished during it, and attempts handed back at its timeout. */
 export interface DrainResult {
@@ -25,10 +26,17 @@ export const GIVE_BACK_REPORT_MS = 5_000;
 /** After handing back, how long the drain waits for the hand-back reports to be acknowledged. */
 export const HAND_BACK_REPORT_MS = 5_000;
 
+/** The owners' budget for a drain's confirmation of handed-over reports (see `#confirm`). */
+const CONFIRM_BUDGET_MS = 1_000;
+/** How long a handed-over report its owner still holds queued waits before it is asked again. */
+const CONFIRM_AGAIN_MS = 1_000;
+
 export class Drain {
   readonly #c: WorkerCore;
   /** Ends the drain's wait for running attempts early (a second SIGTERM/SIGINT). */
   #hurry: (() => void) | undefined;
+  /** A second signal came: the confirmation of handed-over reports stops too. */
+  #hurried = false;
 
   constructor(c: WorkerCore) {
     this.#c = c;
@@ -59,7 +67,11 @@ export class Drain {
       dropped,
       timeout_ms: timeoutMs,
     });
-    await Promise.all([this.#giveBack(given), this.#settle(timeoutMs, true)]);
+    await Promise.all([
+      this.#giveBack(given),
+      this.#settle(timeoutMs, true),
+      this.#confirm(c.takeHandedOver(), timeoutMs),
+    ]);
     const rest = [...table.leases.values()].filter((l) => l.execution && !l.completion && !l.lost);
     for (const l of rest) l.handedBack = true;
     await Promise.all(
@@ -140,7 +152,49 @@ export class Drain {
 
   /** Ends a drain's wait for running attempts now: they are handed back (a second signal). */
   hurry(): void {
+    this.#hurried = true;
     this.#hurry?.();
+  }
+
+  /**
+   * Confirms the reports this worker handed over to their owners' mailboxes (answered `pending`:
+   * core.ts `handedOver`) before the process ends: should an owner lose one queued there, its
+   * probe would find the attempt memory gone with the process and offer the run again — a second
+   * execution of a run that ran. Each is sent again until its owner answers ok, `stale_fence` or
+   * `not_found` (settled, or refused: either way no longer held only here); `pending` again is
+   * asked again a second later. Bounded by `timeoutMs` (and a second signal).
+   */
+  async #confirm(leases: Lease[], timeoutMs: number): Promise<void> {
+    const { o } = this.#c;
+    if (leases.length === 0) return;
+    const until = o.clock.monoMs() + timeoutMs;
+    let left = leases;
+    while (left.length > 0 && !this.#hurried) {
+      const rest = until - o.clock.monoMs();
+      if (rest <= 0) break;
+      let results: ItemResult[] = [];
+      try {
+        results = await o.router.requestMany(
+          left.map((l) => reportItem(l, o.workerId)),
+          { deadlineMs: rest, budgetMs: Math.min(CONFIRM_BUDGET_MS, Math.floor(rest / 2)) },
+        );
+      } catch {
+        // No verdict: asked again below while time is left.
+      }
+      left = left.filter((_, i) => {
+        const r = results[i];
+        return !(r?.ok === true || r?.e.code === "stale_fence" || r?.e.code === "not_found");
+      });
+      if (left.length > 0)
+        await new Promise<void>((r) =>
+          o.clock.setTimer(Math.min(CONFIRM_AGAIN_MS, Math.max(0, until - o.clock.monoMs())), r),
+        );
+    }
+    o.log(left.length === 0 ? "info" : "warn", "confirmed the reports handed over", {
+      evt: "worker_reports_confirmed",
+      reports: leases.length,
+      unconfirmed: left.length,
+    });
   }
 
   /** Resolves when no lease is left, after `ms`, or (when `hurryable`) on `hurry()`. */

@@ -170,8 +170,9 @@ export class Heartbeats implements HeartbeatsPart {
    */
   #needsBeat(l: Lease, wallNow: number, periodic: boolean): boolean {
     const { o } = this.#c;
-    // Its completion report is on the wire: that keeps the owner's lease (outbox.ts `report`).
-    if (l.reportOnWire) return false;
+    // Ended, its report sent: the report's copies keep the owner's lease, not heartbeats
+    // (outbox.ts `report`) — unless its owner answered the last copy with an error.
+    if (l.completion && l.reportCopies !== undefined && l.reportRefused !== true) return false;
     if (l.due || l.held || l.validUntilMono === undefined) return true;
     // A start is not news that cannot wait: the owner learns it from the next round that carries
     // the lease (the periodic one at the latest), or from the completion if the attempt ends

@@ -48,12 +48,17 @@ export interface Lease {
   /** A completion report is being made (waiting for its turn, in flight, or between copies). */
   reporting?: boolean | undefined;
   /**
-   * A copy of the completion report is on the wire: the lease is not heartbeated meanwhile — the
-   * report's arrival keeps the owner's lease as a heartbeat's would (job-actor.ts `arrivalKey`).
+   * Copies of the completion report sent so far (their waits grow: report-backoff.ts). From the
+   * first on, the lease is never heartbeated again: each copy's arrival keeps the owner's lease
+   * as a heartbeat's would (job-actor.ts `arrivalKey`), and between copies the owner keeps it
+   * while one waits in its mailbox, or else probes it (answered from the completion).
    */
-  reportOnWire?: boolean | undefined;
-  /** Copies of the completion report sent so far (their waits grow: report-backoff.ts). */
   reportCopies?: number | undefined;
+  /**
+   * Its last copy was answered with an error that settled nothing (its owner answered: it is not
+   * saturated): heartbeated until the next copy, which goes after the lease-bounded wait.
+   */
+  reportRefused?: boolean | undefined;
   lost: boolean;
   /** Killed at once (SIGKILL: self-fenced, lease lost) — see `endedBeforeKill`. */
   killedAtOnce?: boolean | undefined;
@@ -128,8 +133,8 @@ export function newLease(
     completion: undefined,
     completionSinceMono: undefined,
     reporting: undefined,
-    reportOnWire: undefined,
     reportCopies: undefined,
+    reportRefused: undefined,
     lost: false,
     killedAtOnce: undefined,
     handedBack: undefined,

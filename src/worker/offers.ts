@@ -117,7 +117,7 @@ export class Offers {
     // Killed at once, its result not in yet: asked again a TTL later (src/runs/run-messages.ts
     // `onProbeAnswer`).
     if (memory.killing.has(k)) return { state: "running" };
-    const given = memory.givenUp.get(k);
+    const given = memory.completion(k);
     if (given) return { state: "ended", completion: given };
     const started = memory.forgotten.get(k);
     return started === undefined
@@ -176,7 +176,7 @@ export class Offers {
     // A late copy of an offer this worker has already let go (dropped by a probe, say) must not
     // bring it back: it answered its owner that the attempt will never run here.
     const fenced = fencedKey(k, req.fence);
-    if (table.memory.forgotten.has(fenced) || table.memory.givenUp.has(fenced))
+    if (table.memory.forgotten.has(fenced) || table.memory.completion(fenced) !== undefined)
       return { accepted: false, reason: "attempt already gone from here" };
     const existing = table.leases.get(k);
     if (existing) {

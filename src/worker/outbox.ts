@@ -4,8 +4,14 @@
  * owner answers ok, `stale_fence` or `not_found`, or the report is given up past
  * `completionDeadlineMs` (its completion is then kept for the owner's probe). At most
  * COMPLETIONS_IN_FLIGHT reports are being made at once; the rest wait here, heartbeated, in the
- * order their attempts ended. A cancelled attempt's end is reported once, on its own.
+ * order their attempts ended. From its first copy on, an ended attempt is never heartbeated: its
+ * copies keep the owner's lease, and between them the owner keeps it while a copy waits in its
+ * mailbox or probes it. Heartbeated as well, a burst's ended attempts whose reports went
+ * unanswered by a saturated owner came back to it 2–3 times each as heartbeats (a 200,000-run
+ * burst: ~550,000 in a minute, most timed out), which kept it from the completions themselves.
+ * A cancelled attempt's end is reported once, on its own.
  */
+import type { ActorAddress } from "../cluster/placement.ts";
 import type { ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
 import type { ExecutionResult } from "../sandbox/index.ts";
@@ -13,47 +19,45 @@ import { JOB_ACTOR } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { OutboxPart } from "./types.ts";
 import { endedBeforeKill, type Lease } from "./lease.ts";
-import { reportCopyWaitMs, reportDueSlot } from "./report-backoff.ts";
+import { REPORT_DUE_GRAIN_MS, reportCopyWaitMs, reportDueSlot } from "./report-backoff.ts";
 
 /** How long completion reports gather before their batch goes (`#flushReports`). */
 const REPORT_COALESCE_MS = 20;
 
 /**
  * How long a completion report waits for the owner's answer before it counts as an unknown
- * outcome and a copy is sent (at most lease TTL − interval − margin, see `#reportWaitMs`), and how
- * many reports of this worker are being made at once (a report holds its slot from its first copy
- * until it is settled; the rest wait here, heartbeated, in the order their attempts ended). A
- * short wait makes a burst's completions time out at the saturated owner and be sent again every
- * round, copies queueing behind busy job actors until the scheduler's heap and GC take over; the
- * owner lets a copy share the reply of one still queued (the job actor's `coalesceKey`). A tight
- * bound is no cure either: a waiting report's attempt is heartbeated every round, and the owner
- * answers those heartbeats instead of preparing runs.
+ * outcome and a copy is sent (at most a quarter of the completion deadline, see `#reportWaitMs`),
+ * and how many reports of this worker are being made at once (a report holds its slot from its
+ * first copy until it is settled; the rest wait here, heartbeated, in the order their attempts
+ * ended). The wait is not bounded by the lease: should a copy be lost, the owner probes the lease
+ * it no longer hears and learns the completion from the answer. A short wait makes a burst's
+ * completions time out at the saturated owner, whose answers come seconds after the requests (it
+ * reads them behind the rest of the burst), and be sent again (a 200,000-run burst: three
+ * quarters of the first copies timed out at 6.5 s); the owner lets a copy share the reply of one
+ * still queued (the job actor's `coalesceKey`). A tight bound is no cure either: a waiting
+ * report's attempt is heartbeated every round, and the owner answers those heartbeats instead of
+ * preparing runs.
  */
-export const COMPLETION_WAIT_MS = 10_000;
+export const COMPLETION_WAIT_MS = 15_000;
 /**
  * The owner's budget for a batch of reports (server/batch-answer.ts): those not settled by then
- * are answered `pending`. Short, so that a saturated owner's answer (sent when a timer fires on
- * its busy event loop) arrives well within the wait: a batch answered late counts as no answer,
- * and each of its reports is copied after the short wait (a burst's 200,000 reports were sent
- * about 13 times each).
+ * are answered `pending` — queued at the owner, which settles them: such a report is handed over
+ * (core.ts `handedOver`), never copied. Short, so that a saturated owner's answer (sent when a
+ * timer fires on its busy event loop) arrives well within the wait: a batch answered late counts
+ * as no answer, and each of its reports is copied after the wait.
  */
 const REPORT_BUDGET_MS = 1_000;
 /**
- * How long a report its owner answered `pending` (still queued in its job actor's mailbox) waits
- * before its next copy, at least the wait above and at most a quarter of the completion deadline.
- * The owner keeps the lease of a report queued there however long it waits (run-messages.ts
- * `onLeaseExpired`), so this copy only shortens the recovery of a report the owner lost (its
- * actor dropped or moved: the lease then lapses into a probe, which this worker answers with the
- * completion); sent at the short wait, a burst's queued reports came back as copies every round,
- * each one more item for the saturated owner to decode and join.
- */
-export const PENDING_REPORT_WAIT_MS = 15_000;
-/**
  * The longest wait between two copies of a report before its spread (report-backoff.ts): the waits
- * double from the first (the wait above, or PENDING_REPORT_WAIT_MS) up to this, and at most half
- * the completion deadline, so that a report is still copied a few times before it is given up.
+ * double from the first (the wait above) up to this, and at most half the completion deadline, so
+ * that a report is still copied a few times before it is given up.
  */
 export const REPORT_MAX_WAIT_MS = 30_000;
+/**
+ * The wait of a draining worker's report and between its copies (one answered `pending` too:
+ * nothing is handed over while draining), so that it hears a verdict within its drain.
+ */
+const DRAINING_REPORT_WAIT_MS = 2_000;
 /** The shortest wait of a completion report's copy (a tiny lease TTL must not make copies spin). */
 const MIN_REPORT_WAIT_MS = 250;
 /**
@@ -65,6 +69,20 @@ const MIN_REPORT_WAIT_MS = 250;
  * mailbox costs that owner its message (a few hundred bytes) and nothing per round.
  */
 export const COMPLETIONS_IN_FLIGHT = 262_144;
+
+/** The completion report of an ended attempt `l` (it has its completion), to its job actor. */
+export function reportItem(l: Lease, workerId: string): { to: ActorAddress; msg: unknown } {
+  return {
+    to: { type: JOB_ACTOR, id: l.req.job_actor },
+    msg: {
+      kind: "complete",
+      run_id: l.req.run_id,
+      fence: l.req.fence,
+      worker: workerId,
+      ...l.completion!,
+    },
+  };
+}
 
 export class CompletionOutbox implements OutboxPart {
   readonly #c: WorkerCore;
@@ -141,34 +159,43 @@ export class CompletionOutbox implements OutboxPart {
 
   /**
    * How long one copy of a completion report waits for its answer before the next copy goes:
-   * COMPLETION_WAIT_MS (or the option), and never more than the lease TTL − one heartbeat
-   * interval − the margin (nor under MIN_REPORT_WAIT_MS). The owner keeps the lease while the
-   * report waits in its mailbox (run-lifecycle.ts `onLeaseExpired`, `pending`) and from each
-   * copy's arrival; the lease is not heartbeated while a copy is on the wire, so should the first
-   * be lost, the next must arrive within the TTL of the last heartbeat before the attempt ended
-   * (at most one interval earlier) — less the gathering before the next copy's batch goes
-   * (REPORT_COALESCE_MS). A copy finding the first still queued shares its turn.
+   * COMPLETION_WAIT_MS (or the option), at most a quarter of the completion deadline (so that a
+   * report is copied a few times before it is given up) and at least MIN_REPORT_WAIT_MS. The
+   * owner keeps the lease from each copy's arrival and while one waits in its mailbox
+   * (run-messages.ts `onLeaseExpired`); the lease is not heartbeated once a copy went, so a lost
+   * copy costs the owner a probe of the lease (answered with the completion) rather than a copy
+   * every few seconds. A copy finding the first still queued shares its turn.
    */
-  #reportWaitMs(l: Lease): number {
+  /**
+   * The first wait of the copies of a report its owner answered with an error that settles
+   * nothing: lease TTL − one heartbeat interval − the margin, so that should such a copy be lost,
+   * the next lands within the TTL of the last heartbeat (the owner answers: it is heard from
+   * meanwhile) — less the gathering before the next copy's batch goes (REPORT_COALESCE_MS).
+   */
+  #leaseWaitMs(l: Lease): number {
     const { o } = this.#c;
-    const wait = Math.min(o.completionDeadlineMs, o.completionWaitMs ?? COMPLETION_WAIT_MS);
     return Math.max(
       MIN_REPORT_WAIT_MS,
-      Math.min(
-        wait,
-        l.req.lease_ttl_ms - o.heartbeatIntervalMs - this.#c.margin(l) - REPORT_COALESCE_MS,
-      ),
+      l.req.lease_ttl_ms - o.heartbeatIntervalMs - this.#c.margin(l) - REPORT_COALESCE_MS,
     );
+  }
+
+  #reportWaitMs(): number {
+    const { o } = this.#c;
+    const wait = Math.min(o.completionDeadlineMs / 4, o.completionWaitMs ?? COMPLETION_WAIT_MS);
+    // A draining worker has only its drain's time to hear a verdict (its memory ends with it).
+    const drain = this.#c.draining ? DRAINING_REPORT_WAIT_MS : Number.POSITIVE_INFINITY;
+    return Math.max(MIN_REPORT_WAIT_MS, Math.min(wait, drain));
   }
 
   /**
    * Reports a completion, sending copies until the owner answers ok or `stale_fence`, or the
    * report is given up (completionDeadlineMs). Reports go in batches (`#flushReports`): one
    * request per partition (naming REPORT_BUDGET_MS, at most half the wait, as the owner's budget) carries every report due
-   * within REPORT_COALESCE_MS, not a request and a socket write per completion. While a copy is on
-   * the wire the lease is not heartbeated (its arrival keeps the lease); while it waits for a free
-   * report slot or between copies, it is. So a burst's ended attempts cost their owner one item
-   * each while it answers within the wait, not also a heartbeat every round.
+   * within REPORT_COALESCE_MS, not a request and a socket write per completion. Once its first
+   * copy went, the lease is not heartbeated (the copies' arrivals keep it); while it waits for a
+   * free report slot, it is. So a burst's ended attempts cost their owner one item each while it
+   * answers within the wait, and one per copy when it does not — never also a heartbeat a round.
    */
   report(lease: Lease): void {
     if (lease.reporting) return;
@@ -196,8 +223,13 @@ export class CompletionOutbox implements OutboxPart {
     const again = this.#reportAgain;
     this.#reportAgain = [];
     for (const l of again) {
-      if (table.holds(l)) batch.push(l);
-      else this.#reportSettled(l, true);
+      if (!table.holds(l)) this.#reportSettled(l, true);
+      else if (this.#pastDeadline(l, this.#c.o.clock.monoMs() + REPORT_DUE_GRAIN_MS)) {
+        // Its copy was timed for the deadline (`#sendReports`; its batch may go up to one grain
+        // early): given up, as its answer would be.
+        this.#giveUp(l, "deadline");
+        this.#reportSettled(l, true);
+      } else batch.push(l);
     }
     while (this.#reportsActive < this.#reportLimit && this.#reportQueue.size > 0) {
       const l = this.#reportQueue.shift()!;
@@ -230,27 +262,21 @@ export class CompletionOutbox implements OutboxPart {
   async #sendReports(batch: Lease[]): Promise<void> {
     const { o, table } = this.#c;
     const sentAt = o.clock.monoMs();
-    let wait = Number.POSITIVE_INFINITY;
+    const wait = this.#reportWaitMs();
     for (const l of batch) {
-      l.reportOnWire = true;
       l.reportCopies = (l.reportCopies ?? 0) + 1;
+      l.reportRefused = false;
       table.sleep(l);
-      wait = Math.min(wait, this.#reportWaitMs(l));
     }
     let results: ItemResult[] = [];
     try {
       results = await o.router.requestMany(
-        batch.map((l) => ({
-          to: { type: JOB_ACTOR, id: l.req.job_actor },
-          msg: {
-            kind: "complete",
-            run_id: l.req.run_id,
-            fence: l.req.fence,
-            worker: o.workerId,
-            ...l.completion!,
-          },
-        })),
-        { deadlineMs: wait, budgetMs: Math.min(REPORT_BUDGET_MS, Math.floor(wait / 2)) },
+        batch.map((l) => reportItem(l, o.workerId)),
+        {
+          deadlineMs: wait,
+          attemptMs: wait,
+          budgetMs: Math.min(REPORT_BUDGET_MS, Math.floor(wait / 2)),
+        },
       );
     } catch (e) {
       o.log("warn", "completion reports failed; they are sent again", {
@@ -261,18 +287,18 @@ export class CompletionOutbox implements OutboxPart {
     const now = o.clock.monoMs();
     // The next copy of each unsettled report: after a wait growing with its copies sent
     // (report-backoff.ts). A failure faster than the wait (no responder, a closed connection)
-    // waits out the rest; meanwhile heartbeat rounds carry the leases again. A report the owner
-    // holds queued starts from a longer wait (PENDING_REPORT_WAIT_MS).
-    const queuedFirst = Math.max(
-      wait,
-      Math.min(PENDING_REPORT_WAIT_MS, o.completionDeadlineMs / 4),
-    );
-    const cap = Math.max(queuedFirst, Math.min(REPORT_MAX_WAIT_MS, o.completionDeadlineMs / 2));
+    // waits out the rest (the owner probes a lease it has not heard of for a TTL).
+    const cap = Math.max(wait, Math.min(REPORT_MAX_WAIT_MS, o.completionDeadlineMs / 2));
     batch.forEach((l, i) => {
-      const next = this.#answered(l, results[i], now);
-      if (next === undefined) return;
-      const first = next === "queued" ? queuedFirst : wait;
-      this.#copyAt(l, sentAt + reportCopyWaitMs(l.reportCopies ?? 1, first, cap, o.random));
+      if (!this.#answered(l, results[i], now)) return;
+      const first = l.reportRefused === true ? Math.min(wait, this.#leaseWaitMs(l)) : wait;
+      const due = this.#c.draining
+        ? now + Math.min(wait, DRAINING_REPORT_WAIT_MS)
+        : sentAt + reportCopyWaitMs(l.reportCopies ?? 1, first, cap, o.random);
+      // Given up at the deadline, not at the answer of a copy after it (up to a whole wait late):
+      // the lease is not heartbeated, so no round looks at it meanwhile.
+      const deadline = (l.completionSinceMono ?? sentAt) + o.completionDeadlineMs + 1;
+      this.#copyAt(l, Math.min(due, deadline));
     });
   }
 
@@ -304,30 +330,24 @@ export class CompletionOutbox implements OutboxPart {
 
   /** The copies of `later` are due: they go in the next batch. */
   #queueAgain(later: Lease[]): void {
-    const { table } = this.#c;
-    for (const l of later) {
-      if (l.reportOnWire) {
-        // Answered pending: off the wire now; rounds carry it until the copy goes.
-        l.reportOnWire = false;
-        if (table.holds(l)) table.awake.add(l);
-      }
-      this.#reportAgain.push(l);
-    }
+    for (const l of later) this.#reportAgain.push(l);
     this.#flushReportsSoon();
   }
 
   /**
-   * One report's answer (`r`; undefined: none): settled or given up (undefined), or a copy goes
-   * after the wait — `queued` when the owner said the report waits in its mailbox.
+   * One report's answer (`r`; undefined: none): settled, handed over or given up (false), or a
+   * copy goes after the wait (true).
    */
-  #answered(l: Lease, r: ItemResult | undefined, now: number): "again" | "queued" | undefined {
+  #answered(l: Lease, r: ItemResult | undefined, now: number): boolean {
     const c = this.#c;
     const { o } = c;
-    // Answered pending: the copy still waits in the owner's mailbox, which keeps the lease as
-    // the copy on the wire did — it stays on the wire (not heartbeated) until the next copy. Only
-    // so marked: an `unavailable` failure (the owner's KV) holds nothing there, and taken for
-    // pending it left the attempt unheard for the longer wait (its start, lost with its owner's
-    // actor, never learnt before a pause cancelled the run "before it started").
+    // Answered pending: the report waits in the owner's mailbox, which settles it and keeps the
+    // lease meanwhile — handed over (core.ts `handedOver`). Only so marked: an `unavailable`
+    // failure (the owner's KV) holds nothing there, and taken for pending it left the attempt
+    // unheard (its start, lost with its owner's actor, never learnt before a pause cancelled the
+    // run "before it started"); it is copied after the wait.
+    // A draining worker hands nothing over: its memory ends with the process, so it copies the
+    // report (after the wait) until a verdict, as the drain does with those handed over before.
     const pending = r !== undefined && !r.ok && r.e.pending === true;
     const { req } = l;
     if (r?.ok === true) {
@@ -336,22 +356,42 @@ export class CompletionOutbox implements OutboxPart {
     } else if (r !== undefined && (r.e.code === "stale_fence" || r.e.code === "not_found")) {
       c.refused(l); // its completion kept for a probe under its fence
       o.onEvent?.({ type: "stale_fence", run_id: req.run_id, attempt: req.attempt });
-    } else if (now - (l.completionSinceMono ?? 0) > o.completionDeadlineMs) {
-      c.giveUp(l);
-      o.log("warn", "gave up reporting a completion; its owner's probe still learns the result", {
-        run_id: req.run_id,
-        err: r === undefined ? "no answer" : r.e.message,
-      });
+    } else if (pending && !c.draining) {
+      c.handedOver(l);
+    } else if (this.#pastDeadline(l, now)) {
+      this.#giveUp(l, r === undefined ? "no answer" : r.e.message);
     } else if (c.table.holds(l)) {
-      // Unknown outcome: the next copy goes after the wait.
-      if (pending) return "queued";
-      l.reportOnWire = false;
-      c.table.awake.add(l); // rounds carry it meanwhile
-      return "again";
+      // Unknown outcome: the next copy goes after the wait. An owner that answered (an error that
+      // settles nothing: its KV, say) is not saturated: the lease is heartbeated meanwhile and the
+      // copy goes after the lease-bounded wait, as before a lease lapses. One that did not answer
+      // is not heartbeated (each would time out as the report did, and come again): `no_owner` is
+      // the router's word for no answer within the deadline.
+      if (r !== undefined && r.e.code !== "no_owner") {
+        l.reportRefused = true;
+        c.table.awake.add(l);
+      }
+      return true;
     }
-    l.reportOnWire = false;
     this.#reportSettled(l, true);
-    return undefined;
+    return false;
+  }
+
+  /** Whether `l`'s report is past the completion deadline (then given up, not copied again). */
+  #pastDeadline(l: Lease, now = this.#c.o.clock.monoMs()): boolean {
+    return now - (l.completionSinceMono ?? 0) > this.#c.o.completionDeadlineMs;
+  }
+
+  /** Gives a report up: the lease goes, its completion kept for the owner's probe (core.ts). */
+  #giveUp(l: Lease, why: string): void {
+    this.#c.giveUp(l);
+    this.#c.o.log(
+      "warn",
+      "gave up reporting a completion; its owner's probe still learns the result",
+      {
+        run_id: l.req.run_id,
+        err: why,
+      },
+    );
   }
 
   /**
