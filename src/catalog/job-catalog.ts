@@ -328,9 +328,12 @@ export class JobCatalog {
       },
     );
     // The cache keeps what it learnt meanwhile (links queued after this write's read).
+    // Only the links the write lacks are added: a tenant of 100,000 jobs has ~500 chunks, and
+    // looking each one up in the written directory cost O(chunks²) a write.
+    const written = new Set(dir.chunks.map(([lo]) => lo));
     let cached = dir;
     for (const [lo, key] of this.#dirs.get(tenantId)?.chunks ?? [])
-      cached = withChunk(cached, lo, key);
+      if (!written.has(lo)) cached = withChunk(cached, lo, key);
     this.#cache(tenantId, cached);
   }
 

@@ -132,4 +132,53 @@ describe("job catalog directory", () => {
       [ids[ids.length - 1]],
     );
   });
+
+  it("keeps in the cache a link learnt while a directory write was in flight, once that write lands", async () => {
+    // Directory writes held until released, one at a time.
+    const held: (() => void)[] = [];
+    class HeldDirectory extends WatchedTenants {
+      override async update(key: string, value: Uint8Array, rev: number, opts?: WriteOptions) {
+        if (key === directoryKey(TENANT)) await new Promise<void>((r) => held.push(r));
+        return super.update(key, value, rev, opts);
+      }
+    }
+    const t = new HeldDirectory("tenants");
+    const b = memoryBuckets({ tenants: t });
+    const catalog = new JobCatalog({
+      kv: b.tenants,
+      clock: systemClock,
+      random: seededRandom(5),
+      existing: () => Promise.resolve([]),
+    });
+    const ids: string[] = [];
+    const wave = async (n: number) => {
+      const batch = Array.from({ length: n }, () => {
+        const id = `j${String(ids.length).padStart(8, "0")}`;
+        ids.push(id);
+        return { kind: "add" as const, entry: { i: id, n: id, e: true, v: 1, t: 0 } };
+      });
+      await Promise.all(batch.map((op) => catalog.apply(TENANT, [op])));
+    };
+    const heldWrite = async () => {
+      for (let i = 0; i < 200 && held.length === 0; i++) await roundTrip();
+      assert.equal(held.length, 1, "one directory write waits");
+    };
+    await wave(300); // a split: its link's directory write is held
+    await heldWrite();
+    await wave(300); // another split meanwhile: its link queued for the next write
+    held.shift()!(); // the first write lands; the second is held in turn
+    await heldWrite();
+    const before = t.chunkGets;
+    const newest = await catalog.read(TENANT, ids[ids.length - 3]!, {
+      filter: {},
+      want: 10,
+      maxExamined: 1000,
+    });
+    assert.deepEqual(
+      newest.entries.map((e) => e.i),
+      ids.slice(-2),
+    );
+    assert.equal(t.chunkGets - before, 1, "the newest jobs' chunk read at once, no hop");
+    while (held.length > 0) held.shift()!();
+  });
 });
