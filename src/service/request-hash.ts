@@ -12,14 +12,41 @@ export const sha256 = (s: string): string => createHash("sha256").update(s).dige
  */
 const keyOrder = new Intl.Collator();
 
+/** Sorted key orders by their object's keys in insertion order (`\0`-joined); bounded. */
+const orders = new Map<string, readonly (readonly [key: string, json: string])[]>();
+/** Most key orders kept: a spec's objects have a few shapes; past it the map starts afresh. */
+const MAX_ORDERS = 512;
+
+/**
+ * An object's keys in `keyOrder`, each with its JSON: sorted once per shape (a collator compare
+ * is slow, and every create hashes objects of the same few shapes).
+ */
+function sortedKeys(o: object, keys: string[]): readonly (readonly [string, string])[] {
+  const shape = keys.join("\0");
+  let order = orders.get(shape);
+  // Two key lists may join alike (a key holding `\0`): the order found must name these keys.
+  if (
+    order !== undefined &&
+    (order.length !== keys.length || !order.every(([k]) => Object.hasOwn(o, k)))
+  )
+    return [...keys].sort((a, b) => keyOrder.compare(a, b)).map((k) => [k, JSON.stringify(k)]);
+  if (order === undefined) {
+    order = [...keys].sort((a, b) => keyOrder.compare(a, b)).map((k) => [k, JSON.stringify(k)]);
+    if (orders.size >= MAX_ORDERS) orders.clear();
+    orders.set(shape, order);
+  }
+  return order;
+}
+
 /** Stable JSON (sorted keys) so equal requests hash equally. */
 export function canonical(v: unknown): string {
   if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
   if (v && typeof v === "object") {
-    return `{${Object.entries(v as Record<string, unknown>)
-      .sort(([a], [b]) => keyOrder.compare(a, b))
-      .map(([k, x]) => `${JSON.stringify(k)}:${canonical(x)}`)
-      .join(",")}}`;
+    const o = v as Record<string, unknown>;
+    let out = "{";
+    for (const [k, json] of sortedKeys(o, Object.keys(o)))
+      out += `${out.length > 1 ? "," : ""}${json}:${canonical(o[k])}`;
+    return `${out}}`;
   }
   return JSON.stringify(v) ?? "null";
 }

@@ -26,6 +26,19 @@ describe("canonical", () => {
     );
   });
 
+  it("orders each object by its own keys when key lists join alike", () => {
+    // Both join as "a\0\0b": the order sorted for the first must not be used for the second.
+    const first = { "a\u0000": 1, b: 2 };
+    const second = { a: 1, "\u0000b": 2 };
+    for (const obj of [first, second, first, second]) {
+      const want = Object.keys(obj).sort((x, y) => x.localeCompare(y));
+      assert.equal(
+        canonical(obj),
+        `{${want.map((k) => `${JSON.stringify(k)}:${JSON.stringify(obj[k as keyof typeof obj])}`).join(",")}}`,
+      );
+    }
+  });
+
   it("hashes a spec as it always has", () => {
     const spec = {
       name: "nightly",
