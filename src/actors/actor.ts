@@ -140,7 +140,7 @@ export interface UrgencyPolicy<M> {
  * Where the state lives and how it comes back: persisted or soft, adjusted when read back,
  * activated with its partition.
  */
-export interface StoragePolicy<S> {
+export interface StoragePolicy<S, M = unknown> {
   /**
    * `false`: the state is soft and lives in memory only (never written to KV); it starts from
    * `initialState` after every activation. For state that is rebuilt by its senders (slot grants).
@@ -158,6 +158,14 @@ export interface StoragePolicy<S> {
   onActivate?(state: S, ctx: ActorContext): readonly HostEffect<unknown>[];
   /** Whether this type's actors are loaded when a partition is acquired (they carry reminders). */
   readonly loadOnAcquire?: boolean;
+  /**
+   * Pure. A message sent to an id nobody used yet (a create under a fresh id): an actor not in
+   * memory is activated from `initialState` without reading KV, so its write is a KV `create`.
+   * Should a state exist after all, that create fails, or the turn writes nothing or has `pre`
+   * effects: the actor is dropped unanswered (`not_owner`) and the sender's retry reads it back.
+   * Persisted actors only; saves the read of a state that is not there.
+   */
+  assumeNew?(msg: M): boolean;
 }
 
 /** How long an actor stays in memory: kept while its state says so, loaded ahead of a timer. */
@@ -197,7 +205,7 @@ export interface ActorDefinition<S, M, R, E = never>
     ActorCore<S, M, R, E>,
     ArrivalPolicy<S, M, R>,
     UrgencyPolicy<M>,
-    StoragePolicy<S>,
+    StoragePolicy<S, M>,
     ResidencyPolicy<S> {}
 
 /** Type-erased definition, as the host registry stores them. */

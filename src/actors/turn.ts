@@ -24,8 +24,16 @@ function failure(d: AnyDecision["fail"] & object): KairosError {
   return new KairosError(d.code, d.message, d.field === undefined ? {} : { field: d.field });
 }
 
+/** Most keys remembered as not new (see `Turns.#notNew`); the oldest go first. */
+export const NOT_NEW_KEYS = 4096;
+
 export class Turns implements TurnsPart {
   readonly #c: HostCore;
+  /**
+   * Keys whose `assumeNew` turn could not stand (a state exists, or the turn needed it): the
+   * retry of the same message reads them back instead of assuming again.
+   */
+  readonly #notNew = new Set<string>();
 
   constructor(c: HostCore) {
     this.#c = c;
@@ -58,6 +66,7 @@ export class Turns implements TurnsPart {
       if (inst.dropped) throw new KairosError("not_owner", `${inst.type}/${inst.id} moved; retry`);
       if (!inst.loaded) c.adopt(inst, null, 0, soft);
     }
+    const assumed = this.#assumeNew(inst, msg);
     if (!inst.loaded) {
       const e = await o.kv.get(inst.key);
       // No value, or an older one, below a revision seen here: a deposed leader's answer.
@@ -87,6 +96,8 @@ export class Turns implements TurnsPart {
     const d = def.receive(inst.state, msg, c.ctx(inst, o.clock.now()));
     const ctx = shellContextOf(this.#c, inst, epoch);
     let followUps: readonly unknown[] = [];
+    if (assumed && (d.state === inst.state || (d.pre?.length ?? 0) > 0 || d.deferWrite === true))
+      throw this.#unassume(inst, "no create write");
     if (inst.reg.pipelinePre && def.persist === false) return this.#pipelined(inst, d, ctx);
     if (d.pre && d.pre.length > 0) followUps = await this.#performPre(inst, d.pre, ctx);
     if (def.persist === false) {
@@ -108,6 +119,7 @@ export class Turns implements TurnsPart {
         p.reloadSoon(inst);
         throw e;
       }
+      if (!r.ok && assumed && r.conflict === "exists") throw this.#unassume(inst, "state exists");
       if (!r.ok) {
         o.events.emit({
           type: "write_fenced",
@@ -127,6 +139,31 @@ export class Turns implements TurnsPart {
       inst.storedEpoch = epoch ?? 0;
     }
     return this.#finish(inst, d, ctx, followUps);
+  }
+
+  /**
+   * Activates a persisted actor from its initial state without a read when its type assumes the
+   * message is for a new one (`assumeNew`) and its key was not found otherwise lately. Every way
+   * the turn could go wrong on a state that exists after all ends in `#unassume`.
+   */
+  #assumeNew(inst: Instance, msg: unknown): boolean {
+    const def = inst.reg.definition;
+    if (inst.loaded || def.persist === false || msg === WARM || def.assumeNew?.(msg) !== true)
+      return false;
+    if (this.#notNew.delete(inst.key)) return false; // this retry reads
+    this.#c.adopt(inst, null, 0);
+    return true;
+  }
+
+  /**
+   * An actor activated without a read (`assumeNew`) whose turn cannot stand: dropped (it holds
+   * nothing of what KV may hold), its message answered `not_owner` for the sender to retry.
+   */
+  #unassume(inst: Instance, why: string): KairosError {
+    this.#c.drop(inst, `assumed new: ${why}`, false);
+    if (this.#notNew.size >= NOT_NEW_KEYS) this.#notNew.delete(this.#notNew.values().next().value!);
+    this.#notNew.add(inst.key);
+    return new KairosError("not_owner", `${inst.type}/${inst.id}: ${why}; retry`);
   }
 
   /** A decision's `pre` effects (not pipelined), performed before its state is applied. */

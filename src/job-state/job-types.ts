@@ -57,7 +57,15 @@ export const DEFAULT_JOB_CONFIG: JobActorConfig = {
 export type { Completion };
 
 export type JobMsg =
-  | { kind: "create"; tenant_id: string; job_id: string; spec: JobSpec; request_hash: string }
+  /** `fresh`: its id is new (no idempotent replay), so the actor is made without a read (`assumeNew`). */
+  | {
+      kind: "create";
+      tenant_id: string;
+      job_id: string;
+      spec: JobSpec;
+      request_hash: string;
+      fresh?: boolean;
+    }
   | { kind: "get" }
   /** The job's active runs as the API shows them (their records are written only at creation and end). */
   | { kind: "active_runs" }

@@ -175,6 +175,8 @@ export function makeJobActor(
     // narrow this to claims). A queued completion keeps its lease: it can wait.
     urgent: (m) => m.kind === "claimed" || m.kind === "heartbeat",
     onLoad: loadJobState,
+    // A create under a new job id finds no state: its read is skipped (a replay's is not).
+    assumeNew: (m) => m.kind === "create" && m.fresh === true,
     // An API read of the job's runs (run-reads.ts) is answered even while the actor is in a turn
     // (a burst's): from the state before it, never queued behind it or admitted as a turn.
     queryDuringTurn: (m) => m.kind === "active_runs",

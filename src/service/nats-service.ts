@@ -289,6 +289,7 @@ export class NatsJobsService implements JobsService {
       job_id: b.jobId,
       spec,
       request_hash: b.requestHash,
+      fresh: b.created,
     };
   }
 

@@ -17,7 +17,12 @@ import {
   type ActorRegistration,
 } from "../../../src/actors/host.ts";
 import type { ActorDefinition } from "../../../src/actors/actor.ts";
-import { counterActor, type CounterState } from "../../../src/actors/counter.ts";
+import {
+  counterActor,
+  type CounterMsg,
+  type CounterReply,
+  type CounterState,
+} from "../../../src/actors/counter.ts";
 import { decode, encode } from "../../../src/cluster/codec.ts";
 import { EventBus, type NodeEvent } from "../../../src/cluster/events.ts";
 import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
@@ -253,6 +258,13 @@ const softGateActor: ActorDefinition<GateState, { n: number }, number, number> =
   persist: false,
 };
 
+/** The counter whose increments named `new…`, and whose reads, go to fresh ids (`assumeNew`). */
+const freshCounterActor: ActorDefinition<CounterState, CounterMsg, CounterReply> = {
+  ...counterActor,
+  type: "fresh",
+  assumeNew: (m) => m.kind === "get" || m.reqId.startsWith("new"),
+};
+
 function setup(
   o: {
     idleMs?: number;
@@ -287,6 +299,7 @@ function setup(
     ...(o.warmMs !== undefined ? { warmMs: o.warmMs } : {}),
   });
   host.register({ definition: counterActor });
+  host.register({ definition: freshCounterActor });
   host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
@@ -669,6 +682,51 @@ describe("ActorHost", () => {
     assert.equal(s?.e, EPOCH);
     assert.equal(s?.w, NODE);
     assert.ok(s.revision > first);
+  });
+
+  it("assumeNew: an actor not in memory is made without a read; its write is a create", async () => {
+    const t = setup();
+    await acquireAll(t.host);
+    const key = `fresh.${partitionOf({ type: "fresh", id: "f" }, PARTITIONS)}.f`;
+    assert.deepEqual(await t.host.deliver("fresh", "f", { kind: "inc", by: 1, reqId: "new-1" }), {
+      value: 1,
+      applied: true,
+    });
+    // In memory now: no assumption, no read.
+    assert.deepEqual(await t.host.deliver("fresh", "f", { kind: "inc", by: 1, reqId: "new-2" }), {
+      value: 2,
+      applied: true,
+    });
+    assert.equal(t.kv.gets, 0);
+    assert.equal(t.kv.writes, 2);
+    const stored = await t.stored<CounterState>(key);
+    assert.deepEqual(stored?.s, { value: 2, recent: ["new-1", "new-2"] });
+    assert.equal(stored?.e, EPOCH);
+  });
+
+  it("assumeNew: on a state that exists, the create fails unanswered (not_owner, no write_fenced), and the retry reads it back", async () => {
+    const t = setup();
+    const key = `fresh.${partitionOf({ type: "fresh", id: "g" }, PARTITIONS)}.g`;
+    await t.kv.put(key, encode({ s: { value: 41, recent: ["new-1"] }, e: EPOCH, w: NODE }));
+    await acquireAll(t.host);
+    const writes = t.kv.writes;
+    const inc = { kind: "inc", by: 1, reqId: "new-1" } as const;
+    await rejectsWith(t.host.deliver("fresh", "g", inc), "not_owner");
+    assert.equal(t.kv.writes, writes + 1, "the create was tried");
+    assert.ok(!t.seen.some((e) => e.type === "write_fenced"));
+    // The same message again (a sender's retry): read back, a replay of the first increment.
+    assert.deepEqual(await t.host.deliver("fresh", "g", inc), { value: 41, applied: false });
+    assert.equal(t.kv.gets, 1);
+    assert.deepEqual((await t.stored<CounterState>(key))?.s.value, 41);
+  });
+
+  it("assumeNew: a turn that writes nothing is not answered from the assumption; the retry reads", async () => {
+    const t = setup();
+    const key = `fresh.${partitionOf({ type: "fresh", id: "h" }, PARTITIONS)}.h`;
+    await t.kv.put(key, encode({ s: { value: 5, recent: [] }, e: EPOCH, w: NODE }));
+    await acquireAll(t.host);
+    await rejectsWith(t.host.deliver("fresh", "h", { kind: "get" }), "not_owner");
+    assert.deepEqual(await t.host.deliver("fresh", "h", { kind: "get" }), { value: 5 });
   });
 
   it("a message that does not change state writes nothing", async () => {
