@@ -163,7 +163,9 @@ export interface StoragePolicy<S, M = unknown> {
    * memory is activated from `initialState` without reading KV, so its write is a KV `create`.
    * Should a state exist after all, that create fails, or the turn writes nothing or has `pre`
    * effects: the actor is dropped unanswered (`not_owner`) and the sender's retry reads it back.
-   * Persisted actors only; saves the read of a state that is not there.
+   * Persisted actors only; saves the read of a state that is not there. Pitfall: `onActivate` of
+   * `initialState` must arm nothing — timers are keyed by actor and name, and one armed for a
+   * guess that fails would replace a timer of the actor that exists.
    */
   assumeNew?(msg: M): boolean;
 }

@@ -161,6 +161,9 @@ export class Turns implements TurnsPart {
    */
   #unassume(inst: Instance, why: string): KairosError {
     this.#c.drop(inst, `assumed new: ${why}`, false);
+    // As every drop: a type kept in memory from its partition's acquisition is read back soon (a
+    // read-back armed by an earlier drop gives up while this guess holds the instance).
+    this.#c.parts.persistence.reloadSoon(inst);
     if (this.#notNew.size >= NOT_NEW_KEYS) this.#notNew.delete(this.#notNew.values().next().value!);
     this.#notNew.add(inst.key);
     return new KairosError("not_owner", `${inst.type}/${inst.id}: ${why}; retry`);

@@ -16,6 +16,18 @@ const keyOrder = new Intl.Collator();
 const orders = new Map<string, readonly (readonly [key: string, json: string])[]>();
 /** Most key orders kept: a spec's objects have a few shapes; past it the map starts afresh. */
 const MAX_ORDERS = 512;
+/**
+ * Only small shapes are kept (at most this many keys, and joined keys this long): the fixed
+ * objects of a spec. A client's own maps (`task.env`: any number of keys, any length, up to a 4 MB
+ * batch) differ per job, gain nothing from a cache and, kept, would pin their bytes 512 times.
+ */
+const MAX_KEPT_KEYS = 32;
+const MAX_KEPT_SHAPE_CHARS = 512;
+
+/** How many key orders are kept (for tests: a client's large maps are never kept). */
+export function keyOrdersKept(): number {
+  return orders.size;
+}
 
 /**
  * An object's keys in `keyOrder`, each with its JSON: sorted once per shape (a collator compare
@@ -32,8 +44,10 @@ function sortedKeys(o: object, keys: string[]): readonly (readonly [string, stri
     return [...keys].sort((a, b) => keyOrder.compare(a, b)).map((k) => [k, JSON.stringify(k)]);
   if (order === undefined) {
     order = [...keys].sort((a, b) => keyOrder.compare(a, b)).map((k) => [k, JSON.stringify(k)]);
-    if (orders.size >= MAX_ORDERS) orders.clear();
-    orders.set(shape, order);
+    if (keys.length <= MAX_KEPT_KEYS && shape.length <= MAX_KEPT_SHAPE_CHARS) {
+      if (orders.size >= MAX_ORDERS) orders.clear();
+      orders.set(shape, order);
+    }
   }
   return order;
 }

@@ -29,6 +29,7 @@ import { MemoryKv } from "../../../src/cluster/kv-memory.ts";
 import type { KvEntry, WriteOptions } from "../../../src/cluster/kv.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
+import { RELOAD_AFTER_DROP_MS } from "../../../src/actors/persistence.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
 const PARTITIONS = 4;
@@ -264,6 +265,12 @@ const freshCounterActor: ActorDefinition<CounterState, CounterMsg, CounterReply>
   type: "fresh",
   assumeNew: (m) => m.kind === "get" || m.reqId.startsWith("new"),
 };
+/** The same, kept in memory from its partition's acquisition (a type that carries reminders). */
+const freshResidentActor: ActorDefinition<CounterState, CounterMsg, CounterReply> = {
+  ...freshCounterActor,
+  type: "freshr",
+  loadOnAcquire: true,
+};
 
 function setup(
   o: {
@@ -300,6 +307,7 @@ function setup(
   });
   host.register({ definition: counterActor });
   host.register({ definition: freshCounterActor });
+  host.register({ definition: freshResidentActor });
   host.register(gates.registration(gatedTimerActor));
   host.register(gates.registration());
   host.register(gates.registration(queryGateActor));
@@ -718,6 +726,23 @@ describe("ActorHost", () => {
     assert.deepEqual(await t.host.deliver("fresh", "g", inc), { value: 41, applied: false });
     assert.equal(t.kv.gets, 1);
     assert.deepEqual((await t.stored<CounterState>(key))?.s.value, 41);
+  });
+
+  it("assumeNew: a failed guess on a type kept in memory is read back soon, with no retry from the sender", async () => {
+    // Its sender may never retry (its API node gone): the job would stay out of memory, its
+    // timers unarmed, until its partition moved.
+    const t = setup();
+    await acquireAll(t.host);
+    const key = `freshr.${partitionOf({ type: "freshr", id: "r" }, PARTITIONS)}.r`;
+    await t.kv.put(key, encode({ s: { value: 7, recent: ["new-1"] }, e: EPOCH, w: NODE }));
+    await rejectsWith(
+      t.host.deliver("freshr", "r", { kind: "inc", by: 1, reqId: "new-1" }),
+      "not_owner",
+    );
+    const gets = t.kv.gets;
+    t.clock.advance(RELOAD_AFTER_DROP_MS + 1);
+    for (let i = 0; i < 5; i++) await turn();
+    assert.equal(t.kv.gets, gets + 1, "read back after the drop");
   });
 
   it("assumeNew: a turn that writes nothing is not answered from the assumption; the retry reads", async () => {

@@ -6,7 +6,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { canonical, sha256 } from "../../../src/service/request-hash.ts";
+import { canonical, keyOrdersKept, sha256 } from "../../../src/service/request-hash.ts";
 
 describe("canonical", () => {
   it("orders keys as localeCompare does", () => {
@@ -51,5 +51,18 @@ describe("canonical", () => {
       '{"enabled":true,"name":"nightly","schedule":{"cron":"0 3 * * *","timezone":"Europe/Paris"},"task":{"args":["true"],"env":{"a":"3","B_X":"1","BX":"2"},"image":"busybox","timeout_s":10}}',
     );
     assert.equal(sha256(canonical(spec)).length, 64);
+  });
+});
+
+describe("canonical: the cache of key orders", () => {
+  it("keeps a spec's small shapes, never a client's large map (its bytes would be pinned)", () => {
+    const big = Object.fromEntries(
+      Array.from({ length: 64 }, (_, i) => [`K${i}_${"x".repeat(64)}`, i]),
+    );
+    const before = keyOrdersKept();
+    canonical({ env: big });
+    canonical({ env: { ...big, EXTRA: 1 } });
+    assert.ok(keyOrdersKept() - before <= 1, "only the small outer shape { env } is kept");
+    assert.equal(canonical({ b: 1, a: 2 }), '{"a":2,"b":1}');
   });
 });
