@@ -166,7 +166,7 @@ export class ActorHost {
 
   /**
    * Passivates actors idle longer than `idleMs`, or EARLY_IDLE_MS (`passivateEarly`); timers stay
-   * armed.
+   * armed. Past SWEEP_SLICE actors (passivation.ts) the sweep goes on in later turns of the loop.
    */
   sweep(): void {
     this.#c.parts.passivation.sweep();

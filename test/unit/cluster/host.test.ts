@@ -30,6 +30,7 @@ import type { KvEntry, WriteOptions } from "../../../src/cluster/kv.ts";
 import { partitionOf } from "../../../src/cluster/placement.ts";
 import { FakeClock } from "../../../src/lib/clock.ts";
 import { RELOAD_AFTER_DROP_MS } from "../../../src/actors/persistence.ts";
+import { SWEEP_SLICE } from "../../../src/actors/passivation.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
 const PARTITIONS = 4;
@@ -817,6 +818,29 @@ describe("ActorHost", () => {
     assert.equal(t.host.activeCount, 1);
     t.gates.release(1);
     await r;
+  });
+
+  it("a sweep over more than SWEEP_SLICE actors looks at a slice now and at the rest after yielding", async () => {
+    const t = setup({ idleMs: 1_000 });
+    await acquireAll(t.host);
+    const n = SWEEP_SLICE * 2 + SWEEP_SLICE / 2;
+    for (let i = 0; i < n; i++)
+      await t.host.deliver("counter", `s${i}`, { kind: "inc", by: 1, reqId: "a" });
+    t.clock.advance(1_001);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, n - SWEEP_SLICE, "one slice passivated before yielding");
+    t.host.sweep();
+    assert.equal(t.host.activeCount, n - SWEEP_SLICE, "a sweep under way is not started again");
+    t.clock.advance(0);
+    assert.equal(t.host.activeCount, 0, "the rest once the loop ran the yielded slices");
+    // An actor met after the yield is judged then: one active again is kept.
+    for (let i = 0; i < n; i++)
+      await t.host.deliver("counter", `s${i}`, { kind: "inc", by: 1, reqId: "b" });
+    t.clock.advance(1_001);
+    t.host.sweep();
+    await t.host.deliver("counter", `s${n - 1}`, { kind: "inc", by: 1, reqId: "c" });
+    t.clock.advance(0);
+    assert.equal(t.host.activeCount, 1, "the actor that ran meanwhile stays");
   });
 
   it("a CAS conflict answers not_owner, emits write_fenced, drops the actor and leaves the other write in place", async () => {
