@@ -159,18 +159,25 @@ export class Passivation implements PassivationPart {
     const it = this.#sweeping;
     if (!it || this.#stopped) return;
     const now = c.o.clock.now();
-    for (let n = 0; n < SWEEP_SLICE; n++) {
-      const next = it.next();
-      if (next.done) {
-        this.#sweeping = undefined;
-        return;
+    try {
+      for (let n = 0; n < SWEEP_SLICE; n++) {
+        const next = it.next();
+        if (next.done) {
+          this.#sweeping = undefined;
+          return;
+        }
+        const a = next.value;
+        const how = this.#mayPassivate(a, now);
+        if (how === "keep") continue;
+        if (how === "early") c.rememberEarly(a);
+        c.actors.delete(a.key);
+        c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
       }
-      const a = next.value;
-      const how = this.#mayPassivate(a, now);
-      if (how === "keep") continue;
-      if (how === "early") c.rememberEarly(a);
-      c.actors.delete(a.key);
-      c.o.events.emit({ type: "actor_passivated", actorType: a.type, id: a.id });
+    } catch (e) {
+      // A hook or listener that throws ends this sweep, not every later one.
+      this.#sweeping = undefined;
+      c.o.onError("sweeping idle actors", e);
+      return;
     }
     this.#cancelSweep = c.o.clock.setTimer(0, () => {
       this.#cancelSweep = undefined;

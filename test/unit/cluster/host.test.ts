@@ -34,6 +34,8 @@ import { SWEEP_SLICE } from "../../../src/actors/passivation.ts";
 import { isKairosError } from "../../../src/lib/errors.ts";
 
 const PARTITIONS = 4;
+/** See the `fragile` actor type of `setup`. */
+const fragile = { broken: false };
 const EPOCH = 7;
 const NODE = "node-a";
 
@@ -328,6 +330,17 @@ function setup(
       ...counterActor,
       type: "keep",
       keepLoaded: (s: CounterState) => s.value % 2 === 1,
+    },
+  });
+  // Its keepLoaded throws while `fragile.broken` (a hook's bug, met by a sweep).
+  host.register({
+    definition: {
+      ...counterActor,
+      type: "fragile",
+      keepLoaded: () => {
+        if (fragile.broken) throw new TypeError("keepLoaded bug");
+        return false;
+      },
     },
   });
   const stored = async <S>(key: string): Promise<(Stored<S> & { revision: number }) | null> => {
@@ -841,6 +854,23 @@ describe("ActorHost", () => {
     await t.host.deliver("counter", `s${n - 1}`, { kind: "inc", by: 1, reqId: "c" });
     t.clock.advance(0);
     assert.equal(t.host.activeCount, 1, "the actor that ran meanwhile stays");
+  });
+
+  it("a hook that throws during a sweep ends that sweep, reported; the next sweep runs", async () => {
+    const t = setup({ idleMs: 1_000 });
+    await acquireAll(t.host);
+    await t.host.deliver("fragile", "f1", { kind: "inc", by: 1, reqId: "a" });
+    t.clock.advance(1_001);
+    fragile.broken = true;
+    try {
+      t.host.sweep();
+    } finally {
+      fragile.broken = false;
+    }
+    assert.match(t.errors.join("\n"), /sweeping idle actors: TypeError: keepLoaded bug/);
+    assert.equal(t.host.activeCount, 1);
+    t.host.sweep();
+    assert.equal(t.host.activeCount, 0, "a later sweep is not stuck behind the failed one");
   });
 
   it("a CAS conflict answers not_owner, emits write_fenced, drops the actor and leaves the other write in place", async () => {
