@@ -152,10 +152,10 @@ export class WorkerCore {
    */
   handedOver(l: Lease): void {
     if (l.completion) {
-      this.table.memory.handedOver.set(fencedKey(l.key, l.req.fence), l.completion);
+      const key = fencedKey(l.key, l.req.fence);
+      this.table.memory.handedOver.set(key, l.completion);
       this.o.onEvent?.({ type: "report_queued", run_id: l.req.run_id, attempt: l.req.attempt });
       const kept = this.handedOverReports;
-      const key = fencedKey(l.key, l.req.fence);
       kept.delete(key);
       kept.set(key, l);
       this.#pruneHandedOver();

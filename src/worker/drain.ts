@@ -7,7 +7,6 @@
  * had exited 0 by itself just before the kill: that is reported as its success.
  */
 import type { ItemResult } from "../cluster/router.ts";
-import { JOB_ACTOR, type Completion } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { Lease } from "./lease.ts";
 import { reportItem } from "./outbox.ts";
@@ -109,13 +108,8 @@ export class Drain {
     let results: ItemResult[] = [];
     try {
       results = await o.router.requestMany(
-        leases.map((l) => ({
-          to: { type: JOB_ACTOR, id: l.req.job_actor },
-          msg: {
-            kind: "complete",
-            run_id: l.req.run_id,
-            fence: l.req.fence,
-            worker: o.workerId,
+        leases.map((l) =>
+          reportItem(l, o.workerId, {
             outcome: "error",
             exit_code: null,
             output: "",
@@ -127,13 +121,8 @@ export class Drain {
             started_at_ms: now,
             finished_at_ms: now,
             not_started: true,
-          } satisfies Completion & {
-            kind: "complete";
-            run_id: string;
-            fence: number;
-            worker: string;
-          },
-        })),
+          }),
+        ),
         { deadlineMs: GIVE_BACK_REPORT_MS, budgetMs: Math.floor(GIVE_BACK_REPORT_MS / 2) },
       );
     } catch (e) {

@@ -15,7 +15,7 @@ import type { ActorAddress } from "../cluster/placement.ts";
 import type { ItemResult } from "../cluster/router.ts";
 import { Fifo } from "../lib/fifo.ts";
 import type { ExecutionResult } from "../sandbox/index.ts";
-import { JOB_ACTOR } from "../protocol/worker.ts";
+import { JOB_ACTOR, type Completion } from "../protocol/worker.ts";
 import type { WorkerCore } from "./core.ts";
 import type { OutboxPart } from "./types.ts";
 import { endedBeforeKill, type Lease } from "./lease.ts";
@@ -70,8 +70,15 @@ const MIN_REPORT_WAIT_MS = 250;
  */
 export const COMPLETIONS_IN_FLIGHT = 262_144;
 
-/** The completion report of an ended attempt `l` (it has its completion), to its job actor. */
-export function reportItem(l: Lease, workerId: string): { to: ActorAddress; msg: unknown } {
+/**
+ * The completion report of attempt `l` to its job actor: its own completion (an ended attempt's),
+ * or the one given (a drain's give-back of an attempt that never started).
+ */
+export function reportItem(
+  l: Lease,
+  workerId: string,
+  completion: Completion = l.completion!,
+): { to: ActorAddress; msg: unknown } {
   return {
     to: { type: JOB_ACTOR, id: l.req.job_actor },
     msg: {
@@ -79,7 +86,7 @@ export function reportItem(l: Lease, workerId: string): { to: ActorAddress; msg:
       run_id: l.req.run_id,
       fence: l.req.fence,
       worker: workerId,
-      ...l.completion!,
+      ...completion,
     },
   };
 }
@@ -158,15 +165,6 @@ export class CompletionOutbox implements OutboxPart {
   }
 
   /**
-   * How long one copy of a completion report waits for its answer before the next copy goes:
-   * COMPLETION_WAIT_MS (or the option), at most a quarter of the completion deadline (so that a
-   * report is copied a few times before it is given up) and at least MIN_REPORT_WAIT_MS. The
-   * owner keeps the lease from each copy's arrival and while one waits in its mailbox
-   * (run-messages.ts `onLeaseExpired`); the lease is not heartbeated once a copy went, so a lost
-   * copy costs the owner a probe of the lease (answered with the completion) rather than a copy
-   * every few seconds. A copy finding the first still queued shares its turn.
-   */
-  /**
    * The first wait of the copies of a report its owner answered with an error that settles
    * nothing: lease TTL − one heartbeat interval − the margin, so that should such a copy be lost,
    * the next lands within the TTL of the last heartbeat (the owner answers: it is heard from
@@ -180,6 +178,15 @@ export class CompletionOutbox implements OutboxPart {
     );
   }
 
+  /**
+   * How long one copy of a completion report waits for its answer before the next copy goes:
+   * COMPLETION_WAIT_MS (or the option), at most a quarter of the completion deadline (so that a
+   * report is copied a few times before it is given up) and at least MIN_REPORT_WAIT_MS. The
+   * owner keeps the lease from each copy's arrival and while one waits in its mailbox
+   * (run-messages.ts `onLeaseExpired`); the lease is not heartbeated once a copy went, so a lost
+   * copy costs the owner a probe of the lease (answered with the completion) rather than a copy
+   * every few seconds. A copy finding the first still queued shares its turn.
+   */
   #reportWaitMs(): number {
     const { o } = this.#c;
     const wait = Math.min(o.completionDeadlineMs / 4, o.completionWaitMs ?? COMPLETION_WAIT_MS);

@@ -66,39 +66,55 @@ class WatchedTenants extends MemoryKv {
   }
 }
 
+/** A catalog of TENANT over `t`, a tenant created with it (no listing to learn from). */
+function catalogOn(t: MemoryKv, seed: number) {
+  const b = memoryBuckets({ tenants: t });
+  const catalog = new JobCatalog({
+    kv: b.tenants,
+    clock: systemClock,
+    random: seededRandom(seed),
+    existing: () => Promise.resolve([]),
+  });
+  return { b, catalog };
+}
+
+/** Adds `n` jobs at once, their ids rising as creates' do (appended to `ids`). */
+async function addWave(catalog: JobCatalog, ids: string[], n: number): Promise<void> {
+  const batch = Array.from({ length: n }, () => {
+    const id = `j${String(ids.length).padStart(8, "0")}`;
+    ids.push(id);
+    return { kind: "add" as const, entry: { i: id, n: id, e: true, v: 1, t: 0 } };
+  });
+  await Promise.all(batch.map((op) => catalog.apply(TENANT, [op])));
+}
+
+/** The ids a read after the third newest job lists, and the chunks that read fetched. */
+async function readNewest(
+  catalog: JobCatalog,
+  t: WatchedTenants,
+  ids: readonly string[],
+): Promise<{ listed: string[]; chunkGets: number }> {
+  const before = t.chunkGets;
+  const page = await catalog.read(TENANT, ids[ids.length - 3]!, {
+    filter: {},
+    want: 10,
+    maxExamined: 1000,
+  });
+  return { listed: page.entries.map((e) => e.i), chunkGets: t.chunkGets - before };
+}
+
 describe("job catalog directory", () => {
   it("learns every chunk a batch's splits make, in the cache at once and in KV", async () => {
     const t = new WatchedTenants("tenants");
-    const b = memoryBuckets({ tenants: t });
-    const catalog = new JobCatalog({
-      kv: b.tenants,
-      clock: systemClock,
-      random: seededRandom(3),
-      existing: () => Promise.resolve([]),
-    });
+    const { b, catalog } = catalogOn(t, 3);
     const ids: string[] = [];
     for (let wave = 0; wave < 20; wave++) {
-      // 500 creates at once, ids rising as creates' do.
-      const batch = Array.from({ length: 500 }, (_, i) => {
-        const id = `j${String(wave * 500 + i).padStart(8, "0")}`;
-        ids.push(id);
-        return { kind: "add" as const, entry: { i: id, n: id, e: true, v: 1, t: 0 } };
-      });
-      await Promise.all(batch.map((op) => catalog.apply(TENANT, [op])));
+      await addWave(catalog, ids, 500);
       // The splits' links are in the cached directory as the creates return: a read of the
       // newest jobs starts at their chunk (a lagging cache starts earlier and hops).
-      const before = t.chunkGets;
-      const newest = await catalog.read(TENANT, ids[ids.length - 3]!, {
-        filter: {},
-        want: 10,
-        maxExamined: 1000,
-      });
-      assert.deepEqual(
-        newest.entries.map((e) => e.i),
-        ids.slice(-2),
-        `wave ${wave}`,
-      );
-      assert.equal(t.chunkGets - before, 1, `wave ${wave}: chunks read for the newest jobs`);
+      const newest = await readNewest(catalog, t, ids);
+      assert.deepEqual(newest.listed, ids.slice(-2), `wave ${wave}`);
+      assert.equal(newest.chunkGets, 1, `wave ${wave}: chunks read for the newest jobs`);
     }
     // The chain, from the first chunk.
     const chain: string[] = [];
@@ -143,22 +159,9 @@ describe("job catalog directory", () => {
       }
     }
     const t = new HeldDirectory("tenants");
-    const b = memoryBuckets({ tenants: t });
-    const catalog = new JobCatalog({
-      kv: b.tenants,
-      clock: systemClock,
-      random: seededRandom(5),
-      existing: () => Promise.resolve([]),
-    });
+    const { catalog } = catalogOn(t, 5);
     const ids: string[] = [];
-    const wave = async (n: number) => {
-      const batch = Array.from({ length: n }, () => {
-        const id = `j${String(ids.length).padStart(8, "0")}`;
-        ids.push(id);
-        return { kind: "add" as const, entry: { i: id, n: id, e: true, v: 1, t: 0 } };
-      });
-      await Promise.all(batch.map((op) => catalog.apply(TENANT, [op])));
-    };
+    const wave = (n: number) => addWave(catalog, ids, n);
     const heldWrite = async () => {
       for (let i = 0; i < 200 && held.length === 0; i++) await roundTrip();
       assert.equal(held.length, 1, "one directory write waits");
@@ -168,17 +171,9 @@ describe("job catalog directory", () => {
     await wave(300); // another split meanwhile: its link queued for the next write
     held.shift()!(); // the first write lands; the second is held in turn
     await heldWrite();
-    const before = t.chunkGets;
-    const newest = await catalog.read(TENANT, ids[ids.length - 3]!, {
-      filter: {},
-      want: 10,
-      maxExamined: 1000,
-    });
-    assert.deepEqual(
-      newest.entries.map((e) => e.i),
-      ids.slice(-2),
-    );
-    assert.equal(t.chunkGets - before, 1, "the newest jobs' chunk read at once, no hop");
+    const newest = await readNewest(catalog, t, ids);
+    assert.deepEqual(newest.listed, ids.slice(-2));
+    assert.equal(newest.chunkGets, 1, "the newest jobs' chunk read at once, no hop");
     while (held.length > 0) held.shift()!();
   });
 });
